@@ -1,0 +1,236 @@
+//! Matching a client's User-Agent to what it wants: a profile format, or a web page.
+//!
+//! The operator's own rules come first (case-insensitive substrings, first match wins), then
+//! the built-in table of known clients, then browser detection; anything else gets the
+//! base64 list, which every Hysteria2 client imports. HiddifyNext is matched before any
+//! other rule because its User-Agent also names clash, v2ray and sing-box.
+
+use serde::{Deserialize, Serialize};
+
+use crate::render::{Format, SingBoxVersion};
+
+/// What a client wants.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum Wants {
+    /// A profile in this format.
+    Profile(Format),
+    /// A person in a browser: the subscription page.
+    Page,
+}
+
+/// What an operator's rule answers with.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum RuleTarget {
+    /// The base64 list of links.
+    Base64,
+    /// Mihomo / Clash Meta YAML.
+    Mihomo,
+    /// sing-box JSON (versioned by the User-Agent when it names a sing-box version).
+    SingBox,
+    /// The subscription page.
+    Page,
+}
+
+/// An operator's rule: a User-Agent containing `contains` (any case) gets `target`.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct UaRule {
+    /// The substring to look for.
+    pub contains: String,
+    /// What such a client gets.
+    pub target: RuleTarget,
+}
+
+/// How a built-in entry matches the lowercased User-Agent.
+enum Pattern {
+    Prefix(&'static str),
+    Contains(&'static str),
+}
+
+/// The built-in table, in order: apps that name another app in their User-Agent (NekoBox
+/// says "Prefer ClashMeta Format") come before the app they name. Patterns are lowercase.
+const BUILT_IN: &[(Pattern, RuleTarget)] = &[
+    (Pattern::Prefix("hiddifynext/"), RuleTarget::SingBox),
+    (Pattern::Prefix("sfa/"), RuleTarget::SingBox),
+    (Pattern::Prefix("sfi/"), RuleTarget::SingBox),
+    (Pattern::Prefix("sfm/"), RuleTarget::SingBox),
+    (Pattern::Prefix("sft/"), RuleTarget::SingBox),
+    (Pattern::Contains("karing"), RuleTarget::SingBox),
+    (Pattern::Prefix("sing-box"), RuleTarget::SingBox),
+    (Pattern::Prefix("v2rayn/"), RuleTarget::Base64),
+    (Pattern::Prefix("v2rayng/"), RuleTarget::Base64),
+    (Pattern::Prefix("happ/"), RuleTarget::Base64),
+    (Pattern::Contains("streisand"), RuleTarget::Base64),
+    (Pattern::Contains("nekobox"), RuleTarget::Base64),
+    (Pattern::Prefix("shadowrocket/"), RuleTarget::Base64),
+    (Pattern::Contains("clash-verge"), RuleTarget::Mihomo),
+    (Pattern::Contains("flclash"), RuleTarget::Mihomo),
+    (Pattern::Contains("mihomo"), RuleTarget::Mihomo),
+    (Pattern::Contains("clashx meta"), RuleTarget::Mihomo),
+    (Pattern::Prefix("stash/"), RuleTarget::Mihomo),
+    (Pattern::Contains("clash.meta"), RuleTarget::Mihomo),
+    (Pattern::Contains("clashmeta"), RuleTarget::Mihomo),
+];
+
+/// Engines that only browsers name.
+const BROWSER_ENGINES: &[&str] = &["applewebkit/", "gecko/", "trident/", "presto/"];
+
+/// What the client behind `user_agent` wants, given the operator's `rules`.
+pub fn match_user_agent(user_agent: &str, rules: &[UaRule]) -> Wants {
+    let lower = user_agent.to_ascii_lowercase();
+    let target = rules
+        .iter()
+        .find(|rule| {
+            !rule.contains.is_empty() && lower.contains(&rule.contains.to_ascii_lowercase())
+        })
+        .map(|rule| rule.target)
+        .or_else(|| {
+            BUILT_IN
+                .iter()
+                .find(|(pattern, _)| match pattern {
+                    Pattern::Prefix(p) => lower.starts_with(p),
+                    Pattern::Contains(p) => lower.contains(p),
+                })
+                .map(|(_, target)| *target)
+        })
+        .unwrap_or_else(|| {
+            if is_browser(&lower) {
+                RuleTarget::Page
+            } else {
+                RuleTarget::Base64
+            }
+        });
+    match target {
+        RuleTarget::Base64 => Wants::Profile(Format::Base64),
+        RuleTarget::Mihomo => Wants::Profile(Format::Mihomo),
+        RuleTarget::SingBox => Wants::Profile(Format::SingBox(sing_box_version(&lower))),
+        RuleTarget::Page => Wants::Page,
+    }
+}
+
+/// A browser says `Mozilla/` and names a browser engine; apps built on web views usually add
+/// their own name, which the table above has caught already.
+fn is_browser(lower: &str) -> bool {
+    lower.starts_with("mozilla/") && BROWSER_ENGINES.iter().any(|engine| lower.contains(engine))
+}
+
+/// The sing-box version a User-Agent names (`... sing-box 1.12.4 ...` or `sing-box/1.12`);
+/// [`SingBoxVersion::OLDEST`] when it names none.
+fn sing_box_version(lower: &str) -> SingBoxVersion {
+    let parse = |rest: &str| {
+        let mut parts = rest.split(|c: char| !c.is_ascii_digit());
+        let major = parts.next()?.parse().ok()?;
+        let minor = parts.next()?.parse().ok()?;
+        Some(SingBoxVersion { major, minor })
+    };
+    lower
+        .match_indices("sing-box")
+        .find_map(|(at, name)| {
+            let rest = lower[at + name.len()..].trim_start_matches([' ', '/', 'v']);
+            parse(rest)
+        })
+        .unwrap_or(SingBoxVersion::OLDEST)
+        .at_least_oldest()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const V: fn(u16, u16) -> Wants =
+        |major, minor| Wants::Profile(Format::SingBox(SingBoxVersion { major, minor }));
+
+    #[test]
+    fn built_in_table() {
+        let base64 = Wants::Profile(Format::Base64);
+        let mihomo = Wants::Profile(Format::Mihomo);
+        let cases: &[(&str, Wants)] = &[
+            (
+                "HiddifyNext/2.5.7 (android) like ClashMeta v2rayNG v2rayN sing-box",
+                V(1, 11),
+            ),
+            (
+                "SFA/1.12.4 (Android 14; sing-box 1.12.4; language en_US)",
+                V(1, 12),
+            ),
+            ("SFI/1.13.0 (Apple iOS 18.1; sing-box 1.13.0)", V(1, 13)),
+            ("SFM/1.10.1 (sing-box 1.10.1)", V(1, 11)),
+            ("SFT/1.14.4 (sing-box 1.14.4)", V(1, 14)),
+            ("sing-box 1.13.2", V(1, 13)),
+            ("Karing/1.1.2.605 android", V(1, 11)),
+            ("clash-verge/v2.2.3", mihomo),
+            ("FlClash/v0.8.80 clash-verge", mihomo),
+            ("mihomo/1.19.10", mihomo),
+            ("ClashX Meta/v1.4.6", mihomo),
+            ("Stash/2.4.7 Clash/1.9.0", mihomo),
+            ("ClashMetaForAndroid/2.11.5.Meta", mihomo),
+            ("v2rayN/7.12.5", base64),
+            ("v2rayNG/1.10.5", base64),
+            ("Happ/3.2.1", base64),
+            ("Streisand/1.6.48", base64),
+            ("NekoBox/Android/1.3.9 (Prefer ClashMeta Format)", base64),
+            (
+                "Shadowrocket/2678 CFNetwork/1568.300.101 Darwin/24.2.0",
+                base64,
+            ),
+            ("curl/8.5.0", base64),
+            ("", base64),
+        ];
+        for (ua, wants) in cases {
+            assert_eq!(match_user_agent(ua, &[]), *wants, "{ua}");
+        }
+    }
+
+    #[test]
+    fn browsers_get_the_page() {
+        for ua in [
+            "Mozilla/5.0 (Windows NT 10.0; Win64; x64) AppleWebKit/537.36 (KHTML, like Gecko) Chrome/131.0.0.0 Safari/537.36",
+            "Mozilla/5.0 (X11; Linux x86_64; rv:133.0) Gecko/20100101 Firefox/133.0",
+            "Mozilla/5.0 (iPhone; CPU iPhone OS 18_1 like Mac OS X) AppleWebKit/605.1.15 (KHTML, like Gecko) Version/18.1 Mobile/15E148 Safari/604.1",
+        ] {
+            assert_eq!(match_user_agent(ua, &[]), Wants::Page, "{ua}");
+        }
+        assert_eq!(
+            match_user_agent("Mozilla/5.0 (compatible)", &[]),
+            Wants::Profile(Format::Base64)
+        );
+    }
+
+    #[test]
+    fn operator_rules_override_in_order() {
+        let rules = vec![
+            UaRule {
+                contains: "".into(),
+                target: RuleTarget::Page,
+            },
+            UaRule {
+                contains: "MyRouter".into(),
+                target: RuleTarget::Mihomo,
+            },
+            UaRule {
+                contains: "hiddify".into(),
+                target: RuleTarget::Base64,
+            },
+            UaRule {
+                contains: "router".into(),
+                target: RuleTarget::SingBox,
+            },
+        ];
+        assert_eq!(
+            match_user_agent("myrouter/1.0", &rules),
+            Wants::Profile(Format::Mihomo)
+        );
+        assert_eq!(
+            match_user_agent("HiddifyNext/2.5.7", &rules),
+            Wants::Profile(Format::Base64)
+        );
+        assert_eq!(
+            match_user_agent("other-router sing-box/1.12", &rules),
+            V(1, 12)
+        );
+        assert_eq!(
+            match_user_agent("v2rayN/7", &rules),
+            Wants::Profile(Format::Base64)
+        );
+    }
+}

@@ -1,0 +1,360 @@
+//! The envelope: the one signed container for everything Hearth signs.
+//!
+//! An envelope is `MAGIC` followed by the [postcard] encoding of [`Envelope`]: a [`Header`],
+//! the body bytes, and a list of signatures sorted by key id. Each signature covers
+//! [`SIGNING_DOMAIN`] followed by the encoded header; the header commits to the body through
+//! its length and SHA-256, so a verifier checks one signature however large the body is.
+//!
+//! Decoding is strict: the size is capped before parsing, trailing bytes are refused, the
+//! signatures must be in key-id order without repeats, and the input must re-encode to exactly
+//! the same bytes (so there is one encoding of every envelope and no malleable variant of a
+//! signed one). Checking signatures against keys and the stored version is
+//! [`crate::trust::verify`]'s job.
+//!
+//! The encoding is fixed by fixtures in `shared/tests/fixtures/`: changing a field, its order
+//! or an enum's numbering breaks them on purpose. Append new enum variants at the end.
+
+use serde::{Deserialize, Serialize};
+
+use crate::keys::{KeyId, SecretKey};
+use crate::{Digest, sha256};
+
+/// The first bytes of every encoded envelope: "HRT" and the format version 1.
+pub const MAGIC: [u8; 4] = *b"HRT\x01";
+
+/// The domain tag in front of the encoded header in every signed message, so a Hearth
+/// signature can never be taken for a signature over anything else.
+pub const SIGNING_DOMAIN: &[u8] = b"hearth envelope v1\0";
+
+/// What an envelope holds. The numbering is part of the wire format: append only.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
+pub enum Kind {
+    /// A root-signed [`crate::trust::KeyRecord`]: which keys hold a role.
+    KeyRecord,
+    /// A sealed per-user subscription snapshot ([`crate::wire::Snapshot`]).
+    Snapshot,
+    /// A node's credential set ([`crate::wire::CredentialSet`]).
+    CredentialSet,
+    /// A batch manifest ([`crate::wire::BatchManifest`]): one signature for a whole push.
+    Batch,
+    /// A node's registration ([`crate::wire::NodeRecord`]): its id and public key.
+    NodeRecord,
+    /// A node's usage report ([`crate::wire::UsageReport`]), signed by the node.
+    UsageReport,
+    /// Control's acknowledgement of a usage report ([`crate::wire::UsageAck`]).
+    UsageAck,
+    /// Control's encrypted state archive (opaque to everyone but the recovery key).
+    Archive,
+    /// A signed node release manifest.
+    Release,
+}
+
+impl Kind {
+    /// The largest encoded envelope of this kind that is parsed at all.
+    pub fn max_len(self) -> usize {
+        const KIB: usize = 1024;
+        match self {
+            Kind::KeyRecord | Kind::NodeRecord | Kind::UsageAck => 16 * KIB,
+            Kind::Snapshot => 256 * KIB,
+            // 100k users at ~40 bytes each.
+            Kind::CredentialSet => 8 * KIB * KIB,
+            Kind::Batch | Kind::UsageReport | Kind::Release => 4 * KIB * KIB,
+            Kind::Archive => 64 * KIB * KIB,
+        }
+    }
+}
+
+/// Who an envelope is meant for; a verifier refuses envelopes addressed to someone else.
+#[derive(Clone, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
+pub enum Audience {
+    /// Everyone (key records).
+    Any,
+    /// The edge (snapshots and batches).
+    Edge,
+    /// Control (usage reports, archives).
+    Control,
+    /// One node, by id (its credential set, acknowledgements of its reports).
+    Node(u64),
+    /// Every node (release manifests).
+    Nodes,
+}
+
+/// The signed part of an envelope.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Header {
+    /// What the body holds.
+    pub kind: Kind,
+    /// The stream this envelope belongs to, e.g. `creds/7`; versions increase per stream.
+    pub stream: String,
+    /// Strictly increasing within the stream.
+    pub version: u64,
+    /// Control's incarnation: bumped when control is restored on a new box, so envelopes of
+    /// one lineage can be told from another's in logs and audits.
+    pub epoch: u32,
+    /// When it was signed, in Unix seconds.
+    pub issued: u64,
+    /// After this Unix second it is no longer accepted.
+    pub expires: u64,
+    /// Who may accept it.
+    pub audience: Audience,
+    /// The digest of the previous version of this stream (zeros for the first), which chains
+    /// a stream's history for audits.
+    pub prev: Digest,
+    /// The body's length in bytes.
+    pub body_len: u64,
+    /// The body's SHA-256.
+    pub body_hash: Digest,
+}
+
+/// One signature over an envelope's header.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Signature {
+    /// The id of the key that made it.
+    pub key: KeyId,
+    /// The ed25519 signature.
+    #[serde(with = "serde_bytes")]
+    pub sig: [u8; 64],
+}
+
+/// A decoded envelope. Decoding checks the form, not the signatures: see
+/// [`crate::trust::verify`].
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Envelope {
+    /// The signed header.
+    pub header: Header,
+    /// The body, as the header describes it.
+    #[serde(with = "serde_bytes")]
+    pub body: Vec<u8>,
+    /// Signatures, sorted by key id, at most one per key.
+    pub signatures: Vec<Signature>,
+}
+
+/// The header of an envelope before signing: everything but the body's length and hash.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Draft {
+    /// What the body holds.
+    pub kind: Kind,
+    /// The stream.
+    pub stream: String,
+    /// The version within the stream.
+    pub version: u64,
+    /// Control's incarnation.
+    pub epoch: u32,
+    /// Unix seconds when signed.
+    pub issued: u64,
+    /// Unix seconds after which it is refused.
+    pub expires: u64,
+    /// Who may accept it.
+    pub audience: Audience,
+    /// The previous version's digest, or zeros.
+    pub prev: Digest,
+}
+
+impl Draft {
+    /// Signs `body` with every key in `keys` (each key once).
+    pub fn sign(self, body: Vec<u8>, keys: &[&SecretKey]) -> Envelope {
+        let header = Header {
+            kind: self.kind,
+            stream: self.stream,
+            version: self.version,
+            epoch: self.epoch,
+            issued: self.issued,
+            expires: self.expires,
+            audience: self.audience,
+            prev: self.prev,
+            body_len: body.len() as u64,
+            body_hash: sha256(&body),
+        };
+        let message = signed_message(&header);
+        let mut signatures: Vec<Signature> = keys
+            .iter()
+            .map(|key| Signature {
+                key: key.id(),
+                sig: key.sign(&message),
+            })
+            .collect();
+        signatures.sort_by_key(|s| s.key);
+        signatures.dedup_by_key(|s| s.key);
+        Envelope {
+            header,
+            body,
+            signatures,
+        }
+    }
+}
+
+/// Why bytes are not a well-formed envelope.
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+pub enum DecodeError {
+    /// Larger than the cap for its kind; nothing was parsed.
+    #[error("envelope of {len} bytes is over the {max}-byte limit")]
+    Oversized {
+        /// The input's length.
+        len: usize,
+        /// The cap.
+        max: usize,
+    },
+    /// Not a well-formed, canonically encoded envelope.
+    #[error("malformed envelope: {0}")]
+    Malformed(&'static str),
+}
+
+/// The bytes a signature covers: the domain tag, then the encoded header.
+pub fn signed_message(header: &Header) -> Vec<u8> {
+    postcard::to_extend(header, SIGNING_DOMAIN.to_vec()).expect("encoding into a Vec cannot fail")
+}
+
+impl Envelope {
+    /// The canonical encoding.
+    pub fn encode(&self) -> Vec<u8> {
+        postcard::to_extend(self, MAGIC.to_vec()).expect("encoding into a Vec cannot fail")
+    }
+
+    /// Decodes `bytes` strictly, refusing anything over `max_len` before parsing.
+    pub fn decode(bytes: &[u8], max_len: usize) -> Result<Envelope, DecodeError> {
+        if bytes.len() > max_len {
+            return Err(DecodeError::Oversized {
+                len: bytes.len(),
+                max: max_len,
+            });
+        }
+        let rest = bytes
+            .strip_prefix(&MAGIC)
+            .ok_or(DecodeError::Malformed("not a Hearth envelope (bad magic)"))?;
+        let (envelope, trailing) = postcard::take_from_bytes::<Envelope>(rest)
+            .map_err(|_| DecodeError::Malformed("undecodable"))?;
+        if !trailing.is_empty() {
+            return Err(DecodeError::Malformed("trailing bytes"));
+        }
+        if envelope
+            .signatures
+            .windows(2)
+            .any(|pair| pair[0].key >= pair[1].key)
+        {
+            return Err(DecodeError::Malformed(
+                "signatures out of order or repeated",
+            ));
+        }
+        if envelope.encode() != bytes {
+            return Err(DecodeError::Malformed("not canonically encoded"));
+        }
+        Ok(envelope)
+    }
+
+    /// The digest that names this envelope: SHA-256 of its signed message. Two envelopes with
+    /// the same digest have the same header and so the same body.
+    pub fn digest(&self) -> Digest {
+        sha256(&signed_message(&self.header))
+    }
+
+    /// Whether the body matches the length and hash in the header.
+    pub fn body_matches(&self) -> bool {
+        self.body.len() as u64 == self.header.body_len
+            && sha256(&self.body) == self.header.body_hash
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::keys::Role;
+
+    fn sample() -> Envelope {
+        let key = SecretKey::from_seed(Role::Signing, &[3; 32]);
+        Draft {
+            kind: Kind::CredentialSet,
+            stream: "creds/1".into(),
+            version: 5,
+            epoch: 1,
+            issued: 1_700_000_000,
+            expires: 1_700_086_400,
+            audience: Audience::Node(1),
+            prev: [0; 32],
+        }
+        .sign(b"body".to_vec(), &[&key])
+    }
+
+    #[test]
+    fn encode_decode_round_trip() {
+        let envelope = sample();
+        let bytes = envelope.encode();
+        assert_eq!(Envelope::decode(&bytes, 1024).unwrap(), envelope);
+        assert!(envelope.body_matches());
+    }
+
+    #[test]
+    fn strict_decoding_refuses_variants() {
+        let bytes = sample().encode();
+        let oversized = Envelope::decode(&bytes, bytes.len() - 1);
+        assert_eq!(
+            oversized,
+            Err(DecodeError::Oversized {
+                len: bytes.len(),
+                max: bytes.len() - 1
+            })
+        );
+
+        let mut trailing = bytes.clone();
+        trailing.push(0);
+        assert_eq!(
+            Envelope::decode(&trailing, 1024),
+            Err(DecodeError::Malformed("trailing bytes"))
+        );
+
+        let mut magic = bytes.clone();
+        magic[3] = 2;
+        assert!(matches!(
+            Envelope::decode(&magic, 1024),
+            Err(DecodeError::Malformed(_))
+        ));
+
+        // A non-minimal varint for the version (5 written as 0x85 0x00) decodes to the same
+        // value in postcard, but is not the canonical form.
+        let envelope = sample();
+        let canonical_prefix = {
+            let mut b = MAGIC.to_vec();
+            b.push(envelope.header.kind as u8);
+            b.push(envelope.header.stream.len() as u8);
+            b.extend_from_slice(envelope.header.stream.as_bytes());
+            b
+        };
+        assert!(bytes.starts_with(&canonical_prefix));
+        let at = canonical_prefix.len();
+        assert_eq!(bytes[at], 5);
+        let mut padded = bytes[..at].to_vec();
+        padded.extend_from_slice(&[0x85, 0x00]);
+        padded.extend_from_slice(&bytes[at + 1..]);
+        assert_eq!(
+            Envelope::decode(&padded, 1024),
+            Err(DecodeError::Malformed("not canonically encoded"))
+        );
+    }
+
+    #[test]
+    fn signatures_must_be_sorted_and_unique() {
+        let a = SecretKey::from_seed(Role::Root, &[1; 32]);
+        let b = SecretKey::from_seed(Role::Root, &[2; 32]);
+        let mut envelope = Draft {
+            kind: Kind::KeyRecord,
+            stream: "keys/root".into(),
+            version: 1,
+            epoch: 0,
+            issued: 0,
+            expires: u64::MAX,
+            audience: Audience::Any,
+            prev: [0; 32],
+        }
+        .sign(vec![], &[&a, &b, &a]);
+        assert_eq!(envelope.signatures.len(), 2);
+        assert!(Envelope::decode(&envelope.encode(), 1024).is_ok());
+        envelope.signatures.reverse();
+        assert_eq!(
+            Envelope::decode(&envelope.encode(), 1024),
+            Err(DecodeError::Malformed(
+                "signatures out of order or repeated"
+            ))
+        );
+        envelope.signatures[1] = envelope.signatures[0].clone();
+        assert!(Envelope::decode(&envelope.encode(), 1024).is_err());
+    }
+}

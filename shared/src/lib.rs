@@ -1,0 +1,37 @@
+//! Hearth's shared core.
+//!
+//! Everything that more than one of Hearth's programs needs lives here: the keys and their
+//! roles ([`keys`]), the one signed container ([`envelope`]) and the trust it is checked
+//! against ([`trust`]), the wire types that travel inside envelopes ([`wire`]), sealing of
+//! per-user snapshots ([`seal`]), rendering of every subscription format ([`render`]),
+//! User-Agent matching ([`agent`]) and rate limiting ([`ratelimit`]).
+//!
+//! This crate must not depend on an IO runtime (no tokio, axum, rusqlite, quinn or the
+//! Worker runtime) and must build for `wasm32-unknown-unknown`: the Cloudflare Worker links
+//! it. Everything here is a pure function of its inputs: time comes in as an argument and
+//! randomness as an RNG, so the logic is tested without clocks or sockets.
+#![warn(missing_docs)]
+
+pub mod agent;
+pub mod envelope;
+pub mod keys;
+pub mod ratelimit;
+pub mod render;
+pub mod seal;
+pub mod trust;
+pub mod wire;
+
+/// A SHA-256 digest.
+pub type Digest = [u8; 32];
+
+/// SHA-256 of `data`.
+pub fn sha256(data: &[u8]) -> Digest {
+    use sha2::Digest as _;
+    sha2::Sha256::digest(data).into()
+}
+
+/// Compares two byte strings in constant time (for equal lengths). Use it for every secret.
+pub fn ct_eq(a: &[u8], b: &[u8]) -> bool {
+    use subtle::ConstantTimeEq as _;
+    a.len() == b.len() && bool::from(a.ct_eq(b))
+}

@@ -1,0 +1,100 @@
+//! Mihomo / Clash Meta YAML: the proxies, one select group, and a rule that sends everything
+//! through it. Mihomo rejects a whole file with a repeated proxy name, so names come from
+//! [`super::entries`] and never take the group's name or a built-in policy's.
+
+use serde::Serialize;
+
+use super::entries;
+use crate::wire::{Endpoint, Snapshot};
+
+/// The select group every proxy is in.
+pub const GROUP: &str = "Proxy";
+
+/// Names mihomo keeps for its own policies, plus [`GROUP`].
+const RESERVED: &[&str] = &[
+    GROUP,
+    "DIRECT",
+    "REJECT",
+    "REJECT-DROP",
+    "PASS",
+    "COMPATIBLE",
+    "GLOBAL",
+];
+
+#[derive(Serialize)]
+struct Config<'a> {
+    proxies: Vec<Proxy<'a>>,
+    #[serde(rename = "proxy-groups")]
+    groups: [Group; 1],
+    rules: [String; 1],
+}
+
+#[derive(Serialize)]
+#[serde(rename_all = "kebab-case")]
+struct Proxy<'a> {
+    name: String,
+    #[serde(rename = "type")]
+    kind: &'static str,
+    server: &'a str,
+    port: u16,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    ports: Option<String>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    hop_interval: Option<u32>,
+    password: &'a str,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    obfs: Option<&'static str>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    obfs_password: Option<&'a str>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    sni: Option<&'a str>,
+    skip_cert_verify: bool,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    fingerprint: Option<String>,
+    alpn: [&'static str; 1],
+}
+
+#[derive(Serialize)]
+struct Group {
+    name: &'static str,
+    #[serde(rename = "type")]
+    kind: &'static str,
+    proxies: Vec<String>,
+}
+
+/// The YAML profile.
+pub fn render(snapshot: &Snapshot) -> String {
+    let entries = entries(snapshot, RESERVED);
+    let proxies: Vec<Proxy<'_>> = entries
+        .iter()
+        .map(|entry| {
+            let endpoint: &Endpoint = &entry.endpoint;
+            Proxy {
+                name: entry.name.clone(),
+                kind: "hysteria2",
+                server: &endpoint.host,
+                port: endpoint.port,
+                ports: endpoint.hop.map(|hop| format!("{}-{}", hop.start, hop.end)),
+                hop_interval: endpoint.hop.map(|_| 30),
+                password: entry.credential,
+                obfs: endpoint.obfs.as_ref().map(|_| "salamander"),
+                obfs_password: endpoint.obfs.as_deref(),
+                sni: endpoint.sni.as_deref(),
+                skip_cert_verify: endpoint.insecure,
+                fingerprint: endpoint.cert_sha256.map(hex::encode),
+                alpn: ["h3"],
+            }
+        })
+        .collect();
+    let group = Group {
+        name: GROUP,
+        kind: "select",
+        proxies: entries.iter().map(|entry| entry.name.clone()).collect(),
+    };
+    let config = Config {
+        proxies,
+        groups: [group],
+        rules: [format!("MATCH,{GROUP}")],
+    };
+    serde_yaml_ng::to_string(&config).expect("a profile always serializes to YAML")
+}

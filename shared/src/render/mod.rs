@@ -1,0 +1,396 @@
+//! Rendering a snapshot into what each client app wants, and the headers that go with it.
+//!
+//! Three formats cover the Hysteria2 clients in use (see FACTS in the design docs): a base64
+//! list of `hysteria2://` links ([`uri`]), a Mihomo / Clash Meta YAML profile ([`mihomo`]) and
+//! a sing-box JSON profile ([`singbox`]), versioned because sing-box's schema drifts between
+//! releases. Every renderer works from the same [`entries`]: the endpoints with names made
+//! safe and unique, or, for a user who cannot connect, one entry that cannot connect and is
+//! named after the reason, so the app shows why.
+
+pub mod mihomo;
+pub mod singbox;
+pub mod uri;
+
+use base64::Engine as _;
+use base64::engine::general_purpose::STANDARD as B64;
+use percent_encoding::{AsciiSet, NON_ALPHANUMERIC, utf8_percent_encode};
+
+use crate::wire::{Endpoint, Snapshot};
+
+/// A profile format.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum Format {
+    /// Base64 of newline-separated `hysteria2://` links (v2rayN, v2rayNG, Happ, Shadowrocket...).
+    Base64,
+    /// Mihomo / Clash Meta YAML (Clash Verge, FlClash, Stash...).
+    Mihomo,
+    /// sing-box JSON, for the given client version (sing-box apps, Hiddify, Karing).
+    SingBox(SingBoxVersion),
+}
+
+impl Format {
+    /// The `content-type` of a body in this format.
+    pub fn content_type(self) -> &'static str {
+        match self {
+            Format::Base64 => "text/plain; charset=utf-8",
+            Format::Mihomo => "text/yaml; charset=utf-8",
+            Format::SingBox(_) => "application/json; charset=utf-8",
+        }
+    }
+}
+
+/// A sing-box version, to pick the schema a client understands. Older than 1.11 is rendered
+/// as 1.11, the oldest schema Hearth writes.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub struct SingBoxVersion {
+    /// Major version.
+    pub major: u16,
+    /// Minor version.
+    pub minor: u16,
+}
+
+impl SingBoxVersion {
+    /// The oldest schema Hearth writes, and what an unversioned client gets.
+    pub const OLDEST: SingBoxVersion = SingBoxVersion {
+        major: 1,
+        minor: 11,
+    };
+    /// Since 1.13, outbounds can pin the server's public key.
+    pub const PINS_PUBLIC_KEY: SingBoxVersion = SingBoxVersion {
+        major: 1,
+        minor: 13,
+    };
+
+    /// Clamps to the oldest schema Hearth writes.
+    pub fn at_least_oldest(self) -> SingBoxVersion {
+        self.max(SingBoxVersion::OLDEST)
+    }
+}
+
+/// One line of a profile: an endpoint with its unique display name and the credential to use.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Entry<'a> {
+    /// The name, cleaned and unique within the profile.
+    pub name: String,
+    /// The endpoint.
+    pub endpoint: std::borrow::Cow<'a, Endpoint>,
+    /// The credential to present.
+    pub credential: &'a str,
+}
+
+/// The credential of the entry a user who cannot connect gets: it matches no user.
+const INACTIVE_CREDENTIAL: &str = "inactive";
+
+/// The entries of a profile. `reserved` are names the format uses for itself (group tags),
+/// which no entry may take.
+pub fn entries<'a>(snapshot: &'a Snapshot, reserved: &[&str]) -> Vec<Entry<'a>> {
+    if !snapshot.status.can_connect() || snapshot.endpoints.is_empty() {
+        let reason = if snapshot.status.can_connect() {
+            "No servers available"
+        } else {
+            snapshot.status.describe()
+        };
+        let placeholder = Endpoint {
+            name: reason.to_owned(),
+            host: "127.0.0.1".to_owned(),
+            port: 1,
+            hop: None,
+            sni: None,
+            cert_sha256: None,
+            spki_sha256: None,
+            insecure: true,
+            obfs: None,
+        };
+        let name = unique_names([reason], reserved).remove(0);
+        return vec![Entry {
+            name,
+            endpoint: std::borrow::Cow::Owned(placeholder),
+            credential: INACTIVE_CREDENTIAL,
+        }];
+    }
+    let names = unique_names(snapshot.endpoints.iter().map(|e| e.name.as_str()), reserved);
+    snapshot
+        .endpoints
+        .iter()
+        .zip(names)
+        .map(|(endpoint, name)| Entry {
+            name,
+            endpoint: std::borrow::Cow::Borrowed(endpoint),
+            credential: &snapshot.credential,
+        })
+        .collect()
+}
+
+/// Cleans names (no control characters, trimmed, at most 64 characters, never empty) and
+/// makes them unique, case-insensitively, by numbering repeats: "Tokyo", "Tokyo (2)".
+pub fn unique_names<'n>(
+    names: impl IntoIterator<Item = &'n str>,
+    reserved: &[&str],
+) -> Vec<String> {
+    let mut taken: Vec<String> = reserved.iter().map(|name| name.to_lowercase()).collect();
+    let mut out = Vec::new();
+    for raw in names {
+        let cleaned: String = raw.chars().filter(|c| !c.is_control()).take(64).collect();
+        let base = match cleaned.trim() {
+            "" => "Server",
+            name => name,
+        };
+        let mut name = base.to_owned();
+        let mut n = 1;
+        while taken.contains(&name.to_lowercase()) {
+            n += 1;
+            name = format!("{base} ({n})");
+        }
+        taken.push(name.to_lowercase());
+        out.push(name);
+    }
+    out
+}
+
+/// The profile's title: the configured one, or "Hearth".
+pub fn title(snapshot: &Snapshot) -> &str {
+    match snapshot.profile.title.trim() {
+        "" => "Hearth",
+        title => title,
+    }
+}
+
+/// Renders `snapshot` in `format`: the body only (see [`headers`] for the rest).
+pub fn render(snapshot: &Snapshot, format: Format) -> String {
+    match format {
+        Format::Base64 => uri::base64_list(snapshot),
+        Format::Mihomo => mihomo::render(snapshot),
+        Format::SingBox(version) => singbox::render(snapshot, version),
+    }
+}
+
+/// Characters kept as they are in `filename*` (RFC 5987 `attr-char`).
+const ATTR_CHAR: &AsciiSet = &NON_ALPHANUMERIC
+    .remove(b'!')
+    .remove(b'#')
+    .remove(b'$')
+    .remove(b'&')
+    .remove(b'+')
+    .remove(b'-')
+    .remove(b'.')
+    .remove(b'^')
+    .remove(b'_')
+    .remove(b'`')
+    .remove(b'|')
+    .remove(b'~');
+
+/// The response headers for a profile in `format`, on GET and HEAD alike, in a fixed order.
+/// Every value is printable ASCII; an optional URL that is not is left out.
+pub fn headers(snapshot: &Snapshot, format: Format) -> Vec<(&'static str, String)> {
+    let title = title(snapshot);
+    let mut out = vec![
+        ("content-type", format.content_type().to_owned()),
+        (
+            "subscription-userinfo",
+            format!(
+                "upload={}; download={}; total={}; expire={}",
+                snapshot.used_up, snapshot.used_down, snapshot.quota, snapshot.expires_at
+            ),
+        ),
+        ("profile-title", format!("base64:{}", B64.encode(title))),
+        (
+            "profile-update-interval",
+            snapshot.profile.update_interval_hours.max(1).to_string(),
+        ),
+    ];
+    let url = |value: &Option<String>| {
+        value
+            .as_deref()
+            .filter(|v| is_header_safe(v))
+            .map(str::to_owned)
+    };
+    if let Some(page) = url(&snapshot.profile.web_page_url) {
+        out.push(("profile-web-page-url", page));
+    }
+    if let Some(support) = url(&snapshot.profile.support_url) {
+        out.push(("support-url", support));
+    }
+    if let Some(announce) = snapshot
+        .profile
+        .announce
+        .as_deref()
+        .filter(|a| !a.trim().is_empty())
+    {
+        out.push(("announce", format!("base64:{}", B64.encode(announce))));
+    }
+    let ascii: String = title
+        .chars()
+        .map(|c| {
+            if c == ' ' || (c.is_ascii_graphic() && c != '"' && c != '\\') {
+                c
+            } else {
+                '_'
+            }
+        })
+        .collect();
+    out.push((
+        "content-disposition",
+        format!(
+            "attachment; filename=\"{}\"; filename*=UTF-8''{}",
+            ascii.trim(),
+            utf8_percent_encode(title, ATTR_CHAR)
+        ),
+    ));
+    out.push(("cache-control", "no-store".to_owned()));
+    out
+}
+
+fn is_header_safe(value: &str) -> bool {
+    !value.is_empty() && value.len() <= 2048 && value.bytes().all(|b| b.is_ascii_graphic())
+}
+
+#[cfg(test)]
+pub(crate) mod tests {
+    use super::*;
+    use crate::wire::{PortRange, Profile, ResetStrategy, Status};
+
+    /// A user with three endpoints whose names clash and need escaping.
+    pub(crate) fn sample_snapshot() -> Snapshot {
+        Snapshot {
+            user: 42,
+            name: "Grandma Li".into(),
+            status: Status::Active,
+            used_up: 1_048_576,
+            used_down: 52_428_800,
+            quota: 107_374_182_400,
+            expires_at: 1_798_761_600,
+            reset: ResetStrategy::Monthly,
+            credential: "s3cret pass/with:odd@chars".into(),
+            endpoints: vec![
+                Endpoint {
+                    name: "Tokyo 🇯🇵".into(),
+                    host: "tokyo.example.net".into(),
+                    port: 443,
+                    hop: Some(PortRange {
+                        start: 20000,
+                        end: 30000,
+                    }),
+                    sni: Some("cdn.example.net".into()),
+                    cert_sha256: Some([0xab; 32]),
+                    spki_sha256: Some([0xcd; 32]),
+                    insecure: true,
+                    obfs: Some("salamander pw".into()),
+                },
+                Endpoint {
+                    name: "tokyo 🇯🇵".into(),
+                    host: "2001:db8::7".into(),
+                    port: 8443,
+                    hop: None,
+                    sni: None,
+                    cert_sha256: None,
+                    spki_sha256: None,
+                    insecure: false,
+                    obfs: None,
+                },
+                Endpoint {
+                    name: "Quote \" colon: hash # \n".into(),
+                    host: "203.0.113.9".into(),
+                    port: 443,
+                    hop: None,
+                    sni: Some("h.example.org".into()),
+                    cert_sha256: None,
+                    spki_sha256: None,
+                    insecure: false,
+                    obfs: None,
+                },
+            ],
+            profile: Profile {
+                title: "Family VPN — 家".into(),
+                announce: Some("Maintenance Sunday 02:00 UTC".into()),
+                support_url: Some("https://t.me/family_help".into()),
+                web_page_url: Some("https://family.example.net/".into()),
+                update_interval_hours: 12,
+            },
+        }
+    }
+
+    #[test]
+    fn names_are_clean_and_unique() {
+        let names = unique_names(["A", "a", "", " ", "A (2)", "Proxy", "x\u{7}y"], &["proxy"]);
+        assert_eq!(
+            names,
+            [
+                "A",
+                "a (2)",
+                "Server",
+                "Server (2)",
+                "A (2) (2)",
+                "Proxy (2)",
+                "xy"
+            ]
+        );
+    }
+
+    #[test]
+    fn inactive_users_get_one_named_entry_without_their_credential() {
+        let mut snapshot = sample_snapshot();
+        for (status, name) in [
+            (Status::Disabled, "Account disabled"),
+            (Status::Expired, "Subscription expired"),
+            (Status::OverQuota, "Traffic quota used up"),
+        ] {
+            snapshot.status = status;
+            let entries = entries(&snapshot, &[]);
+            assert_eq!(entries.len(), 1);
+            assert_eq!(entries[0].name, name);
+            assert_eq!(entries[0].credential, INACTIVE_CREDENTIAL);
+            for format in [
+                Format::Base64,
+                Format::Mihomo,
+                Format::SingBox(SingBoxVersion::OLDEST),
+            ] {
+                let body = render(&snapshot, format);
+                assert!(
+                    !body.contains("s3cret") && !body.contains("tokyo.example"),
+                    "{body}"
+                );
+            }
+        }
+        snapshot.status = Status::NotStarted;
+        assert_eq!(entries(&snapshot, &[]).len(), 3);
+        snapshot.endpoints.clear();
+        assert_eq!(entries(&snapshot, &[])[0].name, "No servers available");
+    }
+
+    #[test]
+    fn headers_are_ascii_and_complete() {
+        let snapshot = sample_snapshot();
+        let headers = headers(&snapshot, Format::Base64);
+        let get = |name: &str| {
+            headers
+                .iter()
+                .find(|(n, _)| *n == name)
+                .map(|(_, v)| v.as_str())
+        };
+        assert_eq!(
+            get("subscription-userinfo"),
+            Some("upload=1048576; download=52428800; total=107374182400; expire=1798761600")
+        );
+        assert_eq!(get("profile-update-interval"), Some("12"));
+        assert_eq!(get("cache-control"), Some("no-store"));
+        assert_eq!(
+            get("content-disposition"),
+            Some(
+                "attachment; filename=\"Family VPN _ _\"; filename*=UTF-8''Family%20VPN%20%E2%80%94%20%E5%AE%B6"
+            )
+        );
+        for (name, value) in &headers {
+            assert!(
+                value.bytes().all(|b| (0x20..0x7f).contains(&b)),
+                "{name}: {value}"
+            );
+        }
+        let mut unsafe_url = snapshot.clone();
+        unsafe_url.profile.support_url = Some("https://x\r\nset-cookie: a".into());
+        assert!(
+            super::headers(&unsafe_url, Format::Base64)
+                .iter()
+                .all(|(n, _)| *n != "support-url")
+        );
+    }
+}

@@ -1,0 +1,100 @@
+//! `hysteria2://` share links and the base64 list of them.
+//!
+//! `hysteria2://<auth>@<host>:<port>/?obfs=salamander&obfs-password=..&sni=..&insecure=1&pinSHA256=..&mport=a-b#<name>`
+//! The port stays numeric even with port hopping (v2rayN and v2rayNG refuse the spec's
+//! multi-port form); the range goes in `mport`.
+
+use base64::Engine as _;
+use base64::engine::general_purpose::STANDARD as B64;
+use percent_encoding::{AsciiSet, NON_ALPHANUMERIC, utf8_percent_encode};
+
+use super::{Entry, entries};
+use crate::wire::Snapshot;
+
+/// Everything but RFC 3986's unreserved characters is escaped.
+const COMPONENT: &AsciiSet = &NON_ALPHANUMERIC
+    .remove(b'-')
+    .remove(b'.')
+    .remove(b'_')
+    .remove(b'~');
+
+/// The share link of one entry.
+pub fn link(entry: &Entry<'_>) -> String {
+    let endpoint = &entry.endpoint;
+    let host = if endpoint.host.contains(':') {
+        format!("[{}]", endpoint.host)
+    } else {
+        endpoint.host.clone()
+    };
+    let mut query: Vec<(&str, String)> = Vec::new();
+    if let Some(password) = &endpoint.obfs {
+        query.push(("obfs", "salamander".to_owned()));
+        query.push(("obfs-password", password.clone()));
+    }
+    if let Some(sni) = &endpoint.sni {
+        query.push(("sni", sni.clone()));
+    }
+    if endpoint.insecure {
+        query.push(("insecure", "1".to_owned()));
+    }
+    if let Some(pin) = &endpoint.cert_sha256 {
+        query.push(("pinSHA256", hex::encode(pin)));
+    }
+    if let Some(hop) = endpoint.hop {
+        query.push(("mport", format!("{}-{}", hop.start, hop.end)));
+    }
+    let query: Vec<String> = query
+        .iter()
+        .map(|(key, value)| format!("{key}={}", utf8_percent_encode(value, COMPONENT)))
+        .collect();
+    format!(
+        "hysteria2://{}@{host}:{}/?{}#{}",
+        utf8_percent_encode(entry.credential, COMPONENT),
+        endpoint.port,
+        query.join("&"),
+        utf8_percent_encode(&entry.name, COMPONENT)
+    )
+}
+
+/// The share links of a snapshot, one per line.
+pub fn links(snapshot: &Snapshot) -> String {
+    let links: Vec<String> = entries(snapshot, &[]).iter().map(link).collect();
+    links.join("\n")
+}
+
+/// The base64 list: standard base64 of the newline-joined links.
+pub fn base64_list(snapshot: &Snapshot) -> String {
+    B64.encode(links(snapshot))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::render::tests::sample_snapshot;
+
+    #[test]
+    fn links_escape_and_carry_every_option() {
+        let lines = links(&sample_snapshot());
+        let lines: Vec<&str> = lines.lines().collect();
+        assert_eq!(
+            lines[0],
+            format!(
+                "hysteria2://s3cret%20pass%2Fwith%3Aodd%40chars@tokyo.example.net:443/?obfs=salamander\
+                 &obfs-password=salamander%20pw&sni=cdn.example.net&insecure=1&pinSHA256={}\
+                 &mport=20000-30000#Tokyo%20%F0%9F%87%AF%F0%9F%87%B5",
+                "ab".repeat(32)
+            )
+        );
+        assert!(
+            lines[1].starts_with(
+                "hysteria2://s3cret%20pass%2Fwith%3Aodd%40chars@[2001:db8::7]:8443/?#"
+            )
+        );
+        assert!(lines[1].ends_with("#tokyo%20%F0%9F%87%AF%F0%9F%87%B5%20%282%29"));
+        assert!(
+            lines[2].ends_with("#Quote%20%22%20colon%3A%20hash%20%23"),
+            "{}",
+            lines[2]
+        );
+    }
+}

@@ -1,0 +1,226 @@
+//! Sealing per-user snapshots, so the edge's storage holds nothing readable.
+//!
+//! A snapshot is encrypted with XChaCha20-Poly1305 under a key derived (HKDF-SHA-256) from the
+//! user's subscription token. The edge stores only the token's hash, so it can open a
+//! snapshot only while it serves a request that carries the token; a dump of its storage
+//! shows no credential and no server address. The envelope signature covers the sealed
+//! bytes, so the edge verifies pushes without opening them.
+//!
+//! The token itself is also wrapped for the owner's X25519 recovery key (an ephemeral
+//! Diffie-Hellman, HKDF, XChaCha20-Poly1305): a restore with the recovery key gets back both
+//! the snapshot and the link, so every subscription link keeps working after control is lost.
+
+use chacha20poly1305::aead::{Aead as _, KeyInit as _, Payload};
+use chacha20poly1305::{XChaCha20Poly1305, XNonce};
+use hkdf::Hkdf;
+use rand_core::CryptoRngCore;
+use serde::{Deserialize, Serialize};
+use sha2::Sha256;
+use zeroize::Zeroizing;
+
+use crate::keys::{RecoveryPublic, RecoverySecret};
+use crate::wire::{self, Snapshot, SubToken};
+
+const BODY_SALT: &[u8] = b"hearth seal v1";
+const WRAP_SALT: &[u8] = b"hearth recovery wrap v1";
+
+/// A sealed snapshot: the body of a [`crate::envelope::Kind::Snapshot`] envelope.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Sealed {
+    /// The body's nonce.
+    pub nonce: [u8; 24],
+    /// The encrypted snapshot, with its tag. The token's hash is the associated data.
+    #[serde(with = "serde_bytes")]
+    pub ciphertext: Vec<u8>,
+    /// The token, wrapped for the owner's recovery key.
+    pub recovery: Wrapped,
+}
+
+/// Secret bytes wrapped for an X25519 public key.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Wrapped {
+    /// The sender's ephemeral public key.
+    pub ephemeral: [u8; 32],
+    /// The nonce.
+    pub nonce: [u8; 24],
+    /// The encrypted secret, with its tag.
+    #[serde(with = "serde_bytes")]
+    pub ciphertext: Vec<u8>,
+}
+
+/// Why a sealed snapshot could not be opened.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, thiserror::Error)]
+pub enum SealError {
+    /// The bytes are not a sealed snapshot.
+    #[error("not a sealed snapshot")]
+    Malformed,
+    /// The key does not open it (wrong token or recovery key, or altered bytes).
+    #[error("the key does not open this snapshot")]
+    WrongKey,
+}
+
+fn derive(salt: &[u8], ikm: &[u8], info: &[&[u8]]) -> Zeroizing<[u8; 32]> {
+    let mut key = Zeroizing::new([0u8; 32]);
+    Hkdf::<Sha256>::new(Some(salt), ikm)
+        .expand_multi_info(info, key.as_mut())
+        .expect("32 bytes is a valid HKDF-SHA-256 output length");
+    key
+}
+
+fn cipher(key: &[u8; 32]) -> XChaCha20Poly1305 {
+    XChaCha20Poly1305::new(key.into())
+}
+
+/// Seals `snapshot` for the holder of `token`, and wraps the token for `recovery`.
+pub fn seal(
+    snapshot: &Snapshot,
+    token: &SubToken,
+    recovery: &RecoveryPublic,
+    rng: &mut impl CryptoRngCore,
+) -> Vec<u8> {
+    let plaintext = Zeroizing::new(wire::encode(snapshot));
+    let mut nonce = [0u8; 24];
+    rng.fill_bytes(&mut nonce);
+    let key = derive(BODY_SALT, token.as_bytes(), &[b"snapshot"]);
+    let aad = token.hash();
+    let ciphertext = cipher(&key)
+        .encrypt(
+            XNonce::from_slice(&nonce),
+            Payload {
+                msg: &plaintext,
+                aad: &aad,
+            },
+        )
+        .expect("XChaCha20-Poly1305 encrypts any length a snapshot can have");
+    let recovery = wrap(token.as_bytes(), recovery, rng);
+    wire::encode(&Sealed {
+        nonce,
+        ciphertext,
+        recovery,
+    })
+}
+
+/// Opens a sealed snapshot with the token from the request.
+pub fn open(body: &[u8], token: &SubToken) -> Result<Snapshot, SealError> {
+    let sealed: Sealed = wire::decode(body, "sealed snapshot").map_err(|_| SealError::Malformed)?;
+    let key = derive(BODY_SALT, token.as_bytes(), &[b"snapshot"]);
+    let aad = token.hash();
+    let plaintext = Zeroizing::new(
+        cipher(&key)
+            .decrypt(
+                XNonce::from_slice(&sealed.nonce),
+                Payload {
+                    msg: &sealed.ciphertext,
+                    aad: &aad,
+                },
+            )
+            .map_err(|_| SealError::WrongKey)?,
+    );
+    wire::decode(&plaintext, "snapshot").map_err(|_| SealError::Malformed)
+}
+
+/// Opens a sealed snapshot with the owner's recovery key: gives back the link's token too.
+pub fn recover(body: &[u8], recovery: &RecoverySecret) -> Result<(SubToken, Snapshot), SealError> {
+    let sealed: Sealed = wire::decode(body, "sealed snapshot").map_err(|_| SealError::Malformed)?;
+    let token = unwrap(&sealed.recovery, recovery)?;
+    let token = SubToken::from_bytes(
+        token
+            .as_slice()
+            .try_into()
+            .map_err(|_| SealError::Malformed)?,
+    );
+    Ok((token.clone(), open(body, &token)?))
+}
+
+/// Wraps `secret` for the holder of `recipient`'s secret key.
+pub fn wrap(secret: &[u8], recipient: &RecoveryPublic, rng: &mut impl CryptoRngCore) -> Wrapped {
+    let ephemeral = RecoverySecret::generate(rng);
+    let ephemeral_public = ephemeral.public().to_bytes();
+    let shared = ephemeral.0.diffie_hellman(&recipient.0);
+    let key = derive(
+        WRAP_SALT,
+        shared.as_bytes(),
+        &[&ephemeral_public, recipient.0.as_bytes()],
+    );
+    let mut nonce = [0u8; 24];
+    rng.fill_bytes(&mut nonce);
+    let ciphertext = cipher(&key)
+        .encrypt(XNonce::from_slice(&nonce), secret)
+        .expect("XChaCha20-Poly1305 encrypts any short secret");
+    Wrapped {
+        ephemeral: ephemeral_public,
+        nonce,
+        ciphertext,
+    }
+}
+
+/// Unwraps a secret wrapped for `recipient`.
+pub fn unwrap(
+    wrapped: &Wrapped,
+    recipient: &RecoverySecret,
+) -> Result<Zeroizing<Vec<u8>>, SealError> {
+    let ephemeral = x25519_dalek::PublicKey::from(wrapped.ephemeral);
+    let shared = recipient.0.diffie_hellman(&ephemeral);
+    if !shared.was_contributory() {
+        return Err(SealError::Malformed);
+    }
+    let own = recipient.public().to_bytes();
+    let key = derive(WRAP_SALT, shared.as_bytes(), &[&wrapped.ephemeral, &own]);
+    cipher(&key)
+        .decrypt(
+            XNonce::from_slice(&wrapped.nonce),
+            wrapped.ciphertext.as_slice(),
+        )
+        .map(Zeroizing::new)
+        .map_err(|_| SealError::WrongKey)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::render::tests::sample_snapshot;
+    use rand_core::OsRng;
+
+    #[test]
+    fn seal_open_recover() {
+        let snapshot = sample_snapshot();
+        let token = SubToken::generate(&mut OsRng);
+        let recovery = RecoverySecret::generate(&mut OsRng);
+        let body = seal(&snapshot, &token, &recovery.public(), &mut OsRng);
+
+        assert_eq!(open(&body, &token).unwrap(), snapshot);
+        let (recovered_token, recovered) = recover(&body, &recovery).unwrap();
+        assert_eq!(recovered_token, token);
+        assert_eq!(recovered, snapshot);
+
+        assert_eq!(
+            open(&body, &SubToken::generate(&mut OsRng)),
+            Err(SealError::WrongKey)
+        );
+        let stranger = RecoverySecret::generate(&mut OsRng);
+        assert_eq!(recover(&body, &stranger).unwrap_err(), SealError::WrongKey);
+    }
+
+    #[test]
+    fn sealed_bytes_reveal_nothing_and_resist_tampering() {
+        let snapshot = sample_snapshot();
+        let token = SubToken::generate(&mut OsRng);
+        let recovery = RecoverySecret::generate(&mut OsRng).public();
+        let body = seal(&snapshot, &token, &recovery, &mut OsRng);
+        let haystack = String::from_utf8_lossy(&body);
+        for secret in [
+            snapshot.credential.as_str(),
+            snapshot.endpoints[0].host.as_str(),
+            snapshot.name.as_str(),
+        ] {
+            assert!(!haystack.contains(secret), "sealed body shows {secret:?}");
+        }
+        // The nonce, the ciphertext's length and the ciphertext itself.
+        for at in [0, 24, 30, 60, 100] {
+            let mut tampered = body.clone();
+            tampered[at] ^= 1;
+            assert!(open(&tampered, &token).is_err(), "flip at {at} opened");
+        }
+        assert_eq!(open(b"junk", &token), Err(SealError::Malformed));
+    }
+}

@@ -1,0 +1,438 @@
+//! Trust: which keys hold which role, and the checks every envelope goes through.
+//!
+//! A verifier (the edge, a node, control itself) starts from the root public key it was given
+//! at enrollment and learns the other roles from root-signed [`KeyRecord`]s: version 1 of the
+//! stream `keys/signing` certifies control's first signing key, and every later version
+//! rotates it. Rotating the root itself needs the old root and the new one to sign (as TUF
+//! does), so a stolen online key can never take over the root.
+//!
+//! [`verify`] runs the checks in the order of the design: size, strict decoding, type, signer
+//! role and threshold, audience and stream, version against what the caller stored, expiry,
+//! and the body's length and hash. Each refusal is its own [`VerifyError`] variant, so a node
+//! can log a rollback as a rollback and a tampered body as a tampered body.
+
+use std::collections::BTreeMap;
+
+use serde::{Deserialize, Serialize};
+
+use crate::Digest;
+use crate::envelope::{Audience, DecodeError, Envelope, Kind, signed_message};
+use crate::keys::{KeyId, PublicKey, Role};
+use crate::wire::stream;
+
+/// A set of keys and how many of them must sign.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct RoleKeys {
+    /// The keys, at most one entry per key.
+    pub keys: Vec<PublicKey>,
+    /// How many distinct keys of `keys` must sign (at least 1).
+    pub threshold: u8,
+}
+
+impl RoleKeys {
+    /// One key, threshold one.
+    pub fn single(key: PublicKey) -> RoleKeys {
+        RoleKeys {
+            keys: vec![key],
+            threshold: 1,
+        }
+    }
+
+    fn find(&self, id: &KeyId) -> Option<&PublicKey> {
+        self.keys.iter().find(|key| key.id() == *id)
+    }
+
+    fn is_sane(&self) -> bool {
+        let mut ids: Vec<KeyId> = self.keys.iter().map(PublicKey::id).collect();
+        ids.sort();
+        ids.dedup();
+        self.threshold >= 1
+            && ids.len() == self.keys.len()
+            && usize::from(self.threshold) <= ids.len()
+    }
+}
+
+/// The body of a [`Kind::KeyRecord`] envelope: from its version on, these keys hold `role`.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct KeyRecord {
+    /// The role (root, signing or release).
+    pub role: Role,
+    /// The keys that hold it.
+    pub keys: RoleKeys,
+}
+
+/// The version and digest a verifier last accepted on a stream.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct StreamState {
+    /// The version.
+    pub version: u64,
+    /// The envelope's digest ([`Envelope::digest`]).
+    pub digest: Digest,
+}
+
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+struct Held {
+    keys: RoleKeys,
+    state: StreamState,
+}
+
+/// What a verifier trusts: the root, the roles the root certified, and the nodes' keys that
+/// control registered. It serializes, so a node or the edge keeps it on disk.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Trust {
+    root: Held,
+    signing: Option<Held>,
+    release: Option<Held>,
+    nodes: BTreeMap<u64, RoleKeys>,
+}
+
+impl Trust {
+    /// Starts from the root keys given out of band (at `init` or enrollment).
+    pub fn new(root: RoleKeys) -> Trust {
+        Trust {
+            root: Held {
+                keys: root,
+                state: StreamState {
+                    version: 0,
+                    digest: [0; 32],
+                },
+            },
+            signing: None,
+            release: None,
+            nodes: BTreeMap::new(),
+        }
+    }
+
+    /// The keys that hold `role` now, if any are known.
+    pub fn role(&self, role: Role) -> Option<&RoleKeys> {
+        self.held(role).map(|held| &held.keys)
+    }
+
+    /// The version of the key record behind `role` (0 for a root given out of band).
+    pub fn role_version(&self, role: Role) -> Option<u64> {
+        self.held(role).map(|held| held.state.version)
+    }
+
+    /// A node's registered key.
+    pub fn node(&self, node: u64) -> Option<&PublicKey> {
+        self.nodes.get(&node).and_then(|keys| keys.keys.first())
+    }
+
+    /// Records a node's key, taken from a verified [`Kind::NodeRecord`] (never from the node).
+    pub fn set_node(&mut self, node: u64, key: PublicKey) {
+        self.nodes.insert(node, RoleKeys::single(key));
+    }
+
+    /// Forgets a node's key (the node was removed).
+    pub fn remove_node(&mut self, node: u64) {
+        self.nodes.remove(&node);
+    }
+
+    fn held(&self, role: Role) -> Option<&Held> {
+        match role {
+            Role::Root => Some(&self.root),
+            Role::Signing => self.signing.as_ref(),
+            Role::Release => self.release.as_ref(),
+            Role::Node | Role::Recovery => None,
+        }
+    }
+
+    /// Verifies a root-signed key record and, if it is new, makes its keys the ones that hold
+    /// its role. A root rotation must also be signed by the new root's threshold.
+    pub fn accept_key_record(&mut self, bytes: &[u8], now: u64) -> Result<KeyRecord, VerifyError> {
+        let envelope = Envelope::decode(bytes, Kind::KeyRecord.max_len())?;
+        let record: KeyRecord = postcard::from_bytes(&envelope.body)
+            .map_err(|_| VerifyError::Body("undecodable key record"))?;
+        if !matches!(record.role, Role::Root | Role::Signing | Role::Release) {
+            return Err(VerifyError::Body(
+                "key records are for the root, signing and release roles",
+            ));
+        }
+        if !record.keys.is_sane() {
+            return Err(VerifyError::Body(
+                "key record with a bad threshold or repeated keys",
+            ));
+        }
+        let expected_stream = stream::keys(record.role);
+        let stored = self.held(record.role).map(|held| held.state);
+        let expect = Expect {
+            kind: Kind::KeyRecord,
+            audience: Audience::Any,
+            stream: &expected_stream,
+        };
+        let verified = verify(bytes, self, &expect, stored.as_ref(), now)?;
+        if record.role == Role::Root {
+            check_signatures(&verified.envelope, Role::Root, &record.keys, self)?;
+        }
+        if !verified.unchanged {
+            let held = Held {
+                keys: record.keys.clone(),
+                state: verified.state(),
+            };
+            match record.role {
+                Role::Root => self.root = held,
+                Role::Signing => self.signing = Some(held),
+                _ => self.release = Some(held),
+            }
+        }
+        Ok(record)
+    }
+
+    fn knows(&self, id: &KeyId) -> bool {
+        [Role::Root, Role::Signing, Role::Release]
+            .iter()
+            .filter_map(|role| self.role(*role))
+            .any(|keys| keys.find(id).is_some())
+            || self.nodes.values().any(|keys| keys.find(id).is_some())
+    }
+}
+
+/// What the caller expects of an envelope.
+#[derive(Clone, Debug)]
+pub struct Expect<'a> {
+    /// Its kind.
+    pub kind: Kind,
+    /// The caller's own identity: the envelope must be addressed to it (or to [`Audience::Any`]).
+    pub audience: Audience,
+    /// The stream it must belong to.
+    pub stream: &'a str,
+}
+
+/// An envelope that passed every check.
+#[derive(Clone, Debug)]
+pub struct Verified {
+    /// The envelope.
+    pub envelope: Envelope,
+    /// Its digest.
+    pub digest: Digest,
+    /// True when it is the very envelope already stored (same version, same digest): a no-op.
+    pub unchanged: bool,
+}
+
+impl Verified {
+    /// The state to persist for its stream (before applying it).
+    pub fn state(&self) -> StreamState {
+        StreamState {
+            version: self.envelope.header.version,
+            digest: self.digest,
+        }
+    }
+}
+
+/// Why an envelope was refused. Nothing was changed in any case.
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+pub enum VerifyError {
+    /// Over the size cap for its kind; not parsed.
+    #[error("envelope of {len} bytes is over the {max}-byte limit")]
+    Oversized {
+        /// Its length.
+        len: usize,
+        /// The cap.
+        max: usize,
+    },
+    /// Not a well-formed, canonical envelope.
+    #[error("malformed envelope: {0}")]
+    Malformed(&'static str),
+    /// Another kind than expected.
+    #[error("expected a {expected:?} envelope, got a {found:?}")]
+    WrongType {
+        /// Expected.
+        expected: Kind,
+        /// Found.
+        found: Kind,
+    },
+    /// No signature from any key this verifier knows.
+    #[error("signed by a key this verifier does not know")]
+    UnknownKey,
+    /// Signed by a known key that does not hold the role this kind needs.
+    #[error("signed by a key that does not hold the {needed} role")]
+    WrongRole {
+        /// The role the kind needs.
+        needed: Role,
+    },
+    /// A signature by a key of the right role does not verify: the header was altered.
+    #[error("bad signature")]
+    BadSignature,
+    /// Valid signatures, but fewer than the role's threshold.
+    #[error("{have} valid signatures of {need} needed")]
+    Threshold {
+        /// Valid signatures from the role.
+        have: usize,
+        /// The threshold.
+        need: usize,
+    },
+    /// Addressed to someone else.
+    #[error("addressed to {found:?}, not to {expected:?}")]
+    WrongAudience {
+        /// This verifier.
+        expected: Audience,
+        /// The envelope's audience.
+        found: Audience,
+    },
+    /// From another stream than expected.
+    #[error("from stream {found:?}, expected {expected:?}")]
+    WrongStream {
+        /// Expected.
+        expected: String,
+        /// Found.
+        found: String,
+    },
+    /// Older than the stored version: a rollback or a replay.
+    #[error("stale version {got} (holding {have}): rollback or replay")]
+    Stale {
+        /// The version held.
+        have: u64,
+        /// The version offered.
+        got: u64,
+    },
+    /// Same version as stored, different content: the signer forked a stream. An alarm.
+    #[error("version {version} seen before with different content: conflicting envelopes")]
+    Conflict {
+        /// The version.
+        version: u64,
+    },
+    /// Past its expiry.
+    #[error("expired at {expires} (now {now})")]
+    Expired {
+        /// Its expiry.
+        expires: u64,
+        /// The verifier's clock.
+        now: u64,
+    },
+    /// The body does not match the length and hash the header signs.
+    #[error("body does not match its signed length and hash: tampered")]
+    BodyMismatch,
+    /// The body is not what its kind should hold.
+    #[error("bad body: {0}")]
+    Body(&'static str),
+}
+
+impl From<DecodeError> for VerifyError {
+    fn from(e: DecodeError) -> VerifyError {
+        match e {
+            DecodeError::Oversized { len, max } => VerifyError::Oversized { len, max },
+            DecodeError::Malformed(why) => VerifyError::Malformed(why),
+        }
+    }
+}
+
+/// Runs every check on `bytes`, in the order of the design, against `trust`, the caller's
+/// expectation, the state stored for the stream (if any) and the clock `now` (Unix seconds).
+pub fn verify(
+    bytes: &[u8],
+    trust: &Trust,
+    expect: &Expect<'_>,
+    stored: Option<&StreamState>,
+    now: u64,
+) -> Result<Verified, VerifyError> {
+    let envelope = Envelope::decode(bytes, expect.kind.max_len())?;
+    let header = &envelope.header;
+    if header.kind != expect.kind {
+        return Err(VerifyError::WrongType {
+            expected: expect.kind,
+            found: header.kind,
+        });
+    }
+    let (needed, keys) = signer(trust, header.kind, &header.stream);
+    match keys {
+        Some(keys) => check_signatures(&envelope, needed, keys, trust)?,
+        None if envelope.signatures.iter().any(|s| trust.knows(&s.key)) => {
+            return Err(VerifyError::WrongRole { needed });
+        }
+        None => return Err(VerifyError::UnknownKey),
+    }
+    if header.audience != expect.audience && header.audience != Audience::Any {
+        return Err(VerifyError::WrongAudience {
+            expected: expect.audience.clone(),
+            found: header.audience.clone(),
+        });
+    }
+    if header.stream != expect.stream {
+        return Err(VerifyError::WrongStream {
+            expected: expect.stream.to_owned(),
+            found: header.stream.clone(),
+        });
+    }
+    let digest = envelope.digest();
+    let unchanged = match stored {
+        Some(stored) if header.version < stored.version => {
+            return Err(VerifyError::Stale {
+                have: stored.version,
+                got: header.version,
+            });
+        }
+        Some(stored) if header.version == stored.version => {
+            if digest != stored.digest {
+                return Err(VerifyError::Conflict {
+                    version: header.version,
+                });
+            }
+            true
+        }
+        _ => false,
+    };
+    if now > header.expires {
+        return Err(VerifyError::Expired {
+            expires: header.expires,
+            now,
+        });
+    }
+    if !envelope.body_matches() {
+        return Err(VerifyError::BodyMismatch);
+    }
+    Ok(Verified {
+        envelope,
+        digest,
+        unchanged,
+    })
+}
+
+/// The role a kind must be signed by, and the keys that hold it for this stream.
+fn signer<'t>(trust: &'t Trust, kind: Kind, stream_name: &str) -> (Role, Option<&'t RoleKeys>) {
+    let role = match kind {
+        Kind::KeyRecord => Role::Root,
+        Kind::Release => Role::Release,
+        Kind::UsageReport => Role::Node,
+        Kind::Snapshot
+        | Kind::CredentialSet
+        | Kind::Batch
+        | Kind::NodeRecord
+        | Kind::UsageAck
+        | Kind::Archive => Role::Signing,
+    };
+    if role != Role::Node {
+        return (role, trust.role(role));
+    }
+    // A usage report must be signed by the very node it is from.
+    let keys = stream::parse_usage(stream_name).and_then(|node| trust.nodes.get(&node));
+    (role, keys)
+}
+
+fn check_signatures(
+    envelope: &Envelope,
+    needed: Role,
+    keys: &RoleKeys,
+    trust: &Trust,
+) -> Result<(), VerifyError> {
+    let message = signed_message(&envelope.header);
+    let (mut valid, mut bad, mut other) = (0usize, false, false);
+    for signature in &envelope.signatures {
+        match keys.find(&signature.key) {
+            Some(key) if key.verify(&message, &signature.sig) => valid += 1,
+            Some(_) => bad = true,
+            None => other |= trust.knows(&signature.key),
+        }
+    }
+    let need = usize::from(keys.threshold.max(1));
+    if valid >= need {
+        Ok(())
+    } else if bad {
+        Err(VerifyError::BadSignature)
+    } else if valid > 0 {
+        Err(VerifyError::Threshold { have: valid, need })
+    } else if other {
+        Err(VerifyError::WrongRole { needed })
+    } else {
+        Err(VerifyError::UnknownKey)
+    }
+}

