@@ -56,7 +56,13 @@ pub(crate) fn init(dir: &Path, now: u64) -> Result<Created> {
             dir.display()
         );
     }
-    std::fs::create_dir_all(dir).with_context(|| format!("creating {}", dir.display()))?;
+    let mut builder = std::fs::DirBuilder::new();
+    builder.recursive(true);
+    #[cfg(unix)]
+    std::os::unix::fs::DirBuilderExt::mode(&mut builder, 0o700);
+    builder
+        .create(dir)
+        .with_context(|| format!("creating {}", dir.display()))?;
     let root = SecretKey::generate(Role::Root, &mut OsRng)?;
     let recovery = RecoverySecret::generate(&mut OsRng);
     let mut online = Vec::new();

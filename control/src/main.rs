@@ -89,13 +89,16 @@ fn main() -> Result<()> {
         } => {
             let trust = keyring::load_trust(&cli.data_dir, now())?;
             for role in [Role::Root, Role::Signing, Role::Release] {
-                let version = trust.role_version(role).unwrap_or(0);
-                for key in trust
+                let source = match trust.role_version(role).unwrap_or(0) {
+                    0 => "trust anchor".to_owned(),
+                    version => format!("key record v{version}"),
+                };
+                let keys = trust
                     .role(role)
                     .map(|keys| keys.keys.as_slice())
-                    .unwrap_or_default()
-                {
-                    println!("{role:<8} {} {key} (record v{version})", key.id());
+                    .unwrap_or_default();
+                for key in keys {
+                    println!("{role:<8} {}  {key}  ({source})", key.id());
                 }
             }
         }

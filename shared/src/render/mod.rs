@@ -11,6 +11,9 @@ pub mod mihomo;
 pub mod singbox;
 pub mod uri;
 
+#[cfg(test)]
+mod golden;
+
 use base64::Engine as _;
 use base64::engine::general_purpose::STANDARD as B64;
 use percent_encoding::{AsciiSet, NON_ALPHANUMERIC, utf8_percent_encode};

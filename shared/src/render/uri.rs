@@ -47,11 +47,15 @@ pub fn link(entry: &Entry<'_>) -> String {
         .iter()
         .map(|(key, value)| format!("{key}={}", utf8_percent_encode(value, COMPONENT)))
         .collect();
+    let query = if query.is_empty() {
+        String::new()
+    } else {
+        format!("?{}", query.join("&"))
+    };
     format!(
-        "hysteria2://{}@{host}:{}/?{}#{}",
+        "hysteria2://{}@{host}:{}/{query}#{}",
         utf8_percent_encode(entry.credential, COMPONENT),
         endpoint.port,
-        query.join("&"),
         utf8_percent_encode(&entry.name, COMPONENT)
     )
 }
@@ -86,9 +90,8 @@ mod tests {
             )
         );
         assert!(
-            lines[1].starts_with(
-                "hysteria2://s3cret%20pass%2Fwith%3Aodd%40chars@[2001:db8::7]:8443/?#"
-            )
+            lines[1]
+                .starts_with("hysteria2://s3cret%20pass%2Fwith%3Aodd%40chars@[2001:db8::7]:8443/#")
         );
         assert!(lines[1].ends_with("#tokyo%20%F0%9F%87%AF%F0%9F%87%B5%20%282%29"));
         assert!(

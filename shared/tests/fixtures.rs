@@ -1,0 +1,283 @@
+//! Serialization fixtures: the exact bytes of one envelope of every kind, made from fixed
+//! keys and fixed inputs. They must never change: nodes, edges and archives in the field hold
+//! envelopes in this encoding. A failure here means the wire format changed; if that is
+//! truly meant, it needs a new format version (`MAGIC`), not new fixtures.
+//!
+//! To write the files the first time: `HEARTH_BLESS=1 cargo test -p hearth-shared --test fixtures`.
+
+use std::path::PathBuf;
+
+use hearth_shared::envelope::{Audience, Draft, Envelope, Kind};
+use hearth_shared::keys::{RecoverySecret, Role, SecretKey};
+use hearth_shared::seal;
+use hearth_shared::trust::{Expect, KeyRecord, RoleKeys, Trust, verify};
+use hearth_shared::wire::{
+    self, BatchEntry, BatchManifest, CredEntry, CredentialSet, Endpoint, NodeRecord, Profile,
+    ResetStrategy, Snapshot, Status, SubToken, UsageAck, UsageReport, UserUsage, stream,
+};
+
+const NOW: u64 = 1_800_000_000;
+
+/// A counter dressed as an RNG, so that sealing is repeatable in a fixture. Never use it for
+/// anything else.
+struct FixedRng(u8);
+
+impl rand_core::RngCore for FixedRng {
+    fn next_u32(&mut self) -> u32 {
+        rand_core::impls::next_u32_via_fill(self)
+    }
+    fn next_u64(&mut self) -> u64 {
+        rand_core::impls::next_u64_via_fill(self)
+    }
+    fn fill_bytes(&mut self, dest: &mut [u8]) {
+        for byte in dest {
+            self.0 = self.0.wrapping_mul(31).wrapping_add(7);
+            *byte = self.0;
+        }
+    }
+    fn try_fill_bytes(&mut self, dest: &mut [u8]) -> Result<(), rand_core::Error> {
+        self.fill_bytes(dest);
+        Ok(())
+    }
+}
+
+impl rand_core::CryptoRng for FixedRng {}
+
+fn root() -> SecretKey {
+    SecretKey::from_seed(Role::Root, &[1; 32])
+}
+fn signing() -> SecretKey {
+    SecretKey::from_seed(Role::Signing, &[2; 32])
+}
+fn node() -> SecretKey {
+    SecretKey::from_seed(Role::Node, &[4; 32])
+}
+
+fn draft(kind: Kind, stream: String, version: u64, audience: Audience) -> Draft {
+    Draft {
+        kind,
+        stream,
+        version,
+        epoch: 1,
+        issued: NOW,
+        expires: NOW + 86_400,
+        audience,
+        prev: [0x11; 32],
+    }
+}
+
+fn snapshot() -> Snapshot {
+    Snapshot {
+        user: 7,
+        name: "Ana".into(),
+        status: Status::Active,
+        used_up: 10,
+        used_down: 20,
+        quota: 0,
+        expires_at: 0,
+        reset: ResetStrategy::Never,
+        credential: "cred".into(),
+        endpoints: vec![Endpoint {
+            name: "Home".into(),
+            host: "vpn.example.net".into(),
+            port: 443,
+            hop: None,
+            sni: None,
+            cert_sha256: None,
+            spki_sha256: None,
+            insecure: false,
+            obfs: None,
+        }],
+        profile: Profile {
+            title: "Family".into(),
+            announce: None,
+            support_url: None,
+            web_page_url: None,
+            update_interval_hours: 24,
+        },
+    }
+}
+
+fn token() -> SubToken {
+    SubToken::from_bytes([0x42; 32])
+}
+
+/// One envelope of every kind, by fixture name.
+fn envelopes() -> Vec<(&'static str, Envelope)> {
+    let recovery = RecoverySecret::from_bytes([5; 32]);
+    let key_record = KeyRecord {
+        role: Role::Signing,
+        keys: RoleKeys::single(signing().public()),
+    };
+    let set = CredentialSet::new(
+        3,
+        vec![CredEntry {
+            user: 7,
+            hash: hearth_shared::sha256(b"cred"),
+        }],
+    )
+    .unwrap();
+    let sealed = seal::seal(&snapshot(), &token(), &recovery.public(), &mut FixedRng(9));
+    let manifest = BatchManifest::new(vec![
+        BatchEntry {
+            stream: stream::creds(3),
+            version: 2,
+            digest: Some([0x22; 32]),
+        },
+        BatchEntry {
+            stream: stream::snapshot(&token().hash()),
+            version: 2,
+            digest: None,
+        },
+    ])
+    .unwrap();
+    let report = UsageReport {
+        node: 3,
+        seq: 12,
+        period_start: NOW - 60,
+        period_end: NOW,
+        users: vec![UserUsage {
+            user: 7,
+            up: 1000,
+            down: 50_000,
+        }],
+    };
+    vec![
+        (
+            "key_record",
+            draft(
+                Kind::KeyRecord,
+                stream::keys(Role::Signing),
+                1,
+                Audience::Any,
+            )
+            .sign(wire::encode(&key_record), &[&root()]),
+        ),
+        (
+            "credential_set",
+            draft(Kind::CredentialSet, stream::creds(3), 2, Audience::Node(3))
+                .sign(set.encode(), &[&signing()]),
+        ),
+        (
+            "snapshot",
+            draft(
+                Kind::Snapshot,
+                stream::snapshot(&token().hash()),
+                2,
+                Audience::Edge,
+            )
+            .sign(sealed, &[&signing()]),
+        ),
+        (
+            "batch",
+            draft(Kind::Batch, stream::BATCH.into(), 9, Audience::Edge)
+                .sign(manifest.encode(), &[&signing()]),
+        ),
+        (
+            "node_record",
+            draft(Kind::NodeRecord, stream::node(3), 1, Audience::Edge).sign(
+                wire::encode(&NodeRecord {
+                    node: 3,
+                    key: Some(node().public()),
+                }),
+                &[&signing()],
+            ),
+        ),
+        (
+            "usage_report",
+            draft(Kind::UsageReport, stream::usage(3), 12, Audience::Control)
+                .sign(wire::encode(&report), &[&node()]),
+        ),
+        (
+            "usage_ack",
+            draft(Kind::UsageAck, stream::usage_ack(3), 12, Audience::Node(3))
+                .sign(wire::encode(&UsageAck { node: 3, seq: 12 }), &[&signing()]),
+        ),
+    ]
+}
+
+fn fixture_path(name: &str) -> PathBuf {
+    PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+        .join("tests/fixtures")
+        .join(format!("{name}.hex"))
+}
+
+#[test]
+fn envelopes_encode_to_their_fixtures() {
+    let bless = std::env::var_os("HEARTH_BLESS").is_some();
+    for (name, envelope) in envelopes() {
+        let bytes = envelope.encode();
+        let path = fixture_path(name);
+        if bless && !path.exists() {
+            std::fs::create_dir_all(path.parent().unwrap()).unwrap();
+            std::fs::write(&path, format!("{}\n", hex::encode(&bytes))).unwrap();
+        }
+        let stored =
+            std::fs::read_to_string(&path).unwrap_or_else(|e| panic!("{}: {e}", path.display()));
+        assert_eq!(
+            hex::encode(&bytes),
+            stored.trim(),
+            "fixture {name} changed: the wire format moved"
+        );
+    }
+}
+
+#[test]
+fn fixtures_decode_and_verify() {
+    let mut trust = Trust::new(RoleKeys::single(root().public()));
+    let record = hex::decode(
+        std::fs::read_to_string(fixture_path("key_record"))
+            .unwrap()
+            .trim(),
+    )
+    .unwrap();
+    trust.accept_key_record(&record, NOW).unwrap();
+    trust.set_node(3, node().public());
+    let snapshot_stream = stream::snapshot(&token().hash());
+    let cases: [(&str, Kind, Audience, &str); 6] = [
+        (
+            "credential_set",
+            Kind::CredentialSet,
+            Audience::Node(3),
+            "creds/3",
+        ),
+        ("snapshot", Kind::Snapshot, Audience::Edge, &snapshot_stream),
+        ("batch", Kind::Batch, Audience::Edge, stream::BATCH),
+        ("node_record", Kind::NodeRecord, Audience::Edge, "node/3"),
+        (
+            "usage_report",
+            Kind::UsageReport,
+            Audience::Control,
+            "usage/3",
+        ),
+        ("usage_ack", Kind::UsageAck, Audience::Node(3), "ack/3"),
+    ];
+    for (name, kind, audience, stream) in cases {
+        let bytes =
+            hex::decode(std::fs::read_to_string(fixture_path(name)).unwrap().trim()).unwrap();
+        let verified = verify(
+            &bytes,
+            &trust,
+            &Expect {
+                kind,
+                audience,
+                stream,
+            },
+            None,
+            NOW,
+        )
+        .unwrap_or_else(|e| panic!("{name}: {e}"));
+        if name == "snapshot" {
+            assert_eq!(
+                seal::open(&verified.envelope.body, &token()).unwrap(),
+                snapshot()
+            );
+            let (token, _) = seal::recover(
+                &verified.envelope.body,
+                &RecoverySecret::from_bytes([5; 32]),
+            )
+            .unwrap();
+            assert_eq!(token, self::token());
+        }
+    }
+}
