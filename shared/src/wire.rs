@@ -608,6 +608,50 @@ mod tests {
         assert_eq!(format!("{token:?}"), "SubToken(****)");
     }
 
+    fn set_strategy() -> impl proptest::strategy::Strategy<Value = CredentialSet> {
+        use proptest::prelude::*;
+        prop::collection::btree_map(0u64..64, any::<u8>(), 0..40).prop_map(|users| {
+            CredentialSet::new(
+                5,
+                users
+                    .into_iter()
+                    .map(|(user, fill)| entry(user, fill))
+                    .collect(),
+            )
+            .unwrap()
+        })
+    }
+
+    proptest::proptest! {
+        /// Applying `a.diff(b)` to `a` gives `b`, and the diff lists each user once.
+        #[test]
+        fn diff_then_apply_gives_the_new_set(a in set_strategy(), b in set_strategy()) {
+            let diff = a.diff(&b);
+            proptest::prop_assert_eq!(a.apply(&diff).unwrap(), b.clone());
+            let touched = diff.added.len() + diff.removed.len() + diff.changed.len();
+            let mut users: Vec<UserId> = diff.added.iter().chain(&diff.changed).map(|e| e.user).collect();
+            users.extend(&diff.removed);
+            users.sort_unstable();
+            users.dedup();
+            proptest::prop_assert_eq!(users.len(), touched);
+            proptest::prop_assert_eq!(a.diff(&b).is_empty(), a == b);
+        }
+
+        /// The strict decoders never panic and accept only canonical input.
+        #[test]
+        fn decoders_take_any_bytes(bytes in proptest::collection::vec(proptest::prelude::any::<u8>(), 0..300)) {
+            if let Ok(set) = CredentialSet::decode(&bytes) {
+                proptest::prop_assert_eq!(set.encode(), bytes.clone());
+            }
+            if let Ok(manifest) = BatchManifest::decode(&bytes) {
+                proptest::prop_assert_eq!(manifest.encode(), bytes.clone());
+            }
+            let _ = decode::<UsageReport>(&bytes, "usage report");
+            let _ = decode::<Snapshot>(&bytes, "snapshot");
+            let _ = crate::seal::open(&bytes, &SubToken::from_bytes([1; 32]));
+        }
+    }
+
     #[test]
     fn usage_streams_parse_canonically() {
         assert_eq!(stream::parse_usage(&stream::usage(42)), Some(42));

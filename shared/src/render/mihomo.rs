@@ -98,3 +98,39 @@ pub fn render(snapshot: &Snapshot) -> String {
     };
     serde_yaml_ng::to_string(&config).expect("a profile always serializes to YAML")
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::render::tests::sample_snapshot;
+
+    /// The YAML parses back, proxy names are unique, and the group lists exactly them.
+    #[test]
+    fn profile_parses_back_with_unique_names() {
+        let mut snapshot = sample_snapshot();
+        snapshot.endpoints[2].name = "Proxy".into();
+        snapshot.endpoints[1].name = "DIRECT".into();
+        let yaml: serde_yaml_ng::Value = serde_yaml_ng::from_str(&render(&snapshot)).unwrap();
+        let names: Vec<&str> = yaml["proxies"]
+            .as_sequence()
+            .unwrap()
+            .iter()
+            .map(|p| p["name"].as_str().unwrap())
+            .collect();
+        assert_eq!(names, ["Tokyo 🇯🇵", "DIRECT (2)", "Proxy (2)"]);
+        let group = &yaml["proxy-groups"][0];
+        assert_eq!(group["name"].as_str(), Some(GROUP));
+        let members: Vec<&str> = group["proxies"]
+            .as_sequence()
+            .unwrap()
+            .iter()
+            .map(|p| p.as_str().unwrap())
+            .collect();
+        assert_eq!(members, names);
+        assert_eq!(yaml["proxies"][1]["server"].as_str(), Some("2001:db8::7"));
+        assert_eq!(
+            yaml["proxies"][0]["password"].as_str(),
+            Some("s3cret pass/with:odd@chars")
+        );
+    }
+}
