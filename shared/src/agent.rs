@@ -108,6 +108,32 @@ pub fn match_user_agent(user_agent: &str, rules: &[UaRule]) -> Wants {
     }
 }
 
+/// The format a `?format=` query asks for, for apps that send no telling User-Agent:
+/// `base64` (or `v2ray`), `clash` (or `mihomo`), `sing-box` (or `singbox`, optionally with a
+/// version: `sing-box-1.12`), `page`.
+pub fn format_override(query: &str) -> Option<Wants> {
+    let value = query
+        .split('&')
+        .find_map(|pair| pair.strip_prefix("format="))?;
+    let value = value.to_ascii_lowercase();
+    Some(match value.as_str() {
+        "base64" | "v2ray" => Wants::Profile(Format::Base64),
+        "clash" | "mihomo" => Wants::Profile(Format::Mihomo),
+        "page" => Wants::Page,
+        other => {
+            let rest = other
+                .strip_prefix("sing-box")
+                .or_else(|| other.strip_prefix("singbox"))?;
+            let version = if rest.is_empty() {
+                SingBoxVersion::OLDEST
+            } else {
+                sing_box_version(&format!("sing-box{}", rest.trim_start_matches('-')))
+            };
+            Wants::Profile(Format::SingBox(version))
+        }
+    })
+}
+
 /// A browser says `Mozilla/` and names a browser engine; apps built on web views usually add
 /// their own name, which the table above has caught already.
 fn is_browser(lower: &str) -> bool {
@@ -194,6 +220,23 @@ mod tests {
             match_user_agent("Mozilla/5.0 (compatible)", &[]),
             Wants::Profile(Format::Base64)
         );
+    }
+
+    #[test]
+    fn format_query_overrides() {
+        assert_eq!(
+            format_override("format=clash"),
+            Some(Wants::Profile(Format::Mihomo))
+        );
+        assert_eq!(
+            format_override("a=1&format=base64"),
+            Some(Wants::Profile(Format::Base64))
+        );
+        assert_eq!(format_override("format=sing-box"), Some(V(1, 11)));
+        assert_eq!(format_override("format=singbox-1.13"), Some(V(1, 13)));
+        assert_eq!(format_override("format=page"), Some(Wants::Page));
+        assert_eq!(format_override("format=nonsense"), None);
+        assert_eq!(format_override(""), None);
     }
 
     #[test]

@@ -509,6 +509,28 @@ impl BatchManifest {
     }
 }
 
+/// What control sends the edge in one push: key records first (rotations, applied before
+/// anything else), then the signed batch manifest, then the item envelopes it lists.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct PushBundle {
+    /// Encoded [`crate::envelope::Kind::KeyRecord`] envelopes.
+    pub key_records: Vec<serde_bytes::ByteBuf>,
+    /// The encoded [`crate::envelope::Kind::Batch`] envelope.
+    #[serde(with = "serde_bytes")]
+    pub manifest: Vec<u8>,
+    /// The encoded item envelopes, in any order.
+    pub items: Vec<serde_bytes::ByteBuf>,
+}
+
+/// What the edge hands control when it drains queued usage reports.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct UsageDrain {
+    /// Pass this as `after` next time; everything up to it is then dropped from the queue.
+    pub cursor: u64,
+    /// Encoded [`crate::envelope::Kind::UsageReport`] envelopes, oldest first.
+    pub reports: Vec<serde_bytes::ByteBuf>,
+}
+
 /// Encodes any wire value with postcard.
 pub fn encode<T: Serialize>(value: &T) -> Vec<u8> {
     postcard::to_allocvec(value).expect("encoding into a Vec cannot fail")

@@ -8,6 +8,7 @@
 //! named after the reason, so the app shows why.
 
 pub mod mihomo;
+pub mod page;
 pub mod singbox;
 pub mod uri;
 
@@ -164,6 +165,35 @@ pub fn render(snapshot: &Snapshot, format: Format) -> String {
         Format::Base64 => uri::base64_list(snapshot),
         Format::Mihomo => mihomo::render(snapshot),
         Format::SingBox(version) => singbox::render(snapshot, version),
+    }
+}
+
+/// A complete answer to a subscription fetch: headers (for GET and HEAD alike) and body.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Answer {
+    /// The headers, in a fixed order.
+    pub headers: Vec<(&'static str, String)>,
+    /// The body (left out on HEAD by the server).
+    pub body: String,
+}
+
+/// Answers a client that wants `wants`; `sub_url` is the link it fetched (for the page).
+pub fn answer(snapshot: &Snapshot, wants: crate::agent::Wants, sub_url: &str) -> Answer {
+    match wants {
+        crate::agent::Wants::Profile(format) => Answer {
+            headers: headers(snapshot, format),
+            body: render(snapshot, format),
+        },
+        crate::agent::Wants::Page => Answer {
+            headers: vec![
+                ("content-type", "text/html; charset=utf-8".to_owned()),
+                ("cache-control", "no-store".to_owned()),
+                ("content-security-policy", page::CSP.to_owned()),
+                ("referrer-policy", "no-referrer".to_owned()),
+                ("x-content-type-options", "nosniff".to_owned()),
+            ],
+            body: page::render(snapshot, sub_url),
+        },
     }
 }
 
