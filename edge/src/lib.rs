@@ -1,0 +1,52 @@
+//! Hearth's edge: serves subscription links worldwide, takes signed pushes from control,
+//! relays node pulls and usage reports, and keeps control's recovery archive.
+//!
+//! The edge is untrusted storage and transport: everything it holds is signed by control (or
+//! by a node), so it cannot forge or roll back anything a node accepts, and user snapshots
+//! are sealed so its storage shows no credential. It keeps serving when control is down.
+//!
+//! The logic here is runtime-free: [`config`] (settings from Worker vars or a file),
+//! [`routes`] (what a request asks for), [`push`] (checking a push before storing it),
+//! [`serve`] (answering a subscription fetch, and the decoy). Two adapters run it: the
+//! Cloudflare Worker (Durable Objects) and the native edge ([`native`]: axum and an embedded
+//! libSQL database), which is also how tests and benchmarks drive it. This crate never
+//! depends on control or the node.
+
+pub mod config;
+pub mod push;
+pub mod routes;
+pub mod serve;
+
+#[cfg(not(target_arch = "wasm32"))]
+pub mod native;
+
+/// An HTTP answer in a runtime-neutral form.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Reply {
+    /// The status code.
+    pub status: u16,
+    /// Headers, in order.
+    pub headers: Vec<(&'static str, String)>,
+    /// The body (dropped by the adapter on HEAD).
+    pub body: Vec<u8>,
+}
+
+impl Reply {
+    /// A reply with a plain-text body.
+    pub fn text(status: u16, body: impl Into<String>) -> Reply {
+        Reply {
+            status,
+            headers: vec![("content-type", "text/plain; charset=utf-8".to_owned())],
+            body: body.into().into_bytes(),
+        }
+    }
+
+    /// A reply with a binary (postcard or envelope) body.
+    pub fn bytes(status: u16, body: Vec<u8>) -> Reply {
+        Reply {
+            status,
+            headers: vec![("content-type", "application/octet-stream".to_owned())],
+            body,
+        }
+    }
+}

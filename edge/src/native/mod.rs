@@ -1,0 +1,407 @@
+//! The native edge: the same routes as the Worker, served by axum on tokio, stored in an
+//! embedded libSQL database ([`store`]). Rate-limit state lives in memory here (one process
+//! serves every request, so its counts are exact); on Cloudflare it lives in Durable Objects.
+
+pub mod store;
+
+use std::collections::HashMap;
+use std::net::{IpAddr, SocketAddr};
+use std::sync::{Arc, Mutex, RwLock};
+use std::time::{SystemTime, UNIX_EPOCH};
+
+use axum::Router;
+use axum::body::{Body, Bytes};
+use axum::extract::{ConnectInfo, DefaultBodyLimit, State};
+use axum::http::{HeaderMap, Method, StatusCode, Uri, header};
+use axum::response::Response;
+use hearth_shared::Digest;
+use hearth_shared::envelope::{Audience, Kind};
+use hearth_shared::ratelimit::{FixedWindow, MissGuard, Network, TokenBucket};
+use hearth_shared::trust::{Expect, Trust, verify};
+use hearth_shared::wire::{SubToken, UsageReport, decode, encode, stream};
+use hearth_shared::{nodeauth, sha256};
+
+use crate::Reply;
+use crate::config::EdgeConfig;
+use crate::push::{self, PushError, Target, Write};
+use crate::routes::{Route, route};
+use crate::serve::{self, Gate};
+use store::{Store, StoreError};
+
+/// How many usage reports one drain hands out.
+const DRAIN_LIMIT: u32 = 500;
+
+#[derive(Default)]
+struct Limiter {
+    networks: HashMap<Network, (MissGuard, TokenBucket)>,
+    links: HashMap<Digest, FixedWindow>,
+}
+
+/// The native edge's state.
+pub struct Edge {
+    config: EdgeConfig,
+    store: Store,
+    trust: RwLock<Trust>,
+    limiter: Mutex<Limiter>,
+}
+
+fn now_ms() -> u64 {
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map_or(0, |d| d.as_millis() as u64)
+}
+
+fn api_error(status: u16, code: &str, message: &str) -> Reply {
+    let body = serde_json::json!({ "error": code, "message": message }).to_string();
+    Reply {
+        status,
+        headers: vec![("content-type", "application/json".to_owned())],
+        body: body.into_bytes(),
+    }
+}
+
+fn internal(error: &StoreError) -> Reply {
+    tracing::error!(%error, "storage failed");
+    let mut reply = api_error(
+        503,
+        "unavailable",
+        "storage is unavailable; try again shortly",
+    );
+    reply.headers.push(("retry-after", "5".to_owned()));
+    reply
+}
+
+/// One request, as the edge needs it.
+pub struct Request<'a> {
+    /// GET, HEAD, POST, PUT...
+    pub method: &'a str,
+    /// The path.
+    pub path: &'a str,
+    /// The query, without `?`.
+    pub query: &'a str,
+    /// Request headers.
+    pub headers: &'a HeaderMap,
+    /// The client's address.
+    pub client: IpAddr,
+    /// The body.
+    pub body: &'a [u8],
+}
+
+impl Request<'_> {
+    fn header(&self, name: &str) -> Option<&str> {
+        self.headers.get(name).and_then(|v| v.to_str().ok())
+    }
+}
+
+impl Edge {
+    /// Opens the edge's database and loads its trust.
+    pub async fn open(config: EdgeConfig, db: &std::path::Path) -> Result<Edge, StoreError> {
+        let store = Store::open(db).await?;
+        let trust = match store.trust().await? {
+            // A root that was never rotated but differs from the configured one means the
+            // operator set a new root: start over from it.
+            Some(trust)
+                if trust.role_version(hearth_shared::keys::Role::Root) != Some(0)
+                    || trust.role(hearth_shared::keys::Role::Root) == Some(&config.root) =>
+            {
+                trust
+            }
+            _ => Trust::new(config.root.clone()),
+        };
+        Ok(Edge {
+            config,
+            store,
+            trust: RwLock::new(trust),
+            limiter: Mutex::new(Limiter::default()),
+        })
+    }
+
+    fn trust(&self) -> Trust {
+        self.trust.read().expect("trust lock").clone()
+    }
+
+    /// Answers one request.
+    pub async fn handle(&self, request: &Request<'_>) -> Reply {
+        match route(&self.config, request.method, request.path, request.query) {
+            Route::Subscription(token) => self.subscription(request, token).await,
+            Route::Health => Reply::text(200, "ok\n"),
+            Route::Unknown => {
+                // Look something up anyway, so an unknown path takes as long as an unknown link.
+                let _ = self.store.link(&sha256(request.path.as_bytes())).await;
+                serve::decoy()
+            }
+            Route::NodeCreds { node, after } => self.node_creds(request, node, after).await,
+            Route::NodeUsage(node) => self.node_usage(request, node).await,
+            api if !self
+                .config
+                .push_token
+                .matches(request.header("authorization")) =>
+            {
+                tracing::info!(route = ?api, client = %request.client, "refused: bad push token");
+                api_error(401, "unauthorized", "a valid push token is required")
+            }
+            Route::Push => self.push(request.body).await,
+            Route::UsageDrain { after } => match self.store.drain_usage(after, DRAIN_LIMIT).await {
+                Ok(drain) => Reply::bytes(200, encode(&drain)),
+                Err(e) => internal(&e),
+            },
+            Route::ArchivePut => self.put_archive(request.body).await,
+            Route::ArchiveGet => match self.store.stream(stream::ARCHIVE).await {
+                Ok(Some((_, Some(bytes)))) => Reply::bytes(200, bytes),
+                Ok(_) => api_error(404, "no_archive", "no archive has been pushed yet"),
+                Err(e) => internal(&e),
+            },
+        }
+    }
+
+    async fn subscription(&self, request: &Request<'_>, token: Option<SubToken>) -> Reply {
+        let now = now_ms();
+        let limits = self.config.limits;
+        let network = Network::of(request.client);
+        {
+            let mut limiter = self.limiter.lock().expect("limiter lock");
+            let (guard, bucket) = limiter.networks.entry(network).or_default();
+            match serve::network_gate(guard, bucket, &limits, now) {
+                Gate::Open => {}
+                Gate::Decoy => return serve::decoy(),
+                Gate::Limited(retry_after) => return serve::too_many(retry_after),
+            }
+        }
+        let hash = token
+            .as_ref()
+            .map_or_else(|| sha256(request.path.as_bytes()), SubToken::hash);
+        let envelope = match self.store.link(&hash).await {
+            Ok(envelope) => envelope,
+            Err(e) => return internal(&e),
+        };
+        let (Some(token), Some(envelope)) = (token, envelope) else {
+            if limits.enabled {
+                let mut limiter = self.limiter.lock().expect("limiter lock");
+                let (guard, _) = limiter.networks.entry(network).or_default();
+                if guard.miss(now, limits.misses) {
+                    tracing::info!(%network, "network sent too many unknown links: decoys for a while");
+                }
+            }
+            return serve::decoy();
+        };
+        if limits.enabled {
+            let mut limiter = self.limiter.lock().expect("limiter lock");
+            let window = limiter.links.entry(hash).or_default();
+            if let hearth_shared::ratelimit::Decision::Deny { retry_after } =
+                window.hit(now, limits.link)
+            {
+                return serve::too_many(retry_after);
+            }
+        }
+        let scheme = request.header("x-forwarded-proto").unwrap_or("http");
+        let host = request.header("host").unwrap_or("localhost");
+        let sub_url = format!("{scheme}://{host}{}", request.path);
+        serve::subscription(
+            &self.config,
+            &envelope,
+            &token,
+            request.header("user-agent").unwrap_or(""),
+            request.query,
+            &sub_url,
+        )
+    }
+
+    async fn push(&self, body: &[u8]) -> Reply {
+        let now = now_ms() / 1000;
+        let batch = match self.store.batch().await {
+            Ok(batch) => batch,
+            Err(e) => return internal(&e),
+        };
+        let mut checked = match push::check(body, &self.trust(), batch.as_ref(), now) {
+            Ok(checked) => checked,
+            Err(e) => return refused(&e),
+        };
+        if checked.unchanged {
+            return Reply::text(200, "{\"applied\":0,\"unchanged\":\"batch\"}");
+        }
+        match self.store.apply(&mut checked).await {
+            Ok(applied) => {
+                *self.trust.write().expect("trust lock") = checked.trust;
+                tracing::info!(
+                    written = applied.written,
+                    unchanged = applied.unchanged,
+                    "push applied"
+                );
+                let body = serde_json::json!({ "applied": applied.written, "unchanged": applied.unchanged });
+                Reply {
+                    status: 200,
+                    headers: vec![("content-type", "application/json".to_owned())],
+                    body: body.to_string().into_bytes(),
+                }
+            }
+            Err(StoreError::Refused(e)) => refused(&e),
+            Err(e) => internal(&e),
+        }
+    }
+
+    fn node_auth(&self, request: &Request<'_>, node: u64) -> Result<Trust, Reply> {
+        let trust = self.trust();
+        let path = if request.query.is_empty() {
+            request.path.to_owned()
+        } else {
+            format!("{}?{}", request.path, request.query)
+        };
+        let now = now_ms() / 1000;
+        match nodeauth::verify(
+            request.header(nodeauth::HEADER),
+            |n| trust.node(n).copied(),
+            request.method,
+            &path,
+            now,
+        ) {
+            Ok(proven) if proven == node => Ok(trust),
+            Ok(_) => Err(api_error(
+                403,
+                "wrong_node",
+                "a node may only use its own routes",
+            )),
+            Err(e) => {
+                tracing::info!(node, error = %e, "node request refused");
+                Err(api_error(401, "node_auth", &e.to_string()))
+            }
+        }
+    }
+
+    async fn node_creds(&self, request: &Request<'_>, node: u64, after: u64) -> Reply {
+        if let Err(reply) = self.node_auth(request, node) {
+            return reply;
+        }
+        match self.store.stream(&stream::creds(node)).await {
+            Ok(Some((state, Some(envelope)))) if state.version > after => {
+                Reply::bytes(200, envelope)
+            }
+            Ok(_) => Reply {
+                status: 204,
+                headers: Vec::new(),
+                body: Vec::new(),
+            },
+            Err(e) => internal(&e),
+        }
+    }
+
+    async fn node_usage(&self, request: &Request<'_>, node: u64) -> Reply {
+        let trust = match self.node_auth(request, node) {
+            Ok(trust) => trust,
+            Err(reply) => return reply,
+        };
+        let name = stream::usage(node);
+        let expect = Expect {
+            kind: Kind::UsageReport,
+            audience: Audience::Control,
+            stream: &name,
+        };
+        let verified = match verify(request.body, &trust, &expect, None, now_ms() / 1000) {
+            Ok(verified) => verified,
+            Err(e) => return api_error(400, "bad_report", &e.to_string()),
+        };
+        let Ok(report) = decode::<UsageReport>(&verified.envelope.body, "usage report") else {
+            return api_error(400, "bad_report", "the body is not a usage report");
+        };
+        if report.node != node || report.seq != verified.envelope.header.version {
+            return api_error(
+                400,
+                "bad_report",
+                "the report's node or sequence does not match its envelope",
+            );
+        }
+        match self
+            .store
+            .enqueue_usage(node, report.seq, request.body)
+            .await
+        {
+            Ok(_) => Reply::text(202, "queued\n"),
+            Err(e) => internal(&e),
+        }
+    }
+
+    async fn put_archive(&self, body: &[u8]) -> Reply {
+        let stored = match self.store.stream(stream::ARCHIVE).await {
+            Ok(stored) => stored.map(|(state, _)| state),
+            Err(e) => return internal(&e),
+        };
+        let expect = Expect {
+            kind: Kind::Archive,
+            audience: Audience::Control,
+            stream: stream::ARCHIVE,
+        };
+        let verified = match verify(
+            body,
+            &self.trust(),
+            &expect,
+            stored.as_ref(),
+            now_ms() / 1000,
+        ) {
+            Ok(verified) => verified,
+            Err(e) => return refused(&PushError::Manifest(e)),
+        };
+        let write = Write {
+            target: Target::Creds(0),
+            stream: stream::ARCHIVE.to_owned(),
+            version: verified.envelope.header.version,
+            digest: verified.digest,
+            envelope: Some(body.to_vec()),
+        };
+        match self.store.put_archive(&write).await {
+            Ok(true) => Reply::text(200, "stored\n"),
+            Ok(false) => Reply::text(200, "unchanged\n"),
+            Err(StoreError::Refused(e)) => refused(&e),
+            Err(e) => internal(&e),
+        }
+    }
+}
+
+fn refused(error: &PushError) -> Reply {
+    tracing::warn!(%error, "push refused");
+    api_error(error.status(), "refused", &error.to_string())
+}
+
+fn to_response(reply: Reply, head: bool) -> Response {
+    let mut builder =
+        Response::builder().status(StatusCode::from_u16(reply.status).unwrap_or(StatusCode::OK));
+    for (name, value) in reply.headers {
+        builder = builder.header(name, value);
+    }
+    let length = reply.body.len();
+    let body = if head {
+        Body::empty()
+    } else {
+        Body::from(reply.body)
+    };
+    builder
+        .header(header::CONTENT_LENGTH, length)
+        .body(body)
+        .unwrap_or_else(|_| Response::new(Body::from("internal error")))
+}
+
+async fn handle(
+    State(edge): State<Arc<Edge>>,
+    ConnectInfo(peer): ConnectInfo<SocketAddr>,
+    method: Method,
+    uri: Uri,
+    headers: HeaderMap,
+    body: Bytes,
+) -> Response {
+    let request = Request {
+        method: method.as_str(),
+        path: uri.path(),
+        query: uri.query().unwrap_or(""),
+        headers: &headers,
+        client: peer.ip(),
+        body: &body,
+    };
+    let reply = edge.handle(&request).await;
+    to_response(reply, method == Method::HEAD)
+}
+
+/// The edge's HTTP service.
+pub fn router(edge: Arc<Edge>) -> Router {
+    Router::new()
+        .fallback(handle)
+        .layer(DefaultBodyLimit::max(push::MAX_PUSH_BYTES))
+        .with_state(edge)
+}

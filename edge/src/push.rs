@@ -1,0 +1,304 @@
+//! Checking a push from control before anything is stored.
+//!
+//! A push is a [`PushBundle`]: key records (rotations) first, then one signed batch manifest,
+//! then the item envelopes it lists. [`check`] verifies the manifest (one signature for the
+//! whole push) against the trust the edge holds, matches every item to its manifest entry by
+//! stream, version and digest, and turns the push into [`Write`]s. The store then applies each
+//! write with [`decide`] inside one transaction per shard: a higher version replaces, the same
+//! envelope again is a no-op, and a lower version or the same version with other content is
+//! refused, which rolls the whole shard back.
+
+use hearth_shared::Digest;
+use hearth_shared::envelope::{Audience, Envelope, Kind};
+use hearth_shared::trust::{Expect, StreamState, Trust, VerifyError, verify};
+use hearth_shared::wire::{self, BatchManifest, NodeId, NodeRecord, PushBundle, stream};
+
+/// The largest push parsed at all (about 8,000 snapshots).
+pub const MAX_PUSH_BYTES: usize = 32 * 1024 * 1024;
+
+/// Where a write lands.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Target {
+    /// A subscription link's snapshot, by token hash (sharded by it on Cloudflare).
+    Link(Digest),
+    /// A node's credential set.
+    Creds(NodeId),
+    /// A node's registration: the edge learns node keys only from these.
+    Node(NodeId),
+}
+
+/// One stream's new version, checked against the manifest.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Write {
+    /// Where it lands.
+    pub target: Target,
+    /// The stream.
+    pub stream: String,
+    /// Its new version.
+    pub version: u64,
+    /// The item's digest, or zeros for a deletion.
+    pub digest: Digest,
+    /// The item envelope as control signed it; `None` deletes the stream (keeping a
+    /// tombstone at this version, so an older envelope can never come back).
+    pub envelope: Option<Vec<u8>>,
+}
+
+impl Write {
+    /// The state the store keeps for the stream after this write.
+    pub fn state(&self) -> StreamState {
+        StreamState {
+            version: self.version,
+            digest: self.digest,
+        }
+    }
+}
+
+/// A push that passed every check, ready to store.
+#[derive(Clone, Debug)]
+pub struct Checked {
+    /// The trust after the push's key records.
+    pub trust: Trust,
+    /// Whether the key records changed it.
+    pub trust_changed: bool,
+    /// The manifest's state, to store once the writes are applied.
+    pub batch: StreamState,
+    /// True when this very batch was applied before: nothing to do.
+    pub unchanged: bool,
+    /// The writes, in manifest order.
+    pub writes: Vec<Write>,
+}
+
+/// Why a push was refused. Nothing was stored.
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+pub enum PushError {
+    /// Over [`MAX_PUSH_BYTES`].
+    #[error("push of {0} bytes is over the limit")]
+    Oversized(usize),
+    /// Not a push bundle.
+    #[error("malformed push: {0}")]
+    Malformed(&'static str),
+    /// A key record did not verify.
+    #[error("key record refused: {0}")]
+    KeyRecord(VerifyError),
+    /// The batch manifest did not verify (bad signature, replay, rollback, expiry...).
+    #[error("batch manifest refused: {0}")]
+    Manifest(VerifyError),
+    /// An item does not match the manifest or is not what its stream holds.
+    #[error("item for {stream} refused: {reason}")]
+    Item {
+        /// The item's stream.
+        stream: String,
+        /// Why.
+        reason: String,
+    },
+    /// The manifest lists a stream with no item in the push.
+    #[error("the manifest lists {0} but the push has no item for it")]
+    MissingItem(String),
+    /// A stream's stored version forbids the write.
+    #[error("{stream}: {reason}")]
+    Refused {
+        /// The stream.
+        stream: String,
+        /// Why (rollback or conflicting content).
+        reason: String,
+    },
+}
+
+impl PushError {
+    /// The HTTP status for this refusal: 409 for version conflicts, 413 for size, else 400.
+    pub fn status(&self) -> u16 {
+        match self {
+            PushError::Oversized(_) => 413,
+            PushError::Refused { .. }
+            | PushError::Manifest(VerifyError::Stale { .. } | VerifyError::Conflict { .. }) => 409,
+            _ => 400,
+        }
+    }
+}
+
+fn item_error(stream: &str, reason: impl Into<String>) -> PushError {
+    PushError::Item {
+        stream: stream.to_owned(),
+        reason: reason.into(),
+    }
+}
+
+/// What a stream name is, and what its items must be.
+fn target_of(stream: &str) -> Option<(Target, Kind, Audience)> {
+    let parse_id = |id: &str| id.parse::<NodeId>().ok().filter(|n| n.to_string() == id);
+    if let Some(hash) = stream.strip_prefix("sub/") {
+        let hash: Digest = hex::decode(hash).ok()?.try_into().ok()?;
+        (stream::snapshot(&hash) == stream).then_some((
+            Target::Link(hash),
+            Kind::Snapshot,
+            Audience::Edge,
+        ))
+    } else if let Some(id) = stream.strip_prefix("creds/") {
+        let node = parse_id(id)?;
+        Some((
+            Target::Creds(node),
+            Kind::CredentialSet,
+            Audience::Node(node),
+        ))
+    } else if let Some(id) = stream.strip_prefix("node/") {
+        Some((
+            Target::Node(parse_id(id)?),
+            Kind::NodeRecord,
+            Audience::Edge,
+        ))
+    } else {
+        None
+    }
+}
+
+/// Checks a push against the edge's `trust` and the stored batch state, at `now` (Unix s).
+pub fn check(
+    bytes: &[u8],
+    trust: &Trust,
+    batch: Option<&StreamState>,
+    now: u64,
+) -> Result<Checked, PushError> {
+    if bytes.len() > MAX_PUSH_BYTES {
+        return Err(PushError::Oversized(bytes.len()));
+    }
+    let bundle: PushBundle =
+        wire::decode(bytes, "push").map_err(|_| PushError::Malformed("not a push bundle"))?;
+    let mut trust = trust.clone();
+    let mut trust_changed = false;
+    for record in &bundle.key_records {
+        let before = trust.clone();
+        trust
+            .accept_key_record(record, now)
+            .map_err(PushError::KeyRecord)?;
+        trust_changed |= trust != before;
+    }
+    let expect = Expect {
+        kind: Kind::Batch,
+        audience: Audience::Edge,
+        stream: stream::BATCH,
+    };
+    let verified =
+        verify(&bundle.manifest, &trust, &expect, batch, now).map_err(PushError::Manifest)?;
+    if verified.unchanged {
+        return Ok(Checked {
+            trust,
+            trust_changed,
+            batch: verified.state(),
+            unchanged: true,
+            writes: Vec::new(),
+        });
+    }
+    let manifest = BatchManifest::decode(&verified.envelope.body)
+        .map_err(|_| PushError::Malformed("the batch body is not a manifest"))?;
+
+    let mut items: Vec<Option<(Envelope, Vec<u8>)>> = vec![None; manifest.entries().len()];
+    for bytes in bundle.items {
+        let bytes = bytes.into_vec();
+        // Decode leniently sized first: the item's own kind caps it below.
+        let envelope = Envelope::decode(
+            &bytes,
+            Kind::Snapshot.max_len().max(Kind::CredentialSet.max_len()),
+        )
+        .map_err(|e| item_error("?", e.to_string()))?;
+        let stream_name = envelope.header.stream.clone();
+        let at = manifest
+            .entries()
+            .binary_search_by(|entry| entry.stream.as_str().cmp(&stream_name))
+            .map_err(|_| item_error(&stream_name, "not listed in the manifest"))?;
+        if items[at].is_some() {
+            return Err(item_error(&stream_name, "sent twice"));
+        }
+        items[at] = Some((envelope, bytes));
+    }
+
+    let mut writes = Vec::with_capacity(items.len());
+    for (entry, item) in manifest.entries().iter().zip(items) {
+        let (target, kind, audience) = target_of(&entry.stream)
+            .ok_or_else(|| item_error(&entry.stream, "not a stream the edge keeps"))?;
+        let Some(digest) = entry.digest else {
+            if item.is_some() {
+                return Err(item_error(
+                    &entry.stream,
+                    "a deletion must not carry an item",
+                ));
+            }
+            writes.push(Write {
+                target,
+                stream: entry.stream.clone(),
+                version: entry.version,
+                digest: [0; 32],
+                envelope: None,
+            });
+            continue;
+        };
+        let (envelope, bytes) = item.ok_or_else(|| PushError::MissingItem(entry.stream.clone()))?;
+        let header = &envelope.header;
+        if bytes.len() > kind.max_len() {
+            return Err(item_error(
+                &entry.stream,
+                "over the size limit for its kind",
+            ));
+        }
+        if header.kind != kind || header.audience != audience {
+            return Err(item_error(
+                &entry.stream,
+                "wrong kind or audience for its stream",
+            ));
+        }
+        if header.version != entry.version || envelope.digest() != digest {
+            return Err(item_error(
+                &entry.stream,
+                "does not match its manifest entry",
+            ));
+        }
+        if !envelope.body_matches() {
+            return Err(item_error(&entry.stream, "body does not match its hash"));
+        }
+        if now > header.expires {
+            return Err(item_error(&entry.stream, "expired"));
+        }
+        if let Target::Node(node) = target {
+            let record: NodeRecord = wire::decode(&envelope.body, "node record")
+                .map_err(|_| item_error(&entry.stream, "not a node record"))?;
+            if record.node != node {
+                return Err(item_error(&entry.stream, "node record for another node"));
+            }
+        }
+        writes.push(Write {
+            target,
+            stream: entry.stream.clone(),
+            version: entry.version,
+            digest,
+            envelope: Some(bytes),
+        });
+    }
+    Ok(Checked {
+        trust,
+        trust_changed,
+        batch: verified.state(),
+        unchanged: false,
+        writes,
+    })
+}
+
+/// Whether a write applies over the stored state: `Ok(true)` to store it, `Ok(false)` for the
+/// same envelope again (a no-op), an error for a rollback or conflicting content.
+pub fn decide(write: &Write, stored: Option<&StreamState>) -> Result<bool, PushError> {
+    let refuse = |reason: String| PushError::Refused {
+        stream: write.stream.clone(),
+        reason,
+    };
+    match stored {
+        None => Ok(true),
+        Some(s) if write.version > s.version => Ok(true),
+        Some(s) if write.version == s.version && write.digest == s.digest => Ok(false),
+        Some(s) if write.version == s.version => Err(refuse(format!(
+            "version {} already stored with other content",
+            s.version
+        ))),
+        Some(s) => Err(refuse(format!(
+            "version {} is older than the stored {} (rollback)",
+            write.version, s.version
+        ))),
+    }
+}
