@@ -3,7 +3,8 @@
 //! A push is a [`PushBundle`]: key records (rotations) first, then one signed batch manifest,
 //! then the item envelopes it lists. [`check`] verifies the manifest (one signature for the
 //! whole push) against the trust the edge holds, matches every item to its manifest entry by
-//! stream, version and digest, and turns the push into [`Write`]s. The store then applies each
+//! stream, version and the hash of its whole encoding (so not a byte of what is stored differs
+//! from what control signed), and turns the push into [`Write`]s. The store then applies each
 //! write with [`decide`] inside one transaction per shard: a higher version replaces, the same
 //! envelope again is a no-op, and a lower version or the same version with other content is
 //! refused, which rolls the whole shard back.
@@ -36,7 +37,7 @@ pub struct Write {
     pub stream: String,
     /// Its new version.
     pub version: u64,
-    /// The item's digest, or zeros for a deletion.
+    /// The item's hash (SHA-256 of its encoding), or zeros for a deletion.
     pub digest: Digest,
     /// The item envelope as control signed it; `None` deletes the stream (keeping a
     /// tombstone at this version, so an older envelope can never come back).
@@ -245,7 +246,7 @@ pub fn check(
                 "wrong kind or audience for its stream",
             ));
         }
-        if header.version != entry.version || envelope.digest() != digest {
+        if header.version != entry.version || hearth_shared::sha256(&bytes) != digest {
             return Err(item_error(
                 &entry.stream,
                 "does not match its manifest entry",

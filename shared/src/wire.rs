@@ -437,15 +437,16 @@ pub struct UsageAck {
     pub seq: u64,
 }
 
-/// One entry of a batch manifest: a stream's new version and the digest of its envelope.
+/// One entry of a batch manifest: a stream's new version and the hash of its item.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub struct BatchEntry {
     /// The stream.
     pub stream: String,
     /// Its new version.
     pub version: u64,
-    /// The item envelope's digest ([`crate::envelope::Envelope::digest`], which commits to its
-    /// body's hash), or `None` to delete the stream at this version (a rotated link).
+    /// SHA-256 of the item envelope's whole encoding, signatures included (so the edge
+    /// stores exactly what control signed without checking every item's signature), or
+    /// `None` to delete the stream at this version (a rotated link).
     pub digest: Option<Digest>,
 }
 

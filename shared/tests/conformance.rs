@@ -435,7 +435,7 @@ fn a_batch_manifest_binds_its_items() {
     let manifest = BatchManifest::new(vec![BatchEntry {
         stream: stream::node(1),
         version: 3,
-        digest: Some(item.digest()),
+        digest: Some(hearth_shared::sha256(&item.encode())),
     }])
     .unwrap();
     let batch =
@@ -448,11 +448,11 @@ fn a_batch_manifest_binds_its_items() {
     let verified = verify(&batch.encode(), &trust, &expect, None, NOW).unwrap();
     let manifest = BatchManifest::decode(&verified.envelope.body).unwrap();
     let entry = manifest.get(&stream::node(1)).unwrap();
-    assert_eq!(entry.digest, Some(item.digest()));
-    // An item altered after signing no longer matches its entry.
+    assert_eq!(entry.digest, Some(hearth_shared::sha256(&item.encode())));
+    // An item altered after signing, even in its signature alone, no longer matches its entry.
     let mut altered = item.clone();
-    altered.header.expires += 1;
-    assert_ne!(entry.digest, Some(altered.digest()));
+    altered.signatures[0].sig[0] ^= 1;
+    assert_ne!(entry.digest, Some(hearth_shared::sha256(&altered.encode())));
 }
 
 fn multi_signed() -> (Trust, Vec<u8>) {

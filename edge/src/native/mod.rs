@@ -343,7 +343,7 @@ impl Edge {
             target: Target::Creds(0),
             stream: stream::ARCHIVE.to_owned(),
             version: verified.envelope.header.version,
-            digest: verified.digest,
+            digest: sha256(body),
             envelope: Some(body.to_vec()),
         };
         match self.store.put_archive(&write).await {

@@ -1,0 +1,258 @@
+//! What control sends, made in the test: keys made here, snapshots sealed and signed, pushes
+//! bundled, with `hearth-shared` exactly as control uses it. It lets the edge and the node be
+//! tested on their own, against the real wire format.
+
+use std::collections::HashMap;
+use std::time::{SystemTime, UNIX_EPOCH};
+
+use hearth_shared::envelope::{Audience, Draft, Envelope, Kind};
+use hearth_shared::keys::{RecoverySecret, Role, SecretKey};
+use hearth_shared::trust::{KeyRecord, RoleKeys};
+use hearth_shared::wire::{
+    self, BatchEntry, BatchManifest, CredentialSet, Endpoint, NodeRecord, Profile, PushBundle,
+    ResetStrategy, Snapshot, Status, SubToken, stream,
+};
+use hearth_shared::{keys::PublicKey, seal};
+use rand_core::OsRng;
+
+/// Unix seconds now.
+pub fn now() -> u64 {
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .expect("clock after 1970")
+        .as_secs()
+}
+
+/// A stand-in for control's keys and version counters.
+pub struct ControlSim {
+    /// The root key.
+    pub root: SecretKey,
+    /// The online signing key.
+    pub signing: SecretKey,
+    /// The owner's recovery key.
+    pub recovery: RecoverySecret,
+    batch: u64,
+    versions: HashMap<String, u64>,
+}
+
+/// One item of a push.
+pub struct Item {
+    entry: BatchEntry,
+    envelope: Option<Vec<u8>>,
+}
+
+impl Item {
+    /// The envelope's bytes (none for a deletion).
+    pub fn envelope(&self) -> Option<&[u8]> {
+        self.envelope.as_deref()
+    }
+}
+
+impl Default for ControlSim {
+    fn default() -> Self {
+        ControlSim::new()
+    }
+}
+
+impl ControlSim {
+    /// New random keys.
+    pub fn new() -> ControlSim {
+        ControlSim {
+            root: SecretKey::generate(Role::Root, &mut OsRng).expect("root key"),
+            signing: SecretKey::generate(Role::Signing, &mut OsRng).expect("signing key"),
+            recovery: RecoverySecret::generate(&mut OsRng),
+            batch: 0,
+            versions: HashMap::new(),
+        }
+    }
+
+    /// The root-signed record that certifies the signing key.
+    pub fn signing_record(&self) -> Vec<u8> {
+        let record = KeyRecord {
+            role: Role::Signing,
+            keys: RoleKeys::single(self.signing.public()),
+        };
+        self.draft(
+            Kind::KeyRecord,
+            stream::keys(Role::Signing),
+            1,
+            Audience::Any,
+        )
+        .sign(wire::encode(&record), &[&self.root])
+        .encode()
+    }
+
+    /// A header expiring in a day.
+    pub fn draft(&self, kind: Kind, stream: String, version: u64, audience: Audience) -> Draft {
+        let now = now();
+        Draft {
+            kind,
+            stream,
+            version,
+            epoch: 1,
+            issued: now,
+            expires: now + 86_400,
+            audience,
+            prev: [0; 32],
+        }
+    }
+
+    fn next_version(&mut self, stream: &str) -> u64 {
+        let version = self.versions.entry(stream.to_owned()).or_insert(0);
+        *version += 1;
+        *version
+    }
+
+    /// Signs an item for `stream` at its next version.
+    pub fn item(&mut self, kind: Kind, stream: String, audience: Audience, body: Vec<u8>) -> Item {
+        let version = self.next_version(&stream);
+        self.item_at(kind, stream, version, audience, body)
+    }
+
+    /// Signs an item at an explicit version (for rollback tests).
+    pub fn item_at(
+        &self,
+        kind: Kind,
+        stream: String,
+        version: u64,
+        audience: Audience,
+        body: Vec<u8>,
+    ) -> Item {
+        let envelope = self
+            .draft(kind, stream.clone(), version, audience)
+            .sign(body, &[&self.signing]);
+        let bytes = envelope.encode();
+        Item {
+            entry: BatchEntry {
+                stream,
+                version,
+                digest: Some(hearth_shared::sha256(&bytes)),
+            },
+            envelope: Some(bytes),
+        }
+    }
+
+    /// A sealed snapshot for the holder of `token`.
+    pub fn snapshot(&mut self, token: &SubToken, snapshot: &Snapshot) -> Item {
+        let body = seal::seal(snapshot, token, &self.recovery.public(), &mut OsRng);
+        self.item(
+            Kind::Snapshot,
+            stream::snapshot(&token.hash()),
+            Audience::Edge,
+            body,
+        )
+    }
+
+    /// A node's credential set.
+    pub fn creds(&mut self, set: &CredentialSet) -> Item {
+        self.item(
+            Kind::CredentialSet,
+            stream::creds(set.node),
+            Audience::Node(set.node),
+            set.encode(),
+        )
+    }
+
+    /// A node's registration.
+    pub fn node(&mut self, node: u64, key: Option<PublicKey>) -> Item {
+        self.item(
+            Kind::NodeRecord,
+            stream::node(node),
+            Audience::Edge,
+            wire::encode(&NodeRecord { node, key }),
+        )
+    }
+
+    /// Deletes a link's stream at its next version.
+    pub fn delete_link(&mut self, token: &SubToken) -> Item {
+        let name = stream::snapshot(&token.hash());
+        let version = self.next_version(&name);
+        Item {
+            entry: BatchEntry {
+                stream: name,
+                version,
+                digest: None,
+            },
+            envelope: None,
+        }
+    }
+
+    /// The next batch manifest over `items`.
+    pub fn manifest(&mut self, items: &[Item]) -> Envelope {
+        self.batch += 1;
+        let manifest = BatchManifest::new(items.iter().map(|item| item.entry.clone()).collect())
+            .expect("unique streams");
+        self.draft(
+            Kind::Batch,
+            stream::BATCH.to_owned(),
+            self.batch,
+            Audience::Edge,
+        )
+        .sign(manifest.encode(), &[&self.signing])
+    }
+
+    /// A whole push: the signing key's record, the next manifest, the items.
+    pub fn push(&mut self, items: &[Item]) -> Vec<u8> {
+        let manifest = self.manifest(items).encode();
+        bundle(
+            vec![self.signing_record()],
+            manifest,
+            items.iter().filter_map(|i| i.envelope.clone()).collect(),
+        )
+    }
+}
+
+/// Encodes a push bundle from its parts.
+pub fn bundle(key_records: Vec<Vec<u8>>, manifest: Vec<u8>, items: Vec<Vec<u8>>) -> Vec<u8> {
+    wire::encode(&PushBundle {
+        key_records: key_records.into_iter().map(Into::into).collect(),
+        manifest,
+        items: items.into_iter().map(Into::into).collect(),
+    })
+}
+
+/// A plausible user with two servers.
+pub fn demo_snapshot(user: u64) -> Snapshot {
+    Snapshot {
+        user,
+        name: format!("User {user}"),
+        status: Status::Active,
+        used_up: user * 1000,
+        used_down: user * 50_000,
+        quota: 100 << 30,
+        expires_at: 1_900_000_000,
+        reset: ResetStrategy::Monthly,
+        credential: format!("credential-{user}"),
+        endpoints: vec![
+            Endpoint {
+                name: "Home".into(),
+                host: "home.example.net".into(),
+                port: 443,
+                hop: None,
+                sni: None,
+                cert_sha256: Some([7; 32]),
+                spki_sha256: Some([8; 32]),
+                insecure: true,
+                obfs: Some("obfs-pw".into()),
+            },
+            Endpoint {
+                name: "Cloud".into(),
+                host: "203.0.113.10".into(),
+                port: 8443,
+                hop: None,
+                sni: Some("cloud.example.net".into()),
+                cert_sha256: None,
+                spki_sha256: None,
+                insecure: false,
+                obfs: None,
+            },
+        ],
+        profile: Profile {
+            title: "Family VPN".into(),
+            announce: Some("Welcome".into()),
+            support_url: Some("https://example.net/help".into()),
+            web_page_url: None,
+            update_interval_hours: 12,
+        },
+    }
+}

@@ -1,0 +1,706 @@
+//! The edge, driven over HTTP as control, nodes and apps drive it: the native edge as a real
+//! process on a real libSQL file. Pushes are built and signed here with `hearth-shared`.
+
+use std::net::IpAddr;
+use std::time::Duration;
+
+use hearth_shared::agent::match_user_agent;
+use hearth_shared::envelope::{Audience, Kind};
+use hearth_shared::keys::{Role, SecretKey};
+use hearth_shared::nodeauth;
+use hearth_shared::render::answer;
+use hearth_shared::wire::{
+    self, CredEntry, CredentialSet, SubToken, UsageDrain, UsageReport, UserUsage, stream,
+};
+use hearth_tests::control_sim::{ControlSim, demo_snapshot, now};
+use hearth_tests::edge::EdgeProcess;
+use rand_core::OsRng;
+use reqwest::StatusCode;
+
+const API: &str = "api-test-0123456789";
+const PUSH_TOKEN: &str = "push-token-0123456789-0123456789-0123456789";
+
+struct Setup {
+    _dir: tempfile::TempDir,
+    edge: EdgeProcess,
+    sim: ControlSim,
+    http: reqwest::Client,
+}
+
+fn settings(sim: &ControlSim, extra: &[(&str, &str)]) -> Vec<(String, String)> {
+    let mut vars = vec![
+        ("HEARTH_ROOT_KEY".to_owned(), sim.root.public().to_string()),
+        ("HEARTH_PUSH_TOKEN".to_owned(), PUSH_TOKEN.to_owned()),
+        ("HEARTH_API_PREFIX".to_owned(), API.to_owned()),
+    ];
+    vars.extend(
+        extra
+            .iter()
+            .map(|(k, v)| ((*k).to_owned(), (*v).to_owned())),
+    );
+    vars
+}
+
+fn start(extra: &[(&str, &str)]) -> Setup {
+    let dir = tempfile::tempdir().unwrap();
+    let sim = ControlSim::new();
+    let edge = EdgeProcess::start(&dir.path().join("edge.db"), &settings(&sim, extra)).unwrap();
+    Setup {
+        _dir: dir,
+        edge,
+        sim,
+        http: client(None),
+    }
+}
+
+fn client(from: Option<&str>) -> reqwest::Client {
+    let mut builder = reqwest::Client::builder().timeout(Duration::from_secs(30));
+    if let Some(ip) = from {
+        builder = builder.local_address(ip.parse::<IpAddr>().unwrap());
+    }
+    builder.build().unwrap()
+}
+
+impl Setup {
+    fn link(&self, token: &SubToken) -> String {
+        format!("{}/s/{}", self.edge.url, token.to_link_form())
+    }
+
+    async fn push(&self, bytes: Vec<u8>) -> (StatusCode, String) {
+        let response = self
+            .http
+            .post(format!("{}/{API}/push", self.edge.url))
+            .bearer_auth(PUSH_TOKEN)
+            .body(bytes)
+            .send()
+            .await
+            .unwrap();
+        (response.status(), response.text().await.unwrap())
+    }
+
+    async fn page(&self, token: &SubToken) -> String {
+        self.get(
+            &self.link(token),
+            "Mozilla/5.0 (X11) Gecko/20100101 Firefox/133.0",
+        )
+        .await
+        .2
+    }
+
+    async fn drain(&self, after: u64) -> UsageDrain {
+        let response = self
+            .http
+            .get(format!("{}/{API}/usage?after={after}", self.edge.url))
+            .bearer_auth(PUSH_TOKEN)
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(response.status(), StatusCode::OK);
+        wire::decode::<UsageDrain>(&response.bytes().await.unwrap(), "drain").unwrap()
+    }
+
+    async fn get(
+        &self,
+        url: &str,
+        user_agent: &str,
+    ) -> (StatusCode, reqwest::header::HeaderMap, String) {
+        get_with(&self.http, url, user_agent).await
+    }
+}
+
+async fn get_with(
+    http: &reqwest::Client,
+    url: &str,
+    ua: &str,
+) -> (StatusCode, reqwest::header::HeaderMap, String) {
+    let response = http.get(url).header("user-agent", ua).send().await.unwrap();
+    (
+        response.status(),
+        response.headers().clone(),
+        response.text().await.unwrap(),
+    )
+}
+
+const USER_AGENTS: &[&str] = &[
+    "HiddifyNext/2.5.7 (android) like ClashMeta v2rayNG v2rayN sing-box",
+    "SFA/1.12.4 (Android 14; sing-box 1.12.4; language en_US)",
+    "SFI/1.13.0 (Apple iOS 18.1; sing-box 1.13.0)",
+    "clash-verge/v2.2.3",
+    "mihomo/1.19.10",
+    "v2rayN/7.12.5",
+    "Happ/3.2.1",
+    "Mozilla/5.0 (X11; Linux x86_64; rv:133.0) Gecko/20100101 Firefox/133.0",
+];
+
+/// What the edge must send: exactly what `shared` renders for that client.
+fn assert_answer(
+    (status, headers, body): &(StatusCode, reqwest::header::HeaderMap, String),
+    expected: &hearth_shared::render::Answer,
+    what: &str,
+) {
+    assert_eq!(*status, StatusCode::OK, "{what}");
+    assert_eq!(body, &expected.body, "{what}");
+    for (name, value) in &expected.headers {
+        assert_eq!(
+            headers.get(*name).map(|v| v.to_str().unwrap()),
+            Some(value.as_str()),
+            "{what}: {name}"
+        );
+    }
+}
+
+#[tokio::test]
+async fn a_push_of_1000_users_serves_every_format() {
+    let mut s = start(&[
+        ("HEARTH_NETWORK_BURST", "100000"),
+        ("HEARTH_NETWORK_PER_MINUTE", "100000"),
+    ]);
+    let users: Vec<(SubToken, _)> = (1..=1000)
+        .map(|user| (SubToken::generate(&mut OsRng), demo_snapshot(user)))
+        .collect();
+    let items: Vec<_> = users
+        .iter()
+        .map(|(token, snapshot)| s.sim.snapshot(token, snapshot))
+        .collect();
+    let push = s.sim.push(&items);
+    let (status, body) = s.push(push).await;
+    assert_eq!(status, StatusCode::OK, "{body}");
+    let reply: serde_json::Value = serde_json::from_str(&body).unwrap();
+    assert_eq!(reply["applied"], 1000);
+
+    // Every user answers; a sample in every format, compared with `shared`'s rendering.
+    for (i, (token, snapshot)) in users.iter().enumerate() {
+        let link = s.link(token);
+        let agents: &[&str] = if i % 50 == 0 {
+            USER_AGENTS
+        } else {
+            &USER_AGENTS[i % USER_AGENTS.len()..][..1]
+        };
+        for ua in agents {
+            let expected = answer(snapshot, match_user_agent(ua, &[]), &link);
+            assert_answer(
+                &s.get(&link, ua).await,
+                &expected,
+                &format!("user {} with {ua}", snapshot.user),
+            );
+        }
+    }
+
+    // HEAD carries the same headers (Sub-Store reads them first) and no body.
+    let (token, snapshot) = &users[7];
+    let head = s
+        .http
+        .head(s.link(token))
+        .header("user-agent", "v2rayN/7.12.5")
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(head.status(), StatusCode::OK);
+    let expected = answer(
+        snapshot,
+        match_user_agent("v2rayN/7.12.5", &[]),
+        &s.link(token),
+    );
+    for (name, value) in &expected.headers {
+        assert_eq!(
+            head.headers().get(*name).unwrap(),
+            value.as_str(),
+            "HEAD {name}"
+        );
+    }
+    assert_eq!(
+        head.headers()["content-length"],
+        expected.body.len().to_string().as_str()
+    );
+    assert!(head.bytes().await.unwrap().is_empty());
+
+    // ?format= overrides the User-Agent.
+    let (_, headers, body) = s
+        .get(&format!("{}?format=clash", s.link(token)), "v2rayN/7.12.5")
+        .await;
+    assert!(
+        headers["content-type"]
+            .to_str()
+            .unwrap()
+            .starts_with("text/yaml")
+    );
+    assert!(body.starts_with("proxies:"));
+}
+
+#[tokio::test]
+async fn the_link_limit_answers_429_until_the_window_turns() {
+    let mut s = start(&[("HEARTH_LINK_LIMIT", "3"), ("HEARTH_LINK_WINDOW_SECS", "2")]);
+    let token = SubToken::generate(&mut OsRng);
+    let item = s.sim.snapshot(&token, &demo_snapshot(1));
+    assert_eq!(
+        {
+            let push = s.sim.push(&[item]);
+            s.push(push)
+        }
+        .await
+        .0,
+        StatusCode::OK
+    );
+    // Start at the beginning of a window, so the three fetches fall in one.
+    let millis = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap()
+        .as_millis() as u64;
+    tokio::time::sleep(Duration::from_millis(2000 - millis % 2000 + 20)).await;
+    for _ in 0..3 {
+        assert_eq!(s.get(&s.link(&token), "v2rayN/7").await.0, StatusCode::OK);
+    }
+    let (status, headers, _) = s.get(&s.link(&token), "v2rayN/7").await;
+    assert_eq!(status, StatusCode::TOO_MANY_REQUESTS);
+    let retry: u64 = headers["retry-after"].to_str().unwrap().parse().unwrap();
+    assert!((1..=2).contains(&retry), "retry-after {retry}");
+    tokio::time::sleep(Duration::from_secs(retry)).await;
+    assert_eq!(s.get(&s.link(&token), "v2rayN/7").await.0, StatusCode::OK);
+}
+
+#[tokio::test]
+async fn unknown_links_and_paths_get_one_decoy_and_probing_networks_get_only_decoys() {
+    let mut s = start(&[]);
+    let token = SubToken::generate(&mut OsRng);
+    let item = s.sim.snapshot(&token, &demo_snapshot(1));
+    assert_eq!(
+        {
+            let push = s.sim.push(&[item]);
+            s.push(push)
+        }
+        .await
+        .0,
+        StatusCode::OK
+    );
+
+    let decoy = s
+        .get(&format!("{}/nothing/here", s.edge.url), "curl/8")
+        .await;
+    assert_eq!(decoy.0, StatusCode::NOT_FOUND);
+    assert!(decoy.2.contains("nginx"));
+    let prober = client(Some("127.0.0.9"));
+    for i in 0..20 {
+        let unknown = format!(
+            "{}/s/{}",
+            s.edge.url,
+            SubToken::generate(&mut OsRng).to_link_form()
+        );
+        let malformed = format!("{}/s/not-a-token-{i}", s.edge.url);
+        for url in [unknown, malformed] {
+            let answer = get_with(&prober, &url, "curl/8").await;
+            assert_eq!((answer.0, &answer.2), (decoy.0, &decoy.2), "{url}");
+            assert_eq!(answer.1.get("content-type"), decoy.1.get("content-type"));
+        }
+    }
+    // The prober's network (127.0.0.0/24) now gets the decoy even for a real link...
+    let answer = get_with(&prober, &s.link(&token), "v2rayN/7").await;
+    assert_eq!((answer.0, answer.2), (decoy.0, decoy.2.clone()));
+    // ...while another network is served.
+    let neighbour = client(Some("127.0.1.9"));
+    assert_eq!(
+        get_with(&neighbour, &s.link(&token), "v2rayN/7").await.0,
+        StatusCode::OK
+    );
+}
+
+#[tokio::test]
+async fn bad_pushes_change_nothing_and_say_why() {
+    let mut s = start(&[]);
+    let token = SubToken::generate(&mut OsRng);
+    let mut user = demo_snapshot(1);
+    let first = s.sim.snapshot(&token, &user);
+    let first_push = s.sim.push(&[first]);
+    assert_eq!(s.push(first_push.clone()).await.0, StatusCode::OK);
+    user.name = "Renamed".into();
+    let second = s.sim.snapshot(&token, &user);
+    let second_push = s.sim.push(&[second]);
+    assert_eq!(s.push(second_push.clone()).await.0, StatusCode::OK);
+    let served = s.get(&s.link(&token), "v2rayN/7").await.2;
+    assert!(s.page(&token).await.contains("Renamed"));
+
+    // The very same push again is a no-op.
+    let (status, body) = s.push(second_push).await;
+    assert_eq!(status, StatusCode::OK, "{body}");
+    assert!(body.contains("unchanged"), "{body}");
+    // An older batch replayed is a rollback.
+    let (status, body) = s.push(first_push).await;
+    assert_eq!(status, StatusCode::CONFLICT, "{body}");
+    assert!(body.contains("stale version"), "{body}");
+
+    // A newer batch carrying an older version of the user, next to a valid new user: the
+    // whole push is refused, the new user included.
+    let newcomer = SubToken::generate(&mut OsRng);
+    let fresh = s.sim.snapshot(&newcomer, &demo_snapshot(2));
+    let old = s.sim.item_at(
+        Kind::Snapshot,
+        stream::snapshot(&token.hash()),
+        1,
+        Audience::Edge,
+        b"old".to_vec(),
+    );
+    let (status, body) = {
+        let push = s.sim.push(&[fresh, old]);
+        s.push(push)
+    }
+    .await;
+    assert_eq!(status, StatusCode::CONFLICT, "{body}");
+    assert!(body.contains("rollback"), "{body}");
+    assert_eq!(
+        s.get(&s.link(&newcomer), "v2rayN/7").await.0,
+        StatusCode::NOT_FOUND
+    );
+
+    // A tampered item no longer matches the manifest.
+    let item = s.sim.snapshot(&token, &demo_snapshot(1));
+    let manifest = s.sim.manifest(std::slice::from_ref(&item)).encode();
+    let mut tampered = item.envelope().unwrap().to_vec();
+    let last = tampered.len() - 70;
+    tampered[last] ^= 1;
+    let bundle =
+        hearth_tests::control_sim::bundle(vec![s.sim.signing_record()], manifest, vec![tampered]);
+    let (status, body) = s.push(bundle).await;
+    assert_eq!(status, StatusCode::BAD_REQUEST, "{body}");
+    assert!(body.contains("refused"), "{body}");
+
+    // Signed by a key the edge never learned.
+    let mut stranger = ControlSim::new();
+    let item = stranger.snapshot(&token, &demo_snapshot(1));
+    let manifest = stranger.manifest(std::slice::from_ref(&item)).encode();
+    let bundle = hearth_tests::control_sim::bundle(
+        vec![],
+        manifest,
+        vec![item.envelope().unwrap().to_vec()],
+    );
+    let (status, body) = s.push(bundle).await;
+    assert_eq!(status, StatusCode::BAD_REQUEST);
+    assert!(body.contains("does not know"), "{body}");
+    // ...or whose key record a stranger's root signed.
+    let (status, body) = s.push(stranger.push(&[])).await;
+    assert_eq!(status, StatusCode::BAD_REQUEST);
+    assert!(body.contains("key record refused"), "{body}");
+
+    // Without the push token, or oversized, or not a push at all.
+    let response = s
+        .http
+        .post(format!("{}/{API}/push", s.edge.url))
+        .body(vec![0u8; 10])
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(response.status(), StatusCode::UNAUTHORIZED);
+    assert_eq!(s.push(vec![1, 2, 3]).await.0, StatusCode::BAD_REQUEST);
+    // (On its own connection: the edge answers 413 without reading the body, then closes.)
+    let oversized = client(None)
+        .post(format!("{}/{API}/push", s.edge.url))
+        .bearer_auth(PUSH_TOKEN)
+        .body(vec![0u8; 33 * 1024 * 1024])
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(oversized.status(), StatusCode::PAYLOAD_TOO_LARGE);
+
+    assert_eq!(
+        s.get(&s.link(&token), "v2rayN/7").await.2,
+        served,
+        "nothing changed"
+    );
+    assert!(s.page(&token).await.contains("Renamed"));
+}
+
+#[tokio::test]
+async fn a_rotated_link_is_gone_for_good() {
+    let mut s = start(&[]);
+    let token = SubToken::generate(&mut OsRng);
+    let item = s.sim.snapshot(&token, &demo_snapshot(1));
+    let old = item.envelope().unwrap().to_vec();
+    assert_eq!(
+        {
+            let push = s.sim.push(&[item]);
+            s.push(push)
+        }
+        .await
+        .0,
+        StatusCode::OK
+    );
+    let delete = s.sim.delete_link(&token);
+    assert_eq!(
+        {
+            let push = s.sim.push(&[delete]);
+            s.push(push)
+        }
+        .await
+        .0,
+        StatusCode::OK
+    );
+    assert_eq!(
+        s.get(&s.link(&token), "v2rayN/7").await.0,
+        StatusCode::NOT_FOUND
+    );
+    // The old envelope, even under a fresh manifest, cannot bring it back.
+    let entry_stream = stream::snapshot(&token.hash());
+    let manifest = hearth_shared::wire::BatchManifest::new(vec![hearth_shared::wire::BatchEntry {
+        stream: entry_stream,
+        version: 1,
+        digest: Some(hearth_shared::sha256(&old)),
+    }])
+    .unwrap();
+    let manifest = s
+        .sim
+        .draft(Kind::Batch, stream::BATCH.into(), 99, Audience::Edge)
+        .sign(manifest.encode(), &[&s.sim.signing]);
+    let bundle = hearth_tests::control_sim::bundle(vec![], manifest.encode(), vec![old]);
+    assert_eq!(s.push(bundle).await.0, StatusCode::CONFLICT);
+    assert_eq!(
+        s.get(&s.link(&token), "v2rayN/7").await.0,
+        StatusCode::NOT_FOUND
+    );
+}
+
+fn signed_get(
+    http: &reqwest::Client,
+    base: &str,
+    path: &str,
+    key: &SecretKey,
+    node: u64,
+) -> reqwest::RequestBuilder {
+    http.get(format!("{base}{path}")).header(
+        nodeauth::HEADER,
+        nodeauth::sign(key, node, "GET", path, now()),
+    )
+}
+
+#[tokio::test]
+async fn nodes_pull_their_own_set_and_usage_queues_for_control() {
+    let mut s = start(&[]);
+    let node_key = SecretKey::generate(Role::Node, &mut OsRng).unwrap();
+    let other_key = SecretKey::generate(Role::Node, &mut OsRng).unwrap();
+    let set = CredentialSet::new(
+        1,
+        vec![CredEntry {
+            user: 5,
+            hash: [5; 32],
+        }],
+    )
+    .unwrap();
+    let creds = s.sim.creds(&set);
+    let creds_bytes = creds.envelope().unwrap().to_vec();
+    let items = [
+        s.sim.node(1, Some(node_key.public())),
+        s.sim.node(2, Some(other_key.public())),
+        creds,
+    ];
+    assert_eq!(
+        {
+            let push = s.sim.push(&items);
+            s.push(push)
+        }
+        .await
+        .0,
+        StatusCode::OK
+    );
+
+    let path = format!("/{API}/nodes/1/creds?after=0");
+    let response = signed_get(&s.http, &s.edge.url, &path, &node_key, 1)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(response.status(), StatusCode::OK);
+    assert_eq!(
+        response.bytes().await.unwrap().to_vec(),
+        creds_bytes,
+        "served as control signed it"
+    );
+    let current = format!("/{API}/nodes/1/creds?after=1");
+    assert_eq!(
+        signed_get(&s.http, &s.edge.url, &current, &node_key, 1)
+            .send()
+            .await
+            .unwrap()
+            .status(),
+        StatusCode::NO_CONTENT
+    );
+    // Another node's key, or no signature at all, gets nothing.
+    assert_eq!(
+        signed_get(&s.http, &s.edge.url, &path, &other_key, 1)
+            .send()
+            .await
+            .unwrap()
+            .status(),
+        StatusCode::UNAUTHORIZED
+    );
+    assert_eq!(
+        signed_get(&s.http, &s.edge.url, &path, &other_key, 2)
+            .send()
+            .await
+            .unwrap()
+            .status(),
+        StatusCode::FORBIDDEN
+    );
+    assert_eq!(
+        s.http
+            .get(format!("{}{path}", s.edge.url))
+            .send()
+            .await
+            .unwrap()
+            .status(),
+        StatusCode::UNAUTHORIZED
+    );
+
+    // Usage: a node-signed report queues once, however often it is sent; control drains it.
+    let report = |seq: u64, key: &SecretKey| {
+        let body = wire::encode(&UsageReport {
+            node: 1,
+            seq,
+            period_start: now() - 60,
+            period_end: now(),
+            users: vec![UserUsage {
+                user: 5,
+                up: 100,
+                down: 2000,
+            }],
+        });
+        s.sim
+            .draft(Kind::UsageReport, stream::usage(1), seq, Audience::Control)
+            .sign(body, &[key])
+            .encode()
+    };
+    let upload = |body: Vec<u8>, key: &SecretKey| {
+        let path = format!("/{API}/nodes/1/usage");
+        s.http
+            .post(format!("{}{path}", s.edge.url))
+            .header(
+                nodeauth::HEADER,
+                nodeauth::sign(key, 1, "POST", &path, now()),
+            )
+            .body(body)
+    };
+    for _ in 0..2 {
+        assert_eq!(
+            upload(report(1, &node_key), &node_key)
+                .send()
+                .await
+                .unwrap()
+                .status(),
+            StatusCode::ACCEPTED
+        );
+    }
+    assert_eq!(
+        upload(report(2, &node_key), &node_key)
+            .send()
+            .await
+            .unwrap()
+            .status(),
+        StatusCode::ACCEPTED
+    );
+    // A report signed by another key, even with a valid request signature, is refused.
+    assert_eq!(
+        upload(report(3, &other_key), &node_key)
+            .send()
+            .await
+            .unwrap()
+            .status(),
+        StatusCode::BAD_REQUEST
+    );
+
+    let first = s.drain(0).await;
+    assert_eq!(first.reports.len(), 2);
+    assert_eq!(first.reports[0].as_slice(), report(1, &node_key).as_slice());
+    assert_eq!(s.drain(0).await.reports.len(), 2, "not acknowledged yet");
+    assert!(s.drain(first.cursor).await.reports.is_empty());
+    let unauthorized = s
+        .http
+        .get(format!("{}/{API}/usage?after=0", s.edge.url))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(unauthorized.status(), StatusCode::UNAUTHORIZED);
+}
+
+#[tokio::test]
+async fn the_archive_round_trips_and_everything_survives_a_restart() {
+    let mut s = start(&[]);
+    let token = SubToken::generate(&mut OsRng);
+    let item = s.sim.snapshot(&token, &demo_snapshot(1));
+    assert_eq!(
+        {
+            let push = s.sim.push(&[item]);
+            s.push(push)
+        }
+        .await
+        .0,
+        StatusCode::OK
+    );
+    let archive = |version: u64, body: &[u8]| {
+        s.sim
+            .draft(
+                Kind::Archive,
+                stream::ARCHIVE.into(),
+                version,
+                Audience::Control,
+            )
+            .sign(body.to_vec(), &[&s.sim.signing])
+            .encode()
+    };
+    let put = |bytes: Vec<u8>| {
+        s.http
+            .put(format!("{}/{API}/archive", s.edge.url))
+            .bearer_auth(PUSH_TOKEN)
+            .body(bytes)
+            .send()
+    };
+    let get_archive = || {
+        s.http
+            .get(format!("{}/{API}/archive", s.edge.url))
+            .bearer_auth(PUSH_TOKEN)
+            .send()
+    };
+    assert_eq!(get_archive().await.unwrap().status(), StatusCode::NOT_FOUND);
+    assert_eq!(
+        put(archive(2, b"state v2")).await.unwrap().status(),
+        StatusCode::OK
+    );
+    assert_eq!(
+        put(archive(1, b"state v1")).await.unwrap().status(),
+        StatusCode::CONFLICT
+    );
+    let stored = get_archive().await.unwrap().bytes().await.unwrap().to_vec();
+    assert_eq!(stored, archive(2, b"state v2"));
+
+    let before = s.get(&s.link(&token), "v2rayN/7").await;
+    let Setup {
+        _dir,
+        edge,
+        sim,
+        http,
+    } = s;
+    let edge = edge.restart().unwrap();
+    let s = Setup {
+        _dir,
+        edge,
+        sim,
+        http,
+    };
+    let after = s.get(&s.link(&token), "v2rayN/7").await;
+    assert_eq!((before.0, before.2), (after.0, after.2));
+    let response = s
+        .http
+        .get(format!("{}/{API}/archive", s.edge.url))
+        .bearer_auth(PUSH_TOKEN)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(response.bytes().await.unwrap().to_vec(), stored);
+    // The trust learned from pushes survived too: a new push verifies.
+    let mut sim = s.sim;
+    let item = sim.snapshot(&token, &demo_snapshot(1));
+    let push = sim.push(&[item]);
+    let response = s
+        .http
+        .post(format!("{}/{API}/push", s.edge.url))
+        .bearer_auth(PUSH_TOKEN)
+        .body(push)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(response.status(), StatusCode::OK);
+}
