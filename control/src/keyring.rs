@@ -37,6 +37,11 @@ impl Paths {
     pub(crate) fn record(&self, role: Role) -> PathBuf {
         self.dir.join(format!("{role}.record"))
     }
+    /// The edge's settings: its root key, push token and API prefix, as a TOML file for a
+    /// self-hosted edge (`hearth-edge --config`) or to copy into the Worker's secrets.
+    pub(crate) fn edge_settings(&self) -> PathBuf {
+        self.dir.join("edge.toml")
+    }
 }
 
 /// What `init` made, for the owner to read once.
@@ -97,6 +102,7 @@ pub(crate) fn init(dir: &Path, now: u64) -> Result<Created> {
         &paths.public(Role::Recovery),
         format!("{}\n", recovery.public()).as_bytes(),
     )?;
+    write_edge_settings(&paths.edge_settings(), &root.public())?;
     // Written last: its presence marks a complete data directory.
     write_new(
         &paths.public(Role::Root),
@@ -140,6 +146,34 @@ pub(crate) fn load_trust(dir: &Path, now: u64) -> Result<Trust> {
         }
     }
     Ok(trust)
+}
+
+/// A random hex string of `bytes` bytes.
+fn random_hex(bytes: usize) -> String {
+    let mut buf = vec![0u8; bytes];
+    rand_core::RngCore::fill_bytes(&mut OsRng, &mut buf);
+    hex::encode(buf)
+}
+
+/// Makes the secrets control and its edge share: a 256-bit push token and a random API path.
+fn write_edge_settings(path: &Path, root: &PublicKey) -> Result<()> {
+    use std::io::Write as _;
+    let text = format!(
+        "# Settings of Hearth's edge, made by `hearth-control init`. Secret: keep this file 0600.\n\
+         root_key = \"{root}\"\npush_token = \"{}\"\napi_prefix = \"api-{}\"\nsub_prefix = \"s\"\n",
+        random_hex(32),
+        random_hex(12),
+    );
+    let mut options = std::fs::OpenOptions::new();
+    options.write(true).create_new(true);
+    #[cfg(unix)]
+    std::os::unix::fs::OpenOptionsExt::mode(&mut options, 0o600);
+    let mut file = options
+        .open(path)
+        .with_context(|| format!("creating {}", path.display()))?;
+    file.write_all(text.as_bytes())
+        .and_then(|()| file.sync_all())
+        .with_context(|| format!("writing {}", path.display()))
 }
 
 fn write_new(path: &Path, bytes: &[u8]) -> Result<()> {

@@ -150,7 +150,10 @@ _hearth_cargo_tool() {
     # rustup's native cargo builds these host tools; keep the caller's wasm/target settings out.
     (
         unset CARGO_TARGET_DIR CARGO_BUILD_TARGET RUSTC RUSTC_BOOTSTRAP CARGO_UNSTABLE_BUILD_STD
-        cargo install --quiet --debug --force --root "$root" "$@" "$crate" --version "$version" </dev/null
+        # --bin: only the one binary (the crates ship others: linking them costs time and
+        # ~300 MB). No debuginfo: smaller and faster to link.
+        CARGO_PROFILE_DEV_DEBUG=0 cargo install --quiet --debug --force --root "$root" \
+            --bin "$name" "$@" "$crate" --version "$version" </dev/null
     ) || return 1
     case "$("$root/bin/$name" --version 2>/dev/null)" in
         "$version" | *" $version") ;;
@@ -254,7 +257,12 @@ hearth_worker_build() {
             CARGO_TERM_PROGRESS_WHEN=never
         # worker-build keeps a download cache under XDG_CACHE_HOME; keep it out of $HOME too.
         export XDG_CACHE_HOME="$HEARTH_TOOLS_DIR/worker-build-cache"
-        case " $* " in *" --dev "* | *" --profiling "* | *" --release "*) ;; *) set -- --release "$@" ;; esac
+        # Default profile: --release. `--profile NAME` picks a custom Cargo profile (in a
+        # workspace, [profile.*] of member crates is ignored: give the Worker its own there).
+        case " $* " in
+            *" --dev "* | *" --profiling "* | *" --release "* | *" --profile "*) ;;
+            *) set -- --release "$@" ;;
+        esac
         exec "$HEARTH_WORKER_BUILD" "$@" </dev/null
     )
 }
