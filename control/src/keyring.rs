@@ -24,9 +24,7 @@ pub(crate) struct Paths {
 
 impl Paths {
     pub(crate) fn new(dir: &Path) -> Paths {
-        Paths {
-            dir: dir.to_owned(),
-        }
+        Paths { dir: dir.to_owned() }
     }
     pub(crate) fn secret(&self, role: Role) -> PathBuf {
         self.dir.join(format!("{role}.key"))
@@ -56,27 +54,19 @@ pub(crate) struct Created {
 pub(crate) fn init(dir: &Path, now: u64) -> Result<Created> {
     let paths = Paths::new(dir);
     if paths.public(Role::Root).exists() {
-        bail!(
-            "{} already holds Hearth keys; refusing to replace them",
-            dir.display()
-        );
+        bail!("{} already holds Hearth keys; refusing to replace them", dir.display());
     }
     let mut builder = std::fs::DirBuilder::new();
     builder.recursive(true);
     #[cfg(unix)]
     std::os::unix::fs::DirBuilderExt::mode(&mut builder, 0o700);
-    builder
-        .create(dir)
-        .with_context(|| format!("creating {}", dir.display()))?;
+    builder.create(dir).with_context(|| format!("creating {}", dir.display()))?;
     let root = SecretKey::generate(Role::Root, &mut OsRng)?;
     let recovery = RecoverySecret::generate(&mut OsRng);
     let mut online = Vec::new();
     for role in [Role::Signing, Role::Release] {
         let key = SecretKey::generate(role, &mut OsRng)?;
-        let record = KeyRecord {
-            role,
-            keys: RoleKeys::single(key.public()),
-        };
+        let record = KeyRecord { role, keys: RoleKeys::single(key.public()) };
         let envelope = Draft {
             kind: Kind::KeyRecord,
             stream: stream::keys(role),
@@ -90,30 +80,16 @@ pub(crate) fn init(dir: &Path, now: u64) -> Result<Created> {
         .sign(wire::encode(&record), &[&root]);
         key.save(&paths.secret(role))?;
         write_new(&paths.record(role), &envelope.encode())?;
-        write_new(
-            &paths.public(role),
-            format!("{}\n", key.public()).as_bytes(),
-        )?;
+        write_new(&paths.public(role), format!("{}\n", key.public()).as_bytes())?;
         online.push(key.public());
     }
     root.save(&paths.secret(Role::Root))?;
     recovery.save(&paths.secret(Role::Recovery))?;
-    write_new(
-        &paths.public(Role::Recovery),
-        format!("{}\n", recovery.public()).as_bytes(),
-    )?;
+    write_new(&paths.public(Role::Recovery), format!("{}\n", recovery.public()).as_bytes())?;
     write_edge_settings(&paths.edge_settings(), &root.public())?;
     // Written last: its presence marks a complete data directory.
-    write_new(
-        &paths.public(Role::Root),
-        format!("{}\n", root.public()).as_bytes(),
-    )?;
-    Ok(Created {
-        root: root.public(),
-        signing: online[0],
-        release: online[1],
-        recovery: recovery.public(),
-    })
+    write_new(&paths.public(Role::Root), format!("{}\n", root.public()).as_bytes())?;
+    Ok(Created { root: root.public(), signing: online[0], release: online[1], recovery: recovery.public() })
 }
 
 /// The trust a verifier of this data directory's envelopes holds: the root from `root.pub`,
@@ -122,12 +98,7 @@ pub(crate) fn load_trust(dir: &Path, now: u64) -> Result<Trust> {
     let paths = Paths::new(dir);
     let root_path = paths.public(Role::Root);
     let root: PublicKey = std::fs::read_to_string(&root_path)
-        .with_context(|| {
-            format!(
-                "reading {} (run `hearth-control init` first)",
-                root_path.display()
-            )
-        })?
+        .with_context(|| format!("reading {} (run `hearth-control init` first)", root_path.display()))?
         .parse()
         .with_context(|| format!("{} is not a public key", root_path.display()))?;
     let mut trust = Trust::new(RoleKeys::single(root));
@@ -138,11 +109,7 @@ pub(crate) fn load_trust(dir: &Path, now: u64) -> Result<Trust> {
             .accept_key_record(&bytes, now)
             .with_context(|| format!("{} does not verify against the root key", path.display()))?;
         if record.role != role {
-            bail!(
-                "{} holds the {} key record, not the {role} one",
-                path.display(),
-                record.role
-            );
+            bail!("{} holds the {} key record, not the {role} one", path.display(), record.role);
         }
     }
     Ok(trust)
@@ -168,9 +135,7 @@ fn write_edge_settings(path: &Path, root: &PublicKey) -> Result<()> {
     options.write(true).create_new(true);
     #[cfg(unix)]
     std::os::unix::fs::OpenOptionsExt::mode(&mut options, 0o600);
-    let mut file = options
-        .open(path)
-        .with_context(|| format!("creating {}", path.display()))?;
+    let mut file = options.open(path).with_context(|| format!("creating {}", path.display()))?;
     file.write_all(text.as_bytes())
         .and_then(|()| file.sync_all())
         .with_context(|| format!("writing {}", path.display()))
@@ -183,9 +148,7 @@ fn write_new(path: &Path, bytes: &[u8]) -> Result<()> {
         .create_new(true)
         .open(path)
         .with_context(|| format!("creating {}", path.display()))?;
-    file.write_all(bytes)
-        .and_then(|()| file.sync_all())
-        .with_context(|| format!("writing {}", path.display()))
+    file.write_all(bytes).and_then(|()| file.sync_all()).with_context(|| format!("writing {}", path.display()))
 }
 
 #[cfg(test)]
@@ -197,30 +160,15 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         let created = init(dir.path(), 1_700_000_000).unwrap();
         let trust = load_trust(dir.path(), 1_700_000_100).unwrap();
-        assert_eq!(
-            trust.role(Role::Signing).unwrap().keys,
-            vec![created.signing]
-        );
-        assert_eq!(
-            trust.role(Role::Release).unwrap().keys,
-            vec![created.release]
-        );
-        assert!(
-            init(dir.path(), 1_700_000_000).is_err(),
-            "a second init must not replace keys"
-        );
+        assert_eq!(trust.role(Role::Signing).unwrap().keys, vec![created.signing]);
+        assert_eq!(trust.role(Role::Release).unwrap().keys, vec![created.release]);
+        assert!(init(dir.path(), 1_700_000_000).is_err(), "a second init must not replace keys");
 
         // A record swapped for another role's is refused, with a clear reason.
         let paths = Paths::new(dir.path());
         std::fs::remove_file(paths.record(Role::Signing)).unwrap();
         std::fs::copy(paths.record(Role::Release), paths.record(Role::Signing)).unwrap();
-        let err = load_trust(dir.path(), 1_700_000_100)
-            .err()
-            .unwrap()
-            .to_string();
-        assert!(
-            err.contains("holds the release key record, not the signing one"),
-            "{err}"
-        );
+        let err = load_trust(dir.path(), 1_700_000_100).err().unwrap().to_string();
+        assert!(err.contains("holds the release key record, not the signing one"), "{err}");
     }
 }

@@ -17,12 +17,7 @@ use hearth_shared::keys::Role;
 #[command(version, about)]
 struct Cli {
     /// Where control keeps its keys and state.
-    #[arg(
-        long,
-        env = "HEARTH_DATA_DIR",
-        default_value = "hearth-data",
-        global = true
-    )]
+    #[arg(long, env = "HEARTH_DATA_DIR", default_value = "hearth-data", global = true)]
     data_dir: PathBuf,
     #[command(subcommand)]
     command: Command,
@@ -47,9 +42,7 @@ enum KeysCommand {
 }
 
 fn now() -> u64 {
-    SystemTime::now()
-        .duration_since(UNIX_EPOCH)
-        .map_or(0, |d| d.as_secs())
+    SystemTime::now().duration_since(UNIX_EPOCH).map_or(0, |d| d.as_secs())
 }
 
 fn main() -> Result<()> {
@@ -60,43 +53,22 @@ fn main() -> Result<()> {
             let paths = keyring::Paths::new(&cli.data_dir);
             println!("Initialised {}", cli.data_dir.display());
             println!("  root key      {} ({})", created.root.id(), created.root);
-            println!(
-                "  signing key   {} (certified by root)",
-                created.signing.id()
-            );
-            println!(
-                "  release key   {} (certified by root)",
-                created.release.id()
-            );
-            println!(
-                "  recovery key  {} ({})",
-                created.recovery.id(),
-                created.recovery
-            );
+            println!("  signing key   {} (certified by root)", created.signing.id());
+            println!("  release key   {} (certified by root)", created.release.id());
+            println!("  recovery key  {} ({})", created.recovery.id(), created.recovery);
             println!();
             println!("Keep these two files offline, then delete them from this machine:");
-            println!(
-                "  {}  (certifies and rotates every other key)",
-                paths.secret(Role::Root).display()
-            );
-            println!(
-                "  {}  (opens the recovery archive and snapshots)",
-                paths.secret(Role::Recovery).display()
-            );
+            println!("  {}  (certifies and rotates every other key)", paths.secret(Role::Root).display());
+            println!("  {}  (opens the recovery archive and snapshots)", paths.secret(Role::Recovery).display());
         }
-        Command::Keys {
-            command: KeysCommand::Show,
-        } => {
+        Command::Keys { command: KeysCommand::Show } => {
             let trust = keyring::load_trust(&cli.data_dir, now())?;
             for role in [Role::Root, Role::Signing, Role::Release] {
                 let source = match trust.role_version(role).unwrap_or(0) {
                     0 => "trust anchor".to_owned(),
                     version => format!("key record v{version}"),
                 };
-                let keys = trust
-                    .role(role)
-                    .map(|keys| keys.keys.as_slice())
-                    .unwrap_or_default();
+                let keys = trust.role(role).map(|keys| keys.keys.as_slice()).unwrap_or_default();
                 for key in keys {
                     println!("{role:<8} {}  {key}  ({source})", key.id());
                 }

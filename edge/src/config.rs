@@ -43,9 +43,7 @@ impl PushToken {
     /// Whether an `Authorization` header carries this token (`Bearer <token>`), in constant
     /// time.
     pub fn matches(&self, authorization: Option<&str>) -> bool {
-        let presented = authorization
-            .and_then(|value| value.strip_prefix("Bearer "))
-            .unwrap_or("");
+        let presented = authorization.and_then(|value| value.strip_prefix("Bearer ")).unwrap_or("");
         hearth_shared::ct_eq(presented.as_bytes(), self.0.as_bytes())
     }
 }
@@ -97,61 +95,35 @@ pub struct ConfigError {
 }
 
 fn error(name: &'static str, problem: impl Into<String>) -> ConfigError {
-    ConfigError {
-        name,
-        problem: problem.into(),
-    }
+    ConfigError { name, problem: problem.into() }
 }
 
 impl EdgeConfig {
     /// Reads and validates the settings from `get` (a Worker's env, or the process's).
     pub fn from_vars(get: impl Fn(&str) -> Option<String>) -> Result<EdgeConfig, ConfigError> {
-        let get = |name: &str| {
-            get(name)
-                .map(|v| v.trim().to_owned())
-                .filter(|v| !v.is_empty())
-        };
+        let get = |name: &str| get(name).map(|v| v.trim().to_owned()).filter(|v| !v.is_empty());
         let required = |name: &'static str| get(name).ok_or_else(|| error(name, "is required"));
         let number = |name: &'static str, default: u32| -> Result<u32, ConfigError> {
             get(name).map_or(Ok(default), |v| {
-                v.parse()
-                    .ok()
-                    .filter(|n| *n > 0)
-                    .ok_or_else(|| error(name, "must be a whole number above 0"))
+                v.parse().ok().filter(|n| *n > 0).ok_or_else(|| error(name, "must be a whole number above 0"))
             })
         };
-        let root: PublicKey = required("HEARTH_ROOT_KEY")?.parse().map_err(|_| {
-            error(
-                "HEARTH_ROOT_KEY",
-                "is not a public key (32 bytes of base64)",
-            )
-        })?;
+        let root: PublicKey = required("HEARTH_ROOT_KEY")?
+            .parse()
+            .map_err(|_| error("HEARTH_ROOT_KEY", "is not a public key (32 bytes of base64)"))?;
         let push_token = required("HEARTH_PUSH_TOKEN")?;
         if push_token.len() < 32 {
             return Err(error("HEARTH_PUSH_TOKEN", "must be at least 32 characters"));
         }
         let api_prefix = required("HEARTH_API_PREFIX")?;
         let sub_prefix = get("HEARTH_SUB_PREFIX").unwrap_or_else(|| "s".to_owned());
-        for (name, value, min) in [
-            ("HEARTH_API_PREFIX", &api_prefix, 16),
-            ("HEARTH_SUB_PREFIX", &sub_prefix, 1),
-        ] {
-            if value.len() < min
-                || !value
-                    .bytes()
-                    .all(|b| b.is_ascii_alphanumeric() || b == b'-' || b == b'_')
-            {
-                return Err(error(
-                    name,
-                    format!("must be at least {min} letters, digits, '-' or '_'"),
-                ));
+        for (name, value, min) in [("HEARTH_API_PREFIX", &api_prefix, 16), ("HEARTH_SUB_PREFIX", &sub_prefix, 1)] {
+            if value.len() < min || !value.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'-' || b == b'_') {
+                return Err(error(name, format!("must be at least {min} letters, digits, '-' or '_'")));
             }
         }
         if api_prefix == sub_prefix || sub_prefix == "healthz" {
-            return Err(error(
-                "HEARTH_SUB_PREFIX",
-                "must differ from the API prefix and from 'healthz'",
-            ));
+            return Err(error("HEARTH_SUB_PREFIX", "must differ from the API prefix and from 'healthz'"));
         }
         let enabled = match get("HEARTH_LIMITS").as_deref() {
             None | Some("on") => true,
@@ -166,21 +138,14 @@ impl EdgeConfig {
             },
             network: BucketLimit {
                 burst: number("HEARTH_NETWORK_BURST", BucketLimit::PER_NETWORK.burst)?,
-                per_minute: number(
-                    "HEARTH_NETWORK_PER_MINUTE",
-                    BucketLimit::PER_NETWORK.per_minute,
-                )?,
+                per_minute: number("HEARTH_NETWORK_PER_MINUTE", BucketLimit::PER_NETWORK.per_minute)?,
             },
             misses: MissLimit::DEFAULT,
         };
         let ua_rules = match get("HEARTH_UA_RULES") {
             None => Vec::new(),
-            Some(json) => serde_json::from_str(&json).map_err(|e| {
-                error(
-                    "HEARTH_UA_RULES",
-                    format!("is not a JSON list of rules: {e}"),
-                )
-            })?,
+            Some(json) => serde_json::from_str(&json)
+                .map_err(|e| error("HEARTH_UA_RULES", format!("is not a JSON list of rules: {e}")))?,
         };
         Ok(EdgeConfig {
             root: RoleKeys::single(root),
@@ -199,8 +164,7 @@ pub(crate) mod tests {
     use std::collections::HashMap;
 
     pub(crate) fn vars() -> HashMap<&'static str, String> {
-        let root =
-            hearth_shared::keys::SecretKey::from_seed(hearth_shared::keys::Role::Root, &[1; 32]);
+        let root = hearth_shared::keys::SecretKey::from_seed(hearth_shared::keys::Role::Root, &[1; 32]);
         HashMap::from([
             ("HEARTH_ROOT_KEY", root.public().to_string()),
             ("HEARTH_PUSH_TOKEN", "p".repeat(40)),
@@ -219,11 +183,7 @@ pub(crate) mod tests {
         assert_eq!(config.sub_prefix, "s");
         assert!(config.limits.enabled);
         assert_eq!(config.limits.link.limit, 60);
-        assert!(
-            config
-                .push_token
-                .matches(Some(&format!("Bearer {}", "p".repeat(40))))
-        );
+        assert!(config.push_token.matches(Some(&format!("Bearer {}", "p".repeat(40)))));
         assert!(!config.push_token.matches(Some("Bearer nope")));
         assert!(!config.push_token.matches(None));
         assert_eq!(format!("{:?}", config.push_token), "PushToken(****)");
@@ -247,11 +207,6 @@ pub(crate) mod tests {
         }
         let mut vars = vars();
         vars.remove("HEARTH_PUSH_TOKEN");
-        assert_eq!(
-            EdgeConfig::from_vars(|n| vars.get(n).cloned())
-                .unwrap_err()
-                .problem,
-            "is required"
-        );
+        assert_eq!(EdgeConfig::from_vars(|n| vars.get(n).cloned()).unwrap_err().problem, "is required");
     }
 }

@@ -7,11 +7,12 @@
 //!
 //! The logic here is runtime-free: [`config`] (settings from Worker vars or a file),
 //! [`routes`] (what a request asks for), [`push`] (checking a push before storing it),
-//! [`serve`] (answering a subscription fetch, and the decoy). Two adapters run it: the
+//! [`api`] (the other API checks), [`serve`] (answering a subscription fetch, and the decoy). Two adapters run it: the
 //! Cloudflare Worker (Durable Objects) and the native edge ([`native`]: axum and an embedded
 //! libSQL database), which is also how tests and benchmarks drive it. This crate never
 //! depends on control or the node.
 
+pub mod api;
 pub mod config;
 pub mod push;
 pub mod routes;
@@ -43,10 +44,6 @@ impl Reply {
 
     /// A reply with a binary (postcard or envelope) body.
     pub fn bytes(status: u16, body: Vec<u8>) -> Reply {
-        Reply {
-            status,
-            headers: vec![("content-type", "application/octet-stream".to_owned())],
-            body,
-        }
+        Reply { status, headers: vec![("content-type", "application/octet-stream".to_owned())], body }
     }
 }

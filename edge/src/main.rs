@@ -31,11 +31,8 @@ mod cli {
     fn settings(file: Option<&PathBuf>) -> Result<EdgeConfig> {
         let mut from_file = std::collections::HashMap::new();
         if let Some(path) = file {
-            let text = std::fs::read_to_string(path)
-                .with_context(|| format!("reading {}", path.display()))?;
-            let table: toml::Table = text
-                .parse()
-                .with_context(|| format!("{} is not TOML", path.display()))?;
+            let text = std::fs::read_to_string(path).with_context(|| format!("reading {}", path.display()))?;
+            let table: toml::Table = text.parse().with_context(|| format!("{} is not TOML", path.display()))?;
             for (key, value) in table {
                 let name = format!("HEARTH_{}", key.to_ascii_uppercase());
                 if !NAMES.contains(&name.as_str()) {
@@ -48,38 +45,28 @@ mod cli {
                 from_file.insert(name, value);
             }
         }
-        Ok(EdgeConfig::from_vars(|name| {
-            std::env::var(name)
-                .ok()
-                .or_else(|| from_file.get(name).cloned())
-        })?)
+        Ok(EdgeConfig::from_vars(|name| std::env::var(name).ok().or_else(|| from_file.get(name).cloned()))?)
     }
 
     pub(crate) fn main() -> Result<()> {
         let cli = Cli::parse();
         tracing_subscriber::fmt()
             .with_env_filter(
-                tracing_subscriber::EnvFilter::try_from_env("HEARTH_LOG")
-                    .unwrap_or_else(|_| "info".into()),
+                tracing_subscriber::EnvFilter::try_from_env("HEARTH_LOG").unwrap_or_else(|_| "info".into()),
             )
             .with_writer(std::io::stderr)
+            .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()))
             .init();
         let config = settings(cli.config.as_ref())?;
-        let runtime = tokio::runtime::Builder::new_multi_thread()
-            .enable_all()
-            .build()?;
+        let runtime = tokio::runtime::Builder::new_multi_thread().enable_all().build()?;
         runtime.block_on(async {
-            let edge = Edge::open(config, &cli.db)
-                .await
-                .with_context(|| format!("opening {}", cli.db.display()))?;
+            let edge = Edge::open(config, &cli.db).await.with_context(|| format!("opening {}", cli.db.display()))?;
             let listener = tokio::net::TcpListener::bind(cli.listen)
                 .await
                 .with_context(|| format!("listening on {}", cli.listen))?;
             println!("hearth-edge listening on http://{}", listener.local_addr()?);
             let app = router(Arc::new(edge)).into_make_service_with_connect_info::<SocketAddr>();
-            axum::serve(listener, app)
-                .with_graceful_shutdown(shutdown())
-                .await?;
+            axum::serve(listener, app).with_graceful_shutdown(shutdown()).await?;
             Ok(())
         })
     }

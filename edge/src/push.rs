@@ -26,6 +26,8 @@ pub enum Target {
     Creds(NodeId),
     /// A node's registration: the edge learns node keys only from these.
     Node(NodeId),
+    /// Control's recovery archive.
+    Archive,
 }
 
 /// One stream's new version, checked against the manifest.
@@ -47,10 +49,7 @@ pub struct Write {
 impl Write {
     /// The state the store keeps for the stream after this write.
     pub fn state(&self) -> StreamState {
-        StreamState {
-            version: self.version,
-            digest: self.digest,
-        }
+        StreamState { version: self.version, digest: self.digest }
     }
 }
 
@@ -118,10 +117,7 @@ impl PushError {
 }
 
 fn item_error(stream: &str, reason: impl Into<String>) -> PushError {
-    PushError::Item {
-        stream: stream.to_owned(),
-        reason: reason.into(),
-    }
+    PushError::Item { stream: stream.to_owned(), reason: reason.into() }
 }
 
 /// What a stream name is, and what its items must be.
@@ -129,65 +125,34 @@ fn target_of(stream: &str) -> Option<(Target, Kind, Audience)> {
     let parse_id = |id: &str| id.parse::<NodeId>().ok().filter(|n| n.to_string() == id);
     if let Some(hash) = stream.strip_prefix("sub/") {
         let hash: Digest = hex::decode(hash).ok()?.try_into().ok()?;
-        (stream::snapshot(&hash) == stream).then_some((
-            Target::Link(hash),
-            Kind::Snapshot,
-            Audience::Edge,
-        ))
+        (stream::snapshot(&hash) == stream).then_some((Target::Link(hash), Kind::Snapshot, Audience::Edge))
     } else if let Some(id) = stream.strip_prefix("creds/") {
         let node = parse_id(id)?;
-        Some((
-            Target::Creds(node),
-            Kind::CredentialSet,
-            Audience::Node(node),
-        ))
+        Some((Target::Creds(node), Kind::CredentialSet, Audience::Node(node)))
     } else if let Some(id) = stream.strip_prefix("node/") {
-        Some((
-            Target::Node(parse_id(id)?),
-            Kind::NodeRecord,
-            Audience::Edge,
-        ))
+        Some((Target::Node(parse_id(id)?), Kind::NodeRecord, Audience::Edge))
     } else {
         None
     }
 }
 
 /// Checks a push against the edge's `trust` and the stored batch state, at `now` (Unix s).
-pub fn check(
-    bytes: &[u8],
-    trust: &Trust,
-    batch: Option<&StreamState>,
-    now: u64,
-) -> Result<Checked, PushError> {
+pub fn check(bytes: &[u8], trust: &Trust, batch: Option<&StreamState>, now: u64) -> Result<Checked, PushError> {
     if bytes.len() > MAX_PUSH_BYTES {
         return Err(PushError::Oversized(bytes.len()));
     }
-    let bundle: PushBundle =
-        wire::decode(bytes, "push").map_err(|_| PushError::Malformed("not a push bundle"))?;
+    let bundle: PushBundle = wire::decode(bytes, "push").map_err(|_| PushError::Malformed("not a push bundle"))?;
     let mut trust = trust.clone();
     let mut trust_changed = false;
     for record in &bundle.key_records {
         let before = trust.clone();
-        trust
-            .accept_key_record(record, now)
-            .map_err(PushError::KeyRecord)?;
+        trust.accept_key_record(record, now).map_err(PushError::KeyRecord)?;
         trust_changed |= trust != before;
     }
-    let expect = Expect {
-        kind: Kind::Batch,
-        audience: Audience::Edge,
-        stream: stream::BATCH,
-    };
-    let verified =
-        verify(&bundle.manifest, &trust, &expect, batch, now).map_err(PushError::Manifest)?;
+    let expect = Expect { kind: Kind::Batch, audience: Audience::Edge, stream: stream::BATCH };
+    let verified = verify(&bundle.manifest, &trust, &expect, batch, now).map_err(PushError::Manifest)?;
     if verified.unchanged {
-        return Ok(Checked {
-            trust,
-            trust_changed,
-            batch: verified.state(),
-            unchanged: true,
-            writes: Vec::new(),
-        });
+        return Ok(Checked { trust, trust_changed, batch: verified.state(), unchanged: true, writes: Vec::new() });
     }
     let manifest = BatchManifest::decode(&verified.envelope.body)
         .map_err(|_| PushError::Malformed("the batch body is not a manifest"))?;
@@ -196,11 +161,8 @@ pub fn check(
     for bytes in bundle.items {
         let bytes = bytes.into_vec();
         // Decode leniently sized first: the item's own kind caps it below.
-        let envelope = Envelope::decode(
-            &bytes,
-            Kind::Snapshot.max_len().max(Kind::CredentialSet.max_len()),
-        )
-        .map_err(|e| item_error("?", e.to_string()))?;
+        let envelope = Envelope::decode(&bytes, Kind::Snapshot.max_len().max(Kind::CredentialSet.max_len()))
+            .map_err(|e| item_error("?", e.to_string()))?;
         let stream_name = envelope.header.stream.clone();
         let at = manifest
             .entries()
@@ -214,14 +176,11 @@ pub fn check(
 
     let mut writes = Vec::with_capacity(items.len());
     for (entry, item) in manifest.entries().iter().zip(items) {
-        let (target, kind, audience) = target_of(&entry.stream)
-            .ok_or_else(|| item_error(&entry.stream, "not a stream the edge keeps"))?;
+        let (target, kind, audience) =
+            target_of(&entry.stream).ok_or_else(|| item_error(&entry.stream, "not a stream the edge keeps"))?;
         let Some(digest) = entry.digest else {
             if item.is_some() {
-                return Err(item_error(
-                    &entry.stream,
-                    "a deletion must not carry an item",
-                ));
+                return Err(item_error(&entry.stream, "a deletion must not carry an item"));
             }
             writes.push(Write {
                 target,
@@ -235,22 +194,13 @@ pub fn check(
         let (envelope, bytes) = item.ok_or_else(|| PushError::MissingItem(entry.stream.clone()))?;
         let header = &envelope.header;
         if bytes.len() > kind.max_len() {
-            return Err(item_error(
-                &entry.stream,
-                "over the size limit for its kind",
-            ));
+            return Err(item_error(&entry.stream, "over the size limit for its kind"));
         }
         if header.kind != kind || header.audience != audience {
-            return Err(item_error(
-                &entry.stream,
-                "wrong kind or audience for its stream",
-            ));
+            return Err(item_error(&entry.stream, "wrong kind or audience for its stream"));
         }
         if header.version != entry.version || hearth_shared::sha256(&bytes) != digest {
-            return Err(item_error(
-                &entry.stream,
-                "does not match its manifest entry",
-            ));
+            return Err(item_error(&entry.stream, "does not match its manifest entry"));
         }
         if !envelope.body_matches() {
             return Err(item_error(&entry.stream, "body does not match its hash"));
@@ -273,33 +223,20 @@ pub fn check(
             envelope: Some(bytes),
         });
     }
-    Ok(Checked {
-        trust,
-        trust_changed,
-        batch: verified.state(),
-        unchanged: false,
-        writes,
-    })
+    Ok(Checked { trust, trust_changed, batch: verified.state(), unchanged: false, writes })
 }
 
 /// Whether a write applies over the stored state: `Ok(true)` to store it, `Ok(false)` for the
 /// same envelope again (a no-op), an error for a rollback or conflicting content.
 pub fn decide(write: &Write, stored: Option<&StreamState>) -> Result<bool, PushError> {
-    let refuse = |reason: String| PushError::Refused {
-        stream: write.stream.clone(),
-        reason,
-    };
+    let refuse = |reason: String| PushError::Refused { stream: write.stream.clone(), reason };
     match stored {
         None => Ok(true),
         Some(s) if write.version > s.version => Ok(true),
         Some(s) if write.version == s.version && write.digest == s.digest => Ok(false),
-        Some(s) if write.version == s.version => Err(refuse(format!(
-            "version {} already stored with other content",
-            s.version
-        ))),
-        Some(s) => Err(refuse(format!(
-            "version {} is older than the stored {} (rollback)",
-            write.version, s.version
-        ))),
+        Some(s) if write.version == s.version => {
+            Err(refuse(format!("version {} already stored with other content", s.version)))
+        }
+        Some(s) => Err(refuse(format!("version {} is older than the stored {} (rollback)", write.version, s.version))),
     }
 }

@@ -36,9 +36,7 @@ pub enum Route {
 }
 
 fn query_u64(query: &str, key: &str) -> Option<u64> {
-    query
-        .split('&')
-        .find_map(|pair| pair.strip_prefix(key)?.strip_prefix('=')?.parse().ok())
+    query.split('&').find_map(|pair| pair.strip_prefix(key)?.strip_prefix('=')?.parse().ok())
 }
 
 /// Routes a request.
@@ -46,23 +44,16 @@ pub fn route(config: &EdgeConfig, method: &str, path: &str, query: &str) -> Rout
     let segments: Vec<&str> = path.trim_start_matches('/').split('/').collect();
     let get = method == "GET" || method == "HEAD";
     match segments.as_slice() {
-        [prefix, token] if get && *prefix == config.sub_prefix => {
-            Route::Subscription(SubToken::parse(token))
-        }
+        [prefix, token] if get && *prefix == config.sub_prefix => Route::Subscription(SubToken::parse(token)),
         ["healthz"] if get => Route::Health,
         [prefix, rest @ ..] if *prefix == config.api_prefix => match (method, rest) {
             ("POST", ["push"]) => Route::Push,
             ("GET", ["nodes", id, "creds"]) => match id.parse() {
-                Ok(node) => Route::NodeCreds {
-                    node,
-                    after: query_u64(query, "after").unwrap_or(0),
-                },
+                Ok(node) => Route::NodeCreds { node, after: query_u64(query, "after").unwrap_or(0) },
                 Err(_) => Route::Unknown,
             },
             ("POST", ["nodes", id, "usage"]) => id.parse().map_or(Route::Unknown, Route::NodeUsage),
-            ("GET", ["usage"]) => Route::UsageDrain {
-                after: query_u64(query, "after").unwrap_or(0),
-            },
+            ("GET", ["usage"]) => Route::UsageDrain { after: query_u64(query, "after").unwrap_or(0) },
             ("PUT", ["archive"]) => Route::ArchivePut,
             ("GET", ["archive"]) => Route::ArchiveGet,
             _ => Route::Unknown,
@@ -83,37 +74,17 @@ mod tests {
         let link = format!("/s/{}", token.to_link_form());
         let api = "/api-0123456789abcdef";
         let cases: Vec<(&str, String, &str, Route)> = vec![
-            (
-                "GET",
-                link.clone(),
-                "",
-                Route::Subscription(Some(token.clone())),
-            ),
+            ("GET", link.clone(), "", Route::Subscription(Some(token.clone()))),
             ("HEAD", link.clone(), "", Route::Subscription(Some(token))),
             ("POST", link, "", Route::Unknown),
             ("GET", "/s/short".into(), "", Route::Subscription(None)),
             ("GET", "/healthz".into(), "", Route::Health),
             ("POST", format!("{api}/push"), "", Route::Push),
             ("GET", format!("{api}/push"), "", Route::Unknown),
-            (
-                "GET",
-                format!("{api}/nodes/4/creds"),
-                "after=9",
-                Route::NodeCreds { node: 4, after: 9 },
-            ),
+            ("GET", format!("{api}/nodes/4/creds"), "after=9", Route::NodeCreds { node: 4, after: 9 }),
             ("GET", format!("{api}/nodes/x/creds"), "", Route::Unknown),
-            (
-                "POST",
-                format!("{api}/nodes/4/usage"),
-                "",
-                Route::NodeUsage(4),
-            ),
-            (
-                "GET",
-                format!("{api}/usage"),
-                "after=12",
-                Route::UsageDrain { after: 12 },
-            ),
+            ("POST", format!("{api}/nodes/4/usage"), "", Route::NodeUsage(4)),
+            ("GET", format!("{api}/usage"), "after=12", Route::UsageDrain { after: 12 }),
             ("PUT", format!("{api}/archive"), "", Route::ArchivePut),
             ("GET", format!("{api}/archive"), "", Route::ArchiveGet),
             ("GET", "/api-wrong/push".into(), "", Route::Unknown),
@@ -121,11 +92,7 @@ mod tests {
             ("GET", "/s/a/b".into(), "", Route::Unknown),
         ];
         for (method, path, query, expected) in cases {
-            assert_eq!(
-                route(&c, method, &path, query),
-                expected,
-                "{method} {path}?{query}"
-            );
+            assert_eq!(route(&c, method, &path, query), expected, "{method} {path}?{query}");
         }
     }
 }

@@ -27,10 +27,7 @@ pub fn decoy() -> Reply {
 
 /// Too many requests, with `Retry-After`.
 pub fn too_many(retry_after: u64) -> Reply {
-    let mut reply = Reply::text(
-        429,
-        "Too many requests for this link. Your app will try again later.\n",
-    );
+    let mut reply = Reply::text(429, "Too many requests for this link. Your app will try again later.\n");
     reply.headers.push(("retry-after", retry_after.to_string()));
     reply.headers.push(("cache-control", "no-store".to_owned()));
     reply
@@ -48,12 +45,7 @@ pub enum Gate {
 }
 
 /// Checks (and counts) a fetch from a client network at `now_ms`.
-pub fn network_gate(
-    guard: &MissGuard,
-    bucket: &mut TokenBucket,
-    limits: &Limits,
-    now_ms: u64,
-) -> Gate {
+pub fn network_gate(guard: &MissGuard, bucket: &mut TokenBucket, limits: &Limits, now_ms: u64) -> Gate {
     if !limits.enabled {
         return Gate::Open;
     }
@@ -84,12 +76,7 @@ pub fn subscription(
     let Ok(snapshot) = seal::open(&envelope.body, token) else {
         return decoy();
     };
-    let wants =
-        format_override(query).unwrap_or_else(|| match_user_agent(user_agent, &config.ua_rules));
+    let wants = format_override(query).unwrap_or_else(|| match_user_agent(user_agent, &config.ua_rules));
     let answer = answer(&snapshot, wants, sub_url);
-    Reply {
-        status: 200,
-        headers: answer.headers,
-        body: answer.body.into_bytes(),
-    }
+    Reply { status: 200, headers: answer.headers, body: answer.body.into_bytes() }
 }

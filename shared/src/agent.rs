@@ -80,9 +80,7 @@ pub fn match_user_agent(user_agent: &str, rules: &[UaRule]) -> Wants {
     let lower = user_agent.to_ascii_lowercase();
     let target = rules
         .iter()
-        .find(|rule| {
-            !rule.contains.is_empty() && lower.contains(&rule.contains.to_ascii_lowercase())
-        })
+        .find(|rule| !rule.contains.is_empty() && lower.contains(&rule.contains.to_ascii_lowercase()))
         .map(|rule| rule.target)
         .or_else(|| {
             BUILT_IN
@@ -93,13 +91,7 @@ pub fn match_user_agent(user_agent: &str, rules: &[UaRule]) -> Wants {
                 })
                 .map(|(_, target)| *target)
         })
-        .unwrap_or_else(|| {
-            if is_browser(&lower) {
-                RuleTarget::Page
-            } else {
-                RuleTarget::Base64
-            }
-        });
+        .unwrap_or_else(|| if is_browser(&lower) { RuleTarget::Page } else { RuleTarget::Base64 });
     match target {
         RuleTarget::Base64 => Wants::Profile(Format::Base64),
         RuleTarget::Mihomo => Wants::Profile(Format::Mihomo),
@@ -112,18 +104,14 @@ pub fn match_user_agent(user_agent: &str, rules: &[UaRule]) -> Wants {
 /// `base64` (or `v2ray`), `clash` (or `mihomo`), `sing-box` (or `singbox`, optionally with a
 /// version: `sing-box-1.12`), `page`.
 pub fn format_override(query: &str) -> Option<Wants> {
-    let value = query
-        .split('&')
-        .find_map(|pair| pair.strip_prefix("format="))?;
+    let value = query.split('&').find_map(|pair| pair.strip_prefix("format="))?;
     let value = value.to_ascii_lowercase();
     Some(match value.as_str() {
         "base64" | "v2ray" => Wants::Profile(Format::Base64),
         "clash" | "mihomo" => Wants::Profile(Format::Mihomo),
         "page" => Wants::Page,
         other => {
-            let rest = other
-                .strip_prefix("sing-box")
-                .or_else(|| other.strip_prefix("singbox"))?;
+            let rest = other.strip_prefix("sing-box").or_else(|| other.strip_prefix("singbox"))?;
             let version = if rest.is_empty() {
                 SingBoxVersion::OLDEST
             } else {
@@ -163,22 +151,15 @@ fn sing_box_version(lower: &str) -> SingBoxVersion {
 mod tests {
     use super::*;
 
-    const V: fn(u16, u16) -> Wants =
-        |major, minor| Wants::Profile(Format::SingBox(SingBoxVersion { major, minor }));
+    const V: fn(u16, u16) -> Wants = |major, minor| Wants::Profile(Format::SingBox(SingBoxVersion { major, minor }));
 
     #[test]
     fn built_in_table() {
         let base64 = Wants::Profile(Format::Base64);
         let mihomo = Wants::Profile(Format::Mihomo);
         let cases: &[(&str, Wants)] = &[
-            (
-                "HiddifyNext/2.5.7 (android) like ClashMeta v2rayNG v2rayN sing-box",
-                V(1, 11),
-            ),
-            (
-                "SFA/1.12.4 (Android 14; sing-box 1.12.4; language en_US)",
-                V(1, 12),
-            ),
+            ("HiddifyNext/2.5.7 (android) like ClashMeta v2rayNG v2rayN sing-box", V(1, 11)),
+            ("SFA/1.12.4 (Android 14; sing-box 1.12.4; language en_US)", V(1, 12)),
             ("SFI/1.13.0 (Apple iOS 18.1; sing-box 1.13.0)", V(1, 13)),
             ("SFM/1.10.1 (sing-box 1.10.1)", V(1, 11)),
             ("SFT/1.14.4 (sing-box 1.14.4)", V(1, 14)),
@@ -195,10 +176,7 @@ mod tests {
             ("Happ/3.2.1", base64),
             ("Streisand/1.6.48", base64),
             ("NekoBox/Android/1.3.9 (Prefer ClashMeta Format)", base64),
-            (
-                "Shadowrocket/2678 CFNetwork/1568.300.101 Darwin/24.2.0",
-                base64,
-            ),
+            ("Shadowrocket/2678 CFNetwork/1568.300.101 Darwin/24.2.0", base64),
             ("curl/8.5.0", base64),
             ("", base64),
         ];
@@ -216,22 +194,13 @@ mod tests {
         ] {
             assert_eq!(match_user_agent(ua, &[]), Wants::Page, "{ua}");
         }
-        assert_eq!(
-            match_user_agent("Mozilla/5.0 (compatible)", &[]),
-            Wants::Profile(Format::Base64)
-        );
+        assert_eq!(match_user_agent("Mozilla/5.0 (compatible)", &[]), Wants::Profile(Format::Base64));
     }
 
     #[test]
     fn format_query_overrides() {
-        assert_eq!(
-            format_override("format=clash"),
-            Some(Wants::Profile(Format::Mihomo))
-        );
-        assert_eq!(
-            format_override("a=1&format=base64"),
-            Some(Wants::Profile(Format::Base64))
-        );
+        assert_eq!(format_override("format=clash"), Some(Wants::Profile(Format::Mihomo)));
+        assert_eq!(format_override("a=1&format=base64"), Some(Wants::Profile(Format::Base64)));
         assert_eq!(format_override("format=sing-box"), Some(V(1, 11)));
         assert_eq!(format_override("format=singbox-1.13"), Some(V(1, 13)));
         assert_eq!(format_override("format=page"), Some(Wants::Page));
@@ -242,38 +211,14 @@ mod tests {
     #[test]
     fn operator_rules_override_in_order() {
         let rules = vec![
-            UaRule {
-                contains: "".into(),
-                target: RuleTarget::Page,
-            },
-            UaRule {
-                contains: "MyRouter".into(),
-                target: RuleTarget::Mihomo,
-            },
-            UaRule {
-                contains: "hiddify".into(),
-                target: RuleTarget::Base64,
-            },
-            UaRule {
-                contains: "router".into(),
-                target: RuleTarget::SingBox,
-            },
+            UaRule { contains: "".into(), target: RuleTarget::Page },
+            UaRule { contains: "MyRouter".into(), target: RuleTarget::Mihomo },
+            UaRule { contains: "hiddify".into(), target: RuleTarget::Base64 },
+            UaRule { contains: "router".into(), target: RuleTarget::SingBox },
         ];
-        assert_eq!(
-            match_user_agent("myrouter/1.0", &rules),
-            Wants::Profile(Format::Mihomo)
-        );
-        assert_eq!(
-            match_user_agent("HiddifyNext/2.5.7", &rules),
-            Wants::Profile(Format::Base64)
-        );
-        assert_eq!(
-            match_user_agent("other-router sing-box/1.12", &rules),
-            V(1, 12)
-        );
-        assert_eq!(
-            match_user_agent("v2rayN/7", &rules),
-            Wants::Profile(Format::Base64)
-        );
+        assert_eq!(match_user_agent("myrouter/1.0", &rules), Wants::Profile(Format::Mihomo));
+        assert_eq!(match_user_agent("HiddifyNext/2.5.7", &rules), Wants::Profile(Format::Base64));
+        assert_eq!(match_user_agent("other-router sing-box/1.12", &rules), V(1, 12));
+        assert_eq!(match_user_agent("v2rayN/7", &rules), Wants::Profile(Format::Base64));
     }
 }

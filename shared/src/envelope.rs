@@ -166,20 +166,11 @@ impl Draft {
             body_hash: sha256(&body),
         };
         let message = signed_message(&header);
-        let mut signatures: Vec<Signature> = keys
-            .iter()
-            .map(|key| Signature {
-                key: key.id(),
-                sig: key.sign(&message),
-            })
-            .collect();
+        let mut signatures: Vec<Signature> =
+            keys.iter().map(|key| Signature { key: key.id(), sig: key.sign(&message) }).collect();
         signatures.sort_by_key(|s| s.key);
         signatures.dedup_by_key(|s| s.key);
-        Envelope {
-            header,
-            body,
-            signatures,
-        }
+        Envelope { header, body, signatures }
     }
 }
 
@@ -213,27 +204,16 @@ impl Envelope {
     /// Decodes `bytes` strictly, refusing anything over `max_len` before parsing.
     pub fn decode(bytes: &[u8], max_len: usize) -> Result<Envelope, DecodeError> {
         if bytes.len() > max_len {
-            return Err(DecodeError::Oversized {
-                len: bytes.len(),
-                max: max_len,
-            });
+            return Err(DecodeError::Oversized { len: bytes.len(), max: max_len });
         }
-        let rest = bytes
-            .strip_prefix(&MAGIC)
-            .ok_or(DecodeError::Malformed("not a Hearth envelope (bad magic)"))?;
-        let (envelope, trailing) = postcard::take_from_bytes::<Envelope>(rest)
-            .map_err(|_| DecodeError::Malformed("undecodable"))?;
+        let rest = bytes.strip_prefix(&MAGIC).ok_or(DecodeError::Malformed("not a Hearth envelope (bad magic)"))?;
+        let (envelope, trailing) =
+            postcard::take_from_bytes::<Envelope>(rest).map_err(|_| DecodeError::Malformed("undecodable"))?;
         if !trailing.is_empty() {
             return Err(DecodeError::Malformed("trailing bytes"));
         }
-        if envelope
-            .signatures
-            .windows(2)
-            .any(|pair| pair[0].key >= pair[1].key)
-        {
-            return Err(DecodeError::Malformed(
-                "signatures out of order or repeated",
-            ));
+        if envelope.signatures.windows(2).any(|pair| pair[0].key >= pair[1].key) {
+            return Err(DecodeError::Malformed("signatures out of order or repeated"));
         }
         if envelope.encode() != bytes {
             return Err(DecodeError::Malformed("not canonically encoded"));
@@ -249,8 +229,7 @@ impl Envelope {
 
     /// Whether the body matches the length and hash in the header.
     pub fn body_matches(&self) -> bool {
-        self.body.len() as u64 == self.header.body_len
-            && sha256(&self.body) == self.header.body_hash
+        self.body.len() as u64 == self.header.body_len && sha256(&self.body) == self.header.body_hash
     }
 }
 
@@ -286,27 +265,15 @@ mod tests {
     fn strict_decoding_refuses_variants() {
         let bytes = sample().encode();
         let oversized = Envelope::decode(&bytes, bytes.len() - 1);
-        assert_eq!(
-            oversized,
-            Err(DecodeError::Oversized {
-                len: bytes.len(),
-                max: bytes.len() - 1
-            })
-        );
+        assert_eq!(oversized, Err(DecodeError::Oversized { len: bytes.len(), max: bytes.len() - 1 }));
 
         let mut trailing = bytes.clone();
         trailing.push(0);
-        assert_eq!(
-            Envelope::decode(&trailing, 1024),
-            Err(DecodeError::Malformed("trailing bytes"))
-        );
+        assert_eq!(Envelope::decode(&trailing, 1024), Err(DecodeError::Malformed("trailing bytes")));
 
         let mut magic = bytes.clone();
         magic[3] = 2;
-        assert!(matches!(
-            Envelope::decode(&magic, 1024),
-            Err(DecodeError::Malformed(_))
-        ));
+        assert!(matches!(Envelope::decode(&magic, 1024), Err(DecodeError::Malformed(_))));
 
         // A non-minimal varint for the version (5 written as 0x85 0x00) decodes to the same
         // value in postcard, but is not the canonical form.
@@ -324,10 +291,7 @@ mod tests {
         let mut padded = bytes[..at].to_vec();
         padded.extend_from_slice(&[0x85, 0x00]);
         padded.extend_from_slice(&bytes[at + 1..]);
-        assert_eq!(
-            Envelope::decode(&padded, 1024),
-            Err(DecodeError::Malformed("not canonically encoded"))
-        );
+        assert_eq!(Envelope::decode(&padded, 1024), Err(DecodeError::Malformed("not canonically encoded")));
     }
 
     #[test]
@@ -350,9 +314,7 @@ mod tests {
         envelope.signatures.reverse();
         assert_eq!(
             Envelope::decode(&envelope.encode(), 1024),
-            Err(DecodeError::Malformed(
-                "signatures out of order or repeated"
-            ))
+            Err(DecodeError::Malformed("signatures out of order or repeated"))
         );
         envelope.signatures[1] = envelope.signatures[0].clone();
         assert!(Envelope::decode(&envelope.encode(), 1024).is_err());

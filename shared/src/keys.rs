@@ -116,9 +116,7 @@ pub struct PublicKey(ed25519_dalek::VerifyingKey);
 impl PublicKey {
     /// Parses 32 bytes; fails on a point that is not a valid key.
     pub fn from_bytes(bytes: &[u8; 32]) -> Result<PublicKey, KeyError> {
-        ed25519_dalek::VerifyingKey::from_bytes(bytes)
-            .map(PublicKey)
-            .map_err(|_| KeyError::InvalidPublicKey)
+        ed25519_dalek::VerifyingKey::from_bytes(bytes).map(PublicKey).map_err(|_| KeyError::InvalidPublicKey)
     }
 
     /// The 32 bytes of the key.
@@ -183,18 +181,12 @@ impl SecretKey {
         if role == Role::Recovery {
             return Err(KeyError::WrongKind { role });
         }
-        Ok(SecretKey {
-            role,
-            key: ed25519_dalek::SigningKey::generate(rng),
-        })
+        Ok(SecretKey { role, key: ed25519_dalek::SigningKey::generate(rng) })
     }
 
     /// Builds a key from its 32-byte seed (tests and fixtures use fixed seeds).
     pub fn from_seed(role: Role, seed: &[u8; 32]) -> SecretKey {
-        SecretKey {
-            role,
-            key: ed25519_dalek::SigningKey::from_bytes(seed),
-        }
+        SecretKey { role, key: ed25519_dalek::SigningKey::from_bytes(seed) }
     }
 
     /// The role this key was made for.
@@ -274,9 +266,7 @@ impl fmt::Display for RecoveryPublic {
 impl FromStr for RecoveryPublic {
     type Err = KeyError;
     fn from_str(s: &str) -> Result<Self, KeyError> {
-        Ok(RecoveryPublic::from_bytes(
-            decode_32(s.trim()).ok_or(KeyError::InvalidPublicKey)?,
-        ))
+        Ok(RecoveryPublic::from_bytes(decode_32(s.trim()).ok_or(KeyError::InvalidPublicKey)?))
     }
 }
 
@@ -389,35 +379,22 @@ fn decode_32(text: &str) -> Option<[u8; 32]> {
 fn write_key_file(path: &Path, role: Role, id: &KeyId, secret: &[u8; 32]) -> Result<(), KeyError> {
     use std::io::Write as _;
     let shown = path.display().to_string();
-    let io = |source| KeyError::Io {
-        path: shown.clone(),
-        source,
-    };
+    let io = |source| KeyError::Io { path: shown.clone(), source };
     let mut options = std::fs::OpenOptions::new();
     options.write(true).create_new(true);
     #[cfg(unix)]
     std::os::unix::fs::OpenOptionsExt::mode(&mut options, 0o600);
     let mut file = options.open(path).map_err(|e| {
-        if e.kind() == std::io::ErrorKind::AlreadyExists {
-            KeyError::Exists(shown.clone())
-        } else {
-            io(e)
-        }
+        if e.kind() == std::io::ErrorKind::AlreadyExists { KeyError::Exists(shown.clone()) } else { io(e) }
     })?;
-    let text = Zeroizing::new(format!(
-        "{FILE_MAGIC}\nrole: {role}\nid: {id}\nkey: {}\n",
-        B64.encode(secret)
-    ));
+    let text = Zeroizing::new(format!("{FILE_MAGIC}\nrole: {role}\nid: {id}\nkey: {}\n", B64.encode(secret)));
     file.write_all(text.as_bytes()).map_err(io)?;
     file.sync_all().map_err(io)
 }
 
 fn read_key_file(path: &Path, role: Role) -> Result<KeyFile, KeyError> {
     let shown = path.display().to_string();
-    let io = |source| KeyError::Io {
-        path: shown.clone(),
-        source,
-    };
+    let io = |source| KeyError::Io { path: shown.clone(), source };
     let metadata = std::fs::metadata(path).map_err(io)?;
     #[cfg(unix)]
     if std::os::unix::fs::PermissionsExt::mode(&metadata.permissions()) & 0o077 != 0 {
@@ -432,10 +409,7 @@ fn read_key_file(path: &Path, role: Role) -> Result<KeyFile, KeyError> {
     if lines.next() != Some(FILE_MAGIC) {
         return Err(KeyError::NotAKeyFile(shown));
     }
-    let corrupt = |reason| KeyError::Corrupt {
-        path: shown.clone(),
-        reason,
-    };
+    let corrupt = |reason| KeyError::Corrupt { path: shown.clone(), reason };
     let mut field = |name: &str| {
         lines
             .next()
@@ -443,33 +417,20 @@ fn read_key_file(path: &Path, role: Role) -> Result<KeyFile, KeyError> {
             .and_then(|rest| rest.strip_prefix(": "))
             .ok_or_else(|| corrupt("a line is missing or out of order"))
     };
-    let found: Role = field("role")?
-        .parse()
-        .map_err(|_| corrupt("unknown role"))?;
+    let found: Role = field("role")?.parse().map_err(|_| corrupt("unknown role"))?;
     let id = field("id")?.to_owned();
-    let secret =
-        decode_32(field("key")?).ok_or_else(|| corrupt("the key is not 32 bytes of base64"))?;
+    let secret = decode_32(field("key")?).ok_or_else(|| corrupt("the key is not 32 bytes of base64"))?;
     if found != role {
-        return Err(KeyError::WrongRole {
-            path: shown,
-            expected: role,
-            found,
-        });
+        return Err(KeyError::WrongRole { path: shown, expected: role, found });
     }
-    Ok(KeyFile {
-        id,
-        secret: Zeroizing::new(secret),
-    })
+    Ok(KeyFile { id, secret: Zeroizing::new(secret) })
 }
 
 fn check_id(path: &Path, file: &KeyFile, derived: &KeyId) -> Result<(), KeyError> {
     if file.id == derived.to_string() {
         Ok(())
     } else {
-        Err(KeyError::Corrupt {
-            path: path.display().to_string(),
-            reason: "the key does not match its id line",
-        })
+        Err(KeyError::Corrupt { path: path.display().to_string(), reason: "the key does not match its id line" })
     }
 }
 
@@ -498,33 +459,17 @@ mod tests {
         let recovery = RecoverySecret::generate(&mut OsRng);
         let rpath = dir.path().join("recovery.key");
         recovery.save(&rpath).unwrap();
-        assert_eq!(
-            RecoverySecret::load(&rpath).unwrap().public(),
-            recovery.public()
-        );
+        assert_eq!(RecoverySecret::load(&rpath).unwrap().public(), recovery.public());
     }
 
     #[test]
     fn key_file_errors_are_clear() {
         let dir = tempfile::tempdir().unwrap();
         let path = dir.path().join("root.key");
-        SecretKey::generate(Role::Root, &mut OsRng)
-            .unwrap()
-            .save(&path)
-            .unwrap();
+        SecretKey::generate(Role::Root, &mut OsRng).unwrap().save(&path).unwrap();
         let err = SecretKey::load(&path, Role::Signing).unwrap_err();
-        assert!(matches!(
-            err,
-            KeyError::WrongRole {
-                expected: Role::Signing,
-                found: Role::Root,
-                ..
-            }
-        ));
-        assert!(
-            err.to_string()
-                .contains("holds a root key, but a signing key is needed")
-        );
+        assert!(matches!(err, KeyError::WrongRole { expected: Role::Signing, found: Role::Root, .. }));
+        assert!(err.to_string().contains("holds a root key, but a signing key is needed"));
 
         let write = |name: &str, text: &str| {
             let p = dir.path().join(name);
@@ -537,32 +482,20 @@ mod tests {
             p
         };
         let not_key = write("a", "hello\n");
-        assert!(matches!(
-            SecretKey::load(&not_key, Role::Root),
-            Err(KeyError::NotAKeyFile(_))
-        ));
+        assert!(matches!(SecretKey::load(&not_key, Role::Root), Err(KeyError::NotAKeyFile(_))));
 
         let good = std::fs::read_to_string(&path).unwrap();
         let truncated = write("b", &good[..good.len() - 10]);
-        assert!(matches!(
-            SecretKey::load(&truncated, Role::Root),
-            Err(KeyError::Corrupt { .. })
-        ));
+        assert!(matches!(SecretKey::load(&truncated, Role::Root), Err(KeyError::Corrupt { .. })));
 
         // A valid key under someone else's id line: corrupt, not silently accepted.
         let other = SecretKey::generate(Role::Root, &mut OsRng).unwrap();
         let swapped = good.replace(&good.lines().nth(2).unwrap()[4..], &other.id().to_string());
         let swapped = write("c", &swapped);
         let err = SecretKey::load(&swapped, Role::Root).unwrap_err();
-        assert!(
-            err.to_string().contains("does not match its id line"),
-            "{err}"
-        );
+        assert!(err.to_string().contains("does not match its id line"), "{err}");
 
-        assert!(matches!(
-            SecretKey::load(&dir.path().join("missing"), Role::Root),
-            Err(KeyError::Io { .. })
-        ));
+        assert!(matches!(SecretKey::load(&dir.path().join("missing"), Role::Root), Err(KeyError::Io { .. })));
         assert!(SecretKey::generate(Role::Recovery, &mut OsRng).is_err());
     }
 
@@ -572,15 +505,9 @@ mod tests {
         use std::os::unix::fs::PermissionsExt as _;
         let dir = tempfile::tempdir().unwrap();
         let path = dir.path().join("k");
-        SecretKey::generate(Role::Release, &mut OsRng)
-            .unwrap()
-            .save(&path)
-            .unwrap();
+        SecretKey::generate(Role::Release, &mut OsRng).unwrap().save(&path).unwrap();
         std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o644)).unwrap();
-        assert!(matches!(
-            SecretKey::load(&path, Role::Release),
-            Err(KeyError::TooOpen(_))
-        ));
+        assert!(matches!(SecretKey::load(&path, Role::Release), Err(KeyError::TooOpen(_))));
     }
 
     #[test]

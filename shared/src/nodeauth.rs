@@ -61,17 +61,13 @@ pub fn verify(
     now: u64,
 ) -> Result<NodeId, NodeAuthError> {
     let mut parts = header.ok_or(NodeAuthError::Malformed)?.splitn(3, '.');
-    let (Some(node), Some(time), Some(signature)) = (parts.next(), parts.next(), parts.next())
-    else {
+    let (Some(node), Some(time), Some(signature)) = (parts.next(), parts.next(), parts.next()) else {
         return Err(NodeAuthError::Malformed);
     };
     let node: NodeId = node.parse().map_err(|_| NodeAuthError::Malformed)?;
     let time: u64 = time.parse().map_err(|_| NodeAuthError::Malformed)?;
-    let signature: [u8; 64] = B64URL
-        .decode(signature)
-        .ok()
-        .and_then(|bytes| bytes.try_into().ok())
-        .ok_or(NodeAuthError::Malformed)?;
+    let signature: [u8; 64] =
+        B64URL.decode(signature).ok().and_then(|bytes| bytes.try_into().ok()).ok_or(NodeAuthError::Malformed)?;
     let key = key_of(node).ok_or(NodeAuthError::UnknownNode)?;
     if now.abs_diff(time) > MAX_SKEW_SECS {
         return Err(NodeAuthError::Skew);
@@ -96,45 +92,20 @@ mod tests {
         trust.set_node(3, node.public());
         let now = 1_800_000_000;
         let header = sign(&node, 3, "GET", "/api/nodes/3/creds?after=5", now);
-        let ok = |trust: &Trust, h: &str, path: &str, at: u64| {
-            verify(Some(h), |n| trust.node(n).copied(), "GET", path, at)
-        };
+        let ok =
+            |trust: &Trust, h: &str, path: &str, at: u64| verify(Some(h), |n| trust.node(n).copied(), "GET", path, at);
+        assert_eq!(ok(&trust, &header, "/api/nodes/3/creds?after=5", now + 10), Ok(3));
+        assert_eq!(ok(&trust, &header, "/api/nodes/3/creds?after=4", now), Err(NodeAuthError::BadSignature));
         assert_eq!(
-            ok(&trust, &header, "/api/nodes/3/creds?after=5", now + 10),
-            Ok(3)
-        );
-        assert_eq!(
-            ok(&trust, &header, "/api/nodes/3/creds?after=4", now),
+            verify(Some(&header), |n| trust.node(n).copied(), "POST", "/api/nodes/3/creds?after=5", now),
             Err(NodeAuthError::BadSignature)
         );
-        assert_eq!(
-            verify(
-                Some(&header),
-                |n| trust.node(n).copied(),
-                "POST",
-                "/api/nodes/3/creds?after=5",
-                now
-            ),
-            Err(NodeAuthError::BadSignature)
-        );
-        assert_eq!(
-            ok(&trust, &header, "/api/nodes/3/creds?after=5", now + 301),
-            Err(NodeAuthError::Skew)
-        );
+        assert_eq!(ok(&trust, &header, "/api/nodes/3/creds?after=5", now + 301), Err(NodeAuthError::Skew));
         let as_other = header.replacen("3.", "4.", 1);
-        assert_eq!(
-            ok(&trust, &as_other, "/api/nodes/3/creds?after=5", now),
-            Err(NodeAuthError::UnknownNode)
-        );
+        assert_eq!(ok(&trust, &as_other, "/api/nodes/3/creds?after=5", now), Err(NodeAuthError::UnknownNode));
         trust.set_node(4, node.public());
-        assert_eq!(
-            ok(&trust, &as_other, "/api/nodes/3/creds?after=5", now),
-            Err(NodeAuthError::BadSignature)
-        );
-        assert_eq!(
-            verify(None, |_| None, "GET", "/", now),
-            Err(NodeAuthError::Malformed)
-        );
+        assert_eq!(ok(&trust, &as_other, "/api/nodes/3/creds?after=5", now), Err(NodeAuthError::BadSignature));
+        assert_eq!(verify(None, |_| None, "GET", "/", now), Err(NodeAuthError::Malformed));
         assert_eq!(ok(&trust, "3.x.y", "/", now), Err(NodeAuthError::Malformed));
     }
 }

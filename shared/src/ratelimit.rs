@@ -56,10 +56,7 @@ pub struct WindowLimit {
 
 impl WindowLimit {
     /// 60 fetches per link per hour: Hearth's default per-link limit.
-    pub const PER_LINK: WindowLimit = WindowLimit {
-        limit: 60,
-        window_ms: 3_600_000,
-    };
+    pub const PER_LINK: WindowLimit = WindowLimit { limit: 60, window_ms: 3_600_000 };
 }
 
 /// The state of a fixed-window counter.
@@ -77,20 +74,13 @@ impl FixedWindow {
         let window = limit.window_ms.max(1);
         let start = now_ms - now_ms % window;
         if start != self.start_ms {
-            *self = FixedWindow {
-                start_ms: start,
-                count: 0,
-            };
+            *self = FixedWindow { start_ms: start, count: 0 };
         }
         if self.count >= limit.limit {
-            return Decision::Deny {
-                retry_after: seconds_ceil(start + window - now_ms),
-            };
+            return Decision::Deny { retry_after: seconds_ceil(start + window - now_ms) };
         }
         self.count += 1;
-        Decision::Allow {
-            remaining: limit.limit - self.count,
-        }
+        Decision::Allow { remaining: limit.limit - self.count }
     }
 }
 
@@ -105,10 +95,7 @@ pub struct BucketLimit {
 
 impl BucketLimit {
     /// Hearth's default per-network limit: bursts of 120, 600 a minute sustained.
-    pub const PER_NETWORK: BucketLimit = BucketLimit {
-        burst: 120,
-        per_minute: 600,
-    };
+    pub const PER_NETWORK: BucketLimit = BucketLimit { burst: 120, per_minute: 600 };
 
     /// Microseconds between two tokens.
     fn interval_us(self) -> u64 {
@@ -133,15 +120,11 @@ impl TokenBucket {
         let tat = self.tat_us.max(now);
         if tat - now > tolerance {
             let wait_us = tat - now - tolerance;
-            return Decision::Deny {
-                retry_after: seconds_ceil(wait_us.div_ceil(1000)),
-            };
+            return Decision::Deny { retry_after: seconds_ceil(wait_us.div_ceil(1000)) };
         }
         self.tat_us = tat + interval;
         let remaining = (tolerance - (tat - now)) / interval;
-        Decision::Allow {
-            remaining: u32::try_from(remaining).unwrap_or(u32::MAX),
-        }
+        Decision::Allow { remaining: u32::try_from(remaining).unwrap_or(u32::MAX) }
     }
 }
 
@@ -156,13 +139,8 @@ pub struct MissLimit {
 
 impl MissLimit {
     /// 20 unknown tokens a minute, then 15 minutes of decoys.
-    pub const DEFAULT: MissLimit = MissLimit {
-        misses: WindowLimit {
-            limit: 20,
-            window_ms: 60_000,
-        },
-        block_ms: 900_000,
-    };
+    pub const DEFAULT: MissLimit =
+        MissLimit { misses: WindowLimit { limit: 20, window_ms: 60_000 }, block_ms: 900_000 };
 }
 
 /// The state of a network's unknown-token guard.
@@ -240,10 +218,7 @@ mod tests {
 
     #[test]
     fn fixed_window_counts_and_resets_on_the_boundary() {
-        let limit = WindowLimit {
-            limit: 3,
-            window_ms: 60_000,
-        };
+        let limit = WindowLimit { limit: 3, window_ms: 60_000 };
         let mut w = FixedWindow::default();
         let t0 = 120_000; // a window boundary
         let cases = [
@@ -263,22 +238,14 @@ mod tests {
     #[test]
     fn per_link_default_is_60_an_hour() {
         let mut w = FixedWindow::default();
-        let allowed = (0..100)
-            .filter(|i| w.hit(7_200_000 + i * 1000, WindowLimit::PER_LINK).allowed())
-            .count();
+        let allowed = (0..100).filter(|i| w.hit(7_200_000 + i * 1000, WindowLimit::PER_LINK).allowed()).count();
         assert_eq!(allowed, 60);
-        assert_eq!(
-            w.hit(7_200_000 + 100_000, WindowLimit::PER_LINK),
-            Decision::Deny { retry_after: 3500 }
-        );
+        assert_eq!(w.hit(7_200_000 + 100_000, WindowLimit::PER_LINK), Decision::Deny { retry_after: 3500 });
     }
 
     #[test]
     fn bucket_allows_a_burst_then_the_rate() {
-        let limit = BucketLimit {
-            burst: 5,
-            per_minute: 60,
-        };
+        let limit = BucketLimit { burst: 5, per_minute: 60 };
         let mut b = TokenBucket::default();
         let now = 1_000_000;
         for remaining in (0..5).rev() {
@@ -289,10 +256,7 @@ mod tests {
         assert_eq!(b.take(now + 1000, limit), Decision::Allow { remaining: 0 });
         assert!(!b.take(now + 1000, limit).allowed());
         // Ten idle seconds refill the bucket only up to its burst.
-        assert_eq!(
-            b.take(now + 11_000, limit),
-            Decision::Allow { remaining: 4 }
-        );
+        assert_eq!(b.take(now + 11_000, limit), Decision::Allow { remaining: 4 });
     }
 
     #[test]

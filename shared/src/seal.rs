@@ -72,32 +72,17 @@ fn cipher(key: &[u8; 32]) -> XChaCha20Poly1305 {
 }
 
 /// Seals `snapshot` for the holder of `token`, and wraps the token for `recovery`.
-pub fn seal(
-    snapshot: &Snapshot,
-    token: &SubToken,
-    recovery: &RecoveryPublic,
-    rng: &mut impl CryptoRngCore,
-) -> Vec<u8> {
+pub fn seal(snapshot: &Snapshot, token: &SubToken, recovery: &RecoveryPublic, rng: &mut impl CryptoRngCore) -> Vec<u8> {
     let plaintext = Zeroizing::new(wire::encode(snapshot));
     let mut nonce = [0u8; 24];
     rng.fill_bytes(&mut nonce);
     let key = derive(BODY_SALT, token.as_bytes(), &[b"snapshot"]);
     let aad = token.hash();
     let ciphertext = cipher(&key)
-        .encrypt(
-            XNonce::from_slice(&nonce),
-            Payload {
-                msg: &plaintext,
-                aad: &aad,
-            },
-        )
+        .encrypt(XNonce::from_slice(&nonce), Payload { msg: &plaintext, aad: &aad })
         .expect("XChaCha20-Poly1305 encrypts any length a snapshot can have");
     let recovery = wrap(token.as_bytes(), recovery, rng);
-    wire::encode(&Sealed {
-        nonce,
-        ciphertext,
-        recovery,
-    })
+    wire::encode(&Sealed { nonce, ciphertext, recovery })
 }
 
 /// Opens a sealed snapshot with the token from the request.
@@ -107,13 +92,7 @@ pub fn open(body: &[u8], token: &SubToken) -> Result<Snapshot, SealError> {
     let aad = token.hash();
     let plaintext = Zeroizing::new(
         cipher(&key)
-            .decrypt(
-                XNonce::from_slice(&sealed.nonce),
-                Payload {
-                    msg: &sealed.ciphertext,
-                    aad: &aad,
-                },
-            )
+            .decrypt(XNonce::from_slice(&sealed.nonce), Payload { msg: &sealed.ciphertext, aad: &aad })
             .map_err(|_| SealError::WrongKey)?,
     );
     wire::decode(&plaintext, "snapshot").map_err(|_| SealError::Malformed)
@@ -123,12 +102,7 @@ pub fn open(body: &[u8], token: &SubToken) -> Result<Snapshot, SealError> {
 pub fn recover(body: &[u8], recovery: &RecoverySecret) -> Result<(SubToken, Snapshot), SealError> {
     let sealed: Sealed = wire::decode(body, "sealed snapshot").map_err(|_| SealError::Malformed)?;
     let token = unwrap(&sealed.recovery, recovery)?;
-    let token = SubToken::from_bytes(
-        token
-            .as_slice()
-            .try_into()
-            .map_err(|_| SealError::Malformed)?,
-    );
+    let token = SubToken::from_bytes(token.as_slice().try_into().map_err(|_| SealError::Malformed)?);
     Ok((token.clone(), open(body, &token)?))
 }
 
@@ -137,28 +111,16 @@ pub fn wrap(secret: &[u8], recipient: &RecoveryPublic, rng: &mut impl CryptoRngC
     let ephemeral = RecoverySecret::generate(rng);
     let ephemeral_public = ephemeral.public().to_bytes();
     let shared = ephemeral.0.diffie_hellman(&recipient.0);
-    let key = derive(
-        WRAP_SALT,
-        shared.as_bytes(),
-        &[&ephemeral_public, recipient.0.as_bytes()],
-    );
+    let key = derive(WRAP_SALT, shared.as_bytes(), &[&ephemeral_public, recipient.0.as_bytes()]);
     let mut nonce = [0u8; 24];
     rng.fill_bytes(&mut nonce);
-    let ciphertext = cipher(&key)
-        .encrypt(XNonce::from_slice(&nonce), secret)
-        .expect("XChaCha20-Poly1305 encrypts any short secret");
-    Wrapped {
-        ephemeral: ephemeral_public,
-        nonce,
-        ciphertext,
-    }
+    let ciphertext =
+        cipher(&key).encrypt(XNonce::from_slice(&nonce), secret).expect("XChaCha20-Poly1305 encrypts any short secret");
+    Wrapped { ephemeral: ephemeral_public, nonce, ciphertext }
 }
 
 /// Unwraps a secret wrapped for `recipient`.
-pub fn unwrap(
-    wrapped: &Wrapped,
-    recipient: &RecoverySecret,
-) -> Result<Zeroizing<Vec<u8>>, SealError> {
+pub fn unwrap(wrapped: &Wrapped, recipient: &RecoverySecret) -> Result<Zeroizing<Vec<u8>>, SealError> {
     let ephemeral = x25519_dalek::PublicKey::from(wrapped.ephemeral);
     let shared = recipient.0.diffie_hellman(&ephemeral);
     if !shared.was_contributory() {
@@ -167,10 +129,7 @@ pub fn unwrap(
     let own = recipient.public().to_bytes();
     let key = derive(WRAP_SALT, shared.as_bytes(), &[&wrapped.ephemeral, &own]);
     cipher(&key)
-        .decrypt(
-            XNonce::from_slice(&wrapped.nonce),
-            wrapped.ciphertext.as_slice(),
-        )
+        .decrypt(XNonce::from_slice(&wrapped.nonce), wrapped.ciphertext.as_slice())
         .map(Zeroizing::new)
         .map_err(|_| SealError::WrongKey)
 }
@@ -193,10 +152,7 @@ mod tests {
         assert_eq!(recovered_token, token);
         assert_eq!(recovered, snapshot);
 
-        assert_eq!(
-            open(&body, &SubToken::generate(&mut OsRng)),
-            Err(SealError::WrongKey)
-        );
+        assert_eq!(open(&body, &SubToken::generate(&mut OsRng)), Err(SealError::WrongKey));
         let stranger = RecoverySecret::generate(&mut OsRng);
         assert_eq!(recover(&body, &stranger).unwrap_err(), SealError::WrongKey);
     }
@@ -208,11 +164,7 @@ mod tests {
         let recovery = RecoverySecret::generate(&mut OsRng).public();
         let body = seal(&snapshot, &token, &recovery, &mut OsRng);
         let haystack = String::from_utf8_lossy(&body);
-        for secret in [
-            snapshot.credential.as_str(),
-            snapshot.endpoints[0].host.as_str(),
-            snapshot.name.as_str(),
-        ] {
+        for secret in [snapshot.credential.as_str(), snapshot.endpoints[0].host.as_str(), snapshot.name.as_str()] {
             assert!(!haystack.contains(secret), "sealed body shows {secret:?}");
         }
         // The nonce, the ciphertext's length and the ciphertext itself.

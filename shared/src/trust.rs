@@ -32,10 +32,7 @@ pub struct RoleKeys {
 impl RoleKeys {
     /// One key, threshold one.
     pub fn single(key: PublicKey) -> RoleKeys {
-        RoleKeys {
-            keys: vec![key],
-            threshold: 1,
-        }
+        RoleKeys { keys: vec![key], threshold: 1 }
     }
 
     fn find(&self, id: &KeyId) -> Option<&PublicKey> {
@@ -46,9 +43,7 @@ impl RoleKeys {
         let mut ids: Vec<KeyId> = self.keys.iter().map(PublicKey::id).collect();
         ids.sort();
         ids.dedup();
-        self.threshold >= 1
-            && ids.len() == self.keys.len()
-            && usize::from(self.threshold) <= ids.len()
+        self.threshold >= 1 && ids.len() == self.keys.len() && usize::from(self.threshold) <= ids.len()
     }
 }
 
@@ -90,13 +85,7 @@ impl Trust {
     /// Starts from the root keys given out of band (at `init` or enrollment).
     pub fn new(root: RoleKeys) -> Trust {
         Trust {
-            root: Held {
-                keys: root,
-                state: StreamState {
-                    version: 0,
-                    digest: [0; 32],
-                },
-            },
+            root: Held { keys: root, state: StreamState { version: 0, digest: [0; 32] } },
             signing: None,
             release: None,
             nodes: BTreeMap::new(),
@@ -141,34 +130,23 @@ impl Trust {
     /// its role. A root rotation must also be signed by the new root's threshold.
     pub fn accept_key_record(&mut self, bytes: &[u8], now: u64) -> Result<KeyRecord, VerifyError> {
         let envelope = Envelope::decode(bytes, Kind::KeyRecord.max_len())?;
-        let record: KeyRecord = postcard::from_bytes(&envelope.body)
-            .map_err(|_| VerifyError::Body("undecodable key record"))?;
+        let record: KeyRecord =
+            postcard::from_bytes(&envelope.body).map_err(|_| VerifyError::Body("undecodable key record"))?;
         if !matches!(record.role, Role::Root | Role::Signing | Role::Release) {
-            return Err(VerifyError::Body(
-                "key records are for the root, signing and release roles",
-            ));
+            return Err(VerifyError::Body("key records are for the root, signing and release roles"));
         }
         if !record.keys.is_sane() {
-            return Err(VerifyError::Body(
-                "key record with a bad threshold or repeated keys",
-            ));
+            return Err(VerifyError::Body("key record with a bad threshold or repeated keys"));
         }
         let expected_stream = stream::keys(record.role);
         let stored = self.held(record.role).map(|held| held.state);
-        let expect = Expect {
-            kind: Kind::KeyRecord,
-            audience: Audience::Any,
-            stream: &expected_stream,
-        };
+        let expect = Expect { kind: Kind::KeyRecord, audience: Audience::Any, stream: &expected_stream };
         let verified = verify(bytes, self, &expect, stored.as_ref(), now)?;
         if record.role == Role::Root {
             check_signatures(&verified.envelope, Role::Root, &record.keys, self)?;
         }
         if !verified.unchanged {
-            let held = Held {
-                keys: record.keys.clone(),
-                state: verified.state(),
-            };
+            let held = Held { keys: record.keys.clone(), state: verified.state() };
             match record.role {
                 Role::Root => self.root = held,
                 Role::Signing => self.signing = Some(held),
@@ -212,10 +190,7 @@ pub struct Verified {
 impl Verified {
     /// The state to persist for its stream (before applying it).
     pub fn state(&self) -> StreamState {
-        StreamState {
-            version: self.envelope.header.version,
-            digest: self.digest,
-        }
+        StreamState { version: self.envelope.header.version, digest: self.digest }
     }
 }
 
@@ -328,10 +303,7 @@ pub fn verify(
     let envelope = Envelope::decode(bytes, expect.kind.max_len())?;
     let header = &envelope.header;
     if header.kind != expect.kind {
-        return Err(VerifyError::WrongType {
-            expected: expect.kind,
-            found: header.kind,
-        });
+        return Err(VerifyError::WrongType { expected: expect.kind, found: header.kind });
     }
     let (needed, keys) = signer(trust, header.kind, &header.stream);
     match keys {
@@ -342,49 +314,31 @@ pub fn verify(
         None => return Err(VerifyError::UnknownKey),
     }
     if header.audience != expect.audience && header.audience != Audience::Any {
-        return Err(VerifyError::WrongAudience {
-            expected: expect.audience.clone(),
-            found: header.audience.clone(),
-        });
+        return Err(VerifyError::WrongAudience { expected: expect.audience.clone(), found: header.audience.clone() });
     }
     if header.stream != expect.stream {
-        return Err(VerifyError::WrongStream {
-            expected: expect.stream.to_owned(),
-            found: header.stream.clone(),
-        });
+        return Err(VerifyError::WrongStream { expected: expect.stream.to_owned(), found: header.stream.clone() });
     }
     let digest = envelope.digest();
     let unchanged = match stored {
         Some(stored) if header.version < stored.version => {
-            return Err(VerifyError::Stale {
-                have: stored.version,
-                got: header.version,
-            });
+            return Err(VerifyError::Stale { have: stored.version, got: header.version });
         }
         Some(stored) if header.version == stored.version => {
             if digest != stored.digest {
-                return Err(VerifyError::Conflict {
-                    version: header.version,
-                });
+                return Err(VerifyError::Conflict { version: header.version });
             }
             true
         }
         _ => false,
     };
     if now > header.expires {
-        return Err(VerifyError::Expired {
-            expires: header.expires,
-            now,
-        });
+        return Err(VerifyError::Expired { expires: header.expires, now });
     }
     if !envelope.body_matches() {
         return Err(VerifyError::BodyMismatch);
     }
-    Ok(Verified {
-        envelope,
-        digest,
-        unchanged,
-    })
+    Ok(Verified { envelope, digest, unchanged })
 }
 
 /// The role a kind must be signed by, and the keys that hold it for this stream.
@@ -393,12 +347,9 @@ fn signer<'t>(trust: &'t Trust, kind: Kind, stream_name: &str) -> (Role, Option<
         Kind::KeyRecord => Role::Root,
         Kind::Release => Role::Release,
         Kind::UsageReport => Role::Node,
-        Kind::Snapshot
-        | Kind::CredentialSet
-        | Kind::Batch
-        | Kind::NodeRecord
-        | Kind::UsageAck
-        | Kind::Archive => Role::Signing,
+        Kind::Snapshot | Kind::CredentialSet | Kind::Batch | Kind::NodeRecord | Kind::UsageAck | Kind::Archive => {
+            Role::Signing
+        }
     };
     if role != Role::Node {
         return (role, trust.role(role));
@@ -408,12 +359,7 @@ fn signer<'t>(trust: &'t Trust, kind: Kind, stream_name: &str) -> (Role, Option<
     (role, keys)
 }
 
-fn check_signatures(
-    envelope: &Envelope,
-    needed: Role,
-    keys: &RoleKeys,
-    trust: &Trust,
-) -> Result<(), VerifyError> {
+fn check_signatures(envelope: &Envelope, needed: Role, keys: &RoleKeys, trust: &Trust) -> Result<(), VerifyError> {
     let message = signed_message(&envelope.header);
     let (mut valid, mut bad, mut other) = (0usize, false, false);
     for signature in &envelope.signatures {

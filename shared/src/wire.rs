@@ -46,8 +46,7 @@ pub mod stream {
     pub fn parse_usage(name: &str) -> Option<NodeId> {
         let id = name.strip_prefix("usage/")?;
         // Only the canonical decimal form, so one node has exactly one stream.
-        let canonical =
-            id.bytes().all(|b| b.is_ascii_digit()) && (!id.starts_with('0') || id == "0");
+        let canonical = id.bytes().all(|b| b.is_ascii_digit()) && (!id.starts_with('0') || id == "0");
         canonical.then(|| id.parse().ok()).flatten()
     }
     /// Acknowledgements to one node.
@@ -313,13 +312,8 @@ impl CredentialSet {
 
     /// Decodes strictly: the users must be sorted and unique.
     pub fn decode(bytes: &[u8]) -> Result<CredentialSet, WireError> {
-        let set: CredentialSet =
-            postcard::from_bytes(bytes).map_err(|_| WireError::Malformed("credential set"))?;
-        if set
-            .users
-            .windows(2)
-            .any(|pair| pair[0].user >= pair[1].user)
-        {
+        let set: CredentialSet = postcard::from_bytes(bytes).map_err(|_| WireError::Malformed("credential set"))?;
+        if set.users.windows(2).any(|pair| pair[0].user >= pair[1].user) {
             return Err(WireError::Malformed("credential set (users out of order)"));
         }
         if set.encode() != bytes {
@@ -360,20 +354,12 @@ impl CredentialSet {
 
     /// Applies a diff made by [`CredentialSet::diff`]; refuses one that does not fit.
     pub fn apply(&self, diff: &CredDiff) -> Result<CredentialSet, WireError> {
-        let mut users: BTreeMap<UserId, Digest> = self
-            .users
-            .iter()
-            .map(|entry| (entry.user, entry.hash))
-            .collect();
+        let mut users: BTreeMap<UserId, Digest> = self.users.iter().map(|entry| (entry.user, entry.hash)).collect();
         for user in &diff.removed {
-            users
-                .remove(user)
-                .ok_or(WireError::DiffMismatch("removes a user not in the set"))?;
+            users.remove(user).ok_or(WireError::DiffMismatch("removes a user not in the set"))?;
         }
         for entry in &diff.changed {
-            let hash = users
-                .get_mut(&entry.user)
-                .ok_or(WireError::DiffMismatch("changes a user not in the set"))?;
+            let hash = users.get_mut(&entry.user).ok_or(WireError::DiffMismatch("changes a user not in the set"))?;
             *hash = entry.hash;
         }
         for entry in &diff.added {
@@ -381,14 +367,8 @@ impl CredentialSet {
                 return Err(WireError::DiffMismatch("adds a user already in the set"));
             }
         }
-        let users = users
-            .into_iter()
-            .map(|(user, hash)| CredEntry { user, hash })
-            .collect();
-        Ok(CredentialSet {
-            node: self.node,
-            users,
-        })
+        let users = users.into_iter().map(|(user, hash)| CredEntry { user, hash }).collect();
+        Ok(CredentialSet { node: self.node, users })
     }
 }
 
@@ -461,13 +441,8 @@ impl BatchManifest {
     /// Builds a manifest; refuses a stream listed twice.
     pub fn new(mut entries: Vec<BatchEntry>) -> Result<BatchManifest, WireError> {
         entries.sort_by(|a, b| a.stream.cmp(&b.stream));
-        if entries
-            .windows(2)
-            .any(|pair| pair[0].stream == pair[1].stream)
-        {
-            return Err(WireError::Malformed(
-                "batch manifest (a stream listed twice)",
-            ));
+        if entries.windows(2).any(|pair| pair[0].stream == pair[1].stream) {
+            return Err(WireError::Malformed("batch manifest (a stream listed twice)"));
         }
         Ok(BatchManifest { entries })
     }
@@ -479,10 +454,7 @@ impl BatchManifest {
 
     /// The entry for a stream.
     pub fn get(&self, stream: &str) -> Option<&BatchEntry> {
-        self.entries
-            .binary_search_by(|entry| entry.stream.as_str().cmp(stream))
-            .ok()
-            .map(|at| &self.entries[at])
+        self.entries.binary_search_by(|entry| entry.stream.as_str().cmp(stream)).ok().map(|at| &self.entries[at])
     }
 
     /// The canonical encoding.
@@ -494,14 +466,8 @@ impl BatchManifest {
     pub fn decode(bytes: &[u8]) -> Result<BatchManifest, WireError> {
         let manifest: BatchManifest =
             postcard::from_bytes(bytes).map_err(|_| WireError::Malformed("batch manifest"))?;
-        if manifest
-            .entries
-            .windows(2)
-            .any(|pair| pair[0].stream >= pair[1].stream)
-        {
-            return Err(WireError::Malformed(
-                "batch manifest (entries out of order)",
-            ));
+        if manifest.entries.windows(2).any(|pair| pair[0].stream >= pair[1].stream) {
+            return Err(WireError::Malformed("batch manifest (entries out of order)"));
         }
         if manifest.encode() != bytes {
             return Err(WireError::Malformed("batch manifest (not canonical)"));
@@ -538,10 +504,7 @@ pub fn encode<T: Serialize>(value: &T) -> Vec<u8> {
 }
 
 /// Decodes a wire value strictly (no trailing bytes, canonical form).
-pub fn decode<T: Serialize + serde::de::DeserializeOwned>(
-    bytes: &[u8],
-    what: &'static str,
-) -> Result<T, WireError> {
+pub fn decode<T: Serialize + serde::de::DeserializeOwned>(bytes: &[u8], what: &'static str) -> Result<T, WireError> {
     let value: T = postcard::from_bytes(bytes).map_err(|_| WireError::Malformed(what))?;
     if encode(&value) != bytes {
         return Err(WireError::Malformed(what));
@@ -554,10 +517,7 @@ mod tests {
     use super::*;
 
     fn entry(user: UserId, fill: u8) -> CredEntry {
-        CredEntry {
-            user,
-            hash: [fill; 32],
-        }
+        CredEntry { user, hash: [fill; 32] }
     }
 
     #[test]
@@ -575,17 +535,11 @@ mod tests {
 
     #[test]
     fn credential_sets_are_canonical() {
-        assert_eq!(
-            CredentialSet::new(1, vec![entry(1, 1), entry(1, 2)]),
-            Err(WireError::DuplicateUser(1))
-        );
+        assert_eq!(CredentialSet::new(1, vec![entry(1, 1), entry(1, 2)]), Err(WireError::DuplicateUser(1)));
         let set = CredentialSet::new(9, vec![entry(5, 1), entry(2, 2)]).unwrap();
         assert_eq!(set.users()[0].user, 2);
         assert_eq!(CredentialSet::decode(&set.encode()).unwrap(), set);
-        let unsorted = CredentialSet {
-            node: 9,
-            users: vec![entry(5, 1), entry(2, 2)],
-        };
+        let unsorted = CredentialSet { node: 9, users: vec![entry(5, 1), entry(2, 2)] };
         assert!(CredentialSet::decode(&unsorted.encode()).is_err());
         let mut trailing = set.encode();
         trailing.push(0);
@@ -594,20 +548,14 @@ mod tests {
 
     #[test]
     fn batch_manifests_are_canonical() {
-        let e = |s: &str| BatchEntry {
-            stream: s.into(),
-            version: 1,
-            digest: Some([1; 32]),
-        };
+        let e = |s: &str| BatchEntry { stream: s.into(), version: 1, digest: Some([1; 32]) };
         let manifest = BatchManifest::new(vec![e("b"), e("a")]).unwrap();
         assert_eq!(manifest.entries()[0].stream, "a");
         assert_eq!(manifest.get("b").unwrap().stream, "b");
         assert!(manifest.get("c").is_none());
         assert_eq!(BatchManifest::decode(&manifest.encode()).unwrap(), manifest);
         assert!(BatchManifest::new(vec![e("a"), e("a")]).is_err());
-        let unsorted = BatchManifest {
-            entries: vec![e("b"), e("a")],
-        };
+        let unsorted = BatchManifest { entries: vec![e("b"), e("a")] };
         assert!(BatchManifest::decode(&unsorted.encode()).is_err());
     }
 
@@ -621,10 +569,7 @@ mod tests {
         assert_eq!(SubToken::parse(&format!("{text}=")), None);
         // The last character carries 4 spare bits: a different spelling of the same bytes.
         const ALPHABET: &[u8] = b"ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789-_";
-        let last = ALPHABET
-            .iter()
-            .position(|&c| c == text.as_bytes()[42])
-            .unwrap();
+        let last = ALPHABET.iter().position(|&c| c == text.as_bytes()[42]).unwrap();
         assert_eq!(last % 4, 0, "the spare bits of a canonical token are zero");
         let sibling = format!("{}{}", &text[..42], ALPHABET[last + 1] as char);
         assert_eq!(SubToken::parse(&sibling), None);
@@ -634,14 +579,7 @@ mod tests {
     fn set_strategy() -> impl proptest::strategy::Strategy<Value = CredentialSet> {
         use proptest::prelude::*;
         prop::collection::btree_map(0u64..64, any::<u8>(), 0..40).prop_map(|users| {
-            CredentialSet::new(
-                5,
-                users
-                    .into_iter()
-                    .map(|(user, fill)| entry(user, fill))
-                    .collect(),
-            )
-            .unwrap()
+            CredentialSet::new(5, users.into_iter().map(|(user, fill)| entry(user, fill)).collect()).unwrap()
         })
     }
 

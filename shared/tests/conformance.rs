@@ -6,9 +6,7 @@
 use hearth_shared::envelope::{Audience, Draft, Envelope, Kind};
 use hearth_shared::keys::{Role, SecretKey};
 use hearth_shared::trust::{Expect, KeyRecord, RoleKeys, StreamState, Trust, VerifyError, verify};
-use hearth_shared::wire::{
-    self, BatchEntry, BatchManifest, CredEntry, CredentialSet, NodeRecord, stream,
-};
+use hearth_shared::wire::{self, BatchEntry, BatchManifest, CredEntry, CredentialSet, NodeRecord, stream};
 use proptest::prelude::*;
 
 const NOW: u64 = 1_800_000_000;
@@ -29,13 +27,7 @@ fn keys() -> Keys {
 
 fn record(role: Role, key: &SecretKey, version: u64, signers: &[&SecretKey]) -> Vec<u8> {
     draft(Kind::KeyRecord, &stream::keys(role), version, Audience::Any)
-        .sign(
-            wire::encode(&KeyRecord {
-                role,
-                keys: RoleKeys::single(key.public()),
-            }),
-            signers,
-        )
+        .sign(wire::encode(&KeyRecord { role, keys: RoleKeys::single(key.public()) }), signers)
         .encode()
 }
 
@@ -55,34 +47,19 @@ fn draft(kind: Kind, stream: &str, version: u64, audience: Audience) -> Draft {
 /// A node's trust: the root, the signing role, and node 1's key.
 fn trust(k: &Keys) -> Trust {
     let mut trust = Trust::new(RoleKeys::single(k.root.public()));
-    trust
-        .accept_key_record(&record(Role::Signing, &k.signing, 1, &[&k.root]), NOW)
-        .unwrap();
+    trust.accept_key_record(&record(Role::Signing, &k.signing, 1, &[&k.root]), NOW).unwrap();
     trust.set_node(1, k.node.public());
     trust
 }
 
 fn creds(version: u64, users: u64) -> Envelope {
-    let set = CredentialSet::new(
-        1,
-        (0..users)
-            .map(|user| CredEntry {
-                user,
-                hash: [user as u8; 32],
-            })
-            .collect(),
-    )
-    .unwrap();
-    draft(Kind::CredentialSet, "creds/1", version, Audience::Node(1))
-        .sign(set.encode(), &[&keys().signing])
+    let set =
+        CredentialSet::new(1, (0..users).map(|user| CredEntry { user, hash: [user as u8; 32] }).collect()).unwrap();
+    draft(Kind::CredentialSet, "creds/1", version, Audience::Node(1)).sign(set.encode(), &[&keys().signing])
 }
 
 fn expect_creds() -> Expect<'static> {
-    Expect {
-        kind: Kind::CredentialSet,
-        audience: Audience::Node(1),
-        stream: "creds/1",
-    }
+    Expect { kind: Kind::CredentialSet, audience: Audience::Node(1), stream: "creds/1" }
 }
 
 #[test]
@@ -92,29 +69,10 @@ fn a_good_envelope_verifies_and_a_repeat_is_a_no_op() {
     let bytes = creds(5, 3).encode();
     let verified = verify(&bytes, &trust, &expect_creds(), None, NOW).unwrap();
     assert!(!verified.unchanged);
-    assert_eq!(
-        CredentialSet::decode(&verified.envelope.body)
-            .unwrap()
-            .users()
-            .len(),
-        3
-    );
-    let again = verify(
-        &bytes,
-        &trust,
-        &expect_creds(),
-        Some(&verified.state()),
-        NOW,
-    )
-    .unwrap();
+    assert_eq!(CredentialSet::decode(&verified.envelope.body).unwrap().users().len(), 3);
+    let again = verify(&bytes, &trust, &expect_creds(), Some(&verified.state()), NOW).unwrap();
     assert!(again.unchanged);
-    let newer = verify(
-        &creds(6, 4).encode(),
-        &trust,
-        &expect_creds(),
-        Some(&verified.state()),
-        NOW,
-    );
+    let newer = verify(&creds(6, 4).encode(), &trust, &expect_creds(), Some(&verified.state()), NOW);
     assert!(!newer.unwrap().unchanged);
 }
 
@@ -122,18 +80,12 @@ fn a_good_envelope_verifies_and_a_repeat_is_a_no_op() {
 fn every_refusal_is_told_apart() {
     let k = keys();
     let trust = trust(&k);
-    let stored = StreamState {
-        version: 5,
-        digest: creds(5, 3).digest(),
-    };
+    let stored = StreamState { version: 5, digest: creds(5, 3).digest() };
     let stranger = SecretKey::from_seed(Role::Signing, &[9; 32]);
     let expect = expect_creds();
 
-    let signed_by = |key: &SecretKey| {
-        draft(Kind::CredentialSet, "creds/1", 6, Audience::Node(1))
-            .sign(vec![1, 2], &[key])
-            .encode()
-    };
+    let signed_by =
+        |key: &SecretKey| draft(Kind::CredentialSet, "creds/1", 6, Audience::Node(1)).sign(vec![1, 2], &[key]).encode();
     let altered_header = {
         let mut e = creds(6, 3);
         e.header.version = 7;
@@ -150,18 +102,10 @@ fn every_refusal_is_told_apart() {
         e.encode()
     };
     let expired = draft(Kind::CredentialSet, "creds/1", 6, Audience::Node(1));
-    let expired = Draft {
-        expires: NOW - 1,
-        ..expired
-    }
-    .sign(vec![], &[&k.signing])
-    .encode();
-    let other_node =
-        draft(Kind::CredentialSet, "creds/1", 6, Audience::Node(2)).sign(vec![], &[&k.signing]);
-    let other_stream =
-        draft(Kind::CredentialSet, "creds/2", 6, Audience::Node(1)).sign(vec![], &[&k.signing]);
-    let snapshot =
-        draft(Kind::Snapshot, "creds/1", 6, Audience::Node(1)).sign(vec![], &[&k.signing]);
+    let expired = Draft { expires: NOW - 1, ..expired }.sign(vec![], &[&k.signing]).encode();
+    let other_node = draft(Kind::CredentialSet, "creds/1", 6, Audience::Node(2)).sign(vec![], &[&k.signing]);
+    let other_stream = draft(Kind::CredentialSet, "creds/2", 6, Audience::Node(1)).sign(vec![], &[&k.signing]);
+    let snapshot = draft(Kind::Snapshot, "creds/1", 6, Audience::Node(1)).sign(vec![], &[&k.signing]);
     let oversized = draft(Kind::CredentialSet, "creds/1", 6, Audience::Node(1))
         .sign(vec![0; Kind::CredentialSet.max_len()], &[&k.signing])
         .encode();
@@ -173,105 +117,36 @@ fn every_refusal_is_told_apart() {
             "endless data",
             oversized.clone(),
             None,
-            VerifyError::Oversized {
-                len: oversized.len(),
-                max: Kind::CredentialSet.max_len(),
-            },
+            VerifyError::Oversized { len: oversized.len(), max: Kind::CredentialSet.max_len() },
         ),
-        (
-            "truncated",
-            truncated,
-            None,
-            VerifyError::Malformed("undecodable"),
-        ),
+        ("truncated", truncated, None, VerifyError::Malformed("undecodable")),
         (
             "wrong type",
             snapshot.encode(),
             None,
-            VerifyError::WrongType {
-                expected: Kind::CredentialSet,
-                found: Kind::Snapshot,
-            },
+            VerifyError::WrongType { expected: Kind::CredentialSet, found: Kind::Snapshot },
         ),
-        (
-            "unknown key",
-            signed_by(&stranger),
-            None,
-            VerifyError::UnknownKey,
-        ),
-        (
-            "root key used online",
-            signed_by(&k.root),
-            None,
-            VerifyError::WrongRole {
-                needed: Role::Signing,
-            },
-        ),
-        (
-            "node key forging control",
-            signed_by(&k.node),
-            None,
-            VerifyError::WrongRole {
-                needed: Role::Signing,
-            },
-        ),
-        (
-            "altered header",
-            altered_header,
-            None,
-            VerifyError::BadSignature,
-        ),
+        ("unknown key", signed_by(&stranger), None, VerifyError::UnknownKey),
+        ("root key used online", signed_by(&k.root), None, VerifyError::WrongRole { needed: Role::Signing }),
+        ("node key forging control", signed_by(&k.node), None, VerifyError::WrongRole { needed: Role::Signing }),
+        ("altered header", altered_header, None, VerifyError::BadSignature),
         (
             "cross-target replay",
             other_node.encode(),
             None,
-            VerifyError::WrongAudience {
-                expected: Audience::Node(1),
-                found: Audience::Node(2),
-            },
+            VerifyError::WrongAudience { expected: Audience::Node(1), found: Audience::Node(2) },
         ),
         (
             "mix and match",
             other_stream.encode(),
             None,
-            VerifyError::WrongStream {
-                expected: "creds/1".into(),
-                found: "creds/2".into(),
-            },
+            VerifyError::WrongStream { expected: "creds/1".into(), found: "creds/2".into() },
         ),
-        (
-            "rollback",
-            creds(4, 3).encode(),
-            Some(stored),
-            VerifyError::Stale { have: 5, got: 4 },
-        ),
-        (
-            "fork",
-            creds(5, 4).encode(),
-            Some(stored),
-            VerifyError::Conflict { version: 5 },
-        ),
-        (
-            "freeze",
-            expired,
-            None,
-            VerifyError::Expired {
-                expires: NOW - 1,
-                now: NOW,
-            },
-        ),
-        (
-            "tampered body",
-            altered_body,
-            None,
-            VerifyError::BodyMismatch,
-        ),
-        (
-            "extended body",
-            longer_body,
-            None,
-            VerifyError::BodyMismatch,
-        ),
+        ("rollback", creds(4, 3).encode(), Some(stored), VerifyError::Stale { have: 5, got: 4 }),
+        ("fork", creds(5, 4).encode(), Some(stored), VerifyError::Conflict { version: 5 }),
+        ("freeze", expired, None, VerifyError::Expired { expires: NOW - 1, now: NOW }),
+        ("tampered body", altered_body, None, VerifyError::BodyMismatch),
+        ("extended body", longer_body, None, VerifyError::BodyMismatch),
     ];
     for (name, bytes, stored, expected) in cases {
         let got = verify(&bytes, &trust, &expect, stored.as_ref(), NOW);
@@ -286,57 +161,21 @@ fn usage_reports_must_come_from_their_own_node() {
     let other = SecretKey::from_seed(Role::Node, &[5; 32]);
     trust.set_node(2, other.public());
     let report = |stream: &str, key: &SecretKey| {
-        draft(Kind::UsageReport, stream, 1, Audience::Control)
-            .sign(vec![], &[key])
-            .encode()
+        draft(Kind::UsageReport, stream, 1, Audience::Control).sign(vec![], &[key]).encode()
     };
-    let expect = |stream: &'static str| Expect {
-        kind: Kind::UsageReport,
-        audience: Audience::Control,
-        stream,
-    };
-    assert!(
-        verify(
-            &report("usage/1", &k.node),
-            &trust,
-            &expect("usage/1"),
-            None,
-            NOW
-        )
-        .is_ok()
-    );
+    let expect = |stream: &'static str| Expect { kind: Kind::UsageReport, audience: Audience::Control, stream };
+    assert!(verify(&report("usage/1", &k.node), &trust, &expect("usage/1"), None, NOW).is_ok());
     // Node 2 cannot report as node 1, nor can control's own key.
     assert_eq!(
-        verify(
-            &report("usage/1", &other),
-            &trust,
-            &expect("usage/1"),
-            None,
-            NOW
-        )
-        .err(),
+        verify(&report("usage/1", &other), &trust, &expect("usage/1"), None, NOW).err(),
         Some(VerifyError::WrongRole { needed: Role::Node })
     );
     assert_eq!(
-        verify(
-            &report("usage/1", &k.signing),
-            &trust,
-            &expect("usage/1"),
-            None,
-            NOW
-        )
-        .err(),
+        verify(&report("usage/1", &k.signing), &trust, &expect("usage/1"), None, NOW).err(),
         Some(VerifyError::WrongRole { needed: Role::Node })
     );
     assert_eq!(
-        verify(
-            &report("usage/3", &k.node),
-            &trust,
-            &expect("usage/3"),
-            None,
-            NOW
-        )
-        .err(),
+        verify(&report("usage/3", &k.node), &trust, &expect("usage/3"), None, NOW).err(),
         Some(VerifyError::WrongRole { needed: Role::Node })
     );
 }
@@ -349,27 +188,17 @@ fn signing_key_rotation() {
 
     // Only the root may rotate, and an old record cannot be replayed.
     let by_signing = record(Role::Signing, &new_signing, 2, &[&k.signing]);
-    assert_eq!(
-        trust.accept_key_record(&by_signing, NOW).err(),
-        Some(VerifyError::WrongRole { needed: Role::Root })
-    );
+    assert_eq!(trust.accept_key_record(&by_signing, NOW).err(), Some(VerifyError::WrongRole { needed: Role::Root }));
     let rotation = record(Role::Signing, &new_signing, 2, &[&k.root]);
     trust.accept_key_record(&rotation, NOW).unwrap();
     assert_eq!(trust.role_version(Role::Signing), Some(2));
     let replay = record(Role::Signing, &k.signing, 1, &[&k.root]);
-    assert_eq!(
-        trust.accept_key_record(&replay, NOW).err(),
-        Some(VerifyError::Stale { have: 2, got: 1 })
-    );
+    assert_eq!(trust.accept_key_record(&replay, NOW).err(), Some(VerifyError::Stale { have: 2, got: 1 }));
 
     // From now on only the new key signs.
     let old = creds(6, 1).encode();
-    assert_eq!(
-        verify(&old, &trust, &expect_creds(), None, NOW).err(),
-        Some(VerifyError::UnknownKey)
-    );
-    let new =
-        draft(Kind::CredentialSet, "creds/1", 7, Audience::Node(1)).sign(vec![], &[&new_signing]);
+    assert_eq!(verify(&old, &trust, &expect_creds(), None, NOW).err(), Some(VerifyError::UnknownKey));
+    let new = draft(Kind::CredentialSet, "creds/1", 7, Audience::Node(1)).sign(vec![], &[&new_signing]);
     assert!(verify(&new.encode(), &trust, &expect_creds(), None, NOW).is_ok());
 }
 
@@ -382,18 +211,12 @@ fn root_rotation_needs_the_old_and_the_new_root() {
     let old_only = record(Role::Root, &new_root, 1, &[&k.root]);
     assert!(trust.accept_key_record(&old_only, NOW).is_err());
     let new_only = record(Role::Root, &new_root, 1, &[&new_root]);
-    assert_eq!(
-        trust.accept_key_record(&new_only, NOW).err(),
-        Some(VerifyError::UnknownKey)
-    );
+    assert_eq!(trust.accept_key_record(&new_only, NOW).err(), Some(VerifyError::UnknownKey));
     assert_eq!(trust.role(Role::Root).unwrap().keys, vec![k.root.public()]);
 
     let both = record(Role::Root, &new_root, 1, &[&k.root, &new_root]);
     trust.accept_key_record(&both, NOW).unwrap();
-    assert_eq!(
-        trust.role(Role::Root).unwrap().keys,
-        vec![new_root.public()]
-    );
+    assert_eq!(trust.role(Role::Root).unwrap().keys, vec![new_root.public()]);
 
     let next_signing = SecretKey::from_seed(Role::Signing, &[8; 32]);
     let by_old_root = record(Role::Signing, &next_signing, 2, &[&k.root]);
@@ -404,19 +227,11 @@ fn root_rotation_needs_the_old_and_the_new_root() {
 
 #[test]
 fn thresholds_count_distinct_valid_signatures() {
-    let roots: Vec<SecretKey> = (10..13)
-        .map(|seed| SecretKey::from_seed(Role::Root, &[seed; 32]))
-        .collect();
-    let mut trust = Trust::new(RoleKeys {
-        keys: roots.iter().map(SecretKey::public).collect(),
-        threshold: 2,
-    });
+    let roots: Vec<SecretKey> = (10..13).map(|seed| SecretKey::from_seed(Role::Root, &[seed; 32])).collect();
+    let mut trust = Trust::new(RoleKeys { keys: roots.iter().map(SecretKey::public).collect(), threshold: 2 });
     let signing = SecretKey::from_seed(Role::Signing, &[2; 32]);
     let one = record(Role::Signing, &signing, 1, &[&roots[0]]);
-    assert_eq!(
-        trust.accept_key_record(&one, NOW).err(),
-        Some(VerifyError::Threshold { have: 1, need: 2 })
-    );
+    assert_eq!(trust.accept_key_record(&one, NOW).err(), Some(VerifyError::Threshold { have: 1, need: 2 }));
     let two = record(Role::Signing, &signing, 1, &[&roots[0], &roots[2]]);
     trust.accept_key_record(&two, NOW).unwrap();
 }
@@ -425,26 +240,16 @@ fn thresholds_count_distinct_valid_signatures() {
 fn a_batch_manifest_binds_its_items() {
     let k = keys();
     let trust = trust(&k);
-    let item = draft(Kind::NodeRecord, &stream::node(1), 3, Audience::Edge).sign(
-        wire::encode(&NodeRecord {
-            node: 1,
-            key: Some(k.node.public()),
-        }),
-        &[&k.signing],
-    );
+    let item = draft(Kind::NodeRecord, &stream::node(1), 3, Audience::Edge)
+        .sign(wire::encode(&NodeRecord { node: 1, key: Some(k.node.public()) }), &[&k.signing]);
     let manifest = BatchManifest::new(vec![BatchEntry {
         stream: stream::node(1),
         version: 3,
         digest: Some(hearth_shared::sha256(&item.encode())),
     }])
     .unwrap();
-    let batch =
-        draft(Kind::Batch, stream::BATCH, 1, Audience::Edge).sign(manifest.encode(), &[&k.signing]);
-    let expect = Expect {
-        kind: Kind::Batch,
-        audience: Audience::Edge,
-        stream: stream::BATCH,
-    };
+    let batch = draft(Kind::Batch, stream::BATCH, 1, Audience::Edge).sign(manifest.encode(), &[&k.signing]);
+    let expect = Expect { kind: Kind::Batch, audience: Audience::Edge, stream: stream::BATCH };
     let verified = verify(&batch.encode(), &trust, &expect, None, NOW).unwrap();
     let manifest = BatchManifest::decode(&verified.envelope.body).unwrap();
     let entry = manifest.get(&stream::node(1)).unwrap();
@@ -456,13 +261,8 @@ fn a_batch_manifest_binds_its_items() {
 }
 
 fn multi_signed() -> (Trust, Vec<u8>) {
-    let roots: Vec<SecretKey> = (20..23)
-        .map(|seed| SecretKey::from_seed(Role::Root, &[seed; 32]))
-        .collect();
-    let trust = Trust::new(RoleKeys {
-        keys: roots.iter().map(SecretKey::public).collect(),
-        threshold: 3,
-    });
+    let roots: Vec<SecretKey> = (20..23).map(|seed| SecretKey::from_seed(Role::Root, &[seed; 32])).collect();
+    let trust = Trust::new(RoleKeys { keys: roots.iter().map(SecretKey::public).collect(), threshold: 3 });
     let signing = SecretKey::from_seed(Role::Signing, &[2; 32]);
     let signers: Vec<&SecretKey> = roots.iter().collect();
     (trust, record(Role::Signing, &signing, 1, &signers))

@@ -12,8 +12,8 @@ use hearth_shared::keys::{RecoverySecret, Role, SecretKey};
 use hearth_shared::seal;
 use hearth_shared::trust::{Expect, KeyRecord, RoleKeys, Trust, verify};
 use hearth_shared::wire::{
-    self, BatchEntry, BatchManifest, CredEntry, CredentialSet, Endpoint, NodeRecord, Profile,
-    ResetStrategy, Snapshot, Status, SubToken, UsageAck, UsageReport, UserUsage, stream,
+    self, BatchEntry, BatchManifest, CredEntry, CredentialSet, Endpoint, NodeRecord, Profile, ResetStrategy, Snapshot,
+    Status, SubToken, UsageAck, UsageReport, UserUsage, stream,
 };
 
 const NOW: u64 = 1_800_000_000;
@@ -54,16 +54,7 @@ fn node() -> SecretKey {
 }
 
 fn draft(kind: Kind, stream: String, version: u64, audience: Audience) -> Draft {
-    Draft {
-        kind,
-        stream,
-        version,
-        epoch: 1,
-        issued: NOW,
-        expires: NOW + 86_400,
-        audience,
-        prev: [0x11; 32],
-    }
+    Draft { kind, stream, version, epoch: 1, issued: NOW, expires: NOW + 86_400, audience, prev: [0x11; 32] }
 }
 
 fn snapshot() -> Snapshot {
@@ -105,30 +96,12 @@ fn token() -> SubToken {
 /// One envelope of every kind, by fixture name.
 fn envelopes() -> Vec<(&'static str, Envelope)> {
     let recovery = RecoverySecret::from_bytes([5; 32]);
-    let key_record = KeyRecord {
-        role: Role::Signing,
-        keys: RoleKeys::single(signing().public()),
-    };
-    let set = CredentialSet::new(
-        3,
-        vec![CredEntry {
-            user: 7,
-            hash: hearth_shared::sha256(b"cred"),
-        }],
-    )
-    .unwrap();
+    let key_record = KeyRecord { role: Role::Signing, keys: RoleKeys::single(signing().public()) };
+    let set = CredentialSet::new(3, vec![CredEntry { user: 7, hash: hearth_shared::sha256(b"cred") }]).unwrap();
     let sealed = seal::seal(&snapshot(), &token(), &recovery.public(), &mut FixedRng(9));
     let manifest = BatchManifest::new(vec![
-        BatchEntry {
-            stream: stream::creds(3),
-            version: 2,
-            digest: Some([0x22; 32]),
-        },
-        BatchEntry {
-            stream: stream::snapshot(&token().hash()),
-            version: 2,
-            digest: None,
-        },
+        BatchEntry { stream: stream::creds(3), version: 2, digest: Some([0x22; 32]) },
+        BatchEntry { stream: stream::snapshot(&token().hash()), version: 2, digest: None },
     ])
     .unwrap();
     let report = UsageReport {
@@ -136,57 +109,31 @@ fn envelopes() -> Vec<(&'static str, Envelope)> {
         seq: 12,
         period_start: NOW - 60,
         period_end: NOW,
-        users: vec![UserUsage {
-            user: 7,
-            up: 1000,
-            down: 50_000,
-        }],
+        users: vec![UserUsage { user: 7, up: 1000, down: 50_000 }],
     };
     vec![
         (
             "key_record",
-            draft(
-                Kind::KeyRecord,
-                stream::keys(Role::Signing),
-                1,
-                Audience::Any,
-            )
-            .sign(wire::encode(&key_record), &[&root()]),
+            draft(Kind::KeyRecord, stream::keys(Role::Signing), 1, Audience::Any)
+                .sign(wire::encode(&key_record), &[&root()]),
         ),
         (
             "credential_set",
-            draft(Kind::CredentialSet, stream::creds(3), 2, Audience::Node(3))
-                .sign(set.encode(), &[&signing()]),
+            draft(Kind::CredentialSet, stream::creds(3), 2, Audience::Node(3)).sign(set.encode(), &[&signing()]),
         ),
         (
             "snapshot",
-            draft(
-                Kind::Snapshot,
-                stream::snapshot(&token().hash()),
-                2,
-                Audience::Edge,
-            )
-            .sign(sealed, &[&signing()]),
+            draft(Kind::Snapshot, stream::snapshot(&token().hash()), 2, Audience::Edge).sign(sealed, &[&signing()]),
         ),
-        (
-            "batch",
-            draft(Kind::Batch, stream::BATCH.into(), 9, Audience::Edge)
-                .sign(manifest.encode(), &[&signing()]),
-        ),
+        ("batch", draft(Kind::Batch, stream::BATCH.into(), 9, Audience::Edge).sign(manifest.encode(), &[&signing()])),
         (
             "node_record",
-            draft(Kind::NodeRecord, stream::node(3), 1, Audience::Edge).sign(
-                wire::encode(&NodeRecord {
-                    node: 3,
-                    key: Some(node().public()),
-                }),
-                &[&signing()],
-            ),
+            draft(Kind::NodeRecord, stream::node(3), 1, Audience::Edge)
+                .sign(wire::encode(&NodeRecord { node: 3, key: Some(node().public()) }), &[&signing()]),
         ),
         (
             "usage_report",
-            draft(Kind::UsageReport, stream::usage(3), 12, Audience::Control)
-                .sign(wire::encode(&report), &[&node()]),
+            draft(Kind::UsageReport, stream::usage(3), 12, Audience::Control).sign(wire::encode(&report), &[&node()]),
         ),
         (
             "usage_ack",
@@ -197,9 +144,7 @@ fn envelopes() -> Vec<(&'static str, Envelope)> {
 }
 
 fn fixture_path(name: &str) -> PathBuf {
-    PathBuf::from(env!("CARGO_MANIFEST_DIR"))
-        .join("tests/fixtures")
-        .join(format!("{name}.hex"))
+    PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures").join(format!("{name}.hex"))
 }
 
 #[test]
@@ -212,71 +157,33 @@ fn envelopes_encode_to_their_fixtures() {
             std::fs::create_dir_all(path.parent().unwrap()).unwrap();
             std::fs::write(&path, format!("{}\n", hex::encode(&bytes))).unwrap();
         }
-        let stored =
-            std::fs::read_to_string(&path).unwrap_or_else(|e| panic!("{}: {e}", path.display()));
-        assert_eq!(
-            hex::encode(&bytes),
-            stored.trim(),
-            "fixture {name} changed: the wire format moved"
-        );
+        let stored = std::fs::read_to_string(&path).unwrap_or_else(|e| panic!("{}: {e}", path.display()));
+        assert_eq!(hex::encode(&bytes), stored.trim(), "fixture {name} changed: the wire format moved");
     }
 }
 
 #[test]
 fn fixtures_decode_and_verify() {
     let mut trust = Trust::new(RoleKeys::single(root().public()));
-    let record = hex::decode(
-        std::fs::read_to_string(fixture_path("key_record"))
-            .unwrap()
-            .trim(),
-    )
-    .unwrap();
+    let record = hex::decode(std::fs::read_to_string(fixture_path("key_record")).unwrap().trim()).unwrap();
     trust.accept_key_record(&record, NOW).unwrap();
     trust.set_node(3, node().public());
     let snapshot_stream = stream::snapshot(&token().hash());
     let cases: [(&str, Kind, Audience, &str); 6] = [
-        (
-            "credential_set",
-            Kind::CredentialSet,
-            Audience::Node(3),
-            "creds/3",
-        ),
+        ("credential_set", Kind::CredentialSet, Audience::Node(3), "creds/3"),
         ("snapshot", Kind::Snapshot, Audience::Edge, &snapshot_stream),
         ("batch", Kind::Batch, Audience::Edge, stream::BATCH),
         ("node_record", Kind::NodeRecord, Audience::Edge, "node/3"),
-        (
-            "usage_report",
-            Kind::UsageReport,
-            Audience::Control,
-            "usage/3",
-        ),
+        ("usage_report", Kind::UsageReport, Audience::Control, "usage/3"),
         ("usage_ack", Kind::UsageAck, Audience::Node(3), "ack/3"),
     ];
     for (name, kind, audience, stream) in cases {
-        let bytes =
-            hex::decode(std::fs::read_to_string(fixture_path(name)).unwrap().trim()).unwrap();
-        let verified = verify(
-            &bytes,
-            &trust,
-            &Expect {
-                kind,
-                audience,
-                stream,
-            },
-            None,
-            NOW,
-        )
-        .unwrap_or_else(|e| panic!("{name}: {e}"));
+        let bytes = hex::decode(std::fs::read_to_string(fixture_path(name)).unwrap().trim()).unwrap();
+        let verified = verify(&bytes, &trust, &Expect { kind, audience, stream }, None, NOW)
+            .unwrap_or_else(|e| panic!("{name}: {e}"));
         if name == "snapshot" {
-            assert_eq!(
-                seal::open(&verified.envelope.body, &token()).unwrap(),
-                snapshot()
-            );
-            let (token, _) = seal::recover(
-                &verified.envelope.body,
-                &RecoverySecret::from_bytes([5; 32]),
-            )
-            .unwrap();
+            assert_eq!(seal::open(&verified.envelope.body, &token()).unwrap(), snapshot());
+            let (token, _) = seal::recover(&verified.envelope.body, &RecoverySecret::from_bytes([5; 32])).unwrap();
             assert_eq!(token, self::token());
         }
     }

@@ -9,18 +9,15 @@ use hearth_shared::envelope::{Audience, Draft, Envelope, Kind};
 use hearth_shared::keys::{RecoverySecret, Role, SecretKey};
 use hearth_shared::trust::{KeyRecord, RoleKeys};
 use hearth_shared::wire::{
-    self, BatchEntry, BatchManifest, CredentialSet, Endpoint, NodeRecord, Profile, PushBundle,
-    ResetStrategy, Snapshot, Status, SubToken, stream,
+    self, BatchEntry, BatchManifest, CredentialSet, Endpoint, NodeRecord, Profile, PushBundle, ResetStrategy, Snapshot,
+    Status, SubToken, stream,
 };
 use hearth_shared::{keys::PublicKey, seal};
 use rand_core::OsRng;
 
 /// Unix seconds now.
 pub fn now() -> u64 {
-    SystemTime::now()
-        .duration_since(UNIX_EPOCH)
-        .expect("clock after 1970")
-        .as_secs()
+    SystemTime::now().duration_since(UNIX_EPOCH).expect("clock after 1970").as_secs()
 }
 
 /// A stand-in for control's keys and version counters.
@@ -68,33 +65,16 @@ impl ControlSim {
 
     /// The root-signed record that certifies the signing key.
     pub fn signing_record(&self) -> Vec<u8> {
-        let record = KeyRecord {
-            role: Role::Signing,
-            keys: RoleKeys::single(self.signing.public()),
-        };
-        self.draft(
-            Kind::KeyRecord,
-            stream::keys(Role::Signing),
-            1,
-            Audience::Any,
-        )
-        .sign(wire::encode(&record), &[&self.root])
-        .encode()
+        let record = KeyRecord { role: Role::Signing, keys: RoleKeys::single(self.signing.public()) };
+        self.draft(Kind::KeyRecord, stream::keys(Role::Signing), 1, Audience::Any)
+            .sign(wire::encode(&record), &[&self.root])
+            .encode()
     }
 
     /// A header expiring in a day.
     pub fn draft(&self, kind: Kind, stream: String, version: u64, audience: Audience) -> Draft {
         let now = now();
-        Draft {
-            kind,
-            stream,
-            version,
-            epoch: 1,
-            issued: now,
-            expires: now + 86_400,
-            audience,
-            prev: [0; 32],
-        }
+        Draft { kind, stream, version, epoch: 1, issued: now, expires: now + 86_400, audience, prev: [0; 32] }
     }
 
     fn next_version(&mut self, stream: &str) -> u64 {
@@ -110,24 +90,11 @@ impl ControlSim {
     }
 
     /// Signs an item at an explicit version (for rollback tests).
-    pub fn item_at(
-        &self,
-        kind: Kind,
-        stream: String,
-        version: u64,
-        audience: Audience,
-        body: Vec<u8>,
-    ) -> Item {
-        let envelope = self
-            .draft(kind, stream.clone(), version, audience)
-            .sign(body, &[&self.signing]);
+    pub fn item_at(&self, kind: Kind, stream: String, version: u64, audience: Audience, body: Vec<u8>) -> Item {
+        let envelope = self.draft(kind, stream.clone(), version, audience).sign(body, &[&self.signing]);
         let bytes = envelope.encode();
         Item {
-            entry: BatchEntry {
-                stream,
-                version,
-                digest: Some(hearth_shared::sha256(&bytes)),
-            },
+            entry: BatchEntry { stream, version, digest: Some(hearth_shared::sha256(&bytes)) },
             envelope: Some(bytes),
         }
     }
@@ -135,70 +102,39 @@ impl ControlSim {
     /// A sealed snapshot for the holder of `token`.
     pub fn snapshot(&mut self, token: &SubToken, snapshot: &Snapshot) -> Item {
         let body = seal::seal(snapshot, token, &self.recovery.public(), &mut OsRng);
-        self.item(
-            Kind::Snapshot,
-            stream::snapshot(&token.hash()),
-            Audience::Edge,
-            body,
-        )
+        self.item(Kind::Snapshot, stream::snapshot(&token.hash()), Audience::Edge, body)
     }
 
     /// A node's credential set.
     pub fn creds(&mut self, set: &CredentialSet) -> Item {
-        self.item(
-            Kind::CredentialSet,
-            stream::creds(set.node),
-            Audience::Node(set.node),
-            set.encode(),
-        )
+        self.item(Kind::CredentialSet, stream::creds(set.node), Audience::Node(set.node), set.encode())
     }
 
     /// A node's registration.
     pub fn node(&mut self, node: u64, key: Option<PublicKey>) -> Item {
-        self.item(
-            Kind::NodeRecord,
-            stream::node(node),
-            Audience::Edge,
-            wire::encode(&NodeRecord { node, key }),
-        )
+        self.item(Kind::NodeRecord, stream::node(node), Audience::Edge, wire::encode(&NodeRecord { node, key }))
     }
 
     /// Deletes a link's stream at its next version.
     pub fn delete_link(&mut self, token: &SubToken) -> Item {
         let name = stream::snapshot(&token.hash());
         let version = self.next_version(&name);
-        Item {
-            entry: BatchEntry {
-                stream: name,
-                version,
-                digest: None,
-            },
-            envelope: None,
-        }
+        Item { entry: BatchEntry { stream: name, version, digest: None }, envelope: None }
     }
 
     /// The next batch manifest over `items`.
     pub fn manifest(&mut self, items: &[Item]) -> Envelope {
         self.batch += 1;
-        let manifest = BatchManifest::new(items.iter().map(|item| item.entry.clone()).collect())
-            .expect("unique streams");
-        self.draft(
-            Kind::Batch,
-            stream::BATCH.to_owned(),
-            self.batch,
-            Audience::Edge,
-        )
-        .sign(manifest.encode(), &[&self.signing])
+        let manifest =
+            BatchManifest::new(items.iter().map(|item| item.entry.clone()).collect()).expect("unique streams");
+        self.draft(Kind::Batch, stream::BATCH.to_owned(), self.batch, Audience::Edge)
+            .sign(manifest.encode(), &[&self.signing])
     }
 
     /// A whole push: the signing key's record, the next manifest, the items.
     pub fn push(&mut self, items: &[Item]) -> Vec<u8> {
         let manifest = self.manifest(items).encode();
-        bundle(
-            vec![self.signing_record()],
-            manifest,
-            items.iter().filter_map(|i| i.envelope.clone()).collect(),
-        )
+        bundle(vec![self.signing_record()], manifest, items.iter().filter_map(|i| i.envelope.clone()).collect())
     }
 }
 

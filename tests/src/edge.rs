@@ -54,12 +54,7 @@ impl EdgeProcess {
             .strip_prefix("hearth-edge listening on ")
             .with_context(|| format!("unexpected first line {line:?}"))?
             .to_owned();
-        Ok(EdgeProcess {
-            child,
-            url,
-            db: db.to_owned(),
-            vars: vars.to_vec(),
-        })
+        Ok(EdgeProcess { child, url, db: db.to_owned(), vars: vars.to_vec() })
     }
 
     /// Stops the edge (SIGTERM, as systemd would) and waits for it.

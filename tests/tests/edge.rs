@@ -9,9 +9,7 @@ use hearth_shared::envelope::{Audience, Kind};
 use hearth_shared::keys::{Role, SecretKey};
 use hearth_shared::nodeauth;
 use hearth_shared::render::answer;
-use hearth_shared::wire::{
-    self, CredEntry, CredentialSet, SubToken, UsageDrain, UsageReport, UserUsage, stream,
-};
+use hearth_shared::wire::{self, CredEntry, CredentialSet, SubToken, UsageDrain, UsageReport, UserUsage, stream};
 use hearth_tests::control_sim::{ControlSim, demo_snapshot, now};
 use hearth_tests::edge::EdgeProcess;
 use rand_core::OsRng;
@@ -33,11 +31,7 @@ fn settings(sim: &ControlSim, extra: &[(&str, &str)]) -> Vec<(String, String)> {
         ("HEARTH_PUSH_TOKEN".to_owned(), PUSH_TOKEN.to_owned()),
         ("HEARTH_API_PREFIX".to_owned(), API.to_owned()),
     ];
-    vars.extend(
-        extra
-            .iter()
-            .map(|(k, v)| ((*k).to_owned(), (*v).to_owned())),
-    );
+    vars.extend(extra.iter().map(|(k, v)| ((*k).to_owned(), (*v).to_owned())));
     vars
 }
 
@@ -45,12 +39,7 @@ fn start(extra: &[(&str, &str)]) -> Setup {
     let dir = tempfile::tempdir().unwrap();
     let sim = ControlSim::new();
     let edge = EdgeProcess::start(&dir.path().join("edge.db"), &settings(&sim, extra)).unwrap();
-    Setup {
-        _dir: dir,
-        edge,
-        sim,
-        http: client(None),
-    }
+    Setup { _dir: dir, edge, sim, http: client(None) }
 }
 
 fn client(from: Option<&str>) -> reqwest::Client {
@@ -79,12 +68,7 @@ impl Setup {
     }
 
     async fn page(&self, token: &SubToken) -> String {
-        self.get(
-            &self.link(token),
-            "Mozilla/5.0 (X11) Gecko/20100101 Firefox/133.0",
-        )
-        .await
-        .2
+        self.get(&self.link(token), "Mozilla/5.0 (X11) Gecko/20100101 Firefox/133.0").await.2
     }
 
     async fn drain(&self, after: u64) -> UsageDrain {
@@ -99,26 +83,14 @@ impl Setup {
         wire::decode::<UsageDrain>(&response.bytes().await.unwrap(), "drain").unwrap()
     }
 
-    async fn get(
-        &self,
-        url: &str,
-        user_agent: &str,
-    ) -> (StatusCode, reqwest::header::HeaderMap, String) {
+    async fn get(&self, url: &str, user_agent: &str) -> (StatusCode, reqwest::header::HeaderMap, String) {
         get_with(&self.http, url, user_agent).await
     }
 }
 
-async fn get_with(
-    http: &reqwest::Client,
-    url: &str,
-    ua: &str,
-) -> (StatusCode, reqwest::header::HeaderMap, String) {
+async fn get_with(http: &reqwest::Client, url: &str, ua: &str) -> (StatusCode, reqwest::header::HeaderMap, String) {
     let response = http.get(url).header("user-agent", ua).send().await.unwrap();
-    (
-        response.status(),
-        response.headers().clone(),
-        response.text().await.unwrap(),
-    )
+    (response.status(), response.headers().clone(), response.text().await.unwrap())
 }
 
 const USER_AGENTS: &[&str] = &[
@@ -141,27 +113,16 @@ fn assert_answer(
     assert_eq!(*status, StatusCode::OK, "{what}");
     assert_eq!(body, &expected.body, "{what}");
     for (name, value) in &expected.headers {
-        assert_eq!(
-            headers.get(*name).map(|v| v.to_str().unwrap()),
-            Some(value.as_str()),
-            "{what}: {name}"
-        );
+        assert_eq!(headers.get(*name).map(|v| v.to_str().unwrap()), Some(value.as_str()), "{what}: {name}");
     }
 }
 
 #[tokio::test]
 async fn a_push_of_1000_users_serves_every_format() {
-    let mut s = start(&[
-        ("HEARTH_NETWORK_BURST", "100000"),
-        ("HEARTH_NETWORK_PER_MINUTE", "100000"),
-    ]);
-    let users: Vec<(SubToken, _)> = (1..=1000)
-        .map(|user| (SubToken::generate(&mut OsRng), demo_snapshot(user)))
-        .collect();
-    let items: Vec<_> = users
-        .iter()
-        .map(|(token, snapshot)| s.sim.snapshot(token, snapshot))
-        .collect();
+    let mut s = start(&[("HEARTH_NETWORK_BURST", "100000"), ("HEARTH_NETWORK_PER_MINUTE", "100000")]);
+    let users: Vec<(SubToken, _)> =
+        (1..=1000).map(|user| (SubToken::generate(&mut OsRng), demo_snapshot(user))).collect();
+    let items: Vec<_> = users.iter().map(|(token, snapshot)| s.sim.snapshot(token, snapshot)).collect();
     let push = s.sim.push(&items);
     let (status, body) = s.push(push).await;
     assert_eq!(status, StatusCode::OK, "{body}");
@@ -171,59 +132,27 @@ async fn a_push_of_1000_users_serves_every_format() {
     // Every user answers; a sample in every format, compared with `shared`'s rendering.
     for (i, (token, snapshot)) in users.iter().enumerate() {
         let link = s.link(token);
-        let agents: &[&str] = if i % 50 == 0 {
-            USER_AGENTS
-        } else {
-            &USER_AGENTS[i % USER_AGENTS.len()..][..1]
-        };
+        let agents: &[&str] = if i % 50 == 0 { USER_AGENTS } else { &USER_AGENTS[i % USER_AGENTS.len()..][..1] };
         for ua in agents {
             let expected = answer(snapshot, match_user_agent(ua, &[]), &link);
-            assert_answer(
-                &s.get(&link, ua).await,
-                &expected,
-                &format!("user {} with {ua}", snapshot.user),
-            );
+            assert_answer(&s.get(&link, ua).await, &expected, &format!("user {} with {ua}", snapshot.user));
         }
     }
 
     // HEAD carries the same headers (Sub-Store reads them first) and no body.
     let (token, snapshot) = &users[7];
-    let head = s
-        .http
-        .head(s.link(token))
-        .header("user-agent", "v2rayN/7.12.5")
-        .send()
-        .await
-        .unwrap();
+    let head = s.http.head(s.link(token)).header("user-agent", "v2rayN/7.12.5").send().await.unwrap();
     assert_eq!(head.status(), StatusCode::OK);
-    let expected = answer(
-        snapshot,
-        match_user_agent("v2rayN/7.12.5", &[]),
-        &s.link(token),
-    );
+    let expected = answer(snapshot, match_user_agent("v2rayN/7.12.5", &[]), &s.link(token));
     for (name, value) in &expected.headers {
-        assert_eq!(
-            head.headers().get(*name).unwrap(),
-            value.as_str(),
-            "HEAD {name}"
-        );
+        assert_eq!(head.headers().get(*name).unwrap(), value.as_str(), "HEAD {name}");
     }
-    assert_eq!(
-        head.headers()["content-length"],
-        expected.body.len().to_string().as_str()
-    );
+    assert_eq!(head.headers()["content-length"], expected.body.len().to_string().as_str());
     assert!(head.bytes().await.unwrap().is_empty());
 
     // ?format= overrides the User-Agent.
-    let (_, headers, body) = s
-        .get(&format!("{}?format=clash", s.link(token)), "v2rayN/7.12.5")
-        .await;
-    assert!(
-        headers["content-type"]
-            .to_str()
-            .unwrap()
-            .starts_with("text/yaml")
-    );
+    let (_, headers, body) = s.get(&format!("{}?format=clash", s.link(token)), "v2rayN/7.12.5").await;
+    assert!(headers["content-type"].to_str().unwrap().starts_with("text/yaml"));
     assert!(body.starts_with("proxies:"));
 }
 
@@ -242,10 +171,7 @@ async fn the_link_limit_answers_429_until_the_window_turns() {
         StatusCode::OK
     );
     // Start at the beginning of a window, so the three fetches fall in one.
-    let millis = std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .unwrap()
-        .as_millis() as u64;
+    let millis = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap().as_millis() as u64;
     tokio::time::sleep(Duration::from_millis(2000 - millis % 2000 + 20)).await;
     for _ in 0..3 {
         assert_eq!(s.get(&s.link(&token), "v2rayN/7").await.0, StatusCode::OK);
@@ -273,18 +199,12 @@ async fn unknown_links_and_paths_get_one_decoy_and_probing_networks_get_only_dec
         StatusCode::OK
     );
 
-    let decoy = s
-        .get(&format!("{}/nothing/here", s.edge.url), "curl/8")
-        .await;
+    let decoy = s.get(&format!("{}/nothing/here", s.edge.url), "curl/8").await;
     assert_eq!(decoy.0, StatusCode::NOT_FOUND);
     assert!(decoy.2.contains("nginx"));
     let prober = client(Some("127.0.0.9"));
     for i in 0..20 {
-        let unknown = format!(
-            "{}/s/{}",
-            s.edge.url,
-            SubToken::generate(&mut OsRng).to_link_form()
-        );
+        let unknown = format!("{}/s/{}", s.edge.url, SubToken::generate(&mut OsRng).to_link_form());
         let malformed = format!("{}/s/not-a-token-{i}", s.edge.url);
         for url in [unknown, malformed] {
             let answer = get_with(&prober, &url, "curl/8").await;
@@ -297,10 +217,7 @@ async fn unknown_links_and_paths_get_one_decoy_and_probing_networks_get_only_dec
     assert_eq!((answer.0, answer.2), (decoy.0, decoy.2.clone()));
     // ...while another network is served.
     let neighbour = client(Some("127.0.1.9"));
-    assert_eq!(
-        get_with(&neighbour, &s.link(&token), "v2rayN/7").await.0,
-        StatusCode::OK
-    );
+    assert_eq!(get_with(&neighbour, &s.link(&token), "v2rayN/7").await.0, StatusCode::OK);
 }
 
 #[tokio::test]
@@ -331,13 +248,7 @@ async fn bad_pushes_change_nothing_and_say_why() {
     // whole push is refused, the new user included.
     let newcomer = SubToken::generate(&mut OsRng);
     let fresh = s.sim.snapshot(&newcomer, &demo_snapshot(2));
-    let old = s.sim.item_at(
-        Kind::Snapshot,
-        stream::snapshot(&token.hash()),
-        1,
-        Audience::Edge,
-        b"old".to_vec(),
-    );
+    let old = s.sim.item_at(Kind::Snapshot, stream::snapshot(&token.hash()), 1, Audience::Edge, b"old".to_vec());
     let (status, body) = {
         let push = s.sim.push(&[fresh, old]);
         s.push(push)
@@ -345,10 +256,7 @@ async fn bad_pushes_change_nothing_and_say_why() {
     .await;
     assert_eq!(status, StatusCode::CONFLICT, "{body}");
     assert!(body.contains("rollback"), "{body}");
-    assert_eq!(
-        s.get(&s.link(&newcomer), "v2rayN/7").await.0,
-        StatusCode::NOT_FOUND
-    );
+    assert_eq!(s.get(&s.link(&newcomer), "v2rayN/7").await.0, StatusCode::NOT_FOUND);
 
     // A tampered item no longer matches the manifest.
     let item = s.sim.snapshot(&token, &demo_snapshot(1));
@@ -356,8 +264,7 @@ async fn bad_pushes_change_nothing_and_say_why() {
     let mut tampered = item.envelope().unwrap().to_vec();
     let last = tampered.len() - 70;
     tampered[last] ^= 1;
-    let bundle =
-        hearth_tests::control_sim::bundle(vec![s.sim.signing_record()], manifest, vec![tampered]);
+    let bundle = hearth_tests::control_sim::bundle(vec![s.sim.signing_record()], manifest, vec![tampered]);
     let (status, body) = s.push(bundle).await;
     assert_eq!(status, StatusCode::BAD_REQUEST, "{body}");
     assert!(body.contains("refused"), "{body}");
@@ -366,11 +273,7 @@ async fn bad_pushes_change_nothing_and_say_why() {
     let mut stranger = ControlSim::new();
     let item = stranger.snapshot(&token, &demo_snapshot(1));
     let manifest = stranger.manifest(std::slice::from_ref(&item)).encode();
-    let bundle = hearth_tests::control_sim::bundle(
-        vec![],
-        manifest,
-        vec![item.envelope().unwrap().to_vec()],
-    );
+    let bundle = hearth_tests::control_sim::bundle(vec![], manifest, vec![item.envelope().unwrap().to_vec()]);
     let (status, body) = s.push(bundle).await;
     assert_eq!(status, StatusCode::BAD_REQUEST);
     assert!(body.contains("does not know"), "{body}");
@@ -380,13 +283,7 @@ async fn bad_pushes_change_nothing_and_say_why() {
     assert!(body.contains("key record refused"), "{body}");
 
     // Without the push token, or oversized, or not a push at all.
-    let response = s
-        .http
-        .post(format!("{}/{API}/push", s.edge.url))
-        .body(vec![0u8; 10])
-        .send()
-        .await
-        .unwrap();
+    let response = s.http.post(format!("{}/{API}/push", s.edge.url)).body(vec![0u8; 10]).send().await.unwrap();
     assert_eq!(response.status(), StatusCode::UNAUTHORIZED);
     assert_eq!(s.push(vec![1, 2, 3]).await.0, StatusCode::BAD_REQUEST);
     // (On its own connection: the edge answers 413 without reading the body, then closes.)
@@ -399,11 +296,7 @@ async fn bad_pushes_change_nothing_and_say_why() {
         .unwrap();
     assert_eq!(oversized.status(), StatusCode::PAYLOAD_TOO_LARGE);
 
-    assert_eq!(
-        s.get(&s.link(&token), "v2rayN/7").await.2,
-        served,
-        "nothing changed"
-    );
+    assert_eq!(s.get(&s.link(&token), "v2rayN/7").await.2, served, "nothing changed");
     assert!(s.page(&token).await.contains("Renamed"));
 }
 
@@ -432,10 +325,7 @@ async fn a_rotated_link_is_gone_for_good() {
         .0,
         StatusCode::OK
     );
-    assert_eq!(
-        s.get(&s.link(&token), "v2rayN/7").await.0,
-        StatusCode::NOT_FOUND
-    );
+    assert_eq!(s.get(&s.link(&token), "v2rayN/7").await.0, StatusCode::NOT_FOUND);
     // The old envelope, even under a fresh manifest, cannot bring it back.
     let entry_stream = stream::snapshot(&token.hash());
     let manifest = hearth_shared::wire::BatchManifest::new(vec![hearth_shared::wire::BatchEntry {
@@ -444,29 +334,15 @@ async fn a_rotated_link_is_gone_for_good() {
         digest: Some(hearth_shared::sha256(&old)),
     }])
     .unwrap();
-    let manifest = s
-        .sim
-        .draft(Kind::Batch, stream::BATCH.into(), 99, Audience::Edge)
-        .sign(manifest.encode(), &[&s.sim.signing]);
+    let manifest =
+        s.sim.draft(Kind::Batch, stream::BATCH.into(), 99, Audience::Edge).sign(manifest.encode(), &[&s.sim.signing]);
     let bundle = hearth_tests::control_sim::bundle(vec![], manifest.encode(), vec![old]);
     assert_eq!(s.push(bundle).await.0, StatusCode::CONFLICT);
-    assert_eq!(
-        s.get(&s.link(&token), "v2rayN/7").await.0,
-        StatusCode::NOT_FOUND
-    );
+    assert_eq!(s.get(&s.link(&token), "v2rayN/7").await.0, StatusCode::NOT_FOUND);
 }
 
-fn signed_get(
-    http: &reqwest::Client,
-    base: &str,
-    path: &str,
-    key: &SecretKey,
-    node: u64,
-) -> reqwest::RequestBuilder {
-    http.get(format!("{base}{path}")).header(
-        nodeauth::HEADER,
-        nodeauth::sign(key, node, "GET", path, now()),
-    )
+fn signed_get(http: &reqwest::Client, base: &str, path: &str, key: &SecretKey, node: u64) -> reqwest::RequestBuilder {
+    http.get(format!("{base}{path}")).header(nodeauth::HEADER, nodeauth::sign(key, node, "GET", path, now()))
 }
 
 #[tokio::test]
@@ -474,21 +350,10 @@ async fn nodes_pull_their_own_set_and_usage_queues_for_control() {
     let mut s = start(&[]);
     let node_key = SecretKey::generate(Role::Node, &mut OsRng).unwrap();
     let other_key = SecretKey::generate(Role::Node, &mut OsRng).unwrap();
-    let set = CredentialSet::new(
-        1,
-        vec![CredEntry {
-            user: 5,
-            hash: [5; 32],
-        }],
-    )
-    .unwrap();
+    let set = CredentialSet::new(1, vec![CredEntry { user: 5, hash: [5; 32] }]).unwrap();
     let creds = s.sim.creds(&set);
     let creds_bytes = creds.envelope().unwrap().to_vec();
-    let items = [
-        s.sim.node(1, Some(node_key.public())),
-        s.sim.node(2, Some(other_key.public())),
-        creds,
-    ];
+    let items = [s.sim.node(1, Some(node_key.public())), s.sim.node(2, Some(other_key.public())), creds];
     assert_eq!(
         {
             let push = s.sim.push(&items);
@@ -500,51 +365,24 @@ async fn nodes_pull_their_own_set_and_usage_queues_for_control() {
     );
 
     let path = format!("/{API}/nodes/1/creds?after=0");
-    let response = signed_get(&s.http, &s.edge.url, &path, &node_key, 1)
-        .send()
-        .await
-        .unwrap();
+    let response = signed_get(&s.http, &s.edge.url, &path, &node_key, 1).send().await.unwrap();
     assert_eq!(response.status(), StatusCode::OK);
-    assert_eq!(
-        response.bytes().await.unwrap().to_vec(),
-        creds_bytes,
-        "served as control signed it"
-    );
+    assert_eq!(response.bytes().await.unwrap().to_vec(), creds_bytes, "served as control signed it");
     let current = format!("/{API}/nodes/1/creds?after=1");
     assert_eq!(
-        signed_get(&s.http, &s.edge.url, &current, &node_key, 1)
-            .send()
-            .await
-            .unwrap()
-            .status(),
+        signed_get(&s.http, &s.edge.url, &current, &node_key, 1).send().await.unwrap().status(),
         StatusCode::NO_CONTENT
     );
     // Another node's key, or no signature at all, gets nothing.
     assert_eq!(
-        signed_get(&s.http, &s.edge.url, &path, &other_key, 1)
-            .send()
-            .await
-            .unwrap()
-            .status(),
+        signed_get(&s.http, &s.edge.url, &path, &other_key, 1).send().await.unwrap().status(),
         StatusCode::UNAUTHORIZED
     );
     assert_eq!(
-        signed_get(&s.http, &s.edge.url, &path, &other_key, 2)
-            .send()
-            .await
-            .unwrap()
-            .status(),
+        signed_get(&s.http, &s.edge.url, &path, &other_key, 2).send().await.unwrap().status(),
         StatusCode::FORBIDDEN
     );
-    assert_eq!(
-        s.http
-            .get(format!("{}{path}", s.edge.url))
-            .send()
-            .await
-            .unwrap()
-            .status(),
-        StatusCode::UNAUTHORIZED
-    );
+    assert_eq!(s.http.get(format!("{}{path}", s.edge.url)).send().await.unwrap().status(), StatusCode::UNAUTHORIZED);
 
     // Usage: a node-signed report queues once, however often it is sent; control drains it.
     let report = |seq: u64, key: &SecretKey| {
@@ -553,66 +391,30 @@ async fn nodes_pull_their_own_set_and_usage_queues_for_control() {
             seq,
             period_start: now() - 60,
             period_end: now(),
-            users: vec![UserUsage {
-                user: 5,
-                up: 100,
-                down: 2000,
-            }],
+            users: vec![UserUsage { user: 5, up: 100, down: 2000 }],
         });
-        s.sim
-            .draft(Kind::UsageReport, stream::usage(1), seq, Audience::Control)
-            .sign(body, &[key])
-            .encode()
+        s.sim.draft(Kind::UsageReport, stream::usage(1), seq, Audience::Control).sign(body, &[key]).encode()
     };
     let upload = |body: Vec<u8>, key: &SecretKey| {
         let path = format!("/{API}/nodes/1/usage");
         s.http
             .post(format!("{}{path}", s.edge.url))
-            .header(
-                nodeauth::HEADER,
-                nodeauth::sign(key, 1, "POST", &path, now()),
-            )
+            .header(nodeauth::HEADER, nodeauth::sign(key, 1, "POST", &path, now()))
             .body(body)
     };
     for _ in 0..2 {
-        assert_eq!(
-            upload(report(1, &node_key), &node_key)
-                .send()
-                .await
-                .unwrap()
-                .status(),
-            StatusCode::ACCEPTED
-        );
+        assert_eq!(upload(report(1, &node_key), &node_key).send().await.unwrap().status(), StatusCode::ACCEPTED);
     }
-    assert_eq!(
-        upload(report(2, &node_key), &node_key)
-            .send()
-            .await
-            .unwrap()
-            .status(),
-        StatusCode::ACCEPTED
-    );
+    assert_eq!(upload(report(2, &node_key), &node_key).send().await.unwrap().status(), StatusCode::ACCEPTED);
     // A report signed by another key, even with a valid request signature, is refused.
-    assert_eq!(
-        upload(report(3, &other_key), &node_key)
-            .send()
-            .await
-            .unwrap()
-            .status(),
-        StatusCode::BAD_REQUEST
-    );
+    assert_eq!(upload(report(3, &other_key), &node_key).send().await.unwrap().status(), StatusCode::BAD_REQUEST);
 
     let first = s.drain(0).await;
     assert_eq!(first.reports.len(), 2);
     assert_eq!(first.reports[0].as_slice(), report(1, &node_key).as_slice());
     assert_eq!(s.drain(0).await.reports.len(), 2, "not acknowledged yet");
     assert!(s.drain(first.cursor).await.reports.is_empty());
-    let unauthorized = s
-        .http
-        .get(format!("{}/{API}/usage?after=0", s.edge.url))
-        .send()
-        .await
-        .unwrap();
+    let unauthorized = s.http.get(format!("{}/{API}/usage?after=0", s.edge.url)).send().await.unwrap();
     assert_eq!(unauthorized.status(), StatusCode::UNAUTHORIZED);
 }
 
@@ -632,75 +434,32 @@ async fn the_archive_round_trips_and_everything_survives_a_restart() {
     );
     let archive = |version: u64, body: &[u8]| {
         s.sim
-            .draft(
-                Kind::Archive,
-                stream::ARCHIVE.into(),
-                version,
-                Audience::Control,
-            )
+            .draft(Kind::Archive, stream::ARCHIVE.into(), version, Audience::Control)
             .sign(body.to_vec(), &[&s.sim.signing])
             .encode()
     };
-    let put = |bytes: Vec<u8>| {
-        s.http
-            .put(format!("{}/{API}/archive", s.edge.url))
-            .bearer_auth(PUSH_TOKEN)
-            .body(bytes)
-            .send()
-    };
-    let get_archive = || {
-        s.http
-            .get(format!("{}/{API}/archive", s.edge.url))
-            .bearer_auth(PUSH_TOKEN)
-            .send()
-    };
+    let put =
+        |bytes: Vec<u8>| s.http.put(format!("{}/{API}/archive", s.edge.url)).bearer_auth(PUSH_TOKEN).body(bytes).send();
+    let get_archive = || s.http.get(format!("{}/{API}/archive", s.edge.url)).bearer_auth(PUSH_TOKEN).send();
     assert_eq!(get_archive().await.unwrap().status(), StatusCode::NOT_FOUND);
-    assert_eq!(
-        put(archive(2, b"state v2")).await.unwrap().status(),
-        StatusCode::OK
-    );
-    assert_eq!(
-        put(archive(1, b"state v1")).await.unwrap().status(),
-        StatusCode::CONFLICT
-    );
+    assert_eq!(put(archive(2, b"state v2")).await.unwrap().status(), StatusCode::OK);
+    assert_eq!(put(archive(1, b"state v1")).await.unwrap().status(), StatusCode::CONFLICT);
     let stored = get_archive().await.unwrap().bytes().await.unwrap().to_vec();
     assert_eq!(stored, archive(2, b"state v2"));
 
     let before = s.get(&s.link(&token), "v2rayN/7").await;
-    let Setup {
-        _dir,
-        edge,
-        sim,
-        http,
-    } = s;
+    let Setup { _dir, edge, sim, http } = s;
     let edge = edge.restart().unwrap();
-    let s = Setup {
-        _dir,
-        edge,
-        sim,
-        http,
-    };
+    let s = Setup { _dir, edge, sim, http };
     let after = s.get(&s.link(&token), "v2rayN/7").await;
     assert_eq!((before.0, before.2), (after.0, after.2));
-    let response = s
-        .http
-        .get(format!("{}/{API}/archive", s.edge.url))
-        .bearer_auth(PUSH_TOKEN)
-        .send()
-        .await
-        .unwrap();
+    let response = s.http.get(format!("{}/{API}/archive", s.edge.url)).bearer_auth(PUSH_TOKEN).send().await.unwrap();
     assert_eq!(response.bytes().await.unwrap().to_vec(), stored);
     // The trust learned from pushes survived too: a new push verifies.
     let mut sim = s.sim;
     let item = sim.snapshot(&token, &demo_snapshot(1));
     let push = sim.push(&[item]);
-    let response = s
-        .http
-        .post(format!("{}/{API}/push", s.edge.url))
-        .bearer_auth(PUSH_TOKEN)
-        .body(push)
-        .send()
-        .await
-        .unwrap();
+    let response =
+        s.http.post(format!("{}/{API}/push", s.edge.url)).bearer_auth(PUSH_TOKEN).body(push).send().await.unwrap();
     assert_eq!(response.status(), StatusCode::OK);
 }

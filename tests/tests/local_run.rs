@@ -28,9 +28,7 @@ async fn deploy_local_brings_hearth_up_on_loopback() {
     });
     let mut seen = Vec::new();
     let url = loop {
-        let line = rx
-            .recv_timeout(Duration::from_secs(300))
-            .expect("deploy/local.sh said nothing for 5 minutes");
+        let line = rx.recv_timeout(Duration::from_secs(300)).expect("deploy/local.sh said nothing for 5 minutes");
         if let Some(url) = line.strip_prefix("hearth-edge listening on ") {
             break url.to_owned();
         }
@@ -39,24 +37,12 @@ async fn deploy_local_brings_hearth_up_on_loopback() {
     let output = seen.join("\n");
     assert!(output.contains("Keep these two files offline"), "{output}");
     assert!(output.contains("(key record v1)"), "{output}");
-    for file in [
-        "root.pub",
-        "signing.record",
-        "release.record",
-        "recovery.pub",
-        "edge.toml",
-        "edge.db",
-    ] {
+    for file in ["root.pub", "signing.record", "release.record", "recovery.pub", "edge.toml", "edge.db"] {
         assert!(data.join(file).exists(), "{file} missing");
     }
     let health = reqwest::get(format!("{url}/healthz")).await.unwrap();
     assert_eq!(health.text().await.unwrap(), "ok\n");
-    let _ = Command::new("kill")
-        .args(["-TERM", &child.id().to_string()])
-        .status();
+    let _ = Command::new("kill").args(["-TERM", &child.id().to_string()]).status();
     let status = child.wait().unwrap();
-    assert!(
-        status.success(),
-        "the edge did not stop cleanly on SIGTERM: {status}"
-    );
+    assert!(status.success(), "the edge did not stop cleanly on SIGTERM: {status}");
 }

@@ -19,32 +19,17 @@ fn golden_profiles() -> Vec<PathBuf> {
 }
 
 fn check(config: &Path) -> (bool, String) {
-    let out = Command::new(sing_box().unwrap())
-        .arg("check")
-        .arg("-c")
-        .arg(config)
-        .output()
-        .unwrap();
-    (
-        out.status.success(),
-        String::from_utf8_lossy(&out.stderr).into_owned(),
-    )
+    let out = Command::new(sing_box().unwrap()).arg("check").arg("-c").arg(config).output().unwrap();
+    (out.status.success(), String::from_utf8_lossy(&out.stderr).into_owned())
 }
 
 #[test]
 fn every_rendered_sing_box_profile_passes_sing_box_check() {
     let profiles = golden_profiles();
-    assert!(
-        profiles.len() >= 4,
-        "expected the golden sing-box profiles, found {profiles:?}"
-    );
+    assert!(profiles.len() >= 4, "expected the golden sing-box profiles, found {profiles:?}");
     for profile in profiles {
         let (ok, stderr) = check(&profile);
-        assert!(
-            ok,
-            "sing-box check refused {}:\n{stderr}",
-            profile.display()
-        );
+        assert!(ok, "sing-box check refused {}:\n{stderr}", profile.display());
     }
 }
 
@@ -58,8 +43,5 @@ fn sing_box_check_refuses_a_broken_profile() {
     std::fs::write(&path, broken).unwrap();
     let (ok, stderr) = check(&path);
     assert!(!ok, "sing-box accepted an unknown field");
-    assert!(
-        stderr.contains("unknown field \"hop_intervall\""),
-        "{stderr}"
-    );
+    assert!(stderr.contains("unknown field \"hop_intervall\""), "{stderr}");
 }

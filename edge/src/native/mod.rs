@@ -15,17 +15,16 @@ use axum::extract::{ConnectInfo, DefaultBodyLimit, State};
 use axum::http::{HeaderMap, Method, StatusCode, Uri, header};
 use axum::response::Response;
 use hearth_shared::Digest;
-use hearth_shared::envelope::{Audience, Kind};
 use hearth_shared::ratelimit::{FixedWindow, MissGuard, Network, TokenBucket};
-use hearth_shared::trust::{Expect, Trust, verify};
-use hearth_shared::wire::{SubToken, UsageReport, decode, encode, stream};
+use hearth_shared::trust::Trust;
+use hearth_shared::wire::{SubToken, encode, stream};
 use hearth_shared::{nodeauth, sha256};
 
-use crate::Reply;
 use crate::config::EdgeConfig;
-use crate::push::{self, PushError, Target, Write};
+use crate::push;
 use crate::routes::{Route, route};
 use crate::serve::{self, Gate};
+use crate::{Reply, api};
 use store::{Store, StoreError};
 
 /// How many usage reports one drain hands out.
@@ -46,29 +45,12 @@ pub struct Edge {
 }
 
 fn now_ms() -> u64 {
-    SystemTime::now()
-        .duration_since(UNIX_EPOCH)
-        .map_or(0, |d| d.as_millis() as u64)
-}
-
-fn api_error(status: u16, code: &str, message: &str) -> Reply {
-    let body = serde_json::json!({ "error": code, "message": message }).to_string();
-    Reply {
-        status,
-        headers: vec![("content-type", "application/json".to_owned())],
-        body: body.into_bytes(),
-    }
+    SystemTime::now().duration_since(UNIX_EPOCH).map_or(0, |d| d.as_millis() as u64)
 }
 
 fn internal(error: &StoreError) -> Reply {
     tracing::error!(%error, "storage failed");
-    let mut reply = api_error(
-        503,
-        "unavailable",
-        "storage is unavailable; try again shortly",
-    );
-    reply.headers.push(("retry-after", "5".to_owned()));
-    reply
+    api::unavailable()
 }
 
 /// One request, as the edge needs it.
@@ -108,12 +90,7 @@ impl Edge {
             }
             _ => Trust::new(config.root.clone()),
         };
-        Ok(Edge {
-            config,
-            store,
-            trust: RwLock::new(trust),
-            limiter: Mutex::new(Limiter::default()),
-        })
+        Ok(Edge { config, store, trust: RwLock::new(trust), limiter: Mutex::new(Limiter::default()) })
     }
 
     fn trust(&self) -> Trust {
@@ -132,13 +109,9 @@ impl Edge {
             }
             Route::NodeCreds { node, after } => self.node_creds(request, node, after).await,
             Route::NodeUsage(node) => self.node_usage(request, node).await,
-            api if !self
-                .config
-                .push_token
-                .matches(request.header("authorization")) =>
-            {
+            api if !self.config.push_token.matches(request.header("authorization")) => {
                 tracing::info!(route = ?api, client = %request.client, "refused: bad push token");
-                api_error(401, "unauthorized", "a valid push token is required")
+                api::error(401, "unauthorized", "a valid push token is required")
             }
             Route::Push => self.push(request.body).await,
             Route::UsageDrain { after } => match self.store.drain_usage(after, DRAIN_LIMIT).await {
@@ -148,7 +121,7 @@ impl Edge {
             Route::ArchivePut => self.put_archive(request.body).await,
             Route::ArchiveGet => match self.store.stream(stream::ARCHIVE).await {
                 Ok(Some((_, Some(bytes)))) => Reply::bytes(200, bytes),
-                Ok(_) => api_error(404, "no_archive", "no archive has been pushed yet"),
+                Ok(_) => api::error(404, "no_archive", "no archive has been pushed yet"),
                 Err(e) => internal(&e),
             },
         }
@@ -167,9 +140,7 @@ impl Edge {
                 Gate::Limited(retry_after) => return serve::too_many(retry_after),
             }
         }
-        let hash = token
-            .as_ref()
-            .map_or_else(|| sha256(request.path.as_bytes()), SubToken::hash);
+        let hash = token.as_ref().map_or_else(|| sha256(request.path.as_bytes()), SubToken::hash);
         let envelope = match self.store.link(&hash).await {
             Ok(envelope) => envelope,
             Err(e) => return internal(&e),
@@ -187,9 +158,7 @@ impl Edge {
         if limits.enabled {
             let mut limiter = self.limiter.lock().expect("limiter lock");
             let window = limiter.links.entry(hash).or_default();
-            if let hearth_shared::ratelimit::Decision::Deny { retry_after } =
-                window.hit(now, limits.link)
-            {
+            if let hearth_shared::ratelimit::Decision::Deny { retry_after } = window.hit(now, limits.link) {
                 return serve::too_many(retry_after);
             }
         }
@@ -217,22 +186,13 @@ impl Edge {
             Err(e) => return refused(&e),
         };
         if checked.unchanged {
-            return Reply::text(200, "{\"applied\":0,\"unchanged\":\"batch\"}");
+            return api::json(200, &serde_json::json!({ "applied": 0, "unchanged": "batch" }));
         }
         match self.store.apply(&mut checked).await {
             Ok(applied) => {
                 *self.trust.write().expect("trust lock") = checked.trust;
-                tracing::info!(
-                    written = applied.written,
-                    unchanged = applied.unchanged,
-                    "push applied"
-                );
-                let body = serde_json::json!({ "applied": applied.written, "unchanged": applied.unchanged });
-                Reply {
-                    status: 200,
-                    headers: vec![("content-type", "application/json".to_owned())],
-                    body: body.to_string().into_bytes(),
-                }
+                tracing::info!(written = applied.written, unchanged = applied.unchanged, "push applied");
+                api::applied(applied.written, applied.unchanged)
             }
             Err(StoreError::Refused(e)) => refused(&e),
             Err(e) => internal(&e),
@@ -246,25 +206,12 @@ impl Edge {
         } else {
             format!("{}?{}", request.path, request.query)
         };
-        let now = now_ms() / 1000;
-        match nodeauth::verify(
-            request.header(nodeauth::HEADER),
-            |n| trust.node(n).copied(),
-            request.method,
-            &path,
-            now,
-        ) {
-            Ok(proven) if proven == node => Ok(trust),
-            Ok(_) => Err(api_error(
-                403,
-                "wrong_node",
-                "a node may only use its own routes",
-            )),
-            Err(e) => {
-                tracing::info!(node, error = %e, "node request refused");
-                Err(api_error(401, "node_auth", &e.to_string()))
-            }
+        let header = request.header(nodeauth::HEADER);
+        if let Err(reply) = api::authorize_node(header, &trust, request.method, &path, node, now_ms() / 1000) {
+            tracing::info!(node, "node request refused");
+            return Err(reply);
         }
+        Ok(trust)
     }
 
     async fn node_creds(&self, request: &Request<'_>, node: u64, after: u64) -> Reply {
@@ -272,14 +219,8 @@ impl Edge {
             return reply;
         }
         match self.store.stream(&stream::creds(node)).await {
-            Ok(Some((state, Some(envelope)))) if state.version > after => {
-                Reply::bytes(200, envelope)
-            }
-            Ok(_) => Reply {
-                status: 204,
-                headers: Vec::new(),
-                body: Vec::new(),
-            },
+            Ok(Some((state, Some(envelope)))) if state.version > after => Reply::bytes(200, envelope),
+            Ok(_) => Reply { status: 204, headers: Vec::new(), body: Vec::new() },
             Err(e) => internal(&e),
         }
     }
@@ -289,31 +230,11 @@ impl Edge {
             Ok(trust) => trust,
             Err(reply) => return reply,
         };
-        let name = stream::usage(node);
-        let expect = Expect {
-            kind: Kind::UsageReport,
-            audience: Audience::Control,
-            stream: &name,
+        let seq = match api::check_usage(request.body, &trust, node, now_ms() / 1000) {
+            Ok(seq) => seq,
+            Err(reply) => return reply,
         };
-        let verified = match verify(request.body, &trust, &expect, None, now_ms() / 1000) {
-            Ok(verified) => verified,
-            Err(e) => return api_error(400, "bad_report", &e.to_string()),
-        };
-        let Ok(report) = decode::<UsageReport>(&verified.envelope.body, "usage report") else {
-            return api_error(400, "bad_report", "the body is not a usage report");
-        };
-        if report.node != node || report.seq != verified.envelope.header.version {
-            return api_error(
-                400,
-                "bad_report",
-                "the report's node or sequence does not match its envelope",
-            );
-        }
-        match self
-            .store
-            .enqueue_usage(node, report.seq, request.body)
-            .await
-        {
+        match self.store.enqueue_usage(node, seq, request.body).await {
             Ok(_) => Reply::text(202, "queued\n"),
             Err(e) => internal(&e),
         }
@@ -324,27 +245,9 @@ impl Edge {
             Ok(stored) => stored.map(|(state, _)| state),
             Err(e) => return internal(&e),
         };
-        let expect = Expect {
-            kind: Kind::Archive,
-            audience: Audience::Control,
-            stream: stream::ARCHIVE,
-        };
-        let verified = match verify(
-            body,
-            &self.trust(),
-            &expect,
-            stored.as_ref(),
-            now_ms() / 1000,
-        ) {
-            Ok(verified) => verified,
-            Err(e) => return refused(&PushError::Manifest(e)),
-        };
-        let write = Write {
-            target: Target::Creds(0),
-            stream: stream::ARCHIVE.to_owned(),
-            version: verified.envelope.header.version,
-            digest: sha256(body),
-            envelope: Some(body.to_vec()),
+        let write = match api::check_archive(body, &self.trust(), stored.as_ref(), now_ms() / 1000) {
+            Ok(write) => write,
+            Err(reply) => return reply,
         };
         match self.store.put_archive(&write).await {
             Ok(true) => Reply::text(200, "stored\n"),
@@ -355,23 +258,18 @@ impl Edge {
     }
 }
 
-fn refused(error: &PushError) -> Reply {
+fn refused(error: &push::PushError) -> Reply {
     tracing::warn!(%error, "push refused");
-    api_error(error.status(), "refused", &error.to_string())
+    api::refused(error)
 }
 
 fn to_response(reply: Reply, head: bool) -> Response {
-    let mut builder =
-        Response::builder().status(StatusCode::from_u16(reply.status).unwrap_or(StatusCode::OK));
+    let mut builder = Response::builder().status(StatusCode::from_u16(reply.status).unwrap_or(StatusCode::OK));
     for (name, value) in reply.headers {
         builder = builder.header(name, value);
     }
     let length = reply.body.len();
-    let body = if head {
-        Body::empty()
-    } else {
-        Body::from(reply.body)
-    };
+    let body = if head { Body::empty() } else { Body::from(reply.body) };
     builder
         .header(header::CONTENT_LENGTH, length)
         .body(body)
@@ -400,8 +298,5 @@ async fn handle(
 
 /// The edge's HTTP service.
 pub fn router(edge: Arc<Edge>) -> Router {
-    Router::new()
-        .fallback(handle)
-        .layer(DefaultBodyLimit::max(push::MAX_PUSH_BYTES))
-        .with_state(edge)
+    Router::new().fallback(handle).layer(DefaultBodyLimit::max(push::MAX_PUSH_BYTES)).with_state(edge)
 }

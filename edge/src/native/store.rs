@@ -66,9 +66,7 @@ fn i(n: u64) -> i64 {
 fn state_of(version: i64, digest: Vec<u8>) -> Result<StreamState, StoreError> {
     Ok(StreamState {
         version: u64::try_from(version).map_err(|_| StoreError::Corrupt("version"))?,
-        digest: digest
-            .try_into()
-            .map_err(|_| StoreError::Corrupt("digest"))?,
+        digest: digest.try_into().map_err(|_| StoreError::Corrupt("digest"))?,
     })
 }
 
@@ -90,22 +88,13 @@ impl Store {
         conn.query("PRAGMA journal_mode = WAL", ()).await?;
         conn.execute("PRAGMA synchronous = NORMAL", ()).await?;
         conn.execute_batch(SCHEMA).await?;
-        Ok(Store {
-            conn,
-            writer: Mutex::new(()),
-            _db: db,
-        })
+        Ok(Store { conn, writer: Mutex::new(()), _db: db })
     }
 
     /// The stored envelope of a link, if the link exists and was not deleted.
     pub async fn link(&self, token_hash: &Digest) -> Result<Option<Vec<u8>>, StoreError> {
-        let mut rows = self
-            .conn
-            .query(
-                "SELECT envelope FROM links WHERE token_hash = ?1",
-                params![token_hash.to_vec()],
-            )
-            .await?;
+        let mut rows =
+            self.conn.query("SELECT envelope FROM links WHERE token_hash = ?1", params![token_hash.to_vec()]).await?;
         match rows.next().await? {
             Some(row) => Ok(row.get::<Option<Vec<u8>>>(0)?),
             None => Ok(None),
@@ -113,31 +102,17 @@ impl Store {
     }
 
     /// A stream's stored version and envelope (`None` envelope: deleted).
-    pub async fn stream(
-        &self,
-        name: &str,
-    ) -> Result<Option<(StreamState, Option<Vec<u8>>)>, StoreError> {
-        let mut rows = self
-            .conn
-            .query(
-                "SELECT version, digest, envelope FROM streams WHERE name = ?1",
-                params![name],
-            )
-            .await?;
+    pub async fn stream(&self, name: &str) -> Result<Option<(StreamState, Option<Vec<u8>>)>, StoreError> {
+        let mut rows =
+            self.conn.query("SELECT version, digest, envelope FROM streams WHERE name = ?1", params![name]).await?;
         match rows.next().await? {
-            Some(row) => Ok(Some((
-                state_of(row.get(0)?, row.get(1)?)?,
-                row.get::<Option<Vec<u8>>>(2)?,
-            ))),
+            Some(row) => Ok(Some((state_of(row.get(0)?, row.get(1)?)?, row.get::<Option<Vec<u8>>>(2)?))),
             None => Ok(None),
         }
     }
 
     async fn value(&self, key: &str) -> Result<Option<Vec<u8>>, StoreError> {
-        let mut rows = self
-            .conn
-            .query("SELECT value FROM state WHERE key = ?1", params![key])
-            .await?;
+        let mut rows = self.conn.query("SELECT value FROM state WHERE key = ?1", params![key]).await?;
         Ok(match rows.next().await? {
             Some(row) => Some(row.get(0)?),
             None => None,
@@ -156,9 +131,7 @@ impl Store {
     pub async fn batch(&self) -> Result<Option<StreamState>, StoreError> {
         self.value("batch")
             .await?
-            .map(|bytes| {
-                decode(&bytes, "batch state").map_err(|_| StoreError::Corrupt("batch state"))
-            })
+            .map(|bytes| decode(&bytes, "batch state").map_err(|_| StoreError::Corrupt("batch state")))
             .transpose()
     }
 
@@ -171,15 +144,12 @@ impl Store {
         for write in &checked.writes {
             let (table, key_column, key): (&str, &str, libsql::Value) = match &write.target {
                 Target::Link(hash) => ("links", "token_hash", hash.to_vec().into()),
-                Target::Creds(_) | Target::Node(_) => {
+                Target::Creds(_) | Target::Node(_) | Target::Archive => {
                     ("streams", "name", write.stream.clone().into())
                 }
             };
             let mut rows = tx
-                .query(
-                    &format!("SELECT version, digest FROM {table} WHERE {key_column} = ?1"),
-                    [key.clone()],
-                )
+                .query(&format!("SELECT version, digest FROM {table} WHERE {key_column} = ?1"), [key.clone()])
                 .await?;
             let stored = match rows.next().await? {
                 Some(row) => Some(state_of(row.get(0)?, row.get(1)?)?),
@@ -217,12 +187,7 @@ impl Store {
     }
 
     /// Queues a node's usage report; `false` when that (node, seq) is already queued.
-    pub async fn enqueue_usage(
-        &self,
-        node: u64,
-        seq: u64,
-        envelope: &[u8],
-    ) -> Result<bool, StoreError> {
+    pub async fn enqueue_usage(&self, node: u64, seq: u64, envelope: &[u8]) -> Result<bool, StoreError> {
         let _writer = self.writer.lock().await;
         let inserted = self
             .conn
@@ -238,24 +203,15 @@ impl Store {
     pub async fn drain_usage(&self, after: u64, limit: u32) -> Result<UsageDrain, StoreError> {
         {
             let _writer = self.writer.lock().await;
-            self.conn
-                .execute("DELETE FROM usage_queue WHERE id <= ?1", params![i(after)])
-                .await?;
+            self.conn.execute("DELETE FROM usage_queue WHERE id <= ?1", params![i(after)]).await?;
         }
         let mut rows = self
             .conn
-            .query(
-                "SELECT id, envelope FROM usage_queue WHERE id > ?1 ORDER BY id LIMIT ?2",
-                params![i(after), limit],
-            )
+            .query("SELECT id, envelope FROM usage_queue WHERE id > ?1 ORDER BY id LIMIT ?2", params![i(after), limit])
             .await?;
-        let mut drain = UsageDrain {
-            cursor: after,
-            reports: Vec::new(),
-        };
+        let mut drain = UsageDrain { cursor: after, reports: Vec::new() };
         while let Some(row) = rows.next().await? {
-            drain.cursor =
-                u64::try_from(row.get::<i64>(0)?).map_err(|_| StoreError::Corrupt("usage id"))?;
+            drain.cursor = u64::try_from(row.get::<i64>(0)?).map_err(|_| StoreError::Corrupt("usage id"))?;
             drain.reports.push(row.get::<Vec<u8>>(1)?.into());
         }
         Ok(drain)
@@ -272,12 +228,7 @@ impl Store {
             .execute(
                 "INSERT INTO streams (name, version, digest, envelope) VALUES (?1, ?2, ?3, ?4) \
                  ON CONFLICT (name) DO UPDATE SET version = ?2, digest = ?3, envelope = ?4",
-                params![
-                    write.stream.clone(),
-                    i(write.version),
-                    write.digest.to_vec(),
-                    write.envelope.clone()
-                ],
+                params![write.stream.clone(), i(write.version), write.digest.to_vec(), write.envelope.clone()],
             )
             .await?;
         Ok(true)
@@ -290,8 +241,7 @@ fn node_key_changed(trust: &mut Trust, node: u64, write: &Write) -> Result<(), S
         Some(bytes) => {
             let envelope = hearth_shared::envelope::Envelope::decode(bytes, usize::MAX)
                 .map_err(|_| StoreError::Corrupt("node record"))?;
-            decode::<NodeRecord>(&envelope.body, "node record")
-                .map_err(|_| StoreError::Corrupt("node record"))?
+            decode::<NodeRecord>(&envelope.body, "node record").map_err(|_| StoreError::Corrupt("node record"))?
         }
         None => NodeRecord { node, key: None },
     };

@@ -12,50 +12,23 @@ use super::{Format, SingBoxVersion, headers, render, uri};
 use crate::wire::{Snapshot, Status};
 
 fn check(name: &str, actual: &str) {
-    let path = PathBuf::from(env!("CARGO_MANIFEST_DIR"))
-        .join("tests/golden")
-        .join(name);
+    let path = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("tests/golden").join(name);
     if std::env::var_os("HEARTH_BLESS").is_some() {
         std::fs::write(&path, actual).unwrap();
     }
-    let expected =
-        std::fs::read_to_string(&path).unwrap_or_else(|e| panic!("{}: {e}", path.display()));
-    assert!(
-        expected == actual,
-        "{name} differs from its golden file:\n--- golden\n{expected}\n--- rendered\n{actual}"
-    );
+    let expected = std::fs::read_to_string(&path).unwrap_or_else(|e| panic!("{}: {e}", path.display()));
+    assert!(expected == actual, "{name} differs from its golden file:\n--- golden\n{expected}\n--- rendered\n{actual}");
 }
 
-const V1_11: Format = Format::SingBox(SingBoxVersion {
-    major: 1,
-    minor: 11,
-});
-const V1_13: Format = Format::SingBox(SingBoxVersion {
-    major: 1,
-    minor: 13,
-});
+const V1_11: Format = Format::SingBox(SingBoxVersion { major: 1, minor: 11 });
+const V1_13: Format = Format::SingBox(SingBoxVersion { major: 1, minor: 13 });
 
 fn all(prefix: &str, snapshot: &Snapshot) {
-    check(
-        &format!("{prefix}.links.txt"),
-        &format!("{}\n", uri::links(snapshot)),
-    );
-    check(
-        &format!("{prefix}.base64.txt"),
-        &render(snapshot, Format::Base64),
-    );
-    check(
-        &format!("{prefix}.mihomo.yaml"),
-        &render(snapshot, Format::Mihomo),
-    );
-    check(
-        &format!("{prefix}.sing-box-1.11.json"),
-        &render(snapshot, V1_11),
-    );
-    check(
-        &format!("{prefix}.sing-box-1.13.json"),
-        &render(snapshot, V1_13),
-    );
+    check(&format!("{prefix}.links.txt"), &format!("{}\n", uri::links(snapshot)));
+    check(&format!("{prefix}.base64.txt"), &render(snapshot, Format::Base64));
+    check(&format!("{prefix}.mihomo.yaml"), &render(snapshot, Format::Mihomo));
+    check(&format!("{prefix}.sing-box-1.11.json"), &render(snapshot, V1_11));
+    check(&format!("{prefix}.sing-box-1.13.json"), &render(snapshot, V1_13));
     let mut text = String::new();
     for format in [Format::Base64, Format::Mihomo, V1_11] {
         text.push_str(&format!("# {format:?}\n"));

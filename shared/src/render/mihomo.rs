@@ -11,15 +11,7 @@ use crate::wire::{Endpoint, Snapshot};
 pub const GROUP: &str = "Proxy";
 
 /// Names mihomo keeps for its own policies, plus [`GROUP`].
-const RESERVED: &[&str] = &[
-    GROUP,
-    "DIRECT",
-    "REJECT",
-    "REJECT-DROP",
-    "PASS",
-    "COMPATIBLE",
-    "GLOBAL",
-];
+const RESERVED: &[&str] = &[GROUP, "DIRECT", "REJECT", "REJECT-DROP", "PASS", "COMPATIBLE", "GLOBAL"];
 
 #[derive(Serialize)]
 struct Config<'a> {
@@ -86,16 +78,9 @@ pub fn render(snapshot: &Snapshot) -> String {
             }
         })
         .collect();
-    let group = Group {
-        name: GROUP,
-        kind: "select",
-        proxies: entries.iter().map(|entry| entry.name.clone()).collect(),
-    };
-    let config = Config {
-        proxies,
-        groups: [group],
-        rules: [format!("MATCH,{GROUP}")],
-    };
+    let group =
+        Group { name: GROUP, kind: "select", proxies: entries.iter().map(|entry| entry.name.clone()).collect() };
+    let config = Config { proxies, groups: [group], rules: [format!("MATCH,{GROUP}")] };
     serde_yaml_ng::to_string(&config).expect("a profile always serializes to YAML")
 }
 
@@ -111,26 +96,14 @@ mod tests {
         snapshot.endpoints[2].name = "Proxy".into();
         snapshot.endpoints[1].name = "DIRECT".into();
         let yaml: serde_yaml_ng::Value = serde_yaml_ng::from_str(&render(&snapshot)).unwrap();
-        let names: Vec<&str> = yaml["proxies"]
-            .as_sequence()
-            .unwrap()
-            .iter()
-            .map(|p| p["name"].as_str().unwrap())
-            .collect();
+        let names: Vec<&str> =
+            yaml["proxies"].as_sequence().unwrap().iter().map(|p| p["name"].as_str().unwrap()).collect();
         assert_eq!(names, ["Tokyo 🇯🇵", "DIRECT (2)", "Proxy (2)"]);
         let group = &yaml["proxy-groups"][0];
         assert_eq!(group["name"].as_str(), Some(GROUP));
-        let members: Vec<&str> = group["proxies"]
-            .as_sequence()
-            .unwrap()
-            .iter()
-            .map(|p| p.as_str().unwrap())
-            .collect();
+        let members: Vec<&str> = group["proxies"].as_sequence().unwrap().iter().map(|p| p.as_str().unwrap()).collect();
         assert_eq!(members, names);
         assert_eq!(yaml["proxies"][1]["server"].as_str(), Some("2001:db8::7"));
-        assert_eq!(
-            yaml["proxies"][0]["password"].as_str(),
-            Some("s3cret pass/with:odd@chars")
-        );
+        assert_eq!(yaml["proxies"][0]["password"].as_str(), Some("s3cret pass/with:odd@chars"));
     }
 }

@@ -55,15 +55,9 @@ pub struct SingBoxVersion {
 
 impl SingBoxVersion {
     /// The oldest schema Hearth writes, and what an unversioned client gets.
-    pub const OLDEST: SingBoxVersion = SingBoxVersion {
-        major: 1,
-        minor: 11,
-    };
+    pub const OLDEST: SingBoxVersion = SingBoxVersion { major: 1, minor: 11 };
     /// Since 1.13, outbounds can pin the server's public key.
-    pub const PINS_PUBLIC_KEY: SingBoxVersion = SingBoxVersion {
-        major: 1,
-        minor: 13,
-    };
+    pub const PINS_PUBLIC_KEY: SingBoxVersion = SingBoxVersion { major: 1, minor: 13 };
 
     /// Clamps to the oldest schema Hearth writes.
     pub fn at_least_oldest(self) -> SingBoxVersion {
@@ -89,11 +83,7 @@ const INACTIVE_CREDENTIAL: &str = "inactive";
 /// which no entry may take.
 pub fn entries<'a>(snapshot: &'a Snapshot, reserved: &[&str]) -> Vec<Entry<'a>> {
     if !snapshot.status.can_connect() || snapshot.endpoints.is_empty() {
-        let reason = if snapshot.status.can_connect() {
-            "No servers available"
-        } else {
-            snapshot.status.describe()
-        };
+        let reason = if snapshot.status.can_connect() { "No servers available" } else { snapshot.status.describe() };
         let placeholder = Endpoint {
             name: reason.to_owned(),
             host: "127.0.0.1".to_owned(),
@@ -106,11 +96,7 @@ pub fn entries<'a>(snapshot: &'a Snapshot, reserved: &[&str]) -> Vec<Entry<'a>> 
             obfs: None,
         };
         let name = unique_names([reason], reserved).remove(0);
-        return vec![Entry {
-            name,
-            endpoint: std::borrow::Cow::Owned(placeholder),
-            credential: INACTIVE_CREDENTIAL,
-        }];
+        return vec![Entry { name, endpoint: std::borrow::Cow::Owned(placeholder), credential: INACTIVE_CREDENTIAL }];
     }
     let names = unique_names(snapshot.endpoints.iter().map(|e| e.name.as_str()), reserved);
     snapshot
@@ -127,10 +113,7 @@ pub fn entries<'a>(snapshot: &'a Snapshot, reserved: &[&str]) -> Vec<Entry<'a>> 
 
 /// Cleans names (no control characters, trimmed, at most 64 characters, never empty) and
 /// makes them unique, case-insensitively, by numbering repeats: "Tokyo", "Tokyo (2)".
-pub fn unique_names<'n>(
-    names: impl IntoIterator<Item = &'n str>,
-    reserved: &[&str],
-) -> Vec<String> {
+pub fn unique_names<'n>(names: impl IntoIterator<Item = &'n str>, reserved: &[&str]) -> Vec<String> {
     let mut taken: Vec<String> = reserved.iter().map(|name| name.to_lowercase()).collect();
     let mut out = Vec::new();
     for raw in names {
@@ -180,10 +163,9 @@ pub struct Answer {
 /// Answers a client that wants `wants`; `sub_url` is the link it fetched (for the page).
 pub fn answer(snapshot: &Snapshot, wants: crate::agent::Wants, sub_url: &str) -> Answer {
     match wants {
-        crate::agent::Wants::Profile(format) => Answer {
-            headers: headers(snapshot, format),
-            body: render(snapshot, format),
-        },
+        crate::agent::Wants::Profile(format) => {
+            Answer { headers: headers(snapshot, format), body: render(snapshot, format) }
+        }
         crate::agent::Wants::Page => Answer {
             headers: vec![
                 ("content-type", "text/html; charset=utf-8".to_owned()),
@@ -226,40 +208,21 @@ pub fn headers(snapshot: &Snapshot, format: Format) -> Vec<(&'static str, String
             ),
         ),
         ("profile-title", format!("base64:{}", B64.encode(title))),
-        (
-            "profile-update-interval",
-            snapshot.profile.update_interval_hours.max(1).to_string(),
-        ),
+        ("profile-update-interval", snapshot.profile.update_interval_hours.max(1).to_string()),
     ];
-    let url = |value: &Option<String>| {
-        value
-            .as_deref()
-            .filter(|v| is_header_safe(v))
-            .map(str::to_owned)
-    };
+    let url = |value: &Option<String>| value.as_deref().filter(|v| is_header_safe(v)).map(str::to_owned);
     if let Some(page) = url(&snapshot.profile.web_page_url) {
         out.push(("profile-web-page-url", page));
     }
     if let Some(support) = url(&snapshot.profile.support_url) {
         out.push(("support-url", support));
     }
-    if let Some(announce) = snapshot
-        .profile
-        .announce
-        .as_deref()
-        .filter(|a| !a.trim().is_empty())
-    {
+    if let Some(announce) = snapshot.profile.announce.as_deref().filter(|a| !a.trim().is_empty()) {
         out.push(("announce", format!("base64:{}", B64.encode(announce))));
     }
     let ascii: String = title
         .chars()
-        .map(|c| {
-            if c == ' ' || (c.is_ascii_graphic() && c != '"' && c != '\\') {
-                c
-            } else {
-                '_'
-            }
-        })
+        .map(|c| if c == ' ' || (c.is_ascii_graphic() && c != '"' && c != '\\') { c } else { '_' })
         .collect();
     out.push((
         "content-disposition",
@@ -299,10 +262,7 @@ pub(crate) mod tests {
                     name: "Tokyo 🇯🇵".into(),
                     host: "tokyo.example.net".into(),
                     port: 443,
-                    hop: Some(PortRange {
-                        start: 20000,
-                        end: 30000,
-                    }),
+                    hop: Some(PortRange { start: 20000, end: 30000 }),
                     sni: Some("cdn.example.net".into()),
                     cert_sha256: Some([0xab; 32]),
                     spki_sha256: Some([0xcd; 32]),
@@ -345,18 +305,7 @@ pub(crate) mod tests {
     #[test]
     fn names_are_clean_and_unique() {
         let names = unique_names(["A", "a", "", " ", "A (2)", "Proxy", "x\u{7}y"], &["proxy"]);
-        assert_eq!(
-            names,
-            [
-                "A",
-                "a (2)",
-                "Server",
-                "Server (2)",
-                "A (2) (2)",
-                "Proxy (2)",
-                "xy"
-            ]
-        );
+        assert_eq!(names, ["A", "a (2)", "Server", "Server (2)", "A (2) (2)", "Proxy (2)", "xy"]);
     }
 
     #[test]
@@ -372,16 +321,9 @@ pub(crate) mod tests {
             assert_eq!(entries.len(), 1);
             assert_eq!(entries[0].name, name);
             assert_eq!(entries[0].credential, INACTIVE_CREDENTIAL);
-            for format in [
-                Format::Base64,
-                Format::Mihomo,
-                Format::SingBox(SingBoxVersion::OLDEST),
-            ] {
+            for format in [Format::Base64, Format::Mihomo, Format::SingBox(SingBoxVersion::OLDEST)] {
                 let body = render(&snapshot, format);
-                assert!(
-                    !body.contains("s3cret") && !body.contains("tokyo.example"),
-                    "{body}"
-                );
+                assert!(!body.contains("s3cret") && !body.contains("tokyo.example"), "{body}");
             }
         }
         snapshot.status = Status::NotStarted;
@@ -394,12 +336,7 @@ pub(crate) mod tests {
     fn headers_are_ascii_and_complete() {
         let snapshot = sample_snapshot();
         let headers = headers(&snapshot, Format::Base64);
-        let get = |name: &str| {
-            headers
-                .iter()
-                .find(|(n, _)| *n == name)
-                .map(|(_, v)| v.as_str())
-        };
+        let get = |name: &str| headers.iter().find(|(n, _)| *n == name).map(|(_, v)| v.as_str());
         assert_eq!(
             get("subscription-userinfo"),
             Some("upload=1048576; download=52428800; total=107374182400; expire=1798761600")
@@ -408,22 +345,13 @@ pub(crate) mod tests {
         assert_eq!(get("cache-control"), Some("no-store"));
         assert_eq!(
             get("content-disposition"),
-            Some(
-                "attachment; filename=\"Family VPN _ _\"; filename*=UTF-8''Family%20VPN%20%E2%80%94%20%E5%AE%B6"
-            )
+            Some("attachment; filename=\"Family VPN _ _\"; filename*=UTF-8''Family%20VPN%20%E2%80%94%20%E5%AE%B6")
         );
         for (name, value) in &headers {
-            assert!(
-                value.bytes().all(|b| (0x20..0x7f).contains(&b)),
-                "{name}: {value}"
-            );
+            assert!(value.bytes().all(|b| (0x20..0x7f).contains(&b)), "{name}: {value}");
         }
         let mut unsafe_url = snapshot.clone();
         unsafe_url.profile.support_url = Some("https://x\r\nset-cookie: a".into());
-        assert!(
-            super::headers(&unsafe_url, Format::Base64)
-                .iter()
-                .all(|(n, _)| *n != "support-url")
-        );
+        assert!(super::headers(&unsafe_url, Format::Base64).iter().all(|(n, _)| *n != "support-url"));
     }
 }

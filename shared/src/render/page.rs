@@ -42,11 +42,7 @@ pub fn human_bytes(bytes: u64) -> String {
         value /= 1024.0;
         unit += 1;
     }
-    if unit == 0 {
-        format!("{bytes} B")
-    } else {
-        format!("{value:.1} {}", UNITS[unit])
-    }
+    if unit == 0 { format!("{bytes} B") } else { format!("{value:.1} {}", UNITS[unit]) }
 }
 
 /// A Unix time as a UTC calendar date, "2026-11-29" (Howard Hinnant's days-to-civil).
@@ -84,14 +80,8 @@ fn import_links(sub_url: &str, name: &str) -> [(&'static str, String); 4] {
     let name = utf8_percent_encode(name, percent_encoding::NON_ALPHANUMERIC).to_string();
     [
         ("Hiddify", format!("hiddify://import/{sub_url}#{name}")),
-        (
-            "sing-box",
-            format!("sing-box://import-remote-profile?url={url}#{name}"),
-        ),
-        (
-            "Clash / mihomo",
-            format!("clash://install-config?url={url}&name={name}"),
-        ),
+        ("sing-box", format!("sing-box://import-remote-profile?url={url}#{name}")),
+        ("Clash / mihomo", format!("clash://install-config?url={url}&name={name}")),
         ("Happ", format!("happ://add/{sub_url}")),
     ]
 }
@@ -112,28 +102,11 @@ pub fn render(snapshot: &Snapshot, sub_url: &str) -> String {
         state = escape(status.describe()),
     );
     let used = snapshot.used_up.saturating_add(snapshot.used_down);
-    let quota = if snapshot.quota == 0 {
-        "unlimited".to_owned()
-    } else {
-        human_bytes(snapshot.quota)
-    };
-    let _ = write!(
-        html,
-        "<dt>Used</dt><dd>{} of {quota}</dd>",
-        human_bytes(used)
-    );
-    let expires = if snapshot.expires_at == 0 {
-        "never".to_owned()
-    } else {
-        date(snapshot.expires_at)
-    };
+    let quota = if snapshot.quota == 0 { "unlimited".to_owned() } else { human_bytes(snapshot.quota) };
+    let _ = write!(html, "<dt>Used</dt><dd>{} of {quota}</dd>", human_bytes(used));
+    let expires = if snapshot.expires_at == 0 { "never".to_owned() } else { date(snapshot.expires_at) };
     let _ = write!(html, "<dt>Expires</dt><dd>{expires}</dd></dl>");
-    if let Some(announce) = snapshot
-        .profile
-        .announce
-        .as_deref()
-        .filter(|a| !a.trim().is_empty())
-    {
+    if let Some(announce) = snapshot.profile.announce.as_deref().filter(|a| !a.trim().is_empty()) {
         let _ = write!(html, "<p class=\"announce\">{}</p>", escape(announce));
     }
     let _ = write!(
@@ -209,22 +182,13 @@ mod tests {
         assert!(page.contains("&lt;script&gt;alert(1)&lt;/script&gt;"));
         assert!(page.contains("51.0 MiB of 100.0 GiB"));
         assert!(page.contains("2027-01-01"));
-        assert!(page.contains(
-            "sing-box://import-remote-profile?url=https%3A%2F%2Fedge%2Eexample%2Fs%2FTOKEN"
-        ));
-        assert_eq!(
-            page.matches("<svg").count(),
-            4,
-            "one QR code for the link and one per server"
-        );
+        assert!(page.contains("sing-box://import-remote-profile?url=https%3A%2F%2Fedge%2Eexample%2Fs%2FTOKEN"));
+        assert_eq!(page.matches("<svg").count(), 4, "one QR code for the link and one per server");
         assert!(page.contains("Quote &quot; colon: hash #"));
 
         snapshot.status = Status::Disabled;
         let page = render(&snapshot, "https://edge.example/s/TOKEN");
         assert!(page.contains("Account disabled"));
-        assert!(
-            !page.contains("hysteria2://"),
-            "no server links for a user who cannot connect"
-        );
+        assert!(!page.contains("hysteria2://"), "no server links for a user who cannot connect");
     }
 }

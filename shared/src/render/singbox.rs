@@ -43,15 +43,9 @@ struct Inbound {
 #[derive(Serialize)]
 #[serde(tag = "type", rename_all = "lowercase")]
 enum Outbound<'a> {
-    Selector {
-        tag: &'static str,
-        outbounds: Vec<String>,
-        interrupt_exist_connections: bool,
-    },
+    Selector { tag: &'static str, outbounds: Vec<String>, interrupt_exist_connections: bool },
     Hysteria2(Box<Hysteria2<'a>>),
-    Direct {
-        tag: &'static str,
-    },
+    Direct { tag: &'static str },
 }
 
 #[derive(Serialize)]
@@ -107,36 +101,20 @@ struct Rule {
     outbound: Option<&'static str>,
 }
 
-fn hysteria2<'a>(
-    name: String,
-    endpoint: &'a Endpoint,
-    credential: &'a str,
-    version: SingBoxVersion,
-) -> Hysteria2<'a> {
-    let pin = endpoint
-        .spki_sha256
-        .filter(|_| version >= SingBoxVersion::PINS_PUBLIC_KEY)
-        .map(|pin| [B64.encode(pin)]);
+fn hysteria2<'a>(name: String, endpoint: &'a Endpoint, credential: &'a str, version: SingBoxVersion) -> Hysteria2<'a> {
+    let pin = endpoint.spki_sha256.filter(|_| version >= SingBoxVersion::PINS_PUBLIC_KEY).map(|pin| [B64.encode(pin)]);
     // A server name only where it means something: an explicit SNI, or a host name.
-    let server_name = endpoint.sni.as_deref().or_else(|| {
-        endpoint
-            .host
-            .parse::<std::net::IpAddr>()
-            .is_err()
-            .then_some(endpoint.host.as_str())
-    });
+    let server_name = endpoint
+        .sni
+        .as_deref()
+        .or_else(|| endpoint.host.parse::<std::net::IpAddr>().is_err().then_some(endpoint.host.as_str()));
     Hysteria2 {
         tag: name,
         server: &endpoint.host,
         server_port: endpoint.port,
-        server_ports: endpoint
-            .hop
-            .map(|hop| [format!("{}:{}", hop.start, hop.end)]),
+        server_ports: endpoint.hop.map(|hop| [format!("{}:{}", hop.start, hop.end)]),
         hop_interval: endpoint.hop.map(|_| "30s"),
-        obfs: endpoint.obfs.as_deref().map(|password| Obfs {
-            kind: "salamander",
-            password,
-        }),
+        obfs: endpoint.obfs.as_deref().map(|password| Obfs { kind: "salamander", password }),
         password: credential,
         tls: Tls {
             enabled: true,
@@ -158,12 +136,7 @@ pub fn render(snapshot: &Snapshot, version: SingBoxVersion) -> String {
         interrupt_exist_connections: true,
     }];
     outbounds.extend(entries.iter().map(|entry| {
-        Outbound::Hysteria2(Box::new(hysteria2(
-            entry.name.clone(),
-            &entry.endpoint,
-            entry.credential,
-            version,
-        )))
+        Outbound::Hysteria2(Box::new(hysteria2(entry.name.clone(), &entry.endpoint, entry.credential, version)))
     }));
     outbounds.push(Outbound::Direct { tag: DIRECT });
     let config = Config {
@@ -178,28 +151,15 @@ pub fn render(snapshot: &Snapshot, version: SingBoxVersion) -> String {
         outbounds,
         route: Route {
             rules: [
-                Rule {
-                    action: "sniff",
-                    ..Rule::default()
-                },
-                Rule {
-                    protocol: Some("dns"),
-                    action: "hijack-dns",
-                    ..Rule::default()
-                },
-                Rule {
-                    ip_is_private: Some(true),
-                    action: "route",
-                    outbound: Some(DIRECT),
-                    ..Rule::default()
-                },
+                Rule { action: "sniff", ..Rule::default() },
+                Rule { protocol: Some("dns"), action: "hijack-dns", ..Rule::default() },
+                Rule { ip_is_private: Some(true), action: "route", outbound: Some(DIRECT), ..Rule::default() },
             ],
             final_outbound: SELECTOR,
             auto_detect_interface: true,
         },
     };
-    let mut json =
-        serde_json::to_string_pretty(&config).expect("a profile always serializes to JSON");
+    let mut json = serde_json::to_string_pretty(&config).expect("a profile always serializes to JSON");
     json.push('\n');
     json
 }

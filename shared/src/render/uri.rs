@@ -12,20 +12,12 @@ use super::{Entry, entries};
 use crate::wire::Snapshot;
 
 /// Everything but RFC 3986's unreserved characters is escaped.
-const COMPONENT: &AsciiSet = &NON_ALPHANUMERIC
-    .remove(b'-')
-    .remove(b'.')
-    .remove(b'_')
-    .remove(b'~');
+const COMPONENT: &AsciiSet = &NON_ALPHANUMERIC.remove(b'-').remove(b'.').remove(b'_').remove(b'~');
 
 /// The share link of one entry.
 pub fn link(entry: &Entry<'_>) -> String {
     let endpoint = &entry.endpoint;
-    let host = if endpoint.host.contains(':') {
-        format!("[{}]", endpoint.host)
-    } else {
-        endpoint.host.clone()
-    };
+    let host = if endpoint.host.contains(':') { format!("[{}]", endpoint.host) } else { endpoint.host.clone() };
     let mut query: Vec<(&str, String)> = Vec::new();
     if let Some(password) = &endpoint.obfs {
         query.push(("obfs", "salamander".to_owned()));
@@ -43,15 +35,9 @@ pub fn link(entry: &Entry<'_>) -> String {
     if let Some(hop) = endpoint.hop {
         query.push(("mport", format!("{}-{}", hop.start, hop.end)));
     }
-    let query: Vec<String> = query
-        .iter()
-        .map(|(key, value)| format!("{key}={}", utf8_percent_encode(value, COMPONENT)))
-        .collect();
-    let query = if query.is_empty() {
-        String::new()
-    } else {
-        format!("?{}", query.join("&"))
-    };
+    let query: Vec<String> =
+        query.iter().map(|(key, value)| format!("{key}={}", utf8_percent_encode(value, COMPONENT))).collect();
+    let query = if query.is_empty() { String::new() } else { format!("?{}", query.join("&")) };
     format!(
         "hysteria2://{}@{host}:{}/{query}#{}",
         utf8_percent_encode(entry.credential, COMPONENT),
@@ -89,15 +75,8 @@ mod tests {
                 "ab".repeat(32)
             )
         );
-        assert!(
-            lines[1]
-                .starts_with("hysteria2://s3cret%20pass%2Fwith%3Aodd%40chars@[2001:db8::7]:8443/#")
-        );
+        assert!(lines[1].starts_with("hysteria2://s3cret%20pass%2Fwith%3Aodd%40chars@[2001:db8::7]:8443/#"));
         assert!(lines[1].ends_with("#tokyo%20%F0%9F%87%AF%F0%9F%87%B5%20%282%29"));
-        assert!(
-            lines[2].ends_with("#Quote%20%22%20colon%3A%20hash%20%23"),
-            "{}",
-            lines[2]
-        );
+        assert!(lines[2].ends_with("#Quote%20%22%20colon%3A%20hash%20%23"), "{}", lines[2]);
     }
 }
