@@ -12,14 +12,15 @@
 //! | `HEARTH_LINK_WINDOW_SECS` | that window, in seconds | `3600` |
 //! | `HEARTH_NETWORK_BURST` | fetches at once from one /24 or /48 | `120` |
 //! | `HEARTH_NETWORK_PER_MINUTE` | fetches a minute from one /24 or /48, sustained | `600` |
+//! | `HEARTH_SHARDS` | Durable Objects the links are spread over (Worker only; set once) | `16` |
 //! | `HEARTH_UA_RULES` | operator User-Agent rules, JSON: `[{"contains":"...","target":"sing-box"}]` | none |
 
 use std::fmt;
 
 use hearth_shared::agent::UaRule;
-use hearth_shared::keys::PublicKey;
+use hearth_shared::keys::{PublicKey, Role};
 use hearth_shared::ratelimit::{BucketLimit, MissLimit, WindowLimit};
-use hearth_shared::trust::RoleKeys;
+use hearth_shared::trust::{RoleKeys, Trust};
 
 /// Every setting name, for checking a file for typos.
 pub const NAMES: &[&str] = &[
@@ -33,6 +34,7 @@ pub const NAMES: &[&str] = &[
     "HEARTH_NETWORK_BURST",
     "HEARTH_NETWORK_PER_MINUTE",
     "HEARTH_UA_RULES",
+    "HEARTH_SHARDS",
 ];
 
 /// The secret control presents. `Debug` does not show it; compare with [`PushToken::matches`].
@@ -82,6 +84,8 @@ pub struct EdgeConfig {
     pub limits: Limits,
     /// Operator User-Agent rules.
     pub ua_rules: Vec<UaRule>,
+    /// How many Durable Objects hold the links on Cloudflare.
+    pub shards: u32,
 }
 
 /// A setting that is missing or wrong. Never carries a secret's value.
@@ -147,7 +151,12 @@ impl EdgeConfig {
             Some(json) => serde_json::from_str(&json)
                 .map_err(|e| error("HEARTH_UA_RULES", format!("is not a JSON list of rules: {e}")))?,
         };
+        let shards = number("HEARTH_SHARDS", 16)?;
+        if shards > 1024 {
+            return Err(error("HEARTH_SHARDS", "must be at most 1024"));
+        }
         Ok(EdgeConfig {
+            shards,
             root: RoleKeys::single(root),
             push_token: PushToken(push_token),
             api_prefix,
@@ -155,6 +164,24 @@ impl EdgeConfig {
             limits,
             ua_rules,
         })
+    }
+}
+
+impl EdgeConfig {
+    /// The trust to verify with: what earlier pushes stored, unless the operator has since
+    /// configured another root that was never rotated in (then start over from it).
+    pub fn trust(&self, stored: Option<Trust>) -> Trust {
+        match stored {
+            Some(trust) if trust.role_version(Role::Root) != Some(0) || trust.role(Role::Root) == Some(&self.root) => {
+                trust
+            }
+            _ => Trust::new(self.root.clone()),
+        }
+    }
+
+    /// The shard that holds a link.
+    pub fn shard_of(&self, token_hash: &hearth_shared::Digest) -> u32 {
+        u32::from(u16::from_be_bytes([token_hash[0], token_hash[1]])) % self.shards.max(1)
     }
 }
 

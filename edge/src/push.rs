@@ -18,7 +18,7 @@ use hearth_shared::wire::{self, BatchManifest, NodeId, NodeRecord, PushBundle, s
 pub const MAX_PUSH_BYTES: usize = 32 * 1024 * 1024;
 
 /// Where a write lands.
-#[derive(Clone, Debug, PartialEq, Eq)]
+#[derive(Clone, Debug, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 pub enum Target {
     /// A subscription link's snapshot, by token hash (sharded by it on Cloudflare).
     Link(Digest),
@@ -31,7 +31,7 @@ pub enum Target {
 }
 
 /// One stream's new version, checked against the manifest.
-#[derive(Clone, Debug, PartialEq, Eq)]
+#[derive(Clone, Debug, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 pub struct Write {
     /// Where it lands.
     pub target: Target,
@@ -43,6 +43,7 @@ pub struct Write {
     pub digest: Digest,
     /// The item envelope as control signed it; `None` deletes the stream (keeping a
     /// tombstone at this version, so an older envelope can never come back).
+    #[serde(with = "serde_bytes")]
     pub envelope: Option<Vec<u8>>,
 }
 
@@ -239,4 +240,27 @@ pub fn decide(write: &Write, stored: Option<&StreamState>) -> Result<bool, PushE
         }
         Some(s) => Err(refuse(format!("version {} is older than the stored {} (rollback)", write.version, s.version))),
     }
+}
+
+/// Updates `trust`'s key for the node of an applied node-record write (a deletion, or a
+/// record without a key, forgets the node).
+pub fn apply_node_record(trust: &mut Trust, write: &Write) -> Result<(), PushError> {
+    let Target::Node(node) = write.target else {
+        return Ok(());
+    };
+    let key = match &write.envelope {
+        Some(bytes) => {
+            let envelope = Envelope::decode(bytes, Kind::NodeRecord.max_len())
+                .map_err(|_| item_error(&write.stream, "not a node record"))?;
+            wire::decode::<NodeRecord>(&envelope.body, "node record")
+                .map_err(|_| item_error(&write.stream, "not a node record"))?
+                .key
+        }
+        None => None,
+    };
+    match key {
+        Some(key) => trust.set_node(node, key),
+        None => trust.remove_node(node),
+    }
+    Ok(())
 }

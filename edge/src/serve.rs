@@ -8,13 +8,13 @@
 
 use hearth_shared::agent::{format_override, match_user_agent};
 use hearth_shared::envelope::{Envelope, Kind};
-use hearth_shared::ratelimit::{Decision, MissGuard, TokenBucket};
+use hearth_shared::ratelimit::{BucketLimit, Decision, MissGuard, TokenBucket};
 use hearth_shared::render::answer;
 use hearth_shared::seal;
 use hearth_shared::wire::SubToken;
 
 use crate::Reply;
-use crate::config::{EdgeConfig, Limits};
+use crate::config::EdgeConfig;
 
 /// The decoy: what a stock nginx answers for a path it does not have.
 pub fn decoy() -> Reply {
@@ -44,15 +44,13 @@ pub enum Gate {
     Limited(u64),
 }
 
-/// Checks (and counts) a fetch from a client network at `now_ms`.
-pub fn network_gate(guard: &MissGuard, bucket: &mut TokenBucket, limits: &Limits, now_ms: u64) -> Gate {
-    if !limits.enabled {
-        return Gate::Open;
-    }
+/// Checks (and counts) a fetch from a client network at `now_ms`. Only called when limits
+/// are on.
+pub fn network_gate(guard: &MissGuard, bucket: &mut TokenBucket, limit: BucketLimit, now_ms: u64) -> Gate {
     if guard.is_blocked(now_ms) {
         return Gate::Decoy;
     }
-    match bucket.take(now_ms, limits.network) {
+    match bucket.take(now_ms, limit) {
         Decision::Allow { .. } => Gate::Open,
         Decision::Deny { retry_after } => Gate::Limited(retry_after),
     }

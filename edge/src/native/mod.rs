@@ -79,17 +79,7 @@ impl Edge {
     /// Opens the edge's database and loads its trust.
     pub async fn open(config: EdgeConfig, db: &std::path::Path) -> Result<Edge, StoreError> {
         let store = Store::open(db).await?;
-        let trust = match store.trust().await? {
-            // A root that was never rotated but differs from the configured one means the
-            // operator set a new root: start over from it.
-            Some(trust)
-                if trust.role_version(hearth_shared::keys::Role::Root) != Some(0)
-                    || trust.role(hearth_shared::keys::Role::Root) == Some(&config.root) =>
-            {
-                trust
-            }
-            _ => Trust::new(config.root.clone()),
-        };
+        let trust = config.trust(store.trust().await?);
         Ok(Edge { config, store, trust: RwLock::new(trust), limiter: Mutex::new(Limiter::default()) })
     }
 
@@ -131,10 +121,10 @@ impl Edge {
         let now = now_ms();
         let limits = self.config.limits;
         let network = Network::of(request.client);
-        {
+        if limits.enabled {
             let mut limiter = self.limiter.lock().expect("limiter lock");
             let (guard, bucket) = limiter.networks.entry(network).or_default();
-            match serve::network_gate(guard, bucket, &limits, now) {
+            match serve::network_gate(guard, bucket, limits.network, now) {
                 Gate::Open => {}
                 Gate::Decoy => return serve::decoy(),
                 Gate::Limited(retry_after) => return serve::too_many(retry_after),

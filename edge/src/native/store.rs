@@ -5,11 +5,11 @@ use std::path::Path;
 
 use hearth_shared::Digest;
 use hearth_shared::trust::{StreamState, Trust};
-use hearth_shared::wire::{NodeRecord, UsageDrain, decode};
+use hearth_shared::wire::{UsageDrain, decode};
 use libsql::{Connection, params};
 use tokio::sync::Mutex;
 
-use crate::push::{Checked, PushError, Target, Write, decide};
+use crate::push::{Checked, PushError, Target, Write, apply_node_record, decide};
 
 const SCHEMA: &str = "
 CREATE TABLE IF NOT EXISTS links (
@@ -168,9 +168,7 @@ impl Store {
                 params![key, i(write.version), write.digest.to_vec(), write.envelope.clone()],
             )
             .await?;
-            if let Target::Node(node) = write.target {
-                node_key_changed(&mut checked.trust, node, write)?;
-            }
+            apply_node_record(&mut checked.trust, write)?;
             applied.written += 1;
         }
         let trust = hearth_shared::wire::encode(&checked.trust);
@@ -233,21 +231,4 @@ impl Store {
             .await?;
         Ok(true)
     }
-}
-
-/// Updates the trust's key for `node` from its applied node record.
-fn node_key_changed(trust: &mut Trust, node: u64, write: &Write) -> Result<(), StoreError> {
-    let record = match &write.envelope {
-        Some(bytes) => {
-            let envelope = hearth_shared::envelope::Envelope::decode(bytes, usize::MAX)
-                .map_err(|_| StoreError::Corrupt("node record"))?;
-            decode::<NodeRecord>(&envelope.body, "node record").map_err(|_| StoreError::Corrupt("node record"))?
-        }
-        None => NodeRecord { node, key: None },
-    };
-    match record.key {
-        Some(key) => trust.set_node(node, key),
-        None => trust.remove_node(node),
-    }
-    Ok(())
 }

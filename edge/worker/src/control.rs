@@ -1,0 +1,249 @@
+//! The `Control` Durable Object (one per deployment): the trust learned from pushes, node
+//! credential sets and registrations, the usage queue and control's archive. It takes every
+//! API route; the Worker in front has already checked control's push token (a Durable
+//! Object cannot be reached from outside), and node routes are checked here, where the node
+//! keys are.
+
+use std::collections::BTreeMap;
+
+use hearth_edge::config::EdgeConfig;
+use hearth_edge::push::{self, Target, Write, apply_node_record, decide};
+use hearth_edge::routes::{Route, route};
+use hearth_edge::{Reply, api};
+use hearth_shared::nodeauth;
+use hearth_shared::trust::{StreamState, Trust};
+use hearth_shared::wire::{UsageDrain, decode, encode, stream};
+use serde::Deserialize;
+use worker::{
+    DurableObject, Env, Method, Request, Response, Result, SqlStorage, SqlStorageValue, State, durable_object,
+};
+
+use crate::runtime::{call, config, int, now_ms, reply_of, respond, transaction};
+
+/// How many usage reports one drain hands out.
+const DRAIN_LIMIT: i64 = 500;
+
+#[durable_object]
+pub struct Control {
+    state: State,
+    env: Env,
+}
+
+#[derive(Deserialize)]
+struct StreamRow {
+    version: i64,
+    digest: serde_bytes::ByteBuf,
+    envelope: Option<serde_bytes::ByteBuf>,
+}
+
+#[derive(Deserialize)]
+struct ValueRow {
+    value: serde_bytes::ByteBuf,
+}
+
+#[derive(Deserialize)]
+struct QueueRow {
+    id: i64,
+    envelope: serde_bytes::ByteBuf,
+}
+
+fn stream_row(sql: &SqlStorage, name: &str) -> Result<Option<(StreamState, Option<Vec<u8>>)>> {
+    let rows: Vec<StreamRow> =
+        sql.exec("SELECT version, digest, envelope FROM streams WHERE name = ?", vec![name.into()])?.to_array()?;
+    Ok(rows.into_iter().next().and_then(|row| {
+        let digest = row.digest.into_vec().try_into().ok()?;
+        Some((StreamState { version: row.version as u64, digest }, row.envelope.map(|e| e.into_vec())))
+    }))
+}
+
+fn put_stream(sql: &SqlStorage, write: &Write) -> Result<()> {
+    let envelope = write.envelope.clone().map_or(SqlStorageValue::Null, SqlStorageValue::Blob);
+    sql.exec(
+        "INSERT INTO streams (name, version, digest, envelope) VALUES (?, ?, ?, ?)
+         ON CONFLICT (name) DO UPDATE SET version = excluded.version, digest = excluded.digest,
+            envelope = excluded.envelope",
+        vec![
+            write.stream.as_str().into(),
+            int(write.version).into(),
+            SqlStorageValue::Blob(write.digest.to_vec()),
+            envelope,
+        ],
+    )?;
+    Ok(())
+}
+
+fn value(sql: &SqlStorage, key: &str) -> Result<Option<Vec<u8>>> {
+    let rows: Vec<ValueRow> = sql.exec("SELECT value FROM state WHERE key = ?", vec![key.into()])?.to_array()?;
+    Ok(rows.into_iter().next().map(|row| row.value.into_vec()))
+}
+
+fn put_value(sql: &SqlStorage, key: &str, bytes: Vec<u8>) -> Result<()> {
+    sql.exec(
+        "INSERT INTO state (key, value) VALUES (?, ?) ON CONFLICT (key) DO UPDATE SET value = excluded.value",
+        vec![key.into(), SqlStorageValue::Blob(bytes)],
+    )?;
+    Ok(())
+}
+
+impl DurableObject for Control {
+    fn new(state: State, env: Env) -> Self {
+        let sql = state.storage().sql();
+        for table in [
+            "CREATE TABLE IF NOT EXISTS streams (name TEXT PRIMARY KEY, version INTEGER NOT NULL,
+                digest BLOB NOT NULL, envelope BLOB) STRICT",
+            "CREATE TABLE IF NOT EXISTS state (key TEXT PRIMARY KEY, value BLOB NOT NULL) STRICT",
+            "CREATE TABLE IF NOT EXISTS usage_queue (id INTEGER PRIMARY KEY AUTOINCREMENT,
+                node INTEGER NOT NULL, seq INTEGER NOT NULL, envelope BLOB NOT NULL, UNIQUE (node, seq)) STRICT",
+        ] {
+            sql.exec(table, None).expect("creating the control tables");
+        }
+        Control { state, env }
+    }
+
+    async fn fetch(&self, mut req: Request) -> Result<Response> {
+        let config = match config(&self.env) {
+            Ok(config) => config,
+            Err(e) => return respond(api::error(500, "misconfigured", &e.to_string()), false),
+        };
+        let url = req.url()?;
+        let method = req.method().to_string();
+        let path_and_query = match url.query() {
+            Some(query) => format!("{}?{query}", url.path()),
+            None => url.path().to_owned(),
+        };
+        let body = if matches!(req.method(), Method::Post | Method::Put) { req.bytes().await? } else { Vec::new() };
+        let auth = req.headers().get(nodeauth::HEADER)?;
+        let sql = self.state.storage().sql();
+        let trust = config.trust(value(&sql, "trust")?.and_then(|bytes| decode::<Trust>(&bytes, "trust").ok()));
+        let now = now_ms() / 1000;
+        let reply = match route(&config, &method, url.path(), url.query().unwrap_or("")) {
+            Route::Push => self.push(&config, &trust, &body).await?,
+            Route::NodeCreds { node, after } => {
+                match api::authorize_node(auth.as_deref(), &trust, &method, &path_and_query, node, now) {
+                    Err(reply) => reply,
+                    Ok(()) => match stream_row(&sql, &stream::creds(node))? {
+                        Some((state, Some(envelope))) if state.version > after => Reply::bytes(200, envelope),
+                        _ => Reply { status: 204, headers: Vec::new(), body: Vec::new() },
+                    },
+                }
+            }
+            Route::NodeUsage(node) => {
+                match api::authorize_node(auth.as_deref(), &trust, &method, &path_and_query, node, now)
+                    .and_then(|()| api::check_usage(&body, &trust, node, now))
+                {
+                    Err(reply) => reply,
+                    Ok(seq) => {
+                        sql.exec(
+                            "INSERT INTO usage_queue (node, seq, envelope) VALUES (?, ?, ?)
+                             ON CONFLICT (node, seq) DO NOTHING",
+                            vec![int(node).into(), int(seq).into(), SqlStorageValue::Blob(body)],
+                        )?;
+                        Reply::text(202, "queued\n")
+                    }
+                }
+            }
+            Route::UsageDrain { after } => {
+                sql.exec("DELETE FROM usage_queue WHERE id <= ?", vec![int(after).into()])?;
+                let rows: Vec<QueueRow> = sql
+                    .exec(
+                        "SELECT id, envelope FROM usage_queue WHERE id > ? ORDER BY id LIMIT ?",
+                        vec![int(after).into(), DRAIN_LIMIT.into()],
+                    )?
+                    .to_array()?;
+                let mut drain = UsageDrain { cursor: after, reports: Vec::new() };
+                for row in rows {
+                    drain.cursor = row.id as u64;
+                    drain.reports.push(row.envelope);
+                }
+                Reply::bytes(200, encode(&drain))
+            }
+            Route::ArchivePut => {
+                let stored = stream_row(&sql, stream::ARCHIVE)?.map(|(state, _)| state);
+                match api::check_archive(&body, &trust, stored.as_ref(), now) {
+                    Err(reply) => reply,
+                    Ok(write) if stored == Some(write.state()) => Reply::text(200, "unchanged\n"),
+                    Ok(write) => {
+                        put_stream(&sql, &write)?;
+                        Reply::text(200, "stored\n")
+                    }
+                }
+            }
+            Route::ArchiveGet => match stream_row(&sql, stream::ARCHIVE)? {
+                Some((_, Some(bytes))) => Reply::bytes(200, bytes),
+                _ => api::error(404, "no_archive", "no archive has been pushed yet"),
+            },
+            _ => api::error(404, "no_route", "no such route"),
+        };
+        respond(reply, false)
+    }
+}
+
+impl Control {
+    async fn push(&self, config: &EdgeConfig, trust: &Trust, body: &[u8]) -> Result<Reply> {
+        let sql = self.state.storage().sql();
+        let batch = value(&sql, "batch")?.and_then(|bytes| decode::<StreamState>(&bytes, "batch").ok());
+        let checked = match push::check(body, trust, batch.as_ref(), now_ms() / 1000) {
+            Ok(checked) => checked,
+            Err(e) => return Ok(api::refused(&e)),
+        };
+        if checked.unchanged {
+            return Ok(api::json(200, &serde_json::json!({ "applied": 0, "unchanged": "batch" })));
+        }
+        let mut shards: BTreeMap<u32, Vec<Write>> = BTreeMap::new();
+        let mut own = Vec::new();
+        for write in checked.writes {
+            match &write.target {
+                Target::Link(hash) => shards.entry(config.shard_of(hash)).or_default().push(write),
+                _ => own.push(write),
+            }
+        }
+        // Each shard applies all its writes or none. A refusal stops the push before the batch
+        // is recorded; control sends it again, and the shards that took it see no-ops.
+        let (mut written, mut unchanged) = (0u64, 0u64);
+        let links = self.env.durable_object("LINKS")?;
+        for (shard, writes) in shards {
+            let stub = links.id_from_name(&format!("links-{shard}"))?.get_stub()?;
+            let reply =
+                reply_of(call(&stub, Method::Post, "https://links/apply", Some(&encode(&writes))).await?).await?;
+            match reply.status {
+                200 => {
+                    let counts: serde_json::Value = serde_json::from_slice(&reply.body)?;
+                    written += counts["applied"].as_u64().unwrap_or(0);
+                    unchanged += counts["unchanged"].as_u64().unwrap_or(0);
+                }
+                409 => return Ok(api::error(409, "refused", &String::from_utf8_lossy(&reply.body))),
+                _ => return Ok(api::unavailable()),
+            }
+        }
+        let mut trust = checked.trust;
+        let batch = checked.batch;
+        let outcome = transaction(&self.state.storage(), move |sql| {
+            let (mut written, mut unchanged) = (0u64, 0u64);
+            for write in &own {
+                let stored = stream_row(sql, &write.stream)?.map(|(state, _)| state);
+                if !decide(write, stored.as_ref()).map_err(|e| worker::Error::RustError(format!("refused: {e}")))? {
+                    unchanged += 1;
+                    continue;
+                }
+                put_stream(sql, write)?;
+                apply_node_record(&mut trust, write).map_err(|e| worker::Error::RustError(format!("refused: {e}")))?;
+                written += 1;
+            }
+            put_value(sql, "trust", encode(&trust))?;
+            put_value(sql, "batch", encode(&batch))?;
+            Ok((written, unchanged))
+        });
+        match outcome {
+            Ok((own_written, own_unchanged)) => {
+                Ok(api::applied((written + own_written) as usize, (unchanged + own_unchanged) as usize))
+            }
+            Err(e) => {
+                let message = e.to_string();
+                match message.find("refused: ") {
+                    Some(at) => Ok(api::error(409, "refused", &message[at + "refused: ".len()..])),
+                    None => Err(e),
+                }
+            }
+        }
+    }
+}

@@ -1,0 +1,125 @@
+//! The Worker in front: routes every request, serves subscriptions, checks control's token.
+
+use std::net::{IpAddr, Ipv4Addr};
+
+use hearth_edge::config::EdgeConfig;
+use hearth_edge::routes::{Route, route};
+use hearth_edge::serve::{self, decoy, too_many};
+use hearth_edge::{Reply, api};
+use hearth_shared::ratelimit::Network;
+use hearth_shared::sha256;
+use hearth_shared::wire::SubToken;
+use worker::{Context, Env, Method, Request, Response, Result, event};
+
+use crate::runtime::{call, config, reply_of, respond};
+
+#[event(fetch)]
+async fn fetch(req: Request, env: Env, ctx: Context) -> Result<Response> {
+    let config = match config(&env) {
+        Ok(config) => config,
+        Err(e) => return respond(api::error(500, "misconfigured", &e.to_string()), false),
+    };
+    let url = req.url()?;
+    let head = req.method() == Method::Head;
+    let method = req.method().to_string();
+    let reply = match route(&config, &method, url.path(), url.query().unwrap_or("")) {
+        Route::Subscription(token) => subscription(&req, &env, &ctx, &config, token).await?,
+        Route::Health => Reply::text(200, "ok\n"),
+        Route::Unknown => {
+            // Ask storage anyway, so an unknown path takes as long as an unknown link.
+            let _ = link(&env, &config, &sha256(url.path().as_bytes()), false).await;
+            decoy()
+        }
+        Route::NodeCreds { .. } | Route::NodeUsage(_) => return control(&env)?.fetch_with_request(req).await,
+        _ if !config.push_token.matches(req.headers().get("authorization")?.as_deref()) => {
+            api::error(401, "unauthorized", "a valid push token is required")
+        }
+        _ => return control(&env)?.fetch_with_request(req).await,
+    };
+    respond(reply, head)
+}
+
+fn control(env: &Env) -> Result<worker::Stub> {
+    env.durable_object("CONTROL")?.id_from_name("control")?.get_stub()
+}
+
+fn network(env: &Env, network: &Network) -> Result<worker::Stub> {
+    env.durable_object("NETWORK")?.id_from_name(&network.to_string())?.get_stub()
+}
+
+/// Reads a link from its shard, counting the fetch against its window when `count`.
+async fn link(env: &Env, config: &EdgeConfig, hash: &[u8; 32], count: bool) -> Result<Reply> {
+    let stub = env.durable_object("LINKS")?.id_from_name(&format!("links-{}", config.shard_of(hash)))?.get_stub()?;
+    let link = config.limits.link;
+    let limit = if count && config.limits.enabled { link.limit } else { 0 };
+    let url = format!("https://links/get?hash={}&limit={limit}&window_ms={}", hex::encode(hash), link.window_ms);
+    reply_of(call(&stub, Method::Get, &url, None).await?).await
+}
+
+async fn subscription(
+    req: &Request,
+    env: &Env,
+    ctx: &Context,
+    config: &EdgeConfig,
+    token: Option<SubToken>,
+) -> Result<Reply> {
+    let limits = config.limits;
+    // Set by Cloudflare on every request (a client cannot forge it there).
+    let client: IpAddr = req
+        .headers()
+        .get("cf-connecting-ip")?
+        .and_then(|ip| ip.parse().ok())
+        .unwrap_or(IpAddr::V4(Ipv4Addr::UNSPECIFIED));
+    let client_network = Network::of(client);
+    if limits.enabled {
+        let url =
+            format!("https://network/gate?burst={}&per_minute={}", limits.network.burst, limits.network.per_minute);
+        let gate = reply_of(call(&network(env, &client_network)?, Method::Get, &url, None).await?).await?;
+        match gate.status {
+            200 => {}
+            429 => {
+                let retry = gate.headers.iter().find(|(n, _)| *n == "retry-after").and_then(|(_, v)| v.parse().ok());
+                return Ok(too_many(retry.unwrap_or(60)));
+            }
+            // The network tried too many unknown links; and storage trouble fails closed.
+            _ => return Ok(decoy()),
+        }
+    }
+    let url = req.url()?;
+    let hash = token.as_ref().map_or_else(|| sha256(url.path().as_bytes()), SubToken::hash);
+    let found = link(env, config, &hash, true).await?;
+    match (token, found.status) {
+        (Some(token), 200) => {
+            let mut sub_url = url.clone();
+            sub_url.set_query(None);
+            let user_agent = req.headers().get("user-agent")?.unwrap_or_default();
+            Ok(serve::subscription(
+                config,
+                &found.body,
+                &token,
+                &user_agent,
+                url.query().unwrap_or(""),
+                sub_url.as_str(),
+            ))
+        }
+        (Some(_), 429) => {
+            let retry = found.headers.iter().find(|(n, _)| *n == "retry-after").and_then(|(_, v)| v.parse().ok());
+            Ok(too_many(retry.unwrap_or(60)))
+        }
+        (_, 404) | (None, _) => {
+            if limits.enabled {
+                let misses = limits.misses;
+                let url = format!(
+                    "https://network/miss?limit={}&window_ms={}&block_ms={}",
+                    misses.misses.limit, misses.misses.window_ms, misses.block_ms
+                );
+                let stub = network(env, &client_network)?;
+                ctx.wait_until(async move {
+                    let _ = call(&stub, Method::Post, &url, None).await;
+                });
+            }
+            Ok(decoy())
+        }
+        _ => Ok(api::unavailable()),
+    }
+}

@@ -1,0 +1,163 @@
+//! The `Links` Durable Objects: links sharded by token hash, each row with its envelope and
+//! its per-link window, so one call checks the limit and reads the snapshot.
+//!
+//! `GET /get?hash=<hex>&limit=&window_ms=` (limit 0: not counted): 200 with the envelope, 404
+//! for an unknown or deleted link, 429 with `Retry-After`. `POST /apply` with postcard
+//! [`Write`]s: every write or none, in one transaction.
+
+use hearth_edge::push::{Write, decide};
+use hearth_shared::ratelimit::{Decision, FixedWindow, WindowLimit};
+use hearth_shared::trust::StreamState;
+use serde::Deserialize;
+use worker::{DurableObject, Env, Method, Request, Response, Result, SqlStorageValue, State, durable_object};
+
+use crate::runtime::{int, now_ms, transaction};
+
+#[durable_object]
+pub struct Links {
+    state: State,
+}
+
+#[derive(Deserialize)]
+struct Row {
+    envelope: Option<serde_bytes::ByteBuf>,
+    win_start_ms: i64,
+    win_count: i64,
+}
+
+#[derive(Deserialize)]
+struct Version {
+    version: i64,
+    digest: serde_bytes::ByteBuf,
+}
+
+fn query(url: &worker::Url, name: &str) -> Option<String> {
+    url.query_pairs().find(|(k, _)| k == name).map(|(_, v)| v.into_owned())
+}
+
+impl DurableObject for Links {
+    fn new(state: State, _env: Env) -> Self {
+        state
+            .storage()
+            .sql()
+            .exec(
+                "CREATE TABLE IF NOT EXISTS links (
+                    token_hash BLOB PRIMARY KEY,
+                    version INTEGER NOT NULL,
+                    digest BLOB NOT NULL,
+                    envelope BLOB,
+                    win_start_ms INTEGER NOT NULL DEFAULT 0,
+                    win_count INTEGER NOT NULL DEFAULT 0
+                ) STRICT",
+                None,
+            )
+            .expect("creating the links table");
+        Links { state }
+    }
+
+    async fn fetch(&self, mut req: Request) -> Result<Response> {
+        let url = req.url()?;
+        match (req.method(), url.path()) {
+            (Method::Get, "/get") => {
+                let hash = query(&url, "hash").and_then(|h| hex::decode(h).ok()).unwrap_or_default();
+                let limit: u32 = query(&url, "limit").and_then(|v| v.parse().ok()).unwrap_or(0);
+                let window_ms: u64 = query(&url, "window_ms").and_then(|v| v.parse().ok()).unwrap_or(1);
+                self.get(hash, WindowLimit { limit, window_ms })
+            }
+            (Method::Post, "/apply") => {
+                let body = req.bytes().await?;
+                let Ok(writes) = hearth_shared::wire::decode::<Vec<Write>>(&body, "writes") else {
+                    return Response::error("not a list of writes", 400);
+                };
+                self.apply(writes)
+            }
+            _ => Response::error("no such route", 404),
+        }
+    }
+}
+
+impl Links {
+    fn get(&self, hash: Vec<u8>, limit: WindowLimit) -> Result<Response> {
+        let sql = self.state.storage().sql();
+        let rows: Vec<Row> = sql
+            .exec(
+                "SELECT envelope, win_start_ms, win_count FROM links WHERE token_hash = ?",
+                vec![SqlStorageValue::Blob(hash.clone())],
+            )?
+            .to_array()?;
+        let Some(row) = rows.into_iter().next() else {
+            return Response::error("unknown", 404);
+        };
+        let Some(envelope) = row.envelope else {
+            return Response::error("unknown", 404);
+        };
+        if limit.limit > 0 {
+            let mut window = FixedWindow { start_ms: row.win_start_ms as u64, count: row.win_count as u32 };
+            let decision = window.hit(now_ms(), limit);
+            sql.exec(
+                "UPDATE links SET win_start_ms = ?, win_count = ? WHERE token_hash = ?",
+                vec![int(window.start_ms).into(), i64::from(window.count).into(), SqlStorageValue::Blob(hash)],
+            )?;
+            if let Decision::Deny { retry_after } = decision {
+                let response = Response::error("limited", 429)?;
+                response.headers().set("retry-after", &retry_after.to_string())?;
+                return Ok(response);
+            }
+        }
+        Response::from_bytes(envelope.into_vec())
+    }
+
+    fn apply(&self, writes: Vec<Write>) -> Result<Response> {
+        let outcome = transaction(&self.state.storage(), move |sql| {
+            let (mut written, mut unchanged) = (0usize, 0usize);
+            for write in &writes {
+                let hearth_edge::push::Target::Link(hash) = &write.target else {
+                    return Err("only links are stored here".into());
+                };
+                let stored: Vec<Version> = sql
+                    .exec(
+                        "SELECT version, digest FROM links WHERE token_hash = ?",
+                        vec![SqlStorageValue::Blob(hash.to_vec())],
+                    )?
+                    .to_array()?;
+                let stored = stored.first().and_then(|row| {
+                    Some(StreamState { version: row.version as u64, digest: row.digest.to_vec().try_into().ok()? })
+                });
+                // A refusal is thrown, which rolls the whole shard back.
+                if !decide(write, stored.as_ref()).map_err(|e| worker::Error::RustError(format!("refused: {e}")))? {
+                    unchanged += 1;
+                    continue;
+                }
+                let envelope = match &write.envelope {
+                    Some(bytes) => SqlStorageValue::Blob(bytes.clone()),
+                    None => SqlStorageValue::Null,
+                };
+                sql.exec(
+                    "INSERT INTO links (token_hash, version, digest, envelope) VALUES (?, ?, ?, ?)
+                     ON CONFLICT (token_hash) DO UPDATE SET version = excluded.version,
+                        digest = excluded.digest, envelope = excluded.envelope",
+                    vec![
+                        SqlStorageValue::Blob(hash.to_vec()),
+                        int(write.version).into(),
+                        SqlStorageValue::Blob(write.digest.to_vec()),
+                        envelope,
+                    ],
+                )?;
+                written += 1;
+            }
+            Ok((written, unchanged))
+        });
+        match outcome {
+            Ok((written, unchanged)) => {
+                Response::from_json(&serde_json::json!({ "applied": written, "unchanged": unchanged }))
+            }
+            Err(e) => {
+                let message = e.to_string();
+                match message.find("refused: ") {
+                    Some(at) => Response::error(message[at + "refused: ".len()..].to_owned(), 409),
+                    None => Err(e),
+                }
+            }
+        }
+    }
+}

@@ -1,0 +1,103 @@
+//! One Durable Object per client network (IPv4 /24, IPv6 /48): its token bucket and its
+//! unknown-link guard, in one SQLite row, so the limits hold worldwide.
+//!
+//! `GET /gate?burst=&per_minute=` takes a token: 200, 429 with `Retry-After`, or 404 when the
+//! network only gets decoys. `POST /miss?limit=&window_ms=&block_ms=` records an unknown link.
+
+use hearth_edge::serve::{Gate, network_gate};
+use hearth_shared::ratelimit::{BucketLimit, FixedWindow, MissGuard, MissLimit, TokenBucket, WindowLimit};
+use serde::Deserialize;
+use worker::{DurableObject, Env, Request, Response, Result, State, durable_object};
+
+use crate::runtime::{int, now_ms};
+
+#[durable_object]
+pub struct Network {
+    state: State,
+}
+
+#[derive(Deserialize)]
+struct Row {
+    tat_us: i64,
+    miss_start_ms: i64,
+    miss_count: i64,
+    blocked_until_ms: i64,
+}
+
+fn query(url: &worker::Url, name: &str) -> u64 {
+    url.query_pairs().find(|(k, _)| k == name).and_then(|(_, v)| v.parse().ok()).unwrap_or(0)
+}
+
+impl DurableObject for Network {
+    fn new(state: State, _env: Env) -> Self {
+        state
+            .storage()
+            .sql()
+            .exec(
+                "CREATE TABLE IF NOT EXISTS network (
+                    id INTEGER PRIMARY KEY CHECK (id = 1),
+                    tat_us INTEGER NOT NULL,
+                    miss_start_ms INTEGER NOT NULL,
+                    miss_count INTEGER NOT NULL,
+                    blocked_until_ms INTEGER NOT NULL
+                ) STRICT",
+                None,
+            )
+            .expect("creating the network table");
+        Network { state }
+    }
+
+    async fn fetch(&self, req: Request) -> Result<Response> {
+        let url = req.url()?;
+        let sql = self.state.storage().sql();
+        let rows: Vec<Row> = sql
+            .exec("SELECT tat_us, miss_start_ms, miss_count, blocked_until_ms FROM network WHERE id = 1", None)?
+            .to_array()?;
+        let (mut bucket, mut guard) = rows.first().map_or_else(Default::default, |row| {
+            (
+                TokenBucket { tat_us: row.tat_us as u64 },
+                MissGuard {
+                    window: FixedWindow { start_ms: row.miss_start_ms as u64, count: row.miss_count as u32 },
+                    blocked_until_ms: row.blocked_until_ms as u64,
+                },
+            )
+        });
+        let now = now_ms();
+        let response = match url.path() {
+            "/gate" => {
+                let limit =
+                    BucketLimit { burst: query(&url, "burst") as u32, per_minute: query(&url, "per_minute") as u32 };
+                match network_gate(&guard, &mut bucket, limit, now) {
+                    Gate::Open => Response::ok("open")?,
+                    Gate::Decoy => Response::error("decoy", 404)?,
+                    Gate::Limited(retry_after) => {
+                        let response = Response::error("limited", 429)?;
+                        response.headers().set("retry-after", &retry_after.to_string())?;
+                        response
+                    }
+                }
+            }
+            "/miss" => {
+                let limit = MissLimit {
+                    misses: WindowLimit { limit: query(&url, "limit") as u32, window_ms: query(&url, "window_ms") },
+                    block_ms: query(&url, "block_ms"),
+                };
+                guard.miss(now, limit);
+                Response::ok("counted")?
+            }
+            _ => return Response::error("no such route", 404),
+        };
+        sql.exec(
+            "INSERT INTO network (id, tat_us, miss_start_ms, miss_count, blocked_until_ms) VALUES (1, ?, ?, ?, ?)
+             ON CONFLICT (id) DO UPDATE SET tat_us = excluded.tat_us, miss_start_ms = excluded.miss_start_ms,
+                miss_count = excluded.miss_count, blocked_until_ms = excluded.blocked_until_ms",
+            vec![
+                int(bucket.tat_us).into(),
+                int(guard.window.start_ms).into(),
+                i64::from(guard.window.count).into(),
+                int(guard.blocked_until_ms).into(),
+            ],
+        )?;
+        Ok(response)
+    }
+}

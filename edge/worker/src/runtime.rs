@@ -1,0 +1,84 @@
+//! Glue between the edge's runtime-free types and workers-rs.
+
+use std::cell::Cell;
+use std::rc::Rc;
+
+use hearth_edge::Reply;
+use hearth_edge::config::{ConfigError, EdgeConfig};
+use worker::js_sys::{Function, Reflect, Uint8Array};
+use worker::wasm_bindgen::{JsCast as _, JsValue, closure::Closure};
+use worker::{Env, Headers, Method, Request, RequestInit, Response, Result, SqlStorage, Storage, Stub};
+
+/// The edge's settings from the Worker's vars and secrets.
+pub(crate) fn config(env: &Env) -> std::result::Result<EdgeConfig, ConfigError> {
+    EdgeConfig::from_vars(|name| {
+        env.secret(name).map(|s| s.to_string()).or_else(|_| env.var(name).map(|v| v.to_string())).ok()
+    })
+}
+
+/// A [`Reply`] as a workers-rs response (no body on HEAD).
+pub(crate) fn respond(reply: Reply, head: bool) -> Result<Response> {
+    let headers = Headers::new();
+    for (name, value) in &reply.headers {
+        headers.set(name, value)?;
+    }
+    let response = if head { Response::empty()? } else { Response::from_bytes(reply.body)? };
+    Ok(response.with_status(reply.status).with_headers(headers))
+}
+
+/// A response from a Durable Object, back into a [`Reply`].
+pub(crate) async fn reply_of(mut response: Response) -> Result<Reply> {
+    let mut headers = Vec::new();
+    for name in ["content-type", "retry-after"] {
+        if let Some(value) = response.headers().get(name)? {
+            headers.push((name, value));
+        }
+    }
+    Ok(Reply { status: response.status_code(), headers, body: response.bytes().await? })
+}
+
+/// Sends `body` to a Durable Object.
+pub(crate) async fn call(stub: &Stub, method: Method, url: &str, body: Option<&[u8]>) -> Result<Response> {
+    let mut init = RequestInit::new();
+    init.with_method(method);
+    if let Some(body) = body {
+        init.with_body(Some(Uint8Array::from(body).into()));
+    }
+    stub.fetch_with_request(Request::new_with_init(url, &init)?).await
+}
+
+/// Milliseconds since the epoch, by the Workers clock.
+pub(crate) fn now_ms() -> u64 {
+    worker::Date::now().as_millis()
+}
+
+/// Runs `f` inside `storage.transactionSync`: an `Err` rolls every write back. (workers-rs
+/// 0.8 does not wrap it; raw `BEGIN` is refused by Durable Objects.)
+pub(crate) fn transaction<T: 'static>(
+    storage: &Storage,
+    f: impl FnOnce(&SqlStorage) -> Result<T> + 'static,
+) -> Result<T> {
+    let raw: &JsValue = storage.as_raw().as_ref();
+    let run: Function = Reflect::get(raw, &JsValue::from_str("transactionSync"))?.dyn_into()?;
+    let sql = storage.sql();
+    let out = Rc::new(Cell::new(None));
+    let slot = out.clone();
+    let callback = Closure::once(move || -> std::result::Result<JsValue, JsValue> {
+        match f(&sql) {
+            Ok(value) => {
+                slot.set(Some(value));
+                Ok(JsValue::UNDEFINED)
+            }
+            Err(e) => Err(JsValue::from_str(&e.to_string())),
+        }
+    });
+    let result = run.call1(raw, callback.as_ref().unchecked_ref());
+    drop(callback);
+    result.map_err(worker::Error::from)?;
+    out.take().ok_or_else(|| "the transaction callback did not run".into())
+}
+
+/// u64 to a SQL integer (versions and times never reach 2^63).
+pub(crate) fn int(n: u64) -> i64 {
+    i64::try_from(n).unwrap_or(i64::MAX)
+}
