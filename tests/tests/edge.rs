@@ -11,7 +11,7 @@ use hearth_shared::nodeauth;
 use hearth_shared::render::answer;
 use hearth_shared::wire::{self, CredEntry, CredentialSet, SubToken, UsageDrain, UsageReport, UserUsage, stream};
 use hearth_tests::control_sim::{ControlSim, demo_snapshot, now};
-use hearth_tests::edge::EdgeProcess;
+use hearth_tests::edge::{Backend, EdgeProcess};
 use rand_core::OsRng;
 use reqwest::StatusCode;
 
@@ -35,17 +35,26 @@ fn settings(sim: &ControlSim, extra: &[(&str, &str)]) -> Vec<(String, String)> {
     vars
 }
 
-fn start(extra: &[(&str, &str)]) -> Setup {
+fn start(backend: Backend, extra: &[(&str, &str)]) -> Setup {
     let dir = tempfile::tempdir().unwrap();
     let sim = ControlSim::new();
-    let edge = EdgeProcess::start(&dir.path().join("edge.db"), &settings(&sim, extra)).unwrap();
+    let state = dir.path().join(match backend {
+        Backend::Native => "edge.db",
+        Backend::Worker => "worker",
+    });
+    let edge = EdgeProcess::start(backend, &state, &settings(&sim, extra)).unwrap();
     Setup { _dir: dir, edge, sim, http: client(None) }
 }
 
 fn client(from: Option<&str>) -> reqwest::Client {
     let mut builder = reqwest::Client::builder().timeout(Duration::from_secs(30));
     if let Some(ip) = from {
+        // The native edge sees the socket's address; the Worker reads CF-Connecting-IP, which
+        // Cloudflare sets (and `wrangler dev` passes through from the client).
         builder = builder.local_address(ip.parse::<IpAddr>().unwrap());
+        let mut headers = reqwest::header::HeaderMap::new();
+        headers.insert("cf-connecting-ip", ip.parse().unwrap());
+        builder = builder.default_headers(headers);
     }
     builder.build().unwrap()
 }
@@ -104,6 +113,33 @@ const USER_AGENTS: &[&str] = &[
     "Mozilla/5.0 (X11; Linux x86_64; rv:133.0) Gecko/20100101 Firefox/133.0",
 ];
 
+/// Runs a case against both edges: the native one and the Worker in workerd.
+macro_rules! both {
+    ($($case:ident),* $(,)?) => {$(
+        mod $case {
+            use super::*;
+            #[tokio::test]
+            async fn native() {
+                super::$case(Backend::Native).await
+            }
+            #[tokio::test]
+            async fn worker() {
+                super::$case(Backend::Worker).await
+            }
+        }
+    )*};
+}
+
+both!(
+    a_push_of_1000_users_serves_every_format,
+    the_link_limit_answers_429_until_the_window_turns,
+    unknown_links_and_paths_get_one_decoy_and_probing_networks_get_only_decoys,
+    bad_pushes_change_nothing_and_say_why,
+    a_rotated_link_is_gone_for_good,
+    nodes_pull_their_own_set_and_usage_queues_for_control,
+    the_archive_round_trips_and_everything_survives_a_restart
+);
+
 /// What the edge must send: exactly what `shared` renders for that client.
 fn assert_answer(
     (status, headers, body): &(StatusCode, reqwest::header::HeaderMap, String),
@@ -117,9 +153,8 @@ fn assert_answer(
     }
 }
 
-#[tokio::test]
-async fn a_push_of_1000_users_serves_every_format() {
-    let mut s = start(&[("HEARTH_NETWORK_BURST", "100000"), ("HEARTH_NETWORK_PER_MINUTE", "100000")]);
+async fn a_push_of_1000_users_serves_every_format(backend: Backend) {
+    let mut s = start(backend, &[("HEARTH_NETWORK_BURST", "100000"), ("HEARTH_NETWORK_PER_MINUTE", "100000")]);
     let users: Vec<(SubToken, _)> =
         (1..=1000).map(|user| (SubToken::generate(&mut OsRng), demo_snapshot(user))).collect();
     let items: Vec<_> = users.iter().map(|(token, snapshot)| s.sim.snapshot(token, snapshot)).collect();
@@ -156,9 +191,8 @@ async fn a_push_of_1000_users_serves_every_format() {
     assert!(body.starts_with("proxies:"));
 }
 
-#[tokio::test]
-async fn the_link_limit_answers_429_until_the_window_turns() {
-    let mut s = start(&[("HEARTH_LINK_LIMIT", "3"), ("HEARTH_LINK_WINDOW_SECS", "2")]);
+async fn the_link_limit_answers_429_until_the_window_turns(backend: Backend) {
+    let mut s = start(backend, &[("HEARTH_LINK_LIMIT", "3"), ("HEARTH_LINK_WINDOW_SECS", "2")]);
     let token = SubToken::generate(&mut OsRng);
     let item = s.sim.snapshot(&token, &demo_snapshot(1));
     assert_eq!(
@@ -184,9 +218,8 @@ async fn the_link_limit_answers_429_until_the_window_turns() {
     assert_eq!(s.get(&s.link(&token), "v2rayN/7").await.0, StatusCode::OK);
 }
 
-#[tokio::test]
-async fn unknown_links_and_paths_get_one_decoy_and_probing_networks_get_only_decoys() {
-    let mut s = start(&[]);
+async fn unknown_links_and_paths_get_one_decoy_and_probing_networks_get_only_decoys(backend: Backend) {
+    let mut s = start(backend, &[]);
     let token = SubToken::generate(&mut OsRng);
     let item = s.sim.snapshot(&token, &demo_snapshot(1));
     assert_eq!(
@@ -220,9 +253,8 @@ async fn unknown_links_and_paths_get_one_decoy_and_probing_networks_get_only_dec
     assert_eq!(get_with(&neighbour, &s.link(&token), "v2rayN/7").await.0, StatusCode::OK);
 }
 
-#[tokio::test]
-async fn bad_pushes_change_nothing_and_say_why() {
-    let mut s = start(&[]);
+async fn bad_pushes_change_nothing_and_say_why(backend: Backend) {
+    let mut s = start(backend, &[]);
     let token = SubToken::generate(&mut OsRng);
     let mut user = demo_snapshot(1);
     let first = s.sim.snapshot(&token, &user);
@@ -300,9 +332,8 @@ async fn bad_pushes_change_nothing_and_say_why() {
     assert!(s.page(&token).await.contains("Renamed"));
 }
 
-#[tokio::test]
-async fn a_rotated_link_is_gone_for_good() {
-    let mut s = start(&[]);
+async fn a_rotated_link_is_gone_for_good(backend: Backend) {
+    let mut s = start(backend, &[]);
     let token = SubToken::generate(&mut OsRng);
     let item = s.sim.snapshot(&token, &demo_snapshot(1));
     let old = item.envelope().unwrap().to_vec();
@@ -345,9 +376,8 @@ fn signed_get(http: &reqwest::Client, base: &str, path: &str, key: &SecretKey, n
     http.get(format!("{base}{path}")).header(nodeauth::HEADER, nodeauth::sign(key, node, "GET", path, now()))
 }
 
-#[tokio::test]
-async fn nodes_pull_their_own_set_and_usage_queues_for_control() {
-    let mut s = start(&[]);
+async fn nodes_pull_their_own_set_and_usage_queues_for_control(backend: Backend) {
+    let mut s = start(backend, &[]);
     let node_key = SecretKey::generate(Role::Node, &mut OsRng).unwrap();
     let other_key = SecretKey::generate(Role::Node, &mut OsRng).unwrap();
     let set = CredentialSet::new(1, vec![CredEntry { user: 5, hash: [5; 32] }]).unwrap();
@@ -418,9 +448,8 @@ async fn nodes_pull_their_own_set_and_usage_queues_for_control() {
     assert_eq!(unauthorized.status(), StatusCode::UNAUTHORIZED);
 }
 
-#[tokio::test]
-async fn the_archive_round_trips_and_everything_survives_a_restart() {
-    let mut s = start(&[]);
+async fn the_archive_round_trips_and_everything_survives_a_restart(backend: Backend) {
+    let mut s = start(backend, &[]);
     let token = SubToken::generate(&mut OsRng);
     let item = s.sim.snapshot(&token, &demo_snapshot(1));
     assert_eq!(
@@ -461,5 +490,6 @@ async fn the_archive_round_trips_and_everything_survives_a_restart() {
     let push = sim.push(&[item]);
     let response =
         s.http.post(format!("{}/{API}/push", s.edge.url)).bearer_auth(PUSH_TOKEN).body(push).send().await.unwrap();
-    assert_eq!(response.status(), StatusCode::OK);
+    let status = response.status();
+    assert_eq!(status, StatusCode::OK, "{}", response.text().await.unwrap());
 }

@@ -115,8 +115,10 @@ hearth_wasm_cargo() {
 #       HEARTH_NPM_DIR, and worker-build's overrides WASM_BINDGEN_BIN, WASM_OPT_BIN, ESBUILD_BIN
 #       (with them worker-build downloads nothing; without them it tries GitHub and fails).
 #   hearth_worker_build CRATE_DIR [worker-build args...]
-#       Release build of the Worker crate with worker-build and the Debian wasm toolchain
-#       (hearth_install_wasm_toolchain): CRATE_DIR/build/{index.js,index_bg.wasm,shim.js,...}.
+#       Builds the Worker crate (default --release; or e.g. --profile worker) with worker-build
+#       and the Debian wasm toolchain (hearth_install_wasm_toolchain). Output: CRATE_DIR/build/
+#       index.js (the ES module entry: wrangler.toml's `main`), index_bg.wasm, worker/shim.mjs
+#       (a re-export kept for old configs).
 #   hearth_wrangler ARGS...
 #       wrangler, non-interactive (stdin /dev/null, CI=true, no metrics or error reports, XDG
 #       config/cache under target/tools/wrangler-home), Node 22 first on PATH, in the caller's cwd.
@@ -149,7 +151,7 @@ _hearth_cargo_tool() {
     echo "hearth: building $crate $version (cargo install --debug, ~1.5-2 min)" >&2
     # rustup's native cargo builds these host tools; keep the caller's wasm/target settings out.
     (
-        unset CARGO_TARGET_DIR CARGO_BUILD_TARGET RUSTC RUSTC_BOOTSTRAP CARGO_UNSTABLE_BUILD_STD
+        unset CARGO CARGO_TARGET_DIR CARGO_BUILD_TARGET RUSTC RUSTDOC RUSTC_BOOTSTRAP CARGO_UNSTABLE_BUILD_STD
         # --bin: only the one binary (the crates ship others: linking them costs time and
         # ~300 MB). No debuginfo: smaller and faster to link.
         CARGO_PROFILE_DEV_DEBUG=0 cargo install --quiet --debug --force --root "$root" \
@@ -236,7 +238,8 @@ hearth_worker_build() {
     crate_dir="$(cd "$crate_dir" && pwd)" || return 1
     top="$(git -C "$crate_dir" rev-parse --show-toplevel 2>/dev/null || echo "$crate_dir")"
     # The CLI must match the wasm-bindgen crate in the lock (the workspace's, or the crate's).
-    lock="$(cd "$crate_dir" && "$HEARTH_WASM_CARGO" locate-project --workspace --message-format plain)" || return 1
+    lock="$(cd "$crate_dir" && "$HEARTH_WASM_BIN/cargo" locate-project --workspace --message-format plain)" ||
+        return 1
     lock="$(dirname "$lock")/Cargo.lock"
     locked="$(awk '/^name = "wasm-bindgen"$/ { getline; gsub(/version = |"/, ""); print; exit }' "$lock")" ||
         locked=""
@@ -295,9 +298,12 @@ hearth_free_port() {
 }
 
 # hearth_wrangler_dev_start CONFIG_DIR PORT PERSIST_DIR LOG [extra args...]: starts
-# `wrangler dev` (cwd CONFIG_DIR, its wrangler.toml; local secrets from CONFIG_DIR/.dev.vars)
-# with its own session, so that hearth_wrangler_dev_stop can end node, esbuild and workerd
-# together. Waits up to $HEARTH_WRANGLER_START_TIMEOUT (60) s for any HTTP answer on PORT.
+# `wrangler dev` (cwd CONFIG_DIR, its wrangler.toml) with its own session, so that
+# hearth_wrangler_dev_stop can end node, esbuild and workerd together. Waits up to
+# $HEARTH_WRANGLER_START_TIMEOUT (60) s for any HTTP answer on PORT. Local secrets: from
+# CONFIG_DIR/.dev.vars (KEY=value lines), or pass `--env-file FILE` (then .dev.vars is not
+# read) or `--var KEY:VALUE` (wins over both; visible in `ps`). Relative paths in the extra
+# args are relative to CONFIG_DIR.
 hearth_wrangler_dev_start() {
     local dir="${1:?CONFIG_DIR}" port="${2:?PORT}" persist="${3:?PERSIST_DIR}" log="${4:?LOG}"
     local pidfile waited=0 limit="${HEARTH_WRANGLER_START_TIMEOUT:-60}" inspector
@@ -307,6 +313,7 @@ hearth_wrangler_dev_start() {
     inspector="$(hearth_free_port)" || return 1
     mkdir -p "$persist" || return 1
     persist="$(cd "$persist" && pwd)" || return 1
+    log="$(cd "$(dirname "$log")" && pwd)/$(basename "$log")" || return 1
     pidfile="$(mktemp)" || return 1
     (
         cd "$dir" || exit 1

@@ -197,22 +197,29 @@ impl Control {
                 _ => own.push(write),
             }
         }
-        // Each shard applies all its writes or none. A refusal stops the push before the batch
-        // is recorded; control sends it again, and the shards that took it see no-ops.
-        let (mut written, mut unchanged) = (0u64, 0u64);
+        // Every shard first checks its writes, then applies them (all or none per shard), so
+        // a refusal found anywhere changes nothing. If a shard still refuses while applying
+        // (another push came between), the batch is not recorded: control sends it again and
+        // the shards that took it see no-ops.
         let links = self.env.durable_object("LINKS")?;
-        for (shard, writes) in shards {
-            let stub = links.id_from_name(&format!("links-{shard}"))?.get_stub()?;
-            let reply =
-                reply_of(call(&stub, Method::Post, "https://links/apply", Some(&encode(&writes))).await?).await?;
-            match reply.status {
-                200 => {
-                    let counts: serde_json::Value = serde_json::from_slice(&reply.body)?;
-                    written += counts["applied"].as_u64().unwrap_or(0);
-                    unchanged += counts["unchanged"].as_u64().unwrap_or(0);
+        let mut stubs = Vec::with_capacity(shards.len());
+        for (shard, writes) in &shards {
+            stubs.push((links.id_from_name(&format!("links-{shard}"))?.get_stub()?, encode(writes)));
+        }
+        let (mut written, mut unchanged) = (0u64, 0u64);
+        for phase in ["https://links/check", "https://links/apply"] {
+            for (stub, writes) in &stubs {
+                let reply = reply_of(call(stub, Method::Post, phase, Some(writes)).await?).await?;
+                match reply.status {
+                    200 if phase.ends_with("apply") => {
+                        let counts: serde_json::Value = serde_json::from_slice(&reply.body)?;
+                        written += counts["applied"].as_u64().unwrap_or(0);
+                        unchanged += counts["unchanged"].as_u64().unwrap_or(0);
+                    }
+                    200 => {}
+                    409 => return Ok(api::error(409, "refused", &String::from_utf8_lossy(&reply.body))),
+                    _ => return Ok(api::unavailable()),
                 }
-                409 => return Ok(api::error(409, "refused", &String::from_utf8_lossy(&reply.body))),
-                _ => return Ok(api::unavailable()),
             }
         }
         let mut trust = checked.trust;

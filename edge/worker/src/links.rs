@@ -3,7 +3,7 @@
 //!
 //! `GET /get?hash=<hex>&limit=&window_ms=` (limit 0: not counted): 200 with the envelope, 404
 //! for an unknown or deleted link, 429 with `Retry-After`. `POST /apply` with postcard
-//! [`Write`]s: every write or none, in one transaction.
+//! [`Write`]s: every write or none, in one transaction; `POST /check`: whether they would.
 
 use hearth_edge::push::{Write, decide};
 use hearth_shared::ratelimit::{Decision, FixedWindow, WindowLimit};
@@ -64,12 +64,13 @@ impl DurableObject for Links {
                 let window_ms: u64 = query(&url, "window_ms").and_then(|v| v.parse().ok()).unwrap_or(1);
                 self.get(hash, WindowLimit { limit, window_ms })
             }
-            (Method::Post, "/apply") => {
+            (Method::Post, path @ ("/check" | "/apply")) => {
+                let check_only = path == "/check";
                 let body = req.bytes().await?;
                 let Ok(writes) = hearth_shared::wire::decode::<Vec<Write>>(&body, "writes") else {
                     return Response::error("not a list of writes", 400);
                 };
-                self.apply(writes)
+                self.apply(writes, check_only)
             }
             _ => Response::error("no such route", 404),
         }
@@ -107,7 +108,8 @@ impl Links {
         Response::from_bytes(envelope.into_vec())
     }
 
-    fn apply(&self, writes: Vec<Write>) -> Result<Response> {
+    /// Applies `writes` (or, with `check_only`, only says whether they would apply).
+    fn apply(&self, writes: Vec<Write>, check_only: bool) -> Result<Response> {
         let outcome = transaction(&self.state.storage(), move |sql| {
             let (mut written, mut unchanged) = (0usize, 0usize);
             for write in &writes {
@@ -126,6 +128,9 @@ impl Links {
                 // A refusal is thrown, which rolls the whole shard back.
                 if !decide(write, stored.as_ref()).map_err(|e| worker::Error::RustError(format!("refused: {e}")))? {
                     unchanged += 1;
+                    continue;
+                }
+                if check_only {
                     continue;
                 }
                 let envelope = match &write.envelope {

@@ -22,7 +22,13 @@ pub(crate) fn respond(reply: Reply, head: bool) -> Result<Response> {
     for (name, value) in &reply.headers {
         headers.set(name, value)?;
     }
-    let response = if head { Response::empty()? } else { Response::from_bytes(reply.body)? };
+    // workerd sends no Content-Length for an empty body unless told: HEAD says what GET sends.
+    let response = if head {
+        headers.set("content-length", &reply.body.len().to_string())?;
+        Response::empty()?
+    } else {
+        Response::from_bytes(reply.body)?
+    };
     Ok(response.with_status(reply.status).with_headers(headers))
 }
 
