@@ -185,6 +185,19 @@ async fn a_push_of_1000_users_serves_every_format(backend: Backend) {
     assert_eq!(head.headers()["content-length"], expected.body.len().to_string().as_str());
     assert!(head.bytes().await.unwrap().is_empty());
 
+    // The sing-box profile the edge serves is one the real sing-box accepts.
+    let (_, _, profile) = s.get(&s.link(token), "SFA/1.12.4 (Android 14; sing-box 1.12.4)").await;
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("profile.json");
+    std::fs::write(&path, &profile).unwrap();
+    let check = std::process::Command::new(hearth_tests::sing_box().unwrap())
+        .arg("check")
+        .arg("-c")
+        .arg(&path)
+        .output()
+        .unwrap();
+    assert!(check.status.success(), "sing-box check: {}", String::from_utf8_lossy(&check.stderr));
+
     // ?format= overrides the User-Agent.
     let (_, headers, body) = s.get(&format!("{}?format=clash", s.link(token)), "v2rayN/7.12.5").await;
     assert!(headers["content-type"].to_str().unwrap().starts_with("text/yaml"));
