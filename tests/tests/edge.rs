@@ -76,6 +76,12 @@ impl Setup {
         (response.status(), response.text().await.unwrap())
     }
 
+    /// Pushes `items` under the test control's next batch.
+    async fn push_items(&mut self, items: &[hearth_tests::control_sim::Item]) -> (StatusCode, String) {
+        let push = self.sim.push(items);
+        self.push(push).await
+    }
+
     async fn page(&self, token: &SubToken) -> String {
         self.get(&self.link(token), "Mozilla/5.0 (X11) Gecko/20100101 Firefox/133.0").await.2
     }
@@ -208,15 +214,7 @@ async fn the_link_limit_answers_429_until_the_window_turns(backend: Backend) {
     let mut s = start(backend, &[("HEARTH_LINK_LIMIT", "3"), ("HEARTH_LINK_WINDOW_SECS", "2")]);
     let token = SubToken::generate(&mut OsRng);
     let item = s.sim.snapshot(&token, &demo_snapshot(1));
-    assert_eq!(
-        {
-            let push = s.sim.push(&[item]);
-            s.push(push)
-        }
-        .await
-        .0,
-        StatusCode::OK
-    );
+    assert_eq!(s.push_items(&[item]).await.0, StatusCode::OK);
     // Start at the beginning of a window, so the three fetches fall in one.
     let millis = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap().as_millis() as u64;
     tokio::time::sleep(Duration::from_millis(2000 - millis % 2000 + 20)).await;
@@ -235,15 +233,7 @@ async fn unknown_links_and_paths_get_one_decoy_and_probing_networks_get_only_dec
     let mut s = start(backend, &[]);
     let token = SubToken::generate(&mut OsRng);
     let item = s.sim.snapshot(&token, &demo_snapshot(1));
-    assert_eq!(
-        {
-            let push = s.sim.push(&[item]);
-            s.push(push)
-        }
-        .await
-        .0,
-        StatusCode::OK
-    );
+    assert_eq!(s.push_items(&[item]).await.0, StatusCode::OK);
 
     let decoy = s.get(&format!("{}/nothing/here", s.edge.url), "curl/8").await;
     assert_eq!(decoy.0, StatusCode::NOT_FOUND);
@@ -294,11 +284,7 @@ async fn bad_pushes_change_nothing_and_say_why(backend: Backend) {
     let newcomer = SubToken::generate(&mut OsRng);
     let fresh = s.sim.snapshot(&newcomer, &demo_snapshot(2));
     let old = s.sim.item_at(Kind::Snapshot, stream::snapshot(&token.hash()), 1, Audience::Edge, b"old".to_vec());
-    let (status, body) = {
-        let push = s.sim.push(&[fresh, old]);
-        s.push(push)
-    }
-    .await;
+    let (status, body) = s.push_items(&[fresh, old]).await;
     assert_eq!(status, StatusCode::CONFLICT, "{body}");
     assert!(body.contains("rollback"), "{body}");
     assert_eq!(s.get(&s.link(&newcomer), "v2rayN/7").await.0, StatusCode::NOT_FOUND);
@@ -350,25 +336,9 @@ async fn a_rotated_link_is_gone_for_good(backend: Backend) {
     let token = SubToken::generate(&mut OsRng);
     let item = s.sim.snapshot(&token, &demo_snapshot(1));
     let old = item.envelope().unwrap().to_vec();
-    assert_eq!(
-        {
-            let push = s.sim.push(&[item]);
-            s.push(push)
-        }
-        .await
-        .0,
-        StatusCode::OK
-    );
+    assert_eq!(s.push_items(&[item]).await.0, StatusCode::OK);
     let delete = s.sim.delete_link(&token);
-    assert_eq!(
-        {
-            let push = s.sim.push(&[delete]);
-            s.push(push)
-        }
-        .await
-        .0,
-        StatusCode::OK
-    );
+    assert_eq!(s.push_items(&[delete]).await.0, StatusCode::OK);
     assert_eq!(s.get(&s.link(&token), "v2rayN/7").await.0, StatusCode::NOT_FOUND);
     // The old envelope, even under a fresh manifest, cannot bring it back.
     let entry_stream = stream::snapshot(&token.hash());
@@ -397,15 +367,7 @@ async fn nodes_pull_their_own_set_and_usage_queues_for_control(backend: Backend)
     let creds = s.sim.creds(&set);
     let creds_bytes = creds.envelope().unwrap().to_vec();
     let items = [s.sim.node(1, Some(node_key.public())), s.sim.node(2, Some(other_key.public())), creds];
-    assert_eq!(
-        {
-            let push = s.sim.push(&items);
-            s.push(push)
-        }
-        .await
-        .0,
-        StatusCode::OK
-    );
+    assert_eq!(s.push_items(&items).await.0, StatusCode::OK);
 
     let path = format!("/{API}/nodes/1/creds?after=0");
     let response = signed_get(&s.http, &s.edge.url, &path, &node_key, 1).send().await.unwrap();
@@ -465,15 +427,7 @@ async fn the_archive_round_trips_and_everything_survives_a_restart(backend: Back
     let mut s = start(backend, &[]);
     let token = SubToken::generate(&mut OsRng);
     let item = s.sim.snapshot(&token, &demo_snapshot(1));
-    assert_eq!(
-        {
-            let push = s.sim.push(&[item]);
-            s.push(push)
-        }
-        .await
-        .0,
-        StatusCode::OK
-    );
+    assert_eq!(s.push_items(&[item]).await.0, StatusCode::OK);
     let archive = |version: u64, body: &[u8]| {
         s.sim
             .draft(Kind::Archive, stream::ARCHIVE.into(), version, Audience::Control)

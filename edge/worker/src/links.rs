@@ -11,7 +11,7 @@ use hearth_shared::trust::StreamState;
 use serde::Deserialize;
 use worker::{DurableObject, Env, Method, Request, Response, Result, SqlStorageValue, State, durable_object};
 
-use crate::runtime::{int, now_ms, transaction};
+use crate::runtime::{int, now_ms, query, query_u64, transaction};
 
 #[durable_object]
 pub struct Links {
@@ -29,10 +29,6 @@ struct Row {
 struct Version {
     version: i64,
     digest: serde_bytes::ByteBuf,
-}
-
-fn query(url: &worker::Url, name: &str) -> Option<String> {
-    url.query_pairs().find(|(k, _)| k == name).map(|(_, v)| v.into_owned())
 }
 
 impl DurableObject for Links {
@@ -60,8 +56,8 @@ impl DurableObject for Links {
         match (req.method(), url.path()) {
             (Method::Get, "/get") => {
                 let hash = query(&url, "hash").and_then(|h| hex::decode(h).ok()).unwrap_or_default();
-                let limit: u32 = query(&url, "limit").and_then(|v| v.parse().ok()).unwrap_or(0);
-                let window_ms: u64 = query(&url, "window_ms").and_then(|v| v.parse().ok()).unwrap_or(1);
+                let limit = u32::try_from(query_u64(&url, "limit")).unwrap_or(0);
+                let window_ms = query_u64(&url, "window_ms").max(1);
                 self.get(hash, WindowLimit { limit, window_ms })
             }
             (Method::Post, path @ ("/check" | "/apply")) => {

@@ -9,7 +9,7 @@ use hearth_shared::ratelimit::{BucketLimit, FixedWindow, MissGuard, MissLimit, T
 use serde::Deserialize;
 use worker::{DurableObject, Env, Request, Response, Result, State, durable_object};
 
-use crate::runtime::{int, now_ms};
+use crate::runtime::{int, now_ms, query_u64 as query};
 
 #[durable_object]
 pub struct Network {
@@ -22,10 +22,6 @@ struct Row {
     miss_start_ms: i64,
     miss_count: i64,
     blocked_until_ms: i64,
-}
-
-fn query(url: &worker::Url, name: &str) -> u64 {
-    url.query_pairs().find(|(k, _)| k == name).and_then(|(_, v)| v.parse().ok()).unwrap_or(0)
 }
 
 impl DurableObject for Network {

@@ -88,3 +88,13 @@ pub(crate) fn transaction<T: 'static>(
 pub(crate) fn int(n: u64) -> i64 {
     i64::try_from(n).unwrap_or(i64::MAX)
 }
+
+/// A query parameter of a Durable Object's request.
+pub(crate) fn query(url: &worker::Url, name: &str) -> Option<String> {
+    url.query_pairs().find(|(key, _)| key == name).map(|(_, value)| value.into_owned())
+}
+
+/// A numeric query parameter; 0 when missing or malformed.
+pub(crate) fn query_u64(url: &worker::Url, name: &str) -> u64 {
+    query(url, name).and_then(|value| value.parse().ok()).unwrap_or(0)
+}
