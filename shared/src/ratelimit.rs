@@ -97,9 +97,10 @@ impl BucketLimit {
     /// Hearth's default per-network limit: bursts of 120, 600 a minute sustained.
     pub const PER_NETWORK: BucketLimit = BucketLimit { burst: 120, per_minute: 600 };
 
-    /// Microseconds between two tokens.
+    /// Microseconds between two tokens (at least 1: a rate over a million a second is
+    /// treated as a million a second).
     fn interval_us(self) -> u64 {
-        60_000_000 / u64::from(self.per_minute.max(1))
+        (60_000_000 / u64::from(self.per_minute.max(1))).max(1)
     }
 }
 
@@ -257,6 +258,15 @@ mod tests {
         assert!(!b.take(now + 1000, limit).allowed());
         // Ten idle seconds refill the bucket only up to its burst.
         assert_eq!(b.take(now + 11_000, limit), Decision::Allow { remaining: 4 });
+    }
+
+    #[test]
+    fn huge_rates_do_not_divide_by_zero() {
+        let limit = BucketLimit { burst: u32::MAX, per_minute: u32::MAX };
+        let mut b = TokenBucket::default();
+        for now in 0..1000 {
+            assert!(b.take(now, limit).allowed());
+        }
     }
 
     #[test]

@@ -168,6 +168,24 @@ impl EdgeProcess {
         self.backend
     }
 
+    /// The process that does the edge's work: `hearth-edge`, or the Worker's `workerd`.
+    pub fn server_pid(&self) -> Result<u32> {
+        let leader = self.child.id();
+        if self.backend == Backend::Native {
+            return Ok(leader);
+        }
+        for entry in std::fs::read_dir("/proc")? {
+            let Ok(pid) = entry?.file_name().to_string_lossy().parse::<u32>() else { continue };
+            let Ok(stat) = std::fs::read_to_string(format!("/proc/{pid}/stat")) else { continue };
+            let (Some(open), Some(close)) = (stat.find('('), stat.rfind(')')) else { continue };
+            let fields: Vec<&str> = stat[close + 2..].split(' ').collect();
+            if &stat[open + 1..close] == "workerd" && fields.get(2) == Some(&leader.to_string().as_str()) {
+                return Ok(pid);
+            }
+        }
+        bail!("no workerd process in the Worker's process group")
+    }
+
     /// Stops the edge (SIGTERM, as systemd would) and waits for it.
     pub fn stop(mut self) -> Result<()> {
         self.terminate()

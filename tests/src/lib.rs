@@ -42,12 +42,18 @@ pub fn repo_root() -> PathBuf {
 static BUILT: Mutex<Vec<&'static str>> = Mutex::new(Vec::new());
 
 /// The path of one of Hearth's binaries, built first (once per test process) so that a plain
-/// `cargo test` always runs the current code.
+/// `cargo test` always runs the current code. `HEARTH_PROFILE=release` builds and runs the
+/// release build (the benchmarks do).
 pub fn binary(package: &'static str) -> Result<PathBuf> {
+    let release = std::env::var("HEARTH_PROFILE").is_ok_and(|p| p == "release");
     let mut built = BUILT.lock().expect("build lock");
     if !built.contains(&package) {
+        let mut args = vec!["build", "--quiet", "-p", package, "--bin", package];
+        if release {
+            args.push("--release");
+        }
         let status = Command::new(env!("CARGO"))
-            .args(["build", "--quiet", "-p", package, "--bin", package])
+            .args(&args)
             .current_dir(repo_root())
             .status()
             .with_context(|| format!("building {package}"))?;
@@ -57,5 +63,5 @@ pub fn binary(package: &'static str) -> Result<PathBuf> {
         built.push(package);
     }
     let target = std::env::var_os("CARGO_TARGET_DIR").map_or_else(|| repo_root().join("target"), PathBuf::from);
-    Ok(target.join("debug").join(package))
+    Ok(target.join(if release { "release" } else { "debug" }).join(package))
 }

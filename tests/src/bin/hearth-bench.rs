@@ -1,0 +1,138 @@
+//! `hearth-bench edge`: what one subscription answer, one 429 and one push cost the edge,
+//! natively and as the Worker in workerd. It starts each edge as the tests do, pushes 1000
+//! users, then keeps a fixed number of requests in flight for a few seconds and divides the
+//! server process's CPU time (user + system, from /proc) by the answers it gave. Limits are
+//! switched off by configuration for the answer runs, and on (one fetch per link) for the
+//! 429 runs. Figures include the HTTP server; for the Worker, `wrangler dev` adds its proxy,
+//! which is not counted (only `workerd` is).
+
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::{Duration, Instant};
+
+use anyhow::{Context as _, Result, bail};
+use hearth_shared::wire::SubToken;
+use hearth_tests::control_sim::{ControlSim, demo_snapshot};
+use hearth_tests::edge::{Backend, EdgeProcess};
+use rand_core::OsRng;
+
+const API: &str = "api-bench-0123456789";
+const PUSH_TOKEN: &str = "bench-push-token-0123456789-0123456789";
+const USERS: u64 = 1000;
+const SECONDS: u64 = 8;
+const IN_FLIGHT: usize = 16;
+
+fn cpu_ticks(pid: u32) -> Result<u64> {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat"))?;
+    let fields: Vec<&str> = stat[stat.rfind(')').context("stat")? + 2..].split(' ').collect();
+    Ok(fields[11].parse::<u64>()? + fields[12].parse::<u64>()?)
+}
+
+fn ticks_per_second() -> u64 {
+    // Linux reports /proc times in USER_HZ, 100 on every architecture Hearth runs on.
+    100
+}
+
+struct Run {
+    answers: u64,
+    cpu_us_each: f64,
+    per_second: f64,
+}
+
+async fn load(edge: &EdgeProcess, links: &[String], status: u16) -> Result<Run> {
+    let http = reqwest::Client::builder().pool_max_idle_per_host(IN_FLIGHT).build()?;
+    let done = Arc::new(AtomicU64::new(0));
+    let pid = edge.server_pid()?;
+    let before = cpu_ticks(pid)?;
+    let started = Instant::now();
+    let deadline = started + Duration::from_secs(SECONDS);
+    let mut tasks = Vec::new();
+    for worker in 0..IN_FLIGHT {
+        let (http, done, links) = (http.clone(), done.clone(), links.to_vec());
+        tasks.push(tokio::spawn(async move {
+            let mut i = worker;
+            while Instant::now() < deadline {
+                let response = http.get(&links[i % links.len()]).header("user-agent", "v2rayN/7.12.5").send().await?;
+                let got = response.status().as_u16();
+                response.bytes().await?;
+                if got != status {
+                    bail!("expected {status}, got {got}");
+                }
+                done.fetch_add(1, Ordering::Relaxed);
+                i += IN_FLIGHT;
+            }
+            Ok(())
+        }));
+    }
+    for task in tasks {
+        task.await??;
+    }
+    let elapsed = started.elapsed().as_secs_f64();
+    let cpu_us = (cpu_ticks(pid)? - before) as f64 * 1e6 / ticks_per_second() as f64;
+    let answers = done.load(Ordering::Relaxed);
+    Ok(Run { answers, cpu_us_each: cpu_us / answers as f64, per_second: answers as f64 / elapsed })
+}
+
+async fn bench(backend: Backend, limits: bool) -> Result<()> {
+    let dir = tempfile::tempdir()?;
+    let mut sim = ControlSim::new();
+    let mut vars = vec![
+        ("HEARTH_ROOT_KEY".to_owned(), sim.root.public().to_string()),
+        ("HEARTH_PUSH_TOKEN".to_owned(), PUSH_TOKEN.to_owned()),
+        ("HEARTH_API_PREFIX".to_owned(), API.to_owned()),
+    ];
+    if limits {
+        vars.push(("HEARTH_LINK_LIMIT".to_owned(), "1".to_owned()));
+        vars.push(("HEARTH_NETWORK_BURST".to_owned(), "100000000".to_owned()));
+        vars.push(("HEARTH_NETWORK_PER_MINUTE".to_owned(), "100000000".to_owned()));
+    } else {
+        vars.push(("HEARTH_LIMITS".to_owned(), "off".to_owned()));
+    }
+    let state = dir.path().join(if backend == Backend::Native { "edge.db" } else { "worker" });
+    let edge = EdgeProcess::start(backend, &state, &vars)?;
+    let tokens: Vec<SubToken> = (0..USERS).map(|_| SubToken::generate(&mut OsRng)).collect();
+    let items: Vec<_> = tokens.iter().zip(1..).map(|(token, user)| sim.snapshot(token, &demo_snapshot(user))).collect();
+    let push = sim.push(&items);
+    let http = reqwest::Client::new();
+    let started = Instant::now();
+    let response = http.post(format!("{}/{API}/push", edge.url)).bearer_auth(PUSH_TOKEN).body(push.clone()).send().await?;
+    let push_time = started.elapsed();
+    if !response.status().is_success() {
+        bail!("push refused: {}", response.text().await?);
+    }
+    let links: Vec<String> = tokens.iter().map(|t| format!("{}/s/{}", edge.url, t.to_link_form())).collect();
+    if limits {
+        // Use each link's one fetch, so that every request of the run is refused.
+        for link in &links {
+            http.get(link).send().await?.bytes().await?;
+        }
+    }
+    let run = load(&edge, &links, if limits { 429 } else { 200 }).await?;
+    println!(
+        "| {:?} | {} | {:.1} us | {:.0} | {} | push of {USERS} users: {} bytes in {:.0} ms |",
+        backend,
+        if limits { "429 (link over its limit)" } else { "subscription answer (limits off)" },
+        run.cpu_us_each,
+        run.per_second,
+        run.answers,
+        push.len(),
+        push_time.as_secs_f64() * 1000.0,
+    );
+    edge.stop()
+}
+
+#[tokio::main]
+async fn main() -> Result<()> {
+    let what = std::env::args().nth(1).unwrap_or_default();
+    if what != "edge" {
+        bail!("usage: HEARTH_PROFILE=release hearth-bench edge");
+    }
+    println!("| edge | what | server CPU per answer | answers/s | answers | push |");
+    println!("|---|---|---|---|---|---|");
+    for backend in [Backend::Native, Backend::Worker] {
+        for limits in [false, true] {
+            bench(backend, limits).await?;
+        }
+    }
+    Ok(())
+}
