@@ -95,7 +95,8 @@ async fn bench(backend: Backend, limits: bool) -> Result<()> {
     let push = sim.push(&items);
     let http = reqwest::Client::new();
     let started = Instant::now();
-    let response = http.post(format!("{}/{API}/push", edge.url)).bearer_auth(PUSH_TOKEN).body(push.clone()).send().await?;
+    let response =
+        http.post(format!("{}/{API}/push", edge.url)).bearer_auth(PUSH_TOKEN).body(push.clone()).send().await?;
     let push_time = started.elapsed();
     if !response.status().is_success() {
         bail!("push refused: {}", response.text().await?);
@@ -106,6 +107,14 @@ async fn bench(backend: Backend, limits: bool) -> Result<()> {
         for link in &links {
             http.get(link).send().await?.bytes().await?;
         }
+    }
+    if !limits {
+        // The floor: what the same HTTP stack costs for `/healthz`, which touches nothing.
+        let floor = load(&edge, &[format!("{}/healthz", edge.url)], 200).await?;
+        println!(
+            "| {backend:?} | /healthz (HTTP floor) | {:.1} us | {:.0} | {} | |",
+            floor.cpu_us_each, floor.per_second, floor.answers
+        );
     }
     let run = load(&edge, &links, if limits { 429 } else { 200 }).await?;
     println!(
