@@ -103,7 +103,10 @@ impl DurableObject for Control {
     async fn fetch(&self, mut req: Request) -> Result<Response> {
         let config = match config(&self.env) {
             Ok(config) => config,
-            Err(e) => return respond(api::error(500, "misconfigured", &e.to_string()), false),
+            Err(e) => {
+                worker::console_error!("hearth edge misconfigured: {e}");
+                return respond(api::error(500, "misconfigured", "the edge is not configured"), false);
+            }
         };
         let url = req.url()?;
         let method = req.method().to_string();

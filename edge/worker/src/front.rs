@@ -17,7 +17,11 @@ use crate::runtime::{call, config, reply_of, respond};
 async fn fetch(req: Request, env: Env, ctx: Context) -> Result<Response> {
     let config = match config(&env) {
         Ok(config) => config,
-        Err(e) => return respond(api::error(500, "misconfigured", &e.to_string()), false),
+        Err(e) => {
+            // The setting's name and problem go to the operator's log, not to the public.
+            worker::console_error!("hearth edge misconfigured: {e}");
+            return respond(api::error(500, "misconfigured", "the edge is not configured"), false);
+        }
     };
     let url = req.url()?;
     let head = req.method() == Method::Head;
@@ -25,11 +29,10 @@ async fn fetch(req: Request, env: Env, ctx: Context) -> Result<Response> {
     let reply = match route(&config, &method, url.path(), url.query().unwrap_or("")) {
         Route::Subscription(token) => subscription(&req, &env, &ctx, &config, token).await?,
         Route::Health => Reply::text(200, "ok\n"),
-        Route::Unknown => {
-            // Ask storage anyway, so an unknown path takes as long as an unknown link.
-            let _ = link(&env, &config, &sha256(url.path().as_bytes()), false).await;
-            decoy()
-        }
+        // No storage call here: a flood of random paths must not spend the operator's Durable
+        // Object requests. (The link prefix is public anyway; the API prefix is a secret too
+        // long to guess, so timing tells nothing.)
+        Route::Unknown => decoy(),
         Route::NodeCreds { .. } | Route::NodeUsage(_) => return control(&env)?.fetch_with_request(req).await,
         _ if !config.push_token.matches(req.headers().get("authorization")?.as_deref()) => {
             api::error(401, "unauthorized", "a valid push token is required")
