@@ -407,8 +407,10 @@ async fn nodes_pull_their_own_set_and_usage_queues_for_control(backend: Backend)
             .header(nodeauth::HEADER, nodeauth::sign(key, 1, "POST", &path, now()))
             .body(body)
     };
+    // Signed once: envelopes carry their signing time, so a second signing differs.
+    let first_report = report(1, &node_key);
     for _ in 0..2 {
-        assert_eq!(upload(report(1, &node_key), &node_key).send().await.unwrap().status(), StatusCode::ACCEPTED);
+        assert_eq!(upload(first_report.clone(), &node_key).send().await.unwrap().status(), StatusCode::ACCEPTED);
     }
     assert_eq!(upload(report(2, &node_key), &node_key).send().await.unwrap().status(), StatusCode::ACCEPTED);
     // A report signed by another key, even with a valid request signature, is refused.
@@ -416,7 +418,7 @@ async fn nodes_pull_their_own_set_and_usage_queues_for_control(backend: Backend)
 
     let first = s.drain(0).await;
     assert_eq!(first.reports.len(), 2);
-    assert_eq!(first.reports[0].as_slice(), report(1, &node_key).as_slice());
+    assert_eq!(first.reports[0].as_slice(), first_report.as_slice());
     assert_eq!(s.drain(0).await.reports.len(), 2, "not acknowledged yet");
     assert!(s.drain(first.cursor).await.reports.is_empty());
     let unauthorized = s.http.get(format!("{}/{API}/usage?after=0", s.edge.url)).send().await.unwrap();
@@ -438,10 +440,12 @@ async fn the_archive_round_trips_and_everything_survives_a_restart(backend: Back
         |bytes: Vec<u8>| s.http.put(format!("{}/{API}/archive", s.edge.url)).bearer_auth(PUSH_TOKEN).body(bytes).send();
     let get_archive = || s.http.get(format!("{}/{API}/archive", s.edge.url)).bearer_auth(PUSH_TOKEN).send();
     assert_eq!(get_archive().await.unwrap().status(), StatusCode::NOT_FOUND);
-    assert_eq!(put(archive(2, b"state v2")).await.unwrap().status(), StatusCode::OK);
+    // Signed once: envelopes carry their signing time, so a second signing differs.
+    let v2 = archive(2, b"state v2");
+    assert_eq!(put(v2.clone()).await.unwrap().status(), StatusCode::OK);
     assert_eq!(put(archive(1, b"state v1")).await.unwrap().status(), StatusCode::CONFLICT);
     let stored = get_archive().await.unwrap().bytes().await.unwrap().to_vec();
-    assert_eq!(stored, archive(2, b"state v2"));
+    assert_eq!(stored, v2);
 
     let before = s.get(&s.link(&token), "v2rayN/7").await;
     let Setup { _dir, edge, sim, http } = s;
