@@ -134,11 +134,16 @@ async fn bench(backend: Backend, limits: bool) -> Result<()> {
 async fn main() -> Result<()> {
     let what = std::env::args().nth(1).unwrap_or_default();
     if what != "edge" {
-        bail!("usage: HEARTH_PROFILE=release hearth-bench edge");
+        bail!("usage: HEARTH_PROFILE=release hearth-bench edge [native|worker]");
     }
     println!("| edge | what | server CPU per answer | answers/s | answers | push |");
     println!("|---|---|---|---|---|---|");
+    // An optional second word picks one edge: `native` or `worker`.
+    let only = std::env::args().nth(2);
     for backend in [Backend::Native, Backend::Worker] {
+        if only.as_deref().is_some_and(|only| !format!("{backend:?}").eq_ignore_ascii_case(only)) {
+            continue;
+        }
         for limits in [false, true] {
             bench(backend, limits).await?;
         }
