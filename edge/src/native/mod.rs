@@ -15,7 +15,7 @@ use axum::extract::{ConnectInfo, DefaultBodyLimit, State};
 use axum::http::{HeaderMap, Method, StatusCode, Uri, header};
 use axum::response::Response;
 use hearth_shared::Digest;
-use hearth_shared::ratelimit::{FixedWindow, MissGuard, Network, TokenBucket};
+use hearth_shared::ratelimit::{Decision, FixedWindow, MissGuard, Network, TokenBucket};
 use hearth_shared::trust::Trust;
 use hearth_shared::wire::{SubToken, encode, stream};
 use hearth_shared::{nodeauth, sha256};
@@ -131,6 +131,18 @@ impl Edge {
             }
         }
         let hash = token.as_ref().map_or_else(|| sha256(request.path.as_bytes()), SubToken::hash);
+        // Only links that exist have a window, so a link already over its limit is refused
+        // here, before the database is asked.
+        let mut counted = false;
+        if limits.enabled {
+            let mut limiter = self.limiter.lock().expect("limiter lock");
+            if let Some(window) = limiter.links.get_mut(&hash) {
+                if let Decision::Deny { retry_after } = window.hit(now, limits.link) {
+                    return serve::too_many(retry_after);
+                }
+                counted = true;
+            }
+        }
         let envelope = match self.store.link(&hash).await {
             Ok(envelope) => envelope,
             Err(e) => return internal(&e),
@@ -145,10 +157,10 @@ impl Edge {
             }
             return serve::decoy();
         };
-        if limits.enabled {
+        if limits.enabled && !counted {
             let mut limiter = self.limiter.lock().expect("limiter lock");
             let window = limiter.links.entry(hash).or_default();
-            if let hearth_shared::ratelimit::Decision::Deny { retry_after } = window.hit(now, limits.link) {
+            if let Decision::Deny { retry_after } = window.hit(now, limits.link) {
                 return serve::too_many(retry_after);
             }
         }
