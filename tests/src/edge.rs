@@ -163,11 +163,6 @@ impl EdgeProcess {
         }
     }
 
-    /// Which edge this is.
-    pub fn backend(&self) -> Backend {
-        self.backend
-    }
-
     /// The process that does the edge's work: `hearth-edge`, or the Worker's `workerd`.
     pub fn server_pid(&self) -> Result<u32> {
         let leader = self.child.id();
