@@ -40,6 +40,14 @@ impl Paths {
     pub(crate) fn edge_settings(&self) -> PathBuf {
         self.dir.join("edge.toml")
     }
+    /// The master key that encrypts secrets in the database.
+    pub(crate) fn master(&self) -> PathBuf {
+        self.dir.join("master.key")
+    }
+    /// The database.
+    pub(crate) fn database(&self) -> PathBuf {
+        self.dir.join("control.db")
+    }
 }
 
 /// What `init` made, for the owner to read once.
@@ -51,7 +59,7 @@ pub(crate) struct Created {
 }
 
 /// Makes every key of a new data directory. Refuses a directory that already has keys.
-pub(crate) fn init(dir: &Path, now: u64) -> Result<Created> {
+pub(crate) fn init(dir: &Path, hosts: &[String], now: u64) -> Result<Created> {
     let paths = Paths::new(dir);
     if paths.public(Role::Root).exists() {
         bail!("{} already holds Hearth keys; refusing to replace them", dir.display());
@@ -87,6 +95,8 @@ pub(crate) fn init(dir: &Path, now: u64) -> Result<Created> {
     recovery.save(&paths.secret(Role::Recovery))?;
     write_new(&paths.public(Role::Recovery), format!("{}\n", recovery.public()).as_bytes())?;
     write_edge_settings(&paths.edge_settings(), &root.public())?;
+    crate::secrets::Vault::create(&paths.master())?;
+    write_control_settings(dir, hosts)?;
     // Written last: its presence marks a complete data directory.
     write_new(&paths.public(Role::Root), format!("{}\n", root.public()).as_bytes())?;
     Ok(Created { root: root.public(), signing: online[0], release: online[1], recovery: recovery.public() })
@@ -115,6 +125,20 @@ pub(crate) fn load_trust(dir: &Path, now: u64) -> Result<Trust> {
     Ok(trust)
 }
 
+/// Writes `control.toml` with a random admin prefix, and a self-signed TLS certificate for
+/// `hosts` (plus localhost).
+fn write_control_settings(dir: &Path, hosts: &[String]) -> Result<()> {
+    let mut names = vec!["localhost".to_owned(), "127.0.0.1".to_owned()];
+    names.extend(hosts.iter().cloned());
+    let (cert, key, _) = crate::tls::self_signed(names)?;
+    write_new(&dir.join("tls.crt"), cert.as_bytes())?;
+    write_secret(&dir.join("tls.key"), key.as_bytes())?;
+    write_new(
+        &dir.join(crate::config::FILE),
+        crate::config::initial_file(&format!("admin-{}", random_hex(12))).as_bytes(),
+    )
+}
+
 /// A random hex string of `bytes` bytes.
 fn random_hex(bytes: usize) -> String {
     let mut buf = vec![0u8; bytes];
@@ -124,21 +148,24 @@ fn random_hex(bytes: usize) -> String {
 
 /// Makes the secrets control and its edge share: a 256-bit push token and a random API path.
 fn write_edge_settings(path: &Path, root: &PublicKey) -> Result<()> {
-    use std::io::Write as _;
     let text = format!(
         "# Settings of Hearth's edge, made by `hearth-control init`. Secret: keep this file 0600.\n\
          root_key = \"{root}\"\npush_token = \"{}\"\napi_prefix = \"api-{}\"\nsub_prefix = \"s\"\n",
         random_hex(32),
         random_hex(12),
     );
+    write_secret(path, text.as_bytes())
+}
+
+/// Writes a new file only its owner can read.
+fn write_secret(path: &Path, bytes: &[u8]) -> Result<()> {
+    use std::io::Write as _;
     let mut options = std::fs::OpenOptions::new();
     options.write(true).create_new(true);
     #[cfg(unix)]
     std::os::unix::fs::OpenOptionsExt::mode(&mut options, 0o600);
     let mut file = options.open(path).with_context(|| format!("creating {}", path.display()))?;
-    file.write_all(text.as_bytes())
-        .and_then(|()| file.sync_all())
-        .with_context(|| format!("writing {}", path.display()))
+    file.write_all(bytes).and_then(|()| file.sync_all()).with_context(|| format!("writing {}", path.display()))
 }
 
 fn write_new(path: &Path, bytes: &[u8]) -> Result<()> {
@@ -158,11 +185,11 @@ mod tests {
     #[test]
     fn init_then_load_trust() {
         let dir = tempfile::tempdir().unwrap();
-        let created = init(dir.path(), 1_700_000_000).unwrap();
+        let created = init(dir.path(), &[], 1_700_000_000).unwrap();
         let trust = load_trust(dir.path(), 1_700_000_100).unwrap();
         assert_eq!(trust.role(Role::Signing).unwrap().keys, vec![created.signing]);
         assert_eq!(trust.role(Role::Release).unwrap().keys, vec![created.release]);
-        assert!(init(dir.path(), 1_700_000_000).is_err(), "a second init must not replace keys");
+        assert!(init(dir.path(), &[], 1_700_000_000).is_err(), "a second init must not replace keys");
 
         // A record swapped for another role's is refused, with a clear reason.
         let paths = Paths::new(dir.path());

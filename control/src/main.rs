@@ -1,22 +1,41 @@
 //! `hearth-control`: the program an operator runs to own Hearth's users and nodes.
 //!
-//! Today it makes and shows the keys of a data directory (`init`, `keys show`); the admin
-//! API, the store and publishing to the edge build on them.
+//! `init` makes a data directory (keys, master key, TLS certificate, `control.toml`);
+//! `serve` runs the admin API, the node API and the publisher; the other commands manage
+//! users, nodes and keys from the shell, on the same database.
 
+// Handlers answer `Result<_, Response>`, axum's idiom; a response is large by nature.
+#[allow(clippy::result_large_err)]
+mod api;
+mod app;
+mod auth;
+mod config;
+mod error;
 mod keyring;
+#[allow(clippy::result_large_err)]
+mod metrics;
+mod publish;
+mod secrets;
+mod serve;
+mod store;
+mod tasks;
+mod tls;
 
 use std::path::PathBuf;
-use std::time::{SystemTime, UNIX_EPOCH};
 
-use anyhow::Result;
+use anyhow::{Context as _, Result};
 use clap::{Parser, Subcommand};
 use hearth_shared::keys::Role;
+
+use crate::app::now;
+use crate::store::nodes::NodeInput;
+use crate::store::users::{ListQuery, UserInput};
 
 /// Hearth control: users, nodes, signing and publishing.
 #[derive(Parser)]
 #[command(version, about)]
 struct Cli {
-    /// Where control keeps its keys and state.
+    /// Where control keeps its keys, settings and database.
     #[arg(long, env = "HEARTH_DATA_DIR", default_value = "hearth-data", global = true)]
     data_dir: PathBuf,
     #[command(subcommand)]
@@ -26,8 +45,25 @@ struct Cli {
 #[derive(Subcommand)]
 enum Command {
     /// Make a new data directory: the offline root key, the online signing and release keys
-    /// (certified by the root), and the owner's recovery key.
-    Init,
+    /// (certified by the root), the owner's recovery key, the master key, a self-signed TLS
+    /// certificate and `control.toml`.
+    Init {
+        /// A host name or address the certificate should also be valid for (repeatable).
+        #[arg(long = "host")]
+        hosts: Vec<String>,
+    },
+    /// Run control: the admin panel and API, the node API, publishing to the edge.
+    Serve,
+    /// Manage users.
+    User {
+        #[command(subcommand)]
+        command: UserCommand,
+    },
+    /// Manage nodes.
+    Node {
+        #[command(subcommand)]
+        command: NodeCommand,
+    },
     /// Keys of the data directory.
     Keys {
         #[command(subcommand)]
@@ -36,31 +72,122 @@ enum Command {
 }
 
 #[derive(Subcommand)]
+enum UserCommand {
+    /// Add a user and print its subscription link.
+    Add {
+        /// The user's name.
+        name: String,
+        /// Traffic quota in GiB (0: unlimited).
+        #[arg(long, default_value_t = 0)]
+        quota_gib: u64,
+        /// Valid for this many days.
+        #[arg(long)]
+        days: Option<u64>,
+        /// Count the days from the first connection.
+        #[arg(long)]
+        start_on_first_use: bool,
+        /// When traffic goes back to zero: none, daily, weekly, monthly, rolling30.
+        #[arg(long, default_value = "none")]
+        reset: String,
+        /// A group whose nodes the user gets (repeatable; default: `default`).
+        #[arg(long = "group")]
+        groups: Vec<String>,
+        /// A note.
+        #[arg(long, default_value = "")]
+        note: String,
+    },
+    /// List users.
+    List {
+        /// Only names or notes containing this.
+        #[arg(long)]
+        search: Option<String>,
+        /// Only this status: active, disabled, expired, over_quota, not_started.
+        #[arg(long)]
+        status: Option<String>,
+    },
+    /// Show a user and its subscription link.
+    Show {
+        /// The user's name.
+        name: String,
+    },
+    /// Disable a user: its nodes drop it at once.
+    Disable {
+        /// The user's name.
+        name: String,
+    },
+    /// Give a user a new link (the old one stops working).
+    Rotate {
+        /// The user's name.
+        name: String,
+    },
+}
+
+#[derive(Subcommand)]
+enum NodeCommand {
+    /// Add a node and print its one-line enrollment command.
+    Add {
+        /// The node's name, as users' apps show it.
+        name: String,
+        /// The public host name or IP address clients connect to.
+        #[arg(long)]
+        host: String,
+        /// The UDP port.
+        #[arg(long, default_value_t = 443)]
+        port: u16,
+        /// Port hopping range, like 20000-30000.
+        #[arg(long)]
+        hop: Option<String>,
+        /// The TLS server name clients send.
+        #[arg(long)]
+        sni: Option<String>,
+        /// self_signed (clients pin the node's certificate) or operator (a CA-issued one).
+        #[arg(long, default_value = "self_signed")]
+        tls: String,
+        /// A Salamander obfuscation password.
+        #[arg(long)]
+        obfs: Option<String>,
+        /// A group whose users the node serves (repeatable; default: `default`).
+        #[arg(long = "group")]
+        groups: Vec<String>,
+    },
+    /// Print a new one-time enrollment command for a node.
+    EnrollCommand {
+        /// The node's name.
+        name: String,
+    },
+    /// List nodes.
+    List,
+}
+
+#[derive(Subcommand)]
 enum KeysCommand {
     /// Show every key's id and public key, after checking the records against the root.
     Show,
 }
 
-fn now() -> u64 {
-    SystemTime::now().duration_since(UNIX_EPOCH).map_or(0, |d| d.as_secs())
-}
-
 fn main() -> Result<()> {
     let cli = Cli::parse();
     match cli.command {
-        Command::Init => {
-            let created = keyring::init(&cli.data_dir, now())?;
+        Command::Init { hosts } => {
+            let created = keyring::init(&cli.data_dir, &hosts, now())?;
             let paths = keyring::Paths::new(&cli.data_dir);
             println!("Initialised {}", cli.data_dir.display());
             println!("  root key      {} ({})", created.root.id(), created.root);
             println!("  signing key   {} (certified by root)", created.signing.id());
             println!("  release key   {} (certified by root)", created.release.id());
             println!("  recovery key  {} ({})", created.recovery.id(), created.recovery);
+            let pin = tls::pin_of(&cli.data_dir.join("tls.crt"))?;
+            println!("  TLS pin       sha256/{}", hex::encode(pin));
             println!();
             println!("Keep these two files offline, then delete them from this machine:");
             println!("  {}  (certifies and rotates every other key)", paths.secret(Role::Root).display());
             println!("  {}  (opens the recovery archive and snapshots)", paths.secret(Role::Recovery).display());
+            println!();
+            println!("Settings: {} (then `hearth-control serve`)", cli.data_dir.join(config::FILE).display());
         }
+        Command::Serve => serve::run(&cli.data_dir)?,
+        Command::User { command } => user_command(&cli.data_dir, command)?,
+        Command::Node { command } => node_command(&cli.data_dir, command)?,
         Command::Keys { command: KeysCommand::Show } => {
             let trust = keyring::load_trust(&cli.data_dir, now())?;
             for role in [Role::Root, Role::Signing, Role::Release] {
@@ -72,6 +199,141 @@ fn main() -> Result<()> {
                 for key in keys {
                     println!("{role:<8} {}  {key}  ({source})", key.id());
                 }
+            }
+        }
+    }
+    Ok(())
+}
+
+fn user_command(dir: &std::path::Path, command: UserCommand) -> Result<()> {
+    let (config, db, signer) = serve::open(dir)?;
+    let link = |token: &hearth_shared::wire::SubToken| format!("{}/{}", config.sub_url, token.to_link_form());
+    let now = now();
+    match command {
+        UserCommand::Add { name, quota_gib, days, start_on_first_use, reset, groups, note } => {
+            let input = UserInput {
+                name: Some(name),
+                quota: Some(quota_gib.checked_mul(1 << 30).context("quota is too large")?),
+                days,
+                start_on_first_use: Some(start_on_first_use),
+                reset: Some(reset),
+                note: Some(note),
+                groups: (!groups.is_empty()).then_some(groups),
+                ..UserInput::default()
+            };
+            let created = db.write_blocking(|tx| store::users::create(tx, &signer, "cli", &input, now))?;
+            println!("user {} added", created.id);
+            println!("link: {}", link(&created.token));
+        }
+        UserCommand::List { search, status } => {
+            let mut page = 1;
+            println!("{:>6}  {:<24} {:<12} {:>12} {:>12}  groups", "id", "name", "status", "used MiB", "quota MiB");
+            loop {
+                let query = ListQuery {
+                    q: search.clone(),
+                    status: status.clone(),
+                    page: Some(page),
+                    per_page: Some(500),
+                    ..ListQuery::default()
+                };
+                let list = db.read_blocking(|c| store::users::list(c, &query))?;
+                for u in &list.users {
+                    println!(
+                        "{:>6}  {:<24} {:<12} {:>12} {:>12}  {}",
+                        u.id,
+                        u.name,
+                        u.status,
+                        (u.used_up + u.used_down) >> 20,
+                        u.quota >> 20,
+                        u.groups.join(",")
+                    );
+                }
+                if page * list.per_page >= list.total {
+                    break;
+                }
+                page += 1;
+            }
+        }
+        UserCommand::Show { name } => {
+            let (user, token) = db.read_blocking(|c| {
+                let id = store::users::id_by_name(c, &name)?;
+                Ok((store::users::get(c, id)?, store::users::token(c, &signer, id)?))
+            })?;
+            println!("{}", serde_json::to_string_pretty(&user)?);
+            println!("link: {}", link(&token));
+        }
+        UserCommand::Disable { name } => {
+            let input = UserInput { enabled: Some(false), ..UserInput::default() };
+            db.write_blocking(|tx| {
+                let id = store::users::id_by_name(tx, &name)?;
+                store::users::update(tx, &signer, "cli", id, &input, now)
+            })?;
+            println!("user {name} disabled");
+        }
+        UserCommand::Rotate { name } => {
+            let token = db.write_blocking(|tx| {
+                let id = store::users::id_by_name(tx, &name)?;
+                store::users::rotate(tx, &signer, "cli", id, now)
+            })?;
+            println!("new link: {}", link(&token));
+        }
+    }
+    Ok(())
+}
+
+fn node_command(dir: &std::path::Path, command: NodeCommand) -> Result<()> {
+    let (config, db, _signer) = serve::open(dir)?;
+    let now = now();
+    let command_line = |token: &str| {
+        let pin = match &config.tls {
+            config::Tls::Files { cert, .. } => {
+                tls::pin_of(cert).map(|pin| format!(" --control-pin {}", hex::encode(pin))).unwrap_or_default()
+            }
+            config::Tls::Off => String::new(),
+        };
+        format!("hearth-node enroll --control {} --token {token}{pin}", config.public_url)
+    };
+    match command {
+        NodeCommand::Add { name, host, port, hop, sni, tls, obfs, groups } => {
+            let input = NodeInput {
+                name: Some(name),
+                host: Some(host),
+                port: Some(port),
+                hop,
+                sni,
+                tls: Some(tls),
+                obfs,
+                masquerade: None,
+                groups: (!groups.is_empty()).then_some(groups),
+            };
+            let (node, token) = db.write_blocking(|tx| store::nodes::create(tx, "cli", &input, now))?;
+            println!("node {} added; on the node, run (within 24 hours):", node.id);
+            println!("  {}", command_line(&token));
+        }
+        NodeCommand::EnrollCommand { name } => {
+            let token = db.write_blocking(|tx| {
+                let id = store::nodes::id_by_name(tx, &name)?;
+                store::nodes::new_enroll_token(tx, "cli", id, now)
+            })?;
+            println!("{}", command_line(&token));
+        }
+        NodeCommand::List => {
+            let nodes = db.read_blocking(store::nodes::list)?;
+            println!("{:>4}  {:<20} {:<28} {:<9} {:<10} last seen", "id", "name", "address", "enrolled", "version");
+            for n in nodes {
+                let seen = if n.last_seen == 0 {
+                    "never".to_owned()
+                } else {
+                    format!("{} s ago", now.saturating_sub(n.last_seen))
+                };
+                println!(
+                    "{:>4}  {:<20} {:<28} {:<9} {:<10} {seen}",
+                    n.id,
+                    n.name,
+                    format!("{}:{}", n.host, n.port),
+                    if n.enrolled { "yes" } else { "no" },
+                    n.version
+                );
             }
         }
     }

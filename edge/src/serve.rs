@@ -18,10 +18,11 @@ use crate::config::EdgeConfig;
 
 /// The decoy: what a stock nginx answers for a path it does not have.
 pub fn decoy() -> Reply {
+    use hearth_shared::render::{DECOY_BODY, DECOY_HEADERS, DECOY_STATUS};
     Reply {
-        status: 404,
-        headers: vec![("content-type", "text/html".to_owned()), ("server", "nginx".to_owned())],
-        body: b"<html>\r\n<head><title>404 Not Found</title></head>\r\n<body>\r\n<center><h1>404 Not Found</h1></center>\r\n<hr><center>nginx</center>\r\n</body>\r\n</html>\r\n".to_vec(),
+        status: DECOY_STATUS,
+        headers: DECOY_HEADERS.iter().map(|(name, value)| (*name, (*value).to_owned())).collect(),
+        body: DECOY_BODY.to_vec(),
     }
 }
 

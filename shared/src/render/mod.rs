@@ -151,6 +151,15 @@ pub fn render(snapshot: &Snapshot, format: Format) -> String {
     }
 }
 
+/// The decoy's status: what a stock nginx answers for a path it does not have. Unknown links,
+/// unknown paths, and everything outside control's secret prefixes answer with the decoy, so
+/// a prober cannot tell a Hearth edge or control from a plain web server.
+pub const DECOY_STATUS: u16 = 404;
+/// The decoy's headers.
+pub const DECOY_HEADERS: [(&str, &str); 2] = [("content-type", "text/html"), ("server", "nginx")];
+/// The decoy's body.
+pub const DECOY_BODY: &[u8] = b"<html>\r\n<head><title>404 Not Found</title></head>\r\n<body>\r\n<center><h1>404 Not Found</h1></center>\r\n<hr><center>nginx</center>\r\n</body>\r\n</html>\r\n";
+
 /// A complete answer to a subscription fetch: headers (for GET and HEAD alike) and body.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Answer {

@@ -1,0 +1,490 @@
+//! The admin API (JSON), under `/<admin prefix>/api`. Reads need the `read` scope, changes
+//! to users, nodes and groups need `operate`, tokens need `admin`; the owner's session holds
+//! every scope.
+
+use std::sync::Arc;
+
+use axum::Router;
+use axum::extract::{Path, Query, State};
+use axum::http::{HeaderValue, StatusCode, header};
+use axum::response::{IntoResponse, Response};
+use axum::routing::{delete, get, post};
+use hearth_shared::ct_eq;
+use serde::Deserialize;
+use serde_json::json;
+
+use super::{Auth, Body, client_ip, refuse};
+use crate::app::{App, Counters, now};
+use crate::auth::{self, Principal, Scope};
+use crate::error::Error;
+use crate::store::nodes::{self as node_store, GroupInput, NodeInput};
+use crate::store::users::{self as user_store, ListQuery, UserInput};
+
+type Reply = Result<Response, Response>;
+
+fn ok(value: serde_json::Value) -> Reply {
+    Ok(axum::Json(value).into_response())
+}
+
+fn fail(e: Error) -> Response {
+    e.into_response()
+}
+
+pub(super) fn router() -> Router<Arc<App>> {
+    Router::new()
+        .route("/api/setup", post(setup))
+        .route("/api/login", post(login))
+        .route("/api/logout", post(logout))
+        .route("/api/me", get(me))
+        .route("/api/status", get(status))
+        .route("/api/users", get(list_users).post(create_user))
+        .route("/api/users/bulk", post(bulk_create))
+        .route("/api/users/{id}", get(get_user).patch(update_user).delete(delete_user))
+        .route("/api/users/{id}/link", get(user_link))
+        .route("/api/users/{id}/extend", post(extend_user))
+        .route("/api/users/{id}/reset-traffic", post(reset_traffic))
+        .route("/api/users/{id}/rotate", post(rotate_link))
+        .route("/api/users/{id}/disable", post(disable_user))
+        .route("/api/users/{id}/enable", post(enable_user))
+        .route("/api/nodes", get(list_nodes).post(create_node))
+        .route("/api/nodes/{id}", get(get_node).patch(update_node).delete(delete_node))
+        .route("/api/nodes/{id}/enroll-token", post(enroll_token))
+        .route("/api/groups", get(list_groups).post(create_group))
+        .route("/api/groups/{id}", axum::routing::patch(update_group).delete(delete_group))
+        .route("/api/tokens", get(list_tokens).post(create_token))
+        .route("/api/tokens/{id}", delete(revoke_token))
+        .route("/api/audit", get(audit))
+        .route("/metrics", get(crate::metrics::handler))
+        .layer(axum::middleware::map_response(|mut response: Response| async move {
+            response.headers_mut().insert(header::CACHE_CONTROL, HeaderValue::from_static("no-store"));
+            response
+        }))
+}
+
+fn session_cookie(value: &str, max_age: u64) -> HeaderValue {
+    HeaderValue::from_str(&format!(
+        "{}={value}; Path=/; Secure; HttpOnly; SameSite=Strict; Max-Age={max_age}",
+        auth::COOKIE
+    ))
+    .expect("a cookie of URL-safe characters")
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct SetupRequest {
+    token: String,
+    login: String,
+    password: String,
+}
+
+/// First-run setup: the one-time token printed at start creates the owner.
+async fn setup(State(app): State<Arc<App>>, parts: axum::http::request::Parts, Body(req): Body<SetupRequest>) -> Reply {
+    let ip = client_ip(&parts);
+    app.spend(ip).map_err(|retry| fail(Error::TooMany(retry)))?;
+    let expected = app.setup_token.lock().expect("setup lock").clone();
+    let Some(expected) = expected else {
+        return Err(fail(Error::Conflict("setup is already done; sign in instead".into())));
+    };
+    if !ct_eq(expected.as_bytes(), req.token.as_bytes()) {
+        return Err(refuse(StatusCode::FORBIDDEN, "bad_setup_token", "this setup link is not valid"));
+    }
+    let login = user_store::check_name(&req.login, "login").map_err(fail)?;
+    let hash = app.hasher.hash(req.password).await.map_err(fail)?;
+    let now = now();
+    let cookie = app
+        .db
+        .write(move |tx| {
+            auth::create_owner(tx, &login, &hash, now)?;
+            auth::start_session(tx, now)
+        })
+        .await
+        .map_err(fail)?;
+    *app.setup_token.lock().expect("setup lock") = None;
+    tracing::info!("setup done: the owner exists");
+    let mut response = axum::Json(json!({ "ok": true })).into_response();
+    response.headers_mut().insert(header::SET_COOKIE, session_cookie(&cookie, auth::SESSION_ABSOLUTE));
+    Ok(response)
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct LoginRequest {
+    login: String,
+    password: String,
+}
+
+async fn login(State(app): State<Arc<App>>, parts: axum::http::request::Parts, Body(req): Body<LoginRequest>) -> Reply {
+    let ip = client_ip(&parts);
+    let now = now();
+    app.spend(ip).map_err(|retry| fail(Error::TooMany(retry)))?;
+    if let Some(retry) = app.lockouts.locked(&req.login, ip, now) {
+        return Err(fail(Error::TooMany(retry)));
+    }
+    let owner = app.db.read(auth::owner).await.map_err(fail)?;
+    let stored = owner.filter(|(login, _)| login.eq_ignore_ascii_case(req.login.trim())).map(|(_, hash)| hash);
+    let good = app.hasher.verify(req.password, stored).await.map_err(fail)?;
+    if !good {
+        app.lockouts.fail(&req.login, ip, now);
+        Counters::add(&app.counters.logins_failed, 1);
+        tracing::info!(client = %ip, "sign-in refused");
+        return Err(refuse(StatusCode::UNAUTHORIZED, "bad_login", "wrong login or password"));
+    }
+    app.lockouts.succeed(&req.login);
+    let cookie = app.db.write(move |tx| auth::start_session(tx, now)).await.map_err(fail)?;
+    tracing::info!(client = %ip, "owner signed in");
+    let mut response = axum::Json(json!({ "ok": true })).into_response();
+    response.headers_mut().insert(header::SET_COOKIE, session_cookie(&cookie, auth::SESSION_ABSOLUTE));
+    Ok(response)
+}
+
+async fn logout(State(app): State<Arc<App>>, auth: Auth) -> Reply {
+    if let Principal::Owner { session } = auth.0 {
+        app.db.write(move |tx| auth::end_session(tx, &session)).await.map_err(fail)?;
+    }
+    let mut response = axum::Json(json!({ "ok": true })).into_response();
+    response.headers_mut().insert(header::SET_COOKIE, session_cookie("", 0));
+    Ok(response)
+}
+
+async fn me(auth: Auth) -> Reply {
+    let scope = match &auth.0 {
+        Principal::Owner { .. } => Scope::Admin,
+        Principal::Token { scope, .. } => *scope,
+    };
+    ok(json!({ "actor": auth.0.actor(), "scope": scope }))
+}
+
+async fn status(State(app): State<Arc<App>>, auth: Auth) -> Reply {
+    auth.need(Scope::Read)?;
+    let now = now();
+    let (users, nodes, pending) = app
+        .db
+        .read(move |c| {
+            let users = user_store::counts(c)?;
+            let nodes = node_store::list(c)?;
+            let pending: u64 = c.query_row("SELECT count(*) FROM outbox", [], |row| row.get(0))?;
+            Ok((users, nodes, pending))
+        })
+        .await
+        .map_err(fail)?;
+    let online = nodes.iter().filter(|n| n.enrolled && n.last_seen + crate::tasks::NODE_ONLINE_SECS > now).count();
+    let push = app.push_status.lock().expect("status lock").clone();
+    ok(json!({
+        "users": users.into_iter().map(|(k, v)| (k, json!(v))).collect::<serde_json::Map<String, serde_json::Value>>(),
+        "nodes": { "total": nodes.len(), "online": online },
+        "edge": {
+            "url": app.config.edge_url,
+            "pending": pending,
+            "last_push": push.last_push,
+            "last_error": push.last_error,
+            "last_drain": push.last_drain,
+        },
+    }))
+}
+
+async fn list_users(State(app): State<Arc<App>>, auth: Auth, Query(query): Query<ListQuery>) -> Reply {
+    auth.need(Scope::Read)?;
+    let page = app.db.read(move |c| user_store::list(c, &query)).await.map_err(fail)?;
+    ok(serde_json::to_value(page).expect("a page serializes"))
+}
+
+/// A user's view and its subscription link.
+fn with_link(app: &App, user: user_store::UserView, token: &hearth_shared::wire::SubToken) -> serde_json::Value {
+    let mut value = serde_json::to_value(user).expect("a user serializes");
+    value["link"] = json!(format!("{}/{}", app.config.sub_url, token.to_link_form()));
+    value
+}
+
+async fn create_user(State(app): State<Arc<App>>, auth: Auth, Body(input): Body<UserInput>) -> Reply {
+    let actor = auth.need(Scope::Operate)?.actor();
+    let now = now();
+    let state = app.clone();
+    let (user, token) = app
+        .db
+        .write(move |tx| {
+            let created = user_store::create(tx, &state.signer, &actor, &input, now)?;
+            Ok((user_store::get(tx, created.id)?, created.token))
+        })
+        .await
+        .map_err(fail)?;
+    app.changed();
+    Ok((StatusCode::CREATED, axum::Json(with_link(&app, user, &token))).into_response())
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct BulkRequest {
+    names: Vec<String>,
+    #[serde(default)]
+    settings: UserInput,
+}
+
+async fn bulk_create(State(app): State<Arc<App>>, auth: Auth, Body(req): Body<BulkRequest>) -> Reply {
+    let actor = auth.need(Scope::Operate)?.actor();
+    let now = now();
+    let state = app.clone();
+    let created = app
+        .db
+        .write(move |tx| user_store::create_many(tx, &state.signer, &actor, &req.names, &req.settings, now))
+        .await
+        .map_err(fail)?;
+    app.changed();
+    let users: Vec<_> = created
+        .iter()
+        .map(|(name, c)| json!({ "id": c.id, "name": name, "link": format!("{}/{}", app.config.sub_url, c.token.to_link_form()) }))
+        .collect();
+    Ok((StatusCode::CREATED, axum::Json(json!({ "created": users.len(), "users": users }))).into_response())
+}
+
+async fn get_user(State(app): State<Arc<App>>, auth: Auth, Path(id): Path<u64>) -> Reply {
+    auth.need(Scope::Read)?;
+    let user = app.db.read(move |c| user_store::get(c, id)).await.map_err(fail)?;
+    ok(serde_json::to_value(user).expect("a user serializes"))
+}
+
+async fn user_link(State(app): State<Arc<App>>, auth: Auth, Path(id): Path<u64>) -> Reply {
+    auth.need(Scope::Operate)?;
+    let state = app.clone();
+    let token = app.db.read(move |c| user_store::token(c, &state.signer, id)).await.map_err(fail)?;
+    ok(json!({ "link": format!("{}/{}", app.config.sub_url, token.to_link_form()) }))
+}
+
+/// Runs a user change and answers with the user.
+async fn change_user(
+    app: Arc<App>,
+    auth: &Auth,
+    change: impl FnOnce(&rusqlite::Connection, &App, &str, u64) -> Result<user_store::UserView, Error> + Send + 'static,
+) -> Reply {
+    let actor = auth.need(Scope::Operate)?.actor();
+    let now = now();
+    let state = app.clone();
+    let user = app.db.write(move |tx| change(tx, &state, &actor, now)).await.map_err(fail)?;
+    app.changed();
+    ok(serde_json::to_value(user).expect("a user serializes"))
+}
+
+async fn update_user(
+    State(app): State<Arc<App>>,
+    auth: Auth,
+    Path(id): Path<u64>,
+    Body(input): Body<UserInput>,
+) -> Reply {
+    change_user(app, &auth, move |c, app, actor, now| user_store::update(c, &app.signer, actor, id, &input, now)).await
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct ExtendRequest {
+    days: u64,
+}
+
+async fn extend_user(
+    State(app): State<Arc<App>>,
+    auth: Auth,
+    Path(id): Path<u64>,
+    Body(req): Body<ExtendRequest>,
+) -> Reply {
+    change_user(app, &auth, move |c, app, actor, now| user_store::extend(c, &app.signer, actor, id, req.days, now))
+        .await
+}
+
+async fn reset_traffic(State(app): State<Arc<App>>, auth: Auth, Path(id): Path<u64>) -> Reply {
+    change_user(app, &auth, move |c, app, actor, now| user_store::reset_traffic(c, &app.signer, actor, id, now)).await
+}
+
+async fn disable_user(State(app): State<Arc<App>>, auth: Auth, Path(id): Path<u64>) -> Reply {
+    let input = UserInput { enabled: Some(false), ..UserInput::default() };
+    change_user(app, &auth, move |c, app, actor, now| user_store::update(c, &app.signer, actor, id, &input, now)).await
+}
+
+async fn enable_user(State(app): State<Arc<App>>, auth: Auth, Path(id): Path<u64>) -> Reply {
+    let input = UserInput { enabled: Some(true), ..UserInput::default() };
+    change_user(app, &auth, move |c, app, actor, now| user_store::update(c, &app.signer, actor, id, &input, now)).await
+}
+
+async fn rotate_link(State(app): State<Arc<App>>, auth: Auth, Path(id): Path<u64>) -> Reply {
+    let actor = auth.need(Scope::Operate)?.actor();
+    let now = now();
+    let state = app.clone();
+    let (user, token) = app
+        .db
+        .write(move |tx| {
+            let token = user_store::rotate(tx, &state.signer, &actor, id, now)?;
+            Ok((user_store::get(tx, id)?, token))
+        })
+        .await
+        .map_err(fail)?;
+    app.changed();
+    ok(with_link(&app, user, &token))
+}
+
+async fn delete_user(State(app): State<Arc<App>>, auth: Auth, Path(id): Path<u64>) -> Reply {
+    let actor = auth.need(Scope::Operate)?.actor();
+    let now = now();
+    let state = app.clone();
+    app.db.write(move |tx| user_store::delete(tx, &state.signer, &actor, id, now)).await.map_err(fail)?;
+    app.changed();
+    Ok(StatusCode::NO_CONTENT.into_response())
+}
+
+async fn list_nodes(State(app): State<Arc<App>>, auth: Auth) -> Reply {
+    auth.need(Scope::Read)?;
+    let nodes = app.db.read(node_store::list).await.map_err(fail)?;
+    ok(json!({ "nodes": nodes }))
+}
+
+async fn get_node(State(app): State<Arc<App>>, auth: Auth, Path(id): Path<u64>) -> Reply {
+    auth.need(Scope::Read)?;
+    let node = app.db.read(move |c| node_store::get(c, id)).await.map_err(fail)?;
+    ok(serde_json::to_value(node).expect("a node serializes"))
+}
+
+/// The one-line command that enrolls a node.
+pub(crate) fn enroll_command(app: &App, token: &str) -> String {
+    format!(
+        "hearth-node enroll --control {} --token {token}{}",
+        app.config.public_url,
+        match &app.config.tls {
+            crate::config::Tls::Files { cert, .. } =>
+                crate::tls::pin_of(cert).map(|pin| format!(" --control-pin {}", hex::encode(pin))).unwrap_or_default(),
+            crate::config::Tls::Off => String::new(),
+        }
+    )
+}
+
+async fn create_node(State(app): State<Arc<App>>, auth: Auth, Body(input): Body<NodeInput>) -> Reply {
+    let actor = auth.need(Scope::Operate)?.actor();
+    let now = now();
+    let (node, token) = app.db.write(move |tx| node_store::create(tx, &actor, &input, now)).await.map_err(fail)?;
+    let mut value = serde_json::to_value(node).expect("a node serializes");
+    value["enroll_command"] = json!(enroll_command(&app, &token));
+    value["enroll_expires"] = json!(now + node_store::ENROLL_LIFETIME);
+    Ok((StatusCode::CREATED, axum::Json(value)).into_response())
+}
+
+async fn update_node(
+    State(app): State<Arc<App>>,
+    auth: Auth,
+    Path(id): Path<u64>,
+    Body(input): Body<NodeInput>,
+) -> Reply {
+    let actor = auth.need(Scope::Operate)?.actor();
+    let now = now();
+    let state = app.clone();
+    let node =
+        app.db.write(move |tx| node_store::update(tx, &state.signer, &actor, id, &input, now)).await.map_err(fail)?;
+    app.changed();
+    ok(serde_json::to_value(node).expect("a node serializes"))
+}
+
+async fn delete_node(State(app): State<Arc<App>>, auth: Auth, Path(id): Path<u64>) -> Reply {
+    let actor = auth.need(Scope::Admin)?.actor();
+    let now = now();
+    let state = app.clone();
+    app.db.write(move |tx| node_store::delete(tx, &state.signer, &actor, id, now)).await.map_err(fail)?;
+    app.changed();
+    Ok(StatusCode::NO_CONTENT.into_response())
+}
+
+async fn enroll_token(State(app): State<Arc<App>>, auth: Auth, Path(id): Path<u64>) -> Reply {
+    let actor = auth.need(Scope::Admin)?.actor();
+    let now = now();
+    let token = app.db.write(move |tx| node_store::new_enroll_token(tx, &actor, id, now)).await.map_err(fail)?;
+    ok(json!({ "enroll_command": enroll_command(&app, &token), "enroll_expires": now + node_store::ENROLL_LIFETIME }))
+}
+
+async fn list_groups(State(app): State<Arc<App>>, auth: Auth) -> Reply {
+    auth.need(Scope::Read)?;
+    let groups = app.db.read(node_store::groups).await.map_err(fail)?;
+    ok(json!({ "groups": groups }))
+}
+
+async fn create_group(State(app): State<Arc<App>>, auth: Auth, Body(input): Body<GroupInput>) -> Reply {
+    let actor = auth.need(Scope::Operate)?.actor();
+    let now = now();
+    let group = app.db.write(move |tx| node_store::create_group(tx, &actor, &input, now)).await.map_err(fail)?;
+    Ok((StatusCode::CREATED, axum::Json(group)).into_response())
+}
+
+async fn update_group(
+    State(app): State<Arc<App>>,
+    auth: Auth,
+    Path(id): Path<i64>,
+    Body(input): Body<GroupInput>,
+) -> Reply {
+    let actor = auth.need(Scope::Operate)?.actor();
+    let now = now();
+    let group = app.db.write(move |tx| node_store::update_group(tx, &actor, id, &input, now)).await.map_err(fail)?;
+    ok(serde_json::to_value(group).expect("a group serializes"))
+}
+
+async fn delete_group(State(app): State<Arc<App>>, auth: Auth, Path(id): Path<i64>) -> Reply {
+    let actor = auth.need(Scope::Operate)?.actor();
+    let now = now();
+    let state = app.clone();
+    app.db.write(move |tx| node_store::delete_group(tx, &state.signer, &actor, id, now)).await.map_err(fail)?;
+    app.changed();
+    Ok(StatusCode::NO_CONTENT.into_response())
+}
+
+async fn list_tokens(State(app): State<Arc<App>>, auth: Auth) -> Reply {
+    auth.need(Scope::Admin)?;
+    let tokens = app.db.read(auth::tokens).await.map_err(fail)?;
+    ok(json!({ "tokens": tokens }))
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct TokenRequest {
+    name: String,
+    scope: Scope,
+}
+
+async fn create_token(State(app): State<Arc<App>>, auth: Auth, Body(req): Body<TokenRequest>) -> Reply {
+    let actor = auth.need(Scope::Admin)?.actor();
+    let now = now();
+    let (token, view) =
+        app.db.write(move |tx| auth::create_token(tx, &actor, &req.name, req.scope, now)).await.map_err(fail)?;
+    let mut value = serde_json::to_value(view).expect("a token serializes");
+    value["token"] = json!(token);
+    Ok((StatusCode::CREATED, axum::Json(value)).into_response())
+}
+
+async fn revoke_token(State(app): State<Arc<App>>, auth: Auth, Path(id): Path<i64>) -> Reply {
+    let actor = auth.need(Scope::Admin)?.actor();
+    let now = now();
+    app.db.write(move |tx| auth::revoke_token(tx, &actor, id, now)).await.map_err(fail)?;
+    Ok(StatusCode::NO_CONTENT.into_response())
+}
+
+#[derive(Deserialize)]
+struct AuditQuery {
+    before: Option<i64>,
+    limit: Option<i64>,
+}
+
+async fn audit(State(app): State<Arc<App>>, auth: Auth, Query(query): Query<AuditQuery>) -> Reply {
+    auth.need(Scope::Read)?;
+    let before = query.before.unwrap_or(i64::MAX);
+    let limit = query.limit.unwrap_or(100).clamp(1, 1000);
+    let entries = app
+        .db
+        .read(move |c| {
+            let mut q = c.prepare(
+                "SELECT id, at, actor, action, target, detail FROM audit WHERE id < ?1 ORDER BY id DESC LIMIT ?2",
+            )?;
+            let rows = q
+                .query_map([before, limit], |row| {
+                    Ok(json!({
+                        "id": row.get::<_, i64>(0)?, "at": row.get::<_, i64>(1)?, "actor": row.get::<_, String>(2)?,
+                        "action": row.get::<_, String>(3)?, "target": row.get::<_, String>(4)?,
+                        "detail": row.get::<_, String>(5)?,
+                    }))
+                })?
+                .collect::<Result<Vec<_>, _>>()?;
+            Ok(rows)
+        })
+        .await
+        .map_err(fail)?;
+    ok(json!({ "entries": entries }))
+}

@@ -1,0 +1,230 @@
+//! Control's HTTP surface: everything lives under secret prefixes; anything else gets the
+//! same decoy as an unknown subscription link.
+//!
+//! - `/<admin prefix>/api/...`: the admin API (JSON), for the owner's session or an API token.
+//! - `/<admin prefix>/metrics`: Prometheus metrics (admin session, read token, or the
+//!   configured metrics token).
+//! - `/<api prefix>/...`: what nodes call (enroll, pull their credential set, report usage),
+//!   the same paths as on the edge.
+//! - `/<sub prefix>/<token>`: subscription links, served by control itself.
+//! - `/healthz`.
+
+mod admin;
+mod nodes;
+
+use std::net::IpAddr;
+use std::sync::Arc;
+
+use axum::Router;
+use axum::extract::rejection::JsonRejection;
+use axum::extract::{ConnectInfo, FromRequest, FromRequestParts, Request};
+use axum::http::request::Parts;
+use axum::http::{HeaderMap, HeaderValue, Method, StatusCode, header};
+use axum::response::{IntoResponse, Response};
+use axum::routing::get;
+use serde::de::DeserializeOwned;
+
+use crate::app::App;
+use crate::auth::{self, Principal, Scope};
+use crate::error::Error;
+use crate::tls::ClientAddr;
+
+/// The largest request body (a bulk create of 10,000 names fits).
+const MAX_BODY: usize = 4 * 1024 * 1024;
+
+/// Builds the router.
+pub(crate) fn router(app: Arc<App>) -> Router {
+    let admin = format!("/{}", app.config.admin_prefix);
+    let node_api = format!("/{}", app.config.edge.api_prefix);
+    let sub = format!("/{}", app.config.edge.sub_prefix);
+    Router::new()
+        .route("/healthz", get(|| async { "ok\n" }))
+        .nest(&admin, admin::router())
+        .nest(&node_api, nodes::router())
+        .route(&format!("{sub}/{{token}}"), get(nodes::subscription))
+        .fallback(|| async { decoy() })
+        .layer(axum::extract::DefaultBodyLimit::max(MAX_BODY))
+        .with_state(app)
+}
+
+/// The decoy answer.
+pub(crate) fn decoy() -> Response {
+    use hearth_shared::render::{DECOY_BODY, DECOY_HEADERS, DECOY_STATUS};
+    let mut response = (StatusCode::from_u16(DECOY_STATUS).expect("valid status"), DECOY_BODY).into_response();
+    for (name, value) in DECOY_HEADERS {
+        response.headers_mut().insert(name, HeaderValue::from_static(value));
+    }
+    response
+}
+
+impl IntoResponse for Error {
+    fn into_response(self) -> Response {
+        let (status, code, message) = match &self {
+            Error::Invalid { code, message } => (StatusCode::BAD_REQUEST, *code, message.clone()),
+            Error::NotFound(_) => (StatusCode::NOT_FOUND, "not_found", self.to_string()),
+            Error::Conflict(message) => (StatusCode::CONFLICT, "conflict", message.clone()),
+            Error::TooMany(_) => (StatusCode::TOO_MANY_REQUESTS, "too_many", self.to_string()),
+            Error::Db(_) | Error::Internal(_) => {
+                tracing::error!(error = %self, "request failed");
+                (StatusCode::INTERNAL_SERVER_ERROR, "internal", "internal error; see control's log".to_owned())
+            }
+        };
+        let body = serde_json::json!({ "error": { "code": code, "message": message } });
+        let mut response = (status, axum::Json(body)).into_response();
+        if let Error::TooMany(retry_after) = self {
+            response.headers_mut().insert(header::RETRY_AFTER, HeaderValue::from(retry_after));
+        }
+        response
+    }
+}
+
+/// An error with its own status and code (401, 403).
+pub(crate) fn refuse(status: StatusCode, code: &str, message: &str) -> Response {
+    (status, axum::Json(serde_json::json!({ "error": { "code": code, "message": message } }))).into_response()
+}
+
+/// A JSON body; a malformed one is a 400 with the parser's reason.
+pub(crate) struct Body<T>(pub(crate) T);
+
+impl<T: DeserializeOwned, S: Send + Sync> FromRequest<S> for Body<T> {
+    type Rejection = Error;
+
+    async fn from_request(req: Request, state: &S) -> Result<Self, Error> {
+        match axum::Json::<T>::from_request(req, state).await {
+            Ok(axum::Json(value)) => Ok(Body(value)),
+            Err(rejection) => Err(match rejection {
+                JsonRejection::MissingJsonContentType(_) => {
+                    Error::invalid("bad_content_type", "send JSON with content-type: application/json")
+                }
+                other => Error::invalid("bad_json", other.body_text()),
+            }),
+        }
+    }
+}
+
+/// The client's address.
+pub(crate) fn client_ip(parts: &Parts) -> IpAddr {
+    parts
+        .extensions
+        .get::<ConnectInfo<ClientAddr>>()
+        .map_or(IpAddr::from([0, 0, 0, 0]), |ConnectInfo(ClientAddr(addr))| addr.ip())
+}
+
+/// The session cookie's value, if any.
+pub(crate) fn session_cookie(headers: &HeaderMap) -> Option<&str> {
+    headers
+        .get_all(header::COOKIE)
+        .iter()
+        .filter_map(|value| value.to_str().ok())
+        .flat_map(|value| value.split(';'))
+        .find_map(|pair| pair.trim().strip_prefix(auth::COOKIE)?.strip_prefix('='))
+}
+
+/// Whether a cookie-authenticated unsafe request comes from the panel itself. Browsers send
+/// `Sec-Fetch-Site` (and `Origin`) on every such request; a cross-site one is refused.
+fn same_origin(parts: &Parts) -> bool {
+    if matches!(parts.method, Method::GET | Method::HEAD | Method::OPTIONS) {
+        return true;
+    }
+    let headers = &parts.headers;
+    if let Some(site) = headers.get("sec-fetch-site").and_then(|v| v.to_str().ok()) {
+        return site == "same-origin" || site == "none";
+    }
+    match headers.get(header::ORIGIN).and_then(|v| v.to_str().ok()) {
+        Some(origin) => {
+            let host = headers.get(header::HOST).and_then(|v| v.to_str().ok()).unwrap_or_default();
+            let origin_host = origin.split_once("://").map_or("", |(_, rest)| rest);
+            !host.is_empty() && origin_host.eq_ignore_ascii_case(host)
+        }
+        // Not a browser: cookies are a browser's; nothing cross-site to fear.
+        None => true,
+    }
+}
+
+/// A request that is signed in (session or API token), with the scope it holds.
+pub(crate) struct Auth(pub(crate) Principal);
+
+impl FromRequestParts<Arc<App>> for Auth {
+    type Rejection = Response;
+
+    async fn from_request_parts(parts: &mut Parts, app: &Arc<App>) -> Result<Self, Response> {
+        let ip = client_ip(parts);
+        let now = crate::app::now();
+        let bearer = parts
+            .headers
+            .get(header::AUTHORIZATION)
+            .and_then(|v| v.to_str().ok())
+            .and_then(|v| v.strip_prefix("Bearer "))
+            .map(str::to_owned);
+        let cookie = session_cookie(&parts.headers).map(str::to_owned);
+        let principal = match (bearer, cookie) {
+            (Some(token), _) => app.db.read(move |c| auth::check_token(c, &token, now)).await,
+            (None, Some(cookie)) => {
+                if !same_origin(parts) {
+                    return Err(refuse(StatusCode::FORBIDDEN, "cross_site", "cross-site requests are refused"));
+                }
+                app.db
+                    .read(move |c| {
+                        Ok(auth::check_session(c, &cookie, now)?
+                            .map(|(session, stale)| (Principal::Owner { session }, stale)))
+                    })
+                    .await
+            }
+            (None, None) => Ok(None),
+        };
+        let principal = match principal {
+            Ok(Some((principal, stale))) => {
+                if stale {
+                    let who = principal.clone();
+                    let touched = app
+                        .db
+                        .write(move |tx| match who {
+                            Principal::Owner { session } => auth::touch_session(tx, &session, now),
+                            Principal::Token { id, .. } => auth::touch_token(tx, id, now),
+                        })
+                        .await;
+                    if let Err(e) = touched {
+                        return Err(e.into_response());
+                    }
+                }
+                Ok(Some(principal))
+            }
+            other => other.map(|_| None),
+        };
+        match principal {
+            Ok(Some(principal)) => Ok(Auth(principal)),
+            Ok(None) => {
+                if let Err(retry_after) = app.spend(ip) {
+                    return Err(Error::TooMany(retry_after).into_response());
+                }
+                Err(refuse(StatusCode::UNAUTHORIZED, "unauthorized", "sign in, or send a valid API token"))
+            }
+            Err(e) => Err(e.into_response()),
+        }
+    }
+}
+
+impl Auth {
+    /// Refuses (403) unless the principal holds `scope`.
+    pub(crate) fn need(&self, scope: Scope) -> Result<&Principal, Response> {
+        if self.0.allows(scope) {
+            Ok(&self.0)
+        } else {
+            Err(refuse(
+                StatusCode::FORBIDDEN,
+                "forbidden",
+                &format!(
+                    "this needs the {} scope; the token has {}",
+                    scope.as_str(),
+                    match &self.0 {
+                        Principal::Token { scope, .. } => scope.as_str(),
+                        Principal::Owner { .. } => "admin",
+                    }
+                ),
+            ))
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests;

@@ -1,0 +1,217 @@
+//! What nodes call (the same paths as on the edge, under the edge's API prefix), and
+//! subscription links served by control itself.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use axum::Router;
+use axum::body::Bytes;
+use axum::extract::{Path, Query, RawQuery, State};
+use axum::http::{HeaderMap, HeaderValue, Method, StatusCode, Uri, header};
+use axum::response::{IntoResponse, Response};
+use axum::routing::{get, post};
+use hearth_shared::agent::{format_override, match_user_agent};
+use hearth_shared::envelope::{Envelope, Kind};
+use hearth_shared::keys::PublicKey;
+use hearth_shared::ratelimit::Decision;
+use hearth_shared::wire::{NodeId, SubToken, stream};
+use hearth_shared::{nodeauth, seal};
+use serde::Deserialize;
+use serde_json::json;
+
+use super::{Body, decoy, refuse};
+use crate::app::{App, Counters, now};
+use crate::error::Error;
+use crate::publish;
+use crate::store::nodes::{self as node_store, EnrollRequest, UsageOutcome};
+
+/// The longest a credential-set pull waits for a change.
+const MAX_WAIT: u64 = 60;
+
+pub(super) fn router() -> Router<Arc<App>> {
+    Router::new()
+        .route("/enroll", post(enroll))
+        .route("/nodes/{id}/creds", get(creds))
+        .route("/nodes/{id}/usage", post(usage))
+}
+
+fn octets(status: StatusCode, bytes: Vec<u8>) -> Response {
+    let mut response = (status, bytes).into_response();
+    response.headers_mut().insert(header::CONTENT_TYPE, HeaderValue::from_static("application/octet-stream"));
+    response.headers_mut().insert(header::CACHE_CONTROL, HeaderValue::from_static("no-store"));
+    response
+}
+
+async fn enroll(
+    State(app): State<Arc<App>>,
+    parts: axum::http::request::Parts,
+    Body(req): Body<EnrollRequest>,
+) -> Response {
+    if let Err(retry) = app.spend(super::client_ip(&parts)) {
+        return Error::TooMany(retry).into_response();
+    }
+    let now = now();
+    let state = app.clone();
+    let signing_record = app.signer.record.clone();
+    match app.db.write(move |tx| node_store::enroll(tx, &state.signer, &req, now)).await {
+        Ok(node) => {
+            app.changed();
+            tracing::info!(node, "node enrolled");
+            axum::Json(json!({
+                "node": node,
+                "root_key": app.signer.root.to_string(),
+                "key_records": [hex::encode(signing_record)],
+                "api_prefix": app.config.edge.api_prefix,
+                "edge_url": app.config.edge_url,
+            }))
+            .into_response()
+        }
+        Err(e) => e.into_response(),
+    }
+}
+
+/// Checks a node's signed request header; returns its key.
+async fn node_auth(
+    app: &App,
+    node: NodeId,
+    method: &Method,
+    uri: &Uri,
+    headers: &HeaderMap,
+) -> Result<PublicKey, Response> {
+    let key = app.db.read(move |c| node_store::key_of(c, node)).await.map_err(IntoResponse::into_response)?;
+    let header = headers.get(nodeauth::HEADER).and_then(|v| v.to_str().ok());
+    let path = uri.path_and_query().map_or_else(|| uri.path().to_owned(), ToString::to_string);
+    match nodeauth::verify(header, |n| (n == node).then_some(key).flatten(), method.as_str(), &path, now()) {
+        Ok(_) => key.ok_or_else(|| refuse(StatusCode::UNAUTHORIZED, "unknown_node", "unknown node")),
+        Err(e) => {
+            tracing::info!(node, error = %e, "node request refused");
+            Err(refuse(StatusCode::UNAUTHORIZED, "node_auth", &e.to_string()))
+        }
+    }
+}
+
+#[derive(Deserialize)]
+struct CredsQuery {
+    #[serde(default)]
+    after: u64,
+    #[serde(default)]
+    wait: u64,
+}
+
+/// A node's credential set, when newer than `after`; with `wait`, held up to that many
+/// seconds (at most 60) until there is one, else 304.
+async fn creds(
+    State(app): State<Arc<App>>,
+    Path(node): Path<NodeId>,
+    Query(query): Query<CredsQuery>,
+    method: Method,
+    uri: Uri,
+    headers: HeaderMap,
+) -> Response {
+    if let Err(response) = node_auth(&app, node, &method, &uri, &headers).await {
+        return response;
+    }
+    let now_s = now();
+    let _ = app.db.write(move |tx| node_store::seen(tx, node, now_s)).await;
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(query.wait.min(MAX_WAIT));
+    let mut changes = app.creds.subscribe();
+    loop {
+        changes.borrow_and_update();
+        let name = stream::creds(node);
+        match app.db.read(move |c| publish::envelope(c, &name)).await {
+            Ok(Some((version, bytes))) if version > query.after => return octets(StatusCode::OK, bytes),
+            Ok(_) => {}
+            Err(e) => return e.into_response(),
+        }
+        match tokio::time::timeout_at(deadline, changes.changed()).await {
+            Ok(Ok(())) => continue,
+            _ => return StatusCode::NOT_MODIFIED.into_response(),
+        }
+    }
+}
+
+/// A node's signed usage report: applied exactly once, answered with the signed
+/// acknowledgement.
+async fn usage(
+    State(app): State<Arc<App>>,
+    Path(node): Path<NodeId>,
+    method: Method,
+    uri: Uri,
+    headers: HeaderMap,
+    body: Bytes,
+) -> Response {
+    if let Err(response) = node_auth(&app, node, &method, &uri, &headers).await {
+        return response;
+    }
+    let now = now();
+    let state = app.clone();
+    let result = app
+        .db
+        .write(move |tx| {
+            let outcome = node_store::apply_usage(tx, &state.signer, node, &body, now)?;
+            let ack = publish::usage_ack(tx, &state.signer, node, outcome.acked(), now)?;
+            Ok((outcome, ack))
+        })
+        .await;
+    match result {
+        Ok((outcome, ack)) => {
+            if let UsageOutcome::Applied(seq) = outcome {
+                Counters::add(&app.counters.usage_reports, 1);
+                tracing::debug!(node, seq, "usage report applied");
+                app.changed();
+            }
+            octets(StatusCode::OK, ack)
+        }
+        Err(e) => {
+            Counters::add(&app.counters.usage_refused, 1);
+            tracing::info!(node, error = %e, "usage report refused");
+            e.into_response()
+        }
+    }
+}
+
+/// A subscription link served by control itself (the same answer as the edge's).
+pub(super) async fn subscription(
+    State(app): State<Arc<App>>,
+    Path(token): Path<String>,
+    RawQuery(query): RawQuery,
+    headers: HeaderMap,
+    method: Method,
+) -> Response {
+    let Some(token) = SubToken::parse(&token) else { return decoy() };
+    let hash = token.hash();
+    let name = stream::snapshot(&hash);
+    let stored = match app.db.read(move |c| publish::envelope(c, &name)).await {
+        Ok(stored) => stored,
+        Err(e) => return e.into_response(),
+    };
+    let Some((_, bytes)) = stored else { return decoy() };
+    if let Decision::Deny { retry_after } = app.link_hit(hash) {
+        let mut response =
+            (StatusCode::TOO_MANY_REQUESTS, "Too many requests for this link. Your app will try again later.\n")
+                .into_response();
+        response.headers_mut().insert(header::RETRY_AFTER, HeaderValue::from(retry_after));
+        return response;
+    }
+    let Ok(envelope) = Envelope::decode(&bytes, Kind::Snapshot.max_len()) else { return decoy() };
+    let Ok(snapshot) = seal::open(&envelope.body, &token) else { return decoy() };
+    let query = query.unwrap_or_default();
+    let user_agent = headers.get(header::USER_AGENT).and_then(|v| v.to_str().ok()).unwrap_or_default();
+    let wants = format_override(&query).unwrap_or_else(|| match_user_agent(user_agent, &[]));
+    let url = format!("{}/{}", app.config.sub_url, token.to_link_form());
+    let answer = hearth_shared::render::answer(&snapshot, wants, &url);
+    Counters::add(&app.counters.subscriptions, 1);
+    let mut response = if method == Method::HEAD {
+        let mut response = StatusCode::OK.into_response();
+        response.headers_mut().insert(header::CONTENT_LENGTH, HeaderValue::from(answer.body.len()));
+        response
+    } else {
+        (StatusCode::OK, answer.body).into_response()
+    };
+    for (name, value) in answer.headers {
+        if let Ok(value) = HeaderValue::from_str(&value) {
+            response.headers_mut().insert(name, value);
+        }
+    }
+    response
+}

@@ -1,0 +1,134 @@
+//! What every request handler and background task shares.
+
+use std::collections::HashMap;
+use std::net::IpAddr;
+use std::sync::Mutex;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::{SystemTime, UNIX_EPOCH};
+
+use hearth_shared::Digest;
+use hearth_shared::ratelimit::{BucketLimit, Decision, FixedWindow, TokenBucket, WindowLimit};
+use tokio::sync::{Notify, watch};
+
+use crate::auth::{Hasher, Lockouts};
+use crate::config::Config;
+use crate::publish::Signer;
+use crate::store::Db;
+
+/// The per-address budget for requests that are not authenticated (sign-in attempts, probes,
+/// bad tokens): it stops abuse; signed-in owners and valid API tokens never spend it, so a
+/// legitimate bulk job is never slowed.
+pub(crate) const ANONYMOUS_BUDGET: BucketLimit = BucketLimit { burst: 60, per_minute: 120 };
+
+/// Unix seconds now.
+pub(crate) fn now() -> u64 {
+    SystemTime::now().duration_since(UNIX_EPOCH).map_or(0, |d| d.as_secs())
+}
+
+/// Unix milliseconds now.
+pub(crate) fn now_ms() -> u64 {
+    SystemTime::now().duration_since(UNIX_EPOCH).map_or(0, |d| u64::try_from(d.as_millis()).unwrap_or(u64::MAX))
+}
+
+/// How publishing to the edge is going.
+#[derive(Clone, Debug, Default, serde::Serialize)]
+pub(crate) struct PushStatus {
+    /// Unix seconds of the last accepted push (0: never).
+    pub(crate) last_push: u64,
+    /// The last failure, if the last attempt failed.
+    pub(crate) last_error: Option<String>,
+    /// Unix seconds of the last usage drain from the edge.
+    pub(crate) last_drain: u64,
+}
+
+/// Counters for `/metrics`.
+#[derive(Default)]
+pub(crate) struct Counters {
+    pub(crate) pushes: AtomicU64,
+    pub(crate) push_failures: AtomicU64,
+    pub(crate) pushed_items: AtomicU64,
+    pub(crate) usage_reports: AtomicU64,
+    pub(crate) usage_refused: AtomicU64,
+    pub(crate) logins_failed: AtomicU64,
+    pub(crate) subscriptions: AtomicU64,
+}
+
+impl Counters {
+    pub(crate) fn add(counter: &AtomicU64, n: u64) {
+        counter.fetch_add(n, Ordering::Relaxed);
+    }
+}
+
+/// The application.
+pub(crate) struct App {
+    pub(crate) config: Config,
+    pub(crate) db: Db,
+    pub(crate) signer: Signer,
+    pub(crate) hasher: std::sync::Arc<Hasher>,
+    pub(crate) lockouts: Lockouts,
+    /// The one-time setup token while no owner exists.
+    pub(crate) setup_token: Mutex<Option<String>>,
+    /// Wakes the outbox pusher.
+    pub(crate) outbox: Notify,
+    /// Bumped whenever a credential set may have changed: wakes node long-polls.
+    pub(crate) creds: watch::Sender<u64>,
+    pub(crate) push_status: Mutex<PushStatus>,
+    pub(crate) counters: Counters,
+    budget: Mutex<HashMap<IpAddr, TokenBucket>>,
+    links: Mutex<HashMap<Digest, FixedWindow>>,
+    pub(crate) http: reqwest::Client,
+}
+
+impl App {
+    pub(crate) fn new(
+        config: Config,
+        db: Db,
+        signer: Signer,
+        hasher: std::sync::Arc<Hasher>,
+        http: reqwest::Client,
+    ) -> App {
+        App {
+            config,
+            db,
+            signer,
+            hasher,
+            lockouts: Lockouts::default(),
+            setup_token: Mutex::new(None),
+            outbox: Notify::new(),
+            creds: watch::channel(0).0,
+            push_status: Mutex::new(PushStatus::default()),
+            counters: Counters::default(),
+            budget: Mutex::new(HashMap::new()),
+            links: Mutex::new(HashMap::new()),
+            http,
+        }
+    }
+
+    /// Something was committed that may need publishing: wake the pusher and node polls.
+    pub(crate) fn changed(&self) {
+        self.outbox.notify_one();
+        self.creds.send_modify(|generation| *generation += 1);
+    }
+
+    /// Spends one unit of an address's anonymous budget; `Err(retry_after)` when it is spent.
+    pub(crate) fn spend(&self, ip: IpAddr) -> Result<(), u64> {
+        let mut budget = self.budget.lock().expect("budget lock");
+        if budget.len() > 100_000 {
+            let now = now_ms() * 1000;
+            budget.retain(|_, bucket| bucket.tat_us > now);
+        }
+        match budget.entry(ip).or_default().take(now_ms(), ANONYMOUS_BUDGET) {
+            Decision::Allow { .. } => Ok(()),
+            Decision::Deny { retry_after } => Err(retry_after),
+        }
+    }
+
+    /// Counts a fetch of a link against its hourly limit.
+    pub(crate) fn link_hit(&self, hash: Digest) -> Decision {
+        let mut links = self.links.lock().expect("links lock");
+        if links.len() > 200_000 {
+            links.clear();
+        }
+        links.entry(hash).or_default().hit(now_ms(), WindowLimit::PER_LINK)
+    }
+}

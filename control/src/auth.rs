@@ -1,0 +1,480 @@
+//! Signing in: the owner's password (argon2id), sessions, lockouts and API tokens.
+//!
+//! - Passwords are hashed with argon2id (19 MiB, t=2, p=1), **one hash at a time**: a
+//!   semaphore lets one hash run; a few more wait, the rest get 429. Ten logins at once never
+//!   hold more than one hash's memory. An unknown login is checked against a dummy hash so it
+//!   takes as long as a wrong password. Passwords are capped at 256 bytes.
+//! - Lockouts: 5 failures for one login, or 10 from one address (IPv6: its /64), within an
+//!   hour lock that login or address for 15 minutes.
+//! - Sessions live in `__Host-` cookies (Secure, HttpOnly, SameSite=Strict) with idle and
+//!   absolute timeouts; only their SHA-256 is stored.
+//! - API tokens (`hth_` and 43 characters) carry a scope (read, operate, admin); only their
+//!   SHA-256 is stored and they are shown once.
+
+use std::collections::HashMap;
+use std::net::IpAddr;
+use std::sync::{Arc, Mutex};
+
+use argon2::password_hash::{PasswordHash, PasswordHasher as _, PasswordVerifier as _, SaltString};
+use argon2::{Algorithm, Argon2, Params, Version};
+use hearth_shared::sha256;
+use rand_core::OsRng;
+use rusqlite::{Connection, OptionalExtension as _, params};
+use serde::{Deserialize, Serialize};
+use tokio::sync::Semaphore;
+
+use crate::error::Error;
+use crate::secrets;
+use crate::store::audit;
+
+/// The longest password accepted, in bytes.
+pub(crate) const MAX_PASSWORD: usize = 256;
+/// The shortest password accepted at setup, in characters.
+pub(crate) const MIN_PASSWORD: usize = 10;
+/// A session ends after this long without a request.
+pub(crate) const SESSION_IDLE: u64 = 12 * 3600;
+/// A session ends this long after sign-in, whatever happens.
+pub(crate) const SESSION_ABSOLUTE: u64 = 7 * 86_400;
+/// The session cookie's name.
+pub(crate) const COOKIE: &str = "__Host-hearth";
+/// Logins that may wait for the hasher; more get 429.
+const MAX_WAITING: usize = 8;
+
+const LOGIN_FAILURES: usize = 5;
+const ADDRESS_FAILURES: usize = 10;
+const FAILURE_WINDOW: u64 = 3600;
+const LOCKOUT: u64 = 15 * 60;
+
+/// What a request may do.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub(crate) enum Scope {
+    /// Look.
+    Read,
+    /// Change users and nodes.
+    Operate,
+    /// Everything, including tokens and settings.
+    Admin,
+}
+
+impl Scope {
+    pub(crate) fn as_str(self) -> &'static str {
+        match self {
+            Scope::Read => "read",
+            Scope::Operate => "operate",
+            Scope::Admin => "admin",
+        }
+    }
+    pub(crate) fn parse(name: &str) -> Option<Scope> {
+        Some(match name {
+            "read" => Scope::Read,
+            "operate" => Scope::Operate,
+            "admin" => Scope::Admin,
+            _ => return None,
+        })
+    }
+}
+
+/// Who is asking.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub(crate) enum Principal {
+    /// The owner, signed in with a session (all scopes).
+    Owner {
+        /// The session's stored hash.
+        session: [u8; 32],
+    },
+    /// An API token.
+    Token {
+        /// Its id.
+        id: i64,
+        /// Its name (for the audit log).
+        name: String,
+        /// Its scope.
+        scope: Scope,
+    },
+}
+
+impl Principal {
+    /// Whether this principal holds `scope`.
+    pub(crate) fn allows(&self, scope: Scope) -> bool {
+        match self {
+            Principal::Owner { .. } => true,
+            Principal::Token { scope: held, .. } => *held >= scope,
+        }
+    }
+
+    /// The actor's name in the audit log.
+    pub(crate) fn actor(&self) -> String {
+        match self {
+            Principal::Owner { .. } => "owner".to_owned(),
+            Principal::Token { id, name, .. } => format!("token {id} ({name})"),
+        }
+    }
+}
+
+/// The argon2id hasher, one hash at a time.
+pub(crate) struct Hasher {
+    params: Params,
+    gate: Semaphore,
+    waiting: Mutex<usize>,
+    dummy: String,
+}
+
+impl Hasher {
+    /// The production parameters: 19 MiB, two passes, one lane.
+    pub(crate) fn new() -> Arc<Hasher> {
+        Hasher::with_params(Params::new(19 * 1024, 2, 1, None).expect("valid argon2 parameters"))
+    }
+
+    fn with_params(params: Params) -> Arc<Hasher> {
+        let argon = Argon2::new(Algorithm::Argon2id, Version::V0x13, params.clone());
+        let salt = SaltString::generate(&mut OsRng);
+        let dummy = argon.hash_password(secrets::random_token().as_bytes(), &salt).expect("argon2 hashes").to_string();
+        Arc::new(Hasher { params, gate: Semaphore::new(1), waiting: Mutex::new(0), dummy })
+    }
+
+    fn argon(&self) -> Argon2<'static> {
+        Argon2::new(Algorithm::Argon2id, Version::V0x13, self.params.clone())
+    }
+
+    async fn run<T: Send + 'static>(
+        self: &Arc<Self>,
+        job: impl FnOnce(&Hasher) -> T + Send + 'static,
+    ) -> Result<T, Error> {
+        {
+            let mut waiting = self.waiting.lock().expect("hasher lock");
+            if *waiting >= MAX_WAITING {
+                return Err(Error::TooMany(2));
+            }
+            *waiting += 1;
+        }
+        let permit = self.gate.acquire().await;
+        *self.waiting.lock().expect("hasher lock") -= 1;
+        let _permit = permit.map_err(|_| Error::Internal("the hasher is closed".into()))?;
+        let hasher = Arc::clone(self);
+        tokio::task::spawn_blocking(move || job(&hasher))
+            .await
+            .map_err(|e| Error::Internal(format!("hashing failed: {e}")))
+    }
+
+    /// Hashes a new password (PHC string).
+    pub(crate) async fn hash(self: &Arc<Self>, password: String) -> Result<String, Error> {
+        check_password(&password)?;
+        self.run(move |h| {
+            let salt = SaltString::generate(&mut OsRng);
+            h.argon().hash_password(password.as_bytes(), &salt).map(|hash| hash.to_string())
+        })
+        .await?
+        .map_err(|e| Error::Internal(format!("hashing failed: {e}")))
+    }
+
+    /// Checks a password against a stored hash (or the dummy one when there is none), in
+    /// the same time either way.
+    pub(crate) async fn verify(self: &Arc<Self>, password: String, stored: Option<String>) -> Result<bool, Error> {
+        if password.len() > MAX_PASSWORD {
+            return Ok(false);
+        }
+        self.run(move |h| {
+            let known = stored.is_some();
+            let phc = stored.unwrap_or_else(|| h.dummy.clone());
+            let Ok(parsed) = PasswordHash::new(&phc) else { return false };
+            h.argon().verify_password(password.as_bytes(), &parsed).is_ok() && known
+        })
+        .await
+    }
+}
+
+/// Refuses passwords too short or too long.
+pub(crate) fn check_password(password: &str) -> Result<(), Error> {
+    if password.len() > MAX_PASSWORD {
+        return Err(Error::invalid("bad_password", format!("a password must be at most {MAX_PASSWORD} bytes")));
+    }
+    if password.chars().count() < MIN_PASSWORD {
+        return Err(Error::invalid("bad_password", format!("a password must be at least {MIN_PASSWORD} characters")));
+    }
+    Ok(())
+}
+
+/// Failed sign-ins, per login and per address, in memory.
+#[derive(Default)]
+pub(crate) struct Lockouts {
+    failures: Mutex<HashMap<String, Vec<u64>>>,
+}
+
+/// The key an address's failures count under: IPv4 as is, IPv6 by its /64.
+fn address_key(ip: IpAddr) -> String {
+    match ip {
+        IpAddr::V4(v4) => format!("ip {v4}"),
+        IpAddr::V6(v6) => match v6.to_ipv4_mapped() {
+            Some(v4) => format!("ip {v4}"),
+            None => {
+                let s = v6.segments();
+                format!("ip {:x}:{:x}:{:x}:{:x}::/64", s[0], s[1], s[2], s[3])
+            }
+        },
+    }
+}
+
+impl Lockouts {
+    fn keys(login: &str, ip: IpAddr) -> [(String, usize); 2] {
+        [(format!("login {}", login.to_lowercase()), LOGIN_FAILURES), (address_key(ip), ADDRESS_FAILURES)]
+    }
+
+    /// Seconds until this login from this address may try again, if it is locked out.
+    pub(crate) fn locked(&self, login: &str, ip: IpAddr, now: u64) -> Option<u64> {
+        let mut failures = self.failures.lock().expect("lockout lock");
+        Lockouts::keys(login, ip)
+            .iter()
+            .filter_map(|(key, limit)| {
+                let times = failures.get_mut(key)?;
+                times.retain(|t| now < t + FAILURE_WINDOW);
+                let last = *times.last()?;
+                (times.len() >= *limit && now < last + LOCKOUT).then(|| last + LOCKOUT - now)
+            })
+            .max()
+    }
+
+    /// Counts a failure.
+    pub(crate) fn fail(&self, login: &str, ip: IpAddr, now: u64) {
+        let mut failures = self.failures.lock().expect("lockout lock");
+        for (key, _) in Lockouts::keys(login, ip) {
+            failures.entry(key).or_default().push(now);
+        }
+        if failures.len() > 100_000 {
+            failures.retain(|_, times| times.last().is_some_and(|t| now < t + FAILURE_WINDOW));
+        }
+    }
+
+    /// Forgets a login's failures after it signed in.
+    pub(crate) fn succeed(&self, login: &str) {
+        self.failures.lock().expect("lockout lock").remove(&format!("login {}", login.to_lowercase()));
+    }
+}
+
+/// Whether an owner exists yet.
+pub(crate) fn has_owner(conn: &Connection) -> Result<bool, Error> {
+    Ok(conn.query_row("SELECT count(*) FROM owner", [], |row| row.get::<_, i64>(0))? > 0)
+}
+
+/// The owner's login and password hash.
+pub(crate) fn owner(conn: &Connection) -> Result<Option<(String, String)>, Error> {
+    Ok(conn
+        .query_row("SELECT login, password_hash FROM owner WHERE id = 1", [], |row| Ok((row.get(0)?, row.get(1)?)))
+        .optional()?)
+}
+
+/// Creates the owner (once).
+pub(crate) fn create_owner(conn: &Connection, login: &str, hash: &str, now: u64) -> Result<(), Error> {
+    if has_owner(conn)? {
+        return Err(Error::Conflict("setup is already done".into()));
+    }
+    conn.execute(
+        "INSERT INTO owner (id, login, password_hash, created) VALUES (1, ?1, ?2, ?3)",
+        params![login, hash, now],
+    )?;
+    audit(conn, now, "setup", "owner.create", login, "")?;
+    Ok(())
+}
+
+/// Starts a session; returns the cookie value.
+pub(crate) fn start_session(conn: &Connection, now: u64) -> Result<String, Error> {
+    let id = secrets::random_token();
+    conn.execute(
+        "INSERT INTO sessions (id_hash, created, last_seen) VALUES (?1, ?2, ?2)",
+        params![sha256(id.as_bytes()), now],
+    )?;
+    conn.execute(
+        "DELETE FROM sessions WHERE last_seen < ?1 OR created < ?2",
+        params![now.saturating_sub(SESSION_IDLE), now.saturating_sub(SESSION_ABSOLUTE)],
+    )?;
+    Ok(id)
+}
+
+/// Checks a session cookie. Returns the session's hash and whether its idle timer should be
+/// refreshed (done at most once a minute, by [`touch_session`]).
+pub(crate) fn check_session(conn: &Connection, cookie: &str, now: u64) -> Result<Option<([u8; 32], bool)>, Error> {
+    let hash = sha256(cookie.as_bytes());
+    let row: Option<(u64, u64)> = conn
+        .prepare_cached("SELECT created, last_seen FROM sessions WHERE id_hash = ?1")?
+        .query_row([hash], |row| Ok((row.get(0)?, row.get(1)?)))
+        .optional()?;
+    match row {
+        Some((created, last_seen)) if now < created + SESSION_ABSOLUTE && now < last_seen + SESSION_IDLE => {
+            Ok(Some((hash, now >= last_seen + 60)))
+        }
+        _ => Ok(None),
+    }
+}
+
+/// Refreshes a session's idle timer.
+pub(crate) fn touch_session(conn: &Connection, hash: &[u8; 32], now: u64) -> Result<(), Error> {
+    conn.execute("UPDATE sessions SET last_seen = ?2 WHERE id_hash = ?1", params![hash, now])?;
+    Ok(())
+}
+
+/// Ends a session.
+pub(crate) fn end_session(conn: &Connection, hash: &[u8; 32]) -> Result<(), Error> {
+    conn.execute("DELETE FROM sessions WHERE id_hash = ?1", [hash])?;
+    Ok(())
+}
+
+/// An API token as listed (never the token itself).
+#[derive(Clone, Debug, Serialize, Deserialize, PartialEq, Eq)]
+pub(crate) struct TokenView {
+    pub(crate) id: i64,
+    pub(crate) name: String,
+    pub(crate) scope: Scope,
+    pub(crate) created: u64,
+    pub(crate) last_used: u64,
+}
+
+/// The prefix of every API token, so secret scanners can find leaked ones.
+pub(crate) const TOKEN_PREFIX: &str = "hth_";
+
+/// Creates an API token; returns it (shown once) and its listing.
+pub(crate) fn create_token(
+    conn: &Connection,
+    actor: &str,
+    name: &str,
+    scope: Scope,
+    now: u64,
+) -> Result<(String, TokenView), Error> {
+    let name = crate::store::users::check_name(name, "token")?;
+    let token = format!("{TOKEN_PREFIX}{}", secrets::random_token());
+    conn.execute(
+        "INSERT INTO api_tokens (name, hash, scope, created) VALUES (?1, ?2, ?3, ?4)",
+        params![name, sha256(token.as_bytes()), scope.as_str(), now],
+    )?;
+    let id = conn.last_insert_rowid();
+    audit(conn, now, actor, "token.create", &format!("token {id} ({name})"), scope.as_str())?;
+    Ok((token, TokenView { id, name, scope, created: now, last_used: 0 }))
+}
+
+/// Every API token.
+pub(crate) fn tokens(conn: &Connection) -> Result<Vec<TokenView>, Error> {
+    let mut query = conn.prepare_cached("SELECT id, name, scope, created, last_used FROM api_tokens ORDER BY id")?;
+    let rows = query
+        .query_map([], |row| {
+            let scope: String = row.get(2)?;
+            Ok(TokenView {
+                id: row.get(0)?,
+                name: row.get(1)?,
+                scope: Scope::parse(&scope).unwrap_or(Scope::Read),
+                created: row.get(3)?,
+                last_used: row.get(4)?,
+            })
+        })?
+        .collect::<Result<_, _>>()?;
+    Ok(rows)
+}
+
+/// Revokes an API token.
+pub(crate) fn revoke_token(conn: &Connection, actor: &str, id: i64, now: u64) -> Result<(), Error> {
+    let name: String = conn
+        .query_row("SELECT name FROM api_tokens WHERE id = ?1", [id], |row| row.get(0))
+        .optional()?
+        .ok_or(Error::NotFound("token"))?;
+    conn.execute("DELETE FROM api_tokens WHERE id = ?1", [id])?;
+    audit(conn, now, actor, "token.revoke", &format!("token {id} ({name})"), "")?;
+    Ok(())
+}
+
+/// Looks an API token up (by its SHA-256: the lookup needs no constant-time compare, as the
+/// hash of a guess says nothing about the stored token). Returns the principal and whether
+/// its last-used time should be refreshed (by [`touch_token`]).
+pub(crate) fn check_token(conn: &Connection, token: &str, now: u64) -> Result<Option<(Principal, bool)>, Error> {
+    if !token.starts_with(TOKEN_PREFIX) || token.len() > 100 {
+        return Ok(None);
+    }
+    let hash = sha256(token.as_bytes());
+    let row: Option<(i64, String, String, u64)> = conn
+        .prepare_cached("SELECT id, name, scope, last_used FROM api_tokens WHERE hash = ?1")?
+        .query_row([hash], |row| Ok((row.get(0)?, row.get(1)?, row.get(2)?, row.get(3)?)))
+        .optional()?;
+    let Some((id, name, scope, last_used)) = row else { return Ok(None) };
+    Ok(Scope::parse(&scope).map(|scope| (Principal::Token { id, name, scope }, now >= last_used + 60)))
+}
+
+/// Records when a token was last used.
+pub(crate) fn touch_token(conn: &Connection, id: i64, now: u64) -> Result<(), Error> {
+    conn.execute("UPDATE api_tokens SET last_used = ?2 WHERE id = ?1", params![id, now])?;
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn fast() -> Arc<Hasher> {
+        Hasher::with_params(Params::new(256, 1, 1, None).unwrap())
+    }
+
+    #[tokio::test]
+    async fn passwords_verify_and_unknown_logins_never_pass() {
+        let hasher = fast();
+        let hash = hasher.hash("correct horse battery".into()).await.unwrap();
+        assert!(hasher.verify("correct horse battery".into(), Some(hash.clone())).await.unwrap());
+        assert!(!hasher.verify("wrong password!!".into(), Some(hash)).await.unwrap());
+        // The dummy hash is of a random secret; even its own password would not pass.
+        assert!(!hasher.verify(String::new(), None).await.unwrap());
+        assert!(hasher.hash("short".into()).await.is_err());
+        assert!(hasher.hash("x".repeat(257)).await.is_err());
+    }
+
+    #[tokio::test]
+    async fn one_hash_at_a_time_and_the_queue_is_bounded() {
+        let hasher = Hasher::with_params(Params::new(8 * 1024, 2, 1, None).unwrap());
+        let running = Arc::new(std::sync::atomic::AtomicUsize::new(0));
+        let peak = Arc::new(std::sync::atomic::AtomicUsize::new(0));
+        let mut jobs = Vec::new();
+        for _ in 0..20 {
+            let (hasher, running, peak) = (hasher.clone(), running.clone(), peak.clone());
+            jobs.push(tokio::spawn(async move {
+                hasher
+                    .run(move |_| {
+                        use std::sync::atomic::Ordering::SeqCst;
+                        let now = running.fetch_add(1, SeqCst) + 1;
+                        peak.fetch_max(now, SeqCst);
+                        std::thread::sleep(std::time::Duration::from_millis(20));
+                        running.fetch_sub(1, SeqCst);
+                    })
+                    .await
+            }));
+        }
+        let mut refused = 0;
+        for job in jobs {
+            if matches!(job.await.unwrap(), Err(Error::TooMany(_))) {
+                refused += 1;
+            }
+        }
+        assert_eq!(peak.load(std::sync::atomic::Ordering::SeqCst), 1, "never two hashes at once");
+        assert!(refused > 0, "a flood beyond the queue is refused");
+    }
+
+    #[test]
+    fn lockouts_by_login_and_by_address() {
+        let lockouts = Lockouts::default();
+        let a: IpAddr = "192.0.2.1".parse().unwrap();
+        let b: IpAddr = "198.51.100.7".parse().unwrap();
+        for i in 0..4 {
+            assert_eq!(lockouts.locked("Owner", a, 1000 + i), None);
+            lockouts.fail("owner", a, 1000 + i);
+        }
+        assert_eq!(lockouts.locked("owner", a, 1004), None);
+        lockouts.fail("owner", a, 1004);
+        assert_eq!(lockouts.locked("OWNER", b, 1005), Some(LOCKOUT - 1), "the login is locked from anywhere");
+        assert_eq!(lockouts.locked("owner", b, 1004 + LOCKOUT), None, "for 15 minutes");
+        lockouts.succeed("owner");
+        // Ten failures from one IPv6 /64, spread over logins, lock the whole /64.
+        let v6 = |last: u16| IpAddr::V6(std::net::Ipv6Addr::new(0x2001, 0xdb8, 1, 2, 0, 0, 0, last));
+        for i in 0..10 {
+            lockouts.fail(&format!("guess{i}"), v6(i), 2000);
+        }
+        assert!(lockouts.locked("someone", v6(999), 2001).is_some());
+        assert!(
+            lockouts
+                .locked("someone", IpAddr::V6(std::net::Ipv6Addr::new(0x2001, 0xdb8, 1, 3, 0, 0, 0, 1)), 2001)
+                .is_none()
+        );
+    }
+}

@@ -1,0 +1,318 @@
+//! Control's configuration: `control.toml` in the data directory (written by `init`), with
+//! environment overrides, validated once at start with clear errors.
+//!
+//! | key | env | default | meaning |
+//! |---|---|---|---|
+//! | `listen` | `HEARTH_LISTEN` | `127.0.0.1:8443` | address and port control listens on |
+//! | `public_url` | `HEARTH_PUBLIC_URL` | `https://<listen>` | how nodes and browsers reach control |
+//! | `admin_prefix` | `HEARTH_ADMIN_PREFIX` | made by `init` | the secret path of the admin panel and API |
+//! | `edge_url` | `HEARTH_EDGE_URL` | none | the edge control pushes to (none: control serves links itself) |
+//! | `sub_url` | `HEARTH_SUB_URL` | `<edge_url or public_url>/<sub_prefix>` | the public base of subscription links |
+//! | `tls` | `HEARTH_TLS` | `self-signed` | `self-signed` (made by `init`), `files` (`tls_cert`, `tls_key`), or `off` |
+//! | `tls_cert`, `tls_key` | `HEARTH_TLS_CERT`, `HEARTH_TLS_KEY` | `tls.crt`, `tls.key` | PEM files, relative to the data directory |
+//! | `log_format` | `HEARTH_LOG_FORMAT` | `text` | `text` or `json` |
+//! | `metrics_token` | `HEARTH_METRICS_TOKEN` | none | lets a scraper read `/metrics` without an admin session |
+//! | `[profile]` | | | `title`, `announce`, `support_url`, `update_interval_hours`: what apps show |
+
+use std::net::SocketAddr;
+use std::path::{Path, PathBuf};
+
+use anyhow::{Context as _, Result, bail};
+use hearth_shared::keys::PublicKey;
+use hearth_shared::wire::Profile;
+use serde::Deserialize;
+
+/// The file in the data directory.
+pub(crate) const FILE: &str = "control.toml";
+
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct FileConfig {
+    listen: Option<String>,
+    public_url: Option<String>,
+    admin_prefix: Option<String>,
+    edge_url: Option<String>,
+    sub_url: Option<String>,
+    tls: Option<String>,
+    tls_cert: Option<String>,
+    tls_key: Option<String>,
+    log_format: Option<String>,
+    metrics_token: Option<String>,
+    #[serde(default)]
+    profile: ProfileConfig,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct ProfileConfig {
+    #[serde(default = "default_title")]
+    title: String,
+    #[serde(default)]
+    announce: String,
+    #[serde(default)]
+    support_url: String,
+    #[serde(default = "default_interval")]
+    update_interval_hours: u32,
+}
+
+impl Default for ProfileConfig {
+    fn default() -> Self {
+        ProfileConfig {
+            title: default_title(),
+            announce: String::new(),
+            support_url: String::new(),
+            update_interval_hours: default_interval(),
+        }
+    }
+}
+
+fn default_title() -> String {
+    "Hearth".to_owned()
+}
+
+fn default_interval() -> u32 {
+    12
+}
+
+/// The edge's settings (`edge.toml`, made by `init`), shared by control and its edge.
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(crate) struct EdgeSettings {
+    /// The root key (the edge's trust anchor).
+    pub(crate) root_key: String,
+    /// The bearer token control pushes with.
+    pub(crate) push_token: String,
+    /// The secret path of the edge's API (also control's node API).
+    pub(crate) api_prefix: String,
+    /// The path of subscription links.
+    pub(crate) sub_prefix: String,
+}
+
+/// How control serves HTTPS.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub(crate) enum Tls {
+    /// From PEM files (the self-signed pair `init` made, or the operator's).
+    Files {
+        /// The certificate chain.
+        cert: PathBuf,
+        /// The private key.
+        key: PathBuf,
+    },
+    /// Plain HTTP, for a reverse proxy in front that terminates TLS.
+    Off,
+}
+
+/// The validated configuration.
+#[derive(Debug)]
+pub(crate) struct Config {
+    pub(crate) listen: SocketAddr,
+    pub(crate) public_url: String,
+    pub(crate) admin_prefix: String,
+    pub(crate) edge_url: Option<String>,
+    pub(crate) sub_url: String,
+    pub(crate) tls: Tls,
+    pub(crate) log_json: bool,
+    pub(crate) metrics_token: Option<String>,
+    pub(crate) profile: Profile,
+    pub(crate) edge: EdgeSettings,
+    pub(crate) root: PublicKey,
+}
+
+fn pick(env: &dyn Fn(&str) -> Option<String>, name: &str, file: Option<String>) -> Option<String> {
+    env(name).filter(|v| !v.is_empty()).or(file)
+}
+
+fn check_url(what: &str, url: &str) -> Result<String> {
+    let url = url.trim().trim_end_matches('/');
+    let rest = url.strip_prefix("https://").or_else(|| url.strip_prefix("http://"));
+    match rest {
+        Some(rest) if !rest.is_empty() && !rest.contains(char::is_whitespace) => Ok(url.to_owned()),
+        _ => bail!("{what} must be an http:// or https:// URL, not {url:?}"),
+    }
+}
+
+/// A secret path segment: 16 to 64 characters of letters, digits, `-` and `_`.
+pub(crate) fn check_prefix(what: &str, prefix: &str) -> Result<()> {
+    if !(16..=64).contains(&prefix.len())
+        || !prefix.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'-' || b == b'_')
+    {
+        bail!("{what} must be 16 to 64 letters, digits, '-' or '_'");
+    }
+    Ok(())
+}
+
+impl Config {
+    /// Loads `control.toml` and `edge.toml` from `data_dir`, applies environment overrides
+    /// (through `env`), and validates everything.
+    pub(crate) fn load(data_dir: &Path, env: &dyn Fn(&str) -> Option<String>) -> Result<Config> {
+        let path = data_dir.join(FILE);
+        let file: FileConfig = match std::fs::read_to_string(&path) {
+            Ok(text) => toml::from_str(&text).with_context(|| format!("{} is not valid", path.display()))?,
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
+                bail!("{} is missing (run `hearth-control init` first)", path.display())
+            }
+            Err(e) => return Err(e).with_context(|| format!("reading {}", path.display())),
+        };
+        let edge_path = data_dir.join("edge.toml");
+        let edge: EdgeSettings = toml::from_str(
+            &std::fs::read_to_string(&edge_path).with_context(|| format!("reading {}", edge_path.display()))?,
+        )
+        .with_context(|| format!("{} is not valid", edge_path.display()))?;
+        check_prefix("the edge's api_prefix", &edge.api_prefix)?;
+        let root: PublicKey = edge
+            .root_key
+            .parse()
+            .with_context(|| format!("root_key in {} is not a public key", edge_path.display()))?;
+
+        let listen = pick(env, "HEARTH_LISTEN", file.listen).unwrap_or_else(|| "127.0.0.1:8443".to_owned());
+        let listen: SocketAddr = listen
+            .parse()
+            .with_context(|| format!("listen must be an address and port like 0.0.0.0:8443, not {listen:?}"))?;
+        let tls = match pick(env, "HEARTH_TLS", file.tls).as_deref().unwrap_or("self-signed") {
+            "self-signed" | "files" => {
+                let at = |p: Option<String>, default: &str| {
+                    let p = PathBuf::from(p.unwrap_or_else(|| default.to_owned()));
+                    if p.is_absolute() { p } else { data_dir.join(p) }
+                };
+                let cert = at(pick(env, "HEARTH_TLS_CERT", file.tls_cert), "tls.crt");
+                let key = at(pick(env, "HEARTH_TLS_KEY", file.tls_key), "tls.key");
+                for path in [&cert, &key] {
+                    if !path.exists() {
+                        bail!("{} is missing (tls = \"off\" serves plain HTTP behind a proxy)", path.display());
+                    }
+                }
+                Tls::Files { cert, key }
+            }
+            "off" => Tls::Off,
+            other => bail!("tls must be self-signed, files or off, not {other:?}"),
+        };
+        let scheme = if tls == Tls::Off { "http" } else { "https" };
+        let public_url = match pick(env, "HEARTH_PUBLIC_URL", file.public_url) {
+            Some(url) => check_url("public_url", &url)?,
+            None => format!("{scheme}://{listen}"),
+        };
+        let admin_prefix = pick(env, "HEARTH_ADMIN_PREFIX", file.admin_prefix)
+            .with_context(|| format!("admin_prefix is missing from {}", path.display()))?;
+        check_prefix("admin_prefix", &admin_prefix)?;
+        if admin_prefix == edge.api_prefix || admin_prefix == edge.sub_prefix {
+            bail!("admin_prefix must differ from the edge's prefixes");
+        }
+        let edge_url = pick(env, "HEARTH_EDGE_URL", file.edge_url)
+            .filter(|u| !u.trim().is_empty())
+            .map(|u| check_url("edge_url", &u))
+            .transpose()?;
+        let sub_url = match pick(env, "HEARTH_SUB_URL", file.sub_url) {
+            Some(url) => check_url("sub_url", &url)?,
+            None => format!("{}/{}", edge_url.as_deref().unwrap_or(&public_url), edge.sub_prefix),
+        };
+        let log_json = match pick(env, "HEARTH_LOG_FORMAT", file.log_format).as_deref().unwrap_or("text") {
+            "text" => false,
+            "json" => true,
+            other => bail!("log_format must be text or json, not {other:?}"),
+        };
+        let metrics_token = pick(env, "HEARTH_METRICS_TOKEN", file.metrics_token);
+        if metrics_token.as_ref().is_some_and(|t| t.len() < 16) {
+            bail!("metrics_token must be at least 16 characters");
+        }
+        let profile = file.profile;
+        if profile.title.trim().is_empty() || profile.title.len() > 100 {
+            bail!("profile.title must be 1 to 100 bytes");
+        }
+        let optional = |s: String| (!s.trim().is_empty()).then_some(s);
+        Ok(Config {
+            listen,
+            public_url,
+            admin_prefix,
+            edge_url,
+            sub_url,
+            tls,
+            log_json,
+            metrics_token,
+            profile: Profile {
+                title: profile.title,
+                announce: optional(profile.announce),
+                support_url: optional(profile.support_url),
+                web_page_url: None,
+                update_interval_hours: profile.update_interval_hours.clamp(1, 168),
+            },
+            edge,
+            root,
+        })
+    }
+}
+
+/// The `control.toml` that `init` writes.
+pub(crate) fn initial_file(admin_prefix: &str) -> String {
+    format!(
+        "# Hearth control's settings, made by `hearth-control init`. Every key can also be set from\n\
+         # the environment (HEARTH_LISTEN, HEARTH_EDGE_URL, ...); see the README.\n\
+         listen = \"127.0.0.1:8443\"\n\
+         # public_url = \"https://panel.example.net:8443\"\n\
+         admin_prefix = \"{admin_prefix}\"\n\
+         # edge_url = \"https://hearth-edge.example.workers.dev\"\n\
+         tls = \"self-signed\"\n\
+         log_format = \"text\"\n\
+         \n\
+         [profile]\n\
+         title = \"Hearth\"\n\
+         update_interval_hours = 12\n"
+    )
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn setup(control: &str) -> tempfile::TempDir {
+        let dir = tempfile::tempdir().unwrap();
+        std::fs::write(dir.path().join(FILE), control).unwrap();
+        std::fs::write(
+            dir.path().join("edge.toml"),
+            format!(
+                "root_key = \"{}\"\npush_token = \"{}\"\napi_prefix = \"api-0123456789abcdef\"\nsub_prefix = \"s\"\n",
+                hearth_shared::keys::SecretKey::from_seed(hearth_shared::keys::Role::Root, &[1; 32]).public(),
+                "t".repeat(64)
+            ),
+        )
+        .unwrap();
+        dir
+    }
+
+    #[test]
+    fn defaults_overrides_and_errors() {
+        let dir = setup(&initial_file("admin-0123456789abcdef"));
+        std::fs::write(dir.path().join("tls.crt"), "").unwrap();
+        std::fs::write(dir.path().join("tls.key"), "").unwrap();
+        let config = Config::load(dir.path(), &|_| None).unwrap();
+        assert_eq!(config.listen.to_string(), "127.0.0.1:8443");
+        assert_eq!(config.public_url, "https://127.0.0.1:8443");
+        assert_eq!(config.sub_url, "https://127.0.0.1:8443/s");
+        assert!(config.edge_url.is_none());
+
+        let env = |name: &str| match name {
+            "HEARTH_EDGE_URL" => Some("http://127.0.0.1:8787/".to_owned()),
+            "HEARTH_TLS" => Some("off".to_owned()),
+            "HEARTH_LOG_FORMAT" => Some("json".to_owned()),
+            _ => None,
+        };
+        let config = Config::load(dir.path(), &env).unwrap();
+        assert_eq!(config.edge_url.as_deref(), Some("http://127.0.0.1:8787"));
+        assert_eq!(config.sub_url, "http://127.0.0.1:8787/s");
+        assert_eq!(config.public_url, "http://127.0.0.1:8443");
+        assert!(config.log_json);
+
+        for (name, value, expected) in [
+            ("HEARTH_LISTEN", "nowhere", "listen must be"),
+            ("HEARTH_EDGE_URL", "ftp://x", "edge_url must be"),
+            ("HEARTH_TLS", "maybe", "tls must be"),
+            ("HEARTH_ADMIN_PREFIX", "short", "admin_prefix must be"),
+        ] {
+            let env = |n: &str| (n == name).then(|| value.to_owned());
+            let err = format!("{:#}", Config::load(dir.path(), &env).unwrap_err());
+            assert!(err.contains(expected), "{name}: {err}");
+        }
+        let dir = setup("listen = \"127.0.0.1:1\"\nbogus = 1\n");
+        let err = format!("{:#}", Config::load(dir.path(), &|_| None).unwrap_err());
+        assert!(err.contains("bogus"), "{err}");
+    }
+}

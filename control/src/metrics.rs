@@ -1,0 +1,104 @@
+//! Prometheus metrics at `/<admin prefix>/metrics`, for the owner's session, an API token
+//! with the read scope, or `Authorization: Bearer <metrics_token>`.
+
+use std::fmt::Write as _;
+use std::sync::Arc;
+use std::sync::atomic::Ordering;
+
+use axum::extract::State;
+use axum::http::{HeaderMap, HeaderValue, StatusCode, header};
+use axum::response::{IntoResponse, Response};
+
+use crate::api::Auth;
+use crate::app::{App, now};
+use crate::auth::Scope;
+
+pub(crate) async fn handler(State(app): State<Arc<App>>, headers: HeaderMap, auth: Result<Auth, Response>) -> Response {
+    let scraper = app.config.metrics_token.as_ref().is_some_and(|token| {
+        headers
+            .get(header::AUTHORIZATION)
+            .and_then(|v| v.to_str().ok())
+            .and_then(|v| v.strip_prefix("Bearer "))
+            .is_some_and(|given| hearth_shared::ct_eq(given.as_bytes(), token.as_bytes()))
+    });
+    if !scraper {
+        match auth {
+            Ok(auth) => {
+                if let Err(response) = auth.need(Scope::Read) {
+                    return response;
+                }
+            }
+            Err(response) => return response,
+        }
+    }
+    let stats = app
+        .db
+        .read(|c| {
+            let users = crate::store::users::counts(c)?;
+            let nodes = crate::store::nodes::list(c)?;
+            let pending: u64 = c.query_row("SELECT count(*) FROM outbox", [], |row| row.get(0))?;
+            Ok((users, nodes, pending))
+        })
+        .await;
+    let (users, nodes, pending) = match stats {
+        Ok(stats) => stats,
+        Err(e) => return e.into_response(),
+    };
+    let now = now();
+    let c = &app.counters;
+    let push = app.push_status.lock().expect("status lock").clone();
+    let mut out = String::new();
+    let mut metric = |name: &str, kind: &str, help: &str, values: &[(String, u64)]| {
+        let _ = writeln!(out, "# HELP {name} {help}\n# TYPE {name} {kind}");
+        for (labels, value) in values {
+            let _ = writeln!(out, "{name}{labels} {value}");
+        }
+    };
+    let one = |v: u64| vec![(String::new(), v)];
+    metric(
+        "hearth_users",
+        "gauge",
+        "Users by status.",
+        &users.iter().map(|(status, n)| (format!("{{status=\"{status}\"}}"), *n)).collect::<Vec<_>>(),
+    );
+    let online = nodes.iter().filter(|n| n.enrolled && n.last_seen + crate::tasks::NODE_ONLINE_SECS > now).count();
+    metric("hearth_nodes", "gauge", "Nodes registered.", &one(nodes.len() as u64));
+    metric("hearth_nodes_online", "gauge", "Nodes seen in the last 3 minutes.", &one(online as u64));
+    metric("hearth_outbox_pending", "gauge", "Changes not yet accepted by the edge.", &one(pending));
+    metric("hearth_last_push_timestamp_seconds", "gauge", "When the edge last accepted a push.", &one(push.last_push));
+    metric("hearth_pushes_total", "counter", "Pushes the edge accepted.", &one(c.pushes.load(Ordering::Relaxed)));
+    metric(
+        "hearth_push_failures_total",
+        "counter",
+        "Push attempts that failed.",
+        &one(c.push_failures.load(Ordering::Relaxed)),
+    );
+    metric(
+        "hearth_pushed_items_total",
+        "counter",
+        "Outbox entries delivered.",
+        &one(c.pushed_items.load(Ordering::Relaxed)),
+    );
+    metric(
+        "hearth_usage_reports_total",
+        "counter",
+        "Usage reports applied.",
+        &one(c.usage_reports.load(Ordering::Relaxed)),
+    );
+    metric(
+        "hearth_usage_refused_total",
+        "counter",
+        "Usage reports refused.",
+        &one(c.usage_refused.load(Ordering::Relaxed)),
+    );
+    metric("hearth_logins_failed_total", "counter", "Failed sign-ins.", &one(c.logins_failed.load(Ordering::Relaxed)));
+    metric(
+        "hearth_subscriptions_total",
+        "counter",
+        "Subscriptions served by control.",
+        &one(c.subscriptions.load(Ordering::Relaxed)),
+    );
+    let mut response = (StatusCode::OK, out).into_response();
+    response.headers_mut().insert(header::CONTENT_TYPE, HeaderValue::from_static("text/plain; version=0.0.4"));
+    response
+}

@@ -1,0 +1,561 @@
+//! From a change in the database to signed envelopes in the outbox.
+//!
+//! Every change runs inside one write transaction that also signs what it affects: the
+//! user's sealed snapshot, and the credential set of each node whose set it changes. Work is
+//! proportional to what a change touches: a user's snapshot, and one query per affected node.
+//! The latest envelope of each stream is kept in `streams` (nodes pull from there), and when
+//! an edge is configured the `(stream, version)` goes into the outbox in the same transaction,
+//! so nothing committed is ever left unpublished (see [`crate::outbox`]).
+
+use std::collections::BTreeSet;
+
+use hearth_shared::envelope::{Audience, Draft, Kind};
+use hearth_shared::keys::{PublicKey, RecoveryPublic, SecretKey};
+use hearth_shared::wire::{
+    self, CredEntry, CredentialSet, Endpoint, NodeId, NodeRecord, PortRange, Profile, ResetStrategy, Snapshot, Status,
+    SubToken, UserId, stream,
+};
+use hearth_shared::{Digest, seal, sha256};
+use rand_core::OsRng;
+use rusqlite::{Connection, OptionalExtension as _, params};
+
+use crate::error::Error;
+use crate::secrets::{Purpose, Vault};
+
+/// How long a snapshot envelope is accepted by the edge. The edge serves a stored snapshot
+/// for as long as it holds it; this bounds only how late a push may arrive.
+const SNAPSHOT_LIFETIME: u64 = 365 * 86_400;
+/// How long a credential set is valid. Control re-signs sets well before (see
+/// [`REFRESH_BEFORE`]); a node holding an expired set keeps serving it and raises an alarm.
+pub(crate) const CREDS_LIFETIME: u64 = 30 * 86_400;
+/// Sets that expire sooner than this are signed again by the sweep.
+pub(crate) const REFRESH_BEFORE: u64 = 23 * 86_400;
+/// How long a node record is valid.
+const RECORD_LIFETIME: u64 = 10 * 365 * 86_400;
+
+/// What control signs with, and where it publishes.
+pub(crate) struct Signer {
+    /// The online signing key.
+    pub(crate) key: SecretKey,
+    /// The root-signed record certifying it, sent with every push.
+    pub(crate) record: Vec<u8>,
+    /// The owner's recovery key: every sealed snapshot is also readable with it.
+    pub(crate) recovery: RecoveryPublic,
+    /// Secrets at rest.
+    pub(crate) vault: Vault,
+    /// The subscription headers every snapshot carries.
+    pub(crate) profile: Profile,
+    /// Control's incarnation.
+    pub(crate) epoch: u32,
+    /// The root key (to verify what nodes sign, next to their own keys).
+    pub(crate) root: PublicKey,
+    /// Whether an edge is configured (then every new envelope goes to the outbox too).
+    pub(crate) edge: bool,
+}
+
+/// The users and nodes a transaction changed, to publish before it commits.
+#[derive(Default)]
+pub(crate) struct Changes {
+    users: BTreeSet<UserId>,
+    nodes: BTreeSet<NodeId>,
+}
+
+impl Changes {
+    /// The user's snapshot must be signed again, and the sets of the nodes it can reach
+    /// checked (call before and after a change of the user's groups).
+    pub(crate) fn user(&mut self, conn: &Connection, user: UserId) -> Result<(), Error> {
+        self.users.insert(user);
+        self.nodes.extend(nodes_of_user(conn, user)?);
+        Ok(())
+    }
+
+    /// The node's set must be checked (its groups changed, or it enrolled).
+    pub(crate) fn node(&mut self, node: NodeId) {
+        self.nodes.insert(node);
+    }
+
+    /// Every user who can reach `node` (its endpoint changed) must be signed again.
+    pub(crate) fn users_of_node(&mut self, conn: &Connection, node: NodeId) -> Result<(), Error> {
+        let mut query = conn.prepare_cached(
+            "SELECT DISTINCT ug.user_id FROM node_groups ng JOIN user_groups ug ON ug.group_id = ng.group_id
+             WHERE ng.node_id = ?1",
+        )?;
+        for user in query.query_map([node], |row| row.get(0))? {
+            self.users.insert(user?);
+        }
+        self.nodes.insert(node);
+        Ok(())
+    }
+
+    /// Signs everything changed, inside the caller's transaction. Returns how many envelopes
+    /// were signed.
+    pub(crate) fn publish(self, conn: &Connection, signer: &Signer, now: u64) -> Result<usize, Error> {
+        let mut signed = 0;
+        let mut nodes = self.nodes;
+        for user in self.users {
+            if let Some(reach) = publish_user(conn, signer, user, now)? {
+                signed += 1;
+                nodes.extend(reach);
+            }
+        }
+        for node in nodes {
+            signed += usize::from(publish_creds(conn, signer, node, now, false)?);
+        }
+        Ok(signed)
+    }
+}
+
+/// The nodes a user reaches through its groups.
+pub(crate) fn nodes_of_user(conn: &Connection, user: UserId) -> Result<Vec<NodeId>, Error> {
+    let mut query = conn.prepare_cached(
+        "SELECT DISTINCT ng.node_id FROM user_groups ug JOIN node_groups ng ON ng.group_id = ug.group_id
+         WHERE ug.user_id = ?1",
+    )?;
+    let nodes = query.query_map([user], |row| row.get(0))?.collect::<Result<_, _>>()?;
+    Ok(nodes)
+}
+
+/// A user's status at `now`, from its row.
+pub(crate) fn status_of(
+    enabled: bool,
+    expires_at: u64,
+    quota: u64,
+    used: u64,
+    duration: u64,
+    started_at: u64,
+    now: u64,
+) -> Status {
+    if !enabled {
+        Status::Disabled
+    } else if expires_at != 0 && now >= expires_at {
+        Status::Expired
+    } else if quota != 0 && used >= quota {
+        Status::OverQuota
+    } else if duration != 0 && started_at == 0 {
+        Status::NotStarted
+    } else {
+        Status::Active
+    }
+}
+
+/// The name of a status in the database and the API.
+pub(crate) fn status_name(status: Status) -> &'static str {
+    match status {
+        Status::Active => "active",
+        Status::Disabled => "disabled",
+        Status::Expired => "expired",
+        Status::OverQuota => "over_quota",
+        Status::NotStarted => "not_started",
+    }
+}
+
+/// The name of a reset strategy in the database and the API.
+pub(crate) fn reset_name(reset: ResetStrategy) -> &'static str {
+    match reset {
+        ResetStrategy::Never => "none",
+        ResetStrategy::Daily => "daily",
+        ResetStrategy::Weekly => "weekly",
+        ResetStrategy::Monthly => "monthly",
+        ResetStrategy::Rolling30 => "rolling30",
+    }
+}
+
+/// Parses a reset strategy's name.
+pub(crate) fn parse_reset(name: &str) -> Option<ResetStrategy> {
+    Some(match name {
+        "none" => ResetStrategy::Never,
+        "daily" => ResetStrategy::Daily,
+        "weekly" => ResetStrategy::Weekly,
+        "monthly" => ResetStrategy::Monthly,
+        "rolling30" => ResetStrategy::Rolling30,
+        _ => return None,
+    })
+}
+
+const DAY: u64 = 86_400;
+
+/// Days since 1970-01-01 of a civil date (proleptic Gregorian).
+fn days_from_civil(year: i64, month: u32, day: u32) -> i64 {
+    let year = if month <= 2 { year - 1 } else { year };
+    let era = year.div_euclid(400);
+    let yoe = year - era * 400;
+    let month = i64::from(month);
+    let doy = (153 * (if month > 2 { month - 3 } else { month + 9 }) + 2) / 5 + i64::from(day) - 1;
+    let doe = yoe * 365 + yoe / 4 - yoe / 100 + doy;
+    era * 146_097 + doe - 719_468
+}
+
+/// The civil (year, month) of a day count since 1970-01-01.
+fn civil_month(days: i64) -> (i64, u32) {
+    let z = days + 719_468;
+    let era = z.div_euclid(146_097);
+    let doe = z - era * 146_097;
+    let yoe = (doe - doe / 1460 + doe / 36_524 - doe / 146_096) / 365;
+    let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
+    let mp = (5 * doy + 2) / 153;
+    let month = if mp < 10 { mp + 3 } else { mp - 9 };
+    let year = yoe + era * 400 + i64::from(month <= 2);
+    (year, u32::try_from(month).expect("month in 1..=12"))
+}
+
+/// When traffic next goes back to zero after `now` (UTC), or 0 for never.
+pub(crate) fn next_reset(reset: ResetStrategy, now: u64) -> u64 {
+    let today = now / DAY;
+    match reset {
+        ResetStrategy::Never => 0,
+        ResetStrategy::Daily => (today + 1) * DAY,
+        // 1970-01-01 was a Thursday; Monday is 4 days later in the cycle.
+        ResetStrategy::Weekly => (today + 7 - (today + 3) % 7) * DAY,
+        ResetStrategy::Monthly => {
+            let (year, month) = civil_month(i64::try_from(today).expect("sane clock"));
+            let (year, month) = if month == 12 { (year + 1, 1) } else { (year, month + 1) };
+            u64::try_from(days_from_civil(year, month, 1)).expect("after 1970") * DAY
+        }
+        ResetStrategy::Rolling30 => now + 30 * DAY,
+    }
+}
+
+/// A stream's stored version, envelope digest (none once deleted) and content digest.
+type StreamRow = (u64, Option<Digest>, Option<Digest>);
+
+/// The stored state of a stream.
+fn stream_state(conn: &Connection, name: &str) -> Result<Option<StreamRow>, Error> {
+    let row = conn
+        .prepare_cached("SELECT version, digest, body_sha256 FROM streams WHERE name = ?1")?
+        .query_row([name], |row| Ok((row.get(0)?, row.get(1)?, row.get(2)?)))
+        .optional()?;
+    Ok(row)
+}
+
+/// What to sign on a stream.
+struct Item<'a> {
+    kind: Kind,
+    name: String,
+    audience: Audience,
+    lifetime: u64,
+    /// A digest of the content (before sealing): unchanged content is not signed again.
+    content: Digest,
+    /// Makes the body.
+    body: &'a dyn Fn() -> Vec<u8>,
+    /// Whether the edge stores this stream (then it goes to the outbox).
+    to_edge: bool,
+}
+
+/// Signs `item` at the stream's next version unless its content is unchanged (and `force`
+/// is off), stores it and queues it for the edge. Returns whether it signed.
+fn put(conn: &Connection, signer: &Signer, item: &Item<'_>, now: u64, force: bool) -> Result<bool, Error> {
+    let stored = stream_state(conn, &item.name)?;
+    if let Some((_, Some(_), Some(content))) = &stored
+        && *content == item.content
+        && !force
+    {
+        return Ok(false);
+    }
+    let (version, prev) = stored.map_or((1, [0; 32]), |(v, digest, _)| (v + 1, digest.unwrap_or([0; 32])));
+    let envelope = Draft {
+        kind: item.kind,
+        stream: item.name.clone(),
+        version,
+        epoch: signer.epoch,
+        issued: now,
+        expires: now + item.lifetime,
+        audience: item.audience.clone(),
+        prev,
+    }
+    .sign((item.body)(), &[&signer.key]);
+    let bytes = envelope.encode();
+    conn.prepare_cached(
+        "INSERT INTO streams (name, version, digest, body_sha256, envelope, expires) VALUES (?1, ?2, ?3, ?4, ?5, ?6)
+         ON CONFLICT (name) DO UPDATE SET version = excluded.version, digest = excluded.digest,
+           body_sha256 = excluded.body_sha256, envelope = excluded.envelope, expires = excluded.expires",
+    )?
+    .execute(params![item.name, version, envelope.digest(), item.content, bytes, now + item.lifetime])?;
+    if item.to_edge {
+        enqueue(conn, signer, &item.name, version, now)?;
+    }
+    Ok(true)
+}
+
+fn enqueue(conn: &Connection, signer: &Signer, name: &str, version: u64, now: u64) -> Result<(), Error> {
+    if signer.edge {
+        conn.prepare_cached("INSERT INTO outbox (stream, version, created) VALUES (?1, ?2, ?3)")?
+            .execute(params![name, version, now])?;
+    }
+    Ok(())
+}
+
+/// Deletes a stream at its next version (a rotated or deleted link): the edge drops it and
+/// can never be made to serve an older version again.
+pub(crate) fn delete_stream(conn: &Connection, signer: &Signer, name: &str, now: u64) -> Result<(), Error> {
+    let Some((version, digest, _)) = stream_state(conn, name)? else { return Ok(()) };
+    let version = version + 1;
+    conn.execute(
+        "UPDATE streams SET version = ?2, digest = ?3, body_sha256 = NULL, envelope = NULL WHERE name = ?1",
+        params![name, version, digest],
+    )?;
+    enqueue(conn, signer, name, version, now)
+}
+
+/// The endpoints a user reaches: enrolled nodes of the user's groups.
+fn endpoints(conn: &Connection, user: UserId) -> Result<Vec<Endpoint>, Error> {
+    let mut query = conn.prepare_cached(
+        "SELECT DISTINCT n.id, n.name, n.host, n.port, n.hop_start, n.hop_end, n.sni, n.tls, n.cert_sha256,
+                n.spki_sha256, n.obfs
+         FROM user_groups ug JOIN node_groups ng ON ng.group_id = ug.group_id JOIN nodes n ON n.id = ng.node_id
+         WHERE ug.user_id = ?1 AND n.public_key IS NOT NULL ORDER BY n.id",
+    )?;
+    let rows = query.query_map([user], |row| {
+        let hop_start: u16 = row.get(4)?;
+        let hop_end: u16 = row.get(5)?;
+        let sni: String = row.get(6)?;
+        let self_signed = row.get::<_, String>(7)? == "self_signed";
+        let obfs: String = row.get(10)?;
+        Ok(Endpoint {
+            name: row.get(1)?,
+            host: row.get(2)?,
+            port: row.get(3)?,
+            hop: (hop_start != 0).then_some(PortRange { start: hop_start, end: hop_end }),
+            sni: (!sni.is_empty()).then_some(sni),
+            cert_sha256: if self_signed { row.get(8)? } else { None },
+            spki_sha256: if self_signed { row.get(9)? } else { None },
+            insecure: self_signed,
+            obfs: (!obfs.is_empty()).then_some(obfs),
+        })
+    })?;
+    Ok(rows.collect::<Result<_, _>>()?)
+}
+
+/// Builds, seals and signs a user's snapshot; updates the stored status. Returns the nodes
+/// the user reaches, or `None` when the user no longer exists.
+fn publish_user(conn: &Connection, signer: &Signer, user: UserId, now: u64) -> Result<Option<Vec<NodeId>>, Error> {
+    let row = conn
+        .prepare_cached(
+            "SELECT name, token_enc, credential_enc, quota, used_up, used_down, reset, expires_at, duration_secs,
+                    started_at, enabled, status
+             FROM users WHERE id = ?1",
+        )?
+        .query_row([user], |row| {
+            Ok((
+                row.get::<_, String>(0)?,
+                row.get::<_, Vec<u8>>(1)?,
+                row.get::<_, Vec<u8>>(2)?,
+                row.get::<_, u64>(3)?,
+                row.get::<_, u64>(4)?,
+                row.get::<_, u64>(5)?,
+                row.get::<_, String>(6)?,
+                row.get::<_, u64>(7)?,
+                row.get::<_, u64>(8)?,
+                row.get::<_, u64>(9)?,
+                row.get::<_, bool>(10)?,
+                row.get::<_, String>(11)?,
+            ))
+        })
+        .optional()?;
+    let Some((name, token_enc, cred_enc, quota, up, down, reset, expires_at, duration, started, enabled, stored)) = row
+    else {
+        return Ok(None);
+    };
+    let status = status_of(enabled, expires_at, quota, up.saturating_add(down), duration, started, now);
+    if status_name(status) != stored {
+        conn.prepare_cached("UPDATE users SET status = ?2 WHERE id = ?1")?
+            .execute(params![user, status_name(status)])?;
+    }
+    let token_bytes = signer.vault.open(Purpose::Token, &token_enc)?;
+    let token = SubToken::from_bytes(
+        token_bytes.as_slice().try_into().map_err(|_| Error::Internal("a stored token has the wrong length".into()))?,
+    );
+    let credential = String::from_utf8(signer.vault.open(Purpose::Credential, &cred_enc)?.to_vec())
+        .map_err(|_| Error::Internal("a stored credential is not text".into()))?;
+    let snapshot = Snapshot {
+        user,
+        name,
+        status,
+        used_up: up,
+        used_down: down,
+        quota,
+        expires_at,
+        reset: parse_reset(&reset).unwrap_or(ResetStrategy::Never),
+        credential,
+        endpoints: endpoints(conn, user)?,
+        profile: signer.profile.clone(),
+    };
+    let content = sha256(&wire::encode(&snapshot));
+    let body = || seal::seal(&snapshot, &token, &signer.recovery, &mut OsRng);
+    put(
+        conn,
+        signer,
+        &Item {
+            kind: Kind::Snapshot,
+            name: stream::snapshot(&token.hash()),
+            audience: Audience::Edge,
+            lifetime: SNAPSHOT_LIFETIME,
+            content,
+            body: &body,
+            to_edge: true,
+        },
+        now,
+        false,
+    )?;
+    conn.prepare_cached("UPDATE users SET usage_dirty = 0 WHERE id = ?1 AND usage_dirty = 1")?.execute([user])?;
+    Ok(Some(nodes_of_user(conn, user)?))
+}
+
+/// The credential set `node` should hold now: every user who can connect, in its groups.
+pub(crate) fn credential_set(conn: &Connection, node: NodeId) -> Result<CredentialSet, Error> {
+    let mut query = conn.prepare_cached(
+        "SELECT DISTINCT u.id, u.credential_hash
+         FROM node_groups ng JOIN user_groups ug ON ug.group_id = ng.group_id JOIN users u ON u.id = ug.user_id
+         WHERE ng.node_id = ?1 AND u.status IN ('active', 'not_started')",
+    )?;
+    let users = query
+        .query_map([node], |row| Ok(CredEntry { user: row.get(0)?, hash: row.get(1)? }))?
+        .collect::<Result<Vec<_>, _>>()?;
+    CredentialSet::new(node, users).map_err(|e| Error::Internal(e.to_string()))
+}
+
+/// Signs `node`'s credential set if it changed (or `force`, to renew its expiry). Nodes that
+/// were never enrolled get no set.
+pub(crate) fn publish_creds(
+    conn: &Connection,
+    signer: &Signer,
+    node: NodeId,
+    now: u64,
+    force: bool,
+) -> Result<bool, Error> {
+    let enrolled: Option<bool> = conn
+        .prepare_cached("SELECT public_key IS NOT NULL FROM nodes WHERE id = ?1")?
+        .query_row([node], |row| row.get(0))
+        .optional()?;
+    if enrolled != Some(true) {
+        return Ok(false);
+    }
+    let set = credential_set(conn, node)?;
+    let encoded = set.encode();
+    let content = sha256(&encoded);
+    let body = || encoded.clone();
+    put(
+        conn,
+        signer,
+        &Item {
+            kind: Kind::CredentialSet,
+            name: stream::creds(node),
+            audience: Audience::Node(node),
+            lifetime: CREDS_LIFETIME,
+            content,
+            body: &body,
+            to_edge: true,
+        },
+        now,
+        force,
+    )
+}
+
+/// Signs the node's registration for the edge (its key, or `None` once removed).
+pub(crate) fn publish_node_record(
+    conn: &Connection,
+    signer: &Signer,
+    node: NodeId,
+    key: Option<PublicKey>,
+    now: u64,
+) -> Result<(), Error> {
+    let encoded = wire::encode(&NodeRecord { node, key });
+    let content = sha256(&encoded);
+    let body = || encoded.clone();
+    put(
+        conn,
+        signer,
+        &Item {
+            kind: Kind::NodeRecord,
+            name: stream::node(node),
+            audience: Audience::Edge,
+            lifetime: RECORD_LIFETIME,
+            content,
+            body: &body,
+            to_edge: true,
+        },
+        now,
+        false,
+    )?;
+    Ok(())
+}
+
+/// Signs the acknowledgement of a node's usage reports up to `seq` (or returns the one
+/// already signed for it). Nodes get it in the answer to their report.
+pub(crate) fn usage_ack(
+    conn: &Connection,
+    signer: &Signer,
+    node: NodeId,
+    seq: u64,
+    now: u64,
+) -> Result<Vec<u8>, Error> {
+    let encoded = wire::encode(&hearth_shared::wire::UsageAck { node, seq });
+    let content = sha256(&encoded);
+    let body = || encoded.clone();
+    let name = stream::usage_ack(node);
+    put(
+        conn,
+        signer,
+        &Item {
+            kind: Kind::UsageAck,
+            name: name.clone(),
+            audience: Audience::Node(node),
+            lifetime: RECORD_LIFETIME,
+            content,
+            body: &body,
+            to_edge: false,
+        },
+        now,
+        false,
+    )?;
+    envelope(conn, &name)?
+        .map(|(_, bytes)| bytes)
+        .ok_or_else(|| Error::Internal("the acknowledgement was not stored".into()))
+}
+
+/// The latest envelope of a stream, if it has one.
+pub(crate) fn envelope(conn: &Connection, name: &str) -> Result<Option<(u64, Vec<u8>)>, Error> {
+    let row: Option<(u64, Option<Vec<u8>>)> = conn
+        .prepare_cached("SELECT version, envelope FROM streams WHERE name = ?1")?
+        .query_row([name], |row| Ok((row.get(0)?, row.get(1)?)))
+        .optional()?;
+    Ok(row.and_then(|(version, envelope)| envelope.map(|e| (version, e))))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn civil_dates_round_trip() {
+        assert_eq!(days_from_civil(1970, 1, 1), 0);
+        assert_eq!(days_from_civil(2000, 3, 1), 11_017);
+        for days in [0, 59, 60, 365, 11_016, 11_017, 20_000, 20_454] {
+            let (year, month) = civil_month(days);
+            let first = days_from_civil(year, month, 1);
+            assert!(first <= days && days - first < 31, "{days}: {year}-{month}");
+        }
+    }
+
+    #[test]
+    fn resets_land_on_their_boundaries() {
+        // 2026-11-30 12:00 UTC is a Monday.
+        let now = 1_796_040_000;
+        assert_eq!(next_reset(ResetStrategy::Never, now), 0);
+        assert_eq!(next_reset(ResetStrategy::Daily, now), 1_796_083_200); // 2026-12-01 00:00
+        assert_eq!(next_reset(ResetStrategy::Weekly, now), 1_796_601_600); // Monday 2026-12-07
+        assert_eq!(next_reset(ResetStrategy::Monthly, now), 1_796_083_200); // 2026-12-01
+        assert_eq!(next_reset(ResetStrategy::Monthly, 1_796_083_200), 1_798_761_600); // 2027-01-01
+        assert_eq!(next_reset(ResetStrategy::Rolling30, now), now + 30 * DAY);
+        // At a boundary exactly, the next one is a full period away.
+        assert_eq!(next_reset(ResetStrategy::Daily, 1_796_083_200), 1_796_083_200 + DAY);
+    }
+
+    #[test]
+    fn status_order() {
+        assert_eq!(status_of(false, 1, 1, 5, 0, 0, 10), Status::Disabled);
+        assert_eq!(status_of(true, 10, 1, 5, 0, 0, 10), Status::Expired);
+        assert_eq!(status_of(true, 11, 5, 5, 0, 0, 10), Status::OverQuota);
+        assert_eq!(status_of(true, 0, 0, 5, 100, 0, 10), Status::NotStarted);
+        assert_eq!(status_of(true, 0, 6, 5, 100, 3, 10), Status::Active);
+    }
+}

@@ -1,0 +1,157 @@
+//! Secrets at rest and fresh random values.
+//!
+//! Subscription tokens and Hysteria2 credentials are kept in the database only encrypted
+//! (XChaCha20-Poly1305) under the master key, a 256-bit key in `master.key` (mode 0600) beside
+//! the database; a stolen database alone therefore leaks no link and no credential. Each
+//! ciphertext is bound to what it is (associated data), so one cannot be swapped for another.
+
+use std::path::Path;
+
+use anyhow::{Context as _, Result, bail};
+use base64::Engine as _;
+use base64::engine::general_purpose::URL_SAFE_NO_PAD as B64URL;
+use chacha20poly1305::aead::{Aead as _, KeyInit as _, Payload};
+use chacha20poly1305::{XChaCha20Poly1305, XNonce};
+use rand_core::{OsRng, RngCore as _};
+use zeroize::Zeroizing;
+
+use crate::error::Error;
+
+/// Encrypts and decrypts secrets at rest.
+#[derive(Clone)]
+pub(crate) struct Vault {
+    cipher: XChaCha20Poly1305,
+}
+
+/// What a ciphertext holds; part of its associated data.
+#[derive(Clone, Copy)]
+pub(crate) enum Purpose {
+    /// A subscription token.
+    Token,
+    /// A Hysteria2 credential.
+    Credential,
+}
+
+impl Purpose {
+    fn aad(self) -> &'static [u8] {
+        match self {
+            Purpose::Token => b"hearth master v1 token",
+            Purpose::Credential => b"hearth master v1 credential",
+        }
+    }
+}
+
+impl Vault {
+    /// Makes a new master key file; refuses to replace one.
+    pub(crate) fn create(path: &Path) -> Result<()> {
+        use std::io::Write as _;
+        let key = Zeroizing::new(random_bytes::<32>());
+        let mut options = std::fs::OpenOptions::new();
+        options.write(true).create_new(true);
+        #[cfg(unix)]
+        std::os::unix::fs::OpenOptionsExt::mode(&mut options, 0o600);
+        let mut file = options.open(path).with_context(|| format!("creating {}", path.display()))?;
+        let text = Zeroizing::new(format!("hearth master key v1\n{}\n", hex::encode(*key)));
+        file.write_all(text.as_bytes())
+            .and_then(|()| file.sync_all())
+            .with_context(|| format!("writing {}", path.display()))
+    }
+
+    /// Loads the master key; refuses a file others can read.
+    pub(crate) fn load(path: &Path) -> Result<Vault> {
+        #[cfg(unix)]
+        {
+            use std::os::unix::fs::PermissionsExt as _;
+            let mode =
+                std::fs::metadata(path).with_context(|| format!("reading {}", path.display()))?.permissions().mode();
+            if mode & 0o077 != 0 {
+                bail!("{} is readable by others (mode {:o}); run chmod 600 on it", path.display(), mode & 0o777);
+            }
+        }
+        let text =
+            Zeroizing::new(std::fs::read_to_string(path).with_context(|| format!("reading {}", path.display()))?);
+        let mut lines = text.lines();
+        if lines.next() != Some("hearth master key v1") {
+            bail!("{} is not a Hearth master key", path.display());
+        }
+        let key = Zeroizing::new(
+            lines
+                .next()
+                .and_then(|line| hex::decode(line.trim()).ok())
+                .filter(|key| key.len() == 32)
+                .with_context(|| format!("{} is corrupt", path.display()))?,
+        );
+        Ok(Vault { cipher: XChaCha20Poly1305::new_from_slice(&key).expect("32-byte key") })
+    }
+
+    /// Encrypts `plain`: a fresh nonce, then the ciphertext and tag.
+    pub(crate) fn seal(&self, purpose: Purpose, plain: &[u8]) -> Vec<u8> {
+        let nonce = random_bytes::<24>();
+        let mut out = nonce.to_vec();
+        let sealed = self
+            .cipher
+            .encrypt(XNonce::from_slice(&nonce), Payload { msg: plain, aad: purpose.aad() })
+            .expect("XChaCha20-Poly1305 encrypts any length we use");
+        out.extend_from_slice(&sealed);
+        out
+    }
+
+    /// Decrypts what [`Vault::seal`] made for the same purpose.
+    pub(crate) fn open(&self, purpose: Purpose, sealed: &[u8]) -> Result<Zeroizing<Vec<u8>>, Error> {
+        if sealed.len() < 24 + 16 {
+            return Err(Error::Internal("a secret in the database is truncated".into()));
+        }
+        let (nonce, body) = sealed.split_at(24);
+        self.cipher
+            .decrypt(XNonce::from_slice(nonce), Payload { msg: body, aad: purpose.aad() })
+            .map(Zeroizing::new)
+            .map_err(|_| Error::Internal("a secret in the database does not open with this master key".into()))
+    }
+}
+
+/// `N` random bytes from the OS.
+pub(crate) fn random_bytes<const N: usize>() -> [u8; N] {
+    let mut bytes = [0u8; N];
+    OsRng.fill_bytes(&mut bytes);
+    bytes
+}
+
+/// A random secret of 32 bytes in URL-safe base64 (43 characters): API tokens, session ids,
+/// enrollment tokens, the setup token.
+pub(crate) fn random_token() -> String {
+    B64URL.encode(random_bytes::<32>())
+}
+
+/// A random Hysteria2 credential: 24 bytes in URL-safe base64 (32 characters).
+pub(crate) fn random_credential() -> String {
+    B64URL.encode(random_bytes::<24>())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn seal_open_and_refusals() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("master.key");
+        Vault::create(&path).unwrap();
+        assert!(Vault::create(&path).is_err(), "never replaces a master key");
+        let vault = Vault::load(&path).unwrap();
+        let sealed = vault.seal(Purpose::Token, b"secret");
+        assert_eq!(&vault.open(Purpose::Token, &sealed).unwrap()[..], b"secret");
+        assert!(vault.open(Purpose::Credential, &sealed).is_err(), "bound to its purpose");
+        let mut tampered = sealed.clone();
+        tampered[30] ^= 1;
+        assert!(vault.open(Purpose::Token, &tampered).is_err());
+        let other = dir.path().join("other.key");
+        Vault::create(&other).unwrap();
+        assert!(Vault::load(&other).unwrap().open(Purpose::Token, &sealed).is_err());
+        #[cfg(unix)]
+        {
+            use std::os::unix::fs::PermissionsExt as _;
+            std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o644)).unwrap();
+            assert!(Vault::load(&path).err().unwrap().to_string().contains("readable by others"));
+        }
+    }
+}

@@ -1,0 +1,160 @@
+//! Starting control: load and check everything, then serve until SIGTERM or Ctrl-C.
+
+use std::path::Path;
+use std::sync::Arc;
+
+use anyhow::{Context as _, Result};
+use hearth_shared::keys::{RecoveryPublic, Role, SecretKey};
+use tokio::sync::watch;
+
+use crate::app::{App, now};
+use crate::config::{Config, Tls};
+use crate::keyring::Paths;
+use crate::publish::Signer;
+use crate::secrets::Vault;
+use crate::store::{self, Db};
+
+/// Loads the configuration, the database and the signer: what every command needs.
+pub(crate) fn open(dir: &Path) -> Result<(Config, Db, Signer)> {
+    let env = |name: &str| std::env::var(name).ok();
+    let config = Config::load(dir, &env)?;
+    let paths = Paths::new(dir);
+    // Checks the records against the root before anything is signed with them.
+    crate::keyring::load_trust(dir, now())?;
+    let key = SecretKey::load(&paths.secret(Role::Signing), Role::Signing)
+        .with_context(|| format!("loading {}", paths.secret(Role::Signing).display()))?;
+    let record = std::fs::read(paths.record(Role::Signing))
+        .with_context(|| format!("reading {}", paths.record(Role::Signing).display()))?;
+    let recovery_path = paths.public(Role::Recovery);
+    let recovery: RecoveryPublic = std::fs::read_to_string(&recovery_path)
+        .with_context(|| format!("reading {}", recovery_path.display()))?
+        .trim()
+        .parse()
+        .with_context(|| format!("{} is not a recovery key", recovery_path.display()))?;
+    let vault = Vault::load(&paths.master())?;
+    let db = Db::open(&paths.database()).with_context(|| format!("opening {}", paths.database().display()))?;
+    let signer = Signer {
+        key,
+        record,
+        recovery,
+        vault,
+        profile: config.profile.clone(),
+        epoch: 1,
+        root: config.root,
+        edge: config.edge_url.is_some(),
+    };
+    Ok((config, db, signer))
+}
+
+/// When the edge changed (or was just configured), every stream goes to the outbox again,
+/// so the new edge holds everything.
+fn resync_edge(db: &Db, edge_url: Option<&str>) -> Result<()> {
+    let edge = edge_url.unwrap_or_default().to_owned();
+    db.write_blocking(|tx| {
+        let synced = store::get_state_text(tx, "edge_url")?.unwrap_or_default();
+        if synced == edge {
+            return Ok(());
+        }
+        tx.execute("DELETE FROM outbox", [])?;
+        if !edge.is_empty() {
+            tx.execute(
+                "INSERT INTO outbox (stream, version, created)
+                 SELECT name, version, ?1 FROM streams WHERE name NOT LIKE 'ack/%' ORDER BY name",
+                [now()],
+            )?;
+        }
+        store::set_state(tx, "edge_url", edge.as_str())
+    })?;
+    Ok(())
+}
+
+fn init_logs(json: bool) {
+    let filter = tracing_subscriber::EnvFilter::try_from_env("HEARTH_LOG")
+        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info"));
+    let builder = tracing_subscriber::fmt().with_env_filter(filter).with_writer(std::io::stderr);
+    if json {
+        builder.json().init();
+    } else {
+        builder.init();
+    }
+}
+
+/// `hearth-control serve`.
+pub(crate) fn run(dir: &Path) -> Result<()> {
+    let (config, db, signer) = open(dir)?;
+    init_logs(config.log_json);
+    let _ = rustls::crypto::ring::default_provider().install_default();
+    resync_edge(&db, config.edge_url.as_deref())?;
+    let tls = match &config.tls {
+        Tls::Files { cert, key } => Some(crate::tls::server_config(cert, key)?),
+        Tls::Off => None,
+    };
+    let http = reqwest::Client::builder()
+        .user_agent(concat!("hearth-control/", env!("CARGO_PKG_VERSION")))
+        .connect_timeout(std::time::Duration::from_secs(10))
+        .build()
+        .context("making the HTTP client")?;
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .max_blocking_threads(16)
+        .enable_all()
+        .build()
+        .context("starting the runtime")?;
+    runtime.block_on(async move {
+        let tcp = tokio::net::TcpListener::bind(config.listen)
+            .await
+            .with_context(|| format!("listening on {}", config.listen))?;
+        let local = tcp.local_addr()?;
+        let listener = crate::tls::HearthListener::new(tcp, tls)?;
+        let has_owner = db.read(crate::auth::has_owner).await?;
+        let app = Arc::new(App::new(config, db, signer, crate::auth::Hasher::new(), http));
+        let scheme = if app.config.tls == Tls::Off { "http" } else { "https" };
+        println!("hearth-control listening on {scheme}://{local}");
+        if !has_owner {
+            let token = crate::secrets::random_token();
+            *app.setup_token.lock().expect("setup lock") = Some(token.clone());
+            println!(
+                "First run: open {}/{}/setup#{token} to create the owner (this link works once).",
+                app.config.public_url, app.config.admin_prefix
+            );
+        }
+        use std::io::Write as _;
+        let _ = std::io::stdout().flush();
+        let (stop, stopped) = watch::channel(false);
+        let tasks = vec![
+            tokio::spawn(crate::tasks::pusher(app.clone(), stopped.clone())),
+            tokio::spawn(crate::tasks::drainer(app.clone(), stopped.clone())),
+            tokio::spawn(crate::tasks::sweeper(app.clone(), stopped.clone())),
+        ];
+        let router = crate::api::router(app.clone());
+        let mut on_stop = stopped.clone();
+        axum::serve(listener, router.into_make_service_with_connect_info::<crate::tls::ClientAddr>())
+            .with_graceful_shutdown(async move {
+                shutdown_signal().await;
+                tracing::info!("shutting down");
+                let _ = stop.send(true);
+                let _ = on_stop.wait_for(|s| *s).await;
+            })
+            .await
+            .context("serving")?;
+        for task in tasks {
+            let _ = task.await;
+        }
+        Ok(())
+    })
+}
+
+async fn shutdown_signal() {
+    let ctrl_c = tokio::signal::ctrl_c();
+    #[cfg(unix)]
+    {
+        let mut term =
+            tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()).expect("a SIGTERM handler");
+        tokio::select! {
+            _ = ctrl_c => {}
+            _ = term.recv() => {}
+        }
+    }
+    #[cfg(not(unix))]
+    let _ = ctrl_c.await;
+}

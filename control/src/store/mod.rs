@@ -1,0 +1,193 @@
+//! Control's SQLite store: one writer, a small pool of readers, migrations embedded.
+//!
+//! The database runs in WAL mode with `synchronous = FULL`, so a write is on disk before it is
+//! acknowledged and a `kill -9` (or a power cut) at any point loses nothing acknowledged.
+//! Every change is one `BEGIN IMMEDIATE` transaction that also records what must be
+//! published (see [`crate::publish`]), so a change and its outbox entries commit together.
+
+pub(crate) mod nodes;
+pub(crate) mod users;
+
+use std::path::{Path, PathBuf};
+use std::sync::{Arc, Mutex};
+
+use rusqlite::{Connection, OptionalExtension as _, Transaction, TransactionBehavior};
+
+use crate::error::Error;
+
+/// Migrations, applied in order at start; `PRAGMA user_version` counts the applied ones.
+const MIGRATIONS: &[&str] = &[include_str!("schema.sql")];
+
+/// Readers kept open between requests.
+const IDLE_READERS: usize = 4;
+
+/// A handle to the database; cheap to clone.
+#[derive(Clone)]
+pub(crate) struct Db {
+    inner: Arc<Inner>,
+}
+
+struct Inner {
+    path: PathBuf,
+    writer: Mutex<Connection>,
+    readers: Mutex<Vec<Connection>>,
+}
+
+fn connect(path: &Path) -> rusqlite::Result<Connection> {
+    let conn = Connection::open(path)?;
+    conn.busy_timeout(std::time::Duration::from_secs(10))?;
+    conn.execute_batch("PRAGMA foreign_keys = ON; PRAGMA synchronous = FULL;")?;
+    Ok(conn)
+}
+
+impl Db {
+    /// Opens (creating if needed) the database at `path` and applies pending migrations.
+    pub(crate) fn open(path: &Path) -> Result<Db, Error> {
+        let mut conn = connect(path)?;
+        let mode: String = conn.query_row("PRAGMA journal_mode = WAL", [], |row| row.get(0))?;
+        if !mode.eq_ignore_ascii_case("wal") {
+            return Err(Error::Internal(format!("{} cannot use WAL (journal mode {mode})", path.display())));
+        }
+        migrate(&mut conn)?;
+        Ok(Db {
+            inner: Arc::new(Inner { path: path.to_owned(), writer: Mutex::new(conn), readers: Mutex::new(Vec::new()) }),
+        })
+    }
+
+    /// Runs `f` in one write transaction, committed when it returns `Ok`, on the blocking pool.
+    pub(crate) async fn write<T, F>(&self, f: F) -> Result<T, Error>
+    where
+        T: Send + 'static,
+        F: FnOnce(&Transaction<'_>) -> Result<T, Error> + Send + 'static,
+    {
+        let db = self.clone();
+        tokio::task::spawn_blocking(move || db.write_blocking(f))
+            .await
+            .map_err(|e| Error::Internal(format!("write task failed: {e}")))?
+    }
+
+    /// [`Db::write`] for callers outside the runtime (the CLI).
+    pub(crate) fn write_blocking<T>(&self, f: impl FnOnce(&Transaction<'_>) -> Result<T, Error>) -> Result<T, Error> {
+        let mut conn = self.inner.writer.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+        let tx = conn.transaction_with_behavior(TransactionBehavior::Immediate)?;
+        let value = f(&tx)?;
+        tx.commit()?;
+        Ok(value)
+    }
+
+    /// Runs `f` on a reader (a consistent snapshot for its duration), on the blocking pool.
+    pub(crate) async fn read<T, F>(&self, f: F) -> Result<T, Error>
+    where
+        T: Send + 'static,
+        F: FnOnce(&Connection) -> Result<T, Error> + Send + 'static,
+    {
+        let db = self.clone();
+        tokio::task::spawn_blocking(move || db.read_blocking(f))
+            .await
+            .map_err(|e| Error::Internal(format!("read task failed: {e}")))?
+    }
+
+    /// [`Db::read`] for callers outside the runtime.
+    pub(crate) fn read_blocking<T>(&self, f: impl FnOnce(&Connection) -> Result<T, Error>) -> Result<T, Error> {
+        let idle = self.inner.readers.lock().unwrap_or_else(std::sync::PoisonError::into_inner).pop();
+        let mut conn = match idle {
+            Some(conn) => conn,
+            None => connect(&self.inner.path)?,
+        };
+        let tx = conn.transaction_with_behavior(TransactionBehavior::Deferred)?;
+        let value = f(&tx);
+        drop(tx);
+        let mut readers = self.inner.readers.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+        if readers.len() < IDLE_READERS {
+            readers.push(conn);
+        }
+        value
+    }
+}
+
+fn migrate(conn: &mut Connection) -> Result<(), Error> {
+    let applied: usize = conn.query_row("PRAGMA user_version", [], |row| row.get(0))?;
+    if applied > MIGRATIONS.len() {
+        return Err(Error::Internal(format!(
+            "the database is from a newer Hearth (schema {applied}, this build knows {})",
+            MIGRATIONS.len()
+        )));
+    }
+    for (index, sql) in MIGRATIONS.iter().enumerate().skip(applied) {
+        let tx = conn.transaction_with_behavior(TransactionBehavior::Exclusive)?;
+        tx.execute_batch(sql)?;
+        tx.pragma_update(None, "user_version", index + 1)?;
+        tx.commit()?;
+    }
+    Ok(())
+}
+
+/// Reads a named integer from `state` (0 when unset).
+pub(crate) fn get_state(conn: &Connection, key: &str) -> Result<i64, Error> {
+    Ok(conn.query_row("SELECT value FROM state WHERE key = ?1", [key], |row| row.get(0)).optional()?.unwrap_or(0))
+}
+
+/// Reads a named text from `state`.
+pub(crate) fn get_state_text(conn: &Connection, key: &str) -> Result<Option<String>, Error> {
+    Ok(conn.query_row("SELECT value FROM state WHERE key = ?1", [key], |row| row.get(0)).optional()?)
+}
+
+/// Sets a named value in `state`.
+pub(crate) fn set_state(conn: &Connection, key: &str, value: impl rusqlite::ToSql) -> Result<(), Error> {
+    conn.execute(
+        "INSERT INTO state (key, value) VALUES (?1, ?2) ON CONFLICT (key) DO UPDATE SET value = excluded.value",
+        rusqlite::params![key, value],
+    )?;
+    Ok(())
+}
+
+/// Records a change in the audit log. `detail` must never hold a secret.
+pub(crate) fn audit(
+    conn: &Connection,
+    now: u64,
+    actor: &str,
+    action: &str,
+    target: &str,
+    detail: &str,
+) -> Result<(), Error> {
+    conn.execute(
+        "INSERT INTO audit (at, actor, action, target, detail) VALUES (?1, ?2, ?3, ?4, ?5)",
+        rusqlite::params![now, actor, action, target, detail],
+    )?;
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn migrations_apply_once_and_refuse_newer_schemas() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("control.db");
+        let db = Db::open(&path).unwrap();
+        db.write_blocking(|tx| set_state(tx, "k", 5)).unwrap();
+        drop(db);
+        let db = Db::open(&path).unwrap();
+        assert_eq!(db.read_blocking(|c| get_state(c, "k")).unwrap(), 5);
+        let groups: i64 =
+            db.read_blocking(|c| Ok(c.query_row("SELECT count(*) FROM groups", [], |r| r.get(0))?)).unwrap();
+        assert_eq!(groups, 1, "the default group is made once");
+        drop(db);
+        Connection::open(&path).unwrap().pragma_update(None, "user_version", 99).unwrap();
+        let err = Db::open(&path).err().unwrap().to_string();
+        assert!(err.contains("newer Hearth"), "{err}");
+    }
+
+    #[test]
+    fn a_failed_write_changes_nothing() {
+        let dir = tempfile::tempdir().unwrap();
+        let db = Db::open(&dir.path().join("control.db")).unwrap();
+        let result: Result<(), Error> = db.write_blocking(|tx| {
+            set_state(tx, "k", 1)?;
+            Err(Error::invalid("test", "refused"))
+        });
+        assert!(result.is_err());
+        assert_eq!(db.read_blocking(|c| get_state(c, "k")).unwrap(), 0);
+    }
+}

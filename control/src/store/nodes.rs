@@ -1,0 +1,577 @@
+//! Nodes, groups, enrollment and usage reports.
+
+use hearth_shared::envelope::{Audience, Kind};
+use hearth_shared::keys::PublicKey;
+use hearth_shared::trust::{self, Expect, RoleKeys, StreamState, Trust, VerifyError};
+use hearth_shared::wire::{self, NodeId, UsageReport, UserId, stream};
+use hearth_shared::{Digest, sha256};
+use rusqlite::{Connection, OptionalExtension as _, params};
+use serde::{Deserialize, Serialize};
+
+use crate::error::Error;
+use crate::publish::{self, Changes, Signer, status_name, status_of};
+use crate::secrets;
+use crate::store::audit;
+use crate::store::users::{check_name, group_ids};
+
+/// How long an enrollment token works.
+pub(crate) const ENROLL_LIFETIME: u64 = 24 * 3600;
+
+/// A node's settings as the API and CLI give them.
+#[derive(Clone, Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(crate) struct NodeInput {
+    /// Shown to users in their apps.
+    pub(crate) name: Option<String>,
+    /// The public host name or IP address clients connect to.
+    pub(crate) host: Option<String>,
+    /// The UDP port.
+    pub(crate) port: Option<u16>,
+    /// Port hopping: `"20000-30000"`, or `""` for none.
+    pub(crate) hop: Option<String>,
+    /// The TLS server name clients send (empty: the host).
+    pub(crate) sni: Option<String>,
+    /// `self_signed` (clients pin the node's certificate) or `operator` (a CA-issued one).
+    pub(crate) tls: Option<String>,
+    /// The Salamander obfuscation password (empty: none).
+    pub(crate) obfs: Option<String>,
+    /// What a non-Hysteria visitor sees: empty for the built-in site, or a URL to proxy.
+    pub(crate) masquerade: Option<String>,
+    /// Groups (by name) whose users this node serves; new nodes default to `default`.
+    pub(crate) groups: Option<Vec<String>>,
+}
+
+/// A node as the API shows it.
+#[derive(Clone, Debug, Serialize, Deserialize, PartialEq, Eq)]
+pub(crate) struct NodeView {
+    pub(crate) id: NodeId,
+    pub(crate) name: String,
+    pub(crate) host: String,
+    pub(crate) port: u16,
+    pub(crate) hop: String,
+    pub(crate) sni: String,
+    pub(crate) tls: String,
+    pub(crate) obfs: bool,
+    pub(crate) masquerade: String,
+    pub(crate) enrolled: bool,
+    pub(crate) key_id: Option<String>,
+    pub(crate) last_seen: u64,
+    pub(crate) version: String,
+    pub(crate) usage_seq: u64,
+    pub(crate) groups: Vec<String>,
+    pub(crate) created: u64,
+}
+
+const VIEW_COLUMNS: &str = "n.id, n.name, n.host, n.port, n.hop_start, n.hop_end, n.sni, n.tls, n.obfs, n.masquerade,
+    n.public_key, n.last_seen, n.version, n.usage_seq, n.created,
+    (SELECT group_concat(g.name, char(31)) FROM (SELECT g.name FROM node_groups ng JOIN groups g ON g.id = ng.group_id
+     WHERE ng.node_id = n.id ORDER BY g.name) g)";
+
+fn view_of(row: &rusqlite::Row<'_>) -> rusqlite::Result<NodeView> {
+    let hop_start: u16 = row.get(4)?;
+    let hop_end: u16 = row.get(5)?;
+    let key: Option<[u8; 32]> = row.get(10)?;
+    let groups: Option<String> = row.get(15)?;
+    Ok(NodeView {
+        id: row.get(0)?,
+        name: row.get(1)?,
+        host: row.get(2)?,
+        port: row.get(3)?,
+        hop: if hop_start == 0 { String::new() } else { format!("{hop_start}-{hop_end}") },
+        sni: row.get(6)?,
+        tls: row.get(7)?,
+        obfs: !row.get::<_, String>(8)?.is_empty(),
+        masquerade: row.get(9)?,
+        enrolled: key.is_some(),
+        key_id: key.and_then(|k| PublicKey::from_bytes(&k).ok()).map(|k| k.id().to_string()),
+        last_seen: row.get(11)?,
+        version: row.get(12)?,
+        usage_seq: row.get(13)?,
+        created: row.get(14)?,
+        groups: groups.map(|g| g.split('\u{1f}').map(str::to_owned).collect()).unwrap_or_default(),
+    })
+}
+
+fn check_host(host: &str) -> Result<String, Error> {
+    let host = host.trim();
+    let ok = !host.is_empty()
+        && host.len() <= 253
+        && host.chars().all(|c| c.is_ascii_alphanumeric() || matches!(c, '.' | '-' | ':' | '[' | ']'));
+    if !ok {
+        return Err(Error::invalid("bad_host", "host must be a DNS name or an IP address"));
+    }
+    Ok(host.to_owned())
+}
+
+fn parse_hop(hop: &str) -> Result<(u16, u16), Error> {
+    if hop.trim().is_empty() {
+        return Ok((0, 0));
+    }
+    let bad = || Error::invalid("bad_hop", "hop must be a port range like 20000-30000 (start below end)");
+    let (start, end) = hop.trim().split_once('-').ok_or_else(bad)?;
+    let start: u16 = start.trim().parse().map_err(|_| bad())?;
+    let end: u16 = end.trim().parse().map_err(|_| bad())?;
+    if start == 0 || start >= end {
+        return Err(bad());
+    }
+    Ok((start, end))
+}
+
+fn check_text(value: &str, code: &'static str, what: &str) -> Result<String, Error> {
+    if value.len() > 255 || value.chars().any(char::is_control) {
+        return Err(Error::invalid(code, format!("{what} must be at most 255 bytes, without control characters")));
+    }
+    Ok(value.trim().to_owned())
+}
+
+fn check_tls(tls: &str) -> Result<(), Error> {
+    if tls != "self_signed" && tls != "operator" {
+        return Err(Error::invalid("bad_tls", "tls must be self_signed or operator"));
+    }
+    Ok(())
+}
+
+/// One node.
+pub(crate) fn get(conn: &Connection, id: NodeId) -> Result<NodeView, Error> {
+    conn.prepare_cached(&format!("SELECT {VIEW_COLUMNS} FROM nodes n WHERE n.id = ?1"))?
+        .query_row([id], view_of)
+        .optional()?
+        .ok_or(Error::NotFound("node"))
+}
+
+/// Every node.
+pub(crate) fn list(conn: &Connection) -> Result<Vec<NodeView>, Error> {
+    let nodes = conn
+        .prepare_cached(&format!("SELECT {VIEW_COLUMNS} FROM nodes n ORDER BY n.id"))?
+        .query_map([], view_of)?
+        .collect::<Result<_, _>>()?;
+    Ok(nodes)
+}
+
+/// A node's id by name.
+pub(crate) fn id_by_name(conn: &Connection, name: &str) -> Result<NodeId, Error> {
+    conn.query_row("SELECT id FROM nodes WHERE name = ?1", [name], |row| row.get(0))
+        .optional()?
+        .ok_or(Error::NotFound("node"))
+}
+
+/// Adds a node; returns it and its one-time enrollment token.
+pub(crate) fn create(conn: &Connection, actor: &str, input: &NodeInput, now: u64) -> Result<(NodeView, String), Error> {
+    let name = check_name(input.name.as_deref().unwrap_or_default(), "node")?;
+    let host = check_host(input.host.as_deref().unwrap_or_default())?;
+    let port = input.port.filter(|p| *p != 0).unwrap_or(443);
+    let (hop_start, hop_end) = parse_hop(input.hop.as_deref().unwrap_or_default())?;
+    let tls = input.tls.clone().unwrap_or_else(|| "self_signed".to_owned());
+    check_tls(&tls)?;
+    let sni = check_text(input.sni.as_deref().unwrap_or_default(), "bad_sni", "sni")?;
+    let obfs = check_text(input.obfs.as_deref().unwrap_or_default(), "bad_obfs", "obfs")?;
+    let masquerade = check_text(input.masquerade.as_deref().unwrap_or_default(), "bad_masquerade", "masquerade")?;
+    let groups = group_ids(conn, input.groups.as_deref().unwrap_or(&["default".to_owned()]))?;
+    let token = secrets::random_token();
+    conn.execute(
+        "INSERT INTO nodes (name, host, port, hop_start, hop_end, sni, tls, obfs, masquerade, enroll_hash,
+                            enroll_expires, created)
+         VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12)",
+        params![
+            name,
+            host,
+            port,
+            hop_start,
+            hop_end,
+            sni,
+            tls,
+            obfs,
+            masquerade,
+            sha256(token.as_bytes()),
+            now + ENROLL_LIFETIME,
+            now
+        ],
+    )
+    .map_err(|e| Error::from(e).unique(&format!("a node named {name:?}")))?;
+    let id: NodeId = conn.last_insert_rowid().try_into().expect("row ids are positive");
+    for group in groups {
+        conn.execute("INSERT INTO node_groups (node_id, group_id) VALUES (?1, ?2)", params![id, group])?;
+    }
+    audit(conn, now, actor, "node.create", &format!("node {id} ({name})"), &host)?;
+    Ok((get(conn, id)?, token))
+}
+
+/// Changes a node's settings; users who reach it get new snapshots.
+pub(crate) fn update(
+    conn: &Connection,
+    signer: &Signer,
+    actor: &str,
+    id: NodeId,
+    input: &NodeInput,
+    now: u64,
+) -> Result<NodeView, Error> {
+    let before = get(conn, id)?;
+    let mut changes = Changes::default();
+    changes.users_of_node(conn, id)?;
+    let mut changed = Vec::new();
+    if let Some(name) = &input.name {
+        let name = check_name(name, "node")?;
+        conn.execute("UPDATE nodes SET name = ?2 WHERE id = ?1", params![id, name])
+            .map_err(|e| Error::from(e).unique(&format!("a node named {name:?}")))?;
+        changed.push("name");
+    }
+    if let Some(host) = &input.host {
+        conn.execute("UPDATE nodes SET host = ?2 WHERE id = ?1", params![id, check_host(host)?])?;
+        changed.push("host");
+    }
+    if let Some(port) = input.port {
+        if port == 0 {
+            return Err(Error::invalid("bad_port", "port must be 1 to 65535"));
+        }
+        conn.execute("UPDATE nodes SET port = ?2 WHERE id = ?1", params![id, port])?;
+        changed.push("port");
+    }
+    if let Some(hop) = &input.hop {
+        let (start, end) = parse_hop(hop)?;
+        conn.execute("UPDATE nodes SET hop_start = ?2, hop_end = ?3 WHERE id = ?1", params![id, start, end])?;
+        changed.push("hop");
+    }
+    if let Some(sni) = &input.sni {
+        conn.execute("UPDATE nodes SET sni = ?2 WHERE id = ?1", params![id, check_text(sni, "bad_sni", "sni")?])?;
+        changed.push("sni");
+    }
+    if let Some(tls) = &input.tls {
+        check_tls(tls)?;
+        conn.execute("UPDATE nodes SET tls = ?2 WHERE id = ?1", params![id, tls])?;
+        changed.push("tls");
+    }
+    if let Some(obfs) = &input.obfs {
+        conn.execute("UPDATE nodes SET obfs = ?2 WHERE id = ?1", params![id, check_text(obfs, "bad_obfs", "obfs")?])?;
+        changed.push("obfs");
+    }
+    if let Some(masquerade) = &input.masquerade {
+        let masquerade = check_text(masquerade, "bad_masquerade", "masquerade")?;
+        conn.execute("UPDATE nodes SET masquerade = ?2 WHERE id = ?1", params![id, masquerade])?;
+        changed.push("masquerade");
+    }
+    if let Some(groups) = &input.groups {
+        let ids = group_ids(conn, groups)?;
+        conn.execute("DELETE FROM node_groups WHERE node_id = ?1", [id])?;
+        for group in ids {
+            conn.execute("INSERT INTO node_groups (node_id, group_id) VALUES (?1, ?2)", params![id, group])?;
+        }
+        changed.push("groups");
+    }
+    changes.users_of_node(conn, id)?;
+    changes.publish(conn, signer, now)?;
+    audit(conn, now, actor, "node.update", &format!("node {id} ({})", before.name), &changed.join(","))?;
+    get(conn, id)
+}
+
+/// Removes a node: the edge forgets its key, its users' snapshots drop it.
+pub(crate) fn delete(conn: &Connection, signer: &Signer, actor: &str, id: NodeId, now: u64) -> Result<(), Error> {
+    let before = get(conn, id)?;
+    let mut changes = Changes::default();
+    changes.users_of_node(conn, id)?;
+    conn.execute("DELETE FROM nodes WHERE id = ?1", [id])?;
+    if before.enrolled {
+        publish::publish_node_record(conn, signer, id, None, now)?;
+    }
+    publish::delete_stream(conn, signer, &stream::creds(id), now)?;
+    changes.publish(conn, signer, now)?;
+    audit(conn, now, actor, "node.delete", &format!("node {id} ({})", before.name), "")?;
+    Ok(())
+}
+
+/// A new one-time enrollment token for a node (to enroll it again, e.g. on a new server).
+pub(crate) fn new_enroll_token(conn: &Connection, actor: &str, id: NodeId, now: u64) -> Result<String, Error> {
+    let node = get(conn, id)?;
+    let token = secrets::random_token();
+    conn.execute(
+        "UPDATE nodes SET enroll_hash = ?2, enroll_expires = ?3 WHERE id = ?1",
+        params![id, sha256(token.as_bytes()), now + ENROLL_LIFETIME],
+    )?;
+    audit(conn, now, actor, "node.enroll_token", &format!("node {id} ({})", node.name), "")?;
+    Ok(token)
+}
+
+/// What a node sends to enroll.
+#[derive(Clone, Debug, Deserialize, Serialize)]
+#[serde(deny_unknown_fields)]
+pub(crate) struct EnrollRequest {
+    /// The one-time token from `node enroll-command`.
+    pub(crate) token: String,
+    /// The node's public key.
+    pub(crate) key: String,
+    /// SHA-256 of the node's TLS certificate (self-signed nodes), hex.
+    #[serde(default)]
+    pub(crate) cert_sha256: Option<String>,
+    /// SHA-256 of its public key (SPKI), hex.
+    #[serde(default)]
+    pub(crate) spki_sha256: Option<String>,
+    /// The node's version.
+    #[serde(default)]
+    pub(crate) version: String,
+}
+
+fn parse_digest(value: Option<&str>) -> Result<Option<Digest>, Error> {
+    value
+        .map(|v| {
+            hex::decode(v)
+                .ok()
+                .and_then(|d| <[u8; 32]>::try_from(d).ok())
+                .ok_or_else(|| Error::invalid("bad_pin", "pins are 64 hex characters"))
+        })
+        .transpose()
+}
+
+/// Registers a node's key in exchange for its one-time token. Returns the node's id.
+pub(crate) fn enroll(conn: &Connection, signer: &Signer, request: &EnrollRequest, now: u64) -> Result<NodeId, Error> {
+    let key: PublicKey =
+        request.key.parse().map_err(|_| Error::invalid("bad_key", "key must be a Hearth public key"))?;
+    let cert = parse_digest(request.cert_sha256.as_deref())?;
+    let spki = parse_digest(request.spki_sha256.as_deref())?;
+    let version = check_text(&request.version, "bad_version", "version")?;
+    let found: Option<(NodeId, String)> = conn
+        .query_row(
+            "SELECT id, name FROM nodes WHERE enroll_hash = ?1 AND enroll_expires > ?2",
+            params![sha256(request.token.as_bytes()), now],
+            |row| Ok((row.get(0)?, row.get(1)?)),
+        )
+        .optional()?;
+    let Some((id, name)) = found else {
+        return Err(Error::invalid("bad_enroll_token", "this enrollment token is unknown, used or expired"));
+    };
+    conn.execute(
+        "UPDATE nodes SET public_key = ?2, cert_sha256 = ?3, spki_sha256 = ?4, version = ?5, enroll_hash = NULL,
+                          enroll_expires = 0, last_seen = ?6, usage_seq = 0, usage_digest = NULL
+         WHERE id = ?1",
+        params![id, key.to_bytes(), cert, spki, version, now],
+    )?;
+    publish::publish_node_record(conn, signer, id, Some(key), now)?;
+    let mut changes = Changes::default();
+    changes.users_of_node(conn, id)?;
+    changes.publish(conn, signer, now)?;
+    // A node enrolled again starts a new usage stream; a set it already held stays valid.
+    conn.execute("DELETE FROM streams WHERE name = ?1", [stream::usage_ack(id)])?;
+    audit(conn, now, "node", "node.enroll", &format!("node {id} ({name})"), &key.id().to_string())?;
+    Ok(id)
+}
+
+/// A node's registered key.
+pub(crate) fn key_of(conn: &Connection, id: NodeId) -> Result<Option<PublicKey>, Error> {
+    let key: Option<Option<[u8; 32]>> =
+        conn.query_row("SELECT public_key FROM nodes WHERE id = ?1", [id], |row| row.get(0)).optional()?;
+    Ok(key.flatten().and_then(|k| PublicKey::from_bytes(&k).ok()))
+}
+
+/// Marks a node as seen now.
+pub(crate) fn seen(conn: &Connection, id: NodeId, now: u64) -> Result<(), Error> {
+    conn.execute("UPDATE nodes SET last_seen = ?2 WHERE id = ?1 AND last_seen < ?2", params![id, now])?;
+    Ok(())
+}
+
+/// What became of a usage report.
+#[derive(Debug, PartialEq, Eq)]
+pub(crate) enum UsageOutcome {
+    /// Applied now.
+    Applied(u64),
+    /// Applied before (a replay, or a resend after a lost acknowledgement): counted once.
+    Duplicate(u64),
+}
+
+impl UsageOutcome {
+    /// The highest sequence number applied for the node.
+    pub(crate) fn acked(&self) -> u64 {
+        match self {
+            UsageOutcome::Applied(seq) | UsageOutcome::Duplicate(seq) => *seq,
+        }
+    }
+}
+
+/// Verifies and applies a node's signed usage report exactly once. Reports must come in
+/// order (the node keeps every report until it is acknowledged); a gap is refused.
+pub(crate) fn apply_usage(
+    conn: &Connection,
+    signer: &Signer,
+    node: NodeId,
+    bytes: &[u8],
+    now: u64,
+) -> Result<UsageOutcome, Error> {
+    type Row = (Option<[u8; 32]>, u64, Option<[u8; 32]>);
+    let row: Option<Row> = conn
+        .query_row("SELECT public_key, usage_seq, usage_digest FROM nodes WHERE id = ?1", [node], |row| {
+            Ok((row.get(0)?, row.get(1)?, row.get(2)?))
+        })
+        .optional()?;
+    let Some((Some(key), applied, digest)) = row else {
+        return Err(Error::invalid("unknown_node", "no enrolled node has this id"));
+    };
+    let key = PublicKey::from_bytes(&key).map_err(|_| Error::Internal("a stored node key is invalid".into()))?;
+    let mut trust = Trust::new(RoleKeys::single(signer.root));
+    trust.set_node(node, key);
+    let name = stream::usage(node);
+    let stored = digest.map(|digest| StreamState { version: applied, digest });
+    let expect = Expect { kind: Kind::UsageReport, audience: Audience::Control, stream: &name };
+    let verified = match trust::verify(bytes, &trust, &expect, stored.as_ref(), now) {
+        Ok(verified) => verified,
+        Err(VerifyError::Stale { .. }) => return Ok(UsageOutcome::Duplicate(applied)),
+        Err(e) => return Err(Error::invalid("refused", format!("usage report refused: {e}"))),
+    };
+    if verified.unchanged {
+        return Ok(UsageOutcome::Duplicate(applied));
+    }
+    let seq = verified.envelope.header.version;
+    if seq != applied + 1 {
+        return Err(Error::Conflict(format!("usage report {seq} out of order: send report {} first", applied + 1)));
+    }
+    let report: UsageReport = wire::decode(&verified.envelope.body, "usage report")
+        .map_err(|_| Error::invalid("refused", "usage report refused: bad body"))?;
+    if report.node != node || report.seq != seq {
+        return Err(Error::invalid("refused", "usage report refused: its body names another node or sequence"));
+    }
+    let mut changes = Changes::default();
+    let day = now / 86_400;
+    for usage in &report.users {
+        if apply_user_usage(conn, usage.user, usage.up, usage.down, day, now)? {
+            changes.user(conn, usage.user)?;
+        }
+    }
+    conn.execute(
+        "UPDATE nodes SET usage_seq = ?2, usage_digest = ?3, last_seen = max(last_seen, ?4) WHERE id = ?1",
+        params![node, seq, verified.digest, now],
+    )?;
+    changes.publish(conn, signer, now)?;
+    Ok(UsageOutcome::Applied(seq))
+}
+
+/// Adds one user's traffic; returns whether the user's status changed (or it just started).
+fn apply_user_usage(conn: &Connection, user: UserId, up: u64, down: u64, day: u64, now: u64) -> Result<bool, Error> {
+    type Row = (bool, u64, u64, u64, u64, u64, u64, String);
+    let row: Option<Row> = conn
+        .prepare_cached(
+            "SELECT enabled, expires_at, quota, used_up, used_down, duration_secs, started_at, status
+             FROM users WHERE id = ?1",
+        )?
+        .query_row([user], |row| {
+            Ok((row.get(0)?, row.get(1)?, row.get(2)?, row.get(3)?, row.get(4)?, row.get(5)?, row.get(6)?, row.get(7)?))
+        })
+        .optional()?;
+    // Traffic of a user deleted since is dropped: there is nobody to count it for.
+    let Some((enabled, mut expires_at, quota, used_up, used_down, duration, mut started, stored)) = row else {
+        return Ok(false);
+    };
+    let (up, down) = (up.min(i64::MAX as u64), down.min(i64::MAX as u64));
+    let used_up = used_up.saturating_add(up).min(i64::MAX as u64);
+    let used_down = used_down.saturating_add(down).min(i64::MAX as u64);
+    let starts = duration != 0 && started == 0 && up.saturating_add(down) > 0;
+    if starts {
+        started = now;
+        expires_at = now + duration;
+    }
+    conn.prepare_cached(
+        "UPDATE users SET used_up = ?2, used_down = ?3, started_at = ?4, expires_at = ?5, usage_dirty = 1 WHERE id = ?1",
+    )?
+    .execute(params![user, used_up, used_down, started, expires_at])?;
+    conn.prepare_cached(
+        "INSERT INTO usage_daily (user_id, day, up, down) VALUES (?1, ?2, ?3, ?4)
+         ON CONFLICT (user_id, day) DO UPDATE SET up = up + excluded.up, down = down + excluded.down",
+    )?
+    .execute(params![user, day, up, down])?;
+    let status = status_of(enabled, expires_at, quota, used_up.saturating_add(used_down), duration, started, now);
+    Ok(starts || status_name(status) != stored)
+}
+
+/// A group as the API shows it.
+#[derive(Clone, Debug, Serialize, Deserialize, PartialEq, Eq)]
+pub(crate) struct GroupView {
+    pub(crate) id: i64,
+    pub(crate) name: String,
+    pub(crate) note: String,
+    pub(crate) users: u64,
+    pub(crate) nodes: u64,
+}
+
+/// A group's settings.
+#[derive(Clone, Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(crate) struct GroupInput {
+    pub(crate) name: Option<String>,
+    pub(crate) note: Option<String>,
+}
+
+const GROUP_COLUMNS: &str = "g.id, g.name, g.note,
+    (SELECT count(*) FROM user_groups ug WHERE ug.group_id = g.id),
+    (SELECT count(*) FROM node_groups ng WHERE ng.group_id = g.id)";
+
+fn group_of(row: &rusqlite::Row<'_>) -> rusqlite::Result<GroupView> {
+    Ok(GroupView { id: row.get(0)?, name: row.get(1)?, note: row.get(2)?, users: row.get(3)?, nodes: row.get(4)? })
+}
+
+/// Every group.
+pub(crate) fn groups(conn: &Connection) -> Result<Vec<GroupView>, Error> {
+    let groups = conn
+        .prepare_cached(&format!("SELECT {GROUP_COLUMNS} FROM groups g ORDER BY g.name"))?
+        .query_map([], group_of)?
+        .collect::<Result<_, _>>()?;
+    Ok(groups)
+}
+
+/// One group.
+pub(crate) fn group(conn: &Connection, id: i64) -> Result<GroupView, Error> {
+    conn.prepare_cached(&format!("SELECT {GROUP_COLUMNS} FROM groups g WHERE g.id = ?1"))?
+        .query_row([id], group_of)
+        .optional()?
+        .ok_or(Error::NotFound("group"))
+}
+
+/// Creates a group.
+pub(crate) fn create_group(conn: &Connection, actor: &str, input: &GroupInput, now: u64) -> Result<GroupView, Error> {
+    let name = check_name(input.name.as_deref().unwrap_or_default(), "group")?;
+    let note = check_text(input.note.as_deref().unwrap_or_default(), "bad_note", "note")?;
+    conn.execute("INSERT INTO groups (name, note) VALUES (?1, ?2)", params![name, note])
+        .map_err(|e| Error::from(e).unique(&format!("a group named {name:?}")))?;
+    let id = conn.last_insert_rowid();
+    audit(conn, now, actor, "group.create", &format!("group {id} ({name})"), "")?;
+    group(conn, id)
+}
+
+/// Renames a group or changes its note (membership is set on users and nodes).
+pub(crate) fn update_group(
+    conn: &Connection,
+    actor: &str,
+    id: i64,
+    input: &GroupInput,
+    now: u64,
+) -> Result<GroupView, Error> {
+    let before = group(conn, id)?;
+    if let Some(name) = &input.name {
+        let name = check_name(name, "group")?;
+        conn.execute("UPDATE groups SET name = ?2 WHERE id = ?1", params![id, name])
+            .map_err(|e| Error::from(e).unique(&format!("a group named {name:?}")))?;
+    }
+    if let Some(note) = &input.note {
+        conn.execute("UPDATE groups SET note = ?2 WHERE id = ?1", params![id, check_text(note, "bad_note", "note")?])?;
+    }
+    audit(conn, now, actor, "group.update", &format!("group {id} ({})", before.name), "")?;
+    group(conn, id)
+}
+
+/// Deletes a group: its users lose its nodes.
+pub(crate) fn delete_group(conn: &Connection, signer: &Signer, actor: &str, id: i64, now: u64) -> Result<(), Error> {
+    let before = group(conn, id)?;
+    let mut changes = Changes::default();
+    let users: Vec<UserId> = conn
+        .prepare("SELECT user_id FROM user_groups WHERE group_id = ?1")?
+        .query_map([id], |row| row.get(0))?
+        .collect::<Result<_, _>>()?;
+    let nodes: Vec<NodeId> = conn
+        .prepare("SELECT node_id FROM node_groups WHERE group_id = ?1")?
+        .query_map([id], |row| row.get(0))?
+        .collect::<Result<_, _>>()?;
+    for user in &users {
+        changes.user(conn, *user)?;
+    }
+    for node in nodes {
+        changes.node(node);
+    }
+    conn.execute("DELETE FROM groups WHERE id = ?1", [id])?;
+    changes.publish(conn, signer, now)?;
+    audit(conn, now, actor, "group.delete", &format!("group {id} ({})", before.name), "")?;
+    Ok(())
+}

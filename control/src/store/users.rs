@@ -1,0 +1,523 @@
+//! Users: create (one or many), change, list, and everything that republishes them.
+
+use hearth_shared::sha256;
+use hearth_shared::wire::{ResetStrategy, SubToken, UserId};
+use rand_core::OsRng;
+use rusqlite::{Connection, OptionalExtension as _, params, params_from_iter};
+use serde::{Deserialize, Serialize};
+
+use crate::error::Error;
+use crate::publish::{self, Changes, Signer, parse_reset, reset_name};
+use crate::secrets::{self, Purpose};
+use crate::store::audit;
+
+/// The most users one bulk call creates.
+pub(crate) const MAX_BULK: usize = 10_000;
+
+/// A user's settings as the API and CLI give them; every field is optional on a change.
+#[derive(Clone, Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(crate) struct UserInput {
+    /// The name shown in the panel and in apps (1 to 64 characters).
+    pub(crate) name: Option<String>,
+    /// Traffic quota in bytes, up and down together (0: unlimited).
+    pub(crate) quota: Option<u64>,
+    /// Expiry as Unix seconds (0: never). Conflicts with `days`.
+    pub(crate) expires_at: Option<u64>,
+    /// Valid for this many days from now, or from first use with `start_on_first_use`.
+    pub(crate) days: Option<u64>,
+    /// Start the `days` at the first connection instead of now.
+    pub(crate) start_on_first_use: Option<bool>,
+    /// When used traffic goes back to zero: none, daily, weekly, monthly, rolling30.
+    pub(crate) reset: Option<String>,
+    /// A note for the operator.
+    pub(crate) note: Option<String>,
+    /// The groups (by name) whose nodes the user gets; new users default to `default`.
+    pub(crate) groups: Option<Vec<String>>,
+    /// Whether the user may connect.
+    pub(crate) enabled: Option<bool>,
+}
+
+/// A user as the API shows it. No secret: the link has its own call.
+#[derive(Clone, Debug, Serialize, Deserialize, PartialEq, Eq)]
+pub(crate) struct UserView {
+    pub(crate) id: UserId,
+    pub(crate) name: String,
+    pub(crate) status: String,
+    pub(crate) enabled: bool,
+    pub(crate) quota: u64,
+    pub(crate) used_up: u64,
+    pub(crate) used_down: u64,
+    pub(crate) reset: String,
+    pub(crate) next_reset: u64,
+    pub(crate) expires_at: u64,
+    pub(crate) duration_days: u64,
+    pub(crate) started_at: u64,
+    pub(crate) note: String,
+    pub(crate) groups: Vec<String>,
+    pub(crate) created: u64,
+    pub(crate) updated: u64,
+}
+
+/// Filters and paging for a list.
+#[derive(Clone, Debug, Default, Deserialize)]
+pub(crate) struct ListQuery {
+    /// Substring of the name or note.
+    pub(crate) q: Option<String>,
+    /// One status (active, disabled, expired, over_quota, not_started).
+    pub(crate) status: Option<String>,
+    /// A group's name.
+    pub(crate) group: Option<String>,
+    /// From 1.
+    pub(crate) page: Option<u64>,
+    /// At most 500; 50 by default.
+    pub(crate) per_page: Option<u64>,
+}
+
+/// A page of users.
+#[derive(Clone, Debug, Serialize, Deserialize)]
+pub(crate) struct UserPage {
+    pub(crate) total: u64,
+    pub(crate) page: u64,
+    pub(crate) per_page: u64,
+    pub(crate) users: Vec<UserView>,
+}
+
+const VIEW_COLUMNS: &str = "u.id, u.name, u.status, u.enabled, u.quota, u.used_up, u.used_down, u.reset, u.next_reset,
+    u.expires_at, u.duration_secs, u.started_at, u.note, u.created, u.updated,
+    (SELECT group_concat(g.name, char(31)) FROM (SELECT g.name FROM user_groups ug JOIN groups g ON g.id = ug.group_id
+     WHERE ug.user_id = u.id ORDER BY g.name) g)";
+
+fn view_of(row: &rusqlite::Row<'_>) -> rusqlite::Result<UserView> {
+    let groups: Option<String> = row.get(15)?;
+    Ok(UserView {
+        id: row.get(0)?,
+        name: row.get(1)?,
+        status: row.get(2)?,
+        enabled: row.get(3)?,
+        quota: row.get(4)?,
+        used_up: row.get(5)?,
+        used_down: row.get(6)?,
+        reset: row.get(7)?,
+        next_reset: row.get(8)?,
+        expires_at: row.get(9)?,
+        duration_days: row.get::<_, u64>(10)? / 86_400,
+        started_at: row.get(11)?,
+        note: row.get(12)?,
+        created: row.get(13)?,
+        updated: row.get(14)?,
+        groups: groups.map(|g| g.split('\u{1f}').map(str::to_owned).collect()).unwrap_or_default(),
+    })
+}
+
+/// Checks a user's name.
+pub(crate) fn check_name(name: &str, what: &str) -> Result<String, Error> {
+    let name = name.trim();
+    if name.is_empty() || name.chars().count() > 64 || name.chars().any(char::is_control) {
+        return Err(Error::invalid(
+            "bad_name",
+            format!("a {what} name must be 1 to 64 characters, without control characters"),
+        ));
+    }
+    Ok(name.to_owned())
+}
+
+fn check_note(note: &str) -> Result<(), Error> {
+    if note.len() > 1000 {
+        return Err(Error::invalid("bad_note", "a note must be at most 1000 bytes"));
+    }
+    Ok(())
+}
+
+/// Group ids of names; refuses unknown names.
+pub(crate) fn group_ids(conn: &Connection, names: &[String]) -> Result<Vec<i64>, Error> {
+    let mut query = conn.prepare_cached("SELECT id FROM groups WHERE name = ?1")?;
+    let mut ids = Vec::with_capacity(names.len());
+    for name in names {
+        match query.query_row([name], |row| row.get(0)).optional()? {
+            Some(id) => ids.push(id),
+            None => return Err(Error::invalid("unknown_group", format!("there is no group named {name:?}"))),
+        }
+    }
+    ids.sort_unstable();
+    ids.dedup();
+    Ok(ids)
+}
+
+/// The validated, resolved settings of a new user.
+struct NewUser {
+    quota: u64,
+    reset: ResetStrategy,
+    expires_at: u64,
+    duration: u64,
+    note: String,
+    groups: Vec<i64>,
+    enabled: bool,
+}
+
+fn resolve_new(conn: &Connection, input: &UserInput, now: u64) -> Result<NewUser, Error> {
+    let reset = match &input.reset {
+        Some(name) => parse_reset(name)
+            .ok_or_else(|| Error::invalid("bad_reset", "reset must be none, daily, weekly, monthly or rolling30"))?,
+        None => ResetStrategy::Never,
+    };
+    let (expires_at, duration) = expiry(input, now)?;
+    let note = input.note.clone().unwrap_or_default();
+    check_note(&note)?;
+    let groups = group_ids(conn, input.groups.as_deref().unwrap_or(&["default".to_owned()]))?;
+    Ok(NewUser {
+        quota: input.quota.unwrap_or(0),
+        reset,
+        expires_at,
+        duration,
+        note,
+        groups,
+        enabled: input.enabled.unwrap_or(true),
+    })
+}
+
+/// Expiry and start-on-first-use duration from `expires_at` / `days` / `start_on_first_use`.
+fn expiry(input: &UserInput, now: u64) -> Result<(u64, u64), Error> {
+    if input.quota.is_some_and(|q| q > i64::MAX as u64) {
+        return Err(Error::invalid("bad_quota", "quota is too large"));
+    }
+    match (input.expires_at, input.days) {
+        (Some(_), Some(_)) => Err(Error::invalid("bad_expiry", "give expires_at or days, not both")),
+        (_, Some(days)) if days == 0 || days > 36_500 => {
+            Err(Error::invalid("bad_expiry", "days must be between 1 and 36500"))
+        }
+        (Some(at), None) if at > 0 && at > now + 36_500 * 86_400 => {
+            Err(Error::invalid("bad_expiry", "expires_at is too far away"))
+        }
+        (Some(_), None) if input.start_on_first_use == Some(true) => {
+            Err(Error::invalid("bad_expiry", "start_on_first_use needs days, not expires_at"))
+        }
+        (Some(at), None) => Ok((at, 0)),
+        (None, Some(days)) if input.start_on_first_use == Some(true) => Ok((0, days * 86_400)),
+        (None, Some(days)) => Ok((now + days * 86_400, 0)),
+        (None, None) => Ok((0, 0)),
+    }
+}
+
+/// What creating a user hands back once: the user and its subscription link's token.
+pub(crate) struct Created {
+    pub(crate) id: UserId,
+    pub(crate) token: SubToken,
+}
+
+fn insert(conn: &Connection, signer: &Signer, name: &str, new: &NewUser, now: u64) -> Result<Created, Error> {
+    let token = SubToken::generate(&mut OsRng);
+    let credential = secrets::random_credential();
+    conn.prepare_cached(
+        "INSERT INTO users (name, token_hash, token_enc, credential_enc, credential_hash, quota, reset, next_reset,
+                            expires_at, duration_secs, enabled, note, created, updated)
+         VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?13)",
+    )?
+    .execute(params![
+        name,
+        token.hash(),
+        signer.vault.seal(Purpose::Token, token.as_bytes()),
+        signer.vault.seal(Purpose::Credential, credential.as_bytes()),
+        sha256(credential.as_bytes()),
+        new.quota,
+        reset_name(new.reset),
+        publish::next_reset(new.reset, now),
+        new.expires_at,
+        new.duration,
+        new.enabled,
+        new.note,
+        now,
+    ])
+    .map_err(|e| Error::from(e).unique(&format!("a user named {name:?}")))?;
+    let id: UserId = conn.last_insert_rowid().try_into().expect("row ids are positive");
+    let mut add = conn.prepare_cached("INSERT INTO user_groups (user_id, group_id) VALUES (?1, ?2)")?;
+    for group in &new.groups {
+        add.execute(params![id, group])?;
+    }
+    Ok(Created { id, token })
+}
+
+/// Creates one user and publishes it.
+pub(crate) fn create(
+    conn: &Connection,
+    signer: &Signer,
+    actor: &str,
+    input: &UserInput,
+    now: u64,
+) -> Result<Created, Error> {
+    let name = check_name(input.name.as_deref().unwrap_or_default(), "user")?;
+    let new = resolve_new(conn, input, now)?;
+    let created = insert(conn, signer, &name, &new, now)?;
+    let mut changes = Changes::default();
+    changes.user(conn, created.id)?;
+    changes.publish(conn, signer, now)?;
+    audit(conn, now, actor, "user.create", &format!("user {} ({name})", created.id), "")?;
+    Ok(created)
+}
+
+/// Creates many users with the same settings in one transaction: all or none. Each node's
+/// set is signed once for the whole call.
+pub(crate) fn create_many(
+    conn: &Connection,
+    signer: &Signer,
+    actor: &str,
+    names: &[String],
+    settings: &UserInput,
+    now: u64,
+) -> Result<Vec<(String, Created)>, Error> {
+    if names.is_empty() || names.len() > MAX_BULK {
+        return Err(Error::invalid("bad_bulk", format!("give 1 to {MAX_BULK} names")));
+    }
+    if settings.name.is_some() {
+        return Err(Error::invalid("bad_bulk", "the shared settings of a bulk create take no name"));
+    }
+    let new = resolve_new(conn, settings, now)?;
+    let mut changes = Changes::default();
+    let mut created = Vec::with_capacity(names.len());
+    for name in names {
+        let name = check_name(name, "user")?;
+        let user = insert(conn, signer, &name, &new, now)?;
+        changes.user(conn, user.id)?;
+        created.push((name, user));
+    }
+    changes.publish(conn, signer, now)?;
+    audit(conn, now, actor, "user.bulk_create", &format!("{} users", created.len()), "")?;
+    Ok(created)
+}
+
+/// One user.
+pub(crate) fn get(conn: &Connection, id: UserId) -> Result<UserView, Error> {
+    conn.prepare_cached(&format!("SELECT {VIEW_COLUMNS} FROM users u WHERE u.id = ?1"))?
+        .query_row([id], view_of)
+        .optional()?
+        .ok_or(Error::NotFound("user"))
+}
+
+/// A user's id by name.
+pub(crate) fn id_by_name(conn: &Connection, name: &str) -> Result<UserId, Error> {
+    conn.query_row("SELECT id FROM users WHERE name = ?1", [name], |row| row.get(0))
+        .optional()?
+        .ok_or(Error::NotFound("user"))
+}
+
+/// A page of users, filtered.
+pub(crate) fn list(conn: &Connection, query: &ListQuery) -> Result<UserPage, Error> {
+    let per_page = query.per_page.unwrap_or(50).clamp(1, 500);
+    let page = query.page.unwrap_or(1).max(1);
+    let mut filters = Vec::new();
+    let mut args: Vec<String> = Vec::new();
+    if let Some(q) = query.q.as_deref().map(str::trim).filter(|q| !q.is_empty()) {
+        let escaped = q.replace('\\', "\\\\").replace('%', "\\%").replace('_', "\\_");
+        args.push(format!("%{escaped}%"));
+        filters.push(format!("(u.name LIKE ?{n} ESCAPE '\\' OR u.note LIKE ?{n} ESCAPE '\\')", n = args.len()));
+    }
+    if let Some(status) = query.status.as_deref().filter(|s| !s.is_empty()) {
+        if !["active", "disabled", "expired", "over_quota", "not_started"].contains(&status) {
+            return Err(Error::invalid(
+                "bad_status",
+                "status must be active, disabled, expired, over_quota or not_started",
+            ));
+        }
+        args.push(status.to_owned());
+        filters.push(format!("u.status = ?{}", args.len()));
+    }
+    if let Some(group) = query.group.as_deref().filter(|g| !g.is_empty()) {
+        args.push(group.to_owned());
+        filters.push(format!(
+            "u.id IN (SELECT ug.user_id FROM user_groups ug JOIN groups g ON g.id = ug.group_id WHERE g.name = ?{})",
+            args.len()
+        ));
+    }
+    let filter = if filters.is_empty() { String::new() } else { format!("WHERE {}", filters.join(" AND ")) };
+    let total: u64 =
+        conn.query_row(&format!("SELECT count(*) FROM users u {filter}"), params_from_iter(&args), |row| row.get(0))?;
+    let sql = format!(
+        "SELECT {VIEW_COLUMNS} FROM users u {filter} ORDER BY u.id LIMIT {per_page} OFFSET {}",
+        (page - 1).saturating_mul(per_page)
+    );
+    let users = conn.prepare(&sql)?.query_map(params_from_iter(&args), view_of)?.collect::<Result<_, _>>()?;
+    Ok(UserPage { total, page, per_page, users })
+}
+
+/// Changes a user's settings; publishes what changed.
+pub(crate) fn update(
+    conn: &Connection,
+    signer: &Signer,
+    actor: &str,
+    id: UserId,
+    input: &UserInput,
+    now: u64,
+) -> Result<UserView, Error> {
+    let before = get(conn, id)?;
+    let mut changes = Changes::default();
+    changes.user(conn, id)?;
+    let mut changed = Vec::new();
+    if let Some(name) = &input.name {
+        let name = check_name(name, "user")?;
+        conn.execute("UPDATE users SET name = ?2 WHERE id = ?1", params![id, name])
+            .map_err(|e| Error::from(e).unique(&format!("a user named {name:?}")))?;
+        changed.push("name");
+    }
+    if let Some(quota) = input.quota {
+        if quota > i64::MAX as u64 {
+            return Err(Error::invalid("bad_quota", "quota is too large"));
+        }
+        conn.execute("UPDATE users SET quota = ?2 WHERE id = ?1", params![id, quota])?;
+        changed.push("quota");
+    }
+    if input.expires_at.is_some() || input.days.is_some() || input.start_on_first_use.is_some() {
+        let (expires_at, duration) = expiry(input, now)?;
+        // A user already started keeps its start; a new duration then counts from it.
+        let (expires_at, duration) = if duration != 0 && before.started_at != 0 {
+            (before.started_at + duration, duration)
+        } else {
+            (expires_at, duration)
+        };
+        conn.execute(
+            "UPDATE users SET expires_at = ?2, duration_secs = ?3 WHERE id = ?1",
+            params![id, expires_at, duration],
+        )?;
+        changed.push("expiry");
+    }
+    if let Some(reset) = &input.reset {
+        let reset = parse_reset(reset)
+            .ok_or_else(|| Error::invalid("bad_reset", "reset must be none, daily, weekly, monthly or rolling30"))?;
+        conn.execute(
+            "UPDATE users SET reset = ?2, next_reset = ?3 WHERE id = ?1",
+            params![id, reset_name(reset), publish::next_reset(reset, now)],
+        )?;
+        changed.push("reset");
+    }
+    if let Some(note) = &input.note {
+        check_note(note)?;
+        conn.execute("UPDATE users SET note = ?2 WHERE id = ?1", params![id, note])?;
+        changed.push("note");
+    }
+    if let Some(enabled) = input.enabled {
+        conn.execute("UPDATE users SET enabled = ?2 WHERE id = ?1", params![id, enabled])?;
+        changed.push(if enabled { "enabled" } else { "disabled" });
+    }
+    if let Some(groups) = &input.groups {
+        let ids = group_ids(conn, groups)?;
+        conn.execute("DELETE FROM user_groups WHERE user_id = ?1", [id])?;
+        for group in ids {
+            conn.execute("INSERT INTO user_groups (user_id, group_id) VALUES (?1, ?2)", params![id, group])?;
+        }
+        changed.push("groups");
+    }
+    conn.execute("UPDATE users SET updated = ?2 WHERE id = ?1", params![id, now])?;
+    changes.user(conn, id)?;
+    changes.publish(conn, signer, now)?;
+    audit(conn, now, actor, "user.update", &format!("user {id} ({})", before.name), &changed.join(","))?;
+    get(conn, id)
+}
+
+/// Extends a user's expiry by `days` (from now when already expired or never set).
+pub(crate) fn extend(
+    conn: &Connection,
+    signer: &Signer,
+    actor: &str,
+    id: UserId,
+    days: u64,
+    now: u64,
+) -> Result<UserView, Error> {
+    if days == 0 || days > 36_500 {
+        return Err(Error::invalid("bad_days", "days must be between 1 and 36500"));
+    }
+    let user = get(conn, id)?;
+    if user.duration_days != 0 && user.started_at == 0 {
+        // Not started yet: the extension lengthens the duration it will get.
+        conn.execute("UPDATE users SET duration_secs = duration_secs + ?2 WHERE id = ?1", params![id, days * 86_400])?;
+    } else {
+        let from = if user.expires_at > now { user.expires_at } else { now };
+        conn.execute("UPDATE users SET expires_at = ?2 WHERE id = ?1", params![id, from + days * 86_400])?;
+    }
+    conn.execute("UPDATE users SET updated = ?2 WHERE id = ?1", params![id, now])?;
+    let mut changes = Changes::default();
+    changes.user(conn, id)?;
+    changes.publish(conn, signer, now)?;
+    audit(conn, now, actor, "user.extend", &format!("user {id} ({})", user.name), &format!("{days} days"))?;
+    get(conn, id)
+}
+
+/// Sets a user's used traffic back to zero.
+pub(crate) fn reset_traffic(
+    conn: &Connection,
+    signer: &Signer,
+    actor: &str,
+    id: UserId,
+    now: u64,
+) -> Result<UserView, Error> {
+    let user = get(conn, id)?;
+    conn.execute("UPDATE users SET used_up = 0, used_down = 0, updated = ?2 WHERE id = ?1", params![id, now])?;
+    let mut changes = Changes::default();
+    changes.user(conn, id)?;
+    changes.publish(conn, signer, now)?;
+    audit(conn, now, actor, "user.reset_traffic", &format!("user {id} ({})", user.name), "")?;
+    get(conn, id)
+}
+
+/// Gives a user a new subscription link (and a new credential, so an old profile stops
+/// working too); the old link is deleted from the edge.
+pub(crate) fn rotate(conn: &Connection, signer: &Signer, actor: &str, id: UserId, now: u64) -> Result<SubToken, Error> {
+    let user = get(conn, id)?;
+    let old: Vec<u8> = conn.query_row("SELECT token_hash FROM users WHERE id = ?1", [id], |row| row.get(0))?;
+    let old: [u8; 32] =
+        old.try_into().map_err(|_| Error::Internal("a stored token hash has the wrong length".into()))?;
+    let token = SubToken::generate(&mut OsRng);
+    let credential = secrets::random_credential();
+    conn.execute(
+        "UPDATE users SET token_hash = ?2, token_enc = ?3, credential_enc = ?4, credential_hash = ?5, updated = ?6
+         WHERE id = ?1",
+        params![
+            id,
+            token.hash(),
+            signer.vault.seal(Purpose::Token, token.as_bytes()),
+            signer.vault.seal(Purpose::Credential, credential.as_bytes()),
+            sha256(credential.as_bytes()),
+            now
+        ],
+    )?;
+    publish::delete_stream(conn, signer, &hearth_shared::wire::stream::snapshot(&old), now)?;
+    let mut changes = Changes::default();
+    changes.user(conn, id)?;
+    changes.publish(conn, signer, now)?;
+    audit(conn, now, actor, "user.rotate_link", &format!("user {id} ({})", user.name), "")?;
+    Ok(token)
+}
+
+/// Deletes a user: its link stops, its nodes drop it.
+pub(crate) fn delete(conn: &Connection, signer: &Signer, actor: &str, id: UserId, now: u64) -> Result<(), Error> {
+    let user = get(conn, id)?;
+    let hash: Vec<u8> = conn.query_row("SELECT token_hash FROM users WHERE id = ?1", [id], |row| row.get(0))?;
+    let hash: [u8; 32] =
+        hash.try_into().map_err(|_| Error::Internal("a stored token hash has the wrong length".into()))?;
+    let mut changes = Changes::default();
+    for node in publish::nodes_of_user(conn, id)? {
+        changes.node(node);
+    }
+    conn.execute("DELETE FROM users WHERE id = ?1", [id])?;
+    publish::delete_stream(conn, signer, &hearth_shared::wire::stream::snapshot(&hash), now)?;
+    changes.publish(conn, signer, now)?;
+    audit(conn, now, actor, "user.delete", &format!("user {id} ({})", user.name), "")?;
+    Ok(())
+}
+
+/// A user's subscription token (for its link).
+pub(crate) fn token(conn: &Connection, signer: &Signer, id: UserId) -> Result<SubToken, Error> {
+    let sealed: Vec<u8> = conn
+        .query_row("SELECT token_enc FROM users WHERE id = ?1", [id], |row| row.get(0))
+        .optional()?
+        .ok_or(Error::NotFound("user"))?;
+    let bytes = signer.vault.open(Purpose::Token, &sealed)?;
+    Ok(SubToken::from_bytes(
+        bytes.as_slice().try_into().map_err(|_| Error::Internal("a stored token has the wrong length".into()))?,
+    ))
+}
+
+/// Counts by status, for the overview and metrics.
+pub(crate) fn counts(conn: &Connection) -> Result<Vec<(String, u64)>, Error> {
+    let mut query = conn.prepare_cached("SELECT status, count(*) FROM users GROUP BY status ORDER BY status")?;
+    let rows = query.query_map([], |row| Ok((row.get(0)?, row.get(1)?)))?.collect::<Result<_, _>>()?;
+    Ok(rows)
+}

@@ -1,0 +1,347 @@
+//! Control's background work: the outbox pusher, the usage drain from the edge, and the
+//! sweeps that enforce expiry, reset traffic, republish usage and renew credential sets.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use hearth_shared::envelope::{Audience, Draft, Kind};
+use hearth_shared::sha256;
+use hearth_shared::wire::{self, BatchEntry, BatchManifest, PushBundle, UsageDrain, stream};
+use tokio::sync::watch;
+
+use crate::app::{App, Counters, now};
+use crate::error::Error;
+use crate::publish::{self, Changes, REFRESH_BEFORE};
+use crate::store::{self, nodes as node_store};
+
+/// A node seen within this many seconds is online.
+pub(crate) const NODE_ONLINE_SECS: u64 = 180;
+/// Outbox rows one push takes at most.
+const PUSH_ROWS: usize = 2000;
+/// Bytes of item envelopes one push carries at most (the edge takes 32 MiB).
+const PUSH_BYTES: usize = 16 * 1024 * 1024;
+/// The longest wait between two push attempts after failures.
+const MAX_BACKOFF: Duration = Duration::from_secs(60);
+/// How often control asks the edge for queued usage reports.
+const DRAIN_EVERY: Duration = Duration::from_secs(5);
+/// Users one sweep transaction handles at most.
+const SWEEP_BATCH: usize = 1000;
+
+async fn stopped(shutdown: &mut watch::Receiver<bool>, wait: Duration) -> bool {
+    tokio::select! {
+        _ = shutdown.wait_for(|stop| *stop) => true,
+        () = tokio::time::sleep(wait) => false,
+    }
+}
+
+/// One push: what the outbox holds (coalesced per stream to the latest version), under one
+/// signed batch manifest. Returns how many outbox rows it cleared.
+async fn push_once(app: &Arc<App>, url: &str) -> Result<usize, String> {
+    let chunk = app
+        .db
+        .read(|c| {
+            let rows: Vec<(i64, String)> = c
+                .prepare_cached("SELECT id, stream FROM outbox ORDER BY id LIMIT ?1")?
+                .query_map([PUSH_ROWS], |row| Ok((row.get(0)?, row.get(1)?)))?
+                .collect::<Result<_, _>>()?;
+            let mut streams: Vec<String> = rows.iter().map(|(_, s)| s.clone()).collect();
+            streams.sort_unstable();
+            streams.dedup();
+            let mut items = Vec::new();
+            let mut bytes = 0;
+            let mut last = 0;
+            let mut query = c.prepare_cached("SELECT version, envelope FROM streams WHERE name = ?1")?;
+            for name in &streams {
+                let (version, envelope): (u64, Option<Vec<u8>>) =
+                    query.query_row([name], |row| Ok((row.get(0)?, row.get(1)?)))?;
+                bytes += envelope.as_ref().map_or(0, Vec::len);
+                items.push((name.clone(), version, envelope));
+            }
+            if let Some((id, _)) = rows.last() {
+                last = *id;
+            }
+            Ok::<_, Error>((rows.len(), last, items, bytes))
+        })
+        .await
+        .map_err(|e| e.to_string())?;
+    let (rows, last_id, mut items, bytes) = chunk;
+    if rows == 0 {
+        return Ok(0);
+    }
+    // A chunk over the byte budget goes out in halves: rows stay queued until their push is
+    // accepted, and a stream's latest version is what is sent, so order is never broken.
+    let mut clear_to = last_id;
+    if bytes > PUSH_BYTES && items.len() > 1 {
+        items.truncate(items.len() / 2);
+        clear_to = 0;
+    }
+    let now = now();
+    let batch = app
+        .db
+        .write(|tx| {
+            let version = store::get_state(tx, "batch")? + 1;
+            store::set_state(tx, "batch", version)?;
+            Ok(u64::try_from(version).expect("positive"))
+        })
+        .await
+        .map_err(|e| e.to_string())?;
+    let entries = items
+        .iter()
+        .map(|(name, version, envelope)| BatchEntry {
+            stream: name.clone(),
+            version: *version,
+            digest: envelope.as_ref().map(|e| sha256(e)),
+        })
+        .collect();
+    let manifest = BatchManifest::new(entries).map_err(|e| e.to_string())?;
+    let signed = Draft {
+        kind: Kind::Batch,
+        stream: stream::BATCH.to_owned(),
+        version: batch,
+        epoch: app.signer.epoch,
+        issued: now,
+        expires: now + 3600,
+        audience: Audience::Edge,
+        prev: [0; 32],
+    }
+    .sign(manifest.encode(), &[&app.signer.key]);
+    let sent: Vec<String> = items.iter().map(|(name, _, _)| name.clone()).collect();
+    let bundle = PushBundle {
+        key_records: vec![app.signer.record.clone().into()],
+        manifest: signed.encode(),
+        items: items.into_iter().filter_map(|(_, _, envelope)| envelope.map(Into::into)).collect(),
+    };
+    let response = app
+        .http
+        .post(url)
+        .bearer_auth(&app.config.edge.push_token)
+        .header("content-type", "application/octet-stream")
+        .body(wire::encode(&bundle))
+        .timeout(Duration::from_secs(60))
+        .send()
+        .await
+        .map_err(|e| format!("the edge did not answer: {}", without_url(&e)))?;
+    let status = response.status();
+    if !status.is_success() {
+        let body = response.text().await.unwrap_or_default();
+        return Err(format!("the edge refused the push ({status}): {}", body.chars().take(300).collect::<String>()));
+    }
+    let cleared = app
+        .db
+        .write(move |tx| {
+            if clear_to > 0 {
+                Ok(tx.execute("DELETE FROM outbox WHERE id <= ?1", [clear_to])?)
+            } else {
+                let mut delete = tx.prepare_cached("DELETE FROM outbox WHERE stream = ?1 AND id <= ?2")?;
+                let mut cleared = 0;
+                for name in &sent {
+                    cleared += delete.execute(rusqlite::params![name, last_id])?;
+                }
+                Ok(cleared)
+            }
+        })
+        .await
+        .map_err(|e| e.to_string())?;
+    Counters::add(&app.counters.pushes, 1);
+    Counters::add(&app.counters.pushed_items, cleared as u64);
+    Ok(cleared.max(1))
+}
+
+/// A reqwest error without its URL (which holds the edge's secret API path).
+fn without_url(e: &reqwest::Error) -> String {
+    let mut text = e.to_string();
+    if let Some(url) = e.url() {
+        text = text.replace(url.as_str(), "<edge>");
+    }
+    text
+}
+
+/// Pushes the outbox to the edge until shutdown: at once when woken, retrying with backoff
+/// (1 s doubling to 60 s) while the edge is down or refuses. Nothing leaves the outbox
+/// until the edge accepted it.
+pub(crate) async fn pusher(app: Arc<App>, mut shutdown: watch::Receiver<bool>) {
+    let Some(edge) = app.config.edge_url.clone() else { return };
+    let url = format!("{edge}/{}/push", app.config.edge.api_prefix);
+    let mut backoff = Duration::from_secs(1);
+    loop {
+        match push_once(&app, &url).await {
+            Ok(0) => {
+                tokio::select! {
+                    () = app.outbox.notified() => {}
+                    _ = shutdown.wait_for(|stop| *stop) => return,
+                    // Changes made by the CLI in another process land in the outbox too.
+                    () = tokio::time::sleep(Duration::from_secs(2)) => {}
+                }
+            }
+            Ok(_) => {
+                backoff = Duration::from_secs(1);
+                let mut status = app.push_status.lock().expect("status lock");
+                status.last_push = now();
+                status.last_error = None;
+            }
+            Err(error) => {
+                Counters::add(&app.counters.push_failures, 1);
+                tracing::warn!(%error, retry_in = backoff.as_secs(), "push to the edge failed");
+                app.push_status.lock().expect("status lock").last_error = Some(error);
+                if stopped(&mut shutdown, backoff).await {
+                    return;
+                }
+                backoff = (backoff * 2).min(MAX_BACKOFF);
+            }
+        }
+        if *shutdown.borrow() {
+            return;
+        }
+    }
+}
+
+/// Takes the usage reports nodes left at the edge (a control behind NAT never hears from
+/// nodes directly) and applies each exactly once.
+pub(crate) async fn drainer(app: Arc<App>, mut shutdown: watch::Receiver<bool>) {
+    let Some(edge) = app.config.edge_url.clone() else { return };
+    let base = format!("{edge}/{}/usage", app.config.edge.api_prefix);
+    loop {
+        if let Err(error) = drain_once(&app, &base).await {
+            tracing::warn!(%error, "usage drain from the edge failed");
+        }
+        if stopped(&mut shutdown, DRAIN_EVERY).await {
+            return;
+        }
+    }
+}
+
+async fn drain_once(app: &Arc<App>, base: &str) -> Result<(), String> {
+    loop {
+        let cursor = app.db.read(|c| store::get_state(c, "drain_cursor")).await.map_err(|e| e.to_string())?;
+        let response = app
+            .http
+            .get(format!("{base}?after={cursor}"))
+            .bearer_auth(&app.config.edge.push_token)
+            .timeout(Duration::from_secs(30))
+            .send()
+            .await
+            .map_err(|e| format!("the edge did not answer: {}", without_url(&e)))?;
+        if !response.status().is_success() {
+            return Err(format!("the edge refused the drain ({})", response.status()));
+        }
+        let bytes = response.bytes().await.map_err(|e| without_url(&e))?;
+        let drain: UsageDrain = wire::decode(&bytes, "usage drain").map_err(|e| e.to_string())?;
+        let next = i64::try_from(drain.cursor).map_err(|_| "the edge's cursor is out of range".to_owned())?;
+        let count = drain.reports.len();
+        let state = app.clone();
+        let applied = app
+            .db
+            .write(move |tx| {
+                let mut applied = 0;
+                for report in &drain.reports {
+                    let Some(node) = report_node(report) else { continue };
+                    match node_store::apply_usage(tx, &state.signer, node, report, now()) {
+                        Ok(node_store::UsageOutcome::Applied(_)) => applied += 1,
+                        Ok(node_store::UsageOutcome::Duplicate(_)) => {}
+                        // Out of order or refused: the node still holds it and sends it again.
+                        Err(e) => tracing::info!(node, error = %e, "usage report from the edge not applied"),
+                    }
+                }
+                store::set_state(tx, "drain_cursor", next)?;
+                Ok(applied)
+            })
+            .await
+            .map_err(|e| e.to_string())?;
+        Counters::add(&app.counters.usage_reports, applied);
+        app.push_status.lock().expect("status lock").last_drain = now();
+        if applied > 0 {
+            app.changed();
+        }
+        if count == 0 || next <= cursor {
+            return Ok(());
+        }
+    }
+}
+
+/// The node a usage report's stream names (checked again when it is verified).
+fn report_node(bytes: &[u8]) -> Option<u64> {
+    let envelope = hearth_shared::envelope::Envelope::decode(bytes, Kind::UsageReport.max_len()).ok()?;
+    stream::parse_usage(&envelope.header.stream)
+}
+
+/// One pass of every sweep; returns how many users it republished.
+pub(crate) fn sweep(
+    conn: &rusqlite::Connection,
+    app: &App,
+    now: u64,
+    usage: bool,
+    renew: bool,
+) -> Result<usize, Error> {
+    let mut changes = Changes::default();
+    let mut touched = 0;
+    let ids = |sql: &str| -> Result<Vec<u64>, Error> {
+        let mut query = conn.prepare_cached(sql)?;
+        let ids = query.query_map(rusqlite::params![now, SWEEP_BATCH], |row| row.get(0))?.collect::<Result<_, _>>()?;
+        Ok(ids)
+    };
+    // Expired since the last publish.
+    for id in ids(
+        "SELECT id FROM users WHERE expires_at > 0 AND expires_at <= ?1 AND status IN ('active', 'not_started') LIMIT ?2",
+    )? {
+        changes.user(conn, id)?;
+        touched += 1;
+    }
+    // Traffic resets that are due.
+    let mut resets =
+        conn.prepare_cached("SELECT id, reset FROM users WHERE next_reset > 0 AND next_reset <= ?1 LIMIT ?2")?;
+    let due: Vec<(u64, String)> = resets
+        .query_map(rusqlite::params![now, SWEEP_BATCH], |row| Ok((row.get(0)?, row.get(1)?)))?
+        .collect::<Result<_, _>>()?;
+    for (id, reset) in due {
+        let strategy = publish::parse_reset(&reset).unwrap_or(hearth_shared::wire::ResetStrategy::Never);
+        conn.execute(
+            "UPDATE users SET used_up = 0, used_down = 0, next_reset = ?2 WHERE id = ?1",
+            rusqlite::params![id, publish::next_reset(strategy, now)],
+        )?;
+        changes.user(conn, id)?;
+        touched += 1;
+    }
+    if usage {
+        for id in ids("SELECT id FROM users WHERE usage_dirty = 1 AND ?1 >= 0 LIMIT ?2")? {
+            changes.user(conn, id)?;
+            touched += 1;
+        }
+    }
+    changes.publish(conn, &app.signer, now)?;
+    if renew {
+        let mut query = conn.prepare_cached(
+            "SELECT name FROM streams WHERE name LIKE 'creds/%' AND envelope IS NOT NULL AND expires < ?1",
+        )?;
+        let names: Vec<String> =
+            query.query_map([now + REFRESH_BEFORE], |row| row.get(0))?.collect::<Result<_, _>>()?;
+        for name in names {
+            if let Some(node) = name.strip_prefix("creds/").and_then(|n| n.parse().ok()) {
+                publish::publish_creds(conn, &app.signer, node, now, true)?;
+            }
+        }
+    }
+    Ok(touched)
+}
+
+/// Runs the sweeps until shutdown: expiry and resets every 5 s, usage every minute, renewal
+/// of credential sets every hour.
+pub(crate) async fn sweeper(app: Arc<App>, mut shutdown: watch::Receiver<bool>) {
+    let mut round: u64 = 0;
+    loop {
+        let usage = round.is_multiple_of(12);
+        let renew = round.is_multiple_of(720);
+        let state = app.clone();
+        match app.db.write(move |tx| sweep(tx, &state, now(), usage, renew)).await {
+            Ok(0) => {}
+            Ok(touched) => {
+                tracing::debug!(touched, "sweep republished users");
+                app.changed();
+            }
+            Err(e) => tracing::error!(error = %e, "sweep failed"),
+        }
+        round += 1;
+        if stopped(&mut shutdown, Duration::from_secs(5)).await {
+            return;
+        }
+    }
+}
