@@ -126,7 +126,7 @@ impl Hasher {
         Hasher::with_params(Params::new(19 * 1024, 2, 1, None).expect("valid argon2 parameters"))
     }
 
-    fn with_params(params: Params) -> Arc<Hasher> {
+    pub(crate) fn with_params(params: Params) -> Arc<Hasher> {
         let argon = Argon2::new(Algorithm::Argon2id, Version::V0x13, params.clone());
         let salt = SaltString::generate(&mut OsRng);
         let dummy = argon.hash_password(secrets::random_token().as_bytes(), &salt).expect("argon2 hashes").to_string();

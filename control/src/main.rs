@@ -19,6 +19,8 @@ mod secrets;
 mod serve;
 mod store;
 mod tasks;
+#[cfg(test)]
+mod testing;
 mod tls;
 
 use std::path::PathBuf;

@@ -6,7 +6,7 @@ use std::time::Duration;
 
 use axum::Router;
 use axum::body::Bytes;
-use axum::extract::{Path, Query, RawQuery, State};
+use axum::extract::{OriginalUri, Path, Query, RawQuery, State};
 use axum::http::{HeaderMap, HeaderValue, Method, StatusCode, Uri, header};
 use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
@@ -105,7 +105,7 @@ async fn creds(
     Path(node): Path<NodeId>,
     Query(query): Query<CredsQuery>,
     method: Method,
-    uri: Uri,
+    OriginalUri(uri): OriginalUri,
     headers: HeaderMap,
 ) -> Response {
     if let Err(response) = node_auth(&app, node, &method, &uri, &headers).await {
@@ -136,7 +136,7 @@ async fn usage(
     State(app): State<Arc<App>>,
     Path(node): Path<NodeId>,
     method: Method,
-    uri: Uri,
+    OriginalUri(uri): OriginalUri,
     headers: HeaderMap,
     body: Bytes,
 ) -> Response {

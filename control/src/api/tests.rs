@@ -1,1 +1,508 @@
+//! Handler tests on the router (`oneshot`), over a real SQLite file.
 
+use std::sync::Arc;
+
+use axum::body::Body as HttpBody;
+use axum::http::{HeaderMap, Method, Request, StatusCode, header};
+use hearth_shared::envelope::{Audience, Draft, Envelope, Kind};
+use hearth_shared::keys::{Role, SecretKey};
+use hearth_shared::wire::{self, CredentialSet, Status, SubToken, UsageReport, UserUsage, stream};
+use hearth_shared::{nodeauth, seal};
+use serde_json::{Value, json};
+use tower::ServiceExt as _;
+
+use crate::app::{App, now};
+use crate::testing::TestControl;
+
+struct Client {
+    control: TestControl,
+    cookie: Option<String>,
+    bearer: Option<String>,
+}
+
+struct Answer {
+    status: StatusCode,
+    headers: HeaderMap,
+    body: Vec<u8>,
+}
+
+impl Answer {
+    fn json(&self) -> Value {
+        serde_json::from_slice(&self.body)
+            .unwrap_or_else(|_| panic!("not JSON: {}", String::from_utf8_lossy(&self.body)))
+    }
+    fn code(&self) -> String {
+        self.json()["error"]["code"].as_str().unwrap_or_default().to_owned()
+    }
+}
+
+impl Client {
+    fn new(edge: bool) -> Client {
+        Client { control: TestControl::new(edge), cookie: None, bearer: None }
+    }
+
+    fn app(&self) -> &Arc<App> {
+        &self.control.app
+    }
+
+    fn admin(&self, path: &str) -> String {
+        format!("/{}/api{path}", self.app().config.admin_prefix)
+    }
+
+    async fn raw(&self, request: Request<HttpBody>) -> Answer {
+        let response = super::router(self.app().clone()).oneshot(request).await.unwrap();
+        let status = response.status();
+        let headers = response.headers().clone();
+        let body = axum::body::to_bytes(response.into_body(), usize::MAX).await.unwrap().to_vec();
+        Answer { status, headers, body }
+    }
+
+    async fn send(&self, method: Method, path: &str, body: Option<Value>, extra: &[(&str, &str)]) -> Answer {
+        let mut request = Request::builder().method(method).uri(path);
+        if let Some(cookie) = &self.cookie {
+            request = request.header(header::COOKIE, format!("{}={cookie}", crate::auth::COOKIE));
+        }
+        if let Some(bearer) = &self.bearer {
+            request = request.header(header::AUTHORIZATION, format!("Bearer {bearer}"));
+        }
+        for (name, value) in extra {
+            request = request.header(*name, *value);
+        }
+        let request = match body {
+            Some(body) => {
+                request.header(header::CONTENT_TYPE, "application/json").body(HttpBody::from(body.to_string())).unwrap()
+            }
+            None => request.body(HttpBody::empty()).unwrap(),
+        };
+        self.raw(request).await
+    }
+
+    async fn get(&self, path: &str) -> Answer {
+        self.send(Method::GET, &self.admin(path), None, &[]).await
+    }
+    async fn post(&self, path: &str, body: Value) -> Answer {
+        self.send(Method::POST, &self.admin(path), Some(body), &[]).await
+    }
+    async fn patch(&self, path: &str, body: Value) -> Answer {
+        self.send(Method::PATCH, &self.admin(path), Some(body), &[]).await
+    }
+
+    /// Runs setup and keeps the owner's session.
+    async fn signed_in(edge: bool) -> Client {
+        let mut client = Client::new(edge);
+        *client.app().setup_token.lock().unwrap() = Some("setup-token".into());
+        let answer = client
+            .post("/setup", json!({ "token": "setup-token", "login": "owner", "password": "a long password" }))
+            .await;
+        assert_eq!(answer.status, StatusCode::OK, "{}", String::from_utf8_lossy(&answer.body));
+        client.cookie = Some(cookie_of(&answer.headers));
+        client
+    }
+}
+
+fn cookie_of(headers: &HeaderMap) -> String {
+    let set = headers.get(header::SET_COOKIE).expect("a cookie").to_str().unwrap();
+    for attribute in ["Secure", "HttpOnly", "SameSite=Strict", "Path=/"] {
+        assert!(set.contains(attribute), "{set}");
+    }
+    set.split(';').next().unwrap().split_once('=').unwrap().1.to_owned()
+}
+
+#[tokio::test]
+async fn setup_once_then_sign_in_with_lockout() {
+    let mut client = Client::new(false);
+    // Without a setup token (an owner exists, or the process never printed one): refused.
+    let answer = client.post("/setup", json!({ "token": "x", "login": "owner", "password": "a long password" })).await;
+    assert_eq!(answer.status, StatusCode::CONFLICT);
+    *client.app().setup_token.lock().unwrap() = Some("right".into());
+    let answer =
+        client.post("/setup", json!({ "token": "wrong", "login": "owner", "password": "a long password" })).await;
+    assert_eq!((answer.status, answer.code().as_str()), (StatusCode::FORBIDDEN, "bad_setup_token"));
+    let answer = client.post("/setup", json!({ "token": "right", "login": "owner", "password": "short" })).await;
+    assert_eq!((answer.status, answer.code().as_str()), (StatusCode::BAD_REQUEST, "bad_password"));
+    let answer =
+        client.post("/setup", json!({ "token": "right", "login": "owner", "password": "a long password" })).await;
+    assert_eq!(answer.status, StatusCode::OK);
+    let answer =
+        client.post("/setup", json!({ "token": "right", "login": "owner", "password": "a long password" })).await;
+    assert_eq!(answer.status, StatusCode::CONFLICT, "setup works once");
+
+    // Wrong passwords: 401 four times, then the fifth locks the login.
+    for _ in 0..5 {
+        let answer = client.post("/login", json!({ "login": "owner", "password": "not the password" })).await;
+        assert_eq!((answer.status, answer.code().as_str()), (StatusCode::UNAUTHORIZED, "bad_login"));
+    }
+    let answer = client.post("/login", json!({ "login": "owner", "password": "a long password" })).await;
+    assert_eq!(answer.status, StatusCode::TOO_MANY_REQUESTS, "locked even with the right password");
+    assert!(answer.headers.contains_key(header::RETRY_AFTER));
+    client.app().lockouts.succeed("owner");
+    // An unknown login is refused the same way.
+    let answer = client.post("/login", json!({ "login": "nobody", "password": "a long password" })).await;
+    assert_eq!(answer.status, StatusCode::UNAUTHORIZED);
+
+    let answer = client.post("/login", json!({ "login": "Owner", "password": "a long password" })).await;
+    assert_eq!(answer.status, StatusCode::OK);
+    client.cookie = Some(cookie_of(&answer.headers));
+    assert_eq!(client.get("/me").await.json()["scope"], "admin");
+    assert_eq!(client.post("/logout", json!({})).await.status, StatusCode::OK);
+    assert_eq!(client.get("/me").await.status, StatusCode::UNAUTHORIZED, "the session ended");
+}
+
+#[tokio::test]
+async fn everything_outside_the_prefixes_is_the_decoy() {
+    let client = Client::signed_in(false).await;
+    for path in
+        ["/", "/admin", "/api/users", "/s/not-a-token", &format!("/s/{}", SubToken::from_bytes([9; 32]).to_link_form())]
+    {
+        let answer = client.send(Method::GET, path, None, &[]).await;
+        assert_eq!(answer.status, StatusCode::NOT_FOUND, "{path}");
+        assert_eq!(answer.body, hearth_shared::render::DECOY_BODY, "{path}");
+        assert_eq!(answer.headers["server"], "nginx");
+    }
+    let anonymous = Client { control: TestControl::new(false), cookie: None, bearer: None };
+    let answer = anonymous.get("/users").await;
+    assert_eq!((answer.status, answer.code().as_str()), (StatusCode::UNAUTHORIZED, "unauthorized"));
+    assert_eq!(client.send(Method::GET, "/healthz", None, &[]).await.status, StatusCode::OK);
+}
+
+#[tokio::test]
+async fn cross_site_requests_with_the_cookie_are_refused() {
+    let client = Client::signed_in(false).await;
+    let body = json!({ "name": "alice" });
+    let path = client.admin("/users");
+    let cross = client.send(Method::POST, &path, Some(body.clone()), &[("sec-fetch-site", "cross-site")]).await;
+    assert_eq!((cross.status, cross.code().as_str()), (StatusCode::FORBIDDEN, "cross_site"));
+    let foreign = client
+        .send(Method::POST, &path, Some(body.clone()), &[("origin", "https://evil.example"), ("host", "panel")])
+        .await;
+    assert_eq!(foreign.status, StatusCode::FORBIDDEN);
+    assert_eq!(client.get("/users").await.json()["total"], 0, "nothing was created");
+    let same = client.send(Method::POST, &path, Some(body), &[("sec-fetch-site", "same-origin")]).await;
+    assert_eq!(same.status, StatusCode::CREATED);
+}
+
+#[tokio::test]
+async fn token_scopes() {
+    let mut client = Client::signed_in(false).await;
+    let mut tokens = std::collections::HashMap::new();
+    for scope in ["read", "operate", "admin"] {
+        let answer = client.post("/tokens", json!({ "name": scope, "scope": scope })).await;
+        assert_eq!(answer.status, StatusCode::CREATED);
+        let token = answer.json()["token"].as_str().unwrap().to_owned();
+        assert!(token.starts_with("hth_"));
+        tokens.insert(scope, token);
+    }
+    let listed = client.get("/tokens").await.json();
+    assert!(!listed.to_string().contains(&tokens["read"]), "tokens are shown once");
+    client.cookie = None;
+    client.bearer = Some(tokens["read"].clone());
+    assert_eq!(client.get("/users").await.status, StatusCode::OK);
+    let denied = client.post("/users", json!({ "name": "bob" })).await;
+    assert_eq!((denied.status, denied.code().as_str()), (StatusCode::FORBIDDEN, "forbidden"));
+    client.bearer = Some(tokens["operate"].clone());
+    assert_eq!(client.post("/users", json!({ "name": "bob" })).await.status, StatusCode::CREATED);
+    assert_eq!(client.get("/tokens").await.status, StatusCode::FORBIDDEN);
+    client.bearer = Some(tokens["admin"].clone());
+    let id = client.get("/tokens").await.json()["tokens"][0]["id"].as_i64().unwrap();
+    assert_eq!(
+        client.send(Method::DELETE, &client.admin(&format!("/tokens/{id}")), None, &[]).await.status,
+        StatusCode::NO_CONTENT
+    );
+    client.bearer = Some(tokens["read"].clone());
+    assert_eq!(client.get("/users").await.status, StatusCode::UNAUTHORIZED, "a revoked token stops working");
+    client.bearer = Some("hth_forged".into());
+    assert_eq!(client.get("/users").await.status, StatusCode::UNAUTHORIZED);
+    let audit = {
+        client.bearer = Some(tokens["admin"].clone());
+        client.get("/audit").await.json()
+    };
+    let text = audit.to_string();
+    assert!(text.contains("token.create") && text.contains("user.create") && text.contains("token.revoke"), "{text}");
+    for token in tokens.values() {
+        assert!(!text.contains(token.as_str()), "no secret in the audit log");
+    }
+}
+
+#[tokio::test]
+async fn malformed_input_is_a_4xx_that_changes_nothing() {
+    let client = Client::signed_in(true).await;
+    let path = client.admin("/users");
+    let not_json = client
+        .raw(
+            Request::post(&path)
+                .header(header::COOKIE, format!("{}={}", crate::auth::COOKIE, client.cookie.as_ref().unwrap()))
+                .header(header::CONTENT_TYPE, "application/json")
+                .body(HttpBody::from("{\"name\": "))
+                .unwrap(),
+        )
+        .await;
+    assert_eq!(not_json.status, StatusCode::BAD_REQUEST);
+    assert_eq!(not_json.code(), "bad_json");
+    for (body, code) in [
+        (json!({ "name": "" }), "bad_name"),
+        (json!({ "name": "x", "bogus": 1 }), "bad_json"),
+        (json!({ "name": "x", "reset": "hourly" }), "bad_reset"),
+        (json!({ "name": "x", "days": 3, "expires_at": 5 }), "bad_expiry"),
+        (json!({ "name": "x", "groups": ["nope"] }), "unknown_group"),
+        (json!({ "name": "x", "quota": -1 }), "bad_json"),
+    ] {
+        let answer = client.post("/users", body.clone()).await;
+        assert_eq!((answer.status, answer.code()), (StatusCode::BAD_REQUEST, code.to_owned()), "{body}");
+    }
+    // A bulk create with one bad name creates none of them.
+    let answer = client.post("/users/bulk", json!({ "names": ["a", "b", "", "c"] })).await;
+    assert_eq!(answer.status, StatusCode::BAD_REQUEST);
+    let answer = client.post("/users/bulk", json!({ "names": ["a", "b", "a"] })).await;
+    assert_eq!(answer.status, StatusCode::CONFLICT);
+    assert_eq!(client.get("/users").await.json()["total"], 0);
+    let (streams, outbox): (i64, i64) = client
+        .app()
+        .db
+        .read(|c| {
+            Ok((
+                c.query_row("SELECT count(*) FROM streams", [], |r| r.get(0))?,
+                c.query_row("SELECT count(*) FROM outbox", [], |r| r.get(0))?,
+            ))
+        })
+        .await
+        .unwrap();
+    assert_eq!((streams, outbox), (0, 0), "nothing signed, nothing queued");
+    assert_eq!(client.patch("/users/99", json!({ "note": "x" })).await.status, StatusCode::NOT_FOUND);
+}
+
+/// Opens the stored snapshot of a link.
+async fn snapshot_of(app: &App, link: &str) -> Option<hearth_shared::wire::Snapshot> {
+    let token = SubToken::parse(link.rsplit('/').next().unwrap()).unwrap();
+    let name = stream::snapshot(&token.hash());
+    let stored = app.db.read(move |c| crate::publish::envelope(c, &name)).await.unwrap()?;
+    let envelope = Envelope::decode(&stored.1, Kind::Snapshot.max_len()).unwrap();
+    Some(seal::open(&envelope.body, &token).unwrap())
+}
+
+#[tokio::test]
+async fn users_crud_bulk_list_and_rotate() {
+    let client = Client::signed_in(true).await;
+    let created = client
+        .post("/users", json!({ "name": "alice", "quota": 1000, "days": 30, "reset": "monthly", "note": "family" }))
+        .await;
+    assert_eq!(created.status, StatusCode::CREATED);
+    let alice = created.json();
+    let link = alice["link"].as_str().unwrap().to_owned();
+    assert!(link.starts_with(&client.app().config.sub_url));
+    let snapshot = snapshot_of(client.app(), &link).await.unwrap();
+    assert_eq!((snapshot.name.as_str(), snapshot.quota, snapshot.status), ("alice", 1000, Status::Active));
+    assert_eq!(client.get(&format!("/users/{}/link", alice["id"])).await.json()["link"], link.as_str());
+
+    let bulk = client.post("/users/bulk", json!({ "names": (0..1000).map(|i| format!("guest-{i:04}")).collect::<Vec<_>>(), "settings": { "quota": 5 } })).await;
+    assert_eq!(bulk.status, StatusCode::CREATED);
+    assert_eq!(bulk.json()["created"], 1000);
+    let page = client.get("/users?per_page=100&page=3").await.json();
+    assert_eq!((page["total"].as_u64(), page["users"].as_array().unwrap().len()), (Some(1001), 100));
+    assert_eq!(page["users"][0]["name"], "guest-0199");
+    assert_eq!(client.get("/users?q=alice").await.json()["total"], 1);
+    assert_eq!(client.get("/users?q=guest-09").await.json()["total"], 100);
+    assert_eq!(client.get("/users?q=%25").await.json()["total"], 0, "% is searched for literally");
+    assert_eq!(client.get("/users?group=default").await.json()["total"], 1001);
+
+    let id = alice["id"].as_u64().unwrap();
+    let disabled = client.post(&format!("/users/{id}/disable"), json!({})).await.json();
+    assert_eq!(disabled["status"], "disabled");
+    assert_eq!(snapshot_of(client.app(), &link).await.unwrap().status, Status::Disabled);
+    assert_eq!(client.get("/users?status=disabled").await.json()["total"], 1);
+    let enabled = client.post(&format!("/users/{id}/enable"), json!({})).await.json();
+    assert_eq!(enabled["status"], "active");
+    let extended = client.post(&format!("/users/{id}/extend"), json!({ "days": 10 })).await.json();
+    assert_eq!(extended["expires_at"].as_u64().unwrap(), alice["expires_at"].as_u64().unwrap() + 10 * 86_400);
+
+    let rotated = client.post(&format!("/users/{id}/rotate"), json!({})).await.json();
+    let new_link = rotated["link"].as_str().unwrap();
+    assert_ne!(new_link, link);
+    assert!(snapshot_of(client.app(), &link).await.is_none(), "the old link is deleted");
+    assert_eq!(snapshot_of(client.app(), new_link).await.unwrap().name, "alice");
+    // The rotated link serves from control itself; the old one is the decoy.
+    let served = client
+        .send(
+            Method::GET,
+            &format!("/s/{}", new_link.rsplit('/').next().unwrap()),
+            None,
+            &[("user-agent", "mihomo/1.19")],
+        )
+        .await;
+    assert_eq!(served.status, StatusCode::OK);
+    assert!(served.headers["subscription-userinfo"].to_str().unwrap().contains("total=1000"));
+    let old = client.send(Method::GET, &format!("/s/{}", link.rsplit('/').next().unwrap()), None, &[]).await;
+    assert_eq!(old.body, hearth_shared::render::DECOY_BODY);
+
+    assert_eq!(
+        client.send(Method::DELETE, &client.admin(&format!("/users/{id}")), None, &[]).await.status,
+        StatusCode::NO_CONTENT
+    );
+    assert_eq!(client.get(&format!("/users/{id}")).await.status, StatusCode::NOT_FOUND);
+    assert!(snapshot_of(client.app(), new_link).await.is_none());
+    // Every change went to the outbox, in order.
+    let pending: i64 =
+        client.app().db.read(|c| Ok(c.query_row("SELECT count(*) FROM outbox", [], |r| r.get(0))?)).await.unwrap();
+    assert!(pending > 1000, "{pending}");
+}
+
+/// Enrolls a node through the node API; returns its id and key.
+async fn enroll(client: &Client, groups: Value) -> (u64, SecretKey) {
+    let node = client.post("/nodes", json!({ "name": format!("node-{}", rand_core::RngCore::next_u32(&mut rand_core::OsRng)), "host": "203.0.113.5", "port": 8443, "obfs": "pw", "groups": groups })).await;
+    assert_eq!(node.status, StatusCode::CREATED, "{}", String::from_utf8_lossy(&node.body));
+    let command = node.json()["enroll_command"].as_str().unwrap().to_owned();
+    let token = command.split_whitespace().skip_while(|w| *w != "--token").nth(1).unwrap().to_owned();
+    let key = SecretKey::generate(Role::Node, &mut rand_core::OsRng).unwrap();
+    let path = format!("/{}/enroll", client.app().config.edge.api_prefix);
+    let body = json!({ "token": token, "key": key.public().to_string(), "cert_sha256": hex::encode([5u8; 32]), "version": "0.1.0" });
+    let answer = client.send(Method::POST, &path, Some(body.clone()), &[]).await;
+    assert_eq!(answer.status, StatusCode::OK, "{}", String::from_utf8_lossy(&answer.body));
+    let again = client.send(Method::POST, &path, Some(body), &[]).await;
+    assert_eq!(again.code(), "bad_enroll_token", "a token works once");
+    (answer.json()["node"].as_u64().unwrap(), key)
+}
+
+async fn node_get(client: &Client, node: u64, key: &SecretKey, path_and_query: &str) -> Answer {
+    let path = format!("/{}{path_and_query}", client.app().config.edge.api_prefix);
+    let auth = nodeauth::sign(key, node, "GET", &path, now());
+    client.send(Method::GET, &path, None, &[(nodeauth::HEADER, &auth)]).await
+}
+
+async fn node_usage(client: &Client, node: u64, key: &SecretKey, body: Vec<u8>) -> Answer {
+    let path = format!("/{}/nodes/{node}/usage", client.app().config.edge.api_prefix);
+    let auth = nodeauth::sign(key, node, "POST", &path, now());
+    let request = Request::post(&path).header(nodeauth::HEADER, auth).body(HttpBody::from(body)).unwrap();
+    client.raw(request).await
+}
+
+fn report(key: &SecretKey, node: u64, seq: u64, users: Vec<UserUsage>) -> Vec<u8> {
+    let now = now();
+    let body = wire::encode(&UsageReport { node, seq, period_start: now - 60, period_end: now, users });
+    Draft {
+        kind: Kind::UsageReport,
+        stream: stream::usage(node),
+        version: seq,
+        epoch: 1,
+        issued: now,
+        expires: now + 365 * 86_400,
+        audience: Audience::Control,
+        prev: [0; 32],
+    }
+    .sign(body, &[key])
+    .encode()
+}
+
+fn set_of(answer: &Answer) -> CredentialSet {
+    let envelope = Envelope::decode(&answer.body, Kind::CredentialSet.max_len()).unwrap();
+    CredentialSet::decode(&envelope.body).unwrap()
+}
+
+#[tokio::test]
+async fn nodes_enroll_pull_and_report_usage_exactly_once() {
+    let client = Client::signed_in(true).await;
+    let alice = client.post("/users", json!({ "name": "alice", "quota": 10_000 })).await.json();
+    let alice_id = alice["id"].as_u64().unwrap();
+    let (node, key) = enroll(&client, json!(["default"])).await;
+
+    // The snapshot now lists the node, pinned to the certificate it reported.
+    let snapshot = snapshot_of(client.app(), alice["link"].as_str().unwrap()).await.unwrap();
+    assert_eq!(snapshot.endpoints.len(), 1);
+    assert_eq!((snapshot.endpoints[0].port, snapshot.endpoints[0].cert_sha256), (8443, Some([5; 32])));
+
+    let pulled = node_get(&client, node, &key, &format!("/nodes/{node}/creds?after=0")).await;
+    assert_eq!(pulled.status, StatusCode::OK);
+    let set = set_of(&pulled);
+    assert_eq!(set.users().len(), 1);
+    assert_eq!(set.users()[0].user, alice_id);
+    let held = Envelope::decode(&pulled.body, Kind::CredentialSet.max_len()).unwrap().header.version;
+    let unchanged = node_get(&client, node, &key, &format!("/nodes/{node}/creds?after={held}")).await;
+    assert_eq!(unchanged.status, StatusCode::NOT_MODIFIED);
+    // A forged or missing signature is refused.
+    let other = SecretKey::generate(Role::Node, &mut rand_core::OsRng).unwrap();
+    assert_eq!(node_get(&client, node, &other, &format!("/nodes/{node}/creds")).await.status, StatusCode::UNAUTHORIZED);
+
+    // A long poll wakes when a user is added.
+    let wait_path = format!("/nodes/{node}/creds?after={held}&wait=10");
+    let waiter = node_get(&client, node, &key, &wait_path);
+    let adder = async {
+        tokio::time::sleep(std::time::Duration::from_millis(200)).await;
+        client.post("/users", json!({ "name": "bob" })).await
+    };
+    let (woken, _) = tokio::join!(waiter, adder);
+    assert_eq!(woken.status, StatusCode::OK);
+    assert_eq!(set_of(&woken).users().len(), 2);
+
+    // Usage: applied once, replays and resends counted once, gaps refused.
+    let first = report(&key, node, 1, vec![UserUsage { user: alice_id, up: 3000, down: 4000 }]);
+    assert_eq!(node_usage(&client, node, &key, first.clone()).await.status, StatusCode::OK);
+    assert_eq!(node_usage(&client, node, &key, first).await.status, StatusCode::OK, "a resend is acknowledged");
+    let gap = node_usage(&client, node, &key, report(&key, node, 3, vec![])).await;
+    assert_eq!(gap.status, StatusCode::CONFLICT);
+    let forged =
+        node_usage(&client, node, &key, report(&other, node, 2, vec![UserUsage { user: alice_id, up: 1, down: 1 }]))
+            .await;
+    assert_eq!(forged.status, StatusCode::BAD_REQUEST);
+    let user = client.get(&format!("/users/{alice_id}")).await.json();
+    assert_eq!((user["used_up"].as_u64(), user["used_down"].as_u64()), (Some(3000), Some(4000)));
+
+    // Crossing the quota removes alice from the set at once, and her snapshot says why.
+    let second =
+        node_usage(&client, node, &key, report(&key, node, 2, vec![UserUsage { user: alice_id, up: 0, down: 3000 }]))
+            .await;
+    assert_eq!(second.status, StatusCode::OK);
+    let ack = Envelope::decode(&second.body, Kind::UsageAck.max_len()).unwrap();
+    assert_eq!(ack.header.audience, Audience::Node(node));
+    assert_eq!(wire::decode::<hearth_shared::wire::UsageAck>(&ack.body, "ack").unwrap().seq, 2);
+    let set = set_of(&node_get(&client, node, &key, &format!("/nodes/{node}/creds")).await);
+    assert!(set.users().iter().all(|u| u.user != alice_id), "over quota: cut off");
+    assert_eq!(client.get(&format!("/users/{alice_id}")).await.json()["status"], "over_quota");
+    assert_eq!(snapshot_of(client.app(), alice["link"].as_str().unwrap()).await.unwrap().status, Status::OverQuota);
+    // A reset brings her back.
+    client.post(&format!("/users/{alice_id}/reset-traffic"), json!({})).await;
+    let set = set_of(&node_get(&client, node, &key, &format!("/nodes/{node}/creds")).await);
+    assert!(set.users().iter().any(|u| u.user == alice_id));
+}
+
+#[tokio::test]
+async fn groups_decide_which_nodes_a_user_gets() {
+    let client = Client::signed_in(false).await;
+    assert_eq!(client.post("/groups", json!({ "name": "friends" })).await.status, StatusCode::CREATED);
+    let (family_node, key_a) = enroll(&client, json!(["default"])).await;
+    let (friends_node, key_b) = enroll(&client, json!(["friends"])).await;
+    let carol = client.post("/users", json!({ "name": "carol", "groups": ["friends"] })).await.json();
+    let snapshot = snapshot_of(client.app(), carol["link"].as_str().unwrap()).await.unwrap();
+    assert_eq!(snapshot.endpoints.len(), 1);
+    let a = set_of(&node_get(&client, family_node, &key_a, &format!("/nodes/{family_node}/creds")).await);
+    let b = set_of(&node_get(&client, friends_node, &key_b, &format!("/nodes/{friends_node}/creds")).await);
+    assert!(a.users().is_empty());
+    assert_eq!(b.users().len(), 1);
+    // Moving carol moves her credential between nodes.
+    let id = carol["id"].as_u64().unwrap();
+    client.patch(&format!("/users/{id}"), json!({ "groups": ["default"] })).await;
+    let a = set_of(&node_get(&client, family_node, &key_a, &format!("/nodes/{family_node}/creds")).await);
+    let b = set_of(&node_get(&client, friends_node, &key_b, &format!("/nodes/{friends_node}/creds")).await);
+    assert_eq!((a.users().len(), b.users().len()), (1, 0));
+    assert_eq!(a.users()[0].hash.len(), 32);
+    // Deleting a group takes its nodes from its users.
+    let groups = client.get("/groups").await.json();
+    let friends =
+        groups["groups"].as_array().unwrap().iter().find(|g| g["name"] == "friends").unwrap()["id"].as_i64().unwrap();
+    assert_eq!(
+        client.send(Method::DELETE, &client.admin(&format!("/groups/{friends}")), None, &[]).await.status,
+        StatusCode::NO_CONTENT
+    );
+    assert_eq!(client.get(&format!("/nodes/{friends_node}")).await.json()["groups"], json!([]));
+}
+
+#[tokio::test]
+async fn recovery_key_opens_every_snapshot() {
+    let client = Client::signed_in(false).await;
+    let user = client.post("/users", json!({ "name": "dave" })).await.json();
+    let link = user["link"].as_str().unwrap();
+    let token = SubToken::parse(link.rsplit('/').next().unwrap()).unwrap();
+    let name = stream::snapshot(&token.hash());
+    let stored = client.app().db.read(move |c| crate::publish::envelope(c, &name)).await.unwrap().unwrap();
+    let envelope = Envelope::decode(&stored.1, Kind::Snapshot.max_len()).unwrap();
+    let (recovered, snapshot) = seal::recover(&envelope.body, &client.control.recovery()).unwrap();
+    assert_eq!(recovered.to_link_form(), token.to_link_form());
+    assert_eq!(snapshot.name, "dave");
+}

@@ -1,0 +1,59 @@
+//! Test support: a complete control (keys, config, database) in a temporary directory.
+
+use std::sync::Arc;
+
+use crate::app::App;
+use crate::auth::Hasher;
+use crate::config::Config;
+use crate::publish::Signer;
+use crate::secrets::Vault;
+use crate::store::Db;
+
+/// A control in a temporary directory, with fast argon2 parameters.
+pub(crate) struct TestControl {
+    pub(crate) dir: tempfile::TempDir,
+    pub(crate) app: Arc<App>,
+}
+
+impl TestControl {
+    /// `edge`: whether an edge URL is configured (then changes go to the outbox).
+    pub(crate) fn new(edge: bool) -> TestControl {
+        let dir = tempfile::tempdir().expect("a temporary directory");
+        crate::keyring::init(dir.path(), &[], crate::app::now()).expect("init");
+        let env = move |name: &str| match name {
+            "HEARTH_EDGE_URL" if edge => Some("http://127.0.0.1:9".to_owned()),
+            _ => None,
+        };
+        let config = Config::load(dir.path(), &env).expect("config");
+        let paths = crate::keyring::Paths::new(dir.path());
+        let signer = Signer {
+            key: hearth_shared::keys::SecretKey::load(
+                &paths.secret(hearth_shared::keys::Role::Signing),
+                hearth_shared::keys::Role::Signing,
+            )
+            .expect("signing key"),
+            record: std::fs::read(paths.record(hearth_shared::keys::Role::Signing)).expect("record"),
+            recovery: std::fs::read_to_string(paths.public(hearth_shared::keys::Role::Recovery))
+                .expect("recovery key")
+                .trim()
+                .parse()
+                .expect("a recovery key"),
+            vault: Vault::load(&paths.master()).expect("master key"),
+            profile: config.profile.clone(),
+            epoch: 1,
+            root: config.root,
+            edge,
+        };
+        let db = Db::open(&paths.database()).expect("database");
+        let hasher = Hasher::with_params(argon2::Params::new(256, 1, 1, None).expect("params"));
+        let _ = rustls::crypto::ring::default_provider().install_default();
+        let http = reqwest::Client::new();
+        TestControl { app: Arc::new(App::new(config, db, signer, hasher, http)), dir }
+    }
+
+    /// The recovery secret key `init` left in the directory.
+    pub(crate) fn recovery(&self) -> hearth_shared::keys::RecoverySecret {
+        let paths = crate::keyring::Paths::new(self.dir.path());
+        hearth_shared::keys::RecoverySecret::load(&paths.secret(hearth_shared::keys::Role::Recovery)).expect("recovery")
+    }
+}
