@@ -45,7 +45,7 @@ impl TestControl {
             edge,
         };
         let db = Db::open(&paths.database()).expect("database");
-        let hasher = Hasher::with_params(argon2::Params::new(256, 1, 1, None).expect("params"));
+        let hasher = Hasher::with_params(argon2::Params::new(256, 1, 1, Some(32)).expect("params"));
         let _ = rustls::crypto::ring::default_provider().install_default();
         let http = reqwest::Client::new();
         TestControl { app: Arc::new(App::new(config, db, signer, hasher, http)), dir }

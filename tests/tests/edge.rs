@@ -47,7 +47,7 @@ fn start(backend: Backend, extra: &[(&str, &str)]) -> Setup {
 }
 
 fn client(from: Option<&str>) -> reqwest::Client {
-    let mut builder = reqwest::Client::builder().timeout(Duration::from_secs(30));
+    let mut builder = hearth_tests::http().timeout(Duration::from_secs(30));
     if let Some(ip) = from {
         // The native edge sees the socket's address; the Worker reads CF-Connecting-IP, which
         // Cloudflare sets (and `wrangler dev` passes through from the client).

@@ -40,7 +40,7 @@ async fn deploy_local_brings_hearth_up_on_loopback() {
     for file in ["root.pub", "signing.record", "release.record", "recovery.pub", "edge.toml", "edge.db"] {
         assert!(data.join(file).exists(), "{file} missing");
     }
-    let health = reqwest::get(format!("{url}/healthz")).await.unwrap();
+    let health = hearth_tests::http().build().unwrap().get(format!("{url}/healthz")).send().await.unwrap();
     assert_eq!(health.text().await.unwrap(), "ok\n");
     let _ = Command::new("kill").args(["-TERM", &child.id().to_string()]).status();
     let status = child.wait().unwrap();

@@ -40,7 +40,7 @@ struct Run {
 }
 
 async fn load(edge: &EdgeProcess, links: &[String], status: u16) -> Result<Run> {
-    let http = reqwest::Client::builder().pool_max_idle_per_host(IN_FLIGHT).build()?;
+    let http = hearth_tests::http().pool_max_idle_per_host(IN_FLIGHT).build()?;
     let done = Arc::new(AtomicU64::new(0));
     let pid = edge.server_pid()?;
     let before = cpu_ticks(pid)?;
@@ -93,7 +93,7 @@ async fn bench(backend: Backend, limits: bool) -> Result<()> {
     let tokens: Vec<SubToken> = (0..USERS).map(|_| SubToken::generate(&mut OsRng)).collect();
     let items: Vec<_> = tokens.iter().zip(1..).map(|(token, user)| sim.snapshot(token, &demo_snapshot(user))).collect();
     let push = sim.push(&items);
-    let http = reqwest::Client::new();
+    let http = hearth_tests::http().build()?;
     let started = Instant::now();
     let response =
         http.post(format!("{}/{API}/push", edge.url)).bearer_auth(PUSH_TOKEN).body(push.clone()).send().await?;

@@ -1,0 +1,218 @@
+//! Running the real `hearth-control` binary for a test: `init` in a temporary directory,
+//! `serve` on a loopback port chosen at run time, over HTTPS with the self-signed
+//! certificate `init` made (the test's client trusts exactly that certificate).
+
+use std::io::{BufRead as _, BufReader};
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::time::Duration;
+
+use anyhow::{Context as _, Result, bail};
+use serde_json::{Value, json};
+
+/// A data directory made by `hearth-control init`.
+pub struct ControlDir {
+    /// The directory.
+    pub path: PathBuf,
+}
+
+impl ControlDir {
+    /// Runs `hearth-control init` in `path`.
+    pub fn init(path: &Path) -> Result<ControlDir> {
+        let out = Command::new(crate::binary("hearth-control")?)
+            .arg("init")
+            .arg("--data-dir")
+            .arg(path)
+            .output()
+            .context("running hearth-control init")?;
+        if !out.status.success() {
+            bail!("init failed: {}", String::from_utf8_lossy(&out.stderr));
+        }
+        Ok(ControlDir { path: path.to_owned() })
+    }
+
+    /// A value of `edge.toml`.
+    pub fn edge_setting(&self, key: &str) -> Result<String> {
+        let text = std::fs::read_to_string(self.path.join("edge.toml"))?;
+        text.lines()
+            .find_map(|line| line.strip_prefix(&format!("{key} = \"")).and_then(|rest| rest.strip_suffix('"')))
+            .map(str::to_owned)
+            .with_context(|| format!("{key} is missing from edge.toml"))
+    }
+
+    /// The settings a native edge or the Worker needs to trust this control.
+    pub fn edge_vars(&self) -> Result<Vec<(String, String)>> {
+        Ok(vec![
+            ("HEARTH_ROOT_KEY".into(), self.edge_setting("root_key")?),
+            ("HEARTH_PUSH_TOKEN".into(), self.edge_setting("push_token")?),
+            ("HEARTH_API_PREFIX".into(), self.edge_setting("api_prefix")?),
+            ("HEARTH_SUB_PREFIX".into(), self.edge_setting("sub_prefix")?),
+        ])
+    }
+
+    /// Runs a CLI command on this directory; returns its standard output.
+    pub fn cli(&self, args: &[&str]) -> Result<String> {
+        let out = Command::new(crate::binary("hearth-control")?)
+            .args(args)
+            .arg("--data-dir")
+            .arg(&self.path)
+            .output()
+            .context("running hearth-control")?;
+        if !out.status.success() {
+            bail!("hearth-control {args:?} failed: {}", String::from_utf8_lossy(&out.stderr));
+        }
+        Ok(String::from_utf8(out.stdout)?)
+    }
+
+    /// An HTTPS client that trusts exactly this control's certificate.
+    pub fn client(&self) -> Result<reqwest::Client> {
+        let pem = std::fs::read(self.path.join("tls.crt"))?;
+        Ok(crate::http()
+            .tls_certs_only([reqwest::Certificate::from_pem(&pem)?])
+            .timeout(Duration::from_secs(60))
+            .build()?)
+    }
+}
+
+/// A running `hearth-control serve`.
+pub struct ControlProcess {
+    child: Child,
+    /// `https://127.0.0.1:<port>`.
+    pub url: String,
+    /// The one-time setup token, on a first run.
+    pub setup_token: Option<String>,
+    /// The admin prefix.
+    pub admin: String,
+    lines: std::sync::mpsc::Receiver<String>,
+}
+
+impl ControlProcess {
+    /// Starts `serve` on `dir` with extra environment (`HEARTH_EDGE_URL`, ...).
+    pub fn start(dir: &ControlDir, env: &[(&str, String)]) -> Result<ControlProcess> {
+        let mut command = Command::new(crate::binary("hearth-control")?);
+        command
+            .arg("serve")
+            .arg("--data-dir")
+            .arg(&dir.path)
+            .env_clear()
+            .env("PATH", std::env::var_os("PATH").unwrap_or_default())
+            .env("HEARTH_LISTEN", "127.0.0.1:0")
+            .env("HEARTH_LOG", "warn")
+            .stdin(Stdio::null())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::inherit());
+        for (name, value) in env {
+            command.env(name, value);
+        }
+        let mut child = command.spawn().context("starting hearth-control")?;
+        let stdout = child.stdout.take().expect("piped stdout");
+        let (tx, lines) = std::sync::mpsc::channel();
+        std::thread::spawn(move || {
+            for line in BufReader::new(stdout).lines().map_while(Result::ok) {
+                let _ = tx.send(line);
+            }
+        });
+        let first = match lines.recv_timeout(Duration::from_secs(60)) {
+            Ok(line) => line,
+            Err(_) => {
+                let _ = child.kill();
+                bail!("hearth-control did not say where it listens within 60 s");
+            }
+        };
+        let url = first
+            .strip_prefix("hearth-control listening on ")
+            .with_context(|| format!("unexpected first line {first:?}"))?
+            .to_owned();
+        let config = std::fs::read_to_string(dir.path.join("control.toml"))?;
+        let admin = config
+            .lines()
+            .find_map(|l| l.strip_prefix("admin_prefix = \"").and_then(|r| r.strip_suffix('"')))
+            .context("admin_prefix")?
+            .to_owned();
+        let mut setup_token = None;
+        if let Ok(line) = lines.recv_timeout(Duration::from_millis(500))
+            && let Some((_, token)) = line.split_once("/setup#")
+        {
+            setup_token = token.split_whitespace().next().map(str::to_owned);
+        }
+        Ok(ControlProcess { child, url, setup_token, admin, lines })
+    }
+
+    /// The admin API's URL for `path`.
+    pub fn api(&self, path: &str) -> String {
+        format!("{}/{}/api{path}", self.url, self.admin)
+    }
+
+    /// The process id.
+    pub fn pid(&self) -> u32 {
+        self.child.id()
+    }
+
+    /// Lines control printed after start.
+    pub fn printed(&self) -> Vec<String> {
+        self.lines.try_iter().collect()
+    }
+
+    /// SIGTERM, then waits; an error if it does not stop cleanly within 10 s.
+    pub fn stop(mut self) -> Result<()> {
+        let _ = Command::new("kill").args(["-TERM", &self.child.id().to_string()]).status();
+        for _ in 0..200 {
+            if let Some(status) = self.child.try_wait()? {
+                if !status.success() {
+                    bail!("control exited with {status} on SIGTERM");
+                }
+                return Ok(());
+            }
+            std::thread::sleep(Duration::from_millis(50));
+        }
+        let _ = self.child.kill();
+        bail!("control did not stop within 10 s of SIGTERM")
+    }
+
+    /// SIGKILL: the process dies wherever it is.
+    pub fn kill9(mut self) -> Result<()> {
+        self.child.kill()?;
+        self.child.wait()?;
+        Ok(())
+    }
+
+    /// Runs setup with the printed token, then makes an API token of `scope`; returns it.
+    pub async fn setup(&self, client: &reqwest::Client, scope: &str) -> Result<String> {
+        let token = self.setup_token.clone().context("no setup link was printed")?;
+        let answer = client
+            .post(self.api("/setup"))
+            .json(&json!({ "token": token, "login": "owner", "password": "correct horse battery" }))
+            .send()
+            .await?;
+        if !answer.status().is_success() {
+            bail!("setup failed: {}", answer.text().await?);
+        }
+        let cookie = answer
+            .headers()
+            .get("set-cookie")
+            .context("no session cookie")?
+            .to_str()?
+            .split(';')
+            .next()
+            .context("cookie")?
+            .to_owned();
+        let answer: Value = client
+            .post(self.api("/tokens"))
+            .header("cookie", cookie)
+            .json(&json!({ "name": "test", "scope": scope }))
+            .send()
+            .await?
+            .json()
+            .await?;
+        answer["token"].as_str().map(str::to_owned).context("no token in the answer")
+    }
+}
+
+impl Drop for ControlProcess {
+    fn drop(&mut self) {
+        if let Ok(None) = self.child.try_wait() {
+            let _ = self.child.kill();
+            let _ = self.child.wait();
+        }
+    }
+}

@@ -1,0 +1,321 @@
+//! The real `hearth-control` binary over HTTPS, pushing to the real native edge: publishing
+//! and the durable outbox across an edge outage and a control restart, kill -9 during a bulk
+//! create, expiry and quota enforcement, usage reports counted once whichever way they come,
+//! and bounded argon2 memory under a burst of sign-ins.
+
+use std::time::{Duration, Instant};
+
+use hearth_shared::envelope::{Audience, Draft, Envelope, Kind};
+use hearth_shared::keys::{Role, SecretKey};
+use hearth_shared::nodeauth;
+use hearth_shared::wire::{self, CredentialSet, UsageReport, UserUsage, stream};
+use hearth_tests::control::{ControlDir, ControlProcess};
+use hearth_tests::control_sim::now;
+use hearth_tests::edge::{Backend, EdgeProcess, free_port};
+use rand_core::OsRng;
+use reqwest::StatusCode;
+use serde_json::{Value, json};
+
+struct Api {
+    http: reqwest::Client,
+    token: String,
+}
+
+impl Api {
+    async fn call(
+        &self,
+        control: &ControlProcess,
+        method: reqwest::Method,
+        path: &str,
+        body: Option<Value>,
+    ) -> (StatusCode, Value) {
+        let mut request = self.http.request(method, control.api(path)).bearer_auth(&self.token);
+        if let Some(body) = body {
+            request = request.json(&body);
+        }
+        let response = request.send().await.expect("control answers");
+        let status = response.status();
+        let text = response.text().await.unwrap();
+        (status, serde_json::from_str(&text).unwrap_or(Value::Null))
+    }
+    async fn get(&self, control: &ControlProcess, path: &str) -> Value {
+        let (status, value) = self.call(control, reqwest::Method::GET, path, None).await;
+        assert_eq!(status, StatusCode::OK, "{path}: {value}");
+        value
+    }
+    async fn post(&self, control: &ControlProcess, path: &str, body: Value) -> Value {
+        let (status, value) = self.call(control, reqwest::Method::POST, path, Some(body)).await;
+        assert!(status.is_success(), "{path}: {status} {value}");
+        value
+    }
+}
+
+/// Polls `check` every 100 ms for up to `limit`.
+async fn eventually<F: std::future::Future<Output = bool>>(what: &str, limit: Duration, mut check: impl FnMut() -> F) {
+    let started = Instant::now();
+    while !check().await {
+        assert!(started.elapsed() < limit, "{what}: not within {limit:?}");
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+}
+
+async fn served(http: &reqwest::Client, link: &str) -> bool {
+    match http.get(link).header("user-agent", "SFA/1.12.0").send().await {
+        Ok(response) => response.status() == StatusCode::OK,
+        Err(_) => false,
+    }
+}
+
+#[tokio::test]
+async fn the_outbox_survives_an_edge_outage_and_a_control_restart() {
+    let temp = tempfile::tempdir().unwrap();
+    let dir = ControlDir::init(&temp.path().join("control")).unwrap();
+    let edge_db = temp.path().join("edge.db");
+    let port = free_port().unwrap();
+    let edge = EdgeProcess::start_on(Backend::Native, &edge_db, &dir.edge_vars().unwrap(), port).unwrap();
+    let env = [("HEARTH_EDGE_URL", edge.url.clone())];
+    let control = ControlProcess::start(&dir, &env).unwrap();
+    let http = dir.client().unwrap();
+    let plain = hearth_tests::http().build().unwrap();
+    let api = Api { token: control.setup(&http, "operate").await.unwrap(), http };
+
+    let names: Vec<String> = (0..1000).map(|i| format!("user-{i:04}")).collect();
+    let started = Instant::now();
+    let bulk = api.post(&control, "/users/bulk", json!({ "names": names, "settings": { "quota": 1 << 30 } })).await;
+    eprintln!("bulk create of 1000 users: {:?}", started.elapsed());
+    let links: Vec<String> =
+        bulk["users"].as_array().unwrap().iter().map(|u| u["link"].as_str().unwrap().to_owned()).collect();
+    assert_eq!(links.len(), 1000);
+    assert!(links[0].starts_with(&edge.url), "links point at the edge: {}", links[0]);
+    eventually("the first and last link served by the edge", Duration::from_secs(30), || async {
+        served(&plain, &links[0]).await && served(&plain, &links[999]).await
+    })
+    .await;
+    eventually("the outbox drained", Duration::from_secs(30), || async {
+        api.get(&control, "/status").await["edge"]["pending"] == 0
+    })
+    .await;
+
+    // The edge goes down: changes queue, and the failure shows in the status.
+    edge.stop().unwrap();
+    let late = api.post(&control, "/users", json!({ "name": "late" })).await;
+    let late_link = late["link"].as_str().unwrap().to_owned();
+    let first_id = bulk["users"][0]["id"].as_u64().unwrap();
+    api.post(&control, &format!("/users/{first_id}/disable"), json!({})).await;
+    eventually("the push failure reported", Duration::from_secs(10), || async {
+        let status = api.get(&control, "/status").await;
+        status["edge"]["pending"].as_u64().unwrap() >= 2 && status["edge"]["last_error"].is_string()
+    })
+    .await;
+    let status = api.get(&control, "/status").await;
+    let error = status["edge"]["last_error"].as_str().unwrap();
+    assert!(!error.contains(&dir.edge_setting("api_prefix").unwrap()), "no secret path in errors: {error}");
+
+    // Control restarts while the edge is still down: the queue is on disk.
+    control.stop().unwrap();
+    let control = ControlProcess::start(&dir, &env).unwrap();
+    assert!(control.setup_token.is_none(), "setup is done once");
+    assert!(api.get(&control, "/status").await["edge"]["pending"].as_u64().unwrap() >= 2);
+
+    // The edge comes back on the same address and data: the queue drains, in order.
+    let edge = EdgeProcess::start_on(Backend::Native, &edge_db, &dir.edge_vars().unwrap(), port).unwrap();
+    eventually("the late user served after the outage", Duration::from_secs(30), || served(&plain, &late_link)).await;
+    eventually("the outbox drained again", Duration::from_secs(30), || async {
+        api.get(&control, "/status").await["edge"]["pending"] == 0
+    })
+    .await;
+    let disabled = plain.get(&links[0]).header("user-agent", "v2rayN/7.0").send().await.unwrap();
+    let body = disabled.text().await.unwrap();
+    assert!(!body.is_empty());
+
+    // Control goes away for good: every link keeps serving from the edge.
+    control.stop().unwrap();
+    for link in [&links[1], &links[500], &late_link] {
+        assert!(served(&plain, link).await, "{link} stopped serving without control");
+    }
+    drop(edge);
+}
+
+#[tokio::test]
+async fn kill_9_during_a_bulk_create_leaves_a_consistent_database() {
+    let temp = tempfile::tempdir().unwrap();
+    let dir = ControlDir::init(&temp.path().join("control")).unwrap();
+    let control = ControlProcess::start(&dir, &[]).unwrap();
+    let http = dir.client().unwrap();
+    let api = Api { token: control.setup(&http, "operate").await.unwrap(), http };
+    api.post(&control, "/users", json!({ "name": "before" })).await;
+    let names: Vec<String> = (0..3000).map(|i| format!("bulk-{i:04}")).collect();
+    let request =
+        api.http.post(control.api("/users/bulk")).bearer_auth(&api.token).json(&json!({ "names": names })).send();
+    let killer = async {
+        tokio::time::sleep(Duration::from_millis(150)).await;
+        control.kill9().unwrap();
+    };
+    let (answer, ()) = tokio::join!(request, killer);
+    let acknowledged = answer.is_ok_and(|a| a.status() == StatusCode::CREATED);
+
+    let control = ControlProcess::start(&dir, &[]).unwrap();
+    let total = api.get(&control, "/users?per_page=1").await["total"].as_u64().unwrap();
+    if acknowledged {
+        assert_eq!(total, 3001, "an acknowledged bulk create is all there");
+    } else {
+        assert!(total == 1 || total == 3001, "all or nothing, found {total}");
+    }
+    // The database takes writes again and every user it holds has its signed snapshot.
+    let after = api.post(&control, "/users", json!({ "name": "after" })).await;
+    assert_eq!(after["name"], "after");
+    let listed = api.get(&control, "/users?q=bulk-2999").await;
+    assert_eq!(listed["total"].as_u64().unwrap(), total - 1);
+    control.stop().unwrap();
+}
+
+fn usage_report(key: &SecretKey, node: u64, seq: u64, users: Vec<UserUsage>) -> Vec<u8> {
+    let now = now();
+    let body = wire::encode(&UsageReport { node, seq, period_start: now - 60, period_end: now, users });
+    Draft {
+        kind: Kind::UsageReport,
+        stream: stream::usage(node),
+        version: seq,
+        epoch: 1,
+        issued: now,
+        expires: now + 30 * 86_400,
+        audience: Audience::Control,
+        prev: [0; 32],
+    }
+    .sign(body, &[key])
+    .encode()
+}
+
+async fn pull(http: &reqwest::Client, base: &str, prefix: &str, node: u64, key: &SecretKey) -> CredentialSet {
+    let path = format!("/{prefix}/nodes/{node}/creds?after=0");
+    let auth = nodeauth::sign(key, node, "GET", &path, now());
+    let bytes =
+        http.get(format!("{base}{path}")).header(nodeauth::HEADER, auth).send().await.unwrap().bytes().await.unwrap();
+    let envelope = Envelope::decode(&bytes, Kind::CredentialSet.max_len()).expect("a credential set envelope");
+    CredentialSet::decode(&envelope.body).unwrap()
+}
+
+async fn post_usage(
+    http: &reqwest::Client,
+    base: &str,
+    prefix: &str,
+    node: u64,
+    key: &SecretKey,
+    body: Vec<u8>,
+) -> StatusCode {
+    let path = format!("/{prefix}/nodes/{node}/usage");
+    let auth = nodeauth::sign(key, node, "POST", &path, now());
+    http.post(format!("{base}{path}")).header(nodeauth::HEADER, auth).body(body).send().await.unwrap().status()
+}
+
+#[tokio::test]
+async fn expiry_quota_and_usage_through_control_and_the_edge() {
+    let temp = tempfile::tempdir().unwrap();
+    let dir = ControlDir::init(&temp.path().join("control")).unwrap();
+    let edge = EdgeProcess::start(Backend::Native, &temp.path().join("edge.db"), &dir.edge_vars().unwrap()).unwrap();
+    let control = ControlProcess::start(&dir, &[("HEARTH_EDGE_URL", edge.url.clone())]).unwrap();
+    let http = dir.client().unwrap();
+    let plain = hearth_tests::http().build().unwrap();
+    let api = Api { token: control.setup(&http, "admin").await.unwrap(), http };
+    let prefix = dir.edge_setting("api_prefix").unwrap();
+
+    // A node enrolls with its one-time command's token.
+    let node = api.post(&control, "/nodes", json!({ "name": "home", "host": "127.0.0.1", "port": 8443 })).await;
+    let command = node["enroll_command"].as_str().unwrap();
+    assert!(command.contains("--control-pin"), "{command}");
+    let token = command.split_whitespace().skip_while(|w| *w != "--token").nth(1).unwrap();
+    let key = SecretKey::generate(Role::Node, &mut OsRng).unwrap();
+    let enrolled: Value = api
+        .http
+        .post(format!("{}/{prefix}/enroll", control.url))
+        .json(&json!({ "token": token, "key": key.public().to_string(), "cert_sha256": "ab".repeat(32), "version": "test" }))
+        .send()
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
+    let node = enrolled["node"].as_u64().unwrap();
+
+    let soon = now() + 3;
+    let expiring = api.post(&control, "/users", json!({ "name": "expiring", "expires_at": soon })).await;
+    let capped = api.post(&control, "/users", json!({ "name": "capped", "quota": 10_000 })).await;
+    let (expiring_id, capped_id) = (expiring["id"].as_u64().unwrap(), capped["id"].as_u64().unwrap());
+    let set = pull(&api.http, &control.url, &prefix, node, &key).await;
+    assert_eq!(set.users().len(), 2);
+
+    // Expiry: the sweep removes the user from the set within seconds of the time passing.
+    eventually("the expired user cut off", Duration::from_secs(15), || async {
+        let set = pull(&api.http, &control.url, &prefix, node, &key).await;
+        set.users().iter().all(|u| u.user != expiring_id)
+    })
+    .await;
+    assert_eq!(api.get(&control, &format!("/users/{expiring_id}")).await["status"], "expired");
+
+    // Usage straight to control, then the same report again through the edge: counted once.
+    let first = usage_report(&key, node, 1, vec![UserUsage { user: capped_id, up: 1000, down: 2000 }]);
+    assert_eq!(post_usage(&api.http, &control.url, &prefix, node, &key, first.clone()).await, StatusCode::OK);
+    eventually("the edge knows the node", Duration::from_secs(20), || async {
+        post_usage(&plain, &edge.url, &prefix, node, &key, first.clone()).await.is_success()
+    })
+    .await;
+    // The next report only through the edge (a control behind NAT): it crosses the quota.
+    let second = usage_report(&key, node, 2, vec![UserUsage { user: capped_id, up: 0, down: 9000 }]);
+    assert!(post_usage(&plain, &edge.url, &prefix, node, &key, second).await.is_success());
+    eventually("the drained report applied", Duration::from_secs(20), || async {
+        api.get(&control, &format!("/users/{capped_id}")).await["status"] == "over_quota"
+    })
+    .await;
+    let user = api.get(&control, &format!("/users/{capped_id}")).await;
+    assert_eq!((user["used_up"].as_u64(), user["used_down"].as_u64()), (Some(1000), Some(11_000)), "each report once");
+    let set = pull(&api.http, &control.url, &prefix, node, &key).await;
+    assert!(set.users().iter().all(|u| u.user != capped_id), "over quota: cut off");
+    // The edge holds the same set for nodes that cannot reach control.
+    eventually("the edge serves the new set", Duration::from_secs(20), || async {
+        pull(&plain, &edge.url, &prefix, node, &key).await.users().is_empty()
+    })
+    .await;
+    control.stop().unwrap();
+}
+
+fn peak_rss_kib(pid: u32) -> u64 {
+    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap();
+    status
+        .lines()
+        .find_map(|l| l.strip_prefix("VmHWM:"))
+        .and_then(|v| v.trim().trim_end_matches("kB").trim().parse().ok())
+        .unwrap()
+}
+
+#[tokio::test]
+async fn ten_sign_ins_at_once_hold_one_hash_in_memory() {
+    let temp = tempfile::tempdir().unwrap();
+    let dir = ControlDir::init(&temp.path().join("control")).unwrap();
+    let control = ControlProcess::start(&dir, &[]).unwrap();
+    let http = dir.client().unwrap();
+    control.setup(&http, "read").await.unwrap();
+    let before = peak_rss_kib(control.pid());
+    let logins: Vec<_> = (0..10)
+        .map(|i| {
+            let http = http.clone();
+            let url = control.api("/login");
+            tokio::spawn(async move {
+                let login = if i % 2 == 0 { "owner" } else { "someone" };
+                let body = json!({ "login": login, "password": format!("wrong password {i}") });
+                http.post(url).json(&body).send().await.unwrap().status()
+            })
+        })
+        .collect();
+    let mut statuses = Vec::new();
+    for login in logins {
+        statuses.push(login.await.unwrap());
+    }
+    for status in &statuses {
+        assert!(matches!(*status, StatusCode::UNAUTHORIZED | StatusCode::TOO_MANY_REQUESTS), "{status}");
+    }
+    let grown = peak_rss_kib(control.pid()).saturating_sub(before);
+    eprintln!("peak memory grew {grown} KiB for 10 concurrent sign-ins");
+    // One argon2 hash is 19 MiB; ten at once would be 190 MiB.
+    assert!(grown < 40 * 1024, "peak memory grew {grown} KiB: more than one hash at a time?");
+    control.stop().unwrap();
+}
