@@ -53,11 +53,22 @@ pub fn binary(package: &'static str) -> Result<PathBuf> {
         if release {
             args.push("--release");
         }
-        let status = Command::new(env!("CARGO"))
-            .args(&args)
-            .current_dir(repo_root())
-            .status()
-            .with_context(|| format!("building {package}"))?;
+        let mut command = Command::new(env!("CARGO"));
+        // Cargo gives this test process the variables of its own package; build scripts
+        // (ring's) rerun when those differ from a plain `cargo` run, which would rebuild half
+        // the tree on every test run. The build gets the environment a developer's shell has.
+        for (name, _) in std::env::vars_os() {
+            let name = name.to_string_lossy();
+            let package_var = ["CARGO_PKG_", "CARGO_MANIFEST_", "CARGO_CFG_", "CARGO_CRATE_", "CARGO_BIN_"]
+                .iter()
+                .any(|prefix| name.starts_with(prefix))
+                || ["CARGO_PRIMARY_PACKAGE", "CARGO_TARGET_TMPDIR", "OUT_DIR"].contains(&name.as_ref());
+            if package_var {
+                command.env_remove(name.as_ref());
+            }
+        }
+        let status =
+            command.args(&args).current_dir(repo_root()).status().with_context(|| format!("building {package}"))?;
         if !status.success() {
             bail!("cargo build -p {package} failed");
         }
