@@ -40,6 +40,22 @@ pub fn repo_root() -> PathBuf {
     PathBuf::from(env!("CARGO_MANIFEST_DIR")).parent().expect("tests/ is inside the repository").to_owned()
 }
 
+/// Cargo gives a test process the variables of its own package; build scripts (ring's) rerun
+/// when those differ from a plain `cargo` run, which would rebuild half the tree on every test
+/// run. This gives a child the environment a developer's shell has.
+pub fn plain_cargo_env(command: &mut Command) {
+    for (name, _) in std::env::vars_os() {
+        let name = name.to_string_lossy();
+        let package_var = ["CARGO_PKG_", "CARGO_MANIFEST_", "CARGO_CFG_", "CARGO_CRATE_", "CARGO_BIN_"]
+            .iter()
+            .any(|prefix| name.starts_with(prefix))
+            || ["CARGO_PRIMARY_PACKAGE", "CARGO_TARGET_TMPDIR", "OUT_DIR"].contains(&name.as_ref());
+        if package_var {
+            command.env_remove(name.as_ref());
+        }
+    }
+}
+
 static BUILT: Mutex<Vec<&'static str>> = Mutex::new(Vec::new());
 
 /// The path of one of Hearth's binaries, built first (once per test process) so that a plain
@@ -54,19 +70,7 @@ pub fn binary(package: &'static str) -> Result<PathBuf> {
             args.push("--release");
         }
         let mut command = Command::new(env!("CARGO"));
-        // Cargo gives this test process the variables of its own package; build scripts
-        // (ring's) rerun when those differ from a plain `cargo` run, which would rebuild half
-        // the tree on every test run. The build gets the environment a developer's shell has.
-        for (name, _) in std::env::vars_os() {
-            let name = name.to_string_lossy();
-            let package_var = ["CARGO_PKG_", "CARGO_MANIFEST_", "CARGO_CFG_", "CARGO_CRATE_", "CARGO_BIN_"]
-                .iter()
-                .any(|prefix| name.starts_with(prefix))
-                || ["CARGO_PRIMARY_PACKAGE", "CARGO_TARGET_TMPDIR", "OUT_DIR"].contains(&name.as_ref());
-            if package_var {
-                command.env_remove(name.as_ref());
-            }
-        }
+        plain_cargo_env(&mut command);
         let status =
             command.args(&args).current_dir(repo_root()).status().with_context(|| format!("building {package}"))?;
         if !status.success() {

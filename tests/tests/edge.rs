@@ -448,9 +448,10 @@ async fn the_archive_round_trips_and_everything_survives_a_restart(backend: Back
     assert_eq!(stored, v2);
 
     let before = s.get(&s.link(&token), "v2rayN/7").await;
-    let Setup { _dir, edge, sim, http } = s;
+    let Setup { _dir, edge, sim, http: _ } = s;
     let edge = edge.restart().unwrap();
-    let s = Setup { _dir, edge, sim, http };
+    // The edge comes back on the same address; connections to the old process are gone.
+    let s = Setup { _dir, edge, sim, http: client(None) };
     let after = s.get(&s.link(&token), "v2rayN/7").await;
     assert_eq!((before.0, before.2), (after.0, after.2));
     let response = s.http.get(format!("{}/{API}/archive", s.edge.url)).bearer_auth(PUSH_TOKEN).send().await.unwrap();

@@ -11,10 +11,13 @@ use hearth_tests::repo_root;
 async fn deploy_local_brings_hearth_up_on_loopback() {
     let dir = tempfile::tempdir().unwrap();
     let data = dir.path().join("data");
-    let mut child = Command::new("bash")
+    let mut command = Command::new("bash");
+    hearth_tests::plain_cargo_env(&mut command);
+    let mut child = command
         .arg(repo_root().join("deploy/local.sh"))
         .env("HEARTH_DATA_DIR", &data)
         .env("HEARTH_EDGE_LISTEN", "127.0.0.1:0")
+        .env("HEARTH_LISTEN", "127.0.0.1:0")
         .stdin(Stdio::null())
         .stdout(Stdio::piped())
         .spawn()
@@ -34,15 +37,37 @@ async fn deploy_local_brings_hearth_up_on_loopback() {
         }
         seen.push(line);
     };
+    let control = loop {
+        let line = rx.recv_timeout(Duration::from_secs(120)).expect("control did not start");
+        if let Some(url) = line.strip_prefix("hearth-control listening on ") {
+            break url.to_owned();
+        }
+        seen.push(line);
+    };
+    let setup = rx.recv_timeout(Duration::from_secs(10)).expect("no setup link");
+    assert!(setup.contains("/setup#"), "{setup}");
     let output = seen.join("\n");
     assert!(output.contains("Keep these two files offline"), "{output}");
     assert!(output.contains("(key record v1)"), "{output}");
-    for file in ["root.pub", "signing.record", "release.record", "recovery.pub", "edge.toml", "edge.db"] {
+    for file in [
+        "root.pub",
+        "signing.record",
+        "release.record",
+        "recovery.pub",
+        "edge.toml",
+        "edge.db",
+        "control.db",
+        "master.key",
+    ] {
         assert!(data.join(file).exists(), "{file} missing");
     }
     let health = hearth_tests::http().build().unwrap().get(format!("{url}/healthz")).send().await.unwrap();
     assert_eq!(health.text().await.unwrap(), "ok\n");
+    let pem = std::fs::read(data.join("tls.crt")).unwrap();
+    let https = hearth_tests::http().tls_certs_only([reqwest::Certificate::from_pem(&pem).unwrap()]).build().unwrap();
+    let health = https.get(format!("{control}/healthz")).send().await.unwrap();
+    assert_eq!(health.text().await.unwrap(), "ok\n", "control answers over HTTPS with the certificate init made");
     let _ = Command::new("kill").args(["-TERM", &child.id().to_string()]).status();
     let status = child.wait().unwrap();
-    assert!(status.success(), "the edge did not stop cleanly on SIGTERM: {status}");
+    assert!(status.success(), "Hearth did not stop cleanly on SIGTERM: {status}");
 }

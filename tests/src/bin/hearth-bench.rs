@@ -1,3 +1,6 @@
+//! `hearth-bench control`: control's cold start, idle memory with 1000 users, bulk and
+//! one-by-one creates, the cost of one user change, and memory under ten sign-ins at once.
+//!
 //! `hearth-bench edge`: what one subscription answer, one 429 and one push cost the edge,
 //! natively and as the Worker in workerd. It starts each edge as the tests do, pushes 1000
 //! users, then keeps a fixed number of requests in flight for a few seconds and divides the
@@ -130,11 +133,139 @@ async fn bench(backend: Backend, limits: bool) -> Result<()> {
     edge.stop()
 }
 
+fn status_kib(pid: u32, field: &str) -> Result<u64> {
+    let status = std::fs::read_to_string(format!("/proc/{pid}/status"))?;
+    status
+        .lines()
+        .find_map(|l| l.strip_prefix(field))
+        .and_then(|v| v.trim().trim_end_matches("kB").trim().parse().ok())
+        .with_context(|| format!("{field} in /proc/{pid}/status"))
+}
+
+fn percentile(sorted: &[Duration], p: f64) -> Duration {
+    let at = ((sorted.len() as f64 - 1.0) * p).round() as usize;
+    sorted[at.min(sorted.len() - 1)]
+}
+
+async fn first_200(http: &reqwest::Client, url: &str, started: Instant) -> Result<Duration> {
+    loop {
+        if let Ok(response) = http.get(format!("{url}/healthz")).send().await
+            && response.status().is_success()
+        {
+            return Ok(started.elapsed());
+        }
+        if started.elapsed() > Duration::from_secs(30) {
+            bail!("control did not answer within 30 s");
+        }
+        tokio::time::sleep(Duration::from_millis(1)).await;
+    }
+}
+
+async fn bench_control() -> Result<()> {
+    use hearth_tests::control::{ControlDir, ControlProcess};
+    use serde_json::json;
+    let temp = tempfile::tempdir()?;
+    let dir = ControlDir::init(&temp.path().join("control"))?;
+    let http = dir.client()?;
+    println!("| control | figure |");
+    println!("|---|---|");
+
+    let started = Instant::now();
+    let control = ControlProcess::start(&dir, &[])?;
+    let cold = first_200(&http, &control.url, started).await?;
+    println!("| cold start to first 200, empty | {:.1} ms |", cold.as_secs_f64() * 1000.0);
+    let token = control.setup(&http, "operate").await?;
+    let post =
+        |path: &str, body: serde_json::Value| http.post(control.api(path)).bearer_auth(&token).json(&body).send();
+
+    let names: Vec<String> = (0..1000).map(|i| format!("bulk-{i:04}")).collect();
+    let started = Instant::now();
+    let answer = post("/users/bulk", json!({ "names": names })).await?;
+    if !answer.status().is_success() {
+        bail!("bulk create failed: {}", answer.text().await?);
+    }
+    println!("| create 1000 users, one bulk call | {:.0} ms |", started.elapsed().as_secs_f64() * 1000.0);
+
+    let started = Instant::now();
+    for i in 0..200 {
+        let answer = post("/users", json!({ "name": format!("single-{i:03}") })).await?;
+        if !answer.status().is_success() {
+            bail!("create failed: {}", answer.text().await?);
+        }
+    }
+    println!("| create 200 users, one call each | {:.0} ms |", started.elapsed().as_secs_f64() * 1000.0);
+
+    // One user change: a quota change re-signs the snapshot and checks every node's set.
+    let pid = control.pid();
+    let before = cpu_ticks(pid)?;
+    let mut latencies = Vec::new();
+    for i in 0..300u64 {
+        let started = Instant::now();
+        let answer = http
+            .patch(control.api(&format!("/users/{}", 1 + i % 1000)))
+            .bearer_auth(&token)
+            .json(&json!({ "quota": (i + 1) << 30 }))
+            .send()
+            .await?;
+        if !answer.status().is_success() {
+            bail!("change failed: {}", answer.text().await?);
+        }
+        answer.bytes().await?;
+        latencies.push(started.elapsed());
+    }
+    let cpu_us = (cpu_ticks(pid)? - before) as f64 * 1e6 / ticks_per_second() as f64 / 300.0;
+    latencies.sort();
+    println!(
+        "| one user change over HTTPS (300 changes among 1200 users) | p50 {:.2} ms, p95 {:.2} ms; control CPU {:.0} us each |",
+        percentile(&latencies, 0.5).as_secs_f64() * 1000.0,
+        percentile(&latencies, 0.95).as_secs_f64() * 1000.0,
+        cpu_us
+    );
+
+    tokio::time::sleep(Duration::from_secs(3)).await;
+    println!(
+        "| idle memory with 1200 users | {:.1} MiB anonymous, {:.1} MiB resident |",
+        status_kib(pid, "RssAnon:")? as f64 / 1024.0,
+        status_kib(pid, "VmRSS:")? as f64 / 1024.0
+    );
+
+    let peak_before = status_kib(pid, "VmHWM:")?;
+    let logins: Vec<_> = (0..10)
+        .map(|i| {
+            let (http, url) = (http.clone(), control.api("/login"));
+            tokio::spawn(async move {
+                let body = json!({ "login": "owner", "password": format!("not the password {i}") });
+                http.post(url).json(&body).send().await.map(|r| r.status().as_u16())
+            })
+        })
+        .collect();
+    let mut statuses = Vec::new();
+    for login in logins {
+        statuses.push(login.await??);
+    }
+    let refused = statuses.iter().filter(|s| **s == 429).count();
+    println!(
+        "| 10 sign-ins at once (argon2id 19 MiB, t=2) | peak memory +{:.1} MiB; {} answered 401, {refused} 429 |",
+        (status_kib(pid, "VmHWM:")? - peak_before) as f64 / 1024.0,
+        statuses.len() - refused
+    );
+
+    control.stop()?;
+    let started = Instant::now();
+    let control = ControlProcess::start(&dir, &[])?;
+    let cold = first_200(&http, &control.url, started).await?;
+    println!("| cold start to first 200, 1200 users | {:.1} ms |", cold.as_secs_f64() * 1000.0);
+    control.stop()
+}
+
 #[tokio::main]
 async fn main() -> Result<()> {
     let what = std::env::args().nth(1).unwrap_or_default();
+    if what == "control" {
+        return bench_control().await;
+    }
     if what != "edge" {
-        bail!("usage: HEARTH_PROFILE=release hearth-bench edge [native|worker]");
+        bail!("usage: HEARTH_PROFILE=release hearth-bench control | edge [native|worker]");
     }
     println!("| edge | what | server CPU per answer | answers/s | answers | push |");
     println!("|---|---|---|---|---|---|");
