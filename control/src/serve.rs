@@ -117,6 +117,8 @@ pub(crate) fn run(dir: &Path) -> Result<()> {
                 "First run: open {}/{}/setup#{token} to create the owner (this link works once).",
                 app.config.public_url, app.config.admin_prefix
             );
+        } else {
+            println!("Admin: {}/{}/ (sign in as the owner)", app.config.public_url, app.config.admin_prefix);
         }
         use std::io::Write as _;
         let _ = std::io::stdout().flush();

@@ -129,12 +129,10 @@ impl ControlProcess {
             .find_map(|l| l.strip_prefix("admin_prefix = \"").and_then(|r| r.strip_suffix('"')))
             .context("admin_prefix")?
             .to_owned();
-        let mut setup_token = None;
-        if let Ok(line) = lines.recv_timeout(Duration::from_millis(500))
-            && let Some((_, token)) = line.split_once("/setup#")
-        {
-            setup_token = token.split_whitespace().next().map(str::to_owned);
-        }
+        // The second line is the one-time setup link on a first run, else where to sign in.
+        let second = lines.recv_timeout(Duration::from_secs(10)).context("control printed one line only")?;
+        let setup_token =
+            second.split_once("/setup#").and_then(|(_, token)| token.split_whitespace().next()).map(str::to_owned);
         Ok(ControlProcess { child, url, setup_token, admin, lines })
     }
 

@@ -319,3 +319,55 @@ async fn ten_sign_ins_at_once_hold_one_hash_in_memory() {
     assert!(grown < 40 * 1024, "peak memory grew {grown} KiB: more than one hash at a time?");
     control.stop().unwrap();
 }
+
+#[tokio::test]
+async fn sign_in_lockout_scopes_and_cross_site_refusal_over_https() {
+    let temp = tempfile::tempdir().unwrap();
+    let dir = ControlDir::init(&temp.path().join("control")).unwrap();
+    let control = ControlProcess::start(&dir, &[]).unwrap();
+    let http = dir.client().unwrap();
+    let read_token = control.setup(&http, "read").await.unwrap();
+    // A second setup with the same link is refused.
+    let again = http
+        .post(control.api("/setup"))
+        .json(&json!({ "token": control.setup_token.clone().unwrap(), "login": "x", "password": "another long one" }))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(again.status(), StatusCode::CONFLICT);
+
+    let login = |password: &'static str| {
+        http.post(control.api("/login")).json(&json!({ "login": "owner", "password": password })).send()
+    };
+    let good = login("correct horse battery").await.unwrap();
+    assert_eq!(good.status(), StatusCode::OK);
+    let cookie = good.headers()["set-cookie"].to_str().unwrap().split(';').next().unwrap().to_owned();
+    assert!(cookie.starts_with("__Host-hearth="));
+    for _ in 0..5 {
+        assert_eq!(login("wrong password here").await.unwrap().status(), StatusCode::UNAUTHORIZED);
+    }
+    let locked = login("correct horse battery").await.unwrap();
+    assert_eq!(locked.status(), StatusCode::TOO_MANY_REQUESTS, "locked out after five failures");
+    assert!(locked.headers().contains_key("retry-after"));
+
+    // The session from before the lockout still works; a cross-site request with it does not.
+    let create = |site: &'static str| {
+        http.post(control.api("/users"))
+            .header("cookie", &cookie)
+            .header("sec-fetch-site", site)
+            .json(&json!({ "name": format!("from-{site}") }))
+            .send()
+    };
+    assert_eq!(create("cross-site").await.unwrap().status(), StatusCode::FORBIDDEN);
+    assert_eq!(create("same-origin").await.unwrap().status(), StatusCode::CREATED);
+
+    // A read token reads but cannot change anything.
+    let api = Api { http: http.clone(), token: read_token };
+    assert_eq!(api.get(&control, "/users").await["total"], 1);
+    let (status, body) = api.call(&control, reqwest::Method::POST, "/users", Some(json!({ "name": "nope" }))).await;
+    assert_eq!((status, body["error"]["code"].as_str()), (StatusCode::FORBIDDEN, Some("forbidden")));
+    // Outside the secret prefix: the decoy, even for the real API paths.
+    let decoy = http.get(format!("{}/api/users", control.url)).send().await.unwrap();
+    assert_eq!((decoy.status(), decoy.headers()["server"].to_str().unwrap()), (StatusCode::NOT_FOUND, "nginx"));
+    control.stop().unwrap();
+}

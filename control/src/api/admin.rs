@@ -32,6 +32,7 @@ fn fail(e: Error) -> Response {
 
 pub(super) fn router() -> Router<Arc<App>> {
     Router::new()
+        .route("/api/openapi.json", get(openapi))
         .route("/api/setup", post(setup))
         .route("/api/login", post(login))
         .route("/api/logout", post(logout))
@@ -59,6 +60,13 @@ pub(super) fn router() -> Router<Arc<App>> {
             response.headers_mut().insert(header::CACHE_CONTROL, HeaderValue::from_static("no-store"));
             response
         }))
+}
+
+/// The OpenAPI description of this API (`docs/admin-api.openapi.json`).
+pub(super) const OPENAPI: &str = include_str!("../../../docs/admin-api.openapi.json");
+
+async fn openapi() -> Response {
+    ([(header::CONTENT_TYPE, "application/json")], OPENAPI).into_response()
 }
 
 fn session_cookie(value: &str, max_age: u64) -> HeaderValue {

@@ -99,7 +99,7 @@ struct CredsQuery {
 }
 
 /// A node's credential set, when newer than `after`; with `wait`, held up to that many
-/// seconds (at most 60) until there is one, else 304.
+/// seconds (at most 60) until there is one, else 204 (as the edge answers).
 async fn creds(
     State(app): State<Arc<App>>,
     Path(node): Path<NodeId>,
@@ -125,7 +125,7 @@ async fn creds(
         }
         match tokio::time::timeout_at(deadline, changes.changed()).await {
             Ok(Ok(())) => continue,
-            _ => return StatusCode::NOT_MODIFIED.into_response(),
+            _ => return StatusCode::NO_CONTENT.into_response(),
         }
     }
 }

@@ -415,7 +415,7 @@ async fn nodes_enroll_pull_and_report_usage_exactly_once() {
     assert_eq!(set.users()[0].user, alice_id);
     let held = Envelope::decode(&pulled.body, Kind::CredentialSet.max_len()).unwrap().header.version;
     let unchanged = node_get(&client, node, &key, &format!("/nodes/{node}/creds?after={held}")).await;
-    assert_eq!(unchanged.status, StatusCode::NOT_MODIFIED);
+    assert_eq!(unchanged.status, StatusCode::NO_CONTENT);
     // A forged or missing signature is refused.
     let other = SecretKey::generate(Role::Node, &mut rand_core::OsRng).unwrap();
     assert_eq!(node_get(&client, node, &other, &format!("/nodes/{node}/creds")).await.status, StatusCode::UNAUTHORIZED);
@@ -505,4 +505,36 @@ async fn recovery_key_opens_every_snapshot() {
     let (recovered, snapshot) = seal::recover(&envelope.body, &client.control.recovery()).unwrap();
     assert_eq!(recovered.to_link_form(), token.to_link_form());
     assert_eq!(snapshot.name, "dave");
+}
+
+#[tokio::test]
+async fn the_openapi_description_matches_the_routes() {
+    let client = Client::new(false);
+    let doc: Value = serde_json::from_str(super::admin::OPENAPI).unwrap();
+    let paths = doc["paths"].as_object().unwrap();
+    // Every route in the code is described...
+    let source = include_str!("admin.rs");
+    let mut routes = 0;
+    for line in source.lines().filter(|l| l.trim_start().starts_with(".route(\"/api/")) {
+        let path = line.split('"').nth(1).unwrap().trim_start_matches("/api");
+        if path == "/openapi.json" {
+            continue;
+        }
+        assert!(paths.contains_key(path), "{path} is not in docs/admin-api.openapi.json");
+        routes += 1;
+    }
+    assert_eq!(routes, paths.len(), "the description lists a route the code does not have");
+    // ...and every described call exists: unauthenticated, it is refused, not the decoy.
+    for (path, methods) in paths {
+        for method in methods.as_object().unwrap().keys() {
+            let uri = client.admin(&path.replace("{id}", "1"));
+            let method = Method::from_bytes(method.to_uppercase().as_bytes()).unwrap();
+            let body = (method != Method::GET && method != Method::DELETE).then(|| json!({}));
+            let answer = client.send(method.clone(), &uri, body, &[]).await;
+            assert_ne!(answer.status, StatusCode::NOT_FOUND, "{method} {path}");
+            assert_ne!(answer.status, StatusCode::METHOD_NOT_ALLOWED, "{method} {path}");
+        }
+    }
+    let served = client.send(Method::GET, &client.admin("/openapi.json"), None, &[]).await;
+    assert_eq!(served.json()["openapi"], "3.1.0");
 }
