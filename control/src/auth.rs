@@ -118,9 +118,12 @@ impl Principal {
 /// buffers stayed resident: ten sign-ins grew control by 156 MiB.)
 const RESERVE_BLOCKS: usize = 33 * 1024;
 
-/// The hashing thread's state: the parameters new hashes use.
+/// The hashing thread's state: the parameters new hashes use, and the dummy hash unknown
+/// logins are checked against (made by the thread itself before its first job, so it never
+/// delays control's start).
 struct Engine {
     params: Params,
+    dummy: String,
 }
 
 impl Engine {
@@ -176,7 +179,6 @@ type Job = Box<dyn FnOnce(&Engine) + Send>;
 pub(crate) struct Hasher {
     jobs: Mutex<std::sync::mpsc::Sender<Job>>,
     waiting: std::sync::atomic::AtomicUsize,
-    dummy: String,
 }
 
 impl Hasher {
@@ -186,23 +188,23 @@ impl Hasher {
     }
 
     pub(crate) fn with_params(params: Params) -> Arc<Hasher> {
-        let engine = Engine { params };
-        let dummy = engine.hash(secrets::random_token().as_bytes()).expect("argon2 hashes");
         let (jobs, queue) = std::sync::mpsc::channel::<Job>();
         std::thread::Builder::new()
             .name("hearth-argon2".into())
             .spawn(move || {
+                let mut engine = Engine { params, dummy: String::new() };
+                engine.dummy = engine.hash(secrets::random_token().as_bytes()).expect("argon2 hashes");
                 for job in queue {
                     job(&engine);
                 }
             })
             .expect("starting the hashing thread");
-        Arc::new(Hasher { jobs: Mutex::new(jobs), waiting: std::sync::atomic::AtomicUsize::new(0), dummy })
+        Arc::new(Hasher { jobs: Mutex::new(jobs), waiting: std::sync::atomic::AtomicUsize::new(0) })
     }
 
     async fn run<T: Send + 'static>(
         self: &Arc<Self>,
-        job: impl FnOnce(&Engine, &str) -> T + Send + 'static,
+        job: impl FnOnce(&Engine) -> T + Send + 'static,
     ) -> Result<T, Error> {
         use std::sync::atomic::Ordering;
         if self.waiting.fetch_add(1, Ordering::SeqCst) >= MAX_WAITING {
@@ -212,7 +214,7 @@ impl Hasher {
         let (done, result) = tokio::sync::oneshot::channel();
         let hasher = Arc::clone(self);
         let sent = self.jobs.lock().expect("hasher lock").send(Box::new(move |engine| {
-            let value = job(engine, &hasher.dummy);
+            let value = job(engine);
             hasher.waiting.fetch_sub(1, Ordering::SeqCst);
             let _ = done.send(value);
         }));
@@ -226,7 +228,7 @@ impl Hasher {
     /// Hashes a new password (PHC string).
     pub(crate) async fn hash(self: &Arc<Self>, password: String) -> Result<String, Error> {
         check_password(&password)?;
-        self.run(move |engine, _| engine.hash(password.as_bytes())).await?
+        self.run(move |engine| engine.hash(password.as_bytes())).await?
     }
 
     /// Checks a password against a stored hash (or the dummy one when there is none), in
@@ -235,9 +237,9 @@ impl Hasher {
         if password.len() > MAX_PASSWORD {
             return Ok(false);
         }
-        self.run(move |engine, dummy| {
+        self.run(move |engine| {
             let known = stored.is_some();
-            let phc = stored.unwrap_or_else(|| dummy.to_owned());
+            let phc = stored.unwrap_or_else(|| engine.dummy.clone());
             engine.verify(password.as_bytes(), &phc) && known
         })
         .await
@@ -508,7 +510,7 @@ mod tests {
             let (hasher, running, peak) = (hasher.clone(), running.clone(), peak.clone());
             jobs.push(tokio::spawn(async move {
                 hasher
-                    .run(move |_, _| {
+                    .run(move |_| {
                         use std::sync::atomic::Ordering::SeqCst;
                         let now = running.fetch_add(1, SeqCst) + 1;
                         peak.fetch_max(now, SeqCst);
