@@ -284,6 +284,24 @@ fn enqueue(conn: &Connection, signer: &Signer, name: &str, version: u64, now: u6
     Ok(())
 }
 
+/// Signs a plain (unsealed) body on a stream if it changed, or `force`; returns whether it
+/// signed.
+#[allow(clippy::too_many_arguments)]
+fn put_plain(
+    conn: &Connection,
+    signer: &Signer,
+    (kind, name, audience): (Kind, String, Audience),
+    lifetime: u64,
+    body: &[u8],
+    to_edge: bool,
+    now: u64,
+    force: bool,
+) -> Result<bool, Error> {
+    let content = sha256(body);
+    let make = || body.to_vec();
+    put(conn, signer, &Item { kind, name, audience, lifetime, content, body: &make, to_edge }, now, force)
+}
+
 /// Deletes a stream at its next version (a rotated or deleted link): the edge drops it and
 /// can never be made to serve an older version again.
 pub(crate) fn delete_stream(conn: &Connection, signer: &Signer, name: &str, now: u64) -> Result<(), Error> {
@@ -430,24 +448,8 @@ pub(crate) fn publish_creds(
         return Ok(false);
     }
     let set = credential_set(conn, node)?;
-    let encoded = set.encode();
-    let content = sha256(&encoded);
-    let body = || encoded.clone();
-    put(
-        conn,
-        signer,
-        &Item {
-            kind: Kind::CredentialSet,
-            name: stream::creds(node),
-            audience: Audience::Node(node),
-            lifetime: CREDS_LIFETIME,
-            content,
-            body: &body,
-            to_edge: true,
-        },
-        now,
-        force,
-    )
+    let target = (Kind::CredentialSet, stream::creds(node), Audience::Node(node));
+    put_plain(conn, signer, target, CREDS_LIFETIME, &set.encode(), true, now, force)
 }
 
 /// Signs the node's registration for the edge (its key, or `None` once removed).
@@ -458,24 +460,8 @@ pub(crate) fn publish_node_record(
     key: Option<PublicKey>,
     now: u64,
 ) -> Result<(), Error> {
-    let encoded = wire::encode(&NodeRecord { node, key });
-    let content = sha256(&encoded);
-    let body = || encoded.clone();
-    put(
-        conn,
-        signer,
-        &Item {
-            kind: Kind::NodeRecord,
-            name: stream::node(node),
-            audience: Audience::Edge,
-            lifetime: RECORD_LIFETIME,
-            content,
-            body: &body,
-            to_edge: true,
-        },
-        now,
-        false,
-    )?;
+    let target = (Kind::NodeRecord, stream::node(node), Audience::Edge);
+    put_plain(conn, signer, target, RECORD_LIFETIME, &wire::encode(&NodeRecord { node, key }), true, now, false)?;
     Ok(())
 }
 
@@ -488,22 +474,16 @@ pub(crate) fn usage_ack(
     seq: u64,
     now: u64,
 ) -> Result<Vec<u8>, Error> {
-    let encoded = wire::encode(&hearth_shared::wire::UsageAck { node, seq });
-    let content = sha256(&encoded);
-    let body = || encoded.clone();
     let name = stream::usage_ack(node);
-    put(
+    let body = wire::encode(&hearth_shared::wire::UsageAck { node, seq });
+    // Acknowledgements go to nodes in the answer to their report, not through the edge.
+    put_plain(
         conn,
         signer,
-        &Item {
-            kind: Kind::UsageAck,
-            name: name.clone(),
-            audience: Audience::Node(node),
-            lifetime: RECORD_LIFETIME,
-            content,
-            body: &body,
-            to_edge: false,
-        },
+        (Kind::UsageAck, name.clone(), Audience::Node(node)),
+        RECORD_LIFETIME,
+        &body,
+        false,
         now,
         false,
     )?;

@@ -408,6 +408,28 @@ pub struct UsageReport {
     pub users: Vec<UserUsage>,
 }
 
+impl UsageReport {
+    /// How long a signed report stays acceptable: long enough to outlast any outage of
+    /// control, as the node keeps every report until it is acknowledged.
+    pub const LIFETIME_SECS: u64 = 365 * 86_400;
+
+    /// Signs this report with the node's key, as control expects it: stream `usage/<node>`,
+    /// version = sequence number, addressed to control.
+    pub fn sign(&self, key: &crate::keys::SecretKey, now: u64) -> crate::envelope::Envelope {
+        crate::envelope::Draft {
+            kind: crate::envelope::Kind::UsageReport,
+            stream: stream::usage(self.node),
+            version: self.seq,
+            epoch: 1,
+            issued: now,
+            expires: now + UsageReport::LIFETIME_SECS,
+            audience: crate::envelope::Audience::Control,
+            prev: [0; 32],
+        }
+        .sign(encode(self), &[key])
+    }
+}
+
 /// Control's acknowledgement: every report of this node up to `seq` is applied.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub struct UsageAck {

@@ -5,10 +5,10 @@
 
 use std::time::{Duration, Instant};
 
-use hearth_shared::envelope::{Audience, Draft, Envelope, Kind};
+use hearth_shared::envelope::{Envelope, Kind};
 use hearth_shared::keys::{Role, SecretKey};
 use hearth_shared::nodeauth;
-use hearth_shared::wire::{self, CredentialSet, UsageReport, UserUsage, stream};
+use hearth_shared::wire::{CredentialSet, UsageReport, UserUsage};
 use hearth_tests::control::{ControlDir, ControlProcess};
 use hearth_tests::control_sim::now;
 use hearth_tests::edge::{Backend, EdgeProcess, free_port};
@@ -171,19 +171,7 @@ async fn kill_9_during_a_bulk_create_leaves_a_consistent_database() {
 
 fn usage_report(key: &SecretKey, node: u64, seq: u64, users: Vec<UserUsage>) -> Vec<u8> {
     let now = now();
-    let body = wire::encode(&UsageReport { node, seq, period_start: now - 60, period_end: now, users });
-    Draft {
-        kind: Kind::UsageReport,
-        stream: stream::usage(node),
-        version: seq,
-        epoch: 1,
-        issued: now,
-        expires: now + 30 * 86_400,
-        audience: Audience::Control,
-        prev: [0; 32],
-    }
-    .sign(body, &[key])
-    .encode()
+    UsageReport { node, seq, period_start: now - 60, period_end: now, users }.sign(key, now).encode()
 }
 
 async fn pull(http: &reqwest::Client, base: &str, prefix: &str, node: u64, key: &SecretKey) -> CredentialSet {

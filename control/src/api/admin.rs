@@ -204,18 +204,11 @@ fn with_link(app: &App, user: user_store::UserView, token: &hearth_shared::wire:
 }
 
 async fn create_user(State(app): State<Arc<App>>, auth: Auth, Body(input): Body<UserInput>) -> Reply {
-    let actor = auth.need(Scope::Operate)?.actor();
-    let now = now();
-    let state = app.clone();
-    let (user, token) = app
-        .db
-        .write(move |tx| {
-            let created = user_store::create(tx, &state.signer, &actor, &input, now)?;
-            Ok((user_store::get(tx, created.id)?, created.token))
-        })
-        .await
-        .map_err(fail)?;
-    app.changed();
+    let (user, token) = change(&app, &auth, Scope::Operate, move |tx, app, actor, now| {
+        let created = user_store::create(tx, &app.signer, actor, &input, now)?;
+        Ok((user_store::get(tx, created.id)?, created.token))
+    })
+    .await?;
     Ok((StatusCode::CREATED, axum::Json(with_link(&app, user, &token))).into_response())
 }
 
@@ -228,15 +221,10 @@ struct BulkRequest {
 }
 
 async fn bulk_create(State(app): State<Arc<App>>, auth: Auth, Body(req): Body<BulkRequest>) -> Reply {
-    let actor = auth.need(Scope::Operate)?.actor();
-    let now = now();
-    let state = app.clone();
-    let created = app
-        .db
-        .write(move |tx| user_store::create_many(tx, &state.signer, &actor, &req.names, &req.settings, now))
-        .await
-        .map_err(fail)?;
-    app.changed();
+    let created = change(&app, &auth, Scope::Operate, move |tx, app, actor, now| {
+        user_store::create_many(tx, &app.signer, actor, &req.names, &req.settings, now)
+    })
+    .await?;
     let users: Vec<_> = created
         .iter()
         .map(|(name, c)| json!({ "id": c.id, "name": name, "link": format!("{}/{}", app.config.sub_url, c.token.to_link_form()) }))
@@ -257,17 +245,29 @@ async fn user_link(State(app): State<Arc<App>>, auth: Auth, Path(id): Path<u64>)
     ok(json!({ "link": format!("{}/{}", app.config.sub_url, token.to_link_form()) }))
 }
 
+/// Runs a change as `auth` (who must hold `scope`) in one write transaction, then wakes the
+/// publisher and the nodes' long polls.
+async fn change<T: Send + 'static>(
+    app: &Arc<App>,
+    auth: &Auth,
+    scope: Scope,
+    change: impl FnOnce(&rusqlite::Connection, &App, &str, u64) -> Result<T, Error> + Send + 'static,
+) -> Result<T, Response> {
+    let actor = auth.need(scope)?.actor();
+    let now = now();
+    let state = app.clone();
+    let value = app.db.write(move |tx| change(tx, &state, &actor, now)).await.map_err(fail)?;
+    app.changed();
+    Ok(value)
+}
+
 /// Runs a user change and answers with the user.
 async fn change_user(
     app: Arc<App>,
     auth: &Auth,
-    change: impl FnOnce(&rusqlite::Connection, &App, &str, u64) -> Result<user_store::UserView, Error> + Send + 'static,
+    f: impl FnOnce(&rusqlite::Connection, &App, &str, u64) -> Result<user_store::UserView, Error> + Send + 'static,
 ) -> Reply {
-    let actor = auth.need(Scope::Operate)?.actor();
-    let now = now();
-    let state = app.clone();
-    let user = app.db.write(move |tx| change(tx, &state, &actor, now)).await.map_err(fail)?;
-    app.changed();
+    let user = change(&app, auth, Scope::Operate, f).await?;
     ok(serde_json::to_value(user).expect("a user serializes"))
 }
 
@@ -311,27 +311,17 @@ async fn enable_user(State(app): State<Arc<App>>, auth: Auth, Path(id): Path<u64
 }
 
 async fn rotate_link(State(app): State<Arc<App>>, auth: Auth, Path(id): Path<u64>) -> Reply {
-    let actor = auth.need(Scope::Operate)?.actor();
-    let now = now();
-    let state = app.clone();
-    let (user, token) = app
-        .db
-        .write(move |tx| {
-            let token = user_store::rotate(tx, &state.signer, &actor, id, now)?;
-            Ok((user_store::get(tx, id)?, token))
-        })
-        .await
-        .map_err(fail)?;
-    app.changed();
+    let (user, token) = change(&app, &auth, Scope::Operate, move |tx, app, actor, now| {
+        let token = user_store::rotate(tx, &app.signer, actor, id, now)?;
+        Ok((user_store::get(tx, id)?, token))
+    })
+    .await?;
     ok(with_link(&app, user, &token))
 }
 
 async fn delete_user(State(app): State<Arc<App>>, auth: Auth, Path(id): Path<u64>) -> Reply {
-    let actor = auth.need(Scope::Operate)?.actor();
-    let now = now();
-    let state = app.clone();
-    app.db.write(move |tx| user_store::delete(tx, &state.signer, &actor, id, now)).await.map_err(fail)?;
-    app.changed();
+    change(&app, &auth, Scope::Operate, move |tx, app, actor, now| user_store::delete(tx, &app.signer, actor, id, now))
+        .await?;
     Ok(StatusCode::NO_CONTENT.into_response())
 }
 
@@ -361,12 +351,12 @@ pub(crate) fn enroll_command(app: &App, token: &str) -> String {
 }
 
 async fn create_node(State(app): State<Arc<App>>, auth: Auth, Body(input): Body<NodeInput>) -> Reply {
-    let actor = auth.need(Scope::Operate)?.actor();
-    let now = now();
-    let (node, token) = app.db.write(move |tx| node_store::create(tx, &actor, &input, now)).await.map_err(fail)?;
+    let (node, token) =
+        change(&app, &auth, Scope::Operate, move |tx, _, actor, now| node_store::create(tx, actor, &input, now))
+            .await?;
     let mut value = serde_json::to_value(node).expect("a node serializes");
     value["enroll_command"] = json!(enroll_command(&app, &token));
-    value["enroll_expires"] = json!(now + node_store::ENROLL_LIFETIME);
+    value["enroll_expires"] = json!(now() + node_store::ENROLL_LIFETIME);
     Ok((StatusCode::CREATED, axum::Json(value)).into_response())
 }
 
@@ -376,29 +366,24 @@ async fn update_node(
     Path(id): Path<u64>,
     Body(input): Body<NodeInput>,
 ) -> Reply {
-    let actor = auth.need(Scope::Operate)?.actor();
-    let now = now();
-    let state = app.clone();
-    let node =
-        app.db.write(move |tx| node_store::update(tx, &state.signer, &actor, id, &input, now)).await.map_err(fail)?;
-    app.changed();
+    let node = change(&app, &auth, Scope::Operate, move |tx, app, actor, now| {
+        node_store::update(tx, &app.signer, actor, id, &input, now)
+    })
+    .await?;
     ok(serde_json::to_value(node).expect("a node serializes"))
 }
 
 async fn delete_node(State(app): State<Arc<App>>, auth: Auth, Path(id): Path<u64>) -> Reply {
-    let actor = auth.need(Scope::Admin)?.actor();
-    let now = now();
-    let state = app.clone();
-    app.db.write(move |tx| node_store::delete(tx, &state.signer, &actor, id, now)).await.map_err(fail)?;
-    app.changed();
+    change(&app, &auth, Scope::Admin, move |tx, app, actor, now| node_store::delete(tx, &app.signer, actor, id, now))
+        .await?;
     Ok(StatusCode::NO_CONTENT.into_response())
 }
 
 async fn enroll_token(State(app): State<Arc<App>>, auth: Auth, Path(id): Path<u64>) -> Reply {
-    let actor = auth.need(Scope::Admin)?.actor();
-    let now = now();
-    let token = app.db.write(move |tx| node_store::new_enroll_token(tx, &actor, id, now)).await.map_err(fail)?;
-    ok(json!({ "enroll_command": enroll_command(&app, &token), "enroll_expires": now + node_store::ENROLL_LIFETIME }))
+    let token =
+        change(&app, &auth, Scope::Admin, move |tx, _, actor, now| node_store::new_enroll_token(tx, actor, id, now))
+            .await?;
+    ok(json!({ "enroll_command": enroll_command(&app, &token), "enroll_expires": now() + node_store::ENROLL_LIFETIME }))
 }
 
 async fn list_groups(State(app): State<Arc<App>>, auth: Auth) -> Reply {
@@ -408,9 +393,9 @@ async fn list_groups(State(app): State<Arc<App>>, auth: Auth) -> Reply {
 }
 
 async fn create_group(State(app): State<Arc<App>>, auth: Auth, Body(input): Body<GroupInput>) -> Reply {
-    let actor = auth.need(Scope::Operate)?.actor();
-    let now = now();
-    let group = app.db.write(move |tx| node_store::create_group(tx, &actor, &input, now)).await.map_err(fail)?;
+    let group =
+        change(&app, &auth, Scope::Operate, move |tx, _, actor, now| node_store::create_group(tx, actor, &input, now))
+            .await?;
     Ok((StatusCode::CREATED, axum::Json(group)).into_response())
 }
 
@@ -420,18 +405,18 @@ async fn update_group(
     Path(id): Path<i64>,
     Body(input): Body<GroupInput>,
 ) -> Reply {
-    let actor = auth.need(Scope::Operate)?.actor();
-    let now = now();
-    let group = app.db.write(move |tx| node_store::update_group(tx, &actor, id, &input, now)).await.map_err(fail)?;
+    let group = change(&app, &auth, Scope::Operate, move |tx, _, actor, now| {
+        node_store::update_group(tx, actor, id, &input, now)
+    })
+    .await?;
     ok(serde_json::to_value(group).expect("a group serializes"))
 }
 
 async fn delete_group(State(app): State<Arc<App>>, auth: Auth, Path(id): Path<i64>) -> Reply {
-    let actor = auth.need(Scope::Operate)?.actor();
-    let now = now();
-    let state = app.clone();
-    app.db.write(move |tx| node_store::delete_group(tx, &state.signer, &actor, id, now)).await.map_err(fail)?;
-    app.changed();
+    change(&app, &auth, Scope::Operate, move |tx, app, actor, now| {
+        node_store::delete_group(tx, &app.signer, actor, id, now)
+    })
+    .await?;
     Ok(StatusCode::NO_CONTENT.into_response())
 }
 
@@ -449,19 +434,17 @@ struct TokenRequest {
 }
 
 async fn create_token(State(app): State<Arc<App>>, auth: Auth, Body(req): Body<TokenRequest>) -> Reply {
-    let actor = auth.need(Scope::Admin)?.actor();
-    let now = now();
-    let (token, view) =
-        app.db.write(move |tx| auth::create_token(tx, &actor, &req.name, req.scope, now)).await.map_err(fail)?;
+    let (token, view) = change(&app, &auth, Scope::Admin, move |tx, _, actor, now| {
+        auth::create_token(tx, actor, &req.name, req.scope, now)
+    })
+    .await?;
     let mut value = serde_json::to_value(view).expect("a token serializes");
     value["token"] = json!(token);
     Ok((StatusCode::CREATED, axum::Json(value)).into_response())
 }
 
 async fn revoke_token(State(app): State<Arc<App>>, auth: Auth, Path(id): Path<i64>) -> Reply {
-    let actor = auth.need(Scope::Admin)?.actor();
-    let now = now();
-    app.db.write(move |tx| auth::revoke_token(tx, &actor, id, now)).await.map_err(fail)?;
+    change(&app, &auth, Scope::Admin, move |tx, _, actor, now| auth::revoke_token(tx, actor, id, now)).await?;
     Ok(StatusCode::NO_CONTENT.into_response())
 }
 

@@ -4,7 +4,7 @@ use std::sync::Arc;
 
 use axum::body::Body as HttpBody;
 use axum::http::{HeaderMap, Method, Request, StatusCode, header};
-use hearth_shared::envelope::{Audience, Draft, Envelope, Kind};
+use hearth_shared::envelope::{Audience, Envelope, Kind};
 use hearth_shared::keys::{Role, SecretKey};
 use hearth_shared::wire::{self, CredentialSet, Status, SubToken, UsageReport, UserUsage, stream};
 use hearth_shared::{nodeauth, seal};
@@ -376,19 +376,7 @@ async fn node_usage(client: &Client, node: u64, key: &SecretKey, body: Vec<u8>) 
 
 fn report(key: &SecretKey, node: u64, seq: u64, users: Vec<UserUsage>) -> Vec<u8> {
     let now = now();
-    let body = wire::encode(&UsageReport { node, seq, period_start: now - 60, period_end: now, users });
-    Draft {
-        kind: Kind::UsageReport,
-        stream: stream::usage(node),
-        version: seq,
-        epoch: 1,
-        issued: now,
-        expires: now + 365 * 86_400,
-        audience: Audience::Control,
-        prev: [0; 32],
-    }
-    .sign(body, &[key])
-    .encode()
+    UsageReport { node, seq, period_start: now - 60, period_end: now, users }.sign(key, now).encode()
 }
 
 fn set_of(answer: &Answer) -> CredentialSet {
