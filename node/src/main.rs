@@ -1,9 +1,189 @@
-//! `hearth-node`: not built yet.
+//! `hearth-node`: a Hysteria2 server on quinn that serves the users of its signed credential
+//! set, and applies new sets live.
 //!
-//! This binary is a placeholder that refuses to run, so nothing can mistake it for a working
-//! node. Its issue in the tracker fills it in; until then it exits with status 2.
+//! `serve` starts from the state directory alone: its settings, TLS identity, the trust it
+//! holds and the last good credential set (so a node restarted while control and the edge
+//! are unreachable serves its users as before).
 
-fn main() -> std::process::ExitCode {
-    eprintln!("hearth-node: the node is not part of this build yet; see README.md (Status)");
-    std::process::ExitCode::from(2)
+mod agent;
+mod proto;
+mod server;
+mod state;
+mod table;
+
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::time::{SystemTime, UNIX_EPOCH};
+
+use anyhow::{Context as _, Result};
+use clap::{Parser, Subcommand};
+
+use crate::state::StateDir;
+use crate::table::Live;
+
+/// Hearth node: a Hysteria2 server that applies signed credential sets live.
+#[derive(Parser)]
+#[command(version, about)]
+struct Cli {
+    /// The node's state directory.
+    #[arg(long, env = "HEARTH_NODE_STATE", default_value = "/var/lib/hearth-node", global = true)]
+    state: PathBuf,
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Subcommand)]
+enum Command {
+    /// Serve Hysteria2 clients from the state directory.
+    Serve,
+}
+
+pub(crate) fn now() -> u64 {
+    SystemTime::now().duration_since(UNIX_EPOCH).map_or(0, |d| d.as_secs())
+}
+
+/// The node's TLS identity: `tls.crt` and `tls.key`, made (self-signed) on first start.
+fn tls_identity(
+    state: &StateDir,
+) -> Result<(Vec<rustls::pki_types::CertificateDer<'static>>, rustls::pki_types::PrivateKeyDer<'static>)> {
+    use rustls::pki_types::pem::PemObject as _;
+    let (cert, key) = (state.path("tls.crt"), state.path("tls.key"));
+    if !cert.exists() {
+        let made = rcgen::generate_simple_self_signed(vec!["localhost".to_owned()]).context("making a certificate")?;
+        state.write("tls.key", made.signing_key.serialize_pem().as_bytes())?;
+        state.write("tls.crt", made.cert.pem().as_bytes())?;
+    }
+    let chain = rustls::pki_types::CertificateDer::pem_file_iter(&cert)
+        .with_context(|| format!("reading {}", cert.display()))?
+        .collect::<Result<Vec<_>, _>>()
+        .with_context(|| format!("{} is not a PEM certificate", cert.display()))?;
+    let key =
+        rustls::pki_types::PrivateKeyDer::from_pem_file(&key).with_context(|| format!("reading {}", key.display()))?;
+    Ok((chain, key))
+}
+
+/// The stateless-reset key, made once: clients of a restarted node learn at once that their
+/// connection is gone.
+fn reset_key(state: &StateDir) -> Result<ring::hmac::Key> {
+    let path = state.path("reset.key");
+    let secret = match std::fs::read(&path) {
+        Ok(secret) if secret.len() == 32 => secret,
+        _ => {
+            let mut secret = vec![0u8; 32];
+            rand_core::RngCore::fill_bytes(&mut rand_core::OsRng, &mut secret);
+            state.write("reset.key", &secret)?;
+            secret
+        }
+    };
+    Ok(ring::hmac::Key::new(ring::hmac::HMAC_SHA256, &secret))
+}
+
+fn endpoint(state: &StateDir, listen: &str) -> Result<quinn::Endpoint> {
+    let (chain, key) = tls_identity(state)?;
+    let provider = Arc::new(rustls::crypto::ring::default_provider());
+    let mut tls = rustls::ServerConfig::builder_with_provider(provider)
+        .with_protocol_versions(&[&rustls::version::TLS13])
+        .context("TLS 1.3")?
+        .with_no_client_auth()
+        .with_single_cert(chain, key)
+        .context("the node's certificate and key")?;
+    tls.alpn_protocols = vec![b"h3".to_vec()];
+    tls.max_early_data_size = u32::MAX;
+    let crypto = quinn::crypto::rustls::QuicServerConfig::try_from(tls).context("QUIC TLS")?;
+    let mut config = quinn::ServerConfig::with_crypto(Arc::new(crypto));
+    let mut transport = quinn::TransportConfig::default();
+    transport
+        .stream_receive_window((8u32 << 20).into())
+        .receive_window((20u32 << 20).into())
+        .max_idle_timeout(Some(std::time::Duration::from_secs(30).try_into().expect("30 s")))
+        .max_concurrent_bidi_streams(1024u32.into())
+        .datagram_receive_buffer_size(Some(4 << 20))
+        .congestion_controller_factory(Arc::new(quinn::congestion::BbrConfig::default()));
+    config.transport_config(Arc::new(transport));
+    let socket = std::net::UdpSocket::bind(listen).with_context(|| format!("binding UDP {listen}"))?;
+    let endpoint_config = quinn::EndpointConfig::new(Arc::new(reset_key(state)?));
+    quinn::Endpoint::new(endpoint_config, Some(config), socket, Arc::new(quinn::TokioRuntime))
+        .context("starting the QUIC endpoint")
+}
+
+fn serve(dir: &Path) -> Result<()> {
+    let state = StateDir::new(dir);
+    let settings = state.settings()?;
+    let trust = state.trust()?;
+    let live = Arc::new(Live::default());
+    let mut held = None;
+    match state.last_good(&trust, settings.node, now())? {
+        Some((stored, set)) => {
+            live.apply(&set);
+            held = Some(stored);
+            tracing::info!(version = stored.version, users = live.users(), "serving the last good credential set");
+        }
+        None => tracing::warn!("no credential set yet: nobody can connect until one arrives"),
+    }
+    let _ = rustls::crypto::ring::default_provider().install_default();
+    let agent = if settings.control_url.is_some() || settings.edge_url.is_some() {
+        let key = hearth_shared::keys::SecretKey::load(&state.path("node.key"), hearth_shared::keys::Role::Node)
+            .with_context(|| format!("loading {}", state.path("node.key").display()))?;
+        let control = match settings.control_url {
+            Some(_) => Some(agent::control_client(settings.control_pin.as_deref())?),
+            None => None,
+        };
+        let edge = reqwest::Client::builder().connect_timeout(std::time::Duration::from_secs(10)).build()?;
+        Some(Arc::new(agent::Agent {
+            state: StateDir::new(dir),
+            settings: settings.clone(),
+            key,
+            trust: std::sync::Mutex::new(trust),
+            live: live.clone(),
+            held: std::sync::Mutex::new(held),
+            control,
+            edge,
+        }))
+    } else {
+        None
+    };
+    let runtime = tokio::runtime::Builder::new_multi_thread().enable_all().build().context("starting the runtime")?;
+    runtime.block_on(async move {
+        let endpoint = endpoint(&state, &settings.listen)?;
+        println!("hearth-node listening on {}", endpoint.local_addr()?);
+        use std::io::Write as _;
+        let _ = std::io::stdout().flush();
+        let options = server::Options { allow_private: settings.allow_private };
+        let server = tokio::spawn(server::serve(endpoint.clone(), live.clone(), options));
+        let tasks = match &agent {
+            Some(agent) => vec![tokio::spawn(agent.clone().pull_loop()), tokio::spawn(agent.clone().report_loop())],
+            None => Vec::new(),
+        };
+        shutdown_signal().await;
+        tracing::info!("shutting down");
+        for task in tasks {
+            task.abort();
+        }
+        if let Some(agent) = &agent {
+            agent.flush();
+        }
+        endpoint.close(0x100u32.into(), b"shutting down");
+        server.abort();
+        endpoint.wait_idle().await;
+        Ok(())
+    })
+}
+
+async fn shutdown_signal() {
+    let mut term =
+        tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()).expect("a SIGTERM handler");
+    tokio::select! {
+        _ = tokio::signal::ctrl_c() => {}
+        _ = term.recv() => {}
+    }
+}
+
+fn main() -> Result<()> {
+    let cli = Cli::parse();
+    let filter = tracing_subscriber::EnvFilter::try_from_env("HEARTH_LOG")
+        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info"));
+    tracing_subscriber::fmt().with_env_filter(filter).with_writer(std::io::stderr).init();
+    match cli.command {
+        Command::Serve => serve(&cli.state),
+    }
 }

@@ -1,0 +1,365 @@
+//! The agent: pulls the node's signed credential set and applies it live, and reports usage.
+//!
+//! Pulls long-poll control; when control does not answer they go to the edge. A new set is
+//! verified (signature, role, audience = this node, stream, version, expiry), written to disk
+//! atomically, then swapped into the live table. A refused envelope changes nothing and is
+//! logged as what it is.
+//!
+//! Usage is taken from the live counters every `report_secs`, signed as the next report in
+//! sequence and written to the on-disk queue before it is sent, so a crash or an outage loses
+//! nothing already taken; reports go oldest first to control (which answers with a signed
+//! acknowledgement; acknowledged reports are deleted) or, when control does not answer, to
+//! the edge, which queues them for control. Control applies each sequence number once.
+
+use std::path::PathBuf;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use anyhow::{Context as _, Result, bail};
+use hearth_shared::envelope::{Audience, Kind};
+use hearth_shared::keys::SecretKey;
+use hearth_shared::trust::{self, Expect, StreamState, Trust, VerifyError};
+use hearth_shared::wire::{self, CredentialSet, UsageAck, UsageReport, stream};
+use hearth_shared::{Digest, nodeauth};
+
+use crate::state::{Settings, StateDir};
+use crate::table::Live;
+
+/// The agent's state.
+pub(crate) struct Agent {
+    pub(crate) state: StateDir,
+    pub(crate) settings: Settings,
+    pub(crate) key: SecretKey,
+    pub(crate) trust: Mutex<Trust>,
+    pub(crate) live: Arc<Live>,
+    /// The version and digest of the set held.
+    pub(crate) held: Mutex<Option<StreamState>>,
+    pub(crate) control: Option<reqwest::Client>,
+    pub(crate) edge: reqwest::Client,
+}
+
+fn now() -> u64 {
+    crate::now()
+}
+
+/// A TLS verifier that accepts exactly one certificate (control's self-signed one, by the
+/// SHA-256 pin the enrollment command carried), and checks the handshake signature with it.
+#[derive(Debug)]
+struct Pinned {
+    pin: Digest,
+    provider: Arc<rustls::crypto::CryptoProvider>,
+}
+
+impl rustls::client::danger::ServerCertVerifier for Pinned {
+    fn verify_server_cert(
+        &self,
+        end_entity: &rustls::pki_types::CertificateDer<'_>,
+        _intermediates: &[rustls::pki_types::CertificateDer<'_>],
+        _server_name: &rustls::pki_types::ServerName<'_>,
+        _ocsp: &[u8],
+        _now: rustls::pki_types::UnixTime,
+    ) -> Result<rustls::client::danger::ServerCertVerified, rustls::Error> {
+        if hearth_shared::ct_eq(&hearth_shared::sha256(end_entity), &self.pin) {
+            Ok(rustls::client::danger::ServerCertVerified::assertion())
+        } else {
+            Err(rustls::Error::General("control's certificate does not match its pin".into()))
+        }
+    }
+
+    fn verify_tls12_signature(
+        &self,
+        message: &[u8],
+        cert: &rustls::pki_types::CertificateDer<'_>,
+        dss: &rustls::DigitallySignedStruct,
+    ) -> Result<rustls::client::danger::HandshakeSignatureValid, rustls::Error> {
+        rustls::crypto::verify_tls12_signature(message, cert, dss, &self.provider.signature_verification_algorithms)
+    }
+
+    fn verify_tls13_signature(
+        &self,
+        message: &[u8],
+        cert: &rustls::pki_types::CertificateDer<'_>,
+        dss: &rustls::DigitallySignedStruct,
+    ) -> Result<rustls::client::danger::HandshakeSignatureValid, rustls::Error> {
+        rustls::crypto::verify_tls13_signature(message, cert, dss, &self.provider.signature_verification_algorithms)
+    }
+
+    fn supported_verify_schemes(&self) -> Vec<rustls::SignatureScheme> {
+        self.provider.signature_verification_algorithms.supported_schemes()
+    }
+}
+
+/// The HTTP client for control: pinned to its certificate when a pin is set.
+pub(crate) fn control_client(pin: Option<&str>) -> Result<reqwest::Client> {
+    let builder = reqwest::Client::builder().connect_timeout(Duration::from_secs(10));
+    let builder = match pin {
+        Some(pin) => {
+            let pin: Digest = hex::decode(pin)
+                .ok()
+                .and_then(|p| p.try_into().ok())
+                .context("control_pin must be 64 hex characters")?;
+            let provider = Arc::new(rustls::crypto::ring::default_provider());
+            let config = rustls::ClientConfig::builder_with_provider(provider.clone())
+                .with_safe_default_protocol_versions()
+                .context("TLS versions")?
+                .dangerous()
+                .with_custom_certificate_verifier(Arc::new(Pinned { pin, provider }))
+                .with_no_client_auth();
+            builder.tls_backend_preconfigured(config)
+        }
+        None => builder,
+    };
+    builder.build().context("making the HTTP client")
+}
+
+enum Pulled {
+    New(Vec<u8>),
+    Unchanged,
+}
+
+impl Agent {
+    fn path(&self, base: &str, rest: &str) -> (String, String) {
+        let path = format!("/{}{rest}", self.settings.api_prefix);
+        (format!("{}{path}", base.trim_end_matches('/')), path)
+    }
+
+    async fn pull_from(&self, client: &reqwest::Client, base: &str, wait: u64) -> Result<Pulled> {
+        let after = self.held.lock().expect("held lock").map_or(0, |s| s.version);
+        let node = self.settings.node;
+        let (url, path) = self.path(base, &format!("/nodes/{node}/creds?after={after}&wait={wait}"));
+        let auth = nodeauth::sign(&self.key, node, "GET", &path, now());
+        let response = client
+            .get(url)
+            .header(nodeauth::HEADER, auth)
+            .timeout(Duration::from_secs(wait + 15))
+            .send()
+            .await
+            .map_err(|e| anyhow::anyhow!("{}", e.without_url()))?;
+        match response.status().as_u16() {
+            200 => Ok(Pulled::New(response.bytes().await?.to_vec())),
+            204 | 304 => Ok(Pulled::Unchanged),
+            status => bail!("answered {status}: {}", response.text().await.unwrap_or_default()),
+        }
+    }
+
+    /// Verifies and applies a pulled set. Returns whether it was new.
+    pub(crate) fn accept(&self, bytes: &[u8]) -> Result<bool, VerifyError> {
+        let node = self.settings.node;
+        let name = stream::creds(node);
+        let expect = Expect { kind: Kind::CredentialSet, audience: Audience::Node(node), stream: &name };
+        let held = *self.held.lock().expect("held lock");
+        let verified = trust::verify(bytes, &self.trust.lock().expect("trust lock"), &expect, held.as_ref(), now())?;
+        if verified.unchanged {
+            return Ok(false);
+        }
+        let set = CredentialSet::decode(&verified.envelope.body).map_err(|_| VerifyError::Body("credential set"))?;
+        if set.node != node {
+            return Err(VerifyError::Body("a set for another node"));
+        }
+        if let Err(e) = self.state.write("creds.envelope", bytes) {
+            // Not on disk, not applied: the next pull tries again.
+            tracing::error!(error = %e, "could not store the new credential set");
+            return Err(VerifyError::Body("could not be stored"));
+        }
+        let started = std::time::Instant::now();
+        let applied = self.live.apply(&set);
+        *self.held.lock().expect("held lock") = Some(verified.state());
+        tracing::info!(
+            version = verified.envelope.header.version,
+            users = applied.users,
+            removed = applied.removed,
+            closed = applied.closed,
+            micros = started.elapsed().as_micros() as u64,
+            "applied a new credential set"
+        );
+        Ok(true)
+    }
+
+    /// Pulls forever: long polls to control, else polls of the edge.
+    pub(crate) async fn pull_loop(self: Arc<Self>) {
+        let mut failures = 0u32;
+        loop {
+            let mut pulled = None;
+            if let (Some(client), Some(base)) = (&self.control, &self.settings.control_url) {
+                match self.pull_from(client, base, 25).await {
+                    Ok(result) => pulled = Some(result),
+                    Err(e) => tracing::debug!(error = %e, "control did not answer the pull"),
+                }
+            }
+            let from_edge = pulled.is_none();
+            if pulled.is_none()
+                && let Some(base) = &self.settings.edge_url
+            {
+                match self.pull_from(&self.edge, base, 0).await {
+                    Ok(result) => pulled = Some(result),
+                    Err(e) => tracing::debug!(error = %e, "the edge did not answer the pull"),
+                }
+            }
+            match pulled {
+                Some(Pulled::New(bytes)) => {
+                    failures = 0;
+                    if let Err(e) = self.accept(&bytes) {
+                        tracing::warn!(error = %e, "refused a credential set");
+                        tokio::time::sleep(Duration::from_secs(self.settings.edge_poll_secs)).await;
+                    }
+                    continue;
+                }
+                Some(Pulled::Unchanged) => failures = 0,
+                None => {
+                    failures = failures.saturating_add(1);
+                    if failures == 3 {
+                        tracing::warn!("neither control nor the edge answers; serving the last good set");
+                    }
+                }
+            }
+            if from_edge {
+                tokio::time::sleep(Duration::from_secs(self.settings.edge_poll_secs.max(1))).await;
+            }
+        }
+    }
+
+    fn queue_dir(&self) -> PathBuf {
+        self.state.path("usage")
+    }
+
+    /// The queued reports' sequence numbers, oldest first.
+    fn queued(&self) -> Result<Vec<u64>> {
+        let mut seqs: Vec<u64> = match std::fs::read_dir(self.queue_dir()) {
+            Ok(entries) => {
+                entries.filter_map(|e| e.ok()?.file_name().to_str()?.strip_suffix(".report")?.parse().ok()).collect()
+            }
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => Vec::new(),
+            Err(e) => return Err(e).context("reading the usage queue"),
+        };
+        seqs.sort_unstable();
+        Ok(seqs)
+    }
+
+    fn acked(&self) -> u64 {
+        std::fs::read_to_string(self.state.path("usage.acked")).ok().and_then(|s| s.trim().parse().ok()).unwrap_or(0)
+    }
+
+    /// Takes the counters into a signed report on disk (nothing is taken if it cannot be
+    /// written).
+    fn snapshot(&self) -> Result<()> {
+        let usage = self.live.take_usage();
+        if usage.is_empty() {
+            return Ok(());
+        }
+        let seq = self.queued()?.last().copied().unwrap_or_else(|| self.acked()) + 1;
+        let now = now();
+        let report = UsageReport {
+            node: self.settings.node,
+            seq,
+            period_start: now.saturating_sub(self.settings.report_secs),
+            period_end: now,
+            users: usage.clone(),
+        };
+        let envelope = report.sign(&self.key, now).encode();
+        let stored = std::fs::create_dir_all(self.queue_dir())
+            .context("making the usage queue")
+            .and_then(|()| crate::state::write_atomic(&self.queue_dir().join(format!("{seq}.report")), &envelope));
+        if let Err(e) = stored {
+            self.live.give_back(&usage);
+            return Err(e);
+        }
+        Ok(())
+    }
+
+    /// Sends queued reports to control (acknowledged ones are deleted), or to the edge.
+    async fn send(&self, sent_to_edge: &mut u64) -> Result<()> {
+        for seq in self.queued()? {
+            let path = self.queue_dir().join(format!("{seq}.report"));
+            let bytes = std::fs::read(&path).with_context(|| format!("reading {}", path.display()))?;
+            let node = self.settings.node;
+            if let (Some(client), Some(base)) = (&self.control, &self.settings.control_url) {
+                let (url, api_path) = self.path(base, &format!("/nodes/{node}/usage"));
+                let auth = nodeauth::sign(&self.key, node, "POST", &api_path, now());
+                let answer = client
+                    .post(url)
+                    .header(nodeauth::HEADER, auth)
+                    .body(bytes.clone())
+                    .timeout(Duration::from_secs(30))
+                    .send()
+                    .await;
+                if let Ok(answer) = answer {
+                    if answer.status().is_success() {
+                        let ack = answer.bytes().await?;
+                        let acked = self.verify_ack(&ack)?;
+                        self.forget(acked)?;
+                        continue;
+                    }
+                    bail!("control refused usage report {seq}: {}", answer.status());
+                }
+            }
+            // Control does not answer: leave it at the edge for control to collect. It stays
+            // queued here until control acknowledges it.
+            if seq <= *sent_to_edge {
+                continue;
+            }
+            let Some(base) = &self.settings.edge_url else { return Ok(()) };
+            let (url, api_path) = self.path(base, &format!("/nodes/{node}/usage"));
+            let auth = nodeauth::sign(&self.key, node, "POST", &api_path, now());
+            let answer = self
+                .edge
+                .post(url)
+                .header(nodeauth::HEADER, auth)
+                .body(bytes)
+                .timeout(Duration::from_secs(30))
+                .send()
+                .await;
+            match answer {
+                Ok(answer) if answer.status().is_success() => *sent_to_edge = seq,
+                Ok(answer) => bail!("the edge refused usage report {seq}: {}", answer.status()),
+                Err(e) => bail!("the edge did not answer: {}", e.without_url()),
+            }
+        }
+        Ok(())
+    }
+
+    fn verify_ack(&self, bytes: &[u8]) -> Result<u64> {
+        let node = self.settings.node;
+        let name = stream::usage_ack(node);
+        let expect = Expect { kind: Kind::UsageAck, audience: Audience::Node(node), stream: &name };
+        let verified = trust::verify(bytes, &self.trust.lock().expect("trust lock"), &expect, None, now())
+            .context("control's acknowledgement does not verify")?;
+        let ack: UsageAck = wire::decode(&verified.envelope.body, "usage ack").context("the acknowledgement's body")?;
+        if ack.node != node {
+            bail!("an acknowledgement for another node");
+        }
+        Ok(ack.seq)
+    }
+
+    /// Deletes reports up to `acked`.
+    fn forget(&self, acked: u64) -> Result<()> {
+        if acked > self.acked() {
+            self.state.write("usage.acked", acked.to_string().as_bytes())?;
+        }
+        for seq in self.queued()?.into_iter().filter(|s| *s <= acked) {
+            let _ = std::fs::remove_file(self.queue_dir().join(format!("{seq}.report")));
+        }
+        Ok(())
+    }
+
+    /// Reports usage forever.
+    pub(crate) async fn report_loop(self: Arc<Self>) {
+        let mut sent_to_edge = 0;
+        let mut tick = tokio::time::interval(Duration::from_secs(self.settings.report_secs.max(1)));
+        loop {
+            tick.tick().await;
+            if let Err(e) = self.snapshot() {
+                tracing::error!(error = %e, "could not queue a usage report");
+            }
+            if let Err(e) = self.send(&mut sent_to_edge).await {
+                tracing::debug!(error = %e, "usage reports stay queued");
+            }
+        }
+    }
+
+    /// Takes the last counts into the queue (on shutdown).
+    pub(crate) fn flush(&self) {
+        if let Err(e) = self.snapshot() {
+            tracing::error!(error = %e, "could not queue the last usage report");
+        }
+    }
+}

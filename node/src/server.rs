@@ -1,0 +1,352 @@
+//! The Hysteria2 server: QUIC (quinn) with TLS 1.3 and ALPN `h3`, one HTTP/3 request to
+//! authenticate, then TCP over bidirectional streams and UDP over datagrams.
+//!
+//! Anything that is not a valid authentication gets what an ordinary web server answers: a
+//! 404 page over HTTP/3. A connection that does not authenticate within [`AUTH_TIMEOUT`] is
+//! closed.
+
+use std::collections::HashMap;
+use std::net::{IpAddr, SocketAddr};
+use std::sync::Arc;
+use std::sync::atomic::Ordering;
+use std::time::Duration;
+
+use bytes::Bytes;
+use hearth_shared::sha256;
+use http::{Method, Response, StatusCode};
+use tokio::io::{AsyncRead, AsyncReadExt as _, AsyncWrite, AsyncWriteExt as _};
+use tokio::net::{TcpStream, UdpSocket};
+use tokio::sync::Mutex;
+
+use crate::proto::{self, Reassembly, UdpMessage};
+use crate::table::{Counter, Live};
+
+/// How long a client has to authenticate.
+pub(crate) const AUTH_TIMEOUT: Duration = Duration::from_secs(10);
+/// How long a TCP connect to a target may take.
+const CONNECT_TIMEOUT: Duration = Duration::from_secs(10);
+/// A UDP session closes after this long without a packet either way.
+const UDP_IDLE: Duration = Duration::from_secs(60);
+/// UDP sessions one connection may hold.
+const MAX_UDP_SESSIONS: usize = 256;
+/// The relay's buffer per direction.
+const RELAY_BUFFER: usize = 32 * 1024;
+
+/// How the server behaves.
+#[derive(Clone, Debug)]
+pub(crate) struct Options {
+    /// Let clients reach private, loopback and link-local addresses (tests on loopback).
+    pub(crate) allow_private: bool,
+}
+
+/// Whether an outbound destination is refused by default: loopback, private, link-local,
+/// unspecified, multicast and the like (so a client cannot reach the node's own network).
+pub(crate) fn is_internal(ip: IpAddr) -> bool {
+    match ip {
+        IpAddr::V4(v4) => {
+            let o = v4.octets();
+            v4.is_loopback()
+                || v4.is_private()
+                || v4.is_link_local()
+                || v4.is_unspecified()
+                || v4.is_broadcast()
+                || v4.is_multicast()
+                || (o[0] == 100 && (64..128).contains(&o[1]))
+                || o[0] == 0
+        }
+        IpAddr::V6(v6) => match v6.to_ipv4_mapped() {
+            Some(v4) => is_internal(IpAddr::V4(v4)),
+            None => {
+                let s = v6.segments();
+                v6.is_loopback()
+                    || v6.is_unspecified()
+                    || v6.is_multicast()
+                    || (s[0] & 0xfe00) == 0xfc00
+                    || (s[0] & 0xffc0) == 0xfe80
+            }
+        },
+    }
+}
+
+/// Resolves `host:port` and applies the outbound policy.
+async fn resolve(address: &str, options: &Options) -> Result<SocketAddr, String> {
+    let mut addrs = tokio::net::lookup_host(address).await.map_err(|e| format!("cannot resolve {address}: {e}"))?;
+    let addr = addrs.next().ok_or_else(|| format!("{address} has no address"))?;
+    if !options.allow_private && is_internal(addr.ip()) {
+        return Err(format!("{address} is an internal address"));
+    }
+    Ok(addr)
+}
+
+/// Serves clients on `endpoint` until it is closed.
+pub(crate) async fn serve(endpoint: quinn::Endpoint, live: Arc<Live>, options: Options) {
+    while let Some(incoming) = endpoint.accept().await {
+        let (live, options) = (live.clone(), options.clone());
+        tokio::spawn(async move {
+            let peer = incoming.remote_address();
+            match incoming.await {
+                Ok(connection) => {
+                    if let Err(e) = handle(connection, live, options).await {
+                        tracing::debug!(%peer, error = %e, "connection ended");
+                    }
+                }
+                Err(e) => tracing::debug!(%peer, error = %e, "handshake failed"),
+            }
+        });
+    }
+}
+
+type H3 = h3::server::Connection<h3_quinn::Connection, Bytes>;
+
+/// Answers HTTP/3 requests until one authenticates; returns the user, its credential's
+/// hash, and the HTTP/3 connection (which must stay alive with the QUIC connection).
+async fn authenticate(connection: &quinn::Connection, live: &Live) -> anyhow::Result<(u64, [u8; 32], H3)> {
+    let mut h3: H3 = h3::server::builder().build(h3_quinn::Connection::new(connection.clone())).await?;
+    loop {
+        let Some(resolver) = h3.accept().await? else { anyhow::bail!("closed before authenticating") };
+        let (request, mut stream) = resolver.resolve_request().await?;
+        let credential = request.headers().get("hysteria-auth").map(|v| v.as_bytes().to_vec());
+        let user = match (request.method(), request.uri().path(), &credential) {
+            (&Method::POST, "/auth", Some(credential)) => live.authenticate(credential),
+            _ => None,
+        };
+        match user {
+            Some(user) => {
+                let response = Response::builder()
+                    .status(StatusCode::from_u16(233).expect("233 is a valid status"))
+                    .header("hysteria-udp", "true")
+                    .header("hysteria-cc-rx", "auto")
+                    .header("hysteria-padding", padding())
+                    .body(())?;
+                stream.send_response(response).await?;
+                stream.finish().await?;
+                let hash = sha256(credential.as_deref().unwrap_or_default());
+                return Ok((user, hash, h3));
+            }
+            None => {
+                // What a web server without this page answers.
+                let response = Response::builder()
+                    .status(StatusCode::NOT_FOUND)
+                    .header("content-type", "text/html")
+                    .header("server", "nginx")
+                    .body(())?;
+                stream.send_response(response).await?;
+                stream.send_data(Bytes::from_static(hearth_shared::render::DECOY_BODY)).await?;
+                stream.finish().await?;
+            }
+        }
+    }
+}
+
+fn padding() -> String {
+    let len = 64 + (rand_core::RngCore::next_u32(&mut rand_core::OsRng) % 512) as usize;
+    "0".repeat(len)
+}
+
+async fn handle(connection: quinn::Connection, live: Arc<Live>, options: Options) -> anyhow::Result<()> {
+    let (user, hash, _h3) = match tokio::time::timeout(AUTH_TIMEOUT, authenticate(&connection, &live)).await {
+        Ok(Ok(found)) => found,
+        Ok(Err(e)) => {
+            connection.close(0x100u32.into(), b"");
+            return Err(e);
+        }
+        Err(_) => {
+            connection.close(0x100u32.into(), b"");
+            anyhow::bail!("no authentication within {AUTH_TIMEOUT:?}");
+        }
+    };
+    tracing::debug!(user, peer = %connection.remote_address(), "authenticated");
+    let _registration = live.register(user, hash, &connection);
+    let counter = live.counter(user);
+    let udp = tokio::spawn(udp_relay(connection.clone(), counter.clone(), options.clone()));
+    loop {
+        let (send, recv) = match connection.accept_bi().await {
+            Ok(streams) => streams,
+            Err(_) => break,
+        };
+        let (counter, options) = (counter.clone(), options.clone());
+        tokio::spawn(async move {
+            if let Err(e) = tcp_relay(send, recv, counter, options).await {
+                tracing::debug!(user, error = %e, "TCP stream ended");
+            }
+        });
+    }
+    udp.abort();
+    Ok(())
+}
+
+/// Copies `from` to `to` until `from` ends, counting bytes.
+async fn pump<R: AsyncRead + Unpin, W: AsyncWrite + Unpin>(
+    mut from: R,
+    mut to: W,
+    count: &std::sync::atomic::AtomicU64,
+) -> std::io::Result<()> {
+    let mut buf = vec![0u8; RELAY_BUFFER];
+    loop {
+        let n = from.read(&mut buf).await?;
+        if n == 0 {
+            to.shutdown().await?;
+            return Ok(());
+        }
+        to.write_all(&buf[..n]).await?;
+        count.fetch_add(n as u64, Ordering::Relaxed);
+    }
+}
+
+async fn tcp_relay(
+    mut send: quinn::SendStream,
+    mut recv: quinn::RecvStream,
+    counter: Arc<Counter>,
+    options: Options,
+) -> anyhow::Result<()> {
+    let address = proto::read_tcp_request(&mut recv).await?;
+    let target = match resolve(&address, &options).await {
+        Ok(addr) => tokio::time::timeout(CONNECT_TIMEOUT, TcpStream::connect(addr))
+            .await
+            .map_err(|_| format!("connecting to {address} timed out"))
+            .and_then(|r| r.map_err(|e| format!("connecting to {address}: {e}"))),
+        Err(e) => Err(e),
+    };
+    let target = match target {
+        Ok(target) => target,
+        Err(message) => {
+            send.write_all(&proto::tcp_response(false, &message)).await?;
+            let _ = send.finish();
+            anyhow::bail!(message);
+        }
+    };
+    let _ = target.set_nodelay(true);
+    send.write_all(&proto::tcp_response(true, "")).await?;
+    let (target_read, target_write) = target.into_split();
+    let up = pump(recv, target_write, &counter.up);
+    let down = pump(target_read, send, &counter.down);
+    let (up, down) = tokio::join!(up, down);
+    up.and(down)?;
+    Ok(())
+}
+
+struct Session {
+    socket: Arc<UdpSocket>,
+    reassembly: Reassembly,
+    task: tokio::task::JoinHandle<()>,
+}
+
+/// Relays a connection's UDP: one outbound socket per client session, closed after
+/// [`UDP_IDLE`] without traffic.
+async fn udp_relay(connection: quinn::Connection, counter: Arc<Counter>, options: Options) {
+    let sessions: Arc<Mutex<HashMap<u32, Session>>> = Arc::default();
+    let mut resolved: HashMap<String, SocketAddr> = HashMap::new();
+    while let Ok(datagram) = connection.read_datagram().await {
+        let Ok(message) = UdpMessage::parse(&datagram) else { continue };
+        let id = message.session;
+        let mut guard = sessions.lock().await;
+        if !guard.contains_key(&id) {
+            if guard.len() >= MAX_UDP_SESSIONS {
+                continue;
+            }
+            let bind: SocketAddr = if options.allow_private { "0.0.0.0:0" } else { "[::]:0" }.parse().expect("address");
+            let Ok(socket) = UdpSocket::bind(bind).await.or(UdpSocket::bind("0.0.0.0:0").await) else { continue };
+            let socket = Arc::new(socket);
+            let task =
+                tokio::spawn(udp_back(connection.clone(), socket.clone(), id, counter.clone(), sessions.clone()));
+            guard.insert(id, Session { socket, reassembly: Reassembly::default(), task });
+        }
+        let session = guard.get_mut(&id).expect("inserted above");
+        let Some((address, payload)) = session.reassembly.push(message) else { continue };
+        let socket = session.socket.clone();
+        drop(guard);
+        let target = match resolved.get(&address) {
+            Some(addr) => *addr,
+            None => match resolve(&address, &options).await {
+                Ok(addr) => {
+                    if resolved.len() > 1024 {
+                        resolved.clear();
+                    }
+                    resolved.insert(address.clone(), addr);
+                    addr
+                }
+                Err(e) => {
+                    tracing::debug!(error = %e, "UDP destination refused");
+                    continue;
+                }
+            },
+        };
+        let target = if socket.local_addr().is_ok_and(|a| a.is_ipv6()) && target.is_ipv4() {
+            SocketAddr::new(
+                IpAddr::V6(match target.ip() {
+                    IpAddr::V4(v4) => v4.to_ipv6_mapped(),
+                    IpAddr::V6(v6) => v6,
+                }),
+                target.port(),
+            )
+        } else {
+            target
+        };
+        if socket.send_to(&payload, target).await.is_ok() {
+            counter.up.fetch_add(payload.len() as u64, Ordering::Relaxed);
+        }
+    }
+    for (_, session) in sessions.lock().await.drain() {
+        session.task.abort();
+    }
+}
+
+/// Sends what a session's socket receives back to the client, fragmented to fit.
+async fn udp_back(
+    connection: quinn::Connection,
+    socket: Arc<UdpSocket>,
+    id: u32,
+    counter: Arc<Counter>,
+    sessions: Arc<Mutex<HashMap<u32, Session>>>,
+) {
+    let mut buf = vec![0u8; 65_536];
+    let mut packet: u16 = 0;
+    loop {
+        let (n, from) = match tokio::time::timeout(UDP_IDLE, socket.recv_from(&mut buf)).await {
+            Ok(Ok(received)) => received,
+            _ => break,
+        };
+        let from = match from.ip() {
+            IpAddr::V6(v6) => v6.to_ipv4_mapped().map_or(from, |v4| SocketAddr::new(IpAddr::V4(v4), from.port())),
+            IpAddr::V4(_) => from,
+        };
+        let Some(max) = connection.max_datagram_size() else { break };
+        packet = packet.wrapping_add(1);
+        let Some(parts) = UdpMessage::split(id, packet, &from.to_string(), &buf[..n], max) else { continue };
+        for part in parts {
+            if connection.send_datagram(Bytes::from(part.encode())).is_err() {
+                break;
+            }
+        }
+        counter.down.fetch_add(n as u64, Ordering::Relaxed);
+    }
+    sessions.lock().await.remove(&id);
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn internal_destinations() {
+        for internal in [
+            "127.0.0.1",
+            "10.1.2.3",
+            "172.16.0.1",
+            "192.168.1.1",
+            "169.254.1.1",
+            "100.64.0.1",
+            "0.0.0.0",
+            "::1",
+            "fe80::1",
+            "fd00::1",
+            "::ffff:127.0.0.1",
+            "224.0.0.1",
+        ] {
+            assert!(is_internal(internal.parse().unwrap()), "{internal}");
+        }
+        for public in ["1.1.1.1", "8.8.8.8", "2606:4700::1111", "::ffff:1.1.1.1"] {
+            assert!(!is_internal(public.parse().unwrap()), "{public}");
+        }
+    }
+}

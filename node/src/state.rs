@@ -1,0 +1,137 @@
+//! The node's state directory: its settings, TLS identity, trust, and the last good
+//! credential set, each written atomically (a temporary file, fsync, rename), so a crash
+//! or power cut leaves the old file or the new one, never a torn one.
+
+use std::path::{Path, PathBuf};
+
+use anyhow::{Context as _, Result, bail};
+use hearth_shared::envelope::{Audience, Kind};
+use hearth_shared::trust::{self, Expect, StreamState, Trust, VerifyError};
+use hearth_shared::wire::{self, CredentialSet, NodeId, stream};
+use serde::Deserialize;
+
+/// The node's settings (`node.toml`).
+#[derive(Clone, Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(crate) struct Settings {
+    /// This node's id at control.
+    pub(crate) node: NodeId,
+    /// The UDP address the Hysteria2 server listens on.
+    #[serde(default = "default_listen")]
+    pub(crate) listen: String,
+    /// Let clients reach private and loopback addresses (tests on loopback only).
+    #[serde(default)]
+    pub(crate) allow_private: bool,
+    /// Control's URL, for long polls and usage reports (none: the edge only).
+    #[serde(default)]
+    pub(crate) control_url: Option<String>,
+    /// SHA-256 of control's TLS certificate (hex), when it is self-signed.
+    #[serde(default)]
+    pub(crate) control_pin: Option<String>,
+    /// The edge's URL, used when control does not answer.
+    #[serde(default)]
+    pub(crate) edge_url: Option<String>,
+    /// The secret API path both serve the node API under.
+    #[serde(default)]
+    pub(crate) api_prefix: String,
+    /// Seconds between two pulls from the edge (control is long-polled).
+    #[serde(default = "default_poll")]
+    pub(crate) edge_poll_secs: u64,
+    /// Seconds between two usage reports.
+    #[serde(default = "default_report")]
+    pub(crate) report_secs: u64,
+}
+
+fn default_poll() -> u64 {
+    5
+}
+
+fn default_report() -> u64 {
+    10
+}
+
+fn default_listen() -> String {
+    "0.0.0.0:443".to_owned()
+}
+
+/// The files of a state directory.
+pub(crate) struct StateDir {
+    dir: PathBuf,
+}
+
+impl StateDir {
+    pub(crate) fn new(dir: &Path) -> StateDir {
+        StateDir { dir: dir.to_owned() }
+    }
+
+    pub(crate) fn path(&self, name: &str) -> PathBuf {
+        self.dir.join(name)
+    }
+
+    /// Reads `node.toml`.
+    pub(crate) fn settings(&self) -> Result<Settings> {
+        let path = self.path("node.toml");
+        let text = std::fs::read_to_string(&path)
+            .with_context(|| format!("reading {} (enroll the node first)", path.display()))?;
+        toml::from_str(&text).with_context(|| format!("{} is not valid", path.display()))
+    }
+
+    /// Reads the trust the node holds (root, certified roles).
+    pub(crate) fn trust(&self) -> Result<Trust> {
+        let path = self.path("trust.bin");
+        let bytes = std::fs::read(&path).with_context(|| format!("reading {}", path.display()))?;
+        wire::decode(&bytes, "trust").with_context(|| format!("{} is corrupt", path.display()))
+    }
+
+    /// Writes `bytes` to `name` atomically.
+    pub(crate) fn write(&self, name: &str, bytes: &[u8]) -> Result<()> {
+        write_atomic(&self.path(name), bytes)
+    }
+
+    /// The last good credential set and its envelope's version, checked again against the
+    /// trust (a file altered on disk is refused). An expired set is kept: the node serves it
+    /// and says so, as a node cut off from control and edge must keep its users online.
+    pub(crate) fn last_good(
+        &self,
+        trust: &Trust,
+        node: NodeId,
+        now: u64,
+    ) -> Result<Option<(StreamState, CredentialSet)>> {
+        let path = self.path("creds.envelope");
+        let bytes = match std::fs::read(&path) {
+            Ok(bytes) => bytes,
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(None),
+            Err(e) => return Err(e).with_context(|| format!("reading {}", path.display())),
+        };
+        let name = stream::creds(node);
+        let expect = Expect { kind: Kind::CredentialSet, audience: Audience::Node(node), stream: &name };
+        let verified = match trust::verify(&bytes, trust, &expect, None, now) {
+            Ok(verified) => verified,
+            Err(VerifyError::Expired { expires, .. }) => {
+                tracing::warn!(expires, "the last good credential set has expired; serving it until a new one arrives");
+                trust::verify(&bytes, trust, &expect, None, expires).context("the stored credential set")?
+            }
+            Err(e) => bail!("{} does not verify: {e}", path.display()),
+        };
+        let set = CredentialSet::decode(&verified.envelope.body).context("the stored credential set's body")?;
+        if set.node != node {
+            bail!("{} holds node {}'s set, not node {node}'s", path.display(), set.node);
+        }
+        Ok(Some((verified.state(), set)))
+    }
+}
+
+/// Writes a file atomically: a temporary file beside it, fsync, rename, fsync the folder.
+pub(crate) fn write_atomic(path: &Path, bytes: &[u8]) -> Result<()> {
+    use std::io::Write as _;
+    let dir = path.parent().context("a file in a folder")?;
+    let tmp = path.with_extension("tmp");
+    let mut options = std::fs::OpenOptions::new();
+    options.write(true).create(true).truncate(true);
+    #[cfg(unix)]
+    std::os::unix::fs::OpenOptionsExt::mode(&mut options, 0o600);
+    let mut file = options.open(&tmp).with_context(|| format!("creating {}", tmp.display()))?;
+    file.write_all(bytes).and_then(|()| file.sync_all()).with_context(|| format!("writing {}", tmp.display()))?;
+    std::fs::rename(&tmp, path).with_context(|| format!("replacing {}", path.display()))?;
+    std::fs::File::open(dir).and_then(|d| d.sync_all()).with_context(|| format!("syncing {}", dir.display()))
+}

@@ -1,0 +1,193 @@
+//! The live user table: who may connect, their open connections, and their byte counters.
+//!
+//! Authentication looks a credential's SHA-256 up in an immutable map behind an `Arc`, which
+//! a new credential set replaces in one swap; it never waits on a writer for longer than
+//! the swap. Each connection holds its user's counters (two atomics) directly, so the relay
+//! paths count bytes without any lock. Applying a set closes the connections of every user
+//! it removes or whose credential changed, and touches nobody else.
+
+use std::collections::HashMap;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex, RwLock};
+
+use hearth_shared::wire::{CredentialSet, UserId, UserUsage};
+use hearth_shared::{Digest, ct_eq, sha256};
+
+/// The QUIC close code for a user removed from the set.
+pub(crate) const CLOSE_REMOVED: u32 = 0x107;
+
+/// Bytes one user moved since the last report.
+#[derive(Debug, Default)]
+pub(crate) struct Counter {
+    pub(crate) up: AtomicU64,
+    pub(crate) down: AtomicU64,
+}
+
+/// The node's users.
+#[derive(Default)]
+pub(crate) struct Live {
+    table: RwLock<Arc<HashMap<Digest, UserId>>>,
+    counters: Mutex<HashMap<UserId, Arc<Counter>>>,
+    connections: Mutex<HashMap<UserId, HashMap<usize, quinn::Connection>>>,
+}
+
+/// What applying a set changed.
+#[derive(Debug, Default, PartialEq, Eq)]
+pub(crate) struct Applied {
+    pub(crate) users: usize,
+    pub(crate) removed: usize,
+    pub(crate) closed: usize,
+}
+
+/// Keeps a connection registered while it lives.
+pub(crate) struct Registration {
+    live: Arc<Live>,
+    user: UserId,
+    id: usize,
+}
+
+impl Drop for Registration {
+    fn drop(&mut self) {
+        let mut connections = self.live.connections.lock().expect("connections lock");
+        if let Some(open) = connections.get_mut(&self.user) {
+            open.remove(&self.id);
+            if open.is_empty() {
+                connections.remove(&self.user);
+            }
+        }
+    }
+}
+
+impl Live {
+    /// The user a credential belongs to, if it may connect now.
+    pub(crate) fn authenticate(&self, credential: &[u8]) -> Option<UserId> {
+        let hash = sha256(credential);
+        let table = self.table.read().expect("table lock").clone();
+        // The map is keyed by SHA-256, so the lookup reveals nothing about stored
+        // credentials; the final comparison is constant-time all the same.
+        table.get_key_value(&hash).filter(|(stored, _)| ct_eq(stored.as_slice(), &hash)).map(|(_, user)| *user)
+    }
+
+    /// How many users may connect.
+    pub(crate) fn users(&self) -> usize {
+        self.table.read().expect("table lock").len()
+    }
+
+    /// Replaces the table with `set`; closes the connections of users it no longer allows
+    /// (removed, or with another credential).
+    pub(crate) fn apply(&self, set: &CredentialSet) -> Applied {
+        let new: HashMap<Digest, UserId> = set.users().iter().map(|entry| (entry.hash, entry.user)).collect();
+        let allowed: HashMap<UserId, Digest> = set.users().iter().map(|entry| (entry.user, entry.hash)).collect();
+        let old = std::mem::replace(&mut *self.table.write().expect("table lock"), Arc::new(new));
+        let gone: Vec<UserId> = old
+            .iter()
+            .filter(|(hash, user)| allowed.get(user).is_none_or(|now| now != *hash))
+            .map(|(_, user)| *user)
+            .collect();
+        let mut closed = 0;
+        let mut connections = self.connections.lock().expect("connections lock");
+        for user in &gone {
+            if let Some(open) = connections.remove(user) {
+                for connection in open.values() {
+                    connection.close(CLOSE_REMOVED.into(), b"removed");
+                    closed += 1;
+                }
+            }
+        }
+        Applied { users: allowed.len(), removed: gone.len(), closed }
+    }
+
+    /// Registers a user's connection (until the registration drops). If the user was
+    /// removed meanwhile, the connection is closed at once.
+    pub(crate) fn register(
+        self: &Arc<Self>,
+        user: UserId,
+        credential_hash: Digest,
+        connection: &quinn::Connection,
+    ) -> Registration {
+        let id = connection.stable_id();
+        self.connections.lock().expect("connections lock").entry(user).or_default().insert(id, connection.clone());
+        // `apply` swaps the table before it closes connections: either it saw this one, or
+        // this check sees its table.
+        let still = self.table.read().expect("table lock").get(&credential_hash) == Some(&user);
+        if !still {
+            connection.close(CLOSE_REMOVED.into(), b"removed");
+        }
+        Registration { live: Arc::clone(self), user, id }
+    }
+
+    /// The user's counters.
+    pub(crate) fn counter(&self, user: UserId) -> Arc<Counter> {
+        Arc::clone(self.counters.lock().expect("counters lock").entry(user).or_default())
+    }
+
+    /// Takes every user's counts since the last call (users without traffic are left out).
+    pub(crate) fn take_usage(&self) -> Vec<UserUsage> {
+        let counters = self.counters.lock().expect("counters lock");
+        let mut usage: Vec<UserUsage> = counters
+            .iter()
+            .map(|(user, c)| UserUsage {
+                user: *user,
+                up: c.up.swap(0, Ordering::Relaxed),
+                down: c.down.swap(0, Ordering::Relaxed),
+            })
+            .filter(|u| u.up > 0 || u.down > 0)
+            .collect();
+        usage.sort_by_key(|u| u.user);
+        usage
+    }
+
+    /// Gives back counts that could not be stored (they are counted again next time).
+    pub(crate) fn give_back(&self, usage: &[UserUsage]) {
+        for u in usage {
+            let counter = self.counter(u.user);
+            counter.up.fetch_add(u.up, Ordering::Relaxed);
+            counter.down.fetch_add(u.down, Ordering::Relaxed);
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use hearth_shared::wire::CredEntry;
+
+    fn set(users: &[(UserId, &str)]) -> CredentialSet {
+        CredentialSet::new(
+            1,
+            users.iter().map(|(user, cred)| CredEntry { user: *user, hash: sha256(cred.as_bytes()) }).collect(),
+        )
+        .unwrap()
+    }
+
+    #[test]
+    fn a_new_set_changes_who_may_connect() {
+        let live = Live::default();
+        assert_eq!(live.authenticate(b"a"), None);
+        let applied = live.apply(&set(&[(1, "a"), (2, "b")]));
+        assert_eq!(applied, Applied { users: 2, removed: 0, closed: 0 });
+        assert_eq!(live.authenticate(b"a"), Some(1));
+        assert_eq!(live.authenticate(b"b"), Some(2));
+        assert_eq!(live.authenticate(b"c"), None);
+        // User 1 removed, user 2's credential rotated, user 3 added.
+        let applied = live.apply(&set(&[(2, "b2"), (3, "c")]));
+        assert_eq!((applied.users, applied.removed), (2, 2));
+        assert_eq!(live.authenticate(b"a"), None);
+        assert_eq!(live.authenticate(b"b"), None);
+        assert_eq!(live.authenticate(b"b2"), Some(2));
+        assert_eq!(live.authenticate(b"c"), Some(3));
+    }
+
+    #[test]
+    fn usage_is_taken_once_and_can_be_given_back() {
+        let live = Live::default();
+        live.counter(4).up.fetch_add(10, Ordering::Relaxed);
+        live.counter(4).down.fetch_add(20, Ordering::Relaxed);
+        live.counter(5);
+        let usage = live.take_usage();
+        assert_eq!(usage, vec![UserUsage { user: 4, up: 10, down: 20 }]);
+        assert!(live.take_usage().is_empty());
+        live.give_back(&usage);
+        assert_eq!(live.take_usage(), usage);
+    }
+}

@@ -1,0 +1,217 @@
+//! Running the real `hearth-node` for a test, and the real sing-box client in front of it.
+
+use std::io::{BufRead as _, BufReader};
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::time::Duration;
+
+use anyhow::{Context as _, Result, bail};
+use hearth_shared::trust::{RoleKeys, Trust};
+use hearth_shared::wire;
+use tokio::io::{AsyncReadExt as _, AsyncWriteExt as _};
+use tokio::net::TcpStream;
+
+use crate::control_sim::ControlSim;
+
+/// A node's state directory as enrollment leaves it: settings (plus `extra` lines of
+/// `node.toml`) and the trust in `sim`'s keys.
+pub fn state_dir(dir: &Path, sim: &ControlSim, node: u64) -> Result<()> {
+    state_dir_with(dir, sim, node, "")
+}
+
+/// [`state_dir`] with more settings.
+pub fn state_dir_with(dir: &Path, sim: &ControlSim, node: u64, extra: &str) -> Result<()> {
+    std::fs::create_dir_all(dir)?;
+    std::fs::write(
+        dir.join("node.toml"),
+        format!("node = {node}\nlisten = \"127.0.0.1:0\"\nallow_private = true\n{extra}"),
+    )?;
+    let mut trust = Trust::new(RoleKeys::single(sim.root.public()));
+    trust.accept_key_record(&sim.signing_record(), crate::control_sim::now())?;
+    std::fs::write(dir.join("trust.bin"), wire::encode(&trust))?;
+    Ok(())
+}
+
+/// A running `hearth-node serve`.
+pub struct NodeProcess {
+    child: Child,
+    /// The UDP address it listens on.
+    pub addr: std::net::SocketAddr,
+    state: PathBuf,
+}
+
+impl NodeProcess {
+    /// Starts `serve` on a state directory.
+    pub fn start(state: &Path) -> Result<NodeProcess> {
+        let mut child = Command::new(crate::binary("hearth-node")?)
+            .arg("serve")
+            .arg("--state")
+            .arg(state)
+            .env("HEARTH_LOG", "warn")
+            .stdin(Stdio::null())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::inherit())
+            .spawn()
+            .context("starting hearth-node")?;
+        let stdout = child.stdout.take().expect("piped");
+        let (tx, rx) = std::sync::mpsc::channel();
+        std::thread::spawn(move || {
+            for line in BufReader::new(stdout).lines().map_while(Result::ok) {
+                let _ = tx.send(line);
+            }
+        });
+        let line = rx.recv_timeout(Duration::from_secs(60)).context("hearth-node did not start")?;
+        let addr = line
+            .strip_prefix("hearth-node listening on ")
+            .with_context(|| format!("unexpected first line {line:?}"))?
+            .parse()?;
+        Ok(NodeProcess { child, addr, state: state.to_owned() })
+    }
+
+    /// SIGTERM and wait.
+    pub fn stop(mut self) -> Result<()> {
+        let _ = Command::new("kill").args(["-TERM", &self.child.id().to_string()]).status();
+        for _ in 0..200 {
+            if self.child.try_wait()?.is_some() {
+                return Ok(());
+            }
+            std::thread::sleep(Duration::from_millis(50));
+        }
+        bail!("hearth-node did not stop within 10 s")
+    }
+
+    /// The state directory.
+    pub fn state(&self) -> &Path {
+        &self.state
+    }
+}
+
+impl Drop for NodeProcess {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+/// The real sing-box client with a SOCKS inbound, connected to a Hysteria2 server.
+pub struct SingBoxClient {
+    child: Child,
+    /// The SOCKS5 address of its inbound.
+    pub socks: std::net::SocketAddr,
+    _dir: tempfile::TempDir,
+}
+
+impl SingBoxClient {
+    /// Starts sing-box with `outbound` (a hysteria2 outbound object) behind a SOCKS inbound.
+    pub fn start(outbound: serde_json::Value) -> Result<SingBoxClient> {
+        let dir = tempfile::tempdir()?;
+        let port = crate::edge::free_port()?;
+        let mut outbound = outbound;
+        outbound["tag"] = "node".into();
+        let config = serde_json::json!({
+            "log": { "level": "warn" },
+            "inbounds": [{ "type": "socks", "tag": "in", "listen": "127.0.0.1", "listen_port": port }],
+            "outbounds": [outbound],
+            "route": { "final": "node" }
+        });
+        let path = dir.path().join("client.json");
+        std::fs::write(&path, serde_json::to_vec_pretty(&config)?)?;
+        let child = Command::new(crate::sing_box()?)
+            .args(["run", "-c"])
+            .arg(&path)
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(Stdio::inherit())
+            .spawn()
+            .context("starting sing-box")?;
+        let socks = std::net::SocketAddr::from(([127, 0, 0, 1], port));
+        for _ in 0..200 {
+            if std::net::TcpStream::connect(socks).is_ok() {
+                return Ok(SingBoxClient { child, socks, _dir: dir });
+            }
+            std::thread::sleep(Duration::from_millis(25));
+        }
+        bail!("sing-box did not open its SOCKS port")
+    }
+
+    /// A TCP connection to `target` through the tunnel (SOCKS5 CONNECT).
+    pub async fn connect(&self, target: std::net::SocketAddr) -> Result<TcpStream> {
+        let mut stream = TcpStream::connect(self.socks).await?;
+        stream.write_all(&[5, 1, 0]).await?;
+        let mut reply = [0u8; 2];
+        stream.read_exact(&mut reply).await?;
+        if reply != [5, 0] {
+            bail!("SOCKS greeting refused: {reply:?}");
+        }
+        let std::net::IpAddr::V4(ip) = target.ip() else { bail!("IPv4 targets only") };
+        let mut request = vec![5, 1, 0, 1];
+        request.extend_from_slice(&ip.octets());
+        request.extend_from_slice(&target.port().to_be_bytes());
+        stream.write_all(&request).await?;
+        let mut head = [0u8; 10];
+        stream.read_exact(&mut head).await?;
+        if head[1] != 0 {
+            bail!("SOCKS CONNECT failed with code {}", head[1]);
+        }
+        Ok(stream)
+    }
+}
+
+impl Drop for SingBoxClient {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+/// A local HTTP server answering every request with `body`.
+pub async fn http_server(body: Vec<u8>) -> Result<std::net::SocketAddr> {
+    http_server_paced(body, Duration::ZERO).await
+}
+
+/// [`http_server`] that sends its body in 16 KiB pieces, `pause` apart (a long transfer).
+pub async fn http_server_paced(body: Vec<u8>, pause: Duration) -> Result<std::net::SocketAddr> {
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await?;
+    let addr = listener.local_addr()?;
+    let body = std::sync::Arc::new(body);
+    tokio::spawn(async move {
+        while let Ok((mut stream, _)) = listener.accept().await {
+            let body = body.clone();
+            tokio::spawn(async move {
+                let mut request = Vec::new();
+                let mut buf = [0u8; 1024];
+                while !request.windows(4).any(|w| w == b"\r\n\r\n") {
+                    match stream.read(&mut buf).await {
+                        Ok(0) | Err(_) => return,
+                        Ok(n) => request.extend_from_slice(&buf[..n]),
+                    }
+                }
+                let head = format!("HTTP/1.1 200 OK\r\ncontent-length: {}\r\nconnection: close\r\n\r\n", body.len());
+                let _ = stream.write_all(head.as_bytes()).await;
+                for piece in body.chunks(16 * 1024) {
+                    if stream.write_all(piece).await.is_err() {
+                        return;
+                    }
+                    if !pause.is_zero() {
+                        tokio::time::sleep(pause).await;
+                    }
+                }
+                let _ = stream.shutdown().await;
+            });
+        }
+    });
+    Ok(addr)
+}
+
+/// GETs `/` from `target` through the tunnel; returns the body.
+pub async fn fetch(client: &SingBoxClient, target: std::net::SocketAddr) -> Result<Vec<u8>> {
+    let mut stream = client.connect(target).await?;
+    stream.write_all(b"GET / HTTP/1.1\r\nhost: test\r\n\r\n").await?;
+    let mut response = Vec::new();
+    stream.read_to_end(&mut response).await?;
+    let at = response.windows(4).position(|w| w == b"\r\n\r\n").context("no HTTP head")? + 4;
+    if !response.starts_with(b"HTTP/1.1 200") {
+        bail!("not a 200: {}", String::from_utf8_lossy(&response[..at]));
+    }
+    Ok(response[at..].to_vec())
+}

@@ -1,0 +1,136 @@
+//! The node against the real sing-box Hysteria2 client on loopback.
+
+use hearth_shared::sha256;
+use hearth_shared::wire::{CredEntry, CredentialSet};
+use hearth_tests::control_sim::ControlSim;
+use hearth_tests::node::{NodeProcess, SingBoxClient, fetch, http_server, state_dir};
+use serde_json::json;
+
+fn outbound(node: &NodeProcess, password: &str) -> serde_json::Value {
+    json!({
+        "type": "hysteria2",
+        "server": node.addr.ip().to_string(),
+        "server_port": node.addr.port(),
+        "password": password,
+        "tls": { "enabled": true, "server_name": "localhost", "insecure": true, "alpn": ["h3"] }
+    })
+}
+
+fn set(node: u64, users: &[(u64, &str)]) -> CredentialSet {
+    CredentialSet::new(
+        node,
+        users.iter().map(|(user, cred)| CredEntry { user: *user, hash: sha256(cred.as_bytes()) }).collect(),
+    )
+    .unwrap()
+}
+
+#[tokio::test]
+async fn tcp_through_the_tunnel_with_the_real_sing_box_client() {
+    let temp = tempfile::tempdir().unwrap();
+    let mut sim = ControlSim::new();
+    let dir = temp.path().join("node");
+    state_dir(&dir, &sim, 1).unwrap();
+    let item = sim.creds(&set(1, &[(7, "alice-password"), (8, "bob-password")]));
+    std::fs::write(dir.join("creds.envelope"), item.envelope().unwrap()).unwrap();
+    let node = NodeProcess::start(&dir).unwrap();
+
+    let body: Vec<u8> = (0..(1u32 << 20)).map(|i| (i * 7 + i / 3) as u8).collect();
+    let web = http_server(body.clone()).await.unwrap();
+    let alice = SingBoxClient::start(outbound(&node, "alice-password")).unwrap();
+    let got = fetch(&alice, web).await.unwrap();
+    assert_eq!(got.len(), body.len());
+    assert!(got == body, "bytes through the tunnel differ");
+
+    // A wrong password gets nowhere.
+    let mallory = SingBoxClient::start(outbound(&node, "wrong-password")).unwrap();
+    assert!(fetch(&mallory, web).await.is_err(), "a wrong password must not relay");
+    node.stop().unwrap();
+}
+
+const API: &str = "api-node-test-0123456789";
+const PUSH_TOKEN: &str = "node-test-push-token-0123456789-0123456789";
+
+async fn push(http: &reqwest::Client, edge: &hearth_tests::edge::EdgeProcess, body: Vec<u8>) {
+    let response =
+        http.post(format!("{}/{API}/push", edge.url)).bearer_auth(PUSH_TOKEN).body(body).send().await.unwrap();
+    let status = response.status();
+    assert!(status.is_success(), "{}", response.text().await.unwrap());
+}
+
+#[tokio::test]
+async fn a_removed_user_is_cut_off_live_and_nobody_else_notices() {
+    use hearth_shared::keys::{Role, SecretKey};
+    use hearth_tests::edge::{Backend, EdgeProcess};
+    use std::time::{Duration, Instant};
+
+    let temp = tempfile::tempdir().unwrap();
+    let mut sim = ControlSim::new();
+    let vars = vec![
+        ("HEARTH_ROOT_KEY".to_owned(), sim.root.public().to_string()),
+        ("HEARTH_PUSH_TOKEN".to_owned(), PUSH_TOKEN.to_owned()),
+        ("HEARTH_API_PREFIX".to_owned(), API.to_owned()),
+    ];
+    let edge = EdgeProcess::start(Backend::Native, &temp.path().join("edge.db"), &vars).unwrap();
+    let http = hearth_tests::http().build().unwrap();
+    let key = SecretKey::generate(Role::Node, &mut rand_core::OsRng).unwrap();
+    let record = sim.node(1, Some(key.public()));
+    let first = sim.creds(&set(1, &[(1, "alice-pw"), (2, "bob-pw")]));
+    push(&http, &edge, sim.push(&[record, first])).await;
+
+    let dir = temp.path().join("node");
+    let settings =
+        format!("edge_url = \"{}\"\napi_prefix = \"{API}\"\nedge_poll_secs = 1\nreport_secs = 1\n", edge.url);
+    hearth_tests::node::state_dir_with(&dir, &sim, 1, &settings).unwrap();
+    key.save(&dir.join("node.key")).unwrap();
+    let node = NodeProcess::start(&dir).unwrap();
+
+    let body: Vec<u8> = (0..(4u32 << 20)).map(|i| (i % 251) as u8).collect();
+    let web = hearth_tests::node::http_server_paced(body.clone(), Duration::from_millis(10)).await.unwrap();
+    let alice = SingBoxClient::start(outbound(&node, "alice-pw")).unwrap();
+    let bob = SingBoxClient::start(outbound(&node, "bob-pw")).unwrap();
+    // The node pulls its first set from the edge.
+    let started = Instant::now();
+    while fetch(&alice, http_server(b"ok".to_vec()).await.unwrap()).await.is_err() {
+        assert!(started.elapsed() < Duration::from_secs(20), "the node never served its first set");
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+
+    // Both transfer; alice is removed in the middle of hers.
+    let alice_transfer = tokio::spawn(async move { (fetch(&alice, web).await, alice) });
+    let bob_transfer = tokio::spawn(async move { (fetch(&bob, web).await, bob) });
+    tokio::time::sleep(Duration::from_millis(800)).await;
+    let second = sim.creds(&set(1, &[(2, "bob-pw"), (3, "carol-pw")]));
+    let removed_at = Instant::now();
+    push(&http, &edge, sim.push(&[second])).await;
+    let (alice_result, alice) = alice_transfer.await.unwrap();
+    let cut_after = removed_at.elapsed();
+    assert!(
+        alice_result.is_err() || alice_result.as_ref().is_ok_and(|b| b.len() < body.len()),
+        "alice's transfer was not cut"
+    );
+    assert!(cut_after < Duration::from_secs(4), "alice was cut {cut_after:?} after the push");
+    let (bob_result, _bob) = bob_transfer.await.unwrap();
+    assert!(bob_result.unwrap() == body, "bob's transfer must complete byte for byte");
+    assert!(fetch(&alice, web).await.is_err(), "alice cannot reconnect");
+    let carol = SingBoxClient::start(outbound(&node, "carol-pw")).unwrap();
+    assert_eq!(fetch(&carol, http_server(b"hi".to_vec()).await.unwrap()).await.unwrap(), b"hi");
+
+    // Usage reached the edge's queue for control: bob's bytes, counted once.
+    tokio::time::sleep(Duration::from_secs(3)).await;
+    let drain = http.get(format!("{}/{API}/usage?after=0", edge.url)).bearer_auth(PUSH_TOKEN).send().await.unwrap();
+    let drain: hearth_shared::wire::UsageDrain =
+        hearth_shared::wire::decode(&drain.bytes().await.unwrap(), "drain").unwrap();
+    let mut bob_down = 0;
+    let mut seqs = Vec::new();
+    for report in &drain.reports {
+        let envelope = hearth_shared::envelope::Envelope::decode(report, 1 << 22).unwrap();
+        let report: hearth_shared::wire::UsageReport = hearth_shared::wire::decode(&envelope.body, "report").unwrap();
+        seqs.push(report.seq);
+        bob_down += report.users.iter().filter(|u| u.user == 2).map(|u| u.down).sum::<u64>();
+    }
+    assert!(!seqs.is_empty(), "no usage report reached the edge");
+    assert!(seqs.windows(2).all(|w| w[0] < w[1]), "reports in order, each once: {seqs:?}");
+    let expected = body.len() as u64;
+    assert!(bob_down >= expected && bob_down < expected + 4096, "bob moved {expected} bytes, reported {bob_down}");
+    node.stop().unwrap();
+}
