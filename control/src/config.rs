@@ -241,6 +241,22 @@ impl Config {
     }
 }
 
+impl Config {
+    /// The one-line command that enrolls a node with a one-time `token`.
+    pub(crate) fn enroll_command(&self, token: &str) -> String {
+        let pin = match &self.tls {
+            Tls::Files { cert, .. } => {
+                crate::tls::pin_of(cert).map(|pin| format!(" --control-pin {}", hex::encode(pin))).unwrap_or_default()
+            }
+            Tls::Off => String::new(),
+        };
+        format!(
+            "hearth-node enroll --control {} --api-prefix {} --token {token}{pin}",
+            self.public_url, self.edge.api_prefix
+        )
+    }
+}
+
 /// The `control.toml` that `init` writes.
 pub(crate) fn initial_file(admin_prefix: &str) -> String {
     format!(

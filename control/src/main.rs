@@ -286,15 +286,7 @@ fn user_command(dir: &std::path::Path, command: UserCommand) -> Result<()> {
 fn node_command(dir: &std::path::Path, command: NodeCommand) -> Result<()> {
     let (config, db, _signer) = serve::open(dir)?;
     let now = now();
-    let command_line = |token: &str| {
-        let pin = match &config.tls {
-            config::Tls::Files { cert, .. } => {
-                tls::pin_of(cert).map(|pin| format!(" --control-pin {}", hex::encode(pin))).unwrap_or_default()
-            }
-            config::Tls::Off => String::new(),
-        };
-        format!("hearth-node enroll --control {} --token {token}{pin}", config.public_url)
-    };
+    let command_line = |token: &str| config.enroll_command(token);
     match command {
         NodeCommand::Add { name, host, port, hop, sni, tls, obfs, groups } => {
             let input = NodeInput {

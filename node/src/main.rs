@@ -6,7 +6,9 @@
 //! are unreachable serves its users as before).
 
 mod agent;
+mod enroll;
 mod proto;
+mod salamander;
 mod server;
 mod state;
 mod table;
@@ -34,6 +36,28 @@ struct Cli {
 
 #[derive(Subcommand)]
 enum Command {
+    /// Join control: make the node's key and TLS identity and register them with the
+    /// one-time token (the command `hearth-control node add` printed).
+    Enroll {
+        /// Control's URL.
+        #[arg(long)]
+        control: String,
+        /// The secret path of control's node API.
+        #[arg(long)]
+        api_prefix: String,
+        /// The one-time enrollment token.
+        #[arg(long)]
+        token: String,
+        /// SHA-256 of control's (self-signed) certificate, hex.
+        #[arg(long)]
+        control_pin: Option<String>,
+        /// Listen here instead of 0.0.0.0 on the port control assigned.
+        #[arg(long)]
+        listen: Option<String>,
+        /// Let clients reach private and loopback addresses (for tests on one machine).
+        #[arg(long, hide = true)]
+        allow_private: bool,
+    },
     /// Serve Hysteria2 clients from the state directory.
     Serve,
 }
@@ -78,7 +102,7 @@ fn reset_key(state: &StateDir) -> Result<ring::hmac::Key> {
     Ok(ring::hmac::Key::new(ring::hmac::HMAC_SHA256, &secret))
 }
 
-fn endpoint(state: &StateDir, listen: &str) -> Result<quinn::Endpoint> {
+fn endpoint(state: &StateDir, listen: &str, obfs: Option<&str>) -> Result<quinn::Endpoint> {
     let (chain, key) = tls_identity(state)?;
     let provider = Arc::new(rustls::crypto::ring::default_provider());
     let mut tls = rustls::ServerConfig::builder_with_provider(provider)
@@ -99,10 +123,22 @@ fn endpoint(state: &StateDir, listen: &str) -> Result<quinn::Endpoint> {
         .max_concurrent_bidi_streams(1024u32.into())
         .datagram_receive_buffer_size(Some(4 << 20))
         .congestion_controller_factory(Arc::new(quinn::congestion::BbrConfig::default()));
+    if obfs.is_some() {
+        // Salamander adds 8 bytes to every packet: keep them inside a 1500-byte path.
+        let mut mtu = quinn::MtuDiscoveryConfig::default();
+        mtu.upper_bound(1452 - 8);
+        transport.mtu_discovery_config(Some(mtu));
+    }
     config.transport_config(Arc::new(transport));
     let socket = std::net::UdpSocket::bind(listen).with_context(|| format!("binding UDP {listen}"))?;
     let endpoint_config = quinn::EndpointConfig::new(Arc::new(reset_key(state)?));
-    quinn::Endpoint::new(endpoint_config, Some(config), socket, Arc::new(quinn::TokioRuntime))
+    let runtime = Arc::new(quinn::TokioRuntime);
+    let socket = quinn::Runtime::wrap_udp_socket(runtime.as_ref(), socket).context("the UDP socket")?;
+    let socket: Arc<dyn quinn::AsyncUdpSocket> = match obfs {
+        Some(password) => Arc::new(salamander::Salamander::new(socket, password)),
+        None => socket,
+    };
+    quinn::Endpoint::new_with_abstract_socket(endpoint_config, Some(config), socket, runtime)
         .context("starting the QUIC endpoint")
 }
 
@@ -144,7 +180,7 @@ fn serve(dir: &Path) -> Result<()> {
     };
     let runtime = tokio::runtime::Builder::new_multi_thread().enable_all().build().context("starting the runtime")?;
     runtime.block_on(async move {
-        let endpoint = endpoint(&state, &settings.listen)?;
+        let endpoint = endpoint(&state, &settings.listen, settings.obfs.as_deref())?;
         println!("hearth-node listening on {}", endpoint.local_addr()?);
         use std::io::Write as _;
         let _ = std::io::stdout().flush();
@@ -185,5 +221,24 @@ fn main() -> Result<()> {
     tracing_subscriber::fmt().with_env_filter(filter).with_writer(std::io::stderr).init();
     match cli.command {
         Command::Serve => serve(&cli.state),
+        Command::Enroll { control, api_prefix, token, control_pin, listen, allow_private } => {
+            let _ = rustls::crypto::ring::default_provider().install_default();
+            let request = enroll::Request {
+                control: &control,
+                api_prefix: &api_prefix,
+                token: &token,
+                control_pin: control_pin.as_deref(),
+                listen: listen.as_deref(),
+                allow_private,
+            };
+            let runtime = tokio::runtime::Builder::new_current_thread().enable_all().build()?;
+            let node = runtime.block_on(enroll::enroll(&cli.state, &request))?;
+            println!(
+                "Enrolled as node {node} in {}. Start it with: hearth-node serve --state {}",
+                cli.state.display(),
+                cli.state.display()
+            );
+            Ok(())
+        }
     }
 }

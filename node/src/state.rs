@@ -40,6 +40,9 @@ pub(crate) struct Settings {
     /// Seconds between two usage reports.
     #[serde(default = "default_report")]
     pub(crate) report_secs: u64,
+    /// The Salamander obfuscation password (none: plain QUIC).
+    #[serde(default)]
+    pub(crate) obfs: Option<String>,
 }
 
 fn default_poll() -> u64 {

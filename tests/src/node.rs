@@ -157,6 +157,62 @@ impl SingBoxClient {
     }
 }
 
+impl SingBoxClient {
+    /// A UDP round trip through the tunnel (SOCKS5 UDP ASSOCIATE): sends `payload` to
+    /// `target` and returns the first answer.
+    pub async fn udp_round_trip(&self, target: std::net::SocketAddr, payload: &[u8]) -> Result<Vec<u8>> {
+        let mut control = TcpStream::connect(self.socks).await?;
+        control.write_all(&[5, 1, 0]).await?;
+        let mut reply = [0u8; 2];
+        control.read_exact(&mut reply).await?;
+        control.write_all(&[5, 3, 0, 1, 0, 0, 0, 0, 0, 0]).await?;
+        let mut head = [0u8; 10];
+        control.read_exact(&mut head).await?;
+        if head[1] != 0 || head[3] != 1 {
+            bail!("UDP ASSOCIATE refused: {head:?}");
+        }
+        let relay =
+            std::net::SocketAddr::from(([head[4], head[5], head[6], head[7]], u16::from_be_bytes([head[8], head[9]])));
+        let relay = if relay.ip().is_unspecified() {
+            std::net::SocketAddr::from(([127, 0, 0, 1], relay.port()))
+        } else {
+            relay
+        };
+        let socket = tokio::net::UdpSocket::bind("127.0.0.1:0").await?;
+        let std::net::IpAddr::V4(ip) = target.ip() else { bail!("IPv4 targets only") };
+        let mut packet = vec![0, 0, 0, 1];
+        packet.extend_from_slice(&ip.octets());
+        packet.extend_from_slice(&target.port().to_be_bytes());
+        packet.extend_from_slice(payload);
+        let mut buf = vec![0u8; 65_536];
+        for _ in 0..10 {
+            socket.send_to(&packet, relay).await?;
+            if let Ok(Ok((n, _))) = tokio::time::timeout(Duration::from_millis(1000), socket.recv_from(&mut buf)).await
+            {
+                if n < 10 {
+                    bail!("a short SOCKS UDP answer");
+                }
+                drop(control);
+                return Ok(buf[10..n].to_vec());
+            }
+        }
+        bail!("no UDP answer through the tunnel")
+    }
+}
+
+/// A local UDP echo server.
+pub async fn udp_echo() -> Result<std::net::SocketAddr> {
+    let socket = tokio::net::UdpSocket::bind("127.0.0.1:0").await?;
+    let addr = socket.local_addr()?;
+    tokio::spawn(async move {
+        let mut buf = vec![0u8; 65_536];
+        while let Ok((n, from)) = socket.recv_from(&mut buf).await {
+            let _ = socket.send_to(&buf[..n], from).await;
+        }
+    });
+    Ok(addr)
+}
+
 impl Drop for SingBoxClient {
     fn drop(&mut self) {
         let _ = self.child.kill();

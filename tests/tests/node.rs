@@ -134,3 +134,33 @@ async fn a_removed_user_is_cut_off_live_and_nobody_else_notices() {
     assert!(bob_down >= expected && bob_down < expected + 4096, "bob moved {expected} bytes, reported {bob_down}");
     node.stop().unwrap();
 }
+
+#[tokio::test]
+async fn udp_and_salamander_with_the_real_sing_box_client() {
+    let temp = tempfile::tempdir().unwrap();
+    let mut sim = ControlSim::new();
+    let dir = temp.path().join("node");
+    hearth_tests::node::state_dir_with(&dir, &sim, 1, "obfs = \"salamander secret\"\n").unwrap();
+    let item = sim.creds(&set(1, &[(7, "alice-password")]));
+    std::fs::write(dir.join("creds.envelope"), item.envelope().unwrap()).unwrap();
+    let node = NodeProcess::start(&dir).unwrap();
+    let mut with_obfs = outbound(&node, "alice-password");
+    with_obfs["obfs"] = json!({ "type": "salamander", "password": "salamander secret" });
+    let alice = SingBoxClient::start(with_obfs).unwrap();
+
+    let body: Vec<u8> = (0..(256u32 << 10)).map(|i| (i % 253) as u8).collect();
+    let web = http_server(body.clone()).await.unwrap();
+    assert!(fetch(&alice, web).await.unwrap() == body, "TCP through Salamander");
+
+    let echo = hearth_tests::node::udp_echo().await.unwrap();
+    let small = b"ping over hysteria2".to_vec();
+    assert_eq!(alice.udp_round_trip(echo, &small).await.unwrap(), small);
+    // Larger than one QUIC datagram: fragmented both ways, reassembled both ways.
+    let large: Vec<u8> = (0..3000u32).map(|i| (i % 241) as u8).collect();
+    assert_eq!(alice.udp_round_trip(echo, &large).await.unwrap(), large);
+
+    // Without the obfuscation password the node does not even answer QUIC.
+    let plain = SingBoxClient::start(outbound(&node, "alice-password")).unwrap();
+    assert!(fetch(&plain, web).await.is_err());
+    node.stop().unwrap();
+}

@@ -339,15 +339,7 @@ async fn get_node(State(app): State<Arc<App>>, auth: Auth, Path(id): Path<u64>) 
 
 /// The one-line command that enrolls a node.
 pub(crate) fn enroll_command(app: &App, token: &str) -> String {
-    format!(
-        "hearth-node enroll --control {} --token {token}{}",
-        app.config.public_url,
-        match &app.config.tls {
-            crate::config::Tls::Files { cert, .. } =>
-                crate::tls::pin_of(cert).map(|pin| format!(" --control-pin {}", hex::encode(pin))).unwrap_or_default(),
-            crate::config::Tls::Off => String::new(),
-        }
-    )
+    app.config.enroll_command(token)
 }
 
 async fn create_node(State(app): State<Arc<App>>, auth: Auth, Body(input): Body<NodeInput>) -> Reply {

@@ -54,11 +54,13 @@ async fn enroll(
     let state = app.clone();
     let signing_record = app.signer.record.clone();
     match app.db.write(move |tx| node_store::enroll(tx, &state.signer, &req, now)).await {
-        Ok(node) => {
+        Ok(enrolled) => {
             app.changed();
-            tracing::info!(node, "node enrolled");
+            tracing::info!(node = enrolled.node, "node enrolled");
             axum::Json(json!({
-                "node": node,
+                "node": enrolled.node,
+                "port": enrolled.port,
+                "obfs": enrolled.obfs,
                 "root_key": app.signer.root.to_string(),
                 "key_records": [hex::encode(signing_record)],
                 "api_prefix": app.config.edge.api_prefix,

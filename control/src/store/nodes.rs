@@ -320,8 +320,19 @@ fn parse_digest(value: Option<&str>) -> Result<Option<Digest>, Error> {
         .transpose()
 }
 
-/// Registers a node's key in exchange for its one-time token. Returns the node's id.
-pub(crate) fn enroll(conn: &Connection, signer: &Signer, request: &EnrollRequest, now: u64) -> Result<NodeId, Error> {
+/// What an enrolled node is told about itself.
+#[derive(Clone, Debug, Serialize)]
+pub(crate) struct Enrolled {
+    /// Its id.
+    pub(crate) node: NodeId,
+    /// The UDP port it serves on.
+    pub(crate) port: u16,
+    /// Its Salamander password, if it uses one.
+    pub(crate) obfs: Option<String>,
+}
+
+/// Registers a node's key in exchange for its one-time token.
+pub(crate) fn enroll(conn: &Connection, signer: &Signer, request: &EnrollRequest, now: u64) -> Result<Enrolled, Error> {
     let key: PublicKey =
         request.key.parse().map_err(|_| Error::invalid("bad_key", "key must be a Hearth public key"))?;
     let cert = parse_digest(request.cert_sha256.as_deref())?;
@@ -350,7 +361,9 @@ pub(crate) fn enroll(conn: &Connection, signer: &Signer, request: &EnrollRequest
     // A node enrolled again starts a new usage stream; a set it already held stays valid.
     conn.execute("DELETE FROM streams WHERE name = ?1", [stream::usage_ack(id)])?;
     audit(conn, now, "node", "node.enroll", &format!("node {id} ({name})"), &key.id().to_string())?;
-    Ok(id)
+    let (port, obfs): (u16, String) =
+        conn.query_row("SELECT port, obfs FROM nodes WHERE id = ?1", [id], |row| Ok((row.get(0)?, row.get(1)?)))?;
+    Ok(Enrolled { node: id, port, obfs: (!obfs.is_empty()).then_some(obfs) })
 }
 
 /// A node's registered key.

@@ -1,0 +1,128 @@
+//! `hearth-node enroll`: the one command that joins a node to control.
+//!
+//! It makes the node's key and TLS identity, registers the key with control in exchange for
+//! the one-time token (over TLS pinned to control's certificate), and writes what control
+//! answered into the state directory: the node's id and port, the trust (control's root key
+//! and the records certifying its signing key, checked here), and where to pull from.
+
+use std::path::Path;
+
+use anyhow::{Context as _, Result, bail};
+use hearth_shared::keys::{PublicKey, Role, SecretKey};
+use hearth_shared::trust::{RoleKeys, Trust};
+use serde::Deserialize;
+
+use crate::state::StateDir;
+
+/// What the operator passes (the command control printed).
+pub(crate) struct Request<'a> {
+    pub(crate) control: &'a str,
+    pub(crate) api_prefix: &'a str,
+    pub(crate) token: &'a str,
+    pub(crate) control_pin: Option<&'a str>,
+    pub(crate) listen: Option<&'a str>,
+    pub(crate) allow_private: bool,
+}
+
+#[derive(Deserialize)]
+struct Answer {
+    node: u64,
+    port: u16,
+    obfs: Option<String>,
+    root_key: String,
+    key_records: Vec<String>,
+    api_prefix: String,
+    edge_url: Option<String>,
+}
+
+/// Makes the node's TLS identity; returns the SHA-256 of its certificate and of its SPKI.
+fn tls_identity(state: &StateDir) -> Result<([u8; 32], [u8; 32])> {
+    use rcgen::PublicKeyData as _;
+    let key = rcgen::KeyPair::generate().context("making the TLS key")?;
+    let cert = rcgen::CertificateParams::new(vec!["localhost".to_owned()])
+        .context("certificate parameters")?
+        .self_signed(&key)
+        .context("making the certificate")?;
+    state.write("tls.key", key.serialize_pem().as_bytes())?;
+    state.write("tls.crt", cert.pem().as_bytes())?;
+    Ok((hearth_shared::sha256(cert.der()), hearth_shared::sha256(&key.subject_public_key_info())))
+}
+
+/// Enrolls the node into `dir`.
+pub(crate) async fn enroll(dir: &Path, request: &Request<'_>) -> Result<u64> {
+    let state = StateDir::new(dir);
+    if state.path("node.toml").exists() {
+        bail!("{} already holds an enrolled node; use a new state directory", dir.display());
+    }
+    let mut builder = std::fs::DirBuilder::new();
+    builder.recursive(true);
+    #[cfg(unix)]
+    std::os::unix::fs::DirBuilderExt::mode(&mut builder, 0o700);
+    builder.create(dir).with_context(|| format!("creating {}", dir.display()))?;
+    let key = SecretKey::generate(Role::Node, &mut rand_core::OsRng)?;
+    key.save(&state.path("node.key"))?;
+    let (cert, spki) = tls_identity(&state)?;
+    let client = crate::agent::control_client(request.control_pin)?;
+    let url = format!("{}/{}/enroll", request.control.trim_end_matches('/'), request.api_prefix);
+    let response = client
+        .post(url)
+        .json(&serde_json::json!({
+            "token": request.token,
+            "key": key.public().to_string(),
+            "cert_sha256": hex::encode(cert),
+            "spki_sha256": hex::encode(spki),
+            "version": env!("CARGO_PKG_VERSION"),
+        }))
+        .timeout(std::time::Duration::from_secs(30))
+        .send()
+        .await
+        .map_err(|e| anyhow::anyhow!("control did not answer: {}", e.without_url()))?;
+    if !response.status().is_success() {
+        let status = response.status();
+        let body: serde_json::Value = response.json().await.unwrap_or_default();
+        let message = body["error"]["message"].as_str().unwrap_or("no reason given").to_owned();
+        bail!("control refused the enrollment ({status}): {message}");
+    }
+    let answer: Answer = response.json().await.context("control's answer")?;
+    let root: PublicKey = answer.root_key.parse().context("control sent a malformed root key")?;
+    let mut trust = Trust::new(RoleKeys::single(root));
+    for record in &answer.key_records {
+        let bytes = hex::decode(record).context("a key record is not hex")?;
+        trust.accept_key_record(&bytes, crate::now()).context("a key record does not verify against the root key")?;
+    }
+    state.write("trust.bin", &hearth_shared::wire::encode(&trust))?;
+    let listen = request.listen.map_or_else(|| format!("0.0.0.0:{}", answer.port), str::to_owned);
+    let mut settings = format!(
+        "# Made by `hearth-node enroll`.\nnode = {}\nlisten = \"{listen}\"\ncontrol_url = \"{}\"\napi_prefix = \"{}\"\n",
+        answer.node,
+        request.control.trim_end_matches('/'),
+        answer.api_prefix
+    );
+    if let Some(pin) = request.control_pin {
+        settings.push_str(&format!("control_pin = \"{pin}\"\n"));
+    }
+    if let Some(edge) = &answer.edge_url {
+        settings.push_str(&format!("edge_url = \"{edge}\"\n"));
+    }
+    if let Some(obfs) = &answer.obfs {
+        settings.push_str(&format!("obfs = {}\n", toml_string(obfs)));
+    }
+    if request.allow_private {
+        settings.push_str("allow_private = true\n");
+    }
+    // Written last: its presence marks an enrolled node.
+    state.write("node.toml", settings.as_bytes())?;
+    Ok(answer.node)
+}
+
+fn toml_string(value: &str) -> String {
+    let escaped: String = value
+        .chars()
+        .flat_map(|c| match c {
+            '"' => vec!['\\', '"'],
+            '\\' => vec!['\\', '\\'],
+            c => vec![c],
+        })
+        .collect();
+    format!("\"{escaped}\"")
+}
