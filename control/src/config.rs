@@ -116,6 +116,9 @@ pub(crate) struct Config {
     pub(crate) profile: Profile,
     pub(crate) edge: EdgeSettings,
     pub(crate) root: PublicKey,
+    /// Whether `public_url` / `sub_url` were derived from `listen` (then [`Config::bound`]
+    /// fixes them once the real port is known).
+    derived: (bool, bool),
 }
 
 fn pick(env: &dyn Fn(&str) -> Option<String>, name: &str, file: Option<String>) -> Option<String> {
@@ -187,7 +190,9 @@ impl Config {
             other => bail!("tls must be self-signed, files or off, not {other:?}"),
         };
         let scheme = if tls == Tls::Off { "http" } else { "https" };
-        let public_url = match pick(env, "HEARTH_PUBLIC_URL", file.public_url) {
+        let public_url = pick(env, "HEARTH_PUBLIC_URL", file.public_url);
+        let derived_public = public_url.is_none();
+        let public_url = match public_url {
             Some(url) => check_url("public_url", &url)?,
             None => format!("{scheme}://{listen}"),
         };
@@ -201,7 +206,9 @@ impl Config {
             .filter(|u| !u.trim().is_empty())
             .map(|u| check_url("edge_url", &u))
             .transpose()?;
-        let sub_url = match pick(env, "HEARTH_SUB_URL", file.sub_url) {
+        let sub_url = pick(env, "HEARTH_SUB_URL", file.sub_url);
+        let derived_sub = sub_url.is_none() && edge_url.is_none();
+        let sub_url = match sub_url {
             Some(url) => check_url("sub_url", &url)?,
             None => format!("{}/{}", edge_url.as_deref().unwrap_or(&public_url), edge.sub_prefix),
         };
@@ -237,7 +244,20 @@ impl Config {
             },
             edge,
             root,
+            derived: (derived_public, derived_sub),
         })
+    }
+
+    /// Fixes the URLs derived from `listen` once the listener is bound (`listen` may name
+    /// port 0).
+    pub(crate) fn bound(&mut self, local: SocketAddr) {
+        let scheme = if self.tls == Tls::Off { "http" } else { "https" };
+        if self.derived.0 {
+            self.public_url = format!("{scheme}://{local}");
+        }
+        if self.derived.1 {
+            self.sub_url = format!("{}/{}", self.public_url, self.edge.sub_prefix);
+        }
     }
 }
 

@@ -81,7 +81,7 @@ fn init_logs(json: bool) {
 
 /// `hearth-control serve`.
 pub(crate) fn run(dir: &Path) -> Result<()> {
-    let (config, db, signer) = open(dir)?;
+    let (mut config, db, signer) = open(dir)?;
     init_logs(config.log_json);
     let _ = rustls::crypto::ring::default_provider().install_default();
     resync_edge(&db, config.edge_url.as_deref())?;
@@ -105,6 +105,7 @@ pub(crate) fn run(dir: &Path) -> Result<()> {
             .await
             .with_context(|| format!("listening on {}", config.listen))?;
         let local = tcp.local_addr()?;
+        config.bound(local);
         let listener = crate::tls::HearthListener::new(tcp, tls)?;
         let has_owner = db.read(crate::auth::has_owner).await?;
         let app = Arc::new(App::new(config, db, signer, crate::auth::Hasher::new(), http));

@@ -134,7 +134,7 @@ impl Agent {
             .timeout(Duration::from_secs(wait + 15))
             .send()
             .await
-            .map_err(|e| anyhow::anyhow!("{}", e.without_url()))?;
+            .map_err(|e| anyhow::anyhow!("{:#}", anyhow::Error::from(e.without_url())))?;
         match response.status().as_u16() {
             200 => Ok(Pulled::New(response.bytes().await?.to_vec())),
             204 | 304 => Ok(Pulled::Unchanged),
@@ -311,7 +311,7 @@ impl Agent {
             match answer {
                 Ok(answer) if answer.status().is_success() => *sent_to_edge = seq,
                 Ok(answer) => bail!("the edge refused usage report {seq}: {}", answer.status()),
-                Err(e) => bail!("the edge did not answer: {}", e.without_url()),
+                Err(e) => bail!("the edge did not answer: {:#}", anyhow::Error::from(e.without_url())),
             }
         }
         Ok(())

@@ -76,7 +76,7 @@ pub(crate) async fn enroll(dir: &Path, request: &Request<'_>) -> Result<u64> {
         .timeout(std::time::Duration::from_secs(30))
         .send()
         .await
-        .map_err(|e| anyhow::anyhow!("control did not answer: {}", e.without_url()))?;
+        .map_err(|e| anyhow::anyhow!("control did not answer: {:#}", anyhow::Error::from(e.without_url())))?;
     if !response.status().is_success() {
         let status = response.status();
         let body: serde_json::Value = response.json().await.unwrap_or_default();
