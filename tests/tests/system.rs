@@ -11,10 +11,20 @@ use hearth_tests::node::{NodeProcess, SingBoxClient, fetch, http_server};
 use serde_json::{Value, json};
 
 #[tokio::test]
-async fn a_link_from_the_edge_carries_traffic_through_an_enrolled_node() {
+async fn a_link_from_the_native_edge_carries_traffic_through_an_enrolled_node() {
+    through_a_node(Backend::Native).await;
+}
+
+#[tokio::test]
+async fn a_link_from_the_worker_in_workerd_carries_traffic_through_an_enrolled_node() {
+    through_a_node(Backend::Worker).await;
+}
+
+async fn through_a_node(backend: Backend) {
     let temp = tempfile::tempdir().unwrap();
     let dir = ControlDir::init(&temp.path().join("control")).unwrap();
-    let edge = EdgeProcess::start(Backend::Native, &temp.path().join("edge.db"), &dir.edge_vars().unwrap()).unwrap();
+    let state = temp.path().join(if backend == Backend::Native { "edge.db" } else { "worker" });
+    let edge = EdgeProcess::start(backend, &state, &dir.edge_vars().unwrap()).unwrap();
     let control = ControlProcess::start(&dir, &[("HEARTH_EDGE_URL", edge.url.clone())]).unwrap();
     let https = dir.client().unwrap();
     let token = control.setup(&https, "admin").await.unwrap();
