@@ -345,3 +345,32 @@ pub(crate) async fn sweeper(app: Arc<App>, mut shutdown: watch::Receiver<bool>) 
         }
     }
 }
+
+/// Notices commits made by other processes (the CLI on the same database) and wakes the
+/// pusher and the nodes' long polls, so a user added from the shell reaches nodes at once.
+pub(crate) async fn watch_external(app: Arc<App>, mut shutdown: watch::Receiver<bool>) {
+    let conn = match app.db.connect() {
+        Ok(conn) => Arc::new(std::sync::Mutex::new(conn)),
+        Err(e) => {
+            tracing::error!(error = %e, "cannot watch the database for outside changes");
+            return;
+        }
+    };
+    let mut last: Option<i64> = None;
+    loop {
+        let watcher = conn.clone();
+        let version = tokio::task::spawn_blocking(move || {
+            watcher.lock().expect("watcher lock").query_row("PRAGMA data_version", [], |row| row.get::<_, i64>(0))
+        })
+        .await;
+        if let Ok(Ok(version)) = version {
+            if last.is_some_and(|last| last != version) {
+                app.changed();
+            }
+            last = Some(version);
+        }
+        if stopped(&mut shutdown, Duration::from_millis(500)).await {
+            return;
+        }
+    }
+}

@@ -88,6 +88,11 @@ impl Db {
             .map_err(|e| Error::Internal(format!("read task failed: {e}")))?
     }
 
+    /// A connection of its own (for watching `PRAGMA data_version`).
+    pub(crate) fn connect(&self) -> Result<Connection, Error> {
+        Ok(connect(&self.inner.path)?)
+    }
+
     /// [`Db::read`] for callers outside the runtime.
     pub(crate) fn read_blocking<T>(&self, f: impl FnOnce(&Connection) -> Result<T, Error>) -> Result<T, Error> {
         let idle = self.inner.readers.lock().unwrap_or_else(std::sync::PoisonError::into_inner).pop();
