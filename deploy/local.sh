@@ -72,11 +72,13 @@ if [ ! -f "$data_dir/node/node.toml" ]; then
     command="$("$control" --data-dir "$data_dir" node add "This computer" --host 127.0.0.1 --port "$node_port" | grep 'hearth-node enroll')"
     read -r -a words <<<"$command"
     args=()
-    for ((i = 2; i < ${#words[@]}; i += 2)); do
-        case "${words[i]}" in
-            --control) args+=(--control "$control_url") ;;
-            *) args+=("${words[i]}" "${words[i + 1]}") ;;
-        esac
+    for ((i = 2; i < ${#words[@]}; i++)); do
+        if [ "${words[i]}" = "--control" ]; then
+            args+=(--control "$control_url")
+            i=$((i + 1))
+        else
+            args+=("${words[i]}")
+        fi
     done
     "$node" --state "$data_dir/node" enroll "${args[@]}" --listen "127.0.0.1:$node_port" --allow-private
 fi

@@ -271,7 +271,8 @@ impl Config {
             Tls::Off => String::new(),
         };
         format!(
-            "hearth-node enroll --control {} --api-prefix {} --token {token}{pin}",
+            // `--token=`: a token may start with '-', which must not read as an option.
+            "hearth-node enroll --control {} --api-prefix {} --token={token}{pin}",
             self.public_url, self.edge.api_prefix
         )
     }

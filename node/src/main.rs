@@ -242,3 +242,25 @@ fn main() -> Result<()> {
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn enrollment_tokens_starting_with_a_dash_parse() {
+        // Tokens are base64url: one in 32 starts with '-'. Control prints `--token=...`.
+        let cli = Cli::try_parse_from([
+            "hearth-node",
+            "enroll",
+            "--control",
+            "https://c",
+            "--api-prefix",
+            "p",
+            "--token=-_abc",
+        ])
+        .expect("parses");
+        let Command::Enroll { token, .. } = cli.command else { panic!("not enroll") };
+        assert_eq!(token, "-_abc");
+    }
+}

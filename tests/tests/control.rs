@@ -211,7 +211,7 @@ async fn expiry_quota_and_usage_through_control_and_the_edge() {
     let node = api.post(&control, "/nodes", json!({ "name": "home", "host": "127.0.0.1", "port": 8443 })).await;
     let command = node["enroll_command"].as_str().unwrap();
     assert!(command.contains("--control-pin"), "{command}");
-    let token = command.split_whitespace().skip_while(|w| *w != "--token").nth(1).unwrap();
+    let token = command.split_whitespace().find_map(|w| w.strip_prefix("--token=")).unwrap();
     let key = SecretKey::generate(Role::Node, &mut OsRng).unwrap();
     let enrolled: Value = api
         .http

@@ -350,7 +350,7 @@ async fn enroll(client: &Client, groups: Value) -> (u64, SecretKey) {
     let node = client.post("/nodes", json!({ "name": format!("node-{}", rand_core::RngCore::next_u32(&mut rand_core::OsRng)), "host": "203.0.113.5", "port": 8443, "obfs": "pw", "groups": groups })).await;
     assert_eq!(node.status, StatusCode::CREATED, "{}", String::from_utf8_lossy(&node.body));
     let command = node.json()["enroll_command"].as_str().unwrap().to_owned();
-    let token = command.split_whitespace().skip_while(|w| *w != "--token").nth(1).unwrap().to_owned();
+    let token = command.split_whitespace().find_map(|w| w.strip_prefix("--token=")).unwrap().to_owned();
     let key = SecretKey::generate(Role::Node, &mut rand_core::OsRng).unwrap();
     let path = format!("/{}/enroll", client.app().config.edge.api_prefix);
     let body = json!({ "token": token, "key": key.public().to_string(), "cert_sha256": hex::encode([5u8; 32]), "version": "0.1.0" });
