@@ -72,6 +72,8 @@ pub(crate) struct App {
     pub(crate) outbox: Notify,
     /// Bumped whenever a credential set may have changed: wakes node long-polls.
     pub(crate) creds: watch::Sender<u64>,
+    /// Turns true when control is shutting down: long polls answer at once.
+    pub(crate) stopping: watch::Sender<bool>,
     pub(crate) push_status: Mutex<PushStatus>,
     pub(crate) counters: Counters,
     budget: Mutex<HashMap<IpAddr, TokenBucket>>,
@@ -96,6 +98,7 @@ impl App {
             setup_token: Mutex::new(None),
             outbox: Notify::new(),
             creds: watch::channel(0).0,
+            stopping: watch::channel(false).0,
             push_status: Mutex::new(PushStatus::default()),
             counters: Counters::default(),
             budget: Mutex::new(HashMap::new()),

@@ -5,7 +5,6 @@ use std::sync::Arc;
 
 use anyhow::{Context as _, Result};
 use hearth_shared::keys::{RecoveryPublic, Role, SecretKey};
-use tokio::sync::watch;
 
 use crate::app::{App, now};
 use crate::config::{Config, Tls};
@@ -123,7 +122,8 @@ pub(crate) fn run(dir: &Path) -> Result<()> {
         }
         use std::io::Write as _;
         let _ = std::io::stdout().flush();
-        let (stop, stopped) = watch::channel(false);
+        let stop = app.stopping.clone();
+        let stopped = stop.subscribe();
         let tasks = vec![
             tokio::spawn(crate::tasks::pusher(app.clone(), stopped.clone())),
             tokio::spawn(crate::tasks::drainer(app.clone(), stopped.clone())),

@@ -148,13 +148,15 @@ fn serve(dir: &Path) -> Result<()> {
     let trust = state.trust()?;
     let live = Arc::new(Live::default());
     let mut held = None;
-    match state.last_good(&trust, settings.node, now())? {
-        Some((stored, set)) => {
+    match state.last_good(&trust, settings.node, now()) {
+        Ok(Some((stored, set))) => {
             live.apply(&set);
             held = Some(stored);
             tracing::info!(version = stored.version, users = live.users(), "serving the last good credential set");
         }
-        None => tracing::warn!("no credential set yet: nobody can connect until one arrives"),
+        Ok(None) => tracing::warn!("no credential set yet: nobody can connect until one arrives"),
+        // Start anyway: the agent fetches a good set, which replaces the file.
+        Err(e) => tracing::error!(error = %format!("{e:#}"), "ignoring the stored credential set"),
     }
     let _ = rustls::crypto::ring::default_provider().install_default();
     let agent = if settings.control_url.is_some() || settings.edge_url.is_some() {

@@ -164,3 +164,152 @@ async fn udp_and_salamander_with_the_real_sing_box_client() {
     assert!(fetch(&plain, web).await.is_err());
     node.stop().unwrap();
 }
+
+/// A plain HTTP/3 client: what a prober (or a browser) sees of a node.
+async fn h3_request(
+    addr: std::net::SocketAddr,
+    method: http::Method,
+    path: &str,
+    auth: Option<&str>,
+) -> (u16, http::HeaderMap, Vec<u8>) {
+    use bytes::Buf as _;
+    #[derive(Debug)]
+    struct AnyCertificate(std::sync::Arc<rustls::crypto::CryptoProvider>);
+    impl rustls::client::danger::ServerCertVerifier for AnyCertificate {
+        fn verify_server_cert(
+            &self,
+            _: &rustls::pki_types::CertificateDer<'_>,
+            _: &[rustls::pki_types::CertificateDer<'_>],
+            _: &rustls::pki_types::ServerName<'_>,
+            _: &[u8],
+            _: rustls::pki_types::UnixTime,
+        ) -> Result<rustls::client::danger::ServerCertVerified, rustls::Error> {
+            Ok(rustls::client::danger::ServerCertVerified::assertion())
+        }
+        fn verify_tls12_signature(
+            &self,
+            m: &[u8],
+            c: &rustls::pki_types::CertificateDer<'_>,
+            d: &rustls::DigitallySignedStruct,
+        ) -> Result<rustls::client::danger::HandshakeSignatureValid, rustls::Error> {
+            rustls::crypto::verify_tls12_signature(m, c, d, &self.0.signature_verification_algorithms)
+        }
+        fn verify_tls13_signature(
+            &self,
+            m: &[u8],
+            c: &rustls::pki_types::CertificateDer<'_>,
+            d: &rustls::DigitallySignedStruct,
+        ) -> Result<rustls::client::danger::HandshakeSignatureValid, rustls::Error> {
+            rustls::crypto::verify_tls13_signature(m, c, d, &self.0.signature_verification_algorithms)
+        }
+        fn supported_verify_schemes(&self) -> Vec<rustls::SignatureScheme> {
+            self.0.signature_verification_algorithms.supported_schemes()
+        }
+    }
+    let provider = std::sync::Arc::new(rustls::crypto::ring::default_provider());
+    let mut tls = rustls::ClientConfig::builder_with_provider(provider.clone())
+        .with_protocol_versions(&[&rustls::version::TLS13])
+        .unwrap()
+        .dangerous()
+        .with_custom_certificate_verifier(std::sync::Arc::new(AnyCertificate(provider)))
+        .with_no_client_auth();
+    tls.alpn_protocols = vec![b"h3".to_vec()];
+    let crypto = quinn::crypto::rustls::QuicClientConfig::try_from(tls).unwrap();
+    let mut endpoint = quinn::Endpoint::client("127.0.0.1:0".parse().unwrap()).unwrap();
+    endpoint.set_default_client_config(quinn::ClientConfig::new(std::sync::Arc::new(crypto)));
+    let connection = endpoint.connect(addr, "localhost").unwrap().await.unwrap();
+    let (mut driver, mut sender) = h3::client::new(h3_quinn::Connection::new(connection)).await.unwrap();
+    let drive = tokio::spawn(async move { std::future::poll_fn(|cx| driver.poll_close(cx)).await });
+    let mut request = http::Request::builder().method(method).uri(format!("https://hysteria{path}"));
+    if let Some(auth) = auth {
+        request = request.header("hysteria-auth", auth).header("hysteria-cc-rx", "0");
+    }
+    let mut stream = sender.send_request(request.body(()).unwrap()).await.unwrap();
+    stream.finish().await.unwrap();
+    let response = stream.recv_response().await.unwrap();
+    let mut body = Vec::new();
+    while let Ok(Some(mut chunk)) = stream.recv_data().await {
+        while chunk.has_remaining() {
+            let piece = chunk.chunk().to_vec();
+            chunk.advance(piece.len());
+            body.extend_from_slice(&piece);
+        }
+    }
+    drive.abort();
+    (response.status().as_u16(), response.headers().clone(), body)
+}
+
+#[tokio::test]
+async fn to_anyone_without_a_credential_the_node_is_a_web_server() {
+    let temp = tempfile::tempdir().unwrap();
+    let mut sim = ControlSim::new();
+    let dir = temp.path().join("node");
+    state_dir(&dir, &sim, 1).unwrap();
+    let item = sim.creds(&set(1, &[(7, "alice-password")]));
+    std::fs::write(dir.join("creds.envelope"), item.envelope().unwrap()).unwrap();
+    let node = NodeProcess::start(&dir).unwrap();
+    let (status, headers, body) = h3_request(node.addr, http::Method::GET, "/", None).await;
+    assert_eq!(status, 404);
+    assert_eq!(headers["server"], "nginx");
+    assert_eq!(body, hearth_shared::render::DECOY_BODY);
+    let (status, _, _) = h3_request(node.addr, http::Method::POST, "/auth", Some("wrong-password")).await;
+    assert_eq!(status, 404, "a wrong credential looks like any other request");
+    let (status, headers, _) = h3_request(node.addr, http::Method::POST, "/auth", Some("alice-password")).await;
+    assert_eq!(status, 233);
+    assert_eq!(
+        (headers["hysteria-udp"].to_str().unwrap(), headers["hysteria-cc-rx"].to_str().unwrap()),
+        ("true", "auto")
+    );
+    node.stop().unwrap();
+}
+
+#[tokio::test]
+async fn a_node_restarted_while_control_and_edge_are_down_serves_its_last_set() {
+    use hearth_shared::keys::{Role, SecretKey};
+    let temp = tempfile::tempdir().unwrap();
+    let mut sim = ControlSim::new();
+    let dir = temp.path().join("node");
+    // Control and the edge: addresses where nothing listens.
+    let dead = |port: u16| format!("http://127.0.0.1:{port}");
+    let (control, edge) = (hearth_tests::edge::free_port().unwrap(), hearth_tests::edge::free_port().unwrap());
+    let settings = format!(
+        "control_url = \"{}\"\nedge_url = \"{}\"\napi_prefix = \"api-x\"\nedge_poll_secs = 1\n",
+        dead(control),
+        dead(edge)
+    );
+    hearth_tests::node::state_dir_with(&dir, &sim, 1, &settings).unwrap();
+    SecretKey::generate(Role::Node, &mut rand_core::OsRng).unwrap().save(&dir.join("node.key")).unwrap();
+    let item = sim.creds(&set(1, &[(7, "alice-password")]));
+    std::fs::write(dir.join("creds.envelope"), item.envelope().unwrap()).unwrap();
+    let node = NodeProcess::start(&dir).unwrap();
+    let node = {
+        let state = node.state().to_owned();
+        node.stop().unwrap();
+        NodeProcess::start(&state).unwrap()
+    };
+    let alice = SingBoxClient::start(outbound(&node, "alice-password")).unwrap();
+    let web = http_server(b"still here".to_vec()).await.unwrap();
+    assert_eq!(fetch(&alice, web).await.unwrap(), b"still here");
+    // A set altered on disk is refused at start, with a clear reason.
+    let mut tampered = item.envelope().unwrap().to_vec();
+    let last = tampered.len() - 1;
+    tampered[last] ^= 1;
+    node.stop().unwrap();
+    std::fs::write(dir.join("creds.envelope"), tampered).unwrap();
+    let mut started = std::process::Command::new(hearth_tests::binary("hearth-node").unwrap())
+        .args(["serve", "--state"])
+        .arg(&dir)
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    let stderr = started.stderr.take().unwrap();
+    let said = std::thread::spawn(move || {
+        use std::io::BufRead as _;
+        std::io::BufReader::new(stderr).lines().map_while(Result::ok).find(|line| line.contains("does not verify"))
+    });
+    std::thread::sleep(std::time::Duration::from_secs(2));
+    let _ = started.kill();
+    let _ = started.wait();
+    assert!(said.join().unwrap().is_some(), "the node must say the stored set does not verify");
+}

@@ -125,3 +125,114 @@ async fn through_a_node(backend: Backend) {
     node.stop().unwrap();
     control.stop().unwrap();
 }
+
+/// Usage through an outage and a hard kill: bytes moved while control was down reach it
+/// through the edge and the node's on-disk queue, each counted once.
+#[tokio::test]
+async fn usage_survives_control_going_away_and_a_kill_9_of_the_node() {
+    let temp = tempfile::tempdir().unwrap();
+    let dir = ControlDir::init(&temp.path().join("control")).unwrap();
+    let edge = EdgeProcess::start(Backend::Native, &temp.path().join("edge.db"), &dir.edge_vars().unwrap()).unwrap();
+    let control_port = free_port().unwrap();
+    let env = [("HEARTH_EDGE_URL", edge.url.clone()), ("HEARTH_LISTEN", format!("127.0.0.1:{control_port}"))];
+    let control = ControlProcess::start(&dir, &env).unwrap();
+    let https = dir.client().unwrap();
+    let token = control.setup(&https, "admin").await.unwrap();
+    let port = free_port().unwrap();
+    let node: Value = https
+        .post(control.api("/nodes"))
+        .bearer_auth(&token)
+        .json(&json!({ "name": "n", "host": "127.0.0.1", "port": port }))
+        .send()
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
+    let args: Vec<String> =
+        node["enroll_command"].as_str().unwrap().split_whitespace().skip(1).map(str::to_owned).collect();
+    let state = temp.path().join("node");
+    let out = Command::new(hearth_tests::binary("hearth-node").unwrap())
+        .args(&args)
+        .arg("--state")
+        .arg(&state)
+        .args(["--listen", &format!("127.0.0.1:{port}"), "--allow-private"])
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    std::fs::write(
+        state.join("node.toml"),
+        std::fs::read_to_string(state.join("node.toml")).unwrap() + "report_secs = 1\nedge_poll_secs = 1\n",
+    )
+    .unwrap();
+    let alice: Value = https
+        .post(control.api("/users"))
+        .bearer_auth(&token)
+        .json(&json!({ "name": "alice" }))
+        .send()
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
+    let id = alice["id"].as_u64().unwrap();
+    let node = NodeProcess::start(&state).unwrap();
+    // The node's set comes from control's long poll; alice's credential is in the local profile.
+    let plain = hearth_tests::http().build().unwrap();
+    let link = alice["link"].as_str().unwrap().to_owned();
+    let started = Instant::now();
+    let outbound = loop {
+        if let Ok(response) = plain.get(&link).header("user-agent", "SFA/1.13.0").send().await
+            && let Ok(profile) = response.json::<Value>().await
+            && let Some(o) =
+                profile["outbounds"].as_array().and_then(|o| o.iter().find(|o| o["type"] == "hysteria2").cloned())
+        {
+            break o;
+        }
+        assert!(started.elapsed() < Duration::from_secs(30), "no profile");
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    };
+    let client = SingBoxClient::start(outbound).unwrap();
+    let first: Vec<u8> = vec![1; 300_000];
+    let second: Vec<u8> = vec![2; 700_000];
+    let (web1, web2) = (http_server(first.clone()).await.unwrap(), http_server(second.clone()).await.unwrap());
+    let started = Instant::now();
+    while fetch(&client, web1).await.is_err() {
+        assert!(started.elapsed() < Duration::from_secs(30), "no traffic through the node");
+        tokio::time::sleep(Duration::from_millis(300)).await;
+    }
+    let mut expected = first.len() as u64;
+    // Control goes away; traffic goes on; the node queues reports on disk and at the edge.
+    control.stop().unwrap();
+    assert_eq!(fetch(&client, web2).await.unwrap().len(), second.len());
+    expected += second.len() as u64;
+    tokio::time::sleep(Duration::from_millis(2500)).await;
+    // A hard kill, wherever the reporter is.
+    let state_dir = node.state().to_owned();
+    drop(node);
+    // Back again: control first, then the node with its queue.
+    let control = ControlProcess::start(&dir, &env).unwrap();
+    let node = NodeProcess::start(&state_dir).unwrap();
+    let started = Instant::now();
+    loop {
+        let user: Value = https
+            .get(control.api(&format!("/users/{id}")))
+            .bearer_auth(&token)
+            .send()
+            .await
+            .unwrap()
+            .json()
+            .await
+            .unwrap();
+        let down = user["used_down"].as_u64().unwrap();
+        if down >= expected {
+            // Each download's HTTP head is a few dozen bytes; anything counted twice is 300 KB.
+            assert!(down < expected + 4096, "counted {down}, moved {expected}: something was counted twice");
+            break;
+        }
+        assert!(started.elapsed() < Duration::from_secs(30), "usage lost: counted {down} of {expected}");
+        tokio::time::sleep(Duration::from_millis(300)).await;
+    }
+    node.stop().unwrap();
+    control.stop().unwrap();
+}

@@ -117,6 +117,7 @@ async fn creds(
     let _ = app.db.write(move |tx| node_store::seen(tx, node, now_s)).await;
     let deadline = tokio::time::Instant::now() + Duration::from_secs(query.wait.min(MAX_WAIT));
     let mut changes = app.creds.subscribe();
+    let mut stopping = app.stopping.subscribe();
     loop {
         changes.borrow_and_update();
         let name = stream::creds(node);
@@ -125,9 +126,13 @@ async fn creds(
             Ok(_) => {}
             Err(e) => return e.into_response(),
         }
-        match tokio::time::timeout_at(deadline, changes.changed()).await {
-            Ok(Ok(())) => continue,
-            _ => return StatusCode::NO_CONTENT.into_response(),
+        tokio::select! {
+            changed = tokio::time::timeout_at(deadline, changes.changed()) => match changed {
+                Ok(Ok(())) => continue,
+                _ => return StatusCode::NO_CONTENT.into_response(),
+            },
+            // Shutting down: answer now, so a graceful stop never waits on a long poll.
+            _ = stopping.wait_for(|stop| *stop) => return StatusCode::NO_CONTENT.into_response(),
         }
     }
 }
