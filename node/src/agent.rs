@@ -164,6 +164,7 @@ impl Agent {
         let started = std::time::Instant::now();
         let applied = self.live.apply(&set);
         *self.held.lock().expect("held lock") = Some(verified.state());
+        self.live.version.store(verified.envelope.header.version, std::sync::atomic::Ordering::Relaxed);
         tracing::info!(
             version = verified.envelope.header.version,
             users = applied.users,

@@ -7,6 +7,7 @@
 
 mod agent;
 mod enroll;
+mod metrics;
 mod proto;
 mod salamander;
 mod server;
@@ -152,6 +153,7 @@ fn serve(dir: &Path) -> Result<()> {
         Ok(Some((stored, set))) => {
             live.apply(&set);
             held = Some(stored);
+            live.version.store(stored.version, std::sync::atomic::Ordering::Relaxed);
             tracing::info!(version = stored.version, users = live.users(), "serving the last good credential set");
         }
         Ok(None) => tracing::warn!("no credential set yet: nobody can connect until one arrives"),
@@ -188,10 +190,21 @@ fn serve(dir: &Path) -> Result<()> {
         let _ = std::io::stdout().flush();
         let options = server::Options { allow_private: settings.allow_private };
         let server = tokio::spawn(server::serve(endpoint.clone(), live.clone(), options));
-        let tasks = match &agent {
+        let mut tasks = match &agent {
             Some(agent) => vec![tokio::spawn(agent.clone().pull_loop()), tokio::spawn(agent.clone().report_loop())],
             None => Vec::new(),
         };
+        if !settings.metrics_listen.is_empty() {
+            match tokio::net::TcpListener::bind(&settings.metrics_listen).await {
+                Ok(listener) => {
+                    println!("hearth-node metrics on http://{}/metrics", listener.local_addr()?);
+                    let sources = Arc::new(metrics::Sources { live: live.clone(), state: StateDir::new(dir) });
+                    tasks.push(tokio::spawn(metrics::serve(listener, sources)));
+                }
+                // Another node on this machine may hold the port: serve Hysteria2 anyway.
+                Err(e) => tracing::warn!(listen = %settings.metrics_listen, error = %e, "no metrics port"),
+            }
+        }
         shutdown_signal().await;
         tracing::info!("shutting down");
         for task in tasks {

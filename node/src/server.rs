@@ -124,6 +124,9 @@ async fn authenticate(connection: &quinn::Connection, live: &Live) -> anyhow::Re
                 return Ok((user, hash, h3));
             }
             None => {
+                if credential.is_some() {
+                    live.auth_failures.fetch_add(1, Ordering::Relaxed);
+                }
                 // What a web server without this page answers.
                 let response = Response::builder()
                     .status(StatusCode::NOT_FOUND)

@@ -43,6 +43,13 @@ pub(crate) struct Settings {
     /// The Salamander obfuscation password (none: plain QUIC).
     #[serde(default)]
     pub(crate) obfs: Option<String>,
+    /// Where `/healthz` and `/metrics` answer (empty: nowhere).
+    #[serde(default = "default_metrics")]
+    pub(crate) metrics_listen: String,
+}
+
+fn default_metrics() -> String {
+    "127.0.0.1:9464".to_owned()
 }
 
 fn default_poll() -> u64 {

@@ -26,6 +26,10 @@ pub(crate) struct Counter {
 /// The node's users.
 #[derive(Default)]
 pub(crate) struct Live {
+    /// Refused authentications (for metrics).
+    pub(crate) auth_failures: AtomicU64,
+    /// The version of the credential set held (for metrics).
+    pub(crate) version: AtomicU64,
     table: RwLock<Arc<HashMap<Digest, UserId>>>,
     counters: Mutex<HashMap<UserId, Arc<Counter>>>,
     connections: Mutex<HashMap<UserId, HashMap<usize, quinn::Connection>>>,
@@ -66,6 +70,11 @@ impl Live {
         // The map is keyed by SHA-256, so the lookup reveals nothing about stored
         // credentials; the final comparison is constant-time all the same.
         table.get_key_value(&hash).filter(|(stored, _)| ct_eq(stored.as_slice(), &hash)).map(|(_, user)| *user)
+    }
+
+    /// Open authenticated connections.
+    pub(crate) fn connections(&self) -> usize {
+        self.connections.lock().expect("connections lock").values().map(HashMap::len).sum()
     }
 
     /// How many users may connect.

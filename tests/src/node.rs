@@ -24,7 +24,9 @@ pub fn state_dir_with(dir: &Path, sim: &ControlSim, node: u64, extra: &str) -> R
     std::fs::create_dir_all(dir)?;
     std::fs::write(
         dir.join("node.toml"),
-        format!("node = {node}\nlisten = \"127.0.0.1:0\"\nallow_private = true\n{extra}"),
+        format!(
+            "node = {node}\nlisten = \"127.0.0.1:0\"\nallow_private = true\nmetrics_listen = \"127.0.0.1:0\"\n{extra}"
+        ),
     )?;
     let mut trust = Trust::new(RoleKeys::single(sim.root.public()));
     trust.accept_key_record(&sim.signing_record(), crate::control_sim::now())?;
@@ -38,6 +40,7 @@ pub struct NodeProcess {
     /// The UDP address it listens on.
     pub addr: std::net::SocketAddr,
     state: PathBuf,
+    lines: std::sync::mpsc::Receiver<String>,
 }
 
 impl NodeProcess {
@@ -65,7 +68,7 @@ impl NodeProcess {
             .strip_prefix("hearth-node listening on ")
             .with_context(|| format!("unexpected first line {line:?}"))?
             .parse()?;
-        Ok(NodeProcess { child, addr, state: state.to_owned() })
+        Ok(NodeProcess { child, addr, state: state.to_owned(), lines: rx })
     }
 
     /// SIGTERM and wait.
@@ -78,6 +81,22 @@ impl NodeProcess {
             std::thread::sleep(Duration::from_millis(50));
         }
         bail!("hearth-node did not stop within 10 s")
+    }
+
+    /// The URL of its metrics (`/metrics`; `/healthz` beside it), once it says it.
+    pub fn metrics_url(&self) -> Result<String> {
+        loop {
+            let line =
+                self.lines.recv_timeout(Duration::from_secs(10)).context("the node printed no metrics address")?;
+            if let Some(url) = line.strip_prefix("hearth-node metrics on ") {
+                return Ok(url.to_owned());
+            }
+        }
+    }
+
+    /// The process id.
+    pub fn pid(&self) -> u32 {
+        self.child.id()
     }
 
     /// The state directory.

@@ -1,0 +1,68 @@
+//! `/healthz` and Prometheus metrics on a local port (`metrics_listen`, default
+//! `127.0.0.1:9464`). A plain HTTP/1.1 answer per connection: nothing else listens here.
+
+use std::fmt::Write as _;
+use std::sync::Arc;
+use std::sync::atomic::Ordering;
+
+use tokio::io::{AsyncReadExt as _, AsyncWriteExt as _};
+
+use crate::table::Live;
+
+/// What the metrics read besides the live table.
+pub(crate) struct Sources {
+    pub(crate) live: Arc<Live>,
+    pub(crate) state: crate::state::StateDir,
+}
+
+fn render(sources: &Sources) -> String {
+    let live = &sources.live;
+    let queued = std::fs::read_dir(sources.state.path("usage")).map_or(0, |entries| entries.count());
+    let mut out = String::new();
+    let mut metric = |name: &str, kind: &str, help: &str, value: u64| {
+        let _ = writeln!(out, "# HELP {name} {help}\n# TYPE {name} {kind}\n{name} {value}");
+    };
+    metric("hearth_node_users", "gauge", "Users who may connect.", live.users() as u64);
+    metric("hearth_node_connections", "gauge", "Open authenticated connections.", live.connections() as u64);
+    metric(
+        "hearth_node_auth_failures_total",
+        "counter",
+        "Refused authentications.",
+        live.auth_failures.load(Ordering::Relaxed),
+    );
+    metric(
+        "hearth_node_set_version",
+        "gauge",
+        "Version of the credential set held.",
+        live.version.load(Ordering::Relaxed),
+    );
+    metric("hearth_node_usage_reports_queued", "gauge", "Usage reports not yet acknowledged.", queued as u64);
+    out
+}
+
+/// Serves `/healthz` and `/metrics` on `listener` forever.
+pub(crate) async fn serve(listener: tokio::net::TcpListener, sources: Arc<Sources>) {
+    while let Ok((mut stream, _)) = listener.accept().await {
+        let sources = sources.clone();
+        tokio::spawn(async move {
+            let mut request = vec![0u8; 1024];
+            let Ok(Ok(n)) = tokio::time::timeout(std::time::Duration::from_secs(5), stream.read(&mut request)).await
+            else {
+                return;
+            };
+            let line = String::from_utf8_lossy(&request[..n]);
+            let path = line.split_whitespace().nth(1).unwrap_or_default();
+            let (status, kind, body) = match path {
+                "/healthz" => ("200 OK", "text/plain", "ok\n".to_owned()),
+                "/metrics" => ("200 OK", "text/plain; version=0.0.4", render(&sources)),
+                _ => ("404 Not Found", "text/plain", "not found\n".to_owned()),
+            };
+            let answer = format!(
+                "HTTP/1.1 {status}\r\ncontent-type: {kind}\r\ncontent-length: {}\r\nconnection: close\r\n\r\n{body}",
+                body.len()
+            );
+            let _ = stream.write_all(answer.as_bytes()).await;
+            let _ = stream.shutdown().await;
+        });
+    }
+}
