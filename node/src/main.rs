@@ -151,10 +151,17 @@ fn serve(dir: &Path) -> Result<()> {
     let mut held = None;
     match state.last_good(&trust, settings.node, now()) {
         Ok(Some((stored, set))) => {
+            let started = std::time::Instant::now();
             live.apply(&set);
+            let micros = started.elapsed().as_micros() as u64;
             held = Some(stored);
             live.version.store(stored.version, std::sync::atomic::Ordering::Relaxed);
-            tracing::info!(version = stored.version, users = live.users(), "serving the last good credential set");
+            tracing::info!(
+                version = stored.version,
+                users = live.users(),
+                micros,
+                "serving the last good credential set"
+            );
         }
         Ok(None) => tracing::warn!("no credential set yet: nobody can connect until one arrives"),
         // Start anyway: the agent fetches a good set, which replaces the file.
