@@ -10,6 +10,60 @@ use hearth_tests::edge::{Backend, EdgeProcess, free_port};
 use hearth_tests::node::{NodeProcess, SingBoxClient, fetch, http_server};
 use serde_json::{Value, json};
 
+/// Adds a node through the admin API and enrolls it with exactly the command control
+/// printed (on loopback, reporting every second); returns its port and the command's
+/// arguments.
+async fn enrolled_node(
+    https: &reqwest::Client,
+    control: &ControlProcess,
+    token: &str,
+    state: &std::path::Path,
+) -> (u16, Vec<String>) {
+    let port = free_port().unwrap();
+    let node: Value = https
+        .post(control.api("/nodes"))
+        .bearer_auth(token)
+        .json(&json!({ "name": "Home", "host": "127.0.0.1", "port": port }))
+        .send()
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
+    let args: Vec<String> =
+        node["enroll_command"].as_str().unwrap().split_whitespace().skip(1).map(str::to_owned).collect();
+    let out = Command::new(hearth_tests::binary("hearth-node").unwrap())
+        .args(&args)
+        .arg("--state")
+        .arg(state)
+        .args(["--listen", &format!("127.0.0.1:{port}"), "--allow-private"])
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "enroll failed: {}", String::from_utf8_lossy(&out.stderr));
+    let settings = std::fs::read_to_string(state.join("node.toml")).unwrap();
+    std::fs::write(state.join("node.toml"), settings + "report_secs = 1\nedge_poll_secs = 1\nmetrics_listen = \"\"\n")
+        .unwrap();
+    (port, args)
+}
+
+/// The hysteria2 outbound of the sing-box profile the edge serves for `link`.
+async fn profile_outbound(link: &str) -> Value {
+    let plain = hearth_tests::http().build().unwrap();
+    let started = Instant::now();
+    loop {
+        if let Ok(response) = plain.get(link).header("user-agent", "SFA/1.13.0 (sing-box 1.13.0)").send().await
+            && response.status() == 200
+            && let Ok(profile) = response.json::<Value>().await
+            && let Some(outbound) =
+                profile["outbounds"].as_array().and_then(|o| o.iter().find(|o| o["type"] == "hysteria2").cloned())
+        {
+            return outbound;
+        }
+        assert!(started.elapsed() < Duration::from_secs(30), "the edge never served a profile with the node");
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+}
+
 #[tokio::test]
 async fn a_link_from_the_native_edge_carries_traffic_through_an_enrolled_node() {
     through_a_node(Backend::Native).await;
@@ -33,25 +87,8 @@ async fn through_a_node(backend: Backend) {
     };
 
     // A node, enrolled with exactly the command control printed.
-    let port = free_port().unwrap();
-    let node: Value =
-        api(reqwest::Method::POST, "/nodes", json!({ "name": "Home", "host": "127.0.0.1", "port": port }))
-            .await
-            .unwrap()
-            .json()
-            .await
-            .unwrap();
-    let command = node["enroll_command"].as_str().unwrap();
-    let args: Vec<&str> = command.split_whitespace().skip(1).collect();
     let state = temp.path().join("node");
-    let out = Command::new(hearth_tests::binary("hearth-node").unwrap())
-        .args(&args)
-        .arg("--state")
-        .arg(&state)
-        .args(["--listen", &format!("127.0.0.1:{port}"), "--allow-private"])
-        .output()
-        .unwrap();
-    assert!(out.status.success(), "enroll failed: {}", String::from_utf8_lossy(&out.stderr));
+    let (port, args) = enrolled_node(&https, &control, &token, &state).await;
     let again = Command::new(hearth_tests::binary("hearth-node").unwrap())
         .args(&args)
         .arg("--state")
@@ -59,11 +96,6 @@ async fn through_a_node(backend: Backend) {
         .output()
         .unwrap();
     assert!(!again.status.success(), "an enrollment token works once");
-    std::fs::write(
-        state.join("node.toml"),
-        std::fs::read_to_string(state.join("node.toml")).unwrap() + "report_secs = 1\n",
-    )
-    .unwrap();
     let node = NodeProcess::start(&state).unwrap();
 
     // A user; the edge serves the link; sing-box runs the profile it gets.
@@ -71,20 +103,7 @@ async fn through_a_node(backend: Backend) {
         api(reqwest::Method::POST, "/users", json!({ "name": "alice" })).await.unwrap().json().await.unwrap();
     let link = alice["link"].as_str().unwrap().to_owned();
     assert!(link.starts_with(&edge.url));
-    let plain = hearth_tests::http().build().unwrap();
-    let started = Instant::now();
-    let profile: Value = loop {
-        let response = plain.get(&link).header("user-agent", "SFA/1.13.0 (sing-box 1.13.0)").send().await.unwrap();
-        if response.status() == 200 {
-            let profile: Value = response.json().await.unwrap();
-            if profile["outbounds"].as_array().is_some_and(|o| o.iter().any(|o| o["type"] == "hysteria2")) {
-                break profile;
-            }
-        }
-        assert!(started.elapsed() < Duration::from_secs(30), "the edge never served alice's profile with the node");
-        tokio::time::sleep(Duration::from_millis(200)).await;
-    };
-    let outbound = profile["outbounds"].as_array().unwrap().iter().find(|o| o["type"] == "hysteria2").unwrap().clone();
+    let outbound = profile_outbound(&link).await;
     assert_eq!(outbound["server_port"], port);
     let client = SingBoxClient::start(outbound).unwrap();
     let body: Vec<u8> = (0..(512u32 << 10)).map(|i| (i % 249) as u8).collect();
@@ -138,33 +157,8 @@ async fn usage_survives_control_going_away_and_a_kill_9_of_the_node() {
     let control = ControlProcess::start(&dir, &env).unwrap();
     let https = dir.client().unwrap();
     let token = control.setup(&https, "admin").await.unwrap();
-    let port = free_port().unwrap();
-    let node: Value = https
-        .post(control.api("/nodes"))
-        .bearer_auth(&token)
-        .json(&json!({ "name": "n", "host": "127.0.0.1", "port": port }))
-        .send()
-        .await
-        .unwrap()
-        .json()
-        .await
-        .unwrap();
-    let args: Vec<String> =
-        node["enroll_command"].as_str().unwrap().split_whitespace().skip(1).map(str::to_owned).collect();
     let state = temp.path().join("node");
-    let out = Command::new(hearth_tests::binary("hearth-node").unwrap())
-        .args(&args)
-        .arg("--state")
-        .arg(&state)
-        .args(["--listen", &format!("127.0.0.1:{port}"), "--allow-private"])
-        .output()
-        .unwrap();
-    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
-    std::fs::write(
-        state.join("node.toml"),
-        std::fs::read_to_string(state.join("node.toml")).unwrap() + "report_secs = 1\nedge_poll_secs = 1\n",
-    )
-    .unwrap();
+    enrolled_node(&https, &control, &token, &state).await;
     let alice: Value = https
         .post(control.api("/users"))
         .bearer_auth(&token)
@@ -177,21 +171,7 @@ async fn usage_survives_control_going_away_and_a_kill_9_of_the_node() {
         .unwrap();
     let id = alice["id"].as_u64().unwrap();
     let node = NodeProcess::start(&state).unwrap();
-    // The node's set comes from control's long poll; alice's credential is in the local profile.
-    let plain = hearth_tests::http().build().unwrap();
-    let link = alice["link"].as_str().unwrap().to_owned();
-    let started = Instant::now();
-    let outbound = loop {
-        if let Ok(response) = plain.get(&link).header("user-agent", "SFA/1.13.0").send().await
-            && let Ok(profile) = response.json::<Value>().await
-            && let Some(o) =
-                profile["outbounds"].as_array().and_then(|o| o.iter().find(|o| o["type"] == "hysteria2").cloned())
-        {
-            break o;
-        }
-        assert!(started.elapsed() < Duration::from_secs(30), "no profile");
-        tokio::time::sleep(Duration::from_millis(200)).await;
-    };
+    let outbound = profile_outbound(alice["link"].as_str().unwrap()).await;
     let client = SingBoxClient::start(outbound).unwrap();
     let first: Vec<u8> = vec![1; 300_000];
     let second: Vec<u8> = vec![2; 700_000];
