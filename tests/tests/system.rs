@@ -64,6 +64,30 @@ async fn profile_outbound(link: &str) -> Value {
     }
 }
 
+/// Waits until control counts `expected` bytes down for user `id`, and no more than the
+/// HTTP heads on top (anything counted twice would be far more).
+async fn assert_counted(https: &reqwest::Client, control: &ControlProcess, token: &str, id: u64, expected: u64) {
+    let started = Instant::now();
+    loop {
+        let user: Value = https
+            .get(control.api(&format!("/users/{id}")))
+            .bearer_auth(token)
+            .send()
+            .await
+            .unwrap()
+            .json()
+            .await
+            .unwrap();
+        let down = user["used_down"].as_u64().unwrap();
+        if down >= expected {
+            assert!(down < expected + 4096, "counted {down}, moved {expected}: something was counted twice");
+            return;
+        }
+        assert!(started.elapsed() < Duration::from_secs(30), "usage lost: counted {down} of {expected}");
+        tokio::time::sleep(Duration::from_millis(300)).await;
+    }
+}
+
 #[tokio::test]
 async fn a_link_from_the_native_edge_carries_traffic_through_an_enrolled_node() {
     through_a_node(Backend::Native).await;
@@ -122,25 +146,7 @@ async fn through_a_node(backend: Backend) {
 
     // The node reports usage to control, which counts it for alice.
     let id = alice["id"].as_u64().unwrap();
-    let started = Instant::now();
-    loop {
-        let user: Value = https
-            .get(control.api(&format!("/users/{id}")))
-            .bearer_auth(&token)
-            .send()
-            .await
-            .unwrap()
-            .json()
-            .await
-            .unwrap();
-        let down = user["used_down"].as_u64().unwrap();
-        if down >= body.len() as u64 {
-            assert!(down < body.len() as u64 + 4096, "counted {down} for {} bytes", body.len());
-            break;
-        }
-        assert!(started.elapsed() < Duration::from_secs(30), "usage never reached control: {user}");
-        tokio::time::sleep(Duration::from_millis(300)).await;
-    }
+    assert_counted(&https, &control, &token, id, body.len() as u64).await;
     node.stop().unwrap();
     control.stop().unwrap();
 }
@@ -193,26 +199,7 @@ async fn usage_survives_control_going_away_and_a_kill_9_of_the_node() {
     // Back again: control first, then the node with its queue.
     let control = ControlProcess::start(&dir, &env).unwrap();
     let node = NodeProcess::start(&state_dir).unwrap();
-    let started = Instant::now();
-    loop {
-        let user: Value = https
-            .get(control.api(&format!("/users/{id}")))
-            .bearer_auth(&token)
-            .send()
-            .await
-            .unwrap()
-            .json()
-            .await
-            .unwrap();
-        let down = user["used_down"].as_u64().unwrap();
-        if down >= expected {
-            // Each download's HTTP head is a few dozen bytes; anything counted twice is 300 KB.
-            assert!(down < expected + 4096, "counted {down}, moved {expected}: something was counted twice");
-            break;
-        }
-        assert!(started.elapsed() < Duration::from_secs(30), "usage lost: counted {down} of {expected}");
-        tokio::time::sleep(Duration::from_millis(300)).await;
-    }
+    assert_counted(&https, &control, &token, id, expected).await;
     node.stop().unwrap();
     control.stop().unwrap();
 }
