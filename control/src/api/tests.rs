@@ -470,6 +470,16 @@ async fn groups_decide_which_nodes_a_user_gets() {
     let b = set_of(&node_get(&client, friends_node, &key_b, &format!("/nodes/{friends_node}/creds")).await);
     assert_eq!((a.users().len(), b.users().len()), (1, 0));
     assert_eq!(a.users()[0].hash.len(), 32);
+    // An enrolled node keeps its port and Salamander password: changing them is refused.
+    let refused = client.patch(&format!("/nodes/{family_node}"), json!({ "port": 9999 })).await;
+    assert_eq!((refused.status, refused.code().as_str()), (StatusCode::BAD_REQUEST, "needs_enrollment"));
+    let refused = client.patch(&format!("/nodes/{family_node}"), json!({ "obfs": "new" })).await;
+    assert_eq!(refused.code(), "needs_enrollment");
+    let renamed = client.patch(&format!("/nodes/{family_node}"), json!({ "name": "Family", "port": 8443 })).await;
+    assert_eq!(renamed.status, StatusCode::OK, "the same port is not a change");
+    // With a new enrollment command pending, the change is the operator's plan: allowed.
+    assert_eq!(client.post(&format!("/nodes/{family_node}/enroll-token"), json!({})).await.status, StatusCode::OK);
+    assert_eq!(client.patch(&format!("/nodes/{family_node}"), json!({ "port": 9999 })).await.status, StatusCode::OK);
     // Deleting a group takes its nodes from its users.
     let groups = client.get("/groups").await.json();
     let friends =

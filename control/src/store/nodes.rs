@@ -219,6 +219,21 @@ pub(crate) fn update(
         conn.execute("UPDATE nodes SET host = ?2 WHERE id = ?1", params![id, check_host(host)?])?;
         changed.push("host");
     }
+    // The node process reads its port and Salamander password at enrollment: changing them
+    // here alone would point every user at a door the node does not open.
+    let (obfs_now, pending): (String, bool) =
+        conn.query_row("SELECT obfs, enroll_hash IS NOT NULL FROM nodes WHERE id = ?1", [id], |row| {
+            Ok((row.get(0)?, row.get(1)?))
+        })?;
+    let moves_port = input.port.is_some_and(|p| p != before.port);
+    let moves_obfs = input.obfs.as_deref().is_some_and(|o| o.trim() != obfs_now);
+    if before.enrolled && !pending && (moves_port || moves_obfs) {
+        return Err(Error::invalid(
+            "needs_enrollment",
+            "an enrolled node keeps the port and Salamander password it enrolled with: make a new enrollment \
+             command first, then change them and enroll the node again with it",
+        ));
+    }
     if let Some(port) = input.port {
         if port == 0 {
             return Err(Error::invalid("bad_port", "port must be 1 to 65535"));
