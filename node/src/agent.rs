@@ -165,6 +165,7 @@ impl Agent {
         let applied = self.live.apply(&set);
         *self.held.lock().expect("held lock") = Some(verified.state());
         self.live.version.store(verified.envelope.header.version, std::sync::atomic::Ordering::Relaxed);
+        self.live.expires.store(verified.envelope.header.expires, std::sync::atomic::Ordering::Relaxed);
         tracing::info!(
             version = verified.envelope.header.version,
             users = applied.users,
@@ -179,7 +180,17 @@ impl Agent {
     /// Pulls forever: long polls to control, else polls of the edge.
     pub(crate) async fn pull_loop(self: Arc<Self>) {
         let mut failures = 0u32;
+        let mut alarmed = 0u64;
         loop {
+            // An expired set is kept (users stay online) and alarmed, once an hour.
+            let expires = self.live.expires.load(std::sync::atomic::Ordering::Relaxed);
+            if expires != 0 && now() > expires && now() >= alarmed + 3600 {
+                alarmed = now();
+                tracing::error!(
+                    expires,
+                    "the credential set has expired; serving it until control or the edge sends a new one"
+                );
+            }
             let mut pulled = None;
             if let (Some(client), Some(base)) = (&self.control, &self.settings.control_url) {
                 match self.pull_from(client, base, 25).await {

@@ -150,7 +150,8 @@ fn serve(dir: &Path) -> Result<()> {
     let live = Arc::new(Live::default());
     let mut held = None;
     match state.last_good(&trust, settings.node, now()) {
-        Ok(Some((stored, set))) => {
+        Ok(Some((stored, expires, set))) => {
+            live.expires.store(expires, std::sync::atomic::Ordering::Relaxed);
             let started = std::time::Instant::now();
             live.apply(&set);
             let micros = started.elapsed().as_micros() as u64;

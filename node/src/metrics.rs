@@ -36,6 +36,12 @@ fn render(sources: &Sources) -> String {
         "Version of the credential set held.",
         live.version.load(Ordering::Relaxed),
     );
+    metric(
+        "hearth_node_set_expires_timestamp_seconds",
+        "gauge",
+        "When the credential set held expires.",
+        live.expires.load(Ordering::Relaxed),
+    );
     metric("hearth_node_usage_reports_queued", "gauge", "Usage reports not yet acknowledged.", queued as u64);
     out
 }

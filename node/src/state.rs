@@ -106,7 +106,7 @@ impl StateDir {
         trust: &Trust,
         node: NodeId,
         now: u64,
-    ) -> Result<Option<(StreamState, CredentialSet)>> {
+    ) -> Result<Option<(StreamState, u64, CredentialSet)>> {
         let path = self.path("creds.envelope");
         let bytes = match std::fs::read(&path) {
             Ok(bytes) => bytes,
@@ -127,7 +127,7 @@ impl StateDir {
         if set.node != node {
             bail!("{} holds node {}'s set, not node {node}'s", path.display(), set.node);
         }
-        Ok(Some((verified.state(), set)))
+        Ok(Some((verified.state(), verified.envelope.header.expires, set)))
     }
 }
 

@@ -30,6 +30,8 @@ pub(crate) struct Live {
     pub(crate) auth_failures: AtomicU64,
     /// The version of the credential set held (for metrics).
     pub(crate) version: AtomicU64,
+    /// When the credential set held expires, Unix seconds (for the alarm and metrics).
+    pub(crate) expires: AtomicU64,
     table: RwLock<Arc<HashMap<Digest, UserId>>>,
     counters: Mutex<HashMap<UserId, Arc<Counter>>>,
     connections: Mutex<HashMap<UserId, HashMap<usize, quinn::Connection>>>,

@@ -313,3 +313,27 @@ async fn a_node_restarted_while_control_and_edge_are_down_serves_its_last_set() 
     let _ = started.wait();
     assert!(said.join().unwrap().is_some(), "the node must say the stored set does not verify");
 }
+
+#[tokio::test]
+async fn an_expired_set_keeps_serving_and_says_so() {
+    use hearth_shared::envelope::{Audience, Kind};
+    let temp = tempfile::tempdir().unwrap();
+    let sim = ControlSim::new();
+    let dir = temp.path().join("node");
+    state_dir(&dir, &sim, 1).unwrap();
+    let mut draft = sim.draft(Kind::CredentialSet, hearth_shared::wire::stream::creds(1), 1, Audience::Node(1));
+    draft.issued -= 7200;
+    draft.expires = draft.issued + 3600;
+    let expires = draft.expires;
+    let expired = draft.sign(set(1, &[(7, "alice-password")]).encode(), &[&sim.signing]).encode();
+    std::fs::write(dir.join("creds.envelope"), expired).unwrap();
+    let node = NodeProcess::start(&dir).unwrap();
+    let alice = SingBoxClient::start(outbound(&node, "alice-password")).unwrap();
+    let web = http_server(b"still serving".to_vec()).await.unwrap();
+    assert_eq!(fetch(&alice, web).await.unwrap(), b"still serving", "users stay online on an expired set");
+    let metrics = node.metrics_url().unwrap();
+    let text = hearth_tests::http().build().unwrap().get(&metrics).send().await.unwrap().text().await.unwrap();
+    let line = format!("hearth_node_set_expires_timestamp_seconds {expires}\n");
+    assert!(text.contains(&line), "the expiry is visible to monitoring: {text}");
+    node.stop().unwrap();
+}
