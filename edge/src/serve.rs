@@ -7,7 +7,7 @@
 //! and networks that tried too many unknown tokens all get the same [`decoy`].
 
 use hearth_shared::agent::{format_override, match_user_agent};
-use hearth_shared::envelope::{Envelope, Kind};
+use hearth_shared::envelope::Envelope;
 use hearth_shared::ratelimit::{BucketLimit, Decision, MissGuard, TokenBucket};
 use hearth_shared::render::answer;
 use hearth_shared::seal;
@@ -69,10 +69,10 @@ pub fn subscription(
 ) -> Reply {
     // The envelope was verified when it was pushed; a row that no longer opens is treated
     // like an unknown link rather than an error that tells it apart.
-    let Ok(envelope) = Envelope::decode(envelope, Kind::Snapshot.max_len()) else {
+    let Some(body) = Envelope::stored_body(envelope) else {
         return decoy();
     };
-    let Ok(snapshot) = seal::open(&envelope.body, token) else {
+    let Ok(snapshot) = seal::open(body, token) else {
         return decoy();
     };
     let wants = format_override(query).unwrap_or_else(|| match_user_agent(user_agent, &config.ua_rules));
