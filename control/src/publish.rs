@@ -476,14 +476,15 @@ pub(crate) fn usage_ack(
 ) -> Result<Vec<u8>, Error> {
     let name = stream::usage_ack(node);
     let body = wire::encode(&hearth_shared::wire::UsageAck { node, seq });
-    // Acknowledgements go to nodes in the answer to their report, not through the edge.
+    // Acknowledgements go to nodes in the answer to their report, and to the edge for nodes
+    // that reach only the edge (a control at home behind NAT).
     put_plain(
         conn,
         signer,
         (Kind::UsageAck, name.clone(), Audience::Node(node)),
         RECORD_LIFETIME,
         &body,
-        false,
+        true,
         now,
         false,
     )?;

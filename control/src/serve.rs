@@ -58,7 +58,7 @@ fn resync_edge(db: &Db, edge_url: Option<&str>) -> Result<()> {
         if !edge.is_empty() {
             tx.execute(
                 "INSERT INTO outbox (stream, version, created)
-                 SELECT name, version, ?1 FROM streams WHERE name NOT LIKE 'ack/%' ORDER BY name",
+                 SELECT name, version, ?1 FROM streams ORDER BY name",
                 [now()],
             )?;
         }

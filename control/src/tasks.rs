@@ -233,14 +233,23 @@ async fn drain_once(app: &Arc<App>, base: &str) -> Result<(), String> {
             .db
             .write(move |tx| {
                 let mut applied = 0;
+                let mut acked = std::collections::BTreeMap::new();
                 for report in &drain.reports {
                     let Some(node) = report_node(report) else { continue };
                     match node_store::apply_usage(tx, &state.signer, node, report, now()) {
-                        Ok(node_store::UsageOutcome::Applied(_)) => applied += 1,
-                        Ok(node_store::UsageOutcome::Duplicate(_)) => {}
+                        Ok(outcome) => {
+                            if matches!(outcome, node_store::UsageOutcome::Applied(_)) {
+                                applied += 1;
+                            }
+                            acked.insert(node, outcome.acked());
+                        }
                         // Out of order or refused: the node still holds it and sends it again.
                         Err(e) => tracing::info!(node, error = %e, "usage report from the edge not applied"),
                     }
+                }
+                // The acknowledgements go back through the edge, to nodes that reach only it.
+                for (node, seq) in acked {
+                    publish::usage_ack(tx, &state.signer, node, seq, now())?;
                 }
                 store::set_state(tx, "drain_cursor", next)?;
                 Ok(applied)

@@ -26,6 +26,9 @@ pub enum Target {
     Creds(NodeId),
     /// A node's registration: the edge learns node keys only from these.
     Node(NodeId),
+    /// Control's acknowledgement of a node's usage reports (for nodes that reach only the
+    /// edge: a control at home behind NAT).
+    Ack(NodeId),
     /// Control's recovery archive.
     Archive,
 }
@@ -130,6 +133,9 @@ fn target_of(stream: &str) -> Option<(Target, Kind, Audience)> {
     } else if let Some(id) = stream.strip_prefix("creds/") {
         let node = parse_id(id)?;
         Some((Target::Creds(node), Kind::CredentialSet, Audience::Node(node)))
+    } else if let Some(id) = stream.strip_prefix("ack/") {
+        let node = parse_id(id)?;
+        Some((Target::Ack(node), Kind::UsageAck, Audience::Node(node)))
     } else if let Some(id) = stream.strip_prefix("node/") {
         Some((Target::Node(parse_id(id)?), Kind::NodeRecord, Audience::Edge))
     } else {

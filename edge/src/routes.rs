@@ -20,6 +20,8 @@ pub enum Route {
     },
     /// `POST /<api>/nodes/<id>/usage`.
     NodeUsage(NodeId),
+    /// `GET /<api>/nodes/<id>/ack`: control's latest acknowledgement of the node's reports.
+    NodeAck(NodeId),
     /// `GET /<api>/usage?after=<cursor>`: control drains the usage queue.
     UsageDrain {
         /// Everything up to here was received by control.
@@ -53,6 +55,7 @@ pub fn route(config: &EdgeConfig, method: &str, path: &str, query: &str) -> Rout
                 Err(_) => Route::Unknown,
             },
             ("POST", ["nodes", id, "usage"]) => id.parse().map_or(Route::Unknown, Route::NodeUsage),
+            ("GET", ["nodes", id, "ack"]) => id.parse().map_or(Route::Unknown, Route::NodeAck),
             ("GET", ["usage"]) => Route::UsageDrain { after: query_u64(query, "after").unwrap_or(0) },
             ("PUT", ["archive"]) => Route::ArchivePut,
             ("GET", ["archive"]) => Route::ArchiveGet,
@@ -83,6 +86,7 @@ mod tests {
             ("GET", format!("{api}/push"), "", Route::Unknown),
             ("GET", format!("{api}/nodes/4/creds"), "after=9", Route::NodeCreds { node: 4, after: 9 }),
             ("GET", format!("{api}/nodes/x/creds"), "", Route::Unknown),
+            ("GET", format!("{api}/nodes/4/ack"), "", Route::NodeAck(4)),
             ("POST", format!("{api}/nodes/4/usage"), "", Route::NodeUsage(4)),
             ("GET", format!("{api}/usage"), "after=12", Route::UsageDrain { after: 12 }),
             ("PUT", format!("{api}/archive"), "", Route::ArchivePut),

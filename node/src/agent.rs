@@ -342,8 +342,14 @@ impl Agent {
         Ok(ack.seq)
     }
 
-    /// Deletes reports up to `acked`.
+    /// Deletes reports up to `acked`. An acknowledgement beyond the last report this node
+    /// made is not about this node's reports (an old one, from before an enrollment): ignored.
     fn forget(&self, acked: u64) -> Result<()> {
+        let made = self.queued()?.last().copied().unwrap_or(0).max(self.acked());
+        if acked > made {
+            tracing::warn!(acked, made, "ignoring an acknowledgement of reports this node never made");
+            return Ok(());
+        }
         if acked > self.acked() {
             self.state.write("usage.acked", acked.to_string().as_bytes())?;
         }
@@ -351,6 +357,27 @@ impl Agent {
             let _ = std::fs::remove_file(self.queue_dir().join(format!("{seq}.report")));
         }
         Ok(())
+    }
+
+    /// Asks the edge for control's latest acknowledgement (when control is out of reach).
+    async fn ack_from_edge(&self) -> Result<()> {
+        let Some(base) = &self.settings.edge_url else { return Ok(()) };
+        let node = self.settings.node;
+        let (url, api_path) = self.path(base, &format!("/nodes/{node}/ack"));
+        let auth = nodeauth::sign(&self.key, node, "GET", &api_path, now());
+        let answer = self
+            .edge
+            .get(url)
+            .header(nodeauth::HEADER, auth)
+            .timeout(Duration::from_secs(30))
+            .send()
+            .await
+            .map_err(|e| anyhow::anyhow!("the edge did not answer: {:#}", anyhow::Error::from(e.without_url())))?;
+        if answer.status().as_u16() != 200 {
+            return Ok(());
+        }
+        let acked = self.verify_ack(&answer.bytes().await?)?;
+        self.forget(acked)
     }
 
     /// Reports usage forever.
@@ -364,6 +391,13 @@ impl Agent {
             }
             if let Err(e) = self.send(&mut sent_to_edge).await {
                 tracing::debug!(error = %e, "usage reports stay queued");
+            }
+            // Reports that went to the edge are acknowledged there once control collected them.
+            if sent_to_edge > 0
+                && !self.queued().unwrap_or_default().is_empty()
+                && let Err(e) = self.ack_from_edge().await
+            {
+                tracing::debug!(error = %e, "no acknowledgement from the edge");
             }
         }
     }

@@ -389,6 +389,23 @@ async fn nodes_pull_their_own_set_and_usage_queues_for_control(backend: Backend)
     );
     assert_eq!(s.http.get(format!("{}{path}", s.edge.url)).send().await.unwrap().status(), StatusCode::UNAUTHORIZED);
 
+    // Control's acknowledgement of the node's reports, relayed for nodes that reach only the
+    // edge: nothing yet, then what control signed, to that node alone.
+    let ack_path = format!("/{API}/nodes/1/ack");
+    let ack = |s: &Setup| signed_get(&s.http, &s.edge.url, &ack_path, &node_key, 1).send();
+    assert_eq!(ack(&s).await.unwrap().status(), StatusCode::NO_CONTENT);
+    let body = wire::encode(&hearth_shared::wire::UsageAck { node: 1, seq: 3 });
+    let ack_item = s.sim.item(Kind::UsageAck, stream::usage_ack(1), Audience::Node(1), body);
+    let ack_bytes = ack_item.envelope().unwrap().to_vec();
+    assert_eq!(s.push_items(&[ack_item]).await.0, StatusCode::OK);
+    let answer = ack(&s).await.unwrap();
+    assert_eq!(answer.status(), StatusCode::OK);
+    assert_eq!(answer.bytes().await.unwrap().to_vec(), ack_bytes);
+    assert_eq!(
+        signed_get(&s.http, &s.edge.url, &ack_path, &other_key, 1).send().await.unwrap().status(),
+        StatusCode::UNAUTHORIZED
+    );
+
     // Usage: a node-signed report queues once, however often it is sent; control drains it.
     let report = |seq: u64, key: &SecretKey| {
         let body = wire::encode(&UsageReport {

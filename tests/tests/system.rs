@@ -203,3 +203,54 @@ async fn usage_survives_control_going_away_and_a_kill_9_of_the_node() {
     node.stop().unwrap();
     control.stop().unwrap();
 }
+
+/// A node that never reaches control (a control at home behind NAT): its set comes from the
+/// edge, its reports reach control through the edge, and control's acknowledgements come
+/// back through the edge, so the node's queue empties.
+#[tokio::test]
+async fn a_node_that_reaches_only_the_edge_gets_its_reports_acknowledged() {
+    let temp = tempfile::tempdir().unwrap();
+    let dir = ControlDir::init(&temp.path().join("control")).unwrap();
+    let edge = EdgeProcess::start(Backend::Native, &temp.path().join("edge.db"), &dir.edge_vars().unwrap()).unwrap();
+    let control = ControlProcess::start(&dir, &[("HEARTH_EDGE_URL", edge.url.clone())]).unwrap();
+    let https = dir.client().unwrap();
+    let token = control.setup(&https, "admin").await.unwrap();
+    let state = temp.path().join("node");
+    enrolled_node(&https, &control, &token, &state).await;
+    let settings = std::fs::read_to_string(state.join("node.toml")).unwrap();
+    let edge_only: String = settings.lines().filter(|l| !l.starts_with("control_")).map(|l| format!("{l}\n")).collect();
+    std::fs::write(state.join("node.toml"), edge_only).unwrap();
+
+    let alice: Value = https
+        .post(control.api("/users"))
+        .bearer_auth(&token)
+        .json(&json!({ "name": "alice" }))
+        .send()
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
+    let node = NodeProcess::start(&state).unwrap();
+    let client = SingBoxClient::start(profile_outbound(alice["link"].as_str().unwrap()).await).unwrap();
+    let body = vec![7u8; 200_000];
+    let web = http_server(body.clone()).await.unwrap();
+    let started = Instant::now();
+    while fetch(&client, web).await.is_err() {
+        assert!(started.elapsed() < Duration::from_secs(30), "the node never got alice from the edge");
+        tokio::time::sleep(Duration::from_millis(300)).await;
+    }
+    assert_counted(&https, &control, &token, alice["id"].as_u64().unwrap(), body.len() as u64).await;
+    let queued = || std::fs::read_dir(state.join("usage")).map_or(0, |d| d.count());
+    let started = Instant::now();
+    while queued() > 0 {
+        assert!(
+            started.elapsed() < Duration::from_secs(30),
+            "{} reports never acknowledged through the edge",
+            queued()
+        );
+        tokio::time::sleep(Duration::from_millis(300)).await;
+    }
+    node.stop().unwrap();
+    control.stop().unwrap();
+}

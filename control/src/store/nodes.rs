@@ -373,8 +373,9 @@ pub(crate) fn enroll(conn: &Connection, signer: &Signer, request: &EnrollRequest
     let mut changes = Changes::default();
     changes.users_of_node(conn, id)?;
     changes.publish(conn, signer, now)?;
-    // A node enrolled again starts a new usage stream; a set it already held stays valid.
-    conn.execute("DELETE FROM streams WHERE name = ?1", [stream::usage_ack(id)])?;
+    // A node enrolled again starts a new usage stream: its old acknowledgement is deleted
+    // (at the edge too), so the new node never takes it for its own.
+    publish::delete_stream(conn, signer, &stream::usage_ack(id), now)?;
     audit(conn, now, "node", "node.enroll", &format!("node {id} ({name})"), &key.id().to_string())?;
     let (port, obfs): (u16, String) =
         conn.query_row("SELECT port, obfs FROM nodes WHERE id = ?1", [id], |row| Ok((row.get(0)?, row.get(1)?)))?;

@@ -99,6 +99,7 @@ impl Edge {
             }
             Route::NodeCreds { node, after } => self.node_creds(request, node, after).await,
             Route::NodeUsage(node) => self.node_usage(request, node).await,
+            Route::NodeAck(node) => self.node_ack(request, node).await,
             api if !self.config.push_token.matches(request.header("authorization")) => {
                 tracing::info!(route = ?api, client = %request.client, "refused: bad push token");
                 api::error(401, "unauthorized", "a valid push token is required")
@@ -222,6 +223,17 @@ impl Edge {
         }
         match self.store.stream(&stream::creds(node)).await {
             Ok(Some((state, Some(envelope)))) if state.version > after => Reply::bytes(200, envelope),
+            Ok(_) => Reply { status: 204, headers: Vec::new(), body: Vec::new() },
+            Err(e) => internal(&e),
+        }
+    }
+
+    async fn node_ack(&self, request: &Request<'_>, node: u64) -> Reply {
+        if let Err(reply) = self.node_auth(request, node) {
+            return reply;
+        }
+        match self.store.stream(&stream::usage_ack(node)).await {
+            Ok(Some((_, Some(envelope)))) => Reply::bytes(200, envelope),
             Ok(_) => Reply { status: 204, headers: Vec::new(), body: Vec::new() },
             Err(e) => internal(&e),
         }

@@ -130,6 +130,15 @@ impl DurableObject for Control {
                     },
                 }
             }
+            Route::NodeAck(node) => {
+                match api::authorize_node(auth.as_deref(), &trust, &method, &path_and_query, node, now) {
+                    Err(reply) => reply,
+                    Ok(()) => match stream_row(&sql, &stream::usage_ack(node))? {
+                        Some((_, Some(envelope))) => Reply::bytes(200, envelope),
+                        _ => Reply { status: 204, headers: Vec::new(), body: Vec::new() },
+                    },
+                }
+            }
             Route::NodeUsage(node) => {
                 match api::authorize_node(auth.as_deref(), &trust, &method, &path_and_query, node, now)
                     .and_then(|()| api::check_usage(&body, &trust, node, now))
