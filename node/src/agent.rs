@@ -280,11 +280,14 @@ impl Agent {
 
     /// Sends queued reports to control (acknowledged ones are deleted), or to the edge.
     async fn send(&self, sent_to_edge: &mut u64) -> Result<()> {
+        // Once control fails in a pass, the rest of the pass goes to the edge: a control that
+        // drops packets (behind NAT) costs one connect timeout a pass, not one a report.
+        let mut control_up = true;
         for seq in self.queued()? {
             let path = self.queue_dir().join(format!("{seq}.report"));
             let bytes = std::fs::read(&path).with_context(|| format!("reading {}", path.display()))?;
             let node = self.settings.node;
-            if let (Some(client), Some(base)) = (&self.control, &self.settings.control_url) {
+            if let (Some(client), Some(base), true) = (&self.control, &self.settings.control_url, control_up) {
                 let (url, api_path) = self.path(base, &format!("/nodes/{node}/usage"));
                 let auth = nodeauth::sign(&self.key, node, "POST", &api_path, now());
                 let answer = client
@@ -303,6 +306,7 @@ impl Agent {
                     }
                     bail!("control refused usage report {seq}: {}", answer.status());
                 }
+                control_up = false;
             }
             // Control does not answer: leave it at the edge for control to collect. It stays
             // queued here until control acknowledges it.
