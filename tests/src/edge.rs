@@ -18,6 +18,9 @@ pub enum Backend {
     Native,
     /// The Worker (`edge/worker`) in workerd through `wrangler dev`.
     Worker,
+    /// The same Worker in a bare `workerd serve` (no wrangler, no dev proxy): for measuring
+    /// what the Worker itself costs.
+    Workerd,
 }
 
 /// A running edge, stopped when dropped.
@@ -64,6 +67,7 @@ impl EdgeProcess {
         match backend {
             Backend::Native => EdgeProcess::native(state, vars, port),
             Backend::Worker => EdgeProcess::worker(state, vars, port),
+            Backend::Workerd => EdgeProcess::workerd(state, vars, port),
         }
     }
 
@@ -171,10 +175,90 @@ impl EdgeProcess {
         }
     }
 
+    fn workerd(folder: &Path, vars: &[(String, String)], port: u16) -> Result<EdgeProcess> {
+        let root = repo_root();
+        let binary = root.join("edge/node_modules/@cloudflare/workerd-linux-64/bin/workerd");
+        let build = root.join("edge/worker/build");
+        if !binary.exists() || !build.join("index.js").exists() {
+            bail!("workerd or the Worker is missing: run `bash tests/run`, which installs and builds them");
+        }
+        std::fs::create_dir_all(folder.join("store"))?;
+        for file in ["index.js", "index_bg.wasm"] {
+            std::fs::copy(build.join(file), folder.join(file))?;
+        }
+        // The same settings as `wrangler.toml`: its date and vars, then the test's.
+        let wrangler = std::fs::read_to_string(root.join("wrangler.toml"))?;
+        let date = wrangler
+            .lines()
+            .find_map(|l| l.strip_prefix("compatibility_date = \""))
+            .and_then(|l| l.strip_suffix('"'))
+            .context("compatibility_date in wrangler.toml")?;
+        let mut settings: Vec<(String, String)> =
+            vec![("HEARTH_SUB_PREFIX".into(), "s".into()), ("HEARTH_SHARDS".into(), "16".into())];
+        for (name, value) in vars {
+            settings.retain(|(n, _)| n != name);
+            settings.push((name.clone(), value.clone()));
+        }
+        let quote = |v: &str| v.replace('\\', "\\\\").replace('"', "\\\"");
+        let bindings: String =
+            settings.iter().map(|(n, v)| format!("    (name = \"{n}\", text = \"{}\"),\n", quote(v))).collect();
+        let config = format!(
+            "using Workerd = import \"/workerd/workerd.capnp\";\n\
+             const config :Workerd.Config = (\n\
+               services = [(name = \"edge\", worker = .edge), (name = \"disk\", disk = (path = \"{store}\", writable = true))],\n\
+               sockets = [(name = \"http\", address = \"127.0.0.1:{port}\", http = (), service = \"edge\")],\n\
+             );\n\
+             const edge :Workerd.Worker = (\n\
+               modules = [(name = \"index.js\", esModule = embed \"index.js\"), (name = \"index_bg.wasm\", wasm = embed \"index_bg.wasm\")],\n\
+               compatibilityDate = \"{date}\",\n\
+               bindings = [\n{bindings}\
+                 (name = \"LINKS\", durableObjectNamespace = \"Links\"),\n\
+                 (name = \"NETWORK\", durableObjectNamespace = \"Network\"),\n\
+                 (name = \"CONTROL\", durableObjectNamespace = \"Control\"),\n\
+               ],\n\
+               durableObjectNamespaces = [\n\
+                 (className = \"Links\", uniqueKey = \"hearth-links\", enableSql = true),\n\
+                 (className = \"Network\", uniqueKey = \"hearth-network\", enableSql = true),\n\
+                 (className = \"Control\", uniqueKey = \"hearth-control\", enableSql = true),\n\
+               ],\n\
+               durableObjectStorage = (localDisk = \"disk\"),\n\
+             );\n",
+            store = folder.join("store").display(),
+        );
+        std::fs::write(folder.join("config.capnp"), config)?;
+        let log = std::fs::File::create(folder.join("workerd.log"))?;
+        let child = Command::new(&binary)
+            .args(["serve", "config.capnp"])
+            .current_dir(folder)
+            .stdin(Stdio::null())
+            .stdout(log.try_clone()?)
+            .stderr(log)
+            .spawn()
+            .context("starting workerd")?;
+        let mut edge = EdgeProcess {
+            child,
+            url: format!("http://127.0.0.1:{port}"),
+            backend: Backend::Workerd,
+            state: folder.to_owned(),
+            vars: vars.to_vec(),
+            port,
+        };
+        let started = Instant::now();
+        while !healthy(port) {
+            if edge.child.try_wait()?.is_some() || started.elapsed() > Duration::from_secs(30) {
+                let log = std::fs::read_to_string(folder.join("workerd.log")).unwrap_or_default();
+                let _ = edge.terminate();
+                bail!("workerd did not come up; its log:\n{log}");
+            }
+            std::thread::sleep(Duration::from_millis(100));
+        }
+        Ok(edge)
+    }
+
     /// The process that does the edge's work: `hearth-edge`, or the Worker's `workerd`.
     pub fn server_pid(&self) -> Result<u32> {
         let leader = self.child.id();
-        if self.backend == Backend::Native {
+        if self.backend != Backend::Worker {
             return Ok(leader);
         }
         for entry in std::fs::read_dir("/proc")? {
@@ -197,7 +281,7 @@ impl EdgeProcess {
     fn terminate(&mut self) -> Result<()> {
         // The Worker runs as a process group (node, workerd): stop all of it.
         let target = match self.backend {
-            Backend::Native => self.child.id().to_string(),
+            Backend::Native | Backend::Workerd => self.child.id().to_string(),
             Backend::Worker => format!("-{}", self.child.id()),
         };
         let _ = Command::new("kill").args(["-TERM", "--", &target]).status();

@@ -444,13 +444,13 @@ async fn main() -> Result<()> {
         return bench_node().await;
     }
     if what != "edge" {
-        bail!("usage: HEARTH_PROFILE=release hearth-bench control | node | edge [native|worker]");
+        bail!("usage: HEARTH_PROFILE=release hearth-bench control | node | edge [native|worker|workerd]");
     }
     println!("| edge | what | server CPU per answer | answers/s | answers | push |");
     println!("|---|---|---|---|---|---|");
     // An optional second word picks one edge: `native` or `worker`.
     let only = std::env::args().nth(2);
-    for backend in [Backend::Native, Backend::Worker] {
+    for backend in [Backend::Native, Backend::Worker, Backend::Workerd] {
         if only.as_deref().is_some_and(|only| !format!("{backend:?}").eq_ignore_ascii_case(only)) {
             continue;
         }
