@@ -40,7 +40,7 @@ fn start(backend: Backend, extra: &[(&str, &str)]) -> Setup {
     let sim = ControlSim::new();
     let state = dir.path().join(match backend {
         Backend::Native => "edge.db",
-        Backend::Worker => "worker",
+        Backend::Worker | Backend::Workerd => "worker",
     });
     let edge = EdgeProcess::start(backend, &state, &settings(&sim, extra)).unwrap();
     Setup { _dir: dir, edge, sim, http: client(None) }
