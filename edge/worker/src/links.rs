@@ -89,12 +89,16 @@ impl Links {
             return Response::error("unknown", 404);
         };
         if limit.limit > 0 {
-            let mut window = FixedWindow { start_ms: row.win_start_ms as u64, count: row.win_count as u32 };
+            let before = FixedWindow { start_ms: row.win_start_ms as u64, count: row.win_count as u32 };
+            let mut window = before;
             let decision = window.hit(now_ms(), limit);
-            sql.exec(
-                "UPDATE links SET win_start_ms = ?, win_count = ? WHERE token_hash = ?",
-                vec![int(window.start_ms).into(), i64::from(window.count).into(), SqlStorageValue::Blob(hash)],
-            )?;
+            // A refused fetch leaves the window as it was: a flood on one link writes nothing.
+            if window != before {
+                sql.exec(
+                    "UPDATE links SET win_start_ms = ?, win_count = ? WHERE token_hash = ?",
+                    vec![int(window.start_ms).into(), i64::from(window.count).into(), SqlStorageValue::Blob(hash)],
+                )?;
+            }
             if let Decision::Deny { retry_after } = decision {
                 let response = Response::error("limited", 429)?;
                 response.headers().set("retry-after", &retry_after.to_string())?;

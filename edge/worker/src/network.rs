@@ -1,5 +1,11 @@
 //! One Durable Object per client network (IPv4 /24, IPv6 /48): its token bucket and its
-//! unknown-link guard, in one SQLite row, so the limits hold worldwide.
+//! unknown-link guard, so the limits hold worldwide.
+//!
+//! The state lives in the object's memory, read from its SQLite row when the object starts.
+//! The guard (whose 15-minute block must outlive the object) is written back whenever it
+//! changes; the bucket only with it. A bucket lost with an evicted object is a full one, and
+//! an object is evicted only after the network has been quiet, when its bucket has refilled
+//! anyway: so a fetch that the gate lets through costs no storage write.
 //!
 //! `GET /gate?burst=&per_minute=` takes a token: 200, 429 with `Retry-After`, or 404 when the
 //! network only gets decoys. `POST /miss?limit=&window_ms=&block_ms=` records an unknown link.
@@ -14,6 +20,7 @@ use crate::runtime::{int, now_ms, query_u64 as query};
 #[durable_object]
 pub struct Network {
     state: State,
+    cached: std::cell::Cell<Option<(TokenBucket, MissGuard)>>,
 }
 
 #[derive(Deserialize)]
@@ -40,24 +47,30 @@ impl DurableObject for Network {
                 None,
             )
             .expect("creating the network table");
-        Network { state }
+        Network { state, cached: std::cell::Cell::new(None) }
     }
 
     async fn fetch(&self, req: Request) -> Result<Response> {
         let url = req.url()?;
         let sql = self.state.storage().sql();
-        let rows: Vec<Row> = sql
-            .exec("SELECT tat_us, miss_start_ms, miss_count, blocked_until_ms FROM network WHERE id = 1", None)?
-            .to_array()?;
-        let (mut bucket, mut guard) = rows.first().map_or_else(Default::default, |row| {
-            (
-                TokenBucket { tat_us: row.tat_us as u64 },
-                MissGuard {
-                    window: FixedWindow { start_ms: row.miss_start_ms as u64, count: row.miss_count as u32 },
-                    blocked_until_ms: row.blocked_until_ms as u64,
-                },
-            )
-        });
+        let (mut bucket, mut guard) = match self.cached.get() {
+            Some(cached) => cached,
+            None => {
+                let rows: Vec<Row> = sql
+                    .exec("SELECT tat_us, miss_start_ms, miss_count, blocked_until_ms FROM network WHERE id = 1", None)?
+                    .to_array()?;
+                rows.first().map_or_else(Default::default, |row| {
+                    (
+                        TokenBucket { tat_us: row.tat_us as u64 },
+                        MissGuard {
+                            window: FixedWindow { start_ms: row.miss_start_ms as u64, count: row.miss_count as u32 },
+                            blocked_until_ms: row.blocked_until_ms as u64,
+                        },
+                    )
+                })
+            }
+        };
+        let guard_before = guard;
         let now = now_ms();
         let response = match url.path() {
             "/gate" => {
@@ -83,6 +96,10 @@ impl DurableObject for Network {
             }
             _ => return Response::error("no such route", 404),
         };
+        self.cached.set(Some((bucket, guard)));
+        if guard == guard_before {
+            return Ok(response);
+        }
         sql.exec(
             "INSERT INTO network (id, tat_us, miss_start_ms, miss_count, blocked_until_ms) VALUES (1, ?, ?, ?, ?)
              ON CONFLICT (id) DO UPDATE SET tat_us = excluded.tat_us, miss_start_ms = excluded.miss_start_ms,
