@@ -92,6 +92,12 @@ if ! link="$("$control" --data-dir "$data_dir" user show demo 2>/dev/null | grep
 fi
 link="${link#link: }"
 echo "Demo user's subscription link: $link"
+if ! command -v python3 >/dev/null; then
+    echo "(python3 is missing: no sing-box client configuration; the link above works in any app)"
+    echo "Hearth is running. Ctrl-C stops it."
+    wait -n "${pids[@]}" || true
+    stop
+fi
 python3 - "$link" "$data_dir/sing-box-client.json" <<'PY'
 import json, sys, time, urllib.request
 link, out = sys.argv[1], sys.argv[2]
