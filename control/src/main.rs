@@ -286,7 +286,6 @@ fn user_command(dir: &std::path::Path, command: UserCommand) -> Result<()> {
 fn node_command(dir: &std::path::Path, command: NodeCommand) -> Result<()> {
     let (config, db, _signer) = serve::open(dir)?;
     let now = now();
-    let command_line = |token: &str| config.enroll_command(token);
     match command {
         NodeCommand::Add { name, host, port, hop, sni, tls, obfs, groups } => {
             let input = NodeInput {
@@ -302,14 +301,14 @@ fn node_command(dir: &std::path::Path, command: NodeCommand) -> Result<()> {
             };
             let (node, token) = db.write_blocking(|tx| store::nodes::create(tx, "cli", &input, now))?;
             println!("node {} added; on the node, run (within 24 hours):", node.id);
-            println!("  {}", command_line(&token));
+            println!("  {}", config.enroll_command(&token));
         }
         NodeCommand::EnrollCommand { name } => {
             let token = db.write_blocking(|tx| {
                 let id = store::nodes::id_by_name(tx, &name)?;
                 store::nodes::new_enroll_token(tx, "cli", id, now)
             })?;
-            println!("{}", command_line(&token));
+            println!("{}", config.enroll_command(&token));
         }
         NodeCommand::List => {
             let nodes = db.read_blocking(store::nodes::list)?;

@@ -337,17 +337,12 @@ async fn get_node(State(app): State<Arc<App>>, auth: Auth, Path(id): Path<u64>) 
     ok(serde_json::to_value(node).expect("a node serializes"))
 }
 
-/// The one-line command that enrolls a node.
-pub(crate) fn enroll_command(app: &App, token: &str) -> String {
-    app.config.enroll_command(token)
-}
-
 async fn create_node(State(app): State<Arc<App>>, auth: Auth, Body(input): Body<NodeInput>) -> Reply {
     let (node, token) =
         change(&app, &auth, Scope::Operate, move |tx, _, actor, now| node_store::create(tx, actor, &input, now))
             .await?;
     let mut value = serde_json::to_value(node).expect("a node serializes");
-    value["enroll_command"] = json!(enroll_command(&app, &token));
+    value["enroll_command"] = json!(app.config.enroll_command(&token));
     value["enroll_expires"] = json!(now() + node_store::ENROLL_LIFETIME);
     Ok((StatusCode::CREATED, axum::Json(value)).into_response())
 }
@@ -375,7 +370,9 @@ async fn enroll_token(State(app): State<Arc<App>>, auth: Auth, Path(id): Path<u6
     let token =
         change(&app, &auth, Scope::Admin, move |tx, _, actor, now| node_store::new_enroll_token(tx, actor, id, now))
             .await?;
-    ok(json!({ "enroll_command": enroll_command(&app, &token), "enroll_expires": now() + node_store::ENROLL_LIFETIME }))
+    ok(
+        json!({ "enroll_command": app.config.enroll_command(&token), "enroll_expires": now() + node_store::ENROLL_LIFETIME }),
+    )
 }
 
 async fn list_groups(State(app): State<Arc<App>>, auth: Auth) -> Reply {
