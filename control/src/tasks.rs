@@ -273,6 +273,12 @@ fn report_node(bytes: &[u8]) -> Option<u64> {
     stream::parse_usage(&envelope.header.stream)
 }
 
+/// The ids a query selects.
+fn ids(conn: &rusqlite::Connection, sql: &str, params: impl rusqlite::Params) -> Result<Vec<u64>, Error> {
+    let ids = conn.prepare_cached(sql)?.query_map(params, |row| row.get(0))?.collect::<Result<_, _>>()?;
+    Ok(ids)
+}
+
 /// One pass of every sweep; returns how many users it republished.
 pub(crate) fn sweep(
     conn: &rusqlite::Connection,
@@ -283,14 +289,11 @@ pub(crate) fn sweep(
 ) -> Result<usize, Error> {
     let mut changes = Changes::default();
     let mut touched = 0;
-    let ids = |sql: &str| -> Result<Vec<u64>, Error> {
-        let mut query = conn.prepare_cached(sql)?;
-        let ids = query.query_map(rusqlite::params![now, SWEEP_BATCH], |row| row.get(0))?.collect::<Result<_, _>>()?;
-        Ok(ids)
-    };
     // Expired since the last publish.
     for id in ids(
+        conn,
         "SELECT id FROM users WHERE expires_at > 0 AND expires_at <= ?1 AND status IN ('active', 'not_started') LIMIT ?2",
+        rusqlite::params![now, SWEEP_BATCH],
     )? {
         changes.user(conn, id)?;
         touched += 1;
@@ -311,7 +314,7 @@ pub(crate) fn sweep(
         touched += 1;
     }
     if usage {
-        for id in ids("SELECT id FROM users WHERE usage_dirty = 1 AND ?1 >= 0 LIMIT ?2")? {
+        for id in ids(conn, "SELECT id FROM users WHERE usage_dirty = 1 LIMIT ?1", [SWEEP_BATCH])? {
             changes.user(conn, id)?;
             touched += 1;
         }
@@ -381,5 +384,79 @@ pub(crate) async fn watch_external(app: Arc<App>, mut shutdown: watch::Receiver<
         if stopped(&mut shutdown, Duration::from_millis(500)).await {
             return;
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::store::nodes::{EnrollRequest, NodeInput};
+    use crate::store::users::{self, UserInput};
+    use crate::testing::TestControl;
+
+    #[test]
+    fn sweeps_expire_reset_republish_and_renew() {
+        let t = TestControl::new(false);
+        let app = &t.app;
+        let now = crate::app::now();
+        let node_key =
+            hearth_shared::keys::SecretKey::generate(hearth_shared::keys::Role::Node, &mut rand_core::OsRng).unwrap();
+        let (node, creds_version) = app
+            .db
+            .write_blocking(|tx| {
+                let (node, token) = node_store::create(
+                    tx,
+                    "test",
+                    &NodeInput { name: Some("n".into()), host: Some("203.0.113.1".into()), ..NodeInput::default() },
+                    now,
+                )?;
+                let request = EnrollRequest {
+                    token,
+                    key: node_key.public().to_string(),
+                    cert_sha256: None,
+                    spki_sha256: None,
+                    version: String::new(),
+                };
+                node_store::enroll(tx, &app.signer, &request, now)?;
+                let daily =
+                    UserInput { name: Some("daily".into()), reset: Some("daily".into()), ..UserInput::default() };
+                users::create(tx, &app.signer, "test", &daily, now)?;
+                let brief =
+                    UserInput { name: Some("brief".into()), expires_at: Some(now + 10), ..UserInput::default() };
+                users::create(tx, &app.signer, "test", &brief, now)?;
+                tx.execute("UPDATE users SET used_up = 5, used_down = 7, usage_dirty = 1 WHERE name = 'daily'", [])?;
+                let version = publish::envelope(tx, &stream::creds(node.id))?.map(|(v, _)| v).unwrap();
+                Ok((node.id, version))
+            })
+            .unwrap();
+        let status = |name: &'static str| {
+            app.db
+                .read_blocking(|c| {
+                    Ok(c.query_row(
+                        "SELECT status, used_up + used_down, usage_dirty FROM users WHERE name = ?1",
+                        [name],
+                        |r| Ok((r.get::<_, String>(0)?, r.get::<_, u64>(1)?, r.get::<_, bool>(2)?)),
+                    )?)
+                })
+                .unwrap()
+        };
+        // Nothing is due yet: only the dirty usage is republished.
+        let touched = app.db.write_blocking(|tx| sweep(tx, app, now, true, false)).unwrap();
+        assert_eq!(touched, 1);
+        assert_eq!(status("daily"), ("active".into(), 12, false));
+        // Two days on: the brief user has expired and leaves the set; the daily one is reset;
+        // the set, signed two days ago, is renewed when renewal runs.
+        let later = now + 2 * 86_400;
+        app.db.write_blocking(|tx| sweep(tx, app, later, false, false)).unwrap();
+        assert_eq!(status("brief").0, "expired");
+        assert_eq!(status("daily"), ("active".into(), 0, false));
+        let set_after = |c: &rusqlite::Connection| publish::envelope(c, &stream::creds(node)).map(|e| e.unwrap().0);
+        let expired_version = app.db.read_blocking(set_after).unwrap();
+        assert_eq!(expired_version, creds_version + 1, "the expiry re-signed the set");
+        let far = later + publish::CREDS_LIFETIME - REFRESH_BEFORE + 60;
+        app.db.write_blocking(|tx| sweep(tx, app, far, false, true)).unwrap();
+        assert_eq!(app.db.read_blocking(set_after).unwrap(), expired_version + 1, "renewed before it expires");
+        app.db.write_blocking(|tx| sweep(tx, app, far, false, true)).unwrap();
+        assert_eq!(app.db.read_blocking(set_after).unwrap(), expired_version + 1, "renewed once");
     }
 }
