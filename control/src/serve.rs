@@ -162,3 +162,30 @@ async fn shutdown_signal() {
     #[cfg(not(unix))]
     let _ = ctrl_c.await;
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_new_edge_gets_every_stream() {
+        let t = crate::testing::TestControl::new(false);
+        let app = &t.app;
+        let input = crate::store::users::UserInput { name: Some("alice".into()), ..Default::default() };
+        app.db.write_blocking(|tx| crate::store::users::create(tx, &app.signer, "test", &input, now())).unwrap();
+        let count = |table: &'static str| {
+            app.db
+                .read_blocking(|c| {
+                    Ok(c.query_row(&format!("SELECT count(*) FROM {table}"), [], |r| r.get::<_, i64>(0))?)
+                })
+                .unwrap()
+        };
+        assert_eq!((count("streams"), count("outbox")), (1, 0), "no edge, no outbox");
+        resync_edge(&app.db, Some("https://edge.example")).unwrap();
+        assert_eq!(count("outbox"), 1, "everything goes to the new edge");
+        resync_edge(&app.db, Some("https://edge.example")).unwrap();
+        assert_eq!(count("outbox"), 1, "the same edge again: nothing more");
+        resync_edge(&app.db, None).unwrap();
+        assert_eq!(count("outbox"), 0, "no edge: nothing to push");
+    }
+}

@@ -536,3 +536,18 @@ async fn the_openapi_description_matches_the_routes() {
     let served = client.send(Method::GET, &client.admin("/openapi.json"), None, &[]).await;
     assert_eq!(served.json()["openapi"], "3.1.0");
 }
+
+#[tokio::test]
+async fn metrics_for_the_owner_only() {
+    let client = Client::signed_in(true).await;
+    client.post("/users", json!({ "name": "alice" })).await;
+    let path = format!("/{}/metrics", client.app().config.admin_prefix);
+    let answer = client.send(Method::GET, &path, None, &[]).await;
+    assert_eq!(answer.status, StatusCode::OK);
+    let text = String::from_utf8(answer.body).unwrap();
+    assert!(text.contains("hearth_users{status=\"active\"} 1\n"), "{text}");
+    assert!(text.contains("hearth_outbox_pending 1\n"), "alice's snapshot waits for the edge: {text}");
+    let anonymous = Client { control: TestControl::new(false), cookie: None, bearer: None };
+    let path = format!("/{}/metrics", anonymous.app().config.admin_prefix);
+    assert_eq!(anonymous.send(Method::GET, &path, None, &[]).await.status, StatusCode::UNAUTHORIZED);
+}
