@@ -359,3 +359,35 @@ async fn sign_in_lockout_scopes_and_cross_site_refusal_over_https() {
     assert_eq!((decoy.status(), decoy.headers()["server"].to_str().unwrap()), (StatusCode::NOT_FOUND, "nginx"));
     control.stop().unwrap();
 }
+
+#[test]
+fn the_cli_manages_users_and_nodes() {
+    let temp = tempfile::tempdir().unwrap();
+    let dir = ControlDir::init(&temp.path().join("control")).unwrap();
+    let added = dir.cli(&["user", "add", "bob", "--quota-gib", "2", "--days", "30", "--reset", "monthly"]).unwrap();
+    let link = added.lines().find_map(|l| l.strip_prefix("link: ")).unwrap().to_owned();
+    let listed = dir.cli(&["user", "list"]).unwrap();
+    assert!(listed.lines().any(|l| l.contains("bob") && l.contains("active") && l.contains("2048")), "{listed}");
+    dir.cli(&["user", "disable", "bob"]).unwrap();
+    let shown = dir.cli(&["user", "show", "bob"]).unwrap();
+    assert!(shown.contains("\"status\": \"disabled\""), "{shown}");
+    assert!(shown.contains(&format!("link: {link}")), "{shown}");
+    let rotated = dir.cli(&["user", "rotate", "bob"]).unwrap();
+    let new_link = rotated.strip_prefix("new link: ").unwrap().trim();
+    assert_ne!(new_link, link);
+    assert!(dir.cli(&["user", "list", "--status", "active"]).unwrap().lines().all(|l| !l.contains("bob")));
+    assert!(dir.cli(&["user", "add", "bob"]).is_err(), "names are unique");
+
+    let node = dir.cli(&["node", "add", "Home", "--host", "203.0.113.9", "--port", "8443", "--obfs", "pw"]).unwrap();
+    let first = node.lines().find(|l| l.contains("hearth-node enroll")).unwrap().trim().to_owned();
+    let again = dir.cli(&["node", "enroll-command", "Home"]).unwrap();
+    assert!(
+        again.trim().starts_with("hearth-node enroll --control ") && again.trim() != first,
+        "a fresh token each time"
+    );
+    let nodes = dir.cli(&["node", "list"]).unwrap();
+    assert!(
+        nodes.lines().any(|l| l.contains("Home") && l.contains("203.0.113.9:8443") && l.contains(" no ")),
+        "{nodes}"
+    );
+}
