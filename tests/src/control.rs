@@ -2,7 +2,6 @@
 //! `serve` on a loopback port chosen at run time, over HTTPS with the self-signed
 //! certificate `init` made (the test's client trusts exactly that certificate).
 
-use std::io::{BufRead as _, BufReader};
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::time::Duration;
@@ -105,13 +104,7 @@ impl ControlProcess {
             command.env(name, value);
         }
         let mut child = command.spawn().context("starting hearth-control")?;
-        let stdout = child.stdout.take().expect("piped stdout");
-        let (tx, lines) = std::sync::mpsc::channel();
-        std::thread::spawn(move || {
-            for line in BufReader::new(stdout).lines().map_while(Result::ok) {
-                let _ = tx.send(line);
-            }
-        });
+        let lines = crate::stdout_lines(&mut child);
         let first = match lines.recv_timeout(Duration::from_secs(60)) {
             Ok(line) => line,
             Err(_) => {
@@ -153,18 +146,7 @@ impl ControlProcess {
 
     /// SIGTERM, then waits; an error if it does not stop cleanly within 10 s.
     pub fn stop(mut self) -> Result<()> {
-        let _ = Command::new("kill").args(["-TERM", &self.child.id().to_string()]).status();
-        for _ in 0..200 {
-            if let Some(status) = self.child.try_wait()? {
-                if !status.success() {
-                    bail!("control exited with {status} on SIGTERM");
-                }
-                return Ok(());
-            }
-            std::thread::sleep(Duration::from_millis(50));
-        }
-        let _ = self.child.kill();
-        bail!("control did not stop within 10 s of SIGTERM")
+        crate::stop_gracefully(&mut self.child, "control")
     }
 
     /// SIGKILL: the process dies wherever it is.

@@ -1,7 +1,6 @@
 //! Running the edge as a real process for a test: natively (`hearth-edge` on a libSQL file)
 //! or as the real Cloudflare Worker in workerd (`wrangler dev` with a persistence folder).
 
-use std::io::{BufRead as _, BufReader};
 use std::os::unix::process::CommandExt as _;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
@@ -86,16 +85,7 @@ impl EdgeProcess {
             command.env(name, value);
         }
         let mut child = command.spawn().context("starting hearth-edge")?;
-        let stdout = child.stdout.take().expect("piped stdout");
-        let (tx, rx) = std::sync::mpsc::channel();
-        std::thread::spawn(move || {
-            let mut lines = BufReader::new(stdout).lines();
-            if let Some(Ok(line)) = lines.next() {
-                let _ = tx.send(line);
-            }
-            // Keep draining so the edge never blocks on a full pipe.
-            for _ in lines {}
-        });
+        let rx = crate::stdout_lines(&mut child);
         let line = match rx.recv_timeout(Duration::from_secs(30)) {
             Ok(line) => line,
             Err(_) => {

@@ -10,7 +10,7 @@ pub mod edge;
 pub mod node;
 
 use std::path::PathBuf;
-use std::process::Command;
+use std::process::{Child, Command};
 use std::sync::Mutex;
 
 use anyhow::{Context as _, Result, bail};
@@ -87,4 +87,44 @@ pub fn binary(package: &'static str) -> Result<PathBuf> {
 pub fn http() -> reqwest::ClientBuilder {
     let _ = rustls::crypto::ring::default_provider().install_default();
     reqwest::Client::builder()
+}
+
+/// The lines a child prints on its (piped) standard output, as they come. The pipe is read to
+/// its end, so the child never blocks on a full pipe.
+pub fn stdout_lines(child: &mut Child) -> std::sync::mpsc::Receiver<String> {
+    use std::io::BufRead as _;
+    let stdout = child.stdout.take().expect("a piped standard output");
+    let (tx, rx) = std::sync::mpsc::channel();
+    std::thread::spawn(move || {
+        for line in std::io::BufReader::new(stdout).lines().map_while(Result::ok) {
+            let _ = tx.send(line);
+        }
+    });
+    rx
+}
+
+/// Stops a child as systemd would (SIGTERM) and waits up to 10 s for a clean exit.
+pub fn stop_gracefully(child: &mut Child, name: &str) -> Result<()> {
+    let _ = Command::new("kill").args(["-TERM", &child.id().to_string()]).status();
+    for _ in 0..200 {
+        if let Some(status) = child.try_wait()? {
+            if !status.success() {
+                bail!("{name} exited with {status} on SIGTERM");
+            }
+            return Ok(());
+        }
+        std::thread::sleep(std::time::Duration::from_millis(50));
+    }
+    let _ = child.kill();
+    bail!("{name} did not stop within 10 s of SIGTERM")
+}
+
+/// A field of `/proc/<pid>/status` in KiB (`VmHWM:`, `RssAnon:`, ...).
+pub fn proc_status_kib(pid: u32, field: &str) -> Result<u64> {
+    let status = std::fs::read_to_string(format!("/proc/{pid}/status"))?;
+    status
+        .lines()
+        .find_map(|l| l.strip_prefix(field))
+        .and_then(|v| v.trim().trim_end_matches("kB").trim().parse().ok())
+        .with_context(|| format!("{field} in /proc/{pid}/status"))
 }

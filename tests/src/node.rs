@@ -1,6 +1,5 @@
 //! Running the real `hearth-node` for a test, and the real sing-box client in front of it.
 
-use std::io::{BufRead as _, BufReader};
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::time::Duration;
@@ -56,13 +55,7 @@ impl NodeProcess {
             .stderr(Stdio::inherit())
             .spawn()
             .context("starting hearth-node")?;
-        let stdout = child.stdout.take().expect("piped");
-        let (tx, rx) = std::sync::mpsc::channel();
-        std::thread::spawn(move || {
-            for line in BufReader::new(stdout).lines().map_while(Result::ok) {
-                let _ = tx.send(line);
-            }
-        });
+        let rx = crate::stdout_lines(&mut child);
         let line = rx.recv_timeout(Duration::from_secs(60)).context("hearth-node did not start")?;
         let addr = line
             .strip_prefix("hearth-node listening on ")
@@ -73,14 +66,7 @@ impl NodeProcess {
 
     /// SIGTERM and wait.
     pub fn stop(mut self) -> Result<()> {
-        let _ = Command::new("kill").args(["-TERM", &self.child.id().to_string()]).status();
-        for _ in 0..200 {
-            if self.child.try_wait()?.is_some() {
-                return Ok(());
-            }
-            std::thread::sleep(Duration::from_millis(50));
-        }
-        bail!("hearth-node did not stop within 10 s")
+        crate::stop_gracefully(&mut self.child, "hearth-node")
     }
 
     /// The URL of its metrics (`/metrics`; `/healthz` beside it), once it says it.

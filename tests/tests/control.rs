@@ -266,15 +266,6 @@ async fn expiry_quota_and_usage_through_control_and_the_edge() {
     control.stop().unwrap();
 }
 
-fn peak_rss_kib(pid: u32) -> u64 {
-    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap();
-    status
-        .lines()
-        .find_map(|l| l.strip_prefix("VmHWM:"))
-        .and_then(|v| v.trim().trim_end_matches("kB").trim().parse().ok())
-        .unwrap()
-}
-
 #[tokio::test]
 async fn ten_sign_ins_at_once_hold_one_hash_in_memory() {
     let temp = tempfile::tempdir().unwrap();
@@ -282,7 +273,7 @@ async fn ten_sign_ins_at_once_hold_one_hash_in_memory() {
     let control = ControlProcess::start(&dir, &[]).unwrap();
     let http = dir.client().unwrap();
     control.setup(&http, "read").await.unwrap();
-    let before = peak_rss_kib(control.pid());
+    let before = hearth_tests::proc_status_kib(control.pid(), "VmHWM:").unwrap();
     let logins: Vec<_> = (0..10)
         .map(|i| {
             let http = http.clone();
@@ -301,7 +292,7 @@ async fn ten_sign_ins_at_once_hold_one_hash_in_memory() {
     for status in &statuses {
         assert!(matches!(*status, StatusCode::UNAUTHORIZED | StatusCode::TOO_MANY_REQUESTS), "{status}");
     }
-    let grown = peak_rss_kib(control.pid()).saturating_sub(before);
+    let grown = hearth_tests::proc_status_kib(control.pid(), "VmHWM:").unwrap().saturating_sub(before);
     eprintln!("peak memory grew {grown} KiB for 10 concurrent sign-ins");
     // One argon2 hash is 19 MiB; ten at once would be 190 MiB.
     assert!(grown < 40 * 1024, "peak memory grew {grown} KiB: more than one hash at a time?");

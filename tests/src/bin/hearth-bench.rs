@@ -133,15 +133,6 @@ async fn bench(backend: Backend, limits: bool) -> Result<()> {
     edge.stop()
 }
 
-fn status_kib(pid: u32, field: &str) -> Result<u64> {
-    let status = std::fs::read_to_string(format!("/proc/{pid}/status"))?;
-    status
-        .lines()
-        .find_map(|l| l.strip_prefix(field))
-        .and_then(|v| v.trim().trim_end_matches("kB").trim().parse().ok())
-        .with_context(|| format!("{field} in /proc/{pid}/status"))
-}
-
 fn percentile(sorted: &[Duration], p: f64) -> Duration {
     let at = ((sorted.len() as f64 - 1.0) * p).round() as usize;
     sorted[at.min(sorted.len() - 1)]
@@ -225,11 +216,11 @@ async fn bench_control() -> Result<()> {
     tokio::time::sleep(Duration::from_secs(3)).await;
     println!(
         "| idle memory with 1200 users | {:.1} MiB anonymous, {:.1} MiB resident |",
-        status_kib(pid, "RssAnon:")? as f64 / 1024.0,
-        status_kib(pid, "VmRSS:")? as f64 / 1024.0
+        hearth_tests::proc_status_kib(pid, "RssAnon:")? as f64 / 1024.0,
+        hearth_tests::proc_status_kib(pid, "VmRSS:")? as f64 / 1024.0
     );
 
-    let peak_before = status_kib(pid, "VmHWM:")?;
+    let peak_before = hearth_tests::proc_status_kib(pid, "VmHWM:")?;
     let logins: Vec<_> = (0..10)
         .map(|i| {
             let (http, url) = (http.clone(), control.api("/login"));
@@ -246,7 +237,7 @@ async fn bench_control() -> Result<()> {
     let refused = statuses.iter().filter(|s| **s == 429).count();
     println!(
         "| 10 sign-ins at once (argon2id 19 MiB, t=2) | peak memory +{:.1} MiB; {} answered 401, {refused} 429 |",
-        (status_kib(pid, "VmHWM:")? - peak_before) as f64 / 1024.0,
+        (hearth_tests::proc_status_kib(pid, "VmHWM:")? - peak_before) as f64 / 1024.0,
         statuses.len() - refused
     );
 
@@ -341,8 +332,8 @@ async fn bench_node() -> Result<()> {
     println!("|---|---|");
     println!(
         "| idle with 1000 users | {:.1} MiB anonymous, {:.1} MiB resident |",
-        status_kib(node_pid, "RssAnon:")? as f64 / 1024.0,
-        status_kib(node_pid, "VmRSS:")? as f64 / 1024.0
+        hearth_tests::proc_status_kib(node_pid, "RssAnon:")? as f64 / 1024.0,
+        hearth_tests::proc_status_kib(node_pid, "VmRSS:")? as f64 / 1024.0
     );
 
     // The peer: sing-box's own Hysteria2 server, same certificate and user.
