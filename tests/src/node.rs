@@ -264,6 +264,19 @@ pub async fn http_server_paced(body: Vec<u8>, pause: Duration) -> Result<std::ne
     Ok(addr)
 }
 
+/// [`fetch`], retried for up to 30 s: while a change (a new user, a first set) is still on its
+/// way to the node.
+pub async fn fetch_eventually(client: &SingBoxClient, target: std::net::SocketAddr) -> Result<Vec<u8>> {
+    let started = std::time::Instant::now();
+    loop {
+        match fetch(client, target).await {
+            Ok(body) => return Ok(body),
+            Err(e) if started.elapsed() > Duration::from_secs(30) => return Err(e.context("no traffic for 30 s")),
+            Err(_) => tokio::time::sleep(Duration::from_millis(200)).await,
+        }
+    }
+}
+
 /// GETs `/` from `target` through the tunnel; returns the body.
 pub async fn fetch(client: &SingBoxClient, target: std::net::SocketAddr) -> Result<Vec<u8>> {
     let mut stream = client.connect(target).await?;

@@ -97,17 +97,7 @@ async fn deploy_local_brings_hearth_up_on_loopback() {
     let client = hearth_tests::node::SingBoxClient::start(outbound).unwrap();
     let web = hearth_tests::node::http_server(b"through the node".to_vec()).await.unwrap();
     // The demo user was added from the shell a moment ago; the node has it within seconds.
-    let started = std::time::Instant::now();
-    let got = loop {
-        match hearth_tests::node::fetch(&client, web).await {
-            Ok(got) => break got,
-            Err(e) if started.elapsed() < Duration::from_secs(10) => {
-                let _ = e;
-                tokio::time::sleep(Duration::from_millis(200)).await;
-            }
-            Err(e) => panic!("no traffic through the node: {e}"),
-        }
-    };
+    let got = hearth_tests::node::fetch_eventually(&client, web).await.expect("no traffic through the node");
     assert_eq!(got, b"through the node");
     let _ = Command::new("kill").args(["-TERM", &child.id().to_string()]).status();
     let status = child.wait().unwrap();

@@ -7,29 +7,89 @@ use std::time::{Duration, Instant};
 
 use hearth_tests::control::{ControlDir, ControlProcess};
 use hearth_tests::edge::{Backend, EdgeProcess, free_port};
-use hearth_tests::node::{NodeProcess, SingBoxClient, fetch, http_server};
+use hearth_tests::node::{NodeProcess, SingBoxClient, fetch, fetch_eventually, http_server};
 use serde_json::{Value, json};
+
+/// Control (with its own data directory) pushing to an edge, set up and signed in with an
+/// admin token.
+struct System {
+    temp: tempfile::TempDir,
+    dir: ControlDir,
+    edge: EdgeProcess,
+    env: Vec<(&'static str, String)>,
+    control: Option<ControlProcess>,
+    https: reqwest::Client,
+    token: String,
+}
+
+impl System {
+    /// Starts it; `env` adds to control's environment.
+    async fn start(backend: Backend, env: &[(&'static str, String)]) -> System {
+        let temp = tempfile::tempdir().unwrap();
+        let dir = ControlDir::init(&temp.path().join("control")).unwrap();
+        let state = temp.path().join(if backend == Backend::Native { "edge.db" } else { "worker" });
+        let edge = EdgeProcess::start(backend, &state, &dir.edge_vars().unwrap()).unwrap();
+        let mut env = env.to_vec();
+        env.push(("HEARTH_EDGE_URL", edge.url.clone()));
+        let control = ControlProcess::start(&dir, &env).unwrap();
+        let https = dir.client().unwrap();
+        let token = control.setup(&https, "admin").await.unwrap();
+        System { temp, dir, edge, env, control: Some(control), https, token }
+    }
+
+    fn control(&self) -> &ControlProcess {
+        self.control.as_ref().expect("control is running")
+    }
+
+    /// Stops control (SIGTERM).
+    fn stop_control(&mut self) {
+        self.control.take().expect("control is running").stop().unwrap();
+    }
+
+    /// Starts control again on the same data and settings.
+    fn start_control(&mut self) {
+        self.control = Some(ControlProcess::start(&self.dir, &self.env).unwrap());
+    }
+
+    /// An admin API call's JSON answer.
+    async fn call(&self, method: reqwest::Method, path: &str, body: Option<Value>) -> Value {
+        let mut request = self.https.request(method, self.control().api(path)).bearer_auth(&self.token);
+        if let Some(body) = body {
+            request = request.json(&body);
+        }
+        request.send().await.unwrap().json().await.unwrap()
+    }
+
+    /// Creates a user; returns it with its link.
+    async fn user(&self, name: &str) -> Value {
+        self.call(reqwest::Method::POST, "/users", Some(json!({ "name": name }))).await
+    }
+
+    /// Waits until control counts `expected` bytes down for user `id`, and no more than the
+    /// HTTP heads on top (anything counted twice would be far more).
+    async fn assert_counted(&self, id: u64, expected: u64) {
+        let started = Instant::now();
+        loop {
+            let user = self.call(reqwest::Method::GET, &format!("/users/{id}"), None).await;
+            let down = user["used_down"].as_u64().unwrap();
+            if down >= expected {
+                assert!(down < expected + 4096, "counted {down}, moved {expected}: something was counted twice");
+                return;
+            }
+            assert!(started.elapsed() < Duration::from_secs(30), "usage lost: counted {down} of {expected}");
+            tokio::time::sleep(Duration::from_millis(300)).await;
+        }
+    }
+}
 
 /// Adds a node through the admin API and enrolls it with exactly the command control
 /// printed (on loopback, reporting every second); returns its port and the command's
 /// arguments.
-async fn enrolled_node(
-    https: &reqwest::Client,
-    control: &ControlProcess,
-    token: &str,
-    state: &std::path::Path,
-) -> (u16, Vec<String>) {
+async fn enrolled_node(s: &System, state: &std::path::Path) -> (u16, Vec<String>) {
     let port = free_port().unwrap();
-    let node: Value = https
-        .post(control.api("/nodes"))
-        .bearer_auth(token)
-        .json(&json!({ "name": "Home", "host": "127.0.0.1", "port": port }))
-        .send()
-        .await
-        .unwrap()
-        .json()
-        .await
-        .unwrap();
+    let node = s
+        .call(reqwest::Method::POST, "/nodes", Some(json!({ "name": "Home", "host": "127.0.0.1", "port": port })))
+        .await;
     let args: Vec<String> =
         node["enroll_command"].as_str().unwrap().split_whitespace().skip(1).map(str::to_owned).collect();
     let out = Command::new(hearth_tests::binary("hearth-node").unwrap())
@@ -64,30 +124,6 @@ async fn profile_outbound(link: &str) -> Value {
     }
 }
 
-/// Waits until control counts `expected` bytes down for user `id`, and no more than the
-/// HTTP heads on top (anything counted twice would be far more).
-async fn assert_counted(https: &reqwest::Client, control: &ControlProcess, token: &str, id: u64, expected: u64) {
-    let started = Instant::now();
-    loop {
-        let user: Value = https
-            .get(control.api(&format!("/users/{id}")))
-            .bearer_auth(token)
-            .send()
-            .await
-            .unwrap()
-            .json()
-            .await
-            .unwrap();
-        let down = user["used_down"].as_u64().unwrap();
-        if down >= expected {
-            assert!(down < expected + 4096, "counted {down}, moved {expected}: something was counted twice");
-            return;
-        }
-        assert!(started.elapsed() < Duration::from_secs(30), "usage lost: counted {down} of {expected}");
-        tokio::time::sleep(Duration::from_millis(300)).await;
-    }
-}
-
 #[tokio::test]
 async fn a_link_from_the_native_edge_carries_traffic_through_an_enrolled_node() {
     through_a_node(Backend::Native).await;
@@ -99,97 +135,59 @@ async fn a_link_from_the_worker_in_workerd_carries_traffic_through_an_enrolled_n
 }
 
 async fn through_a_node(backend: Backend) {
-    let temp = tempfile::tempdir().unwrap();
-    let dir = ControlDir::init(&temp.path().join("control")).unwrap();
-    let state = temp.path().join(if backend == Backend::Native { "edge.db" } else { "worker" });
-    let edge = EdgeProcess::start(backend, &state, &dir.edge_vars().unwrap()).unwrap();
-    let control = ControlProcess::start(&dir, &[("HEARTH_EDGE_URL", edge.url.clone())]).unwrap();
-    let https = dir.client().unwrap();
-    let token = control.setup(&https, "admin").await.unwrap();
-    let api = |method: reqwest::Method, path: &str, body: Value| {
-        https.request(method, control.api(path)).bearer_auth(&token).json(&body).send()
-    };
+    let mut s = System::start(backend, &[]).await;
 
     // A node, enrolled with exactly the command control printed.
-    let state = temp.path().join("node");
-    let (port, args) = enrolled_node(&https, &control, &token, &state).await;
+    let state = s.temp.path().join("node");
+    let (port, args) = enrolled_node(&s, &state).await;
     let again = Command::new(hearth_tests::binary("hearth-node").unwrap())
         .args(&args)
         .arg("--state")
-        .arg(temp.path().join("other"))
+        .arg(s.temp.path().join("other"))
         .output()
         .unwrap();
     assert!(!again.status.success(), "an enrollment token works once");
     let node = NodeProcess::start(&state).unwrap();
 
     // A user; the edge serves the link; sing-box runs the profile it gets.
-    let alice: Value =
-        api(reqwest::Method::POST, "/users", json!({ "name": "alice" })).await.unwrap().json().await.unwrap();
+    let alice = s.user("alice").await;
     let link = alice["link"].as_str().unwrap().to_owned();
-    assert!(link.starts_with(&edge.url));
+    assert!(link.starts_with(&s.edge.url));
     let outbound = profile_outbound(&link).await;
     assert_eq!(outbound["server_port"], port);
     let client = SingBoxClient::start(outbound).unwrap();
     let body: Vec<u8> = (0..(512u32 << 10)).map(|i| (i % 249) as u8).collect();
     let web = http_server(body.clone()).await.unwrap();
-    let started = Instant::now();
-    let got = loop {
-        match fetch(&client, web).await {
-            Ok(got) => break got,
-            Err(e) => {
-                assert!(started.elapsed() < Duration::from_secs(30), "no traffic through the node: {e}");
-                tokio::time::sleep(Duration::from_millis(300)).await;
-            }
-        }
-    };
+    let got = fetch_eventually(&client, web).await.unwrap();
     assert!(got == body, "bytes through the node differ");
 
     // The node reports usage to control, which counts it for alice.
     let id = alice["id"].as_u64().unwrap();
-    assert_counted(&https, &control, &token, id, body.len() as u64).await;
+    s.assert_counted(id, body.len() as u64).await;
     node.stop().unwrap();
-    control.stop().unwrap();
+    s.stop_control();
 }
 
 /// Usage through an outage and a hard kill: bytes moved while control was down reach it
 /// through the edge and the node's on-disk queue, each counted once.
 #[tokio::test]
 async fn usage_survives_control_going_away_and_a_kill_9_of_the_node() {
-    let temp = tempfile::tempdir().unwrap();
-    let dir = ControlDir::init(&temp.path().join("control")).unwrap();
-    let edge = EdgeProcess::start(Backend::Native, &temp.path().join("edge.db"), &dir.edge_vars().unwrap()).unwrap();
-    let control_port = free_port().unwrap();
-    let env = [("HEARTH_EDGE_URL", edge.url.clone()), ("HEARTH_LISTEN", format!("127.0.0.1:{control_port}"))];
-    let control = ControlProcess::start(&dir, &env).unwrap();
-    let https = dir.client().unwrap();
-    let token = control.setup(&https, "admin").await.unwrap();
-    let state = temp.path().join("node");
-    enrolled_node(&https, &control, &token, &state).await;
-    let alice: Value = https
-        .post(control.api("/users"))
-        .bearer_auth(&token)
-        .json(&json!({ "name": "alice" }))
-        .send()
-        .await
-        .unwrap()
-        .json()
-        .await
-        .unwrap();
+    // Control restarts on the same address: the node's `control_url` must stay right.
+    let mut s =
+        System::start(Backend::Native, &[("HEARTH_LISTEN", format!("127.0.0.1:{}", free_port().unwrap()))]).await;
+    let state = s.temp.path().join("node");
+    enrolled_node(&s, &state).await;
+    let alice = s.user("alice").await;
     let id = alice["id"].as_u64().unwrap();
     let node = NodeProcess::start(&state).unwrap();
-    let outbound = profile_outbound(alice["link"].as_str().unwrap()).await;
-    let client = SingBoxClient::start(outbound).unwrap();
+    let client = SingBoxClient::start(profile_outbound(alice["link"].as_str().unwrap()).await).unwrap();
     let first: Vec<u8> = vec![1; 300_000];
     let second: Vec<u8> = vec![2; 700_000];
     let (web1, web2) = (http_server(first.clone()).await.unwrap(), http_server(second.clone()).await.unwrap());
-    let started = Instant::now();
-    while fetch(&client, web1).await.is_err() {
-        assert!(started.elapsed() < Duration::from_secs(30), "no traffic through the node");
-        tokio::time::sleep(Duration::from_millis(300)).await;
-    }
+    fetch_eventually(&client, web1).await.unwrap();
     let mut expected = first.len() as u64;
     // Control goes away; traffic goes on; the node queues reports on disk and at the edge.
-    control.stop().unwrap();
+    s.stop_control();
     assert_eq!(fetch(&client, web2).await.unwrap().len(), second.len());
     expected += second.len() as u64;
     tokio::time::sleep(Duration::from_millis(2500)).await;
@@ -197,11 +195,11 @@ async fn usage_survives_control_going_away_and_a_kill_9_of_the_node() {
     let state_dir = node.state().to_owned();
     drop(node);
     // Back again: control first, then the node with its queue.
-    let control = ControlProcess::start(&dir, &env).unwrap();
+    s.start_control();
     let node = NodeProcess::start(&state_dir).unwrap();
-    assert_counted(&https, &control, &token, id, expected).await;
+    s.assert_counted(id, expected).await;
     node.stop().unwrap();
-    control.stop().unwrap();
+    s.stop_control();
 }
 
 /// A node that never reaches control (a control at home behind NAT): its set comes from the
@@ -209,38 +207,20 @@ async fn usage_survives_control_going_away_and_a_kill_9_of_the_node() {
 /// back through the edge, so the node's queue empties.
 #[tokio::test]
 async fn a_node_that_reaches_only_the_edge_gets_its_reports_acknowledged() {
-    let temp = tempfile::tempdir().unwrap();
-    let dir = ControlDir::init(&temp.path().join("control")).unwrap();
-    let edge = EdgeProcess::start(Backend::Native, &temp.path().join("edge.db"), &dir.edge_vars().unwrap()).unwrap();
-    let control = ControlProcess::start(&dir, &[("HEARTH_EDGE_URL", edge.url.clone())]).unwrap();
-    let https = dir.client().unwrap();
-    let token = control.setup(&https, "admin").await.unwrap();
-    let state = temp.path().join("node");
-    enrolled_node(&https, &control, &token, &state).await;
+    let mut s = System::start(Backend::Native, &[]).await;
+    let state = s.temp.path().join("node");
+    enrolled_node(&s, &state).await;
     let settings = std::fs::read_to_string(state.join("node.toml")).unwrap();
     let edge_only: String = settings.lines().filter(|l| !l.starts_with("control_")).map(|l| format!("{l}\n")).collect();
     std::fs::write(state.join("node.toml"), edge_only).unwrap();
 
-    let alice: Value = https
-        .post(control.api("/users"))
-        .bearer_auth(&token)
-        .json(&json!({ "name": "alice" }))
-        .send()
-        .await
-        .unwrap()
-        .json()
-        .await
-        .unwrap();
+    let alice = s.user("alice").await;
     let node = NodeProcess::start(&state).unwrap();
     let client = SingBoxClient::start(profile_outbound(alice["link"].as_str().unwrap()).await).unwrap();
     let body = vec![7u8; 200_000];
     let web = http_server(body.clone()).await.unwrap();
-    let started = Instant::now();
-    while fetch(&client, web).await.is_err() {
-        assert!(started.elapsed() < Duration::from_secs(30), "the node never got alice from the edge");
-        tokio::time::sleep(Duration::from_millis(300)).await;
-    }
-    assert_counted(&https, &control, &token, alice["id"].as_u64().unwrap(), body.len() as u64).await;
+    fetch_eventually(&client, web).await.unwrap();
+    s.assert_counted(alice["id"].as_u64().unwrap(), body.len() as u64).await;
     let queued = || std::fs::read_dir(state.join("usage")).map_or(0, |d| d.count());
     let started = Instant::now();
     while queued() > 0 {
@@ -252,5 +232,5 @@ async fn a_node_that_reaches_only_the_edge_gets_its_reports_acknowledged() {
         tokio::time::sleep(Duration::from_millis(300)).await;
     }
     node.stop().unwrap();
-    control.stop().unwrap();
+    s.stop_control();
 }
