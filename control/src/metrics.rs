@@ -31,20 +31,10 @@ pub(crate) async fn handler(State(app): State<Arc<App>>, headers: HeaderMap, aut
             Err(response) => return response,
         }
     }
-    let stats = app
-        .db
-        .read(|c| {
-            let users = crate::store::users::counts(c)?;
-            let nodes = crate::store::nodes::list(c)?;
-            let pending: u64 = c.query_row("SELECT count(*) FROM outbox", [], |row| row.get(0))?;
-            Ok((users, nodes, pending))
-        })
-        .await;
-    let (users, nodes, pending) = match stats {
-        Ok(stats) => stats,
+    let overview = match app.db.read(move |c| crate::store::overview(c, now())).await {
+        Ok(overview) => overview,
         Err(e) => return e.into_response(),
     };
-    let now = now();
     let c = &app.counters;
     let push = app.push_status.lock().expect("status lock").clone();
     let mut out = String::new();
@@ -59,12 +49,11 @@ pub(crate) async fn handler(State(app): State<Arc<App>>, headers: HeaderMap, aut
         "hearth_users",
         "gauge",
         "Users by status.",
-        &users.iter().map(|(status, n)| (format!("{{status=\"{status}\"}}"), *n)).collect::<Vec<_>>(),
+        &overview.users.iter().map(|(status, n)| (format!("{{status=\"{status}\"}}"), *n)).collect::<Vec<_>>(),
     );
-    let online = nodes.iter().filter(|n| n.enrolled && n.last_seen + crate::tasks::NODE_ONLINE_SECS > now).count();
-    metric("hearth_nodes", "gauge", "Nodes registered.", &one(nodes.len() as u64));
-    metric("hearth_nodes_online", "gauge", "Nodes seen in the last 3 minutes.", &one(online as u64));
-    metric("hearth_outbox_pending", "gauge", "Changes not yet accepted by the edge.", &one(pending));
+    metric("hearth_nodes", "gauge", "Nodes registered.", &one(overview.nodes));
+    metric("hearth_nodes_online", "gauge", "Nodes seen in the last 3 minutes.", &one(overview.online));
+    metric("hearth_outbox_pending", "gauge", "Changes not yet accepted by the edge.", &one(overview.pending));
     metric("hearth_last_push_timestamp_seconds", "gauge", "When the edge last accepted a push.", &one(push.last_push));
     metric("hearth_pushes_total", "counter", "Pushes the edge accepted.", &one(c.pushes.load(Ordering::Relaxed)));
     metric(

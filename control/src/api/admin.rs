@@ -165,24 +165,14 @@ async fn me(auth: Auth) -> Reply {
 async fn status(State(app): State<Arc<App>>, auth: Auth) -> Reply {
     auth.need(Scope::Read)?;
     let now = now();
-    let (users, nodes, pending) = app
-        .db
-        .read(move |c| {
-            let users = user_store::counts(c)?;
-            let nodes = node_store::list(c)?;
-            let pending: u64 = c.query_row("SELECT count(*) FROM outbox", [], |row| row.get(0))?;
-            Ok((users, nodes, pending))
-        })
-        .await
-        .map_err(fail)?;
-    let online = nodes.iter().filter(|n| n.enrolled && n.last_seen + crate::tasks::NODE_ONLINE_SECS > now).count();
+    let overview = app.db.read(move |c| crate::store::overview(c, now)).await.map_err(fail)?;
     let push = app.push_status.lock().expect("status lock").clone();
     ok(json!({
-        "users": users.into_iter().map(|(k, v)| (k, json!(v))).collect::<serde_json::Map<String, serde_json::Value>>(),
-        "nodes": { "total": nodes.len(), "online": online },
+        "users": overview.users.into_iter().map(|(k, v)| (k, json!(v))).collect::<serde_json::Map<String, serde_json::Value>>(),
+        "nodes": { "total": overview.nodes, "online": overview.online },
         "edge": {
             "url": app.config.edge_url,
-            "pending": pending,
+            "pending": overview.pending,
             "last_push": push.last_push,
             "last_error": push.last_error,
             "last_drain": push.last_drain,

@@ -402,6 +402,8 @@ async fn nodes_enroll_pull_and_report_usage_exactly_once() {
     assert_eq!(set.users().len(), 1);
     assert_eq!(set.users()[0].user, alice_id);
     let held = Envelope::decode(&pulled.body, Kind::CredentialSet.max_len()).unwrap().header.version;
+    let status = client.get("/status").await.json();
+    assert_eq!((status["nodes"]["total"].as_u64(), status["nodes"]["online"].as_u64()), (Some(1), Some(1)), "{status}");
     let unchanged = node_get(&client, node, &key, &format!("/nodes/{node}/creds?after={held}")).await;
     assert_eq!(unchanged.status, StatusCode::NO_CONTENT);
     // A forged or missing signature is refused.

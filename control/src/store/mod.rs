@@ -128,6 +128,29 @@ fn migrate(conn: &mut Connection) -> Result<(), Error> {
     Ok(())
 }
 
+/// What the overview and the metrics show.
+pub(crate) struct Overview {
+    /// Users by status.
+    pub(crate) users: Vec<(String, u64)>,
+    /// Nodes registered.
+    pub(crate) nodes: u64,
+    /// Enrolled nodes seen within [`crate::tasks::NODE_ONLINE_SECS`].
+    pub(crate) online: u64,
+    /// Changes the edge has not accepted yet.
+    pub(crate) pending: u64,
+}
+
+/// Counts for the overview and the metrics, at `now`.
+pub(crate) fn overview(conn: &Connection, now: u64) -> Result<Overview, Error> {
+    let (nodes, online) = conn.query_row(
+        "SELECT count(*), count(*) FILTER (WHERE public_key IS NOT NULL AND last_seen + ?1 > ?2) FROM nodes",
+        rusqlite::params![crate::tasks::NODE_ONLINE_SECS, now],
+        |row| Ok((row.get(0)?, row.get(1)?)),
+    )?;
+    let pending = conn.query_row("SELECT count(*) FROM outbox", [], |row| row.get(0))?;
+    Ok(Overview { users: users::counts(conn)?, nodes, online, pending })
+}
+
 /// Reads a named integer from `state` (0 when unset).
 pub(crate) fn get_state(conn: &Connection, key: &str) -> Result<i64, Error> {
     Ok(conn.query_row("SELECT value FROM state WHERE key = ?1", [key], |row| row.get(0)).optional()?.unwrap_or(0))
