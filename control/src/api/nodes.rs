@@ -11,7 +11,7 @@ use axum::http::{HeaderMap, HeaderValue, Method, StatusCode, Uri, header};
 use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
 use hearth_shared::agent::{format_override, match_user_agent};
-use hearth_shared::envelope::{Envelope, Kind};
+use hearth_shared::envelope::Envelope;
 use hearth_shared::keys::PublicKey;
 use hearth_shared::ratelimit::Decision;
 use hearth_shared::wire::{NodeId, SubToken, stream};
@@ -200,8 +200,9 @@ pub(super) async fn subscription(
         response.headers_mut().insert(header::RETRY_AFTER, HeaderValue::from(retry_after));
         return response;
     }
-    let Ok(envelope) = Envelope::decode(&bytes, Kind::Snapshot.max_len()) else { return decoy() };
-    let Ok(snapshot) = seal::open(&envelope.body, &token) else { return decoy() };
+    // Control signed and stored this envelope itself: its body is read in place.
+    let Some(body) = Envelope::stored_body(&bytes) else { return decoy() };
+    let Ok(snapshot) = seal::open(body, &token) else { return decoy() };
     let query = query.unwrap_or_default();
     let user_agent = headers.get(header::USER_AGENT).and_then(|v| v.to_str().ok()).unwrap_or_default();
     let wants = format_override(&query).unwrap_or_else(|| match_user_agent(user_agent, &[]));
