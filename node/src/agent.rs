@@ -283,7 +283,13 @@ impl Agent {
         // Once control fails in a pass, the rest of the pass goes to the edge: a control that
         // drops packets (behind NAT) costs one connect timeout a pass, not one a report.
         let mut control_up = true;
-        for seq in self.queued()? {
+        // Reports acknowledged before a crash cut their deletion short go first.
+        let acked = self.acked();
+        let (done, queue): (Vec<u64>, Vec<u64>) = self.queued()?.into_iter().partition(|seq| *seq <= acked);
+        for seq in done {
+            let _ = std::fs::remove_file(self.queue_dir().join(format!("{seq}.report")));
+        }
+        for &seq in &queue {
             let path = self.queue_dir().join(format!("{seq}.report"));
             let bytes = std::fs::read(&path).with_context(|| format!("reading {}", path.display()))?;
             let node = self.settings.node;
@@ -301,7 +307,7 @@ impl Agent {
                     if answer.status().is_success() {
                         let ack = answer.bytes().await?;
                         let acked = self.verify_ack(&ack)?;
-                        self.forget(acked)?;
+                        self.forget(acked, &queue)?;
                         continue;
                     }
                     bail!("control refused usage report {seq}: {}", answer.status());
@@ -346,18 +352,21 @@ impl Agent {
         Ok(ack.seq)
     }
 
-    /// Deletes reports up to `acked`. An acknowledgement beyond the last report this node
-    /// made is not about this node's reports (an old one, from before an enrollment): ignored.
-    fn forget(&self, acked: u64) -> Result<()> {
-        let made = self.queued()?.last().copied().unwrap_or(0).max(self.acked());
+    /// Deletes the reports of `queue` (the queue, oldest first) up to `acked`. An
+    /// acknowledgement beyond the last report this node made is not about this node's reports
+    /// (an old one, from before an enrollment): ignored.
+    fn forget(&self, acked: u64, queue: &[u64]) -> Result<()> {
+        let before = self.acked();
+        let made = queue.last().copied().unwrap_or(0).max(before);
         if acked > made {
             tracing::warn!(acked, made, "ignoring an acknowledgement of reports this node never made");
             return Ok(());
         }
-        if acked > self.acked() {
-            self.state.write("usage.acked", acked.to_string().as_bytes())?;
+        if acked <= before {
+            return Ok(());
         }
-        for seq in self.queued()?.into_iter().filter(|s| *s <= acked) {
+        self.state.write("usage.acked", acked.to_string().as_bytes())?;
+        for seq in queue.iter().filter(|s| (before + 1..=acked).contains(*s)) {
             let _ = std::fs::remove_file(self.queue_dir().join(format!("{seq}.report")));
         }
         Ok(())
@@ -381,7 +390,7 @@ impl Agent {
             return Ok(());
         }
         let acked = self.verify_ack(&answer.bytes().await?)?;
-        self.forget(acked)
+        self.forget(acked, &self.queued()?)
     }
 
     /// Reports usage forever.
