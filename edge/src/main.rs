@@ -6,11 +6,12 @@ mod cli {
     use std::net::SocketAddr;
     use std::path::PathBuf;
     use std::sync::Arc;
+    use std::time::Duration;
 
     use anyhow::{Context as _, Result, bail};
     use clap::Parser;
     use hearth_edge::config::{EdgeConfig, NAMES};
-    use hearth_edge::native::{Edge, router};
+    use hearth_edge::native::{Edge, Replica, router};
 
     /// Hearth's self-hosted edge: subscription links, pushes from control, node pulls.
     #[derive(Parser)]
@@ -22,6 +23,19 @@ mod cli {
         /// The database file.
         #[arg(long, env = "HEARTH_EDGE_DB", default_value = "hearth-edge.db")]
         db: PathBuf,
+        /// Memory for recently served links, in MiB (0: read every fetch from the database).
+        #[arg(long, env = "HEARTH_EDGE_CACHE_MIB", default_value_t = 64)]
+        cache_mib: usize,
+        /// Run as a replica of this remote libSQL server (sqld or Turso): links are read from
+        /// the local file, writes go to the server. Needs a build with `--features remote-replica`.
+        #[arg(long, env = "HEARTH_EDGE_REPLICA_URL")]
+        replica_url: Option<String>,
+        /// The remote libSQL server's auth token.
+        #[arg(long, env = "HEARTH_EDGE_REPLICA_TOKEN", hide_env_values = true, default_value = "")]
+        replica_token: String,
+        /// How often a replica pulls what other edges wrote, in seconds.
+        #[arg(long, env = "HEARTH_EDGE_REPLICA_SYNC_SECS", default_value_t = 2)]
+        replica_sync_secs: u64,
         /// A TOML file of settings (`root_key = "..."`, `api_prefix = "..."`, ...);
         /// `HEARTH_*` environment variables override it.
         #[arg(long, env = "HEARTH_EDGE_CONFIG")]
@@ -60,15 +74,38 @@ mod cli {
         let config = settings(cli.config.as_ref())?;
         let runtime = tokio::runtime::Builder::new_multi_thread().enable_all().build()?;
         runtime.block_on(async {
-            let edge = Edge::open(config, &cli.db).await.with_context(|| format!("opening {}", cli.db.display()))?;
+            let replica = cli.replica_url.clone().map(|url| Replica { url, auth_token: cli.replica_token.clone() });
+            let edge =
+                Edge::open(config, &cli.db, cli.cache_mib << 20, replica.as_ref()).await.with_context(
+                    || match &replica {
+                        Some(replica) => format!("opening {} as a replica of {}", cli.db.display(), replica.url),
+                        None => format!("opening {}", cli.db.display()),
+                    },
+                )?;
+            let edge = Arc::new(edge);
+            if replica.is_some() {
+                tokio::spawn(sync_loop(edge.clone(), Duration::from_secs(cli.replica_sync_secs.max(1))));
+            }
             let listener = tokio::net::TcpListener::bind(cli.listen)
                 .await
                 .with_context(|| format!("listening on {}", cli.listen))?;
             println!("hearth-edge listening on http://{}", listener.local_addr()?);
-            let app = router(Arc::new(edge)).into_make_service_with_connect_info::<SocketAddr>();
+            let app = router(edge).into_make_service_with_connect_info::<SocketAddr>();
             axum::serve(listener, app).with_graceful_shutdown(shutdown()).await?;
             Ok(())
         })
+    }
+
+    /// Pulls what other edges wrote to the shared server, every `every`.
+    async fn sync_loop(edge: Arc<Edge>, every: Duration) {
+        let mut ticks = tokio::time::interval(every);
+        ticks.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+        loop {
+            ticks.tick().await;
+            if let Err(error) = edge.sync().await {
+                tracing::warn!(%error, "syncing from the replica's server failed; serving what is here");
+            }
+        }
     }
 
     async fn shutdown() {

@@ -79,3 +79,67 @@ pub fn subscription(
     let answer = answer(&snapshot, wants, sub_url);
     Reply { status: 200, headers: answer.headers, body: answer.body.into_bytes() }
 }
+
+/// Links refused recently, remembered in memory until their window ends, so a client that
+/// keeps fetching a link over its limit is answered 429 without a storage call. On Cloudflare
+/// each isolate keeps its own: it only ever repeats a refusal the link's Durable Object gave,
+/// and a window never ends sooner than it said, so it cannot let a fetch through that storage
+/// would have refused, nor refuse one it would have let through (but for the rounding of
+/// `Retry-After` to whole seconds).
+#[derive(Debug, Default)]
+pub struct Refusals {
+    until_ms: std::collections::HashMap<hearth_shared::Digest, u64>,
+}
+
+impl Refusals {
+    /// At most this many links are remembered; past it, expired ones are dropped first and a
+    /// new refusal is not remembered if none expired (it is then asked of storage again).
+    pub const CAPACITY: usize = 10_000;
+
+    /// The seconds until `hash` may fetch again, if it was refused and its window is not over.
+    pub fn check(&self, hash: &hearth_shared::Digest, now_ms: u64) -> Option<u64> {
+        self.until_ms.get(hash).filter(|until| **until > now_ms).map(|until| (until - now_ms).div_ceil(1000))
+    }
+
+    /// Remembers that storage refused `hash` at `now_ms` for `retry_after` seconds.
+    pub fn remember(&mut self, hash: hearth_shared::Digest, now_ms: u64, retry_after: u64) {
+        if self.until_ms.len() >= Self::CAPACITY && !self.until_ms.contains_key(&hash) {
+            self.until_ms.retain(|_, until| *until > now_ms);
+            if self.until_ms.len() >= Self::CAPACITY {
+                return;
+            }
+        }
+        self.until_ms.insert(hash, now_ms.saturating_add(retry_after.saturating_mul(1000)));
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn refusals_last_until_the_window_ends_and_stay_bounded() {
+        let mut refusals = Refusals::default();
+        let link = [1u8; 32];
+        assert_eq!(refusals.check(&link, 0), None);
+        refusals.remember(link, 10_000, 30);
+        assert_eq!(refusals.check(&link, 10_000), Some(30));
+        assert_eq!(refusals.check(&link, 39_001), Some(1));
+        assert_eq!(refusals.check(&link, 40_000), None, "the window is over");
+        assert_eq!(refusals.check(&[2u8; 32], 10_000), None, "only the refused link");
+
+        // Full of live refusals: a new one is not remembered, the old ones stay.
+        let mut full = Refusals::default();
+        for n in 0..Refusals::CAPACITY as u32 {
+            let mut hash = [0u8; 32];
+            hash[..4].copy_from_slice(&n.to_le_bytes());
+            full.remember(hash, 0, if n == 0 { 1 } else { 3600 });
+        }
+        full.remember([9u8; 32], 500, 60);
+        assert_eq!(full.check(&[9u8; 32], 500), None);
+        // Once one has expired, it makes room.
+        full.remember([9u8; 32], 2_000, 60);
+        assert_eq!(full.check(&[9u8; 32], 2_000), Some(60));
+        assert_eq!(full.until_ms.len(), Refusals::CAPACITY);
+    }
+}

@@ -141,7 +141,7 @@ both!(
     the_link_limit_answers_429_until_the_window_turns,
     unknown_links_and_paths_get_one_decoy_and_probing_networks_get_only_decoys,
     bad_pushes_change_nothing_and_say_why,
-    a_rotated_link_is_gone_for_good,
+    a_changed_link_serves_at_once_and_a_rotated_one_is_gone_for_good,
     nodes_pull_their_own_set_and_usage_queues_for_control,
     the_archive_round_trips_and_everything_survives_a_restart
 );
@@ -331,12 +331,23 @@ async fn bad_pushes_change_nothing_and_say_why(backend: Backend) {
     assert!(s.page(&token).await.contains("Renamed"));
 }
 
-async fn a_rotated_link_is_gone_for_good(backend: Backend) {
+async fn a_changed_link_serves_at_once_and_a_rotated_one_is_gone_for_good(backend: Backend) {
     let mut s = start(backend, &[]);
     let token = SubToken::generate(&mut OsRng);
     let item = s.sim.snapshot(&token, &demo_snapshot(1));
     let old = item.envelope().unwrap().to_vec();
     assert_eq!(s.push_items(&[item]).await.0, StatusCode::OK);
+    // Served (so the native edge holds it in memory), then changed: the next fetch has it.
+    let first = s.get(&s.link(&token), "v2rayN/7").await;
+    assert_eq!(first.0, StatusCode::OK);
+    let changed = demo_snapshot(2);
+    let item = s.sim.snapshot(&token, &changed);
+    assert_eq!(s.push_items(&[item]).await.0, StatusCode::OK);
+    let second = s.get(&s.link(&token), "v2rayN/7").await;
+    assert_eq!(second.0, StatusCode::OK);
+    assert_ne!(second.2, first.2);
+    let expected = answer(&changed, match_user_agent("v2rayN/7", &[]), "");
+    assert_eq!(second.2, expected.body);
     let delete = s.sim.delete_link(&token);
     assert_eq!(s.push_items(&[delete]).await.0, StatusCode::OK);
     assert_eq!(s.get(&s.link(&token), "v2rayN/7").await.0, StatusCode::NOT_FOUND);
@@ -481,4 +492,26 @@ async fn the_archive_round_trips_and_everything_survives_a_restart(backend: Back
         s.http.post(format!("{}/{API}/push", s.edge.url)).bearer_auth(PUSH_TOKEN).body(push).send().await.unwrap();
     let status = response.status();
     assert_eq!(status, StatusCode::OK, "{}", response.text().await.unwrap());
+}
+
+#[test]
+fn a_replica_asked_of_a_build_without_it_says_how_to_get_it() {
+    // The tests build the default edge, without the `remote-replica` feature (it needs a
+    // libSQL server, which is not here to test against).
+    let dir = tempfile::tempdir().unwrap();
+    let sim = ControlSim::new();
+    let output = std::process::Command::new(hearth_tests::binary("hearth-edge").unwrap())
+        .args(["--listen", "127.0.0.1:0", "--db"])
+        .arg(dir.path().join("edge.db"))
+        .env_clear()
+        .envs(settings(&sim, &[]))
+        .env("HEARTH_EDGE_REPLICA_URL", "http://127.0.0.1:9")
+        .env("HEARTH_EDGE_REPLICA_TOKEN", "replica-secret-0123456789")
+        .output()
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert!(!output.status.success());
+    assert!(stderr.contains("--features remote-replica"), "{stderr}");
+    assert!(!stderr.contains("replica-secret"), "{stderr}");
+    assert!(!dir.path().join("edge.db").exists(), "nothing was made");
 }

@@ -25,6 +25,7 @@ use crate::push;
 use crate::routes::{Route, route};
 use crate::serve::{self, Gate};
 use crate::{Reply, api};
+pub use store::Replica;
 use store::{Store, StoreError};
 
 /// How many usage reports one drain hands out.
@@ -76,11 +77,28 @@ impl Request<'_> {
 }
 
 impl Edge {
-    /// Opens the edge's database and loads its trust.
-    pub async fn open(config: EdgeConfig, db: &std::path::Path) -> Result<Edge, StoreError> {
-        let store = Store::open(db).await?;
+    /// Opens the edge's database (a replica of `replica`, if given) and loads its trust; up to
+    /// `cache_bytes` of recently served links are kept in memory.
+    pub async fn open(
+        config: EdgeConfig,
+        db: &std::path::Path,
+        cache_bytes: usize,
+        replica: Option<&Replica>,
+    ) -> Result<Edge, StoreError> {
+        let store = Store::open(db, cache_bytes, replica).await?;
         let trust = config.trust(store.trust().await?);
         Ok(Edge { config, store, trust: RwLock::new(trust), limiter: Mutex::new(Limiter::default()) })
+    }
+
+    /// Brings a replica up to date with its server, and takes the trust other edges stored.
+    /// Returns whether anything changed.
+    pub async fn sync(&self) -> Result<bool, StoreError> {
+        if !self.store.sync().await? {
+            return Ok(false);
+        }
+        let trust = self.config.trust(self.store.trust().await?);
+        *self.trust.write().expect("trust lock") = trust;
+        Ok(true)
     }
 
     fn trust(&self) -> Trust {

@@ -1,7 +1,13 @@
 //! The native edge's storage: an embedded libSQL database with the schema the Worker's
 //! Durable Objects use. One writer at a time; every push is one transaction.
+//!
+//! Links that were served recently are kept in memory ([`LinkCache`], bounded in bytes), so a
+//! busy link is answered without a database read. A push updates the cache after its
+//! transaction commits; a read that raced with a push never puts an older envelope back.
 
+use std::collections::HashMap;
 use std::path::Path;
+use std::sync::Arc;
 
 use hearth_shared::Digest;
 use hearth_shared::trust::{StreamState, Trust};
@@ -49,17 +55,76 @@ pub enum StoreError {
     /// A push was refused while applying.
     #[error(transparent)]
     Refused(#[from] PushError),
+    /// A remote replica was asked of a build without it.
+    #[error(
+        "this hearth-edge was built without the `remote-replica` feature (cargo build -p hearth-edge --features remote-replica)"
+    )]
+    NoReplicaSupport,
+}
+
+/// A remote libSQL server (sqld, or Turso) this edge's database replicates: reads are served
+/// from the local file, writes (pushes, usage reports) go to the server, and changes other
+/// edges wrote arrive by [`Store::sync`].
+#[derive(Clone)]
+pub struct Replica {
+    /// The server's URL (`https://...` or `http://...`).
+    pub url: String,
+    /// The server's auth token (empty for none). Never logged.
+    pub auth_token: String,
+}
+
+/// Envelopes of links read recently, up to a budget in bytes. When the budget is reached the
+/// cache starts over (empty), which keeps it simple and bounded; unknown links are never
+/// cached, so scanning tokens cannot fill it.
+struct LinkCache {
+    links: HashMap<Digest, Arc<[u8]>>,
+    bytes: usize,
+    budget: usize,
+    /// Bumped by every push, after its commit: a read that began before can tell.
+    generation: u64,
+}
+
+/// What a cached link costs besides its envelope (key, pointer, table slot), roughly.
+const ENTRY_OVERHEAD: usize = 96;
+
+impl LinkCache {
+    fn get(&self, hash: &Digest) -> Option<Arc<[u8]>> {
+        self.links.get(hash).cloned()
+    }
+
+    fn insert(&mut self, hash: Digest, envelope: Arc<[u8]>) {
+        let cost = envelope.len() + ENTRY_OVERHEAD;
+        if cost > self.budget {
+            return;
+        }
+        if self.bytes + cost > self.budget {
+            self.links = HashMap::new();
+            self.bytes = 0;
+        }
+        if let Some(old) = self.links.insert(hash, envelope) {
+            self.bytes -= old.len() + ENTRY_OVERHEAD;
+        }
+        self.bytes += cost;
+    }
+
+    fn forget(&mut self, hash: &Digest) {
+        if let Some(old) = self.links.remove(hash) {
+            self.bytes -= old.len() + ENTRY_OVERHEAD;
+        }
+    }
 }
 
 /// The database.
 pub struct Store {
     conn: Connection,
+    cache: std::sync::RwLock<LinkCache>,
     // The one statement on the hot path, prepared once (parsing it took a large share of an
     // answer's CPU); a statement runs one query at a time, hence the lock.
     link_lookup: Mutex<libsql::Statement>,
     // libSQL connections are shared; writes take this so transactions never interleave.
     writer: Mutex<()>,
-    _db: libsql::Database,
+    _reader: Connection,
+    db: libsql::Database,
 }
 
 fn i(n: u64) -> i64 {
@@ -83,30 +148,99 @@ pub struct Applied {
 }
 
 impl Store {
-    /// Opens (or creates) the database at `path`.
-    pub async fn open(path: &Path) -> Result<Store, StoreError> {
-        let db = libsql::Builder::new_local(path).build().await?;
+    /// Opens (or creates) the database at `path`, keeping up to `cache_bytes` of recently
+    /// served links in memory (0: none); with `replica`, as a replica of a remote server,
+    /// first brought up to date with it.
+    pub async fn open(path: &Path, cache_bytes: usize, replica: Option<&Replica>) -> Result<Store, StoreError> {
+        let db = match replica {
+            None => libsql::Builder::new_local(path).build().await?,
+            #[cfg(feature = "remote-replica")]
+            Some(replica) => {
+                let db = libsql::Builder::new_remote_replica(path, replica.url.clone(), replica.auth_token.clone())
+                    .read_your_writes(true)
+                    .build()
+                    .await?;
+                db.sync().await?;
+                db
+            }
+            #[cfg(not(feature = "remote-replica"))]
+            Some(_) => return Err(StoreError::NoReplicaSupport),
+        };
         let conn = db.connect()?;
-        // journal_mode answers with a row, so it is a query.
-        conn.query("PRAGMA journal_mode = WAL", ()).await?;
-        conn.execute("PRAGMA synchronous = NORMAL", ()).await?;
+        if replica.is_none() {
+            // journal_mode answers with a row, so it is a query. (A replica's file is the
+            // replication library's to set up.)
+            conn.query("PRAGMA journal_mode = WAL", ()).await?;
+            conn.execute("PRAGMA synchronous = NORMAL", ()).await?;
+        }
         conn.execute_batch(SCHEMA).await?;
-        let link_lookup = Mutex::new(conn.prepare("SELECT envelope FROM links WHERE token_hash = ?1").await?);
-        Ok(Store { conn, link_lookup, writer: Mutex::new(()), _db: db })
+        // Links are read on a connection of their own, so a read never sees a push's
+        // transaction before it commits (WAL gives each read the last committed state).
+        let reader = db.connect()?;
+        let link_lookup = Mutex::new(reader.prepare("SELECT envelope FROM links WHERE token_hash = ?1").await?);
+        let cache = LinkCache { links: HashMap::new(), bytes: 0, budget: cache_bytes, generation: 0 };
+        Ok(Store {
+            conn,
+            cache: std::sync::RwLock::new(cache),
+            link_lookup,
+            writer: Mutex::new(()),
+            _reader: reader,
+            db,
+        })
     }
 
     /// The stored envelope of a link, if the link exists and was not deleted.
-    pub async fn link(&self, token_hash: &Digest) -> Result<Option<Vec<u8>>, StoreError> {
+    pub async fn link(&self, token_hash: &Digest) -> Result<Option<Arc<[u8]>>, StoreError> {
+        let generation = {
+            let cache = self.cache.read().expect("link cache lock");
+            if let Some(envelope) = cache.get(token_hash) {
+                return Ok(Some(envelope));
+            }
+            cache.generation
+        };
         let statement = self.link_lookup.lock().await;
         statement.reset();
         let mut rows = statement.query(params![token_hash.to_vec()]).await?;
         let envelope = match rows.next().await? {
-            Some(row) => row.get::<Option<Vec<u8>>>(0)?,
+            Some(row) => row.get::<Option<Vec<u8>>>(0)?.map(Arc::<[u8]>::from),
             None => None,
         };
         drop(rows);
         statement.reset();
+        drop(statement);
+        if let Some(envelope) = &envelope {
+            let mut cache = self.cache.write().expect("link cache lock");
+            // A push that committed since the read began may have replaced this link.
+            if cache.generation == generation {
+                cache.insert(*token_hash, envelope.clone());
+            }
+        }
         Ok(envelope)
+    }
+
+    /// Brings a replica up to date with its server; `true` when anything changed (then the
+    /// link cache starts over, and the caller reloads the trust). A local database has
+    /// nothing to sync.
+    pub async fn sync(&self) -> Result<bool, StoreError> {
+        #[cfg(feature = "remote-replica")]
+        {
+            let replicated = self.db.sync().await?;
+            if replicated.frames_synced() > 0 {
+                let mut cache = self.cache.write().expect("link cache lock");
+                cache.generation += 1;
+                cache.links = HashMap::new();
+                cache.bytes = 0;
+                return Ok(true);
+            }
+        }
+        let _ = &self.db;
+        Ok(false)
+    }
+
+    /// How many links, and how many bytes of them, are held in memory.
+    pub fn cached(&self) -> (usize, usize) {
+        let cache = self.cache.read().expect("link cache lock");
+        (cache.links.len(), cache.bytes)
     }
 
     /// A stream's stored version and envelope (`None` envelope: deleted).
@@ -189,6 +323,14 @@ impl Store {
             .await?;
         }
         tx.commit().await?;
+        let mut cache = self.cache.write().expect("link cache lock");
+        cache.generation += 1;
+        for write in &checked.writes {
+            if let Target::Link(hash) = &write.target {
+                // Dropped rather than replaced: the next fetch reads the committed row.
+                cache.forget(hash);
+            }
+        }
         Ok(applied)
     }
 

@@ -4,14 +4,20 @@ use std::net::{IpAddr, Ipv4Addr};
 
 use hearth_edge::config::EdgeConfig;
 use hearth_edge::routes::{Route, route};
-use hearth_edge::serve::{self, decoy, too_many};
+use hearth_edge::serve::{self, Refusals, decoy, too_many};
 use hearth_edge::{Reply, api};
 use hearth_shared::ratelimit::Network;
 use hearth_shared::sha256;
 use hearth_shared::wire::SubToken;
 use worker::{Context, Env, Method, Request, Response, Result, event};
 
-use crate::runtime::{call, config, reply_of, respond};
+use crate::runtime::{call, config, now_ms, reply_of, respond};
+
+thread_local! {
+    /// Links this isolate saw refused, until their windows end: a client retrying a link over
+    /// its limit costs no Durable Object call.
+    static REFUSALS: std::cell::RefCell<Refusals> = std::cell::RefCell::new(Refusals::default());
+}
 
 #[event(fetch)]
 async fn fetch(req: Request, env: Env, ctx: Context) -> Result<Response> {
@@ -76,6 +82,13 @@ async fn subscription(
         .and_then(|ip| ip.parse().ok())
         .unwrap_or(IpAddr::V4(Ipv4Addr::UNSPECIFIED));
     let client_network = Network::of(client);
+    let url = req.url()?;
+    let hash = token.as_ref().map_or_else(|| sha256(url.path().as_bytes()), SubToken::hash);
+    if limits.enabled
+        && let Some(retry) = REFUSALS.with_borrow(|refusals| refusals.check(&hash, now_ms()))
+    {
+        return Ok(too_many(retry));
+    }
     if limits.enabled {
         let url =
             format!("https://network/gate?burst={}&per_minute={}", limits.network.burst, limits.network.per_minute);
@@ -90,8 +103,6 @@ async fn subscription(
             _ => return Ok(decoy()),
         }
     }
-    let url = req.url()?;
-    let hash = token.as_ref().map_or_else(|| sha256(url.path().as_bytes()), SubToken::hash);
     let found = link(env, config, &hash, true).await?;
     match (token, found.status) {
         (Some(token), 200) => {
@@ -109,7 +120,9 @@ async fn subscription(
         }
         (Some(_), 429) => {
             let retry = found.headers.iter().find(|(n, _)| *n == "retry-after").and_then(|(_, v)| v.parse().ok());
-            Ok(too_many(retry.unwrap_or(60)))
+            let retry = retry.unwrap_or(60);
+            REFUSALS.with_borrow_mut(|refusals| refusals.remember(hash, now_ms(), retry));
+            Ok(too_many(retry))
         }
         (_, 404) | (None, _) => {
             if limits.enabled {

@@ -16,40 +16,59 @@ const COMPONENT: &AsciiSet = &NON_ALPHANUMERIC.remove(b'-').remove(b'.').remove(
 
 /// The share link of one entry.
 pub fn link(entry: &Entry<'_>) -> String {
+    let mut out = String::with_capacity(256);
+    write_link(&mut out, entry);
+    out
+}
+
+/// Appends the share link of one entry to `out`.
+fn write_link(out: &mut String, entry: &Entry<'_>) {
+    use std::fmt::Write as _;
     let endpoint = &entry.endpoint;
-    let host = if endpoint.host.contains(':') { format!("[{}]", endpoint.host) } else { endpoint.host.clone() };
-    let mut query: Vec<(&str, String)> = Vec::new();
+    // Writing to a String cannot fail.
+    let _ = write!(out, "hysteria2://{}@", utf8_percent_encode(entry.credential, COMPONENT));
+    if endpoint.host.contains(':') {
+        let _ = write!(out, "[{}]", endpoint.host);
+    } else {
+        out.push_str(&endpoint.host);
+    }
+    let _ = write!(out, ":{}/", endpoint.port);
+    let mut separator = '?';
+    let mut param = |out: &mut String, key: &str, value: std::fmt::Arguments<'_>| {
+        out.push(separator);
+        separator = '&';
+        let _ = write!(out, "{key}={value}");
+    };
     if let Some(password) = &endpoint.obfs {
-        query.push(("obfs", "salamander".to_owned()));
-        query.push(("obfs-password", password.clone()));
+        param(out, "obfs", format_args!("salamander"));
+        param(out, "obfs-password", format_args!("{}", utf8_percent_encode(password, COMPONENT)));
     }
     if let Some(sni) = &endpoint.sni {
-        query.push(("sni", sni.clone()));
+        param(out, "sni", format_args!("{}", utf8_percent_encode(sni, COMPONENT)));
     }
     if endpoint.insecure {
-        query.push(("insecure", "1".to_owned()));
+        param(out, "insecure", format_args!("1"));
     }
     if let Some(pin) = &endpoint.cert_sha256 {
-        query.push(("pinSHA256", hex::encode(pin)));
+        param(out, "pinSHA256", format_args!("{}", hex::encode(pin)));
     }
     if let Some(hop) = endpoint.hop {
-        query.push(("mport", format!("{}-{}", hop.start, hop.end)));
+        param(out, "mport", format_args!("{}-{}", hop.start, hop.end));
     }
-    let query: Vec<String> =
-        query.iter().map(|(key, value)| format!("{key}={}", utf8_percent_encode(value, COMPONENT))).collect();
-    let query = if query.is_empty() { String::new() } else { format!("?{}", query.join("&")) };
-    format!(
-        "hysteria2://{}@{host}:{}/{query}#{}",
-        utf8_percent_encode(entry.credential, COMPONENT),
-        endpoint.port,
-        utf8_percent_encode(&entry.name, COMPONENT)
-    )
+    let _ = write!(out, "#{}", utf8_percent_encode(&entry.name, COMPONENT));
 }
 
 /// The share links of a snapshot, one per line.
 pub fn links(snapshot: &Snapshot) -> String {
-    let links: Vec<String> = entries(snapshot, &[]).iter().map(link).collect();
-    links.join("\n")
+    let entries = entries(snapshot, &[]);
+    let mut out = String::with_capacity(256 * entries.len());
+    for (i, entry) in entries.iter().enumerate() {
+        if i > 0 {
+            out.push('\n');
+        }
+        write_link(&mut out, entry);
+    }
+    out
 }
 
 /// The base64 list: standard base64 of the newline-joined links.

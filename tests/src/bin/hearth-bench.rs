@@ -9,8 +9,6 @@
 //! 429 runs. Figures include the HTTP server; for the Worker, `wrangler dev` adds its proxy,
 //! which is not counted (only `workerd` is).
 
-use std::sync::Arc;
-use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
 use anyhow::{Context as _, Result, bail};
@@ -36,43 +34,79 @@ fn ticks_per_second() -> u64 {
     100
 }
 
+/// Puts every thread of `pid` on `cpu` (BENCH.md: the system under test on one CPU, the
+/// load on the other), when the machine has two CPUs or more and `taskset` is there.
+fn pin(pid: u32, cpu: usize) -> bool {
+    // Counted once, before this process is pinned to one of them.
+    static CPUS: std::sync::OnceLock<usize> = std::sync::OnceLock::new();
+    let cpus = *CPUS.get_or_init(|| std::thread::available_parallelism().map_or(1, usize::from));
+    cpus >= 2
+        && std::process::Command::new("taskset")
+            .args(["-a", "-p", "-c", &cpu.to_string(), &pid.to_string()])
+            .stdout(std::process::Stdio::null())
+            .status()
+            .is_ok_and(|status| status.success())
+}
+
 struct Run {
     answers: u64,
     cpu_us_each: f64,
     per_second: f64,
 }
 
-async fn load(edge: &EdgeProcess, links: &[String], status: u16) -> Result<Run> {
-    let http = hearth_tests::http().pool_max_idle_per_host(IN_FLIGHT).build()?;
-    let done = Arc::new(AtomicU64::new(0));
+/// The wrk script: cycles over the paths in `paths_file`, counts the answers with `status`.
+const WRK_SCRIPT: &str = r#"
+local paths = {}
+for line in io.lines(os.getenv("HEARTH_BENCH_PATHS")) do paths[#paths + 1] = line end
+local expected = tonumber(os.getenv("HEARTH_BENCH_STATUS"))
+local threads = {}
+function setup(thread) table.insert(threads, thread) end
+local i = 0
+function request()
+  i = i + 1
+  return wrk.format("GET", paths[(i % #paths) + 1], { ["User-Agent"] = "v2rayN/7.12.5" })
+end
+matched, other = 0, 0
+function response(status, headers, body)
+  if status == expected then matched = matched + 1 else other = other + 1 end
+end
+function done(summary, latency, requests)
+  local m, o = 0, 0
+  for _, t in ipairs(threads) do m = m + t:get("matched"); o = o + t:get("other") end
+  io.write(string.format("hearth matched=%d other=%d\n", m, o))
+end
+"#;
+
+/// Keeps `IN_FLIGHT` requests for `paths` in flight for `SECONDS` with wrk (a load generator
+/// fast enough to keep the edge busy, so the figure is the cost of an answer at full load,
+/// not of waking up for each one), and divides the edge's CPU time by the answers.
+async fn load(edge: &EdgeProcess, paths: &[String], status: u16) -> Result<Run> {
+    let dir = tempfile::tempdir()?;
+    let (script, list) = (dir.path().join("load.lua"), dir.path().join("paths"));
+    std::fs::write(&script, WRK_SCRIPT)?;
+    std::fs::write(&list, paths.join("\n"))?;
     let pid = edge.server_pid()?;
     let before = cpu_ticks(pid)?;
     let started = Instant::now();
-    let deadline = started + Duration::from_secs(SECONDS);
-    let mut tasks = Vec::new();
-    for worker in 0..IN_FLIGHT {
-        let (http, done, links) = (http.clone(), done.clone(), links.to_vec());
-        tasks.push(tokio::spawn(async move {
-            let mut i = worker;
-            while Instant::now() < deadline {
-                let response = http.get(&links[i % links.len()]).header("user-agent", "v2rayN/7.12.5").send().await?;
-                let got = response.status().as_u16();
-                response.bytes().await?;
-                if got != status {
-                    bail!("expected {status}, got {got}");
-                }
-                done.fetch_add(1, Ordering::Relaxed);
-                i += IN_FLIGHT;
-            }
-            Ok(())
-        }));
-    }
-    for task in tasks {
-        task.await??;
-    }
+    let mut wrk = std::process::Command::new("wrk");
+    wrk.args(["-t1", &format!("-c{IN_FLIGHT}"), &format!("-d{SECONDS}s"), "-s"])
+        .arg(&script)
+        .arg(&edge.url)
+        .env("HEARTH_BENCH_PATHS", &list)
+        .env("HEARTH_BENCH_STATUS", status.to_string());
+    let output =
+        tokio::task::spawn_blocking(move || wrk.output()).await?.context("running wrk (apt-get install wrk)")?;
     let elapsed = started.elapsed().as_secs_f64();
     let cpu_us = (cpu_ticks(pid)? - before) as f64 * 1e6 / ticks_per_second() as f64;
-    let answers = done.load(Ordering::Relaxed);
+    let text = String::from_utf8_lossy(&output.stdout);
+    let counts = text.lines().find_map(|line| line.strip_prefix("hearth matched="));
+    let Some((matched, other)) = counts.and_then(|rest| rest.split_once(" other=")) else {
+        bail!("wrk failed: {text}{}", String::from_utf8_lossy(&output.stderr));
+    };
+    let (answers, other): (u64, u64) = (matched.trim().parse()?, other.trim().parse()?);
+    if other > 0 || answers == 0 {
+        bail!("expected {status} only: {answers} did, {other} did not");
+    }
     Ok(Run { answers, cpu_us_each: cpu_us / answers as f64, per_second: answers as f64 / elapsed })
 }
 
@@ -93,6 +127,11 @@ async fn bench(backend: Backend, limits: bool) -> Result<()> {
     }
     let state = dir.path().join(if backend == Backend::Native { "edge.db" } else { "worker" });
     let edge = EdgeProcess::start(backend, &state, &vars)?;
+    // This process (and wrk) is on CPU 0 already, so the edge started seeing one CPU and
+    // sized its runtime for one, as it would on a 1 vCPU machine.
+    if !pin(edge.server_pid()?, 1) {
+        eprintln!("note: could not pin the edge and the load to CPUs of their own; figures include contention");
+    }
     let tokens: Vec<SubToken> = (0..USERS).map(|_| SubToken::generate(&mut OsRng)).collect();
     let items: Vec<_> = tokens.iter().zip(1..).map(|(token, user)| sim.snapshot(token, &demo_snapshot(user))).collect();
     let push = sim.push(&items);
@@ -113,13 +152,14 @@ async fn bench(backend: Backend, limits: bool) -> Result<()> {
     }
     if !limits {
         // The floor: what the same HTTP stack costs for `/healthz`, which touches nothing.
-        let floor = load(&edge, &[format!("{}/healthz", edge.url)], 200).await?;
+        let floor = load(&edge, &["/healthz".to_owned()], 200).await?;
         println!(
             "| {backend:?} | /healthz (HTTP floor) | {:.1} us | {:.0} | {} | |",
             floor.cpu_us_each, floor.per_second, floor.answers
         );
     }
-    let run = load(&edge, &links, if limits { 429 } else { 200 }).await?;
+    let paths: Vec<String> = tokens.iter().map(|t| format!("/s/{}", t.to_link_form())).collect();
+    let run = load(&edge, &paths, if limits { 429 } else { 200 }).await?;
     println!(
         "| {:?} | {} | {:.1} us | {:.0} | {} | push of {USERS} users: {} bytes in {:.0} ms |",
         backend,
@@ -131,6 +171,77 @@ async fn bench(backend: Backend, limits: bool) -> Result<()> {
         push_time.as_secs_f64() * 1000.0,
     );
     edge.stop()
+}
+
+/// The edge's own work per request, without HTTP or the kernel: `Edge::handle` called in this
+/// process on one thread, over the links of 1000 users, for as many requests as fit in
+/// `SECONDS`. This is the figure comparable with a Worker's CPU time, which does not count
+/// the runtime's HTTP either.
+async fn edge_logic(limits: bool) -> Result<()> {
+    use hearth_edge::config::EdgeConfig;
+    use hearth_edge::native::{Edge, Request};
+    use http::HeaderMap;
+    let dir = tempfile::tempdir()?;
+    let mut sim = ControlSim::new();
+    let root = sim.root.public().to_string();
+    let config = EdgeConfig::from_vars(|name| match name {
+        "HEARTH_ROOT_KEY" => Some(root.clone()),
+        "HEARTH_PUSH_TOKEN" => Some(PUSH_TOKEN.to_owned()),
+        "HEARTH_API_PREFIX" => Some(API.to_owned()),
+        "HEARTH_LIMITS" => Some((if limits { "on" } else { "off" }).to_owned()),
+        "HEARTH_LINK_LIMIT" => Some("1".to_owned()),
+        "HEARTH_NETWORK_BURST" | "HEARTH_NETWORK_PER_MINUTE" => Some("100000000".to_owned()),
+        _ => None,
+    })?;
+    let edge = Edge::open(config, &dir.path().join("edge.db"), 64 << 20, None).await?;
+    let tokens: Vec<SubToken> = (0..USERS).map(|_| SubToken::generate(&mut OsRng)).collect();
+    let items: Vec<_> = tokens.iter().zip(1..).map(|(token, user)| sim.snapshot(token, &demo_snapshot(user))).collect();
+    let push = sim.push(&items);
+    let mut headers = HeaderMap::new();
+    headers.insert("authorization", format!("Bearer {PUSH_TOKEN}").parse()?);
+    let client = "192.0.2.1".parse()?;
+    let path = format!("/{API}/push");
+    let request = Request { method: "POST", path: &path, query: "", headers: &headers, client, body: &push };
+    let reply = edge.handle(&request).await;
+    if reply.status != 200 {
+        bail!("push refused: {}", String::from_utf8_lossy(&reply.body));
+    }
+    let mut headers = HeaderMap::new();
+    headers.insert("user-agent", "v2rayN/7.12.5".parse()?);
+    headers.insert("host", "edge.example.net".parse()?);
+    let paths: Vec<String> = tokens.iter().map(|t| format!("/s/{}", t.to_link_form())).collect();
+    let expected = if limits { 429 } else { 200 };
+    let mut answers = 0u64;
+    let run = async |paths: &[String]| -> u64 {
+        let mut n = 0u64;
+        for path in paths {
+            let request = Request { method: "GET", path, query: "", headers: &headers, client, body: &[] };
+            let reply = edge.handle(&request).await;
+            n += u64::from(reply.status == expected);
+        }
+        n
+    };
+    // Warm up: fills the link cache, and with limits on spends each link's one fetch.
+    run(&paths).await;
+    let pid = std::process::id();
+    let before = cpu_ticks(pid)?;
+    let started = Instant::now();
+    let mut requests = 0u64;
+    while started.elapsed() < Duration::from_secs(SECONDS) {
+        answers += run(&paths).await;
+        requests += paths.len() as u64;
+    }
+    let cpu_us = (cpu_ticks(pid)? - before) as f64 * 1e6 / ticks_per_second() as f64;
+    if answers != requests {
+        bail!("{} of {requests} requests did not get {expected}", requests - answers);
+    }
+    println!(
+        "| Native, in process | {} | {:.1} us | {:.0} | {answers} | |",
+        if limits { "edge logic, 429" } else { "edge logic, subscription answer" },
+        cpu_us / answers as f64,
+        answers as f64 / started.elapsed().as_secs_f64(),
+    );
+    Ok(())
 }
 
 fn percentile(sorted: &[Duration], p: f64) -> Duration {
@@ -437,6 +548,9 @@ async fn main() -> Result<()> {
     if what != "edge" {
         bail!("usage: HEARTH_PROFILE=release hearth-bench control | node | edge [native|worker|workerd]");
     }
+    if !pin(std::process::id(), 0) {
+        eprintln!("note: could not pin the load to a CPU of its own; figures include contention");
+    }
     println!("| edge | what | server CPU per answer | answers/s | answers | push |");
     println!("|---|---|---|---|---|---|");
     // An optional second word picks one edge: `native` or `worker`.
@@ -446,6 +560,9 @@ async fn main() -> Result<()> {
             continue;
         }
         for limits in [false, true] {
+            if backend == Backend::Native {
+                edge_logic(limits).await?;
+            }
             bench(backend, limits).await?;
         }
     }
