@@ -116,6 +116,8 @@ pub(crate) struct Config {
     pub(crate) profile: Profile,
     pub(crate) edge: EdgeSettings,
     pub(crate) root: PublicKey,
+    /// The data directory the settings came from.
+    pub(crate) data_dir: std::path::PathBuf,
     /// Whether `public_url` / `sub_url` were derived from `listen` (then [`Config::bound`]
     /// fixes them once the real port is known).
     derived: (bool, bool),
@@ -244,6 +246,7 @@ impl Config {
             },
             edge,
             root,
+            data_dir: data_dir.to_path_buf(),
             derived: (derived_public, derived_sub),
         })
     }

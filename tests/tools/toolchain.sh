@@ -5,6 +5,8 @@
 #   hearth_install_wasm_toolchain  # Debian rustc-web/cargo-web 1.96 + rust-src + lld-22;
 #                                  # exports HEARTH_WASM_CARGO, HEARTH_WASM_RUSTC, HEARTH_WASM_BIN
 #   hearth_wasm_cargo ARGS...      # Debian cargo for wasm32-unknown-unknown, std built from source
+#   hearth_install_chromium        # Debian chromium + chromium-driver (the admin panel's tests);
+#                                  # exports CHROMIUM, CHROMEDRIVER
 #
 # Every function is idempotent (a fast no-op once installed), needs no stdin, and works under
 # the caller's `set -euo pipefail` or without it: failures are returned, never ignored. This
@@ -39,6 +41,27 @@ _hearth_dpkg_installed() {
     for p in "$@"; do
         [ "$(dpkg-query -W -f='${Status}' "$p" 2>/dev/null)" = "install ok installed" ] || return 1
     done
+}
+
+# Installs the Debian packages named in the arguments unless they are all there: first with
+# the package lists on the machine, then (a fresh machine has none, or stale ones) after
+# `apt-get update`.
+_hearth_apt_install() {
+    _hearth_dpkg_installed "$@" && return 0
+    DEBIAN_FRONTEND=noninteractive apt-get install -y -q --no-install-recommends "$@" </dev/null >/dev/null 2>&1 || {
+        echo "hearth: apt-get update, then installing $*" >&2
+        DEBIAN_FRONTEND=noninteractive apt-get update -qq </dev/null >/dev/null || return 1
+        DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends "$@" </dev/null >/dev/null ||
+            return 1
+    }
+}
+
+hearth_install_chromium() {
+    _hearth_apt_install chromium chromium-driver || return 1
+    CHROMIUM=/usr/bin/chromium
+    CHROMEDRIVER=/usr/bin/chromedriver
+    "$CHROMEDRIVER" --version >/dev/null || { echo "hearth: $CHROMEDRIVER does not run" >&2; return 1; }
+    export CHROMIUM CHROMEDRIVER
 }
 
 hearth_install_wasm_toolchain() {

@@ -170,6 +170,10 @@ async fn status(State(app): State<Arc<App>>, auth: Auth) -> Reply {
     ok(json!({
         "users": overview.users.into_iter().map(|(k, v)| (k, json!(v))).collect::<serde_json::Map<String, serde_json::Value>>(),
         "nodes": { "total": overview.nodes, "online": overview.online },
+        "keys": {
+            "root": app.config.root.to_string(),
+            "offline_here": offline_keys_here(&app.config.data_dir),
+        },
         "edge": {
             "url": app.config.edge_url,
             "pending": overview.pending,
@@ -178,6 +182,17 @@ async fn status(State(app): State<Arc<App>>, auth: Auth) -> Reply {
             "last_drain": push.last_drain,
         },
     }))
+}
+
+/// The offline keys `init` wrote that are still in the data directory (file names only).
+fn offline_keys_here(dir: &std::path::Path) -> Vec<String> {
+    let paths = crate::keyring::Paths::new(dir);
+    [hearth_shared::keys::Role::Root, hearth_shared::keys::Role::Recovery]
+        .into_iter()
+        .map(|role| paths.secret(role))
+        .filter(|path| path.exists())
+        .filter_map(|path| path.file_name().map(|name| name.to_string_lossy().into_owned()))
+        .collect()
 }
 
 async fn list_users(State(app): State<Arc<App>>, auth: Auth, Query(query): Query<ListQuery>) -> Reply {
@@ -232,7 +247,9 @@ async fn user_link(State(app): State<Arc<App>>, auth: Auth, Path(id): Path<u64>)
     auth.need(Scope::Operate)?;
     let state = app.clone();
     let token = app.db.read(move |c| user_store::token(c, &state.signer, id)).await.map_err(fail)?;
-    ok(json!({ "link": format!("{}/{}", app.config.sub_url, token.to_link_form()) }))
+    let link = format!("{}/{}", app.config.sub_url, token.to_link_form());
+    let qr_svg = hearth_shared::render::page::qr_svg(&link);
+    ok(json!({ "link": link, "qr_svg": qr_svg }))
 }
 
 /// Runs a change as `auth` (who must hold `scope`) in one write transaction, then wakes the
@@ -318,13 +335,22 @@ async fn delete_user(State(app): State<Arc<App>>, auth: Auth, Path(id): Path<u64
 async fn list_nodes(State(app): State<Arc<App>>, auth: Auth) -> Reply {
     auth.need(Scope::Read)?;
     let nodes = app.db.read(node_store::list).await.map_err(fail)?;
+    let now = now();
+    let nodes: Vec<_> = nodes.into_iter().map(|node| node_json(&node, now)).collect();
     ok(json!({ "nodes": nodes }))
 }
 
 async fn get_node(State(app): State<Arc<App>>, auth: Auth, Path(id): Path<u64>) -> Reply {
     auth.need(Scope::Read)?;
     let node = app.db.read(move |c| node_store::get(c, id)).await.map_err(fail)?;
-    ok(serde_json::to_value(node).expect("a node serializes"))
+    ok(node_json(&node, now()))
+}
+
+/// A node as the API shows it: its stored view, and whether it reported in recently.
+fn node_json(node: &node_store::NodeView, now: u64) -> serde_json::Value {
+    let mut value = serde_json::to_value(node).expect("a node serializes");
+    value["online"] = json!(node.enrolled && node.last_seen + crate::tasks::NODE_ONLINE_SECS > now);
+    value
 }
 
 async fn create_node(State(app): State<Arc<App>>, auth: Auth, Body(input): Body<NodeInput>) -> Reply {

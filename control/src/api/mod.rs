@@ -1,6 +1,7 @@
 //! Control's HTTP surface: everything lives under secret prefixes; anything else gets the
 //! same decoy as an unknown subscription link.
 //!
+//! - `/<admin prefix>/`: the admin panel (`setup` is its first-run page; `assets/` its files).
 //! - `/<admin prefix>/api/...`: the admin API (JSON), for the owner's session or an API token.
 //! - `/<admin prefix>/metrics`: Prometheus metrics (admin session, read token, or the
 //!   configured metrics token).
@@ -39,6 +40,11 @@ pub(crate) fn router(app: Arc<App>) -> Router {
     let sub = format!("/{}", app.config.edge.sub_prefix);
     Router::new()
         .route("/healthz", get(|| async { "ok\n" }))
+        // The admin panel: its page, and its files by hashed name.
+        .route(&admin, get(crate::ui::to_slash))
+        .route(&format!("{admin}/"), get(crate::ui::index))
+        .route(&format!("{admin}/setup"), get(crate::ui::index))
+        .route(&format!("{admin}/assets/{{name}}"), get(crate::ui::asset))
         .nest(&admin, admin::router())
         .nest(&node_api, nodes::router())
         .route(&format!("{sub}/{{token}}"), get(nodes::subscription))

@@ -59,7 +59,8 @@ pub fn date(unix: u64) -> String {
     format!("{year:04}-{month:02}-{day:02}")
 }
 
-fn qr_svg(data: &str) -> String {
+/// A QR code of `data` as an SVG element (empty if `data` is too long for one).
+pub fn qr_svg(data: &str) -> String {
     match QrCode::new(data.as_bytes()) {
         Ok(code) => code
             .render::<svg::Color<'_>>()

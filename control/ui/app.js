@@ -1,0 +1,1112 @@
+// Hearth's admin panel: a small single-page app on top of the admin API (the same JSON API
+// scripts use; nothing private). Plain JavaScript, no framework, no build step: control
+// embeds this file and serves it under a hashed name. Every string a person reads comes from
+// strings.js, so a language is one more block there.
+'use strict';
+
+(() => {
+  const STRINGS = window.HEARTH_STRINGS;
+  const LANGS = Object.keys(STRINGS);
+  const preferred = (navigator.languages || [navigator.language || 'en']).map((l) => l.slice(0, 2).toLowerCase());
+  let lang = localStorage.getItem('hearth.lang');
+  if (!LANGS.includes(lang)) lang = preferred.find((l) => LANGS.includes(l)) || 'en';
+
+  /** The string `key` in the chosen language, with `{name}` replaced from `vars`. */
+  function t(key, vars) {
+    let s = STRINGS[lang][key] ?? STRINGS.en[key] ?? key;
+    for (const [k, v] of Object.entries(vars || {})) s = s.replaceAll(`{${k}}`, v);
+    return s;
+  }
+
+  // ---- DOM ------------------------------------------------------------------------------
+
+  /** Makes an element: attributes (`on*` become listeners) and children (text is escaped). */
+  function h(tag, attrs, ...children) {
+    const el = document.createElement(tag);
+    for (const [k, v] of Object.entries(attrs || {})) {
+      if (v == null || v === false) continue;
+      if (k.startsWith('on')) el.addEventListener(k.slice(2), v);
+      else if (k === 'class') el.className = v;
+      else if (k === 'value') el.value = v;
+      else if (k === 'checked') el.checked = v;
+      else el.setAttribute(k, v === true ? '' : v);
+    }
+    for (const c of children.flat(Infinity)) {
+      if (c != null && c !== false) el.append(c instanceof Node ? c : String(c));
+    }
+    return el;
+  }
+
+  const app = () => document.getElementById('app');
+
+  function mount(...children) {
+    app().replaceChildren(...children);
+  }
+
+  /** A form's fields by name. */
+  function fields(form) {
+    const out = {};
+    for (const el of form.elements) {
+      if (!el.name) continue;
+      out[el.name] = el.type === 'checkbox' ? el.checked : el.value.trim();
+    }
+    return out;
+  }
+
+  /** Runs `work` for a form: disables it meanwhile and shows an error where it happened. */
+  async function submitting(form, work) {
+    const box = form.querySelector('.error');
+    box.textContent = '';
+    box.hidden = true;
+    const buttons = form.querySelectorAll('button');
+    buttons.forEach((b) => (b.disabled = true));
+    try {
+      await work();
+    } catch (e) {
+      box.textContent = e.message;
+      box.hidden = false;
+    } finally {
+      buttons.forEach((b) => (b.disabled = false));
+    }
+  }
+
+  function errorBox() {
+    return h('p', { class: 'error', role: 'alert', hidden: true });
+  }
+
+  function field(label, input, hint) {
+    return h('label', { class: 'field' }, h('span', {}, label), input, hint ? h('small', {}, hint) : null);
+  }
+
+  /** A modal dialog holding `content`; closed by Esc, the close button, or `close()`. */
+  function dialog(title, content) {
+    const d = h(
+      'dialog',
+      { class: 'dialog', 'aria-label': title },
+      h('header', {}, h('h2', {}, title), h('button', { type: 'button', class: 'ghost', 'aria-label': t('close'), onclick: () => d.close() }, '×')),
+      content,
+    );
+    d.addEventListener('close', () => d.remove());
+    document.body.append(d);
+    d.showModal();
+    return d;
+  }
+
+  function confirmAction(message, action) {
+    return new Promise((resolve) => {
+      const form = h(
+        'form',
+        { method: 'dialog' },
+        h('p', {}, message),
+        errorBox(),
+        h(
+          'div',
+          { class: 'actions' },
+          h('button', { type: 'button', class: 'ghost', onclick: () => d.close() }, t('cancel')),
+          h('button', { type: 'submit', class: 'danger' }, action),
+        ),
+      );
+      const d = dialog(t('confirm'), form);
+      form.addEventListener('submit', (e) => {
+        e.preventDefault();
+        d.close();
+        resolve(true);
+      });
+      d.addEventListener('close', () => resolve(false));
+    });
+  }
+
+  function copyButton(text) {
+    const button = h('button', { type: 'button', class: 'ghost small' }, t('copy'));
+    button.addEventListener('click', async () => {
+      try {
+        await navigator.clipboard.writeText(text);
+        button.textContent = t('copied');
+      } catch {
+        // No clipboard (plain HTTP, or refused): select the text for the person to copy.
+        const box = button.parentElement.querySelector('code, input');
+        if (box) window.getSelection().selectAllChildren(box);
+        button.textContent = t('copy_by_hand');
+      }
+      setTimeout(() => (button.textContent = t('copy')), 2000);
+    });
+    return button;
+  }
+
+  function secretBox(text) {
+    return h('div', { class: 'secret' }, h('code', {}, text), copyButton(text));
+  }
+
+  // ---- formatting -----------------------------------------------------------------------
+
+  const number = (n) => new Intl.NumberFormat(lang).format(n);
+
+  function bytes(n) {
+    if (!n) return '0';
+    const units = ['B', 'KiB', 'MiB', 'GiB', 'TiB'];
+    let i = 0;
+    while (n >= 1024 && i < units.length - 1) {
+      n /= 1024;
+      i++;
+    }
+    return `${new Intl.NumberFormat(lang, { maximumFractionDigits: n < 10 && i ? 1 : 0 }).format(n)} ${units[i]}`;
+  }
+
+  function date(seconds) {
+    if (!seconds) return t('never');
+    return new Intl.DateTimeFormat(lang, { dateStyle: 'medium' }).format(new Date(seconds * 1000));
+  }
+
+  function dateTime(seconds) {
+    if (!seconds) return t('never');
+    return new Intl.DateTimeFormat(lang, { dateStyle: 'short', timeStyle: 'short' }).format(new Date(seconds * 1000));
+  }
+
+  function ago(seconds) {
+    if (!seconds) return t('never');
+    const diff = Math.round(seconds - Date.now() / 1000);
+    const rtf = new Intl.RelativeTimeFormat(lang, { numeric: 'auto' });
+    for (const [unit, size] of [['day', 86400], ['hour', 3600], ['minute', 60]]) {
+      if (Math.abs(diff) >= size) return rtf.format(Math.round(diff / size), unit);
+    }
+    return rtf.format(diff, 'second');
+  }
+
+  function badge(status) {
+    return h('span', { class: `badge ${status}` }, t(`status.${status}`));
+  }
+
+  // ---- the API --------------------------------------------------------------------------
+
+  class ApiError extends Error {
+    constructor(status, code, message) {
+      super(message);
+      this.status = status;
+      this.code = code;
+    }
+  }
+
+  /** Calls the admin API. A 401 anywhere but sign-in means the session ended. */
+  async function api(method, path, body) {
+    const init = { method, headers: {}, credentials: 'same-origin', cache: 'no-store' };
+    if (body !== undefined) {
+      init.headers['content-type'] = 'application/json';
+      init.body = JSON.stringify(body);
+    }
+    let response;
+    try {
+      response = await fetch(`api/${path}`, init);
+    } catch {
+      throw new ApiError(0, 'network', t('err.network'));
+    }
+    const text = await response.text();
+    let data = null;
+    try {
+      data = text ? JSON.parse(text) : null;
+    } catch {
+      data = null;
+    }
+    if (!response.ok) {
+      const code = data?.error?.code || `http_${response.status}`;
+      if (response.status === 401 && path !== 'login' && path !== 'setup') {
+        me = null;
+        loginView(t('session_ended'));
+      }
+      let message = STRINGS[lang][`err.${code}`] || STRINGS.en[`err.${code}`] ? t(`err.${code}`) : data?.error?.message;
+      if (response.status === 429) {
+        message = t('err.too_many', { seconds: response.headers.get('retry-after') || '60' });
+      }
+      throw new ApiError(response.status, code, message || t('err.unknown', { status: response.status }));
+    }
+    return data;
+  }
+
+  // ---- routing --------------------------------------------------------------------------
+
+  let me = null;
+
+  function hashPath() {
+    const raw = location.hash.replace(/^#\/?/, '');
+    const [path, query] = raw.split('?');
+    return { path, params: new URLSearchParams(query || '') };
+  }
+
+  function go(path, params) {
+    const query = params && params.toString();
+    location.hash = `#/${path}${query ? `?${query}` : ''}`;
+  }
+
+  const ROUTES = [
+    [/^$/, () => overview()],
+    [/^users$/, (m, params) => usersView(params)],
+    [/^users\/(\d+)$/, (m) => userView(Number(m[1]))],
+    [/^nodes$/, () => nodesView()],
+    [/^nodes\/(\d+)$/, (m) => nodeView(Number(m[1]))],
+    [/^groups$/, () => groupsView()],
+    [/^tokens$/, () => tokensView()],
+    [/^audit$/, (m, params) => auditView(params)],
+  ];
+
+  async function route() {
+    document.documentElement.lang = lang;
+    document.documentElement.dir = STRINGS[lang]['dir'] || 'ltr';
+    if (location.pathname.endsWith('/setup')) return setupView();
+    if (!me) {
+      try {
+        me = await api('GET', 'me');
+      } catch (e) {
+        if (e.status === 401) return loginView();
+        return mount(h('main', { class: 'narrow' }, h('p', { class: 'error', role: 'alert' }, e.message)));
+      }
+    }
+    const { path, params } = hashPath();
+    for (const [pattern, view] of ROUTES) {
+      const m = path.match(pattern);
+      if (m) {
+        try {
+          await view(m, params);
+        } catch (e) {
+          if (e.status !== 401) shell(path, h('p', { class: 'error', role: 'alert' }, e.message));
+        }
+        return;
+      }
+    }
+    go('');
+  }
+
+  // ---- the frame ------------------------------------------------------------------------
+
+  const NAV = [
+    ['', 'nav.overview'],
+    ['users', 'nav.users'],
+    ['nodes', 'nav.nodes'],
+    ['groups', 'nav.groups'],
+    ['tokens', 'nav.tokens'],
+    ['audit', 'nav.audit'],
+  ];
+
+  function languagePicker() {
+    return h(
+      'select',
+      {
+        class: 'lang',
+        'aria-label': t('language'),
+        onchange: (e) => {
+          lang = e.target.value;
+          localStorage.setItem('hearth.lang', lang);
+          route();
+        },
+      },
+      LANGS.map((l) => h('option', { value: l, selected: l === lang }, STRINGS[l]['language.name'])),
+    );
+  }
+
+  function shell(current, ...content) {
+    const section = current.split('/')[0];
+    mount(
+      h(
+        'header',
+        { class: 'top' },
+        h('a', { class: 'brand', href: '#/' }, 'Hearth'),
+        h(
+          'nav',
+          {},
+          NAV.map(([path, key]) =>
+            h('a', { href: `#/${path}`, 'aria-current': section === path ? 'page' : null }, t(key)),
+          ),
+        ),
+        h(
+          'div',
+          { class: 'who' },
+          languagePicker(),
+          h('button', { type: 'button', class: 'ghost small', id: 'sign-out', onclick: signOut }, t('sign_out')),
+        ),
+      ),
+      h('main', {}, ...content),
+    );
+  }
+
+  async function signOut() {
+    try {
+      await api('POST', 'logout');
+    } finally {
+      me = null;
+      loginView(t('signed_out'));
+    }
+  }
+
+  // ---- sign-in and setup ----------------------------------------------------------------
+
+  function loginView(notice) {
+    const form = h(
+      'form',
+      { class: 'card', id: 'login' },
+      h('h1', {}, t('sign_in')),
+      notice ? h('p', { class: 'notice' }, notice) : null,
+      field(t('login'), h('input', { name: 'login', autocomplete: 'username', required: true, autofocus: true })),
+      field(t('password'), h('input', { name: 'password', type: 'password', autocomplete: 'current-password', required: true })),
+      errorBox(),
+      h('div', { class: 'actions' }, languagePicker(), h('button', { type: 'submit' }, t('sign_in'))),
+    );
+    form.addEventListener('submit', (e) => {
+      e.preventDefault();
+      submitting(form, async () => {
+        const { login, password } = fields(form);
+        await api('POST', 'login', { login, password });
+        me = await api('GET', 'me');
+        route();
+      });
+    });
+    mount(h('main', { class: 'narrow' }, form));
+  }
+
+  function setupView() {
+    const token = location.hash.replace(/^#/, '');
+    const form = h(
+      'form',
+      { class: 'card', id: 'setup' },
+      h('h1', {}, t('setup.title')),
+      h('p', {}, t('setup.intro')),
+      field(t('login'), h('input', { name: 'login', autocomplete: 'username', required: true, autofocus: true })),
+      field(
+        t('password'),
+        h('input', { name: 'password', type: 'password', autocomplete: 'new-password', required: true, minlength: 12 }),
+        t('setup.password_hint'),
+      ),
+      field(t('setup.repeat'), h('input', { name: 'repeat', type: 'password', autocomplete: 'new-password', required: true })),
+      errorBox(),
+      h('div', { class: 'actions' }, languagePicker(), h('button', { type: 'submit' }, t('setup.create'))),
+    );
+    form.addEventListener('submit', (e) => {
+      e.preventDefault();
+      submitting(form, async () => {
+        const { login, password, repeat } = fields(form);
+        if (password !== repeat) throw new Error(t('setup.mismatch'));
+        await api('POST', 'setup', { token, login, password });
+        me = await api('GET', 'me');
+        // The setup link is spent: leave it, and its token, out of the address bar and history.
+        history.replaceState(null, '', './#/');
+        setupDone();
+      });
+    });
+    mount(h('main', { class: 'narrow' }, token ? form : h('p', { class: 'error' }, t('setup.no_token'))));
+  }
+
+  function setupDone() {
+    mount(
+      h(
+        'main',
+        { class: 'narrow' },
+        h(
+          'section',
+          { class: 'card', id: 'setup-done' },
+          h('h1', {}, t('setup.done')),
+          h('h2', {}, t('setup.root_title')),
+          h('p', {}, t('setup.root_text')),
+          h('h2', {}, t('setup.next_title')),
+          h('ol', {}, h('li', {}, t('setup.next_edge')), h('li', {}, t('setup.next_node')), h('li', {}, t('setup.next_user'))),
+          // The address is already #/ (set when setup finished), so a link would not navigate.
+          h('div', { class: 'actions' }, h('button', { type: 'button', id: 'setup-continue', onclick: () => route() }, t('setup.continue'))),
+        ),
+      ),
+    );
+  }
+
+  // ---- overview -------------------------------------------------------------------------
+
+  async function overview() {
+    const status = await api('GET', 'status');
+    const users = status.users || {};
+    const total = Object.values(users).reduce((a, b) => a + b, 0);
+    const offline = status.nodes.total - status.nodes.online;
+    const alerts = [];
+    if (offline > 0) alerts.push(t('alert.nodes_offline', { n: offline }));
+    if (status.edge.last_error) alerts.push(t('alert.edge_error', { error: status.edge.last_error }));
+    if (!status.edge.url) alerts.push(t('alert.no_edge'));
+    if (status.keys && status.keys.offline_here.length) {
+      alerts.push(t('alert.keys_here', { files: status.keys.offline_here.join(', ') }));
+    }
+    const stat = (label, value, href, cls) =>
+      h('a', { class: `stat ${cls || ''}`, href }, h('strong', {}, number(value)), h('span', {}, label));
+    shell(
+      '',
+      h('h1', {}, t('nav.overview')),
+      alerts.length ? h('ul', { class: 'alerts', role: 'status' }, alerts.map((a) => h('li', {}, a))) : null,
+      h(
+        'section',
+        { class: 'stats', 'aria-label': t('nav.users') },
+        stat(t('overview.users'), total, '#/users'),
+        ['active', 'not_started', 'expired', 'over_quota', 'disabled'].map((s) =>
+          stat(t(`status.${s}`), users[s] || 0, `#/users?status=${s}`, s),
+        ),
+      ),
+      h(
+        'section',
+        { class: 'stats', 'aria-label': t('nav.nodes') },
+        stat(t('overview.nodes_online'), status.nodes.online, '#/nodes', 'active'),
+        stat(t('overview.nodes_offline'), offline, '#/nodes', offline ? 'expired' : ''),
+      ),
+      h(
+        'section',
+        { class: 'card' },
+        h('h2', {}, t('overview.edge')),
+        h(
+          'dl',
+          {},
+          h('dt', {}, t('overview.edge_url')),
+          h('dd', {}, status.edge.url || t('overview.edge_none')),
+          h('dt', {}, t('overview.last_push')),
+          h('dd', {}, ago(status.edge.last_push)),
+          h('dt', {}, t('overview.pending')),
+          h('dd', {}, number(status.edge.pending)),
+          h('dt', {}, t('overview.last_drain')),
+          h('dd', {}, ago(status.edge.last_drain)),
+        ),
+      ),
+    );
+  }
+
+  // ---- users ----------------------------------------------------------------------------
+
+  const STATUSES = ['active', 'not_started', 'expired', 'over_quota', 'disabled'];
+  const RESETS = ['none', 'daily', 'weekly', 'monthly', 'rolling30'];
+  const PER_PAGE = 50;
+
+  async function usersView(params) {
+    const page = Math.max(1, Number(params.get('page')) || 1);
+    const query = new URLSearchParams({ page, per_page: PER_PAGE });
+    for (const key of ['q', 'status', 'group']) if (params.get(key)) query.set(key, params.get(key));
+    const [list, groups] = await Promise.all([api('GET', `users?${query}`), api('GET', 'groups')]);
+
+    const filter = (key, value) => {
+      const next = new URLSearchParams(params);
+      if (value) next.set(key, value);
+      else next.delete(key);
+      next.delete('page');
+      go('users', next);
+    };
+    let typing;
+    const search = h('input', {
+      type: 'search',
+      name: 'q',
+      placeholder: t('users.search'),
+      'aria-label': t('users.search'),
+      value: params.get('q') || '',
+      oninput: (e) => {
+        clearTimeout(typing);
+        typing = setTimeout(() => filter('q', e.target.value.trim()), 300);
+      },
+    });
+    const statusFilter = h(
+      'select',
+      { 'aria-label': t('users.status'), onchange: (e) => filter('status', e.target.value) },
+      h('option', { value: '' }, t('users.any_status')),
+      STATUSES.map((s) => h('option', { value: s, selected: params.get('status') === s }, t(`status.${s}`))),
+    );
+    const groupFilter = h(
+      'select',
+      { 'aria-label': t('users.group'), onchange: (e) => filter('group', e.target.value) },
+      h('option', { value: '' }, t('users.any_group')),
+      groups.groups.map((g) => h('option', { value: g.name, selected: params.get('group') === g.name }, g.name)),
+    );
+
+    const first = list.total ? (page - 1) * PER_PAGE + 1 : 0;
+    const last = Math.min(page * PER_PAGE, list.total);
+    const pageLink = (n, label) => {
+      const next = new URLSearchParams(params);
+      next.set('page', n);
+      return h('a', { class: 'button ghost small', href: `#/users?${next}` }, label);
+    };
+
+    const rows = list.users.map((u) =>
+      h(
+        'tr',
+        {},
+        h('td', { 'data-label': t('users.name') }, h('a', { href: `#/users/${u.id}` }, u.name)),
+        h('td', { 'data-label': t('users.status') }, badge(u.status)),
+        h('td', { 'data-label': t('users.traffic') }, usage(u)),
+        h('td', { 'data-label': t('users.expires') }, u.expires_at ? date(u.expires_at) : u.duration_days ? t('users.days_from_first_use', { n: u.duration_days }) : t('never')),
+        h('td', { 'data-label': t('users.groups') }, u.groups.join(', ')),
+      ),
+    );
+
+    shell(
+      'users',
+      h(
+        'div',
+        { class: 'title' },
+        h('h1', {}, t('nav.users')),
+        h(
+          'div',
+          { class: 'actions' },
+          h('button', { type: 'button', id: 'new-user', onclick: () => userDialog(groups.groups) }, t('users.new')),
+          h('button', { type: 'button', class: 'ghost', onclick: () => bulkDialog(groups.groups) }, t('users.bulk')),
+        ),
+      ),
+      h('div', { class: 'toolbar' }, search, statusFilter, groupFilter),
+      list.users.length
+        ? h(
+            'table',
+            { class: 'list' },
+            h(
+              'thead',
+              {},
+              h('tr', {}, ['users.name', 'users.status', 'users.traffic', 'users.expires', 'users.groups'].map((k) => h('th', {}, t(k)))),
+            ),
+            h('tbody', {}, rows),
+          )
+        : h('p', { class: 'empty' }, t('users.none')),
+      h(
+        'nav',
+        { class: 'pager', 'aria-label': t('pages') },
+        h('span', {}, t('users.range', { first: number(first), last: number(last), total: number(list.total) })),
+        page > 1 ? pageLink(page - 1, t('previous')) : null,
+        last < list.total ? pageLink(page + 1, t('next')) : null,
+      ),
+    );
+    if (params.get('q')) {
+      search.focus();
+      search.setSelectionRange(search.value.length, search.value.length);
+    }
+  }
+
+  function usage(u) {
+    const used = u.used_up + u.used_down;
+    const text = u.quota ? `${bytes(used)} / ${bytes(u.quota)}` : bytes(used);
+    const share = u.quota ? Math.min(100, (used / u.quota) * 100) : 0;
+    const fill = h('span', {});
+    // Set through the CSSOM: the Content-Security-Policy allows no inline style attributes.
+    fill.style.width = `${share.toFixed(1)}%`;
+    return h('span', { class: 'usage' }, text, u.quota ? h('span', { class: 'bar', 'aria-hidden': 'true' }, fill) : null);
+  }
+
+  /** Settings shared by the create, bulk and edit forms. */
+  function userFields(groups, user) {
+    const gib = user && user.quota ? String(user.quota / 2 ** 30) : '';
+    return [
+      field(t('users.quota_gib'), h('input', { name: 'quota', type: 'number', min: 0, step: 'any', inputmode: 'decimal', value: gib }), t('users.quota_hint')),
+      user
+        ? field(t('users.expires'), h('input', { name: 'expires', type: 'date', value: user.expires_at ? new Date(user.expires_at * 1000).toISOString().slice(0, 10) : '' }), t('users.expires_hint'))
+        : field(t('users.days'), h('input', { name: 'days', type: 'number', min: 0, inputmode: 'numeric' }), t('users.days_hint')),
+      user ? null : h('label', { class: 'check' }, h('input', { name: 'start_on_first_use', type: 'checkbox' }), t('users.start_on_first_use')),
+      field(
+        t('users.reset'),
+        h('select', { name: 'reset' }, RESETS.map((r) => h('option', { value: r, selected: (user ? user.reset : 'none') === r }, t(`reset.${r}`)))),
+      ),
+      groups.length
+        ? h(
+            'fieldset',
+            { class: 'groups' },
+            h('legend', {}, t('users.groups')),
+            groups.map((g) =>
+              h('label', { class: 'check' }, h('input', { type: 'checkbox', name: `group:${g.name}`, checked: user ? user.groups.includes(g.name) : g.name === 'default' }), g.name),
+            ),
+          )
+        : null,
+      field(t('users.note'), h('textarea', { name: 'note', rows: 2, maxlength: 1000 }, user ? user.note : '')),
+    ];
+  }
+
+  function userInput(values, groups) {
+    const input = { reset: values.reset, note: values.note };
+    input.quota = values.quota ? Math.round(Number(values.quota) * 2 ** 30) : 0;
+    if (values.days) input.days = Number(values.days);
+    if (values.start_on_first_use) input.start_on_first_use = true;
+    if ('expires' in values) input.expires_at = values.expires ? Math.floor(Date.parse(`${values.expires}T23:59:59Z`) / 1000) : 0;
+    if (groups.length) input.groups = groups.filter((g) => values[`group:${g.name}`]).map((g) => g.name);
+    return input;
+  }
+
+  function userDialog(groups) {
+    const form = h(
+      'form',
+      { id: 'user-form' },
+      field(t('users.name'), h('input', { name: 'name', required: true, maxlength: 64, autofocus: true })),
+      userFields(groups),
+      errorBox(),
+      h('div', { class: 'actions' }, h('button', { type: 'submit' }, t('users.create'))),
+    );
+    const d = dialog(t('users.new'), form);
+    form.addEventListener('submit', (e) => {
+      e.preventDefault();
+      submitting(form, async () => {
+        const values = fields(form);
+        const user = await api('POST', 'users', { name: values.name, ...userInput(values, groups) });
+        d.close();
+        go(`users/${user.id}`);
+      });
+    });
+  }
+
+  function bulkDialog(groups) {
+    const form = h(
+      'form',
+      { id: 'bulk-form' },
+      field(t('users.names'), h('textarea', { name: 'names', rows: 6, required: true, autofocus: true }), t('users.names_hint')),
+      userFields(groups),
+      errorBox(),
+      h('div', { class: 'actions' }, h('button', { type: 'submit' }, t('users.create_all'))),
+    );
+    const d = dialog(t('users.bulk'), form);
+    form.addEventListener('submit', (e) => {
+      e.preventDefault();
+      submitting(form, async () => {
+        const values = fields(form);
+        const names = values.names.split('\n').map((n) => n.trim()).filter(Boolean);
+        const result = await api('POST', 'users/bulk', { names, settings: userInput(values, groups) });
+        form.replaceChildren(
+          h('p', { role: 'status' }, t('users.created_n', { n: number(result.created) })),
+          h('textarea', { class: 'links', rows: 8, readonly: true }, result.users.map((u) => `${u.name}\t${u.link}`).join('\n')),
+          h('div', { class: 'actions' }, h('button', { type: 'button', onclick: () => { d.close(); route(); } }, t('done'))),
+        );
+      });
+    });
+  }
+
+  async function userView(id) {
+    const [user, groups, link] = await Promise.all([api('GET', `users/${id}`), api('GET', 'groups'), api('GET', `users/${id}/link`)]);
+    const act = (label, path, body, confirmText, cls) =>
+      h('button', {
+        type: 'button',
+        class: cls || 'ghost',
+        onclick: async (e) => {
+          if (confirmText && !(await confirmAction(confirmText, label))) return;
+          const box = document.getElementById('user-actions-error');
+          box.hidden = true;
+          e.target.disabled = true;
+          try {
+            if (path === null) {
+              await api('DELETE', `users/${id}`);
+              return go('users');
+            }
+            await api('POST', `users/${id}/${path}`, body);
+            route();
+          } catch (err) {
+            box.textContent = err.message;
+            box.hidden = false;
+            e.target.disabled = false;
+          }
+        },
+      }, label);
+
+    const edit = h(
+      'form',
+      { class: 'card', id: 'user-edit' },
+      h('h2', {}, t('users.edit')),
+      field(t('users.name'), h('input', { name: 'name', required: true, maxlength: 64, value: user.name })),
+      userFields(groups.groups, user),
+      errorBox(),
+      h('div', { class: 'actions' }, h('button', { type: 'submit' }, t('save'))),
+    );
+    edit.addEventListener('submit', (e) => {
+      e.preventDefault();
+      submitting(edit, async () => {
+        const values = fields(edit);
+        await api('PATCH', `users/${id}`, { name: values.name, ...userInput(values, groups.groups) });
+        route();
+      });
+    });
+
+    const extend = h('form', { class: 'inline', id: 'extend' },
+      h('input', { name: 'days', type: 'number', min: 1, value: 30, 'aria-label': t('users.days'), inputmode: 'numeric' }),
+      h('button', { type: 'submit', class: 'ghost' }, t('users.extend')),
+      errorBox(),
+    );
+    extend.addEventListener('submit', (e) => {
+      e.preventDefault();
+      submitting(extend, async () => {
+        await api('POST', `users/${id}/extend`, { days: Number(fields(extend).days) });
+        route();
+      });
+    });
+
+    shell(
+      'users',
+      h('p', { class: 'crumbs' }, h('a', { href: '#/users' }, t('nav.users'))),
+      h('div', { class: 'title' }, h('h1', {}, user.name), badge(user.status)),
+      h(
+        'section',
+        { class: 'card link', id: 'link' },
+        h('h2', {}, t('users.link')),
+        h('p', {}, t('users.link_hint')),
+        secretBox(link.link),
+        link.qr_svg ? h('img', { class: 'qr', alt: t('users.qr'), src: `data:image/svg+xml;charset=utf-8,${encodeURIComponent(link.qr_svg)}` }) : null,
+      ),
+      h(
+        'section',
+        { class: 'card' },
+        h(
+          'dl',
+          {},
+          h('dt', {}, t('users.traffic')),
+          h('dd', {}, usage(user), ' ', h('small', {}, t('users.up_down', { up: bytes(user.used_up), down: bytes(user.used_down) }))),
+          h('dt', {}, t('users.expires')),
+          h('dd', {}, user.expires_at ? date(user.expires_at) : user.duration_days ? t('users.days_from_first_use', { n: user.duration_days }) : t('never')),
+          h('dt', {}, t('users.reset')),
+          h('dd', {}, t(`reset.${user.reset}`), user.next_reset ? ` (${date(user.next_reset)})` : ''),
+          h('dt', {}, t('users.groups')),
+          h('dd', {}, user.groups.join(', ') || '—'),
+          h('dt', {}, t('users.created')),
+          h('dd', {}, dateTime(user.created)),
+        ),
+        h('p', { class: 'error', id: 'user-actions-error', role: 'alert', hidden: true }),
+        h(
+          'div',
+          { class: 'actions wrap' },
+          user.enabled ? act(t('users.disable'), 'disable', undefined, null, 'ghost') : act(t('users.enable'), 'enable'),
+          extend,
+          act(t('users.reset_traffic'), 'reset-traffic', undefined, t('users.reset_confirm')),
+          act(t('users.rotate'), 'rotate', undefined, t('users.rotate_confirm')),
+          act(t('delete'), null, undefined, t('users.delete_confirm', { name: user.name }), 'danger'),
+        ),
+      ),
+      edit,
+    );
+  }
+
+  // ---- nodes ----------------------------------------------------------------------------
+
+  function nodeState(n) {
+    if (!n.enrolled) return h('span', { class: 'badge not_started' }, t('nodes.waiting'));
+    return n.online ? h('span', { class: 'badge active' }, t('nodes.online')) : h('span', { class: 'badge expired' }, t('nodes.offline'));
+  }
+
+  async function nodesView() {
+    const [list, groups] = await Promise.all([api('GET', 'nodes'), api('GET', 'groups')]);
+    shell(
+      'nodes',
+      h('div', { class: 'title' }, h('h1', {}, t('nav.nodes')), h('button', { type: 'button', id: 'new-node', onclick: () => nodeDialog(groups.groups) }, t('nodes.new'))),
+      list.nodes.length
+        ? h(
+            'table',
+            { class: 'list' },
+            h('thead', {}, h('tr', {}, ['nodes.name', 'nodes.state', 'nodes.address', 'nodes.version', 'nodes.last_seen'].map((k) => h('th', {}, t(k))))),
+            h(
+              'tbody',
+              {},
+              list.nodes.map((n) =>
+                h(
+                  'tr',
+                  {},
+                  h('td', { 'data-label': t('nodes.name') }, h('a', { href: `#/nodes/${n.id}` }, n.name)),
+                  h('td', { 'data-label': t('nodes.state') }, nodeState(n)),
+                  h('td', { 'data-label': t('nodes.address') }, `${n.host}:${n.port}`),
+                  h('td', { 'data-label': t('nodes.version') }, n.version || '—'),
+                  h('td', { 'data-label': t('nodes.last_seen') }, ago(n.last_seen)),
+                ),
+              ),
+            ),
+          )
+        : h('p', { class: 'empty' }, t('nodes.none')),
+    );
+  }
+
+  function nodeFields(groups, node) {
+    return [
+      field(t('nodes.host'), h('input', { name: 'host', required: true, value: node?.host, placeholder: 'vpn.example.net' }), t('nodes.host_hint')),
+      field(t('nodes.port'), h('input', { name: 'port', type: 'number', min: 1, max: 65535, required: true, value: node?.port ?? 443, inputmode: 'numeric' })),
+      field(t('nodes.hop'), h('input', { name: 'hop', value: node?.hop, placeholder: '20000-30000' }), t('nodes.hop_hint')),
+      field(t('nodes.sni'), h('input', { name: 'sni', value: node?.sni }), t('nodes.sni_hint')),
+      field(
+        t('nodes.tls'),
+        h('select', { name: 'tls' }, ['self_signed', 'operator'].map((v) => h('option', { value: v, selected: (node?.tls || 'self_signed') === v }, t(`nodes.tls.${v}`)))),
+      ),
+      field(t('nodes.obfs'), h('input', { name: 'obfs', autocomplete: 'off' }), node?.obfs ? t('nodes.obfs_set') : t('nodes.obfs_hint')),
+      groups.length
+        ? h(
+            'fieldset',
+            { class: 'groups' },
+            h('legend', {}, t('users.groups')),
+            groups.map((g) => h('label', { class: 'check' }, h('input', { type: 'checkbox', name: `group:${g.name}`, checked: node ? node.groups.includes(g.name) : g.name === 'default' }), g.name)),
+          )
+        : null,
+    ];
+  }
+
+  function nodeInput(values, groups, node) {
+    const input = { host: values.host, port: Number(values.port), tls: values.tls };
+    if (values.name !== undefined) input.name = values.name;
+    if (values.hop || node?.hop) input.hop = values.hop;
+    if (values.sni || node?.sni) input.sni = values.sni;
+    if (values.obfs) input.obfs = values.obfs;
+    if (groups.length) input.groups = groups.filter((g) => values[`group:${g.name}`]).map((g) => g.name);
+    return input;
+  }
+
+  function enrollCommand(command, expires) {
+    return h(
+      'div',
+      { class: 'enroll', id: 'enroll' },
+      h('p', {}, t('nodes.enroll_hint', { when: dateTime(expires) })),
+      secretBox(command),
+    );
+  }
+
+  function nodeDialog(groups) {
+    const form = h(
+      'form',
+      { id: 'node-form' },
+      field(t('nodes.name'), h('input', { name: 'name', required: true, autofocus: true })),
+      nodeFields(groups),
+      errorBox(),
+      h('div', { class: 'actions' }, h('button', { type: 'submit' }, t('nodes.add'))),
+    );
+    const d = dialog(t('nodes.new'), form);
+    form.addEventListener('submit', (e) => {
+      e.preventDefault();
+      submitting(form, async () => {
+        const node = await api('POST', 'nodes', nodeInput(fields(form), groups));
+        form.replaceChildren(
+          enrollCommand(node.enroll_command, node.enroll_expires),
+          h('div', { class: 'actions' }, h('button', { type: 'button', onclick: () => { d.close(); go(`nodes/${node.id}`); } }, t('done'))),
+        );
+      });
+    });
+  }
+
+  async function nodeView(id) {
+    const [node, groups] = await Promise.all([api('GET', `nodes/${id}`), api('GET', 'groups')]);
+    const enrollBox = h('div', {});
+    const newEnroll = h('button', {
+      type: 'button',
+      class: 'ghost',
+      onclick: async () => {
+        const box = document.getElementById('node-actions-error');
+        box.hidden = true;
+        try {
+          const answer = await api('POST', `nodes/${id}/enroll-token`);
+          enrollBox.replaceChildren(enrollCommand(answer.enroll_command, answer.enroll_expires));
+        } catch (err) {
+          box.textContent = err.message;
+          box.hidden = false;
+        }
+      },
+    }, node.enrolled ? t('nodes.reenroll') : t('nodes.new_command'));
+    const remove = h('button', {
+      type: 'button',
+      class: 'danger',
+      onclick: async () => {
+        if (!(await confirmAction(t('nodes.delete_confirm', { name: node.name }), t('delete')))) return;
+        try {
+          await api('DELETE', `nodes/${id}`);
+          go('nodes');
+        } catch (err) {
+          const box = document.getElementById('node-actions-error');
+          box.textContent = err.message;
+          box.hidden = false;
+        }
+      },
+    }, t('delete'));
+    const edit = h(
+      'form',
+      { class: 'card', id: 'node-edit' },
+      h('h2', {}, t('nodes.settings')),
+      field(t('nodes.name'), h('input', { name: 'name', required: true, value: node.name })),
+      nodeFields(groups.groups, node),
+      errorBox(),
+      h('div', { class: 'actions' }, h('button', { type: 'submit' }, t('save'))),
+    );
+    edit.addEventListener('submit', (e) => {
+      e.preventDefault();
+      submitting(edit, async () => {
+        await api('PATCH', `nodes/${id}`, nodeInput(fields(edit), groups.groups, node));
+        route();
+      });
+    });
+    shell(
+      'nodes',
+      h('p', { class: 'crumbs' }, h('a', { href: '#/nodes' }, t('nav.nodes'))),
+      h('div', { class: 'title' }, h('h1', {}, node.name), nodeState(node)),
+      h(
+        'section',
+        { class: 'card' },
+        h(
+          'dl',
+          {},
+          h('dt', {}, t('nodes.address')),
+          h('dd', {}, `${node.host}:${node.port}`, node.hop ? ` (${node.hop})` : ''),
+          h('dt', {}, t('nodes.version')),
+          h('dd', {}, node.version || '—'),
+          h('dt', {}, t('nodes.last_seen')),
+          h('dd', {}, ago(node.last_seen)),
+          h('dt', {}, t('nodes.key')),
+          h('dd', {}, node.key_id || t('nodes.waiting')),
+          h('dt', {}, t('users.groups')),
+          h('dd', {}, node.groups.join(', ') || '—'),
+        ),
+        h('p', { class: 'error', id: 'node-actions-error', role: 'alert', hidden: true }),
+        h('div', { class: 'actions wrap' }, newEnroll, remove),
+        enrollBox,
+      ),
+      edit,
+    );
+  }
+
+  // ---- groups, tokens, audit ------------------------------------------------------------
+
+  async function groupsView() {
+    const list = await api('GET', 'groups');
+    const form = h(
+      'form',
+      { class: 'card', id: 'group-form' },
+      h('h2', {}, t('groups.new')),
+      field(t('groups.name'), h('input', { name: 'name', required: true, maxlength: 64 })),
+      field(t('users.note'), h('input', { name: 'note', maxlength: 1000 })),
+      errorBox(),
+      h('div', { class: 'actions' }, h('button', { type: 'submit' }, t('groups.create'))),
+    );
+    form.addEventListener('submit', (e) => {
+      e.preventDefault();
+      submitting(form, async () => {
+        await api('POST', 'groups', fields(form));
+        route();
+      });
+    });
+    const remove = (g) =>
+      h('button', {
+        type: 'button',
+        class: 'ghost small',
+        onclick: async () => {
+          if (!(await confirmAction(t('groups.delete_confirm', { name: g.name }), t('delete')))) return;
+          try {
+            await api('DELETE', `groups/${g.id}`);
+            route();
+          } catch (err) {
+            alertError(err);
+          }
+        },
+      }, t('delete'));
+    shell(
+      'groups',
+      h('h1', {}, t('nav.groups')),
+      h('p', {}, t('groups.intro')),
+      h(
+        'table',
+        { class: 'list' },
+        h('thead', {}, h('tr', {}, ['groups.name', 'nav.users', 'nav.nodes', 'users.note', ''].map((k) => h('th', {}, k ? t(k) : '')))),
+        h(
+          'tbody',
+          {},
+          list.groups.map((g) =>
+            h(
+              'tr',
+              {},
+              h('td', { 'data-label': t('groups.name') }, h('a', { href: `#/users?group=${encodeURIComponent(g.name)}` }, g.name)),
+              h('td', { 'data-label': t('nav.users') }, number(g.users)),
+              h('td', { 'data-label': t('nav.nodes') }, number(g.nodes)),
+              h('td', { 'data-label': t('users.note') }, g.note),
+              h('td', {}, remove(g)),
+            ),
+          ),
+        ),
+      ),
+      form,
+    );
+  }
+
+  function alertError(err) {
+    const d = dialog(t('error'), h('div', {}, h('p', { class: 'error', role: 'alert' }, err.message)));
+    return d;
+  }
+
+  async function tokensView() {
+    const list = await api('GET', 'tokens');
+    const form = h(
+      'form',
+      { class: 'card', id: 'token-form' },
+      h('h2', {}, t('tokens.new')),
+      field(t('tokens.name'), h('input', { name: 'name', required: true, maxlength: 64 })),
+      field(t('tokens.scope'), h('select', { name: 'scope' }, ['read', 'operate', 'admin'].map((s) => h('option', { value: s }, t(`scope.${s}`))))),
+      errorBox(),
+      h('div', { class: 'actions' }, h('button', { type: 'submit' }, t('tokens.create'))),
+    );
+    form.addEventListener('submit', (e) => {
+      e.preventDefault();
+      submitting(form, async () => {
+        const token = await api('POST', 'tokens', fields(form));
+        const d = dialog(t('tokens.created'), h('div', { id: 'new-token' }, h('p', {}, t('tokens.once')), secretBox(token.token)));
+        d.addEventListener('close', () => route());
+      });
+    });
+    const revoke = (tok) =>
+      h('button', {
+        type: 'button',
+        class: 'ghost small',
+        'data-token': tok.name,
+        onclick: async () => {
+          if (!(await confirmAction(t('tokens.revoke_confirm', { name: tok.name }), t('tokens.revoke')))) return;
+          try {
+            await api('DELETE', `tokens/${tok.id}`);
+            route();
+          } catch (err) {
+            alertError(err);
+          }
+        },
+      }, t('tokens.revoke'));
+    shell(
+      'tokens',
+      h('h1', {}, t('nav.tokens')),
+      h('p', {}, t('tokens.intro')),
+      list.tokens.length
+        ? h(
+            'table',
+            { class: 'list', id: 'tokens' },
+            h('thead', {}, h('tr', {}, ['tokens.name', 'tokens.scope', 'tokens.last_used', ''].map((k) => h('th', {}, k ? t(k) : '')))),
+            h(
+              'tbody',
+              {},
+              list.tokens.map((tok) =>
+                h(
+                  'tr',
+                  {},
+                  h('td', { 'data-label': t('tokens.name') }, tok.name),
+                  h('td', { 'data-label': t('tokens.scope') }, t(`scope.${tok.scope}`)),
+                  h('td', { 'data-label': t('tokens.last_used') }, ago(tok.last_used)),
+                  h('td', {}, revoke(tok)),
+                ),
+              ),
+            ),
+          )
+        : h('p', { class: 'empty' }, t('tokens.none')),
+      form,
+    );
+  }
+
+  async function auditView(params) {
+    const before = params.get('before');
+    const list = await api('GET', `audit?limit=100${before ? `&before=${Number(before)}` : ''}`);
+    const entries = list.entries;
+    shell(
+      'audit',
+      h('h1', {}, t('nav.audit')),
+      entries.length
+        ? h(
+            'table',
+            { class: 'list' },
+            h('thead', {}, h('tr', {}, ['audit.when', 'audit.who', 'audit.what', 'audit.target', 'audit.detail'].map((k) => h('th', {}, t(k))))),
+            h(
+              'tbody',
+              {},
+              entries.map((e) =>
+                h(
+                  'tr',
+                  {},
+                  h('td', { 'data-label': t('audit.when') }, dateTime(e.at)),
+                  h('td', { 'data-label': t('audit.who') }, e.actor),
+                  h('td', { 'data-label': t('audit.what') }, e.action),
+                  h('td', { 'data-label': t('audit.target') }, e.target),
+                  h('td', { 'data-label': t('audit.detail') }, e.detail),
+                ),
+              ),
+            ),
+          )
+        : h('p', { class: 'empty' }, t('audit.none')),
+      entries.length === 100
+        ? h('nav', { class: 'pager' }, h('a', { class: 'button ghost small', href: `#/audit?before=${entries[entries.length - 1].id}` }, t('audit.older')))
+        : null,
+    );
+  }
+
+  window.addEventListener('hashchange', route);
+  route();
+})();

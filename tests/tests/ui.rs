@@ -1,0 +1,265 @@
+//! The admin panel in a real headless Chromium, driven through chromedriver, against the real
+//! control binary: setup, a wrong then a right password, a user with its link and QR code,
+//! disabling it, a node and its enrollment command, an API token made and revoked, a phone-
+//! sized screen, sign-out. Screenshots of the main pages land in `target/ui-screenshots/`;
+//! the browser's console must stay free of errors (a Content-Security-Policy violation is one).
+
+use std::net::TcpListener;
+use std::path::PathBuf;
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+use fantoccini::{Client, ClientBuilder, Locator};
+use hearth_tests::control::{ControlDir, ControlProcess};
+use serde_json::{Value, json};
+
+struct Driver {
+    child: Child,
+    url: String,
+    _profile: tempfile::TempDir,
+}
+
+impl Drop for Driver {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+fn free_port() -> u16 {
+    TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port()
+}
+
+/// Starts chromedriver and opens a browser session with the flags TOOLCHAIN.md gives.
+async fn browser() -> (Driver, Client) {
+    let chromedriver = std::env::var("CHROMEDRIVER").unwrap_or_else(|_| "/usr/bin/chromedriver".into());
+    let port = free_port();
+    let child = Command::new(&chromedriver)
+        .arg(format!("--port={port}"))
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap_or_else(|e| panic!("starting {chromedriver} (tests/run installs it): {e}"));
+    let profile = tempfile::tempdir().unwrap();
+    let driver = Driver { child, url: format!("http://127.0.0.1:{port}"), _profile: profile };
+    let mut capabilities = serde_json::Map::new();
+    capabilities.insert("acceptInsecureCerts".into(), json!(true));
+    capabilities.insert("goog:loggingPrefs".into(), json!({ "browser": "ALL" }));
+    capabilities.insert(
+        "goog:chromeOptions".into(),
+        json!({
+            "binary": std::env::var("CHROMIUM").unwrap_or_else(|_| "/usr/bin/chromium".into()),
+            "args": [
+                "--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
+                "--disable-background-networking", "--disable-component-update", "--disable-sync",
+                "--disable-dev-shm-usage", "--window-size=1280,900", "--lang=en-US",
+                format!("--user-data-dir={}", driver._profile.path().display()),
+            ],
+        }),
+    );
+    let started = Instant::now();
+    loop {
+        let connector = hyper_util::client::legacy::connect::HttpConnector::new();
+        match ClientBuilder::new(connector).capabilities(capabilities.clone()).connect(&driver.url).await {
+            Ok(client) => return (driver, client),
+            Err(e) if started.elapsed() > Duration::from_secs(30) => panic!("no browser session: {e}"),
+            Err(_) => tokio::time::sleep(Duration::from_millis(200)).await,
+        }
+    }
+}
+
+fn screenshots() -> PathBuf {
+    let dir = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../target/ui-screenshots");
+    std::fs::create_dir_all(&dir).unwrap();
+    dir
+}
+
+async fn screenshot(client: &Client, name: &str) {
+    let png = client.screenshot().await.unwrap();
+    std::fs::write(screenshots().join(format!("{name}.png")), png).unwrap();
+}
+
+/// Waits for an element, up to 10 s.
+async fn find(client: &Client, css: &str) -> fantoccini::elements::Element {
+    let started = Instant::now();
+    loop {
+        if let Ok(element) = client.find(Locator::Css(css)).await {
+            return element;
+        }
+        assert!(started.elapsed() < Duration::from_secs(10), "no {css} on {}", client.current_url().await.unwrap());
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+}
+
+/// Waits until the text of `css` satisfies `check`, up to 10 s; returns it.
+async fn text_of(client: &Client, css: &str, check: impl Fn(&str) -> bool) -> String {
+    let started = Instant::now();
+    loop {
+        if let Ok(element) = client.find(Locator::Css(css)).await
+            && let Ok(text) = element.text().await
+            && check(&text)
+        {
+            return text;
+        }
+        if started.elapsed() > Duration::from_secs(10) {
+            let page = match client.find(Locator::Css("body")).await {
+                Ok(body) => body.text().await.unwrap_or_default(),
+                Err(_) => String::new(),
+            };
+            screenshot(client, "failed").await;
+            panic!("{css} never showed the expected text; the page says:\n{page}");
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+}
+
+async fn fill(client: &Client, css: &str, text: &str) {
+    let input = find(client, css).await;
+    input.clear().await.unwrap();
+    input.send_keys(text).await.unwrap();
+}
+
+/// The browser's console since the last call: chromedriver's log endpoint.
+async fn console(driver: &Driver, client: &Client) -> Vec<Value> {
+    let session = client.session_id().await.unwrap().unwrap();
+    let answer: Value = hearth_tests::http()
+        .build()
+        .unwrap()
+        .post(format!("{}/session/{session}/se/log", driver.url))
+        .json(&json!({ "type": "browser" }))
+        .send()
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
+    answer["value"].as_array().cloned().unwrap_or_default()
+}
+
+/// No script error, no policy violation, no failed load; a 401 is how the panel learns it is
+/// signed out (the browser logs it as a failed load), so that one is allowed.
+async fn no_console_errors(driver: &Driver, client: &Client, after: &str) {
+    let errors: Vec<Value> = console(driver, client)
+        .await
+        .into_iter()
+        .filter(|entry| entry["level"] == "SEVERE")
+        .filter(|entry| !(entry["source"] == "network" && entry["message"].as_str().is_some_and(|m| m.contains("401"))))
+        .collect();
+    assert!(errors.is_empty(), "console errors after {after}: {errors:#?}");
+}
+
+#[tokio::test]
+async fn the_admin_panel_works_in_a_real_browser() {
+    let temp = tempfile::tempdir().unwrap();
+    let dir = ControlDir::init(&temp.path().join("control")).unwrap();
+    let control = ControlProcess::start(&dir, &[]).unwrap();
+    let token = control.setup_token.clone().expect("a first run prints the setup link");
+    let panel = format!("{}/{}/", control.url, control.admin);
+    let (driver, client) = browser().await;
+
+    // First run: the one-time link, the owner, the offline-keys step.
+    client.goto(&format!("{panel}setup#{token}")).await.unwrap();
+    fill(&client, "#setup input[name=login]", "owner").await;
+    fill(&client, "#setup input[name=password]", "correct horse battery staple").await;
+    fill(&client, "#setup input[name=repeat]", "correct horse battery staple").await;
+    find(&client, "#setup button[type=submit]").await.click().await.unwrap();
+    let done = text_of(&client, "#setup-done", |t| t.contains("root.key")).await;
+    assert!(done.contains("recovery.key"));
+    assert!(!client.current_url().await.unwrap().as_str().contains(&token), "the spent token left the address bar");
+    screenshot(&client, "setup-done").await;
+    find(&client, "#setup-continue").await.click().await.unwrap();
+    let alerts = text_of(&client, ".alerts", |t| t.contains("root.key")).await;
+    assert!(alerts.contains("edge"), "no edge is set: {alerts}");
+    screenshot(&client, "overview").await;
+    no_console_errors(&driver, &client, "setup").await;
+
+    // Sign out, a wrong password (said where it happened), then the right one.
+    find(&client, "#sign-out").await.click().await.unwrap();
+    fill(&client, "#login input[name=login]", "owner").await;
+    fill(&client, "#login input[name=password]", "wrong password here").await;
+    find(&client, "#login button[type=submit]").await.click().await.unwrap();
+    text_of(&client, "#login .error", |t| t.contains("Wrong login or password")).await;
+    fill(&client, "#login input[name=password]", "correct horse battery staple").await;
+    find(&client, "#login button[type=submit]").await.click().await.unwrap();
+    find(&client, ".stats").await;
+    no_console_errors(&driver, &client, "signing in").await;
+
+    // A user: its link, its QR code; then disabled.
+    client.goto(&format!("{panel}#/users")).await.unwrap();
+    find(&client, "#new-user").await.click().await.unwrap();
+    fill(&client, "#user-form input[name=name]", "Alice").await;
+    fill(&client, "#user-form input[name=quota]", "50").await;
+    find(&client, "#user-form button[type=submit]").await.click().await.unwrap();
+    let link = text_of(&client, "#link code", |t| t.contains("/s/")).await;
+    assert!(link.starts_with(&control.url), "{link}");
+    let qr = find(&client, "#link img.qr").await;
+    assert!(qr.attr("src").await.unwrap().unwrap().starts_with("data:image/svg+xml"));
+    let width: f64 = client
+        .execute("return document.querySelector('#link img.qr').naturalWidth", vec![])
+        .await
+        .unwrap()
+        .as_f64()
+        .unwrap();
+    assert!(width >= 200.0, "the QR code renders ({width} px)");
+    assert_eq!(text_of(&client, ".title .badge", |t| !t.is_empty()).await, "Active");
+    screenshot(&client, "user").await;
+    let disable = client.find(Locator::XPath("//button[text()='Disable']")).await.unwrap();
+    disable.click().await.unwrap();
+    text_of(&client, ".title .badge", |t| t == "Disabled").await;
+    client.goto(&format!("{panel}#/users")).await.unwrap();
+    text_of(&client, "table.list tbody", |t| t.contains("Alice") && t.contains("Disabled")).await;
+    screenshot(&client, "users").await;
+    no_console_errors(&driver, &client, "the user pages").await;
+
+    // A node and its one-line enrollment command.
+    client.goto(&format!("{panel}#/nodes")).await.unwrap();
+    find(&client, "#new-node").await.click().await.unwrap();
+    fill(&client, "#node-form input[name=name]", "Home").await;
+    fill(&client, "#node-form input[name=host]", "vpn.example.net").await;
+    fill(&client, "#node-form input[name=port]", "8443").await;
+    find(&client, "#node-form button[type=submit]").await.click().await.unwrap();
+    let command = text_of(&client, "#enroll code", |t| t.starts_with("hearth-node enroll")).await;
+    assert!(command.contains("--token="), "{command}");
+    screenshot(&client, "node-enroll").await;
+    client.find(Locator::XPath("//dialog//button[text()='Done']")).await.unwrap().click().await.unwrap();
+    text_of(&client, ".title .badge", |t| t == "Not enrolled yet").await;
+
+    // An API token: shown once, works, then revoked.
+    client.goto(&format!("{panel}#/tokens")).await.unwrap();
+    fill(&client, "#token-form input[name=name]", "backup-script").await;
+    find(&client, "#token-form select[name=scope]").await.select_by_value("read").await.unwrap();
+    find(&client, "#token-form button[type=submit]").await.click().await.unwrap();
+    let api_token = text_of(&client, "#new-token code", |t| t.starts_with("hth_")).await;
+    let http = dir.client().unwrap();
+    let status = http.get(control.api("/status")).bearer_auth(&api_token).send().await.unwrap().status();
+    assert_eq!(status, reqwest::StatusCode::OK);
+    client.find(Locator::XPath("//dialog//button[@aria-label='Close']")).await.unwrap().click().await.unwrap();
+    find(&client, "button[data-token=backup-script]").await.click().await.unwrap();
+    find(&client, "dialog button.danger").await.click().await.unwrap();
+    text_of(&client, "main", |t| t.contains("No API tokens.")).await;
+    let status = http.get(control.api("/status")).bearer_auth(&api_token).send().await.unwrap().status();
+    assert_eq!(status, reqwest::StatusCode::UNAUTHORIZED);
+
+    // A phone: the users page fits 360 pixels without sideways scrolling.
+    client.set_window_size(360, 780).await.unwrap();
+    client.goto(&format!("{panel}#/users")).await.unwrap();
+    text_of(&client, "main", |t| t.contains("Alice")).await;
+    let overflow = client
+        .execute("return document.documentElement.scrollWidth - window.innerWidth", vec![])
+        .await
+        .unwrap()
+        .as_f64()
+        .unwrap();
+    assert!(overflow <= 0.0, "the users page is {overflow} px wider than a 360 px screen");
+    screenshot(&client, "users-phone").await;
+    client.set_window_size(1280, 900).await.unwrap();
+    no_console_errors(&driver, &client, "nodes, tokens and the phone view").await;
+
+    // Sign out: the session is gone for the API too.
+    find(&client, "#sign-out").await.click().await.unwrap();
+    text_of(&client, "#login", |t| t.contains("You signed out.")).await;
+    client.goto(&format!("{panel}#/users")).await.unwrap();
+    find(&client, "#login").await;
+    no_console_errors(&driver, &client, "sign-out").await;
+    client.close().await.unwrap();
+}
