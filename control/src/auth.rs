@@ -325,6 +325,86 @@ pub(crate) fn owner(conn: &Connection) -> Result<Option<(String, String)>, Error
         .optional()?)
 }
 
+/// The owner's second factor, as stored.
+#[derive(Default)]
+pub(crate) struct TotpState {
+    /// The sealed secret, when two-step sign-in is on.
+    pub(crate) secret: Option<Vec<u8>>,
+    /// A sealed secret being enrolled.
+    pub(crate) pending: Option<Vec<u8>>,
+    /// The last time step a code was accepted for.
+    pub(crate) last_step: u64,
+    /// Unused recovery codes.
+    pub(crate) recovery_left: u64,
+}
+
+pub(crate) fn totp_state(conn: &Connection) -> Result<TotpState, Error> {
+    let state = conn
+        .query_row(
+            "SELECT totp_secret, totp_pending, totp_last_step, (SELECT count(*) FROM recovery_codes) FROM owner WHERE id = 1",
+            [],
+            |row| {
+                Ok(TotpState {
+                    secret: row.get(0)?,
+                    pending: row.get(1)?,
+                    last_step: row.get(2)?,
+                    recovery_left: row.get(3)?,
+                })
+            },
+        )
+        .optional()?;
+    Ok(state.unwrap_or_default())
+}
+
+/// Starts an enrollment with a new (sealed) secret; an earlier unconfirmed one is replaced.
+pub(crate) fn totp_begin(conn: &Connection, sealed: &[u8]) -> Result<(), Error> {
+    conn.execute("UPDATE owner SET totp_pending = ?1 WHERE id = 1", params![sealed])?;
+    Ok(())
+}
+
+/// Turns two-step sign-in on with the pending secret, whose code for `step` was just shown,
+/// and replaces the recovery codes.
+pub(crate) fn totp_enable(conn: &Connection, step: u64, recovery: &[[u8; 32]], now: u64) -> Result<(), Error> {
+    let changed = conn.execute(
+        "UPDATE owner SET totp_secret = totp_pending, totp_pending = NULL, totp_last_step = ?1
+         WHERE id = 1 AND totp_pending IS NOT NULL",
+        params![step],
+    )?;
+    if changed == 0 {
+        return Err(Error::Conflict("no enrollment is under way; start again".into()));
+    }
+    conn.execute("DELETE FROM recovery_codes", [])?;
+    for hash in recovery {
+        conn.execute("INSERT INTO recovery_codes (code_hash) VALUES (?1)", params![hash.as_slice()])?;
+    }
+    audit(conn, now, "owner", "owner.totp_on", "", "")?;
+    Ok(())
+}
+
+/// Turns two-step sign-in off.
+pub(crate) fn totp_disable(conn: &Connection, now: u64) -> Result<(), Error> {
+    conn.execute("UPDATE owner SET totp_secret = NULL, totp_pending = NULL, totp_last_step = 0 WHERE id = 1", [])?;
+    conn.execute("DELETE FROM recovery_codes", [])?;
+    audit(conn, now, "owner", "owner.totp_off", "", "")?;
+    Ok(())
+}
+
+/// Records that the code of `step` was used; `false` if that step (or a later one) already was,
+/// so a code seen over someone's shoulder cannot be replayed.
+pub(crate) fn totp_use_step(conn: &Connection, step: u64) -> Result<bool, Error> {
+    Ok(conn.execute("UPDATE owner SET totp_last_step = ?1 WHERE id = 1 AND totp_last_step < ?1", params![step])? == 1)
+}
+
+/// Spends a recovery code; `false` if it is not one (or was spent).
+pub(crate) fn use_recovery_code(conn: &Connection, hash: &[u8; 32], now: u64) -> Result<bool, Error> {
+    let spent = conn.execute("DELETE FROM recovery_codes WHERE code_hash = ?1", params![hash.as_slice()])? == 1;
+    if spent {
+        let left: u64 = conn.query_row("SELECT count(*) FROM recovery_codes", [], |row| row.get(0))?;
+        audit(conn, now, "owner", "owner.recovery_code_used", "", &format!("{left} left"))?;
+    }
+    Ok(spent)
+}
+
 /// Creates the owner (once).
 pub(crate) fn create_owner(conn: &Connection, login: &str, hash: &str, now: u64) -> Result<(), Error> {
     if has_owner(conn)? {

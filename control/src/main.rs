@@ -22,6 +22,7 @@ mod tasks;
 #[cfg(test)]
 mod testing;
 mod tls;
+mod totp;
 mod ui;
 
 use std::path::PathBuf;

@@ -30,6 +30,8 @@ pub(crate) enum Purpose {
     Token,
     /// A Hysteria2 credential.
     Credential,
+    /// The owner's TOTP secret.
+    Totp,
 }
 
 impl Purpose {
@@ -37,6 +39,7 @@ impl Purpose {
         match self {
             Purpose::Token => b"hearth master v1 token",
             Purpose::Credential => b"hearth master v1 credential",
+            Purpose::Totp => b"hearth master v1 totp",
         }
     }
 }

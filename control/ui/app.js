@@ -370,7 +370,7 @@
       field(t('login'), h('input', { name: 'login', autocomplete: 'username', required: true, autofocus: true })),
       field(
         t('password'),
-        h('input', { name: 'password', type: 'password', autocomplete: 'new-password', required: true, minlength: 12 }),
+        h('input', { name: 'password', type: 'password', autocomplete: 'new-password', required: true, minlength: 10 }),
         t('setup.password_hint'),
       ),
       field(t('setup.repeat'), h('input', { name: 'repeat', type: 'password', autocomplete: 'new-password', required: true })),

@@ -39,7 +39,7 @@ window.HEARTH_STRINGS = {
 
     'setup.title': 'Welcome to Hearth',
     'setup.intro': 'Create the owner account. Only the owner signs in to this panel; give other people API tokens instead.',
-    'setup.password_hint': 'At least 12 characters. A few random words are easy to type and hard to guess.',
+    'setup.password_hint': 'At least 10 characters. A few random words are easy to type and hard to guess.',
     'setup.repeat': 'Password again',
     'setup.create': 'Create the owner',
     'setup.mismatch': 'The two passwords differ.',
@@ -224,7 +224,7 @@ window.HEARTH_STRINGS = {
 
     'setup.title': 'Добро пожаловать в Hearth',
     'setup.intro': 'Создайте учётную запись владельца. В панель входит только владелец; другим людям выдавайте API-токены.',
-    'setup.password_hint': 'Не меньше 12 символов. Несколько случайных слов легко набрать и трудно угадать.',
+    'setup.password_hint': 'Не меньше 10 символов. Несколько случайных слов легко набрать и трудно угадать.',
     'setup.repeat': 'Пароль ещё раз',
     'setup.create': 'Создать владельца',
     'setup.mismatch': 'Пароли не совпадают.',

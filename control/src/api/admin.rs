@@ -37,6 +37,10 @@ pub(super) fn router() -> Router<Arc<App>> {
         .route("/api/login", post(login))
         .route("/api/logout", post(logout))
         .route("/api/me", get(me))
+        .route("/api/totp", get(totp_status))
+        .route("/api/totp/enroll", post(totp_enroll))
+        .route("/api/totp/confirm", post(totp_confirm))
+        .route("/api/totp/disable", post(totp_disable))
         .route("/api/status", get(status))
         .route("/api/users", get(list_users).post(create_user))
         .route("/api/users/bulk", post(bulk_create))
@@ -119,6 +123,9 @@ async fn setup(State(app): State<Arc<App>>, parts: axum::http::request::Parts, B
 struct LoginRequest {
     login: String,
     password: String,
+    /// The authenticator app's code (or a recovery code), when two-step sign-in is on.
+    #[serde(default)]
+    code: Option<String>,
 }
 
 async fn login(State(app): State<Arc<App>>, parts: axum::http::request::Parts, Body(req): Body<LoginRequest>) -> Reply {
@@ -137,12 +144,137 @@ async fn login(State(app): State<Arc<App>>, parts: axum::http::request::Parts, B
         tracing::info!(client = %ip, "sign-in refused");
         return Err(refuse(StatusCode::UNAUTHORIZED, "bad_login", "wrong login or password"));
     }
+    if let Err(refused) = second_factor(&app, req.code.as_deref(), now).await {
+        // A missing code is a step of the flow; a wrong one counts like a wrong password.
+        if refused_code(&refused) == Some("bad_totp") {
+            app.lockouts.fail(&req.login, ip, now);
+            Counters::add(&app.counters.logins_failed, 1);
+            tracing::info!(client = %ip, "sign-in refused: second factor");
+        }
+        return Err(refused);
+    }
     app.lockouts.succeed(&req.login);
     let cookie = app.db.write(move |tx| auth::start_session(tx, now)).await.map_err(fail)?;
     tracing::info!(client = %ip, "owner signed in");
     let mut response = axum::Json(json!({ "ok": true })).into_response();
     response.headers_mut().insert(header::SET_COOKIE, session_cookie(&cookie, auth::SESSION_ABSOLUTE));
     Ok(response)
+}
+
+/// The machine-readable code of a refusal made by [`refuse`] (`None` for other answers).
+fn refused_code(response: &Response) -> Option<&'static str> {
+    response.extensions().get::<RefusalCode>().map(|code| code.0)
+}
+
+#[derive(Clone, Copy)]
+struct RefusalCode(&'static str);
+
+fn refuse_with(status: StatusCode, code: &'static str, message: &str) -> Response {
+    let mut response = refuse(status, code, message);
+    response.extensions_mut().insert(RefusalCode(code));
+    response
+}
+
+/// After a right password: nothing more, or (two-step sign-in on) a fresh authenticator code
+/// or an unspent recovery code.
+async fn second_factor(app: &Arc<App>, code: Option<&str>, now: u64) -> Result<(), Response> {
+    let state = app.db.read(auth::totp_state).await.map_err(fail)?;
+    let Some(sealed) = state.secret else {
+        return Ok(());
+    };
+    let Some(code) = code.map(str::trim).filter(|c| !c.is_empty()) else {
+        return Err(refuse_with(
+            StatusCode::UNAUTHORIZED,
+            "totp_required",
+            "two-step sign-in is on: send the code from your authenticator app as `code`",
+        ));
+    };
+    let secret = app.signer.vault.open(crate::secrets::Purpose::Totp, &sealed).map_err(fail)?;
+    if let Some(step) = crate::totp::check(&secret, code, now, state.last_step) {
+        if app.db.write(move |tx| auth::totp_use_step(tx, step)).await.map_err(fail)? {
+            return Ok(());
+        }
+    } else if code.len() > 8 {
+        let hash = crate::totp::recovery_hash(code);
+        if app.db.write(move |tx| auth::use_recovery_code(tx, &hash, now)).await.map_err(fail)? {
+            tracing::warn!("owner signed in with a recovery code");
+            return Ok(());
+        }
+    }
+    Err(refuse_with(StatusCode::UNAUTHORIZED, "bad_totp", "that code is wrong, expired or already used"))
+}
+
+/// Only the owner, in a browser session, manages two-step sign-in (not API tokens).
+fn owner_only(auth: &Auth) -> Result<(), Response> {
+    match auth.0 {
+        Principal::Owner { .. } => Ok(()),
+        Principal::Token { .. } => {
+            Err(refuse(StatusCode::FORBIDDEN, "owner_only", "only the owner, signed in, can change two-step sign-in"))
+        }
+    }
+}
+
+async fn totp_status(State(app): State<Arc<App>>, auth: Auth) -> Reply {
+    owner_only(&auth)?;
+    let state = app.db.read(auth::totp_state).await.map_err(fail)?;
+    ok(json!({ "enabled": state.secret.is_some(), "recovery_left": state.recovery_left }))
+}
+
+/// Starts turning two-step sign-in on: a new secret, as a QR code for the app.
+async fn totp_enroll(State(app): State<Arc<App>>, auth: Auth) -> Reply {
+    owner_only(&auth)?;
+    let secret = crate::secrets::random_bytes::<20>();
+    let sealed = app.signer.vault.seal(crate::secrets::Purpose::Totp, &secret);
+    app.db.write(move |tx| auth::totp_begin(tx, &sealed)).await.map_err(fail)?;
+    let login = app.db.read(auth::owner).await.map_err(fail)?.map(|(login, _)| login).unwrap_or_default();
+    let uri = crate::totp::uri(&secret, &app.config.profile.title, &login);
+    let qr_svg = hearth_shared::render::page::qr_svg(&uri);
+    ok(json!({ "secret": crate::totp::base32(&secret), "uri": uri, "qr_svg": qr_svg }))
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct TotpConfirm {
+    code: String,
+}
+
+/// Finishes turning two-step sign-in on with a first code; answers with the recovery codes,
+/// once.
+async fn totp_confirm(State(app): State<Arc<App>>, auth: Auth, Body(req): Body<TotpConfirm>) -> Reply {
+    owner_only(&auth)?;
+    let now = now();
+    let state = app.db.read(auth::totp_state).await.map_err(fail)?;
+    let Some(pending) = state.pending else {
+        return Err(fail(Error::Conflict("no enrollment is under way; start again".into())));
+    };
+    let secret = app.signer.vault.open(crate::secrets::Purpose::Totp, &pending).map_err(fail)?;
+    let Some(step) = crate::totp::check(&secret, &req.code, now, 0) else {
+        return Err(fail(Error::invalid("bad_totp", "that code is wrong or expired; check the phone's clock")));
+    };
+    let codes = crate::totp::recovery_codes();
+    let hashes: Vec<[u8; 32]> = codes.iter().map(|code| crate::totp::recovery_hash(code)).collect();
+    app.db.write(move |tx| auth::totp_enable(tx, step, &hashes, now)).await.map_err(fail)?;
+    tracing::info!("two-step sign-in turned on");
+    ok(json!({ "recovery_codes": codes }))
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct TotpDisable {
+    password: String,
+}
+
+/// Turns two-step sign-in off; needs the password again.
+async fn totp_disable(State(app): State<Arc<App>>, auth: Auth, Body(req): Body<TotpDisable>) -> Reply {
+    owner_only(&auth)?;
+    let owner = app.db.read(auth::owner).await.map_err(fail)?;
+    if !app.hasher.verify(req.password, owner.map(|(_, hash)| hash)).await.map_err(fail)? {
+        return Err(refuse(StatusCode::UNAUTHORIZED, "bad_password", "that is not the owner's password"));
+    }
+    let now = now();
+    app.db.write(move |tx| auth::totp_disable(tx, now)).await.map_err(fail)?;
+    tracing::info!("two-step sign-in turned off");
+    ok(json!({ "enabled": false }))
 }
 
 async fn logout(State(app): State<Arc<App>>, auth: Auth) -> Reply {

@@ -553,3 +553,95 @@ async fn metrics_for_the_owner_only() {
     let path = format!("/{}/metrics", anonymous.app().config.admin_prefix);
     assert_eq!(anonymous.send(Method::GET, &path, None, &[]).await.status, StatusCode::UNAUTHORIZED);
 }
+
+/// Decodes the base32 secret an enrollment shows (what the authenticator app does).
+fn base32_decode(text: &str) -> Vec<u8> {
+    let (mut out, mut buffer, mut bits) = (Vec::new(), 0u32, 0u32);
+    for c in text.bytes() {
+        let value = match c {
+            b'A'..=b'Z' => c - b'A',
+            b'2'..=b'7' => c - b'2' + 26,
+            _ => panic!("not base32: {text}"),
+        };
+        buffer = (buffer << 5) | u32::from(value);
+        bits += 5;
+        if bits >= 8 {
+            bits -= 8;
+            out.push((buffer >> bits) as u8);
+        }
+    }
+    out
+}
+
+#[tokio::test]
+async fn two_step_sign_in_needs_a_fresh_code_or_a_recovery_code() {
+    let mut client = Client::signed_in(false).await;
+    let code_at = |secret: &[u8], step: u64| format!("{:06}", crate::totp::code_at(secret, step));
+    assert_eq!(client.get("/totp").await.json()["enabled"], false);
+
+    let enrollment = client.post("/totp/enroll", json!({})).await.json();
+    let uri = enrollment["uri"].as_str().unwrap();
+    assert!(uri.starts_with("otpauth://totp/Hearth:owner?secret="), "{uri}");
+    assert!(enrollment["qr_svg"].as_str().unwrap().starts_with("<svg"));
+    let secret = base32_decode(enrollment["secret"].as_str().unwrap());
+    let step = now() / crate::totp::STEP;
+    let answer = client.post("/totp/confirm", json!({ "code": "000000" })).await;
+    if code_at(&secret, step) != "000000" {
+        assert_eq!((answer.status, answer.code().as_str()), (StatusCode::BAD_REQUEST, "bad_totp"));
+        assert_eq!(client.get("/totp").await.json()["enabled"], false, "a wrong code changes nothing");
+    }
+    let answer = client.post("/totp/confirm", json!({ "code": code_at(&secret, step) })).await;
+    assert_eq!(answer.status, StatusCode::OK, "{}", String::from_utf8_lossy(&answer.body));
+    let recovery: Vec<String> =
+        answer.json()["recovery_codes"].as_array().unwrap().iter().map(|c| c.as_str().unwrap().to_owned()).collect();
+    assert_eq!(recovery.len(), crate::totp::RECOVERY_CODES);
+    assert_eq!(client.get("/totp").await.json()["recovery_left"], 10);
+
+    // The password alone is not enough any more; a wrong code counts like a wrong password.
+    let login = |code: Option<&str>| {
+        let mut body = json!({ "login": "owner", "password": "a long password" });
+        if let Some(code) = code {
+            body["code"] = json!(code);
+        }
+        body
+    };
+    let answer = client.post("/login", login(None)).await;
+    assert_eq!((answer.status, answer.code().as_str()), (StatusCode::UNAUTHORIZED, "totp_required"));
+    assert!(!answer.headers.contains_key(header::SET_COOKIE));
+    let answer = client.post("/login", login(Some("12345x"))).await;
+    assert_eq!((answer.status, answer.code().as_str()), (StatusCode::UNAUTHORIZED, "bad_totp"));
+    // The code that confirmed the enrollment was used: the next step's code (a phone a little
+    // ahead) works, once.
+    let next = code_at(&secret, step + 1);
+    let answer = client.post("/login", login(Some(&next))).await;
+    assert_eq!(answer.status, StatusCode::OK, "{}", String::from_utf8_lossy(&answer.body));
+    let answer = client.post("/login", login(Some(&next))).await;
+    assert_eq!((answer.status, answer.code().as_str()), (StatusCode::UNAUTHORIZED, "bad_totp"), "no replay");
+    // A recovery code, typed loosely, works once.
+    let typed = recovery[3].to_uppercase().replace('-', " ");
+    assert_eq!(client.post("/login", login(Some(&typed))).await.status, StatusCode::OK);
+    let answer = client.post("/login", login(Some(&recovery[3]))).await;
+    assert_eq!(answer.code(), "bad_totp");
+    assert_eq!(client.get("/totp").await.json()["recovery_left"], 9);
+    client.app().lockouts.succeed("owner");
+
+    // API tokens cannot touch it; turning it off needs the password.
+    let token = client.post("/tokens", json!({ "name": "t", "scope": "admin" })).await.json()["token"]
+        .as_str()
+        .unwrap()
+        .to_owned();
+    let mut scripted = Client { control: client.control, cookie: None, bearer: Some(token) };
+    assert_eq!(scripted.post("/totp/enroll", json!({})).await.status, StatusCode::FORBIDDEN);
+    std::mem::swap(&mut scripted.cookie, &mut client.cookie);
+    scripted.bearer = None;
+    let answer = scripted.post("/totp/disable", json!({ "password": "wrong" })).await;
+    assert_eq!((answer.status, answer.code().as_str()), (StatusCode::UNAUTHORIZED, "bad_password"));
+    assert_eq!(scripted.post("/totp/disable", json!({ "password": "a long password" })).await.status, StatusCode::OK);
+    assert_eq!(scripted.post("/login", login(None)).await.status, StatusCode::OK);
+    let audit = scripted.get("/audit").await.json();
+    let actions: Vec<&str> =
+        audit["entries"].as_array().unwrap().iter().map(|e| e["action"].as_str().unwrap()).collect();
+    for action in ["owner.totp_on", "owner.recovery_code_used", "owner.totp_off"] {
+        assert!(actions.contains(&action), "{action} in {actions:?}");
+    }
+}
