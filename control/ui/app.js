@@ -245,6 +245,7 @@
     [/^groups$/, () => groupsView()],
     [/^tokens$/, () => tokensView()],
     [/^audit$/, (m, params) => auditView(params)],
+    [/^settings$/, () => settingsView()],
   ];
 
   async function route() {
@@ -283,6 +284,7 @@
     ['groups', 'nav.groups'],
     ['tokens', 'nav.tokens'],
     ['audit', 'nav.audit'],
+    ['settings', 'nav.settings'],
   ];
 
   function languagePicker() {
@@ -338,6 +340,12 @@
   // ---- sign-in and setup ----------------------------------------------------------------
 
   function loginView(notice) {
+    const code = field(
+      t('totp.code'),
+      h('input', { name: 'code', autocomplete: 'one-time-code', inputmode: 'numeric', maxlength: 20 }),
+      t('totp.code_hint'),
+    );
+    code.hidden = true;
     const form = h(
       'form',
       { class: 'card', id: 'login' },
@@ -345,14 +353,25 @@
       notice ? h('p', { class: 'notice' }, notice) : null,
       field(t('login'), h('input', { name: 'login', autocomplete: 'username', required: true, autofocus: true })),
       field(t('password'), h('input', { name: 'password', type: 'password', autocomplete: 'current-password', required: true })),
+      code,
       errorBox(),
       h('div', { class: 'actions' }, languagePicker(), h('button', { type: 'submit' }, t('sign_in'))),
     );
     form.addEventListener('submit', (e) => {
       e.preventDefault();
       submitting(form, async () => {
-        const { login, password } = fields(form);
-        await api('POST', 'login', { login, password });
+        const values = fields(form);
+        const body = { login: values.login, password: values.password };
+        if (!code.hidden && values.code) body.code = values.code;
+        try {
+          await api('POST', 'login', body);
+        } catch (err) {
+          if (err.code !== 'totp_required') throw err;
+          // The password was right; two-step sign-in is on: ask for the code.
+          code.hidden = false;
+          code.querySelector('input').focus();
+          return;
+        }
         me = await api('GET', 'me');
         route();
       });
@@ -1104,6 +1123,99 @@
       entries.length === 100
         ? h('nav', { class: 'pager' }, h('a', { class: 'button ghost small', href: `#/audit?before=${entries[entries.length - 1].id}` }, t('audit.older')))
         : null,
+    );
+  }
+
+  // ---- settings -------------------------------------------------------------------------
+
+  async function settingsView() {
+    const [totp, status] = await Promise.all([api('GET', 'totp'), api('GET', 'status')]);
+    const card = h('section', { class: 'card', id: 'totp' });
+    const show = (...content) => card.replaceChildren(h('h2', {}, t('totp.title')), ...content);
+
+    const off = h(
+      'form',
+      { class: 'inline', id: 'totp-off' },
+      h('input', { name: 'password', type: 'password', autocomplete: 'current-password', required: true, placeholder: t('password'), 'aria-label': t('password') }),
+      h('button', { type: 'submit', class: 'danger' }, t('totp.turn_off')),
+      errorBox(),
+    );
+    off.addEventListener('submit', (e) => {
+      e.preventDefault();
+      submitting(off, async () => {
+        await api('POST', 'totp/disable', { password: fields(off).password });
+        route();
+      });
+    });
+
+    const begin = async (button) => {
+      button.disabled = true;
+      let enrollment;
+      try {
+        enrollment = await api('POST', 'totp/enroll', {});
+      } catch (err) {
+        button.disabled = false;
+        return alertError(err);
+      }
+      const confirm = h(
+        'form',
+        { id: 'totp-confirm' },
+        field(t('totp.code'), h('input', { name: 'code', autocomplete: 'one-time-code', inputmode: 'numeric', required: true, maxlength: 7 })),
+        errorBox(),
+        h('div', { class: 'actions' }, h('button', { type: 'submit' }, t('totp.confirm'))),
+      );
+      confirm.addEventListener('submit', (e) => {
+        e.preventDefault();
+        submitting(confirm, async () => {
+          const answer = await api('POST', 'totp/confirm', { code: fields(confirm).code });
+          show(
+            h('p', { role: 'status' }, t('totp.on_now')),
+            h('p', {}, t('totp.recovery_once')),
+            h('div', { class: 'secret', id: 'recovery-codes' }, h('code', {}, answer.recovery_codes.join('\n')), copyButton(answer.recovery_codes.join('\n'))),
+            h('div', { class: 'actions' }, h('button', { type: 'button', id: 'totp-done', onclick: () => route() }, t('done'))),
+          );
+        });
+      });
+      show(
+        h('p', {}, t('totp.scan')),
+        h('img', { class: 'qr', alt: t('totp.qr'), src: `data:image/svg+xml;charset=utf-8,${encodeURIComponent(enrollment.qr_svg)}` }),
+        h('p', {}, t('totp.or_type')),
+        h('div', { class: 'secret' }, h('code', { id: 'totp-secret' }, enrollment.secret), copyButton(enrollment.secret)),
+        confirm,
+      );
+    };
+
+    if (totp.enabled) {
+      show(
+        h('p', {}, h('span', { class: 'badge active' }, t('totp.on')), ' ', t('totp.recovery_left', { n: totp.recovery_left })),
+        h('p', {}, t('totp.off_hint')),
+        off,
+      );
+    } else {
+      show(
+        h('p', {}, t('totp.intro')),
+        h('div', { class: 'actions wrap' }, h('button', { type: 'button', id: 'totp-on', onclick: (e) => begin(e.target) }, t('totp.turn_on'))),
+      );
+    }
+
+    shell(
+      'settings',
+      h('h1', {}, t('nav.settings')),
+      card,
+      h(
+        'section',
+        { class: 'card' },
+        h('h2', {}, t('settings.server')),
+        h(
+          'dl',
+          {},
+          h('dt', {}, t('overview.edge_url')),
+          h('dd', {}, status.edge.url || t('overview.edge_none')),
+          h('dt', {}, t('settings.root_key')),
+          h('dd', {}, h('code', {}, status.keys.root)),
+        ),
+        h('p', {}, t('settings.file_hint')),
+      ),
     );
   }
 

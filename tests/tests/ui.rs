@@ -148,6 +148,29 @@ async fn no_console_errors(driver: &Driver, client: &Client, after: &str) {
     assert!(errors.is_empty(), "console errors after {after}: {errors:#?}");
 }
 
+/// The current code of a base32 TOTP secret (RFC 6238: HMAC-SHA-1, 30 s, 6 digits), as an
+/// authenticator app computes it.
+fn totp_now(secret: &str) -> String {
+    use hmac::Mac as _;
+    let (mut key, mut buffer, mut bits) = (Vec::new(), 0u32, 0u32);
+    for c in secret.bytes() {
+        let value = if c.is_ascii_uppercase() { c - b'A' } else { c - b'2' + 26 };
+        buffer = (buffer << 5) | u32::from(value);
+        bits += 5;
+        if bits >= 8 {
+            bits -= 8;
+            key.push((buffer >> bits) as u8);
+        }
+    }
+    let step = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap().as_secs() / 30;
+    let mut mac = hmac::Hmac::<sha1::Sha1>::new_from_slice(&key).unwrap();
+    mac.update(&step.to_be_bytes());
+    let digest = mac.finalize().into_bytes();
+    let offset = usize::from(digest[19] & 0x0f);
+    let word = u32::from_be_bytes(digest[offset..offset + 4].try_into().unwrap()) & 0x7fff_ffff;
+    format!("{:06}", word % 1_000_000)
+}
+
 #[tokio::test]
 async fn the_admin_panel_works_in_a_real_browser() {
     let temp = tempfile::tempdir().unwrap();
@@ -254,6 +277,30 @@ async fn the_admin_panel_works_in_a_real_browser() {
     screenshot(&client, "users-phone").await;
     client.set_window_size(1280, 900).await.unwrap();
     no_console_errors(&driver, &client, "nodes, tokens and the phone view").await;
+
+    // Two-step sign-in: turned on with the app's first code, then a sign-in needs a code
+    // (here one of the recovery codes, shown once).
+    client.goto(&format!("{panel}#/settings")).await.unwrap();
+    find(&client, "#totp-on").await.click().await.unwrap();
+    let secret = text_of(&client, "#totp-secret", |t| t.len() >= 32).await;
+    assert!(find(&client, "#totp img.qr").await.attr("src").await.unwrap().unwrap().starts_with("data:image/svg+xml"));
+    screenshot(&client, "totp-enroll").await;
+    fill(&client, "#totp-confirm input[name=code]", &totp_now(&secret)).await;
+    find(&client, "#totp-confirm button[type=submit]").await.click().await.unwrap();
+    let codes = text_of(&client, "#recovery-codes code", |t| t.lines().count() == 10).await;
+    find(&client, "#totp-done").await.click().await.unwrap();
+    text_of(&client, "#totp", |t| t.contains("10 recovery codes left")).await;
+    find(&client, "#sign-out").await.click().await.unwrap();
+    fill(&client, "#login input[name=login]", "owner").await;
+    fill(&client, "#login input[name=password]", "correct horse battery staple").await;
+    find(&client, "#login button[type=submit]").await.click().await.unwrap();
+    let code = find(&client, "#login input[name=code]").await;
+    assert!(code.is_displayed().await.unwrap(), "the code field shows after a right password");
+    code.send_keys(codes.lines().next().unwrap()).await.unwrap();
+    find(&client, "#login button[type=submit]").await.click().await.unwrap();
+    // Signed in again, on the page the session ended on.
+    text_of(&client, "#totp", |t| t.contains("9 recovery codes left")).await;
+    no_console_errors(&driver, &client, "two-step sign-in").await;
 
     // Sign out: the session is gone for the API too.
     find(&client, "#sign-out").await.click().await.unwrap();
