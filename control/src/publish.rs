@@ -198,6 +198,12 @@ fn civil_month(days: i64) -> (i64, u32) {
     (year, u32::try_from(month).expect("month in 1..=12"))
 }
 
+/// The day (since 1970-01-01) the UTC month of `now` began.
+pub(crate) fn month_start_day(now: u64) -> u64 {
+    let (year, month) = civil_month((now / DAY) as i64);
+    u64::try_from(days_from_civil(year, month, 1)).unwrap_or(0)
+}
+
 /// When traffic next goes back to zero after `now` (UTC), or 0 for never.
 pub(crate) fn next_reset(reset: ResetStrategy, now: u64) -> u64 {
     let today = now / DAY;
@@ -505,6 +511,14 @@ pub(crate) fn envelope(conn: &Connection, name: &str) -> Result<Option<(u64, Vec
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn months_start_on_their_first_day() {
+        // 2026-11-30 12:00 UTC: the month began on 2026-11-01, day 20,758.
+        assert_eq!(month_start_day(1_796_040_000), 20_758);
+        assert_eq!(month_start_day(20_758 * DAY), 20_758);
+        assert_eq!(month_start_day(20_758 * DAY - 1), 20_727, "2026-10-01");
+    }
 
     #[test]
     fn civil_dates_round_trip() {

@@ -142,7 +142,7 @@
   const number = (n) => new Intl.NumberFormat(lang).format(n);
 
   function bytes(n) {
-    if (!n) return '0';
+    if (!n) return '0 B';
     const units = ['B', 'KiB', 'MiB', 'GiB', 'TiB'];
     let i = 0;
     while (n >= 1024 && i < units.length - 1) {
@@ -170,6 +170,49 @@
       if (Math.abs(diff) >= size) return rtf.format(Math.round(diff / size), unit);
     }
     return rtf.format(diff, 'second');
+  }
+
+  /** A bar chart of daily traffic (download over upload), as SVG: no library, no inline style. */
+  function chart(days, label) {
+    const ns = 'http://www.w3.org/2000/svg';
+    const svg = (tag, attrs, ...children) => {
+      const el = document.createElementNS(ns, tag);
+      for (const [k, v] of Object.entries(attrs)) el.setAttribute(k, v);
+      el.append(...children);
+      return el;
+    };
+    const max = Math.max(1, ...days.map((d) => d.up + d.down));
+    const width = 10;
+    const bars = days.map((d, i) => {
+      const down = (d.down / max) * 100;
+      const up = (d.up / max) * 100;
+      const title = `${date(d.day)}: ↓ ${bytes(d.down)} ↑ ${bytes(d.up)}`;
+      return svg(
+        'g',
+        {},
+        svg('title', {}, title),
+        svg('rect', { class: 'down', x: i * width + 1, y: 100 - down - up, width: width - 2, height: down }),
+        svg('rect', { class: 'up', x: i * width + 1, y: 100 - up, width: width - 2, height: up }),
+      );
+    });
+    return svg(
+      'svg',
+      { class: 'chart', viewBox: `0 0 ${days.length * width} 100`, preserveAspectRatio: 'none', role: 'img', 'aria-label': label },
+      svg('title', {}, label),
+      ...bars,
+    );
+  }
+
+  function trafficCard(days, ...extra) {
+    const total = days.reduce((a, d) => a + d.up + d.down, 0);
+    return h(
+      'section',
+      { class: 'card traffic' },
+      h('h2', {}, t('traffic.title')),
+      ...extra,
+      chart(days, t('traffic.chart', { n: days.length, total: bytes(total) })),
+      h('p', { class: 'legend' }, h('span', { class: 'key down' }), t('traffic.down'), ' ', h('span', { class: 'key up' }), t('traffic.up')),
+    );
   }
 
   function badge(status) {
@@ -434,7 +477,7 @@
   // ---- overview -------------------------------------------------------------------------
 
   async function overview() {
-    const status = await api('GET', 'status');
+    const [status, traffic] = await Promise.all([api('GET', 'status'), api('GET', 'usage?days=30')]);
     const users = status.users || {};
     const total = Object.values(users).reduce((a, b) => a + b, 0);
     const offline = status.nodes.total - status.nodes.online;
@@ -464,6 +507,17 @@
         { class: 'stats', 'aria-label': t('nav.nodes') },
         stat(t('overview.nodes_online'), status.nodes.online, '#/nodes', 'active'),
         stat(t('overview.nodes_offline'), offline, '#/nodes', offline ? 'expired' : ''),
+      ),
+      trafficCard(
+        traffic.days,
+        h(
+          'dl',
+          {},
+          h('dt', {}, t('traffic.today')),
+          h('dd', {}, bytes(traffic.today.up + traffic.today.down)),
+          h('dt', {}, t('traffic.month')),
+          h('dd', {}, bytes(traffic.month.up + traffic.month.down)),
+        ),
       ),
       h(
         'section',
@@ -683,7 +737,12 @@
   }
 
   async function userView(id) {
-    const [user, groups, link] = await Promise.all([api('GET', `users/${id}`), api('GET', 'groups'), api('GET', `users/${id}/link`)]);
+    const [user, groups, link, traffic] = await Promise.all([
+      api('GET', `users/${id}`),
+      api('GET', 'groups'),
+      api('GET', `users/${id}/link`),
+      api('GET', `users/${id}/usage?days=30`),
+    ]);
     const act = (label, path, body, confirmText, cls) =>
       h('button', {
         type: 'button',
@@ -779,8 +838,58 @@
           act(t('delete'), null, undefined, t('users.delete_confirm', { name: user.name }), 'danger'),
         ),
       ),
+      trafficCard(traffic.days),
+      previewCard(id),
       edit,
     );
+  }
+
+  /** Apps people use, with the User-Agent each sends when it fetches a link. */
+  const APPS = [
+    ['v2rayN / v2rayNG', 'v2rayN/7.12.5'],
+    ['Hiddify', 'HiddifyNext/2.5.7 (android) like ClashMeta v2rayNG v2rayN sing-box'],
+    ['sing-box (Android)', 'SFA/1.12.4 (Android 14; sing-box 1.12.4; language en_US)'],
+    ['sing-box (iOS)', 'SFI/1.13.0 (Apple iOS 18.1; sing-box 1.13.0)'],
+    ['Clash Verge', 'clash-verge/v2.2.3'],
+    ['FlClash', 'FlClash/v0.8.80 clash-verge Platform/android'],
+    ['Happ', 'Happ/3.2.1'],
+    ['Shadowrocket', 'Shadowrocket/2.2.65'],
+    [null, 'Mozilla/5.0 (X11; Linux x86_64; rv:133.0) Gecko/20100101 Firefox/133.0'],
+  ];
+
+  function previewCard(id) {
+    const out = h('div', { class: 'preview', id: 'preview-out' });
+    const custom = h('input', { name: 'ua', placeholder: 'User-Agent', 'aria-label': 'User-Agent' });
+    const show = async (ua) => {
+      try {
+        const answer = await api('GET', `users/${id}/preview?ua=${encodeURIComponent(ua)}`);
+        out.replaceChildren(
+          h('p', {}, t('preview.format'), ' ', h('strong', { id: 'preview-format' }, answer.format)),
+          h('pre', {}, answer.headers.map(([name, value]) => `${name}: ${value}`).join('\n'), '\n\n', answer.body),
+        );
+      } catch (err) {
+        out.replaceChildren(h('p', { class: 'error', role: 'alert' }, err.message));
+      }
+    };
+    const apps = h(
+      'select',
+      {
+        name: 'app',
+        'aria-label': t('preview.app'),
+        onchange: (e) => {
+          custom.value = e.target.value;
+          show(e.target.value);
+        },
+      },
+      h('option', { value: '' }, t('preview.pick')),
+      APPS.map(([name, ua]) => h('option', { value: ua }, name || t('preview.browser'))),
+    );
+    const form = h('form', { class: 'toolbar preview-form' }, apps, custom, h('button', { type: 'submit', class: 'ghost' }, t('preview.show')));
+    form.addEventListener('submit', (e) => {
+      e.preventDefault();
+      show(custom.value.trim());
+    });
+    return h('section', { class: 'card', id: 'preview' }, h('h2', {}, t('preview.title')), h('p', {}, t('preview.intro')), form, out);
   }
 
   // ---- nodes ----------------------------------------------------------------------------

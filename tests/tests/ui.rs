@@ -225,6 +225,18 @@ async fn the_admin_panel_works_in_a_real_browser() {
         .unwrap();
     assert!(width >= 200.0, "the QR code renders ({width} px)");
     assert_eq!(text_of(&client, ".title .badge", |t| !t.is_empty()).await, "Active");
+    let bars: f64 = client
+        .execute("return document.querySelectorAll('.traffic svg.chart g').length", vec![])
+        .await
+        .unwrap()
+        .as_f64()
+        .unwrap();
+    assert_eq!(bars, 30.0, "a bar a day for 30 days");
+    // What a sing-box app would get from the link: its JSON profile.
+    find(&client, "#preview select[name=app]").await.select_by_label("sing-box (Android)").await.unwrap();
+    assert_eq!(text_of(&client, "#preview-format", |t| !t.is_empty()).await, "sing-box 1.12");
+    text_of(&client, "#preview-out pre", |t| t.contains("\"type\": \"hysteria2\"") || t.contains("\"outbounds\""))
+        .await;
     screenshot(&client, "user").await;
     let disable = client.find(Locator::XPath("//button[text()='Disable']")).await.unwrap();
     disable.click().await.unwrap();

@@ -46,6 +46,9 @@ pub(super) fn router() -> Router<Arc<App>> {
         .route("/api/users/bulk", post(bulk_create))
         .route("/api/users/{id}", get(get_user).patch(update_user).delete(delete_user))
         .route("/api/users/{id}/link", get(user_link))
+        .route("/api/users/{id}/usage", get(user_usage))
+        .route("/api/users/{id}/preview", get(user_preview))
+        .route("/api/usage", get(usage))
         .route("/api/users/{id}/extend", post(extend_user))
         .route("/api/users/{id}/reset-traffic", post(reset_traffic))
         .route("/api/users/{id}/rotate", post(rotate_link))
@@ -325,6 +328,139 @@ fn offline_keys_here(dir: &std::path::Path) -> Vec<String> {
         .filter(|path| path.exists())
         .filter_map(|path| path.file_name().map(|name| name.to_string_lossy().into_owned()))
         .collect()
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct UsageQuery {
+    days: Option<u64>,
+}
+
+/// Traffic per day for the last `days` (1 to 366, default 30), oldest first, days without
+/// traffic included as zeros; `user` narrows it to one user.
+fn daily_usage(
+    conn: &rusqlite::Connection,
+    user: Option<u64>,
+    days: u64,
+    now: u64,
+) -> Result<Vec<serde_json::Value>, Error> {
+    let today = now / 86_400;
+    let first = today + 1 - days;
+    let mut statement = conn.prepare_cached(
+        "SELECT day, sum(up), sum(down) FROM usage_daily WHERE day >= ?1 AND (?2 IS NULL OR user_id = ?2)
+         GROUP BY day ORDER BY day",
+    )?;
+    let rows: Vec<(u64, u64, u64)> = statement
+        .query_map(rusqlite::params![first, user], |row| Ok((row.get(0)?, row.get(1)?, row.get(2)?)))?
+        .collect::<Result<_, _>>()?;
+    let mut out = Vec::with_capacity(days as usize);
+    let mut rows = rows.into_iter().peekable();
+    for day in first..=today {
+        let (up, down) = match rows.peek() {
+            Some((d, up, down)) if *d == day => {
+                let value = (*up, *down);
+                rows.next();
+                value
+            }
+            _ => (0, 0),
+        };
+        out.push(json!({ "day": day * 86_400, "up": up, "down": down }));
+    }
+    Ok(out)
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct PreviewQuery {
+    #[serde(default)]
+    ua: String,
+}
+
+/// What an app sending `ua` receives from the user's link: the format chosen, the headers
+/// and the body, exactly as the edge renders them (from the same signed snapshot).
+async fn user_preview(
+    State(app): State<Arc<App>>,
+    auth: Auth,
+    Path(id): Path<u64>,
+    Query(query): Query<PreviewQuery>,
+) -> Reply {
+    use hearth_shared::agent::Wants;
+    use hearth_shared::render::Format;
+    // It shows the credential, as the link does.
+    auth.need(Scope::Operate)?;
+    let state = app.clone();
+    let (token, stored) = app
+        .db
+        .read(move |c| {
+            let token = user_store::token(c, &state.signer, id)?;
+            let stored = crate::publish::envelope(c, &hearth_shared::wire::stream::snapshot(&token.hash()))?;
+            Ok((token, stored))
+        })
+        .await
+        .map_err(fail)?;
+    let snapshot = stored
+        .and_then(|(_, bytes)| {
+            let body = hearth_shared::envelope::Envelope::stored_body(&bytes)?.to_vec();
+            hearth_shared::seal::open(&body, &token).ok()
+        })
+        .ok_or_else(|| fail(Error::Internal("the user's snapshot does not open".into())))?;
+    let wants = hearth_shared::agent::match_user_agent(query.ua.trim(), &[]);
+    let url = format!("{}/{}", app.config.sub_url, token.to_link_form());
+    let answer = hearth_shared::render::answer(&snapshot, wants, &url);
+    let format = match wants {
+        Wants::Page => "page".to_owned(),
+        Wants::Profile(Format::Base64) => "base64".to_owned(),
+        Wants::Profile(Format::Mihomo) => "mihomo".to_owned(),
+        Wants::Profile(Format::SingBox(v)) => format!("sing-box {}.{}", v.major, v.minor),
+    };
+    ok(json!({ "format": format, "headers": answer.headers, "body": answer.body }))
+}
+
+/// Everyone's traffic: per day, today and this month (UTC).
+async fn usage(State(app): State<Arc<App>>, auth: Auth, Query(query): Query<UsageQuery>) -> Reply {
+    auth.need(Scope::Read)?;
+    let days = query.days.unwrap_or(30).clamp(1, 366);
+    let now = now();
+    let (series, month) = app
+        .db
+        .read(move |c| {
+            let series = daily_usage(c, None, days, now)?;
+            let month: (u64, u64) = c.query_row(
+                "SELECT coalesce(sum(up), 0), coalesce(sum(down), 0) FROM usage_daily WHERE day >= ?1",
+                [crate::publish::month_start_day(now)],
+                |row| Ok((row.get(0)?, row.get(1)?)),
+            )?;
+            Ok((series, month))
+        })
+        .await
+        .map_err(fail)?;
+    let today = series.last().cloned().unwrap_or_else(|| json!({ "up": 0, "down": 0 }));
+    ok(json!({
+        "days": series,
+        "today": { "up": today["up"], "down": today["down"] },
+        "month": { "up": month.0, "down": month.1 },
+    }))
+}
+
+/// One user's traffic per day.
+async fn user_usage(
+    State(app): State<Arc<App>>,
+    auth: Auth,
+    Path(id): Path<u64>,
+    Query(query): Query<UsageQuery>,
+) -> Reply {
+    auth.need(Scope::Read)?;
+    let days = query.days.unwrap_or(30).clamp(1, 366);
+    let now = now();
+    let series = app
+        .db
+        .read(move |c| {
+            user_store::get(c, id)?;
+            daily_usage(c, Some(id), days, now)
+        })
+        .await
+        .map_err(fail)?;
+    ok(json!({ "days": series }))
 }
 
 async fn list_users(State(app): State<Arc<App>>, auth: Auth, Query(query): Query<ListQuery>) -> Reply {

@@ -434,6 +434,23 @@ async fn nodes_enroll_pull_and_report_usage_exactly_once() {
     let user = client.get(&format!("/users/{alice_id}")).await.json();
     assert_eq!((user["used_up"].as_u64(), user["used_down"].as_u64()), (Some(3000), Some(4000)));
 
+    // The charts: today's bar holds the report; other days are zeros; another user's is empty.
+    let usage = client.get("/usage?days=7").await.json();
+    let days = usage["days"].as_array().unwrap();
+    assert_eq!(days.len(), 7);
+    assert_eq!((days[6]["up"].as_u64(), days[6]["down"].as_u64()), (Some(3000), Some(4000)));
+    assert!(days[..6].iter().all(|d| d["up"] == 0 && d["down"] == 0));
+    assert_eq!(days[6]["day"].as_u64().unwrap(), now() / 86_400 * 86_400);
+    assert_eq!((usage["today"]["up"].as_u64(), usage["month"]["down"].as_u64()), (Some(3000), Some(4000)));
+    let mine = client.get(&format!("/users/{alice_id}/usage")).await.json();
+    assert_eq!(mine["days"].as_array().unwrap().len(), 30);
+    assert_eq!(mine["days"][29]["down"].as_u64(), Some(4000));
+    let bob = client.get("/users?q=bob").await.json()["users"][0]["id"].as_u64().unwrap();
+    let theirs = client.get(&format!("/users/{bob}/usage?days=2")).await.json();
+    assert!(theirs["days"].as_array().unwrap().iter().all(|d| d["up"] == 0));
+    assert_eq!(client.get("/users/999999/usage").await.status, StatusCode::NOT_FOUND);
+    assert_eq!(client.get("/usage?days=x").await.status, StatusCode::BAD_REQUEST);
+
     // Crossing the quota removes alice from the set at once, and her snapshot says why.
     let second =
         node_usage(&client, node, &key, report(&key, node, 2, vec![UserUsage { user: alice_id, up: 0, down: 3000 }]))
@@ -644,4 +661,40 @@ async fn two_step_sign_in_needs_a_fresh_code_or_a_recovery_code() {
     for action in ["owner.totp_on", "owner.recovery_code_used", "owner.totp_off"] {
         assert!(actions.contains(&action), "{action} in {actions:?}");
     }
+}
+
+#[tokio::test]
+async fn the_preview_is_what_each_app_gets_from_the_link() {
+    let client = Client::signed_in(false).await;
+    let alice = client.post("/users", json!({ "name": "alice" })).await.json();
+    let id = alice["id"].as_u64().unwrap();
+    let link = alice["link"].as_str().unwrap().to_owned();
+    let snapshot = snapshot_of(client.app(), &link).await.unwrap();
+    for (ua, format) in [
+        ("v2rayN/7.12.5", "base64"),
+        ("clash-verge/v2.2.3", "mihomo"),
+        ("SFA/1.12.4 (Android 14; sing-box 1.12.4; language en_US)", "sing-box 1.12"),
+        ("Mozilla/5.0 (X11; Linux x86_64; rv:133.0) Gecko/20100101 Firefox/133.0", "page"),
+    ] {
+        let query: String = url_escape(ua);
+        let preview = client.get(&format!("/users/{id}/preview?ua={query}")).await.json();
+        assert_eq!(preview["format"], format, "{ua}");
+        let wants = hearth_shared::agent::match_user_agent(ua, &[]);
+        let expected = hearth_shared::render::answer(&snapshot, wants, &link);
+        assert_eq!(preview["body"], expected.body, "{ua}");
+        assert_eq!(preview["headers"][0][0], expected.headers[0].0);
+    }
+    assert_eq!(client.get("/users/424242/preview?ua=x").await.status, StatusCode::NOT_FOUND);
+}
+
+fn url_escape(text: &str) -> String {
+    text.bytes()
+        .map(|b| {
+            if b.is_ascii_alphanumeric() || b"-._~".contains(&b) {
+                char::from(b).to_string()
+            } else {
+                format!("%{b:02X}")
+            }
+        })
+        .collect()
 }

@@ -16,7 +16,8 @@ use rusqlite::{Connection, OptionalExtension as _, Transaction, TransactionBehav
 use crate::error::Error;
 
 /// Migrations, applied in order at start; `PRAGMA user_version` counts the applied ones.
-const MIGRATIONS: &[&str] = &[include_str!("schema.sql"), include_str!("totp.sql")];
+const MIGRATIONS: &[&str] =
+    &[include_str!("schema.sql"), include_str!("totp.sql"), "CREATE INDEX usage_daily_by_day ON usage_daily (day);"];
 
 /// Readers kept open between requests.
 const IDLE_READERS: usize = 2;

@@ -360,6 +360,94 @@ async fn bench_control() -> Result<()> {
     control.stop()
 }
 
+/// `hearth-bench panel`: with 10,000 users, how long each page of the admin panel waits for
+/// its data (the API calls it makes, in parallel as the page makes them), measured from the
+/// client over HTTPS on loopback (so an upper bound of control's own time); and the size of
+/// everything the browser downloads.
+async fn bench_panel() -> Result<()> {
+    use hearth_tests::control::{ControlDir, ControlProcess};
+    use serde_json::json;
+    let temp = tempfile::tempdir()?;
+    let dir = ControlDir::init(&temp.path().join("control"))?;
+    let http = dir.client()?;
+    let control = ControlProcess::start(&dir, &[])?;
+    let token = control.setup(&http, "operate").await?;
+    let names: Vec<String> = (0..10_000).map(|i| format!("user-{i:05}")).collect();
+    let answer =
+        http.post(control.api("/users/bulk")).bearer_auth(&token).json(&json!({ "names": names })).send().await?;
+    if !answer.status().is_success() {
+        bail!("bulk create failed: {}", answer.text().await?);
+    }
+    println!("| admin panel, 10,000 users | p50 | p95 | bytes |");
+    println!("|---|---|---|---|");
+    let pages: &[(&str, &[&str])] = &[
+        ("overview", &["/status", "/usage?days=30"]),
+        ("users, first page", &["/users?page=1&per_page=50", "/groups"]),
+        ("users, page 100", &["/users?page=100&per_page=50", "/groups"]),
+        ("users, search", &["/users?q=user-0777&page=1&per_page=50", "/groups"]),
+        ("users, status filter", &["/users?status=active&page=1&per_page=50", "/groups"]),
+        ("one user", &["/users/5000", "/groups", "/users/5000/link", "/users/5000/usage?days=30"]),
+        ("what apps receive", &["/users/5000/preview?ua=SFA%2F1.12.4"]),
+        ("nodes", &["/nodes", "/groups"]),
+        ("audit log", &["/audit?limit=100"]),
+    ];
+    for (page, calls) in pages {
+        let mut times = Vec::new();
+        let mut bytes = 0;
+        for _ in 0..40 {
+            let started = Instant::now();
+            let answers =
+                futures_join(calls.iter().map(|call| http.get(control.api(call)).bearer_auth(&token).send())).await;
+            bytes = 0;
+            for answer in answers {
+                let answer = answer?;
+                if !answer.status().is_success() {
+                    bail!("{page}: {}", answer.text().await?);
+                }
+                bytes += answer.bytes().await?.len();
+            }
+            times.push(started.elapsed());
+        }
+        times.sort();
+        println!(
+            "| {page} | {:.1} ms | {:.1} ms | {bytes} |",
+            percentile(&times, 0.5).as_secs_f64() * 1000.0,
+            percentile(&times, 0.95).as_secs_f64() * 1000.0
+        );
+    }
+    // What a first visit downloads: the page and its files, gzipped as browsers ask.
+    let page_url = format!("{}/{}/", control.url, control.admin);
+    let page_text = http.get(&page_url).header("accept-encoding", "identity").send().await?.text().await?;
+    let mut urls = vec![page_url.clone()];
+    for asset in page_text.split("assets/").skip(1).filter_map(|rest| rest.split('"').next()) {
+        urls.push(format!("{}/{}/assets/{asset}", control.url, control.admin));
+    }
+    let (mut total, mut plain) = (0, 0);
+    for url in &urls {
+        total += http.get(url).header("accept-encoding", "gzip").send().await?.bytes().await?.len();
+        plain += http.get(url).header("accept-encoding", "identity").send().await?.bytes().await?.len();
+    }
+    if urls.len() < 4 {
+        bail!("the page names {} files, expected 3", urls.len() - 1);
+    }
+    println!("| everything a first visit downloads | | | {total} gzipped ({plain} plain) |");
+    control.stop()
+}
+
+/// Sends requests together and waits for all (the panel's pages fetch their data in parallel).
+async fn futures_join<F>(futures: impl Iterator<Item = F>) -> Vec<F::Output>
+where
+    F: std::future::Future + Send + 'static,
+    F::Output: Send + 'static,
+{
+    let handles: Vec<_> = futures.map(tokio::spawn).collect();
+    let mut out = Vec::with_capacity(handles.len());
+    for handle in handles {
+        out.push(handle.await.expect("a request task panicked"));
+    }
+    out
+}
+
 /// A TCP source: every connection gets `bytes` zero bytes as fast as the reader takes them.
 async fn source(bytes: u64) -> Result<std::net::SocketAddr> {
     use tokio::io::AsyncWriteExt as _;
@@ -545,8 +633,11 @@ async fn main() -> Result<()> {
     if what == "node" {
         return bench_node().await;
     }
+    if what == "panel" {
+        return bench_panel().await;
+    }
     if what != "edge" {
-        bail!("usage: HEARTH_PROFILE=release hearth-bench control | node | edge [native|worker|workerd]");
+        bail!("usage: HEARTH_PROFILE=release hearth-bench control | panel | node | edge [native|worker|workerd]");
     }
     if !pin(std::process::id(), 0) {
         eprintln!("note: could not pin the load to a CPU of its own; figures include contention");
