@@ -17,6 +17,7 @@ mod metrics;
 mod publish;
 mod secrets;
 mod serve;
+mod settings;
 mod store;
 mod tasks;
 #[cfg(test)]

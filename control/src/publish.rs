@@ -43,8 +43,9 @@ pub(crate) struct Signer {
     pub(crate) recovery: RecoveryPublic,
     /// Secrets at rest.
     pub(crate) vault: Vault,
-    /// The subscription headers every snapshot carries.
-    pub(crate) profile: Profile,
+    /// The subscription headers every snapshot carries (the owner can change them at run
+    /// time: [`crate::settings`]).
+    pub(crate) profile: std::sync::RwLock<Profile>,
     /// Control's incarnation.
     pub(crate) epoch: u32,
     /// The root key (to verify what nodes sign, next to their own keys).
@@ -103,6 +104,17 @@ impl Changes {
         }
         Ok(signed)
     }
+}
+
+/// Signs every user's snapshot again (the profile they all carry changed). Returns how many
+/// envelopes were signed.
+pub(crate) fn republish_users(conn: &Connection, signer: &Signer, now: u64) -> Result<usize, Error> {
+    let mut changes = Changes::default();
+    let mut query = conn.prepare("SELECT id FROM users")?;
+    for user in query.query_map([], |row| row.get(0))? {
+        changes.users.insert(user?);
+    }
+    changes.publish(conn, signer, now)
 }
 
 /// The nodes a user reaches through its groups.
@@ -401,7 +413,7 @@ fn publish_user(conn: &Connection, signer: &Signer, user: UserId, now: u64) -> R
         reset: parse_reset(&reset).unwrap_or(ResetStrategy::Never),
         credential,
         endpoints: endpoints(conn, user)?,
-        profile: signer.profile.clone(),
+        profile: signer.profile.read().expect("profile lock").clone(),
     };
     let content = sha256(&wire::encode(&snapshot));
     let body = || seal::seal(&snapshot, &token, &signer.recovery, &mut OsRng);

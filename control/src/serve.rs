@@ -37,11 +37,12 @@ pub(crate) fn open(dir: &Path) -> Result<(Config, Db, Signer)> {
         record,
         recovery,
         vault,
-        profile: config.profile.clone(),
+        profile: std::sync::RwLock::new(config.profile.clone()),
         epoch: 1,
         root: config.root,
         edge: config.edge_url.is_some(),
     };
+    crate::settings::settle(&db, &signer, &config.profile, now())?;
     Ok((config, db, signer))
 }
 

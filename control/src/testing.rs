@@ -39,7 +39,7 @@ impl TestControl {
                 .parse()
                 .expect("a recovery key"),
             vault: Vault::load(&paths.master()).expect("master key"),
-            profile: config.profile.clone(),
+            profile: std::sync::RwLock::new(config.profile.clone()),
             epoch: 1,
             root: config.root,
             edge,

@@ -1238,7 +1238,33 @@
   // ---- settings -------------------------------------------------------------------------
 
   async function settingsView() {
-    const [totp, status] = await Promise.all([api('GET', 'totp'), api('GET', 'status')]);
+    const [totp, status, settings] = await Promise.all([api('GET', 'totp'), api('GET', 'status'), api('GET', 'settings')]);
+    const p = settings.profile;
+    const profile = h(
+      'form',
+      { class: 'card', id: 'profile-form' },
+      h('h2', {}, t('settings.profile')),
+      h('p', {}, t('settings.profile_intro')),
+      field(t('settings.title'), h('input', { name: 'title', required: true, maxlength: 64, value: p.title })),
+      field(t('settings.announce'), h('textarea', { name: 'announce', rows: 2, maxlength: 200 }, p.announce || ''), t('settings.announce_hint')),
+      field(t('settings.support_url'), h('input', { name: 'support_url', type: 'url', value: p.support_url || '', placeholder: 'https://t.me/...' })),
+      field(t('settings.web_page_url'), h('input', { name: 'web_page_url', type: 'url', value: p.web_page_url || '' })),
+      field(t('settings.interval'), h('input', { name: 'update_interval_hours', type: 'number', min: 1, max: 168, required: true, value: p.update_interval_hours, inputmode: 'numeric' })),
+      errorBox(),
+      h('p', { class: 'notice', role: 'status', hidden: true }),
+      h('div', { class: 'actions' }, h('button', { type: 'submit' }, t('save'))),
+    );
+    profile.addEventListener('submit', (e) => {
+      e.preventDefault();
+      submitting(profile, async () => {
+        const values = fields(profile);
+        values.update_interval_hours = Number(values.update_interval_hours);
+        await api('PATCH', 'settings', { profile: values });
+        const done = profile.querySelector('.notice');
+        done.textContent = t('settings.saved');
+        done.hidden = false;
+      });
+    });
     const card = h('section', { class: 'card', id: 'totp' });
     const show = (...content) => card.replaceChildren(h('h2', {}, t('totp.title')), ...content);
 
@@ -1310,6 +1336,7 @@
     shell(
       'settings',
       h('h1', {}, t('nav.settings')),
+      profile,
       card,
       h(
         'section',
@@ -1320,6 +1347,8 @@
           {},
           h('dt', {}, t('overview.edge_url')),
           h('dd', {}, status.edge.url || t('overview.edge_none')),
+          h('dt', {}, t('settings.sub_url')),
+          h('dd', {}, settings.sub_url),
           h('dt', {}, t('settings.root_key')),
           h('dd', {}, h('code', {}, status.keys.root)),
         ),

@@ -382,3 +382,62 @@ fn the_cli_manages_users_and_nodes() {
         "{nodes}"
     );
 }
+
+#[tokio::test]
+async fn the_profile_set_in_the_panel_reaches_links_and_lasts_until_the_file_changes() {
+    use base64::Engine as _;
+    let temp = tempfile::tempdir().unwrap();
+    let dir = ControlDir::init(&temp.path().join("control")).unwrap();
+    let http = dir.client().unwrap();
+    let mut control = ControlProcess::start(&dir, &[]).unwrap();
+    let api = Api { http: http.clone(), token: control.setup(&http, "admin").await.unwrap() };
+    let user = api.post(&control, "/users", json!({ "name": "ann" })).await;
+    // Control serves the link itself here (no edge); it comes back on a new port after a
+    // restart, so the link is rebuilt from the path.
+    let path = user["link"].as_str().unwrap().strip_prefix(&control.url).unwrap().to_owned();
+    let link_of = |control: &ControlProcess| format!("{}{path}", control.url);
+    let title_of = |headers: &reqwest::header::HeaderMap| {
+        let value = headers["profile-title"].to_str().unwrap().strip_prefix("base64:").unwrap().to_owned();
+        String::from_utf8(base64::engine::general_purpose::STANDARD.decode(value).unwrap()).unwrap()
+    };
+    let fetch = |link: String| {
+        let http = http.clone();
+        async move { http.get(link).header("user-agent", "v2rayN/7.12.5").send().await.unwrap().headers().clone() }
+    };
+    assert_eq!(title_of(&fetch(link_of(&control)).await), "Hearth");
+
+    // Set in the panel: the link carries it at once.
+    let profile = json!({ "title": "Family VPN", "announce": "Maintenance on Sunday", "update_interval_hours": 6 });
+    let (status, settings) =
+        api.call(&control, reqwest::Method::PATCH, "/settings", Some(json!({ "profile": profile }))).await;
+    assert_eq!(status, StatusCode::OK, "{settings}");
+    let headers = fetch(link_of(&control)).await;
+    assert_eq!(title_of(&headers), "Family VPN");
+    assert_eq!(headers["profile-update-interval"], "6");
+    assert!(headers.contains_key("announce"));
+    // A bad value is refused and changes nothing.
+    for bad in
+        [json!({ "title": "" }), json!({ "support_url": "javascript:alert(1)" }), json!({ "update_interval_hours": 0 })]
+    {
+        let (status, _) =
+            api.call(&control, reqwest::Method::PATCH, "/settings", Some(json!({ "profile": bad }))).await;
+        assert_eq!(status, StatusCode::BAD_REQUEST);
+    }
+    assert_eq!(api.get(&control, "/settings").await["profile"]["title"], "Family VPN");
+
+    // A restart keeps it...
+    control.stop().unwrap();
+    control = ControlProcess::start(&dir, &[]).unwrap();
+    assert_eq!(api.get(&control, "/settings").await["profile"]["title"], "Family VPN");
+    assert_eq!(title_of(&fetch(link_of(&control)).await), "Family VPN");
+    // ...until control.toml's [profile] is edited: the file is the newer change, and wins.
+    control.stop().unwrap();
+    let file = dir.path.join("control.toml");
+    let text = std::fs::read_to_string(&file).unwrap();
+    assert!(text.contains("title = \"Hearth\""), "{text}");
+    std::fs::write(&file, text.replace("title = \"Hearth\"", "title = \"Our VPN\"")).unwrap();
+    control = ControlProcess::start(&dir, &[]).unwrap();
+    assert_eq!(api.get(&control, "/settings").await["profile"]["title"], "Our VPN");
+    assert_eq!(title_of(&fetch(link_of(&control)).await), "Our VPN");
+    control.stop().unwrap();
+}

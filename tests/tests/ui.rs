@@ -290,6 +290,20 @@ async fn the_admin_panel_works_in_a_real_browser() {
     client.set_window_size(1280, 900).await.unwrap();
     no_console_errors(&driver, &client, "nodes, tokens and the phone view").await;
 
+    // What apps show: changed here, carried by the link at once (control serves it here).
+    client.goto(&format!("{panel}#/settings")).await.unwrap();
+    fill(&client, "#profile-form input[name=title]", "Family VPN").await;
+    fill(&client, "#profile-form input[name=support_url]", "not a url").await;
+    find(&client, "#profile-form button[type=submit]").await.click().await.unwrap();
+    // The browser's own check stops it first (type=url); a bad value never reaches control.
+    assert_eq!(find(&client, "#profile-form .notice").await.is_displayed().await.unwrap(), false);
+    fill(&client, "#profile-form input[name=support_url]", "https://example.net/help").await;
+    find(&client, "#profile-form button[type=submit]").await.click().await.unwrap();
+    text_of(&client, "#profile-form .notice", |t| t.contains("Saved")).await;
+    let served = http.get(&link).header("user-agent", "v2rayN/7.12.5").send().await.unwrap();
+    assert_eq!(served.headers()["support-url"], "https://example.net/help");
+    screenshot(&client, "settings").await;
+
     // Two-step sign-in: turned on with the app's first code, then a sign-in needs a code
     // (here one of the recovery codes, shown once).
     client.goto(&format!("{panel}#/settings")).await.unwrap();

@@ -62,6 +62,7 @@ pub(super) fn router() -> Router<Arc<App>> {
         .route("/api/tokens", get(list_tokens).post(create_token))
         .route("/api/tokens/{id}", delete(revoke_token))
         .route("/api/audit", get(audit))
+        .route("/api/settings", get(get_settings).patch(update_settings))
         .route("/metrics", get(crate::metrics::handler))
         .layer(axum::middleware::map_response(|mut response: Response| async move {
             response.headers_mut().insert(header::CACHE_CONTROL, HeaderValue::from_static("no-store"));
@@ -230,7 +231,8 @@ async fn totp_enroll(State(app): State<Arc<App>>, auth: Auth) -> Reply {
     let sealed = app.signer.vault.seal(crate::secrets::Purpose::Totp, &secret);
     app.db.write(move |tx| auth::totp_begin(tx, &sealed)).await.map_err(fail)?;
     let login = app.db.read(auth::owner).await.map_err(fail)?.map(|(login, _)| login).unwrap_or_default();
-    let uri = crate::totp::uri(&secret, &app.config.profile.title, &login);
+    let title = app.signer.profile.read().expect("profile lock").title.clone();
+    let uri = crate::totp::uri(&secret, &title, &login);
     let qr_svg = hearth_shared::render::page::qr_svg(&uri);
     ok(json!({ "secret": crate::totp::base32(&secret), "uri": uri, "qr_svg": qr_svg }))
 }
@@ -414,6 +416,40 @@ async fn user_preview(
         Wants::Profile(Format::SingBox(v)) => format!("sing-box {}.{}", v.major, v.minor),
     };
     ok(json!({ "format": format, "headers": answer.headers, "body": answer.body }))
+}
+
+fn settings_json(app: &App) -> serde_json::Value {
+    let profile = app.signer.profile.read().expect("profile lock").clone();
+    json!({
+        "profile": profile,
+        "edge_url": app.config.edge_url,
+        "sub_url": app.config.sub_url,
+        "public_url": app.config.public_url,
+    })
+}
+
+async fn get_settings(State(app): State<Arc<App>>, auth: Auth) -> Reply {
+    auth.need(Scope::Read)?;
+    ok(settings_json(&app))
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct SettingsInput {
+    profile: crate::settings::ProfileInput,
+}
+
+/// Changes the subscription profile; every link carries it at once (each snapshot is signed
+/// again, and pushed).
+async fn update_settings(State(app): State<Arc<App>>, auth: Auth, Body(input): Body<SettingsInput>) -> Reply {
+    let current = app.signer.profile.read().expect("profile lock").clone();
+    let profile = crate::settings::apply(&current, input.profile).map_err(fail)?;
+    let signed = change(&app, &auth, Scope::Admin, move |tx, app, actor, now| {
+        crate::settings::set_profile(tx, &app.signer, profile, actor, now)
+    })
+    .await?;
+    tracing::info!(signed, "subscription profile changed");
+    ok(settings_json(&app))
 }
 
 /// Everyone's traffic: per day, today and this month (UTC).

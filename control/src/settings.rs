@@ -1,0 +1,127 @@
+//! Settings the owner changes at run time, from the panel or the API: for now the
+//! subscription profile (the title, announcement, help and web page links and refresh
+//! interval every app shows). They live in the database; `control.toml`'s `[profile]` seeds
+//! them, and an edit of the file wins again at the next start (the last change wins, from
+//! either place). Every change signs each user's snapshot again, so links carry it at once.
+
+use rusqlite::Connection;
+use serde::Deserialize;
+
+use hearth_shared::wire::Profile;
+
+use crate::error::Error;
+use crate::publish::{self, Signer};
+use crate::store::{self, Db};
+
+/// A change to the profile; fields left out keep their value, empty strings clear them.
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(crate) struct ProfileInput {
+    pub(crate) title: Option<String>,
+    pub(crate) announce: Option<String>,
+    pub(crate) support_url: Option<String>,
+    pub(crate) web_page_url: Option<String>,
+    pub(crate) update_interval_hours: Option<u32>,
+}
+
+fn url(field: &'static str, value: &str) -> Result<Option<String>, Error> {
+    let value = value.trim();
+    if value.is_empty() {
+        return Ok(None);
+    }
+    let ok = (value.starts_with("https://") || value.starts_with("http://"))
+        && value.len() <= 512
+        && value.bytes().all(|b| b.is_ascii_graphic());
+    if !ok {
+        return Err(Error::invalid(
+            "bad_url",
+            format!("{field} must be an http:// or https:// address without spaces"),
+        ));
+    }
+    Ok(Some(value.to_owned()))
+}
+
+/// `current` with `input` applied, checked.
+pub(crate) fn apply(current: &Profile, input: ProfileInput) -> Result<Profile, Error> {
+    let mut profile = current.clone();
+    if let Some(title) = input.title {
+        let title = title.trim();
+        if title.is_empty() || title.chars().count() > 64 || title.chars().any(char::is_control) {
+            return Err(Error::invalid("bad_title", "the title must be 1 to 64 characters, on one line"));
+        }
+        profile.title = title.to_owned();
+    }
+    if let Some(announce) = input.announce {
+        let announce = announce.trim();
+        if announce.chars().count() > 200 {
+            return Err(Error::invalid("bad_announce", "the announcement must be at most 200 characters"));
+        }
+        profile.announce = (!announce.is_empty()).then(|| announce.to_owned());
+    }
+    if let Some(support) = input.support_url {
+        profile.support_url = url("support_url", &support)?;
+    }
+    if let Some(page) = input.web_page_url {
+        profile.web_page_url = url("web_page_url", &page)?;
+    }
+    if let Some(hours) = input.update_interval_hours {
+        if !(1..=168).contains(&hours) {
+            return Err(Error::invalid("bad_interval", "the update interval must be 1 to 168 hours"));
+        }
+        profile.update_interval_hours = hours;
+    }
+    Ok(profile)
+}
+
+fn stored(conn: &Connection, key: &str) -> Result<Option<Profile>, Error> {
+    Ok(store::get_state_text(conn, key)?.and_then(|json| serde_json::from_str(&json).ok()))
+}
+
+fn save(conn: &Connection, key: &str, profile: &Profile) -> Result<(), Error> {
+    store::set_state(conn, key, serde_json::to_string(profile).expect("a profile serializes"))
+}
+
+/// At start: the profile in force, given the one in `control.toml`. A file that changed since
+/// the last start wins; otherwise what the owner last set stays. When the profile in force
+/// changed, every snapshot is signed again (in the same transaction).
+pub(crate) fn settle(db: &Db, signer: &Signer, file: &Profile, now: u64) -> Result<(), Error> {
+    db.write_blocking(|tx| {
+        let from_file = stored(tx, "profile_file")?;
+        let current = stored(tx, "profile")?;
+        let profile = if from_file.as_ref() != Some(file) {
+            save(tx, "profile_file", file)?;
+            file.clone()
+        } else {
+            current.clone().unwrap_or_else(|| file.clone())
+        };
+        *signer.profile.write().expect("profile lock") = profile.clone();
+        if current.as_ref() != Some(&profile) {
+            save(tx, "profile", &profile)?;
+            let signed = publish::republish_users(tx, signer, now)?;
+            if signed > 0 {
+                tracing::info!(signed, "the subscription profile changed: every snapshot signed again");
+            }
+        }
+        Ok(())
+    })
+}
+
+/// Changes the profile in force: saved, and every snapshot signed again, in one transaction
+/// (the caller's). On an error the signer keeps the old profile.
+pub(crate) fn set_profile(
+    conn: &Connection,
+    signer: &Signer,
+    profile: Profile,
+    actor: &str,
+    now: u64,
+) -> Result<usize, Error> {
+    let old = std::mem::replace(&mut *signer.profile.write().expect("profile lock"), profile.clone());
+    let result = save(conn, "profile", &profile).and_then(|()| {
+        store::audit(conn, now, actor, "settings.profile", "", "")?;
+        publish::republish_users(conn, signer, now)
+    });
+    if result.is_err() {
+        *signer.profile.write().expect("profile lock") = old;
+    }
+    result
+}
