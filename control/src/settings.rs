@@ -111,12 +111,12 @@ pub(crate) fn settle(db: &Db, signer: &Signer, file: &Profile, now: u64) -> Resu
 pub(crate) fn set_profile(
     conn: &Connection,
     signer: &Signer,
-    profile: Profile,
+    profile: &Profile,
     actor: &str,
     now: u64,
 ) -> Result<usize, Error> {
     let old = std::mem::replace(&mut *signer.profile.write().expect("profile lock"), profile.clone());
-    let result = save(conn, "profile", &profile).and_then(|()| {
+    let result = save(conn, "profile", profile).and_then(|()| {
         store::audit(conn, now, actor, "settings.profile", "", "")?;
         publish::republish_users(conn, signer, now)
     });

@@ -445,7 +445,7 @@ async fn update_settings(State(app): State<Arc<App>>, auth: Auth, Body(input): B
     let current = app.signer.profile.read().expect("profile lock").clone();
     let profile = crate::settings::apply(&current, input.profile).map_err(fail)?;
     let signed = change(&app, &auth, Scope::Admin, move |tx, app, actor, now| {
-        crate::settings::set_profile(tx, &app.signer, profile, actor, now)
+        crate::settings::set_profile(tx, &app.signer, &profile, actor, now)
     })
     .await?;
     tracing::info!(signed, "subscription profile changed");
