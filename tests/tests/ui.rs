@@ -296,7 +296,7 @@ async fn the_admin_panel_works_in_a_real_browser() {
     fill(&client, "#profile-form input[name=support_url]", "not a url").await;
     find(&client, "#profile-form button[type=submit]").await.click().await.unwrap();
     // The browser's own check stops it first (type=url); a bad value never reaches control.
-    assert_eq!(find(&client, "#profile-form .notice").await.is_displayed().await.unwrap(), false);
+    assert!(!find(&client, "#profile-form .notice").await.is_displayed().await.unwrap());
     fill(&client, "#profile-form input[name=support_url]", "https://example.net/help").await;
     find(&client, "#profile-form button[type=submit]").await.click().await.unwrap();
     text_of(&client, "#profile-form .notice", |t| t.contains("Saved")).await;
