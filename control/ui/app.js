@@ -908,7 +908,7 @@
         ? h(
             'table',
             { class: 'list' },
-            h('thead', {}, h('tr', {}, ['nodes.name', 'nodes.state', 'nodes.address', 'nodes.version', 'nodes.last_seen'].map((k) => h('th', {}, t(k))))),
+            h('thead', {}, h('tr', {}, ['nodes.name', 'nodes.state', 'nodes.address', 'nav.users', 'traffic.today', 'nodes.version', 'nodes.last_seen'].map((k) => h('th', {}, t(k))))),
             h(
               'tbody',
               {},
@@ -919,6 +919,8 @@
                   h('td', { 'data-label': t('nodes.name') }, h('a', { href: `#/nodes/${n.id}` }, n.name)),
                   h('td', { 'data-label': t('nodes.state') }, nodeState(n)),
                   h('td', { 'data-label': t('nodes.address') }, `${n.host}:${n.port}`),
+                  h('td', { 'data-label': t('nav.users') }, number(n.users)),
+                  h('td', { 'data-label': t('traffic.today') }, bytes(n.traffic_today)),
                   h('td', { 'data-label': t('nodes.version') }, n.version || '—'),
                   h('td', { 'data-label': t('nodes.last_seen') }, ago(n.last_seen)),
                 ),
@@ -993,7 +995,7 @@
   }
 
   async function nodeView(id) {
-    const [node, groups] = await Promise.all([api('GET', `nodes/${id}`), api('GET', 'groups')]);
+    const [node, groups, traffic] = await Promise.all([api('GET', `nodes/${id}`), api('GET', 'groups'), api('GET', `nodes/${id}/usage?days=30`)]);
     const enrollBox = h('div', {});
     const newEnroll = h('button', {
       type: 'button',
@@ -1057,6 +1059,10 @@
           h('dd', {}, node.version || '—'),
           h('dt', {}, t('nodes.last_seen')),
           h('dd', {}, ago(node.last_seen)),
+          h('dt', {}, t('nav.users')),
+          h('dd', {}, number(node.users)),
+          h('dt', {}, t('traffic.today')),
+          h('dd', {}, bytes(node.traffic_today)),
           h('dt', {}, t('nodes.key')),
           h('dd', {}, node.key_id || t('nodes.waiting')),
           h('dt', {}, t('users.groups')),
@@ -1066,6 +1072,7 @@
         h('div', { class: 'actions wrap' }, newEnroll, remove),
         enrollBox,
       ),
+      trafficCard(traffic.days),
       edit,
     );
   }

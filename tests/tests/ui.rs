@@ -258,6 +258,8 @@ async fn the_admin_panel_works_in_a_real_browser() {
     screenshot(&client, "node-enroll").await;
     client.find(Locator::XPath("//dialog//button[text()='Done']")).await.unwrap().click().await.unwrap();
     text_of(&client, ".title .badge", |t| t == "Not enrolled yet").await;
+    find(&client, ".traffic svg.chart").await;
+    text_of(&client, "main dl", |t| t.contains("Users") && t.contains("Today")).await;
 
     // An API token: shown once, works, then revoked.
     client.goto(&format!("{panel}#/tokens")).await.unwrap();

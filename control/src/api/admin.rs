@@ -57,6 +57,7 @@ pub(super) fn router() -> Router<Arc<App>> {
         .route("/api/nodes", get(list_nodes).post(create_node))
         .route("/api/nodes/{id}", get(get_node).patch(update_node).delete(delete_node))
         .route("/api/nodes/{id}/enroll-token", post(enroll_token))
+        .route("/api/nodes/{id}/usage", get(node_usage))
         .route("/api/groups", get(list_groups).post(create_group))
         .route("/api/groups/{id}", axum::routing::patch(update_group).delete(delete_group))
         .route("/api/tokens", get(list_tokens).post(create_token))
@@ -338,22 +339,39 @@ struct UsageQuery {
     days: Option<u64>,
 }
 
+/// Whose traffic a series sums.
+#[derive(Clone, Copy)]
+enum Traffic {
+    Everyone,
+    User(u64),
+    Node(u64),
+}
+
 /// Traffic per day for the last `days` (1 to 366, default 30), oldest first, days without
-/// traffic included as zeros; `user` narrows it to one user.
+/// traffic included as zeros.
 fn daily_usage(
     conn: &rusqlite::Connection,
-    user: Option<u64>,
+    whose: Traffic,
     days: u64,
     now: u64,
 ) -> Result<Vec<serde_json::Value>, Error> {
     let today = now / 86_400;
     let first = today + 1 - days;
-    let mut statement = conn.prepare_cached(
-        "SELECT day, sum(up), sum(down) FROM usage_daily WHERE day >= ?1 AND (?2 IS NULL OR user_id = ?2)
-         GROUP BY day ORDER BY day",
-    )?;
+    let (sql, id) = match whose {
+        Traffic::Everyone => (
+            "SELECT day, sum(up), sum(down) FROM usage_daily WHERE day >= ?1 AND ?2 IS NULL GROUP BY day ORDER BY day",
+            None,
+        ),
+        Traffic::User(id) => {
+            ("SELECT day, up, down FROM usage_daily WHERE day >= ?1 AND user_id = ?2 ORDER BY day", Some(id))
+        }
+        Traffic::Node(id) => {
+            ("SELECT day, up, down FROM node_usage_daily WHERE day >= ?1 AND node_id = ?2 ORDER BY day", Some(id))
+        }
+    };
+    let mut statement = conn.prepare_cached(sql)?;
     let rows: Vec<(u64, u64, u64)> = statement
-        .query_map(rusqlite::params![first, user], |row| Ok((row.get(0)?, row.get(1)?, row.get(2)?)))?
+        .query_map(rusqlite::params![first, id], |row| Ok((row.get(0)?, row.get(1)?, row.get(2)?)))?
         .collect::<Result<_, _>>()?;
     let mut out = Vec::with_capacity(days as usize);
     let mut rows = rows.into_iter().peekable();
@@ -369,6 +387,27 @@ fn daily_usage(
         out.push(json!({ "day": day * 86_400, "up": up, "down": down }));
     }
     Ok(out)
+}
+
+/// One node's traffic per day.
+async fn node_usage(
+    State(app): State<Arc<App>>,
+    auth: Auth,
+    Path(id): Path<u64>,
+    Query(query): Query<UsageQuery>,
+) -> Reply {
+    auth.need(Scope::Read)?;
+    let days = query.days.unwrap_or(30).clamp(1, 366);
+    let now = now();
+    let series = app
+        .db
+        .read(move |c| {
+            node_store::get(c, id)?;
+            daily_usage(c, Traffic::Node(id), days, now)
+        })
+        .await
+        .map_err(fail)?;
+    ok(json!({ "days": series }))
 }
 
 #[derive(Deserialize)]
@@ -460,7 +499,7 @@ async fn usage(State(app): State<Arc<App>>, auth: Auth, Query(query): Query<Usag
     let (series, month) = app
         .db
         .read(move |c| {
-            let series = daily_usage(c, None, days, now)?;
+            let series = daily_usage(c, Traffic::Everyone, days, now)?;
             let month: (u64, u64) = c.query_row(
                 "SELECT coalesce(sum(up), 0), coalesce(sum(down), 0) FROM usage_daily WHERE day >= ?1",
                 [crate::publish::month_start_day(now)],
@@ -492,7 +531,7 @@ async fn user_usage(
         .db
         .read(move |c| {
             user_store::get(c, id)?;
-            daily_usage(c, Some(id), days, now)
+            daily_usage(c, Traffic::User(id), days, now)
         })
         .await
         .map_err(fail)?;
@@ -638,16 +677,58 @@ async fn delete_user(State(app): State<Arc<App>>, auth: Auth, Path(id): Path<u64
 
 async fn list_nodes(State(app): State<Arc<App>>, auth: Auth) -> Reply {
     auth.need(Scope::Read)?;
-    let nodes = app.db.read(node_store::list).await.map_err(fail)?;
     let now = now();
-    let nodes: Vec<_> = nodes.into_iter().map(|node| node_json(&node, now)).collect();
+    let (nodes, reach) =
+        app.db.read(move |c| Ok((node_store::list(c)?, node_reach(c, None, now)?))).await.map_err(fail)?;
+    let nodes: Vec<_> = nodes
+        .into_iter()
+        .map(|node| {
+            let mut value = node_json(&node, now);
+            let (users, today) = reach.get(&node.id).copied().unwrap_or((0, 0));
+            value["users"] = json!(users);
+            value["traffic_today"] = json!(today);
+            value
+        })
+        .collect();
     ok(json!({ "nodes": nodes }))
 }
 
 async fn get_node(State(app): State<Arc<App>>, auth: Auth, Path(id): Path<u64>) -> Reply {
     auth.need(Scope::Read)?;
-    let node = app.db.read(move |c| node_store::get(c, id)).await.map_err(fail)?;
-    ok(node_json(&node, now()))
+    let now = now();
+    let (node, reach) =
+        app.db.read(move |c| Ok((node_store::get(c, id)?, node_reach(c, Some(id), now)?))).await.map_err(fail)?;
+    let mut value = node_json(&node, now);
+    let (users, today) = reach.get(&node.id).copied().unwrap_or((0, 0));
+    value["users"] = json!(users);
+    value["traffic_today"] = json!(today);
+    ok(value)
+}
+
+/// Per node (or just `only`): how many users reach it through their groups, and its traffic
+/// today (UTC).
+fn node_reach(
+    conn: &rusqlite::Connection,
+    only: Option<u64>,
+    now: u64,
+) -> Result<std::collections::HashMap<u64, (u64, u64)>, Error> {
+    let mut out = std::collections::HashMap::new();
+    let mut users = conn.prepare_cached(
+        "SELECT ng.node_id, count(DISTINCT ug.user_id) FROM node_groups ng JOIN user_groups ug ON ug.group_id = ng.group_id
+         WHERE ?1 IS NULL OR ng.node_id = ?1 GROUP BY ng.node_id",
+    )?;
+    for row in users.query_map([only], |row| Ok((row.get(0)?, row.get(1)?)))? {
+        let (node, count) = row?;
+        out.entry(node).or_insert((0, 0)).0 = count;
+    }
+    let mut traffic = conn.prepare_cached(
+        "SELECT node_id, up + down FROM node_usage_daily WHERE day = ?1 AND (?2 IS NULL OR node_id = ?2)",
+    )?;
+    for row in traffic.query_map(rusqlite::params![now / 86_400, only], |row| Ok((row.get(0)?, row.get(1)?)))? {
+        let (node, bytes) = row?;
+        out.entry(node).or_insert((0, 0)).1 = bytes;
+    }
+    Ok(out)
 }
 
 /// A node as the API shows it: its stored view, and whether it reported in recently.

@@ -442,6 +442,14 @@ async fn nodes_enroll_pull_and_report_usage_exactly_once() {
     assert!(days[..6].iter().all(|d| d["up"] == 0 && d["down"] == 0));
     assert_eq!(days[6]["day"].as_u64().unwrap(), now() / 86_400 * 86_400);
     assert_eq!((usage["today"]["up"].as_u64(), usage["month"]["down"].as_u64()), (Some(3000), Some(4000)));
+    // The node's own: users who reach it, traffic today, and its series.
+    let listed = client.get("/nodes").await.json();
+    let listed = listed["nodes"].as_array().unwrap().iter().find(|n| n["id"] == node).unwrap().clone();
+    assert_eq!((listed["users"].as_u64(), listed["traffic_today"].as_u64()), (Some(2), Some(7000)), "{listed}");
+    assert_eq!(client.get(&format!("/nodes/{node}")).await.json()["traffic_today"], 7000);
+    let series = client.get(&format!("/nodes/{node}/usage?days=3")).await.json();
+    assert_eq!((series["days"][2]["up"].as_u64(), series["days"][2]["down"].as_u64()), (Some(3000), Some(4000)));
+    assert_eq!(client.get("/nodes/999/usage").await.status, StatusCode::NOT_FOUND);
     let mine = client.get(&format!("/users/{alice_id}/usage")).await.json();
     assert_eq!(mine["days"].as_array().unwrap().len(), 30);
     assert_eq!(mine["days"][29]["down"].as_u64(), Some(4000));

@@ -16,8 +16,19 @@ use rusqlite::{Connection, OptionalExtension as _, Transaction, TransactionBehav
 use crate::error::Error;
 
 /// Migrations, applied in order at start; `PRAGMA user_version` counts the applied ones.
-const MIGRATIONS: &[&str] =
-    &[include_str!("schema.sql"), include_str!("totp.sql"), "CREATE INDEX usage_daily_by_day ON usage_daily (day);"];
+const MIGRATIONS: &[&str] = &[
+    include_str!("schema.sql"),
+    include_str!("totp.sql"),
+    "CREATE INDEX usage_daily_by_day ON usage_daily (day);",
+    // Daily traffic per node, for the nodes pages.
+    "CREATE TABLE node_usage_daily (
+        node_id INTEGER NOT NULL REFERENCES nodes (id) ON DELETE CASCADE,
+        day     INTEGER NOT NULL,
+        up      INTEGER NOT NULL,
+        down    INTEGER NOT NULL,
+        PRIMARY KEY (node_id, day)
+    ) STRICT, WITHOUT ROWID;",
+];
 
 /// Readers kept open between requests.
 const IDLE_READERS: usize = 2;

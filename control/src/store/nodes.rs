@@ -465,6 +465,13 @@ pub(crate) fn apply_usage(
         "UPDATE nodes SET usage_seq = ?2, usage_digest = ?3, last_seen = max(last_seen, ?4) WHERE id = ?1",
         params![node, seq, verified.digest, now],
     )?;
+    let (up, down) =
+        report.users.iter().fold((0u64, 0u64), |(up, down), u| (up.saturating_add(u.up), down.saturating_add(u.down)));
+    conn.prepare_cached(
+        "INSERT INTO node_usage_daily (node_id, day, up, down) VALUES (?1, ?2, ?3, ?4)
+         ON CONFLICT (node_id, day) DO UPDATE SET up = up + excluded.up, down = down + excluded.down",
+    )?
+    .execute(params![node, day, up.min(i64::MAX as u64), down.min(i64::MAX as u64)])?;
     changes.publish(conn, signer, now)?;
     Ok(UsageOutcome::Applied(seq))
 }
