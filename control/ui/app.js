@@ -1097,20 +1097,7 @@
         route();
       });
     });
-    const remove = (g) =>
-      h('button', {
-        type: 'button',
-        class: 'ghost small',
-        onclick: async () => {
-          if (!(await confirmAction(t('groups.delete_confirm', { name: g.name }), t('delete')))) return;
-          try {
-            await api('DELETE', `groups/${g.id}`);
-            route();
-          } catch (err) {
-            alertError(err);
-          }
-        },
-      }, t('delete'));
+    const remove = (g) => deleteButton(t('delete'), t('groups.delete_confirm', { name: g.name }), `groups/${g.id}`);
     shell(
       'groups',
       h('h1', {}, t('nav.groups')),
@@ -1139,6 +1126,24 @@
     );
   }
 
+  /** A small button that deletes `path` after the person confirms, then shows the page again. */
+  function deleteButton(label, question, path, attrs) {
+    return h('button', {
+      type: 'button',
+      class: 'ghost small',
+      ...attrs,
+      onclick: async () => {
+        if (!(await confirmAction(question, label))) return;
+        try {
+          await api('DELETE', path);
+          route();
+        } catch (err) {
+          alertError(err);
+        }
+      },
+    }, label);
+  }
+
   function alertError(err) {
     const d = dialog(t('error'), h('div', {}, h('p', { class: 'error', role: 'alert' }, err.message)));
     return d;
@@ -1164,20 +1169,7 @@
       });
     });
     const revoke = (tok) =>
-      h('button', {
-        type: 'button',
-        class: 'ghost small',
-        'data-token': tok.name,
-        onclick: async () => {
-          if (!(await confirmAction(t('tokens.revoke_confirm', { name: tok.name }), t('tokens.revoke')))) return;
-          try {
-            await api('DELETE', `tokens/${tok.id}`);
-            route();
-          } catch (err) {
-            alertError(err);
-          }
-        },
-      }, t('tokens.revoke'));
+      deleteButton(t('tokens.revoke'), t('tokens.revoke_confirm', { name: tok.name }), `tokens/${tok.id}`, { 'data-token': tok.name });
     shell(
       'tokens',
       h('h1', {}, t('nav.tokens')),

@@ -396,14 +396,27 @@ async fn node_usage(
     Path(id): Path<u64>,
     Query(query): Query<UsageQuery>,
 ) -> Reply {
+    series_of(&app, &auth, &query, Traffic::Node(id)).await
+}
+
+/// The daily series of one user or node (404 if there is no such one).
+async fn series_of(app: &Arc<App>, auth: &Auth, query: &UsageQuery, whose: Traffic) -> Reply {
     auth.need(Scope::Read)?;
     let days = query.days.unwrap_or(30).clamp(1, 366);
     let now = now();
     let series = app
         .db
         .read(move |c| {
-            node_store::get(c, id)?;
-            daily_usage(c, Traffic::Node(id), days, now)
+            match whose {
+                Traffic::User(id) => {
+                    user_store::get(c, id)?;
+                }
+                Traffic::Node(id) => {
+                    node_store::get(c, id)?;
+                }
+                Traffic::Everyone => {}
+            }
+            daily_usage(c, whose, days, now)
         })
         .await
         .map_err(fail)?;
@@ -524,18 +537,7 @@ async fn user_usage(
     Path(id): Path<u64>,
     Query(query): Query<UsageQuery>,
 ) -> Reply {
-    auth.need(Scope::Read)?;
-    let days = query.days.unwrap_or(30).clamp(1, 366);
-    let now = now();
-    let series = app
-        .db
-        .read(move |c| {
-            user_store::get(c, id)?;
-            daily_usage(c, Traffic::User(id), days, now)
-        })
-        .await
-        .map_err(fail)?;
-    ok(json!({ "days": series }))
+    series_of(&app, &auth, &query, Traffic::User(id)).await
 }
 
 async fn list_users(State(app): State<Arc<App>>, auth: Auth, Query(query): Query<ListQuery>) -> Reply {
