@@ -54,6 +54,12 @@ pub(crate) async fn handler(State(app): State<Arc<App>>, headers: HeaderMap, aut
     metric("hearth_nodes", "gauge", "Nodes registered.", &one(overview.nodes));
     metric("hearth_nodes_online", "gauge", "Nodes seen in the last 3 minutes.", &one(overview.online));
     metric("hearth_outbox_pending", "gauge", "Changes not yet accepted by the edge.", &one(overview.pending));
+    metric(
+        "hearth_credential_sets_expiring",
+        "gauge",
+        "Node credential sets that expire within 7 days (signing again is failing).",
+        &one(overview.expiring),
+    );
     metric("hearth_last_push_timestamp_seconds", "gauge", "When the edge last accepted a push.", &one(push.last_push));
     metric("hearth_pushes_total", "counter", "Pushes the edge accepted.", &one(c.pushes.load(Ordering::Relaxed)));
     metric(

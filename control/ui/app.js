@@ -483,6 +483,7 @@
     const offline = status.nodes.total - status.nodes.online;
     const alerts = [];
     if (offline > 0) alerts.push(t('alert.nodes_offline', { n: offline }));
+    if (status.nodes.sets_expiring > 0) alerts.push(t('alert.sets_expiring', { n: status.nodes.sets_expiring }));
     if (status.edge.last_error) alerts.push(t('alert.edge_error', { error: status.edge.last_error }));
     if (!status.edge.url) alerts.push(t('alert.no_edge'));
     if (status.keys && status.keys.offline_here.length) {

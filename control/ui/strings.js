@@ -109,6 +109,7 @@ window.HEARTH_STRINGS = {
     'err.bad_password': 'That is not the password.',
 
     'alert.nodes_offline': '{n} node(s) offline.',
+    'alert.sets_expiring': 'The user lists of {n} node(s) expire within a week and were not signed again: check control\'s log. When they expire, those nodes stop letting anyone in.',
     'alert.edge_error': 'The last push to the edge failed: {error}',
     'alert.no_edge': 'No edge is set: links are served by this server only. Set edge_url in control.toml.',
     'alert.keys_here': 'The offline keys are still on this server ({files}). Copy them somewhere safe and delete them here.',
@@ -342,6 +343,7 @@ window.HEARTH_STRINGS = {
     'err.bad_password': 'Это не тот пароль.',
 
     'alert.nodes_offline': 'Узлов не в сети: {n}.',
+    'alert.sets_expiring': 'Списки пользователей узлов ({n}) истекают в течение недели и не были переподписаны: проверьте журнал сервера. Когда они истекут, эти узлы перестанут пускать кого-либо.',
     'alert.edge_error': 'Последняя отправка на edge не удалась: {error}',
     'alert.no_edge': 'Edge не задан: ссылки раздаёт только этот сервер. Укажите edge_url в control.toml.',
     'alert.keys_here': 'Офлайн-ключи всё ещё на этом сервере ({files}). Сохраните их в надёжном месте и удалите отсюда.',

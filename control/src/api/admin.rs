@@ -307,7 +307,7 @@ async fn status(State(app): State<Arc<App>>, auth: Auth) -> Reply {
     let push = app.push_status.lock().expect("status lock").clone();
     ok(json!({
         "users": overview.users.into_iter().map(|(k, v)| (k, json!(v))).collect::<serde_json::Map<String, serde_json::Value>>(),
-        "nodes": { "total": overview.nodes, "online": overview.online },
+        "nodes": { "total": overview.nodes, "online": overview.online, "sets_expiring": overview.expiring },
         "keys": {
             "root": app.config.root.to_string(),
             "offline_here": offline_keys_here(&app.config.data_dir),

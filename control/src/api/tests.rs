@@ -404,6 +404,30 @@ async fn nodes_enroll_pull_and_report_usage_exactly_once() {
     let held = Envelope::decode(&pulled.body, Kind::CredentialSet.max_len()).unwrap().header.version;
     let status = client.get("/status").await.json();
     assert_eq!((status["nodes"]["total"].as_u64(), status["nodes"]["online"].as_u64()), (Some(1), Some(1)), "{status}");
+    assert_eq!(status["nodes"]["sets_expiring"], 0);
+    // A set that was not signed again in time shows as an alert (and a metric).
+    let name = stream::creds(node);
+    let soon = now() + 3600;
+    let stored_expiry = client
+        .app()
+        .db
+        .write(move |tx| {
+            let old: u64 = tx.query_row("SELECT expires FROM streams WHERE name = ?1", [&name], |row| row.get(0))?;
+            tx.execute("UPDATE streams SET expires = ?2 WHERE name = ?1", rusqlite::params![name, soon])?;
+            Ok(old)
+        })
+        .await
+        .unwrap();
+    assert_eq!(client.get("/status").await.json()["nodes"]["sets_expiring"], 1);
+    let name = stream::creds(node);
+    client
+        .app()
+        .db
+        .write(move |tx| {
+            Ok(tx.execute("UPDATE streams SET expires = ?2 WHERE name = ?1", rusqlite::params![name, stored_expiry])?)
+        })
+        .await
+        .unwrap();
     let unchanged = node_get(&client, node, &key, &format!("/nodes/{node}/creds?after={held}")).await;
     assert_eq!(unchanged.status, StatusCode::NO_CONTENT);
     // A forged or missing signature is refused.

@@ -150,7 +150,14 @@ pub(crate) struct Overview {
     pub(crate) online: u64,
     /// Changes the edge has not accepted yet.
     pub(crate) pending: u64,
+    /// Credential sets that expire within [`EXPIRING_SOON`]: the sweep signs them again long
+    /// before, so any here means signing is failing, and those nodes will stop accepting
+    /// everyone when they expire.
+    pub(crate) expiring: u64,
 }
+
+/// How near an expiry counts as soon, for the overview's alert.
+pub(crate) const EXPIRING_SOON: u64 = 7 * 86_400;
 
 /// Counts for the overview and the metrics, at `now`.
 pub(crate) fn overview(conn: &Connection, now: u64) -> Result<Overview, Error> {
@@ -160,7 +167,12 @@ pub(crate) fn overview(conn: &Connection, now: u64) -> Result<Overview, Error> {
         |row| Ok((row.get(0)?, row.get(1)?)),
     )?;
     let pending = conn.query_row("SELECT count(*) FROM outbox", [], |row| row.get(0))?;
-    Ok(Overview { users: users::counts(conn)?, nodes, online, pending })
+    let expiring = conn.query_row(
+        "SELECT count(*) FROM streams WHERE name LIKE 'creds/%' AND envelope IS NOT NULL AND expires > 0 AND expires < ?1",
+        [now + EXPIRING_SOON],
+        |row| row.get(0),
+    )?;
+    Ok(Overview { users: users::counts(conn)?, nodes, online, pending, expiring })
 }
 
 /// Reads a named integer from `state` (0 when unset).
