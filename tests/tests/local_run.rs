@@ -90,6 +90,12 @@ async fn deploy_local_brings_hearth_up_on_loopback() {
     let https = hearth_tests::http().tls_certs_only([reqwest::Certificate::from_pem(&pem).unwrap()]).build().unwrap();
     let health = https.get(format!("{control}/healthz")).send().await.unwrap();
     assert_eq!(health.text().await.unwrap(), "ok\n", "control answers over HTTPS with the certificate init made");
+    // The printed setup link opens the admin panel.
+    let setup_url = setup.split_whitespace().find(|word| word.starts_with("https://")).expect("a setup URL");
+    let page = https.get(setup_url).send().await.unwrap();
+    assert_eq!(page.status(), reqwest::StatusCode::OK);
+    assert!(page.headers()["content-security-policy"].to_str().unwrap().contains("default-src 'none'"));
+    assert!(page.text().await.unwrap().contains("<div id=\"app\"></div>"), "the admin panel's page");
     // The printed sing-box configuration carries traffic through the node (on another SOCKS
     // port, so the test never collides with a real one).
     let mut config: serde_json::Value = serde_json::from_slice(&std::fs::read(&config).unwrap()).unwrap();
