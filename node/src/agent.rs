@@ -36,6 +36,23 @@ pub(crate) struct Agent {
     pub(crate) held: Mutex<Option<StreamState>>,
     pub(crate) control: Option<reqwest::Client>,
     pub(crate) edge: reqwest::Client,
+    /// The edge to fall back to: the one enrolled with, or the one control named since
+    /// (kept in `edge.url`, which wins over `node.toml`).
+    pub(crate) edge_url: Mutex<Option<String>>,
+}
+
+/// The header of control's credential-set answers that names the edge in force (empty: none).
+const EDGE_HEADER: &str = "hearth-edge-url";
+
+/// The file that keeps the edge control last named (empty: none).
+pub(crate) const EDGE_FILE: &str = "edge.url";
+
+/// The edge to start with: the one control last named, else the one in `node.toml`.
+pub(crate) fn initial_edge(state: &StateDir, from_settings: Option<&String>) -> Option<String> {
+    match std::fs::read_to_string(state.path(EDGE_FILE)) {
+        Ok(named) => Some(named.trim().to_owned()).filter(|url| !url.is_empty()),
+        Err(_) => from_settings.cloned(),
+    }
 }
 
 fn now() -> u64 {
@@ -123,7 +140,36 @@ impl Agent {
         (format!("{}{path}", base.trim_end_matches('/')), path)
     }
 
-    async fn pull_from(&self, client: &reqwest::Client, base: &str, wait: u64) -> Result<Pulled> {
+    fn edge_url(&self) -> Option<String> {
+        self.edge_url.lock().expect("edge lock").clone()
+    }
+
+    /// Takes the edge control named in its answer, if it is not the one in use: kept on disk
+    /// first, so a restart keeps it too.
+    fn learn_edge(&self, named: &str) {
+        let named = named.trim();
+        let ok = named.is_empty()
+            || ((named.starts_with("https://") || named.starts_with("http://"))
+                && named.len() <= 512
+                && named.bytes().all(|b| b.is_ascii_graphic()));
+        if !ok {
+            tracing::warn!("control named an edge that is not a URL; keeping the one in use");
+            return;
+        }
+        let named = Some(named.to_owned()).filter(|url| !url.is_empty());
+        let mut current = self.edge_url.lock().expect("edge lock");
+        if *current == named {
+            return;
+        }
+        if let Err(e) = self.state.write(EDGE_FILE, named.as_deref().unwrap_or_default().as_bytes()) {
+            tracing::warn!(error = %e, "could not keep the edge control named; using it until a restart");
+        }
+        tracing::info!(edge = named.as_deref().unwrap_or("none"), "control named a new edge");
+        *current = named;
+    }
+
+    /// Pulls the set from control (`from_control`, long-polled `wait` seconds) or the edge.
+    async fn pull_from(&self, client: &reqwest::Client, base: &str, wait: u64, from_control: bool) -> Result<Pulled> {
         let after = self.held.lock().expect("held lock").map_or(0, |s| s.version);
         let node = self.settings.node;
         let (url, path) = self.path(base, &format!("/nodes/{node}/creds?after={after}&wait={wait}"));
@@ -135,6 +181,9 @@ impl Agent {
             .send()
             .await
             .map_err(|e| anyhow::anyhow!("{:#}", anyhow::Error::from(e.without_url())))?;
+        if from_control && let Some(named) = response.headers().get(EDGE_HEADER).and_then(|v| v.to_str().ok()) {
+            self.learn_edge(named);
+        }
         match response.status().as_u16() {
             200 => Ok(Pulled::New(response.bytes().await?.to_vec())),
             204 | 304 => Ok(Pulled::Unchanged),
@@ -193,16 +242,16 @@ impl Agent {
             }
             let mut pulled = None;
             if let (Some(client), Some(base)) = (&self.control, &self.settings.control_url) {
-                match self.pull_from(client, base, 25).await {
+                match self.pull_from(client, base, 25, true).await {
                     Ok(result) => pulled = Some(result),
                     Err(e) => tracing::debug!(error = %e, "control did not answer the pull"),
                 }
             }
             let from_edge = pulled.is_none();
             if pulled.is_none()
-                && let Some(base) = &self.settings.edge_url
+                && let Some(base) = self.edge_url()
             {
-                match self.pull_from(&self.edge, base, 0).await {
+                match self.pull_from(&self.edge, &base, 0, false).await {
                     Ok(result) => pulled = Some(result),
                     Err(e) => tracing::debug!(error = %e, "the edge did not answer the pull"),
                 }
@@ -319,8 +368,8 @@ impl Agent {
             if seq <= *sent_to_edge {
                 continue;
             }
-            let Some(base) = &self.settings.edge_url else { return Ok(()) };
-            let (url, api_path) = self.path(base, &format!("/nodes/{node}/usage"));
+            let Some(base) = self.edge_url() else { return Ok(()) };
+            let (url, api_path) = self.path(&base, &format!("/nodes/{node}/usage"));
             let auth = nodeauth::sign(&self.key, node, "POST", &api_path, now());
             let answer = self
                 .edge
@@ -374,9 +423,9 @@ impl Agent {
 
     /// Asks the edge for control's latest acknowledgement (when control is out of reach).
     async fn ack_from_edge(&self) -> Result<()> {
-        let Some(base) = &self.settings.edge_url else { return Ok(()) };
+        let Some(base) = self.edge_url() else { return Ok(()) };
         let node = self.settings.node;
-        let (url, api_path) = self.path(base, &format!("/nodes/{node}/ack"));
+        let (url, api_path) = self.path(&base, &format!("/nodes/{node}/ack"));
         let auth = nodeauth::sign(&self.key, node, "GET", &api_path, now());
         let answer = self
             .edge

@@ -177,7 +177,9 @@ fn serve(dir: &Path) -> Result<()> {
             None => None,
         };
         let edge = reqwest::Client::builder().connect_timeout(std::time::Duration::from_secs(10)).build()?;
+        let edge_url = agent::initial_edge(&StateDir::new(dir), settings.edge_url.as_ref());
         Some(Arc::new(agent::Agent {
+            edge_url: std::sync::Mutex::new(edge_url),
             state: StateDir::new(dir),
             settings: settings.clone(),
             key,

@@ -49,6 +49,8 @@ impl System {
     /// Starts control again on the same data and settings.
     fn start_control(&mut self) {
         self.control = Some(ControlProcess::start(&self.dir, &self.env).unwrap());
+        // A fresh client: pooled connections went to the process that stopped.
+        self.https = self.dir.client().unwrap();
     }
 
     /// An admin API call's JSON answer.
@@ -233,4 +235,61 @@ async fn a_node_that_reaches_only_the_edge_gets_its_reports_acknowledged() {
     }
     node.stop().unwrap();
     s.stop_control();
+}
+
+/// The edge moves (control restarted with a new `edge_url`): the node learns it from
+/// control's next answer, keeps it on disk, and turns to it when control is away — no new
+/// enrollment.
+#[tokio::test]
+async fn a_node_follows_control_to_a_new_edge() {
+    let mut s =
+        System::start(Backend::Native, &[("HEARTH_LISTEN", format!("127.0.0.1:{}", free_port().unwrap()))]).await;
+    let state = s.temp.path().join("node");
+    enrolled_node(&s, &state).await;
+    let alice = s.user("alice").await;
+    let node = NodeProcess::start(&state).unwrap();
+    let client = SingBoxClient::start(profile_outbound(alice["link"].as_str().unwrap()).await).unwrap();
+    fetch_eventually(&client, http_server(vec![1; 1000]).await.unwrap()).await.unwrap();
+
+    let second =
+        EdgeProcess::start(Backend::Native, &s.temp.path().join("edge2.db"), &s.dir.edge_vars().unwrap()).unwrap();
+    s.stop_control();
+    s.env.retain(|(name, _)| *name != "HEARTH_EDGE_URL");
+    s.env.push(("HEARTH_EDGE_URL", second.url.clone()));
+    s.start_control();
+    // A change wakes the node's long poll at once; the answer names the new edge.
+    s.user("bob").await;
+    let named = state.join("edge.url");
+    let started = Instant::now();
+    while std::fs::read_to_string(&named).ok().as_deref() != Some(second.url.as_str()) {
+        assert!(started.elapsed() < Duration::from_secs(30), "the node never learned the new edge");
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+
+    // Control and the old edge go away: the node's usage reports land at the new edge.
+    s.stop_control();
+    let _ = Command::new("kill").args(["-KILL", &s.edge.server_pid().unwrap().to_string()]).status();
+    fetch(&client, http_server(vec![2; 50_000]).await.unwrap()).await.unwrap();
+    let api = s.dir.edge_setting("api_prefix").unwrap();
+    let push_token = s.dir.edge_setting("push_token").unwrap();
+    let plain = hearth_tests::http().build().unwrap();
+    let started = Instant::now();
+    loop {
+        let answer = plain
+            .get(format!("{}/{api}/usage?after=0", second.url))
+            .bearer_auth(&push_token)
+            .send()
+            .await
+            .unwrap()
+            .bytes()
+            .await
+            .unwrap();
+        let drain: hearth_shared::wire::UsageDrain = hearth_shared::wire::decode(&answer, "drain").unwrap();
+        if !drain.reports.is_empty() {
+            break;
+        }
+        assert!(started.elapsed() < Duration::from_secs(30), "no usage report reached the new edge");
+        tokio::time::sleep(Duration::from_millis(300)).await;
+    }
+    node.stop().unwrap();
 }

@@ -118,24 +118,34 @@ async fn creds(
     let deadline = tokio::time::Instant::now() + Duration::from_secs(query.wait.min(MAX_WAIT));
     let mut changes = app.creds.subscribe();
     let mut stopping = app.stopping.subscribe();
-    loop {
+    let mut response = loop {
         changes.borrow_and_update();
         let name = stream::creds(node);
         match app.db.read(move |c| publish::envelope(c, &name)).await {
-            Ok(Some((version, bytes))) if version > query.after => return octets(StatusCode::OK, bytes),
+            Ok(Some((version, bytes))) if version > query.after => break octets(StatusCode::OK, bytes),
             Ok(_) => {}
             Err(e) => return e.into_response(),
         }
         tokio::select! {
             changed = tokio::time::timeout_at(deadline, changes.changed()) => match changed {
                 Ok(Ok(())) => continue,
-                _ => return StatusCode::NO_CONTENT.into_response(),
+                _ => break StatusCode::NO_CONTENT.into_response(),
             },
             // Shutting down: answer now, so a graceful stop never waits on a long poll.
-            _ = stopping.wait_for(|stop| *stop) => return StatusCode::NO_CONTENT.into_response(),
+            _ = stopping.wait_for(|stop| *stop) => break StatusCode::NO_CONTENT.into_response(),
         }
+    };
+    // Where the node should turn when control does not answer: the edge in force now, which
+    // may not be the one the node enrolled with (the channel is control's pinned TLS).
+    let edge = app.config.edge_url.as_deref().unwrap_or_default();
+    if let Ok(value) = HeaderValue::from_str(edge) {
+        response.headers_mut().insert(EDGE_HEADER, value);
     }
+    response
 }
+
+/// The header of a credential-set answer from control naming the edge in force (empty: none).
+pub(crate) const EDGE_HEADER: &str = "hearth-edge-url";
 
 /// A node's signed usage report: applied exactly once, answered with the signed
 /// acknowledgement.
