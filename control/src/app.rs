@@ -79,6 +79,17 @@ pub(crate) struct App {
     budget: Mutex<HashMap<IpAddr, TokenBucket>>,
     links: Mutex<HashMap<Digest, FixedWindow>>,
     pub(crate) http: reqwest::Client,
+    /// Where pushes and links go now; starts as configured, the owner can change it.
+    addresses: std::sync::RwLock<Addresses>,
+}
+
+/// The edge and the link base in force.
+#[derive(Clone)]
+pub(crate) struct Addresses {
+    pub(crate) edge_url: Option<String>,
+    pub(crate) sub_url: String,
+    /// The link base as set (`None`: derived).
+    pub(crate) explicit_sub: Option<String>,
 }
 
 impl App {
@@ -89,7 +100,13 @@ impl App {
         hasher: std::sync::Arc<Hasher>,
         http: reqwest::Client,
     ) -> App {
+        let addresses = Addresses {
+            edge_url: config.edge_url.clone(),
+            sub_url: config.sub_url.clone(),
+            explicit_sub: config.explicit_sub().map(str::to_owned),
+        };
         App {
+            addresses: std::sync::RwLock::new(addresses),
             config,
             db,
             signer,
@@ -105,6 +122,35 @@ impl App {
             links: Mutex::new(HashMap::new()),
             http,
         }
+    }
+
+    /// The edge in force.
+    pub(crate) fn edge_url(&self) -> Option<String> {
+        self.addresses.read().expect("addresses lock").edge_url.clone()
+    }
+
+    /// The base of subscription links in force.
+    pub(crate) fn sub_url(&self) -> String {
+        self.addresses.read().expect("addresses lock").sub_url.clone()
+    }
+
+    /// The addresses in force.
+    pub(crate) fn addresses(&self) -> Addresses {
+        self.addresses.read().expect("addresses lock").clone()
+    }
+
+    /// Puts new addresses in force (already saved), deriving the link base as the
+    /// configuration does.
+    pub(crate) fn set_addresses(&self, edge_url: Option<String>, explicit_sub: Option<String>) {
+        let mut config = self.config.clone();
+        config.set_addresses(edge_url, explicit_sub);
+        self.signer.edge.store(config.edge_url.is_some(), std::sync::atomic::Ordering::Relaxed);
+        *self.addresses.write().expect("addresses lock") = Addresses {
+            edge_url: config.edge_url.clone(),
+            sub_url: config.sub_url.clone(),
+            explicit_sub: config.explicit_sub().map(str::to_owned),
+        };
+        self.changed();
     }
 
     /// Something was committed that may need publishing: wake the pusher and node polls.

@@ -75,7 +75,7 @@ fn default_interval() -> u32 {
 }
 
 /// The edge's settings (`edge.toml`, made by `init`), shared by control and its edge.
-#[derive(Debug, Deserialize)]
+#[derive(Clone, Debug, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub(crate) struct EdgeSettings {
     /// The root key (the edge's trust anchor).
@@ -103,7 +103,7 @@ pub(crate) enum Tls {
 }
 
 /// The validated configuration.
-#[derive(Debug)]
+#[derive(Clone, Debug)]
 pub(crate) struct Config {
     pub(crate) listen: SocketAddr,
     pub(crate) public_url: String,
@@ -121,13 +121,15 @@ pub(crate) struct Config {
     /// Whether `public_url` / `sub_url` were derived from `listen` (then [`Config::bound`]
     /// fixes them once the real port is known).
     derived: (bool, bool),
+    /// `sub_url` as set (file, environment or the owner), when it is not derived.
+    explicit_sub: Option<String>,
 }
 
 fn pick(env: &dyn Fn(&str) -> Option<String>, name: &str, file: Option<String>) -> Option<String> {
     env(name).filter(|v| !v.is_empty()).or(file)
 }
 
-fn check_url(what: &str, url: &str) -> Result<String> {
+pub(crate) fn check_url(what: &str, url: &str) -> Result<String> {
     let url = url.trim().trim_end_matches('/');
     let rest = url.strip_prefix("https://").or_else(|| url.strip_prefix("http://"));
     match rest {
@@ -210,6 +212,7 @@ impl Config {
             .transpose()?;
         let sub_url = pick(env, "HEARTH_SUB_URL", file.sub_url);
         let derived_sub = sub_url.is_none() && edge_url.is_none();
+        let explicit_sub = sub_url.as_deref().map(|url| check_url("sub_url", url)).transpose()?;
         let sub_url = match sub_url {
             Some(url) => check_url("sub_url", &url)?,
             None => format!("{}/{}", edge_url.as_deref().unwrap_or(&public_url), edge.sub_prefix),
@@ -248,6 +251,7 @@ impl Config {
             root,
             data_dir: data_dir.to_path_buf(),
             derived: (derived_public, derived_sub),
+            explicit_sub,
         })
     }
 
@@ -265,6 +269,23 @@ impl Config {
 }
 
 impl Config {
+    /// Sets the edge and the explicit link base (`None`: derived from the edge, else from
+    /// `public_url`), as the owner set them at run time.
+    pub(crate) fn set_addresses(&mut self, edge_url: Option<String>, sub_url: Option<String>) {
+        self.derived.1 = sub_url.is_none() && edge_url.is_none();
+        self.sub_url = match &sub_url {
+            Some(url) => url.clone(),
+            None => format!("{}/{}", edge_url.as_deref().unwrap_or(&self.public_url), self.edge.sub_prefix),
+        };
+        self.explicit_sub = sub_url;
+        self.edge_url = edge_url;
+    }
+
+    /// The link base the owner set (`None`: derived).
+    pub(crate) fn explicit_sub(&self) -> Option<&str> {
+        self.explicit_sub.as_deref()
+    }
+
     /// The one-line command that enrolls a node with a one-time `token`.
     pub(crate) fn enroll_command(&self, token: &str) -> String {
         let pin = match &self.tls {

@@ -51,7 +51,7 @@ pub(crate) struct Signer {
     /// The root key (to verify what nodes sign, next to their own keys).
     pub(crate) root: PublicKey,
     /// Whether an edge is configured (then every new envelope goes to the outbox too).
-    pub(crate) edge: bool,
+    pub(crate) edge: std::sync::atomic::AtomicBool,
 }
 
 /// The users and nodes a transaction changed, to publish before it commits.
@@ -295,7 +295,7 @@ fn put(conn: &Connection, signer: &Signer, item: &Item<'_>, now: u64, force: boo
 }
 
 fn enqueue(conn: &Connection, signer: &Signer, name: &str, version: u64, now: u64) -> Result<(), Error> {
-    if signer.edge {
+    if signer.edge.load(std::sync::atomic::Ordering::Relaxed) {
         conn.prepare_cached("INSERT INTO outbox (stream, version, created) VALUES (?1, ?2, ?3)")?
             .execute(params![name, version, now])?;
     }

@@ -16,7 +16,7 @@ use crate::store::{self, Db};
 /// Loads the configuration, the database and the signer: what every command needs.
 pub(crate) fn open(dir: &Path) -> Result<(Config, Db, Signer)> {
     let env = |name: &str| std::env::var(name).ok();
-    let config = Config::load(dir, &env)?;
+    let mut config = Config::load(dir, &env)?;
     let paths = Paths::new(dir);
     // Checks the records against the root before anything is signed with them.
     crate::keyring::load_trust(dir, now())?;
@@ -32,6 +32,7 @@ pub(crate) fn open(dir: &Path) -> Result<(Config, Db, Signer)> {
         .with_context(|| format!("{} is not a recovery key", recovery_path.display()))?;
     let vault = Vault::load(&paths.master())?;
     let db = Db::open(&paths.database()).with_context(|| format!("opening {}", paths.database().display()))?;
+    crate::settings::settle_addresses(&db, &mut config)?;
     let signer = Signer {
         key,
         record,
@@ -40,32 +41,33 @@ pub(crate) fn open(dir: &Path) -> Result<(Config, Db, Signer)> {
         profile: std::sync::RwLock::new(config.profile.clone()),
         epoch: 1,
         root: config.root,
-        edge: config.edge_url.is_some(),
+        edge: std::sync::atomic::AtomicBool::new(config.edge_url.is_some()),
     };
     crate::settings::settle(&db, &signer, &config.profile, now())?;
     Ok((config, db, signer))
 }
 
 /// When the edge changed (or was just configured), every stream goes to the outbox again,
-/// so the new edge holds everything.
-fn resync_edge(db: &Db, edge_url: Option<&str>) -> Result<()> {
-    let edge = edge_url.unwrap_or_default().to_owned();
-    db.write_blocking(|tx| {
-        let synced = store::get_state_text(tx, "edge_url")?.unwrap_or_default();
-        if synced == edge {
-            return Ok(());
-        }
-        tx.execute("DELETE FROM outbox", [])?;
-        if !edge.is_empty() {
-            tx.execute(
-                "INSERT INTO outbox (stream, version, created)
-                 SELECT name, version, ?1 FROM streams ORDER BY name",
-                [now()],
-            )?;
-        }
-        store::set_state(tx, "edge_url", edge.as_str())
-    })?;
-    Ok(())
+/// so the new edge holds everything; without an edge, the outbox empties.
+pub(crate) fn resync_edge(
+    tx: &rusqlite::Connection,
+    edge_url: Option<&str>,
+    now: u64,
+) -> Result<(), crate::error::Error> {
+    let edge = edge_url.unwrap_or_default();
+    let synced = store::get_state_text(tx, "edge_url")?.unwrap_or_default();
+    if synced == edge {
+        return Ok(());
+    }
+    tx.execute("DELETE FROM outbox", [])?;
+    if !edge.is_empty() {
+        tx.execute(
+            "INSERT INTO outbox (stream, version, created)
+             SELECT name, version, ?1 FROM streams ORDER BY name",
+            [now],
+        )?;
+    }
+    store::set_state(tx, "edge_url", edge)
 }
 
 fn init_logs(json: bool) {
@@ -84,7 +86,7 @@ pub(crate) fn run(dir: &Path) -> Result<()> {
     let (mut config, db, signer) = open(dir)?;
     init_logs(config.log_json);
     let _ = rustls::crypto::ring::default_provider().install_default();
-    resync_edge(&db, config.edge_url.as_deref())?;
+    db.write_blocking(|tx| resync_edge(tx, config.edge_url.as_deref(), now()))?;
     let tls = match &config.tls {
         Tls::Files { cert, key } => Some(crate::tls::server_config(cert, key)?),
         Tls::Off => None,
@@ -182,11 +184,11 @@ mod tests {
                 .unwrap()
         };
         assert_eq!((count("streams"), count("outbox")), (1, 0), "no edge, no outbox");
-        resync_edge(&app.db, Some("https://edge.example")).unwrap();
+        app.db.write_blocking(|tx| resync_edge(tx, Some("https://edge.example"), now())).unwrap();
         assert_eq!(count("outbox"), 1, "everything goes to the new edge");
-        resync_edge(&app.db, Some("https://edge.example")).unwrap();
+        app.db.write_blocking(|tx| resync_edge(tx, Some("https://edge.example"), now())).unwrap();
         assert_eq!(count("outbox"), 1, "the same edge again: nothing more");
-        resync_edge(&app.db, None).unwrap();
+        app.db.write_blocking(|tx| resync_edge(tx, None, now())).unwrap();
         assert_eq!(count("outbox"), 0, "no edge: nothing to push");
     }
 }

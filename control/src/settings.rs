@@ -1,14 +1,16 @@
-//! Settings the owner changes at run time, from the panel or the API: for now the
-//! subscription profile (the title, announcement, help and web page links and refresh
-//! interval every app shows). They live in the database; `control.toml`'s `[profile]` seeds
-//! them, and an edit of the file wins again at the next start (the last change wins, from
-//! either place). Every change signs each user's snapshot again, so links carry it at once.
+//! Settings the owner changes at run time, from the panel or the API: the subscription
+//! profile (the title, announcement, help and web page links and refresh interval every app
+//! shows), the edge, and the base of links. They live in the database; `control.toml` (and
+//! the environment) seeds them, and an edit there wins again at the next start (the last
+//! change wins, from either place). A profile change signs each user's snapshot again; an edge
+//! change queues everything for the new edge and reaches nodes with control's next answer.
 
 use rusqlite::Connection;
-use serde::Deserialize;
+use serde::{Deserialize, Serialize};
 
 use hearth_shared::wire::Profile;
 
+use crate::config::Config;
 use crate::error::Error;
 use crate::publish::{self, Signer};
 use crate::store::{self, Db};
@@ -124,4 +126,54 @@ pub(crate) fn set_profile(
         *signer.profile.write().expect("profile lock") = old;
     }
     result
+}
+
+/// Where links and pushes go: the edge (none: control serves links itself) and the link base
+/// (none: derived from the edge, else from control's public URL).
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub(crate) struct Addresses {
+    pub(crate) edge_url: Option<String>,
+    pub(crate) sub_url: Option<String>,
+}
+
+impl Addresses {
+    fn of(config: &Config) -> Addresses {
+        Addresses { edge_url: config.edge_url.clone(), sub_url: config.explicit_sub().map(str::to_owned) }
+    }
+}
+
+/// At start: the addresses in force, given the configured ones (file or environment). Like
+/// the profile, a configuration that changed since the last start wins; otherwise what the
+/// owner last set stays. `config` is updated to them.
+pub(crate) fn settle_addresses(db: &Db, config: &mut Config) -> Result<(), Error> {
+    let configured = Addresses::of(config);
+    let addresses = db.write_blocking(|tx| {
+        let last: Option<Addresses> =
+            store::get_state_text(tx, "addresses_file")?.and_then(|json| serde_json::from_str(&json).ok());
+        let current: Option<Addresses> =
+            store::get_state_text(tx, "addresses")?.and_then(|json| serde_json::from_str(&json).ok());
+        let addresses = if last.as_ref() != Some(&configured) {
+            store::set_state(tx, "addresses_file", serde_json::to_string(&configured).expect("serializes"))?;
+            configured.clone()
+        } else {
+            current.unwrap_or_else(|| configured.clone())
+        };
+        store::set_state(tx, "addresses", serde_json::to_string(&addresses).expect("serializes"))?;
+        Ok(addresses)
+    })?;
+    config.set_addresses(addresses.edge_url, addresses.sub_url);
+    Ok(())
+}
+
+/// Keeps the owner's new addresses (in the caller's transaction).
+pub(crate) fn save_addresses(conn: &Connection, addresses: &Addresses, actor: &str, now: u64) -> Result<(), Error> {
+    store::set_state(conn, "addresses", serde_json::to_string(addresses).expect("serializes"))?;
+    store::audit(
+        conn,
+        now,
+        actor,
+        "settings.addresses",
+        "",
+        &format!("edge {}", addresses.edge_url.as_deref().unwrap_or("none")),
+    )
 }

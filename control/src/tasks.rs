@@ -160,10 +160,17 @@ fn without_url(e: &reqwest::Error) -> String {
 /// (1 s doubling to 60 s) while the edge is down or refuses. Nothing leaves the outbox
 /// until the edge accepted it.
 pub(crate) async fn pusher(app: Arc<App>, mut shutdown: watch::Receiver<bool>) {
-    let Some(edge) = app.config.edge_url.clone() else { return };
-    let url = format!("{edge}/{}/push", app.config.edge.api_prefix);
     let mut backoff = Duration::from_secs(1);
     loop {
+        // The edge in force now: the owner may set, change or remove it at any time.
+        let Some(edge) = app.edge_url() else {
+            tokio::select! {
+                () = app.outbox.notified() => {}
+                _ = shutdown.wait_for(|stop| *stop) => return,
+            }
+            continue;
+        };
+        let url = format!("{edge}/{}/push", app.config.edge.api_prefix);
         match push_once(&app, &url).await {
             Ok(0) => {
                 tokio::select! {
@@ -198,11 +205,12 @@ pub(crate) async fn pusher(app: Arc<App>, mut shutdown: watch::Receiver<bool>) {
 /// Takes the usage reports nodes left at the edge (a control behind NAT never hears from
 /// nodes directly) and applies each exactly once.
 pub(crate) async fn drainer(app: Arc<App>, mut shutdown: watch::Receiver<bool>) {
-    let Some(edge) = app.config.edge_url.clone() else { return };
-    let base = format!("{edge}/{}/usage", app.config.edge.api_prefix);
     loop {
-        if let Err(error) = drain_once(&app, &base).await {
-            tracing::warn!(%error, "usage drain from the edge failed");
+        if let Some(edge) = app.edge_url() {
+            let base = format!("{edge}/{}/usage", app.config.edge.api_prefix);
+            if let Err(error) = drain_once(&app, &base).await {
+                tracing::warn!(%error, "usage drain from the edge failed");
+            }
         }
         if stopped(&mut shutdown, DRAIN_EVERY).await {
             return;

@@ -42,7 +42,7 @@ impl TestControl {
             profile: std::sync::RwLock::new(config.profile.clone()),
             epoch: 1,
             root: config.root,
-            edge,
+            edge: std::sync::atomic::AtomicBool::new(edge),
         };
         let db = Db::open(&paths.database()).expect("database");
         let hasher = Hasher::with_params(argon2::Params::new(256, 1, 1, Some(32)).expect("params"));

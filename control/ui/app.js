@@ -448,13 +448,14 @@
         me = await api('GET', 'me');
         // The setup link is spent: leave it, and its token, out of the address bar and history.
         history.replaceState(null, '', './#/');
-        setupDone();
+        await setupDone();
       });
     });
     mount(h('main', { class: 'narrow' }, token ? form : h('p', { class: 'error' }, t('setup.no_token'))));
   }
 
-  function setupDone() {
+  async function setupDone() {
+    const settings = await api('GET', 'settings');
     mount(
       h(
         'main',
@@ -465,6 +466,7 @@
           h('h1', {}, t('setup.done')),
           h('h2', {}, t('setup.root_title')),
           h('p', {}, t('setup.root_text')),
+          addressesForm(settings),
           h('h2', {}, t('setup.next_title')),
           h('ol', {}, h('li', {}, t('setup.next_edge')), h('li', {}, t('setup.next_node')), h('li', {}, t('setup.next_user'))),
           // The address is already #/ (set when setup finished), so a link would not navigate.
@@ -1237,6 +1239,32 @@
 
   // ---- settings -------------------------------------------------------------------------
 
+  /** Where links and pushes go: the edge, and the base of links. */
+  function addressesForm(settings, after) {
+    const form = h(
+      'form',
+      { class: 'card', id: 'addresses-form' },
+      h('h2', {}, t('settings.addresses')),
+      h('p', {}, t('settings.addresses_intro')),
+      field(t('settings.edge_url'), h('input', { name: 'edge_url', type: 'url', value: settings.edge_url || '', placeholder: 'https://hearth-edge.example.workers.dev' }), t('settings.edge_hint')),
+      field(t('settings.sub_url'), h('input', { name: 'sub_url', type: 'url', value: settings.sub_url_set || '', placeholder: settings.sub_url }), t('settings.sub_hint')),
+      errorBox(),
+      h('p', { class: 'notice', role: 'status', hidden: true }),
+      h('div', { class: 'actions' }, h('button', { type: 'submit' }, t('save'))),
+    );
+    form.addEventListener('submit', (e) => {
+      e.preventDefault();
+      submitting(form, async () => {
+        const saved = await api('PATCH', 'settings', fields(form));
+        const done = form.querySelector('.notice');
+        done.textContent = t('settings.addresses_saved', { base: saved.sub_url });
+        done.hidden = false;
+        if (after) after();
+      });
+    });
+    return form;
+  }
+
   async function settingsView() {
     const [totp, status, settings] = await Promise.all([api('GET', 'totp'), api('GET', 'status'), api('GET', 'settings')]);
     const p = settings.profile;
@@ -1338,21 +1366,12 @@
       h('h1', {}, t('nav.settings')),
       profile,
       card,
+      addressesForm(settings),
       h(
         'section',
         { class: 'card' },
         h('h2', {}, t('settings.server')),
-        h(
-          'dl',
-          {},
-          h('dt', {}, t('overview.edge_url')),
-          h('dd', {}, status.edge.url || t('overview.edge_none')),
-          h('dt', {}, t('settings.sub_url')),
-          h('dd', {}, settings.sub_url),
-          h('dt', {}, t('settings.root_key')),
-          h('dd', {}, h('code', {}, status.keys.root)),
-        ),
-        h('p', {}, t('settings.file_hint')),
+        h('dl', {}, h('dt', {}, t('settings.root_key')), h('dd', {}, h('code', {}, status.keys.root))),
       ),
     );
   }

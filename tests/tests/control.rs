@@ -441,3 +441,45 @@ async fn the_profile_set_in_the_panel_reaches_links_and_lasts_until_the_file_cha
     assert_eq!(title_of(&fetch(link_of(&control)).await), "Our VPN");
     control.stop().unwrap();
 }
+
+#[tokio::test]
+async fn an_edge_set_in_the_panel_gets_everything_and_stays_set() {
+    let temp = tempfile::tempdir().unwrap();
+    let dir = ControlDir::init(&temp.path().join("control")).unwrap();
+    let http = dir.client().unwrap();
+    let mut control = ControlProcess::start(&dir, &[]).unwrap();
+    let api = Api { http: http.clone(), token: control.setup(&http, "admin").await.unwrap() };
+    let ann = api.post(&control, "/users", json!({ "name": "ann" })).await;
+    assert!(ann["link"].as_str().unwrap().starts_with(&control.url), "no edge: control serves links");
+    let id = ann["id"].as_u64().unwrap();
+
+    let edge = EdgeProcess::start(Backend::Native, &temp.path().join("edge.db"), &dir.edge_vars().unwrap()).unwrap();
+    let patch = |body: Value| {
+        let (api, control) = (&api, &control);
+        async move { api.call(control, reqwest::Method::PATCH, "/settings", Some(body)).await }
+    };
+    let (status, settings) = patch(json!({ "edge_url": "ftp://edge.example" })).await;
+    assert_eq!((status, settings["error"]["code"].as_str()), (StatusCode::BAD_REQUEST, Some("bad_url")));
+    let (status, settings) = patch(json!({ "edge_url": edge.url })).await;
+    assert_eq!(status, StatusCode::OK, "{settings}");
+    assert_eq!(settings["sub_url"], format!("{}/s", edge.url));
+    // Everything already made reaches the new edge, and links point there.
+    let link = api.get(&control, &format!("/users/{id}/link")).await["link"].as_str().unwrap().to_owned();
+    assert!(link.starts_with(&edge.url), "{link}");
+    let plain = hearth_tests::http().build().unwrap();
+    eventually("the edge serves the user made before it was set", Duration::from_secs(20), || served(&plain, &link))
+        .await;
+
+    // A restart keeps it (the configuration did not change).
+    control.stop().unwrap();
+    control = ControlProcess::start(&dir, &[]).unwrap();
+    let api = Api { http: dir.client().unwrap(), token: api.token };
+    assert_eq!(api.get(&control, "/settings").await["edge_url"], edge.url.as_str());
+    // Cleared: control serves links itself again.
+    let (status, settings) =
+        api.call(&control, reqwest::Method::PATCH, "/settings", Some(json!({ "edge_url": "" }))).await;
+    assert_eq!((status, &settings["edge_url"]), (StatusCode::OK, &Value::Null));
+    let link = api.get(&control, &format!("/users/{id}/link")).await["link"].as_str().unwrap().to_owned();
+    assert!(link.starts_with(&control.url), "{link}");
+    control.stop().unwrap();
+}

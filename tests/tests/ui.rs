@@ -187,6 +187,7 @@ async fn the_admin_panel_works_in_a_real_browser() {
     fill(&client, "#setup input[name=repeat]", "correct horse battery staple").await;
     find(&client, "#setup button[type=submit]").await.click().await.unwrap();
     let done = text_of(&client, "#setup-done", |t| t.contains("root.key")).await;
+    find(&client, "#setup-done #addresses-form").await;
     assert!(done.contains("recovery.key"));
     assert!(!client.current_url().await.unwrap().as_str().contains(&token), "the spent token left the address bar");
     screenshot(&client, "setup-done").await;
@@ -305,6 +306,14 @@ async fn the_admin_panel_works_in_a_real_browser() {
     let served = http.get(&link).header("user-agent", "v2rayN/7.12.5").send().await.unwrap();
     assert_eq!(served.headers()["support-url"], "https://example.net/help");
     screenshot(&client, "settings").await;
+
+    // Where links are served: an edge set here changes the links' base at once; cleared again.
+    fill(&client, "#addresses-form input[name=edge_url]", "http://127.0.0.1:9").await;
+    find(&client, "#addresses-form button[type=submit]").await.click().await.unwrap();
+    text_of(&client, "#addresses-form .notice", |t| t.contains("http://127.0.0.1:9/s")).await;
+    find(&client, "#addresses-form input[name=edge_url]").await.clear().await.unwrap();
+    find(&client, "#addresses-form button[type=submit]").await.click().await.unwrap();
+    text_of(&client, "#addresses-form .notice", |t| t.contains(&format!("{}/s", control.url))).await;
 
     // Two-step sign-in: turned on with the app's first code, then a sign-in needs a code
     // (here one of the recovery codes, shown once).

@@ -313,7 +313,7 @@ async fn status(State(app): State<Arc<App>>, auth: Auth) -> Reply {
             "offline_here": offline_keys_here(&app.config.data_dir),
         },
         "edge": {
-            "url": app.config.edge_url,
+            "url": app.edge_url(),
             "pending": overview.pending,
             "last_push": push.last_push,
             "last_error": push.last_error,
@@ -459,7 +459,7 @@ async fn user_preview(
         })
         .ok_or_else(|| fail(Error::Internal("the user's snapshot does not open".into())))?;
     let wants = hearth_shared::agent::match_user_agent(query.ua.trim(), &[]);
-    let url = format!("{}/{}", app.config.sub_url, token.to_link_form());
+    let url = format!("{}/{}", app.sub_url(), token.to_link_form());
     let answer = hearth_shared::render::answer(&snapshot, wants, &url);
     let format = match wants {
         Wants::Page => "page".to_owned(),
@@ -472,10 +472,12 @@ async fn user_preview(
 
 fn settings_json(app: &App) -> serde_json::Value {
     let profile = app.signer.profile.read().expect("profile lock").clone();
+    let addresses = app.addresses();
     json!({
         "profile": profile,
-        "edge_url": app.config.edge_url,
-        "sub_url": app.config.sub_url,
+        "edge_url": addresses.edge_url,
+        "sub_url": addresses.sub_url,
+        "sub_url_set": addresses.explicit_sub,
         "public_url": app.config.public_url,
     })
 }
@@ -488,19 +490,59 @@ async fn get_settings(State(app): State<Arc<App>>, auth: Auth) -> Reply {
 #[derive(Deserialize)]
 #[serde(deny_unknown_fields)]
 struct SettingsInput {
-    profile: crate::settings::ProfileInput,
+    #[serde(default)]
+    profile: Option<crate::settings::ProfileInput>,
+    /// The edge's URL; empty: none (control serves links itself).
+    #[serde(default)]
+    edge_url: Option<String>,
+    /// The base of links; empty: derived from the edge (or control's public URL).
+    #[serde(default)]
+    sub_url: Option<String>,
 }
 
-/// Changes the subscription profile; every link carries it at once (each snapshot is signed
-/// again, and pushed).
+/// An address from the owner: empty clears it, anything else must be an http(s) URL.
+fn address(what: &str, value: Option<String>, current: Option<String>) -> Result<Option<String>, Response> {
+    match value {
+        None => Ok(current),
+        Some(value) if value.trim().is_empty() => Ok(None),
+        Some(value) => {
+            crate::config::check_url(what, &value).map(Some).map_err(|e| fail(Error::invalid("bad_url", e.to_string())))
+        }
+    }
+}
+
+/// Changes the subscription profile (every link carries it at once: each snapshot is signed
+/// again, and pushed) and where pushes and links go (a new edge gets everything; nodes learn
+/// it from control's next answer).
 async fn update_settings(State(app): State<Arc<App>>, auth: Auth, Body(input): Body<SettingsInput>) -> Reply {
-    let current = app.signer.profile.read().expect("profile lock").clone();
-    let profile = crate::settings::apply(&current, input.profile).map_err(fail)?;
-    let signed = change(&app, &auth, Scope::Admin, move |tx, app, actor, now| {
-        crate::settings::set_profile(tx, &app.signer, &profile, actor, now)
-    })
-    .await?;
-    tracing::info!(signed, "subscription profile changed");
+    auth.need(Scope::Admin)?;
+    let current = app.addresses();
+    let edge_url = address("edge_url", input.edge_url, current.edge_url.clone())?;
+    let sub_url = address("sub_url", input.sub_url, current.explicit_sub.clone())?;
+    let profile = match input.profile {
+        Some(change) => {
+            let current = app.signer.profile.read().expect("profile lock").clone();
+            Some(crate::settings::apply(&current, change).map_err(fail)?)
+        }
+        None => None,
+    };
+    if let Some(profile) = profile {
+        let signed = change(&app, &auth, Scope::Admin, move |tx, app, actor, now| {
+            crate::settings::set_profile(tx, &app.signer, &profile, actor, now)
+        })
+        .await?;
+        tracing::info!(signed, "subscription profile changed");
+    }
+    if edge_url != current.edge_url || sub_url != current.explicit_sub {
+        let addresses = crate::settings::Addresses { edge_url: edge_url.clone(), sub_url: sub_url.clone() };
+        change(&app, &auth, Scope::Admin, move |tx, _, actor, now| {
+            crate::settings::save_addresses(tx, &addresses, actor, now)?;
+            crate::serve::resync_edge(tx, addresses.edge_url.as_deref(), now)
+        })
+        .await?;
+        app.set_addresses(edge_url, sub_url);
+        tracing::info!(edge = app.edge_url().as_deref().unwrap_or("none"), "addresses changed");
+    }
     ok(settings_json(&app))
 }
 
@@ -549,7 +591,7 @@ async fn list_users(State(app): State<Arc<App>>, auth: Auth, Query(query): Query
 /// A user's view and its subscription link.
 fn with_link(app: &App, user: user_store::UserView, token: &hearth_shared::wire::SubToken) -> serde_json::Value {
     let mut value = serde_json::to_value(user).expect("a user serializes");
-    value["link"] = json!(format!("{}/{}", app.config.sub_url, token.to_link_form()));
+    value["link"] = json!(format!("{}/{}", app.sub_url(), token.to_link_form()));
     value
 }
 
@@ -577,7 +619,7 @@ async fn bulk_create(State(app): State<Arc<App>>, auth: Auth, Body(req): Body<Bu
     .await?;
     let users: Vec<_> = created
         .iter()
-        .map(|(name, c)| json!({ "id": c.id, "name": name, "link": format!("{}/{}", app.config.sub_url, c.token.to_link_form()) }))
+        .map(|(name, c)| json!({ "id": c.id, "name": name, "link": format!("{}/{}", app.sub_url(), c.token.to_link_form()) }))
         .collect();
     Ok((StatusCode::CREATED, axum::Json(json!({ "created": users.len(), "users": users }))).into_response())
 }
@@ -592,7 +634,7 @@ async fn user_link(State(app): State<Arc<App>>, auth: Auth, Path(id): Path<u64>)
     auth.need(Scope::Operate)?;
     let state = app.clone();
     let token = app.db.read(move |c| user_store::token(c, &state.signer, id)).await.map_err(fail)?;
-    let link = format!("{}/{}", app.config.sub_url, token.to_link_form());
+    let link = format!("{}/{}", app.sub_url(), token.to_link_form());
     let qr_svg = hearth_shared::render::page::qr_svg(&link);
     ok(json!({ "link": link, "qr_svg": qr_svg }))
 }

@@ -64,7 +64,7 @@ async fn enroll(
                 "root_key": app.signer.root.to_string(),
                 "key_records": [hex::encode(signing_record)],
                 "api_prefix": app.config.edge.api_prefix,
-                "edge_url": app.config.edge_url,
+                "edge_url": app.edge_url(),
             }))
             .into_response()
         }
@@ -137,8 +137,8 @@ async fn creds(
     };
     // Where the node should turn when control does not answer: the edge in force now, which
     // may not be the one the node enrolled with (the channel is control's pinned TLS).
-    let edge = app.config.edge_url.as_deref().unwrap_or_default();
-    if let Ok(value) = HeaderValue::from_str(edge) {
+    let edge = app.edge_url().unwrap_or_default();
+    if let Ok(value) = HeaderValue::from_str(&edge) {
         response.headers_mut().insert(EDGE_HEADER, value);
     }
     response
@@ -216,7 +216,7 @@ pub(super) async fn subscription(
     let query = query.unwrap_or_default();
     let user_agent = headers.get(header::USER_AGENT).and_then(|v| v.to_str().ok()).unwrap_or_default();
     let wants = format_override(&query).unwrap_or_else(|| match_user_agent(user_agent, &[]));
-    let url = format!("{}/{}", app.config.sub_url, token.to_link_form());
+    let url = format!("{}/{}", app.sub_url(), token.to_link_form());
     let answer = hearth_shared::render::answer(&snapshot, wants, &url);
     Counters::add(&app.counters.subscriptions, 1);
     let mut response = if method == Method::HEAD {
