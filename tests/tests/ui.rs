@@ -233,12 +233,13 @@ async fn the_admin_panel_works_in_a_real_browser() {
         .as_f64()
         .unwrap();
     assert_eq!(bars, 30.0, "a bar a day for 30 days");
+    screenshot(&client, "user").await;
     // What a sing-box app would get from the link: its JSON profile.
     find(&client, "#preview select[name=app]").await.select_by_label("sing-box (Android)").await.unwrap();
     assert_eq!(text_of(&client, "#preview-format", |t| !t.is_empty()).await, "sing-box 1.12");
     text_of(&client, "#preview-out pre", |t| t.contains("\"type\": \"hysteria2\"") || t.contains("\"outbounds\""))
         .await;
-    screenshot(&client, "user").await;
+    screenshot(&client, "user-preview").await;
     let disable = client.find(Locator::XPath("//button[text()='Disable']")).await.unwrap();
     disable.click().await.unwrap();
     text_of(&client, ".title .badge", |t| t == "Disabled").await;
