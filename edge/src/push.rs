@@ -31,6 +31,8 @@ pub enum Target {
     Ack(NodeId),
     /// Control's recovery archive.
     Archive,
+    /// The owner's edge settings (User-Agent rules).
+    Settings,
 }
 
 /// One stream's new version, checked against the manifest.
@@ -138,9 +140,20 @@ fn target_of(stream: &str) -> Option<(Target, Kind, Audience)> {
         Some((Target::Ack(node), Kind::UsageAck, Audience::Node(node)))
     } else if let Some(id) = stream.strip_prefix("node/") {
         Some((Target::Node(parse_id(id)?), Kind::NodeRecord, Audience::Edge))
+    } else if stream == stream::EDGE_SETTINGS {
+        Some((Target::Settings, Kind::EdgeSettings, Audience::Edge))
     } else {
         None
     }
+}
+
+/// The User-Agent rules in a stored edge-settings envelope (none if it does not decode: it
+/// was verified when pushed).
+pub fn settings_rules(envelope: &[u8]) -> Vec<hearth_shared::agent::UaRule> {
+    hearth_shared::envelope::Envelope::stored_body(envelope)
+        .and_then(|body| wire::decode::<wire::EdgeSettings>(body, "edge settings").ok())
+        .map(|settings| settings.ua_rules)
+        .unwrap_or_default()
 }
 
 /// Checks a push against the edge's `trust` and the stored batch state, at `now` (Unix s).

@@ -16,6 +16,11 @@ use hearth_shared::wire::SubToken;
 use crate::Reply;
 use crate::config::EdgeConfig;
 
+/// The rules in force: the edge's own (`HEARTH_UA_RULES`) first, then those control pushed.
+pub fn rules(config: &EdgeConfig, pushed: Vec<hearth_shared::agent::UaRule>) -> Vec<hearth_shared::agent::UaRule> {
+    config.ua_rules.iter().cloned().chain(pushed).collect()
+}
+
 /// The decoy: what a stock nginx answers for a path it does not have.
 pub fn decoy() -> Reply {
     use hearth_shared::render::{DECOY_BODY, DECOY_HEADERS, DECOY_STATUS};
@@ -58,9 +63,11 @@ pub fn network_gate(guard: &MissGuard, bucket: &mut TokenBucket, limit: BucketLi
 }
 
 /// The answer for a known link whose stored envelope is `envelope`: the snapshot opened with
-/// the `token` the client presented. `sub_url` is the link as fetched (for the page).
+/// the `token` the client presented, in the format the operator's `rules` (the edge's own
+/// first, then the owner's from control) or the built-in table pick. `sub_url` is the link as
+/// fetched (for the page).
 pub fn subscription(
-    config: &EdgeConfig,
+    rules: &[hearth_shared::agent::UaRule],
     envelope: &[u8],
     token: &SubToken,
     user_agent: &str,
@@ -75,7 +82,7 @@ pub fn subscription(
     let Ok(snapshot) = seal::open(body, token) else {
         return decoy();
     };
-    let wants = format_override(query).unwrap_or_else(|| match_user_agent(user_agent, &config.ua_rules));
+    let wants = format_override(query).unwrap_or_else(|| match_user_agent(user_agent, rules));
     let answer = answer(&snapshot, wants, sub_url);
     Reply { status: 200, headers: answer.headers, body: answer.body.into_bytes() }
 }

@@ -47,6 +47,8 @@ pub enum Kind {
     Archive,
     /// A signed node release manifest.
     Release,
+    /// The operator's edge settings ([`crate::wire::EdgeSettings`]): User-Agent rules.
+    EdgeSettings,
 }
 
 impl Kind {
@@ -55,6 +57,7 @@ impl Kind {
         const KIB: usize = 1024;
         match self {
             Kind::KeyRecord | Kind::NodeRecord | Kind::UsageAck => 16 * KIB,
+            Kind::EdgeSettings => 64 * KIB,
             Kind::Snapshot => 256 * KIB,
             // 100k users at ~40 bytes each.
             Kind::CredentialSet => 8 * KIB * KIB,

@@ -347,9 +347,13 @@ fn signer<'t>(trust: &'t Trust, kind: Kind, stream_name: &str) -> (Role, Option<
         Kind::KeyRecord => Role::Root,
         Kind::Release => Role::Release,
         Kind::UsageReport => Role::Node,
-        Kind::Snapshot | Kind::CredentialSet | Kind::Batch | Kind::NodeRecord | Kind::UsageAck | Kind::Archive => {
-            Role::Signing
-        }
+        Kind::Snapshot
+        | Kind::CredentialSet
+        | Kind::Batch
+        | Kind::NodeRecord
+        | Kind::UsageAck
+        | Kind::Archive
+        | Kind::EdgeSettings => Role::Signing,
     };
     if role != Role::Node {
         return (role, trust.role(role));

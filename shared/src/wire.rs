@@ -63,6 +63,16 @@ pub mod stream {
     pub const ARCHIVE: &str = "archive";
     /// Node release manifests.
     pub const RELEASE: &str = "release";
+    /// The operator's edge settings.
+    pub const EDGE_SETTINGS: &str = "edge-settings";
+}
+
+/// Settings the owner makes in control that the edge applies: its User-Agent rules, checked
+/// before the built-in table (after the rules in the edge's own `HEARTH_UA_RULES`).
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct EdgeSettings {
+    /// The rules, first match wins.
+    pub ua_rules: Vec<crate::agent::UaRule>,
 }
 
 /// A subscription token: 32 random bytes, written in links as 43 characters of unpadded

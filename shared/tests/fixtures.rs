@@ -140,6 +140,18 @@ fn envelopes() -> Vec<(&'static str, Envelope)> {
             draft(Kind::UsageAck, stream::usage_ack(3), 12, Audience::Node(3))
                 .sign(wire::encode(&UsageAck { node: 3, seq: 12 }), &[&signing()]),
         ),
+        (
+            "edge_settings",
+            draft(Kind::EdgeSettings, stream::EDGE_SETTINGS.into(), 4, Audience::Edge).sign(
+                wire::encode(&hearth_shared::wire::EdgeSettings {
+                    ua_rules: vec![hearth_shared::agent::UaRule {
+                        contains: "MyApp".into(),
+                        target: hearth_shared::agent::RuleTarget::SingBox,
+                    }],
+                }),
+                &[&signing()],
+            ),
+        ),
     ]
 }
 
@@ -169,13 +181,14 @@ fn fixtures_decode_and_verify() {
     trust.accept_key_record(&record, NOW).unwrap();
     trust.set_node(3, node().public());
     let snapshot_stream = stream::snapshot(&token().hash());
-    let cases: [(&str, Kind, Audience, &str); 6] = [
+    let cases: [(&str, Kind, Audience, &str); 7] = [
         ("credential_set", Kind::CredentialSet, Audience::Node(3), "creds/3"),
         ("snapshot", Kind::Snapshot, Audience::Edge, &snapshot_stream),
         ("batch", Kind::Batch, Audience::Edge, stream::BATCH),
         ("node_record", Kind::NodeRecord, Audience::Edge, "node/3"),
         ("usage_report", Kind::UsageReport, Audience::Control, "usage/3"),
         ("usage_ack", Kind::UsageAck, Audience::Node(3), "ack/3"),
+        ("edge_settings", Kind::EdgeSettings, Audience::Edge, stream::EDGE_SETTINGS),
     ];
     for (name, kind, audience, stream) in cases {
         let bytes = hex::decode(std::fs::read_to_string(fixture_path(name)).unwrap().trim()).unwrap();

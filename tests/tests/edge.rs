@@ -142,6 +142,7 @@ both!(
     unknown_links_and_paths_get_one_decoy_and_probing_networks_get_only_decoys,
     bad_pushes_change_nothing_and_say_why,
     a_changed_link_serves_at_once_and_a_rotated_one_is_gone_for_good,
+    user_agent_rules_from_control_pick_the_format,
     nodes_pull_their_own_set_and_usage_queues_for_control,
     the_archive_round_trips_and_everything_survives_a_restart
 );
@@ -329,6 +330,33 @@ async fn bad_pushes_change_nothing_and_say_why(backend: Backend) {
 
     assert_eq!(s.get(&s.link(&token), "v2rayN/7").await.2, served, "nothing changed");
     assert!(s.page(&token).await.contains("Renamed"));
+}
+
+/// The owner's rules, signed by control and pushed, decide what an unknown app gets; an
+/// unsigned or misaddressed settings item is refused like any other.
+async fn user_agent_rules_from_control_pick_the_format(backend: Backend) {
+    use hearth_shared::agent::{RuleTarget, UaRule};
+    let mut s = start(backend, &[]);
+    let token = SubToken::generate(&mut OsRng);
+    let snapshot = demo_snapshot(1);
+    let user = s.sim.snapshot(&token, &snapshot);
+    let rules = vec![UaRule { contains: "FamilyApp".into(), target: RuleTarget::Mihomo }];
+    let settings = wire::encode(&wire::EdgeSettings { ua_rules: rules.clone() });
+    let item = s.sim.item(Kind::EdgeSettings, stream::EDGE_SETTINGS.into(), Audience::Edge, settings.clone());
+    assert_eq!(s.push_items(&[user, item]).await.0, StatusCode::OK);
+    let (status, _, body) = s.get(&s.link(&token), "FamilyApp/3.1 (iOS)").await;
+    assert_eq!(status, StatusCode::OK);
+    let expected = answer(&snapshot, match_user_agent("FamilyApp/3.1 (iOS)", &rules), "");
+    assert_eq!(body, expected.body, "the rule picked Mihomo");
+    assert!(body.contains("proxies:"), "{body}");
+    // Without the rule, the same app gets the built-in default.
+    assert_ne!(match_user_agent("FamilyApp/3.1 (iOS)", &[]), match_user_agent("FamilyApp/3.1 (iOS)", &rules));
+    // Settings meant for nodes are refused, and change nothing.
+    let wrong = s.sim.item(Kind::EdgeSettings, stream::EDGE_SETTINGS.into(), Audience::Node(1), settings);
+    let (status, why) = s.push_items(&[wrong]).await;
+    assert_eq!(status, StatusCode::BAD_REQUEST);
+    assert!(why.contains("wrong kind or audience"), "{why}");
+    assert_eq!(s.get(&s.link(&token), "FamilyApp/3.1 (iOS)").await.2, expected.body);
 }
 
 async fn a_changed_link_serves_at_once_and_a_rotated_one_is_gone_for_good(backend: Backend) {

@@ -43,6 +43,8 @@ pub struct Edge {
     store: Store,
     trust: RwLock<Trust>,
     limiter: Mutex<Limiter>,
+    /// The User-Agent rules in force: the edge's own, then the owner's from control.
+    rules: RwLock<Arc<Vec<hearth_shared::agent::UaRule>>>,
 }
 
 fn now_ms() -> u64 {
@@ -87,7 +89,12 @@ impl Edge {
     ) -> Result<Edge, StoreError> {
         let store = Store::open(db, cache_bytes, replica).await?;
         let trust = config.trust(store.trust().await?);
-        Ok(Edge { config, store, trust: RwLock::new(trust), limiter: Mutex::new(Limiter::default()) })
+        let pushed = match store.stream(stream::EDGE_SETTINGS).await? {
+            Some((_, Some(envelope))) => push::settings_rules(&envelope),
+            _ => Vec::new(),
+        };
+        let rules = RwLock::new(Arc::new(serve::rules(&config, pushed)));
+        Ok(Edge { config, store, trust: RwLock::new(trust), limiter: Mutex::new(Limiter::default()), rules })
     }
 
     /// Brings a replica up to date with its server, and takes the trust other edges stored.
@@ -98,6 +105,10 @@ impl Edge {
         }
         let trust = self.config.trust(self.store.trust().await?);
         *self.trust.write().expect("trust lock") = trust;
+        if let Some((_, Some(envelope))) = self.store.stream(stream::EDGE_SETTINGS).await? {
+            *self.rules.write().expect("rules lock") =
+                Arc::new(serve::rules(&self.config, push::settings_rules(&envelope)));
+        }
         Ok(true)
     }
 
@@ -186,8 +197,9 @@ impl Edge {
         let scheme = request.header("x-forwarded-proto").unwrap_or("http");
         let host = request.header("host").unwrap_or("localhost");
         let sub_url = format!("{scheme}://{host}{}", request.path);
+        let rules = self.rules.read().expect("rules lock").clone();
         serve::subscription(
-            &self.config,
+            &rules,
             &envelope,
             &token,
             request.header("user-agent").unwrap_or(""),
@@ -211,6 +223,11 @@ impl Edge {
         }
         match self.store.apply(&mut checked).await {
             Ok(applied) => {
+                let settings = checked.writes.iter().find(|write| write.target == push::Target::Settings);
+                if let Some(envelope) = settings.and_then(|write| write.envelope.as_deref()) {
+                    let rules = serve::rules(&self.config, push::settings_rules(envelope));
+                    *self.rules.write().expect("rules lock") = Arc::new(rules);
+                }
                 *self.trust.write().expect("trust lock") = checked.trust;
                 tracing::info!(written = applied.written, unchanged = applied.unchanged, "push applied");
                 api::applied(applied.written, applied.unchanged)

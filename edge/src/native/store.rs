@@ -286,7 +286,7 @@ impl Store {
         for write in &checked.writes {
             let (table, key_column, key): (&str, &str, libsql::Value) = match &write.target {
                 Target::Link(hash) => ("links", "token_hash", hash.to_vec().into()),
-                Target::Creds(_) | Target::Ack(_) | Target::Node(_) | Target::Archive => {
+                Target::Creds(_) | Target::Ack(_) | Target::Node(_) | Target::Archive | Target::Settings => {
                     ("streams", "name", write.stream.clone().into())
                 }
             };

@@ -119,6 +119,17 @@ impl DurableObject for Control {
         let sql = self.state.storage().sql();
         let trust = config.trust(value(&sql, "trust")?.and_then(|bytes| decode::<Trust>(&bytes, "trust").ok()));
         let now = now_ms() / 1000;
+        // Only this Worker reaches a Durable Object: the front asks here for the owner's edge
+        // settings (then keeps them a minute).
+        if url.path() == SETTINGS_PATH {
+            return respond(
+                match stream_row(&sql, stream::EDGE_SETTINGS)? {
+                    Some((_, Some(envelope))) => Reply::bytes(200, envelope),
+                    _ => Reply { status: 204, headers: Vec::new(), body: Vec::new() },
+                },
+                false,
+            );
+        }
         let reply = match route(&config, &method, url.path(), url.query().unwrap_or("")) {
             Route::Push => self.push(&config, &trust, &body).await?,
             Route::NodeCreds { node, after } => {
@@ -189,6 +200,9 @@ impl DurableObject for Control {
         respond(reply, false)
     }
 }
+
+/// The Control object's internal path for the stored edge settings.
+pub(crate) const SETTINGS_PATH: &str = "/internal/edge-settings";
 
 impl Control {
     async fn push(&self, config: &EdgeConfig, trust: &Trust, body: &[u8]) -> Result<Reply> {

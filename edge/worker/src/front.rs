@@ -6,6 +6,7 @@ use hearth_edge::config::EdgeConfig;
 use hearth_edge::routes::{Route, route};
 use hearth_edge::serve::{self, Refusals, decoy, too_many};
 use hearth_edge::{Reply, api};
+use hearth_shared::agent::UaRule;
 use hearth_shared::ratelimit::Network;
 use hearth_shared::sha256;
 use hearth_shared::wire::SubToken;
@@ -17,6 +18,27 @@ thread_local! {
     /// Links this isolate saw refused, until their windows end: a client retrying a link over
     /// its limit costs no Durable Object call.
     static REFUSALS: std::cell::RefCell<Refusals> = std::cell::RefCell::new(Refusals::default());
+    /// The User-Agent rules in force and when they were read: asked of the Control object at
+    /// most once a minute per isolate.
+    static RULES: std::cell::RefCell<(u64, std::rc::Rc<Vec<UaRule>>)> = std::cell::RefCell::new((0, std::rc::Rc::new(Vec::new())));
+}
+
+/// How long an isolate keeps the rules before asking again.
+const RULES_FOR_MS: u64 = 60_000;
+
+/// The rules in force: the edge's own, then the owner's (pushed by control).
+async fn rules(env: &Env, config: &EdgeConfig) -> Result<std::rc::Rc<Vec<UaRule>>> {
+    let now = now_ms();
+    let (read, cached) = RULES.with_borrow(|(read, rules)| (*read, rules.clone()));
+    if read != 0 && now < read + RULES_FOR_MS {
+        return Ok(cached);
+    }
+    let url = format!("https://control{}", crate::control::SETTINGS_PATH);
+    let reply = reply_of(call(&control(env)?, Method::Get, &url, None).await?).await?;
+    let pushed = if reply.status == 200 { hearth_edge::push::settings_rules(&reply.body) } else { Vec::new() };
+    let rules = std::rc::Rc::new(serve::rules(config, pushed));
+    RULES.with_borrow_mut(|slot| *slot = (now, rules.clone()));
+    Ok(rules)
 }
 
 #[event(fetch)]
@@ -109,8 +131,9 @@ async fn subscription(
             let mut sub_url = url.clone();
             sub_url.set_query(None);
             let user_agent = req.headers().get("user-agent")?.unwrap_or_default();
+            let rules = rules(env, config).await?;
             Ok(serve::subscription(
-                config,
+                &rules,
                 &found.body,
                 &token,
                 &user_agent,
