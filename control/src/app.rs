@@ -81,6 +81,8 @@ pub(crate) struct App {
     pub(crate) http: reqwest::Client,
     /// Where pushes and links go now; starts as configured, the owner can change it.
     addresses: std::sync::RwLock<Addresses>,
+    /// The owner's User-Agent rules (also pushed to the edge).
+    pub(crate) ua_rules: std::sync::RwLock<Vec<hearth_shared::agent::UaRule>>,
 }
 
 /// The edge and the link base in force.
@@ -105,7 +107,12 @@ impl App {
             sub_url: config.sub_url.clone(),
             explicit_sub: config.explicit_sub().map(str::to_owned),
         };
+        let ua_rules = db.write_blocking(|tx| crate::settings::ua_rules(tx)).unwrap_or_else(|e| {
+            tracing::error!(error = %e, "reading the User-Agent rules");
+            Vec::new()
+        });
         App {
+            ua_rules: std::sync::RwLock::new(ua_rules),
             addresses: std::sync::RwLock::new(addresses),
             config,
             db,

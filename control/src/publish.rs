@@ -483,6 +483,18 @@ pub(crate) fn publish_node_record(
     Ok(())
 }
 
+/// Signs the owner's edge settings (User-Agent rules) for the edge.
+pub(crate) fn publish_edge_settings(
+    conn: &Connection,
+    signer: &Signer,
+    settings: &wire::EdgeSettings,
+    now: u64,
+) -> Result<(), Error> {
+    let target = (Kind::EdgeSettings, wire::stream::EDGE_SETTINGS.to_owned(), Audience::Edge);
+    put_plain(conn, signer, target, RECORD_LIFETIME, &wire::encode(settings), true, now, false)?;
+    Ok(())
+}
+
 /// Signs the acknowledgement of a node's usage reports up to `seq` (or returns the one
 /// already signed for it). Nodes get it in the answer to their report.
 pub(crate) fn usage_ack(

@@ -8,7 +8,8 @@
 use rusqlite::Connection;
 use serde::{Deserialize, Serialize};
 
-use hearth_shared::wire::Profile;
+use hearth_shared::agent::UaRule;
+use hearth_shared::wire::{EdgeSettings, Profile};
 
 use crate::config::Config;
 use crate::error::Error;
@@ -176,4 +177,40 @@ pub(crate) fn save_addresses(conn: &Connection, addresses: &Addresses, actor: &s
         "",
         &format!("edge {}", addresses.edge_url.as_deref().unwrap_or("none")),
     )
+}
+
+/// The most User-Agent rules the owner can set.
+pub(crate) const MAX_RULES: usize = 50;
+
+/// The owner's User-Agent rules (none until set).
+pub(crate) fn ua_rules(conn: &Connection) -> Result<Vec<UaRule>, Error> {
+    Ok(store::get_state_text(conn, "ua_rules")?.and_then(|json| serde_json::from_str(&json).ok()).unwrap_or_default())
+}
+
+/// Checks rules from the owner: each names a part of a User-Agent (1 to 64 printable
+/// characters) and a format.
+pub(crate) fn check_rules(rules: &[UaRule]) -> Result<(), Error> {
+    if rules.len() > MAX_RULES {
+        return Err(Error::invalid("bad_rules", format!("at most {MAX_RULES} User-Agent rules")));
+    }
+    for rule in rules {
+        let text = rule.contains.trim();
+        if text.is_empty() || text.chars().count() > 64 || text.chars().any(char::is_control) {
+            return Err(Error::invalid("bad_rules", "each rule needs 1 to 64 characters of a User-Agent to look for"));
+        }
+    }
+    Ok(())
+}
+
+/// Keeps the owner's rules and signs them for the edge (in the caller's transaction).
+pub(crate) fn set_ua_rules(
+    conn: &Connection,
+    signer: &Signer,
+    rules: &[UaRule],
+    actor: &str,
+    now: u64,
+) -> Result<(), Error> {
+    store::set_state(conn, "ua_rules", serde_json::to_string(rules).expect("rules serialize"))?;
+    publish::publish_edge_settings(conn, signer, &EdgeSettings { ua_rules: rules.to_vec() }, now)?;
+    store::audit(conn, now, actor, "settings.ua_rules", "", &format!("{} rules", rules.len()))
 }

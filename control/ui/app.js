@@ -1239,6 +1239,52 @@
 
   // ---- settings -------------------------------------------------------------------------
 
+  const RULE_TARGETS = ['base64', 'mihomo', 'sing-box', 'page'];
+
+  /** The owner's User-Agent rules: an app whose User-Agent contains the text gets the format. */
+  function rulesForm(settings) {
+    const rows = h('div', { class: 'rules' });
+    const addRow = (rule) =>
+      rows.append(
+        h(
+          'div',
+          { class: 'rule' },
+          h('input', { name: 'contains', value: rule.contains, maxlength: 64, placeholder: t('rules.contains'), 'aria-label': t('rules.contains') }),
+          h('select', { name: 'target', 'aria-label': t('rules.target') }, RULE_TARGETS.map((v) => h('option', { value: v, selected: rule.target === v }, t(`rules.${v}`)))),
+          h('button', { type: 'button', class: 'ghost small', onclick: (e) => e.target.closest('.rule').remove() }, t('rules.remove')),
+        ),
+      );
+    settings.ua_rules.forEach(addRow);
+    const form = h(
+      'form',
+      { class: 'card', id: 'rules-form' },
+      h('h2', {}, t('rules.title')),
+      h('p', {}, t('rules.intro')),
+      rows,
+      errorBox(),
+      h('p', { class: 'notice', role: 'status', hidden: true }),
+      h(
+        'div',
+        { class: 'actions' },
+        h('button', { type: 'button', class: 'ghost', id: 'add-rule', onclick: () => addRow({ contains: '', target: 'sing-box' }) }, t('rules.add')),
+        h('button', { type: 'submit' }, t('save')),
+      ),
+    );
+    form.addEventListener('submit', (e) => {
+      e.preventDefault();
+      submitting(form, async () => {
+        const ua_rules = [...rows.querySelectorAll('.rule')]
+          .map((row) => ({ contains: row.querySelector('[name=contains]').value.trim(), target: row.querySelector('[name=target]').value }))
+          .filter((rule) => rule.contains);
+        await api('PATCH', 'settings', { ua_rules });
+        const done = form.querySelector('.notice');
+        done.textContent = t('rules.saved');
+        done.hidden = false;
+      });
+    });
+    return form;
+  }
+
   /** Where links and pushes go: the edge, and the base of links. */
   function addressesForm(settings, after) {
     const form = h(
@@ -1367,6 +1413,7 @@
       profile,
       card,
       addressesForm(settings),
+      rulesForm(settings),
       h(
         'section',
         { class: 'card' },

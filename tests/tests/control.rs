@@ -469,6 +469,16 @@ async fn an_edge_set_in_the_panel_gets_everything_and_stays_set() {
     let plain = hearth_tests::http().build().unwrap();
     eventually("the edge serves the user made before it was set", Duration::from_secs(20), || served(&plain, &link))
         .await;
+    // The owner's User-Agent rules reach the edge, signed.
+    let (status, _) = patch(json!({ "ua_rules": [{ "contains": "FamilyApp", "target": "mihomo" }] })).await;
+    assert_eq!(status, StatusCode::OK);
+    eventually("the edge follows the owner's rule", Duration::from_secs(20), || async {
+        match plain.get(&link).header("user-agent", "FamilyApp/1.0").send().await {
+            Ok(response) => response.text().await.is_ok_and(|body| body.contains("proxies:")),
+            Err(_) => false,
+        }
+    })
+    .await;
 
     // A restart keeps it (the configuration did not change).
     control.stop().unwrap();

@@ -316,6 +316,16 @@ async fn the_admin_panel_works_in_a_real_browser() {
     find(&client, "#addresses-form button[type=submit]").await.click().await.unwrap();
     text_of(&client, "#addresses-form .notice", |t| t.contains(&format!("{}/s", control.url))).await;
 
+    // A User-Agent rule: an unknown app gets the format the owner chose.
+    find(&client, "#add-rule").await.click().await.unwrap();
+    fill(&client, "#rules-form .rule input[name=contains]", "FamilyApp").await;
+    find(&client, "#rules-form .rule select[name=target]").await.select_by_value("mihomo").await.unwrap();
+    find(&client, "#rules-form button[type=submit]").await.click().await.unwrap();
+    text_of(&client, "#rules-form .notice", |t| t.contains("Saved")).await;
+    let served = http.get(&link).header("user-agent", "FamilyApp/1.0").send().await.unwrap().text().await.unwrap();
+    assert!(served.contains("proxies:"), "the rule picks Mihomo: {served}");
+    client.goto(&format!("{panel}#/settings")).await.unwrap();
+
     // Two-step sign-in: turned on with the app's first code, then a sign-in needs a code
     // (here one of the recovery codes, shown once).
     client.goto(&format!("{panel}#/settings")).await.unwrap();

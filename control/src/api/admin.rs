@@ -458,7 +458,7 @@ async fn user_preview(
             hearth_shared::seal::open(&body, &token).ok()
         })
         .ok_or_else(|| fail(Error::Internal("the user's snapshot does not open".into())))?;
-    let wants = hearth_shared::agent::match_user_agent(query.ua.trim(), &[]);
+    let wants = hearth_shared::agent::match_user_agent(query.ua.trim(), &app.ua_rules.read().expect("rules lock"));
     let url = format!("{}/{}", app.sub_url(), token.to_link_form());
     let answer = hearth_shared::render::answer(&snapshot, wants, &url);
     let format = match wants {
@@ -478,6 +478,7 @@ fn settings_json(app: &App) -> serde_json::Value {
         "edge_url": addresses.edge_url,
         "sub_url": addresses.sub_url,
         "sub_url_set": addresses.explicit_sub,
+        "ua_rules": *app.ua_rules.read().expect("rules lock"),
         "public_url": app.config.public_url,
     })
 }
@@ -498,6 +499,9 @@ struct SettingsInput {
     /// The base of links; empty: derived from the edge (or control's public URL).
     #[serde(default)]
     sub_url: Option<String>,
+    /// The owner's User-Agent rules (replaces them all).
+    #[serde(default)]
+    ua_rules: Option<Vec<hearth_shared::agent::UaRule>>,
 }
 
 /// An address from the owner: empty clears it, anything else must be an http(s) URL.
@@ -519,6 +523,10 @@ async fn update_settings(State(app): State<Arc<App>>, auth: Auth, Body(input): B
     let current = app.addresses();
     let edge_url = address("edge_url", input.edge_url, current.edge_url.clone())?;
     let sub_url = address("sub_url", input.sub_url, current.explicit_sub.clone())?;
+    // Everything is checked before anything changes.
+    if let Some(rules) = &input.ua_rules {
+        crate::settings::check_rules(rules).map_err(fail)?;
+    }
     let profile = match input.profile {
         Some(change) => {
             let current = app.signer.profile.read().expect("profile lock").clone();
@@ -532,6 +540,18 @@ async fn update_settings(State(app): State<Arc<App>>, auth: Auth, Body(input): B
         })
         .await?;
         tracing::info!(signed, "subscription profile changed");
+    }
+    if let Some(rules) = input.ua_rules {
+        let rules: Vec<_> = rules
+            .into_iter()
+            .map(|rule| hearth_shared::agent::UaRule { contains: rule.contains.trim().to_owned(), target: rule.target })
+            .collect();
+        let saved = rules.clone();
+        change(&app, &auth, Scope::Admin, move |tx, app, actor, now| {
+            crate::settings::set_ua_rules(tx, &app.signer, &saved, actor, now)
+        })
+        .await?;
+        *app.ua_rules.write().expect("rules lock") = rules;
     }
     if edge_url != current.edge_url || sub_url != current.explicit_sub {
         let addresses = crate::settings::Addresses { edge_url: edge_url.clone(), sub_url: sub_url.clone() };

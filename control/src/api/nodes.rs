@@ -215,7 +215,8 @@ pub(super) async fn subscription(
     let Ok(snapshot) = seal::open(body, &token) else { return decoy() };
     let query = query.unwrap_or_default();
     let user_agent = headers.get(header::USER_AGENT).and_then(|v| v.to_str().ok()).unwrap_or_default();
-    let wants = format_override(&query).unwrap_or_else(|| match_user_agent(user_agent, &[]));
+    let wants = format_override(&query)
+        .unwrap_or_else(|| match_user_agent(user_agent, &app.ua_rules.read().expect("rules lock")));
     let url = format!("{}/{}", app.sub_url(), token.to_link_form());
     let answer = hearth_shared::render::answer(&snapshot, wants, &url);
     Counters::add(&app.counters.subscriptions, 1);

@@ -733,3 +733,47 @@ fn url_escape(text: &str) -> String {
         })
         .collect()
 }
+
+#[tokio::test]
+async fn user_agent_rules_are_checked_kept_signed_for_the_edge_and_used() {
+    let client = Client::signed_in(true).await;
+    let alice = client.post("/users", json!({ "name": "alice" })).await.json();
+    let id = alice["id"].as_u64().unwrap();
+    let preview = async |ua: &'static str| client.get(&format!("/users/{id}/preview?ua={}", url_escape(ua))).await;
+    assert_eq!(preview("FamilyApp/2.0").await.json()["format"], "base64", "the built-in default");
+
+    // A bad rule is refused, and nothing in the same call changes.
+    let answer = client
+        .patch(
+            "/settings",
+            json!({ "profile": { "title": "Changed" }, "ua_rules": [{ "contains": " ", "target": "mihomo" }] }),
+        )
+        .await;
+    assert_eq!((answer.status, answer.code().as_str()), (StatusCode::BAD_REQUEST, "bad_rules"));
+    assert_eq!(client.get("/settings").await.json()["profile"]["title"], "Hearth");
+    let answer = client.patch("/settings", json!({ "ua_rules": [{ "contains": "x", "target": "telnet" }] })).await;
+    assert_eq!(answer.status, StatusCode::BAD_REQUEST);
+
+    let answer =
+        client.patch("/settings", json!({ "ua_rules": [{ "contains": "FamilyApp", "target": "mihomo" }] })).await;
+    assert_eq!(answer.status, StatusCode::OK, "{}", String::from_utf8_lossy(&answer.body));
+    assert_eq!(answer.json()["ua_rules"][0]["target"], "mihomo");
+    assert_eq!(preview("FamilyApp/2.0").await.json()["format"], "mihomo");
+    // Signed for the edge, and queued for it.
+    let stored = client
+        .app()
+        .db
+        .read(|c| {
+            let queued: u64 =
+                c.query_row("SELECT count(*) FROM outbox WHERE stream = 'edge-settings'", [], |row| row.get(0))?;
+            Ok((crate::publish::envelope(c, stream::EDGE_SETTINGS)?, queued))
+        })
+        .await
+        .unwrap();
+    let (version, bytes) = stored.0.expect("an edge-settings envelope");
+    assert_eq!((version, stored.1), (1, 1));
+    let envelope = Envelope::decode(&bytes, Kind::EdgeSettings.max_len()).unwrap();
+    assert_eq!(envelope.header.audience, Audience::Edge);
+    let settings: wire::EdgeSettings = wire::decode(&envelope.body, "edge settings").unwrap();
+    assert_eq!(settings.ua_rules[0].contains, "FamilyApp");
+}
