@@ -6,6 +6,7 @@
 
 use std::net::TcpListener;
 use std::path::PathBuf;
+use std::os::unix::process::CommandExt as _;
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
@@ -21,7 +22,9 @@ struct Driver {
 
 impl Drop for Driver {
     fn drop(&mut self) {
-        let _ = self.child.kill();
+        // chromedriver and the browser it started share a process group of their own: a test
+        // that fails halfway leaves no browser behind.
+        let _ = Command::new("kill").args(["-KILL", "--", &format!("-{}", self.child.id())]).status();
         let _ = self.child.wait();
     }
 }
@@ -35,6 +38,7 @@ async fn browser() -> (Driver, Client) {
     let chromedriver = std::env::var("CHROMEDRIVER").unwrap_or_else(|_| "/usr/bin/chromedriver".into());
     let port = free_port();
     let child = Command::new(&chromedriver)
+        .process_group(0)
         .arg(format!("--port={port}"))
         .stdout(Stdio::null())
         .stderr(Stdio::null())
