@@ -5,8 +5,8 @@
 //! the browser's console must stay free of errors (a Content-Security-Policy violation is one).
 
 use std::net::TcpListener;
-use std::path::PathBuf;
 use std::os::unix::process::CommandExt as _;
+use std::path::PathBuf;
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
