@@ -70,6 +70,15 @@
     }
   }
 
+  /** Runs `work` when `form` is submitted (through [`submitting`]: disabled meanwhile, errors
+   * shown in the form). */
+  function onSubmit(form, work) {
+    form.addEventListener('submit', (e) => {
+      e.preventDefault();
+      submitting(form, work);
+    });
+  }
+
   function errorBox() {
     return h('p', { class: 'error', role: 'alert', hidden: true });
   }
@@ -400,24 +409,21 @@
       errorBox(),
       h('div', { class: 'actions' }, languagePicker(), h('button', { type: 'submit' }, t('sign_in'))),
     );
-    form.addEventListener('submit', (e) => {
-      e.preventDefault();
-      submitting(form, async () => {
-        const values = fields(form);
-        const body = { login: values.login, password: values.password };
-        if (!code.hidden && values.code) body.code = values.code;
-        try {
-          await api('POST', 'login', body);
-        } catch (err) {
-          if (err.code !== 'totp_required') throw err;
-          // The password was right; two-step sign-in is on: ask for the code.
-          code.hidden = false;
-          code.querySelector('input').focus();
-          return;
-        }
-        me = await api('GET', 'me');
-        route();
-      });
+    onSubmit(form, async () => {
+      const values = fields(form);
+      const body = { login: values.login, password: values.password };
+      if (!code.hidden && values.code) body.code = values.code;
+      try {
+        await api('POST', 'login', body);
+      } catch (err) {
+        if (err.code !== 'totp_required') throw err;
+        // The password was right; two-step sign-in is on: ask for the code.
+        code.hidden = false;
+        code.querySelector('input').focus();
+        return;
+      }
+      me = await api('GET', 'me');
+      route();
     });
     mount(h('main', { class: 'narrow' }, form));
   }
@@ -439,17 +445,14 @@
       errorBox(),
       h('div', { class: 'actions' }, languagePicker(), h('button', { type: 'submit' }, t('setup.create'))),
     );
-    form.addEventListener('submit', (e) => {
-      e.preventDefault();
-      submitting(form, async () => {
-        const { login, password, repeat } = fields(form);
-        if (password !== repeat) throw new Error(t('setup.mismatch'));
-        await api('POST', 'setup', { token, login, password });
-        me = await api('GET', 'me');
-        // The setup link is spent: leave it, and its token, out of the address bar and history.
-        history.replaceState(null, '', './#/');
-        await setupDone();
-      });
+    onSubmit(form, async () => {
+      const { login, password, repeat } = fields(form);
+      if (password !== repeat) throw new Error(t('setup.mismatch'));
+      await api('POST', 'setup', { token, login, password });
+      me = await api('GET', 'me');
+      // The setup link is spent: leave it, and its token, out of the address bar and history.
+      history.replaceState(null, '', './#/');
+      await setupDone();
     });
     mount(h('main', { class: 'narrow' }, token ? form : h('p', { class: 'error' }, t('setup.no_token'))));
   }
@@ -703,14 +706,11 @@
       h('div', { class: 'actions' }, h('button', { type: 'submit' }, t('users.create'))),
     );
     const d = dialog(t('users.new'), form);
-    form.addEventListener('submit', (e) => {
-      e.preventDefault();
-      submitting(form, async () => {
-        const values = fields(form);
-        const user = await api('POST', 'users', { name: values.name, ...userInput(values, groups) });
-        d.close();
-        go(`users/${user.id}`);
-      });
+    onSubmit(form, async () => {
+      const values = fields(form);
+      const user = await api('POST', 'users', { name: values.name, ...userInput(values, groups) });
+      d.close();
+      go(`users/${user.id}`);
     });
   }
 
@@ -724,18 +724,15 @@
       h('div', { class: 'actions' }, h('button', { type: 'submit' }, t('users.create_all'))),
     );
     const d = dialog(t('users.bulk'), form);
-    form.addEventListener('submit', (e) => {
-      e.preventDefault();
-      submitting(form, async () => {
-        const values = fields(form);
-        const names = values.names.split('\n').map((n) => n.trim()).filter(Boolean);
-        const result = await api('POST', 'users/bulk', { names, settings: userInput(values, groups) });
-        form.replaceChildren(
-          h('p', { role: 'status' }, t('users.created_n', { n: number(result.created) })),
-          h('textarea', { class: 'links', rows: 8, readonly: true }, result.users.map((u) => `${u.name}\t${u.link}`).join('\n')),
-          h('div', { class: 'actions' }, h('button', { type: 'button', onclick: () => { d.close(); route(); } }, t('done'))),
-        );
-      });
+    onSubmit(form, async () => {
+      const values = fields(form);
+      const names = values.names.split('\n').map((n) => n.trim()).filter(Boolean);
+      const result = await api('POST', 'users/bulk', { names, settings: userInput(values, groups) });
+      form.replaceChildren(
+        h('p', { role: 'status' }, t('users.created_n', { n: number(result.created) })),
+        h('textarea', { class: 'links', rows: 8, readonly: true }, result.users.map((u) => `${u.name}\t${u.link}`).join('\n')),
+        h('div', { class: 'actions' }, h('button', { type: 'button', onclick: () => { d.close(); route(); } }, t('done'))),
+      );
     });
   }
 
@@ -779,13 +776,10 @@
       errorBox(),
       h('div', { class: 'actions' }, h('button', { type: 'submit' }, t('save'))),
     );
-    edit.addEventListener('submit', (e) => {
-      e.preventDefault();
-      submitting(edit, async () => {
-        const values = fields(edit);
-        await api('PATCH', `users/${id}`, { name: values.name, ...userInput(values, groups.groups) });
-        route();
-      });
+    onSubmit(edit, async () => {
+      const values = fields(edit);
+      await api('PATCH', `users/${id}`, { name: values.name, ...userInput(values, groups.groups) });
+      route();
     });
 
     const extend = h('form', { class: 'inline', id: 'extend' },
@@ -793,12 +787,9 @@
       h('button', { type: 'submit', class: 'ghost' }, t('users.extend')),
       errorBox(),
     );
-    extend.addEventListener('submit', (e) => {
-      e.preventDefault();
-      submitting(extend, async () => {
-        await api('POST', `users/${id}/extend`, { days: Number(fields(extend).days) });
-        route();
-      });
+    onSubmit(extend, async () => {
+      await api('POST', `users/${id}/extend`, { days: Number(fields(extend).days) });
+      route();
     });
 
     shell(
@@ -985,15 +976,12 @@
       h('div', { class: 'actions' }, h('button', { type: 'submit' }, t('nodes.add'))),
     );
     const d = dialog(t('nodes.new'), form);
-    form.addEventListener('submit', (e) => {
-      e.preventDefault();
-      submitting(form, async () => {
-        const node = await api('POST', 'nodes', nodeInput(fields(form), groups));
-        form.replaceChildren(
-          enrollCommand(node.enroll_command, node.enroll_expires),
-          h('div', { class: 'actions' }, h('button', { type: 'button', onclick: () => { d.close(); go(`nodes/${node.id}`); } }, t('done'))),
-        );
-      });
+    onSubmit(form, async () => {
+      const node = await api('POST', 'nodes', nodeInput(fields(form), groups));
+      form.replaceChildren(
+        enrollCommand(node.enroll_command, node.enroll_expires),
+        h('div', { class: 'actions' }, h('button', { type: 'button', onclick: () => { d.close(); go(`nodes/${node.id}`); } }, t('done'))),
+      );
     });
   }
 
@@ -1039,12 +1027,9 @@
       errorBox(),
       h('div', { class: 'actions' }, h('button', { type: 'submit' }, t('save'))),
     );
-    edit.addEventListener('submit', (e) => {
-      e.preventDefault();
-      submitting(edit, async () => {
-        await api('PATCH', `nodes/${id}`, nodeInput(fields(edit), groups.groups, node));
-        route();
-      });
+    onSubmit(edit, async () => {
+      await api('PATCH', `nodes/${id}`, nodeInput(fields(edit), groups.groups, node));
+      route();
     });
     shell(
       'nodes',
@@ -1093,12 +1078,9 @@
       errorBox(),
       h('div', { class: 'actions' }, h('button', { type: 'submit' }, t('groups.create'))),
     );
-    form.addEventListener('submit', (e) => {
-      e.preventDefault();
-      submitting(form, async () => {
-        await api('POST', 'groups', fields(form));
-        route();
-      });
+    onSubmit(form, async () => {
+      await api('POST', 'groups', fields(form));
+      route();
     });
     const remove = (g) => deleteButton(t('delete'), t('groups.delete_confirm', { name: g.name }), `groups/${g.id}`);
     shell(
@@ -1163,13 +1145,10 @@
       errorBox(),
       h('div', { class: 'actions' }, h('button', { type: 'submit' }, t('tokens.create'))),
     );
-    form.addEventListener('submit', (e) => {
-      e.preventDefault();
-      submitting(form, async () => {
-        const token = await api('POST', 'tokens', fields(form));
-        const d = dialog(t('tokens.created'), h('div', { id: 'new-token' }, h('p', {}, t('tokens.once')), secretBox(token.token)));
-        d.addEventListener('close', () => route());
-      });
+    onSubmit(form, async () => {
+      const token = await api('POST', 'tokens', fields(form));
+      const d = dialog(t('tokens.created'), h('div', { id: 'new-token' }, h('p', {}, t('tokens.once')), secretBox(token.token)));
+      d.addEventListener('close', () => route());
     });
     const revoke = (tok) =>
       deleteButton(t('tokens.revoke'), t('tokens.revoke_confirm', { name: tok.name }), `tokens/${tok.id}`, { 'data-token': tok.name });
@@ -1270,17 +1249,14 @@
         h('button', { type: 'submit' }, t('save')),
       ),
     );
-    form.addEventListener('submit', (e) => {
-      e.preventDefault();
-      submitting(form, async () => {
-        const ua_rules = [...rows.querySelectorAll('.rule')]
-          .map((row) => ({ contains: row.querySelector('[name=contains]').value.trim(), target: row.querySelector('[name=target]').value }))
-          .filter((rule) => rule.contains);
-        await api('PATCH', 'settings', { ua_rules });
-        const done = form.querySelector('.notice');
-        done.textContent = t('rules.saved');
-        done.hidden = false;
-      });
+    onSubmit(form, async () => {
+      const ua_rules = [...rows.querySelectorAll('.rule')]
+        .map((row) => ({ contains: row.querySelector('[name=contains]').value.trim(), target: row.querySelector('[name=target]').value }))
+        .filter((rule) => rule.contains);
+      await api('PATCH', 'settings', { ua_rules });
+      const done = form.querySelector('.notice');
+      done.textContent = t('rules.saved');
+      done.hidden = false;
     });
     return form;
   }
@@ -1298,15 +1274,12 @@
       h('p', { class: 'notice', role: 'status', hidden: true }),
       h('div', { class: 'actions' }, h('button', { type: 'submit' }, t('save'))),
     );
-    form.addEventListener('submit', (e) => {
-      e.preventDefault();
-      submitting(form, async () => {
-        const saved = await api('PATCH', 'settings', fields(form));
-        const done = form.querySelector('.notice');
-        done.textContent = t('settings.addresses_saved', { base: saved.sub_url });
-        done.hidden = false;
-        if (after) after();
-      });
+    onSubmit(form, async () => {
+      const saved = await api('PATCH', 'settings', fields(form));
+      const done = form.querySelector('.notice');
+      done.textContent = t('settings.addresses_saved', { base: saved.sub_url });
+      done.hidden = false;
+      if (after) after();
     });
     return form;
   }
@@ -1328,16 +1301,13 @@
       h('p', { class: 'notice', role: 'status', hidden: true }),
       h('div', { class: 'actions' }, h('button', { type: 'submit' }, t('save'))),
     );
-    profile.addEventListener('submit', (e) => {
-      e.preventDefault();
-      submitting(profile, async () => {
-        const values = fields(profile);
-        values.update_interval_hours = Number(values.update_interval_hours);
-        await api('PATCH', 'settings', { profile: values });
-        const done = profile.querySelector('.notice');
-        done.textContent = t('settings.saved');
-        done.hidden = false;
-      });
+    onSubmit(profile, async () => {
+      const values = fields(profile);
+      values.update_interval_hours = Number(values.update_interval_hours);
+      await api('PATCH', 'settings', { profile: values });
+      const done = profile.querySelector('.notice');
+      done.textContent = t('settings.saved');
+      done.hidden = false;
     });
     const card = h('section', { class: 'card', id: 'totp' });
     const show = (...content) => card.replaceChildren(h('h2', {}, t('totp.title')), ...content);
@@ -1349,12 +1319,9 @@
       h('button', { type: 'submit', class: 'danger' }, t('totp.turn_off')),
       errorBox(),
     );
-    off.addEventListener('submit', (e) => {
-      e.preventDefault();
-      submitting(off, async () => {
-        await api('POST', 'totp/disable', { password: fields(off).password });
-        route();
-      });
+    onSubmit(off, async () => {
+      await api('POST', 'totp/disable', { password: fields(off).password });
+      route();
     });
 
     const begin = async (button) => {
@@ -1373,17 +1340,14 @@
         errorBox(),
         h('div', { class: 'actions' }, h('button', { type: 'submit' }, t('totp.confirm'))),
       );
-      confirm.addEventListener('submit', (e) => {
-        e.preventDefault();
-        submitting(confirm, async () => {
-          const answer = await api('POST', 'totp/confirm', { code: fields(confirm).code });
-          show(
-            h('p', { role: 'status' }, t('totp.on_now')),
-            h('p', {}, t('totp.recovery_once')),
-            h('div', { class: 'secret', id: 'recovery-codes' }, h('code', {}, answer.recovery_codes.join('\n')), copyButton(answer.recovery_codes.join('\n'))),
-            h('div', { class: 'actions' }, h('button', { type: 'button', id: 'totp-done', onclick: () => route() }, t('done'))),
-          );
-        });
+      onSubmit(confirm, async () => {
+        const answer = await api('POST', 'totp/confirm', { code: fields(confirm).code });
+        show(
+          h('p', { role: 'status' }, t('totp.on_now')),
+          h('p', {}, t('totp.recovery_once')),
+          h('div', { class: 'secret', id: 'recovery-codes' }, h('code', {}, answer.recovery_codes.join('\n')), copyButton(answer.recovery_codes.join('\n'))),
+          h('div', { class: 'actions' }, h('button', { type: 'button', id: 'totp-done', onclick: () => route() }, t('done'))),
+        );
       });
       show(
         h('p', {}, t('totp.scan')),
