@@ -237,11 +237,6 @@ impl Store {
         Ok(false)
     }
 
-    /// How many links, and how many bytes of them, are held in memory.
-    pub fn cached(&self) -> (usize, usize) {
-        let cache = self.cache.read().expect("link cache lock");
-        (cache.links.len(), cache.bytes)
-    }
 
     /// A stream's stored version and envelope (`None` envelope: deleted).
     pub async fn stream(&self, name: &str) -> Result<Option<(StreamState, Option<Vec<u8>>)>, StoreError> {
