@@ -107,7 +107,7 @@ impl App {
             sub_url: config.sub_url.clone(),
             explicit_sub: config.explicit_sub().map(str::to_owned),
         };
-        let ua_rules = db.write_blocking(|tx| crate::settings::ua_rules(tx)).unwrap_or_else(|e| {
+        let ua_rules = db.read_blocking(crate::settings::ua_rules).unwrap_or_else(|e| {
             tracing::error!(error = %e, "reading the User-Agent rules");
             Vec::new()
         });
