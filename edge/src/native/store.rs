@@ -237,7 +237,6 @@ impl Store {
         Ok(false)
     }
 
-
     /// A stream's stored version and envelope (`None` envelope: deleted).
     pub async fn stream(&self, name: &str) -> Result<Option<(StreamState, Option<Vec<u8>>)>, StoreError> {
         let mut rows =
