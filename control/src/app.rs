@@ -88,10 +88,10 @@ pub(crate) struct App {
 /// The edge and the link base in force.
 #[derive(Clone)]
 pub(crate) struct Addresses {
-    pub(crate) edge_url: Option<String>,
+    /// As set: the edge, and the link base when it is not derived.
+    pub(crate) set: crate::settings::Addresses,
+    /// The link base in force.
     pub(crate) sub_url: String,
-    /// The link base as set (`None`: derived).
-    pub(crate) explicit_sub: Option<String>,
 }
 
 impl App {
@@ -102,11 +102,7 @@ impl App {
         hasher: std::sync::Arc<Hasher>,
         http: reqwest::Client,
     ) -> App {
-        let addresses = Addresses {
-            edge_url: config.edge_url.clone(),
-            sub_url: config.sub_url.clone(),
-            explicit_sub: config.explicit_sub().map(str::to_owned),
-        };
+        let addresses = Addresses { set: crate::settings::Addresses::of(&config), sub_url: config.sub_url.clone() };
         let ua_rules = db.read_blocking(crate::settings::ua_rules).unwrap_or_else(|e| {
             tracing::error!(error = %e, "reading the User-Agent rules");
             Vec::new()
@@ -133,7 +129,7 @@ impl App {
 
     /// The edge in force.
     pub(crate) fn edge_url(&self) -> Option<String> {
-        self.addresses.read().expect("addresses lock").edge_url.clone()
+        self.addresses.read().expect("addresses lock").set.edge_url.clone()
     }
 
     /// The base of subscription links in force.
@@ -148,15 +144,10 @@ impl App {
 
     /// Puts new addresses in force (already saved), deriving the link base as the
     /// configuration does.
-    pub(crate) fn set_addresses(&self, edge_url: Option<String>, explicit_sub: Option<String>) {
-        let mut config = self.config.clone();
-        config.set_addresses(edge_url, explicit_sub);
-        self.signer.edge.store(config.edge_url.is_some(), std::sync::atomic::Ordering::Relaxed);
-        *self.addresses.write().expect("addresses lock") = Addresses {
-            edge_url: config.edge_url.clone(),
-            sub_url: config.sub_url.clone(),
-            explicit_sub: config.explicit_sub().map(str::to_owned),
-        };
+    pub(crate) fn set_addresses(&self, set: crate::settings::Addresses) {
+        let sub_url = self.config.link_base(set.edge_url.as_deref(), set.sub_url.as_deref());
+        self.signer.edge.store(set.edge_url.is_some(), std::sync::atomic::Ordering::Relaxed);
+        *self.addresses.write().expect("addresses lock") = Addresses { set, sub_url };
         self.changed();
     }
 

@@ -75,7 +75,7 @@ fn default_interval() -> u32 {
 }
 
 /// The edge's settings (`edge.toml`, made by `init`), shared by control and its edge.
-#[derive(Clone, Debug, Deserialize)]
+#[derive(Debug, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub(crate) struct EdgeSettings {
     /// The root key (the edge's trust anchor).
@@ -103,7 +103,7 @@ pub(crate) enum Tls {
 }
 
 /// The validated configuration.
-#[derive(Clone, Debug)]
+#[derive(Debug)]
 pub(crate) struct Config {
     pub(crate) listen: SocketAddr,
     pub(crate) public_url: String,
@@ -118,9 +118,9 @@ pub(crate) struct Config {
     pub(crate) root: PublicKey,
     /// The data directory the settings came from.
     pub(crate) data_dir: std::path::PathBuf,
-    /// Whether `public_url` / `sub_url` were derived from `listen` (then [`Config::bound`]
-    /// fixes them once the real port is known).
-    derived: (bool, bool),
+    /// Whether `public_url` was derived from `listen` (then [`Config::bound`] fixes it, and
+    /// the link base derived from it, once the real port is known).
+    derived_public: bool,
     /// `sub_url` as set (file, environment or the owner), when it is not derived.
     explicit_sub: Option<String>,
 }
@@ -210,13 +210,9 @@ impl Config {
             .filter(|u| !u.trim().is_empty())
             .map(|u| check_url("edge_url", &u))
             .transpose()?;
-        let sub_url = pick(env, "HEARTH_SUB_URL", file.sub_url);
-        let derived_sub = sub_url.is_none() && edge_url.is_none();
-        let explicit_sub = sub_url.as_deref().map(|url| check_url("sub_url", url)).transpose()?;
-        let sub_url = match sub_url {
-            Some(url) => check_url("sub_url", &url)?,
-            None => format!("{}/{}", edge_url.as_deref().unwrap_or(&public_url), edge.sub_prefix),
-        };
+        let explicit_sub =
+            pick(env, "HEARTH_SUB_URL", file.sub_url).map(|url| check_url("sub_url", &url)).transpose()?;
+        let sub_url = link_base(&public_url, &edge.sub_prefix, edge_url.as_deref(), explicit_sub.as_deref());
         let log_json = match pick(env, "HEARTH_LOG_FORMAT", file.log_format).as_deref().unwrap_or("text") {
             "text" => false,
             "json" => true,
@@ -250,7 +246,7 @@ impl Config {
             edge,
             root,
             data_dir: data_dir.to_path_buf(),
-            derived: (derived_public, derived_sub),
+            derived_public,
             explicit_sub,
         })
     }
@@ -259,24 +255,32 @@ impl Config {
     /// port 0).
     pub(crate) fn bound(&mut self, local: SocketAddr) {
         let scheme = if self.tls == Tls::Off { "http" } else { "https" };
-        if self.derived.0 {
+        if self.derived_public {
             self.public_url = format!("{scheme}://{local}");
-        }
-        if self.derived.1 {
-            self.sub_url = format!("{}/{}", self.public_url, self.edge.sub_prefix);
+            self.sub_url = self.link_base(self.edge_url.as_deref(), self.explicit_sub.as_deref());
         }
     }
 }
 
+/// The base of links: the one set, else the edge's (or control's public URL) and the links'
+/// path segment.
+fn link_base(public_url: &str, sub_prefix: &str, edge_url: Option<&str>, explicit: Option<&str>) -> String {
+    match explicit {
+        Some(url) => url.to_owned(),
+        None => format!("{}/{sub_prefix}", edge_url.unwrap_or(public_url)),
+    }
+}
+
 impl Config {
+    /// The base of links for these addresses (see [`link_base`]).
+    pub(crate) fn link_base(&self, edge_url: Option<&str>, explicit: Option<&str>) -> String {
+        link_base(&self.public_url, &self.edge.sub_prefix, edge_url, explicit)
+    }
+
     /// Sets the edge and the explicit link base (`None`: derived from the edge, else from
-    /// `public_url`), as the owner set them at run time.
+    /// `public_url`), as the owner set them.
     pub(crate) fn set_addresses(&mut self, edge_url: Option<String>, sub_url: Option<String>) {
-        self.derived.1 = sub_url.is_none() && edge_url.is_none();
-        self.sub_url = match &sub_url {
-            Some(url) => url.clone(),
-            None => format!("{}/{}", edge_url.as_deref().unwrap_or(&self.public_url), self.edge.sub_prefix),
-        };
+        self.sub_url = self.link_base(edge_url.as_deref(), sub_url.as_deref());
         self.explicit_sub = sub_url;
         self.edge_url = edge_url;
     }

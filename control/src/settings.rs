@@ -138,7 +138,7 @@ pub(crate) struct Addresses {
 }
 
 impl Addresses {
-    fn of(config: &Config) -> Addresses {
+    pub(crate) fn of(config: &Config) -> Addresses {
         Addresses { edge_url: config.edge_url.clone(), sub_url: config.explicit_sub().map(str::to_owned) }
     }
 }

@@ -475,9 +475,9 @@ fn settings_json(app: &App) -> serde_json::Value {
     let addresses = app.addresses();
     json!({
         "profile": profile,
-        "edge_url": addresses.edge_url,
+        "edge_url": addresses.set.edge_url,
         "sub_url": addresses.sub_url,
-        "sub_url_set": addresses.explicit_sub,
+        "sub_url_set": addresses.set.sub_url,
         "ua_rules": *app.ua_rules.read().expect("rules lock"),
         "public_url": app.config.public_url,
     })
@@ -520,9 +520,9 @@ fn address(what: &str, value: Option<String>, current: Option<String>) -> Result
 /// it from control's next answer).
 async fn update_settings(State(app): State<Arc<App>>, auth: Auth, Body(input): Body<SettingsInput>) -> Reply {
     auth.need(Scope::Admin)?;
-    let current = app.addresses();
+    let current = app.addresses().set;
     let edge_url = address("edge_url", input.edge_url, current.edge_url.clone())?;
-    let sub_url = address("sub_url", input.sub_url, current.explicit_sub.clone())?;
+    let sub_url = address("sub_url", input.sub_url, current.sub_url.clone())?;
     // Everything is checked before anything changes.
     if let Some(rules) = &input.ua_rules {
         crate::settings::check_rules(rules).map_err(fail)?;
@@ -553,14 +553,15 @@ async fn update_settings(State(app): State<Arc<App>>, auth: Auth, Body(input): B
         .await?;
         *app.ua_rules.write().expect("rules lock") = rules;
     }
-    if edge_url != current.edge_url || sub_url != current.explicit_sub {
-        let addresses = crate::settings::Addresses { edge_url: edge_url.clone(), sub_url: sub_url.clone() };
+    let addresses = crate::settings::Addresses { edge_url, sub_url };
+    if addresses != current {
+        let saved = addresses.clone();
         change(&app, &auth, Scope::Admin, move |tx, _, actor, now| {
-            crate::settings::save_addresses(tx, &addresses, actor, now)?;
-            crate::serve::resync_edge(tx, addresses.edge_url.as_deref(), now)
+            crate::settings::save_addresses(tx, &saved, actor, now)?;
+            crate::serve::resync_edge(tx, saved.edge_url.as_deref(), now)
         })
         .await?;
-        app.set_addresses(edge_url, sub_url);
+        app.set_addresses(addresses);
         tracing::info!(edge = app.edge_url().as_deref().unwrap_or("none"), "addresses changed");
     }
     ok(settings_json(&app))
