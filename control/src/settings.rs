@@ -6,6 +6,7 @@
 //! change queues everything for the new edge and reaches nodes with control's next answer.
 
 use rusqlite::Connection;
+use serde::de::DeserializeOwned;
 use serde::{Deserialize, Serialize};
 
 use hearth_shared::agent::UaRule;
@@ -76,30 +77,44 @@ pub(crate) fn apply(current: &Profile, input: ProfileInput) -> Result<Profile, E
     Ok(profile)
 }
 
-fn stored(conn: &Connection, key: &str) -> Result<Option<Profile>, Error> {
+fn stored<T: DeserializeOwned>(conn: &Connection, key: &str) -> Result<Option<T>, Error> {
     Ok(store::get_state_text(conn, key)?.and_then(|json| serde_json::from_str(&json).ok()))
 }
 
-fn save(conn: &Connection, key: &str, profile: &Profile) -> Result<(), Error> {
-    store::set_state(conn, key, serde_json::to_string(profile).expect("a profile serializes"))
+fn save<T: Serialize>(conn: &Connection, key: &str, value: &T) -> Result<(), Error> {
+    store::set_state(conn, key, serde_json::to_string(value).expect("settings serialize"))
 }
 
-/// At start: the profile in force, given the one in `control.toml`. A file that changed since
-/// the last start wins; otherwise what the owner last set stays. When the profile in force
-/// changed, every snapshot is signed again (in the same transaction).
+/// The rule of run-time settings, at start: the value under `key` in force, given the
+/// `configured` one (file or environment). A configuration that changed since the last start
+/// wins; otherwise what the owner last set stays. Returns it and whether it differs from the
+/// one in force before.
+fn settle_value<T>(conn: &Connection, key: &str, configured: &T) -> Result<(T, bool), Error>
+where
+    T: Serialize + DeserializeOwned + PartialEq + Clone,
+{
+    let file_key = format!("{key}_file");
+    let current: Option<T> = stored(conn, key)?;
+    let value = if stored::<T>(conn, &file_key)?.as_ref() != Some(configured) {
+        save(conn, &file_key, configured)?;
+        configured.clone()
+    } else {
+        current.clone().unwrap_or_else(|| configured.clone())
+    };
+    let changed = current.as_ref() != Some(&value);
+    if changed {
+        save(conn, key, &value)?;
+    }
+    Ok((value, changed))
+}
+
+/// At start: the profile in force (see [`settle_value`]). When it changed, every snapshot is
+/// signed again (in the same transaction).
 pub(crate) fn settle(db: &Db, signer: &Signer, file: &Profile, now: u64) -> Result<(), Error> {
     db.write_blocking(|tx| {
-        let from_file = stored(tx, "profile_file")?;
-        let current = stored(tx, "profile")?;
-        let profile = if from_file.as_ref() != Some(file) {
-            save(tx, "profile_file", file)?;
-            file.clone()
-        } else {
-            current.clone().unwrap_or_else(|| file.clone())
-        };
-        *signer.profile.write().expect("profile lock") = profile.clone();
-        if current.as_ref() != Some(&profile) {
-            save(tx, "profile", &profile)?;
+        let (profile, changed) = settle_value(tx, "profile", file)?;
+        *signer.profile.write().expect("profile lock") = profile;
+        if changed {
             let signed = publish::republish_users(tx, signer, now)?;
             if signed > 0 {
                 tracing::info!(signed, "the subscription profile changed: every snapshot signed again");
@@ -143,32 +158,17 @@ impl Addresses {
     }
 }
 
-/// At start: the addresses in force, given the configured ones (file or environment). Like
-/// the profile, a configuration that changed since the last start wins; otherwise what the
-/// owner last set stays. `config` is updated to them.
+/// At start: the addresses in force (see [`settle_value`]); `config` is updated to them.
 pub(crate) fn settle_addresses(db: &Db, config: &mut Config) -> Result<(), Error> {
     let configured = Addresses::of(config);
-    let addresses = db.write_blocking(|tx| {
-        let last: Option<Addresses> =
-            store::get_state_text(tx, "addresses_file")?.and_then(|json| serde_json::from_str(&json).ok());
-        let current: Option<Addresses> =
-            store::get_state_text(tx, "addresses")?.and_then(|json| serde_json::from_str(&json).ok());
-        let addresses = if last.as_ref() != Some(&configured) {
-            store::set_state(tx, "addresses_file", serde_json::to_string(&configured).expect("serializes"))?;
-            configured.clone()
-        } else {
-            current.unwrap_or_else(|| configured.clone())
-        };
-        store::set_state(tx, "addresses", serde_json::to_string(&addresses).expect("serializes"))?;
-        Ok(addresses)
-    })?;
+    let (addresses, _) = db.write_blocking(|tx| settle_value(tx, "addresses", &configured))?;
     config.set_addresses(addresses.edge_url, addresses.sub_url);
     Ok(())
 }
 
 /// Keeps the owner's new addresses (in the caller's transaction).
 pub(crate) fn save_addresses(conn: &Connection, addresses: &Addresses, actor: &str, now: u64) -> Result<(), Error> {
-    store::set_state(conn, "addresses", serde_json::to_string(addresses).expect("serializes"))?;
+    save(conn, "addresses", addresses)?;
     store::audit(
         conn,
         now,
@@ -184,7 +184,7 @@ pub(crate) const MAX_RULES: usize = 50;
 
 /// The owner's User-Agent rules (none until set).
 pub(crate) fn ua_rules(conn: &Connection) -> Result<Vec<UaRule>, Error> {
-    Ok(store::get_state_text(conn, "ua_rules")?.and_then(|json| serde_json::from_str(&json).ok()).unwrap_or_default())
+    Ok(stored(conn, "ua_rules")?.unwrap_or_default())
 }
 
 /// Checks rules from the owner: each names a part of a User-Agent (1 to 64 printable
@@ -210,7 +210,7 @@ pub(crate) fn set_ua_rules(
     actor: &str,
     now: u64,
 ) -> Result<(), Error> {
-    store::set_state(conn, "ua_rules", serde_json::to_string(rules).expect("rules serialize"))?;
+    save(conn, "ua_rules", &rules)?;
     publish::publish_edge_settings(conn, signer, &EdgeSettings { ua_rules: rules.to_vec() }, now)?;
     store::audit(conn, now, actor, "settings.ua_rules", "", &format!("{} rules", rules.len()))
 }
