@@ -33,10 +33,7 @@ fn url(field: &'static str, value: &str) -> Result<Option<String>, Error> {
     if value.is_empty() {
         return Ok(None);
     }
-    let ok = (value.starts_with("https://") || value.starts_with("http://"))
-        && value.len() <= 512
-        && value.bytes().all(|b| b.is_ascii_graphic());
-    if !ok {
+    if !hearth_shared::is_web_address(value) {
         return Err(Error::invalid(
             "bad_url",
             format!("{field} must be an http:// or https:// address without spaces"),

@@ -148,11 +148,7 @@ impl Agent {
     /// first, so a restart keeps it too.
     fn learn_edge(&self, named: &str) {
         let named = named.trim();
-        let ok = named.is_empty()
-            || ((named.starts_with("https://") || named.starts_with("http://"))
-                && named.len() <= 512
-                && named.bytes().all(|b| b.is_ascii_graphic()));
-        if !ok {
+        if !named.is_empty() && !hearth_shared::is_web_address(named) {
             tracing::warn!("control named an edge that is not a URL; keeping the one in use");
             return;
         }

@@ -32,8 +32,29 @@ pub fn sha256(data: &[u8]) -> Digest {
     sha2::Sha256::digest(data).into()
 }
 
+/// Whether `text` is a web address Hearth passes on (in headers, to nodes): `http://` or
+/// `https://`, printable ASCII without spaces, at most 512 bytes.
+pub fn is_web_address(text: &str) -> bool {
+    (text.starts_with("https://") || text.starts_with("http://"))
+        && text.len() <= 512
+        && text.bytes().all(|b| b.is_ascii_graphic())
+}
+
 /// Compares two byte strings in constant time (for equal lengths). Use it for every secret.
 pub fn ct_eq(a: &[u8], b: &[u8]) -> bool {
     use subtle::ConstantTimeEq as _;
     a.len() == b.len() && bool::from(a.ct_eq(b))
+}
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn web_addresses() {
+        assert!(super::is_web_address("https://edge.example.net/s"));
+        assert!(super::is_web_address("http://127.0.0.1:8787"));
+        for bad in ["javascript:alert(1)", "ftp://x", "https://a b", "https://ex\u{e4}mple.net", ""] {
+            assert!(!super::is_web_address(bad), "{bad}");
+        }
+        assert!(!super::is_web_address(&format!("https://{}", "a".repeat(510))));
+    }
 }
