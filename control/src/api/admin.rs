@@ -149,14 +149,23 @@ async fn login(State(app): State<Arc<App>>, parts: axum::http::request::Parts, B
         tracing::info!(client = %ip, "sign-in refused");
         return Err(refuse(StatusCode::UNAUTHORIZED, "bad_login", "wrong login or password"));
     }
-    if let Err(refused) = second_factor(&app, req.code.as_deref(), now).await {
-        // A missing code is a step of the flow; a wrong one counts like a wrong password.
-        if refused_code(&refused) == Some("bad_totp") {
+    match second_factor(&app, req.code.as_deref(), now).await.map_err(fail)? {
+        SecondFactor::Passed => {}
+        // A missing code is a step of the flow...
+        SecondFactor::Required => {
+            return Err(refuse(
+                StatusCode::UNAUTHORIZED,
+                "totp_required",
+                "two-step sign-in is on: send the code from your authenticator app as `code`",
+            ));
+        }
+        // ...a wrong one counts like a wrong password.
+        SecondFactor::Wrong => {
             app.lockouts.fail(&req.login, ip, now);
             Counters::add(&app.counters.logins_failed, 1);
             tracing::info!(client = %ip, "sign-in refused: second factor");
+            return Err(refuse(StatusCode::UNAUTHORIZED, "bad_totp", "that code is wrong, expired or already used"));
         }
-        return Err(refused);
     }
     app.lockouts.succeed(&req.login);
     let cookie = app.db.write(move |tx| auth::start_session(tx, now)).await.map_err(fail)?;
@@ -166,47 +175,39 @@ async fn login(State(app): State<Arc<App>>, parts: axum::http::request::Parts, B
     Ok(response)
 }
 
-/// The machine-readable code of a refusal made by [`refuse`] (`None` for other answers).
-fn refused_code(response: &Response) -> Option<&'static str> {
-    response.extensions().get::<RefusalCode>().map(|code| code.0)
-}
-
-#[derive(Clone, Copy)]
-struct RefusalCode(&'static str);
-
-fn refuse_with(status: StatusCode, code: &'static str, message: &str) -> Response {
-    let mut response = refuse(status, code, message);
-    response.extensions_mut().insert(RefusalCode(code));
-    response
+/// What the second sign-in factor says after a right password.
+enum SecondFactor {
+    /// Two-step sign-in is off, or the code (or a recovery code) is good.
+    Passed,
+    /// Two-step sign-in is on and no code came.
+    Required,
+    /// The code is wrong, expired or already used.
+    Wrong,
 }
 
 /// After a right password: nothing more, or (two-step sign-in on) a fresh authenticator code
 /// or an unspent recovery code.
-async fn second_factor(app: &Arc<App>, code: Option<&str>, now: u64) -> Result<(), Response> {
-    let state = app.db.read(auth::totp_state).await.map_err(fail)?;
+async fn second_factor(app: &Arc<App>, code: Option<&str>, now: u64) -> Result<SecondFactor, Error> {
+    let state = app.db.read(auth::totp_state).await?;
     let Some(sealed) = state.secret else {
-        return Ok(());
+        return Ok(SecondFactor::Passed);
     };
     let Some(code) = code.map(str::trim).filter(|c| !c.is_empty()) else {
-        return Err(refuse_with(
-            StatusCode::UNAUTHORIZED,
-            "totp_required",
-            "two-step sign-in is on: send the code from your authenticator app as `code`",
-        ));
+        return Ok(SecondFactor::Required);
     };
-    let secret = app.signer.vault.open(crate::secrets::Purpose::Totp, &sealed).map_err(fail)?;
+    let secret = app.signer.vault.open(crate::secrets::Purpose::Totp, &sealed)?;
     if let Some(step) = crate::totp::check(&secret, code, now, state.last_step) {
-        if app.db.write(move |tx| auth::totp_use_step(tx, step)).await.map_err(fail)? {
-            return Ok(());
+        if app.db.write(move |tx| auth::totp_use_step(tx, step)).await? {
+            return Ok(SecondFactor::Passed);
         }
     } else if code.len() > 8 {
         let hash = crate::totp::recovery_hash(code);
-        if app.db.write(move |tx| auth::use_recovery_code(tx, &hash, now)).await.map_err(fail)? {
+        if app.db.write(move |tx| auth::use_recovery_code(tx, &hash, now)).await? {
             tracing::warn!("owner signed in with a recovery code");
-            return Ok(());
+            return Ok(SecondFactor::Passed);
         }
     }
-    Err(refuse_with(StatusCode::UNAUTHORIZED, "bad_totp", "that code is wrong, expired or already used"))
+    Ok(SecondFactor::Wrong)
 }
 
 /// Only the owner, in a browser session, manages two-step sign-in (not API tokens).
