@@ -746,16 +746,7 @@ async fn list_nodes(State(app): State<Arc<App>>, auth: Auth) -> Reply {
     let now = now();
     let (nodes, reach) =
         app.db.read(move |c| Ok((node_store::list(c)?, node_reach(c, None, now)?))).await.map_err(fail)?;
-    let nodes: Vec<_> = nodes
-        .into_iter()
-        .map(|node| {
-            let mut value = node_json(&node, now);
-            let (users, today) = reach.get(&node.id).copied().unwrap_or((0, 0));
-            value["users"] = json!(users);
-            value["traffic_today"] = json!(today);
-            value
-        })
-        .collect();
+    let nodes: Vec<_> = nodes.iter().map(|node| node_json(node, &reach, now)).collect();
     ok(json!({ "nodes": nodes }))
 }
 
@@ -764,11 +755,7 @@ async fn get_node(State(app): State<Arc<App>>, auth: Auth, Path(id): Path<u64>) 
     let now = now();
     let (node, reach) =
         app.db.read(move |c| Ok((node_store::get(c, id)?, node_reach(c, Some(id), now)?))).await.map_err(fail)?;
-    let mut value = node_json(&node, now);
-    let (users, today) = reach.get(&node.id).copied().unwrap_or((0, 0));
-    value["users"] = json!(users);
-    value["traffic_today"] = json!(today);
-    ok(value)
+    ok(node_json(&node, &reach, now))
 }
 
 /// Per node (or just `only`): how many users reach it through their groups, and its traffic
@@ -797,10 +784,18 @@ fn node_reach(
     Ok(out)
 }
 
-/// A node as the API shows it: its stored view, and whether it reported in recently.
-fn node_json(node: &node_store::NodeView, now: u64) -> serde_json::Value {
+/// A node as the API shows it: its stored view, whether it reported in recently, the users
+/// who reach it and its traffic today (from [`node_reach`]).
+fn node_json(
+    node: &node_store::NodeView,
+    reach: &std::collections::HashMap<u64, (u64, u64)>,
+    now: u64,
+) -> serde_json::Value {
     let mut value = serde_json::to_value(node).expect("a node serializes");
+    let (users, today) = reach.get(&node.id).copied().unwrap_or((0, 0));
     value["online"] = json!(node.enrolled && node.last_seen + crate::tasks::NODE_ONLINE_SECS > now);
+    value["users"] = json!(users);
+    value["traffic_today"] = json!(today);
     value
 }
 
