@@ -108,6 +108,19 @@ async fn enrolled_node(s: &System, state: &std::path::Path) -> (u16, Vec<String>
     (port, args)
 }
 
+/// The system with control on a fixed address (so a restart keeps it, as the node's
+/// `control_url` needs), an enrolled node running, a user `alice` and a sing-box client on
+/// her profile.
+async fn with_a_running_node() -> (System, Value, NodeProcess, SingBoxClient) {
+    let s = System::start(Backend::Native, &[("HEARTH_LISTEN", format!("127.0.0.1:{}", free_port().unwrap()))]).await;
+    let state = s.temp.path().join("node");
+    enrolled_node(&s, &state).await;
+    let alice = s.user("alice").await;
+    let node = NodeProcess::start(&state).unwrap();
+    let client = SingBoxClient::start(profile_outbound(alice["link"].as_str().unwrap()).await).unwrap();
+    (s, alice, node, client)
+}
+
 /// The hysteria2 outbound of the sing-box profile the edge serves for `link`.
 async fn profile_outbound(link: &str) -> Value {
     let plain = hearth_tests::http().build().unwrap();
@@ -175,14 +188,8 @@ async fn through_a_node(backend: Backend) {
 #[tokio::test]
 async fn usage_survives_control_going_away_and_a_kill_9_of_the_node() {
     // Control restarts on the same address: the node's `control_url` must stay right.
-    let mut s =
-        System::start(Backend::Native, &[("HEARTH_LISTEN", format!("127.0.0.1:{}", free_port().unwrap()))]).await;
-    let state = s.temp.path().join("node");
-    enrolled_node(&s, &state).await;
-    let alice = s.user("alice").await;
+    let (mut s, alice, node, client) = with_a_running_node().await;
     let id = alice["id"].as_u64().unwrap();
-    let node = NodeProcess::start(&state).unwrap();
-    let client = SingBoxClient::start(profile_outbound(alice["link"].as_str().unwrap()).await).unwrap();
     let first: Vec<u8> = vec![1; 300_000];
     let second: Vec<u8> = vec![2; 700_000];
     let (web1, web2) = (http_server(first.clone()).await.unwrap(), http_server(second.clone()).await.unwrap());
@@ -242,13 +249,8 @@ async fn a_node_that_reaches_only_the_edge_gets_its_reports_acknowledged() {
 /// enrollment.
 #[tokio::test]
 async fn a_node_follows_control_to_a_new_edge() {
-    let mut s =
-        System::start(Backend::Native, &[("HEARTH_LISTEN", format!("127.0.0.1:{}", free_port().unwrap()))]).await;
-    let state = s.temp.path().join("node");
-    enrolled_node(&s, &state).await;
-    let alice = s.user("alice").await;
-    let node = NodeProcess::start(&state).unwrap();
-    let client = SingBoxClient::start(profile_outbound(alice["link"].as_str().unwrap()).await).unwrap();
+    let (mut s, _alice, node, client) = with_a_running_node().await;
+    let state = node.state().to_owned();
     fetch_eventually(&client, http_server(vec![1; 1000]).await.unwrap()).await.unwrap();
 
     let second =
