@@ -50,6 +50,16 @@ impl Api {
     }
 }
 
+/// A new control, set up, and an API token of `scope`.
+async fn fresh_control(scope: &str) -> (tempfile::TempDir, ControlDir, ControlProcess, Api) {
+    let temp = tempfile::tempdir().unwrap();
+    let dir = ControlDir::init(&temp.path().join("control")).unwrap();
+    let control = ControlProcess::start(&dir, &[]).unwrap();
+    let http = dir.client().unwrap();
+    let api = Api { token: control.setup(&http, scope).await.unwrap(), http };
+    (temp, dir, control, api)
+}
+
 /// Polls `check` every 100 ms for up to `limit`.
 async fn eventually<F: std::future::Future<Output = bool>>(what: &str, limit: Duration, mut check: impl FnMut() -> F) {
     let started = Instant::now();
@@ -138,11 +148,7 @@ async fn the_outbox_survives_an_edge_outage_and_a_control_restart() {
 
 #[tokio::test]
 async fn kill_9_during_a_bulk_create_leaves_a_consistent_database() {
-    let temp = tempfile::tempdir().unwrap();
-    let dir = ControlDir::init(&temp.path().join("control")).unwrap();
-    let control = ControlProcess::start(&dir, &[]).unwrap();
-    let http = dir.client().unwrap();
-    let api = Api { token: control.setup(&http, "operate").await.unwrap(), http };
+    let (_temp, dir, control, api) = fresh_control("operate").await;
     api.post(&control, "/users", json!({ "name": "before" })).await;
     let names: Vec<String> = (0..3000).map(|i| format!("bulk-{i:04}")).collect();
     let request =
@@ -386,11 +392,8 @@ fn the_cli_manages_users_and_nodes() {
 #[tokio::test]
 async fn the_profile_set_in_the_panel_reaches_links_and_lasts_until_the_file_changes() {
     use base64::Engine as _;
-    let temp = tempfile::tempdir().unwrap();
-    let dir = ControlDir::init(&temp.path().join("control")).unwrap();
-    let http = dir.client().unwrap();
-    let mut control = ControlProcess::start(&dir, &[]).unwrap();
-    let api = Api { http: http.clone(), token: control.setup(&http, "admin").await.unwrap() };
+    let (_temp, dir, mut control, api) = fresh_control("admin").await;
+    let http = api.http.clone();
     let user = api.post(&control, "/users", json!({ "name": "ann" })).await;
     // Control serves the link itself here (no edge); it comes back on a new port after a
     // restart, so the link is rebuilt from the path.
@@ -444,11 +447,7 @@ async fn the_profile_set_in_the_panel_reaches_links_and_lasts_until_the_file_cha
 
 #[tokio::test]
 async fn an_edge_set_in_the_panel_gets_everything_and_stays_set() {
-    let temp = tempfile::tempdir().unwrap();
-    let dir = ControlDir::init(&temp.path().join("control")).unwrap();
-    let http = dir.client().unwrap();
-    let mut control = ControlProcess::start(&dir, &[]).unwrap();
-    let api = Api { http: http.clone(), token: control.setup(&http, "admin").await.unwrap() };
+    let (temp, dir, mut control, api) = fresh_control("admin").await;
     let ann = api.post(&control, "/users", json!({ "name": "ann" })).await;
     assert!(ann["link"].as_str().unwrap().starts_with(&control.url), "no edge: control serves links");
     let id = ann["id"].as_u64().unwrap();
