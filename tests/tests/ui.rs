@@ -117,6 +117,11 @@ async fn text_of(client: &Client, css: &str, check: impl Fn(&str) -> bool) -> St
     }
 }
 
+/// The number a script returns in the page.
+async fn number(client: &Client, script: &str) -> f64 {
+    client.execute(script, vec![]).await.unwrap().as_f64().unwrap_or_else(|| panic!("not a number: {script}"))
+}
+
 async fn fill(client: &Client, css: &str, text: &str) {
     let input = find(client, css).await;
     input.clear().await.unwrap();
@@ -222,20 +227,10 @@ async fn the_admin_panel_works_in_a_real_browser() {
     assert!(link.starts_with(&control.url), "{link}");
     let qr = find(&client, "#link img.qr").await;
     assert!(qr.attr("src").await.unwrap().unwrap().starts_with("data:image/svg+xml"));
-    let width: f64 = client
-        .execute("return document.querySelector('#link img.qr').naturalWidth", vec![])
-        .await
-        .unwrap()
-        .as_f64()
-        .unwrap();
+    let width = number(&client, "return document.querySelector('#link img.qr').naturalWidth").await;
     assert!(width >= 200.0, "the QR code renders ({width} px)");
     assert_eq!(text_of(&client, ".title .badge", |t| !t.is_empty()).await, "Active");
-    let bars: f64 = client
-        .execute("return document.querySelectorAll('.traffic svg.chart g').length", vec![])
-        .await
-        .unwrap()
-        .as_f64()
-        .unwrap();
+    let bars = number(&client, "return document.querySelectorAll('.traffic svg.chart g').length").await;
     assert_eq!(bars, 30.0, "a bar a day for 30 days");
     screenshot(&client, "user").await;
     // What a sing-box app would get from the link: its JSON profile.
@@ -287,12 +282,7 @@ async fn the_admin_panel_works_in_a_real_browser() {
     client.set_window_size(360, 780).await.unwrap();
     client.goto(&format!("{panel}#/users")).await.unwrap();
     text_of(&client, "main", |t| t.contains("Alice")).await;
-    let overflow = client
-        .execute("return document.documentElement.scrollWidth - window.innerWidth", vec![])
-        .await
-        .unwrap()
-        .as_f64()
-        .unwrap();
+    let overflow = number(&client, "return document.documentElement.scrollWidth - window.innerWidth").await;
     assert!(overflow <= 0.0, "the users page is {overflow} px wider than a 360 px screen");
     screenshot(&client, "users-phone").await;
     client.set_window_size(1280, 900).await.unwrap();
