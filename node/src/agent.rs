@@ -135,9 +135,18 @@ enum Pulled {
 }
 
 impl Agent {
-    fn path(&self, base: &str, rest: &str) -> (String, String) {
+    /// A request to `base` (control or the edge) for `rest` of the node API, signed with the
+    /// node's key over its method and path.
+    fn signed(
+        &self,
+        client: &reqwest::Client,
+        method: reqwest::Method,
+        base: &str,
+        rest: &str,
+    ) -> reqwest::RequestBuilder {
         let path = format!("/{}{rest}", self.settings.api_prefix);
-        (format!("{}{path}", base.trim_end_matches('/')), path)
+        let auth = nodeauth::sign(&self.key, self.settings.node, method.as_str(), &path, now());
+        client.request(method, format!("{}{path}", base.trim_end_matches('/'))).header(nodeauth::HEADER, auth)
     }
 
     fn edge_url(&self) -> Option<String> {
@@ -168,11 +177,8 @@ impl Agent {
     async fn pull_from(&self, client: &reqwest::Client, base: &str, wait: u64, from_control: bool) -> Result<Pulled> {
         let after = self.held.lock().expect("held lock").map_or(0, |s| s.version);
         let node = self.settings.node;
-        let (url, path) = self.path(base, &format!("/nodes/{node}/creds?after={after}&wait={wait}"));
-        let auth = nodeauth::sign(&self.key, node, "GET", &path, now());
-        let response = client
-            .get(url)
-            .header(nodeauth::HEADER, auth)
+        let response = self
+            .signed(client, reqwest::Method::GET, base, &format!("/nodes/{node}/creds?after={after}&wait={wait}"))
             .timeout(Duration::from_secs(wait + 15))
             .send()
             .await
@@ -339,11 +345,8 @@ impl Agent {
             let bytes = std::fs::read(&path).with_context(|| format!("reading {}", path.display()))?;
             let node = self.settings.node;
             if let (Some(client), Some(base), true) = (&self.control, &self.settings.control_url, control_up) {
-                let (url, api_path) = self.path(base, &format!("/nodes/{node}/usage"));
-                let auth = nodeauth::sign(&self.key, node, "POST", &api_path, now());
-                let answer = client
-                    .post(url)
-                    .header(nodeauth::HEADER, auth)
+                let answer = self
+                    .signed(client, reqwest::Method::POST, base, &format!("/nodes/{node}/usage"))
                     .body(bytes.clone())
                     .timeout(Duration::from_secs(30))
                     .send()
@@ -365,12 +368,8 @@ impl Agent {
                 continue;
             }
             let Some(base) = self.edge_url() else { return Ok(()) };
-            let (url, api_path) = self.path(&base, &format!("/nodes/{node}/usage"));
-            let auth = nodeauth::sign(&self.key, node, "POST", &api_path, now());
             let answer = self
-                .edge
-                .post(url)
-                .header(nodeauth::HEADER, auth)
+                .signed(&self.edge, reqwest::Method::POST, &base, &format!("/nodes/{node}/usage"))
                 .body(bytes)
                 .timeout(Duration::from_secs(30))
                 .send()
@@ -421,12 +420,8 @@ impl Agent {
     async fn ack_from_edge(&self) -> Result<()> {
         let Some(base) = self.edge_url() else { return Ok(()) };
         let node = self.settings.node;
-        let (url, api_path) = self.path(&base, &format!("/nodes/{node}/ack"));
-        let auth = nodeauth::sign(&self.key, node, "GET", &api_path, now());
         let answer = self
-            .edge
-            .get(url)
-            .header(nodeauth::HEADER, auth)
+            .signed(&self.edge, reqwest::Method::GET, &base, &format!("/nodes/{node}/ack"))
             .timeout(Duration::from_secs(30))
             .send()
             .await
