@@ -26,19 +26,26 @@ thread_local! {
 /// How long an isolate keeps the rules before asking again.
 const RULES_FOR_MS: u64 = 60_000;
 
-/// The rules in force: the edge's own, then the owner's (pushed by control).
-async fn rules(env: &Env, config: &EdgeConfig) -> Result<std::rc::Rc<Vec<UaRule>>> {
+/// The rules in force: the edge's own, then the owner's (pushed by control). When the Control
+/// object cannot answer, the link is still served, with the rules read last (or the edge's
+/// own), and it is asked again at the next fetch.
+async fn rules(env: &Env, config: &EdgeConfig) -> std::rc::Rc<Vec<UaRule>> {
     let now = now_ms();
     let (read, cached) = RULES.with_borrow(|(read, rules)| (*read, rules.clone()));
     if read != 0 && now < read + RULES_FOR_MS {
-        return Ok(cached);
+        return cached;
     }
     let url = format!("https://control{}", crate::control::SETTINGS_PATH);
-    let reply = reply_of(call(&control(env)?, Method::Get, &url, None).await?).await?;
-    let pushed = if reply.status == 200 { hearth_edge::push::settings_rules(&reply.body) } else { Vec::new() };
+    let stored = async { reply_of(call(&control(env)?, Method::Get, &url, None).await?).await };
+    let pushed = match stored.await {
+        Ok(reply) if reply.status == 200 => hearth_edge::push::settings_rules(&reply.body),
+        Ok(reply) if reply.status == 204 => Vec::new(),
+        Ok(_) | Err(_) if read != 0 => return cached,
+        Ok(_) | Err(_) => return std::rc::Rc::new(config.ua_rules.clone()),
+    };
     let rules = std::rc::Rc::new(serve::rules(config, pushed));
     RULES.with_borrow_mut(|slot| *slot = (now, rules.clone()));
-    Ok(rules)
+    rules
 }
 
 #[event(fetch)]
@@ -131,7 +138,7 @@ async fn subscription(
             let mut sub_url = url.clone();
             sub_url.set_query(None);
             let user_agent = req.headers().get("user-agent")?.unwrap_or_default();
-            let rules = rules(env, config).await?;
+            let rules = rules(env, config).await;
             Ok(serve::subscription(
                 &rules,
                 &found.body,
