@@ -41,9 +41,6 @@ pub(crate) struct Agent {
     pub(crate) edge_url: Mutex<Option<String>>,
 }
 
-/// The header of control's credential-set answers that names the edge in force (empty: none).
-const EDGE_HEADER: &str = "hearth-edge-url";
-
 /// The file that keeps the edge control last named (empty: none).
 pub(crate) const EDGE_FILE: &str = "edge.url";
 
@@ -183,7 +180,8 @@ impl Agent {
             .send()
             .await
             .map_err(|e| anyhow::anyhow!("{:#}", anyhow::Error::from(e.without_url())))?;
-        if from_control && let Some(named) = response.headers().get(EDGE_HEADER).and_then(|v| v.to_str().ok()) {
+        if from_control && let Some(named) = response.headers().get(nodeauth::EDGE_HEADER).and_then(|v| v.to_str().ok())
+        {
             self.learn_edge(named);
         }
         match response.status().as_u16() {

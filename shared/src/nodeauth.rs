@@ -14,6 +14,10 @@ use crate::wire::NodeId;
 /// The header's name.
 pub const HEADER: &str = "hearth-node-auth";
 
+/// The header of control's answers to a node's pull that names the edge in force (empty:
+/// none), so nodes follow a moved edge without enrolling again.
+pub const EDGE_HEADER: &str = "hearth-edge-url";
+
 /// How far a request's time may be from the verifier's clock, in seconds.
 pub const MAX_SKEW_SECS: u64 = 300;
 

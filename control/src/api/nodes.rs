@@ -139,13 +139,10 @@ async fn creds(
     // may not be the one the node enrolled with (the channel is control's pinned TLS).
     let edge = app.edge_url().unwrap_or_default();
     if let Ok(value) = HeaderValue::from_str(&edge) {
-        response.headers_mut().insert(EDGE_HEADER, value);
+        response.headers_mut().insert(nodeauth::EDGE_HEADER, value);
     }
     response
 }
-
-/// The header of a credential-set answer from control naming the edge in force (empty: none).
-pub(crate) const EDGE_HEADER: &str = "hearth-edge-url";
 
 /// A node's signed usage report: applied exactly once, answered with the signed
 /// acknowledgement.

@@ -400,7 +400,7 @@ async fn nodes_enroll_pull_and_report_usage_exactly_once() {
     assert_eq!(pulled.status, StatusCode::OK);
     // Control names the edge in force, for the node to fall back to.
     let edge = client.app().config.edge_url.clone().unwrap();
-    assert_eq!(pulled.headers[super::nodes::EDGE_HEADER], edge.as_str());
+    assert_eq!(pulled.headers[nodeauth::EDGE_HEADER], edge.as_str());
     let set = set_of(&pulled);
     assert_eq!(set.users().len(), 1);
     assert_eq!(set.users()[0].user, alice_id);
