@@ -168,6 +168,21 @@ enum NodeCommand {
 enum KeysCommand {
     /// Show every key's id and public key, after checking the records against the root.
     Show,
+    /// Replace the signing, release or root key. The root key (kept offline) certifies the
+    /// new key; control, the edge and every node take it without enrolling again, and refuse
+    /// the retired key from then on. Works while control runs.
+    Rotate {
+        /// signing, release or root.
+        #[arg(long)]
+        role: Role,
+        /// The current root's secret key file.
+        #[arg(long)]
+        root_key: PathBuf,
+        /// Rotating the root: where to write the new root's secret key (a new file; keep it
+        /// offline). The old and the new root both sign the rotation.
+        #[arg(long)]
+        new_root_key: Option<PathBuf>,
+    },
 }
 
 fn main() -> Result<()> {
@@ -193,6 +208,22 @@ fn main() -> Result<()> {
         Command::Serve => serve::run(&cli.data_dir)?,
         Command::User { command } => user_command(&cli.data_dir, command)?,
         Command::Node { command } => node_command(&cli.data_dir, command)?,
+        Command::Keys { command: KeysCommand::Rotate { role, root_key, new_root_key } } => {
+            let rotated = keyring::rotate(&cli.data_dir, role, &root_key, new_root_key.as_deref(), now())?;
+            for r in &rotated {
+                println!("{:<8} {}  {}  (key record v{})", r.role, r.key.id(), r.key, r.version);
+            }
+            // Signs every stream again with the key in force; a running control switches at
+            // its next signature.
+            let (_, db, signer) = serve::open(&cli.data_dir)?;
+            let serial = db.read_blocking(|c| store::get_state(c, "keys_serial"))?;
+            drop(signer);
+            println!("Rotation {serial} recorded; every stream was signed again.");
+            println!("The edge takes the new records with the next push, nodes with their next pull.");
+            if let Some(path) = new_root_key {
+                println!("Keep {} offline with the recovery key; the old root key is retired.", path.display());
+            }
+        }
         Command::Keys { command: KeysCommand::Show } => {
             let trust = keyring::load_trust(&cli.data_dir, now())?;
             for role in [Role::Root, Role::Signing, Role::Release] {

@@ -10,7 +10,7 @@
 use std::collections::BTreeSet;
 
 use hearth_shared::envelope::{Audience, Draft, Kind};
-use hearth_shared::keys::{PublicKey, RecoveryPublic, SecretKey};
+use hearth_shared::keys::{PublicKey, RecoveryPublic};
 use hearth_shared::wire::{
     self, CredEntry, CredentialSet, Endpoint, NodeId, NodeRecord, PortRange, Profile, ResetStrategy, Snapshot, Status,
     SubToken, UserId, stream,
@@ -20,6 +20,7 @@ use rand_core::OsRng;
 use rusqlite::{Connection, OptionalExtension as _, params};
 
 use crate::error::Error;
+use crate::keyring::Online;
 use crate::secrets::{Purpose, Vault};
 
 /// How long a snapshot envelope is accepted by the edge. The edge serves a stored snapshot
@@ -35,10 +36,12 @@ const RECORD_LIFETIME: u64 = 10 * 365 * 86_400;
 
 /// What control signs with, and where it publishes.
 pub(crate) struct Signer {
-    /// The online signing key.
-    pub(crate) key: SecretKey,
-    /// The root-signed record certifying it, sent with every push.
-    pub(crate) record: Vec<u8>,
+    /// The online signing key and the key records certifying it (sent with every push and
+    /// every answer to a node's pull). Swapped when `keys rotate` moved the database's
+    /// `keys_serial`: see [`Signer::online`].
+    pub(crate) online: std::sync::RwLock<std::sync::Arc<Online>>,
+    /// The data directory the keys are read from.
+    pub(crate) dir: std::path::PathBuf,
     /// The owner's recovery key: every sealed snapshot is also readable with it.
     pub(crate) recovery: RecoveryPublic,
     /// Secrets at rest.
@@ -52,6 +55,26 @@ pub(crate) struct Signer {
     pub(crate) root: PublicKey,
     /// Whether an edge is configured (then every new envelope goes to the outbox too).
     pub(crate) edge: std::sync::atomic::AtomicBool,
+}
+
+impl Signer {
+    /// The signing key in force. A rotation (`hearth-control keys rotate`, another process)
+    /// commits a new `keys_serial` with everything it signed again; the first signature after
+    /// that, in any transaction, loads the new key from the data directory, so no envelope is
+    /// signed with a retired key once the rotation is committed.
+    pub(crate) fn online(&self, conn: &Connection) -> Result<std::sync::Arc<Online>, Error> {
+        let serial = crate::store::get_state(conn, "keys_serial")?;
+        let held = self.online.read().expect("keys lock").clone();
+        if held.serial == serial {
+            return Ok(held);
+        }
+        let fresh = crate::keyring::load_online(&self.dir, serial, crate::app::now())
+            .map_err(|e| Error::Internal(format!("loading the rotated signing key: {e:#}")))?;
+        let fresh = std::sync::Arc::new(fresh);
+        tracing::info!(key = %fresh.key.id(), "the signing key was rotated; signing with the new key");
+        *self.online.write().expect("keys lock") = fresh.clone();
+        Ok(fresh)
+    }
 }
 
 /// The users and nodes a transaction changed, to publish before it commits.
@@ -280,7 +303,7 @@ fn put(conn: &Connection, signer: &Signer, item: &Item<'_>, now: u64, force: boo
         audience: item.audience.clone(),
         prev,
     }
-    .sign((item.body)(), &[&signer.key]);
+    .sign((item.body)(), &[&signer.online(conn)?.key]);
     let bytes = envelope.encode();
     conn.prepare_cached(
         "INSERT INTO streams (name, version, digest, body_sha256, envelope, expires) VALUES (?1, ?2, ?3, ?4, ?5, ?6)
@@ -521,6 +544,56 @@ pub(crate) fn usage_ack(
     envelope(conn, &name)?
         .map(|(_, bytes)| bytes)
         .ok_or_else(|| Error::Internal("the acknowledgement was not stored".into()))
+}
+
+/// Signs every stream's current content again, at its next version, with the signing key in
+/// force (after a rotation: nodes and the edge then hold nothing signed by the retired key).
+/// Snapshots keep their sealed bytes. Returns how many envelopes were signed.
+pub(crate) fn resign_all(conn: &Connection, signer: &Signer, now: u64) -> Result<usize, Error> {
+    let online = signer.online(conn)?;
+    let rows: Vec<(String, u64, Vec<u8>)> = conn
+        .prepare("SELECT name, version, envelope FROM streams WHERE envelope IS NOT NULL ORDER BY name")?
+        .query_map([], |row| Ok((row.get(0)?, row.get(1)?, row.get(2)?)))?
+        .collect::<Result<_, _>>()?;
+    let mut update = conn
+        .prepare_cached("UPDATE streams SET version = ?2, digest = ?3, envelope = ?4, expires = ?5 WHERE name = ?1")?;
+    for (name, version, bytes) in &rows {
+        let old = hearth_shared::envelope::Envelope::decode(bytes, usize::MAX)
+            .map_err(|e| Error::Internal(format!("the stored envelope of {name} is corrupt: {e}")))?;
+        let header = &old.header;
+        let lifetime = header.expires.saturating_sub(header.issued);
+        let envelope = Draft {
+            kind: header.kind,
+            stream: name.clone(),
+            version: version + 1,
+            epoch: signer.epoch,
+            issued: now,
+            expires: now + lifetime,
+            audience: header.audience.clone(),
+            prev: old.digest(),
+        }
+        .sign(old.body.clone(), &[&online.key]);
+        update.execute(params![name, version + 1, envelope.digest(), envelope.encode(), now + lifetime])?;
+        enqueue(conn, signer, name, version + 1, now)?;
+    }
+    Ok(rows.len())
+}
+
+/// After the key records in the data directory changed (`keys rotate`, or a restore), bumps
+/// `keys_serial` (a running control loads the new key at its next signature) and signs every
+/// stream again; the next push hands the new records to the edge, the next pull to nodes.
+/// Returns how many envelopes were signed, or `None` when the records had not changed.
+pub(crate) fn settle_keys(conn: &Connection, signer: &Signer, now: u64) -> Result<Option<usize>, Error> {
+    let chain = crate::keyring::chain(&signer.dir).map_err(|e| Error::Internal(format!("{e:#}")))?;
+    let digest = hex::encode(sha256(&chain.concat()));
+    if crate::store::get_state_text(conn, "keys_chain")?.as_deref() == Some(digest.as_str()) {
+        return Ok(None);
+    }
+    let serial = crate::store::get_state(conn, "keys_serial")? + 1;
+    crate::store::set_state(conn, "keys_serial", serial)?;
+    let signed = resign_all(conn, signer, now)?;
+    crate::store::set_state(conn, "keys_chain", digest)?;
+    Ok(Some(signed))
 }
 
 /// The latest envelope of a stream, if it has one.

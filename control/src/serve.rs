@@ -4,7 +4,7 @@ use std::path::Path;
 use std::sync::Arc;
 
 use anyhow::{Context as _, Result};
-use hearth_shared::keys::{RecoveryPublic, Role, SecretKey};
+use hearth_shared::keys::{RecoveryPublic, Role};
 
 use crate::app::{App, now};
 use crate::config::{Config, Tls};
@@ -18,12 +18,7 @@ pub(crate) fn open(dir: &Path) -> Result<(Config, Db, Signer)> {
     let env = |name: &str| std::env::var(name).ok();
     let mut config = Config::load(dir, &env)?;
     let paths = Paths::new(dir);
-    // Checks the records against the root before anything is signed with them.
-    crate::keyring::load_trust(dir, now())?;
-    let key = SecretKey::load(&paths.secret(Role::Signing), Role::Signing)
-        .with_context(|| format!("loading {}", paths.secret(Role::Signing).display()))?;
-    let record = std::fs::read(paths.record(Role::Signing))
-        .with_context(|| format!("reading {}", paths.record(Role::Signing).display()))?;
+
     let recovery_path = paths.public(Role::Recovery);
     let recovery: RecoveryPublic = std::fs::read_to_string(&recovery_path)
         .with_context(|| format!("reading {}", recovery_path.display()))?
@@ -33,9 +28,12 @@ pub(crate) fn open(dir: &Path) -> Result<(Config, Db, Signer)> {
     let vault = Vault::load(&paths.master())?;
     let db = Db::open(&paths.database()).with_context(|| format!("opening {}", paths.database().display()))?;
     crate::settings::settle_addresses(&db, &mut config)?;
+    // Checks the records against the root before anything is signed with them.
+    let serial = db.read_blocking(|c| store::get_state(c, "keys_serial"))?;
+    let online = crate::keyring::load_online(dir, serial, now())?;
     let signer = Signer {
-        key,
-        record,
+        online: std::sync::RwLock::new(Arc::new(online)),
+        dir: dir.to_owned(),
         recovery,
         vault,
         profile: std::sync::RwLock::new(config.profile.clone()),
@@ -44,6 +42,11 @@ pub(crate) fn open(dir: &Path) -> Result<(Config, Db, Signer)> {
         edge: std::sync::atomic::AtomicBool::new(config.edge_url.is_some()),
     };
     crate::settings::settle(&db, &signer, &config.profile, now())?;
+    if let Some(signed) = db.write_blocking(|tx| crate::publish::settle_keys(tx, &signer, now()))?
+        && signed > 0
+    {
+        tracing::info!(signed, "the key records changed; every stream was signed again");
+    }
     Ok((config, db, signer))
 }
 

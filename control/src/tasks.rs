@@ -76,12 +76,13 @@ async fn push_once(app: &Arc<App>, url: &str) -> Result<usize, String> {
         clear_to = 0;
     }
     let now = now();
-    let batch = app
+    let state = app.clone();
+    let (batch, online) = app
         .db
-        .write(|tx| {
+        .write(move |tx| {
             let version = store::get_state(tx, "batch")? + 1;
             store::set_state(tx, "batch", version)?;
-            Ok(u64::try_from(version).expect("positive"))
+            Ok((u64::try_from(version).expect("positive"), state.signer.online(tx)?))
         })
         .await
         .map_err(|e| e.to_string())?;
@@ -104,10 +105,10 @@ async fn push_once(app: &Arc<App>, url: &str) -> Result<usize, String> {
         audience: Audience::Edge,
         prev: [0; 32],
     }
-    .sign(manifest.encode(), &[&app.signer.key]);
+    .sign(manifest.encode(), &[&online.key]);
     let sent: Vec<String> = items.iter().map(|(name, _, _)| name.clone()).collect();
     let bundle = PushBundle {
-        key_records: vec![app.signer.record.clone().into()],
+        key_records: online.chain.iter().cloned().map(Into::into).collect(),
         manifest: signed.encode(),
         items: items.into_iter().filter_map(|(_, _, envelope)| envelope.map(Into::into)).collect(),
     };

@@ -27,12 +27,10 @@ impl TestControl {
         let config = Config::load(dir.path(), &env).expect("config");
         let paths = crate::keyring::Paths::new(dir.path());
         let signer = Signer {
-            key: hearth_shared::keys::SecretKey::load(
-                &paths.secret(hearth_shared::keys::Role::Signing),
-                hearth_shared::keys::Role::Signing,
-            )
-            .expect("signing key"),
-            record: std::fs::read(paths.record(hearth_shared::keys::Role::Signing)).expect("record"),
+            online: std::sync::RwLock::new(Arc::new(
+                crate::keyring::load_online(dir.path(), 0, crate::app::now()).expect("keys"),
+            )),
+            dir: dir.path().to_owned(),
             recovery: std::fs::read_to_string(paths.public(hearth_shared::keys::Role::Recovery))
                 .expect("recovery key")
                 .trim()

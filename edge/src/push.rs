@@ -66,6 +66,10 @@ pub struct Checked {
     pub trust: Trust,
     /// Whether the key records changed it.
     pub trust_changed: bool,
+    /// The push's key records as the header a node's pull is answered with
+    /// ([`hearth_shared::nodeauth::KEYS_HEADER`]), when it carried any: stored with the trust,
+    /// so nodes that reach only the edge learn rotations too.
+    pub keys_header: Option<String>,
     /// The manifest's state, to store once the writes are applied.
     pub batch: StreamState,
     /// True when this very batch was applied before: nothing to do.
@@ -163,16 +167,20 @@ pub fn check(bytes: &[u8], trust: &Trust, batch: Option<&StreamState>, now: u64)
     }
     let bundle: PushBundle = wire::decode(bytes, "push").map_err(|_| PushError::Malformed("not a push bundle"))?;
     let mut trust = trust.clone();
-    let mut trust_changed = false;
-    for record in &bundle.key_records {
-        let before = trust.clone();
-        trust.accept_key_record(record, now).map_err(PushError::KeyRecord)?;
-        trust_changed |= trust != before;
-    }
+    let trust_changed = trust.accept_chain(&bundle.key_records, now).map_err(PushError::KeyRecord)?;
+    let keys_header =
+        (!bundle.key_records.is_empty()).then(|| hearth_shared::trust::chain_to_header(&bundle.key_records));
     let expect = Expect { kind: Kind::Batch, audience: Audience::Edge, stream: stream::BATCH };
     let verified = verify(&bundle.manifest, &trust, &expect, batch, now).map_err(PushError::Manifest)?;
     if verified.unchanged {
-        return Ok(Checked { trust, trust_changed, batch: verified.state(), unchanged: true, writes: Vec::new() });
+        return Ok(Checked {
+            trust,
+            trust_changed,
+            keys_header,
+            batch: verified.state(),
+            unchanged: true,
+            writes: Vec::new(),
+        });
     }
     let manifest = BatchManifest::decode(&verified.envelope.body)
         .map_err(|_| PushError::Malformed("the batch body is not a manifest"))?;
@@ -243,7 +251,7 @@ pub fn check(bytes: &[u8], trust: &Trust, batch: Option<&StreamState>, now: u64)
             envelope: Some(bytes),
         });
     }
-    Ok(Checked { trust, trust_changed, batch: verified.state(), unchanged: false, writes })
+    Ok(Checked { trust, trust_changed, keys_header, batch: verified.state(), unchanged: false, writes })
 }
 
 /// Whether a write applies over the stored state: `Ok(true)` to store it, `Ok(false)` for the

@@ -17,7 +17,7 @@ use std::time::Duration;
 
 use anyhow::{Context as _, Result, bail};
 use hearth_shared::envelope::{Audience, Kind};
-use hearth_shared::keys::SecretKey;
+use hearth_shared::keys::{Role, SecretKey};
 use hearth_shared::trust::{self, Expect, StreamState, Trust, VerifyError};
 use hearth_shared::wire::{self, CredentialSet, UsageAck, UsageReport, stream};
 use hearth_shared::{Digest, nodeauth};
@@ -126,9 +126,10 @@ pub(crate) fn control_client(pin: Option<&str>) -> Result<reqwest::Client> {
     builder.build().context("making the HTTP client")
 }
 
+/// A pull's answer, with the key records control (or the edge) sent alongside.
 enum Pulled {
-    New(Vec<u8>),
-    Unchanged,
+    New(Vec<u8>, Option<Vec<Vec<u8>>>),
+    Unchanged(Option<Vec<Vec<u8>>>),
 }
 
 impl Agent {
@@ -184,27 +185,87 @@ impl Agent {
         {
             self.learn_edge(named);
         }
+        let chain = match response.headers().get(nodeauth::KEYS_HEADER).map(|v| v.to_str()) {
+            None => None,
+            Some(value) => {
+                let chain = value.ok().and_then(hearth_shared::trust::chain_from_header);
+                if chain.is_none() {
+                    tracing::warn!("the key records sent with the pull are malformed; ignoring them");
+                }
+                chain
+            }
+        };
         match response.status().as_u16() {
-            200 => Ok(Pulled::New(response.bytes().await?.to_vec())),
-            204 | 304 => Ok(Pulled::Unchanged),
+            200 => Ok(Pulled::New(response.bytes().await?.to_vec(), chain)),
+            204 | 304 => Ok(Pulled::Unchanged(chain)),
             status => bail!("answered {status}: {}", response.text().await.unwrap_or_default()),
         }
     }
 
-    /// Verifies and applies a pulled set. Returns whether it was new.
-    pub(crate) fn accept(&self, bytes: &[u8]) -> Result<bool, VerifyError> {
+    /// The trust after the key records that came with a pull (the held trust when there are
+    /// none, or they do not verify: a rotation only ever comes signed by the root).
+    fn with_chain(&self, chain: Option<&[Vec<u8>]>) -> Trust {
+        let mut trust = self.trust.lock().expect("trust lock").clone();
+        if let Some(chain) = chain
+            && let Err(e) = trust.accept_chain(chain, now())
+        {
+            tracing::warn!(error = %e, "refused the key records sent with the pull");
+            return self.trust.lock().expect("trust lock").clone();
+        }
+        trust
+    }
+
+    /// Keeps a trust that took a rotation: on disk first, so a restart verifies with it.
+    fn adopt(&self, trust: Trust) {
+        let mut held = self.trust.lock().expect("trust lock");
+        if *held == trust {
+            return;
+        }
+        let kept = self
+            .state
+            .write("trust.prev.bin", &hearth_shared::wire::encode(&*held))
+            .and_then(|()| self.state.write("trust.bin", &hearth_shared::wire::encode(&trust)));
+        if let Err(e) = kept {
+            tracing::error!(error = %e, "could not keep the rotated keys; trying again at the next pull");
+            return;
+        }
+        for role in [Role::Root, Role::Signing, Role::Release] {
+            if trust.role(role) != held.role(role) {
+                tracing::info!(role = %role, version = trust.role_version(role), "took a key rotation");
+            }
+        }
+        *held = trust;
+    }
+
+    /// Takes the key records of an answer that brought no new set. A new signing key waits
+    /// for the set it signs: the set on disk must stay verifiable by the trust on disk.
+    fn take_chain(&self, chain: Option<&[Vec<u8>]>) {
+        let trust = self.with_chain(chain);
+        if trust.role(Role::Signing) == self.trust.lock().expect("trust lock").role(Role::Signing) {
+            self.adopt(trust);
+        }
+    }
+
+    /// Verifies and applies a pulled set, with the key records that came with it. Returns
+    /// whether it was new.
+    pub(crate) fn accept(&self, bytes: &[u8], chain: Option<&[Vec<u8>]>) -> Result<bool, VerifyError> {
         let node = self.settings.node;
         let name = stream::creds(node);
         let expect = Expect { kind: Kind::CredentialSet, audience: Audience::Node(node), stream: &name };
         let held = *self.held.lock().expect("held lock");
-        let verified = trust::verify(bytes, &self.trust.lock().expect("trust lock"), &expect, held.as_ref(), now())?;
+        let candidate = self.with_chain(chain);
+        let verified = trust::verify(bytes, &candidate, &expect, held.as_ref(), now())?;
         if verified.unchanged {
+            self.take_chain(chain);
             return Ok(false);
         }
         let set = CredentialSet::decode(&verified.envelope.body).map_err(|_| VerifyError::Body("credential set"))?;
         if set.node != node {
             return Err(VerifyError::Body("a set for another node"));
         }
+        // The trust first: a set on disk signed by a retired key is still read at start with
+        // the trust it replaced (`trust.prev.bin`), never a new set without its trust.
+        self.adopt(candidate);
         if let Err(e) = self.state.write("creds.envelope", bytes) {
             // Not on disk, not applied: the next pull tries again.
             tracing::error!(error = %e, "could not store the new credential set");
@@ -257,15 +318,18 @@ impl Agent {
                 }
             }
             match pulled {
-                Some(Pulled::New(bytes)) => {
+                Some(Pulled::New(bytes, chain)) => {
                     failures = 0;
-                    if let Err(e) = self.accept(&bytes) {
+                    if let Err(e) = self.accept(&bytes, chain.as_deref()) {
                         tracing::warn!(error = %e, "refused a credential set");
                         tokio::time::sleep(Duration::from_secs(self.settings.edge_poll_secs)).await;
                     }
                     continue;
                 }
-                Some(Pulled::Unchanged) => failures = 0,
+                Some(Pulled::Unchanged(chain)) => {
+                    failures = 0;
+                    self.take_chain(chain.as_deref());
+                }
                 None => {
                     failures = failures.saturating_add(1);
                     if failures == 3 {

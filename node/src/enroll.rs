@@ -86,10 +86,12 @@ pub(crate) async fn enroll(dir: &Path, request: &Request<'_>) -> Result<u64> {
     let answer: Answer = response.json().await.context("control's answer")?;
     let root: PublicKey = answer.root_key.parse().context("control sent a malformed root key")?;
     let mut trust = Trust::new(RoleKeys::single(root));
-    for record in &answer.key_records {
-        let bytes = hex::decode(record).context("a key record is not hex")?;
-        trust.accept_key_record(&bytes, crate::now()).context("a key record does not verify against the root key")?;
-    }
+    let records = answer
+        .key_records
+        .iter()
+        .map(|record| hex::decode(record).context("a key record is not hex"))
+        .collect::<Result<Vec<_>>>()?;
+    trust.accept_chain(&records, crate::now()).context("a key record does not verify against the root key")?;
     state.write("trust.bin", &hearth_shared::wire::encode(&trust))?;
     let listen = request.listen.map_or_else(|| format!("0.0.0.0:{}", answer.port), str::to_owned);
     let mut settings = format!(

@@ -149,7 +149,11 @@ fn serve(dir: &Path) -> Result<()> {
     let trust = state.trust()?;
     let live = Arc::new(Live::default());
     let mut held = None;
-    match state.last_good(&trust, settings.node, now()) {
+    let last_good = match (state.last_good(&trust, settings.node, now()), state.previous_trust()) {
+        (Err(e), Some(previous)) => state.last_good(&previous, settings.node, now()).map_err(|_| e),
+        (result, _) => result,
+    };
+    match last_good {
         Ok(Some((stored, expires, set))) => {
             live.expires.store(expires, std::sync::atomic::Ordering::Relaxed);
             let started = std::time::Instant::now();

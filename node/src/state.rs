@@ -88,7 +88,17 @@ impl StateDir {
 
     /// Reads the trust the node holds (root, certified roles).
     pub(crate) fn trust(&self) -> Result<Trust> {
-        let path = self.path("trust.bin");
+        self.read_trust("trust.bin")
+    }
+
+    /// The trust held before the last key rotation, if there was one: the set on disk may
+    /// still be signed by the retired key when the node stopped between the two writes.
+    pub(crate) fn previous_trust(&self) -> Option<Trust> {
+        self.path("trust.prev.bin").exists().then(|| self.read_trust("trust.prev.bin").ok()).flatten()
+    }
+
+    fn read_trust(&self, name: &str) -> Result<Trust> {
+        let path = self.path(name);
         let bytes = std::fs::read(&path).with_context(|| format!("reading {}", path.display()))?;
         wire::decode(&bytes, "trust").with_context(|| format!("{} is corrupt", path.display()))
     }

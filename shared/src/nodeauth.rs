@@ -14,6 +14,10 @@ use crate::wire::NodeId;
 /// The header's name.
 pub const HEADER: &str = "hearth-node-auth";
 
+/// The response header that carries control's key records (see
+/// [`crate::trust::chain_to_header`]) on every answer to a node's pull.
+pub const KEYS_HEADER: &str = "hearth-key-records";
+
 /// The header of control's answers to a node's pull that names the edge in force (empty:
 /// none), so nodes follow a moved edge without enrolling again.
 pub const EDGE_HEADER: &str = "hearth-edge-url";

@@ -156,6 +156,45 @@ impl Trust {
         Ok(record)
     }
 
+    /// Takes a chain of key records as control hands it out (every root record oldest first,
+    /// then the latest signing and release records): records older than the ones held are
+    /// skipped, anything else that does not verify stops the chain. Returns whether the trust
+    /// changed. Nothing is changed when an error is returned.
+    pub fn accept_chain<B: AsRef<[u8]>>(&mut self, records: &[B], now: u64) -> Result<bool, VerifyError> {
+        let mut next = self.clone();
+        for record in records {
+            if next.already_past(record.as_ref()) {
+                continue;
+            }
+            match next.accept_key_record(record.as_ref(), now) {
+                Ok(_) | Err(VerifyError::Stale { .. }) => {}
+                Err(e) => return Err(e),
+            }
+        }
+        let changed = next != *self;
+        *self = next;
+        Ok(changed)
+    }
+
+    /// Whether a key record is one this trust already holds or went past (an older root
+    /// record is signed by roots no longer held, so it is told by its version alone).
+    fn already_past(&self, bytes: &[u8]) -> bool {
+        let Ok(envelope) = Envelope::decode(bytes, Kind::KeyRecord.max_len()) else {
+            return false;
+        };
+        let Ok(record) = postcard::from_bytes::<KeyRecord>(&envelope.body) else {
+            return false;
+        };
+        let stream_ok = envelope.header.stream == stream::keys(record.role);
+        match self.held(record.role) {
+            Some(held) if stream_ok && envelope.header.kind == Kind::KeyRecord => {
+                envelope.header.version < held.state.version
+                    || (envelope.header.version == held.state.version && envelope.digest() == held.state.digest)
+            }
+            _ => false,
+        }
+    }
+
     fn knows(&self, id: &KeyId) -> bool {
         [Role::Root, Role::Signing, Role::Release]
             .iter()
@@ -163,6 +202,23 @@ impl Trust {
             .any(|keys| keys.find(id).is_some())
             || self.nodes.values().any(|keys| keys.find(id).is_some())
     }
+}
+
+/// Key records in an HTTP header ([`crate::nodeauth::KEYS_HEADER`]): control and the edge
+/// send the chain with every answer to a node's pull, so a rotation reaches nodes that talk
+/// only to the edge. Base64url (no padding) of the postcard list.
+pub fn chain_to_header<B: AsRef<[u8]>>(records: &[B]) -> String {
+    use base64::Engine as _;
+    let list: Vec<&serde_bytes::Bytes> = records.iter().map(|r| serde_bytes::Bytes::new(r.as_ref())).collect();
+    base64::engine::general_purpose::URL_SAFE_NO_PAD.encode(crate::wire::encode(&list))
+}
+
+/// The key records of a [`chain_to_header`] value; `None` when it is not one.
+pub fn chain_from_header(value: &str) -> Option<Vec<Vec<u8>>> {
+    use base64::Engine as _;
+    let bytes = base64::engine::general_purpose::URL_SAFE_NO_PAD.decode(value.trim()).ok()?;
+    let list: Vec<serde_bytes::ByteBuf> = crate::wire::decode(&bytes, "key records").ok()?;
+    Some(list.into_iter().map(serde_bytes::ByteBuf::into_vec).collect())
 }
 
 /// What the caller expects of an envelope.

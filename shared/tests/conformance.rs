@@ -226,6 +226,36 @@ fn root_rotation_needs_the_old_and_the_new_root() {
 }
 
 #[test]
+fn a_key_chain_brings_a_late_verifier_up_to_date() {
+    let k = keys();
+    let root2 = SecretKey::from_seed(Role::Root, &[7; 32]);
+    let root3 = SecretKey::from_seed(Role::Root, &[9; 32]);
+    let signing2 = SecretKey::from_seed(Role::Signing, &[8; 32]);
+    // Two root rotations, then a signing rotation by the newest root: what control hands out.
+    let chain = vec![
+        record(Role::Root, &root2, 1, &[&k.root, &root2]),
+        record(Role::Root, &root3, 2, &[&root2, &root3]),
+        record(Role::Signing, &signing2, 3, &[&root3]),
+    ];
+    let mut late = trust(&k);
+    assert_eq!(late.accept_chain(&chain, NOW), Ok(true));
+    assert_eq!(late.role(Role::Root).unwrap().keys, vec![root3.public()]);
+    assert_eq!(late.role(Role::Signing).unwrap().keys, vec![signing2.public()]);
+    // The same chain again (older root records are skipped) changes nothing.
+    assert_eq!(late.accept_chain(&chain, NOW), Ok(false));
+    let header = hearth_shared::trust::chain_to_header(&chain);
+    assert_eq!(hearth_shared::trust::chain_from_header(&header), Some(chain.clone()));
+    assert_eq!(hearth_shared::trust::chain_from_header("not base64!"), None);
+
+    // A record not signed by the root stops the chain, and nothing of it is taken.
+    let mut fresh = trust(&k);
+    let before = fresh.clone();
+    let forged = vec![chain[0].clone(), record(Role::Signing, &signing2, 3, &[&k.signing])];
+    assert_eq!(fresh.accept_chain(&forged, NOW), Err(VerifyError::WrongRole { needed: Role::Root }));
+    assert_eq!(fresh, before);
+}
+
+#[test]
 fn thresholds_count_distinct_valid_signatures() {
     let roots: Vec<SecretKey> = (10..13).map(|seed| SecretKey::from_seed(Role::Root, &[seed; 32])).collect();
     let mut trust = Trust::new(RoleKeys { keys: roots.iter().map(SecretKey::public).collect(), threshold: 2 });

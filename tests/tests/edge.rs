@@ -409,14 +409,19 @@ async fn nodes_pull_their_own_set_and_usage_queues_for_control(backend: Backend)
     assert_eq!(s.push_items(&items).await.0, StatusCode::OK);
 
     let path = format!("/{API}/nodes/1/creds?after=0");
+    // Each answer carries the key records of the last push, so a node that reaches only the
+    // edge learns a rotation.
+    let records = |response: &reqwest::Response| {
+        response.headers()[nodeauth::KEYS_HEADER].to_str().ok().and_then(hearth_shared::trust::chain_from_header)
+    };
     let response = signed_get(&s.http, &s.edge.url, &path, &node_key, 1).send().await.unwrap();
     assert_eq!(response.status(), StatusCode::OK);
+    assert_eq!(records(&response), Some(vec![s.sim.signing_record()]));
     assert_eq!(response.bytes().await.unwrap().to_vec(), creds_bytes, "served as control signed it");
     let current = format!("/{API}/nodes/1/creds?after=1");
-    assert_eq!(
-        signed_get(&s.http, &s.edge.url, &current, &node_key, 1).send().await.unwrap().status(),
-        StatusCode::NO_CONTENT
-    );
+    let response = signed_get(&s.http, &s.edge.url, &current, &node_key, 1).send().await.unwrap();
+    assert_eq!(response.status(), StatusCode::NO_CONTENT);
+    assert_eq!(records(&response), Some(vec![s.sim.signing_record()]));
     // Another node's key, or no signature at all, gets nothing.
     assert_eq!(
         signed_get(&s.http, &s.edge.url, &path, &other_key, 1).send().await.unwrap().status(),

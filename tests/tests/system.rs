@@ -90,7 +90,11 @@ impl System {
 async fn enrolled_node(s: &System, state: &std::path::Path) -> (u16, Vec<String>) {
     let port = free_port().unwrap();
     let node = s
-        .call(reqwest::Method::POST, "/nodes", Some(json!({ "name": "Home", "host": "127.0.0.1", "port": port })))
+        .call(
+            reqwest::Method::POST,
+            "/nodes",
+            Some(json!({ "name": format!("Home {port}"), "host": "127.0.0.1", "port": port })),
+        )
         .await;
     let args: Vec<String> =
         node["enroll_command"].as_str().unwrap().split_whitespace().skip(1).map(str::to_owned).collect();
@@ -294,4 +298,158 @@ async fn a_node_follows_control_to_a_new_edge() {
         tokio::time::sleep(Duration::from_millis(300)).await;
     }
     node.stop().unwrap();
+}
+
+/// The id of the key that signed the credential set a node holds on disk, and the users in it.
+fn held_set(state: &std::path::Path) -> Option<(String, Vec<u64>)> {
+    use hearth_shared::envelope::{Envelope, Kind};
+    let bytes = std::fs::read(state.join("creds.envelope")).ok()?;
+    let envelope = Envelope::decode(&bytes, Kind::CredentialSet.max_len()).ok()?;
+    let set = hearth_shared::wire::CredentialSet::decode(&envelope.body).ok()?;
+    Some((envelope.signatures[0].key.to_string(), set.users().iter().map(|entry| entry.user).collect()))
+}
+
+/// The id of the signing key in control's data directory.
+fn signing_id(dir: &ControlDir) -> String {
+    let key: hearth_shared::keys::PublicKey =
+        std::fs::read_to_string(dir.path.join("signing.pub")).unwrap().parse().unwrap();
+    key.id().to_string()
+}
+
+/// Waits until the node at `state` holds a set signed by `key` that lets `user` in.
+async fn until_signed_by(state: &std::path::Path, key: &str, user: u64, what: &str) {
+    let started = Instant::now();
+    loop {
+        if let Some((signer, users)) = held_set(state)
+            && signer == key
+            && users.contains(&user)
+        {
+            return;
+        }
+        assert!(started.elapsed() < Duration::from_secs(40), "{what}: held {:?}", held_set(state));
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+}
+
+/// Rotating the signing key, then the root, then the signing key again under the new root,
+/// while control, the edge and two nodes run (one talking to control, one only to the edge):
+/// both nodes take each rotation without enrolling again, users stay connected, a node
+/// restarted afterwards comes back from disk, and the edge refuses the retired key and a
+/// rotation record the root did not sign.
+#[tokio::test]
+async fn keys_rotate_while_nodes_run() {
+    use hearth_shared::envelope::{Audience, Draft, Kind};
+    use hearth_shared::keys::{Role, SecretKey};
+    let (s, alice, node, client) = with_a_running_node().await;
+    let state = node.state().to_owned();
+    let edge_state = s.temp.path().join("edge-node");
+    enrolled_node(&s, &edge_state).await;
+    let settings = std::fs::read_to_string(edge_state.join("node.toml")).unwrap();
+    let edge_only: String = settings.lines().filter(|l| !l.starts_with("control_")).map(|l| format!("{l}\n")).collect();
+    std::fs::write(edge_state.join("node.toml"), edge_only).unwrap();
+    let edge_node = NodeProcess::start(&edge_state).unwrap();
+    let web = http_server(vec![3; 100_000]).await.unwrap();
+    fetch_eventually(&client, web).await.unwrap();
+    let retired = SecretKey::load(&s.dir.path.join("signing.key"), Role::Signing).unwrap();
+    let root = s.dir.path.join("root.key");
+    let new_root = s.temp.path().join("new-root.key");
+
+    let steps: [(&str, Vec<&str>); 3] = [
+        ("signing", vec!["keys", "rotate", "--role", "signing", "--root-key", root.to_str().unwrap()]),
+        (
+            "root",
+            vec![
+                "keys",
+                "rotate",
+                "--role",
+                "root",
+                "--root-key",
+                root.to_str().unwrap(),
+                "--new-root-key",
+                new_root.to_str().unwrap(),
+            ],
+        ),
+        (
+            "signing under the new root",
+            vec!["keys", "rotate", "--role", "signing", "--root-key", new_root.to_str().unwrap()],
+        ),
+    ];
+    for (at, (what, args)) in steps.iter().enumerate() {
+        let printed = s.dir.cli(args).unwrap();
+        assert!(printed.contains("signed again"), "{printed}");
+        // A change made after the rotation is signed by the running control with the new key.
+        let user = s.user(&format!("user{at}")).await;
+        let id = user["id"].as_u64().unwrap();
+        let key = signing_id(&s.dir);
+        until_signed_by(&state, &key, id, &format!("the node pulling from control missed the {what} rotation")).await;
+        until_signed_by(&edge_state, &key, id, &format!("the edge-only node missed the {what} rotation")).await;
+        assert_eq!(fetch(&client, web).await.unwrap().len(), 100_000, "alice was cut off by the {what} rotation");
+    }
+    // The old root no longer certifies anything.
+    let refused = s.dir.cli(&["keys", "rotate", "--role", "signing", "--root-key", root.to_str().unwrap()]);
+    assert!(refused.unwrap_err().to_string().contains("is not the current root key"));
+
+    // A node restarted now reads its set with the rotated trust it kept on disk.
+    node.stop().unwrap();
+    let node = NodeProcess::start(&state).unwrap();
+    assert_eq!(fetch_eventually(&client, web).await.unwrap().len(), 100_000);
+
+    // The edge refuses a push signed by the retired key, and a rotation record it signed.
+    let push = |records: Vec<Vec<u8>>, signer: &SecretKey| {
+        let manifest = hearth_shared::wire::BatchManifest::new(vec![]).unwrap();
+        let now = hearth_tests::control_sim::now();
+        let signed = Draft {
+            kind: Kind::Batch,
+            stream: "batch".into(),
+            version: 1 << 40,
+            epoch: 1,
+            issued: now,
+            expires: now + 600,
+            audience: Audience::Edge,
+            prev: [0; 32],
+        }
+        .sign(manifest.encode(), &[signer]);
+        hearth_tests::control_sim::bundle(records, signed.encode(), vec![])
+    };
+    let forged_record = Draft {
+        kind: Kind::KeyRecord,
+        stream: "keys/signing".into(),
+        version: 1 << 30,
+        epoch: 1,
+        issued: hearth_tests::control_sim::now(),
+        expires: hearth_tests::control_sim::now() + 600,
+        audience: Audience::Any,
+        prev: [0; 32],
+    }
+    .sign(
+        hearth_shared::wire::encode(&hearth_shared::trust::KeyRecord {
+            role: Role::Signing,
+            keys: hearth_shared::trust::RoleKeys::single(retired.public()),
+        }),
+        &[&retired],
+    )
+    .encode();
+    let api = s.dir.edge_setting("api_prefix").unwrap();
+    let push_token = s.dir.edge_setting("push_token").unwrap();
+    let plain = hearth_tests::http().build().unwrap();
+    for (bundle, expected) in [
+        (push(vec![], &retired), "batch manifest refused"),
+        (push(vec![forged_record], &retired), "key record refused"),
+    ] {
+        let answer = plain
+            .post(format!("{}/{api}/push", s.edge.url))
+            .bearer_auth(&push_token)
+            .body(bundle)
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(answer.status(), 400);
+        let text = answer.text().await.unwrap();
+        assert!(text.contains(expected), "{text}");
+    }
+    // Both nodes still serve alice.
+    assert_eq!(fetch(&client, web).await.unwrap().len(), 100_000);
+    let _ = alice;
+    node.stop().unwrap();
+    edge_node.stop().unwrap();
 }

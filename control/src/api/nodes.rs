@@ -52,9 +52,10 @@ async fn enroll(
     }
     let now = now();
     let state = app.clone();
-    let signing_record = app.signer.record.clone();
-    match app.db.write(move |tx| node_store::enroll(tx, &state.signer, &req, now)).await {
-        Ok(enrolled) => {
+    let enrolled =
+        app.db.write(move |tx| Ok((node_store::enroll(tx, &state.signer, &req, now)?, state.signer.online(tx)?))).await;
+    match enrolled {
+        Ok((enrolled, online)) => {
             app.changed();
             tracing::info!(node = enrolled.node, "node enrolled");
             axum::Json(json!({
@@ -62,7 +63,7 @@ async fn enroll(
                 "port": enrolled.port,
                 "obfs": enrolled.obfs,
                 "root_key": app.signer.root.to_string(),
-                "key_records": [hex::encode(signing_record)],
+                "key_records": online.chain.iter().map(hex::encode).collect::<Vec<_>>(),
                 "api_prefix": app.config.edge.api_prefix,
                 "edge_url": app.edge_url(),
             }))
@@ -118,12 +119,22 @@ async fn creds(
     let deadline = tokio::time::Instant::now() + Duration::from_secs(query.wait.min(MAX_WAIT));
     let mut changes = app.creds.subscribe();
     let mut stopping = app.stopping.subscribe();
+    let mut keys;
     let mut response = loop {
         changes.borrow_and_update();
         let name = stream::creds(node);
-        match app.db.read(move |c| publish::envelope(c, &name)).await {
-            Ok(Some((version, bytes))) if version > query.after => break octets(StatusCode::OK, bytes),
-            Ok(_) => {}
+        let state = app.clone();
+        // The key records are read with the set, so a set signed by a rotated key always
+        // travels with the record that certifies it.
+        match app.db.read(move |c| Ok((publish::envelope(c, &name)?, state.signer.online(c)?))).await {
+            Ok((set, online)) => {
+                keys = Some(online);
+                if let Some((version, bytes)) = set
+                    && version > query.after
+                {
+                    break octets(StatusCode::OK, bytes);
+                }
+            }
             Err(e) => return e.into_response(),
         }
         tokio::select! {
@@ -140,6 +151,11 @@ async fn creds(
     let edge = app.edge_url().unwrap_or_default();
     if let Ok(value) = HeaderValue::from_str(&edge) {
         response.headers_mut().insert(nodeauth::EDGE_HEADER, value);
+    }
+    if let Some(keys) = keys
+        && let Ok(value) = HeaderValue::from_str(&hearth_shared::trust::chain_to_header(&keys.chain))
+    {
+        response.headers_mut().insert(nodeauth::KEYS_HEADER, value);
     }
     response
 }

@@ -256,11 +256,17 @@ impl Edge {
         if let Err(reply) = self.node_auth(request, node) {
             return reply;
         }
-        match self.store.stream(&stream::creds(node)).await {
+        let mut reply = match self.store.stream(&stream::creds(node)).await {
             Ok(Some((state, Some(envelope)))) if state.version > after => Reply::bytes(200, envelope),
             Ok(_) => Reply { status: 204, headers: Vec::new(), body: Vec::new() },
-            Err(e) => internal(&e),
+            Err(e) => return internal(&e),
+        };
+        match self.store.keys_header().await {
+            Ok(Some(keys)) => reply.headers.push((nodeauth::KEYS_HEADER, keys)),
+            Ok(None) => {}
+            Err(e) => return internal(&e),
         }
+        reply
     }
 
     async fn node_ack(&self, request: &Request<'_>, node: u64) -> Reply {

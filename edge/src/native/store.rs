@@ -263,6 +263,11 @@ impl Store {
             .transpose()
     }
 
+    /// The key records of the last push, as a node's pull is answered with them.
+    pub async fn keys_header(&self) -> Result<Option<String>, StoreError> {
+        Ok(self.value("keys").await?.and_then(|bytes| String::from_utf8(bytes).ok()))
+    }
+
     /// The last batch applied.
     pub async fn batch(&self) -> Result<Option<StreamState>, StoreError> {
         self.value("batch")
@@ -309,7 +314,9 @@ impl Store {
         }
         let trust = hearth_shared::wire::encode(&checked.trust);
         let batch = hearth_shared::wire::encode(&checked.batch);
-        for (key, value) in [("trust", trust), ("batch", batch)] {
+        let keys = checked.keys_header.clone().map(String::into_bytes);
+        for (key, value) in [("trust", Some(trust)), ("batch", Some(batch)), ("keys", keys)] {
+            let Some(value) = value else { continue };
             tx.execute(
                 "INSERT INTO state (key, value) VALUES (?1, ?2) ON CONFLICT (key) DO UPDATE SET value = ?2",
                 params![key, value],

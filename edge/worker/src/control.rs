@@ -135,10 +135,16 @@ impl DurableObject for Control {
             Route::NodeCreds { node, after } => {
                 match api::authorize_node(auth.as_deref(), &trust, &method, &path_and_query, node, now) {
                     Err(reply) => reply,
-                    Ok(()) => match stream_row(&sql, &stream::creds(node))? {
-                        Some((state, Some(envelope))) if state.version > after => Reply::bytes(200, envelope),
-                        _ => Reply { status: 204, headers: Vec::new(), body: Vec::new() },
-                    },
+                    Ok(()) => {
+                        let mut reply = match stream_row(&sql, &stream::creds(node))? {
+                            Some((state, Some(envelope))) if state.version > after => Reply::bytes(200, envelope),
+                            _ => Reply { status: 204, headers: Vec::new(), body: Vec::new() },
+                        };
+                        if let Some(keys) = value(&sql, "keys")?.and_then(|bytes| String::from_utf8(bytes).ok()) {
+                            reply.headers.push((nodeauth::KEYS_HEADER, keys));
+                        }
+                        reply
+                    }
                 }
             }
             Route::NodeAck(node) => {
@@ -250,6 +256,7 @@ impl Control {
         }
         let mut trust = checked.trust;
         let batch = checked.batch;
+        let keys_header = checked.keys_header;
         let outcome = transaction(&self.state.storage(), move |sql| {
             let (mut written, mut unchanged) = (0u64, 0u64);
             for write in &own {
@@ -264,6 +271,9 @@ impl Control {
             }
             put_value(sql, "trust", encode(&trust))?;
             put_value(sql, "batch", encode(&batch))?;
+            if let Some(keys) = &keys_header {
+                put_value(sql, "keys", keys.clone().into_bytes())?;
+            }
             Ok((written, unchanged))
         });
         match outcome {
