@@ -12,6 +12,8 @@
 //! | `tls_cert`, `tls_key` | `HEARTH_TLS_CERT`, `HEARTH_TLS_KEY` | `tls.crt`, `tls.key` | PEM files, relative to the data directory |
 //! | `log_format` | `HEARTH_LOG_FORMAT` | `text` | `text` or `json` |
 //! | `metrics_token` | `HEARTH_METRICS_TOKEN` | none | lets a scraper read `/metrics` without an admin session |
+//! | `archive_after_secs` | `HEARTH_ARCHIVE_AFTER_SECS` | `30` | a change is archived to the edge once nothing else changed for this long |
+//! | `archive_every_secs` | `HEARTH_ARCHIVE_EVERY_SECS` | `3600` | the archive is also pushed this often (usage moves without changes) |
 //! | `[profile]` | | | `title`, `announce`, `support_url`, `update_interval_hours`: what apps show |
 
 use std::net::SocketAddr;
@@ -38,6 +40,8 @@ struct FileConfig {
     tls_key: Option<String>,
     log_format: Option<String>,
     metrics_token: Option<String>,
+    archive_after_secs: Option<u64>,
+    archive_every_secs: Option<u64>,
     #[serde(default)]
     profile: ProfileConfig,
 }
@@ -113,6 +117,10 @@ pub(crate) struct Config {
     pub(crate) tls: Tls,
     pub(crate) log_json: bool,
     pub(crate) metrics_token: Option<String>,
+    /// Quiet time after a change before the state archive is pushed to the edge.
+    pub(crate) archive_after_secs: u64,
+    /// The longest time between two archives.
+    pub(crate) archive_every_secs: u64,
     pub(crate) profile: Profile,
     pub(crate) edge: EdgeSettings,
     pub(crate) root: PublicKey,
@@ -222,6 +230,14 @@ impl Config {
         if metrics_token.as_ref().is_some_and(|t| t.len() < 16) {
             bail!("metrics_token must be at least 16 characters");
         }
+        let seconds = |name: &str, file: Option<u64>, default: u64| -> Result<u64> {
+            match env(name).filter(|v| !v.is_empty()) {
+                Some(value) => value.parse().with_context(|| format!("{name} must be a number of seconds")),
+                None => Ok(file.unwrap_or(default)),
+            }
+        };
+        let archive_after_secs = seconds("HEARTH_ARCHIVE_AFTER_SECS", file.archive_after_secs, 30)?.max(1);
+        let archive_every_secs = seconds("HEARTH_ARCHIVE_EVERY_SECS", file.archive_every_secs, 3600)?.max(60);
         let profile = file.profile;
         if profile.title.trim().is_empty() || profile.title.len() > 100 {
             bail!("profile.title must be 1 to 100 bytes");
@@ -236,6 +252,8 @@ impl Config {
             tls,
             log_json,
             metrics_token,
+            archive_after_secs,
+            archive_every_secs,
             profile: Profile {
                 title: profile.title,
                 announce: optional(profile.announce),

@@ -286,6 +286,18 @@ fn replace_secret(path: &Path, key: &SecretKey) -> Result<()> {
     std::fs::rename(&staged, path).with_context(|| format!("replacing {}", path.display()))
 }
 
+/// A new data directory for a restore from snapshots: the anchor and recovery public keys,
+/// the edge settings the owner kept, a new master key, TLS certificate and `control.toml`
+/// (the key records and online keys come next, from the edge and the root key).
+pub(crate) fn write_fresh(dir: &Path, root: &PublicKey, recovery: &RecoveryPublic, edge_toml: &str) -> Result<()> {
+    let paths = Paths::new(dir);
+    write_private(&paths.edge_settings(), edge_toml.as_bytes())?;
+    write_new(&paths.public(Role::Recovery), format!("{recovery}\n").as_bytes())?;
+    crate::secrets::Vault::create(&paths.master())?;
+    write_control_settings(dir, &[])?;
+    write_new(&paths.public(Role::Root), format!("{root}\n").as_bytes())
+}
+
 /// Writes `control.toml` with a random admin prefix, and a self-signed TLS certificate for
 /// `hosts` (plus localhost).
 fn write_control_settings(dir: &Path, hosts: &[String]) -> Result<()> {
@@ -293,7 +305,7 @@ fn write_control_settings(dir: &Path, hosts: &[String]) -> Result<()> {
     names.extend(hosts.iter().cloned());
     let (cert, key, _) = crate::tls::self_signed(names)?;
     write_new(&dir.join("tls.crt"), cert.as_bytes())?;
-    write_secret(&dir.join("tls.key"), key.as_bytes())?;
+    write_private(&dir.join("tls.key"), key.as_bytes())?;
     write_new(
         &dir.join(crate::config::FILE),
         crate::config::initial_file(&format!("admin-{}", random_hex(12))).as_bytes(),
@@ -315,11 +327,11 @@ fn write_edge_settings(path: &Path, root: &PublicKey) -> Result<()> {
         random_hex(32),
         random_hex(12),
     );
-    write_secret(path, text.as_bytes())
+    write_private(path, text.as_bytes())
 }
 
 /// Writes a new file only its owner can read.
-fn write_secret(path: &Path, bytes: &[u8]) -> Result<()> {
+pub(crate) fn write_private(path: &Path, bytes: &[u8]) -> Result<()> {
     use std::io::Write as _;
     let mut options = std::fs::OpenOptions::new();
     options.write(true).create_new(true);

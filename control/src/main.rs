@@ -8,6 +8,7 @@
 #[allow(clippy::result_large_err)]
 mod api;
 mod app;
+mod archive;
 mod auth;
 mod config;
 mod error;
@@ -15,6 +16,7 @@ mod keyring;
 #[allow(clippy::result_large_err)]
 mod metrics;
 mod publish;
+mod restore;
 mod secrets;
 mod serve;
 mod settings;
@@ -68,6 +70,26 @@ enum Command {
     Node {
         #[command(subcommand)]
         command: NodeCommand,
+    },
+    /// Rebuild control in a new data directory from what the edge holds: from the encrypted
+    /// archive (the default), or from the signed snapshots and credential sets.
+    Restore {
+        /// The edge's URL (as in `edge_url`).
+        #[arg(long)]
+        from_edge: String,
+        /// The `edge.toml` kept from `init` (root key, push token, API prefix).
+        #[arg(long)]
+        edge_settings: PathBuf,
+        /// The owner's recovery key file.
+        #[arg(long)]
+        recovery_key: PathBuf,
+        /// Rebuild from the snapshots instead of the archive (needs --root-key).
+        #[arg(long)]
+        from_snapshots: bool,
+        /// The root key file, to certify new online keys (needed from snapshots, or when the
+        /// archive predates a key rotation).
+        #[arg(long)]
+        root_key: Option<PathBuf>,
     },
     /// Keys of the data directory.
     Keys {
@@ -208,6 +230,12 @@ fn main() -> Result<()> {
         Command::Serve => serve::run(&cli.data_dir)?,
         Command::User { command } => user_command(&cli.data_dir, command)?,
         Command::Node { command } => node_command(&cli.data_dir, command)?,
+        Command::Restore { from_edge, edge_settings, recovery_key, from_snapshots, root_key } => {
+            let options =
+                restore::Options { edge_url: from_edge, edge_settings, recovery_key, root_key, from_snapshots };
+            let report = restore::run(&cli.data_dir, &options)?;
+            restore::print(&report, &cli.data_dir);
+        }
         Command::Keys { command: KeysCommand::Rotate { role, root_key, new_root_key } } => {
             let rotated = keyring::rotate(&cli.data_dir, role, &root_key, new_root_key.as_deref(), now())?;
             for r in &rotated {

@@ -27,7 +27,7 @@ const DRAIN_EVERY: Duration = Duration::from_secs(5);
 /// Users one sweep transaction handles at most.
 const SWEEP_BATCH: usize = 1000;
 
-async fn stopped(shutdown: &mut watch::Receiver<bool>, wait: Duration) -> bool {
+pub(crate) async fn stopped(shutdown: &mut watch::Receiver<bool>, wait: Duration) -> bool {
     tokio::select! {
         _ = shutdown.wait_for(|stop| *stop) => true,
         () = tokio::time::sleep(wait) => false,
@@ -149,7 +149,7 @@ async fn push_once(app: &Arc<App>, url: &str) -> Result<usize, String> {
 }
 
 /// A reqwest error without its URL (which holds the edge's secret API path).
-fn without_url(e: &reqwest::Error) -> String {
+pub(crate) fn without_url(e: &reqwest::Error) -> String {
     let mut text = e.to_string();
     if let Some(url) = e.url() {
         text = text.replace(url.as_str(), "<edge>");

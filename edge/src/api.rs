@@ -84,3 +84,80 @@ pub fn check_archive(body: &[u8], trust: &Trust, stored: Option<&StreamState>, n
     crate::push::decide(&write, stored).map_err(|e| refused(&e))?;
     Ok(write)
 }
+
+/// How many streams one export page holds.
+pub const EXPORT_PAGE: u32 = 500;
+
+/// Where an export page ended: in the streams (after a name), or in a shard of links (after
+/// a token hash). Written into the page as text for the next request.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum ExportCursor {
+    /// Streams after this name (empty: from the first).
+    Streams(String),
+    /// Links of `shard` after this token hash (empty: from the first).
+    Links {
+        /// The shard (always 0 on a native edge).
+        shard: u32,
+        /// The last token hash given.
+        after: Vec<u8>,
+    },
+}
+
+impl ExportCursor {
+    /// Parses a cursor from a request; `None` when it is not one.
+    pub fn parse(text: &str) -> Option<ExportCursor> {
+        if text.is_empty() {
+            return Some(ExportCursor::Streams(String::new()));
+        }
+        let mut parts = text.split('.');
+        match (parts.next()?, parts.next(), parts.next(), parts.next()) {
+            ("s", Some(name), None, None) => {
+                Some(ExportCursor::Streams(String::from_utf8(hex::decode(name).ok()?).ok()?))
+            }
+            ("l", Some(shard), Some(after), None) => {
+                Some(ExportCursor::Links { shard: shard.parse().ok()?, after: hex::decode(after).ok()? })
+            }
+            _ => None,
+        }
+    }
+
+    /// The cursor as text.
+    pub fn to_text(&self) -> String {
+        match self {
+            ExportCursor::Streams(name) => format!("s.{}", hex::encode(name)),
+            ExportCursor::Links { shard, after } => format!("l.{shard}.{}", hex::encode(after)),
+        }
+    }
+}
+
+/// A bad export cursor.
+pub fn bad_cursor() -> Reply {
+    error(400, "bad_cursor", "the export cursor is malformed; start again without one")
+}
+
+/// The stream name of a link in an export.
+pub fn link_stream(token_hash: &[u8]) -> Option<String> {
+    let hash: hearth_shared::Digest = token_hash.try_into().ok()?;
+    Some(stream::snapshot(&hash))
+}
+
+#[cfg(test)]
+mod export_tests {
+    use super::*;
+
+    #[test]
+    fn cursors_round_trip() {
+        for cursor in [
+            ExportCursor::Streams(String::new()),
+            ExportCursor::Streams("creds/12".into()),
+            ExportCursor::Links { shard: 0, after: Vec::new() },
+            ExportCursor::Links { shard: 15, after: vec![0xab; 32] },
+        ] {
+            assert_eq!(ExportCursor::parse(&cursor.to_text()), Some(cursor.clone()));
+        }
+        assert_eq!(ExportCursor::parse(""), Some(ExportCursor::Streams(String::new())));
+        for bad in ["x", "s.zz", "l.1", "l.x.00", "s.00.00"] {
+            assert_eq!(ExportCursor::parse(bad), None, "{bad}");
+        }
+    }
+}

@@ -31,6 +31,12 @@ pub enum Route {
     ArchivePut,
     /// `GET /<api>/archive`.
     ArchiveGet,
+    /// `GET /<api>/export?after=<cursor>`: a page of everything the edge holds, for a restore
+    /// of control.
+    Export {
+        /// Where the previous page ended ([`crate::api::ExportCursor`]); empty: the start.
+        after: String,
+    },
     /// `GET /healthz`.
     Health,
     /// Anything else: the decoy.
@@ -59,6 +65,9 @@ pub fn route(config: &EdgeConfig, method: &str, path: &str, query: &str) -> Rout
             ("GET", ["usage"]) => Route::UsageDrain { after: query_u64(query, "after").unwrap_or(0) },
             ("PUT", ["archive"]) => Route::ArchivePut,
             ("GET", ["archive"]) => Route::ArchiveGet,
+            ("GET", ["export"]) => Route::Export {
+                after: query.split('&').find_map(|pair| pair.strip_prefix("after=")).unwrap_or_default().to_owned(),
+            },
             _ => Route::Unknown,
         },
         _ => Route::Unknown,
@@ -91,6 +100,8 @@ mod tests {
             ("GET", format!("{api}/usage"), "after=12", Route::UsageDrain { after: 12 }),
             ("PUT", format!("{api}/archive"), "", Route::ArchivePut),
             ("GET", format!("{api}/archive"), "", Route::ArchiveGet),
+            ("GET", format!("{api}/export"), "", Route::Export { after: String::new() }),
+            ("GET", format!("{api}/export"), "after=l.3.ab", Route::Export { after: "l.3.ab".into() }),
             ("GET", "/api-wrong/push".into(), "", Route::Unknown),
             ("GET", "/".into(), "", Route::Unknown),
             ("GET", "/s/a/b".into(), "", Route::Unknown),

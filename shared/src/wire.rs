@@ -521,6 +521,34 @@ pub struct PushBundle {
     pub items: Vec<serde_bytes::ByteBuf>,
 }
 
+/// One stream as an edge holds it, for a restore of control.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ExportItem {
+    /// The stream (a link's is `sub/<token hash>`).
+    pub stream: String,
+    /// Its version.
+    pub version: u64,
+    /// Its envelope; `None` for a deleted stream (kept so versions continue above it).
+    #[serde(with = "serde_bytes")]
+    pub envelope: Option<Vec<u8>>,
+}
+
+/// A page of everything an edge holds (`GET /<api>/export?after=<cursor>`), for
+/// `hearth-control restore`: streams first, then links, in a stable order.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ExportPage {
+    /// The streams of this page.
+    pub items: Vec<ExportItem>,
+    /// Pass this as `after` for the next page; `None` after the last.
+    pub next: Option<String>,
+    /// The key records of the last push, as nodes get them
+    /// ([`crate::trust::chain_to_header`]).
+    pub keys: Option<String>,
+    /// The version of the last batch manifest the edge applied (a restored control numbers
+    /// its pushes above it).
+    pub batch: u64,
+}
+
 /// What the edge hands control when it drains queued usage reports.
 #[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
 pub struct UsageDrain {

@@ -144,7 +144,8 @@ both!(
     a_changed_link_serves_at_once_and_a_rotated_one_is_gone_for_good,
     user_agent_rules_from_control_pick_the_format,
     nodes_pull_their_own_set_and_usage_queues_for_control,
-    the_archive_round_trips_and_everything_survives_a_restart
+    the_archive_round_trips_and_everything_survives_a_restart,
+    everything_stored_comes_back_in_export_pages_for_a_restore
 );
 
 /// What the edge must send: exactly what `shared` renders for that client.
@@ -501,8 +502,10 @@ async fn the_archive_round_trips_and_everything_survives_a_restart(backend: Back
         |bytes: Vec<u8>| s.http.put(format!("{}/{API}/archive", s.edge.url)).bearer_auth(PUSH_TOKEN).body(bytes).send();
     let get_archive = || s.http.get(format!("{}/{API}/archive", s.edge.url)).bearer_auth(PUSH_TOKEN).send();
     assert_eq!(get_archive().await.unwrap().status(), StatusCode::NOT_FOUND);
-    // Signed once: envelopes carry their signing time, so a second signing differs.
-    let v2 = archive(2, b"state v2");
+    // Signed once: envelopes carry their signing time, so a second signing differs. Larger
+    // than a Durable Object row (2 MB): the Worker keeps it in pieces.
+    let big: Vec<u8> = (0..3_000_000u32).map(|i| (i.wrapping_mul(2_654_435_761) >> 13) as u8).collect();
+    let v2 = archive(2, &big);
     assert_eq!(put(v2.clone()).await.unwrap().status(), StatusCode::OK);
     assert_eq!(put(archive(1, b"state v1")).await.unwrap().status(), StatusCode::CONFLICT);
     let stored = get_archive().await.unwrap().bytes().await.unwrap().to_vec();
@@ -525,6 +528,60 @@ async fn the_archive_round_trips_and_everything_survives_a_restart(backend: Back
         s.http.post(format!("{}/{API}/push", s.edge.url)).bearer_auth(PUSH_TOKEN).body(push).send().await.unwrap();
     let status = response.status();
     assert_eq!(status, StatusCode::OK, "{}", response.text().await.unwrap());
+}
+
+async fn everything_stored_comes_back_in_export_pages_for_a_restore(backend: Backend) {
+    let mut s = start(backend, &[]);
+    let node_key = SecretKey::generate(Role::Node, &mut OsRng).unwrap();
+    // More links than one page holds, over every shard, and one deleted.
+    let tokens: Vec<SubToken> = (0..1100).map(|_| SubToken::generate(&mut OsRng)).collect();
+    for chunk in tokens.chunks(400) {
+        let items: Vec<_> =
+            chunk.iter().enumerate().map(|(i, t)| s.sim.snapshot(t, &demo_snapshot(i as u64))).collect();
+        assert_eq!(s.push_items(&items).await.0, StatusCode::OK);
+    }
+    let set = CredentialSet::new(1, vec![CredEntry { user: 5, hash: [5; 32] }]).unwrap();
+    let items = [s.sim.node(1, Some(node_key.public())), s.sim.creds(&set), s.sim.delete_link(&tokens[0])];
+    assert_eq!(s.push_items(&items).await.0, StatusCode::OK);
+
+    let export =
+        |after: String| s.http.get(format!("{}/{API}/export?after={after}", s.edge.url)).bearer_auth(PUSH_TOKEN).send();
+    let mut seen = std::collections::BTreeMap::new();
+    let mut after = String::new();
+    let mut pages = 0;
+    loop {
+        let response = export(after.clone()).await.unwrap();
+        assert_eq!(response.status(), StatusCode::OK);
+        let page: hearth_shared::wire::ExportPage = wire::decode(&response.bytes().await.unwrap(), "page").unwrap();
+        assert_eq!(
+            page.keys.as_deref().and_then(hearth_shared::trust::chain_from_header),
+            Some(vec![s.sim.signing_record()])
+        );
+        assert_eq!(page.batch, 4, "the last batch applied");
+        pages += 1;
+        for item in page.items {
+            assert!(
+                seen.insert(item.stream.clone(), (item.version, item.envelope.is_some())).is_none(),
+                "{} twice",
+                item.stream
+            );
+        }
+        match page.next {
+            Some(next) => after = next,
+            None => break,
+        }
+    }
+    assert!(pages >= 3, "{pages} pages");
+    assert_eq!(seen.len(), 1100 + 2, "every link, the node record and the set");
+    assert_eq!(seen[&stream::snapshot(&tokens[0].hash())], (2, false), "a deleted link keeps its version");
+    assert_eq!(seen[&stream::snapshot(&tokens[1].hash())], (1, true));
+    assert_eq!(seen[&stream::creds(1)], (1, true));
+    assert!(!seen.contains_key(stream::ARCHIVE));
+
+    // Only control, and only with a cursor the edge gave.
+    let no_token = s.http.get(format!("{}/{API}/export", s.edge.url)).send().await.unwrap();
+    assert_eq!(no_token.status(), StatusCode::UNAUTHORIZED);
+    assert_eq!(export("l.x.zz".into()).await.unwrap().status(), StatusCode::BAD_REQUEST);
 }
 
 #[test]

@@ -442,10 +442,12 @@ pub(crate) fn apply_usage(
         Err(VerifyError::Stale { .. }) => return Ok(UsageOutcome::Duplicate(applied)),
         Err(e) => return Err(Error::invalid("refused", format!("usage report refused: {e}"))),
     };
-    if verified.unchanged {
+    let seq = verified.envelope.header.version;
+    // A restore may raise the applied sequence to what the edge acknowledged, without the
+    // report's digest: anything at or below it was counted already.
+    if verified.unchanged || seq <= applied {
         return Ok(UsageOutcome::Duplicate(applied));
     }
-    let seq = verified.envelope.header.version;
     if seq != applied + 1 {
         return Err(Error::Conflict(format!("usage report {seq} out of order: send report {} first", applied + 1)));
     }

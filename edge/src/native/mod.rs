@@ -139,6 +139,13 @@ impl Edge {
                 Err(e) => internal(&e),
             },
             Route::ArchivePut => self.put_archive(request.body).await,
+            Route::Export { after } => match api::ExportCursor::parse(&after) {
+                None => api::bad_cursor(),
+                Some(cursor) => match self.store.export(&cursor, api::EXPORT_PAGE).await {
+                    Ok(page) => Reply::bytes(200, encode(&page)),
+                    Err(e) => internal(&e),
+                },
+            },
             Route::ArchiveGet => match self.store.stream(stream::ARCHIVE).await {
                 Ok(Some((_, Some(bytes)))) => Reply::bytes(200, bytes),
                 Ok(_) => api::error(404, "no_archive", "no archive has been pushed yet"),

@@ -15,7 +15,9 @@ use hearth_shared::wire::{UsageDrain, decode};
 use libsql::{Connection, params};
 use tokio::sync::Mutex;
 
+use crate::api::{ExportCursor, link_stream};
 use crate::push::{Checked, PushError, Target, Write, apply_node_record, decide};
+use hearth_shared::wire::{ExportItem, ExportPage};
 
 const SCHEMA: &str = "
 CREATE TABLE IF NOT EXISTS links (
@@ -129,6 +131,10 @@ pub struct Store {
 
 fn i(n: u64) -> i64 {
     i64::try_from(n).unwrap_or(i64::MAX)
+}
+
+fn u(n: i64) -> u64 {
+    u64::try_from(n).unwrap_or(0)
 }
 
 fn state_of(version: i64, digest: Vec<u8>) -> Result<StreamState, StoreError> {
@@ -364,6 +370,55 @@ impl Store {
             drain.reports.push(row.get::<Vec<u8>>(1)?.into());
         }
         Ok(drain)
+    }
+
+    /// A page of everything stored, for a restore of control: the streams (but the archive,
+    /// fetched on its own), then the links.
+    pub async fn export(&self, cursor: &ExportCursor, limit: u32) -> Result<ExportPage, StoreError> {
+        let batch = self.batch().await?.map_or(0, |state| state.version);
+        let mut page = ExportPage { keys: self.keys_header().await?, batch, ..ExportPage::default() };
+        match cursor {
+            ExportCursor::Streams(after) => {
+                let mut rows = self
+                    .conn
+                    .query(
+                        "SELECT name, version, envelope FROM streams WHERE name > ?1 AND name != ?2 \
+                         ORDER BY name LIMIT ?3",
+                        params![after.clone(), hearth_shared::wire::stream::ARCHIVE, i64::from(limit)],
+                    )
+                    .await?;
+                while let Some(row) = rows.next().await? {
+                    page.items.push(ExportItem { stream: row.get(0)?, version: u(row.get(1)?), envelope: row.get(2)? });
+                }
+                page.next = Some(
+                    match page.items.last() {
+                        Some(last) if page.items.len() == limit as usize => ExportCursor::Streams(last.stream.clone()),
+                        _ => ExportCursor::Links { shard: 0, after: Vec::new() },
+                    }
+                    .to_text(),
+                );
+            }
+            ExportCursor::Links { after, .. } => {
+                let mut rows = self
+                    .conn
+                    .query(
+                        "SELECT token_hash, version, envelope FROM links WHERE token_hash > ?1 \
+                         ORDER BY token_hash LIMIT ?2",
+                        params![after.clone(), i64::from(limit)],
+                    )
+                    .await?;
+                let mut last = Vec::new();
+                while let Some(row) = rows.next().await? {
+                    let hash: Vec<u8> = row.get(0)?;
+                    let stream = link_stream(&hash).ok_or(StoreError::Corrupt("a link's hash"))?;
+                    page.items.push(ExportItem { stream, version: u(row.get(1)?), envelope: row.get(2)? });
+                    last = hash;
+                }
+                page.next = (page.items.len() == limit as usize)
+                    .then(|| ExportCursor::Links { shard: 0, after: last }.to_text());
+            }
+        }
+        Ok(page)
     }
 
     /// Stores control's archive if its version is newer than the stored one.

@@ -12,7 +12,7 @@ use hearth_edge::routes::{Route, route};
 use hearth_edge::{Reply, api};
 use hearth_shared::nodeauth;
 use hearth_shared::trust::{StreamState, Trust};
-use hearth_shared::wire::{UsageDrain, decode, encode, stream};
+use hearth_shared::wire::{ExportItem, ExportPage, UsageDrain, decode, encode, stream};
 use serde::Deserialize;
 use worker::{
     DurableObject, Env, Method, Request, Response, Result, SqlStorage, SqlStorageValue, State, durable_object,
@@ -40,6 +40,21 @@ struct StreamRow {
 struct ValueRow {
     value: serde_bytes::ByteBuf,
 }
+
+#[derive(Deserialize)]
+struct ChunkRow {
+    bytes: serde_bytes::ByteBuf,
+}
+
+#[derive(Deserialize)]
+struct ExportRow {
+    name: String,
+    version: i64,
+    envelope: Option<serde_bytes::ByteBuf>,
+}
+
+/// The largest piece of the archive one row holds (rows are capped at 2 MB).
+const ARCHIVE_CHUNK: usize = 1 << 20;
 
 #[derive(Deserialize)]
 struct QueueRow {
@@ -92,6 +107,7 @@ impl DurableObject for Control {
             "CREATE TABLE IF NOT EXISTS streams (name TEXT PRIMARY KEY, version INTEGER NOT NULL,
                 digest BLOB NOT NULL, envelope BLOB) STRICT",
             "CREATE TABLE IF NOT EXISTS state (key TEXT PRIMARY KEY, value BLOB NOT NULL) STRICT",
+            "CREATE TABLE IF NOT EXISTS archive_chunks (seq INTEGER PRIMARY KEY, bytes BLOB NOT NULL) STRICT",
             "CREATE TABLE IF NOT EXISTS usage_queue (id INTEGER PRIMARY KEY AUTOINCREMENT,
                 node INTEGER NOT NULL, seq INTEGER NOT NULL, envelope BLOB NOT NULL, UNIQUE (node, seq)) STRICT",
         ] {
@@ -192,14 +208,35 @@ impl DurableObject for Control {
                     Err(reply) => reply,
                     Ok(write) if stored == Some(write.state()) => Reply::text(200, "unchanged\n"),
                     Ok(write) => {
-                        put_stream(&sql, &write)?;
+                        // A row holds at most 2 MB: the archive is kept in chunks, its stream
+                        // row (version and digest) without the envelope.
+                        let envelope = write.envelope.clone().unwrap_or_default();
+                        let marker = Write { envelope: None, ..write };
+                        transaction(&self.state.storage(), move |sql| {
+                            sql.exec("DELETE FROM archive_chunks", None)?;
+                            for (seq, chunk) in envelope.chunks(ARCHIVE_CHUNK).enumerate() {
+                                sql.exec(
+                                    "INSERT INTO archive_chunks (seq, bytes) VALUES (?, ?)",
+                                    vec![int(seq as u64).into(), SqlStorageValue::Blob(chunk.to_vec())],
+                                )?;
+                            }
+                            put_stream(sql, &marker)
+                        })?;
                         Reply::text(200, "stored\n")
                     }
                 }
             }
             Route::ArchiveGet => match stream_row(&sql, stream::ARCHIVE)? {
-                Some((_, Some(bytes))) => Reply::bytes(200, bytes),
-                _ => api::error(404, "no_archive", "no archive has been pushed yet"),
+                Some(_) => {
+                    let chunks: Vec<ChunkRow> =
+                        sql.exec("SELECT bytes FROM archive_chunks ORDER BY seq", None)?.to_array()?;
+                    Reply::bytes(200, chunks.into_iter().flat_map(|row| row.bytes.into_vec()).collect())
+                }
+                None => api::error(404, "no_archive", "no archive has been pushed yet"),
+            },
+            Route::Export { after } => match api::ExportCursor::parse(&after) {
+                None => api::bad_cursor(),
+                Some(cursor) => self.export(&config, &sql, cursor).await?,
             },
             _ => api::error(404, "no_route", "no such route"),
         };
@@ -211,6 +248,65 @@ impl DurableObject for Control {
 pub(crate) const SETTINGS_PATH: &str = "/internal/edge-settings";
 
 impl Control {
+    /// A page of everything stored, for a restore of control: this object's streams (but the
+    /// archive), then each shard's links in turn.
+    async fn export(&self, config: &EdgeConfig, sql: &SqlStorage, cursor: api::ExportCursor) -> Result<Reply> {
+        let limit = api::EXPORT_PAGE;
+        let keys = value(sql, "keys")?.and_then(|bytes| String::from_utf8(bytes).ok());
+        let batch =
+            value(sql, "batch")?.and_then(|bytes| decode::<StreamState>(&bytes, "batch").ok()).map_or(0, |s| s.version);
+        let mut page = ExportPage { keys, batch, ..ExportPage::default() };
+        match cursor {
+            api::ExportCursor::Streams(after) => {
+                let rows: Vec<ExportRow> = sql
+                    .exec(
+                        "SELECT name, version, envelope FROM streams WHERE name > ? AND name != ? ORDER BY name LIMIT ?",
+                        vec![after.as_str().into(), stream::ARCHIVE.into(), i64::from(limit).into()],
+                    )?
+                    .to_array()?;
+                for row in rows {
+                    page.items.push(ExportItem {
+                        stream: row.name,
+                        version: row.version as u64,
+                        envelope: row.envelope.map(serde_bytes::ByteBuf::into_vec),
+                    });
+                }
+                page.next = Some(
+                    match page.items.last() {
+                        Some(last) if page.items.len() == limit as usize => {
+                            api::ExportCursor::Streams(last.stream.clone())
+                        }
+                        _ => api::ExportCursor::Links { shard: 0, after: Vec::new() },
+                    }
+                    .to_text(),
+                );
+            }
+            api::ExportCursor::Links { shard, after } => {
+                if shard >= config.shards.max(1) {
+                    return Ok(api::bad_cursor());
+                }
+                let stub = self.env.durable_object("LINKS")?.id_from_name(&format!("links-{shard}"))?.get_stub()?;
+                let url = format!("https://links/export?after={}&limit={limit}", hex::encode(&after));
+                let reply = reply_of(call(&stub, Method::Get, &url, None).await?).await?;
+                if reply.status != 200 {
+                    return Ok(api::unavailable());
+                }
+                let (items, last): (Vec<ExportItem>, Vec<u8>) = decode(&reply.body, "export")
+                    .map_err(|_| worker::Error::RustError("a shard's export is malformed".into()))?;
+                let full = items.len() == limit as usize;
+                page.items = items;
+                page.next = if full {
+                    Some(api::ExportCursor::Links { shard, after: last }.to_text())
+                } else if shard + 1 < config.shards.max(1) {
+                    Some(api::ExportCursor::Links { shard: shard + 1, after: Vec::new() }.to_text())
+                } else {
+                    None
+                };
+            }
+        }
+        Ok(Reply::bytes(200, encode(&page)))
+    }
+
     async fn push(&self, config: &EdgeConfig, trust: &Trust, body: &[u8]) -> Result<Reply> {
         let sql = self.state.storage().sql();
         let batch = value(&sql, "batch")?.and_then(|bytes| decode::<StreamState>(&bytes, "batch").ok());

@@ -4,6 +4,7 @@
 //! `GET /get?hash=<hex>&limit=&window_ms=` (limit 0: not counted): 200 with the envelope, 404
 //! for an unknown or deleted link, 429 with `Retry-After`. `POST /apply` with postcard
 //! [`Write`]s: every write or none, in one transaction; `POST /check`: whether they would.
+//! `GET /export?after=<hex>&limit=`: the links after a token hash, for a restore of control.
 
 use hearth_edge::push::{Write, decide};
 use hearth_shared::ratelimit::{Decision, FixedWindow, WindowLimit};
@@ -23,6 +24,13 @@ struct Row {
     envelope: Option<serde_bytes::ByteBuf>,
     win_start_ms: i64,
     win_count: i64,
+}
+
+#[derive(Deserialize)]
+struct LinkRow {
+    token_hash: serde_bytes::ByteBuf,
+    version: i64,
+    envelope: Option<serde_bytes::ByteBuf>,
 }
 
 #[derive(Deserialize)]
@@ -68,6 +76,10 @@ impl DurableObject for Links {
                 };
                 self.apply(writes, check_only)
             }
+            (Method::Get, "/export") => {
+                let after = query(&url, "after").and_then(|h| hex::decode(h).ok()).unwrap_or_default();
+                self.export(after, query_u64(&url, "limit").clamp(1, 1000))
+            }
             _ => Response::error("no such route", 404),
         }
     }
@@ -106,6 +118,31 @@ impl Links {
             }
         }
         Response::from_bytes(envelope.into_vec())
+    }
+
+    /// Up to `limit` links after the token hash `after`, as export items, with the last hash.
+    fn export(&self, after: Vec<u8>, limit: u64) -> Result<Response> {
+        let rows: Vec<LinkRow> = self
+            .state
+            .storage()
+            .sql()
+            .exec(
+                "SELECT token_hash, version, envelope FROM links WHERE token_hash > ? ORDER BY token_hash LIMIT ?",
+                vec![SqlStorageValue::Blob(after), int(limit).into()],
+            )?
+            .to_array()?;
+        let mut last = Vec::new();
+        let mut items = Vec::with_capacity(rows.len());
+        for row in rows {
+            let Some(stream) = hearth_edge::api::link_stream(&row.token_hash) else { continue };
+            items.push(hearth_shared::wire::ExportItem {
+                stream,
+                version: row.version as u64,
+                envelope: row.envelope.map(serde_bytes::ByteBuf::into_vec),
+            });
+            last = row.token_hash.into_vec();
+        }
+        Response::from_bytes(hearth_shared::wire::encode(&(items, last)))
     }
 
     /// Applies `writes` (or, with `check_only`, only says whether they would apply).

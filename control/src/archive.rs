@@ -1,0 +1,284 @@
+//! Control's state archive: everything a new control box needs to take over, pushed to the
+//! edge after changes and on a schedule, for `hearth-control restore`.
+//!
+//! An archive holds a snapshot of the database (without what is rebuilt anyway: the signed
+//! streams, the outbox and sign-in sessions) and the files of the data directory but the two
+//! secret keys the owner keeps offline (root and recovery). It is compressed, encrypted to the
+//! owner's recovery key ([`hearth_shared::seal::seal_archive`]) and signed as a
+//! [`Kind::Archive`] envelope for control itself, at a version above the one the edge holds.
+
+use std::io::{Read as _, Write as _};
+use std::path::Path;
+use std::sync::Arc;
+use std::time::Duration;
+
+use anyhow::{Context as _, Result, bail};
+use hearth_shared::envelope::{Audience, Draft, Kind};
+use hearth_shared::keys::RecoverySecret;
+use hearth_shared::trust::{Expect, Trust, verify};
+use hearth_shared::wire::{self, stream};
+use rand_core::OsRng;
+use serde::{Deserialize, Serialize};
+use tokio::sync::watch;
+
+use crate::app::{App, now};
+use crate::error::Error;
+use crate::store;
+
+/// The archive's format; a restore refuses any other.
+const FORMAT: u32 = 1;
+/// How long an archive is accepted: a restore years after the box was lost still works.
+const LIFETIME_SECS: u64 = 10 * 365 * 86_400;
+/// The largest archive a restore inflates.
+const MAX_INFLATED: u64 = 1 << 30;
+
+/// The files of a data directory an archive holds. Never `root.key` or `recovery.key`.
+pub(crate) const FILES: &[&str] = &[
+    "control.toml",
+    "edge.toml",
+    "master.key",
+    "root.pub",
+    "root.chain",
+    "signing.key",
+    "signing.pub",
+    "signing.record",
+    "release.key",
+    "release.pub",
+    "release.record",
+    "recovery.pub",
+    "tls.crt",
+    "tls.key",
+];
+
+/// What an archive holds.
+#[derive(Serialize, Deserialize)]
+pub(crate) struct Payload {
+    /// [`FORMAT`].
+    pub(crate) format: u32,
+    /// When it was made (Unix seconds).
+    pub(crate) created: u64,
+    /// The data directory's files, by name.
+    pub(crate) files: Vec<(String, serde_bytes::ByteBuf)>,
+    /// The database, as one SQLite file.
+    #[serde(with = "serde_bytes")]
+    pub(crate) database: Vec<u8>,
+}
+
+/// Reads the data directory and a copy of the database into a payload.
+pub(crate) fn collect(dir: &Path, conn: &rusqlite::Connection, now: u64) -> Result<Payload> {
+    let copy = dir.join("archive.staged.db");
+    let _ = std::fs::remove_file(&copy);
+    conn.execute("VACUUM INTO ?1", [copy.to_string_lossy()]).context("copying the database")?;
+    let database = (|| {
+        let staged = rusqlite::Connection::open(&copy)?;
+        staged.execute_batch(
+            "DELETE FROM streams; DELETE FROM outbox; DELETE FROM sessions; PRAGMA journal_mode = DELETE; VACUUM;",
+        )?;
+        drop(staged);
+        Ok::<_, anyhow::Error>(std::fs::read(&copy)?)
+    })();
+    let _ = std::fs::remove_file(&copy);
+    let database = database.context("trimming the database copy")?;
+    let mut files = Vec::new();
+    for name in FILES {
+        match std::fs::read(dir.join(name)) {
+            Ok(bytes) => files.push(((*name).to_owned(), serde_bytes::ByteBuf::from(bytes))),
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
+            Err(e) => return Err(e).with_context(|| format!("reading {name}")),
+        }
+    }
+    Ok(Payload { format: FORMAT, created: now, files, database })
+}
+
+/// Compresses, encrypts and signs a payload at `version`.
+pub(crate) fn seal(
+    payload: &Payload,
+    signer: &crate::publish::Signer,
+    conn: &rusqlite::Connection,
+    version: u64,
+    now: u64,
+) -> Result<Vec<u8>, Error> {
+    let mut deflate = flate2::write::DeflateEncoder::new(Vec::new(), flate2::Compression::default());
+    deflate.write_all(&wire::encode(payload)).map_err(|e| Error::Internal(e.to_string()))?;
+    let compressed = zeroize::Zeroizing::new(deflate.finish().map_err(|e| Error::Internal(e.to_string()))?);
+    let body = hearth_shared::seal::seal_archive(&compressed, &signer.recovery, &mut OsRng);
+    let online = signer.online(conn)?;
+    Ok(Draft {
+        kind: Kind::Archive,
+        stream: stream::ARCHIVE.to_owned(),
+        version,
+        epoch: signer.epoch,
+        issued: now,
+        expires: now + LIFETIME_SECS,
+        audience: Audience::Control,
+        prev: [0; 32],
+    }
+    .sign(body, &[&online.key])
+    .encode())
+}
+
+/// Checks an archive's signature against `trust` and opens it with the recovery key.
+pub(crate) fn open(envelope: &[u8], trust: &Trust, recovery: &RecoverySecret, now: u64) -> Result<(u64, Payload)> {
+    let expect = Expect { kind: Kind::Archive, audience: Audience::Control, stream: stream::ARCHIVE };
+    let verified = verify(envelope, trust, &expect, None, now).context("the archive does not verify")?;
+    let compressed = hearth_shared::seal::open_archive(&verified.envelope.body, recovery)
+        .context("the recovery key does not open the archive")?;
+    let mut inflated = zeroize::Zeroizing::new(Vec::new());
+    flate2::read::DeflateDecoder::new(compressed.as_slice())
+        .take(MAX_INFLATED)
+        .read_to_end(&mut inflated)
+        .context("the archive does not inflate")?;
+    let payload: Payload = wire::decode(&inflated, "archive").context("the archive is malformed")?;
+    if payload.format != FORMAT {
+        bail!("the archive has format {}, this control reads format {FORMAT}", payload.format);
+    }
+    Ok((verified.envelope.header.version, payload))
+}
+
+/// What changes the archive: an audited change or a key rotation. `None` while the edge is
+/// behind (it may not know the key the archive is signed with yet).
+fn marker(conn: &rusqlite::Connection) -> Result<Option<(i64, i64)>, Error> {
+    let behind: bool = conn.query_row("SELECT EXISTS (SELECT 1 FROM outbox)", [], |row| row.get(0))?;
+    if behind || store::get_state(conn, "batch")? == 0 {
+        return Ok(None);
+    }
+    let audit: i64 = conn.query_row("SELECT ifnull(max(id), 0) FROM audit", [], |row| row.get(0))?;
+    Ok(Some((audit, store::get_state(conn, "keys_serial")?)))
+}
+
+/// Makes and pushes one archive. Returns its size.
+async fn push_once(app: &Arc<App>, base: &str) -> Result<usize, String> {
+    let state = app.clone();
+    // Its own connection: `VACUUM INTO` cannot run inside the pool's read transactions.
+    let envelope = tokio::task::spawn_blocking(move || {
+        let conn = state.db.connect()?;
+        let version = u64::try_from(store::get_state(&conn, "archive_version")?).unwrap_or(0) + 1;
+        let payload = collect(&state.config.data_dir, &conn, now()).map_err(|e| Error::Internal(format!("{e:#}")))?;
+        Ok::<_, Error>((version, seal(&payload, &state.signer, &conn, version, now())?))
+    })
+    .await
+    .map_err(|e| e.to_string())?
+    .map_err(|e| e.to_string())?;
+    let (version, envelope) = envelope;
+    let size = envelope.len();
+    let url = format!("{}/{}/archive", base.trim_end_matches('/'), app.config.edge.api_prefix);
+    let response = app
+        .http
+        .put(url)
+        .bearer_auth(&app.config.edge.push_token)
+        .header("content-type", "application/octet-stream")
+        .body(envelope)
+        .timeout(Duration::from_secs(120))
+        .send()
+        .await
+        .map_err(|e| format!("the edge did not answer: {}", crate::tasks::without_url(&e)))?;
+    let status = response.status();
+    if !status.is_success() {
+        let body = response.text().await.unwrap_or_default();
+        return Err(format!("the edge refused the archive ({status}): {}", body.chars().take(300).collect::<String>()));
+    }
+    app.db
+        .write(move |tx| store::set_state(tx, "archive_version", i64::try_from(version).unwrap_or(i64::MAX)))
+        .await
+        .map_err(|e| e.to_string())?;
+    Ok(size)
+}
+
+/// Pushes the archive to the edge once changes have settled, and on a schedule.
+pub(crate) async fn archiver(app: Arc<App>, mut shutdown: watch::Receiver<bool>) {
+    let tick = Duration::from_secs(1);
+    let (mut archived, mut seen, mut changed_at, mut last_push) = (None, None, now(), 0u64);
+    let mut failures = 0u32;
+    loop {
+        if let Some(base) = app.edge_url()
+            && let Ok(Some(current)) = app.db.read(marker).await
+        {
+            if seen != Some(current) {
+                seen = Some(current);
+                changed_at = now();
+            }
+            let settled = archived != Some(current) && now() >= changed_at + app.config.archive_after_secs;
+            let due = now() >= last_push + app.config.archive_every_secs;
+            let backoff = u64::from(failures.min(6)) * 10;
+            if (settled || due) && now() >= last_push + backoff {
+                last_push = now();
+                match push_once(&app, &base).await {
+                    Ok(size) => {
+                        archived = Some(current);
+                        failures = 0;
+                        tracing::info!(bytes = size, "pushed the state archive to the edge");
+                    }
+                    Err(e) => {
+                        failures += 1;
+                        tracing::warn!(error = %e, "could not push the state archive; retrying");
+                    }
+                }
+            }
+        }
+        if crate::tasks::stopped(&mut shutdown, tick).await {
+            return;
+        }
+    }
+}
+
+/// Writes a payload into a new data directory (the database last).
+pub(crate) fn unpack(payload: &Payload, dir: &Path) -> Result<()> {
+    for (name, bytes) in &payload.files {
+        if !FILES.contains(&name.as_str()) {
+            bail!("the archive holds an unexpected file {name:?}");
+        }
+        crate::keyring::write_private(&dir.join(name), bytes)?;
+    }
+    crate::keyring::write_private(&crate::keyring::Paths::new(dir).database(), &payload.database)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::store::users::{self, UserInput};
+    use crate::testing::TestControl;
+
+    #[test]
+    fn an_archive_opens_only_with_the_recovery_key_and_unpacks_the_whole_state() {
+        let t = TestControl::new(false);
+        let app = &t.app;
+        let now = now();
+        let input = UserInput { name: Some("alice".into()), note: Some("kept".into()), ..UserInput::default() };
+        app.db.write_blocking(|tx| users::create(tx, &app.signer, "test", &input, now)).unwrap();
+        let conn = app.db.connect().unwrap();
+        let payload = collect(t.dir.path(), &conn, now).unwrap();
+        let names: Vec<&str> = payload.files.iter().map(|(name, _)| name.as_str()).collect();
+        assert!(names.contains(&"signing.key") && names.contains(&"master.key"), "{names:?}");
+        assert!(
+            !names.contains(&"root.key") && !names.contains(&"recovery.key"),
+            "offline keys never leave: {names:?}"
+        );
+        let envelope = seal(&payload, &app.signer, &conn, 3, now).unwrap();
+        let trust = crate::keyring::load_trust(t.dir.path(), now).unwrap();
+        let recovery = t.recovery();
+
+        let (version, opened) = open(&envelope, &trust, &recovery, now).unwrap();
+        assert_eq!((version, opened.created), (3, now));
+        let restored = tempfile::tempdir().unwrap();
+        unpack(&opened, restored.path()).unwrap();
+        let db = rusqlite::Connection::open(crate::keyring::Paths::new(restored.path()).database()).unwrap();
+        let note: String = db.query_row("SELECT note FROM users WHERE name = 'alice'", [], |row| row.get(0)).unwrap();
+        assert_eq!(note, "kept");
+        let streams: i64 = db.query_row("SELECT count(*) FROM streams", [], |row| row.get(0)).unwrap();
+        assert_eq!(streams, 0, "signed streams are rebuilt, not archived");
+        assert!(unpack(&opened, restored.path()).is_err(), "an unpack never overwrites");
+
+        // Another recovery key, a flipped bit, another verifier: refused, with the reason.
+        let stranger = hearth_shared::keys::RecoverySecret::generate(&mut OsRng);
+        let err = open(&envelope, &trust, &stranger, now).err().unwrap();
+        assert!(format!("{err:#}").contains("recovery key does not open"), "{err:#}");
+        let mut tampered = envelope.clone();
+        let at = tampered.len() - 100;
+        tampered[at] ^= 1;
+        let err = open(&tampered, &trust, &recovery, now).err().unwrap();
+        assert!(format!("{err:#}").contains("does not verify"), "{err:#}");
+        let other = TestControl::new(false);
+        let foreign = crate::keyring::load_trust(other.dir.path(), now).unwrap();
+        assert!(open(&envelope, &foreign, &recovery, now).is_err(), "an archive of another control");
+    }
+}

@@ -1,0 +1,699 @@
+//! `hearth-control restore`: a new control box rebuilt from what the edge holds.
+//!
+//! The edge keeps everything control signed (per-user snapshots, credential sets, node
+//! records, acknowledgements, the owner's edge settings), the key records, and the encrypted
+//! state archive. A restore reads all of it with the push token from `edge.toml`, checks every
+//! envelope against the root key the owner kept, and then either
+//!
+//! - **from the archive** (the default): opens it with the recovery key and writes the data
+//!   directory and database it holds, then brings them up to date with the edge (users
+//!   created, changed or deleted since the archive, usage, node keys); or
+//! - **from snapshots** (`--from-snapshots`, when there is no archive or no way to open it):
+//!   rebuilds users (their links, credentials, limits and usage), nodes and their groups from
+//!   the snapshots and credential sets, certifies new online keys with the root key, and says
+//!   what it could not recover.
+//!
+//! Either way the edge's envelopes seed the stream versions, and everything is signed again
+//! above them: nodes and the edge refuse nothing as a rollback, nodes keep their enrollment,
+//! and every subscription link works unchanged.
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::path::{Path, PathBuf};
+
+use anyhow::{Context as _, Result, bail};
+use hearth_shared::envelope::{Audience, Envelope, Kind};
+use hearth_shared::keys::{PublicKey, RecoverySecret, Role};
+use hearth_shared::trust::{Expect, KeyRecord, RoleKeys, Trust, verify};
+use hearth_shared::wire::{
+    self, CredentialSet, EdgeSettings, Endpoint, ExportItem, ExportPage, NodeId, NodeRecord, Profile, Snapshot, Status,
+    SubToken, UsageAck, UserId, stream,
+};
+use hearth_shared::{Digest, sha256};
+use rusqlite::{Connection, OptionalExtension as _, params};
+
+use crate::app::now;
+use crate::config::EdgeSettings as EdgeToml;
+use crate::error::Error;
+use crate::keyring::{self, Paths};
+use crate::publish::{self, Signer};
+use crate::secrets::Purpose;
+use crate::store::{self, Db};
+
+/// What the owner hands a restore.
+pub(crate) struct Options {
+    /// The edge's base URL.
+    pub(crate) edge_url: String,
+    /// The `edge.toml` the owner kept (root key, push token, API prefix).
+    pub(crate) edge_settings: PathBuf,
+    /// The owner's recovery key.
+    pub(crate) recovery_key: PathBuf,
+    /// The root key, to certify new online keys (needed from snapshots, or when the archive
+    /// predates a rotation).
+    pub(crate) root_key: Option<PathBuf>,
+    /// Rebuild from the snapshots instead of the archive.
+    pub(crate) from_snapshots: bool,
+}
+
+/// What a restore did, for the owner to read.
+#[derive(Default)]
+pub(crate) struct Report {
+    pub(crate) archive: Option<(u64, u64)>,
+    pub(crate) users: usize,
+    pub(crate) nodes: usize,
+    pub(crate) signed: usize,
+    pub(crate) notes: Vec<String>,
+}
+
+/// What the edge holds.
+struct Fetched {
+    items: Vec<ExportItem>,
+    batch: u64,
+    chain: Vec<Vec<u8>>,
+    archive: Option<Vec<u8>>,
+}
+
+fn fetch(edge_url: &str, edge: &EdgeToml) -> Result<Fetched> {
+    let _ = rustls::crypto::ring::default_provider().install_default();
+    let runtime = tokio::runtime::Builder::new_current_thread().enable_all().build()?;
+    runtime.block_on(async {
+        let client = reqwest::Client::builder()
+            .user_agent(concat!("hearth-control/", env!("CARGO_PKG_VERSION")))
+            .connect_timeout(std::time::Duration::from_secs(15))
+            .timeout(std::time::Duration::from_secs(300))
+            .build()?;
+        let base = format!("{}/{}", edge_url.trim_end_matches('/'), edge.api_prefix);
+        let get = |url: String| {
+            let request = client.get(url).bearer_auth(&edge.push_token);
+            async move {
+                let response = request
+                    .send()
+                    .await
+                    .map_err(|e| anyhow::anyhow!("the edge did not answer: {}", crate::tasks::without_url(&e)))?;
+                let status = response.status();
+                let body = response.bytes().await.context("reading the edge's answer")?;
+                Ok::<_, anyhow::Error>((status, body))
+            }
+        };
+        let mut fetched = Fetched { items: Vec::new(), batch: 0, chain: Vec::new(), archive: None };
+        let mut after = String::new();
+        loop {
+            let (status, body) = get(format!("{base}/export?after={after}")).await?;
+            if status == reqwest::StatusCode::UNAUTHORIZED {
+                bail!("the edge refused the push token in the edge settings");
+            }
+            if !status.is_success() {
+                bail!("the edge answered {status} to an export: {}", String::from_utf8_lossy(&body));
+            }
+            let page: ExportPage = wire::decode(&body, "export page").context("the edge's export is malformed")?;
+            if let Some(keys) = &page.keys {
+                fetched.chain = hearth_shared::trust::chain_from_header(keys)
+                    .context("the key records the edge holds are malformed")?;
+            }
+            fetched.batch = fetched.batch.max(page.batch);
+            fetched.items.extend(page.items);
+            match page.next {
+                Some(next) => after = next,
+                None => break,
+            }
+        }
+        let (status, body) = get(format!("{base}/archive")).await?;
+        if status.is_success() {
+            fetched.archive = Some(body.to_vec());
+        } else if status != reqwest::StatusCode::NOT_FOUND {
+            bail!("the edge answered {status} for the archive");
+        }
+        Ok(fetched)
+    })
+}
+
+/// Checks an envelope the edge keeps as control signed it (its expiry aside: a restore reads
+/// what was last published, however long ago).
+fn verified(bytes: &[u8], trust: &Trust, kind: Kind, audience: Audience, name: &str) -> Option<Envelope> {
+    let envelope = Envelope::decode(bytes, kind.max_len()).ok()?;
+    let at = envelope.header.issued.min(envelope.header.expires);
+    let expect = Expect { kind, audience, stream: name };
+    verify(bytes, trust, &expect, None, at).ok().map(|v| v.envelope)
+}
+
+/// What the edge's envelopes say, checked.
+#[derive(Default)]
+struct Edge {
+    snapshots: BTreeMap<UserId, (SubToken, Snapshot)>,
+    /// Token hashes of links that were deleted.
+    deleted_links: BTreeSet<Digest>,
+    creds: BTreeMap<NodeId, Vec<(UserId, Digest)>>,
+    node_keys: BTreeMap<NodeId, Option<PublicKey>>,
+    acks: BTreeMap<NodeId, u64>,
+    settings: Option<EdgeSettings>,
+    rejected: usize,
+}
+
+fn read_edge(items: &[ExportItem], trust: &Trust, recovery: &RecoverySecret) -> Edge {
+    let mut edge = Edge::default();
+    for item in items {
+        let name = item.stream.as_str();
+        let Some(bytes) = &item.envelope else {
+            if let Some(hash) = name.strip_prefix("sub/").and_then(|h| hex::decode(h).ok()?.try_into().ok()) {
+                edge.deleted_links.insert(hash);
+            }
+            continue;
+        };
+        let ok = if name.starts_with("sub/") {
+            verified(bytes, trust, Kind::Snapshot, Audience::Edge, name)
+                .and_then(|e| hearth_shared::seal::recover(&e.body, recovery).ok())
+                .filter(|(token, _)| stream::snapshot(&token.hash()) == name)
+                .map(|(token, snapshot)| {
+                    // Two links for one user: the newer one (a rotation the edge saw last).
+                    edge.snapshots.insert(snapshot.user, (token, snapshot));
+                })
+        } else if let Some(node) = name.strip_prefix("creds/").and_then(|n| n.parse::<NodeId>().ok()) {
+            verified(bytes, trust, Kind::CredentialSet, Audience::Node(node), name)
+                .and_then(|e| CredentialSet::decode(&e.body).ok())
+                .map(|set| {
+                    edge.creds.insert(node, set.users().iter().map(|entry| (entry.user, entry.hash)).collect());
+                })
+        } else if let Some(node) = name.strip_prefix("node/").and_then(|n| n.parse::<NodeId>().ok()) {
+            verified(bytes, trust, Kind::NodeRecord, Audience::Edge, name)
+                .and_then(|e| wire::decode::<NodeRecord>(&e.body, "node record").ok())
+                .filter(|record| record.node == node)
+                .map(|record| {
+                    edge.node_keys.insert(node, record.key);
+                })
+        } else if let Some(node) = name.strip_prefix("ack/").and_then(|n| n.parse::<NodeId>().ok()) {
+            verified(bytes, trust, Kind::UsageAck, Audience::Node(node), name)
+                .and_then(|e| wire::decode::<UsageAck>(&e.body, "ack").ok())
+                .filter(|ack| ack.node == node)
+                .map(|ack| {
+                    edge.acks.insert(node, ack.seq);
+                })
+        } else if name == stream::EDGE_SETTINGS {
+            verified(bytes, trust, Kind::EdgeSettings, Audience::Edge, name)
+                .and_then(|e| wire::decode::<EdgeSettings>(&e.body, "edge settings").ok())
+                .map(|settings| edge.settings = Some(settings))
+        } else {
+            Some(())
+        };
+        if ok.is_none() {
+            edge.rejected += 1;
+        }
+    }
+    // A link rotated twice keeps only the user's live link: a snapshot whose link was deleted
+    // is not the user's any more.
+    edge.snapshots.retain(|_, (token, _)| !edge.deleted_links.contains(&token.hash()));
+    edge
+}
+
+/// Writes the key records the edge holds into the data directory, by role (the root
+/// rotations in order, the latest signing and release records).
+fn write_chain(dir: &Path, chain: &[Vec<u8>]) -> Result<()> {
+    let paths = Paths::new(dir);
+    let mut roots = String::new();
+    for record in chain {
+        let envelope = Envelope::decode(record, Kind::KeyRecord.max_len()).context("a malformed key record")?;
+        let body: KeyRecord = wire::decode(&envelope.body, "key record").context("a malformed key record")?;
+        match body.role {
+            Role::Root => {
+                roots.push_str(&hex::encode(record));
+                roots.push('\n');
+            }
+            role => keyring::replace(&paths.record(role), record)?,
+        }
+    }
+    if !roots.is_empty() {
+        keyring::replace(&paths.root_chain(), roots.as_bytes())?;
+    }
+    Ok(())
+}
+
+/// Rebuilds a data directory in `dir` from the edge. It is built beside it and renamed into
+/// place only when complete: a restore that fails leaves nothing behind.
+pub(crate) fn run(dir: &Path, options: &Options) -> Result<Report> {
+    if dir.exists() && std::fs::read_dir(dir).map_or(true, |mut entries| entries.next().is_some()) {
+        bail!("{} is not empty; restore into a new directory", dir.display());
+    }
+    let mut staging = dir.as_os_str().to_owned();
+    staging.push(".restoring");
+    let staging = PathBuf::from(staging);
+    if staging.exists() {
+        std::fs::remove_dir_all(&staging).with_context(|| format!("removing {}", staging.display()))?;
+    }
+    let result = build(&staging, options);
+    match result {
+        Ok(report) => {
+            if dir.exists() {
+                std::fs::remove_dir(dir).with_context(|| format!("replacing the empty {}", dir.display()))?;
+            }
+            std::fs::rename(&staging, dir)
+                .with_context(|| format!("moving the restored state to {}", dir.display()))?;
+            Ok(report)
+        }
+        Err(e) => {
+            let _ = std::fs::remove_dir_all(&staging);
+            Err(e)
+        }
+    }
+}
+
+fn build(dir: &Path, options: &Options) -> Result<Report> {
+    let paths = Paths::new(dir);
+    let edge_text = std::fs::read_to_string(&options.edge_settings)
+        .with_context(|| format!("reading {}", options.edge_settings.display()))?;
+    let edge_toml: EdgeToml =
+        toml::from_str(&edge_text).with_context(|| format!("{} is not valid", options.edge_settings.display()))?;
+    let anchor: PublicKey = edge_toml.root_key.parse().context("root_key in the edge settings is not a public key")?;
+    let recovery = RecoverySecret::load(&options.recovery_key)
+        .with_context(|| format!("loading the recovery key from {}", options.recovery_key.display()))?;
+    let edge_url = crate::config::check_url("the edge's URL", &options.edge_url)?;
+    let now = now();
+
+    let fetched = fetch(&edge_url, &edge_toml)?;
+    let mut trust = Trust::new(RoleKeys::single(anchor));
+    trust
+        .accept_chain(&fetched.chain, now)
+        .context("the key records the edge holds do not verify against the root key")?;
+    if trust.role(Role::Signing).is_none() {
+        bail!("the edge holds no key records: control never pushed to it, so there is nothing to restore");
+    }
+    let edge = read_edge(&fetched.items, &trust, &recovery);
+
+    let archive_version = fetched
+        .archive
+        .as_deref()
+        .and_then(|bytes| Envelope::decode(bytes, Kind::Archive.max_len()).ok())
+        .map_or(0, |e| e.header.version);
+
+    let mut builder = std::fs::DirBuilder::new();
+    builder.recursive(true);
+    #[cfg(unix)]
+    std::os::unix::fs::DirBuilderExt::mode(&mut builder, 0o700);
+    builder.create(dir).with_context(|| format!("creating {}", dir.display()))?;
+    let mut report = Report::default();
+
+    if options.from_snapshots {
+        let links = fetched.items.iter().filter(|i| i.stream.starts_with("sub/") && i.envelope.is_some()).count();
+        if links > 0 && edge.snapshots.is_empty() {
+            bail!("the recovery key opens none of the {links} snapshots at the edge: is it the right key?");
+        }
+        let root_key = options
+            .root_key
+            .as_deref()
+            .context("a restore from snapshots needs --root-key to certify new online keys")?;
+        keyring::write_fresh(dir, &anchor, &recovery.public(), &edge_text)?;
+        write_chain(dir, &fetched.chain)?;
+        for role in [Role::Signing, Role::Release] {
+            keyring::rotate(dir, role, root_key, None, now).with_context(|| format!("certifying a new {role} key"))?;
+        }
+        report.notes.push("new signing and release keys were certified by the root key".into());
+    } else {
+        let archive = fetched.archive.as_deref().context(
+            "the edge holds no archive; restore with --from-snapshots --root-key <file> to rebuild from the snapshots",
+        )?;
+        let (version, payload) = crate::archive::open(archive, &trust, &recovery, now)?;
+        crate::archive::unpack(&payload, dir)?;
+        report.archive = Some((version, payload.created));
+        // Rotations after the archive was made: the edge's records are the newer ones.
+        write_chain(dir, &fetched.chain)?;
+        let certified = keyring::load_online(dir, 0, now).is_ok();
+        if !certified {
+            let root_key = options.root_key.as_deref().context(
+                "the archive's signing key was retired by a later rotation; add --root-key <file> to certify a new one",
+            )?;
+            keyring::rotate(dir, Role::Signing, root_key, None, now)?;
+            report.notes.push("the archive's signing key was retired since: a new one was certified".into());
+        }
+        let release = keyring::load_trust(dir, now)?;
+        let release_key = hearth_shared::keys::SecretKey::load(&paths.secret(Role::Release), Role::Release);
+        if release_key.is_ok_and(|key| !release.role(Role::Release).is_some_and(|r| r.keys.contains(&key.public()))) {
+            report.notes.push(
+                "the release key in the archive was retired since; rotate it with `keys rotate --role release`".into(),
+            );
+        }
+    }
+
+    // The database: the archive's (or a new one), the edge as the newer truth on top.
+    let db = Db::open(&paths.database()).with_context(|| format!("opening {}", paths.database().display()))?;
+    db.write_blocking(|tx| {
+        let configured = crate::config::Config::load(dir, &|_| None).map_err(|e| Error::Internal(format!("{e:#}")))?;
+        let mut addresses = crate::settings::Addresses::of(&configured);
+        if addresses.edge_url.is_none() {
+            addresses.edge_url = Some(edge_url.clone());
+        }
+        // Kept as the owner's setting, over a configuration that names no edge.
+        let configured = crate::settings::Addresses::of(&configured);
+        store::set_state(tx, "addresses_file", serde_json::to_string(&configured).expect("addresses serialize"))?;
+        crate::settings::save_addresses(tx, &addresses, "restore", now)?;
+        store::set_state(tx, "edge_url", edge_url.as_str())?;
+        store::set_state(tx, "archive_version", i64::try_from(archive_version).unwrap_or(i64::MAX))?;
+        let batch = store::get_state(tx, "batch")?.max(i64::try_from(fetched.batch).unwrap_or(i64::MAX));
+        store::set_state(tx, "batch", batch)?;
+        Ok(())
+    })?;
+    drop(db);
+    let (_config, db, signer) = crate::serve::open(dir)?;
+    db.write_blocking(|tx| {
+        seed_streams(tx, &fetched.items)?;
+        if options.from_snapshots {
+            rebuild_nodes(tx, &edge, &mut report.notes, now)?;
+            if let Some((_, snapshot)) = edge.snapshots.values().next() {
+                restore_profile(tx, &signer, &snapshot.profile)?;
+            }
+            report.notes.push(
+                "not in snapshots, so not recovered: the owner account and its second factor (a new setup link is printed at start), API tokens, user notes, the duration of users not started yet, daily usage history, node masquerade settings, the audit log".into(),
+            );
+        } else {
+            update_nodes(tx, &edge)?;
+        }
+        if let Some(settings) = &edge.settings {
+            store::set_state(tx, "ua_rules", serde_json::to_string(&settings.ua_rules).expect("rules serialize"))?;
+        }
+        report.users = merge_users(tx, &signer, &edge, &mut report.notes, now)?;
+        for (node, seq) in &edge.acks {
+            tx.execute(
+                "UPDATE nodes SET usage_digest = NULL, usage_seq = ?2 WHERE id = ?1 AND usage_seq < ?2",
+                params![node, seq],
+            )?;
+        }
+        report.nodes = tx.query_row("SELECT count(*) FROM nodes", [], |row| row.get(0))?;
+        report.signed = republish(tx, &signer, now)?;
+        Ok(())
+    })?;
+    if edge.rejected > 0 {
+        report.notes.push(format!(
+            "{} envelopes at the edge did not verify against the root key and were left out",
+            edge.rejected
+        ));
+    }
+    Ok(report)
+}
+
+/// The edge's envelopes become the streams' current versions, so everything signed from now
+/// on is above what the edge and nodes hold.
+fn seed_streams(tx: &Connection, items: &[ExportItem]) -> Result<(), Error> {
+    let mut insert = tx.prepare(
+        "INSERT INTO streams (name, version, digest, body_sha256, envelope, expires) VALUES (?1, ?2, ?3, NULL, ?4, 0)
+         ON CONFLICT (name) DO UPDATE SET version = max(version, excluded.version), digest = excluded.digest,
+           body_sha256 = NULL, envelope = excluded.envelope",
+    )?;
+    for item in items {
+        let digest = item
+            .envelope
+            .as_deref()
+            .and_then(|bytes| Envelope::decode(bytes, usize::MAX).ok())
+            .map(|envelope| envelope.digest());
+        insert.execute(params![item.stream, item.version, digest, item.envelope])?;
+    }
+    Ok(())
+}
+
+/// Signs every user, credential set, node record and the edge settings again.
+fn republish(tx: &Connection, signer: &Signer, now: u64) -> Result<usize, Error> {
+    let mut signed = publish::republish_users(tx, signer, now)?;
+    let nodes: Vec<(NodeId, Option<[u8; 32]>)> = tx
+        .prepare("SELECT id, public_key FROM nodes")?
+        .query_map([], |row| Ok((row.get(0)?, row.get(1)?)))?
+        .collect::<Result<_, _>>()?;
+    for (node, key) in nodes {
+        signed += usize::from(publish::publish_creds(tx, signer, node, now, true)?);
+        let key = key.and_then(|k| PublicKey::from_bytes(&k).ok());
+        if key.is_some() {
+            publish::publish_node_record(tx, signer, node, key, now)?;
+            signed += 1;
+        }
+    }
+    let rules = crate::settings::ua_rules(tx)?;
+    publish::publish_edge_settings(tx, signer, &EdgeSettings { ua_rules: rules }, now)?;
+    Ok(signed + 1)
+}
+
+/// From an archive: node keys enrolled (or nodes removed) after it was made.
+fn update_nodes(tx: &Connection, edge: &Edge) -> Result<(), Error> {
+    for (node, key) in &edge.node_keys {
+        match key {
+            Some(key) => {
+                tx.execute(
+                    "UPDATE nodes SET public_key = ?2, enroll_hash = NULL WHERE id = ?1",
+                    params![node, key.to_bytes()],
+                )?;
+            }
+            None => {
+                tx.execute("DELETE FROM nodes WHERE id = ?1", [node])?;
+            }
+        }
+    }
+    Ok(())
+}
+
+/// From snapshots: nodes, with their addresses from the endpoints of the users they let in,
+/// and groups that give every user the nodes it had.
+fn rebuild_nodes(tx: &Connection, edge: &Edge, notes: &mut Vec<String>, now: u64) -> Result<(), Error> {
+    // An active user's endpoints are the enrolled nodes whose sets hold it, in node order.
+    let mut endpoints: BTreeMap<NodeId, Endpoint> = BTreeMap::new();
+    for (user, (_, snapshot)) in &edge.snapshots {
+        let reach: Vec<NodeId> =
+            edge.creds.iter().filter(|(_, users)| users.iter().any(|(u, _)| u == user)).map(|(n, _)| *n).collect();
+        if !reach.is_empty() && reach.len() == snapshot.endpoints.len() {
+            for (node, endpoint) in reach.iter().zip(&snapshot.endpoints) {
+                endpoints.entry(*node).or_insert_with(|| endpoint.clone());
+            }
+        }
+    }
+    // Nodes with the same users share a group; the largest set is `default`.
+    let mut sets: BTreeMap<Vec<UserId>, Vec<NodeId>> = BTreeMap::new();
+    for (node, key) in &edge.node_keys {
+        if key.is_none() {
+            continue;
+        }
+        let users: Vec<UserId> =
+            edge.creds.get(node).map(|u| u.iter().map(|(id, _)| *id).collect()).unwrap_or_default();
+        sets.entry(users).or_default().push(*node);
+    }
+    let mut order: Vec<(&Vec<UserId>, &Vec<NodeId>)> = sets.iter().collect();
+    order.sort_by_key(|(users, nodes)| std::cmp::Reverse((nodes.len(), users.len())));
+    let default: i64 = tx.query_row("SELECT id FROM groups WHERE name = 'default'", [], |row| row.get(0))?;
+    for (at, (_, nodes)) in order.iter().enumerate() {
+        let group = if at == 0 {
+            default
+        } else {
+            tx.execute(
+                "INSERT INTO groups (name, note) VALUES (?1, 'rebuilt by a restore')",
+                [format!("restored-{at}")],
+            )?;
+            tx.last_insert_rowid()
+        };
+        for node in *nodes {
+            let key = edge.node_keys[node].expect("only enrolled nodes are grouped");
+            let (name, host, port, hop, sni, insecure, cert, spki, obfs) = match endpoints.get(node) {
+                Some(e) => (
+                    e.name.clone(),
+                    e.host.clone(),
+                    e.port,
+                    e.hop,
+                    e.sni.clone().unwrap_or_default(),
+                    e.insecure,
+                    e.cert_sha256,
+                    e.spki_sha256,
+                    e.obfs.clone().unwrap_or_default(),
+                ),
+                None => {
+                    notes.push(format!(
+                        "node {node}: no user reaches it, so no snapshot holds its address; set it with PATCH /nodes/{node}"
+                    ));
+                    (
+                        format!("node-{node}"),
+                        "unknown.invalid".to_owned(),
+                        443,
+                        None,
+                        String::new(),
+                        true,
+                        None,
+                        None,
+                        String::new(),
+                    )
+                }
+            };
+            tx.execute(
+                "INSERT INTO nodes (id, name, host, port, hop_start, hop_end, sni, tls, cert_sha256, spki_sha256, obfs,
+                                    public_key, created)
+                 VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13)",
+                params![
+                    node,
+                    name,
+                    host,
+                    port,
+                    hop.map_or(0, |h| h.start),
+                    hop.map_or(0, |h| h.end),
+                    sni,
+                    if insecure { "self_signed" } else { "operator" },
+                    cert,
+                    spki,
+                    obfs,
+                    key.to_bytes(),
+                    now
+                ],
+            )?;
+            tx.execute("INSERT INTO node_groups (node_id, group_id) VALUES (?1, ?2)", params![node, group])?;
+        }
+    }
+    Ok(())
+}
+
+/// From snapshots: the subscription profile every snapshot carries becomes the one in force.
+fn restore_profile(tx: &Connection, signer: &Signer, profile: &Profile) -> Result<(), Error> {
+    store::set_state(tx, "profile", serde_json::to_string(profile).expect("profile serializes"))?;
+    let file = signer.profile.read().expect("profile lock").clone();
+    store::set_state(tx, "profile_file", serde_json::to_string(&file).expect("profile serializes"))?;
+    *signer.profile.write().expect("profile lock") = profile.clone();
+    Ok(())
+}
+
+/// Brings users up to date with their snapshots: new ones are added, changed ones take the
+/// snapshot's link, credential, limits and usage (usage never goes down), and users whose
+/// link was deleted with no other snapshot of theirs were deleted after the archive. Returns
+/// how many users there are.
+fn merge_users(
+    tx: &Connection,
+    signer: &Signer,
+    edge: &Edge,
+    notes: &mut Vec<String>,
+    now: u64,
+) -> Result<usize, Error> {
+    let groups_of_nodes = |nodes: &[NodeId]| -> Result<BTreeSet<i64>, Error> {
+        let mut groups = BTreeSet::new();
+        let mut query = tx.prepare_cached("SELECT group_id FROM node_groups WHERE node_id = ?1")?;
+        for node in nodes {
+            for group in query.query_map([node], |row| row.get(0))? {
+                groups.insert(group?);
+            }
+        }
+        Ok(groups)
+    };
+    let names: BTreeMap<String, NodeId> = tx
+        .prepare("SELECT name, id FROM nodes")?
+        .query_map([], |row| Ok((row.get(0)?, row.get(1)?)))?
+        .collect::<Result<_, _>>()?;
+    let mut renamed = 0;
+    for (user, (token, snapshot)) in &edge.snapshots {
+        let existing: Option<(u64, u64)> = tx
+            .query_row("SELECT used_up, used_down FROM users WHERE id = ?1", [user], |row| {
+                Ok((row.get(0)?, row.get(1)?))
+            })
+            .optional()?;
+        let taken: Option<UserId> = tx
+            .query_row("SELECT id FROM users WHERE name = ?1 AND id != ?2", params![snapshot.name, user], |row| {
+                row.get(0)
+            })
+            .optional()?;
+        let name = match taken {
+            Some(_) => {
+                renamed += 1;
+                format!("{} (restored {user})", snapshot.name)
+            }
+            None => snapshot.name.clone(),
+        };
+        let credential = snapshot.credential.as_bytes();
+        let enabled = snapshot.status != Status::Disabled;
+        let reset = publish::reset_name(snapshot.reset);
+        match existing {
+            Some((up, down)) => {
+                tx.execute(
+                    "UPDATE users SET name = ?2, token_hash = ?3, token_enc = ?4, credential_enc = ?5, credential_hash = ?6,
+                       quota = ?7, used_up = ?8, used_down = ?9, reset = ?10, expires_at = ?11, enabled = ?12, updated = ?13
+                     WHERE id = ?1",
+                    params![
+                        user,
+                        name,
+                        token.hash(),
+                        signer.vault.seal(Purpose::Token, token.as_bytes()),
+                        signer.vault.seal(Purpose::Credential, credential),
+                        sha256(credential),
+                        snapshot.quota,
+                        up.max(snapshot.used_up),
+                        down.max(snapshot.used_down),
+                        reset,
+                        snapshot.expires_at,
+                        enabled,
+                        now
+                    ],
+                )?;
+            }
+            None => {
+                tx.execute(
+                    "INSERT INTO users (id, name, token_hash, token_enc, credential_enc, credential_hash, quota, used_up,
+                                        used_down, reset, next_reset, expires_at, enabled, created, updated)
+                     VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14, ?14)",
+                    params![
+                        user,
+                        name,
+                        token.hash(),
+                        signer.vault.seal(Purpose::Token, token.as_bytes()),
+                        signer.vault.seal(Purpose::Credential, credential),
+                        sha256(credential),
+                        snapshot.quota,
+                        snapshot.used_up,
+                        snapshot.used_down,
+                        reset,
+                        publish::next_reset(snapshot.reset, now),
+                        snapshot.expires_at,
+                        enabled,
+                        now
+                    ],
+                )?;
+                let reach: Vec<NodeId> =
+                    snapshot.endpoints.iter().filter_map(|e| names.get(&e.name).copied()).collect();
+                let mut groups = groups_of_nodes(&reach)?;
+                if groups.is_empty() {
+                    groups.insert(tx.query_row("SELECT id FROM groups WHERE name = 'default'", [], |row| row.get(0))?);
+                }
+                for group in groups {
+                    tx.execute("INSERT INTO user_groups (user_id, group_id) VALUES (?1, ?2)", params![user, group])?;
+                }
+            }
+        }
+    }
+    if renamed > 0 {
+        notes.push(format!(
+            "{renamed} users had a name another user took since; they were renamed \"<name> (restored <id>)\""
+        ));
+    }
+    // Deleted after the archive: the link is gone from the edge and no snapshot has the user.
+    let stale: Vec<(UserId, Digest)> = tx
+        .prepare("SELECT id, token_hash FROM users")?
+        .query_map([], |row| Ok((row.get(0)?, row.get(1)?)))?
+        .collect::<Result<_, _>>()?;
+    let mut deleted = 0;
+    for (user, hash) in stale {
+        if !edge.snapshots.contains_key(&user) && edge.deleted_links.contains(&hash) {
+            tx.execute("DELETE FROM users WHERE id = ?1", [user])?;
+            deleted += 1;
+        }
+    }
+    if deleted > 0 {
+        notes.push(format!("{deleted} users in the archive were deleted after it was made, and stay deleted"));
+    }
+    let missing = tx.query_row("SELECT count(*) FROM users", [], |row| row.get::<_, i64>(0))? as usize;
+    let without_link = missing.saturating_sub(edge.snapshots.len());
+    if without_link > 0 {
+        notes.push(format!(
+            "{without_link} users have no snapshot at the edge (never pushed?); they were kept as archived"
+        ));
+    }
+    Ok(missing)
+}
+
+/// Prints what a restore did.
+pub(crate) fn print(report: &Report, dir: &Path) {
+    println!("Restored control into {}", dir.display());
+    if let Some((version, created)) = report.archive {
+        println!("  from archive v{version}, made {} s before the restore", now().saturating_sub(created));
+    } else {
+        println!("  from the signed snapshots and credential sets at the edge");
+    }
+    println!(
+        "  {} users, {} nodes; {} envelopes signed again above the edge's versions",
+        report.users, report.nodes, report.signed
+    );
+    for note in &report.notes {
+        println!("  note: {note}");
+    }
+    println!("Start it with `hearth-control serve --data-dir {}` on the address nodes know.", dir.display());
+}
