@@ -493,6 +493,20 @@ pub(crate) fn publish_creds(
     put_plain(conn, signer, target, CREDS_LIFETIME, &set.encode(), true, now, force)
 }
 
+/// Signs `node`'s set again above `held`, the version the node says it holds, when that is
+/// above the stream's (after a restore from a state older than what nodes saw). Returns
+/// whether it signed.
+pub(crate) fn raise_creds(conn: &Connection, signer: &Signer, node: NodeId, held: u64, now: u64) -> Result<bool, Error> {
+    let name = stream::creds(node);
+    let current = stream_state(conn, &name)?.map_or(0, |(version, _, _)| version);
+    // Far above anything signed here is not a set this control's keys made: left alone.
+    if held <= current || held > current.saturating_add(1 << 32) {
+        return Ok(false);
+    }
+    conn.prepare_cached("UPDATE streams SET version = ?2 WHERE name = ?1")?.execute(params![name, held])?;
+    publish_creds(conn, signer, node, now, true)
+}
+
 /// Signs the node's registration for the edge (its key, or `None` once removed).
 pub(crate) fn publish_node_record(
     conn: &Connection,

@@ -115,7 +115,20 @@ async fn creds(
         return response;
     }
     let now_s = now();
-    let _ = app.db.write(move |tx| node_store::seen(tx, node, now_s)).await;
+    let state = app.clone();
+    let after = query.after;
+    let seen = app
+        .db
+        .write(move |tx| {
+            node_store::seen(tx, node, now_s)?;
+            // A node holding a later set than control has (control was restored from an older
+            // state): the set is signed again above it, so the node takes it.
+            publish::raise_creds(tx, &state.signer, node, after, now_s)
+        })
+        .await;
+    if let Err(e) = seen {
+        return e.into_response();
+    }
     let deadline = tokio::time::Instant::now() + Duration::from_secs(query.wait.min(MAX_WAIT));
     let mut changes = app.creds.subscribe();
     let mut stopping = app.stopping.subscribe();

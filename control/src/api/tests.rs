@@ -433,6 +433,14 @@ async fn nodes_enroll_pull_and_report_usage_exactly_once() {
         .unwrap();
     let unchanged = node_get(&client, node, &key, &format!("/nodes/{node}/creds?after={held}")).await;
     assert_eq!(unchanged.status, StatusCode::NO_CONTENT);
+    // A node that holds a later set than control (control restored from an older state) gets
+    // the set signed again above it.
+    let ahead = held + 50;
+    let raised = node_get(&client, node, &key, &format!("/nodes/{node}/creds?after={ahead}")).await;
+    assert_eq!(raised.status, StatusCode::OK);
+    let held = Envelope::decode(&raised.body, Kind::CredentialSet.max_len()).unwrap().header.version;
+    assert_eq!(held, ahead + 1);
+    assert_eq!(set_of(&raised).users().len(), 1);
     // A forged or missing signature is refused.
     let other = SecretKey::generate(Role::Node, &mut rand_core::OsRng).unwrap();
     assert_eq!(node_get(&client, node, &other, &format!("/nodes/{node}/creds")).await.status, StatusCode::UNAUTHORIZED);
