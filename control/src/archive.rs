@@ -184,12 +184,18 @@ async fn push_once(app: &Arc<App>, base: &str) -> Result<usize, String> {
     Ok(size)
 }
 
-/// Pushes the archive to the edge once changes have settled, and on a schedule.
+/// Pushes the archive to the edge once changes have settled, and on a schedule; also hands
+/// the edge the release being rolled out.
 pub(crate) async fn archiver(app: Arc<App>, mut shutdown: watch::Receiver<bool>) {
     let tick = Duration::from_secs(1);
     let (mut archived, mut seen, mut changed_at, mut last_push) = (None, None, now(), 0u64);
     let mut failures = 0u32;
     loop {
+        if let Some(base) = app.edge_url()
+            && let Err(e) = crate::releases::sync_edge(&app, &base).await
+        {
+            tracing::warn!(error = %e, "could not hand the release to the edge; retrying");
+        }
         if let Some(base) = app.edge_url()
             && let Ok(Some(current)) = app.db.read(marker).await
         {

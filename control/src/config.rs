@@ -14,6 +14,7 @@
 //! | `metrics_token` | `HEARTH_METRICS_TOKEN` | none | lets a scraper read `/metrics` without an admin session |
 //! | `archive_after_secs` | `HEARTH_ARCHIVE_AFTER_SECS` | `30` | a change is archived to the edge once nothing else changed for this long |
 //! | `archive_every_secs` | `HEARTH_ARCHIVE_EVERY_SECS` | `3600` | the archive is also pushed this often (usage moves without changes) |
+//! | `release_timeout_secs` | `HEARTH_RELEASE_TIMEOUT_SECS` | `900` | a node told to run a release must run it within this long, or the rollout stops |
 //! | `[profile]` | | | `title`, `announce`, `support_url`, `update_interval_hours`: what apps show |
 
 use std::net::SocketAddr;
@@ -42,6 +43,7 @@ struct FileConfig {
     metrics_token: Option<String>,
     archive_after_secs: Option<u64>,
     archive_every_secs: Option<u64>,
+    release_timeout_secs: Option<u64>,
     #[serde(default)]
     profile: ProfileConfig,
 }
@@ -121,6 +123,8 @@ pub(crate) struct Config {
     pub(crate) archive_after_secs: u64,
     /// The longest time between two archives.
     pub(crate) archive_every_secs: u64,
+    /// How long a node told to run a release has to run it.
+    pub(crate) release_timeout_secs: u64,
     pub(crate) profile: Profile,
     pub(crate) edge: EdgeSettings,
     pub(crate) root: PublicKey,
@@ -238,6 +242,7 @@ impl Config {
         };
         let archive_after_secs = seconds("HEARTH_ARCHIVE_AFTER_SECS", file.archive_after_secs, 30)?.max(1);
         let archive_every_secs = seconds("HEARTH_ARCHIVE_EVERY_SECS", file.archive_every_secs, 3600)?.max(60);
+        let release_timeout_secs = seconds("HEARTH_RELEASE_TIMEOUT_SECS", file.release_timeout_secs, 900)?.max(10);
         let profile = file.profile;
         if profile.title.trim().is_empty() || profile.title.len() > 100 {
             bail!("profile.title must be 1 to 100 bytes");
@@ -254,6 +259,7 @@ impl Config {
             metrics_token,
             archive_after_secs,
             archive_every_secs,
+            release_timeout_secs,
             profile: Profile {
                 title: profile.title,
                 announce: optional(profile.announce),

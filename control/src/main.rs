@@ -16,6 +16,7 @@ mod keyring;
 #[allow(clippy::result_large_err)]
 mod metrics;
 mod publish;
+mod releases;
 mod restore;
 mod secrets;
 mod serve;
@@ -90,6 +91,11 @@ enum Command {
         /// archive predates a key rotation).
         #[arg(long)]
         root_key: Option<PathBuf>,
+    },
+    /// Signed node releases.
+    Release {
+        #[command(subcommand)]
+        command: ReleaseCommand,
     },
     /// Keys of the data directory.
     Keys {
@@ -187,6 +193,37 @@ enum NodeCommand {
 }
 
 #[derive(Subcommand)]
+enum ReleaseCommand {
+    /// Sign node binaries as a release. Without --out it is added to this control at once;
+    /// with --out (on the machine that keeps the release key) it is written to a directory
+    /// for `release add`.
+    Sign {
+        /// The release key file (default: the data directory's).
+        #[arg(long)]
+        key: Option<PathBuf>,
+        /// The version, like 0.2.0: nodes take only a newer one.
+        #[arg(long)]
+        version: String,
+        /// How long nodes accept it, like 30d.
+        #[arg(long, default_value = "30d")]
+        expires: String,
+        /// Write the signed release here instead of adding it.
+        #[arg(long)]
+        out: Option<PathBuf>,
+        /// The hearth-node binaries: paths to ELF executables, or os-arch=path.
+        #[arg(required = true)]
+        binaries: Vec<String>,
+    },
+    /// Add a release signed elsewhere (a directory `release sign --out` wrote).
+    Add {
+        /// The directory.
+        dir: PathBuf,
+    },
+    /// List releases and their rollouts.
+    List,
+}
+
+#[derive(Subcommand)]
 enum KeysCommand {
     /// Show every key's id and public key, after checking the records against the root.
     Show,
@@ -236,6 +273,7 @@ fn main() -> Result<()> {
             let report = restore::run(&cli.data_dir, &options)?;
             restore::print(&report, &cli.data_dir);
         }
+        Command::Release { command } => release_command(&cli.data_dir, command)?,
         Command::Keys { command: KeysCommand::Rotate { role, root_key, new_root_key } } => {
             let rotated = keyring::rotate(&cli.data_dir, role, &root_key, new_root_key.as_deref(), now())?;
             for r in &rotated {
@@ -263,6 +301,70 @@ fn main() -> Result<()> {
                 for key in keys {
                     println!("{role:<8} {}  {key}  ({source})", key.id());
                 }
+            }
+        }
+    }
+    Ok(())
+}
+
+fn release_command(dir: &std::path::Path, command: ReleaseCommand) -> Result<()> {
+    let now = now();
+    match command {
+        ReleaseCommand::Sign { key, version, expires, out, binaries } => {
+            let key_path = key.unwrap_or_else(|| keyring::Paths::new(dir).secret(Role::Release));
+            let key = hearth_shared::keys::SecretKey::load(&key_path, Role::Release)
+                .with_context(|| format!("loading the release key from {}", key_path.display()))?;
+            let binaries = binaries.iter().map(|spec| releases::read_binary(spec)).collect::<Result<Vec<_>>>()?;
+            let lifetime = releases::parse_lifetime(&expires)?;
+            let envelope = releases::sign(&key, &version, lifetime, &binaries, now)?;
+            for b in &binaries {
+                println!(
+                    "{}/{}  {} bytes  sha256 {}",
+                    b.os,
+                    b.arch,
+                    b.bytes.len(),
+                    hex::encode(hearth_shared::sha256(&b.bytes))
+                );
+            }
+            match out {
+                Some(out) => {
+                    releases::write_dir(&out, &envelope, &binaries)?;
+                    println!(
+                        "release {version} signed into {}; on control: hearth-control release add {}",
+                        out.display(),
+                        out.display()
+                    );
+                }
+                None => {
+                    let files: Vec<(String, Vec<u8>)> = binaries
+                        .into_iter()
+                        .map(|b| {
+                            (
+                                hearth_shared::release::ReleaseFile { os: b.os, arch: b.arch, len: 0, sha256: [0; 32] }
+                                    .name(),
+                                b.bytes,
+                            )
+                        })
+                        .collect();
+                    let (_, db, _) = serve::open(dir)?;
+                    let (release, _) =
+                        db.write_blocking(|tx| Ok(releases::import(dir, tx, &envelope, &files, now)?))?;
+                    println!(
+                        "release {release} ({version}) added; roll it out from the admin panel or POST /api/releases/{release}/rollout"
+                    );
+                }
+            }
+        }
+        ReleaseCommand::Add { dir: from } => {
+            let (envelope, files) = releases::read_dir(&from)?;
+            let (_, db, _) = serve::open(dir)?;
+            let (release, manifest) = db.write_blocking(|tx| Ok(releases::import(dir, tx, &envelope, &files, now)?))?;
+            println!("release {release} ({}) added", manifest.version);
+        }
+        ReleaseCommand::List => {
+            let (_, db, _) = serve::open(dir)?;
+            for r in db.read_blocking(releases::list)? {
+                println!("{}", serde_json::to_string(&r)?);
             }
         }
     }

@@ -496,7 +496,13 @@ pub(crate) fn publish_creds(
 /// Signs `node`'s set again above `held`, the version the node says it holds, when that is
 /// above the stream's (after a restore from a state older than what nodes saw). Returns
 /// whether it signed.
-pub(crate) fn raise_creds(conn: &Connection, signer: &Signer, node: NodeId, held: u64, now: u64) -> Result<bool, Error> {
+pub(crate) fn raise_creds(
+    conn: &Connection,
+    signer: &Signer,
+    node: NodeId,
+    held: u64,
+    now: u64,
+) -> Result<bool, Error> {
     let name = stream::creds(node);
     let current = stream_state(conn, &name)?.map_or(0, |(version, _, _)| version);
     // Far above anything signed here is not a set this control's keys made: left alone.
@@ -517,6 +523,18 @@ pub(crate) fn publish_node_record(
 ) -> Result<(), Error> {
     let target = (Kind::NodeRecord, stream::node(node), Audience::Edge);
     put_plain(conn, signer, target, RECORD_LIFETIME, &wire::encode(&NodeRecord { node, key }), true, now, false)?;
+    Ok(())
+}
+
+/// Signs `body` on a stream for the edge, when it changed.
+pub(crate) fn put_signed(
+    conn: &Connection,
+    signer: &Signer,
+    target: (Kind, String, Audience),
+    body: &[u8],
+    now: u64,
+) -> Result<(), Error> {
+    put_plain(conn, signer, target, RECORD_LIFETIME, body, true, now, false)?;
     Ok(())
 }
 

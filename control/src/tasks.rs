@@ -329,6 +329,9 @@ pub(crate) fn sweep(
         }
     }
     changes.publish(conn, &app.signer, now)?;
+    if crate::releases::advance(conn, &app.signer, app.config.release_timeout_secs, now)? {
+        touched += 1;
+    }
     if renew {
         let mut query = conn.prepare_cached(
             "SELECT name FROM streams WHERE name LIKE 'creds/%' AND envelope IS NOT NULL AND expires < ?1",

@@ -85,6 +85,52 @@ pub fn check_archive(body: &[u8], trust: &Trust, stored: Option<&StreamState>, n
     Ok(write)
 }
 
+/// A release binary by its name.
+pub type NamedFile = (String, Vec<u8>);
+
+/// Checks the release control hands over: its manifest verifies against the release key the
+/// root certified, is not older than the stored one, and every binary matches it. Gives the
+/// manifest's write and the files to store.
+pub fn check_release(
+    body: &[u8],
+    trust: &Trust,
+    stored: Option<&StreamState>,
+    now: u64,
+) -> Result<(Write, Vec<NamedFile>), Reply> {
+    use hearth_shared::release::{ReleaseBundle, ReleaseManifest};
+    let bad = |why: &str| error(400, "bad_release", why);
+    let bundle: ReleaseBundle = decode(body, "release bundle").map_err(|_| bad("not a release bundle"))?;
+    let expect = Expect { kind: Kind::Release, audience: Audience::Any, stream: stream::RELEASE };
+    let verified =
+        verify(&bundle.manifest, trust, &expect, None, now).map_err(|e| bad(&format!("the manifest: {e}")))?;
+    let manifest = ReleaseManifest::decode(&verified.envelope.body).map_err(|e| bad(&e.to_string()))?;
+    let mut files = Vec::with_capacity(manifest.files.len());
+    for file in &manifest.files {
+        let bytes = bundle
+            .files
+            .iter()
+            .find(|(name, _)| *name == file.name())
+            .map(|(_, bytes)| bytes.to_vec())
+            .ok_or_else(|| bad(&format!("{} is missing", file.name())))?;
+        if !file.matches(&bytes) {
+            return Err(bad(&format!("{} does not match the manifest", file.name())));
+        }
+        files.push((file.name(), bytes));
+    }
+    let write = Write {
+        target: Target::Release,
+        stream: stream::RELEASE.to_owned(),
+        version: verified.envelope.header.version,
+        digest: sha256(&bundle.manifest),
+        envelope: Some(bundle.manifest),
+    };
+    crate::push::decide(&write, stored).map_err(|e| refused(&e))?;
+    Ok((write, files))
+}
+
+/// The largest release bundle taken (a few binaries).
+pub const MAX_RELEASE_BYTES: usize = 64 * 1024 * 1024;
+
 /// How many streams one export page holds.
 pub const EXPORT_PAGE: u32 = 500;
 

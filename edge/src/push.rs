@@ -33,6 +33,10 @@ pub enum Target {
     Archive,
     /// The owner's edge settings (User-Agent rules).
     Settings,
+    /// Which nodes are told to run which release.
+    Rollout,
+    /// The release being rolled out (from `PUT /<api>/release`, never in a push).
+    Release,
 }
 
 /// One stream's new version, checked against the manifest.
@@ -146,6 +150,8 @@ fn target_of(stream: &str) -> Option<(Target, Kind, Audience)> {
         Some((Target::Node(parse_id(id)?), Kind::NodeRecord, Audience::Edge))
     } else if stream == stream::EDGE_SETTINGS {
         Some((Target::Settings, Kind::EdgeSettings, Audience::Edge))
+    } else if stream == stream::ROLLOUT {
+        Some((Target::Rollout, Kind::Rollout, Audience::Edge))
     } else {
         None
     }
@@ -290,4 +296,11 @@ pub fn apply_node_record(trust: &mut Trust, write: &Write) -> Result<(), PushErr
         None => trust.remove_node(node),
     }
     Ok(())
+}
+
+/// Whether a stored rollout envelope tells `node` to run a release; gives the release.
+pub fn release_for(rollout: &[u8], node: NodeId) -> Option<u64> {
+    let body = Envelope::stored_body(rollout)?;
+    let rollout: hearth_shared::release::Rollout = wire::decode(body, "rollout").ok()?;
+    (rollout.release != 0 && rollout.nodes.binary_search(&node).is_ok()).then_some(rollout.release)
 }

@@ -22,6 +22,12 @@ pub enum Route {
     NodeUsage(NodeId),
     /// `GET /<api>/nodes/<id>/ack`: control's latest acknowledgement of the node's reports.
     NodeAck(NodeId),
+    /// `GET /<api>/nodes/<id>/release`: the manifest of the release the node is told to run.
+    NodeRelease(NodeId),
+    /// `GET /<api>/nodes/<id>/release/<file>`: one of its binaries.
+    NodeReleaseFile(NodeId, String),
+    /// `PUT /<api>/release`: control hands over the release being rolled out.
+    ReleasePut,
     /// `GET /<api>/usage?after=<cursor>`: control drains the usage queue.
     UsageDrain {
         /// Everything up to here was received by control.
@@ -62,6 +68,11 @@ pub fn route(config: &EdgeConfig, method: &str, path: &str, query: &str) -> Rout
             },
             ("POST", ["nodes", id, "usage"]) => id.parse().map_or(Route::Unknown, Route::NodeUsage),
             ("GET", ["nodes", id, "ack"]) => id.parse().map_or(Route::Unknown, Route::NodeAck),
+            ("GET", ["nodes", id, "release"]) => id.parse().map_or(Route::Unknown, Route::NodeRelease),
+            ("GET", ["nodes", id, "release", file]) => {
+                id.parse().map_or(Route::Unknown, |node| Route::NodeReleaseFile(node, (*file).to_owned()))
+            }
+            ("PUT", ["release"]) => Route::ReleasePut,
             ("GET", ["usage"]) => Route::UsageDrain { after: query_u64(query, "after").unwrap_or(0) },
             ("PUT", ["archive"]) => Route::ArchivePut,
             ("GET", ["archive"]) => Route::ArchiveGet,
@@ -96,6 +107,14 @@ mod tests {
             ("GET", format!("{api}/nodes/4/creds"), "after=9", Route::NodeCreds { node: 4, after: 9 }),
             ("GET", format!("{api}/nodes/x/creds"), "", Route::Unknown),
             ("GET", format!("{api}/nodes/4/ack"), "", Route::NodeAck(4)),
+            ("GET", format!("{api}/nodes/4/release"), "", Route::NodeRelease(4)),
+            (
+                "GET",
+                format!("{api}/nodes/4/release/hearth-node-linux-x86_64"),
+                "",
+                Route::NodeReleaseFile(4, "hearth-node-linux-x86_64".into()),
+            ),
+            ("PUT", format!("{api}/release"), "", Route::ReleasePut),
             ("POST", format!("{api}/nodes/4/usage"), "", Route::NodeUsage(4)),
             ("GET", format!("{api}/usage"), "after=12", Route::UsageDrain { after: 12 }),
             ("PUT", format!("{api}/archive"), "", Route::ArchivePut),

@@ -39,6 +39,12 @@ pub(crate) struct Agent {
     /// The edge to fall back to: the one enrolled with, or the one control named since
     /// (kept in `edge.url`, which wins over `node.toml`).
     pub(crate) edge_url: Mutex<Option<String>>,
+    /// The release the last pull named.
+    pub(crate) offered: Mutex<u64>,
+    /// Set when a new binary is in place: the server stops and asks to be started again.
+    pub(crate) restart: tokio::sync::watch::Sender<bool>,
+    /// When this process started (a new release must run healthy for a while).
+    pub(crate) started: std::time::Instant,
 }
 
 /// The file that keeps the edge control last named (empty: none).
@@ -175,12 +181,17 @@ impl Agent {
     async fn pull_from(&self, client: &reqwest::Client, base: &str, wait: u64, from_control: bool) -> Result<Pulled> {
         let after = self.held.lock().expect("held lock").map_or(0, |s| s.version);
         let node = self.settings.node;
-        let response = self
+        let mut request = self
             .signed(client, reqwest::Method::GET, base, &format!("/nodes/{node}/creds?after={after}&wait={wait}"))
-            .timeout(Duration::from_secs(wait + 15))
-            .send()
-            .await
-            .map_err(|e| anyhow::anyhow!("{:#}", anyhow::Error::from(e.without_url())))?;
+            .header(nodeauth::NODE_VERSION_HEADER, crate::update::version_header(&self.state))
+            .timeout(Duration::from_secs(wait + 15));
+        if let Some(status) = crate::update::status(&self.state) {
+            request = request.header(nodeauth::NODE_UPDATE_HEADER, status);
+        }
+        let response =
+            request.send().await.map_err(|e| anyhow::anyhow!("{:#}", anyhow::Error::from(e.without_url())))?;
+        let offered = response.headers().get(nodeauth::RELEASE_HEADER).and_then(|v| v.to_str().ok()?.parse().ok());
+        *self.offered.lock().expect("offered lock") = offered.unwrap_or(0);
         if from_control && let Some(named) = response.headers().get(nodeauth::EDGE_HEADER).and_then(|v| v.to_str().ok())
         {
             self.learn_edge(named);
@@ -287,6 +298,74 @@ impl Agent {
         Ok(true)
     }
 
+    /// After an answered pull: keeps a new release that ran healthy long enough, or takes the
+    /// release the answer named, from where the answer came.
+    async fn after_pull(&self, client: &reqwest::Client, base: &str) {
+        if let Some(pending) = crate::update::pending(&self.state) {
+            if self.started.elapsed() >= Duration::from_secs(self.settings.update_health_secs)
+                && let Err(e) = crate::update::confirm(&self.state, &pending)
+            {
+                tracing::error!(error = %e, "could not keep the new release");
+            }
+            return;
+        }
+        let release = *self.offered.lock().expect("offered lock");
+        if crate::update::wants(&self.state, release) {
+            match self.update(client, base, release).await {
+                crate::update::Outcome::Installed => {
+                    tracing::info!(release, "the new release is in place; restarting into it");
+                    let _ = self.restart.send(true);
+                }
+                crate::update::Outcome::Refused(reason) => crate::update::refused(&self.state, release, &reason),
+                crate::update::Outcome::Retry(why) => tracing::warn!(release, %why, "could not fetch the release yet"),
+            }
+        }
+    }
+
+    /// Fetches, checks and installs `release`.
+    async fn update(&self, client: &reqwest::Client, base: &str, release: u64) -> crate::update::Outcome {
+        use crate::update::Outcome;
+        let node = self.settings.node;
+        let fetch = |rest: String, timeout: u64| async move {
+            let response = self
+                .signed(client, reqwest::Method::GET, base, &rest)
+                .timeout(Duration::from_secs(timeout))
+                .send()
+                .await
+                .map_err(|e| format!("{:#}", anyhow::Error::from(e.without_url())))?;
+            if !response.status().is_success() {
+                return Err(format!("answered {}", response.status()));
+            }
+            response.bytes().await.map(|b| b.to_vec()).map_err(|e| e.to_string())
+        };
+        let manifest = match fetch(format!("/nodes/{node}/release"), 60).await {
+            Ok(bytes) => bytes,
+            Err(why) => return Outcome::Retry(why),
+        };
+        let (running, _) = crate::update::running(&self.state);
+        let trust = self.trust.lock().expect("trust lock").clone();
+        let (manifest, file) = match crate::update::check_manifest(&manifest, &trust, release, &running, now()) {
+            Ok(checked) => checked,
+            Err(reason) => return Outcome::Refused(reason),
+        };
+        let bytes = match fetch(format!("/nodes/{node}/release/{}", file.name()), 900).await {
+            Ok(bytes) => bytes,
+            Err(why) => return Outcome::Retry(why),
+        };
+        if !file.matches(&bytes) {
+            return Outcome::Refused(hearth_shared::release::Refusal::Tampered.to_string());
+        }
+        let installed = crate::update::executable().and_then(|exe| crate::update::install(&exe, &bytes));
+        if let Err(e) = installed {
+            return Outcome::Refused(format!("could not install the binary: {e:#}"));
+        }
+        let pending = crate::update::Pending { release, version: manifest.version, built: manifest.built };
+        match crate::update::mark_pending(&self.state, &pending) {
+            Ok(()) => Outcome::Installed,
+            Err(e) => Outcome::Refused(format!("could not record the update: {e:#}")),
+        }
+    }
+
     /// Pulls forever: long polls to control, else polls of the edge.
     pub(crate) async fn pull_loop(self: Arc<Self>) {
         let mut failures = 0u32;
@@ -302,9 +381,10 @@ impl Agent {
                 );
             }
             let mut pulled = None;
+            let mut source = None;
             if let (Some(client), Some(base)) = (&self.control, &self.settings.control_url) {
                 match self.pull_from(client, base, 25, true).await {
-                    Ok(result) => pulled = Some(result),
+                    Ok(result) => (pulled, source) = (Some(result), Some((client, base.clone()))),
                     Err(e) => tracing::debug!(error = %e, "control did not answer the pull"),
                 }
             }
@@ -313,9 +393,12 @@ impl Agent {
                 && let Some(base) = self.edge_url()
             {
                 match self.pull_from(&self.edge, &base, 0, false).await {
-                    Ok(result) => pulled = Some(result),
+                    Ok(result) => (pulled, source) = (Some(result), Some((&self.edge, base))),
                     Err(e) => tracing::debug!(error = %e, "the edge did not answer the pull"),
                 }
+            }
+            if let Some((client, base)) = &source {
+                self.after_pull(client, base).await;
             }
             match pulled {
                 Some(Pulled::New(bytes, chain)) => {

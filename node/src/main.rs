@@ -12,7 +12,9 @@ mod proto;
 mod salamander;
 mod server;
 mod state;
+mod supervise;
 mod table;
+mod update;
 
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
@@ -61,6 +63,10 @@ enum Command {
     },
     /// Serve Hysteria2 clients from the state directory.
     Serve,
+    /// Run `serve` and keep it running: start it again when it exits, start a new release
+    /// after a self-update, and put the previous binary back when a new one fails (how
+    /// systemd runs the node).
+    Supervise,
 }
 
 pub(crate) fn now() -> u64 {
@@ -143,7 +149,9 @@ fn endpoint(state: &StateDir, listen: &str, obfs: Option<&str>) -> Result<quinn:
         .context("starting the QUIC endpoint")
 }
 
-fn serve(dir: &Path) -> Result<()> {
+/// Serves until SIGTERM (exit code 0) or until a new release is in place
+/// ([`update::RESTART_CODE`]).
+fn serve(dir: &Path) -> Result<i32> {
     let state = StateDir::new(dir);
     let settings = state.settings()?;
     let trust = state.trust()?;
@@ -173,6 +181,7 @@ fn serve(dir: &Path) -> Result<()> {
         Err(e) => tracing::error!(error = %format!("{e:#}"), "ignoring the stored credential set"),
     }
     let _ = rustls::crypto::ring::default_provider().install_default();
+    let (restart, mut restarting) = tokio::sync::watch::channel(false);
     let agent = if settings.control_url.is_some() || settings.edge_url.is_some() {
         let key = hearth_shared::keys::SecretKey::load(&state.path("node.key"), hearth_shared::keys::Role::Node)
             .with_context(|| format!("loading {}", state.path("node.key").display()))?;
@@ -183,6 +192,9 @@ fn serve(dir: &Path) -> Result<()> {
         let edge = reqwest::Client::builder().connect_timeout(std::time::Duration::from_secs(10)).build()?;
         let edge_url = agent::initial_edge(&StateDir::new(dir), settings.edge_url.as_ref());
         Some(Arc::new(agent::Agent {
+            offered: std::sync::Mutex::new(0),
+            restart: restart.clone(),
+            started: std::time::Instant::now(),
             edge_url: std::sync::Mutex::new(edge_url),
             state: StateDir::new(dir),
             settings: settings.clone(),
@@ -219,7 +231,10 @@ fn serve(dir: &Path) -> Result<()> {
                 Err(e) => tracing::warn!(listen = %settings.metrics_listen, error = %e, "no metrics port"),
             }
         }
-        shutdown_signal().await;
+        let code = tokio::select! {
+            () = shutdown_signal() => 0,
+            _ = restarting.wait_for(|restart| *restart) => update::RESTART_CODE,
+        };
         tracing::info!("shutting down");
         for task in tasks {
             task.abort();
@@ -230,7 +245,7 @@ fn serve(dir: &Path) -> Result<()> {
         endpoint.close(0x100u32.into(), b"shutting down");
         server.abort();
         endpoint.wait_idle().await;
-        Ok(())
+        Ok(code)
     })
 }
 
@@ -249,7 +264,14 @@ fn main() -> Result<()> {
         .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info"));
     tracing_subscriber::fmt().with_env_filter(filter).with_writer(std::io::stderr).init();
     match cli.command {
-        Command::Serve => serve(&cli.state),
+        Command::Serve => {
+            let code = serve(&cli.state)?;
+            if code != 0 {
+                std::process::exit(code);
+            }
+            Ok(())
+        }
+        Command::Supervise => supervise::run(&cli.state),
         Command::Enroll { control, api_prefix, token, control_pin, listen, allow_private } => {
             let _ = rustls::crypto::ring::default_provider().install_default();
             let request = enroll::Request {

@@ -46,6 +46,14 @@ pub(crate) struct Settings {
     /// Where `/healthz` and `/metrics` answer (empty: nowhere).
     #[serde(default = "default_metrics")]
     pub(crate) metrics_listen: String,
+    /// How long a new release must run healthy before it is kept (else the supervisor puts
+    /// the previous binary back).
+    #[serde(default = "default_health")]
+    pub(crate) update_health_secs: u64,
+}
+
+fn default_health() -> u64 {
+    60
 }
 
 fn default_metrics() -> String {

@@ -45,10 +45,13 @@ pub enum Kind {
     UsageAck,
     /// Control's encrypted state archive (opaque to everyone but the recovery key).
     Archive,
-    /// A signed node release manifest.
+    /// A node release manifest ([`crate::release::ReleaseManifest`]), signed by the release
+    /// key.
     Release,
     /// The operator's edge settings ([`crate::wire::EdgeSettings`]): User-Agent rules.
     EdgeSettings,
+    /// Which nodes control told to take a release ([`crate::release::Rollout`]).
+    Rollout,
 }
 
 impl Kind {
@@ -57,7 +60,7 @@ impl Kind {
         const KIB: usize = 1024;
         match self {
             Kind::KeyRecord | Kind::NodeRecord | Kind::UsageAck => 16 * KIB,
-            Kind::EdgeSettings => 64 * KIB,
+            Kind::EdgeSettings | Kind::Rollout => 64 * KIB,
             Kind::Snapshot => 256 * KIB,
             // 100k users at ~40 bytes each.
             Kind::CredentialSet => 8 * KIB * KIB,

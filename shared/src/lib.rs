@@ -4,8 +4,8 @@
 //! roles ([`keys`]), the one signed container ([`envelope`]) and the trust it is checked
 //! against ([`trust`]), the wire types that travel inside envelopes ([`wire`]), sealing of
 //! per-user snapshots ([`seal`]), rendering of every subscription format ([`render`]),
-//! User-Agent matching ([`agent`]), rate limiting ([`ratelimit`]) and node request
-//! authentication ([`nodeauth`]).
+//! User-Agent matching ([`agent`]), rate limiting ([`ratelimit`]), node request
+//! authentication ([`nodeauth`]) and signed node releases ([`release`]).
 //!
 //! This crate must not depend on an IO runtime (no tokio, axum, rusqlite, quinn or the
 //! Worker runtime) and must build for `wasm32-unknown-unknown`: the Cloudflare Worker links
@@ -18,6 +18,7 @@ pub mod envelope;
 pub mod keys;
 pub mod nodeauth;
 pub mod ratelimit;
+pub mod release;
 pub mod render;
 pub mod seal;
 pub mod trust;

@@ -18,6 +18,17 @@ pub const HEADER: &str = "hearth-node-auth";
 /// [`crate::trust::chain_to_header`]) on every answer to a node's pull.
 pub const KEYS_HEADER: &str = "hearth-key-records";
 
+/// The response header that tells a node, on an answer to its pull, the release it should
+/// run (the version of its [`crate::envelope::Kind::Release`] envelope).
+pub const RELEASE_HEADER: &str = "hearth-release";
+
+/// The request header of a node's pull that says which release it runs.
+pub const NODE_VERSION_HEADER: &str = "hearth-node-version";
+
+/// The request header of a node's pull that says why it refused or rolled back a release
+/// (`<release> <reason>`), until it runs another one.
+pub const NODE_UPDATE_HEADER: &str = "hearth-node-update";
+
 /// The header of control's answers to a node's pull that names the edge in force (empty:
 /// none), so nodes follow a moved edge without enrolling again.
 pub const EDGE_HEADER: &str = "hearth-edge-url";

@@ -409,7 +409,8 @@ fn signer<'t>(trust: &'t Trust, kind: Kind, stream_name: &str) -> (Role, Option<
         | Kind::NodeRecord
         | Kind::UsageAck
         | Kind::Archive
-        | Kind::EdgeSettings => Role::Signing,
+        | Kind::EdgeSettings
+        | Kind::Rollout => Role::Signing,
     };
     if role != Role::Node {
         return (role, trust.role(role));

@@ -65,6 +65,8 @@ pub mod stream {
     pub const RELEASE: &str = "release";
     /// The operator's edge settings.
     pub const EDGE_SETTINGS: &str = "edge-settings";
+    /// Which nodes take which release.
+    pub const ROLLOUT: &str = "rollout";
 }
 
 /// Settings the owner makes in control that the edge applies: its User-Agent rules, checked

@@ -28,9 +28,12 @@ pub struct ControlSim {
     pub signing: SecretKey,
     /// The owner's recovery key.
     pub recovery: RecoverySecret,
+    /// The release key (signs node releases).
+    pub release: SecretKey,
     batch: u64,
     versions: HashMap<String, u64>,
     signing_record: Vec<u8>,
+    release_record: Vec<u8>,
 }
 
 /// One item of a push.
@@ -59,33 +62,44 @@ impl ControlSim {
         let signing = SecretKey::generate(Role::Signing, &mut OsRng).expect("signing key");
         // Made once, as `hearth-control init` writes it once: a record signed again would be
         // the same version with other content, which verifiers refuse.
-        let record = KeyRecord { role: Role::Signing, keys: RoleKeys::single(signing.public()) };
+        let release = SecretKey::generate(Role::Release, &mut OsRng).expect("release key");
         let now = now();
-        let signing_record = Draft {
-            kind: Kind::KeyRecord,
-            stream: stream::keys(Role::Signing),
-            version: 1,
-            epoch: 1,
-            issued: now,
-            expires: now + 10 * 365 * 86_400,
-            audience: Audience::Any,
-            prev: [0; 32],
-        }
-        .sign(wire::encode(&record), &[&root])
-        .encode();
+        let record = |role: Role, key: &SecretKey| {
+            Draft {
+                kind: Kind::KeyRecord,
+                stream: stream::keys(role),
+                version: 1,
+                epoch: 1,
+                issued: now,
+                expires: now + 10 * 365 * 86_400,
+                audience: Audience::Any,
+                prev: [0; 32],
+            }
+            .sign(wire::encode(&KeyRecord { role, keys: RoleKeys::single(key.public()) }), &[&root])
+            .encode()
+        };
+        let signing_record = record(Role::Signing, &signing);
+        let release_record = record(Role::Release, &release);
         ControlSim {
             root,
             signing,
             recovery: RecoverySecret::generate(&mut OsRng),
+            release,
             batch: 0,
             versions: HashMap::new(),
             signing_record,
+            release_record,
         }
     }
 
     /// The root-signed record that certifies the signing key.
     pub fn signing_record(&self) -> Vec<u8> {
         self.signing_record.clone()
+    }
+
+    /// The records control hands out: the signing key's, then the release key's.
+    pub fn key_records(&self) -> Vec<Vec<u8>> {
+        vec![self.signing_record.clone(), self.release_record.clone()]
     }
 
     /// A header expiring in a day.
@@ -148,10 +162,10 @@ impl ControlSim {
             .sign(manifest.encode(), &[&self.signing])
     }
 
-    /// A whole push: the signing key's record, the next manifest, the items.
+    /// A whole push: the key records, the next manifest, the items.
     pub fn push(&mut self, items: &[Item]) -> Vec<u8> {
         let manifest = self.manifest(items).encode();
-        bundle(vec![self.signing_record()], manifest, items.iter().filter_map(|i| i.envelope.clone()).collect())
+        bundle(self.key_records(), manifest, items.iter().filter_map(|i| i.envelope.clone()).collect())
     }
 }
 
@@ -208,4 +222,43 @@ pub fn demo_snapshot(user: u64) -> Snapshot {
             update_interval_hours: 12,
         },
     }
+}
+
+/// A signed release of `files` (os, arch, bytes) at envelope version `version`, signed by
+/// `key`, expiring at `expires`; with the bundle control hands the edge.
+pub fn release(
+    key: &SecretKey,
+    version: u64,
+    name: &str,
+    files: &[(&str, &str, Vec<u8>)],
+    expires: u64,
+) -> (Vec<u8>, Vec<u8>) {
+    use hearth_shared::release::{ReleaseBundle, ReleaseFile, ReleaseManifest};
+    let entries: Vec<ReleaseFile> = files
+        .iter()
+        .map(|(os, arch, bytes)| ReleaseFile {
+            os: (*os).to_owned(),
+            arch: (*arch).to_owned(),
+            len: bytes.len() as u64,
+            sha256: hearth_shared::sha256(bytes),
+        })
+        .collect();
+    let manifest = ReleaseManifest { version: name.to_owned(), built: version, files: entries.clone() };
+    let envelope = Draft {
+        kind: Kind::Release,
+        stream: stream::RELEASE.to_owned(),
+        version,
+        epoch: 1,
+        issued: now().min(expires),
+        expires,
+        audience: Audience::Any,
+        prev: [0; 32],
+    }
+    .sign(wire::encode(&manifest), &[key])
+    .encode();
+    let bundle = ReleaseBundle {
+        manifest: envelope.clone(),
+        files: entries.iter().zip(files).map(|(entry, (_, _, bytes))| (entry.name(), bytes.clone().into())).collect(),
+    };
+    (envelope, wire::encode(&bundle))
 }

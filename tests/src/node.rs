@@ -28,7 +28,7 @@ pub fn state_dir_with(dir: &Path, sim: &ControlSim, node: u64, extra: &str) -> R
         ),
     )?;
     let mut trust = Trust::new(RoleKeys::single(sim.root.public()));
-    trust.accept_key_record(&sim.signing_record(), crate::control_sim::now())?;
+    trust.accept_chain(&sim.key_records(), crate::control_sim::now())?;
     std::fs::write(dir.join("trust.bin"), wire::encode(&trust))?;
     Ok(())
 }

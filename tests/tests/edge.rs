@@ -145,7 +145,8 @@ both!(
     user_agent_rules_from_control_pick_the_format,
     nodes_pull_their_own_set_and_usage_queues_for_control,
     the_archive_round_trips_and_everything_survives_a_restart,
-    everything_stored_comes_back_in_export_pages_for_a_restore
+    everything_stored_comes_back_in_export_pages_for_a_restore,
+    a_release_reaches_the_nodes_the_rollout_names_and_no_other
 );
 
 /// What the edge must send: exactly what `shared` renders for that client.
@@ -417,12 +418,12 @@ async fn nodes_pull_their_own_set_and_usage_queues_for_control(backend: Backend)
     };
     let response = signed_get(&s.http, &s.edge.url, &path, &node_key, 1).send().await.unwrap();
     assert_eq!(response.status(), StatusCode::OK);
-    assert_eq!(records(&response), Some(vec![s.sim.signing_record()]));
+    assert_eq!(records(&response), Some(s.sim.key_records()));
     assert_eq!(response.bytes().await.unwrap().to_vec(), creds_bytes, "served as control signed it");
     let current = format!("/{API}/nodes/1/creds?after=1");
     let response = signed_get(&s.http, &s.edge.url, &current, &node_key, 1).send().await.unwrap();
     assert_eq!(response.status(), StatusCode::NO_CONTENT);
-    assert_eq!(records(&response), Some(vec![s.sim.signing_record()]));
+    assert_eq!(records(&response), Some(s.sim.key_records()));
     // Another node's key, or no signature at all, gets nothing.
     assert_eq!(
         signed_get(&s.http, &s.edge.url, &path, &other_key, 1).send().await.unwrap().status(),
@@ -553,10 +554,7 @@ async fn everything_stored_comes_back_in_export_pages_for_a_restore(backend: Bac
         let response = export(after.clone()).await.unwrap();
         assert_eq!(response.status(), StatusCode::OK);
         let page: hearth_shared::wire::ExportPage = wire::decode(&response.bytes().await.unwrap(), "page").unwrap();
-        assert_eq!(
-            page.keys.as_deref().and_then(hearth_shared::trust::chain_from_header),
-            Some(vec![s.sim.signing_record()])
-        );
+        assert_eq!(page.keys.as_deref().and_then(hearth_shared::trust::chain_from_header), Some(s.sim.key_records()));
         assert_eq!(page.batch, 4, "the last batch applied");
         pages += 1;
         for item in page.items {
@@ -582,6 +580,59 @@ async fn everything_stored_comes_back_in_export_pages_for_a_restore(backend: Bac
     let no_token = s.http.get(format!("{}/{API}/export", s.edge.url)).send().await.unwrap();
     assert_eq!(no_token.status(), StatusCode::UNAUTHORIZED);
     assert_eq!(export("l.x.zz".into()).await.unwrap().status(), StatusCode::BAD_REQUEST);
+}
+
+async fn a_release_reaches_the_nodes_the_rollout_names_and_no_other(backend: Backend) {
+    use hearth_shared::release::Rollout;
+    use hearth_tests::control_sim::release;
+    let mut s = start(backend, &[]);
+    let (one, two) =
+        (SecretKey::generate(Role::Node, &mut OsRng).unwrap(), SecretKey::generate(Role::Node, &mut OsRng).unwrap());
+    let set = CredentialSet::new(1, vec![]).unwrap();
+    let items = [s.sim.node(1, Some(one.public())), s.sim.node(2, Some(two.public())), s.sim.creds(&set)];
+    assert_eq!(s.push_items(&items).await.0, StatusCode::OK);
+
+    // Binaries over a Durable Object row (2 MB): the Worker keeps them in pieces.
+    let binary: Vec<u8> = (0..2_500_000u32).map(|i| (i.wrapping_mul(2_654_435_761) >> 11) as u8).collect();
+    let later = now() + 86_400;
+    let (manifest, bundle) = release(&s.sim.release, 100, "0.2.0", &[("linux", "x86_64", binary.clone())], later);
+    let put =
+        |body: Vec<u8>| s.http.put(format!("{}/{API}/release", s.edge.url)).bearer_auth(PUSH_TOKEN).body(body).send();
+    // Not signed by the release key, or a file that is not the manifest's: refused.
+    let (_, forged) = release(&s.sim.signing, 101, "0.2.0", &[("linux", "x86_64", binary.clone())], later);
+    let answer = put(forged).await.unwrap();
+    assert_eq!(answer.status(), StatusCode::BAD_REQUEST);
+    assert!(answer.text().await.unwrap().contains("release role"));
+    let mut tampered: hearth_shared::release::ReleaseBundle = wire::decode(&bundle, "bundle").unwrap();
+    tampered.files[0].1[7] ^= 1;
+    assert_eq!(put(wire::encode(&tampered)).await.unwrap().status(), StatusCode::BAD_REQUEST);
+    assert_eq!(put(bundle.clone()).await.unwrap().status(), StatusCode::OK);
+    let no_token = s.http.put(format!("{}/{API}/release", s.edge.url)).body(bundle).send().await.unwrap();
+    assert_eq!(no_token.status(), StatusCode::UNAUTHORIZED);
+
+    let (http, url) = (s.http.clone(), s.edge.url.clone());
+    let get = |path: String, key: &SecretKey, node: u64| signed_get(&http, &url, &path, key, node).send();
+    let file = format!("/{API}/nodes/1/release/hearth-node-linux-x86_64");
+    // Before the rollout names node 1, nothing is offered.
+    assert_eq!(get(format!("/{API}/nodes/1/release"), &one, 1).await.unwrap().status(), StatusCode::NOT_FOUND);
+    let rollout = wire::encode(&Rollout { release: 100, nodes: vec![1] });
+    let item = s.sim.item(Kind::Rollout, stream::ROLLOUT.into(), Audience::Edge, rollout);
+    assert_eq!(s.push_items(&[item]).await.0, StatusCode::OK);
+
+    let pulled = get(format!("/{API}/nodes/1/creds?after=0"), &one, 1).await.unwrap();
+    assert_eq!(pulled.headers()[nodeauth::RELEASE_HEADER], "100");
+    let pulled = get(format!("/{API}/nodes/2/creds?after=0"), &two, 2).await.unwrap();
+    assert!(pulled.headers().get(nodeauth::RELEASE_HEADER).is_none(), "node 2 is not in the rollout");
+    let got = get(format!("/{API}/nodes/1/release"), &one, 1).await.unwrap();
+    assert_eq!(got.bytes().await.unwrap().to_vec(), manifest);
+    let got = get(file.clone(), &one, 1).await.unwrap();
+    assert_eq!(got.status(), StatusCode::OK);
+    assert!(got.bytes().await.unwrap().to_vec() == binary, "the binary as signed");
+    assert_eq!(get(format!("/{API}/nodes/2/release"), &two, 2).await.unwrap().status(), StatusCode::NOT_FOUND);
+    assert_eq!(get(file.replace("nodes/1", "nodes/2"), &two, 2).await.unwrap().status(), StatusCode::NOT_FOUND);
+    assert_eq!(get(file.clone(), &two, 1).await.unwrap().status(), StatusCode::UNAUTHORIZED, "another node's key");
+    let other = format!("/{API}/nodes/1/release/hearth-node-linux-riscv64");
+    assert_eq!(get(other, &one, 1).await.unwrap().status(), StatusCode::NOT_FOUND);
 }
 
 #[test]

@@ -58,6 +58,9 @@ pub(super) fn router() -> Router<Arc<App>> {
         .route("/api/nodes/{id}", get(get_node).patch(update_node).delete(delete_node))
         .route("/api/nodes/{id}/enroll-token", post(enroll_token))
         .route("/api/nodes/{id}/usage", get(node_usage))
+        .route("/api/releases", get(list_releases))
+        .route("/api/releases/{version}/rollout", post(start_rollout))
+        .route("/api/releases/{version}/stop", post(stop_rollout))
         .route("/api/groups", get(list_groups).post(create_group))
         .route("/api/groups/{id}", axum::routing::patch(update_group).delete(delete_group))
         .route("/api/tokens", get(list_tokens).post(create_token))
@@ -835,6 +838,42 @@ async fn enroll_token(State(app): State<Arc<App>>, auth: Auth, Path(id): Path<u6
     ok(
         json!({ "enroll_command": app.config.enroll_command(&token), "enroll_expires": now() + node_store::ENROLL_LIFETIME }),
     )
+}
+
+async fn list_releases(State(app): State<Arc<App>>, auth: Auth) -> Reply {
+    auth.need(Scope::Read)?;
+    let releases = app.db.read(crate::releases::list).await.map_err(fail)?;
+    ok(json!({ "releases": releases }))
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RolloutRequest {
+    /// The node that takes the release first.
+    canary: u64,
+}
+
+async fn start_rollout(
+    State(app): State<Arc<App>>,
+    auth: Auth,
+    Path(version): Path<u64>,
+    Body(req): Body<RolloutRequest>,
+) -> Reply {
+    change(&app, &auth, Scope::Admin, move |tx, app, actor, now| {
+        crate::releases::start(tx, &app.signer, version, req.canary, actor, now)
+    })
+    .await?;
+    let releases = app.db.read(crate::releases::list).await.map_err(fail)?;
+    ok(json!({ "releases": releases }))
+}
+
+async fn stop_rollout(State(app): State<Arc<App>>, auth: Auth, Path(version): Path<u64>) -> Reply {
+    change(&app, &auth, Scope::Admin, move |tx, app, actor, now| {
+        crate::releases::stop(tx, &app.signer, version, actor, now)
+    })
+    .await?;
+    let releases = app.db.read(crate::releases::list).await.map_err(fail)?;
+    ok(json!({ "releases": releases }))
 }
 
 async fn list_groups(State(app): State<Arc<App>>, auth: Auth) -> Reply {

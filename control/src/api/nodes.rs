@@ -33,6 +33,8 @@ pub(super) fn router() -> Router<Arc<App>> {
         .route("/enroll", post(enroll))
         .route("/nodes/{id}/creds", get(creds))
         .route("/nodes/{id}/usage", post(usage))
+        .route("/nodes/{id}/release", get(release_manifest))
+        .route("/nodes/{id}/release/{file}", get(release_file))
 }
 
 fn octets(status: StatusCode, bytes: Vec<u8>) -> Response {
@@ -117,10 +119,13 @@ async fn creds(
     let now_s = now();
     let state = app.clone();
     let after = query.after;
+    let said = |name: &str| headers.get(name).and_then(|v| v.to_str().ok()).map(str::to_owned);
+    let (running, update) = (said(nodeauth::NODE_VERSION_HEADER), said(nodeauth::NODE_UPDATE_HEADER));
     let seen = app
         .db
         .write(move |tx| {
             node_store::seen(tx, node, now_s)?;
+            crate::releases::node_says(tx, node, running.as_deref(), update.as_deref())?;
             // A node holding a later set than control has (control was restored from an older
             // state): the set is signed again above it, so the node takes it.
             publish::raise_creds(tx, &state.signer, node, after, now_s)
@@ -139,9 +144,12 @@ async fn creds(
         let state = app.clone();
         // The key records are read with the set, so a set signed by a rotated key always
         // travels with the record that certifies it.
-        match app.db.read(move |c| Ok((publish::envelope(c, &name)?, state.signer.online(c)?))).await {
-            Ok((set, online)) => {
-                keys = Some(online);
+        let read = move |c: &rusqlite::Connection| {
+            Ok((publish::envelope(c, &name)?, state.signer.online(c)?, crate::releases::target(c, node)?))
+        };
+        match app.db.read(read).await {
+            Ok((set, online, target)) => {
+                keys = Some((online, target));
                 if let Some((version, bytes)) = set
                     && version > query.after
                 {
@@ -165,12 +173,66 @@ async fn creds(
     if let Ok(value) = HeaderValue::from_str(&edge) {
         response.headers_mut().insert(nodeauth::EDGE_HEADER, value);
     }
-    if let Some(keys) = keys
-        && let Ok(value) = HeaderValue::from_str(&hearth_shared::trust::chain_to_header(&keys.chain))
-    {
-        response.headers_mut().insert(nodeauth::KEYS_HEADER, value);
+    if let Some((keys, release)) = keys {
+        if let Ok(value) = HeaderValue::from_str(&hearth_shared::trust::chain_to_header(&keys.chain)) {
+            response.headers_mut().insert(nodeauth::KEYS_HEADER, value);
+        }
+        if release != 0 {
+            response.headers_mut().insert(nodeauth::RELEASE_HEADER, HeaderValue::from(release));
+        }
     }
     response
+}
+
+/// The signed manifest of the release a node is told to run.
+async fn release_manifest(
+    State(app): State<Arc<App>>,
+    Path(node): Path<NodeId>,
+    method: Method,
+    OriginalUri(uri): OriginalUri,
+    headers: HeaderMap,
+) -> Response {
+    if let Err(response) = node_auth(&app, node, &method, &uri, &headers).await {
+        return response;
+    }
+    let found = app
+        .db
+        .read(move |c| {
+            let target = crate::releases::target(c, node)?;
+            crate::releases::manifest(c, target)
+        })
+        .await;
+    match found {
+        Ok(Some(manifest)) => octets(StatusCode::OK, manifest),
+        Ok(None) => Error::NotFound("release").into_response(),
+        Err(e) => e.into_response(),
+    }
+}
+
+/// A binary of the release a node is told to run.
+async fn release_file(
+    State(app): State<Arc<App>>,
+    Path((node, file)): Path<(NodeId, String)>,
+    method: Method,
+    OriginalUri(uri): OriginalUri,
+    headers: HeaderMap,
+) -> Response {
+    if let Err(response) = node_auth(&app, node, &method, &uri, &headers).await {
+        return response;
+    }
+    let state = app.clone();
+    let found = app
+        .db
+        .read(move |c| {
+            let target = crate::releases::target(c, node)?;
+            crate::releases::file(&state.config.data_dir, c, target, &file)
+        })
+        .await;
+    match found {
+        Ok(Some(bytes)) => octets(StatusCode::OK, bytes),
+        Ok(None) => Error::NotFound("release file").into_response(),
+        Err(e) => e.into_response(),
+    }
 }
 
 /// A node's signed usage report: applied exactly once, answered with the signed

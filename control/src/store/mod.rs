@@ -28,6 +28,7 @@ const MIGRATIONS: &[&str] = &[
         down    INTEGER NOT NULL,
         PRIMARY KEY (node_id, day)
     ) STRICT, WITHOUT ROWID;",
+    include_str!("releases.sql"),
 ];
 
 /// Readers kept open between requests.

@@ -129,6 +129,8 @@ impl Edge {
             Route::NodeCreds { node, after } => self.node_creds(request, node, after).await,
             Route::NodeUsage(node) => self.node_usage(request, node).await,
             Route::NodeAck(node) => self.node_ack(request, node).await,
+            Route::NodeRelease(node) => self.node_release(request, node, None).await,
+            Route::NodeReleaseFile(node, file) => self.node_release(request, node, Some(&file)).await,
             api if !self.config.push_token.matches(request.header("authorization")) => {
                 tracing::info!(route = ?api, client = %request.client, "refused: bad push token");
                 api::error(401, "unauthorized", "a valid push token is required")
@@ -139,6 +141,7 @@ impl Edge {
                 Err(e) => internal(&e),
             },
             Route::ArchivePut => self.put_archive(request.body).await,
+            Route::ReleasePut => self.put_release(request.body).await,
             Route::Export { after } => match api::ExportCursor::parse(&after) {
                 None => api::bad_cursor(),
                 Some(cursor) => match self.store.export(&cursor, api::EXPORT_PAGE).await {
@@ -273,7 +276,60 @@ impl Edge {
             Ok(None) => {}
             Err(e) => return internal(&e),
         }
+        match self.release_for(node).await {
+            Ok(Some(release)) => reply.headers.push((nodeauth::RELEASE_HEADER, release.to_string())),
+            Ok(None) => {}
+            Err(e) => return internal(&e),
+        }
         reply
+    }
+
+    /// The release the rollout tells `node` to run, if the edge holds it.
+    async fn release_for(&self, node: u64) -> Result<Option<u64>, StoreError> {
+        let Some((_, Some(rollout))) = self.store.stream(stream::ROLLOUT).await? else { return Ok(None) };
+        let Some(release) = push::release_for(&rollout, node) else { return Ok(None) };
+        let held = self.store.stream(stream::RELEASE).await?.map(|(state, _)| state.version);
+        Ok((held == Some(release)).then_some(release))
+    }
+
+    async fn node_release(&self, request: &Request<'_>, node: u64, file: Option<&str>) -> Reply {
+        if let Err(reply) = self.node_auth(request, node) {
+            return reply;
+        }
+        match self.release_for(node).await {
+            Ok(Some(_)) => {}
+            Ok(None) => return api::error(404, "no_release", "this node is not told to run a release"),
+            Err(e) => return internal(&e),
+        }
+        let found = match file {
+            None => self.store.stream(stream::RELEASE).await.map(|row| row.and_then(|(_, envelope)| envelope)),
+            Some(name) => self.store.release_file(name).await,
+        };
+        match found {
+            Ok(Some(bytes)) => Reply::bytes(200, bytes),
+            Ok(None) => api::error(404, "no_release", "the release has no such file"),
+            Err(e) => internal(&e),
+        }
+    }
+
+    async fn put_release(&self, body: &[u8]) -> Reply {
+        if body.len() > api::MAX_RELEASE_BYTES {
+            return api::error(413, "too_large", "the release is over the size limit");
+        }
+        let stored = match self.store.stream(stream::RELEASE).await {
+            Ok(stored) => stored.map(|(state, _)| state),
+            Err(e) => return internal(&e),
+        };
+        let (write, files) = match api::check_release(body, &self.trust(), stored.as_ref(), now_ms() / 1000) {
+            Ok(checked) => checked,
+            Err(reply) => return reply,
+        };
+        match self.store.put_release(&write, &files).await {
+            Ok(true) => Reply::text(200, "stored\n"),
+            Ok(false) => Reply::text(200, "unchanged\n"),
+            Err(StoreError::Refused(e)) => refused(&e),
+            Err(e) => internal(&e),
+        }
     }
 
     async fn node_ack(&self, request: &Request<'_>, node: u64) -> Reply {

@@ -36,6 +36,10 @@ CREATE TABLE IF NOT EXISTS state (
     key TEXT PRIMARY KEY,
     value BLOB NOT NULL
 ) STRICT;
+CREATE TABLE IF NOT EXISTS release_files (
+    name TEXT PRIMARY KEY,
+    bytes BLOB NOT NULL
+) STRICT;
 CREATE TABLE IF NOT EXISTS usage_queue (
     id INTEGER PRIMARY KEY AUTOINCREMENT,
     node INTEGER NOT NULL,
@@ -291,9 +295,13 @@ impl Store {
         for write in &checked.writes {
             let (table, key_column, key): (&str, &str, libsql::Value) = match &write.target {
                 Target::Link(hash) => ("links", "token_hash", hash.to_vec().into()),
-                Target::Creds(_) | Target::Ack(_) | Target::Node(_) | Target::Archive | Target::Settings => {
-                    ("streams", "name", write.stream.clone().into())
-                }
+                Target::Creds(_)
+                | Target::Ack(_)
+                | Target::Node(_)
+                | Target::Archive
+                | Target::Settings
+                | Target::Rollout
+                | Target::Release => ("streams", "name", write.stream.clone().into()),
             };
             let mut rows = tx
                 .query(&format!("SELECT version, digest FROM {table} WHERE {key_column} = ?1"), [key.clone()])
@@ -419,6 +427,38 @@ impl Store {
             }
         }
         Ok(page)
+    }
+
+    /// Stores the release being rolled out, in place of the one before.
+    pub async fn put_release(&self, write: &Write, files: &[(String, Vec<u8>)]) -> Result<bool, StoreError> {
+        let _writer = self.writer.lock().await;
+        let stored = self.stream(&write.stream).await?.map(|(state, _)| state);
+        if !decide(write, stored.as_ref())? {
+            return Ok(false);
+        }
+        let tx = self.conn.transaction().await?;
+        tx.execute("DELETE FROM release_files", ()).await?;
+        for (name, bytes) in files {
+            tx.execute("INSERT INTO release_files (name, bytes) VALUES (?1, ?2)", params![name.clone(), bytes.clone()])
+                .await?;
+        }
+        tx.execute(
+            "INSERT INTO streams (name, version, digest, envelope) VALUES (?1, ?2, ?3, ?4) \
+             ON CONFLICT (name) DO UPDATE SET version = ?2, digest = ?3, envelope = ?4",
+            params![write.stream.clone(), i(write.version), write.digest.to_vec(), write.envelope.clone()],
+        )
+        .await?;
+        tx.commit().await?;
+        Ok(true)
+    }
+
+    /// A binary of the stored release.
+    pub async fn release_file(&self, name: &str) -> Result<Option<Vec<u8>>, StoreError> {
+        let mut rows = self.conn.query("SELECT bytes FROM release_files WHERE name = ?1", params![name]).await?;
+        Ok(match rows.next().await? {
+            Some(row) => Some(row.get(0)?),
+            None => None,
+        })
     }
 
     /// Stores control's archive if its version is newer than the stored one.

@@ -87,6 +87,14 @@ fn put_stream(sql: &SqlStorage, write: &Write) -> Result<()> {
     Ok(())
 }
 
+/// The release the rollout tells `node` to run, when this object holds that release.
+fn release_for(sql: &SqlStorage, node: u64) -> Result<Option<u64>> {
+    let Some((_, Some(rollout))) = stream_row(sql, stream::ROLLOUT)? else { return Ok(None) };
+    let Some(release) = push::release_for(&rollout, node) else { return Ok(None) };
+    let held = stream_row(sql, stream::RELEASE)?.map(|(state, _)| state.version);
+    Ok((held == Some(release)).then_some(release))
+}
+
 fn value(sql: &SqlStorage, key: &str) -> Result<Option<Vec<u8>>> {
     let rows: Vec<ValueRow> = sql.exec("SELECT value FROM state WHERE key = ?", vec![key.into()])?.to_array()?;
     Ok(rows.into_iter().next().map(|row| row.value.into_vec()))
@@ -108,6 +116,8 @@ impl DurableObject for Control {
                 digest BLOB NOT NULL, envelope BLOB) STRICT",
             "CREATE TABLE IF NOT EXISTS state (key TEXT PRIMARY KEY, value BLOB NOT NULL) STRICT",
             "CREATE TABLE IF NOT EXISTS archive_chunks (seq INTEGER PRIMARY KEY, bytes BLOB NOT NULL) STRICT",
+            "CREATE TABLE IF NOT EXISTS release_chunks (name TEXT NOT NULL, seq INTEGER NOT NULL, bytes BLOB NOT NULL,
+                PRIMARY KEY (name, seq)) STRICT",
             "CREATE TABLE IF NOT EXISTS usage_queue (id INTEGER PRIMARY KEY AUTOINCREMENT,
                 node INTEGER NOT NULL, seq INTEGER NOT NULL, envelope BLOB NOT NULL, UNIQUE (node, seq)) STRICT",
         ] {
@@ -158,6 +168,9 @@ impl DurableObject for Control {
                         };
                         if let Some(keys) = value(&sql, "keys")?.and_then(|bytes| String::from_utf8(bytes).ok()) {
                             reply.headers.push((nodeauth::KEYS_HEADER, keys));
+                        }
+                        if let Some(release) = release_for(&sql, node)? {
+                            reply.headers.push((nodeauth::RELEASE_HEADER, release.to_string()));
                         }
                         reply
                     }
@@ -234,6 +247,64 @@ impl DurableObject for Control {
                 }
                 None => api::error(404, "no_archive", "no archive has been pushed yet"),
             },
+            Route::NodeRelease(node) | Route::NodeReleaseFile(node, _) => {
+                match api::authorize_node(auth.as_deref(), &trust, &method, &path_and_query, node, now) {
+                    Err(reply) => reply,
+                    Ok(()) if release_for(&sql, node)?.is_none() => {
+                        api::error(404, "no_release", "this node is not told to run a release")
+                    }
+                    Ok(()) => match route(&config, &method, url.path(), "") {
+                        Route::NodeReleaseFile(_, name) => {
+                            let chunks: Vec<ChunkRow> = sql
+                                .exec(
+                                    "SELECT bytes FROM release_chunks WHERE name = ? ORDER BY seq",
+                                    vec![name.as_str().into()],
+                                )?
+                                .to_array()?;
+                            if chunks.is_empty() {
+                                api::error(404, "no_release", "the release has no such file")
+                            } else {
+                                Reply::bytes(200, chunks.into_iter().flat_map(|row| row.bytes.into_vec()).collect())
+                            }
+                        }
+                        _ => match stream_row(&sql, stream::RELEASE)? {
+                            Some((_, Some(manifest))) => Reply::bytes(200, manifest),
+                            _ => api::error(404, "no_release", "no release is held"),
+                        },
+                    },
+                }
+            }
+            Route::ReleasePut => {
+                let stored = stream_row(&sql, stream::RELEASE)?.map(|(state, _)| state);
+                if body.len() > api::MAX_RELEASE_BYTES {
+                    api::error(413, "too_large", "the release is over the size limit")
+                } else {
+                    match api::check_release(&body, &trust, stored.as_ref(), now) {
+                        Err(reply) => reply,
+                        Ok((write, _)) if stored == Some(write.state()) => Reply::text(200, "unchanged\n"),
+                        Ok((write, files)) => {
+                            // Rows hold at most 2 MB: each binary is kept in pieces.
+                            transaction(&self.state.storage(), move |sql| {
+                                sql.exec("DELETE FROM release_chunks", None)?;
+                                for (name, bytes) in &files {
+                                    for (seq, chunk) in bytes.chunks(ARCHIVE_CHUNK).enumerate() {
+                                        sql.exec(
+                                            "INSERT INTO release_chunks (name, seq, bytes) VALUES (?, ?, ?)",
+                                            vec![
+                                                name.as_str().into(),
+                                                int(seq as u64).into(),
+                                                SqlStorageValue::Blob(chunk.to_vec()),
+                                            ],
+                                        )?;
+                                    }
+                                }
+                                put_stream(sql, &write)
+                            })?;
+                            Reply::text(200, "stored\n")
+                        }
+                    }
+                }
+            }
             Route::Export { after } => match api::ExportCursor::parse(&after) {
                 None => api::bad_cursor(),
                 Some(cursor) => self.export(&config, &sql, cursor).await?,
@@ -260,8 +331,8 @@ impl Control {
             api::ExportCursor::Streams(after) => {
                 let rows: Vec<ExportRow> = sql
                     .exec(
-                        "SELECT name, version, envelope FROM streams WHERE name > ? AND name != ? ORDER BY name LIMIT ?",
-                        vec![after.as_str().into(), stream::ARCHIVE.into(), i64::from(limit).into()],
+                        "SELECT name, version, envelope FROM streams WHERE name > ? AND name NOT IN (?, ?) ORDER BY name LIMIT ?",
+                        vec![after.as_str().into(), stream::ARCHIVE.into(), stream::RELEASE.into(), i64::from(limit).into()],
                     )?
                     .to_array()?;
                 for row in rows {

@@ -68,7 +68,11 @@ async fn fetch(req: Request, env: Env, ctx: Context) -> Result<Response> {
         // Object requests. (The link prefix is public anyway; the API prefix is a secret too
         // long to guess, so timing tells nothing.)
         Route::Unknown => decoy(),
-        Route::NodeCreds { .. } | Route::NodeUsage(_) | Route::NodeAck(_) => {
+        Route::NodeCreds { .. }
+        | Route::NodeUsage(_)
+        | Route::NodeAck(_)
+        | Route::NodeRelease(_)
+        | Route::NodeReleaseFile(..) => {
             return control(&env)?.fetch_with_request(req).await;
         }
         _ if !config.push_token.matches(req.headers().get("authorization")?.as_deref()) => {

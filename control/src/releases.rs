@@ -1,0 +1,544 @@
+//! Signed node releases: signing them (`hearth-control release sign`, with the release key,
+//! which may live offline), keeping them in the data directory (`releases/<version>/`), and
+//! rolling them out: the canary node first, then every other node one at a time, stopping at
+//! the first that refuses the release, rolls it back, or does not run it in time.
+//!
+//! Nodes learn their release in the answer to their pull ([`hearth_shared::nodeauth::RELEASE_HEADER`]),
+//! from control or, through the signed [`Rollout`] stream, from the edge; they fetch the
+//! manifest and their binary from either, and say what they run (or why they refused) in
+//! their next pulls.
+
+use std::path::{Path, PathBuf};
+
+use anyhow::{Context as _, Result, bail};
+use hearth_shared::envelope::{Audience, Draft, Envelope, Kind};
+use hearth_shared::keys::SecretKey;
+use hearth_shared::release::{ReleaseFile, ReleaseManifest, Rollout};
+use hearth_shared::trust::{Expect, verify};
+use hearth_shared::wire::{self, NodeId, stream};
+use rusqlite::{Connection, OptionalExtension as _, params};
+use serde::Serialize;
+
+use crate::error::Error;
+
+use crate::publish::Signer;
+use crate::store::audit;
+
+/// A binary to sign, with the os and architecture it is for.
+pub(crate) struct Binary {
+    pub(crate) os: String,
+    pub(crate) arch: String,
+    pub(crate) bytes: Vec<u8>,
+}
+
+/// The os and architecture of an ELF executable.
+fn elf_target(bytes: &[u8]) -> Option<&'static str> {
+    if bytes.len() < 20 || &bytes[..4] != b"\x7fELF" {
+        return None;
+    }
+    let machine = if bytes[5] == 2 {
+        u16::from_be_bytes([bytes[18], bytes[19]])
+    } else {
+        u16::from_le_bytes([bytes[18], bytes[19]])
+    };
+    Some(match machine {
+        62 => "x86_64",
+        183 => "aarch64",
+        40 => "arm",
+        243 => "riscv64",
+        _ => return None,
+    })
+}
+
+/// Reads a binary named as `path` (an ELF executable: its architecture is read from it) or
+/// `os-arch=path`.
+pub(crate) fn read_binary(spec: &str) -> Result<Binary> {
+    let (target, path) = match spec.split_once('=') {
+        Some((target, path)) => (Some(target), path),
+        None => (None, spec),
+    };
+    let bytes = std::fs::read(path).with_context(|| format!("reading {path}"))?;
+    let (os, arch) = match target {
+        Some(target) => {
+            let (os, arch) = target.split_once('-').with_context(|| format!("{target:?} is not like linux-x86_64"))?;
+            (os.to_owned(), arch.to_owned())
+        }
+        None => {
+            let arch = elf_target(&bytes)
+                .with_context(|| format!("cannot tell what {path} runs on; name it as linux-x86_64={path}"))?;
+            ("linux".to_owned(), arch.to_owned())
+        }
+    };
+    Ok(Binary { os, arch, bytes })
+}
+
+/// Parses a lifetime like `30d`, `12h`, `90m` or `3600` (seconds).
+pub(crate) fn parse_lifetime(text: &str) -> Result<u64> {
+    let (number, unit) = match text.char_indices().last() {
+        Some((at, 'd')) => (&text[..at], 86_400),
+        Some((at, 'h')) => (&text[..at], 3_600),
+        Some((at, 'm')) => (&text[..at], 60),
+        Some((at, 's')) => (&text[..at], 1),
+        _ => (text, 1),
+    };
+    let number: u64 = number.parse().with_context(|| format!("{text:?} is not a lifetime like 30d or 12h"))?;
+    number.checked_mul(unit).filter(|secs| *secs > 0).with_context(|| format!("{text:?} is not a usable lifetime"))
+}
+
+/// Signs a release manifest over `binaries` with the release key. Its envelope's version is
+/// the signing time, so later releases have higher versions.
+pub(crate) fn sign(key: &SecretKey, version: &str, lifetime: u64, binaries: &[Binary], now: u64) -> Result<Vec<u8>> {
+    let manifest = ReleaseManifest {
+        version: version.to_owned(),
+        built: now,
+        files: binaries
+            .iter()
+            .map(|b| ReleaseFile {
+                os: b.os.clone(),
+                arch: b.arch.clone(),
+                len: b.bytes.len() as u64,
+                sha256: hearth_shared::sha256(&b.bytes),
+            })
+            .collect(),
+    };
+    let body = wire::encode(&manifest);
+    ReleaseManifest::decode(&body).map_err(|e| anyhow::anyhow!("{e}"))?;
+    Ok(Draft {
+        kind: Kind::Release,
+        stream: stream::RELEASE.to_owned(),
+        version: now,
+        epoch: 1,
+        issued: now,
+        expires: now + lifetime,
+        audience: Audience::Any,
+        prev: [0; 32],
+    }
+    .sign(body, &[key])
+    .encode())
+}
+
+/// Where a release's files live in the data directory.
+fn release_dir(data_dir: &Path, release: u64) -> PathBuf {
+    data_dir.join("releases").join(release.to_string())
+}
+
+/// Writes a signed release into `out`: `manifest` and the binaries by their names.
+pub(crate) fn write_dir(out: &Path, envelope: &[u8], binaries: &[Binary]) -> Result<()> {
+    std::fs::create_dir_all(out).with_context(|| format!("creating {}", out.display()))?;
+    std::fs::write(out.join("manifest"), envelope)?;
+    for b in binaries {
+        let file = ReleaseFile { os: b.os.clone(), arch: b.arch.clone(), len: 0, sha256: [0; 32] };
+        std::fs::write(out.join(file.name()), &b.bytes)?;
+    }
+    Ok(())
+}
+
+/// A release binary by its name.
+pub(crate) type NamedFile = (String, Vec<u8>);
+
+/// A release as a directory holds it.
+pub(crate) fn read_dir(dir: &Path) -> Result<(Vec<u8>, Vec<NamedFile>)> {
+    let envelope =
+        std::fs::read(dir.join("manifest")).with_context(|| format!("reading {}/manifest", dir.display()))?;
+    let body = Envelope::decode(&envelope, Kind::Release.max_len()).context("the manifest is not a signed release")?;
+    let manifest = ReleaseManifest::decode(&body.body).map_err(|e| anyhow::anyhow!("{e}"))?;
+    let mut files = Vec::new();
+    for file in &manifest.files {
+        let path = dir.join(file.name());
+        files.push((file.name(), std::fs::read(&path).with_context(|| format!("reading {}", path.display()))?));
+    }
+    Ok((envelope, files))
+}
+
+/// Checks a signed release against this control's trust (the release key the root
+/// certified) and keeps it. Returns its version and manifest.
+pub(crate) fn import(
+    data_dir: &Path,
+    conn: &Connection,
+    envelope: &[u8],
+    files: &[NamedFile],
+    now: u64,
+) -> Result<(u64, ReleaseManifest)> {
+    let trust = crate::keyring::load_trust(data_dir, now)?;
+    let expect = Expect { kind: Kind::Release, audience: Audience::Any, stream: stream::RELEASE };
+    let verified = verify(envelope, &trust, &expect, None, now).context("the release does not verify")?;
+    let manifest = ReleaseManifest::decode(&verified.envelope.body).map_err(|e| anyhow::anyhow!("{e}"))?;
+    let version = verified.envelope.header.version;
+    let dir = release_dir(data_dir, version);
+    for file in &manifest.files {
+        let bytes = files
+            .iter()
+            .find(|(name, _)| *name == file.name())
+            .map(|(_, bytes)| bytes)
+            .with_context(|| format!("the release has no file {}", file.name()))?;
+        if !file.matches(bytes) {
+            bail!("{} does not match its length and SHA-256 in the manifest", file.name());
+        }
+    }
+    let exists: bool =
+        conn.query_row("SELECT EXISTS (SELECT 1 FROM releases WHERE version = ?1)", [version], |row| row.get(0))?;
+    if exists {
+        bail!("release {version} was added already");
+    }
+    std::fs::create_dir_all(&dir).with_context(|| format!("creating {}", dir.display()))?;
+    for (name, bytes) in files {
+        if manifest.files.iter().any(|f| f.name() == *name) {
+            std::fs::write(dir.join(name), bytes).with_context(|| format!("writing {name}"))?;
+        }
+    }
+    conn.execute(
+        "INSERT INTO releases (version, name, built, expires, manifest, added) VALUES (?1, ?2, ?3, ?4, ?5, ?6)",
+        params![version, manifest.version, manifest.built, verified.envelope.header.expires, envelope, now],
+    )?;
+    audit(conn, now, "cli", "release.add", &format!("release {version} ({})", manifest.version), "")?;
+    Ok((version, manifest))
+}
+
+/// A release's manifest envelope.
+pub(crate) fn manifest(conn: &Connection, release: u64) -> Result<Option<Vec<u8>>, Error> {
+    Ok(conn.query_row("SELECT manifest FROM releases WHERE version = ?1", [release], |row| row.get(0)).optional()?)
+}
+
+/// A release's file, when the release has it (names are checked against the manifest, never
+/// used as paths as given).
+pub(crate) fn file(data_dir: &Path, conn: &Connection, release: u64, name: &str) -> Result<Option<Vec<u8>>, Error> {
+    let Some(envelope) = manifest(conn, release)? else { return Ok(None) };
+    let body = Envelope::decode(&envelope, Kind::Release.max_len()).map_err(|e| Error::Internal(e.to_string()))?;
+    let manifest = ReleaseManifest::decode(&body.body).map_err(|e| Error::Internal(e.to_string()))?;
+    let Some(file) = manifest.files.iter().find(|f| f.name() == name) else { return Ok(None) };
+    let bytes = std::fs::read(release_dir(data_dir, release).join(file.name()))
+        .map_err(|e| Error::Internal(format!("reading release {release}'s {name}: {e}")))?;
+    Ok(Some(bytes))
+}
+
+/// A release and its rollout, as the API shows them.
+#[derive(Serialize)]
+pub(crate) struct ReleaseView {
+    version: u64,
+    name: String,
+    built: u64,
+    expires: u64,
+    files: Vec<String>,
+    rollout: Option<RolloutView>,
+}
+
+#[derive(Serialize)]
+pub(crate) struct RolloutView {
+    state: String,
+    canary: NodeId,
+    current: NodeId,
+    detail: String,
+    started: u64,
+    updated: u64,
+    /// Nodes running this release.
+    done: Vec<NodeId>,
+}
+
+/// Every release, newest first.
+pub(crate) fn list(conn: &Connection) -> Result<Vec<ReleaseView>, Error> {
+    let rows: Vec<(u64, String, u64, u64, Vec<u8>)> = conn
+        .prepare("SELECT version, name, built, expires, manifest FROM releases ORDER BY version DESC")?
+        .query_map([], |row| Ok((row.get(0)?, row.get(1)?, row.get(2)?, row.get(3)?, row.get(4)?)))?
+        .collect::<Result<_, _>>()?;
+    let mut views = Vec::with_capacity(rows.len());
+    for (version, name, built, expires, envelope) in rows {
+        let files = Envelope::decode(&envelope, Kind::Release.max_len())
+            .ok()
+            .and_then(|e| ReleaseManifest::decode(&e.body).ok())
+            .map(|m| m.files.iter().map(ReleaseFile::name).collect())
+            .unwrap_or_default();
+        let rollout = conn
+            .query_row(
+                "SELECT state, canary, current, detail, started, updated FROM rollouts WHERE release = ?1",
+                [version],
+                |row| {
+                    Ok(RolloutView {
+                        state: row.get(0)?,
+                        canary: row.get(1)?,
+                        current: row.get(2)?,
+                        detail: row.get(3)?,
+                        started: row.get(4)?,
+                        updated: row.get(5)?,
+                        done: Vec::new(),
+                    })
+                },
+            )
+            .optional()?
+            .map(|mut view| {
+                view.done = conn
+                    .prepare_cached("SELECT id FROM nodes WHERE release_running = ?1 ORDER BY id")?
+                    .query_map([version], |row| row.get(0))?
+                    .collect::<Result<_, _>>()?;
+                Ok::<_, rusqlite::Error>(view)
+            })
+            .transpose()?;
+        views.push(ReleaseView { version, name, built, expires, files, rollout });
+    }
+    Ok(views)
+}
+
+/// Signs the rollout stream: the newest rollout's release and the nodes told to run it (the
+/// edge tells nodes that reach only it).
+fn publish_rollout(conn: &Connection, signer: &Signer, now: u64) -> Result<(), Error> {
+    let release: u64 = conn
+        .query_row("SELECT release FROM rollouts ORDER BY started DESC, release DESC LIMIT 1", [], |row| row.get(0))
+        .optional()?
+        .unwrap_or(0);
+    let nodes = conn
+        .prepare("SELECT id FROM nodes WHERE release_target = ?1 AND ?1 != 0 ORDER BY id")?
+        .query_map([release], |row| row.get(0))?
+        .collect::<Result<_, _>>()?;
+    let body = wire::encode(&Rollout { release, nodes });
+    crate::publish::put_signed(conn, signer, (Kind::Rollout, stream::ROLLOUT.to_owned(), Audience::Edge), &body, now)
+}
+
+/// Starts rolling `release` out, with `canary` first.
+pub(crate) fn start(
+    conn: &Connection,
+    signer: &Signer,
+    release: u64,
+    canary: NodeId,
+    actor: &str,
+    now: u64,
+) -> Result<(), Error> {
+    let expires: Option<u64> =
+        conn.query_row("SELECT expires FROM releases WHERE version = ?1", [release], |row| row.get(0)).optional()?;
+    match expires {
+        None => return Err(Error::NotFound("release")),
+        Some(expires) if expires <= now => {
+            return Err(Error::invalid("release_expired", "this release has expired; sign a new one"));
+        }
+        Some(_) => {}
+    }
+    let running: Option<u64> = conn
+        .query_row("SELECT release FROM rollouts WHERE state IN ('canary', 'rolling')", [], |row| row.get(0))
+        .optional()?;
+    if let Some(other) = running {
+        return Err(Error::Conflict(format!("release {other} is rolling out; stop it first")));
+    }
+    let enrolled: Option<bool> = conn
+        .query_row("SELECT public_key IS NOT NULL FROM nodes WHERE id = ?1", [canary], |row| row.get(0))
+        .optional()?;
+    if enrolled != Some(true) {
+        return Err(Error::invalid("bad_canary", "the canary must be an enrolled node"));
+    }
+    conn.execute(
+        "INSERT INTO rollouts (release, state, canary, current, since, detail, started, updated)
+         VALUES (?1, 'canary', ?2, ?2, ?3, '', ?3, ?3)
+         ON CONFLICT (release) DO UPDATE SET state = 'canary', canary = ?2, current = ?2, since = ?3, detail = '',
+           started = ?3, updated = ?3",
+        params![release, canary, now],
+    )?;
+    conn.execute("UPDATE nodes SET release_target = ?2, update_status = '' WHERE id = ?1", params![canary, release])?;
+    publish_rollout(conn, signer, now)?;
+    audit(conn, now, actor, "release.rollout", &format!("release {release}"), &format!("canary node {canary}"))
+}
+
+/// Stops a rollout: nodes not running the release yet are no longer told to.
+pub(crate) fn stop(conn: &Connection, signer: &Signer, release: u64, actor: &str, now: u64) -> Result<(), Error> {
+    let changed = conn.execute(
+        "UPDATE rollouts SET state = 'stopped', detail = 'stopped by the owner', updated = ?2
+         WHERE release = ?1 AND state IN ('canary', 'rolling')",
+        params![release, now],
+    )?;
+    if changed == 0 {
+        return Err(Error::Conflict("this release is not rolling out".into()));
+    }
+    conn.execute("UPDATE nodes SET release_target = 0 WHERE release_target = ?1 AND release_running != ?1", [release])?;
+    publish_rollout(conn, signer, now)?;
+    audit(conn, now, actor, "release.stop", &format!("release {release}"), "")
+}
+
+/// Moves the running rollout on: when the node told last runs the release, the next node is
+/// told; a node that refused or rolled the release back, or did not run it within `timeout`
+/// seconds, stops the rollout. Returns whether anything changed.
+pub(crate) fn advance(conn: &Connection, signer: &Signer, timeout: u64, now: u64) -> Result<bool, Error> {
+    let Some((release, current, since)) = conn
+        .query_row("SELECT release, current, since FROM rollouts WHERE state IN ('canary', 'rolling')", [], |row| {
+            Ok((row.get::<_, u64>(0)?, row.get::<_, NodeId>(1)?, row.get::<_, u64>(2)?))
+        })
+        .optional()?
+    else {
+        return Ok(false);
+    };
+    let (running, status): (u64, String) = conn
+        .query_row("SELECT release_running, update_status FROM nodes WHERE id = ?1", [current], |row| {
+            Ok((row.get(0)?, row.get(1)?))
+        })
+        .optional()?
+        .unwrap_or((0, "removed".to_owned()));
+    let failure = if status.split_whitespace().next() == Some(release.to_string().as_str()) {
+        Some(format!("node {current}: {}", status.split_once(' ').map_or("", |(_, why)| why)))
+    } else if status == "removed" {
+        Some(format!("node {current} was removed"))
+    } else if running != release && now > since + timeout {
+        Some(format!("node {current} did not run the release within {timeout} s"))
+    } else {
+        None
+    };
+    if let Some(detail) = failure {
+        conn.execute(
+            "UPDATE rollouts SET state = 'failed', detail = ?2, updated = ?3 WHERE release = ?1",
+            params![release, detail, now],
+        )?;
+        conn.execute(
+            "UPDATE nodes SET release_target = 0 WHERE id = ?1 AND release_running != ?2",
+            params![current, release],
+        )?;
+        publish_rollout(conn, signer, now)?;
+        audit(conn, now, "control", "release.failed", &format!("release {release}"), &detail)?;
+        tracing::warn!(release, %detail, "the rollout stopped");
+        return Ok(true);
+    }
+    if running != release {
+        return Ok(false);
+    }
+    let next: Option<NodeId> = conn
+        .query_row(
+            "SELECT id FROM nodes WHERE public_key IS NOT NULL AND release_target != ?1 AND release_running != ?1
+             ORDER BY id LIMIT 1",
+            [release],
+            |row| row.get(0),
+        )
+        .optional()?;
+    match next {
+        Some(node) => {
+            conn.execute(
+                "UPDATE rollouts SET state = 'rolling', current = ?2, since = ?3, updated = ?3 WHERE release = ?1",
+                params![release, node, now],
+            )?;
+            conn.execute(
+                "UPDATE nodes SET release_target = ?2, update_status = '' WHERE id = ?1",
+                params![node, release],
+            )?;
+            tracing::info!(release, node, "the release goes to the next node");
+        }
+        None => {
+            conn.execute(
+                "UPDATE rollouts SET state = 'done', detail = 'every node runs it', updated = ?2 WHERE release = ?1",
+                params![release, now],
+            )?;
+            audit(conn, now, "control", "release.done", &format!("release {release}"), "")?;
+            tracing::info!(release, "every node runs the release");
+        }
+    }
+    publish_rollout(conn, signer, now)?;
+    Ok(true)
+}
+
+/// What a node said in its pull about its release: what it runs, and why it refused one.
+pub(crate) fn node_says(
+    conn: &Connection,
+    node: NodeId,
+    running: Option<&str>,
+    update: Option<&str>,
+) -> Result<(), Error> {
+    let clean =
+        |text: &str| -> String { text.chars().filter(|c| c.is_ascii_graphic() || *c == ' ').take(300).collect() };
+    if let Some(running) = running {
+        // `<version>@<release>`: the version name, and the release envelope it came in.
+        let (name, release) = running.split_once('@').unwrap_or((running, "0"));
+        conn.prepare_cached(
+            "UPDATE nodes SET version = ?2, release_running = ?3 WHERE id = ?1 AND (version != ?2 OR release_running != ?3)",
+        )?
+        .execute(params![node, clean(name), release.parse::<u64>().unwrap_or(0)])?;
+    }
+    conn.prepare_cached("UPDATE nodes SET update_status = ?2 WHERE id = ?1 AND update_status != ?2")?
+        .execute(params![node, update.map(clean).unwrap_or_default()])?;
+    Ok(())
+}
+
+/// The release `node` is told to run (0: none).
+pub(crate) fn target(conn: &Connection, node: NodeId) -> Result<u64, Error> {
+    Ok(conn
+        .prepare_cached("SELECT release_target FROM nodes WHERE id = ?1")?
+        .query_row([node], |row| row.get(0))
+        .optional()?
+        .unwrap_or(0))
+}
+
+/// The release the edge should hold for nodes that reach only it: the newest rollout's.
+pub(crate) fn for_edge(conn: &Connection) -> Result<Option<u64>, Error> {
+    Ok(conn
+        .query_row(
+            "SELECT release FROM rollouts WHERE state IN ('canary', 'rolling', 'done') ORDER BY started DESC LIMIT 1",
+            [],
+            |row| row.get(0),
+        )
+        .optional()?)
+}
+
+/// The state key recording which release the edge holds.
+const EDGE_RELEASE: &str = "edge_release";
+
+/// Hands the edge the release being rolled out (nodes that reach only the edge fetch it
+/// there), once. Returns whether it sent one.
+pub(crate) async fn sync_edge(app: &std::sync::Arc<crate::app::App>, base: &str) -> Result<bool, String> {
+    let state = app.clone();
+    let bundle = app
+        .db
+        .read(move |c| {
+            let Some(release) = for_edge(c)? else { return Ok(None) };
+            if crate::store::get_state(c, EDGE_RELEASE)? == i64::try_from(release).unwrap_or(i64::MAX) {
+                return Ok(None);
+            }
+            let Some(envelope) = manifest(c, release)? else { return Ok(None) };
+            let body =
+                Envelope::decode(&envelope, Kind::Release.max_len()).map_err(|e| Error::Internal(e.to_string()))?;
+            let parsed = ReleaseManifest::decode(&body.body).map_err(|e| Error::Internal(e.to_string()))?;
+            let mut files = Vec::new();
+            for f in &parsed.files {
+                let bytes = file(&state.config.data_dir, c, release, &f.name())?.unwrap_or_default();
+                files.push((f.name(), serde_bytes::ByteBuf::from(bytes)));
+            }
+            Ok(Some((release, wire::encode(&hearth_shared::release::ReleaseBundle { manifest: envelope, files }))))
+        })
+        .await
+        .map_err(|e| e.to_string())?;
+    let Some((release, bundle)) = bundle else { return Ok(false) };
+    let response = app
+        .http
+        .put(format!("{}/{}/release", base.trim_end_matches('/'), app.config.edge.api_prefix))
+        .bearer_auth(&app.config.edge.push_token)
+        .header("content-type", "application/octet-stream")
+        .body(bundle)
+        .timeout(std::time::Duration::from_secs(300))
+        .send()
+        .await
+        .map_err(|e| format!("the edge did not answer: {}", crate::tasks::without_url(&e)))?;
+    let status = response.status();
+    if !status.is_success() {
+        let body = response.text().await.unwrap_or_default();
+        return Err(format!("the edge refused the release ({status}): {}", body.chars().take(300).collect::<String>()));
+    }
+    app.db
+        .write(move |tx| crate::store::set_state(tx, EDGE_RELEASE, i64::try_from(release).unwrap_or(i64::MAX)))
+        .await
+        .map_err(|e| e.to_string())?;
+    tracing::info!(release, "handed the release to the edge");
+    Ok(true)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn lifetimes_and_targets_parse() {
+        assert_eq!(parse_lifetime("30d").unwrap(), 30 * 86_400);
+        assert_eq!(parse_lifetime("12h").unwrap(), 12 * 3600);
+        assert_eq!(parse_lifetime("90").unwrap(), 90);
+        assert!(parse_lifetime("0d").is_err() && parse_lifetime("soon").is_err());
+        let mut elf = vec![0u8; 64];
+        elf[..4].copy_from_slice(b"\x7fELF");
+        elf[5] = 1;
+        elf[18] = 62;
+        assert_eq!(elf_target(&elf), Some("x86_64"));
+        elf[18] = 183;
+        assert_eq!(elf_target(&elf), Some("aarch64"));
+        assert_eq!(elf_target(b"#!/bin/sh\nexit 1\n"), None);
+        // The test binary itself is an ELF for this machine.
+        let me = std::fs::read(std::env::current_exe().unwrap()).unwrap();
+        assert_eq!(elf_target(&me), Some(std::env::consts::ARCH));
+    }
+}
