@@ -189,12 +189,20 @@ async fn push_once(app: &Arc<App>, base: &str) -> Result<usize, String> {
 pub(crate) async fn archiver(app: Arc<App>, mut shutdown: watch::Receiver<bool>) {
     let tick = Duration::from_secs(1);
     let (mut archived, mut seen, mut changed_at, mut last_push) = (None, None, now(), 0u64);
-    let mut failures = 0u32;
+    let (mut failures, mut release_failures, mut release_retry) = (0u32, 0u32, 0u64);
     loop {
         if let Some(base) = app.edge_url()
-            && let Err(e) = crate::releases::sync_edge(&app, &base).await
+            && now() >= release_retry
         {
-            tracing::warn!(error = %e, "could not hand the release to the edge; retrying");
+            match crate::releases::sync_edge(&app, &base).await {
+                Ok(_) => release_failures = 0,
+                Err(e) => {
+                    release_failures += 1;
+                    let wait = (5u64 << release_failures.min(6)).min(300);
+                    release_retry = now() + wait;
+                    tracing::warn!(error = %e, retry_in = wait, "could not hand the release to the edge");
+                }
+            }
         }
         if let Some(base) = app.edge_url()
             && let Ok(Some(current)) = app.db.read(marker).await

@@ -382,8 +382,10 @@ impl Agent {
             }
             let mut pulled = None;
             let mut source = None;
+            // A new release proving itself pulls without waiting, to be kept (and say so) soon.
+            let wait = if crate::update::pending(&self.state).is_some() { 1 } else { 25 };
             if let (Some(client), Some(base)) = (&self.control, &self.settings.control_url) {
-                match self.pull_from(client, base, 25, true).await {
+                match self.pull_from(client, base, wait, true).await {
                     Ok(result) => (pulled, source) = (Some(result), Some((client, base.clone()))),
                     Err(e) => tracing::debug!(error = %e, "control did not answer the pull"),
                 }

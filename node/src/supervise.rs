@@ -52,11 +52,22 @@ pub(crate) fn run(dir: &Path) -> Result<()> {
                 .spawn()
                 .with_context(|| format!("starting {}", exe.display()))?;
             let limit = tokio::time::sleep(Duration::from_secs(health + 60));
-            let outcome = tokio::select! {
-                status = child.wait() => Outcome::Exited(status?),
-                _ = term.recv() => Outcome::Stop,
-                _ = tokio::signal::ctrl_c() => Outcome::Stop,
-                () = limit, if proving => Outcome::Unhealthy,
+            tokio::pin!(limit);
+            let mut proving = proving;
+            let outcome = loop {
+                break tokio::select! {
+                    status = child.wait() => Outcome::Exited(status?),
+                    _ = term.recv() => Outcome::Stop,
+                    _ = tokio::signal::ctrl_c() => Outcome::Stop,
+                    () = &mut limit, if proving => {
+                        // Kept in time (the server confirmed it): nothing to roll back.
+                        if update::pending(&state).is_none() {
+                            proving = false;
+                            continue;
+                        }
+                        Outcome::Unhealthy
+                    }
+                };
             };
             match outcome {
                 Outcome::Stop => {

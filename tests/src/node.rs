@@ -289,3 +289,43 @@ pub async fn fetch(client: &SingBoxClient, target: std::net::SocketAddr) -> Resu
     }
     Ok(response[at..].to_vec())
 }
+
+/// `hearth-node supervise` run from `exe` (give it a copy of the binary: an update replaces
+/// it), in its own process group; stopped with SIGTERM to the group, as systemd stops it.
+pub struct Supervised {
+    child: Child,
+}
+
+impl Supervised {
+    /// Starts it on a state directory.
+    pub fn start(exe: &Path, state: &Path) -> Result<Supervised> {
+        use std::os::unix::process::CommandExt as _;
+        let child = Command::new(exe)
+            .args(["supervise", "--state"])
+            .arg(state)
+            .env("HEARTH_LOG", "warn")
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(Stdio::inherit())
+            .process_group(0)
+            .spawn()
+            .context("starting hearth-node supervise")?;
+        Ok(Supervised { child })
+    }
+}
+
+impl Drop for Supervised {
+    fn drop(&mut self) {
+        let group = format!("-{}", self.child.id());
+        let signal = |name: &str| {
+            let _ = Command::new("kill").args([name, "--", &group]).stderr(Stdio::null()).status();
+        };
+        signal("-TERM");
+        let started = std::time::Instant::now();
+        while self.child.try_wait().ok().flatten().is_none() && started.elapsed() < Duration::from_secs(20) {
+            std::thread::sleep(Duration::from_millis(100));
+        }
+        signal("-KILL");
+        let _ = self.child.wait();
+    }
+}

@@ -624,3 +624,106 @@ async fn the_recovery_drill_from_the_archive() {
 async fn the_recovery_drill_from_snapshots_alone() {
     drill(true).await;
 }
+
+/// The releases and their rollouts, as the admin API lists them.
+async fn releases(s: &System) -> Vec<Value> {
+    s.call(reqwest::Method::GET, "/releases", None).await["releases"].as_array().unwrap().clone()
+}
+
+/// Waits until release `version`'s rollout reaches `state`; returns the release.
+async fn rollout_reaches(s: &System, version: u64, state: &str) -> Value {
+    let started = Instant::now();
+    loop {
+        let release = releases(s).await.into_iter().find(|r| r["version"] == version).unwrap();
+        if release["rollout"]["state"] == state {
+            return release;
+        }
+        assert!(started.elapsed() < Duration::from_secs(90), "the rollout never reached {state}: {release}");
+        tokio::time::sleep(Duration::from_millis(300)).await;
+    }
+}
+
+/// A release signed with `hearth-control release sign` rolls out from the admin API: the
+/// canary first, then the other node; both run it under their supervisors. A release whose
+/// binary was altered on control's disk is refused by the canary, and the rollout stops
+/// there: the other node is never told.
+#[tokio::test]
+async fn a_release_rolls_out_canary_first_and_stops_at_the_first_failure() {
+    let s = System::start(Backend::Native, &[("HEARTH_LISTEN", format!("127.0.0.1:{}", free_port().unwrap()))]).await;
+    let mut nodes = Vec::new();
+    for name in ["a", "b"] {
+        let state = s.temp.path().join(name);
+        enrolled_node(&s, &state).await;
+        let settings = std::fs::read_to_string(state.join("node.toml")).unwrap();
+        std::fs::write(state.join("node.toml"), settings + "update_health_secs = 2\n").unwrap();
+        let exe = s.temp.path().join(format!("bin-{name}"));
+        std::fs::create_dir(&exe).unwrap();
+        let exe = exe.join("hearth-node");
+        std::fs::copy(hearth_tests::binary("hearth-node").unwrap(), &exe).unwrap();
+        nodes.push(hearth_tests::node::Supervised::start(&exe, &state).unwrap());
+    }
+    let listed = s.call(reqwest::Method::GET, "/nodes", None).await;
+    let ids: Vec<u64> = listed["nodes"].as_array().unwrap().iter().map(|n| n["id"].as_u64().unwrap()).collect();
+    let (first, canary) = (ids[0], ids[1]);
+
+    let binary = hearth_tests::binary("hearth-node").unwrap();
+    let signed =
+        s.dir.cli(&["release", "sign", "--version", "0.2.0", "--expires", "1d", binary.to_str().unwrap()]).unwrap();
+    let version: u64 = signed
+        .lines()
+        .find_map(|l| l.strip_prefix("release ")?.split_whitespace().next()?.parse().ok())
+        .unwrap_or_else(|| panic!("{signed}"));
+    let started =
+        s.call(reqwest::Method::POST, &format!("/releases/{version}/rollout"), Some(json!({ "canary": canary }))).await;
+    assert_eq!(started["releases"][0]["rollout"]["state"], "canary", "{started}");
+    let again = s
+        .https
+        .post(s.control().api(&format!("/releases/{version}/rollout")))
+        .bearer_auth(&s.token)
+        .json(&json!({ "canary": first }))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(again.status(), 409, "one rollout at a time");
+    // The canary runs it before the other node is told.
+    let begun = Instant::now();
+    loop {
+        let release = releases(&s).await.into_iter().find(|r| r["version"] == version).unwrap();
+        let done = release["rollout"]["done"].as_array().unwrap().clone();
+        if !done.is_empty() {
+            assert_eq!(done, vec![json!(canary)], "the canary first: {release}");
+            break;
+        }
+        assert!(begun.elapsed() < Duration::from_secs(90), "the canary never ran the release: {release}");
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+    let done = rollout_reaches(&s, version, "done").await;
+    assert_eq!(done["rollout"]["done"], json!([first, canary]));
+    let listed = s.call(reqwest::Method::GET, "/nodes", None).await;
+    assert!(listed["nodes"].as_array().unwrap().iter().all(|n| n["version"] == "0.2.0"), "{listed}");
+
+    // A binary altered on control's disk after signing: the canary refuses it, nobody else
+    // is told.
+    let signed = s.dir.cli(&["release", "sign", "--version", "0.3.0", binary.to_str().unwrap()]).unwrap();
+    let next: u64 =
+        signed.lines().find_map(|l| l.strip_prefix("release ")?.split_whitespace().next()?.parse().ok()).unwrap();
+    assert!(next > version);
+    let stored = s
+        .dir
+        .path
+        .join("releases")
+        .join(next.to_string())
+        .join(format!("hearth-node-linux-{}", std::env::consts::ARCH));
+    let mut bytes = std::fs::read(&stored).unwrap();
+    bytes[4096] ^= 0xff;
+    std::fs::write(&stored, bytes).unwrap();
+    s.call(reqwest::Method::POST, &format!("/releases/{next}/rollout"), Some(json!({ "canary": canary }))).await;
+    let failed = rollout_reaches(&s, next, "failed").await;
+    assert!(failed["rollout"]["detail"].as_str().unwrap().contains("tampered"), "{failed}");
+    assert_eq!(failed["rollout"]["current"], canary);
+    assert_eq!(failed["rollout"]["done"], json!([]));
+    tokio::time::sleep(Duration::from_secs(3)).await;
+    let listed = s.call(reqwest::Method::GET, "/nodes", None).await;
+    assert!(listed["nodes"].as_array().unwrap().iter().all(|n| n["version"] == "0.2.0"), "{listed}");
+    drop(nodes);
+}

@@ -138,6 +138,7 @@ async fn creds(
     let mut changes = app.creds.subscribe();
     let mut stopping = app.stopping.subscribe();
     let mut keys;
+    let mut told: Option<u64> = None;
     let mut response = loop {
         changes.borrow_and_update();
         let name = stream::creds(node);
@@ -155,6 +156,11 @@ async fn creds(
                 {
                     break octets(StatusCode::OK, bytes);
                 }
+                // A new release to run is news too: the answer names it.
+                if told.is_some_and(|told| told != target) {
+                    break StatusCode::NO_CONTENT.into_response();
+                }
+                told = Some(target);
             }
             Err(e) => return e.into_response(),
         }

@@ -416,5 +416,7 @@ async fn handle(
 
 /// The edge's HTTP service.
 pub fn router(edge: Arc<Edge>) -> Router {
-    Router::new().fallback(handle).layer(DefaultBodyLimit::max(push::MAX_PUSH_BYTES)).with_state(edge)
+    // The largest body any route takes: a push, control's archive, or a release.
+    let limit = push::MAX_PUSH_BYTES.max(hearth_shared::envelope::Kind::Archive.max_len()).max(api::MAX_RELEASE_BYTES);
+    Router::new().fallback(handle).layer(DefaultBodyLimit::max(limit)).with_state(edge)
 }

@@ -1,0 +1,223 @@
+//! A node's self-update, under its supervisor, against an edge the test controls (as a
+//! compromised or broken edge would be): only a release signed by the release key, not
+//! expired, newer than what runs, for this machine, with the very bytes the manifest names is
+//! installed; a new binary that cannot start is rolled back; the node keeps serving its users
+//! through all of it and says what happened in its pulls.
+
+use std::collections::HashMap;
+use std::path::PathBuf;
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use hearth_shared::nodeauth;
+use hearth_shared::sha256;
+use hearth_shared::wire::{CredEntry, CredentialSet};
+use hearth_tests::control_sim::{ControlSim, now, release};
+use hearth_tests::node::{SingBoxClient, Supervised, fetch, fetch_eventually, http_server};
+use tokio::io::{AsyncReadExt as _, AsyncWriteExt as _};
+
+const API: &str = "api-0123456789abcdef";
+
+/// What the stand-in edge serves, and what the node said to it.
+#[derive(Default)]
+struct Served {
+    creds: Vec<u8>,
+    keys: String,
+    release: Option<u64>,
+    manifest: Vec<u8>,
+    files: HashMap<String, Vec<u8>>,
+    /// The node's last `hearth-node-version` and `hearth-node-update`.
+    running: String,
+    update: String,
+}
+
+/// An edge that answers the node API from `served`, over plain HTTP/1.1.
+async fn stand_in_edge(served: Arc<Mutex<Served>>) -> String {
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let url = format!("http://{}", listener.local_addr().unwrap());
+    tokio::spawn(async move {
+        while let Ok((mut stream, _)) = listener.accept().await {
+            let served = served.clone();
+            tokio::spawn(async move {
+                let mut buf = Vec::new();
+                let mut chunk = [0u8; 4096];
+                let head_end = loop {
+                    let Ok(n) = stream.read(&mut chunk).await else { return };
+                    if n == 0 {
+                        return;
+                    }
+                    buf.extend_from_slice(&chunk[..n]);
+                    if let Some(at) = buf.windows(4).position(|w| w == b"\r\n\r\n") {
+                        break at + 4;
+                    }
+                };
+                let head = String::from_utf8_lossy(&buf[..head_end]).to_string();
+                let header = |name: &str| {
+                    head.lines().find_map(|l| {
+                        let (k, v) = l.split_once(':')?;
+                        k.trim().eq_ignore_ascii_case(name).then(|| v.trim().to_owned())
+                    })
+                };
+                let length: usize = header("content-length").and_then(|v| v.parse().ok()).unwrap_or(0);
+                while buf.len() < head_end + length {
+                    let Ok(n) = stream.read(&mut chunk).await else { return };
+                    if n == 0 {
+                        break;
+                    }
+                    buf.extend_from_slice(&chunk[..n]);
+                }
+                let path = head.split_whitespace().nth(1).unwrap_or("/").to_owned();
+                let path = path.split('?').next().unwrap_or("").to_owned();
+                let (status, headers, body) = {
+                    let mut s = served.lock().unwrap();
+                    let rest = path.strip_prefix(&format!("/{API}/nodes/1")).unwrap_or("");
+                    match rest {
+                        "/creds" => {
+                            s.running = header(nodeauth::NODE_VERSION_HEADER).unwrap_or_default();
+                            s.update = header(nodeauth::NODE_UPDATE_HEADER).unwrap_or_default();
+                            let mut headers = vec![(nodeauth::KEYS_HEADER.to_owned(), s.keys.clone())];
+                            if let Some(r) = s.release {
+                                headers.push((nodeauth::RELEASE_HEADER.to_owned(), r.to_string()));
+                            }
+                            (200, headers, s.creds.clone())
+                        }
+                        "/release" if s.release.is_some() => (200, vec![], s.manifest.clone()),
+                        "/usage" => (202, vec![], b"queued\n".to_vec()),
+                        "/ack" => (204, vec![], vec![]),
+                        other => match other.strip_prefix("/release/").and_then(|name| s.files.get(name)) {
+                            Some(bytes) => (200, vec![], bytes.clone()),
+                            None => (404, vec![], b"not here\n".to_vec()),
+                        },
+                    }
+                };
+                let mut response =
+                    format!("HTTP/1.1 {status} X\r\ncontent-length: {}\r\nconnection: close\r\n", body.len());
+                for (k, v) in headers {
+                    response.push_str(&format!("{k}: {v}\r\n"));
+                }
+                response.push_str("\r\n");
+                let _ = stream.write_all(response.as_bytes()).await;
+                let _ = stream.write_all(&body).await;
+            });
+        }
+    });
+    url
+}
+
+/// Waits until the node says `what` (checked on the stand-in edge's record of its pulls).
+async fn until_said(served: &Arc<Mutex<Served>>, what: &str, check: impl Fn(&Served) -> bool) {
+    let started = Instant::now();
+    loop {
+        {
+            let s = served.lock().unwrap();
+            if check(&s) {
+                return;
+            }
+            assert!(
+                started.elapsed() < Duration::from_secs(60),
+                "the node never said {what}: it runs {:?}, update {:?}",
+                s.running,
+                s.update
+            );
+        }
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+}
+
+fn offer(served: &Arc<Mutex<Served>>, number: u64, (manifest, files): (Vec<u8>, Vec<(String, Vec<u8>)>)) {
+    let mut s = served.lock().unwrap();
+    s.release = Some(number);
+    s.manifest = manifest;
+    s.files = files.into_iter().collect();
+}
+
+#[tokio::test]
+async fn a_node_installs_only_a_good_release_and_rolls_back_one_that_cannot_start() {
+    let temp = tempfile::tempdir().unwrap();
+    let mut sim = ControlSim::new();
+    let set = CredentialSet::new(1, vec![CredEntry { user: 1, hash: sha256(b"alice-pw") }]).unwrap();
+    let served = Arc::new(Mutex::new(Served {
+        creds: sim.creds(&set).envelope().unwrap().to_vec(),
+        keys: hearth_shared::trust::chain_to_header(&sim.key_records()),
+        ..Served::default()
+    }));
+    let edge = stand_in_edge(served.clone()).await;
+
+    let bin = temp.path().join("bin");
+    std::fs::create_dir(&bin).unwrap();
+    let exe: PathBuf = bin.join("hearth-node");
+    std::fs::copy(hearth_tests::binary("hearth-node").unwrap(), &exe).unwrap();
+    let original = std::fs::read(&exe).unwrap();
+    let state = temp.path().join("node");
+    let port = hearth_tests::edge::free_port().unwrap();
+    let settings = format!(
+        "edge_url = \"{edge}\"\napi_prefix = \"{API}\"\nedge_poll_secs = 1\nreport_secs = 1\nupdate_health_secs = 2\n"
+    );
+    hearth_tests::node::state_dir_with(&state, &sim, 1, &settings).unwrap();
+    let toml = std::fs::read_to_string(state.join("node.toml")).unwrap();
+    std::fs::write(
+        state.join("node.toml"),
+        toml.replace("127.0.0.1:0\"\nallow", &format!("127.0.0.1:{port}\"\nallow")),
+    )
+    .unwrap();
+    let key = hearth_shared::keys::SecretKey::generate(hearth_shared::keys::Role::Node, &mut rand_core::OsRng).unwrap();
+    key.save(&state.join("node.key")).unwrap();
+    let _node = Supervised::start(&exe, &state).unwrap();
+
+    let outbound = serde_json::json!({
+        "type": "hysteria2", "server": "127.0.0.1", "server_port": port, "password": "alice-pw",
+        "tls": { "enabled": true, "server_name": "localhost", "insecure": true, "alpn": ["h3"] }
+    });
+    let alice = SingBoxClient::start(outbound).unwrap();
+    let web = http_server(vec![4; 20_000]).await.unwrap();
+    fetch_eventually(&alice, web).await.unwrap();
+    until_said(&served, "what it runs", |s| s.running == format!("{}@0", env!("CARGO_PKG_VERSION"))).await;
+
+    let arch = std::env::consts::ARCH;
+    let later = now() + 3600;
+    let files = |bytes: Vec<u8>| vec![("linux", arch, bytes)];
+    let bundle = |(manifest, bundle): (Vec<u8>, Vec<u8>)| {
+        let bundle: hearth_shared::release::ReleaseBundle = hearth_shared::wire::decode(&bundle, "bundle").unwrap();
+        (manifest, bundle.files.into_iter().map(|(n, b)| (n, b.into_vec())).collect::<Vec<_>>())
+    };
+    let other_arch = if arch == "aarch64" { "x86_64" } else { "aarch64" };
+    let mut tampered = bundle(release(&sim.release, 1005, "0.2.0", &files(original.clone()), later));
+    tampered.1[0].1[1000] ^= 1;
+    let refusals = [
+        (1001, bundle(release(&sim.signing, 1001, "0.2.0", &files(original.clone()), later)), "release role"),
+        (1002, bundle(release(&sim.release, 1002, "0.0.9", &files(original.clone()), later)), "not newer"),
+        (
+            1003,
+            bundle(release(&sim.release, 1003, "0.2.0", &[("linux", other_arch, original.clone())], later)),
+            "no binary for",
+        ),
+        (1004, bundle(release(&sim.release, 1004, "0.2.0", &files(original.clone()), now() - 5)), "expired"),
+        (1005, tampered, "tampered"),
+    ];
+    for (number, offered, reason) in refusals {
+        offer(&served, number, offered);
+        until_said(&served, reason, |s| s.update.starts_with(&format!("{number} ")) && s.update.contains(reason)).await;
+        assert!(std::fs::read(&exe).unwrap() == original, "release {number} changed the binary");
+        assert_eq!(fetch(&alice, web).await.unwrap().len(), 20_000, "alice was cut off by release {number}");
+    }
+
+    // A good release: installed, the server restarts into it, and keeps it once healthy.
+    offer(&served, 1006, bundle(release(&sim.release, 1006, "0.2.0", &files(original.clone()), later)));
+    until_said(&served, "that it runs 0.2.0", |s| s.running == "0.2.0@1006" && s.update.is_empty()).await;
+    assert!(std::fs::read(bin.join("hearth-node.prev")).unwrap() == original);
+    assert_eq!(fetch_eventually(&alice, web).await.unwrap().len(), 20_000);
+
+    // A release whose binary exits at start: swapped in, then the previous one put back.
+    let broken = b"#!/bin/sh\nexit 3\n".to_vec();
+    offer(&served, 1007, bundle(release(&sim.release, 1007, "0.3.0", &files(broken), later)));
+    until_said(&served, "that it rolled 0.3.0 back", |s| {
+        s.update.starts_with("1007 rolled back") && s.running == "0.2.0@1006"
+    })
+    .await;
+    assert!(std::fs::read(&exe).unwrap() == original, "the previous binary is back");
+    assert_eq!(fetch_eventually(&alice, web).await.unwrap().len(), 20_000);
+    // It is not tried again.
+    tokio::time::sleep(Duration::from_secs(3)).await;
+    assert!(served.lock().unwrap().update.starts_with("1007 rolled back"));
+    let _ = &mut sim;
+}
