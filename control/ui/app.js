@@ -296,6 +296,7 @@
     [/^nodes\/(\d+)$/, (m) => nodeView(Number(m[1]))],
     [/^groups$/, () => groupsView()],
     [/^tokens$/, () => tokensView()],
+    [/^releases$/, () => releasesView()],
     [/^audit$/, (m, params) => auditView(params)],
     [/^settings$/, () => settingsView()],
   ];
@@ -335,6 +336,7 @@
     ['nodes', 'nav.nodes'],
     ['groups', 'nav.groups'],
     ['tokens', 'nav.tokens'],
+    ['releases', 'nav.releases'],
     ['audit', 'nav.audit'],
     ['settings', 'nav.settings'],
   ];
@@ -1178,6 +1180,70 @@
           )
         : h('p', { class: 'empty' }, t('tokens.none')),
       form,
+    );
+  }
+
+  /** Signed node releases: roll one out (a canary node first), follow it, stop it. */
+  async function releasesView() {
+    const [list, nodes] = await Promise.all([api('GET', 'releases'), api('GET', 'nodes')]);
+    const enrolled = nodes.nodes.filter((n) => n.enrolled);
+    const running = list.releases.some((r) => r.rollout && ['canary', 'rolling'].includes(r.rollout.state));
+    const post = async (path, body) => {
+      try {
+        await api('POST', path, body);
+        route();
+      } catch (err) {
+        alertError(err);
+      }
+    };
+    const actions = (r) => {
+      const state = r.rollout && r.rollout.state;
+      if (state === 'canary' || state === 'rolling') {
+        return h('button', { type: 'button', class: 'ghost small', 'data-stop': r.version, onclick: () => post(`releases/${r.version}/stop`) }, t('releases.stop'));
+      }
+      if (running || !enrolled.length || r.expires * 1000 < Date.now()) return '';
+      const canary = h('select', { 'aria-label': t('releases.canary'), 'data-canary': r.version }, enrolled.map((n) => h('option', { value: n.id }, n.name)));
+      return h(
+        'span',
+        { class: 'inline' },
+        canary,
+        h('button', { type: 'button', class: 'small', 'data-rollout': r.version, onclick: () => post(`releases/${r.version}/rollout`, { canary: Number(canary.value) }) }, t('releases.rollout')),
+      );
+    };
+    const progress = (r) => {
+      if (!r.rollout) return t('releases.not_rolled');
+      const o = r.rollout;
+      const parts = [t(`releases.state.${o.state}`), t('releases.progress', { done: o.done.length, total: enrolled.length })];
+      if (o.detail) parts.push(o.detail);
+      return h('span', { class: `rollout ${o.state}` }, parts.join(' · '));
+    };
+    shell(
+      'releases',
+      h('h1', {}, t('nav.releases')),
+      h('p', {}, t('releases.intro')),
+      h('pre', { class: 'command' }, 'hearth-control release sign --version 0.2.0 target/release/hearth-node'),
+      list.releases.length
+        ? h(
+            'table',
+            { class: 'list', id: 'releases' },
+            h('thead', {}, h('tr', {}, ['releases.version', 'releases.built', 'releases.expires', 'releases.rollout_state', ''].map((k) => h('th', {}, k ? t(k) : '')))),
+            h(
+              'tbody',
+              {},
+              list.releases.map((r) =>
+                h(
+                  'tr',
+                  { 'data-release': r.version },
+                  h('td', { 'data-label': t('releases.version') }, h('strong', {}, r.name), h('br'), h('small', {}, r.files.join(', '))),
+                  h('td', { 'data-label': t('releases.built') }, dateTime(r.built)),
+                  h('td', { 'data-label': t('releases.expires') }, date(r.expires)),
+                  h('td', { 'data-label': t('releases.rollout_state') }, progress(r)),
+                  h('td', {}, actions(r)),
+                ),
+              ),
+            ),
+          )
+        : h('p', { class: 'empty' }, t('releases.none')),
     );
   }
 

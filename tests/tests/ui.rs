@@ -262,6 +262,30 @@ async fn the_admin_panel_works_in_a_real_browser() {
     find(&client, ".traffic svg.chart").await;
     text_of(&client, "main dl", |t| t.contains("Users") && t.contains("Today")).await;
 
+    // The node enrolls with exactly that command; a release signed on the command line rolls
+    // out to it from the Releases page, and stops.
+    let args: Vec<String> = command.split_whitespace().skip(1).map(str::to_owned).collect();
+    let enrolled = std::process::Command::new(hearth_tests::binary("hearth-node").unwrap())
+        .args(&args)
+        .arg("--state")
+        .arg(temp.path().join("node"))
+        .args(["--listen", "127.0.0.1:0"])
+        .output()
+        .unwrap();
+    assert!(enrolled.status.success(), "{}", String::from_utf8_lossy(&enrolled.stderr));
+    let binary = temp.path().join("hearth-node");
+    std::fs::write(&binary, b"a node binary").unwrap();
+    dir.cli(&["release", "sign", "--version", "0.2.0", &format!("linux-x86_64={}", binary.display())]).unwrap();
+    client.goto(&format!("{panel}#/releases")).await.unwrap();
+    text_of(&client, "#releases", |t| t.contains("0.2.0") && t.contains("Not rolled out")).await;
+    find(&client, "select[data-canary]").await.select_by_label("Home").await.unwrap();
+    find(&client, "button[data-rollout]").await.click().await.unwrap();
+    text_of(&client, "#releases", |t| t.contains("On the canary") && t.contains("0 of 1 nodes run it")).await;
+    screenshot(&client, "releases").await;
+    find(&client, "button[data-stop]").await.click().await.unwrap();
+    text_of(&client, "#releases", |t| t.contains("Stopped")).await;
+    no_console_errors(&driver, &client, "the releases page").await;
+
     // An API token: shown once, works, then revoked.
     client.goto(&format!("{panel}#/tokens")).await.unwrap();
     fill(&client, "#token-form input[name=name]", "backup-script").await;
