@@ -120,7 +120,10 @@ pub(crate) fn seal(
 /// Checks an archive's signature against `trust` and opens it with the recovery key.
 pub(crate) fn open(envelope: &[u8], trust: &Trust, recovery: &RecoverySecret, now: u64) -> Result<(u64, Payload)> {
     let expect = Expect { kind: Kind::Archive, audience: Audience::Control, stream: stream::ARCHIVE };
-    let verified = verify(envelope, trust, &expect, None, now).context("the archive does not verify")?;
+    let verified = verify(envelope, trust, &expect, None, now).context(
+        "the archive does not verify (one made just before a key rotation is signed by the retired key: \
+         restore with --from-snapshots --root-key instead)",
+    )?;
     let compressed = hearth_shared::seal::open_archive(&verified.envelope.body, recovery)
         .context("the recovery key does not open the archive")?;
     let mut inflated = zeroize::Zeroizing::new(Vec::new());
