@@ -214,7 +214,10 @@ pub(crate) async fn archiver(app: Arc<App>, mut shutdown: watch::Receiver<bool>)
                 seen = Some(current);
                 changed_at = now();
             }
-            let settled = archived != Some(current) && now() >= changed_at + app.config.archive_after_secs;
+            // A key rotation is archived at once: an archive signed by a retired key cannot be
+            // restored from.
+            let rotated = archived.is_some_and(|(_, keys)| keys != current.1);
+            let settled = archived != Some(current) && (rotated || now() >= changed_at + app.config.archive_after_secs);
             let due = now() >= last_push + app.config.archive_every_secs;
             let backoff = u64::from(failures.min(6)) * 10;
             if (settled || due) && now() >= last_push + backoff {
