@@ -7,6 +7,7 @@
 pub mod control;
 pub mod control_sim;
 pub mod edge;
+pub mod load;
 pub mod node;
 
 use std::path::PathBuf;
