@@ -21,10 +21,14 @@ use http_body_util::{BodyExt as _, Empty};
 use serde::Serialize;
 use tokio::net::{TcpSocket, TcpStream};
 
-/// The `i`-th loopback source address of a run: 127.1.0.1, 127.1.0.2, ... (never 127.0.0.1).
+/// The `i`-th loopback source address of a run (never 127.0.0.1): consecutive ones are in
+/// different /24 networks (127.1.0.1, 127.1.1.1, ... 127.1.255.1, 127.1.0.2, ...), as clients
+/// all over the Internet are, so per-network limits see many networks.
 pub fn source(i: usize) -> IpAddr {
-    let n = i as u32 + 1;
-    IpAddr::V4(Ipv4Addr::new(127, 1 + ((n >> 16) & 0x3f) as u8, (n >> 8) as u8, n as u8))
+    let i = i as u32;
+    let host = (i >> 8) % 254 + 1;
+    let second = 1 + i / (256 * 254);
+    IpAddr::V4(Ipv4Addr::new(127, second as u8, (i & 0xff) as u8, host as u8))
 }
 
 /// What a run sends: one server, and the paths (with query) it cycles through.
@@ -146,8 +150,12 @@ struct Part {
 
 impl Part {
     fn record(&mut self, answer: Result<u16>, since: Instant) {
+        self.record_after(answer, since.elapsed());
+    }
+
+    fn record_after(&mut self, answer: Result<u16>, took: Duration) {
         self.sent += 1;
-        let micros = since.elapsed().as_micros() as u64;
+        let micros = took.as_micros() as u64;
         match answer {
             Ok(status) => {
                 *self.statuses.entry(status).or_default() += 1;
@@ -264,13 +272,14 @@ pub async fn open(target: &Target, rate: f64, duration: Duration, sources: usize
                 Ok(answer) => answer,
                 Err(_) => Err(anyhow::anyhow!("no answer within 30 s")),
             };
-            let _ = tx.send((answer, intended));
+            // Timed here, when the answer arrived, from when it was meant to be sent.
+            let _ = tx.send((answer, intended.elapsed()));
         });
     }
     drop(tx);
     let mut part = Part::default();
-    while let Some((answer, intended)) = rx.recv().await {
-        part.record(answer, intended);
+    while let Some((answer, took)) = rx.recv().await {
+        part.record_after(answer, took);
     }
     Ok(Outcome::merge(vec![part], started.elapsed().as_secs_f64()))
 }
@@ -281,10 +290,12 @@ mod tests {
 
     #[test]
     fn sources_are_distinct_loopback_addresses() {
-        let all: std::collections::BTreeSet<IpAddr> = (0..70_000).map(source).collect();
-        assert_eq!(all.len(), 70_000);
+        let all: std::collections::BTreeSet<IpAddr> = (0..200_000).map(source).collect();
+        assert_eq!(all.len(), 200_000);
         assert!(all.iter().all(|ip| ip.is_loopback() && *ip != IpAddr::V4(Ipv4Addr::LOCALHOST)));
         assert_eq!(source(0), IpAddr::V4(Ipv4Addr::new(127, 1, 0, 1)));
+        assert_eq!(source(1), IpAddr::V4(Ipv4Addr::new(127, 1, 1, 1)));
+        assert_eq!(source(256), IpAddr::V4(Ipv4Addr::new(127, 1, 0, 2)));
     }
 
     #[test]
@@ -332,6 +343,7 @@ mod tests {
         assert_eq!(run.sent, 100);
         assert_eq!(run.ok() + run.statuses[&429], 100, "{run:?}");
         assert!(run.latency_us.max > 0);
+        assert!(run.answer_latency_us.p99 < 200_000, "a loopback answer is not late: {run:?}");
         // Nobody listening: every request is an error, none a success.
         let nobody = Target::from_urls(&["http://127.0.0.1:9/".to_owned()], "hearth-load").unwrap();
         let run = open(&nobody, 100.0, Duration::from_millis(100), 4).await.unwrap();

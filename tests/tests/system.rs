@@ -199,8 +199,12 @@ async fn usage_survives_control_going_away_and_a_kill_9_of_the_node() {
     let (web1, web2) = (http_server(first.clone()).await.unwrap(), http_server(second.clone()).await.unwrap());
     fetch_eventually(&client, web1).await.unwrap();
     let mut expected = first.len() as u64;
-    // Control goes away; traffic goes on; the node queues reports on disk and at the edge.
+    // Control goes away; traffic goes on; the node queues reports on disk and at the edge,
+    // and the link keeps serving the very same profile from the edge.
+    let link = alice["link"].as_str().unwrap().to_owned();
+    let before = bodies(std::slice::from_ref(&link)).await;
     s.stop_control();
+    assert_eq!(bodies(std::slice::from_ref(&link)).await, before, "the link changed while control was away");
     assert_eq!(fetch(&client, web2).await.unwrap().len(), second.len());
     expected += second.len() as u64;
     tokio::time::sleep(Duration::from_millis(2500)).await;
@@ -726,4 +730,186 @@ async fn a_release_rolls_out_canary_first_and_stops_at_the_first_failure() {
     let listed = s.call(reqwest::Method::GET, "/nodes", None).await;
     assert!(listed["nodes"].as_array().unwrap().iter().all(|n| n["version"] == "0.2.0"), "{listed}");
     drop(nodes);
+}
+
+/// Streams held open through sing-box clients, each echoing a message every 200 ms until
+/// stopped; any stall or drop is recorded.
+struct Streams {
+    stop: tokio::sync::watch::Sender<bool>,
+    tasks: Vec<tokio::task::JoinHandle<(u64, Vec<String>)>>,
+}
+
+impl Streams {
+    async fn hold(clients: &[&SingBoxClient], per_client: usize, echo_at: std::net::SocketAddr) -> Streams {
+        use tokio::io::{AsyncReadExt as _, AsyncWriteExt as _};
+        let (stop, stopped) = tokio::sync::watch::channel(false);
+        let mut tasks = Vec::new();
+        for (c, client) in clients.iter().enumerate() {
+            for n in 0..per_client {
+                let mut stream = client.connect(echo_at).await.unwrap();
+                let mut stopped = stopped.clone();
+                let name = format!("client {c} stream {n}");
+                tasks.push(tokio::spawn(async move {
+                    let (mut rounds, mut failures) = (0u64, Vec::new());
+                    while !*stopped.borrow() {
+                        let sent = [(rounds % 251) as u8; 512];
+                        let mut got = [0u8; 512];
+                        let round = async {
+                            stream.write_all(&sent).await?;
+                            stream.read_exact(&mut got).await?;
+                            Ok::<_, std::io::Error>(())
+                        };
+                        match tokio::time::timeout(Duration::from_secs(10), round).await {
+                            Ok(Ok(())) if got == sent => rounds += 1,
+                            Ok(Ok(())) => failures.push(format!("{name}: other bytes came back")),
+                            Ok(Err(e)) => failures.push(format!("{name}: {e}")),
+                            Err(_) => failures.push(format!("{name}: stalled for 10 s")),
+                        }
+                        if !failures.is_empty() {
+                            break;
+                        }
+                        tokio::select! {
+                            () = tokio::time::sleep(Duration::from_millis(200)) => {}
+                            _ = stopped.changed() => {}
+                        }
+                    }
+                    (rounds, failures)
+                }));
+            }
+        }
+        Streams { stop, tasks }
+    }
+
+    /// Stops them; the rounds they echoed and every failure.
+    async fn finish(self) -> (u64, Vec<String>) {
+        let _ = self.stop.send(true);
+        let (mut rounds, mut failures) = (0, Vec::new());
+        for task in self.tasks {
+            let (r, f) = task.await.unwrap();
+            rounds += r;
+            failures.extend(f);
+        }
+        (rounds, failures)
+    }
+}
+
+/// The users in the set the node holds on disk.
+fn node_users(state: &std::path::Path) -> Vec<u64> {
+    held_set(state).map(|(_, users)| users).unwrap_or_default()
+}
+
+/// The storm (BENCH.md, D): 1000 users; 64 streams through one node; 300 subscription requests
+/// a second from 1000 addresses; one user added and one removed every second through the admin
+/// API, for 60 s. No stream of a user who stays drops, every subscription request is answered
+/// (200, or 429 by the rules), and every change reaches the node.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_storm_drops_no_stream_answers_every_request_and_every_change_reaches_the_node() {
+    let seconds: u64 = std::env::var("HEARTH_STORM_SECS").ok().and_then(|s| s.parse().ok()).unwrap_or(60);
+    let s = System::start(Backend::Native, &[]).await;
+    let state = s.temp.path().join("node");
+    enrolled_node(&s, &state).await;
+    let names: Vec<String> = (0..1000).map(|i| format!("user{i:04}")).collect();
+    let bulk = s.call(reqwest::Method::POST, "/users/bulk", Some(json!({ "names": names }))).await;
+    let users = bulk["users"].as_array().unwrap().clone();
+    let links: Vec<String> = users.iter().map(|u| u["link"].as_str().unwrap().to_owned()).collect();
+    let node = NodeProcess::start(&state).unwrap();
+
+    // 64 streams: 16 through each of four users' clients.
+    let mut clients = Vec::new();
+    for link in &links[..4] {
+        clients.push(SingBoxClient::start(profile_outbound(link).await).unwrap());
+    }
+    let echo_at = tcp_echo().await;
+    for client in &clients {
+        fetch_eventually(client, http_server(vec![1; 1000]).await.unwrap()).await.unwrap();
+    }
+    let streams = Streams::hold(&clients.iter().collect::<Vec<_>>(), 16, echo_at).await;
+
+    // The subscription load, open loop, over every link.
+    // (Not the links of the users removed below: a removed link is a 404 by the rules.)
+    let staying: Vec<String> = links[..100].iter().chain(&links[100 + seconds as usize..]).cloned().collect();
+    let target = hearth_tests::load::Target::from_urls(&staying, "SFA/1.13.0 (sing-box 1.13.0)").unwrap();
+    let load = tokio::spawn(async move {
+        hearth_tests::load::open(&target, 300.0, Duration::from_secs(seconds), 1000).await.unwrap()
+    });
+    // One user added and one removed a second (never one of the four streaming).
+    let (mut added, mut removed) = (Vec::new(), Vec::new());
+    let started = Instant::now();
+    for second in 0..seconds {
+        let user = s.user(&format!("storm{second:02}")).await;
+        added.push(user["id"].as_u64().unwrap());
+        let gone = users[100 + second as usize]["id"].as_u64().unwrap();
+        let status = s
+            .https
+            .delete(s.control().api(&format!("/users/{gone}")))
+            .bearer_auth(&s.token)
+            .send()
+            .await
+            .unwrap()
+            .status();
+        assert!(status.is_success(), "removing user {gone}: {status}");
+        removed.push(gone);
+        tokio::time::sleep_until((started + Duration::from_secs(second + 1)).into()).await;
+    }
+    let load = load.await.unwrap();
+    let (rounds, failures) = streams.finish().await;
+    assert!(failures.is_empty(), "streams dropped: {failures:?}");
+    assert!(rounds > 64 * seconds, "the streams moved ({rounds} echoes)");
+    let others: u64 = load.statuses.iter().filter(|(s, _)| **s != 200 && **s != 429).map(|(_, n)| n).sum();
+    assert_eq!((load.errors, others), (0, 0), "every request answered 200 or 429: {load:?}");
+    assert_eq!(load.sent, 300 * seconds);
+    assert!(load.ok() > 0, "{load:?}");
+    eprintln!(
+        "storm: {} requests, {} ok, {} limited, p95 {} us, p99 {} us; {rounds} stream echoes",
+        load.sent,
+        load.ok(),
+        load.statuses.get(&429).copied().unwrap_or(0),
+        load.answer_latency_us.p95,
+        load.answer_latency_us.p99
+    );
+
+    // Every change reaches the node.
+    let started = Instant::now();
+    loop {
+        let held = node_users(&state);
+        if added.iter().all(|id| held.contains(id)) && removed.iter().all(|id| !held.contains(id)) {
+            break;
+        }
+        assert!(started.elapsed() < Duration::from_secs(30), "the node's set missed a change");
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+    node.stop().unwrap();
+}
+
+/// The restart (BENCH.md, E): control restarted during 64 streams drops none of them, and
+/// answers again right after it starts.
+#[tokio::test]
+async fn restarting_control_drops_no_stream() {
+    let (mut s, _alice, node, client) = with_a_running_node().await;
+    fetch_eventually(&client, http_server(vec![1; 1000]).await.unwrap()).await.unwrap();
+    let streams = Streams::hold(&[&client], 64, tcp_echo().await).await;
+    tokio::time::sleep(Duration::from_secs(1)).await;
+    s.stop_control();
+    let started = Instant::now();
+    s.start_control();
+    let plain = s.dir.client().unwrap();
+    loop {
+        if let Ok(r) = plain.get(format!("{}/healthz", s.control().url)).send().await
+            && r.status() == 200
+        {
+            break;
+        }
+        assert!(started.elapsed() < Duration::from_secs(10), "control did not answer after its restart");
+        tokio::time::sleep(Duration::from_millis(1)).await;
+    }
+    let answered = started.elapsed();
+    tokio::time::sleep(Duration::from_secs(3)).await;
+    let (rounds, failures) = streams.finish().await;
+    assert!(failures.is_empty(), "streams dropped across the restart: {failures:?}");
+    assert!(rounds >= 64 * 10, "{rounds} echoes");
+    // From the process's start to its first answer.
+    assert!(answered < Duration::from_millis(100), "control answered {answered:?} after starting");
+    eprintln!("restart: control answered {answered:?} after starting; {rounds} echoes, none dropped");
+    node.stop().unwrap();
+    s.stop_control();
 }
