@@ -250,7 +250,7 @@ pub async fn closed(target: &Target, clients: usize, duration: Duration, spread:
 /// Sends `rate` requests a second for `duration`, each on a new connection from one of
 /// `sources` loopback addresses in turn; latency counts from each request's intended time.
 pub async fn open(target: &Target, rate: f64, duration: Duration, sources: usize) -> Result<Outcome> {
-    if !(rate > 0.0) {
+    if rate.is_nan() || rate <= 0.0 {
         bail!("the rate must be above 0");
     }
     let total = (rate * duration.as_secs_f64()).round() as u64;
