@@ -47,6 +47,7 @@ pub(crate) struct Counters {
     pub(crate) pushes: AtomicU64,
     pub(crate) push_failures: AtomicU64,
     pub(crate) pushed_items: AtomicU64,
+    pub(crate) pushed_bytes: AtomicU64,
     pub(crate) usage_reports: AtomicU64,
     pub(crate) usage_refused: AtomicU64,
     pub(crate) logins_failed: AtomicU64,

@@ -75,6 +75,12 @@ pub(crate) async fn handler(State(app): State<Arc<App>>, headers: HeaderMap, aut
         &one(c.pushed_items.load(Ordering::Relaxed)),
     );
     metric(
+        "hearth_pushed_bytes_total",
+        "counter",
+        "Bytes of the pushes the edge accepted.",
+        &one(c.pushed_bytes.load(Ordering::Relaxed)),
+    );
+    metric(
         "hearth_usage_reports_total",
         "counter",
         "Usage reports applied.",

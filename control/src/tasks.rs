@@ -112,12 +112,14 @@ async fn push_once(app: &Arc<App>, url: &str) -> Result<usize, String> {
         manifest: signed.encode(),
         items: items.into_iter().filter_map(|(_, _, envelope)| envelope.map(Into::into)).collect(),
     };
+    let body = wire::encode(&bundle);
+    let size = body.len() as u64;
     let response = app
         .http
         .post(url)
         .bearer_auth(&app.config.edge.push_token)
         .header("content-type", "application/octet-stream")
-        .body(wire::encode(&bundle))
+        .body(body)
         .timeout(Duration::from_secs(60))
         .send()
         .await
@@ -144,6 +146,7 @@ async fn push_once(app: &Arc<App>, url: &str) -> Result<usize, String> {
         .await
         .map_err(|e| e.to_string())?;
     Counters::add(&app.counters.pushes, 1);
+    Counters::add(&app.counters.pushed_bytes, size);
     Counters::add(&app.counters.pushed_items, cleared as u64);
     Ok(cleared.max(1))
 }

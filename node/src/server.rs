@@ -14,7 +14,7 @@ use std::time::Duration;
 use bytes::Bytes;
 use hearth_shared::sha256;
 use http::{Method, Response, StatusCode};
-use tokio::io::{AsyncRead, AsyncReadExt as _, AsyncWrite, AsyncWriteExt as _};
+use tokio::io::{AsyncReadExt as _, AsyncWriteExt as _};
 use tokio::net::{TcpStream, UdpSocket};
 use tokio::sync::Mutex;
 
@@ -29,8 +29,8 @@ const CONNECT_TIMEOUT: Duration = Duration::from_secs(10);
 const UDP_IDLE: Duration = Duration::from_secs(60);
 /// UDP sessions one connection may hold.
 const MAX_UDP_SESSIONS: usize = 256;
-/// The relay's buffer per direction.
-const RELAY_BUFFER: usize = 32 * 1024;
+/// The most one relay read takes, per direction.
+const RELAY_BUFFER: usize = 64 * 1024;
 
 /// How the server behaves.
 #[derive(Clone, Debug)]
@@ -178,20 +178,34 @@ async fn handle(connection: quinn::Connection, live: Arc<Live>, options: Options
     Ok(())
 }
 
-/// Copies `from` to `to` until `from` ends, counting bytes.
-async fn pump<R: AsyncRead + Unpin, W: AsyncWrite + Unpin>(
-    mut from: R,
-    mut to: W,
+/// Client to target: quinn hands out what arrived as chunks, written on without a copy.
+async fn pump_up(
+    mut from: quinn::RecvStream,
+    mut to: tokio::net::tcp::OwnedWriteHalf,
     count: &std::sync::atomic::AtomicU64,
 ) -> std::io::Result<()> {
-    let mut buf = vec![0u8; RELAY_BUFFER];
+    while let Some(chunk) = from.read_chunk(RELAY_BUFFER, true).await.map_err(std::io::Error::from)? {
+        to.write_all(&chunk.bytes).await?;
+        count.fetch_add(chunk.bytes.len() as u64, Ordering::Relaxed);
+    }
+    to.shutdown().await
+}
+
+/// Target to client: read into a buffer that quinn then owns (no copy into its send buffer).
+async fn pump_down(
+    mut from: tokio::net::tcp::OwnedReadHalf,
+    mut to: quinn::SendStream,
+    count: &std::sync::atomic::AtomicU64,
+) -> std::io::Result<()> {
+    let mut buf = bytes::BytesMut::new();
     loop {
-        let n = from.read(&mut buf).await?;
+        buf.reserve(RELAY_BUFFER);
+        let n = from.read_buf(&mut buf).await?;
         if n == 0 {
             to.shutdown().await?;
             return Ok(());
         }
-        to.write_all(&buf[..n]).await?;
+        to.write_chunk(buf.split().freeze()).await.map_err(std::io::Error::from)?;
         count.fetch_add(n as u64, Ordering::Relaxed);
     }
 }
@@ -221,8 +235,8 @@ async fn tcp_relay(
     let _ = target.set_nodelay(true);
     send.write_all(&proto::tcp_response(true, "")).await?;
     let (target_read, target_write) = target.into_split();
-    let up = pump(recv, target_write, &counter.up);
-    let down = pump(target_read, send, &counter.down);
+    let up = pump_up(recv, target_write, &counter.up);
+    let down = pump_down(target_read, send, &counter.down);
     let (up, down) = tokio::join!(up, down);
     up.and(down)?;
     Ok(())

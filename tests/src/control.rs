@@ -88,7 +88,7 @@ pub struct ControlProcess {
 impl ControlProcess {
     /// Starts `serve` on `dir` with extra environment (`HEARTH_EDGE_URL`, ...).
     pub fn start(dir: &ControlDir, env: &[(&str, String)]) -> Result<ControlProcess> {
-        let mut command = Command::new(crate::binary("hearth-control")?);
+        let mut command = crate::cgroup::command(&crate::binary("hearth-control")?);
         command
             .arg("serve")
             .arg("--data-dir")

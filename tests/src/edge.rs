@@ -71,7 +71,7 @@ impl EdgeProcess {
     }
 
     fn native(db: &Path, vars: &[(String, String)], port: u16) -> Result<EdgeProcess> {
-        let mut command = Command::new(crate::binary("hearth-edge")?);
+        let mut command = crate::cgroup::command(&crate::binary("hearth-edge")?);
         command
             .args(["--listen", &format!("127.0.0.1:{port}"), "--db"])
             .arg(db)

@@ -45,7 +45,7 @@ pub struct NodeProcess {
 impl NodeProcess {
     /// Starts `serve` on a state directory.
     pub fn start(state: &Path) -> Result<NodeProcess> {
-        let mut child = Command::new(crate::binary("hearth-node")?)
+        let mut child = crate::cgroup::command(&crate::binary("hearth-node")?)
             .arg("serve")
             .arg("--state")
             .arg(state)

@@ -561,16 +561,17 @@ async fn bench_node() -> Result<()> {
     let hearth = SingBoxClient::start(outbound(node.addr.port()))?;
     let theirs = SingBoxClient::start(outbound(peer_port))?;
     println!();
-    println!("| streams | server | Gbit/s | server CPU s | Gbit/s per CPU-second |");
+    println!("| streams | server | Gbit/s | server CPU s | Gbit per CPU-second |");
     println!("|---|---|---|---|---|");
     for (streams, per_stream) in [(1usize, 512u64 << 20), (16, 32 << 20)] {
         for round in 0..2 {
             for (name, client, pid) in [("hearth-node", &hearth, node_pid), ("sing-box", &theirs, peer.id())] {
                 let (gbps, cpu) = throughput(client, pid, streams, per_stream).await?;
+                let gbit = (per_stream * streams as u64) as f64 * 8.0 / 1e9;
                 println!(
                     "| {streams} | {name} (run {}) | {gbps:.2} | {cpu:.2} | {:.2} |",
                     round + 1,
-                    gbps / cpu.max(0.01)
+                    gbit / cpu.max(0.01)
                 );
             }
         }

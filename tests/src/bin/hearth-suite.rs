@@ -1,0 +1,802 @@
+//! `hearth-suite`: Hearth's benchmark suite (BENCH.md). `tests/bench` builds the release
+//! binaries and runs it; `--quick` runs each scenario once and shorter.
+//!
+//! Every system under test runs in a cgroup of its own on CPU 1 with a 100 % quota and 1 GiB
+//! (processes start inside it, so runtimes size themselves to one CPU); this program, its
+//! load generator (`hearth_tests::load`) and the sing-box clients run on CPU 0. CPU time and
+//! anonymous memory are read from the cgroup. Rate limits are off by configuration in the
+//! throughput runs (said in each row). Each run writes JSON to `target/bench/`; a full run
+//! writes `docs/benchmarks.md`.
+
+use std::collections::BTreeMap;
+use std::path::PathBuf;
+use std::time::{Duration, Instant};
+
+use anyhow::{Context as _, Result, bail};
+use hearth_shared::wire::SubToken;
+use hearth_tests::cgroup::Cgroup;
+use hearth_tests::control::{ControlDir, ControlProcess};
+use hearth_tests::control_sim::{ControlSim, demo_snapshot};
+use hearth_tests::edge::{Backend, EdgeProcess, free_port};
+use hearth_tests::load::{self, Target};
+use hearth_tests::node::{NodeProcess, SingBoxClient};
+use rand_core::OsRng;
+use serde_json::{Value, json};
+
+const GIB: u64 = 1 << 30;
+const MIB: f64 = 1024.0 * 1024.0;
+const SUT_CPU: usize = 1;
+const API: &str = "api-bench-0123456789";
+const PUSH_TOKEN: &str = "bench-push-token-0123456789-0123456789";
+const SING_BOX_UA: &str = "SFA/1.13.0 (sing-box 1.13.0)";
+
+/// One figure of the table: Hearth's values over the repetitions, the peer's when one ran.
+#[derive(Default)]
+struct Row {
+    unit: &'static str,
+    ours: Vec<f64>,
+    peer: Vec<f64>,
+    published: &'static str,
+    note: String,
+}
+
+#[derive(Default)]
+struct Table {
+    rows: Vec<(String, Row)>,
+}
+
+impl Table {
+    fn row(&mut self, metric: &str, unit: &'static str, published: &'static str) -> &mut Row {
+        if let Some(at) = self.rows.iter().position(|(m, _)| m == metric) {
+            return &mut self.rows[at].1;
+        }
+        self.rows.push((metric.to_owned(), Row { unit, published, ..Row::default() }));
+        &mut self.rows.last_mut().expect("just pushed").1
+    }
+
+    fn add(&mut self, metric: &str, unit: &'static str, value: f64, published: &'static str) {
+        println!("  {metric}: {value:.3} {unit}");
+        self.row(metric, unit, published).ours.push(value);
+    }
+
+    fn add_peer(&mut self, metric: &str, unit: &'static str, value: f64) {
+        println!("  {metric} (peer): {value:.3} {unit}");
+        self.row(metric, unit, "").peer.push(value);
+    }
+
+    /// Notes a row once (the first repetition's note stands).
+    fn note(&mut self, metric: &str, note: &str) {
+        let row = self.row(metric, "", "");
+        let kind = note.split(':').next().unwrap_or(note);
+        if !row.note.contains(kind) {
+            if !row.note.is_empty() {
+                row.note.push_str("; ");
+            }
+            row.note.push_str(note);
+        }
+    }
+}
+
+fn median(values: &[f64]) -> Option<(f64, f64, f64)> {
+    if values.is_empty() {
+        return None;
+    }
+    let mut sorted = values.to_vec();
+    sorted.sort_by(f64::total_cmp);
+    Some((sorted[sorted.len() / 2], sorted[0], sorted[sorted.len() - 1]))
+}
+
+fn shown(value: f64) -> String {
+    if value >= 100.0 {
+        format!("{value:.0}")
+    } else if value >= 10.0 {
+        format!("{value:.1}")
+    } else {
+        format!("{value:.2}")
+    }
+}
+
+/// Puts this process (and what it starts outside a cgroup) on CPU 0.
+fn pin_self() -> bool {
+    std::process::Command::new("taskset")
+        .args(["-a", "-p", "-c", "0", &std::process::id().to_string()])
+        .stdout(std::process::Stdio::null())
+        .status()
+        .is_ok_and(|s| s.success())
+}
+
+async fn first_200(http: &reqwest::Client, url: &str, started: Instant) -> Result<Duration> {
+    loop {
+        if let Ok(response) = http.get(url).send().await
+            && response.status().is_success()
+        {
+            return Ok(started.elapsed());
+        }
+        if started.elapsed() > Duration::from_secs(30) {
+            bail!("{url} did not answer within 30 s");
+        }
+        tokio::time::sleep(Duration::from_millis(1)).await;
+    }
+}
+
+fn edge_vars(sim: &ControlSim, extra: &[(&str, &str)]) -> Vec<(String, String)> {
+    let mut vars = vec![
+        ("HEARTH_ROOT_KEY".to_owned(), sim.root.public().to_string()),
+        ("HEARTH_PUSH_TOKEN".to_owned(), PUSH_TOKEN.to_owned()),
+        ("HEARTH_API_PREFIX".to_owned(), API.to_owned()),
+    ];
+    vars.extend(extra.iter().map(|(k, v)| ((*k).to_owned(), (*v).to_owned())));
+    vars
+}
+
+/// P1 (control), P2, P3, P8: control alone in its cgroup.
+async fn control(t: &mut Table) -> Result<()> {
+    println!("control: idle memory, cold start, creating users, sign-ins");
+    let temp = tempfile::tempdir()?;
+    let dir = ControlDir::init(&temp.path().join("control"))?;
+    let http = dir.client()?;
+    let cg = Cgroup::create("control", SUT_CPU, GIB)?;
+    cg.enter();
+    let started = Instant::now();
+    let control = ControlProcess::start(&dir, &[]);
+    Cgroup::leave();
+    let control = control?;
+    let cold = first_200(&http, &format!("{}/healthz", control.url), started).await?;
+    t.add("P2 cold start to first 200, empty", "ms", cold.as_secs_f64() * 1000.0, "330 ms");
+    let token = control.setup(&http, "operate").await?;
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    t.add("P1 control idle, 0 users (anon)", "MiB", cg.anon_bytes()? as f64 / MIB, "16 MiB");
+    let rss = hearth_tests::proc_status_kib(control.pid(), "RssAnon:")? as f64 / 1024.0;
+    t.note("P1 control idle, 0 users (anon)", &format!("the process's own RssAnon: {rss:.1} MiB"));
+
+    let create =
+        |name: String| http.post(control.api("/users")).bearer_auth(&token).json(&json!({ "name": name })).send();
+    let (cpu, started) = (cg.cpu_ns()?, Instant::now());
+    for i in 0..200 {
+        let answer = create(format!("one-{i:04}")).await?;
+        if !answer.status().is_success() {
+            bail!("create failed: {}", answer.text().await?);
+        }
+    }
+    t.add("P3 create 200 users, one call at a time", "s", started.elapsed().as_secs_f64(), "0.3 s");
+    t.add("P3 control CPU per user created (one call each)", "ms", (cg.cpu_ns()? - cpu) as f64 / 1e6 / 200.0, "");
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    t.add("P1 control idle, 200 users (anon)", "MiB", cg.anon_bytes()? as f64 / MIB, "20 MiB");
+    let started = Instant::now();
+    for i in 200..1000 {
+        let answer = create(format!("one-{i:04}")).await?;
+        if !answer.status().is_success() {
+            bail!("create failed: {}", answer.text().await?);
+        }
+    }
+    let rest = started.elapsed().as_secs_f64();
+    let first = t.row("P3 create 200 users, one call at a time", "s", "").ours.last().copied().unwrap_or(0.0);
+    t.add("P3 create 1000 users, one call at a time", "s", first + rest, "49 s (its API rate limit)");
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    t.add("P1 control idle, 1000 users (anon)", "MiB", cg.anon_bytes()? as f64 / MIB, "");
+
+    // P8: ten sign-ins at once (wrong passwords: argon2id runs for each).
+    cg.reset_peak()?;
+    let before = cg.anon_bytes()?;
+    let logins: Vec<_> = (0..10)
+        .map(|i| {
+            let (http, url) = (http.clone(), control.api("/login"));
+            tokio::spawn(async move {
+                let body = json!({ "login": "owner", "password": format!("not the password {i}") });
+                http.post(url).json(&body).send().await.map(|r| r.status().as_u16())
+            })
+        })
+        .collect();
+    let mut statuses = BTreeMap::new();
+    for login in logins {
+        *statuses.entry(login.await??).or_insert(0u32) += 1;
+    }
+    t.add(
+        "P8 10 sign-ins at once: memory above idle (peak)",
+        "MiB",
+        (cg.peak_bytes()?.saturating_sub(before)) as f64 / MIB,
+        "64 MiB spike (argon2 64 MiB)",
+    );
+    if cg.oom_kills()? > 0 {
+        bail!("control was killed for memory during the sign-ins");
+    }
+    t.note(
+        "P8 10 sign-ins at once: memory above idle (peak)",
+        &format!("answers {statuses:?}, no OOM; argon2id 19 MiB, one hash at a time"),
+    );
+    control.stop()?;
+
+    // A fresh control: the bulk call, then a cold start with 1000 users.
+    let dir = ControlDir::init(&temp.path().join("bulk"))?;
+    let http = dir.client()?;
+    cg.enter();
+    let control = ControlProcess::start(&dir, &[]);
+    Cgroup::leave();
+    let control = control?;
+    let token = control.setup(&http, "operate").await?;
+    let names: Vec<String> = (0..1000).map(|i| format!("bulk-{i:04}")).collect();
+    let started = Instant::now();
+    let answer =
+        http.post(control.api("/users/bulk")).bearer_auth(&token).json(&json!({ "names": names })).send().await?;
+    if !answer.status().is_success() {
+        bail!("bulk create failed: {}", answer.text().await?);
+    }
+    t.add("P3 create 1000 users, one bulk call", "s", started.elapsed().as_secs_f64(), "");
+    control.stop()?;
+    cg.enter();
+    let started = Instant::now();
+    let control = ControlProcess::start(&dir, &[]);
+    Cgroup::leave();
+    let control = control?;
+    let cold = first_200(&http, &format!("{}/healthz", control.url), started).await?;
+    t.add("P2 cold start to first 200, 1000 users", "ms", cold.as_secs_f64() * 1000.0, "");
+    control.stop()?;
+    Ok(())
+}
+
+/// 1000 users pushed to a native edge started in `cg` with `extra` settings; their links.
+async fn edge_with_users(
+    cg: &Cgroup,
+    temp: &std::path::Path,
+    extra: &[(&str, &str)],
+) -> Result<(EdgeProcess, Vec<String>, ControlSim)> {
+    let mut sim = ControlSim::new();
+    cg.enter();
+    let edge =
+        EdgeProcess::start(Backend::Native, &temp.join(format!("edge-{}.db", free_port()?)), &edge_vars(&sim, extra));
+    Cgroup::leave();
+    let edge = edge?;
+    let tokens: Vec<SubToken> = (0..1000).map(|_| SubToken::generate(&mut OsRng)).collect();
+    let items: Vec<_> = tokens.iter().enumerate().map(|(i, t)| sim.snapshot(t, &demo_snapshot(i as u64))).collect();
+    let http = hearth_tests::http().build()?;
+    let answer =
+        http.post(format!("{}/{API}/push", edge.url)).bearer_auth(PUSH_TOKEN).body(sim.push(&items)).send().await?;
+    if !answer.status().is_success() {
+        bail!("push failed: {}", answer.text().await?);
+    }
+    let links = tokens.iter().map(|t| format!("{}/s/{}", edge.url, t.to_link_form())).collect();
+    Ok((edge, links, sim))
+}
+
+/// Runs a closed loop against `target` for `seconds`; records CPU per answer of `status`.
+async fn served(
+    t: &mut Table,
+    cg: &Cgroup,
+    target: &Target,
+    seconds: u64,
+    status: u16,
+    metric: &str,
+    published: &'static str,
+) -> Result<()> {
+    let (cpu, started) = (cg.cpu_ns()?, Instant::now());
+    let run = load::closed(target, 32, Duration::from_secs(seconds), true).await?;
+    let wall = started.elapsed().as_secs_f64();
+    let used = (cg.cpu_ns()? - cpu) as f64 / 1e9;
+    let answers = run.statuses.get(&status).copied().unwrap_or(0);
+    if answers == 0 || run.errors > 0 {
+        bail!("{metric}: {answers} answers {status}, {} errors: {run:?}", run.errors);
+    }
+    t.add(&format!("{metric}: server CPU per answer"), "us", used * 1e6 / answers as f64, published);
+    t.add(&format!("{metric}: answers/s on one CPU"), "/s", answers as f64 / wall, "");
+    t.add(&format!("{metric}: p99 latency"), "ms", run.answer_latency_us.p99 as f64 / 1000.0, "");
+    let busy = used / wall;
+    if busy < 0.95 {
+        t.note(
+            &format!("{metric}: answers/s on one CPU"),
+            &format!("client-bound: the server was {:.0} % busy", busy * 100.0),
+        );
+    }
+    Ok(())
+}
+
+/// P1 (edge), P4, P5: the native edge in its cgroup.
+async fn edge(t: &mut Table, seconds: u64) -> Result<()> {
+    println!("edge: serving, the 429 path");
+    let temp = tempfile::tempdir()?;
+    let cg = Cgroup::create("edge", SUT_CPU, GIB)?;
+    let (edge, links, _sim) = edge_with_users(&cg, temp.path(), &[("HEARTH_LIMITS", "off")]).await?;
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    t.add("P1 edge (native) idle, 1000 users (anon)", "MiB", cg.anon_bytes()? as f64 / MIB, "");
+    let target = Target::from_urls(&links, SING_BOX_UA)?;
+    served(t, &cg, &target, seconds, 200, "P4 subscription, kept in memory (limits off)", "51 us").await?;
+    edge.stop()?;
+    drop(cg);
+
+    let cg = Cgroup::create("edge-uncached", SUT_CPU, GIB)?;
+    let (edge, links, _sim) =
+        edge_with_users(&cg, temp.path(), &[("HEARTH_LIMITS", "off"), ("HEARTH_EDGE_CACHE_MIB", "0")]).await?;
+    let target = Target::from_urls(&links, SING_BOX_UA)?;
+    served(t, &cg, &target, seconds, 200, "P4 subscription, read from SQLite each time (limits off)", "614 us").await?;
+    edge.stop()?;
+    drop(cg);
+
+    // Every link fetched once; from then on each answer is a 429.
+    let cg = Cgroup::create("edge-429", SUT_CPU, GIB)?;
+    let (edge, links, _sim) = edge_with_users(&cg, temp.path(), &[("HEARTH_LINK_LIMIT", "1")]).await?;
+    let target = Target::from_urls(&links, SING_BOX_UA)?;
+    load::closed(&target, 8, Duration::from_secs(3), true).await?;
+    served(t, &cg, &target, seconds, 429, "P5 refused (429)", "37 us").await?;
+    edge.stop()?;
+    Ok(())
+}
+
+/// A node with 1000 users in `cg` (the benchmark's client is user 1), and its state dir.
+fn node_with_users(cg: &Cgroup, temp: &std::path::Path) -> Result<(NodeProcess, PathBuf)> {
+    use hearth_shared::sha256;
+    use hearth_shared::wire::{CredEntry, CredentialSet};
+    let mut sim = ControlSim::new();
+    let dir = temp.join("node");
+    hearth_tests::node::state_dir(&dir, &sim, 1)?;
+    let users: Vec<CredEntry> =
+        (1..=1000u64).map(|u| CredEntry { user: u, hash: sha256(format!("password-{u}").as_bytes()) }).collect();
+    let item = sim.creds(&CredentialSet::new(1, users)?);
+    std::fs::write(dir.join("creds.envelope"), item.envelope().context("an envelope")?)?;
+    cg.enter();
+    let node = NodeProcess::start(&dir);
+    Cgroup::leave();
+    Ok((node?, dir))
+}
+
+/// A TCP source: every connection gets `bytes` zero bytes as fast as the reader takes them.
+async fn source(bytes: u64) -> Result<std::net::SocketAddr> {
+    use tokio::io::AsyncWriteExt as _;
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await?;
+    let addr = listener.local_addr()?;
+    tokio::spawn(async move {
+        while let Ok((mut stream, _)) = listener.accept().await {
+            tokio::spawn(async move {
+                let chunk = vec![0u8; 256 * 1024];
+                let mut left = bytes;
+                while left > 0 {
+                    let n = left.min(chunk.len() as u64) as usize;
+                    if stream.write_all(&chunk[..n]).await.is_err() {
+                        return;
+                    }
+                    left -= n as u64;
+                }
+                let _ = stream.shutdown().await;
+            });
+        }
+    });
+    Ok(addr)
+}
+
+/// Downloads through `client` on `streams` connections; Gbit/s, and Gbit moved per second of
+/// the server's CPU.
+async fn throughput(client: &SingBoxClient, cg: &Cgroup, streams: usize, per_stream: u64) -> Result<(f64, f64)> {
+    use tokio::io::AsyncReadExt as _;
+    let target = source(per_stream).await?;
+    let (cpu, started) = (cg.cpu_ns()?, Instant::now());
+    let mut tasks = Vec::new();
+    for _ in 0..streams {
+        let mut stream = client.connect(target).await?;
+        tasks.push(tokio::spawn(async move {
+            let mut buf = vec![0u8; 256 * 1024];
+            let mut total = 0u64;
+            loop {
+                let n = stream.read(&mut buf).await?;
+                if n == 0 {
+                    return Ok::<u64, std::io::Error>(total);
+                }
+                total += n as u64;
+            }
+        }));
+    }
+    let mut total = 0;
+    for task in tasks {
+        total += task.await??;
+    }
+    if total != per_stream * streams as u64 {
+        bail!("received {total} of {} bytes", per_stream * streams as u64);
+    }
+    let seconds = started.elapsed().as_secs_f64();
+    let gbit = total as f64 * 8.0 / 1e9;
+    let cpu = (cg.cpu_ns()? - cpu) as f64 / 1e9;
+    Ok((gbit / seconds, gbit / cpu.max(0.001)))
+}
+
+/// P1 (node), B1: the node against sing-box's Hysteria2 server, same client, alternating.
+async fn tunnel(t: &mut Table, quick: bool) -> Result<()> {
+    println!("tunnel: hearth-node against sing-box's server");
+    let temp = tempfile::tempdir()?;
+    let ours = Cgroup::create("node", SUT_CPU, GIB)?;
+    let (node, dir) = node_with_users(&ours, temp.path())?;
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    t.add("P1 node idle, 1000 users (anon)", "MiB", ours.anon_bytes()? as f64 / MIB, "");
+    let rss = hearth_tests::proc_status_kib(node.pid(), "RssAnon:")? as f64 / 1024.0;
+    t.note("P1 node idle, 1000 users (anon)", &format!("the process's own RssAnon: {rss:.1} MiB"));
+
+    let theirs = Cgroup::create("sing-box", SUT_CPU, GIB)?;
+    let peer_port = free_port()?;
+    let users: Vec<Value> = (1..=1000).map(|u| json!({ "password": format!("password-{u}") })).collect();
+    let peer_config = json!({
+        "log": { "level": "warn" },
+        "inbounds": [{
+            "type": "hysteria2", "listen": "127.0.0.1", "listen_port": peer_port, "users": users,
+            "tls": { "enabled": true, "alpn": ["h3"],
+                     "certificate_path": dir.join("tls.crt"), "key_path": dir.join("tls.key") }
+        }],
+        "outbounds": [{ "type": "direct" }]
+    });
+    let peer_file = temp.path().join("peer.json");
+    std::fs::write(&peer_file, serde_json::to_vec(&peer_config)?)?;
+    theirs.enter();
+    let peer = hearth_tests::cgroup::command(&hearth_tests::sing_box()?).args(["run", "-c"]).arg(&peer_file).spawn();
+    Cgroup::leave();
+    let mut peer = peer?;
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    t.add_peer("P1 node idle, 1000 users (anon)", "MiB", theirs.anon_bytes()? as f64 / MIB);
+
+    let outbound = |port: u16| {
+        json!({
+            "type": "hysteria2", "server": "127.0.0.1", "server_port": port, "password": "password-1",
+            "tls": { "enabled": true, "server_name": "localhost", "insecure": true, "alpn": ["h3"] }
+        })
+    };
+    let hearth = SingBoxClient::start(outbound(node.addr.port()))?;
+    let sing_box = SingBoxClient::start(outbound(peer_port))?;
+    let scale = if quick { 4 } else { 1 };
+    for (streams, per_stream) in [(1usize, (1024u64 << 20) / scale), (16, (64 << 20) / scale), (64, (16 << 20) / scale)]
+    {
+        let metric = format!("B1 tunnel, {streams} stream{}", if streams == 1 { "" } else { "s" });
+        let (gbps, per_cpu) = throughput(&hearth, &ours, streams, per_stream).await?;
+        t.add(&format!("{metric}: Gbit/s"), "Gbit/s", gbps, "");
+        t.add(&format!("{metric}: Gbit per server CPU-second"), "Gbit/CPU-s", per_cpu, "");
+        let (gbps, per_cpu) = throughput(&sing_box, &theirs, streams, per_stream).await?;
+        t.add_peer(&format!("{metric}: Gbit/s"), "Gbit/s", gbps);
+        t.add_peer(&format!("{metric}: Gbit per server CPU-second"), "Gbit/CPU-s", per_cpu);
+    }
+    let _ = peer.kill();
+    let _ = peer.wait();
+    node.stop()
+}
+
+/// Control, a native edge and a node together in one cgroup (one box), 1000 users, a node
+/// enrolled; D (the storm) and E (a restart of control during 64 streams).
+async fn system(t: &mut Table, storm_seconds: u64) -> Result<()> {
+    use tokio::io::{AsyncReadExt as _, AsyncWriteExt as _};
+    println!("system: the storm, a restart of control");
+    let temp = tempfile::tempdir()?;
+    let cg = Cgroup::create("system", SUT_CPU, GIB)?;
+    let dir = ControlDir::init(&temp.path().join("control"))?;
+    cg.enter();
+    let edge = EdgeProcess::start(Backend::Native, &temp.path().join("edge.db"), &dir.edge_vars()?);
+    Cgroup::leave();
+    let edge = edge?;
+    let listen = format!("127.0.0.1:{}", free_port()?);
+    let env = vec![("HEARTH_LISTEN", listen), ("HEARTH_EDGE_URL", edge.url.clone())];
+    cg.enter();
+    let control = ControlProcess::start(&dir, &env);
+    Cgroup::leave();
+    let control = control?;
+    let https = dir.client()?;
+    let token = control.setup(&https, "admin").await?;
+    let call = |method: reqwest::Method, path: String, body: Option<Value>| {
+        let mut request = https.request(method, control.api(&path)).bearer_auth(&token);
+        if let Some(body) = body {
+            request = request.json(&body);
+        }
+        request.send()
+    };
+    // The node, enrolled with the command control printed.
+    let port = free_port()?;
+    let node_answer: Value = call(
+        reqwest::Method::POST,
+        "/nodes".into(),
+        Some(json!({ "name": "Home", "host": "127.0.0.1", "port": port })),
+    )
+    .await?
+    .json()
+    .await?;
+    let args: Vec<String> = node_answer["enroll_command"]
+        .as_str()
+        .context("enroll command")?
+        .split_whitespace()
+        .skip(1)
+        .map(str::to_owned)
+        .collect();
+    let state = temp.path().join("node");
+    let out = std::process::Command::new(hearth_tests::binary("hearth-node")?)
+        .args(&args)
+        .arg("--state")
+        .arg(&state)
+        .args(["--listen", &format!("127.0.0.1:{port}"), "--allow-private"])
+        .output()?;
+    if !out.status.success() {
+        bail!("enroll failed: {}", String::from_utf8_lossy(&out.stderr));
+    }
+    let settings = std::fs::read_to_string(state.join("node.toml"))?;
+    std::fs::write(state.join("node.toml"), settings + "report_secs = 1\nedge_poll_secs = 1\nmetrics_listen = \"\"\n")?;
+    let metrics_url = format!("{}/{}/metrics", control.url, control.admin);
+    let pushed = || async {
+        let text = https.get(&metrics_url).bearer_auth(&token).send().await?.text().await?;
+        text.lines()
+            .find_map(|l| l.strip_prefix("hearth_pushed_bytes_total ")?.trim().parse::<u64>().ok())
+            .context("hearth_pushed_bytes_total in /metrics")
+    };
+    // P6: 1000 users in one call, until the edge serves the last of them.
+    let names: Vec<String> = (0..1000).map(|i| format!("user{i:04}")).collect();
+    let (bytes, cpu, started) = (pushed().await?, cg.cpu_ns()?, Instant::now());
+    let bulk: Value =
+        call(reqwest::Method::POST, "/users/bulk".into(), Some(json!({ "names": names }))).await?.json().await?;
+    let users = bulk["users"].as_array().context("users")?.clone();
+    let links: Vec<String> = users.iter().filter_map(|u| u["link"].as_str().map(str::to_owned)).collect();
+    let plain = hearth_tests::http().build()?;
+    first_200(&plain, links.last().context("links")?, started).await?;
+    t.add(
+        "P6 1000 users created and pushed: until the edge serves the last",
+        "ms",
+        started.elapsed().as_secs_f64() * 1000.0,
+        "",
+    );
+    tokio::time::sleep(Duration::from_secs(1)).await;
+    t.add("P6 1000 users: bytes pushed", "KiB", (pushed().await? - bytes) as f64 / 1024.0, "");
+    t.add("P6 1000 users: CPU of the box (control, edge)", "ms", (cg.cpu_ns()? - cpu) as f64 / 1e6, "");
+    cg.enter();
+    let node = NodeProcess::start(&state);
+    Cgroup::leave();
+    let node = node?;
+    // P6: one change among 1000: until the edge serves it and the node lets the user in.
+    tokio::time::sleep(Duration::from_secs(3)).await;
+    let held = |state: &std::path::Path| -> Vec<u64> {
+        use hearth_shared::envelope::{Envelope, Kind};
+        std::fs::read(state.join("creds.envelope"))
+            .ok()
+            .and_then(|b| Envelope::decode(&b, Kind::CredentialSet.max_len()).ok())
+            .and_then(|e| hearth_shared::wire::CredentialSet::decode(&e.body).ok())
+            .map(|set| set.users().iter().map(|e| e.user).collect())
+            .unwrap_or_default()
+    };
+    let (bytes, started) = (pushed().await?, Instant::now());
+    let one: Value =
+        call(reqwest::Method::POST, "/users".into(), Some(json!({ "name": "p6-one" }))).await?.json().await?;
+    let id = one["id"].as_u64().context("id")?;
+    let link = one["link"].as_str().context("link")?.to_owned();
+    let (mut served_at, mut node_at) = (None, None);
+    while served_at.is_none() || node_at.is_none() {
+        if served_at.is_none() && plain.get(&link).send().await.is_ok_and(|r| r.status() == 200) {
+            served_at = Some(started.elapsed());
+        }
+        if node_at.is_none() && held(&state).contains(&id) {
+            node_at = Some(started.elapsed());
+        }
+        if started.elapsed() > Duration::from_secs(30) {
+            bail!("a new user did not reach the edge and the node within 30 s");
+        }
+        tokio::time::sleep(Duration::from_millis(1)).await;
+    }
+    let ms = |d: Option<Duration>| d.map_or(0.0, |d| d.as_secs_f64() * 1000.0);
+    t.add("P6 one new user among 1000: until the edge serves it", "ms", ms(served_at), "");
+    t.add("P6 one new user among 1000: until the node lets it in", "ms", ms(node_at), "");
+    tokio::time::sleep(Duration::from_secs(1)).await;
+    t.add("P6 one new user: bytes pushed", "KiB", (pushed().await? - bytes) as f64 / 1024.0, "");
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    t.add("P1 control + edge + node, 1000 users, idle (anon)", "MiB", cg.anon_bytes()? as f64 / MIB, "57 MiB");
+
+    // Four users' clients; 16 streams each, echoing every 200 ms.
+    let echo = tokio::net::TcpListener::bind("127.0.0.1:0").await?;
+    let echo_at = echo.local_addr()?;
+    tokio::spawn(async move {
+        while let Ok((mut stream, _)) = echo.accept().await {
+            tokio::spawn(async move {
+                let (mut r, mut w) = stream.split();
+                let _ = tokio::io::copy(&mut r, &mut w).await;
+            });
+        }
+    });
+    let mut clients = Vec::new();
+    for link in &links[..4] {
+        let profile: Value = plain.get(link).header("user-agent", SING_BOX_UA).send().await?.json().await?;
+        let outbound = profile["outbounds"]
+            .as_array()
+            .and_then(|o| o.iter().find(|o| o["type"] == "hysteria2").cloned())
+            .context("no hysteria2 outbound")?;
+        clients.push(SingBoxClient::start(outbound)?);
+    }
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    let (stop, stopped) = tokio::sync::watch::channel(false);
+    let mut streams = Vec::new();
+    for client in &clients {
+        for _ in 0..16 {
+            let mut stream = client.connect(echo_at).await?;
+            let stopped = stopped.clone();
+            streams.push(tokio::spawn(async move {
+                let mut dropped = false;
+                while !*stopped.borrow() {
+                    let mut got = [0u8; 256];
+                    let round = async {
+                        stream.write_all(&[7; 256]).await?;
+                        stream.read_exact(&mut got).await
+                    };
+                    if tokio::time::timeout(Duration::from_secs(10), round).await.map_or(true, |r| r.is_err()) {
+                        dropped = true;
+                        break;
+                    }
+                    tokio::time::sleep(Duration::from_millis(200)).await;
+                }
+                dropped
+            }));
+        }
+    }
+
+    // D: 300 links a second from 1000 addresses, a user added and one removed each second.
+    let staying: Vec<String> = links[..100].iter().chain(&links[100 + storm_seconds as usize..]).cloned().collect();
+    let target = Target::from_urls(&staying, SING_BOX_UA)?;
+    let cpu = cg.cpu_ns()?;
+    let storm = tokio::spawn(async move { load::open(&target, 300.0, Duration::from_secs(storm_seconds), 1000).await });
+    let started = Instant::now();
+    let mut changes = Vec::new();
+    for second in 0..storm_seconds {
+        let begun = Instant::now();
+        let added =
+            call(reqwest::Method::POST, "/users".into(), Some(json!({ "name": format!("storm{second:03}") }))).await?;
+        let gone = users[100 + second as usize]["id"].as_u64().context("id")?;
+        let removed = call(reqwest::Method::DELETE, format!("/users/{gone}"), None).await?;
+        if !added.status().is_success() || !removed.status().is_success() {
+            bail!("a user change failed");
+        }
+        changes.push(begun.elapsed().as_secs_f64() * 1000.0 / 2.0);
+        tokio::time::sleep_until((started + Duration::from_secs(second + 1)).into()).await;
+    }
+    let storm = storm.await??;
+    let used = (cg.cpu_ns()? - cpu) as f64 / 1e9 / storm.seconds;
+    let others: u64 = storm.statuses.iter().filter(|(s, _)| **s != 200 && **s != 429).map(|(_, n)| n).sum();
+    t.add(
+        "D storm: subscription requests answered 200",
+        "%",
+        storm.ok() as f64 * 100.0 / storm.sent as f64,
+        "all 300/s served",
+    );
+    t.add("D storm: p95 latency from intended send time", "ms", storm.answer_latency_us.p95 as f64 / 1000.0, "1 ms");
+    t.add("D storm: p99 latency from intended send time", "ms", storm.answer_latency_us.p99 as f64 / 1000.0, "");
+    changes.sort_by(f64::total_cmp);
+    t.add("D storm: one user change through the API, p95", "ms", changes[changes.len() * 95 / 100], "3-4 ms");
+    t.add("D storm: the box's CPU busy", "%", used * 100.0, "");
+    if storm.errors > 0 || others > 0 {
+        t.note(
+            "D storm: subscription requests answered 200",
+            &format!("{} errors, {others} other statuses", storm.errors),
+        );
+    }
+
+    // E: control restarted during the 64 streams.
+    control.stop()?;
+    cg.enter();
+    let started = Instant::now();
+    let control = ControlProcess::start(&dir, &env);
+    Cgroup::leave();
+    let control = control?;
+    let back = first_200(&https, &format!("{}/healthz", control.url), started).await?;
+    t.add("E restart: control's first 200 after starting", "ms", back.as_secs_f64() * 1000.0, "0.2 s");
+    tokio::time::sleep(Duration::from_secs(3)).await;
+    let _ = stop.send(true);
+    let mut dropped = 0;
+    for stream in streams {
+        dropped += u32::from(stream.await?);
+    }
+    t.add("D+E streams dropped (of 64)", "", f64::from(dropped), "0");
+    control.stop()?;
+    node.stop()?;
+    edge.stop()?;
+    Ok(())
+}
+
+fn git_commit() -> String {
+    std::process::Command::new("git")
+        .args(["rev-parse", "--short", "HEAD"])
+        .current_dir(hearth_tests::repo_root())
+        .output()
+        .ok()
+        .map(|o| String::from_utf8_lossy(&o.stdout).trim().to_owned())
+        .unwrap_or_default()
+}
+
+fn loadavg() -> String {
+    std::fs::read_to_string("/proc/loadavg").unwrap_or_default().trim().to_owned()
+}
+
+fn markdown(t: &Table, reps: usize, commit: &str, when: &str) -> String {
+    let mut out = String::new();
+    out.push_str("# Benchmarks\n\n");
+    out.push_str(&format!(
+        "Made by `bash tests/bench` (commit `{commit}`, {when}, {reps} repetition{}) on this project's \
+         machine: 2 cores, Debian, cgroup v1. Each system under test ran alone in a cgroup on CPU 1 \
+         (cpuset, a 100 % CPU quota, 1 GiB); the load generator (`hearth_tests::load`, tokio + hyper) \
+         and the sing-box clients ran on CPU 0. CPU time and anonymous memory come from the cgroup. \
+         Rate limits were off by configuration in the P4 runs and on in P5 and D. The peer is \
+         sing-box {}'s Hysteria2 server with the same certificate, users and client, in alternating runs. \
+         Mistgate's figures are its own publication on another machine (BENCH.md): compare ratios and \
+         CPU time per request, not absolute rates.\n\n",
+        if reps == 1 { "" } else { "s" },
+        "1.14"
+    ));
+    out.push_str("| metric | Hearth median (min-max) | peer in the same run | ratio | Mistgate published | notes |\n");
+    out.push_str("|---|---|---|---|---|---|\n");
+    for (metric, row) in &t.rows {
+        let ours = median(&row.ours).map_or("not run".to_owned(), |(m, lo, hi)| {
+            if row.ours.len() > 1 {
+                format!("{} {} ({}-{})", shown(m), row.unit, shown(lo), shown(hi))
+            } else {
+                format!("{} {}", shown(m), row.unit)
+            }
+        });
+        let peer = median(&row.peer).map_or(String::new(), |(m, _, _)| format!("{} {}", shown(m), row.unit));
+        let ratio = match (median(&row.ours), median(&row.peer)) {
+            (Some((a, _, _)), Some((b, _, _))) if b > 0.0 => format!("{:.2}", a / b),
+            _ => String::new(),
+        };
+        out.push_str(&format!("| {metric} | {ours} | {peer} | {ratio} | {} | {} |\n", row.published, row.note));
+    }
+    out.push_str(
+        "\n## What these numbers do not say\n\n\
+         - They come from one 2-core virtual machine whose neighbours make runs vary by a third; \
+           the min-max range says how much.\n\
+         - Loopback hides the network: no loss, no latency, no MTU limits. The tunnel figures are \
+           CPU-bound on 2 cores (client, server and the traffic source share them); Gbit moved per \
+           second of server CPU is the figure to compare.\n\
+         - P4 and P5 measure the native edge. The Cloudflare Worker runs the same logic but is \
+           billed by Cloudflare's CPU time; `hearth-bench edge workerd` measures it in workerd (P7).\n\
+         - Memory is the anonymous memory of the cgroup: page cache (SQLite files, binaries) is \
+           not counted, as it is not Hearth's to keep.\n\
+         - Mistgate's numbers are from a faster desktop CPU under WSL2; only ratios travel.\n",
+    );
+    out
+}
+
+#[tokio::main]
+async fn main() -> Result<()> {
+    let args: Vec<String> = std::env::args().skip(1).collect();
+    let quick = args.iter().any(|a| a == "--quick");
+    hearth_tests::cgroup::require()?;
+    // SAFETY of the environment: set before any thread reads it (the runtime's workers do not).
+    if std::env::var("HEARTH_PROFILE").as_deref() != Ok("release") {
+        bail!("run the suite through tests/bench (release binaries: HEARTH_PROFILE=release)");
+    }
+    if !pin_self() {
+        bail!("could not put the suite on CPU 0 (taskset, 2 CPUs needed)");
+    }
+    let reps = if quick { 1 } else { 3 };
+    let (serve_secs, storm_secs) = if quick { (4, 15) } else { (10, 60) };
+    let started = Instant::now();
+    let load_before = loadavg();
+    let mut t = Table::default();
+    for rep in 0..reps {
+        println!("== repetition {} of {reps}", rep + 1);
+        control(&mut t).await?;
+        edge(&mut t, serve_secs).await?;
+        tunnel(&mut t, quick).await?;
+        system(&mut t, storm_secs).await?;
+    }
+    t.note("P7 edge in workerd", "not in the suite yet: `hearth-bench edge workerd` measured 587-627 us per answer, 186-189 us per 429 (session 3)");
+    t.row("P7 edge in workerd", "", "");
+    let commit = git_commit();
+    let when = std::process::Command::new("date")
+        .arg("-u")
+        .arg("+%Y-%m-%d %H:%M UTC")
+        .output()
+        .map(|o| String::from_utf8_lossy(&o.stdout).trim().to_owned())
+        .unwrap_or_default();
+    let out = hearth_tests::repo_root().join("target/bench");
+    std::fs::create_dir_all(&out)?;
+    let rows: Vec<Value> = t
+        .rows
+        .iter()
+        .map(|(metric, r)| json!({ "metric": metric, "unit": r.unit, "hearth": r.ours, "peer": r.peer, "published": r.published, "note": r.note }))
+        .collect();
+    let record = json!({
+        "commit": commit, "when": when, "quick": quick, "repetitions": reps,
+        "parameters": { "sut_cpu": SUT_CPU, "memory_limit_bytes": GIB, "serve_seconds": serve_secs, "storm_seconds": storm_secs },
+        "machine": { "cpus": std::thread::available_parallelism().map_or(0, usize::from), "loadavg_before": load_before, "loadavg_after": loadavg() },
+        "seconds": started.elapsed().as_secs(),
+        "rows": rows,
+    });
+    let stamp = when.replace([' ', ':'], "-");
+    let json_path = out.join(format!("bench-{stamp}{}.json", if quick { "-quick" } else { "" }));
+    std::fs::write(&json_path, serde_json::to_vec_pretty(&record)?)?;
+    let table = markdown(&t, reps, &commit, &when);
+    let md_path =
+        if quick { out.join("benchmarks-quick.md") } else { hearth_tests::repo_root().join("docs/benchmarks.md") };
+    std::fs::write(&md_path, &table)?;
+    println!("\n{table}\nwrote {} and {} in {} s", json_path.display(), md_path.display(), started.elapsed().as_secs());
+    Ok(())
+}
