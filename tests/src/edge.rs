@@ -167,7 +167,7 @@ impl EdgeProcess {
 
     fn workerd(folder: &Path, vars: &[(String, String)], port: u16) -> Result<EdgeProcess> {
         let root = repo_root();
-        let binary = root.join("edge/node_modules/@cloudflare/workerd-linux-64/bin/workerd");
+        let binary = workerd_binary();
         let build = root.join("edge/worker/build");
         if !binary.exists() || !build.join("index.js").exists() {
             bail!("workerd or the Worker is missing: run `bash tests/run`, which installs and builds them");
@@ -217,7 +217,7 @@ impl EdgeProcess {
         );
         std::fs::write(folder.join("config.capnp"), config)?;
         let log = std::fs::File::create(folder.join("workerd.log"))?;
-        let child = Command::new(&binary)
+        let child = crate::cgroup::command(&binary)
             .args(["serve", "config.capnp"])
             .current_dir(folder)
             .stdin(Stdio::null())
@@ -299,4 +299,9 @@ impl Drop for EdgeProcess {
             let _ = self.terminate();
         }
     }
+}
+
+/// The workerd binary `tests/run` installs from npm.
+pub fn workerd_binary() -> PathBuf {
+    repo_root().join("edge/node_modules/@cloudflare/workerd-linux-64/bin/workerd")
 }
