@@ -164,22 +164,7 @@ async fn push_once(app: &Arc<App>, base: &str) -> Result<usize, String> {
     .map_err(|e| e.to_string())?;
     let (version, envelope) = envelope;
     let size = envelope.len();
-    let url = format!("{}/{}/archive", base.trim_end_matches('/'), app.config.edge.api_prefix);
-    let response = app
-        .http
-        .put(url)
-        .bearer_auth(&app.config.edge.push_token)
-        .header("content-type", "application/octet-stream")
-        .body(envelope)
-        .timeout(Duration::from_secs(120))
-        .send()
-        .await
-        .map_err(|e| format!("the edge did not answer: {}", crate::tasks::without_url(&e)))?;
-    let status = response.status();
-    if !status.is_success() {
-        let body = response.text().await.unwrap_or_default();
-        return Err(format!("the edge refused the archive ({status}): {}", body.chars().take(300).collect::<String>()));
-    }
+    crate::tasks::put_to_edge(app, base, "archive", envelope, Duration::from_secs(120), "archive").await?;
     app.db
         .write(move |tx| store::set_state(tx, "archive_version", i64::try_from(version).unwrap_or(i64::MAX)))
         .await

@@ -496,21 +496,7 @@ pub(crate) async fn sync_edge(app: &std::sync::Arc<crate::app::App>, base: &str)
         .await
         .map_err(|e| e.to_string())?;
     let Some((release, bundle)) = bundle else { return Ok(false) };
-    let response = app
-        .http
-        .put(format!("{}/{}/release", base.trim_end_matches('/'), app.config.edge.api_prefix))
-        .bearer_auth(&app.config.edge.push_token)
-        .header("content-type", "application/octet-stream")
-        .body(bundle)
-        .timeout(std::time::Duration::from_secs(300))
-        .send()
-        .await
-        .map_err(|e| format!("the edge did not answer: {}", crate::tasks::without_url(&e)))?;
-    let status = response.status();
-    if !status.is_success() {
-        let body = response.text().await.unwrap_or_default();
-        return Err(format!("the edge refused the release ({status}): {}", body.chars().take(300).collect::<String>()));
-    }
+    crate::tasks::put_to_edge(app, base, "release", bundle, std::time::Duration::from_secs(300), "release").await?;
     app.db
         .write(move |tx| crate::store::set_state(tx, EDGE_RELEASE, i64::try_from(release).unwrap_or(i64::MAX)))
         .await

@@ -573,11 +573,8 @@ fn merge_users(
         .collect::<Result<_, _>>()?;
     let mut renamed = 0;
     for (user, (token, snapshot)) in &edge.snapshots {
-        let existing: Option<(u64, u64)> = tx
-            .query_row("SELECT used_up, used_down FROM users WHERE id = ?1", [user], |row| {
-                Ok((row.get(0)?, row.get(1)?))
-            })
-            .optional()?;
+        let known: bool =
+            tx.query_row("SELECT EXISTS (SELECT 1 FROM users WHERE id = ?1)", [user], |row| row.get(0))?;
         let taken: Option<UserId> = tx
             .query_row("SELECT id FROM users WHERE name = ?1 AND id != ?2", params![snapshot.name, user], |row| {
                 row.get(0)
@@ -593,60 +590,43 @@ fn merge_users(
         let credential = snapshot.credential.as_bytes();
         let enabled = snapshot.status != Status::Disabled;
         let reset = publish::reset_name(snapshot.reset);
-        match existing {
-            Some((up, down)) => {
-                tx.execute(
-                    "UPDATE users SET name = ?2, token_hash = ?3, token_enc = ?4, credential_enc = ?5, credential_hash = ?6,
-                       quota = ?7, used_up = ?8, used_down = ?9, reset = ?10, expires_at = ?11, enabled = ?12, updated = ?13
-                     WHERE id = ?1",
-                    params![
-                        user,
-                        name,
-                        token.hash(),
-                        signer.vault.seal(Purpose::Token, token.as_bytes()),
-                        signer.vault.seal(Purpose::Credential, credential),
-                        sha256(credential),
-                        snapshot.quota,
-                        up.max(snapshot.used_up),
-                        down.max(snapshot.used_down),
-                        reset,
-                        snapshot.expires_at,
-                        enabled,
-                        now
-                    ],
-                )?;
+        // New users are added; known ones take the snapshot's values (usage never goes down;
+        // their next reset, groups and notes stay).
+        tx.execute(
+            "INSERT INTO users (id, name, token_hash, token_enc, credential_enc, credential_hash, quota, used_up,
+                                used_down, reset, next_reset, expires_at, enabled, created, updated)
+             VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14, ?14)
+             ON CONFLICT (id) DO UPDATE SET name = excluded.name, token_hash = excluded.token_hash,
+               token_enc = excluded.token_enc, credential_enc = excluded.credential_enc,
+               credential_hash = excluded.credential_hash, quota = excluded.quota,
+               used_up = max(used_up, excluded.used_up), used_down = max(used_down, excluded.used_down),
+               reset = excluded.reset, expires_at = excluded.expires_at, enabled = excluded.enabled,
+               updated = excluded.updated",
+            params![
+                user,
+                name,
+                token.hash(),
+                signer.vault.seal(Purpose::Token, token.as_bytes()),
+                signer.vault.seal(Purpose::Credential, credential),
+                sha256(credential),
+                snapshot.quota,
+                snapshot.used_up,
+                snapshot.used_down,
+                reset,
+                publish::next_reset(snapshot.reset, now),
+                snapshot.expires_at,
+                enabled,
+                now
+            ],
+        )?;
+        if !known {
+            let reach: Vec<NodeId> = snapshot.endpoints.iter().filter_map(|e| names.get(&e.name).copied()).collect();
+            let mut groups = groups_of_nodes(&reach)?;
+            if groups.is_empty() {
+                groups.insert(tx.query_row("SELECT id FROM groups WHERE name = 'default'", [], |row| row.get(0))?);
             }
-            None => {
-                tx.execute(
-                    "INSERT INTO users (id, name, token_hash, token_enc, credential_enc, credential_hash, quota, used_up,
-                                        used_down, reset, next_reset, expires_at, enabled, created, updated)
-                     VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14, ?14)",
-                    params![
-                        user,
-                        name,
-                        token.hash(),
-                        signer.vault.seal(Purpose::Token, token.as_bytes()),
-                        signer.vault.seal(Purpose::Credential, credential),
-                        sha256(credential),
-                        snapshot.quota,
-                        snapshot.used_up,
-                        snapshot.used_down,
-                        reset,
-                        publish::next_reset(snapshot.reset, now),
-                        snapshot.expires_at,
-                        enabled,
-                        now
-                    ],
-                )?;
-                let reach: Vec<NodeId> =
-                    snapshot.endpoints.iter().filter_map(|e| names.get(&e.name).copied()).collect();
-                let mut groups = groups_of_nodes(&reach)?;
-                if groups.is_empty() {
-                    groups.insert(tx.query_row("SELECT id FROM groups WHERE name = 'default'", [], |row| row.get(0))?);
-                }
-                for group in groups {
-                    tx.execute("INSERT INTO user_groups (user_id, group_id) VALUES (?1, ?2)", params![user, group])?;
-                }
+            for group in groups {
+                tx.execute("INSERT INTO user_groups (user_id, group_id) VALUES (?1, ?2)", params![user, group])?;
             }
         }
     }

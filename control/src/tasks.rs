@@ -151,6 +151,34 @@ async fn push_once(app: &Arc<App>, url: &str) -> Result<usize, String> {
     Ok(cleared.max(1))
 }
 
+/// PUTs `body` to the edge's `path` (under its API prefix) with the push token; `what` names
+/// it in errors.
+pub(crate) async fn put_to_edge(
+    app: &App,
+    base: &str,
+    path: &str,
+    body: Vec<u8>,
+    timeout: Duration,
+    what: &str,
+) -> Result<(), String> {
+    let response = app
+        .http
+        .put(format!("{}/{}/{path}", base.trim_end_matches('/'), app.config.edge.api_prefix))
+        .bearer_auth(&app.config.edge.push_token)
+        .header("content-type", "application/octet-stream")
+        .body(body)
+        .timeout(timeout)
+        .send()
+        .await
+        .map_err(|e| format!("the edge did not answer: {}", without_url(&e)))?;
+    let status = response.status();
+    if !status.is_success() {
+        let body = response.text().await.unwrap_or_default();
+        return Err(format!("the edge refused the {what} ({status}): {}", body.chars().take(300).collect::<String>()));
+    }
+    Ok(())
+}
+
 /// A reqwest error without its URL (which holds the edge's secret API path).
 pub(crate) fn without_url(e: &reqwest::Error) -> String {
     let mut text = e.to_string();

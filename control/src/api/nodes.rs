@@ -198,21 +198,7 @@ async fn release_manifest(
     OriginalUri(uri): OriginalUri,
     headers: HeaderMap,
 ) -> Response {
-    if let Err(response) = node_auth(&app, node, &method, &uri, &headers).await {
-        return response;
-    }
-    let found = app
-        .db
-        .read(move |c| {
-            let target = crate::releases::target(c, node)?;
-            crate::releases::manifest(c, target)
-        })
-        .await;
-    match found {
-        Ok(Some(manifest)) => octets(StatusCode::OK, manifest),
-        Ok(None) => Error::NotFound("release").into_response(),
-        Err(e) => e.into_response(),
-    }
+    release_answer(&app, node, &method, &uri, &headers, None).await
 }
 
 /// A binary of the release a node is told to run.
@@ -223,20 +209,36 @@ async fn release_file(
     OriginalUri(uri): OriginalUri,
     headers: HeaderMap,
 ) -> Response {
-    if let Err(response) = node_auth(&app, node, &method, &uri, &headers).await {
+    release_answer(&app, node, &method, &uri, &headers, Some(file)).await
+}
+
+/// The manifest (or, with `file`, that binary) of the release `node` is told to run.
+async fn release_answer(
+    app: &Arc<App>,
+    node: NodeId,
+    method: &Method,
+    uri: &Uri,
+    headers: &HeaderMap,
+    file: Option<String>,
+) -> Response {
+    if let Err(response) = node_auth(app, node, method, uri, headers).await {
         return response;
     }
     let state = app.clone();
+    let what = if file.is_some() { "release file" } else { "release" };
     let found = app
         .db
         .read(move |c| {
             let target = crate::releases::target(c, node)?;
-            crate::releases::file(&state.config.data_dir, c, target, &file)
+            match &file {
+                None => crate::releases::manifest(c, target),
+                Some(name) => crate::releases::file(&state.config.data_dir, c, target, name),
+            }
         })
         .await;
     match found {
         Ok(Some(bytes)) => octets(StatusCode::OK, bytes),
-        Ok(None) => Error::NotFound("release file").into_response(),
+        Ok(None) => Error::NotFound(what).into_response(),
         Err(e) => e.into_response(),
     }
 }

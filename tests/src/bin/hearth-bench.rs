@@ -1,3 +1,7 @@
+//! Detailed measurements beside the suite (`tests/bench`, `hearth-suite`).
+//!
+//! `hearth-bench node`: how long the node takes to apply a credential set of 10,000 users.
+//!
 //! `hearth-bench control`: control's cold start, idle memory with 1000 users, bulk and
 //! one-by-one creates, the cost of one user change, and memory under ten sign-ins at once.
 //!
@@ -448,138 +452,14 @@ where
     out
 }
 
-/// A TCP source: every connection gets `bytes` zero bytes as fast as the reader takes them.
-async fn source(bytes: u64) -> Result<std::net::SocketAddr> {
-    use tokio::io::AsyncWriteExt as _;
-    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await?;
-    let addr = listener.local_addr()?;
-    tokio::spawn(async move {
-        while let Ok((mut stream, _)) = listener.accept().await {
-            tokio::spawn(async move {
-                let chunk = vec![0u8; 256 * 1024];
-                let mut left = bytes;
-                while left > 0 {
-                    let n = left.min(chunk.len() as u64) as usize;
-                    if stream.write_all(&chunk[..n]).await.is_err() {
-                        return;
-                    }
-                    left -= n as u64;
-                }
-                let _ = stream.shutdown().await;
-            });
-        }
-    });
-    Ok(addr)
-}
-
-/// Downloads through the tunnel on `streams` connections at once; returns Gbit/s and the
-/// server's CPU seconds.
-async fn throughput(
-    client: &hearth_tests::node::SingBoxClient,
-    pid: u32,
-    streams: usize,
-    per_stream: u64,
-) -> Result<(f64, f64)> {
-    use tokio::io::AsyncReadExt as _;
-    let target = source(per_stream).await?;
-    let before = cpu_ticks(pid)?;
-    let started = Instant::now();
-    let mut tasks = Vec::new();
-    for _ in 0..streams {
-        let mut stream = client.connect(target).await?;
-        tasks.push(tokio::spawn(async move {
-            let mut buf = vec![0u8; 256 * 1024];
-            let mut total = 0u64;
-            loop {
-                let n = stream.read(&mut buf).await?;
-                if n == 0 {
-                    return Ok::<u64, std::io::Error>(total);
-                }
-                total += n as u64;
-            }
-        }));
-    }
-    let mut total = 0;
-    for task in tasks {
-        total += task.await??;
-    }
-    if total != per_stream * streams as u64 {
-        bail!("received {total} of {} bytes", per_stream * streams as u64);
-    }
-    let seconds = started.elapsed().as_secs_f64();
-    let cpu = (cpu_ticks(pid)? - before) as f64 / ticks_per_second() as f64;
-    Ok((total as f64 * 8.0 / seconds / 1e9, cpu))
-}
-
 async fn bench_node() -> Result<()> {
     use hearth_shared::sha256;
     use hearth_shared::wire::{CredEntry, CredentialSet};
-    use hearth_tests::node::{NodeProcess, SingBoxClient, state_dir};
+    use hearth_tests::node::state_dir;
     let temp = tempfile::tempdir()?;
     let mut sim = ControlSim::new();
     let dir = temp.path().join("node");
     state_dir(&dir, &sim, 1)?;
-    // 1000 users; the benchmark's client is user 1.
-    let users: Vec<CredEntry> =
-        (1..=1000u64).map(|u| CredEntry { user: u, hash: sha256(format!("password-{u}").as_bytes()) }).collect();
-    let item = sim.creds(&CredentialSet::new(1, users)?);
-    std::fs::write(dir.join("creds.envelope"), item.envelope().context("an envelope")?)?;
-    let node = NodeProcess::start(&dir)?;
-    tokio::time::sleep(Duration::from_secs(2)).await;
-    let node_pid = node.pid();
-    println!("| node | figure |");
-    println!("|---|---|");
-    println!(
-        "| idle with 1000 users | {:.1} MiB anonymous, {:.1} MiB resident |",
-        hearth_tests::proc_status_kib(node_pid, "RssAnon:")? as f64 / 1024.0,
-        hearth_tests::proc_status_kib(node_pid, "VmRSS:")? as f64 / 1024.0
-    );
-
-    // The peer: sing-box's own Hysteria2 server, same certificate and user.
-    let peer_port = hearth_tests::edge::free_port()?;
-    let peer_config = serde_json::json!({
-        "log": { "level": "warn" },
-        "inbounds": [{
-            "type": "hysteria2", "listen": "127.0.0.1", "listen_port": peer_port,
-            "users": [{ "password": "password-1" }],
-            "tls": { "enabled": true, "alpn": ["h3"],
-                     "certificate_path": dir.join("tls.crt"), "key_path": dir.join("tls.key") }
-        }],
-        "outbounds": [{ "type": "direct" }]
-    });
-    let peer_file = temp.path().join("peer.json");
-    std::fs::write(&peer_file, serde_json::to_vec(&peer_config)?)?;
-    let mut peer = std::process::Command::new(hearth_tests::sing_box()?).args(["run", "-c"]).arg(&peer_file).spawn()?;
-    tokio::time::sleep(Duration::from_millis(500)).await;
-
-    let outbound = |port: u16| {
-        serde_json::json!({
-            "type": "hysteria2", "server": "127.0.0.1", "server_port": port, "password": "password-1",
-            "tls": { "enabled": true, "server_name": "localhost", "insecure": true, "alpn": ["h3"] }
-        })
-    };
-    let hearth = SingBoxClient::start(outbound(node.addr.port()))?;
-    let theirs = SingBoxClient::start(outbound(peer_port))?;
-    println!();
-    println!("| streams | server | Gbit/s | server CPU s | Gbit per CPU-second |");
-    println!("|---|---|---|---|---|");
-    for (streams, per_stream) in [(1usize, 512u64 << 20), (16, 32 << 20)] {
-        for round in 0..2 {
-            for (name, client, pid) in [("hearth-node", &hearth, node_pid), ("sing-box", &theirs, peer.id())] {
-                let (gbps, cpu) = throughput(client, pid, streams, per_stream).await?;
-                let gbit = (per_stream * streams as u64) as f64 * 8.0 / 1e9;
-                println!(
-                    "| {streams} | {name} (run {}) | {gbps:.2} | {cpu:.2} | {:.2} |",
-                    round + 1,
-                    gbit / cpu.max(0.01)
-                );
-            }
-        }
-    }
-    let _ = peer.kill();
-    let _ = peer.wait();
-    node.stop()?;
-
     // Applying a set of 10,000 users: a fresh table is built beside the live one and swapped
     // in (the data path only ever waits for the swap). The node logs how long it took.
     let users: Vec<CredEntry> =

@@ -234,16 +234,16 @@ async fn control(t: &mut Table) -> Result<()> {
     Ok(())
 }
 
-/// 1000 users pushed to a native edge started in `cg` with `extra` settings; their links.
+/// 1000 users pushed to an edge (`backend`) started in `cg` with `extra` settings; their links.
 async fn edge_with_users(
     cg: &Cgroup,
+    backend: Backend,
     temp: &std::path::Path,
     extra: &[(&str, &str)],
 ) -> Result<(EdgeProcess, Vec<String>, ControlSim)> {
     let mut sim = ControlSim::new();
     cg.enter();
-    let edge =
-        EdgeProcess::start(Backend::Native, &temp.join(format!("edge-{}.db", free_port()?)), &edge_vars(&sim, extra));
+    let edge = EdgeProcess::start(backend, &temp.join(format!("edge-{}", free_port()?)), &edge_vars(&sim, extra));
     Cgroup::leave();
     let edge = edge?;
     let tokens: Vec<SubToken> = (0..1000).map(|_| SubToken::generate(&mut OsRng)).collect();
@@ -294,7 +294,7 @@ async fn edge(t: &mut Table, seconds: u64) -> Result<()> {
     println!("edge: serving, the 429 path");
     let temp = tempfile::tempdir()?;
     let cg = Cgroup::create("edge", SUT_CPU, GIB)?;
-    let (edge, links, _sim) = edge_with_users(&cg, temp.path(), &[("HEARTH_LIMITS", "off")]).await?;
+    let (edge, links, _sim) = edge_with_users(&cg, Backend::Native, temp.path(), &[("HEARTH_LIMITS", "off")]).await?;
     tokio::time::sleep(Duration::from_secs(2)).await;
     t.add("P1 edge (native) idle, 1000 users (anon)", "MiB", cg.anon_bytes()? as f64 / MIB, "");
     let target = Target::from_urls(&links, SING_BOX_UA)?;
@@ -304,7 +304,8 @@ async fn edge(t: &mut Table, seconds: u64) -> Result<()> {
 
     let cg = Cgroup::create("edge-uncached", SUT_CPU, GIB)?;
     let (edge, links, _sim) =
-        edge_with_users(&cg, temp.path(), &[("HEARTH_LIMITS", "off"), ("HEARTH_EDGE_CACHE_MIB", "0")]).await?;
+        edge_with_users(&cg, Backend::Native, temp.path(), &[("HEARTH_LIMITS", "off"), ("HEARTH_EDGE_CACHE_MIB", "0")])
+            .await?;
     let target = Target::from_urls(&links, SING_BOX_UA)?;
     served(t, &cg, &target, seconds, 200, "P4 subscription, read from SQLite each time (limits off)", "614 us").await?;
     edge.stop()?;
@@ -312,7 +313,7 @@ async fn edge(t: &mut Table, seconds: u64) -> Result<()> {
 
     // Every link fetched once; from then on each answer is a 429.
     let cg = Cgroup::create("edge-429", SUT_CPU, GIB)?;
-    let (edge, links, _sim) = edge_with_users(&cg, temp.path(), &[("HEARTH_LINK_LIMIT", "1")]).await?;
+    let (edge, links, _sim) = edge_with_users(&cg, Backend::Native, temp.path(), &[("HEARTH_LINK_LIMIT", "1")]).await?;
     let target = Target::from_urls(&links, SING_BOX_UA)?;
     load::closed(&target, 8, Duration::from_secs(3), true).await?;
     served(t, &cg, &target, seconds, 429, "P5 refused (429)", "37 us").await?;
@@ -326,21 +327,7 @@ async fn worker(t: &mut Table, seconds: u64) -> Result<()> {
     println!("worker: the edge in workerd, and an empty worker");
     let temp = tempfile::tempdir()?;
     let cg = Cgroup::create("workerd", SUT_CPU, GIB)?;
-    let mut sim = ControlSim::new();
-    cg.enter();
-    let edge =
-        EdgeProcess::start(Backend::Workerd, &temp.path().join("edge"), &edge_vars(&sim, &[("HEARTH_LIMITS", "off")]));
-    Cgroup::leave();
-    let edge = edge?;
-    let tokens: Vec<SubToken> = (0..1000).map(|_| SubToken::generate(&mut OsRng)).collect();
-    let items: Vec<_> = tokens.iter().enumerate().map(|(i, t)| sim.snapshot(t, &demo_snapshot(i as u64))).collect();
-    let http = hearth_tests::http().build()?;
-    let answer =
-        http.post(format!("{}/{API}/push", edge.url)).bearer_auth(PUSH_TOKEN).body(sim.push(&items)).send().await?;
-    if !answer.status().is_success() {
-        bail!("push to the Worker failed: {}", answer.text().await?);
-    }
-    let links: Vec<String> = tokens.iter().map(|t| format!("{}/s/{}", edge.url, t.to_link_form())).collect();
+    let (edge, links, _sim) = edge_with_users(&cg, Backend::Workerd, temp.path(), &[("HEARTH_LIMITS", "off")]).await?;
     let target = Target::from_urls(&links, SING_BOX_UA)?;
     load::closed(&target, 8, Duration::from_secs(2), true).await?;
     served(t, &cg, &target, seconds, 200, "P7 subscription in workerd (limits off)", "").await?;
@@ -349,22 +336,8 @@ async fn worker(t: &mut Table, seconds: u64) -> Result<()> {
 
     // The 429 path in workerd: every link fetched once, then refused.
     let cg = Cgroup::create("workerd-429", SUT_CPU, GIB)?;
-    let mut sim = ControlSim::new();
-    cg.enter();
-    let edge = EdgeProcess::start(
-        Backend::Workerd,
-        &temp.path().join("edge-429"),
-        &edge_vars(&sim, &[("HEARTH_LINK_LIMIT", "1")]),
-    );
-    Cgroup::leave();
-    let edge = edge?;
-    let items: Vec<_> = tokens.iter().enumerate().map(|(i, t)| sim.snapshot(t, &demo_snapshot(i as u64))).collect();
-    let answer =
-        http.post(format!("{}/{API}/push", edge.url)).bearer_auth(PUSH_TOKEN).body(sim.push(&items)).send().await?;
-    if !answer.status().is_success() {
-        bail!("push to the Worker failed: {}", answer.text().await?);
-    }
-    let links: Vec<String> = tokens.iter().map(|t| format!("{}/s/{}", edge.url, t.to_link_form())).collect();
+    let (edge, links, _sim) =
+        edge_with_users(&cg, Backend::Workerd, temp.path(), &[("HEARTH_LINK_LIMIT", "1")]).await?;
     let target = Target::from_urls(&links, SING_BOX_UA)?;
     load::closed(&target, 8, Duration::from_secs(3), true).await?;
     served(t, &cg, &target, seconds, 429, "P7 refused (429) in workerd", "").await?;
@@ -401,7 +374,7 @@ async fn worker(t: &mut Table, seconds: u64) -> Result<()> {
     Cgroup::leave();
     let mut child = child?;
     let url = format!("http://127.0.0.1:{port}/");
-    first_200(&http, &url, Instant::now()).await?;
+    first_200(&hearth_tests::http().build()?, &url, Instant::now()).await?;
     let target = Target::from_urls(&[url], SING_BOX_UA)?;
     served(t, &cg, &target, seconds, 200, "P7 empty worker in workerd (baseline)", "").await?;
     let _ = child.kill();
