@@ -36,7 +36,7 @@ pub(crate) async fn stopped(shutdown: &mut watch::Receiver<bool>, wait: Duration
 
 /// One push: what the outbox holds (coalesced per stream to the latest version), under one
 /// signed batch manifest. Returns how many outbox rows it cleared.
-async fn push_once(app: &Arc<App>, url: &str) -> Result<usize, String> {
+async fn push_once(app: &Arc<App>, base: &str) -> Result<usize, String> {
     let chunk = app
         .db
         .read(|c| {
@@ -114,21 +114,7 @@ async fn push_once(app: &Arc<App>, url: &str) -> Result<usize, String> {
     };
     let body = wire::encode(&bundle);
     let size = body.len() as u64;
-    let response = app
-        .http
-        .post(url)
-        .bearer_auth(&app.config.edge.push_token)
-        .header("content-type", "application/octet-stream")
-        .body(body)
-        .timeout(Duration::from_secs(60))
-        .send()
-        .await
-        .map_err(|e| format!("the edge did not answer: {}", without_url(&e)))?;
-    let status = response.status();
-    if !status.is_success() {
-        let body = response.text().await.unwrap_or_default();
-        return Err(format!("the edge refused the push ({status}): {}", body.chars().take(300).collect::<String>()));
-    }
+    send_to_edge(app, reqwest::Method::POST, base, "push", body, Duration::from_secs(60), "push").await?;
     let cleared = app
         .db
         .write(move |tx| {
@@ -151,10 +137,11 @@ async fn push_once(app: &Arc<App>, url: &str) -> Result<usize, String> {
     Ok(cleared.max(1))
 }
 
-/// PUTs `body` to the edge's `path` (under its API prefix) with the push token; `what` names
+/// Sends `body` to the edge's `path` (under its API prefix) with the push token; `what` names
 /// it in errors.
-pub(crate) async fn put_to_edge(
+pub(crate) async fn send_to_edge(
     app: &App,
+    method: reqwest::Method,
     base: &str,
     path: &str,
     body: Vec<u8>,
@@ -163,7 +150,7 @@ pub(crate) async fn put_to_edge(
 ) -> Result<(), String> {
     let response = app
         .http
-        .put(format!("{}/{}/{path}", base.trim_end_matches('/'), app.config.edge.api_prefix))
+        .request(method, format!("{}/{}/{path}", base.trim_end_matches('/'), app.config.edge.api_prefix))
         .bearer_auth(&app.config.edge.push_token)
         .header("content-type", "application/octet-stream")
         .body(body)
@@ -202,8 +189,7 @@ pub(crate) async fn pusher(app: Arc<App>, mut shutdown: watch::Receiver<bool>) {
             }
             continue;
         };
-        let url = format!("{edge}/{}/push", app.config.edge.api_prefix);
-        match push_once(&app, &url).await {
+        match push_once(&app, &edge).await {
             Ok(0) => {
                 tokio::select! {
                     () = app.outbox.notified() => {}

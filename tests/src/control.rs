@@ -156,6 +156,24 @@ impl ControlProcess {
         Ok(())
     }
 
+    /// `n` sign-ins at once with wrong passwords (argon2id runs for each); their statuses.
+    pub async fn wrong_sign_ins(&self, client: &reqwest::Client, n: usize) -> Result<Vec<u16>> {
+        let tasks: Vec<_> = (0..n)
+            .map(|i| {
+                let (client, url) = (client.clone(), self.api("/login"));
+                tokio::spawn(async move {
+                    let body = json!({ "login": "owner", "password": format!("not the password {i}") });
+                    client.post(url).json(&body).send().await.map(|r| r.status().as_u16())
+                })
+            })
+            .collect();
+        let mut statuses = Vec::with_capacity(n);
+        for task in tasks {
+            statuses.push(task.await??);
+        }
+        Ok(statuses)
+    }
+
     /// Runs setup with the printed token, then makes an API token of `scope`; returns it.
     pub async fn setup(&self, client: &reqwest::Client, scope: &str) -> Result<String> {
         let token = self.setup_token.clone().context("no setup link was printed")?;

@@ -336,19 +336,7 @@ async fn bench_control() -> Result<()> {
     );
 
     let peak_before = hearth_tests::proc_status_kib(pid, "VmHWM:")?;
-    let logins: Vec<_> = (0..10)
-        .map(|i| {
-            let (http, url) = (http.clone(), control.api("/login"));
-            tokio::spawn(async move {
-                let body = json!({ "login": "owner", "password": format!("not the password {i}") });
-                http.post(url).json(&body).send().await.map(|r| r.status().as_u16())
-            })
-        })
-        .collect();
-    let mut statuses = Vec::new();
-    for login in logins {
-        statuses.push(login.await??);
-    }
+    let statuses = control.wrong_sign_ins(&http, 10).await?;
     let refused = statuses.iter().filter(|s| **s == 429).count();
     println!(
         "| 10 sign-ins at once (argon2id 19 MiB, t=2) | peak memory +{:.1} MiB; {} answered 401, {refused} 429 |",

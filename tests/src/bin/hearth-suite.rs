@@ -178,18 +178,9 @@ async fn control(t: &mut Table) -> Result<()> {
     // P8: ten sign-ins at once (wrong passwords: argon2id runs for each).
     cg.reset_peak()?;
     let before = cg.anon_bytes()?;
-    let logins: Vec<_> = (0..10)
-        .map(|i| {
-            let (http, url) = (http.clone(), control.api("/login"));
-            tokio::spawn(async move {
-                let body = json!({ "login": "owner", "password": format!("not the password {i}") });
-                http.post(url).json(&body).send().await.map(|r| r.status().as_u16())
-            })
-        })
-        .collect();
     let mut statuses = BTreeMap::new();
-    for login in logins {
-        *statuses.entry(login.await??).or_insert(0u32) += 1;
+    for status in control.wrong_sign_ins(&http, 10).await? {
+        *statuses.entry(status).or_insert(0u32) += 1;
     }
     t.add(
         "P8 10 sign-ins at once: memory above idle (peak)",
@@ -289,35 +280,48 @@ async fn served(
     Ok(())
 }
 
+/// An edge (`backend`, `extra` settings) with 1000 users alone in a cgroup, measured under a
+/// closed loop for answers of `status` (after `warm` seconds of the same load). Returns its
+/// idle anonymous memory before the load, in MiB.
+#[allow(clippy::too_many_arguments)]
+async fn edge_run(
+    t: &mut Table,
+    name: &str,
+    backend: Backend,
+    extra: &[(&str, &str)],
+    warm: u64,
+    seconds: u64,
+    status: u16,
+    metric: &str,
+    published: &'static str,
+) -> Result<f64> {
+    let temp = tempfile::tempdir()?;
+    let cg = Cgroup::create(name, SUT_CPU, GIB)?;
+    let (edge, links, _sim) = edge_with_users(&cg, backend, temp.path(), extra).await?;
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    let idle = cg.anon_bytes()? as f64 / MIB;
+    let target = Target::from_urls(&links, SING_BOX_UA)?;
+    if warm > 0 {
+        load::closed(&target, 8, Duration::from_secs(warm), true).await?;
+    }
+    served(t, &cg, &target, seconds, status, metric, published).await?;
+    edge.stop()?;
+    Ok(idle)
+}
+
 /// P1 (edge), P4, P5: the native edge in its cgroup.
 async fn edge(t: &mut Table, seconds: u64) -> Result<()> {
     println!("edge: serving, the 429 path");
-    let temp = tempfile::tempdir()?;
-    let cg = Cgroup::create("edge", SUT_CPU, GIB)?;
-    let (edge, links, _sim) = edge_with_users(&cg, Backend::Native, temp.path(), &[("HEARTH_LIMITS", "off")]).await?;
-    tokio::time::sleep(Duration::from_secs(2)).await;
-    t.add("P1 edge (native) idle, 1000 users (anon)", "MiB", cg.anon_bytes()? as f64 / MIB, "");
-    let target = Target::from_urls(&links, SING_BOX_UA)?;
-    served(t, &cg, &target, seconds, 200, "P4 subscription, kept in memory (limits off)", "51 us").await?;
-    edge.stop()?;
-    drop(cg);
-
-    let cg = Cgroup::create("edge-uncached", SUT_CPU, GIB)?;
-    let (edge, links, _sim) =
-        edge_with_users(&cg, Backend::Native, temp.path(), &[("HEARTH_LIMITS", "off"), ("HEARTH_EDGE_CACHE_MIB", "0")])
-            .await?;
-    let target = Target::from_urls(&links, SING_BOX_UA)?;
-    served(t, &cg, &target, seconds, 200, "P4 subscription, read from SQLite each time (limits off)", "614 us").await?;
-    edge.stop()?;
-    drop(cg);
-
+    let off = [("HEARTH_LIMITS", "off")];
+    let metric = "P4 subscription, kept in memory (limits off)";
+    let idle = edge_run(t, "edge", Backend::Native, &off, 0, seconds, 200, metric, "51 us").await?;
+    t.add("P1 edge (native) idle, 1000 users (anon)", "MiB", idle, "");
+    let uncached = [("HEARTH_LIMITS", "off"), ("HEARTH_EDGE_CACHE_MIB", "0")];
+    let metric = "P4 subscription, read from SQLite each time (limits off)";
+    edge_run(t, "edge-uncached", Backend::Native, &uncached, 0, seconds, 200, metric, "614 us").await?;
     // Every link fetched once; from then on each answer is a 429.
-    let cg = Cgroup::create("edge-429", SUT_CPU, GIB)?;
-    let (edge, links, _sim) = edge_with_users(&cg, Backend::Native, temp.path(), &[("HEARTH_LINK_LIMIT", "1")]).await?;
-    let target = Target::from_urls(&links, SING_BOX_UA)?;
-    load::closed(&target, 8, Duration::from_secs(3), true).await?;
-    served(t, &cg, &target, seconds, 429, "P5 refused (429)", "37 us").await?;
-    edge.stop()?;
+    let one = [("HEARTH_LINK_LIMIT", "1")];
+    edge_run(t, "edge-429", Backend::Native, &one, 3, seconds, 429, "P5 refused (429)", "37 us").await?;
     Ok(())
 }
 
@@ -326,23 +330,11 @@ async fn edge(t: &mut Table, seconds: u64) -> Result<()> {
 async fn worker(t: &mut Table, seconds: u64) -> Result<()> {
     println!("worker: the edge in workerd, and an empty worker");
     let temp = tempfile::tempdir()?;
-    let cg = Cgroup::create("workerd", SUT_CPU, GIB)?;
-    let (edge, links, _sim) = edge_with_users(&cg, Backend::Workerd, temp.path(), &[("HEARTH_LIMITS", "off")]).await?;
-    let target = Target::from_urls(&links, SING_BOX_UA)?;
-    load::closed(&target, 8, Duration::from_secs(2), true).await?;
-    served(t, &cg, &target, seconds, 200, "P7 subscription in workerd (limits off)", "").await?;
-    edge.stop()?;
-    drop(cg);
-
-    // The 429 path in workerd: every link fetched once, then refused.
-    let cg = Cgroup::create("workerd-429", SUT_CPU, GIB)?;
-    let (edge, links, _sim) =
-        edge_with_users(&cg, Backend::Workerd, temp.path(), &[("HEARTH_LINK_LIMIT", "1")]).await?;
-    let target = Target::from_urls(&links, SING_BOX_UA)?;
-    load::closed(&target, 8, Duration::from_secs(3), true).await?;
-    served(t, &cg, &target, seconds, 429, "P7 refused (429) in workerd", "").await?;
-    edge.stop()?;
-    drop(cg);
+    let off = [("HEARTH_LIMITS", "off")];
+    let metric = "P7 subscription in workerd (limits off)";
+    edge_run(t, "workerd", Backend::Workerd, &off, 2, seconds, 200, metric, "").await?;
+    let one = [("HEARTH_LINK_LIMIT", "1")];
+    edge_run(t, "workerd-429", Backend::Workerd, &one, 3, seconds, 429, "P7 refused (429) in workerd", "").await?;
 
     // The empty worker: what any request costs workerd itself.
     let folder = temp.path().join("empty");
