@@ -191,12 +191,17 @@ async fn connect(target: SocketAddr, from: Option<IpAddr>) -> Result<Sender> {
     Ok(sender)
 }
 
-async fn send(sender: &mut Sender, target: &Target, path: &str) -> Result<u16> {
+async fn send(sender: &mut Sender, target: &Target, path: &str, from: Option<IpAddr>) -> Result<u16> {
     sender.ready().await?;
-    let request = http::Request::get(path)
+    let mut request = http::Request::get(path)
         .header(http::header::HOST, target.addr.to_string())
-        .header(http::header::USER_AGENT, &target.user_agent)
-        .body(Empty::<Bytes>::new())?;
+        .header(http::header::USER_AGENT, &target.user_agent);
+    if let Some(ip) = from {
+        // As Cloudflare tells a Worker who is asking (workerd on loopback sees no other way);
+        // the native edge takes the socket's address and ignores it.
+        request = request.header("cf-connecting-ip", ip.to_string());
+    }
+    let request = request.body(Empty::<Bytes>::new())?;
     let response = sender.send_request(request).await?;
     let status = response.status().as_u16();
     // The whole body is read: an answer counts once it has arrived.
@@ -231,7 +236,7 @@ pub async fn closed(target: &Target, clients: usize, duration: Duration, spread:
                 }
                 let path = &target.paths[i % target.paths.len()];
                 i += clients;
-                let answer = send(sender.as_mut().expect("connected"), &target, path).await;
+                let answer = send(sender.as_mut().expect("connected"), &target, path, from).await;
                 if answer.is_err() {
                     sender = None;
                 }
@@ -266,7 +271,7 @@ pub async fn open(target: &Target, rate: f64, duration: Duration, sources: usize
             let from = (sources > 0).then(|| source(n as usize % sources));
             let answer = async {
                 let mut sender = connect(target.addr, from).await?;
-                send(&mut sender, &target, path).await
+                send(&mut sender, &target, path, from).await
             };
             let answer = match tokio::time::timeout(Duration::from_secs(30), answer).await {
                 Ok(answer) => answer,

@@ -139,6 +139,7 @@ macro_rules! both {
 both!(
     a_push_of_1000_users_serves_every_format,
     the_link_limit_answers_429_until_the_window_turns,
+    a_network_over_its_budget_gets_429_until_its_bucket_refills,
     unknown_links_and_paths_get_one_decoy_and_probing_networks_get_only_decoys,
     bad_pushes_change_nothing_and_say_why,
     a_changed_link_serves_at_once_and_a_rotated_one_is_gone_for_good,
@@ -230,6 +231,29 @@ async fn the_link_limit_answers_429_until_the_window_turns(backend: Backend) {
     assert!((1..=2).contains(&retry), "retry-after {retry}");
     tokio::time::sleep(Duration::from_secs(retry)).await;
     assert_eq!(s.get(&s.link(&token), "v2rayN/7").await.0, StatusCode::OK);
+}
+
+async fn a_network_over_its_budget_gets_429_until_its_bucket_refills(backend: Backend) {
+    // Three at once, then one a second, per network; the link limit is out of the way.
+    let mut s = start(backend, &[("HEARTH_NETWORK_BURST", "3"), ("HEARTH_NETWORK_PER_MINUTE", "60")]);
+    let tokens: Vec<SubToken> = (0..5).map(|_| SubToken::generate(&mut OsRng)).collect();
+    let items: Vec<_> = tokens.iter().enumerate().map(|(i, t)| s.sim.snapshot(t, &demo_snapshot(i as u64))).collect();
+    assert_eq!(s.push_items(&items).await.0, StatusCode::OK);
+    let from = client(Some("127.3.0.9"));
+    let other = client(Some("127.4.0.9"));
+    for token in &tokens[..3] {
+        assert_eq!(get_with(&from, &s.link(token), "v2rayN/7").await.0, StatusCode::OK);
+    }
+    let (status, headers, _) = get_with(&from, &s.link(&tokens[3]), "v2rayN/7").await;
+    assert_eq!(status, StatusCode::TOO_MANY_REQUESTS);
+    let retry: u64 = headers["retry-after"].to_str().unwrap().parse().unwrap();
+    assert!((1..=2).contains(&retry), "retry-after {retry}");
+    // Refused again at once (the Worker answers from its memory), while another network is not.
+    assert_eq!(get_with(&from, &s.link(&tokens[4]), "v2rayN/7").await.0, StatusCode::TOO_MANY_REQUESTS);
+    assert_eq!(get_with(&other, &s.link(&tokens[4]), "v2rayN/7").await.0, StatusCode::OK);
+    // Once the Retry-After has passed, a token has come back.
+    tokio::time::sleep(Duration::from_secs(retry)).await;
+    assert_eq!(get_with(&from, &s.link(&tokens[4]), "v2rayN/7").await.0, StatusCode::OK);
 }
 
 async fn unknown_links_and_paths_get_one_decoy_and_probing_networks_get_only_decoys(backend: Backend) {

@@ -15,8 +15,9 @@ use worker::{Context, Env, Method, Request, Response, Result, event};
 use crate::runtime::{call, config, now_ms, reply_of, respond};
 
 thread_local! {
-    /// Links this isolate saw refused, until their windows end: a client retrying a link over
-    /// its limit costs no Durable Object call.
+    /// Links and networks this isolate saw refused, until their windows end: a client retrying
+    /// a link over its limit, or a network flooding past its budget, costs no Durable Object
+    /// call.
     static REFUSALS: std::cell::RefCell<Refusals> = std::cell::RefCell::new(Refusals::default());
     /// The User-Agent rules in force and when they were read: asked of the Control object at
     /// most once a minute per isolate.
@@ -122,6 +123,14 @@ async fn subscription(
     {
         return Ok(too_many(retry));
     }
+    // A network refused is remembered for the `Retry-After` it was told (whole seconds: a
+    // little longer than its bucket takes to refill a token).
+    let network_key = sha256(format!("network {client_network}").as_bytes());
+    if limits.enabled
+        && let Some(retry) = REFUSALS.with_borrow(|refusals| refusals.check(&network_key, now_ms()))
+    {
+        return Ok(too_many(retry));
+    }
     if limits.enabled {
         let url =
             format!("https://network/gate?burst={}&per_minute={}", limits.network.burst, limits.network.per_minute);
@@ -130,7 +139,9 @@ async fn subscription(
             200 => {}
             429 => {
                 let retry = gate.headers.iter().find(|(n, _)| *n == "retry-after").and_then(|(_, v)| v.parse().ok());
-                return Ok(too_many(retry.unwrap_or(60)));
+                let retry = retry.unwrap_or(60);
+                REFUSALS.with_borrow_mut(|refusals| refusals.remember(network_key, now_ms(), retry));
+                return Ok(too_many(retry));
             }
             // The network tried too many unknown links; and storage trouble fails closed.
             _ => return Ok(decoy()),
