@@ -97,6 +97,18 @@ impl ControlSim {
         self.signing_record.clone()
     }
 
+    /// The settings an edge needs to trust this control (its root key, the push token and the
+    /// API prefix), then `extra`.
+    pub fn edge_vars(&self, api_prefix: &str, push_token: &str, extra: &[(&str, &str)]) -> Vec<(String, String)> {
+        let mut vars = vec![
+            ("HEARTH_ROOT_KEY".to_owned(), self.root.public().to_string()),
+            ("HEARTH_PUSH_TOKEN".to_owned(), push_token.to_owned()),
+            ("HEARTH_API_PREFIX".to_owned(), api_prefix.to_owned()),
+        ];
+        vars.extend(extra.iter().map(|(k, v)| ((*k).to_owned(), (*v).to_owned())));
+        vars
+    }
+
     /// The records control hands out: the signing key's, then the release key's.
     pub fn key_records(&self) -> Vec<Vec<u8>> {
         vec![self.signing_record.clone(), self.release_record.clone()]

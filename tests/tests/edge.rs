@@ -25,16 +25,6 @@ struct Setup {
     http: reqwest::Client,
 }
 
-fn settings(sim: &ControlSim, extra: &[(&str, &str)]) -> Vec<(String, String)> {
-    let mut vars = vec![
-        ("HEARTH_ROOT_KEY".to_owned(), sim.root.public().to_string()),
-        ("HEARTH_PUSH_TOKEN".to_owned(), PUSH_TOKEN.to_owned()),
-        ("HEARTH_API_PREFIX".to_owned(), API.to_owned()),
-    ];
-    vars.extend(extra.iter().map(|(k, v)| ((*k).to_owned(), (*v).to_owned())));
-    vars
-}
-
 fn start(backend: Backend, extra: &[(&str, &str)]) -> Setup {
     let dir = tempfile::tempdir().unwrap();
     let sim = ControlSim::new();
@@ -42,7 +32,7 @@ fn start(backend: Backend, extra: &[(&str, &str)]) -> Setup {
         Backend::Native => "edge.db",
         Backend::Worker | Backend::Workerd => "worker",
     });
-    let edge = EdgeProcess::start(backend, &state, &settings(&sim, extra)).unwrap();
+    let edge = EdgeProcess::start(backend, &state, &sim.edge_vars(API, PUSH_TOKEN, extra)).unwrap();
     Setup { _dir: dir, edge, sim, http: client(None) }
 }
 
@@ -669,7 +659,7 @@ fn a_replica_asked_of_a_build_without_it_says_how_to_get_it() {
         .args(["--listen", "127.0.0.1:0", "--db"])
         .arg(dir.path().join("edge.db"))
         .env_clear()
-        .envs(settings(&sim, &[]))
+        .envs(sim.edge_vars(API, PUSH_TOKEN, &[]))
         .env("HEARTH_EDGE_REPLICA_URL", "http://127.0.0.1:9")
         .env("HEARTH_EDGE_REPLICA_TOKEN", "replica-secret-0123456789")
         .output()

@@ -65,11 +65,7 @@ async fn a_removed_user_is_cut_off_live_and_nobody_else_notices() {
 
     let temp = tempfile::tempdir().unwrap();
     let mut sim = ControlSim::new();
-    let vars = vec![
-        ("HEARTH_ROOT_KEY".to_owned(), sim.root.public().to_string()),
-        ("HEARTH_PUSH_TOKEN".to_owned(), PUSH_TOKEN.to_owned()),
-        ("HEARTH_API_PREFIX".to_owned(), API.to_owned()),
-    ];
+    let vars = sim.edge_vars(API, PUSH_TOKEN, &[]);
     let edge = EdgeProcess::start(Backend::Native, &temp.path().join("edge.db"), &vars).unwrap();
     let http = hearth_tests::http().build().unwrap();
     let key = SecretKey::generate(Role::Node, &mut rand_core::OsRng).unwrap();

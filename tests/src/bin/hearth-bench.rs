@@ -117,11 +117,7 @@ async fn load(edge: &EdgeProcess, paths: &[String], status: u16) -> Result<Run> 
 async fn bench(backend: Backend, limits: bool) -> Result<()> {
     let dir = tempfile::tempdir()?;
     let mut sim = ControlSim::new();
-    let mut vars = vec![
-        ("HEARTH_ROOT_KEY".to_owned(), sim.root.public().to_string()),
-        ("HEARTH_PUSH_TOKEN".to_owned(), PUSH_TOKEN.to_owned()),
-        ("HEARTH_API_PREFIX".to_owned(), API.to_owned()),
-    ];
+    let mut vars = sim.edge_vars(API, PUSH_TOKEN, &[]);
     if limits {
         vars.push(("HEARTH_LINK_LIMIT".to_owned(), "1".to_owned()));
         vars.push(("HEARTH_NETWORK_BURST".to_owned(), "100000000".to_owned()));

@@ -119,16 +119,6 @@ async fn first_200(http: &reqwest::Client, url: &str, started: Instant) -> Resul
     }
 }
 
-fn edge_vars(sim: &ControlSim, extra: &[(&str, &str)]) -> Vec<(String, String)> {
-    let mut vars = vec![
-        ("HEARTH_ROOT_KEY".to_owned(), sim.root.public().to_string()),
-        ("HEARTH_PUSH_TOKEN".to_owned(), PUSH_TOKEN.to_owned()),
-        ("HEARTH_API_PREFIX".to_owned(), API.to_owned()),
-    ];
-    vars.extend(extra.iter().map(|(k, v)| ((*k).to_owned(), (*v).to_owned())));
-    vars
-}
-
 /// P1 (control), P2, P3, P8: control alone in its cgroup.
 async fn control(t: &mut Table) -> Result<()> {
     println!("control: idle memory, cold start, creating users, sign-ins");
@@ -234,7 +224,11 @@ async fn edge_with_users(
 ) -> Result<(EdgeProcess, Vec<String>, ControlSim)> {
     let mut sim = ControlSim::new();
     cg.enter();
-    let edge = EdgeProcess::start(backend, &temp.join(format!("edge-{}", free_port()?)), &edge_vars(&sim, extra));
+    let edge = EdgeProcess::start(
+        backend,
+        &temp.join(format!("edge-{}", free_port()?)),
+        &sim.edge_vars(API, PUSH_TOKEN, extra),
+    );
     Cgroup::leave();
     let edge = edge?;
     let tokens: Vec<SubToken> = (0..1000).map(|_| SubToken::generate(&mut OsRng)).collect();
