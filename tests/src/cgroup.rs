@@ -16,7 +16,7 @@ pub struct Cgroup {
     name: String,
 }
 
-/// The cgroup new processes of [`crate::command`] start in, if any.
+/// The cgroup new processes of [`command`] start in, if any (while [`Cgroup::start`] runs).
 static ACTIVE: Mutex<Option<String>> = Mutex::new(None);
 
 impl Cgroup {
@@ -65,14 +65,12 @@ impl Cgroup {
         std::fs::read_to_string(&path).with_context(|| format!("reading {}", path.display()))
     }
 
-    /// From now on, [`crate::command`] starts processes in this cgroup (until [`Cgroup::leave`]).
-    pub fn enter(&self) {
+    /// Runs `start`, during which [`command`] starts processes in this cgroup.
+    pub fn start<T>(&self, start: impl FnOnce() -> T) -> T {
         *ACTIVE.lock().expect("cgroup lock") = Some(self.name.clone());
-    }
-
-    /// Processes start outside any benchmark cgroup again.
-    pub fn leave() {
+        let started = start();
         *ACTIVE.lock().expect("cgroup lock") = None;
+        started
     }
 
     /// CPU time used by everything in it, in nanoseconds.
@@ -115,9 +113,6 @@ impl Cgroup {
 
 impl Drop for Cgroup {
     fn drop(&mut self) {
-        if ACTIVE.lock().map(|a| a.as_deref() == Some(self.name.as_str())).unwrap_or(false) {
-            Cgroup::leave();
-        }
         for c in CONTROLLERS {
             self.empty(c);
             let _ = std::fs::remove_dir(self.dir(c));

@@ -126,11 +126,8 @@ async fn control(t: &mut Table) -> Result<()> {
     let dir = ControlDir::init(&temp.path().join("control"))?;
     let http = dir.client()?;
     let cg = Cgroup::create("control", SUT_CPU, GIB)?;
-    cg.enter();
     let started = Instant::now();
-    let control = ControlProcess::start(&dir, &[]);
-    Cgroup::leave();
-    let control = control?;
+    let control = cg.start(|| ControlProcess::start(&dir, &[]))?;
     let cold = first_200(&http, &format!("{}/healthz", control.url), started).await?;
     t.add("P2 cold start to first 200, empty", "ms", cold.as_secs_f64() * 1000.0, "330 ms");
     let token = control.setup(&http, "operate").await?;
@@ -190,10 +187,7 @@ async fn control(t: &mut Table) -> Result<()> {
     // A fresh control: the bulk call, then a cold start with 1000 users.
     let dir = ControlDir::init(&temp.path().join("bulk"))?;
     let http = dir.client()?;
-    cg.enter();
-    let control = ControlProcess::start(&dir, &[]);
-    Cgroup::leave();
-    let control = control?;
+    let control = cg.start(|| ControlProcess::start(&dir, &[]))?;
     let token = control.setup(&http, "operate").await?;
     let names: Vec<String> = (0..1000).map(|i| format!("bulk-{i:04}")).collect();
     let started = Instant::now();
@@ -204,11 +198,8 @@ async fn control(t: &mut Table) -> Result<()> {
     }
     t.add("P3 create 1000 users, one bulk call", "s", started.elapsed().as_secs_f64(), "");
     control.stop()?;
-    cg.enter();
     let started = Instant::now();
-    let control = ControlProcess::start(&dir, &[]);
-    Cgroup::leave();
-    let control = control?;
+    let control = cg.start(|| ControlProcess::start(&dir, &[]))?;
     let cold = first_200(&http, &format!("{}/healthz", control.url), started).await?;
     t.add("P2 cold start to first 200, 1000 users", "ms", cold.as_secs_f64() * 1000.0, "");
     control.stop()?;
@@ -223,14 +214,8 @@ async fn edge_with_users(
     extra: &[(&str, &str)],
 ) -> Result<(EdgeProcess, Vec<String>, ControlSim)> {
     let mut sim = ControlSim::new();
-    cg.enter();
-    let edge = EdgeProcess::start(
-        backend,
-        &temp.join(format!("edge-{}", free_port()?)),
-        &sim.edge_vars(API, PUSH_TOKEN, extra),
-    );
-    Cgroup::leave();
-    let edge = edge?;
+    let state = temp.join(format!("edge-{}", free_port()?));
+    let edge = cg.start(|| EdgeProcess::start(backend, &state, &sim.edge_vars(API, PUSH_TOKEN, extra)))?;
     let tokens: Vec<SubToken> = (0..1000).map(|_| SubToken::generate(&mut OsRng)).collect();
     let items: Vec<_> = tokens.iter().enumerate().map(|(i, t)| sim.snapshot(t, &demo_snapshot(i as u64))).collect();
     let http = hearth_tests::http().build()?;
@@ -350,15 +335,14 @@ async fn worker(t: &mut Table, seconds: u64) -> Result<()> {
         ),
     )?;
     let cg = Cgroup::create("workerd-empty", SUT_CPU, GIB)?;
-    cg.enter();
-    let child = hearth_tests::cgroup::command(&hearth_tests::edge::workerd_binary())
-        .args(["serve", "config.capnp"])
-        .current_dir(&folder)
-        .stdout(std::process::Stdio::null())
-        .stderr(std::process::Stdio::null())
-        .spawn();
-    Cgroup::leave();
-    let mut child = child?;
+    let mut child = cg.start(|| {
+        hearth_tests::cgroup::command(&hearth_tests::edge::workerd_binary())
+            .args(["serve", "config.capnp"])
+            .current_dir(&folder)
+            .stdout(std::process::Stdio::null())
+            .stderr(std::process::Stdio::null())
+            .spawn()
+    })?;
     let url = format!("http://127.0.0.1:{port}/");
     first_200(&hearth_tests::http().build()?, &url, Instant::now()).await?;
     let target = Target::from_urls(&[url], SING_BOX_UA)?;
@@ -379,10 +363,8 @@ fn node_with_users(cg: &Cgroup, temp: &std::path::Path) -> Result<(NodeProcess, 
         (1..=1000u64).map(|u| CredEntry { user: u, hash: sha256(format!("password-{u}").as_bytes()) }).collect();
     let item = sim.creds(&CredentialSet::new(1, users)?);
     std::fs::write(dir.join("creds.envelope"), item.envelope().context("an envelope")?)?;
-    cg.enter();
-    let node = NodeProcess::start(&dir);
-    Cgroup::leave();
-    Ok((node?, dir))
+    let node = cg.start(|| NodeProcess::start(&dir))?;
+    Ok((node, dir))
 }
 
 /// A TCP source: every connection gets `bytes` zero bytes as fast as the reader takes them.
@@ -468,10 +450,9 @@ async fn tunnel(t: &mut Table, quick: bool) -> Result<()> {
     });
     let peer_file = temp.path().join("peer.json");
     std::fs::write(&peer_file, serde_json::to_vec(&peer_config)?)?;
-    theirs.enter();
-    let peer = hearth_tests::cgroup::command(&hearth_tests::sing_box()?).args(["run", "-c"]).arg(&peer_file).spawn();
-    Cgroup::leave();
-    let mut peer = peer?;
+    let sing_box = hearth_tests::sing_box()?;
+    let mut peer =
+        theirs.start(|| hearth_tests::cgroup::command(&sing_box).args(["run", "-c"]).arg(&peer_file).spawn())?;
     tokio::time::sleep(Duration::from_secs(2)).await;
     t.add_peer("P1 node idle, 1000 users (anon)", "MiB", theirs.anon_bytes()? as f64 / MIB);
 
@@ -507,16 +488,10 @@ async fn system(t: &mut Table, storm_seconds: u64) -> Result<()> {
     let temp = tempfile::tempdir()?;
     let cg = Cgroup::create("system", SUT_CPU, GIB)?;
     let dir = ControlDir::init(&temp.path().join("control"))?;
-    cg.enter();
-    let edge = EdgeProcess::start(Backend::Native, &temp.path().join("edge.db"), &dir.edge_vars()?);
-    Cgroup::leave();
-    let edge = edge?;
+    let edge = cg.start(|| EdgeProcess::start(Backend::Native, &temp.path().join("edge.db"), &dir.edge_vars()?))?;
     let listen = format!("127.0.0.1:{}", free_port()?);
     let env = vec![("HEARTH_LISTEN", listen), ("HEARTH_EDGE_URL", edge.url.clone())];
-    cg.enter();
-    let control = ControlProcess::start(&dir, &env);
-    Cgroup::leave();
-    let control = control?;
+    let control = cg.start(|| ControlProcess::start(&dir, &env))?;
     let https = dir.client()?;
     let token = control.setup(&https, "admin").await?;
     let call = |method: reqwest::Method, path: String, body: Option<Value>| {
@@ -580,10 +555,7 @@ async fn system(t: &mut Table, storm_seconds: u64) -> Result<()> {
     tokio::time::sleep(Duration::from_secs(1)).await;
     t.add("P6 1000 users: bytes pushed", "KiB", (pushed().await? - bytes) as f64 / 1024.0, "");
     t.add("P6 1000 users: CPU of the box (control, edge)", "ms", (cg.cpu_ns()? - cpu) as f64 / 1e6, "");
-    cg.enter();
-    let node = NodeProcess::start(&state);
-    Cgroup::leave();
-    let node = node?;
+    let node = cg.start(|| NodeProcess::start(&state))?;
     // P6: one change among 1000: until the edge serves it and the node lets the user in.
     tokio::time::sleep(Duration::from_secs(3)).await;
     let held = |state: &std::path::Path| -> Vec<u64> {
@@ -709,11 +681,8 @@ async fn system(t: &mut Table, storm_seconds: u64) -> Result<()> {
 
     // E: control restarted during the 64 streams.
     control.stop()?;
-    cg.enter();
     let started = Instant::now();
-    let control = ControlProcess::start(&dir, &env);
-    Cgroup::leave();
-    let control = control?;
+    let control = cg.start(|| ControlProcess::start(&dir, &env))?;
     let back = first_200(&https, &format!("{}/healthz", control.url), started).await?;
     t.add("E restart: control's first 200 after starting", "ms", back.as_secs_f64() * 1000.0, "0.2 s");
     tokio::time::sleep(Duration::from_secs(3)).await;
