@@ -461,14 +461,18 @@ fn publish_user(conn: &Connection, signer: &Signer, user: UserId, now: u64) -> R
 
 /// The credential set `node` should hold now: every user who can connect, in its groups.
 pub(crate) fn credential_set(conn: &Connection, node: NodeId) -> Result<CredentialSet, Error> {
+    // A user in two of the node's groups comes twice: deduplicated here, as SQLite's DISTINCT
+    // would build a temporary b-tree of every row (a third of this query's time).
     let mut query = conn.prepare_cached(
-        "SELECT DISTINCT u.id, u.credential_hash
+        "SELECT u.id, u.credential_hash
          FROM node_groups ng JOIN user_groups ug ON ug.group_id = ng.group_id JOIN users u ON u.id = ug.user_id
          WHERE ng.node_id = ?1 AND u.status IN ('active', 'not_started')",
     )?;
-    let users = query
+    let mut users = query
         .query_map([node], |row| Ok(CredEntry { user: row.get(0)?, hash: row.get(1)? }))?
         .collect::<Result<Vec<_>, _>>()?;
+    users.sort_unstable_by_key(|entry| entry.user);
+    users.dedup_by_key(|entry| entry.user);
     CredentialSet::new(node, users).map_err(|e| Error::Internal(e.to_string()))
 }
 

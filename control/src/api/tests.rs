@@ -532,6 +532,12 @@ async fn groups_decide_which_nodes_a_user_gets() {
     let b = set_of(&node_get(&client, friends_node, &key_b, &format!("/nodes/{friends_node}/creds")).await);
     assert_eq!((a.users().len(), b.users().len()), (1, 0));
     assert_eq!(a.users()[0].hash.len(), 32);
+    // A node in two groups and a user in both: the user is in its set once.
+    let (both_node, key_c) = enroll(&client, json!(["default", "friends"])).await;
+    let both = client.patch(&format!("/users/{id}"), json!({ "groups": ["default", "friends"] })).await;
+    assert_eq!(both.status, StatusCode::OK, "{}", String::from_utf8_lossy(&both.body));
+    let c = set_of(&node_get(&client, both_node, &key_c, &format!("/nodes/{both_node}/creds")).await);
+    assert_eq!(c.users().iter().map(|e| e.user).collect::<Vec<_>>(), vec![id]);
     // An enrolled node keeps its port and Salamander password: changing them is refused.
     let refused = client.patch(&format!("/nodes/{family_node}"), json!({ "port": 9999 })).await;
     assert_eq!((refused.status, refused.code().as_str()), (StatusCode::BAD_REQUEST, "needs_enrollment"));

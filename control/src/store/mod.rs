@@ -33,6 +33,8 @@ const MIGRATIONS: &[&str] = &[
 
 /// Readers kept open between requests.
 const IDLE_READERS: usize = 2;
+/// Prepared statements kept per connection.
+const STATEMENT_CACHE: usize = 128;
 
 /// A handle to the database; cheap to clone.
 #[derive(Clone)]
@@ -51,6 +53,9 @@ fn connect(path: &Path) -> rusqlite::Result<Connection> {
     conn.busy_timeout(std::time::Duration::from_secs(10))?;
     // A 1 MiB page cache per connection keeps control small; the OS caches the file too.
     conn.execute_batch("PRAGMA foreign_keys = ON; PRAGMA synchronous = FULL; PRAGMA cache_size = -1024;")?;
+    // Control runs a few dozen distinct statements; rusqlite's default cache of 16 made the
+    // busiest ones (a user change, a usage report) parse their SQL again each time.
+    conn.set_prepared_statement_cache_capacity(STATEMENT_CACHE);
     Ok(conn)
 }
 
@@ -82,10 +87,19 @@ impl Db {
 
     /// [`Db::write`] for callers outside the runtime (the CLI).
     pub(crate) fn write_blocking<T>(&self, f: impl FnOnce(&Transaction<'_>) -> Result<T, Error>) -> Result<T, Error> {
+        let asked = std::time::Instant::now();
         let mut conn = self.inner.writer.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+        let held = std::time::Instant::now();
         let tx = conn.transaction_with_behavior(TransactionBehavior::Immediate)?;
         let value = f(&tx)?;
+        let work = held.elapsed();
         tx.commit()?;
+        tracing::debug!(
+            waited_us = (held - asked).as_micros() as u64,
+            work_us = work.as_micros() as u64,
+            commit_us = (held.elapsed() - work).as_micros() as u64,
+            "write transaction"
+        );
         Ok(value)
     }
 
@@ -180,7 +194,8 @@ pub(crate) fn overview(conn: &Connection, now: u64) -> Result<Overview, Error> {
 
 /// Reads a named integer from `state` (0 when unset).
 pub(crate) fn get_state(conn: &Connection, key: &str) -> Result<i64, Error> {
-    Ok(conn.query_row("SELECT value FROM state WHERE key = ?1", [key], |row| row.get(0)).optional()?.unwrap_or(0))
+    let mut query = conn.prepare_cached("SELECT value FROM state WHERE key = ?1")?;
+    Ok(query.query_row([key], |row| row.get(0)).optional()?.unwrap_or(0))
 }
 
 /// Reads a named text from `state`.
@@ -206,10 +221,8 @@ pub(crate) fn audit(
     target: &str,
     detail: &str,
 ) -> Result<(), Error> {
-    conn.execute(
-        "INSERT INTO audit (at, actor, action, target, detail) VALUES (?1, ?2, ?3, ?4, ?5)",
-        rusqlite::params![now, actor, action, target, detail],
-    )?;
+    conn.prepare_cached("INSERT INTO audit (at, actor, action, target, detail) VALUES (?1, ?2, ?3, ?4, ?5)")?
+        .execute(rusqlite::params![now, actor, action, target, detail])?;
     Ok(())
 }
 

@@ -489,14 +489,15 @@ pub(crate) fn rotate(conn: &Connection, signer: &Signer, actor: &str, id: UserId
 /// Deletes a user: its link stops, its nodes drop it.
 pub(crate) fn delete(conn: &Connection, signer: &Signer, actor: &str, id: UserId, now: u64) -> Result<(), Error> {
     let user = get(conn, id)?;
-    let hash: Vec<u8> = conn.query_row("SELECT token_hash FROM users WHERE id = ?1", [id], |row| row.get(0))?;
+    let hash: Vec<u8> =
+        conn.prepare_cached("SELECT token_hash FROM users WHERE id = ?1")?.query_row([id], |row| row.get(0))?;
     let hash: [u8; 32] =
         hash.try_into().map_err(|_| Error::Internal("a stored token hash has the wrong length".into()))?;
     let mut changes = Changes::default();
     for node in publish::nodes_of_user(conn, id)? {
         changes.node(node);
     }
-    conn.execute("DELETE FROM users WHERE id = ?1", [id])?;
+    conn.prepare_cached("DELETE FROM users WHERE id = ?1")?.execute([id])?;
     publish::delete_stream(conn, signer, &hearth_shared::wire::stream::snapshot(&hash), now)?;
     changes.publish(conn, signer, now)?;
     audit(conn, now, actor, "user.delete", &format!("user {id} ({})", user.name), "")?;

@@ -7,6 +7,11 @@
 //! anonymous memory are read from the cgroup. Rate limits are off by configuration in the
 //! throughput runs (said in each row). Each run writes JSON to `target/bench/`; a full run
 //! writes `docs/benchmarks.md`.
+//!
+//! For profiling one scenario: `--only system` (also `control`, `edge`, `tunnel`, `worker`;
+//! comma-separated) prints its table and writes nothing; `HEARTH_SUITE_CONTROL_LOG` sets the
+//! log filter of control in the system scenario (`hearth_control::store=debug` shows how long
+//! each write transaction waited, worked and committed).
 
 use std::collections::BTreeMap;
 use std::path::PathBuf;
@@ -490,7 +495,10 @@ async fn system(t: &mut Table, storm_seconds: u64) -> Result<()> {
     let dir = ControlDir::init(&temp.path().join("control"))?;
     let edge = cg.start(|| EdgeProcess::start(Backend::Native, &temp.path().join("edge.db"), &dir.edge_vars()?))?;
     let listen = format!("127.0.0.1:{}", free_port()?);
-    let env = vec![("HEARTH_LISTEN", listen), ("HEARTH_EDGE_URL", edge.url.clone())];
+    let mut env = vec![("HEARTH_LISTEN", listen), ("HEARTH_EDGE_URL", edge.url.clone())];
+    if let Ok(log) = std::env::var("HEARTH_SUITE_CONTROL_LOG") {
+        env.push(("HEARTH_LOG", log));
+    }
     let control = cg.start(|| ControlProcess::start(&dir, &env))?;
     let https = dir.client()?;
     let token = control.setup(&https, "admin").await?;
@@ -766,6 +774,12 @@ fn markdown(t: &Table, reps: usize, commit: &str, when: &str) -> String {
 async fn main() -> Result<()> {
     let args: Vec<String> = std::env::args().skip(1).collect();
     let quick = args.iter().any(|a| a == "--quick");
+    // `--only system,edge`: just those scenarios (for profiling one); such a run writes no table.
+    let only: Option<Vec<String>> = args
+        .iter()
+        .position(|a| a == "--only")
+        .map(|at| args.get(at + 1).map(|s| s.split(',').map(str::to_owned).collect()).unwrap_or_default());
+    let runs = |name: &str| only.as_ref().is_none_or(|o| o.iter().any(|n| n == name));
     hearth_tests::cgroup::require()?;
     // SAFETY of the environment: set before any thread reads it (the runtime's workers do not).
     if std::env::var("HEARTH_PROFILE").as_deref() != Ok("release") {
@@ -781,11 +795,25 @@ async fn main() -> Result<()> {
     let mut t = Table::default();
     for rep in 0..reps {
         println!("== repetition {} of {reps}", rep + 1);
-        control(&mut t).await?;
-        edge(&mut t, serve_secs).await?;
-        tunnel(&mut t, quick).await?;
-        worker(&mut t, serve_secs).await?;
-        system(&mut t, storm_secs).await?;
+        if runs("control") {
+            control(&mut t).await?;
+        }
+        if runs("edge") {
+            edge(&mut t, serve_secs).await?;
+        }
+        if runs("tunnel") {
+            tunnel(&mut t, quick).await?;
+        }
+        if runs("worker") {
+            worker(&mut t, serve_secs).await?;
+        }
+        if runs("system") {
+            system(&mut t, storm_secs).await?;
+        }
+    }
+    if only.is_some() {
+        println!("\n{}", markdown(&t, reps, "", ""));
+        return Ok(());
     }
     let commit = git_commit();
     let when = std::process::Command::new("date")
