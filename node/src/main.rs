@@ -23,7 +23,7 @@ use std::time::{SystemTime, UNIX_EPOCH};
 use anyhow::{Context as _, Result};
 use clap::{Parser, Subcommand};
 
-use crate::state::StateDir;
+use crate::state::{Congestion, StateDir};
 use crate::table::Live;
 
 /// Hearth node: a Hysteria2 server that applies signed credential sets live.
@@ -109,7 +109,7 @@ fn reset_key(state: &StateDir) -> Result<ring::hmac::Key> {
     Ok(ring::hmac::Key::new(ring::hmac::HMAC_SHA256, &secret))
 }
 
-fn endpoint(state: &StateDir, listen: &str, obfs: Option<&str>) -> Result<quinn::Endpoint> {
+fn endpoint(state: &StateDir, listen: &str, obfs: Option<&str>, congestion: Congestion) -> Result<quinn::Endpoint> {
     let (chain, key) = tls_identity(state)?;
     let provider = Arc::new(rustls::crypto::ring::default_provider());
     let mut tls = rustls::ServerConfig::builder_with_provider(provider)
@@ -128,8 +128,13 @@ fn endpoint(state: &StateDir, listen: &str, obfs: Option<&str>) -> Result<quinn:
         .receive_window((20u32 << 20).into())
         .max_idle_timeout(Some(std::time::Duration::from_secs(30).try_into().expect("30 s")))
         .max_concurrent_bidi_streams(1024u32.into())
-        .datagram_receive_buffer_size(Some(4 << 20))
-        .congestion_controller_factory(Arc::new(quinn::congestion::BbrConfig::default()));
+        .datagram_receive_buffer_size(Some(4 << 20));
+    match congestion {
+        Congestion::Bbr => transport.congestion_controller_factory(Arc::new(quinn::congestion::BbrConfig::default())),
+        Congestion::Cubic => {
+            transport.congestion_controller_factory(Arc::new(quinn::congestion::CubicConfig::default()))
+        }
+    };
     if obfs.is_some() {
         // Salamander adds 8 bytes to every packet: keep them inside a 1500-byte path.
         let mut mtu = quinn::MtuDiscoveryConfig::default();
@@ -210,7 +215,7 @@ fn serve(dir: &Path) -> Result<i32> {
     };
     let runtime = tokio::runtime::Builder::new_multi_thread().enable_all().build().context("starting the runtime")?;
     runtime.block_on(async move {
-        let endpoint = endpoint(&state, &settings.listen, settings.obfs.as_deref())?;
+        let endpoint = endpoint(&state, &settings.listen, settings.obfs.as_deref(), settings.congestion)?;
         println!("hearth-node listening on {}", endpoint.local_addr()?);
         use std::io::Write as _;
         let _ = std::io::stdout().flush();

@@ -50,6 +50,22 @@ pub(crate) struct Settings {
     /// the previous binary back).
     #[serde(default = "default_health")]
     pub(crate) update_health_secs: u64,
+    /// How the node paces what it sends to clients.
+    #[serde(default)]
+    pub(crate) congestion: Congestion,
+}
+
+/// The congestion controller of the node's QUIC connections (`congestion` in `node.toml`).
+#[derive(Clone, Copy, Debug, Default, Deserialize, PartialEq, Eq)]
+#[serde(rename_all = "lowercase")]
+pub(crate) enum Congestion {
+    /// BBR, as Hysteria2 servers use when clients do not announce a bandwidth: it keeps its
+    /// rate through random loss (mobile networks, throttled or filtered paths).
+    #[default]
+    Bbr,
+    /// CUBIC: backs off at every loss, so it suits clean paths only, where it costs less CPU
+    /// per byte than quinn's BBR (docs/benchmarks.md: a 1 vCPU box short of CPU).
+    Cubic,
 }
 
 fn default_health() -> u64 {
@@ -162,4 +178,22 @@ pub(crate) fn write_atomic(path: &Path, bytes: &[u8]) -> Result<()> {
     file.write_all(bytes).and_then(|()| file.sync_all()).with_context(|| format!("writing {}", tmp.display()))?;
     std::fs::rename(&tmp, path).with_context(|| format!("replacing {}", path.display()))?;
     std::fs::File::open(dir).and_then(|d| d.sync_all()).with_context(|| format!("syncing {}", dir.display()))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn settings(extra: &str) -> Result<Settings, toml::de::Error> {
+        toml::from_str(&format!("node = 3\n{extra}"))
+    }
+
+    #[test]
+    fn congestion_defaults_to_bbr_and_refuses_unknown_names() {
+        assert_eq!(settings("").unwrap().congestion, Congestion::Bbr);
+        assert_eq!(settings("congestion = \"bbr\"").unwrap().congestion, Congestion::Bbr);
+        assert_eq!(settings("congestion = \"cubic\"").unwrap().congestion, Congestion::Cubic);
+        let error = settings("congestion = \"reno\"").unwrap_err().to_string();
+        assert!(error.contains("unknown variant `reno`, expected `bbr` or `cubic`"), "{error}");
+    }
 }

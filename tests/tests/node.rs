@@ -132,7 +132,9 @@ async fn udp_and_salamander_with_the_real_sing_box_client() {
     let temp = tempfile::tempdir().unwrap();
     let mut sim = ControlSim::new();
     let dir = temp.path().join("node");
-    hearth_tests::node::state_dir_with(&dir, &sim, 1, "obfs = \"salamander secret\"\n").unwrap();
+    // This node also runs CUBIC (`congestion`), the other tests BBR.
+    hearth_tests::node::state_dir_with(&dir, &sim, 1, "obfs = \"salamander secret\"\ncongestion = \"cubic\"\n")
+        .unwrap();
     let item = sim.creds(&set(1, &[(7, "alice-password")]));
     std::fs::write(dir.join("creds.envelope"), item.envelope().unwrap()).unwrap();
     let node = NodeProcess::start(&dir).unwrap();

@@ -357,13 +357,14 @@ async fn worker(t: &mut Table, seconds: u64) -> Result<()> {
     Ok(())
 }
 
-/// A node with 1000 users in `cg` (the benchmark's client is user 1), and its state dir.
-fn node_with_users(cg: &Cgroup, temp: &std::path::Path) -> Result<(NodeProcess, PathBuf)> {
+/// A node with 1000 users in `cg` (the benchmark's client is user 1), and its state dir in
+/// `temp/<name>`; `extra` goes into its `node.toml`.
+fn node_with_users(cg: &Cgroup, temp: &std::path::Path, name: &str, extra: &str) -> Result<(NodeProcess, PathBuf)> {
     use hearth_shared::sha256;
     use hearth_shared::wire::{CredEntry, CredentialSet};
     let mut sim = ControlSim::new();
-    let dir = temp.join("node");
-    hearth_tests::node::state_dir(&dir, &sim, 1)?;
+    let dir = temp.join(name);
+    hearth_tests::node::state_dir_with(&dir, &sim, 1, extra)?;
     let users: Vec<CredEntry> =
         (1..=1000u64).map(|u| CredEntry { user: u, hash: sha256(format!("password-{u}").as_bytes()) }).collect();
     let item = sim.creds(&CredentialSet::new(1, users)?);
@@ -435,7 +436,7 @@ async fn tunnel(t: &mut Table, quick: bool) -> Result<()> {
     println!("tunnel: hearth-node against sing-box's server");
     let temp = tempfile::tempdir()?;
     let ours = Cgroup::create("node", SUT_CPU, GIB)?;
-    let (node, dir) = node_with_users(&ours, temp.path())?;
+    let (node, dir) = node_with_users(&ours, temp.path(), "node", "")?;
     tokio::time::sleep(Duration::from_secs(2)).await;
     t.add("P1 node idle, 1000 users (anon)", "MiB", ours.anon_bytes()? as f64 / MIB, "");
     let rss = hearth_tests::proc_status_kib(node.pid(), "RssAnon:")? as f64 / 1024.0;
@@ -467,8 +468,13 @@ async fn tunnel(t: &mut Table, quick: bool) -> Result<()> {
             "tls": { "enabled": true, "server_name": "localhost", "insecure": true, "alpn": ["h3"] }
         })
     };
+    // The same node with CUBIC (`congestion = "cubic"`), in a cgroup of its own: where
+    // quinn's BBR spends CPU, as a row of its own.
+    let cubic_cg = Cgroup::create("node-cubic", SUT_CPU, GIB)?;
+    let (cubic_node, _) = node_with_users(&cubic_cg, temp.path(), "node-cubic", "congestion = \"cubic\"\n")?;
     let hearth = SingBoxClient::start(outbound(node.addr.port()))?;
     let sing_box = SingBoxClient::start(outbound(peer_port))?;
+    let cubic = SingBoxClient::start(outbound(cubic_node.addr.port()))?;
     let scale = if quick { 4 } else { 1 };
     for (streams, per_stream) in [(1usize, (1024u64 << 20) / scale), (16, (64 << 20) / scale), (64, (16 << 20) / scale)]
     {
@@ -476,10 +482,18 @@ async fn tunnel(t: &mut Table, quick: bool) -> Result<()> {
         let (gbps, per_cpu) = throughput(&hearth, &ours, streams, per_stream).await?;
         t.add(&format!("{metric}: Gbit/s"), "Gbit/s", gbps, "");
         t.add(&format!("{metric}: Gbit per server CPU-second"), "Gbit/CPU-s", per_cpu, "");
-        let (gbps, per_cpu) = throughput(&sing_box, &theirs, streams, per_stream).await?;
-        t.add_peer(&format!("{metric}: Gbit/s"), "Gbit/s", gbps);
-        t.add_peer(&format!("{metric}: Gbit per server CPU-second"), "Gbit/CPU-s", per_cpu);
+        let peer = throughput(&sing_box, &theirs, streams, per_stream).await?;
+        let (gbps, per_cpu) = throughput(&cubic, &cubic_cg, streams, per_stream).await?;
+        let with_cubic = format!("{metric}, node with CUBIC");
+        t.add(&format!("{with_cubic}: Gbit/s"), "Gbit/s", gbps, "");
+        t.add(&format!("{with_cubic}: Gbit per server CPU-second"), "Gbit/CPU-s", per_cpu, "");
+        t.note(&format!("{with_cubic}: Gbit/s"), "the peer is the same sing-box run (BBR)");
+        for metric in [metric, with_cubic] {
+            t.add_peer(&format!("{metric}: Gbit/s"), "Gbit/s", peer.0);
+            t.add_peer(&format!("{metric}: Gbit per server CPU-second"), "Gbit/CPU-s", peer.1);
+        }
     }
+    cubic_node.stop()?;
     let _ = peer.kill();
     let _ = peer.wait();
     node.stop()
