@@ -8,7 +8,7 @@
 //! throughput runs (said in each row). Each run writes JSON to `target/bench/`; a full run
 //! writes `docs/benchmarks.md`.
 //!
-//! For profiling one scenario: `--only system` (also `control`, `edge`, `tunnel`, `worker`;
+//! For profiling one scenario: `--only system` (also `control`, `edge`, `tunnel`, `worker`, `panel`;
 //! comma-separated) prints its table and writes nothing; `HEARTH_SUITE_CONTROL_LOG` sets the
 //! log filter of control in the system scenario (`hearth_control::store=debug` shows how long
 //! each write transaction waited, worked and committed).
@@ -91,6 +91,12 @@ fn median(values: &[f64]) -> Option<(f64, f64, f64)> {
     Some((sorted[sorted.len() / 2], sorted[0], sorted[sorted.len() - 1]))
 }
 
+/// The value at `p` (0-1) of sorted values.
+fn quantile(sorted: &[f64], p: f64) -> f64 {
+    let at = ((sorted.len() as f64 - 1.0) * p).round() as usize;
+    sorted[at.min(sorted.len() - 1)]
+}
+
 fn shown(value: f64) -> String {
     if value >= 100.0 {
         format!("{value:.0}")
@@ -166,6 +172,29 @@ async fn control(t: &mut Table) -> Result<()> {
     t.add("P3 create 1000 users, one call at a time", "s", first + rest, "49 s (its API rate limit)");
     tokio::time::sleep(Duration::from_secs(2)).await;
     t.add("P1 control idle, 1000 users (anon)", "MiB", cg.anon_bytes()? as f64 / MIB, "");
+
+    // One user change with control alone (no edge, no node): a quota change signs the
+    // user's snapshot again and checks every node's set. D measures it inside the storm.
+    let (cpu, mut latencies) = (cg.cpu_ns()?, Vec::new());
+    for i in 0..300u64 {
+        let started = Instant::now();
+        let answer = http
+            .patch(control.api(&format!("/users/{}", 1 + i % 1000)))
+            .bearer_auth(&token)
+            .json(&json!({ "quota": (i + 1) << 30 }))
+            .send()
+            .await?;
+        if !answer.status().is_success() {
+            bail!("change failed: {}", answer.text().await?);
+        }
+        answer.bytes().await?;
+        latencies.push(started.elapsed().as_secs_f64() * 1000.0);
+    }
+    latencies.sort_by(f64::total_cmp);
+    let metric = "one user change, control alone (1000 users)";
+    t.add(&format!("{metric}: p50"), "ms", quantile(&latencies, 0.5), "");
+    t.add(&format!("{metric}: p95"), "ms", quantile(&latencies, 0.95), "");
+    t.add(&format!("{metric}: control CPU each"), "ms", (cg.cpu_ns()? - cpu) as f64 / 1e6 / 300.0, "");
 
     // P8: ten sign-ins at once (wrong passwords: argon2id runs for each).
     cg.reset_peak()?;
@@ -306,6 +335,80 @@ async fn edge(t: &mut Table, seconds: u64) -> Result<()> {
     // Every link fetched once; from then on each answer is a 429.
     let one = [("HEARTH_LINK_LIMIT", "1")];
     edge_run(t, "edge-429", Backend::Native, &one, 3, seconds, 429, "P5 refused (429)", "37 us").await?;
+    for limits in [false, true] {
+        edge_logic(t, limits, seconds).await?;
+    }
+    Ok(())
+}
+
+/// This process's CPU time (user + system), in seconds.
+fn own_cpu_seconds() -> Result<f64> {
+    let stat = std::fs::read_to_string("/proc/self/stat")?;
+    let fields: Vec<&str> = stat[stat.rfind(')').context("stat")? + 2..].split(' ').collect();
+    // In USER_HZ, 100 on every architecture Hearth runs on.
+    Ok((fields[11].parse::<u64>()? + fields[12].parse::<u64>()?) as f64 / 100.0)
+}
+
+/// P4/P5 without HTTP: the edge's own work per request (`Edge::handle` called in this
+/// process, the figure comparable with a Worker's CPU time), on 1000 links one after another.
+async fn edge_logic(t: &mut Table, limits: bool, seconds: u64) -> Result<()> {
+    use hearth_edge::config::EdgeConfig;
+    use hearth_edge::native::{Edge, Request};
+    use http::HeaderMap;
+    let dir = tempfile::tempdir()?;
+    let mut sim = ControlSim::new();
+    let root = sim.root.public().to_string();
+    let config = EdgeConfig::from_vars(|name| match name {
+        "HEARTH_ROOT_KEY" => Some(root.clone()),
+        "HEARTH_PUSH_TOKEN" => Some(PUSH_TOKEN.to_owned()),
+        "HEARTH_API_PREFIX" => Some(API.to_owned()),
+        "HEARTH_LIMITS" => Some((if limits { "on" } else { "off" }).to_owned()),
+        "HEARTH_LINK_LIMIT" => Some("1".to_owned()),
+        "HEARTH_NETWORK_BURST" | "HEARTH_NETWORK_PER_MINUTE" => Some("100000000".to_owned()),
+        _ => None,
+    })?;
+    let edge = Edge::open(config, &dir.path().join("edge.db"), 64 << 20, None).await?;
+    let tokens: Vec<SubToken> = (0..1000).map(|_| SubToken::generate(&mut OsRng)).collect();
+    let items: Vec<_> = tokens.iter().zip(1..).map(|(token, user)| sim.snapshot(token, &demo_snapshot(user))).collect();
+    let push = sim.push(&items);
+    let mut headers = HeaderMap::new();
+    headers.insert("authorization", format!("Bearer {PUSH_TOKEN}").parse()?);
+    let client = "192.0.2.1".parse()?;
+    let path = format!("/{API}/push");
+    let request = Request { method: "POST", path: &path, query: "", headers: &headers, client, body: &push };
+    let reply = edge.handle(&request).await;
+    if reply.status != 200 {
+        bail!("push refused: {}", String::from_utf8_lossy(&reply.body));
+    }
+    let mut headers = HeaderMap::new();
+    headers.insert("user-agent", SING_BOX_UA.parse()?);
+    headers.insert("host", "edge.example.net".parse()?);
+    let paths: Vec<String> = tokens.iter().map(|t| format!("/s/{}", t.to_link_form())).collect();
+    let expected = if limits { 429 } else { 200 };
+    let run = async |paths: &[String]| -> u64 {
+        let mut n = 0u64;
+        for path in paths {
+            let request = Request { method: "GET", path, query: "", headers: &headers, client, body: &[] };
+            n += u64::from(edge.handle(&request).await.status == expected);
+        }
+        n
+    };
+    // Warm up: fills the link cache, and with limits on spends each link's one fetch.
+    run(&paths).await;
+    let (cpu, started) = (own_cpu_seconds()?, Instant::now());
+    let (mut answers, mut requests) = (0u64, 0u64);
+    while started.elapsed() < Duration::from_secs(seconds) {
+        answers += run(&paths).await;
+        requests += paths.len() as u64;
+    }
+    let used = own_cpu_seconds()? - cpu;
+    if answers != requests {
+        bail!("{} of {requests} requests did not get {expected}", requests - answers);
+    }
+    let metric =
+        if limits { "P5 edge logic in process, 429" } else { "P4 edge logic in process, answer kept in memory" };
+    t.add(&format!("{metric}: CPU per request"), "us", used * 1e6 / answers as f64, "");
+    t.note(&format!("{metric}: CPU per request"), "Edge::handle without HTTP: the work a Worker would bill");
     Ok(())
 }
 
@@ -355,6 +458,121 @@ async fn worker(t: &mut Table, seconds: u64) -> Result<()> {
     let _ = child.kill();
     let _ = child.wait();
     Ok(())
+}
+
+/// How long the node takes to apply a credential set of 10,000 users: a fresh table is built
+/// beside the live one and swapped in (the data path only waits for the swap). The node logs
+/// the time when it starts from the set on disk; started `times` times in `cg`.
+fn node_apply(t: &mut Table, cg: &Cgroup, temp: &std::path::Path, times: usize) -> Result<()> {
+    use hearth_shared::sha256;
+    use hearth_shared::wire::{CredEntry, CredentialSet};
+    use std::io::BufRead as _;
+    let mut sim = ControlSim::new();
+    let dir = temp.join("node-10k");
+    hearth_tests::node::state_dir(&dir, &sim, 1)?;
+    let users: Vec<CredEntry> =
+        (1..=10_000u64).map(|u| CredEntry { user: u, hash: sha256(format!("password-{u}").as_bytes()) }).collect();
+    let item = sim.creds(&CredentialSet::new(1, users)?);
+    std::fs::write(dir.join("creds.envelope"), item.envelope().context("an envelope")?)?;
+    for _ in 0..times {
+        let mut child = cg.start(|| {
+            hearth_tests::cgroup::command(&hearth_tests::binary("hearth-node")?)
+                .args(["serve", "--state"])
+                .arg(&dir)
+                .env("HEARTH_LOG", "info")
+                .env("NO_COLOR", "1")
+                .stdout(std::process::Stdio::null())
+                .stderr(std::process::Stdio::piped())
+                .spawn()
+                .context("starting hearth-node")
+        })?;
+        let stderr = child.stderr.take().context("stderr")?;
+        let line = std::io::BufReader::new(stderr)
+            .lines()
+            .map_while(Result::ok)
+            .find(|l| l.contains("serving the last good credential set"));
+        let _ = child.kill();
+        let _ = child.wait();
+        let micros: u64 = line
+            .as_deref()
+            .and_then(|l| l.split("micros=").nth(1))
+            .and_then(|rest| rest.split(|c: char| !c.is_ascii_digit()).next())
+            .and_then(|m| m.parse().ok())
+            .context("the node did not log its apply time")?;
+        t.add("node applies a set of 10,000 users", "ms", micros as f64 / 1000.0, "");
+    }
+    Ok(())
+}
+
+/// The admin panel with 10,000 users: how long each page waits for its data (the API calls
+/// it makes, in parallel as the page makes them) from the client over HTTPS on loopback, so
+/// an upper bound of control's own time; and what a first visit downloads.
+async fn panel(t: &mut Table, quick: bool) -> Result<()> {
+    println!("panel: pages with 10,000 users");
+    let temp = tempfile::tempdir()?;
+    let dir = ControlDir::init(&temp.path().join("control"))?;
+    let http = dir.client()?;
+    let cg = Cgroup::create("panel", SUT_CPU, GIB)?;
+    let control = cg.start(|| ControlProcess::start(&dir, &[]))?;
+    let token = control.setup(&http, "operate").await?;
+    let names: Vec<String> = (0..10_000).map(|i| format!("user-{i:05}")).collect();
+    let answer =
+        http.post(control.api("/users/bulk")).bearer_auth(&token).json(&json!({ "names": names })).send().await?;
+    if !answer.status().is_success() {
+        bail!("bulk create failed: {}", answer.text().await?);
+    }
+    let pages: &[(&str, &[&str])] = &[
+        ("overview", &["/status", "/usage?days=30"]),
+        ("users, first page", &["/users?page=1&per_page=50", "/groups"]),
+        ("users, page 100", &["/users?page=100&per_page=50", "/groups"]),
+        ("users, search", &["/users?q=user-0777&page=1&per_page=50", "/groups"]),
+        ("users, status filter", &["/users?status=active&page=1&per_page=50", "/groups"]),
+        ("one user", &["/users/5000", "/groups", "/users/5000/link", "/users/5000/usage?days=30"]),
+        ("what apps receive", &["/users/5000/preview?ua=SFA%2F1.12.4"]),
+        ("nodes", &["/nodes", "/groups"]),
+        ("audit log", &["/audit?limit=100"]),
+    ];
+    for (page, calls) in pages {
+        let mut times = Vec::new();
+        let mut bytes = 0;
+        for _ in 0..if quick { 10 } else { 40 } {
+            let started = Instant::now();
+            let sent: Vec<_> =
+                calls.iter().map(|call| tokio::spawn(http.get(control.api(call)).bearer_auth(&token).send())).collect();
+            bytes = 0;
+            for answer in sent {
+                let answer = answer.await??;
+                if !answer.status().is_success() {
+                    bail!("{page}: {}", answer.text().await?);
+                }
+                bytes += answer.bytes().await?.len();
+            }
+            times.push(started.elapsed().as_secs_f64() * 1000.0);
+        }
+        times.sort_by(f64::total_cmp);
+        let metric = format!("panel, 10,000 users: {page}, p95");
+        t.add(&metric, "ms", quantile(&times, 0.95), "");
+        t.note(&metric, &format!("{bytes} bytes of data"));
+    }
+    // What a first visit downloads: the page and its files, gzipped as browsers ask.
+    let page_url = format!("{}/{}/", control.url, control.admin);
+    let page_text = http.get(&page_url).header("accept-encoding", "identity").send().await?.text().await?;
+    let mut urls = vec![page_url.clone()];
+    for asset in page_text.split("assets/").skip(1).filter_map(|rest| rest.split('"').next()) {
+        urls.push(format!("{}/{}/assets/{asset}", control.url, control.admin));
+    }
+    if urls.len() < 4 {
+        bail!("the page names {} files, expected 3", urls.len() - 1);
+    }
+    let (mut gzipped, mut plain) = (0, 0);
+    for url in &urls {
+        gzipped += http.get(url).header("accept-encoding", "gzip").send().await?.bytes().await?.len();
+        plain += http.get(url).header("accept-encoding", "identity").send().await?.bytes().await?.len();
+    }
+    let metric = "panel: what a first visit downloads (gzip)";
+    t.add(metric, "KiB", gzipped as f64 / 1024.0, "");
+    t.note(metric, &format!("{:.0} KiB plain", plain as f64 / 1024.0));
+    control.stop()
 }
 
 /// A node with 1000 users in `cg` (the benchmark's client is user 1), and its state dir in
@@ -441,6 +659,7 @@ async fn tunnel(t: &mut Table, quick: bool) -> Result<()> {
     t.add("P1 node idle, 1000 users (anon)", "MiB", ours.anon_bytes()? as f64 / MIB, "");
     let rss = hearth_tests::proc_status_kib(node.pid(), "RssAnon:")? as f64 / 1024.0;
     t.note("P1 node idle, 1000 users (anon)", &format!("the process's own RssAnon: {rss:.1} MiB"));
+    node_apply(t, &ours, temp.path(), if quick { 2 } else { 3 })?;
 
     let theirs = Cgroup::create("sing-box", SUT_CPU, GIB)?;
     let peer_port = free_port()?;
@@ -820,6 +1039,9 @@ async fn main() -> Result<()> {
         }
         if runs("worker") {
             worker(&mut t, serve_secs).await?;
+        }
+        if runs("panel") {
+            panel(&mut t, quick).await?;
         }
         if runs("system") {
             system(&mut t, storm_secs).await?;
