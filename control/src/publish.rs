@@ -462,7 +462,7 @@ fn publish_user(conn: &Connection, signer: &Signer, user: UserId, now: u64) -> R
 /// The credential set `node` should hold now: every user who can connect, in its groups.
 pub(crate) fn credential_set(conn: &Connection, node: NodeId) -> Result<CredentialSet, Error> {
     // A user in two of the node's groups comes twice: deduplicated here, as SQLite's DISTINCT
-    // would build a temporary b-tree of every row (a third of this query's time).
+    // would build a temporary b-tree of every row at each change.
     let mut query = conn.prepare_cached(
         "SELECT u.id, u.credential_hash
          FROM node_groups ng JOIN user_groups ug ON ug.group_id = ng.group_id JOIN users u ON u.id = ug.user_id
