@@ -91,6 +91,56 @@ fn median(values: &[f64]) -> Option<(f64, f64, f64)> {
     Some((sorted[sorted.len() / 2], sorted[0], sorted[sorted.len() - 1]))
 }
 
+/// What an issue asked of a row.
+enum Bound {
+    /// The median must be below this, in the row's unit.
+    Below(f64),
+    /// The median must not exceed this.
+    AtMost(f64),
+    /// The median must be at least the peer's in the same run.
+    AtLeastPeer,
+}
+
+/// The numbers the issues asked for: (the metrics they apply to, by prefix; the bound; what
+/// the table says). Each is shown beside its row, met or not.
+const TARGETS: &[(&str, Bound, &str)] = &[
+    ("P1 control idle, 1000 users", Bound::Below(10.0), "< 10 MiB (#4)"),
+    ("P2 cold start to first 200", Bound::Below(50.0), "< 50 ms (#4)"),
+    ("P3 create 1000 users, one bulk call", Bound::Below(1.0), "< 1 s (#4)"),
+    ("one user change, control alone (1000 users): p95", Bound::Below(2.0), "< 2 ms (#4)"),
+    ("P4 subscription, kept in memory (limits off): server CPU", Bound::Below(20.0), "< 20 us (#3)"),
+    ("P4 edge logic in process, answer kept in memory: CPU", Bound::Below(20.0), "< 20 us (#3)"),
+    ("P5 refused (429): server CPU", Bound::Below(5.0), "< 5 us (#3)"),
+    ("P5 edge logic in process, 429: CPU", Bound::Below(5.0), "< 5 us (#3)"),
+    ("P7 subscription in workerd (limits off): server CPU", Bound::Below(1000.0), "< 1 ms (#3)"),
+    ("P7 refused (429) in workerd: server CPU", Bound::Below(300.0), "< 0.3 ms (#3)"),
+    ("a push of 1000 users accepted", Bound::Below(1000.0), "< 1 s (#3)"),
+    ("the Worker's wasm, gzipped", Bound::Below(1536.0), "< 1.5 MB (#3)"),
+    ("P1 node idle, 1000 users", Bound::Below(12.0), "< 12 MiB (#5)"),
+    ("node applies a set of 10,000 users", Bound::Below(10.0), "< 10 ms (#5)"),
+    ("B1 tunnel, 1 stream", Bound::AtLeastPeer, "at least sing-box (#5)"),
+    ("B1 tunnel, 16 streams", Bound::AtLeastPeer, "at least sing-box (#5)"),
+    ("panel, 10,000 users:", Bound::Below(50.0), "< 50 ms (#6)"),
+    ("panel: what a first visit downloads", Bound::Below(150.0), "< 150 KB (#6)"),
+    ("E restart: control's first 200", Bound::Below(100.0), "< 100 ms (#8)"),
+    ("D+E streams dropped", Bound::AtMost(0.0), "0 (#8)"),
+];
+
+/// The target of a row and whether its median meets it.
+fn target(metric: &str, row: &Row) -> (String, String) {
+    let Some((_, bound, text)) = TARGETS.iter().find(|(prefix, ..)| metric.starts_with(prefix)) else {
+        return (String::new(), String::new());
+    };
+    let ours = median(&row.ours).map(|(m, _, _)| m);
+    let met = match (bound, ours, median(&row.peer)) {
+        (Bound::Below(limit), Some(m), _) => m < *limit,
+        (Bound::AtMost(limit), Some(m), _) => m <= *limit,
+        (Bound::AtLeastPeer, Some(m), Some((peer, _, _))) => m >= peer,
+        _ => return ((*text).to_owned(), String::new()),
+    };
+    ((*text).to_owned(), (if met { "met" } else { "not met" }).to_owned())
+}
+
 /// The value at `p` (0-1) of sorted values.
 fn quantile(sorted: &[f64], p: f64) -> f64 {
     let at = ((sorted.len() as f64 - 1.0) * p).round() as usize;
@@ -240,26 +290,29 @@ async fn control(t: &mut Table) -> Result<()> {
     Ok(())
 }
 
-/// 1000 users pushed to an edge (`backend`) started in `cg` with `extra` settings; their links.
+/// 1000 users pushed to an edge (`backend`) started in `cg` with `extra` settings; their links
+/// and how long the edge took to accept the push.
 async fn edge_with_users(
     cg: &Cgroup,
     backend: Backend,
     temp: &std::path::Path,
     extra: &[(&str, &str)],
-) -> Result<(EdgeProcess, Vec<String>, ControlSim)> {
+) -> Result<(EdgeProcess, Vec<String>, Duration)> {
     let mut sim = ControlSim::new();
     let state = temp.join(format!("edge-{}", free_port()?));
     let edge = cg.start(|| EdgeProcess::start(backend, &state, &sim.edge_vars(API, PUSH_TOKEN, extra)))?;
     let tokens: Vec<SubToken> = (0..1000).map(|_| SubToken::generate(&mut OsRng)).collect();
     let items: Vec<_> = tokens.iter().enumerate().map(|(i, t)| sim.snapshot(t, &demo_snapshot(i as u64))).collect();
     let http = hearth_tests::http().build()?;
-    let answer =
-        http.post(format!("{}/{API}/push", edge.url)).bearer_auth(PUSH_TOKEN).body(sim.push(&items)).send().await?;
+    let push = sim.push(&items);
+    let started = Instant::now();
+    let answer = http.post(format!("{}/{API}/push", edge.url)).bearer_auth(PUSH_TOKEN).body(push).send().await?;
     if !answer.status().is_success() {
         bail!("push failed: {}", answer.text().await?);
     }
+    let accepted = started.elapsed();
     let links = tokens.iter().map(|t| format!("{}/s/{}", edge.url, t.to_link_form())).collect();
-    Ok((edge, links, sim))
+    Ok((edge, links, accepted))
 }
 
 /// Runs a closed loop against `target` for `seconds`; records CPU per answer of `status`.
@@ -310,7 +363,9 @@ async fn edge_run(
 ) -> Result<f64> {
     let temp = tempfile::tempdir()?;
     let cg = Cgroup::create(name, SUT_CPU, GIB)?;
-    let (edge, links, _sim) = edge_with_users(&cg, backend, temp.path(), extra).await?;
+    let (edge, links, accepted) = edge_with_users(&cg, backend, temp.path(), extra).await?;
+    let edge_name = if backend == Backend::Native { "native edge" } else { "Worker in workerd" };
+    t.add(&format!("a push of 1000 users accepted by the {edge_name}"), "ms", accepted.as_secs_f64() * 1000.0, "");
     tokio::time::sleep(Duration::from_secs(2)).await;
     let idle = cg.anon_bytes()? as f64 / MIB;
     let target = Target::from_urls(&links, SING_BOX_UA)?;
@@ -422,6 +477,14 @@ async fn worker(t: &mut Table, seconds: u64) -> Result<()> {
     edge_run(t, "workerd", Backend::Workerd, &off, 2, seconds, 200, metric, "").await?;
     let one = [("HEARTH_LINK_LIMIT", "1")];
     edge_run(t, "workerd-429", Backend::Workerd, &one, 3, seconds, 429, "P7 refused (429) in workerd", "").await?;
+
+    // What Cloudflare is sent: the Worker's wasm, gzipped.
+    let wasm = std::fs::read(hearth_tests::repo_root().join("edge/worker/build/index_bg.wasm"))
+        .context("the Worker's wasm (tests/bench builds it)")?;
+    let mut gzip = flate2::write::GzEncoder::new(Vec::new(), flate2::Compression::default());
+    std::io::Write::write_all(&mut gzip, &wasm)?;
+    t.add("the Worker's wasm, gzipped", "KiB", gzip.finish()?.len() as f64 / 1024.0, "8.9 MB (its edge)");
+    t.note("the Worker's wasm, gzipped", &format!("{:.0} KiB raw", wasm.len() as f64 / 1024.0));
 
     // The empty worker: what any request costs workerd itself.
     let folder = temp.path().join("empty");
@@ -968,8 +1031,10 @@ fn markdown(t: &Table, reps: usize, commit: &str, when: &str) -> String {
         if reps == 1 { "" } else { "s" },
         "1.14"
     ));
-    out.push_str("| metric | Hearth median (min-max) | peer in the same run | ratio | Mistgate published | notes |\n");
-    out.push_str("|---|---|---|---|---|---|\n");
+    out.push_str(
+        "| metric | Hearth median (min-max) | peer in the same run | ratio | target (issue) | met | Mistgate published | notes |\n",
+    );
+    out.push_str("|---|---|---|---|---|---|---|---|\n");
     for (metric, row) in &t.rows {
         let ours = median(&row.ours).map_or("not run".to_owned(), |(m, lo, hi)| {
             if row.ours.len() > 1 {
@@ -983,7 +1048,11 @@ fn markdown(t: &Table, reps: usize, commit: &str, when: &str) -> String {
             (Some((a, _, _)), Some((b, _, _))) if b > 0.0 => format!("{:.2}", a / b),
             _ => String::new(),
         };
-        out.push_str(&format!("| {metric} | {ours} | {peer} | {ratio} | {} | {} |\n", row.published, row.note));
+        let (target, met) = target(metric, row);
+        out.push_str(&format!(
+            "| {metric} | {ours} | {peer} | {ratio} | {target} | {met} | {} | {} |\n",
+            row.published, row.note
+        ));
     }
     out.push_str(
         "\n## What these numbers do not say\n\n\
