@@ -9,11 +9,24 @@ use worker::js_sys::{Function, Reflect, Uint8Array};
 use worker::wasm_bindgen::{JsCast as _, JsValue, closure::Closure};
 use worker::{Env, Headers, Method, Request, RequestInit, Response, Result, SqlStorage, Storage, Stub};
 
-/// The edge's settings from the Worker's vars and secrets.
-pub(crate) fn config(env: &Env) -> std::result::Result<EdgeConfig, ConfigError> {
-    EdgeConfig::from_vars(|name| {
+thread_local! {
+    /// The settings, read once per isolate: a deployment's vars and secrets do not change
+    /// under a running isolate (changing them deploys a new version, served by new isolates).
+    /// Reading them costs a call into JavaScript per setting and parsing the root key.
+    static CONFIG: std::cell::OnceCell<Rc<EdgeConfig>> = const { std::cell::OnceCell::new() };
+}
+
+/// The edge's settings from the Worker's vars and secrets. A bad setting is not kept: each
+/// request says so until it is fixed.
+pub(crate) fn config(env: &Env) -> std::result::Result<Rc<EdgeConfig>, ConfigError> {
+    if let Some(config) = CONFIG.with(|held| held.get().cloned()) {
+        return Ok(config);
+    }
+    let config = Rc::new(EdgeConfig::from_vars(|name| {
         env.secret(name).map(|s| s.to_string()).or_else(|_| env.var(name).map(|v| v.to_string())).ok()
-    })
+    })?);
+    CONFIG.with(|held| held.get_or_init(|| config.clone()).clone());
+    Ok(config)
 }
 
 /// A [`Reply`] as a workers-rs response (no body on HEAD).
