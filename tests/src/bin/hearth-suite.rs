@@ -1124,6 +1124,8 @@ async fn main() -> Result<()> {
     if std::env::var("HEARTH_PROFILE").as_deref() != Ok("release") {
         bail!("run the suite through tests/bench (release binaries: HEARTH_PROFILE=release)");
     }
+    // Counted before this process is pinned to one of them.
+    let cpus = std::thread::available_parallelism().map_or(0, usize::from);
     if !pin_self() {
         bail!("could not put the suite on CPU 0 (taskset, 2 CPUs needed)");
     }
@@ -1174,7 +1176,7 @@ async fn main() -> Result<()> {
     let record = json!({
         "commit": commit, "when": when, "quick": quick, "repetitions": reps,
         "parameters": { "sut_cpu": SUT_CPU, "memory_limit_bytes": GIB, "serve_seconds": serve_secs, "storm_seconds": storm_secs },
-        "machine": { "cpus": std::thread::available_parallelism().map_or(0, usize::from), "loadavg_before": load_before, "loadavg_after": loadavg() },
+        "machine": { "cpus": cpus, "loadavg_before": load_before, "loadavg_after": loadavg() },
         "seconds": started.elapsed().as_secs(),
         "rows": rows,
     });
