@@ -114,7 +114,7 @@ async fn push_once(app: &Arc<App>, base: &str) -> Result<usize, String> {
     };
     let body = wire::encode(&bundle);
     let size = body.len() as u64;
-    send_to_edge(app, reqwest::Method::POST, base, "push", body, Duration::from_secs(60), "push").await?;
+    send_to_edge(app, reqwest::Method::POST, base, "push", body, Duration::from_secs(60)).await?;
     let cleared = app
         .db
         .write(move |tx| {
@@ -137,8 +137,8 @@ async fn push_once(app: &Arc<App>, base: &str) -> Result<usize, String> {
     Ok(cleared.max(1))
 }
 
-/// Sends `body` to the edge's `path` (under its API prefix) with the push token; `what` names
-/// it in errors.
+/// Sends `body` to the edge's `path` (under its API prefix: `push`, `archive`, `release`, which
+/// also names it in errors) with the push token.
 pub(crate) async fn send_to_edge(
     app: &App,
     method: reqwest::Method,
@@ -146,7 +146,6 @@ pub(crate) async fn send_to_edge(
     path: &str,
     body: Vec<u8>,
     timeout: Duration,
-    what: &str,
 ) -> Result<(), String> {
     let response = app
         .http
@@ -161,7 +160,7 @@ pub(crate) async fn send_to_edge(
     let status = response.status();
     if !status.is_success() {
         let body = response.text().await.unwrap_or_default();
-        return Err(format!("the edge refused the {what} ({status}): {}", body.chars().take(300).collect::<String>()));
+        return Err(format!("the edge refused the {path} ({status}): {}", body.chars().take(300).collect::<String>()));
     }
     Ok(())
 }
