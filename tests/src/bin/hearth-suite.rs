@@ -412,16 +412,14 @@ async fn edge_logic(t: &mut Table, limits: bool, seconds: u64) -> Result<()> {
     use http::HeaderMap;
     let dir = tempfile::tempdir()?;
     let mut sim = ControlSim::new();
-    let root = sim.root.public().to_string();
-    let config = EdgeConfig::from_vars(|name| match name {
-        "HEARTH_ROOT_KEY" => Some(root.clone()),
-        "HEARTH_PUSH_TOKEN" => Some(PUSH_TOKEN.to_owned()),
-        "HEARTH_API_PREFIX" => Some(API.to_owned()),
-        "HEARTH_LIMITS" => Some((if limits { "on" } else { "off" }).to_owned()),
-        "HEARTH_LINK_LIMIT" => Some("1".to_owned()),
-        "HEARTH_NETWORK_BURST" | "HEARTH_NETWORK_PER_MINUTE" => Some("100000000".to_owned()),
-        _ => None,
-    })?;
+    let extra = [
+        ("HEARTH_LIMITS", if limits { "on" } else { "off" }),
+        ("HEARTH_LINK_LIMIT", "1"),
+        ("HEARTH_NETWORK_BURST", "100000000"),
+        ("HEARTH_NETWORK_PER_MINUTE", "100000000"),
+    ];
+    let vars = sim.edge_vars(API, PUSH_TOKEN, &extra);
+    let config = EdgeConfig::from_vars(|name| vars.iter().find(|(k, _)| k == name).map(|(_, v)| v.clone()))?;
     let edge = Edge::open(config, &dir.path().join("edge.db"), 64 << 20, None).await?;
     let tokens: Vec<SubToken> = (0..1000).map(|_| SubToken::generate(&mut OsRng)).collect();
     let items: Vec<_> = tokens.iter().zip(1..).map(|(token, user)| sim.snapshot(token, &demo_snapshot(user))).collect();
