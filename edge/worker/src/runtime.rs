@@ -25,8 +25,7 @@ pub(crate) fn config(env: &Env) -> std::result::Result<Rc<EdgeConfig>, ConfigErr
     let config = Rc::new(EdgeConfig::from_vars(|name| {
         env.secret(name).map(|s| s.to_string()).or_else(|_| env.var(name).map(|v| v.to_string())).ok()
     })?);
-    CONFIG.with(|held| held.get_or_init(|| config.clone()).clone());
-    Ok(config)
+    Ok(CONFIG.with(|held| held.get_or_init(|| config).clone()))
 }
 
 /// A [`Reply`] as a workers-rs response (no body on HEAD).
