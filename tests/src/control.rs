@@ -156,6 +156,63 @@ impl ControlProcess {
         Ok(())
     }
 
+    /// An admin API call with `token` that must succeed: its JSON answer (`null` when it has
+    /// no body).
+    pub async fn call(
+        &self,
+        client: &reqwest::Client,
+        token: &str,
+        method: reqwest::Method,
+        path: &str,
+        body: Option<&Value>,
+    ) -> Result<Value> {
+        let mut request = client.request(method.clone(), self.api(path)).bearer_auth(token);
+        if let Some(body) = body {
+            request = request.json(body);
+        }
+        let response = request.send().await?;
+        let status = response.status();
+        let text = response.text().await?;
+        if !status.is_success() {
+            bail!("{method} {path}: {status} {text}");
+        }
+        if text.is_empty() {
+            return Ok(Value::Null);
+        }
+        serde_json::from_str(&text).with_context(|| format!("{method} {path} answered no JSON"))
+    }
+
+    /// Adds a node through the admin API and enrolls it into `state` with exactly the command
+    /// control printed (on loopback, reporting every second); returns its port and the
+    /// command's arguments.
+    pub async fn enroll_node(&self, client: &reqwest::Client, token: &str, state: &Path) -> Result<(u16, Vec<String>)> {
+        let port = crate::edge::free_port()?;
+        let body = json!({ "name": format!("Home {port}"), "host": "127.0.0.1", "port": port });
+        let node = self.call(client, token, reqwest::Method::POST, "/nodes", Some(&body)).await?;
+        let args: Vec<String> = node["enroll_command"]
+            .as_str()
+            .context("no enroll command")?
+            .split_whitespace()
+            .skip(1)
+            .map(str::to_owned)
+            .collect();
+        let out = Command::new(crate::binary("hearth-node")?)
+            .args(&args)
+            .arg("--state")
+            .arg(state)
+            .args(["--listen", &format!("127.0.0.1:{port}"), "--allow-private"])
+            .output()?;
+        if !out.status.success() {
+            bail!("enroll failed: {}", String::from_utf8_lossy(&out.stderr));
+        }
+        let settings = std::fs::read_to_string(state.join("node.toml"))?;
+        std::fs::write(
+            state.join("node.toml"),
+            settings + "report_secs = 1\nedge_poll_secs = 1\nmetrics_listen = \"\"\n",
+        )?;
+        Ok((port, args))
+    }
+
     /// `n` sign-ins at once with wrong passwords (argon2id runs for each); their statuses.
     pub async fn wrong_sign_ins(&self, client: &reqwest::Client, n: usize) -> Result<Vec<u16>> {
         let tasks: Vec<_> = (0..n)

@@ -329,3 +329,110 @@ impl Drop for Supervised {
         let _ = self.child.wait();
     }
 }
+
+/// A TCP echo server on loopback, for connections held open through the tunnel.
+pub async fn tcp_echo() -> Result<std::net::SocketAddr> {
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await?;
+    let addr = listener.local_addr()?;
+    tokio::spawn(async move {
+        while let Ok((mut stream, _)) = listener.accept().await {
+            tokio::spawn(async move {
+                let (mut read, mut write) = stream.split();
+                let _ = tokio::io::copy(&mut read, &mut write).await;
+            });
+        }
+    });
+    Ok(addr)
+}
+
+/// The id of the key that signed the credential set a node holds on disk, and the users in it.
+pub fn held_set(state: &Path) -> Option<(String, Vec<u64>)> {
+    use hearth_shared::envelope::{Envelope, Kind};
+    let bytes = std::fs::read(state.join("creds.envelope")).ok()?;
+    let envelope = Envelope::decode(&bytes, Kind::CredentialSet.max_len()).ok()?;
+    let set = wire::CredentialSet::decode(&envelope.body).ok()?;
+    Some((envelope.signatures[0].key.to_string(), set.users().iter().map(|entry| entry.user).collect()))
+}
+
+/// The hysteria2 outbound of the sing-box profile the edge serves for `link` (asked until it
+/// serves one, for up to 30 s).
+pub async fn profile_outbound(link: &str) -> Result<serde_json::Value> {
+    let plain = crate::http().build()?;
+    let started = std::time::Instant::now();
+    loop {
+        if let Ok(response) = plain.get(link).header("user-agent", "SFA/1.13.0 (sing-box 1.13.0)").send().await
+            && response.status() == 200
+            && let Ok(profile) = response.json::<serde_json::Value>().await
+            && let Some(outbound) =
+                profile["outbounds"].as_array().and_then(|o| o.iter().find(|o| o["type"] == "hysteria2").cloned())
+        {
+            return Ok(outbound);
+        }
+        if started.elapsed() > Duration::from_secs(30) {
+            bail!("{link} served no sing-box profile with a hysteria2 outbound within 30 s");
+        }
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+}
+
+/// Streams held open through sing-box clients, each echoing a message every 200 ms until
+/// stopped; any stall or drop is recorded.
+pub struct Streams {
+    stop: tokio::sync::watch::Sender<bool>,
+    tasks: Vec<tokio::task::JoinHandle<(u64, Vec<String>)>>,
+}
+
+impl Streams {
+    /// Opens `per_client` streams through each client to the echo server at `echo_at`.
+    pub async fn hold(clients: &[&SingBoxClient], per_client: usize, echo_at: std::net::SocketAddr) -> Result<Streams> {
+        let (stop, stopped) = tokio::sync::watch::channel(false);
+        let mut tasks = Vec::new();
+        for (c, client) in clients.iter().enumerate() {
+            for n in 0..per_client {
+                let mut stream = client.connect(echo_at).await?;
+                let mut stopped = stopped.clone();
+                let name = format!("client {c} stream {n}");
+                tasks.push(tokio::spawn(async move {
+                    let (mut rounds, mut failures) = (0u64, Vec::new());
+                    while !*stopped.borrow() {
+                        let sent = [(rounds % 251) as u8; 512];
+                        let mut got = [0u8; 512];
+                        let round = async {
+                            stream.write_all(&sent).await?;
+                            stream.read_exact(&mut got).await?;
+                            Ok::<_, std::io::Error>(())
+                        };
+                        match tokio::time::timeout(Duration::from_secs(10), round).await {
+                            Ok(Ok(())) if got == sent => rounds += 1,
+                            Ok(Ok(())) => failures.push(format!("{name}: other bytes came back")),
+                            Ok(Err(e)) => failures.push(format!("{name}: {e}")),
+                            Err(_) => failures.push(format!("{name}: stalled for 10 s")),
+                        }
+                        if !failures.is_empty() {
+                            break;
+                        }
+                        tokio::select! {
+                            () = tokio::time::sleep(Duration::from_millis(200)) => {}
+                            _ = stopped.changed() => {}
+                        }
+                    }
+                    (rounds, failures)
+                }));
+            }
+        }
+        Ok(Streams { stop, tasks })
+    }
+
+    /// Stops them; the rounds they echoed and every failure (a stream stops at its first, so
+    /// there is one per stream dropped).
+    pub async fn finish(self) -> Result<(u64, Vec<String>)> {
+        let _ = self.stop.send(true);
+        let (mut rounds, mut failures) = (0, Vec::new());
+        for task in self.tasks {
+            let (r, f) = task.await?;
+            rounds += r;
+            failures.extend(f);
+        }
+        Ok((rounds, failures))
+    }
+}

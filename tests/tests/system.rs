@@ -7,7 +7,9 @@ use std::time::{Duration, Instant};
 
 use hearth_tests::control::{ControlDir, ControlProcess};
 use hearth_tests::edge::{Backend, EdgeProcess, free_port};
-use hearth_tests::node::{NodeProcess, SingBoxClient, fetch, fetch_eventually, http_server};
+use hearth_tests::node::{
+    NodeProcess, SingBoxClient, Streams, fetch, fetch_eventually, held_set, http_server, profile_outbound, tcp_echo,
+};
 use serde_json::{Value, json};
 
 /// Control (with its own data directory) pushing to an edge, set up and signed in with an
@@ -55,11 +57,7 @@ impl System {
 
     /// An admin API call's JSON answer.
     async fn call(&self, method: reqwest::Method, path: &str, body: Option<Value>) -> Value {
-        let mut request = self.https.request(method, self.control().api(path)).bearer_auth(&self.token);
-        if let Some(body) = body {
-            request = request.json(&body);
-        }
-        request.send().await.unwrap().json().await.unwrap()
+        self.control().call(&self.https, &self.token, method, path, body.as_ref()).await.unwrap()
     }
 
     /// Creates a user; returns it with its link.
@@ -84,32 +82,10 @@ impl System {
     }
 }
 
-/// Adds a node through the admin API and enrolls it with exactly the command control
-/// printed (on loopback, reporting every second); returns its port and the command's
-/// arguments.
+/// A node added and enrolled into `state` ([`ControlProcess::enroll_node`]); its port and
+/// the enrollment command's arguments.
 async fn enrolled_node(s: &System, state: &std::path::Path) -> (u16, Vec<String>) {
-    let port = free_port().unwrap();
-    let node = s
-        .call(
-            reqwest::Method::POST,
-            "/nodes",
-            Some(json!({ "name": format!("Home {port}"), "host": "127.0.0.1", "port": port })),
-        )
-        .await;
-    let args: Vec<String> =
-        node["enroll_command"].as_str().unwrap().split_whitespace().skip(1).map(str::to_owned).collect();
-    let out = Command::new(hearth_tests::binary("hearth-node").unwrap())
-        .args(&args)
-        .arg("--state")
-        .arg(state)
-        .args(["--listen", &format!("127.0.0.1:{port}"), "--allow-private"])
-        .output()
-        .unwrap();
-    assert!(out.status.success(), "enroll failed: {}", String::from_utf8_lossy(&out.stderr));
-    let settings = std::fs::read_to_string(state.join("node.toml")).unwrap();
-    std::fs::write(state.join("node.toml"), settings + "report_secs = 1\nedge_poll_secs = 1\nmetrics_listen = \"\"\n")
-        .unwrap();
-    (port, args)
+    s.control().enroll_node(&s.https, &s.token, state).await.unwrap()
 }
 
 /// The system with control on a fixed address (so a restart keeps it, as the node's
@@ -121,26 +97,8 @@ async fn with_a_running_node() -> (System, Value, NodeProcess, SingBoxClient) {
     enrolled_node(&s, &state).await;
     let alice = s.user("alice").await;
     let node = NodeProcess::start(&state).unwrap();
-    let client = SingBoxClient::start(profile_outbound(alice["link"].as_str().unwrap()).await).unwrap();
+    let client = SingBoxClient::start(profile_outbound(alice["link"].as_str().unwrap()).await.unwrap()).unwrap();
     (s, alice, node, client)
-}
-
-/// The hysteria2 outbound of the sing-box profile the edge serves for `link`.
-async fn profile_outbound(link: &str) -> Value {
-    let plain = hearth_tests::http().build().unwrap();
-    let started = Instant::now();
-    loop {
-        if let Ok(response) = plain.get(link).header("user-agent", "SFA/1.13.0 (sing-box 1.13.0)").send().await
-            && response.status() == 200
-            && let Ok(profile) = response.json::<Value>().await
-            && let Some(outbound) =
-                profile["outbounds"].as_array().and_then(|o| o.iter().find(|o| o["type"] == "hysteria2").cloned())
-        {
-            return outbound;
-        }
-        assert!(started.elapsed() < Duration::from_secs(30), "the edge never served a profile with the node");
-        tokio::time::sleep(Duration::from_millis(200)).await;
-    }
 }
 
 #[tokio::test]
@@ -172,7 +130,7 @@ async fn through_a_node(backend: Backend) {
     let alice = s.user("alice").await;
     let link = alice["link"].as_str().unwrap().to_owned();
     assert!(link.starts_with(&s.edge.url));
-    let outbound = profile_outbound(&link).await;
+    let outbound = profile_outbound(&link).await.unwrap();
     assert_eq!(outbound["server_port"], port);
     let client = SingBoxClient::start(outbound).unwrap();
     let body: Vec<u8> = (0..(512u32 << 10)).map(|i| (i % 249) as u8).collect();
@@ -233,7 +191,7 @@ async fn a_node_that_reaches_only_the_edge_gets_its_reports_acknowledged() {
 
     let alice = s.user("alice").await;
     let node = NodeProcess::start(&state).unwrap();
-    let client = SingBoxClient::start(profile_outbound(alice["link"].as_str().unwrap()).await).unwrap();
+    let client = SingBoxClient::start(profile_outbound(alice["link"].as_str().unwrap()).await.unwrap()).unwrap();
     let body = vec![7u8; 200_000];
     let web = http_server(body.clone()).await.unwrap();
     fetch_eventually(&client, web).await.unwrap();
@@ -302,15 +260,6 @@ async fn a_node_follows_control_to_a_new_edge() {
         tokio::time::sleep(Duration::from_millis(300)).await;
     }
     node.stop().unwrap();
-}
-
-/// The id of the key that signed the credential set a node holds on disk, and the users in it.
-fn held_set(state: &std::path::Path) -> Option<(String, Vec<u64>)> {
-    use hearth_shared::envelope::{Envelope, Kind};
-    let bytes = std::fs::read(state.join("creds.envelope")).ok()?;
-    let envelope = Envelope::decode(&bytes, Kind::CredentialSet.max_len()).ok()?;
-    let set = hearth_shared::wire::CredentialSet::decode(&envelope.body).ok()?;
-    Some((envelope.signatures[0].key.to_string(), set.users().iter().map(|entry| entry.user).collect()))
 }
 
 /// The id of the signing key in control's data directory.
@@ -458,21 +407,6 @@ async fn keys_rotate_while_nodes_run() {
     edge_node.stop().unwrap();
 }
 
-/// A TCP echo server on loopback, for a connection held open through the tunnel.
-async fn tcp_echo() -> std::net::SocketAddr {
-    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
-    let addr = listener.local_addr().unwrap();
-    tokio::spawn(async move {
-        while let Ok((mut stream, _)) = listener.accept().await {
-            tokio::spawn(async move {
-                let (mut read, mut write) = stream.split();
-                let _ = tokio::io::copy(&mut read, &mut write).await;
-            });
-        }
-    });
-    addr
-}
-
 /// One round trip on a connection held open through the tunnel.
 async fn echo(stream: &mut tokio::net::TcpStream, round: u8) {
     use tokio::io::{AsyncReadExt as _, AsyncWriteExt as _};
@@ -528,8 +462,8 @@ async fn drill(from_snapshots: bool) {
     links.extend(bulk["users"].as_array().unwrap().iter().map(|u| u["link"].as_str().unwrap().to_owned()));
     assert_eq!(links.len(), 1000);
     let node = NodeProcess::start(&state).unwrap();
-    let client = SingBoxClient::start(profile_outbound(&links[0]).await).unwrap();
-    let echo_at = tcp_echo().await;
+    let client = SingBoxClient::start(profile_outbound(&links[0]).await.unwrap()).unwrap();
+    let echo_at = tcp_echo().await.unwrap();
     fetch_eventually(&client, http_server(vec![1; 10_000]).await.unwrap()).await.unwrap();
     let mut held = client.connect(echo_at).await.unwrap();
     echo(&mut held, 1).await;
@@ -605,7 +539,7 @@ async fn drill(from_snapshots: bool) {
     // A user made now reaches the node (through control, or through the edge when the node
     // cannot check the new control's certificate).
     let after = s.user("after-restore").await;
-    let second = SingBoxClient::start(profile_outbound(after["link"].as_str().unwrap()).await).unwrap();
+    let second = SingBoxClient::start(profile_outbound(after["link"].as_str().unwrap()).await.unwrap()).unwrap();
     let body = vec![9u8; 50_000];
     assert_eq!(fetch_eventually(&second, http_server(body.clone()).await.unwrap()).await.unwrap(), body);
     echo(&mut held, 4).await;
@@ -732,67 +666,6 @@ async fn a_release_rolls_out_canary_first_and_stops_at_the_first_failure() {
     drop(nodes);
 }
 
-/// Streams held open through sing-box clients, each echoing a message every 200 ms until
-/// stopped; any stall or drop is recorded.
-struct Streams {
-    stop: tokio::sync::watch::Sender<bool>,
-    tasks: Vec<tokio::task::JoinHandle<(u64, Vec<String>)>>,
-}
-
-impl Streams {
-    async fn hold(clients: &[&SingBoxClient], per_client: usize, echo_at: std::net::SocketAddr) -> Streams {
-        use tokio::io::{AsyncReadExt as _, AsyncWriteExt as _};
-        let (stop, stopped) = tokio::sync::watch::channel(false);
-        let mut tasks = Vec::new();
-        for (c, client) in clients.iter().enumerate() {
-            for n in 0..per_client {
-                let mut stream = client.connect(echo_at).await.unwrap();
-                let mut stopped = stopped.clone();
-                let name = format!("client {c} stream {n}");
-                tasks.push(tokio::spawn(async move {
-                    let (mut rounds, mut failures) = (0u64, Vec::new());
-                    while !*stopped.borrow() {
-                        let sent = [(rounds % 251) as u8; 512];
-                        let mut got = [0u8; 512];
-                        let round = async {
-                            stream.write_all(&sent).await?;
-                            stream.read_exact(&mut got).await?;
-                            Ok::<_, std::io::Error>(())
-                        };
-                        match tokio::time::timeout(Duration::from_secs(10), round).await {
-                            Ok(Ok(())) if got == sent => rounds += 1,
-                            Ok(Ok(())) => failures.push(format!("{name}: other bytes came back")),
-                            Ok(Err(e)) => failures.push(format!("{name}: {e}")),
-                            Err(_) => failures.push(format!("{name}: stalled for 10 s")),
-                        }
-                        if !failures.is_empty() {
-                            break;
-                        }
-                        tokio::select! {
-                            () = tokio::time::sleep(Duration::from_millis(200)) => {}
-                            _ = stopped.changed() => {}
-                        }
-                    }
-                    (rounds, failures)
-                }));
-            }
-        }
-        Streams { stop, tasks }
-    }
-
-    /// Stops them; the rounds they echoed and every failure.
-    async fn finish(self) -> (u64, Vec<String>) {
-        let _ = self.stop.send(true);
-        let (mut rounds, mut failures) = (0, Vec::new());
-        for task in self.tasks {
-            let (r, f) = task.await.unwrap();
-            rounds += r;
-            failures.extend(f);
-        }
-        (rounds, failures)
-    }
-}
-
 /// The users in the set the node holds on disk.
 fn node_users(state: &std::path::Path) -> Vec<u64> {
     held_set(state).map(|(_, users)| users).unwrap_or_default()
@@ -817,13 +690,13 @@ async fn the_storm_drops_no_stream_answers_every_request_and_every_change_reache
     // 64 streams: 16 through each of four users' clients.
     let mut clients = Vec::new();
     for link in &links[..4] {
-        clients.push(SingBoxClient::start(profile_outbound(link).await).unwrap());
+        clients.push(SingBoxClient::start(profile_outbound(link).await.unwrap()).unwrap());
     }
-    let echo_at = tcp_echo().await;
+    let echo_at = tcp_echo().await.unwrap();
     for client in &clients {
         fetch_eventually(client, http_server(vec![1; 1000]).await.unwrap()).await.unwrap();
     }
-    let streams = Streams::hold(&clients.iter().collect::<Vec<_>>(), 16, echo_at).await;
+    let streams = Streams::hold(&clients.iter().collect::<Vec<_>>(), 16, echo_at).await.unwrap();
 
     // The subscription load, open loop, over every link.
     // (Not the links of the users removed below: a removed link is a 404 by the rules.)
@@ -852,7 +725,7 @@ async fn the_storm_drops_no_stream_answers_every_request_and_every_change_reache
         tokio::time::sleep_until((started + Duration::from_secs(second + 1)).into()).await;
     }
     let load = load.await.unwrap();
-    let (rounds, failures) = streams.finish().await;
+    let (rounds, failures) = streams.finish().await.unwrap();
     assert!(failures.is_empty(), "streams dropped: {failures:?}");
     assert!(rounds > 64 * seconds, "the streams moved ({rounds} echoes)");
     let others: u64 = load.statuses.iter().filter(|(s, _)| **s != 200 && **s != 429).map(|(_, n)| n).sum();
@@ -887,7 +760,7 @@ async fn the_storm_drops_no_stream_answers_every_request_and_every_change_reache
 async fn restarting_control_drops_no_stream() {
     let (mut s, _alice, node, client) = with_a_running_node().await;
     fetch_eventually(&client, http_server(vec![1; 1000]).await.unwrap()).await.unwrap();
-    let streams = Streams::hold(&[&client], 64, tcp_echo().await).await;
+    let streams = Streams::hold(&[&client], 64, tcp_echo().await.unwrap()).await.unwrap();
     tokio::time::sleep(Duration::from_secs(1)).await;
     s.stop_control();
     let started = Instant::now();
@@ -904,7 +777,7 @@ async fn restarting_control_drops_no_stream() {
     }
     let answered = started.elapsed();
     tokio::time::sleep(Duration::from_secs(3)).await;
-    let (rounds, failures) = streams.finish().await;
+    let (rounds, failures) = streams.finish().await.unwrap();
     assert!(failures.is_empty(), "streams dropped across the restart: {failures:?}");
     assert!(rounds >= 64 * 10, "{rounds} echoes");
     // From the process's start to its first answer.
