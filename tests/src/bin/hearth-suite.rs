@@ -70,6 +70,29 @@ impl Table {
         self.row(metric, unit, "").peer.push(value);
     }
 
+    /// The rows as a run's JSON records them.
+    fn to_json(&self) -> Value {
+        let rows = self.rows.iter().map(|(metric, r)| {
+            json!({ "metric": metric, "unit": r.unit, "hearth": r.ours, "peer": r.peer, "published": r.published, "note": r.note })
+        });
+        Value::Array(rows.collect())
+    }
+
+    /// The rows of a run's JSON ([`Table::to_json`]).
+    fn from_json(rows: &Value) -> Result<Table> {
+        let mut t = Table::default();
+        for row in rows.as_array().context("rows")? {
+            let values = |key: &str| -> Vec<f64> {
+                row[key].as_array().map(|v| v.iter().filter_map(Value::as_f64).collect()).unwrap_or_default()
+            };
+            let (unit, published) = (row["unit"].as_str().unwrap_or(""), row["published"].as_str().unwrap_or(""));
+            let r = t.row(row["metric"].as_str().context("metric")?, unit, published);
+            (r.ours, r.peer, r.note) =
+                (values("hearth"), values("peer"), row["note"].as_str().unwrap_or("").to_owned());
+        }
+        Ok(t)
+    }
+
     /// Notes a row once (the first repetition's note stands).
     fn note(&mut self, metric: &str, note: &str) {
         let row = self.row(metric, "", "");
@@ -989,17 +1012,7 @@ async fn main() -> Result<()> {
     if let Some(at) = args.iter().position(|a| a == "--table") {
         let path = args.get(at + 1).context("--table needs the JSON of a run")?;
         let record: Value = serde_json::from_slice(&std::fs::read(path)?)?;
-        let mut t = Table::default();
-        for row in record["rows"].as_array().context("rows")? {
-            let values = |key: &str| -> Vec<f64> {
-                row[key].as_array().map(|v| v.iter().filter_map(Value::as_f64).collect()).unwrap_or_default()
-            };
-            let (unit, published) = (row["unit"].as_str().unwrap_or(""), row["published"].as_str().unwrap_or(""));
-            let metric = row["metric"].as_str().context("metric")?;
-            let r = t.row(metric, unit, published);
-            (r.ours, r.peer, r.note) =
-                (values("hearth"), values("peer"), row["note"].as_str().unwrap_or("").to_owned());
-        }
+        let t = Table::from_json(&record["rows"])?;
         let reps = record["repetitions"].as_u64().unwrap_or(1) as usize;
         let table = markdown(&t, reps, record["commit"].as_str().unwrap_or(""), record["when"].as_str().unwrap_or(""));
         let md_path = hearth_tests::repo_root().join("docs/benchmarks.md");
@@ -1063,11 +1076,7 @@ async fn main() -> Result<()> {
         .unwrap_or_default();
     let out = hearth_tests::repo_root().join("target/bench");
     std::fs::create_dir_all(&out)?;
-    let rows: Vec<Value> = t
-        .rows
-        .iter()
-        .map(|(metric, r)| json!({ "metric": metric, "unit": r.unit, "hearth": r.ours, "peer": r.peer, "published": r.published, "note": r.note }))
-        .collect();
+    let rows = t.to_json();
     let record = json!({
         "commit": commit, "when": when, "quick": quick, "repetitions": reps,
         "parameters": { "sut_cpu": SUT_CPU, "memory_limit_bytes": GIB, "serve_seconds": serve_secs, "storm_seconds": storm_secs },
@@ -1084,4 +1093,47 @@ async fn main() -> Result<()> {
     std::fs::write(&md_path, &table)?;
     println!("\n{table}\nwrote {} and {} in {} s", json_path.display(), md_path.display(), started.elapsed().as_secs());
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn targets_say_met_or_not_against_the_median_and_the_peer() {
+        let mut t = Table::default();
+        for v in [9.0, 30.0, 40.0] {
+            t.add("P4 subscription, kept in memory (limits off): server CPU per answer", "us", v, "51 us");
+        }
+        for (ours, peer) in [(1.0, 2.0), (3.0, 2.0), (3.0, 2.0)] {
+            t.add("B1 tunnel, 1 stream: Gbit/s", "Gbit/s", ours, "");
+            t.add_peer("B1 tunnel, 1 stream: Gbit/s", "Gbit/s", peer);
+        }
+        t.add("D+E streams dropped (of 64)", "", 0.0, "0");
+        t.add("P2 cold start to first 200, empty", "ms", 49.9, "330 ms");
+        t.add("a row no issue set a number for", "ms", 1.0, "");
+        let verdict = |metric: &str| {
+            let (_, row) = t.rows.iter().find(|(m, _)| m == metric).unwrap();
+            target(metric, row)
+        };
+        // The median (30 us), not the best run (9 us), against < 20 us.
+        let p4 = verdict("P4 subscription, kept in memory (limits off): server CPU per answer");
+        assert_eq!(p4, ("< 20 us (#3)".to_owned(), "not met".to_owned()));
+        assert_eq!(verdict("B1 tunnel, 1 stream: Gbit/s").1, "met");
+        assert_eq!(verdict("D+E streams dropped (of 64)").1, "met");
+        assert_eq!(verdict("P2 cold start to first 200, empty").1, "met");
+        assert_eq!(verdict("a row no issue set a number for"), (String::new(), String::new()));
+    }
+
+    #[test]
+    fn a_table_written_from_a_runs_json_is_the_table_of_the_run() {
+        let mut t = Table::default();
+        t.add("P1 control idle, 1000 users (anon)", "MiB", 2.8, "");
+        t.add("P1 control idle, 1000 users (anon)", "MiB", 2.9, "");
+        t.add("B1 tunnel, 16 streams: Gbit/s", "Gbit/s", 1.2, "");
+        t.add_peer("B1 tunnel, 16 streams: Gbit/s", "Gbit/s", 1.8);
+        t.note("B1 tunnel, 16 streams: Gbit/s", "note: kept");
+        let again = Table::from_json(&t.to_json()).unwrap();
+        assert_eq!(markdown(&again, 2, "abc1234", "today"), markdown(&t, 2, "abc1234", "today"));
+    }
 }
