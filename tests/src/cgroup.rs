@@ -80,21 +80,50 @@ impl Cgroup {
 
     /// Anonymous memory of everything in it (`total_rss` of `memory.stat`), in bytes.
     pub fn anon_bytes(&self) -> Result<u64> {
-        let stat = self.read("memory", "memory.stat")?;
-        stat.lines()
-            .find_map(|l| l.strip_prefix("total_rss "))
-            .and_then(|v| v.trim().parse().ok())
-            .context("total_rss in memory.stat")
+        anon_in(&self.dir("memory"))
     }
 
-    /// The highest memory use since [`Cgroup::reset_peak`], in bytes.
+    /// Page cache charged to it (`total_cache` of `memory.stat`), in bytes.
+    pub fn cache_bytes(&self) -> Result<u64> {
+        stat_field(&self.read("memory", "memory.stat")?, "total_cache")
+    }
+
+    /// Memory charged to it now, anonymous and page cache (`memory.usage_in_bytes`: the
+    /// counter [`Cgroup::peak_bytes`] keeps the high watermark of), in bytes.
+    pub fn usage_bytes(&self) -> Result<u64> {
+        self.read("memory", "memory.usage_in_bytes")?.trim().parse().context("memory.usage_in_bytes")
+    }
+
+    /// The highest memory use since [`Cgroup::reset_peak`] (`memory.max_usage_in_bytes`:
+    /// anonymous and page cache together; cgroup v1 keeps no watermark of either alone), in
+    /// bytes.
     pub fn peak_bytes(&self) -> Result<u64> {
         self.read("memory", "memory.max_usage_in_bytes")?.trim().parse().context("memory.max_usage_in_bytes")
     }
 
-    /// Starts counting the peak again.
+    /// Starts counting the peak again (from the usage at this moment).
     pub fn reset_peak(&self) -> Result<()> {
         self.write("memory", "memory.max_usage_in_bytes", "0")
+    }
+
+    /// Reads its anonymous memory every `every` on a thread of its own until
+    /// [`AnonSampler::stop`]: the highest value seen. cgroup v1 has no high watermark of
+    /// anonymous memory, so this is the way to a peak of it (a spike shorter than `every`
+    /// can be missed).
+    pub fn sample_anon(&self, every: std::time::Duration) -> AnonSampler {
+        let dir = self.dir("memory");
+        let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+        let stopped = stop.clone();
+        let thread = std::thread::spawn(move || {
+            let (mut highest, mut samples) = (0, 0);
+            while !stopped.load(std::sync::atomic::Ordering::Relaxed) {
+                highest = highest.max(anon_in(&dir)?);
+                samples += 1;
+                std::thread::sleep(every);
+            }
+            Ok((highest.max(anon_in(&dir)?), samples + 1))
+        });
+        AnonSampler { stop, thread }
     }
 
     /// Times the memory limit was hit (an out-of-memory kill would follow).
@@ -109,6 +138,34 @@ impl Cgroup {
             let _ = std::fs::write(PathBuf::from(ROOT).join(controller).join("cgroup.procs"), pid);
         }
     }
+}
+
+/// A thread reading a cgroup's anonymous memory ([`Cgroup::sample_anon`]).
+pub struct AnonSampler {
+    stop: std::sync::Arc<std::sync::atomic::AtomicBool>,
+    thread: std::thread::JoinHandle<Result<(u64, u64)>>,
+}
+
+impl AnonSampler {
+    /// Stops sampling; the highest anonymous memory seen, in bytes, and how many samples
+    /// were taken.
+    pub fn stop(self) -> Result<(u64, u64)> {
+        self.stop.store(true, std::sync::atomic::Ordering::Relaxed);
+        self.thread.join().map_err(|_| anyhow::anyhow!("the memory sampler panicked"))?
+    }
+}
+
+fn stat_field(stat: &str, field: &str) -> Result<u64> {
+    stat.lines()
+        .find_map(|l| l.strip_prefix(field)?.strip_prefix(' '))
+        .and_then(|v| v.trim().parse().ok())
+        .with_context(|| format!("{field} in memory.stat"))
+}
+
+/// `total_rss` of the `memory.stat` in `dir`: anonymous memory, in bytes.
+fn anon_in(dir: &std::path::Path) -> Result<u64> {
+    let path = dir.join("memory.stat");
+    stat_field(&std::fs::read_to_string(&path).with_context(|| format!("reading {}", path.display()))?, "total_rss")
 }
 
 impl Drop for Cgroup {

@@ -130,6 +130,11 @@ enum Bound {
 const TARGETS: &[(&str, Bound, &str)] = &[
     ("P1 control idle, 1000 users", Bound::Below(10.0), "< 10 MiB (#4)"),
     ("P2 cold start to first 200", Bound::Below(50.0), "< 50 ms (#4)"),
+    (
+        "P8 10 sign-ins at once: memory above idle (peak",
+        Bound::Below(38.0),
+        "< 38 MiB: fewer than two 19 MiB hashes in memory (#4: one at a time)",
+    ),
     ("P3 create 1000 users, one bulk call", Bound::Below(1.0), "< 1 s (#4)"),
     ("one user change, control alone (1000 users): p95", Bound::Below(2.0), "< 2 ms (#4)"),
     ("P4 subscription, kept in memory (limits off): server CPU", Bound::Below(20.0), "< 20 us (#3)"),
@@ -258,25 +263,43 @@ async fn control(t: &mut Table) -> Result<()> {
     t.add(&format!("{metric}: p95"), "ms", quantile(&latencies, 0.95), "");
     t.add(&format!("{metric}: control CPU each"), "ms", (cg.cpu_ns()? - cpu) as f64 / 1e6 / 300.0, "");
 
-    // P8: ten sign-ins at once (wrong passwords: argon2id runs for each).
+    // P8: ten sign-ins at once (wrong passwords: argon2id runs for each), measured like with
+    // like twice over. cgroup v1 keeps a high watermark only of all charged memory (anonymous
+    // and page cache, `memory.max_usage_in_bytes`): it is set back to the usage of the moment
+    // and compared with that usage. Anonymous memory has no watermark: it is read every
+    // millisecond during the sign-ins and its highest value compared with its value before.
+    let (anon_before, cache_before) = (cg.anon_bytes()?, cg.cache_bytes()?);
     cg.reset_peak()?;
-    let before = cg.anon_bytes()?;
+    let usage_before = cg.usage_bytes()?;
+    let sampler = cg.sample_anon(Duration::from_millis(1));
     let mut statuses = BTreeMap::new();
     for status in control.wrong_sign_ins(&http, 10).await? {
         *statuses.entry(status).or_insert(0u32) += 1;
     }
-    t.add(
-        "P8 10 sign-ins at once: memory above idle (peak)",
-        "MiB",
-        (cg.peak_bytes()?.saturating_sub(before)) as f64 / MIB,
-        "64 MiB spike (argon2 64 MiB)",
-    );
+    let peak = cg.peak_bytes()?;
+    let (anon_peak, samples) = sampler.stop()?;
+    let cache_grew = cg.cache_bytes()?.saturating_sub(cache_before) as f64 / MIB;
     if cg.oom_kills()? > 0 {
         bail!("control was killed for memory during the sign-ins");
     }
+    let metric = "P8 10 sign-ins at once: memory above idle (peak of anonymous + page cache)";
+    t.add(metric, "MiB", peak.saturating_sub(usage_before) as f64 / MIB, "64 MiB spike (argon2 64 MiB)");
     t.note(
-        "P8 10 sign-ins at once: memory above idle (peak)",
-        &format!("answers {statuses:?}, no OOM; argon2id 19 MiB, one hash at a time"),
+        metric,
+        &format!(
+            "measured: memory.max_usage_in_bytes, reset just before, minus memory.usage_in_bytes at the \
+             reset (one counter, page cache in both; page cache grew {cache_grew:.2} MiB meanwhile)"
+        ),
+    );
+    t.note(metric, &format!("answers: {statuses:?}, no OOM; argon2id 19 MiB, one hash at a time"));
+    let metric = "P8 10 sign-ins at once: anonymous memory above idle (sampled peak)";
+    t.add(metric, "MiB", anon_peak.saturating_sub(anon_before) as f64 / MIB, "");
+    t.note(
+        metric,
+        &format!(
+            "measured: total_rss of memory.stat read every 1 ms ({samples} reads) minus total_rss \
+             before; a spike shorter than a read apart can be missed"
+        ),
     );
     control.stop()?;
 
@@ -998,7 +1021,11 @@ fn markdown(t: &Table, reps: usize, commit: &str, when: &str) -> String {
            empty worker's row) and the Durable Object calls, which on Cloudflare are billed apart; \
            it is not the CPU time Cloudflare bills a request.\n\
          - Memory is the anonymous memory of the cgroup: page cache (SQLite files, binaries) is \
-           not counted, as it is not Hearth's to keep.\n\
+           not counted, as it is not Hearth's to keep. The one exception is P8's first row: \
+           cgroup v1 keeps a high watermark only of anonymous memory and page cache together, so \
+           that row sets it back just before the sign-ins and subtracts the usage of that moment \
+           (page cache on both sides); the row below it is anonymous memory alone, read every \
+           millisecond.\n\
          - Mistgate's numbers are from a faster desktop CPU under WSL2; only ratios travel.\n",
     );
     out
