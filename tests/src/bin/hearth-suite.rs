@@ -139,10 +139,24 @@ const TARGETS: &[(&str, Bound, &str)] = &[
     ("one user change, control alone (1000 users): p95", Bound::Below(2.0), "< 2 ms (#4)"),
     ("P4 subscription, kept in memory (limits off): server CPU", Bound::Below(20.0), "< 20 us (#3)"),
     ("P4 edge logic in process, answer kept in memory: CPU", Bound::Below(20.0), "< 20 us (#3)"),
-    ("P5 refused (429): server CPU", Bound::Below(5.0), "< 5 us (#3)"),
-    ("P5 edge logic in process, 429: CPU", Bound::Below(5.0), "< 5 us (#3)"),
+    // #3 asked for "CPU per 429 under 5 us" natively and "the 429 path under 0.3 ms" in
+    // workerd, for no limiter in particular: each limiter's row, whole server and in
+    // process, is held to it.
+    ("P5 per-link limit (429; per-network limit out of the way): server CPU", Bound::Below(5.0), "< 5 us (#3)"),
+    ("P5 per-network limit (429; per-link limit out of the way): server CPU", Bound::Below(5.0), "< 5 us (#3)"),
+    ("P5 edge logic in process, per-link limit (429): CPU", Bound::Below(5.0), "< 5 us (#3)"),
+    ("P5 edge logic in process, per-network limit (429): CPU", Bound::Below(5.0), "< 5 us (#3)"),
     ("P7 subscription in workerd (limits off): server CPU", Bound::Below(1000.0), "< 1 ms (#3)"),
-    ("P7 refused (429) in workerd: server CPU", Bound::Below(300.0), "< 0.3 ms (#3)"),
+    (
+        "P7 per-link limit (429) in workerd; per-network limit out of the way: server CPU",
+        Bound::Below(300.0),
+        "< 0.3 ms (#3)",
+    ),
+    (
+        "P7 per-network limit (429) in workerd; per-link limit out of the way: server CPU",
+        Bound::Below(300.0),
+        "< 0.3 ms (#3)",
+    ),
     ("a push of 1000 users accepted", Bound::Below(1000.0), "< 1 s (#3)"),
     ("the Worker's wasm, gzipped", Bound::Below(1536.0), "< 1.5 MB (#3)"),
     ("P1 node idle, 1000 users", Bound::Below(12.0), "< 12 MiB (#5)"),
@@ -364,6 +378,11 @@ async fn served(
     if answers == 0 || run.errors > 0 {
         bail!("{metric}: {answers} answers {status}, {} errors: {run:?}", run.errors);
     }
+    // The row is what its label says only if (nearly) every answer was the one counted.
+    let all: u64 = run.statuses.values().sum();
+    if answers * 100 < all * 99 {
+        bail!("{metric}: only {answers} of {all} answers were {status}: {:?}", run.statuses);
+    }
     t.add(&format!("{metric}: server CPU per answer"), "us", used * 1e6 / answers as f64, published);
     t.add(&format!("{metric}: answers/s on one CPU"), "/s", answers as f64 / wall, "");
     t.add(&format!("{metric}: p99 latency"), "ms", run.answer_latency_us.p99 as f64 / 1000.0, "");
@@ -408,6 +427,16 @@ async fn edge_run(
     Ok(idle)
 }
 
+/// One fetch per link, with the per-network limit out of the way (a million a second from
+/// one network): after a link's first fetch every answer is the per-link limit's 429.
+const LINK_LIMIT_ONLY: [(&str, &str); 3] =
+    [("HEARTH_LINK_LIMIT", "1"), ("HEARTH_NETWORK_BURST", "1000000000"), ("HEARTH_NETWORK_PER_MINUTE", "1000000000")];
+/// One fetch a minute per network, with the per-link limit out of the way: after a
+/// network's first fetch every answer is the per-network limit's 429, given before any link
+/// is looked up.
+const NETWORK_LIMIT_ONLY: [(&str, &str); 3] =
+    [("HEARTH_LINK_LIMIT", "1000000000"), ("HEARTH_NETWORK_BURST", "1"), ("HEARTH_NETWORK_PER_MINUTE", "1")];
+
 /// P1 (edge), P4, P5: the native edge in its cgroup.
 async fn edge(t: &mut Table, seconds: u64) -> Result<()> {
     println!("edge: serving, the 429 path");
@@ -418,13 +447,28 @@ async fn edge(t: &mut Table, seconds: u64) -> Result<()> {
     let uncached = [("HEARTH_LIMITS", "off"), ("HEARTH_EDGE_CACHE_MIB", "0")];
     let metric = "P4 subscription, read from SQLite each time (limits off)";
     edge_run(t, "edge-uncached", Backend::Native, &uncached, 0, seconds, 200, metric, "614 us").await?;
-    // Every link fetched once; from then on each answer is a 429.
-    let one = [("HEARTH_LINK_LIMIT", "1")];
-    edge_run(t, "edge-429", Backend::Native, &one, 3, seconds, 429, "P5 refused (429)", "37 us").await?;
-    for limits in [false, true] {
-        edge_logic(t, limits, seconds).await?;
+    // Each limiter on its own: the warm-up spends every link's (or network's) one fetch;
+    // from then on each answer is that limiter's 429.
+    let metric = "P5 per-link limit (429; per-network limit out of the way)";
+    edge_run(t, "edge-429-link", Backend::Native, &LINK_LIMIT_ONLY, 3, seconds, 429, metric, "37 us (its 429)").await?;
+    let metric = "P5 per-network limit (429; per-link limit out of the way)";
+    edge_run(t, "edge-429-network", Backend::Native, &NETWORK_LIMIT_ONLY, 3, seconds, 429, metric, "37 us (its 429)")
+        .await?;
+    for logic in [Logic::Answer, Logic::LinkLimit, Logic::NetworkLimit] {
+        edge_logic(t, logic, seconds).await?;
     }
     Ok(())
+}
+
+/// What the in-process edge is asked to do.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Logic {
+    /// Answer, limits off.
+    Answer,
+    /// Refuse by the per-link limit ([`LINK_LIMIT_ONLY`]).
+    LinkLimit,
+    /// Refuse by the per-network limit ([`NETWORK_LIMIT_ONLY`]).
+    NetworkLimit,
 }
 
 /// This process's CPU time (user + system), in seconds.
@@ -436,20 +480,20 @@ fn own_cpu_seconds() -> Result<f64> {
 }
 
 /// P4/P5 without HTTP: the edge's own work per request (`Edge::handle` called in this
-/// process, the figure comparable with a Worker's CPU time), on 1000 links one after another.
-async fn edge_logic(t: &mut Table, limits: bool, seconds: u64) -> Result<()> {
+/// process, the figure comparable with a Worker's CPU time), on 1000 links one after another,
+/// all from one client address.
+async fn edge_logic(t: &mut Table, logic: Logic, seconds: u64) -> Result<()> {
     use hearth_edge::config::EdgeConfig;
     use hearth_edge::native::{Edge, Request};
     use http::HeaderMap;
     let dir = tempfile::tempdir()?;
     let mut sim = ControlSim::new();
-    let extra = [
-        ("HEARTH_LIMITS", if limits { "on" } else { "off" }),
-        ("HEARTH_LINK_LIMIT", "1"),
-        ("HEARTH_NETWORK_BURST", "100000000"),
-        ("HEARTH_NETWORK_PER_MINUTE", "100000000"),
-    ];
-    let vars = sim.edge_vars(API, PUSH_TOKEN, &extra);
+    let extra: &[(&str, &str)] = match logic {
+        Logic::Answer => &[("HEARTH_LIMITS", "off")],
+        Logic::LinkLimit => &LINK_LIMIT_ONLY,
+        Logic::NetworkLimit => &NETWORK_LIMIT_ONLY,
+    };
+    let vars = sim.edge_vars(API, PUSH_TOKEN, extra);
     let config = EdgeConfig::from_vars(|name| vars.iter().find(|(k, _)| k == name).map(|(_, v)| v.clone()))?;
     let edge = Edge::open(config, &dir.path().join("edge.db"), 64 << 20, None).await?;
     let tokens: Vec<SubToken> = (0..1000).map(|_| SubToken::generate(&mut OsRng)).collect();
@@ -468,7 +512,7 @@ async fn edge_logic(t: &mut Table, limits: bool, seconds: u64) -> Result<()> {
     headers.insert("user-agent", SING_BOX_UA.parse()?);
     headers.insert("host", "edge.example.net".parse()?);
     let paths: Vec<String> = tokens.iter().map(|t| format!("/s/{}", t.to_link_form())).collect();
-    let expected = if limits { 429 } else { 200 };
+    let expected = if logic == Logic::Answer { 200 } else { 429 };
     let run = async |paths: &[String]| -> u64 {
         let mut n = 0u64;
         for path in paths {
@@ -477,7 +521,7 @@ async fn edge_logic(t: &mut Table, limits: bool, seconds: u64) -> Result<()> {
         }
         n
     };
-    // Warm up: fills the link cache, and with limits on spends each link's one fetch.
+    // Warm up: fills the link cache, and spends each link's (or the network's) one fetch.
     run(&paths).await;
     let (cpu, started) = (own_cpu_seconds()?, Instant::now());
     let (mut answers, mut requests) = (0u64, 0u64);
@@ -489,10 +533,14 @@ async fn edge_logic(t: &mut Table, limits: bool, seconds: u64) -> Result<()> {
     if answers != requests {
         bail!("{} of {requests} requests did not get {expected}", requests - answers);
     }
-    let metric =
-        if limits { "P5 edge logic in process, 429" } else { "P4 edge logic in process, answer kept in memory" };
-    t.add(&format!("{metric}: CPU per request"), "us", used * 1e6 / answers as f64, "");
-    t.note(&format!("{metric}: CPU per request"), "Edge::handle called in process, no HTTP");
+    let (metric, what) = match logic {
+        Logic::Answer => ("P4 edge logic in process, answer kept in memory", "limits off"),
+        Logic::LinkLimit => ("P5 edge logic in process, per-link limit (429)", "per-network limit out of the way"),
+        Logic::NetworkLimit => ("P5 edge logic in process, per-network limit (429)", "per-link limit out of the way"),
+    };
+    let metric = format!("{metric}: CPU per request");
+    t.add(&metric, "us", used * 1e6 / answers as f64, "");
+    t.note(&metric, &format!("Edge::handle called in process, no HTTP; {what}"));
     Ok(())
 }
 
@@ -504,8 +552,10 @@ async fn worker(t: &mut Table, seconds: u64) -> Result<()> {
     let off = [("HEARTH_LIMITS", "off")];
     let metric = "P7 subscription in workerd (limits off)";
     edge_run(t, "workerd", Backend::Workerd, &off, 2, seconds, 200, metric, "").await?;
-    let one = [("HEARTH_LINK_LIMIT", "1")];
-    edge_run(t, "workerd-429", Backend::Workerd, &one, 3, seconds, 429, "P7 refused (429) in workerd", "").await?;
+    let metric = "P7 per-link limit (429) in workerd; per-network limit out of the way";
+    edge_run(t, "workerd-429-link", Backend::Workerd, &LINK_LIMIT_ONLY, 3, seconds, 429, metric, "").await?;
+    let metric = "P7 per-network limit (429) in workerd; per-link limit out of the way";
+    edge_run(t, "workerd-429-network", Backend::Workerd, &NETWORK_LIMIT_ONLY, 3, seconds, 429, metric, "").await?;
 
     // What Cloudflare is sent: the Worker's wasm, gzipped.
     let wasm = std::fs::read(hearth_tests::repo_root().join("edge/worker/build/index_bg.wasm"))
@@ -964,7 +1014,9 @@ fn markdown(t: &Table, reps: usize, commit: &str, when: &str) -> String {
          machine: 2 cores, Debian, cgroup v1. Each system under test ran alone in a cgroup on CPU 1 \
          (cpuset, a 100 % CPU quota, 1 GiB); the load generator (`hearth_tests::load`, tokio + hyper) \
          and the sing-box clients ran on CPU 0. CPU time and anonymous memory come from the cgroup. \
-         Rate limits were off by configuration in the P4 runs and on in P5 and D. The peer is \
+         Rate limits were off by configuration in the P4 and P7 answer runs; each 429 row (P5, P7) \
+         measures one limiter, the other set out of the way by configuration (a billion fetches), and \
+         is named after the one it measures; D ran with the default limits. The peer is \
          sing-box {}'s Hysteria2 server with the same certificate, users and client, in alternating runs. \
          Mistgate's figures are its own publication on another machine (BENCH.md): compare ratios and \
          CPU time per request, not absolute rates.\n\n",
