@@ -487,4 +487,80 @@ mod tests {
         app.db.write_blocking(|tx| sweep(tx, app, far, false, true)).unwrap();
         assert_eq!(app.db.read_blocking(set_after).unwrap(), expired_version + 1, "renewed once");
     }
+
+    /// A user over quota is out of the node's set until the traffic reset the sweep runs when
+    /// it is due; then the user is back in a newly signed set, and stays out of it before.
+    #[test]
+    fn a_due_reset_brings_an_over_quota_user_back_into_the_set() {
+        let t = TestControl::new(false);
+        let app = &t.app;
+        let now = crate::app::now();
+        let node_key =
+            hearth_shared::keys::SecretKey::generate(hearth_shared::keys::Role::Node, &mut rand_core::OsRng).unwrap();
+        let (node, capped) = app
+            .db
+            .write_blocking(|tx| {
+                let (node, token) = node_store::create(
+                    tx,
+                    "test",
+                    &NodeInput { name: Some("n".into()), host: Some("203.0.113.1".into()), ..NodeInput::default() },
+                    now,
+                )?;
+                let request = EnrollRequest {
+                    token,
+                    key: node_key.public().to_string(),
+                    cert_sha256: None,
+                    spki_sha256: None,
+                    version: String::new(),
+                };
+                node_store::enroll(tx, &app.signer, &request, now)?;
+                let input = UserInput {
+                    name: Some("capped".into()),
+                    quota: Some(1000),
+                    reset: Some("daily".into()),
+                    ..UserInput::default()
+                };
+                let capped = users::create(tx, &app.signer, "test", &input, now)?.id;
+                Ok((node.id, capped))
+            })
+            .unwrap();
+        // The set the node would pull: its version, and whether the user is in it.
+        let held = || {
+            app.db
+                .read_blocking(|c| {
+                    let (version, bytes) = publish::envelope(c, &stream::creds(node))?.expect("a signed set");
+                    let envelope = hearth_shared::envelope::Envelope::decode(&bytes, usize::MAX).expect("an envelope");
+                    let set = hearth_shared::wire::CredentialSet::decode(&envelope.body).expect("a set");
+                    Ok((version, set.users().iter().any(|u| u.user == capped)))
+                })
+                .unwrap()
+        };
+        let status = || {
+            app.db
+                .read_blocking(|c| {
+                    Ok(c.query_row("SELECT status FROM users WHERE id = ?1", [capped], |r| r.get::<_, String>(0))?)
+                })
+                .unwrap()
+        };
+        assert!(held().1, "a new user is in the set");
+        // 1200 bytes counted (by a report, which marks usage to publish): over quota, out of the set.
+        app.db
+            .write_blocking(|tx| {
+                tx.execute("UPDATE users SET used_down = 1200, usage_dirty = 1 WHERE id = ?1", [capped])?;
+                sweep(tx, app, now, true, false)
+            })
+            .unwrap();
+        assert_eq!(status(), "over_quota");
+        let (cut, in_set) = held();
+        assert!(!in_set, "over quota: out of the set");
+        // An hour on, no reset is due: still out.
+        app.db.write_blocking(|tx| sweep(tx, app, now + 3600, true, false)).unwrap();
+        assert_eq!((status().as_str(), held()), ("over_quota", (cut, false)));
+        // Past the next midnight the reset is due: usage back to zero, the user back in a set
+        // signed again.
+        app.db.write_blocking(|tx| sweep(tx, app, now + 86_400 + 60, true, false)).unwrap();
+        assert_eq!(status(), "active");
+        let (version, in_set) = held();
+        assert!(in_set && version > cut, "the reset put the user back (set {cut} -> {version})");
+    }
 }
