@@ -260,6 +260,8 @@ impl Agent {
     /// Verifies and applies a pulled set, with the key records that came with it. Returns
     /// whether it was new.
     pub(crate) fn accept(&self, bytes: &[u8], chain: Option<&[Vec<u8>]>) -> Result<bool, VerifyError> {
+        // From the answer in hand to the live table: what a change waits for at the node.
+        let received = std::time::Instant::now();
         let node = self.settings.node;
         let name = stream::creds(node);
         let expect = Expect { kind: Kind::CredentialSet, audience: Audience::Node(node), stream: &name };
@@ -274,6 +276,7 @@ impl Agent {
         if set.node != node {
             return Err(VerifyError::Body("a set for another node"));
         }
+        let verified_in = received.elapsed();
         // The trust first: a set on disk signed by a retired key is still read at start with
         // the trust it replaced (`trust.prev.bin`), never a new set without its trust.
         self.adopt(candidate);
@@ -282,6 +285,7 @@ impl Agent {
             tracing::error!(error = %e, "could not store the new credential set");
             return Err(VerifyError::Body("could not be stored"));
         }
+        let stored_in = received.elapsed() - verified_in;
         let started = std::time::Instant::now();
         let applied = self.live.apply(&set);
         *self.held.lock().expect("held lock") = Some(verified.state());
@@ -293,6 +297,9 @@ impl Agent {
             removed = applied.removed,
             closed = applied.closed,
             micros = started.elapsed().as_micros() as u64,
+            verify_micros = verified_in.as_micros() as u64,
+            store_micros = stored_in.as_micros() as u64,
+            total_micros = received.elapsed().as_micros() as u64,
             "applied a new credential set"
         );
         Ok(true)
