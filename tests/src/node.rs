@@ -314,6 +314,16 @@ impl Supervised {
     }
 }
 
+impl Supervised {
+    /// The process id of the server it runs now (its one child), if one runs.
+    pub fn server_pid(&self) -> Option<u32> {
+        let tasks = std::fs::read_dir(format!("/proc/{}/task", self.child.id())).ok()?;
+        tasks
+            .filter_map(|task| std::fs::read_to_string(task.ok()?.path().join("children")).ok())
+            .find_map(|children| children.split_whitespace().next()?.parse().ok())
+    }
+}
+
 impl Drop for Supervised {
     fn drop(&mut self) {
         let group = format!("-{}", self.child.id());

@@ -29,6 +29,9 @@ struct Served {
     /// The node's last `hearth-node-version` and `hearth-node-update`.
     running: String,
     update: String,
+    /// How many pulls the node made, and how many times it asked for a manifest.
+    pulls: u64,
+    manifests: u64,
 }
 
 /// An edge that answers the node API from `served`, over plain HTTP/1.1.
@@ -73,6 +76,7 @@ async fn stand_in_edge(served: Arc<Mutex<Served>>) -> String {
                     let rest = path.strip_prefix(&format!("/{API}/nodes/1")).unwrap_or("");
                     match rest {
                         "/creds" => {
+                            s.pulls += 1;
                             s.running = header(nodeauth::NODE_VERSION_HEADER).unwrap_or_default();
                             s.update = header(nodeauth::NODE_UPDATE_HEADER).unwrap_or_default();
                             let mut headers = vec![(nodeauth::KEYS_HEADER.to_owned(), s.keys.clone())];
@@ -81,7 +85,10 @@ async fn stand_in_edge(served: Arc<Mutex<Served>>) -> String {
                             }
                             (200, headers, s.creds.clone())
                         }
-                        "/release" if s.release.is_some() => (200, vec![], s.manifest.clone()),
+                        "/release" if s.release.is_some() => {
+                            s.manifests += 1;
+                            (200, vec![], s.manifest.clone())
+                        }
                         "/usage" => (202, vec![], b"queued\n".to_vec()),
                         "/ack" => (204, vec![], vec![]),
                         other => match other.strip_prefix("/release/").and_then(|name| s.files.get(name)) {
@@ -162,7 +169,7 @@ async fn a_node_installs_only_a_good_release_and_rolls_back_one_that_cannot_star
     .unwrap();
     let key = hearth_shared::keys::SecretKey::generate(hearth_shared::keys::Role::Node, &mut rand_core::OsRng).unwrap();
     key.save(&state.join("node.key")).unwrap();
-    let _node = Supervised::start(&exe, &state).unwrap();
+    let node = Supervised::start(&exe, &state).unwrap();
 
     let outbound = serde_json::json!({
         "type": "hysteria2", "server": "127.0.0.1", "server_port": port, "password": "alice-pw",
@@ -215,9 +222,28 @@ async fn a_node_installs_only_a_good_release_and_rolls_back_one_that_cannot_star
     })
     .await;
     assert!(std::fs::read(&exe).unwrap() == original, "the previous binary is back");
+    assert!(!bin.join("hearth-node.prev").exists(), "the previous binary was moved back, not copied");
     assert_eq!(fetch_eventually(&alice, web).await.unwrap().len(), 20_000);
-    // It is not tried again.
-    tokio::time::sleep(Duration::from_secs(3)).await;
-    assert!(served.lock().unwrap().update.starts_with("1007 rolled back"));
+    // It is not tried again: over the next pulls (each names release 1007 again) nothing is
+    // fetched, swapped or restarted.
+    let server = node.server_pid().expect("the supervisor runs a server");
+    let (pulls, manifests) = {
+        let s = served.lock().unwrap();
+        (s.pulls, s.manifests)
+    };
+    until_said(&served, "three more pulls", |s| s.pulls >= pulls + 3).await;
+    {
+        let s = served.lock().unwrap();
+        assert_eq!(s.manifests, manifests, "the rolled-back release was fetched again");
+        assert!(
+            s.update.starts_with("1007 rolled back") && s.running == "0.2.0@1006",
+            "it says {:?}, runs {:?}",
+            s.update,
+            s.running
+        );
+    }
+    assert!(std::fs::read(&exe).unwrap() == original, "the binary was swapped again");
+    assert!(!bin.join("hearth-node.prev").exists(), "a binary was swapped in again");
+    assert_eq!(node.server_pid(), Some(server), "the server was restarted");
     let _ = &mut sim;
 }
