@@ -91,6 +91,70 @@ impl NodeProcess {
     }
 }
 
+impl NodeProcess {
+    /// [`NodeProcess::start`] with its log read line by line (warnings and errors, without
+    /// colours; each line is also written to the test's standard error).
+    pub fn start_logged(state: &Path) -> Result<(NodeProcess, std::sync::mpsc::Receiver<String>)> {
+        use std::io::BufRead as _;
+        let mut child = crate::cgroup::command(&crate::binary("hearth-node")?)
+            .arg("serve")
+            .arg("--state")
+            .arg(state)
+            .env("HEARTH_LOG", "warn")
+            .env("NO_COLOR", "1")
+            .stdin(Stdio::null())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .context("starting hearth-node")?;
+        let stderr = child.stderr.take().context("a piped standard error")?;
+        let (tx, log) = std::sync::mpsc::channel();
+        std::thread::spawn(move || {
+            for line in std::io::BufReader::new(stderr).lines().map_while(Result::ok) {
+                eprintln!("{line}");
+                let _ = tx.send(line);
+            }
+        });
+        let rx = crate::stdout_lines(&mut child);
+        let line = rx.recv_timeout(Duration::from_secs(60)).context("hearth-node did not start")?;
+        let addr = line
+            .strip_prefix("hearth-node listening on ")
+            .with_context(|| format!("unexpected first line {line:?}"))?
+            .parse()?;
+        Ok((NodeProcess { child, addr, state: state.to_owned(), lines: rx }, log))
+    }
+}
+
+/// Waits up to `within` for a line of `log` (from [`NodeProcess::start_logged`]) that holds
+/// `needle`; returns it. Lines before it are passed over. It polls, so the test's runtime
+/// keeps serving whatever the node talks to meanwhile.
+pub async fn until_logged(log: &std::sync::mpsc::Receiver<String>, needle: &str, within: Duration) -> Result<String> {
+    let started = std::time::Instant::now();
+    loop {
+        match log.try_recv() {
+            Ok(line) if line.contains(needle) => return Ok(line),
+            Ok(_) => {}
+            Err(std::sync::mpsc::TryRecvError::Disconnected) => bail!("the node exited without logging {needle:?}"),
+            Err(std::sync::mpsc::TryRecvError::Empty) if started.elapsed() > within => {
+                bail!("the node did not log {needle:?} within {within:?}")
+            }
+            Err(std::sync::mpsc::TryRecvError::Empty) => tokio::time::sleep(Duration::from_millis(50)).await,
+        }
+    }
+}
+
+/// The value of the gauge or counter `name` at a node's `/metrics` URL.
+pub async fn metric(metrics_url: &str, name: &str) -> Result<u64> {
+    let text = crate::http().build()?.get(metrics_url).send().await?.error_for_status()?.text().await?;
+    let prefix = format!("{name} ");
+    text.lines()
+        .find_map(|line| line.strip_prefix(&prefix))
+        .with_context(|| format!("no {name} in the node's metrics"))?
+        .trim()
+        .parse()
+        .with_context(|| format!("{name} is not a whole number"))
+}
+
 impl Drop for NodeProcess {
     fn drop(&mut self) {
         let _ = self.child.kill();

@@ -259,7 +259,10 @@ async fn to_anyone_without_a_credential_the_node_is_a_web_server() {
 
 #[tokio::test]
 async fn a_node_restarted_while_control_and_edge_are_down_serves_its_last_set() {
+    use hearth_shared::envelope::{Envelope, Kind};
     use hearth_shared::keys::{Role, SecretKey};
+    use hearth_tests::node::{metric, until_logged};
+    use std::time::Duration;
     let temp = tempfile::tempdir().unwrap();
     let mut sim = ControlSim::new();
     let dir = temp.path().join("node");
@@ -284,28 +287,24 @@ async fn a_node_restarted_while_control_and_edge_are_down_serves_its_last_set() 
     let alice = SingBoxClient::start(outbound(&node, "alice-password")).unwrap();
     let web = http_server(b"still here".to_vec()).await.unwrap();
     assert_eq!(fetch(&alice, web).await.unwrap(), b"still here");
-    // A set altered on disk is refused at start, with a clear reason.
-    let mut tampered = item.envelope().unwrap().to_vec();
-    let last = tampered.len() - 1;
-    tampered[last] ^= 1;
+    // A set altered on disk is refused at start, with a clear reason, and nobody gets in:
+    // its version is raised, alice's entry left as it was.
     node.stop().unwrap();
-    std::fs::write(dir.join("creds.envelope"), tampered).unwrap();
-    let mut started = std::process::Command::new(hearth_tests::binary("hearth-node").unwrap())
-        .args(["serve", "--state"])
-        .arg(&dir)
-        .stdout(std::process::Stdio::null())
-        .stderr(std::process::Stdio::piped())
-        .spawn()
-        .unwrap();
-    let stderr = started.stderr.take().unwrap();
-    let said = std::thread::spawn(move || {
-        use std::io::BufRead as _;
-        std::io::BufReader::new(stderr).lines().map_while(Result::ok).find(|line| line.contains("does not verify"))
-    });
-    std::thread::sleep(std::time::Duration::from_secs(2));
-    let _ = started.kill();
-    let _ = started.wait();
-    assert!(said.join().unwrap().is_some(), "the node must say the stored set does not verify");
+    let mut altered = Envelope::decode(item.envelope().unwrap(), Kind::CredentialSet.max_len()).unwrap();
+    altered.header.version += 1;
+    std::fs::write(dir.join("creds.envelope"), altered.encode()).unwrap();
+    let (node, log) = NodeProcess::start_logged(&dir).unwrap();
+    let said = until_logged(&log, "does not verify", Duration::from_secs(60)).await.unwrap();
+    assert!(said.contains("bad signature"), "the node must say why: {said}");
+    let metrics = node.metrics_url().unwrap();
+    assert_eq!(metric(&metrics, "hearth_node_users").await.unwrap(), 0);
+    let alice = SingBoxClient::start(outbound(&node, "alice-password")).unwrap();
+    assert!(fetch(&alice, web).await.is_err(), "alice got in on a set altered on disk");
+    assert!(
+        metric(&metrics, "hearth_node_auth_failures_total").await.unwrap() >= 1,
+        "alice's attempt did not reach the node as a refused authentication"
+    );
+    node.stop().unwrap();
 }
 
 #[tokio::test]
