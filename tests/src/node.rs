@@ -454,18 +454,22 @@ pub async fn profile_outbound(link: &str) -> Result<serde_json::Value> {
 pub struct Streams {
     stop: tokio::sync::watch::Sender<bool>,
     tasks: Vec<tokio::task::JoinHandle<(u64, Vec<String>)>>,
+    /// Rounds echoed so far, per stream.
+    echoed: Vec<std::sync::Arc<std::sync::atomic::AtomicU64>>,
 }
 
 impl Streams {
     /// Opens `per_client` streams through each client to the echo server at `echo_at`.
     pub async fn hold(clients: &[&SingBoxClient], per_client: usize, echo_at: std::net::SocketAddr) -> Result<Streams> {
         let (stop, stopped) = tokio::sync::watch::channel(false);
-        let mut tasks = Vec::new();
+        let (mut tasks, mut echoed) = (Vec::new(), Vec::new());
         for (c, client) in clients.iter().enumerate() {
             for n in 0..per_client {
                 let mut stream = client.connect(echo_at).await?;
                 let mut stopped = stopped.clone();
                 let name = format!("client {c} stream {n}");
+                let count = std::sync::Arc::new(std::sync::atomic::AtomicU64::new(0));
+                echoed.push(count.clone());
                 tasks.push(tokio::spawn(async move {
                     let (mut rounds, mut failures) = (0u64, Vec::new());
                     while !*stopped.borrow() {
@@ -477,7 +481,10 @@ impl Streams {
                             Ok::<_, std::io::Error>(())
                         };
                         match tokio::time::timeout(Duration::from_secs(10), round).await {
-                            Ok(Ok(())) if got == sent => rounds += 1,
+                            Ok(Ok(())) if got == sent => {
+                                rounds += 1;
+                                count.store(rounds, std::sync::atomic::Ordering::Relaxed);
+                            }
                             Ok(Ok(())) => failures.push(format!("{name}: other bytes came back")),
                             Ok(Err(e)) => failures.push(format!("{name}: {e}")),
                             Err(_) => failures.push(format!("{name}: stalled for 10 s")),
@@ -494,7 +501,13 @@ impl Streams {
                 }));
             }
         }
-        Ok(Streams { stop, tasks })
+        Ok(Streams { stop, tasks, echoed })
+    }
+
+    /// The rounds each stream has echoed so far, in the order they were opened (a stream
+    /// that failed stops counting).
+    pub fn rounds(&self) -> Vec<u64> {
+        self.echoed.iter().map(|count| count.load(std::sync::atomic::Ordering::Relaxed)).collect()
     }
 
     /// Stops them; the rounds they echoed and every failure (a stream stops at its first, so
