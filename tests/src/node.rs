@@ -354,6 +354,32 @@ pub async fn fetch(client: &SingBoxClient, target: std::net::SocketAddr) -> Resu
     Ok(response[at..].to_vec())
 }
 
+/// [`fetch`] that tells `progress` how many bytes of the answer have come so far, as they
+/// come (to act in the middle of a long transfer).
+pub async fn fetch_watched(
+    client: &SingBoxClient,
+    target: std::net::SocketAddr,
+    progress: tokio::sync::watch::Sender<usize>,
+) -> Result<Vec<u8>> {
+    let mut stream = client.connect(target).await?;
+    stream.write_all(b"GET / HTTP/1.1\r\nhost: test\r\n\r\n").await?;
+    let mut response = Vec::new();
+    let mut buf = vec![0u8; 64 * 1024];
+    loop {
+        let n = stream.read(&mut buf).await?;
+        if n == 0 {
+            break;
+        }
+        response.extend_from_slice(&buf[..n]);
+        progress.send_replace(response.len());
+    }
+    let at = response.windows(4).position(|w| w == b"\r\n\r\n").context("no HTTP head")? + 4;
+    if !response.starts_with(b"HTTP/1.1 200") {
+        bail!("not a 200: {}", String::from_utf8_lossy(&response[..at]));
+    }
+    Ok(response[at..].to_vec())
+}
+
 /// `hearth-node supervise` run from `exe` (give it a copy of the binary: an update replaces
 /// it), in its own process group; stopped with SIGTERM to the group, as systemd stops it.
 pub struct Supervised {
