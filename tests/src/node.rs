@@ -20,12 +20,20 @@ pub fn state_dir(dir: &Path, sim: &ControlSim, node: u64) -> Result<()> {
 
 /// [`state_dir`] with more settings.
 pub fn state_dir_with(dir: &Path, sim: &ControlSim, node: u64, extra: &str) -> Result<()> {
+    write_state_dir(dir, sim, node, "allow_private = true\n", extra)
+}
+
+/// [`state_dir_with`] for a node that keeps the default outbound policy: clients may not
+/// reach loopback, private or link-local addresses through it.
+pub fn state_dir_public_only(dir: &Path, sim: &ControlSim, node: u64, extra: &str) -> Result<()> {
+    write_state_dir(dir, sim, node, "", extra)
+}
+
+fn write_state_dir(dir: &Path, sim: &ControlSim, node: u64, private: &str, extra: &str) -> Result<()> {
     std::fs::create_dir_all(dir)?;
     std::fs::write(
         dir.join("node.toml"),
-        format!(
-            "node = {node}\nlisten = \"127.0.0.1:0\"\nallow_private = true\nmetrics_listen = \"127.0.0.1:0\"\n{extra}"
-        ),
+        format!("node = {node}\nlisten = \"127.0.0.1:0\"\n{private}metrics_listen = \"127.0.0.1:0\"\n{extra}"),
     )?;
     let mut trust = Trust::new(RoleKeys::single(sim.root.public()));
     trust.accept_chain(&sim.key_records(), crate::control_sim::now())?;

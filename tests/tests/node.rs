@@ -346,3 +346,94 @@ async fn an_expired_set_keeps_serving_and_says_so() {
     assert!(text.contains(&line), "the expiry is visible to monitoring: {text}");
     node.stop().unwrap();
 }
+
+/// A loopback HTTP server at `ip` (any port) answering `body`, and how many connections it
+/// accepted.
+async fn counted_http_server(
+    ip: [u8; 4],
+    body: &'static [u8],
+) -> (std::net::SocketAddr, std::sync::Arc<std::sync::atomic::AtomicUsize>) {
+    use tokio::io::{AsyncReadExt as _, AsyncWriteExt as _};
+    let listener = tokio::net::TcpListener::bind((std::net::Ipv4Addr::from(ip), 0)).await.unwrap();
+    let addr = listener.local_addr().unwrap();
+    let accepted = std::sync::Arc::new(std::sync::atomic::AtomicUsize::new(0));
+    let count = accepted.clone();
+    tokio::spawn(async move {
+        while let Ok((mut stream, _)) = listener.accept().await {
+            count.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+            tokio::spawn(async move {
+                let mut request = Vec::new();
+                let mut buf = [0u8; 1024];
+                while !request.windows(4).any(|w| w == b"\r\n\r\n") {
+                    match stream.read(&mut buf).await {
+                        Ok(0) | Err(_) => return,
+                        Ok(n) => request.extend_from_slice(&buf[..n]),
+                    }
+                }
+                let head = format!("HTTP/1.1 200 OK\r\ncontent-length: {}\r\nconnection: close\r\n\r\n", body.len());
+                let _ = stream.write_all(head.as_bytes()).await;
+                let _ = stream.write_all(body).await;
+                let _ = stream.shutdown().await;
+            });
+        }
+    });
+    (addr, accepted)
+}
+
+/// A loopback UDP echo server, and how many datagrams it received.
+async fn counted_udp_echo() -> (std::net::SocketAddr, std::sync::Arc<std::sync::atomic::AtomicUsize>) {
+    let socket = tokio::net::UdpSocket::bind("127.0.0.1:0").await.unwrap();
+    let addr = socket.local_addr().unwrap();
+    let received = std::sync::Arc::new(std::sync::atomic::AtomicUsize::new(0));
+    let count = received.clone();
+    tokio::spawn(async move {
+        let mut buf = vec![0u8; 65_536];
+        while let Ok((n, from)) = socket.recv_from(&mut buf).await {
+            count.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+            let _ = socket.send_to(&buf[..n], from).await;
+        }
+    });
+    (addr, received)
+}
+
+/// Without `allow_private` (the default), a user cannot reach loopback or other internal
+/// addresses through the node, over TCP or UDP: the node never connects to them. The same
+/// user through a node that allows them (as the other tests' nodes do) gets there.
+#[tokio::test]
+async fn a_node_without_allow_private_refuses_internal_destinations() {
+    use std::sync::atomic::Ordering;
+    let temp = tempfile::tempdir().unwrap();
+    let mut sim = ControlSim::new();
+    let item = sim.creds(&set(1, &[(7, "alice-password")]));
+    let (strict_dir, open_dir) = (temp.path().join("strict"), temp.path().join("open"));
+    hearth_tests::node::state_dir_public_only(&strict_dir, &sim, 1, "").unwrap();
+    state_dir(&open_dir, &sim, 1).unwrap();
+    for dir in [&strict_dir, &open_dir] {
+        std::fs::write(dir.join("creds.envelope"), item.envelope().unwrap()).unwrap();
+    }
+    let strict = NodeProcess::start(&strict_dir).unwrap();
+    let open = NodeProcess::start(&open_dir).unwrap();
+    // Alice's credential is good at the strict node: a refusal there is its outbound policy.
+    let (status, _, _) = h3_request(strict.addr, http::Method::POST, "/auth", Some("alice-password")).await;
+    assert_eq!(status, 233);
+
+    // Targets on loopback only: 127.0.0.1 and another address of 127.0.0.0/8.
+    let (web, web_accepted) = counted_http_server([127, 0, 0, 1], b"inside").await;
+    let (other, other_accepted) = counted_http_server([127, 0, 0, 2], b"inside too").await;
+    let (echo, echoed) = counted_udp_echo().await;
+    let through_strict = SingBoxClient::start(outbound(&strict, "alice-password")).unwrap();
+    assert!(fetch(&through_strict, web).await.is_err(), "TCP to 127.0.0.1 went through");
+    assert!(fetch(&through_strict, other).await.is_err(), "TCP to 127.0.0.2 went through");
+    assert!(through_strict.udp_round_trip(echo, b"ping").await.is_err(), "UDP to 127.0.0.1 went through");
+    assert_eq!(web_accepted.load(Ordering::SeqCst), 0, "the node connected to 127.0.0.1");
+    assert_eq!(other_accepted.load(Ordering::SeqCst), 0, "the node connected to 127.0.0.2");
+    assert_eq!(echoed.load(Ordering::SeqCst), 0, "the node sent a datagram to 127.0.0.1");
+
+    let through_open = SingBoxClient::start(outbound(&open, "alice-password")).unwrap();
+    assert_eq!(fetch(&through_open, web).await.unwrap(), b"inside");
+    assert_eq!(fetch(&through_open, other).await.unwrap(), b"inside too");
+    assert_eq!(through_open.udp_round_trip(echo, b"ping").await.unwrap(), b"ping");
+    assert_eq!((web_accepted.load(Ordering::SeqCst), other_accepted.load(Ordering::SeqCst)), (1, 1));
+    strict.stop().unwrap();
+    open.stop().unwrap();
+}
