@@ -437,3 +437,80 @@ async fn a_node_without_allow_private_refuses_internal_destinations() {
     strict.stop().unwrap();
     open.stop().unwrap();
 }
+
+/// Alice's bytes in each usage report of the edge's queue for control, by sequence number.
+async fn queued_at_edge(http: &reqwest::Client, edge: &hearth_tests::edge::EdgeProcess) -> Vec<(u64, u64, u64)> {
+    let drain = http.get(format!("{}/{API}/usage?after=0", edge.url)).bearer_auth(PUSH_TOKEN).send().await.unwrap();
+    let drain: hearth_shared::wire::UsageDrain =
+        hearth_shared::wire::decode(&drain.bytes().await.unwrap(), "drain").unwrap();
+    drain.reports.iter().map(|report| alice_in(report)).collect()
+}
+
+/// The sequence number of a usage report envelope, and user 7's bytes up and down in it.
+fn alice_in(report: &[u8]) -> (u64, u64, u64) {
+    let envelope = hearth_shared::envelope::Envelope::decode(report, 1 << 22).unwrap();
+    let report: hearth_shared::wire::UsageReport = hearth_shared::wire::decode(&envelope.body, "report").unwrap();
+    let alice = report.users.iter().filter(|u| u.user == 7);
+    (report.seq, alice.clone().map(|u| u.up).sum(), alice.map(|u| u.down).sum())
+}
+
+/// The bytes a user moved right before the node got SIGTERM are in the report it queues on
+/// disk as it stops, and reach the edge when it runs again, counted once: the reports of two
+/// such stops are two reports, each with its own transfer.
+#[tokio::test]
+async fn the_last_usage_before_a_sigterm_is_reported_once() {
+    use hearth_shared::keys::{Role, SecretKey};
+    use hearth_tests::edge::{Backend, EdgeProcess};
+    use std::time::{Duration, Instant};
+
+    let temp = tempfile::tempdir().unwrap();
+    let mut sim = ControlSim::new();
+    let vars = sim.edge_vars(API, PUSH_TOKEN, &[]);
+    let edge = EdgeProcess::start(Backend::Native, &temp.path().join("edge.db"), &vars).unwrap();
+    let http = hearth_tests::http().build().unwrap();
+    let key = SecretKey::generate(Role::Node, &mut rand_core::OsRng).unwrap();
+    let record = sim.node(1, Some(key.public()));
+    let item = sim.creds(&set(1, &[(7, "alice-password")]));
+    push(&http, &edge, sim.push(&[record])).await;
+    let dir = temp.path().join("node");
+    // An hour between reports: only the report made at the stop can hold the transfer.
+    let settings =
+        format!("edge_url = \"{}\"\napi_prefix = \"{API}\"\nedge_poll_secs = 1\nreport_secs = 3600\n", edge.url);
+    hearth_tests::node::state_dir_with(&dir, &sim, 1, &settings).unwrap();
+    key.save(&dir.join("node.key")).unwrap();
+    std::fs::write(dir.join("creds.envelope"), item.envelope().unwrap()).unwrap();
+
+    let mut queued = Vec::new();
+    for (round, size) in [(1u64, 1usize << 20), (2, 300 << 10)] {
+        let node = NodeProcess::start(&dir).unwrap();
+        let alice = SingBoxClient::start(outbound(&node, "alice-password")).unwrap();
+        let body: Vec<u8> = (0..size).map(|i| (i % 241) as u8).collect();
+        let web = http_server(body).await.unwrap();
+        assert_eq!(fetch(&alice, web).await.unwrap().len(), size);
+        node.stop().unwrap();
+
+        // The report the node queued as it stopped: the next in sequence, with the transfer.
+        let path = dir.join("usage").join(format!("{round}.report"));
+        let report = std::fs::read(&path).unwrap_or_else(|e| panic!("no {}: {e}", path.display()));
+        let (seq, up, down) = alice_in(&report);
+        assert_eq!(seq, round);
+        assert!(up > 0 && up < 1024, "alice sent one request, reported {up} bytes");
+        assert!(down >= size as u64 && down < size as u64 + 1024, "alice received {size} bytes, reported {down}");
+        queued.push((seq, up, down));
+    }
+    // Started again, the node sends its queue to the edge: each report once.
+    let node = NodeProcess::start(&dir).unwrap();
+    let started = Instant::now();
+    loop {
+        let at_edge = queued_at_edge(&http, &edge).await;
+        if at_edge == queued {
+            break;
+        }
+        assert!(
+            queued.starts_with(&at_edge) && started.elapsed() < Duration::from_secs(60),
+            "the edge's queue holds {at_edge:?} (sequence, alice's bytes up, down), the node queued {queued:?}"
+        );
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+    node.stop().unwrap();
+}
