@@ -97,6 +97,28 @@ impl ControlSim {
         self.signing_record.clone()
     }
 
+    /// Rotates the signing key as control's `keys rotate --role signing` does: a new key,
+    /// certified by the root in the next version of the signing record, which
+    /// [`ControlSim::key_records`] hands out from now on. Returns the retired key.
+    pub fn rotate_signing(&mut self) -> SecretKey {
+        let held = Envelope::decode(&self.signing_record, Kind::KeyRecord.max_len()).expect("the record made here");
+        let next = SecretKey::generate(Role::Signing, &mut OsRng).expect("signing key");
+        let now = now();
+        self.signing_record = Draft {
+            kind: Kind::KeyRecord,
+            stream: stream::keys(Role::Signing),
+            version: held.header.version + 1,
+            epoch: 1,
+            issued: now,
+            expires: now + 10 * 365 * 86_400,
+            audience: Audience::Any,
+            prev: [0; 32],
+        }
+        .sign(wire::encode(&KeyRecord { role: Role::Signing, keys: RoleKeys::single(next.public()) }), &[&self.root])
+        .encode();
+        std::mem::replace(&mut self.signing, next)
+    }
+
     /// The settings an edge needs to trust this control (its root key, the push token and the
     /// API prefix), then `extra`.
     pub fn edge_vars(&self, api_prefix: &str, push_token: &str, extra: &[(&str, &str)]) -> Vec<(String, String)> {
