@@ -157,6 +157,15 @@ async fn usage_survives_control_going_away_and_a_kill_9_of_the_node() {
     let (web1, web2) = (http_server(first.clone()).await.unwrap(), http_server(second.clone()).await.unwrap());
     fetch_eventually(&client, web1).await.unwrap();
     let mut expected = first.len() as u64;
+    // The first transfer is counted and acknowledged: the node's queue is empty, so whatever
+    // it queues from now on is the second transfer's.
+    let state_dir = node.state().to_owned();
+    s.assert_counted(id, expected).await;
+    let started = Instant::now();
+    while !queued_reports(&state_dir).is_empty() {
+        assert!(started.elapsed() < Duration::from_secs(30), "control never acknowledged the first transfer's report");
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
     // Control goes away; traffic goes on; the node queues reports on disk and at the edge,
     // and the link keeps serving the very same profile from the edge.
     let link = alice["link"].as_str().unwrap().to_owned();
@@ -165,9 +174,22 @@ async fn usage_survives_control_going_away_and_a_kill_9_of_the_node() {
     assert_eq!(bodies(std::slice::from_ref(&link)).await, before, "the link changed while control was away");
     assert_eq!(fetch(&client, web2).await.unwrap().len(), second.len());
     expected += second.len() as u64;
-    tokio::time::sleep(Duration::from_millis(2500)).await;
+    // The node has the second transfer in its queue on disk (nobody acknowledges it now).
+    let started = Instant::now();
+    loop {
+        let queued: u64 = queued_reports(&state_dir)
+            .iter()
+            .flat_map(|report| &report.users)
+            .filter(|usage| usage.user == id)
+            .map(|usage| usage.down)
+            .sum();
+        if queued >= second.len() as u64 {
+            break;
+        }
+        assert!(started.elapsed() < Duration::from_secs(30), "the node queued {queued} of {} bytes", second.len());
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
     // A hard kill, wherever the reporter is.
-    let state_dir = node.state().to_owned();
     drop(node);
     // Back again: control first, then the node with its queue.
     s.start_control();
@@ -175,6 +197,19 @@ async fn usage_survives_control_going_away_and_a_kill_9_of_the_node() {
     s.assert_counted(id, expected).await;
     node.stop().unwrap();
     s.stop_control();
+}
+
+/// The usage reports a node holds in its queue on disk (not acknowledged yet).
+fn queued_reports(state: &std::path::Path) -> Vec<hearth_shared::wire::UsageReport> {
+    use hearth_shared::envelope::{Envelope, Kind};
+    let Ok(entries) = std::fs::read_dir(state.join("usage")) else { return Vec::new() };
+    entries
+        .filter_map(|entry| Some(entry.ok()?.path()))
+        .filter(|path| path.extension().is_some_and(|e| e == "report"))
+        .filter_map(|path| std::fs::read(path).ok())
+        .filter_map(|bytes| Envelope::decode(&bytes, Kind::UsageReport.max_len()).ok())
+        .filter_map(|envelope| hearth_shared::wire::decode(&envelope.body, "usage report").ok())
+        .collect()
 }
 
 /// A node that never reaches control (a control at home behind NAT): its set comes from the
