@@ -309,6 +309,11 @@ impl Agent {
     /// release the answer named, from where the answer came.
     async fn after_pull(&self, client: &reqwest::Client, base: &str) {
         if let Some(pending) = crate::update::pending(&self.state) {
+            // The process that swapped the new binary in is on its way out: only the new
+            // binary, started again by the supervisor, may vouch for itself.
+            if *self.restart.borrow() {
+                return;
+            }
             if self.started.elapsed() >= Duration::from_secs(self.settings.update_health_secs)
                 && let Err(e) = crate::update::confirm(&self.state, &pending)
             {
