@@ -50,6 +50,10 @@ pub(crate) struct Settings {
     /// the previous binary back).
     #[serde(default = "default_health")]
     pub(crate) update_health_secs: u64,
+    /// How much longer than `update_health_secs` a new release may take to get there (its
+    /// start, its first answered pulls) before the supervisor puts the previous binary back.
+    #[serde(default = "default_grace")]
+    pub(crate) update_grace_secs: u64,
     /// How the node paces what it sends to clients.
     #[serde(default)]
     pub(crate) congestion: Congestion,
@@ -69,6 +73,10 @@ pub(crate) enum Congestion {
 }
 
 fn default_health() -> u64 {
+    60
+}
+
+fn default_grace() -> u64 {
     60
 }
 

@@ -4,8 +4,8 @@
 //! - The server exits with [`update::RESTART_CODE`] after swapping in a new binary: it is
 //!   started again at once (the new binary).
 //! - A new binary that exits three times, or does not prove itself healthy within
-//!   `update_health_secs` + 60 s, is replaced by the previous one (`<exe>.prev`), and the
-//!   reason is recorded for control.
+//!   `update_health_secs` + `update_grace_secs` (60 s + 60 s by default), is replaced by the
+//!   previous one (`<exe>.prev`), and the reason is recorded for control.
 //! - Any other exit is restarted after a pause that grows to 30 s while it keeps failing.
 //!
 //! systemd runs this (see `deploy/`); SIGTERM reaches the whole service, and the supervisor
@@ -41,7 +41,7 @@ pub(crate) fn run(dir: &Path) -> Result<()> {
         let mut term = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate())?;
         let (mut failures, mut pause) = (0u32, Duration::from_secs(1));
         loop {
-            let health = state.settings().map_or(60, |s| s.update_health_secs);
+            let within = state.settings().map_or(120, |s| s.update_health_secs.saturating_add(s.update_grace_secs));
             let proving = update::pending(&state).is_some();
             let started = Instant::now();
             let mut child = tokio::process::Command::new(&exe)
@@ -51,7 +51,7 @@ pub(crate) fn run(dir: &Path) -> Result<()> {
                 .kill_on_drop(true)
                 .spawn()
                 .with_context(|| format!("starting {}", exe.display()))?;
-            let limit = tokio::time::sleep(Duration::from_secs(health + 60));
+            let limit = tokio::time::sleep(Duration::from_secs(within));
             tokio::pin!(limit);
             let mut proving = proving;
             let outcome = loop {
@@ -79,11 +79,7 @@ pub(crate) fn run(dir: &Path) -> Result<()> {
                 }
                 Outcome::Unhealthy => {
                     let _ = child.kill().await;
-                    update::roll_back(
-                        &state,
-                        &exe,
-                        &format!("the new binary was not healthy within {} s", health + 60),
-                    )?;
+                    update::roll_back(&state, &exe, &format!("the new binary was not healthy within {within} s"))?;
                     failures = 0;
                 }
                 Outcome::Exited(status) if status.code() == Some(update::RESTART_CODE) => {

@@ -138,10 +138,22 @@ fn offer(served: &Arc<Mutex<Served>>, number: u64, (manifest, files): (Vec<u8>, 
     s.files = files.into_iter().collect();
 }
 
-#[tokio::test]
-async fn a_node_installs_only_a_good_release_and_rolls_back_one_that_cannot_start() {
-    let temp = tempfile::tempdir().unwrap();
-    let mut sim = ControlSim::new();
+/// A node under its supervisor, run from a copy of the binary (an update replaces it),
+/// pulling from a stand-in edge, with alice in its set and through it.
+struct Setup {
+    served: Arc<Mutex<Served>>,
+    bin: PathBuf,
+    exe: PathBuf,
+    /// The binary it started with.
+    original: Vec<u8>,
+    node: Supervised,
+    alice: SingBoxClient,
+    /// A web server alice reaches through the node (20,000 bytes).
+    web: std::net::SocketAddr,
+}
+
+/// Starts a [`Setup`] in `temp`, with `extra` lines of `node.toml`.
+async fn supervised(temp: &std::path::Path, sim: &mut ControlSim, extra: &str) -> Setup {
     let set = CredentialSet::new(1, vec![CredEntry { user: 1, hash: sha256(b"alice-pw") }]).unwrap();
     let served = Arc::new(Mutex::new(Served {
         creds: sim.creds(&set).envelope().unwrap().to_vec(),
@@ -150,17 +162,17 @@ async fn a_node_installs_only_a_good_release_and_rolls_back_one_that_cannot_star
     }));
     let edge = stand_in_edge(served.clone()).await;
 
-    let bin = temp.path().join("bin");
+    let bin = temp.join("bin");
     std::fs::create_dir(&bin).unwrap();
     let exe: PathBuf = bin.join("hearth-node");
     std::fs::copy(hearth_tests::binary("hearth-node").unwrap(), &exe).unwrap();
     let original = std::fs::read(&exe).unwrap();
-    let state = temp.path().join("node");
+    let state = temp.join("node");
     let port = hearth_tests::edge::free_port().unwrap();
     let settings = format!(
-        "edge_url = \"{edge}\"\napi_prefix = \"{API}\"\nedge_poll_secs = 1\nreport_secs = 1\nupdate_health_secs = 2\n"
+        "edge_url = \"{edge}\"\napi_prefix = \"{API}\"\nedge_poll_secs = 1\nreport_secs = 1\nupdate_health_secs = 2\n{extra}"
     );
-    hearth_tests::node::state_dir_with(&state, &sim, 1, &settings).unwrap();
+    hearth_tests::node::state_dir_with(&state, sim, 1, &settings).unwrap();
     let toml = std::fs::read_to_string(state.join("node.toml")).unwrap();
     std::fs::write(
         state.join("node.toml"),
@@ -179,14 +191,25 @@ async fn a_node_installs_only_a_good_release_and_rolls_back_one_that_cannot_star
     let web = http_server(vec![4; 20_000]).await.unwrap();
     fetch_eventually(&alice, web).await.unwrap();
     until_said(&served, "what it runs", |s| s.running == format!("{}@0", env!("CARGO_PKG_VERSION"))).await;
+    Setup { served, bin, exe, original, node, alice, web }
+}
+
+/// A release's manifest and files, as the stand-in edge serves them, from what
+/// [`release`] makes.
+fn bundle((manifest, bundle): (Vec<u8>, Vec<u8>)) -> (Vec<u8>, Vec<(String, Vec<u8>)>) {
+    let bundle: hearth_shared::release::ReleaseBundle = hearth_shared::wire::decode(&bundle, "bundle").unwrap();
+    (manifest, bundle.files.into_iter().map(|(n, b)| (n, b.into_vec())).collect())
+}
+
+#[tokio::test]
+async fn a_node_installs_only_a_good_release_and_rolls_back_one_that_cannot_start() {
+    let temp = tempfile::tempdir().unwrap();
+    let mut sim = ControlSim::new();
+    let Setup { served, bin, exe, original, node, alice, web } = supervised(temp.path(), &mut sim, "").await;
 
     let arch = std::env::consts::ARCH;
     let later = now() + 3600;
     let files = |bytes: Vec<u8>| vec![("linux", arch, bytes)];
-    let bundle = |(manifest, bundle): (Vec<u8>, Vec<u8>)| {
-        let bundle: hearth_shared::release::ReleaseBundle = hearth_shared::wire::decode(&bundle, "bundle").unwrap();
-        (manifest, bundle.files.into_iter().map(|(n, b)| (n, b.into_vec())).collect::<Vec<_>>())
-    };
     let other_arch = if arch == "aarch64" { "x86_64" } else { "aarch64" };
     let mut tampered = bundle(release(&sim.release, 1005, "0.2.0", &files(original.clone()), later));
     tampered.1[0].1[1000] ^= 1;
@@ -246,4 +269,43 @@ async fn a_node_installs_only_a_good_release_and_rolls_back_one_that_cannot_star
     assert!(!bin.join("hearth-node.prev").exists(), "a binary was swapped in again");
     assert_eq!(node.server_pid(), Some(server), "the server was restarted");
     let _ = &mut sim;
+}
+
+/// A release whose binary starts and keeps running but never becomes healthy (it never serves
+/// nor pulls) is put back by the supervisor once `update_health_secs` + `update_grace_secs`
+/// have passed; the node runs its previous binary again and says why.
+#[tokio::test]
+async fn a_release_that_runs_but_never_becomes_healthy_is_rolled_back() {
+    let temp = tempfile::tempdir().unwrap();
+    let mut sim = ControlSim::new();
+    let Setup { served, bin, exe, original, node: _node, alice, web } =
+        supervised(temp.path(), &mut sim, "update_grace_secs = 3\n").await;
+
+    // It records its process id at each start, then sleeps.
+    let started = temp.path().join("started");
+    let stuck = format!("#!/bin/sh\necho $$ >> '{}'\nexec sleep 600\n", started.display()).into_bytes();
+    let files = vec![("linux", std::env::consts::ARCH, stuck)];
+    offer(&served, 2001, bundle(release(&sim.release, 2001, "0.2.0", &files, now() + 3600)));
+    let begun = Instant::now();
+    let stuck_pid: u32 = loop {
+        if let Some(pid) = std::fs::read_to_string(&started).ok().and_then(|s| s.lines().next()?.parse().ok()) {
+            break pid;
+        }
+        assert!(begun.elapsed() < Duration::from_secs(60), "the new release never started");
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    };
+    assert!(std::fs::read(&exe).unwrap() != original, "the new binary is in place while it proves itself");
+
+    until_said(&served, "that it rolled 2001 back", |s| {
+        s.update.starts_with("2001 rolled back") && s.running == format!("{}@0", env!("CARGO_PKG_VERSION"))
+    })
+    .await;
+    let said = served.lock().unwrap().update.clone();
+    assert!(said.contains("was not healthy within 5 s"), "the node must say why: {said}");
+    let starts = std::fs::read_to_string(&started).unwrap();
+    assert_eq!(starts.lines().count(), 1, "started once and kept running, not a crash loop: {starts}");
+    assert!(!std::path::Path::new(&format!("/proc/{stuck_pid}")).exists(), "the stuck release still runs");
+    assert!(std::fs::read(&exe).unwrap() == original, "the previous binary is back");
+    assert!(!bin.join("hearth-node.prev").exists());
+    assert_eq!(fetch_eventually(&alice, web).await.unwrap().len(), 20_000);
 }
