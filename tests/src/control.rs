@@ -73,6 +73,52 @@ impl ControlDir {
     }
 }
 
+/// Control's state archive as the edge holds it, opened with the owner's recovery key.
+pub struct EdgeArchive {
+    /// Its version (the envelope's; a restore prints it).
+    pub version: u64,
+    /// When control made it (Unix seconds).
+    pub created: u64,
+    /// The database it holds, as one SQLite file.
+    pub database: Vec<u8>,
+}
+
+/// The payload of an archive, as control writes it (`control/src/archive.rs`).
+#[derive(serde::Serialize, serde::Deserialize)]
+struct ArchivePayload {
+    format: u32,
+    created: u64,
+    files: Vec<(String, Vec<u8>)>,
+    database: Vec<u8>,
+}
+
+impl ControlDir {
+    /// The archive the edge at `edge_url` holds (`None` while it holds none), opened with
+    /// this directory's `recovery.key` and the push token of its `edge.toml`.
+    pub async fn archive_at_edge(&self, edge_url: &str) -> Result<Option<EdgeArchive>> {
+        use hearth_shared::envelope::{Envelope, Kind};
+        use std::io::Read as _;
+        let api = self.edge_setting("api_prefix")?;
+        let answer = crate::http()
+            .build()?
+            .get(format!("{edge_url}/{api}/archive"))
+            .bearer_auth(self.edge_setting("push_token")?)
+            .send()
+            .await?;
+        if answer.status() == reqwest::StatusCode::NOT_FOUND {
+            return Ok(None);
+        }
+        let bytes = answer.error_for_status()?.bytes().await?;
+        let envelope = Envelope::decode(&bytes, Kind::Archive.max_len()).context("the archive's envelope")?;
+        let recovery = hearth_shared::keys::RecoverySecret::load(&self.path.join("recovery.key"))?;
+        let compressed = hearth_shared::seal::open_archive(&envelope.body, &recovery).context("opening the archive")?;
+        let mut inflated = Vec::new();
+        flate2::read::DeflateDecoder::new(compressed.as_slice()).read_to_end(&mut inflated)?;
+        let payload: ArchivePayload = hearth_shared::wire::decode(&inflated, "archive")?;
+        Ok(Some(EdgeArchive { version: envelope.header.version, created: payload.created, database: payload.database }))
+    }
+}
+
 /// A running `hearth-control serve`.
 pub struct ControlProcess {
     child: Child,
