@@ -171,7 +171,11 @@ const TARGETS: &[(&str, Bound, &str)] = &[
     ("panel, 10,000 users:", Bound::Below(50.0), "< 50 ms (#6)"),
     ("panel: what a first visit downloads", Bound::Below(150.0), "< 150 KB (#6)"),
     ("E restart: control's first 200", Bound::Below(100.0), "< 100 ms (#8)"),
-    ("D+E streams dropped", Bound::AtMost(0.0), "0 (#8)"),
+    ("D storm: streams dropped", Bound::AtMost(0.0), "0 (#8)"),
+    ("E restart: streams dropped", Bound::AtMost(0.0), "0 (#8)"),
+    // The bound the node's tests held a cut to before timing left them (the node polls the
+    // edge every second there and here).
+    ("node: a removed user's transfer cut, from the push to the edge", Bound::Below(4.0), "< 4 s (node tests)"),
 ];
 
 /// The target of a row and whether its median meets it.
@@ -1303,7 +1307,9 @@ async fn system(t: &mut Table, storm_seconds: u64) -> Result<()> {
         clients.push(SingBoxClient::start(profile_outbound(link).await?)?);
     }
     tokio::time::sleep(Duration::from_secs(2)).await;
-    let streams = Streams::hold(&clients.iter().collect::<Vec<_>>(), 16, echo_at).await?;
+    let clients: Vec<&SingBoxClient> = clients.iter().collect();
+    let streams = Streams::hold(&clients, 16, echo_at).await?;
+    let held = Instant::now();
 
     // D: 300 links a second from 1000 addresses, a user added and one removed each second.
     let staying: Vec<String> = links[..100].iter().chain(&links[100 + storm_seconds as usize..]).cloned().collect();
@@ -1340,17 +1346,29 @@ async fn system(t: &mut Table, storm_seconds: u64) -> Result<()> {
             &format!("{} errors, {others} other statuses", storm.errors),
         );
     }
+    // The storm's streams end with it. A stream stops at its first failure: one failure per
+    // stream dropped. Each echoes 512 bytes, then waits 200 ms: at most 5 rounds a second.
+    let (rounds, dropped) = streams.finish().await?;
+    let metric = "D storm: echo rounds a second on the 64 held streams";
+    t.add(metric, "/s", rounds as f64 / held.elapsed().as_secs_f64(), "");
+    t.note(metric, "measured: over the storm; each stream echoes 512 bytes every 200 ms (at most 320 a second)");
+    t.add("D storm: streams dropped (of 64)", "", dropped.len() as f64, "0");
 
-    // E: control restarted during the 64 streams.
+    // E: 64 streams held anew, control restarted among them; watched until 3 s after control
+    // answers again.
+    let streams = Streams::hold(&clients, 16, echo_at).await?;
+    let held = Instant::now();
     control.stop()?;
     let started = Instant::now();
     let control = cg.start(|| ControlProcess::start(&dir, &env))?;
     let back = first_200(&https, &format!("{}/healthz", control.url), started).await?;
     t.add("E restart: control's first 200 after starting", "ms", back.as_secs_f64() * 1000.0, "0.2 s");
     tokio::time::sleep(Duration::from_secs(3)).await;
-    // A stream stops at its first failure: one failure per stream dropped.
-    let (_, dropped) = streams.finish().await?;
-    t.add("D+E streams dropped (of 64)", "", dropped.len() as f64, "0");
+    let (rounds, dropped) = streams.finish().await?;
+    let metric = "E restart: echo rounds a second on the 64 held streams";
+    t.add(metric, "/s", rounds as f64 / held.elapsed().as_secs_f64(), "");
+    t.note(metric, "measured: from just before control stops until 3 s after it answers again (at most 320 a second)");
+    t.add("E restart: streams dropped (of 64)", "", dropped.len() as f64, "0");
     control.stop()?;
     node.stop()?;
     edge.stop()?;
@@ -1561,7 +1579,7 @@ mod tests {
             t.add("B1 tunnel, 1 stream: Gbit/s", "Gbit/s", ours, "");
             t.add_peer("B1 tunnel, 1 stream: Gbit/s", "Gbit/s", peer);
         }
-        t.add("D+E streams dropped (of 64)", "", 0.0, "0");
+        t.add("E restart: streams dropped (of 64)", "", 0.0, "0");
         t.add("P2 cold start to first 200, empty", "ms", 49.9, "330 ms");
         t.add("a row no issue set a number for", "ms", 1.0, "");
         let verdict = |metric: &str| {
@@ -1572,7 +1590,7 @@ mod tests {
         let p4 = verdict("P4 subscription, kept in memory (limits off): server CPU per answer");
         assert_eq!(p4, ("< 20 us (#3)".to_owned(), "not met".to_owned()));
         assert_eq!(verdict("B1 tunnel, 1 stream: Gbit/s").1, "met");
-        assert_eq!(verdict("D+E streams dropped (of 64)").1, "met");
+        assert_eq!(verdict("E restart: streams dropped (of 64)").1, "met");
         assert_eq!(verdict("P2 cold start to first 200, empty").1, "met");
         assert_eq!(verdict("a row no issue set a number for"), (String::new(), String::new()));
     }
