@@ -5,7 +5,8 @@
 //! (processes start inside it, so runtimes size themselves to one CPU); this program, its
 //! load generator (`hearth_tests::load`) and the sing-box clients run on CPU 0. CPU time and
 //! anonymous memory are read from the cgroup. Rate limits are off by configuration in the
-//! throughput runs (said in each row). Each run writes JSON to `target/bench/`; a full run
+//! throughput runs, and each 429 row measures one limiter with the other out of the way (said
+//! in each row). Each run writes JSON to `target/bench/`; a full run
 //! writes `docs/benchmarks.md`.
 //!
 //! For profiling one scenario: `--only system` (also `control`, `edge`, `tunnel`, `node`, `worker`, `panel`;
@@ -1394,9 +1395,12 @@ fn markdown(t: &Table, reps: usize, commit: &str, when: &str) -> String {
     out.push_str("# Benchmarks\n\n");
     out.push_str(&format!(
         "Made by `bash tests/bench` (commit `{commit}`, {when}, {reps} repetition{}) on this project's \
-         machine: 2 cores, Debian, cgroup v1. Each system under test ran alone in a cgroup on CPU 1 \
-         (cpuset, a 100 % CPU quota, 1 GiB); the load generator (`hearth_tests::load`, tokio + hyper) \
-         and the sing-box clients ran on CPU 0. CPU time and anonymous memory come from the cgroup. \
+         machine: 2 cores, Debian, cgroup v1. Each system under test ran in a cgroup of its own on CPU 1 \
+         (cpuset, a 100 % CPU quota, 1 GiB); in P6, D and E control, the edge and the node share one, as \
+         on one box. The load generator (`hearth_tests::load`, tokio + hyper), the sing-box clients and \
+         the helpers (the edge the node pulls from in the node rows, the servers the tunnels reach) ran on \
+         CPU 0. CPU time and anonymous memory come from the cgroup, but for the in-process edge rows (this \
+         program's own CPU time) and the node's set rows (the node's own log). \
          Rate limits were off by configuration in the P4 and P7 answer runs; each 429 row (P5, P7) \
          measures one limiter, the other set out of the way by configuration (a billion fetches), and \
          is named after the one it measures; D ran with the default limits. The peer is \
@@ -1437,10 +1441,13 @@ fn markdown(t: &Table, reps: usize, commit: &str, when: &str) -> String {
     out.push_str(
         "\n## What these numbers do not say\n\n\
          - They come from one 2-core virtual machine whose neighbours make runs vary by a third; \
-           the min-max range says how much.\n\
+           the min-max range says how much. It is over the repetitions, except for a push of 1000 \
+           users accepted, measured each time an edge starts (several times a repetition).\n\
+         - The storm's latency percentiles are the load generator's (nearest rank); every other \
+           p50 or p95 lies between the two nearest ranks.\n\
          - Loopback hides the network: no loss, no latency, no MTU limits. The tunnel figures are \
            CPU-bound on 2 cores (client, server and the traffic source share them); Gbit moved per \
-           second of server CPU is the figure to compare. Both servers run BBR (the B1 rows; \
+           second of server CPU is the figure to compare. The node and sing-box run BBR (the B1 rows; \
            Hysteria2's choice when clients announce no bandwidth, kept as the node's default for \
            lossy paths). On loopback quinn's BBR paces faster than sing-box's client takes packets \
            in (its window grew past 200 MB): quinn's own counters showed half of the packets the \
@@ -1454,12 +1461,23 @@ fn markdown(t: &Table, reps: usize, commit: &str, when: &str) -> String {
            write (SQLite WAL, `synchronous = FULL`) before the answer. In D the change shares \
            the one CPU with 300 link answers a second and with the pushes and pulls of the change \
            before it.\n\
+         - P6 is seen from outside too: a new user is served once the edge answers its link (asked \
+           every millisecond), and let in once a Hysteria2 authentication with its password succeeds \
+           at the node (asked every millisecond on one QUIC connection, after the password is read \
+           from control), so both include control's own work: its push to the edge, its answer to \
+           the node's long poll.\n\
+         - The node's set rows are the node's own timing (its log), from a pulled set's bytes in \
+           hand to the swapped table: verify, decode, the write to disk (fsync), the diff against \
+           the 10,000 users held and the swap. The wait for the pull is not in them; it is in the \
+           cut row, where the node polls the edge every second.\n\
          - The panel rows are from the client, several API calls in parallel as the page makes \
            them: an upper bound of control's own time.\n\
-         - P4 and P5 measure the native edge. P7 runs the Worker in workerd, Cloudflare's runtime, \
-           on this machine: its CPU per answer includes workerd's own HTTP and isolate work (the \
-           empty worker's row) and the Durable Object calls, which on Cloudflare are billed apart; \
-           it is not the CPU time Cloudflare bills a request.\n\
+         - P4 and P5 measure the native edge, whole server (HTTP and the kernel's loopback \
+           included) and its logic alone (`Edge::handle` called in this program). P7 runs the \
+           Worker in workerd, Cloudflare's runtime, on this machine: its CPU per answer includes \
+           workerd's own HTTP and isolate work (the empty worker's row) and the Durable Object \
+           calls, which on Cloudflare are billed apart; it is not the CPU time Cloudflare bills a \
+           request.\n\
          - Memory is the anonymous memory of the cgroup: page cache (SQLite files, binaries) is \
            not counted, as it is not Hearth's to keep. The one exception is P8's first row: \
            cgroup v1 keeps a high watermark only of anonymous memory and page cache together, so \
