@@ -312,10 +312,10 @@ async fn a_node_restarted_while_control_and_edge_are_down_serves_its_last_set() 
     let (node, log) = NodeProcess::start_logged(&dir).unwrap();
     let said = until_logged(&log, "does not verify", Duration::from_secs(60)).await.unwrap();
     assert!(said.contains("bad signature"), "the node must say why: {said}");
-    let metrics = node.metrics_url().unwrap();
-    assert_eq!(metric(&metrics, "hearth_node_users").await.unwrap(), 0);
     let alice = SingBoxClient::start(outbound(&node, "alice-password")).unwrap();
     assert!(fetch(&alice, web).await.is_err(), "alice got in on a set altered on disk");
+    let metrics = node.metrics_url().unwrap();
+    assert_eq!(metric(&metrics, "hearth_node_users").await.unwrap(), 0);
     assert!(
         metric(&metrics, "hearth_node_auth_failures_total").await.unwrap() >= 1,
         "alice's attempt did not reach the node as a refused authentication"
