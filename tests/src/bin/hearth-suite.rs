@@ -709,8 +709,9 @@ async fn push_to(http: &reqwest::Client, url: &str, bundle: Vec<u8>) -> Result<(
     Ok(())
 }
 
-/// Downloads `/` from `web` through `client`, counting what arrived in `got`; ends when the
-/// body is whole or the tunnel is cut. The bytes, and when it ended.
+/// Downloads `/` from `web` through `client`, counting the body's bytes as they arrive in
+/// `got`; ends when the body is whole or the tunnel is cut. The body's bytes, and when it
+/// ended.
 async fn download(
     client: &SingBoxClient,
     web: std::net::SocketAddr,
@@ -719,14 +720,27 @@ async fn download(
     use tokio::io::{AsyncReadExt as _, AsyncWriteExt as _};
     let mut stream = client.connect(web).await?;
     stream.write_all(b"GET / HTTP/1.1\r\nhost: bench\r\n\r\n").await?;
-    let mut buf = vec![0u8; 64 * 1024];
+    let (mut buf, mut head) = (vec![0u8; 64 * 1024], Some(Vec::new()));
     loop {
-        match stream.read(&mut buf).await {
+        let n = match stream.read(&mut buf).await {
             Ok(0) | Err(_) => return Ok((got.load(std::sync::atomic::Ordering::Relaxed), Instant::now())),
-            Ok(n) => {
-                got.fetch_add(n as u64, std::sync::atomic::Ordering::Relaxed);
+            Ok(n) => n,
+        };
+        let body = match head.as_mut() {
+            None => n,
+            Some(head_so_far) => {
+                head_so_far.extend_from_slice(&buf[..n]);
+                match head_so_far.windows(4).position(|w| w == b"\r\n\r\n") {
+                    Some(end) => {
+                        let body = head_so_far.len() - (end + 4);
+                        head = None;
+                        body
+                    }
+                    None => 0,
+                }
             }
-        }
+        };
+        got.fetch_add(body as u64, std::sync::atomic::Ordering::Relaxed);
     }
 }
 
