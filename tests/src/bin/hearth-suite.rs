@@ -373,8 +373,20 @@ async fn edge_with_users(
     Ok((edge, links, accepted))
 }
 
-/// Runs a closed loop against `target` for `seconds` after [`WARM_SECS`] of it untimed;
-/// records CPU per answer of `status`.
+/// Warms a server up for an HTTP row, the same for every row: one request for each of the
+/// target's paths (so every cache holds them, and for a 429 row every link's one fetch is
+/// spent however slow the server), then [`WARM_SECS`] of the row's own closed loop (its
+/// connections from as many networks, each of which spends its one fetch in a per-network
+/// row).
+async fn warm_up(target: &Target) -> Result<()> {
+    let paths = target.paths.len();
+    load::open(target, paths as f64, Duration::from_secs(1), CLIENTS).await?;
+    load::closed(target, CLIENTS, Duration::from_secs(WARM_SECS), true).await?;
+    Ok(())
+}
+
+/// Runs a closed loop against `target` for `seconds` after [`warm_up`]; records CPU per
+/// answer of `status`.
 async fn served(
     t: &mut Table,
     cg: &Cgroup,
@@ -384,7 +396,7 @@ async fn served(
     metric: &str,
     published: &'static str,
 ) -> Result<()> {
-    load::closed(target, CLIENTS, Duration::from_secs(WARM_SECS), true).await?;
+    warm_up(target).await?;
     let (cpu, started) = (cg.cpu_ns()?, Instant::now());
     let run = load::closed(target, CLIENTS, Duration::from_secs(seconds), true).await?;
     let wall = started.elapsed().as_secs_f64();
@@ -411,9 +423,7 @@ async fn served(
     Ok(())
 }
 
-/// Seconds of untimed load before every HTTP row: the same closed loop as the row's own (its
-/// 32 connections from 32 networks), so caches are filled, and for a 429 row every link's (or
-/// network's) one fetch is spent, before the row is timed.
+/// Seconds of untimed load before every HTTP row ([`warm_up`]).
 const WARM_SECS: u64 = 2;
 
 /// Clients of the closed loop of every HTTP row, each from a network of its own.
@@ -1421,11 +1431,10 @@ fn markdown(t: &Table, reps: usize, commit: &str, when: &str) -> String {
          sing-box {}'s Hysteria2 server with the same certificate, users and client; for each stream \
          count the node, sing-box and the node with CUBIC take turns in an order that rotates (each goes \
          first once a repetition), after one untimed transfer through each. Every row is warmed the same \
-         way before it is timed: the HTTP rows by 2 s of their own load, the panel's pages by one visit, \
-         the in-process edge by one pass over its links. A median of an even count of values is the mean \
-         of the middle two. \
-         Mistgate's figures are its own publication on another machine (BENCH.md): compare ratios and \
-         CPU time per request, not absolute rates.\n\n",
+         way before it is timed: the HTTP rows by one request for each link and 2 s of their own load, \
+         the panel's pages by one visit, the in-process edge by one pass over its links. A median of an \
+         even count of values is the mean of the middle two. Mistgate's figures are its own publication \
+         on another machine (BENCH.md): compare ratios and CPU time per request, not absolute rates.\n\n",
         if reps == 1 { "" } else { "s" },
         "1.14"
     ));
