@@ -195,6 +195,18 @@ async fn usage_survives_control_going_away_and_a_kill_9_of_the_node() {
     s.start_control();
     let node = NodeProcess::start(&state_dir).unwrap();
     s.assert_counted(id, expected).await;
+    // Both copies of the second transfer's report have arrived (the node's queue is
+    // acknowledged, and the restarted control drained the edge's): still counted once.
+    let started = Instant::now();
+    loop {
+        let drained = s.call(reqwest::Method::GET, "/status", None).await["edge"]["last_drain"].as_u64() > Some(0);
+        if drained && queued_reports(&state_dir).is_empty() {
+            break;
+        }
+        assert!(started.elapsed() < Duration::from_secs(30), "the node's queue or the edge's was never taken in");
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    s.assert_counted(id, expected).await;
     node.stop().unwrap();
     s.stop_control();
 }
