@@ -354,14 +354,16 @@ fn build(dir: &Path, options: &Options) -> Result<Report> {
         seed_streams(tx, &fetched.items)?;
         if options.from_snapshots {
             rebuild_nodes(tx, &edge, &mut report.notes, now)?;
-            if let Some((_, snapshot)) = edge.snapshots.values().next() {
-                restore_profile(tx, &signer, &snapshot.profile)?;
-            }
             report.notes.push(
-                "not in snapshots, so not recovered: the owner account and its second factor (a new setup link is printed at start), API tokens, user notes, the duration of users not started yet, daily usage history, node masquerade settings, the audit log".into(),
+                "not in snapshots, so not recovered: the owner account and its second factor (a new setup link is printed at start), API tokens, user notes, the duration of users not started yet, daily usage history, node masquerade settings, the audit log, group names (users keep the nodes they had, in groups named restored-N), when users and nodes were created, the next reset of users on a rolling 30-day reset (counted again from the restore)".into(),
             );
         } else {
             update_nodes(tx, &edge)?;
+        }
+        // Every snapshot carries the profile in force when it was signed: after an archive, a
+        // later change of the profile is there.
+        if let Some((_, snapshot)) = edge.snapshots.values().next() {
+            restore_profile(tx, &signer, &snapshot.profile)?;
         }
         if let Some(settings) = &edge.settings {
             store::set_state(tx, "ua_rules", serde_json::to_string(&settings.ua_rules).expect("rules serialize"))?;
@@ -537,19 +539,18 @@ fn rebuild_nodes(tx: &Connection, edge: &Edge, notes: &mut Vec<String>, now: u64
     Ok(())
 }
 
-/// From snapshots: the subscription profile every snapshot carries becomes the one in force.
+/// The subscription profile every snapshot carries becomes the one in force (the one of the
+/// configuration file stays recorded as it was when the state was opened).
 fn restore_profile(tx: &Connection, signer: &Signer, profile: &Profile) -> Result<(), Error> {
     store::set_state(tx, "profile", serde_json::to_string(profile).expect("profile serializes"))?;
-    let file = signer.profile.read().expect("profile lock").clone();
-    store::set_state(tx, "profile_file", serde_json::to_string(&file).expect("profile serializes"))?;
     *signer.profile.write().expect("profile lock") = profile.clone();
     Ok(())
 }
 
 /// Brings users up to date with their snapshots: new ones are added, changed ones take the
-/// snapshot's link, credential, limits and usage (usage never goes down), and users whose
-/// link was deleted with no other snapshot of theirs were deleted after the archive. Returns
-/// how many users there are.
+/// snapshot's link, credential, limits, usage (usage never goes down) and the nodes it names
+/// (through their groups), and users whose link was deleted with no other snapshot of theirs
+/// were deleted after the archive. Returns how many users there are.
 fn merge_users(
     tx: &Connection,
     signer: &Signer,
@@ -591,7 +592,7 @@ fn merge_users(
         let enabled = snapshot.status != Status::Disabled;
         let reset = publish::reset_name(snapshot.reset);
         // New users are added; known ones take the snapshot's values (usage never goes down;
-        // their next reset, groups and notes stay).
+        // their notes stay, their next reset too unless the reset changed since).
         tx.execute(
             "INSERT INTO users (id, name, token_hash, token_enc, credential_enc, credential_hash, quota, used_up,
                                 used_down, reset, next_reset, expires_at, enabled, created, updated)
@@ -600,6 +601,7 @@ fn merge_users(
                token_enc = excluded.token_enc, credential_enc = excluded.credential_enc,
                credential_hash = excluded.credential_hash, quota = excluded.quota,
                used_up = max(used_up, excluded.used_up), used_down = max(used_down, excluded.used_down),
+               next_reset = CASE WHEN reset = excluded.reset THEN next_reset ELSE excluded.next_reset END,
                reset = excluded.reset, expires_at = excluded.expires_at, enabled = excluded.enabled,
                updated = excluded.updated",
             params![
@@ -619,14 +621,30 @@ fn merge_users(
                 now
             ],
         )?;
+        let reach: Vec<NodeId> = snapshot.endpoints.iter().filter_map(|e| names.get(&e.name).copied()).collect();
         if !known {
-            let reach: Vec<NodeId> = snapshot.endpoints.iter().filter_map(|e| names.get(&e.name).copied()).collect();
             let mut groups = groups_of_nodes(&reach)?;
             if groups.is_empty() {
                 groups.insert(tx.query_row("SELECT id FROM groups WHERE name = 'default'", [], |row| row.get(0))?);
             }
             for group in groups {
                 tx.execute("INSERT INTO user_groups (user_id, group_id) VALUES (?1, ?2)", params![user, group])?;
+            }
+        } else if reach.len() == snapshot.endpoints.len() {
+            // Groups changed since the archive: the user gets the groups of the nodes its
+            // snapshot names, as a new user does.
+            let had: BTreeSet<NodeId> = tx
+                .prepare_cached(
+                    "SELECT DISTINCT ng.node_id FROM user_groups ug JOIN node_groups ng ON ng.group_id = ug.group_id
+                     JOIN nodes n ON n.id = ng.node_id WHERE ug.user_id = ?1 AND n.public_key IS NOT NULL",
+                )?
+                .query_map([user], |row| row.get(0))?
+                .collect::<Result<_, _>>()?;
+            if had != reach.iter().copied().collect() {
+                tx.execute("DELETE FROM user_groups WHERE user_id = ?1", [user])?;
+                for group in groups_of_nodes(&reach)? {
+                    tx.execute("INSERT INTO user_groups (user_id, group_id) VALUES (?1, ?2)", params![user, group])?;
+                }
             }
         }
     }
