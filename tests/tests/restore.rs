@@ -1,12 +1,13 @@
 //! Restores of control checked field by field: users with varied quota, expiry, usage, status,
 //! groups and reset; the owner's profile and User-Agent rules; what every link serves. A
 //! restore from the snapshots alone must give back everything it does not name as lost, and
-//! lose what it names.
+//! lose what it names; a restore from an archive older than the edge's snapshots must catch up
+//! every change made after the archive.
 
 use std::collections::BTreeMap;
 use std::time::{Duration, Instant};
 
-use hearth_tests::control::{ControlDir, ControlProcess};
+use hearth_tests::control::{ControlDir, ControlProcess, EdgeArchive};
 use hearth_tests::edge::{Backend, EdgeProcess, free_port};
 use hearth_tests::node::{NodeProcess, SingBoxClient, fetch_eventually, http_server, profile_outbound};
 use reqwest::Method;
@@ -89,6 +90,11 @@ impl Lab {
             assert!(started.elapsed() < Duration::from_secs(30), "{name}'s {bytes} bytes were never counted");
             tokio::time::sleep(Duration::from_millis(200)).await;
         }
+    }
+
+    /// The id of the last entry of the audit log (the last change).
+    async fn last_change(&self) -> i64 {
+        self.call(Method::GET, "/audit?limit=1", None).await["entries"][0]["id"].as_i64().unwrap()
     }
 
     /// Keeps the three files the owner keeps offline; loses control and its data directory.
@@ -499,5 +505,122 @@ async fn a_restore_from_snapshots_gives_back_every_field_it_does_not_name_as_los
         audit.as_array().unwrap().iter().all(|e| e["at"].as_u64() >= Some(restored_at)),
         "the audit log of before the restore is there: {audit}"
     );
+    drop(lab.node.take());
+}
+
+/// Waits until the archive at the edge holds the audit log up to `change`, and is newer than
+/// `after` (a version); returns it.
+async fn until_archived(lab: &Lab, change: i64, after: u64) -> EdgeArchive {
+    let started = Instant::now();
+    loop {
+        if let Some(archive) = lab.dir.archive_at_edge(&lab.edge.url).await.unwrap()
+            && archive.version > after
+            && archived_number(&archive, "SELECT ifnull(max(id), 0) FROM audit").await >= change
+        {
+            return archive;
+        }
+        assert!(started.elapsed() < Duration::from_secs(60), "no archive above v{after} holds change {change}");
+        tokio::time::sleep(Duration::from_millis(300)).await;
+    }
+}
+
+/// A number a query gives on the database an archive holds (the first column of its first row).
+async fn archived_number(archive: &EdgeArchive, query: &str) -> i64 {
+    let file = tempfile::NamedTempFile::new().unwrap();
+    std::fs::write(file.path(), &archive.database).unwrap();
+    let db = libsql::Builder::new_local(file.path()).build().await.unwrap();
+    let mut rows = db.connect().unwrap().query(query, ()).await.unwrap();
+    rows.next().await.unwrap().expect("a row").get::<i64>(0).unwrap()
+}
+
+/// A restore from an archive older than the snapshots at the edge: every change made after the
+/// archive (limits, expiry, status, a rename, groups, a reset, usage, a new link, a user added
+/// and one deleted, the profile, the rules) is caught up from the edge, field by field, and
+/// every link serves what it served.
+#[tokio::test]
+async fn a_restore_from_an_older_archive_catches_up_every_change_since() {
+    let mut lab = lab().await;
+    // The archive holds everything so far. Then control archives only hourly (it pushes once
+    // as it starts), so what follows reaches the edge as snapshots and not in an archive.
+    let first = until_archived(&lab, lab.last_change().await, 0).await;
+    lab.control.take().unwrap().stop().unwrap();
+    lab.env.retain(|(name, _)| *name != "HEARTH_ARCHIVE_AFTER_SECS");
+    lab.env.push(("HEARTH_ARCHIVE_AFTER_SECS", "3600".into()));
+    lab.start_control();
+    let archive = until_archived(&lab, lab.last_change().await, first.version).await;
+
+    let now = unix_now();
+    let id = |name: &str| lab.id(name);
+    let (alice, bob, carol, dave, erin, frank, gina) =
+        (id("alice"), id("bob"), id("carol"), id("dave"), id("erin"), id("frank"), id("gina"));
+    let changes = [
+        (alice, json!({ "quota": 20_000_000_000u64, "expires_at": now + 60 * 86_400 })),
+        (bob, json!({ "quota": 1_000_000 })),
+        (dave, json!({ "name": "david", "groups": ["default"], "expires_at": 0 })),
+        (gina, json!({ "reset": "monthly" })),
+    ];
+    for (user, change) in changes {
+        lab.call(Method::PATCH, &format!("/users/{user}"), Some(change)).await;
+    }
+    let (_, link) = lab.users.remove("dave").unwrap();
+    lab.users.insert("david".into(), (dave, link));
+    lab.call(Method::POST, &format!("/users/{frank}/disable"), None).await;
+    lab.call(Method::POST, &format!("/users/{carol}/enable"), None).await;
+    let rotated = lab.call(Method::POST, &format!("/users/{bob}/rotate"), None).await;
+    let old_bob_link = lab.users["bob"].1.clone();
+    let new_bob_link = rotated["link"].as_str().unwrap().to_owned();
+    assert_ne!(new_bob_link, old_bob_link);
+    lab.users.insert("bob".into(), (bob, new_bob_link));
+    lab.call(Method::DELETE, &format!("/users/{erin}"), None).await;
+    let (_, erin_link) = lab.users.remove("erin").unwrap();
+    lab.user(json!({ "name": "hank", "groups": ["staff"], "quota": 3_000_000, "reset": "weekly" })).await;
+    let profile = json!({ "title": "Hearth Home 2", "announce": "A second node soon" });
+    let rules =
+        json!([{ "contains": "HearthTestApp", "target": "sing-box" }, { "contains": "Kiosk", "target": "page" }]);
+    lab.call(Method::PATCH, "/settings", Some(json!({ "profile": profile, "ua_rules": rules }))).await;
+    lab.traffic("alice", 120_000).await;
+    lab.until_the_edge_serves_control().await;
+    let before = lab.state().await;
+
+    // The archive at the edge is still the one from before the changes: the restore has them
+    // to catch up on.
+    let held = lab.dir.archive_at_edge(&lab.edge.url).await.unwrap().unwrap();
+    assert_eq!(held.version, archive.version, "control archived again: nothing left to catch up on");
+    for (query, expected) in [
+        (format!("SELECT quota FROM users WHERE id = {alice}"), 10_000_000_000),
+        (format!("SELECT count(*) FROM users WHERE id = {erin}"), 1),
+        ("SELECT count(*) FROM users WHERE name = 'hank'".to_owned(), 0),
+    ] {
+        assert_eq!(archived_number(&held, &query).await, expected, "the archive holds a change made after it: {query}");
+    }
+
+    let safe = lab.lose_control();
+    let restored_at = unix_now();
+    let printed = lab.restore(&safe, false);
+    assert!(printed.contains(&format!("from archive v{},", archive.version)), "{printed}");
+    assert!(printed.contains("7 users, 2 nodes"), "{printed}");
+    assert_eq!(
+        notes(&printed),
+        vec!["1 users in the archive were deleted after it was made, and stay deleted".to_owned()],
+        "{printed}"
+    );
+    lab.start_control();
+    // The owner signs in as before: the archive holds the account and its tokens.
+    assert_eq!(lab.status_with(&lab.token, "/users").await, 200);
+    lab.until_the_edge_serves_control().await;
+    let after = lab.state().await;
+    let checked = unix_now();
+    // The restore changed every user (it took each snapshot's values); hank, made after the
+    // archive, is made by it.
+    let rule = |name: &str, field: &str, _: &Value| match (name, field) {
+        (_, "updated") | ("hank", "created") => Some(Expect::Between(restored_at, checked)),
+        _ => None,
+    };
+    let diff = differences(&before, &after, &rule);
+    assert!(diff.is_empty(), "the restore from the archive missed changes:\n{}", diff.join("\n"));
+    assert_eq!(serve(&erin_link, AGENTS[0]).await.0, 404, "a user deleted after the archive is back");
+    assert_eq!(serve(&old_bob_link, AGENTS[0]).await.0, 404, "a link rotated after the archive is back");
+    let listed = lab.call(Method::GET, "/users?per_page=100", None).await;
+    assert_eq!(listed["total"], 7, "{listed}");
     drop(lab.node.take());
 }
