@@ -1400,7 +1400,8 @@ async fn system(t: &mut Table, storm_seconds: u64) -> Result<()> {
     t.note(
         metric,
         "measured: rounds echoed from opening the streams (just before control stops) to closing them, 3 s \
-         after it answers again; about 320 a second for 64 when nothing stalls",
+         after it answers again; about 320 a second for 64 when nothing stalls, a little more over so short \
+         a window (each stream echoes once as it opens)",
     );
     t.add("E restart: streams dropped (of 64)", "", dropped.len() as f64, "0");
     control.stop()?;
