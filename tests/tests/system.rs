@@ -734,10 +734,39 @@ async fn a_release_rolls_out_canary_first_and_stops_at_the_first_failure() {
     assert!(failed["rollout"]["detail"].as_str().unwrap().contains("tampered"), "{failed}");
     assert_eq!(failed["rollout"]["current"], canary);
     assert_eq!(failed["rollout"]["done"], json!([]));
-    tokio::time::sleep(Duration::from_secs(3)).await;
+    // Two changes reach both nodes: each pull's answer carries the release control tells that
+    // node to run, and the pull after it carries what the node made of it. Had the other node
+    // been told, it would say so (every node refuses this binary, so its version alone could
+    // not tell).
+    for name in ["after-failure-1", "after-failure-2"] {
+        let id = s.user(name).await["id"].as_u64().unwrap();
+        for state in ["a", "b"] {
+            let state = s.temp.path().join(state);
+            let started = Instant::now();
+            while !node_users(&state).contains(&id) {
+                assert!(started.elapsed() < Duration::from_secs(30), "{name} never reached node {}", state.display());
+                tokio::time::sleep(Duration::from_millis(200)).await;
+            }
+        }
+    }
+    let said = update_statuses(&s.dir).await;
+    assert!(!said[&first].starts_with(&format!("{next} ")), "the other node was told of {next}: {said:?}");
+    assert!(said[&canary].starts_with(&format!("{next} ")), "the canary said nothing of {next}: {said:?}");
     let listed = s.call(reqwest::Method::GET, "/nodes", None).await;
     assert!(listed["nodes"].as_array().unwrap().iter().all(|n| n["version"] == "0.2.0"), "{listed}");
     drop(nodes);
+}
+
+/// What each node last said of its update in its pulls (`hearth-node-update`), as control
+/// stored it (read from its database: the admin API shows only the canary's, in the rollout).
+async fn update_statuses(dir: &ControlDir) -> std::collections::HashMap<u64, String> {
+    let db = libsql::Builder::new_local(dir.path.join("control.db")).build().await.unwrap();
+    let mut rows = db.connect().unwrap().query("SELECT id, update_status FROM nodes", ()).await.unwrap();
+    let mut said = std::collections::HashMap::new();
+    while let Some(row) = rows.next().await.unwrap() {
+        said.insert(row.get::<u64>(0).unwrap(), row.get::<String>(1).unwrap());
+    }
+    said
 }
 
 /// The users in the set the node holds on disk.
