@@ -422,30 +422,36 @@ mod tests {
     use crate::store::users::{self, UserInput};
     use crate::testing::TestControl;
 
+    /// A node added and enrolled (with a key made here), in the default group.
+    fn enrolled_node(tx: &rusqlite::Connection, app: &App, now: u64) -> Result<node_store::NodeView, Error> {
+        let key =
+            hearth_shared::keys::SecretKey::generate(hearth_shared::keys::Role::Node, &mut rand_core::OsRng).unwrap();
+        let (node, token) = node_store::create(
+            tx,
+            "test",
+            &NodeInput { name: Some("n".into()), host: Some("203.0.113.1".into()), ..NodeInput::default() },
+            now,
+        )?;
+        let request = EnrollRequest {
+            token,
+            key: key.public().to_string(),
+            cert_sha256: None,
+            spki_sha256: None,
+            version: String::new(),
+        };
+        node_store::enroll(tx, &app.signer, &request, now)?;
+        Ok(node)
+    }
+
     #[test]
     fn sweeps_expire_reset_republish_and_renew() {
         let t = TestControl::new(false);
         let app = &t.app;
         let now = crate::app::now();
-        let node_key =
-            hearth_shared::keys::SecretKey::generate(hearth_shared::keys::Role::Node, &mut rand_core::OsRng).unwrap();
         let (node, creds_version) = app
             .db
             .write_blocking(|tx| {
-                let (node, token) = node_store::create(
-                    tx,
-                    "test",
-                    &NodeInput { name: Some("n".into()), host: Some("203.0.113.1".into()), ..NodeInput::default() },
-                    now,
-                )?;
-                let request = EnrollRequest {
-                    token,
-                    key: node_key.public().to_string(),
-                    cert_sha256: None,
-                    spki_sha256: None,
-                    version: String::new(),
-                };
-                node_store::enroll(tx, &app.signer, &request, now)?;
+                let node = enrolled_node(tx, app, now)?;
                 let daily =
                     UserInput { name: Some("daily".into()), reset: Some("daily".into()), ..UserInput::default() };
                 users::create(tx, &app.signer, "test", &daily, now)?;
@@ -495,25 +501,10 @@ mod tests {
         let t = TestControl::new(false);
         let app = &t.app;
         let now = crate::app::now();
-        let node_key =
-            hearth_shared::keys::SecretKey::generate(hearth_shared::keys::Role::Node, &mut rand_core::OsRng).unwrap();
         let (node, capped) = app
             .db
             .write_blocking(|tx| {
-                let (node, token) = node_store::create(
-                    tx,
-                    "test",
-                    &NodeInput { name: Some("n".into()), host: Some("203.0.113.1".into()), ..NodeInput::default() },
-                    now,
-                )?;
-                let request = EnrollRequest {
-                    token,
-                    key: node_key.public().to_string(),
-                    cert_sha256: None,
-                    spki_sha256: None,
-                    version: String::new(),
-                };
-                node_store::enroll(tx, &app.signer, &request, now)?;
+                let node = enrolled_node(tx, app, now)?;
                 let input = UserInput {
                     name: Some("capped".into()),
                     quota: Some(1000),

@@ -103,12 +103,17 @@ impl NodeProcess {
     /// [`NodeProcess::start`] with its log read line by line (warnings and errors, without
     /// colours; each line is also written to the test's standard error).
     pub fn start_logged(state: &Path) -> Result<(NodeProcess, std::sync::mpsc::Receiver<String>)> {
+        NodeProcess::start_logged_at(state, "warn")
+    }
+
+    /// [`NodeProcess::start_logged`] with the log filter `filter` (`HEARTH_LOG`).
+    pub fn start_logged_at(state: &Path, filter: &str) -> Result<(NodeProcess, std::sync::mpsc::Receiver<String>)> {
         use std::io::BufRead as _;
         let mut child = crate::cgroup::command(&crate::binary("hearth-node")?)
             .arg("serve")
             .arg("--state")
             .arg(state)
-            .env("HEARTH_LOG", "warn")
+            .env("HEARTH_LOG", filter)
             .env("NO_COLOR", "1")
             .stdin(Stdio::null())
             .stdout(Stdio::piped())
@@ -304,11 +309,24 @@ pub async fn http_server(body: Vec<u8>) -> Result<std::net::SocketAddr> {
 
 /// [`http_server`] that sends its body in 16 KiB pieces, `pause` apart (a long transfer).
 pub async fn http_server_paced(body: Vec<u8>, pause: Duration) -> Result<std::net::SocketAddr> {
-    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await?;
+    Ok(http_server_at([127, 0, 0, 1], body, pause).await?.0)
+}
+
+/// [`http_server_paced`] on the loopback address `ip` (any port), and how many connections
+/// it accepted.
+pub async fn http_server_at(
+    ip: [u8; 4],
+    body: Vec<u8>,
+    pause: Duration,
+) -> Result<(std::net::SocketAddr, std::sync::Arc<std::sync::atomic::AtomicUsize>)> {
+    let listener = tokio::net::TcpListener::bind((std::net::Ipv4Addr::from(ip), 0)).await?;
     let addr = listener.local_addr()?;
+    let accepted = std::sync::Arc::new(std::sync::atomic::AtomicUsize::new(0));
+    let count = accepted.clone();
     let body = std::sync::Arc::new(body);
     tokio::spawn(async move {
         while let Ok((mut stream, _)) = listener.accept().await {
+            count.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
             let body = body.clone();
             tokio::spawn(async move {
                 let mut request = Vec::new();
@@ -333,7 +351,7 @@ pub async fn http_server_paced(body: Vec<u8>, pause: Duration) -> Result<std::ne
             });
         }
     });
-    Ok(addr)
+    Ok((addr, accepted))
 }
 
 /// [`fetch`], retried for up to 30 s: while a change (a new user, a first set) is still on its
@@ -555,5 +573,116 @@ impl Streams {
             failures.extend(f);
         }
         Ok((rounds, failures))
+    }
+}
+
+/// A plain HTTP/3 client of a node, as a prober (or a browser) would be, on one QUIC
+/// connection (no Salamander): what the node shows to anyone, and whether a password
+/// authenticates (Hysteria2's `POST /auth`).
+pub struct H3Client {
+    sender: h3::client::SendRequest<h3_quinn::OpenStreams, bytes::Bytes>,
+    driver: tokio::task::JoinHandle<()>,
+    _endpoint: quinn::Endpoint,
+}
+
+/// Accepts any server certificate: the node's is self-signed, and the client checks what the
+/// node answers, not who it is.
+#[derive(Debug)]
+struct AnyCertificate(std::sync::Arc<rustls::crypto::CryptoProvider>);
+
+impl rustls::client::danger::ServerCertVerifier for AnyCertificate {
+    fn verify_server_cert(
+        &self,
+        _: &rustls::pki_types::CertificateDer<'_>,
+        _: &[rustls::pki_types::CertificateDer<'_>],
+        _: &rustls::pki_types::ServerName<'_>,
+        _: &[u8],
+        _: rustls::pki_types::UnixTime,
+    ) -> Result<rustls::client::danger::ServerCertVerified, rustls::Error> {
+        Ok(rustls::client::danger::ServerCertVerified::assertion())
+    }
+
+    fn verify_tls12_signature(
+        &self,
+        message: &[u8],
+        cert: &rustls::pki_types::CertificateDer<'_>,
+        dss: &rustls::DigitallySignedStruct,
+    ) -> Result<rustls::client::danger::HandshakeSignatureValid, rustls::Error> {
+        rustls::crypto::verify_tls12_signature(message, cert, dss, &self.0.signature_verification_algorithms)
+    }
+
+    fn verify_tls13_signature(
+        &self,
+        message: &[u8],
+        cert: &rustls::pki_types::CertificateDer<'_>,
+        dss: &rustls::DigitallySignedStruct,
+    ) -> Result<rustls::client::danger::HandshakeSignatureValid, rustls::Error> {
+        rustls::crypto::verify_tls13_signature(message, cert, dss, &self.0.signature_verification_algorithms)
+    }
+
+    fn supported_verify_schemes(&self) -> Vec<rustls::SignatureScheme> {
+        self.0.signature_verification_algorithms.supported_schemes()
+    }
+}
+
+impl H3Client {
+    /// A QUIC connection to the node at `addr`.
+    pub async fn connect(addr: std::net::SocketAddr) -> Result<H3Client> {
+        let provider = std::sync::Arc::new(rustls::crypto::ring::default_provider());
+        let mut tls = rustls::ClientConfig::builder_with_provider(provider.clone())
+            .with_protocol_versions(&[&rustls::version::TLS13])?
+            .dangerous()
+            .with_custom_certificate_verifier(std::sync::Arc::new(AnyCertificate(provider)))
+            .with_no_client_auth();
+        tls.alpn_protocols = vec![b"h3".to_vec()];
+        let crypto = quinn::crypto::rustls::QuicClientConfig::try_from(tls)?;
+        let mut endpoint = quinn::Endpoint::client("127.0.0.1:0".parse()?)?;
+        endpoint.set_default_client_config(quinn::ClientConfig::new(std::sync::Arc::new(crypto)));
+        let connection = endpoint.connect(addr, "localhost")?.await?;
+        let (mut driver, sender) = h3::client::new(h3_quinn::Connection::new(connection)).await?;
+        let driver = tokio::spawn(async move {
+            let _ = std::future::poll_fn(|cx| driver.poll_close(cx)).await;
+        });
+        Ok(H3Client { sender, driver, _endpoint: endpoint })
+    }
+
+    /// One request, with `auth` as the Hysteria2 credential if given: the status, headers
+    /// and body of the answer.
+    pub async fn request(
+        &mut self,
+        method: http::Method,
+        path: &str,
+        auth: Option<&str>,
+    ) -> Result<(u16, http::HeaderMap, Vec<u8>)> {
+        use bytes::Buf as _;
+        let mut request = http::Request::builder().method(method).uri(format!("https://hysteria{path}"));
+        if let Some(auth) = auth {
+            request = request.header("hysteria-auth", auth).header("hysteria-cc-rx", "0");
+        }
+        let mut stream = self.sender.send_request(request.body(())?).await?;
+        stream.finish().await?;
+        let response = stream.recv_response().await?;
+        let mut body = Vec::new();
+        while let Some(mut chunk) = stream.recv_data().await? {
+            while chunk.has_remaining() {
+                let piece = chunk.chunk();
+                let len = piece.len();
+                body.extend_from_slice(piece);
+                chunk.advance(len);
+            }
+        }
+        Ok((response.status().as_u16(), response.headers().clone(), body))
+    }
+
+    /// Whether `password` authenticates now (233 lets the client in; anything else is the
+    /// node's decoy 404).
+    pub async fn authenticates(&mut self, password: &str) -> Result<bool> {
+        Ok(self.request(http::Method::POST, "/auth", Some(password)).await?.0 == 233)
+    }
+}
+
+impl Drop for H3Client {
+    fn drop(&mut self) {
+        self.driver.abort();
     }
 }

@@ -57,28 +57,42 @@ async fn push(http: &reqwest::Client, edge: &hearth_tests::edge::EdgeProcess, bo
     assert!(status.is_success(), "{}", response.text().await.unwrap());
 }
 
-#[tokio::test]
-async fn a_removed_user_is_cut_off_live_and_nobody_else_notices() {
+/// A native edge that holds node 1's record (a key made here) and its set `creds`, and the
+/// state directory of that node, pulling from the edge every second and reporting every
+/// `report_secs`; the edge, a client for it, and the directory.
+async fn edge_with_node(
+    temp: &std::path::Path,
+    sim: &mut ControlSim,
+    creds: hearth_tests::control_sim::Item,
+    report_secs: u64,
+) -> (hearth_tests::edge::EdgeProcess, reqwest::Client, std::path::PathBuf) {
     use hearth_shared::keys::{Role, SecretKey};
     use hearth_tests::edge::{Backend, EdgeProcess};
+    let vars = sim.edge_vars(API, PUSH_TOKEN, &[]);
+    let edge = EdgeProcess::start(Backend::Native, &temp.join("edge.db"), &vars).unwrap();
+    let http = hearth_tests::http().build().unwrap();
+    let key = SecretKey::generate(Role::Node, &mut rand_core::OsRng).unwrap();
+    let record = sim.node(1, Some(key.public()));
+    push(&http, &edge, sim.push(&[record, creds])).await;
+    let dir = temp.join("node");
+    let settings = format!(
+        "edge_url = \"{}\"\napi_prefix = \"{API}\"\nedge_poll_secs = 1\nreport_secs = {report_secs}\n",
+        edge.url
+    );
+    hearth_tests::node::state_dir_with(&dir, sim, 1, &settings).unwrap();
+    key.save(&dir.join("node.key")).unwrap();
+    (edge, http, dir)
+}
+
+#[tokio::test]
+async fn a_removed_user_is_cut_off_live_and_nobody_else_notices() {
     use hearth_tests::node::fetch_watched;
     use std::time::{Duration, Instant};
 
     let temp = tempfile::tempdir().unwrap();
     let mut sim = ControlSim::new();
-    let vars = sim.edge_vars(API, PUSH_TOKEN, &[]);
-    let edge = EdgeProcess::start(Backend::Native, &temp.path().join("edge.db"), &vars).unwrap();
-    let http = hearth_tests::http().build().unwrap();
-    let key = SecretKey::generate(Role::Node, &mut rand_core::OsRng).unwrap();
-    let record = sim.node(1, Some(key.public()));
     let first = sim.creds(&set(1, &[(1, "alice-pw"), (2, "bob-pw")]));
-    push(&http, &edge, sim.push(&[record, first])).await;
-
-    let dir = temp.path().join("node");
-    let settings =
-        format!("edge_url = \"{}\"\napi_prefix = \"{API}\"\nedge_poll_secs = 1\nreport_secs = 1\n", edge.url);
-    hearth_tests::node::state_dir_with(&dir, &sim, 1, &settings).unwrap();
-    key.save(&dir.join("node.key")).unwrap();
+    let (edge, http, dir) = edge_with_node(temp.path(), &mut sim, first, 1).await;
     let node = NodeProcess::start(&dir).unwrap();
 
     // A long transfer: 4 MiB in 16 KiB pieces 25 ms apart, several seconds through the tunnel.
@@ -175,78 +189,15 @@ async fn udp_and_salamander_with_the_real_sing_box_client() {
     node.stop().unwrap();
 }
 
-/// A plain HTTP/3 client: what a prober (or a browser) sees of a node.
+/// One HTTP/3 request to a node, as a prober (or a browser) would send it.
 async fn h3_request(
     addr: std::net::SocketAddr,
     method: http::Method,
     path: &str,
     auth: Option<&str>,
 ) -> (u16, http::HeaderMap, Vec<u8>) {
-    use bytes::Buf as _;
-    #[derive(Debug)]
-    struct AnyCertificate(std::sync::Arc<rustls::crypto::CryptoProvider>);
-    impl rustls::client::danger::ServerCertVerifier for AnyCertificate {
-        fn verify_server_cert(
-            &self,
-            _: &rustls::pki_types::CertificateDer<'_>,
-            _: &[rustls::pki_types::CertificateDer<'_>],
-            _: &rustls::pki_types::ServerName<'_>,
-            _: &[u8],
-            _: rustls::pki_types::UnixTime,
-        ) -> Result<rustls::client::danger::ServerCertVerified, rustls::Error> {
-            Ok(rustls::client::danger::ServerCertVerified::assertion())
-        }
-        fn verify_tls12_signature(
-            &self,
-            m: &[u8],
-            c: &rustls::pki_types::CertificateDer<'_>,
-            d: &rustls::DigitallySignedStruct,
-        ) -> Result<rustls::client::danger::HandshakeSignatureValid, rustls::Error> {
-            rustls::crypto::verify_tls12_signature(m, c, d, &self.0.signature_verification_algorithms)
-        }
-        fn verify_tls13_signature(
-            &self,
-            m: &[u8],
-            c: &rustls::pki_types::CertificateDer<'_>,
-            d: &rustls::DigitallySignedStruct,
-        ) -> Result<rustls::client::danger::HandshakeSignatureValid, rustls::Error> {
-            rustls::crypto::verify_tls13_signature(m, c, d, &self.0.signature_verification_algorithms)
-        }
-        fn supported_verify_schemes(&self) -> Vec<rustls::SignatureScheme> {
-            self.0.signature_verification_algorithms.supported_schemes()
-        }
-    }
-    let provider = std::sync::Arc::new(rustls::crypto::ring::default_provider());
-    let mut tls = rustls::ClientConfig::builder_with_provider(provider.clone())
-        .with_protocol_versions(&[&rustls::version::TLS13])
-        .unwrap()
-        .dangerous()
-        .with_custom_certificate_verifier(std::sync::Arc::new(AnyCertificate(provider)))
-        .with_no_client_auth();
-    tls.alpn_protocols = vec![b"h3".to_vec()];
-    let crypto = quinn::crypto::rustls::QuicClientConfig::try_from(tls).unwrap();
-    let mut endpoint = quinn::Endpoint::client("127.0.0.1:0".parse().unwrap()).unwrap();
-    endpoint.set_default_client_config(quinn::ClientConfig::new(std::sync::Arc::new(crypto)));
-    let connection = endpoint.connect(addr, "localhost").unwrap().await.unwrap();
-    let (mut driver, mut sender) = h3::client::new(h3_quinn::Connection::new(connection)).await.unwrap();
-    let drive = tokio::spawn(async move { std::future::poll_fn(|cx| driver.poll_close(cx)).await });
-    let mut request = http::Request::builder().method(method).uri(format!("https://hysteria{path}"));
-    if let Some(auth) = auth {
-        request = request.header("hysteria-auth", auth).header("hysteria-cc-rx", "0");
-    }
-    let mut stream = sender.send_request(request.body(()).unwrap()).await.unwrap();
-    stream.finish().await.unwrap();
-    let response = stream.recv_response().await.unwrap();
-    let mut body = Vec::new();
-    while let Ok(Some(mut chunk)) = stream.recv_data().await {
-        while chunk.has_remaining() {
-            let piece = chunk.chunk().to_vec();
-            chunk.advance(piece.len());
-            body.extend_from_slice(&piece);
-        }
-    }
-    drive.abort();
-    (response.status().as_u16(), response.headers().clone(), body)
+    let mut client = hearth_tests::node::H3Client::connect(addr).await.unwrap();
+    client.request(method, path, auth).await.unwrap()
 }
 
 #[tokio::test]
@@ -353,31 +304,7 @@ async fn counted_http_server(
     ip: [u8; 4],
     body: &'static [u8],
 ) -> (std::net::SocketAddr, std::sync::Arc<std::sync::atomic::AtomicUsize>) {
-    use tokio::io::{AsyncReadExt as _, AsyncWriteExt as _};
-    let listener = tokio::net::TcpListener::bind((std::net::Ipv4Addr::from(ip), 0)).await.unwrap();
-    let addr = listener.local_addr().unwrap();
-    let accepted = std::sync::Arc::new(std::sync::atomic::AtomicUsize::new(0));
-    let count = accepted.clone();
-    tokio::spawn(async move {
-        while let Ok((mut stream, _)) = listener.accept().await {
-            count.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
-            tokio::spawn(async move {
-                let mut request = Vec::new();
-                let mut buf = [0u8; 1024];
-                while !request.windows(4).any(|w| w == b"\r\n\r\n") {
-                    match stream.read(&mut buf).await {
-                        Ok(0) | Err(_) => return,
-                        Ok(n) => request.extend_from_slice(&buf[..n]),
-                    }
-                }
-                let head = format!("HTTP/1.1 200 OK\r\ncontent-length: {}\r\nconnection: close\r\n\r\n", body.len());
-                let _ = stream.write_all(head.as_bytes()).await;
-                let _ = stream.write_all(body).await;
-                let _ = stream.shutdown().await;
-            });
-        }
-    });
-    (addr, accepted)
+    hearth_tests::node::http_server_at(ip, body.to_vec(), std::time::Duration::ZERO).await.unwrap()
 }
 
 /// A loopback UDP echo server, and how many datagrams it received.
@@ -459,26 +386,15 @@ fn alice_in(report: &[u8]) -> (u64, u64, u64) {
 /// such stops are two reports, each with its own transfer.
 #[tokio::test]
 async fn the_last_usage_before_a_sigterm_is_reported_once() {
-    use hearth_shared::keys::{Role, SecretKey};
-    use hearth_tests::edge::{Backend, EdgeProcess};
     use std::time::{Duration, Instant};
 
     let temp = tempfile::tempdir().unwrap();
     let mut sim = ControlSim::new();
-    let vars = sim.edge_vars(API, PUSH_TOKEN, &[]);
-    let edge = EdgeProcess::start(Backend::Native, &temp.path().join("edge.db"), &vars).unwrap();
-    let http = hearth_tests::http().build().unwrap();
-    let key = SecretKey::generate(Role::Node, &mut rand_core::OsRng).unwrap();
-    let record = sim.node(1, Some(key.public()));
     let item = sim.creds(&set(1, &[(7, "alice-password")]));
-    push(&http, &edge, sim.push(&[record])).await;
-    let dir = temp.path().join("node");
+    let held = item.envelope().unwrap().to_vec();
     // An hour between reports: only the report made at the stop can hold the transfer.
-    let settings =
-        format!("edge_url = \"{}\"\napi_prefix = \"{API}\"\nedge_poll_secs = 1\nreport_secs = 3600\n", edge.url);
-    hearth_tests::node::state_dir_with(&dir, &sim, 1, &settings).unwrap();
-    key.save(&dir.join("node.key")).unwrap();
-    std::fs::write(dir.join("creds.envelope"), item.envelope().unwrap()).unwrap();
+    let (edge, http, dir) = edge_with_node(temp.path(), &mut sim, item, 3600).await;
+    std::fs::write(dir.join("creds.envelope"), held).unwrap();
 
     let mut queued = Vec::new();
     for (round, size) in [(1u64, 1usize << 20), (2, 300 << 10)] {

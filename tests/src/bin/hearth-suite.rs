@@ -25,7 +25,7 @@ use hearth_tests::control::{ControlDir, ControlProcess};
 use hearth_tests::control_sim::{ControlSim, demo_snapshot};
 use hearth_tests::edge::{Backend, EdgeProcess, free_port};
 use hearth_tests::load::{self, Target};
-use hearth_tests::node::{NodeProcess, SingBoxClient, Streams, profile_outbound, tcp_echo};
+use hearth_tests::node::{H3Client, NodeProcess, SingBoxClient, Streams, profile_outbound, tcp_echo};
 use rand_core::OsRng;
 use serde_json::{Value, json};
 
@@ -634,7 +634,7 @@ async fn worker(t: &mut Table, seconds: u64) -> Result<()> {
 
 /// `hearth-node serve` with its log at info, for what it logs about each set it applies.
 struct LoggingNode {
-    child: std::process::Child,
+    node: NodeProcess,
     /// The UDP address it listens on.
     addr: std::net::SocketAddr,
     log: std::sync::mpsc::Receiver<String>,
@@ -643,35 +643,8 @@ struct LoggingNode {
 impl LoggingNode {
     /// Starts it on a state directory (in the cgroup of a [`Cgroup::start`] around it).
     fn start(state: &std::path::Path) -> Result<LoggingNode> {
-        use std::io::BufRead as _;
-        use std::process::Stdio;
-        let mut child = hearth_tests::cgroup::command(&hearth_tests::binary("hearth-node")?)
-            .arg("serve")
-            .arg("--state")
-            .arg(state)
-            .env("HEARTH_LOG", "warn,hearth_node=info")
-            .env("NO_COLOR", "1")
-            .stdin(Stdio::null())
-            .stdout(Stdio::piped())
-            .stderr(Stdio::piped())
-            .spawn()
-            .context("starting hearth-node")?;
-        let stderr = child.stderr.take().context("stderr")?;
-        let (tx, log) = std::sync::mpsc::channel();
-        std::thread::spawn(move || {
-            for line in std::io::BufReader::new(stderr).lines().map_while(Result::ok) {
-                let _ = tx.send(line);
-            }
-        });
-        let stdout = hearth_tests::stdout_lines(&mut child);
-        let line = stdout.recv_timeout(Duration::from_secs(60)).context("hearth-node did not start")?;
-        let addr = line
-            .strip_prefix("hearth-node listening on ")
-            .with_context(|| format!("unexpected first line {line:?}"))?
-            .parse()?;
-        // The rest of its standard output is drained (and dropped) so it never blocks.
-        std::thread::spawn(move || while stdout.recv().is_ok() {});
-        Ok(LoggingNode { child, addr, log })
+        let (node, log) = NodeProcess::start_logged_at(state, "warn,hearth_node=info")?;
+        Ok(LoggingNode { addr: node.addr, node, log })
     }
 
     /// The first log line from now on with `message` and `field=value`, within 30 s.
@@ -686,15 +659,8 @@ impl LoggingNode {
         }
     }
 
-    fn stop(mut self) -> Result<()> {
-        hearth_tests::stop_gracefully(&mut self.child, "hearth-node")
-    }
-}
-
-impl Drop for LoggingNode {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
+    fn stop(self) -> Result<()> {
+        self.node.stop()
     }
 }
 
@@ -754,102 +720,11 @@ async fn download(
     }
 }
 
-/// A Hysteria2 client's authentication on one QUIC connection to a node: the node answers
-/// HTTP/3 requests on a connection until one authenticates, so attempts can be repeated
-/// without a handshake each (for 10 s, the node's limit for authenticating).
-struct AuthProbe {
-    sender: h3::client::SendRequest<h3_quinn::OpenStreams, bytes::Bytes>,
-    driver: tokio::task::JoinHandle<()>,
-    _endpoint: quinn::Endpoint,
-}
-
-/// Accepts any server certificate (the node's is self-signed; the probe checks passwords,
-/// not the node).
-#[derive(Debug)]
-struct AnyCertificate(std::sync::Arc<rustls::crypto::CryptoProvider>);
-
-impl rustls::client::danger::ServerCertVerifier for AnyCertificate {
-    fn verify_server_cert(
-        &self,
-        _: &rustls::pki_types::CertificateDer<'_>,
-        _: &[rustls::pki_types::CertificateDer<'_>],
-        _: &rustls::pki_types::ServerName<'_>,
-        _: &[u8],
-        _: rustls::pki_types::UnixTime,
-    ) -> Result<rustls::client::danger::ServerCertVerified, rustls::Error> {
-        Ok(rustls::client::danger::ServerCertVerified::assertion())
-    }
-
-    fn verify_tls12_signature(
-        &self,
-        message: &[u8],
-        cert: &rustls::pki_types::CertificateDer<'_>,
-        dss: &rustls::DigitallySignedStruct,
-    ) -> Result<rustls::client::danger::HandshakeSignatureValid, rustls::Error> {
-        rustls::crypto::verify_tls12_signature(message, cert, dss, &self.0.signature_verification_algorithms)
-    }
-
-    fn verify_tls13_signature(
-        &self,
-        message: &[u8],
-        cert: &rustls::pki_types::CertificateDer<'_>,
-        dss: &rustls::DigitallySignedStruct,
-    ) -> Result<rustls::client::danger::HandshakeSignatureValid, rustls::Error> {
-        rustls::crypto::verify_tls13_signature(message, cert, dss, &self.0.signature_verification_algorithms)
-    }
-
-    fn supported_verify_schemes(&self) -> Vec<rustls::SignatureScheme> {
-        self.0.signature_verification_algorithms.supported_schemes()
-    }
-}
-
-impl AuthProbe {
-    /// A QUIC connection to the node at `addr` (without Salamander obfuscation).
-    async fn connect(addr: std::net::SocketAddr) -> Result<AuthProbe> {
-        let provider = std::sync::Arc::new(rustls::crypto::ring::default_provider());
-        let mut tls = rustls::ClientConfig::builder_with_provider(provider.clone())
-            .with_protocol_versions(&[&rustls::version::TLS13])?
-            .dangerous()
-            .with_custom_certificate_verifier(std::sync::Arc::new(AnyCertificate(provider)))
-            .with_no_client_auth();
-        tls.alpn_protocols = vec![b"h3".to_vec()];
-        let crypto = quinn::crypto::rustls::QuicClientConfig::try_from(tls)?;
-        let mut endpoint = quinn::Endpoint::client("127.0.0.1:0".parse()?)?;
-        endpoint.set_default_client_config(quinn::ClientConfig::new(std::sync::Arc::new(crypto)));
-        let connection = endpoint.connect(addr, "localhost")?.await?;
-        let (mut driver, sender) = h3::client::new(h3_quinn::Connection::new(connection)).await?;
-        let driver = tokio::spawn(async move {
-            let _ = std::future::poll_fn(|cx| driver.poll_close(cx)).await;
-        });
-        Ok(AuthProbe { sender, driver, _endpoint: endpoint })
-    }
-
-    /// Whether `password` authenticates now (Hysteria2's `POST /auth`: 233 lets the client
-    /// in; anything else is the node's decoy 404).
-    async fn authenticates(&mut self, password: &str) -> Result<bool> {
-        let request = http::Request::post("https://hysteria/auth")
-            .header("hysteria-auth", password)
-            .header("hysteria-cc-rx", "0")
-            .body(())?;
-        let mut stream = self.sender.send_request(request).await?;
-        stream.finish().await?;
-        let status = stream.recv_response().await?.status().as_u16();
-        while stream.recv_data().await?.is_some() {}
-        Ok(status == 233)
-    }
-}
-
-impl Drop for AuthProbe {
-    fn drop(&mut self) {
-        self.driver.abort();
-    }
-}
-
 /// The time from `started` until `password` authenticates at the node at `addr`, asked
 /// every millisecond on one connection (a new one when the node closes it), within 30 s.
 async fn until_authenticated(
     addr: std::net::SocketAddr,
-    probe: AuthProbe,
+    probe: H3Client,
     password: &str,
     started: Instant,
 ) -> Result<Duration> {
@@ -857,7 +732,7 @@ async fn until_authenticated(
     loop {
         let attempt = match probe.as_mut() {
             Some(p) => p.authenticates(password).await,
-            None => match AuthProbe::connect(addr).await {
+            None => match H3Client::connect(addr).await {
                 Ok(p) => probe.insert(p).authenticates(password).await,
                 Err(e) => Err(e),
             },
@@ -1287,13 +1162,13 @@ async fn system(t: &mut Table, storm_seconds: u64) -> Result<()> {
     let node = cg.start(|| NodeProcess::start(&state))?;
     // The node holds the 1000 users once the last of them authenticates.
     let last = users.last().and_then(|u| u["id"].as_u64()).context("id")?;
-    let probe = AuthProbe::connect(node.addr).await?;
+    let probe = H3Client::connect(node.addr).await?;
     until_authenticated(node.addr, probe, &password_of(&call, last).await?, Instant::now()).await?;
     // P6: one change among 1000: until the edge serves it, and until the node lets the user
     // in, seen as a Hysteria2 client sees it: its authentication succeeds. The user's password
     // is read from control (what the link would give) right after the creation, on a QUIC
     // connection opened before, so the handshake is not counted but that read is.
-    let probe = AuthProbe::connect(node.addr).await?;
+    let probe = H3Client::connect(node.addr).await?;
     let (bytes, started) = (pushed().await?, Instant::now());
     let one = call(reqwest::Method::POST, "/users".into(), Some(json!({ "name": "p6-one" }))).await?;
     let id = one["id"].as_u64().context("id")?;
