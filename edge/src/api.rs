@@ -131,8 +131,8 @@ pub fn check_release(
 /// The largest release bundle taken (a few binaries).
 pub const MAX_RELEASE_BYTES: usize = 64 * 1024 * 1024;
 
-/// How many streams one export page holds.
-pub const EXPORT_PAGE: u32 = 500;
+/// How many streams one export page holds (fewer when their bytes fill it first).
+pub const EXPORT_PAGE: u32 = hearth_shared::wire::ExportPage::MAX_ITEMS as u32;
 
 /// Where an export page ended: in the streams (after a name), or in a shard of links (after
 /// a token hash). Written into the page as text for the next request.

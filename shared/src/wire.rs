@@ -551,6 +551,42 @@ pub struct ExportPage {
     pub batch: u64,
 }
 
+impl ExportItem {
+    /// What it takes of a page's [`ExportPage::ITEM_BYTES`]: its stream's name and envelope.
+    pub fn size(&self) -> usize {
+        self.stream.len() + self.envelope.as_ref().map_or(0, Vec::len)
+    }
+}
+
+const MIB: usize = 1024 * 1024;
+
+impl ExportPage {
+    /// The most items one page holds.
+    pub const MAX_ITEMS: usize = 500;
+    /// The most bytes of items ([`ExportItem::size`]) one page holds: an edge adds no item
+    /// that would take a page past it (but the first, so every page makes way). The largest
+    /// envelope an edge exports, a credential set ([`crate::envelope::Kind::max_len`]: 8 MiB),
+    /// is half of it.
+    pub const ITEM_BYTES: usize = 16 * MIB;
+    /// The longest page control reads: the items' bytes and 1 MiB for the rest (at most 32
+    /// bytes of framing an item, the cursor, which names a stream or a link's hash in hex,
+    /// and the key records, which nodes take in the headers of a pull's answer and are far
+    /// smaller).
+    pub const MAX_LEN: usize = Self::ITEM_BYTES + MIB;
+    /// The most pages one export takes: an edge holding the 100k users one control is built
+    /// for (a link each, the deleted links kept as tombstones) and its nodes' streams fits in
+    /// a few hundred pages, some 1,600 if every snapshot were as large as one can be. A
+    /// restore stops an export that goes on past this.
+    pub const MAX_PAGES: usize = 10_000;
+
+    /// Whether a page that holds `items` has room for `next` (a page always has room for one).
+    pub fn room_for(items: &[ExportItem], next: &ExportItem) -> bool {
+        items.is_empty()
+            || (items.len() < Self::MAX_ITEMS
+                && items.iter().map(ExportItem::size).sum::<usize>() + next.size() <= Self::ITEM_BYTES)
+    }
+}
+
 /// What the edge hands control when it drains queued usage reports.
 #[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
 pub struct UsageDrain {
@@ -558,6 +594,25 @@ pub struct UsageDrain {
     pub cursor: u64,
     /// Encoded [`crate::envelope::Kind::UsageReport`] envelopes, oldest first.
     pub reports: Vec<serde_bytes::ByteBuf>,
+}
+
+impl UsageDrain {
+    /// The most reports one drain hands out.
+    pub const MAX_REPORTS: usize = 500;
+    /// The most bytes of reports one drain hands out: an edge adds no report that would take
+    /// it past this (but the first). A report is at most 4 MiB
+    /// ([`crate::envelope::Kind::max_len`]), so each fits.
+    pub const REPORT_BYTES: usize = 8 * MIB;
+    /// The longest drain control reads: the reports and their framing (at most 10 bytes a
+    /// report, and the cursor).
+    pub const MAX_LEN: usize = Self::REPORT_BYTES + 16 * 1024;
+
+    /// Whether this drain has room for a report of `len` bytes (it always has for one).
+    pub fn room_for(&self, len: usize) -> bool {
+        self.reports.is_empty()
+            || (self.reports.len() < Self::MAX_REPORTS
+                && self.reports.iter().map(|r| r.len()).sum::<usize>() + len <= Self::REPORT_BYTES)
+    }
 }
 
 /// Encodes any wire value with postcard.
@@ -614,6 +669,39 @@ mod tests {
         let mut trailing = set.encode();
         trailing.push(0);
         assert!(CredentialSet::decode(&trailing).is_err());
+    }
+
+    #[test]
+    fn pages_filled_to_their_budget_stay_under_what_control_reads() {
+        use crate::envelope::Kind;
+        // Envelopes as large as an edge exports, and as many small ones as a page takes; key
+        // records as long as a pull's headers can carry.
+        let keys = Some("k".repeat(408 * 1024));
+        for size in [Kind::CredentialSet.max_len(), Kind::Snapshot.max_len(), 200] {
+            let mut page = ExportPage { keys: keys.clone(), batch: u64::MAX, ..ExportPage::default() };
+            loop {
+                let stream = format!("creds/{}", u64::MAX - page.items.len() as u64);
+                let item = ExportItem { stream, version: u64::MAX, envelope: Some(vec![7; size]) };
+                if !ExportPage::room_for(&page.items, &item) {
+                    break;
+                }
+                page.items.push(item);
+            }
+            let fit = if size == 200 { ExportPage::MAX_ITEMS } else { ExportPage::ITEM_BYTES / (size + 64) };
+            assert_eq!(page.items.len(), fit, "{size}-byte items a page");
+            page.next = page.items.last().map(|last| format!("s.{}", hex::encode(&last.stream)));
+            let len = encode(&page).len();
+            assert!(len <= ExportPage::MAX_LEN, "a page of {size}-byte items is {len} bytes");
+        }
+        for size in [Kind::UsageReport.max_len(), 100] {
+            let mut drain = UsageDrain { cursor: u64::MAX, reports: Vec::new() };
+            while drain.room_for(size) {
+                drain.reports.push(vec![7; size].into());
+            }
+            assert!(drain.reports.len() >= 2, "{size}-byte reports: {} a drain", drain.reports.len());
+            let len = encode(&drain).len();
+            assert!(len <= UsageDrain::MAX_LEN, "a drain of {size}-byte reports is {len} bytes");
+        }
     }
 
     #[test]

@@ -154,6 +154,7 @@ both!(
     nodes_pull_their_own_set_and_usage_queues_for_control,
     the_archive_round_trips_and_everything_survives_a_restart,
     everything_stored_comes_back_in_export_pages_for_a_restore,
+    export_pages_hold_no_more_bytes_than_control_reads,
     a_release_reaches_the_nodes_the_rollout_names_and_no_other
 );
 
@@ -677,6 +678,68 @@ async fn everything_stored_comes_back_in_export_pages_for_a_restore(backend: Bac
     let no_token = s.http.get(format!("{}/{API}/export", s.edge.url)).send().await.unwrap();
     assert_eq!(no_token.status(), StatusCode::UNAUTHORIZED);
     assert_eq!(export("l.x.zz".into()).await.unwrap().status(), StatusCode::BAD_REQUEST);
+}
+
+/// Streams and links of some 20 MB each, more than one page's bytes: every page stays within
+/// what control reads of one (`ExportPage`'s limits), and the pages cut short by their bytes
+/// still give back everything.
+async fn export_pages_hold_no_more_bytes_than_control_reads(backend: Backend) {
+    use hearth_shared::wire::{ExportItem, ExportPage};
+    // One shard of links on the Worker, so its links come in pages too.
+    let mut s = start(backend, &[("HEARTH_SHARDS", "1")]);
+    // Twelve credential sets of 1.6 MB (a Durable Object's row holds 2 MB), and 100 links whose
+    // snapshots carry a 200 kB announcement.
+    let sets: Vec<_> = (1..=12u64)
+        .map(|node| {
+            let users = (0..45_000).map(|user| CredEntry { user: node * 100_000 + user, hash: [node as u8; 32] });
+            s.sim.creds(&CredentialSet::new(node, users.collect()).unwrap())
+        })
+        .collect();
+    assert_eq!(s.push_items(&sets).await.0, StatusCode::OK);
+    let tokens: Vec<SubToken> = (0..100).map(|_| SubToken::generate(&mut OsRng)).collect();
+    let links: Vec<_> = tokens
+        .iter()
+        .enumerate()
+        .map(|(i, token)| {
+            let mut snapshot = demo_snapshot(i as u64);
+            snapshot.profile.announce = Some("x".repeat(200_000));
+            s.sim.snapshot(token, &snapshot)
+        })
+        .collect();
+    assert_eq!(s.push_items(&links).await.0, StatusCode::OK);
+
+    let mut seen = std::collections::BTreeSet::new();
+    let mut after = String::new();
+    let mut pages = Vec::new();
+    loop {
+        let response = s
+            .http
+            .get(format!("{}/{API}/export?after={after}", s.edge.url))
+            .bearer_auth(PUSH_TOKEN)
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(response.status(), StatusCode::OK);
+        let body = response.bytes().await.unwrap();
+        assert!(body.len() <= ExportPage::MAX_LEN, "a page of {} bytes", body.len());
+        let page: ExportPage = wire::decode(&body, "page").unwrap();
+        let bytes: usize = page.items.iter().map(ExportItem::size).sum();
+        assert!(bytes <= ExportPage::ITEM_BYTES, "a page of {} items holds {bytes} bytes", page.items.len());
+        pages.push(page.items.len());
+        for item in page.items {
+            assert!(item.envelope.is_some(), "{}", item.stream);
+            assert!(seen.insert(item.stream.clone()), "{} twice", item.stream);
+        }
+        match page.next {
+            Some(next) => after = next,
+            None => break,
+        }
+    }
+    let expected: std::collections::BTreeSet<String> =
+        (1..=12).map(stream::creds).chain(tokens.iter().map(|token| stream::snapshot(&token.hash()))).collect();
+    assert_eq!(seen, expected, "every set and every link, once");
+    // Cut by their bytes: the twelve sets and the hundred links each take two pages or more.
+    assert!(pages.len() >= 4, "pages of {pages:?} items");
 }
 
 async fn a_release_reaches_the_nodes_the_rollout_names_and_no_other(backend: Backend) {

@@ -29,7 +29,7 @@ pub use store::Replica;
 use store::{Store, StoreError};
 
 /// How many usage reports one drain hands out.
-const DRAIN_LIMIT: u32 = 500;
+const DRAIN_LIMIT: u32 = hearth_shared::wire::UsageDrain::MAX_REPORTS as u32;
 
 #[derive(Default)]
 struct Limiter {

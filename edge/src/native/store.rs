@@ -374,8 +374,12 @@ impl Store {
             .await?;
         let mut drain = UsageDrain { cursor: after, reports: Vec::new() };
         while let Some(row) = rows.next().await? {
+            let report = row.get::<Vec<u8>>(1)?;
+            if !drain.room_for(report.len()) {
+                break;
+            }
             drain.cursor = u64::try_from(row.get::<i64>(0)?).map_err(|_| StoreError::Corrupt("usage id"))?;
-            drain.reports.push(row.get::<Vec<u8>>(1)?.into());
+            drain.reports.push(report.into());
         }
         Ok(drain)
     }
@@ -395,12 +399,20 @@ impl Store {
                         params![after.clone(), hearth_shared::wire::stream::ARCHIVE, i64::from(limit)],
                     )
                     .await?;
+                // Full: as many items as asked for, or as many bytes as a page holds.
+                let mut full = false;
                 while let Some(row) = rows.next().await? {
-                    page.items.push(ExportItem { stream: row.get(0)?, version: u(row.get(1)?), envelope: row.get(2)? });
+                    let item = ExportItem { stream: row.get(0)?, version: u(row.get(1)?), envelope: row.get(2)? };
+                    if !ExportPage::room_for(&page.items, &item) {
+                        full = true;
+                        break;
+                    }
+                    page.items.push(item);
                 }
+                full |= page.items.len() == limit as usize;
                 page.next = Some(
                     match page.items.last() {
-                        Some(last) if page.items.len() == limit as usize => ExportCursor::Streams(last.stream.clone()),
+                        Some(last) if full => ExportCursor::Streams(last.stream.clone()),
                         _ => ExportCursor::Links { shard: 0, after: Vec::new() },
                     }
                     .to_text(),
@@ -416,14 +428,20 @@ impl Store {
                     )
                     .await?;
                 let mut last = Vec::new();
+                let mut full = false;
                 while let Some(row) = rows.next().await? {
                     let hash: Vec<u8> = row.get(0)?;
                     let stream = link_stream(&hash).ok_or(StoreError::Corrupt("a link's hash"))?;
-                    page.items.push(ExportItem { stream, version: u(row.get(1)?), envelope: row.get(2)? });
+                    let item = ExportItem { stream, version: u(row.get(1)?), envelope: row.get(2)? };
+                    if !ExportPage::room_for(&page.items, &item) {
+                        full = true;
+                        break;
+                    }
+                    page.items.push(item);
                     last = hash;
                 }
-                page.next = (page.items.len() == limit as usize)
-                    .then(|| ExportCursor::Links { shard: 0, after: last }.to_text());
+                full |= page.items.len() == limit as usize;
+                page.next = full.then(|| ExportCursor::Links { shard: 0, after: last }.to_text());
             }
         }
         Ok(page)

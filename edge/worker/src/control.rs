@@ -20,8 +20,8 @@ use worker::{
 
 use crate::runtime::{call, config, int, now_ms, reply_of, respond, transaction};
 
-/// How many usage reports one drain hands out.
-const DRAIN_LIMIT: i64 = 500;
+/// How many usage reports one drain hands out (fewer when their bytes fill it first).
+const DRAIN_LIMIT: i64 = UsageDrain::MAX_REPORTS as i64;
 
 #[durable_object]
 pub struct Control {
@@ -210,6 +210,9 @@ impl DurableObject for Control {
                     .to_array()?;
                 let mut drain = UsageDrain { cursor: after, reports: Vec::new() };
                 for row in rows {
+                    if !drain.room_for(row.envelope.len()) {
+                        break;
+                    }
                     drain.cursor = row.id as u64;
                     drain.reports.push(row.envelope);
                 }
@@ -335,18 +338,23 @@ impl Control {
                         vec![after.as_str().into(), stream::ARCHIVE.into(), stream::RELEASE.into(), i64::from(limit).into()],
                     )?
                     .to_array()?;
+                // Full: as many items as asked for, or as many bytes as a page holds.
+                let mut full = rows.len() == limit as usize;
                 for row in rows {
-                    page.items.push(ExportItem {
+                    let item = ExportItem {
                         stream: row.name,
                         version: row.version as u64,
                         envelope: row.envelope.map(serde_bytes::ByteBuf::into_vec),
-                    });
+                    };
+                    if !ExportPage::room_for(&page.items, &item) {
+                        full = true;
+                        break;
+                    }
+                    page.items.push(item);
                 }
                 page.next = Some(
                     match page.items.last() {
-                        Some(last) if page.items.len() == limit as usize => {
-                            api::ExportCursor::Streams(last.stream.clone())
-                        }
+                        Some(last) if full => api::ExportCursor::Streams(last.stream.clone()),
                         _ => api::ExportCursor::Links { shard: 0, after: Vec::new() },
                     }
                     .to_text(),
@@ -362,9 +370,9 @@ impl Control {
                 if reply.status != 200 {
                     return Ok(api::unavailable());
                 }
-                let (items, last): (Vec<ExportItem>, Vec<u8>) = decode(&reply.body, "export")
+                // The shard says whether it has more after `last` (it filled the page).
+                let (items, last, full): (Vec<ExportItem>, Vec<u8>, bool) = decode(&reply.body, "export")
                     .map_err(|_| worker::Error::RustError("a shard's export is malformed".into()))?;
-                let full = items.len() == limit as usize;
                 page.items = items;
                 page.next = if full {
                     Some(api::ExportCursor::Links { shard, after: last }.to_text())

@@ -120,7 +120,8 @@ impl Links {
         Response::from_bytes(envelope.into_vec())
     }
 
-    /// Up to `limit` links after the token hash `after`, as export items, with the last hash.
+    /// Up to `limit` links after the token hash `after` (fewer when their bytes fill a page),
+    /// as export items, with the last hash and whether the page is full (more may follow).
     fn export(&self, after: Vec<u8>, limit: u64) -> Result<Response> {
         let rows: Vec<LinkRow> = self
             .state
@@ -132,17 +133,23 @@ impl Links {
             )?
             .to_array()?;
         let mut last = Vec::new();
+        let mut full = rows.len() as u64 == limit;
         let mut items = Vec::with_capacity(rows.len());
         for row in rows {
             let Some(stream) = hearth_edge::api::link_stream(&row.token_hash) else { continue };
-            items.push(hearth_shared::wire::ExportItem {
+            let item = hearth_shared::wire::ExportItem {
                 stream,
                 version: row.version as u64,
                 envelope: row.envelope.map(serde_bytes::ByteBuf::into_vec),
-            });
+            };
+            if !hearth_shared::wire::ExportPage::room_for(&items, &item) {
+                full = true;
+                break;
+            }
+            items.push(item);
             last = row.token_hash.into_vec();
         }
-        Response::from_bytes(hearth_shared::wire::encode(&(items, last)))
+        Response::from_bytes(hearth_shared::wire::encode(&(items, last, full)))
     }
 
     /// Applies `writes` (or, with `check_only`, only says whether they would apply).
