@@ -22,6 +22,7 @@ use hearth_shared::trust::{self, Expect, StreamState, Trust, VerifyError};
 use hearth_shared::wire::{self, CredentialSet, UsageAck, UsageReport, stream};
 use hearth_shared::{Digest, nodeauth};
 
+use crate::capped;
 use crate::state::{Settings, StateDir};
 use crate::table::Live;
 
@@ -132,6 +133,12 @@ pub(crate) fn control_client(pin: Option<&str>) -> Result<reqwest::Client> {
     builder.build().context("making the HTTP client")
 }
 
+/// Whether a request failed because its answer was longer than it can be: the peer's doing,
+/// said at warn (a peer out of reach is usual, behind NAT, and said at debug).
+fn refused_for_size(e: &anyhow::Error) -> bool {
+    matches!(e.downcast_ref(), Some(capped::ReadError::TooLarge { .. }))
+}
+
 /// A pull's answer, with the key records control (or the edge) sent alongside.
 enum Pulled {
     New(Vec<u8>, Option<Vec<Vec<u8>>>),
@@ -207,9 +214,12 @@ impl Agent {
             }
         };
         match response.status().as_u16() {
-            200 => Ok(Pulled::New(response.bytes().await?.to_vec(), chain)),
+            200 => {
+                let set = capped::read(response, Kind::CredentialSet.max_len(), "a credential set").await?;
+                Ok(Pulled::New(set, chain))
+            }
             204 | 304 => Ok(Pulled::Unchanged(chain)),
-            status => bail!("answered {status}: {}", response.text().await.unwrap_or_default()),
+            status => bail!("answered {status}: {}", capped::message(response).await),
         }
     }
 
@@ -338,7 +348,8 @@ impl Agent {
     async fn update(&self, client: &reqwest::Client, base: &str, release: u64) -> crate::update::Outcome {
         use crate::update::Outcome;
         let node = self.settings.node;
-        let fetch = |rest: String, timeout: u64| async move {
+        // The request's failure (retried at a later pull), or what reading its body gave.
+        let fetch = |rest: String, timeout: u64, max: usize, what: &'static str| async move {
             let response = self
                 .signed(client, reqwest::Method::GET, base, &rest)
                 .timeout(Duration::from_secs(timeout))
@@ -348,20 +359,27 @@ impl Agent {
             if !response.status().is_success() {
                 return Err(format!("answered {}", response.status()));
             }
-            response.bytes().await.map(|b| b.to_vec()).map_err(|e| e.to_string())
+            Ok(capped::read(response, max, what).await)
         };
-        let manifest = match fetch(format!("/nodes/{node}/release"), 60).await {
-            Ok(bytes) => bytes,
-            Err(why) => return Outcome::Retry(why),
-        };
+        let manifest =
+            match fetch(format!("/nodes/{node}/release"), 60, Kind::Release.max_len(), "a release manifest").await {
+                Ok(Ok(bytes)) => bytes,
+                Ok(Err(e)) => return Outcome::Retry(e.to_string()),
+                Err(why) => return Outcome::Retry(why),
+            };
         let (running, _) = crate::update::running(&self.state);
         let trust = self.trust.lock().expect("trust lock").clone();
         let (manifest, file) = match crate::update::check_manifest(&manifest, &trust, release, &running, now()) {
             Ok(checked) => checked,
             Err(reason) => return Outcome::Refused(reason),
         };
-        let bytes = match fetch(format!("/nodes/{node}/release/{}", file.name()), 900).await {
-            Ok(bytes) => bytes,
+        // The file is as long as the signed manifest says, or it is not the release's.
+        let len = usize::try_from(file.len).unwrap_or(usize::MAX);
+        let what = "the release file its manifest names";
+        let bytes = match fetch(format!("/nodes/{node}/release/{}", file.name()), 900, len, what).await {
+            Ok(Ok(bytes)) => bytes,
+            Ok(Err(e @ capped::ReadError::TooLarge { .. })) => return Outcome::Refused(e.to_string()),
+            Ok(Err(e)) => return Outcome::Retry(e.to_string()),
             Err(why) => return Outcome::Retry(why),
         };
         if !file.matches(&bytes) {
@@ -399,6 +417,9 @@ impl Agent {
             if let (Some(client), Some(base)) = (&self.control, &self.settings.control_url) {
                 match self.pull_from(client, base, wait, true).await {
                     Ok(result) => (pulled, source) = (Some(result), Some((client, base.clone()))),
+                    Err(e) if refused_for_size(&e) => {
+                        tracing::warn!(error = %e, "refused control's answer to a pull; serving the set held");
+                    }
                     Err(e) => tracing::debug!(error = %e, "control did not answer the pull"),
                 }
             }
@@ -408,6 +429,9 @@ impl Agent {
             {
                 match self.pull_from(&self.edge, &base, 0, false).await {
                     Ok(result) => (pulled, source) = (Some(result), Some((&self.edge, base))),
+                    Err(e) if refused_for_size(&e) => {
+                        tracing::warn!(error = %e, "refused the edge's answer to a pull; serving the set held");
+                    }
                     Err(e) => tracing::debug!(error = %e, "the edge did not answer the pull"),
                 }
             }
@@ -512,7 +536,7 @@ impl Agent {
                     .await;
                 if let Ok(answer) = answer {
                     if answer.status().is_success() {
-                        let ack = answer.bytes().await?;
+                        let ack = capped::read(answer, Kind::UsageAck.max_len(), "an acknowledgement").await?;
                         let acked = self.verify_ack(&ack)?;
                         self.forget(acked, &queue)?;
                         continue;
@@ -588,7 +612,7 @@ impl Agent {
         if answer.status().as_u16() != 200 {
             return Ok(());
         }
-        let acked = self.verify_ack(&answer.bytes().await?)?;
+        let acked = self.verify_ack(&capped::read(answer, Kind::UsageAck.max_len(), "an acknowledgement").await?)?;
         self.forget(acked, &self.queued()?)
     }
 
@@ -602,14 +626,22 @@ impl Agent {
                 tracing::error!(error = %e, "could not queue a usage report");
             }
             if let Err(e) = self.send(&mut sent_to_edge).await {
-                tracing::debug!(error = %e, "usage reports stay queued");
+                if refused_for_size(&e) {
+                    tracing::warn!(error = %e, "refused control's answer to a usage report; it stays queued");
+                } else {
+                    tracing::debug!(error = %e, "usage reports stay queued");
+                }
             }
             // Reports that went to the edge are acknowledged there once control collected them.
             if sent_to_edge > 0
                 && !self.queued().unwrap_or_default().is_empty()
                 && let Err(e) = self.ack_from_edge().await
             {
-                tracing::debug!(error = %e, "no acknowledgement from the edge");
+                if refused_for_size(&e) {
+                    tracing::warn!(error = %e, "refused the edge's answer for an acknowledgement");
+                } else {
+                    tracing::debug!(error = %e, "no acknowledgement from the edge");
+                }
             }
         }
     }

@@ -24,6 +24,14 @@ pub(crate) struct Request<'a> {
     pub(crate) allow_private: bool,
 }
 
+/// The longest answer to an enrollment read: its key records in hex and a few short fields.
+/// The same records travel base64 in the headers of every answer to a pull, which the node's
+/// HTTP client takes only up to 408 KiB, so their hex is at most some 610 KiB.
+const ANSWER_MAX: usize = 1024 * 1024;
+
+/// The longest refusal read (a JSON error with a short message).
+const ERROR_MAX: usize = 16 * 1024;
+
 #[derive(Deserialize)]
 struct Answer {
     node: u64,
@@ -79,11 +87,13 @@ pub(crate) async fn enroll(dir: &Path, request: &Request<'_>) -> Result<u64> {
         .map_err(|e| anyhow::anyhow!("control did not answer: {:#}", anyhow::Error::from(e.without_url())))?;
     if !response.status().is_success() {
         let status = response.status();
-        let body: serde_json::Value = response.json().await.unwrap_or_default();
+        let body = crate::capped::read(response, ERROR_MAX, "control's refusal").await.unwrap_or_default();
+        let body: serde_json::Value = serde_json::from_slice(&body).unwrap_or_default();
         let message = body["error"]["message"].as_str().unwrap_or("no reason given").to_owned();
         bail!("control refused the enrollment ({status}): {message}");
     }
-    let answer: Answer = response.json().await.context("control's answer")?;
+    let answer = crate::capped::read(response, ANSWER_MAX, "an enrollment answer").await.context("control's answer")?;
+    let answer: Answer = serde_json::from_slice(&answer).context("control's answer")?;
     let root: PublicKey = answer.root_key.parse().context("control sent a malformed root key")?;
     let mut trust = Trust::new(RoleKeys::single(root));
     let records = answer

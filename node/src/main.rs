@@ -6,6 +6,7 @@
 //! are unreachable serves its users as before).
 
 mod agent;
+mod capped;
 mod enroll;
 mod metrics;
 mod proto;
