@@ -10,6 +10,7 @@ mod api;
 mod app;
 mod archive;
 mod auth;
+mod capped;
 mod config;
 mod error;
 mod keyring;

@@ -82,7 +82,9 @@ fn fetch(edge_url: &str, edge: &EdgeToml) -> Result<Fetched> {
             .timeout(std::time::Duration::from_secs(300))
             .build()?;
         let base = format!("{}/{}", edge_url.trim_end_matches('/'), edge.api_prefix);
-        let get = |url: String| {
+        // The body of an answer (`what`, at most `max` bytes), or the status of a refusal and
+        // what it said.
+        let get = |url: String, max: usize, what: &'static str| {
             let request = client.get(url).bearer_auth(&edge.push_token);
             async move {
                 let response = request
@@ -90,20 +92,35 @@ fn fetch(edge_url: &str, edge: &EdgeToml) -> Result<Fetched> {
                     .await
                     .map_err(|e| anyhow::anyhow!("the edge did not answer: {}", crate::tasks::without_url(&e)))?;
                 let status = response.status();
-                let body = response.bytes().await.context("reading the edge's answer")?;
-                Ok::<_, anyhow::Error>((status, body))
+                if !status.is_success() {
+                    return Ok(Err((status, crate::capped::message(response).await)));
+                }
+                let body = crate::capped::read(response, max, what)
+                    .await
+                    .with_context(|| format!("reading {what} from the edge"))?;
+                Ok::<_, anyhow::Error>(Ok(body))
             }
         };
         let mut fetched = Fetched { items: Vec::new(), batch: 0, chain: Vec::new(), archive: None };
+        // The export ends: within as many pages as an edge can hold, each at a cursor not
+        // given before (kept by their digests).
         let mut after = String::new();
-        loop {
-            let (status, body) = get(format!("{base}/export?after={after}")).await?;
-            if status == reqwest::StatusCode::UNAUTHORIZED {
-                bail!("the edge refused the push token in the edge settings");
+        let mut given = BTreeSet::from([sha256(after.as_bytes())]);
+        for pages in 1.. {
+            if pages > ExportPage::MAX_PAGES {
+                bail!(
+                    "the edge's export goes on past {} pages, more than an edge can hold: stopped",
+                    ExportPage::MAX_PAGES
+                );
             }
-            if !status.is_success() {
-                bail!("the edge answered {status} to an export: {}", String::from_utf8_lossy(&body));
-            }
+            let body =
+                match get(format!("{base}/export?after={after}"), ExportPage::MAX_LEN, "a page of the export").await? {
+                    Ok(body) => body,
+                    Err((reqwest::StatusCode::UNAUTHORIZED, _)) => {
+                        bail!("the edge refused the push token in the edge settings")
+                    }
+                    Err((status, said)) => bail!("the edge answered {status} to an export: {said}"),
+                };
             let page: ExportPage = wire::decode(&body, "export page").context("the edge's export is malformed")?;
             if let Some(keys) = &page.keys {
                 fetched.chain = hearth_shared::trust::chain_from_header(keys)
@@ -112,15 +129,17 @@ fn fetch(edge_url: &str, edge: &EdgeToml) -> Result<Fetched> {
             fetched.batch = fetched.batch.max(page.batch);
             fetched.items.extend(page.items);
             match page.next {
-                Some(next) => after = next,
                 None => break,
+                Some(next) if !given.insert(sha256(next.as_bytes())) => bail!(
+                    "the edge's export does not advance: page {pages} gives a cursor an earlier page gave: stopped"
+                ),
+                Some(next) => after = next,
             }
         }
-        let (status, body) = get(format!("{base}/archive")).await?;
-        if status.is_success() {
-            fetched.archive = Some(body.to_vec());
-        } else if status != reqwest::StatusCode::NOT_FOUND {
-            bail!("the edge answered {status} for the archive");
+        match get(format!("{base}/archive"), Kind::Archive.max_len(), "the archive").await? {
+            Ok(body) => fetched.archive = Some(body),
+            Err((reqwest::StatusCode::NOT_FOUND, _)) => {}
+            Err((status, _)) => bail!("the edge answered {status} for the archive"),
         }
         Ok(fetched)
     })

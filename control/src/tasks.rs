@@ -24,6 +24,10 @@ const PUSH_BYTES: usize = 16 * 1024 * 1024;
 const MAX_BACKOFF: Duration = Duration::from_secs(60);
 /// How often control asks the edge for queued usage reports.
 const DRAIN_EVERY: Duration = Duration::from_secs(5);
+/// Drain pages one pass takes at most (a backlog of 50,000 reports): the rest waits for the
+/// next pass, so an edge that never stops handing out pages keeps the drainer no busier than
+/// a large backlog does.
+const DRAIN_PAGES: usize = 100;
 /// Users one sweep transaction handles at most.
 const SWEEP_BATCH: usize = 1000;
 
@@ -159,8 +163,7 @@ pub(crate) async fn send_to_edge(
         .map_err(|e| format!("the edge did not answer: {}", without_url(&e)))?;
     let status = response.status();
     if !status.is_success() {
-        let body = response.text().await.unwrap_or_default();
-        return Err(format!("the edge refused the {path} ({status}): {}", body.chars().take(300).collect::<String>()));
+        return Err(format!("the edge refused the {path} ({status}): {}", crate::capped::message(response).await));
     }
     Ok(())
 }
@@ -236,7 +239,7 @@ pub(crate) async fn drainer(app: Arc<App>, mut shutdown: watch::Receiver<bool>) 
 }
 
 async fn drain_once(app: &Arc<App>, base: &str) -> Result<(), String> {
-    loop {
+    for _ in 0..DRAIN_PAGES {
         let cursor = app.db.read(|c| store::get_state(c, "drain_cursor")).await.map_err(|e| e.to_string())?;
         let response = app
             .http
@@ -249,7 +252,9 @@ async fn drain_once(app: &Arc<App>, base: &str) -> Result<(), String> {
         if !response.status().is_success() {
             return Err(format!("the edge refused the drain ({})", response.status()));
         }
-        let bytes = response.bytes().await.map_err(|e| without_url(&e))?;
+        let bytes = crate::capped::read(response, UsageDrain::MAX_LEN, "a drain of usage reports")
+            .await
+            .map_err(|e| e.to_string())?;
         let drain: UsageDrain = wire::decode(&bytes, "usage drain").map_err(|e| e.to_string())?;
         let next = i64::try_from(drain.cursor).map_err(|_| "the edge's cursor is out of range".to_owned())?;
         let count = drain.reports.len();
@@ -290,6 +295,7 @@ async fn drain_once(app: &Arc<App>, base: &str) -> Result<(), String> {
             return Ok(());
         }
     }
+    Ok(())
 }
 
 /// The node a usage report's stream names (checked again when it is verified).
