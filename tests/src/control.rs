@@ -134,6 +134,24 @@ pub struct ControlProcess {
 impl ControlProcess {
     /// Starts `serve` on `dir` with extra environment (`HEARTH_EDGE_URL`, ...).
     pub fn start(dir: &ControlDir, env: &[(&str, String)]) -> Result<ControlProcess> {
+        Ok(ControlProcess::spawn(dir, env, false)?.0)
+    }
+
+    /// [`ControlProcess::start`] with its log read line by line (warnings and errors, without
+    /// colours; each line is also written to the test's standard error).
+    pub fn start_logged(
+        dir: &ControlDir,
+        env: &[(&str, String)],
+    ) -> Result<(ControlProcess, std::sync::mpsc::Receiver<String>)> {
+        let (control, log) = ControlProcess::spawn(dir, env, true)?;
+        Ok((control, log.context("control's log")?))
+    }
+
+    fn spawn(
+        dir: &ControlDir,
+        env: &[(&str, String)],
+        logged: bool,
+    ) -> Result<(ControlProcess, Option<std::sync::mpsc::Receiver<String>>)> {
         let mut command = crate::cgroup::command(&crate::binary("hearth-control")?);
         command
             .arg("serve")
@@ -145,11 +163,25 @@ impl ControlProcess {
             .env("HEARTH_LOG", "warn")
             .stdin(Stdio::null())
             .stdout(Stdio::piped())
-            .stderr(Stdio::inherit());
+            .stderr(if logged { Stdio::piped() } else { Stdio::inherit() });
+        if logged {
+            command.env("NO_COLOR", "1");
+        }
         for (name, value) in env {
             command.env(name, value);
         }
         let mut child = command.spawn().context("starting hearth-control")?;
+        let log = child.stderr.take().map(|stderr| {
+            use std::io::BufRead as _;
+            let (tx, log) = std::sync::mpsc::channel();
+            std::thread::spawn(move || {
+                for line in std::io::BufReader::new(stderr).lines().map_while(Result::ok) {
+                    eprintln!("{line}");
+                    let _ = tx.send(line);
+                }
+            });
+            log
+        });
         let lines = crate::stdout_lines(&mut child);
         let first = match lines.recv_timeout(Duration::from_secs(60)) {
             Ok(line) => line,
@@ -172,7 +204,7 @@ impl ControlProcess {
         let second = lines.recv_timeout(Duration::from_secs(10)).context("control printed one line only")?;
         let setup_token =
             second.split_once("/setup#").and_then(|(_, token)| token.split_whitespace().next()).map(str::to_owned);
-        Ok(ControlProcess { child, url, setup_token, admin, lines })
+        Ok((ControlProcess { child, url, setup_token, admin, lines }, log))
     }
 
     /// The admin API's URL for `path`.

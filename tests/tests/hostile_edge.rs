@@ -1,0 +1,700 @@
+//! A hostile edge against the programs that read from it: a node pulling its set, reading
+//! acknowledgements and fetching a release; control draining usage and pushing; a restore
+//! paging through the export. The edge answers with bodies far longer than the answer can be
+//! (saying so, or chunked and never ending) and with an export that never ends or does not
+//! advance. Each program reads only what the answer can hold, keeps its memory (the kernel's
+//! high-water mark of the process) far below what the answer would take, says why, and goes
+//! on: a node keeps serving its last good set to the real sing-box client and takes a good
+//! set after; control drains and pushes again once the edge answers well; a restore stops
+//! with a clear error and leaves nothing behind.
+
+use std::collections::HashMap;
+use std::path::Path;
+use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use hearth_shared::envelope::Kind;
+use hearth_shared::keys::{Role, SecretKey};
+use hearth_shared::nodeauth;
+use hearth_shared::sha256;
+use hearth_shared::wire::{self, CredEntry, CredentialSet, ExportItem, ExportPage, UsageDrain};
+use hearth_tests::control::{ControlDir, ControlProcess};
+use hearth_tests::control_sim::{ControlSim, now, release};
+use hearth_tests::node::{NodeProcess, SingBoxClient, fetch, fetch_eventually, http_server, metric, until_logged};
+use hearth_tests::proc_status_kib;
+use tokio::io::{AsyncReadExt as _, AsyncWriteExt as _};
+use tokio::net::TcpStream;
+
+const MIB: usize = 1024 * 1024;
+/// The length an oversized answer says it has, and sends.
+const OVERSIZED: usize = 128 * MIB;
+/// The most of an endless body a stand-in sends: it then sends nothing more, without ending
+/// the body, until the client hangs up. It is 16 times the longest answer any of these
+/// programs may read (an export page), and spares the machine when a client reads on
+/// regardless.
+const ENDLESS_GUARD: usize = 256 * MIB;
+/// How far a process's memory (VmHWM, in KiB) may rise over what it was before the hostile
+/// answers: generous for reading an answer up to its cap, and far below what reading any of
+/// the hostile answers whole would take.
+const RISE_KIB: u64 = 48 * 1024;
+const API: &str = "api-hostile-edge-0123456789";
+
+/// A request the stand-in received.
+struct Request {
+    path: String,
+    query: String,
+    head: String,
+}
+
+impl Request {
+    fn parse(head: String) -> Request {
+        let target = head.split_whitespace().nth(1).unwrap_or("/").to_owned();
+        let (path, query) = target.split_once('?').unwrap_or((&target, ""));
+        Request { path: path.to_owned(), query: query.to_owned(), head }
+    }
+
+    /// The last segment of its path (`creds`, `usage`, `export`, ...).
+    fn name(&self) -> String {
+        self.path.rsplit('/').next().unwrap_or_default().to_owned()
+    }
+
+    fn param(&self, name: &str) -> Option<&str> {
+        self.query.split('&').find_map(|pair| pair.strip_prefix(name)?.strip_prefix('='))
+    }
+
+    fn header(&self, name: &str) -> Option<String> {
+        self.head.lines().find_map(|line| {
+            let (key, value) = line.split_once(':')?;
+            key.trim().eq_ignore_ascii_case(name).then(|| value.trim().to_owned())
+        })
+    }
+}
+
+/// How an answer's body goes out.
+#[derive(Clone)]
+enum Body {
+    /// These bytes, with their length.
+    Bytes(Vec<u8>),
+    /// [`OVERSIZED`] bytes, the length said first.
+    Oversized,
+    /// Chunks that never end, no length said.
+    Endless,
+}
+
+struct Answer {
+    status: u16,
+    headers: Vec<(&'static str, String)>,
+    body: Body,
+}
+
+impl Answer {
+    fn new(status: u16, body: Body) -> Answer {
+        Answer { status, headers: Vec::new(), body }
+    }
+
+    fn bytes(status: u16, body: &[u8]) -> Answer {
+        Answer::new(status, Body::Bytes(body.to_vec()))
+    }
+}
+
+/// What the stand-in saw, by request name.
+#[derive(Default)]
+struct Seen {
+    /// The process whose memory is sampled at every request and every MiB of a hostile body
+    /// (0: none).
+    pid: AtomicU32,
+    /// The highest VmHWM sampled, in KiB, and the first.
+    peak_kib: AtomicU64,
+    first_kib: AtomicU64,
+    requests: Mutex<HashMap<String, u64>>,
+    /// Hostile bodies the client hung up on before their end.
+    hung_up: Mutex<HashMap<String, u64>>,
+    /// Hostile bodies that went out whole (to the guard, for an endless one).
+    whole: Mutex<Vec<String>>,
+}
+
+impl Seen {
+    fn sample(&self) {
+        let pid = self.pid.load(Ordering::Relaxed);
+        if pid != 0
+            && let Ok(kib) = proc_status_kib(pid, "VmHWM:")
+        {
+            self.peak_kib.fetch_max(kib, Ordering::Relaxed);
+            let _ = self.first_kib.compare_exchange(0, kib, Ordering::Relaxed, Ordering::Relaxed);
+        }
+    }
+
+    fn requests(&self, name: &str) -> u64 {
+        self.requests.lock().unwrap().get(name).copied().unwrap_or(0)
+    }
+
+    fn hung_up(&self, name: &str) -> u64 {
+        self.hung_up.lock().unwrap().get(name).copied().unwrap_or(0)
+    }
+
+    fn whole(&self) -> Vec<String> {
+        self.whole.lock().unwrap().clone()
+    }
+}
+
+/// A stand-in edge over plain HTTP/1.1 (keep-alive), answering each request with `handle`.
+async fn stand_in(handle: impl Fn(&Request) -> Answer + Send + Sync + 'static) -> (String, Arc<Seen>) {
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let url = format!("http://{}", listener.local_addr().unwrap());
+    let seen = Arc::new(Seen::default());
+    let handle = Arc::new(handle);
+    let watched = seen.clone();
+    tokio::spawn(async move {
+        while let Ok((stream, _)) = listener.accept().await {
+            let _ = stream.set_nodelay(true);
+            tokio::spawn(connection(stream, handle.clone(), watched.clone()));
+        }
+    });
+    (url, seen)
+}
+
+async fn connection(mut stream: TcpStream, handle: Arc<impl Fn(&Request) -> Answer>, seen: Arc<Seen>) {
+    let mut buf = Vec::new();
+    let mut chunk = vec![0u8; 64 * 1024];
+    loop {
+        let head_end = loop {
+            if let Some(at) = buf.windows(4).position(|w| w == b"\r\n\r\n") {
+                break at + 4;
+            }
+            match stream.read(&mut chunk).await {
+                Ok(0) | Err(_) => return,
+                Ok(n) => buf.extend_from_slice(&chunk[..n]),
+            }
+        };
+        let request = Request::parse(String::from_utf8_lossy(&buf[..head_end]).into_owned());
+        let length: usize = request.header("content-length").and_then(|v| v.parse().ok()).unwrap_or(0);
+        while buf.len() < head_end + length {
+            match stream.read(&mut chunk).await {
+                Ok(0) | Err(_) => return,
+                Ok(n) => buf.extend_from_slice(&chunk[..n]),
+            }
+        }
+        buf.drain(..head_end + length);
+        seen.sample();
+        let name = request.name();
+        *seen.requests.lock().unwrap().entry(name.clone()).or_default() += 1;
+        let answer = handle(&request);
+        let mut head = format!("HTTP/1.1 {} X\r\n", answer.status);
+        for (header, value) in &answer.headers {
+            head.push_str(&format!("{header}: {value}\r\n"));
+        }
+        let chunked = match answer.body {
+            Body::Bytes(bytes) => {
+                head.push_str(&format!("content-length: {}\r\n\r\n", bytes.len()));
+                let mut whole = head.into_bytes();
+                whole.extend_from_slice(&bytes);
+                if stream.write_all(&whole).await.is_err() {
+                    return;
+                }
+                continue;
+            }
+            Body::Oversized => {
+                head.push_str(&format!("content-length: {OVERSIZED}\r\nconnection: close\r\n\r\n"));
+                false
+            }
+            Body::Endless => {
+                head.push_str("transfer-encoding: chunked\r\nconnection: close\r\n\r\n");
+                true
+            }
+        };
+        if stream.write_all(head.as_bytes()).await.is_err() {
+            return;
+        }
+        if hostile_body(&mut stream, chunked, &seen).await {
+            seen.whole.lock().unwrap().push(name);
+        } else {
+            *seen.hung_up.lock().unwrap().entry(name).or_default() += 1;
+        }
+        return;
+    }
+}
+
+/// Sends a hostile body, sampling the watched process's memory before every MiB (so also
+/// while the client holds all but the last of an oversized body). Returns whether it went
+/// out whole (an endless one: up to the guard, after which it waits for the client to hang
+/// up, never ending the body).
+async fn hostile_body(stream: &mut TcpStream, chunked: bool, seen: &Seen) -> bool {
+    let piece = vec![0u8; MIB];
+    let total = if chunked { ENDLESS_GUARD } else { OVERSIZED };
+    let mut sent = 0;
+    while sent < total {
+        seen.sample();
+        let written = if chunked {
+            let mut framed = format!("{MIB:x}\r\n").into_bytes();
+            framed.extend_from_slice(&piece);
+            framed.extend_from_slice(b"\r\n");
+            stream.write_all(&framed).await
+        } else {
+            stream.write_all(&piece).await
+        };
+        if written.is_err() {
+            return false;
+        }
+        sent += MIB;
+    }
+    seen.sample();
+    if chunked {
+        let mut rest = [0u8; 1024];
+        while matches!(stream.read(&mut rest).await, Ok(n) if n > 0) {}
+    }
+    true
+}
+
+/// The memory a running process took at its peak (VmHWM), in KiB.
+fn peak(pid: u32) -> u64 {
+    proc_status_kib(pid, "VmHWM:").expect("the process runs")
+}
+
+/// Waits up to 90 s for `done`; fails at once when the process `pid` took more than
+/// `bound_kib` of memory at its peak (a hostile answer read on), or exited.
+async fn until(what: &str, pid: u32, bound_kib: u64, mut done: impl FnMut() -> bool) {
+    let started = Instant::now();
+    loop {
+        let kib = proc_status_kib(pid, "VmHWM:").unwrap_or_else(|_| panic!("{what}: the process exited"));
+        assert!(
+            kib <= bound_kib,
+            "{what}: the process's memory peaked at {} MiB, over {} MiB",
+            kib / 1024,
+            bound_kib / 1024
+        );
+        if done() {
+            return;
+        }
+        assert!(started.elapsed() < Duration::from_secs(90), "{what}: not within 90 s");
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+}
+
+fn set(users: &[(u64, &str)]) -> CredentialSet {
+    CredentialSet::new(
+        1,
+        users.iter().map(|(user, cred)| CredEntry { user: *user, hash: sha256(cred.as_bytes()) }).collect(),
+    )
+    .unwrap()
+}
+
+fn outbound(node: &NodeProcess, password: &str) -> serde_json::Value {
+    serde_json::json!({
+        "type": "hysteria2", "server": "127.0.0.1", "server_port": node.addr.port(), "password": password,
+        "tls": { "enabled": true, "server_name": "localhost", "insecure": true, "alpn": ["h3"] }
+    })
+}
+
+/// What the stand-in edge answers node 1 with.
+struct NodeEdge {
+    /// The set offered and its version: answered when newer than the one the node holds.
+    set: (Vec<u8>, u64),
+    /// A hostile answer to pulls, in place of the set.
+    pull: Option<Body>,
+    /// A hostile answer for an acknowledgement (else: none yet, 204).
+    ack: Option<Body>,
+    /// The release pulls name, its manifest and its file.
+    release: Option<u64>,
+    manifest: Body,
+    file: Body,
+}
+
+fn node_answer(edge: &NodeEdge, request: &Request) -> Answer {
+    let tail = request.path.strip_prefix(&format!("/{API}/nodes/1")).unwrap_or_default();
+    let after: u64 = request.param("after").and_then(|v| v.parse().ok()).unwrap_or(0);
+    let mut answer = match tail {
+        "/creds" => match &edge.pull {
+            Some(body) => Answer::new(200, body.clone()),
+            None if edge.set.1 > after => Answer::bytes(200, &edge.set.0),
+            None => Answer::bytes(204, b""),
+        },
+        "/usage" => Answer::bytes(202, b"queued\n"),
+        "/ack" => edge.ack.clone().map_or_else(|| Answer::bytes(204, b""), |body| Answer::new(200, body)),
+        "/release" if edge.release.is_some() => Answer::new(200, edge.manifest.clone()),
+        file if file.starts_with("/release/") => Answer::new(200, edge.file.clone()),
+        _ => Answer::bytes(404, b"not here\n"),
+    };
+    if tail == "/creds"
+        && let Some(release) = edge.release
+    {
+        answer.headers.push((nodeauth::RELEASE_HEADER, release.to_string()));
+    }
+    answer
+}
+
+/// A node (serving alice from the set it holds) that pulls from a stand-in edge every
+/// second and reports usage every second; its log, metrics, the stand-in's state, and alice
+/// with the web server she fetches from through the node.
+struct NodeLab {
+    _temp: tempfile::TempDir,
+    sim: ControlSim,
+    dir: std::path::PathBuf,
+    node: NodeProcess,
+    log: std::sync::mpsc::Receiver<String>,
+    metrics: String,
+    edge: Arc<Mutex<NodeEdge>>,
+    seen: Arc<Seen>,
+    alice: SingBoxClient,
+    web: std::net::SocketAddr,
+    /// The node's memory at its peak once it served alice and pulled well.
+    baseline: u64,
+}
+
+impl NodeLab {
+    async fn start() -> NodeLab {
+        let temp = tempfile::tempdir().unwrap();
+        let mut sim = ControlSim::new();
+        let first = sim.creds(&set(&[(1, "alice-pw")])).envelope().unwrap().to_vec();
+        let edge = Arc::new(Mutex::new(NodeEdge {
+            set: (first.clone(), 1),
+            pull: None,
+            ack: None,
+            release: None,
+            manifest: Body::Endless,
+            file: Body::Endless,
+        }));
+        let answers = edge.clone();
+        let (url, seen) = stand_in(move |request| node_answer(&answers.lock().unwrap(), request)).await;
+        let dir = temp.path().join("node");
+        let settings = format!("edge_url = \"{url}\"\napi_prefix = \"{API}\"\nedge_poll_secs = 1\nreport_secs = 1\n");
+        hearth_tests::node::state_dir_with(&dir, &sim, 1, &settings).unwrap();
+        SecretKey::generate(Role::Node, &mut rand_core::OsRng).unwrap().save(&dir.join("node.key")).unwrap();
+        std::fs::write(dir.join("creds.envelope"), &first).unwrap();
+        let (node, log) = NodeProcess::start_logged(&dir).unwrap();
+        let metrics = node.metrics_url().unwrap();
+        let web = http_server(b"through the node".to_vec()).await.unwrap();
+        let alice = SingBoxClient::start(outbound(&node, "alice-pw")).unwrap();
+        assert_eq!(fetch(&alice, web).await.unwrap(), b"through the node");
+        let pulls = seen.requests("creds");
+        until("two pulls answered well", node.pid(), u64::MAX, || seen.requests("creds") >= pulls + 2).await;
+        let baseline = peak(node.pid());
+        seen.pid.store(node.pid(), Ordering::Relaxed);
+        NodeLab { _temp: temp, sim, dir, node, log, metrics, edge, seen, alice, web, baseline }
+    }
+
+    /// Waits for `done`, with the node's memory kept within its bound.
+    async fn until(&self, what: &str, done: impl FnMut() -> bool) {
+        until(what, self.node.pid(), self.baseline + RISE_KIB, done).await;
+    }
+
+    /// Alice still gets through, with the set the node held before (version 1, alice alone).
+    async fn still_serving(&self, what: &str) {
+        assert_eq!(fetch(&self.alice, self.web).await.unwrap(), b"through the node", "alice was cut off by {what}");
+        assert_eq!(metric(&self.metrics, "hearth_node_set_version").await.unwrap(), 1, "{what} replaced the set");
+        assert_eq!(hearth_tests::node::held_set(&self.dir).unwrap().1, vec![1], "{what} reached the disk");
+    }
+
+    /// What the node read whole, and its memory against its bound.
+    fn check_memory(&self) {
+        assert_eq!(self.seen.whole(), Vec::<String>::new(), "the node read hostile answers whole");
+        let (now, sampled) = (peak(self.node.pid()), self.seen.peak_kib.load(Ordering::Relaxed));
+        eprintln!("the node's memory: {} KiB before, {now} KiB after, {sampled} KiB sampled", self.baseline);
+        for (what, kib) in [("at the end", now), ("while answers went out", sampled)] {
+            assert!(
+                kib <= self.baseline + RISE_KIB,
+                "the node's memory peaked {what} at {} MiB, {} MiB over the {} MiB it took before",
+                kib / 1024,
+                kib.saturating_sub(self.baseline) / 1024,
+                self.baseline / 1024
+            );
+        }
+    }
+}
+
+#[tokio::test]
+async fn a_node_keeps_serving_its_set_through_oversized_and_endless_answers_to_its_pulls() {
+    let mut lab = NodeLab::start().await;
+    let said = format!("an answer over {} bytes, more than a credential set can be", Kind::CredentialSet.max_len());
+    for (what, body) in [("an oversized answer", Body::Oversized), ("an endless answer", Body::Endless)] {
+        let before = lab.seen.hung_up("creds");
+        while lab.log.try_recv().is_ok() {}
+        lab.edge.lock().unwrap().pull = Some(body);
+        lab.until(&format!("the node hung up on {what} to two pulls"), || lab.seen.hung_up("creds") >= before + 2)
+            .await;
+        let line =
+            until_logged(&lab.log, &said, Duration::from_secs(60)).await.unwrap_or_else(|e| panic!("{what}: {e:#}"));
+        assert!(line.contains("refused the edge's answer to a pull; serving the set held"), "{what}: {line}");
+        lab.still_serving(what).await;
+    }
+
+    // A good set is taken after: the pulls go on.
+    let next = lab.sim.creds(&set(&[(1, "alice-pw"), (2, "bob-pw")])).envelope().unwrap().to_vec();
+    {
+        let mut edge = lab.edge.lock().unwrap();
+        (edge.set, edge.pull) = ((next, 2), None);
+    }
+    let bob = SingBoxClient::start(outbound(&lab.node, "bob-pw")).unwrap();
+    assert_eq!(fetch_eventually(&bob, lab.web).await.unwrap(), b"through the node");
+    assert_eq!(metric(&lab.metrics, "hearth_node_set_version").await.unwrap(), 2);
+    assert_eq!(fetch(&lab.alice, lab.web).await.unwrap(), b"through the node");
+    lab.check_memory();
+    lab.node.stop().unwrap();
+}
+
+#[tokio::test]
+async fn a_node_reads_acknowledgements_and_releases_from_the_edge_only_up_to_what_they_can_be() {
+    let lab = NodeLab::start().await;
+    // Alice's bytes make a report, which goes to the edge (there is no control here); the
+    // node then asks the edge for control's acknowledgement.
+    lab.edge.lock().unwrap().ack = Some(Body::Endless);
+    assert_eq!(fetch(&lab.alice, lab.web).await.unwrap(), b"through the node");
+    lab.until("the node hung up on an endless acknowledgement", || lab.seen.hung_up("ack") >= 1).await;
+    let said = format!("an answer over {} bytes, more than an acknowledgement can be", Kind::UsageAck.max_len());
+    let line = until_logged(&lab.log, &said, Duration::from_secs(60)).await.unwrap();
+    assert!(line.contains("refused the edge's answer for an acknowledgement"), "{line}");
+    lab.still_serving("an endless acknowledgement").await;
+
+    // Pulls name release 7: its manifest never ends, then a good manifest names a file the
+    // edge sends without end.
+    lab.edge.lock().unwrap().release = Some(7);
+    lab.until("the node hung up on an endless manifest", || lab.seen.hung_up("release") >= 1).await;
+    let said = format!("an answer over {} bytes, more than a release manifest can be", Kind::Release.max_len());
+    let line = until_logged(&lab.log, &said, Duration::from_secs(60)).await.unwrap();
+    assert!(line.contains("could not fetch the release yet"), "{line}");
+    lab.still_serving("an endless manifest").await;
+
+    let binary = vec![0x7f; 100_000];
+    let (manifest, _) = release(&lab.sim.release, 7, "9.9.9", &[("linux", "x86_64", binary)], now() + 86_400);
+    lab.edge.lock().unwrap().manifest = Body::Bytes(manifest);
+    let said = "an answer over 100000 bytes, more than the release file its manifest names can be";
+    let line = until_logged(&lab.log, said, Duration::from_secs(60)).await.unwrap();
+    assert!(line.contains("not taking the release"), "{line}");
+    let status = std::fs::read_to_string(lab.dir.join("update.status")).unwrap();
+    assert!(status.starts_with("7 ") && status.contains(said), "update.status: {status}");
+    assert!(lab.seen.hung_up("hearth-node-linux-x86_64") >= 1, "the node read the endless file to its end");
+    lab.still_serving("an endless release file").await;
+    lab.check_memory();
+    lab.node.stop().unwrap();
+}
+
+/// What the stand-in edge answers control with.
+#[derive(Default)]
+struct ControlEdge {
+    /// A hostile answer to drains (else: an empty drain).
+    drain: Option<Body>,
+    /// A hostile refusal of pushes (else: accepted).
+    push: Option<Body>,
+}
+
+fn control_answer(edge: &ControlEdge, api: &str, request: &Request) -> Answer {
+    let after: u64 = request.param("after").and_then(|v| v.parse().ok()).unwrap_or(0);
+    match request.path.strip_prefix(&format!("/{api}")).unwrap_or_default() {
+        "/usage" => match &edge.drain {
+            Some(body) => Answer::new(200, body.clone()),
+            None => Answer::bytes(200, &wire::encode(&UsageDrain { cursor: after, reports: Vec::new() })),
+        },
+        "/push" => match &edge.push {
+            Some(body) => Answer::new(503, body.clone()),
+            None => Answer::bytes(200, br#"{"applied":1}"#),
+        },
+        "/archive" | "/release" => Answer::bytes(200, b"stored\n"),
+        _ => Answer::bytes(404, b"not here\n"),
+    }
+}
+
+#[tokio::test]
+async fn control_drains_and_pushes_on_after_oversized_and_endless_answers() {
+    let temp = tempfile::tempdir().unwrap();
+    let dir = ControlDir::init(&temp.path().join("control")).unwrap();
+    let api = dir.edge_setting("api_prefix").unwrap();
+    let edge = Arc::new(Mutex::new(ControlEdge::default()));
+    let answers = edge.clone();
+    let (url, seen) = stand_in(move |request| control_answer(&answers.lock().unwrap(), &api, request)).await;
+    let (control, log) = ControlProcess::start_logged(&dir, &[("HEARTH_EDGE_URL", url)]).unwrap();
+    let https = dir.client().unwrap();
+    let token = control.setup(&https, "admin").await.unwrap();
+    let status =
+        || async { control.call(&https, &token, reqwest::Method::GET, "/status", None).await.unwrap()["edge"].clone() };
+    let user = |name: &'static str| {
+        let body = serde_json::json!({ "name": name });
+        let (control, https, token) = (&control, &https, &token);
+        async move { control.call(https, token, reqwest::Method::POST, "/users", Some(&body)).await.unwrap() }
+    };
+    let pid = control.pid();
+    // Drained and pushed well first.
+    user("alice").await;
+    let started = Instant::now();
+    loop {
+        let edge = status().await;
+        if edge["last_drain"].as_u64() > Some(0) && edge["pending"] == 0 {
+            break;
+        }
+        assert!(started.elapsed() < Duration::from_secs(60), "control never drained and pushed: {edge}");
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+    let baseline = peak(pid);
+    seen.pid.store(pid, Ordering::Relaxed);
+    let bound = baseline + RISE_KIB;
+
+    let drain_said = format!("an answer over {} bytes, more than a drain of usage reports can be", UsageDrain::MAX_LEN);
+    let push_said = "an answer over 4096 bytes, more than an error message can be";
+    for (what, body, name) in
+        [("an oversized answer", Body::Oversized, "bob"), ("an endless answer", Body::Endless, "carol")]
+    {
+        let (drains, pushes) = (seen.hung_up("usage"), seen.hung_up("push"));
+        while log.try_recv().is_ok() {}
+        {
+            let mut edge = edge.lock().unwrap();
+            (edge.drain, edge.push) = (Some(body.clone()), Some(body));
+        }
+        // A change to push.
+        user(name).await;
+        until(&format!("control hung up on {what} to a drain and to a push"), pid, bound, || {
+            seen.hung_up("usage") > drains && seen.hung_up("push") > pushes
+        })
+        .await;
+        let line =
+            until_logged(&log, &drain_said, Duration::from_secs(60)).await.unwrap_or_else(|e| panic!("{what}: {e:#}"));
+        assert!(line.contains("usage drain from the edge failed"), "{what}: {line}");
+        let line =
+            until_logged(&log, push_said, Duration::from_secs(120)).await.unwrap_or_else(|e| panic!("{what}: {e:#}"));
+        assert!(line.contains("push to the edge failed") && line.contains("503"), "{what}: {line}");
+    }
+
+    // The edge answers well again: control drains and pushes what waited.
+    let healed = now();
+    {
+        let mut edge = edge.lock().unwrap();
+        (edge.drain, edge.push) = (None, None);
+    }
+    let started = Instant::now();
+    loop {
+        let edge = status().await;
+        if edge["last_drain"].as_u64() > Some(healed) && edge["pending"] == 0 && edge["last_error"].is_null() {
+            break;
+        }
+        // A push waits out the backoff its failures built up (at most 60 s).
+        assert!(started.elapsed() < Duration::from_secs(150), "control did not drain and push again: {edge}");
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+    assert_eq!(seen.whole(), Vec::<String>::new(), "control read hostile answers whole");
+    eprintln!("control's memory: {baseline} KiB before, {} KiB after", peak(pid));
+    for kib in [peak(pid), seen.peak_kib.load(Ordering::Relaxed)] {
+        assert!(
+            kib <= bound,
+            "control's memory peaked at {} MiB, {} MiB over the {} MiB it took before",
+            kib / 1024,
+            kib.saturating_sub(baseline) / 1024,
+            baseline / 1024
+        );
+    }
+    control.stop().unwrap();
+}
+
+/// How the stand-in edge answers a restore's export.
+#[derive(Clone, Copy, Debug)]
+enum Export {
+    /// A page far longer than a page can be, saying so.
+    Oversized,
+    /// A page that never ends.
+    Endless,
+    /// Pages, each with one deleted link and a cursor never given before, without end.
+    Unending,
+    /// Every page gives the same cursor.
+    Stuck,
+    /// The cursors go round: a, b, a, ...
+    Circling,
+}
+
+fn export_answer(export: Export, api: &str, pages: &AtomicU64, request: &Request) -> Answer {
+    if request.path != format!("/{api}/export") {
+        return Answer::bytes(404, b"not here\n");
+    }
+    let page = pages.fetch_add(1, Ordering::Relaxed);
+    let next = match export {
+        Export::Oversized => return Answer::new(200, Body::Oversized),
+        Export::Endless => return Answer::new(200, Body::Endless),
+        Export::Unending => format!("l.0.{page:064x}"),
+        Export::Stuck => "s.00".to_owned(),
+        Export::Circling => format!("s.0{}", page % 2),
+    };
+    let item = ExportItem { stream: format!("sub/{page:064x}"), version: 1, envelope: None };
+    Answer::bytes(200, &wire::encode(&ExportPage { items: vec![item], next: Some(next), keys: None, batch: 1 }))
+}
+
+/// Runs `hearth-control restore` from a stand-in edge that answers the export as `export`
+/// says; returns what it said on standard error, with the restore's memory at its peak and
+/// when it first asked for a page, in KiB.
+async fn restore_from(control: &ControlDir, export: Export) -> (String, u64, u64) {
+    let api = control.edge_setting("api_prefix").unwrap();
+    let pages = Arc::new(AtomicU64::new(0));
+    let served = pages.clone();
+    let (url, seen) = stand_in(move |request| export_answer(export, &api, &served, request)).await;
+    let into = control.path.with_file_name(format!("restored-{export:?}"));
+    let mut child = std::process::Command::new(hearth_tests::binary("hearth-control").unwrap())
+        .arg("restore")
+        .arg("--from-edge")
+        .arg(&url)
+        .arg("--edge-settings")
+        .arg(control.path.join("edge.toml"))
+        .arg("--recovery-key")
+        .arg(control.path.join("recovery.key"))
+        .arg("--data-dir")
+        .arg(&into)
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    seen.pid.store(child.id(), Ordering::Relaxed);
+    let started = Instant::now();
+    let status = loop {
+        if let Some(status) = child.try_wait().unwrap() {
+            break status;
+        }
+        let (kib, served) = (seen.peak_kib.load(Ordering::Relaxed), pages.load(Ordering::Relaxed));
+        let baseline = seen.first_kib.load(Ordering::Relaxed);
+        let over = kib > baseline + RISE_KIB;
+        let endless = served > 2 * ExportPage::MAX_PAGES as u64;
+        let late = started.elapsed() > Duration::from_secs(240);
+        if over || endless || late {
+            let _ = child.kill();
+            let _ = child.wait();
+            panic!(
+                "{export:?}: the restore ran on ({served} pages, {} s, memory {} MiB from {} MiB)",
+                started.elapsed().as_secs(),
+                kib / 1024,
+                baseline / 1024
+            );
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    };
+    let mut said = String::new();
+    std::io::Read::read_to_string(&mut child.stderr.take().unwrap(), &mut said).unwrap();
+    let (kib, baseline) = (seen.peak_kib.load(Ordering::Relaxed), seen.first_kib.load(Ordering::Relaxed));
+    eprintln!("{export:?}: memory {baseline} KiB at start, {kib} KiB sampled; it said: {said}");
+    assert!(baseline > 0, "{export:?}: the restore's memory was never sampled");
+    assert!(!status.success(), "{export:?}: the restore succeeded");
+    assert!(!Path::new(&into).exists(), "{export:?}: the restore left {}", into.display());
+    assert_eq!(seen.whole(), Vec::<String>::new(), "{export:?}: the restore read a hostile page whole");
+    (said, kib, baseline)
+}
+
+#[tokio::test]
+async fn a_restore_stops_at_an_oversized_or_endless_export_page() {
+    let temp = tempfile::tempdir().unwrap();
+    let control = ControlDir::init(&temp.path().join("control")).unwrap();
+    let said = format!("an answer over {} bytes, more than a page of the export can be", ExportPage::MAX_LEN);
+    for export in [Export::Oversized, Export::Endless] {
+        let (error, kib, baseline) = restore_from(&control, export).await;
+        assert!(
+            error.contains("reading a page of the export from the edge") && error.contains(&said),
+            "{export:?}: {error}"
+        );
+        assert!(kib <= baseline + RISE_KIB, "{export:?}: memory at {} MiB from {} MiB", kib / 1024, baseline / 1024);
+    }
+}
+
+#[tokio::test]
+async fn a_restore_stops_an_export_that_never_ends_or_does_not_advance() {
+    let temp = tempfile::tempdir().unwrap();
+    let control = ControlDir::init(&temp.path().join("control")).unwrap();
+    let (error, _, _) = restore_from(&control, Export::Unending).await;
+    let said = format!("the edge's export goes on past {} pages, more than an edge can hold", ExportPage::MAX_PAGES);
+    assert!(error.contains(&said), "{error}");
+    for (export, page) in [(Export::Stuck, 2), (Export::Circling, 3)] {
+        let (error, _, _) = restore_from(&control, export).await;
+        let said = format!("the edge's export does not advance: page {page} gives a cursor an earlier page gave");
+        assert!(error.contains(&said), "{export:?}: {error}");
+    }
+}
