@@ -16,6 +16,26 @@ pub struct ControlDir {
 }
 
 impl ControlDir {
+    /// Runs `hearth-control restore` into this (new) directory from the edge at `edge_url`,
+    /// with the owner's offline copies in `safe` (`edge.toml`, and `root.key` for
+    /// `from_snapshots`) and the recovery key at `recovery`; returns what it printed.
+    pub fn restore(&self, edge_url: &str, safe: &Path, recovery: &Path, from_snapshots: bool) -> Result<String> {
+        let path = |p: &Path| p.to_str().map(str::to_owned).context("a path that is not UTF-8");
+        let mut args = vec![
+            "restore".to_owned(),
+            "--from-edge".to_owned(),
+            edge_url.to_owned(),
+            "--edge-settings".to_owned(),
+            path(&safe.join("edge.toml"))?,
+            "--recovery-key".to_owned(),
+            path(recovery)?,
+        ];
+        if from_snapshots {
+            args.extend(["--from-snapshots".to_owned(), "--root-key".to_owned(), path(&safe.join("root.key"))?]);
+        }
+        self.cli(&args.iter().map(String::as_str).collect::<Vec<_>>())
+    }
+
     /// Runs `hearth-control init` in `path`.
     pub fn init(path: &Path) -> Result<ControlDir> {
         let out = Command::new(crate::binary("hearth-control")?)

@@ -112,20 +112,7 @@ impl Lab {
     /// `hearth-control restore` into a new directory; returns what it printed.
     fn restore(&mut self, safe: &std::path::Path, from_snapshots: bool) -> String {
         let dir = ControlDir { path: self.temp.path().join("restored") };
-        let (edge_toml, recovery, root) = (safe.join("edge.toml"), safe.join("recovery.key"), safe.join("root.key"));
-        let mut args = vec![
-            "restore",
-            "--from-edge",
-            self.edge.url.as_str(),
-            "--edge-settings",
-            edge_toml.to_str().unwrap(),
-            "--recovery-key",
-            recovery.to_str().unwrap(),
-        ];
-        if from_snapshots {
-            args.extend(["--from-snapshots", "--root-key", root.to_str().unwrap()]);
-        }
-        let printed = dir.cli(&args).unwrap();
+        let printed = dir.restore(&self.edge.url, safe, &safe.join("recovery.key"), from_snapshots).unwrap();
         eprintln!("{printed}");
         self.dir = dir;
         printed

@@ -564,31 +564,15 @@ async fn drill(from_snapshots: bool) {
     echo(&mut held, 2).await;
 
     let new_dir = ControlDir { path: s.temp.path().join("restored") };
-    let (safe_edge, safe_recovery, safe_root) =
-        (safe.join("edge.toml"), safe.join("recovery.key"), safe.join("root.key"));
-    let mut args = vec![
-        "restore",
-        "--from-edge",
-        s.edge.url.as_str(),
-        "--edge-settings",
-        safe_edge.to_str().unwrap(),
-        "--recovery-key",
-        safe_recovery.to_str().unwrap(),
-    ];
-    if from_snapshots {
-        args.extend(["--from-snapshots", "--root-key", safe_root.to_str().unwrap()]);
-    }
     // A wrong recovery key opens nothing, and leaves nothing behind.
     let stranger = s.temp.path().join("stranger.key");
     hearth_shared::keys::RecoverySecret::generate(&mut rand_core::OsRng).save(&stranger).unwrap();
-    let mut wrong = args.clone();
-    wrong[6] = stranger.to_str().unwrap();
-    let err = new_dir.cli(&wrong).unwrap_err().to_string();
+    let err = new_dir.restore(&s.edge.url, &safe, &stranger, from_snapshots).unwrap_err().to_string();
     let expected =
         if from_snapshots { "opens none of the 1000 snapshots" } else { "recovery key does not open the archive" };
     assert!(err.contains(expected), "{err}");
     assert!(!new_dir.path.exists(), "a failed restore left {}", new_dir.path.display());
-    let printed = new_dir.cli(&args).unwrap();
+    let printed = new_dir.restore(&s.edge.url, &safe, &safe.join("recovery.key"), from_snapshots).unwrap();
     assert!(printed.contains("1000 users, 1 nodes"), "{printed}");
     assert_eq!(printed.contains("from archive v"), !from_snapshots, "{printed}");
     if let Some(version) = archived {
