@@ -155,7 +155,9 @@ both!(
     the_archive_round_trips_and_everything_survives_a_restart,
     everything_stored_comes_back_in_export_pages_for_a_restore,
     export_pages_hold_no_more_bytes_than_control_reads,
-    a_release_reaches_the_nodes_the_rollout_names_and_no_other
+    a_release_reaches_the_nodes_the_rollout_names_and_no_other,
+    a_push_refused_for_a_set_stores_none_of_its_links,
+    the_export_gives_the_release_back
 );
 
 /// What the edge must send: exactly what `shared` renders in the format the client wants.
@@ -492,6 +494,80 @@ async fn a_changed_link_serves_at_once_and_a_rotated_one_is_gone_for_good(backen
     let bundle = hearth_tests::control_sim::bundle(vec![], manifest.encode(), vec![old]);
     assert_eq!(s.push(bundle).await.0, StatusCode::CONFLICT);
     assert_eq!(s.get(&s.link(&token), "v2rayN/7").await.0, StatusCode::NOT_FOUND);
+}
+
+/// A push is all or nothing across everything the edge keeps: a credential set refused (the
+/// same version with other content, then an older version) refuses the links pushed with it,
+/// so a changed link keeps serving what it served and a new one is not served at all.
+async fn a_push_refused_for_a_set_stores_none_of_its_links(backend: Backend) {
+    let mut s = start(backend, &[]);
+    let (kept, newcomer) = (SubToken::generate(&mut OsRng), SubToken::generate(&mut OsRng));
+    let set = CredentialSet::new(1, vec![CredEntry { user: 5, hash: [5; 32] }]).unwrap();
+    let items = [s.sim.snapshot(&kept, &demo_snapshot(1)), s.sim.creds(&set)];
+    assert_eq!(s.push_items(&items).await.0, StatusCode::OK);
+    let (status, _, served) = s.get(&s.link(&kept), "v2rayN/7").await;
+    assert_eq!(status, StatusCode::OK);
+
+    let other = CredentialSet::new(1, vec![CredEntry { user: 6, hash: [6; 32] }]).unwrap().encode();
+    let conflict = s.sim.item_at(Kind::CredentialSet, stream::creds(1), 1, Audience::Node(1), other.clone());
+    let mut changed = demo_snapshot(2);
+    changed.name = "Changed".into();
+    let items = [s.sim.snapshot(&kept, &changed), s.sim.snapshot(&newcomer, &demo_snapshot(3)), conflict];
+    let (status, body) = s.push_items(&items).await;
+    assert_eq!(status, StatusCode::CONFLICT, "{body}");
+    assert!(body.contains("already stored with other content"), "{body}");
+    assert_eq!(s.get(&s.link(&kept), "v2rayN/7").await.2, served, "the link serves what it served");
+    assert!(!s.page(&kept).await.contains("Changed"));
+    assert_eq!(s.get(&s.link(&newcomer), "v2rayN/7").await.0, StatusCode::NOT_FOUND, "the new link is not served");
+
+    // The set moves on to version 2; a push taking it back to 1 takes no link with it either.
+    let newer = CredentialSet::new(1, vec![CredEntry { user: 7, hash: [7; 32] }]).unwrap();
+    let item = s.sim.creds(&newer);
+    assert_eq!(s.push_items(&[item]).await.0, StatusCode::OK);
+    let rollback = s.sim.item_at(Kind::CredentialSet, stream::creds(1), 1, Audience::Node(1), other);
+    let items = [s.sim.snapshot(&kept, &changed), s.sim.snapshot(&newcomer, &demo_snapshot(3)), rollback];
+    let (status, body) = s.push_items(&items).await;
+    assert_eq!(status, StatusCode::CONFLICT, "{body}");
+    assert!(body.contains("rollback"), "{body}");
+    assert_eq!(s.get(&s.link(&kept), "v2rayN/7").await.2, served, "the link serves what it served");
+    assert_eq!(s.get(&s.link(&newcomer), "v2rayN/7").await.0, StatusCode::NOT_FOUND, "the new link is not served");
+
+    // The same links with a good set go through.
+    let good = CredentialSet::new(1, vec![CredEntry { user: 8, hash: [8; 32] }]).unwrap();
+    let items = [s.sim.snapshot(&kept, &changed), s.sim.snapshot(&newcomer, &demo_snapshot(3)), s.sim.creds(&good)];
+    let (status, body) = s.push_items(&items).await;
+    assert_eq!(status, StatusCode::OK, "{body}");
+    assert!(s.page(&kept).await.contains("Changed"));
+    assert_eq!(s.get(&s.link(&newcomer), "v2rayN/7").await.0, StatusCode::OK);
+}
+
+/// The release control handed over comes back in the export, as the edge holds it.
+async fn the_export_gives_the_release_back(backend: Backend) {
+    use hearth_tests::control_sim::release;
+    let mut s = start(backend, &[]);
+    let token = SubToken::generate(&mut OsRng);
+    let item = s.sim.snapshot(&token, &demo_snapshot(1));
+    assert_eq!(s.push_items(&[item]).await.0, StatusCode::OK);
+    let binary = b"a node binary".to_vec();
+    let (manifest, bundle) = release(&s.sim.release, 100, "0.2.0", &[("linux", "x86_64", binary)], now() + 86_400);
+    let put = s.http.put(format!("{}/{API}/release", s.edge.url)).bearer_auth(PUSH_TOKEN).body(bundle);
+    assert_eq!(put.send().await.unwrap().status(), StatusCode::OK);
+
+    let mut seen = std::collections::BTreeMap::new();
+    let mut after = String::new();
+    loop {
+        let url = format!("{}/{API}/export?after={after}", s.edge.url);
+        let response = s.http.get(url).bearer_auth(PUSH_TOKEN).send().await.unwrap();
+        assert_eq!(response.status(), StatusCode::OK);
+        let page: hearth_shared::wire::ExportPage = wire::decode(&response.bytes().await.unwrap(), "page").unwrap();
+        seen.extend(page.items.into_iter().map(|item| (item.stream, (item.version, item.envelope))));
+        match page.next {
+            Some(next) => after = next,
+            None => break,
+        }
+    }
+    assert_eq!(seen.get(stream::RELEASE), Some(&(100, Some(manifest))), "the release, as signed");
+    assert_eq!(seen.len(), 2, "the release and the link: {:?}", seen.keys().collect::<Vec<_>>());
 }
 
 fn signed_get(http: &reqwest::Client, base: &str, path: &str, key: &SecretKey, node: u64) -> reqwest::RequestBuilder {
