@@ -17,19 +17,18 @@ use axum::response::Response;
 use hearth_shared::Digest;
 use hearth_shared::ratelimit::{Decision, FixedWindow, MissGuard, Network, TokenBucket};
 use hearth_shared::trust::Trust;
-use hearth_shared::wire::{SubToken, encode, stream};
+use hearth_shared::wire::{SubToken, stream};
 use hearth_shared::{nodeauth, sha256};
 
 use crate::config::EdgeConfig;
 use crate::push;
 use crate::routes::{Route, route};
 use crate::serve::{self, Gate};
+use crate::service::{self, Call};
+use crate::storage::Storage as _;
 use crate::{Reply, api};
 pub use store::Replica;
 use store::{Store, StoreError};
-
-/// How many usage reports one drain hands out.
-const DRAIN_LIMIT: u32 = hearth_shared::wire::UsageDrain::MAX_REPORTS as u32;
 
 #[derive(Default)]
 struct Limiter {
@@ -88,13 +87,28 @@ impl Edge {
         replica: Option<&Replica>,
     ) -> Result<Edge, StoreError> {
         let store = Store::open(db, cache_bytes, replica).await?;
-        let trust = config.trust(store.trust().await?);
-        let pushed = match store.stream(stream::EDGE_SETTINGS).await? {
+        let edge = Edge {
+            trust: RwLock::new(config.trust(None)),
+            rules: RwLock::new(Arc::new(serve::rules(&config, Vec::new()))),
+            config,
+            store,
+            limiter: Mutex::new(Limiter::default()),
+        };
+        edge.reload().await?;
+        Ok(edge)
+    }
+
+    /// Takes the trust and the owner's rules from the database (after a push, or what other
+    /// edges stored).
+    async fn reload(&self) -> Result<(), StoreError> {
+        let trust = self.config.trust(self.store.trust().await?);
+        *self.trust.write().expect("trust lock") = trust;
+        let pushed = match self.store.stream(stream::EDGE_SETTINGS).await? {
             Some((_, Some(envelope))) => push::settings_rules(&envelope),
             _ => Vec::new(),
         };
-        let rules = RwLock::new(Arc::new(serve::rules(&config, pushed)));
-        Ok(Edge { config, store, trust: RwLock::new(trust), limiter: Mutex::new(Limiter::default()), rules })
+        *self.rules.write().expect("rules lock") = Arc::new(serve::rules(&self.config, pushed));
+        Ok(())
     }
 
     /// Brings a replica up to date with its server, and takes the trust other edges stored.
@@ -103,12 +117,7 @@ impl Edge {
         if !self.store.sync().await? {
             return Ok(false);
         }
-        let trust = self.config.trust(self.store.trust().await?);
-        *self.trust.write().expect("trust lock") = trust;
-        if let Some((_, Some(envelope))) = self.store.stream(stream::EDGE_SETTINGS).await? {
-            *self.rules.write().expect("rules lock") =
-                Arc::new(serve::rules(&self.config, push::settings_rules(&envelope)));
-        }
+        self.reload().await?;
         Ok(true)
     }
 
@@ -118,43 +127,45 @@ impl Edge {
 
     /// Answers one request.
     pub async fn handle(&self, request: &Request<'_>) -> Reply {
-        match route(&self.config, request.method, request.path, request.query) {
-            Route::Subscription(token) => self.subscription(request, token).await,
-            Route::Health => Reply::text(200, "ok\n"),
+        let route = route(&self.config, request.method, request.path, request.query);
+        match route {
+            Route::Subscription(token) => return self.subscription(request, token).await,
+            Route::Health => return Reply::text(200, "ok\n"),
             Route::Unknown => {
                 // Look something up anyway, so an unknown path takes as long as an unknown link.
                 let _ = self.store.link(&sha256(request.path.as_bytes())).await;
-                serve::decoy()
+                return serve::decoy();
             }
-            Route::NodeCreds { node, after } => self.node_creds(request, node, after).await,
-            Route::NodeUsage(node) => self.node_usage(request, node).await,
-            Route::NodeAck(node) => self.node_ack(request, node).await,
-            Route::NodeRelease(node) => self.node_release(request, node, None).await,
-            Route::NodeReleaseFile(node, file) => self.node_release(request, node, Some(&file)).await,
-            api if !self.config.push_token.matches(request.header("authorization")) => {
-                tracing::info!(route = ?api, client = %request.client, "refused: bad push token");
-                api::error(401, "unauthorized", "a valid push token is required")
-            }
-            Route::Push => self.push(request.body).await,
-            Route::UsageDrain { after } => match self.store.drain_usage(after, DRAIN_LIMIT).await {
-                Ok(drain) => Reply::bytes(200, encode(&drain)),
-                Err(e) => internal(&e),
-            },
-            Route::ArchivePut => self.put_archive(request.body).await,
-            Route::ReleasePut => self.put_release(request.body).await,
-            Route::Export { after } => match api::ExportCursor::parse(&after) {
-                None => api::bad_cursor(),
-                Some(cursor) => match self.store.export(&cursor, api::EXPORT_PAGE).await {
-                    Ok(page) => Reply::bytes(200, encode(&page)),
-                    Err(e) => internal(&e),
-                },
-            },
-            Route::ArchiveGet => match self.store.stream(stream::ARCHIVE).await {
-                Ok(Some((_, Some(bytes)))) => Reply::bytes(200, bytes),
-                Ok(_) => api::error(404, "no_archive", "no archive has been pushed yet"),
-                Err(e) => internal(&e),
-            },
+            _ => {}
         }
+        let call = Call {
+            method: request.method,
+            path: request.path,
+            query: request.query,
+            authorization: request.header("authorization"),
+            node_signature: request.header(nodeauth::HEADER),
+            body: request.body,
+            now: now_ms() / 1000,
+        };
+        let pushed = route == Route::Push;
+        let reply = match service::handle(&self.store, &self.config, &self.trust(), route.clone(), &call).await {
+            Ok(reply) => reply,
+            Err(e) => return internal(&e),
+        };
+        match reply.status {
+            200 if pushed => {
+                tracing::info!(answer = %String::from_utf8_lossy(&reply.body), "push applied");
+                if let Err(e) = self.reload().await {
+                    return internal(&e);
+                }
+            }
+            401 | 403 => tracing::info!(route = ?route, client = %request.client, "API request refused"),
+            400 | 409 | 413 => {
+                tracing::warn!(route = ?route, answer = %String::from_utf8_lossy(&reply.body), "refused");
+            }
+            _ => {}
+        }
+        reply
     }
 
     async fn subscription(&self, request: &Request<'_>, token: Option<SubToken>) -> Reply {
@@ -217,168 +228,6 @@ impl Edge {
             &sub_url,
         )
     }
-
-    async fn push(&self, body: &[u8]) -> Reply {
-        let now = now_ms() / 1000;
-        let batch = match self.store.batch().await {
-            Ok(batch) => batch,
-            Err(e) => return internal(&e),
-        };
-        let mut checked = match push::check(body, &self.trust(), batch.as_ref(), now) {
-            Ok(checked) => checked,
-            Err(e) => return refused(&e),
-        };
-        if checked.unchanged {
-            return api::json(200, &serde_json::json!({ "applied": 0, "unchanged": "batch" }));
-        }
-        match self.store.apply(&mut checked).await {
-            Ok(applied) => {
-                let settings = checked.writes.iter().find(|write| write.target == push::Target::Settings);
-                if let Some(envelope) = settings.and_then(|write| write.envelope.as_deref()) {
-                    let rules = serve::rules(&self.config, push::settings_rules(envelope));
-                    *self.rules.write().expect("rules lock") = Arc::new(rules);
-                }
-                *self.trust.write().expect("trust lock") = checked.trust;
-                tracing::info!(written = applied.written, unchanged = applied.unchanged, "push applied");
-                api::applied(applied.written, applied.unchanged)
-            }
-            Err(StoreError::Refused(e)) => refused(&e),
-            Err(e) => internal(&e),
-        }
-    }
-
-    fn node_auth(&self, request: &Request<'_>, node: u64) -> Result<Trust, Reply> {
-        let trust = self.trust();
-        let path = if request.query.is_empty() {
-            request.path.to_owned()
-        } else {
-            format!("{}?{}", request.path, request.query)
-        };
-        let header = request.header(nodeauth::HEADER);
-        if let Err(reply) = api::authorize_node(header, &trust, request.method, &path, node, now_ms() / 1000) {
-            tracing::info!(node, "node request refused");
-            return Err(reply);
-        }
-        Ok(trust)
-    }
-
-    async fn node_creds(&self, request: &Request<'_>, node: u64, after: u64) -> Reply {
-        if let Err(reply) = self.node_auth(request, node) {
-            return reply;
-        }
-        let mut reply = match self.store.stream(&stream::creds(node)).await {
-            Ok(Some((state, Some(envelope)))) if state.version > after => Reply::bytes(200, envelope),
-            Ok(_) => Reply { status: 204, headers: Vec::new(), body: Vec::new() },
-            Err(e) => return internal(&e),
-        };
-        match self.store.keys_header().await {
-            Ok(Some(keys)) => reply.headers.push((nodeauth::KEYS_HEADER, keys)),
-            Ok(None) => {}
-            Err(e) => return internal(&e),
-        }
-        match self.release_for(node).await {
-            Ok(Some(release)) => reply.headers.push((nodeauth::RELEASE_HEADER, release.to_string())),
-            Ok(None) => {}
-            Err(e) => return internal(&e),
-        }
-        reply
-    }
-
-    /// The release the rollout tells `node` to run, if the edge holds it.
-    async fn release_for(&self, node: u64) -> Result<Option<u64>, StoreError> {
-        let Some((_, Some(rollout))) = self.store.stream(stream::ROLLOUT).await? else { return Ok(None) };
-        let Some(release) = push::release_for(&rollout, node) else { return Ok(None) };
-        let held = self.store.stream(stream::RELEASE).await?.map(|(state, _)| state.version);
-        Ok((held == Some(release)).then_some(release))
-    }
-
-    async fn node_release(&self, request: &Request<'_>, node: u64, file: Option<&str>) -> Reply {
-        if let Err(reply) = self.node_auth(request, node) {
-            return reply;
-        }
-        match self.release_for(node).await {
-            Ok(Some(_)) => {}
-            Ok(None) => return api::error(404, "no_release", "this node is not told to run a release"),
-            Err(e) => return internal(&e),
-        }
-        let found = match file {
-            None => self.store.stream(stream::RELEASE).await.map(|row| row.and_then(|(_, envelope)| envelope)),
-            Some(name) => self.store.release_file(name).await,
-        };
-        match found {
-            Ok(Some(bytes)) => Reply::bytes(200, bytes),
-            Ok(None) => api::error(404, "no_release", "the release has no such file"),
-            Err(e) => internal(&e),
-        }
-    }
-
-    async fn put_release(&self, body: &[u8]) -> Reply {
-        if body.len() > api::MAX_RELEASE_BYTES {
-            return api::error(413, "too_large", "the release is over the size limit");
-        }
-        let stored = match self.store.stream(stream::RELEASE).await {
-            Ok(stored) => stored.map(|(state, _)| state),
-            Err(e) => return internal(&e),
-        };
-        let (write, files) = match api::check_release(body, &self.trust(), stored.as_ref(), now_ms() / 1000) {
-            Ok(checked) => checked,
-            Err(reply) => return reply,
-        };
-        match self.store.put_release(&write, &files).await {
-            Ok(true) => Reply::text(200, "stored\n"),
-            Ok(false) => Reply::text(200, "unchanged\n"),
-            Err(StoreError::Refused(e)) => refused(&e),
-            Err(e) => internal(&e),
-        }
-    }
-
-    async fn node_ack(&self, request: &Request<'_>, node: u64) -> Reply {
-        if let Err(reply) = self.node_auth(request, node) {
-            return reply;
-        }
-        match self.store.stream(&stream::usage_ack(node)).await {
-            Ok(Some((_, Some(envelope)))) => Reply::bytes(200, envelope),
-            Ok(_) => Reply { status: 204, headers: Vec::new(), body: Vec::new() },
-            Err(e) => internal(&e),
-        }
-    }
-
-    async fn node_usage(&self, request: &Request<'_>, node: u64) -> Reply {
-        let trust = match self.node_auth(request, node) {
-            Ok(trust) => trust,
-            Err(reply) => return reply,
-        };
-        let seq = match api::check_usage(request.body, &trust, node, now_ms() / 1000) {
-            Ok(seq) => seq,
-            Err(reply) => return reply,
-        };
-        match self.store.enqueue_usage(node, seq, request.body).await {
-            Ok(_) => Reply::text(202, "queued\n"),
-            Err(e) => internal(&e),
-        }
-    }
-
-    async fn put_archive(&self, body: &[u8]) -> Reply {
-        let stored = match self.store.stream(stream::ARCHIVE).await {
-            Ok(stored) => stored.map(|(state, _)| state),
-            Err(e) => return internal(&e),
-        };
-        let write = match api::check_archive(body, &self.trust(), stored.as_ref(), now_ms() / 1000) {
-            Ok(write) => write,
-            Err(reply) => return reply,
-        };
-        match self.store.put_archive(&write).await {
-            Ok(true) => Reply::text(200, "stored\n"),
-            Ok(false) => Reply::text(200, "unchanged\n"),
-            Err(StoreError::Refused(e)) => refused(&e),
-            Err(e) => internal(&e),
-        }
-    }
-}
-
-fn refused(error: &push::PushError) -> Reply {
-    tracing::warn!(%error, "push refused");
-    api::refused(error)
 }
 
 fn to_response(reply: Reply, head: bool) -> Response {

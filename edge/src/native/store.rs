@@ -11,13 +11,15 @@ use std::sync::Arc;
 
 use hearth_shared::Digest;
 use hearth_shared::trust::{StreamState, Trust};
-use hearth_shared::wire::{UsageDrain, decode};
+use hearth_shared::wire::{ExportItem, UsageDrain, decode, encode, stream};
 use libsql::{Connection, params};
 use tokio::sync::Mutex;
 
-use crate::api::{ExportCursor, link_stream};
-use crate::push::{Checked, PushError, Target, Write, apply_node_record, decide};
-use hearth_shared::wire::{ExportItem, ExportPage};
+use crate::api::{NamedFile, link_stream};
+use crate::push::{Target, Write};
+use crate::storage::{
+    Changed, Fill, Plan, Planned, Storage, StoredStream, VALUE_BATCH, VALUE_KEYS, VALUE_TRUST, take_report,
+};
 
 const SCHEMA: &str = "
 CREATE TABLE IF NOT EXISTS links (
@@ -58,9 +60,6 @@ pub enum StoreError {
     /// Stored bytes do not decode.
     #[error("stored {0} does not decode")]
     Corrupt(&'static str),
-    /// A push was refused while applying.
-    #[error(transparent)]
-    Refused(#[from] PushError),
     /// A remote replica was asked of a build without it.
     #[error(
         "this hearth-edge was built without the `remote-replica` feature (cargo build -p hearth-edge --features remote-replica)"
@@ -148,13 +147,50 @@ fn state_of(version: i64, digest: Vec<u8>) -> Result<StreamState, StoreError> {
     })
 }
 
-/// What a push changed.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
-pub struct Applied {
-    /// Streams written.
-    pub written: usize,
-    /// Streams that already held the very same envelope.
-    pub unchanged: usize,
+/// Where a write's row is: its table, key column and key.
+fn row_of(write: &Write) -> (&'static str, &'static str, libsql::Value) {
+    match &write.target {
+        Target::Link(hash) => ("links", "token_hash", hash.to_vec().into()),
+        Target::Creds(_)
+        | Target::Ack(_)
+        | Target::Node(_)
+        | Target::Archive
+        | Target::Settings
+        | Target::Rollout
+        | Target::Release => ("streams", "name", write.stream.clone().into()),
+    }
+}
+
+/// The stored state of a write's row.
+async fn state(conn: &Connection, write: &Write) -> Result<Option<StreamState>, StoreError> {
+    let (table, key_column, key) = row_of(write);
+    let mut rows = conn.query(&format!("SELECT version, digest FROM {table} WHERE {key_column} = ?1"), [key]).await?;
+    match rows.next().await? {
+        Some(row) => Ok(Some(state_of(row.get(0)?, row.get(1)?)?)),
+        None => Ok(None),
+    }
+}
+
+/// Stores a write's row.
+async fn put(conn: &Connection, write: &Write) -> Result<(), StoreError> {
+    let (table, key_column, key) = row_of(write);
+    conn.execute(
+        &format!(
+            "INSERT INTO {table} ({key_column}, version, digest, envelope) VALUES (?1, ?2, ?3, ?4) \
+             ON CONFLICT ({key_column}) DO UPDATE SET version = ?2, digest = ?3, envelope = ?4"
+        ),
+        params![key, i(write.version), write.digest.to_vec(), write.envelope.clone()],
+    )
+    .await?;
+    Ok(())
+}
+
+async fn value(conn: &Connection, key: &str) -> Result<Option<Vec<u8>>, StoreError> {
+    let mut rows = conn.query("SELECT value FROM state WHERE key = ?1", params![key]).await?;
+    Ok(match rows.next().await? {
+        Some(row) => Some(row.get(0)?),
+        None => None,
+    })
 }
 
 impl Store {
@@ -247,8 +283,19 @@ impl Store {
         Ok(false)
     }
 
-    /// A stream's stored version and envelope (`None` envelope: deleted).
-    pub async fn stream(&self, name: &str) -> Result<Option<(StreamState, Option<Vec<u8>>)>, StoreError> {
+    /// The trust stored by earlier pushes, if any.
+    pub async fn trust(&self) -> Result<Option<Trust>, StoreError> {
+        self.value(VALUE_TRUST)
+            .await?
+            .map(|bytes| decode(&bytes, "trust").map_err(|_| StoreError::Corrupt("trust")))
+            .transpose()
+    }
+}
+
+impl Storage for Store {
+    type Error = StoreError;
+
+    async fn stream(&self, name: &str) -> Result<Option<StoredStream>, StoreError> {
         let mut rows =
             self.conn.query("SELECT version, digest, envelope FROM streams WHERE name = ?1", params![name]).await?;
         match rows.next().await? {
@@ -258,78 +305,35 @@ impl Store {
     }
 
     async fn value(&self, key: &str) -> Result<Option<Vec<u8>>, StoreError> {
-        let mut rows = self.conn.query("SELECT value FROM state WHERE key = ?1", params![key]).await?;
-        Ok(match rows.next().await? {
-            Some(row) => Some(row.get(0)?),
-            None => None,
-        })
+        value(&self.conn, key).await
     }
 
-    /// The trust stored by earlier pushes, if any.
-    pub async fn trust(&self) -> Result<Option<Trust>, StoreError> {
-        self.value("trust")
-            .await?
-            .map(|bytes| decode(&bytes, "trust").map_err(|_| StoreError::Corrupt("trust")))
-            .transpose()
-    }
-
-    /// The key records of the last push, as a node's pull is answered with them.
-    pub async fn keys_header(&self) -> Result<Option<String>, StoreError> {
-        Ok(self.value("keys").await?.and_then(|bytes| String::from_utf8(bytes).ok()))
-    }
-
-    /// The last batch applied.
-    pub async fn batch(&self) -> Result<Option<StreamState>, StoreError> {
-        self.value("batch")
-            .await?
-            .map(|bytes| decode(&bytes, "batch state").map_err(|_| StoreError::Corrupt("batch state")))
-            .transpose()
-    }
-
-    /// Applies a checked push in one transaction: every write or none. Node records update
-    /// `checked.trust`'s node keys, which is stored with the batch state.
-    pub async fn apply(&self, checked: &mut Checked) -> Result<Applied, StoreError> {
-        let _writer = self.writer.lock().await;
-        let tx = self.conn.transaction().await?;
-        let mut applied = Applied::default();
-        for write in &checked.writes {
-            let (table, key_column, key): (&str, &str, libsql::Value) = match &write.target {
-                Target::Link(hash) => ("links", "token_hash", hash.to_vec().into()),
-                Target::Creds(_)
-                | Target::Ack(_)
-                | Target::Node(_)
-                | Target::Archive
-                | Target::Settings
-                | Target::Rollout
-                | Target::Release => ("streams", "name", write.stream.clone().into()),
-            };
-            let mut rows = tx
-                .query(&format!("SELECT version, digest FROM {table} WHERE {key_column} = ?1"), [key.clone()])
-                .await?;
-            let stored = match rows.next().await? {
-                Some(row) => Some(state_of(row.get(0)?, row.get(1)?)?),
-                None => None,
-            };
-            drop(rows);
-            if !decide(write, stored.as_ref())? {
-                applied.unchanged += 1;
-                continue;
-            }
-            tx.execute(
-                &format!(
-                    "INSERT INTO {table} ({key_column}, version, digest, envelope) VALUES (?1, ?2, ?3, ?4) \
-                     ON CONFLICT ({key_column}) DO UPDATE SET version = ?2, digest = ?3, envelope = ?4"
-                ),
-                params![key, i(write.version), write.digest.to_vec(), write.envelope.clone()],
-            )
-            .await?;
-            apply_node_record(&mut checked.trust, write)?;
-            applied.written += 1;
+    async fn states(&self, writes: &[Write]) -> Result<Vec<Option<StreamState>>, StoreError> {
+        let mut states = Vec::with_capacity(writes.len());
+        for write in writes {
+            states.push(state(&self.conn, write).await?);
         }
-        let trust = hearth_shared::wire::encode(&checked.trust);
-        let batch = hearth_shared::wire::encode(&checked.batch);
-        let keys = checked.keys_header.clone().map(String::into_bytes);
-        for (key, value) in [("trust", Some(trust)), ("batch", Some(batch)), ("keys", keys)] {
+        Ok(states)
+    }
+
+    async fn apply(&self, plan: &Plan) -> Result<Result<(), Changed>, StoreError> {
+        let _writer = self.writer.lock().await;
+        // Dropped without a commit, the transaction rolls back.
+        let tx = self.conn.transaction().await?;
+        let batch = value(&tx, VALUE_BATCH).await?.and_then(|bytes| decode::<StreamState>(&bytes, "batch").ok());
+        if let Err(changed) = plan.still(batch.as_ref()) {
+            return Ok(Err(changed));
+        }
+        for planned in &plan.writes {
+            if let Err(changed) = planned.still(state(&tx, &planned.write).await?.as_ref()) {
+                return Ok(Err(changed));
+            }
+            put(&tx, &planned.write).await?;
+        }
+        let trust = encode(&plan.trust);
+        let batch = encode(&plan.batch);
+        let keys = plan.keys_header.clone().map(String::into_bytes);
+        for (key, value) in [(VALUE_TRUST, Some(trust)), (VALUE_BATCH, Some(batch)), (VALUE_KEYS, keys)] {
             let Some(value) = value else { continue };
             tx.execute(
                 "INSERT INTO state (key, value) VALUES (?1, ?2) ON CONFLICT (key) DO UPDATE SET value = ?2",
@@ -340,138 +344,47 @@ impl Store {
         tx.commit().await?;
         let mut cache = self.cache.write().expect("link cache lock");
         cache.generation += 1;
-        for write in &checked.writes {
-            if let Target::Link(hash) = &write.target {
+        for planned in &plan.writes {
+            if let Target::Link(hash) = &planned.write.target {
                 // Dropped rather than replaced: the next fetch reads the committed row.
                 cache.forget(hash);
             }
         }
-        Ok(applied)
+        Ok(Ok(()))
     }
 
-    /// Queues a node's usage report; `false` when that (node, seq) is already queued.
-    pub async fn enqueue_usage(&self, node: u64, seq: u64, envelope: &[u8]) -> Result<bool, StoreError> {
+    async fn put_archive(&self, planned: &Planned) -> Result<Result<(), Changed>, StoreError> {
         let _writer = self.writer.lock().await;
-        let inserted = self
-            .conn
-            .execute(
-                "INSERT INTO usage_queue (node, seq, envelope) VALUES (?1, ?2, ?3) ON CONFLICT (node, seq) DO NOTHING",
-                params![i(node), i(seq), envelope.to_vec()],
-            )
-            .await?;
-        Ok(inserted == 1)
-    }
-
-    /// Drops what control has received (up to `after`) and hands it the next reports.
-    pub async fn drain_usage(&self, after: u64, limit: u32) -> Result<UsageDrain, StoreError> {
-        {
-            let _writer = self.writer.lock().await;
-            self.conn.execute("DELETE FROM usage_queue WHERE id <= ?1", params![i(after)]).await?;
-        }
-        let mut rows = self
-            .conn
-            .query("SELECT id, envelope FROM usage_queue WHERE id > ?1 ORDER BY id LIMIT ?2", params![i(after), limit])
-            .await?;
-        let mut drain = UsageDrain { cursor: after, reports: Vec::new() };
-        while let Some(row) = rows.next().await? {
-            let report = row.get::<Vec<u8>>(1)?;
-            if !drain.room_for(report.len()) {
-                break;
-            }
-            drain.cursor = u64::try_from(row.get::<i64>(0)?).map_err(|_| StoreError::Corrupt("usage id"))?;
-            drain.reports.push(report.into());
-        }
-        Ok(drain)
-    }
-
-    /// A page of everything stored, for a restore of control: the streams (but the archive,
-    /// fetched on its own), then the links.
-    pub async fn export(&self, cursor: &ExportCursor, limit: u32) -> Result<ExportPage, StoreError> {
-        let batch = self.batch().await?.map_or(0, |state| state.version);
-        let mut page = ExportPage { keys: self.keys_header().await?, batch, ..ExportPage::default() };
-        match cursor {
-            ExportCursor::Streams(after) => {
-                let mut rows = self
-                    .conn
-                    .query(
-                        "SELECT name, version, envelope FROM streams WHERE name > ?1 AND name != ?2 \
-                         ORDER BY name LIMIT ?3",
-                        params![after.clone(), hearth_shared::wire::stream::ARCHIVE, i64::from(limit)],
-                    )
-                    .await?;
-                // Full: as many items as asked for, or as many bytes as a page holds.
-                let mut full = false;
-                while let Some(row) = rows.next().await? {
-                    let item = ExportItem { stream: row.get(0)?, version: u(row.get(1)?), envelope: row.get(2)? };
-                    if !ExportPage::room_for(&page.items, &item) {
-                        full = true;
-                        break;
-                    }
-                    page.items.push(item);
-                }
-                full |= page.items.len() == limit as usize;
-                page.next = Some(
-                    match page.items.last() {
-                        Some(last) if full => ExportCursor::Streams(last.stream.clone()),
-                        _ => ExportCursor::Links { shard: 0, after: Vec::new() },
-                    }
-                    .to_text(),
-                );
-            }
-            ExportCursor::Links { after, .. } => {
-                let mut rows = self
-                    .conn
-                    .query(
-                        "SELECT token_hash, version, envelope FROM links WHERE token_hash > ?1 \
-                         ORDER BY token_hash LIMIT ?2",
-                        params![after.clone(), i64::from(limit)],
-                    )
-                    .await?;
-                let mut last = Vec::new();
-                let mut full = false;
-                while let Some(row) = rows.next().await? {
-                    let hash: Vec<u8> = row.get(0)?;
-                    let stream = link_stream(&hash).ok_or(StoreError::Corrupt("a link's hash"))?;
-                    let item = ExportItem { stream, version: u(row.get(1)?), envelope: row.get(2)? };
-                    if !ExportPage::room_for(&page.items, &item) {
-                        full = true;
-                        break;
-                    }
-                    page.items.push(item);
-                    last = hash;
-                }
-                full |= page.items.len() == limit as usize;
-                page.next = full.then(|| ExportCursor::Links { shard: 0, after: last }.to_text());
-            }
-        }
-        Ok(page)
-    }
-
-    /// Stores the release being rolled out, in place of the one before.
-    pub async fn put_release(&self, write: &Write, files: &[(String, Vec<u8>)]) -> Result<bool, StoreError> {
-        let _writer = self.writer.lock().await;
-        let stored = self.stream(&write.stream).await?.map(|(state, _)| state);
-        if !decide(write, stored.as_ref())? {
-            return Ok(false);
-        }
         let tx = self.conn.transaction().await?;
+        if let Err(changed) = planned.still(state(&tx, &planned.write).await?.as_ref()) {
+            return Ok(Err(changed));
+        }
+        put(&tx, &planned.write).await?;
+        tx.commit().await?;
+        Ok(Ok(()))
+    }
+
+    async fn archive(&self) -> Result<Option<Vec<u8>>, StoreError> {
+        Ok(self.stream(stream::ARCHIVE).await?.and_then(|(_, envelope)| envelope))
+    }
+
+    async fn put_release(&self, planned: &Planned, files: &[NamedFile]) -> Result<Result<(), Changed>, StoreError> {
+        let _writer = self.writer.lock().await;
+        let tx = self.conn.transaction().await?;
+        if let Err(changed) = planned.still(state(&tx, &planned.write).await?.as_ref()) {
+            return Ok(Err(changed));
+        }
         tx.execute("DELETE FROM release_files", ()).await?;
         for (name, bytes) in files {
             tx.execute("INSERT INTO release_files (name, bytes) VALUES (?1, ?2)", params![name.clone(), bytes.clone()])
                 .await?;
         }
-        tx.execute(
-            "INSERT INTO streams (name, version, digest, envelope) VALUES (?1, ?2, ?3, ?4) \
-             ON CONFLICT (name) DO UPDATE SET version = ?2, digest = ?3, envelope = ?4",
-            params![write.stream.clone(), i(write.version), write.digest.to_vec(), write.envelope.clone()],
-        )
-        .await?;
+        put(&tx, &planned.write).await?;
         tx.commit().await?;
-        Ok(true)
+        Ok(Ok(()))
     }
 
-    /// A binary of the stored release.
-    pub async fn release_file(&self, name: &str) -> Result<Option<Vec<u8>>, StoreError> {
+    async fn release_file(&self, name: &str) -> Result<Option<Vec<u8>>, StoreError> {
         let mut rows = self.conn.query("SELECT bytes FROM release_files WHERE name = ?1", params![name]).await?;
         Ok(match rows.next().await? {
             Some(row) => Some(row.get(0)?),
@@ -479,20 +392,70 @@ impl Store {
         })
     }
 
-    /// Stores control's archive if its version is newer than the stored one.
-    pub async fn put_archive(&self, write: &Write) -> Result<bool, StoreError> {
+    async fn enqueue_usage(&self, node: u64, seq: u64, envelope: &[u8]) -> Result<(), StoreError> {
         let _writer = self.writer.lock().await;
-        let stored = self.stream(&write.stream).await?.map(|(state, _)| state);
-        if !decide(write, stored.as_ref())? {
-            return Ok(false);
-        }
         self.conn
             .execute(
-                "INSERT INTO streams (name, version, digest, envelope) VALUES (?1, ?2, ?3, ?4) \
-                 ON CONFLICT (name) DO UPDATE SET version = ?2, digest = ?3, envelope = ?4",
-                params![write.stream.clone(), i(write.version), write.digest.to_vec(), write.envelope.clone()],
+                "INSERT INTO usage_queue (node, seq, envelope) VALUES (?1, ?2, ?3) ON CONFLICT (node, seq) DO NOTHING",
+                params![i(node), i(seq), envelope.to_vec()],
             )
             .await?;
-        Ok(true)
+        Ok(())
+    }
+
+    async fn drain_usage(&self, after: u64, drain: &mut UsageDrain) -> Result<(), StoreError> {
+        {
+            let _writer = self.writer.lock().await;
+            self.conn.execute("DELETE FROM usage_queue WHERE id <= ?1", params![i(after)]).await?;
+        }
+        let limit = UsageDrain::MAX_REPORTS as i64;
+        let mut rows = self
+            .conn
+            .query("SELECT id, envelope FROM usage_queue WHERE id > ?1 ORDER BY id LIMIT ?2", params![i(after), limit])
+            .await?;
+        while let Some(row) = rows.next().await? {
+            let id = u64::try_from(row.get::<i64>(0)?).map_err(|_| StoreError::Corrupt("usage id"))?;
+            if !take_report(drain, id, row.get(1)?) {
+                break;
+            }
+        }
+        Ok(())
+    }
+
+    async fn export_streams(&self, after: &str, except: &str, fill: &mut Fill) -> Result<(), StoreError> {
+        let mut rows = self
+            .conn
+            .query(
+                "SELECT name, version, envelope FROM streams WHERE name > ?1 AND name != ?2 ORDER BY name LIMIT ?3",
+                params![after, except, i64::from(fill.limit)],
+            )
+            .await?;
+        while let Some(row) = rows.next().await? {
+            if !fill.take(ExportItem { stream: row.get(0)?, version: u(row.get(1)?), envelope: row.get(2)? }) {
+                break;
+            }
+        }
+        Ok(())
+    }
+
+    fn link_shards(&self) -> u32 {
+        1
+    }
+
+    async fn export_links(&self, _shard: u32, after: &[u8], fill: &mut Fill) -> Result<(), StoreError> {
+        let mut rows = self
+            .conn
+            .query(
+                "SELECT token_hash, version, envelope FROM links WHERE token_hash > ?1 ORDER BY token_hash LIMIT ?2",
+                params![after.to_vec(), i64::from(fill.limit)],
+            )
+            .await?;
+        while let Some(row) = rows.next().await? {
+            let stream = link_stream(&row.get::<Vec<u8>>(0)?).ok_or(StoreError::Corrupt("a link's hash"))?;
+            if !fill.take(ExportItem { stream, version: u(row.get(1)?), envelope: row.get(2)? }) {
+                break;
+            }
+        }
+        Ok(())
     }
 }

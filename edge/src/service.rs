@@ -1,0 +1,229 @@
+//! The edge's API, written once over a [`Storage`]: control's push, archive, release, usage
+//! drain and export, and the nodes' pulls, acknowledgements, releases and usage reports. The
+//! native edge calls [`handle`] on its libSQL store; the Worker's `Control` Durable Object on
+//! its own SQLite and the `Links` shards.
+
+use hearth_shared::nodeauth;
+use hearth_shared::trust::{StreamState, Trust};
+use hearth_shared::wire::{ExportPage, UsageDrain, decode, encode, stream};
+
+use crate::Reply;
+use crate::api::{self, ExportCursor};
+use crate::config::EdgeConfig;
+use crate::push;
+use crate::routes::Route;
+use crate::serve::decoy;
+use crate::storage::{Fill, Planned, Storage, VALUE_BATCH, VALUE_KEYS, plan};
+
+/// An API request, as the edge needs it.
+#[derive(Clone, Copy, Debug)]
+pub struct Call<'a> {
+    /// GET, POST, PUT...
+    pub method: &'a str,
+    /// The path.
+    pub path: &'a str,
+    /// The query, without `?`.
+    pub query: &'a str,
+    /// The `Authorization` header (control's push token).
+    pub authorization: Option<&'a str>,
+    /// The node's signature header ([`nodeauth::HEADER`]).
+    pub node_signature: Option<&'a str>,
+    /// The body.
+    pub body: &'a [u8],
+    /// Unix seconds.
+    pub now: u64,
+}
+
+/// Answers an API route with the edge's `trust` (the subscription, health and unknown routes
+/// are the adapter's: they get the decoy here). `Err` is storage failing; the adapter answers
+/// it with [`api::unavailable`].
+pub async fn handle<S: Storage>(
+    store: &S,
+    config: &EdgeConfig,
+    trust: &Trust,
+    route: Route,
+    call: &Call<'_>,
+) -> Result<Reply, S::Error> {
+    let node_auth = |node| {
+        let path = if call.query.is_empty() { call.path.to_owned() } else { format!("{}?{}", call.path, call.query) };
+        api::authorize_node(call.node_signature, trust, call.method, &path, node, call.now)
+    };
+    let no_content = || Reply { status: 204, headers: Vec::new(), body: Vec::new() };
+    Ok(match route {
+        Route::Subscription(_) | Route::Health | Route::Unknown => decoy(),
+        Route::NodeCreds { node, after } => match node_auth(node) {
+            Err(reply) => reply,
+            Ok(()) => {
+                let mut reply = match store.stream(&stream::creds(node)).await? {
+                    Some((state, Some(envelope))) if state.version > after => Reply::bytes(200, envelope),
+                    _ => no_content(),
+                };
+                if let Some(keys) = store.value(VALUE_KEYS).await?.and_then(|bytes| String::from_utf8(bytes).ok()) {
+                    reply.headers.push((nodeauth::KEYS_HEADER, keys));
+                }
+                if let Some(release) = release_for(store, node).await? {
+                    reply.headers.push((nodeauth::RELEASE_HEADER, release.to_string()));
+                }
+                reply
+            }
+        },
+        Route::NodeAck(node) => match node_auth(node) {
+            Err(reply) => reply,
+            Ok(()) => match store.stream(&stream::usage_ack(node)).await? {
+                Some((_, Some(envelope))) => Reply::bytes(200, envelope),
+                _ => no_content(),
+            },
+        },
+        Route::NodeUsage(node) => {
+            match node_auth(node).and_then(|()| api::check_usage(call.body, trust, node, call.now)) {
+                Err(reply) => reply,
+                Ok(seq) => {
+                    store.enqueue_usage(node, seq, call.body).await?;
+                    Reply::text(202, "queued\n")
+                }
+            }
+        }
+        Route::NodeRelease(node) => match node_auth(node) {
+            Err(reply) => reply,
+            Ok(()) => node_release(store, node, None).await?,
+        },
+        Route::NodeReleaseFile(node, name) => match node_auth(node) {
+            Err(reply) => reply,
+            Ok(()) => node_release(store, node, Some(&name)).await?,
+        },
+        _ if !config.push_token.matches(call.authorization) => {
+            api::error(401, "unauthorized", "a valid push token is required")
+        }
+        Route::Push => push(store, trust, call.body, call.now).await?,
+        Route::UsageDrain { after } => {
+            let mut drain = UsageDrain { cursor: after, reports: Vec::new() };
+            store.drain_usage(after, &mut drain).await?;
+            Reply::bytes(200, encode(&drain))
+        }
+        Route::ArchivePut => {
+            let before = store.stream(stream::ARCHIVE).await?.map(|(state, _)| state);
+            match api::check_archive(call.body, trust, before.as_ref(), call.now) {
+                Err(reply) => reply,
+                Ok(write) if before == Some(write.state()) => Reply::text(200, "unchanged\n"),
+                Ok(write) => match store.put_archive(&Planned { write, before }).await? {
+                    Ok(()) => Reply::text(200, "stored\n"),
+                    Err(changed) => changed.reply(),
+                },
+            }
+        }
+        Route::ArchiveGet => match store.archive().await? {
+            Some(bytes) => Reply::bytes(200, bytes),
+            None => api::error(404, "no_archive", "no archive has been pushed yet"),
+        },
+        Route::ReleasePut if call.body.len() > api::MAX_RELEASE_BYTES => {
+            api::error(413, "too_large", "the release is over the size limit")
+        }
+        Route::ReleasePut => {
+            let before = store.stream(stream::RELEASE).await?.map(|(state, _)| state);
+            match api::check_release(call.body, trust, before.as_ref(), call.now) {
+                Err(reply) => reply,
+                Ok((write, _)) if before == Some(write.state()) => Reply::text(200, "unchanged\n"),
+                Ok((write, files)) => match store.put_release(&Planned { write, before }, &files).await? {
+                    Ok(()) => Reply::text(200, "stored\n"),
+                    Err(changed) => changed.reply(),
+                },
+            }
+        }
+        Route::Export { after } => match ExportCursor::parse(&after) {
+            None => api::bad_cursor(),
+            Some(cursor) => match export(store, cursor, api::EXPORT_PAGE).await? {
+                Some(page) => Reply::bytes(200, encode(&page)),
+                None => api::bad_cursor(),
+            },
+        },
+    })
+}
+
+/// A node's release manifest (`file` `None`) or one of its binaries, if the rollout tells it
+/// to run that release.
+async fn node_release<S: Storage>(store: &S, node: u64, file: Option<&str>) -> Result<Reply, S::Error> {
+    if release_for(store, node).await?.is_none() {
+        return Ok(api::error(404, "no_release", "this node is not told to run a release"));
+    }
+    Ok(match file {
+        None => match store.stream(stream::RELEASE).await? {
+            Some((_, Some(manifest))) => Reply::bytes(200, manifest),
+            _ => api::error(404, "no_release", "no release is held"),
+        },
+        Some(name) => match store.release_file(name).await? {
+            Some(bytes) => Reply::bytes(200, bytes),
+            None => api::error(404, "no_release", "the release has no such file"),
+        },
+    })
+}
+
+/// The release the rollout tells `node` to run, when the edge holds that release.
+async fn release_for<S: Storage>(store: &S, node: u64) -> Result<Option<u64>, S::Error> {
+    let Some((_, Some(rollout))) = store.stream(stream::ROLLOUT).await? else { return Ok(None) };
+    let Some(release) = push::release_for(&rollout, node) else { return Ok(None) };
+    let held = store.stream(stream::RELEASE).await?.map(|(state, _)| state.version);
+    Ok((held == Some(release)).then_some(release))
+}
+
+/// The last batch applied.
+pub async fn batch<S: Storage>(store: &S) -> Result<Option<StreamState>, S::Error> {
+    Ok(store.value(VALUE_BATCH).await?.and_then(|bytes| decode(&bytes, "batch state").ok()))
+}
+
+/// Checks a push, decides every write against what its stream holds, and stores it if all
+/// of it applies: a refusal of any part stores nothing.
+async fn push<S: Storage>(store: &S, trust: &Trust, body: &[u8], now: u64) -> Result<Reply, S::Error> {
+    let before = batch(store).await?;
+    let checked = match push::check(body, trust, before.as_ref(), now) {
+        Ok(checked) => checked,
+        Err(e) => return Ok(api::refused(&e)),
+    };
+    if checked.unchanged {
+        return Ok(api::json(200, &serde_json::json!({ "applied": 0, "unchanged": "batch" })));
+    }
+    let stored = store.states(&checked.writes).await?;
+    let plan = match plan(checked, stored, before) {
+        Ok(plan) => plan,
+        Err(e) => return Ok(api::refused(&e)),
+    };
+    Ok(match store.apply(&plan).await? {
+        Ok(()) => api::applied(plan.writes.len(), plan.unchanged),
+        Err(changed) => changed.reply(),
+    })
+}
+
+/// A page of everything the edge holds, for a restore of control: its streams but the
+/// archive (fetched on its own), then each shard's links in turn. `None` for a cursor no page
+/// gave (a shard that does not exist).
+pub async fn export<S: Storage>(store: &S, cursor: ExportCursor, limit: u32) -> Result<Option<ExportPage>, S::Error> {
+    let keys = store.value(VALUE_KEYS).await?.and_then(|bytes| String::from_utf8(bytes).ok());
+    let batch = batch(store).await?.map_or(0, |state| state.version);
+    let mut fill = Fill::new(limit);
+    let next = match cursor {
+        ExportCursor::Streams(after) => {
+            store.export_streams(&after, stream::ARCHIVE, &mut fill).await?;
+            Some(match fill.items.last() {
+                Some(last) if fill.full => ExportCursor::Streams(last.stream.clone()),
+                _ => ExportCursor::Links { shard: 0, after: Vec::new() },
+            })
+        }
+        ExportCursor::Links { shard, after } => {
+            let shards = store.link_shards().max(1);
+            if shard >= shards {
+                return Ok(None);
+            }
+            store.export_links(shard, &after, &mut fill).await?;
+            match fill.items.last().and_then(|last| link_hash(&last.stream)) {
+                Some(last) if fill.full => Some(ExportCursor::Links { shard, after: last }),
+                _ if shard + 1 < shards => Some(ExportCursor::Links { shard: shard + 1, after: Vec::new() }),
+                _ => None,
+            }
+        }
+    };
+    Ok(Some(ExportPage { keys, batch, items: fill.items, next: next.map(|cursor| cursor.to_text()) }))
+}
+
+/// The token hash in a link's stream name.
+fn link_hash(name: &str) -> Option<Vec<u8>> {
+    hex::decode(name.strip_prefix("sub/")?).ok()
+}
