@@ -1,18 +1,34 @@
 //! The `Control` Durable Object (one per deployment): the trust learned from pushes, node
-//! credential sets and registrations, the usage queue and control's archive. It takes every
-//! API route; the Worker in front has already checked control's push token (a Durable
-//! Object cannot be reached from outside), and node routes are checked here, where the node
-//! keys are.
+//! credential sets and registrations, the usage queue, control's archive and the release. It
+//! takes every API route and answers it with `hearth-edge`'s [`service`], over this object's
+//! SQLite and the `Links` shards ([`ControlStore`]). A Durable Object cannot be reached from
+//! outside: the Worker in front sends it every API request as it came.
+//!
+//! A push is decided whole before anything is stored: the streams this object holds are read
+//! here, the links' states are asked of their shards (which store nothing then), and only
+//! when every write applies does each shard store its links and this object its streams and
+//! the batch. Pushes are taken one at a time (a second one while a push is being stored is
+//! answered 503, to be sent again), so no other push can change a link between its decision
+//! and its storing. What remains: this object stopping (a deploy, a crash) after some shards
+//! stored their links and before it recorded the batch. Every write was decided then, none
+//! refused; control sends the batch again, the shards that stored it find the same envelopes
+//! (no-ops) and the rest is stored.
 
+use std::cell::Cell;
 use std::collections::BTreeMap;
 
+use hearth_edge::Reply;
+use hearth_edge::api::{self, NamedFile};
 use hearth_edge::config::EdgeConfig;
-use hearth_edge::push::{self, Target, Write, apply_node_record, decide};
+use hearth_edge::push::{Target, Write};
 use hearth_edge::routes::{Route, route};
-use hearth_edge::{Reply, api};
+use hearth_edge::service::{self, Call};
+use hearth_edge::storage::{
+    Changed, Fill, Plan, Planned, Storage, StoredStream, VALUE_BATCH, VALUE_KEYS, VALUE_TRUST, take_report,
+};
 use hearth_shared::nodeauth;
 use hearth_shared::trust::{StreamState, Trust};
-use hearth_shared::wire::{ExportItem, ExportPage, UsageDrain, decode, encode, stream};
+use hearth_shared::wire::{ExportItem, UsageDrain, decode, encode, stream};
 use serde::Deserialize;
 use worker::{
     DurableObject, Env, Method, Request, Response, Result, SqlStorage, SqlStorageValue, State, durable_object,
@@ -20,13 +36,12 @@ use worker::{
 
 use crate::runtime::{call, config, int, now_ms, reply_of, respond, transaction};
 
-/// How many usage reports one drain hands out (fewer when their bytes fill it first).
-const DRAIN_LIMIT: i64 = UsageDrain::MAX_REPORTS as i64;
-
 #[durable_object]
 pub struct Control {
     state: State,
     env: Env,
+    /// A push is being stored.
+    pushing: Cell<bool>,
 }
 
 #[derive(Deserialize)]
@@ -34,6 +49,12 @@ struct StreamRow {
     version: i64,
     digest: serde_bytes::ByteBuf,
     envelope: Option<serde_bytes::ByteBuf>,
+}
+
+#[derive(Deserialize)]
+struct StateRow {
+    version: i64,
+    digest: serde_bytes::ByteBuf,
 }
 
 #[derive(Deserialize)]
@@ -62,13 +83,24 @@ struct QueueRow {
     envelope: serde_bytes::ByteBuf,
 }
 
-fn stream_row(sql: &SqlStorage, name: &str) -> Result<Option<(StreamState, Option<Vec<u8>>)>> {
+fn state_of(version: i64, digest: serde_bytes::ByteBuf) -> Result<StreamState> {
+    let digest = digest.into_vec().try_into().map_err(|_| worker::Error::RustError("a stored digest".into()))?;
+    Ok(StreamState { version: version as u64, digest })
+}
+
+fn stream_row(sql: &SqlStorage, name: &str) -> Result<Option<StoredStream>> {
     let rows: Vec<StreamRow> =
         sql.exec("SELECT version, digest, envelope FROM streams WHERE name = ?", vec![name.into()])?.to_array()?;
-    Ok(rows.into_iter().next().and_then(|row| {
-        let digest = row.digest.into_vec().try_into().ok()?;
-        Some((StreamState { version: row.version as u64, digest }, row.envelope.map(|e| e.into_vec())))
-    }))
+    rows.into_iter()
+        .next()
+        .map(|row| Ok((state_of(row.version, row.digest)?, row.envelope.map(serde_bytes::ByteBuf::into_vec))))
+        .transpose()
+}
+
+fn stream_state(sql: &SqlStorage, name: &str) -> Result<Option<StreamState>> {
+    let rows: Vec<StateRow> =
+        sql.exec("SELECT version, digest FROM streams WHERE name = ?", vec![name.into()])?.to_array()?;
+    rows.into_iter().next().map(|row| state_of(row.version, row.digest)).transpose()
 }
 
 fn put_stream(sql: &SqlStorage, write: &Write) -> Result<()> {
@@ -87,14 +119,6 @@ fn put_stream(sql: &SqlStorage, write: &Write) -> Result<()> {
     Ok(())
 }
 
-/// The release the rollout tells `node` to run, when this object holds that release.
-fn release_for(sql: &SqlStorage, node: u64) -> Result<Option<u64>> {
-    let Some((_, Some(rollout))) = stream_row(sql, stream::ROLLOUT)? else { return Ok(None) };
-    let Some(release) = push::release_for(&rollout, node) else { return Ok(None) };
-    let held = stream_row(sql, stream::RELEASE)?.map(|(state, _)| state.version);
-    Ok((held == Some(release)).then_some(release))
-}
-
 fn value(sql: &SqlStorage, key: &str) -> Result<Option<Vec<u8>>> {
     let rows: Vec<ValueRow> = sql.exec("SELECT value FROM state WHERE key = ?", vec![key.into()])?.to_array()?;
     Ok(rows.into_iter().next().map(|row| row.value.into_vec()))
@@ -106,6 +130,28 @@ fn put_value(sql: &SqlStorage, key: &str, bytes: Vec<u8>) -> Result<()> {
         vec![key.into(), SqlStorageValue::Blob(bytes)],
     )?;
     Ok(())
+}
+
+/// Replaces the pieces of a large value (the archive, a release's binaries) kept in `table`.
+fn put_chunks(sql: &SqlStorage, table: &str, name: Option<&str>, bytes: &[u8]) -> Result<()> {
+    for (seq, chunk) in bytes.chunks(ARCHIVE_CHUNK).enumerate() {
+        let chunk = SqlStorageValue::Blob(chunk.to_vec());
+        match name {
+            None => sql.exec(
+                &format!("INSERT INTO {table} (seq, bytes) VALUES (?, ?)"),
+                vec![int(seq as u64).into(), chunk],
+            )?,
+            Some(name) => sql.exec(
+                &format!("INSERT INTO {table} (name, seq, bytes) VALUES (?, ?, ?)"),
+                vec![name.into(), int(seq as u64).into(), chunk],
+            )?,
+        };
+    }
+    Ok(())
+}
+
+fn chunks(rows: Vec<ChunkRow>) -> Vec<u8> {
+    rows.into_iter().flat_map(|row| row.bytes.into_vec()).collect()
 }
 
 impl DurableObject for Control {
@@ -123,7 +169,7 @@ impl DurableObject for Control {
         ] {
             sql.exec(table, None).expect("creating the control tables");
         }
-        Control { state, env }
+        Control { state, env, pushing: Cell::new(false) }
     }
 
     async fn fetch(&self, mut req: Request) -> Result<Response> {
@@ -135,16 +181,7 @@ impl DurableObject for Control {
             }
         };
         let url = req.url()?;
-        let method = req.method().to_string();
-        let path_and_query = match url.query() {
-            Some(query) => format!("{}?{query}", url.path()),
-            None => url.path().to_owned(),
-        };
-        let body = if matches!(req.method(), Method::Post | Method::Put) { req.bytes().await? } else { Vec::new() };
-        let auth = req.headers().get(nodeauth::HEADER)?;
         let sql = self.state.storage().sql();
-        let trust = config.trust(value(&sql, "trust")?.and_then(|bytes| decode::<Trust>(&bytes, "trust").ok()));
-        let now = now_ms() / 1000;
         // Only this Worker reaches a Durable Object: the front asks here for the owner's edge
         // settings (then keeps them a minute).
         if url.path() == SETTINGS_PATH {
@@ -156,312 +193,266 @@ impl DurableObject for Control {
                 false,
             );
         }
-        let reply = match route(&config, &method, url.path(), url.query().unwrap_or("")) {
-            Route::Push => self.push(&config, &trust, &body).await?,
-            Route::NodeCreds { node, after } => {
-                match api::authorize_node(auth.as_deref(), &trust, &method, &path_and_query, node, now) {
-                    Err(reply) => reply,
-                    Ok(()) => {
-                        let mut reply = match stream_row(&sql, &stream::creds(node))? {
-                            Some((state, Some(envelope))) if state.version > after => Reply::bytes(200, envelope),
-                            _ => Reply { status: 204, headers: Vec::new(), body: Vec::new() },
-                        };
-                        if let Some(keys) = value(&sql, "keys")?.and_then(|bytes| String::from_utf8(bytes).ok()) {
-                            reply.headers.push((nodeauth::KEYS_HEADER, keys));
-                        }
-                        if let Some(release) = release_for(&sql, node)? {
-                            reply.headers.push((nodeauth::RELEASE_HEADER, release.to_string()));
-                        }
-                        reply
-                    }
-                }
+        let method = req.method().to_string();
+        let body = if matches!(req.method(), Method::Post | Method::Put) { req.bytes().await? } else { Vec::new() };
+        let authorization = req.headers().get("authorization")?;
+        let node_signature = req.headers().get(nodeauth::HEADER)?;
+        let route = route(&config, &method, url.path(), url.query().unwrap_or(""));
+        let _pushing = match route {
+            Route::Push if self.pushing.replace(true) => {
+                let mut reply = api::error(503, "busy", "another push is being stored; send this one again shortly");
+                reply.headers.push(("retry-after", "1".to_owned()));
+                return respond(reply, false);
             }
-            Route::NodeAck(node) => {
-                match api::authorize_node(auth.as_deref(), &trust, &method, &path_and_query, node, now) {
-                    Err(reply) => reply,
-                    Ok(()) => match stream_row(&sql, &stream::usage_ack(node))? {
-                        Some((_, Some(envelope))) => Reply::bytes(200, envelope),
-                        _ => Reply { status: 204, headers: Vec::new(), body: Vec::new() },
-                    },
-                }
+            Route::Push => Some(Pushing(&self.pushing)),
+            _ => None,
+        };
+        let trust = config.trust(value(&sql, VALUE_TRUST)?.and_then(|bytes| decode::<Trust>(&bytes, "trust").ok()));
+        let call = Call {
+            method: &method,
+            path: url.path(),
+            query: url.query().unwrap_or(""),
+            authorization: authorization.as_deref(),
+            node_signature: node_signature.as_deref(),
+            body: &body,
+            now: now_ms() / 1000,
+        };
+        let store = ControlStore { state: &self.state, sql, env: &self.env, config: &config };
+        let reply = match service::handle(&store, &config, &trust, route, &call).await {
+            Ok(reply) => reply,
+            Err(e) => {
+                worker::console_error!("storage failed: {e}");
+                api::unavailable()
             }
-            Route::NodeUsage(node) => {
-                match api::authorize_node(auth.as_deref(), &trust, &method, &path_and_query, node, now)
-                    .and_then(|()| api::check_usage(&body, &trust, node, now))
-                {
-                    Err(reply) => reply,
-                    Ok(seq) => {
-                        sql.exec(
-                            "INSERT INTO usage_queue (node, seq, envelope) VALUES (?, ?, ?)
-                             ON CONFLICT (node, seq) DO NOTHING",
-                            vec![int(node).into(), int(seq).into(), SqlStorageValue::Blob(body)],
-                        )?;
-                        Reply::text(202, "queued\n")
-                    }
-                }
-            }
-            Route::UsageDrain { after } => {
-                sql.exec("DELETE FROM usage_queue WHERE id <= ?", vec![int(after).into()])?;
-                let rows: Vec<QueueRow> = sql
-                    .exec(
-                        "SELECT id, envelope FROM usage_queue WHERE id > ? ORDER BY id LIMIT ?",
-                        vec![int(after).into(), DRAIN_LIMIT.into()],
-                    )?
-                    .to_array()?;
-                let mut drain = UsageDrain { cursor: after, reports: Vec::new() };
-                for row in rows {
-                    if !drain.room_for(row.envelope.len()) {
-                        break;
-                    }
-                    drain.cursor = row.id as u64;
-                    drain.reports.push(row.envelope);
-                }
-                Reply::bytes(200, encode(&drain))
-            }
-            Route::ArchivePut => {
-                let stored = stream_row(&sql, stream::ARCHIVE)?.map(|(state, _)| state);
-                match api::check_archive(&body, &trust, stored.as_ref(), now) {
-                    Err(reply) => reply,
-                    Ok(write) if stored == Some(write.state()) => Reply::text(200, "unchanged\n"),
-                    Ok(write) => {
-                        // A row holds at most 2 MB: the archive is kept in chunks, its stream
-                        // row (version and digest) without the envelope.
-                        let envelope = write.envelope.clone().unwrap_or_default();
-                        let marker = Write { envelope: None, ..write };
-                        transaction(&self.state.storage(), move |sql| {
-                            sql.exec("DELETE FROM archive_chunks", None)?;
-                            for (seq, chunk) in envelope.chunks(ARCHIVE_CHUNK).enumerate() {
-                                sql.exec(
-                                    "INSERT INTO archive_chunks (seq, bytes) VALUES (?, ?)",
-                                    vec![int(seq as u64).into(), SqlStorageValue::Blob(chunk.to_vec())],
-                                )?;
-                            }
-                            put_stream(sql, &marker)
-                        })?;
-                        Reply::text(200, "stored\n")
-                    }
-                }
-            }
-            Route::ArchiveGet => match stream_row(&sql, stream::ARCHIVE)? {
-                Some(_) => {
-                    let chunks: Vec<ChunkRow> =
-                        sql.exec("SELECT bytes FROM archive_chunks ORDER BY seq", None)?.to_array()?;
-                    Reply::bytes(200, chunks.into_iter().flat_map(|row| row.bytes.into_vec()).collect())
-                }
-                None => api::error(404, "no_archive", "no archive has been pushed yet"),
-            },
-            Route::NodeRelease(node) | Route::NodeReleaseFile(node, _) => {
-                match api::authorize_node(auth.as_deref(), &trust, &method, &path_and_query, node, now) {
-                    Err(reply) => reply,
-                    Ok(()) if release_for(&sql, node)?.is_none() => {
-                        api::error(404, "no_release", "this node is not told to run a release")
-                    }
-                    Ok(()) => match route(&config, &method, url.path(), "") {
-                        Route::NodeReleaseFile(_, name) => {
-                            let chunks: Vec<ChunkRow> = sql
-                                .exec(
-                                    "SELECT bytes FROM release_chunks WHERE name = ? ORDER BY seq",
-                                    vec![name.as_str().into()],
-                                )?
-                                .to_array()?;
-                            if chunks.is_empty() {
-                                api::error(404, "no_release", "the release has no such file")
-                            } else {
-                                Reply::bytes(200, chunks.into_iter().flat_map(|row| row.bytes.into_vec()).collect())
-                            }
-                        }
-                        _ => match stream_row(&sql, stream::RELEASE)? {
-                            Some((_, Some(manifest))) => Reply::bytes(200, manifest),
-                            _ => api::error(404, "no_release", "no release is held"),
-                        },
-                    },
-                }
-            }
-            Route::ReleasePut => {
-                let stored = stream_row(&sql, stream::RELEASE)?.map(|(state, _)| state);
-                if body.len() > api::MAX_RELEASE_BYTES {
-                    api::error(413, "too_large", "the release is over the size limit")
-                } else {
-                    match api::check_release(&body, &trust, stored.as_ref(), now) {
-                        Err(reply) => reply,
-                        Ok((write, _)) if stored == Some(write.state()) => Reply::text(200, "unchanged\n"),
-                        Ok((write, files)) => {
-                            // Rows hold at most 2 MB: each binary is kept in pieces.
-                            transaction(&self.state.storage(), move |sql| {
-                                sql.exec("DELETE FROM release_chunks", None)?;
-                                for (name, bytes) in &files {
-                                    for (seq, chunk) in bytes.chunks(ARCHIVE_CHUNK).enumerate() {
-                                        sql.exec(
-                                            "INSERT INTO release_chunks (name, seq, bytes) VALUES (?, ?, ?)",
-                                            vec![
-                                                name.as_str().into(),
-                                                int(seq as u64).into(),
-                                                SqlStorageValue::Blob(chunk.to_vec()),
-                                            ],
-                                        )?;
-                                    }
-                                }
-                                put_stream(sql, &write)
-                            })?;
-                            Reply::text(200, "stored\n")
-                        }
-                    }
-                }
-            }
-            Route::Export { after } => match api::ExportCursor::parse(&after) {
-                None => api::bad_cursor(),
-                Some(cursor) => self.export(&config, &sql, cursor).await?,
-            },
-            _ => api::error(404, "no_route", "no such route"),
         };
         respond(reply, false)
+    }
+}
+
+/// Marks a push as being stored until dropped.
+struct Pushing<'a>(&'a Cell<bool>);
+
+impl Drop for Pushing<'_> {
+    fn drop(&mut self) {
+        self.0.set(false);
     }
 }
 
 /// The Control object's internal path for the stored edge settings.
 pub(crate) const SETTINGS_PATH: &str = "/internal/edge-settings";
 
-impl Control {
-    /// A page of everything stored, for a restore of control: this object's streams (but the
-    /// archive), then each shard's links in turn.
-    async fn export(&self, config: &EdgeConfig, sql: &SqlStorage, cursor: api::ExportCursor) -> Result<Reply> {
-        let limit = api::EXPORT_PAGE;
-        let keys = value(sql, "keys")?.and_then(|bytes| String::from_utf8(bytes).ok());
-        let batch =
-            value(sql, "batch")?.and_then(|bytes| decode::<StreamState>(&bytes, "batch").ok()).map_or(0, |s| s.version);
-        let mut page = ExportPage { keys, batch, ..ExportPage::default() };
-        match cursor {
-            api::ExportCursor::Streams(after) => {
-                let rows: Vec<ExportRow> = sql
-                    .exec(
-                        "SELECT name, version, envelope FROM streams WHERE name > ? AND name NOT IN (?, ?) ORDER BY name LIMIT ?",
-                        vec![after.as_str().into(), stream::ARCHIVE.into(), stream::RELEASE.into(), i64::from(limit).into()],
-                    )?
-                    .to_array()?;
-                // Full: as many items as asked for, or as many bytes as a page holds.
-                let mut full = rows.len() == limit as usize;
-                for row in rows {
-                    let item = ExportItem {
-                        stream: row.name,
-                        version: row.version as u64,
-                        envelope: row.envelope.map(serde_bytes::ByteBuf::into_vec),
-                    };
-                    if !ExportPage::room_for(&page.items, &item) {
-                        full = true;
-                        break;
-                    }
-                    page.items.push(item);
-                }
-                page.next = Some(
-                    match page.items.last() {
-                        Some(last) if full => api::ExportCursor::Streams(last.stream.clone()),
-                        _ => api::ExportCursor::Links { shard: 0, after: Vec::new() },
-                    }
-                    .to_text(),
-                );
-            }
-            api::ExportCursor::Links { shard, after } => {
-                if shard >= config.shards.max(1) {
-                    return Ok(api::bad_cursor());
-                }
-                let stub = self.env.durable_object("LINKS")?.id_from_name(&format!("links-{shard}"))?.get_stub()?;
-                let url = format!("https://links/export?after={}&limit={limit}", hex::encode(&after));
-                let reply = reply_of(call(&stub, Method::Get, &url, None).await?).await?;
-                if reply.status != 200 {
-                    return Ok(api::unavailable());
-                }
-                // The shard says whether it has more after `last` (it filled the page).
-                let (items, last, full): (Vec<ExportItem>, Vec<u8>, bool) = decode(&reply.body, "export")
-                    .map_err(|_| worker::Error::RustError("a shard's export is malformed".into()))?;
-                page.items = items;
-                page.next = if full {
-                    Some(api::ExportCursor::Links { shard, after: last }.to_text())
-                } else if shard + 1 < config.shards.max(1) {
-                    Some(api::ExportCursor::Links { shard: shard + 1, after: Vec::new() }.to_text())
-                } else {
-                    None
-                };
-            }
-        }
-        Ok(Reply::bytes(200, encode(&page)))
+/// The Worker's storage: this object's SQLite, and the links in their shards.
+struct ControlStore<'a> {
+    state: &'a State,
+    sql: SqlStorage,
+    env: &'a Env,
+    config: &'a EdgeConfig,
+}
+
+impl ControlStore<'_> {
+    fn shard(&self, shard: u32) -> Result<worker::Stub> {
+        self.env.durable_object("LINKS")?.id_from_name(&format!("links-{shard}"))?.get_stub()
     }
 
-    async fn push(&self, config: &EdgeConfig, trust: &Trust, body: &[u8]) -> Result<Reply> {
-        let sql = self.state.storage().sql();
-        let batch = value(&sql, "batch")?.and_then(|bytes| decode::<StreamState>(&bytes, "batch").ok());
-        let checked = match push::check(body, trust, batch.as_ref(), now_ms() / 1000) {
-            Ok(checked) => checked,
-            Err(e) => return Ok(api::refused(&e)),
-        };
-        if checked.unchanged {
-            return Ok(api::json(200, &serde_json::json!({ "applied": 0, "unchanged": "batch" })));
+    /// Asks a shard, and decodes its answer.
+    async fn ask<T: serde::Serialize + serde::de::DeserializeOwned>(
+        &self,
+        shard: u32,
+        method: Method,
+        url: &str,
+        body: Option<&[u8]>,
+    ) -> Result<T> {
+        let reply = reply_of(call(&self.shard(shard)?, method, url, body).await?).await?;
+        if reply.status != 200 {
+            return Err(worker::Error::RustError(format!("links shard {shard} answered {}", reply.status)));
         }
-        let mut shards: BTreeMap<u32, Vec<Write>> = BTreeMap::new();
-        let mut own = Vec::new();
-        for write in checked.writes {
+        decode(&reply.body, "a shard's answer")
+            .map_err(|_| worker::Error::RustError(format!("links shard {shard}'s answer is malformed")))
+    }
+
+    /// A put of one stream (and its pieces), in one transaction, if the stream still holds
+    /// what it was decided against.
+    fn put_one(
+        &self,
+        planned: &Planned,
+        pieces: impl FnOnce(&SqlStorage) -> Result<()> + 'static,
+    ) -> Result<std::result::Result<(), Changed>> {
+        let planned = planned.clone();
+        transaction(&self.state.storage(), move |sql| {
+            if let Err(changed) = planned.still(stream_state(sql, &planned.write.stream)?.as_ref()) {
+                return Ok(Err(changed));
+            }
+            pieces(sql)?;
+            put_stream(sql, &planned.write)?;
+            Ok(Ok(()))
+        })
+    }
+}
+
+impl Storage for ControlStore<'_> {
+    type Error = worker::Error;
+
+    async fn stream(&self, name: &str) -> Result<Option<StoredStream>> {
+        stream_row(&self.sql, name)
+    }
+
+    async fn value(&self, key: &str) -> Result<Option<Vec<u8>>> {
+        value(&self.sql, key)
+    }
+
+    async fn states(&self, writes: &[Write]) -> Result<Vec<Option<StreamState>>> {
+        let mut states = vec![None; writes.len()];
+        let mut shards: BTreeMap<u32, (Vec<usize>, Vec<hearth_shared::Digest>)> = BTreeMap::new();
+        for (at, write) in writes.iter().enumerate() {
             match &write.target {
-                Target::Link(hash) => shards.entry(config.shard_of(hash)).or_default().push(write),
-                _ => own.push(write),
-            }
-        }
-        // Every shard first checks its writes, then applies them (all or none per shard), so
-        // a refusal found anywhere changes nothing. If a shard still refuses while applying
-        // (another push came between), the batch is not recorded: control sends it again and
-        // the shards that took it see no-ops.
-        let links = self.env.durable_object("LINKS")?;
-        let mut stubs = Vec::with_capacity(shards.len());
-        for (shard, writes) in &shards {
-            stubs.push((links.id_from_name(&format!("links-{shard}"))?.get_stub()?, encode(writes)));
-        }
-        let (mut written, mut unchanged) = (0u64, 0u64);
-        for phase in ["https://links/check", "https://links/apply"] {
-            for (stub, writes) in &stubs {
-                let reply = reply_of(call(stub, Method::Post, phase, Some(writes)).await?).await?;
-                match reply.status {
-                    200 if phase.ends_with("apply") => {
-                        let counts: serde_json::Value = serde_json::from_slice(&reply.body)?;
-                        written += counts["applied"].as_u64().unwrap_or(0);
-                        unchanged += counts["unchanged"].as_u64().unwrap_or(0);
-                    }
-                    200 => {}
-                    409 => return Ok(api::error(409, "refused", &String::from_utf8_lossy(&reply.body))),
-                    _ => return Ok(api::unavailable()),
+                Target::Link(hash) => {
+                    let (ats, hashes) = shards.entry(self.config.shard_of(hash)).or_default();
+                    ats.push(at);
+                    hashes.push(*hash);
                 }
+                _ => states[at] = stream_state(&self.sql, &write.stream)?,
             }
         }
-        let mut trust = checked.trust;
-        let batch = checked.batch;
-        let keys_header = checked.keys_header;
-        let outcome = transaction(&self.state.storage(), move |sql| {
-            let (mut written, mut unchanged) = (0u64, 0u64);
-            for write in &own {
-                let stored = stream_row(sql, &write.stream)?.map(|(state, _)| state);
-                if !decide(write, stored.as_ref()).map_err(|e| worker::Error::RustError(format!("refused: {e}")))? {
-                    unchanged += 1;
-                    continue;
-                }
-                put_stream(sql, write)?;
-                apply_node_record(&mut trust, write).map_err(|e| worker::Error::RustError(format!("refused: {e}")))?;
-                written += 1;
+        for (shard, (ats, hashes)) in shards {
+            let found: Vec<Option<StreamState>> =
+                self.ask(shard, Method::Post, "https://links/states", Some(&encode(&hashes))).await?;
+            if found.len() != ats.len() {
+                return Err(worker::Error::RustError(format!("links shard {shard} gave the wrong number of states")));
             }
-            put_value(sql, "trust", encode(&trust))?;
-            put_value(sql, "batch", encode(&batch))?;
-            if let Some(keys) = &keys_header {
-                put_value(sql, "keys", keys.clone().into_bytes())?;
-            }
-            Ok((written, unchanged))
-        });
-        match outcome {
-            Ok((own_written, own_unchanged)) => {
-                Ok(api::applied((written + own_written) as usize, (unchanged + own_unchanged) as usize))
-            }
-            Err(e) => {
-                let message = e.to_string();
-                match message.find("refused: ") {
-                    Some(at) => Ok(api::error(409, "refused", &message[at + "refused: ".len()..])),
-                    None => Err(e),
-                }
+            for (at, state) in ats.into_iter().zip(found) {
+                states[at] = state;
             }
         }
+        Ok(states)
+    }
+
+    async fn apply(&self, plan: &Plan) -> Result<std::result::Result<(), Changed>> {
+        let mut shards: BTreeMap<u32, Vec<&Planned>> = BTreeMap::new();
+        let mut own = Vec::new();
+        for planned in &plan.writes {
+            match &planned.write.target {
+                Target::Link(hash) => shards.entry(self.config.shard_of(hash)).or_default().push(planned),
+                _ => own.push(planned.clone()),
+            }
+        }
+        // Pushes are taken one at a time, and only pushes write links: no shard changed since
+        // its states were read, so none refuses here (each still checks, in its transaction).
+        for (shard, writes) in shards {
+            let stored: std::result::Result<(), Changed> =
+                self.ask(shard, Method::Post, "https://links/apply", Some(&encode(&writes))).await?;
+            if let Err(changed) = stored {
+                return Ok(Err(changed));
+            }
+        }
+        let (trust, batch, keys) = (encode(&plan.trust), encode(&plan.batch), plan.keys_header.clone());
+        let batch_before = plan.batch_before;
+        transaction(&self.state.storage(), move |sql| {
+            let stored = value(sql, VALUE_BATCH)?.and_then(|bytes| decode::<StreamState>(&bytes, "batch").ok());
+            if stored != batch_before {
+                return Ok(Err(Changed { stream: stream::BATCH.to_owned() }));
+            }
+            for planned in &own {
+                if let Err(changed) = planned.still(stream_state(sql, &planned.write.stream)?.as_ref()) {
+                    return Ok(Err(changed));
+                }
+                put_stream(sql, &planned.write)?;
+            }
+            put_value(sql, VALUE_TRUST, trust)?;
+            put_value(sql, VALUE_BATCH, batch)?;
+            if let Some(keys) = keys {
+                put_value(sql, VALUE_KEYS, keys.into_bytes())?;
+            }
+            Ok(Ok(()))
+        })
+    }
+
+    async fn put_archive(&self, planned: &Planned) -> Result<std::result::Result<(), Changed>> {
+        // A row holds at most 2 MB: the archive is kept in pieces, its stream row (version and
+        // digest) without the envelope.
+        let envelope = planned.write.envelope.clone().unwrap_or_default();
+        let marker = Planned { write: Write { envelope: None, ..planned.write.clone() }, before: planned.before };
+        self.put_one(&marker, move |sql| {
+            sql.exec("DELETE FROM archive_chunks", None)?;
+            put_chunks(sql, "archive_chunks", None, &envelope)
+        })
+    }
+
+    async fn archive(&self) -> Result<Option<Vec<u8>>> {
+        if stream_state(&self.sql, stream::ARCHIVE)?.is_none() {
+            return Ok(None);
+        }
+        Ok(Some(chunks(self.sql.exec("SELECT bytes FROM archive_chunks ORDER BY seq", None)?.to_array()?)))
+    }
+
+    async fn put_release(&self, planned: &Planned, files: &[NamedFile]) -> Result<std::result::Result<(), Changed>> {
+        // Rows hold at most 2 MB: each binary is kept in pieces.
+        let files = files.to_vec();
+        self.put_one(planned, move |sql| {
+            sql.exec("DELETE FROM release_chunks", None)?;
+            for (name, bytes) in &files {
+                put_chunks(sql, "release_chunks", Some(name), bytes)?;
+            }
+            Ok(())
+        })
+    }
+
+    async fn release_file(&self, name: &str) -> Result<Option<Vec<u8>>> {
+        let rows: Vec<ChunkRow> = self
+            .sql
+            .exec("SELECT bytes FROM release_chunks WHERE name = ? ORDER BY seq", vec![name.into()])?
+            .to_array()?;
+        Ok((!rows.is_empty()).then(|| chunks(rows)))
+    }
+
+    async fn enqueue_usage(&self, node: u64, seq: u64, envelope: &[u8]) -> Result<()> {
+        self.sql.exec(
+            "INSERT INTO usage_queue (node, seq, envelope) VALUES (?, ?, ?) ON CONFLICT (node, seq) DO NOTHING",
+            vec![int(node).into(), int(seq).into(), SqlStorageValue::Blob(envelope.to_vec())],
+        )?;
+        Ok(())
+    }
+
+    async fn drain_usage(&self, after: u64, drain: &mut UsageDrain) -> Result<()> {
+        self.sql.exec("DELETE FROM usage_queue WHERE id <= ?", vec![int(after).into()])?;
+        let rows: Vec<QueueRow> = self
+            .sql
+            .exec(
+                "SELECT id, envelope FROM usage_queue WHERE id > ? ORDER BY id LIMIT ?",
+                vec![int(after).into(), int(UsageDrain::MAX_REPORTS as u64).into()],
+            )?
+            .to_array()?;
+        for row in rows {
+            if !take_report(drain, row.id as u64, row.envelope.into_vec()) {
+                break;
+            }
+        }
+        Ok(())
+    }
+
+    async fn export_streams(&self, after: &str, except: &str, fill: &mut Fill) -> Result<()> {
+        let rows: Vec<ExportRow> = self
+            .sql
+            .exec(
+                "SELECT name, version, envelope FROM streams WHERE name > ? AND name != ? ORDER BY name LIMIT ?",
+                vec![after.into(), except.into(), i64::from(fill.limit).into()],
+            )?
+            .to_array()?;
+        for row in rows {
+            let envelope = row.envelope.map(serde_bytes::ByteBuf::into_vec);
+            if !fill.take(ExportItem { stream: row.name, version: row.version as u64, envelope }) {
+                break;
+            }
+        }
+        Ok(())
+    }
+
+    fn link_shards(&self) -> u32 {
+        self.config.shards.max(1)
+    }
+
+    async fn export_links(&self, shard: u32, after: &[u8], fill: &mut Fill) -> Result<()> {
+        let url = format!("https://links/export?after={}&limit={}", hex::encode(after), fill.limit);
+        *fill = self.ask(shard, Method::Get, &url, None).await?;
+        Ok(())
     }
 }

@@ -1,16 +1,25 @@
 //! The `Links` Durable Objects: links sharded by token hash, each row with its envelope and
 //! its per-link window, so one call checks the limit and reads the snapshot.
 //!
+//! A shard only reads and writes rows: what a push stores is decided by the `Control` object
+//! ([`hearth_edge::service`]), before anything is stored anywhere.
+//!
 //! `GET /get?hash=<hex>&limit=&window_ms=` (limit 0: not counted): 200 with the envelope, 404
-//! for an unknown or deleted link, 429 with `Retry-After`. `POST /apply` with postcard
-//! [`Write`]s: every write or none, in one transaction; `POST /check`: whether they would.
-//! `GET /export?after=<hex>&limit=`: the links after a token hash, for a restore of control.
+//! for an unknown or deleted link, 429 with `Retry-After`. `POST /states` with postcard token
+//! hashes: their stored states (postcard). `POST /apply` with postcard [`Planned`] writes:
+//! every write or none, in one transaction, if each link still holds what it was decided
+//! against; answers a postcard `Result<(), Changed>`. `GET /export?after=<hex>&limit=`: a
+//! [`Fill`] of the links after a token hash, for a restore of control.
 
-use hearth_edge::push::{Write, decide};
+use hearth_edge::push::Target;
+use hearth_edge::storage::{Changed, Fill, Planned};
 use hearth_shared::ratelimit::{Decision, FixedWindow, WindowLimit};
 use hearth_shared::trust::StreamState;
+use hearth_shared::wire::{ExportItem, decode, encode};
 use serde::Deserialize;
-use worker::{DurableObject, Env, Method, Request, Response, Result, SqlStorageValue, State, durable_object};
+use worker::{
+    DurableObject, Env, Method, Request, Response, Result, SqlStorage, SqlStorageValue, State, durable_object,
+};
 
 use crate::runtime::{int, now_ms, query, query_u64, transaction};
 
@@ -68,17 +77,23 @@ impl DurableObject for Links {
                 let window_ms = query_u64(&url, "window_ms").max(1);
                 self.get(hash, WindowLimit { limit, window_ms })
             }
-            (Method::Post, path @ ("/check" | "/apply")) => {
-                let check_only = path == "/check";
-                let body = req.bytes().await?;
-                let Ok(writes) = hearth_shared::wire::decode::<Vec<Write>>(&body, "writes") else {
+            (Method::Post, "/states") => {
+                let Ok(hashes) = decode::<Vec<hearth_shared::Digest>>(&req.bytes().await?, "hashes") else {
+                    return Response::error("not a list of token hashes", 400);
+                };
+                let sql = self.state.storage().sql();
+                let states = hashes.iter().map(|hash| state(&sql, hash)).collect::<Result<Vec<_>>>()?;
+                Response::from_bytes(encode(&states))
+            }
+            (Method::Post, "/apply") => {
+                let Ok(writes) = decode::<Vec<Planned>>(&req.bytes().await?, "writes") else {
                     return Response::error("not a list of writes", 400);
                 };
-                self.apply(writes, check_only)
+                self.apply(writes)
             }
             (Method::Get, "/export") => {
                 let after = query(&url, "after").and_then(|h| hex::decode(h).ok()).unwrap_or_default();
-                self.export(after, query_u64(&url, "limit").clamp(1, 1000))
+                self.export(after, query_u64(&url, "limit").clamp(1, 1000) as u32)
             }
             _ => Response::error("no such route", 404),
         }
@@ -120,63 +135,40 @@ impl Links {
         Response::from_bytes(envelope.into_vec())
     }
 
-    /// Up to `limit` links after the token hash `after` (fewer when their bytes fill a page),
-    /// as export items, with the last hash and whether the page is full (more may follow).
-    fn export(&self, after: Vec<u8>, limit: u64) -> Result<Response> {
+    /// Up to `limit` links after the token hash `after` (fewer when their bytes fill a page).
+    fn export(&self, after: Vec<u8>, limit: u32) -> Result<Response> {
         let rows: Vec<LinkRow> = self
             .state
             .storage()
             .sql()
             .exec(
                 "SELECT token_hash, version, envelope FROM links WHERE token_hash > ? ORDER BY token_hash LIMIT ?",
-                vec![SqlStorageValue::Blob(after), int(limit).into()],
+                vec![SqlStorageValue::Blob(after), i64::from(limit).into()],
             )?
             .to_array()?;
-        let mut last = Vec::new();
-        let mut full = rows.len() as u64 == limit;
-        let mut items = Vec::with_capacity(rows.len());
+        let mut fill = Fill::new(limit);
         for row in rows {
             let Some(stream) = hearth_edge::api::link_stream(&row.token_hash) else { continue };
-            let item = hearth_shared::wire::ExportItem {
-                stream,
-                version: row.version as u64,
-                envelope: row.envelope.map(serde_bytes::ByteBuf::into_vec),
-            };
-            if !hearth_shared::wire::ExportPage::room_for(&items, &item) {
-                full = true;
+            let envelope = row.envelope.map(serde_bytes::ByteBuf::into_vec);
+            if !fill.take(ExportItem { stream, version: row.version as u64, envelope }) {
                 break;
             }
-            items.push(item);
-            last = row.token_hash.into_vec();
         }
-        Response::from_bytes(hearth_shared::wire::encode(&(items, last, full)))
+        Response::from_bytes(encode(&fill))
     }
 
-    /// Applies `writes` (or, with `check_only`, only says whether they would apply).
-    fn apply(&self, writes: Vec<Write>, check_only: bool) -> Result<Response> {
-        let outcome = transaction(&self.state.storage(), move |sql| {
-            let (mut written, mut unchanged) = (0usize, 0usize);
-            for write in &writes {
-                let hearth_edge::push::Target::Link(hash) = &write.target else {
+    /// Stores `writes`, every one or none: none when a link no longer holds what its write was
+    /// decided against.
+    fn apply(&self, writes: Vec<Planned>) -> Result<Response> {
+        let outcome: std::result::Result<(), Changed> = transaction(&self.state.storage(), move |sql| {
+            for planned in &writes {
+                let Target::Link(hash) = &planned.write.target else {
                     return Err("only links are stored here".into());
                 };
-                let stored: Vec<Version> = sql
-                    .exec(
-                        "SELECT version, digest FROM links WHERE token_hash = ?",
-                        vec![SqlStorageValue::Blob(hash.to_vec())],
-                    )?
-                    .to_array()?;
-                let stored = stored.first().and_then(|row| {
-                    Some(StreamState { version: row.version as u64, digest: row.digest.to_vec().try_into().ok()? })
-                });
-                // A refusal is thrown, which rolls the whole shard back.
-                if !decide(write, stored.as_ref()).map_err(|e| worker::Error::RustError(format!("refused: {e}")))? {
-                    unchanged += 1;
-                    continue;
+                if let Err(changed) = planned.still(state(sql, hash)?.as_ref()) {
+                    return Ok(Err(changed));
                 }
-                if check_only {
-                    continue;
-                }
+                let write = &planned.write;
                 let envelope = match &write.envelope {
                     Some(bytes) => SqlStorageValue::Blob(bytes.clone()),
                     None => SqlStorageValue::Null,
@@ -192,21 +184,23 @@ impl Links {
                         envelope,
                     ],
                 )?;
-                written += 1;
             }
-            Ok((written, unchanged))
-        });
-        match outcome {
-            Ok((written, unchanged)) => {
-                Response::from_json(&serde_json::json!({ "applied": written, "unchanged": unchanged }))
-            }
-            Err(e) => {
-                let message = e.to_string();
-                match message.find("refused: ") {
-                    Some(at) => Response::error(message[at + "refused: ".len()..].to_owned(), 409),
-                    None => Err(e),
-                }
-            }
-        }
+            Ok(Ok(()))
+        })?;
+        Response::from_bytes(encode(&outcome))
     }
+}
+
+/// A link's stored state.
+fn state(sql: &SqlStorage, hash: &hearth_shared::Digest) -> Result<Option<StreamState>> {
+    let rows: Vec<Version> = sql
+        .exec("SELECT version, digest FROM links WHERE token_hash = ?", vec![SqlStorageValue::Blob(hash.to_vec())])?
+        .to_array()?;
+    rows.into_iter()
+        .next()
+        .map(|row| {
+            let digest = row.digest.into_vec().try_into().map_err(|_| worker::Error::from("a stored digest"))?;
+            Ok(StreamState { version: row.version as u64, digest })
+        })
+        .transpose()
 }

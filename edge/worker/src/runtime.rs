@@ -70,12 +70,13 @@ pub(crate) fn now_ms() -> u64 {
     worker::Date::now().as_millis()
 }
 
-/// Runs `f` inside `storage.transactionSync`: an `Err` rolls every write back. (workers-rs
-/// 0.8 does not wrap it; raw `BEGIN` is refused by Durable Objects.)
-pub(crate) fn transaction<T: 'static>(
+/// Runs `f` inside `storage.transactionSync`: an `Err` rolls every write back, and so does
+/// an `Ok(Err(refusal))`, which is given back as it is. (workers-rs 0.8 does not wrap it; raw
+/// `BEGIN` is refused by Durable Objects.)
+pub(crate) fn transaction<T: 'static, E: 'static>(
     storage: &Storage,
-    f: impl FnOnce(&SqlStorage) -> Result<T> + 'static,
-) -> Result<T> {
+    f: impl FnOnce(&SqlStorage) -> Result<std::result::Result<T, E>> + 'static,
+) -> Result<std::result::Result<T, E>> {
     let raw: &JsValue = storage.as_raw().as_ref();
     let run: Function = Reflect::get(raw, &JsValue::from_str("transactionSync"))?.dyn_into()?;
     let sql = storage.sql();
@@ -83,17 +84,23 @@ pub(crate) fn transaction<T: 'static>(
     let slot = out.clone();
     let callback = Closure::once(move || -> std::result::Result<JsValue, JsValue> {
         match f(&sql) {
-            Ok(value) => {
-                slot.set(Some(value));
-                Ok(JsValue::UNDEFINED)
+            Ok(outcome) => {
+                let refused = outcome.is_err();
+                slot.set(Some(outcome));
+                // Thrown, so that the transaction rolls back; the refusal itself is in `slot`.
+                if refused { Err(JsValue::from_str("refused")) } else { Ok(JsValue::UNDEFINED) }
             }
             Err(e) => Err(JsValue::from_str(&e.to_string())),
         }
     });
     let result = run.call1(raw, callback.as_ref().unchecked_ref());
     drop(callback);
-    result.map_err(worker::Error::from)?;
-    out.take().ok_or_else(|| "the transaction callback did not run".into())
+    match (result, out.take()) {
+        (_, Some(Err(refusal))) => Ok(Err(refusal)),
+        (Ok(_), Some(Ok(value))) => Ok(Ok(value)),
+        (Err(e), _) => Err(worker::Error::from(e)),
+        (Ok(_), None) => Err("the transaction callback did not run".into()),
+    }
 }
 
 /// u64 to a SQL integer (versions and times never reach 2^63).
