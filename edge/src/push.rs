@@ -70,9 +70,10 @@ pub struct Checked {
     pub trust: Trust,
     /// Whether the key records changed it.
     pub trust_changed: bool,
-    /// The push's key records as the header a node's pull is answered with
-    /// ([`hearth_shared::nodeauth::KEYS_HEADER`]), when it carried any: stored with the trust,
-    /// so nodes that reach only the edge learn rotations too.
+    /// The key records the trust holds after the push's ([`Trust::chain`]), as the header a
+    /// node's pull is answered with ([`hearth_shared::nodeauth::KEYS_HEADER`]), when the push
+    /// carried any: stored with the trust, so nodes that reach only the edge learn rotations
+    /// too.
     pub keys_header: Option<String>,
     /// The manifest's state, to store once the writes are applied.
     pub batch: StreamState,
@@ -174,8 +175,9 @@ pub fn check(bytes: &[u8], trust: &Trust, batch: Option<&StreamState>, now: u64)
     let bundle: PushBundle = wire::decode(bytes, "push").map_err(|_| PushError::Malformed("not a push bundle"))?;
     let mut trust = trust.clone();
     let trust_changed = trust.accept_chain(&bundle.key_records, now).map_err(PushError::KeyRecord)?;
-    let keys_header =
-        (!bundle.key_records.is_empty()).then(|| hearth_shared::trust::chain_to_header(&bundle.key_records));
+    // Handed on as the trust took the records (each verified, or byte for byte the one it
+    // held), never as the push carried them.
+    let keys_header = (!bundle.key_records.is_empty()).then(|| hearth_shared::trust::chain_to_header(&trust.chain()));
     let expect = Expect { kind: Kind::Batch, audience: Audience::Edge, stream: stream::BATCH };
     let verified = verify(&bundle.manifest, &trust, &expect, batch, now).map_err(PushError::Manifest)?;
     if verified.unchanged {

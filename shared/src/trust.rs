@@ -69,27 +69,68 @@ pub struct StreamState {
 struct Held {
     keys: RoleKeys,
     state: StreamState,
+    /// The key record that gave the role these keys, byte for byte as it verified (none for a
+    /// root given out of band).
+    record: Option<serde_bytes::ByteBuf>,
 }
 
 /// What a verifier trusts: the root, the roles the root certified, and the nodes' keys that
 /// control registered. It serializes, so a node or the edge keeps it on disk.
+///
+/// It keeps the key records it took, byte for byte, and hands on only those ([`Trust::chain`]):
+/// a record no newer than the one held cannot be verified again (an older root record is
+/// signed by roots no longer held, and a signature by a key outside the role is never
+/// checked), so it is taken only as the very bytes taken before.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Trust {
     root: Held,
     signing: Option<Held>,
     release: Option<Held>,
     nodes: BTreeMap<u64, RoleKeys>,
+    /// The root records before the one held, oldest first, byte for byte as they verified.
+    past_roots: Vec<serde_bytes::ByteBuf>,
 }
 
 impl Trust {
     /// Starts from the root keys given out of band (at `init` or enrollment).
     pub fn new(root: RoleKeys) -> Trust {
         Trust {
-            root: Held { keys: root, state: StreamState { version: 0, digest: [0; 32] } },
+            root: Held { keys: root, state: StreamState { version: 0, digest: [0; 32] }, record: None },
             signing: None,
             release: None,
             nodes: BTreeMap::new(),
+            past_roots: Vec::new(),
         }
+    }
+
+    /// The key records this trust took, byte for byte as they verified, in the order a
+    /// verifier takes them: every root record oldest first, then the signing and release
+    /// records held. This, and never a chain as it was received, is what is stored and handed
+    /// on ([`chain_to_header`]).
+    pub fn chain(&self) -> Vec<&[u8]> {
+        let held = [Some(&self.root), self.signing.as_ref(), self.release.as_ref()];
+        self.past_roots
+            .iter()
+            .chain(held.into_iter().flatten().filter_map(|held| held.record.as_ref()))
+            .map(|record| record.as_slice())
+            .collect()
+    }
+
+    /// The record taken for `role` at `version`, if this trust keeps it.
+    fn taken(&self, role: Role, version: u64) -> Option<&[u8]> {
+        let held = self.held(role)?;
+        if held.state.version == version {
+            return held.record.as_deref().map(|record| record.as_slice());
+        }
+        if role != Role::Root {
+            return None;
+        }
+        self.past_roots
+            .iter()
+            .find(|record| {
+                Envelope::decode(record, Kind::KeyRecord.max_len()).is_ok_and(|e| e.header.version == version)
+            })
+            .map(|record| record.as_slice())
     }
 
     /// The keys that hold `role` now, if any are known.
@@ -126,8 +167,10 @@ impl Trust {
         }
     }
 
-    /// Verifies a root-signed key record and, if it is new, makes its keys the ones that hold
-    /// its role. A root rotation must also be signed by the new root's threshold.
+    /// Takes a root-signed key record: one newer than the record held for its role is
+    /// verified and its keys then hold the role (a root rotation must also be signed by the new
+    /// root's threshold); one no newer must be, byte for byte, the record taken at its version,
+    /// and changes nothing. Anything else is refused and changes nothing.
     pub fn accept_key_record(&mut self, bytes: &[u8], now: u64) -> Result<KeyRecord, VerifyError> {
         let envelope = Envelope::decode(bytes, Kind::KeyRecord.max_len())?;
         let record: KeyRecord =
@@ -139,60 +182,61 @@ impl Trust {
             return Err(VerifyError::Body("key record with a bad threshold or repeated keys"));
         }
         let expected_stream = stream::keys(record.role);
+        let header = &envelope.header;
+        if header.kind == Kind::KeyRecord
+            && header.stream == expected_stream
+            && let Some(held) = self.held(record.role)
+            && header.version <= held.state.version
+        {
+            let have = held.state.version;
+            return match self.taken(record.role, header.version) {
+                Some(taken) if taken == bytes => Ok(record),
+                Some(taken) => {
+                    let same_header = Envelope::decode(taken, Kind::KeyRecord.max_len())
+                        .is_ok_and(|taken| taken.digest() == envelope.digest());
+                    Err(if same_header {
+                        VerifyError::KeyRecordAltered { role: record.role, version: header.version }
+                    } else {
+                        VerifyError::Conflict { version: header.version }
+                    })
+                }
+                None => Err(VerifyError::KeyRecordStale { role: record.role, have, got: header.version }),
+            };
+        }
         let stored = self.held(record.role).map(|held| held.state);
         let expect = Expect { kind: Kind::KeyRecord, audience: Audience::Any, stream: &expected_stream };
         let verified = verify(bytes, self, &expect, stored.as_ref(), now)?;
         if record.role == Role::Root {
             check_signatures(&verified.envelope, Role::Root, &record.keys, self)?;
         }
-        if !verified.unchanged {
-            let held = Held { keys: record.keys.clone(), state: verified.state() };
-            match record.role {
-                Role::Root => self.root = held,
-                Role::Signing => self.signing = Some(held),
-                _ => self.release = Some(held),
+        let held = Held {
+            keys: record.keys.clone(),
+            state: verified.state(),
+            record: Some(serde_bytes::ByteBuf::from(bytes.to_vec())),
+        };
+        match record.role {
+            Role::Root => {
+                let past = std::mem::replace(&mut self.root, held);
+                self.past_roots.extend(past.record);
             }
+            Role::Signing => self.signing = Some(held),
+            _ => self.release = Some(held),
         }
         Ok(record)
     }
 
     /// Takes a chain of key records as control hands it out (every root record oldest first,
-    /// then the latest signing and release records): records older than the ones held are
-    /// skipped, anything else that does not verify stops the chain. Returns whether the trust
-    /// changed. Nothing is changed when an error is returned.
+    /// then the latest signing and release records), each as [`Trust::accept_key_record`]
+    /// takes it: the first one refused stops the chain, and then nothing of it is taken.
+    /// Returns whether the trust changed.
     pub fn accept_chain<B: AsRef<[u8]>>(&mut self, records: &[B], now: u64) -> Result<bool, VerifyError> {
         let mut next = self.clone();
         for record in records {
-            if next.already_past(record.as_ref()) {
-                continue;
-            }
-            match next.accept_key_record(record.as_ref(), now) {
-                Ok(_) | Err(VerifyError::Stale { .. }) => {}
-                Err(e) => return Err(e),
-            }
+            next.accept_key_record(record.as_ref(), now)?;
         }
         let changed = next != *self;
         *self = next;
         Ok(changed)
-    }
-
-    /// Whether a key record is one this trust already holds or went past (an older root
-    /// record is signed by roots no longer held, so it is told by its version alone).
-    fn already_past(&self, bytes: &[u8]) -> bool {
-        let Ok(envelope) = Envelope::decode(bytes, Kind::KeyRecord.max_len()) else {
-            return false;
-        };
-        let Ok(record) = postcard::from_bytes::<KeyRecord>(&envelope.body) else {
-            return false;
-        };
-        let stream_ok = envelope.header.stream == stream::keys(record.role);
-        match self.held(record.role) {
-            Some(held) if stream_ok && envelope.header.kind == Kind::KeyRecord => {
-                envelope.header.version < held.state.version
-                    || (envelope.header.version == held.state.version && envelope.digest() == held.state.digest)
-            }
-            _ => false,
-        }
     }
 
     fn knows(&self, id: &KeyId) -> bool {
@@ -315,6 +359,26 @@ pub enum VerifyError {
         have: u64,
         /// The version offered.
         got: u64,
+    },
+    /// A key record older than the one held for its role: a rollback or a replay (older
+    /// signing and release records are not kept, so it cannot be the very one taken before).
+    #[error("{role} key record version {got} is older than the one held ({have}): rollback or replay")]
+    KeyRecordStale {
+        /// Its role.
+        role: Role,
+        /// The version held.
+        have: u64,
+        /// The version offered.
+        got: u64,
+    },
+    /// A key record at a version taken before, with the same signed header as the record
+    /// taken then but not byte for byte the same: its body or signatures were altered.
+    #[error("{role} key record version {version} is not byte for byte the one held: altered")]
+    KeyRecordAltered {
+        /// Its role.
+        role: Role,
+        /// The version.
+        version: u64,
     },
     /// Same version as stored, different content: the signer forked a stream. An alarm.
     #[error("version {version} seen before with different content: conflicting envelopes")]
@@ -441,5 +505,106 @@ fn check_signatures(envelope: &Envelope, needed: Role, keys: &RoleKeys, trust: &
         Err(VerifyError::WrongRole { needed })
     } else {
         Err(VerifyError::UnknownKey)
+    }
+}
+
+#[cfg(test)]
+mod chain_tests {
+    use super::*;
+    use crate::envelope::Draft;
+    use crate::keys::SecretKey;
+
+    const NOW: u64 = 1_800_000_000;
+
+    fn record(role: Role, key: &SecretKey, version: u64, signers: &[&SecretKey]) -> Vec<u8> {
+        Draft {
+            kind: Kind::KeyRecord,
+            stream: stream::keys(role),
+            version,
+            epoch: 1,
+            issued: NOW - 10,
+            expires: NOW + 3600,
+            audience: Audience::Any,
+            prev: [0; 32],
+        }
+        .sign(crate::wire::encode(&KeyRecord { role, keys: RoleKeys::single(key.public()) }), signers)
+        .encode()
+    }
+
+    /// Two root rotations, a signing record by the newest root and a release record: what
+    /// control hands out, and a verifier that took it.
+    fn taken() -> (Vec<Vec<u8>>, Trust) {
+        let root = SecretKey::from_seed(Role::Root, &[1; 32]);
+        let root2 = SecretKey::from_seed(Role::Root, &[2; 32]);
+        let root3 = SecretKey::from_seed(Role::Root, &[3; 32]);
+        let chain = vec![
+            record(Role::Root, &root2, 1, &[&root, &root2]),
+            record(Role::Root, &root3, 2, &[&root2, &root3]),
+            record(Role::Signing, &SecretKey::from_seed(Role::Signing, &[4; 32]), 1, &[&root3]),
+            record(Role::Release, &SecretKey::from_seed(Role::Release, &[5; 32]), 1, &[&root3]),
+        ];
+        let mut trust = Trust::new(RoleKeys::single(root.public()));
+        assert_eq!(trust.accept_chain(&chain, NOW), Ok(true));
+        (chain, trust)
+    }
+
+    #[test]
+    fn the_chain_handed_on_is_the_one_taken_byte_for_byte() {
+        let (chain, mut trust) = taken();
+        assert_eq!(trust.chain(), chain.iter().map(Vec::as_slice).collect::<Vec<_>>());
+        // The same chain again, or a part of it, is no change.
+        assert_eq!(trust.accept_chain(&chain, NOW), Ok(false));
+        assert_eq!(trust.accept_chain(&chain[2..], NOW), Ok(false));
+        // The trust keeps its records through a round trip (the edge and nodes store it).
+        let stored: Trust = crate::wire::decode(&crate::wire::encode(&trust), "trust").unwrap();
+        assert_eq!(stored.chain(), trust.chain());
+    }
+
+    #[test]
+    fn a_record_no_newer_than_the_one_held_must_be_it_byte_for_byte() {
+        let (chain, trust) = taken();
+        // A bit flipped in each record's last signature or in its body (the signed header
+        // stays the same): every record of the chain, the older roots (which nothing held can
+        // verify again) included.
+        for (at, record) in chain.iter().enumerate() {
+            let envelope = Envelope::decode(record, usize::MAX).unwrap();
+            let version = envelope.header.version;
+            let role = [Role::Root, Role::Root, Role::Signing, Role::Release][at];
+            let mut in_signature = record.clone();
+            *in_signature.last_mut().unwrap() ^= 0x01;
+            let mut in_body = envelope.clone();
+            in_body.body[3] ^= 0x80;
+            for (what, tampered, expected) in [
+                ("a signature", in_signature, VerifyError::KeyRecordAltered { role, version }),
+                ("the body", in_body.encode(), VerifyError::KeyRecordAltered { role, version }),
+            ] {
+                let mut offered = chain.clone();
+                offered[at] = tampered;
+                let mut after = trust.clone();
+                let refused = after.accept_chain(&offered, NOW).err();
+                let refused = refused.unwrap_or_else(|| panic!("record {at}, {what}: taken"));
+                // A body that no longer decodes as a key record is refused before anything.
+                assert!(
+                    refused == expected || matches!(refused, VerifyError::Body(_) | VerifyError::Malformed(_)),
+                    "record {at}, {what}: {refused}"
+                );
+                assert_eq!(after, trust, "record {at}, {what}: the trust changed");
+            }
+        }
+        // The same version signed again with other content is a conflict; an older signing
+        // record than the one held is a rollback.
+        let root3 = SecretKey::from_seed(Role::Root, &[3; 32]);
+        let other = SecretKey::from_seed(Role::Signing, &[9; 32]);
+        let mut after = trust.clone();
+        let fork = record(Role::Signing, &other, 1, &[&root3]);
+        assert_eq!(after.accept_chain(&[fork], NOW), Err(VerifyError::Conflict { version: 1 }));
+        let mut newer = trust.clone();
+        newer.accept_key_record(&record(Role::Signing, &other, 2, &[&root3]), NOW).unwrap();
+        let old = chain[2].clone();
+        assert_eq!(
+            newer.clone().accept_chain(&[old], NOW),
+            Err(VerifyError::KeyRecordStale { role: Role::Signing, have: 2, got: 1 })
+        );
+        assert_eq!(after, trust);
     }
 }

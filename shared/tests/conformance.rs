@@ -193,7 +193,10 @@ fn signing_key_rotation() {
     trust.accept_key_record(&rotation, NOW).unwrap();
     assert_eq!(trust.role_version(Role::Signing), Some(2));
     let replay = record(Role::Signing, &k.signing, 1, &[&k.root]);
-    assert_eq!(trust.accept_key_record(&replay, NOW).err(), Some(VerifyError::Stale { have: 2, got: 1 }));
+    assert_eq!(
+        trust.accept_key_record(&replay, NOW).err(),
+        Some(VerifyError::KeyRecordStale { role: Role::Signing, have: 2, got: 1 })
+    );
 
     // From now on only the new key signs.
     let old = creds(6, 1).encode();
