@@ -47,6 +47,25 @@ impl Item {
     pub fn envelope(&self) -> Option<&[u8]> {
         self.envelope.as_deref()
     }
+
+    /// Its manifest entry.
+    pub fn entry(&self) -> &BatchEntry {
+        &self.entry
+    }
+
+    /// An item of an envelope made (and signed) in the test as it likes, listed at its
+    /// header's stream and version, by the hash of its bytes.
+    pub fn of(envelope: Vec<u8>) -> Item {
+        let header = Envelope::decode(&envelope, usize::MAX).expect("an envelope").header;
+        Item {
+            entry: BatchEntry {
+                stream: header.stream,
+                version: header.version,
+                digest: Some(hearth_shared::sha256(&envelope)),
+            },
+            envelope: Some(envelope),
+        }
+    }
 }
 
 impl Default for ControlSim {
