@@ -71,8 +71,13 @@ pub(crate) fn collect(dir: &Path, conn: &rusqlite::Connection, now: u64) -> Resu
     conn.execute("VACUUM INTO ?1", [copy.to_string_lossy()]).context("copying the database")?;
     let database = (|| {
         let staged = rusqlite::Connection::open(&copy)?;
+        // The envelopes stay out (the edge holds them), but not what each stream was at: a
+        // restore takes an envelope from the edge only at that version or above.
         staged.execute_batch(
-            "DELETE FROM streams; DELETE FROM outbox; DELETE FROM sessions; PRAGMA journal_mode = DELETE; VACUUM;",
+            "DROP TABLE IF EXISTS archived_streams;
+             CREATE TABLE archived_streams (name TEXT PRIMARY KEY, version INTEGER NOT NULL, digest BLOB) STRICT;
+             INSERT INTO archived_streams SELECT name, version, iif(envelope IS NULL, NULL, digest) FROM streams;
+             DELETE FROM streams; DELETE FROM outbox; DELETE FROM sessions; PRAGMA journal_mode = DELETE; VACUUM;",
         )?;
         drop(staged);
         Ok::<_, anyhow::Error>(std::fs::read(&copy)?)

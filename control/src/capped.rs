@@ -50,10 +50,25 @@ pub(crate) async fn read(
 
 /// What an error answer says: the start of its body, on one line, or why it was not read.
 pub(crate) async fn message(response: reqwest::Response) -> String {
-    match read(response, MESSAGE_MAX, "an error message").await {
-        Ok(body) => {
-            String::from_utf8_lossy(&body).chars().take(300).map(|c| if c.is_control() { ' ' } else { c }).collect()
-        }
-        Err(e) => format!("({e})"),
+    refusal(response).await.0
+}
+
+/// What an error answer says (its `message` when it is Hearth's JSON error, else the start of
+/// its body, on one line), and the stream it names, when it names one.
+pub(crate) async fn refusal(response: reqwest::Response) -> (String, Option<String>) {
+    let body = match read(response, MESSAGE_MAX, "an error message").await {
+        Ok(body) => body,
+        Err(e) => return (format!("({e})"), None),
+    };
+    let json = serde_json::from_slice::<serde_json::Value>(&body).ok();
+    let field = |name: &str| json.as_ref().and_then(|json| json[name].as_str()).map(one_line);
+    match field("message") {
+        Some(message) => (message, field("stream")),
+        None => (one_line(&String::from_utf8_lossy(&body)), None),
     }
+}
+
+/// The start of `text`, on one line.
+fn one_line(text: &str) -> String {
+    text.chars().take(300).map(|c| if c.is_control() { ' ' } else { c }).collect()
 }

@@ -55,6 +55,12 @@ pub(crate) async fn handler(State(app): State<Arc<App>>, headers: HeaderMap, aut
     metric("hearth_nodes_online", "gauge", "Nodes seen in the last 3 minutes.", &one(overview.online));
     metric("hearth_outbox_pending", "gauge", "Changes not yet accepted by the edge.", &one(overview.pending));
     metric(
+        "hearth_outbox_held",
+        "gauge",
+        "Streams the edge refused, set aside so the rest goes on (see the status).",
+        &one(overview.held),
+    );
+    metric(
         "hearth_credential_sets_expiring",
         "gauge",
         "Node credential sets that expire within 7 days (signing again is failing).",

@@ -582,37 +582,65 @@ pub(crate) fn usage_ack(
         .ok_or_else(|| Error::Internal("the acknowledgement was not stored".into()))
 }
 
-/// Signs every stream's current content again, at its next version, with the signing key in
+/// Signs every stream control publishes again, at its next version, with the signing key in
 /// force (after a rotation: nodes and the edge then hold nothing signed by the retired key).
-/// Snapshots keep their sealed bytes. Returns how many envelopes were signed.
+/// Each is rebuilt from control's own state (users, nodes, settings, rollouts), never from
+/// a stored envelope: a stream that state does not make (a link no user holds, the set of a
+/// node since removed, a name control never signs) is deleted at its next version instead.
+/// Returns how many envelopes were signed.
 pub(crate) fn resign_all(conn: &Connection, signer: &Signer, now: u64) -> Result<usize, Error> {
-    let online = signer.online(conn)?;
-    let rows: Vec<(String, u64, Vec<u8>)> = conn
-        .prepare("SELECT name, version, envelope FROM streams WHERE envelope IS NOT NULL ORDER BY name")?
-        .query_map([], |row| Ok((row.get(0)?, row.get(1)?, row.get(2)?)))?
+    let before: std::collections::BTreeMap<String, u64> = conn
+        .prepare("SELECT name, version FROM streams WHERE envelope IS NOT NULL")?
+        .query_map([], |row| Ok((row.get(0)?, row.get(1)?)))?
         .collect::<Result<_, _>>()?;
-    let mut update = conn
-        .prepare_cached("UPDATE streams SET version = ?2, digest = ?3, envelope = ?4, expires = ?5 WHERE name = ?1")?;
-    for (name, version, bytes) in &rows {
-        let old = hearth_shared::envelope::Envelope::decode(bytes, usize::MAX)
-            .map_err(|e| Error::Internal(format!("the stored envelope of {name} is corrupt: {e}")))?;
-        let header = &old.header;
-        let lifetime = header.expires.saturating_sub(header.issued);
-        let envelope = Draft {
-            kind: header.kind,
-            stream: name.clone(),
-            version: version + 1,
-            epoch: signer.epoch,
-            issued: now,
-            expires: now + lifetime,
-            audience: header.audience.clone(),
-            prev: old.digest(),
+    // Forgetting what each stream's content was makes every publish below sign again.
+    conn.execute("UPDATE streams SET body_sha256 = NULL", [])?;
+    let users: std::collections::BTreeMap<Digest, UserId> = conn
+        .prepare("SELECT token_hash, id FROM users")?
+        .query_map([], |row| Ok((row.get(0)?, row.get(1)?)))?
+        .collect::<Result<_, _>>()?;
+    let nodes: std::collections::BTreeMap<NodeId, (Option<[u8; 32]>, u64)> = conn
+        .prepare("SELECT id, public_key, usage_seq FROM nodes")?
+        .query_map([], |row| Ok((row.get(0)?, (row.get(1)?, row.get(2)?))))?
+        .collect::<Result<_, _>>()?;
+    let node_of = |name: &str, prefix: &str| {
+        let id = name.strip_prefix(prefix)?;
+        id.parse::<NodeId>().ok().filter(|node| node.to_string() == id)
+    };
+    for name in before.keys() {
+        let user = name
+            .strip_prefix("sub/")
+            .and_then(|hash| hex::decode(hash).ok()?.try_into().ok())
+            .and_then(|hash: Digest| users.get(&hash));
+        if let Some(user) = user {
+            publish_user(conn, signer, *user, now)?;
+        } else if let Some(node) = node_of(name, "creds/").filter(|node| nodes.contains_key(node)) {
+            publish_creds(conn, signer, node, now, true)?;
+        } else if let Some(node) = node_of(name, "node/") {
+            let key = nodes.get(&node).and_then(|(key, _)| key.and_then(|k| PublicKey::from_bytes(&k).ok()));
+            publish_node_record(conn, signer, node, key, now)?;
+        } else if let Some((node, (_, seq))) =
+            node_of(name, "ack/").and_then(|node| nodes.get_key_value(&node)).filter(|(_, (_, seq))| *seq > 0)
+        {
+            usage_ack(conn, signer, *node, *seq, now)?;
+        } else if name == stream::EDGE_SETTINGS {
+            publish_edge_settings(
+                conn,
+                signer,
+                &wire::EdgeSettings { ua_rules: crate::settings::ua_rules(conn)? },
+                now,
+            )?;
+        } else if name == stream::ROLLOUT {
+            crate::releases::publish_rollout(conn, signer, now)?;
+        } else {
+            delete_stream(conn, signer, name, now)?;
         }
-        .sign(old.body.clone(), &[&online.key]);
-        update.execute(params![name, version + 1, envelope.digest(), envelope.encode(), now + lifetime])?;
-        enqueue(conn, signer, name, version + 1, now)?;
     }
-    Ok(rows.len())
+    let after: Vec<(String, u64)> = conn
+        .prepare("SELECT name, version FROM streams WHERE envelope IS NOT NULL")?
+        .query_map([], |row| Ok((row.get(0)?, row.get(1)?)))?
+        .collect::<Result<_, _>>()?;
+    Ok(after.iter().filter(|(name, version)| before.get(name).is_some_and(|was| version > was)).count())
 }
 
 /// After the key records in the data directory changed (`keys rotate`, or a restore), bumps

@@ -279,7 +279,7 @@ pub(crate) fn list(conn: &Connection) -> Result<Vec<ReleaseView>, Error> {
 
 /// Signs the rollout stream: the newest rollout's release and the nodes told to run it (the
 /// edge tells nodes that reach only it).
-fn publish_rollout(conn: &Connection, signer: &Signer, now: u64) -> Result<(), Error> {
+pub(crate) fn publish_rollout(conn: &Connection, signer: &Signer, now: u64) -> Result<(), Error> {
     let release: u64 = conn
         .query_row("SELECT release FROM rollouts ORDER BY started DESC, release DESC LIMIT 1", [], |row| row.get(0))
         .optional()?

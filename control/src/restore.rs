@@ -154,6 +154,140 @@ fn verified(bytes: &[u8], trust: &Trust, kind: Kind, audience: Audience, name: &
     verify(bytes, trust, &expect, None, at).ok().map(|v| v.envelope)
 }
 
+/// A stream's version and envelope digest in the archive's database (no digest once deleted).
+type Archived = BTreeMap<String, (u64, Option<Digest>)>;
+
+/// What each stream was at when the archive in `database` was made (taken out of it here:
+/// the restored database keeps no such table). An archive from before Hearth kept them has
+/// none: `None`.
+fn archived_streams(database: &Path) -> Result<Option<Archived>> {
+    let conn = Connection::open(database).with_context(|| format!("opening {}", database.display()))?;
+    let kept: bool = conn.query_row(
+        "SELECT EXISTS (SELECT 1 FROM sqlite_schema WHERE type = 'table' AND name = 'archived_streams')",
+        [],
+        |row| row.get(0),
+    )?;
+    if !kept {
+        return Ok(None);
+    }
+    let archived = conn
+        .prepare("SELECT name, version, digest FROM archived_streams")?
+        .query_map([], |row| Ok((row.get::<_, String>(0)?, (row.get(1)?, row.get(2)?))))?
+        .collect::<Result<_, _>>()?;
+    conn.execute_batch("DROP TABLE archived_streams")?;
+    Ok(Some(archived))
+}
+
+/// The signed kind and audience of a stream control publishes to the edge, by its name (a
+/// node id only in its canonical form, as control writes it).
+fn stream_kind(name: &str) -> Option<(Kind, Audience)> {
+    let node = |id: &str| id.parse::<NodeId>().ok().filter(|n| n.to_string() == id);
+    if let Some(hash) = name.strip_prefix("sub/") {
+        let hash: Digest = hex::decode(hash).ok()?.try_into().ok()?;
+        (stream::snapshot(&hash) == name).then_some((Kind::Snapshot, Audience::Edge))
+    } else if let Some(id) = name.strip_prefix("creds/") {
+        node(id).map(|n| (Kind::CredentialSet, Audience::Node(n)))
+    } else if let Some(id) = name.strip_prefix("ack/") {
+        node(id).map(|n| (Kind::UsageAck, Audience::Node(n)))
+    } else if let Some(id) = name.strip_prefix("node/") {
+        node(id).map(|_| (Kind::NodeRecord, Audience::Edge))
+    } else if name == stream::EDGE_SETTINGS {
+        Some((Kind::EdgeSettings, Audience::Edge))
+    } else if name == stream::ROLLOUT {
+        Some((Kind::Rollout, Audience::Edge))
+    } else {
+        None
+    }
+}
+
+/// Why an item of the export was left out.
+#[derive(Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
+enum Dropped {
+    /// Not a stream control publishes (or not in its canonical name).
+    Unknown,
+    /// Not signed by control's keys as the root key certified them, for this stream, kind
+    /// and audience (or a snapshot the recovery key does not open, or whose link it is not).
+    Unverified,
+    /// Listed at another version than the one its envelope was signed at.
+    Version,
+    /// Older than what the archive holds for its stream.
+    Older,
+    /// The version the archive holds, with other content.
+    Conflict,
+}
+
+impl Dropped {
+    fn describe(self) -> &'static str {
+        match self {
+            Dropped::Unknown => "are not streams control publishes",
+            Dropped::Unverified => "do not verify against the root key for their stream",
+            Dropped::Version => "are listed at another version than they were signed at",
+            Dropped::Older => "are older than the archive's",
+            Dropped::Conflict => "differ from the archive's at the same version",
+        }
+    }
+}
+
+/// What of the edge's export a restore keeps: envelopes that verify against the root chain
+/// for their stream, kind and audience, listed at the version they were signed at, and not
+/// behind or against the archive; deletions of streams control publishes, above the archive.
+/// Everything else is left out and reported.
+struct Screened {
+    /// Kept envelopes, decoded, with their bytes.
+    kept: Vec<(String, Envelope, Vec<u8>)>,
+    /// Kept deletions: the stream and the version it was deleted at.
+    deleted: Vec<(String, u64)>,
+    /// What was left out, and why.
+    dropped: BTreeMap<Dropped, Vec<String>>,
+}
+
+/// Versions above this are no version control signed: a stream at it could never move on.
+const MAX_VERSION: u64 = i64::MAX as u64 >> 1;
+
+fn screen(items: Vec<ExportItem>, trust: &Trust, archived: &Archived) -> Screened {
+    let mut screened = Screened { kept: Vec::new(), deleted: Vec::new(), dropped: BTreeMap::new() };
+    for item in items {
+        let name = item.stream;
+        if name == stream::RELEASE {
+            // Signed by the release key and kept in the archive's releases: nothing to seed.
+            continue;
+        }
+        let Some((kind, audience)) = stream_kind(&name) else {
+            screened.dropped.entry(Dropped::Unknown).or_default().push(name);
+            continue;
+        };
+        let archive = archived.get(&name);
+        let Some(bytes) = item.envelope else {
+            // A deletion is not signed: taken only above the archive's version, for a stream
+            // whose next version control could still sign.
+            match archive {
+                _ if item.version > MAX_VERSION => screened.dropped.entry(Dropped::Version).or_default().push(name),
+                Some((version, _)) if item.version <= *version => {
+                    screened.dropped.entry(Dropped::Older).or_default().push(name);
+                }
+                _ => screened.deleted.push((name, item.version)),
+            }
+            continue;
+        };
+        let Some(envelope) = verified(&bytes, trust, kind, audience, &name) else {
+            screened.dropped.entry(Dropped::Unverified).or_default().push(name);
+            continue;
+        };
+        let version = envelope.header.version;
+        let why = match archive {
+            _ if version != item.version || version > MAX_VERSION => Some(Dropped::Version),
+            Some((at, _)) if version < *at => Some(Dropped::Older),
+            Some((at, digest)) if version == *at && *digest != Some(envelope.digest()) => Some(Dropped::Conflict),
+            _ => None,
+        };
+        match why {
+            Some(why) => screened.dropped.entry(why).or_default().push(name),
+            None => screened.kept.push((name, envelope, bytes)),
+        }
+    }
+    screened
+}
+
 /// What the edge's envelopes say, checked.
 #[derive(Default)]
 struct Edge {
@@ -164,62 +298,75 @@ struct Edge {
     node_keys: BTreeMap<NodeId, Option<PublicKey>>,
     acks: BTreeMap<NodeId, u64>,
     settings: Option<EdgeSettings>,
-    rejected: usize,
 }
 
-fn read_edge(items: &[ExportItem], trust: &Trust, recovery: &RecoverySecret) -> Edge {
+/// Reads what the kept envelopes say. A snapshot the recovery key does not open, or that is
+/// not its stream's link, is left out too (it is dropped from `screened`).
+fn read_edge(screened: &mut Screened, recovery: &RecoverySecret) -> Edge {
     let mut edge = Edge::default();
-    for item in items {
-        let name = item.stream.as_str();
-        let Some(bytes) = &item.envelope else {
-            if let Some(hash) = name.strip_prefix("sub/").and_then(|h| hex::decode(h).ok()?.try_into().ok()) {
-                edge.deleted_links.insert(hash);
-            }
-            continue;
-        };
+    for (name, _) in &screened.deleted {
+        if let Some(hash) = name.strip_prefix("sub/").and_then(|h| hex::decode(h).ok()?.try_into().ok()) {
+            edge.deleted_links.insert(hash);
+        }
+    }
+    let mut unopened = Vec::new();
+    for (name, envelope, _) in &screened.kept {
+        let name = name.as_str();
         let ok = if name.starts_with("sub/") {
-            verified(bytes, trust, Kind::Snapshot, Audience::Edge, name)
-                .and_then(|e| hearth_shared::seal::recover(&e.body, recovery).ok())
+            hearth_shared::seal::recover(&envelope.body, recovery)
+                .ok()
                 .filter(|(token, _)| stream::snapshot(&token.hash()) == name)
                 .map(|(token, snapshot)| {
                     // Two links for one user: the newer one (a rotation the edge saw last).
                     edge.snapshots.insert(snapshot.user, (token, snapshot));
                 })
         } else if let Some(node) = name.strip_prefix("creds/").and_then(|n| n.parse::<NodeId>().ok()) {
-            verified(bytes, trust, Kind::CredentialSet, Audience::Node(node), name)
-                .and_then(|e| CredentialSet::decode(&e.body).ok())
-                .map(|set| {
-                    edge.creds.insert(node, set.users().iter().map(|entry| (entry.user, entry.hash)).collect());
-                })
+            CredentialSet::decode(&envelope.body).ok().filter(|set| set.node == node).map(|set| {
+                edge.creds.insert(node, set.users().iter().map(|entry| (entry.user, entry.hash)).collect());
+            })
         } else if let Some(node) = name.strip_prefix("node/").and_then(|n| n.parse::<NodeId>().ok()) {
-            verified(bytes, trust, Kind::NodeRecord, Audience::Edge, name)
-                .and_then(|e| wire::decode::<NodeRecord>(&e.body, "node record").ok())
-                .filter(|record| record.node == node)
-                .map(|record| {
+            wire::decode::<NodeRecord>(&envelope.body, "node record").ok().filter(|record| record.node == node).map(
+                |record| {
                     edge.node_keys.insert(node, record.key);
-                })
+                },
+            )
         } else if let Some(node) = name.strip_prefix("ack/").and_then(|n| n.parse::<NodeId>().ok()) {
-            verified(bytes, trust, Kind::UsageAck, Audience::Node(node), name)
-                .and_then(|e| wire::decode::<UsageAck>(&e.body, "ack").ok())
-                .filter(|ack| ack.node == node)
-                .map(|ack| {
-                    edge.acks.insert(node, ack.seq);
-                })
+            wire::decode::<UsageAck>(&envelope.body, "ack").ok().filter(|ack| ack.node == node).map(|ack| {
+                edge.acks.insert(node, ack.seq);
+            })
         } else if name == stream::EDGE_SETTINGS {
-            verified(bytes, trust, Kind::EdgeSettings, Audience::Edge, name)
-                .and_then(|e| wire::decode::<EdgeSettings>(&e.body, "edge settings").ok())
+            wire::decode::<EdgeSettings>(&envelope.body, "edge settings")
+                .ok()
                 .map(|settings| edge.settings = Some(settings))
         } else {
             Some(())
         };
         if ok.is_none() {
-            edge.rejected += 1;
+            unopened.push(name.to_owned());
         }
     }
+    screened.kept.retain(|(name, _, _)| !unopened.contains(name));
+    screened.dropped.entry(Dropped::Unverified).or_default().extend(unopened);
     // A link rotated twice keeps only the user's live link: a snapshot whose link was deleted
     // is not the user's any more.
     edge.snapshots.retain(|_, (token, _)| !edge.deleted_links.contains(&token.hash()));
     edge
+}
+
+/// The owner's notes on what a restore left out of the edge's export.
+fn dropped_notes(dropped: &BTreeMap<Dropped, Vec<String>>) -> Vec<String> {
+    const NAMED: usize = 5;
+    dropped
+        .iter()
+        .filter(|(_, streams)| !streams.is_empty())
+        .map(|(why, streams)| {
+            let mut named = streams.iter().take(NAMED).cloned().collect::<Vec<_>>().join(", ");
+            if streams.len() > NAMED {
+                named.push_str(&format!(" and {} more", streams.len() - NAMED));
+            }
+            format!("{} items of the edge's export {} and were left out: {named}", streams.len(), why.describe())
+        })
+        .collect()
 }
 
 /// Writes the key records the edge holds into the data directory, by role (the root
@@ -293,7 +440,6 @@ fn build(dir: &Path, options: &Options) -> Result<Report> {
     if trust.role(Role::Signing).is_none() {
         bail!("the edge holds no key records: control never pushed to it, so there is nothing to restore");
     }
-    let edge = read_edge(&fetched.items, &trust, &recovery);
 
     let archive_version = fetched
         .archive
@@ -308,8 +454,10 @@ fn build(dir: &Path, options: &Options) -> Result<Report> {
     builder.create(dir).with_context(|| format!("creating {}", dir.display()))?;
     let mut report = Report::default();
 
-    if options.from_snapshots {
-        let links = fetched.items.iter().filter(|i| i.stream.starts_with("sub/") && i.envelope.is_some()).count();
+    let links = fetched.items.iter().filter(|i| i.stream.starts_with("sub/") && i.envelope.is_some()).count();
+    let (edge, screened) = if options.from_snapshots {
+        let mut screened = screen(fetched.items, &trust, &Archived::new());
+        let edge = read_edge(&mut screened, &recovery);
         if links > 0 && edge.snapshots.is_empty() {
             bail!("the recovery key opens none of the {links} snapshots at the edge: is it the right key?");
         }
@@ -323,6 +471,7 @@ fn build(dir: &Path, options: &Options) -> Result<Report> {
             keyring::rotate(dir, role, root_key, None, now).with_context(|| format!("certifying a new {role} key"))?;
         }
         report.notes.push("new signing and release keys were certified by the root key".into());
+        (edge, screened)
     } else {
         let archive = fetched.archive.as_deref().context(
             "the edge holds no archive; restore with --from-snapshots --root-key <file> to rebuild from the snapshots",
@@ -330,6 +479,17 @@ fn build(dir: &Path, options: &Options) -> Result<Report> {
         let (version, payload) = crate::archive::open(archive, &trust, &recovery, now)?;
         crate::archive::unpack(&payload, dir)?;
         report.archive = Some((version, payload.created));
+        // The edge's envelopes count only where they agree with the archive: at its version
+        // the same, or newer.
+        let archived = archived_streams(&paths.database())?;
+        if archived.is_none() {
+            report.notes.push(
+                "the archive is from a Hearth that kept no stream versions: envelopes at the edge were not compared with it"
+                    .into(),
+            );
+        }
+        let mut screened = screen(fetched.items, &trust, &archived.unwrap_or_default());
+        let edge = read_edge(&mut screened, &recovery);
         // Rotations after the archive was made: the edge's records are the newer ones.
         write_chain(dir, &fetched.chain)?;
         let certified = keyring::load_online(dir, 0, now).is_ok();
@@ -347,7 +507,8 @@ fn build(dir: &Path, options: &Options) -> Result<Report> {
                 "the release key in the archive was retired since; rotate it with `keys rotate --role release`".into(),
             );
         }
-    }
+        (edge, screened)
+    };
 
     // The database: the archive's (or a new one), the edge as the newer truth on top.
     let db = Db::open(&paths.database()).with_context(|| format!("opening {}", paths.database().display()))?;
@@ -370,7 +531,7 @@ fn build(dir: &Path, options: &Options) -> Result<Report> {
     drop(db);
     let (_config, db, signer) = crate::serve::open(dir)?;
     db.write_blocking(|tx| {
-        seed_streams(tx, &fetched.items)?;
+        seed_streams(tx, &screened)?;
         if options.from_snapshots {
             rebuild_nodes(tx, &edge, &mut report.notes, now)?;
             report.notes.push(
@@ -398,30 +559,25 @@ fn build(dir: &Path, options: &Options) -> Result<Report> {
         report.signed = republish(tx, &signer, now)?;
         Ok(())
     })?;
-    if edge.rejected > 0 {
-        report.notes.push(format!(
-            "{} envelopes at the edge did not verify against the root key and were left out",
-            edge.rejected
-        ));
-    }
+    report.notes.extend(dropped_notes(&screened.dropped));
     Ok(report)
 }
 
-/// The edge's envelopes become the streams' current versions, so everything signed from now
-/// on is above what the edge and nodes hold.
-fn seed_streams(tx: &Connection, items: &[ExportItem]) -> Result<(), Error> {
+/// The kept envelopes become the streams' current versions (and deletions their deleted
+/// versions), so everything signed from now on is above what the edge and nodes hold. A
+/// stream the archive holds newer keeps the archive's.
+fn seed_streams(tx: &Connection, screened: &Screened) -> Result<(), Error> {
     let mut insert = tx.prepare(
         "INSERT INTO streams (name, version, digest, body_sha256, envelope, expires) VALUES (?1, ?2, ?3, NULL, ?4, 0)
-         ON CONFLICT (name) DO UPDATE SET version = max(version, excluded.version), digest = excluded.digest,
-           body_sha256 = NULL, envelope = excluded.envelope",
+         ON CONFLICT (name) DO UPDATE SET version = excluded.version, digest = excluded.digest,
+           body_sha256 = NULL, envelope = excluded.envelope
+         WHERE excluded.version > streams.version",
     )?;
-    for item in items {
-        let digest = item
-            .envelope
-            .as_deref()
-            .and_then(|bytes| Envelope::decode(bytes, usize::MAX).ok())
-            .map(|envelope| envelope.digest());
-        insert.execute(params![item.stream, item.version, digest, item.envelope])?;
+    for (name, envelope, bytes) in &screened.kept {
+        insert.execute(params![name, envelope.header.version, envelope.digest(), bytes])?;
+    }
+    for (name, version) in &screened.deleted {
+        insert.execute(params![name, version, None::<Vec<u8>>, None::<Vec<u8>>])?;
     }
     Ok(())
 }

@@ -110,7 +110,7 @@ async fn push_once(app: &Arc<App>, base: &str) -> Result<usize, String> {
         prev: [0; 32],
     }
     .sign(manifest.encode(), &[&online.key]);
-    let sent: Vec<String> = items.iter().map(|(name, _, _)| name.clone()).collect();
+    let sent: Vec<(String, u64)> = items.iter().map(|(name, version, _)| (name.clone(), *version)).collect();
     let bundle = PushBundle {
         key_records: online.chain.iter().cloned().map(Into::into).collect(),
         manifest: signed.encode(),
@@ -118,16 +118,32 @@ async fn push_once(app: &Arc<App>, base: &str) -> Result<usize, String> {
     };
     let body = wire::encode(&bundle);
     let size = body.len() as u64;
-    send_to_edge(app, reqwest::Method::POST, base, "push", body, Duration::from_secs(60)).await?;
+    match send_to_edge(app, reqwest::Method::POST, base, "push", body, Duration::from_secs(60)).await {
+        Ok(()) => {}
+        // One stream the edge will not take (its version is behind what the edge holds, say,
+        // after a restore from an older state) must not hold back every change after it: it
+        // is set aside, with an alert, and the rest goes out at once.
+        Err(EdgeError { stream: Some(stream), text }) => {
+            let Some(&(_, version)) = sent.iter().find(|(name, _)| *name == stream) else { return Err(text) };
+            set_aside(app, stream, version, text, last_id).await?;
+            return Ok(1);
+        }
+        Err(e) => return Err(e.text),
+    }
     let cleared = app
         .db
         .write(move |tx| {
+            // What the edge took clears what was set aside of those streams.
+            let mut held = tx.prepare_cached("DELETE FROM outbox_held WHERE stream = ?1")?;
+            for (name, _) in &sent {
+                held.execute([name])?;
+            }
             if clear_to > 0 {
                 Ok(tx.execute("DELETE FROM outbox WHERE id <= ?1", [clear_to])?)
             } else {
                 let mut delete = tx.prepare_cached("DELETE FROM outbox WHERE stream = ?1 AND id <= ?2")?;
                 let mut cleared = 0;
-                for name in &sent {
+                for (name, _) in &sent {
                     cleared += delete.execute(rusqlite::params![name, last_id])?;
                 }
                 Ok(cleared)
@@ -141,6 +157,42 @@ async fn push_once(app: &Arc<App>, base: &str) -> Result<usize, String> {
     Ok(cleared.max(1))
 }
 
+/// Takes `stream` (refused by the edge at `version`, for `reason`) out of the outbox, up to the
+/// row `last_id`, and keeps it with the reason for the owner to see. A newer version of the
+/// stream goes out as usual, and clears it once the edge takes it.
+async fn set_aside(app: &Arc<App>, stream: String, version: u64, reason: String, last_id: i64) -> Result<(), String> {
+    tracing::warn!(%stream, version, %reason, "the edge refused one stream: set aside, the rest goes on");
+    let now = now();
+    app.db
+        .write(move |tx| {
+            tx.execute(
+                "INSERT INTO outbox_held (stream, version, reason, held_at) VALUES (?1, ?2, ?3, ?4)
+                 ON CONFLICT (stream) DO UPDATE SET version = excluded.version, reason = excluded.reason,
+                   held_at = excluded.held_at",
+                rusqlite::params![stream, version, reason, now],
+            )?;
+            tx.execute("DELETE FROM outbox WHERE stream = ?1 AND id <= ?2", rusqlite::params![stream, last_id])?;
+            Ok(())
+        })
+        .await
+        .map_err(|e| e.to_string())
+}
+
+/// Why the edge did not take what control sent.
+#[derive(Debug)]
+pub(crate) struct EdgeError {
+    /// What to tell the owner (never the URL: it holds the secret API prefix).
+    pub(crate) text: String,
+    /// The one stream the edge refused, when it named one.
+    pub(crate) stream: Option<String>,
+}
+
+impl From<EdgeError> for String {
+    fn from(error: EdgeError) -> String {
+        error.text
+    }
+}
+
 /// Sends `body` to the edge's `path` (under its API prefix: `push`, `archive`, `release`, which
 /// also names it in errors) with the push token.
 pub(crate) async fn send_to_edge(
@@ -150,7 +202,7 @@ pub(crate) async fn send_to_edge(
     path: &str,
     body: Vec<u8>,
     timeout: Duration,
-) -> Result<(), String> {
+) -> Result<(), EdgeError> {
     let response = app
         .http
         .request(method, format!("{}/{}/{path}", base.trim_end_matches('/'), app.config.edge.api_prefix))
@@ -160,10 +212,11 @@ pub(crate) async fn send_to_edge(
         .timeout(timeout)
         .send()
         .await
-        .map_err(|e| format!("the edge did not answer: {}", without_url(&e)))?;
+        .map_err(|e| EdgeError { text: format!("the edge did not answer: {}", without_url(&e)), stream: None })?;
     let status = response.status();
     if !status.is_success() {
-        return Err(format!("the edge refused the {path} ({status}): {}", crate::capped::message(response).await));
+        let (message, stream) = crate::capped::refusal(response).await;
+        return Err(EdgeError { text: format!("the edge refused the {path} ({status}): {message}"), stream });
     }
     Ok(())
 }

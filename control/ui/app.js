@@ -492,6 +492,10 @@
     if (offline > 0) alerts.push(t('alert.nodes_offline', { n: offline }));
     if (status.nodes.sets_expiring > 0) alerts.push(t('alert.sets_expiring', { n: status.nodes.sets_expiring }));
     if (status.edge.last_error) alerts.push(t('alert.edge_error', { error: status.edge.last_error }));
+    if (status.edge.held_total > 0) {
+      const first = status.edge.held[0];
+      alerts.push(t('alert.edge_held', { n: status.edge.held_total, stream: first.stream, reason: first.reason }));
+    }
     if (!status.edge.url) alerts.push(t('alert.no_edge'));
     if (status.keys && status.keys.offline_here.length) {
       alerts.push(t('alert.keys_here', { files: status.keys.offline_here.join(', ') }));

@@ -31,9 +31,13 @@ pub fn unavailable() -> Reply {
     reply
 }
 
-/// A refused push or archive, with its reason.
+/// A refused push or archive, with its reason, and the stream it is about when it is about one.
 pub fn refused(error: &PushError) -> Reply {
-    self::error(error.status(), "refused", &error.to_string())
+    let mut body = serde_json::json!({ "error": "refused", "message": error.to_string() });
+    if let Some(stream) = error.stream() {
+        body["stream"] = stream.into();
+    }
+    json(error.status(), &body)
 }
 
 /// The answer to a push that applied.

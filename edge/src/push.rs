@@ -120,6 +120,17 @@ pub enum PushError {
 }
 
 impl PushError {
+    /// The one stream this refusal is about, when it is about one (control sets that stream
+    /// aside and pushes the rest).
+    pub fn stream(&self) -> Option<&str> {
+        match self {
+            PushError::Item { stream, .. } | PushError::Refused { stream, .. } | PushError::MissingItem(stream) => {
+                Some(stream)
+            }
+            _ => None,
+        }
+    }
+
     /// The HTTP status for this refusal: 409 for version conflicts, 413 for size, else 400.
     pub fn status(&self) -> u16 {
         match self {

@@ -103,6 +103,18 @@ pub struct EdgeArchive {
     pub database: Vec<u8>,
 }
 
+impl EdgeArchive {
+    /// A number `query` gives on the database the archive holds (the first column of its
+    /// first row).
+    pub async fn number(&self, query: &str) -> Result<i64> {
+        let file = tempfile::NamedTempFile::new()?;
+        std::fs::write(file.path(), &self.database)?;
+        let db = libsql::Builder::new_local(file.path()).build().await?;
+        let mut rows = db.connect()?.query(query, ()).await?;
+        Ok(rows.next().await?.context("no row")?.get::<i64>(0)?)
+    }
+}
+
 /// The payload of an archive, as control writes it (`control/src/archive.rs`).
 #[derive(serde::Serialize, serde::Deserialize)]
 struct ArchivePayload {
@@ -136,6 +148,26 @@ impl ControlDir {
         flate2::read::DeflateDecoder::new(compressed.as_slice()).read_to_end(&mut inflated)?;
         let payload: ArchivePayload = hearth_shared::wire::decode(&inflated, "archive")?;
         Ok(Some(EdgeArchive { version: envelope.header.version, created: payload.created, database: payload.database }))
+    }
+
+    /// Waits (a minute at most) until the archive at the edge holds a database on which
+    /// `query` gives `expected`; returns that archive.
+    pub async fn archive_holding(&self, edge_url: &str, query: &str, expected: i64) -> Result<EdgeArchive> {
+        let started = std::time::Instant::now();
+        loop {
+            let archive = self.archive_at_edge(edge_url).await?;
+            let got = match &archive {
+                Some(archive) => Some(archive.number(query).await?),
+                None => None,
+            };
+            if let Some(archive) = archive.filter(|_| got == Some(expected)) {
+                return Ok(archive);
+            }
+            if started.elapsed() > Duration::from_secs(60) {
+                bail!("the edge's archive never held {expected} for {query:?} (it holds {got:?})");
+            }
+            tokio::time::sleep(Duration::from_millis(300)).await;
+        }
     }
 }
 

@@ -14,13 +14,14 @@ use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use hearth_shared::envelope::Kind;
+use hearth_shared::envelope::{Audience, Envelope, Kind};
 use hearth_shared::keys::{Role, SecretKey};
 use hearth_shared::nodeauth;
 use hearth_shared::sha256;
 use hearth_shared::wire::{self, CredEntry, CredentialSet, ExportItem, ExportPage, UsageDrain};
 use hearth_tests::control::{ControlDir, ControlProcess};
 use hearth_tests::control_sim::{ControlSim, now, release};
+use hearth_tests::edge::{Backend, EdgeProcess, free_port};
 use hearth_tests::node::{NodeProcess, SingBoxClient, fetch, fetch_eventually, http_server, metric, until_logged};
 use hearth_tests::proc_status_kib;
 use tokio::io::{AsyncReadExt as _, AsyncWriteExt as _};
@@ -698,4 +699,207 @@ async fn a_restore_stops_an_export_that_never_ends_or_does_not_advance() {
         let said = format!("the edge's export does not advance: page {page} gives a cursor an earlier page gave");
         assert!(error.contains(&said), "{export:?}: {error}");
     }
+}
+
+/// The whole export of the edge at `url`, read with `dir`'s push token, as one page.
+async fn export_of(url: &str, dir: &ControlDir) -> ExportPage {
+    let client = hearth_tests::http().build().unwrap();
+    let (api, token) = (dir.edge_setting("api_prefix").unwrap(), dir.edge_setting("push_token").unwrap());
+    let (mut whole, mut after) = (ExportPage::default(), String::new());
+    loop {
+        let answer = client.get(format!("{url}/{api}/export?after={after}")).bearer_auth(&token).send().await.unwrap();
+        let page: ExportPage =
+            wire::decode(&answer.error_for_status().unwrap().bytes().await.unwrap(), "page").unwrap();
+        whole.items.extend(page.items);
+        whole.keys = whole.keys.or(page.keys);
+        whole.batch = page.batch;
+        match page.next {
+            Some(next) => after = next,
+            None => return whole,
+        }
+    }
+}
+
+/// The streams (name, version, envelope) of a control database.
+async fn streams_of(database: &Path) -> HashMap<String, (u64, Option<Vec<u8>>)> {
+    let db = libsql::Builder::new_local(database).build().await.unwrap();
+    let mut rows = db.connect().unwrap().query("SELECT name, version, envelope FROM streams", ()).await.unwrap();
+    let mut streams = HashMap::new();
+    while let Some(row) = rows.next().await.unwrap() {
+        let envelope = row.get::<Option<Vec<u8>>>(2).unwrap();
+        streams.insert(row.get::<String>(0).unwrap(), (row.get::<u64>(1).unwrap(), envelope));
+    }
+    streams
+}
+
+/// The users a stored credential set lets in.
+fn set_users(envelope: &[u8]) -> Vec<CredEntry> {
+    let envelope = Envelope::decode(envelope, Kind::CredentialSet.max_len()).unwrap();
+    CredentialSet::decode(&envelope.body).unwrap().users().to_vec()
+}
+
+/// A restore from an edge that doctored its export keeps only what control signed for each
+/// stream and what agrees with the archive, and says what it left out: a credential set
+/// signed by a key the root never certified (for an enrolled node, letting in the attacker's
+/// password, and for a node that does not exist), a stream control never publishes, an item
+/// listed at another version than it was signed at, a real envelope under another stream's
+/// name, and a user's older snapshot (a rollback behind the archive). A later rotation of the
+/// signing key then signs only what control's own state makes: a forged set planted in the
+/// database is not signed, however it got there.
+#[tokio::test]
+async fn a_restore_keeps_only_what_verifies_and_agrees_with_the_archive_and_a_rotation_signs_only_control_state() {
+    let temp = tempfile::tempdir().unwrap();
+    let dir = ControlDir::init(&temp.path().join("control")).unwrap();
+    let mut vars = dir.edge_vars().unwrap();
+    vars.push(("HEARTH_LIMITS".into(), "off".into()));
+    let edge = EdgeProcess::start(Backend::Native, &temp.path().join("edge.db"), &vars).unwrap();
+    let env = vec![
+        ("HEARTH_LISTEN", format!("127.0.0.1:{}", free_port().unwrap())),
+        ("HEARTH_EDGE_URL", edge.url.clone()),
+        ("HEARTH_ARCHIVE_AFTER_SECS", "1".into()),
+    ];
+    let control = ControlProcess::start(&dir, &env).unwrap();
+    let https = dir.client().unwrap();
+    let token = control.setup(&https, "admin").await.unwrap();
+    control.enroll_node(&https, &token, &temp.path().join("node")).await.unwrap();
+    let call = |method: reqwest::Method, path: String, body: Option<serde_json::Value>| {
+        let (control, https, token) = (&control, &https, &token);
+        async move { control.call(https, token, method, &path, body.as_ref()).await.unwrap() }
+    };
+    let node = call(reqwest::Method::GET, "/nodes".into(), None).await["nodes"][0]["id"].as_u64().unwrap();
+    let alice =
+        call(reqwest::Method::POST, "/users".into(), Some(serde_json::json!({ "name": "alice", "quota": 1000 }))).await
+            ["id"]
+            .as_u64()
+            .unwrap();
+    let settled = || async {
+        let deadline = Instant::now() + Duration::from_secs(60);
+        while call(reqwest::Method::GET, "/status".into(), None).await["edge"]["pending"] != 0 {
+            assert!(Instant::now() < deadline, "control never pushed its changes");
+            tokio::time::sleep(Duration::from_millis(200)).await;
+        }
+    };
+    settled().await;
+    let before = export_of(&edge.url, &dir).await.items;
+    call(reqwest::Method::PATCH, format!("/users/{alice}"), Some(serde_json::json!({ "quota": 2000 }))).await;
+    settled().await;
+    let query = format!("SELECT quota FROM users WHERE id = {alice}");
+    dir.archive_holding(&edge.url, &query, 2000).await.unwrap();
+    let ExportPage { items: after, keys, batch, .. } = export_of(&edge.url, &dir).await;
+    control.stop().unwrap();
+
+    // The doctored export.
+    let item = |items: &[ExportItem], name: &str| items.iter().find(|i| i.stream == name).cloned().unwrap();
+    let (creds, record) = (format!("creds/{node}"), format!("node/{node}"));
+    let real_creds = item(&after, &creds);
+    let alice_stream = after
+        .iter()
+        .find(|i| i.stream.starts_with("sub/") && before.iter().any(|b| b.stream == i.stream && b.version < i.version))
+        .unwrap()
+        .stream
+        .clone();
+    let attacker = CredEntry { user: 666, hash: sha256(b"the attacker's password") };
+    let mut users = set_users(real_creds.envelope.as_deref().unwrap());
+    users.push(attacker);
+    let sim = ControlSim::new();
+    let forged = |node: u64, version: u64, users: Vec<CredEntry>| {
+        let set = CredentialSet::new(node, users).unwrap();
+        let item =
+            sim.item_at(Kind::CredentialSet, format!("creds/{node}"), version, Audience::Node(node), set.encode());
+        ExportItem { stream: format!("creds/{node}"), version, envelope: item.envelope().map(<[u8]>::to_vec) }
+    };
+    let mut doctored: Vec<ExportItem> =
+        after.iter().filter(|i| i.stream != creds && i.stream != alice_stream && i.stream != record).cloned().collect();
+    doctored.push(forged(node, real_creds.version + 5, users));
+    doctored.push(forged(999, 3, vec![attacker]));
+    doctored.push(item(&before, &alice_stream));
+    doctored.push(ExportItem { stream: "junk/1".into(), version: 1 << 40, envelope: Some(vec![7; 64]) });
+    let real_record = item(&after, &record);
+    doctored.push(ExportItem { version: real_record.version + 1000, ..real_record.clone() });
+    doctored.push(ExportItem { stream: "node/77".into(), ..real_record.clone() });
+    doctored.sort_by(|a, b| a.stream.cmp(&b.stream));
+    let archive_bytes = hearth_tests::http()
+        .build()
+        .unwrap()
+        .get(format!("{}/{}/archive", edge.url, dir.edge_setting("api_prefix").unwrap()))
+        .bearer_auth(dir.edge_setting("push_token").unwrap())
+        .send()
+        .await
+        .unwrap()
+        .bytes()
+        .await
+        .unwrap()
+        .to_vec();
+    let api = dir.edge_setting("api_prefix").unwrap();
+    let page = wire::encode(&ExportPage { items: doctored, next: None, keys, batch });
+    let (url, _) = stand_in(move |request| {
+        if request.path == format!("/{api}/export") {
+            Answer::bytes(200, &page)
+        } else if request.path == format!("/{api}/archive") {
+            Answer::bytes(200, &archive_bytes)
+        } else {
+            Answer::bytes(404, b"not here\n")
+        }
+    })
+    .await;
+
+    let restored = ControlDir { path: temp.path().join("restored") };
+    // On a thread of its own: the stand-in answers on this one.
+    let printed = tokio::task::spawn_blocking({
+        let (restored, safe) = (ControlDir { path: restored.path.clone() }, dir.path.clone());
+        move || restored.restore(&url, &safe, &safe.join("recovery.key"), false).unwrap()
+    })
+    .await
+    .unwrap();
+    eprintln!("{printed}");
+    let note = |said: &str| printed.lines().find(|line| line.contains(said)).unwrap_or_default().to_owned();
+    let unverified = note("do not verify against the root key for their stream");
+    for name in [&creds, "creds/999", "node/77"] {
+        assert!(unverified.contains(&format!(" {name}")), "{name} not named as unverified: {printed}");
+    }
+    assert!(unverified.contains("3 items"), "{printed}");
+    assert!(note("are not streams control publishes").contains("1 items of the edge's export"), "{printed}");
+    assert!(note("are not streams control publishes").contains("junk/1"), "{printed}");
+    assert!(note("another version than they were signed at").contains(&record), "{printed}");
+    assert!(note("are older than the archive's").contains(&alice_stream), "{printed}");
+
+    let streams = streams_of(&restored.path.join("control.db")).await;
+    for name in ["creds/999", "junk/1", "node/77"] {
+        assert!(!streams.contains_key(name), "the restore kept {name}");
+    }
+    assert!(streams[&record].0 < real_record.version + 1000, "the restore took a version nobody signed");
+    let (_, Some(set)) = &streams[&creds] else { panic!("no set for node {node}") };
+    assert!(!set_users(set).contains(&attacker), "the restored set lets the attacker in");
+    let quota = {
+        let db = libsql::Builder::new_local(restored.path.join("control.db")).build().await.unwrap();
+        let mut rows = db.connect().unwrap().query(&format!("SELECT quota FROM users WHERE id = {alice}"), ()).await;
+        rows.as_mut().unwrap().next().await.unwrap().unwrap().get::<u64>(0).unwrap()
+    };
+    assert_eq!(quota, 2000, "the restore took alice's snapshot from before the archive");
+
+    // A forged set planted in the database is not what a rotation signs.
+    let forged_set = forged(node, streams[&creds].0, vec![attacker]).envelope.unwrap();
+    let planted = forged(999, 1, vec![attacker]).envelope.unwrap();
+    {
+        let db = libsql::Builder::new_local(restored.path.join("control.db")).build().await.unwrap();
+        let conn = db.connect().unwrap();
+        conn.execute("UPDATE streams SET envelope = ?1 WHERE name = ?2", libsql::params![forged_set, creds.clone()])
+            .await
+            .unwrap();
+        conn.execute(
+            "INSERT INTO streams (name, version, digest, envelope) VALUES ('creds/999', 1, zeroblob(32), ?1)",
+            libsql::params![planted],
+        )
+        .await
+        .unwrap();
+    }
+    let root = dir.path.join("root.key");
+    restored.cli(&["keys", "rotate", "--role", "signing", "--root-key", root.to_str().unwrap()]).unwrap();
+    let rotated = streams_of(&restored.path.join("control.db")).await;
+    let (version, Some(set)) = &rotated[&creds] else { panic!("no set for node {node} after the rotation") };
+    assert!(*version > streams[&creds].0, "the rotation did not sign node {node}'s set again");
+    assert!(!set_users(set).contains(&attacker), "the rotation signed the forged set");
+    let (_, planted) = &rotated["creds/999"];
+    assert!(planted.is_none(), "the rotation signed a set for a node control does not have");
+    edge.stop().unwrap();
 }

@@ -502,22 +502,13 @@ async fn until_archived(lab: &Lab, change: i64, after: u64) -> EdgeArchive {
     loop {
         if let Some(archive) = lab.dir.archive_at_edge(&lab.edge.url).await.unwrap()
             && archive.version > after
-            && archived_number(&archive, "SELECT ifnull(max(id), 0) FROM audit").await >= change
+            && archive.number("SELECT ifnull(max(id), 0) FROM audit").await.unwrap() >= change
         {
             return archive;
         }
         assert!(started.elapsed() < Duration::from_secs(60), "no archive above v{after} holds change {change}");
         tokio::time::sleep(Duration::from_millis(300)).await;
     }
-}
-
-/// A number a query gives on the database an archive holds (the first column of its first row).
-async fn archived_number(archive: &EdgeArchive, query: &str) -> i64 {
-    let file = tempfile::NamedTempFile::new().unwrap();
-    std::fs::write(file.path(), &archive.database).unwrap();
-    let db = libsql::Builder::new_local(file.path()).build().await.unwrap();
-    let mut rows = db.connect().unwrap().query(query, ()).await.unwrap();
-    rows.next().await.unwrap().expect("a row").get::<i64>(0).unwrap()
 }
 
 /// A restore from an archive older than the snapshots at the edge: every change made after the
@@ -578,7 +569,7 @@ async fn a_restore_from_an_older_archive_catches_up_every_change_since() {
         (format!("SELECT count(*) FROM users WHERE id = {erin}"), 1),
         ("SELECT count(*) FROM users WHERE name = 'hank'".to_owned(), 0),
     ] {
-        assert_eq!(archived_number(&held, &query).await, expected, "the archive holds a change made after it: {query}");
+        assert_eq!(held.number(&query).await.unwrap(), expected, "the archive holds a change made after it: {query}");
     }
 
     let safe = lab.lose_control();

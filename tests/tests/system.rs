@@ -5,7 +5,7 @@
 use std::process::Command;
 use std::time::{Duration, Instant};
 
-use hearth_tests::control::{ControlDir, ControlProcess, EdgeArchive};
+use hearth_tests::control::{ControlDir, ControlProcess};
 use hearth_tests::edge::{Backend, EdgeProcess, free_port};
 use hearth_tests::node::{
     NodeProcess, SingBoxClient, Streams, fetch, fetch_eventually, held_set, http_server, profile_outbound, tcp_echo,
@@ -479,36 +479,6 @@ async fn bodies(links: &[String]) -> Vec<String> {
     bodies
 }
 
-/// A number a query gives on the database an archive holds (the first column of its first row).
-async fn archived_number(archive: &EdgeArchive, query: &str) -> i64 {
-    let file = tempfile::NamedTempFile::new().unwrap();
-    std::fs::write(file.path(), &archive.database).unwrap();
-    let db = libsql::Builder::new_local(file.path()).build().await.unwrap();
-    let mut rows = db.connect().unwrap().query(query, ()).await.unwrap();
-    rows.next().await.unwrap().expect("a row").get::<i64>(0).unwrap()
-}
-
-/// Waits until the archive at the edge holds a database on which `query` gives `expected`;
-/// returns that archive.
-async fn archive_holding(dir: &ControlDir, edge_url: &str, query: &str, expected: i64) -> EdgeArchive {
-    let started = Instant::now();
-    loop {
-        let archive = dir.archive_at_edge(edge_url).await.unwrap();
-        let got = match &archive {
-            Some(archive) => Some(archived_number(archive, query).await),
-            None => None,
-        };
-        if got == Some(expected) {
-            return archive.expect("an archive");
-        }
-        assert!(
-            started.elapsed() < Duration::from_secs(60),
-            "the edge's archive never held {expected} for {query:?} (it holds {got:?})"
-        );
-        tokio::time::sleep(Duration::from_millis(300)).await;
-    }
-}
-
 /// The recovery drill: control, the edge and a node with 1000 users, a client connected;
 /// control's data directory is lost; control is rebuilt on a new directory from the edge
 /// (from the archive, or from the snapshots alone). The same links serve the same bodies,
@@ -556,7 +526,7 @@ async fn drill(from_snapshots: bool) {
     let archived = if from_snapshots {
         None
     } else {
-        let archive = archive_holding(&s.dir, &s.edge.url, "SELECT count(*) FROM users", 1000).await;
+        let archive = s.dir.archive_holding(&s.edge.url, "SELECT count(*) FROM users", 1000).await.unwrap();
         Some(archive.version)
     };
     s.control.take().unwrap().kill9().unwrap();

@@ -307,7 +307,8 @@ async fn me(auth: Auth) -> Reply {
 async fn status(State(app): State<Arc<App>>, auth: Auth) -> Reply {
     auth.need(Scope::Read)?;
     let now = now();
-    let overview = app.db.read(move |c| crate::store::overview(c, now)).await.map_err(fail)?;
+    let (overview, held) =
+        app.db.read(move |c| Ok((crate::store::overview(c, now)?, crate::store::held(c)?))).await.map_err(fail)?;
     let push = app.push_status.lock().expect("status lock").clone();
     ok(json!({
         "users": overview.users.into_iter().map(|(k, v)| (k, json!(v))).collect::<serde_json::Map<String, serde_json::Value>>(),
@@ -319,6 +320,8 @@ async fn status(State(app): State<Arc<App>>, auth: Auth) -> Reply {
         "edge": {
             "url": app.edge_url(),
             "pending": overview.pending,
+            "held": held,
+            "held_total": overview.held,
             "last_push": push.last_push,
             "last_error": push.last_error,
             "last_drain": push.last_drain,

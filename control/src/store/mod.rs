@@ -29,6 +29,13 @@ const MIGRATIONS: &[&str] = &[
         PRIMARY KEY (node_id, day)
     ) STRICT, WITHOUT ROWID;",
     include_str!("releases.sql"),
+    // Streams the edge refused, set aside so the rest of the outbox goes on.
+    "CREATE TABLE outbox_held (
+        stream  TEXT PRIMARY KEY,
+        version INTEGER NOT NULL,
+        reason  TEXT NOT NULL,
+        held_at INTEGER NOT NULL
+    ) STRICT;",
 ];
 
 /// Readers kept open between requests.
@@ -165,6 +172,8 @@ pub(crate) struct Overview {
     pub(crate) online: u64,
     /// Changes the edge has not accepted yet.
     pub(crate) pending: u64,
+    /// Streams the edge refused, set aside (see [`crate::tasks`]).
+    pub(crate) held: u64,
     /// Credential sets that expire within [`EXPIRING_SOON`]: the sweep signs them again long
     /// before, so any here means signing is failing, and those nodes will stop accepting
     /// everyone when they expire.
@@ -182,6 +191,7 @@ pub(crate) fn overview(conn: &Connection, now: u64) -> Result<Overview, Error> {
         |row| Ok((row.get(0)?, row.get(1)?)),
     )?;
     let pending = conn.query_row("SELECT count(*) FROM outbox", [], |row| row.get(0))?;
+    let held = conn.query_row("SELECT count(*) FROM outbox_held", [], |row| row.get(0))?;
     let expiring = conn.query_row(
         // A range on the key, not LIKE: it reads the node sets only, not every user's snapshot.
         "SELECT count(*) FROM streams WHERE name >= 'creds/' AND name < 'creds0'
@@ -189,7 +199,22 @@ pub(crate) fn overview(conn: &Connection, now: u64) -> Result<Overview, Error> {
         [now + EXPIRING_SOON],
         |row| row.get(0),
     )?;
-    Ok(Overview { users: users::counts(conn)?, nodes, online, pending, expiring })
+    Ok(Overview { users: users::counts(conn)?, nodes, online, pending, held, expiring })
+}
+
+/// The streams the edge refused and control set aside, oldest first (the first 20).
+pub(crate) fn held(conn: &Connection) -> Result<Vec<serde_json::Value>, Error> {
+    let mut query = conn
+        .prepare_cached("SELECT stream, version, reason, held_at FROM outbox_held ORDER BY held_at, stream LIMIT 20")?;
+    let rows = query.query_map([], |row| {
+        Ok(serde_json::json!({
+            "stream": row.get::<_, String>(0)?,
+            "version": row.get::<_, u64>(1)?,
+            "reason": row.get::<_, String>(2)?,
+            "since": row.get::<_, u64>(3)?,
+        }))
+    })?;
+    Ok(rows.collect::<Result<_, _>>()?)
 }
 
 /// Reads a named integer from `state` (0 when unset).
