@@ -667,3 +667,86 @@ async fn an_edge_set_in_the_panel_gets_everything_and_stays_set() {
     assert!(link.starts_with(&control.url), "{link}");
     control.stop().unwrap();
 }
+
+/// A stream the edge will not take (here control's copy of a user's link is behind the edge's,
+/// as after putting back an older database) is set aside with the edge's reason, shown in the
+/// status and the metrics, and every other change still goes out; a version the edge takes
+/// clears it.
+#[tokio::test]
+async fn a_stream_the_edge_refuses_is_set_aside_and_the_rest_goes_out() {
+    let temp = tempfile::tempdir().unwrap();
+    let dir = ControlDir::init(&temp.path().join("control")).unwrap();
+    let edge = EdgeProcess::start(Backend::Native, &temp.path().join("edge.db"), &dir.edge_vars().unwrap()).unwrap();
+    let env = [("HEARTH_EDGE_URL", edge.url.clone())];
+    let control = ControlProcess::start(&dir, &env).unwrap();
+    let http = dir.client().unwrap();
+    let plain = hearth_tests::http().build().unwrap();
+    let api = Api { token: control.setup(&http, "admin").await.unwrap(), http };
+    let alice = api.post(&control, "/users", json!({ "name": "alice" })).await;
+    let id = alice["id"].as_u64().unwrap();
+    async fn quota(api: &Api, control: &ControlProcess, id: u64, quota: u64) {
+        let change = Some(json!({ "quota": quota }));
+        let (status, value) = api.call(control, reqwest::Method::PATCH, &format!("/users/{id}"), change).await;
+        assert_eq!(status, StatusCode::OK, "{value}");
+    }
+    async fn pushed(api: &Api, control: &ControlProcess) -> bool {
+        api.get(control, "/status").await["edge"]["pending"] == 0
+    }
+    quota(&api, &control, id, 1 << 30).await;
+    quota(&api, &control, id, 3 << 30).await;
+    eventually("alice's changes at the edge", Duration::from_secs(30), || pushed(&api, &control)).await;
+    control.stop().unwrap();
+
+    // Control's copy of alice's link goes back two versions behind the edge's.
+    let hash: Vec<u8> = {
+        let db = libsql::Builder::new_local(dir.path.join("control.db")).build().await.unwrap();
+        let conn = db.connect().unwrap();
+        let mut rows = conn.query(&format!("SELECT token_hash FROM users WHERE id = {id}"), ()).await.unwrap();
+        let hash = rows.next().await.unwrap().unwrap().get::<Vec<u8>>(0).unwrap();
+        let stream = format!("sub/{}", hex_of(&hash));
+        assert_eq!(
+            conn.execute("UPDATE streams SET version = version - 2 WHERE name = ?1", [stream]).await.unwrap(),
+            1
+        );
+        hash
+    };
+    let stream = format!("sub/{}", hex_of(&hash));
+    let control = ControlProcess::start(&dir, &env).unwrap();
+    quota(&api, &control, id, 5 << 30).await;
+    let bob = api.post(&control, "/users", json!({ "name": "bob" })).await;
+    let bob_link = bob["link"].as_str().unwrap().to_owned();
+    eventually("bob's link served while alice's change is refused", Duration::from_secs(30), || async {
+        served(&plain, &bob_link).await && pushed(&api, &control).await
+    })
+    .await;
+    let status = api.get(&control, "/status").await;
+    assert_eq!(status["edge"]["held_total"], 1, "{status}");
+    let held = &status["edge"]["held"][0];
+    assert_eq!(held["stream"], stream.as_str(), "{status}");
+    assert!(held["reason"].as_str().unwrap().contains("rollback"), "{status}");
+    assert!(status["edge"]["last_error"].is_null(), "{status}");
+    let metrics = api.http.get(format!("{}/{}/metrics", control.url, control.admin)).bearer_auth(&api.token);
+    let metrics = metrics.send().await.unwrap().error_for_status().unwrap().text().await.unwrap();
+    assert!(metrics.lines().any(|line| line == "hearth_outbox_held 1"), "{metrics}");
+
+    // Signed again at the version the edge holds, with other content: refused again, still
+    // aside. One more, above the edge's: taken, and nothing is held.
+    quota(&api, &control, id, 6 << 30).await;
+    eventually("alice's conflicting change set aside", Duration::from_secs(30), || async {
+        let status = api.get(&control, "/status").await;
+        status["edge"]["held"][0]["reason"].as_str().is_some_and(|r| r.contains("already stored with other content"))
+    })
+    .await;
+    quota(&api, &control, id, 7 << 30).await;
+    eventually("alice's change taken by the edge", Duration::from_secs(30), || async {
+        let status = api.get(&control, "/status").await;
+        status["edge"]["held_total"] == 0 && status["edge"]["pending"] == 0
+    })
+    .await;
+    control.stop().unwrap();
+    edge.stop().unwrap();
+}
+
+fn hex_of(bytes: &[u8]) -> String {
+    bytes.iter().map(|b| format!("{b:02x}")).collect()
+}
