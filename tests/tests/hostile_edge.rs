@@ -597,16 +597,39 @@ enum Export {
     Stuck,
     /// The cursors go round: a, b, a, ...
     Circling,
+    /// One empty page; then an archive far longer than an archive can be, saying so.
+    OversizedArchive,
+    /// One empty page; then an archive that never ends.
+    EndlessArchive,
+}
+
+impl Export {
+    /// How far the restore's memory may rise: [`RISE_KIB`], over the most the answer may
+    /// legitimately hold (an archive can be far longer than a page).
+    fn rise_kib(self) -> u64 {
+        match self {
+            Export::OversizedArchive | Export::EndlessArchive => RISE_KIB + Kind::Archive.max_len() as u64 / 1024,
+            _ => RISE_KIB,
+        }
+    }
 }
 
 fn export_answer(export: Export, api: &str, pages: &AtomicU64, request: &Request) -> Answer {
-    if request.path != format!("/{api}/export") {
-        return Answer::bytes(404, b"not here\n");
+    match export {
+        Export::OversizedArchive | Export::EndlessArchive if request.path == format!("/{api}/archive") => {
+            let body = if matches!(export, Export::OversizedArchive) { Body::Oversized } else { Body::Endless };
+            return Answer::new(200, body);
+        }
+        _ if request.path != format!("/{api}/export") => return Answer::bytes(404, b"not here\n"),
+        _ => {}
     }
     let page = pages.fetch_add(1, Ordering::Relaxed);
     let next = match export {
         Export::Oversized => return Answer::new(200, Body::Oversized),
         Export::Endless => return Answer::new(200, Body::Endless),
+        Export::OversizedArchive | Export::EndlessArchive => {
+            return Answer::bytes(200, &wire::encode(&ExportPage { batch: 1, ..ExportPage::default() }));
+        }
         Export::Unending => format!("l.0.{page:064x}"),
         Export::Stuck => "s.00".to_owned(),
         Export::Circling => format!("s.0{}", page % 2),
@@ -646,7 +669,7 @@ async fn restore_from(control: &ControlDir, export: Export) -> (String, u64, u64
         }
         let (kib, served) = (seen.peak_kib.load(Ordering::Relaxed), pages.load(Ordering::Relaxed));
         let baseline = seen.first_kib.load(Ordering::Relaxed);
-        let over = kib > baseline + RISE_KIB;
+        let over = kib > baseline + export.rise_kib();
         let endless = served > 2 * ExportPage::MAX_PAGES as u64;
         let late = started.elapsed() > Duration::from_secs(240);
         if over || endless || late {
@@ -684,6 +707,19 @@ async fn a_restore_stops_at_an_oversized_or_endless_export_page() {
             "{export:?}: {error}"
         );
         assert!(kib <= baseline + RISE_KIB, "{export:?}: memory at {} MiB from {} MiB", kib / 1024, baseline / 1024);
+    }
+}
+
+#[tokio::test]
+async fn a_restore_stops_at_an_oversized_or_endless_archive() {
+    let temp = tempfile::tempdir().unwrap();
+    let control = ControlDir::init(&temp.path().join("control")).unwrap();
+    let said = format!("an answer over {} bytes, more than the archive can be", Kind::Archive.max_len());
+    for export in [Export::OversizedArchive, Export::EndlessArchive] {
+        let (error, kib, baseline) = restore_from(&control, export).await;
+        assert!(error.contains("reading the archive from the edge") && error.contains(&said), "{export:?}: {error}");
+        let (mib, from) = (kib / 1024, baseline / 1024);
+        assert!(kib <= baseline + export.rise_kib(), "{export:?}: memory at {mib} MiB from {from} MiB");
     }
 }
 
