@@ -198,7 +198,10 @@ impl DurableObject for Control {
         let authorization = req.headers().get("authorization")?;
         let node_signature = req.headers().get(nodeauth::HEADER)?;
         let route = route(&config, &method, url.path(), url.query().unwrap_or(""));
+        // (A push without the token is refused by the service, whether or not one is stored.)
+        let authorized = config.push_token.matches(authorization.as_deref());
         let _pushing = match route {
+            Route::Push if !authorized => None,
             Route::Push if self.pushing.replace(true) => {
                 let mut reply = api::error(503, "busy", "another push is being stored; send this one again shortly");
                 reply.headers.push(("retry-after", "1".to_owned()));
