@@ -7,7 +7,7 @@ use std::path::{Path, PathBuf};
 use anyhow::{Context as _, Result, bail};
 use hearth_shared::envelope::{Audience, Kind};
 use hearth_shared::trust::{self, Expect, StreamState, Trust, VerifyError};
-use hearth_shared::wire::{self, CredentialSet, NodeId, stream};
+use hearth_shared::wire::{CredentialSet, NodeId, stream};
 use serde::Deserialize;
 
 /// The node's settings (`node.toml`).
@@ -132,7 +132,7 @@ impl StateDir {
     fn read_trust(&self, name: &str) -> Result<Trust> {
         let path = self.path(name);
         let bytes = std::fs::read(&path).with_context(|| format!("reading {}", path.display()))?;
-        wire::decode(&bytes, "trust").with_context(|| format!("{} is corrupt", path.display()))
+        Trust::from_stored(&bytes).with_context(|| format!("{} is corrupt", path.display()))
     }
 
     /// Writes `bytes` to `name` atomically.

@@ -91,7 +91,46 @@ pub struct Trust {
     past_roots: Vec<serde_bytes::ByteBuf>,
 }
 
+/// A trust as builds before key records were kept stored it (a node's `trust.bin`, the
+/// edge's stored trust): read by [`Trust::from_stored`] and stored again in today's form.
+#[derive(Serialize, Deserialize)]
+struct LegacyHeld {
+    keys: RoleKeys,
+    state: StreamState,
+}
+
+#[derive(Serialize, Deserialize)]
+struct LegacyTrust {
+    root: LegacyHeld,
+    signing: Option<LegacyHeld>,
+    release: Option<LegacyHeld>,
+    nodes: BTreeMap<u64, RoleKeys>,
+}
+
+impl From<LegacyHeld> for Held {
+    fn from(held: LegacyHeld) -> Held {
+        Held { keys: held.keys, state: held.state, record: None }
+    }
+}
+
 impl Trust {
+    /// Reads a stored trust: today's form, or the form of builds that kept no key records. A
+    /// trust read from that form holds its roles' keys and versions but none of their
+    /// records; it takes each again from the next chain control hands on, when the record
+    /// verifies and its header is the one held (see [`Trust::accept_key_record`]).
+    pub fn from_stored(bytes: &[u8]) -> Result<Trust, crate::wire::WireError> {
+        crate::wire::decode::<Trust>(bytes, "trust").or_else(|error| {
+            let legacy: LegacyTrust = crate::wire::decode(bytes, "trust").map_err(|_| error)?;
+            Ok(Trust {
+                root: legacy.root.into(),
+                signing: legacy.signing.map(Into::into),
+                release: legacy.release.map(Into::into),
+                nodes: legacy.nodes,
+                past_roots: Vec::new(),
+            })
+        })
+    }
+
     /// Starts from the root keys given out of band (at `init` or enrollment).
     pub fn new(root: RoleKeys) -> Trust {
         Trust {
@@ -189,6 +228,36 @@ impl Trust {
             && header.version <= held.state.version
         {
             let have = held.state.version;
+            // A trust read from the form that kept no records (see [`Trust::from_stored`])
+            // takes the record of the version it holds again when its header is the one held
+            // and it verifies against the keys held now; it cannot verify older root records
+            // (their signers are no longer held), so it passes them over: it neither takes
+            // nor hands them on.
+            if held.record.is_none() && header.version == have && have > 0 {
+                if envelope.digest() != held.state.digest {
+                    return Err(VerifyError::Conflict { version: have });
+                }
+                let held_keys = held.keys.clone();
+                if record.role == Role::Root {
+                    check_signatures(&envelope, Role::Root, &held_keys, self)?;
+                } else {
+                    let expect = Expect { kind: Kind::KeyRecord, audience: Audience::Any, stream: &expected_stream };
+                    verify(bytes, self, &expect, None, now)?;
+                }
+                if record.keys != held_keys {
+                    return Err(VerifyError::Conflict { version: have });
+                }
+                let kept = Some(serde_bytes::ByteBuf::from(bytes.to_vec()));
+                match record.role {
+                    Role::Root => self.root.record = kept,
+                    Role::Signing => self.signing.as_mut().expect("held").record = kept,
+                    _ => self.release.as_mut().expect("held").record = kept,
+                }
+                return Ok(record);
+            }
+            if record.role == Role::Root && header.version < have && self.past_roots.is_empty() && have > 1 {
+                return Ok(record);
+            }
             return match self.taken(record.role, header.version) {
                 Some(taken) if taken == bytes => Ok(record),
                 Some(taken) => {
@@ -558,6 +627,42 @@ mod chain_tests {
         // The trust keeps its records through a round trip (the edge and nodes store it).
         let stored: Trust = crate::wire::decode(&crate::wire::encode(&trust), "trust").unwrap();
         assert_eq!(stored.chain(), trust.chain());
+    }
+
+    #[test]
+    fn a_trust_stored_before_records_were_kept_takes_them_again_from_the_chain() {
+        let (chain, trust) = taken();
+        let legacy = |held: &Held| LegacyHeld { keys: held.keys.clone(), state: held.state };
+        let stored = crate::wire::encode(&LegacyTrust {
+            root: legacy(&trust.root),
+            signing: trust.signing.as_ref().map(legacy),
+            release: trust.release.as_ref().map(legacy),
+            nodes: trust.nodes.clone(),
+        });
+        let migrated = Trust::from_stored(&stored).unwrap();
+        assert_eq!(migrated.role(Role::Signing), trust.role(Role::Signing));
+        assert!(migrated.chain().is_empty(), "a record it never kept is handed on");
+        assert!(Trust::from_stored(&stored[..stored.len() - 1]).is_err());
+        // A held record altered (a bit in its last signature) is still refused.
+        for at in 1..chain.len() {
+            let mut altered = chain.clone();
+            *altered[at].last_mut().unwrap() ^= 0x01;
+            let mut after = migrated.clone();
+            assert!(after.accept_chain(&altered, NOW).is_err(), "record {at} altered: taken");
+            assert_eq!(after, migrated, "record {at} altered: the trust changed");
+        }
+        // The chain as control hands it on: the held records are taken again, the older root
+        // (its signer is no longer held) is passed over.
+        let mut after = migrated.clone();
+        assert_eq!(after.accept_chain(&chain, NOW), Ok(true));
+        assert_eq!(after.chain(), chain[1..].iter().map(Vec::as_slice).collect::<Vec<_>>());
+        assert_eq!(after.clone().accept_chain(&chain, NOW), Ok(false));
+        let mut altered = chain.clone();
+        *altered[2].last_mut().unwrap() ^= 0x01;
+        let refused = after.clone().accept_chain(&altered, NOW);
+        assert_eq!(refused, Err(VerifyError::KeyRecordAltered { role: Role::Signing, version: 1 }));
+        // Stored again, it is today's form.
+        assert_eq!(Trust::from_stored(&crate::wire::encode(&after)).unwrap(), after);
     }
 
     #[test]

@@ -287,7 +287,7 @@ impl Store {
     pub async fn trust(&self) -> Result<Option<Trust>, StoreError> {
         self.value(VALUE_TRUST)
             .await?
-            .map(|bytes| decode(&bytes, "trust").map_err(|_| StoreError::Corrupt("trust")))
+            .map(|bytes| Trust::from_stored(&bytes).map_err(|_| StoreError::Corrupt("trust")))
             .transpose()
     }
 }

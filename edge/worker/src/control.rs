@@ -210,7 +210,7 @@ impl DurableObject for Control {
             Route::Push => Some(Pushing(&self.pushing)),
             _ => None,
         };
-        let trust = config.trust(value(&sql, VALUE_TRUST)?.and_then(|bytes| decode::<Trust>(&bytes, "trust").ok()));
+        let trust = config.trust(value(&sql, VALUE_TRUST)?.and_then(|bytes| Trust::from_stored(&bytes).ok()));
         let call = Call {
             method: &method,
             path: url.path(),
