@@ -369,12 +369,13 @@ fn dropped_notes(dropped: &BTreeMap<Dropped, Vec<String>>) -> Vec<String> {
         .collect()
 }
 
-/// Writes the key records the edge holds into the data directory, by role (the root
-/// rotations in order, the latest signing and release records).
-fn write_chain(dir: &Path, chain: &[Vec<u8>]) -> Result<()> {
+/// Writes the key records the edge holds, as the trust took them (never as the edge sent
+/// them), into the data directory, by role (the root rotations in order, the latest signing
+/// and release records).
+fn write_chain(dir: &Path, trust: &Trust) -> Result<()> {
     let paths = Paths::new(dir);
     let mut roots = String::new();
-    for record in chain {
+    for record in trust.chain() {
         let envelope = Envelope::decode(record, Kind::KeyRecord.max_len()).context("a malformed key record")?;
         let body: KeyRecord = wire::decode(&envelope.body, "key record").context("a malformed key record")?;
         match body.role {
@@ -466,7 +467,7 @@ fn build(dir: &Path, options: &Options) -> Result<Report> {
             .as_deref()
             .context("a restore from snapshots needs --root-key to certify new online keys")?;
         keyring::write_fresh(dir, &anchor, &recovery.public(), &edge_text)?;
-        write_chain(dir, &fetched.chain)?;
+        write_chain(dir, &trust)?;
         for role in [Role::Signing, Role::Release] {
             keyring::rotate(dir, role, root_key, None, now).with_context(|| format!("certifying a new {role} key"))?;
         }
@@ -491,7 +492,7 @@ fn build(dir: &Path, options: &Options) -> Result<Report> {
         let mut screened = screen(fetched.items, &trust, &archived.unwrap_or_default());
         let edge = read_edge(&mut screened, &recovery);
         // Rotations after the archive was made: the edge's records are the newer ones.
-        write_chain(dir, &fetched.chain)?;
+        write_chain(dir, &trust)?;
         let certified = keyring::load_online(dir, 0, now).is_ok();
         if !certified {
             let root_key = options.root_key.as_deref().context(
