@@ -7,6 +7,7 @@ use std::process::{Child, Command, Stdio};
 use std::time::Duration;
 
 use anyhow::{Context as _, Result, bail};
+use hearth_shared::keys::{Role, SecretKey};
 use serde_json::{Value, json};
 
 /// A data directory made by `hearth-control init`.
@@ -310,6 +311,31 @@ impl ControlProcess {
             return Ok(Value::Null);
         }
         serde_json::from_str(&text).with_context(|| format!("{method} {path} answered no JSON"))
+    }
+
+    /// Adds a node through the admin API and enrolls it with its one-time command's token, as
+    /// the node agent does it, with a key made here (no node process): its id and key, to
+    /// pull sets and sign reports. `prefix` is the API prefix nodes use.
+    pub async fn enroll_key(&self, client: &reqwest::Client, token: &str, prefix: &str) -> Result<(u64, SecretKey)> {
+        let port = crate::edge::free_port()?;
+        let body = json!({ "name": format!("Home {port}"), "host": "127.0.0.1", "port": port });
+        let node = self.call(client, token, reqwest::Method::POST, "/nodes", Some(&body)).await?;
+        let command = node["enroll_command"].as_str().context("no enroll command")?;
+        if !command.contains("--control-pin") {
+            bail!("the enroll command pins no certificate: {command}");
+        }
+        let enroll = command.split_whitespace().find_map(|w| w.strip_prefix("--token=")).context("no token")?;
+        let key = SecretKey::generate(Role::Node, &mut rand_core::OsRng)?;
+        let body = json!({ "token": enroll, "key": key.public().to_string(), "cert_sha256": "ab".repeat(32), "version": "test" });
+        let enrolled: Value = client
+            .post(format!("{}/{prefix}/enroll", self.url))
+            .json(&body)
+            .send()
+            .await?
+            .error_for_status()?
+            .json()
+            .await?;
+        Ok((enrolled["node"].as_u64().context("no node id")?, key))
     }
 
     /// Adds a node through the admin API and enrolls it into `state` with exactly the command

@@ -6,13 +6,12 @@
 use std::time::{Duration, Instant};
 
 use hearth_shared::envelope::{Envelope, Kind};
-use hearth_shared::keys::{Role, SecretKey};
+use hearth_shared::keys::SecretKey;
 use hearth_shared::nodeauth;
 use hearth_shared::wire::{CredentialSet, UsageReport, UserUsage};
 use hearth_tests::control::{ControlDir, ControlProcess};
 use hearth_tests::control_sim::now;
 use hearth_tests::edge::{Backend, EdgeProcess, free_port};
-use rand_core::OsRng;
 use reqwest::StatusCode;
 use serde_json::{Value, json};
 
@@ -309,25 +308,9 @@ async fn post_usage(
     http.post(format!("{base}{path}")).header(nodeauth::HEADER, auth).body(body).send().await.unwrap().status()
 }
 
-/// A node added through the API and enrolled with its one-time command's token, as the node
-/// agent does it, with a key made here: its id and key, to pull sets and sign reports.
+/// A node added through the API and enrolled with a key made here.
 async fn enroll(api: &Api, control: &ControlProcess, prefix: &str) -> (u64, SecretKey) {
-    let node = api.post(control, "/nodes", json!({ "name": "home", "host": "127.0.0.1", "port": 8443 })).await;
-    let command = node["enroll_command"].as_str().unwrap();
-    assert!(command.contains("--control-pin"), "{command}");
-    let token = command.split_whitespace().find_map(|w| w.strip_prefix("--token=")).unwrap();
-    let key = SecretKey::generate(Role::Node, &mut OsRng).unwrap();
-    let enrolled: Value = api
-        .http
-        .post(format!("{}/{prefix}/enroll", control.url))
-        .json(&json!({ "token": token, "key": key.public().to_string(), "cert_sha256": "ab".repeat(32), "version": "test" }))
-        .send()
-        .await
-        .unwrap()
-        .json()
-        .await
-        .unwrap();
-    (enrolled["node"].as_u64().unwrap(), key)
+    control.enroll_key(&api.http, &api.token, prefix).await.unwrap()
 }
 
 /// The `expire=` of a link's `subscription-userinfo`, as an app reads it.

@@ -18,7 +18,7 @@ use hearth_shared::envelope::{Audience, Envelope, Kind};
 use hearth_shared::keys::{Role, SecretKey};
 use hearth_shared::nodeauth;
 use hearth_shared::sha256;
-use hearth_shared::wire::{self, CredEntry, CredentialSet, ExportItem, ExportPage, UsageDrain};
+use hearth_shared::wire::{self, CredEntry, CredentialSet, ExportItem, ExportPage, UsageDrain, UsageReport, UserUsage};
 use hearth_tests::control::{ControlDir, ControlProcess};
 use hearth_tests::control_sim::{ControlSim, now, release};
 use hearth_tests::edge::{Backend, EdgeProcess, free_port};
@@ -938,4 +938,59 @@ async fn a_restore_keeps_only_what_verifies_and_agrees_with_the_archive_and_a_ro
     let (_, planted) = &rotated["creds/999"];
     assert!(planted.is_none(), "the rotation signed a set for a node control does not have");
     edge.stop().unwrap();
+}
+
+/// Control counts from a drain only the reports its nodes signed, and each once: a hostile
+/// edge's drain holds a report for node A signed by a key control never registered, one
+/// signed by node B's key, one with a bit of its body changed after signing, the genuine
+/// report, and the genuine report again (and the same drain at every pass, a replay of them
+/// all). Alice's usage is the genuine report's, once.
+#[tokio::test]
+async fn control_counts_from_a_drain_only_what_its_nodes_signed_and_each_report_once() {
+    let temp = tempfile::tempdir().unwrap();
+    let dir = ControlDir::init(&temp.path().join("control")).unwrap();
+    let api = dir.edge_setting("api_prefix").unwrap();
+    let edge = Arc::new(Mutex::new(ControlEdge::default()));
+    let answers = edge.clone();
+    let (url, seen) = stand_in(move |request| control_answer(&answers.lock().unwrap(), &api, request)).await;
+    let control = ControlProcess::start(&dir, &[("HEARTH_EDGE_URL", url)]).unwrap();
+    let https = dir.client().unwrap();
+    let token = control.setup(&https, "admin").await.unwrap();
+    let prefix = dir.edge_setting("api_prefix").unwrap();
+    let (a, key_a) = control.enroll_key(&https, &token, &prefix).await.unwrap();
+    let (_, key_b) = control.enroll_key(&https, &token, &prefix).await.unwrap();
+    let body = serde_json::json!({ "name": "alice" });
+    let alice = control.call(&https, &token, reqwest::Method::POST, "/users", Some(&body)).await.unwrap()["id"]
+        .as_u64()
+        .unwrap();
+    let report = |key: &SecretKey, seq: u64, down: u64| {
+        let users = vec![UserUsage { user: alice, up: 1000, down }];
+        UsageReport { node: a, seq, period_start: now() - 60, period_end: now(), users }.sign(key, now()).encode()
+    };
+    let genuine = report(&key_a, 1, 2000);
+    let mut altered = Envelope::decode(&report(&key_a, 2, 2000), Kind::UsageReport.max_len()).unwrap();
+    *altered.body.last_mut().unwrap() ^= 0x01;
+    let stranger = SecretKey::generate(Role::Node, &mut rand_core::OsRng).unwrap();
+    let reports = [report(&stranger, 2, 50_000), report(&key_b, 2, 60_000), altered.encode(), genuine.clone(), genuine];
+    let drain = UsageDrain { cursor: 5, reports: reports.into_iter().map(Into::into).collect() };
+    edge.lock().unwrap().drain = Some(Body::Bytes(wire::encode(&drain)));
+
+    let used = || async {
+        let user = control.call(&https, &token, reqwest::Method::GET, &format!("/users/{alice}"), None).await.unwrap();
+        (user["used_up"].as_u64().unwrap(), user["used_down"].as_u64().unwrap())
+    };
+    let started = Instant::now();
+    while used().await == (0, 0) {
+        assert!(started.elapsed() < Duration::from_secs(60), "control never applied the drain");
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+    // Three more passes over the same drain.
+    let drains = seen.requests("usage");
+    let started = Instant::now();
+    while seen.requests("usage") < drains + 3 {
+        assert!(started.elapsed() < Duration::from_secs(60), "control stopped draining");
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+    assert_eq!(used().await, (1000, 2000), "alice's usage is not the genuine report's, once");
+    control.stop().unwrap();
 }
