@@ -220,7 +220,7 @@ fn serve(dir: &Path) -> Result<i32> {
         println!("hearth-node listening on {}", endpoint.local_addr()?);
         use std::io::Write as _;
         let _ = std::io::stdout().flush();
-        let options = server::Options { allow_private: settings.allow_private };
+        let options = server::Options { allow_private: settings.allow_private, own: None };
         let server = tokio::spawn(server::serve(endpoint.clone(), live.clone(), options));
         let mut tasks = match &agent {
             Some(agent) => vec![tokio::spawn(agent.clone().pull_loop()), tokio::spawn(agent.clone().report_loop())],

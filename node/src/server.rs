@@ -37,34 +37,63 @@ const RELAY_BUFFER: usize = 64 * 1024;
 pub(crate) struct Options {
     /// Let clients reach private, loopback and link-local addresses (tests on loopback).
     pub(crate) allow_private: bool,
+    /// The node's own address that the client reached (set per connection): refused as a
+    /// destination too, unless `allow_private`.
+    pub(crate) own: Option<IpAddr>,
 }
 
-/// Whether an outbound destination is refused by default: loopback, private, link-local,
-/// unspecified, multicast and the like (so a client cannot reach the node's own network).
+/// Whether an outbound destination is refused by default: every address the IANA
+/// special-purpose registries (IPv4 and IPv6) do not mark as globally reachable — loopback,
+/// private, shared (CGN), link-local, documentation, benchmarking, reserved, multicast and
+/// the like — so a client cannot reach the node's own network. IPv6 forms that carry an IPv4
+/// address (mapped, NAT64's well-known prefix, 6to4) are judged by that address; the
+/// deprecated forms (IPv4-compatible, site-local) and Teredo are refused outright.
 pub(crate) fn is_internal(ip: IpAddr) -> bool {
     match ip {
         IpAddr::V4(v4) => {
-            let o = v4.octets();
+            let [a, b, c, _] = v4.octets();
             v4.is_loopback()
                 || v4.is_private()
                 || v4.is_link_local()
-                || v4.is_unspecified()
                 || v4.is_broadcast()
                 || v4.is_multicast()
-                || (o[0] == 100 && (64..128).contains(&o[1]))
-                || o[0] == 0
+                || a == 0 // this network
+                || (a == 100 && (64..128).contains(&b)) // shared address space (CGN)
+                || (a, b, c) == (192, 0, 0) // IETF protocol assignments
+                || (a, b, c) == (192, 0, 2) // TEST-NET-1
+                || (a, b, c) == (192, 88, 99) // the retired 6to4 relay anycast
+                || (a == 198 && (b == 18 || b == 19)) // benchmarking
+                || (a, b, c) == (198, 51, 100) // TEST-NET-2
+                || (a, b, c) == (203, 0, 113) // TEST-NET-3
+                || a >= 240 // reserved
         }
-        IpAddr::V6(v6) => match v6.to_ipv4_mapped() {
-            Some(v4) => is_internal(IpAddr::V4(v4)),
-            None => {
-                let s = v6.segments();
-                v6.is_loopback()
-                    || v6.is_unspecified()
-                    || v6.is_multicast()
-                    || (s[0] & 0xfe00) == 0xfc00
-                    || (s[0] & 0xffc0) == 0xfe80
+        IpAddr::V6(v6) => {
+            let s = v6.segments();
+            let embedded =
+                |hi: u16, lo: u16| IpAddr::V4(std::net::Ipv4Addr::from((u32::from(hi) << 16) | u32::from(lo)));
+            if let Some(v4) = v6.to_ipv4_mapped() {
+                return is_internal(IpAddr::V4(v4));
             }
-        },
+            if s[..6] == [0x64, 0xff9b, 0, 0, 0, 0] {
+                // NAT64's well-known prefix: the IPv4 address it translates to.
+                return is_internal(embedded(s[6], s[7]));
+            }
+            if s[0] == 0x2002 {
+                // 6to4: the IPv4 address of the relay it goes through.
+                return is_internal(embedded(s[1], s[2]));
+            }
+            s[..6] == [0; 6] // unspecified, loopback and the deprecated IPv4-compatible form
+                || (s[0], s[1], s[2]) == (0x64, 0xff9b, 1) // local-use NAT64
+                || s[..4] == [0x100, 0, 0, 0] // discard-only
+                || (s[0] == 0x2001 && s[1] < 0x200) // IETF protocol assignments (Teredo included)
+                || (s[0], s[1]) == (0x2001, 0xdb8) // documentation
+                || (s[0] & 0xfff0) == 0x3ff0 // documentation (3fff::/20)
+                || s[0] == 0x5f00 // segment routing identifiers
+                || (s[0] & 0xfe00) == 0xfc00 // unique local
+                || (s[0] & 0xffc0) == 0xfe80 // link-local
+                || (s[0] & 0xffc0) == 0xfec0 // the deprecated site-local
+                || v6.is_multicast()
+        }
     }
 }
 
@@ -72,10 +101,24 @@ pub(crate) fn is_internal(ip: IpAddr) -> bool {
 async fn resolve(address: &str, options: &Options) -> Result<SocketAddr, String> {
     let mut addrs = tokio::net::lookup_host(address).await.map_err(|e| format!("cannot resolve {address}: {e}"))?;
     let addr = addrs.next().ok_or_else(|| format!("{address} has no address"))?;
-    if !options.allow_private && is_internal(addr.ip()) {
-        return Err(format!("{address} is an internal address"));
+    refused(addr.ip(), options).map_or(Ok(addr), |why| Err(format!("{address} is {why}")))
+}
+
+/// Why the outbound policy refuses `ip`, if it does.
+fn refused(ip: IpAddr, options: &Options) -> Option<&'static str> {
+    let canonical = |ip: IpAddr| match ip {
+        IpAddr::V6(v6) => v6.to_ipv4_mapped().map_or(ip, IpAddr::V4),
+        v4 => v4,
+    };
+    if options.allow_private {
+        None
+    } else if is_internal(ip) {
+        Some("an internal address")
+    } else if options.own.is_some_and(|own| canonical(own) == canonical(ip)) {
+        Some("the node's own address")
+    } else {
+        None
     }
-    Ok(addr)
 }
 
 /// Serves clients on `endpoint` until it is closed.
@@ -86,6 +129,7 @@ pub(crate) async fn serve(endpoint: quinn::Endpoint, live: Arc<Live>, options: O
             let peer = incoming.remote_address();
             match incoming.await {
                 Ok(connection) => {
+                    let options = Options { own: connection.local_ip(), ..options };
                     if let Err(e) = handle(connection, live, options).await {
                         tracing::debug!(%peer, error = %e, "connection ended");
                     }
@@ -345,6 +389,19 @@ mod tests {
     use super::*;
 
     #[test]
+    fn the_nodes_own_address_is_refused_unless_private_ones_are_allowed() {
+        let own: IpAddr = "198.20.0.1".parse().unwrap();
+        let options = Options { allow_private: false, own: Some(own) };
+        assert_eq!(refused(own, &options), Some("the node's own address"));
+        assert_eq!(refused("::ffff:198.20.0.1".parse().unwrap(), &options), Some("the node's own address"));
+        assert_eq!(refused("198.20.0.2".parse().unwrap(), &options), None);
+        assert_eq!(refused("10.0.0.1".parse().unwrap(), &options), Some("an internal address"));
+        let mapped = Options { allow_private: false, own: Some("::ffff:198.20.0.1".parse().unwrap()) };
+        assert_eq!(refused(own, &mapped), Some("the node's own address"));
+        assert_eq!(refused(own, &Options { allow_private: true, own: Some(own) }), None);
+    }
+
+    #[test]
     fn internal_destinations() {
         for internal in [
             "127.0.0.1",
@@ -359,10 +416,45 @@ mod tests {
             "fd00::1",
             "::ffff:127.0.0.1",
             "224.0.0.1",
+            "255.255.255.255",
+            "192.0.0.8",
+            "192.0.2.1",
+            "192.88.99.1",
+            "198.18.0.1",
+            "198.19.255.254",
+            "198.51.100.7",
+            "203.0.113.9",
+            "240.0.0.1",
+            "250.1.2.3",
+            "64:ff9b::10.0.0.1",
+            "64:ff9b::127.0.0.1",
+            "64:ff9b:1::1.1.1.1",
+            "2002:a00:1::1",
+            "2002:7f00:1::",
+            "::127.0.0.1",
+            "::1.1.1.1",
+            "100::1",
+            "2001::1",
+            "2001:2::1",
+            "2001:db8::1",
+            "3fff::1",
+            "5f00::1",
+            "fec0::1",
+            "ff02::1",
         ] {
             assert!(is_internal(internal.parse().unwrap()), "{internal}");
         }
-        for public in ["1.1.1.1", "8.8.8.8", "2606:4700::1111", "::ffff:1.1.1.1"] {
+        for public in [
+            "1.1.1.1",
+            "8.8.8.8",
+            "2606:4700::1111",
+            "::ffff:1.1.1.1",
+            "64:ff9b::1.1.1.1",
+            "2002:101:101::1",
+            "192.0.1.1",
+            "198.20.0.1",
+            "2001:4860:4860::8888",
+        ] {
             assert!(!is_internal(public.parse().unwrap()), "{public}");
         }
     }
