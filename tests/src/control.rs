@@ -94,6 +94,43 @@ impl ControlDir {
     }
 }
 
+/// A control set up with an admin token, pushing to a native edge (its limits off) and
+/// archiving to it a second after each change: where restore tests start.
+pub struct Archiving {
+    /// Control's data directory.
+    pub dir: ControlDir,
+    /// The edge.
+    pub edge: crate::edge::EdgeProcess,
+    /// Control's environment (to start it again).
+    pub env: Vec<(&'static str, String)>,
+    /// Control.
+    pub control: ControlProcess,
+    /// A client that trusts control's certificate.
+    pub https: reqwest::Client,
+    /// The admin token.
+    pub token: String,
+}
+
+impl Archiving {
+    /// Starts it all under `root` (`control/`, `edge.db`).
+    pub async fn start(root: &Path) -> Result<Archiving> {
+        use crate::edge::{Backend, EdgeProcess, free_port};
+        let dir = ControlDir::init(&root.join("control"))?;
+        let mut vars = dir.edge_vars()?;
+        vars.push(("HEARTH_LIMITS".into(), "off".into()));
+        let edge = EdgeProcess::start(Backend::Native, &root.join("edge.db"), &vars)?;
+        let env = vec![
+            ("HEARTH_LISTEN", format!("127.0.0.1:{}", free_port()?)),
+            ("HEARTH_EDGE_URL", edge.url.clone()),
+            ("HEARTH_ARCHIVE_AFTER_SECS", "1".into()),
+        ];
+        let control = ControlProcess::start(&dir, &env)?;
+        let https = dir.client()?;
+        let token = control.setup(&https, "admin").await?;
+        Ok(Archiving { dir, edge, env, control, https, token })
+    }
+}
+
 /// Control's state archive as the edge holds it, opened with the owner's recovery key.
 pub struct EdgeArchive {
     /// Its version (the envelope's; a restore prints it).

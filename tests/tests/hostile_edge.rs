@@ -19,9 +19,8 @@ use hearth_shared::keys::{Role, SecretKey};
 use hearth_shared::nodeauth;
 use hearth_shared::sha256;
 use hearth_shared::wire::{self, CredEntry, CredentialSet, ExportItem, ExportPage, UsageDrain, UsageReport, UserUsage};
-use hearth_tests::control::{ControlDir, ControlProcess};
+use hearth_tests::control::{Archiving, ControlDir, ControlProcess};
 use hearth_tests::control_sim::{ControlSim, now, release};
-use hearth_tests::edge::{Backend, EdgeProcess, free_port};
 use hearth_tests::node::{NodeProcess, SingBoxClient, fetch, fetch_eventually, http_server, metric, until_logged};
 use hearth_tests::proc_status_kib;
 use tokio::io::{AsyncReadExt as _, AsyncWriteExt as _};
@@ -495,14 +494,21 @@ fn control_answer(edge: &ControlEdge, api: &str, request: &Request) -> Answer {
     }
 }
 
-#[tokio::test]
-async fn control_drains_and_pushes_on_after_oversized_and_endless_answers() {
-    let temp = tempfile::tempdir().unwrap();
-    let dir = ControlDir::init(&temp.path().join("control")).unwrap();
+/// A control data directory under `root`, and a stand-in edge for it that answers control's
+/// routes as the returned [`ControlEdge`] says: the edge, its URL and what it saw.
+async fn control_edge(root: &Path) -> (ControlDir, Arc<Mutex<ControlEdge>>, String, Arc<Seen>) {
+    let dir = ControlDir::init(&root.join("control")).unwrap();
     let api = dir.edge_setting("api_prefix").unwrap();
     let edge = Arc::new(Mutex::new(ControlEdge::default()));
     let answers = edge.clone();
     let (url, seen) = stand_in(move |request| control_answer(&answers.lock().unwrap(), &api, request)).await;
+    (dir, edge, url, seen)
+}
+
+#[tokio::test]
+async fn control_drains_and_pushes_on_after_oversized_and_endless_answers() {
+    let temp = tempfile::tempdir().unwrap();
+    let (dir, edge, url, seen) = control_edge(temp.path()).await;
     let (control, log) = ControlProcess::start_logged(&dir, &[("HEARTH_EDGE_URL", url)]).unwrap();
     let https = dir.client().unwrap();
     let token = control.setup(&https, "admin").await.unwrap();
@@ -785,18 +791,7 @@ fn set_users(envelope: &[u8]) -> Vec<CredEntry> {
 #[tokio::test]
 async fn a_restore_keeps_only_what_verifies_and_agrees_with_the_archive_and_a_rotation_signs_only_control_state() {
     let temp = tempfile::tempdir().unwrap();
-    let dir = ControlDir::init(&temp.path().join("control")).unwrap();
-    let mut vars = dir.edge_vars().unwrap();
-    vars.push(("HEARTH_LIMITS".into(), "off".into()));
-    let edge = EdgeProcess::start(Backend::Native, &temp.path().join("edge.db"), &vars).unwrap();
-    let env = vec![
-        ("HEARTH_LISTEN", format!("127.0.0.1:{}", free_port().unwrap())),
-        ("HEARTH_EDGE_URL", edge.url.clone()),
-        ("HEARTH_ARCHIVE_AFTER_SECS", "1".into()),
-    ];
-    let control = ControlProcess::start(&dir, &env).unwrap();
-    let https = dir.client().unwrap();
-    let token = control.setup(&https, "admin").await.unwrap();
+    let Archiving { dir, edge, control, https, token, .. } = Archiving::start(temp.path()).await.unwrap();
     control.enroll_node(&https, &token, &temp.path().join("node")).await.unwrap();
     let call = |method: reqwest::Method, path: String, body: Option<serde_json::Value>| {
         let (control, https, token) = (&control, &https, &token);
@@ -948,11 +943,7 @@ async fn a_restore_keeps_only_what_verifies_and_agrees_with_the_archive_and_a_ro
 #[tokio::test]
 async fn control_counts_from_a_drain_only_what_its_nodes_signed_and_each_report_once() {
     let temp = tempfile::tempdir().unwrap();
-    let dir = ControlDir::init(&temp.path().join("control")).unwrap();
-    let api = dir.edge_setting("api_prefix").unwrap();
-    let edge = Arc::new(Mutex::new(ControlEdge::default()));
-    let answers = edge.clone();
-    let (url, seen) = stand_in(move |request| control_answer(&answers.lock().unwrap(), &api, request)).await;
+    let (dir, edge, url, seen) = control_edge(temp.path()).await;
     let control = ControlProcess::start(&dir, &[("HEARTH_EDGE_URL", url)]).unwrap();
     let https = dir.client().unwrap();
     let token = control.setup(&https, "admin").await.unwrap();

@@ -7,8 +7,8 @@
 use std::collections::BTreeMap;
 use std::time::{Duration, Instant};
 
-use hearth_tests::control::{ControlDir, ControlProcess, EdgeArchive};
-use hearth_tests::edge::{Backend, EdgeProcess, free_port};
+use hearth_tests::control::{Archiving, ControlDir, ControlProcess, EdgeArchive};
+use hearth_tests::edge::EdgeProcess;
 use hearth_tests::node::{NodeProcess, SingBoxClient, fetch_eventually, http_server, profile_outbound};
 use reqwest::Method;
 use serde_json::{Value, json};
@@ -303,18 +303,7 @@ fn differences(before: &State, after: &State, rule: Rule<'_>) -> Vec<String> {
 /// - gina: a rolling 30-day reset.
 async fn lab() -> Lab {
     let temp = tempfile::tempdir().unwrap();
-    let dir = ControlDir::init(&temp.path().join("control")).unwrap();
-    let mut edge_vars = dir.edge_vars().unwrap();
-    edge_vars.push(("HEARTH_LIMITS".into(), "off".into()));
-    let edge = EdgeProcess::start(Backend::Native, &temp.path().join("edge.db"), &edge_vars).unwrap();
-    let env = vec![
-        ("HEARTH_LISTEN", format!("127.0.0.1:{}", free_port().unwrap())),
-        ("HEARTH_EDGE_URL", edge.url.clone()),
-        ("HEARTH_ARCHIVE_AFTER_SECS", "1".into()),
-    ];
-    let control = ControlProcess::start(&dir, &env).unwrap();
-    let https = dir.client().unwrap();
-    let token = control.setup(&https, "admin").await.unwrap();
+    let Archiving { dir, edge, env, control, https, token } = Archiving::start(temp.path()).await.unwrap();
     let (node_a, node_b) = (temp.path().join("a"), temp.path().join("b"));
     let mut lab = Lab {
         temp,
