@@ -10,6 +10,7 @@ pub mod control_sim;
 pub mod edge;
 pub mod load;
 pub mod node;
+pub mod stand_in;
 
 use std::path::PathBuf;
 use std::process::{Child, Command};

@@ -73,19 +73,7 @@ async fn answer(mut stream: impl AsyncRead + AsyncWrite + Unpin, offer: Arc<Mute
 async fn stand_in(offer: Arc<Mutex<Offer>>, tls: bool) -> (String, Option<String>) {
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
     let addr = listener.local_addr().unwrap();
-    let acceptor = tls.then(|| {
-        let made = rcgen::generate_simple_self_signed(vec!["localhost".to_owned()]).unwrap();
-        let der = made.cert.der().clone();
-        let pin: String = sha256(&der).iter().map(|b| format!("{b:02x}")).collect();
-        let key = rustls::pki_types::PrivateKeyDer::Pkcs8(made.signing_key.serialize_der().into());
-        let config = rustls::ServerConfig::builder_with_provider(Arc::new(rustls::crypto::ring::default_provider()))
-            .with_safe_default_protocol_versions()
-            .unwrap()
-            .with_no_client_auth()
-            .with_single_cert(vec![der], key)
-            .unwrap();
-        (tokio_rustls::TlsAcceptor::from(Arc::new(config)), pin)
-    });
+    let acceptor = tls.then(hearth_tests::stand_in::self_signed);
     let pin = acceptor.as_ref().map(|(_, pin)| pin.clone());
     let acceptor = acceptor.map(|(acceptor, _)| acceptor);
     tokio::spawn(async move {
