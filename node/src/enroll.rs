@@ -4,6 +4,8 @@
 //! the one-time token (over TLS pinned to control's certificate), and writes what control
 //! answered into the state directory: the node's id and port, the trust (control's root key
 //! and the records certifying its signing key, checked here), and where to pull from.
+//! Nothing is written before control's answer is read and checked: an enrollment that fails
+//! leaves the directory as it was, to be enrolled into again.
 
 use std::path::Path;
 
@@ -43,17 +45,29 @@ struct Answer {
     edge_url: Option<String>,
 }
 
-/// Makes the node's TLS identity; returns the SHA-256 of its certificate and of its SPKI.
-fn tls_identity(state: &StateDir) -> Result<([u8; 32], [u8; 32])> {
+/// The node's TLS identity, made in memory.
+struct TlsIdentity {
+    key_pem: String,
+    cert_pem: String,
+    /// The SHA-256 of its certificate and of its SPKI.
+    cert_sha256: [u8; 32],
+    spki_sha256: [u8; 32],
+}
+
+/// Makes the node's TLS identity.
+fn tls_identity() -> Result<TlsIdentity> {
     use rcgen::PublicKeyData as _;
     let key = rcgen::KeyPair::generate().context("making the TLS key")?;
     let cert = rcgen::CertificateParams::new(vec!["localhost".to_owned()])
         .context("certificate parameters")?
         .self_signed(&key)
         .context("making the certificate")?;
-    state.write("tls.key", key.serialize_pem().as_bytes())?;
-    state.write("tls.crt", cert.pem().as_bytes())?;
-    Ok((hearth_shared::sha256(cert.der()), hearth_shared::sha256(&key.subject_public_key_info())))
+    Ok(TlsIdentity {
+        key_pem: key.serialize_pem(),
+        cert_pem: cert.pem(),
+        cert_sha256: hearth_shared::sha256(cert.der()),
+        spki_sha256: hearth_shared::sha256(&key.subject_public_key_info()),
+    })
 }
 
 /// Enrolls the node into `dir`.
@@ -67,9 +81,12 @@ pub(crate) async fn enroll(dir: &Path, request: &Request<'_>) -> Result<u64> {
     #[cfg(unix)]
     std::os::unix::fs::DirBuilderExt::mode(&mut builder, 0o700);
     builder.create(dir).with_context(|| format!("creating {}", dir.display()))?;
+    // Checked before the token is spent: the key is written only once control answered.
+    if state.path("node.key").exists() {
+        bail!("{} already holds a node key; use a new state directory", dir.display());
+    }
     let key = SecretKey::generate(Role::Node, &mut rand_core::OsRng)?;
-    key.save(&state.path("node.key"))?;
-    let (cert, spki) = tls_identity(&state)?;
+    let tls = tls_identity()?;
     let client = crate::agent::control_client(request.control_pin)?;
     let url = format!("{}/{}/enroll", request.control.trim_end_matches('/'), request.api_prefix);
     let response = client
@@ -77,8 +94,8 @@ pub(crate) async fn enroll(dir: &Path, request: &Request<'_>) -> Result<u64> {
         .json(&serde_json::json!({
             "token": request.token,
             "key": key.public().to_string(),
-            "cert_sha256": hex::encode(cert),
-            "spki_sha256": hex::encode(spki),
+            "cert_sha256": hex::encode(tls.cert_sha256),
+            "spki_sha256": hex::encode(tls.spki_sha256),
             "version": env!("CARGO_PKG_VERSION"),
         }))
         .timeout(std::time::Duration::from_secs(30))
@@ -87,9 +104,14 @@ pub(crate) async fn enroll(dir: &Path, request: &Request<'_>) -> Result<u64> {
         .map_err(|e| anyhow::anyhow!("control did not answer: {:#}", anyhow::Error::from(e.without_url())))?;
     if !response.status().is_success() {
         let status = response.status();
-        let body = crate::capped::read(response, ERROR_MAX, "control's refusal").await.unwrap_or_default();
-        let body: serde_json::Value = serde_json::from_slice(&body).unwrap_or_default();
-        let message = body["error"]["message"].as_str().unwrap_or("no reason given").to_owned();
+        // A refusal too long to be one is not read on, and said so in place of its reason.
+        let message = match crate::capped::read(response, ERROR_MAX, "control's refusal").await {
+            Ok(body) => {
+                let body: serde_json::Value = serde_json::from_slice(&body).unwrap_or_default();
+                body["error"]["message"].as_str().unwrap_or("no reason given").to_owned()
+            }
+            Err(e) => format!("({e})"),
+        };
         bail!("control refused the enrollment ({status}): {message}");
     }
     let answer = crate::capped::read(response, ANSWER_MAX, "an enrollment answer").await.context("control's answer")?;
@@ -102,6 +124,9 @@ pub(crate) async fn enroll(dir: &Path, request: &Request<'_>) -> Result<u64> {
         .map(|record| hex::decode(record).context("a key record is not hex"))
         .collect::<Result<Vec<_>>>()?;
     trust.accept_chain(&records, crate::now()).context("a key record does not verify against the root key")?;
+    key.save(&state.path("node.key"))?;
+    state.write("tls.key", tls.key_pem.as_bytes())?;
+    state.write("tls.crt", tls.cert_pem.as_bytes())?;
     state.write("trust.bin", &hearth_shared::wire::encode(&trust))?;
     let listen = request.listen.map_or_else(|| format!("0.0.0.0:{}", answer.port), str::to_owned);
     let mut settings = format!(
