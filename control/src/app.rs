@@ -79,6 +79,9 @@ pub(crate) struct App {
     pub(crate) counters: Counters,
     budget: Mutex<HashMap<IpAddr, TokenBucket>>,
     links: Mutex<HashMap<Digest, FixedWindow>>,
+    /// The nonces of node requests taken, until their time is out of reach: a request is
+    /// taken once.
+    pub(crate) node_nonces: Mutex<hearth_shared::nodeauth::Seen>,
     pub(crate) http: reqwest::Client,
     /// Where pushes and links go now; starts as configured, the owner can change it.
     addresses: std::sync::RwLock<Addresses>,
@@ -124,6 +127,7 @@ impl App {
             counters: Counters::default(),
             budget: Mutex::new(HashMap::new()),
             links: Mutex::new(HashMap::new()),
+            node_nonces: Mutex::new(hearth_shared::nodeauth::Seen::default()),
             http,
         }
     }

@@ -45,19 +45,29 @@ pub fn applied(written: usize, unchanged: usize) -> Reply {
     json(200, &serde_json::json!({ "applied": written, "unchanged": unchanged }))
 }
 
-/// Checks that a request on node `node`'s routes is signed by that node's key.
+/// Checks that a request on node `node`'s routes is signed by that node's key; gives what
+/// verified (the caller then takes its nonce once).
 pub fn authorize_node(
     header: Option<&str>,
     trust: &Trust,
-    method: &str,
-    path_and_query: &str,
+    request: &nodeauth::Request<'_>,
     node: NodeId,
     now: u64,
-) -> Result<(), Reply> {
-    match nodeauth::verify(header, |n| trust.node(n).copied(), method, path_and_query, now) {
-        Ok(proven) if proven == node => Ok(()),
+) -> Result<nodeauth::Verified, Reply> {
+    match nodeauth::verify(header, |n| trust.node(n).copied(), request, now) {
+        Ok(verified) if verified.node == node => Ok(verified),
         Ok(_) => Err(error(403, "wrong_node", "a node may only use its own routes")),
-        Err(e) => Err(error(401, "node_auth", &e.to_string())),
+        Err(e) => Err(node_refused(e)),
+    }
+}
+
+/// The answer to a node request refused for its authentication: 401 with the reason (a
+/// replay says so), 429 for a node over its requests.
+pub fn node_refused(e: nodeauth::NodeAuthError) -> Reply {
+    match e {
+        nodeauth::NodeAuthError::Replayed => error(401, "replayed", &e.to_string()),
+        nodeauth::NodeAuthError::TooMany => error(429, "too_many", &e.to_string()),
+        _ => error(401, "node_auth", &e.to_string()),
     }
 }
 

@@ -28,6 +28,9 @@ pub struct Call<'a> {
     pub authorization: Option<&'a str>,
     /// The node's signature header ([`nodeauth::HEADER`]).
     pub node_signature: Option<&'a str>,
+    /// The authority the request reached: natively its `Host` header, on the Worker the
+    /// request URL's host and port (a node's signature covers it).
+    pub host: &'a str,
     /// The body.
     pub body: &'a [u8],
     /// Unix seconds.
@@ -44,14 +47,11 @@ pub async fn handle<S: Storage>(
     route: Route,
     call: &Call<'_>,
 ) -> Result<Reply, S::Error> {
-    let node_auth = |node| {
-        let path = if call.query.is_empty() { call.path.to_owned() } else { format!("{}?{}", call.path, call.query) };
-        api::authorize_node(call.node_signature, trust, call.method, &path, node, call.now)
-    };
+    let node_auth = |node| node_auth(store, trust, call, node);
     let no_content = || Reply { status: 204, headers: Vec::new(), body: Vec::new() };
     Ok(match route {
         Route::Subscription(_) | Route::Health | Route::Unknown => decoy(),
-        Route::NodeCreds { node, after } => match node_auth(node) {
+        Route::NodeCreds { node, after } => match node_auth(node).await? {
             Err(reply) => reply,
             Ok(()) => {
                 let mut reply = match store.stream(&stream::creds(node)).await? {
@@ -67,7 +67,7 @@ pub async fn handle<S: Storage>(
                 reply
             }
         },
-        Route::NodeAck(node) => match node_auth(node) {
+        Route::NodeAck(node) => match node_auth(node).await? {
             Err(reply) => reply,
             Ok(()) => match store.stream(&stream::usage_ack(node)).await? {
                 Some((_, Some(envelope))) => Reply::bytes(200, envelope),
@@ -75,7 +75,7 @@ pub async fn handle<S: Storage>(
             },
         },
         Route::NodeUsage(node) => {
-            match node_auth(node).and_then(|()| api::check_usage(call.body, trust, node, call.now)) {
+            match node_auth(node).await?.and_then(|()| api::check_usage(call.body, trust, node, call.now)) {
                 Err(reply) => reply,
                 Ok(seq) => {
                     store.enqueue_usage(node, seq, call.body).await?;
@@ -83,11 +83,11 @@ pub async fn handle<S: Storage>(
                 }
             }
         }
-        Route::NodeRelease(node) => match node_auth(node) {
+        Route::NodeRelease(node) => match node_auth(node).await? {
             Err(reply) => reply,
             Ok(()) => node_release(store, node, None).await?,
         },
-        Route::NodeReleaseFile(node, name) => match node_auth(node) {
+        Route::NodeReleaseFile(node, name) => match node_auth(node).await? {
             Err(reply) => reply,
             Ok(()) => node_release(store, node, Some(&name)).await?,
         },
@@ -137,6 +137,45 @@ pub async fn handle<S: Storage>(
             },
         },
     })
+}
+
+/// Checks that a request on node `node`'s routes is signed by that node, over this request
+/// (method, host, path with query, body), and takes its nonce: a request sent again is
+/// refused. A request signed the old way has no nonce ([`nodeauth::verify`] takes it for a
+/// read only); the adapters log it ([`signed_the_old_way`]).
+async fn node_auth<S: Storage>(
+    store: &S,
+    trust: &Trust,
+    call: &Call<'_>,
+    node: u64,
+) -> Result<Result<(), Reply>, S::Error> {
+    let path = if call.query.is_empty() { call.path.to_owned() } else { format!("{}?{}", call.path, call.query) };
+    let request = nodeauth::Request { method: call.method, host: call.host, path_and_query: &path, body: call.body };
+    let verified = match api::authorize_node(call.node_signature, trust, &request, node, call.now) {
+        Ok(verified) => verified,
+        Err(reply) => return Ok(Err(reply)),
+    };
+    if let Some(nonce) = verified.nonce
+        && !store.take_nonce(node, &nonce, verified.expires(), call.now).await?
+    {
+        return Ok(Err(api::node_refused(nodeauth::NodeAuthError::Replayed)));
+    }
+    Ok(Ok(()))
+}
+
+/// The node whose request on its routes was taken though signed the old way (no nonce): the
+/// adapters log it, as the node runs a release from before nonces and should update.
+pub fn signed_the_old_way(route: &Route, call: &Call<'_>, reply: &Reply) -> Option<u64> {
+    let node = match route {
+        Route::NodeCreds { node, .. }
+        | Route::NodeAck(node)
+        | Route::NodeUsage(node)
+        | Route::NodeRelease(node)
+        | Route::NodeReleaseFile(node, _) => *node,
+        _ => return None,
+    };
+    let header = call.node_signature?;
+    (reply.status < 400 && nodeauth::is_old_form(header)).then_some(node)
 }
 
 /// A node's release manifest (`file` `None`) or one of its binaries, if the rollout tells it

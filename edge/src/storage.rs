@@ -13,6 +13,7 @@
 //! or nothing: nothing, and [`Changed`], if a stream no longer holds the state it was decided
 //! against (another push came between; the push is answered 503, to be sent again).
 
+use hearth_shared::nodeauth::Nonce;
 use hearth_shared::trust::{StreamState, Trust};
 use hearth_shared::wire::{ExportItem, ExportPage, UsageDrain};
 
@@ -71,6 +72,11 @@ pub trait Storage {
     /// Hands the streams named after `after` (in name order, but `except`; at most
     /// `fill.limit`) to [`Fill::take`] until it says the page is full.
     async fn export_streams(&self, after: &str, except: &str, fill: &mut Fill) -> Result<(), Self::Error>;
+
+    /// Takes a node request's nonce: keeps (node, nonce) until `expires` (unix seconds) and
+    /// gives `true`, or gives `false` when it is kept already (the request was sent again).
+    /// Nonces whose time has passed (`expires < now`) are dropped as it goes.
+    async fn take_nonce(&self, node: u64, nonce: &Nonce, expires: u64, now: u64) -> Result<bool, Self::Error>;
 
     /// How many shards the links are kept in (1 on a native edge).
     fn link_shards(&self) -> u32;

@@ -146,18 +146,32 @@ enum Pulled {
 }
 
 impl Agent {
-    /// A request to `base` (control or the edge) for `rest` of the node API, signed with the
-    /// node's key over its method and path.
+    /// A request to `base` (control or the edge) for `rest` of the node API, with `body`,
+    /// signed with the node's key over its method, the host it goes to, its path and body,
+    /// and a fresh nonce (a verifier takes each request once).
     fn signed(
         &self,
         client: &reqwest::Client,
         method: reqwest::Method,
         base: &str,
         rest: &str,
+        body: Vec<u8>,
     ) -> reqwest::RequestBuilder {
         let path = format!("/{}{rest}", self.settings.api_prefix);
-        let auth = nodeauth::sign(&self.key, self.settings.node, method.as_str(), &path, now());
-        client.request(method, format!("{}{path}", base.trim_end_matches('/'))).header(nodeauth::HEADER, auth)
+        let url = format!("{}{path}", base.trim_end_matches('/'));
+        // The authority as the request carries it in its Host header (reqwest writes the
+        // port when it is not the scheme's default).
+        let host = match reqwest::Url::parse(&url) {
+            Ok(url) => match (url.host_str(), url.port()) {
+                (Some(host), Some(port)) => format!("{host}:{port}"),
+                (host, _) => host.unwrap_or_default().to_owned(),
+            },
+            Err(_) => String::new(),
+        };
+        let request = nodeauth::Request { method: method.as_str(), host: &host, path_and_query: &path, body: &body };
+        let auth = nodeauth::sign(&self.key, self.settings.node, &request, now(), &mut rand_core::OsRng);
+        let builder = client.request(method, url).header(nodeauth::HEADER, auth);
+        if body.is_empty() { builder } else { builder.body(body) }
     }
 
     fn edge_url(&self) -> Option<String> {
@@ -189,7 +203,13 @@ impl Agent {
         let after = self.held.lock().expect("held lock").map_or(0, |s| s.version);
         let node = self.settings.node;
         let mut request = self
-            .signed(client, reqwest::Method::GET, base, &format!("/nodes/{node}/creds?after={after}&wait={wait}"))
+            .signed(
+                client,
+                reqwest::Method::GET,
+                base,
+                &format!("/nodes/{node}/creds?after={after}&wait={wait}"),
+                Vec::new(),
+            )
             .header(nodeauth::NODE_VERSION_HEADER, crate::update::version_header(&self.state))
             .timeout(Duration::from_secs(wait + 15));
         if let Some(status) = crate::update::status(&self.state) {
@@ -351,7 +371,7 @@ impl Agent {
         // The request's failure (retried at a later pull), or what reading its body gave.
         let fetch = |rest: String, timeout: u64, max: usize, what: &'static str| async move {
             let response = self
-                .signed(client, reqwest::Method::GET, base, &rest)
+                .signed(client, reqwest::Method::GET, base, &rest, Vec::new())
                 .timeout(Duration::from_secs(timeout))
                 .send()
                 .await
@@ -529,8 +549,7 @@ impl Agent {
             let node = self.settings.node;
             if let (Some(client), Some(base), true) = (&self.control, &self.settings.control_url, control_up) {
                 let answer = self
-                    .signed(client, reqwest::Method::POST, base, &format!("/nodes/{node}/usage"))
-                    .body(bytes.clone())
+                    .signed(client, reqwest::Method::POST, base, &format!("/nodes/{node}/usage"), bytes.clone())
                     .timeout(Duration::from_secs(30))
                     .send()
                     .await;
@@ -552,8 +571,7 @@ impl Agent {
             }
             let Some(base) = self.edge_url() else { return Ok(()) };
             let answer = self
-                .signed(&self.edge, reqwest::Method::POST, &base, &format!("/nodes/{node}/usage"))
-                .body(bytes)
+                .signed(&self.edge, reqwest::Method::POST, &base, &format!("/nodes/{node}/usage"), bytes)
                 .timeout(Duration::from_secs(30))
                 .send()
                 .await;
@@ -604,7 +622,7 @@ impl Agent {
         let Some(base) = self.edge_url() else { return Ok(()) };
         let node = self.settings.node;
         let answer = self
-            .signed(&self.edge, reqwest::Method::GET, &base, &format!("/nodes/{node}/ack"))
+            .signed(&self.edge, reqwest::Method::GET, &base, &format!("/nodes/{node}/ack"), Vec::new())
             .timeout(Duration::from_secs(30))
             .send()
             .await

@@ -287,10 +287,9 @@ fn usage_report(key: &SecretKey, node: u64, seq: u64, users: Vec<UserUsage>) -> 
 }
 
 async fn pull(http: &reqwest::Client, base: &str, prefix: &str, node: u64, key: &SecretKey) -> CredentialSet {
-    let path = format!("/{prefix}/nodes/{node}/creds?after=0");
-    let auth = nodeauth::sign(key, node, "GET", &path, now());
-    let bytes =
-        http.get(format!("{base}{path}")).header(nodeauth::HEADER, auth).send().await.unwrap().bytes().await.unwrap();
+    let url = format!("{base}/{prefix}/nodes/{node}/creds?after=0");
+    let auth = hearth_tests::node_signature(key, node, "GET", &url, b"");
+    let bytes = http.get(&url).header(nodeauth::HEADER, auth).send().await.unwrap().bytes().await.unwrap();
     let envelope = Envelope::decode(&bytes, Kind::CredentialSet.max_len()).expect("a credential set envelope");
     CredentialSet::decode(&envelope.body).unwrap()
 }
@@ -303,9 +302,9 @@ async fn post_usage(
     key: &SecretKey,
     body: Vec<u8>,
 ) -> StatusCode {
-    let path = format!("/{prefix}/nodes/{node}/usage");
-    let auth = nodeauth::sign(key, node, "POST", &path, now());
-    http.post(format!("{base}{path}")).header(nodeauth::HEADER, auth).body(body).send().await.unwrap().status()
+    let url = format!("{base}/{prefix}/nodes/{node}/usage");
+    let auth = hearth_tests::node_signature(key, node, "POST", &url, &body);
+    http.post(&url).header(nodeauth::HEADER, auth).body(body).send().await.unwrap().status()
 }
 
 /// A node added through the API and enrolled with a key made here.

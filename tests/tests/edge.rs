@@ -157,7 +157,8 @@ both!(
     export_pages_hold_no_more_bytes_than_control_reads,
     a_release_reaches_the_nodes_the_rollout_names_and_no_other,
     a_push_refused_for_a_set_stores_none_of_its_links,
-    the_export_gives_the_release_back
+    the_export_gives_the_release_back,
+    a_node_request_is_taken_once_and_only_as_signed
 );
 
 /// What the edge must send: exactly what `shared` renders in the format the client wants.
@@ -571,7 +572,8 @@ async fn the_export_gives_the_release_back(backend: Backend) {
 }
 
 fn signed_get(http: &reqwest::Client, base: &str, path: &str, key: &SecretKey, node: u64) -> reqwest::RequestBuilder {
-    http.get(format!("{base}{path}")).header(nodeauth::HEADER, nodeauth::sign(key, node, "GET", path, now()))
+    let url = format!("{base}{path}");
+    http.get(&url).header(nodeauth::HEADER, hearth_tests::node_signature(key, node, "GET", &url, b""))
 }
 
 async fn nodes_pull_their_own_set_and_usage_queues_for_control(backend: Backend) {
@@ -638,11 +640,8 @@ async fn nodes_pull_their_own_set_and_usage_queues_for_control(backend: Backend)
         s.sim.draft(Kind::UsageReport, stream::usage(1), seq, Audience::Control).sign(body, &[key]).encode()
     };
     let upload = |body: Vec<u8>, key: &SecretKey| {
-        let path = format!("/{API}/nodes/1/usage");
-        s.http
-            .post(format!("{}{path}", s.edge.url))
-            .header(nodeauth::HEADER, nodeauth::sign(key, 1, "POST", &path, now()))
-            .body(body)
+        let url = format!("{}/{API}/nodes/1/usage", s.edge.url);
+        s.http.post(&url).header(nodeauth::HEADER, hearth_tests::node_signature(key, 1, "POST", &url, &body)).body(body)
     };
     // Signed once: envelopes carry their signing time, so a second signing differs.
     let first_report = report(1, &node_key);
@@ -891,4 +890,81 @@ fn a_replica_asked_of_a_build_without_it_says_how_to_get_it() {
     assert!(stderr.contains("--features remote-replica"), "{stderr}");
     assert!(!stderr.contains("replica-secret"), "{stderr}");
     assert!(!dir.path().join("edge.db").exists(), "nothing was made");
+}
+
+/// A node's request is taken once, for the method, host, path and body it was signed for: a
+/// captured request sent again (same header, same body) is refused as a replay, and its
+/// header with another body, on another host or path, is refused. A header signed the old way
+/// (no nonce, nodes of earlier releases) still pulls, and a usage upload signed so is refused.
+async fn a_node_request_is_taken_once_and_only_as_signed(backend: Backend) {
+    let mut s = start(backend, &[]);
+    let node_key = SecretKey::generate(Role::Node, &mut OsRng).unwrap();
+    let set = CredentialSet::new(1, vec![CredEntry { user: 5, hash: [5; 32] }]).unwrap();
+    let creds = s.sim.creds(&set);
+    let items = [s.sim.node(1, Some(node_key.public())), creds];
+    assert_eq!(s.push_items(&items).await.0, StatusCode::OK);
+    let base = s.edge.url.clone();
+    let send = |method: reqwest::Method, url: &str, auth: &str, body: &[u8]| {
+        let request = s.http.request(method, url).header(nodeauth::HEADER, auth);
+        let request = if body.is_empty() { request } else { request.body(body.to_vec()) };
+        async move {
+            let response = request.send().await.unwrap();
+            let status = response.status();
+            let text = response.text().await.unwrap();
+            let code = serde_json::from_str::<serde_json::Value>(&text)
+                .ok()
+                .and_then(|v| v["error"].as_str().map(str::to_owned));
+            (status, code.unwrap_or(text))
+        }
+    };
+    let refused = |code: &str| (StatusCode::UNAUTHORIZED, code.to_owned());
+
+    // A pull, taken once.
+    let creds_url = format!("{base}/{API}/nodes/1/creds?after=0");
+    let pull = hearth_tests::node_signature(&node_key, 1, "GET", &creds_url, b"");
+    assert_eq!(send(reqwest::Method::GET, &creds_url, &pull, b"").await.0, StatusCode::OK);
+    assert_eq!(send(reqwest::Method::GET, &creds_url, &pull, b"").await, refused("replayed"));
+
+    // A usage upload, taken once: the same header and body again is a replay.
+    let report = |seq: u64| {
+        let body = wire::encode(&UsageReport {
+            node: 1,
+            seq,
+            period_start: now() - 60,
+            period_end: now(),
+            users: vec![UserUsage { user: 5, up: 100, down: 2000 }],
+        });
+        s.sim.draft(Kind::UsageReport, stream::usage(1), seq, Audience::Control).sign(body, &[&node_key]).encode()
+    };
+    let usage_url = format!("{base}/{API}/nodes/1/usage");
+    let (first, second) = (report(1), report(2));
+    let upload = hearth_tests::node_signature(&node_key, 1, "POST", &usage_url, &first);
+    assert_eq!(send(reqwest::Method::POST, &usage_url, &upload, &first).await.0, StatusCode::ACCEPTED);
+    assert_eq!(send(reqwest::Method::POST, &usage_url, &upload, &first).await, refused("replayed"));
+    // The header of one upload with another body (a report of the node's own, valid as such).
+    let fresh = hearth_tests::node_signature(&node_key, 1, "POST", &usage_url, &first);
+    assert_eq!(send(reqwest::Method::POST, &usage_url, &fresh, &second).await, refused("node_auth"));
+    // Signed for another host (the same edge under another name, or control).
+    let elsewhere = usage_url.replace("127.0.0.1", "localhost");
+    let for_other_host = hearth_tests::node_signature(&node_key, 1, "POST", &elsewhere, &second);
+    assert_eq!(send(reqwest::Method::POST, &usage_url, &for_other_host, &second).await, refused("node_auth"));
+    // Signed for another path: an acknowledgement's header used for a pull.
+    let ack_url = format!("{base}/{API}/nodes/1/ack");
+    let for_ack = hearth_tests::node_signature(&node_key, 1, "GET", &ack_url, b"");
+    assert_eq!(send(reqwest::Method::GET, &creds_url, &for_ack, b"").await, refused("node_auth"));
+    // None of the refused ones was spent: the acknowledgement's header still works, once.
+    assert_eq!(send(reqwest::Method::GET, &ack_url, &for_ack, b"").await.0, StatusCode::NO_CONTENT);
+    assert_eq!(send(reqwest::Method::GET, &ack_url, &for_ack, b"").await, refused("replayed"));
+    // The first report was queued once, the second never.
+    let drained = s.drain(0).await;
+    assert_eq!(drained.reports.iter().map(|r| r.to_vec()).collect::<Vec<_>>(), vec![first.clone()]);
+
+    // A node of an earlier release signs without a nonce: its pull is taken (it learns of
+    // the release that updates it there), its upload is not (it keeps the report).
+    let path = format!("/{API}/nodes/1/creds?after=0");
+    let old_pull = nodeauth::sign_v1(&node_key, 1, "GET", &path, now());
+    assert_eq!(send(reqwest::Method::GET, &creds_url, &old_pull, b"").await.0, StatusCode::OK);
+    let old_upload = nodeauth::sign_v1(&node_key, 1, "POST", &format!("/{API}/nodes/1/usage"), now());
+    assert_eq!(send(reqwest::Method::POST, &usage_url, &old_upload, &second).await, refused("node_auth"));
+    assert_eq!(s.drain(0).await.reports.len(), 1, "the old-style upload queued nothing");
 }

@@ -306,7 +306,8 @@ impl Edge {
     async fn get(&self, path: &str, node: bool) -> (u16, Option<String>, Vec<u8>) {
         let mut request = self.http.get(format!("{}{path}", self.process.url));
         request = if node {
-            request.header(nodeauth::HEADER, nodeauth::sign(&self.node_key, 1, "GET", path, now()))
+            let url = format!("{}{path}", self.process.url);
+            request.header(nodeauth::HEADER, hearth_tests::node_signature(&self.node_key, 1, "GET", &url, b""))
         } else {
             request.bearer_auth(PUSH_TOKEN).header("user-agent", "v2rayN/7.12.5")
         };

@@ -75,22 +75,46 @@ async fn enroll(
     }
 }
 
-/// Checks a node's signed request header; returns its key.
+/// Checks a node's signed request (its header over the method, host, path with query and
+/// body) and takes its nonce, so the request is taken once; returns the node's key.
 async fn node_auth(
     app: &App,
     node: NodeId,
     method: &Method,
     uri: &Uri,
     headers: &HeaderMap,
+    body: &[u8],
 ) -> Result<PublicKey, Response> {
     let key = app.db.read(move |c| node_store::key_of(c, node)).await.map_err(IntoResponse::into_response)?;
     let header = headers.get(nodeauth::HEADER).and_then(|v| v.to_str().ok());
     let path = uri.path_and_query().map_or_else(|| uri.path().to_owned(), ToString::to_string);
-    match nodeauth::verify(header, |n| (n == node).then_some(key).flatten(), method.as_str(), &path, now()) {
-        Ok(_) => key.ok_or_else(|| refuse(StatusCode::UNAUTHORIZED, "unknown_node", "unknown node")),
+    // An HTTP/2 request names its authority in the URI, not in a Host header.
+    let host = headers
+        .get(header::HOST)
+        .and_then(|v| v.to_str().ok())
+        .or_else(|| uri.authority().map(|a| a.as_str()))
+        .unwrap_or_default();
+    let request = nodeauth::Request { method: method.as_str(), host, path_and_query: &path, body };
+    let now = now();
+    let verified = nodeauth::verify(header, |n| (n == node).then_some(key).flatten(), &request, now)
+        .and_then(|verified| app.node_nonces.lock().expect("nonces lock").take(&verified, now).map(|()| verified));
+    match verified {
+        Ok(verified) => {
+            if verified.nonce.is_none() {
+                tracing::warn!(
+                    node,
+                    "the node signs its requests the old way (no nonce): only its reads are taken until it runs a newer release"
+                );
+            }
+            key.ok_or_else(|| refuse(StatusCode::UNAUTHORIZED, "unknown_node", "unknown node"))
+        }
         Err(e) => {
             tracing::info!(node, error = %e, "node request refused");
-            Err(refuse(StatusCode::UNAUTHORIZED, "node_auth", &e.to_string()))
+            Err(match e {
+                nodeauth::NodeAuthError::Replayed => refuse(StatusCode::UNAUTHORIZED, "replayed", &e.to_string()),
+                nodeauth::NodeAuthError::TooMany => refuse(StatusCode::TOO_MANY_REQUESTS, "too_many", &e.to_string()),
+                _ => refuse(StatusCode::UNAUTHORIZED, "node_auth", &e.to_string()),
+            })
         }
     }
 }
@@ -113,7 +137,7 @@ async fn creds(
     OriginalUri(uri): OriginalUri,
     headers: HeaderMap,
 ) -> Response {
-    if let Err(response) = node_auth(&app, node, &method, &uri, &headers).await {
+    if let Err(response) = node_auth(&app, node, &method, &uri, &headers, &[]).await {
         return response;
     }
     let now_s = now();
@@ -221,7 +245,7 @@ async fn release_answer(
     headers: &HeaderMap,
     file: Option<String>,
 ) -> Response {
-    if let Err(response) = node_auth(app, node, method, uri, headers).await {
+    if let Err(response) = node_auth(app, node, method, uri, headers, &[]).await {
         return response;
     }
     let state = app.clone();
@@ -253,7 +277,7 @@ async fn usage(
     headers: HeaderMap,
     body: Bytes,
 ) -> Response {
-    if let Err(response) = node_auth(&app, node, &method, &uri, &headers).await {
+    if let Err(response) = node_auth(&app, node, &method, &uri, &headers, &body).await {
         return response;
     }
     let now = now();

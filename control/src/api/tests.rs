@@ -361,17 +361,40 @@ async fn enroll(client: &Client, groups: Value) -> (u64, SecretKey) {
     (answer.json()["node"].as_u64().unwrap(), key)
 }
 
+/// The host nodes dial control at in these tests.
+const CONTROL_HOST: &str = "panel.example.net:8443";
+
+/// A node's signed request header for `method` on `path` (under the API prefix) at
+/// [`CONTROL_HOST`] with `body`.
+fn node_signature(node: u64, key: &SecretKey, method: &str, path: &str, body: &[u8]) -> String {
+    let request = nodeauth::Request { method, host: CONTROL_HOST, path_and_query: path, body };
+    nodeauth::sign(key, node, &request, now(), &mut rand_core::OsRng)
+}
+
+/// A node's request to control: `path` (under the API prefix), at `host`, with `auth` and
+/// `body` (a `GET` when it is empty).
+async fn node_request(client: &Client, host: &str, path: &str, auth: &str, body: Vec<u8>) -> Answer {
+    let method = if body.is_empty() { Method::GET } else { Method::POST };
+    let request = Request::builder()
+        .method(method)
+        .uri(path)
+        .header(header::HOST, host)
+        .header(nodeauth::HEADER, auth)
+        .body(HttpBody::from(body))
+        .unwrap();
+    client.raw(request).await
+}
+
 async fn node_get(client: &Client, node: u64, key: &SecretKey, path_and_query: &str) -> Answer {
     let path = format!("/{}{path_and_query}", client.app().config.edge.api_prefix);
-    let auth = nodeauth::sign(key, node, "GET", &path, now());
-    client.send(Method::GET, &path, None, &[(nodeauth::HEADER, &auth)]).await
+    let auth = node_signature(node, key, "GET", &path, b"");
+    node_request(client, CONTROL_HOST, &path, &auth, Vec::new()).await
 }
 
 async fn node_usage(client: &Client, node: u64, key: &SecretKey, body: Vec<u8>) -> Answer {
     let path = format!("/{}/nodes/{node}/usage", client.app().config.edge.api_prefix);
-    let auth = nodeauth::sign(key, node, "POST", &path, now());
-    let request = Request::post(&path).header(nodeauth::HEADER, auth).body(HttpBody::from(body)).unwrap();
-    client.raw(request).await
+    let auth = node_signature(node, key, "POST", &path, &body);
+    node_request(client, CONTROL_HOST, &path, &auth, body).await
 }
 
 fn report(key: &SecretKey, node: u64, seq: u64, users: Vec<UserUsage>) -> Vec<u8> {
@@ -382,6 +405,62 @@ fn report(key: &SecretKey, node: u64, seq: u64, users: Vec<UserUsage>) -> Vec<u8
 fn set_of(answer: &Answer) -> CredentialSet {
     let envelope = Envelope::decode(&answer.body, Kind::CredentialSet.max_len()).unwrap();
     CredentialSet::decode(&envelope.body).unwrap()
+}
+
+/// A node's request is taken once, for the method, host, path and body it was signed for: a
+/// captured request sent again (same header, same body) is refused as a replay, and its
+/// header with another body, at another host or on another path, is refused. A header signed
+/// the old way (no nonce) still pulls; a usage upload signed so is refused and applies nothing.
+#[tokio::test]
+async fn a_node_request_is_taken_once_and_only_as_signed() {
+    let client = Client::signed_in(true).await;
+    let alice = client.post("/users", json!({ "name": "alice" })).await.json();
+    let alice_id = alice["id"].as_u64().unwrap();
+    let (node, key) = enroll(&client, json!(["default"])).await;
+    let prefix = client.app().config.edge.api_prefix.clone();
+    let used = || async {
+        let user = client.get(&format!("/users/{alice_id}")).await.json();
+        (user["used_up"].as_u64().unwrap(), user["used_down"].as_u64().unwrap())
+    };
+
+    // A pull, taken once.
+    let pull = format!("/{prefix}/nodes/{node}/creds?after=0");
+    let header = node_signature(node, &key, "GET", &pull, b"");
+    assert_eq!(node_request(&client, CONTROL_HOST, &pull, &header, Vec::new()).await.status, StatusCode::OK);
+    let again = node_request(&client, CONTROL_HOST, &pull, &header, Vec::new()).await;
+    assert_eq!((again.status, again.code()), (StatusCode::UNAUTHORIZED, "replayed".to_owned()));
+
+    // A usage upload, taken once.
+    let usage = format!("/{prefix}/nodes/{node}/usage");
+    let first = report(&key, node, 1, vec![UserUsage { user: alice_id, up: 10, down: 20 }]);
+    let second = report(&key, node, 2, vec![UserUsage { user: alice_id, up: 1000, down: 2000 }]);
+    let header = node_signature(node, &key, "POST", &usage, &first);
+    assert_eq!(node_request(&client, CONTROL_HOST, &usage, &header, first.clone()).await.status, StatusCode::OK);
+    let again = node_request(&client, CONTROL_HOST, &usage, &header, first.clone()).await;
+    assert_eq!((again.status, again.code()), (StatusCode::UNAUTHORIZED, "replayed".to_owned()));
+    // Its header with another body (a valid report of the node's), at another host, on
+    // another path.
+    let fresh = node_signature(node, &key, "POST", &usage, &first);
+    let other_body = node_request(&client, CONTROL_HOST, &usage, &fresh, second.clone()).await;
+    assert_eq!((other_body.status, other_body.code()), (StatusCode::UNAUTHORIZED, "node_auth".to_owned()));
+    let other_host = node_request(&client, "edge.example.net", &usage, &fresh, first.clone()).await;
+    assert_eq!((other_host.status, other_host.code()), (StatusCode::UNAUTHORIZED, "node_auth".to_owned()));
+    let for_manifest = format!("/{prefix}/nodes/{node}/release");
+    let header = node_signature(node, &key, "GET", &for_manifest, b"");
+    let other_path = node_request(&client, CONTROL_HOST, &pull, &header, Vec::new()).await;
+    assert_eq!((other_path.status, other_path.code()), (StatusCode::UNAUTHORIZED, "node_auth".to_owned()));
+    assert_eq!(used().await, (10, 20), "only the first report counted");
+
+    // A node of an earlier release signs without a nonce: its pull is taken, its upload is not.
+    let old = nodeauth::sign_v1(&key, node, "GET", &pull, now());
+    assert_eq!(node_request(&client, CONTROL_HOST, &pull, &old, Vec::new()).await.status, StatusCode::OK);
+    let old = nodeauth::sign_v1(&key, node, "POST", &usage, now());
+    let refused = node_request(&client, CONTROL_HOST, &usage, &old, second.clone()).await;
+    assert_eq!((refused.status, refused.code()), (StatusCode::UNAUTHORIZED, "node_auth".to_owned()));
+    assert_eq!(used().await, (10, 20), "the old-style upload applied nothing");
+    // Signed as it is now, the same report is taken.
+    assert_eq!(node_usage(&client, node, &key, second).await.status, StatusCode::OK);
+    assert_eq!(used().await, (1010, 2020));
 }
 
 #[tokio::test]

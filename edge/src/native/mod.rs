@@ -144,6 +144,7 @@ impl Edge {
             query: request.query,
             authorization: request.header("authorization"),
             node_signature: request.header(nodeauth::HEADER),
+            host: request.header("host").unwrap_or_default(),
             body: request.body,
             now: now_ms() / 1000,
         };
@@ -152,6 +153,12 @@ impl Edge {
             Ok(reply) => reply,
             Err(e) => return internal(&e),
         };
+        if let Some(node) = service::signed_the_old_way(&route, &call, &reply) {
+            tracing::warn!(
+                node,
+                "the node signs its requests the old way (no nonce): only its reads are taken until it runs a newer release"
+            );
+        }
         match reply.status {
             200 if pushed => {
                 tracing::info!(answer = %String::from_utf8_lossy(&reply.body), "push applied");
@@ -248,9 +255,15 @@ async fn handle(
     ConnectInfo(peer): ConnectInfo<SocketAddr>,
     method: Method,
     uri: Uri,
-    headers: HeaderMap,
+    mut headers: HeaderMap,
     body: Bytes,
 ) -> Response {
+    // An HTTP/2 request names its authority in the URI, not in a Host header.
+    if !headers.contains_key(header::HOST)
+        && let Some(value) = uri.authority().and_then(|a| header::HeaderValue::from_str(a.as_str()).ok())
+    {
+        headers.insert(header::HOST, value);
+    }
     let request = Request {
         method: method.as_str(),
         path: uri.path(),

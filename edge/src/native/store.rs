@@ -10,6 +10,7 @@ use std::path::Path;
 use std::sync::Arc;
 
 use hearth_shared::Digest;
+use hearth_shared::nodeauth::Nonce;
 use hearth_shared::trust::{StreamState, Trust};
 use hearth_shared::wire::{ExportItem, UsageDrain, decode, encode, stream};
 use libsql::{Connection, params};
@@ -49,6 +50,13 @@ CREATE TABLE IF NOT EXISTS usage_queue (
     envelope BLOB NOT NULL,
     UNIQUE (node, seq)
 ) STRICT;
+CREATE TABLE IF NOT EXISTS node_nonces (
+    node INTEGER NOT NULL,
+    nonce BLOB NOT NULL,
+    expires INTEGER NOT NULL,
+    PRIMARY KEY (node, nonce)
+) STRICT;
+CREATE INDEX IF NOT EXISTS node_nonces_expires ON node_nonces (expires);
 ";
 
 /// Why storage failed (as opposed to a push being refused).
@@ -436,6 +444,20 @@ impl Storage for Store {
             }
         }
         Ok(())
+    }
+
+    async fn take_nonce(&self, node: u64, nonce: &Nonce, expires: u64, now: u64) -> Result<bool, StoreError> {
+        let _writer = self.writer.lock().await;
+        self.conn.execute("DELETE FROM node_nonces WHERE expires < ?1", params![i(now)]).await?;
+        let taken = self
+            .conn
+            .execute(
+                "INSERT INTO node_nonces (node, nonce, expires) VALUES (?1, ?2, ?3) \
+                 ON CONFLICT (node, nonce) DO NOTHING",
+                params![i(node), nonce.to_vec(), i(expires)],
+            )
+            .await?;
+        Ok(taken == 1)
     }
 
     fn link_shards(&self) -> u32 {

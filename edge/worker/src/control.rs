@@ -26,7 +26,7 @@ use hearth_edge::service::{self, Call};
 use hearth_edge::storage::{
     Changed, Fill, Plan, Planned, Storage, StoredStream, VALUE_BATCH, VALUE_KEYS, VALUE_TRUST, take_report,
 };
-use hearth_shared::nodeauth;
+use hearth_shared::nodeauth::{self, Nonce};
 use hearth_shared::trust::{StreamState, Trust};
 use hearth_shared::wire::{ExportItem, UsageDrain, decode, encode, stream};
 use serde::Deserialize;
@@ -76,6 +76,11 @@ struct ExportRow {
 
 /// The largest piece of the archive one row holds (rows are capped at 2 MB).
 const ARCHIVE_CHUNK: usize = 1 << 20;
+
+#[derive(Deserialize)]
+struct CountRow {
+    found: i64,
+}
 
 #[derive(Deserialize)]
 struct QueueRow {
@@ -166,6 +171,9 @@ impl DurableObject for Control {
                 PRIMARY KEY (name, seq)) STRICT",
             "CREATE TABLE IF NOT EXISTS usage_queue (id INTEGER PRIMARY KEY AUTOINCREMENT,
                 node INTEGER NOT NULL, seq INTEGER NOT NULL, envelope BLOB NOT NULL, UNIQUE (node, seq)) STRICT",
+            "CREATE TABLE IF NOT EXISTS node_nonces (node INTEGER NOT NULL, nonce BLOB NOT NULL,
+                expires INTEGER NOT NULL, PRIMARY KEY (node, nonce)) STRICT",
+            "CREATE INDEX IF NOT EXISTS node_nonces_expires ON node_nonces (expires)",
         ] {
             sql.exec(table, None).expect("creating the control tables");
         }
@@ -198,6 +206,12 @@ impl DurableObject for Control {
         let authorization = req.headers().get("authorization")?;
         let node_signature = req.headers().get(nodeauth::HEADER)?;
         let route = route(&config, &method, url.path(), url.query().unwrap_or(""));
+        // The authority as the request reached the Worker (Cloudflare routes by it).
+        let host = match (url.host_str(), url.port()) {
+            (Some(host), Some(port)) => format!("{host}:{port}"),
+            (host, None) => host.unwrap_or_default().to_owned(),
+            (None, Some(_)) => String::new(),
+        };
         // (A push without the token is refused by the service, whether or not one is stored.)
         let authorized = config.push_token.matches(authorization.as_deref());
         let _pushing = match route {
@@ -217,17 +231,23 @@ impl DurableObject for Control {
             query: url.query().unwrap_or(""),
             authorization: authorization.as_deref(),
             node_signature: node_signature.as_deref(),
+            host: &host,
             body: &body,
             now: now_ms() / 1000,
         };
         let store = ControlStore { state: &self.state, sql, env: &self.env, config: &config };
-        let reply = match service::handle(&store, &config, &trust, route, &call).await {
+        let reply = match service::handle(&store, &config, &trust, route.clone(), &call).await {
             Ok(reply) => reply,
             Err(e) => {
                 worker::console_error!("storage failed: {e}");
                 api::unavailable()
             }
         };
+        if let Some(node) = service::signed_the_old_way(&route, &call, &reply) {
+            worker::console_warn!(
+                "node {node} signs its requests the old way (no nonce): only its reads are taken until it runs a newer release"
+            );
+        }
         respond(reply, false)
     }
 }
@@ -447,6 +467,27 @@ impl Storage for ControlStore<'_> {
             }
         }
         Ok(())
+    }
+
+    async fn take_nonce(&self, node: u64, nonce: &Nonce, expires: u64, now: u64) -> Result<bool> {
+        // No await between the read and the write: nothing else runs in this object between.
+        self.sql.exec("DELETE FROM node_nonces WHERE expires < ?", vec![int(now).into()])?;
+        let nonce = SqlStorageValue::Blob(nonce.to_vec());
+        let found: CountRow = self
+            .sql
+            .exec(
+                "SELECT COUNT(*) AS found FROM node_nonces WHERE node = ? AND nonce = ?",
+                vec![int(node).into(), nonce.clone()],
+            )?
+            .one()?;
+        if found.found != 0 {
+            return Ok(false);
+        }
+        self.sql.exec(
+            "INSERT INTO node_nonces (node, nonce, expires) VALUES (?, ?, ?)",
+            vec![int(node).into(), nonce, int(expires).into()],
+        )?;
+        Ok(true)
     }
 
     fn link_shards(&self) -> u32 {
