@@ -914,7 +914,7 @@ async fn a_node_request_is_taken_once_and_only_as_signed(backend: Backend) {
             let code = serde_json::from_str::<serde_json::Value>(&text)
                 .ok()
                 .and_then(|v| v["error"].as_str().map(str::to_owned));
-            (status, code.unwrap_or(text))
+            (status, code.unwrap_or_else(|| format!("{} bytes", text.len())))
         }
     };
     let refused = |code: &str| (StatusCode::UNAUTHORIZED, code.to_owned());
