@@ -31,6 +31,18 @@ fn render(sources: &Sources) -> String {
         live.auth_failures.load(Ordering::Relaxed),
     );
     metric(
+        "hearth_node_unauthenticated_connections",
+        "gauge",
+        "Connections that have not authenticated yet.",
+        live.unauthenticated.load(Ordering::Relaxed),
+    );
+    metric(
+        "hearth_node_unauthenticated_refused_total",
+        "counter",
+        "Connections refused because too many had not authenticated yet.",
+        live.refused_unauthenticated.load(Ordering::Relaxed),
+    );
+    metric(
         "hearth_node_set_version",
         "gauge",
         "Version of the credential set held.",

@@ -2,8 +2,12 @@
 //! authenticate, then TCP over bidirectional streams and UDP over datagrams.
 //!
 //! Anything that is not a valid authentication gets what an ordinary web server answers: a
-//! 404 page over HTTP/3. A connection that does not authenticate within [`AUTH_TIMEOUT`] is
-//! closed.
+//! 404 page over HTTP/3. What a client without a credential can make the node do is bounded:
+//! a connection that does not authenticate within [`AUTH_TIMEOUT`], or within
+//! [`MAX_REQUESTS_BEFORE_AUTH`] requests, is closed; request headers are capped
+//! ([`MAX_HEADERS`]); at most [`MAX_UNAUTHENTICATED`] connections wait to authenticate at
+//! once (more are refused before the handshake), and past [`VALIDATE_ABOVE`] of them a new
+//! one must first prove its address with a QUIC retry (a spoofed source gets nothing).
 
 use std::collections::HashMap;
 use std::net::{IpAddr, SocketAddr};
@@ -23,6 +27,14 @@ use crate::table::{Counter, Live};
 
 /// How long a client has to authenticate.
 pub(crate) const AUTH_TIMEOUT: Duration = Duration::from_secs(10);
+/// Requests a connection may make before it authenticates (a client authenticates first).
+pub(crate) const MAX_REQUESTS_BEFORE_AUTH: usize = 8;
+/// The most bytes of headers one HTTP/3 request may carry.
+const MAX_HEADERS: u64 = 16 * 1024;
+/// Connections that may wait to authenticate at once.
+pub(crate) const MAX_UNAUTHENTICATED: usize = 512;
+/// Past this many waiting connections, a new one must prove its address first.
+const VALIDATE_ABOVE: usize = 64;
 /// How long a TCP connect to a target may take.
 const CONNECT_TIMEOUT: Duration = Duration::from_secs(10);
 /// A UDP session closes after this long without a packet either way.
@@ -123,14 +135,25 @@ fn refused(ip: IpAddr, options: &Options) -> Option<&'static str> {
 
 /// Serves clients on `endpoint` until it is closed.
 pub(crate) async fn serve(endpoint: quinn::Endpoint, live: Arc<Live>, options: Options) {
+    let waiting = Arc::new(tokio::sync::Semaphore::new(MAX_UNAUTHENTICATED));
     while let Some(incoming) = endpoint.accept().await {
+        let Ok(permit) = waiting.clone().try_acquire_owned() else {
+            live.refused_unauthenticated.fetch_add(1, Ordering::Relaxed);
+            incoming.refuse();
+            continue;
+        };
+        if MAX_UNAUTHENTICATED - waiting.available_permits() > VALIDATE_ABOVE && !incoming.remote_address_validated() {
+            // Stateless: the client comes back with a token that proves its address.
+            let _ = incoming.retry();
+            continue;
+        }
         let (live, options) = (live.clone(), options.clone());
         tokio::spawn(async move {
             let peer = incoming.remote_address();
             match incoming.await {
                 Ok(connection) => {
                     let options = Options { own: connection.local_ip(), ..options };
-                    if let Err(e) = handle(connection, live, options).await {
+                    if let Err(e) = handle(connection, live, options, permit).await {
                         tracing::debug!(%peer, error = %e, "connection ended");
                     }
                 }
@@ -145,9 +168,17 @@ type H3 = h3::server::Connection<h3_quinn::Connection, Bytes>;
 /// Answers HTTP/3 requests until one authenticates; returns the user, its credential's
 /// hash, and the HTTP/3 connection (which must stay alive with the QUIC connection).
 async fn authenticate(connection: &quinn::Connection, live: &Live) -> anyhow::Result<(u64, [u8; 32], H3)> {
-    let mut h3: H3 = h3::server::builder().build(h3_quinn::Connection::new(connection.clone())).await?;
+    let mut h3: H3 = h3::server::builder()
+        .max_field_section_size(MAX_HEADERS)
+        .build(h3_quinn::Connection::new(connection.clone()))
+        .await?;
+    let mut answered = 0;
     loop {
         let Some(resolver) = h3.accept().await? else { anyhow::bail!("closed before authenticating") };
+        if answered == MAX_REQUESTS_BEFORE_AUTH {
+            anyhow::bail!("{answered} requests without authenticating");
+        }
+        answered += 1;
         let (request, mut stream) = resolver.resolve_request().await?;
         let credential = request.headers().get("hysteria-auth").map(|v| v.as_bytes().to_vec());
         let user = match (request.method(), request.uri().path(), &credential) {
@@ -190,8 +221,17 @@ fn padding() -> String {
     "0".repeat(len)
 }
 
-async fn handle(connection: quinn::Connection, live: Arc<Live>, options: Options) -> anyhow::Result<()> {
-    let (user, hash, _h3) = match tokio::time::timeout(AUTH_TIMEOUT, authenticate(&connection, &live)).await {
+async fn handle(
+    connection: quinn::Connection,
+    live: Arc<Live>,
+    options: Options,
+    waiting: tokio::sync::OwnedSemaphorePermit,
+) -> anyhow::Result<()> {
+    live.unauthenticated.fetch_add(1, Ordering::Relaxed);
+    let authenticated = tokio::time::timeout(AUTH_TIMEOUT, authenticate(&connection, &live)).await;
+    live.unauthenticated.fetch_sub(1, Ordering::Relaxed);
+    drop(waiting);
+    let (user, hash, _h3) = match authenticated {
         Ok(Ok(found)) => found,
         Ok(Err(e)) => {
             connection.close(0x100u32.into(), b"");

@@ -28,6 +28,10 @@ pub(crate) struct Counter {
 pub(crate) struct Live {
     /// Refused authentications (for metrics).
     pub(crate) auth_failures: AtomicU64,
+    /// Connections that have not authenticated yet (for metrics).
+    pub(crate) unauthenticated: AtomicU64,
+    /// Connections refused because too many had not authenticated yet (for metrics).
+    pub(crate) refused_unauthenticated: AtomicU64,
     /// The version of the credential set held (for metrics).
     pub(crate) version: AtomicU64,
     /// When the credential set held expires, Unix seconds (for the alarm and metrics).

@@ -221,6 +221,28 @@ async fn to_anyone_without_a_credential_the_node_is_a_web_server() {
         (headers["hysteria-udp"].to_str().unwrap(), headers["hysteria-cc-rx"].to_str().unwrap()),
         ("true", "auto")
     );
+
+    // What a client without a credential can make the node do is bounded: eight requests on a
+    // connection, then it is closed (the right credential then comes too late); request
+    // headers past 16 KiB close it too.
+    let metrics = node.metrics_url().unwrap();
+    let mut client = hearth_tests::node::H3Client::connect(node.addr).await.unwrap();
+    for _ in 0..8 {
+        assert_eq!(client.request(http::Method::GET, "/", None).await.unwrap().0, 404);
+    }
+    let late = client.request(http::Method::POST, "/auth", Some("alice-password")).await;
+    assert!(late.is_err(), "a ninth request before authenticating was answered: {late:?}");
+    let mut client = hearth_tests::node::H3Client::connect(node.addr).await.unwrap();
+    let huge = "x".repeat(20 * 1024);
+    let answered = client.request(http::Method::POST, "/auth", Some(&huge)).await;
+    assert!(answered.is_err(), "a request with 20 KiB of headers was answered: {answered:?}");
+    assert!(!client.authenticates("alice-password").await.unwrap_or(false), "the connection stayed open");
+    let started = std::time::Instant::now();
+    while hearth_tests::node::metric(&metrics, "hearth_node_unauthenticated_connections").await.unwrap() > 0 {
+        assert!(started.elapsed() < std::time::Duration::from_secs(30), "connections still wait to authenticate");
+        tokio::time::sleep(std::time::Duration::from_millis(100)).await;
+    }
+    assert_eq!(h3_request(node.addr, http::Method::POST, "/auth", Some("alice-password")).await.0, 233);
     node.stop().unwrap();
 }
 
