@@ -4,8 +4,25 @@
 //!   semaphore lets one hash run; a few more wait, the rest get 429. Ten logins at once never
 //!   hold more than one hash's memory. An unknown login is checked against a dummy hash so it
 //!   takes as long as a wrong password. Passwords are capped at 256 bytes.
-//! - Lockouts: 5 failures for one login, or 10 from one address (IPv6: its /64), within an
-//!   hour lock that login or address for 15 minutes.
+//! - Sign-in limits. Someone who knows the admin prefix can slow guessing but never keep the
+//!   owner out, and guessing stays bounded per hour:
+//!   - 10 failures from one address (IPv6: its /64) within an hour lock that address for 15
+//!     minutes (429 with `Retry-After`), whatever the login;
+//!   - each login has a budget of 30 password checks per hour (a token bucket, one back every
+//!     two minutes) for addresses not known to be the owner's: when it is spent, they get 429
+//!     until it refills. No login is ever locked from everywhere;
+//!   - an address the owner signed in from within 90 days is known (only the SHA-256 of its
+//!     key is stored, with the time, for the 50 most recent) and is never held to the login's
+//!     budget, only to its own limit;
+//!   - with two-step sign-in on, a request carrying a valid authenticator code (or an unspent
+//!     recovery code) is not held to the budget either: the code is checked first, without
+//!     spending it, and spent only when the sign-in succeeds. A wrong code counts as a failure
+//!     for the address (and takes a check from the budget), so the owner always has a way in
+//!     from anywhere while codes cannot be guessed faster than passwords;
+//!   - a login longer than any the owner can have (64 characters), a password over 256 bytes
+//!     or a code over 64 bytes is refused (400) before anything is counted or hashed. The
+//!     tables in memory hold fixed-size keys (an address, a login's SHA-256) and at most
+//!     8192 of each.
 //! - Sessions live in `__Host-` cookies (Secure, HttpOnly, SameSite=Strict) with idle and
 //!   absolute timeouts; only their SHA-256 is stored.
 //! - API tokens (`hth_` and 43 characters) carry a scope (read, operate, admin); only their
@@ -39,10 +56,20 @@ pub(crate) const COOKIE: &str = "__Host-hearth";
 /// Logins that may wait for the hasher; more get 429.
 const MAX_WAITING: usize = 8;
 
-const LOGIN_FAILURES: usize = 5;
+/// Failures from one address (IPv6: its /64) within [`FAILURE_WINDOW`] that lock it out.
 const ADDRESS_FAILURES: usize = 10;
 const FAILURE_WINDOW: u64 = 3600;
+/// How long a locked address waits after its last failure.
 const LOCKOUT: u64 = 15 * 60;
+/// Password checks per hour for one login from addresses not known to be the owner's.
+pub(crate) const LOGIN_CHECKS_PER_HOUR: u64 = 30;
+/// Addresses, and logins, whose sign-in failures are kept in memory.
+const MAX_ADDRESSES: usize = 8192;
+const MAX_LOGINS: usize = 8192;
+/// The owner's addresses remembered: the most recent, within [`KNOWN_FOR`].
+const KNOWN_ADDRESSES: usize = 50;
+/// How long an address the owner signed in from stays known.
+const KNOWN_FOR: u64 = 90 * 86_400;
 
 /// What a request may do.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Serialize, Deserialize)]
@@ -257,60 +284,183 @@ pub(crate) fn check_password(password: &str) -> Result<(), Error> {
     Ok(())
 }
 
-/// Failed sign-ins, per login and per address, in memory.
-#[derive(Default)]
+/// Failed sign-ins per address, and the password checks each login has left for addresses
+/// not known to be the owner's, in memory. Keys are fixed-size (an address's 16 bytes, a
+/// login's SHA-256) and each table holds at most a fixed number of them, so what strangers
+/// send never grows it: a full table drops the entry that carries the least (the address
+/// whose last failure is oldest, the login whose budget is fullest).
 pub(crate) struct Lockouts {
-    failures: Mutex<HashMap<String, Vec<u64>>>,
+    tables: Mutex<Tables>,
 }
 
-/// The key an address's failures count under: IPv4 as is, IPv6 by its /64.
-fn address_key(ip: IpAddr) -> String {
-    match ip {
-        IpAddr::V4(v4) => format!("ip {v4}"),
+struct Tables {
+    addresses: HashMap<[u8; 16], Failures>,
+    logins: HashMap<[u8; 32], u64>,
+    max_addresses: usize,
+    max_logins: usize,
+}
+
+/// An address's most recent failures (Unix seconds; 0: none), as many as its limit needs.
+#[derive(Clone, Copy, Default)]
+struct Failures {
+    times: [u64; ADDRESS_FAILURES],
+    next: usize,
+}
+
+impl Failures {
+    fn push(&mut self, now: u64) {
+        self.times[self.next] = now;
+        self.next = (self.next + 1) % ADDRESS_FAILURES;
+    }
+
+    fn last(&self) -> u64 {
+        self.times.iter().copied().max().unwrap_or(0)
+    }
+
+    /// Seconds until the address may try again, if it is locked out.
+    fn locked(&self, now: u64) -> Option<u64> {
+        let recent = self.times.iter().filter(|t| **t > 0 && now < **t + FAILURE_WINDOW).count();
+        let until = self.last() + LOCKOUT;
+        (recent >= ADDRESS_FAILURES && now < until).then(|| until - now)
+    }
+}
+
+/// The key an address's failures count under: IPv4 (also IPv4-mapped IPv6) as is, IPv6 by
+/// its /64.
+fn address_key(ip: IpAddr) -> [u8; 16] {
+    let v6 = match ip {
+        IpAddr::V4(v4) => v4.to_ipv6_mapped(),
         IpAddr::V6(v6) => match v6.to_ipv4_mapped() {
-            Some(v4) => format!("ip {v4}"),
+            Some(v4) => v4.to_ipv6_mapped(),
             None => {
                 let s = v6.segments();
-                format!("ip {:x}:{:x}:{:x}:{:x}::/64", s[0], s[1], s[2], s[3])
+                std::net::Ipv6Addr::new(s[0], s[1], s[2], s[3], 0, 0, 0, 0)
             }
         },
+    };
+    v6.octets()
+}
+
+/// The key a login's budget counts under: the SHA-256 of the login as the owner's is
+/// matched (trimmed, lower-cased), never the login itself.
+fn login_key(login: &str) -> [u8; 32] {
+    sha256(login.trim().to_lowercase().as_bytes())
+}
+
+/// What is stored of an address the owner signed in from: the SHA-256 of its key (see
+/// [`address_key`]).
+pub(crate) fn address_hash(ip: IpAddr) -> [u8; 32] {
+    sha256(&address_key(ip))
+}
+
+/// Seconds between two password checks of a login's budget.
+const CHECK_INTERVAL: u64 = 3600 / LOGIN_CHECKS_PER_HOUR;
+
+impl Default for Lockouts {
+    fn default() -> Lockouts {
+        Lockouts::with_capacity(MAX_ADDRESSES, MAX_LOGINS)
     }
 }
 
 impl Lockouts {
-    fn keys(login: &str, ip: IpAddr) -> [(String, usize); 2] {
-        [(format!("login {}", login.to_lowercase()), LOGIN_FAILURES), (address_key(ip), ADDRESS_FAILURES)]
-    }
-
-    /// Seconds until this login from this address may try again, if it is locked out.
-    pub(crate) fn locked(&self, login: &str, ip: IpAddr, now: u64) -> Option<u64> {
-        let mut failures = self.failures.lock().expect("lockout lock");
-        Lockouts::keys(login, ip)
-            .iter()
-            .filter_map(|(key, limit)| {
-                let times = failures.get_mut(key)?;
-                times.retain(|t| now < t + FAILURE_WINDOW);
-                let last = *times.last()?;
-                (times.len() >= *limit && now < last + LOCKOUT).then(|| last + LOCKOUT - now)
-            })
-            .max()
-    }
-
-    /// Counts a failure.
-    pub(crate) fn fail(&self, login: &str, ip: IpAddr, now: u64) {
-        let mut failures = self.failures.lock().expect("lockout lock");
-        for (key, _) in Lockouts::keys(login, ip) {
-            failures.entry(key).or_default().push(now);
-        }
-        if failures.len() > 100_000 {
-            failures.retain(|_, times| times.last().is_some_and(|t| now < t + FAILURE_WINDOW));
+    fn with_capacity(max_addresses: usize, max_logins: usize) -> Lockouts {
+        Lockouts {
+            tables: Mutex::new(Tables { addresses: HashMap::new(), logins: HashMap::new(), max_addresses, max_logins }),
         }
     }
 
-    /// Forgets a login's failures after it signed in.
-    pub(crate) fn succeed(&self, login: &str) {
-        self.failures.lock().expect("lockout lock").remove(&format!("login {}", login.to_lowercase()));
+    /// Seconds until this address may try again, if it is locked out.
+    pub(crate) fn locked(&self, ip: IpAddr, now: u64) -> Option<u64> {
+        self.tables.lock().expect("lockout lock").addresses.get(&address_key(ip))?.locked(now)
     }
+
+    /// Counts a failure for an address.
+    pub(crate) fn fail(&self, ip: IpAddr, now: u64) {
+        let mut tables = self.tables.lock().expect("lockout lock");
+        let key = address_key(ip);
+        if !tables.addresses.contains_key(&key) && tables.addresses.len() >= tables.max_addresses {
+            tables.addresses.retain(|_, failures| failures.last() + FAILURE_WINDOW > now);
+            if tables.addresses.len() >= tables.max_addresses {
+                let oldest = tables.addresses.iter().min_by_key(|(_, f)| f.last()).map(|(key, _)| *key);
+                if let Some(oldest) = oldest {
+                    tables.addresses.remove(&oldest);
+                }
+            }
+        }
+        tables.addresses.entry(key).or_default().push(now);
+    }
+
+    /// Forgets an address's failures after the owner signed in from it.
+    pub(crate) fn succeed(&self, ip: IpAddr) {
+        self.tables.lock().expect("lockout lock").addresses.remove(&address_key(ip));
+    }
+
+    /// Takes one password check from the login's budget for addresses not known to be the
+    /// owner's ([`LOGIN_CHECKS_PER_HOUR`], refilled evenly); `Err(retry_after)` when it is
+    /// spent.
+    pub(crate) fn take(&self, login: &str, now: u64) -> Result<(), u64> {
+        let mut tables = self.tables.lock().expect("lockout lock");
+        let key = login_key(login);
+        // The budget is a token bucket kept as the time it is full again (GCRA): full (or
+        // unknown) at `now` or earlier, spent when that is a whole hour away.
+        let full_at = tables.logins.get(&key).copied().unwrap_or(0).max(now);
+        if full_at + CHECK_INTERVAL > now + 3600 {
+            return Err(full_at + CHECK_INTERVAL - 3600 - now);
+        }
+        if !tables.logins.contains_key(&key) && tables.logins.len() >= tables.max_logins {
+            tables.logins.retain(|_, full_at| *full_at > now);
+            if tables.logins.len() >= tables.max_logins {
+                let fullest = tables.logins.iter().min_by_key(|(_, full_at)| **full_at).map(|(key, _)| *key);
+                if let Some(fullest) = fullest {
+                    tables.logins.remove(&fullest);
+                }
+            }
+        }
+        tables.logins.insert(key, full_at + CHECK_INTERVAL);
+        Ok(())
+    }
+
+    /// Entries held (addresses and logins).
+    #[cfg(test)]
+    pub(crate) fn entries(&self) -> usize {
+        let tables = self.tables.lock().expect("lockout lock");
+        tables.addresses.len() + tables.logins.len()
+    }
+
+    /// Bytes the tables hold: their keys and values are fixed-size, so this is their whole
+    /// memory (give or take the hash maps' control bytes).
+    #[cfg(test)]
+    pub(crate) fn memory(&self) -> usize {
+        let tables = self.tables.lock().expect("lockout lock");
+        tables.addresses.capacity() * std::mem::size_of::<([u8; 16], Failures)>()
+            + tables.logins.capacity() * std::mem::size_of::<([u8; 32], u64)>()
+    }
+}
+
+/// Whether the owner signed in from this address (see [`address_hash`]) within
+/// [`KNOWN_FOR`].
+pub(crate) fn known_address(conn: &Connection, hash: &[u8; 32], now: u64) -> Result<bool, Error> {
+    Ok(conn
+        .prepare_cached("SELECT 1 FROM known_addresses WHERE address_hash = ?1 AND signed_in > ?2")?
+        .query_row(params![hash.as_slice(), now.saturating_sub(KNOWN_FOR)], |_| Ok(()))
+        .optional()?
+        .is_some())
+}
+
+/// Remembers that the owner signed in from this address now; keeps the
+/// [`KNOWN_ADDRESSES`] most recent within [`KNOWN_FOR`].
+pub(crate) fn remember_address(conn: &Connection, hash: &[u8; 32], now: u64) -> Result<(), Error> {
+    conn.execute(
+        "INSERT INTO known_addresses (address_hash, signed_in) VALUES (?1, ?2)
+         ON CONFLICT (address_hash) DO UPDATE SET signed_in = excluded.signed_in",
+        params![hash.as_slice(), now],
+    )?;
+    conn.execute(
+        "DELETE FROM known_addresses WHERE signed_in <= ?1 OR address_hash NOT IN
+         (SELECT address_hash FROM known_addresses ORDER BY signed_in DESC LIMIT ?2)",
+        params![now.saturating_sub(KNOWN_FOR), KNOWN_ADDRESSES],
+    )?;
+    Ok(())
 }
 
 /// Whether an owner exists yet.
@@ -403,6 +553,16 @@ pub(crate) fn use_recovery_code(conn: &Connection, hash: &[u8; 32], now: u64) ->
         audit(conn, now, "owner", "owner.recovery_code_used", "", &format!("{left} left"))?;
     }
     Ok(spent)
+}
+
+/// Whether a recovery code (by its hash) is unspent, without spending it. A lookup by hash
+/// needs no constant-time compare: the hash of a guess says nothing about a stored code.
+pub(crate) fn recovery_code_exists(conn: &Connection, hash: &[u8; 32]) -> Result<bool, Error> {
+    Ok(conn
+        .prepare_cached("SELECT 1 FROM recovery_codes WHERE code_hash = ?1")?
+        .query_row([hash.as_slice()], |_| Ok(()))
+        .optional()?
+        .is_some())
 }
 
 /// Creates the owner (once).
@@ -610,30 +770,125 @@ mod tests {
         assert!(refused > 0, "a flood beyond the queue is refused");
     }
 
+    fn v6(a: u16, b: u16) -> IpAddr {
+        IpAddr::V6(std::net::Ipv6Addr::new(0x2001, 0xdb8, a, b, 0, 0, 0, 7))
+    }
+
     #[test]
-    fn lockouts_by_login_and_by_address() {
+    fn ten_failures_lock_an_address_not_a_login() {
         let lockouts = Lockouts::default();
         let a: IpAddr = "192.0.2.1".parse().unwrap();
         let b: IpAddr = "198.51.100.7".parse().unwrap();
-        for i in 0..4 {
-            assert_eq!(lockouts.locked("Owner", a, 1000 + i), None);
-            lockouts.fail("owner", a, 1000 + i);
+        for i in 0..9 {
+            lockouts.fail(a, 1000 + i);
+            assert_eq!(lockouts.locked(a, 1000 + i), None);
         }
-        assert_eq!(lockouts.locked("owner", a, 1004), None);
-        lockouts.fail("owner", a, 1004);
-        assert_eq!(lockouts.locked("OWNER", b, 1005), Some(LOCKOUT - 1), "the login is locked from anywhere");
-        assert_eq!(lockouts.locked("owner", b, 1004 + LOCKOUT), None, "for 15 minutes");
-        lockouts.succeed("owner");
-        // Ten failures from one IPv6 /64, spread over logins, lock the whole /64.
-        let v6 = |last: u16| IpAddr::V6(std::net::Ipv6Addr::new(0x2001, 0xdb8, 1, 2, 0, 0, 0, last));
+        lockouts.fail(a, 1009);
+        assert_eq!(lockouts.locked(a, 1010), Some(LOCKOUT - 1), "ten failures lock the address");
+        assert_eq!(lockouts.locked(b, 1010), None, "and only that address");
+        assert_eq!(lockouts.locked(a, 1009 + LOCKOUT), None, "for 15 minutes");
+        // The same address as IPv4-mapped IPv6 is the same address.
+        assert!(lockouts.locked("::ffff:192.0.2.1".parse().unwrap(), 1010).is_some());
+        lockouts.succeed(a);
+        assert_eq!(lockouts.locked(a, 1010), None, "the owner signing in clears it");
+        // Failures older than an hour do not count.
+        for i in 0..9 {
+            lockouts.fail(b, 2000 + i);
+        }
+        lockouts.fail(b, 2009 + FAILURE_WINDOW);
+        assert_eq!(lockouts.locked(b, 2010 + FAILURE_WINDOW), None);
+        // Ten failures from one IPv6 /64, from any of its addresses, lock the whole /64.
         for i in 0..10 {
-            lockouts.fail(&format!("guess{i}"), v6(i), 2000);
+            lockouts.fail(IpAddr::V6(std::net::Ipv6Addr::new(0x2001, 0xdb8, 1, 2, 0, 0, 0, i)), 3000);
         }
-        assert!(lockouts.locked("someone", v6(999), 2001).is_some());
-        assert!(
-            lockouts
-                .locked("someone", IpAddr::V6(std::net::Ipv6Addr::new(0x2001, 0xdb8, 1, 3, 0, 0, 0, 1)), 2001)
-                .is_none()
-        );
+        assert!(lockouts.locked(v6(1, 2), 3001).is_some());
+        assert!(lockouts.locked(v6(1, 3), 3001).is_none());
+    }
+
+    #[test]
+    fn strangers_get_thirty_checks_of_a_login_an_hour() {
+        let lockouts = Lockouts::default();
+        let now = 1_000_000;
+        for _ in 0..LOGIN_CHECKS_PER_HOUR {
+            assert_eq!(lockouts.take("owner", now), Ok(()));
+        }
+        assert_eq!(lockouts.take("OWNER ", now), Err(CHECK_INTERVAL), "the budget is per login, spelled any way");
+        assert_eq!(lockouts.take("someone else", now), Ok(()), "another login has its own");
+        // One check back every two minutes, never more than the hour's worth: an attacker
+        // guessing all day gets 30 an hour and the first hour's.
+        assert_eq!(lockouts.take("owner", now + CHECK_INTERVAL - 1), Err(1));
+        assert_eq!(lockouts.take("owner", now + CHECK_INTERVAL), Ok(()));
+        assert!(lockouts.take("owner", now + CHECK_INTERVAL).is_err());
+        let mut day = 0;
+        for minute in 0..24 * 60 {
+            day += (0..10).filter(|_| lockouts.take("owner", now + 300 + minute * 60).is_ok()).count();
+        }
+        assert!(day <= 25 * LOGIN_CHECKS_PER_HOUR as usize, "{day} checks in a day");
+        assert!(day >= 23 * LOGIN_CHECKS_PER_HOUR as usize, "{day} checks in a day");
+    }
+
+    #[test]
+    fn the_tables_stay_bounded_whatever_is_sent() {
+        let lockouts = Lockouts::with_capacity(1000, 1000);
+        let now = 1_000_000;
+        for _ in 0..LOGIN_CHECKS_PER_HOUR {
+            lockouts.take("owner", now).unwrap();
+        }
+        let huge = "x".repeat(1 << 20);
+        for i in 0..5000u16 {
+            lockouts.fail(v6(i, 1), now + 1);
+            // Logins of a megabyte each keep 40 bytes each.
+            assert_eq!(lockouts.take(&format!("{huge}{i}"), now + 1), Ok(()));
+        }
+        assert_eq!(lockouts.entries(), 2000, "at most 1000 addresses and 1000 logins");
+        let memory = lockouts.memory();
+        assert!(memory < 300 * 1024, "{memory} bytes");
+        // The entries dropped were the strangers' (their budgets fuller than the owner's
+        // spent one): flooding the table gives no fresh guesses at the owner's login.
+        assert!(lockouts.take("owner", now + 2).is_err());
+        // A locked address stays locked while newer single failures fill the table: the
+        // address with the oldest last failure is dropped first.
+        let locked: IpAddr = "203.0.113.5".parse().unwrap();
+        for _ in 0..10 {
+            lockouts.fail(locked, now + 10);
+        }
+        for i in 0..999u16 {
+            lockouts.fail(v6(i, 2), now + 11);
+        }
+        assert!(lockouts.locked(locked, now + 12).is_some());
+        // The default tables: 8192 of each, in two and a half megabytes at most.
+        let full = Lockouts::default();
+        for i in 0..10_000u16 {
+            full.fail(v6(i, 3), now);
+            full.take(&i.to_string(), now).unwrap();
+        }
+        assert_eq!(full.entries(), MAX_ADDRESSES + MAX_LOGINS);
+        assert!(full.memory() < 5 << 19, "{} bytes", full.memory());
+    }
+
+    #[test]
+    fn known_addresses_are_hashed_recent_and_few() {
+        let dir = tempfile::tempdir().unwrap();
+        let db = crate::store::Db::open(&dir.path().join("control.db")).unwrap();
+        let now = 100 * 86_400;
+        let home: IpAddr = "192.0.2.10".parse().unwrap();
+        db.write_blocking(|tx| remember_address(tx, &address_hash(home), now)).unwrap();
+        let known = |ip: IpAddr, at: u64| db.read_blocking(|c| known_address(c, &address_hash(ip), at)).unwrap();
+        assert!(known(home, now));
+        assert!(known("::ffff:192.0.2.10".parse().unwrap(), now));
+        assert!(!known("192.0.2.11".parse().unwrap(), now));
+        assert!(!known(home, now + KNOWN_FOR), "for 90 days");
+        let stored: Vec<u8> = db
+            .read_blocking(|c| Ok(c.query_row("SELECT address_hash FROM known_addresses", [], |r| r.get(0))?))
+            .unwrap();
+        assert_eq!(stored, address_hash(home), "only a hash is kept");
+        for i in 0..60 {
+            db.write_blocking(|tx| remember_address(tx, &address_hash(v6(i, 9)), now + 1 + u64::from(i))).unwrap();
+        }
+        assert!(!known(home, now + 100), "the 50 most recent are kept");
+        assert!(known(v6(59, 9), now + 100) && known(v6(10, 9), now + 100) && !known(v6(9, 9), now + 100));
+        let count: u64 =
+            db.read_blocking(|c| Ok(c.query_row("SELECT count(*) FROM known_addresses", [], |r| r.get(0))?)).unwrap();
+        assert_eq!(count, KNOWN_ADDRESSES as u64);
     }
 }

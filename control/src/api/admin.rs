@@ -5,7 +5,7 @@
 use std::sync::Arc;
 
 use axum::Router;
-use axum::extract::{Path, Query, State};
+use axum::extract::{DefaultBodyLimit, Path, Query, State};
 use axum::http::{HeaderValue, StatusCode, header};
 use axum::response::{IntoResponse, Response};
 use axum::routing::{delete, get, post};
@@ -18,9 +18,104 @@ use crate::app::{App, Counters, now};
 use crate::auth::{self, Principal, Scope};
 use crate::error::Error;
 use crate::store::nodes::{self as node_store, GroupInput, NodeInput};
+use crate::store::users::MAX_BULK;
 use crate::store::users::{self as user_store, ListQuery, UserInput};
 
 type Reply = Result<Response, Response>;
+
+/// The longest name of anything (a user, node, group, token, the owner's login), in
+/// characters: what [`user_store::check_name`] takes.
+const MAX_NAME: usize = 64;
+/// The longest setup token, in bytes (they are 43).
+const MAX_SECRET: usize = 128;
+/// The longest second-factor code, in bytes (a recovery code is 14, an app's code 6).
+const MAX_CODE: usize = 64;
+/// The most groups one user or node is put in at once.
+const MAX_GROUPS: usize = 100;
+/// The longest URL (the profile's links, the edge, the link base), in bytes.
+const MAX_URL: usize = 512;
+/// The longest User-Agent a preview takes, and the longest search, in bytes.
+const MAX_QUERY: usize = 1024;
+
+/// The bounds of a request body's fields, checked as soon as it is parsed, before any work is
+/// done with it (the stores check the content again, in full).
+trait Bounded {
+    fn check_bounds(&self) -> Result<(), Error>;
+}
+
+/// A JSON body within its bounds: a field too long is a 400 naming it.
+struct Input<T>(T);
+
+impl<T: serde::de::DeserializeOwned + Bounded, S: Send + Sync> axum::extract::FromRequest<S> for Input<T> {
+    type Rejection = Response;
+
+    async fn from_request(req: axum::extract::Request, state: &S) -> Result<Self, Response> {
+        let Body(value) = Body::<T>::from_request(req, state).await?;
+        value.check_bounds().map_err(fail)?;
+        Ok(Input(value))
+    }
+}
+
+fn too_long(field: &str, limit: String) -> Error {
+    Error::invalid("too_long", format!("{field} must be at most {limit}"))
+}
+
+/// At most `max` characters (surrounding spaces aside, as names are trimmed).
+fn chars(field: &str, value: &str, max: usize) -> Result<(), Error> {
+    if value.trim().chars().nth(max).is_some() {
+        return Err(too_long(field, format!("{max} characters")));
+    }
+    Ok(())
+}
+
+/// At most `max` bytes.
+fn bytes(field: &str, value: &str, max: usize) -> Result<(), Error> {
+    if value.len() > max {
+        return Err(too_long(field, format!("{max} bytes")));
+    }
+    Ok(())
+}
+
+/// At most `max` entries, each of at most `max_chars` characters.
+fn list(field: &str, values: &[String], max: usize, max_chars: usize) -> Result<(), Error> {
+    if values.len() > max {
+        return Err(too_long(field, format!("{max} entries")));
+    }
+    values.iter().try_for_each(|value| chars(field, value, max_chars))
+}
+
+fn opt(value: &Option<String>) -> &str {
+    value.as_deref().unwrap_or_default()
+}
+
+impl Bounded for UserInput {
+    fn check_bounds(&self) -> Result<(), Error> {
+        chars("name", opt(&self.name), MAX_NAME)?;
+        bytes("reset", opt(&self.reset), 16)?;
+        bytes("note", opt(&self.note), 1000)?;
+        list("groups", self.groups.as_deref().unwrap_or_default(), MAX_GROUPS, MAX_NAME)
+    }
+}
+
+impl Bounded for NodeInput {
+    fn check_bounds(&self) -> Result<(), Error> {
+        chars("name", opt(&self.name), MAX_NAME)?;
+        bytes("host", opt(&self.host), 253)?;
+        bytes("hop", opt(&self.hop), 32)?;
+        bytes("sni", opt(&self.sni), 255)?;
+        bytes("tls", opt(&self.tls), 16)?;
+        bytes("obfs", opt(&self.obfs), 255)?;
+        bytes("masquerade", opt(&self.masquerade), 255)?;
+        list("groups", self.groups.as_deref().unwrap_or_default(), MAX_GROUPS, MAX_NAME)
+    }
+}
+
+impl Bounded for GroupInput {
+    fn check_bounds(&self) -> Result<(), Error> {
+        chars("name", opt(&self.name), MAX_NAME)?;
+        bytes("note", opt(&self.note), 255)
+    }
+}
 
 fn ok(value: serde_json::Value) -> Reply {
     Ok(axum::Json(value).into_response())
@@ -33,8 +128,8 @@ fn fail(e: Error) -> Response {
 pub(super) fn router() -> Router<Arc<App>> {
     Router::new()
         .route("/api/openapi.json", get(openapi))
-        .route("/api/setup", post(setup))
-        .route("/api/login", post(login))
+        .route("/api/setup", post(setup).layer(DefaultBodyLimit::max(super::SIGN_IN_BODY)))
+        .route("/api/login", post(login).layer(DefaultBodyLimit::max(super::SIGN_IN_BODY)))
         .route("/api/logout", post(logout))
         .route("/api/me", get(me))
         .route("/api/totp", get(totp_status))
@@ -43,7 +138,7 @@ pub(super) fn router() -> Router<Arc<App>> {
         .route("/api/totp/disable", post(totp_disable))
         .route("/api/status", get(status))
         .route("/api/users", get(list_users).post(create_user))
-        .route("/api/users/bulk", post(bulk_create))
+        .route("/api/users/bulk", post(bulk_create).layer(DefaultBodyLimit::max(super::MAX_BODY)))
         .route("/api/users/{id}", get(get_user).patch(update_user).delete(delete_user))
         .route("/api/users/{id}/link", get(user_link))
         .route("/api/users/{id}/usage", get(user_usage))
@@ -68,6 +163,8 @@ pub(super) fn router() -> Router<Arc<App>> {
         .route("/api/audit", get(audit))
         .route("/api/settings", get(get_settings).patch(update_settings))
         .route("/metrics", get(crate::metrics::handler))
+        // Every other call takes a small body; the bulk create above and sign-in keep their own.
+        .layer(DefaultBodyLimit::max(super::ADMIN_BODY))
         .layer(axum::middleware::map_response(|mut response: Response| async move {
             response.headers_mut().insert(header::CACHE_CONTROL, HeaderValue::from_static("no-store"));
             response
@@ -97,8 +194,20 @@ struct SetupRequest {
     password: String,
 }
 
+impl Bounded for SetupRequest {
+    fn check_bounds(&self) -> Result<(), Error> {
+        bytes("token", &self.token, MAX_SECRET)?;
+        chars("login", &self.login, MAX_NAME)?;
+        bytes("password", &self.password, auth::MAX_PASSWORD)
+    }
+}
+
 /// First-run setup: the one-time token printed at start creates the owner.
-async fn setup(State(app): State<Arc<App>>, parts: axum::http::request::Parts, Body(req): Body<SetupRequest>) -> Reply {
+async fn setup(
+    State(app): State<Arc<App>>,
+    parts: axum::http::request::Parts,
+    Input(req): Input<SetupRequest>,
+) -> Reply {
     let ip = client_ip(&parts);
     app.spend(ip).map_err(|retry| fail(Error::TooMany(retry)))?;
     let expected = app.setup_token.lock().expect("setup lock").clone();
@@ -111,10 +220,12 @@ async fn setup(State(app): State<Arc<App>>, parts: axum::http::request::Parts, B
     let login = user_store::check_name(&req.login, "login").map_err(fail)?;
     let hash = app.hasher.hash(req.password).await.map_err(fail)?;
     let now = now();
+    let address = auth::address_hash(ip);
     let cookie = app
         .db
         .write(move |tx| {
             auth::create_owner(tx, &login, &hash, now)?;
+            auth::remember_address(tx, &address, now)?;
             auth::start_session(tx, now)
         })
         .await
@@ -136,81 +247,140 @@ struct LoginRequest {
     code: Option<String>,
 }
 
-async fn login(State(app): State<Arc<App>>, parts: axum::http::request::Parts, Body(req): Body<LoginRequest>) -> Reply {
+impl Bounded for LoginRequest {
+    fn check_bounds(&self) -> Result<(), Error> {
+        chars("login", &self.login, MAX_NAME)?;
+        bytes("password", &self.password, auth::MAX_PASSWORD)?;
+        bytes("code", self.code.as_deref().unwrap_or_default(), MAX_CODE)
+    }
+}
+
+/// What sign-in knows before it checks the password.
+struct SignInFacts {
+    /// The owner's login and password hash.
+    owner: Option<(String, String)>,
+    /// Two-step sign-in's state.
+    totp: auth::TotpState,
+    /// Whether the owner signed in from this address recently.
+    known: bool,
+    /// Whether the code is an unspent recovery code.
+    recovery: bool,
+}
+
+/// A second factor that checked out, not yet spent.
+enum GoodCode {
+    /// An authenticator code, for this time step.
+    Totp(u64),
+    /// A recovery code (its hash).
+    Recovery([u8; 32]),
+}
+
+/// Signing in (see [`crate::auth`] for the limits): the address's lockout, then (two-step
+/// sign-in on and a code sent) the code, checked without spending it; then, from an address
+/// the owner has not signed in from and without a good code, a check from the login's hourly
+/// budget; then the password; then the code is spent and the session starts.
+async fn login(
+    State(app): State<Arc<App>>,
+    parts: axum::http::request::Parts,
+    Input(req): Input<LoginRequest>,
+) -> Reply {
     let ip = client_ip(&parts);
     let now = now();
     app.spend(ip).map_err(|retry| fail(Error::TooMany(retry)))?;
-    if let Some(retry) = app.lockouts.locked(&req.login, ip, now) {
+    if let Some(retry) = app.lockouts.locked(ip, now) {
         return Err(fail(Error::TooMany(retry)));
     }
-    let owner = app.db.read(auth::owner).await.map_err(fail)?;
-    let stored = owner.filter(|(login, _)| login.eq_ignore_ascii_case(req.login.trim())).map(|(_, hash)| hash);
+    let code = req.code.as_deref().map(str::trim).filter(|c| !c.is_empty()).map(str::to_owned);
+    let address = auth::address_hash(ip);
+    let recovery_hash = code.as_deref().filter(|c| c.len() > 8).map(crate::totp::recovery_hash);
+    let facts = app
+        .db
+        .read(move |c| {
+            Ok(SignInFacts {
+                owner: auth::owner(c)?,
+                totp: auth::totp_state(c)?,
+                known: auth::known_address(c, &address, now)?,
+                recovery: match &recovery_hash {
+                    Some(hash) => auth::recovery_code_exists(c, hash)?,
+                    None => false,
+                },
+            })
+        })
+        .await
+        .map_err(fail)?;
+    let good_code = match (&facts.totp.secret, &code) {
+        (Some(sealed), Some(code)) => {
+            let secret = app.signer.vault.open(crate::secrets::Purpose::Totp, sealed).map_err(fail)?;
+            match crate::totp::check(&secret, code, now, facts.totp.last_step) {
+                Some(step) => Some(GoodCode::Totp(step)),
+                None if facts.recovery => recovery_hash.map(GoodCode::Recovery),
+                None => {
+                    // A wrong code is a guess like a wrong password: it counts for the address
+                    // and, from an unknown one, takes a check from the login's budget.
+                    if !facts.known {
+                        app.lockouts.take(&req.login, now).map_err(|retry| fail(Error::TooMany(retry)))?;
+                    }
+                    return Err(refused(&app, ip, now, "bad_totp", "that code is wrong, expired or already used"));
+                }
+            }
+        }
+        _ => None,
+    };
+    if !facts.known && good_code.is_none() {
+        app.lockouts.take(&req.login, now).map_err(|retry| fail(Error::TooMany(retry)))?;
+    }
+    let stored = facts.owner.filter(|(login, _)| login.eq_ignore_ascii_case(req.login.trim())).map(|(_, hash)| hash);
     let good = app.hasher.verify(req.password, stored).await.map_err(fail)?;
     if !good {
-        app.lockouts.fail(&req.login, ip, now);
-        Counters::add(&app.counters.logins_failed, 1);
-        tracing::info!(client = %ip, "sign-in refused");
-        return Err(refuse(StatusCode::UNAUTHORIZED, "bad_login", "wrong login or password"));
+        return Err(refused(&app, ip, now, "bad_login", "wrong login or password"));
     }
-    match second_factor(&app, req.code.as_deref(), now).await.map_err(fail)? {
-        SecondFactor::Passed => {}
-        // A missing code is a step of the flow...
-        SecondFactor::Required => {
-            return Err(refuse(
-                StatusCode::UNAUTHORIZED,
-                "totp_required",
-                "two-step sign-in is on: send the code from your authenticator app as `code`",
-            ));
-        }
-        // ...a wrong one counts like a wrong password.
-        SecondFactor::Wrong => {
-            app.lockouts.fail(&req.login, ip, now);
-            Counters::add(&app.counters.logins_failed, 1);
-            tracing::info!(client = %ip, "sign-in refused: second factor");
-            return Err(refuse(StatusCode::UNAUTHORIZED, "bad_totp", "that code is wrong, expired or already used"));
-        }
+    // A missing code is a step of the flow, not a failure.
+    if facts.totp.secret.is_some() && good_code.is_none() {
+        return Err(refuse(
+            StatusCode::UNAUTHORIZED,
+            "totp_required",
+            "two-step sign-in is on: send the code from your authenticator app as `code`",
+        ));
     }
-    app.lockouts.succeed(&req.login);
-    let cookie = app.db.write(move |tx| auth::start_session(tx, now)).await.map_err(fail)?;
+    let cookie = app
+        .db
+        .write(move |tx| {
+            let spent = match good_code {
+                None => true,
+                Some(GoodCode::Totp(step)) => auth::totp_use_step(tx, step)?,
+                Some(GoodCode::Recovery(hash)) => {
+                    let spent = auth::use_recovery_code(tx, &hash, now)?;
+                    if spent {
+                        tracing::warn!("owner signed in with a recovery code");
+                    }
+                    spent
+                }
+            };
+            if !spent {
+                return Ok(None);
+            }
+            auth::remember_address(tx, &address, now)?;
+            auth::start_session(tx, now).map(Some)
+        })
+        .await
+        .map_err(fail)?;
+    // Spent by a sign-in at the same moment.
+    let Some(cookie) = cookie else {
+        return Err(refused(&app, ip, now, "bad_totp", "that code is wrong, expired or already used"));
+    };
+    app.lockouts.succeed(ip);
     tracing::info!(client = %ip, "owner signed in");
     let mut response = axum::Json(json!({ "ok": true })).into_response();
     response.headers_mut().insert(header::SET_COOKIE, session_cookie(&cookie, auth::SESSION_ABSOLUTE));
     Ok(response)
 }
 
-/// What the second sign-in factor says after a right password.
-enum SecondFactor {
-    /// Two-step sign-in is off, or the code (or a recovery code) is good.
-    Passed,
-    /// Two-step sign-in is on and no code came.
-    Required,
-    /// The code is wrong, expired or already used.
-    Wrong,
-}
-
-/// After a right password: nothing more, or (two-step sign-in on) a fresh authenticator code
-/// or an unspent recovery code.
-async fn second_factor(app: &Arc<App>, code: Option<&str>, now: u64) -> Result<SecondFactor, Error> {
-    let state = app.db.read(auth::totp_state).await?;
-    let Some(sealed) = state.secret else {
-        return Ok(SecondFactor::Passed);
-    };
-    let Some(code) = code.map(str::trim).filter(|c| !c.is_empty()) else {
-        return Ok(SecondFactor::Required);
-    };
-    let secret = app.signer.vault.open(crate::secrets::Purpose::Totp, &sealed)?;
-    if let Some(step) = crate::totp::check(&secret, code, now, state.last_step) {
-        if app.db.write(move |tx| auth::totp_use_step(tx, step)).await? {
-            return Ok(SecondFactor::Passed);
-        }
-    } else if code.len() > 8 {
-        let hash = crate::totp::recovery_hash(code);
-        if app.db.write(move |tx| auth::use_recovery_code(tx, &hash, now)).await? {
-            tracing::warn!("owner signed in with a recovery code");
-            return Ok(SecondFactor::Passed);
-        }
-    }
-    Ok(SecondFactor::Wrong)
+/// A refused sign-in: counted for the address, logged without the login.
+fn refused(app: &App, ip: std::net::IpAddr, now: u64, code: &str, message: &str) -> Response {
+    app.lockouts.fail(ip, now);
+    Counters::add(&app.counters.logins_failed, 1);
+    tracing::info!(client = %ip, reason = code, "sign-in refused");
+    refuse(StatusCode::UNAUTHORIZED, code, message)
 }
 
 /// Only the owner, in a browser session, manages two-step sign-in (not API tokens).
@@ -248,9 +418,15 @@ struct TotpConfirm {
     code: String,
 }
 
+impl Bounded for TotpConfirm {
+    fn check_bounds(&self) -> Result<(), Error> {
+        bytes("code", &self.code, MAX_CODE)
+    }
+}
+
 /// Finishes turning two-step sign-in on with a first code; answers with the recovery codes,
 /// once.
-async fn totp_confirm(State(app): State<Arc<App>>, auth: Auth, Body(req): Body<TotpConfirm>) -> Reply {
+async fn totp_confirm(State(app): State<Arc<App>>, auth: Auth, Input(req): Input<TotpConfirm>) -> Reply {
     owner_only(&auth)?;
     let now = now();
     let state = app.db.read(auth::totp_state).await.map_err(fail)?;
@@ -274,8 +450,14 @@ struct TotpDisable {
     password: String,
 }
 
+impl Bounded for TotpDisable {
+    fn check_bounds(&self) -> Result<(), Error> {
+        bytes("password", &self.password, auth::MAX_PASSWORD)
+    }
+}
+
 /// Turns two-step sign-in off; needs the password again.
-async fn totp_disable(State(app): State<Arc<App>>, auth: Auth, Body(req): Body<TotpDisable>) -> Reply {
+async fn totp_disable(State(app): State<Arc<App>>, auth: Auth, Input(req): Input<TotpDisable>) -> Reply {
     owner_only(&auth)?;
     let owner = app.db.read(auth::owner).await.map_err(fail)?;
     if !app.hasher.verify(req.password, owner.map(|(_, hash)| hash)).await.map_err(fail)? {
@@ -449,6 +631,7 @@ async fn user_preview(
     use hearth_shared::render::Format;
     // It shows the credential, as the link does.
     auth.need(Scope::Operate)?;
+    bytes("ua", &query.ua, MAX_QUERY).map_err(fail)?;
     let state = app.clone();
     let (token, stored) = app
         .db
@@ -511,6 +694,24 @@ struct SettingsInput {
     ua_rules: Option<Vec<hearth_shared::agent::UaRule>>,
 }
 
+impl Bounded for SettingsInput {
+    fn check_bounds(&self) -> Result<(), Error> {
+        if let Some(profile) = &self.profile {
+            chars("title", opt(&profile.title), 64)?;
+            chars("announce", opt(&profile.announce), 200)?;
+            bytes("support_url", opt(&profile.support_url), MAX_URL)?;
+            bytes("web_page_url", opt(&profile.web_page_url), MAX_URL)?;
+        }
+        bytes("edge_url", opt(&self.edge_url), MAX_URL)?;
+        bytes("sub_url", opt(&self.sub_url), MAX_URL)?;
+        let rules = self.ua_rules.as_deref().unwrap_or_default();
+        if rules.len() > crate::settings::MAX_RULES {
+            return Err(too_long("ua_rules", format!("{} entries", crate::settings::MAX_RULES)));
+        }
+        rules.iter().try_for_each(|rule| chars("ua_rules", &rule.contains, 64))
+    }
+}
+
 /// An address from the owner: empty clears it, anything else must be an http(s) URL.
 fn address(what: &str, value: Option<String>, current: Option<String>) -> Result<Option<String>, Response> {
     match value {
@@ -525,7 +726,7 @@ fn address(what: &str, value: Option<String>, current: Option<String>) -> Result
 /// Changes the subscription profile (every link carries it at once: each snapshot is signed
 /// again, and pushed) and where pushes and links go (a new edge gets everything; nodes learn
 /// it from control's next answer).
-async fn update_settings(State(app): State<Arc<App>>, auth: Auth, Body(input): Body<SettingsInput>) -> Reply {
+async fn update_settings(State(app): State<Arc<App>>, auth: Auth, Input(input): Input<SettingsInput>) -> Reply {
     auth.need(Scope::Admin)?;
     let current = app.addresses().set;
     let edge_url = address("edge_url", input.edge_url, current.edge_url.clone())?;
@@ -612,6 +813,9 @@ async fn user_usage(
 
 async fn list_users(State(app): State<Arc<App>>, auth: Auth, Query(query): Query<ListQuery>) -> Reply {
     auth.need(Scope::Read)?;
+    bytes("q", opt(&query.q), MAX_QUERY).map_err(fail)?;
+    bytes("status", opt(&query.status), 16).map_err(fail)?;
+    chars("group", opt(&query.group), MAX_NAME).map_err(fail)?;
     let page = app.db.read(move |c| user_store::list(c, &query)).await.map_err(fail)?;
     ok(serde_json::to_value(page).expect("a page serializes"))
 }
@@ -623,7 +827,7 @@ fn with_link(app: &App, user: user_store::UserView, token: &hearth_shared::wire:
     value
 }
 
-async fn create_user(State(app): State<Arc<App>>, auth: Auth, Body(input): Body<UserInput>) -> Reply {
+async fn create_user(State(app): State<Arc<App>>, auth: Auth, Input(input): Input<UserInput>) -> Reply {
     let (user, token) = change(&app, &auth, Scope::Operate, move |tx, app, actor, now| {
         let created = user_store::create(tx, &app.signer, actor, &input, now)?;
         Ok((user_store::get(tx, created.id)?, created.token))
@@ -640,7 +844,14 @@ struct BulkRequest {
     settings: UserInput,
 }
 
-async fn bulk_create(State(app): State<Arc<App>>, auth: Auth, Body(req): Body<BulkRequest>) -> Reply {
+impl Bounded for BulkRequest {
+    fn check_bounds(&self) -> Result<(), Error> {
+        list("names", &self.names, MAX_BULK, MAX_NAME)?;
+        self.settings.check_bounds()
+    }
+}
+
+async fn bulk_create(State(app): State<Arc<App>>, auth: Auth, Input(req): Input<BulkRequest>) -> Reply {
     let created = change(&app, &auth, Scope::Operate, move |tx, app, actor, now| {
         user_store::create_many(tx, &app.signer, actor, &req.names, &req.settings, now)
     })
@@ -697,7 +908,7 @@ async fn update_user(
     State(app): State<Arc<App>>,
     auth: Auth,
     Path(id): Path<u64>,
-    Body(input): Body<UserInput>,
+    Input(input): Input<UserInput>,
 ) -> Reply {
     change_user(app, &auth, move |c, app, actor, now| user_store::update(c, &app.signer, actor, id, &input, now)).await
 }
@@ -708,11 +919,17 @@ struct ExtendRequest {
     days: u64,
 }
 
+impl Bounded for ExtendRequest {
+    fn check_bounds(&self) -> Result<(), Error> {
+        Ok(())
+    }
+}
+
 async fn extend_user(
     State(app): State<Arc<App>>,
     auth: Auth,
     Path(id): Path<u64>,
-    Body(req): Body<ExtendRequest>,
+    Input(req): Input<ExtendRequest>,
 ) -> Reply {
     change_user(app, &auth, move |c, app, actor, now| user_store::extend(c, &app.signer, actor, id, req.days, now))
         .await
@@ -805,7 +1022,7 @@ fn node_json(
     value
 }
 
-async fn create_node(State(app): State<Arc<App>>, auth: Auth, Body(input): Body<NodeInput>) -> Reply {
+async fn create_node(State(app): State<Arc<App>>, auth: Auth, Input(input): Input<NodeInput>) -> Reply {
     let (node, token) =
         change(&app, &auth, Scope::Operate, move |tx, _, actor, now| node_store::create(tx, actor, &input, now))
             .await?;
@@ -819,7 +1036,7 @@ async fn update_node(
     State(app): State<Arc<App>>,
     auth: Auth,
     Path(id): Path<u64>,
-    Body(input): Body<NodeInput>,
+    Input(input): Input<NodeInput>,
 ) -> Reply {
     let node = change(&app, &auth, Scope::Operate, move |tx, app, actor, now| {
         node_store::update(tx, &app.signer, actor, id, &input, now)
@@ -856,11 +1073,17 @@ struct RolloutRequest {
     canary: u64,
 }
 
+impl Bounded for RolloutRequest {
+    fn check_bounds(&self) -> Result<(), Error> {
+        Ok(())
+    }
+}
+
 async fn start_rollout(
     State(app): State<Arc<App>>,
     auth: Auth,
     Path(version): Path<u64>,
-    Body(req): Body<RolloutRequest>,
+    Input(req): Input<RolloutRequest>,
 ) -> Reply {
     change(&app, &auth, Scope::Admin, move |tx, app, actor, now| {
         crate::releases::start(tx, &app.signer, version, req.canary, actor, now)
@@ -885,7 +1108,7 @@ async fn list_groups(State(app): State<Arc<App>>, auth: Auth) -> Reply {
     ok(json!({ "groups": groups }))
 }
 
-async fn create_group(State(app): State<Arc<App>>, auth: Auth, Body(input): Body<GroupInput>) -> Reply {
+async fn create_group(State(app): State<Arc<App>>, auth: Auth, Input(input): Input<GroupInput>) -> Reply {
     let group =
         change(&app, &auth, Scope::Operate, move |tx, _, actor, now| node_store::create_group(tx, actor, &input, now))
             .await?;
@@ -896,7 +1119,7 @@ async fn update_group(
     State(app): State<Arc<App>>,
     auth: Auth,
     Path(id): Path<i64>,
-    Body(input): Body<GroupInput>,
+    Input(input): Input<GroupInput>,
 ) -> Reply {
     let group = change(&app, &auth, Scope::Operate, move |tx, _, actor, now| {
         node_store::update_group(tx, actor, id, &input, now)
@@ -926,7 +1149,13 @@ struct TokenRequest {
     scope: Scope,
 }
 
-async fn create_token(State(app): State<Arc<App>>, auth: Auth, Body(req): Body<TokenRequest>) -> Reply {
+impl Bounded for TokenRequest {
+    fn check_bounds(&self) -> Result<(), Error> {
+        chars("name", &self.name, MAX_NAME)
+    }
+}
+
+async fn create_token(State(app): State<Arc<App>>, auth: Auth, Input(req): Input<TokenRequest>) -> Reply {
     let (token, view) = change(&app, &auth, Scope::Admin, move |tx, _, actor, now| {
         auth::create_token(tx, actor, &req.name, req.scope, now)
     })

@@ -87,6 +87,17 @@ impl Client {
         self.send(Method::PATCH, &self.admin(path), Some(body), &[]).await
     }
 
+    /// Signs in (or tries to) from `ip`.
+    async fn login_from(&self, ip: &str, body: Value) -> Answer {
+        let address = std::net::SocketAddr::new(ip.parse().unwrap(), 40_000);
+        let mut request = Request::post(self.admin("/login"))
+            .header(header::CONTENT_TYPE, "application/json")
+            .body(HttpBody::from(body.to_string()))
+            .unwrap();
+        request.extensions_mut().insert(axum::extract::ConnectInfo(crate::tls::ClientAddr(address)));
+        self.raw(request).await
+    }
+
     /// Runs setup and keeps the owner's session.
     async fn signed_in(edge: bool) -> Client {
         let mut client = Client::new(edge);
@@ -127,15 +138,19 @@ async fn setup_once_then_sign_in_with_lockout() {
         client.post("/setup", json!({ "token": "right", "login": "owner", "password": "a long password" })).await;
     assert_eq!(answer.status, StatusCode::CONFLICT, "setup works once");
 
-    // Wrong passwords: 401 four times, then the fifth locks the login.
-    for _ in 0..5 {
-        let answer = client.post("/login", json!({ "login": "owner", "password": "not the password" })).await;
+    // Wrong passwords: 401 nine times, whatever the login; the tenth locks the address.
+    for i in 0..10 {
+        let login = if i % 2 == 0 { "owner" } else { "someone" };
+        let answer = client.post("/login", json!({ "login": login, "password": "not the password" })).await;
         assert_eq!((answer.status, answer.code().as_str()), (StatusCode::UNAUTHORIZED, "bad_login"));
     }
     let answer = client.post("/login", json!({ "login": "owner", "password": "a long password" })).await;
     assert_eq!(answer.status, StatusCode::TOO_MANY_REQUESTS, "locked even with the right password");
     assert!(answer.headers.contains_key(header::RETRY_AFTER));
-    client.app().lockouts.succeed("owner");
+    // Not the login: from elsewhere, the owner's login is checked (and refused) as before.
+    let elsewhere = client.login_from("192.0.2.1", json!({ "login": "owner", "password": "not the password" })).await;
+    assert_eq!(elsewhere.code(), "bad_login");
+    client.app().lockouts.succeed(std::net::Ipv4Addr::UNSPECIFIED.into());
     // An unknown login is refused the same way.
     let answer = client.post("/login", json!({ "login": "nobody", "password": "a long password" })).await;
     assert_eq!(answer.status, StatusCode::UNAUTHORIZED);
@@ -772,7 +787,6 @@ async fn two_step_sign_in_needs_a_fresh_code_or_a_recovery_code() {
     let answer = client.post("/login", login(Some(&recovery[3]))).await;
     assert_eq!(answer.code(), "bad_totp");
     assert_eq!(client.get("/totp").await.json()["recovery_left"], 9);
-    client.app().lockouts.succeed("owner");
 
     // API tokens cannot touch it; turning it off needs the password.
     let token = client.post("/tokens", json!({ "name": "t", "scope": "admin" })).await.json()["token"]
@@ -873,4 +887,167 @@ async fn user_agent_rules_are_checked_kept_signed_for_the_edge_and_used() {
     assert_eq!(envelope.header.audience, Audience::Edge);
     let settings: wire::EdgeSettings = wire::decode(&envelope.body, "edge settings").unwrap();
     assert_eq!(settings.ua_rules[0].contains, "FamilyApp");
+}
+
+#[tokio::test]
+async fn huge_sign_in_fields_are_refused_before_anything_is_counted() {
+    let client = Client::signed_in(false).await;
+    let lockouts = &client.app().lockouts;
+    assert_eq!((lockouts.entries(), lockouts.memory()), (0, 0));
+    // 3.9 MB logins, from 60 addresses: refused unread past the sign-in body's size.
+    let huge = "x".repeat(3_900_000);
+    for i in 0..60 {
+        let answer = client
+            .login_from(&format!("198.51.100.{i}"), json!({ "login": huge, "password": "not the password" }))
+            .await;
+        assert_eq!((answer.status, answer.code().as_str()), (StatusCode::PAYLOAD_TOO_LARGE, "too_large"));
+    }
+    // A login longer than any the owner can have, a password or code too long: a 400 naming
+    // the field, neither counted nor hashed.
+    for (i, (body, field)) in [
+        (json!({ "login": "x".repeat(65), "password": "not the password" }), "login"),
+        (json!({ "login": "owner", "password": "x".repeat(257) }), "password"),
+        (json!({ "login": "owner", "password": "not the password", "code": "1".repeat(65) }), "code"),
+    ]
+    .into_iter()
+    .cycle()
+    .take(60)
+    .enumerate()
+    {
+        let answer = client.login_from(&format!("203.0.113.{i}"), body).await;
+        assert_eq!((answer.status, answer.code().as_str()), (StatusCode::BAD_REQUEST, "too_long"));
+        assert!(answer.json()["error"]["message"].as_str().unwrap().starts_with(field));
+    }
+    assert_eq!((lockouts.entries(), lockouts.memory()), (0, 0), "nothing was kept");
+    assert_eq!(client.app().counters.logins_failed.load(std::sync::atomic::Ordering::Relaxed), 0);
+    // The longest login is checked as usual, and counted by a fixed-size key.
+    let answer = client.login_from("203.0.113.99", json!({ "login": "x".repeat(64), "password": "nope" })).await;
+    assert_eq!(answer.code(), "bad_login");
+    assert_eq!(lockouts.entries(), 2, "the address and the login");
+    assert!(lockouts.memory() < 4096, "{}", lockouts.memory());
+}
+
+#[tokio::test]
+async fn every_admin_field_is_bounded_and_bulk_create_takes_its_most() {
+    let client = Client::signed_in(false).await;
+    let long = |n: usize| "x".repeat(n);
+    for (method, path, body, field) in [
+        (Method::POST, "/users", json!({ "name": long(65) }), "name"),
+        (Method::POST, "/users", json!({ "name": "a", "note": long(1001) }), "note"),
+        (Method::POST, "/users", json!({ "name": "a", "reset": long(17) }), "reset"),
+        (Method::POST, "/users", json!({ "name": "a", "groups": vec!["default"; 101] }), "groups"),
+        (Method::POST, "/users", json!({ "name": "a", "groups": [long(65)] }), "groups"),
+        (Method::POST, "/users/bulk", json!({ "names": vec!["a"; 10_001] }), "names"),
+        (Method::POST, "/users/bulk", json!({ "names": [long(65)] }), "names"),
+        (Method::POST, "/users/bulk", json!({ "names": ["a"], "settings": { "note": long(1001) } }), "note"),
+        (Method::POST, "/nodes", json!({ "name": "n", "host": long(254) }), "host"),
+        (Method::POST, "/nodes", json!({ "name": "n", "host": "h", "obfs": long(256) }), "obfs"),
+        (Method::POST, "/nodes", json!({ "name": "n", "host": "h", "masquerade": long(256) }), "masquerade"),
+        (Method::POST, "/groups", json!({ "name": long(65) }), "name"),
+        (Method::POST, "/tokens", json!({ "name": long(65), "scope": "read" }), "name"),
+        (Method::POST, "/totp/confirm", json!({ "code": long(65) }), "code"),
+        (Method::POST, "/totp/disable", json!({ "password": long(257) }), "password"),
+        (Method::PATCH, "/settings", json!({ "edge_url": format!("https://{}", long(600)) }), "edge_url"),
+        (Method::PATCH, "/settings", json!({ "profile": { "announce": long(201) } }), "announce"),
+        (Method::PATCH, "/settings", json!({ "ua_rules": [{ "contains": long(65), "target": "mihomo" }] }), "ua_rules"),
+    ] {
+        let answer = client.send(method, &client.admin(path), Some(body), &[]).await;
+        assert_eq!((answer.status, answer.code().as_str()), (StatusCode::BAD_REQUEST, "too_long"), "{path} {field}");
+        assert!(answer.json()["error"]["message"].as_str().unwrap().starts_with(field), "{path} {field}");
+    }
+    let answer = client.get(&format!("/users/1/preview?ua={}", long(1025))).await;
+    assert_eq!(answer.code(), "too_long");
+    // A body far larger than a call can take is refused unread.
+    let answer = client.post("/users", json!({ "name": "a", "note": long(70_000) })).await;
+    assert_eq!((answer.status, answer.code().as_str()), (StatusCode::PAYLOAD_TOO_LARGE, "too_large"));
+    // A bulk create of the most names, each of the most characters (four bytes each), gets
+    // past the size and the bounds to the store (which refuses the first, empty, name).
+    let mut names: Vec<String> = (0..9_999).map(|i| format!("{}{i:04}", "\u{1d11e}".repeat(60))).collect();
+    names.insert(0, String::new());
+    let body = json!({ "names": names });
+    assert!(body.to_string().len() > 2_400_000);
+    let answer = client.post("/users/bulk", body).await;
+    assert_eq!((answer.status, answer.code().as_str()), (StatusCode::BAD_REQUEST, "bad_name"));
+    assert_eq!(client.get("/users").await.json()["total"], 0, "nothing was created");
+}
+
+/// Turns two-step sign-in on for the signed-in owner; gives the secret and recovery codes.
+async fn turn_two_step_on(client: &Client) -> (Vec<u8>, Vec<String>) {
+    let enrollment = client.post("/totp/enroll", json!({})).await.json();
+    let secret = base32_decode(enrollment["secret"].as_str().unwrap());
+    let code = format!("{:06}", crate::totp::code_at(&secret, now() / crate::totp::STEP));
+    let answer = client.post("/totp/confirm", json!({ "code": code })).await;
+    assert_eq!(answer.status, StatusCode::OK, "{}", String::from_utf8_lossy(&answer.body));
+    let recovery =
+        answer.json()["recovery_codes"].as_array().unwrap().iter().map(|c| c.as_str().unwrap().to_owned()).collect();
+    (secret, recovery)
+}
+
+#[tokio::test]
+async fn strangers_can_slow_guessing_but_never_keep_the_owner_out() {
+    let client = Client::signed_in(false).await;
+    let (secret, recovery) = turn_two_step_on(&client).await;
+    let password = |password: &str, code: Option<&str>| {
+        let mut body = json!({ "login": "owner", "password": password });
+        if let Some(code) = code {
+            body["code"] = json!(code);
+        }
+        body
+    };
+    // The owner signs in from home once: that address is known from then on.
+    let answer = client.login_from("192.0.2.1", password("a long password", Some(&recovery[0]))).await;
+    assert_eq!(answer.status, StatusCode::OK, "{}", String::from_utf8_lossy(&answer.body));
+
+    // 100 wrong passwords for the owner's login from ten other addresses: the login's budget
+    // for unknown addresses lets 30 be checked, then 429 with the time to wait.
+    let mut checked = 0;
+    for i in 0..100 {
+        let answer = client.login_from(&format!("198.51.100.{}", i / 10), password("a guess", None)).await;
+        match answer.status {
+            StatusCode::UNAUTHORIZED => checked += 1,
+            StatusCode::TOO_MANY_REQUESTS => {
+                let retry: u64 = answer.headers[header::RETRY_AFTER].to_str().unwrap().parse().unwrap();
+                assert!((1..=120).contains(&retry), "{retry}");
+            }
+            other => panic!("{other}: {}", String::from_utf8_lossy(&answer.body)),
+        }
+    }
+    assert_eq!(checked, crate::auth::LOGIN_CHECKS_PER_HOUR, "guessing from unknown addresses is capped");
+    // Wrong codes from unknown addresses are refused the same way: no way around the budget.
+    let answer = client.login_from("198.51.100.50", password("a guess", Some("123456"))).await;
+    assert_eq!(answer.status, StatusCode::TOO_MANY_REQUESTS);
+    // A new address with the right password but no code: also held to the spent budget.
+    let answer = client.login_from("198.51.100.51", password("a long password", None)).await;
+    assert_eq!(answer.status, StatusCode::TOO_MANY_REQUESTS);
+
+    // The owner still gets in from home...
+    let answer = client.login_from("192.0.2.1", password("a long password", Some(&recovery[1]))).await;
+    assert_eq!(answer.status, StatusCode::OK, "{}", String::from_utf8_lossy(&answer.body));
+    // ...and from anywhere with a valid code, spent only then.
+    let step = now() / crate::totp::STEP;
+    let code = format!("{:06}", crate::totp::code_at(&secret, step + 1));
+    let answer = client.login_from("203.0.113.7", password("a long password", Some(&code))).await;
+    assert_eq!(answer.status, StatusCode::OK, "{}", String::from_utf8_lossy(&answer.body));
+    let answer = client.login_from("203.0.113.8", password("a long password", Some(&code))).await;
+    assert_eq!(answer.status, StatusCode::TOO_MANY_REQUESTS, "a spent code is no way past the budget");
+    // A valid code with a wrong password is not spent: the owner mistyping keeps the code.
+    let answer = client.login_from("203.0.113.9", password("a typo", Some(&recovery[2]))).await;
+    assert_eq!(answer.code(), "bad_login");
+    let answer = client.login_from("203.0.113.9", password("a long password", Some(&recovery[2]))).await;
+    assert_eq!(answer.status, StatusCode::OK, "{}", String::from_utf8_lossy(&answer.body));
+    // Only hashes of the owner's addresses are stored.
+    let stored: Vec<Vec<u8>> = client
+        .app()
+        .db
+        .read(|c| {
+            Ok(c.prepare("SELECT address_hash FROM known_addresses")?
+                .query_map([], |row| row.get(0))?
+                .collect::<Result<_, _>>()?)
+        })
+        .await
+        .unwrap();
+    for ip in ["192.0.2.1", "203.0.113.7", "203.0.113.9"] {
+        assert!(stored.contains(&crate::auth::address_hash(ip.parse().unwrap()).to_vec()), "{ip}");
+    }
+    assert!(!stored.contains(&crate::auth::address_hash("198.51.100.1".parse().unwrap()).to_vec()));
 }

@@ -36,6 +36,12 @@ const MIGRATIONS: &[&str] = &[
         reason  TEXT NOT NULL,
         held_at INTEGER NOT NULL
     ) STRICT;",
+    // Addresses the owner signed in from (SHA-256 of the address's key), exempt from the
+    // sign-in budget of strangers (see crate::auth).
+    "CREATE TABLE known_addresses (
+        address_hash BLOB PRIMARY KEY,
+        signed_in    INTEGER NOT NULL
+    ) STRICT, WITHOUT ROWID;",
 ];
 
 /// Readers kept open between requests.
