@@ -9,13 +9,15 @@ mod agent;
 mod capped;
 mod enroll;
 mod metrics;
-mod proto;
-mod salamander;
 mod server;
 mod state;
 mod supervise;
 mod table;
 mod update;
+
+// The wire formats and Salamander live in the library (node/src/lib.rs), where the fuzz
+// targets reach them too.
+use hearth_node::{proto, salamander};
 
 use std::path::{Path, PathBuf};
 use std::sync::Arc;

@@ -1,19 +1,19 @@
 //! The Hysteria2 wire formats the node speaks after authentication: the TCP request and
 //! response that open a proxied stream, and the UDP message carried in QUIC datagrams.
-//! (Authentication itself is an HTTP/3 request; see [`crate::server`].)
+//! (Authentication itself is an HTTP/3 request, which the server module answers.)
 
 use tokio::io::{AsyncRead, AsyncReadExt as _};
 
 /// The frame type that opens a TCP proxy stream.
-pub(crate) const TCP_REQUEST: u64 = 0x401;
+pub const TCP_REQUEST: u64 = 0x401;
 /// The longest address a client may send.
-pub(crate) const MAX_ADDRESS: u64 = 2048;
+pub const MAX_ADDRESS: u64 = 2048;
 /// The most padding a client may send.
-pub(crate) const MAX_PADDING: u64 = 4096;
+pub const MAX_PADDING: u64 = 4096;
 
 /// Why a request could not be read.
 #[derive(Debug, thiserror::Error)]
-pub(crate) enum ProtoError {
+pub enum ProtoError {
     #[error("stream closed early: {0}")]
     Io(#[from] std::io::Error),
     #[error("not a TCP request (frame type {0:#x})")]
@@ -29,7 +29,7 @@ pub(crate) enum ProtoError {
 }
 
 /// Appends a QUIC variable-length integer.
-pub(crate) fn put_varint(out: &mut Vec<u8>, value: u64) {
+pub fn put_varint(out: &mut Vec<u8>, value: u64) {
     if value < 1 << 6 {
         out.push(value as u8);
     } else if value < 1 << 14 {
@@ -43,7 +43,7 @@ pub(crate) fn put_varint(out: &mut Vec<u8>, value: u64) {
 }
 
 /// Reads a QUIC variable-length integer from a slice; returns it and the bytes used.
-pub(crate) fn get_varint(input: &[u8]) -> Option<(u64, usize)> {
+pub fn get_varint(input: &[u8]) -> Option<(u64, usize)> {
     let first = *input.first()?;
     let len = 1usize << (first >> 6);
     let bytes = input.get(..len)?;
@@ -55,7 +55,7 @@ pub(crate) fn get_varint(input: &[u8]) -> Option<(u64, usize)> {
 }
 
 /// Reads a QUIC variable-length integer from a stream.
-pub(crate) async fn read_varint<R: AsyncRead + Unpin>(reader: &mut R) -> std::io::Result<u64> {
+pub async fn read_varint<R: AsyncRead + Unpin>(reader: &mut R) -> std::io::Result<u64> {
     let first = reader.read_u8().await?;
     let len = 1usize << (first >> 6);
     let mut value = u64::from(first & 0x3f);
@@ -77,7 +77,7 @@ async fn skip<R: AsyncRead + Unpin>(reader: &mut R, mut n: u64) -> std::io::Resu
 
 /// Reads a TCP request (after which the stream carries the client's bytes); returns the
 /// `host:port` it asks for.
-pub(crate) async fn read_tcp_request<R: AsyncRead + Unpin>(reader: &mut R) -> Result<String, ProtoError> {
+pub async fn read_tcp_request<R: AsyncRead + Unpin>(reader: &mut R) -> Result<String, ProtoError> {
     let kind = read_varint(reader).await?;
     if kind != TCP_REQUEST {
         return Err(ProtoError::NotTcp(kind));
@@ -97,7 +97,7 @@ pub(crate) async fn read_tcp_request<R: AsyncRead + Unpin>(reader: &mut R) -> Re
 }
 
 /// A TCP response: status 0 (ok) or 1 (error) with a message, and a little padding.
-pub(crate) fn tcp_response(ok: bool, message: &str) -> Vec<u8> {
+pub fn tcp_response(ok: bool, message: &str) -> Vec<u8> {
     let mut out = vec![u8::from(!ok)];
     put_varint(&mut out, message.len() as u64);
     out.extend_from_slice(message.as_bytes());
@@ -109,18 +109,18 @@ pub(crate) fn tcp_response(ok: bool, message: &str) -> Vec<u8> {
 
 /// A UDP message, one fragment of a client's (or a target's) datagram.
 #[derive(Clone, Debug, PartialEq, Eq)]
-pub(crate) struct UdpMessage {
-    pub(crate) session: u32,
-    pub(crate) packet: u16,
-    pub(crate) fragment: u8,
-    pub(crate) fragments: u8,
-    pub(crate) address: String,
-    pub(crate) payload: Vec<u8>,
+pub struct UdpMessage {
+    pub session: u32,
+    pub packet: u16,
+    pub fragment: u8,
+    pub fragments: u8,
+    pub address: String,
+    pub payload: Vec<u8>,
 }
 
 impl UdpMessage {
     /// Parses one QUIC datagram.
-    pub(crate) fn parse(bytes: &[u8]) -> Result<UdpMessage, ProtoError> {
+    pub fn parse(bytes: &[u8]) -> Result<UdpMessage, ProtoError> {
         let bad = || ProtoError::BadDatagram;
         let header = bytes.get(..8).ok_or_else(bad)?;
         let session = u32::from_be_bytes(header[..4].try_into().map_err(|_| bad())?);
@@ -147,14 +147,14 @@ impl UdpMessage {
     }
 
     /// The header's length for `address`.
-    pub(crate) fn header_len(address: &str) -> usize {
+    pub fn header_len(address: &str) -> usize {
         let mut varint = Vec::new();
         put_varint(&mut varint, address.len() as u64);
         8 + varint.len() + address.len()
     }
 
     /// Encodes this message.
-    pub(crate) fn encode(&self) -> Vec<u8> {
+    pub fn encode(&self) -> Vec<u8> {
         let mut out = Vec::with_capacity(UdpMessage::header_len(&self.address) + self.payload.len());
         out.extend_from_slice(&self.session.to_be_bytes());
         out.extend_from_slice(&self.packet.to_be_bytes());
@@ -168,13 +168,7 @@ impl UdpMessage {
 
     /// Splits a datagram for `address` into messages that each fit `max` bytes (None when
     /// it would take more than 255 fragments).
-    pub(crate) fn split(
-        session: u32,
-        packet: u16,
-        address: &str,
-        payload: &[u8],
-        max: usize,
-    ) -> Option<Vec<UdpMessage>> {
+    pub fn split(session: u32, packet: u16, address: &str, payload: &[u8], max: usize) -> Option<Vec<UdpMessage>> {
         let room = max.checked_sub(UdpMessage::header_len(address)).filter(|room| *room > 0)?;
         let count = payload.len().div_ceil(room).max(1);
         let fragments = u8::try_from(count).ok()?;
@@ -196,7 +190,7 @@ impl UdpMessage {
 /// Reassembles fragmented datagrams of one session: a bounded number of packets in
 /// flight; a packet whose fragments do not all arrive is dropped when a newer one needs room.
 #[derive(Default)]
-pub(crate) struct Reassembly {
+pub struct Reassembly {
     pending: Vec<Pending>,
 }
 
@@ -208,7 +202,7 @@ const PENDING_PACKETS: usize = 16;
 
 impl Reassembly {
     /// Takes a fragment; returns the whole datagram (address and payload) once complete.
-    pub(crate) fn push(&mut self, message: UdpMessage) -> Option<(String, Vec<u8>)> {
+    pub fn push(&mut self, message: UdpMessage) -> Option<(String, Vec<u8>)> {
         if message.fragments == 1 {
             return Some((message.address, message.payload));
         }

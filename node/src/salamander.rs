@@ -21,7 +21,7 @@ const SALT: usize = 8;
 type Blake2b256 = blake2::Blake2b<blake2::digest::consts::U32>;
 
 /// Salamander over another socket.
-pub(crate) struct Salamander {
+pub struct Salamander {
     inner: Arc<dyn AsyncUdpSocket>,
     password: Vec<u8>,
 }
@@ -33,7 +33,7 @@ impl fmt::Debug for Salamander {
 }
 
 impl Salamander {
-    pub(crate) fn new(inner: Arc<dyn AsyncUdpSocket>, password: &str) -> Salamander {
+    pub fn new(inner: Arc<dyn AsyncUdpSocket>, password: &str) -> Salamander {
         Salamander { inner, password: password.as_bytes().to_vec() }
     }
 
@@ -53,7 +53,7 @@ impl Salamander {
     }
 
     /// Obfuscates one packet.
-    pub(crate) fn seal(&self, packet: &[u8]) -> Vec<u8> {
+    pub fn seal(&self, packet: &[u8]) -> Vec<u8> {
         let mut out = vec![0u8; SALT];
         rand_core::RngCore::fill_bytes(&mut rand_core::OsRng, &mut out);
         out.extend_from_slice(packet);
@@ -63,8 +63,8 @@ impl Salamander {
     }
 
     /// Unpacks the `len` bytes of `buf` holding datagrams `stride` apart, in place; returns
-    /// the new length and stride.
-    fn open_in_place(&self, buf: &mut [u8], len: usize, stride: usize) -> (usize, usize) {
+    /// the new length and stride. A datagram too short to hold a salt is dropped.
+    pub fn open_in_place(&self, buf: &mut [u8], len: usize, stride: usize) -> (usize, usize) {
         let stride = stride.max(1).min(len.max(1));
         if stride <= SALT {
             return (0, stride);

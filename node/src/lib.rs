@@ -1,0 +1,6 @@
+//! The parts of `hearth-node` that read what strangers send, as a library: the Hysteria2
+//! wire formats ([`proto`]) and Salamander ([`salamander`]). The binary uses them from here;
+//! the fuzz targets (`tests/fuzz`) reach them the same way.
+
+pub mod proto;
+pub mod salamander;

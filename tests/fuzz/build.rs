@@ -1,0 +1,66 @@
+//! Copies the request bodies of control's admin and node APIs, as control declares them, into
+//! this crate: control is a binary, so its types cannot be imported, and a copy kept by hand
+//! would drift. Each item is taken verbatim (attributes, fields, serde options) from the file
+//! named here; a body that is renamed or moved stops this build with its name.
+
+use std::fmt::Write as _;
+use std::path::PathBuf;
+
+/// (file under control/src, type name). The API's bodies and the types they contain.
+const ITEMS: &[(&str, &str)] = &[
+    ("api/admin.rs", "SetupRequest"),
+    ("api/admin.rs", "LoginRequest"),
+    ("api/admin.rs", "TotpConfirm"),
+    ("api/admin.rs", "TotpDisable"),
+    ("api/admin.rs", "SettingsInput"),
+    ("api/admin.rs", "BulkRequest"),
+    ("api/admin.rs", "ExtendRequest"),
+    ("api/admin.rs", "RolloutRequest"),
+    ("api/admin.rs", "TokenRequest"),
+    ("store/users.rs", "UserInput"),
+    ("store/nodes.rs", "NodeInput"),
+    ("store/nodes.rs", "GroupInput"),
+    ("store/nodes.rs", "EnrollRequest"),
+    ("settings.rs", "ProfileInput"),
+    ("auth.rs", "Scope"),
+];
+
+/// The item `name` (a struct or enum) of `source`, from its first attribute to its closing
+/// brace at the start of a line.
+fn item(source: &str, name: &str) -> Option<String> {
+    let lines: Vec<&str> = source.lines().collect();
+    let at = lines.iter().position(|line| {
+        let line = line.trim_start().trim_start_matches("pub(crate) ").trim_start_matches("pub ");
+        line.starts_with(&format!("struct {name} ")) || line.starts_with(&format!("enum {name} "))
+    })?;
+    let mut start = at;
+    while start > 0 && {
+        let above = lines[start - 1].trim_start();
+        above.starts_with("#[") || above.starts_with("///")
+    } {
+        start -= 1;
+    }
+    let end = at + lines[at..].iter().position(|line| *line == "}")?;
+    Some(lines[start..=end].join("\n"))
+}
+
+fn main() {
+    let control = PathBuf::from(std::env::var("CARGO_MANIFEST_DIR").unwrap()).join("../../control/src");
+    let mut out = String::new();
+    for (file, name) in ITEMS {
+        let path = control.join(file);
+        println!("cargo:rerun-if-changed={}", path.display());
+        let source = std::fs::read_to_string(&path).unwrap_or_else(|e| panic!("{}: {e}", path.display()));
+        let item = item(&source, name).unwrap_or_else(|| {
+            panic!("control's request body {name} is no longer in {}: update tests/fuzz/build.rs", path.display())
+        });
+        let item = item.replace("pub(crate) ", "pub ").replace("crate::settings::", "");
+        let item = match item.find(&format!("struct {name}")).or_else(|| item.find(&format!("enum {name}"))) {
+            Some(at) if !item[..at].ends_with("pub ") => format!("{}pub {}", &item[..at], &item[at..]),
+            _ => item,
+        };
+        writeln!(out, "// control/src/{file}\n{item}\n").unwrap();
+    }
+    let dest = PathBuf::from(std::env::var("OUT_DIR").unwrap()).join("control_bodies.rs");
+    std::fs::write(dest, out).unwrap();
+}

@@ -1,0 +1,40 @@
+//! Credential sets: the strict decoder on any bytes, and diff/apply between two sets built from
+//! the input (a diff takes the old set to the new one, and does not apply to a set it was not
+//! made from unless that set gives the same result).
+#![no_main]
+
+use arbitrary::Unstructured;
+use hearth_fuzz::take;
+use hearth_shared::wire::{CredEntry, CredentialSet};
+use libfuzzer_sys::fuzz_target;
+
+/// A set from the input: few distinct users and hashes, so that two sets share users.
+fn set(u: &mut Unstructured<'_>) -> CredentialSet {
+    let node = take(u);
+    let count = u.int_in_range(0..=12).unwrap_or(0);
+    let mut users: Vec<CredEntry> =
+        (0..count).map(|_| CredEntry { user: u64::from(take::<u8>(u) % 16), hash: [take::<u8>(u) % 3; 32] }).collect();
+    users.sort_by_key(|entry| entry.user);
+    users.dedup_by_key(|entry| entry.user);
+    CredentialSet::new(node, users).expect("users made unique")
+}
+
+fuzz_target!(|data: &[u8]| {
+    if let Ok(decoded) = CredentialSet::decode(data) {
+        assert_eq!(decoded.encode(), data);
+        assert!(decoded.users().windows(2).all(|pair| pair[0].user < pair[1].user));
+        assert_eq!(CredentialSet::new(decoded.node, decoded.users().to_vec()).as_ref(), Ok(&decoded));
+        assert!(decoded.diff(&decoded).is_empty());
+    }
+
+    let mut u = Unstructured::new(data);
+    let (old, new, other) = (set(&mut u), set(&mut u), set(&mut u));
+    let new = CredentialSet::new(old.node, new.users().to_vec()).expect("sorted and unique");
+    let diff = old.diff(&new);
+    assert_eq!(old.apply(&diff).as_ref(), Ok(&new), "a diff takes the old set to the new one");
+    assert_eq!(diff.is_empty(), old == new);
+    assert_eq!(CredentialSet::decode(&new.encode()).as_ref(), Ok(&new));
+    if let Ok(applied) = other.apply(&diff) {
+        assert!(applied.users().windows(2).all(|pair| pair[0].user < pair[1].user));
+    }
+});

@@ -1,0 +1,55 @@
+//! Every profile renderer on any snapshot (a real one from the corpus, mutated, or one built
+//! field by field): the sing-box profile parses as JSON with unique tags, the mihomo profile
+//! as YAML with the proxies' names unique, the base64 list decodes to one `hysteria2://` link
+//! per entry (when the hosts are ones control accepts), and the headers are printable ASCII.
+//! (The subscription page has a target of its own, `page`: its QR codes make it slow.)
+#![no_main]
+
+use base64::Engine as _;
+use hearth_fuzz::snapshot;
+use hearth_shared::agent::Wants;
+use hearth_shared::render::{self, Format, SingBoxVersion, mihomo, singbox, uri};
+use libfuzzer_sys::fuzz_target;
+
+fuzz_target!(|data: &[u8]| {
+    let snapshot = snapshot(data);
+    let entries = render::entries(&snapshot, &[]).len();
+
+    for version in [SingBoxVersion::OLDEST, SingBoxVersion::PINS_PUBLIC_KEY, SingBoxVersion { major: 1, minor: 99 }] {
+        let json = singbox::render(&snapshot, version);
+        let value: serde_json::Value = serde_json::from_str(&json).expect("the sing-box profile is JSON");
+        let outbounds = value["outbounds"].as_array().expect("outbounds");
+        let mut tags: Vec<&str> = outbounds.iter().map(|o| o["tag"].as_str().expect("a tag")).collect();
+        assert_eq!(tags.len(), entries + 2, "the selector, one outbound per entry, direct");
+        tags.sort_unstable();
+        assert!(tags.windows(2).all(|pair| pair[0] != pair[1]), "tags are unique");
+    }
+
+    let yaml = mihomo::render(&snapshot);
+    let value: serde_yaml_ng::Value = serde_yaml_ng::from_str(&yaml).expect("the mihomo profile is YAML");
+    let proxies = value["proxies"].as_sequence().expect("proxies");
+    assert_eq!(proxies.len(), entries);
+    let mut names: Vec<String> = proxies.iter().map(|p| p["name"].as_str().expect("a name").to_lowercase()).collect();
+    names.push(mihomo::GROUP.to_lowercase());
+    names.sort_unstable();
+    assert!(names.windows(2).all(|pair| pair[0] != pair[1]), "mihomo refuses a profile with a name twice");
+
+    let list = uri::base64_list(&snapshot);
+    let links = base64::engine::general_purpose::STANDARD.decode(&list).expect("the list is base64");
+    let links = String::from_utf8(links).expect("the links are text");
+    assert_eq!(links, uri::links(&snapshot));
+    let hosts_control_accepts = snapshot.endpoints.iter().all(|endpoint| {
+        endpoint.host.chars().all(|c| c.is_ascii_alphanumeric() || matches!(c, '.' | '-' | ':' | '[' | ']'))
+    });
+    if hosts_control_accepts {
+        assert_eq!(links.split('\n').count(), entries, "one link per line");
+        assert!(links.split('\n').all(|link| link.starts_with("hysteria2://") && link.matches('#').count() == 1));
+    }
+
+    for format in [Format::Base64, Format::Mihomo, Format::SingBox(SingBoxVersion::OLDEST)] {
+        let answer = render::answer(&snapshot, Wants::Profile(format), "https://edge.example.net/s/x");
+        for (name, value) in &answer.headers {
+            assert!(value.bytes().all(|b| b == b' ' || b.is_ascii_graphic()), "header {name}: {value:?}");
+        }
+    }
+});
