@@ -26,8 +26,8 @@ use hearth_shared::wire::{
 use hearth_tests::control_sim::{ControlSim, Item, bundle, demo_snapshot, now, release};
 use hearth_tests::edge::{Backend, EdgeProcess};
 use hearth_tests::node::{NodeProcess, metric};
+use hearth_tests::stand_in::{Answer, stand_in};
 use rand_core::OsRng;
-use tokio::io::{AsyncReadExt as _, AsyncWriteExt as _};
 
 const API: &str = "api-tamper-0123456789";
 const PUSH_TOKEN: &str = "push-token-tamper-0123456789-0123456789-01";
@@ -705,82 +705,43 @@ struct Offer {
 
 /// An edge that answers node 1's API from `offer`, over plain HTTP/1.1.
 async fn stand_in_edge(offer: Arc<Mutex<Offer>>) -> String {
-    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
-    let url = format!("http://{}", listener.local_addr().unwrap());
-    tokio::spawn(async move {
-        while let Ok((mut stream, _)) = listener.accept().await {
-            let offer = offer.clone();
-            tokio::spawn(async move {
-                let mut buf = Vec::new();
-                let mut chunk = [0u8; 4096];
-                let head_end = loop {
-                    match stream.read(&mut chunk).await {
-                        Ok(0) | Err(_) => return,
-                        Ok(n) => buf.extend_from_slice(&chunk[..n]),
-                    }
-                    if let Some(at) = buf.windows(4).position(|w| w == b"\r\n\r\n") {
-                        break at + 4;
-                    }
-                };
-                let head = String::from_utf8_lossy(&buf[..head_end]).to_lowercase();
-                let length: usize = head
-                    .lines()
-                    .find_map(|line| line.strip_prefix("content-length:")?.trim().parse().ok())
-                    .unwrap_or(0);
-                while buf.len() < head_end + length {
-                    match stream.read(&mut chunk).await {
-                        Ok(0) | Err(_) => break,
-                        Ok(n) => buf.extend_from_slice(&chunk[..n]),
-                    }
+    let prefix = format!("/{API}/nodes/1");
+    let (url, _) = stand_in(move |request| {
+        let after: u64 = request.param("after").and_then(|v| v.parse().ok()).unwrap_or(0);
+        let mut o = offer.lock().unwrap();
+        let answer = |status, headers, body: Vec<u8>| Answer { headers, ..Answer::bytes(status, &body) };
+        match request.path.strip_prefix(&prefix).unwrap_or("") {
+            "/creds" => {
+                o.pulls += 1;
+                let mut headers = vec![(nodeauth::KEYS_HEADER, o.keys.clone())];
+                if let Some(release) = o.release {
+                    headers.push((nodeauth::RELEASE_HEADER, release.to_string()));
                 }
-                let target = head.split_whitespace().nth(1).unwrap_or("/").to_owned();
-                let (path, query) = target.split_once('?').unwrap_or((&target, ""));
-                let after: u64 = query.split('&').find_map(|p| p.strip_prefix("after=")?.parse().ok()).unwrap_or(0);
-                let (status, headers, body) = {
-                    let mut o = offer.lock().unwrap();
-                    match path.strip_prefix(&format!("/{}/nodes/1", API.to_lowercase())).unwrap_or("") {
-                        "/creds" => {
-                            o.pulls += 1;
-                            let mut headers = vec![(nodeauth::KEYS_HEADER.to_owned(), o.keys.clone())];
-                            if let Some(release) = o.release {
-                                headers.push((nodeauth::RELEASE_HEADER.to_owned(), release.to_string()));
-                            }
-                            if after == o.creds_version {
-                                (204, headers, Vec::new())
-                            } else {
-                                (200, headers, o.creds.clone())
-                            }
-                        }
-                        "/ack" => {
-                            o.acks += 1;
-                            match &o.ack {
-                                Some(ack) => (200, Vec::new(), ack.clone()),
-                                None => (204, Vec::new(), Vec::new()),
-                            }
-                        }
-                        "/release" if o.release.is_some() => {
-                            o.manifests += 1;
-                            (200, Vec::new(), o.manifest.clone())
-                        }
-                        "/usage" => {
-                            o.reports += 1;
-                            (202, Vec::new(), b"queued\n".to_vec())
-                        }
-                        _ => (404, Vec::new(), b"not here\n".to_vec()),
-                    }
-                };
-                let mut response =
-                    format!("HTTP/1.1 {status} X\r\ncontent-length: {}\r\nconnection: close\r\n", body.len());
-                for (name, value) in headers {
-                    response.push_str(&format!("{name}: {value}\r\n"));
+                if after == o.creds_version {
+                    answer(204, headers, Vec::new())
+                } else {
+                    answer(200, headers, o.creds.clone())
                 }
-                response.push_str("\r\n");
-                let _ = stream.write_all(response.as_bytes()).await;
-                let _ = stream.write_all(&body).await;
-                let _ = stream.shutdown().await;
-            });
+            }
+            "/ack" => {
+                o.acks += 1;
+                match &o.ack {
+                    Some(ack) => answer(200, Vec::new(), ack.clone()),
+                    None => answer(204, Vec::new(), Vec::new()),
+                }
+            }
+            "/release" if o.release.is_some() => {
+                o.manifests += 1;
+                answer(200, Vec::new(), o.manifest.clone())
+            }
+            "/usage" => {
+                o.reports += 1;
+                answer(202, Vec::new(), b"queued\n".to_vec())
+            }
+            _ => answer(404, Vec::new(), b"not here\n".to_vec()),
         }
-    });
+    })
+    .await;
     url
 }
 
