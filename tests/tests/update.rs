@@ -14,7 +14,7 @@ use hearth_shared::sha256;
 use hearth_shared::wire::{CredEntry, CredentialSet};
 use hearth_tests::control_sim::{ControlSim, now, release};
 use hearth_tests::node::{SingBoxClient, Supervised, fetch, fetch_eventually, http_server};
-use tokio::io::{AsyncReadExt as _, AsyncWriteExt as _};
+use hearth_tests::stand_in::{Answer, stand_in};
 
 const API: &str = "api-0123456789abcdef";
 
@@ -36,83 +36,38 @@ struct Served {
 
 /// An edge that answers the node API from `served`, over plain HTTP/1.1.
 async fn stand_in_edge(served: Arc<Mutex<Served>>) -> String {
-    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
-    let url = format!("http://{}", listener.local_addr().unwrap());
-    tokio::spawn(async move {
-        while let Ok((mut stream, _)) = listener.accept().await {
-            let served = served.clone();
-            tokio::spawn(async move {
-                let mut buf = Vec::new();
-                let mut chunk = [0u8; 4096];
-                let head_end = loop {
-                    let Ok(n) = stream.read(&mut chunk).await else { return };
-                    if n == 0 {
-                        return;
-                    }
-                    buf.extend_from_slice(&chunk[..n]);
-                    if let Some(at) = buf.windows(4).position(|w| w == b"\r\n\r\n") {
-                        break at + 4;
-                    }
-                };
-                let head = String::from_utf8_lossy(&buf[..head_end]).to_string();
-                let header = |name: &str| {
-                    head.lines().find_map(|l| {
-                        let (k, v) = l.split_once(':')?;
-                        k.trim().eq_ignore_ascii_case(name).then(|| v.trim().to_owned())
-                    })
-                };
-                let length: usize = header("content-length").and_then(|v| v.parse().ok()).unwrap_or(0);
-                while buf.len() < head_end + length {
-                    let Ok(n) = stream.read(&mut chunk).await else { return };
-                    if n == 0 {
-                        break;
-                    }
-                    buf.extend_from_slice(&chunk[..n]);
+    let prefix = format!("/{API}/nodes/1");
+    let (url, _) = stand_in(move |request| {
+        let after: u64 = request.param("after").and_then(|v| v.parse().ok()).unwrap_or(0);
+        let mut s = served.lock().unwrap();
+        let answer = |status, headers, body: Vec<u8>| Answer { headers, ..Answer::bytes(status, &body) };
+        match request.path.strip_prefix(&prefix).unwrap_or("") {
+            "/creds" => {
+                s.pulls += 1;
+                s.running = request.header(nodeauth::NODE_VERSION_HEADER).unwrap_or_default();
+                s.update = request.header(nodeauth::NODE_UPDATE_HEADER).unwrap_or_default();
+                let mut headers = vec![(nodeauth::KEYS_HEADER, s.keys.clone())];
+                if let Some(r) = s.release {
+                    headers.push((nodeauth::RELEASE_HEADER, r.to_string()));
                 }
-                let target = head.split_whitespace().nth(1).unwrap_or("/").to_owned();
-                let (path, query) = target.split_once('?').unwrap_or((&target, ""));
-                let after: u64 =
-                    query.split('&').find_map(|pair| pair.strip_prefix("after=")?.parse().ok()).unwrap_or(0);
-                let (status, headers, body) = {
-                    let mut s = served.lock().unwrap();
-                    let rest = path.strip_prefix(&format!("/{API}/nodes/1")).unwrap_or("");
-                    match rest {
-                        "/creds" => {
-                            s.pulls += 1;
-                            s.running = header(nodeauth::NODE_VERSION_HEADER).unwrap_or_default();
-                            s.update = header(nodeauth::NODE_UPDATE_HEADER).unwrap_or_default();
-                            let mut headers = vec![(nodeauth::KEYS_HEADER.to_owned(), s.keys.clone())];
-                            if let Some(r) = s.release {
-                                headers.push((nodeauth::RELEASE_HEADER.to_owned(), r.to_string()));
-                            }
-                            // As the edge answers: the set only when it is newer than the one held.
-                            let version = hearth_shared::envelope::Envelope::decode(&s.creds, 1 << 22)
-                                .map_or(0, |envelope| envelope.header.version);
-                            if version > after { (200, headers, s.creds.clone()) } else { (204, headers, vec![]) }
-                        }
-                        "/release" if s.release.is_some() => {
-                            s.manifests += 1;
-                            (200, vec![], s.manifest.clone())
-                        }
-                        "/usage" => (202, vec![], b"queued\n".to_vec()),
-                        "/ack" => (204, vec![], vec![]),
-                        other => match other.strip_prefix("/release/").and_then(|name| s.files.get(name)) {
-                            Some(bytes) => (200, vec![], bytes.clone()),
-                            None => (404, vec![], b"not here\n".to_vec()),
-                        },
-                    }
-                };
-                let mut response =
-                    format!("HTTP/1.1 {status} X\r\ncontent-length: {}\r\nconnection: close\r\n", body.len());
-                for (k, v) in headers {
-                    response.push_str(&format!("{k}: {v}\r\n"));
-                }
-                response.push_str("\r\n");
-                let _ = stream.write_all(response.as_bytes()).await;
-                let _ = stream.write_all(&body).await;
-            });
+                // As the edge answers: the set only when it is newer than the one held.
+                let version = hearth_shared::envelope::Envelope::decode(&s.creds, 1 << 22)
+                    .map_or(0, |envelope| envelope.header.version);
+                if version > after { answer(200, headers, s.creds.clone()) } else { answer(204, headers, vec![]) }
+            }
+            "/release" if s.release.is_some() => {
+                s.manifests += 1;
+                answer(200, vec![], s.manifest.clone())
+            }
+            "/usage" => answer(202, vec![], b"queued\n".to_vec()),
+            "/ack" => answer(204, vec![], vec![]),
+            other => match other.strip_prefix("/release/").and_then(|name| s.files.get(name)) {
+                Some(bytes) => answer(200, vec![], bytes.clone()),
+                None => answer(404, vec![], b"not here\n".to_vec()),
+            },
         }
-    });
+    })
+    .await;
     url
 }
 
