@@ -14,7 +14,7 @@ use hearth_shared::sha256;
 use hearth_shared::wire::{CredEntry, CredentialSet, stream};
 use hearth_tests::control_sim::ControlSim;
 use hearth_tests::node::{NodeProcess, SingBoxClient, fetch, fetch_eventually, http_server, metric, until_logged};
-use tokio::io::{AsyncRead, AsyncReadExt as _, AsyncWrite, AsyncWriteExt as _};
+use hearth_tests::stand_in::{Answer, Request};
 
 const API: &str = "api-refusals-0123456789";
 
@@ -27,72 +27,33 @@ struct Offer {
     keys: String,
 }
 
-/// Answers one HTTP/1.1 request of the node API: a pull gets the offered set unless the node
-/// says it holds that version (then, after a second's long poll, "nothing new"); anything
-/// else (usage reports) a 404.
-async fn answer(mut stream: impl AsyncRead + AsyncWrite + Unpin, offer: Arc<Mutex<Offer>>) {
-    let mut head = Vec::new();
-    let mut chunk = [0u8; 4096];
-    while !head.windows(4).any(|w| w == b"\r\n\r\n") {
-        match stream.read(&mut chunk).await {
-            Ok(0) | Err(_) => return,
-            Ok(n) => head.extend_from_slice(&chunk[..n]),
-        }
+/// Answers a request of the node API: a pull gets the offered set unless the node says it
+/// holds that version (then, after a second's long poll, "nothing new"); anything else (usage
+/// reports) a 404.
+fn answer(request: &Request, offer: &Mutex<Offer>) -> Answer {
+    if request.path != format!("/{API}/nodes/1/creds") {
+        return Answer::bytes(404, b"not here\n");
     }
-    let head = String::from_utf8_lossy(&head).to_string();
-    let target = head.split_whitespace().nth(1).unwrap_or("/").to_owned();
-    let (path, query) = target.split_once('?').unwrap_or((&target, ""));
-    let after: Option<u64> = query.split('&').find_map(|pair| pair.strip_prefix("after=")?.parse().ok());
-    let (status, headers, body) = if path == format!("/{API}/nodes/1/creds") {
-        let (held, headers, body) = {
-            let offer = offer.lock().unwrap();
-            let headers = vec![(hearth_shared::nodeauth::KEYS_HEADER, offer.keys.clone())];
-            (after == Some(offer.version), headers, offer.creds.clone())
-        };
-        if held {
-            tokio::time::sleep(Duration::from_secs(1)).await;
-            (204, headers, Vec::new())
-        } else {
-            (200, headers, body)
-        }
+    let after: Option<u64> = request.param("after").and_then(|v| v.parse().ok());
+    let offer = offer.lock().unwrap();
+    let headers = vec![(hearth_shared::nodeauth::KEYS_HEADER, offer.keys.clone())];
+    if after == Some(offer.version) {
+        Answer { headers, ..Answer::bytes(204, b"") }.after(Duration::from_secs(1))
     } else {
-        (404, Vec::new(), b"not here\n".to_vec())
-    };
-    let mut response = format!("HTTP/1.1 {status} X\r\ncontent-length: {}\r\nconnection: close\r\n", body.len());
-    for (name, value) in headers {
-        response.push_str(&format!("{name}: {value}\r\n"));
+        Answer { headers, ..Answer::bytes(200, &offer.creds) }
     }
-    response.push_str("\r\n");
-    let _ = stream.write_all(response.as_bytes()).await;
-    let _ = stream.write_all(&body).await;
-    let _ = stream.shutdown().await;
 }
 
 /// A stand-in for control (HTTPS, with a self-signed certificate: its URL and the pin the node
 /// checks) or for the edge (plain HTTP: its URL).
 async fn stand_in(offer: Arc<Mutex<Offer>>, tls: bool) -> (String, Option<String>) {
-    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
-    let addr = listener.local_addr().unwrap();
-    let acceptor = tls.then(hearth_tests::stand_in::self_signed);
-    let pin = acceptor.as_ref().map(|(_, pin)| pin.clone());
-    let acceptor = acceptor.map(|(acceptor, _)| acceptor);
-    tokio::spawn(async move {
-        while let Ok((stream, _)) = listener.accept().await {
-            let (offer, acceptor) = (offer.clone(), acceptor.clone());
-            tokio::spawn(async move {
-                match acceptor {
-                    Some(acceptor) => {
-                        if let Ok(stream) = acceptor.accept(stream).await {
-                            answer(stream, offer).await;
-                        }
-                    }
-                    None => answer(stream, offer).await,
-                }
-            });
-        }
-    });
-    let scheme = if tls { "https" } else { "http" };
-    (format!("{scheme}://{addr}"), pin)
+    let handle = move |request: &Request| answer(request, &offer);
+    if tls {
+        let (url, pin, _) = hearth_tests::stand_in::stand_in_tls(handle).await;
+        (url, Some(pin))
+    } else {
+        (hearth_tests::stand_in::stand_in(handle).await.0, None)
+    }
 }
 
 fn set(users: &[(u64, &str)]) -> Vec<u8> {
