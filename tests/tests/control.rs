@@ -485,11 +485,18 @@ async fn sign_in_lockout_scopes_and_cross_site_refusal_over_https() {
     assert_eq!(good.status(), StatusCode::OK);
     let cookie = good.headers()["set-cookie"].to_str().unwrap().split(';').next().unwrap().to_owned();
     assert!(cookie.starts_with("__Host-hearth="));
+    // Wrong passwords from the owner's own address never lock the owner's login...
     for _ in 0..5 {
         assert_eq!(login("wrong password here").await.unwrap().status(), StatusCode::UNAUTHORIZED);
     }
+    let again = login("correct horse battery").await.unwrap();
+    assert_eq!(again.status(), StatusCode::OK, "five failures lock nobody out");
+    // ...but ten lock the address, whatever the login, even for the right password.
+    for _ in 0..10 {
+        assert_eq!(login("wrong password here").await.unwrap().status(), StatusCode::UNAUTHORIZED);
+    }
     let locked = login("correct horse battery").await.unwrap();
-    assert_eq!(locked.status(), StatusCode::TOO_MANY_REQUESTS, "locked out after five failures");
+    assert_eq!(locked.status(), StatusCode::TOO_MANY_REQUESTS, "the address is locked after ten failures");
     assert!(locked.headers().contains_key("retry-after"));
 
     // The session from before the lockout still works; a cross-site request with it does not.
