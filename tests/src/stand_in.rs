@@ -132,6 +132,52 @@ impl Seen {
     pub fn whole(&self) -> Vec<String> {
         self.whole.lock().unwrap().clone()
     }
+
+    /// Waits for `child`, the process under test (whose memory this samples from its first
+    /// request on), to exit: its status and what it printed (its piped standard output and
+    /// error). Kills it and fails, naming `what`, when its memory rises more than `rise_kib`
+    /// over the first sample, when `runaway` says why it has run on, or after `limit`.
+    pub async fn watch(
+        &self,
+        child: &mut std::process::Child,
+        what: &str,
+        rise_kib: u64,
+        limit: Duration,
+        runaway: impl Fn() -> Option<String>,
+    ) -> (std::process::ExitStatus, String) {
+        self.pid.store(child.id(), Ordering::Relaxed);
+        let started = Instant::now();
+        let status = loop {
+            if let Some(status) = child.try_wait().unwrap() {
+                break status;
+            }
+            if self.first_kib.load(Ordering::Relaxed) > 0 {
+                self.sample();
+            }
+            let (kib, first) = (self.peak_kib.load(Ordering::Relaxed), self.first_kib.load(Ordering::Relaxed));
+            let why = if first > 0 && kib > first + rise_kib {
+                Some(format!("memory {} MiB from {} MiB", kib / 1024, first / 1024))
+            } else if started.elapsed() > limit {
+                Some(format!("{} s", started.elapsed().as_secs()))
+            } else {
+                runaway()
+            };
+            if let Some(why) = why {
+                let _ = child.kill();
+                let _ = child.wait();
+                panic!("{what} ran on ({why})");
+            }
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        };
+        let mut said = String::new();
+        if let Some(mut out) = child.stdout.take() {
+            std::io::Read::read_to_string(&mut out, &mut said).unwrap();
+        }
+        if let Some(mut err) = child.stderr.take() {
+            std::io::Read::read_to_string(&mut err, &mut said).unwrap();
+        }
+        (status, said)
+    }
 }
 
 /// What answers the stand-in's requests.

@@ -71,33 +71,8 @@ async fn enroll(dir: &Path, answer: Enrollment) -> (bool, String, Arc<Seen>) {
         .stderr(std::process::Stdio::piped())
         .spawn()
         .unwrap();
-    seen.pid.store(child.id(), Ordering::Relaxed);
-    let started = Instant::now();
-    let status = loop {
-        if let Some(status) = child.try_wait().unwrap() {
-            break status;
-        }
-        // Sampled here too once the stand-in took the first sample, as the enrollment asked.
-        if seen.first_kib.load(Ordering::Relaxed) > 0 {
-            seen.sample();
-        }
-        let (kib, first) = (seen.peak_kib.load(Ordering::Relaxed), seen.first_kib.load(Ordering::Relaxed));
-        let over = first > 0 && kib > first + RISE_KIB;
-        if over || started.elapsed() > Duration::from_secs(120) {
-            let _ = child.kill();
-            let _ = child.wait();
-            panic!(
-                "{dir:?}: the enrollment ran on ({} s, memory {} MiB from {} MiB)",
-                started.elapsed().as_secs(),
-                kib / 1024,
-                first / 1024
-            );
-        }
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    };
-    let mut said = String::new();
-    std::io::Read::read_to_string(&mut child.stdout.take().unwrap(), &mut said).unwrap();
-    std::io::Read::read_to_string(&mut child.stderr.take().unwrap(), &mut said).unwrap();
+    let what = format!("{dir:?}: the enrollment");
+    let (status, said) = seen.watch(&mut child, &what, RISE_KIB, Duration::from_secs(120), || None).await;
     let (kib, first) = (seen.peak_kib.load(Ordering::Relaxed), seen.first_kib.load(Ordering::Relaxed));
     eprintln!("enrollment: memory {first} KiB when it asked, {kib} KiB sampled; it said: {said}");
     assert!(first > 0, "the enrollment's memory was never sampled (it never asked control)");

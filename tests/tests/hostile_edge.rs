@@ -418,35 +418,20 @@ async fn restore_from(control: &ControlDir, export: Export) -> (String, u64, u64
         .arg(control.path.join("recovery.key"))
         .arg("--data-dir")
         .arg(&into)
+        // A backtrace for its error would read the debug binary's symbols: tens of MiB that
+        // are no part of reading the answer.
+        .env_remove("RUST_BACKTRACE")
+        .env_remove("RUST_LIB_BACKTRACE")
         .stdout(std::process::Stdio::null())
         .stderr(std::process::Stdio::piped())
         .spawn()
         .unwrap();
-    seen.pid.store(child.id(), Ordering::Relaxed);
-    let started = Instant::now();
-    let status = loop {
-        if let Some(status) = child.try_wait().unwrap() {
-            break status;
-        }
-        let (kib, served) = (seen.peak_kib.load(Ordering::Relaxed), pages.load(Ordering::Relaxed));
-        let baseline = seen.first_kib.load(Ordering::Relaxed);
-        let over = kib > baseline + export.rise_kib();
-        let endless = served > 2 * ExportPage::MAX_PAGES as u64;
-        let late = started.elapsed() > Duration::from_secs(240);
-        if over || endless || late {
-            let _ = child.kill();
-            let _ = child.wait();
-            panic!(
-                "{export:?}: the restore ran on ({served} pages, {} s, memory {} MiB from {} MiB)",
-                started.elapsed().as_secs(),
-                kib / 1024,
-                baseline / 1024
-            );
-        }
-        tokio::time::sleep(Duration::from_millis(50)).await;
+    let runaway = || {
+        let served = pages.load(Ordering::Relaxed);
+        (served > 2 * ExportPage::MAX_PAGES as u64).then(|| format!("{served} pages"))
     };
-    let mut said = String::new();
-    std::io::Read::read_to_string(&mut child.stderr.take().unwrap(), &mut said).unwrap();
+    let what = format!("{export:?}: the restore");
+    let (status, said) = seen.watch(&mut child, &what, export.rise_kib(), Duration::from_secs(240), runaway).await;
     let (kib, baseline) = (seen.peak_kib.load(Ordering::Relaxed), seen.first_kib.load(Ordering::Relaxed));
     eprintln!("{export:?}: memory {baseline} KiB at start, {kib} KiB sampled; it said: {said}");
     assert!(baseline > 0, "{export:?}: the restore's memory was never sampled");
