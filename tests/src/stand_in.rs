@@ -186,15 +186,31 @@ pub type Handler = Arc<dyn Fn(&Request) -> Answer + Send + Sync>;
 /// A stand-in edge over plain HTTP/1.1 (keep-alive), answering each request with `handle`:
 /// its URL, and what it saw.
 pub async fn stand_in(handle: impl Fn(&Request) -> Answer + Send + Sync + 'static) -> (String, Arc<Seen>) {
+    listen(None, Arc::new(handle)).await
+}
+
+/// Serves `handle` on a loopback port, over TLS with `acceptor` if given: the URL, and what
+/// it saw.
+async fn listen(acceptor: Option<tokio_rustls::TlsAcceptor>, handle: Handler) -> (String, Arc<Seen>) {
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
-    let url = format!("http://{}", listener.local_addr().unwrap());
+    let scheme = if acceptor.is_some() { "https" } else { "http" };
+    let url = format!("{scheme}://{}", listener.local_addr().unwrap());
     let seen = Arc::new(Seen::default());
-    let handle: Handler = Arc::new(handle);
     let watched = seen.clone();
     tokio::spawn(async move {
         while let Ok((stream, _)) = listener.accept().await {
             let _ = stream.set_nodelay(true);
-            tokio::spawn(connection(stream, handle.clone(), watched.clone()));
+            let (acceptor, handle, watched) = (acceptor.clone(), handle.clone(), watched.clone());
+            tokio::spawn(async move {
+                match acceptor {
+                    Some(acceptor) => {
+                        if let Ok(stream) = acceptor.accept(stream).await {
+                            connection(stream, handle, watched).await;
+                        }
+                    }
+                    None => connection(stream, handle, watched).await,
+                }
+            });
         }
     });
     (url, seen)
@@ -219,23 +235,8 @@ pub fn self_signed() -> (tokio_rustls::TlsAcceptor, String) {
 /// A stand-in control over HTTPS with a certificate made here, answering each request with
 /// `handle`: its URL, the certificate's pin, and what it saw.
 pub async fn stand_in_tls(handle: impl Fn(&Request) -> Answer + Send + Sync + 'static) -> (String, String, Arc<Seen>) {
-    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
-    let url = format!("https://{}", listener.local_addr().unwrap());
     let (acceptor, pin) = self_signed();
-    let seen = Arc::new(Seen::default());
-    let handle: Handler = Arc::new(handle);
-    let watched = seen.clone();
-    tokio::spawn(async move {
-        while let Ok((stream, _)) = listener.accept().await {
-            let _ = stream.set_nodelay(true);
-            let (acceptor, handle, watched) = (acceptor.clone(), handle.clone(), watched.clone());
-            tokio::spawn(async move {
-                if let Ok(stream) = acceptor.accept(stream).await {
-                    connection(stream, handle, watched).await;
-                }
-            });
-        }
-    });
+    let (url, seen) = listen(Some(acceptor), Arc::new(handle)).await;
     (url, pin, seen)
 }
 
