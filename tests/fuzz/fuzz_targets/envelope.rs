@@ -1,11 +1,17 @@
-//! The envelope decoder on any bytes: it refuses or returns an envelope that encodes back to
-//! exactly the input, and the hot path's `stored_body` agrees with it.
+//! The envelope decoder. Any bytes are refused or give an envelope that encodes back to
+//! exactly the input, whose body the hot path's `stored_body` reads the same. And envelopes
+//! built from the input field by field (any kind, stream, version, audience, body, signatures)
+//! encode to bytes that decode to the same envelope, unless their signatures are out of order
+//! or repeated, which decoding refuses.
 #![no_main]
 
-use hearth_shared::envelope::{Envelope, Kind};
+use arbitrary::Unstructured;
+use hearth_fuzz::{take, variant};
+use hearth_shared::envelope::{Audience, Envelope, Header, Kind, Signature};
+use hearth_shared::keys::KeyId;
 use libfuzzer_sys::fuzz_target;
 
-fuzz_target!(|data: &[u8]| {
+fn check_decoded(data: &[u8]) {
     let stored = Envelope::stored_body(data);
     let Ok(envelope) = Envelope::decode(data, Kind::Archive.max_len()) else { return };
     assert_eq!(envelope.encode(), data, "one encoding of every envelope");
@@ -21,4 +27,40 @@ fuzz_target!(|data: &[u8]| {
             Err(_) => assert!(data.len() > kind.max_len()),
         }
     }
+}
+
+fn built(u: &mut Unstructured<'_>) -> Envelope {
+    let kind = variant(u, Kind::Snapshot);
+    let audience = match take::<u8>(u) % 6 {
+        5 => Audience::Node(take(u)),
+        n => variant(&mut Unstructured::new(&[n]), Audience::Any),
+    };
+    let header = Header {
+        kind,
+        stream: take(u),
+        version: take(u),
+        epoch: take(u),
+        issued: take(u),
+        expires: take(u),
+        audience,
+        prev: take(u),
+        body_len: take(u),
+        body_hash: take(u),
+    };
+    let count = u.int_in_range(0..=3).unwrap_or(0);
+    let signatures =
+        (0..count).map(|_| Signature { key: KeyId(take(u)), sig: u.arbitrary().unwrap_or([0; 64]) }).collect();
+    Envelope { header, body: take(u), signatures }
+}
+
+fuzz_target!(|data: &[u8]| {
+    check_decoded(data);
+
+    let envelope = built(&mut Unstructured::new(data));
+    let bytes = envelope.encode();
+    match Envelope::decode(&bytes, usize::MAX) {
+        Ok(decoded) => assert_eq!(decoded, envelope, "an envelope decodes to itself"),
+        Err(_) => assert!(envelope.signatures.windows(2).any(|pair| pair[0].key >= pair[1].key)),
+    }
+    check_decoded(&bytes);
 });

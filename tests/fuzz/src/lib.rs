@@ -24,7 +24,7 @@ pub fn block_on<F: std::future::Future>(future: F) -> F::Output {
 
 /// A value of an enum that postcard numbers `0..`, from one byte of input (any variant there
 /// is, without listing them here), or `fallback` when the number is past the last variant.
-fn variant<T: serde::de::DeserializeOwned>(u: &mut Unstructured<'_>, fallback: T) -> T {
+pub fn variant<T: serde::de::DeserializeOwned>(u: &mut Unstructured<'_>, fallback: T) -> T {
     let index = u.arbitrary::<u8>().unwrap_or(0) % 16;
     postcard::from_bytes(&[index]).unwrap_or(fallback)
 }
