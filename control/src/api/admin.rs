@@ -56,14 +56,14 @@ impl<T: serde::de::DeserializeOwned + Bounded, S: Send + Sync> axum::extract::Fr
     }
 }
 
-fn too_long(field: &str, limit: String) -> Error {
+fn too_long(field: &str, limit: &str) -> Error {
     Error::invalid("too_long", format!("{field} must be at most {limit}"))
 }
 
 /// At most `max` characters (surrounding spaces aside, as names are trimmed).
 fn chars(field: &str, value: &str, max: usize) -> Result<(), Error> {
     if value.trim().chars().nth(max).is_some() {
-        return Err(too_long(field, format!("{max} characters")));
+        return Err(too_long(field, &format!("{max} characters")));
     }
     Ok(())
 }
@@ -71,7 +71,7 @@ fn chars(field: &str, value: &str, max: usize) -> Result<(), Error> {
 /// At most `max` bytes.
 fn bytes(field: &str, value: &str, max: usize) -> Result<(), Error> {
     if value.len() > max {
-        return Err(too_long(field, format!("{max} bytes")));
+        return Err(too_long(field, &format!("{max} bytes")));
     }
     Ok(())
 }
@@ -79,7 +79,7 @@ fn bytes(field: &str, value: &str, max: usize) -> Result<(), Error> {
 /// At most `max` entries, each of at most `max_chars` characters.
 fn list(field: &str, values: &[String], max: usize, max_chars: usize) -> Result<(), Error> {
     if values.len() > max {
-        return Err(too_long(field, format!("{max} entries")));
+        return Err(too_long(field, &format!("{max} entries")));
     }
     values.iter().try_for_each(|value| chars(field, value, max_chars))
 }
@@ -706,7 +706,7 @@ impl Bounded for SettingsInput {
         bytes("sub_url", opt(&self.sub_url), MAX_URL)?;
         let rules = self.ua_rules.as_deref().unwrap_or_default();
         if rules.len() > crate::settings::MAX_RULES {
-            return Err(too_long("ua_rules", format!("{} entries", crate::settings::MAX_RULES)));
+            return Err(too_long("ua_rules", &format!("{} entries", crate::settings::MAX_RULES)));
         }
         rules.iter().try_for_each(|rule| chars("ua_rules", &rule.contains, 64))
     }
