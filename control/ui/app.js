@@ -418,6 +418,12 @@
       try {
         await api('POST', 'login', body);
       } catch (err) {
+        if (err.status === 429 && code.hidden) {
+          // Strangers spent this login's tries: with two-step sign-in on, the code still
+          // lets the owner in.
+          code.hidden = false;
+          err.message = `${err.message} ${t('login.code_gets_in')}`;
+        }
         if (err.code !== 'totp_required') throw err;
         // The password was right; two-step sign-in is on: ask for the code.
         code.hidden = false;

@@ -28,11 +28,16 @@ use crate::store::nodes::{self as node_store, EnrollRequest, UsageOutcome};
 /// The longest a credential-set pull waits for a change.
 const MAX_WAIT: u64 = 60;
 
+/// The largest enrollment: a token, a key, two hashes and a version fit in far less.
+const ENROLL_BODY: usize = 8 * 1024;
+
 pub(super) fn router() -> Router<Arc<App>> {
+    use axum::extract::DefaultBodyLimit;
+    use hearth_shared::envelope::Kind;
     Router::new()
-        .route("/enroll", post(enroll))
+        .route("/enroll", post(enroll).layer(DefaultBodyLimit::max(ENROLL_BODY)))
         .route("/nodes/{id}/creds", get(creds))
-        .route("/nodes/{id}/usage", post(usage))
+        .route("/nodes/{id}/usage", post(usage).layer(DefaultBodyLimit::max(Kind::UsageReport.max_len())))
         .route("/nodes/{id}/release", get(release_manifest))
         .route("/nodes/{id}/release/{file}", get(release_file))
 }

@@ -373,6 +373,10 @@ async fn enroll(client: &Client, groups: Value) -> (u64, SecretKey) {
     assert_eq!(answer.status, StatusCode::OK, "{}", String::from_utf8_lossy(&answer.body));
     let again = client.send(Method::POST, &path, Some(body), &[]).await;
     assert_eq!(again.code(), "bad_enroll_token", "a token works once");
+    // An enrollment far longer than one can be is not read.
+    let huge = json!({ "token": "x".repeat(64 * 1024), "key": key.public().to_string() });
+    let refused = client.send(Method::POST, &path, Some(huge), &[]).await;
+    assert_eq!((refused.status, refused.code().as_str()), (StatusCode::PAYLOAD_TOO_LARGE, "too_large"));
     (answer.json()["node"].as_u64().unwrap(), key)
 }
 
