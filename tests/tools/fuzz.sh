@@ -48,12 +48,12 @@ _hearth_fuzz_bin_dir() {
 
 # hearth_fuzz_smoke [SECONDS]: builds every fuzz target without a sanitizer (the smoke run
 # looks for panics and the targets' own checks, and keeps CI short) and runs each for SECONDS
-# (default $HEARTH_FUZZ_SECONDS or 10) over its committed corpus, tests/fuzz/corpus/<target>,
+# (default $HEARTH_FUZZ_SECONDS or 8) over its committed corpus, tests/fuzz/corpus/<target>,
 # which it only reads: new inputs go to target/fuzz/corpus/<target>, a crashing input to
 # target/fuzz/artifacts/<target>/. Fails when a target crashes, hangs (10 s on one input),
 # runs out of memory (2 GiB) or has no corpus.
 hearth_fuzz_smoke() {
-    local seconds="${1:-${HEARTH_FUZZ_SECONDS:-10}}" target_dir bin work target log failed=""
+    local seconds="${1:-${HEARTH_FUZZ_SECONDS:-8}}" target_dir bin work target log failed=""
     target_dir="${HEARTH_FUZZ_TARGET_DIR:-$HEARTH_REPO_DIR/target/fuzz}"
     hearth_fuzz build --sanitizer none || return 1
     bin="$(_hearth_fuzz_bin_dir "$target_dir")" || return 1
