@@ -49,9 +49,9 @@ _hearth_fuzz_bin_dir() {
 # hearth_fuzz_smoke [SECONDS]: builds every fuzz target without a sanitizer (the smoke run
 # looks for panics and the targets' own checks, and keeps CI short) and runs each for SECONDS
 # (default $HEARTH_FUZZ_SECONDS or 8) over its committed corpus, tests/fuzz/corpus/<target>,
-# which it only reads: new inputs go to target/fuzz/corpus/<target>, a crashing input to
-# target/fuzz/artifacts/<target>/. Fails when a target crashes, hangs (10 s on one input),
-# runs out of memory (2 GiB) or has no corpus.
+# which it only reads: new inputs go to target/fuzz/smoke/corpus/<target> (emptied first),
+# a crashing input to target/fuzz/smoke/artifacts/<target>/. Fails when a target crashes,
+# hangs (10 s on one input), runs out of memory (2 GiB) or has no corpus.
 hearth_fuzz_smoke() {
     local seconds="${1:-${HEARTH_FUZZ_SECONDS:-8}}" target_dir bin work target log failed=""
     target_dir="${HEARTH_FUZZ_TARGET_DIR:-$HEARTH_REPO_DIR/target/fuzz}"
@@ -60,7 +60,8 @@ hearth_fuzz_smoke() {
     work="$target_dir/smoke"
     for target in $(hearth_fuzz list); do
         log="$work/$target.log"
-        mkdir -p "$work/corpus/$target" "$work/artifacts/$target" || return 1
+        # A fresh scratch corpus each time, so that a run takes the same time however many ran before.
+        rm -rf "${work:?}/corpus/$target" && mkdir -p "$work/corpus/$target" "$work/artifacts/$target" || return 1
         if [ -z "$(ls -A "$HEARTH_REPO_DIR/tests/fuzz/corpus/$target" 2>/dev/null)" ]; then
             echo "fuzz: $target has no corpus in tests/fuzz/corpus/$target" >&2
             failed="$failed $target"
