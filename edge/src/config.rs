@@ -14,6 +14,7 @@
 //! | `HEARTH_NETWORK_PER_MINUTE` | fetches a minute from one /24 or /48, sustained | `600` |
 //! | `HEARTH_SHARDS` | Durable Objects the links are spread over (Worker only; set once) | `16` |
 //! | `HEARTH_UA_RULES` | operator User-Agent rules, JSON: `[{"contains":"...","target":"sing-box"}]` | none |
+//! | `HEARTH_TRUSTED_PROXIES` | reverse proxies (CIDRs, comma-separated) whose `CF-Connecting-IP`, `X-Forwarded-For` and `X-Forwarded-Proto` are believed (native edge only) | none |
 
 use std::fmt;
 
@@ -35,6 +36,7 @@ pub const NAMES: &[&str] = &[
     "HEARTH_NETWORK_PER_MINUTE",
     "HEARTH_UA_RULES",
     "HEARTH_SHARDS",
+    "HEARTH_TRUSTED_PROXIES",
 ];
 
 /// The secret control presents. `Debug` does not show it; compare with [`PushToken::matches`].
@@ -86,6 +88,55 @@ pub struct EdgeConfig {
     pub ua_rules: Vec<UaRule>,
     /// How many Durable Objects hold the links on Cloudflare.
     pub shards: u32,
+    /// The reverse proxies whose forwarding headers are believed (the native edge; on
+    /// Cloudflare the client address is Cloudflare's `CF-Connecting-IP`).
+    pub trusted_proxies: Vec<Cidr>,
+}
+
+/// An address range, `192.0.2.0/24` or `2001:db8::/32` (a bare address is one address).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Cidr {
+    addr: std::net::IpAddr,
+    bits: u8,
+}
+
+impl Cidr {
+    /// Whether `ip` is in the range (an IPv4-mapped IPv6 address counts as its IPv4 address).
+    pub fn contains(&self, ip: std::net::IpAddr) -> bool {
+        use std::net::IpAddr;
+        match (self.addr, ip.to_canonical()) {
+            (IpAddr::V4(net), IpAddr::V4(ip)) => {
+                let mask = u32::MAX.checked_shl(32 - u32::from(self.bits)).unwrap_or(0);
+                u32::from(net) & mask == u32::from(ip) & mask
+            }
+            (IpAddr::V6(net), IpAddr::V6(ip)) => {
+                let mask = u128::MAX.checked_shl(128 - u32::from(self.bits)).unwrap_or(0);
+                u128::from(net) & mask == u128::from(ip) & mask
+            }
+            _ => false,
+        }
+    }
+}
+
+impl std::str::FromStr for Cidr {
+    type Err = ();
+
+    fn from_str(text: &str) -> Result<Cidr, ()> {
+        let (addr, bits) = text.trim().split_once('/').map_or((text.trim(), None), |(a, b)| (a, Some(b)));
+        let addr: std::net::IpAddr = addr.parse().map_err(|_| ())?;
+        let addr = addr.to_canonical();
+        let max = if addr.is_ipv4() { 32 } else { 128 };
+        let bits = match bits {
+            None => max,
+            Some(bits) => bits.parse().ok().filter(|b| *b <= max).ok_or(())?,
+        };
+        Ok(Cidr { addr, bits })
+    }
+}
+
+/// Whether `ip` is in any of `ranges`.
+pub fn trusted(ranges: &[Cidr], ip: std::net::IpAddr) -> bool {
+    ranges.iter().any(|range| range.contains(ip))
 }
 
 /// A setting that is missing or wrong. Never carries a secret's value.
@@ -155,8 +206,23 @@ impl EdgeConfig {
         if shards > 1024 {
             return Err(error("HEARTH_SHARDS", "must be at most 1024"));
         }
+        let trusted_proxies = get("HEARTH_TRUSTED_PROXIES")
+            .map(|list| {
+                list.split(',')
+                    .map(str::trim)
+                    .filter(|item| !item.is_empty())
+                    .map(|item| {
+                        item.parse::<Cidr>().map_err(|()| {
+                            error("HEARTH_TRUSTED_PROXIES", format!("{item:?} is not an address or a CIDR range"))
+                        })
+                    })
+                    .collect::<Result<Vec<_>, _>>()
+            })
+            .transpose()?
+            .unwrap_or_default();
         Ok(EdgeConfig {
             shards,
+            trusted_proxies,
             root: RoleKeys::single(root),
             push_token: PushToken(push_token),
             api_prefix,
@@ -223,6 +289,8 @@ pub(crate) mod tests {
             ("HEARTH_LIMITS", "maybe", "'on' or 'off'"),
             ("HEARTH_LINK_LIMIT", "0", "above 0"),
             ("HEARTH_UA_RULES", "{", "JSON list"),
+            ("HEARTH_TRUSTED_PROXIES", "10.0.0.0/33", "not an address or a CIDR"),
+            ("HEARTH_TRUSTED_PROXIES", "proxy.example", "not an address or a CIDR"),
         ];
         for (name, value, message) in cases {
             let mut vars = vars();
@@ -233,6 +301,19 @@ pub(crate) mod tests {
             assert!(!err.to_string().contains(&"p".repeat(40)));
         }
         let mut vars = vars();
+        vars.insert("HEARTH_TRUSTED_PROXIES", "10.0.0.0/8, 2001:db8::/32,192.0.2.7".to_owned());
+        let proxies = EdgeConfig::from_vars(|n| vars.get(n).cloned()).unwrap().trusted_proxies;
+        for (ip, inside) in [
+            ("10.200.3.4", true),
+            ("11.0.0.1", false),
+            ("::ffff:10.1.1.1", true),
+            ("2001:db8:5::1", true),
+            ("2001:db9::1", false),
+            ("192.0.2.7", true),
+            ("192.0.2.8", false),
+        ] {
+            assert_eq!(trusted(&proxies, ip.parse().unwrap()), inside, "{ip}");
+        }
         vars.remove("HEARTH_PUSH_TOKEN");
         assert_eq!(EdgeConfig::from_vars(|n| vars.get(n).cloned()).unwrap_err().problem, "is required");
     }

@@ -11,7 +11,7 @@ mod cli {
     use anyhow::{Context as _, Result, bail};
     use clap::Parser;
     use hearth_edge::config::{EdgeConfig, NAMES};
-    use hearth_edge::native::{Edge, Replica, router};
+    use hearth_edge::native::{Edge, Replica, serve};
 
     /// Hearth's self-hosted edge: subscription links, pushes from control, node pulls.
     #[derive(Parser)]
@@ -54,6 +54,12 @@ mod cli {
                 }
                 let value = match value {
                     toml::Value::String(s) => s,
+                    // A list (trusted_proxies) as the environment variable writes it.
+                    toml::Value::Array(items) => items
+                        .iter()
+                        .map(|item| item.as_str().map_or_else(|| item.to_string(), str::to_owned))
+                        .collect::<Vec<_>>()
+                        .join(","),
                     other => other.to_string(),
                 };
                 from_file.insert(name, value);
@@ -90,8 +96,7 @@ mod cli {
                 .await
                 .with_context(|| format!("listening on {}", cli.listen))?;
             println!("hearth-edge listening on http://{}", listener.local_addr()?);
-            let app = router(edge).into_make_service_with_connect_info::<SocketAddr>();
-            axum::serve(listener, app).with_graceful_shutdown(shutdown()).await?;
+            serve(listener, edge, shutdown()).await?;
             Ok(())
         })
     }

@@ -43,7 +43,8 @@ pub enum Route {
         /// Where the previous page ended ([`crate::api::ExportCursor`]); empty: the start.
         after: String,
     },
-    /// `GET /healthz`.
+    /// `GET /<api>/healthz`: under the secret prefix, so a scanner cannot tell a Hearth edge
+    /// by it (`/healthz` gets the decoy like any other unknown path).
     Health,
     /// Anything else: the decoy.
     Unknown,
@@ -53,15 +54,43 @@ fn query_u64(query: &str, key: &str) -> Option<u64> {
     query.split('&').find_map(|pair| pair.strip_prefix(key)?.strip_prefix('=')?.parse().ok())
 }
 
+/// The largest body a route takes, read only once the request is known to be allowed to send
+/// it (control's token checked first where it needs one); 0 for routes that take none.
+pub fn max_body(route: &Route) -> usize {
+    use hearth_shared::envelope::Kind;
+    // An envelope's header and signatures, besides the body its kind caps.
+    const ENVELOPE: usize = 64 * 1024;
+    match route {
+        Route::Push => crate::push::MAX_PUSH_BYTES,
+        Route::ArchivePut => Kind::Archive.max_len() + ENVELOPE,
+        Route::ReleasePut => crate::api::MAX_RELEASE_BYTES,
+        Route::NodeUsage(_) => Kind::UsageReport.max_len() + ENVELOPE,
+        _ => 0,
+    }
+}
+
+/// Whether a route is control's, taken only with the push token.
+pub fn needs_push_token(route: &Route) -> bool {
+    matches!(
+        route,
+        Route::Push
+            | Route::ReleasePut
+            | Route::UsageDrain { .. }
+            | Route::ArchivePut
+            | Route::ArchiveGet
+            | Route::Export { .. }
+    )
+}
+
 /// Routes a request.
 pub fn route(config: &EdgeConfig, method: &str, path: &str, query: &str) -> Route {
     let segments: Vec<&str> = path.trim_start_matches('/').split('/').collect();
     let get = method == "GET" || method == "HEAD";
     match segments.as_slice() {
         [prefix, token] if get && *prefix == config.sub_prefix => Route::Subscription(SubToken::parse(token)),
-        ["healthz"] if get => Route::Health,
         [prefix, rest @ ..] if *prefix == config.api_prefix => match (method, rest) {
             ("POST", ["push"]) => Route::Push,
+            ("GET" | "HEAD", ["healthz"]) => Route::Health,
             ("GET", ["nodes", id, "creds"]) => match id.parse() {
                 Ok(node) => Route::NodeCreds { node, after: query_u64(query, "after").unwrap_or(0) },
                 Err(_) => Route::Unknown,
@@ -101,7 +130,8 @@ mod tests {
             ("HEAD", link.clone(), "", Route::Subscription(Some(token))),
             ("POST", link, "", Route::Unknown),
             ("GET", "/s/short".into(), "", Route::Subscription(None)),
-            ("GET", "/healthz".into(), "", Route::Health),
+            ("GET", "/healthz".into(), "", Route::Unknown),
+            ("GET", format!("{api}/healthz"), "", Route::Health),
             ("POST", format!("{api}/push"), "", Route::Push),
             ("GET", format!("{api}/push"), "", Route::Unknown),
             ("GET", format!("{api}/nodes/4/creds"), "after=9", Route::NodeCreds { node: 4, after: 9 }),

@@ -93,30 +93,40 @@ pub fn subscription(
 /// and a window never ends sooner than it said, so it cannot let a fetch through that storage
 /// would have refused, nor refuse one it would have let through (but for the rounding of
 /// `Retry-After` to whole seconds).
+///
+/// A refusal is kept at most [`Refusals::KEEP_MS`]: a link deleted (rotated) in storage
+/// meanwhile gets the decoy within that time, since an isolate cannot be told of a push.
 #[derive(Debug, Default)]
 pub struct Refusals {
-    until_ms: std::collections::HashMap<hearth_shared::Digest, u64>,
+    /// Until when each link was told to wait, and until when that is believed here.
+    until_ms: std::collections::HashMap<hearth_shared::Digest, (u64, u64)>,
 }
 
 impl Refusals {
     /// At most this many links are remembered; past it, expired ones are dropped first and a
     /// new refusal is not remembered if none expired (it is then asked of storage again).
     pub const CAPACITY: usize = 10_000;
+    /// How long a refusal is repeated without asking storage again.
+    pub const KEEP_MS: u64 = 60_000;
 
     /// The seconds until `hash` may fetch again, if it was refused and its window is not over.
     pub fn check(&self, hash: &hearth_shared::Digest, now_ms: u64) -> Option<u64> {
-        self.until_ms.get(hash).filter(|until| **until > now_ms).map(|until| (until - now_ms).div_ceil(1000))
+        self.until_ms
+            .get(hash)
+            .filter(|(until, kept)| *until > now_ms && *kept > now_ms)
+            .map(|(until, _)| (until - now_ms).div_ceil(1000))
     }
 
     /// Remembers that storage refused `hash` at `now_ms` for `retry_after` seconds.
     pub fn remember(&mut self, hash: hearth_shared::Digest, now_ms: u64, retry_after: u64) {
         if self.until_ms.len() >= Self::CAPACITY && !self.until_ms.contains_key(&hash) {
-            self.until_ms.retain(|_, until| *until > now_ms);
+            self.until_ms.retain(|_, (until, kept)| *until > now_ms && *kept > now_ms);
             if self.until_ms.len() >= Self::CAPACITY {
                 return;
             }
         }
-        self.until_ms.insert(hash, now_ms.saturating_add(retry_after.saturating_mul(1000)));
+        let until = now_ms.saturating_add(retry_after.saturating_mul(1000));
+        self.until_ms.insert(hash, (until, until.min(now_ms + Self::KEEP_MS)));
     }
 }
 
@@ -133,6 +143,10 @@ mod tests {
         assert_eq!(refusals.check(&link, 10_000), Some(30));
         assert_eq!(refusals.check(&link, 39_001), Some(1));
         assert_eq!(refusals.check(&link, 40_000), None, "the window is over");
+        // A long refusal is believed a minute at most, then storage is asked again.
+        refusals.remember(link, 100_000, 3600);
+        assert_eq!(refusals.check(&link, 159_000), Some(3541));
+        assert_eq!(refusals.check(&link, 160_000), None, "kept at most a minute");
         assert_eq!(refusals.check(&[2u8; 32], 10_000), None, "only the refused link");
 
         // Full of live refusals: a new one is not remembered, the old ones stay.
@@ -140,7 +154,7 @@ mod tests {
         for n in 0..Refusals::CAPACITY as u32 {
             let mut hash = [0u8; 32];
             hash[..4].copy_from_slice(&n.to_le_bytes());
-            full.remember(hash, 0, if n == 0 { 1 } else { 3600 });
+            full.remember(hash, 0, if n == 0 { 1 } else { 50 });
         }
         full.remember([9u8; 32], 500, 60);
         assert_eq!(full.check(&[9u8; 32], 500), None);

@@ -33,19 +33,22 @@ pub struct EdgeProcess {
     port: u16,
 }
 
-/// Whether `GET /healthz` on the port answers `ok`.
-fn healthy(port: u16) -> bool {
+/// Whether `GET /<api prefix>/healthz` on the port answers `ok` (the health route is under
+/// the secret prefix: `/healthz` gets the decoy).
+fn healthy(port: u16, vars: &[(String, String)]) -> bool {
     use std::io::{Read as _, Write as _};
     let Ok(mut stream) = std::net::TcpStream::connect(("127.0.0.1", port)) else {
         return false;
     };
     let _ = stream.set_read_timeout(Some(Duration::from_secs(5)));
     let mut answer = String::new();
-    stream.write_all(b"GET /healthz HTTP/1.0\r\nHost: 127.0.0.1\r\n\r\n").is_ok()
+    let prefix = vars.iter().find(|(name, _)| name == "HEARTH_API_PREFIX").map_or("", |(_, value)| value.as_str());
+    let request = format!("GET /{prefix}/healthz HTTP/1.0\r\nHost: 127.0.0.1\r\n\r\n");
+    stream.write_all(request.as_bytes()).is_ok()
         && stream.read_to_string(&mut answer).is_ok()
         && answer.starts_with("HTTP/1.")
         && answer[8..].starts_with(" 200 ")
-        && answer.ends_with("\r\n\r\nok\n")
+        && answer.contains("\r\n\r\nok\n")
 }
 
 /// A free loopback port.
@@ -153,7 +156,7 @@ impl EdgeProcess {
         };
         let started = Instant::now();
         loop {
-            if healthy(port) {
+            if healthy(port, vars) {
                 return Ok(edge);
             }
             if edge.child.try_wait()?.is_some() || started.elapsed() > Duration::from_secs(90) {
@@ -234,7 +237,7 @@ impl EdgeProcess {
             port,
         };
         let started = Instant::now();
-        while !healthy(port) {
+        while !healthy(port, vars) {
             if edge.child.try_wait()?.is_some() || started.elapsed() > Duration::from_secs(30) {
                 let log = std::fs::read_to_string(folder.join("workerd.log")).unwrap_or_default();
                 let _ = edge.terminate();

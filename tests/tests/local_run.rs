@@ -84,8 +84,23 @@ async fn deploy_local_brings_hearth_up_on_loopback() {
     ] {
         assert!(data.join(file).exists(), "{file} missing");
     }
-    let health = hearth_tests::http().build().unwrap().get(format!("{url}/healthz")).send().await.unwrap();
-    assert_eq!(health.text().await.unwrap(), "ok\n");
+    // The edge's health answer is under its secret API prefix (edge.toml's api_prefix).
+    let edge_toml = std::fs::read_to_string(data.join("edge.toml")).unwrap();
+    let api_prefix = edge_toml
+        .lines()
+        .find_map(|line| {
+            line.trim()
+                .strip_prefix("api_prefix")?
+                .trim()
+                .strip_prefix('=')?
+                .trim()
+                .strip_prefix('"')?
+                .strip_suffix('"')
+        })
+        .expect("edge.toml names the api_prefix")
+        .to_owned();
+    let health = hearth_tests::http().build().unwrap().get(format!("{url}/{api_prefix}/healthz")).send().await.unwrap();
+    assert!(health.text().await.unwrap().starts_with("ok\n"));
     let pem = std::fs::read(data.join("tls.crt")).unwrap();
     let https = hearth_tests::http().tls_certs_only([reqwest::Certificate::from_pem(&pem).unwrap()]).build().unwrap();
     let health = https.get(format!("{control}/healthz")).send().await.unwrap();

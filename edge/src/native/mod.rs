@@ -11,8 +11,8 @@ use std::time::{SystemTime, UNIX_EPOCH};
 
 use axum::Router;
 use axum::body::{Body, Bytes};
-use axum::extract::{ConnectInfo, DefaultBodyLimit, State};
-use axum::http::{HeaderMap, Method, StatusCode, Uri, header};
+use axum::extract::{ConnectInfo, State};
+use axum::http::{HeaderMap, Method, StatusCode, header};
 use axum::response::Response;
 use hearth_shared::Digest;
 use hearth_shared::ratelimit::{Decision, FixedWindow, MissGuard, Network, TokenBucket};
@@ -34,6 +34,50 @@ use store::{Store, StoreError};
 struct Limiter {
     networks: HashMap<Network, (MissGuard, TokenBucket)>,
     links: HashMap<Digest, FixedWindow>,
+    pruned_ms: u64,
+}
+
+impl Limiter {
+    /// At most this many networks are tracked; past it (after pruning), networks not seen
+    /// before share one entry, so they are still limited, together.
+    const NETWORKS: usize = 100_000;
+    /// At most this many link windows; past it, a link not seen before is not counted until
+    /// windows end (its fetches are still limited by its network's bucket).
+    const LINKS: usize = 200_000;
+    /// How often entries that no longer hold anything back are dropped.
+    const PRUNE_EVERY_MS: u64 = 60_000;
+
+    /// Drops what no longer limits anything: buckets full again with no unknown-link window
+    /// or block running, and link windows that have ended.
+    fn prune(&mut self, now_ms: u64, limits: crate::config::Limits) {
+        if now_ms < self.pruned_ms + Self::PRUNE_EVERY_MS
+            && self.networks.len() < Self::NETWORKS
+            && self.links.len() < Self::LINKS
+        {
+            return;
+        }
+        self.pruned_ms = now_ms;
+        let now_us = now_ms.saturating_mul(1000);
+        self.networks.retain(|_, (guard, bucket)| {
+            guard.is_blocked(now_ms)
+                || bucket.tat_us > now_us
+                || guard.window.start_ms + limits.misses.misses.window_ms > now_ms
+        });
+        self.links.retain(|_, window| window.start_ms + limits.link.window_ms > now_ms);
+    }
+
+    /// The entry `network` is counted in.
+    fn network(&mut self, network: Network) -> &mut (MissGuard, TokenBucket) {
+        // A network no real client is in (a /24 of the IPv4 "this network" block) holds the
+        // networks past the cap.
+        const OVERFLOW: Network = Network::V4([0, 0, 0]);
+        let key = if self.networks.len() >= Self::NETWORKS && !self.networks.contains_key(&network) {
+            OVERFLOW
+        } else {
+            network
+        };
+        self.networks.entry(key).or_default()
+    }
 }
 
 /// The native edge's state.
@@ -42,8 +86,17 @@ pub struct Edge {
     store: Store,
     trust: RwLock<Trust>,
     limiter: Mutex<Limiter>,
+    /// API requests refused for their token or signature, for the health answer and the log.
+    token_refusals: Mutex<RefusalLog>,
     /// The User-Agent rules in force: the edge's own, then the owner's from control.
     rules: RwLock<Arc<Vec<hearth_shared::agent::UaRule>>>,
+}
+
+#[derive(Default)]
+struct RefusalLog {
+    total: u64,
+    unlogged: u64,
+    logged_ms: u64,
 }
 
 fn now_ms() -> u64 {
@@ -93,6 +146,7 @@ impl Edge {
             config,
             store,
             limiter: Mutex::new(Limiter::default()),
+            token_refusals: Mutex::new(RefusalLog::default()),
         };
         edge.reload().await?;
         Ok(edge)
@@ -121,6 +175,30 @@ impl Edge {
         Ok(true)
     }
 
+    /// Forgets the windows of links a push changed or deleted: a rotated link gets the decoy
+    /// at once rather than 429 for the rest of its window.
+    fn forget_windows(&self) {
+        let changed = self.store.take_changed_links();
+        let mut limiter = self.limiter.lock().expect("limiter lock");
+        for hash in &changed {
+            limiter.links.remove(hash);
+        }
+    }
+
+    /// Counts a refused API request, logging at most one line a minute (with how many were
+    /// refused since the last), so a flood of bad tokens cannot flood the log.
+    fn refused(&self, route: &Route, client: IpAddr) {
+        let now = now_ms();
+        let mut log = self.token_refusals.lock().expect("refusal log lock");
+        log.total += 1;
+        log.unlogged += 1;
+        if now >= log.logged_ms + 60_000 {
+            tracing::info!(route = ?route, %client, refused = log.unlogged, "API requests refused (bad push token or node signature) since the last such line");
+            log.logged_ms = now;
+            log.unlogged = 0;
+        }
+    }
+
     fn trust(&self) -> Trust {
         self.trust.read().expect("trust lock").clone()
     }
@@ -130,7 +208,10 @@ impl Edge {
         let route = route(&self.config, request.method, request.path, request.query);
         match route {
             Route::Subscription(token) => return self.subscription(request, token).await,
-            Route::Health => return Reply::text(200, "ok\n"),
+            Route::Health => {
+                let refused = self.token_refusals.lock().expect("refusal log lock").total;
+                return Reply::text(200, format!("ok\npush token refusals: {refused}\n"));
+            }
             Route::Unknown => {
                 // Look something up anyway, so an unknown path takes as long as an unknown link.
                 let _ = self.store.link(&sha256(request.path.as_bytes())).await;
@@ -162,11 +243,12 @@ impl Edge {
         match reply.status {
             200 if pushed => {
                 tracing::info!(answer = %String::from_utf8_lossy(&reply.body), "push applied");
+                self.forget_windows();
                 if let Err(e) = self.reload().await {
                     return internal(&e);
                 }
             }
-            401 | 403 => tracing::info!(route = ?route, client = %request.client, "API request refused"),
+            401 | 403 => self.refused(&route, request.client),
             400 | 409 | 413 => {
                 tracing::warn!(route = ?route, answer = %String::from_utf8_lossy(&reply.body), "refused");
             }
@@ -181,7 +263,8 @@ impl Edge {
         let network = Network::of(request.client);
         if limits.enabled {
             let mut limiter = self.limiter.lock().expect("limiter lock");
-            let (guard, bucket) = limiter.networks.entry(network).or_default();
+            limiter.prune(now, limits);
+            let (guard, bucket) = limiter.network(network);
             match serve::network_gate(guard, bucket, limits.network, now) {
                 Gate::Open => {}
                 Gate::Decoy => return serve::decoy(),
@@ -208,7 +291,7 @@ impl Edge {
         let (Some(token), Some(envelope)) = (token, envelope) else {
             if limits.enabled {
                 let mut limiter = self.limiter.lock().expect("limiter lock");
-                let (guard, _) = limiter.networks.entry(network).or_default();
+                let (guard, _) = limiter.network(network);
                 if guard.miss(now, limits.misses) {
                     tracing::info!(%network, "network sent too many unknown links: decoys for a while");
                 }
@@ -217,9 +300,11 @@ impl Edge {
         };
         if limits.enabled && !counted {
             let mut limiter = self.limiter.lock().expect("limiter lock");
-            let window = limiter.links.entry(hash).or_default();
-            if let Decision::Deny { retry_after } = window.hit(now, limits.link) {
-                return serve::too_many(retry_after);
+            if limiter.links.len() < Limiter::LINKS || limiter.links.contains_key(&hash) {
+                let window = limiter.links.entry(hash).or_default();
+                if let Decision::Deny { retry_after } = window.hit(now, limits.link) {
+                    return serve::too_many(retry_after);
+                }
             }
         }
         let scheme = request.header("x-forwarded-proto").unwrap_or("http");
@@ -250,35 +335,237 @@ fn to_response(reply: Reply, head: bool) -> Response {
         .unwrap_or_else(|_| Response::new(Body::from("internal error")))
 }
 
-async fn handle(
-    State(edge): State<Arc<Edge>>,
-    ConnectInfo(peer): ConnectInfo<SocketAddr>,
-    method: Method,
-    uri: Uri,
-    mut headers: HeaderMap,
-    body: Bytes,
-) -> Response {
+/// Bounds on what a connection or request may take before the edge has read and judged it.
+pub mod bounds {
+    use std::time::Duration;
+
+    /// Connections open at once; more are closed as soon as they are accepted.
+    pub const CONNECTIONS: usize = 1024;
+    /// Request bodies being read at once (only routes that take one, once allowed to).
+    pub const BODIES: usize = 16;
+    /// Time to send a request's line and headers (also an idle kept-alive connection's limit).
+    pub const HEADERS: Duration = Duration::from_secs(10);
+    /// The most bytes of request line and headers buffered.
+    pub const HEADER_BYTES: usize = 16 * 1024;
+    /// Time to send a body, beyond [`BODY_BASE`](self::BODY_BASE): at least this many bytes a
+    /// second.
+    pub const BODY_RATE: u64 = 256 * 1024;
+    /// Time any body may take.
+    pub const BODY_BASE: Duration = Duration::from_secs(30);
+    /// How long a body the edge does not want is read and thrown away (so the client sees
+    /// the answer rather than a reset), and how much of it.
+    pub const DISCARD: Duration = Duration::from_secs(10);
+    /// See [`DISCARD`].
+    pub const DISCARD_BYTES: u64 = 64 * 1024 * 1024;
+}
+
+/// The client a request is from: the TCP peer, or, when the peer is a trusted proxy, the
+/// address it says it forwards for (`CF-Connecting-IP`, else the right-most `X-Forwarded-For`
+/// hop that is not itself a trusted proxy).
+pub fn client_of(config: &EdgeConfig, peer: IpAddr, headers: &HeaderMap) -> IpAddr {
+    let proxies = &config.trusted_proxies;
+    let peer = peer.to_canonical();
+    if !crate::config::trusted(proxies, peer) {
+        return peer;
+    }
+    let header = |name: &str| headers.get_all(name).iter().filter_map(|v| v.to_str().ok()).collect::<Vec<_>>();
+    if let Some(ip) = header("cf-connecting-ip").last().and_then(|v| v.trim().parse::<IpAddr>().ok()) {
+        return ip.to_canonical();
+    }
+    let hops: Vec<IpAddr> = header("x-forwarded-for")
+        .iter()
+        .flat_map(|v| v.split(','))
+        .filter_map(|hop| hop.trim().parse::<IpAddr>().ok())
+        .map(|ip| ip.to_canonical())
+        .collect();
+    hops.iter().rev().find(|ip| !crate::config::trusted(proxies, **ip)).or(hops.first()).copied().unwrap_or(peer)
+}
+
+/// Shared between connections: the edge and the bodies being read.
+struct Shared {
+    edge: Arc<Edge>,
+    bodies: tokio::sync::Semaphore,
+}
+
+fn is_empty(headers: &HeaderMap) -> bool {
+    !headers.contains_key(header::TRANSFER_ENCODING)
+        && headers.get(header::CONTENT_LENGTH).is_none_or(|v| v.as_bytes() == b"0")
+}
+
+/// Reads a body the edge does not want and throws it away, for a while, so the client gets
+/// the answer rather than a reset; nothing of it is kept.
+fn discard<B>(body: B)
+where
+    B: http_body::Body + Send + Unpin + 'static,
+    B::Data: Send,
+{
+    use http_body_util::BodyExt as _;
+    tokio::spawn(async move {
+        let mut body = body;
+        let mut seen = 0u64;
+        let _ = tokio::time::timeout(bounds::DISCARD, async {
+            while let Some(Ok(frame)) = body.frame().await {
+                if let Some(data) = frame.data_ref() {
+                    seen += bytes::Buf::remaining(data) as u64;
+                }
+                if seen > bounds::DISCARD_BYTES {
+                    break;
+                }
+            }
+        })
+        .await;
+    });
+}
+
+/// Reads a body of at most `cap` bytes (413 past it, without reading the rest), in a time
+/// that allows [`bounds::BODY_RATE`].
+async fn read_body<B>(shared: &Shared, headers: &HeaderMap, body: B, cap: usize) -> Result<Bytes, Reply>
+where
+    B: http_body::Body<Data = Bytes> + Send + Unpin + 'static,
+    B::Error: std::error::Error + Send + Sync + 'static,
+{
+    use http_body_util::BodyExt as _;
+    let too_large = || api::error(413, "too_large", "the body is over this route's size limit");
+    let declared = headers.get(header::CONTENT_LENGTH).and_then(|v| v.to_str().ok()?.parse::<u64>().ok());
+    if declared.is_some_and(|length| length > cap as u64) {
+        discard(body);
+        return Err(too_large());
+    }
+    let Ok(_permit) = shared.bodies.acquire().await else {
+        return Err(api::unavailable());
+    };
+    let time = bounds::BODY_BASE + std::time::Duration::from_secs(cap as u64 / bounds::BODY_RATE);
+    match tokio::time::timeout(time, http_body_util::Limited::new(body, cap).collect()).await {
+        Err(_) => Err(api::error(408, "timeout", "the body did not arrive in time")),
+        Ok(Err(e)) if e.downcast_ref::<http_body_util::LengthLimitError>().is_some() => Err(too_large()),
+        Ok(Err(_)) => Err(api::error(400, "bad_body", "the body could not be read")),
+        Ok(Ok(collected)) => Ok(collected.to_bytes()),
+    }
+}
+
+/// Answers one HTTP request: routed by its method and path first; a body is read only for a
+/// route that takes one, once control's token (where the route needs it) was checked, and
+/// only up to the route's cap. Everything else gets its answer without its body being read.
+async fn answer<B>(shared: &Shared, peer: SocketAddr, request: axum::http::Request<B>) -> Response
+where
+    B: http_body::Body<Data = Bytes> + Send + Unpin + 'static,
+    B::Error: std::error::Error + Send + Sync + 'static,
+{
+    let edge = &shared.edge;
+    let (parts, body) = request.into_parts();
+    let mut headers = parts.headers;
+    let (method, uri) = (parts.method, parts.uri);
     // An HTTP/2 request names its authority in the URI, not in a Host header.
     if !headers.contains_key(header::HOST)
         && let Some(value) = uri.authority().and_then(|a| header::HeaderValue::from_str(a.as_str()).ok())
     {
         headers.insert(header::HOST, value);
     }
-    let request = Request {
-        method: method.as_str(),
-        path: uri.path(),
-        query: uri.query().unwrap_or(""),
-        headers: &headers,
-        client: peer.ip(),
-        body: &body,
+    let client = client_of(&edge.config, peer.ip(), &headers);
+    // The scheme the browser page writes links with: believed only from a trusted proxy.
+    if !crate::config::trusted(&edge.config.trusted_proxies, peer.ip().to_canonical()) {
+        headers.remove("x-forwarded-proto");
+    }
+    let path = uri.path();
+    let query = uri.query().unwrap_or("");
+    let route = route(&edge.config, method.as_str(), path, query);
+    let cap = crate::routes::max_body(&route);
+    let allowed = !crate::routes::needs_push_token(&route)
+        || edge.config.push_token.matches(headers.get(header::AUTHORIZATION).and_then(|v| v.to_str().ok()));
+    let empty = is_empty(&headers);
+    let mut close = false;
+    let body = if cap == 0 || !allowed || empty {
+        if !empty {
+            // Not read: thrown away in the background, and the connection not reused.
+            discard(body);
+            close = true;
+        }
+        Bytes::new()
+    } else {
+        match read_body(shared, &headers, body, cap).await {
+            Ok(bytes) => bytes,
+            Err(reply) => {
+                let mut response = to_response(reply, false);
+                response.headers_mut().insert(header::CONNECTION, header::HeaderValue::from_static("close"));
+                return response;
+            }
+        }
     };
+    let request = Request { method: method.as_str(), path, query, headers: &headers, client, body: &body };
     let reply = edge.handle(&request).await;
-    to_response(reply, method == Method::HEAD)
+    let mut response = to_response(reply, method == Method::HEAD);
+    if close {
+        response.headers_mut().insert(header::CONNECTION, header::HeaderValue::from_static("close"));
+    }
+    response
 }
 
-/// The edge's HTTP service.
+async fn handle(
+    State(shared): State<Arc<Shared>>,
+    ConnectInfo(peer): ConnectInfo<SocketAddr>,
+    request: axum::extract::Request,
+) -> Response {
+    answer(&shared, peer, request).await
+}
+
+fn shared(edge: Arc<Edge>) -> Arc<Shared> {
+    Arc::new(Shared { edge, bodies: tokio::sync::Semaphore::new(bounds::BODIES) })
+}
+
+/// The edge's HTTP service, for a server that gives it each connection's peer
+/// (`into_make_service_with_connect_info::<SocketAddr>`); [`serve`] adds the connection
+/// bounds.
 pub fn router(edge: Arc<Edge>) -> Router {
-    // The largest body any route takes: a push, control's archive, or a release.
-    let limit = push::MAX_PUSH_BYTES.max(hearth_shared::envelope::Kind::Archive.max_len()).max(api::MAX_RELEASE_BYTES);
-    Router::new().fallback(handle).layer(DefaultBodyLimit::max(limit)).with_state(edge)
+    Router::new().fallback(handle).with_state(shared(edge))
+}
+
+/// Serves the edge on `listener` until `shutdown` resolves: at most [`bounds::CONNECTIONS`]
+/// connections, each given [`bounds::HEADERS`] to send a request's headers.
+pub async fn serve(
+    listener: tokio::net::TcpListener,
+    edge: Arc<Edge>,
+    shutdown: impl std::future::Future<Output = ()>,
+) -> std::io::Result<()> {
+    use hyper_util::rt::{TokioIo, TokioTimer};
+    let shared = shared(edge);
+    let connections = Arc::new(tokio::sync::Semaphore::new(bounds::CONNECTIONS));
+    let mut shutdown = std::pin::pin!(shutdown);
+    loop {
+        let (stream, peer) = tokio::select! {
+            accepted = listener.accept() => match accepted {
+                Ok(accepted) => accepted,
+                Err(error) => {
+                    // Out of file descriptors, or a connection reset before it was taken:
+                    // wait a moment rather than spin.
+                    tracing::warn!(%error, "accepting a connection failed");
+                    tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+                    continue;
+                }
+            },
+            () = &mut shutdown => break,
+        };
+        let Ok(permit) = connections.clone().try_acquire_owned() else {
+            drop(stream);
+            continue;
+        };
+        let _ = stream.set_nodelay(true);
+        let shared = shared.clone();
+        tokio::spawn(async move {
+            let service = hyper::service::service_fn(move |request: axum::http::Request<hyper::body::Incoming>| {
+                let shared = shared.clone();
+                async move { Ok::<_, std::convert::Infallible>(answer(&shared, peer, request).await) }
+            });
+            let connection = hyper::server::conn::http1::Builder::new()
+                .timer(TokioTimer::new())
+                .header_read_timeout(bounds::HEADERS)
+                .max_buf_size(bounds::HEADER_BYTES)
+                .serve_connection(TokioIo::new(stream), service);
+            let _ = connection.await;
+            drop(permit);
+        });
+    }
+    // Give requests being answered a moment to finish.
+    let all = u32::try_from(bounds::CONNECTIONS).unwrap_or(u32::MAX);
+    let _ = tokio::time::timeout(std::time::Duration::from_secs(5), connections.acquire_many(all)).await;
+    Ok(())
 }

@@ -131,6 +131,8 @@ impl LinkCache {
 pub struct Store {
     conn: Connection,
     cache: std::sync::RwLock<LinkCache>,
+    /// Links a push changed or deleted since the edge last asked ([`Store::take_changed_links`]).
+    changed_links: std::sync::Mutex<Vec<Digest>>,
     // The one statement on the hot path, prepared once (parsing it took a large share of an
     // answer's CPU); a statement runs one query at a time, hence the lock.
     link_lookup: Mutex<libsql::Statement>,
@@ -202,6 +204,12 @@ async fn value(conn: &Connection, key: &str) -> Result<Option<Vec<u8>>, StoreErr
 }
 
 impl Store {
+    /// The links pushes changed or deleted since the last call (the edge forgets their
+    /// windows, so a rotated link is not answered 429 for the rest of its window).
+    pub fn take_changed_links(&self) -> Vec<Digest> {
+        std::mem::take(&mut *self.changed_links.lock().expect("changed links lock"))
+    }
+
     /// Opens (or creates) the database at `path`, keeping up to `cache_bytes` of recently
     /// served links in memory (0: none); with `replica`, as a replica of a remote server,
     /// first brought up to date with it.
@@ -236,6 +244,7 @@ impl Store {
         Ok(Store {
             conn,
             cache: std::sync::RwLock::new(cache),
+            changed_links: std::sync::Mutex::new(Vec::new()),
             link_lookup,
             writer: Mutex::new(()),
             _reader: reader,
@@ -352,10 +361,12 @@ impl Storage for Store {
         tx.commit().await?;
         let mut cache = self.cache.write().expect("link cache lock");
         cache.generation += 1;
+        let mut changed = self.changed_links.lock().expect("changed links lock");
         for planned in &plan.writes {
             if let Target::Link(hash) = &planned.write.target {
                 // Dropped rather than replaced: the next fetch reads the committed row.
                 cache.forget(hash);
+                changed.push(*hash);
             }
         }
         Ok(Ok(()))

@@ -42,6 +42,9 @@ pub struct Control {
     env: Env,
     /// A push is being stored.
     pushing: Cell<bool>,
+    /// API requests refused for their token or signature: in all, not yet logged, and when
+    /// the last log line was written (one a minute at most).
+    refused: Cell<(u64, u64, u64)>,
 }
 
 #[derive(Deserialize)]
@@ -177,7 +180,7 @@ impl DurableObject for Control {
         ] {
             sql.exec(table, None).expect("creating the control tables");
         }
-        Control { state, env, pushing: Cell::new(false) }
+        Control { state, env, pushing: Cell::new(false), refused: Cell::new((0, 0, 0)) }
     }
 
     async fn fetch(&self, mut req: Request) -> Result<Response> {
@@ -202,10 +205,30 @@ impl DurableObject for Control {
             );
         }
         let method = req.method().to_string();
-        let body = if matches!(req.method(), Method::Post | Method::Put) { req.bytes().await? } else { Vec::new() };
         let authorization = req.headers().get("authorization")?;
         let node_signature = req.headers().get(nodeauth::HEADER)?;
         let route = route(&config, &method, url.path(), url.query().unwrap_or(""));
+        if route == Route::Health {
+            let refused = self.refused.get().0;
+            return respond(Reply::text(200, format!("ok\npush token refusals: {refused}\n")), false);
+        }
+        // A body is read only for a route that takes one, once control's token (where the
+        // route needs it) was checked, and only up to the route's cap.
+        let cap = hearth_edge::routes::max_body(&route);
+        let allowed =
+            !hearth_edge::routes::needs_push_token(&route) || config.push_token.matches(authorization.as_deref());
+        let declared = req.headers().get("content-length")?.and_then(|v| v.parse::<u64>().ok());
+        let body = if cap == 0 || !allowed {
+            Vec::new()
+        } else if declared.is_some_and(|length| length > cap as u64) {
+            return respond(api::error(413, "too_large", "the body is over this route's size limit"), false);
+        } else {
+            let body = req.bytes().await?;
+            if body.len() > cap {
+                return respond(api::error(413, "too_large", "the body is over this route's size limit"), false);
+            }
+            body
+        };
         // The authority as the request reached the Worker (Cloudflare routes by it).
         let host = match (url.host_str(), url.port()) {
             (Some(host), Some(port)) => format!("{host}:{port}"),
@@ -243,6 +266,19 @@ impl DurableObject for Control {
                 api::unavailable()
             }
         };
+        if matches!(reply.status, 401 | 403) {
+            let (total, unlogged, logged) = self.refused.get();
+            let now = now_ms();
+            if now >= logged + 60_000 {
+                worker::console_log!(
+                    "{} API requests refused (bad push token or node signature) since the last such line",
+                    unlogged + 1
+                );
+                self.refused.set((total + 1, 0, now));
+            } else {
+                self.refused.set((total + 1, unlogged + 1, logged));
+            }
+        }
         if let Some(node) = service::signed_the_old_way(&route, &call, &reply) {
             worker::console_warn!(
                 "node {node} signs its requests the old way (no nonce): only its reads are taken until it runs a newer release"

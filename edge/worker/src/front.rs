@@ -65,12 +65,12 @@ async fn fetch(req: Request, env: Env, ctx: Context) -> Result<Response> {
     let method = req.method().to_string();
     let reply = match route(&config, &method, url.path(), url.query().unwrap_or("")) {
         Route::Subscription(token) => subscription(&req, &env, &ctx, &config, token).await?,
-        Route::Health => Reply::text(200, "ok\n"),
         // No storage call here: a flood of random paths must not spend the operator's Durable
         // Object requests. (The link prefix is public anyway; the API prefix is a secret too
         // long to guess, so timing tells nothing.)
         Route::Unknown => decoy(),
-        // Every API route is the Control object's, push token and node signatures included.
+        // Every API route is the Control object's, push token and node signatures included
+        // (and the health answer, with its count of refused tokens).
         _ => return control(&env)?.fetch_with_request(req).await,
     };
     respond(reply, head)
