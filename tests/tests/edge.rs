@@ -158,8 +158,258 @@ both!(
     a_release_reaches_the_nodes_the_rollout_names_and_no_other,
     a_push_refused_for_a_set_stores_none_of_its_links,
     the_export_gives_the_release_back,
-    a_node_request_is_taken_once_and_only_as_signed
+    a_node_request_is_taken_once_and_only_as_signed,
+    a_rotated_link_over_its_limit_gets_the_decoy,
+    the_health_route_and_oversized_bodies_do_not_tell_a_hearth_edge
 );
+
+#[tokio::test]
+async fn native_large_unauthenticated_bodies_get_the_decoy_unread() {
+    large_unauthenticated_bodies_get_the_decoy_unread(Backend::Native).await
+}
+
+#[tokio::test]
+async fn native_a_slow_client_is_hung_up_on_while_links_answer() {
+    a_slow_client_is_hung_up_on_while_links_answer(Backend::Native).await
+}
+
+#[tokio::test]
+async fn native_behind_a_trusted_proxy_each_client_is_judged_by_its_own_address() {
+    behind_a_trusted_proxy_each_client_is_judged_by_its_own_address(Backend::Native).await
+}
+
+/// Sends `method path` declaring a body of `length` bytes (zeros, streamed from another
+/// thread as fast as the edge takes them) and reads the answer: its status and body. The
+/// body need not have been sent whole.
+fn send_declared(base: &str, method: &str, path: &str, length: u64, headers: &str) -> (u16, String) {
+    use std::io::{Read as _, Write as _};
+    let address = base.strip_prefix("http://").unwrap();
+    let mut stream = std::net::TcpStream::connect(address).unwrap();
+    stream.set_read_timeout(Some(Duration::from_secs(120))).unwrap();
+    let head = format!("{method} {path} HTTP/1.1\r\nHost: {address}\r\nContent-Length: {length}\r\n{headers}\r\n");
+    stream.write_all(head.as_bytes()).unwrap();
+    let mut writer = stream.try_clone().unwrap();
+    std::thread::spawn(move || {
+        let chunk = vec![0u8; 64 * 1024];
+        let mut sent = 0u64;
+        while sent < length {
+            let n = chunk.len().min((length - sent) as usize);
+            if writer.write_all(&chunk[..n]).is_err() {
+                return;
+            }
+            sent += n as u64;
+        }
+    });
+    let mut answer = Vec::new();
+    let mut buf = [0u8; 16 * 1024];
+    loop {
+        if let Some(end) = answer.windows(4).position(|w| w == b"\r\n\r\n") {
+            let head = String::from_utf8_lossy(&answer[..end]).to_string();
+            let want: usize = head
+                .lines()
+                .find_map(|l| l.to_ascii_lowercase().strip_prefix("content-length:").map(|v| v.trim().parse().unwrap()))
+                .unwrap_or(0);
+            if answer.len() >= end + 4 + want {
+                let status = head[9..12].parse().unwrap();
+                let body = String::from_utf8_lossy(&answer[end + 4..end + 4 + want]).to_string();
+                let _ = stream.shutdown(std::net::Shutdown::Both);
+                return (status, body);
+            }
+        }
+        let n = stream.read(&mut buf).expect("reading the answer");
+        assert!(n > 0, "the edge hung up before answering: {:?}", String::from_utf8_lossy(&answer));
+        answer.extend_from_slice(&buf[..n]);
+    }
+}
+
+/// The decoy's body, as the edge sends it for an unknown path.
+async fn decoy_body(s: &Setup) -> String {
+    let decoy = s.get(&format!("{}/nothing/here", s.edge.url), "curl/8").await;
+    assert_eq!(decoy.0, StatusCode::NOT_FOUND);
+    assert!(decoy.2.contains("nginx"));
+    decoy.2
+}
+
+/// 16 strangers at once each send 60 MB to a link, to an unknown path and to the push route
+/// without the token: each is answered (the decoy, or the API's 401) without the body being
+/// kept, so the edge's peak memory stays far below one of those bodies' worth, and a link
+/// keeps answering.
+async fn large_unauthenticated_bodies_get_the_decoy_unread(backend: Backend) {
+    const BODY: u64 = 60_000_000;
+    let mut s = start(backend, &[]);
+    let token = SubToken::generate(&mut OsRng);
+    let item = s.sim.snapshot(&token, &demo_snapshot(1));
+    assert_eq!(s.push_items(&[item]).await.0, StatusCode::OK);
+    let decoy = decoy_body(&s).await;
+    let pid = s.edge.server_pid().unwrap();
+    let before = hearth_tests::proc_status_kib(pid, "VmRSS:").unwrap();
+    let link_path = format!("/s/{}", token.to_link_form());
+    let push_path = format!("/{API}/push");
+    let answers = std::thread::scope(|scope| {
+        let threads: Vec<_> = (0..16)
+            .map(|i| {
+                let path = match i % 4 {
+                    0 | 1 => link_path.clone(),
+                    2 => format!("/nothing/{i}"),
+                    _ => push_path.clone(),
+                };
+                let base = s.edge.url.clone();
+                scope.spawn(move || (path.clone(), send_declared(&base, "POST", &path, BODY, "")))
+            })
+            .collect();
+        threads.into_iter().map(|t| t.join().unwrap()).collect::<Vec<_>>()
+    });
+    for (path, (status, body)) in answers {
+        if path == push_path {
+            assert_eq!(status, 401, "{path}: {body}");
+        } else {
+            assert_eq!((status, &body), (404, &decoy), "{path}");
+        }
+    }
+    assert_eq!(s.get(&s.link(&token), "v2rayN/7").await.0, StatusCode::OK);
+    let peak = hearth_tests::proc_status_kib(pid, "VmHWM:").unwrap();
+    assert!(
+        peak < before + 64 * 1024,
+        "the edge's peak memory went from {before} KiB to {peak} KiB: it read bodies it had no use for"
+    );
+}
+
+/// A client that starts a request and never finishes its headers is hung up on, while
+/// links keep answering.
+async fn a_slow_client_is_hung_up_on_while_links_answer(backend: Backend) {
+    use std::io::{Read as _, Write as _};
+    let mut s = start(backend, &[("HEARTH_LINK_LIMIT", "100000")]);
+    let token = SubToken::generate(&mut OsRng);
+    let item = s.sim.snapshot(&token, &demo_snapshot(1));
+    assert_eq!(s.push_items(&[item]).await.0, StatusCode::OK);
+    let address = s.edge.url.strip_prefix("http://").unwrap().to_owned();
+    let mut slow = std::net::TcpStream::connect(&address).unwrap();
+    slow.write_all(format!("GET /s/{} HTTP/1.1\r\nHost: {address}\r\n", token.to_link_form()).as_bytes()).unwrap();
+    slow.set_read_timeout(Some(Duration::from_millis(500))).unwrap();
+    let started = std::time::Instant::now();
+    loop {
+        // Links answer meanwhile.
+        assert_eq!(s.get(&s.link(&token), "v2rayN/7").await.0, StatusCode::OK);
+        let mut buf = [0u8; 1024];
+        match slow.read(&mut buf) {
+            // Hung up (with or without a 408 first).
+            Ok(0) => break,
+            Ok(_) => {}
+            Err(e) if e.kind() == std::io::ErrorKind::ConnectionReset => break,
+            Err(_) => {
+                // One more header line now and then, never the end of them.
+                if slow.write_all(b"X-Slow: 1\r\n").is_err() {
+                    break;
+                }
+            }
+        }
+        assert!(started.elapsed() < Duration::from_secs(90), "a request whose headers never end is kept open");
+    }
+}
+
+/// Behind a reverse proxy the edge trusts, each client is judged by the address the proxy
+/// names: a client probing unknown links gets only decoys, another client behind the same
+/// proxy is served. Forwarding headers from anyone else are ignored, and so is their
+/// `X-Forwarded-Proto`.
+async fn behind_a_trusted_proxy_each_client_is_judged_by_its_own_address(backend: Backend) {
+    let mut s = start(backend, &[("HEARTH_TRUSTED_PROXIES", "127.0.0.5/32, 10.0.0.0/8")]);
+    let token = SubToken::generate(&mut OsRng);
+    let item = s.sim.snapshot(&token, &demo_snapshot(1));
+    assert_eq!(s.push_items(&[item]).await.0, StatusCode::OK);
+    let decoy = decoy_body(&s).await;
+    let via = |peer: &str, headers: &[(&'static str, &str)]| {
+        let mut map = reqwest::header::HeaderMap::new();
+        for (name, value) in headers {
+            map.insert(reqwest::header::HeaderName::from_static(name), value.parse().unwrap());
+        }
+        hearth_tests::http()
+            .timeout(Duration::from_secs(30))
+            .local_address(peer.parse::<IpAddr>().unwrap())
+            .default_headers(map)
+            .build()
+            .unwrap()
+    };
+    // The prober, named by the proxy as the right-most hop it does not trust.
+    let prober = via("127.0.0.5", &[("x-forwarded-for", "203.0.113.50, 198.51.100.7, 10.1.2.3")]);
+    for i in 0..20 {
+        let unknown = format!("{}/s/{}", s.edge.url, SubToken::generate(&mut OsRng).to_link_form());
+        let malformed = format!("{}/s/not-a-token-{i}", s.edge.url);
+        for url in [unknown, malformed] {
+            assert_eq!(get_with(&prober, &url, "curl/8").await.0, StatusCode::NOT_FOUND);
+        }
+    }
+    let link = s.link(&token);
+    let answer = get_with(&prober, &link, "v2rayN/7").await;
+    assert_eq!((answer.0, &answer.2), (StatusCode::NOT_FOUND, &decoy), "the prober gets only decoys");
+    let named_by_cloudflare = via("127.0.0.5", &[("cf-connecting-ip", "198.51.100.7")]);
+    assert_eq!(get_with(&named_by_cloudflare, &link, "v2rayN/7").await.0, StatusCode::NOT_FOUND);
+    // Another client behind the same proxy, and the proxy itself, are served.
+    let neighbour = via("127.0.0.5", &[("x-forwarded-for", "198.51.100.7, 203.0.113.9")]);
+    assert_eq!(get_with(&neighbour, &link, "v2rayN/7").await.0, StatusCode::OK);
+    assert_eq!(get_with(&via("127.0.0.5", &[]), &link, "v2rayN/7").await.0, StatusCode::OK);
+    // Someone not trusted cannot pass for the prober (nor for anyone else).
+    let stranger = via("127.0.2.9", &[("x-forwarded-for", "198.51.100.7"), ("cf-connecting-ip", "198.51.100.7")]);
+    assert_eq!(get_with(&stranger, &link, "v2rayN/7").await.0, StatusCode::OK);
+    // The scheme the page writes links with: the proxy's word is taken, a stranger's is not.
+    let browser = "Mozilla/5.0 (X11) Gecko/20100101 Firefox/133.0";
+    let https = via("127.0.0.5", &[("x-forwarded-proto", "https"), ("x-forwarded-for", "203.0.113.10")]);
+    let page = get_with(&https, &link, browser).await.2;
+    assert!(page.contains(&format!("https://{}", s.edge.url.strip_prefix("http://").unwrap())), "{page}");
+    let spoofing = via("127.0.3.9", &[("x-forwarded-proto", "https")]);
+    let page = get_with(&spoofing, &link, browser).await.2;
+    assert!(page.contains(&s.edge.url), "{page}");
+    assert!(!page.contains(&format!("https://{}", s.edge.url.strip_prefix("http://").unwrap())), "{page}");
+}
+
+/// A link over its limit, then deleted by a push (a rotation): its fetches get the decoy, at
+/// once on the native edge, within a minute on the Worker (whose isolates keep a refusal a
+/// minute at most).
+async fn a_rotated_link_over_its_limit_gets_the_decoy(backend: Backend) {
+    let mut s = start(backend, &[("HEARTH_LINK_LIMIT", "2")]);
+    let token = SubToken::generate(&mut OsRng);
+    let item = s.sim.snapshot(&token, &demo_snapshot(1));
+    assert_eq!(s.push_items(&[item]).await.0, StatusCode::OK);
+    let link = s.link(&token);
+    let mut served = 0;
+    while status_of(&s.http, &link).await.0 == StatusCode::OK {
+        served += 1;
+        assert!(served <= 4, "never refused");
+    }
+    assert_eq!(status_of(&s.http, &link).await.0, StatusCode::TOO_MANY_REQUESTS);
+    let decoy = decoy_body(&s).await;
+    let delete = s.sim.delete_link(&token);
+    assert_eq!(s.push_items(&[delete]).await.0, StatusCode::OK);
+    let started = std::time::Instant::now();
+    loop {
+        let answer = s.get(&link, "v2rayN/7").await;
+        if answer.0 == StatusCode::NOT_FOUND {
+            assert_eq!(answer.2, decoy);
+            break;
+        }
+        assert_eq!(answer.0, StatusCode::TOO_MANY_REQUESTS);
+        assert!(backend != Backend::Native, "the native edge still refuses a deleted link with 429");
+        assert!(started.elapsed() < Duration::from_secs(90), "a deleted link is still answered 429");
+        tokio::time::sleep(Duration::from_millis(500)).await;
+    }
+}
+
+/// `/healthz` and a body over any route's size get the decoy (no health answer, no framework
+/// error text); the health answer is under the API prefix.
+async fn the_health_route_and_oversized_bodies_do_not_tell_a_hearth_edge(backend: Backend) {
+    let s = start(backend, &[]);
+    let decoy = decoy_body(&s).await;
+    for path in ["/healthz", "/healthz/"] {
+        let answer = s.get(&format!("{}{path}", s.edge.url), "curl/8").await;
+        assert_eq!((answer.0, &answer.2), (StatusCode::NOT_FOUND, &decoy), "{path}");
+    }
+    let health = s.get(&format!("{}/{API}/healthz", s.edge.url), "curl/8").await;
+    assert_eq!(health.0, StatusCode::OK);
+    assert!(health.2.starts_with("ok\n"), "{}", health.2);
+    let url = s.edge.url.clone();
+    let (status, body) =
+        tokio::task::spawn_blocking(move || send_declared(&url, "POST", "/upload", 70_000_000, "")).await.unwrap();
+    assert_eq!((status, &body), (404, &decoy));
+}
 
 /// What the edge must send: exactly what `shared` renders in the format the client wants.
 fn assert_answer(
