@@ -205,20 +205,45 @@ fn send_declared(base: &str, method: &str, path: &str, length: u64, headers: &st
     loop {
         if let Some(end) = answer.windows(4).position(|w| w == b"\r\n\r\n") {
             let head = String::from_utf8_lossy(&answer[..end]).to_string();
-            let want: usize = head
-                .lines()
-                .find_map(|l| l.to_ascii_lowercase().strip_prefix("content-length:").map(|v| v.trim().parse().unwrap()))
-                .unwrap_or(0);
-            if answer.len() >= end + 4 + want {
-                let status = head[9..12].parse().unwrap();
-                let body = String::from_utf8_lossy(&answer[end + 4..end + 4 + want]).to_string();
-                let _ = stream.shutdown(std::net::Shutdown::Both);
-                return (status, body);
+            let lower = head.to_ascii_lowercase();
+            let status = head[9..12].parse().unwrap();
+            let rest = &answer[end + 4..];
+            if lower.contains("transfer-encoding: chunked") {
+                // (workerd answers in chunks.)
+                if let Some(body) = dechunk(rest) {
+                    let _ = stream.shutdown(std::net::Shutdown::Both);
+                    return (status, body);
+                }
+            } else {
+                let want: usize = lower
+                    .lines()
+                    .find_map(|l| l.strip_prefix("content-length:").map(|v| v.trim().parse().unwrap()))
+                    .unwrap_or(0);
+                if rest.len() >= want {
+                    let body = String::from_utf8_lossy(&rest[..want]).to_string();
+                    let _ = stream.shutdown(std::net::Shutdown::Both);
+                    return (status, body);
+                }
             }
         }
         let n = stream.read(&mut buf).expect("reading the answer");
         assert!(n > 0, "the edge hung up before answering: {:?}", String::from_utf8_lossy(&answer));
         answer.extend_from_slice(&buf[..n]);
+    }
+}
+
+/// A chunked body, once all of it is in `bytes`.
+fn dechunk(mut bytes: &[u8]) -> Option<String> {
+    let mut body = Vec::new();
+    loop {
+        let line = bytes.windows(2).position(|w| w == b"\r\n")?;
+        let size = usize::from_str_radix(String::from_utf8_lossy(&bytes[..line]).split(';').next()?.trim(), 16).ok()?;
+        if size == 0 {
+            return Some(String::from_utf8_lossy(&body).to_string());
+        }
+        let chunk = bytes.get(line + 2..line + 2 + size)?;
+        body.extend_from_slice(chunk);
+        bytes = bytes.get(line + 4 + size..)?;
     }
 }
 

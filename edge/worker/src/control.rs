@@ -220,7 +220,9 @@ impl DurableObject for Control {
         let declared = req.headers().get("content-length")?.and_then(|v| v.parse::<u64>().ok());
         let body = if cap == 0 || !allowed {
             Vec::new()
-        } else if declared.is_some_and(|length| length > cap as u64) {
+        } else if !hearth_edge::routes::needs_push_token(&route) && declared.is_some_and(|length| length > cap as u64) {
+            // (A body sent with control's token is read, up to Cloudflare's own cap, so that
+            // control is told 413 rather than cut off.)
             return respond(api::error(413, "too_large", "the body is over this route's size limit"), false);
         } else {
             let body = req.bytes().await?;
