@@ -218,6 +218,8 @@ fn serve(dir: &Path) -> Result<i32> {
     };
     let runtime = tokio::runtime::Builder::new_multi_thread().enable_all().build().context("starting the runtime")?;
     runtime.block_on(async move {
+        // Before the node says it listens: a SIGTERM right after that must stop it cleanly.
+        let shutdown = shutdown_signal()?;
         let endpoint = endpoint(&state, &settings.listen, settings.obfs.as_deref(), settings.congestion)?;
         println!("hearth-node listening on {}", endpoint.local_addr()?);
         use std::io::Write as _;
@@ -240,7 +242,7 @@ fn serve(dir: &Path) -> Result<i32> {
             }
         }
         let code = tokio::select! {
-            () = shutdown_signal() => 0,
+            () = shutdown => 0,
             _ = restarting.wait_for(|restart| *restart) => update::RESTART_CODE,
         };
         tracing::info!("shutting down");
@@ -257,13 +259,16 @@ fn serve(dir: &Path) -> Result<i32> {
     })
 }
 
-async fn shutdown_signal() {
+/// Installs the SIGTERM handler now; the future ends at SIGTERM or Ctrl-C.
+fn shutdown_signal() -> Result<impl std::future::Future<Output = ()>> {
     let mut term =
-        tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()).expect("a SIGTERM handler");
-    tokio::select! {
-        _ = tokio::signal::ctrl_c() => {}
-        _ = term.recv() => {}
-    }
+        tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()).context("a SIGTERM handler")?;
+    Ok(async move {
+        tokio::select! {
+            _ = tokio::signal::ctrl_c() => {}
+            _ = term.recv() => {}
+        }
+    })
 }
 
 fn main() -> Result<()> {
