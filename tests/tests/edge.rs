@@ -846,6 +846,18 @@ async fn the_export_gives_the_release_back(backend: Backend) {
     assert_eq!(seen.len(), 2, "the release and the link: {:?}", seen.keys().collect::<Vec<_>>());
 }
 
+/// Node 1's usage report `seq` (user 5's traffic over the last minute), signed by `key`.
+fn usage_report(sim: &ControlSim, seq: u64, key: &SecretKey) -> Vec<u8> {
+    let body = wire::encode(&UsageReport {
+        node: 1,
+        seq,
+        period_start: now() - 60,
+        period_end: now(),
+        users: vec![UserUsage { user: 5, up: 100, down: 2000 }],
+    });
+    sim.draft(Kind::UsageReport, stream::usage(1), seq, Audience::Control).sign(body, &[key]).encode()
+}
+
 fn signed_get(http: &reqwest::Client, base: &str, path: &str, key: &SecretKey, node: u64) -> reqwest::RequestBuilder {
     let url = format!("{base}{path}");
     http.get(&url).header(nodeauth::HEADER, hearth_tests::node_signature(key, node, "GET", &url, b""))
@@ -904,16 +916,7 @@ async fn nodes_pull_their_own_set_and_usage_queues_for_control(backend: Backend)
     );
 
     // Usage: a node-signed report queues once, however often it is sent; control drains it.
-    let report = |seq: u64, key: &SecretKey| {
-        let body = wire::encode(&UsageReport {
-            node: 1,
-            seq,
-            period_start: now() - 60,
-            period_end: now(),
-            users: vec![UserUsage { user: 5, up: 100, down: 2000 }],
-        });
-        s.sim.draft(Kind::UsageReport, stream::usage(1), seq, Audience::Control).sign(body, &[key]).encode()
-    };
+    let report = |seq: u64, key: &SecretKey| usage_report(&s.sim, seq, key);
     let upload = |body: Vec<u8>, key: &SecretKey| {
         let url = format!("{}/{API}/nodes/1/usage", s.edge.url);
         s.http.post(&url).header(nodeauth::HEADER, hearth_tests::node_signature(key, 1, "POST", &url, &body)).body(body)
@@ -1201,16 +1204,7 @@ async fn a_node_request_is_taken_once_and_only_as_signed(backend: Backend) {
     assert_eq!(send(reqwest::Method::GET, &creds_url, &pull, b"").await, refused("replayed"));
 
     // A usage upload, taken once: the same header and body again is a replay.
-    let report = |seq: u64| {
-        let body = wire::encode(&UsageReport {
-            node: 1,
-            seq,
-            period_start: now() - 60,
-            period_end: now(),
-            users: vec![UserUsage { user: 5, up: 100, down: 2000 }],
-        });
-        s.sim.draft(Kind::UsageReport, stream::usage(1), seq, Audience::Control).sign(body, &[&node_key]).encode()
-    };
+    let report = |seq: u64| usage_report(&s.sim, seq, &node_key);
     let usage_url = format!("{base}/{API}/nodes/1/usage");
     let (first, second) = (report(1), report(2));
     let upload = hearth_tests::node_signature(&node_key, 1, "POST", &usage_url, &first);
