@@ -1,4 +1,4 @@
-//! The native edge: the same routes as the Worker, served by axum on tokio, stored in an
+//! The native edge: the same routes as the Worker, served by hyper on tokio, stored in an
 //! embedded libSQL database ([`store`]). Rate-limit state lives in memory here (one process
 //! serves every request, so its counts are exact); on Cloudflare it lives in Durable Objects.
 
@@ -9,9 +9,7 @@ use std::net::{IpAddr, SocketAddr};
 use std::sync::{Arc, Mutex, RwLock};
 use std::time::{SystemTime, UNIX_EPOCH};
 
-use axum::Router;
 use axum::body::{Body, Bytes};
-use axum::extract::{ConnectInfo, State};
 use axum::http::{HeaderMap, Method, StatusCode, header};
 use axum::response::Response;
 use hearth_shared::Digest;
@@ -205,7 +203,12 @@ impl Edge {
 
     /// Answers one request.
     pub async fn handle(&self, request: &Request<'_>) -> Reply {
-        let route = route(&self.config, request.method, request.path, request.query);
+        self.handle_routed(route(&self.config, request.method, request.path, request.query), request).await
+    }
+
+    /// Answers one request, routed already (the server routes it first, to know what body it
+    /// may read).
+    async fn handle_routed(&self, route: Route, request: &Request<'_>) -> Reply {
         match route {
             Route::Subscription(token) => return self.subscription(request, token).await,
             Route::Health => {
@@ -492,31 +495,12 @@ where
         }
     };
     let request = Request { method: method.as_str(), path, query, headers: &headers, client, body: &body };
-    let reply = edge.handle(&request).await;
+    let reply = edge.handle_routed(route, &request).await;
     let mut response = to_response(reply, method == Method::HEAD);
     if close {
         response.headers_mut().insert(header::CONNECTION, header::HeaderValue::from_static("close"));
     }
     response
-}
-
-async fn handle(
-    State(shared): State<Arc<Shared>>,
-    ConnectInfo(peer): ConnectInfo<SocketAddr>,
-    request: axum::extract::Request,
-) -> Response {
-    answer(&shared, peer, request).await
-}
-
-fn shared(edge: Arc<Edge>) -> Arc<Shared> {
-    Arc::new(Shared { edge, bodies: tokio::sync::Semaphore::new(bounds::BODIES) })
-}
-
-/// The edge's HTTP service, for a server that gives it each connection's peer
-/// (`into_make_service_with_connect_info::<SocketAddr>`); [`serve`] adds the connection
-/// bounds.
-pub fn router(edge: Arc<Edge>) -> Router {
-    Router::new().fallback(handle).with_state(shared(edge))
 }
 
 /// Serves the edge on `listener` until `shutdown` resolves: at most [`bounds::CONNECTIONS`]
@@ -527,7 +511,7 @@ pub async fn serve(
     shutdown: impl std::future::Future<Output = ()>,
 ) -> std::io::Result<()> {
     use hyper_util::rt::{TokioIo, TokioTimer};
-    let shared = shared(edge);
+    let shared = Arc::new(Shared { edge, bodies: tokio::sync::Semaphore::new(bounds::BODIES) });
     let connections = Arc::new(tokio::sync::Semaphore::new(bounds::CONNECTIONS));
     let mut shutdown = std::pin::pin!(shutdown);
     loop {
