@@ -36,22 +36,24 @@ struct Limiter {
 }
 
 impl Limiter {
-    /// At most this many networks are tracked; past it (after pruning), networks not seen
-    /// before share one entry, so they are still limited, together.
+    /// At most this many networks are tracked; past it, networks not seen before share one
+    /// entry (until a pruning makes room), so they are still limited, together.
     const NETWORKS: usize = 100_000;
     /// At most this many link windows; past it, a link not seen before is not counted until
     /// windows end (its fetches are still limited by its network's bucket).
     const LINKS: usize = 200_000;
     /// How often entries that no longer hold anything back are dropped.
     const PRUNE_EVERY_MS: u64 = 60_000;
+    /// How often when a map is full: sooner, but not on every request (a map full of live
+    /// entries, a flood from many networks, would make each fetch walk all of it).
+    const PRUNE_FULL_EVERY_MS: u64 = 1_000;
 
     /// Drops what no longer limits anything: buckets full again with no unknown-link window
     /// or block running, and link windows that have ended.
     fn prune(&mut self, now_ms: u64, limits: crate::config::Limits) {
-        if now_ms < self.pruned_ms + Self::PRUNE_EVERY_MS
-            && self.networks.len() < Self::NETWORKS
-            && self.links.len() < Self::LINKS
-        {
+        let full = self.networks.len() >= Self::NETWORKS || self.links.len() >= Self::LINKS;
+        let every = if full { Self::PRUNE_FULL_EVERY_MS } else { Self::PRUNE_EVERY_MS };
+        if now_ms < self.pruned_ms + every {
             return;
         }
         self.pruned_ms = now_ms;
