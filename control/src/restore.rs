@@ -233,12 +233,20 @@ impl Dropped {
 /// behind or against the archive; deletions of streams control publishes, above the archive.
 /// Everything else is left out and reported.
 struct Screened {
-    /// Kept envelopes, decoded, with their bytes.
-    kept: Vec<(String, Envelope, Vec<u8>)>,
+    /// Kept envelopes, as the edge holds them (verified, so read without copying their body).
+    kept: Vec<Kept>,
     /// Kept deletions: the stream and the version it was deleted at.
     deleted: Vec<(String, u64)>,
     /// What was left out, and why.
     dropped: BTreeMap<Dropped, Vec<String>>,
+}
+
+/// An envelope a restore keeps.
+struct Kept {
+    stream: String,
+    version: u64,
+    digest: Digest,
+    bytes: Vec<u8>,
 }
 
 /// Versions above this are no version control signed: a stream at it could never move on.
@@ -282,7 +290,7 @@ fn screen(items: Vec<ExportItem>, trust: &Trust, archived: &Archived) -> Screene
         };
         match why {
             Some(why) => screened.dropped.entry(why).or_default().push(name),
-            None => screened.kept.push((name, envelope, bytes)),
+            None => screened.kept.push(Kept { stream: name, version, digest: envelope.digest(), bytes }),
         }
     }
     screened
@@ -309,11 +317,12 @@ fn read_edge(screened: &mut Screened, recovery: &RecoverySecret) -> Edge {
             edge.deleted_links.insert(hash);
         }
     }
-    let mut unopened = Vec::new();
-    for (name, envelope, _) in &screened.kept {
-        let name = name.as_str();
+    let mut unopened = BTreeSet::new();
+    for kept in &screened.kept {
+        let name = kept.stream.as_str();
+        let body = Envelope::stored_body(&kept.bytes).unwrap_or_default();
         let ok = if name.starts_with("sub/") {
-            hearth_shared::seal::recover(&envelope.body, recovery)
+            hearth_shared::seal::recover(body, recovery)
                 .ok()
                 .filter(|(token, _)| stream::snapshot(&token.hash()) == name)
                 .map(|(token, snapshot)| {
@@ -321,31 +330,27 @@ fn read_edge(screened: &mut Screened, recovery: &RecoverySecret) -> Edge {
                     edge.snapshots.insert(snapshot.user, (token, snapshot));
                 })
         } else if let Some(node) = name.strip_prefix("creds/").and_then(|n| n.parse::<NodeId>().ok()) {
-            CredentialSet::decode(&envelope.body).ok().filter(|set| set.node == node).map(|set| {
+            CredentialSet::decode(body).ok().filter(|set| set.node == node).map(|set| {
                 edge.creds.insert(node, set.users().iter().map(|entry| (entry.user, entry.hash)).collect());
             })
         } else if let Some(node) = name.strip_prefix("node/").and_then(|n| n.parse::<NodeId>().ok()) {
-            wire::decode::<NodeRecord>(&envelope.body, "node record").ok().filter(|record| record.node == node).map(
-                |record| {
-                    edge.node_keys.insert(node, record.key);
-                },
-            )
+            wire::decode::<NodeRecord>(body, "node record").ok().filter(|record| record.node == node).map(|record| {
+                edge.node_keys.insert(node, record.key);
+            })
         } else if let Some(node) = name.strip_prefix("ack/").and_then(|n| n.parse::<NodeId>().ok()) {
-            wire::decode::<UsageAck>(&envelope.body, "ack").ok().filter(|ack| ack.node == node).map(|ack| {
+            wire::decode::<UsageAck>(body, "ack").ok().filter(|ack| ack.node == node).map(|ack| {
                 edge.acks.insert(node, ack.seq);
             })
         } else if name == stream::EDGE_SETTINGS {
-            wire::decode::<EdgeSettings>(&envelope.body, "edge settings")
-                .ok()
-                .map(|settings| edge.settings = Some(settings))
+            wire::decode::<EdgeSettings>(body, "edge settings").ok().map(|settings| edge.settings = Some(settings))
         } else {
             Some(())
         };
         if ok.is_none() {
-            unopened.push(name.to_owned());
+            unopened.insert(name.to_owned());
         }
     }
-    screened.kept.retain(|(name, _, _)| !unopened.contains(name));
+    screened.kept.retain(|kept| !unopened.contains(&kept.stream));
     screened.dropped.entry(Dropped::Unverified).or_default().extend(unopened);
     // A link rotated twice keeps only the user's live link: a snapshot whose link was deleted
     // is not the user's any more.
@@ -574,8 +579,8 @@ fn seed_streams(tx: &Connection, screened: &Screened) -> Result<(), Error> {
            body_sha256 = NULL, envelope = excluded.envelope
          WHERE excluded.version > streams.version",
     )?;
-    for (name, envelope, bytes) in &screened.kept {
-        insert.execute(params![name, envelope.header.version, envelope.digest(), bytes])?;
+    for kept in &screened.kept {
+        insert.execute(params![kept.stream, kept.version, kept.digest, kept.bytes])?;
     }
     for (name, version) in &screened.deleted {
         insert.execute(params![name, version, None::<Vec<u8>>, None::<Vec<u8>>])?;
