@@ -45,6 +45,34 @@ pub fn applied(written: usize, unchanged: usize) -> Reply {
     json(200, &serde_json::json!({ "applied": written, "unchanged": unchanged }))
 }
 
+/// API requests refused for their push token or node signature: counted for the health
+/// answer, and logged at most once a minute, so a flood of bad tokens cannot flood the log.
+#[derive(Debug, Default)]
+pub struct RefusalLog {
+    total: u64,
+    unlogged: u64,
+    logged_ms: u64,
+}
+
+impl RefusalLog {
+    /// Counts a refusal at `now_ms`; when a log line is due, gives how many it tells of (this
+    /// one and those since the last line).
+    pub fn count(&mut self, now_ms: u64) -> Option<u64> {
+        self.total += 1;
+        self.unlogged += 1;
+        if now_ms < self.logged_ms + 60_000 {
+            return None;
+        }
+        self.logged_ms = now_ms;
+        Some(std::mem::take(&mut self.unlogged))
+    }
+
+    /// The health answer: `ok`, and how many requests were refused.
+    pub fn health(&self) -> Reply {
+        Reply::text(200, format!("ok\npush token refusals: {}\n", self.total))
+    }
+}
+
 /// Checks that a request on node `node`'s routes is signed by that node's key; gives what
 /// verified (the caller then takes its nonce once).
 pub fn authorize_node(

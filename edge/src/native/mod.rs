@@ -87,16 +87,9 @@ pub struct Edge {
     trust: RwLock<Trust>,
     limiter: Mutex<Limiter>,
     /// API requests refused for their token or signature, for the health answer and the log.
-    token_refusals: Mutex<RefusalLog>,
+    token_refusals: Mutex<api::RefusalLog>,
     /// The User-Agent rules in force: the edge's own, then the owner's from control.
     rules: RwLock<Arc<Vec<hearth_shared::agent::UaRule>>>,
-}
-
-#[derive(Default)]
-struct RefusalLog {
-    total: u64,
-    unlogged: u64,
-    logged_ms: u64,
 }
 
 fn now_ms() -> u64 {
@@ -146,7 +139,7 @@ impl Edge {
             config,
             store,
             limiter: Mutex::new(Limiter::default()),
-            token_refusals: Mutex::new(RefusalLog::default()),
+            token_refusals: Mutex::new(api::RefusalLog::default()),
         };
         edge.reload().await?;
         Ok(edge)
@@ -188,14 +181,8 @@ impl Edge {
     /// Counts a refused API request, logging at most one line a minute (with how many were
     /// refused since the last), so a flood of bad tokens cannot flood the log.
     fn refused(&self, route: &Route, client: IpAddr) {
-        let now = now_ms();
-        let mut log = self.token_refusals.lock().expect("refusal log lock");
-        log.total += 1;
-        log.unlogged += 1;
-        if now >= log.logged_ms + 60_000 {
-            tracing::info!(route = ?route, %client, refused = log.unlogged, "API requests refused (bad push token or node signature) since the last such line");
-            log.logged_ms = now;
-            log.unlogged = 0;
+        if let Some(refused) = self.token_refusals.lock().expect("refusal log lock").count(now_ms()) {
+            tracing::info!(route = ?route, %client, refused, "API requests refused (bad push token or node signature) since the last such line");
         }
     }
 
@@ -213,10 +200,7 @@ impl Edge {
     async fn handle_routed(&self, route: Route, request: &Request<'_>) -> Reply {
         match route {
             Route::Subscription(token) => return self.subscription(request, token).await,
-            Route::Health => {
-                let refused = self.token_refusals.lock().expect("refusal log lock").total;
-                return Reply::text(200, format!("ok\npush token refusals: {refused}\n"));
-            }
+            Route::Health => return self.token_refusals.lock().expect("refusal log lock").health(),
             Route::Unknown => {
                 // Look something up anyway, so an unknown path takes as long as an unknown link.
                 let _ = self.store.link(&sha256(request.path.as_bytes())).await;

@@ -14,7 +14,7 @@
 //! refused; control sends the batch again, the shards that stored it find the same envelopes
 //! (no-ops) and the rest is stored.
 
-use std::cell::Cell;
+use std::cell::{Cell, RefCell};
 use std::collections::BTreeMap;
 
 use hearth_edge::Reply;
@@ -42,9 +42,8 @@ pub struct Control {
     env: Env,
     /// A push is being stored.
     pushing: Cell<bool>,
-    /// API requests refused for their token or signature: in all, not yet logged, and when
-    /// the last log line was written (one a minute at most).
-    refused: Cell<(u64, u64, u64)>,
+    /// API requests refused for their token or signature.
+    refused: RefCell<api::RefusalLog>,
 }
 
 #[derive(Deserialize)]
@@ -180,7 +179,7 @@ impl DurableObject for Control {
         ] {
             sql.exec(table, None).expect("creating the control tables");
         }
-        Control { state, env, pushing: Cell::new(false), refused: Cell::new((0, 0, 0)) }
+        Control { state, env, pushing: Cell::new(false), refused: RefCell::default() }
     }
 
     async fn fetch(&self, mut req: Request) -> Result<Response> {
@@ -209,8 +208,7 @@ impl DurableObject for Control {
         let node_signature = req.headers().get(nodeauth::HEADER)?;
         let route = route(&config, &method, url.path(), url.query().unwrap_or(""));
         if route == Route::Health {
-            let refused = self.refused.get().0;
-            return respond(Reply::text(200, format!("ok\npush token refusals: {refused}\n")), false);
+            return respond(self.refused.borrow().health(), false);
         }
         // A body is read only for a route that takes one, once control's token (where the
         // route needs it) was checked, and only up to the route's cap.
@@ -268,18 +266,12 @@ impl DurableObject for Control {
                 api::unavailable()
             }
         };
-        if matches!(reply.status, 401 | 403) {
-            let (total, unlogged, logged) = self.refused.get();
-            let now = now_ms();
-            if now >= logged + 60_000 {
-                worker::console_log!(
-                    "{} API requests refused (bad push token or node signature) since the last such line",
-                    unlogged + 1
-                );
-                self.refused.set((total + 1, 0, now));
-            } else {
-                self.refused.set((total + 1, unlogged + 1, logged));
-            }
+        if matches!(reply.status, 401 | 403)
+            && let Some(refused) = self.refused.borrow_mut().count(now_ms())
+        {
+            worker::console_log!(
+                "{refused} API requests refused (bad push token or node signature) since the last such line"
+            );
         }
         if let Some(node) = service::signed_the_old_way(&route, &call, &reply) {
             worker::console_warn!(
