@@ -316,11 +316,13 @@ async fn login(
                 None if facts.recovery => recovery_hash.map(GoodCode::Recovery),
                 None => {
                     // A wrong code is a guess like a wrong password: it counts for the address
-                    // and, from an unknown one, takes a check from the login's budget.
+                    // (even when the budget is spent, or codes could be tried there without
+                    // end) and, from an unknown one, takes a check from the login's budget.
+                    let wrong = refused(&app, ip, now, "bad_totp", "that code is wrong, expired or already used");
                     if !facts.known {
                         app.lockouts.take(&req.login, now).map_err(|retry| fail(Error::TooMany(retry)))?;
                     }
-                    return Err(refused(&app, ip, now, "bad_totp", "that code is wrong, expired or already used"));
+                    return Err(wrong);
                 }
             }
         }

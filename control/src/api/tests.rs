@@ -1063,3 +1063,33 @@ async fn strangers_can_slow_guessing_but_never_keep_the_owner_out() {
     }
     assert!(!stored.contains(&crate::auth::address_hash("198.51.100.1".parse().unwrap()).to_vec()));
 }
+
+#[tokio::test]
+async fn wrong_codes_count_for_their_address_even_past_a_spent_budget() {
+    let client = Client::signed_in(false).await;
+    let (secret, _) = turn_two_step_on(&client).await;
+    let body = |password: &str, code: &str| json!({ "login": "owner", "password": password, "code": code });
+    // Strangers spend the owner's login's budget for unknown addresses.
+    for i in 0..crate::auth::LOGIN_CHECKS_PER_HOUR {
+        let answer = client
+            .login_from(&format!("198.51.100.{}", i / 5), json!({ "login": "owner", "password": "a guess" }))
+            .await;
+        assert_eq!(answer.code(), "bad_login");
+    }
+    // From one more address, ten wrong codes: each refused by the spent budget, and each
+    // counted for the address, which they lock.
+    let failed = || client.app().counters.logins_failed.load(std::sync::atomic::Ordering::Relaxed);
+    let before = failed();
+    for _ in 0..10 {
+        let answer = client.login_from("203.0.113.20", body("a guess", "000000")).await;
+        assert_eq!(answer.status, StatusCode::TOO_MANY_REQUESTS);
+    }
+    assert_eq!(failed() - before, 10, "every wrong code is counted");
+    // The confirmation spent this step's code: the next one is valid too.
+    let code = format!("{:06}", crate::totp::code_at(&secret, now() / crate::totp::STEP + 1));
+    let answer = client.login_from("203.0.113.20", body("a long password", &code)).await;
+    assert_eq!(answer.status, StatusCode::TOO_MANY_REQUESTS, "the address is locked: no more codes from there");
+    // From elsewhere, the owner's valid code still gets in.
+    let answer = client.login_from("203.0.113.21", body("a long password", &code)).await;
+    assert_eq!(answer.status, StatusCode::OK, "{}", String::from_utf8_lossy(&answer.body));
+}
