@@ -17,8 +17,10 @@
 //!   - with two-step sign-in on, a request carrying a valid authenticator code (or an unspent
 //!     recovery code) is not held to the budget either: the code is checked first, without
 //!     spending it, and spent only when the sign-in succeeds. A wrong code counts as a failure
-//!     for the address (and takes a check from the budget), so the owner always has a way in
-//!     from anywhere while codes cannot be guessed faster than passwords;
+//!     for the address, even once the budget is spent (and takes a check from the budget while
+//!     there is one), and an authenticator code gets past the budget once (one time step, one
+//!     password check), so the owner always has a way in from anywhere while a code guessed
+//!     from many addresses buys one password check, not a stream of them;
 //!   - a login longer than any the owner can have (64 characters), a password over 256 bytes
 //!     or a code over 64 bytes is refused (400) before anything is counted or hashed. The
 //!     tables in memory hold fixed-size keys (an address, a login's SHA-256) and at most
@@ -298,6 +300,8 @@ struct Tables {
     logins: HashMap<[u8; 32], u64>,
     max_addresses: usize,
     max_logins: usize,
+    /// The last authenticator time step whose code got a request past a login's budget.
+    code_step: u64,
 }
 
 /// An address's most recent failures (Unix seconds; 0: none), as many as its limit needs.
@@ -365,7 +369,13 @@ impl Default for Lockouts {
 impl Lockouts {
     fn with_capacity(max_addresses: usize, max_logins: usize) -> Lockouts {
         Lockouts {
-            tables: Mutex::new(Tables { addresses: HashMap::new(), logins: HashMap::new(), max_addresses, max_logins }),
+            tables: Mutex::new(Tables {
+                addresses: HashMap::new(),
+                logins: HashMap::new(),
+                max_addresses,
+                max_logins,
+                code_step: 0,
+            }),
         }
     }
 
@@ -418,6 +428,19 @@ impl Lockouts {
         }
         tables.logins.insert(key, full_at + CHECK_INTERVAL);
         Ok(())
+    }
+
+    /// Lets a valid authenticator code of this time step past a login's budget, once: a code
+    /// found by guessing from many addresses buys one password check, not as many as the
+    /// hasher runs while the code is valid. Recovery codes are not guessable and need no such
+    /// limit.
+    pub(crate) fn pass_code(&self, step: u64) -> bool {
+        let mut tables = self.tables.lock().expect("lockout lock");
+        if step <= tables.code_step {
+            return false;
+        }
+        tables.code_step = step;
+        true
     }
 
     /// Entries held (addresses and logins).

@@ -277,8 +277,9 @@ enum GoodCode {
 
 /// Signing in (see [`crate::auth`] for the limits): the address's lockout, then (two-step
 /// sign-in on and a code sent) the code, checked without spending it; then, from an address
-/// the owner has not signed in from and without a good code, a check from the login's hourly
-/// budget; then the password; then the code is spent and the session starts.
+/// the owner has not signed in from and without a good code (an authenticator code gets past
+/// once), a check from the login's hourly budget; then the password; then the code is spent
+/// and the session starts.
 async fn login(
     State(app): State<Arc<App>>,
     parts: axum::http::request::Parts,
@@ -328,7 +329,13 @@ async fn login(
         }
         _ => None,
     };
-    if !facts.known && good_code.is_none() {
+    let past_budget = facts.known
+        || match good_code {
+            Some(GoodCode::Totp(step)) => app.lockouts.pass_code(step),
+            Some(GoodCode::Recovery(_)) => true,
+            None => false,
+        };
+    if !past_budget {
         app.lockouts.take(&req.login, now).map_err(|retry| fail(Error::TooMany(retry)))?;
     }
     let stored = facts.owner.filter(|(login, _)| login.eq_ignore_ascii_case(req.login.trim())).map(|(_, hash)| hash);

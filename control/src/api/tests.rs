@@ -1093,3 +1093,28 @@ async fn wrong_codes_count_for_their_address_even_past_a_spent_budget() {
     let answer = client.login_from("203.0.113.21", body("a long password", &code)).await;
     assert_eq!(answer.status, StatusCode::OK, "{}", String::from_utf8_lossy(&answer.body));
 }
+
+#[tokio::test]
+async fn an_authenticator_code_gets_past_a_spent_budget_once() {
+    let client = Client::signed_in(false).await;
+    let (secret, recovery) = turn_two_step_on(&client).await;
+    let body = |password: &str, code: &str| json!({ "login": "owner", "password": password, "code": code });
+    for i in 0..crate::auth::LOGIN_CHECKS_PER_HOUR {
+        let answer = client
+            .login_from(&format!("198.51.100.{}", i / 5), json!({ "login": "owner", "password": "a guess" }))
+            .await;
+        assert_eq!(answer.code(), "bad_login");
+    }
+    // A valid code (say, one found by guessing) buys one password check past the spent budget...
+    let code = format!("{:06}", crate::totp::code_at(&secret, now() / crate::totp::STEP + 1));
+    let answer = client.login_from("203.0.113.30", body("a guess", &code)).await;
+    assert_eq!(answer.code(), "bad_login");
+    // ...not more, from anywhere, even with the right password (the owner's next code will do).
+    let answer = client.login_from("203.0.113.31", body("another guess", &code)).await;
+    assert_eq!(answer.status, StatusCode::TOO_MANY_REQUESTS);
+    let answer = client.login_from("203.0.113.32", body("a long password", &code)).await;
+    assert_eq!(answer.status, StatusCode::TOO_MANY_REQUESTS);
+    // A recovery code, which cannot be guessed, still gets the owner in.
+    let answer = client.login_from("203.0.113.32", body("a long password", &recovery[0])).await;
+    assert_eq!(answer.status, StatusCode::OK, "{}", String::from_utf8_lossy(&answer.body));
+}
