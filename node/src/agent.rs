@@ -159,15 +159,7 @@ impl Agent {
     ) -> reqwest::RequestBuilder {
         let path = format!("/{}{rest}", self.settings.api_prefix);
         let url = format!("{}{path}", base.trim_end_matches('/'));
-        // The authority as the request carries it in its Host header (reqwest writes the
-        // port when it is not the scheme's default).
-        let host = match reqwest::Url::parse(&url) {
-            Ok(url) => match (url.host_str(), url.port()) {
-                (Some(host), Some(port)) => format!("{host}:{port}"),
-                (host, _) => host.unwrap_or_default().to_owned(),
-            },
-            Err(_) => String::new(),
-        };
+        let host = nodeauth::authority_of_url(&url);
         let request = nodeauth::Request { method: method.as_str(), host: &host, path_and_query: &path, body: &body };
         let auth = nodeauth::sign(&self.key, self.settings.node, &request, now(), &mut rand_core::OsRng);
         let builder = client.request(method, url).header(nodeauth::HEADER, auth);

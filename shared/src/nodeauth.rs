@@ -79,6 +79,13 @@ pub fn authority(host: &str) -> String {
     }
 }
 
+/// The authority of `url` (`scheme://authority/path...`), as [`authority`] makes it: what a
+/// node signs for the request it sends there.
+pub fn authority_of_url(url: &str) -> String {
+    let rest = url.split_once("://").map_or(url, |(_, rest)| rest);
+    authority(rest.split(['/', '?', '#']).next().unwrap_or_default())
+}
+
 fn message_v1(method: &str, path_and_query: &str, node: NodeId, time: u64) -> Vec<u8> {
     let mut message = DOMAIN_V1.to_vec();
     for part in [method, path_and_query, &node.to_string(), &time.to_string()] {
@@ -274,6 +281,10 @@ mod tests {
             verify(Some(h), |n| trust.node(n).copied(), request, at).map(|v| v.node)
         };
         assert_eq!(check(&trust, &header, &post(b"report"), now + 10), Ok(3));
+        // The authority of the URL a node sends to is the host it signs.
+        assert_eq!(authority_of_url("https://Edge.example.net:443/api/nodes/3/usage?x=1"), HOST);
+        assert_eq!(authority_of_url("http://127.0.0.1:8080/api"), "127.0.0.1:8080");
+        assert_eq!(authority_of_url("http://[::1]:8080"), "[::1]:8080");
         // The same host however it is written: case, and a default port.
         for host in ["EDGE.example.net", "edge.example.net:443", "edge.example.net:80"] {
             assert_eq!(check(&trust, &header, &Request { host, ..post(b"report") }, now), Ok(3), "{host}");

@@ -132,16 +132,6 @@ pub fn proc_status_kib(pid: u32, field: &str) -> Result<u64> {
         .with_context(|| format!("{field} in /proc/{pid}/status"))
 }
 
-/// The authority of `url` as a client writes it in the Host header (the port when it is not
-/// the scheme's default), as a node signs it.
-pub fn authority_of(url: &str) -> String {
-    let url = reqwest::Url::parse(url).expect("a URL");
-    match (url.host_str(), url.port()) {
-        (Some(host), Some(port)) => format!("{host}:{port}"),
-        (host, _) => host.unwrap_or_default().to_owned(),
-    }
-}
-
 /// The node request header ([`hearth_shared::nodeauth::HEADER`]) node `node` sends for
 /// `method` on `url` with `body`, as its agent signs it (a fresh nonce each time).
 pub fn node_signature(key: &hearth_shared::keys::SecretKey, node: u64, method: &str, url: &str, body: &[u8]) -> String {
@@ -151,7 +141,7 @@ pub fn node_signature(key: &hearth_shared::keys::SecretKey, node: u64, method: &
         Some(query) => format!("{}?{query}", parsed.path()),
         None => parsed.path().to_owned(),
     };
-    let host = authority_of(url);
+    let host = nodeauth::authority_of_url(url);
     let request = nodeauth::Request { method, host: &host, path_and_query: &path, body };
     nodeauth::sign(key, node, &request, control_sim::now(), &mut rand_core::OsRng)
 }
