@@ -133,6 +133,24 @@ impl Seen {
         self.whole.lock().unwrap().clone()
     }
 
+    /// Fails when `who` (the process `pid`) read a hostile answer whole, or when its memory,
+    /// now or as sampled while answers went out, rose more than [`RISE_KIB`] over `baseline`
+    /// (KiB).
+    pub fn check_memory(&self, who: &str, pid: u32, baseline: u64) {
+        assert_eq!(self.whole(), Vec::<String>::new(), "{who} read hostile answers whole");
+        let (now, sampled) = (peak(pid), self.peak_kib.load(Ordering::Relaxed));
+        eprintln!("{who}'s memory: {baseline} KiB before, {now} KiB after, {sampled} KiB sampled");
+        for (when, kib) in [("at the end", now), ("while answers went out", sampled)] {
+            assert!(
+                kib <= baseline + RISE_KIB,
+                "{who}'s memory peaked {when} at {} MiB, {} MiB over the {} MiB it took before",
+                kib / 1024,
+                kib.saturating_sub(baseline) / 1024,
+                baseline / 1024
+            );
+        }
+    }
+
     /// Waits for `child`, the process under test (whose memory this samples from its first
     /// request on), to exit: its status and what it printed (its piped standard output and
     /// error). Kills it and fails, naming `what`, when its memory rises more than `rise_kib`

@@ -277,17 +277,6 @@ async fn a_node_keeps_serving_and_keeps_its_usage_report_through_oversized_and_e
     assert_eq!(metric(&metrics, "hearth_node_usage_reports_queued").await.unwrap(), 0);
     still_serving("the hostile answers").await;
 
-    assert_eq!(seen.whole(), Vec::<String>::new(), "the node read hostile answers whole");
-    let (now, sampled) = (peak(node.pid()), seen.peak_kib.load(Ordering::Relaxed));
-    eprintln!("the node's memory: {baseline} KiB before, {now} KiB after, {sampled} KiB sampled");
-    for (when, kib) in [("at the end", now), ("while answers went out", sampled)] {
-        assert!(
-            kib <= bound,
-            "the node's memory peaked {when} at {} MiB, {} MiB over the {} MiB it took before",
-            kib / 1024,
-            kib.saturating_sub(baseline) / 1024,
-            baseline / 1024
-        );
-    }
+    seen.check_memory("the node", node.pid(), baseline);
     node.stop().unwrap();
 }

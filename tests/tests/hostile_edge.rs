@@ -142,18 +142,7 @@ impl NodeLab {
 
     /// What the node read whole, and its memory against its bound.
     fn check_memory(&self) {
-        assert_eq!(self.seen.whole(), Vec::<String>::new(), "the node read hostile answers whole");
-        let (now, sampled) = (peak(self.node.pid()), self.seen.peak_kib.load(Ordering::Relaxed));
-        eprintln!("the node's memory: {} KiB before, {now} KiB after, {sampled} KiB sampled", self.baseline);
-        for (what, kib) in [("at the end", now), ("while answers went out", sampled)] {
-            assert!(
-                kib <= self.baseline + RISE_KIB,
-                "the node's memory peaked {what} at {} MiB, {} MiB over the {} MiB it took before",
-                kib / 1024,
-                kib.saturating_sub(self.baseline) / 1024,
-                self.baseline / 1024
-            );
-        }
+        self.seen.check_memory("the node", self.node.pid(), self.baseline);
     }
 }
 
@@ -331,17 +320,7 @@ async fn control_drains_and_pushes_on_after_oversized_and_endless_answers() {
         assert!(started.elapsed() < Duration::from_secs(150), "control did not drain and push again: {edge}");
         tokio::time::sleep(Duration::from_millis(200)).await;
     }
-    assert_eq!(seen.whole(), Vec::<String>::new(), "control read hostile answers whole");
-    eprintln!("control's memory: {baseline} KiB before, {} KiB after", peak(pid));
-    for kib in [peak(pid), seen.peak_kib.load(Ordering::Relaxed)] {
-        assert!(
-            kib <= bound,
-            "control's memory peaked at {} MiB, {} MiB over the {} MiB it took before",
-            kib / 1024,
-            kib.saturating_sub(baseline) / 1024,
-            baseline / 1024
-        );
-    }
+    seen.check_memory("control", pid, baseline);
     control.stop().unwrap();
 }
 
