@@ -928,17 +928,11 @@ struct ExtendRequest {
     days: u64,
 }
 
-impl Bounded for ExtendRequest {
-    fn check_bounds(&self) -> Result<(), Error> {
-        Ok(())
-    }
-}
-
 async fn extend_user(
     State(app): State<Arc<App>>,
     auth: Auth,
     Path(id): Path<u64>,
-    Input(req): Input<ExtendRequest>,
+    Body(req): Body<ExtendRequest>,
 ) -> Reply {
     change_user(app, &auth, move |c, app, actor, now| user_store::extend(c, &app.signer, actor, id, req.days, now))
         .await
@@ -1082,17 +1076,11 @@ struct RolloutRequest {
     canary: u64,
 }
 
-impl Bounded for RolloutRequest {
-    fn check_bounds(&self) -> Result<(), Error> {
-        Ok(())
-    }
-}
-
 async fn start_rollout(
     State(app): State<Arc<App>>,
     auth: Auth,
     Path(version): Path<u64>,
-    Input(req): Input<RolloutRequest>,
+    Body(req): Body<RolloutRequest>,
 ) -> Reply {
     change(&app, &auth, Scope::Admin, move |tx, app, actor, now| {
         crate::releases::start(tx, &app.signer, version, req.canary, actor, now)
