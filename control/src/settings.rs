@@ -42,20 +42,33 @@ fn url(field: &'static str, value: &str) -> Result<Option<String>, Error> {
     Ok(Some(value.to_owned()))
 }
 
+/// The longest title, in characters.
+pub(crate) const MAX_TITLE: usize = 64;
+/// The longest announcement, in characters.
+pub(crate) const MAX_ANNOUNCE: usize = 200;
+/// The longest part of a User-Agent a rule looks for, in characters.
+pub(crate) const MAX_RULE_TEXT: usize = 64;
+
 /// `current` with `input` applied, checked.
 pub(crate) fn apply(current: &Profile, input: ProfileInput) -> Result<Profile, Error> {
     let mut profile = current.clone();
     if let Some(title) = input.title {
         let title = title.trim();
-        if title.is_empty() || title.chars().count() > 64 || title.chars().any(char::is_control) {
-            return Err(Error::invalid("bad_title", "the title must be 1 to 64 characters, on one line"));
+        if title.is_empty() || title.chars().count() > MAX_TITLE || title.chars().any(char::is_control) {
+            return Err(Error::invalid(
+                "bad_title",
+                format!("the title must be 1 to {MAX_TITLE} characters, on one line"),
+            ));
         }
         profile.title = title.to_owned();
     }
     if let Some(announce) = input.announce {
         let announce = announce.trim();
-        if announce.chars().count() > 200 {
-            return Err(Error::invalid("bad_announce", "the announcement must be at most 200 characters"));
+        if announce.chars().count() > MAX_ANNOUNCE {
+            return Err(Error::invalid(
+                "bad_announce",
+                format!("the announcement must be at most {MAX_ANNOUNCE} characters"),
+            ));
         }
         profile.announce = (!announce.is_empty()).then(|| announce.to_owned());
     }
@@ -184,16 +197,19 @@ pub(crate) fn ua_rules(conn: &Connection) -> Result<Vec<UaRule>, Error> {
     Ok(stored(conn, "ua_rules")?.unwrap_or_default())
 }
 
-/// Checks rules from the owner: each names a part of a User-Agent (1 to 64 printable
-/// characters) and a format.
+/// Checks rules from the owner: each names a part of a User-Agent (1 to [`MAX_RULE_TEXT`]
+/// printable characters) and a format.
 pub(crate) fn check_rules(rules: &[UaRule]) -> Result<(), Error> {
     if rules.len() > MAX_RULES {
         return Err(Error::invalid("bad_rules", format!("at most {MAX_RULES} User-Agent rules")));
     }
     for rule in rules {
         let text = rule.contains.trim();
-        if text.is_empty() || text.chars().count() > 64 || text.chars().any(char::is_control) {
-            return Err(Error::invalid("bad_rules", "each rule needs 1 to 64 characters of a User-Agent to look for"));
+        if text.is_empty() || text.chars().count() > MAX_RULE_TEXT || text.chars().any(char::is_control) {
+            return Err(Error::invalid(
+                "bad_rules",
+                format!("each rule needs 1 to {MAX_RULE_TEXT} characters of a User-Agent to look for"),
+            ));
         }
     }
     Ok(())

@@ -17,15 +17,12 @@ use super::{Auth, Body, client_ip, refuse};
 use crate::app::{App, Counters, now};
 use crate::auth::{self, Principal, Scope};
 use crate::error::Error;
-use crate::store::nodes::{self as node_store, GroupInput, NodeInput};
-use crate::store::users::MAX_BULK;
-use crate::store::users::{self as user_store, ListQuery, UserInput};
+use crate::settings::{MAX_ANNOUNCE, MAX_RULE_TEXT, MAX_RULES, MAX_TITLE};
+use crate::store::nodes::{self as node_store, GroupInput, MAX_HOST, MAX_TEXT, NodeInput};
+use crate::store::users::{self as user_store, ListQuery, MAX_BULK, MAX_NAME, MAX_NOTE, UserInput};
 
 type Reply = Result<Response, Response>;
 
-/// The longest name of anything (a user, node, group, token, the owner's login), in
-/// characters: what [`user_store::check_name`] takes.
-const MAX_NAME: usize = 64;
 /// The longest setup token, in bytes (they are 43).
 const MAX_SECRET: usize = 128;
 /// The longest second-factor code, in bytes (a recovery code is 14, an app's code 6).
@@ -38,7 +35,7 @@ const MAX_URL: usize = 512;
 const MAX_QUERY: usize = 1024;
 
 /// The bounds of a request body's fields, checked as soon as it is parsed, before any work is
-/// done with it (the stores check the content again, in full).
+/// done with it (the stores check the content again, in full, against the same limits).
 trait Bounded {
     fn check_bounds(&self) -> Result<(), Error>;
 }
@@ -92,7 +89,7 @@ impl Bounded for UserInput {
     fn check_bounds(&self) -> Result<(), Error> {
         chars("name", opt(&self.name), MAX_NAME)?;
         bytes("reset", opt(&self.reset), 16)?;
-        bytes("note", opt(&self.note), 1000)?;
+        bytes("note", opt(&self.note), MAX_NOTE)?;
         list("groups", self.groups.as_deref().unwrap_or_default(), MAX_GROUPS, MAX_NAME)
     }
 }
@@ -100,12 +97,12 @@ impl Bounded for UserInput {
 impl Bounded for NodeInput {
     fn check_bounds(&self) -> Result<(), Error> {
         chars("name", opt(&self.name), MAX_NAME)?;
-        bytes("host", opt(&self.host), 253)?;
+        bytes("host", opt(&self.host), MAX_HOST)?;
         bytes("hop", opt(&self.hop), 32)?;
-        bytes("sni", opt(&self.sni), 255)?;
+        bytes("sni", opt(&self.sni), MAX_TEXT)?;
         bytes("tls", opt(&self.tls), 16)?;
-        bytes("obfs", opt(&self.obfs), 255)?;
-        bytes("masquerade", opt(&self.masquerade), 255)?;
+        bytes("obfs", opt(&self.obfs), MAX_TEXT)?;
+        bytes("masquerade", opt(&self.masquerade), MAX_TEXT)?;
         list("groups", self.groups.as_deref().unwrap_or_default(), MAX_GROUPS, MAX_NAME)
     }
 }
@@ -113,7 +110,7 @@ impl Bounded for NodeInput {
 impl Bounded for GroupInput {
     fn check_bounds(&self) -> Result<(), Error> {
         chars("name", opt(&self.name), MAX_NAME)?;
-        bytes("note", opt(&self.note), 255)
+        bytes("note", opt(&self.note), MAX_TEXT)
     }
 }
 
@@ -706,18 +703,18 @@ struct SettingsInput {
 impl Bounded for SettingsInput {
     fn check_bounds(&self) -> Result<(), Error> {
         if let Some(profile) = &self.profile {
-            chars("title", opt(&profile.title), 64)?;
-            chars("announce", opt(&profile.announce), 200)?;
+            chars("title", opt(&profile.title), MAX_TITLE)?;
+            chars("announce", opt(&profile.announce), MAX_ANNOUNCE)?;
             bytes("support_url", opt(&profile.support_url), MAX_URL)?;
             bytes("web_page_url", opt(&profile.web_page_url), MAX_URL)?;
         }
         bytes("edge_url", opt(&self.edge_url), MAX_URL)?;
         bytes("sub_url", opt(&self.sub_url), MAX_URL)?;
         let rules = self.ua_rules.as_deref().unwrap_or_default();
-        if rules.len() > crate::settings::MAX_RULES {
-            return Err(too_long("ua_rules", &format!("{} entries", crate::settings::MAX_RULES)));
+        if rules.len() > MAX_RULES {
+            return Err(too_long("ua_rules", &format!("{MAX_RULES} entries")));
         }
-        rules.iter().try_for_each(|rule| chars("ua_rules", &rule.contains, 64))
+        rules.iter().try_for_each(|rule| chars("ua_rules", &rule.contains, MAX_RULE_TEXT))
     }
 }
 

@@ -16,6 +16,11 @@ use crate::store::users::{check_name, group_ids};
 
 /// How long an enrollment token works.
 pub(crate) const ENROLL_LIFETIME: u64 = 24 * 3600;
+/// The longest host, in bytes (a DNS name's limit).
+pub(crate) const MAX_HOST: usize = 253;
+/// The longest text of a node or group (SNI, obfuscation password, masquerade, a group's
+/// note), in bytes.
+pub(crate) const MAX_TEXT: usize = 255;
 
 /// A node's settings as the API and CLI give them.
 #[derive(Clone, Debug, Default, Deserialize)]
@@ -95,7 +100,7 @@ fn view_of(row: &rusqlite::Row<'_>) -> rusqlite::Result<NodeView> {
 fn check_host(host: &str) -> Result<String, Error> {
     let host = host.trim();
     let ok = !host.is_empty()
-        && host.len() <= 253
+        && host.len() <= MAX_HOST
         && host.chars().all(|c| c.is_ascii_alphanumeric() || matches!(c, '.' | '-' | ':' | '[' | ']'));
     if !ok {
         return Err(Error::invalid("bad_host", "host must be a DNS name or an IP address"));
@@ -118,8 +123,11 @@ fn parse_hop(hop: &str) -> Result<(u16, u16), Error> {
 }
 
 fn check_text(value: &str, code: &'static str, what: &str) -> Result<String, Error> {
-    if value.len() > 255 || value.chars().any(char::is_control) {
-        return Err(Error::invalid(code, format!("{what} must be at most 255 bytes, without control characters")));
+    if value.len() > MAX_TEXT || value.chars().any(char::is_control) {
+        return Err(Error::invalid(
+            code,
+            format!("{what} must be at most {MAX_TEXT} bytes, without control characters"),
+        ));
     }
     Ok(value.trim().to_owned())
 }

@@ -13,6 +13,11 @@ use crate::store::audit;
 
 /// The most users one bulk call creates.
 pub(crate) const MAX_BULK: usize = 10_000;
+/// The longest name of anything (a user, node, group, token, the owner's login), in
+/// characters.
+pub(crate) const MAX_NAME: usize = 64;
+/// The longest note on a user, in bytes.
+pub(crate) const MAX_NOTE: usize = 1000;
 
 /// A user's settings as the API and CLI give them; every field is optional on a change.
 #[derive(Clone, Debug, Default, Deserialize)]
@@ -113,18 +118,18 @@ fn view_of(row: &rusqlite::Row<'_>) -> rusqlite::Result<UserView> {
 /// Checks a user's name.
 pub(crate) fn check_name(name: &str, what: &str) -> Result<String, Error> {
     let name = name.trim();
-    if name.is_empty() || name.chars().count() > 64 || name.chars().any(char::is_control) {
+    if name.is_empty() || name.chars().count() > MAX_NAME || name.chars().any(char::is_control) {
         return Err(Error::invalid(
             "bad_name",
-            format!("a {what} name must be 1 to 64 characters, without control characters"),
+            format!("a {what} name must be 1 to {MAX_NAME} characters, without control characters"),
         ));
     }
     Ok(name.to_owned())
 }
 
 fn check_note(note: &str) -> Result<(), Error> {
-    if note.len() > 1000 {
-        return Err(Error::invalid("bad_note", "a note must be at most 1000 bytes"));
+    if note.len() > MAX_NOTE {
+        return Err(Error::invalid("bad_note", format!("a note must be at most {MAX_NOTE} bytes")));
     }
     Ok(())
 }
