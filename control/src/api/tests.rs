@@ -1118,3 +1118,38 @@ async fn an_authenticator_code_gets_past_a_spent_budget_once() {
     let answer = client.login_from("203.0.113.32", body("a long password", &recovery[0])).await;
     assert_eq!(answer.status, StatusCode::OK, "{}", String::from_utf8_lossy(&answer.body));
 }
+
+/// The bounds the description gives users, nodes and groups are the ones the API checks: one
+/// over is a 400 `too_long` naming the field, at the bound it is not.
+#[tokio::test]
+async fn the_described_bounds_are_the_ones_checked() {
+    let client = Client::signed_in(false).await;
+    let doc: Value = serde_json::from_str(super::admin::OPENAPI).unwrap();
+    let mut checked = 0;
+    for (schema, path) in [("UserInput", "/users"), ("NodeInput", "/nodes"), ("GroupInput", "/groups")] {
+        for (field, spec) in doc["components"]["schemas"][schema]["properties"].as_object().unwrap() {
+            let Some(max) = spec["maxLength"].as_u64().or(spec["maxItems"].as_u64()) else {
+                continue;
+            };
+            let value = |n: u64| {
+                let n = n as usize;
+                if spec["maxLength"].is_u64() { json!("x".repeat(n)) } else { json!(vec!["g"; n]) }
+            };
+            let mut cases = vec![(value(max + 1), true), (value(max), false)];
+            if let Some(item) = spec["items"]["maxLength"].as_u64() {
+                cases.push((json!(["x".repeat(item as usize + 1)]), true));
+                cases.push((json!(["x".repeat(item as usize)]), false));
+            }
+            for (value, over) in cases {
+                let answer = client.post(path, json!({ field: value })).await;
+                let refused = answer.code() == "too_long";
+                assert_eq!(refused, over, "{schema}.{field}: {}", String::from_utf8_lossy(&answer.body));
+                if over {
+                    assert!(answer.json()["error"]["message"].as_str().unwrap().starts_with(field.as_str()));
+                }
+                checked += 1;
+            }
+        }
+    }
+    assert_eq!(checked, 28, "every bounded field of the three was tried");
+}
