@@ -100,6 +100,17 @@ impl NodeProcess {
 }
 
 impl NodeProcess {
+    /// A sing-box Hysteria2 outbound to this node with `password`.
+    pub fn outbound(&self, password: &str) -> serde_json::Value {
+        serde_json::json!({
+            "type": "hysteria2",
+            "server": self.addr.ip().to_string(),
+            "server_port": self.addr.port(),
+            "password": password,
+            "tls": { "enabled": true, "server_name": "localhost", "insecure": true, "alpn": ["h3"] }
+        })
+    }
+
     /// [`NodeProcess::start`] with its log read line by line (warnings and errors, without
     /// colours; each line is also written to the test's standard error).
     pub fn start_logged(state: &Path) -> Result<(NodeProcess, std::sync::mpsc::Receiver<String>)> {

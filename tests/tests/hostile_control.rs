@@ -166,13 +166,6 @@ fn control_answer(control: &mut Control, request: &Request) -> Answer {
     }
 }
 
-fn outbound(node: &NodeProcess, password: &str) -> serde_json::Value {
-    serde_json::json!({
-        "type": "hysteria2", "server": "127.0.0.1", "server_port": node.addr.port(), "password": password,
-        "tls": { "enabled": true, "server_name": "localhost", "insecure": true, "alpn": ["h3"] }
-    })
-}
-
 /// The sequence numbers of the reports in the node's usage queue, and the last one control
 /// acknowledged.
 fn queue(dir: &Path) -> (Vec<u64>, u64) {
@@ -205,7 +198,7 @@ async fn a_node_keeps_serving_and_keeps_its_usage_report_through_oversized_and_e
     let (node, log) = NodeProcess::start_logged(&dir).unwrap();
     let metrics = node.metrics_url().unwrap();
     let web = http_server(b"through the node".to_vec()).await.unwrap();
-    let alice = SingBoxClient::start(outbound(&node, "alice-pw")).unwrap();
+    let alice = SingBoxClient::start(node.outbound("alice-pw")).unwrap();
     let still_serving = |what: &'static str| {
         let (alice, metrics, dir) = (&alice, &metrics, &dir);
         async move {

@@ -34,13 +34,6 @@ fn set(users: &[(u64, &str)]) -> CredentialSet {
     .unwrap()
 }
 
-fn outbound(node: &NodeProcess, password: &str) -> serde_json::Value {
-    serde_json::json!({
-        "type": "hysteria2", "server": "127.0.0.1", "server_port": node.addr.port(), "password": password,
-        "tls": { "enabled": true, "server_name": "localhost", "insecure": true, "alpn": ["h3"] }
-    })
-}
-
 /// What the stand-in edge answers node 1 with.
 struct NodeEdge {
     /// The set offered and its version: answered when newer than the one the node holds.
@@ -119,7 +112,7 @@ impl NodeLab {
         let (node, log) = NodeProcess::start_logged(&dir).unwrap();
         let metrics = node.metrics_url().unwrap();
         let web = http_server(b"through the node".to_vec()).await.unwrap();
-        let alice = SingBoxClient::start(outbound(&node, "alice-pw")).unwrap();
+        let alice = SingBoxClient::start(node.outbound("alice-pw")).unwrap();
         assert_eq!(fetch(&alice, web).await.unwrap(), b"through the node");
         let pulls = seen.requests("creds");
         until("two pulls answered well", node.pid(), u64::MAX, || seen.requests("creds") >= pulls + 2).await;
@@ -168,7 +161,7 @@ async fn a_node_keeps_serving_its_set_through_oversized_and_endless_answers_to_i
         let mut edge = lab.edge.lock().unwrap();
         (edge.set, edge.pull) = ((next, 2), None);
     }
-    let bob = SingBoxClient::start(outbound(&lab.node, "bob-pw")).unwrap();
+    let bob = SingBoxClient::start(lab.node.outbound("bob-pw")).unwrap();
     assert_eq!(fetch_eventually(&bob, lab.web).await.unwrap(), b"through the node");
     assert_eq!(metric(&lab.metrics, "hearth_node_set_version").await.unwrap(), 2);
     assert_eq!(fetch(&lab.alice, lab.web).await.unwrap(), b"through the node");

@@ -6,16 +6,6 @@ use hearth_tests::control_sim::ControlSim;
 use hearth_tests::node::{NodeProcess, SingBoxClient, fetch, http_server, state_dir};
 use serde_json::json;
 
-fn outbound(node: &NodeProcess, password: &str) -> serde_json::Value {
-    json!({
-        "type": "hysteria2",
-        "server": node.addr.ip().to_string(),
-        "server_port": node.addr.port(),
-        "password": password,
-        "tls": { "enabled": true, "server_name": "localhost", "insecure": true, "alpn": ["h3"] }
-    })
-}
-
 fn set(node: u64, users: &[(u64, &str)]) -> CredentialSet {
     CredentialSet::new(
         node,
@@ -36,13 +26,13 @@ async fn tcp_through_the_tunnel_with_the_real_sing_box_client() {
 
     let body: Vec<u8> = (0..(1u32 << 20)).map(|i| (i * 7 + i / 3) as u8).collect();
     let web = http_server(body.clone()).await.unwrap();
-    let alice = SingBoxClient::start(outbound(&node, "alice-password")).unwrap();
+    let alice = SingBoxClient::start(node.outbound("alice-password")).unwrap();
     let got = fetch(&alice, web).await.unwrap();
     assert_eq!(got.len(), body.len());
     assert!(got == body, "bytes through the tunnel differ");
 
     // A wrong password gets nowhere.
-    let mallory = SingBoxClient::start(outbound(&node, "wrong-password")).unwrap();
+    let mallory = SingBoxClient::start(node.outbound("wrong-password")).unwrap();
     assert!(fetch(&mallory, web).await.is_err(), "a wrong password must not relay");
     node.stop().unwrap();
 }
@@ -98,8 +88,8 @@ async fn a_removed_user_is_cut_off_live_and_nobody_else_notices() {
     // A long transfer: 4 MiB in 16 KiB pieces 25 ms apart, several seconds through the tunnel.
     let body: Vec<u8> = (0..(4u32 << 20)).map(|i| (i % 251) as u8).collect();
     let web = hearth_tests::node::http_server_paced(body.clone(), Duration::from_millis(25)).await.unwrap();
-    let alice = SingBoxClient::start(outbound(&node, "alice-pw")).unwrap();
-    let bob = SingBoxClient::start(outbound(&node, "bob-pw")).unwrap();
+    let alice = SingBoxClient::start(node.outbound("alice-pw")).unwrap();
+    let bob = SingBoxClient::start(node.outbound("bob-pw")).unwrap();
     // The node pulls its first set from the edge.
     hearth_tests::node::fetch_eventually(&alice, http_server(b"ok".to_vec()).await.unwrap()).await.unwrap();
 
@@ -124,7 +114,7 @@ async fn a_removed_user_is_cut_off_live_and_nobody_else_notices() {
     assert!(fetch(&alice, web).await.is_err(), "alice cannot reconnect");
     // Carol's bytes move after bob's transfer ended: a report that holds them is later than
     // every report of bob's bytes.
-    let carol = SingBoxClient::start(outbound(&node, "carol-pw")).unwrap();
+    let carol = SingBoxClient::start(node.outbound("carol-pw")).unwrap();
     assert_eq!(fetch(&carol, http_server(b"hi".to_vec()).await.unwrap()).await.unwrap(), b"hi");
 
     // Usage reaches the edge's queue for control: bob's bytes, counted once.
@@ -168,7 +158,7 @@ async fn udp_and_salamander_with_the_real_sing_box_client() {
     let item = sim.creds(&set(1, &[(7, "alice-password")]));
     std::fs::write(dir.join("creds.envelope"), item.envelope().unwrap()).unwrap();
     let node = NodeProcess::start(&dir).unwrap();
-    let mut with_obfs = outbound(&node, "alice-password");
+    let mut with_obfs = node.outbound("alice-password");
     with_obfs["obfs"] = json!({ "type": "salamander", "password": "salamander secret" });
     let alice = SingBoxClient::start(with_obfs).unwrap();
 
@@ -184,7 +174,7 @@ async fn udp_and_salamander_with_the_real_sing_box_client() {
     assert_eq!(alice.udp_round_trip(echo, &large).await.unwrap(), large);
 
     // Without the obfuscation password the node does not even answer QUIC.
-    let plain = SingBoxClient::start(outbound(&node, "alice-password")).unwrap();
+    let plain = SingBoxClient::start(node.outbound("alice-password")).unwrap();
     assert!(fetch(&plain, web).await.is_err());
     node.stop().unwrap();
 }
@@ -273,7 +263,7 @@ async fn a_node_restarted_while_control_and_edge_are_down_serves_its_last_set() 
         node.stop().unwrap();
         NodeProcess::start(&state).unwrap()
     };
-    let alice = SingBoxClient::start(outbound(&node, "alice-password")).unwrap();
+    let alice = SingBoxClient::start(node.outbound("alice-password")).unwrap();
     let web = http_server(b"still here".to_vec()).await.unwrap();
     assert_eq!(fetch(&alice, web).await.unwrap(), b"still here");
     // A set altered on disk is refused at start, with a clear reason, and nobody gets in:
@@ -285,7 +275,7 @@ async fn a_node_restarted_while_control_and_edge_are_down_serves_its_last_set() 
     let (node, log) = NodeProcess::start_logged(&dir).unwrap();
     let said = until_logged(&log, "does not verify", Duration::from_secs(60)).await.unwrap();
     assert!(said.contains("bad signature"), "the node must say why: {said}");
-    let alice = SingBoxClient::start(outbound(&node, "alice-password")).unwrap();
+    let alice = SingBoxClient::start(node.outbound("alice-password")).unwrap();
     assert!(fetch(&alice, web).await.is_err(), "alice got in on a set altered on disk");
     let metrics = node.metrics_url().unwrap();
     assert_eq!(metric(&metrics, "hearth_node_users").await.unwrap(), 0);
@@ -310,7 +300,7 @@ async fn an_expired_set_keeps_serving_and_says_so() {
     let expired = draft.sign(set(1, &[(7, "alice-password")]).encode(), &[&sim.signing]).encode();
     std::fs::write(dir.join("creds.envelope"), expired).unwrap();
     let node = NodeProcess::start(&dir).unwrap();
-    let alice = SingBoxClient::start(outbound(&node, "alice-password")).unwrap();
+    let alice = SingBoxClient::start(node.outbound("alice-password")).unwrap();
     let web = http_server(b"still serving".to_vec()).await.unwrap();
     assert_eq!(fetch(&alice, web).await.unwrap(), b"still serving", "users stay online on an expired set");
     let metrics = node.metrics_url().unwrap();
@@ -370,7 +360,7 @@ async fn a_node_without_allow_private_refuses_internal_destinations() {
     let (web, web_accepted) = counted_http_server([127, 0, 0, 1], b"inside").await;
     let (other, other_accepted) = counted_http_server([127, 0, 0, 2], b"inside too").await;
     let (echo, echoed) = counted_udp_echo().await;
-    let through_strict = SingBoxClient::start(outbound(&strict, "alice-password")).unwrap();
+    let through_strict = SingBoxClient::start(strict.outbound("alice-password")).unwrap();
     assert!(fetch(&through_strict, web).await.is_err(), "TCP to 127.0.0.1 went through");
     assert!(fetch(&through_strict, other).await.is_err(), "TCP to 127.0.0.2 went through");
     assert!(through_strict.udp_round_trip(echo, b"ping").await.is_err(), "UDP to 127.0.0.1 went through");
@@ -378,7 +368,7 @@ async fn a_node_without_allow_private_refuses_internal_destinations() {
     assert_eq!(other_accepted.load(Ordering::SeqCst), 0, "the node connected to 127.0.0.2");
     assert_eq!(echoed.load(Ordering::SeqCst), 0, "the node sent a datagram to 127.0.0.1");
 
-    let through_open = SingBoxClient::start(outbound(&open, "alice-password")).unwrap();
+    let through_open = SingBoxClient::start(open.outbound("alice-password")).unwrap();
     assert_eq!(fetch(&through_open, web).await.unwrap(), b"inside");
     assert_eq!(fetch(&through_open, other).await.unwrap(), b"inside too");
     assert_eq!(through_open.udp_round_trip(echo, b"ping").await.unwrap(), b"ping");
@@ -421,7 +411,7 @@ async fn the_last_usage_before_a_sigterm_is_reported_once() {
     let mut queued = Vec::new();
     for (round, size) in [(1u64, 1usize << 20), (2, 300 << 10)] {
         let node = NodeProcess::start(&dir).unwrap();
-        let alice = SingBoxClient::start(outbound(&node, "alice-password")).unwrap();
+        let alice = SingBoxClient::start(node.outbound("alice-password")).unwrap();
         let body: Vec<u8> = (0..size).map(|i| (i % 241) as u8).collect();
         let web = http_server(body).await.unwrap();
         assert_eq!(fetch(&alice, web).await.unwrap().len(), size);

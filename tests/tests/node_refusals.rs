@@ -75,13 +75,6 @@ fn signed(sim: &ControlSim, key: &SecretKey, version: u64, users: &[(u64, &str)]
     draft.sign(set(users), &[key]).encode()
 }
 
-fn outbound(node: &NodeProcess, password: &str) -> serde_json::Value {
-    serde_json::json!({
-        "type": "hysteria2", "server": "127.0.0.1", "server_port": node.addr.port(), "password": password,
-        "tls": { "enabled": true, "server_name": "localhost", "insecure": true, "alpn": ["h3"] }
-    })
-}
-
 async fn refuses_and_keeps_serving(from_control: bool) {
     let temp = tempfile::tempdir().unwrap();
     let mut sim = ControlSim::new();
@@ -108,8 +101,8 @@ async fn refuses_and_keeps_serving(from_control: bool) {
     let (node, log) = NodeProcess::start_logged(&dir).unwrap();
     let metrics = node.metrics_url().unwrap();
     let web = http_server(b"through the node".to_vec()).await.unwrap();
-    let alice_client = SingBoxClient::start(outbound(&node, "alice-pw")).unwrap();
-    let mallory_client = SingBoxClient::start(outbound(&node, "mallory-pw")).unwrap();
+    let alice_client = SingBoxClient::start(node.outbound("alice-pw")).unwrap();
+    let mallory_client = SingBoxClient::start(node.outbound("mallory-pw")).unwrap();
     assert_eq!(fetch(&alice_client, web).await.unwrap(), b"through the node");
 
     // The signing key rotates; the node takes the rotation with the set the new key signed.
