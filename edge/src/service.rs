@@ -141,7 +141,7 @@ pub async fn handle<S: Storage>(
 
 /// Checks that a request on node `node`'s routes is signed by that node, over this request
 /// (method, host, path with query, body), and takes its nonce: a request sent again is
-/// refused. A request signed the old way has no nonce ([`nodeauth::verify`] takes it for a
+/// refused, and so is a node over its requests in the time window. A request signed the old way has no nonce ([`nodeauth::verify`] takes it for a
 /// read only); the adapters log it ([`signed_the_old_way`]).
 async fn node_auth<S: Storage>(
     store: &S,
@@ -156,9 +156,9 @@ async fn node_auth<S: Storage>(
         Err(reply) => return Ok(Err(reply)),
     };
     if let Some(nonce) = verified.nonce
-        && !store.take_nonce(node, &nonce, verified.expires(), call.now).await?
+        && let Err(refusal) = store.take_nonce(node, &nonce, verified.expires(), call.now).await?
     {
-        return Ok(Err(api::node_refused(nodeauth::NodeAuthError::Replayed)));
+        return Ok(Err(api::node_refused(refusal)));
     }
     Ok(Ok(()))
 }

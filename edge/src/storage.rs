@@ -13,7 +13,7 @@
 //! or nothing: nothing, and [`Changed`], if a stream no longer holds the state it was decided
 //! against (another push came between; the push is answered 503, to be sent again).
 
-use hearth_shared::nodeauth::Nonce;
+use hearth_shared::nodeauth::{NodeAuthError, Nonce};
 use hearth_shared::trust::{StreamState, Trust};
 use hearth_shared::wire::{ExportItem, ExportPage, UsageDrain};
 
@@ -73,10 +73,19 @@ pub trait Storage {
     /// `fill.limit`) to [`Fill::take`] until it says the page is full.
     async fn export_streams(&self, after: &str, except: &str, fill: &mut Fill) -> Result<(), Self::Error>;
 
-    /// Takes a node request's nonce: keeps (node, nonce) until `expires` (unix seconds) and
-    /// gives `true`, or gives `false` when it is kept already (the request was sent again).
-    /// Nonces whose time has passed (`expires < now`) are dropped as it goes.
-    async fn take_nonce(&self, node: u64, nonce: &Nonce, expires: u64, now: u64) -> Result<bool, Self::Error>;
+    /// Takes a node request's nonce, as control's [`Seen`](hearth_shared::nodeauth::Seen) does: keeps (node, nonce) until
+    /// `expires` (unix seconds), or refuses it with [`NodeAuthError::Replayed`] when it is kept
+    /// and has not expired (`expires >= now`: the request was sent again), or with
+    /// [`NodeAuthError::TooMany`] when the node has [`Seen::PER_NODE`](hearth_shared::nodeauth::Seen::PER_NODE) nonces that have not
+    /// expired, so a node's key cannot grow the table past that. Expired nonces are dropped
+    /// every [`NONCES_PRUNED_EVERY`] seconds, not on every request.
+    async fn take_nonce(
+        &self,
+        node: u64,
+        nonce: &Nonce,
+        expires: u64,
+        now: u64,
+    ) -> Result<Result<(), NodeAuthError>, Self::Error>;
 
     /// How many shards the links are kept in (1 on a native edge).
     fn link_shards(&self) -> u32;
@@ -85,6 +94,15 @@ pub trait Storage {
     /// `fill.limit`) to [`Fill::take`] until it says the page is full.
     async fn export_links(&self, shard: u32, after: &[u8], fill: &mut Fill) -> Result<(), Self::Error>;
 }
+
+/// How often (seconds) a storage drops the node nonces that have expired.
+pub const NONCES_PRUNED_EVERY: u64 = 60;
+
+/// What a storage asks of its `node_nonces` table (node `?1`, nonce `?2`, now `?3`) before it
+/// takes a nonce: how many of the node's nonces have not expired (`live`), and whether the
+/// nonce is one of them (`seen`, 0 or 1).
+pub const NONCES_LIVE: &str = "SELECT COUNT(*) AS live, COALESCE(MAX(nonce = ?2), 0) AS seen \
+     FROM node_nonces WHERE node = ?1 AND expires >= ?3";
 
 /// The trust learned from pushes (postcard).
 pub const VALUE_TRUST: &str = "trust";

@@ -159,6 +159,7 @@ both!(
     a_push_refused_for_a_set_stores_none_of_its_links,
     the_export_gives_the_release_back,
     a_node_request_is_taken_once_and_only_as_signed,
+    a_node_is_held_to_as_many_requests_in_the_window_as_its_nonces_kept,
     a_rotated_link_over_its_limit_gets_the_decoy,
     the_health_route_and_oversized_bodies_do_not_tell_a_hearth_edge
 );
@@ -1236,4 +1237,35 @@ async fn a_node_request_is_taken_once_and_only_as_signed(backend: Backend) {
     let old_upload = nodeauth::sign_v1(&node_key, 1, "POST", &format!("/{API}/nodes/1/usage"), now());
     assert_eq!(send(reqwest::Method::POST, &usage_url, &old_upload, &second).await, refused("node_auth"));
     assert_eq!(s.drain(0).await.reports.len(), 1, "the old-style upload queued nothing");
+}
+
+/// A node's key (a node gone wild, or stolen) cannot grow the edge's nonces without bound: past
+/// `Seen::PER_NODE` requests within the time window it is answered 429, while another node is
+/// still answered.
+async fn a_node_is_held_to_as_many_requests_in_the_window_as_its_nonces_kept(backend: Backend) {
+    let mut s = start(backend, &[]);
+    let (one, two) =
+        (SecretKey::generate(Role::Node, &mut OsRng).unwrap(), SecretKey::generate(Role::Node, &mut OsRng).unwrap());
+    let items = [s.sim.node(1, Some(one.public())), s.sim.node(2, Some(two.public()))];
+    assert_eq!(s.push_items(&items).await.0, StatusCode::OK);
+    let ack = |node: u64| format!("{}/{API}/nodes/{node}/ack", s.edge.url);
+    let send = |key: &SecretKey, node: u64| {
+        let url = ack(node);
+        let header = hearth_tests::node_signature(key, node, "GET", &url, b"");
+        let request = s.http.get(&url).header(nodeauth::HEADER, header);
+        async move { request.send().await.unwrap().status() }
+    };
+    let mut sent = 0;
+    while sent < nodeauth::Seen::PER_NODE {
+        let mut batch = tokio::task::JoinSet::new();
+        for _ in 0..16.min(nodeauth::Seen::PER_NODE - sent) {
+            batch.spawn(send(&one, 1));
+            sent += 1;
+        }
+        for status in batch.join_all().await {
+            assert_eq!(status, StatusCode::NO_CONTENT, "within its requests, after {sent}");
+        }
+    }
+    assert_eq!(send(&one, 1).await, StatusCode::TOO_MANY_REQUESTS, "one request more than any node sends");
+    assert_eq!(send(&two, 2).await, StatusCode::NO_CONTENT, "another node is answered");
 }

@@ -10,7 +10,7 @@ use std::path::Path;
 use std::sync::Arc;
 
 use hearth_shared::Digest;
-use hearth_shared::nodeauth::Nonce;
+use hearth_shared::nodeauth::{NodeAuthError, Nonce, Seen};
 use hearth_shared::trust::{StreamState, Trust};
 use hearth_shared::wire::{ExportItem, UsageDrain, decode, encode, stream};
 use libsql::{Connection, params};
@@ -19,7 +19,8 @@ use tokio::sync::Mutex;
 use crate::api::{NamedFile, link_stream};
 use crate::push::{Target, Write};
 use crate::storage::{
-    Changed, Fill, Plan, Planned, Storage, StoredStream, VALUE_BATCH, VALUE_KEYS, VALUE_TRUST, take_report,
+    Changed, Fill, NONCES_LIVE, NONCES_PRUNED_EVERY, Plan, Planned, Storage, StoredStream, VALUE_BATCH, VALUE_KEYS,
+    VALUE_TRUST, take_report,
 };
 
 const SCHEMA: &str = "
@@ -138,6 +139,8 @@ pub struct Store {
     link_lookup: Mutex<libsql::Statement>,
     // libSQL connections are shared; writes take this so transactions never interleave.
     writer: Mutex<()>,
+    /// When expired node nonces were last dropped (unix seconds).
+    nonces_pruned: std::sync::atomic::AtomicU64,
     _reader: Connection,
     db: libsql::Database,
 }
@@ -247,6 +250,7 @@ impl Store {
             changed_links: std::sync::Mutex::new(Vec::new()),
             link_lookup,
             writer: Mutex::new(()),
+            nonces_pruned: std::sync::atomic::AtomicU64::new(0),
             _reader: reader,
             db,
         })
@@ -457,18 +461,37 @@ impl Storage for Store {
         Ok(())
     }
 
-    async fn take_nonce(&self, node: u64, nonce: &Nonce, expires: u64, now: u64) -> Result<bool, StoreError> {
+    async fn take_nonce(
+        &self,
+        node: u64,
+        nonce: &Nonce,
+        expires: u64,
+        now: u64,
+    ) -> Result<Result<(), NodeAuthError>, StoreError> {
+        use std::sync::atomic::Ordering;
         let _writer = self.writer.lock().await;
-        self.conn.execute("DELETE FROM node_nonces WHERE expires < ?1", params![i(now)]).await?;
-        let taken = self
-            .conn
+        if now >= self.nonces_pruned.load(Ordering::Relaxed).saturating_add(NONCES_PRUNED_EVERY) {
+            self.conn.execute("DELETE FROM node_nonces WHERE expires < ?1", params![i(now)]).await?;
+            self.nonces_pruned.store(now, Ordering::Relaxed);
+        }
+        let mut rows = self.conn.query(NONCES_LIVE, params![i(node), nonce.to_vec(), i(now)]).await?;
+        let row = rows.next().await?.ok_or(StoreError::Corrupt("a count"))?;
+        let (live, seen): (i64, i64) = (row.get(0)?, row.get(1)?);
+        drop(rows);
+        if seen != 0 {
+            return Ok(Err(NodeAuthError::Replayed));
+        }
+        if usize::try_from(live).unwrap_or(usize::MAX) >= Seen::PER_NODE {
+            return Ok(Err(NodeAuthError::TooMany));
+        }
+        self.conn
             .execute(
                 "INSERT INTO node_nonces (node, nonce, expires) VALUES (?1, ?2, ?3) \
-                 ON CONFLICT (node, nonce) DO NOTHING",
+                 ON CONFLICT (node, nonce) DO UPDATE SET expires = ?3",
                 params![i(node), nonce.to_vec(), i(expires)],
             )
             .await?;
-        Ok(taken == 1)
+        Ok(Ok(()))
     }
 
     fn link_shards(&self) -> u32 {

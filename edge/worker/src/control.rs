@@ -24,9 +24,10 @@ use hearth_edge::push::{Target, Write};
 use hearth_edge::routes::{Route, route};
 use hearth_edge::service::{self, Call};
 use hearth_edge::storage::{
-    Changed, Fill, Plan, Planned, Storage, StoredStream, VALUE_BATCH, VALUE_KEYS, VALUE_TRUST, take_report,
+    Changed, Fill, NONCES_LIVE, NONCES_PRUNED_EVERY, Plan, Planned, Storage, StoredStream, VALUE_BATCH, VALUE_KEYS,
+    VALUE_TRUST, take_report,
 };
-use hearth_shared::nodeauth::{self, Nonce};
+use hearth_shared::nodeauth::{self, NodeAuthError, Nonce, Seen};
 use hearth_shared::trust::{StreamState, Trust};
 use hearth_shared::wire::{ExportItem, UsageDrain, decode, encode, stream};
 use serde::Deserialize;
@@ -44,6 +45,8 @@ pub struct Control {
     pushing: Cell<bool>,
     /// API requests refused for their token or signature.
     refused: RefCell<api::RefusalLog>,
+    /// When expired node nonces were last dropped (unix seconds).
+    nonces_pruned: Cell<u64>,
 }
 
 #[derive(Deserialize)]
@@ -80,8 +83,9 @@ struct ExportRow {
 const ARCHIVE_CHUNK: usize = 1 << 20;
 
 #[derive(Deserialize)]
-struct CountRow {
-    found: i64,
+struct LiveNonces {
+    live: i64,
+    seen: i64,
 }
 
 #[derive(Deserialize)]
@@ -179,7 +183,7 @@ impl DurableObject for Control {
         ] {
             sql.exec(table, None).expect("creating the control tables");
         }
-        Control { state, env, pushing: Cell::new(false), refused: RefCell::default() }
+        Control { state, env, pushing: Cell::new(false), refused: RefCell::default(), nonces_pruned: Cell::new(0) }
     }
 
     async fn fetch(&self, mut req: Request) -> Result<Response> {
@@ -258,7 +262,13 @@ impl DurableObject for Control {
             body: &body,
             now: now_ms() / 1000,
         };
-        let store = ControlStore { state: &self.state, sql, env: &self.env, config: &config };
+        let store = ControlStore {
+            state: &self.state,
+            nonces_pruned: &self.nonces_pruned,
+            sql,
+            env: &self.env,
+            config: &config,
+        };
         let reply = match service::handle(&store, &config, &trust, route.clone(), &call).await {
             Ok(reply) => reply,
             Err(e) => {
@@ -297,6 +307,7 @@ pub(crate) const SETTINGS_PATH: &str = "/internal/edge-settings";
 /// The Worker's storage: this object's SQLite, and the links in their shards.
 struct ControlStore<'a> {
     state: &'a State,
+    nonces_pruned: &'a Cell<u64>,
     sql: SqlStorage,
     env: &'a Env,
     config: &'a EdgeConfig,
@@ -499,25 +510,33 @@ impl Storage for ControlStore<'_> {
         Ok(())
     }
 
-    async fn take_nonce(&self, node: u64, nonce: &Nonce, expires: u64, now: u64) -> Result<bool> {
+    async fn take_nonce(
+        &self,
+        node: u64,
+        nonce: &Nonce,
+        expires: u64,
+        now: u64,
+    ) -> Result<std::result::Result<(), NodeAuthError>> {
         // No await between the read and the write: nothing else runs in this object between.
-        self.sql.exec("DELETE FROM node_nonces WHERE expires < ?", vec![int(now).into()])?;
+        if now >= self.nonces_pruned.get().saturating_add(NONCES_PRUNED_EVERY) {
+            self.sql.exec("DELETE FROM node_nonces WHERE expires < ?", vec![int(now).into()])?;
+            self.nonces_pruned.set(now);
+        }
         let nonce = SqlStorageValue::Blob(nonce.to_vec());
-        let found: CountRow = self
-            .sql
-            .exec(
-                "SELECT COUNT(*) AS found FROM node_nonces WHERE node = ? AND nonce = ?",
-                vec![int(node).into(), nonce.clone()],
-            )?
-            .one()?;
-        if found.found != 0 {
-            return Ok(false);
+        let live: LiveNonces =
+            self.sql.exec(NONCES_LIVE, vec![int(node).into(), nonce.clone(), int(now).into()])?.one()?;
+        if live.seen != 0 {
+            return Ok(Err(NodeAuthError::Replayed));
+        }
+        if usize::try_from(live.live).unwrap_or(usize::MAX) >= Seen::PER_NODE {
+            return Ok(Err(NodeAuthError::TooMany));
         }
         self.sql.exec(
-            "INSERT INTO node_nonces (node, nonce, expires) VALUES (?, ?, ?)",
+            "INSERT INTO node_nonces (node, nonce, expires) VALUES (?, ?, ?)
+             ON CONFLICT (node, nonce) DO UPDATE SET expires = excluded.expires",
             vec![int(node).into(), nonce, int(expires).into()],
         )?;
-        Ok(true)
+        Ok(Ok(()))
     }
 
     fn link_shards(&self) -> u32 {
