@@ -98,7 +98,8 @@ pub fn subscription(
 /// meanwhile gets the decoy within that time, since an isolate cannot be told of a push.
 #[derive(Debug, Default)]
 pub struct Refusals {
-    /// Until when each link was told to wait, and until when that is believed here.
+    /// Until when each link was told to wait, and until when that is believed here (never
+    /// later than the first).
     until_ms: std::collections::HashMap<hearth_shared::Digest, (u64, u64)>,
 }
 
@@ -111,16 +112,13 @@ impl Refusals {
 
     /// The seconds until `hash` may fetch again, if it was refused and its window is not over.
     pub fn check(&self, hash: &hearth_shared::Digest, now_ms: u64) -> Option<u64> {
-        self.until_ms
-            .get(hash)
-            .filter(|(until, kept)| *until > now_ms && *kept > now_ms)
-            .map(|(until, _)| (until - now_ms).div_ceil(1000))
+        self.until_ms.get(hash).filter(|(_, kept)| *kept > now_ms).map(|(until, _)| (until - now_ms).div_ceil(1000))
     }
 
     /// Remembers that storage refused `hash` at `now_ms` for `retry_after` seconds.
     pub fn remember(&mut self, hash: hearth_shared::Digest, now_ms: u64, retry_after: u64) {
         if self.until_ms.len() >= Self::CAPACITY && !self.until_ms.contains_key(&hash) {
-            self.until_ms.retain(|_, (until, kept)| *until > now_ms && *kept > now_ms);
+            self.until_ms.retain(|_, (_, kept)| *kept > now_ms);
             if self.until_ms.len() >= Self::CAPACITY {
                 return;
             }
