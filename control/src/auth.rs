@@ -1,7 +1,9 @@
 //! Signing in: the owner's password (argon2id), sessions, lockouts and API tokens.
 //!
 //! - Passwords are hashed with argon2id (19 MiB, t=2, p=1), **one hash at a time**: a
-//!   semaphore lets one hash run; a few more wait, the rest get 429. Ten logins at once never
+//!   semaphore lets one hash run; eight more wait, the rest get 429, and four more places are
+//!   kept for the owner's known addresses and requests with a good second factor, so
+//!   strangers filling the queue cannot turn the owner away. Ten logins at once never
 //!   hold more than one hash's memory. An unknown login is checked against a dummy hash so it
 //!   takes as long as a wrong password. Passwords are capped at 256 bytes.
 //! - Sign-in limits. Someone who knows the admin prefix can slow guessing but never keep the
@@ -57,6 +59,9 @@ pub(crate) const SESSION_ABSOLUTE: u64 = 7 * 86_400;
 pub(crate) const COOKIE: &str = "__Host-hearth";
 /// Logins that may wait for the hasher; more get 429.
 const MAX_WAITING: usize = 8;
+/// Sign-ins that may wait for the hasher beside those, from the owner's known addresses or
+/// with a good second factor: strangers filling the queue cannot keep the owner out.
+const MAX_TRUSTED_WAITING: usize = 4;
 
 /// Failures from one address (IPv6: its /64) within [`FAILURE_WINDOW`] that lock it out.
 const ADDRESS_FAILURES: usize = 10;
@@ -207,7 +212,9 @@ type Job = Box<dyn FnOnce(&Engine) + Send>;
 /// The argon2id hasher: one thread that hashes, one hash at a time.
 pub(crate) struct Hasher {
     jobs: Mutex<std::sync::mpsc::Sender<Job>>,
-    waiting: std::sync::atomic::AtomicUsize,
+    /// Jobs waiting or running: from anyone, and from the owner's known addresses or with a
+    /// good second factor.
+    waiting: [std::sync::atomic::AtomicUsize; 2],
 }
 
 impl Hasher {
@@ -228,27 +235,42 @@ impl Hasher {
                 }
             })
             .expect("starting the hashing thread");
-        Arc::new(Hasher { jobs: Mutex::new(jobs), waiting: std::sync::atomic::AtomicUsize::new(0) })
+        Arc::new(Hasher { jobs: Mutex::new(jobs), waiting: Default::default() })
     }
 
+    /// Runs `job` on the hashing thread, unless too many wait already; a `trusted` job (from
+    /// the owner's known addresses, or with a good second factor) may also take one of the
+    /// places kept for those.
     async fn run<T: Send + 'static>(
         self: &Arc<Self>,
+        trusted: bool,
         job: impl FnOnce(&Engine) -> T + Send + 'static,
     ) -> Result<T, Error> {
         use std::sync::atomic::Ordering;
-        if self.waiting.fetch_add(1, Ordering::SeqCst) >= MAX_WAITING {
-            self.waiting.fetch_sub(1, Ordering::SeqCst);
+        // A place among everyone's, else (trusted) one of those kept for the owner.
+        let take = |slot: usize, most: usize| {
+            let taken = self.waiting[slot].fetch_add(1, Ordering::SeqCst) < most;
+            if !taken {
+                self.waiting[slot].fetch_sub(1, Ordering::SeqCst);
+            }
+            taken
+        };
+        let slot = if take(0, MAX_WAITING) {
+            0
+        } else if trusted && take(1, MAX_TRUSTED_WAITING) {
+            1
+        } else {
             return Err(Error::TooMany(2));
-        }
+        };
         let (done, result) = tokio::sync::oneshot::channel();
         let hasher = Arc::clone(self);
         let sent = self.jobs.lock().expect("hasher lock").send(Box::new(move |engine| {
             let value = job(engine);
-            hasher.waiting.fetch_sub(1, Ordering::SeqCst);
+            hasher.waiting[slot].fetch_sub(1, Ordering::SeqCst);
             let _ = done.send(value);
         }));
         if sent.is_err() {
-            self.waiting.fetch_sub(1, Ordering::SeqCst);
+            self.waiting[slot].fetch_sub(1, Ordering::SeqCst);
             return Err(Error::Internal("the hashing thread stopped".into()));
         }
         result.await.map_err(|_| Error::Internal("hashing failed".into()))
@@ -257,16 +279,22 @@ impl Hasher {
     /// Hashes a new password (PHC string).
     pub(crate) async fn hash(self: &Arc<Self>, password: String) -> Result<String, Error> {
         check_password(&password)?;
-        self.run(move |engine| engine.hash(password.as_bytes())).await?
+        self.run(false, move |engine| engine.hash(password.as_bytes())).await?
     }
 
     /// Checks a password against a stored hash (or the dummy one when there is none), in
-    /// the same time either way.
-    pub(crate) async fn verify(self: &Arc<Self>, password: String, stored: Option<String>) -> Result<bool, Error> {
+    /// the same time either way; `trusted` when the request comes from the owner's known
+    /// address, with a good second factor, or in the owner's session.
+    pub(crate) async fn verify(
+        self: &Arc<Self>,
+        password: String,
+        stored: Option<String>,
+        trusted: bool,
+    ) -> Result<bool, Error> {
         if password.len() > MAX_PASSWORD {
             return Ok(false);
         }
-        self.run(move |engine| {
+        self.run(trusted, move |engine| {
             let known = stored.is_some();
             let phc = stored.unwrap_or_else(|| engine.dummy.clone());
             engine.verify(password.as_bytes(), &phc) && known
@@ -738,10 +766,10 @@ mod tests {
     async fn passwords_verify_and_unknown_logins_never_pass() {
         let hasher = fast();
         let hash = hasher.hash("correct horse battery".into()).await.unwrap();
-        assert!(hasher.verify("correct horse battery".into(), Some(hash.clone())).await.unwrap());
-        assert!(!hasher.verify("wrong password!!".into(), Some(hash)).await.unwrap());
+        assert!(hasher.verify("correct horse battery".into(), Some(hash.clone()), false).await.unwrap());
+        assert!(!hasher.verify("wrong password!!".into(), Some(hash), false).await.unwrap());
         // The dummy hash is of a random secret; even its own password would not pass.
-        assert!(!hasher.verify(String::new(), None).await.unwrap());
+        assert!(!hasher.verify(String::new(), None, false).await.unwrap());
         assert!(hasher.hash("short".into()).await.is_err());
         assert!(hasher.hash("x".repeat(257)).await.is_err());
     }
@@ -759,8 +787,8 @@ mod tests {
         use argon2::PasswordHasher as _;
         let salt = SaltString::generate(&mut OsRng);
         let theirs = Argon2::default().hash_password(b"another password", &salt).unwrap().to_string();
-        assert!(hasher.verify("another password".into(), Some(theirs.clone())).await.unwrap());
-        assert!(!hasher.verify("another passworx".into(), Some(theirs)).await.unwrap());
+        assert!(hasher.verify("another password".into(), Some(theirs.clone()), false).await.unwrap());
+        assert!(!hasher.verify("another passworx".into(), Some(theirs), false).await.unwrap());
     }
 
     #[tokio::test]
@@ -773,7 +801,7 @@ mod tests {
             let (hasher, running, peak) = (hasher.clone(), running.clone(), peak.clone());
             jobs.push(tokio::spawn(async move {
                 hasher
-                    .run(move |_| {
+                    .run(false, move |_| {
                         use std::sync::atomic::Ordering::SeqCst;
                         let now = running.fetch_add(1, SeqCst) + 1;
                         peak.fetch_max(now, SeqCst);
@@ -791,6 +819,37 @@ mod tests {
         }
         assert_eq!(peak.load(std::sync::atomic::Ordering::SeqCst), 1, "never two hashes at once");
         assert!(refused > 0, "a flood beyond the queue is refused");
+    }
+
+    #[tokio::test]
+    async fn strangers_filling_the_queue_leave_room_for_the_owner() {
+        let hasher = fast();
+        // The hashing thread held, and the queue filled by strangers.
+        let (release, held) = std::sync::mpsc::channel::<()>();
+        let blocked = {
+            let hasher = hasher.clone();
+            tokio::spawn(async move { hasher.run(false, move |_| held.recv().ok()).await })
+        };
+        let mut strangers = Vec::new();
+        while hasher.waiting[0].load(std::sync::atomic::Ordering::SeqCst) < MAX_WAITING {
+            let hasher = hasher.clone();
+            strangers.push(tokio::spawn(async move { hasher.verify("guess guess".into(), None, false).await }));
+            tokio::task::yield_now().await;
+        }
+        assert!(matches!(hasher.verify("guess guess".into(), None, false).await, Err(Error::TooMany(_))));
+        // The owner's sign-in (a known address, a good code) still waits its turn.
+        let phc = fast().hash("correct horse battery".into()).await.unwrap();
+        let owner = {
+            let hasher = hasher.clone();
+            tokio::spawn(async move { hasher.verify("correct horse battery".into(), Some(phc), true).await })
+        };
+        tokio::task::yield_now().await;
+        release.send(()).unwrap();
+        assert!(owner.await.unwrap().unwrap(), "the owner was turned away");
+        blocked.await.unwrap().unwrap();
+        for stranger in strangers {
+            assert!(!stranger.await.unwrap().unwrap());
+        }
     }
 
     fn v6(a: u16, b: u16) -> IpAddr {

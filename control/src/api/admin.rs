@@ -336,7 +336,7 @@ async fn login(
         app.lockouts.take(&req.login, now).map_err(|retry| fail(Error::TooMany(retry)))?;
     }
     let stored = facts.owner.filter(|(login, _)| login.eq_ignore_ascii_case(req.login.trim())).map(|(_, hash)| hash);
-    let good = app.hasher.verify(req.password, stored).await.map_err(fail)?;
+    let good = app.hasher.verify(req.password, stored, past_budget).await.map_err(fail)?;
     if !good {
         return Err(refused(&app, ip, now, "bad_login", "wrong login or password"));
     }
@@ -466,7 +466,7 @@ impl Bounded for TotpDisable {
 async fn totp_disable(State(app): State<Arc<App>>, auth: Auth, Input(req): Input<TotpDisable>) -> Reply {
     owner_only(&auth)?;
     let owner = app.db.read(auth::owner).await.map_err(fail)?;
-    if !app.hasher.verify(req.password, owner.map(|(_, hash)| hash)).await.map_err(fail)? {
+    if !app.hasher.verify(req.password, owner.map(|(_, hash)| hash), true).await.map_err(fail)? {
         return Err(refuse(StatusCode::UNAUTHORIZED, "bad_password", "that is not the owner's password"));
     }
     let now = now();
