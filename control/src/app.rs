@@ -77,7 +77,8 @@ pub(crate) struct App {
     pub(crate) stopping: watch::Sender<bool>,
     pub(crate) push_status: Mutex<PushStatus>,
     pub(crate) counters: Counters,
-    budget: Mutex<HashMap<IpAddr, TokenBucket>>,
+    /// By address (IPv6: its /64, one host's share).
+    budget: Mutex<HashMap<[u8; 16], TokenBucket>>,
     links: Mutex<HashMap<Digest, FixedWindow>>,
     /// The nonces of node requests taken, until their time is out of reach: a request is
     /// taken once.
@@ -162,14 +163,15 @@ impl App {
         self.creds.send_modify(|generation| *generation += 1);
     }
 
-    /// Spends one unit of an address's anonymous budget; `Err(retry_after)` when it is spent.
+    /// Spends one unit of an address's anonymous budget (an IPv6 address's is its /64's);
+    /// `Err(retry_after)` when it is spent.
     pub(crate) fn spend(&self, ip: IpAddr) -> Result<(), u64> {
         let mut budget = self.budget.lock().expect("budget lock");
         if budget.len() > 100_000 {
             let now = now_ms() * 1000;
             budget.retain(|_, bucket| bucket.tat_us > now);
         }
-        match budget.entry(ip).or_default().take(now_ms(), ANONYMOUS_BUDGET) {
+        match budget.entry(crate::auth::address_key(ip)).or_default().take(now_ms(), ANONYMOUS_BUDGET) {
             Decision::Allow { .. } => Ok(()),
             Decision::Deny { retry_after } => Err(retry_after),
         }

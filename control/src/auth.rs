@@ -357,9 +357,9 @@ impl Failures {
     }
 }
 
-/// The key an address's failures count under: IPv4 (also IPv4-mapped IPv6) as is, IPv6 by
-/// its /64.
-fn address_key(ip: IpAddr) -> [u8; 16] {
+/// The key an address's failures (and its anonymous budget, [`crate::app::App::spend`]) count
+/// under: IPv4 (also IPv4-mapped IPv6) as is, IPv6 by its /64.
+pub(crate) fn address_key(ip: IpAddr) -> [u8; 16] {
     let v6 = match ip {
         IpAddr::V4(v4) => v4.to_ipv6_mapped(),
         IpAddr::V6(v6) => match v6.to_ipv4_mapped() {

@@ -1153,3 +1153,19 @@ async fn the_described_bounds_are_the_ones_checked() {
     }
     assert_eq!(checked, 28, "every bounded field of the three was tried");
 }
+
+/// The anonymous budget of an IPv6 address is its /64's: one host holds a /64, and its
+/// addresses do not each get a budget of their own.
+#[tokio::test]
+async fn an_ipv6_hosts_addresses_share_one_anonymous_budget() {
+    let client = Client::new(false);
+    let app = client.app();
+    let host = |n: u16| std::net::IpAddr::V6(std::net::Ipv6Addr::new(0x2001, 0xdb8, 1, 1, 0, 0, 0, n));
+    let burst = crate::app::ANONYMOUS_BUDGET.burst;
+    for n in 0..burst as u16 {
+        assert!(app.spend(host(n)).is_ok(), "spend {n} of the burst");
+    }
+    assert!(app.spend(host(9999)).is_err(), "another address of the same /64 got a budget of its own");
+    let neighbour = std::net::IpAddr::V6(std::net::Ipv6Addr::new(0x2001, 0xdb8, 1, 2, 0, 0, 0, 1));
+    assert!(app.spend(neighbour).is_ok(), "the next /64 is another host's");
+}
