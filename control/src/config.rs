@@ -14,6 +14,7 @@
 //! | `metrics_token` | `HEARTH_METRICS_TOKEN` | none | lets a scraper read `/metrics` without an admin session |
 //! | `archive_after_secs` | `HEARTH_ARCHIVE_AFTER_SECS` | `30` | a change is archived to the edge once nothing else changed for this long |
 //! | `archive_every_secs` | `HEARTH_ARCHIVE_EVERY_SECS` | `3600` | the archive is also pushed this often (usage moves without changes) |
+//! | `trusted_proxies` | `HEARTH_TRUSTED_PROXIES` | none | reverse proxies in front (CIDRs; comma-separated in the variable, a list in the file) whose `CF-Connecting-IP`, else right-most untrusted `X-Forwarded-For` hop, is the client's address |
 //! | `release_timeout_secs` | `HEARTH_RELEASE_TIMEOUT_SECS` | `900` | a node told to run a release must run it within this long, or the rollout stops |
 //! | `[profile]` | | | `title`, `announce`, `support_url`, `update_interval_hours`: what apps show |
 
@@ -44,6 +45,7 @@ struct FileConfig {
     archive_after_secs: Option<u64>,
     archive_every_secs: Option<u64>,
     release_timeout_secs: Option<u64>,
+    trusted_proxies: Option<Vec<String>>,
     #[serde(default)]
     profile: ProfileConfig,
 }
@@ -125,6 +127,8 @@ pub(crate) struct Config {
     pub(crate) archive_every_secs: u64,
     /// How long a node told to run a release has to run it.
     pub(crate) release_timeout_secs: u64,
+    /// The reverse proxies whose `CF-Connecting-IP` and `X-Forwarded-For` name the client.
+    pub(crate) trusted_proxies: Vec<hearth_shared::forwarded::Cidr>,
     pub(crate) profile: Profile,
     pub(crate) edge: EdgeSettings,
     pub(crate) root: PublicKey,
@@ -243,6 +247,11 @@ impl Config {
         let archive_after_secs = seconds("HEARTH_ARCHIVE_AFTER_SECS", file.archive_after_secs, 30)?.max(1);
         let archive_every_secs = seconds("HEARTH_ARCHIVE_EVERY_SECS", file.archive_every_secs, 3600)?.max(60);
         let release_timeout_secs = seconds("HEARTH_RELEASE_TIMEOUT_SECS", file.release_timeout_secs, 900)?.max(10);
+        let trusted_proxies = match env("HEARTH_TRUSTED_PROXIES").filter(|v| !v.is_empty()) {
+            Some(list) => hearth_shared::forwarded::parse_list([list.as_str()]),
+            None => hearth_shared::forwarded::parse_list(file.trusted_proxies.iter().flatten().map(String::as_str)),
+        }
+        .map_err(|problem| anyhow::anyhow!("trusted_proxies {problem}"))?;
         let profile = file.profile;
         if profile.title.trim().is_empty() || profile.title.len() > 100 {
             bail!("profile.title must be 1 to 100 bytes");
@@ -260,6 +269,7 @@ impl Config {
             archive_after_secs,
             archive_every_secs,
             release_timeout_secs,
+            trusted_proxies,
             profile: Profile {
                 title: profile.title,
                 announce: optional(profile.announce),
@@ -341,6 +351,8 @@ pub(crate) fn initial_file(admin_prefix: &str) -> String {
          # edge_url = \"https://hearth-edge.example.workers.dev\"\n\
          tls = \"self-signed\"\n\
          log_format = \"text\"\n\
+         # A reverse proxy in front (nginx, Caddy): name it, so limits per address see clients.\n\
+         # trusted_proxies = [\"127.0.0.1\"]\n\
          \n\
          [profile]\n\
          title = \"Hearth\"\n\
@@ -389,17 +401,29 @@ mod tests {
         assert_eq!(config.sub_url, "http://127.0.0.1:8787/s");
         assert_eq!(config.public_url, "http://127.0.0.1:8443");
         assert!(config.log_json);
+        assert!(config.trusted_proxies.is_empty());
+
+        let env = |name: &str| (name == "HEARTH_TRUSTED_PROXIES").then(|| "10.0.0.5, 2001:db8::/32".to_owned());
+        let config = Config::load(dir.path(), &env).unwrap();
+        assert_eq!(config.trusted_proxies, ["10.0.0.5".parse().unwrap(), "2001:db8::/32".parse().unwrap()]);
 
         for (name, value, expected) in [
             ("HEARTH_LISTEN", "nowhere", "listen must be"),
             ("HEARTH_EDGE_URL", "ftp://x", "edge_url must be"),
             ("HEARTH_TLS", "maybe", "tls must be"),
             ("HEARTH_ADMIN_PREFIX", "short", "admin_prefix must be"),
+            ("HEARTH_TRUSTED_PROXIES", "10.0.0.0/8, proxy.example", "trusted_proxies \"proxy.example\""),
+            ("HEARTH_TRUSTED_PROXIES", "10.0.0.0/33", "trusted_proxies \"10.0.0.0/33\""),
         ] {
             let env = |n: &str| (n == name).then(|| value.to_owned());
             let err = format!("{:#}", Config::load(dir.path(), &env).unwrap_err());
             assert!(err.contains(expected), "{name}: {err}");
         }
+        let file = initial_file("admin-0123456789abcdef")
+            .replace("[profile]", "trusted_proxies = [\"127.0.0.1\", \"::1\"]\n[profile]");
+        std::fs::write(dir.path().join(FILE), file).unwrap();
+        let config = Config::load(dir.path(), &|_| None).unwrap();
+        assert_eq!(config.trusted_proxies, ["127.0.0.1".parse().unwrap(), "::1".parse().unwrap()]);
         let dir = setup("listen = \"127.0.0.1:1\"\nbogus = 1\n");
         let err = format!("{:#}", Config::load(dir.path(), &|_| None).unwrap_err());
         assert!(err.contains("bogus"), "{err}");

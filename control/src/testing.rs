@@ -18,11 +18,18 @@ pub(crate) struct TestControl {
 impl TestControl {
     /// `edge`: whether an edge URL is configured (then changes go to the outbox).
     pub(crate) fn new(edge: bool) -> TestControl {
+        TestControl::with_env(edge, &[])
+    }
+
+    /// As [`TestControl::new`], with more settings from the environment (`HEARTH_*` name, value).
+    pub(crate) fn with_env(edge: bool, settings: &[(&str, &str)]) -> TestControl {
+        let settings: Vec<(String, String)> =
+            settings.iter().map(|(name, value)| ((*name).to_owned(), (*value).to_owned())).collect();
         let dir = tempfile::tempdir().expect("a temporary directory");
         crate::keyring::init(dir.path(), &[], crate::app::now()).expect("init");
         let env = move |name: &str| match name {
             "HEARTH_EDGE_URL" if edge => Some("http://127.0.0.1:9".to_owned()),
-            _ => None,
+            _ => settings.iter().find(|(key, _)| key == name).map(|(_, value)| value.clone()),
         };
         let config = Config::load(dir.path(), &env).expect("config");
         let paths = crate::keyring::Paths::new(dir.path());

@@ -93,51 +93,7 @@ pub struct EdgeConfig {
     pub trusted_proxies: Vec<Cidr>,
 }
 
-/// An address range, `192.0.2.0/24` or `2001:db8::/32` (a bare address is one address).
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub struct Cidr {
-    addr: std::net::IpAddr,
-    bits: u8,
-}
-
-impl Cidr {
-    /// Whether `ip` is in the range (an IPv4-mapped IPv6 address counts as its IPv4 address).
-    pub fn contains(&self, ip: std::net::IpAddr) -> bool {
-        use std::net::IpAddr;
-        match (self.addr, ip.to_canonical()) {
-            (IpAddr::V4(net), IpAddr::V4(ip)) => {
-                let mask = u32::MAX.checked_shl(32 - u32::from(self.bits)).unwrap_or(0);
-                u32::from(net) & mask == u32::from(ip) & mask
-            }
-            (IpAddr::V6(net), IpAddr::V6(ip)) => {
-                let mask = u128::MAX.checked_shl(128 - u32::from(self.bits)).unwrap_or(0);
-                u128::from(net) & mask == u128::from(ip) & mask
-            }
-            _ => false,
-        }
-    }
-}
-
-impl std::str::FromStr for Cidr {
-    type Err = ();
-
-    fn from_str(text: &str) -> Result<Cidr, ()> {
-        let (addr, bits) = text.trim().split_once('/').map_or((text.trim(), None), |(a, b)| (a, Some(b)));
-        let addr: std::net::IpAddr = addr.parse().map_err(|_| ())?;
-        let addr = addr.to_canonical();
-        let max = if addr.is_ipv4() { 32 } else { 128 };
-        let bits = match bits {
-            None => max,
-            Some(bits) => bits.parse().ok().filter(|b| *b <= max).ok_or(())?,
-        };
-        Ok(Cidr { addr, bits })
-    }
-}
-
-/// Whether `ip` is in any of `ranges`.
-pub fn trusted(ranges: &[Cidr], ip: std::net::IpAddr) -> bool {
-    ranges.iter().any(|range| range.contains(ip))
-}
+pub use hearth_shared::forwarded::{Cidr, trusted};
 
 /// A setting that is missing or wrong. Never carries a secret's value.
 #[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
@@ -207,18 +163,9 @@ impl EdgeConfig {
             return Err(error("HEARTH_SHARDS", "must be at most 1024"));
         }
         let trusted_proxies = get("HEARTH_TRUSTED_PROXIES")
-            .map(|list| {
-                list.split(',')
-                    .map(str::trim)
-                    .filter(|item| !item.is_empty())
-                    .map(|item| {
-                        item.parse::<Cidr>().map_err(|()| {
-                            error("HEARTH_TRUSTED_PROXIES", format!("{item:?} is not an address or a CIDR range"))
-                        })
-                    })
-                    .collect::<Result<Vec<_>, _>>()
-            })
-            .transpose()?
+            .map(|list| hearth_shared::forwarded::parse_list([list.as_str()]))
+            .transpose()
+            .map_err(|problem| error("HEARTH_TRUSTED_PROXIES", problem))?
             .unwrap_or_default();
         Ok(EdgeConfig {
             shards,

@@ -5,7 +5,8 @@
 //! against ([`trust`]), the wire types that travel inside envelopes ([`wire`]), sealing of
 //! per-user snapshots ([`seal`]), rendering of every subscription format ([`render`]),
 //! User-Agent matching ([`agent`]), rate limiting ([`ratelimit`]), node request
-//! authentication ([`nodeauth`]) and signed node releases ([`release`]).
+//! authentication ([`nodeauth`]), signed node releases ([`release`]) and the client address
+//! behind a trusted reverse proxy ([`forwarded`]).
 //!
 //! This crate must not depend on an IO runtime (no tokio, axum, rusqlite, quinn or the
 //! Worker runtime) and must build for `wasm32-unknown-unknown`: the Cloudflare Worker links
@@ -15,6 +16,7 @@
 
 pub mod agent;
 pub mod envelope;
+pub mod forwarded;
 pub mod keys;
 pub mod nodeauth;
 pub mod ratelimit;

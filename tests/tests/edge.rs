@@ -179,6 +179,70 @@ async fn native_behind_a_trusted_proxy_each_client_is_judged_by_its_own_address(
     behind_a_trusted_proxy_each_client_is_judged_by_its_own_address(Backend::Native).await
 }
 
+/// A connection to `address` from `from` (a loopback address), open and idle.
+async fn connect_from(from: &str, address: std::net::SocketAddr) -> tokio::net::TcpStream {
+    let socket = tokio::net::TcpSocket::new_v4().unwrap();
+    socket.bind(std::net::SocketAddr::new(from.parse().unwrap(), 0)).unwrap();
+    socket.connect(address).await.unwrap()
+}
+
+/// Whether the edge hung up on `stream` (at once, before answering anything sent on it).
+async fn hung_up(mut stream: tokio::net::TcpStream) -> bool {
+    use tokio::io::{AsyncReadExt as _, AsyncWriteExt as _};
+    let _ = stream.write_all(b"GET /healthz HTTP/1.1\r\nHost: edge\r\n\r\n").await;
+    let mut buf = [0u8; 64];
+    match tokio::time::timeout(Duration::from_secs(5), stream.read(&mut buf)).await {
+        Ok(Ok(0) | Err(_)) => true,
+        Ok(Ok(_)) => false,
+        Err(_) => panic!("neither answered nor hung up on within 5 s"),
+    }
+}
+
+/// Idle connections (a slow-loris) count against their network's 64 and the edge's 1024:
+/// past either, a new connection is closed as soon as it is accepted, while other networks
+/// (first case) are served; once the idle connections go, everyone is served again.
+#[tokio::test]
+async fn native_open_connections_are_capped_per_network_and_in_all() {
+    use hearth_edge::native::bounds::{CONNECTIONS, CONNECTIONS_PER_NETWORK};
+    let mut s = start(Backend::Native, &[("HEARTH_LINK_LIMIT", "100000")]);
+    let token = SubToken::generate(&mut OsRng);
+    let item = s.sim.snapshot(&token, &demo_snapshot(1));
+    assert_eq!(s.push_items(&[item]).await.0, StatusCode::OK);
+    let address: std::net::SocketAddr = s.edge.url.strip_prefix("http://").unwrap().parse().unwrap();
+    let link = s.link(&token);
+
+    // One network holds its 64 connections open: its 65th is closed, another network is served.
+    let mut idle = Vec::new();
+    for i in 0..CONNECTIONS_PER_NETWORK {
+        idle.push(connect_from(&format!("127.0.10.{}", 1 + i % 200), address).await);
+    }
+    assert!(hung_up(connect_from("127.0.10.250", address).await).await, "a network's connection past its cap");
+    assert_eq!(client(Some("127.0.11.1")).get(&link).send().await.unwrap().status(), StatusCode::OK);
+
+    // Sixteen networks hold the edge's 1024: a seventeenth network's connection is closed.
+    for network in 1..CONNECTIONS / CONNECTIONS_PER_NETWORK {
+        for i in 0..CONNECTIONS_PER_NETWORK {
+            idle.push(connect_from(&format!("127.0.{}.{}", 20 + network, 1 + i), address).await);
+        }
+    }
+    assert_eq!(idle.len(), CONNECTIONS);
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    assert!(hung_up(connect_from("127.0.50.1", address).await).await, "a connection past the edge's cap");
+
+    // The slow-loris goes: links answer again, from its networks too.
+    drop(idle);
+    let started = std::time::Instant::now();
+    for from in ["127.0.50.1", "127.0.10.1"] {
+        loop {
+            match client(Some(from)).get(&link).send().await {
+                Ok(answer) if answer.status() == StatusCode::OK => break,
+                _ => assert!(started.elapsed() < Duration::from_secs(10), "{from} is still refused"),
+            }
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+    }
+}
+
 /// Sends `method path` declaring a body of `length` bytes (zeros, streamed from another
 /// thread as fast as the edge takes them) and reads the answer: its status and body. The
 /// body need not have been sent whole.

@@ -205,7 +205,7 @@ async fn setup(
     parts: axum::http::request::Parts,
     Input(req): Input<SetupRequest>,
 ) -> Reply {
-    let ip = client_ip(&parts);
+    let ip = client_ip(&parts, &app);
     app.spend(ip).map_err(|retry| fail(Error::TooMany(retry)))?;
     let expected = app.setup_token.lock().expect("setup lock").clone();
     let Some(expected) = expected else {
@@ -282,7 +282,7 @@ async fn login(
     parts: axum::http::request::Parts,
     Input(req): Input<LoginRequest>,
 ) -> Reply {
-    let ip = client_ip(&parts);
+    let ip = client_ip(&parts, &app);
     let now = now();
     app.spend(ip).map_err(|retry| fail(Error::TooMany(retry)))?;
     if let Some(retry) = app.lockouts.locked(ip, now) {

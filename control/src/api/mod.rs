@@ -123,12 +123,21 @@ impl<T: DeserializeOwned, S: Send + Sync> FromRequest<S> for Body<T> {
     }
 }
 
-/// The client's address.
-pub(crate) fn client_ip(parts: &Parts) -> IpAddr {
-    parts
+/// The client's address: the TCP peer, or, when the peer is one of `trusted_proxies`, the
+/// client it names ([`hearth_shared::forwarded::client`]). Anyone else's forwarding headers are
+/// ignored.
+pub(crate) fn client_ip(parts: &Parts, app: &App) -> IpAddr {
+    let peer = parts
         .extensions
         .get::<ConnectInfo<ClientAddr>>()
-        .map_or(IpAddr::from([0, 0, 0, 0]), |ConnectInfo(ClientAddr(addr))| addr.ip())
+        .map_or(IpAddr::from([0, 0, 0, 0]), |ConnectInfo(ClientAddr(addr))| addr.ip());
+    let values = |name: &'static str| parts.headers.get_all(name).into_iter().filter_map(|v| v.to_str().ok());
+    hearth_shared::forwarded::client(
+        &app.config.trusted_proxies,
+        peer,
+        values("cf-connecting-ip"),
+        values("x-forwarded-for"),
+    )
 }
 
 /// The session cookie's value, if any.
@@ -169,7 +178,7 @@ impl FromRequestParts<Arc<App>> for Auth {
     type Rejection = Response;
 
     async fn from_request_parts(parts: &mut Parts, app: &Arc<App>) -> Result<Self, Response> {
-        let ip = client_ip(parts);
+        let ip = client_ip(parts, app);
         let now = crate::app::now();
         let bearer = parts
             .headers

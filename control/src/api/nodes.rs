@@ -54,7 +54,7 @@ async fn enroll(
     parts: axum::http::request::Parts,
     Body(req): Body<EnrollRequest>,
 ) -> Response {
-    if let Err(retry) = app.spend(super::client_ip(&parts)) {
+    if let Err(retry) = app.spend(super::client_ip(&parts, &app)) {
         return Error::TooMany(retry).into_response();
     }
     let now = now();

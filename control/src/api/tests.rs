@@ -89,18 +89,29 @@ impl Client {
 
     /// Signs in (or tries to) from `ip`.
     async fn login_from(&self, ip: &str, body: Value) -> Answer {
+        self.login_via(ip, &[], body).await
+    }
+
+    /// Signs in (or tries to) over a connection from `ip` carrying `headers` (a proxy's, say).
+    async fn login_via(&self, ip: &str, headers: &[(&str, &str)], body: Value) -> Answer {
         let address = std::net::SocketAddr::new(ip.parse().unwrap(), 40_000);
-        let mut request = Request::post(self.admin("/login"))
-            .header(header::CONTENT_TYPE, "application/json")
-            .body(HttpBody::from(body.to_string()))
-            .unwrap();
+        let mut request = Request::post(self.admin("/login")).header(header::CONTENT_TYPE, "application/json");
+        for (name, value) in headers {
+            request = request.header(*name, *value);
+        }
+        let mut request = request.body(HttpBody::from(body.to_string())).unwrap();
         request.extensions_mut().insert(axum::extract::ConnectInfo(crate::tls::ClientAddr(address)));
         self.raw(request).await
     }
 
     /// Runs setup and keeps the owner's session.
     async fn signed_in(edge: bool) -> Client {
-        let mut client = Client::new(edge);
+        Client::signed_in_with(edge, &[]).await
+    }
+
+    /// As [`Client::signed_in`], with more settings (`HEARTH_*` name, value).
+    async fn signed_in_with(edge: bool, settings: &[(&str, &str)]) -> Client {
+        let mut client = Client { control: TestControl::with_env(edge, settings), cookie: None, bearer: None };
         *client.app().setup_token.lock().unwrap() = Some("setup-token".into());
         let answer = client
             .post("/setup", json!({ "token": "setup-token", "login": "owner", "password": "a long password" }))
@@ -985,6 +996,58 @@ async fn turn_two_step_on(client: &Client) -> (Vec<u8>, Vec<String>) {
     let recovery =
         answer.json()["recovery_codes"].as_array().unwrap().iter().map(|c| c.as_str().unwrap().to_owned()).collect();
     (secret, recovery)
+}
+
+#[tokio::test]
+async fn behind_a_trusted_proxy_each_client_is_locked_out_alone() {
+    // A reverse proxy at 10.0.0.5 (or anything in 10.0.1.0/24) in front of control.
+    let client = Client::signed_in_with(false, &[("HEARTH_TRUSTED_PROXIES", "10.0.0.5, 10.0.1.0/24")]).await;
+    let guess = |login: &str| json!({ "login": login, "password": "not the password" });
+    let right = json!({ "login": "owner", "password": "a long password" });
+    // Ten wrong passwords from one client through the proxy lock that client out...
+    for i in 0..10 {
+        let login = if i % 2 == 0 { "owner" } else { "someone" };
+        let answer = client.login_via("10.0.0.5", &[("x-forwarded-for", "198.51.100.7")], guess(login)).await;
+        assert_eq!(answer.code(), "bad_login");
+    }
+    let answer = client.login_via("10.0.0.5", &[("x-forwarded-for", "198.51.100.7")], right.clone()).await;
+    assert_eq!(answer.status, StatusCode::TOO_MANY_REQUESTS, "the guessing client is locked out");
+    // ...and no one else behind the same proxy: the owner at another address gets in, whether
+    // the proxy names the client in X-Forwarded-For (right-most hop not itself a proxy, over
+    // every header line) or CF-Connecting-IP (which wins).
+    let answer = client
+        .login_via(
+            "10.0.0.5",
+            &[("x-forwarded-for", "198.51.100.7, 203.0.113.9"), ("x-forwarded-for", "10.0.1.20")],
+            right.clone(),
+        )
+        .await;
+    assert_eq!(answer.status, StatusCode::OK, "{}", String::from_utf8_lossy(&answer.body));
+    let answer = client
+        .login_via(
+            "10.0.0.5",
+            &[("cf-connecting-ip", "203.0.113.10"), ("x-forwarded-for", "198.51.100.7")],
+            right.clone(),
+        )
+        .await;
+    assert_eq!(answer.status, StatusCode::OK, "{}", String::from_utf8_lossy(&answer.body));
+    // The locked client cannot pass for someone else by adding hops of its own to the left.
+    let answer = client.login_via("10.0.0.5", &[("x-forwarded-for", "203.0.113.9, 198.51.100.7")], right.clone()).await;
+    assert_eq!(answer.status, StatusCode::TOO_MANY_REQUESTS);
+
+    // A client reaching control directly: its forwarding headers are ignored, so changing them
+    // neither spreads its guesses over made-up addresses nor frees it once locked.
+    for i in 0..10 {
+        let forged = format!("192.0.2.{i}");
+        let headers = [("x-forwarded-for", forged.as_str()), ("cf-connecting-ip", forged.as_str())];
+        assert_eq!(client.login_via("198.51.100.99", &headers, guess("someone")).await.code(), "bad_login");
+    }
+    let headers = [("x-forwarded-for", "203.0.113.50"), ("cf-connecting-ip", "203.0.113.50")];
+    let answer = client.login_via("198.51.100.99", &headers, right.clone()).await;
+    assert_eq!(answer.status, StatusCode::TOO_MANY_REQUESTS, "a stranger's headers are not believed");
+    // Nor can it lock out the address it names.
+    let answer = client.login_from("203.0.113.50", right).await;
+    assert_eq!(answer.status, StatusCode::OK, "{}", String::from_utf8_lossy(&answer.body));
 }
 
 #[tokio::test]

@@ -330,6 +330,10 @@ pub mod bounds {
 
     /// Connections open at once; more are closed as soon as they are accepted.
     pub const CONNECTIONS: usize = 1024;
+    /// Connections open at once from one client network (IPv4 /24, IPv6 /48), so that one
+    /// host holding connections open (slow-loris) cannot take all of [`CONNECTIONS`]. A
+    /// trusted proxy's connections are not counted: it carries everyone's.
+    pub const CONNECTIONS_PER_NETWORK: usize = 64;
     /// Request bodies being read at once (only routes that take one, once allowed to).
     pub const BODIES: usize = 16;
     /// Time to send a request's line and headers (also an idle kept-alive connection's limit).
@@ -352,22 +356,13 @@ pub mod bounds {
 /// address it says it forwards for (`CF-Connecting-IP`, else the right-most `X-Forwarded-For`
 /// hop that is not itself a trusted proxy).
 pub fn client_of(config: &EdgeConfig, peer: IpAddr, headers: &HeaderMap) -> IpAddr {
-    let proxies = &config.trusted_proxies;
-    let peer = peer.to_canonical();
-    if !crate::config::trusted(proxies, peer) {
-        return peer;
-    }
-    let header = |name: &str| headers.get_all(name).iter().filter_map(|v| v.to_str().ok()).collect::<Vec<_>>();
-    if let Some(ip) = header("cf-connecting-ip").last().and_then(|v| v.trim().parse::<IpAddr>().ok()) {
-        return ip.to_canonical();
-    }
-    let hops: Vec<IpAddr> = header("x-forwarded-for")
-        .iter()
-        .flat_map(|v| v.split(','))
-        .filter_map(|hop| hop.trim().parse::<IpAddr>().ok())
-        .map(|ip| ip.to_canonical())
-        .collect();
-    hops.iter().rev().find(|ip| !crate::config::trusted(proxies, **ip)).or(hops.first()).copied().unwrap_or(peer)
+    let values = |name: &'static str| headers.get_all(name).into_iter().filter_map(|v| v.to_str().ok());
+    hearth_shared::forwarded::client(
+        &config.trusted_proxies,
+        peer,
+        values("cf-connecting-ip"),
+        values("x-forwarded-for"),
+    )
 }
 
 /// Shared between connections: the edge and the bodies being read.
@@ -489,8 +484,41 @@ where
     response
 }
 
+/// One open connection counted against its network ([`bounds::CONNECTIONS_PER_NETWORK`]);
+/// given back when dropped. The map holds only networks with a connection open, so at most
+/// [`bounds::CONNECTIONS`] entries.
+struct NetworkSlot {
+    open: Arc<Mutex<HashMap<Network, usize>>>,
+    network: Network,
+}
+
+impl NetworkSlot {
+    fn take(open: &Arc<Mutex<HashMap<Network, usize>>>, network: Network) -> Option<NetworkSlot> {
+        let mut counts = open.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+        let count = counts.entry(network).or_insert(0);
+        if *count >= bounds::CONNECTIONS_PER_NETWORK {
+            return None;
+        }
+        *count += 1;
+        Some(NetworkSlot { open: open.clone(), network })
+    }
+}
+
+impl Drop for NetworkSlot {
+    fn drop(&mut self) {
+        let mut counts = self.open.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+        if let Some(count) = counts.get_mut(&self.network) {
+            *count -= 1;
+            if *count == 0 {
+                counts.remove(&self.network);
+            }
+        }
+    }
+}
+
 /// Serves the edge on `listener` until `shutdown` resolves: at most [`bounds::CONNECTIONS`]
-/// connections, each given [`bounds::HEADERS`] to send a request's headers.
+/// connections, [`bounds::CONNECTIONS_PER_NETWORK`] from one network, each given
+/// [`bounds::HEADERS`] to send a request's headers.
 pub async fn serve(
     listener: tokio::net::TcpListener,
     edge: Arc<Edge>,
@@ -499,6 +527,7 @@ pub async fn serve(
     use hyper_util::rt::{TokioIo, TokioTimer};
     let shared = Arc::new(Shared { edge, bodies: tokio::sync::Semaphore::new(bounds::BODIES) });
     let connections = Arc::new(tokio::sync::Semaphore::new(bounds::CONNECTIONS));
+    let per_network = Arc::new(Mutex::new(HashMap::new()));
     let mut shutdown = std::pin::pin!(shutdown);
     loop {
         let (stream, peer) = tokio::select! {
@@ -518,6 +547,17 @@ pub async fn serve(
             drop(stream);
             continue;
         };
+        let network = if crate::config::trusted(&shared.edge.config.trusted_proxies, peer.ip().to_canonical()) {
+            None
+        } else {
+            match NetworkSlot::take(&per_network, Network::of(peer.ip())) {
+                Some(slot) => Some(slot),
+                None => {
+                    drop(stream);
+                    continue;
+                }
+            }
+        };
         let _ = stream.set_nodelay(true);
         let shared = shared.clone();
         tokio::spawn(async move {
@@ -531,7 +571,7 @@ pub async fn serve(
                 .max_buf_size(bounds::HEADER_BYTES)
                 .serve_connection(TokioIo::new(stream), service);
             let _ = connection.await;
-            drop(permit);
+            drop((network, permit));
         });
     }
     // Give requests being answered a moment to finish.
