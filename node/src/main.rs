@@ -254,7 +254,9 @@ fn serve(dir: &Path) -> Result<i32> {
         }
         endpoint.close(0x100u32.into(), b"shutting down");
         server.abort();
-        endpoint.wait_idle().await;
+        // The close goes out at once; waiting for peers to take it in is bounded, as peers that
+        // vanished (or a flood of strangers) would otherwise hold the exit for 3 PTOs each.
+        let _ = tokio::time::timeout(std::time::Duration::from_secs(2), endpoint.wait_idle()).await;
         Ok(code)
     })
 }

@@ -7,7 +7,10 @@
 //! [`MAX_REQUESTS_BEFORE_AUTH`] requests, is closed; request headers are capped
 //! ([`MAX_HEADERS`]); at most [`MAX_UNAUTHENTICATED`] connections wait to authenticate at
 //! once (more are refused before the handshake), and past [`VALIDATE_ABOVE`] of them a new
-//! one must first prove its address with a QUIC retry (a spoofed source gets nothing).
+//! one must first prove its address with a QUIC retry (a spoofed source gets nothing). Of
+//! those, one client network holds at most [`UNAUTHENTICATED_PER_NETWORK`] once its handshake
+//! is done (a finished handshake proves the address): one host cannot take them all, and its
+//! next connections are refused before the handshake, after a retry proves their address.
 
 use std::collections::HashMap;
 use std::net::{IpAddr, SocketAddr};
@@ -33,6 +36,9 @@ pub(crate) const MAX_REQUESTS_BEFORE_AUTH: usize = 8;
 const MAX_HEADERS: u64 = 16 * 1024;
 /// Connections that may wait to authenticate at once.
 pub(crate) const MAX_UNAUTHENTICATED: usize = 512;
+/// Connections from one network (IPv4 /24, IPv6 /48) that may wait to authenticate at once,
+/// counted from the end of their handshake; more are closed then.
+pub(crate) const UNAUTHENTICATED_PER_NETWORK: usize = 32;
 /// Past this many waiting connections, a new one must prove its address first.
 const VALIDATE_ABOVE: usize = 64;
 /// How long a TCP connect to a target may take.
@@ -136,24 +142,40 @@ fn refused(ip: IpAddr, options: &Options) -> Option<&'static str> {
 /// Serves clients on `endpoint` until it is closed.
 pub(crate) async fn serve(endpoint: quinn::Endpoint, live: Arc<Live>, options: Options) {
     let waiting = Arc::new(tokio::sync::Semaphore::new(MAX_UNAUTHENTICATED));
+    let per_network = hearth_shared::ratelimit::PerNetwork::new(UNAUTHENTICATED_PER_NETWORK);
     while let Some(incoming) = endpoint.accept().await {
         let Ok(permit) = waiting.clone().try_acquire_owned() else {
             live.refused_unauthenticated.fetch_add(1, Ordering::Relaxed);
             incoming.refuse();
             continue;
         };
-        if MAX_UNAUTHENTICATED - waiting.available_permits() > VALIDATE_ABOVE && !incoming.remote_address_validated() {
+        // A network holding all its slots: refused before the handshake, once the address is
+        // proved (a spoofed source cannot get a network refused, nor make the node work).
+        let network_full = per_network.holding(incoming.remote_address().ip()) >= UNAUTHENTICATED_PER_NETWORK;
+        if network_full && incoming.remote_address_validated() {
+            live.refused_unauthenticated.fetch_add(1, Ordering::Relaxed);
+            incoming.refuse();
+            continue;
+        }
+        if (network_full || MAX_UNAUTHENTICATED - waiting.available_permits() > VALIDATE_ABOVE)
+            && !incoming.remote_address_validated()
+        {
             // Stateless: the client comes back with a token that proves its address.
             let _ = incoming.retry();
             continue;
         }
-        let (live, options) = (live.clone(), options.clone());
+        let (live, options, per_network) = (live.clone(), options.clone(), per_network.clone());
         tokio::spawn(async move {
             let peer = incoming.remote_address();
             match incoming.await {
                 Ok(connection) => {
+                    let Some(slot) = per_network.take(peer.ip()) else {
+                        live.refused_unauthenticated.fetch_add(1, Ordering::Relaxed);
+                        connection.close(0x100u32.into(), b"");
+                        return;
+                    };
                     let options = Options { own: connection.local_ip(), ..options };
-                    if let Err(e) = handle(connection, live, options, permit).await {
+                    if let Err(e) = handle(connection, live, options, (permit, slot)).await {
                         tracing::debug!(%peer, error = %e, "connection ended");
                     }
                 }
@@ -225,7 +247,7 @@ async fn handle(
     connection: quinn::Connection,
     live: Arc<Live>,
     options: Options,
-    waiting: tokio::sync::OwnedSemaphorePermit,
+    waiting: (tokio::sync::OwnedSemaphorePermit, hearth_shared::ratelimit::NetworkSlot),
 ) -> anyhow::Result<()> {
     live.unauthenticated.fetch_add(1, Ordering::Relaxed);
     let authenticated = tokio::time::timeout(AUTH_TIMEOUT, authenticate(&connection, &live)).await;

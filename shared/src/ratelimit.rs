@@ -12,7 +12,8 @@
 //!   network the decoy for a while.
 //!
 //! Networks are counted per IPv4 /24 and per IPv6 /48 ([`Network::of`]), as one household or
-//! one mobile carrier's pool is.
+//! one mobile carrier's pool is. [`PerNetwork`] caps what one network holds open at once (the
+//! native edge's connections, the node's connections waiting to authenticate).
 
 use std::fmt;
 use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
@@ -212,9 +213,78 @@ impl fmt::Display for Network {
     }
 }
 
+/// Things one network holds open at once (connections), at most `cap` each: a
+/// [`NetworkSlot`] is taken when one opens and given back when it is dropped. Only networks
+/// with something open are kept, so the map never holds more entries than slots taken.
+#[derive(Clone)]
+pub struct PerNetwork {
+    open: std::sync::Arc<std::sync::Mutex<std::collections::HashMap<Network, usize>>>,
+    cap: usize,
+}
+
+impl PerNetwork {
+    /// At most `cap` open per network.
+    pub fn new(cap: usize) -> PerNetwork {
+        PerNetwork { open: Default::default(), cap }
+    }
+
+    /// A slot for one more from `ip`'s network, or `None` when it holds `cap` already.
+    pub fn take(&self, ip: IpAddr) -> Option<NetworkSlot> {
+        let network = Network::of(ip);
+        let mut open = self.open.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+        let count = open.entry(network).or_insert(0);
+        if *count >= self.cap {
+            return None;
+        }
+        *count += 1;
+        Some(NetworkSlot { open: self.open.clone(), network })
+    }
+
+    /// How many `ip`'s network holds open.
+    pub fn holding(&self, ip: IpAddr) -> usize {
+        let open = self.open.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+        open.get(&Network::of(ip)).copied().unwrap_or(0)
+    }
+}
+
+/// One thing held open by a network ([`PerNetwork::take`]); given back when dropped.
+pub struct NetworkSlot {
+    open: std::sync::Arc<std::sync::Mutex<std::collections::HashMap<Network, usize>>>,
+    network: Network,
+}
+
+impl Drop for NetworkSlot {
+    fn drop(&mut self) {
+        let mut open = self.open.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+        if let Some(count) = open.get_mut(&self.network) {
+            *count -= 1;
+            if *count == 0 {
+                open.remove(&self.network);
+            }
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_network_holds_at_most_its_cap_and_gives_slots_back() {
+        let open = PerNetwork::new(2);
+        let ip = |text: &str| text.parse::<IpAddr>().unwrap();
+        let a = open.take(ip("198.51.100.1")).expect("first");
+        let b = open.take(ip("198.51.100.200")).expect("second, same /24");
+        assert!(open.take(ip("198.51.100.7")).is_none(), "a third from the /24");
+        assert!(open.take(ip("::ffff:198.51.100.7")).is_none(), "mapped IPv6 is the same network");
+        let other = open.take(ip("198.51.101.1")).expect("another network");
+        assert_eq!(open.holding(ip("198.51.100.9")), 2);
+        drop(a);
+        let c = open.take(ip("198.51.100.7")).expect("a slot given back is taken again");
+        drop((b, c, other));
+        assert_eq!(open.holding(ip("198.51.100.9")), 0);
+        assert!(open.open.lock().unwrap().is_empty(), "nothing kept for networks holding nothing");
+    }
     use proptest::prelude::*;
 
     #[test]

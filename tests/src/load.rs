@@ -255,6 +255,17 @@ pub async fn closed(target: &Target, clients: usize, duration: Duration, spread:
 /// Sends `rate` requests a second for `duration`, each on a new connection from one of
 /// `sources` loopback addresses in turn; latency counts from each request's intended time.
 pub async fn open(target: &Target, rate: f64, duration: Duration, sources: usize) -> Result<Outcome> {
+    open_from(target, rate, duration, 0..sources).await
+}
+
+/// [`open`] from the source addresses [`source`]`(i)` for `i` in `sources` (0..0: 127.0.0.1),
+/// so that two runs at once can come from networks apart.
+pub async fn open_from(
+    target: &Target,
+    rate: f64,
+    duration: Duration,
+    sources: std::ops::Range<usize>,
+) -> Result<Outcome> {
     if rate.is_nan() || rate <= 0.0 {
         bail!("the rate must be above 0");
     }
@@ -264,11 +275,10 @@ pub async fn open(target: &Target, rate: f64, duration: Duration, sources: usize
     for n in 0..total {
         let intended = started + Duration::from_secs_f64(n as f64 / rate);
         tokio::time::sleep_until(intended.into()).await;
-        let target = target.clone();
-        let tx = tx.clone();
+        let (target, tx, sources) = (target.clone(), tx.clone(), sources.clone());
         tokio::spawn(async move {
             let path = &target.paths[n as usize % target.paths.len()];
-            let from = (sources > 0).then(|| source(n as usize % sources));
+            let from = (!sources.is_empty()).then(|| source(sources.start + n as usize % sources.len()));
             let answer = async {
                 let mut sender = connect(target.addr, from).await?;
                 send(&mut sender, &target, path, from).await

@@ -639,6 +639,11 @@ impl rustls::client::danger::ServerCertVerifier for AnyCertificate {
 impl H3Client {
     /// A QUIC connection to the node at `addr`.
     pub async fn connect(addr: std::net::SocketAddr) -> Result<H3Client> {
+        H3Client::connect_from(addr, std::net::Ipv4Addr::LOCALHOST.into()).await
+    }
+
+    /// A QUIC connection to the node at `addr` from the loopback address `from`.
+    pub async fn connect_from(addr: std::net::SocketAddr, from: std::net::IpAddr) -> Result<H3Client> {
         let provider = std::sync::Arc::new(rustls::crypto::ring::default_provider());
         let mut tls = rustls::ClientConfig::builder_with_provider(provider.clone())
             .with_protocol_versions(&[&rustls::version::TLS13])?
@@ -647,7 +652,7 @@ impl H3Client {
             .with_no_client_auth();
         tls.alpn_protocols = vec![b"h3".to_vec()];
         let crypto = quinn::crypto::rustls::QuicClientConfig::try_from(tls)?;
-        let mut endpoint = quinn::Endpoint::client("127.0.0.1:0".parse()?)?;
+        let mut endpoint = quinn::Endpoint::client(std::net::SocketAddr::new(from, 0))?;
         endpoint.set_default_client_config(quinn::ClientConfig::new(std::sync::Arc::new(crypto)));
         let connection = endpoint.connect(addr, "localhost")?.await?;
         let (mut driver, sender) = h3::client::new(h3_quinn::Connection::new(connection)).await?;
@@ -689,6 +694,11 @@ impl H3Client {
     /// node's decoy 404).
     pub async fn authenticates(&mut self, password: &str) -> Result<bool> {
         Ok(self.request(http::Method::POST, "/auth", Some(password)).await?.0 == 233)
+    }
+
+    /// Waits until the connection is closed (by the node, or by an idle timeout).
+    pub async fn closed(mut self) {
+        let _ = (&mut self.driver).await;
     }
 }
 

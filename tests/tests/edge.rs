@@ -179,6 +179,40 @@ async fn native_behind_a_trusted_proxy_each_client_is_judged_by_its_own_address(
     behind_a_trusted_proxy_each_client_is_judged_by_its_own_address(Backend::Native).await
 }
 
+/// A body the edge does not want is taken in slowly (so the client can read the answer), not
+/// at whatever speed the client sends: a stranger streaming zeros to a link gets through about
+/// 1 MiB a second plus what the sockets' buffers hold, where it used to get 60 MB in a second.
+#[tokio::test]
+async fn native_an_unwanted_body_is_taken_in_slowly() {
+    use std::io::{Read as _, Write as _};
+    use std::sync::atomic::{AtomicU64, Ordering};
+    let s = start(Backend::Native, &[]);
+    let address = s.edge.url.strip_prefix("http://").unwrap().to_owned();
+    let stream = std::net::TcpStream::connect(&address).unwrap();
+    let head = format!("POST /s/unknown HTTP/1.1\r\nHost: {address}\r\nContent-Length: 1000000000\r\n\r\n");
+    let mut writer = stream.try_clone().unwrap();
+    writer.write_all(head.as_bytes()).unwrap();
+    let sent = std::sync::Arc::new(AtomicU64::new(0));
+    let counted = sent.clone();
+    let thread = std::thread::spawn(move || {
+        let chunk = vec![0u8; 64 * 1024];
+        while let Ok(n) = writer.write(&chunk) {
+            counted.fetch_add(n as u64, Ordering::Relaxed);
+        }
+    });
+    // The answer (the decoy) comes at once, body unread.
+    let mut reader = stream.try_clone().unwrap();
+    reader.set_read_timeout(Some(Duration::from_secs(5))).unwrap();
+    let mut first = [0u8; 12];
+    reader.read_exact(&mut first).unwrap();
+    assert_eq!(&first, b"HTTP/1.1 404");
+    tokio::time::sleep(Duration::from_secs(4)).await;
+    let taken = sent.load(Ordering::Relaxed);
+    let _ = stream.shutdown(std::net::Shutdown::Both);
+    thread.join().unwrap();
+    assert!(taken < 24 << 20, "the edge took in {taken} bytes of an unwanted body in 4 s");
+}
+
 /// A connection to `address` from `from` (a loopback address), open and idle.
 async fn connect_from(from: &str, address: std::net::SocketAddr) -> tokio::net::TcpStream {
     let socket = tokio::net::TcpSocket::new_v4().unwrap();

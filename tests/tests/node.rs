@@ -236,6 +236,46 @@ async fn to_anyone_without_a_credential_the_node_is_a_web_server() {
     node.stop().unwrap();
 }
 
+/// One network holding connections that never authenticate (a QUIC handshake flood from one
+/// host) gets 32 at most: its next is closed, while a client from another network connects
+/// and authenticates; once the flood's connections go, its network is served again.
+#[tokio::test]
+async fn one_network_cannot_hold_every_wait_for_authentication() {
+    use hearth_tests::node::H3Client;
+    let temp = tempfile::tempdir().unwrap();
+    let mut sim = ControlSim::new();
+    let dir = temp.path().join("node");
+    state_dir(&dir, &sim, 1).unwrap();
+    let item = sim.creds(&set(1, &[(7, "alice-password")]));
+    std::fs::write(dir.join("creds.envelope"), item.envelope().unwrap()).unwrap();
+    let node = NodeProcess::start(&dir).unwrap();
+    let metrics = node.metrics_url().unwrap();
+    let from = |text: &str| text.parse::<std::net::IpAddr>().unwrap();
+    // Whether a connection from `ip` gets an answer before authenticating (the decoy's 404).
+    let served = |ip: std::net::IpAddr| async move {
+        match H3Client::connect_from(node.addr, ip).await {
+            Ok(mut client) => client.request(http::Method::GET, "/", None).await.is_ok_and(|answer| answer.0 == 404),
+            Err(_) => false,
+        }
+    };
+    let mut flood = Vec::new();
+    for host in 1..=32 {
+        flood.push(H3Client::connect_from(node.addr, from(&format!("127.0.30.{host}"))).await.unwrap());
+    }
+    assert!(!served(from("127.0.30.100")).await, "a 33rd connection from the network waiting to authenticate");
+    let refused = hearth_tests::node::metric(&metrics, "hearth_node_unauthenticated_refused_total").await.unwrap();
+    assert!(refused >= 1, "the refusal is counted: {refused}");
+    let mut other = H3Client::connect_from(node.addr, from("127.0.31.1")).await.unwrap();
+    assert_eq!(other.request(http::Method::POST, "/auth", Some("alice-password")).await.unwrap().0, 233);
+    drop(flood);
+    let started = std::time::Instant::now();
+    while !served(from("127.0.30.100")).await {
+        assert!(started.elapsed() < std::time::Duration::from_secs(15), "the network is still refused");
+        tokio::time::sleep(std::time::Duration::from_millis(200)).await;
+    }
+    node.stop().unwrap();
+}
+
 #[tokio::test]
 async fn a_node_restarted_while_control_and_edge_are_down_serves_its_last_set() {
     use hearth_shared::envelope::{Envelope, Kind};

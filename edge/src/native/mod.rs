@@ -13,7 +13,7 @@ use axum::body::{Body, Bytes};
 use axum::http::{HeaderMap, Method, StatusCode, header};
 use axum::response::Response;
 use hearth_shared::Digest;
-use hearth_shared::ratelimit::{Decision, FixedWindow, MissGuard, Network, TokenBucket};
+use hearth_shared::ratelimit::{Decision, FixedWindow, MissGuard, Network, PerNetwork, TokenBucket};
 use hearth_shared::trust::Trust;
 use hearth_shared::wire::{SubToken, stream};
 use hearth_shared::{nodeauth, sha256};
@@ -346,10 +346,13 @@ pub mod bounds {
     /// Time any body may take.
     pub const BODY_BASE: Duration = Duration::from_secs(30);
     /// How long a body the edge does not want is read and thrown away (so the client sees
-    /// the answer rather than a reset), and how much of it.
+    /// the answer rather than a reset).
     pub const DISCARD: Duration = Duration::from_secs(10);
-    /// See [`DISCARD`].
-    pub const DISCARD_BYTES: u64 = 64 * 1024 * 1024;
+    /// How fast such a body is read, after its first [`DISCARD_BURST`]: a client sending more
+    /// waits for the edge, which spends next to nothing on it (at most 10.25 MiB in all).
+    pub const DISCARD_RATE: u64 = 1024 * 1024;
+    /// See [`DISCARD_RATE`].
+    pub const DISCARD_BURST: u64 = 256 * 1024;
 }
 
 /// The client a request is from: the TCP peer, or, when the peer is a trusted proxy, the
@@ -386,15 +389,17 @@ where
     use http_body_util::BodyExt as _;
     tokio::spawn(async move {
         let mut body = body;
-        let mut seen = 0u64;
+        let (mut seen, started) = (0u64, tokio::time::Instant::now());
         let _ = tokio::time::timeout(bounds::DISCARD, async {
-            while let Some(Ok(frame)) = body.frame().await {
-                if let Some(data) = frame.data_ref() {
-                    seen += bytes::Buf::remaining(data) as u64;
-                }
-                if seen > bounds::DISCARD_BYTES {
-                    break;
-                }
+            loop {
+                seen += match body.frame().await {
+                    Some(Ok(frame)) => frame.data_ref().map_or(0, |data| bytes::Buf::remaining(data) as u64),
+                    _ => break,
+                };
+                // Paced: the next read waits until the bytes seen are within the allowance.
+                let ahead = seen.saturating_sub(bounds::DISCARD_BURST);
+                let due = started + std::time::Duration::from_secs_f64(ahead as f64 / bounds::DISCARD_RATE as f64);
+                tokio::time::sleep_until(due).await;
             }
         })
         .await;
@@ -484,38 +489,6 @@ where
     response
 }
 
-/// One open connection counted against its network ([`bounds::CONNECTIONS_PER_NETWORK`]);
-/// given back when dropped. The map holds only networks with a connection open, so at most
-/// [`bounds::CONNECTIONS`] entries.
-struct NetworkSlot {
-    open: Arc<Mutex<HashMap<Network, usize>>>,
-    network: Network,
-}
-
-impl NetworkSlot {
-    fn take(open: &Arc<Mutex<HashMap<Network, usize>>>, network: Network) -> Option<NetworkSlot> {
-        let mut counts = open.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
-        let count = counts.entry(network).or_insert(0);
-        if *count >= bounds::CONNECTIONS_PER_NETWORK {
-            return None;
-        }
-        *count += 1;
-        Some(NetworkSlot { open: open.clone(), network })
-    }
-}
-
-impl Drop for NetworkSlot {
-    fn drop(&mut self) {
-        let mut counts = self.open.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
-        if let Some(count) = counts.get_mut(&self.network) {
-            *count -= 1;
-            if *count == 0 {
-                counts.remove(&self.network);
-            }
-        }
-    }
-}
-
 /// Serves the edge on `listener` until `shutdown` resolves: at most [`bounds::CONNECTIONS`]
 /// connections, [`bounds::CONNECTIONS_PER_NETWORK`] from one network, each given
 /// [`bounds::HEADERS`] to send a request's headers.
@@ -527,7 +500,7 @@ pub async fn serve(
     use hyper_util::rt::{TokioIo, TokioTimer};
     let shared = Arc::new(Shared { edge, bodies: tokio::sync::Semaphore::new(bounds::BODIES) });
     let connections = Arc::new(tokio::sync::Semaphore::new(bounds::CONNECTIONS));
-    let per_network = Arc::new(Mutex::new(HashMap::new()));
+    let per_network = PerNetwork::new(bounds::CONNECTIONS_PER_NETWORK);
     let mut shutdown = std::pin::pin!(shutdown);
     loop {
         let (stream, peer) = tokio::select! {
@@ -550,7 +523,7 @@ pub async fn serve(
         let network = if crate::config::trusted(&shared.edge.config.trusted_proxies, peer.ip().to_canonical()) {
             None
         } else {
-            match NetworkSlot::take(&per_network, Network::of(peer.ip())) {
+            match per_network.take(peer.ip()) {
                 Some(slot) => Some(slot),
                 None => {
                     drop(stream);

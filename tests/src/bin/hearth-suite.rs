@@ -9,7 +9,7 @@
 //! in each row). Each run writes JSON to `target/bench/`; a full run
 //! writes `docs/benchmarks.md`.
 //!
-//! For profiling one scenario: `--only system` (also `control`, `edge`, `tunnel`, `node`, `worker`, `panel`;
+//! For profiling one scenario: `--only system` (also `control`, `edge`, `tunnel`, `node`, `worker`, `panel`, `abuse`;
 //! comma-separated) prints its table and writes nothing; `HEARTH_SUITE_CONTROL_LOG` sets the
 //! log filter of control in the system scenario (`hearth_control::store=debug` shows how long
 //! each write transaction waited, worked and committed).
@@ -177,6 +177,9 @@ const TARGETS: &[(&str, Bound, &str)] = &[
     // The bound the node's tests held a cut to before timing left them (the node polls the
     // edge every second there and here).
     ("node: a removed user's transfer cut, from the push to the edge", Bound::Below(4.0), "< 4 s (node tests)"),
+    ("A peak anonymous memory above idle", Bound::Below(64.0), "< 64 MiB (#16)"),
+    ("A p99 of valid requests", Bound::Below(50.0), "< 50 ms (#16)"),
+    ("A valid requests not answered", Bound::AtMost(0.0), "0 (#16)"),
 ];
 
 /// The target of a row and whether its median meets it.
@@ -498,6 +501,297 @@ enum Logic {
     LinkLimit,
     /// Refuse by the per-network limit ([`NETWORK_LIMIT_ONLY`]).
     NetworkLimit,
+}
+
+/// One attack of the abuse rows, against the edge or control.
+#[derive(Clone, Copy)]
+enum Attack {
+    /// 64 connections from 4 networks, each sending a 60 MB body to a link, an unknown path
+    /// or the push route without its token, again and again.
+    Bodies,
+    /// 512 connections from 8 networks that never finish their headers.
+    SlowLoris,
+    /// 10,000 unknown links, each from a network of its own.
+    UnknownTokens,
+    /// 32 clients at once signing in with 1 MB login names and passwords, each from an
+    /// address of its own.
+    HugeSignIns,
+    /// QUIC handshakes that never authenticate, 40 at a time from each of 8 networks.
+    Handshakes,
+}
+
+impl Attack {
+    fn name(self) -> &'static str {
+        match self {
+            Attack::Bodies => "edge, 64 bodies of 60 MB at once from 4 networks",
+            Attack::SlowLoris => "edge, slow-loris: 512 connections from 8 networks",
+            Attack::UnknownTokens => "edge, 10,000 unknown links from 10,000 networks",
+            Attack::HugeSignIns => "control, sign-in flood: 32 at once with 1 MB fields",
+            Attack::Handshakes => "node, QUIC handshakes never authenticating: 320 at once from 8 networks",
+        }
+    }
+}
+
+/// Valid requests a second during an attack: links for the edge (each from a network of its
+/// own), an owner's API call for control.
+const PROBE_RATE: f64 = 20.0;
+
+/// Records an attack's rows: the peak anonymous memory of the cgroup above `idle`, and how
+/// the valid requests sent meanwhile fared (the p99 of the 200s in ms, `failed` not answered
+/// 200).
+fn abuse_rows(t: &mut Table, attack: Attack, idle: u64, peak: u64, p99_ms: f64, failed: u64, what: &str) {
+    let name = attack.name();
+    t.add(&format!("A peak anonymous memory above idle: {name}"), "MiB", peak.saturating_sub(idle) as f64 / MIB, "");
+    let metric = format!("A p99 of valid requests ({PROBE_RATE}/s): {name}");
+    t.add(&metric, "ms", p99_ms, "");
+    t.note(&metric, &format!("valid requests: {what}, timed from when each was meant to be sent"));
+    t.add(&format!("A valid requests not answered 200: {name}"), "", failed as f64, "");
+}
+
+/// The abuse rows (issue 16): while strangers attack, the peak anonymous memory of the system
+/// under test above its idle, and the p99 of valid requests sent at [`PROBE_RATE`] (links at
+/// the native edge with 1000 users and its default limits; an API call at control; a new
+/// connection authenticating at the node with 1000 users).
+async fn abuse(t: &mut Table, quick: bool) -> Result<()> {
+    use hearth_tests::abuse;
+    println!("abuse: strangers at the edge and at control");
+    let seconds = if quick { 8 } else { 20 };
+    let temp = tempfile::tempdir()?;
+    let cg = Cgroup::create("abuse-edge", SUT_CPU, GIB)?;
+    let (edge, links, _) = edge_with_users(&cg, Backend::Native, temp.path(), &[]).await?;
+    let valid = Target::from_urls(&links, SING_BOX_UA)?;
+    let to = valid.addr;
+    // Each link fetched once (from the networks the valid requests come from) before idle is read.
+    load::open(&valid, 200.0, Duration::from_secs(5), links.len()).await?;
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    let idle = cg.anon_bytes()?;
+    for attack in [Attack::Bodies, Attack::SlowLoris, Attack::UnknownTokens] {
+        println!("  {}", attack.name());
+        let duration = Duration::from_secs(seconds);
+        let until = Instant::now() + duration;
+        let sampler = cg.sample_anon(Duration::from_millis(1));
+        let (cpu, cpu_started) = (cg.cpu_ns()?, Instant::now());
+        let attacker = match attack {
+            Attack::Bodies => {
+                let paths = vec![
+                    links[0].strip_prefix(&edge.url).context("a link")?.to_owned(),
+                    "/wp-login.php".to_owned(),
+                    format!("/{API}/push"),
+                ];
+                apart(abuse::large_bodies(to, paths, 4, 16, 60_000_000, until))
+            }
+            Attack::SlowLoris => apart(abuse::slow_loris(to, 8, 64, Duration::from_secs(1), until)),
+            Attack::UnknownTokens => {
+                let unknown: Vec<String> =
+                    (0..10_000).map(|_| format!("/s/{}", SubToken::generate(&mut OsRng).to_link_form())).collect();
+                let rate = unknown.len() as f64 / (seconds as f64 - 0.5);
+                apart(abuse::one_request_each(to, unknown, rate, until))
+            }
+            Attack::HugeSignIns | Attack::Handshakes => unreachable!("not the edge's"),
+        };
+        // The valid requests start a moment after the attack, and end with it.
+        tokio::time::sleep(Duration::from_millis(500)).await;
+        let run = load::open_from(&valid, PROBE_RATE, duration - Duration::from_secs(1), 0..links.len()).await?;
+        let tally = attacker.finish().await?;
+        let busy = busy_percent(&cg, cpu, cpu_started)?;
+        let (peak, _) = sampler.stop()?;
+        let p99 = run.latency_us.p99 as f64 / 1000.0;
+        abuse_rows(t, attack, idle, peak, p99, run.sent - run.ok(), "links, each from a network of its own");
+        abuse_note(
+            t,
+            attack,
+            &format!(
+                "the attack: {} connections, {} of them answered, {:.0} MB sent; the edge's CPU {busy:.0} % busy",
+                tally.connections,
+                tally.answered,
+                tally.bytes_sent as f64 / 1e6
+            ),
+        );
+        // Let the edge settle (connections closed, bodies thrown away) before the next.
+        tokio::time::sleep(Duration::from_secs(11)).await;
+    }
+    edge.stop()?;
+
+    // Control: the owner's API keeps answering while strangers sign in with huge fields.
+    let dir = ControlDir::init(&temp.path().join("control"))?;
+    let https = dir.client()?;
+    let cg = Cgroup::create("abuse-control", SUT_CPU, GIB)?;
+    let control = cg.start(|| ControlProcess::start(&dir, &[]))?;
+    let token = control.setup(&https, "operate").await?;
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    let idle = cg.anon_bytes()?;
+    let attack = Attack::HugeSignIns;
+    println!("  {}", attack.name());
+    let duration = Duration::from_secs(seconds);
+    let until = Instant::now() + duration;
+    let sampler = cg.sample_anon(Duration::from_millis(1));
+    let (cpu, cpu_started) = (cg.cpu_ns()?, Instant::now());
+    let pem = std::fs::read(dir.path.join("tls.crt"))?;
+    let url = control.api("/login");
+    let flood = apart(async move {
+        let mut tasks = Vec::new();
+        for i in 0..32 {
+            let client = hearth_tests::http()
+                .tls_certs_only([reqwest::Certificate::from_pem(&pem)?])
+                .local_address(hearth_tests::abuse::attacker(100 + i, 1))
+                .timeout(Duration::from_secs(30))
+                .build()?;
+            let url = url.clone();
+            tasks.push(tokio::spawn(async move {
+                let field = "x".repeat(1 << 20);
+                let body = json!({ "login": field, "password": field }).to_string();
+                let mut statuses = BTreeMap::<u16, u64>::new();
+                while Instant::now() < until {
+                    let sent = client.post(&url).header("content-type", "application/json").body(body.clone()).send();
+                    let status = match sent.await {
+                        Ok(answer) => answer.status().as_u16(),
+                        Err(_) => 0,
+                    };
+                    *statuses.entry(status).or_default() += 1;
+                }
+                statuses
+            }));
+        }
+        let mut statuses = BTreeMap::<u16, u64>::new();
+        for task in tasks {
+            for (status, n) in task.await? {
+                *statuses.entry(status).or_default() += n;
+            }
+        }
+        Ok(statuses)
+    });
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    let (mut latencies, failed) =
+        api_probe(&https, &control.api("/me"), &token, duration - Duration::from_secs(1)).await;
+    latencies.sort_by(f64::total_cmp);
+    let statuses = flood.finish().await?;
+    let busy = busy_percent(&cg, cpu, cpu_started)?;
+    let (peak, _) = sampler.stop()?;
+    abuse_rows(t, attack, idle, peak, quantile(&latencies, 0.99), failed, "GET /api/me with an API token");
+    abuse_note(
+        t,
+        attack,
+        &format!("the flood's answers by status (0: none, cut off): {statuses:?}; control's CPU {busy:.0} % busy"),
+    );
+    control.stop()?;
+
+    // The node: new users keep getting in while strangers' handshakes never authenticate.
+    let cg = Cgroup::create("abuse-node", SUT_CPU, GIB)?;
+    let (node, _) = node_with_users(&cg, temp.path(), "abuse-node", "")?;
+    // One authentication first (the first connection's work out of the way), then idle.
+    let mut first = H3Client::connect(node.addr).await?;
+    if !first.authenticates("password-1").await? {
+        bail!("the node refused a valid password");
+    }
+    drop(first);
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    let idle = cg.anon_bytes()?;
+    let attack = Attack::Handshakes;
+    println!("  {}", attack.name());
+    let until = Instant::now() + duration;
+    let sampler = cg.sample_anon(Duration::from_millis(1));
+    let (cpu, cpu_started, own_cpu) = (cg.cpu_ns()?, Instant::now(), own_cpu_seconds()?);
+    let flood = apart(abuse::handshakes(node.addr, 8, 40, until));
+    // The flood's 320 first handshakes at once take this program's CPU for most of a second
+    // (the node's for far less): the valid clients start once they are done.
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    let started = Instant::now();
+    let total = (PROBE_RATE * (duration - Duration::from_millis(2500)).as_secs_f64()) as usize;
+    let mut tasks = Vec::with_capacity(total);
+    for n in 0..total {
+        let intended = started + Duration::from_secs_f64(n as f64 / PROBE_RATE);
+        tokio::time::sleep_until(intended.into()).await;
+        let addr = node.addr;
+        tasks.push(tokio::spawn(async move {
+            let attempt = async {
+                let mut client = H3Client::connect_from(addr, load::source(n)).await?;
+                client.authenticates(&format!("password-{}", 1 + n % 1000)).await
+            };
+            let ok = matches!(tokio::time::timeout(Duration::from_secs(10), attempt).await, Ok(Ok(true)));
+            (ok, intended.elapsed().as_secs_f64() * 1000.0)
+        }));
+    }
+    let (mut latencies, mut failed) = (Vec::new(), 0u64);
+    for task in tasks {
+        match task.await {
+            Ok((true, ms)) => latencies.push(ms),
+            _ => failed += 1,
+        }
+    }
+    let tally = flood.finish().await?;
+    let busy = busy_percent(&cg, cpu, cpu_started)?;
+    let own = (own_cpu_seconds()? - own_cpu) / cpu_started.elapsed().as_secs_f64() * 100.0;
+    let (peak, _) = sampler.stop()?;
+    latencies.sort_by(f64::total_cmp);
+    let what = "a new QUIC connection authenticating with a user's password, each from a network of its own";
+    abuse_rows(t, attack, idle, peak, quantile(&latencies, 0.99), failed, what);
+    abuse_note(
+        t,
+        attack,
+        &format!(
+            "the flood: {} connections tried, {} of them up; the node's CPU {busy:.0} % busy, this \
+             program's (the flood's and the valid clients') {own:.0} %",
+            tally.connections, tally.answered
+        ),
+    );
+    node.stop()?;
+    Ok(())
+}
+
+/// An attack running on a thread and runtime of its own ([`apart`]).
+struct Apart<T>(std::thread::JoinHandle<Result<T>>);
+
+impl<T: Send + 'static> Apart<T> {
+    /// Waits for the attack's end; what it returned.
+    async fn finish(self) -> Result<T> {
+        tokio::task::spawn_blocking(move || self.0.join()).await?.map_err(|_| anyhow::anyhow!("the attack panicked"))?
+    }
+}
+
+/// Runs `attack` on a thread with a runtime of its own (on this program's CPU): sharing the
+/// valid clients' runtime, an attack's tasks held theirs up (the node's flood of refused
+/// connections stalled them for up to half a second at a time while the node was 6 % busy),
+/// and the rows would have measured this program instead of the system under test.
+fn apart<T: Send + 'static>(attack: impl std::future::Future<Output = Result<T>> + Send + 'static) -> Apart<T> {
+    Apart(std::thread::spawn(move || {
+        tokio::runtime::Builder::new_current_thread().enable_all().build()?.block_on(attack)
+    }))
+}
+
+/// What an attack did, noted on its memory row and printed.
+fn abuse_note(t: &mut Table, attack: Attack, note: &str) {
+    println!("  ({note})");
+    t.note(&format!("A peak anonymous memory above idle: {}", attack.name()), note);
+}
+
+/// How busy the cgroup's CPU was since `cpu` (its CPU time then, in ns) at `since`, in %.
+fn busy_percent(cg: &Cgroup, cpu: u64, since: Instant) -> Result<f64> {
+    Ok((cg.cpu_ns()? - cpu) as f64 / 1e9 / since.elapsed().as_secs_f64() * 100.0)
+}
+
+/// `GET url` with `token` at [`PROBE_RATE`] for `duration`, each request timed from when it
+/// was meant to be sent: the latencies of the 200s in ms, and how many were not a 200.
+async fn api_probe(https: &reqwest::Client, url: &str, token: &str, duration: Duration) -> (Vec<f64>, u64) {
+    let started = Instant::now();
+    let total = (PROBE_RATE * duration.as_secs_f64()) as u64;
+    let mut tasks = Vec::with_capacity(total as usize);
+    for n in 0..total {
+        let intended = started + Duration::from_secs_f64(n as f64 / PROBE_RATE);
+        tokio::time::sleep_until(intended.into()).await;
+        let request = https.get(url).bearer_auth(token).send();
+        tasks.push(tokio::spawn(async move {
+            let ok = matches!(request.await, Ok(answer) if answer.status() == reqwest::StatusCode::OK);
+            (ok, intended.elapsed().as_secs_f64() * 1000.0)
+        }));
+    }
+    let (mut latencies, mut failed) = (Vec::new(), 0);
+    for task in tasks {
+        match task.await {
+            Ok((true, ms)) => latencies.push(ms),
+            _ => failed += 1,
+        }
+    }
+    (latencies, failed)
 }
 
 /// This process's CPU time (user + system), in seconds.
@@ -1457,6 +1751,9 @@ async fn main() -> Result<()> {
         }
         if runs("system") {
             system(&mut t, storm_secs).await?;
+        }
+        if runs("abuse") {
+            abuse(&mut t, quick).await?;
         }
     }
     if only.is_some() {
