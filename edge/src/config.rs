@@ -249,18 +249,10 @@ pub(crate) mod tests {
         }
         let mut vars = vars();
         vars.insert("HEARTH_TRUSTED_PROXIES", "10.0.0.0/8, 2001:db8::/32,192.0.2.7".to_owned());
+        // What a range holds is hearth_shared::forwarded's to test; here, that the list is read.
         let proxies = EdgeConfig::from_vars(|n| vars.get(n).cloned()).unwrap().trusted_proxies;
-        for (ip, inside) in [
-            ("10.200.3.4", true),
-            ("11.0.0.1", false),
-            ("::ffff:10.1.1.1", true),
-            ("2001:db8:5::1", true),
-            ("2001:db9::1", false),
-            ("192.0.2.7", true),
-            ("192.0.2.8", false),
-        ] {
-            assert_eq!(trusted(&proxies, ip.parse().unwrap()), inside, "{ip}");
-        }
+        let expected = ["10.0.0.0/8", "2001:db8::/32", "192.0.2.7"].map(|range| range.parse::<Cidr>().unwrap());
+        assert_eq!(proxies, expected);
         vars.remove("HEARTH_PUSH_TOKEN");
         assert_eq!(EdgeConfig::from_vars(|n| vars.get(n).cloned()).unwrap_err().problem, "is required");
     }

@@ -190,8 +190,9 @@ async fn h3_request(
     client.request(method, path, auth).await.unwrap()
 }
 
-#[tokio::test]
-async fn to_anyone_without_a_credential_the_node_is_a_web_server() {
+/// A node on its own (no control, no edge) holding one user, 7, whose password is
+/// `alice-password`; its directory lives as long as the first value.
+fn alice_node() -> (tempfile::TempDir, NodeProcess) {
     let temp = tempfile::tempdir().unwrap();
     let mut sim = ControlSim::new();
     let dir = temp.path().join("node");
@@ -199,6 +200,12 @@ async fn to_anyone_without_a_credential_the_node_is_a_web_server() {
     let item = sim.creds(&set(1, &[(7, "alice-password")]));
     std::fs::write(dir.join("creds.envelope"), item.envelope().unwrap()).unwrap();
     let node = NodeProcess::start(&dir).unwrap();
+    (temp, node)
+}
+
+#[tokio::test]
+async fn to_anyone_without_a_credential_the_node_is_a_web_server() {
+    let (_temp, node) = alice_node();
     let (status, headers, body) = h3_request(node.addr, http::Method::GET, "/", None).await;
     assert_eq!(status, 404);
     assert_eq!(headers["server"], "nginx");
@@ -242,13 +249,7 @@ async fn to_anyone_without_a_credential_the_node_is_a_web_server() {
 #[tokio::test]
 async fn one_network_cannot_hold_every_wait_for_authentication() {
     use hearth_tests::node::H3Client;
-    let temp = tempfile::tempdir().unwrap();
-    let mut sim = ControlSim::new();
-    let dir = temp.path().join("node");
-    state_dir(&dir, &sim, 1).unwrap();
-    let item = sim.creds(&set(1, &[(7, "alice-password")]));
-    std::fs::write(dir.join("creds.envelope"), item.envelope().unwrap()).unwrap();
-    let node = NodeProcess::start(&dir).unwrap();
+    let (_temp, node) = alice_node();
     let metrics = node.metrics_url().unwrap();
     let from = |text: &str| text.parse::<std::net::IpAddr>().unwrap();
     // Whether a connection from `ip` gets an answer before authenticating (the decoy's 404).
