@@ -520,16 +520,14 @@ pub async fn serve(
             drop(stream);
             continue;
         };
-        let network = if crate::config::trusted(&shared.edge.config.trusted_proxies, peer.ip().to_canonical()) {
+        let network = if crate::config::trusted(&shared.edge.config.trusted_proxies, peer.ip()) {
             None
         } else {
-            match per_network.take(peer.ip()) {
-                Some(slot) => Some(slot),
-                None => {
-                    drop(stream);
-                    continue;
-                }
-            }
+            let Some(slot) = per_network.take(peer.ip()) else {
+                drop(stream);
+                continue;
+            };
+            Some(slot)
         };
         let _ = stream.set_nodelay(true);
         let shared = shared.clone();
