@@ -244,7 +244,7 @@ async fn to_anyone_without_a_credential_the_node_is_a_web_server() {
 }
 
 /// One network holding connections that never authenticate (a QUIC handshake flood from one
-/// host) gets 32 at most: its next is closed, while a client from another network connects
+/// host) gets 32 at most: its next is refused, while a client from another network connects
 /// and authenticates; once the flood's connections go, its network is served again.
 #[tokio::test]
 async fn one_network_cannot_hold_every_wait_for_authentication() {
