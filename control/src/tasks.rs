@@ -603,12 +603,14 @@ mod tests {
         assert_eq!(status(), "over_quota");
         let (cut, in_set) = held();
         assert!(!in_set, "over quota: out of the set");
-        // An hour on, no reset is due: still out.
-        app.db.write_blocking(|tx| sweep(tx, app, now + 3600, true, false)).unwrap();
+        // Until the next midnight (UTC) no reset is due: still out. (The test may run at any
+        // time of day: a fixed step such as an hour would cross midnight late in the day.)
+        let midnight = publish::next_reset(hearth_shared::wire::ResetStrategy::Daily, now);
+        app.db.write_blocking(|tx| sweep(tx, app, midnight - 1, true, false)).unwrap();
         assert_eq!((status().as_str(), held()), ("over_quota", (cut, false)));
         // Past the next midnight the reset is due: usage back to zero, the user back in a set
         // signed again.
-        app.db.write_blocking(|tx| sweep(tx, app, now + 86_400 + 60, true, false)).unwrap();
+        app.db.write_blocking(|tx| sweep(tx, app, midnight + 60, true, false)).unwrap();
         assert_eq!(status(), "active");
         let (version, in_set) = held();
         assert!(in_set && version > cut, "the reset put the user back (set {cut} -> {version})");
