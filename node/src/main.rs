@@ -7,6 +7,7 @@
 
 mod agent;
 mod capped;
+mod congestion;
 mod enroll;
 mod metrics;
 mod server;
@@ -132,12 +133,7 @@ fn endpoint(state: &StateDir, listen: &str, obfs: Option<&str>, congestion: Cong
         .max_idle_timeout(Some(std::time::Duration::from_secs(30).try_into().expect("30 s")))
         .max_concurrent_bidi_streams(1024u32.into())
         .datagram_receive_buffer_size(Some(4 << 20));
-    match congestion {
-        Congestion::Bbr => transport.congestion_controller_factory(Arc::new(quinn::congestion::BbrConfig::default())),
-        Congestion::Cubic => {
-            transport.congestion_controller_factory(Arc::new(quinn::congestion::CubicConfig::default()))
-        }
-    };
+    transport.congestion_controller_factory(Arc::new(congestion::Factory { default: congestion }));
     if obfs.is_some() {
         // Salamander adds 8 bytes to every packet: keep them inside a 1500-byte path.
         let mut mtu = quinn::MtuDiscoveryConfig::default();
@@ -224,7 +220,12 @@ fn serve(dir: &Path) -> Result<i32> {
         println!("hearth-node listening on {}", endpoint.local_addr()?);
         use std::io::Write as _;
         let _ = std::io::stdout().flush();
-        let options = server::Options { allow_private: settings.allow_private, own: None };
+        let options = server::Options {
+            allow_private: settings.allow_private,
+            own: None,
+            bandwidth: settings.bandwidth,
+            ignore_client_bandwidth: settings.ignore_client_bandwidth,
+        };
         let server = tokio::spawn(server::serve(endpoint.clone(), live.clone(), options));
         let mut tasks = match &agent {
             Some(agent) => vec![tokio::spawn(agent.clone().pull_loop()), tokio::spawn(agent.clone().report_loop())],

@@ -25,6 +25,12 @@ fn render(sources: &Sources) -> String {
     metric("hearth_node_users", "gauge", "Users who may connect.", live.users() as u64);
     metric("hearth_node_connections", "gauge", "Open authenticated connections.", live.connections() as u64);
     metric(
+        "hearth_node_brutal_connections",
+        "gauge",
+        "Open connections sending with Brutal at the rate their client announced.",
+        live.brutal.load(Ordering::Relaxed),
+    );
+    metric(
         "hearth_node_auth_failures_total",
         "counter",
         "Refused authentications.",

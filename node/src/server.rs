@@ -51,13 +51,33 @@ const MAX_UDP_SESSIONS: usize = 256;
 const RELAY_BUFFER: usize = 64 * 1024;
 
 /// How the server behaves.
-#[derive(Clone, Debug)]
+#[derive(Clone, Debug, Default)]
 pub(crate) struct Options {
     /// Let clients reach private, loopback and link-local addresses (tests on loopback).
     pub(crate) allow_private: bool,
     /// The node's own address that the client reached (set per connection): refused as a
     /// destination too, unless `allow_private`.
     pub(crate) own: Option<IpAddr>,
+    /// The node's own rates (`bandwidth` in `node.toml`).
+    pub(crate) bandwidth: crate::state::Bandwidth,
+    /// Keep the node's controller whatever clients announce, and tell them `auto`.
+    pub(crate) ignore_client_bandwidth: bool,
+}
+
+impl Options {
+    /// What the node answers in `Hysteria-CC-RX`: `auto` when it ignores clients' rates (they
+    /// use their own controller then), else the rate it receives at in bytes a second (0: no
+    /// limit, a Brutal client sends at its own `up`).
+    fn announced(&self) -> String {
+        if self.ignore_client_bandwidth { "auto".to_owned() } else { self.bandwidth.down.unwrap_or(0).to_string() }
+    }
+
+    /// Brutal's rate for a client that announced it receives `client_rx` bytes a second (0:
+    /// not given): that, held to `bandwidth.up`; 0 (the default controller) when the client
+    /// gave none or the node ignores it.
+    fn brutal_rate(&self, client_rx: u64) -> u64 {
+        if self.ignore_client_bandwidth { 0 } else { self.bandwidth.up.map_or(client_rx, |up| client_rx.min(up)) }
+    }
 }
 
 /// Whether an outbound destination is refused by default: every address the IANA
@@ -187,9 +207,19 @@ pub(crate) async fn serve(endpoint: quinn::Endpoint, live: Arc<Live>, options: O
 
 type H3 = h3::server::Connection<h3_quinn::Connection, Bytes>;
 
-/// Answers HTTP/3 requests until one authenticates; returns the user, its credential's
-/// hash, and the HTTP/3 connection (which must stay alive with the QUIC connection).
-async fn authenticate(connection: &quinn::Connection, live: &Live) -> anyhow::Result<(u64, [u8; 32], H3)> {
+/// Who authenticated, and what with.
+struct Authenticated {
+    user: u64,
+    /// The SHA-256 of the credential.
+    hash: [u8; 32],
+    /// The receive rate the client announced, bytes a second (0: none).
+    client_rx: u64,
+    /// The HTTP/3 connection, which must stay alive with the QUIC connection.
+    _h3: H3,
+}
+
+/// Answers HTTP/3 requests until one authenticates.
+async fn authenticate(connection: &quinn::Connection, live: &Live, options: &Options) -> anyhow::Result<Authenticated> {
     let mut h3: H3 = h3::server::builder()
         .max_field_section_size(MAX_HEADERS)
         .build(h3_quinn::Connection::new(connection.clone()))
@@ -212,13 +242,15 @@ async fn authenticate(connection: &quinn::Connection, live: &Live) -> anyhow::Re
                 let response = Response::builder()
                     .status(StatusCode::from_u16(233).expect("233 is a valid status"))
                     .header("hysteria-udp", "true")
-                    .header("hysteria-cc-rx", "auto")
+                    .header("hysteria-cc-rx", options.announced())
                     .header("hysteria-padding", padding())
                     .body(())?;
                 stream.send_response(response).await?;
                 stream.finish().await?;
                 let hash = sha256(credential.as_deref().unwrap_or_default());
-                return Ok((user, hash, h3));
+                // A rate that is not a number counts as none, as for the official server.
+                let client_rx = request.headers().get("hysteria-cc-rx").and_then(|v| v.to_str().ok()?.parse().ok());
+                return Ok(Authenticated { user, hash, client_rx: client_rx.unwrap_or(0), _h3: h3 });
             }
             None => {
                 if credential.is_some() {
@@ -250,10 +282,10 @@ async fn handle(
     waiting: (tokio::sync::OwnedSemaphorePermit, hearth_shared::ratelimit::NetworkSlot),
 ) -> anyhow::Result<()> {
     live.unauthenticated.fetch_add(1, Ordering::Relaxed);
-    let authenticated = tokio::time::timeout(AUTH_TIMEOUT, authenticate(&connection, &live)).await;
+    let authenticated = tokio::time::timeout(AUTH_TIMEOUT, authenticate(&connection, &live, &options)).await;
     live.unauthenticated.fetch_sub(1, Ordering::Relaxed);
     drop(waiting);
-    let (user, hash, _h3) = match authenticated {
+    let Authenticated { user, hash, client_rx, _h3 } = match authenticated {
         Ok(Ok(found)) => found,
         Ok(Err(e)) => {
             connection.close(0x100u32.into(), b"");
@@ -264,7 +296,9 @@ async fn handle(
             anyhow::bail!("no authentication within {AUTH_TIMEOUT:?}");
         }
     };
-    tracing::debug!(user, peer = %connection.remote_address(), "authenticated");
+    let brutal = options.brutal_rate(client_rx);
+    let _brutal = (brutal > 0 && crate::congestion::use_brutal(&connection, brutal)).then(|| live.brutal());
+    tracing::debug!(user, peer = %connection.remote_address(), brutal, "authenticated");
     let _registration = live.register(user, hash, &connection);
     let counter = live.counter(user);
     let udp = tokio::spawn(udp_relay(connection.clone(), counter.clone(), options.clone()));
@@ -453,14 +487,34 @@ mod tests {
     #[test]
     fn the_nodes_own_address_is_refused_unless_private_ones_are_allowed() {
         let own: IpAddr = "198.20.0.1".parse().unwrap();
-        let options = Options { allow_private: false, own: Some(own) };
+        let options = Options { allow_private: false, own: Some(own), ..Options::default() };
         assert_eq!(refused(own, &options), Some("the node's own address"));
         assert_eq!(refused("::ffff:198.20.0.1".parse().unwrap(), &options), Some("the node's own address"));
         assert_eq!(refused("198.20.0.2".parse().unwrap(), &options), None);
         assert_eq!(refused("10.0.0.1".parse().unwrap(), &options), Some("an internal address"));
-        let mapped = Options { allow_private: false, own: Some("::ffff:198.20.0.1".parse().unwrap()) };
+        let mapped = Options { own: Some("::ffff:198.20.0.1".parse().unwrap()), ..Options::default() };
         assert_eq!(refused(own, &mapped), Some("the node's own address"));
-        assert_eq!(refused(own, &Options { allow_private: true, own: Some(own) }), None);
+        assert_eq!(refused(own, &Options { allow_private: true, own: Some(own), ..Options::default() }), None);
+    }
+
+    #[test]
+    fn brutal_rates_and_what_the_node_announces() {
+        let plain = Options::default();
+        assert_eq!(
+            (plain.announced().as_str(), plain.brutal_rate(0), plain.brutal_rate(5_000_000)),
+            ("0", 0, 5_000_000)
+        );
+        let capped = Options {
+            bandwidth: crate::state::Bandwidth { up: Some(1_000_000), down: Some(2_500_000) },
+            ..Options::default()
+        };
+        assert_eq!(capped.announced(), "2500000");
+        assert_eq!(
+            (capped.brutal_rate(0), capped.brutal_rate(600_000), capped.brutal_rate(9_000_000)),
+            (0, 600_000, 1_000_000)
+        );
+        let ignoring = Options { ignore_client_bandwidth: true, ..capped };
+        assert_eq!((ignoring.announced().as_str(), ignoring.brutal_rate(9_000_000)), ("auto", 0));
     }
 
     #[test]

@@ -36,6 +36,8 @@ pub(crate) struct Live {
     pub(crate) version: AtomicU64,
     /// When the credential set held expires, Unix seconds (for the alarm and metrics).
     pub(crate) expires: AtomicU64,
+    /// Open connections that send with Brutal (for metrics).
+    pub(crate) brutal: Arc<AtomicU64>,
     table: RwLock<Arc<HashMap<Digest, UserId>>>,
     counters: Mutex<HashMap<UserId, Arc<Counter>>>,
     connections: Mutex<HashMap<UserId, HashMap<usize, quinn::Connection>>>,
@@ -68,7 +70,22 @@ impl Drop for Registration {
     }
 }
 
+/// Counts a connection in [`Live::brutal`] while it lives.
+pub(crate) struct Counted(Arc<AtomicU64>);
+
+impl Drop for Counted {
+    fn drop(&mut self) {
+        self.0.fetch_sub(1, Ordering::Relaxed);
+    }
+}
+
 impl Live {
+    /// Counts a connection that sends with Brutal until the value is dropped.
+    pub(crate) fn brutal(&self) -> Counted {
+        self.brutal.fetch_add(1, Ordering::Relaxed);
+        Counted(self.brutal.clone())
+    }
+
     /// The user a credential belongs to, if it may connect now.
     pub(crate) fn authenticate(&self, credential: &[u8]) -> Option<UserId> {
         let hash = sha256(credential);

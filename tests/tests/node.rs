@@ -3,7 +3,7 @@
 use hearth_shared::sha256;
 use hearth_shared::wire::{CredEntry, CredentialSet};
 use hearth_tests::control_sim::ControlSim;
-use hearth_tests::node::{NodeProcess, SingBoxClient, fetch, http_server, state_dir};
+use hearth_tests::node::{NodeProcess, SingBoxClient, fetch, http_server, metric, state_dir, state_dir_with};
 use serde_json::json;
 
 fn set(node: u64, users: &[(u64, &str)]) -> CredentialSet {
@@ -216,7 +216,8 @@ async fn to_anyone_without_a_credential_the_node_is_a_web_server() {
     assert_eq!(status, 233);
     assert_eq!(
         (headers["hysteria-udp"].to_str().unwrap(), headers["hysteria-cc-rx"].to_str().unwrap()),
-        ("true", "auto")
+        ("true", "0"),
+        "UDP relayed; the node asks no limit on what clients send"
     );
 
     // What a client without a credential can make the node do is bounded: eight requests on a
@@ -246,6 +247,66 @@ async fn to_anyone_without_a_credential_the_node_is_a_web_server() {
 /// One network holding connections that never authenticate (a QUIC handshake flood from one
 /// host) gets 32 at most: its next is refused, while a client from another network connects
 /// and authenticates; once the flood's connections go, its network is served again.
+/// A node on its own holding user 7 (`alice-password`), with `settings` added to `node.toml`.
+fn alice_node_with(settings: &str) -> (tempfile::TempDir, NodeProcess) {
+    let temp = tempfile::tempdir().unwrap();
+    let mut sim = ControlSim::new();
+    let dir = temp.path().join("node");
+    state_dir_with(&dir, &sim, 1, settings).unwrap();
+    let item = sim.creds(&set(1, &[(7, "alice-password")]));
+    std::fs::write(dir.join("creds.envelope"), item.envelope().unwrap()).unwrap();
+    let node = NodeProcess::start(&dir).unwrap();
+    (temp, node)
+}
+
+/// Brutal with the real sing-box client: a client that announces its receive rate
+/// (`down_mbps`) is sent to at that rate, held to the node's `bandwidth.up`, where on loopback
+/// the node's own controller goes many times faster; the node announces its `bandwidth.down`;
+/// a client that announces nothing keeps the node's controller, and so does everyone with
+/// `ignore_client_bandwidth`, to whom the node says `auto`.
+#[tokio::test]
+async fn brutal_sends_at_the_rate_the_client_announces_held_to_the_nodes() {
+    let (_temp, node) = alice_node_with("bandwidth.up = \"40 mbps\"\nbandwidth.down = 100\n");
+    let metrics = node.metrics_url().unwrap();
+    let (status, headers, _) = h3_request(node.addr, http::Method::POST, "/auth", Some("alice-password")).await;
+    assert_eq!((status, headers["hysteria-cc-rx"].to_str().unwrap()), (233, "12500000"), "100 Mbit/s in bytes");
+
+    // 12 MB: 2.4 s at 40 Mbit/s.
+    let body: Vec<u8> = (0..12_000_000u32).map(|i| (i * 13 + i / 7) as u8).collect();
+    let web = http_server(body.clone()).await.unwrap();
+    let mut announcing = node.outbound("alice-password");
+    announcing["up_mbps"] = 100.into();
+    announcing["down_mbps"] = 1000.into();
+    let alice = SingBoxClient::start(announcing).unwrap();
+    let started = std::time::Instant::now();
+    let got = fetch(&alice, web).await.unwrap();
+    let mbps = got.len() as f64 * 8.0 / started.elapsed().as_secs_f64() / 1e6;
+    assert!(got == body, "bytes through the tunnel differ");
+    assert!((20.0..60.0).contains(&mbps), "Brutal held to 40 Mbit/s sent at {mbps:.1} Mbit/s");
+    eprintln!("Brutal held to 40 Mbit/s: {mbps:.1} Mbit/s");
+    assert_eq!(metric(&metrics, "hearth_node_brutal_connections").await.unwrap(), 1);
+
+    // No rate announced: the node's own controller.
+    let quiet = SingBoxClient::start(node.outbound("alice-password")).unwrap();
+    assert_eq!(fetch(&quiet, web).await.unwrap().len(), body.len());
+    assert_eq!(metric(&metrics, "hearth_node_brutal_connections").await.unwrap(), 1, "only alice's first client");
+    drop((alice, quiet));
+    node.stop().unwrap();
+
+    let (_temp, node) = alice_node_with("ignore_client_bandwidth = true\nbandwidth.down = 100\n");
+    let metrics = node.metrics_url().unwrap();
+    let (status, headers, _) = h3_request(node.addr, http::Method::POST, "/auth", Some("alice-password")).await;
+    assert_eq!((status, headers["hysteria-cc-rx"].to_str().unwrap()), (233, "auto"));
+    let mut announcing = node.outbound("alice-password");
+    announcing["up_mbps"] = 100.into();
+    announcing["down_mbps"] = 1000.into();
+    let announcing = SingBoxClient::start(announcing).unwrap();
+    assert_eq!(fetch(&announcing, web).await.unwrap().len(), body.len());
+    assert_eq!(metric(&metrics, "hearth_node_brutal_connections").await.unwrap(), 0, "announced rates ignored");
+    drop(announcing);
+    node.stop().unwrap();
+}
+
 #[tokio::test]
 async fn one_network_cannot_hold_every_wait_for_authentication() {
     use hearth_tests::node::H3Client;

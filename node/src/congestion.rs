@@ -1,0 +1,434 @@
+//! Congestion control of the node's QUIC connections: the operator's controller (`congestion`
+//! in `node.toml`: BBR or CUBIC) until a client announces its receive rate, then Brutal.
+//!
+//! Brutal is Hysteria's own: the server sends at a fixed rate (the smallest of what the client
+//! says it can receive, the node's `bandwidth.up` and, later, the user's limit), whatever the
+//! loss, and makes up for loss by sending more: the rate is divided by the share of bytes
+//! acknowledged over the last [`SLOTS`] seconds (never below [`MIN_ACK_RATE`], so a path that
+//! drops everything is not flooded).
+//!
+//! quinn has no way to set a pacing rate: its pacer runs at 1.25 congestion windows per
+//! smoothed RTT, and it sends while what is in flight stays below the window. A window of one
+//! bandwidth-delay product is not enough: the RTT quinn measures leaves out the peer's ack
+//! delay, and a client with one packet to acknowledge waits up to 25 ms, so on short paths
+//! the window would hold the rate far below its target (on loopback, to a fiftieth). So Brutal
+//! keeps its own budget: bytes that may go out, refilled at the sending rate at every event
+//! (each send, acknowledgement and loss), spent by every send, and holding at most an RTT of
+//! sending (the pacer spreads it out). The window is what is in flight plus that budget, never above two BDPs
+//! (counting the ack delay; the official server's cap), and never below
+//! [`MIN_WINDOW_PACKETS`], so that a packet can always go out when nothing is in flight
+//! (its acknowledgement is the next event; quinn has no timer for a window that opens with
+//! time). That floor is one packet per round trip: a rate below a packet per RTT and ack
+//! delay (48 kB/s against a client that delays a lone packet's ack 25 ms) is not held.
+//!
+//! A connection is built with [`Factory`] before anyone knows who it is; after the client
+//! authenticates, [`use_brutal`] reaches the connection's controller through
+//! `Connection::congestion_state` (a clone that shares the rate) and sets the rate, which can
+//! change again at any time.
+
+use std::any::Any;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::{Duration, Instant};
+
+use quinn::congestion::{Controller, ControllerFactory, ControllerMetrics};
+
+use crate::state::Congestion;
+
+/// Seconds of acknowledgements and losses the ack rate is measured over.
+const SLOTS: usize = 5;
+/// Below this many packets' worth of bytes in the window, the ack rate counts as 1.
+const MIN_SAMPLE_PACKETS: u64 = 50;
+/// The ack rate is never taken lower than this: at most 1.25 times the rate goes out.
+const MIN_ACK_RATE: f64 = 0.8;
+/// The least sending time the budget holds; it holds one RTT (with the ack delay) when that
+/// is longer, as acknowledgements, which refill it, may come a whole RTT apart.
+const BURST: Duration = Duration::from_millis(10);
+/// The longest a peer delays an acknowledgement (QUIC's default `max_ack_delay`).
+const ACK_DELAY: Duration = Duration::from_millis(25);
+/// The smallest window, in packets: quinn sends while what is in flight and the next packet
+/// stay below the window, so two packets' worth lets one go out when nothing is in flight.
+const MIN_WINDOW_PACKETS: u64 = 2;
+/// The budget a connection starts Brutal with, in packets.
+const INITIAL_BUDGET_PACKETS: i64 = 10;
+
+/// Builds each connection's controller: the operator's choice, switchable to Brutal.
+pub(crate) struct Factory {
+    pub(crate) default: Congestion,
+}
+
+impl ControllerFactory for Factory {
+    fn build(self: Arc<Self>, now: Instant, current_mtu: u16) -> Box<dyn Controller> {
+        let default: Box<dyn Controller> = match self.default {
+            Congestion::Bbr => Arc::new(quinn::congestion::BbrConfig::default()).build(now, current_mtu),
+            Congestion::Cubic => Arc::new(quinn::congestion::CubicConfig::default()).build(now, current_mtu),
+        };
+        Box::new(Switch { rate: Arc::new(AtomicU64::new(0)), default, brutal: Brutal::new(now, current_mtu) })
+    }
+}
+
+/// Makes `connection` send with Brutal at `rate` bytes a second (0: back to the default
+/// controller). False when the connection was not built by [`Factory`].
+pub(crate) fn use_brutal(connection: &quinn::Connection, rate: u64) -> bool {
+    match connection.congestion_state().into_any().downcast::<Switch>() {
+        Ok(switch) => {
+            switch.rate.store(rate, Ordering::Relaxed);
+            true
+        }
+        Err(_) => false,
+    }
+}
+
+/// The operator's controller while `rate` is 0, Brutal at `rate` otherwise. Brutal sees
+/// every event (a few additions each), so it has its RTT and ack rate at hand when chosen;
+/// the default controller sees them only while it is the one in use.
+struct Switch {
+    /// Brutal's rate in bytes a second, shared with the clones `use_brutal` gets.
+    rate: Arc<AtomicU64>,
+    default: Box<dyn Controller>,
+    brutal: Brutal,
+}
+
+impl Switch {
+    fn brutal_rate(&self) -> Option<u64> {
+        Some(self.rate.load(Ordering::Relaxed)).filter(|rate| *rate > 0)
+    }
+}
+
+impl Controller for Switch {
+    fn on_sent(&mut self, now: Instant, bytes: u64, last_packet_number: u64) {
+        let rate = self.rate.load(Ordering::Relaxed);
+        self.brutal.on_sent(now, bytes, rate);
+        if rate == 0 {
+            self.default.on_sent(now, bytes, last_packet_number);
+        }
+    }
+
+    fn on_ack(&mut self, now: Instant, sent: Instant, bytes: u64, app_limited: bool, rtt: &quinn_proto::RttEstimator) {
+        let rate = self.rate.load(Ordering::Relaxed);
+        self.brutal.on_ack(now, bytes, rtt.get(), rate);
+        if rate == 0 {
+            self.default.on_ack(now, sent, bytes, app_limited, rtt);
+        }
+    }
+
+    fn on_end_acks(&mut self, now: Instant, in_flight: u64, app_limited: bool, largest_packet_num_acked: Option<u64>) {
+        let rate = self.rate.load(Ordering::Relaxed);
+        self.brutal.on_end_acks(now, in_flight, rate);
+        if rate == 0 {
+            self.default.on_end_acks(now, in_flight, app_limited, largest_packet_num_acked);
+        }
+    }
+
+    fn on_congestion_event(&mut self, now: Instant, sent: Instant, is_persistent_congestion: bool, lost_bytes: u64) {
+        let rate = self.rate.load(Ordering::Relaxed);
+        self.brutal.on_loss(now, lost_bytes, rate);
+        if rate == 0 {
+            self.default.on_congestion_event(now, sent, is_persistent_congestion, lost_bytes);
+        }
+    }
+
+    fn on_mtu_update(&mut self, new_mtu: u16) {
+        self.brutal.mtu = u64::from(new_mtu);
+        self.default.on_mtu_update(new_mtu);
+    }
+
+    fn window(&self) -> u64 {
+        match self.brutal_rate() {
+            Some(rate) => self.brutal.window(rate),
+            None => self.default.window(),
+        }
+    }
+
+    fn metrics(&self) -> ControllerMetrics {
+        match self.brutal_rate() {
+            Some(rate) => {
+                let mut metrics = ControllerMetrics::default();
+                metrics.congestion_window = self.brutal.window(rate);
+                metrics.pacing_rate = Some(self.brutal.sending_rate(rate));
+                metrics
+            }
+            None => self.default.metrics(),
+        }
+    }
+
+    fn clone_box(&self) -> Box<dyn Controller> {
+        Box::new(Switch { rate: self.rate.clone(), default: self.default.clone_box(), brutal: self.brutal.clone() })
+    }
+
+    fn initial_window(&self) -> u64 {
+        self.default.initial_window()
+    }
+
+    fn into_any(self: Box<Self>) -> Box<dyn Any> {
+        self
+    }
+}
+
+/// Acknowledged and lost bytes in one second.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+struct Slot {
+    second: u64,
+    acked: u64,
+    lost: u64,
+}
+
+/// Brutal's state: the smoothed RTT, the acknowledgements of the last [`SLOTS`] seconds,
+/// what is in flight and the budget.
+#[derive(Clone, Debug)]
+struct Brutal {
+    epoch: Instant,
+    mtu: u64,
+    rtt: Option<Duration>,
+    slots: [Slot; SLOTS],
+    ack_rate: f64,
+    /// Bytes in flight: quinn's own figure at the end of each batch of acknowledgements,
+    /// kept up to date in between.
+    in_flight: u64,
+    /// Bytes that may go out now (below zero after a send that took more).
+    budget: i64,
+    /// When the budget was last refilled.
+    refilled: Instant,
+}
+
+impl Brutal {
+    fn new(now: Instant, mtu: u16) -> Brutal {
+        Brutal {
+            epoch: now,
+            mtu: u64::from(mtu),
+            rtt: None,
+            slots: [Slot::default(); SLOTS],
+            ack_rate: 1.0,
+            in_flight: 0,
+            budget: INITIAL_BUDGET_PACKETS * i64::from(mtu),
+            refilled: now,
+        }
+    }
+
+    /// Adds what the sending rate allows since the last refill, up to one RTT (with the ack
+    /// delay) or [`BURST`] of it, whichever is longer. quinn's pacer spreads what the budget
+    /// lets out at once over about an RTT.
+    fn refill(&mut self, now: Instant, rate: u64) {
+        let elapsed = now.saturating_duration_since(self.refilled);
+        self.refilled = self.refilled.max(now);
+        let sending = self.sending_rate(rate) as f64;
+        let held = self.rtt.map_or(BURST, |rtt| (rtt + ACK_DELAY).max(BURST));
+        let burst = ((sending * held.as_secs_f64()) as i64).max(INITIAL_BUDGET_PACKETS * self.mtu as i64);
+        let added = (sending * elapsed.as_secs_f64()) as i64;
+        self.budget = self.budget.saturating_add(added).min(burst);
+    }
+
+    /// The slot of the second `now` falls in, emptied if it held an older second.
+    fn slot(&mut self, now: Instant) -> &mut Slot {
+        let second = now.saturating_duration_since(self.epoch).as_secs();
+        let slot = &mut self.slots[(second % SLOTS as u64) as usize];
+        if slot.second != second {
+            *slot = Slot { second, acked: 0, lost: 0 };
+        }
+        slot
+    }
+
+    fn on_sent(&mut self, now: Instant, bytes: u64, rate: u64) {
+        self.refill(now, rate);
+        self.in_flight += bytes;
+        self.budget = self.budget.saturating_sub(i64::try_from(bytes).unwrap_or(i64::MAX));
+    }
+
+    fn on_ack(&mut self, now: Instant, bytes: u64, rtt: Duration, rate: u64) {
+        self.refill(now, rate);
+        self.rtt = Some(rtt);
+        self.in_flight = self.in_flight.saturating_sub(bytes);
+        self.slot(now).acked += bytes;
+        self.update_ack_rate(now);
+    }
+
+    fn on_end_acks(&mut self, now: Instant, in_flight: u64, rate: u64) {
+        self.refill(now, rate);
+        self.in_flight = in_flight;
+    }
+
+    fn on_loss(&mut self, now: Instant, lost_bytes: u64, rate: u64) {
+        self.refill(now, rate);
+        self.in_flight = self.in_flight.saturating_sub(lost_bytes);
+        self.slot(now).lost += lost_bytes;
+        self.update_ack_rate(now);
+    }
+
+    /// The share of bytes acknowledged over the slots of the last [`SLOTS`] seconds.
+    fn update_ack_rate(&mut self, now: Instant) {
+        let second = now.saturating_duration_since(self.epoch).as_secs();
+        let recent = self.slots.iter().filter(|slot| slot.second + SLOTS as u64 > second);
+        let (acked, lost) = recent.fold((0u64, 0u64), |(a, l), slot| (a + slot.acked, l + slot.lost));
+        let total = acked + lost;
+        self.ack_rate =
+            if total < MIN_SAMPLE_PACKETS * self.mtu { 1.0 } else { (acked as f64 / total as f64).max(MIN_ACK_RATE) };
+    }
+
+    /// What goes out, loss included, to get `rate` bytes a second through.
+    fn sending_rate(&self, rate: u64) -> u64 {
+        (rate as f64 / self.ack_rate) as u64
+    }
+
+    /// What is in flight plus the budget, at most two BDPs (with the ack delay) at the
+    /// sending rate, at least [`MIN_WINDOW_PACKETS`].
+    fn window(&self, rate: u64) -> u64 {
+        let floor = MIN_WINDOW_PACKETS * self.mtu;
+        let delay = self.rtt.map_or(ACK_DELAY, |rtt| rtt + ACK_DELAY);
+        let cap = (2.0 * self.sending_rate(rate) as f64 * delay.as_secs_f64()) as u64;
+        let allowed = self.in_flight + u64::try_from(self.budget).unwrap_or(0);
+        allowed.min(cap).max(floor)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const MTU: u16 = 1200;
+    const MB: u64 = 1_000_000;
+
+    /// Drives Brutal at `rate` as quinn does, in steps of 100 us for `seconds`: acknowledgements
+    /// come `rtt` after a send (every `lose_every`th packet is lost instead, noticed then too),
+    /// a packet goes out while what is in flight and it stay below the window, and Brutal hears
+    /// of each batch sent at its end. Returns the bytes sent and the bytes acknowledged.
+    fn drive(rate: u64, rtt: Duration, lose_every: u64, seconds: u64) -> (u64, u64) {
+        let start = Instant::now();
+        let mut brutal = Brutal::new(start, MTU);
+        let mtu = u64::from(MTU);
+        let mut flight: std::collections::VecDeque<(Instant, bool)> = Default::default();
+        let (mut sent, mut acked, mut packets) = (0u64, 0u64, 0u64);
+        let step = Duration::from_micros(100);
+        for tick in 0..seconds * 10_000 {
+            let now = start + step * tick as u32;
+            let mut answered = false;
+            while flight.front().is_some_and(|(due, _)| *due <= now) {
+                let (_, lost) = flight.pop_front().unwrap();
+                if lost {
+                    brutal.on_loss(now, mtu, rate);
+                } else {
+                    brutal.on_ack(now, mtu, rtt, rate);
+                    acked += mtu;
+                }
+                answered = true;
+            }
+            if answered {
+                brutal.on_end_acks(now, flight.len() as u64 * mtu, rate);
+            }
+            let window = brutal.window(rate);
+            let mut batch = 0;
+            while (flight.len() as u64 + 1) * mtu < window {
+                packets += 1;
+                flight.push_back((now + rtt, lose_every > 0 && packets % lose_every == 0));
+                batch += mtu;
+            }
+            if batch > 0 {
+                brutal.on_sent(now, batch, rate);
+                sent += batch;
+            }
+        }
+        (sent, acked)
+    }
+
+    fn within(value: u64, target: u64, share: f64) -> bool {
+        (value as f64 - target as f64).abs() <= target as f64 * share
+    }
+
+    #[test]
+    fn brutal_sends_at_its_rate_on_long_and_short_paths() {
+        for (rate, rtt) in [(5 * MB, 50u64), (5 * MB, 1), (MB / 2, 5), (25 * MB, 20)] {
+            let (sent, acked) = drive(rate, Duration::from_millis(rtt), 0, 4);
+            assert!(within(sent / 4, rate, 0.05), "{rate} B/s over {rtt} ms: sent {} B/s", sent / 4);
+            assert!(within(acked / 4, rate, 0.05), "{rate} B/s over {rtt} ms: delivered {} B/s", acked / 4);
+        }
+    }
+
+    #[test]
+    fn brutal_makes_up_for_loss_and_stops_at_its_floor() {
+        // A tenth lost: a ninth more goes out, and the rate gets through.
+        let (sent, acked) = drive(5 * MB, Duration::from_millis(30), 10, 6);
+        assert!(within(acked / 6, 5 * MB, 0.06), "delivered {} B/s", acked / 6);
+        assert!(within(sent / 6, 5 * MB * 10 / 9, 0.06), "sent {} B/s", sent / 6);
+        // Half lost: no more than 1.25 times the rate goes out.
+        let (sent, _) = drive(5 * MB, Duration::from_millis(30), 2, 6);
+        assert!(within(sent / 6, 5 * MB * 5 / 4, 0.06), "sent {} B/s", sent / 6);
+    }
+
+    #[test]
+    fn the_window_is_what_is_in_flight_and_the_budget_within_bounds() {
+        let start = Instant::now();
+        let mut brutal = Brutal::new(start, MTU);
+        assert_eq!(brutal.window(10 * MB), 10 * 1200, "the first budget");
+        brutal.on_sent(start, 12_000, 10 * MB);
+        assert_eq!(brutal.window(10 * MB), 12_000, "budget spent: nothing more goes out");
+        // 1 ms later, 10 kB more may go.
+        brutal.on_ack(start + Duration::from_millis(1), 1200, Duration::from_millis(50), 10 * MB);
+        assert_eq!(brutal.window(10 * MB), 10_800 + 10_000);
+        // After a pause the budget holds an RTT (with the ack delay) of sending, no more.
+        brutal.on_end_acks(start + Duration::from_secs(2), 0, 10 * MB);
+        assert_eq!(brutal.window(10 * MB), 750_000);
+        // Never above two BDPs counting the ack delay: 2 * 1 MB/s * 75 ms.
+        brutal.on_end_acks(start + Duration::from_secs(3), 1_000_000, MB);
+        assert_eq!(brutal.window(MB), 150_000);
+        // Never below two packets, so one can go when nothing is in flight.
+        let mut starved = Brutal::new(start, MTU);
+        starved.on_sent(start, 1_000_000, 1000);
+        starved.on_end_acks(start, 0, 1000);
+        assert_eq!(starved.window(1000), 2400);
+    }
+
+    #[test]
+    fn the_ack_rate_forgets_what_is_older_than_its_slots_and_needs_a_sample() {
+        let start = Instant::now();
+        let rtt = Duration::from_millis(20);
+        let mut brutal = Brutal::new(start, MTU);
+        // A few losses are not a sample.
+        brutal.on_ack(start, 10 * 1200, rtt, MB);
+        brutal.on_loss(start, 10 * 1200, MB);
+        assert_eq!(brutal.ack_rate, 1.0);
+        // Heavy loss in second 0...
+        brutal.on_loss(start, 200 * 1200, MB);
+        assert_eq!(brutal.ack_rate, MIN_ACK_RATE);
+        assert_eq!(brutal.sending_rate(4 * MB), 5 * MB);
+        // ...still counts in second 4, and is forgotten in second 5.
+        brutal.on_ack(start + Duration::from_secs(4), 1200, rtt, MB);
+        assert_eq!(brutal.ack_rate, MIN_ACK_RATE);
+        let later = start + Duration::from_secs(5);
+        for _ in 0..100 {
+            brutal.on_ack(later, 1200, rtt, MB);
+        }
+        assert_eq!(brutal.ack_rate, 1.0);
+        // 10 % lost, enough to count (with second 4's packet): a ninth more goes out.
+        for _ in 0..799 {
+            brutal.on_ack(later, 1200, rtt, MB);
+        }
+        brutal.on_loss(later, 100 * 1200, MB);
+        assert!((brutal.ack_rate - 0.9).abs() < 1e-9, "{}", brutal.ack_rate);
+        assert_eq!(brutal.sending_rate(9 * MB), 10 * MB);
+        // A slot reused for a later second starts empty.
+        brutal.on_loss(start + Duration::from_secs(10), 1200, MB);
+        assert_eq!(brutal.slots[0], Slot { second: 10, acked: 0, lost: 1200 });
+    }
+
+    #[test]
+    fn a_connection_switches_to_brutal_and_back_through_a_shared_rate() {
+        let start = Instant::now();
+        for default in [Congestion::Bbr, Congestion::Cubic] {
+            let built = Arc::new(Factory { default }).build(start, MTU);
+            let mut switch = built.into_any().downcast::<Switch>().expect("a Switch");
+            let initial = switch.window();
+            // (quinn's RTT estimator cannot be built outside quinn: Brutal takes the sample.)
+            switch.brutal.on_ack(start, 1200, Duration::from_millis(40), 0);
+            // What `use_brutal` reaches: a clone sharing the rate.
+            let clone = switch.clone_box().into_any().downcast::<Switch>().expect("a Switch");
+            clone.rate.store(5 * MB, Ordering::Relaxed);
+            assert_eq!(switch.window(), 12_000, "Brutal's first budget ({default:?})");
+            assert_eq!(switch.metrics().pacing_rate, Some(5 * MB));
+            switch.on_sent(start, 12_000, 0);
+            assert_eq!(switch.window(), 12_000, "spent: what is in flight ({default:?})");
+            clone.rate.store(0, Ordering::Relaxed);
+            assert_eq!(switch.window(), initial, "the default controller again ({default:?})");
+            switch.on_mtu_update(1400);
+            assert_eq!(switch.brutal.mtu, 1400);
+        }
+    }
+}
