@@ -10,6 +10,7 @@ pub mod control;
 pub mod control_sim;
 pub mod edge;
 pub mod load;
+pub mod lossy;
 pub mod node;
 pub mod stand_in;
 

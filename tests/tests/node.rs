@@ -307,6 +307,39 @@ async fn brutal_sends_at_the_rate_the_client_announces_held_to_the_nodes() {
     node.stop().unwrap();
 }
 
+/// Brutal on a path like a real one (`hearth_tests::lossy`): 40 ms RTT, 5 % of packets lost
+/// at random each way, a 50 Mbit/s bottleneck. A client that announces 20 Mbit/s gets about
+/// that (Brutal sends a twentieth more to make up for the loss); a loss-based controller
+/// would back off at every loss.
+#[tokio::test]
+async fn brutal_holds_its_rate_through_random_loss() {
+    use hearth_tests::lossy::{LossyPath, Shape};
+    let (_temp, node) = alice_node_with("");
+    let metrics = node.metrics_url().unwrap();
+    let shape = Shape::symmetric(std::time::Duration::from_millis(40), 0.05, 50);
+    let path = LossyPath::start(node.addr, shape, shape).await.unwrap();
+    let body: Vec<u8> = (0..8_000_000u32).map(|i| (i * 31 + i / 5) as u8).collect();
+    let web = http_server(body.clone()).await.unwrap();
+    let mut outbound = node.outbound("alice-password");
+    outbound["server_port"] = path.addr.port().into();
+    outbound["up_mbps"] = 20.into();
+    outbound["down_mbps"] = 20.into();
+    let alice = SingBoxClient::start(outbound).unwrap();
+    let started = std::time::Instant::now();
+    let got = fetch(&alice, web).await.unwrap();
+    let mbps = got.len() as f64 * 8.0 / started.elapsed().as_secs_f64() / 1e6;
+    assert!(got == body, "bytes through the tunnel differ");
+    let lost = path.down.lost.load(std::sync::atomic::Ordering::Relaxed);
+    let delivered = path.down.delivered.load(std::sync::atomic::Ordering::Relaxed);
+    eprintln!("Brutal at 20 Mbit/s, 40 ms, 5 % loss: {mbps:.1} Mbit/s ({lost} packets lost, {delivered} delivered)");
+    assert!(lost > delivered / 40, "the path lost {lost} of {} packets", lost + delivered);
+    assert_eq!(metric(&metrics, "hearth_node_brutal_connections").await.unwrap(), 1);
+    // The handshake and the first RTTs count in the time: a little under the rate.
+    assert!((14.0..24.0).contains(&mbps), "Brutal at 20 Mbit/s through 5 % loss moved {mbps:.1} Mbit/s");
+    drop(alice);
+    node.stop().unwrap();
+}
+
 #[tokio::test]
 async fn one_network_cannot_hold_every_wait_for_authentication() {
     use hearth_tests::node::H3Client;
