@@ -9,7 +9,7 @@
 //! in each row). Each run writes JSON to `target/bench/`; a full run
 //! writes `docs/benchmarks.md`.
 //!
-//! For profiling one scenario: `--only system` (also `control`, `edge`, `tunnel`, `node`, `worker`, `panel`, `abuse`;
+//! For profiling one scenario: `--only system` (also `control`, `edge`, `tunnel`, `lossy`, `node`, `worker`, `panel`, `abuse`;
 //! comma-separated) prints its table and writes nothing; `HEARTH_SUITE_CONTROL_LOG` sets the
 //! log filter of control in the system scenario (`hearth_control::store=debug` shows how long
 //! each write transaction waited, worked and committed).
@@ -169,6 +169,7 @@ const TARGETS: &[(&str, Bound, &str)] = &[
     ),
     ("B1 tunnel, 1 stream", Bound::AtLeastPeer, "at least sing-box (#5)"),
     ("B1 tunnel, 16 streams", Bound::AtLeastPeer, "at least sing-box (#5)"),
+    ("B2 ", Bound::AtLeastPeer, "at least sing-box (#17)"),
     ("panel, 10,000 users:", Bound::Below(50.0), "< 50 ms (#6)"),
     ("panel: what a first visit downloads", Bound::Below(150.0), "< 150 KB (#6)"),
     ("E restart: control's first 200", Bound::Below(100.0), "< 100 ms (#8)"),
@@ -1305,6 +1306,83 @@ async fn throughput(client: &SingBoxClient, cg: &Cgroup, streams: usize, per_str
     Ok((gbit / seconds, gbit / cpu.max(0.001)))
 }
 
+/// sing-box's Hysteria2 server in `cg` with the users of [`node_with_users`] and the node's
+/// certificate (from its state directory `dir`), configured in `temp`; and its UDP port.
+fn sing_box_server(cg: &Cgroup, temp: &std::path::Path, dir: &std::path::Path) -> Result<(std::process::Child, u16)> {
+    let port = free_port()?;
+    let users: Vec<Value> = (1..=1000).map(|u| json!({ "password": format!("password-{u}") })).collect();
+    let config = json!({
+        "log": { "level": "warn" },
+        "inbounds": [{
+            "type": "hysteria2", "listen": "127.0.0.1", "listen_port": port, "users": users,
+            "tls": { "enabled": true, "alpn": ["h3"],
+                     "certificate_path": dir.join("tls.crt"), "key_path": dir.join("tls.key") }
+        }],
+        "outbounds": [{ "type": "direct" }]
+    });
+    let file = temp.join("peer.json");
+    std::fs::write(&file, serde_json::to_vec(&config)?)?;
+    let sing_box = hearth_tests::sing_box()?;
+    let child = cg.start(|| hearth_tests::cgroup::command(&sing_box).args(["run", "-c"]).arg(&file).spawn())?;
+    Ok((child, port))
+}
+
+/// A sing-box client's Hysteria2 outbound to a server on loopback `port` as user 1.
+fn outbound(port: u16) -> Value {
+    json!({
+        "type": "hysteria2", "server": "127.0.0.1", "server_port": port, "password": "password-1",
+        "tls": { "enabled": true, "server_name": "localhost", "insecure": true, "alpn": ["h3"] }
+    })
+}
+
+/// B2: the node against sing-box's Hysteria2 server on a lossy path (`hearth_tests::lossy`,
+/// the same shape both ways): 50 ms RTT, 0, 1 and 5 % of packets lost at random, a 200 Mbit/s
+/// bottleneck with a queue of one RTT. Each with the client's own congestion control (no rate
+/// announced: both servers run BBR) and with Brutal (the client announces 150 Mbit/s); the
+/// same client program, the servers taking turns in a rotating order.
+async fn lossy(t: &mut Table, quick: bool, rep: usize) -> Result<()> {
+    use hearth_tests::lossy::{LossyPath, Shape};
+    println!("lossy: hearth-node against sing-box's server on a lossy path");
+    let temp = tempfile::tempdir()?;
+    let ours = Cgroup::create("node-lossy", SUT_CPU, GIB)?;
+    let (node, dir) = node_with_users(&ours, temp.path(), "node", "")?;
+    let theirs = Cgroup::create("sing-box-lossy", SUT_CPU, GIB)?;
+    let (mut peer, peer_port) = sing_box_server(&theirs, temp.path(), &dir)?;
+    tokio::time::sleep(Duration::from_secs(1)).await;
+    let bytes = if quick { 8u64 << 20 } else { 48 << 20 };
+    for (case, loss) in [0.0, 0.01, 0.05].into_iter().enumerate() {
+        let shape = Shape::symmetric(Duration::from_millis(50), loss, 200);
+        for (mode, announced) in [("client's congestion control", None), ("Brutal at 150 Mbit/s", Some(150))] {
+            let metric = format!("B2 50 ms, {} % loss, {mode}", loss * 100.0);
+            let mut measured = [(0.0, 0.0); 2];
+            let servers = [(node.addr.port(), &ours), (peer_port, &theirs)];
+            for turn in 0..2 {
+                let which = (rep + case + turn) % 2;
+                let (port, cg) = servers[which];
+                let server = std::net::SocketAddr::from(([127, 0, 0, 1], port));
+                let path = LossyPath::start(server, shape, shape).await?;
+                let mut client = outbound(path.addr.port());
+                if let Some(mbps) = announced {
+                    client["up_mbps"] = mbps.into();
+                    client["down_mbps"] = mbps.into();
+                }
+                let client = SingBoxClient::start(client)?;
+                // Untimed: the QUIC connection made, the first RTTs of growth.
+                throughput(&client, cg, 1, 1 << 20).await?;
+                measured[which] = throughput(&client, cg, 1, bytes).await?;
+            }
+            let [(gbps, per_cpu), (peer_gbps, peer_per_cpu)] = measured;
+            t.add(&format!("{metric}: Mbit/s"), "Mbit/s", gbps * 1000.0, "");
+            t.add_peer(&format!("{metric}: Mbit/s"), "Mbit/s", peer_gbps * 1000.0);
+            t.add(&format!("{metric}: Gbit per server CPU-second"), "Gbit/CPU-s", per_cpu, "");
+            t.add_peer(&format!("{metric}: Gbit per server CPU-second"), "Gbit/CPU-s", peer_per_cpu);
+        }
+    }
+    let _ = peer.kill();
+    let _ = peer.wait();
+    node.stop()
+}
+
 /// P1 (node), B1: the node against sing-box's Hysteria2 server (and the node with CUBIC),
 /// the same client, taking turns in an order that rotates (repetition `rep`).
 async fn tunnel(t: &mut Table, quick: bool, rep: usize) -> Result<()> {
@@ -1318,31 +1396,10 @@ async fn tunnel(t: &mut Table, quick: bool, rep: usize) -> Result<()> {
     t.note("P1 node idle, 1000 users (anon)", &format!("the process's own RssAnon: {rss:.1} MiB"));
 
     let theirs = Cgroup::create("sing-box", SUT_CPU, GIB)?;
-    let peer_port = free_port()?;
-    let users: Vec<Value> = (1..=1000).map(|u| json!({ "password": format!("password-{u}") })).collect();
-    let peer_config = json!({
-        "log": { "level": "warn" },
-        "inbounds": [{
-            "type": "hysteria2", "listen": "127.0.0.1", "listen_port": peer_port, "users": users,
-            "tls": { "enabled": true, "alpn": ["h3"],
-                     "certificate_path": dir.join("tls.crt"), "key_path": dir.join("tls.key") }
-        }],
-        "outbounds": [{ "type": "direct" }]
-    });
-    let peer_file = temp.path().join("peer.json");
-    std::fs::write(&peer_file, serde_json::to_vec(&peer_config)?)?;
-    let sing_box = hearth_tests::sing_box()?;
-    let mut peer =
-        theirs.start(|| hearth_tests::cgroup::command(&sing_box).args(["run", "-c"]).arg(&peer_file).spawn())?;
+    let (mut peer, peer_port) = sing_box_server(&theirs, temp.path(), &dir)?;
     tokio::time::sleep(Duration::from_secs(2)).await;
     t.add_peer("P1 node idle, 1000 users (anon)", "MiB", theirs.anon_bytes()? as f64 / MIB);
 
-    let outbound = |port: u16| {
-        json!({
-            "type": "hysteria2", "server": "127.0.0.1", "server_port": port, "password": "password-1",
-            "tls": { "enabled": true, "server_name": "localhost", "insecure": true, "alpn": ["h3"] }
-        })
-    };
     // The same node with CUBIC (`congestion = "cubic"`), in a cgroup of its own: where
     // quinn's BBR spends CPU, as a row of its own.
     let cubic_cg = Cgroup::create("node-cubic", SUT_CPU, GIB)?;
@@ -1739,6 +1796,9 @@ async fn main() -> Result<()> {
         }
         if runs("tunnel") {
             tunnel(&mut t, quick, rep).await?;
+        }
+        if runs("lossy") {
+            lossy(&mut t, quick, rep).await?;
         }
         if runs("node") {
             node(&mut t, quick).await?;
