@@ -30,6 +30,14 @@ fn render(sources: &Sources) -> String {
         "Open connections sending with Brutal at the rate their client announced.",
         live.brutal.load(Ordering::Relaxed),
     );
+    let (sent, lost) = live.packets();
+    metric("hearth_node_packets_sent_total", "counter", "QUIC packets sent to authenticated clients.", sent);
+    metric(
+        "hearth_node_packets_lost_total",
+        "counter",
+        "QUIC packets to authenticated clients declared lost (their data sent again).",
+        lost,
+    );
     metric(
         "hearth_node_auth_failures_total",
         "counter",

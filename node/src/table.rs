@@ -38,6 +38,9 @@ pub(crate) struct Live {
     pub(crate) expires: AtomicU64,
     /// Open connections that send with Brutal (for metrics).
     pub(crate) brutal: Arc<AtomicU64>,
+    /// QUIC packets sent and declared lost on authenticated connections that have closed
+    /// (for metrics; open ones are asked when the metrics are read).
+    closed_packets: (AtomicU64, AtomicU64),
     table: RwLock<Arc<HashMap<Digest, UserId>>>,
     counters: Mutex<HashMap<UserId, Arc<Counter>>>,
     connections: Mutex<HashMap<UserId, HashMap<usize, quinn::Connection>>>,
@@ -62,7 +65,9 @@ impl Drop for Registration {
     fn drop(&mut self) {
         let mut connections = self.live.connections.lock().expect("connections lock");
         if let Some(open) = connections.get_mut(&self.user) {
-            open.remove(&self.id);
+            if let Some(connection) = open.remove(&self.id) {
+                self.live.retire(&connection);
+            }
             if open.is_empty() {
                 connections.remove(&self.user);
             }
@@ -95,6 +100,22 @@ impl Live {
         table.get_key_value(&hash).filter(|(stored, _)| ct_eq(stored.as_slice(), &hash)).map(|(_, user)| *user)
     }
 
+    /// Adds a connection's packet counts to those of closed connections.
+    fn retire(&self, connection: &quinn::Connection) {
+        let path = connection.stats().path;
+        self.closed_packets.0.fetch_add(path.sent_packets, Ordering::Relaxed);
+        self.closed_packets.1.fetch_add(path.lost_packets, Ordering::Relaxed);
+    }
+
+    /// QUIC packets sent to authenticated clients so far, and how many of them were declared
+    /// lost (and their data sent again).
+    pub(crate) fn packets(&self) -> (u64, u64) {
+        let connections = self.connections.lock().expect("connections lock");
+        let open = connections.values().flat_map(HashMap::values).map(|c| c.stats().path);
+        let (sent, lost) = open.fold((0, 0), |(s, l), path| (s + path.sent_packets, l + path.lost_packets));
+        (sent + self.closed_packets.0.load(Ordering::Relaxed), lost + self.closed_packets.1.load(Ordering::Relaxed))
+    }
+
     /// Open authenticated connections.
     pub(crate) fn connections(&self) -> usize {
         self.connections.lock().expect("connections lock").values().map(HashMap::len).sum()
@@ -122,6 +143,7 @@ impl Live {
             if let Some(open) = connections.remove(user) {
                 for connection in open.values() {
                     connection.close(CLOSE_REMOVED.into(), b"removed");
+                    self.retire(connection);
                     closed += 1;
                 }
             }
