@@ -334,6 +334,14 @@ async fn brutal_holds_its_rate_through_random_loss() {
     eprintln!("Brutal at 20 Mbit/s, 40 ms, 5 % loss: {mbps:.1} Mbit/s ({lost} packets lost, {delivered} delivered)");
     assert!(lost > delivered / 40, "the path lost {lost} of {} packets", lost + delivered);
     assert_eq!(metric(&metrics, "hearth_node_brutal_connections").await.unwrap(), 1);
+    // The node's own count of what it sent and what it found lost: about the path's.
+    let sent = metric(&metrics, "hearth_node_packets_sent_total").await.unwrap();
+    let declared = metric(&metrics, "hearth_node_packets_lost_total").await.unwrap();
+    assert!(
+        sent >= lost + delivered - 50,
+        "the node sent {sent} packets; the path carried {delivered} and lost {lost}"
+    );
+    assert!((lost / 2..=lost * 2).contains(&declared), "the node found {declared} lost; the path lost {lost}");
     // The handshake and the first RTTs count in the time: a little under the rate.
     assert!((14.0..24.0).contains(&mbps), "Brutal at 20 Mbit/s through 5 % loss moved {mbps:.1} Mbit/s");
     drop(alice);
