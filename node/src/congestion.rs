@@ -45,8 +45,9 @@ const SLOTS: usize = 5;
 const MIN_SAMPLE_PACKETS: u64 = 50;
 /// The ack rate is never taken lower than this: at most 1.25 times the rate goes out.
 const MIN_ACK_RATE: f64 = 0.8;
-/// The most packets the budget holds. quic-go (sing-box's client) drops what arrives while
-/// 256 packets wait in a connection's queue: half of that at once, however fast.
+/// The most packets the budget holds on a short path (on a long one, an RTT of sending,
+/// which the pacer spreads out). quic-go (sing-box's client) drops what arrives while 256
+/// packets wait in a connection's queue: half of that at once.
 const MAX_BURST_PACKETS: i64 = 128;
 /// The longest a peer delays an acknowledgement (QUIC's default `max_ack_delay`).
 const ACK_DELAY: Duration = Duration::from_millis(25);
@@ -198,14 +199,15 @@ impl Budget {
 
     /// Adds what `rate` (bytes a second) allows since the last refill, up to an RTT and the
     /// ack delay of it (acknowledgements, which refill it, come that far apart at low rates),
-    /// between [`INITIAL_BUDGET_PACKETS`] and [`MAX_BURST_PACKETS`].
+    /// at least [`INITIAL_BUDGET_PACKETS`], at most [`MAX_BURST_PACKETS`] or an RTT of it.
     fn refill(&mut self, now: Instant, rate: u64) {
         let elapsed = now.saturating_duration_since(self.refilled);
         self.refilled = self.refilled.max(now);
         let rate = rate as f64;
-        let held = self.rtt.unwrap_or_default() + ACK_DELAY;
-        let packets = (rate * held.as_secs_f64() / self.mtu as f64) as i64;
-        let burst = packets.clamp(INITIAL_BUDGET_PACKETS, MAX_BURST_PACKETS) * self.mtu as i64;
+        let rtt = self.rtt.unwrap_or_default().as_secs_f64();
+        let packets = |seconds: f64| (rate * seconds / self.mtu as f64) as i64;
+        let most = packets(rtt).max(MAX_BURST_PACKETS);
+        let burst = packets(rtt + ACK_DELAY.as_secs_f64()).clamp(INITIAL_BUDGET_PACKETS, most) * self.mtu as i64;
         let added = (rate * elapsed.as_secs_f64()) as i64;
         self.bytes = self.bytes.saturating_add(added).min(burst);
     }
@@ -432,11 +434,17 @@ mod tests {
         brutal.on_ack(start + Duration::from_millis(1), 1200, Duration::from_millis(50), 10 * MB);
         assert_eq!(brutal.window(10 * MB), 10_800 + 10_000);
         // After a pause the budget holds an RTT and the ack delay of sending (75 ms at
-        // 100 kB/s: 7,500 bytes, raised to 10 packets), at most 128 packets (at 10 MB/s).
+        // 100 kB/s: 7,500 bytes, raised to 10 packets), at most an RTT of it (at 10 MB/s:
+        // 416 packets)...
         brutal.on_end_acks(start + Duration::from_secs(2), 0, 100_000);
         assert_eq!(brutal.window(100_000), 12_000);
         brutal.on_end_acks(start + Duration::from_secs(3), 0, 10 * MB);
-        assert_eq!(brutal.window(10 * MB), 128 * 1200);
+        assert_eq!(brutal.window(10 * MB), 416 * 1200);
+        // ...or 128 packets when that is more (an RTT of 1 ms).
+        let mut short = Brutal::new(start, MTU);
+        short.on_ack(start, 1200, Duration::from_millis(1), 10 * MB);
+        short.on_end_acks(start + Duration::from_secs(1), 0, 10 * MB);
+        assert_eq!(short.window(10 * MB), 128 * 1200);
         // Never above two BDPs counting the ack delay: 2 * 1 MB/s * 75 ms.
         brutal.on_end_acks(start + Duration::from_secs(4), 1_000_000, MB);
         assert_eq!(brutal.window(MB), 150_000);
