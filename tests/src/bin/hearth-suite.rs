@@ -1729,9 +1729,15 @@ fn markdown(t: &Table, reps: usize, commit: &str, when: &str) -> String {
            in (its window grew past 200 MB): quinn's own counters showed half of the packets the \
            node sent lost and sent again (570,000 of 1.13 million; with CUBIC 0.7 %), none dropped \
            by the kernel (its UDP and backlog drop counters stayed at 0), and perf showed 1.7 times \
-           the node's CPU for the same bytes. The CUBIC rows (`congestion = \"cubic\"`) show the \
-           node's cost without that; on a real path with random loss CUBIC would back off where \
-           BBR keeps going.\n\
+           the node's CPU for the same bytes. The cause is quinn's BBR itself: its bandwidth \
+           estimate is the largest rate between two consecutive acknowledgements, which batched \
+           acknowledgements inflate, and its pacing rate and window follow it. The CUBIC rows \
+           (`congestion = \"cubic\"`) show the node's cost without that; B2 shows what CUBIC \
+           does on a path with random loss.\n\
+         - B2 runs each server behind `hearth_tests::lossy`, a forwarder in this program (CPU 0) \
+           that delays, loses at random (the same packets every run) and queues at a 200 Mbit/s \
+           bottleneck, each way; the sing-box client runs Brutal in the Brutal rows (it announces \
+           150 Mbit/s both ways). Its timer works to the millisecond.\n\
          - The user changes (P3, one user change, D) are measured by the client over HTTPS on \
            loopback, so they include TLS and HTTP; every change is committed with a synced \
            write (SQLite WAL, `synchronous = FULL`) before the answer. In D the change shares \
