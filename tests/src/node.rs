@@ -186,17 +186,18 @@ impl Drop for NodeProcess {
     }
 }
 
-/// The real sing-box client with a SOCKS inbound, connected to a Hysteria2 server.
-pub struct SingBoxClient {
+/// A real Hysteria2 client program (sing-box, or mihomo) with a SOCKS inbound, connected to
+/// a Hysteria2 server.
+pub struct ProxyClient {
     child: Child,
     /// The SOCKS5 address of its inbound.
     pub socks: std::net::SocketAddr,
     _dir: tempfile::TempDir,
 }
 
-impl SingBoxClient {
+impl ProxyClient {
     /// Starts sing-box with `outbound` (a hysteria2 outbound object) behind a SOCKS inbound.
-    pub fn start(outbound: serde_json::Value) -> Result<SingBoxClient> {
+    pub fn sing_box(outbound: serde_json::Value) -> Result<ProxyClient> {
         let dir = tempfile::tempdir()?;
         let port = crate::edge::free_port()?;
         let mut outbound = outbound;
@@ -217,14 +218,45 @@ impl SingBoxClient {
             .stderr(Stdio::inherit())
             .spawn()
             .context("starting sing-box")?;
+        ProxyClient::listening(child, port, dir, "sing-box")
+    }
+
+    /// Starts mihomo on `profile` (a Mihomo YAML profile, as the edge serves it), with a
+    /// SOCKS port added; its home directory is a temporary one.
+    pub fn mihomo(profile: &str) -> Result<ProxyClient> {
+        let dir = tempfile::tempdir()?;
+        let port = crate::edge::free_port()?;
+        let config = format!("socks-port: {port}\nbind-address: 127.0.0.1\nlog-level: warning\nipv6: false\n{profile}");
+        let path = dir.path().join("config.yaml");
+        std::fs::write(&path, config)?;
+        let child = Command::new(crate::mihomo()?)
+            .arg("-d")
+            .arg(dir.path())
+            .arg("-f")
+            .arg(&path)
+            .stdin(Stdio::null())
+            .stdout(Stdio::inherit())
+            .stderr(Stdio::inherit())
+            .spawn()
+            .context("starting mihomo")?;
+        ProxyClient::listening(child, port, dir, "mihomo")
+    }
+
+    /// Waits for `child` to open its SOCKS port `port` (5 s at most).
+    fn listening(mut child: Child, port: u16, dir: tempfile::TempDir, name: &str) -> Result<ProxyClient> {
         let socks = std::net::SocketAddr::from(([127, 0, 0, 1], port));
         for _ in 0..200 {
             if std::net::TcpStream::connect(socks).is_ok() {
-                return Ok(SingBoxClient { child, socks, _dir: dir });
+                return Ok(ProxyClient { child, socks, _dir: dir });
+            }
+            if let Some(status) = child.try_wait()? {
+                bail!("{name} exited ({status}) before it opened its SOCKS port");
             }
             std::thread::sleep(Duration::from_millis(25));
         }
-        bail!("sing-box did not open its SOCKS port")
+        let _ = child.kill();
+        let _ = child.wait();
+        bail!("{name} did not open its SOCKS port")
     }
 
     /// A TCP connection to `target` through the tunnel (SOCKS5 CONNECT).
@@ -250,7 +282,7 @@ impl SingBoxClient {
     }
 }
 
-impl SingBoxClient {
+impl ProxyClient {
     /// A UDP round trip through the tunnel (SOCKS5 UDP ASSOCIATE): sends `payload` to
     /// `target` and returns the first answer.
     pub async fn udp_round_trip(&self, target: std::net::SocketAddr, payload: &[u8]) -> Result<Vec<u8>> {
@@ -306,7 +338,7 @@ pub async fn udp_echo() -> Result<std::net::SocketAddr> {
     Ok(addr)
 }
 
-impl Drop for SingBoxClient {
+impl Drop for ProxyClient {
     fn drop(&mut self) {
         let _ = self.child.kill();
         let _ = self.child.wait();
@@ -367,7 +399,7 @@ pub async fn http_server_at(
 
 /// [`fetch`], retried for up to 30 s: while a change (a new user, a first set) is still on its
 /// way to the node.
-pub async fn fetch_eventually(client: &SingBoxClient, target: std::net::SocketAddr) -> Result<Vec<u8>> {
+pub async fn fetch_eventually(client: &ProxyClient, target: std::net::SocketAddr) -> Result<Vec<u8>> {
     let started = std::time::Instant::now();
     loop {
         match fetch(client, target).await {
@@ -379,7 +411,7 @@ pub async fn fetch_eventually(client: &SingBoxClient, target: std::net::SocketAd
 }
 
 /// GETs `/` from `target` through the tunnel; returns the body.
-pub async fn fetch(client: &SingBoxClient, target: std::net::SocketAddr) -> Result<Vec<u8>> {
+pub async fn fetch(client: &ProxyClient, target: std::net::SocketAddr) -> Result<Vec<u8>> {
     let mut stream = client.connect(target).await?;
     stream.write_all(b"GET / HTTP/1.1\r\nhost: test\r\n\r\n").await?;
     let mut response = Vec::new();
@@ -394,7 +426,7 @@ pub async fn fetch(client: &SingBoxClient, target: std::net::SocketAddr) -> Resu
 /// [`fetch`] that tells `progress` how many bytes of the answer have come so far, as they
 /// come (to act in the middle of a long transfer).
 pub async fn fetch_watched(
-    client: &SingBoxClient,
+    client: &ProxyClient,
     target: std::net::SocketAddr,
     progress: tokio::sync::watch::Sender<usize>,
 ) -> Result<Vec<u8>> {
@@ -523,7 +555,7 @@ pub struct Streams {
 
 impl Streams {
     /// Opens `per_client` streams through each client to the echo server at `echo_at`.
-    pub async fn hold(clients: &[&SingBoxClient], per_client: usize, echo_at: std::net::SocketAddr) -> Result<Streams> {
+    pub async fn hold(clients: &[&ProxyClient], per_client: usize, echo_at: std::net::SocketAddr) -> Result<Streams> {
         let (stop, stopped) = tokio::sync::watch::channel(false);
         let (mut tasks, mut echoed) = (Vec::new(), Vec::new());
         for (c, client) in clients.iter().enumerate() {

@@ -17,7 +17,7 @@ use hearth_shared::keys::{Role, SecretKey};
 use hearth_shared::sha256;
 use hearth_shared::wire::{self, CredEntry, CredentialSet, UsageAck, UsageReport, stream};
 use hearth_tests::control_sim::ControlSim;
-use hearth_tests::node::{NodeProcess, SingBoxClient, fetch, http_server, metric, until_logged};
+use hearth_tests::node::{NodeProcess, ProxyClient, fetch, http_server, metric, until_logged};
 use hearth_tests::stand_in::{Answer, Body, RISE_KIB, Request, Seen, peak, stand_in_tls, until};
 
 const API: &str = "api-hostile-control-0123456789";
@@ -198,7 +198,7 @@ async fn a_node_keeps_serving_and_keeps_its_usage_report_through_oversized_and_e
     let (node, log) = NodeProcess::start_logged(&dir).unwrap();
     let metrics = node.metrics_url().unwrap();
     let web = http_server(b"through the node".to_vec()).await.unwrap();
-    let alice = SingBoxClient::start(node.outbound("alice-pw")).unwrap();
+    let alice = ProxyClient::sing_box(node.outbound("alice-pw")).unwrap();
     let still_serving = |what: &'static str| {
         let (alice, metrics, dir) = (&alice, &metrics, &dir);
         async move {

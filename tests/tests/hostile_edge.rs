@@ -21,7 +21,7 @@ use hearth_shared::sha256;
 use hearth_shared::wire::{self, CredEntry, CredentialSet, ExportItem, ExportPage, UsageDrain, UsageReport, UserUsage};
 use hearth_tests::control::{Archiving, ControlDir, ControlProcess};
 use hearth_tests::control_sim::{ControlSim, now, release};
-use hearth_tests::node::{NodeProcess, SingBoxClient, fetch, fetch_eventually, http_server, metric, until_logged};
+use hearth_tests::node::{NodeProcess, ProxyClient, fetch, fetch_eventually, http_server, metric, until_logged};
 use hearth_tests::stand_in::{Answer, Body, RISE_KIB, Request, Seen, peak, stand_in, until};
 
 const API: &str = "api-hostile-edge-0123456789";
@@ -83,7 +83,7 @@ struct NodeLab {
     metrics: String,
     edge: Arc<Mutex<NodeEdge>>,
     seen: Arc<Seen>,
-    alice: SingBoxClient,
+    alice: ProxyClient,
     web: std::net::SocketAddr,
     /// The node's memory at its peak once it served alice and pulled well.
     baseline: u64,
@@ -112,7 +112,7 @@ impl NodeLab {
         let (node, log) = NodeProcess::start_logged(&dir).unwrap();
         let metrics = node.metrics_url().unwrap();
         let web = http_server(b"through the node".to_vec()).await.unwrap();
-        let alice = SingBoxClient::start(node.outbound("alice-pw")).unwrap();
+        let alice = ProxyClient::sing_box(node.outbound("alice-pw")).unwrap();
         assert_eq!(fetch(&alice, web).await.unwrap(), b"through the node");
         let pulls = seen.requests("creds");
         until("two pulls answered well", node.pid(), u64::MAX, || seen.requests("creds") >= pulls + 2).await;
@@ -161,7 +161,7 @@ async fn a_node_keeps_serving_its_set_through_oversized_and_endless_answers_to_i
         let mut edge = lab.edge.lock().unwrap();
         (edge.set, edge.pull) = ((next, 2), None);
     }
-    let bob = SingBoxClient::start(lab.node.outbound("bob-pw")).unwrap();
+    let bob = ProxyClient::sing_box(lab.node.outbound("bob-pw")).unwrap();
     assert_eq!(fetch_eventually(&bob, lab.web).await.unwrap(), b"through the node");
     assert_eq!(metric(&lab.metrics, "hearth_node_set_version").await.unwrap(), 2);
     assert_eq!(fetch(&lab.alice, lab.web).await.unwrap(), b"through the node");

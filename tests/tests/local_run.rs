@@ -115,7 +115,7 @@ async fn deploy_local_brings_hearth_up_on_loopback() {
     // port, so the test never collides with a real one).
     let mut config: serde_json::Value = serde_json::from_slice(&std::fs::read(&config).unwrap()).unwrap();
     let outbound = config["outbounds"][0].take();
-    let client = hearth_tests::node::SingBoxClient::start(outbound).unwrap();
+    let client = hearth_tests::node::ProxyClient::sing_box(outbound).unwrap();
     let web = hearth_tests::node::http_server(b"through the node".to_vec()).await.unwrap();
     // The demo user was added from the shell a moment ago; the node has it within seconds.
     let got = hearth_tests::node::fetch_eventually(&client, web).await.expect("no traffic through the node");

@@ -3,7 +3,7 @@
 use hearth_shared::sha256;
 use hearth_shared::wire::{CredEntry, CredentialSet};
 use hearth_tests::control_sim::ControlSim;
-use hearth_tests::node::{NodeProcess, SingBoxClient, fetch, http_server, metric, state_dir, state_dir_with};
+use hearth_tests::node::{NodeProcess, ProxyClient, fetch, http_server, metric, state_dir, state_dir_with};
 use serde_json::json;
 
 fn set(node: u64, users: &[(u64, &str)]) -> CredentialSet {
@@ -26,13 +26,13 @@ async fn tcp_through_the_tunnel_with_the_real_sing_box_client() {
 
     let body: Vec<u8> = (0..(1u32 << 20)).map(|i| (i * 7 + i / 3) as u8).collect();
     let web = http_server(body.clone()).await.unwrap();
-    let alice = SingBoxClient::start(node.outbound("alice-password")).unwrap();
+    let alice = ProxyClient::sing_box(node.outbound("alice-password")).unwrap();
     let got = fetch(&alice, web).await.unwrap();
     assert_eq!(got.len(), body.len());
     assert!(got == body, "bytes through the tunnel differ");
 
     // A wrong password gets nowhere.
-    let mallory = SingBoxClient::start(node.outbound("wrong-password")).unwrap();
+    let mallory = ProxyClient::sing_box(node.outbound("wrong-password")).unwrap();
     assert!(fetch(&mallory, web).await.is_err(), "a wrong password must not relay");
     node.stop().unwrap();
 }
@@ -88,8 +88,8 @@ async fn a_removed_user_is_cut_off_live_and_nobody_else_notices() {
     // A long transfer: 4 MiB in 16 KiB pieces 25 ms apart, several seconds through the tunnel.
     let body: Vec<u8> = (0..(4u32 << 20)).map(|i| (i % 251) as u8).collect();
     let web = hearth_tests::node::http_server_paced(body.clone(), Duration::from_millis(25)).await.unwrap();
-    let alice = SingBoxClient::start(node.outbound("alice-pw")).unwrap();
-    let bob = SingBoxClient::start(node.outbound("bob-pw")).unwrap();
+    let alice = ProxyClient::sing_box(node.outbound("alice-pw")).unwrap();
+    let bob = ProxyClient::sing_box(node.outbound("bob-pw")).unwrap();
     // The node pulls its first set from the edge.
     hearth_tests::node::fetch_eventually(&alice, http_server(b"ok".to_vec()).await.unwrap()).await.unwrap();
 
@@ -114,7 +114,7 @@ async fn a_removed_user_is_cut_off_live_and_nobody_else_notices() {
     assert!(fetch(&alice, web).await.is_err(), "alice cannot reconnect");
     // Carol's bytes move after bob's transfer ended: a report that holds them is later than
     // every report of bob's bytes.
-    let carol = SingBoxClient::start(node.outbound("carol-pw")).unwrap();
+    let carol = ProxyClient::sing_box(node.outbound("carol-pw")).unwrap();
     assert_eq!(fetch(&carol, http_server(b"hi".to_vec()).await.unwrap()).await.unwrap(), b"hi");
 
     // Usage reaches the edge's queue for control: bob's bytes, counted once.
@@ -160,7 +160,7 @@ async fn udp_and_salamander_with_the_real_sing_box_client() {
     let node = NodeProcess::start(&dir).unwrap();
     let mut with_obfs = node.outbound("alice-password");
     with_obfs["obfs"] = json!({ "type": "salamander", "password": "salamander secret" });
-    let alice = SingBoxClient::start(with_obfs).unwrap();
+    let alice = ProxyClient::sing_box(with_obfs).unwrap();
 
     let body: Vec<u8> = (0..(256u32 << 10)).map(|i| (i % 253) as u8).collect();
     let web = http_server(body.clone()).await.unwrap();
@@ -174,7 +174,7 @@ async fn udp_and_salamander_with_the_real_sing_box_client() {
     assert_eq!(alice.udp_round_trip(echo, &large).await.unwrap(), large);
 
     // Without the obfuscation password the node does not even answer QUIC.
-    let plain = SingBoxClient::start(node.outbound("alice-password")).unwrap();
+    let plain = ProxyClient::sing_box(node.outbound("alice-password")).unwrap();
     assert!(fetch(&plain, web).await.is_err());
     node.stop().unwrap();
 }
@@ -277,7 +277,7 @@ async fn brutal_sends_at_the_rate_the_client_announces_held_to_the_nodes() {
     let mut announcing = node.outbound("alice-password");
     announcing["up_mbps"] = 100.into();
     announcing["down_mbps"] = 1000.into();
-    let alice = SingBoxClient::start(announcing).unwrap();
+    let alice = ProxyClient::sing_box(announcing).unwrap();
     let started = std::time::Instant::now();
     let got = fetch(&alice, web).await.unwrap();
     let mbps = got.len() as f64 * 8.0 / started.elapsed().as_secs_f64() / 1e6;
@@ -287,7 +287,7 @@ async fn brutal_sends_at_the_rate_the_client_announces_held_to_the_nodes() {
     assert_eq!(metric(&metrics, "hearth_node_brutal_connections").await.unwrap(), 1);
 
     // No rate announced: the node's own controller.
-    let quiet = SingBoxClient::start(node.outbound("alice-password")).unwrap();
+    let quiet = ProxyClient::sing_box(node.outbound("alice-password")).unwrap();
     assert_eq!(fetch(&quiet, web).await.unwrap().len(), body.len());
     assert_eq!(metric(&metrics, "hearth_node_brutal_connections").await.unwrap(), 1, "only alice's first client");
     drop((alice, quiet));
@@ -300,7 +300,7 @@ async fn brutal_sends_at_the_rate_the_client_announces_held_to_the_nodes() {
     let mut announcing = node.outbound("alice-password");
     announcing["up_mbps"] = 100.into();
     announcing["down_mbps"] = 1000.into();
-    let announcing = SingBoxClient::start(announcing).unwrap();
+    let announcing = ProxyClient::sing_box(announcing).unwrap();
     assert_eq!(fetch(&announcing, web).await.unwrap().len(), body.len());
     assert_eq!(metric(&metrics, "hearth_node_brutal_connections").await.unwrap(), 0, "announced rates ignored");
     drop(announcing);
@@ -324,7 +324,7 @@ async fn brutal_holds_its_rate_through_random_loss() {
     outbound["server_port"] = path.addr.port().into();
     outbound["up_mbps"] = 20.into();
     outbound["down_mbps"] = 20.into();
-    let alice = SingBoxClient::start(outbound).unwrap();
+    let alice = ProxyClient::sing_box(outbound).unwrap();
     let started = std::time::Instant::now();
     let got = fetch(&alice, web).await.unwrap();
     let mbps = got.len() as f64 * 8.0 / started.elapsed().as_secs_f64() / 1e6;
@@ -406,7 +406,7 @@ async fn a_node_restarted_while_control_and_edge_are_down_serves_its_last_set() 
         node.stop().unwrap();
         NodeProcess::start(&state).unwrap()
     };
-    let alice = SingBoxClient::start(node.outbound("alice-password")).unwrap();
+    let alice = ProxyClient::sing_box(node.outbound("alice-password")).unwrap();
     let web = http_server(b"still here".to_vec()).await.unwrap();
     assert_eq!(fetch(&alice, web).await.unwrap(), b"still here");
     // A set altered on disk is refused at start, with a clear reason, and nobody gets in:
@@ -418,7 +418,7 @@ async fn a_node_restarted_while_control_and_edge_are_down_serves_its_last_set() 
     let (node, log) = NodeProcess::start_logged(&dir).unwrap();
     let said = until_logged(&log, "does not verify", Duration::from_secs(60)).await.unwrap();
     assert!(said.contains("bad signature"), "the node must say why: {said}");
-    let alice = SingBoxClient::start(node.outbound("alice-password")).unwrap();
+    let alice = ProxyClient::sing_box(node.outbound("alice-password")).unwrap();
     assert!(fetch(&alice, web).await.is_err(), "alice got in on a set altered on disk");
     let metrics = node.metrics_url().unwrap();
     assert_eq!(metric(&metrics, "hearth_node_users").await.unwrap(), 0);
@@ -443,7 +443,7 @@ async fn an_expired_set_keeps_serving_and_says_so() {
     let expired = draft.sign(set(1, &[(7, "alice-password")]).encode(), &[&sim.signing]).encode();
     std::fs::write(dir.join("creds.envelope"), expired).unwrap();
     let node = NodeProcess::start(&dir).unwrap();
-    let alice = SingBoxClient::start(node.outbound("alice-password")).unwrap();
+    let alice = ProxyClient::sing_box(node.outbound("alice-password")).unwrap();
     let web = http_server(b"still serving".to_vec()).await.unwrap();
     assert_eq!(fetch(&alice, web).await.unwrap(), b"still serving", "users stay online on an expired set");
     let metrics = node.metrics_url().unwrap();
@@ -503,7 +503,7 @@ async fn a_node_without_allow_private_refuses_internal_destinations() {
     let (web, web_accepted) = counted_http_server([127, 0, 0, 1], b"inside").await;
     let (other, other_accepted) = counted_http_server([127, 0, 0, 2], b"inside too").await;
     let (echo, echoed) = counted_udp_echo().await;
-    let through_strict = SingBoxClient::start(strict.outbound("alice-password")).unwrap();
+    let through_strict = ProxyClient::sing_box(strict.outbound("alice-password")).unwrap();
     assert!(fetch(&through_strict, web).await.is_err(), "TCP to 127.0.0.1 went through");
     assert!(fetch(&through_strict, other).await.is_err(), "TCP to 127.0.0.2 went through");
     assert!(through_strict.udp_round_trip(echo, b"ping").await.is_err(), "UDP to 127.0.0.1 went through");
@@ -511,7 +511,7 @@ async fn a_node_without_allow_private_refuses_internal_destinations() {
     assert_eq!(other_accepted.load(Ordering::SeqCst), 0, "the node connected to 127.0.0.2");
     assert_eq!(echoed.load(Ordering::SeqCst), 0, "the node sent a datagram to 127.0.0.1");
 
-    let through_open = SingBoxClient::start(open.outbound("alice-password")).unwrap();
+    let through_open = ProxyClient::sing_box(open.outbound("alice-password")).unwrap();
     assert_eq!(fetch(&through_open, web).await.unwrap(), b"inside");
     assert_eq!(fetch(&through_open, other).await.unwrap(), b"inside too");
     assert_eq!(through_open.udp_round_trip(echo, b"ping").await.unwrap(), b"ping");
@@ -554,7 +554,7 @@ async fn the_last_usage_before_a_sigterm_is_reported_once() {
     let mut queued = Vec::new();
     for (round, size) in [(1u64, 1usize << 20), (2, 300 << 10)] {
         let node = NodeProcess::start(&dir).unwrap();
-        let alice = SingBoxClient::start(node.outbound("alice-password")).unwrap();
+        let alice = ProxyClient::sing_box(node.outbound("alice-password")).unwrap();
         let body: Vec<u8> = (0..size).map(|i| (i % 241) as u8).collect();
         let web = http_server(body).await.unwrap();
         assert_eq!(fetch(&alice, web).await.unwrap().len(), size);

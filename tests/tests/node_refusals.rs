@@ -13,7 +13,7 @@ use hearth_shared::keys::{Role, SecretKey};
 use hearth_shared::sha256;
 use hearth_shared::wire::{CredEntry, CredentialSet, stream};
 use hearth_tests::control_sim::ControlSim;
-use hearth_tests::node::{NodeProcess, SingBoxClient, fetch, fetch_eventually, http_server, metric, until_logged};
+use hearth_tests::node::{NodeProcess, ProxyClient, fetch, fetch_eventually, http_server, metric, until_logged};
 use hearth_tests::stand_in::{Answer, Request};
 
 const API: &str = "api-refusals-0123456789";
@@ -101,8 +101,8 @@ async fn refuses_and_keeps_serving(from_control: bool) {
     let (node, log) = NodeProcess::start_logged(&dir).unwrap();
     let metrics = node.metrics_url().unwrap();
     let web = http_server(b"through the node".to_vec()).await.unwrap();
-    let alice_client = SingBoxClient::start(node.outbound("alice-pw")).unwrap();
-    let mallory_client = SingBoxClient::start(node.outbound("mallory-pw")).unwrap();
+    let alice_client = ProxyClient::sing_box(node.outbound("alice-pw")).unwrap();
+    let mallory_client = ProxyClient::sing_box(node.outbound("mallory-pw")).unwrap();
     assert_eq!(fetch(&alice_client, web).await.unwrap(), b"through the node");
 
     // The signing key rotates; the node takes the rotation with the set the new key signed.

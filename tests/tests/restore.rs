@@ -9,7 +9,7 @@ use std::time::{Duration, Instant};
 
 use hearth_tests::control::{Archiving, ControlDir, ControlProcess, EdgeArchive};
 use hearth_tests::edge::EdgeProcess;
-use hearth_tests::node::{NodeProcess, SingBoxClient, fetch_eventually, http_server, profile_outbound};
+use hearth_tests::node::{NodeProcess, ProxyClient, fetch_eventually, http_server, profile_outbound};
 use reqwest::Method;
 use serde_json::{Value, json};
 
@@ -82,7 +82,7 @@ impl Lab {
         let (id, link) = &self.users[name];
         let counted = |user: &Value| user["used_down"].as_u64().unwrap();
         let before = counted(&self.call(Method::GET, &format!("/users/{id}"), None).await);
-        let client = SingBoxClient::start(profile_outbound(link).await.unwrap()).unwrap();
+        let client = ProxyClient::sing_box(profile_outbound(link).await.unwrap()).unwrap();
         let body = vec![7u8; bytes];
         assert_eq!(fetch_eventually(&client, http_server(body).await.unwrap()).await.unwrap().len(), bytes);
         let started = Instant::now();

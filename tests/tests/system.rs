@@ -8,7 +8,7 @@ use std::time::{Duration, Instant};
 use hearth_tests::control::{ControlDir, ControlProcess};
 use hearth_tests::edge::{Backend, EdgeProcess, free_port};
 use hearth_tests::node::{
-    NodeProcess, SingBoxClient, Streams, fetch, fetch_eventually, held_set, http_server, profile_outbound, tcp_echo,
+    NodeProcess, ProxyClient, Streams, fetch, fetch_eventually, held_set, http_server, profile_outbound, tcp_echo,
 };
 use serde_json::{Value, json};
 
@@ -91,13 +91,13 @@ async fn enrolled_node(s: &System, state: &std::path::Path) -> (u16, Vec<String>
 /// The system with control on a fixed address (so a restart keeps it, as the node's
 /// `control_url` needs), an enrolled node running, a user `alice` and a sing-box client on
 /// her profile.
-async fn with_a_running_node() -> (System, Value, NodeProcess, SingBoxClient) {
+async fn with_a_running_node() -> (System, Value, NodeProcess, ProxyClient) {
     let s = System::start(Backend::Native, &[("HEARTH_LISTEN", format!("127.0.0.1:{}", free_port().unwrap()))]).await;
     let state = s.temp.path().join("node");
     enrolled_node(&s, &state).await;
     let alice = s.user("alice").await;
     let node = NodeProcess::start(&state).unwrap();
-    let client = SingBoxClient::start(profile_outbound(alice["link"].as_str().unwrap()).await.unwrap()).unwrap();
+    let client = ProxyClient::sing_box(profile_outbound(alice["link"].as_str().unwrap()).await.unwrap()).unwrap();
     (s, alice, node, client)
 }
 
@@ -132,7 +132,7 @@ async fn through_a_node(backend: Backend) {
     assert!(link.starts_with(&s.edge.url));
     let outbound = profile_outbound(&link).await.unwrap();
     assert_eq!(outbound["server_port"], port);
-    let client = SingBoxClient::start(outbound).unwrap();
+    let client = ProxyClient::sing_box(outbound).unwrap();
     let body: Vec<u8> = (0..(512u32 << 10)).map(|i| (i % 249) as u8).collect();
     let web = http_server(body.clone()).await.unwrap();
     let got = fetch_eventually(&client, web).await.unwrap();
@@ -238,7 +238,7 @@ async fn a_node_that_reaches_only_the_edge_gets_its_reports_acknowledged() {
 
     let alice = s.user("alice").await;
     let node = NodeProcess::start(&state).unwrap();
-    let client = SingBoxClient::start(profile_outbound(alice["link"].as_str().unwrap()).await.unwrap()).unwrap();
+    let client = ProxyClient::sing_box(profile_outbound(alice["link"].as_str().unwrap()).await.unwrap()).unwrap();
     let body = vec![7u8; 200_000];
     let web = http_server(body.clone()).await.unwrap();
     fetch_eventually(&client, web).await.unwrap();
@@ -509,7 +509,7 @@ async fn drill(from_snapshots: bool) {
     links.extend(bulk["users"].as_array().unwrap().iter().map(|u| u["link"].as_str().unwrap().to_owned()));
     assert_eq!(links.len(), 1000);
     let node = NodeProcess::start(&state).unwrap();
-    let client = SingBoxClient::start(profile_outbound(&links[0]).await.unwrap()).unwrap();
+    let client = ProxyClient::sing_box(profile_outbound(&links[0]).await.unwrap()).unwrap();
     let echo_at = tcp_echo().await.unwrap();
     fetch_eventually(&client, http_server(vec![1; 10_000]).await.unwrap()).await.unwrap();
     let mut held = client.connect(echo_at).await.unwrap();
@@ -567,7 +567,7 @@ async fn drill(from_snapshots: bool) {
     // A user made now reaches the node (through control, or through the edge when the node
     // cannot check the new control's certificate).
     let after = s.user("after-restore").await;
-    let second = SingBoxClient::start(profile_outbound(after["link"].as_str().unwrap()).await.unwrap()).unwrap();
+    let second = ProxyClient::sing_box(profile_outbound(after["link"].as_str().unwrap()).await.unwrap()).unwrap();
     let body = vec![9u8; 50_000];
     assert_eq!(fetch_eventually(&second, http_server(body.clone()).await.unwrap()).await.unwrap(), body);
     echo(&mut held, 4).await;
@@ -748,7 +748,7 @@ async fn the_storm_drops_no_stream_answers_every_request_and_every_change_reache
     // 64 streams: 16 through each of four users' clients.
     let mut clients = Vec::new();
     for link in &links[..4] {
-        clients.push(SingBoxClient::start(profile_outbound(link).await.unwrap()).unwrap());
+        clients.push(ProxyClient::sing_box(profile_outbound(link).await.unwrap()).unwrap());
     }
     let echo_at = tcp_echo().await.unwrap();
     for client in &clients {

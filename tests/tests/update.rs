@@ -13,7 +13,7 @@ use hearth_shared::nodeauth;
 use hearth_shared::sha256;
 use hearth_shared::wire::{CredEntry, CredentialSet};
 use hearth_tests::control_sim::{ControlSim, now, release};
-use hearth_tests::node::{SingBoxClient, Supervised, fetch, fetch_eventually, http_server};
+use hearth_tests::node::{ProxyClient, Supervised, fetch, fetch_eventually, http_server};
 use hearth_tests::stand_in::{Answer, stand_in};
 
 const API: &str = "api-0123456789abcdef";
@@ -107,7 +107,7 @@ struct Setup {
     /// The binary it started with.
     original: Vec<u8>,
     node: Supervised,
-    alice: SingBoxClient,
+    alice: ProxyClient,
     /// A web server alice reaches through the node (20,000 bytes).
     web: std::net::SocketAddr,
 }
@@ -147,7 +147,7 @@ async fn supervised(temp: &std::path::Path, sim: &mut ControlSim, extra: &str) -
         "type": "hysteria2", "server": "127.0.0.1", "server_port": port, "password": "alice-pw",
         "tls": { "enabled": true, "server_name": "localhost", "insecure": true, "alpn": ["h3"] }
     });
-    let alice = SingBoxClient::start(outbound).unwrap();
+    let alice = ProxyClient::sing_box(outbound).unwrap();
     let web = http_server(vec![4; 20_000]).await.unwrap();
     fetch_eventually(&alice, web).await.unwrap();
     until_said(&served, "what it runs", |s| s.running == format!("{}@0", env!("CARGO_PKG_VERSION"))).await;

