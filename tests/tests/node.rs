@@ -348,6 +348,35 @@ async fn brutal_holds_its_rate_through_random_loss() {
     node.stop().unwrap();
 }
 
+/// A node stops within a bound however its clients went: at SIGTERM it sends every client
+/// a close, and does not wait long for peers that vanished. Here the client was killed (no
+/// close of its own reaches the node) on a path of 1.6 s RTT, where QUIC's draining period
+/// (three PTOs) lasts about five seconds.
+#[tokio::test]
+async fn a_node_stops_promptly_when_its_clients_have_vanished() {
+    use hearth_tests::lossy::{LossyPath, Shape};
+    use std::time::{Duration, Instant};
+    let (_temp, node) = alice_node_with("");
+    let far = Shape {
+        delay: Duration::from_millis(800),
+        jitter: Duration::ZERO,
+        loss: 0.0,
+        rate: None,
+        queue: Duration::ZERO,
+    };
+    let path = LossyPath::start(node.addr, far, far).await.unwrap();
+    let mut outbound = node.outbound("alice-password");
+    outbound["server_port"] = path.addr.port().into();
+    let web = http_server(b"far away".to_vec()).await.unwrap();
+    let alice = ProxyClient::sing_box(outbound).unwrap();
+    assert_eq!(fetch(&alice, web).await.unwrap(), b"far away");
+    drop(alice);
+    let started = Instant::now();
+    node.stop().unwrap();
+    let took = started.elapsed();
+    assert!(took < Duration::from_millis(3500), "the node took {took:?} to stop");
+}
+
 #[tokio::test]
 async fn one_network_cannot_hold_every_wait_for_authentication() {
     use hearth_tests::node::H3Client;
