@@ -9,6 +9,7 @@ mod agent;
 mod capped;
 mod congestion;
 mod enroll;
+mod masquerade;
 mod metrics;
 mod server;
 mod state;
@@ -159,6 +160,8 @@ fn serve(dir: &Path) -> Result<i32> {
     let state = StateDir::new(dir);
     let settings = state.settings()?;
     let trust = state.trust()?;
+    let _ = rustls::crypto::ring::default_provider().install_default();
+    let site = masquerade::Site::new(&settings.masquerade)?;
     let live = Arc::new(Live::default());
     let mut held = None;
     let last_good = match (state.last_good(&trust, settings.node, now()), state.previous_trust()) {
@@ -184,7 +187,6 @@ fn serve(dir: &Path) -> Result<i32> {
         // Start anyway: the agent fetches a good set, which replaces the file.
         Err(e) => tracing::error!(error = %format!("{e:#}"), "ignoring the stored credential set"),
     }
-    let _ = rustls::crypto::ring::default_provider().install_default();
     let (restart, mut restarting) = tokio::sync::watch::channel(false);
     let agent = if settings.control_url.is_some() || settings.edge_url.is_some() {
         let key = hearth_shared::keys::SecretKey::load(&state.path("node.key"), hearth_shared::keys::Role::Node)
@@ -225,6 +227,7 @@ fn serve(dir: &Path) -> Result<i32> {
             own: None,
             bandwidth: settings.bandwidth,
             ignore_client_bandwidth: settings.ignore_client_bandwidth,
+            site: Arc::new(site),
         };
         let server = tokio::spawn(server::serve(endpoint.clone(), live.clone(), options));
         let mut tasks = match &agent {

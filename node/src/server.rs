@@ -62,6 +62,8 @@ pub(crate) struct Options {
     pub(crate) bandwidth: crate::state::Bandwidth,
     /// Keep the node's controller whatever clients announce, and tell them `auto`.
     pub(crate) ignore_client_bandwidth: bool,
+    /// What anyone who does not authenticate gets.
+    pub(crate) site: Arc<crate::masquerade::Site>,
 }
 
 impl Options {
@@ -256,18 +258,44 @@ async fn authenticate(connection: &quinn::Connection, live: &Live, options: &Opt
                 if credential.is_some() {
                     live.auth_failures.fetch_add(1, Ordering::Relaxed);
                 }
-                // What a web server without this page answers.
-                let response = Response::builder()
-                    .status(StatusCode::NOT_FOUND)
-                    .header("content-type", "text/html")
-                    .header("server", "nginx")
-                    .body(())?;
-                stream.send_response(response).await?;
-                stream.send_data(Bytes::from_static(hearth_shared::render::DECOY_BODY)).await?;
+                // What the masquerade answers (by default, a web server without this page).
+                let (method, uri, headers) = (request.method(), request.uri(), request.headers());
+                let answer =
+                    options.site.answer(method, uri, headers, async |limit| read_body(&mut stream, limit).await);
+                let answer = answer.await;
+                let mut response = Response::builder().status(answer.status);
+                for (name, value) in answer.headers {
+                    response = response.header(name, value);
+                }
+                stream.send_response(response.body(())?).await?;
+                if !answer.body.is_empty() {
+                    stream.send_data(answer.body).await?;
+                }
                 stream.finish().await?;
             }
         }
     }
+}
+
+/// A request's body, if it is at most `limit` bytes.
+async fn read_body(
+    stream: &mut h3::server::RequestStream<h3_quinn::BidiStream<Bytes>, Bytes>,
+    limit: usize,
+) -> Option<Bytes> {
+    use bytes::Buf as _;
+    let mut body = bytes::BytesMut::new();
+    while let Some(mut chunk) = stream.recv_data().await.ok()? {
+        if body.len() + chunk.remaining() > limit {
+            return None;
+        }
+        while chunk.has_remaining() {
+            let piece = chunk.chunk();
+            body.extend_from_slice(piece);
+            let len = piece.len();
+            chunk.advance(len);
+        }
+    }
+    Some(body.freeze())
 }
 
 fn padding() -> String {

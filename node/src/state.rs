@@ -64,6 +64,9 @@ pub(crate) struct Settings {
     /// everyone, and `Hysteria-CC-RX: auto` so clients use their own controller too.
     #[serde(default)]
     pub(crate) ignore_client_bandwidth: bool,
+    /// What anyone who does not authenticate gets over HTTP/3.
+    #[serde(default)]
+    pub(crate) masquerade: crate::masquerade::Masquerade,
 }
 
 /// The node's rates, in bytes a second (`node.toml` takes bits: `bandwidth.up = "200 mbps"`,

@@ -377,6 +377,108 @@ async fn a_node_stops_promptly_when_its_clients_have_vanished() {
     assert!(took < Duration::from_millis(3500), "the node took {took:?} to stop");
 }
 
+/// A web server that answers every request with its request line and its `x-probe` header.
+async fn echoing_server() -> std::net::SocketAddr {
+    use tokio::io::{AsyncReadExt as _, AsyncWriteExt as _};
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap();
+    tokio::spawn(async move {
+        while let Ok((mut stream, _)) = listener.accept().await {
+            tokio::spawn(async move {
+                let mut head = Vec::new();
+                let mut buf = [0u8; 1024];
+                while !head.windows(4).any(|w| w == b"\r\n\r\n") {
+                    match stream.read(&mut buf).await {
+                        Ok(0) | Err(_) => return,
+                        Ok(n) => head.extend_from_slice(&buf[..n]),
+                    }
+                }
+                let head = String::from_utf8_lossy(&head).into_owned();
+                let line = head.lines().next().unwrap_or_default().to_owned();
+                let probe = head.lines().find_map(|l| l.strip_prefix("x-probe: ")).unwrap_or("-").to_owned();
+                let body = format!("{line} | {probe}");
+                let answer = format!(
+                    "HTTP/1.1 203 Non-Authoritative Information\r\ncontent-type: text/plain\r\nx-upstream: yes\r\ncontent-length: {}\r\nconnection: close\r\n\r\n{body}",
+                    body.len()
+                );
+                let _ = stream.write_all(answer.as_bytes()).await;
+            });
+        }
+    });
+    addr
+}
+
+/// The masquerade modes over real HTTP/3 requests: a fixed answer; a directory's files, and
+/// nothing outside it; another web server's answers. Beside each, alice still authenticates;
+/// and a masquerade that cannot work keeps the node from starting.
+#[tokio::test]
+async fn the_masquerade_answers_everyone_else() {
+    let get = http::Method::GET;
+    // A fixed answer.
+    let (_temp, node) =
+        alice_node_with("[masquerade]\ntype = \"string\"\ncontent = \"<p>Welcome</p>\"\nstatus = 200\n");
+    let (status, headers, body) = h3_request(node.addr, get.clone(), "/anything?at=all", None).await;
+    assert_eq!((status, body.as_slice()), (200, &b"<p>Welcome</p>"[..]));
+    assert_eq!(
+        (headers["content-type"].to_str().unwrap(), headers["server"].to_str().unwrap()),
+        ("text/html; charset=utf-8", "nginx")
+    );
+    let (status, _, body) = h3_request(node.addr, http::Method::POST, "/auth", Some("wrong")).await;
+    assert_eq!((status, body.as_slice()), (200, &b"<p>Welcome</p>"[..]), "a wrong password sees the site");
+    assert_eq!(h3_request(node.addr, http::Method::POST, "/auth", Some("alice-password")).await.0, 233);
+    node.stop().unwrap();
+
+    // A directory.
+    let temp = tempfile::tempdir().unwrap();
+    let site = temp.path().join("site");
+    std::fs::create_dir_all(site.join("css")).unwrap();
+    std::fs::write(site.join("index.html"), "<h1>Bakery</h1>").unwrap();
+    std::fs::write(site.join("css/site.css"), "h1 { color: brown }").unwrap();
+    std::fs::write(temp.path().join("node.key.copy"), "secret").unwrap();
+    let (_temp, node) = alice_node_with(&format!("[masquerade]\ntype = \"file\"\ndir = \"{}\"\n", site.display()));
+    let (status, headers, body) = h3_request(node.addr, get.clone(), "/", None).await;
+    assert_eq!(
+        (status, body.as_slice(), headers["content-type"].to_str().unwrap()),
+        (200, &b"<h1>Bakery</h1>"[..], "text/html; charset=utf-8")
+    );
+    let (status, headers, body) = h3_request(node.addr, get.clone(), "/css/site.css", None).await;
+    assert_eq!(
+        (status, body.as_slice(), headers["content-type"].to_str().unwrap()),
+        (200, &b"h1 { color: brown }"[..], "text/css; charset=utf-8")
+    );
+    for outside in ["/../node.key.copy", "/css/../../node.key.copy", "/%2e%2e/node.key.copy", "/missing.html"] {
+        let (status, _, body) = h3_request(node.addr, get.clone(), outside, None).await;
+        assert_eq!((status, body.as_slice()), (404, hearth_shared::render::DECOY_BODY), "{outside}");
+    }
+    assert_eq!(h3_request(node.addr, http::Method::POST, "/", None).await.0, 405);
+    assert_eq!(h3_request(node.addr, http::Method::POST, "/auth", Some("alice-password")).await.0, 233);
+    node.stop().unwrap();
+
+    // Another web server, under a base path: its status, headers and body come back; the
+    // Hysteria2 headers do not go to it.
+    let upstream = echoing_server().await;
+    let (_temp, node) =
+        alice_node_with(&format!("[masquerade]\ntype = \"proxy\"\nurl = \"http://{upstream}/base/\"\n"));
+    let (status, headers, body) = h3_request(node.addr, get.clone(), "/page?q=1", None).await;
+    assert_eq!(status, 203);
+    assert_eq!(&headers["x-upstream"], "yes");
+    assert_eq!(String::from_utf8_lossy(&body), "GET /base/page?q=1 HTTP/1.1 | -");
+    let (status, _, body) = h3_request(node.addr, http::Method::POST, "/auth", Some("wrong")).await;
+    assert_eq!((status, String::from_utf8_lossy(&body).as_ref()), (203, "POST /base/auth HTTP/1.1 | -"));
+    assert_eq!(h3_request(node.addr, http::Method::POST, "/auth", Some("alice-password")).await.0, 233);
+    node.stop().unwrap();
+    // The web server gone: 502, as a proxy answers.
+    let (_temp, node) = alice_node_with("[masquerade]\ntype = \"proxy\"\nurl = \"http://127.0.0.1:1/\"\n");
+    assert_eq!(h3_request(node.addr, get.clone(), "/", None).await.0, 502);
+    node.stop().unwrap();
+
+    // A masquerade that cannot work: the node does not start.
+    let temp = tempfile::tempdir().unwrap();
+    let dir = temp.path().join("node");
+    state_dir_with(&dir, &ControlSim::new(), 1, "[masquerade]\ntype = \"file\"\ndir = \"/no/such/site\"\n").unwrap();
+    assert!(NodeProcess::start(&dir).is_err(), "a node with a missing masquerade directory started");
+}
+
 #[tokio::test]
 async fn one_network_cannot_hold_every_wait_for_authentication() {
     use hearth_tests::node::H3Client;
