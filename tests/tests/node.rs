@@ -193,14 +193,7 @@ async fn h3_request(
 /// A node on its own (no control, no edge) holding one user, 7, whose password is
 /// `alice-password`; its directory lives as long as the first value.
 fn alice_node() -> (tempfile::TempDir, NodeProcess) {
-    let temp = tempfile::tempdir().unwrap();
-    let mut sim = ControlSim::new();
-    let dir = temp.path().join("node");
-    state_dir(&dir, &sim, 1).unwrap();
-    let item = sim.creds(&set(1, &[(7, "alice-password")]));
-    std::fs::write(dir.join("creds.envelope"), item.envelope().unwrap()).unwrap();
-    let node = NodeProcess::start(&dir).unwrap();
-    (temp, node)
+    alice_node_with("")
 }
 
 #[tokio::test]
@@ -244,9 +237,6 @@ async fn to_anyone_without_a_credential_the_node_is_a_web_server() {
     node.stop().unwrap();
 }
 
-/// One network holding connections that never authenticate (a QUIC handshake flood from one
-/// host) gets 32 at most: its next is refused, while a client from another network connects
-/// and authenticates; once the flood's connections go, its network is served again.
 /// A node on its own holding user 7 (`alice-password`), with `settings` added to `node.toml`.
 fn alice_node_with(settings: &str) -> (tempfile::TempDir, NodeProcess) {
     let temp = tempfile::tempdir().unwrap();
@@ -479,6 +469,9 @@ async fn the_masquerade_answers_everyone_else() {
     assert!(NodeProcess::start(&dir).is_err(), "a node with a missing masquerade directory started");
 }
 
+/// One network holding connections that never authenticate (a QUIC handshake flood from one
+/// host) gets 32 at most: its next is refused, while a client from another network connects
+/// and authenticates; once the flood's connections go, its network is served again.
 #[tokio::test]
 async fn one_network_cannot_hold_every_wait_for_authentication() {
     use hearth_tests::node::H3Client;
