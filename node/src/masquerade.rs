@@ -5,8 +5,8 @@
 //!
 //! Everything is bounded: a file over [`MAX_FILE`] is not served, a proxied request body is
 //! read up to [`MAX_PROXY_REQUEST`] and an answer up to [`MAX_PROXY_ANSWER`], within
-//! [`PROXY_TIMEOUT`]; the connection's own limits (requests and time before authenticating)
-//! still hold.
+//! [`PROXY_TIMEOUT`], and at most [`MAX_LOADED`] such answers are held at once node-wide; the
+//! connection's own limits (requests and time before authenticating) still hold.
 
 use std::path::{Path, PathBuf};
 use std::time::Duration;
@@ -24,6 +24,14 @@ pub(crate) const MAX_PROXY_REQUEST: usize = 1 << 20;
 pub(crate) const MAX_PROXY_ANSWER: usize = 8 << 20;
 /// How long the proxied server has to answer in full.
 pub(crate) const PROXY_TIMEOUT: Duration = Duration::from_secs(8);
+/// Answers read from a file or the proxied server held at once, node-wide: at most 64 MiB of
+/// them in memory however many strangers ask (each of the 512 connections waiting to
+/// authenticate could otherwise hold 8 MiB). More wait their turn, within the connection's
+/// time to authenticate.
+pub(crate) const MAX_LOADED: usize = 8;
+
+/// The turns of [`MAX_LOADED`].
+static LOADED: tokio::sync::Semaphore = tokio::sync::Semaphore::const_new(MAX_LOADED);
 
 /// The `masquerade` table of `node.toml`.
 #[derive(Clone, Debug, Default, Deserialize, PartialEq, Eq)]
@@ -60,11 +68,19 @@ pub(crate) struct Answer {
     pub(crate) status: StatusCode,
     pub(crate) headers: Vec<(HeaderName, HeaderValue)>,
     pub(crate) body: Bytes,
+    /// A turn of [`LOADED`] for a body read from a file or another server, given back once
+    /// the answer is sent.
+    pub(crate) _loaded: Option<tokio::sync::SemaphorePermit<'static>>,
 }
 
 impl Answer {
     fn empty(status: StatusCode) -> Answer {
-        Answer { status, headers: vec![(http::header::SERVER, HeaderValue::from_static("nginx"))], body: Bytes::new() }
+        Answer {
+            status,
+            headers: vec![(http::header::SERVER, HeaderValue::from_static("nginx"))],
+            body: Bytes::new(),
+            _loaded: None,
+        }
     }
 
     /// nginx's 404 page.
@@ -150,10 +166,12 @@ impl Site {
                 if method != Method::GET && method != Method::HEAD {
                     return Answer::empty(StatusCode::METHOD_NOT_ALLOWED);
                 }
+                let Ok(loaded) = LOADED.acquire().await else { return Answer::empty(StatusCode::SERVICE_UNAVAILABLE) };
                 let (dir, path) = (dir.clone(), uri.path().to_owned());
                 match tokio::task::spawn_blocking(move || file(&dir, &path)).await.ok().flatten() {
                     Some((bytes, kind)) => {
                         let mut answer = Answer::empty(StatusCode::OK);
+                        answer._loaded = Some(loaded);
                         answer.headers.push((http::header::CONTENT_TYPE, HeaderValue::from_static(kind)));
                         if method == Method::GET {
                             answer.body = bytes;
@@ -167,7 +185,9 @@ impl Site {
                 let Some(body) = body(MAX_PROXY_REQUEST).await else {
                     return Answer::empty(StatusCode::PAYLOAD_TOO_LARGE);
                 };
-                proxy(client, url, method, uri, headers, body).await.unwrap_or_else(|e| {
+                let Ok(loaded) = LOADED.acquire().await else { return Answer::empty(StatusCode::SERVICE_UNAVAILABLE) };
+                let answer = proxy(client, url, method, uri, headers, body).await;
+                answer.map(|answer| Answer { _loaded: Some(loaded), ..answer }).unwrap_or_else(|e| {
                     tracing::debug!(error = %e, "masquerade: the proxied server did not answer");
                     Answer::empty(StatusCode::BAD_GATEWAY)
                 })
@@ -275,7 +295,7 @@ async fn proxy(
         request = request.header(name, value);
     }
     let mut response = request.send().await?;
-    let mut answer = Answer { status: response.status(), headers: Vec::new(), body: Bytes::new() };
+    let mut answer = Answer { status: response.status(), headers: Vec::new(), body: Bytes::new(), _loaded: None };
     for (name, value) in response.headers().iter().filter(|(name, _)| passed_on(name) && *name != "content-length") {
         answer.headers.push((name.clone(), value.clone()));
     }
@@ -321,6 +341,28 @@ mod tests {
         assert!(Site::new(&Masquerade::Proxy { url: "ftp://example.net".into() }).is_err());
         assert!(Site::new(&Masquerade::Proxy { url: "not a url".into() }).is_err());
         assert!(Site::new(&Masquerade::Proxy { url: "https://example.net/blog".into() }).is_ok());
+    }
+
+    #[tokio::test]
+    async fn a_file_held_in_memory_holds_a_turn_until_it_is_sent() {
+        let temp = tempfile::tempdir().unwrap();
+        std::fs::write(temp.path().join("index.html"), "<h1>home</h1>").unwrap();
+        let site = Site::new(&Masquerade::File { dir: temp.path().to_owned() }).unwrap();
+        let (uri, headers): (http::Uri, HeaderMap) = ("/".parse().unwrap(), HeaderMap::new());
+        let ask = || site.answer(&Method::GET, &uri, &headers, async |_| None);
+        let mut held = Vec::new();
+        for _ in 0..MAX_LOADED {
+            held.push(ask().await);
+        }
+        assert_eq!(LOADED.available_permits(), 0);
+        assert!(held.iter().all(|a| a.body.as_ref() == b"<h1>home</h1>"));
+        // One more waits until an answer is sent (dropped).
+        let more = tokio::time::timeout(Duration::from_millis(200), ask()).await;
+        assert!(more.is_err(), "a ninth file was loaded while eight were held");
+        held.pop();
+        assert_eq!(ask().await.status, StatusCode::OK);
+        drop(held);
+        assert_eq!(LOADED.available_permits(), MAX_LOADED);
     }
 
     #[test]
