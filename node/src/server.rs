@@ -282,18 +282,13 @@ async fn read_body(
     stream: &mut h3::server::RequestStream<h3_quinn::BidiStream<Bytes>, Bytes>,
     limit: usize,
 ) -> Option<Bytes> {
-    use bytes::Buf as _;
+    use bytes::{Buf as _, BufMut as _};
     let mut body = bytes::BytesMut::new();
-    while let Some(mut chunk) = stream.recv_data().await.ok()? {
+    while let Some(chunk) = stream.recv_data().await.ok()? {
         if body.len() + chunk.remaining() > limit {
             return None;
         }
-        while chunk.has_remaining() {
-            let piece = chunk.chunk();
-            body.extend_from_slice(piece);
-            let len = piece.len();
-            chunk.advance(len);
-        }
+        body.put(chunk);
     }
     Some(body.freeze())
 }
