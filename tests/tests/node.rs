@@ -249,6 +249,13 @@ fn alice_node_with(settings: &str) -> (tempfile::TempDir, NodeProcess) {
     (temp, node)
 }
 
+/// A sing-box outbound that announces its rates (Mbit/s): Brutal's `up_mbps` and `down_mbps`.
+fn announcing(mut outbound: serde_json::Value, up: u64, down: u64) -> serde_json::Value {
+    outbound["up_mbps"] = up.into();
+    outbound["down_mbps"] = down.into();
+    outbound
+}
+
 /// Brutal with the real sing-box client: a client that announces its receive rate
 /// (`down_mbps`) is sent to at that rate, held to the node's `bandwidth.up`, where on loopback
 /// the node's own controller goes many times faster; the node announces its `bandwidth.down`;
@@ -264,10 +271,7 @@ async fn brutal_sends_at_the_rate_the_client_announces_held_to_the_nodes() {
     // 12 MB: 2.4 s at 40 Mbit/s.
     let body: Vec<u8> = (0..12_000_000u32).map(|i| (i * 13 + i / 7) as u8).collect();
     let web = http_server(body.clone()).await.unwrap();
-    let mut announcing = node.outbound("alice-password");
-    announcing["up_mbps"] = 100.into();
-    announcing["down_mbps"] = 1000.into();
-    let alice = ProxyClient::sing_box(announcing).unwrap();
+    let alice = ProxyClient::sing_box(announcing(node.outbound("alice-password"), 100, 1000)).unwrap();
     let started = std::time::Instant::now();
     let got = fetch(&alice, web).await.unwrap();
     let mbps = got.len() as f64 * 8.0 / started.elapsed().as_secs_f64() / 1e6;
@@ -287,13 +291,10 @@ async fn brutal_sends_at_the_rate_the_client_announces_held_to_the_nodes() {
     let metrics = node.metrics_url().unwrap();
     let (status, headers, _) = h3_request(node.addr, http::Method::POST, "/auth", Some("alice-password")).await;
     assert_eq!((status, headers["hysteria-cc-rx"].to_str().unwrap()), (233, "auto"));
-    let mut announcing = node.outbound("alice-password");
-    announcing["up_mbps"] = 100.into();
-    announcing["down_mbps"] = 1000.into();
-    let announcing = ProxyClient::sing_box(announcing).unwrap();
-    assert_eq!(fetch(&announcing, web).await.unwrap().len(), body.len());
+    let alice = ProxyClient::sing_box(announcing(node.outbound("alice-password"), 100, 1000)).unwrap();
+    assert_eq!(fetch(&alice, web).await.unwrap().len(), body.len());
     assert_eq!(metric(&metrics, "hearth_node_brutal_connections").await.unwrap(), 0, "announced rates ignored");
-    drop(announcing);
+    drop(alice);
     node.stop().unwrap();
 }
 
@@ -312,9 +313,7 @@ async fn brutal_holds_its_rate_through_random_loss() {
     let web = http_server(body.clone()).await.unwrap();
     let mut outbound = node.outbound("alice-password");
     outbound["server_port"] = path.addr.port().into();
-    outbound["up_mbps"] = 20.into();
-    outbound["down_mbps"] = 20.into();
-    let alice = ProxyClient::sing_box(outbound).unwrap();
+    let alice = ProxyClient::sing_box(announcing(outbound, 20, 20)).unwrap();
     let started = std::time::Instant::now();
     let got = fetch(&alice, web).await.unwrap();
     let mbps = got.len() as f64 * 8.0 / started.elapsed().as_secs_f64() / 1e6;
