@@ -84,9 +84,10 @@ pub(crate) fn use_brutal(connection: &quinn::Connection, rate: u64) -> bool {
     }
 }
 
-/// The operator's controller while `rate` is 0, Brutal at `rate` otherwise. Brutal sees
-/// every event (a few additions each), so it has its RTT, ack rate and what is in flight at
-/// hand when it is chosen; the default controller sees them only while it is the one in use.
+/// The operator's controller while `rate` is 0, Brutal at `rate` otherwise. Brutal's budget
+/// sees every event (a few additions each), so it has the RTT and what is in flight at hand
+/// when it is chosen; Brutal counts acknowledgements for its ack rate, and the default
+/// controller sees events, only while each is the one in use.
 struct Switch {
     /// Brutal's rate in bytes a second, shared with the clones `use_brutal` gets.
     rate: Arc<AtomicU64>,
@@ -283,8 +284,10 @@ impl Brutal {
     }
 
     fn on_ack(&mut self, now: Instant, bytes: u64, rtt: Duration, rate: u64) {
-        self.slot(now).acked += bytes;
-        self.update_ack_rate(now);
+        if rate > 0 {
+            self.slot(now).acked += bytes;
+            self.update_ack_rate(now);
+        }
         self.budget.on_ack(now, bytes, rtt, self.sending_rate(rate));
     }
 
@@ -293,8 +296,10 @@ impl Brutal {
     }
 
     fn on_loss(&mut self, now: Instant, lost_bytes: u64, rate: u64) {
-        self.slot(now).lost += lost_bytes;
-        self.update_ack_rate(now);
+        if rate > 0 {
+            self.slot(now).lost += lost_bytes;
+            self.update_ack_rate(now);
+        }
         self.budget.on_loss(now, lost_bytes, self.sending_rate(rate));
     }
 
