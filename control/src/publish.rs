@@ -468,9 +468,8 @@ pub(crate) fn credential_set(conn: &Connection, node: NodeId) -> Result<Credenti
          FROM node_groups ng JOIN user_groups ug ON ug.group_id = ng.group_id JOIN users u ON u.id = ug.user_id
          WHERE ng.node_id = ?1 AND u.status IN ('active', 'not_started')",
     )?;
-    let mut users = query
-        .query_map([node], |row| Ok(CredEntry { user: row.get(0)?, hash: row.get(1)? }))?
-        .collect::<Result<Vec<_>, _>>()?;
+    let mut users =
+        query.query_map([node], |row| Ok(CredEntry::new(row.get(0)?, row.get(1)?)))?.collect::<Result<Vec<_>, _>>()?;
     users.sort_unstable_by_key(|entry| entry.user);
     users.dedup_by_key(|entry| entry.user);
     CredentialSet::new(node, users).map_err(|e| Error::Internal(e.to_string()))

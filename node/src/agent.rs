@@ -294,7 +294,12 @@ impl Agent {
             self.take_chain(chain);
             return Ok(false);
         }
-        let set = CredentialSet::decode(&verified.envelope.body).map_err(|_| VerifyError::Body("credential set"))?;
+        let set = CredentialSet::decode(&verified.envelope.body).map_err(|e| match e {
+            wire::WireError::NewerFormat(_) => {
+                VerifyError::Body("a credential set in a newer format than this node reads: update the node")
+            }
+            _ => VerifyError::Body("credential set"),
+        })?;
         if set.node != node {
             return Err(VerifyError::Body("a set for another node"));
         }
@@ -318,6 +323,7 @@ impl Agent {
             users = applied.users,
             removed = applied.removed,
             closed = applied.closed,
+            limits_changed = applied.limited,
             micros = started.elapsed().as_micros() as u64,
             verify_micros = verified_in.as_micros() as u64,
             store_micros = stored_in.as_micros() as u64,

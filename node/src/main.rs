@@ -9,6 +9,7 @@ mod agent;
 mod capped;
 mod congestion;
 mod enroll;
+mod limit;
 mod masquerade;
 mod metrics;
 mod server;

@@ -70,8 +70,13 @@ impl Options {
     /// What the node answers in `Hysteria-CC-RX`: `auto` when it ignores clients' rates (they
     /// use their own controller then), else the rate it receives at in bytes a second (0: no
     /// limit, a Brutal client sends at its own `up`).
-    fn announced(&self) -> String {
-        if self.ignore_client_bandwidth { "auto".to_owned() } else { self.bandwidth.down.unwrap_or(0).to_string() }
+    /// A user limited to `limit_up` bytes a second is told the smaller of the two.
+    fn announced(&self, limit_up: u64) -> String {
+        if self.ignore_client_bandwidth {
+            return "auto".to_owned();
+        }
+        let down = self.bandwidth.down.unwrap_or(0);
+        if down == 0 || limit_up == 0 { down.max(limit_up) } else { down.min(limit_up) }.to_string()
     }
 
     /// Brutal's rate for a client that announced it receives `client_rx` bytes a second (0:
@@ -244,7 +249,7 @@ async fn authenticate(connection: &quinn::Connection, live: &Live, options: &Opt
                 let response = Response::builder()
                     .status(StatusCode::from_u16(233).expect("233 is a valid status"))
                     .header("hysteria-udp", "true")
-                    .header("hysteria-cc-rx", options.announced())
+                    .header("hysteria-cc-rx", options.announced(live.limit(user).up))
                     .header("hysteria-padding", padding())
                     .body(())?;
                 stream.send_response(response).await?;
@@ -319,11 +324,14 @@ async fn handle(
             anyhow::bail!("no authentication within {AUTH_TIMEOUT:?}");
         }
     };
+    // Brutal sends at the client's rate held to the node's and to the user's limit (which
+    // `Live::apply` changes live).
     let brutal = options.brutal_rate(client_rx);
-    let _brutal = (brutal > 0 && crate::congestion::use_brutal(&connection, brutal)).then(|| live.brutal());
-    tracing::debug!(user, peer = %connection.remote_address(), brutal, "authenticated");
-    let _registration = live.register(user, hash, &connection);
     let counter = live.counter(user);
+    let _registration = live.register(user, hash, &connection, brutal);
+    let rate = crate::table::brutal_within(brutal, counter.pace_down.rate());
+    let _brutal = (rate > 0 && crate::congestion::use_brutal(&connection, rate)).then(|| live.brutal());
+    tracing::debug!(user, peer = %connection.remote_address(), brutal = rate, "authenticated");
     let udp = tokio::spawn(udp_relay(connection.clone(), counter.clone(), options.clone()));
     loop {
         let (send, recv) = match connection.accept_bi().await {
@@ -341,24 +349,27 @@ async fn handle(
     Ok(())
 }
 
-/// Client to target: quinn hands out what arrived as chunks, written on without a copy.
+/// Client to target: quinn hands out what arrived as chunks, written on without a copy, each
+/// when the user's budget allows (what waits backs up into the client's flow control).
 async fn pump_up(
     mut from: quinn::RecvStream,
     mut to: tokio::net::tcp::OwnedWriteHalf,
-    count: &std::sync::atomic::AtomicU64,
+    counter: &Counter,
 ) -> std::io::Result<()> {
     while let Some(chunk) = from.read_chunk(RELAY_BUFFER, true).await.map_err(std::io::Error::from)? {
+        counter.pace_up.wait(chunk.bytes.len()).await;
         to.write_all(&chunk.bytes).await?;
-        count.fetch_add(chunk.bytes.len() as u64, Ordering::Relaxed);
+        counter.up.fetch_add(chunk.bytes.len() as u64, Ordering::Relaxed);
     }
     to.shutdown().await
 }
 
-/// Target to client: read into a buffer that quinn then owns (no copy into its send buffer).
+/// Target to client: read into a buffer that quinn then owns (no copy into its send buffer),
+/// sent when the user's budget allows.
 async fn pump_down(
     mut from: tokio::net::tcp::OwnedReadHalf,
     mut to: quinn::SendStream,
-    count: &std::sync::atomic::AtomicU64,
+    counter: &Counter,
 ) -> std::io::Result<()> {
     let mut buf = bytes::BytesMut::new();
     loop {
@@ -368,8 +379,9 @@ async fn pump_down(
             to.shutdown().await?;
             return Ok(());
         }
+        counter.pace_down.wait(n).await;
         to.write_chunk(buf.split().freeze()).await.map_err(std::io::Error::from)?;
-        count.fetch_add(n as u64, Ordering::Relaxed);
+        counter.down.fetch_add(n as u64, Ordering::Relaxed);
     }
 }
 
@@ -398,8 +410,8 @@ async fn tcp_relay(
     let _ = target.set_nodelay(true);
     send.write_all(&proto::tcp_response(true, "")).await?;
     let (target_read, target_write) = target.into_split();
-    let up = pump_up(recv, target_write, &counter.up);
-    let down = pump_down(target_read, send, &counter.down);
+    let up = pump_up(recv, target_write, &counter);
+    let down = pump_down(target_read, send, &counter);
     let (up, down) = tokio::join!(up, down);
     up.and(down)?;
     Ok(())
@@ -462,6 +474,9 @@ async fn udp_relay(connection: quinn::Connection, counter: Arc<Counter>, options
         } else {
             target
         };
+        if !counter.pace_up.admit(payload.len()) {
+            continue;
+        }
         if socket.send_to(&payload, target).await.is_ok() {
             counter.up.fetch_add(payload.len() as u64, Ordering::Relaxed);
         }
@@ -491,6 +506,9 @@ async fn udp_back(
             IpAddr::V4(_) => from,
         };
         let Some(max) = connection.max_datagram_size() else { break };
+        if !counter.pace_down.admit(n) {
+            continue;
+        }
         packet = packet.wrapping_add(1);
         let Some(parts) = UdpMessage::split(id, packet, &from.to_string(), &buf[..n], max) else { continue };
         for part in parts {
@@ -524,20 +542,23 @@ mod tests {
     fn brutal_rates_and_what_the_node_announces() {
         let plain = Options::default();
         assert_eq!(
-            (plain.announced().as_str(), plain.brutal_rate(0), plain.brutal_rate(5_000_000)),
+            (plain.announced(0).as_str(), plain.brutal_rate(0), plain.brutal_rate(5_000_000)),
             ("0", 0, 5_000_000)
         );
         let capped = Options {
             bandwidth: crate::state::Bandwidth { up: Some(1_000_000), down: Some(2_500_000) },
             ..Options::default()
         };
-        assert_eq!(capped.announced(), "2500000");
+        assert_eq!(capped.announced(0), "2500000");
+        // A user's up limit, where it is lower: a Brutal client then sends no faster.
+        assert_eq!((capped.announced(625_000), capped.announced(9_000_000)), ("625000".into(), "2500000".into()));
+        assert_eq!(plain.announced(625_000), "625000");
         assert_eq!(
             (capped.brutal_rate(0), capped.brutal_rate(600_000), capped.brutal_rate(9_000_000)),
             (0, 600_000, 1_000_000)
         );
         let ignoring = Options { ignore_client_bandwidth: true, ..capped };
-        assert_eq!((ignoring.announced().as_str(), ignoring.brutal_rate(9_000_000)), ("auto", 0));
+        assert_eq!((ignoring.announced(0).as_str(), ignoring.brutal_rate(9_000_000)), ("auto", 0));
     }
 
     #[test]

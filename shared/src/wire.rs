@@ -253,21 +253,79 @@ pub struct Snapshot {
     pub profile: Profile,
 }
 
+/// A user's speed limit on a node, in bytes a second each way (0: none). `up` is what the
+/// user sends (the node receives), `down` what the user receives.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash, Serialize, Deserialize)]
+pub struct SpeedLimit {
+    /// Client to node, bytes a second (0: no limit).
+    pub up: u64,
+    /// Node to client, bytes a second (0: no limit).
+    pub down: u64,
+}
+
+impl SpeedLimit {
+    /// No limit either way.
+    pub const NONE: SpeedLimit = SpeedLimit { up: 0, down: 0 };
+
+    /// Whether neither way is limited.
+    pub fn is_none(&self) -> bool {
+        *self == SpeedLimit::NONE
+    }
+}
+
 /// One user in a node's credential set: never the credential, only its SHA-256.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct CredEntry {
     /// The user.
     pub user: UserId,
     /// SHA-256 of the user's Hysteria2 credential.
     pub hash: Digest,
+    /// The user's speed limit on this node.
+    pub limit: SpeedLimit,
 }
 
+impl CredEntry {
+    /// A user without a speed limit.
+    pub fn new(user: UserId, hash: Digest) -> CredEntry {
+        CredEntry { user, hash, limit: SpeedLimit::NONE }
+    }
+}
+
+/// The credential-set format a node of this version reads at most (see
+/// [`CredentialSet::encode`]).
+pub const CREDS_FORMAT: u64 = 2;
+
 /// The users a node must let in, sorted by user id without repeats.
-#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+///
+/// Two encodings, and the smaller is always used, so there is one encoding of every set:
+/// - **format 1** (every node reads it), for a set without speed limits: postcard of the node
+///   id and the list of `(user, hash)`;
+/// - **format 2**, for a set with at least one limit: the node id, an empty format-1 list, the
+///   format number 2, then the list of `(user, hash, up, down)`. A node that reads only
+///   format 1 finds bytes after its (empty) list and refuses the set as not canonical, so it
+///   never takes a format-2 set for an empty one; from format 2 on, a node that meets a
+///   higher number says the set is newer than it reads.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct CredentialSet {
     /// The node.
     pub node: NodeId,
     users: Vec<CredEntry>,
+}
+
+/// Format 1's entry.
+#[derive(Serialize, Deserialize)]
+struct EntryV1 {
+    user: UserId,
+    hash: Digest,
+}
+
+/// Format 2's entry.
+#[derive(Serialize, Deserialize)]
+struct EntryV2 {
+    user: UserId,
+    hash: Digest,
+    up: u64,
+    down: u64,
 }
 
 /// What changed between two credential sets.
@@ -279,12 +337,14 @@ pub struct CredDiff {
     pub removed: Vec<UserId>,
     /// Users whose credential changed: their connections must be closed too.
     pub changed: Vec<CredEntry>,
+    /// Users whose speed limit alone changed: their connections stay open.
+    pub limited: Vec<CredEntry>,
 }
 
 impl CredDiff {
     /// Whether nothing changed.
     pub fn is_empty(&self) -> bool {
-        self.added.is_empty() && self.removed.is_empty() && self.changed.is_empty()
+        self.added.is_empty() && self.removed.is_empty() && self.changed.is_empty() && self.limited.is_empty()
     }
 }
 
@@ -300,6 +360,9 @@ pub enum WireError {
     /// A diff does not fit the set it is applied to.
     #[error("diff does not apply: {0}")]
     DiffMismatch(&'static str),
+    /// A credential set in a format this version does not read.
+    #[error("credential set format {0} is newer than this node reads (format {CREDS_FORMAT} at most): update the node")]
+    NewerFormat(u64),
 }
 
 impl CredentialSet {
@@ -317,14 +380,49 @@ impl CredentialSet {
         &self.users
     }
 
-    /// The canonical encoding.
-    pub fn encode(&self) -> Vec<u8> {
-        postcard::to_allocvec(self).expect("encoding into a Vec cannot fail")
+    /// Whether any user has a speed limit (the set then needs format 2).
+    pub fn has_limits(&self) -> bool {
+        self.users.iter().any(|entry| !entry.limit.is_none())
     }
 
-    /// Decodes strictly: the users must be sorted and unique.
+    /// The canonical encoding: format 1 without speed limits, format 2 with them.
+    pub fn encode(&self) -> Vec<u8> {
+        let mut out = postcard::to_allocvec(&self.node).expect("encoding into a Vec cannot fail");
+        if self.has_limits() {
+            let users: Vec<EntryV2> = self
+                .users
+                .iter()
+                .map(|e| EntryV2 { user: e.user, hash: e.hash, up: e.limit.up, down: e.limit.down })
+                .collect();
+            let rest = (Vec::<EntryV1>::new(), 2u64, users);
+            postcard::to_extend(&rest, out).expect("encoding into a Vec cannot fail")
+        } else {
+            let users: Vec<EntryV1> = self.users.iter().map(|e| EntryV1 { user: e.user, hash: e.hash }).collect();
+            out = postcard::to_extend(&users, out).expect("encoding into a Vec cannot fail");
+            out
+        }
+    }
+
+    /// Decodes strictly: either format, the users sorted and unique, the one canonical
+    /// encoding of the set.
     pub fn decode(bytes: &[u8]) -> Result<CredentialSet, WireError> {
-        let set: CredentialSet = postcard::from_bytes(bytes).map_err(|_| WireError::Malformed("credential set"))?;
+        const MALFORMED: WireError = WireError::Malformed("credential set");
+        let (node, rest) = postcard::take_from_bytes::<NodeId>(bytes).map_err(|_| MALFORMED)?;
+        let (v1, rest) = postcard::take_from_bytes::<Vec<EntryV1>>(rest).map_err(|_| MALFORMED)?;
+        let users: Vec<CredEntry> = if rest.is_empty() || !v1.is_empty() {
+            v1.into_iter().map(|e| CredEntry::new(e.user, e.hash)).collect()
+        } else {
+            let (format, rest) = postcard::take_from_bytes::<u64>(rest).map_err(|_| MALFORMED)?;
+            if format != 2 {
+                return Err(if format > CREDS_FORMAT { WireError::NewerFormat(format) } else { MALFORMED });
+            }
+            let users: Vec<EntryV2> = postcard::from_bytes(rest).map_err(|_| MALFORMED)?;
+            users
+                .into_iter()
+                .map(|e| CredEntry { user: e.user, hash: e.hash, limit: SpeedLimit { up: e.up, down: e.down } })
+                .collect()
+        };
+        let set = CredentialSet { node, users };
         if set.users.windows(2).any(|pair| pair[0].user >= pair[1].user) {
             return Err(WireError::Malformed("credential set (users out of order)"));
         }
@@ -343,6 +441,8 @@ impl CredentialSet {
                 (Some(a), Some(b)) if a.user == b.user => {
                     if a.hash != b.hash {
                         diff.changed.push(**b);
+                    } else if a.limit != b.limit {
+                        diff.limited.push(**b);
                     }
                     old.next();
                     new.next();
@@ -366,20 +466,20 @@ impl CredentialSet {
 
     /// Applies a diff made by [`CredentialSet::diff`]; refuses one that does not fit.
     pub fn apply(&self, diff: &CredDiff) -> Result<CredentialSet, WireError> {
-        let mut users: BTreeMap<UserId, Digest> = self.users.iter().map(|entry| (entry.user, entry.hash)).collect();
+        let mut users: BTreeMap<UserId, CredEntry> = self.users.iter().map(|entry| (entry.user, *entry)).collect();
         for user in &diff.removed {
             users.remove(user).ok_or(WireError::DiffMismatch("removes a user not in the set"))?;
         }
-        for entry in &diff.changed {
-            let hash = users.get_mut(&entry.user).ok_or(WireError::DiffMismatch("changes a user not in the set"))?;
-            *hash = entry.hash;
+        for entry in diff.changed.iter().chain(&diff.limited) {
+            let held = users.get_mut(&entry.user).ok_or(WireError::DiffMismatch("changes a user not in the set"))?;
+            *held = *entry;
         }
         for entry in &diff.added {
-            if users.insert(entry.user, entry.hash).is_some() {
+            if users.insert(entry.user, *entry).is_some() {
                 return Err(WireError::DiffMismatch("adds a user already in the set"));
             }
         }
-        let users = users.into_iter().map(|(user, hash)| CredEntry { user, hash }).collect();
+        let users = users.into_values().collect();
         Ok(CredentialSet { node: self.node, users })
     }
 }
@@ -642,7 +742,7 @@ mod tests {
     use super::*;
 
     fn entry(user: UserId, fill: u8) -> CredEntry {
-        CredEntry { user, hash: [fill; 32] }
+        CredEntry::new(user, [fill; 32])
     }
 
     #[test]
@@ -669,6 +769,53 @@ mod tests {
         let mut trailing = set.encode();
         trailing.push(0);
         assert!(CredentialSet::decode(&trailing).is_err());
+    }
+
+    fn limited(user: UserId, fill: u8, up: u64, down: u64) -> CredEntry {
+        CredEntry { limit: SpeedLimit { up, down }, ..entry(user, fill) }
+    }
+
+    /// A set with speed limits takes format 2; without, format 1 (what every node reads); a
+    /// format-1 reader (the decoder nodes had before format 2) refuses a format-2 set rather
+    /// than take it for an empty one; a format above 2 is named as newer.
+    #[test]
+    fn speed_limits_take_format_2_and_older_readers_refuse_it() {
+        let plain = CredentialSet::new(4, vec![entry(1, 1), entry(2, 2)]).unwrap();
+        let with = CredentialSet::new(4, vec![entry(1, 1), limited(2, 2, 2_500_000, 0)]).unwrap();
+        assert!(!plain.has_limits() && with.has_limits());
+        assert_eq!(CredentialSet::decode(&with.encode()).unwrap(), with);
+        assert_eq!(CredentialSet::decode(&plain.encode()).unwrap(), plain);
+        assert_eq!(&with.encode()[..3], &[4, 0, 2], "node, an empty format-1 list, format 2");
+
+        #[derive(Deserialize, Serialize)]
+        struct FormatOne {
+            node: NodeId,
+            users: Vec<EntryV1>,
+        }
+        let format_one = |bytes: &[u8]| -> Option<usize> {
+            let set: FormatOne = postcard::from_bytes(bytes).ok()?;
+            (postcard::to_allocvec(&set).ok()? == bytes).then_some(set.users.len())
+        };
+        assert_eq!(format_one(&plain.encode()), Some(2), "format 1 is what nodes before format 2 read");
+        assert_eq!(format_one(&with.encode()), None, "a format-1 reader refuses format 2");
+
+        // The same users without limits in format 2: not canonical.
+        let mut padded = vec![4, 0, 2, 1, 1];
+        padded.extend([1; 32]);
+        padded.extend([0, 0]);
+        assert_eq!(CredentialSet::decode(&padded), Err(WireError::Malformed("credential set (not canonical)")));
+        let mut newer = with.encode();
+        newer[2] = 3;
+        assert_eq!(CredentialSet::decode(&newer), Err(WireError::NewerFormat(3)));
+        assert!(WireError::NewerFormat(3).to_string().contains("update the node"));
+
+        // A limit alone changing is not a credential change: nobody is cut off for it.
+        let slower = CredentialSet::new(4, vec![entry(1, 1), limited(2, 2, 1_000_000, 0)]).unwrap();
+        let diff = with.diff(&slower);
+        assert!(diff.changed.is_empty() && diff.removed.is_empty());
+        assert_eq!(diff.limited, vec![limited(2, 2, 1_000_000, 0)]);
+        assert_eq!(with.apply(&diff).unwrap(), slower);
+        assert_eq!(plain.diff(&with).limited.len(), 1);
     }
 
     #[test]
@@ -736,8 +883,9 @@ mod tests {
 
     fn set_strategy() -> impl proptest::strategy::Strategy<Value = CredentialSet> {
         use proptest::prelude::*;
-        prop::collection::btree_map(0u64..64, any::<u8>(), 0..40).prop_map(|users| {
-            CredentialSet::new(5, users.into_iter().map(|(user, fill)| entry(user, fill)).collect()).unwrap()
+        prop::collection::btree_map(0u64..64, (any::<u8>(), 0u64..3, 0u64..3), 0..40).prop_map(|users| {
+            let users = users.into_iter().map(|(user, (fill, up, down))| limited(user, fill % 4, up, down));
+            CredentialSet::new(5, users.collect()).unwrap()
         })
     }
 
@@ -747,8 +895,10 @@ mod tests {
         fn diff_then_apply_gives_the_new_set(a in set_strategy(), b in set_strategy()) {
             let diff = a.diff(&b);
             proptest::prop_assert_eq!(a.apply(&diff).unwrap(), b.clone());
-            let touched = diff.added.len() + diff.removed.len() + diff.changed.len();
-            let mut users: Vec<UserId> = diff.added.iter().chain(&diff.changed).map(|e| e.user).collect();
+            proptest::prop_assert_eq!(CredentialSet::decode(&b.encode()).unwrap(), b.clone());
+            let touched = diff.added.len() + diff.removed.len() + diff.changed.len() + diff.limited.len();
+            let mut users: Vec<UserId> =
+                diff.added.iter().chain(&diff.changed).chain(&diff.limited).map(|e| e.user).collect();
             users.extend(&diff.removed);
             users.sort_unstable();
             users.dedup();

@@ -53,8 +53,7 @@ fn trust(k: &Keys) -> Trust {
 }
 
 fn creds(version: u64, users: u64) -> Envelope {
-    let set =
-        CredentialSet::new(1, (0..users).map(|user| CredEntry { user, hash: [user as u8; 32] }).collect()).unwrap();
+    let set = CredentialSet::new(1, (0..users).map(|user| CredEntry::new(user, [user as u8; 32])).collect()).unwrap();
     draft(Kind::CredentialSet, "creds/1", version, Audience::Node(1)).sign(set.encode(), &[&keys().signing])
 }
 

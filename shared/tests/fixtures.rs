@@ -13,7 +13,7 @@ use hearth_shared::seal;
 use hearth_shared::trust::{Expect, KeyRecord, RoleKeys, Trust, verify};
 use hearth_shared::wire::{
     self, BatchEntry, BatchManifest, CredEntry, CredentialSet, Endpoint, NodeRecord, Profile, ResetStrategy, Snapshot,
-    Status, SubToken, UsageAck, UsageReport, UserUsage, stream,
+    SpeedLimit, Status, SubToken, UsageAck, UsageReport, UserUsage, stream,
 };
 
 const NOW: u64 = 1_800_000_000;
@@ -97,7 +97,13 @@ fn token() -> SubToken {
 fn envelopes() -> Vec<(&'static str, Envelope)> {
     let recovery = RecoverySecret::from_bytes([5; 32]);
     let key_record = KeyRecord { role: Role::Signing, keys: RoleKeys::single(signing().public()) };
-    let set = CredentialSet::new(3, vec![CredEntry { user: 7, hash: hearth_shared::sha256(b"cred") }]).unwrap();
+    let set = CredentialSet::new(3, vec![CredEntry::new(7, hearth_shared::sha256(b"cred"))]).unwrap();
+    // Format 2: user 8 limited to 20 Mbit/s down and 5 up.
+    let limited = CredEntry {
+        limit: SpeedLimit { up: 625_000, down: 2_500_000 },
+        ..CredEntry::new(8, hearth_shared::sha256(b"slow"))
+    };
+    let set_v2 = CredentialSet::new(3, vec![CredEntry::new(7, hearth_shared::sha256(b"cred")), limited]).unwrap();
     let sealed = seal::seal(&snapshot(), &token(), &recovery.public(), &mut FixedRng(9));
     let manifest = BatchManifest::new(vec![
         BatchEntry { stream: stream::creds(3), version: 2, digest: Some([0x22; 32]) },
@@ -120,6 +126,10 @@ fn envelopes() -> Vec<(&'static str, Envelope)> {
         (
             "credential_set",
             draft(Kind::CredentialSet, stream::creds(3), 2, Audience::Node(3)).sign(set.encode(), &[&signing()]),
+        ),
+        (
+            "credential_set_v2",
+            draft(Kind::CredentialSet, stream::creds(3), 3, Audience::Node(3)).sign(set_v2.encode(), &[&signing()]),
         ),
         (
             "snapshot",
@@ -181,8 +191,9 @@ fn fixtures_decode_and_verify() {
     trust.accept_key_record(&record, NOW).unwrap();
     trust.set_node(3, node().public());
     let snapshot_stream = stream::snapshot(&token().hash());
-    let cases: [(&str, Kind, Audience, &str); 7] = [
+    let cases: [(&str, Kind, Audience, &str); 8] = [
         ("credential_set", Kind::CredentialSet, Audience::Node(3), "creds/3"),
+        ("credential_set_v2", Kind::CredentialSet, Audience::Node(3), "creds/3"),
         ("snapshot", Kind::Snapshot, Audience::Edge, &snapshot_stream),
         ("batch", Kind::Batch, Audience::Edge, stream::BATCH),
         ("node_record", Kind::NodeRecord, Audience::Edge, "node/3"),
@@ -194,6 +205,13 @@ fn fixtures_decode_and_verify() {
         let bytes = hex::decode(std::fs::read_to_string(fixture_path(name)).unwrap().trim()).unwrap();
         let verified = verify(&bytes, &trust, &Expect { kind, audience, stream }, None, NOW)
             .unwrap_or_else(|e| panic!("{name}: {e}"));
+        if name.starts_with("credential_set") {
+            let set = CredentialSet::decode(&verified.envelope.body).unwrap_or_else(|e| panic!("{name}: {e}"));
+            let limits: Vec<SpeedLimit> = set.users().iter().map(|entry| entry.limit).collect();
+            let slow = SpeedLimit { up: 625_000, down: 2_500_000 };
+            let expected = if name == "credential_set" { vec![SpeedLimit::NONE] } else { vec![SpeedLimit::NONE, slow] };
+            assert_eq!(limits, expected, "{name}");
+        }
         if name == "snapshot" {
             assert_eq!(seal::open(&verified.envelope.body, &token()).unwrap(), snapshot());
             let (token, _) = seal::recover(&verified.envelope.body, &RecoverySecret::from_bytes([5; 32])).unwrap();

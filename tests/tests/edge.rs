@@ -877,13 +877,13 @@ async fn a_changed_link_serves_at_once_and_a_rotated_one_is_gone_for_good(backen
 async fn a_push_refused_for_a_set_stores_none_of_its_links(backend: Backend) {
     let mut s = start(backend, &[]);
     let (kept, newcomer) = (SubToken::generate(&mut OsRng), SubToken::generate(&mut OsRng));
-    let set = CredentialSet::new(1, vec![CredEntry { user: 5, hash: [5; 32] }]).unwrap();
+    let set = CredentialSet::new(1, vec![CredEntry::new(5, [5; 32])]).unwrap();
     let items = [s.sim.snapshot(&kept, &demo_snapshot(1)), s.sim.creds(&set)];
     assert_eq!(s.push_items(&items).await.0, StatusCode::OK);
     let (status, _, served) = s.get(&s.link(&kept), "v2rayN/7").await;
     assert_eq!(status, StatusCode::OK);
 
-    let other = CredentialSet::new(1, vec![CredEntry { user: 6, hash: [6; 32] }]).unwrap().encode();
+    let other = CredentialSet::new(1, vec![CredEntry::new(6, [6; 32])]).unwrap().encode();
     let conflict = s.sim.item_at(Kind::CredentialSet, stream::creds(1), 1, Audience::Node(1), other.clone());
     let mut changed = demo_snapshot(2);
     changed.name = "Changed".into();
@@ -896,7 +896,7 @@ async fn a_push_refused_for_a_set_stores_none_of_its_links(backend: Backend) {
     assert_eq!(s.get(&s.link(&newcomer), "v2rayN/7").await.0, StatusCode::NOT_FOUND, "the new link is not served");
 
     // The set moves on to version 2; a push taking it back to 1 takes no link with it either.
-    let newer = CredentialSet::new(1, vec![CredEntry { user: 7, hash: [7; 32] }]).unwrap();
+    let newer = CredentialSet::new(1, vec![CredEntry::new(7, [7; 32])]).unwrap();
     let item = s.sim.creds(&newer);
     assert_eq!(s.push_items(&[item]).await.0, StatusCode::OK);
     let rollback = s.sim.item_at(Kind::CredentialSet, stream::creds(1), 1, Audience::Node(1), other);
@@ -908,7 +908,7 @@ async fn a_push_refused_for_a_set_stores_none_of_its_links(backend: Backend) {
     assert_eq!(s.get(&s.link(&newcomer), "v2rayN/7").await.0, StatusCode::NOT_FOUND, "the new link is not served");
 
     // The same links with a good set go through.
-    let good = CredentialSet::new(1, vec![CredEntry { user: 8, hash: [8; 32] }]).unwrap();
+    let good = CredentialSet::new(1, vec![CredEntry::new(8, [8; 32])]).unwrap();
     let items = [s.sim.snapshot(&kept, &changed), s.sim.snapshot(&newcomer, &demo_snapshot(3)), s.sim.creds(&good)];
     let (status, body) = s.push_items(&items).await;
     assert_eq!(status, StatusCode::OK, "{body}");
@@ -966,7 +966,7 @@ async fn nodes_pull_their_own_set_and_usage_queues_for_control(backend: Backend)
     let mut s = start(backend, &[]);
     let node_key = SecretKey::generate(Role::Node, &mut OsRng).unwrap();
     let other_key = SecretKey::generate(Role::Node, &mut OsRng).unwrap();
-    let set = CredentialSet::new(1, vec![CredEntry { user: 5, hash: [5; 32] }]).unwrap();
+    let set = CredentialSet::new(1, vec![CredEntry::new(5, [5; 32])]).unwrap();
     let creds = s.sim.creds(&set);
     let creds_bytes = creds.envelope().unwrap().to_vec();
     let items = [s.sim.node(1, Some(node_key.public())), s.sim.node(2, Some(other_key.public())), creds];
@@ -1091,7 +1091,7 @@ async fn everything_stored_comes_back_in_export_pages_for_a_restore(backend: Bac
             chunk.iter().enumerate().map(|(i, t)| s.sim.snapshot(t, &demo_snapshot(i as u64))).collect();
         assert_eq!(s.push_items(&items).await.0, StatusCode::OK);
     }
-    let set = CredentialSet::new(1, vec![CredEntry { user: 5, hash: [5; 32] }]).unwrap();
+    let set = CredentialSet::new(1, vec![CredEntry::new(5, [5; 32])]).unwrap();
     let items = [s.sim.node(1, Some(node_key.public())), s.sim.creds(&set), s.sim.delete_link(&tokens[0])];
     assert_eq!(s.push_items(&items).await.0, StatusCode::OK);
 
@@ -1143,7 +1143,7 @@ async fn export_pages_hold_no_more_bytes_than_control_reads(backend: Backend) {
     // snapshots carry a 200 kB announcement.
     let sets: Vec<_> = (1..=12u64)
         .map(|node| {
-            let users = (0..45_000).map(|user| CredEntry { user: node * 100_000 + user, hash: [node as u8; 32] });
+            let users = (0..45_000).map(|user| CredEntry::new(node * 100_000 + user, [node as u8; 32]));
             s.sim.creds(&CredentialSet::new(node, users.collect()).unwrap())
         })
         .collect();
@@ -1276,7 +1276,7 @@ fn a_replica_asked_of_a_build_without_it_says_how_to_get_it() {
 async fn a_node_request_is_taken_once_and_only_as_signed(backend: Backend) {
     let mut s = start(backend, &[]);
     let node_key = SecretKey::generate(Role::Node, &mut OsRng).unwrap();
-    let set = CredentialSet::new(1, vec![CredEntry { user: 5, hash: [5; 32] }]).unwrap();
+    let set = CredentialSet::new(1, vec![CredEntry::new(5, [5; 32])]).unwrap();
     let creds = s.sim.creds(&set);
     let items = [s.sim.node(1, Some(node_key.public())), creds];
     assert_eq!(s.push_items(&items).await.0, StatusCode::OK);

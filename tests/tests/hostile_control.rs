@@ -183,7 +183,7 @@ fn queue(dir: &Path) -> (Vec<u64>, u64) {
 async fn a_node_keeps_serving_and_keeps_its_usage_report_through_oversized_and_endless_answers_from_control() {
     let temp = tempfile::tempdir().unwrap();
     let mut sim = ControlSim::new();
-    let alice = CredentialSet::new(1, vec![CredEntry { user: 1, hash: sha256(b"alice-pw") }]).unwrap();
+    let alice = CredentialSet::new(1, vec![CredEntry::new(1, sha256(b"alice-pw"))]).unwrap();
     let set = sim.creds(&alice).envelope().unwrap().to_vec();
     let control = Arc::new(Mutex::new(Control { sim, set: set.clone(), usage: None, reports: Vec::new() }));
     let answers = control.clone();

@@ -27,11 +27,8 @@ use hearth_tests::stand_in::{Answer, Body, RISE_KIB, Request, Seen, peak, stand_
 const API: &str = "api-hostile-edge-0123456789";
 
 fn set(users: &[(u64, &str)]) -> CredentialSet {
-    CredentialSet::new(
-        1,
-        users.iter().map(|(user, cred)| CredEntry { user: *user, hash: sha256(cred.as_bytes()) }).collect(),
-    )
-    .unwrap()
+    CredentialSet::new(1, users.iter().map(|(user, cred)| CredEntry::new(*user, sha256(cred.as_bytes()))).collect())
+        .unwrap()
 }
 
 /// What the stand-in edge answers node 1 with.
@@ -541,7 +538,7 @@ async fn a_restore_keeps_only_what_verifies_and_agrees_with_the_archive_and_a_ro
         .unwrap()
         .stream
         .clone();
-    let attacker = CredEntry { user: 666, hash: sha256(b"the attacker's password") };
+    let attacker = CredEntry::new(666, sha256(b"the attacker's password"));
     let mut users = set_users(real_creds.envelope.as_deref().unwrap());
     users.push(attacker);
     let sim = ControlSim::new();

@@ -31,7 +31,7 @@ async fn mihomo_on_the_profile_the_edge_serves_goes_through_the_node() {
     let mut sim = ControlSim::new();
     let dir = temp.path().join("node");
     state_dir_with(&dir, &sim, 1, &format!("obfs = \"{OBFS}\"\n")).unwrap();
-    let set = CredentialSet::new(1, vec![CredEntry { user: 7, hash: sha256(PASSWORD.as_bytes()) }]).unwrap();
+    let set = CredentialSet::new(1, vec![CredEntry::new(7, sha256(PASSWORD.as_bytes()))]).unwrap();
     std::fs::write(dir.join("creds.envelope"), sim.creds(&set).envelope().unwrap()).unwrap();
     let node = NodeProcess::start(&dir).unwrap();
     let metrics = node.metrics_url().unwrap();

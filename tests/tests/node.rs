@@ -7,11 +7,8 @@ use hearth_tests::node::{NodeProcess, ProxyClient, fetch, http_server, metric, s
 use serde_json::json;
 
 fn set(node: u64, users: &[(u64, &str)]) -> CredentialSet {
-    CredentialSet::new(
-        node,
-        users.iter().map(|(user, cred)| CredEntry { user: *user, hash: sha256(cred.as_bytes()) }).collect(),
-    )
-    .unwrap()
+    CredentialSet::new(node, users.iter().map(|(user, cred)| CredEntry::new(*user, sha256(cred.as_bytes()))).collect())
+        .unwrap()
 }
 
 #[tokio::test]
@@ -706,5 +703,122 @@ async fn the_last_usage_before_a_sigterm_is_reported_once() {
         );
         tokio::time::sleep(Duration::from_millis(200)).await;
     }
+    node.stop().unwrap();
+}
+
+/// A user with a speed limit: alice, 20 Mbit/s down and 10 up, over four connections at once,
+/// holds her rate within 5 % over 10 s while bob, unlimited on the same node, is not slowed;
+/// the limit then changes live (the same connections go on at the new rate); her uploads keep
+/// to theirs; UDP still works for her.
+#[tokio::test]
+async fn a_users_speed_limit_holds_over_all_her_connections_and_changes_live() {
+    use hearth_shared::wire::SpeedLimit;
+    use std::sync::Arc;
+    use std::sync::atomic::{AtomicU64, Ordering};
+    use std::time::{Duration, Instant};
+    use tokio::io::{AsyncReadExt as _, AsyncWriteExt as _};
+
+    let limited = |down_mbit: u64| {
+        let alice = CredEntry {
+            limit: SpeedLimit { up: 1_250_000, down: down_mbit * 125_000 },
+            ..CredEntry::new(1, sha256(b"alice-pw"))
+        };
+        CredentialSet::new(1, vec![alice, CredEntry::new(2, sha256(b"bob-pw"))]).unwrap()
+    };
+    let temp = tempfile::tempdir().unwrap();
+    let mut sim = ControlSim::new();
+    let first = sim.creds(&limited(20));
+    let (edge, http, dir) = edge_with_node(temp.path(), &mut sim, first, 60).await;
+    let node = NodeProcess::start(&dir).unwrap();
+
+    // A source that sends without end to whoever connects, and a sink that counts.
+    let source = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let source_at = source.local_addr().unwrap();
+    tokio::spawn(async move {
+        while let Ok((mut stream, _)) = source.accept().await {
+            tokio::spawn(async move {
+                let chunk = vec![0x5a; 64 * 1024];
+                while stream.write_all(&chunk).await.is_ok() {}
+            });
+        }
+    });
+    let sunk = Arc::new(AtomicU64::new(0));
+    let sink = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let sink_at = sink.local_addr().unwrap();
+    let count = sunk.clone();
+    tokio::spawn(async move {
+        while let Ok((mut stream, _)) = sink.accept().await {
+            let count = count.clone();
+            tokio::spawn(async move {
+                let mut buf = vec![0u8; 64 * 1024];
+                while let Ok(n @ 1..) = stream.read(&mut buf).await {
+                    count.fetch_add(n as u64, Ordering::Relaxed);
+                }
+            });
+        }
+    });
+
+    let alice = ProxyClient::sing_box(node.outbound("alice-pw")).unwrap();
+    let bob = ProxyClient::sing_box(node.outbound("bob-pw")).unwrap();
+    hearth_tests::node::fetch_eventually(&alice, http_server(b"ok".to_vec()).await.unwrap()).await.unwrap();
+
+    // Each reader counts what arrives, from its first byte on.
+    let reader = |stream: tokio::net::TcpStream, counted: Arc<AtomicU64>| {
+        tokio::spawn(async move {
+            let mut stream = stream;
+            let mut buf = vec![0u8; 64 * 1024];
+            while let Ok(n @ 1..) = stream.read(&mut buf).await {
+                counted.fetch_add(n as u64, Ordering::Relaxed);
+            }
+        })
+    };
+    let alice_bytes = Arc::new(AtomicU64::new(0));
+    let bob_bytes = Arc::new(AtomicU64::new(0));
+    let mut readers = Vec::new();
+    for _ in 0..4 {
+        readers.push(reader(alice.connect(source_at).await.unwrap(), alice_bytes.clone()));
+    }
+    readers.push(reader(bob.connect(source_at).await.unwrap(), bob_bytes.clone()));
+    // Past the start (and the burst a user may send ahead of her rate), over 10 s.
+    let rate_over = async |counted: &AtomicU64, over: Duration| {
+        let (from, started) = (counted.load(Ordering::Relaxed), Instant::now());
+        tokio::time::sleep(over).await;
+        (counted.load(Ordering::Relaxed) - from) as f64 * 8.0 / started.elapsed().as_secs_f64() / 1e6
+    };
+    tokio::time::sleep(Duration::from_secs(1)).await;
+    let (alice_mbps, bob_mbps) =
+        tokio::join!(rate_over(&alice_bytes, Duration::from_secs(10)), rate_over(&bob_bytes, Duration::from_secs(10)));
+    eprintln!("alice limited to 20 Mbit/s over 4 connections: {alice_mbps:.2}; bob beside her: {bob_mbps:.1}");
+    assert!((19.0..=21.0).contains(&alice_mbps), "alice, limited to 20 Mbit/s, moved {alice_mbps:.2} Mbit/s");
+    assert!(bob_mbps > 60.0, "bob, unlimited, moved only {bob_mbps:.1} Mbit/s beside her");
+
+    // Her limit goes down to 5 Mbit/s: the same four connections slow down, nobody is cut off.
+    let second = sim.creds(&limited(5));
+    push(&http, &edge, sim.push(&[second])).await;
+    tokio::time::sleep(Duration::from_secs(3)).await;
+    let slowed = rate_over(&alice_bytes, Duration::from_secs(4)).await;
+    eprintln!("alice after her limit went down to 5 Mbit/s: {slowed:.2}");
+    assert!((4.5..=5.5).contains(&slowed), "alice, now limited to 5 Mbit/s, moved {slowed:.2} Mbit/s");
+    assert!(readers.iter().all(|r| !r.is_finished()), "a connection was closed by the change");
+    for r in &readers {
+        r.abort();
+    }
+
+    // Uploads: 10 Mbit/s, at the sink.
+    let mut upload = alice.connect(sink_at).await.unwrap();
+    let writer = tokio::spawn(async move {
+        let chunk = vec![0xa5; 64 * 1024];
+        while upload.write_all(&chunk).await.is_ok() {}
+    });
+    tokio::time::sleep(Duration::from_secs(1)).await;
+    let up = rate_over(&sunk, Duration::from_secs(4)).await;
+    writer.abort();
+    eprintln!("alice's upload limited to 10 Mbit/s: {up:.2}");
+    assert!((9.5..=10.5).contains(&up), "alice's upload, limited to 10 Mbit/s, moved {up:.2} Mbit/s");
+
+    // UDP goes through her budget too, and still goes.
+    let echo = hearth_tests::node::udp_echo().await.unwrap();
+    assert_eq!(alice.udp_round_trip(echo, b"limited").await.unwrap(), b"limited");
+    drop((alice, bob));
     node.stop().unwrap();
 }

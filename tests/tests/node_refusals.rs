@@ -57,12 +57,9 @@ async fn stand_in(offer: Arc<Mutex<Offer>>, tls: bool) -> (String, Option<String
 }
 
 fn set(users: &[(u64, &str)]) -> Vec<u8> {
-    CredentialSet::new(
-        1,
-        users.iter().map(|(user, cred)| CredEntry { user: *user, hash: sha256(cred.as_bytes()) }).collect(),
-    )
-    .unwrap()
-    .encode()
+    CredentialSet::new(1, users.iter().map(|(user, cred)| CredEntry::new(*user, sha256(cred.as_bytes()))).collect())
+        .unwrap()
+        .encode()
 }
 
 /// Node 1's set at `version`, signed by `key`, expiring in a day unless `expired`.

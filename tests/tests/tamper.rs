@@ -218,7 +218,7 @@ impl Edge {
                 Kind::CredentialSet,
                 stream::creds(1),
                 Audience::Node(1),
-                CredentialSet::new(1, vec![CredEntry { user: 5, hash: [5; 32] }]).unwrap().encode(),
+                CredentialSet::new(1, vec![CredEntry::new(5, [5; 32])]).unwrap().encode(),
             ),
             Obj::Node => (
                 Kind::NodeRecord,
@@ -806,7 +806,7 @@ async fn a_node_refuses_every_tampered_object_from_the_edge() {
     let stranger = ControlSim::new();
     let first_keys = sim.key_records();
     let set = |users: &[u64], node: u64| {
-        CredentialSet::new(node, users.iter().map(|&user| CredEntry { user, hash: [user as u8; 32] }).collect())
+        CredentialSet::new(node, users.iter().map(|&user| CredEntry::new(user, [user as u8; 32])).collect())
             .unwrap()
             .encode()
     };

@@ -114,7 +114,7 @@ struct Setup {
 
 /// Starts a [`Setup`] in `temp`, with `extra` lines of `node.toml`.
 async fn supervised(temp: &std::path::Path, sim: &mut ControlSim, extra: &str) -> Setup {
-    let set = CredentialSet::new(1, vec![CredEntry { user: 1, hash: sha256(b"alice-pw") }]).unwrap();
+    let set = CredentialSet::new(1, vec![CredEntry::new(1, sha256(b"alice-pw"))]).unwrap();
     let served = Arc::new(Mutex::new(Served {
         creds: sim.creds(&set).envelope().unwrap().to_vec(),
         keys: hearth_shared::trust::chain_to_header(&sim.key_records()),

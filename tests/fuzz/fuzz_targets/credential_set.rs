@@ -1,19 +1,23 @@
-//! Credential sets: the strict decoder on any bytes, and diff/apply between two sets built from
+//! Credential sets (both formats, with and without speed limits): the strict decoder on any bytes, and diff/apply between two sets built from
 //! the input (a diff takes the old set to the new one, and does not apply to a set it was not
 //! made from unless that set gives the same result).
 #![no_main]
 
 use arbitrary::Unstructured;
 use hearth_fuzz::take;
-use hearth_shared::wire::{CredEntry, CredentialSet};
+use hearth_shared::wire::{CredEntry, CredentialSet, SpeedLimit};
 use libfuzzer_sys::fuzz_target;
 
 /// A set from the input: few distinct users and hashes, so that two sets share users.
 fn set(u: &mut Unstructured<'_>) -> CredentialSet {
     let node = take(u);
     let count = u.int_in_range(0..=12).unwrap_or(0);
-    let mut users: Vec<CredEntry> =
-        (0..count).map(|_| CredEntry { user: u64::from(take::<u8>(u) % 16), hash: [take::<u8>(u) % 3; 32] }).collect();
+    let mut users: Vec<CredEntry> = (0..count)
+        .map(|_| CredEntry {
+            limit: SpeedLimit { up: u64::from(take::<u8>(u) % 3), down: u64::from(take::<u8>(u) % 3) },
+            ..CredEntry::new(u64::from(take::<u8>(u) % 16), [take::<u8>(u) % 3; 32])
+        })
+        .collect();
     users.sort_by_key(|entry| entry.user);
     users.dedup_by_key(|entry| entry.user);
     CredentialSet::new(node, users).expect("users made unique")

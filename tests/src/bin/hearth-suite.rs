@@ -967,7 +967,7 @@ fn log_field(line: &str, name: &str) -> Option<u64> {
 /// A set for node 1 of `users` (id, password).
 fn credential_set(users: &BTreeMap<u64, String>) -> Result<hearth_shared::wire::CredentialSet> {
     use hearth_shared::wire::{CredEntry, CredentialSet};
-    let entries = users.iter().map(|(u, p)| CredEntry { user: *u, hash: hearth_shared::sha256(p.as_bytes()) });
+    let entries = users.iter().map(|(u, p)| CredEntry::new(*u, hearth_shared::sha256(p.as_bytes())));
     Ok(CredentialSet::new(1, entries.collect())?)
 }
 
@@ -1241,7 +1241,7 @@ fn node_with_users(cg: &Cgroup, temp: &std::path::Path, name: &str, extra: &str)
     let dir = temp.join(name);
     hearth_tests::node::state_dir_with(&dir, &sim, 1, extra)?;
     let users: Vec<CredEntry> =
-        (1..=1000u64).map(|u| CredEntry { user: u, hash: sha256(format!("password-{u}").as_bytes()) }).collect();
+        (1..=1000u64).map(|u| CredEntry::new(u, sha256(format!("password-{u}").as_bytes()))).collect();
     let item = sim.creds(&CredentialSet::new(1, users)?);
     std::fs::write(dir.join("creds.envelope"), item.envelope().context("an envelope")?)?;
     let node = cg.start(|| NodeProcess::start(&dir))?;
