@@ -38,7 +38,7 @@ use hearth_shared::keys::Role;
 
 use crate::app::now;
 use crate::store::nodes::NodeInput;
-use crate::store::users::{ListQuery, UserInput};
+use crate::store::users::{ListQuery, Mbps, SpeedInput, UserInput};
 
 /// Hearth control: users, nodes, signing and publishing.
 #[derive(Parser)]
@@ -129,6 +129,15 @@ enum UserCommand {
         /// A note.
         #[arg(long, default_value = "")]
         note: String,
+        #[command(flatten)]
+        speed: SpeedArgs,
+    },
+    /// Set a user's speed limit and what a used-up quota does (what is not given stays).
+    Limit {
+        /// The user's name.
+        name: String,
+        #[command(flatten)]
+        speed: SpeedArgs,
     },
     /// List users.
     List {
@@ -154,6 +163,49 @@ enum UserCommand {
         /// The user's name.
         name: String,
     },
+}
+
+/// A user's speed settings on the command line.
+#[derive(clap::Args)]
+struct SpeedArgs {
+    /// Upload limit in Mbit/s (0: none; `group`: the groups' default).
+    #[arg(long, value_parser = own_speed)]
+    up: Option<Own>,
+    /// Download limit in Mbit/s (0: none; `group`: the groups' default).
+    #[arg(long, value_parser = own_speed)]
+    down: Option<Own>,
+    /// When the quota is used up: cut, slow or group.
+    #[arg(long)]
+    on_quota: Option<String>,
+    /// The rate in Mbit/s a user whose quota is used up is slowed to (with `--on-quota slow`).
+    #[arg(long, value_parser = speed)]
+    slow_speed: Option<Mbps>,
+}
+
+/// A user's own limit one way: `None` for its groups' default.
+#[derive(Clone, Copy)]
+struct Own(Option<Mbps>);
+
+fn speed(text: &str) -> Result<Mbps, String> {
+    Mbps::parse(text.parse::<f64>().map_err(|_| format!("{text:?} is not a number of Mbit/s"))?)
+}
+
+fn own_speed(text: &str) -> Result<Own, String> {
+    if text == "group" { Ok(Own(None)) } else { speed(text).map(|m| Own(Some(m))) }
+}
+
+impl SpeedArgs {
+    /// Into `input`, over the user's limit `held` (a side not given keeps it).
+    fn fill(self, input: &mut UserInput, held: SpeedInput) {
+        if self.up.is_some() || self.down.is_some() {
+            input.speed_limit = Some(SpeedInput {
+                up: self.up.map_or(held.up, |own| own.0),
+                down: self.down.map_or(held.down, |own| own.0),
+            });
+        }
+        input.on_quota = self.on_quota;
+        input.slow_speed = self.slow_speed;
+    }
 }
 
 #[derive(Subcommand)]
@@ -377,8 +429,8 @@ fn user_command(dir: &std::path::Path, command: UserCommand) -> Result<()> {
     let link = |token: &hearth_shared::wire::SubToken| format!("{}/{}", config.sub_url, token.to_link_form());
     let now = now();
     match command {
-        UserCommand::Add { name, quota_gib, days, start_on_first_use, reset, groups, note } => {
-            let input = UserInput {
+        UserCommand::Add { name, quota_gib, days, start_on_first_use, reset, groups, note, speed } => {
+            let mut input = UserInput {
                 name: Some(name),
                 quota: Some(quota_gib.checked_mul(1 << 30).context("quota is too large")?),
                 days,
@@ -388,6 +440,7 @@ fn user_command(dir: &std::path::Path, command: UserCommand) -> Result<()> {
                 groups: (!groups.is_empty()).then_some(groups),
                 ..UserInput::default()
             };
+            speed.fill(&mut input, SpeedInput::default());
             let created = db.write_blocking(|tx| store::users::create(tx, &signer, "cli", &input, now))?;
             println!("user {} added", created.id);
             println!("link: {}", link(&created.token));
@@ -436,6 +489,25 @@ fn user_command(dir: &std::path::Path, command: UserCommand) -> Result<()> {
                 store::users::update(tx, &signer, "cli", id, &input, now)
             })?;
             println!("user {name} disabled");
+        }
+        UserCommand::Limit { name, speed } => {
+            let user = db.write_blocking(|tx| {
+                let id = store::users::id_by_name(tx, &name)?;
+                let mut input = UserInput::default();
+                speed.fill(&mut input, store::users::get(tx, id)?.speed_limit);
+                store::users::update(tx, &signer, "cli", id, &input, now)
+            })?;
+            let side = |own: Option<Mbps>| match own {
+                None => "the groups' default".to_owned(),
+                Some(Mbps(0)) => "no limit".to_owned(),
+                Some(m) => format!("{} Mbit/s", m.0 as f64 / 1000.0),
+            };
+            println!("user {name}: up {}, down {}", side(user.speed_limit.up), side(user.speed_limit.down));
+            match user.on_quota.as_str() {
+                "slow" => println!("over quota: slowed to {}", side(Some(user.slow_speed))),
+                "cut" => println!("over quota: cut off"),
+                _ => println!("over quota: as its groups say"),
+            }
         }
         UserCommand::Rotate { name } => {
             let token = db.write_blocking(|tx| {

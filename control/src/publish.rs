@@ -12,8 +12,8 @@ use std::collections::BTreeSet;
 use hearth_shared::envelope::{Audience, Draft, Kind};
 use hearth_shared::keys::{PublicKey, RecoveryPublic};
 use hearth_shared::wire::{
-    self, CredEntry, CredentialSet, Endpoint, NodeId, NodeRecord, PortRange, Profile, ResetStrategy, Snapshot, Status,
-    SubToken, UserId, stream,
+    self, CredEntry, CredentialSet, Endpoint, NodeId, NodeRecord, PortRange, Profile, ResetStrategy, Snapshot,
+    SpeedLimit, Status, SubToken, UserId, stream,
 };
 use hearth_shared::{Digest, seal, sha256};
 use rand_core::OsRng;
@@ -384,6 +384,11 @@ fn endpoints(conn: &Connection, user: UserId) -> Result<Vec<Endpoint>, Error> {
     Ok(rows.collect::<Result<_, _>>()?)
 }
 
+/// A rate in kbit/s as people read it: "1 Mbit/s", "0.5 Mbit/s".
+fn mbit(kbps: u64) -> String {
+    format!("{} Mbit/s", kbps as f64 / 1000.0)
+}
+
 /// Builds, seals and signs a user's snapshot; updates the stored status. Returns the nodes
 /// the user reaches, or `None` when the user no longer exists.
 fn publish_user(conn: &Connection, signer: &Signer, user: UserId, now: u64) -> Result<Option<Vec<NodeId>>, Error> {
@@ -425,10 +430,21 @@ fn publish_user(conn: &Connection, signer: &Signer, user: UserId, now: u64) -> R
     );
     let credential = String::from_utf8(signer.vault.open(Purpose::Credential, &cred_enc)?.to_vec())
         .map_err(|_| Error::Internal("a stored credential is not text".into()))?;
+    // A user slowed down rather than cut off can still connect: the profile says so and why.
+    let mut profile = signer.profile.read().expect("profile lock").clone();
+    let slowed = if status == Status::OverQuota { slow_rate(conn, user)? } else { 0 };
+    if slowed > 0 {
+        let notice =
+            format!("Your traffic allowance is used up: your speed is limited to {} until it resets.", mbit(slowed));
+        profile.announce = Some(match profile.announce.take() {
+            Some(announce) if !announce.is_empty() => format!("{notice}\n{announce}"),
+            _ => notice,
+        });
+    }
     let snapshot = Snapshot {
         user,
         name,
-        status,
+        status: if slowed > 0 { Status::Active } else { status },
         used_up: up,
         used_down: down,
         quota,
@@ -436,7 +452,7 @@ fn publish_user(conn: &Connection, signer: &Signer, user: UserId, now: u64) -> R
         reset: parse_reset(&reset).unwrap_or(ResetStrategy::Never),
         credential,
         endpoints: endpoints(conn, user)?,
-        profile: signer.profile.read().expect("profile lock").clone(),
+        profile,
     };
     let content = sha256(&wire::encode(&snapshot));
     let body = || seal::seal(&snapshot, &token, &signer.recovery, &mut OsRng);
@@ -459,20 +475,113 @@ fn publish_user(conn: &Connection, signer: &Signer, user: UserId, now: u64) -> R
     Ok(Some(nodes_of_user(conn, user)?))
 }
 
-/// The credential set `node` should hold now: every user who can connect, in its groups.
+/// Two limits, the more generous (0 is none, the most generous of all).
+fn generous(a: u64, b: u64) -> u64 {
+    if a == 0 || b == 0 { 0 } else { a.max(b) }
+}
+
+/// Two limits, the stricter (0 is none).
+fn stricter(a: u64, b: u64) -> u64 {
+    if a == 0 || b == 0 { a.max(b) } else { a.min(b) }
+}
+
+/// One user's speed on one node, in kbit/s, from its own settings and those of the groups
+/// it reaches the node through.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+struct Speed {
+    up: u64,
+    down: u64,
+    /// Slowed to this when over quota (0: cut off).
+    slow: u64,
+}
+
+impl Speed {
+    /// The groups' defaults, the most generous of them (the user reaches the node through
+    /// any of them).
+    fn merge(self, other: Speed) -> Speed {
+        Speed {
+            up: generous(self.up, other.up),
+            down: generous(self.down, other.down),
+            slow: self.slow.max(other.slow),
+        }
+    }
+}
+
+/// A user's own settings over its groups': `(speed_up, speed_down, on_quota, slow_kbps)`.
+fn own_over(group: Speed, own: (Option<u64>, Option<u64>, Option<String>, u64)) -> Speed {
+    let (up, down, on_quota, slow) = own;
+    Speed {
+        up: up.unwrap_or(group.up),
+        down: down.unwrap_or(group.down),
+        slow: match on_quota.as_deref() {
+            Some("slow") => slow,
+            Some(_) => 0,
+            None => group.slow,
+        },
+    }
+}
+
+/// The credential set `node` should hold now: every user who can connect, in its groups,
+/// and every user over quota whose quota action is to slow down, with their speed limits.
 pub(crate) fn credential_set(conn: &Connection, node: NodeId) -> Result<CredentialSet, Error> {
-    // A user in two of the node's groups comes twice: deduplicated here, as SQLite's DISTINCT
+    // A user in two of the node's groups comes twice: merged here, as SQLite's DISTINCT
     // would build a temporary b-tree of every row at each change.
     let mut query = conn.prepare_cached(
-        "SELECT u.id, u.credential_hash
+        "SELECT u.id, u.credential_hash, u.status = 'over_quota', u.speed_up, u.speed_down, u.on_quota, u.slow_kbps,
+                g.speed_up, g.speed_down, CASE g.on_quota WHEN 'slow' THEN g.slow_kbps ELSE 0 END
          FROM node_groups ng JOIN user_groups ug ON ug.group_id = ng.group_id JOIN users u ON u.id = ug.user_id
-         WHERE ng.node_id = ?1 AND u.status IN ('active', 'not_started')",
+         JOIN groups g ON g.id = ng.group_id
+         WHERE ng.node_id = ?1 AND u.status IN ('active', 'not_started', 'over_quota')",
     )?;
-    let mut users =
-        query.query_map([node], |row| Ok(CredEntry::new(row.get(0)?, row.get(1)?)))?.collect::<Result<Vec<_>, _>>()?;
-    users.sort_unstable_by_key(|entry| entry.user);
-    users.dedup_by_key(|entry| entry.user);
+    type Row = (UserId, Digest, bool, (Option<u64>, Option<u64>, Option<String>, u64), Speed);
+    let mut rows = query
+        .query_map([node], |row| {
+            Ok((
+                row.get(0)?,
+                row.get(1)?,
+                row.get(2)?,
+                (row.get(3)?, row.get(4)?, row.get(5)?, row.get(6)?),
+                Speed { up: row.get(7)?, down: row.get(8)?, slow: row.get(9)? },
+            ))
+        })?
+        .collect::<Result<Vec<Row>, _>>()?;
+    rows.sort_unstable_by_key(|row| row.0);
+    let mut users: Vec<CredEntry> = Vec::with_capacity(rows.len());
+    let mut rows = rows.into_iter().peekable();
+    while let Some((user, hash, over_quota, own, mut group)) = rows.next() {
+        while let Some(next) = rows.next_if(|next| next.0 == user) {
+            group = group.merge(next.4);
+        }
+        let speed = own_over(group, own);
+        let (up, down) = if over_quota {
+            if speed.slow == 0 {
+                continue;
+            }
+            (stricter(speed.up, speed.slow), stricter(speed.down, speed.slow))
+        } else {
+            (speed.up, speed.down)
+        };
+        users.push(CredEntry { user, hash, limit: SpeedLimit { up: up * 125, down: down * 125 } });
+    }
     CredentialSet::new(node, users).map_err(|e| Error::Internal(e.to_string()))
+}
+
+/// The rate a user over quota is slowed to on the nodes of its groups, in kbit/s (0: cut
+/// off), from its own setting or the most generous of its groups'.
+fn slow_rate(conn: &Connection, user: UserId) -> Result<u64, Error> {
+    let (own, slow, groups): (Option<String>, u64, Option<u64>) = conn
+        .prepare_cached(
+            "SELECT u.on_quota, u.slow_kbps,
+                    (SELECT max(g.slow_kbps) FROM user_groups ug JOIN groups g ON g.id = ug.group_id
+                     WHERE ug.user_id = u.id AND g.on_quota = 'slow')
+             FROM users u WHERE u.id = ?1",
+        )?
+        .query_row([user], |row| Ok((row.get(0)?, row.get(1)?, row.get(2)?)))?;
+    Ok(match own.as_deref() {
+        Some("slow") => slow,
+        Some(_) => 0,
+        None => groups.unwrap_or(0),
+    })
 }
 
 /// Signs `node`'s credential set if it changed (or `force`, to renew its expiry). Nodes that

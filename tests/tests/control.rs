@@ -538,6 +538,20 @@ fn the_cli_manages_users_and_nodes() {
     assert_ne!(new_link, link);
     assert!(dir.cli(&["user", "list", "--status", "active"]).unwrap().lines().all(|l| !l.contains("bob")));
     assert!(dir.cli(&["user", "add", "bob"]).is_err(), "names are unique");
+    // Speed limits: set at creation, changed one side at a time, refused when wrong.
+    dir.cli(&["user", "add", "carol", "--down", "20", "--on-quota", "slow", "--slow-speed", "1"]).unwrap();
+    let shown = dir.cli(&["user", "show", "carol"]).unwrap();
+    assert!(shown.contains("\"down\": 20.0") && shown.contains("\"on_quota\": \"slow\""), "{shown}");
+    let limited = dir.cli(&["user", "limit", "carol", "--up", "2.5"]).unwrap();
+    assert!(limited.contains("up 2.5 Mbit/s, down 20 Mbit/s") && limited.contains("slowed to 1 Mbit/s"), "{limited}");
+    let limited = dir.cli(&["user", "limit", "carol", "--down", "group", "--on-quota", "cut"]).unwrap();
+    assert!(limited.contains("down the groups' default") && limited.contains("cut off"), "{limited}");
+    assert!(dir.cli(&["user", "limit", "carol", "--up", "fast"]).is_err());
+    assert!(dir.cli(&["user", "limit", "carol", "--on-quota", "slow", "--slow-speed", "0"]).is_err());
+    assert!(
+        dir.cli(&["user", "show", "carol"]).unwrap().contains("\"on_quota\": \"cut\""),
+        "a refused change changes nothing"
+    );
 
     let node = dir.cli(&["node", "add", "Home", "--host", "203.0.113.9", "--port", "8443", "--obfs", "pw"]).unwrap();
     let first = node.lines().find(|l| l.contains("hearth-node enroll")).unwrap().trim().to_owned();

@@ -89,6 +89,7 @@ impl Bounded for UserInput {
     fn check_bounds(&self) -> Result<(), Error> {
         chars("name", opt(&self.name), MAX_NAME)?;
         bytes("reset", opt(&self.reset), 16)?;
+        bytes("on_quota", opt(&self.on_quota), 16)?;
         bytes("note", opt(&self.note), MAX_NOTE)?;
         list("groups", self.groups.as_deref().unwrap_or_default(), MAX_GROUPS, MAX_NAME)
     }
@@ -110,7 +111,8 @@ impl Bounded for NodeInput {
 impl Bounded for GroupInput {
     fn check_bounds(&self) -> Result<(), Error> {
         chars("name", opt(&self.name), MAX_NAME)?;
-        bytes("note", opt(&self.note), MAX_TEXT)
+        bytes("note", opt(&self.note), MAX_TEXT)?;
+        bytes("on_quota", opt(&self.on_quota), 16)
     }
 }
 
@@ -1115,8 +1117,8 @@ async fn update_group(
     Path(id): Path<i64>,
     Input(input): Input<GroupInput>,
 ) -> Reply {
-    let group = change(&app, &auth, Scope::Operate, move |tx, _, actor, now| {
-        node_store::update_group(tx, actor, id, &input, now)
+    let group = change(&app, &auth, Scope::Operate, move |tx, app, actor, now| {
+        node_store::update_group(tx, &app.signer, actor, id, &input, now)
     })
     .await?;
     ok(serde_json::to_value(group).expect("a group serializes"))

@@ -672,6 +672,87 @@ async fn groups_decide_which_nodes_a_user_gets() {
     assert_eq!(client.get(&format!("/nodes/{friends_node}")).await.json()["groups"], json!([]));
 }
 
+/// Speed limits reach the nodes' sets: a user's own (each way, or its groups' default for a
+/// side left null), a group's default for its users on its nodes; a used-up quota cuts a
+/// user off, or slows it down where the user or its group says so (and its profile says
+/// why); bad settings are refused and change nothing.
+#[tokio::test]
+async fn speed_limits_and_quota_slowdowns_reach_the_nodes_sets() {
+    let client = Client::signed_in(false).await;
+    let (node, key) = enroll(&client, json!(["default"])).await;
+    let alice = client.post("/users", json!({ "name": "alice", "quota": 1000 })).await.json();
+    let bob = client.post("/users", json!({ "name": "bob", "speed_limit": { "down": 20 } })).await;
+    assert_eq!(bob.status, StatusCode::CREATED, "{}", String::from_utf8_lossy(&bob.body));
+    let bob = bob.json();
+    let (alice_id, bob_id) = (alice["id"].as_u64().unwrap(), bob["id"].as_u64().unwrap());
+    assert_eq!(bob["speed_limit"], json!({ "up": null, "down": 20.0 }));
+    assert_eq!((bob["on_quota"].as_str(), bob["slow_speed"].as_f64()), (Some("group"), Some(0.0)));
+    let limits = || async {
+        let set = set_of(&node_get(&client, node, &key, &format!("/nodes/{node}/creds")).await);
+        set.users().iter().map(|e| (e.user, e.limit.up, e.limit.down)).collect::<Vec<_>>()
+    };
+    let mbit = |m: u64| m * 125_000;
+    assert_eq!(limits().await, vec![(alice_id, 0, 0), (bob_id, 0, mbit(20))]);
+
+    // The group's default: for alice both ways, for bob the side he left to it.
+    let groups = client.get("/groups").await.json();
+    let default = groups["groups"][0]["id"].as_i64().unwrap();
+    let patched = client.patch(&format!("/groups/{default}"), json!({ "speed_limit": { "up": 5, "down": 10 } })).await;
+    assert_eq!(patched.status, StatusCode::OK, "{}", String::from_utf8_lossy(&patched.body));
+    assert_eq!(patched.json()["speed_limit"], json!({ "up": 5.0, "down": 10.0 }));
+    assert_eq!(limits().await, vec![(alice_id, mbit(5), mbit(10)), (bob_id, mbit(5), mbit(20))]);
+    // 0 is no limit, said of one's own; a fraction of a Mbit/s is kept.
+    client.patch(&format!("/users/{bob_id}"), json!({ "speed_limit": { "up": 0, "down": 0.5 } })).await;
+    assert_eq!(limits().await, vec![(alice_id, mbit(5), mbit(10)), (bob_id, 0, 62_500)]);
+
+    // Over quota: cut off by default.
+    let first = report(&key, node, 1, vec![UserUsage { user: alice_id, up: 600, down: 600 }]);
+    assert_eq!(node_usage(&client, node, &key, first).await.status, StatusCode::OK);
+    assert_eq!(client.get(&format!("/users/{alice_id}")).await.json()["status"], "over_quota");
+    assert_eq!(limits().await, vec![(bob_id, 0, 62_500)]);
+    let link = client.get(&format!("/users/{alice_id}/link")).await.json()["link"].as_str().unwrap().to_owned();
+    assert_eq!(snapshot_of(client.app(), &link).await.unwrap().status, Status::OverQuota);
+
+    // Slowing down needs a rate: refused, nothing changed.
+    let refused = client.patch(&format!("/users/{alice_id}"), json!({ "on_quota": "slow", "note": "x" })).await;
+    assert_eq!((refused.status, refused.code().as_str()), (StatusCode::BAD_REQUEST, "bad_on_quota"));
+    assert_eq!(client.get(&format!("/users/{alice_id}")).await.json()["note"], "");
+    for bad in
+        [json!({ "speed_limit": { "up": -1 } }), json!({ "speed_limit": { "up": 1e9 } }), json!({ "on_quota": "stop" })]
+    {
+        let refused = client.patch(&format!("/users/{alice_id}"), bad.clone()).await;
+        assert_eq!(refused.status, StatusCode::BAD_REQUEST, "{bad}");
+    }
+    assert_eq!(limits().await, vec![(bob_id, 0, 62_500)]);
+
+    // Slowed to 1 Mbit/s: back in the set at the stricter of that and her limit; her profile
+    // lets her connect and says why she is slow.
+    let slowed = client.patch(&format!("/users/{alice_id}"), json!({ "on_quota": "slow", "slow_speed": 1 })).await;
+    assert_eq!(slowed.status, StatusCode::OK, "{}", String::from_utf8_lossy(&slowed.body));
+    assert_eq!(
+        (slowed.json()["status"].as_str(), slowed.json()["on_quota"].as_str()),
+        (Some("over_quota"), Some("slow"))
+    );
+    assert_eq!(limits().await, vec![(alice_id, mbit(1), mbit(1)), (bob_id, 0, 62_500)]);
+    let snapshot = snapshot_of(client.app(), &link).await.unwrap();
+    assert_eq!(snapshot.status, Status::Active);
+    assert!(snapshot.profile.announce.unwrap().contains("limited to 1 Mbit/s"));
+
+    // Back to her group's choice (cut), then the group slows its users down to 2 Mbit/s.
+    client.patch(&format!("/users/{alice_id}"), json!({ "on_quota": "group" })).await;
+    assert_eq!(limits().await, vec![(bob_id, 0, 62_500)]);
+    let refused = client.patch(&format!("/groups/{default}"), json!({ "on_quota": "slow" })).await;
+    assert_eq!(refused.code(), "bad_on_quota");
+    client.patch(&format!("/groups/{default}"), json!({ "on_quota": "slow", "slow_speed": 2 })).await;
+    assert_eq!(limits().await, vec![(alice_id, mbit(2), mbit(2)), (bob_id, 0, 62_500)]);
+    let group = &client.get("/groups").await.json()["groups"][0];
+    assert_eq!((group["on_quota"].as_str(), group["slow_speed"].as_f64()), (Some("slow"), Some(2.0)));
+    // Her quota raised: no longer slowed, her group's limit again.
+    client.patch(&format!("/users/{alice_id}"), json!({ "quota": 0 })).await;
+    assert_eq!(limits().await, vec![(alice_id, mbit(5), mbit(10)), (bob_id, 0, 62_500)]);
+    assert!(snapshot_of(client.app(), &link).await.unwrap().profile.announce.is_none());
+}
+
 #[tokio::test]
 async fn recovery_key_opens_every_snapshot() {
     let client = Client::signed_in(false).await;
@@ -1205,7 +1286,7 @@ async fn the_described_bounds_are_the_ones_checked() {
             }
         }
     }
-    assert_eq!(checked, 28, "every bounded field of the three was tried");
+    assert_eq!(checked, 32, "every bounded field of the three was tried");
 }
 
 /// The anonymous budget of an IPv6 address is its /64's: one host holds a /64, and its

@@ -42,6 +42,16 @@ const MIGRATIONS: &[&str] = &[
         address_hash BLOB PRIMARY KEY,
         signed_in    INTEGER NOT NULL
     ) STRICT, WITHOUT ROWID;",
+    // Speed limits in kbit/s (0: none) and what a used-up quota does: a user's own (NULL:
+    // its groups') and each group's default for its nodes.
+    "ALTER TABLE users ADD COLUMN speed_up INTEGER CHECK (speed_up >= 0);
+     ALTER TABLE users ADD COLUMN speed_down INTEGER CHECK (speed_down >= 0);
+     ALTER TABLE users ADD COLUMN on_quota TEXT CHECK (on_quota IN ('cut', 'slow'));
+     ALTER TABLE users ADD COLUMN slow_kbps INTEGER NOT NULL DEFAULT 0 CHECK (slow_kbps >= 0);
+     ALTER TABLE groups ADD COLUMN speed_up INTEGER NOT NULL DEFAULT 0 CHECK (speed_up >= 0);
+     ALTER TABLE groups ADD COLUMN speed_down INTEGER NOT NULL DEFAULT 0 CHECK (speed_down >= 0);
+     ALTER TABLE groups ADD COLUMN on_quota TEXT NOT NULL DEFAULT 'cut' CHECK (on_quota IN ('cut', 'slow'));
+     ALTER TABLE groups ADD COLUMN slow_kbps INTEGER NOT NULL DEFAULT 0 CHECK (slow_kbps >= 0);",
 ];
 
 /// Readers kept open between requests.

@@ -12,7 +12,7 @@ use crate::error::Error;
 use crate::publish::{self, Changes, Signer, status_name, status_of};
 use crate::secrets;
 use crate::store::audit;
-use crate::store::users::{check_name, group_ids};
+use crate::store::users::{Mbps, check_name, group_ids};
 
 /// How long an enrollment token works.
 pub(crate) const ENROLL_LIFETIME: u64 = 24 * 3600;
@@ -531,6 +531,22 @@ pub(crate) struct GroupView {
     pub(crate) note: String,
     pub(crate) users: u64,
     pub(crate) nodes: u64,
+    /// The default speed limit of its users on its nodes (0 each way: none).
+    pub(crate) speed_limit: GroupSpeed,
+    /// What a used-up quota does to its users by default: `cut` or `slow`.
+    pub(crate) on_quota: String,
+    /// The rate `slow` slows to.
+    pub(crate) slow_speed: Mbps,
+}
+
+/// A group's default speed limit, Mbit/s each way (0: none).
+#[derive(Clone, Copy, Debug, Default, Serialize, Deserialize, PartialEq, Eq)]
+#[serde(deny_unknown_fields)]
+pub(crate) struct GroupSpeed {
+    #[serde(default)]
+    pub(crate) up: Mbps,
+    #[serde(default)]
+    pub(crate) down: Mbps,
 }
 
 /// A group's settings.
@@ -539,14 +555,30 @@ pub(crate) struct GroupView {
 pub(crate) struct GroupInput {
     pub(crate) name: Option<String>,
     pub(crate) note: Option<String>,
+    /// The default speed limit of its users on its nodes, Mbit/s (0: none).
+    pub(crate) speed_limit: Option<GroupSpeed>,
+    /// `cut` or `slow`.
+    pub(crate) on_quota: Option<String>,
+    /// The rate `slow` slows to, Mbit/s.
+    pub(crate) slow_speed: Option<Mbps>,
 }
 
 const GROUP_COLUMNS: &str = "g.id, g.name, g.note,
     (SELECT count(*) FROM user_groups ug WHERE ug.group_id = g.id),
-    (SELECT count(*) FROM node_groups ng WHERE ng.group_id = g.id)";
+    (SELECT count(*) FROM node_groups ng WHERE ng.group_id = g.id),
+    g.speed_up, g.speed_down, g.on_quota, g.slow_kbps";
 
 fn group_of(row: &rusqlite::Row<'_>) -> rusqlite::Result<GroupView> {
-    Ok(GroupView { id: row.get(0)?, name: row.get(1)?, note: row.get(2)?, users: row.get(3)?, nodes: row.get(4)? })
+    Ok(GroupView {
+        id: row.get(0)?,
+        name: row.get(1)?,
+        note: row.get(2)?,
+        users: row.get(3)?,
+        nodes: row.get(4)?,
+        speed_limit: GroupSpeed { up: Mbps(row.get(5)?), down: Mbps(row.get(6)?) },
+        on_quota: row.get(7)?,
+        slow_speed: Mbps(row.get(8)?),
+    })
 }
 
 /// Every group.
@@ -566,6 +598,52 @@ pub(crate) fn group(conn: &Connection, id: i64) -> Result<GroupView, Error> {
         .ok_or(Error::NotFound("group"))
 }
 
+/// Sets a group's speed limit and quota action from `input`; checks that `slow` has a rate.
+/// Returns whether any of them was given.
+fn set_group_speed(conn: &Connection, id: i64, input: &GroupInput) -> Result<bool, Error> {
+    if let Some(speed) = input.speed_limit {
+        conn.execute(
+            "UPDATE groups SET speed_up = ?2, speed_down = ?3 WHERE id = ?1",
+            params![id, speed.up.0, speed.down.0],
+        )?;
+    }
+    if let Some(on_quota) = &input.on_quota {
+        if !matches!(on_quota.as_str(), "cut" | "slow") {
+            return Err(Error::invalid("bad_on_quota", "a group's on_quota is cut or slow"));
+        }
+        conn.execute("UPDATE groups SET on_quota = ?2 WHERE id = ?1", params![id, on_quota])?;
+    }
+    if let Some(slow) = input.slow_speed {
+        conn.execute("UPDATE groups SET slow_kbps = ?2 WHERE id = ?1", params![id, slow.0])?;
+    }
+    let (on_quota, slow): (String, u64) =
+        conn.query_row("SELECT on_quota, slow_kbps FROM groups WHERE id = ?1", [id], |r| Ok((r.get(0)?, r.get(1)?)))?;
+    if on_quota == "slow" && slow == 0 {
+        return Err(Error::invalid("bad_on_quota", "on_quota slow needs a slow_speed above 0"));
+    }
+    Ok(input.speed_limit.is_some() || input.on_quota.is_some() || input.slow_speed.is_some())
+}
+
+/// The group's users and nodes must be published again (its defaults changed, or it is
+/// going away).
+fn group_changes(conn: &Connection, id: i64, changes: &mut Changes) -> Result<(), Error> {
+    let users: Vec<UserId> = conn
+        .prepare_cached("SELECT user_id FROM user_groups WHERE group_id = ?1")?
+        .query_map([id], |row| row.get(0))?
+        .collect::<Result<_, _>>()?;
+    let nodes: Vec<NodeId> = conn
+        .prepare_cached("SELECT node_id FROM node_groups WHERE group_id = ?1")?
+        .query_map([id], |row| row.get(0))?
+        .collect::<Result<_, _>>()?;
+    for user in &users {
+        changes.user(conn, *user)?;
+    }
+    for node in nodes {
+        changes.node(node);
+    }
+    Ok(())
+}
+
 /// Creates a group.
 pub(crate) fn create_group(conn: &Connection, actor: &str, input: &GroupInput, now: u64) -> Result<GroupView, Error> {
     let name = check_name(input.name.as_deref().unwrap_or_default(), "group")?;
@@ -573,13 +651,17 @@ pub(crate) fn create_group(conn: &Connection, actor: &str, input: &GroupInput, n
     conn.execute("INSERT INTO groups (name, note) VALUES (?1, ?2)", params![name, note])
         .map_err(|e| Error::from(e).unique(&format!("a group named {name:?}")))?;
     let id = conn.last_insert_rowid();
+    // A new group has no users or nodes yet: nothing to publish.
+    set_group_speed(conn, id, input)?;
     audit(conn, now, actor, "group.create", &format!("group {id} ({name})"), "")?;
     group(conn, id)
 }
 
-/// Renames a group or changes its note (membership is set on users and nodes).
+/// Renames a group, changes its note or its defaults (membership is set on users and
+/// nodes); publishes its users and nodes again when a default changed.
 pub(crate) fn update_group(
     conn: &Connection,
+    signer: &Signer,
     actor: &str,
     id: i64,
     input: &GroupInput,
@@ -594,6 +676,11 @@ pub(crate) fn update_group(
     if let Some(note) = &input.note {
         conn.execute("UPDATE groups SET note = ?2 WHERE id = ?1", params![id, check_text(note, "bad_note", "note")?])?;
     }
+    if set_group_speed(conn, id, input)? {
+        let mut changes = Changes::default();
+        group_changes(conn, id, &mut changes)?;
+        changes.publish(conn, signer, now)?;
+    }
     audit(conn, now, actor, "group.update", &format!("group {id} ({})", before.name), "")?;
     group(conn, id)
 }
@@ -602,20 +689,7 @@ pub(crate) fn update_group(
 pub(crate) fn delete_group(conn: &Connection, signer: &Signer, actor: &str, id: i64, now: u64) -> Result<(), Error> {
     let before = group(conn, id)?;
     let mut changes = Changes::default();
-    let users: Vec<UserId> = conn
-        .prepare("SELECT user_id FROM user_groups WHERE group_id = ?1")?
-        .query_map([id], |row| row.get(0))?
-        .collect::<Result<_, _>>()?;
-    let nodes: Vec<NodeId> = conn
-        .prepare("SELECT node_id FROM node_groups WHERE group_id = ?1")?
-        .query_map([id], |row| row.get(0))?
-        .collect::<Result<_, _>>()?;
-    for user in &users {
-        changes.user(conn, *user)?;
-    }
-    for node in nodes {
-        changes.node(node);
-    }
+    group_changes(conn, id, &mut changes)?;
     conn.execute("DELETE FROM groups WHERE id = ?1", [id])?;
     changes.publish(conn, signer, now)?;
     audit(conn, now, actor, "group.delete", &format!("group {id} ({})", before.name), "")?;

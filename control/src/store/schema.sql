@@ -57,7 +57,8 @@ CREATE TABLE users (
     enabled         INTEGER NOT NULL DEFAULT 1,
     note            TEXT NOT NULL DEFAULT '',
     -- The status last published; the credential sets hold exactly the users whose status
-    -- here is 'active' or 'not_started'.
+    -- here is 'active' or 'not_started', and those 'over_quota' whose quota action is to
+    -- slow down (a later migration).
     status          TEXT NOT NULL DEFAULT 'active',
     -- Usage changed since the snapshot was last published (republished in batches).
     usage_dirty     INTEGER NOT NULL DEFAULT 0,

@@ -41,6 +41,68 @@ pub(crate) struct UserInput {
     pub(crate) groups: Option<Vec<String>>,
     /// Whether the user may connect.
     pub(crate) enabled: Option<bool>,
+    /// Speed limit in Mbit/s each way: a number (0: none) or null (its groups' default, also
+    /// for a side left out); absent: unchanged (a new user takes its groups' default).
+    pub(crate) speed_limit: Option<SpeedInput>,
+    /// When the quota is used up: `cut` (the user can no longer connect), `slow` (slowed
+    /// to `slow_speed`) or `group` (what its groups say; the default).
+    pub(crate) on_quota: Option<String>,
+    /// The rate a user whose quota is used up is slowed to, in Mbit/s.
+    pub(crate) slow_speed: Option<Mbps>,
+}
+
+/// A user's own speed limit, Mbit/s each way; `None`: its groups' default.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Deserialize, Serialize)]
+#[serde(deny_unknown_fields)]
+pub(crate) struct SpeedInput {
+    #[serde(default)]
+    pub(crate) up: Option<Mbps>,
+    #[serde(default)]
+    pub(crate) down: Option<Mbps>,
+}
+
+/// A rate as the API gives and shows it, in Mbit/s (a number, fractions allowed), kept in
+/// kbit/s.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, PartialOrd, Ord)]
+pub(crate) struct Mbps(pub(crate) u64);
+
+/// The fastest rate anything is limited to: 100 Gbit/s.
+const MAX_KBPS: u64 = 100_000_000;
+
+impl Mbps {
+    /// From Mbit/s; refuses what is not a rate from 0 to 100,000 Mbit/s.
+    pub(crate) fn parse(mbps: f64) -> Result<Mbps, String> {
+        if !mbps.is_finite() || !(0.0..=(MAX_KBPS / 1000) as f64).contains(&mbps) {
+            return Err(format!("a speed is a number of Mbit/s from 0 to {}", MAX_KBPS / 1000));
+        }
+        let kbps = (mbps * 1000.0).round() as u64;
+        if mbps > 0.0 && kbps == 0 {
+            return Err("a speed is at least 0.001 Mbit/s (or 0 for none)".into());
+        }
+        Ok(Mbps(kbps))
+    }
+}
+
+impl Serialize for Mbps {
+    fn serialize<S: serde::Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
+        serializer.serialize_f64(self.0 as f64 / 1000.0)
+    }
+}
+
+impl<'de> Deserialize<'de> for Mbps {
+    fn deserialize<D: serde::Deserializer<'de>>(deserializer: D) -> Result<Mbps, D::Error> {
+        Mbps::parse(f64::deserialize(deserializer)?).map_err(serde::de::Error::custom)
+    }
+}
+
+/// `on_quota` as stored: `None` for the groups' choice.
+pub(crate) fn parse_on_quota(value: &str) -> Result<Option<&'static str>, Error> {
+    match value {
+        "group" => Ok(None),
+        "cut" => Ok(Some("cut")),
+        "slow" => Ok(Some("slow")),
+        _ => Err(Error::invalid("bad_on_quota", "on_quota must be cut, slow or group")),
+    }
 }
 
 /// A user as the API shows it. No secret: the link has its own call.
@@ -62,6 +124,12 @@ pub(crate) struct UserView {
     pub(crate) groups: Vec<String>,
     pub(crate) created: u64,
     pub(crate) updated: u64,
+    /// The user's own limit (`null` each way: its groups' default).
+    pub(crate) speed_limit: SpeedInput,
+    /// `cut`, `slow` or `group`.
+    pub(crate) on_quota: String,
+    /// The rate a slowed user gets (with `on_quota` `slow`).
+    pub(crate) slow_speed: Mbps,
 }
 
 /// Filters and paging for a list.
@@ -91,7 +159,8 @@ pub(crate) struct UserPage {
 const VIEW_COLUMNS: &str = "u.id, u.name, u.status, u.enabled, u.quota, u.used_up, u.used_down, u.reset, u.next_reset,
     u.expires_at, u.duration_secs, u.started_at, u.note, u.created, u.updated,
     (SELECT group_concat(g.name, char(31)) FROM (SELECT g.name FROM user_groups ug JOIN groups g ON g.id = ug.group_id
-     WHERE ug.user_id = u.id ORDER BY g.name) g)";
+     WHERE ug.user_id = u.id ORDER BY g.name) g),
+    u.speed_up, u.speed_down, u.on_quota, u.slow_kbps";
 
 fn view_of(row: &rusqlite::Row<'_>) -> rusqlite::Result<UserView> {
     let groups: Option<String> = row.get(15)?;
@@ -112,6 +181,12 @@ fn view_of(row: &rusqlite::Row<'_>) -> rusqlite::Result<UserView> {
         created: row.get(13)?,
         updated: row.get(14)?,
         groups: groups.map(|g| g.split('\u{1f}').map(str::to_owned).collect()).unwrap_or_default(),
+        speed_limit: SpeedInput {
+            up: row.get::<_, Option<u64>>(16)?.map(Mbps),
+            down: row.get::<_, Option<u64>>(17)?.map(Mbps),
+        },
+        on_quota: row.get::<_, Option<String>>(18)?.unwrap_or_else(|| "group".into()),
+        slow_speed: Mbps(row.get(19)?),
     })
 }
 
@@ -158,6 +233,17 @@ struct NewUser {
     note: String,
     groups: Vec<i64>,
     enabled: bool,
+    speed: SpeedInput,
+    on_quota: Option<&'static str>,
+    slow: Mbps,
+}
+
+/// A slowed user needs a rate to be slowed to.
+fn check_slow(on_quota: Option<&str>, slow: Mbps) -> Result<(), Error> {
+    if on_quota == Some("slow") && slow.0 == 0 {
+        return Err(Error::invalid("bad_on_quota", "on_quota slow needs a slow_speed above 0"));
+    }
+    Ok(())
 }
 
 fn resolve_new(conn: &Connection, input: &UserInput, now: u64) -> Result<NewUser, Error> {
@@ -178,7 +264,11 @@ fn resolve_new(conn: &Connection, input: &UserInput, now: u64) -> Result<NewUser
         note,
         groups,
         enabled: input.enabled.unwrap_or(true),
+        speed: input.speed_limit.unwrap_or_default(),
+        on_quota: input.on_quota.as_deref().map(parse_on_quota).transpose()?.flatten(),
+        slow: input.slow_speed.unwrap_or_default(),
     })
+    .and_then(|new| check_slow(new.on_quota, new.slow).map(|()| new))
 }
 
 /// Expiry and start-on-first-use duration from `expires_at` / `days` / `start_on_first_use`.
@@ -215,8 +305,9 @@ fn insert(conn: &Connection, signer: &Signer, name: &str, new: &NewUser, now: u6
     let credential = secrets::random_credential();
     conn.prepare_cached(
         "INSERT INTO users (name, token_hash, token_enc, credential_enc, credential_hash, quota, reset, next_reset,
-                            expires_at, duration_secs, enabled, note, created, updated)
-         VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?13)",
+                            expires_at, duration_secs, enabled, note, created, updated,
+                            speed_up, speed_down, on_quota, slow_kbps)
+         VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?13, ?14, ?15, ?16, ?17)",
     )?
     .execute(params![
         name,
@@ -232,6 +323,10 @@ fn insert(conn: &Connection, signer: &Signer, name: &str, new: &NewUser, now: u6
         new.enabled,
         new.note,
         now,
+        new.speed.up.map(|m| m.0),
+        new.speed.down.map(|m| m.0),
+        new.on_quota,
+        new.slow.0,
     ])
     .map_err(|e| Error::from(e).unique(&format!("a user named {name:?}")))?;
     let id: UserId = conn.last_insert_rowid().try_into().expect("row ids are positive");
@@ -401,6 +496,28 @@ pub(crate) fn update(
     if let Some(enabled) = input.enabled {
         conn.execute("UPDATE users SET enabled = ?2 WHERE id = ?1", params![id, enabled])?;
         changed.push(if enabled { "enabled" } else { "disabled" });
+    }
+    if let Some(speed) = input.speed_limit {
+        conn.execute(
+            "UPDATE users SET speed_up = ?2, speed_down = ?3 WHERE id = ?1",
+            params![id, speed.up.map(|m| m.0), speed.down.map(|m| m.0)],
+        )?;
+        changed.push("speed_limit");
+    }
+    if let Some(on_quota) = &input.on_quota {
+        conn.execute("UPDATE users SET on_quota = ?2 WHERE id = ?1", params![id, parse_on_quota(on_quota)?])?;
+        changed.push("on_quota");
+    }
+    if let Some(slow) = input.slow_speed {
+        conn.execute("UPDATE users SET slow_kbps = ?2 WHERE id = ?1", params![id, slow.0])?;
+        changed.push("slow_speed");
+    }
+    if input.on_quota.is_some() || input.slow_speed.is_some() {
+        let (on_quota, slow): (Option<String>, u64) =
+            conn.query_row("SELECT on_quota, slow_kbps FROM users WHERE id = ?1", [id], |r| {
+                Ok((r.get(0)?, r.get(1)?))
+            })?;
+        check_slow(on_quota.as_deref(), Mbps(slow))?;
     }
     if let Some(groups) = &input.groups {
         let ids = group_ids(conn, groups)?;
