@@ -684,6 +684,7 @@
         t('users.reset'),
         h('select', { name: 'reset' }, RESETS.map((r) => h('option', { value: r, selected: (user ? user.reset : 'none') === r }, t(`reset.${r}`)))),
       ),
+      speedFields(user && user.speed_limit, user ? user.on_quota : 'group', user && user.slow_speed, true),
       groups.length
         ? h(
             'fieldset',
@@ -698,8 +699,45 @@
     ];
   }
 
+  /** A rate field's value: a number of Mbit/s, or null when empty (the group's default). */
+  function rate(value) {
+    return value === undefined || value === '' ? null : Number(value);
+  }
+
+  /** Speed limit and what a used-up quota does, for a user (`own`: empty means the group's
+   * default) or a group (empty means none). */
+  function speedFields(limit, onQuota, slow, own) {
+    const value = (side) => (limit && limit[side] !== null && limit[side] !== undefined && (own || limit[side]) ? String(limit[side]) : '');
+    const input = (name, side) =>
+      h('input', { name, type: 'number', min: 0, max: 100000, step: 'any', inputmode: 'decimal', placeholder: t(own ? 'speed.from_group' : 'speed.none'), value: value(side) });
+    const actions = own ? ['group', 'cut', 'slow'] : ['cut', 'slow'];
+    return h(
+      'fieldset',
+      { class: 'speed' },
+      h('legend', {}, t('speed.title')),
+      field(t('speed.down'), input('speed_down', 'down'), t(own ? 'speed.hint_user' : 'speed.hint_group')),
+      field(t('speed.up'), input('speed_up', 'up')),
+      field(t('speed.on_quota'), h('select', { name: 'on_quota' }, actions.map((a) => h('option', { value: a, selected: onQuota === a }, t(`speed.on_quota_${a}`))))),
+      field(t('speed.slow'), h('input', { name: 'slow_speed', type: 'number', min: 0, max: 100000, step: 'any', inputmode: 'decimal', value: slow ? String(slow) : '' }), t('speed.slow_hint')),
+    );
+  }
+
+  /** The speed settings of a form, as the API takes them. */
+  function speedInput(values, own) {
+    const side = (v) => (own ? rate(v) : rate(v) || 0);
+    const input = { speed_limit: { up: side(values.speed_up), down: side(values.speed_down) }, on_quota: values.on_quota };
+    if (values.slow_speed) input.slow_speed = Number(values.slow_speed);
+    return input;
+  }
+
+  /** A speed limit as people read it. */
+  function speedText(limit, fallback) {
+    const side = (v) => (v === null || v === undefined ? fallback : v === 0 ? t('speed.unlimited') : t('speed.mbps', { n: number(v) }));
+    return t('speed.down_up', { down: side(limit.down), up: side(limit.up) });
+  }
+
   function userInput(values, groups) {
-    const input = { reset: values.reset, note: values.note };
+    const input = { reset: values.reset, note: values.note, ...speedInput(values, true) };
     input.quota = values.quota ? Math.round(Number(values.quota) * 2 ** 30) : 0;
     if (values.days) input.days = Number(values.days);
     if (values.start_on_first_use) input.start_on_first_use = true;
@@ -830,6 +868,10 @@
           h('dd', {}, t(`reset.${user.reset}`), user.next_reset ? ` (${date(user.next_reset)})` : ''),
           h('dt', {}, t('users.groups')),
           h('dd', {}, user.groups.join(', ') || '—'),
+          h('dt', {}, t('speed.title')),
+          h('dd', { id: 'user-speed' }, speedText(user.speed_limit, t('speed.from_group'))),
+          h('dt', {}, t('speed.on_quota')),
+          h('dd', {}, user.on_quota === 'slow' ? t('speed.slowed_to', { n: number(user.slow_speed) }) : t(`speed.on_quota_${user.on_quota}`)),
           h('dt', {}, t('users.created')),
           h('dd', {}, dateTime(user.created)),
         ),
@@ -1086,14 +1128,34 @@
       { class: 'card', id: 'group-form' },
       h('h2', {}, t('groups.new')),
       field(t('groups.name'), h('input', { name: 'name', required: true, maxlength: 64 })),
-      field(t('users.note'), h('input', { name: 'note', maxlength: 1000 })),
+      field(t('users.note'), h('input', { name: 'note', maxlength: 255 })),
+      speedFields(null, 'cut', 0, false),
       errorBox(),
       h('div', { class: 'actions' }, h('button', { type: 'submit' }, t('groups.create'))),
     );
     onSubmit(form, async () => {
-      await api('POST', 'groups', fields(form));
+      const values = fields(form);
+      await api('POST', 'groups', { name: values.name, note: values.note, ...speedInput(values, false) });
       route();
     });
+    const editGroup = (g) => {
+      const edit = h(
+        'form',
+        { id: 'group-edit' },
+        field(t('groups.name'), h('input', { name: 'name', required: true, maxlength: 64, value: g.name })),
+        field(t('users.note'), h('input', { name: 'note', maxlength: 255, value: g.note })),
+        speedFields(g.speed_limit, g.on_quota, g.slow_speed, false),
+        errorBox(),
+        h('div', { class: 'actions' }, h('button', { type: 'submit' }, t('save'))),
+      );
+      const d = dialog(t('groups.edit', { name: g.name }), edit);
+      onSubmit(edit, async () => {
+        const values = fields(edit);
+        await api('PATCH', `groups/${g.id}`, { name: values.name, note: values.note, ...speedInput(values, false) });
+        d.close();
+        route();
+      });
+    };
     const remove = (g) => deleteButton(t('delete'), t('groups.delete_confirm', { name: g.name }), `groups/${g.id}`);
     shell(
       'groups',
@@ -1102,7 +1164,7 @@
       h(
         'table',
         { class: 'list' },
-        h('thead', {}, h('tr', {}, ['groups.name', 'nav.users', 'nav.nodes', 'users.note', ''].map((k) => h('th', {}, k ? t(k) : '')))),
+        h('thead', {}, h('tr', {}, ['groups.name', 'nav.users', 'nav.nodes', 'speed.title', 'users.note', ''].map((k) => h('th', {}, k ? t(k) : '')))),
         h(
           'tbody',
           {},
@@ -1113,8 +1175,9 @@
               h('td', { 'data-label': t('groups.name') }, h('a', { href: `#/users?group=${encodeURIComponent(g.name)}` }, g.name)),
               h('td', { 'data-label': t('nav.users') }, number(g.users)),
               h('td', { 'data-label': t('nav.nodes') }, number(g.nodes)),
+              h('td', { 'data-label': t('speed.title') }, speedText(g.speed_limit, t('speed.unlimited')), g.on_quota === 'slow' ? h('small', {}, ` · ${t('speed.slowed_to', { n: number(g.slow_speed) })}`) : null),
               h('td', { 'data-label': t('users.note') }, g.note),
-              h('td', {}, remove(g)),
+              h('td', {}, h('button', { type: 'button', class: 'ghost small', 'data-edit-group': g.name, onclick: () => editGroup(g) }, t('groups.edit_short')), ' ', remove(g)),
             ),
           ),
         ),
