@@ -51,9 +51,11 @@ struct Open {
     brutal: u64,
 }
 
-/// Brutal's rate for a connection: `brutal` held to the user's `down` limit (0: none).
+/// Brutal's rate for a connection: `brutal` held to the user's `down` limit (0: none), with
+/// an eighth more for what QUIC adds to the payload the limit counts, so that the limit, not
+/// Brutal, sets the pace.
 pub(crate) fn brutal_within(brutal: u64, down: u64) -> u64 {
-    if brutal == 0 || down == 0 { brutal } else { brutal.min(down) }
+    if brutal == 0 || down == 0 { brutal } else { brutal.min(down + down / 8) }
 }
 
 /// The node's users.
@@ -332,7 +334,7 @@ mod tests {
         assert_eq!((held.pace_up.rate(), held.pace_down.rate()), (0, 0), "lifted");
         live.apply(&with(0, 7));
         assert_eq!(live.counter(1).pace_down.rate(), 7);
-        assert_eq!((brutal_within(0, 7), brutal_within(9, 7), brutal_within(5, 7), brutal_within(9, 0)), (0, 7, 5, 9));
+        assert_eq!((brutal_within(0, 8), brutal_within(99, 8), brutal_within(5, 8), brutal_within(9, 0)), (0, 9, 5, 9));
     }
 
     #[test]

@@ -5,7 +5,9 @@ use hearth_shared::sha256;
 use hearth_shared::wire::{CredEntry, CredentialSet, Endpoint, SubToken};
 use hearth_tests::control_sim::{ControlSim, demo_snapshot};
 use hearth_tests::edge::{Backend, EdgeProcess};
-use hearth_tests::node::{NodeProcess, ProxyClient, fetch, http_server, metric, state_dir_with, udp_echo};
+use hearth_tests::node::{
+    NodeProcess, ProxyClient, fetch, fetch_eventually, http_server, metric, state_dir_with, udp_echo,
+};
 use rand_core::OsRng;
 
 const API: &str = "api-mihomo-test-0123456789";
@@ -68,9 +70,11 @@ async fn mihomo_on_the_profile_the_edge_serves_goes_through_the_node() {
     // TCP and UDP through the node.
     let body: Vec<u8> = (0..(2u32 << 20)).map(|i| (i * 11 + i / 13) as u8).collect();
     let web = http_server(body.clone()).await.unwrap();
+    let ready = http_server(b"ready".to_vec()).await.unwrap();
     let echo = udp_echo().await.unwrap();
     let alice = ProxyClient::mihomo(&profile).unwrap();
-    let got = fetch(&alice, web).await.unwrap();
+    // mihomo opens its SOCKS port a moment before its proxies are loaded.
+    let got = fetch_eventually(&alice, web).await.unwrap();
     assert!(got == body, "bytes through the node differ");
     assert_eq!(alice.udp_round_trip(echo, b"mihomo over UDP").await.unwrap(), b"mihomo over UDP");
     assert_eq!(metric(&metrics, "hearth_node_brutal_connections").await.unwrap(), 0, "no rate announced");
@@ -80,6 +84,7 @@ async fn mihomo_on_the_profile_the_edge_serves_goes_through_the_node() {
     let brutal = profile.replacen("  type: hysteria2\n", "  type: hysteria2\n  up: 100\n  down: 40\n", 1);
     assert_ne!(brutal, profile);
     let alice = ProxyClient::mihomo(&brutal).unwrap();
+    fetch_eventually(&alice, ready).await.unwrap();
     let large: Vec<u8> = (0..12_000_000u32).map(|i| (i * 7 + i / 3) as u8).collect();
     let web = http_server(large.clone()).await.unwrap();
     let started = std::time::Instant::now();
@@ -102,4 +107,59 @@ async fn mihomo_on_the_profile_the_edge_serves_goes_through_the_node() {
 
 fn hex_of(bytes: &[u8]) -> String {
     bytes.iter().map(|b| format!("{b:02x}")).collect()
+}
+
+/// A speed-limited user through mihomo: bob, limited to 16 Mbit/s down, gets that whether
+/// mihomo uses its own controller or announces a faster receive rate (the node's Brutal is
+/// held to his limit, and the node tells mihomo his 4 Mbit/s upload limit).
+#[tokio::test]
+async fn mihomo_is_held_to_the_users_speed_limit() {
+    use hearth_shared::wire::SpeedLimit;
+    let temp = tempfile::tempdir().unwrap();
+    let mut sim = ControlSim::new();
+    let dir = temp.path().join("node");
+    state_dir_with(&dir, &sim, 1, "").unwrap();
+    let bob = CredEntry {
+        limit: SpeedLimit { up: 500_000, down: 2_000_000 },
+        ..CredEntry::new(8, sha256(PASSWORD.as_bytes()))
+    };
+    let set = CredentialSet::new(1, vec![bob]).unwrap();
+    std::fs::write(dir.join("creds.envelope"), sim.creds(&set).envelope().unwrap()).unwrap();
+    let node = NodeProcess::start(&dir).unwrap();
+    let metrics = node.metrics_url().unwrap();
+    let mut snapshot = demo_snapshot(8);
+    snapshot.credential = PASSWORD.into();
+    snapshot.endpoints = vec![Endpoint {
+        name: "Home".into(),
+        host: "127.0.0.1".into(),
+        port: node.addr.port(),
+        hop: None,
+        sni: Some("localhost".into()),
+        cert_sha256: Some(certificate_sha256(&dir)),
+        spki_sha256: None,
+        insecure: true,
+        obfs: None,
+    }];
+    let profile = hearth_shared::render::mihomo::render(&snapshot);
+    let large: Vec<u8> = (0..10_000_000u32).map(|i| (i * 7 + i / 3) as u8).collect();
+    let web = http_server(large.clone()).await.unwrap();
+    let ready = http_server(b"ready".to_vec()).await.unwrap();
+    for (how, profile) in [
+        ("its own controller", profile.clone()),
+        (
+            "Brutal at 100 Mbit/s",
+            profile.replacen("  type: hysteria2\n", "  type: hysteria2\n  up: 50\n  down: 100\n", 1),
+        ),
+    ] {
+        let bob = ProxyClient::mihomo(&profile).unwrap();
+        fetch_eventually(&bob, ready).await.unwrap();
+        let started = std::time::Instant::now();
+        let got = fetch(&bob, web).await.unwrap();
+        let mbps = got.len() as f64 * 8.0 / started.elapsed().as_secs_f64() / 1e6;
+        assert!(got == large, "bytes through the node differ");
+        eprintln!("mihomo with {how}, limited to 16 Mbit/s: {mbps:.2} Mbit/s");
+        assert!((15.2..=16.8).contains(&mbps), "bob, limited to 16 Mbit/s, moved {mbps:.2} with {how}");
+    }
+    assert_eq!(metric(&metrics, "hearth_node_brutal_connections").await.unwrap(), 1, "the second one");
+    node.stop().unwrap();
 }
