@@ -39,6 +39,9 @@ struct Answer {
     node: u64,
     port: u16,
     obfs: Option<String>,
+    /// The port range the node also answers on (absent from controls before port hopping).
+    #[serde(default)]
+    hop: Option<String>,
     root_key: String,
     key_records: Vec<String>,
     api_prefix: String,
@@ -143,6 +146,10 @@ pub(crate) async fn enroll(dir: &Path, request: &Request<'_>) -> Result<u64> {
     }
     if let Some(obfs) = &answer.obfs {
         settings.push_str(&format!("obfs = {}\n", toml_string(obfs)));
+    }
+    if let Some(hop) = &answer.hop {
+        let range = crate::hop::parse_range(hop).context("control's hop range")?;
+        settings.push_str(&format!("hop = \"{}-{}\"\n", range.start, range.end));
     }
     if request.allow_private {
         settings.push_str("allow_private = true\n");

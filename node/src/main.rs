@@ -9,6 +9,7 @@ mod agent;
 mod capped;
 mod congestion;
 mod enroll;
+mod hop;
 mod limit;
 mod masquerade;
 mod metrics;
@@ -29,7 +30,7 @@ use std::time::{SystemTime, UNIX_EPOCH};
 use anyhow::{Context as _, Result};
 use clap::{Parser, Subcommand};
 
-use crate::state::{Congestion, StateDir};
+use crate::state::StateDir;
 use crate::table::Live;
 
 /// Hearth node: a Hysteria2 server that applies signed credential sets live.
@@ -115,7 +116,15 @@ fn reset_key(state: &StateDir) -> Result<ring::hmac::Key> {
     Ok(ring::hmac::Key::new(ring::hmac::HMAC_SHA256, &secret))
 }
 
-fn endpoint(state: &StateDir, listen: &str, obfs: Option<&str>, congestion: Congestion) -> Result<quinn::Endpoint> {
+/// The QUIC endpoint on `settings.listen` (and the ports of `settings.hop`); `hopped` counts
+/// the datagrams that arrive on hop ports. Must run inside the runtime.
+fn endpoint(
+    state: &StateDir,
+    settings: &state::Settings,
+    hopped: &Arc<std::sync::atomic::AtomicU64>,
+) -> Result<quinn::Endpoint> {
+    let (listen, obfs, congestion) = (settings.listen.as_str(), settings.obfs.as_deref(), settings.congestion);
+    let hop = settings.hop.as_deref().map(hop::parse_range).transpose()?;
     let (chain, key) = tls_identity(state)?;
     let provider = Arc::new(rustls::crypto::ring::default_provider());
     let mut tls = rustls::ServerConfig::builder_with_provider(provider)
@@ -147,6 +156,13 @@ fn endpoint(state: &StateDir, listen: &str, obfs: Option<&str>, congestion: Cong
     let endpoint_config = quinn::EndpointConfig::new(Arc::new(reset_key(state)?));
     let runtime = Arc::new(quinn::TokioRuntime);
     let socket = quinn::Runtime::wrap_udp_socket(runtime.as_ref(), socket).context("the UDP socket")?;
+    let socket: Arc<dyn quinn::AsyncUdpSocket> = match hop {
+        Some(range) => {
+            let ip = socket.local_addr()?.ip();
+            Arc::new(hop::Hopping::bind(socket, ip, range, hopped)?)
+        }
+        None => socket,
+    };
     let socket: Arc<dyn quinn::AsyncUdpSocket> = match obfs {
         Some(password) => Arc::new(salamander::Salamander::new(socket, password)),
         None => socket,
@@ -219,7 +235,7 @@ fn serve(dir: &Path) -> Result<i32> {
     runtime.block_on(async move {
         // Before the node says it listens: a SIGTERM right after that must stop it cleanly.
         let shutdown = shutdown_signal()?;
-        let endpoint = endpoint(&state, &settings.listen, settings.obfs.as_deref(), settings.congestion)?;
+        let endpoint = endpoint(&state, &settings, &live.hopped)?;
         println!("hearth-node listening on {}", endpoint.local_addr()?);
         use std::io::Write as _;
         let _ = std::io::stdout().flush();

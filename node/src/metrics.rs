@@ -30,6 +30,12 @@ fn render(sources: &Sources) -> String {
         "Open connections sending with Brutal at the rate their client announced.",
         live.brutal.load(Ordering::Relaxed),
     );
+    metric(
+        "hearth_node_hop_datagrams_total",
+        "counter",
+        "Datagrams received on the ports of the hop range (port hopping).",
+        live.hopped.load(Ordering::Relaxed),
+    );
     let (sent, lost) = live.packets();
     metric("hearth_node_packets_sent_total", "counter", "QUIC packets sent to authenticated clients.", sent);
     metric(

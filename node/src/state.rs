@@ -43,6 +43,9 @@ pub(crate) struct Settings {
     /// The Salamander obfuscation password (none: plain QUIC).
     #[serde(default)]
     pub(crate) obfs: Option<String>,
+    /// Port hopping: the range of UDP ports the node also answers on (`"20000-30000"`).
+    #[serde(default)]
+    pub(crate) hop: Option<String>,
     /// Where `/healthz` and `/metrics` answer (empty: nowhere).
     #[serde(default = "default_metrics")]
     pub(crate) metrics_listen: String,

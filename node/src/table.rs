@@ -73,6 +73,8 @@ pub(crate) struct Live {
     pub(crate) expires: AtomicU64,
     /// Open connections that send with Brutal (for metrics).
     pub(crate) brutal: Arc<AtomicU64>,
+    /// Datagrams received on the ports of the hop range (for metrics).
+    pub(crate) hopped: Arc<AtomicU64>,
     /// QUIC packets sent and declared lost on authenticated connections that have closed
     /// (for metrics; open ones are asked when the metrics are read).
     closed_packets: (AtomicU64, AtomicU64),

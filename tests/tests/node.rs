@@ -822,3 +822,34 @@ async fn a_users_speed_limit_holds_over_all_her_connections_and_changes_live() {
     drop((alice, bob));
     node.stop().unwrap();
 }
+
+/// Server-side port hopping with the real sing-box client: the node answers on every port of
+/// its `hop` range, and sing-box, given only the range (`server_ports`) and hopping every 5
+/// seconds, carries a transfer of 12 seconds across its hops byte for byte.
+#[tokio::test]
+async fn sing_box_hops_across_the_nodes_port_range() {
+    use std::time::Duration;
+    // 16 free ports in a row.
+    let start = (20_000u16..60_000)
+        .step_by(211)
+        .find(|base| (*base..base + 16).all(|p| std::net::UdpSocket::bind(("127.0.0.1", p)).is_ok()))
+        .expect("16 free ports in a row");
+    let (_temp, node) = alice_node_with(&format!("hop = \"{start}-{}\"\n", start + 15));
+    let metrics = node.metrics_url().unwrap();
+    let mut outbound = node.outbound("alice-password");
+    outbound.as_object_mut().unwrap().remove("server_port");
+    outbound["server_ports"] = serde_json::json!([format!("{start}:{}", start + 15)]);
+    outbound["hop_interval"] = "5s".into();
+    let alice = ProxyClient::sing_box(outbound).unwrap();
+    // 3 MiB in 16 KiB pieces 60 ms apart: some 12 s, two hops or more.
+    let body: Vec<u8> = (0..(3u32 << 20)).map(|i| (i % 253) as u8).collect();
+    let web = hearth_tests::node::http_server_paced(body.clone(), Duration::from_millis(60)).await.unwrap();
+    let started = std::time::Instant::now();
+    let got = fetch(&alice, web).await.unwrap();
+    assert!(got == body, "bytes through the hops differ");
+    assert!(started.elapsed() > Duration::from_secs(10), "the transfer outlasted two hops");
+    let hopped = metric(&metrics, "hearth_node_hop_datagrams_total").await.unwrap();
+    assert!(hopped > 100, "{hopped} datagrams came in on the hop ports");
+    drop(alice);
+    node.stop().unwrap();
+}

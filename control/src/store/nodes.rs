@@ -119,8 +119,15 @@ fn parse_hop(hop: &str) -> Result<(u16, u16), Error> {
     if start == 0 || start >= end {
         return Err(bad());
     }
+    // What a node opens at most (one socket a port).
+    if end - start >= MAX_HOP_PORTS {
+        return Err(Error::invalid("bad_hop", format!("a hop range holds at most {MAX_HOP_PORTS} ports")));
+    }
     Ok((start, end))
 }
+
+/// The most ports a hop range holds (the node opens a socket for each).
+const MAX_HOP_PORTS: u16 = 16_384;
 
 fn check_text(value: &str, code: &'static str, what: &str) -> Result<String, Error> {
     if value.len() > MAX_TEXT || value.chars().any(char::is_control) {
@@ -227,19 +234,23 @@ pub(crate) fn update(
         conn.execute("UPDATE nodes SET host = ?2 WHERE id = ?1", params![id, check_host(host)?])?;
         changed.push("host");
     }
-    // The node process reads its port and Salamander password at enrollment: changing them
-    // here alone would point every user at a door the node does not open.
+    // The node process reads its port, hop range and Salamander password at enrollment:
+    // changing them here alone would point every user at a door the node does not open.
     let (obfs_now, pending): (String, bool) =
         conn.query_row("SELECT obfs, enroll_hash IS NOT NULL FROM nodes WHERE id = ?1", [id], |row| {
             Ok((row.get(0)?, row.get(1)?))
         })?;
     let moves_port = input.port.is_some_and(|p| p != before.port);
     let moves_obfs = input.obfs.as_deref().is_some_and(|o| o.trim() != obfs_now);
-    if before.enrolled && !pending && (moves_port || moves_obfs) {
+    let moves_hop = match &input.hop {
+        Some(hop) => parse_hop(hop)? != parse_hop(&before.hop)?,
+        None => false,
+    };
+    if before.enrolled && !pending && (moves_port || moves_obfs || moves_hop) {
         return Err(Error::invalid(
             "needs_enrollment",
-            "an enrolled node keeps the port and Salamander password it enrolled with: make a new enrollment \
-             command first, then change them and enroll the node again with it",
+            "an enrolled node keeps the port, hop range and Salamander password it enrolled with: make a new \
+             enrollment command first, then change them and enroll the node again with it",
         ));
     }
     if let Some(port) = input.port {
@@ -352,6 +363,8 @@ pub(crate) struct Enrolled {
     pub(crate) port: u16,
     /// Its Salamander password, if it uses one.
     pub(crate) obfs: Option<String>,
+    /// The port range it also answers on (port hopping), as `"20000-30000"`.
+    pub(crate) hop: Option<String>,
 }
 
 /// Registers a node's key in exchange for its one-time token.
@@ -385,9 +398,12 @@ pub(crate) fn enroll(conn: &Connection, signer: &Signer, request: &EnrollRequest
     // (at the edge too), so the new node never takes it for its own.
     publish::delete_stream(conn, signer, &stream::usage_ack(id), now)?;
     audit(conn, now, "node", "node.enroll", &format!("node {id} ({name})"), &key.id().to_string())?;
-    let (port, obfs): (u16, String) =
-        conn.query_row("SELECT port, obfs FROM nodes WHERE id = ?1", [id], |row| Ok((row.get(0)?, row.get(1)?)))?;
-    Ok(Enrolled { node: id, port, obfs: (!obfs.is_empty()).then_some(obfs) })
+    let (port, obfs, hop_start, hop_end): (u16, String, u16, u16) =
+        conn.query_row("SELECT port, obfs, hop_start, hop_end FROM nodes WHERE id = ?1", [id], |row| {
+            Ok((row.get(0)?, row.get(1)?, row.get(2)?, row.get(3)?))
+        })?;
+    let hop = (hop_start != 0).then(|| format!("{hop_start}-{hop_end}"));
+    Ok(Enrolled { node: id, port, obfs: (!obfs.is_empty()).then_some(obfs), hop })
 }
 
 /// A node's registered key.
