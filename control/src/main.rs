@@ -232,6 +232,10 @@ enum NodeCommand {
         /// A Salamander obfuscation password.
         #[arg(long)]
         obfs: Option<String>,
+        /// The http(s) address of a web site the node shows anyone without a password
+        /// (default: nginx's 404 page).
+        #[arg(long)]
+        masquerade: Option<String>,
         /// A group whose users the node serves (repeatable; default: `default`).
         #[arg(long = "group")]
         groups: Vec<String>,
@@ -524,7 +528,7 @@ fn node_command(dir: &std::path::Path, command: NodeCommand) -> Result<()> {
     let (config, db, _signer) = serve::open(dir)?;
     let now = now();
     match command {
-        NodeCommand::Add { name, host, port, hop, sni, tls, obfs, groups } => {
+        NodeCommand::Add { name, host, port, hop, sni, tls, obfs, masquerade, groups } => {
             let input = NodeInput {
                 name: Some(name),
                 host: Some(host),
@@ -533,7 +537,7 @@ fn node_command(dir: &std::path::Path, command: NodeCommand) -> Result<()> {
                 sni,
                 tls: Some(tls),
                 obfs,
-                masquerade: None,
+                masquerade,
                 groups: (!groups.is_empty()).then_some(groups),
             };
             let (node, token) = db.write_blocking(|tx| store::nodes::create(tx, "cli", &input, now))?;

@@ -990,6 +990,7 @@
         h('select', { name: 'tls' }, ['self_signed', 'operator'].map((v) => h('option', { value: v, selected: (node?.tls || 'self_signed') === v }, t(`nodes.tls.${v}`)))),
       ),
       field(t('nodes.obfs'), h('input', { name: 'obfs', autocomplete: 'off' }), node?.obfs ? t('nodes.obfs_set') : t('nodes.obfs_hint')),
+      field(t('nodes.masquerade'), h('input', { name: 'masquerade', type: 'url', value: node?.masquerade, placeholder: 'https://example.net/' }), t('nodes.masquerade_hint')),
       groups.length
         ? h(
             'fieldset',
@@ -1007,6 +1008,7 @@
     if (values.hop || node?.hop) input.hop = values.hop;
     if (values.sni || node?.sni) input.sni = values.sni;
     if (values.obfs) input.obfs = values.obfs;
+    if (values.masquerade || node?.masquerade) input.masquerade = values.masquerade;
     if (groups.length) input.groups = groups.filter((g) => values[`group:${g.name}`]).map((g) => g.name);
     return input;
   }

@@ -42,6 +42,9 @@ struct Answer {
     /// The port range the node also answers on (absent from controls before port hopping).
     #[serde(default)]
     hop: Option<String>,
+    /// The web site shown to anyone without a credential (absent: nginx's 404 page).
+    #[serde(default)]
+    masquerade: Option<String>,
     root_key: String,
     key_records: Vec<String>,
     api_prefix: String,
@@ -150,6 +153,11 @@ pub(crate) async fn enroll(dir: &Path, request: &Request<'_>) -> Result<u64> {
     if let Some(hop) = &answer.hop {
         let range = crate::hop::parse_range(hop).context("control's hop range")?;
         settings.push_str(&format!("hop = \"{}-{}\"\n", range.start, range.end));
+    }
+    if let Some(url) = &answer.masquerade {
+        let masquerade = crate::masquerade::Masquerade::Proxy { url: url.clone() };
+        crate::masquerade::Site::new(&masquerade).context("control's masquerade")?;
+        settings.push_str(&format!("masquerade = {{ type = \"proxy\", url = {} }}\n", toml_string(url)));
     }
     if request.allow_private {
         settings.push_str("allow_private = true\n");

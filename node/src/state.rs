@@ -286,4 +286,15 @@ mod tests {
         assert!(error.contains("not a rate"), "{error}");
         assert!(settings("bandwidth.sideways = 5").is_err());
     }
+
+    /// What `hearth-node enroll` writes for control's hop range and masquerade reads back.
+    #[test]
+    fn enrollments_hop_and_masquerade_lines_read_back() {
+        let read =
+            settings("hop = \"20000-20099\"\nmasquerade = { type = \"proxy\", url = \"https://example.net/\" }\n")
+                .unwrap();
+        assert_eq!(read.hop.as_deref(), Some("20000-20099"));
+        let proxy = crate::masquerade::Masquerade::Proxy { url: "https://example.net/".into() };
+        assert_eq!(read.masquerade, proxy);
+    }
 }

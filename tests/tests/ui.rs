@@ -280,6 +280,7 @@ async fn the_admin_panel_works_in_a_real_browser() {
     fill(&client, "#node-form input[name=host]", "vpn.example.net").await;
     fill(&client, "#node-form input[name=port]", "8443").await;
     fill(&client, "#node-form input[name=hop]", "41000-41015").await;
+    fill(&client, "#node-form input[name=masquerade]", "https://www.example.net/").await;
     find(&client, "#node-form button[type=submit]").await.click().await.unwrap();
     let command = text_of(&client, "#enroll code", |t| t.starts_with("hearth-node enroll")).await;
     assert!(command.contains("--token="), "{command}");
@@ -302,6 +303,10 @@ async fn the_admin_panel_works_in_a_real_browser() {
     assert!(enrolled.status.success(), "{}", String::from_utf8_lossy(&enrolled.stderr));
     let settings = std::fs::read_to_string(temp.path().join("node/node.toml")).unwrap();
     assert!(settings.contains("hop = \"41000-41015\""), "the node opens the link's port range: {settings}");
+    assert!(
+        settings.contains("masquerade = { type = \"proxy\", url = \"https://www.example.net/\" }"),
+        "the node shows strangers the site set in the panel: {settings}"
+    );
     let binary = temp.path().join("hearth-node");
     std::fs::write(&binary, b"a node binary").unwrap();
     dir.cli(&["release", "sign", "--version", "0.2.0", &format!("linux-x86_64={}", binary.display())]).unwrap();

@@ -70,6 +70,7 @@ async fn enroll(
                 "port": enrolled.port,
                 "obfs": enrolled.obfs,
                 "hop": enrolled.hop,
+                "masquerade": enrolled.masquerade,
                 "root_key": app.signer.root.to_string(),
                 "key_records": online.chain.iter().map(hex::encode).collect::<Vec<_>>(),
                 "api_prefix": app.config.edge.api_prefix,

@@ -373,7 +373,7 @@ async fn users_crud_bulk_list_and_rotate() {
 
 /// Enrolls a node through the node API; returns its id and key.
 async fn enroll(client: &Client, groups: Value) -> (u64, SecretKey) {
-    let node = client.post("/nodes", json!({ "name": format!("node-{}", rand_core::RngCore::next_u32(&mut rand_core::OsRng)), "host": "203.0.113.5", "port": 8443, "hop": "20000-20099", "obfs": "pw", "groups": groups })).await;
+    let node = client.post("/nodes", json!({ "name": format!("node-{}", rand_core::RngCore::next_u32(&mut rand_core::OsRng)), "host": "203.0.113.5", "port": 8443, "hop": "20000-20099", "obfs": "pw", "masquerade": "https://www.example.net/", "groups": groups })).await;
     assert_eq!(node.status, StatusCode::CREATED, "{}", String::from_utf8_lossy(&node.body));
     let command = node.json()["enroll_command"].as_str().unwrap().to_owned();
     let token = command.split_whitespace().find_map(|w| w.strip_prefix("--token=")).unwrap().to_owned();
@@ -382,7 +382,9 @@ async fn enroll(client: &Client, groups: Value) -> (u64, SecretKey) {
     let body = json!({ "token": token, "key": key.public().to_string(), "cert_sha256": hex::encode([5u8; 32]), "version": "0.1.0" });
     let answer = client.send(Method::POST, &path, Some(body.clone()), &[]).await;
     assert_eq!(answer.status, StatusCode::OK, "{}", String::from_utf8_lossy(&answer.body));
-    assert_eq!((answer.json()["port"].as_u64(), answer.json()["hop"].as_str()), (Some(8443), Some("20000-20099")));
+    let said = answer.json();
+    assert_eq!((said["port"].as_u64(), said["hop"].as_str()), (Some(8443), Some("20000-20099")));
+    assert_eq!(said["masquerade"], "https://www.example.net/");
     let again = client.send(Method::POST, &path, Some(body), &[]).await;
     assert_eq!(again.code(), "bad_enroll_token", "a token works once");
     // An enrollment far longer than one can be is not read.
@@ -663,6 +665,13 @@ async fn groups_decide_which_nodes_a_user_gets() {
     assert_eq!(same.status, StatusCode::OK, "the same range is not a change");
     let huge = client.post("/nodes", json!({ "name": "huge", "host": "203.0.113.6", "hop": "10000-40000" })).await;
     assert_eq!(huge.code(), "bad_hop");
+    let refused =
+        client.patch(&format!("/nodes/{family_node}"), json!({ "masquerade": "https://other.example/" })).await;
+    assert_eq!(refused.code(), "needs_enrollment", "the node shows the site it enrolled with");
+    for bad in ["ftp://example.net/", "https://", "https://user@example.net/", "example.net", "https://a b/"] {
+        let refused = client.post("/nodes", json!({ "name": "site", "host": "203.0.113.7", "masquerade": bad })).await;
+        assert_eq!(refused.code(), "bad_masquerade", "{bad}");
+    }
     let renamed = client.patch(&format!("/nodes/{family_node}"), json!({ "name": "Family", "port": 8443 })).await;
     assert_eq!(renamed.status, StatusCode::OK, "the same port is not a change");
     // With a new enrollment command pending, the change is the operator's plan: allowed.

@@ -129,6 +129,26 @@ fn parse_hop(hop: &str) -> Result<(u16, u16), Error> {
 /// The most ports a hop range holds (the node opens a socket for each).
 const MAX_HOP_PORTS: u16 = 16_384;
 
+/// A node's masquerade: empty (nginx's 404 page) or the `http(s)://` address of a web server
+/// whose answers the node gives anyone without a credential.
+fn check_masquerade(value: &str) -> Result<String, Error> {
+    let value = check_text(value, "bad_masquerade", "masquerade")?;
+    if value.is_empty() {
+        return Ok(value);
+    }
+    let host = value.strip_prefix("https://").or_else(|| value.strip_prefix("http://")).map(|rest| {
+        let authority = rest.split(['/', '?', '#']).next().unwrap_or_default();
+        authority.rsplit_once('@').map_or(authority, |(_, host)| host)
+    });
+    match host {
+        Some(host) if !host.is_empty() && !value.contains(char::is_whitespace) && !value.contains('@') => Ok(value),
+        _ => Err(Error::invalid(
+            "bad_masquerade",
+            "masquerade is empty (a 404 page) or the http:// or https:// address of a web site to show",
+        )),
+    }
+}
+
 fn check_text(value: &str, code: &'static str, what: &str) -> Result<String, Error> {
     if value.len() > MAX_TEXT || value.chars().any(char::is_control) {
         return Err(Error::invalid(
@@ -180,7 +200,7 @@ pub(crate) fn create(conn: &Connection, actor: &str, input: &NodeInput, now: u64
     check_tls(&tls)?;
     let sni = check_text(input.sni.as_deref().unwrap_or_default(), "bad_sni", "sni")?;
     let obfs = check_text(input.obfs.as_deref().unwrap_or_default(), "bad_obfs", "obfs")?;
-    let masquerade = check_text(input.masquerade.as_deref().unwrap_or_default(), "bad_masquerade", "masquerade")?;
+    let masquerade = check_masquerade(input.masquerade.as_deref().unwrap_or_default())?;
     let groups = group_ids(conn, input.groups.as_deref().unwrap_or(&["default".to_owned()]))?;
     let token = secrets::random_token();
     conn.execute(
@@ -246,11 +266,15 @@ pub(crate) fn update(
         Some(hop) => parse_hop(hop)? != parse_hop(&before.hop)?,
         None => false,
     };
-    if before.enrolled && !pending && (moves_port || moves_obfs || moves_hop) {
+    let moves_masquerade = match &input.masquerade {
+        Some(masquerade) => check_masquerade(masquerade)? != before.masquerade,
+        None => false,
+    };
+    if before.enrolled && !pending && (moves_port || moves_obfs || moves_hop || moves_masquerade) {
         return Err(Error::invalid(
             "needs_enrollment",
-            "an enrolled node keeps the port, hop range and Salamander password it enrolled with: make a new \
-             enrollment command first, then change them and enroll the node again with it",
+            "an enrolled node keeps the port, hop range, Salamander password and masquerade it enrolled with: \
+             make a new enrollment command first, then change them and enroll the node again with it",
         ));
     }
     if let Some(port) = input.port {
@@ -279,7 +303,7 @@ pub(crate) fn update(
         changed.push("obfs");
     }
     if let Some(masquerade) = &input.masquerade {
-        let masquerade = check_text(masquerade, "bad_masquerade", "masquerade")?;
+        let masquerade = check_masquerade(masquerade)?;
         conn.execute("UPDATE nodes SET masquerade = ?2 WHERE id = ?1", params![id, masquerade])?;
         changed.push("masquerade");
     }
@@ -365,6 +389,8 @@ pub(crate) struct Enrolled {
     pub(crate) obfs: Option<String>,
     /// The port range it also answers on (port hopping), as `"20000-30000"`.
     pub(crate) hop: Option<String>,
+    /// The web site it shows anyone without a credential (none: nginx's 404 page).
+    pub(crate) masquerade: Option<String>,
 }
 
 /// Registers a node's key in exchange for its one-time token.
@@ -398,12 +424,13 @@ pub(crate) fn enroll(conn: &Connection, signer: &Signer, request: &EnrollRequest
     // (at the edge too), so the new node never takes it for its own.
     publish::delete_stream(conn, signer, &stream::usage_ack(id), now)?;
     audit(conn, now, "node", "node.enroll", &format!("node {id} ({name})"), &key.id().to_string())?;
-    let (port, obfs, hop_start, hop_end): (u16, String, u16, u16) =
-        conn.query_row("SELECT port, obfs, hop_start, hop_end FROM nodes WHERE id = ?1", [id], |row| {
-            Ok((row.get(0)?, row.get(1)?, row.get(2)?, row.get(3)?))
+    let (port, obfs, hop_start, hop_end, masquerade): (u16, String, u16, u16, String) =
+        conn.query_row("SELECT port, obfs, hop_start, hop_end, masquerade FROM nodes WHERE id = ?1", [id], |row| {
+            Ok((row.get(0)?, row.get(1)?, row.get(2)?, row.get(3)?, row.get(4)?))
         })?;
     let hop = (hop_start != 0).then(|| format!("{hop_start}-{hop_end}"));
-    Ok(Enrolled { node: id, port, obfs: (!obfs.is_empty()).then_some(obfs), hop })
+    let masquerade = (!masquerade.is_empty()).then_some(masquerade);
+    Ok(Enrolled { node: id, port, obfs: (!obfs.is_empty()).then_some(obfs), hop, masquerade })
 }
 
 /// A node's registered key.
