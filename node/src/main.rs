@@ -10,6 +10,7 @@ mod capped;
 mod congestion;
 mod enroll;
 mod hop;
+mod https;
 mod limit;
 mod masquerade;
 mod metrics;
@@ -98,6 +99,20 @@ fn tls_identity(
     let key =
         rustls::pki_types::PrivateKeyDer::from_pem_file(&key).with_context(|| format!("reading {}", key.display()))?;
     Ok((chain, key))
+}
+
+/// TLS for the masquerade over HTTPS: the node's certificate, HTTP/1.1.
+fn web_tls(state: &StateDir) -> Result<rustls::ServerConfig> {
+    let (chain, key) = tls_identity(state)?;
+    let provider = Arc::new(rustls::crypto::ring::default_provider());
+    let mut tls = rustls::ServerConfig::builder_with_provider(provider)
+        .with_safe_default_protocol_versions()
+        .context("TLS versions")?
+        .with_no_client_auth()
+        .with_single_cert(chain, key)
+        .context("the node's certificate and key")?;
+    tls.alpn_protocols = vec![b"http/1.1".to_vec()];
+    Ok(tls)
 }
 
 /// The stateless-reset key, made once: clients of a restarted node learn at once that their
@@ -239,18 +254,32 @@ fn serve(dir: &Path) -> Result<i32> {
         println!("hearth-node listening on {}", endpoint.local_addr()?);
         use std::io::Write as _;
         let _ = std::io::stdout().flush();
+        let site = Arc::new(site);
+        let https = match &settings.masquerade_tcp {
+            Some(listen) => {
+                let listener = tokio::net::TcpListener::bind(listen)
+                    .await
+                    .with_context(|| format!("binding TCP {listen} for the masquerade over HTTPS"))?;
+                println!("hearth-node masquerade over HTTPS on {}", listener.local_addr()?);
+                let tls = Arc::new(web_tls(&state)?);
+                let port = endpoint.local_addr()?.port();
+                Some(tokio::spawn(https::serve(listener, tls, site.clone(), port)))
+            }
+            None => None,
+        };
         let options = server::Options {
             allow_private: settings.allow_private,
             own: None,
             bandwidth: settings.bandwidth,
             ignore_client_bandwidth: settings.ignore_client_bandwidth,
-            site: Arc::new(site),
+            site,
         };
         let server = tokio::spawn(server::serve(endpoint.clone(), live.clone(), options));
         let mut tasks = match &agent {
             Some(agent) => vec![tokio::spawn(agent.clone().pull_loop()), tokio::spawn(agent.clone().report_loop())],
             None => Vec::new(),
         };
+        tasks.extend(https);
         if !settings.metrics_listen.is_empty() {
             match tokio::net::TcpListener::bind(&settings.metrics_listen).await {
                 Ok(listener) => {

@@ -46,6 +46,9 @@ pub(crate) struct Settings {
     /// Port hopping: the range of UDP ports the node also answers on (`"20000-30000"`).
     #[serde(default)]
     pub(crate) hop: Option<String>,
+    /// Where the masquerade also answers over HTTPS on TCP (`"0.0.0.0:443"`; none: nowhere).
+    #[serde(default)]
+    pub(crate) masquerade_tcp: Option<String>,
     /// Where `/healthz` and `/metrics` answer (empty: nowhere).
     #[serde(default = "default_metrics")]
     pub(crate) metrics_listen: String,

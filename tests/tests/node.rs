@@ -853,3 +853,46 @@ async fn sing_box_hops_across_the_nodes_port_range() {
     drop(alice);
     node.stop().unwrap();
 }
+
+/// With `masquerade_tcp`, the masquerade answers over HTTPS on TCP too (a prober knocking on
+/// TCP 443 finds the same site), with the node's own certificate, and names the node's UDP
+/// port for HTTP/3 in `Alt-Svc`; a file from the directory mode is served whole; nothing is
+/// open on TCP without it.
+#[tokio::test]
+async fn the_masquerade_answers_over_https_on_tcp_too() {
+    let temp = tempfile::tempdir().unwrap();
+    std::fs::write(temp.path().join("index.html"), "<h1>Bakery</h1>").unwrap();
+    let big: Vec<u8> = (0..3_000_000u32).map(|i| (i % 251) as u8).collect();
+    std::fs::write(temp.path().join("menu.pdf"), &big).unwrap();
+    let port = hearth_tests::edge::free_port().unwrap();
+    let (_state, node) = alice_node_with(&format!(
+        "masquerade_tcp = \"127.0.0.1:{port}\"\n[masquerade]\ntype = \"file\"\ndir = \"{}\"\n",
+        temp.path().display()
+    ));
+    let certificate = std::fs::read_to_string(node.state().join("tls.crt")).unwrap();
+    let http = hearth_tests::http()
+        .add_root_certificate(reqwest::Certificate::from_pem(certificate.as_bytes()).unwrap())
+        .resolve("localhost", std::net::SocketAddr::from(([127, 0, 0, 1], port)))
+        .build()
+        .unwrap();
+    // Trusted as the node's own certificate (its name is localhost).
+    let answer = http.get(format!("https://localhost:{port}/")).send().await.unwrap();
+    assert_eq!(answer.status(), 200);
+    let alt_svc = answer.headers()["alt-svc"].to_str().unwrap().to_owned();
+    assert_eq!(alt_svc, format!("h3=\":{}\"; ma=2592000", node.addr.port()));
+    assert_eq!(answer.text().await.unwrap(), "<h1>Bakery</h1>");
+    let whole = http.get(format!("https://localhost:{port}/menu.pdf")).send().await.unwrap().bytes().await.unwrap();
+    assert!(whole.as_ref() == big.as_slice(), "the file came whole");
+    let missing = http.get(format!("https://localhost:{port}/../etc/passwd")).send().await.unwrap();
+    assert_eq!(missing.status(), 404);
+    // The same site over HTTP/3 on the node's UDP port, and alice still gets in.
+    let (status, _, body) = h3_request(node.addr, http::Method::GET, "/", None).await;
+    assert_eq!((status, body.as_slice()), (200, &b"<h1>Bakery</h1>"[..]));
+    assert_eq!(h3_request(node.addr, http::Method::POST, "/auth", Some("alice-password")).await.0, 233);
+    node.stop().unwrap();
+
+    // Without it, nothing listens on TCP.
+    let (_state, node) = alice_node_with("");
+    assert!(tokio::net::TcpStream::connect(("127.0.0.1", node.addr.port())).await.is_err());
+    node.stop().unwrap();
+}
