@@ -13,8 +13,22 @@ use crate::publish::Signer;
 use crate::secrets::Vault;
 use crate::store::{self, Db};
 
-/// Loads the configuration, the database and the signer: what every command needs.
+/// Loads the configuration, the database and the signer: what every command needs. The
+/// run-time settings (the edge, the link base, the subscription profile) are the ones in
+/// force, which `serve` keeps in the database: a command run beside it, in whatever
+/// environment, publishes exactly as it does and changes none of them.
 pub(crate) fn open(dir: &Path) -> Result<(Config, Db, Signer)> {
+    open_with(dir, false)
+}
+
+/// [`open`] for `serve` (and `restore`, which makes a new database), which settles the run-time
+/// settings first: a configuration file or environment that changed since the last start
+/// wins (see `settings::settle_value`).
+pub(crate) fn open_to_serve(dir: &Path) -> Result<(Config, Db, Signer)> {
+    open_with(dir, true)
+}
+
+fn open_with(dir: &Path, settle: bool) -> Result<(Config, Db, Signer)> {
     let env = |name: &str| std::env::var(name).ok();
     let mut config = Config::load(dir, &env)?;
     let paths = Paths::new(dir);
@@ -27,7 +41,11 @@ pub(crate) fn open(dir: &Path) -> Result<(Config, Db, Signer)> {
         .with_context(|| format!("{} is not a recovery key", recovery_path.display()))?;
     let vault = Vault::load(&paths.master())?;
     let db = Db::open(&paths.database()).with_context(|| format!("opening {}", paths.database().display()))?;
-    crate::settings::settle_addresses(&db, &mut config)?;
+    if settle {
+        crate::settings::settle_addresses(&db, &mut config)?;
+    } else {
+        crate::settings::addresses_in_force(&db, &mut config)?;
+    }
     // Checks the records against the root before anything is signed with them.
     let serial = db.read_blocking(|c| store::get_state(c, "keys_serial"))?;
     let online = crate::keyring::load_online(dir, serial, now())?;
@@ -41,7 +59,11 @@ pub(crate) fn open(dir: &Path) -> Result<(Config, Db, Signer)> {
         root: config.root,
         edge: std::sync::atomic::AtomicBool::new(config.edge_url.is_some()),
     };
-    crate::settings::settle(&db, &signer, &config.profile, now())?;
+    if settle {
+        crate::settings::settle(&db, &signer, &config.profile, now())?;
+    } else {
+        *signer.profile.write().expect("profile lock") = crate::settings::profile_in_force(&db, &config.profile)?;
+    }
     if let Some(signed) = db.write_blocking(|tx| crate::publish::settle_keys(tx, &signer, now()))?
         && signed > 0
     {
@@ -86,7 +108,7 @@ fn init_logs(json: bool) {
 
 /// `hearth-control serve`.
 pub(crate) fn run(dir: &Path) -> Result<()> {
-    let (mut config, db, signer) = open(dir)?;
+    let (mut config, db, signer) = open_to_serve(dir)?;
     init_logs(config.log_json);
     let _ = rustls::crypto::ring::default_provider().install_default();
     db.write_blocking(|tx| resync_edge(tx, config.edge_url.as_deref(), now()))?;

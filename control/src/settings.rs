@@ -176,6 +176,21 @@ pub(crate) fn settle_addresses(db: &Db, config: &mut Config) -> Result<(), Error
     Ok(())
 }
 
+/// The addresses in force (what `serve` last settled or the owner last set), without changing
+/// anything; `config` is updated to them. Before `serve` ever ran, the configured ones.
+pub(crate) fn addresses_in_force(db: &Db, config: &mut Config) -> Result<(), Error> {
+    let configured = Addresses::of(config);
+    let addresses = db.read_blocking(|c| stored::<Addresses>(c, "addresses"))?.unwrap_or(configured);
+    config.set_addresses(addresses.edge_url, addresses.sub_url);
+    Ok(())
+}
+
+/// The subscription profile in force, without changing anything (before `serve` ever ran,
+/// the configured one).
+pub(crate) fn profile_in_force(db: &Db, file: &Profile) -> Result<Profile, Error> {
+    Ok(db.read_blocking(|c| stored::<Profile>(c, "profile"))?.unwrap_or_else(|| file.clone()))
+}
+
 /// Keeps the owner's new addresses (in the caller's transaction).
 pub(crate) fn save_addresses(conn: &Connection, addresses: &Addresses, actor: &str, now: u64) -> Result<(), Error> {
     save(conn, "addresses", addresses)?;

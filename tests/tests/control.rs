@@ -753,3 +753,36 @@ async fn a_stream_the_edge_refuses_is_set_aside_and_the_rest_goes_out() {
 fn hex_of(bytes: &[u8]) -> String {
     bytes.iter().map(|b| format!("{b:02x}")).collect()
 }
+
+/// A change made with the CLI while control serves reaches the edge, whatever the CLI's own
+/// environment: here control was given its edge by `HEARTH_EDGE_URL` and the CLI runs
+/// without it (as the command `deploy/local.sh` prints does). Running the CLI changes no
+/// setting: the edge stays the one in force.
+#[tokio::test]
+async fn a_user_added_with_the_cli_reaches_the_edge_control_was_given_elsewhere() {
+    let temp = tempfile::tempdir().unwrap();
+    let dir = ControlDir::init(&temp.path().join("control")).unwrap();
+    let edge = EdgeProcess::start(Backend::Native, &temp.path().join("edge.db"), &dir.edge_vars().unwrap()).unwrap();
+    let control = ControlProcess::start(&dir, &[("HEARTH_EDGE_URL", edge.url.clone())]).unwrap();
+    let http = dir.client().unwrap();
+    let api = Api { token: control.setup(&http, "admin").await.unwrap(), http };
+    let added = dir.cli(&["user", "add", "carol"]).unwrap();
+    let link = added.lines().find_map(|l| l.strip_prefix("link: ")).unwrap().to_owned();
+    assert!(link.starts_with(&edge.url), "the link is on the edge: {link}");
+    let plain = hearth_tests::http().build().unwrap();
+    eventually("carol's link served by the edge", Duration::from_secs(20), || async {
+        plain.get(&link).send().await.is_ok_and(|r| r.status() == StatusCode::OK)
+    })
+    .await;
+    let settings = api.get(&control, "/settings").await;
+    assert_eq!(settings["edge_url"], edge.url.as_str(), "the CLI changed no setting: {settings}");
+    // A second command, and a change after it: still served.
+    dir.cli(&["user", "limit", "carol", "--down", "10"]).unwrap();
+    let again = dir.cli(&["user", "add", "dave"]).unwrap();
+    let dave = again.lines().find_map(|l| l.strip_prefix("link: ")).unwrap().to_owned();
+    eventually("dave's link served by the edge", Duration::from_secs(20), || async {
+        plain.get(&dave).send().await.is_ok_and(|r| r.status() == StatusCode::OK)
+    })
+    .await;
+    control.stop().unwrap();
+}

@@ -324,6 +324,8 @@ async fn lab() -> Lab {
     let (a, b) = (nodes[0]["id"].as_u64().unwrap(), nodes[1]["id"].as_u64().unwrap());
     lab.call(Method::POST, "/groups", Some(json!({ "name": "staff", "note": "the household" }))).await;
     lab.call(Method::PATCH, &format!("/nodes/{b}"), Some(json!({ "groups": ["staff"] }))).await;
+    // A node takes a new masquerade site at its next enrollment: the owner plans one.
+    lab.call(Method::POST, &format!("/nodes/{a}/enroll-token"), Some(json!({}))).await;
     lab.call(Method::PATCH, &format!("/nodes/{a}"), Some(json!({ "masquerade": "https://www.example.com/" }))).await;
     let profile = json!({
         "title": "Hearth Home",
