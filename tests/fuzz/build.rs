@@ -6,7 +6,9 @@
 use std::fmt::Write as _;
 use std::path::PathBuf;
 
-/// (file under control/src, type name). The API's bodies and the types they contain.
+/// (file under control/src, item). The API's bodies and the types they contain; an item is a
+/// struct or enum by name, or another item by the start of its first line (`impl Mbps`,
+/// `const MAX_KBPS`).
 const ITEMS: &[(&str, &str)] = &[
     ("api/admin.rs", "SetupRequest"),
     ("api/admin.rs", "LoginRequest"),
@@ -18,21 +20,32 @@ const ITEMS: &[(&str, &str)] = &[
     ("api/admin.rs", "RolloutRequest"),
     ("api/admin.rs", "TokenRequest"),
     ("store/users.rs", "UserInput"),
+    ("store/users.rs", "SpeedInput"),
+    ("store/users.rs", "Mbps"),
+    ("store/users.rs", "const MAX_KBPS"),
+    ("store/users.rs", "impl Mbps"),
+    ("store/users.rs", "impl Serialize for Mbps"),
+    ("store/users.rs", "impl<'de> Deserialize<'de> for Mbps"),
     ("store/nodes.rs", "NodeInput"),
     ("store/nodes.rs", "GroupInput"),
+    ("store/nodes.rs", "GroupSpeed"),
     ("store/nodes.rs", "EnrollRequest"),
     ("settings.rs", "ProfileInput"),
     ("auth.rs", "Scope"),
 ];
 
-/// The item `name` (a struct or enum) of `source`, from its first attribute to its closing
-/// brace at the start of a line.
+/// The item `name` of `source` (a struct or enum by its name, anything else by the start of
+/// its first line), from its first attribute to its closing brace at the start of a line, or
+/// to its line's end for an item of one line (`;`).
 fn item(source: &str, name: &str) -> Option<String> {
     let lines: Vec<&str> = source.lines().collect();
     let at = lines.iter().position(|line| {
         let line = line.trim_start().trim_start_matches("pub(crate) ").trim_start_matches("pub ");
-        line.starts_with(&format!("struct {name} ")) || line.starts_with(&format!("enum {name} "))
+        let named = |kind: &str| [' ', '('].iter().any(|after| line.starts_with(&format!("{kind} {name}{after}")));
+        let first_line = line.strip_prefix(name).is_some_and(|rest| rest.starts_with([' ', ':']));
+        named("struct") || named("enum") || (name.contains(' ') && first_line)
     })?;
+    let one_line = lines[at].trim_end().ends_with(';');
     let mut start = at;
     while start > 0 && {
         let above = lines[start - 1].trim_start();
@@ -40,7 +53,7 @@ fn item(source: &str, name: &str) -> Option<String> {
     } {
         start -= 1;
     }
-    let end = at + lines[at..].iter().position(|line| *line == "}")?;
+    let end = if one_line { at } else { at + lines[at..].iter().position(|line| *line == "}")? };
     Some(lines[start..=end].join("\n"))
 }
 
@@ -56,6 +69,7 @@ fn main() {
         });
         let item = item.replace("pub(crate) ", "pub ").replace("crate::settings::", "");
         let item = match item.find(&format!("struct {name}")).or_else(|| item.find(&format!("enum {name}"))) {
+            _ if name.contains(' ') => item,
             Some(at) if !item[..at].ends_with("pub ") => format!("{}pub {}", &item[..at], &item[at..]),
             _ => item,
         };
