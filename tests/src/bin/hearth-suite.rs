@@ -1732,9 +1732,11 @@ fn markdown(t: &Table, reps: usize, commit: &str, when: &str) -> String {
            by the kernel (its UDP and backlog drop counters stayed at 0), and perf showed 1.7 times \
            the node's CPU for the same bytes. The cause is quinn's BBR itself: its bandwidth \
            estimate is the largest rate between two consecutive acknowledgements, which batched \
-           acknowledgements inflate, and its pacing rate and window follow it. The CUBIC rows \
-           (`congestion = \"cubic\"`) show the node's cost without that; B2 shows what CUBIC \
-           does on a path with random loss.\n\
+           acknowledgements inflate, and its pacing rate and window follow it. The shorter of CPU \
+           the client is, the more the node loses to it: sing-box moved 3.13 Gbit/s through one \
+           stream and the node 0.74 of that on a quieter day (commit 66c7210), 2.03 and 0.45 on a \
+           slower one. The CUBIC rows (`congestion = \"cubic\"`) show the node's cost without \
+           that; B2 shows what CUBIC does on a path with random loss.\n\
          - B2 runs each server behind `hearth_tests::lossy`, a forwarder in this program (CPU 0) \
            that delays, loses at random (the same packets every run) and queues at a 200 Mbit/s \
            bottleneck, each way; the sing-box client runs Brutal in the Brutal rows (it announces \
