@@ -13,7 +13,7 @@ use hearth_shared::envelope::{Audience, Draft, Kind};
 use hearth_shared::keys::{PublicKey, RecoveryPublic};
 use hearth_shared::wire::{
     self, CredEntry, CredentialSet, Endpoint, NodeId, NodeRecord, PortRange, Profile, ResetStrategy, Snapshot,
-    SpeedLimit, Status, SubToken, UserId, stream,
+    SpeedLimit, Status, Stream, SubToken, UserId, stream,
 };
 use hearth_shared::{Digest, seal, sha256};
 use rand_core::OsRng;
@@ -711,37 +711,27 @@ pub(crate) fn resign_all(conn: &Connection, signer: &Signer, now: u64) -> Result
         .prepare("SELECT id, public_key, usage_seq FROM nodes")?
         .query_map([], |row| Ok((row.get(0)?, (row.get(1)?, row.get(2)?))))?
         .collect::<Result<_, _>>()?;
-    let node_of = |name: &str, prefix: &str| {
-        let id = name.strip_prefix(prefix)?;
-        id.parse::<NodeId>().ok().filter(|node| node.to_string() == id)
-    };
     for name in before.keys() {
-        let user = name
-            .strip_prefix("sub/")
-            .and_then(|hash| hex::decode(hash).ok()?.try_into().ok())
-            .and_then(|hash: Digest| users.get(&hash));
-        if let Some(user) = user {
-            publish_user(conn, signer, *user, now)?;
-        } else if let Some(node) = node_of(name, "creds/").filter(|node| nodes.contains_key(node)) {
-            publish_creds(conn, signer, node, now, true)?;
-        } else if let Some(node) = node_of(name, "node/") {
-            let key = nodes.get(&node).and_then(|(key, _)| key.and_then(|k| PublicKey::from_bytes(&k).ok()));
-            publish_node_record(conn, signer, node, key, now)?;
-        } else if let Some((node, (_, seq))) =
-            node_of(name, "ack/").and_then(|node| nodes.get_key_value(&node)).filter(|(_, (_, seq))| *seq > 0)
-        {
-            usage_ack(conn, signer, *node, *seq, now)?;
-        } else if name == stream::EDGE_SETTINGS {
-            publish_edge_settings(
-                conn,
-                signer,
-                &wire::EdgeSettings { ua_rules: crate::settings::ua_rules(conn)? },
-                now,
-            )?;
-        } else if name == stream::ROLLOUT {
-            crate::releases::publish_rollout(conn, signer, now)?;
-        } else {
-            delete_stream(conn, signer, name, now)?;
+        match name.parse::<Stream>() {
+            Ok(Stream::Snapshot(hash)) if users.contains_key(&hash) => {
+                publish_user(conn, signer, users[&hash], now)?;
+            }
+            Ok(Stream::Creds(node)) if nodes.contains_key(&node) => {
+                publish_creds(conn, signer, node, now, true)?;
+            }
+            Ok(Stream::Node(node)) => {
+                let key = nodes.get(&node).and_then(|(key, _)| key.and_then(|k| PublicKey::from_bytes(&k).ok()));
+                publish_node_record(conn, signer, node, key, now)?;
+            }
+            Ok(Stream::UsageAck(node)) if nodes.get(&node).is_some_and(|(_, seq)| *seq > 0) => {
+                usage_ack(conn, signer, node, nodes[&node].1, now)?;
+            }
+            Ok(Stream::EdgeSettings) => {
+                let settings = wire::EdgeSettings { ua_rules: crate::settings::ua_rules(conn)? };
+                publish_edge_settings(conn, signer, &settings, now)?;
+            }
+            Ok(Stream::Rollout) => crate::releases::publish_rollout(conn, signer, now)?,
+            _ => delete_stream(conn, signer, name, now)?,
         }
     }
     let after: Vec<(String, u64)> = conn

@@ -26,7 +26,7 @@ use hearth_shared::keys::{PublicKey, RecoverySecret, Role};
 use hearth_shared::trust::{Expect, KeyRecord, RoleKeys, Trust, verify};
 use hearth_shared::wire::{
     self, CredentialSet, EdgeSettings, Endpoint, ExportItem, ExportPage, NodeId, NodeRecord, Profile, Snapshot, Status,
-    SubToken, UsageAck, UserId, stream,
+    Stream, SubToken, UsageAck, UserId, stream,
 };
 use hearth_shared::{Digest, sha256};
 use rusqlite::{Connection, OptionalExtension as _, params};
@@ -181,23 +181,7 @@ fn archived_streams(database: &Path) -> Result<Option<Archived>> {
 /// The signed kind and audience of a stream control publishes to the edge, by its name (a
 /// node id only in its canonical form, as control writes it).
 fn stream_kind(name: &str) -> Option<(Kind, Audience)> {
-    let node = |id: &str| id.parse::<NodeId>().ok().filter(|n| n.to_string() == id);
-    if let Some(hash) = name.strip_prefix("sub/") {
-        let hash: Digest = hex::decode(hash).ok()?.try_into().ok()?;
-        (stream::snapshot(&hash) == name).then_some((Kind::Snapshot, Audience::Edge))
-    } else if let Some(id) = name.strip_prefix("creds/") {
-        node(id).map(|n| (Kind::CredentialSet, Audience::Node(n)))
-    } else if let Some(id) = name.strip_prefix("ack/") {
-        node(id).map(|n| (Kind::UsageAck, Audience::Node(n)))
-    } else if let Some(id) = name.strip_prefix("node/") {
-        node(id).map(|_| (Kind::NodeRecord, Audience::Edge))
-    } else if name == stream::EDGE_SETTINGS {
-        Some((Kind::EdgeSettings, Audience::Edge))
-    } else if name == stream::ROLLOUT {
-        Some((Kind::Rollout, Audience::Edge))
-    } else {
-        None
-    }
+    name.parse::<Stream>().ok()?.pushed()
 }
 
 /// Why an item of the export was left out.
@@ -313,7 +297,7 @@ struct Edge {
 fn read_edge(screened: &mut Screened, recovery: &RecoverySecret) -> Edge {
     let mut edge = Edge::default();
     for (name, _) in &screened.deleted {
-        if let Some(hash) = name.strip_prefix("sub/").and_then(|h| hex::decode(h).ok()?.try_into().ok()) {
+        if let Ok(Stream::Snapshot(hash)) = name.parse() {
             edge.deleted_links.insert(hash);
         }
     }
@@ -321,30 +305,32 @@ fn read_edge(screened: &mut Screened, recovery: &RecoverySecret) -> Edge {
     for kept in &screened.kept {
         let name = kept.stream.as_str();
         let body = Envelope::stored_body(&kept.bytes).unwrap_or_default();
-        let ok = if name.starts_with("sub/") {
-            hearth_shared::seal::recover(body, recovery)
+        let ok = match name.parse::<Stream>() {
+            Ok(Stream::Snapshot(hash)) => hearth_shared::seal::recover(body, recovery)
                 .ok()
-                .filter(|(token, _)| stream::snapshot(&token.hash()) == name)
+                .filter(|(token, _)| token.hash() == hash)
                 .map(|(token, snapshot)| {
                     // Two links for one user: the newer one (a rotation the edge saw last).
                     edge.snapshots.insert(snapshot.user, (token, snapshot));
-                })
-        } else if let Some(node) = name.strip_prefix("creds/").and_then(|n| n.parse::<NodeId>().ok()) {
-            CredentialSet::decode(body).ok().filter(|set| set.node == node).map(|set| {
+                }),
+            Ok(Stream::Creds(node)) => CredentialSet::decode(body).ok().filter(|set| set.node == node).map(|set| {
                 edge.creds.insert(node, set.users().iter().map(|entry| (entry.user, entry.hash)).collect());
-            })
-        } else if let Some(node) = name.strip_prefix("node/").and_then(|n| n.parse::<NodeId>().ok()) {
-            wire::decode::<NodeRecord>(body, "node record").ok().filter(|record| record.node == node).map(|record| {
-                edge.node_keys.insert(node, record.key);
-            })
-        } else if let Some(node) = name.strip_prefix("ack/").and_then(|n| n.parse::<NodeId>().ok()) {
-            wire::decode::<UsageAck>(body, "ack").ok().filter(|ack| ack.node == node).map(|ack| {
-                edge.acks.insert(node, ack.seq);
-            })
-        } else if name == stream::EDGE_SETTINGS {
-            wire::decode::<EdgeSettings>(body, "edge settings").ok().map(|settings| edge.settings = Some(settings))
-        } else {
-            Some(())
+            }),
+            Ok(Stream::Node(node)) => wire::decode::<NodeRecord>(body, "node record")
+                .ok()
+                .filter(|record| record.node == node)
+                .map(|record| {
+                    edge.node_keys.insert(node, record.key);
+                }),
+            Ok(Stream::UsageAck(node)) => {
+                wire::decode::<UsageAck>(body, "ack").ok().filter(|ack| ack.node == node).map(|ack| {
+                    edge.acks.insert(node, ack.seq);
+                })
+            }
+            Ok(Stream::EdgeSettings) => {
+                wire::decode::<EdgeSettings>(body, "edge settings").ok().map(|settings| edge.settings = Some(settings))
+            }
+            _ => Some(()),
         };
         if ok.is_none() {
             unopened.insert(name.to_owned());
@@ -460,7 +446,11 @@ fn build(dir: &Path, options: &Options) -> Result<Report> {
     builder.create(dir).with_context(|| format!("creating {}", dir.display()))?;
     let mut report = Report::default();
 
-    let links = fetched.items.iter().filter(|i| i.stream.starts_with("sub/") && i.envelope.is_some()).count();
+    let links = fetched
+        .items
+        .iter()
+        .filter(|i| matches!(i.stream.parse(), Ok(Stream::Snapshot(_))) && i.envelope.is_some())
+        .count();
     let (edge, screened) = if options.from_snapshots {
         let mut screened = screen(fetched.items, &trust, &Archived::new());
         let edge = read_edge(&mut screened, &recovery);

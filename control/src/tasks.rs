@@ -414,7 +414,7 @@ pub(crate) fn sweep(
         let names: Vec<String> =
             query.query_map([now + REFRESH_BEFORE], |row| row.get(0))?.collect::<Result<_, _>>()?;
         for name in names {
-            if let Some(node) = name.strip_prefix("creds/").and_then(|n| n.parse().ok()) {
+            if let Ok(hearth_shared::wire::Stream::Creds(node)) = name.parse() {
                 publish::publish_creds(conn, &app.signer, node, now, true)?;
             }
         }

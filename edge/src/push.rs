@@ -12,7 +12,7 @@
 use hearth_shared::Digest;
 use hearth_shared::envelope::{Audience, Envelope, Kind};
 use hearth_shared::trust::{Expect, StreamState, Trust, VerifyError, verify};
-use hearth_shared::wire::{self, BatchManifest, NodeId, NodeRecord, PushBundle, stream};
+use hearth_shared::wire::{self, BatchManifest, NodeId, NodeRecord, PushBundle, Stream, stream};
 
 /// The largest push parsed at all (about 8,000 snapshots).
 pub const MAX_PUSH_BYTES: usize = 32 * 1024 * 1024;
@@ -148,25 +148,18 @@ fn item_error(stream: &str, reason: impl Into<String>) -> PushError {
 
 /// What a stream name is, and what its items must be.
 fn target_of(stream: &str) -> Option<(Target, Kind, Audience)> {
-    let parse_id = |id: &str| id.parse::<NodeId>().ok().filter(|n| n.to_string() == id);
-    if let Some(hash) = stream.strip_prefix("sub/") {
-        let hash: Digest = hex::decode(hash).ok()?.try_into().ok()?;
-        (stream::snapshot(&hash) == stream).then_some((Target::Link(hash), Kind::Snapshot, Audience::Edge))
-    } else if let Some(id) = stream.strip_prefix("creds/") {
-        let node = parse_id(id)?;
-        Some((Target::Creds(node), Kind::CredentialSet, Audience::Node(node)))
-    } else if let Some(id) = stream.strip_prefix("ack/") {
-        let node = parse_id(id)?;
-        Some((Target::Ack(node), Kind::UsageAck, Audience::Node(node)))
-    } else if let Some(id) = stream.strip_prefix("node/") {
-        Some((Target::Node(parse_id(id)?), Kind::NodeRecord, Audience::Edge))
-    } else if stream == stream::EDGE_SETTINGS {
-        Some((Target::Settings, Kind::EdgeSettings, Audience::Edge))
-    } else if stream == stream::ROLLOUT {
-        Some((Target::Rollout, Kind::Rollout, Audience::Edge))
-    } else {
-        None
-    }
+    let parsed: Stream = stream.parse().ok()?;
+    let (kind, audience) = parsed.pushed()?;
+    let target = match parsed {
+        Stream::Snapshot(hash) => Target::Link(hash),
+        Stream::Creds(node) => Target::Creds(node),
+        Stream::UsageAck(node) => Target::Ack(node),
+        Stream::Node(node) => Target::Node(node),
+        Stream::EdgeSettings => Target::Settings,
+        Stream::Rollout => Target::Rollout,
+        Stream::Usage(_) | Stream::Keys(_) | Stream::Batch | Stream::Archive | Stream::Release => return None,
+    };
+    Some((target, kind, audience))
 }
 
 /// The User-Agent rules in a stored edge-settings envelope (none if it does not decode: it

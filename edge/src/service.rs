@@ -5,7 +5,7 @@
 
 use hearth_shared::nodeauth;
 use hearth_shared::trust::{StreamState, Trust};
-use hearth_shared::wire::{ExportPage, UsageDrain, decode, encode, stream};
+use hearth_shared::wire::{ExportPage, Stream, UsageDrain, decode, encode, stream};
 
 use crate::Reply;
 use crate::api::{self, ExportCursor};
@@ -264,5 +264,8 @@ pub async fn export<S: Storage>(store: &S, cursor: ExportCursor, limit: u32) -> 
 
 /// The token hash in a link's stream name.
 fn link_hash(name: &str) -> Option<Vec<u8>> {
-    hex::decode(name.strip_prefix("sub/")?).ok()
+    match name.parse() {
+        Ok(Stream::Snapshot(hash)) => Some(hash.to_vec()),
+        _ => None,
+    }
 }
