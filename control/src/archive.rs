@@ -169,7 +169,7 @@ async fn push_once(app: &Arc<App>, base: &str) -> Result<usize, String> {
     .map_err(|e| e.to_string())?;
     let (version, envelope) = envelope;
     let size = envelope.len();
-    crate::tasks::send_to_edge(app, reqwest::Method::PUT, base, "archive", envelope, Duration::from_secs(120)).await?;
+    crate::outbox::send_to_edge(app, reqwest::Method::PUT, base, "archive", envelope, Duration::from_secs(120)).await?;
     app.db
         .write(move |tx| store::set_state(tx, "archive_version", i64::try_from(version).unwrap_or(i64::MAX)))
         .await

@@ -39,7 +39,7 @@ pub(crate) async fn read(
         return Err(ReadError::TooLarge { what, max });
     }
     let mut body = Vec::with_capacity(declared.map_or(0, |len| len as usize));
-    while let Some(chunk) = response.chunk().await.map_err(|e| ReadError::Read(crate::tasks::without_url(&e)))? {
+    while let Some(chunk) = response.chunk().await.map_err(|e| ReadError::Read(crate::outbox::without_url(&e)))? {
         if chunk.len() > max - body.len() {
             return Err(ReadError::TooLarge { what, max });
         }

@@ -16,6 +16,7 @@ mod error;
 mod keyring;
 #[allow(clippy::result_large_err)]
 mod metrics;
+mod outbox;
 mod publish;
 mod releases;
 mod restore;

@@ -312,17 +312,9 @@ fn put(conn: &Connection, signer: &Signer, item: &Item<'_>, now: u64, force: boo
     )?
     .execute(params![item.name, version, envelope.digest(), item.content, bytes, now + item.lifetime])?;
     if item.to_edge {
-        enqueue(conn, signer, &item.name, version, now)?;
+        crate::outbox::enqueue(conn, signer, &item.name, version, now)?;
     }
     Ok(true)
-}
-
-fn enqueue(conn: &Connection, signer: &Signer, name: &str, version: u64, now: u64) -> Result<(), Error> {
-    if signer.edge.load(std::sync::atomic::Ordering::Relaxed) {
-        conn.prepare_cached("INSERT INTO outbox (stream, version, created) VALUES (?1, ?2, ?3)")?
-            .execute(params![name, version, now])?;
-    }
-    Ok(())
 }
 
 /// Signs a plain (unsealed) body on a stream if it changed, or `force`; returns whether it
@@ -352,7 +344,7 @@ pub(crate) fn delete_stream(conn: &Connection, signer: &Signer, name: &str, now:
         "UPDATE streams SET version = ?2, digest = ?3, body_sha256 = NULL, envelope = NULL WHERE name = ?1",
         params![name, version, digest],
     )?;
-    enqueue(conn, signer, name, version, now)
+    crate::outbox::enqueue(conn, signer, name, version, now)
 }
 
 /// The endpoints a user reaches: enrolled nodes of the user's groups.

@@ -496,8 +496,15 @@ pub(crate) async fn sync_edge(app: &std::sync::Arc<crate::app::App>, base: &str)
         .await
         .map_err(|e| e.to_string())?;
     let Some((release, bundle)) = bundle else { return Ok(false) };
-    crate::tasks::send_to_edge(app, reqwest::Method::PUT, base, "release", bundle, std::time::Duration::from_secs(300))
-        .await?;
+    crate::outbox::send_to_edge(
+        app,
+        reqwest::Method::PUT,
+        base,
+        "release",
+        bundle,
+        std::time::Duration::from_secs(300),
+    )
+    .await?;
     app.db
         .write(move |tx| crate::store::set_state(tx, EDGE_RELEASE, i64::try_from(release).unwrap_or(i64::MAX)))
         .await

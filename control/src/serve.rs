@@ -72,29 +72,6 @@ fn open_with(dir: &Path, settle: bool) -> Result<(Config, Db, Signer)> {
     Ok((config, db, signer))
 }
 
-/// When the edge changed (or was just configured), every stream goes to the outbox again,
-/// so the new edge holds everything; without an edge, the outbox empties.
-pub(crate) fn resync_edge(
-    tx: &rusqlite::Connection,
-    edge_url: Option<&str>,
-    now: u64,
-) -> Result<(), crate::error::Error> {
-    let edge = edge_url.unwrap_or_default();
-    let synced = store::get_state_text(tx, "edge_url")?.unwrap_or_default();
-    if synced == edge {
-        return Ok(());
-    }
-    tx.execute("DELETE FROM outbox", [])?;
-    if !edge.is_empty() {
-        tx.execute(
-            "INSERT INTO outbox (stream, version, created)
-             SELECT name, version, ?1 FROM streams ORDER BY name",
-            [now],
-        )?;
-    }
-    store::set_state(tx, "edge_url", edge)
-}
-
 fn init_logs(json: bool) {
     let filter = tracing_subscriber::EnvFilter::try_from_env("HEARTH_LOG")
         .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info"));
@@ -111,7 +88,7 @@ pub(crate) fn run(dir: &Path) -> Result<()> {
     let (mut config, db, signer) = open_to_serve(dir)?;
     init_logs(config.log_json);
     let _ = rustls::crypto::ring::default_provider().install_default();
-    db.write_blocking(|tx| resync_edge(tx, config.edge_url.as_deref(), now()))?;
+    db.write_blocking(|tx| crate::outbox::resync_edge(tx, config.edge_url.as_deref(), now()))?;
     let tls = match &config.tls {
         Tls::Files { cert, key } => Some(crate::tls::server_config(cert, key)?),
         Tls::Off => None,
@@ -153,8 +130,8 @@ pub(crate) fn run(dir: &Path) -> Result<()> {
         let stop = app.stopping.clone();
         let stopped = stop.subscribe();
         let tasks = vec![
-            tokio::spawn(crate::tasks::pusher(app.clone(), stopped.clone())),
-            tokio::spawn(crate::tasks::drainer(app.clone(), stopped.clone())),
+            tokio::spawn(crate::outbox::pusher(app.clone(), stopped.clone())),
+            tokio::spawn(crate::outbox::drainer(app.clone(), stopped.clone())),
             tokio::spawn(crate::tasks::sweeper(app.clone(), stopped.clone())),
             tokio::spawn(crate::tasks::watch_external(app.clone(), stopped.clone())),
             tokio::spawn(crate::archive::archiver(app.clone(), stopped.clone())),
@@ -210,11 +187,11 @@ mod tests {
                 .unwrap()
         };
         assert_eq!((count("streams"), count("outbox")), (1, 0), "no edge, no outbox");
-        app.db.write_blocking(|tx| resync_edge(tx, Some("https://edge.example"), now())).unwrap();
+        app.db.write_blocking(|tx| crate::outbox::resync_edge(tx, Some("https://edge.example"), now())).unwrap();
         assert_eq!(count("outbox"), 1, "everything goes to the new edge");
-        app.db.write_blocking(|tx| resync_edge(tx, Some("https://edge.example"), now())).unwrap();
+        app.db.write_blocking(|tx| crate::outbox::resync_edge(tx, Some("https://edge.example"), now())).unwrap();
         assert_eq!(count("outbox"), 1, "the same edge again: nothing more");
-        app.db.write_blocking(|tx| resync_edge(tx, None, now())).unwrap();
+        app.db.write_blocking(|tx| crate::outbox::resync_edge(tx, None, now())).unwrap();
         assert_eq!(count("outbox"), 0, "no edge: nothing to push");
     }
 }

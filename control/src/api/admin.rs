@@ -774,7 +774,7 @@ async fn update_settings(State(app): State<Arc<App>>, auth: Auth, Input(input): 
         let saved = addresses.clone();
         change(&app, &auth, Scope::Admin, move |tx, _, actor, now| {
             crate::settings::save_addresses(tx, &saved, actor, now)?;
-            crate::serve::resync_edge(tx, saved.edge_url.as_deref(), now)
+            crate::outbox::resync_edge(tx, saved.edge_url.as_deref(), now)
         })
         .await?;
         app.set_addresses(addresses);
