@@ -569,11 +569,7 @@ fn slow_rate(conn: &Connection, user: UserId) -> Result<u64, Error> {
              FROM users u WHERE u.id = ?1",
         )?
         .query_row([user], |row| Ok((row.get(0)?, row.get(1)?, row.get(2)?)))?;
-    Ok(match own.as_deref() {
-        Some("slow") => slow,
-        Some(_) => 0,
-        None => groups.unwrap_or(0),
-    })
+    Ok(own_over(Speed { slow: groups.unwrap_or(0), ..Speed::default() }, (None, None, own, slow)).slow)
 }
 
 /// Signs `node`'s credential set if it changed (or `force`, to renew its expiry). Nodes that

@@ -12,7 +12,7 @@ use crate::error::Error;
 use crate::publish::{self, Changes, Signer, status_name, status_of};
 use crate::secrets;
 use crate::store::audit;
-use crate::store::users::{Mbps, check_name, group_ids};
+use crate::store::users::{Mbps, check_name, check_slow, group_ids};
 
 /// How long an enrollment token works.
 pub(crate) const ENROLL_LIFETIME: u64 = 24 * 3600;
@@ -659,10 +659,12 @@ fn set_group_speed(conn: &Connection, id: i64, input: &GroupInput) -> Result<boo
     if let Some(slow) = input.slow_speed {
         conn.execute("UPDATE groups SET slow_kbps = ?2 WHERE id = ?1", params![id, slow.0])?;
     }
-    let (on_quota, slow): (String, u64) =
-        conn.query_row("SELECT on_quota, slow_kbps FROM groups WHERE id = ?1", [id], |r| Ok((r.get(0)?, r.get(1)?)))?;
-    if on_quota == "slow" && slow == 0 {
-        return Err(Error::invalid("bad_on_quota", "on_quota slow needs a slow_speed above 0"));
+    if input.on_quota.is_some() || input.slow_speed.is_some() {
+        let (on_quota, slow): (String, u64) =
+            conn.query_row("SELECT on_quota, slow_kbps FROM groups WHERE id = ?1", [id], |r| {
+                Ok((r.get(0)?, r.get(1)?))
+            })?;
+        check_slow(Some(&on_quota), Mbps(slow))?;
     }
     Ok(input.speed_limit.is_some() || input.on_quota.is_some() || input.slow_speed.is_some())
 }

@@ -238,8 +238,8 @@ struct NewUser {
     slow: Mbps,
 }
 
-/// A slowed user needs a rate to be slowed to.
-fn check_slow(on_quota: Option<&str>, slow: Mbps) -> Result<(), Error> {
+/// A slowed user (or group) needs a rate to be slowed to.
+pub(crate) fn check_slow(on_quota: Option<&str>, slow: Mbps) -> Result<(), Error> {
     if on_quota == Some("slow") && slow.0 == 0 {
         return Err(Error::invalid("bad_on_quota", "on_quota slow needs a slow_speed above 0"));
     }
