@@ -249,7 +249,7 @@ async fn authenticate(connection: &quinn::Connection, live: &Live, options: &Opt
                 let response = Response::builder()
                     .status(StatusCode::from_u16(233).expect("233 is a valid status"))
                     .header("hysteria-udp", "true")
-                    .header("hysteria-cc-rx", options.announced(live.limit(user).up))
+                    .header("hysteria-cc-rx", options.announced(live.counter(user).pace_up.rate()))
                     .header("hysteria-padding", padding())
                     .body(())?;
                 stream.send_response(response).await?;
@@ -328,10 +328,9 @@ async fn handle(
     // `Live::apply` changes live).
     let brutal = options.brutal_rate(client_rx);
     let counter = live.counter(user);
-    let _registration = live.register(user, hash, &connection, brutal);
-    let rate = crate::table::brutal_within(brutal, counter.pace_down.rate());
-    let _brutal = (rate > 0 && crate::congestion::use_brutal(&connection, rate)).then(|| live.brutal());
-    tracing::debug!(user, peer = %connection.remote_address(), brutal = rate, "authenticated");
+    let (_registration, on_brutal) = live.register(user, hash, &connection, brutal, &counter.pace_down);
+    let _brutal = on_brutal.then(|| live.brutal());
+    tracing::debug!(user, peer = %connection.remote_address(), brutal, on_brutal, "authenticated");
     let udp = tokio::spawn(udp_relay(connection.clone(), counter.clone(), options.clone()));
     loop {
         let (send, recv) = match connection.accept_bi().await {

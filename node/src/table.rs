@@ -220,30 +220,34 @@ impl Live {
     }
 
     /// Registers a user's connection (until the registration drops), with the rate Brutal
-    /// sends to it before the user's limit (0: not on Brutal). If the user was removed
-    /// meanwhile, the connection is closed at once.
+    /// sends to it before the user's limit (0: not on Brutal), and puts it on Brutal at that
+    /// rate held to the limit `down` holds; returns whether it is on Brutal. Both happen under
+    /// the lock `apply` changes Brutal's rates under, so a limit changed meanwhile reaches
+    /// this connection too. If the user was removed meanwhile, the connection is closed at
+    /// once.
     pub(crate) fn register(
         self: &Arc<Self>,
         user: UserId,
         credential_hash: Digest,
         connection: &quinn::Connection,
         brutal: u64,
-    ) -> Registration {
+        down: &crate::limit::Pace,
+    ) -> (Registration, bool) {
         let id = connection.stable_id();
         let open = Open { connection: connection.clone(), brutal };
-        self.connections.lock().expect("connections lock").entry(user).or_default().insert(id, open);
+        let on_brutal = {
+            let mut connections = self.connections.lock().expect("connections lock");
+            connections.entry(user).or_default().insert(id, open);
+            let rate = brutal_within(brutal, down.rate());
+            rate > 0 && crate::congestion::use_brutal(connection, rate)
+        };
         // `apply` swaps the table before it closes connections: either it saw this one, or
         // this check sees its table.
         let still = self.table.read().expect("table lock").get(&credential_hash) == Some(&user);
         if !still {
             connection.close(CLOSE_REMOVED.into(), b"removed");
         }
-        Registration { live: Arc::clone(self), user, id }
-    }
-
-    /// The user's speed limit now.
-    pub(crate) fn limit(&self, user: UserId) -> SpeedLimit {
-        self.counters.lock().expect("counters lock").limits.get(&user).copied().unwrap_or_default()
+        (Registration { live: Arc::clone(self), user, id }, on_brutal)
     }
 
     /// The user's counters.
@@ -328,7 +332,7 @@ mod tests {
         let applied = live.apply(&with(100, 2_500_000));
         assert_eq!(applied, Applied { users: 2, removed: 0, closed: 0, limited: 1 });
         assert_eq!((held.pace_up.rate(), held.pace_down.rate()), (100, 2_500_000));
-        assert_eq!(live.limit(1), SpeedLimit { up: 100, down: 2_500_000 });
+        assert_eq!(live.counter(1).pace_up.rate(), 100);
         assert_eq!(live.counter(2).pace_down.rate(), 0, "the other user is not limited");
         assert_eq!(live.authenticate(b"a"), Some(1));
         assert_eq!(live.apply(&with(100, 2_500_000)).limited, 0);
