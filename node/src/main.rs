@@ -101,17 +101,22 @@ fn tls_identity(
     Ok((chain, key))
 }
 
-/// TLS for the masquerade over HTTPS: the node's certificate, HTTP/1.1.
-fn web_tls(state: &StateDir) -> Result<rustls::ServerConfig> {
+/// A TLS server config with the node's certificate, `versions` and the ALPN `protocol`: HTTP/3
+/// over QUIC (TLS 1.3) and the masquerade over HTTPS share one certificate.
+fn server_tls(
+    state: &StateDir,
+    versions: &[&'static rustls::SupportedProtocolVersion],
+    protocol: &[u8],
+) -> Result<rustls::ServerConfig> {
     let (chain, key) = tls_identity(state)?;
     let provider = Arc::new(rustls::crypto::ring::default_provider());
     let mut tls = rustls::ServerConfig::builder_with_provider(provider)
-        .with_safe_default_protocol_versions()
+        .with_protocol_versions(versions)
         .context("TLS versions")?
         .with_no_client_auth()
         .with_single_cert(chain, key)
         .context("the node's certificate and key")?;
-    tls.alpn_protocols = vec![b"http/1.1".to_vec()];
+    tls.alpn_protocols = vec![protocol.to_vec()];
     Ok(tls)
 }
 
@@ -140,15 +145,7 @@ fn endpoint(
 ) -> Result<quinn::Endpoint> {
     let (listen, obfs, congestion) = (settings.listen.as_str(), settings.obfs.as_deref(), settings.congestion);
     let hop = settings.hop.as_deref().map(hop::parse_range).transpose()?;
-    let (chain, key) = tls_identity(state)?;
-    let provider = Arc::new(rustls::crypto::ring::default_provider());
-    let mut tls = rustls::ServerConfig::builder_with_provider(provider)
-        .with_protocol_versions(&[&rustls::version::TLS13])
-        .context("TLS 1.3")?
-        .with_no_client_auth()
-        .with_single_cert(chain, key)
-        .context("the node's certificate and key")?;
-    tls.alpn_protocols = vec![b"h3".to_vec()];
+    let mut tls = server_tls(state, &[&rustls::version::TLS13], b"h3")?;
     tls.max_early_data_size = u32::MAX;
     let crypto = quinn::crypto::rustls::QuicServerConfig::try_from(tls).context("QUIC TLS")?;
     let mut config = quinn::ServerConfig::with_crypto(Arc::new(crypto));
@@ -261,7 +258,7 @@ fn serve(dir: &Path) -> Result<i32> {
                     .await
                     .with_context(|| format!("binding TCP {listen} for the masquerade over HTTPS"))?;
                 println!("hearth-node masquerade over HTTPS on {}", listener.local_addr()?);
-                let tls = Arc::new(web_tls(&state)?);
+                let tls = Arc::new(server_tls(&state, rustls::DEFAULT_VERSIONS, b"http/1.1")?);
                 let port = endpoint.local_addr()?.port();
                 Some(tokio::spawn(https::serve(listener, tls, site.clone(), port)))
             }
