@@ -553,7 +553,24 @@ fn the_cli_manages_users_and_nodes() {
         "a refused change changes nothing"
     );
 
-    let node = dir.cli(&["node", "add", "Home", "--host", "203.0.113.9", "--port", "8443", "--obfs", "pw"]).unwrap();
+    let masquerade = ["--masquerade", "ftp://files.example.net/"];
+    let refused = dir.cli(&[&["node", "add", "Shop", "--host", "203.0.113.10"][..], &masquerade[..]].concat());
+    assert!(refused.unwrap_err().to_string().contains("http:// or https://"), "a masquerade is a web site");
+    let node = dir
+        .cli(&[
+            "node",
+            "add",
+            "Home",
+            "--host",
+            "203.0.113.9",
+            "--port",
+            "8443",
+            "--obfs",
+            "pw",
+            "--masquerade",
+            "https://www.example.net/",
+        ])
+        .unwrap();
     let first = node.lines().find(|l| l.contains("hearth-node enroll")).unwrap().trim().to_owned();
     let again = dir.cli(&["node", "enroll-command", "Home"]).unwrap();
     assert!(
