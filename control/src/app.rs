@@ -8,7 +8,7 @@ use std::time::{SystemTime, UNIX_EPOCH};
 
 use hearth_shared::Digest;
 use hearth_shared::ratelimit::{BucketLimit, Decision, FixedWindow, TokenBucket, WindowLimit};
-use tokio::sync::{Notify, watch};
+use tokio::sync::watch;
 
 use crate::auth::{Hasher, Lockouts};
 use crate::config::Config;
@@ -28,17 +28,6 @@ pub(crate) fn now() -> u64 {
 /// Unix milliseconds now.
 pub(crate) fn now_ms() -> u64 {
     SystemTime::now().duration_since(UNIX_EPOCH).map_or(0, |d| u64::try_from(d.as_millis()).unwrap_or(u64::MAX))
-}
-
-/// How publishing to the edge is going.
-#[derive(Clone, Debug, Default, serde::Serialize)]
-pub(crate) struct PushStatus {
-    /// Unix seconds of the last accepted push (0: never).
-    pub(crate) last_push: u64,
-    /// The last failure, if the last attempt failed.
-    pub(crate) last_error: Option<String>,
-    /// Unix seconds of the last usage drain from the edge.
-    pub(crate) last_drain: u64,
 }
 
 /// Counters for `/metrics`.
@@ -69,13 +58,13 @@ pub(crate) struct App {
     pub(crate) lockouts: Lockouts,
     /// The one-time setup token while no owner exists.
     pub(crate) setup_token: Mutex<Option<String>>,
-    /// Wakes the outbox pusher.
-    pub(crate) outbox: Notify,
+    /// Bumped whenever something was committed that may need publishing: wakes the edges'
+    /// workers.
+    pub(crate) published: watch::Sender<u64>,
     /// Bumped whenever a credential set may have changed: wakes node long-polls.
     pub(crate) creds: watch::Sender<u64>,
     /// Turns true when control is shutting down: long polls answer at once.
     pub(crate) stopping: watch::Sender<bool>,
-    pub(crate) push_status: Mutex<PushStatus>,
     pub(crate) counters: Counters,
     /// By address (IPv6: its /64, one host's share).
     budget: Mutex<HashMap<[u8; 16], TokenBucket>>,
@@ -86,8 +75,42 @@ pub(crate) struct App {
     pub(crate) http: reqwest::Client,
     /// Where pushes and links go now; starts as configured, the owner can change it.
     addresses: std::sync::RwLock<Addresses>,
+    /// The bases of links, one per edge, in the owner's order (see [`App::refresh_links`]).
+    link_bases: std::sync::RwLock<Vec<LinkBase>>,
     /// The owner's User-Agent rules (also pushed to the edge).
     pub(crate) ua_rules: std::sync::RwLock<Vec<hearth_shared::agent::UaRule>>,
+}
+
+/// Where one edge serves links.
+#[derive(Clone, Debug, serde::Serialize)]
+pub(crate) struct LinkBase {
+    /// The edge's name.
+    pub(crate) edge: String,
+    /// The base a token is appended to.
+    pub(crate) base: String,
+    pub(crate) state: crate::store::edges::LinkState,
+}
+
+/// Where each edge serves links: its own link base, the `main` edge's the one in force
+/// (`main_base`: `sub_url`, or derived from `edge_url`), any other's its URL and the sub prefix.
+pub(crate) fn link_bases(config: &Config, main_base: &str, edges: Vec<crate::store::edges::Edge>) -> Vec<LinkBase> {
+    edges
+        .into_iter()
+        .map(|edge| LinkBase {
+            base: match (&edge.link_base, edge.name == crate::store::edges::MAIN) {
+                (Some(base), _) => base.clone(),
+                (None, true) => main_base.to_owned(),
+                (None, false) => format!("{}/{}", edge.url.trim_end_matches('/'), config.edge.sub_prefix),
+            },
+            edge: edge.name,
+            state: edge.state,
+        })
+        .collect()
+}
+
+/// The primary link base: the first edge in the owner's order whose links are offered.
+pub(crate) fn primary(links: &[LinkBase]) -> Option<String> {
+    links.iter().find(|link| link.state == crate::store::edges::LinkState::Active).map(|link| link.base.clone())
 }
 
 /// The edge and the link base in force.
@@ -112,7 +135,7 @@ impl App {
             tracing::error!(error = %e, "reading the User-Agent rules");
             Vec::new()
         });
-        App {
+        let app = App {
             ua_rules: std::sync::RwLock::new(ua_rules),
             addresses: std::sync::RwLock::new(addresses),
             config,
@@ -121,16 +144,20 @@ impl App {
             hasher,
             lockouts: Lockouts::default(),
             setup_token: Mutex::new(None),
-            outbox: Notify::new(),
+            published: watch::channel(0).0,
+            link_bases: std::sync::RwLock::new(Vec::new()),
             creds: watch::channel(0).0,
             stopping: watch::channel(false).0,
-            push_status: Mutex::new(PushStatus::default()),
             counters: Counters::default(),
             budget: Mutex::new(HashMap::new()),
             links: Mutex::new(HashMap::new()),
             node_nonces: Mutex::new(hearth_shared::nodeauth::Seen::default()),
             http,
+        };
+        if let Err(error) = app.refresh_links() {
+            tracing::error!(%error, "reading the edges");
         }
+        app
     }
 
     /// The edge in force.
@@ -138,9 +165,24 @@ impl App {
         self.addresses.read().expect("addresses lock").set.edge_url.clone()
     }
 
-    /// The base of subscription links in force.
+    /// The base of the primary link: the first edge in the owner's order whose links are
+    /// offered; with none, the `main` edge's (or control's own) base in force.
     pub(crate) fn sub_url(&self) -> String {
-        self.addresses.read().expect("addresses lock").sub_url.clone()
+        let links = self.link_bases.read().expect("links lock");
+        primary(&links).unwrap_or_else(|| self.addresses.read().expect("addresses lock").sub_url.clone())
+    }
+
+    /// Every edge's link base, in the owner's order (none: control serves links itself).
+    pub(crate) fn link_bases(&self) -> Vec<LinkBase> {
+        self.link_bases.read().expect("links lock").clone()
+    }
+
+    /// Reads the edges again (after a change here, or by the CLI in another process).
+    pub(crate) fn refresh_links(&self) -> Result<(), crate::error::Error> {
+        let list = self.db.read_blocking(crate::store::edges::list)?;
+        let main_base = self.addresses.read().expect("addresses lock").sub_url.clone();
+        *self.link_bases.write().expect("links lock") = link_bases(&self.config, &main_base, list);
+        Ok(())
     }
 
     /// The addresses in force.
@@ -152,14 +194,16 @@ impl App {
     /// configuration does.
     pub(crate) fn set_addresses(&self, set: crate::settings::Addresses) {
         let sub_url = self.config.link_base(set.edge_url.as_deref(), set.sub_url.as_deref());
-        self.signer.edge.store(set.edge_url.is_some(), std::sync::atomic::Ordering::Relaxed);
         *self.addresses.write().expect("addresses lock") = Addresses { set, sub_url };
+        if let Err(error) = self.refresh_links() {
+            tracing::error!(%error, "reading the edges");
+        }
         self.changed();
     }
 
     /// Something was committed that may need publishing: wake the pusher and node polls.
     pub(crate) fn changed(&self) {
-        self.outbox.notify_one();
+        self.published.send_modify(|generation| *generation += 1);
         self.creds.send_modify(|generation| *generation += 1);
     }
 

@@ -7,6 +7,7 @@
 //! owner's recovery key ([`hearth_shared::seal::seal_archive`]) and signed as a
 //! [`Kind::Archive`] envelope for control itself, at a version above the one the edge holds.
 
+use std::collections::HashMap;
 use std::io::{Read as _, Write as _};
 use std::path::Path;
 use std::sync::Arc;
@@ -77,7 +78,7 @@ pub(crate) fn collect(dir: &Path, conn: &rusqlite::Connection, now: u64) -> Resu
             "DROP TABLE IF EXISTS archived_streams;
              CREATE TABLE archived_streams (name TEXT PRIMARY KEY, version INTEGER NOT NULL, digest BLOB) STRICT;
              INSERT INTO archived_streams SELECT name, version, iif(envelope IS NULL, NULL, digest) FROM streams;
-             DELETE FROM streams; DELETE FROM outbox; DELETE FROM sessions; PRAGMA journal_mode = DELETE; VACUUM;",
+             DELETE FROM streams; DELETE FROM sessions; PRAGMA journal_mode = DELETE; VACUUM;",
         )?;
         drop(staged);
         Ok::<_, anyhow::Error>(std::fs::read(&copy)?)
@@ -143,61 +144,84 @@ pub(crate) fn open(envelope: &[u8], trust: &Trust, recovery: &RecoverySecret, no
     Ok((verified.envelope.header.version, payload))
 }
 
-/// What changes the archive: an audited change or a key rotation. `None` while the edge is
-/// behind (it may not know the key the archive is signed with yet).
+/// What changes the archive: an audited change or a key rotation. `None` before anything was
+/// ever pushed.
 fn marker(conn: &rusqlite::Connection) -> Result<Option<(i64, i64)>, Error> {
-    let behind: bool = conn.query_row("SELECT EXISTS (SELECT 1 FROM outbox)", [], |row| row.get(0))?;
-    if behind || store::get_state(conn, "batch")? == 0 {
+    if store::get_state(conn, "batch")? == 0 {
         return Ok(None);
     }
     let audit: i64 = conn.query_row("SELECT ifnull(max(id), 0) FROM audit", [], |row| row.get(0))?;
     Ok(Some((audit, store::get_state(conn, "keys_serial")?)))
 }
 
-/// Makes and pushes one archive. Returns its size.
-async fn push_once(app: &Arc<App>, base: &str) -> Result<usize, String> {
+/// Makes one archive at the next version. Returns the version and the envelope.
+async fn seal_once(app: &Arc<App>) -> Result<(i64, Vec<u8>), String> {
     let state = app.clone();
     // Its own connection: `VACUUM INTO` cannot run inside the pool's read transactions.
-    let envelope = tokio::task::spawn_blocking(move || {
+    tokio::task::spawn_blocking(move || {
         let conn = state.db.connect()?;
         let version = u64::try_from(store::get_state(&conn, "archive_version")?).unwrap_or(0) + 1;
         let payload = collect(&state.config.data_dir, &conn, now()).map_err(|e| Error::Internal(format!("{e:#}")))?;
-        Ok::<_, Error>((version, seal(&payload, &state.signer, &conn, version, now())?))
+        let envelope = seal(&payload, &state.signer, &conn, version, now())?;
+        let version = i64::try_from(version).unwrap_or(i64::MAX);
+        store::set_state(&conn, "archive_version", version)?;
+        Ok::<_, Error>((version, envelope))
     })
     .await
     .map_err(|e| e.to_string())?
-    .map_err(|e| e.to_string())?;
-    let (version, envelope) = envelope;
-    let size = envelope.len();
-    crate::outbox::send_to_edge(app, reqwest::Method::PUT, base, "archive", envelope, Duration::from_secs(120)).await?;
-    app.db
-        .write(move |tx| store::set_state(tx, "archive_version", i64::try_from(version).unwrap_or(i64::MAX)))
-        .await
-        .map_err(|e| e.to_string())?;
-    Ok(size)
+    .map_err(|e| e.to_string())
 }
 
-/// Pushes the archive to the edge once changes have settled, and on a schedule; also hands
-/// the edge the release being rolled out.
+/// The last archive made, kept until every edge holds it.
+struct Sealed {
+    version: i64,
+    marker: (i64, i64),
+    envelope: Option<Vec<u8>>,
+}
+
+/// Retries per edge: failures so far, and not before when.
+#[derive(Default)]
+struct Retry(HashMap<i64, (u32, u64)>);
+
+impl Retry {
+    fn due(&self, id: i64) -> bool {
+        self.0.get(&id).is_none_or(|&(_, at)| now() >= at)
+    }
+    fn ok(&mut self, id: i64) {
+        self.0.remove(&id);
+    }
+    fn failed(&mut self, id: i64) -> u64 {
+        let entry = self.0.entry(id).or_default();
+        entry.0 += 1;
+        let wait = (5u64 << entry.0.min(6)).min(300);
+        entry.1 = now() + wait;
+        wait
+    }
+}
+
+/// Makes the archive once changes have settled, and on a schedule, and hands it to every edge
+/// that holds everything else (so it knows the key the archive is signed with); also hands
+/// each edge the release being rolled out.
 pub(crate) async fn archiver(app: Arc<App>, mut shutdown: watch::Receiver<bool>) {
     let tick = Duration::from_secs(1);
-    let (mut archived, mut seen, mut changed_at, mut last_push) = (None, None, now(), 0u64);
-    let (mut failures, mut release_failures, mut release_retry) = (0u32, 0u32, 0u64);
+    let mut sealed: Option<Sealed> = None;
+    let (mut seen, mut changed_at, mut last_seal, mut failures) = (None, now(), 0u64, 0u32);
+    let (mut archive_retry, mut release_retry) = (Retry::default(), Retry::default());
     loop {
-        if let Some(base) = app.edge_url()
-            && now() >= release_retry
-        {
-            match crate::releases::sync_edge(&app, &base).await {
-                Ok(_) => release_failures = 0,
+        let targets = crate::outbox::targets(&app).await.unwrap_or_default();
+        for (edge, target) in &targets {
+            if !release_retry.due(edge.id) {
+                continue;
+            }
+            match crate::releases::sync_edge(&app, edge, target).await {
+                Ok(_) => release_retry.ok(edge.id),
                 Err(e) => {
-                    release_failures += 1;
-                    let wait = (5u64 << release_failures.min(6)).min(300);
-                    release_retry = now() + wait;
-                    tracing::warn!(error = %e, retry_in = wait, "could not hand the release to the edge");
+                    let wait = release_retry.failed(edge.id);
+                    tracing::warn!(edge = %edge.name, error = %e, retry_in = wait, "could not hand the release to the edge");
                 }
             }
         }
-        if let Some(base) = app.edge_url()
+        if !targets.is_empty()
             && let Ok(Some(current)) = app.db.read(marker).await
         {
             if seen != Some(current) {
@@ -206,22 +230,71 @@ pub(crate) async fn archiver(app: Arc<App>, mut shutdown: watch::Receiver<bool>)
             }
             // A key rotation is archived at once: an archive signed by a retired key cannot be
             // restored from.
+            let archived = sealed.as_ref().map(|s| s.marker);
             let rotated = archived.is_some_and(|(_, keys)| keys != current.1);
             let settled = archived != Some(current) && (rotated || now() >= changed_at + app.config.archive_after_secs);
-            let due = now() >= last_push + app.config.archive_every_secs;
+            let due = now() >= last_seal + app.config.archive_every_secs;
             let backoff = u64::from(failures.min(6)) * 10;
-            if (settled || due) && now() >= last_push + backoff {
-                last_push = now();
-                match push_once(&app, &base).await {
-                    Ok(size) => {
-                        archived = Some(current);
+            if (settled || due) && now() >= last_seal + backoff {
+                last_seal = now();
+                match seal_once(&app).await {
+                    Ok((version, envelope)) => {
+                        sealed = Some(Sealed { version, marker: current, envelope: Some(envelope) });
                         failures = 0;
-                        tracing::info!(bytes = size, "pushed the state archive to the edge");
                     }
                     Err(e) => {
                         failures += 1;
-                        tracing::warn!(error = %e, "could not push the state archive; retrying");
+                        tracing::warn!(error = %e, "could not make the state archive; retrying");
                     }
+                }
+            }
+            if let Some(Sealed { version, envelope: Some(envelope), .. }) = &sealed {
+                let mut everywhere = true;
+                for (edge, target) in &targets {
+                    if edge.archive >= *version {
+                        continue;
+                    }
+                    everywhere = false;
+                    let pushed = edge.pushed;
+                    let lacks = app.db.read(move |c| crate::store::edges::pending(c, pushed)).await.unwrap_or(1);
+                    if lacks > 0 || !archive_retry.due(edge.id) {
+                        continue;
+                    }
+                    let (id, version) = (edge.id, *version);
+                    let sent = crate::outbox::send_to_edge(
+                        &app,
+                        target,
+                        reqwest::Method::PUT,
+                        "archive",
+                        envelope.clone(),
+                        Duration::from_secs(120),
+                    )
+                    .await;
+                    match sent {
+                        Ok(()) => {
+                            archive_retry.ok(id);
+                            let _ = app
+                                .db
+                                .write(move |tx| {
+                                    crate::store::edges::set_marker(
+                                        tx,
+                                        id,
+                                        crate::store::edges::Marker::Archive,
+                                        version,
+                                    )
+                                })
+                                .await;
+                            tracing::info!(edge = %edge.name, bytes = envelope.len(), "pushed the state archive to the edge");
+                        }
+                        Err(e) => {
+                            let wait = archive_retry.failed(id);
+                            tracing::warn!(edge = %edge.name, error = %e.text, retry_in = wait,
+                                "could not push the state archive; retrying");
+                        }
+                    }
+                }
+                if everywhere && let Some(sealed) = &mut sealed {
+                    sealed.envelope = None;
                 }
             }
         }

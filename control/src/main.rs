@@ -94,6 +94,11 @@ enum Command {
         #[arg(long)]
         root_key: Option<PathBuf>,
     },
+    /// The edges control publishes to (links are served by each).
+    Edge {
+        #[command(subcommand)]
+        command: EdgeCommand,
+    },
     /// Signed node releases.
     Release {
         #[command(subcommand)]
@@ -251,6 +256,44 @@ enum NodeCommand {
 }
 
 #[derive(Subcommand)]
+enum EdgeCommand {
+    /// List the edges, how far each has come, and their links' state.
+    List,
+    /// Add an edge with its own push token and API prefix (its `edge.toml`, or the Worker's
+    /// secrets); it is brought up to date with everything while control serves.
+    Add {
+        /// Its name: lowercase letters, digits and '-'.
+        name: String,
+        /// Where control pushes and nodes fall back to.
+        #[arg(long)]
+        url: String,
+        /// The edge's API prefix.
+        #[arg(long)]
+        api_prefix: String,
+        /// A file holding the edge's push token (`-`: read it from standard input), so it
+        /// never shows in the process list.
+        #[arg(long)]
+        push_token_file: PathBuf,
+        /// The public base of its links (default: its URL and the sub prefix).
+        #[arg(long)]
+        link_base: Option<String>,
+    },
+    /// Mark an edge's links active, blocked (its domain is blocked: links move to the first
+    /// active edge) or retired.
+    Mark {
+        /// The edge's name.
+        name: String,
+        /// active, blocked or retired.
+        state: String,
+    },
+    /// Stop publishing to an edge (`main` is `edge_url`: change it in the settings).
+    Remove {
+        /// The edge's name.
+        name: String,
+    },
+}
+
+#[derive(Subcommand)]
 enum ReleaseCommand {
     /// Sign node binaries as a release. Without --out it is added to this control at once;
     /// with --out (on the machine that keeps the release key) it is written to a directory
@@ -331,6 +374,7 @@ fn main() -> Result<()> {
             let report = restore::run(&cli.data_dir, &options)?;
             restore::print(&report, &cli.data_dir);
         }
+        Command::Edge { command } => edge_command(&cli.data_dir, command)?,
         Command::Release { command } => release_command(&cli.data_dir, command)?,
         Command::Keys { command: KeysCommand::Rotate { role, root_key, new_root_key } } => {
             let rotated = keyring::rotate(&cli.data_dir, role, &root_key, new_root_key.as_deref(), now())?;
@@ -431,7 +475,8 @@ fn release_command(dir: &std::path::Path, command: ReleaseCommand) -> Result<()>
 
 fn user_command(dir: &std::path::Path, command: UserCommand) -> Result<()> {
     let (config, db, signer) = serve::open(dir)?;
-    let link = |token: &hearth_shared::wire::SubToken| format!("{}/{}", config.sub_url, token.to_link_form());
+    let (bases, primary) = links_of(&config, &db)?;
+    let link = |token: &hearth_shared::wire::SubToken| format!("{primary}/{}", token.to_link_form());
     let now = now();
     match command {
         UserCommand::Add { name, quota_gib, days, start_on_first_use, reset, groups, note, speed } => {
@@ -486,6 +531,9 @@ fn user_command(dir: &std::path::Path, command: UserCommand) -> Result<()> {
             })?;
             println!("{}", serde_json::to_string_pretty(&user)?);
             println!("link: {}", link(&token));
+            for base in bases.iter().filter(|b| b.state != store::edges::LinkState::Retired) {
+                println!("link at {} ({}): {}/{}", base.edge, base.state.as_str(), base.base, token.to_link_form());
+            }
         }
         UserCommand::Disable { name } => {
             let input = UserInput { enabled: Some(false), ..UserInput::default() };
@@ -520,6 +568,81 @@ fn user_command(dir: &std::path::Path, command: UserCommand) -> Result<()> {
                 store::users::rotate(tx, &signer, "cli", id, now)
             })?;
             println!("new link: {}", link(&token));
+        }
+    }
+    Ok(())
+}
+
+/// Every edge's link base, and the primary one, as `serve` has them.
+fn links_of(config: &config::Config, db: &store::Db) -> Result<(Vec<app::LinkBase>, String)> {
+    let bases = app::link_bases(config, &config.sub_url, db.read_blocking(store::edges::list)?);
+    let primary = app::primary(&bases).unwrap_or_else(|| config.sub_url.clone());
+    Ok((bases, primary))
+}
+
+fn edge_command(dir: &std::path::Path, command: EdgeCommand) -> Result<()> {
+    let (config, db, _signer) = serve::open(dir)?;
+    let now = now();
+    match command {
+        EdgeCommand::List => {
+            let overview = db.read_blocking(|c| store::overview(c, now))?;
+            let (bases, primary) = links_of(&config, &db)?;
+            println!("{:<12} {:<8} {:>8} {:>5}  {:<40} links", "name", "links", "pending", "held", "url");
+            for status in &overview.edges {
+                let edge = &status.edge;
+                let base = bases.iter().find(|b| b.edge == edge.name).map_or("", |b| b.base.as_str());
+                println!(
+                    "{:<12} {:<8} {:>8} {:>5}  {:<40} {base}",
+                    edge.name,
+                    edge.state.as_str(),
+                    status.pending,
+                    status.held,
+                    edge.url
+                );
+                if let Some(error) = &edge.last_error {
+                    println!("{:<12} failing since {} s ago: {error}", "", now.saturating_sub(edge.error_since));
+                }
+            }
+            println!("primary link base: {primary}");
+        }
+        EdgeCommand::Add { name, url, api_prefix, push_token_file, link_base } => {
+            let token = if push_token_file.as_os_str() == "-" {
+                let mut line = String::new();
+                std::io::stdin().read_line(&mut line).context("reading the push token")?;
+                line
+            } else {
+                std::fs::read_to_string(&push_token_file)
+                    .with_context(|| format!("reading {}", push_token_file.display()))?
+            };
+            let edge = store::edges::NewEdge::checked(&name, &url, &api_prefix, token.trim(), link_base.as_deref())?;
+            db.write_blocking(|tx| {
+                store::edges::add(tx, &edge, now)?;
+                store::audit(tx, now, "cli", "edge.add", &edge.name, &edge.url)
+            })?;
+            println!("edge {name} added: control brings it up to date while it serves");
+        }
+        EdgeCommand::Mark { name, state } => {
+            let state = store::edges::LinkState::from_name(&state)?;
+            db.write_blocking(|tx| {
+                let edge = store::edges::by_name(tx, &name)?.ok_or(crate::error::Error::NotFound("edge"))?;
+                store::edges::set_state(tx, edge.id, state)?;
+                store::audit(tx, now, "cli", "edge.state", &name, state.as_str())
+            })?;
+            println!("edge {name}: links {}; primary link base: {}", state.as_str(), links_of(&config, &db)?.1);
+        }
+        EdgeCommand::Remove { name } => {
+            db.write_blocking(|tx| {
+                let edge = store::edges::by_name(tx, &name)?.ok_or(crate::error::Error::NotFound("edge"))?;
+                if edge.name == store::edges::MAIN {
+                    return Err(crate::error::Error::invalid(
+                        "main_edge",
+                        "the main edge is edge_url: change it in the settings",
+                    ));
+                }
+                store::edges::remove(tx, edge.id)?;
+                store::audit(tx, now, "cli", "edge.remove", &name, &edge.url)
+            })?;
+            println!("edge {name} removed");
         }
     }
     Ok(())

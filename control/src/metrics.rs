@@ -36,7 +36,6 @@ pub(crate) async fn handler(State(app): State<Arc<App>>, headers: HeaderMap, aut
         Err(e) => return e.into_response(),
     };
     let c = &app.counters;
-    let push = app.push_status.lock().expect("status lock").clone();
     let mut out = String::new();
     let mut metric = |name: &str, kind: &str, help: &str, values: &[(String, u64)]| {
         let _ = writeln!(out, "# HELP {name} {help}\n# TYPE {name} {kind}");
@@ -53,11 +52,28 @@ pub(crate) async fn handler(State(app): State<Arc<App>>, headers: HeaderMap, aut
     );
     metric("hearth_nodes", "gauge", "Nodes registered.", &one(overview.nodes));
     metric("hearth_nodes_online", "gauge", "Nodes seen in the last 3 minutes.", &one(overview.online));
-    metric("hearth_outbox_pending", "gauge", "Changes not yet accepted by the edge.", &one(overview.pending));
+    metric("hearth_outbox_pending", "gauge", "Changes not yet accepted by the edges (summed).", &one(overview.pending));
+    let per_edge = |value: &dyn Fn(&crate::store::EdgeStatus) -> u64| -> Vec<(String, u64)> {
+        overview.edges.iter().map(|s| (format!("{{edge=\"{}\"}}", s.edge.name), value(s))).collect()
+    };
+    metric("hearth_edge_pending", "gauge", "Changes one edge has not accepted yet.", &per_edge(&|s| s.pending));
+    metric("hearth_edge_held", "gauge", "Streams one edge refused, set aside.", &per_edge(&|s| s.held));
+    metric(
+        "hearth_edge_up",
+        "gauge",
+        "1 when the last push to the edge succeeded (or none failed yet).",
+        &per_edge(&|s| u64::from(s.edge.last_error.is_none())),
+    );
+    metric(
+        "hearth_edge_last_push_timestamp_seconds",
+        "gauge",
+        "When the edge last accepted a push.",
+        &per_edge(&|s| s.edge.last_push),
+    );
     metric(
         "hearth_outbox_held",
         "gauge",
-        "Streams the edge refused, set aside so the rest goes on (see the status).",
+        "Streams an edge refused, set aside so the rest goes on (see the status; summed).",
         &one(overview.held),
     );
     metric(
@@ -66,7 +82,8 @@ pub(crate) async fn handler(State(app): State<Arc<App>>, headers: HeaderMap, aut
         "Node credential sets that expire within 7 days (signing again is failing).",
         &one(overview.expiring),
     );
-    metric("hearth_last_push_timestamp_seconds", "gauge", "When the edge last accepted a push.", &one(push.last_push));
+    let last_push = overview.edges.iter().map(|s| s.edge.last_push).max().unwrap_or(0);
+    metric("hearth_last_push_timestamp_seconds", "gauge", "When an edge last accepted a push.", &one(last_push));
     metric("hearth_pushes_total", "counter", "Pushes the edge accepted.", &one(c.pushes.load(Ordering::Relaxed)));
     metric(
         "hearth_push_failures_total",

@@ -1,111 +1,160 @@
-//! The outbox and what empties it: every envelope control signs for the edge is written, as
-//! `(stream, version)`, into the outbox in the same transaction as the change that made it
-//! ([`enqueue`]), whichever process made the change; the pusher in `serve` pushes it to the
-//! edge in signed batches and deletes what the edge accepted; the drainer takes the usage
-//! reports nodes left at the edge. When the edge changes, everything is queued for the new
-//! one ([`resync_edge`]).
+//! Publishing to the edges: every envelope control signs is in `streams` with the order of its
+//! change (`seq`), and each edge has a worker that pushes it whatever is newer than what that
+//! edge acknowledged ([`store::edges`]), in signed batches, whoever made the change (the API,
+//! the CLI in another process, a sweep, a restore); the same worker drains the usage reports
+//! nodes left at that edge. Edges are added and removed at run time: [`supervisor`] keeps one
+//! worker per edge.
 
+use std::collections::HashMap;
 use std::sync::Arc;
 use std::time::Duration;
 
 use hearth_shared::envelope::{Audience, Draft, Kind};
 use hearth_shared::sha256;
-use hearth_shared::wire::{self, BatchEntry, BatchManifest, PushBundle, UsageDrain, stream};
-use rusqlite::{Connection, params};
+use hearth_shared::wire::{self, BatchEntry, BatchManifest, PushBundle, Stream, UsageDrain, stream};
 use tokio::sync::watch;
 
 use crate::app::{App, Counters, now};
 use crate::error::Error;
-use crate::publish::{self, Signer};
+use crate::publish;
+use crate::store::edges::{self, Edge, Marker};
 use crate::store::{self, nodes as node_store};
 use crate::tasks::stopped;
 
-/// Outbox rows one push takes at most.
+/// Streams one push takes at most.
 const PUSH_ROWS: usize = 2000;
 /// Bytes of item envelopes one push carries at most (the edge takes 32 MiB).
 const PUSH_BYTES: usize = 16 * 1024 * 1024;
 /// The longest wait between two push attempts after failures.
 const MAX_BACKOFF: Duration = Duration::from_secs(60);
-/// How often control asks the edge for queued usage reports.
+/// How often control asks each edge for queued usage reports.
 const DRAIN_EVERY: Duration = Duration::from_secs(5);
 /// Drain pages one pass takes at most (a backlog of 50,000 reports): the rest waits for the
 /// next pass, so an edge that never stops handing out pages keeps the drainer no busier than
 /// a large backlog does.
 const DRAIN_PAGES: usize = 100;
 
-/// Queues a signed stream version for the edge (when one is configured).
-pub(crate) fn enqueue(conn: &Connection, signer: &Signer, name: &str, version: u64, now: u64) -> Result<(), Error> {
-    if signer.edge.load(std::sync::atomic::Ordering::Relaxed) {
-        conn.prepare_cached("INSERT INTO outbox (stream, version, created) VALUES (?1, ?2, ?3)")?
-            .execute(params![name, version, now])?;
-    }
-    Ok(())
+/// Where and how control reaches one edge.
+#[derive(Clone)]
+pub(crate) struct Target {
+    pub(crate) id: i64,
+    pub(crate) name: String,
+    pub(crate) url: String,
+    pub(crate) api_prefix: String,
+    push_token: String,
 }
 
-/// When the edge changed (or was just configured), every stream goes to the outbox again,
-/// so the new edge holds everything; without an edge, the outbox empties.
-pub(crate) fn resync_edge(
-    tx: &rusqlite::Connection,
-    edge_url: Option<&str>,
-    now: u64,
-) -> Result<(), crate::error::Error> {
-    let edge = edge_url.unwrap_or_default();
-    let synced = store::get_state_text(tx, "edge_url")?.unwrap_or_default();
-    if synced == edge {
-        return Ok(());
+impl Target {
+    /// The edge as stored, with edge.toml's token and prefix where it has none of its own.
+    pub(crate) fn of(app: &App, edge: &Edge) -> Target {
+        Target {
+            id: edge.id,
+            name: edge.name.clone(),
+            url: edge.url.trim_end_matches('/').to_owned(),
+            api_prefix: edge.api_prefix.clone().unwrap_or_else(|| app.config.edge.api_prefix.clone()),
+            push_token: edge.push_token.clone().unwrap_or_else(|| app.config.edge.push_token.clone()),
+        }
     }
-    tx.execute("DELETE FROM outbox", [])?;
-    if !edge.is_empty() {
-        tx.execute(
-            "INSERT INTO outbox (stream, version, created)
-             SELECT name, version, ?1 FROM streams ORDER BY name",
-            [now],
-        )?;
+
+    /// The URL of `path` under the edge's API.
+    fn api(&self, path: &str) -> String {
+        format!("{}/{}/{path}", self.url, self.api_prefix)
     }
-    store::set_state(tx, "edge_url", edge)
 }
 
-/// One push: what the outbox holds (coalesced per stream to the latest version), under one
-/// signed batch manifest. Returns how many outbox rows it cleared.
-async fn push_once(app: &Arc<App>, base: &str) -> Result<usize, String> {
-    let chunk = app
+/// Every edge control publishes to now.
+pub(crate) async fn targets(app: &Arc<App>) -> Result<Vec<(Edge, Target)>, Error> {
+    let list = app.db.read(edges::list).await?;
+    Ok(list.into_iter().map(|edge| (Target::of(app, &edge), edge)).map(|(t, e)| (e, t)).collect())
+}
+
+/// What one push takes: the streams after the edge's position, with the `seq` it reaches.
+struct Chunk {
+    /// `(stream, version, envelope)`; a deleted stream has no envelope.
+    items: Vec<(String, u64, Option<Vec<u8>>)>,
+    /// The edge holds everything up to here once the push is taken.
+    to: i64,
+}
+
+fn chunk(conn: &rusqlite::Connection, edge: i64, pushed: i64) -> Result<Option<Chunk>, Error> {
+    // A stream set aside at its current version is not sent again: the rest goes on past it.
+    let mut query = conn.prepare_cached(
+        "SELECT s.name, s.version, s.envelope, s.seq,
+                EXISTS (SELECT 1 FROM outbox_held h WHERE h.edge = ?1 AND h.stream = s.name AND h.version = s.version)
+         FROM streams s WHERE s.seq > ?2 ORDER BY s.seq LIMIT ?3",
+    )?;
+    let rows = query.query_map(rusqlite::params![edge, pushed, PUSH_ROWS], |row| {
+        Ok((row.get::<_, String>(0)?, row.get(1)?, row.get::<_, Option<Vec<u8>>>(2)?, row.get(3)?, row.get(4)?))
+    })?;
+    let (mut items, mut to, mut bytes) = (Vec::new(), pushed, 0);
+    for row in rows {
+        let (name, version, envelope, seq, held): (String, u64, Option<Vec<u8>>, i64, bool) = row?;
+        let size = envelope.as_ref().map_or(0, Vec::len);
+        // A chunk over the byte budget stops short: the edge's position moves only as far as
+        // what it took, so order is never broken.
+        if !items.is_empty() && bytes + size > PUSH_BYTES {
+            break;
+        }
+        to = seq;
+        if held || name.parse::<Stream>().ok().and_then(|s| s.pushed()).is_none() {
+            continue;
+        }
+        bytes += size;
+        items.push((name, version, envelope));
+    }
+    Ok((to > pushed).then_some(Chunk { items, to }))
+}
+
+/// One push to `target`: what it lacks, under one signed batch manifest. Returns how many
+/// streams it took (0: it holds everything).
+async fn push_once(app: &Arc<App>, target: &Target) -> Result<usize, String> {
+    let id = target.id;
+    let found = app
         .db
-        .read(|c| {
-            let rows: Vec<(i64, String)> = c
-                .prepare_cached("SELECT id, stream FROM outbox ORDER BY id LIMIT ?1")?
-                .query_map([PUSH_ROWS], |row| Ok((row.get(0)?, row.get(1)?)))?
-                .collect::<Result<_, _>>()?;
-            let mut streams: Vec<String> = rows.iter().map(|(_, s)| s.clone()).collect();
-            streams.sort_unstable();
-            streams.dedup();
-            let mut items = Vec::new();
-            let mut bytes = 0;
-            let mut last = 0;
-            let mut query = c.prepare_cached("SELECT version, envelope FROM streams WHERE name = ?1")?;
-            for name in &streams {
-                let (version, envelope): (u64, Option<Vec<u8>>) =
-                    query.query_row([name], |row| Ok((row.get(0)?, row.get(1)?)))?;
-                bytes += envelope.as_ref().map_or(0, Vec::len);
-                items.push((name.clone(), version, envelope));
-            }
-            if let Some((id, _)) = rows.last() {
-                last = *id;
-            }
-            Ok::<_, Error>((rows.len(), last, items, bytes))
+        .read(move |c| {
+            let Some(edge) = edges::get(c, id)? else { return Ok(None) };
+            chunk(c, id, edge.pushed)
         })
         .await
         .map_err(|e| e.to_string())?;
-    let (rows, last_id, mut items, bytes) = chunk;
-    if rows == 0 {
-        return Ok(0);
+    let Some(Chunk { items, to }) = found else { return Ok(0) };
+    let sent: Vec<(String, u64)> = items.iter().map(|(name, version, _)| (name.clone(), *version)).collect();
+    let names: Vec<String> = sent.iter().map(|(name, _)| name.clone()).collect();
+    if !items.is_empty() {
+        let size = push_bundle(app, target, items).await.map_err(|e| (e, &sent));
+        match size {
+            Ok(size) => {
+                Counters::add(&app.counters.pushes, 1);
+                Counters::add(&app.counters.pushed_bytes, size);
+                Counters::add(&app.counters.pushed_items, sent.len() as u64);
+            }
+            // One stream the edge will not take (its version is behind what the edge holds,
+            // say, after a restore from an older state) must not hold back every change after
+            // it: it is set aside, with an alert, and the rest goes out at once.
+            Err((EdgeError { stream: Some(stream), text }, sent)) => {
+                let Some(&(_, version)) = sent.iter().find(|(name, _)| *name == stream) else { return Err(text) };
+                tracing::warn!(edge = %target.name, %stream, version, reason = %text,
+                    "the edge refused one stream: set aside, the rest goes on");
+                app.db
+                    .write(move |tx| edges::hold(tx, id, &stream, version, &text, now()))
+                    .await
+                    .map_err(|e| e.to_string())?;
+                return Ok(1);
+            }
+            Err((e, _)) => return Err(e.text),
+        }
     }
-    // A chunk over the byte budget goes out in halves: rows stay queued until their push is
-    // accepted, and a stream's latest version is what is sent, so order is never broken.
-    let mut clear_to = last_id;
-    if bytes > PUSH_BYTES && items.len() > 1 {
-        items.truncate(items.len() / 2);
-        clear_to = 0;
-    }
+    let taken = names.len();
+    app.db.write(move |tx| edges::pushed(tx, id, to, &names, now())).await.map_err(|e| e.to_string())?;
+    Ok(taken.max(1))
+}
+
+/// Signs a batch manifest over `items` and pushes it with them; returns the bytes sent.
+async fn push_bundle(
+    app: &Arc<App>,
+    target: &Target,
+    items: Vec<(String, u64, Option<Vec<u8>>)>,
+) -> Result<u64, EdgeError> {
     let now = now();
     let state = app.clone();
     let (batch, online) = app
@@ -116,7 +165,7 @@ async fn push_once(app: &Arc<App>, base: &str) -> Result<usize, String> {
             Ok((u64::try_from(version).expect("positive"), state.signer.online(tx)?))
         })
         .await
-        .map_err(|e| e.to_string())?;
+        .map_err(|e| EdgeError { text: e.to_string(), stream: None })?;
     let entries = items
         .iter()
         .map(|(name, version, envelope)| BatchEntry {
@@ -125,7 +174,7 @@ async fn push_once(app: &Arc<App>, base: &str) -> Result<usize, String> {
             digest: envelope.as_ref().map(|e| sha256(e)),
         })
         .collect();
-    let manifest = BatchManifest::new(entries).map_err(|e| e.to_string())?;
+    let manifest = BatchManifest::new(entries).map_err(|e| EdgeError { text: e.to_string(), stream: None })?;
     let signed = Draft {
         kind: Kind::Batch,
         stream: stream::BATCH.to_owned(),
@@ -137,7 +186,6 @@ async fn push_once(app: &Arc<App>, base: &str) -> Result<usize, String> {
         prev: [0; 32],
     }
     .sign(manifest.encode(), &[&online.key]);
-    let sent: Vec<(String, u64)> = items.iter().map(|(name, version, _)| (name.clone(), *version)).collect();
     let bundle = PushBundle {
         key_records: online.chain.iter().cloned().map(Into::into).collect(),
         manifest: signed.encode(),
@@ -145,64 +193,8 @@ async fn push_once(app: &Arc<App>, base: &str) -> Result<usize, String> {
     };
     let body = wire::encode(&bundle);
     let size = body.len() as u64;
-    match send_to_edge(app, reqwest::Method::POST, base, "push", body, Duration::from_secs(60)).await {
-        Ok(()) => {}
-        // One stream the edge will not take (its version is behind what the edge holds, say,
-        // after a restore from an older state) must not hold back every change after it: it
-        // is set aside, with an alert, and the rest goes out at once.
-        Err(EdgeError { stream: Some(stream), text }) => {
-            let Some(&(_, version)) = sent.iter().find(|(name, _)| *name == stream) else { return Err(text) };
-            set_aside(app, stream, version, text, last_id).await?;
-            return Ok(1);
-        }
-        Err(e) => return Err(e.text),
-    }
-    let cleared = app
-        .db
-        .write(move |tx| {
-            // What the edge took clears what was set aside of those streams.
-            let mut held = tx.prepare_cached("DELETE FROM outbox_held WHERE stream = ?1")?;
-            for (name, _) in &sent {
-                held.execute([name])?;
-            }
-            if clear_to > 0 {
-                Ok(tx.execute("DELETE FROM outbox WHERE id <= ?1", [clear_to])?)
-            } else {
-                let mut delete = tx.prepare_cached("DELETE FROM outbox WHERE stream = ?1 AND id <= ?2")?;
-                let mut cleared = 0;
-                for (name, _) in &sent {
-                    cleared += delete.execute(rusqlite::params![name, last_id])?;
-                }
-                Ok(cleared)
-            }
-        })
-        .await
-        .map_err(|e| e.to_string())?;
-    Counters::add(&app.counters.pushes, 1);
-    Counters::add(&app.counters.pushed_bytes, size);
-    Counters::add(&app.counters.pushed_items, cleared as u64);
-    Ok(cleared.max(1))
-}
-
-/// Takes `stream` (refused by the edge at `version`, for `reason`) out of the outbox, up to the
-/// row `last_id`, and keeps it with the reason for the owner to see. A newer version of the
-/// stream goes out as usual, and clears it once the edge takes it.
-async fn set_aside(app: &Arc<App>, stream: String, version: u64, reason: String, last_id: i64) -> Result<(), String> {
-    tracing::warn!(%stream, version, %reason, "the edge refused one stream: set aside, the rest goes on");
-    let now = now();
-    app.db
-        .write(move |tx| {
-            tx.execute(
-                "INSERT INTO outbox_held (stream, version, reason, held_at) VALUES (?1, ?2, ?3, ?4)
-                 ON CONFLICT (stream) DO UPDATE SET version = excluded.version, reason = excluded.reason,
-                   held_at = excluded.held_at",
-                rusqlite::params![stream, version, reason, now],
-            )?;
-            tx.execute("DELETE FROM outbox WHERE stream = ?1 AND id <= ?2", rusqlite::params![stream, last_id])?;
-            Ok(())
-        })
-        .await
-        .map_err(|e| e.to_string())
+    send_to_edge(app, target, reqwest::Method::POST, "push", body, Duration::from_secs(60)).await?;
+    Ok(size)
 }
 
 /// Why the edge did not take what control sent.
@@ -224,16 +216,16 @@ impl From<EdgeError> for String {
 /// also names it in errors) with the push token.
 pub(crate) async fn send_to_edge(
     app: &App,
+    target: &Target,
     method: reqwest::Method,
-    base: &str,
     path: &str,
     body: Vec<u8>,
     timeout: Duration,
 ) -> Result<(), EdgeError> {
     let response = app
         .http
-        .request(method, format!("{}/{}/{path}", base.trim_end_matches('/'), app.config.edge.api_prefix))
-        .bearer_auth(&app.config.edge.push_token)
+        .request(method, target.api(path))
+        .bearer_auth(&target.push_token)
         .header("content-type", "application/octet-stream")
         .body(body)
         .timeout(timeout)
@@ -257,39 +249,80 @@ pub(crate) fn without_url(e: &reqwest::Error) -> String {
     text
 }
 
-/// Pushes the outbox to the edge until shutdown: at once when woken, retrying with backoff
-/// (1 s doubling to 60 s) while the edge is down or refuses. Nothing leaves the outbox
-/// until the edge accepted it.
-pub(crate) async fn pusher(app: Arc<App>, mut shutdown: watch::Receiver<bool>) {
-    let mut backoff = Duration::from_secs(1);
+/// Keeps one worker per edge until shutdown: edges the owner adds get one within a second of
+/// the change that added them, removed ones lose theirs.
+pub(crate) async fn supervisor(app: Arc<App>, mut shutdown: watch::Receiver<bool>) {
+    let mut workers: HashMap<i64, tokio::task::JoinHandle<()>> = HashMap::new();
+    let mut changes = app.published.subscribe();
     loop {
-        // The edge in force now: the owner may set, change or remove it at any time.
-        let Some(edge) = app.edge_url() else {
-            tokio::select! {
-                () = app.outbox.notified() => {}
-                _ = shutdown.wait_for(|stop| *stop) => return,
-            }
-            continue;
-        };
-        match push_once(&app, &edge).await {
-            Ok(0) => {
-                tokio::select! {
-                    () = app.outbox.notified() => {}
-                    _ = shutdown.wait_for(|stop| *stop) => return,
-                    // Changes made by the CLI in another process land in the outbox too.
-                    () = tokio::time::sleep(Duration::from_secs(2)) => {}
+        match app.db.read(|c| Ok(edges::list(c)?.into_iter().map(|e| e.id).collect::<Vec<_>>())).await {
+            Ok(ids) => {
+                workers.retain(|id, worker| {
+                    let keep = ids.contains(id) && !worker.is_finished();
+                    if !keep {
+                        worker.abort();
+                    }
+                    keep
+                });
+                for id in ids {
+                    workers.entry(id).or_insert_with(|| tokio::spawn(worker(app.clone(), id, shutdown.clone())));
                 }
             }
-            Ok(_) => {
-                backoff = Duration::from_secs(1);
-                let mut status = app.push_status.lock().expect("status lock");
-                status.last_push = now();
-                status.last_error = None;
+            Err(error) => tracing::warn!(%error, "reading the edges"),
+        }
+        tokio::select! {
+            _ = changes.changed() => {}
+            _ = shutdown.wait_for(|stop| *stop) => break,
+            () = tokio::time::sleep(Duration::from_secs(2)) => {}
+        }
+    }
+    for (_, worker) in workers {
+        let _ = worker.await;
+    }
+}
+
+/// Publishes to one edge until it is removed or control stops: pushes at once when something
+/// changed, retrying with backoff (1 s doubling to 60 s) while the edge is down or refuses,
+/// and drains its usage reports every few seconds. Nothing counts as at the edge until the
+/// edge accepted it.
+async fn worker(app: Arc<App>, id: i64, mut shutdown: watch::Receiver<bool>) {
+    let mut changes = app.published.subscribe();
+    let mut backoff = Duration::from_secs(1);
+    let mut next_drain = tokio::time::Instant::now();
+    loop {
+        // The edge as it is now: the owner may change its URL, or remove it.
+        let edge = match app.db.read(move |c| edges::get(c, id)).await {
+            Ok(Some(edge)) => edge,
+            Ok(None) => return,
+            Err(error) => {
+                tracing::warn!(%error, "reading an edge");
+                if stopped(&mut shutdown, backoff).await {
+                    return;
+                }
+                continue;
             }
+        };
+        let target = Target::of(&app, &edge);
+        if tokio::time::Instant::now() >= next_drain {
+            next_drain = tokio::time::Instant::now() + DRAIN_EVERY;
+            if let Err(error) = drain_once(&app, &target, edge.drained).await {
+                tracing::warn!(edge = %target.name, %error, "usage drain from the edge failed");
+            }
+        }
+        match push_once(&app, &target).await {
+            Ok(0) => {
+                backoff = Duration::from_secs(1);
+                tokio::select! {
+                    _ = changes.changed() => {}
+                    _ = shutdown.wait_for(|stop| *stop) => return,
+                    () = tokio::time::sleep_until(next_drain) => {}
+                }
+            }
+            Ok(_) => backoff = Duration::from_secs(1),
             Err(error) => {
                 Counters::add(&app.counters.push_failures, 1);
-                tracing::warn!(%error, retry_in = backoff.as_secs(), "push to the edge failed");
-                app.push_status.lock().expect("status lock").last_error = Some(error);
+                tracing::warn!(edge = %target.name, %error, retry_in = backoff.as_secs(), "push to the edge failed");
+                let _ = app.db.write(move |tx| edges::failed(tx, id, &error, now())).await;
                 if stopped(&mut shutdown, backoff).await {
                     return;
                 }
@@ -303,28 +336,14 @@ pub(crate) async fn pusher(app: Arc<App>, mut shutdown: watch::Receiver<bool>) {
 }
 
 /// Takes the usage reports nodes left at the edge (a control behind NAT never hears from
-/// nodes directly) and applies each exactly once.
-pub(crate) async fn drainer(app: Arc<App>, mut shutdown: watch::Receiver<bool>) {
-    loop {
-        if let Some(edge) = app.edge_url() {
-            let base = format!("{edge}/{}/usage", app.config.edge.api_prefix);
-            if let Err(error) = drain_once(&app, &base).await {
-                tracing::warn!(%error, "usage drain from the edge failed");
-            }
-        }
-        if stopped(&mut shutdown, DRAIN_EVERY).await {
-            return;
-        }
-    }
-}
-
-async fn drain_once(app: &Arc<App>, base: &str) -> Result<(), String> {
+/// nodes directly) and applies each exactly once (a report a node sent to two edges too).
+async fn drain_once(app: &Arc<App>, target: &Target, mut cursor: i64) -> Result<(), String> {
+    let id = target.id;
     for _ in 0..DRAIN_PAGES {
-        let cursor = app.db.read(|c| store::get_state(c, "drain_cursor")).await.map_err(|e| e.to_string())?;
         let response = app
             .http
-            .get(format!("{base}?after={cursor}"))
-            .bearer_auth(&app.config.edge.push_token)
+            .get(format!("{}?after={cursor}", target.api("usage")))
+            .bearer_auth(&target.push_token)
             .timeout(Duration::from_secs(30))
             .send()
             .await
@@ -361,19 +380,19 @@ async fn drain_once(app: &Arc<App>, base: &str) -> Result<(), String> {
                 for (node, seq) in acked {
                     publish::usage_ack(tx, &state.signer, node, seq, now())?;
                 }
-                store::set_state(tx, "drain_cursor", next)?;
+                edges::set_marker(tx, id, Marker::Drained, next)?;
                 Ok(applied)
             })
             .await
             .map_err(|e| e.to_string())?;
         Counters::add(&app.counters.usage_reports, applied);
-        app.push_status.lock().expect("status lock").last_drain = now();
         if applied > 0 {
             app.changed();
         }
         if count == 0 || next <= cursor {
             return Ok(());
         }
+        cursor = next;
     }
     Ok(())
 }

@@ -1,11 +1,12 @@
-//! From a change in the database to signed envelopes in the outbox.
+//! From a change in the database to signed envelopes for the edges and nodes.
 //!
 //! Every change runs inside one write transaction that also signs what it affects: the
 //! user's sealed snapshot, and the credential set of each node whose set it changes. Work is
 //! proportional to what a change touches: a user's snapshot, and one query per affected node.
-//! The latest envelope of each stream is kept in `streams` (nodes pull from there), and when
-//! an edge is configured the `(stream, version)` goes into the outbox in the same transaction,
-//! so nothing committed is ever left unpublished (see [`crate::outbox`]).
+//! The latest envelope of each stream is kept in `streams` (nodes pull from there) with the
+//! order of its change (`seq`), written in the same transaction: every edge gets what is newer
+//! than what it holds, so nothing committed is ever left unpublished, whichever process
+//! committed it (see [`crate::outbox`]).
 
 use std::collections::BTreeSet;
 
@@ -22,6 +23,7 @@ use rusqlite::{Connection, OptionalExtension as _, params};
 use crate::error::Error;
 use crate::keyring::Online;
 use crate::secrets::{Purpose, Vault};
+use crate::store::edges;
 
 /// How long a snapshot envelope is accepted by the edge. The edge serves a stored snapshot
 /// for as long as it holds it; this bounds only how late a push may arrive.
@@ -53,8 +55,6 @@ pub(crate) struct Signer {
     pub(crate) epoch: u32,
     /// The root key (to verify what nodes sign, next to their own keys).
     pub(crate) root: PublicKey,
-    /// Whether an edge is configured (then every new envelope goes to the outbox too).
-    pub(crate) edge: std::sync::atomic::AtomicBool,
 }
 
 impl Signer {
@@ -278,8 +278,6 @@ struct Item<'a> {
     content: Digest,
     /// Makes the body.
     body: &'a dyn Fn() -> Vec<u8>,
-    /// Whether the edge stores this stream (then it goes to the outbox).
-    to_edge: bool,
 }
 
 /// Signs `item` at the stream's next version unless its content is unchanged (and `force`
@@ -305,15 +303,15 @@ fn put(conn: &Connection, signer: &Signer, item: &Item<'_>, now: u64, force: boo
     }
     .sign((item.body)(), &[&signer.online(conn)?.key]);
     let bytes = envelope.encode();
+    let seq = edges::next_seq(conn)?;
     conn.prepare_cached(
-        "INSERT INTO streams (name, version, digest, body_sha256, envelope, expires) VALUES (?1, ?2, ?3, ?4, ?5, ?6)
+        "INSERT INTO streams (name, version, digest, body_sha256, envelope, expires, seq)
+         VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7)
          ON CONFLICT (name) DO UPDATE SET version = excluded.version, digest = excluded.digest,
-           body_sha256 = excluded.body_sha256, envelope = excluded.envelope, expires = excluded.expires",
+           body_sha256 = excluded.body_sha256, envelope = excluded.envelope, expires = excluded.expires,
+           seq = excluded.seq",
     )?
-    .execute(params![item.name, version, envelope.digest(), item.content, bytes, now + item.lifetime])?;
-    if item.to_edge {
-        crate::outbox::enqueue(conn, signer, &item.name, version, now)?;
-    }
+    .execute(params![item.name, version, envelope.digest(), item.content, bytes, now + item.lifetime, seq])?;
     Ok(true)
 }
 
@@ -326,25 +324,23 @@ fn put_plain(
     (kind, name, audience): (Kind, String, Audience),
     lifetime: u64,
     body: &[u8],
-    to_edge: bool,
     now: u64,
     force: bool,
 ) -> Result<bool, Error> {
     let content = sha256(body);
     let make = || body.to_vec();
-    put(conn, signer, &Item { kind, name, audience, lifetime, content, body: &make, to_edge }, now, force)
+    put(conn, signer, &Item { kind, name, audience, lifetime, content, body: &make }, now, force)
 }
 
 /// Deletes a stream at its next version (a rotated or deleted link): the edge drops it and
 /// can never be made to serve an older version again.
-pub(crate) fn delete_stream(conn: &Connection, signer: &Signer, name: &str, now: u64) -> Result<(), Error> {
+pub(crate) fn delete_stream(conn: &Connection, name: &str) -> Result<(), Error> {
     let Some((version, digest, _)) = stream_state(conn, name)? else { return Ok(()) };
-    let version = version + 1;
     conn.execute(
-        "UPDATE streams SET version = ?2, digest = ?3, body_sha256 = NULL, envelope = NULL WHERE name = ?1",
-        params![name, version, digest],
+        "UPDATE streams SET version = ?2, digest = ?3, body_sha256 = NULL, envelope = NULL, seq = ?4 WHERE name = ?1",
+        params![name, version + 1, digest, edges::next_seq(conn)?],
     )?;
-    crate::outbox::enqueue(conn, signer, name, version, now)
+    Ok(())
 }
 
 /// The endpoints a user reaches: enrolled nodes of the user's groups.
@@ -458,7 +454,6 @@ fn publish_user(conn: &Connection, signer: &Signer, user: UserId, now: u64) -> R
             lifetime: SNAPSHOT_LIFETIME,
             content,
             body: &body,
-            to_edge: true,
         },
         now,
         false,
@@ -590,7 +585,7 @@ pub(crate) fn publish_creds(
     }
     let set = credential_set(conn, node)?;
     let target = (Kind::CredentialSet, stream::creds(node), Audience::Node(node));
-    put_plain(conn, signer, target, CREDS_LIFETIME, &set.encode(), true, now, force)
+    put_plain(conn, signer, target, CREDS_LIFETIME, &set.encode(), now, force)
 }
 
 /// Signs `node`'s set again above `held`, the version the node says it holds, when that is
@@ -622,7 +617,7 @@ pub(crate) fn publish_node_record(
     now: u64,
 ) -> Result<(), Error> {
     let target = (Kind::NodeRecord, stream::node(node), Audience::Edge);
-    put_plain(conn, signer, target, RECORD_LIFETIME, &wire::encode(&NodeRecord { node, key }), true, now, false)?;
+    put_plain(conn, signer, target, RECORD_LIFETIME, &wire::encode(&NodeRecord { node, key }), now, false)?;
     Ok(())
 }
 
@@ -634,7 +629,7 @@ pub(crate) fn put_signed(
     body: &[u8],
     now: u64,
 ) -> Result<(), Error> {
-    put_plain(conn, signer, target, RECORD_LIFETIME, body, true, now, false)?;
+    put_plain(conn, signer, target, RECORD_LIFETIME, body, now, false)?;
     Ok(())
 }
 
@@ -646,7 +641,7 @@ pub(crate) fn publish_edge_settings(
     now: u64,
 ) -> Result<(), Error> {
     let target = (Kind::EdgeSettings, wire::stream::EDGE_SETTINGS.to_owned(), Audience::Edge);
-    put_plain(conn, signer, target, RECORD_LIFETIME, &wire::encode(settings), true, now, false)?;
+    put_plain(conn, signer, target, RECORD_LIFETIME, &wire::encode(settings), now, false)?;
     Ok(())
 }
 
@@ -663,16 +658,7 @@ pub(crate) fn usage_ack(
     let body = wire::encode(&hearth_shared::wire::UsageAck { node, seq });
     // Acknowledgements go to nodes in the answer to their report, and to the edge for nodes
     // that reach only the edge (a control at home behind NAT).
-    put_plain(
-        conn,
-        signer,
-        (Kind::UsageAck, name.clone(), Audience::Node(node)),
-        RECORD_LIFETIME,
-        &body,
-        true,
-        now,
-        false,
-    )?;
+    put_plain(conn, signer, (Kind::UsageAck, name.clone(), Audience::Node(node)), RECORD_LIFETIME, &body, now, false)?;
     envelope(conn, &name)?
         .map(|(_, bytes)| bytes)
         .ok_or_else(|| Error::Internal("the acknowledgement was not stored".into()))
@@ -719,7 +705,7 @@ pub(crate) fn resign_all(conn: &Connection, signer: &Signer, now: u64) -> Result
                 publish_edge_settings(conn, signer, &settings, now)?;
             }
             Ok(Stream::Rollout) => crate::releases::publish_rollout(conn, signer, now)?,
-            _ => delete_stream(conn, signer, name, now)?,
+            _ => delete_stream(conn, name)?,
         }
     }
     let after: Vec<(String, u64)> = conn

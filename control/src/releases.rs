@@ -468,18 +468,20 @@ pub(crate) fn for_edge(conn: &Connection) -> Result<Option<u64>, Error> {
         .optional()?)
 }
 
-/// The state key recording which release the edge holds.
-const EDGE_RELEASE: &str = "edge_release";
-
-/// Hands the edge the release being rolled out (nodes that reach only the edge fetch it
+/// Hands an edge the release being rolled out (nodes that reach only the edges fetch it
 /// there), once. Returns whether it sent one.
-pub(crate) async fn sync_edge(app: &std::sync::Arc<crate::app::App>, base: &str) -> Result<bool, String> {
+pub(crate) async fn sync_edge(
+    app: &std::sync::Arc<crate::app::App>,
+    edge: &crate::store::edges::Edge,
+    target: &crate::outbox::Target,
+) -> Result<bool, String> {
     let state = app.clone();
+    let held = edge.release;
     let bundle = app
         .db
         .read(move |c| {
             let Some(release) = for_edge(c)? else { return Ok(None) };
-            if crate::store::get_state(c, EDGE_RELEASE)? == i64::try_from(release).unwrap_or(i64::MAX) {
+            if held == i64::try_from(release).unwrap_or(i64::MAX) {
                 return Ok(None);
             }
             let Some(envelope) = manifest(c, release)? else { return Ok(None) };
@@ -498,18 +500,22 @@ pub(crate) async fn sync_edge(app: &std::sync::Arc<crate::app::App>, base: &str)
     let Some((release, bundle)) = bundle else { return Ok(false) };
     crate::outbox::send_to_edge(
         app,
+        target,
         reqwest::Method::PUT,
-        base,
         "release",
         bundle,
         std::time::Duration::from_secs(300),
     )
     .await?;
+    let id = edge.id;
     app.db
-        .write(move |tx| crate::store::set_state(tx, EDGE_RELEASE, i64::try_from(release).unwrap_or(i64::MAX)))
+        .write(move |tx| {
+            let release = i64::try_from(release).unwrap_or(i64::MAX);
+            crate::store::edges::set_marker(tx, id, crate::store::edges::Marker::Release, release)
+        })
         .await
         .map_err(|e| e.to_string())?;
-    tracing::info!(release, "handed the release to the edge");
+    tracing::info!(edge = %edge.name, release, "handed the release to the edge");
     Ok(true)
 }
 

@@ -518,7 +518,9 @@ fn build(dir: &Path, options: &Options) -> Result<Report> {
         let configured = crate::settings::Addresses::of(&configured);
         store::set_state(tx, "addresses_file", serde_json::to_string(&configured).expect("addresses serialize"))?;
         crate::settings::save_addresses(tx, &addresses, "restore", now)?;
-        store::set_state(tx, "edge_url", edge_url.as_str())?;
+        // The streams are numbered anew below: every edge is brought up to date from nothing
+        // (what an edge already holds, it takes again as a no-op).
+        tx.execute("UPDATE edges SET pushed = 0, release = 0, archive = 0", [])?;
         store::set_state(tx, "archive_version", i64::try_from(archive_version).unwrap_or(i64::MAX))?;
         let batch = store::get_state(tx, "batch")?.max(i64::try_from(fetched.batch).unwrap_or(i64::MAX));
         store::set_state(tx, "batch", batch)?;
@@ -564,9 +566,10 @@ fn build(dir: &Path, options: &Options) -> Result<Report> {
 /// stream the archive holds newer keeps the archive's.
 fn seed_streams(tx: &Connection, screened: &Screened) -> Result<(), Error> {
     let mut insert = tx.prepare(
-        "INSERT INTO streams (name, version, digest, body_sha256, envelope, expires) VALUES (?1, ?2, ?3, NULL, ?4, 0)
+        "INSERT INTO streams (name, version, digest, body_sha256, envelope, expires, seq)
+         VALUES (?1, ?2, ?3, NULL, ?4, 0, (SELECT ifnull(max(seq), 0) + 1 FROM streams))
          ON CONFLICT (name) DO UPDATE SET version = excluded.version, digest = excluded.digest,
-           body_sha256 = NULL, envelope = excluded.envelope
+           body_sha256 = NULL, envelope = excluded.envelope, seq = excluded.seq
          WHERE excluded.version > streams.version",
     )?;
     for kept in &screened.kept {

@@ -57,7 +57,6 @@ fn open_with(dir: &Path, settle: bool) -> Result<(Config, Db, Signer)> {
         profile: std::sync::RwLock::new(config.profile.clone()),
         epoch: 1,
         root: config.root,
-        edge: std::sync::atomic::AtomicBool::new(config.edge_url.is_some()),
     };
     if settle {
         crate::settings::settle(&db, &signer, &config.profile, now())?;
@@ -88,7 +87,6 @@ pub(crate) fn run(dir: &Path) -> Result<()> {
     let (mut config, db, signer) = open_to_serve(dir)?;
     init_logs(config.log_json);
     let _ = rustls::crypto::ring::default_provider().install_default();
-    db.write_blocking(|tx| crate::outbox::resync_edge(tx, config.edge_url.as_deref(), now()))?;
     let tls = match &config.tls {
         Tls::Files { cert, key } => Some(crate::tls::server_config(cert, key)?),
         Tls::Off => None,
@@ -130,8 +128,7 @@ pub(crate) fn run(dir: &Path) -> Result<()> {
         let stop = app.stopping.clone();
         let stopped = stop.subscribe();
         let tasks = vec![
-            tokio::spawn(crate::outbox::pusher(app.clone(), stopped.clone())),
-            tokio::spawn(crate::outbox::drainer(app.clone(), stopped.clone())),
+            tokio::spawn(crate::outbox::supervisor(app.clone(), stopped.clone())),
             tokio::spawn(crate::tasks::sweeper(app.clone(), stopped.clone())),
             tokio::spawn(crate::tasks::watch_external(app.clone(), stopped.clone())),
             tokio::spawn(crate::archive::archiver(app.clone(), stopped.clone())),
@@ -167,31 +164,4 @@ async fn shutdown_signal() {
     }
     #[cfg(not(unix))]
     let _ = ctrl_c.await;
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn a_new_edge_gets_every_stream() {
-        let t = crate::testing::TestControl::new(false);
-        let app = &t.app;
-        let input = crate::store::users::UserInput { name: Some("alice".into()), ..Default::default() };
-        app.db.write_blocking(|tx| crate::store::users::create(tx, &app.signer, "test", &input, now())).unwrap();
-        let count = |table: &'static str| {
-            app.db
-                .read_blocking(|c| {
-                    Ok(c.query_row(&format!("SELECT count(*) FROM {table}"), [], |r| r.get::<_, i64>(0))?)
-                })
-                .unwrap()
-        };
-        assert_eq!((count("streams"), count("outbox")), (1, 0), "no edge, no outbox");
-        app.db.write_blocking(|tx| crate::outbox::resync_edge(tx, Some("https://edge.example"), now())).unwrap();
-        assert_eq!(count("outbox"), 1, "everything goes to the new edge");
-        app.db.write_blocking(|tx| crate::outbox::resync_edge(tx, Some("https://edge.example"), now())).unwrap();
-        assert_eq!(count("outbox"), 1, "the same edge again: nothing more");
-        app.db.write_blocking(|tx| crate::outbox::resync_edge(tx, None, now())).unwrap();
-        assert_eq!(count("outbox"), 0, "no edge: nothing to push");
-    }
 }

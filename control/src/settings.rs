@@ -2,8 +2,9 @@
 //! profile (the title, announcement, help and web page links and refresh interval every app
 //! shows), the edge, and the base of links. They live in the database; `control.toml` (and
 //! the environment) seeds them, and an edit there wins again at the next start (the last
-//! change wins, from either place). A profile change signs each user's snapshot again; an edge
-//! change queues everything for the new edge and reaches nodes with control's next answer.
+//! change wins, from either place). A profile change signs each user's snapshot again; the edge
+//! given here is the `main` edge ([`crate::store::edges`]): a new one gets everything, and
+//! nodes learn it with control's next answer.
 
 use rusqlite::Connection;
 use serde::de::DeserializeOwned;
@@ -171,7 +172,11 @@ impl Addresses {
 /// At start: the addresses in force (see [`settle_value`]); `config` is updated to them.
 pub(crate) fn settle_addresses(db: &Db, config: &mut Config) -> Result<(), Error> {
     let configured = Addresses::of(config);
-    let (addresses, _) = db.write_blocking(|tx| settle_value(tx, "addresses", &configured))?;
+    let (addresses, _) = db.write_blocking(|tx| {
+        let (addresses, changed) = settle_value(tx, "addresses", &configured)?;
+        crate::store::edges::sync_main(tx, addresses.edge_url.as_deref(), crate::app::now())?;
+        Ok((addresses, changed))
+    })?;
     config.set_addresses(addresses.edge_url, addresses.sub_url);
     Ok(())
 }
@@ -194,6 +199,7 @@ pub(crate) fn profile_in_force(db: &Db, file: &Profile) -> Result<Profile, Error
 /// Keeps the owner's new addresses (in the caller's transaction).
 pub(crate) fn save_addresses(conn: &Connection, addresses: &Addresses, actor: &str, now: u64) -> Result<(), Error> {
     save(conn, "addresses", addresses)?;
+    crate::store::edges::sync_main(conn, addresses.edge_url.as_deref(), now)?;
     store::audit(
         conn,
         now,

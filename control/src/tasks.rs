@@ -1,5 +1,5 @@
 //! Control's background work: the sweeps that enforce expiry, reset traffic, republish usage
-//! and renew credential sets (the outbox's pusher and the usage drain are in
+//! and renew credential sets (publishing to the edges and their usage drains are in
 //! [`crate::outbox`]).
 
 use std::sync::Arc;
@@ -112,7 +112,8 @@ pub(crate) async fn sweeper(app: Arc<App>, mut shutdown: watch::Receiver<bool>) 
 }
 
 /// Notices commits made by other processes (the CLI on the same database) and wakes the
-/// pusher and the nodes' long polls, so a user added from the shell reaches nodes at once.
+/// edges' workers and the nodes' long polls, so a user added from the shell reaches nodes at
+/// once; an edge added from the shell gets its worker, and its links show.
 pub(crate) async fn watch_external(app: Arc<App>, mut shutdown: watch::Receiver<bool>) {
     let conn = match app.db.connect() {
         Ok(conn) => Arc::new(std::sync::Mutex::new(conn)),
@@ -130,6 +131,10 @@ pub(crate) async fn watch_external(app: Arc<App>, mut shutdown: watch::Receiver<
         .await;
         if let Ok(Ok(version)) = version {
             if last.is_some_and(|last| last != version) {
+                let state = app.clone();
+                if let Ok(Err(error)) = tokio::task::spawn_blocking(move || state.refresh_links()).await {
+                    tracing::warn!(%error, "reading the edges");
+                }
                 app.changed();
             }
             last = Some(version);

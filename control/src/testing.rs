@@ -16,7 +16,7 @@ pub(crate) struct TestControl {
 }
 
 impl TestControl {
-    /// `edge`: whether an edge URL is configured (then changes go to the outbox).
+    /// `edge`: whether an edge URL is configured (the `main` edge, which changes go to).
     pub(crate) fn new(edge: bool) -> TestControl {
         TestControl::with_env(edge, &[])
     }
@@ -47,9 +47,10 @@ impl TestControl {
             profile: std::sync::RwLock::new(config.profile.clone()),
             epoch: 1,
             root: config.root,
-            edge: std::sync::atomic::AtomicBool::new(edge),
         };
         let db = Db::open(&paths.database()).expect("database");
+        db.write_blocking(|tx| crate::store::edges::sync_main(tx, config.edge_url.as_deref(), crate::app::now()))
+            .expect("the main edge");
         let hasher = Hasher::with_params(argon2::Params::new(256, 1, 1, Some(32)).expect("params"));
         let _ = rustls::crypto::ring::default_provider().install_default();
         let http = reqwest::Client::new();

@@ -21,6 +21,8 @@ use crate::settings::{MAX_ANNOUNCE, MAX_RULE_TEXT, MAX_RULES, MAX_TITLE};
 use crate::store::nodes::{self as node_store, GroupInput, MAX_HOST, MAX_TEXT, NodeInput};
 use crate::store::users::{self as user_store, ListQuery, MAX_BULK, MAX_NAME, MAX_NOTE, UserInput};
 
+mod edges;
+
 type Reply = Result<Response, Response>;
 
 /// The longest setup token, in bytes (they are 43).
@@ -161,6 +163,8 @@ pub(super) fn router() -> Router<Arc<App>> {
         .route("/api/tokens/{id}", delete(revoke_token))
         .route("/api/audit", get(audit))
         .route("/api/settings", get(get_settings).patch(update_settings))
+        .route("/api/edges", get(edges::list_edges).post(edges::add_edge))
+        .route("/api/edges/{id}", axum::routing::patch(edges::update_edge).delete(edges::remove_edge))
         .route("/metrics", get(crate::metrics::handler))
         // Every other call takes a small body; the bulk create above and sign-in keep their own.
         .layer(DefaultBodyLimit::max(super::ADMIN_BODY))
@@ -499,7 +503,10 @@ async fn status(State(app): State<Arc<App>>, auth: Auth) -> Reply {
     let now = now();
     let (overview, held) =
         app.db.read(move |c| Ok((crate::store::overview(c, now)?, crate::store::held(c)?))).await.map_err(fail)?;
-    let push = app.push_status.lock().expect("status lock").clone();
+    let edges: Vec<serde_json::Value> = overview.edges.iter().map(|s| edge_json(&app, s)).collect();
+    // The first failing edge, named: the overview's alert.
+    let last_error =
+        overview.edges.iter().find_map(|s| s.edge.last_error.as_ref().map(|error| format!("{}: {error}", s.edge.name)));
     ok(json!({
         "users": overview.users.into_iter().map(|(k, v)| (k, json!(v))).collect::<serde_json::Map<String, serde_json::Value>>(),
         "nodes": { "total": overview.nodes, "online": overview.online, "sets_expiring": overview.expiring },
@@ -512,11 +519,32 @@ async fn status(State(app): State<Arc<App>>, auth: Auth) -> Reply {
             "pending": overview.pending,
             "held": held,
             "held_total": overview.held,
-            "last_push": push.last_push,
-            "last_error": push.last_error,
-            "last_drain": push.last_drain,
+            "last_push": overview.edges.iter().map(|s| s.edge.last_push).max().unwrap_or(0),
+            "last_error": last_error,
         },
+        "edges": edges,
     }))
+}
+
+/// One edge as the API shows it (never its push token).
+pub(super) fn edge_json(app: &App, status: &crate::store::EdgeStatus) -> serde_json::Value {
+    let edge = &status.edge;
+    let base = app.link_bases().into_iter().find(|link| link.edge == edge.name).map(|link| link.base);
+    json!({
+        "id": edge.id,
+        "name": edge.name,
+        "url": edge.url,
+        "link_base": base,
+        "state": edge.state,
+        "position": edge.position,
+        "own_credentials": edge.push_token.is_some(),
+        "pending": status.pending,
+        "held": status.held,
+        "last_push": edge.last_push,
+        "last_error": edge.last_error,
+        "failing_since": edge.error_since,
+        "added": edge.added,
+    })
 }
 
 /// The offline keys `init` wrote that are still in the data directory (file names only).
@@ -676,6 +704,7 @@ fn settings_json(app: &App) -> serde_json::Value {
         "edge_url": addresses.set.edge_url,
         "sub_url": addresses.sub_url,
         "sub_url_set": addresses.set.sub_url,
+        "primary": app.sub_url(),
         "ua_rules": *app.ua_rules.read().expect("rules lock"),
         "public_url": app.config.public_url,
     })
@@ -773,8 +802,7 @@ async fn update_settings(State(app): State<Arc<App>>, auth: Auth, Input(input): 
     if addresses != current {
         let saved = addresses.clone();
         change(&app, &auth, Scope::Admin, move |tx, _, actor, now| {
-            crate::settings::save_addresses(tx, &saved, actor, now)?;
-            crate::outbox::resync_edge(tx, saved.edge_url.as_deref(), now)
+            crate::settings::save_addresses(tx, &saved, actor, now)
         })
         .await?;
         app.set_addresses(addresses);
@@ -832,7 +860,20 @@ async fn list_users(State(app): State<Arc<App>>, auth: Auth, Query(query): Query
 fn with_link(app: &App, user: user_store::UserView, token: &hearth_shared::wire::SubToken) -> serde_json::Value {
     let mut value = serde_json::to_value(user).expect("a user serializes");
     value["link"] = json!(format!("{}/{}", app.sub_url(), token.to_link_form()));
+    value["links"] = mirrors(app, token);
     value
+}
+
+/// A user's link at every edge that still offers links (blocked ones too, for the people
+/// who still reach them), in the owner's order.
+fn mirrors(app: &App, token: &hearth_shared::wire::SubToken) -> serde_json::Value {
+    let links: Vec<_> = app
+        .link_bases()
+        .into_iter()
+        .filter(|base| base.state != crate::store::edges::LinkState::Retired)
+        .map(|base| json!({ "edge": base.edge, "state": base.state, "link": format!("{}/{}", base.base, token.to_link_form()) }))
+        .collect();
+    json!(links)
 }
 
 async fn create_user(State(app): State<Arc<App>>, auth: Auth, Input(input): Input<UserInput>) -> Reply {
@@ -883,7 +924,7 @@ async fn user_link(State(app): State<Arc<App>>, auth: Auth, Path(id): Path<u64>)
     let token = app.db.read(move |c| user_store::token(c, &state.signer, id)).await.map_err(fail)?;
     let link = format!("{}/{}", app.sub_url(), token.to_link_form());
     let qr_svg = hearth_shared::render::page::qr_svg(&link);
-    ok(json!({ "link": link, "qr_svg": qr_svg }))
+    ok(json!({ "link": link, "qr_svg": qr_svg, "links": mirrors(&app, &token) }))
 }
 
 /// Runs a change as `auth` (who must hold `scope`) in one write transaction, then wakes the

@@ -281,18 +281,15 @@ async fn malformed_input_is_a_4xx_that_changes_nothing() {
     let answer = client.post("/users/bulk", json!({ "names": ["a", "b", "a"] })).await;
     assert_eq!(answer.status, StatusCode::CONFLICT);
     assert_eq!(client.get("/users").await.json()["total"], 0);
-    let (streams, outbox): (i64, i64) = client
+    let (streams, pending): (i64, u64) = client
         .app()
         .db
         .read(|c| {
-            Ok((
-                c.query_row("SELECT count(*) FROM streams", [], |r| r.get(0))?,
-                c.query_row("SELECT count(*) FROM outbox", [], |r| r.get(0))?,
-            ))
+            Ok((c.query_row("SELECT count(*) FROM streams", [], |r| r.get(0))?, crate::store::overview(c, 0)?.pending))
         })
         .await
         .unwrap();
-    assert_eq!((streams, outbox), (0, 0), "nothing signed, nothing queued");
+    assert_eq!((streams, pending), (0, 0), "nothing signed, nothing queued");
     assert_eq!(client.patch("/users/99", json!({ "note": "x" })).await.status, StatusCode::NOT_FOUND);
 }
 
@@ -365,9 +362,8 @@ async fn users_crud_bulk_list_and_rotate() {
     );
     assert_eq!(client.get(&format!("/users/{id}")).await.status, StatusCode::NOT_FOUND);
     assert!(snapshot_of(client.app(), new_link).await.is_none());
-    // Every change went to the outbox, in order.
-    let pending: i64 =
-        client.app().db.read(|c| Ok(c.query_row("SELECT count(*) FROM outbox", [], |r| r.get(0))?)).await.unwrap();
+    // Every change waits for the edge.
+    let pending = client.app().db.read(|c| Ok(crate::store::overview(c, 0)?.pending)).await.unwrap();
     assert!(pending > 1000, "{pending}");
 }
 
@@ -987,8 +983,12 @@ async fn user_agent_rules_are_checked_kept_signed_for_the_edge_and_used() {
         .app()
         .db
         .read(|c| {
-            let queued: u64 =
-                c.query_row("SELECT count(*) FROM outbox WHERE stream = 'edge-settings'", [], |row| row.get(0))?;
+            let queued: u64 = c.query_row(
+                "SELECT count(*) FROM streams WHERE name = 'edge-settings'
+                 AND seq > (SELECT pushed FROM edges WHERE name = 'main')",
+                [],
+                |row| row.get(0),
+            )?;
             Ok((crate::publish::envelope(c, stream::EDGE_SETTINGS)?, queued))
         })
         .await
@@ -1319,4 +1319,76 @@ async fn an_ipv6_hosts_addresses_share_one_anonymous_budget() {
     assert!(app.spend(host(9999)).is_err(), "another address of the same /64 got a budget of its own");
     let neighbour = std::net::IpAddr::V6(std::net::Ipv6Addr::new(0x2001, 0xdb8, 1, 2, 0, 0, 0, 1));
     assert!(app.spend(neighbour).is_ok(), "the next /64 is another host's");
+}
+
+/// Edges added, reordered, marked and removed through the API: a new edge lacks everything
+/// and is counted so; every user has a link at each edge; marking the primary's domain
+/// blocked moves every primary link to the next active edge; bad input changes nothing.
+#[tokio::test]
+async fn edges_are_added_marked_and_removed_and_links_follow() {
+    let client = Client::signed_in(true).await;
+    let alice = client.post("/users", json!({ "name": "alice" })).await.json();
+    let token = alice["link"].as_str().unwrap().rsplit('/').next().unwrap().to_owned();
+    assert_eq!(alice["links"].as_array().unwrap().len(), 1, "{alice}");
+    let main = client.get("/edges").await.json();
+    assert_eq!(main["edges"][0]["name"], "main", "{main}");
+    assert_eq!(main["primary"], format!("http://127.0.0.1:9/{}", client.app().config.edge.sub_prefix));
+
+    let mirror = json!({
+        "name": "mirror",
+        "url": "https://mirror.example",
+        "api_prefix": "mirror_prefix_0123456789",
+        "push_token": "a-push-token-of-the-mirror-0123",
+        "link_base": "https://sub.mirror.example/s",
+    });
+    for (field, value, code) in [
+        ("name", json!("Main Two"), "bad_edge_name"),
+        ("name", json!("main"), "bad_edge_name"),
+        ("url", json!("ftp://mirror.example"), "bad_url"),
+        ("api_prefix", json!("short"), "bad_api_prefix"),
+        ("push_token", json!("short"), "bad_push_token"),
+        ("link_base", json!("https://x.example/?q"), "bad_url"),
+    ] {
+        let mut body = mirror.clone();
+        body[field] = value;
+        let answer = client.post("/edges", body).await;
+        assert_eq!((answer.status, answer.json()["error"]["code"].as_str()), (StatusCode::BAD_REQUEST, Some(code)));
+    }
+    assert_eq!(client.get("/edges").await.json()["edges"].as_array().unwrap().len(), 1, "nothing was added");
+    let added = client.post("/edges", mirror.clone()).await;
+    assert_eq!(added.status, StatusCode::CREATED, "{}", String::from_utf8_lossy(&added.body));
+    let added = added.json();
+    assert!(added["pending"].as_u64().unwrap() >= 1, "a new edge lacks everything: {added}");
+    assert!(!String::from_utf8_lossy(&client.get("/edges").await.body).contains("a-push-token"), "no token shown");
+    assert_eq!(client.post("/edges", mirror.clone()).await.status, StatusCode::CONFLICT);
+
+    let links = client.get(&format!("/users/{}/link", alice["id"])).await.json();
+    let at: Vec<&str> = links["links"].as_array().unwrap().iter().map(|l| l["link"].as_str().unwrap()).collect();
+    assert_eq!(at[1], format!("https://sub.mirror.example/s/{token}"), "{links}");
+    assert!(links["link"].as_str().unwrap().starts_with("http://127.0.0.1:9/"), "main stays primary");
+
+    // The main domain is blocked: every primary link moves to the mirror.
+    let main_id = main["edges"][0]["id"].as_i64().unwrap();
+    let answer = client.patch(&format!("/edges/{main_id}"), json!({ "state": "blocked" })).await;
+    assert_eq!(answer.status, StatusCode::OK);
+    let links = client.get(&format!("/users/{}/link", alice["id"])).await.json();
+    assert_eq!(links["link"], format!("https://sub.mirror.example/s/{token}"), "{links}");
+    assert_eq!(links["links"].as_array().unwrap().len(), 2, "a blocked edge's link is still listed");
+    let answer = client.patch(&format!("/edges/{main_id}"), json!({ "state": "gone" })).await;
+    assert_eq!(answer.status, StatusCode::BAD_REQUEST);
+    client.patch(&format!("/edges/{main_id}"), json!({ "state": "retired" })).await;
+    let links = client.get(&format!("/users/{}/link", alice["id"])).await.json();
+    assert_eq!(links["links"].as_array().unwrap().len(), 1, "a retired edge's link is not offered: {links}");
+
+    // The main edge is removed through the settings only; the mirror goes with DELETE.
+    let answer = client.send(Method::DELETE, &client.admin(&format!("/edges/{main_id}")), None, &[]).await;
+    assert_eq!(answer.status, StatusCode::BAD_REQUEST);
+    let id = added["id"].as_i64().unwrap();
+    let answer = client.send(Method::DELETE, &client.admin(&format!("/edges/{id}")), None, &[]).await;
+    assert_eq!(answer.status, StatusCode::NO_CONTENT);
+    assert_eq!(client.get("/edges").await.json()["edges"].as_array().unwrap().len(), 1);
+    let audit = String::from_utf8_lossy(&client.get("/audit").await.body).into_owned();
+    for action in ["edge.add", "edge.state", "edge.remove"] {
+        assert!(audit.contains(action), "{action} audited: {audit}");
+    }
 }

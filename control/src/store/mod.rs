@@ -5,6 +5,7 @@
 //! Every change is one `BEGIN IMMEDIATE` transaction that also records what must be
 //! published (see [`crate::publish`]), so a change and its outbox entries commit together.
 
+pub(crate) mod edges;
 pub(crate) mod nodes;
 pub(crate) mod users;
 
@@ -52,6 +53,7 @@ const MIGRATIONS: &[&str] = &[
      ALTER TABLE groups ADD COLUMN speed_down INTEGER NOT NULL DEFAULT 0 CHECK (speed_down >= 0);
      ALTER TABLE groups ADD COLUMN on_quota TEXT NOT NULL DEFAULT 'cut' CHECK (on_quota IN ('cut', 'slow'));
      ALTER TABLE groups ADD COLUMN slow_kbps INTEGER NOT NULL DEFAULT 0 CHECK (slow_kbps >= 0);",
+    include_str!("edges.sql"),
 ];
 
 /// Readers kept open between requests.
@@ -186,10 +188,12 @@ pub(crate) struct Overview {
     pub(crate) nodes: u64,
     /// Enrolled nodes seen within [`crate::tasks::NODE_ONLINE_SECS`].
     pub(crate) online: u64,
-    /// Changes the edge has not accepted yet.
+    /// Changes the edges have not accepted yet (summed over the edges).
     pub(crate) pending: u64,
-    /// Streams the edge refused, set aside (see [`crate::tasks`]).
+    /// Streams an edge refused, set aside (see [`crate::outbox`]), summed over the edges.
     pub(crate) held: u64,
+    /// Each edge, with what it lacks and what it set aside.
+    pub(crate) edges: Vec<EdgeStatus>,
     /// Credential sets that expire within [`EXPIRING_SOON`]: the sweep signs them again long
     /// before, so any here means signing is failing, and those nodes will stop accepting
     /// everyone when they expire.
@@ -206,8 +210,16 @@ pub(crate) fn overview(conn: &Connection, now: u64) -> Result<Overview, Error> {
         rusqlite::params![crate::tasks::NODE_ONLINE_SECS, now],
         |row| Ok((row.get(0)?, row.get(1)?)),
     )?;
-    let pending = conn.query_row("SELECT count(*) FROM outbox", [], |row| row.get(0))?;
-    let held = conn.query_row("SELECT count(*) FROM outbox_held", [], |row| row.get(0))?;
+    let mut statuses = Vec::new();
+    for edge in edges::list(conn)? {
+        let pending = edges::pending(conn, edge.pushed)?;
+        let held = conn
+            .prepare_cached("SELECT count(*) FROM outbox_held WHERE edge = ?1")?
+            .query_row([edge.id], |row| row.get(0))?;
+        statuses.push(EdgeStatus { edge, pending, held });
+    }
+    let pending = statuses.iter().map(|s| s.pending).sum();
+    let held = statuses.iter().map(|s| s.held).sum();
     let expiring = conn.query_row(
         // A range on the key, not LIKE: it reads the node sets only, not every user's snapshot.
         "SELECT count(*) FROM streams WHERE name >= 'creds/' AND name < 'creds0'
@@ -215,19 +227,31 @@ pub(crate) fn overview(conn: &Connection, now: u64) -> Result<Overview, Error> {
         [now + EXPIRING_SOON],
         |row| row.get(0),
     )?;
-    Ok(Overview { users: users::counts(conn)?, nodes, online, pending, held, expiring })
+    Ok(Overview { users: users::counts(conn)?, nodes, online, pending, held, edges: statuses, expiring })
 }
 
-/// The streams the edge refused and control set aside, oldest first (the first 20).
+/// How one edge is doing.
+pub(crate) struct EdgeStatus {
+    pub(crate) edge: edges::Edge,
+    /// Changes it has not accepted yet.
+    pub(crate) pending: u64,
+    /// Streams it refused, set aside.
+    pub(crate) held: u64,
+}
+
+/// The streams edges refused and control set aside, oldest first (the first 20).
 pub(crate) fn held(conn: &Connection) -> Result<Vec<serde_json::Value>, Error> {
-    let mut query = conn
-        .prepare_cached("SELECT stream, version, reason, held_at FROM outbox_held ORDER BY held_at, stream LIMIT 20")?;
+    let mut query = conn.prepare_cached(
+        "SELECT h.stream, h.version, h.reason, h.held_at, e.name FROM outbox_held h JOIN edges e ON e.id = h.edge
+         ORDER BY h.held_at, h.stream LIMIT 20",
+    )?;
     let rows = query.query_map([], |row| {
         Ok(serde_json::json!({
             "stream": row.get::<_, String>(0)?,
             "version": row.get::<_, u64>(1)?,
             "reason": row.get::<_, String>(2)?,
             "since": row.get::<_, u64>(3)?,
+            "edge": row.get::<_, String>(4)?,
         }))
     })?;
     Ok(rows.collect::<Result<_, _>>()?)
@@ -287,6 +311,38 @@ mod tests {
         Connection::open(&path).unwrap().pragma_update(None, "user_version", 99).unwrap();
         let err = Db::open(&path).err().unwrap().to_string();
         assert!(err.contains("newer Hearth"), "{err}");
+    }
+
+    /// A database from before many edges: its edge becomes `main`, holding everything but what
+    /// waited in the outbox or was set aside, which goes out again; its drain cursor is kept.
+    #[test]
+    fn the_outbox_of_one_edge_becomes_the_main_edges_position() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("control.db");
+        let before = MIGRATIONS.iter().position(|m| *m == include_str!("edges.sql")).unwrap();
+        let conn = Connection::open(&path).unwrap();
+        for sql in &MIGRATIONS[..before] {
+            conn.execute_batch(sql).unwrap();
+        }
+        conn.pragma_update(None, "user_version", before).unwrap();
+        conn.execute_batch(
+            "INSERT INTO streams (name, version) VALUES ('sub/a', 1), ('sub/b', 2), ('sub/c', 1), ('creds/1', 4);
+             INSERT INTO outbox (stream, version, created) VALUES ('sub/b', 2, 0);
+             INSERT INTO outbox_held (stream, version, reason, held_at) VALUES ('creds/1', 4, 'rollback', 0);
+             INSERT INTO state (key, value) VALUES ('edge_url', 'https://edge.example'), ('drain_cursor', 7);",
+        )
+        .unwrap();
+        drop(conn);
+        let db = Db::open(&path).unwrap();
+        let main = db.read_blocking(|c| edges::by_name(c, edges::MAIN)).unwrap().expect("the main edge");
+        assert_eq!((main.url.as_str(), main.drained), ("https://edge.example", 7));
+        let lacks: Vec<String> = db
+            .read_blocking(|c| {
+                let mut query = c.prepare("SELECT name FROM streams WHERE seq > ?1 ORDER BY name")?;
+                Ok(query.query_map([main.pushed], |row| row.get(0))?.collect::<Result<_, _>>()?)
+            })
+            .unwrap();
+        assert_eq!(lacks, ["creds/1", "sub/b"]);
     }
 
     #[test]

@@ -330,7 +330,7 @@ pub(crate) fn delete(conn: &Connection, signer: &Signer, actor: &str, id: NodeId
     if before.enrolled {
         publish::publish_node_record(conn, signer, id, None, now)?;
     }
-    publish::delete_stream(conn, signer, &stream::creds(id), now)?;
+    publish::delete_stream(conn, &stream::creds(id))?;
     changes.publish(conn, signer, now)?;
     audit(conn, now, actor, "node.delete", &format!("node {id} ({})", before.name), "")?;
     Ok(())
@@ -422,7 +422,7 @@ pub(crate) fn enroll(conn: &Connection, signer: &Signer, request: &EnrollRequest
     changes.publish(conn, signer, now)?;
     // A node enrolled again starts a new usage stream: its old acknowledgement is deleted
     // (at the edge too), so the new node never takes it for its own.
-    publish::delete_stream(conn, signer, &stream::usage_ack(id), now)?;
+    publish::delete_stream(conn, &stream::usage_ack(id))?;
     audit(conn, now, "node", "node.enroll", &format!("node {id} ({name})"), &key.id().to_string())?;
     let (port, obfs, hop_start, hop_end, masquerade): (u16, String, u16, u16, String) =
         conn.query_row("SELECT port, obfs, hop_start, hop_end, masquerade FROM nodes WHERE id = ?1", [id], |row| {

@@ -600,7 +600,7 @@ pub(crate) fn rotate(conn: &Connection, signer: &Signer, actor: &str, id: UserId
             now
         ],
     )?;
-    publish::delete_stream(conn, signer, &hearth_shared::wire::stream::snapshot(&old), now)?;
+    publish::delete_stream(conn, &hearth_shared::wire::stream::snapshot(&old))?;
     let mut changes = Changes::default();
     changes.user(conn, id)?;
     changes.publish(conn, signer, now)?;
@@ -620,7 +620,7 @@ pub(crate) fn delete(conn: &Connection, signer: &Signer, actor: &str, id: UserId
         changes.node(node);
     }
     conn.prepare_cached("DELETE FROM users WHERE id = ?1")?.execute([id])?;
-    publish::delete_stream(conn, signer, &hearth_shared::wire::stream::snapshot(&hash), now)?;
+    publish::delete_stream(conn, &hearth_shared::wire::stream::snapshot(&hash))?;
     changes.publish(conn, signer, now)?;
     audit(conn, now, actor, "user.delete", &format!("user {id} ({})", user.name), "")?;
     Ok(())

@@ -1,0 +1,143 @@
+//! The edges control publishes to (`/api/edges`): listed with how far each has come, added
+//! and removed at run time, their links marked active, blocked or retired. Changes need the
+//! `admin` scope (an edge is handed a push token and everything control signs); the push
+//! token never comes back out.
+
+use std::sync::Arc;
+
+use axum::extract::{Path, State};
+use axum::http::StatusCode;
+use axum::response::IntoResponse;
+use serde::Deserialize;
+use serde_json::json;
+
+use super::{Bounded, Input, MAX_URL, Reply, bytes, change, edge_json, fail, ok, opt};
+use crate::app::{App, now};
+use crate::auth::Scope;
+use crate::error::Error;
+use crate::store::edges::{self, LinkState, MAX_EDGE_NAME, MAX_PUSH_TOKEN, NewEdge};
+use crate::store::{self, EdgeStatus};
+
+/// A new edge.
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(in crate::api) struct EdgeInput {
+    name: String,
+    url: String,
+    api_prefix: String,
+    push_token: String,
+    #[serde(default)]
+    link_base: Option<String>,
+}
+
+impl Bounded for EdgeInput {
+    fn check_bounds(&self) -> Result<(), Error> {
+        bytes("name", &self.name, MAX_EDGE_NAME)?;
+        bytes("url", &self.url, MAX_URL)?;
+        bytes("api_prefix", &self.api_prefix, 64)?;
+        bytes("push_token", &self.push_token, MAX_PUSH_TOKEN)?;
+        bytes("link_base", opt(&self.link_base), MAX_URL)
+    }
+}
+
+/// A change to an edge; fields left out keep their value.
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(in crate::api) struct EdgeChange {
+    #[serde(default)]
+    state: Option<String>,
+    #[serde(default)]
+    position: Option<i64>,
+    /// Empty: its URL and the sub prefix.
+    #[serde(default)]
+    link_base: Option<String>,
+}
+
+impl Bounded for EdgeChange {
+    fn check_bounds(&self) -> Result<(), Error> {
+        bytes("state", opt(&self.state), 16)?;
+        bytes("link_base", opt(&self.link_base), MAX_URL)
+    }
+}
+
+async fn statuses(app: &Arc<App>) -> Result<Vec<EdgeStatus>, Error> {
+    Ok(app.db.read(move |c| store::overview(c, now())).await?.edges)
+}
+
+async fn one(app: &Arc<App>, id: i64) -> Reply {
+    let found = statuses(app).await.map_err(fail)?.into_iter().find(|s| s.edge.id == id);
+    let status = found.ok_or_else(|| fail(Error::NotFound("edge")))?;
+    ok(edge_json(app, &status))
+}
+
+pub(super) async fn list_edges(State(app): State<Arc<App>>, auth: crate::api::Auth) -> Reply {
+    auth.need(Scope::Read)?;
+    let list: Vec<_> = statuses(&app).await.map_err(fail)?.iter().map(|s| edge_json(&app, s)).collect();
+    ok(json!({ "edges": list, "primary": app.sub_url() }))
+}
+
+pub(super) async fn add_edge(
+    State(app): State<Arc<App>>,
+    auth: crate::api::Auth,
+    Input(input): Input<EdgeInput>,
+) -> Reply {
+    let edge =
+        NewEdge::checked(&input.name, &input.url, &input.api_prefix, &input.push_token, input.link_base.as_deref())
+            .map_err(fail)?;
+    let id = change(&app, &auth, Scope::Admin, move |tx, _, actor, now| {
+        let id = edges::add(tx, &edge, now)?;
+        store::audit(tx, now, actor, "edge.add", &edge.name, &edge.url)?;
+        Ok(id)
+    })
+    .await?;
+    app.refresh_links().map_err(fail)?;
+    let reply = one(&app, id).await?;
+    Ok((StatusCode::CREATED, reply).into_response())
+}
+
+pub(super) async fn update_edge(
+    State(app): State<Arc<App>>,
+    auth: crate::api::Auth,
+    Path(id): Path<i64>,
+    Input(input): Input<EdgeChange>,
+) -> Reply {
+    let state = input.state.as_deref().map(LinkState::from_name).transpose().map_err(fail)?;
+    let link_base = match input.link_base.as_deref().map(str::trim) {
+        None => None,
+        Some("") => Some(None),
+        Some(base) => Some(Some(edges::check_url("link_base", base).map_err(fail)?)),
+    };
+    change(&app, &auth, Scope::Admin, move |tx, _, actor, now| {
+        let edge = edges::get(tx, id)?.ok_or(Error::NotFound("edge"))?;
+        if let Some(state) = state {
+            edges::set_state(tx, id, state)?;
+            store::audit(tx, now, actor, "edge.state", &edge.name, state.as_str())?;
+        }
+        if let Some(position) = input.position {
+            edges::set_position(tx, id, position)?;
+            store::audit(tx, now, actor, "edge.position", &edge.name, &position.to_string())?;
+        }
+        if let Some(base) = link_base {
+            edges::set_link_base(tx, id, base.as_deref())?;
+            store::audit(tx, now, actor, "edge.link_base", &edge.name, base.as_deref().unwrap_or("derived"))?;
+        }
+        Ok(())
+    })
+    .await?;
+    app.refresh_links().map_err(fail)?;
+    one(&app, id).await
+}
+
+pub(super) async fn remove_edge(State(app): State<Arc<App>>, auth: crate::api::Auth, Path(id): Path<i64>) -> Reply {
+    change(&app, &auth, Scope::Admin, move |tx, _, actor, now| {
+        let edge = edges::get(tx, id)?.ok_or(Error::NotFound("edge"))?;
+        if edge.name == edges::MAIN {
+            return Err(Error::invalid("main_edge", "the main edge is edge_url: clear it in Settings"));
+        }
+        edges::remove(tx, id)?;
+        store::audit(tx, now, actor, "edge.remove", &edge.name, &edge.url)
+    })
+    .await?;
+    app.refresh_links().map_err(fail)?;
+    Ok(StatusCode::NO_CONTENT.into_response())
+}
