@@ -497,7 +497,9 @@
     const alerts = [];
     if (offline > 0) alerts.push(t('alert.nodes_offline', { n: offline }));
     if (status.nodes.sets_expiring > 0) alerts.push(t('alert.sets_expiring', { n: status.nodes.sets_expiring }));
-    if (status.edge.last_error) alerts.push(t('alert.edge_error', { error: status.edge.last_error }));
+    for (const edge of status.edges || []) {
+      if (edge.last_error) alerts.push(t('alert.edge_error', { name: edge.name, error: edge.last_error }));
+    }
     if (status.edge.held_total > 0) {
       const first = status.edge.held[0];
       alerts.push(t('alert.edge_held', { n: status.edge.held_total, stream: first.stream, reason: first.reason }));
@@ -540,19 +542,38 @@
       h(
         'section',
         { class: 'card' },
-        h('h2', {}, t('overview.edge')),
-        h(
-          'dl',
-          {},
-          h('dt', {}, t('overview.edge_url')),
-          h('dd', {}, status.edge.url || t('overview.edge_none')),
-          h('dt', {}, t('overview.last_push')),
-          h('dd', {}, ago(status.edge.last_push)),
-          h('dt', {}, t('overview.pending')),
-          h('dd', {}, number(status.edge.pending)),
-          h('dt', {}, t('overview.last_drain')),
-          h('dd', {}, ago(status.edge.last_drain)),
-        ),
+        h('h2', { id: 'edges-title' }, t('overview.edges')),
+        (status.edges || []).length
+          ? h(
+              'table',
+              { 'aria-labelledby': 'edges-title' },
+              h(
+                'thead',
+                {},
+                h(
+                  'tr',
+                  {},
+                  ['overview.edge_name', 'overview.edge_links', 'overview.pending', 'overview.last_push'].map((k) =>
+                    h('th', { scope: 'col' }, t(k)),
+                  ),
+                ),
+              ),
+              h(
+                'tbody',
+                {},
+                status.edges.map((edge) =>
+                  h(
+                    'tr',
+                    {},
+                    h('th', { scope: 'row' }, edge.name, h('br'), h('small', {}, edge.link_base || edge.url)),
+                    h('td', {}, t(`edge.${edge.state}`)),
+                    h('td', {}, number(edge.pending)),
+                    h('td', {}, edge.last_error ? t('overview.failing', { since: ago(edge.failing_since) }) : ago(edge.last_push)),
+                  ),
+                ),
+              ),
+            )
+          : h('p', {}, t('overview.edge_none')),
       ),
     );
   }

@@ -364,6 +364,10 @@ async fn the_admin_panel_works_in_a_real_browser() {
     fill(&client, "#addresses-form input[name=edge_url]", "http://127.0.0.1:9").await;
     find(&client, "#addresses-form button[type=submit]").await.click().await.unwrap();
     text_of(&client, "#addresses-form .notice", |t| t.contains("http://127.0.0.1:9/s")).await;
+    // The overview lists it, with how far it has come.
+    client.goto(&format!("{panel}#/")).await.unwrap();
+    text_of(&client, "main table", |t| t.contains("main") && t.contains("http://127.0.0.1:9/s")).await;
+    client.goto(&format!("{panel}#/settings")).await.unwrap();
     find(&client, "#addresses-form input[name=edge_url]").await.clear().await.unwrap();
     find(&client, "#addresses-form button[type=submit]").await.click().await.unwrap();
     text_of(&client, "#addresses-form .notice", |t| t.contains(&format!("{}/s", control.url))).await;
