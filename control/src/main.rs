@@ -581,7 +581,7 @@ fn links_of(config: &config::Config, db: &store::Db) -> Result<(Vec<app::LinkBas
 }
 
 fn edge_command(dir: &std::path::Path, command: EdgeCommand) -> Result<()> {
-    let (config, db, _signer) = serve::open(dir)?;
+    let (config, db, signer) = serve::open(dir)?;
     let now = now();
     match command {
         EdgeCommand::List => {
@@ -617,7 +617,8 @@ fn edge_command(dir: &std::path::Path, command: EdgeCommand) -> Result<()> {
             let edge = store::edges::NewEdge::checked(&name, &url, &api_prefix, token.trim(), link_base.as_deref())?;
             db.write_blocking(|tx| {
                 store::edges::add(tx, &edge, now)?;
-                store::audit(tx, now, "cli", "edge.add", &edge.name, &edge.url)
+                store::audit(tx, now, "cli", "edge.add", &edge.name, &edge.url)?;
+                publish::edges_changed(tx, &signer, now).map(drop)
             })?;
             println!("edge {name} added: control brings it up to date while it serves");
         }
@@ -626,7 +627,8 @@ fn edge_command(dir: &std::path::Path, command: EdgeCommand) -> Result<()> {
             db.write_blocking(|tx| {
                 let edge = store::edges::by_name(tx, &name)?.ok_or(crate::error::Error::NotFound("edge"))?;
                 store::edges::set_state(tx, edge.id, state)?;
-                store::audit(tx, now, "cli", "edge.state", &name, state.as_str())
+                store::audit(tx, now, "cli", "edge.state", &name, state.as_str())?;
+                publish::edges_changed(tx, &signer, now).map(drop)
             })?;
             println!("edge {name}: links {}; primary link base: {}", state.as_str(), links_of(&config, &db)?.1);
         }
@@ -640,7 +642,8 @@ fn edge_command(dir: &std::path::Path, command: EdgeCommand) -> Result<()> {
                     ));
                 }
                 store::edges::remove(tx, edge.id)?;
-                store::audit(tx, now, "cli", "edge.remove", &name, &edge.url)
+                store::audit(tx, now, "cli", "edge.remove", &name, &edge.url)?;
+                publish::edges_changed(tx, &signer, now).map(drop)
             })?;
             println!("edge {name} removed");
         }

@@ -17,7 +17,7 @@ use tokio::sync::watch;
 use crate::app::{App, Counters, now};
 use crate::error::Error;
 use crate::publish;
-use crate::store::edges::{self, Edge, Marker};
+use crate::store::edges::{self, Edge};
 use crate::store::{self, nodes as node_store};
 use crate::tasks::stopped;
 
@@ -380,7 +380,7 @@ async fn drain_once(app: &Arc<App>, target: &Target, mut cursor: i64) -> Result<
                 for (node, seq) in acked {
                     publish::usage_ack(tx, &state.signer, node, seq, now())?;
                 }
-                edges::set_marker(tx, id, Marker::Drained, next)?;
+                edges::drained(tx, id, next, now())?;
                 Ok(applied)
             })
             .await

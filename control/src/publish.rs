@@ -55,6 +55,8 @@ pub(crate) struct Signer {
     pub(crate) epoch: u32,
     /// The root key (to verify what nodes sign, next to their own keys).
     pub(crate) root: PublicKey,
+    /// The API prefix of `edge.toml` (the `main` edge's, and control's node API's).
+    pub(crate) api_prefix: String,
 }
 
 impl Signer {
@@ -583,9 +585,44 @@ pub(crate) fn publish_creds(
     if enrolled != Some(true) {
         return Ok(false);
     }
-    let set = credential_set(conn, node)?;
+    let set = credential_set(conn, node)?
+        .with_edges(fallbacks(conn, signer)?)
+        .map_err(|e| Error::Internal(format!("the edges nodes fall back to: {e}")))?;
     let target = (Kind::CredentialSet, stream::creds(node), Audience::Node(node));
     put_plain(conn, signer, target, CREDS_LIFETIME, &set.encode(), now, force)
+}
+
+/// The edges nodes fall back to when control does not answer, listed in their sets when
+/// there are two or more (with one, a node uses the edge control names in its answers, and
+/// the set keeps the format older nodes read): those whose links are offered first, then in
+/// the owner's order.
+fn fallbacks(conn: &Connection, signer: &Signer) -> Result<Vec<wire::EdgeAddress>, Error> {
+    let mut list = edges::list(conn)?;
+    if list.len() < 2 {
+        return Ok(Vec::new());
+    }
+    list.sort_by_key(|edge| edge.state != edges::LinkState::Active);
+    Ok(list
+        .into_iter()
+        .map(|edge| wire::EdgeAddress {
+            url: edge.url,
+            api_prefix: edge.api_prefix.unwrap_or_else(|| signer.api_prefix.clone()),
+        })
+        .collect())
+}
+
+/// Signs every enrolled node's set again if it changed: after the edges changed, so nodes
+/// learn whom to fall back to. Returns how many it signed.
+pub(crate) fn edges_changed(conn: &Connection, signer: &Signer, now: u64) -> Result<usize, Error> {
+    let nodes: Vec<NodeId> = conn
+        .prepare("SELECT id FROM nodes WHERE public_key IS NOT NULL")?
+        .query_map([], |row| row.get(0))?
+        .collect::<Result<_, _>>()?;
+    let mut signed = 0;
+    for node in nodes {
+        signed += usize::from(publish_creds(conn, signer, node, now, false)?);
+    }
+    Ok(signed)
 }
 
 /// Signs `node`'s set again above `held`, the version the node says it holds, when that is

@@ -57,11 +57,16 @@ fn open_with(dir: &Path, settle: bool) -> Result<(Config, Db, Signer)> {
         profile: std::sync::RwLock::new(config.profile.clone()),
         epoch: 1,
         root: config.root,
+        api_prefix: config.edge.api_prefix.clone(),
     };
     if settle {
         crate::settings::settle(&db, &signer, &config.profile, now())?;
     } else {
         *signer.profile.write().expect("profile lock") = crate::settings::profile_in_force(&db, &config.profile)?;
+    }
+    if settle {
+        // The main edge may have moved with the configuration: nodes learn whom to fall back to.
+        db.write_blocking(|tx| crate::publish::edges_changed(tx, &signer, now()))?;
     }
     if let Some(signed) = db.write_blocking(|tx| crate::publish::settle_keys(tx, &signer, now()))?
         && signed > 0

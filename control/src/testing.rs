@@ -47,6 +47,7 @@ impl TestControl {
             profile: std::sync::RwLock::new(config.profile.clone()),
             epoch: 1,
             root: config.root,
+            api_prefix: config.edge.api_prefix.clone(),
         };
         let db = Db::open(&paths.database()).expect("database");
         db.write_blocking(|tx| crate::store::edges::sync_main(tx, config.edge_url.as_deref(), crate::app::now()))

@@ -19,7 +19,7 @@ use anyhow::{Context as _, Result, bail};
 use hearth_shared::envelope::{Audience, Kind};
 use hearth_shared::keys::{Role, SecretKey};
 use hearth_shared::trust::{self, Expect, StreamState, Trust, VerifyError};
-use hearth_shared::wire::{self, CredentialSet, UsageAck, UsageReport, stream};
+use hearth_shared::wire::{self, CredentialSet, EdgeAddress, UsageAck, UsageReport, stream};
 use hearth_shared::{Digest, nodeauth};
 
 use crate::capped;
@@ -38,8 +38,12 @@ pub(crate) struct Agent {
     pub(crate) control: Option<reqwest::Client>,
     pub(crate) edge: reqwest::Client,
     /// The edge to fall back to: the one enrolled with, or the one control named since
-    /// (kept in `edge.url`, which wins over `node.toml`).
+    /// (kept in `edge.url`, which wins over `node.toml`), when the set lists no edges.
     pub(crate) edge_url: Mutex<Option<String>>,
+    /// The edges the held set lists, in control's order: fallen back through in turn.
+    pub(crate) edges: Mutex<Vec<EdgeAddress>>,
+    /// Which of the fallbacks answered last: tried first next time.
+    pub(crate) edge_at: std::sync::atomic::AtomicUsize,
     /// The release the last pull named.
     pub(crate) offered: Mutex<u64>,
     /// Set when a new binary is in place: the server stops and asks to be started again.
@@ -145,20 +149,27 @@ enum Pulled {
     Unchanged(Option<Vec<Vec<u8>>>),
 }
 
+/// Where a node request goes: control, or an edge, and the API prefix it answers under.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub(crate) struct Base {
+    pub(crate) url: String,
+    pub(crate) prefix: String,
+}
+
 impl Agent {
-    /// A request to `base` (control or the edge) for `rest` of the node API, with `body`,
+    /// A request to `base` (control or an edge) for `rest` of the node API, with `body`,
     /// signed with the node's key over its method, the host it goes to, its path and body,
     /// and a fresh nonce (a verifier takes each request once).
     fn signed(
         &self,
         client: &reqwest::Client,
         method: reqwest::Method,
-        base: &str,
+        base: &Base,
         rest: &str,
         body: Vec<u8>,
     ) -> reqwest::RequestBuilder {
-        let path = format!("/{}{rest}", self.settings.api_prefix);
-        let url = format!("{}{path}", base.trim_end_matches('/'));
+        let path = format!("/{}{rest}", base.prefix);
+        let url = format!("{}{path}", base.url.trim_end_matches('/'));
         let host = nodeauth::authority_of_url(&url);
         let request = nodeauth::Request { method: method.as_str(), host: &host, path_and_query: &path, body: &body };
         let auth = nodeauth::sign(&self.key, self.settings.node, &request, now(), &mut rand_core::OsRng);
@@ -166,8 +177,45 @@ impl Agent {
         if body.is_empty() { builder } else { builder.body(body) }
     }
 
-    fn edge_url(&self) -> Option<String> {
-        self.edge_url.lock().expect("edge lock").clone()
+    /// Control, when the node has one.
+    fn control_base(&self) -> Option<Base> {
+        let url = self.settings.control_url.clone()?;
+        Some(Base { url, prefix: self.settings.api_prefix.clone() })
+    }
+
+    /// The edges to fall back to, the one that answered last first, then the others in
+    /// control's order: the set's list, else the one edge the node learned.
+    fn fallbacks(&self) -> Vec<Base> {
+        let listed = self.edges.lock().expect("edges lock").clone();
+        let mut bases: Vec<Base> = if listed.is_empty() {
+            let url = self.edge_url.lock().expect("edge lock").clone();
+            url.into_iter().map(|url| Base { url, prefix: self.settings.api_prefix.clone() }).collect()
+        } else {
+            listed.into_iter().map(|edge| Base { url: edge.url, prefix: edge.api_prefix }).collect()
+        };
+        let at = self.edge_at.load(std::sync::atomic::Ordering::Relaxed);
+        if at < bases.len() {
+            bases.rotate_left(at);
+        }
+        bases
+    }
+
+    /// Remembers which edge answered (by its place in [`Agent::fallbacks`]' order).
+    fn answered(&self, base: &Base) {
+        let listed = self.edges.lock().expect("edges lock");
+        if let Some(index) = listed.iter().position(|edge| edge.url == base.url) {
+            self.edge_at.store(index, std::sync::atomic::Ordering::Relaxed);
+        }
+    }
+
+    /// Takes the edges a new set lists.
+    pub(crate) fn take_edges(&self, set: &CredentialSet) {
+        let mut listed = self.edges.lock().expect("edges lock");
+        if listed.as_slice() != set.edges() {
+            tracing::info!(edges = set.edges().len(), "control listed the edges to fall back to");
+            *listed = set.edges().to_vec();
+            self.edge_at.store(0, std::sync::atomic::Ordering::Relaxed);
+        }
     }
 
     /// Takes the edge control named in its answer, if it is not the one in use: kept on disk
@@ -191,7 +239,7 @@ impl Agent {
     }
 
     /// Pulls the set from control (`from_control`, long-polled `wait` seconds) or the edge.
-    async fn pull_from(&self, client: &reqwest::Client, base: &str, wait: u64, from_control: bool) -> Result<Pulled> {
+    async fn pull_from(&self, client: &reqwest::Client, base: &Base, wait: u64, from_control: bool) -> Result<Pulled> {
         let after = self.held.lock().expect("held lock").map_or(0, |s| s.version);
         let node = self.settings.node;
         let mut request = self
@@ -315,6 +363,7 @@ impl Agent {
         let stored_in = received.elapsed() - verified_in;
         let started = std::time::Instant::now();
         let applied = self.live.apply(&set);
+        self.take_edges(&set);
         *self.held.lock().expect("held lock") = Some(verified.state());
         self.live.version.store(verified.envelope.header.version, std::sync::atomic::Ordering::Relaxed);
         self.live.expires.store(verified.envelope.header.expires, std::sync::atomic::Ordering::Relaxed);
@@ -335,7 +384,7 @@ impl Agent {
 
     /// After an answered pull: keeps a new release that ran healthy long enough, or takes the
     /// release the answer named, from where the answer came.
-    async fn after_pull(&self, client: &reqwest::Client, base: &str) {
+    async fn after_pull(&self, client: &reqwest::Client, base: &Base) {
         if let Some(pending) = crate::update::pending(&self.state) {
             // The process that swapped the new binary in is on its way out: only the new
             // binary, started again by the supervisor, may vouch for itself.
@@ -363,7 +412,7 @@ impl Agent {
     }
 
     /// Fetches, checks and installs `release`.
-    async fn update(&self, client: &reqwest::Client, base: &str, release: u64) -> crate::update::Outcome {
+    async fn update(&self, client: &reqwest::Client, base: &Base, release: u64) -> crate::update::Outcome {
         use crate::update::Outcome;
         let node = self.settings.node;
         // The request's failure (retried at a later pull), or what reading its body gave.
@@ -432,9 +481,9 @@ impl Agent {
             let mut source = None;
             // A new release proving itself pulls without waiting, to be kept (and say so) soon.
             let wait = if crate::update::pending(&self.state).is_some() { 1 } else { 25 };
-            if let (Some(client), Some(base)) = (&self.control, &self.settings.control_url) {
-                match self.pull_from(client, base, wait, true).await {
-                    Ok(result) => (pulled, source) = (Some(result), Some((client, base.clone()))),
+            if let (Some(client), Some(base)) = (&self.control, self.control_base()) {
+                match self.pull_from(client, &base, wait, true).await {
+                    Ok(result) => (pulled, source) = (Some(result), Some((client, base))),
                     Err(e) if refused_for_size(&e) => {
                         tracing::warn!(error = %e, "refused control's answer to a pull; serving the set held");
                     }
@@ -442,15 +491,18 @@ impl Agent {
                 }
             }
             let from_edge = pulled.is_none();
-            if pulled.is_none()
-                && let Some(base) = self.edge_url()
-            {
+            // Control does not answer: the edges in turn, until one does.
+            for base in if from_edge { self.fallbacks() } else { Vec::new() } {
                 match self.pull_from(&self.edge, &base, 0, false).await {
-                    Ok(result) => (pulled, source) = (Some(result), Some((&self.edge, base))),
-                    Err(e) if refused_for_size(&e) => {
-                        tracing::warn!(error = %e, "refused the edge's answer to a pull; serving the set held");
+                    Ok(result) => {
+                        self.answered(&base);
+                        (pulled, source) = (Some(result), Some((&self.edge, base)));
+                        break;
                     }
-                    Err(e) => tracing::debug!(error = %e, "the edge did not answer the pull"),
+                    Err(e) if refused_for_size(&e) => {
+                        tracing::warn!(error = %e, "refused an edge's answer to a pull; serving the set held");
+                    }
+                    Err(e) => tracing::debug!(error = %e, "an edge did not answer the pull"),
                 }
             }
             if let Some((client, base)) = &source {
@@ -530,8 +582,9 @@ impl Agent {
         Ok(())
     }
 
-    /// Sends queued reports to control (acknowledged ones are deleted), or to the edge.
-    async fn send(&self, sent_to_edge: &mut u64) -> Result<()> {
+    /// Sends queued reports to control (acknowledged ones are deleted), or to an edge. A
+    /// report left at one edge and sent again to another is counted once.
+    async fn send(&self, sent_to_edge: &mut Option<(String, u64)>) -> Result<()> {
         // Once control fails in a pass, the rest of the pass goes to the edge: a control that
         // drops packets (behind NAT) costs one connect timeout a pass, not one a report.
         let mut control_up = true;
@@ -545,9 +598,9 @@ impl Agent {
             let path = self.queue_dir().join(format!("{seq}.report"));
             let bytes = std::fs::read(&path).with_context(|| format!("reading {}", path.display()))?;
             let node = self.settings.node;
-            if let (Some(client), Some(base), true) = (&self.control, &self.settings.control_url, control_up) {
+            if let (Some(client), Some(base), true) = (&self.control, self.control_base(), control_up) {
                 let answer = self
-                    .signed(client, reqwest::Method::POST, base, &format!("/nodes/{node}/usage"), bytes.clone())
+                    .signed(client, reqwest::Method::POST, &base, &format!("/nodes/{node}/usage"), bytes.clone())
                     .timeout(Duration::from_secs(30))
                     .send()
                     .await;
@@ -562,21 +615,36 @@ impl Agent {
                 }
                 control_up = false;
             }
-            // Control does not answer: leave it at the edge for control to collect. It stays
-            // queued here until control acknowledges it.
-            if seq <= *sent_to_edge {
-                continue;
+            // Control does not answer: leave it at an edge for control to collect (from every
+            // edge). It stays queued here until control acknowledges it; an edge that stops
+            // answering gets none of the rest, the next one all of them.
+            let mut left = false;
+            let mut failure = None;
+            for base in self.fallbacks() {
+                if sent_to_edge.as_ref().is_some_and(|(url, sent)| *url == base.url && seq <= *sent) {
+                    left = true;
+                    break;
+                }
+                let answer = self
+                    .signed(&self.edge, reqwest::Method::POST, &base, &format!("/nodes/{node}/usage"), bytes.clone())
+                    .timeout(Duration::from_secs(30))
+                    .send()
+                    .await;
+                match answer {
+                    Ok(answer) if answer.status().is_success() => {
+                        self.answered(&base);
+                        *sent_to_edge = Some((base.url, seq));
+                        left = true;
+                        break;
+                    }
+                    Ok(answer) => failure = Some(format!("an edge refused usage report {seq}: {}", answer.status())),
+                    Err(e) => {
+                        failure = Some(format!("an edge did not answer: {:#}", anyhow::Error::from(e.without_url())));
+                    }
+                }
             }
-            let Some(base) = self.edge_url() else { return Ok(()) };
-            let answer = self
-                .signed(&self.edge, reqwest::Method::POST, &base, &format!("/nodes/{node}/usage"), bytes)
-                .timeout(Duration::from_secs(30))
-                .send()
-                .await;
-            match answer {
-                Ok(answer) if answer.status().is_success() => *sent_to_edge = seq,
-                Ok(answer) => bail!("the edge refused usage report {seq}: {}", answer.status()),
-                Err(e) => bail!("the edge did not answer: {:#}", anyhow::Error::from(e.without_url())),
+            if !left {
+                bail!("{}", failure.unwrap_or_else(|| "no edge to leave usage reports at".to_owned()));
             }
         }
         Ok(())
@@ -615,9 +683,9 @@ impl Agent {
         Ok(())
     }
 
-    /// Asks the edge for control's latest acknowledgement (when control is out of reach).
+    /// Asks an edge for control's latest acknowledgement (when control is out of reach).
     async fn ack_from_edge(&self) -> Result<()> {
-        let Some(base) = self.edge_url() else { return Ok(()) };
+        let Some(base) = self.fallbacks().into_iter().next() else { return Ok(()) };
         let node = self.settings.node;
         let answer = self
             .signed(&self.edge, reqwest::Method::GET, &base, &format!("/nodes/{node}/ack"), Vec::new())
@@ -634,7 +702,7 @@ impl Agent {
 
     /// Reports usage forever.
     pub(crate) async fn report_loop(self: Arc<Self>) {
-        let mut sent_to_edge = 0;
+        let mut sent_to_edge = None;
         let mut tick = tokio::time::interval(Duration::from_secs(self.settings.report_secs.max(1)));
         loop {
             tick.tick().await;
@@ -649,7 +717,7 @@ impl Agent {
                 }
             }
             // Reports that went to the edge are acknowledged there once control collected them.
-            if sent_to_edge > 0
+            if sent_to_edge.is_some()
                 && !self.queued().unwrap_or_default().is_empty()
                 && let Err(e) = self.ack_from_edge().await
             {

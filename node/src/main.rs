@@ -193,6 +193,7 @@ fn serve(dir: &Path) -> Result<i32> {
     let site = masquerade::Site::new(&settings.masquerade)?;
     let live = Arc::new(Live::default());
     let mut held = None;
+    let mut edges = Vec::new();
     let last_good = match (state.last_good(&trust, settings.node, now()), state.previous_trust()) {
         (Err(e), Some(previous)) => state.last_good(&previous, settings.node, now()).map_err(|_| e),
         (result, _) => result,
@@ -202,6 +203,7 @@ fn serve(dir: &Path) -> Result<i32> {
             live.expires.store(expires, std::sync::atomic::Ordering::Relaxed);
             let started = std::time::Instant::now();
             live.apply(&set);
+            edges = set.edges().to_vec();
             let micros = started.elapsed().as_micros() as u64;
             held = Some(stored);
             live.version.store(stored.version, std::sync::atomic::Ordering::Relaxed);
@@ -231,6 +233,8 @@ fn serve(dir: &Path) -> Result<i32> {
             restart: restart.clone(),
             started: std::time::Instant::now(),
             edge_url: std::sync::Mutex::new(edge_url),
+            edges: std::sync::Mutex::new(edges),
+            edge_at: std::sync::atomic::AtomicUsize::new(0),
             state: StateDir::new(dir),
             settings: settings.clone(),
             key,

@@ -401,23 +401,49 @@ impl CredEntry {
 
 /// The credential-set format a node of this version reads at most (see
 /// [`CredentialSet::encode`]).
-pub const CREDS_FORMAT: u64 = 2;
+pub const CREDS_FORMAT: u64 = 3;
+
+/// An edge a node falls back to when control does not answer: where it is, and the API
+/// prefix it answers nodes under.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct EdgeAddress {
+    /// `http(s)://host[:port]`, no path.
+    pub url: String,
+    /// The edge's API prefix.
+    pub api_prefix: String,
+}
+
+impl EdgeAddress {
+    /// The most edges a set lists.
+    pub const MAX: usize = 16;
+
+    fn valid(&self) -> bool {
+        self.url.len() <= 512
+            && crate::is_web_address(&self.url)
+            && (16..=64).contains(&self.api_prefix.len())
+            && self.api_prefix.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'-' || b == b'_')
+    }
+}
 
 /// The users a node must let in, sorted by user id without repeats.
 ///
-/// Two encodings, and the smaller is always used, so there is one encoding of every set:
-/// - **format 1** (every node reads it), for a set without speed limits: postcard of the node
-///   id and the list of `(user, hash)`;
+/// Three encodings, and the smallest that holds the set is always used, so there is one
+/// encoding of every set:
+/// - **format 1** (every node reads it), for a set without speed limits or edges: postcard of
+///   the node id and the list of `(user, hash)`;
 /// - **format 2**, for a set with at least one limit: the node id, an empty format-1 list, the
 ///   format number 2, then the list of `(user, hash, up, down)`. A node that reads only
 ///   format 1 finds bytes after its (empty) list and refuses the set as not canonical, so it
 ///   never takes a format-2 set for an empty one; from format 2 on, a node that meets a
-///   higher number says the set is newer than it reads.
+///   higher number says the set is newer than it reads;
+/// - **format 3**, for a set that lists the edges a node falls back to (control lists them
+///   when it has more than one): format 2's layout with 3, then the list of edges.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct CredentialSet {
     /// The node.
     pub node: NodeId,
     users: Vec<CredEntry>,
+    edges: Vec<EdgeAddress>,
 }
 
 /// Format 1's entry.
@@ -480,7 +506,22 @@ impl CredentialSet {
         if let Some(pair) = users.windows(2).find(|pair| pair[0].user == pair[1].user) {
             return Err(WireError::DuplicateUser(pair[0].user));
         }
-        Ok(CredentialSet { node, users })
+        Ok(CredentialSet { node, users, edges: Vec::new() })
+    }
+
+    /// The set with the edges a node falls back to, in order (at most [`EdgeAddress::MAX`],
+    /// each a web address without a path and a well-formed prefix).
+    pub fn with_edges(mut self, edges: Vec<EdgeAddress>) -> Result<CredentialSet, WireError> {
+        if edges.len() > EdgeAddress::MAX || !edges.iter().all(EdgeAddress::valid) {
+            return Err(WireError::Malformed("credential set (edges)"));
+        }
+        self.edges = edges;
+        Ok(self)
+    }
+
+    /// The edges a node falls back to, in order (none: the one it learned otherwise).
+    pub fn edges(&self) -> &[EdgeAddress] {
+        &self.edges
     }
 
     /// The users, sorted by id.
@@ -493,17 +534,23 @@ impl CredentialSet {
         self.users.iter().any(|entry| !entry.limit.is_none())
     }
 
-    /// The canonical encoding: format 1 without speed limits, format 2 with them.
+    /// The canonical encoding: format 1 without speed limits or edges, format 2 with limits,
+    /// format 3 with edges.
     pub fn encode(&self) -> Vec<u8> {
         let mut out = postcard::to_allocvec(&self.node).expect("encoding into a Vec cannot fail");
-        if self.has_limits() {
+        if self.has_limits() || !self.edges.is_empty() {
             let users: Vec<EntryV2> = self
                 .users
                 .iter()
                 .map(|e| EntryV2 { user: e.user, hash: e.hash, up: e.limit.up, down: e.limit.down })
                 .collect();
-            let rest = (Vec::<EntryV1>::new(), 2u64, users);
-            postcard::to_extend(&rest, out).expect("encoding into a Vec cannot fail")
+            if self.edges.is_empty() {
+                let rest = (Vec::<EntryV1>::new(), 2u64, users);
+                postcard::to_extend(&rest, out).expect("encoding into a Vec cannot fail")
+            } else {
+                let rest = (Vec::<EntryV1>::new(), 3u64, users, &self.edges);
+                postcard::to_extend(&rest, out).expect("encoding into a Vec cannot fail")
+            }
         } else {
             let users: Vec<EntryV1> = self.users.iter().map(|e| EntryV1 { user: e.user, hash: e.hash }).collect();
             out = postcard::to_extend(&users, out).expect("encoding into a Vec cannot fail");
@@ -517,20 +564,27 @@ impl CredentialSet {
         const MALFORMED: WireError = WireError::Malformed("credential set");
         let (node, rest) = postcard::take_from_bytes::<NodeId>(bytes).map_err(|_| MALFORMED)?;
         let (v1, rest) = postcard::take_from_bytes::<Vec<EntryV1>>(rest).map_err(|_| MALFORMED)?;
+        let mut edges = Vec::new();
         let users: Vec<CredEntry> = if rest.is_empty() || !v1.is_empty() {
             v1.into_iter().map(|e| CredEntry::new(e.user, e.hash)).collect()
         } else {
             let (format, rest) = postcard::take_from_bytes::<u64>(rest).map_err(|_| MALFORMED)?;
-            if format != 2 {
+            if !(2..=3).contains(&format) {
                 return Err(if format > CREDS_FORMAT { WireError::NewerFormat(format) } else { MALFORMED });
             }
-            let users: Vec<EntryV2> = postcard::from_bytes(rest).map_err(|_| MALFORMED)?;
+            let users: Vec<EntryV2> = if format == 2 {
+                postcard::from_bytes(rest).map_err(|_| MALFORMED)?
+            } else {
+                let (users, rest) = postcard::take_from_bytes(rest).map_err(|_| MALFORMED)?;
+                edges = postcard::from_bytes(rest).map_err(|_| MALFORMED)?;
+                users
+            };
             users
                 .into_iter()
                 .map(|e| CredEntry { user: e.user, hash: e.hash, limit: SpeedLimit { up: e.up, down: e.down } })
                 .collect()
         };
-        let set = CredentialSet { node, users };
+        let set = CredentialSet { node, users, edges: Vec::new() }.with_edges(edges)?;
         if set.users.windows(2).any(|pair| pair[0].user >= pair[1].user) {
             return Err(WireError::Malformed("credential set (users out of order)"));
         }
@@ -588,7 +642,7 @@ impl CredentialSet {
             }
         }
         let users = users.into_values().collect();
-        Ok(CredentialSet { node: self.node, users })
+        Ok(CredentialSet { node: self.node, users, edges: self.edges.clone() })
     }
 }
 
@@ -872,7 +926,7 @@ mod tests {
         let set = CredentialSet::new(9, vec![entry(5, 1), entry(2, 2)]).unwrap();
         assert_eq!(set.users()[0].user, 2);
         assert_eq!(CredentialSet::decode(&set.encode()).unwrap(), set);
-        let unsorted = CredentialSet { node: 9, users: vec![entry(5, 1), entry(2, 2)] };
+        let unsorted = CredentialSet { node: 9, users: vec![entry(5, 1), entry(2, 2)], edges: Vec::new() };
         assert!(CredentialSet::decode(&unsorted.encode()).is_err());
         let mut trailing = set.encode();
         trailing.push(0);
@@ -913,9 +967,9 @@ mod tests {
         padded.extend([0, 0]);
         assert_eq!(CredentialSet::decode(&padded), Err(WireError::Malformed("credential set (not canonical)")));
         let mut newer = with.encode();
-        newer[2] = 3;
-        assert_eq!(CredentialSet::decode(&newer), Err(WireError::NewerFormat(3)));
-        assert!(WireError::NewerFormat(3).to_string().contains("update the node"));
+        newer[2] = 4;
+        assert_eq!(CredentialSet::decode(&newer), Err(WireError::NewerFormat(4)));
+        assert!(WireError::NewerFormat(4).to_string().contains("update the node"));
 
         // A limit alone changing is not a credential change: nobody is cut off for it.
         let slower = CredentialSet::new(4, vec![entry(1, 1), limited(2, 2, 1_000_000, 0)]).unwrap();
@@ -924,6 +978,47 @@ mod tests {
         assert_eq!(diff.limited, vec![limited(2, 2, 1_000_000, 0)]);
         assert_eq!(with.apply(&diff).unwrap(), slower);
         assert_eq!(plain.diff(&with).limited.len(), 1);
+    }
+
+    /// A set listing the edges to fall back to takes format 3, whatever its limits; a
+    /// format-2 reader finds a format it does not know; each edge is checked; no set lists
+    /// an empty list in format 3.
+    #[test]
+    fn edges_take_format_3() {
+        let edges = vec![
+            EdgeAddress { url: "https://edge.example".into(), api_prefix: "a".repeat(16) },
+            EdgeAddress { url: "http://10.0.0.2:8787".into(), api_prefix: "b_-9".repeat(4) },
+        ];
+        let set = CredentialSet::new(4, vec![entry(1, 1)]).unwrap().with_edges(edges.clone()).unwrap();
+        let bytes = set.encode();
+        assert_eq!(&bytes[..3], &[4, 0, 3], "node, an empty format-1 list, format 3");
+        let decoded = CredentialSet::decode(&bytes).unwrap();
+        assert_eq!((decoded.edges(), &decoded), (edges.as_slice(), &set));
+        let limited = CredentialSet::new(4, vec![limited(1, 1, 8_000, 0)]).unwrap().with_edges(edges.clone()).unwrap();
+        assert_eq!(CredentialSet::decode(&limited.encode()).unwrap(), limited);
+        // Without edges it is format 1 or 2 again, byte for byte.
+        let plain = CredentialSet::new(4, vec![entry(1, 1)]).unwrap();
+        assert_eq!(set.clone().with_edges(Vec::new()).unwrap().encode(), plain.encode());
+        // The edges stay with the set through a diff of its users.
+        let more = CredentialSet::new(4, vec![entry(1, 1), entry(2, 2)]).unwrap().with_edges(edges.clone()).unwrap();
+        assert_eq!(set.apply(&set.diff(&more)).unwrap(), more);
+
+        for bad in [
+            EdgeAddress { url: "ftp://edge.example".into(), api_prefix: "a".repeat(16) },
+            EdgeAddress { url: "https://edge.example".into(), api_prefix: "short".into() },
+            EdgeAddress { url: "https://edge.example".into(), api_prefix: "a/b".repeat(8) },
+        ] {
+            assert!(plain.clone().with_edges(vec![bad]).is_err());
+        }
+        assert!(plain.clone().with_edges(vec![edges[0].clone(); EdgeAddress::MAX + 1]).is_err());
+        let mut bad_prefix = bytes.clone();
+        let at = bad_prefix.len() - 1;
+        bad_prefix[at] = b'/';
+        assert!(CredentialSet::decode(&bad_prefix).is_err(), "an edge not well formed is refused");
+        let mut empty = vec![4, 0, 3, 1, 1];
+        empty.extend([1; 32]);
+        empty.extend([0, 0, 0]);
+        assert_eq!(CredentialSet::decode(&empty), Err(WireError::Malformed("credential set (not canonical)")));
     }
 
     #[test]

@@ -235,3 +235,105 @@ async fn three_edges_serve_every_link_alike_and_each_catches_up() {
     assert!(listed.contains("mirror") && !listed.contains("worker"), "{listed}");
     control.stop().unwrap();
 }
+
+/// The edges a node's held set lists, by URL.
+fn listed_edges(state: &std::path::Path) -> Vec<String> {
+    use hearth_shared::envelope::{Envelope, Kind};
+    let Ok(bytes) = std::fs::read(state.join("creds.envelope")) else { return Vec::new() };
+    let envelope = Envelope::decode(&bytes, Kind::CredentialSet.max_len()).unwrap();
+    let set = hearth_shared::wire::CredentialSet::decode(&envelope.body).unwrap();
+    set.edges().iter().map(|edge| edge.url.clone()).collect()
+}
+
+/// A node gets the list of edges signed in its set; when control and the first edge are
+/// gone it pulls from the second (a user added meanwhile can connect) and leaves its usage
+/// reports there, which control collects when it is back, counted once.
+#[tokio::test]
+async fn a_node_falls_back_to_the_second_edge_when_control_and_the_first_are_gone() {
+    use hearth_tests::node::{NodeProcess, ProxyClient, fetch_eventually, http_server, profile_outbound};
+    let temp = tempfile::tempdir().unwrap();
+    let dir = ControlDir::init(&temp.path().join("control")).unwrap();
+    let main = EdgeProcess::start(Backend::Native, &temp.path().join("main.db"), &dir.edge_vars().unwrap()).unwrap();
+    let mirror_vars = own_vars(&dir, "mirror");
+    let mirror = EdgeProcess::start(Backend::Native, &temp.path().join("mirror.db"), &mirror_vars).unwrap();
+    let env = [("HEARTH_EDGE_URL", main.url.clone()), ("HEARTH_LISTEN", format!("127.0.0.1:{}", free_port().unwrap()))];
+    let control = ControlProcess::start(&dir, &env).unwrap();
+    let http = dir.client().unwrap();
+    let plain = hearth_tests::http().build().unwrap();
+    let api = Api { token: control.setup(&http, "admin").await.unwrap(), http };
+    let state = temp.path().join("node");
+    control.enroll_node(&api.http, &api.token, &state).await.unwrap();
+    let body = json!({
+        "name": "mirror",
+        "url": mirror.url,
+        "api_prefix": mirror_vars[2].1,
+        "push_token": mirror_vars[1].1,
+        "link_base": format!("{}/mirror-links", mirror.url),
+    });
+    api.post(&control, "/edges", body).await;
+    let alice = api.post(&control, "/users", json!({ "name": "alice" })).await;
+    let node = NodeProcess::start(&state).unwrap();
+    eventually("the node holds the list of edges", Duration::from_secs(30), || async {
+        listed_edges(&state) == [main.url.clone(), mirror.url.clone()]
+    })
+    .await;
+
+    // While the node is down, bob is added; then control and the first edge go away.
+    node.stop().unwrap();
+    let bob = api.post(&control, "/users", json!({ "name": "bob" })).await;
+    eventually("bob at both edges", Duration::from_secs(20), || async {
+        let status = api.get(&control, "/status").await;
+        status["edge"]["pending"] == 0
+    })
+    .await;
+    control.stop().unwrap();
+    main.stop().unwrap();
+
+    // The node starts with neither: it pulls from the mirror and lets bob in.
+    let node = NodeProcess::start(&state).unwrap();
+    let bob_link = links_at_mirror(&bob, &mirror.url);
+    let client = ProxyClient::sing_box(profile_outbound(&bob_link).await.unwrap()).unwrap();
+    let bytes: Vec<u8> = (0..(256u32 << 10)).map(|i| (i % 251) as u8).collect();
+    let web = http_server(bytes.clone()).await.unwrap();
+    let got = fetch_eventually(&client, web).await.unwrap();
+    assert!(got == bytes, "bob's bytes through the node that pulled from the mirror");
+
+    // Its usage waits at the mirror for control.
+    let queued = || async {
+        let drain = plain
+            .get(format!("{}/{}/usage?after=0", mirror.url, mirror_vars[2].1))
+            .bearer_auth(&mirror_vars[1].1)
+            .send()
+            .await
+            .unwrap();
+        let drain: hearth_shared::wire::UsageDrain =
+            hearth_shared::wire::decode(&drain.bytes().await.unwrap(), "drain").unwrap();
+        drain.reports.len()
+    };
+    eventually("the node's usage left at the mirror", Duration::from_secs(30), || async { queued().await > 0 }).await;
+
+    // Control comes back (the first edge does not): it collects the usage from the mirror.
+    let control = ControlProcess::start(&dir, &env).unwrap();
+    let id = bob["id"].as_u64().unwrap();
+    eventually("bob's traffic counted by control", Duration::from_secs(30), || async {
+        let user = api.get(&control, &format!("/users/{id}")).await;
+        user["used_down"].as_u64().unwrap() >= bytes.len() as u64
+    })
+    .await;
+    let user = api.get(&control, &format!("/users/{id}")).await;
+    assert!(user["used_down"].as_u64().unwrap() < bytes.len() as u64 + 4096, "counted once: {user}");
+    drop(alice);
+    node.stop().unwrap();
+    control.stop().unwrap();
+}
+
+/// A user's link at the mirror (from the links control answered with).
+fn links_at_mirror(user: &Value, mirror: &str) -> String {
+    user["links"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|l| l["link"].as_str().unwrap().to_owned())
+        .find(|link| link.starts_with(mirror))
+        .unwrap()
+}

@@ -521,6 +521,7 @@ async fn status(State(app): State<Arc<App>>, auth: Auth) -> Reply {
             "held_total": overview.held,
             "last_push": overview.edges.iter().map(|s| s.edge.last_push).max().unwrap_or(0),
             "last_error": last_error,
+            "last_drain": overview.edges.iter().map(|s| s.edge.last_drain).max().unwrap_or(0),
         },
         "edges": edges,
     }))
@@ -542,6 +543,7 @@ pub(super) fn edge_json(app: &App, status: &crate::store::EdgeStatus) -> serde_j
         "held": status.held,
         "last_push": edge.last_push,
         "last_error": edge.last_error,
+        "last_drain": edge.last_drain,
         "failing_since": edge.error_since,
         "added": edge.added,
     })
@@ -801,8 +803,9 @@ async fn update_settings(State(app): State<Arc<App>>, auth: Auth, Input(input): 
     let addresses = crate::settings::Addresses { edge_url, sub_url };
     if addresses != current {
         let saved = addresses.clone();
-        change(&app, &auth, Scope::Admin, move |tx, _, actor, now| {
-            crate::settings::save_addresses(tx, &saved, actor, now)
+        change(&app, &auth, Scope::Admin, move |tx, app, actor, now| {
+            crate::settings::save_addresses(tx, &saved, actor, now)?;
+            crate::publish::edges_changed(tx, &app.signer, now).map(drop)
         })
         .await?;
         app.set_addresses(addresses);

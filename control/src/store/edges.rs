@@ -78,6 +78,8 @@ pub(crate) struct Edge {
     pub(crate) pushed: i64,
     /// Its usage queue's cursor.
     pub(crate) drained: i64,
+    /// When its usage queue was last taken.
+    pub(crate) last_drain: u64,
     /// The release it was handed.
     pub(crate) release: i64,
     /// The archive version it holds.
@@ -89,7 +91,7 @@ pub(crate) struct Edge {
 }
 
 const COLUMNS: &str = "id, name, url, api_prefix, push_token, link_base, state, position, pushed, drained, release, \
-                       archive, added, last_push, last_error, error_since";
+                       archive, added, last_push, last_error, error_since, last_drain";
 
 fn row(row: &rusqlite::Row<'_>) -> rusqlite::Result<Edge> {
     Ok(Edge {
@@ -109,6 +111,7 @@ fn row(row: &rusqlite::Row<'_>) -> rusqlite::Result<Edge> {
         last_push: row.get(13)?,
         last_error: row.get(14)?,
         error_since: row.get(15)?,
+        last_drain: row.get(16)?,
     })
 }
 
@@ -278,7 +281,7 @@ pub(crate) fn sync_main(conn: &Connection, url: Option<&str>, now: u64) -> Resul
         (Some(edge), Some(url)) => {
             taken(conn, MAIN, url, edge.id)?;
             conn.execute(
-                "UPDATE edges SET url = ?2, pushed = 0, drained = 0, release = 0, archive = 0, last_push = 0,
+                "UPDATE edges SET url = ?2, pushed = 0, drained = 0, last_drain = 0, release = 0, archive = 0, last_push = 0,
                    last_error = NULL, error_since = 0 WHERE id = ?1",
                 params![edge.id, url],
             )?;
@@ -338,10 +341,16 @@ pub(crate) fn hold(
     Ok(())
 }
 
-/// Records a per-edge marker: the usage cursor, the release handed, the archive held.
+/// After a usage drain: its cursor, and when.
+pub(crate) fn drained(conn: &Connection, id: i64, cursor: i64, now: u64) -> Result<(), Error> {
+    conn.prepare_cached("UPDATE edges SET drained = ?2, last_drain = ?3 WHERE id = ?1")?
+        .execute(params![id, cursor, now])?;
+    Ok(())
+}
+
+/// Records a per-edge marker: the release handed, the archive held.
 pub(crate) fn set_marker(conn: &Connection, id: i64, marker: Marker, value: i64) -> Result<(), Error> {
     let column = match marker {
-        Marker::Drained => "drained",
         Marker::Release => "release",
         Marker::Archive => "archive",
     };
@@ -352,7 +361,6 @@ pub(crate) fn set_marker(conn: &Connection, id: i64, marker: Marker, value: i64)
 /// What [`set_marker`] records.
 #[derive(Clone, Copy, Debug)]
 pub(crate) enum Marker {
-    Drained,
     Release,
     Archive,
 }

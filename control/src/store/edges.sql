@@ -21,6 +21,7 @@ CREATE TABLE edges (
     position    INTEGER NOT NULL,
     pushed      INTEGER NOT NULL DEFAULT 0,
     drained     INTEGER NOT NULL DEFAULT 0,
+    last_drain  INTEGER NOT NULL DEFAULT 0,
     release     INTEGER NOT NULL DEFAULT 0,
     archive     INTEGER NOT NULL DEFAULT 0,
     added       INTEGER NOT NULL,

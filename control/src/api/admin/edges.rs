@@ -84,9 +84,10 @@ pub(super) async fn add_edge(
     let edge =
         NewEdge::checked(&input.name, &input.url, &input.api_prefix, &input.push_token, input.link_base.as_deref())
             .map_err(fail)?;
-    let id = change(&app, &auth, Scope::Admin, move |tx, _, actor, now| {
+    let id = change(&app, &auth, Scope::Admin, move |tx, app, actor, now| {
         let id = edges::add(tx, &edge, now)?;
         store::audit(tx, now, actor, "edge.add", &edge.name, &edge.url)?;
+        crate::publish::edges_changed(tx, &app.signer, now)?;
         Ok(id)
     })
     .await?;
@@ -107,7 +108,7 @@ pub(super) async fn update_edge(
         Some("") => Some(None),
         Some(base) => Some(Some(edges::check_url("link_base", base).map_err(fail)?)),
     };
-    change(&app, &auth, Scope::Admin, move |tx, _, actor, now| {
+    change(&app, &auth, Scope::Admin, move |tx, app, actor, now| {
         let edge = edges::get(tx, id)?.ok_or(Error::NotFound("edge"))?;
         if let Some(state) = state {
             edges::set_state(tx, id, state)?;
@@ -121,6 +122,7 @@ pub(super) async fn update_edge(
             edges::set_link_base(tx, id, base.as_deref())?;
             store::audit(tx, now, actor, "edge.link_base", &edge.name, base.as_deref().unwrap_or("derived"))?;
         }
+        crate::publish::edges_changed(tx, &app.signer, now)?;
         Ok(())
     })
     .await?;
@@ -129,13 +131,14 @@ pub(super) async fn update_edge(
 }
 
 pub(super) async fn remove_edge(State(app): State<Arc<App>>, auth: crate::api::Auth, Path(id): Path<i64>) -> Reply {
-    change(&app, &auth, Scope::Admin, move |tx, _, actor, now| {
+    change(&app, &auth, Scope::Admin, move |tx, app, actor, now| {
         let edge = edges::get(tx, id)?.ok_or(Error::NotFound("edge"))?;
         if edge.name == edges::MAIN {
             return Err(Error::invalid("main_edge", "the main edge is edge_url: clear it in Settings"));
         }
         edges::remove(tx, id)?;
-        store::audit(tx, now, actor, "edge.remove", &edge.name, &edge.url)
+        store::audit(tx, now, actor, "edge.remove", &edge.name, &edge.url)?;
+        crate::publish::edges_changed(tx, &app.signer, now).map(drop)
     })
     .await?;
     app.refresh_links().map_err(fail)?;
