@@ -1,11 +1,11 @@
-//! Credential sets (both formats, with and without speed limits): the strict decoder on any bytes, and diff/apply between two sets built from
+//! Credential sets (every format: with and without speed limits, with and without edges): the strict decoder on any bytes, and diff/apply between two sets built from
 //! the input (a diff takes the old set to the new one, and does not apply to a set it was not
 //! made from unless that set gives the same result).
 #![no_main]
 
 use arbitrary::Unstructured;
 use hearth_fuzz::take;
-use hearth_shared::wire::{CredEntry, CredentialSet, SpeedLimit};
+use hearth_shared::wire::{CredEntry, CredentialSet, EdgeAddress, SpeedLimit};
 use libfuzzer_sys::fuzz_target;
 
 /// A set from the input: few distinct users and hashes, so that two sets share users.
@@ -20,20 +20,27 @@ fn set(u: &mut Unstructured<'_>) -> CredentialSet {
         .collect();
     users.sort_by_key(|entry| entry.user);
     users.dedup_by_key(|entry| entry.user);
-    CredentialSet::new(node, users).expect("users made unique")
+    let edges = (0..take::<u8>(u) % 3)
+        .map(|i| EdgeAddress { url: format!("https://edge{i}.example"), api_prefix: "p".repeat(16 + usize::from(i)) })
+        .collect();
+    CredentialSet::new(node, users).expect("users made unique").with_edges(edges).expect("well-formed edges")
 }
 
 fuzz_target!(|data: &[u8]| {
     if let Ok(decoded) = CredentialSet::decode(data) {
         assert_eq!(decoded.encode(), data);
         assert!(decoded.users().windows(2).all(|pair| pair[0].user < pair[1].user));
-        assert_eq!(CredentialSet::new(decoded.node, decoded.users().to_vec()).as_ref(), Ok(&decoded));
+        let rebuilt = CredentialSet::new(decoded.node, decoded.users().to_vec())
+            .and_then(|set| set.with_edges(decoded.edges().to_vec()));
+        assert_eq!(rebuilt.as_ref(), Ok(&decoded));
         assert!(decoded.diff(&decoded).is_empty());
     }
 
     let mut u = Unstructured::new(data);
     let (old, new, other) = (set(&mut u), set(&mut u), set(&mut u));
-    let new = CredentialSet::new(old.node, new.users().to_vec()).expect("sorted and unique");
+    let new = CredentialSet::new(old.node, new.users().to_vec())
+        .and_then(|set| set.with_edges(old.edges().to_vec()))
+        .expect("sorted and unique");
     let diff = old.diff(&new);
     assert_eq!(old.apply(&diff).as_ref(), Ok(&new), "a diff takes the old set to the new one");
     assert_eq!(diff.is_empty(), old == new);
