@@ -614,7 +614,14 @@ fn edge_command(dir: &std::path::Path, command: EdgeCommand) -> Result<()> {
                 std::fs::read_to_string(&push_token_file)
                     .with_context(|| format!("reading {}", push_token_file.display()))?
             };
-            let edge = store::edges::NewEdge::checked(&name, &url, &api_prefix, token.trim(), link_base.as_deref())?;
+            let edge = store::edges::NewEdge::checked(
+                &name,
+                &url,
+                &api_prefix,
+                token.trim(),
+                link_base.as_deref(),
+                &config.edge.sub_prefix,
+            )?;
             db.write_blocking(|tx| {
                 store::edges::add(tx, &edge, now)?;
                 store::audit(tx, now, "cli", "edge.add", &edge.name, &edge.url)?;

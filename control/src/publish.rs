@@ -611,9 +611,11 @@ fn fallbacks(conn: &Connection, signer: &Signer) -> Result<Vec<wire::EdgeAddress
         .collect())
 }
 
-/// Signs every enrolled node's set again if it changed: after the edges changed, so nodes
-/// learn whom to fall back to. Returns how many it signed.
+/// After the edges changed: the edge settings (where links are served) and every enrolled
+/// node's set (whom to fall back to) are signed again if that changed them. Returns how many
+/// node sets it signed.
 pub(crate) fn edges_changed(conn: &Connection, signer: &Signer, now: u64) -> Result<usize, Error> {
+    publish_edge_settings(conn, signer, now)?;
     let nodes: Vec<NodeId> = conn
         .prepare("SELECT id FROM nodes WHERE public_key IS NOT NULL")?
         .query_map([], |row| row.get(0))?
@@ -670,15 +672,25 @@ pub(crate) fn put_signed(
     Ok(())
 }
 
-/// Signs the owner's edge settings (User-Agent rules) for the edge.
-pub(crate) fn publish_edge_settings(
-    conn: &Connection,
-    signer: &Signer,
-    settings: &wire::EdgeSettings,
-    now: u64,
-) -> Result<(), Error> {
+/// Signs the owner's edge settings for the edges, as the database holds them (when they
+/// changed): the User-Agent rules, and where every edge serves links.
+pub(crate) fn publish_edge_settings(conn: &Connection, signer: &Signer, now: u64) -> Result<(), Error> {
+    let settings = wire::EdgeSettings {
+        ua_rules: crate::settings::ua_rules(conn)?,
+        links: edges::list(conn)?
+            .into_iter()
+            .filter_map(|edge| {
+                let state = match edge.state {
+                    edges::LinkState::Active => wire::LinkState::Active,
+                    edges::LinkState::Blocked => wire::LinkState::Blocked,
+                    edges::LinkState::Retired => wire::LinkState::Retired,
+                };
+                Some(wire::LinkBase { base: edge.link_base?, state })
+            })
+            .collect(),
+    };
     let target = (Kind::EdgeSettings, wire::stream::EDGE_SETTINGS.to_owned(), Audience::Edge);
-    put_plain(conn, signer, target, RECORD_LIFETIME, &wire::encode(settings), now, false)?;
+    put_plain(conn, signer, target, RECORD_LIFETIME, &wire::encode(&settings), now, false)?;
     Ok(())
 }
 
@@ -737,10 +749,7 @@ pub(crate) fn resign_all(conn: &Connection, signer: &Signer, now: u64) -> Result
             Ok(Stream::UsageAck(node)) if nodes.get(&node).is_some_and(|(_, seq)| *seq > 0) => {
                 usage_ack(conn, signer, node, nodes[&node].1, now)?;
             }
-            Ok(Stream::EdgeSettings) => {
-                let settings = wire::EdgeSettings { ua_rules: crate::settings::ua_rules(conn)? };
-                publish_edge_settings(conn, signer, &settings, now)?;
-            }
+            Ok(Stream::EdgeSettings) => publish_edge_settings(conn, signer, now)?,
             Ok(Stream::Rollout) => crate::releases::publish_rollout(conn, signer, now)?,
             _ => delete_stream(conn, name)?,
         }

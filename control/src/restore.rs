@@ -509,15 +509,15 @@ fn build(dir: &Path, options: &Options) -> Result<Report> {
     // The database: the archive's (or a new one), the edge as the newer truth on top.
     let db = Db::open(&paths.database()).with_context(|| format!("opening {}", paths.database().display()))?;
     db.write_blocking(|tx| {
-        let configured = crate::config::Config::load(dir, &|_| None).map_err(|e| Error::Internal(format!("{e:#}")))?;
-        let mut addresses = crate::settings::Addresses::of(&configured);
+        let config = crate::config::Config::load(dir, &|_| None).map_err(|e| Error::Internal(format!("{e:#}")))?;
+        let mut addresses = crate::settings::Addresses::of(&config);
         if addresses.edge_url.is_none() {
             addresses.edge_url = Some(edge_url.clone());
         }
         // Kept as the owner's setting, over a configuration that names no edge.
-        let configured = crate::settings::Addresses::of(&configured);
+        let configured = crate::settings::Addresses::of(&config);
         store::set_state(tx, "addresses_file", serde_json::to_string(&configured).expect("addresses serialize"))?;
-        crate::settings::save_addresses(tx, &addresses, "restore", now)?;
+        crate::settings::save_addresses(tx, &config, &addresses, "restore", now)?;
         // The streams are numbered anew below: every edge is brought up to date from nothing
         // (what an edge already holds, it takes again as a no-op).
         tx.execute("UPDATE edges SET pushed = 0, release = 0, archive = 0", [])?;
@@ -596,8 +596,7 @@ fn republish(tx: &Connection, signer: &Signer, now: u64) -> Result<usize, Error>
             signed += 1;
         }
     }
-    let rules = crate::settings::ua_rules(tx)?;
-    publish::publish_edge_settings(tx, signer, &EdgeSettings { ua_rules: rules }, now)?;
+    publish::publish_edge_settings(tx, signer, now)?;
     Ok(signed + 1)
 }
 

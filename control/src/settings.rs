@@ -11,7 +11,7 @@ use serde::de::DeserializeOwned;
 use serde::{Deserialize, Serialize};
 
 use hearth_shared::agent::UaRule;
-use hearth_shared::wire::{EdgeSettings, Profile};
+use hearth_shared::wire::Profile;
 
 use crate::config::Config;
 use crate::error::Error;
@@ -174,7 +174,8 @@ pub(crate) fn settle_addresses(db: &Db, config: &mut Config) -> Result<(), Error
     let configured = Addresses::of(config);
     let (addresses, _) = db.write_blocking(|tx| {
         let (addresses, changed) = settle_value(tx, "addresses", &configured)?;
-        crate::store::edges::sync_main(tx, addresses.edge_url.as_deref(), crate::app::now())?;
+        let base = config.link_base(addresses.edge_url.as_deref(), addresses.sub_url.as_deref());
+        crate::store::edges::sync_main(tx, addresses.edge_url.as_deref(), &base, crate::app::now())?;
         Ok((addresses, changed))
     })?;
     config.set_addresses(addresses.edge_url, addresses.sub_url);
@@ -197,9 +198,16 @@ pub(crate) fn profile_in_force(db: &Db, file: &Profile) -> Result<Profile, Error
 }
 
 /// Keeps the owner's new addresses (in the caller's transaction).
-pub(crate) fn save_addresses(conn: &Connection, addresses: &Addresses, actor: &str, now: u64) -> Result<(), Error> {
+pub(crate) fn save_addresses(
+    conn: &Connection,
+    config: &Config,
+    addresses: &Addresses,
+    actor: &str,
+    now: u64,
+) -> Result<(), Error> {
     save(conn, "addresses", addresses)?;
-    crate::store::edges::sync_main(conn, addresses.edge_url.as_deref(), now)?;
+    let base = config.link_base(addresses.edge_url.as_deref(), addresses.sub_url.as_deref());
+    crate::store::edges::sync_main(conn, addresses.edge_url.as_deref(), &base, now)?;
     store::audit(
         conn,
         now,
@@ -245,6 +253,6 @@ pub(crate) fn set_ua_rules(
     now: u64,
 ) -> Result<(), Error> {
     save(conn, "ua_rules", &rules)?;
-    publish::publish_edge_settings(conn, signer, &EdgeSettings { ua_rules: rules.to_vec() }, now)?;
+    publish::publish_edge_settings(conn, signer, now)?;
     store::audit(conn, now, actor, "settings.ua_rules", "", &format!("{} rules", rules.len()))
 }

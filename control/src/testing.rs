@@ -50,8 +50,10 @@ impl TestControl {
             api_prefix: config.edge.api_prefix.clone(),
         };
         let db = Db::open(&paths.database()).expect("database");
-        db.write_blocking(|tx| crate::store::edges::sync_main(tx, config.edge_url.as_deref(), crate::app::now()))
-            .expect("the main edge");
+        db.write_blocking(|tx| {
+            crate::store::edges::sync_main(tx, config.edge_url.as_deref(), &config.sub_url, crate::app::now())
+        })
+        .expect("the main edge");
         let hasher = Hasher::with_params(argon2::Params::new(256, 1, 1, Some(32)).expect("params"));
         let _ = rustls::crypto::ring::default_provider().install_default();
         let http = reqwest::Client::new();

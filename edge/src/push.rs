@@ -162,12 +162,11 @@ fn target_of(stream: &str) -> Option<(Target, Kind, Audience)> {
     Some((target, kind, audience))
 }
 
-/// The User-Agent rules in a stored edge-settings envelope (none if it does not decode: it
+/// The owner's settings in a stored edge-settings envelope (none if it does not decode: it
 /// was verified when pushed).
-pub fn settings_rules(envelope: &[u8]) -> Vec<hearth_shared::agent::UaRule> {
+pub fn stored_settings(envelope: &[u8]) -> wire::EdgeSettings {
     hearth_shared::envelope::Envelope::stored_body(envelope)
-        .and_then(|body| wire::decode::<wire::EdgeSettings>(body, "edge settings").ok())
-        .map(|settings| settings.ua_rules)
+        .and_then(|body| wire::EdgeSettings::decode(body).ok())
         .unwrap_or_default()
 }
 

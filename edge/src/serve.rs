@@ -9,16 +9,24 @@
 use hearth_shared::agent::{format_override, match_user_agent};
 use hearth_shared::envelope::Envelope;
 use hearth_shared::ratelimit::{BucketLimit, Decision, MissGuard, TokenBucket};
-use hearth_shared::render::answer;
+use hearth_shared::render::answer_at;
 use hearth_shared::seal;
-use hearth_shared::wire::SubToken;
+use hearth_shared::wire::{EdgeSettings, SubToken};
 
 use crate::Reply;
 use crate::config::EdgeConfig;
 
-/// The rules in force: the edge's own (`HEARTH_UA_RULES`) first, then those control pushed.
-pub fn rules(config: &EdgeConfig, pushed: Vec<hearth_shared::agent::UaRule>) -> Vec<hearth_shared::agent::UaRule> {
-    config.ua_rules.iter().cloned().chain(pushed).collect()
+/// What the owner set that changes answers: the User-Agent rules in force (the edge's own,
+/// `HEARTH_UA_RULES`, first, then those control pushed) and where every edge serves links.
+#[derive(Clone, Debug, Default)]
+pub struct Owner {
+    pub rules: Vec<hearth_shared::agent::UaRule>,
+    pub settings: EdgeSettings,
+}
+
+/// The owner's settings in force, from the edge's own and what control pushed.
+pub fn owner(config: &EdgeConfig, pushed: EdgeSettings) -> Owner {
+    Owner { rules: config.ua_rules.iter().cloned().chain(pushed.ua_rules.iter().cloned()).collect(), settings: pushed }
 }
 
 /// The decoy: what a stock nginx answers for a path it does not have.
@@ -63,11 +71,12 @@ pub fn network_gate(guard: &MissGuard, bucket: &mut TokenBucket, limit: BucketLi
 }
 
 /// The answer for a known link whose stored envelope is `envelope`: the snapshot opened with
-/// the `token` the client presented, in the format the operator's `rules` (the edge's own
+/// the `token` the client presented, in the format the operator's rules (the edge's own
 /// first, then the owner's from control) or the built-in table pick. `sub_url` is the link as
-/// fetched (for the page).
+/// fetched (for the page, and to know whether its domain was blocked or retired: then the
+/// answer names the link at the primary; a retired one is redirected there, 308).
 pub fn subscription(
-    rules: &[hearth_shared::agent::UaRule],
+    owner: &Owner,
     envelope: &[u8],
     token: &SubToken,
     user_agent: &str,
@@ -82,8 +91,18 @@ pub fn subscription(
     let Ok(snapshot) = seal::open(body, token) else {
         return decoy();
     };
-    let wants = format_override(query).unwrap_or_else(|| match_user_agent(user_agent, rules));
-    let answer = answer(&snapshot, wants, sub_url);
+    let mobility = owner.settings.mobility(sub_url, &token.to_link_form());
+    if mobility.retired
+        && let Some(to) = &mobility.moved_to
+    {
+        let location = if query.is_empty() { to.clone() } else { format!("{to}?{query}") };
+        let mut reply = Reply::text(308, format!("This link moved to {to}\n"));
+        reply.headers.push(("location", location));
+        reply.headers.push(("cache-control", "no-store".to_owned()));
+        return reply;
+    }
+    let wants = format_override(query).unwrap_or_else(|| match_user_agent(user_agent, &owner.rules));
+    let answer = answer_at(&snapshot, wants, sub_url, &mobility);
     Reply { status: 200, headers: answer.headers, body: answer.body.into_bytes() }
 }
 

@@ -178,11 +178,96 @@ pub mod stream {
 }
 
 /// Settings the owner makes in control that the edge applies: its User-Agent rules, checked
-/// before the built-in table (after the rules in the edge's own `HEARTH_UA_RULES`).
+/// before the built-in table (after the rules in the edge's own `HEARTH_UA_RULES`), and where
+/// every edge serves links (so an edge whose domain is blocked or retired can tell apps where
+/// links went).
 #[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
 pub struct EdgeSettings {
     /// The rules, first match wins.
     pub ua_rules: Vec<crate::agent::UaRule>,
+    /// Every edge's link base, in the owner's order.
+    pub links: Vec<LinkBase>,
+}
+
+impl EdgeSettings {
+    /// The most link bases a settings record holds.
+    pub const MAX_LINKS: usize = 16;
+
+    /// Decodes strictly, also a record from before link bases (rules alone).
+    pub fn decode(body: &[u8]) -> Result<EdgeSettings, WireError> {
+        #[derive(Deserialize, Serialize)]
+        struct RulesOnly {
+            ua_rules: Vec<crate::agent::UaRule>,
+        }
+        let settings = match decode::<EdgeSettings>(body, "edge settings") {
+            Ok(settings) => settings,
+            Err(e) => decode::<RulesOnly>(body, "edge settings")
+                .map(|old| EdgeSettings { ua_rules: old.ua_rules, links: Vec::new() })
+                .map_err(|_| e)?,
+        };
+        if settings.links.len() > EdgeSettings::MAX_LINKS
+            || !settings.links.iter().all(|link| link.base.len() <= 512 && crate::is_web_address(&link.base))
+        {
+            return Err(WireError::Malformed("edge settings (links)"));
+        }
+        Ok(settings)
+    }
+
+    /// Where links went, for a fetch of `token` at `fetched` (the link as requested): when the
+    /// base it came in on is blocked or retired, the same link at the primary (the first base
+    /// offered); and the link at every base offered (the mirrors).
+    pub fn mobility(&self, fetched: &str, token: &str) -> Mobility {
+        let strip = |url: &str| -> String {
+            let rest = url.split_once("://").map_or(url, |(_, rest)| rest);
+            rest.trim_end_matches('/').to_ascii_lowercase()
+        };
+        let here = strip(fetched);
+        let came = self
+            .links
+            .iter()
+            .filter(|link| here.starts_with(&format!("{}/", strip(&link.base))))
+            .max_by_key(|link| link.base.len());
+        let offered: Vec<&LinkBase> = self.links.iter().filter(|link| link.state == LinkState::Active).collect();
+        let at = |link: &LinkBase| format!("{}/{token}", link.base.trim_end_matches('/'));
+        Mobility {
+            moved_to: came
+                .filter(|link| link.state != LinkState::Active)
+                .and_then(|_| offered.first().map(|link| at(link))),
+            retired: came.is_some_and(|link| link.state == LinkState::Retired),
+            mirrors: offered.iter().map(|link| at(link)).collect(),
+        }
+    }
+}
+
+/// Where one edge serves links, and whether they are offered.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct LinkBase {
+    /// The base a token is appended to (`https://sub.example/s`).
+    pub base: String,
+    /// Whether its links are offered.
+    pub state: LinkState,
+}
+
+/// Whether an edge's links are offered.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub enum LinkState {
+    /// Offered; the first is the primary.
+    Active,
+    /// Its domain is blocked: links moved to the primary; it still serves whoever reaches it.
+    Blocked,
+    /// Given up: fetches are sent to the primary.
+    Retired,
+}
+
+/// What an edge tells an app about where its link went ([`EdgeSettings::mobility`]).
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct Mobility {
+    /// The link at the primary, when the one fetched is blocked or retired.
+    pub moved_to: Option<String>,
+    /// The link fetched is retired: the fetch is redirected.
+    pub retired: bool,
+    /// The link at every edge offering links, in the owner's order.
+    pub mirrors: Vec<String>,
 }
 
 /// A subscription token: 32 random bytes, written in links as 43 characters of unpadded
@@ -1019,6 +1104,49 @@ mod tests {
         empty.extend([1; 32]);
         empty.extend([0, 0, 0]);
         assert_eq!(CredentialSet::decode(&empty), Err(WireError::Malformed("credential set (not canonical)")));
+    }
+
+    /// Where a fetched link went: by the base it came in on (scheme and case aside, the
+    /// longest base that holds it), only when that base is not offered; the mirrors are the
+    /// offered bases, in order.
+    #[test]
+    fn a_blocked_or_retired_base_names_the_primary() {
+        let base = |base: &str, state| LinkBase { base: base.into(), state };
+        let settings = EdgeSettings {
+            ua_rules: Vec::new(),
+            links: vec![
+                base("https://old.example/s", LinkState::Blocked),
+                base("https://sub.mirror.example/m", LinkState::Active),
+                base("https://gone.example/s", LinkState::Retired),
+                base("https://third.example/s", LinkState::Active),
+            ],
+        };
+        let mirrors = vec!["https://sub.mirror.example/m/TOKEN".to_owned(), "https://third.example/s/TOKEN".to_owned()];
+        let moved = settings.mobility("http://OLD.example/s/TOKEN", "TOKEN");
+        assert_eq!(moved, Mobility { moved_to: Some(mirrors[0].clone()), retired: false, mirrors: mirrors.clone() });
+        let retired = settings.mobility("https://gone.example/s/TOKEN", "TOKEN");
+        assert!(retired.retired && retired.moved_to.as_deref() == Some(mirrors[0].as_str()));
+        for at_home in ["https://third.example/s/TOKEN", "https://unknown.example/s/TOKEN", "https://old.example/sx/T"]
+        {
+            assert_eq!(settings.mobility(at_home, "TOKEN").moved_to, None, "{at_home}");
+        }
+        // Nothing offered: nowhere to send anyone.
+        let none =
+            EdgeSettings { ua_rules: Vec::new(), links: vec![base("https://old.example/s", LinkState::Blocked)] };
+        assert_eq!(none.mobility("https://old.example/s/T", "T"), Mobility::default());
+
+        // The record decodes strictly, also as it was before link bases.
+        assert_eq!(EdgeSettings::decode(&encode(&settings)), Ok(settings.clone()));
+        let rules = vec![crate::agent::UaRule { contains: "App".into(), target: crate::agent::RuleTarget::Mihomo }];
+        #[derive(Serialize)]
+        struct Before {
+            ua_rules: Vec<crate::agent::UaRule>,
+        }
+        let old = EdgeSettings::decode(&encode(&Before { ua_rules: rules.clone() })).unwrap();
+        assert_eq!(old, EdgeSettings { ua_rules: rules, links: Vec::new() });
+        let mut bad = settings.clone();
+        bad.links[0].base = "javascript:alert(1)".into();
+        assert!(EdgeSettings::decode(&encode(&bad)).is_err());
     }
 
     #[test]

@@ -151,9 +151,10 @@ fn envelopes() -> Vec<(&'static str, Envelope)> {
                 .sign(wire::encode(&UsageAck { node: 3, seq: 12 }), &[&signing()]),
         ),
         (
+            // As control signed it before link bases: edges still read it.
             "edge_settings",
             draft(Kind::EdgeSettings, stream::EDGE_SETTINGS.into(), 4, Audience::Edge).sign(
-                wire::encode(&hearth_shared::wire::EdgeSettings {
+                wire::encode(&RulesOnly {
                     ua_rules: vec![hearth_shared::agent::UaRule {
                         contains: "MyApp".into(),
                         target: hearth_shared::agent::RuleTarget::SingBox,
@@ -162,7 +163,38 @@ fn envelopes() -> Vec<(&'static str, Envelope)> {
                 &[&signing()],
             ),
         ),
+        (
+            "edge_settings_links",
+            draft(Kind::EdgeSettings, stream::EDGE_SETTINGS.into(), 5, Audience::Edge).sign(
+                wire::encode(&hearth_shared::wire::EdgeSettings {
+                    ua_rules: Vec::new(),
+                    links: vec![
+                        wire::LinkBase { base: "https://old.example/s".into(), state: wire::LinkState::Blocked },
+                        wire::LinkBase { base: "https://sub.example.org/s".into(), state: wire::LinkState::Active },
+                    ],
+                }),
+                &[&signing()],
+            ),
+        ),
     ]
+}
+
+/// Edge settings as they were before link bases.
+#[derive(serde::Serialize)]
+struct RulesOnly {
+    ua_rules: Vec<hearth_shared::agent::UaRule>,
+}
+
+/// Both edge-settings fixtures decode, the older one without link bases.
+#[test]
+fn edge_settings_from_before_link_bases_still_decode() {
+    for (name, links) in [("edge_settings", 0), ("edge_settings_links", 2)] {
+        let hex = std::fs::read_to_string(fixture_path(name)).unwrap();
+        let bytes = hex::decode(hex.trim()).unwrap();
+        let envelope = hearth_shared::envelope::Envelope::decode(&bytes, Kind::EdgeSettings.max_len()).unwrap();
+        let settings = wire::EdgeSettings::decode(&envelope.body).unwrap();
+        assert_eq!(settings.links.len(), links, "{name}");
+    }
 }
 
 fn fixture_path(name: &str) -> PathBuf {

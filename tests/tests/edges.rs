@@ -218,6 +218,54 @@ async fn three_edges_serve_every_link_alike_and_each_catches_up() {
     assert!(primary.starts_with(&format!("{}/mirror-links/", mirror.url)), "{primary}");
     let shown = dir.cli(&["user", "show", "bob"]).unwrap();
     assert!(shown.contains(&format!("link: {primary}")), "the CLI shows the same primary: {shown}");
+    // Apps that still reach the blocked domain learn the new link there: the announcement
+    // and the web page header (Happ shows both, Clash Verge Rev the page), Stash's
+    // `#SUBSCRIBED` line, and the browser page offers the new link.
+    let bob_main = format!("{}/s/{}", main.url, primary.rsplit('/').next().unwrap());
+    eventually("the blocked domain names the new link", Duration::from_secs(20), || async {
+        let Ok(answer) = plain.get(&bob_main).header("user-agent", "Happ/1.0").send().await else { return false };
+        answer.headers().get("profile-web-page-url").is_some_and(|v| v.to_str().unwrap() == primary)
+    })
+    .await;
+    let answer = plain.get(&bob_main).header("user-agent", "Happ/1.0").send().await.unwrap();
+    let announce = answer.headers()["announce"].to_str().unwrap().strip_prefix("base64:").unwrap().to_owned();
+    let announce = base64::Engine::decode(&base64::engine::general_purpose::STANDARD, announce).unwrap();
+    assert_eq!(String::from_utf8(announce).unwrap(), format!("This link moved: {primary}"));
+    let clash = plain.get(&bob_main).header("user-agent", "clash-verge/v2.0").send().await.unwrap();
+    assert!(clash.text().await.unwrap().starts_with(&format!("#SUBSCRIBED {primary}\n")));
+    let page = plain
+        .get(&bob_main)
+        .header(
+            "user-agent",
+            "Mozilla/5.0 (X11; Linux x86_64) AppleWebKit/537.36 (KHTML, like Gecko) Chrome/120.0.0.0 Safari/537.36",
+        )
+        .send();
+    let page = page.await.unwrap().text().await.unwrap();
+    assert!(page.contains("This link moved.") && page.contains(&primary), "{page}");
+
+    // A retired domain sends every fetch to the new link (308): every open-source app
+    // follows it (none keeps the new address, so the redirect must stay up). On the Worker,
+    // which reads the owner's settings at most once a minute.
+    let change = json!({ "state": "retired" });
+    api.call(&control, reqwest::Method::PATCH, &format!("/edges/{worker_id}"), Some(change)).await;
+    // A new user's link: every fetch counts against a link's hourly limit (60), so the
+    // Worker is asked every 3 s for a minute and a half, and not with links fetched above.
+    let frank = api.post(&control, "/users", json!({ "name": "frank" })).await;
+    let primary = frank["link"].as_str().unwrap().to_owned();
+    let frank_worker = format!("{}/worker-links/{}", worker.url, primary.rsplit('/').next().unwrap());
+    let manual = hearth_tests::http().redirect(reqwest::redirect::Policy::none()).build().unwrap();
+    let started = Instant::now();
+    loop {
+        let answer = manual.get(&frank_worker).header("user-agent", "SFA/1.12.0").send().await.unwrap();
+        if answer.status() == StatusCode::PERMANENT_REDIRECT {
+            assert_eq!(answer.headers()["location"].to_str().unwrap(), primary);
+            break;
+        }
+        assert!(started.elapsed() < Duration::from_secs(90), "the retired domain never redirected");
+        tokio::time::sleep(Duration::from_secs(3)).await;
+    }
+    let followed = body(&plain, &frank_worker).await.expect("an app following the redirect gets its profile");
+    assert_eq!(Some(followed), body(&plain, &primary).await);
 
     // The Worker is removed: it gets nothing more; the others do.
     api.call(&control, reqwest::Method::DELETE, &format!("/edges/{worker_id}"), None).await;

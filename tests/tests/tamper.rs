@@ -233,7 +233,7 @@ impl Edge {
                 Kind::EdgeSettings,
                 stream::EDGE_SETTINGS.into(),
                 Audience::Edge,
-                wire::encode(&EdgeSettings { ua_rules: Vec::new() }),
+                wire::encode(&EdgeSettings { ua_rules: Vec::new(), links: Vec::new() }),
             ),
             Obj::Rollout => (
                 Kind::Rollout,

@@ -804,7 +804,7 @@ async fn update_settings(State(app): State<Arc<App>>, auth: Auth, Input(input): 
     if addresses != current {
         let saved = addresses.clone();
         change(&app, &auth, Scope::Admin, move |tx, app, actor, now| {
-            crate::settings::save_addresses(tx, &saved, actor, now)?;
+            crate::settings::save_addresses(tx, &app.config, &saved, actor, now)?;
             crate::publish::edges_changed(tx, &app.signer, now).map(drop)
         })
         .await?;

@@ -189,6 +189,7 @@ impl NewEdge {
         api_prefix: &str,
         push_token: &str,
         link_base: Option<&str>,
+        sub_prefix: &str,
     ) -> Result<NewEdge, Error> {
         let name = check_name(name)?;
         if name == MAIN {
@@ -207,12 +208,17 @@ impl NewEdge {
                 format!("the push token is 16 to {MAX_PUSH_TOKEN} printable characters without spaces"),
             ));
         }
+        let url = check_url("url", url)?;
+        let link_base = match link_base.filter(|b| !b.trim().is_empty()) {
+            Some(base) => check_url("link_base", base)?,
+            None => format!("{url}/{sub_prefix}"),
+        };
         Ok(NewEdge {
             name,
-            url: check_url("url", url)?,
+            url,
             api_prefix: api_prefix.to_owned(),
             push_token: push_token.to_owned(),
-            link_base: link_base.filter(|b| !b.trim().is_empty()).map(|b| check_url("link_base", b)).transpose()?,
+            link_base: Some(link_base),
         })
     }
 }
@@ -267,10 +273,13 @@ pub(crate) fn set_link_base(conn: &Connection, id: i64, base: Option<&str>) -> R
     Ok(())
 }
 
-/// Makes the [`MAIN`] edge match `url` (the `edge_url` in force): added first in the order
-/// when missing, removed when there is none; a new URL is a new edge, brought up to date
-/// from nothing.
-pub(crate) fn sync_main(conn: &Connection, url: Option<&str>, now: u64) -> Result<(), Error> {
+/// Makes the [`MAIN`] edge match `url` (the `edge_url` in force) and `base` (the link base in
+/// force): added first in the order when missing, removed when there is none; a new URL is a
+/// new edge, brought up to date from nothing.
+pub(crate) fn sync_main(conn: &Connection, url: Option<&str>, base: &str, now: u64) -> Result<(), Error> {
+    if url.is_some() {
+        conn.execute("UPDATE edges SET link_base = ?1 WHERE name = ?2", params![base, MAIN])?;
+    }
     let current = by_name(conn, MAIN)?;
     match (current, url) {
         (None, None) => {}
@@ -290,9 +299,9 @@ pub(crate) fn sync_main(conn: &Connection, url: Option<&str>, now: u64) -> Resul
         (None, Some(url)) => {
             taken(conn, MAIN, url, 0)?;
             conn.execute(
-                "INSERT INTO edges (name, url, position, added)
-                 VALUES (?1, ?2, (SELECT ifnull(min(position), 1) - 1 FROM edges), ?3)",
-                params![MAIN, url, now],
+                "INSERT INTO edges (name, url, link_base, position, added)
+                 VALUES (?1, ?2, ?3, (SELECT ifnull(min(position), 1) - 1 FROM edges), ?4)",
+                params![MAIN, url, base, now],
             )?;
         }
     }
@@ -391,13 +400,13 @@ mod tests {
         let t = crate::testing::TestControl::new(false);
         user(&t, "alice");
         let db = &t.app.db;
-        db.write_blocking(|tx| sync_main(tx, Some("https://edge.example"), now())).unwrap();
+        db.write_blocking(|tx| sync_main(tx, Some("https://edge.example"), "https://edge.example/s", now())).unwrap();
         assert_eq!(lacks(&t, MAIN), 1, "a new edge gets every stream");
         let edge = db.read_blocking(|c| by_name(c, MAIN)).unwrap().unwrap();
         let to = db.read_blocking(|c| Ok(c.query_row("SELECT max(seq) FROM streams", [], |r| r.get(0))?)).unwrap();
         db.write_blocking(|tx| pushed(tx, edge.id, to, &[], now())).unwrap();
         assert_eq!(lacks(&t, MAIN), 0);
-        db.write_blocking(|tx| sync_main(tx, Some("https://edge.example"), now())).unwrap();
+        db.write_blocking(|tx| sync_main(tx, Some("https://edge.example"), "https://edge.example/s", now())).unwrap();
         assert_eq!(lacks(&t, MAIN), 0, "the same edge again: nothing more");
 
         let mirror = NewEdge {
@@ -415,9 +424,9 @@ mod tests {
         assert!(matches!(clash, Error::Conflict(_)), "{clash}");
 
         // The main edge moves: the new one is brought up from nothing; none: it goes.
-        db.write_blocking(|tx| sync_main(tx, Some("https://other.example"), now())).unwrap();
+        db.write_blocking(|tx| sync_main(tx, Some("https://other.example"), "https://other.example/s", now())).unwrap();
         assert_eq!(lacks(&t, MAIN), 2);
-        db.write_blocking(|tx| sync_main(tx, None, now())).unwrap();
+        db.write_blocking(|tx| sync_main(tx, None, "", now())).unwrap();
         let names: Vec<String> = db.read_blocking(list).unwrap().into_iter().map(|e| e.name).collect();
         assert_eq!(names, ["mirror"], "removing one edge leaves the others");
         assert_eq!(lacks(&t, "mirror"), 2);

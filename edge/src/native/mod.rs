@@ -89,7 +89,7 @@ pub struct Edge {
     /// API requests refused for their token or signature, for the health answer and the log.
     token_refusals: Mutex<api::RefusalLog>,
     /// The User-Agent rules in force: the edge's own, then the owner's from control.
-    rules: RwLock<Arc<Vec<hearth_shared::agent::UaRule>>>,
+    owner: RwLock<Arc<serve::Owner>>,
 }
 
 fn now_ms() -> u64 {
@@ -135,7 +135,7 @@ impl Edge {
         let store = Store::open(db, cache_bytes, replica).await?;
         let edge = Edge {
             trust: RwLock::new(config.trust(None)),
-            rules: RwLock::new(Arc::new(serve::rules(&config, Vec::new()))),
+            owner: RwLock::new(Arc::new(serve::owner(&config, Default::default()))),
             config,
             store,
             limiter: Mutex::new(Limiter::default()),
@@ -151,10 +151,10 @@ impl Edge {
         let trust = self.config.trust(self.store.trust().await?);
         *self.trust.write().expect("trust lock") = trust;
         let pushed = match self.store.stream(stream::EDGE_SETTINGS).await? {
-            Some((_, Some(envelope))) => push::settings_rules(&envelope),
-            _ => Vec::new(),
+            Some((_, Some(envelope))) => push::stored_settings(&envelope),
+            _ => Default::default(),
         };
-        *self.rules.write().expect("rules lock") = Arc::new(serve::rules(&self.config, pushed));
+        *self.owner.write().expect("owner lock") = Arc::new(serve::owner(&self.config, pushed));
         Ok(())
     }
 
@@ -299,9 +299,9 @@ impl Edge {
         let scheme = request.header("x-forwarded-proto").unwrap_or("http");
         let host = request.header("host").unwrap_or("localhost");
         let sub_url = format!("{scheme}://{host}{}", request.path);
-        let rules = self.rules.read().expect("rules lock").clone();
+        let owner = self.owner.read().expect("owner lock").clone();
         serve::subscription(
-            &rules,
+            &owner,
             &envelope,
             &token,
             request.header("user-agent").unwrap_or(""),

@@ -7,7 +7,6 @@ use hearth_edge::config::EdgeConfig;
 use hearth_edge::routes::{Route, route};
 use hearth_edge::serve::{self, Refusals, decoy, too_many};
 use hearth_edge::{Reply, api};
-use hearth_shared::agent::UaRule;
 use hearth_shared::ratelimit::Network;
 use hearth_shared::sha256;
 use hearth_shared::wire::SubToken;
@@ -20,34 +19,34 @@ thread_local! {
     /// a link over its limit, or a network flooding past its budget, costs no Durable Object
     /// call.
     static REFUSALS: std::cell::RefCell<Refusals> = std::cell::RefCell::new(Refusals::default());
-    /// The User-Agent rules in force and when they were read: asked of the Control object at
-    /// most once a minute per isolate.
-    static RULES: std::cell::RefCell<(u64, std::rc::Rc<Vec<UaRule>>)> = std::cell::RefCell::new((0, std::rc::Rc::new(Vec::new())));
+    /// The owner's settings in force (User-Agent rules, link bases) and when they were read:
+    /// asked of the Control object at most once a minute per isolate.
+    static OWNER: std::cell::RefCell<(u64, std::rc::Rc<serve::Owner>)> = std::cell::RefCell::new((0, std::rc::Rc::new(serve::Owner::default())));
 }
 
-/// How long an isolate keeps the rules before asking again.
-const RULES_FOR_MS: u64 = 60_000;
+/// How long an isolate keeps the owner's settings before asking again.
+const OWNER_FOR_MS: u64 = 60_000;
 
-/// The rules in force: the edge's own, then the owner's (pushed by control). When the Control
-/// object cannot answer, the link is still served, with the rules read last (or the edge's
-/// own), and it is asked again at the next fetch.
-async fn rules(env: &Env, config: &EdgeConfig) -> std::rc::Rc<Vec<UaRule>> {
+/// The owner's settings in force: the edge's own rules, then the owner's (pushed by control),
+/// and the link bases. When the Control object cannot answer, the link is still served, with
+/// the settings read last (or the edge's own rules), and it is asked again at the next fetch.
+async fn owner(env: &Env, config: &EdgeConfig) -> std::rc::Rc<serve::Owner> {
     let now = now_ms();
-    let (read, cached) = RULES.with_borrow(|(read, rules)| (*read, rules.clone()));
-    if read != 0 && now < read + RULES_FOR_MS {
+    let (read, cached) = OWNER.with_borrow(|(read, owner)| (*read, owner.clone()));
+    if read != 0 && now < read + OWNER_FOR_MS {
         return cached;
     }
     let url = format!("https://control{}", crate::control::SETTINGS_PATH);
     let stored = async { reply_of(call(&control(env)?, Method::Get, &url, None).await?).await };
     let pushed = match stored.await {
-        Ok(reply) if reply.status == 200 => hearth_edge::push::settings_rules(&reply.body),
-        Ok(reply) if reply.status == 204 => Vec::new(),
+        Ok(reply) if reply.status == 200 => hearth_edge::push::stored_settings(&reply.body),
+        Ok(reply) if reply.status == 204 => Default::default(),
         Ok(_) | Err(_) if read != 0 => return cached,
-        Ok(_) | Err(_) => return std::rc::Rc::new(config.ua_rules.clone()),
+        Ok(_) | Err(_) => return std::rc::Rc::new(serve::owner(config, Default::default())),
     };
-    let rules = std::rc::Rc::new(serve::rules(config, pushed));
-    RULES.with_borrow_mut(|slot| *slot = (now, rules.clone()));
-    rules
+    let owner = std::rc::Rc::new(serve::owner(config, pushed));
+    OWNER.with_borrow_mut(|slot| *slot = (now, owner.clone()));
+    owner
 }
 
 #[event(fetch)]
@@ -145,9 +144,9 @@ async fn subscription(
             let mut sub_url = url.clone();
             sub_url.set_query(None);
             let user_agent = req.headers().get("user-agent")?.unwrap_or_default();
-            let rules = rules(env, config).await;
+            let owner = owner(env, config).await;
             Ok(serve::subscription(
-                &rules,
+                &owner,
                 &found.body,
                 &token,
                 &user_agent,

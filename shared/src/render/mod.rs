@@ -171,9 +171,38 @@ pub struct Answer {
 
 /// Answers a client that wants `wants`; `sub_url` is the link it fetched (for the page).
 pub fn answer(snapshot: &Snapshot, wants: crate::agent::Wants, sub_url: &str) -> Answer {
+    answer_at(snapshot, wants, sub_url, &crate::wire::Mobility::default())
+}
+
+/// [`answer`] at an edge that knows where links went: a link whose domain is blocked answers
+/// as usual and tells the app the link at the primary (the announcement and the web page
+/// header, which apps that show them show), and the page offers the link at the primary and
+/// lists every mirror.
+pub fn answer_at(
+    snapshot: &Snapshot,
+    wants: crate::agent::Wants,
+    sub_url: &str,
+    mobility: &crate::wire::Mobility,
+) -> Answer {
     match wants {
         crate::agent::Wants::Profile(format) => {
-            Answer { headers: headers(snapshot, format), body: render(snapshot, format) }
+            let mut headers = headers(snapshot, format);
+            if let Some(to) = mobility.moved_to.as_deref().filter(|to| is_header_safe(to)) {
+                headers.retain(|(name, _)| !matches!(*name, "profile-web-page-url" | "announce"));
+                let before = headers.len() - 2;
+                let mut announce = format!("This link moved: {to}");
+                if let Some(own) = snapshot.profile.announce.as_deref().filter(|a| !a.trim().is_empty()) {
+                    announce = format!("{announce} · {own}");
+                }
+                headers.insert(before, ("profile-web-page-url", to.to_owned()));
+                headers.insert(before + 1, ("announce", format!("base64:{}", B64.encode(announce))));
+                // Stash takes a first line `#SUBSCRIBED <url>` as where to fetch the profile
+                // from now on; to mihomo and the other Clash apps it is a comment.
+                if format == Format::Mihomo {
+                    return Answer { headers, body: format!("#SUBSCRIBED {to}\n{}", render(snapshot, format)) };
+                }
+            }
+            Answer { headers, body: render(snapshot, format) }
         }
         crate::agent::Wants::Page => Answer {
             headers: vec![
@@ -183,7 +212,7 @@ pub fn answer(snapshot: &Snapshot, wants: crate::agent::Wants, sub_url: &str) ->
                 ("referrer-policy", "no-referrer".to_owned()),
                 ("x-content-type-options", "nosniff".to_owned()),
             ],
-            body: page::render(snapshot, sub_url),
+            body: page::render_at(snapshot, sub_url, mobility),
         },
     }
 }
@@ -362,5 +391,42 @@ pub(crate) mod tests {
         let mut unsafe_url = snapshot.clone();
         unsafe_url.profile.support_url = Some("https://x\r\nset-cookie: a".into());
         assert!(super::headers(&unsafe_url, Format::Base64).iter().all(|(n, _)| *n != "support-url"));
+    }
+
+    /// A link whose domain was blocked answers as usual and names the link at the primary in
+    /// the announcement (before the owner's) and the web page header; the page offers the
+    /// new link with a notice and lists the mirrors; a link at home changes nothing.
+    #[test]
+    fn a_moved_link_names_the_primary() {
+        use crate::agent::Wants;
+        use crate::wire::Mobility;
+        let mut snapshot = sample_snapshot();
+        snapshot.profile.announce = Some("Be kind".into());
+        let to = "https://sub.mirror.example/m/TOKEN";
+        let moved = Mobility {
+            moved_to: Some(to.into()),
+            retired: false,
+            mirrors: vec![to.into(), "https://third.example/s/TOKEN".into()],
+        };
+        let answer = answer_at(&snapshot, Wants::Profile(Format::Base64), "https://old.example/s/TOKEN", &moved);
+        let get = |name: &str| answer.headers.iter().find(|(n, _)| *n == name).map(|(_, v)| v.clone());
+        assert_eq!(get("profile-web-page-url").as_deref(), Some(to));
+        let announce = get("announce").unwrap();
+        let announce = String::from_utf8(B64.decode(announce.strip_prefix("base64:").unwrap()).unwrap()).unwrap();
+        assert_eq!(announce, format!("This link moved: {to} · Be kind"));
+        assert_eq!(answer.body, render(&snapshot, Format::Base64), "the profile itself is the same");
+        assert_eq!(answer.headers.last().map(|(n, _)| *n), Some("cache-control"));
+        let home = answer_at(&snapshot, Wants::Profile(Format::Base64), to, &Mobility::default());
+        assert_eq!(home.headers, headers(&snapshot, Format::Base64));
+        let clash = answer_at(&snapshot, Wants::Profile(Format::Mihomo), "https://old.example/s/TOKEN", &moved);
+        assert_eq!(clash.body, format!("#SUBSCRIBED {to}\n{}", render(&snapshot, Format::Mihomo)), "for Stash");
+        let parsed: serde_yaml_ng::Value = serde_yaml_ng::from_str(&clash.body).unwrap();
+        assert!(parsed["proxies"].is_sequence(), "still a Clash profile");
+
+        let page = answer_at(&snapshot, Wants::Page, "https://old.example/s/TOKEN", &moved).body;
+        assert!(page.contains("This link moved."), "{page}");
+        assert!(page.contains(&format!("value=\"{to}\" aria-label=\"Subscription link\"")), "the new link is offered");
+        assert!(page.contains("value=\"https://third.example/s/TOKEN\" aria-label=\"Mirror link\""), "{page}");
+        assert!(!page.contains("old.example"), "the blocked link is not offered again");
     }
 }

@@ -102,6 +102,13 @@ fn import_links(sub_url: &str, name: &str) -> [(&'static str, String); 4] {
 
 /// The page for `snapshot`, whose subscription link is `sub_url`.
 pub fn render(snapshot: &Snapshot, sub_url: &str) -> String {
+    render_at(snapshot, sub_url, &crate::wire::Mobility::default())
+}
+
+/// [`render`] knowing where links went: a link that moved offers the link at the primary
+/// (with a notice), and every mirror is listed.
+pub fn render_at(snapshot: &Snapshot, fetched: &str, mobility: &crate::wire::Mobility) -> String {
+    let sub_url = mobility.moved_to.as_deref().unwrap_or(fetched);
     let title = escape(title(snapshot));
     let status = snapshot.status;
     let mut html = String::with_capacity(16 * 1024);
@@ -120,6 +127,13 @@ pub fn render(snapshot: &Snapshot, sub_url: &str) -> String {
     let _ = write!(html, "<dt>Used</dt><dd>{} of {quota}</dd>", human_bytes(used));
     let expires = if snapshot.expires_at == 0 { "never".to_owned() } else { date(snapshot.expires_at) };
     let _ = write!(html, "<dt>Expires</dt><dd>{expires}</dd></dl>");
+    if let Some(to) = &mobility.moved_to {
+        let _ = write!(
+            html,
+            "<p class=\"announce\">This link moved. Use the new one below: add it to your app again.<br>{}</p>",
+            escape(to)
+        );
+    }
     if let Some(announce) = snapshot.profile.announce.as_deref().filter(|a| !a.trim().is_empty()) {
         let _ = write!(html, "<p class=\"announce\">{}</p>", escape(announce));
     }
@@ -135,6 +149,14 @@ pub fn render(snapshot: &Snapshot, sub_url: &str) -> String {
         qr_svg(sub_url),
         escape(sub_url),
     );
+    let others: Vec<&String> = mobility.mirrors.iter().filter(|m| m.as_str() != sub_url).collect();
+    if !others.is_empty() {
+        html.push_str("<section><h2>If this link stops working</h2><p>The same subscription, at other addresses:</p>");
+        for mirror in others {
+            let _ = write!(html, "<input readonly value=\"{}\" aria-label=\"Mirror link\">", escape(mirror));
+        }
+        html.push_str("</section>");
+    }
     if status.can_connect() {
         html.push_str("<section><h2>Servers</h2>");
         for entry in entries(snapshot, &[]) {

@@ -81,9 +81,15 @@ pub(super) async fn add_edge(
     auth: crate::api::Auth,
     Input(input): Input<EdgeInput>,
 ) -> Reply {
-    let edge =
-        NewEdge::checked(&input.name, &input.url, &input.api_prefix, &input.push_token, input.link_base.as_deref())
-            .map_err(fail)?;
+    let edge = NewEdge::checked(
+        &input.name,
+        &input.url,
+        &input.api_prefix,
+        &input.push_token,
+        input.link_base.as_deref(),
+        &app.config.edge.sub_prefix,
+    )
+    .map_err(fail)?;
     let id = change(&app, &auth, Scope::Admin, move |tx, app, actor, now| {
         let id = edges::add(tx, &edge, now)?;
         store::audit(tx, now, actor, "edge.add", &edge.name, &edge.url)?;
@@ -108,8 +114,19 @@ pub(super) async fn update_edge(
         Some("") => Some(None),
         Some(base) => Some(Some(edges::check_url("link_base", base).map_err(fail)?)),
     };
+    let main_base = app.addresses().sub_url;
     change(&app, &auth, Scope::Admin, move |tx, app, actor, now| {
         let edge = edges::get(tx, id)?.ok_or(Error::NotFound("edge"))?;
+        // Empty: derived again, as for a new edge (the main edge's: the link base in force).
+        let link_base = link_base.map(|base| {
+            base.or_else(|| {
+                Some(if edge.name == edges::MAIN {
+                    main_base.clone()
+                } else {
+                    format!("{}/{}", edge.url.trim_end_matches('/'), app.config.edge.sub_prefix)
+                })
+            })
+        });
         if let Some(state) = state {
             edges::set_state(tx, id, state)?;
             store::audit(tx, now, actor, "edge.state", &edge.name, state.as_str())?;
