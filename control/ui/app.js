@@ -874,6 +874,17 @@
         h('p', {}, t('users.link_hint')),
         secretBox(link.link),
         link.qr_svg ? h('img', { class: 'qr', alt: t('users.qr'), src: `data:image/svg+xml;charset=utf-8,${encodeURIComponent(link.qr_svg)}` }) : null,
+        (link.links || []).filter((m) => m.link !== link.link).length
+          ? h(
+              'details',
+              { id: 'mirrors' },
+              h('summary', {}, t('users.mirrors')),
+              h('p', {}, t('users.mirrors_hint')),
+              (link.links || [])
+                .filter((m) => m.link !== link.link)
+                .map((m) => h('div', {}, h('small', {}, `${m.edge} (${t(`edge.${m.state}`)})`), secretBox(m.link))),
+            )
+          : null,
       ),
       h(
         'section',

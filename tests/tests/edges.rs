@@ -191,7 +191,8 @@ async fn three_edges_serve_every_link_alike_and_each_catches_up() {
         same_everywhere(&plain, &dave_links, &["main", "worker"]).await
     })
     .await;
-    tokio::time::sleep(Duration::from_secs(10)).await;
+    // Down for a minute in all (pushes back off to 32 s meanwhile).
+    tokio::time::sleep(Duration::from_secs(50)).await;
     let mirror = EdgeProcess::start_on(Backend::Native, &mirror_db, &mirror_vars, mirror_port).unwrap();
     // Asked through control's status, not by fetching links the mirror does not hold yet: an
     // edge answers a network that keeps asking for unknown links with decoys for a while.

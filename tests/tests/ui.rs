@@ -367,6 +367,39 @@ async fn the_admin_panel_works_in_a_real_browser() {
     // The overview lists it, with how far it has come.
     client.goto(&format!("{panel}#/")).await.unwrap();
     text_of(&client, "main table", |t| t.contains("main") && t.contains("http://127.0.0.1:9/s")).await;
+    // A second edge (from the CLI): a user's page lists the link there too.
+    let token_file = temp.path().join("mirror.token");
+    std::fs::write(&token_file, "a-push-token-of-the-mirror-0123").unwrap();
+    let token_path = token_file.to_str().unwrap();
+    let prefix = "mirror-prefix-0123456789";
+    dir.cli(&[
+        "edge",
+        "add",
+        "mirror",
+        "--url",
+        "http://127.0.0.1:10",
+        "--api-prefix",
+        prefix,
+        "--push-token-file",
+        token_path,
+    ])
+    .unwrap();
+    // Control notices a change from the CLI within half a second.
+    let started = Instant::now();
+    loop {
+        client.goto(&format!("{panel}#/users")).await.unwrap();
+        find(&client, "a[href='#/users/1']").await.click().await.unwrap();
+        text_of(&client, "#link code", |t| t.starts_with("http://127.0.0.1:9/s/")).await;
+        if client.find(Locator::Css("#mirrors summary")).await.is_ok() {
+            break;
+        }
+        assert!(started.elapsed() < Duration::from_secs(10), "the user's page never listed the mirror");
+        tokio::time::sleep(Duration::from_millis(300)).await;
+    }
+    find(&client, "#mirrors summary").await.click().await.unwrap();
+    text_of(&client, "#mirrors", |t| t.contains("mirror") && t.contains("http://127.0.0.1:10/s/")).await;
+    screenshot(&client, "user-mirrors").await;
+    dir.cli(&["edge", "remove", "mirror"]).unwrap();
     client.goto(&format!("{panel}#/settings")).await.unwrap();
     find(&client, "#addresses-form input[name=edge_url]").await.clear().await.unwrap();
     find(&client, "#addresses-form button[type=submit]").await.click().await.unwrap();
