@@ -1457,8 +1457,87 @@
     return form;
   }
 
+  /** The edges links are served from: each one's state, and a form to add one. */
+  function edgesCard(edges) {
+    const rows = edges.map((edge) => {
+      const state = h(
+        'select',
+        { name: 'state', 'aria-label': t('edges.state_of', { name: edge.name }), 'data-edge': edge.name },
+        ['active', 'blocked', 'retired'].map((s) => h('option', { value: s, selected: edge.state === s }, t(`edge.${s}`))),
+      );
+      state.addEventListener('change', async () => {
+        try {
+          await api('PATCH', `edges/${edge.id}`, { state: state.value });
+          route();
+        } catch (err) {
+          alertError(err);
+        }
+      });
+      const remove =
+        edge.name === 'main'
+          ? null
+          : h('button', { type: 'button', class: 'ghost small danger', 'data-remove-edge': edge.name }, t('edges.remove'));
+      if (remove) {
+        remove.addEventListener('click', async () => {
+          if (!(await confirmAction(t('edges.remove_confirm', { name: edge.name }), t('edges.remove')))) return;
+          try {
+            await api('DELETE', `edges/${edge.id}`);
+            route();
+          } catch (err) {
+            alertError(err);
+          }
+        });
+      }
+      return h(
+        'tr',
+        {},
+        h('th', { scope: 'row' }, edge.name, h('br'), h('small', {}, edge.link_base || edge.url)),
+        h('td', {}, state),
+        h('td', {}, remove),
+      );
+    });
+    const form = h(
+      'form',
+      { id: 'edge-form' },
+      h('h3', {}, t('edges.add')),
+      field(t('edges.name'), h('input', { name: 'name', required: true, maxlength: 32, pattern: '[a-z0-9\\-]+' }), t('edges.name_hint')),
+      field(t('edges.url'), h('input', { name: 'url', type: 'url', required: true, placeholder: 'https://hearth.example.workers.dev' })),
+      field(t('edges.api_prefix'), h('input', { name: 'api_prefix', required: true, minlength: 16, maxlength: 64, autocomplete: 'off' })),
+      field(t('edges.push_token'), h('input', { name: 'push_token', type: 'password', required: true, minlength: 16, autocomplete: 'off' })),
+      field(t('edges.link_base'), h('input', { name: 'link_base', type: 'url', placeholder: 'https://sub.example.org/s' }), t('edges.link_base_hint')),
+      errorBox(),
+      h('div', { class: 'actions' }, h('button', { type: 'submit' }, t('edges.add'))),
+    );
+    onSubmit(form, async () => {
+      const values = fields(form);
+      if (!values.link_base) delete values.link_base;
+      await api('POST', 'edges', values);
+      route();
+    });
+    return h(
+      'section',
+      { class: 'card', id: 'edges' },
+      h('h2', { id: 'edges-list-title' }, t('edges.title')),
+      h('p', {}, t('edges.intro')),
+      edges.length
+        ? h(
+            'table',
+            { 'aria-labelledby': 'edges-list-title' },
+            h('thead', {}, h('tr', {}, [t('overview.edge_name'), t('overview.edge_links'), h('span', { class: 'visually-hidden' }, t('edges.remove'))].map((x) => h('th', { scope: 'col' }, x)))),
+            h('tbody', {}, rows),
+          )
+        : null,
+      form,
+    );
+  }
+
   async function settingsView() {
-    const [totp, status, settings] = await Promise.all([api('GET', 'totp'), api('GET', 'status'), api('GET', 'settings')]);
+    const [totp, status, settings, edges] = await Promise.all([
+      api('GET', 'totp'),
+      api('GET', 'status'),
+      api('GET', 'settings'),
+      api('GET', 'edges'),
+    ]);
     const p = settings.profile;
     const profile = h(
       'form',
@@ -1550,6 +1629,7 @@
       profile,
       card,
       addressesForm(settings),
+      edgesCard(edges.edges),
       rulesForm(settings),
       h(
         'section',

@@ -399,7 +399,26 @@ async fn the_admin_panel_works_in_a_real_browser() {
     find(&client, "#mirrors summary").await.click().await.unwrap();
     text_of(&client, "#mirrors", |t| t.contains("mirror") && t.contains("http://127.0.0.1:10/s/")).await;
     screenshot(&client, "user-mirrors").await;
+    // Settings lists the edges: the mirror is marked blocked there, then removed.
+    client.goto(&format!("{panel}#/settings")).await.unwrap();
+    find(&client, "#edges select[data-edge=mirror]").await.select_by_value("blocked").await.unwrap();
+    text_of(&client, "#edges", |t| t.contains("blocked: moved to the next edge")).await;
+    screenshot(&client, "settings-edges").await;
+    find(&client, "#edges button[data-remove-edge=mirror]").await.click().await.unwrap();
+    find(&client, "dialog button.danger").await.click().await.unwrap();
+    text_of(&client, "#edges", |t| !t.contains("mirror")).await;
+    // One added in the panel.
+    fill(&client, "#edge-form input[name=name]", "mirror").await;
+    fill(&client, "#edge-form input[name=url]", "http://127.0.0.1:10").await;
+    fill(&client, "#edge-form input[name=api_prefix]", prefix).await;
+    fill(&client, "#edge-form input[name=push_token]", "a-push-token-of-the-mirror-0123").await;
+    find(&client, "#edge-form button[type=submit]").await.click().await.unwrap();
+    text_of(&client, "#edges table", |t| t.contains("mirror") && t.contains("http://127.0.0.1:10/s")).await;
+    let listed = dir.cli(&["edge", "list"]).unwrap();
+    assert!(listed.contains("mirror"), "{listed}");
+    no_console_errors(&driver, &client, "the edges in settings").await;
     dir.cli(&["edge", "remove", "mirror"]).unwrap();
+    client.goto(&format!("{panel}#/")).await.unwrap();
     client.goto(&format!("{panel}#/settings")).await.unwrap();
     find(&client, "#addresses-form input[name=edge_url]").await.clear().await.unwrap();
     find(&client, "#addresses-form button[type=submit]").await.click().await.unwrap();
