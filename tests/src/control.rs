@@ -464,3 +464,55 @@ impl Drop for ControlProcess {
         }
     }
 }
+
+/// A client of control's admin API with a token, for tests that drive control as an
+/// operator's script would.
+pub struct Api {
+    pub http: reqwest::Client,
+    pub token: String,
+}
+
+impl Api {
+    /// A call's status and JSON answer (`Null` when it has none).
+    pub async fn call(
+        &self,
+        control: &ControlProcess,
+        method: reqwest::Method,
+        path: &str,
+        body: Option<Value>,
+    ) -> (reqwest::StatusCode, Value) {
+        let mut request = self.http.request(method, control.api(path)).bearer_auth(&self.token);
+        if let Some(body) = body {
+            request = request.json(&body);
+        }
+        let response = request.send().await.expect("control answers");
+        let status = response.status();
+        let text = response.text().await.unwrap_or_default();
+        (status, serde_json::from_str(&text).unwrap_or(Value::Null))
+    }
+
+    /// A call that must succeed: its JSON answer.
+    pub async fn ok(
+        &self,
+        control: &ControlProcess,
+        method: reqwest::Method,
+        path: &str,
+        body: Option<Value>,
+    ) -> Value {
+        let (status, value) = self.call(control, method, path, body).await;
+        assert!(status.is_success(), "{path}: {status} {value}");
+        value
+    }
+
+    /// `GET` that must answer 200.
+    pub async fn get(&self, control: &ControlProcess, path: &str) -> Value {
+        let (status, value) = self.call(control, reqwest::Method::GET, path, None).await;
+        assert_eq!(status, reqwest::StatusCode::OK, "{path}: {value}");
+        value
+    }
+
+    /// `POST` that must succeed.
+    pub async fn post(&self, control: &ControlProcess, path: &str, body: Value) -> Value {
+        self.ok(control, reqwest::Method::POST, path, Some(body)).await
+    }
+}

@@ -9,45 +9,11 @@ use hearth_shared::envelope::{Envelope, Kind};
 use hearth_shared::keys::SecretKey;
 use hearth_shared::nodeauth;
 use hearth_shared::wire::{CredentialSet, UsageReport, UserUsage};
-use hearth_tests::control::{ControlDir, ControlProcess};
+use hearth_tests::control::{Api, ControlDir, ControlProcess};
 use hearth_tests::control_sim::now;
 use hearth_tests::edge::{Backend, EdgeProcess, free_port};
 use reqwest::StatusCode;
 use serde_json::{Value, json};
-
-struct Api {
-    http: reqwest::Client,
-    token: String,
-}
-
-impl Api {
-    async fn call(
-        &self,
-        control: &ControlProcess,
-        method: reqwest::Method,
-        path: &str,
-        body: Option<Value>,
-    ) -> (StatusCode, Value) {
-        let mut request = self.http.request(method, control.api(path)).bearer_auth(&self.token);
-        if let Some(body) = body {
-            request = request.json(&body);
-        }
-        let response = request.send().await.expect("control answers");
-        let status = response.status();
-        let text = response.text().await.unwrap();
-        (status, serde_json::from_str(&text).unwrap_or(Value::Null))
-    }
-    async fn get(&self, control: &ControlProcess, path: &str) -> Value {
-        let (status, value) = self.call(control, reqwest::Method::GET, path, None).await;
-        assert_eq!(status, StatusCode::OK, "{path}: {value}");
-        value
-    }
-    async fn post(&self, control: &ControlProcess, path: &str, body: Value) -> Value {
-        let (status, value) = self.call(control, reqwest::Method::POST, path, Some(body)).await;
-        assert!(status.is_success(), "{path}: {status} {value}");
-        value
-    }
-}
 
 /// A new control, set up, and an API token of `scope`.
 async fn fresh_control(scope: &str) -> (tempfile::TempDir, ControlDir, ControlProcess, Api) {

@@ -6,35 +6,10 @@
 
 use std::time::{Duration, Instant};
 
-use hearth_tests::control::{ControlDir, ControlProcess};
+use hearth_tests::control::{Api, ControlDir, ControlProcess};
 use hearth_tests::edge::{Backend, EdgeProcess, free_port};
 use reqwest::StatusCode;
 use serde_json::{Value, json};
-
-struct Api {
-    http: reqwest::Client,
-    token: String,
-}
-
-impl Api {
-    async fn call(&self, control: &ControlProcess, method: reqwest::Method, path: &str, body: Option<Value>) -> Value {
-        let mut request = self.http.request(method, control.api(path)).bearer_auth(&self.token);
-        if let Some(body) = body {
-            request = request.json(&body);
-        }
-        let response = request.send().await.expect("control answers");
-        let status = response.status();
-        let text = response.text().await.unwrap();
-        assert!(status.is_success(), "{path}: {status} {text}");
-        serde_json::from_str(&text).unwrap_or(Value::Null)
-    }
-    async fn get(&self, control: &ControlProcess, path: &str) -> Value {
-        self.call(control, reqwest::Method::GET, path, None).await
-    }
-    async fn post(&self, control: &ControlProcess, path: &str, body: Value) -> Value {
-        self.call(control, reqwest::Method::POST, path, Some(body)).await
-    }
-}
 
 /// Polls `check` every 200 ms for up to `limit`.
 async fn eventually<F: std::future::Future<Output = bool>>(what: &str, limit: Duration, mut check: impl FnMut() -> F) {
@@ -214,7 +189,7 @@ async fn three_edges_serve_every_link_alike_and_each_catches_up() {
     // links are still listed (some people still reach it) and still served.
     let main_id = api.get(&control, "/edges").await["edges"][0]["id"].as_i64().unwrap();
     let change = json!({ "state": "blocked" });
-    api.call(&control, reqwest::Method::PATCH, &format!("/edges/{main_id}"), Some(change)).await;
+    api.ok(&control, reqwest::Method::PATCH, &format!("/edges/{main_id}"), Some(change)).await;
     let primary = api.get(&control, &format!("/users/{}/link", ids[1])).await["link"].as_str().unwrap().to_owned();
     assert!(primary.starts_with(&format!("{}/mirror-links/", mirror.url)), "{primary}");
     let shown = dir.cli(&["user", "show", "bob"]).unwrap();
@@ -248,7 +223,7 @@ async fn three_edges_serve_every_link_alike_and_each_catches_up() {
     // follows it (none keeps the new address, so the redirect must stay up). On the Worker,
     // which reads the owner's settings at most once a minute.
     let change = json!({ "state": "retired" });
-    api.call(&control, reqwest::Method::PATCH, &format!("/edges/{worker_id}"), Some(change)).await;
+    api.ok(&control, reqwest::Method::PATCH, &format!("/edges/{worker_id}"), Some(change)).await;
     // A new user's link: every fetch counts against a link's hourly limit (60), so the
     // Worker is asked every 3 s for a minute and a half, and not with links fetched above.
     let frank = api.post(&control, "/users", json!({ "name": "frank" })).await;
@@ -269,7 +244,7 @@ async fn three_edges_serve_every_link_alike_and_each_catches_up() {
     assert_eq!(Some(followed), body(&plain, &primary).await);
 
     // The Worker is removed: it gets nothing more; the others do.
-    api.call(&control, reqwest::Method::DELETE, &format!("/edges/{worker_id}"), None).await;
+    api.ok(&control, reqwest::Method::DELETE, &format!("/edges/{worker_id}"), None).await;
     let erin = api.post(&control, "/users", json!({ "name": "erin" })).await;
     let erin_links = links(&api, &control, erin["id"].as_u64().unwrap()).await;
     assert_eq!(erin_links.len(), 2, "no link at a removed edge: {erin_links:?}");
