@@ -593,12 +593,13 @@ pub(crate) fn publish_creds(
 }
 
 /// The edges nodes fall back to when control does not answer, listed in their sets when
-/// there are two or more (with one, a node uses the edge control names in its answers, and
-/// the set keeps the format older nodes read): those whose links are offered first, then in
-/// the owner's order.
+/// there are two or more, or one with its own API prefix (with only the `main` edge, a node
+/// uses the edge control names in its answers, under edge.toml's prefix, and the set keeps
+/// the format older nodes read): those whose links are offered first, then in the owner's
+/// order.
 fn fallbacks(conn: &Connection, signer: &Signer) -> Result<Vec<wire::EdgeAddress>, Error> {
     let mut list = edges::list(conn)?;
-    if list.len() < 2 {
+    if list.len() < 2 && list.iter().all(|edge| edge.api_prefix.is_none()) {
         return Ok(Vec::new());
     }
     list.sort_by_key(|edge| edge.state != edges::LinkState::Active);

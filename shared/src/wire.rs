@@ -522,7 +522,8 @@ impl EdgeAddress {
 ///   never takes a format-2 set for an empty one; from format 2 on, a node that meets a
 ///   higher number says the set is newer than it reads;
 /// - **format 3**, for a set that lists the edges a node falls back to (control lists them
-///   when it has more than one): format 2's layout with 3, then the list of edges.
+///   when it has more than one, or one with its own API prefix): format 2's layout with 3,
+///   then the list of edges.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct CredentialSet {
     /// The node.

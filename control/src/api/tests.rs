@@ -1327,6 +1327,21 @@ async fn an_ipv6_hosts_addresses_share_one_anonymous_budget() {
 #[tokio::test]
 async fn edges_are_added_marked_and_removed_and_links_follow() {
     let client = Client::signed_in(true).await;
+    let (node, _) = enroll(&client, json!(["default"])).await;
+    let listed = || async {
+        let set = client
+            .app()
+            .db
+            .read(move |c| crate::publish::envelope(c, &hearth_shared::wire::stream::creds(node)))
+            .await
+            .unwrap()
+            .unwrap()
+            .1;
+        let envelope = Envelope::decode(&set, Kind::CredentialSet.max_len()).unwrap();
+        let set = CredentialSet::decode(&envelope.body).unwrap();
+        set.edges().iter().map(|edge| (edge.url.clone(), edge.api_prefix.clone())).collect::<Vec<_>>()
+    };
+    assert_eq!(listed().await, [], "one main edge: nodes use the edge control names, the set lists none");
     let alice = client.post("/users", json!({ "name": "alice" })).await.json();
     let token = alice["link"].as_str().unwrap().rsplit('/').next().unwrap().to_owned();
     assert_eq!(alice["links"].as_array().unwrap().len(), 1, "{alice}");
@@ -1362,6 +1377,12 @@ async fn edges_are_added_marked_and_removed_and_links_follow() {
     assert!(!String::from_utf8_lossy(&client.get("/edges").await.body).contains("a-push-token"), "no token shown");
     assert_eq!(client.post("/edges", mirror.clone()).await.status, StatusCode::CONFLICT);
 
+    let main_prefix = client.app().config.edge.api_prefix.clone();
+    let both = vec![
+        ("http://127.0.0.1:9".to_owned(), main_prefix.clone()),
+        ("https://mirror.example".to_owned(), "mirror_prefix_0123456789".to_owned()),
+    ];
+    assert_eq!(listed().await, both, "two edges: every node's set lists them, in order");
     let links = client.get(&format!("/users/{}/link", alice["id"])).await.json();
     let at: Vec<&str> = links["links"].as_array().unwrap().iter().map(|l| l["link"].as_str().unwrap()).collect();
     assert_eq!(at[1], format!("https://sub.mirror.example/s/{token}"), "{links}");
@@ -1373,6 +1394,7 @@ async fn edges_are_added_marked_and_removed_and_links_follow() {
     assert_eq!(answer.status, StatusCode::OK);
     let links = client.get(&format!("/users/{}/link", alice["id"])).await.json();
     assert_eq!(links["link"], format!("https://sub.mirror.example/s/{token}"), "{links}");
+    assert_eq!(listed().await, [both[1].clone(), both[0].clone()], "nodes try the edge offering links first");
     assert_eq!(links["links"].as_array().unwrap().len(), 2, "a blocked edge's link is still listed");
     let answer = client.patch(&format!("/edges/{main_id}"), json!({ "state": "gone" })).await;
     assert_eq!(answer.status, StatusCode::BAD_REQUEST);
@@ -1383,10 +1405,14 @@ async fn edges_are_added_marked_and_removed_and_links_follow() {
     // The main edge is removed through the settings only; the mirror goes with DELETE.
     let answer = client.send(Method::DELETE, &client.admin(&format!("/edges/{main_id}")), None, &[]).await;
     assert_eq!(answer.status, StatusCode::BAD_REQUEST);
+    // With the main edge gone, the one left has its own prefix: nodes are told it in the set.
+    assert_eq!(client.patch("/settings", json!({ "edge_url": "" })).await.status, StatusCode::OK);
+    assert_eq!(listed().await, [both[1].clone()], "a lone edge with its own prefix is listed");
     let id = added["id"].as_i64().unwrap();
     let answer = client.send(Method::DELETE, &client.admin(&format!("/edges/{id}")), None, &[]).await;
     assert_eq!(answer.status, StatusCode::NO_CONTENT);
-    assert_eq!(client.get("/edges").await.json()["edges"].as_array().unwrap().len(), 1);
+    assert_eq!(client.get("/edges").await.json()["edges"].as_array().unwrap().len(), 0);
+    assert_eq!(listed().await, [], "no edge: nothing listed");
     let audit = String::from_utf8_lossy(&client.get("/audit").await.body).into_owned();
     for action in ["edge.add", "edge.state", "edge.remove"] {
         assert!(audit.contains(action), "{action} audited: {audit}");
