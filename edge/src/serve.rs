@@ -91,7 +91,7 @@ pub fn subscription(
     let Ok(snapshot) = seal::open(body, token) else {
         return decoy();
     };
-    let mobility = owner.settings.mobility(sub_url, &token.to_link_form());
+    let mobility = owner.settings.mobility(sub_url, token);
     if mobility.retired
         && let Some(to) = &mobility.moved_to
     {

@@ -216,7 +216,12 @@ impl EdgeSettings {
     /// Where links went, for a fetch of `token` at `fetched` (the link as requested): when the
     /// base it came in on is blocked or retired, the same link at the primary (the first base
     /// offered); and the link at every base offered (the mirrors).
-    pub fn mobility(&self, fetched: &str, token: &str) -> Mobility {
+    pub fn mobility(&self, fetched: &str, token: &SubToken) -> Mobility {
+        // Most edges know no other: nothing to work out on every answer.
+        if self.links.is_empty() {
+            return Mobility::default();
+        }
+        let token = token.to_link_form();
         let strip = |url: &str| -> String {
             let rest = url.split_once("://").map_or(url, |(_, rest)| rest);
             rest.trim_end_matches('/').to_ascii_lowercase()
@@ -1122,19 +1127,22 @@ mod tests {
                 base("https://third.example/s", LinkState::Active),
             ],
         };
-        let mirrors = vec!["https://sub.mirror.example/m/TOKEN".to_owned(), "https://third.example/s/TOKEN".to_owned()];
-        let moved = settings.mobility("http://OLD.example/s/TOKEN", "TOKEN");
+        let mirrors = ["https://sub.mirror.example/m/TOKEN".to_owned(), "https://third.example/s/TOKEN".to_owned()];
+        let token = SubToken::from_bytes([7; 32]);
+        let t = token.to_link_form();
+        let mirrors: Vec<String> = mirrors.iter().map(|m| m.replace("TOKEN", &t)).collect();
+        let moved = settings.mobility(&format!("http://OLD.example/s/{t}"), &token);
         assert_eq!(moved, Mobility { moved_to: Some(mirrors[0].clone()), retired: false, mirrors: mirrors.clone() });
-        let retired = settings.mobility("https://gone.example/s/TOKEN", "TOKEN");
+        let retired = settings.mobility(&format!("https://gone.example/s/{t}"), &token);
         assert!(retired.retired && retired.moved_to.as_deref() == Some(mirrors[0].as_str()));
         for at_home in ["https://third.example/s/TOKEN", "https://unknown.example/s/TOKEN", "https://old.example/sx/T"]
         {
-            assert_eq!(settings.mobility(at_home, "TOKEN").moved_to, None, "{at_home}");
+            assert_eq!(settings.mobility(at_home, &token).moved_to, None, "{at_home}");
         }
         // Nothing offered: nowhere to send anyone.
         let none =
             EdgeSettings { ua_rules: Vec::new(), links: vec![base("https://old.example/s", LinkState::Blocked)] };
-        assert_eq!(none.mobility("https://old.example/s/T", "T"), Mobility::default());
+        assert_eq!(none.mobility("https://old.example/s/T", &token), Mobility::default());
 
         // The record decodes strictly, also as it was before link bases.
         assert_eq!(EdgeSettings::decode(&encode(&settings)), Ok(settings.clone()));
