@@ -500,9 +500,9 @@ impl Agent {
                         break;
                     }
                     Err(e) if refused_for_size(&e) => {
-                        tracing::warn!(error = %e, "refused an edge's answer to a pull; serving the set held");
+                        tracing::warn!(error = %e, "refused the edge's answer to a pull; serving the set held");
                     }
-                    Err(e) => tracing::debug!(error = %e, "an edge did not answer the pull"),
+                    Err(e) => tracing::debug!(error = %e, "the edge did not answer the pull"),
                 }
             }
             if let Some((client, base)) = &source {
