@@ -2,7 +2,9 @@
 //! workerd, each with its own push token and API prefix. Every link serves the same bodies
 //! from all of them; an edge added at run time (from the CLI, or the API) is brought up to
 //! date within seconds; an edge that is down while users change catches up when it returns;
-//! a removed edge gets nothing more; marking a domain blocked moves every primary link.
+//! a removed edge gets nothing more; marking a domain blocked moves every primary link, and
+//! what the blocked or retired domain still answers names the new link; a node falls back to
+//! the second edge when control and the first are gone.
 
 use std::time::{Duration, Instant};
 
