@@ -2,7 +2,7 @@
 //! edge after changes and on a schedule, for `hearth-control restore`.
 //!
 //! An archive holds a snapshot of the database (without what is rebuilt anyway: the signed
-//! streams, the outbox and sign-in sessions) and the files of the data directory but the two
+//! streams and sign-in sessions) and the files of the data directory but the two
 //! secret keys the owner keeps offline (root and recovery). It is compressed, encrypted to the
 //! owner's recovery key ([`hearth_shared::seal::seal_archive`]) and signed as a
 //! [`Kind::Archive`] envelope for control itself, at a version above the one the edge holds.

@@ -3,7 +3,8 @@
 //! The database runs in WAL mode with `synchronous = FULL`, so a write is on disk before it is
 //! acknowledged and a `kill -9` (or a power cut) at any point loses nothing acknowledged.
 //! Every change is one `BEGIN IMMEDIATE` transaction that also records what must be
-//! published (see [`crate::publish`]), so a change and its outbox entries commit together.
+//! published (see [`crate::publish`]), so a change and what the edges must get of it commit
+//! together.
 
 pub(crate) mod edges;
 pub(crate) mod nodes;
@@ -30,7 +31,7 @@ const MIGRATIONS: &[&str] = &[
         PRIMARY KEY (node_id, day)
     ) STRICT, WITHOUT ROWID;",
     include_str!("releases.sql"),
-    // Streams the edge refused, set aside so the rest of the outbox goes on.
+    // Streams the edge refused, set aside so the rest goes on (per edge since edges.sql).
     "CREATE TABLE outbox_held (
         stream  TEXT PRIMARY KEY,
         version INTEGER NOT NULL,
