@@ -198,59 +198,80 @@ pub struct ProxyClient {
 impl ProxyClient {
     /// Starts sing-box with `outbound` (a hysteria2 outbound object) behind a SOCKS inbound.
     pub fn sing_box(outbound: serde_json::Value) -> Result<ProxyClient> {
-        let dir = tempfile::tempdir()?;
-        let port = crate::edge::free_port()?;
         let mut outbound = outbound;
         outbound["tag"] = "node".into();
-        let config = serde_json::json!({
-            "log": { "level": "warn" },
-            "inbounds": [{ "type": "socks", "tag": "in", "listen": "127.0.0.1", "listen_port": port }],
-            "outbounds": [outbound],
-            "route": { "final": "node" }
-        });
-        let path = dir.path().join("client.json");
-        std::fs::write(&path, serde_json::to_vec_pretty(&config)?)?;
-        let child = Command::new(crate::sing_box()?)
-            .args(["run", "-c"])
-            .arg(&path)
-            .stdin(Stdio::null())
-            .stdout(Stdio::null())
-            .stderr(Stdio::inherit())
-            .spawn()
-            .context("starting sing-box")?;
-        ProxyClient::listening(child, port, dir, "sing-box")
+        ProxyClient::start("sing-box", |dir, port| {
+            let config = serde_json::json!({
+                "log": { "level": "warn" },
+                "inbounds": [{ "type": "socks", "tag": "in", "listen": "127.0.0.1", "listen_port": port }],
+                "outbounds": [outbound.clone()],
+                "route": { "final": "node" }
+            });
+            let path = dir.join("client.json");
+            std::fs::write(&path, serde_json::to_vec_pretty(&config)?)?;
+            Command::new(crate::sing_box()?)
+                .args(["run", "-c"])
+                .arg(&path)
+                .stdin(Stdio::null())
+                .stdout(Stdio::null())
+                .stderr(Stdio::inherit())
+                .spawn()
+                .context("starting sing-box")
+        })
     }
 
     /// Starts mihomo on `profile` (a Mihomo YAML profile, as the edge serves it), with a
     /// SOCKS port added; its home directory is a temporary one.
     pub fn mihomo(profile: &str) -> Result<ProxyClient> {
-        let dir = tempfile::tempdir()?;
-        let port = crate::edge::free_port()?;
-        let config = format!("socks-port: {port}\nbind-address: 127.0.0.1\nlog-level: warning\nipv6: false\n{profile}");
-        let path = dir.path().join("config.yaml");
-        std::fs::write(&path, config)?;
-        let child = Command::new(crate::mihomo()?)
-            .arg("-d")
-            .arg(dir.path())
-            .arg("-f")
-            .arg(&path)
-            .stdin(Stdio::null())
-            .stdout(Stdio::inherit())
-            .stderr(Stdio::inherit())
-            .spawn()
-            .context("starting mihomo")?;
-        ProxyClient::listening(child, port, dir, "mihomo")
+        ProxyClient::start("mihomo", |dir, port| {
+            let config =
+                format!("socks-port: {port}\nbind-address: 127.0.0.1\nlog-level: warning\nipv6: false\n{profile}");
+            let path = dir.join("config.yaml");
+            std::fs::write(&path, config)?;
+            Command::new(crate::mihomo()?)
+                .arg("-d")
+                .arg(dir)
+                .arg("-f")
+                .arg(&path)
+                .stdin(Stdio::null())
+                .stdout(Stdio::inherit())
+                .stderr(Stdio::inherit())
+                .spawn()
+                .context("starting mihomo")
+        })
     }
 
-    /// Waits for `child` to open its SOCKS port `port` (5 s at most).
+    /// Starts a client with `spawn` (in a temporary directory, its SOCKS inbound on a free
+    /// port) until one holds its port: a port found free can be taken by another test's
+    /// process before the client binds it, and then the client exits while the port answers.
+    fn start(name: &str, spawn: impl Fn(&Path, u16) -> Result<Child>) -> Result<ProxyClient> {
+        let mut last = None;
+        for _ in 0..5 {
+            let dir = tempfile::tempdir()?;
+            let port = crate::edge::free_port()?;
+            let child = spawn(dir.path(), port)?;
+            match ProxyClient::listening(child, port, dir, name) {
+                Ok(client) => return Ok(client),
+                Err(e) => last = Some(e),
+            }
+        }
+        Err(last.expect("five attempts"))
+    }
+
+    /// Waits for `child` to open its SOCKS port `port` (5 s at most), and to stay up: a port
+    /// that answers while the child has exited is someone else's.
     fn listening(mut child: Child, port: u16, dir: tempfile::TempDir, name: &str) -> Result<ProxyClient> {
         let socks = std::net::SocketAddr::from(([127, 0, 0, 1], port));
         for _ in 0..200 {
-            if std::net::TcpStream::connect(socks).is_ok() {
-                return Ok(ProxyClient { child, socks, _dir: dir });
-            }
             if let Some(status) = child.try_wait()? {
                 bail!("{name} exited ({status}) before it opened its SOCKS port");
+            }
+            if std::net::TcpStream::connect(socks).is_ok() {
+                std::thread::sleep(Duration::from_millis(200));
+                if let Some(status) = child.try_wait()? {
+                    bail!("{name} exited ({status}): its SOCKS port {port} is another process's");
+                }
+                return Ok(ProxyClient { child, socks, _dir: dir });
             }
             std::thread::sleep(Duration::from_millis(25));
         }
