@@ -513,7 +513,7 @@
     shell(
       '',
       h('h1', {}, t('nav.overview')),
-      alerts.length ? h('ul', { class: 'alerts', role: 'status' }, alerts.map((a) => h('li', {}, a))) : null,
+      alerts.length ? h('div', { role: 'status' }, h('ul', { class: 'alerts' }, alerts.map((a) => h('li', {}, a)))) : null,
       h(
         'section',
         { class: 'stats', 'aria-label': t('nav.users') },
@@ -945,7 +945,7 @@
         const answer = await api('GET', `users/${id}/preview?ua=${encodeURIComponent(ua)}`);
         out.replaceChildren(
           h('p', {}, t('preview.format'), ' ', h('strong', { id: 'preview-format' }, answer.format)),
-          h('pre', {}, answer.headers.map(([name, value]) => `${name}: ${value}`).join('\n'), '\n\n', answer.body),
+          h('pre', { tabindex: 0 }, answer.headers.map(([name, value]) => `${name}: ${value}`).join('\n'), '\n\n', answer.body),
         );
       } catch (err) {
         out.replaceChildren(h('p', { class: 'error', role: 'alert' }, err.message));
@@ -1198,7 +1198,7 @@
       h(
         'table',
         { class: 'list' },
-        h('thead', {}, h('tr', {}, ['groups.name', 'nav.users', 'nav.nodes', 'speed.title', 'users.note', ''].map((k) => h('th', {}, k ? t(k) : '')))),
+        h('thead', {}, h('tr', {}, ['groups.name', 'nav.users', 'nav.nodes', 'speed.title', 'users.note', ''].map((k) => h('th', {}, k ? t(k) : h('span', { class: 'visually-hidden' }, t('actions')))))),
         h(
           'tbody',
           {},
@@ -1269,7 +1269,7 @@
         ? h(
             'table',
             { class: 'list', id: 'tokens' },
-            h('thead', {}, h('tr', {}, ['tokens.name', 'tokens.scope', 'tokens.last_used', ''].map((k) => h('th', {}, k ? t(k) : '')))),
+            h('thead', {}, h('tr', {}, ['tokens.name', 'tokens.scope', 'tokens.last_used', ''].map((k) => h('th', {}, k ? t(k) : h('span', { class: 'visually-hidden' }, t('actions')))))),
             h(
               'tbody',
               {},
@@ -1333,7 +1333,7 @@
         ? h(
             'table',
             { class: 'list', id: 'releases' },
-            h('thead', {}, h('tr', {}, ['releases.version', 'releases.built', 'releases.expires', 'releases.rollout_state', ''].map((k) => h('th', {}, k ? t(k) : '')))),
+            h('thead', {}, h('tr', {}, ['releases.version', 'releases.built', 'releases.expires', 'releases.rollout_state', ''].map((k) => h('th', {}, k ? t(k) : h('span', { class: 'visually-hidden' }, t('actions')))))),
             h(
               'tbody',
               {},

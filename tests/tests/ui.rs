@@ -78,7 +78,19 @@ fn screenshots() -> PathBuf {
     dir
 }
 
+/// Every screenshot's page is checked with axe-core (installed by `tests/run` from
+/// `edge/package-lock.json`): no accessibility violation of any impact.
 async fn screenshot(client: &Client, name: &str) {
+    let axe = hearth_tests::repo_root().join("edge/node_modules/axe-core/axe.min.js");
+    let source = std::fs::read_to_string(&axe)
+        .unwrap_or_else(|e| panic!("{}: {e} (run `bash tests/run`, which installs it)", axe.display()));
+    client.execute(&source, vec![]).await.unwrap();
+    let check = "const done = arguments[arguments.length - 1];\
+                 axe.run(document, { resultTypes: ['violations'] })\
+                   .then((r) => done(r.violations.map((v) => `${v.id} (${v.impact}): ${v.nodes.map((n) => n.target.join(' ')).join(', ')}`)))\
+                   .catch((e) => done([`axe failed: ${e}`]));";
+    let violations = client.execute_async(check, vec![]).await.unwrap();
+    assert_eq!(violations, serde_json::json!([]), "axe-core on the {name} page");
     let png = client.screenshot().await.unwrap();
     std::fs::write(screenshots().join(format!("{name}.png")), png).unwrap();
 }

@@ -235,7 +235,8 @@ hearth_install_worker_tools() {
             { echo "hearth: $HEARTH_NODE does not run" >&2; return 1; }
     fi
 
-    # (c) wrangler (workerd comes as its optional dependency), esbuild, binaryen: `npm ci` from
+    # (c) wrangler (workerd comes as its optional dependency), esbuild, binaryen, and axe-core
+    # (the panel's accessibility checks in tests/tests/ui.rs): `npm ci` from
     # the committed lock, under Node 22. npm 11 skips dependency install scripts unless
     # package.json's allowScripts approves them; none is needed (esbuild's and workerd's bin
     # wrappers find their platform package themselves). A stamp of the lock's hash makes a
@@ -255,7 +256,7 @@ hearth_install_worker_tools() {
     WASM_OPT_BIN="$npm_dir/node_modules/binaryen/bin/wasm-opt"   # a Node script (binaryen.js)
     ESBUILD_BIN="$npm_dir/node_modules/esbuild/bin/esbuild"
     local f
-    for f in "$HEARTH_WRANGLER" "$WASM_OPT_BIN" "$ESBUILD_BIN"; do
+    for f in "$HEARTH_WRANGLER" "$WASM_OPT_BIN" "$ESBUILD_BIN" "$npm_dir/node_modules/axe-core/axe.min.js"; do
         [ -f "$f" ] || { echo "hearth: $f missing after npm ci" >&2; return 1; }
     done
     export HEARTH_TOOLS_DIR HEARTH_NODE HEARTH_NODE_BIN HEARTH_WRANGLER HEARTH_WORKER_BUILD \
