@@ -65,7 +65,13 @@ impl Target {
 /// Every edge control publishes to now.
 pub(crate) async fn targets(app: &Arc<App>) -> Result<Vec<(Edge, Target)>, Error> {
     let list = app.db.read(edges::list).await?;
-    Ok(list.into_iter().map(|edge| (Target::of(app, &edge), edge)).map(|(t, e)| (e, t)).collect())
+    Ok(list
+        .into_iter()
+        .map(|edge| {
+            let target = Target::of(app, &edge);
+            (edge, target)
+        })
+        .collect())
 }
 
 /// What one push takes: the streams after the edge's position, with the `seq` it reaches.
