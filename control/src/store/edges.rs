@@ -149,7 +149,8 @@ pub(crate) struct NewEdge {
     pub(crate) url: String,
     pub(crate) api_prefix: String,
     pub(crate) push_token: String,
-    pub(crate) link_base: Option<String>,
+    /// The public base of its links (its URL and the sub prefix when not given).
+    pub(crate) link_base: String,
 }
 
 /// The longest edge name, in characters.
@@ -213,13 +214,7 @@ impl NewEdge {
             Some(base) => check_url("link_base", base)?,
             None => format!("{url}/{sub_prefix}"),
         };
-        Ok(NewEdge {
-            name,
-            url,
-            api_prefix: api_prefix.to_owned(),
-            push_token: push_token.to_owned(),
-            link_base: Some(link_base),
-        })
+        Ok(NewEdge { name, url, api_prefix: api_prefix.to_owned(), push_token: push_token.to_owned(), link_base })
     }
 }
 
@@ -414,7 +409,7 @@ mod tests {
             url: "https://mirror.example".into(),
             api_prefix: "p".repeat(16),
             push_token: "t".repeat(32),
-            link_base: None,
+            link_base: "https://mirror.example/s".into(),
         };
         db.write_blocking(|tx| add(tx, &mirror, now())).unwrap();
         assert_eq!(lacks(&t, "mirror"), 1, "an edge added later gets everything");
