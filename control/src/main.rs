@@ -630,7 +630,7 @@ fn edge_command(dir: &std::path::Path, command: EdgeCommand) -> Result<()> {
             println!("edge {name} added: control brings it up to date while it serves");
         }
         EdgeCommand::Mark { name, state } => {
-            let state = store::edges::LinkState::from_name(&state)?;
+            let state = store::edges::check_state(&state)?;
             db.write_blocking(|tx| {
                 let edge = store::edges::by_name(tx, &name)?.ok_or(crate::error::Error::NotFound("edge"))?;
                 store::edges::set_state(tx, edge.id, state)?;

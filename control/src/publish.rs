@@ -680,14 +680,7 @@ pub(crate) fn publish_edge_settings(conn: &Connection, signer: &Signer, now: u64
         ua_rules: crate::settings::ua_rules(conn)?,
         links: edges::list(conn)?
             .into_iter()
-            .filter_map(|edge| {
-                let state = match edge.state {
-                    edges::LinkState::Active => wire::LinkState::Active,
-                    edges::LinkState::Blocked => wire::LinkState::Blocked,
-                    edges::LinkState::Retired => wire::LinkState::Retired,
-                };
-                Some(wire::LinkBase { base: edge.link_base?, state })
-            })
+            .filter_map(|edge| Some(wire::LinkBase { base: edge.link_base?, state: edge.state }))
             .collect(),
     };
     let target = (Kind::EdgeSettings, wire::stream::EDGE_SETTINGS.to_owned(), Audience::Edge);

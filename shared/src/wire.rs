@@ -253,8 +253,10 @@ pub struct LinkBase {
     pub state: LinkState,
 }
 
-/// Whether an edge's links are offered.
+/// Whether an edge's links are offered (named in lowercase in JSON; postcard carries the
+/// variant's index).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
 pub enum LinkState {
     /// Offered; the first is the primary.
     Active,
@@ -262,6 +264,22 @@ pub enum LinkState {
     Blocked,
     /// Given up: fetches are sent to the primary.
     Retired,
+}
+
+impl LinkState {
+    /// The state's name: `active`, `blocked` or `retired`.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            LinkState::Active => "active",
+            LinkState::Blocked => "blocked",
+            LinkState::Retired => "retired",
+        }
+    }
+
+    /// The state of that name.
+    pub fn from_name(text: &str) -> Option<LinkState> {
+        [LinkState::Active, LinkState::Blocked, LinkState::Retired].into_iter().find(|state| state.as_str() == text)
+    }
 }
 
 /// What an edge tells an app about where its link went ([`EdgeSettings::mobility`]).

@@ -10,7 +10,6 @@
 //! each with its own.
 
 use rusqlite::{Connection, OptionalExtension as _, params};
-use serde::Serialize;
 
 use crate::error::Error;
 
@@ -19,45 +18,12 @@ pub(crate) const MAIN: &str = "main";
 /// The most edges control publishes to.
 pub(crate) const MAX_EDGES: usize = 16;
 
-/// Whether an edge's links are offered.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, serde::Deserialize)]
-#[serde(rename_all = "lowercase")]
-pub(crate) enum LinkState {
-    /// Its links are offered; the first active edge is the primary.
-    Active,
-    /// Its domain is blocked where users live: its links move to the primary, and it keeps
-    /// serving (and telling apps where links went) wherever it is still reached.
-    Blocked,
-    /// Given up: as blocked, and shown to nobody as a mirror.
-    Retired,
-}
+pub(crate) use hearth_shared::wire::LinkState;
 
-impl LinkState {
-    pub(crate) fn as_str(self) -> &'static str {
-        match self {
-            LinkState::Active => "active",
-            LinkState::Blocked => "blocked",
-            LinkState::Retired => "retired",
-        }
-    }
-
-    fn parse(text: &str) -> LinkState {
-        match text {
-            "blocked" => LinkState::Blocked,
-            "retired" => LinkState::Retired,
-            _ => LinkState::Active,
-        }
-    }
-
-    /// From the owner's words.
-    pub(crate) fn from_name(text: &str) -> Result<LinkState, Error> {
-        match text {
-            "active" => Ok(LinkState::Active),
-            "blocked" => Ok(LinkState::Blocked),
-            "retired" => Ok(LinkState::Retired),
-            _ => Err(Error::invalid("bad_state", "an edge's links are active, blocked or retired")),
-        }
-    }
+/// The state the owner named: active, blocked or retired.
+pub(crate) fn check_state(text: &str) -> Result<LinkState, Error> {
+    LinkState::from_name(text)
+        .ok_or_else(|| Error::invalid("bad_state", "an edge's links are active, blocked or retired"))
 }
 
 /// One edge as control keeps it (the push token never leaves control).
@@ -101,7 +67,7 @@ fn row(row: &rusqlite::Row<'_>) -> rusqlite::Result<Edge> {
         api_prefix: row.get(3)?,
         push_token: row.get(4)?,
         link_base: row.get(5)?,
-        state: LinkState::parse(&row.get::<_, String>(6)?),
+        state: LinkState::from_name(&row.get::<_, String>(6)?).unwrap_or(LinkState::Active),
         position: row.get(7)?,
         pushed: row.get(8)?,
         drained: row.get(9)?,

@@ -15,7 +15,7 @@ use super::{Bounded, Input, MAX_URL, Reply, bytes, change, edge_json, fail, ok, 
 use crate::app::{App, now};
 use crate::auth::Scope;
 use crate::error::Error;
-use crate::store::edges::{self, LinkState, MAX_EDGE_NAME, MAX_PUSH_TOKEN, NewEdge};
+use crate::store::edges::{self, MAX_EDGE_NAME, MAX_PUSH_TOKEN, NewEdge};
 use crate::store::{self, EdgeStatus};
 
 /// A new edge.
@@ -108,7 +108,7 @@ pub(super) async fn update_edge(
     Path(id): Path<i64>,
     Input(input): Input<EdgeChange>,
 ) -> Reply {
-    let state = input.state.as_deref().map(LinkState::from_name).transpose().map_err(fail)?;
+    let state = input.state.as_deref().map(edges::check_state).transpose().map_err(fail)?;
     let link_base = match input.link_base.as_deref().map(str::trim) {
         None => None,
         Some("") => Some(None),
