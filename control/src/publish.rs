@@ -8,7 +8,7 @@
 //! than what it holds, so nothing committed is ever left unpublished, whichever process
 //! committed it (see [`crate::outbox`]).
 
-use std::collections::BTreeSet;
+use std::collections::{BTreeSet, HashMap};
 
 use hearth_shared::envelope::{Audience, Draft, Kind};
 use hearth_shared::keys::{PublicKey, RecoveryPublic};
@@ -91,6 +91,13 @@ impl Changes {
     /// checked (call before and after a change of the user's groups).
     pub(crate) fn user(&mut self, conn: &Connection, user: UserId) -> Result<(), Error> {
         self.users.insert(user);
+        self.nodes.extend(nodes_of_user(conn, user)?);
+        Ok(())
+    }
+
+    /// The sets of the nodes the user can reach must be checked (its allowance or kick
+    /// count changed), not its snapshot.
+    pub(crate) fn creds_of_user(&mut self, conn: &Connection, user: UserId) -> Result<(), Error> {
         self.nodes.extend(nodes_of_user(conn, user)?);
         Ok(())
     }
@@ -431,6 +438,19 @@ fn publish_user(conn: &Connection, signer: &Signer, user: UserId, now: u64) -> R
             _ => notice,
         });
     }
+    // A device refused over the limit in the last day: the profile says so, and what to do.
+    let (refused_at, limit) = device_refusal(conn, user)?;
+    if refused_at + 86_400 > now && limit > 0 && status.can_connect() {
+        let notice = format!(
+            "Device limit reached: at most {limit} device{} at once, and another was refused. \
+             Disconnect one you are not using, or ask for a higher limit.",
+            if limit == 1 { "" } else { "s" }
+        );
+        profile.announce = Some(match profile.announce.take() {
+            Some(announce) if !announce.is_empty() => format!("{notice}\n{announce}"),
+            _ => notice,
+        });
+    }
     let snapshot = Snapshot {
         user,
         name,
@@ -467,6 +487,22 @@ fn publish_user(conn: &Connection, signer: &Signer, user: UserId, now: u64) -> R
 /// Two limits, the more generous (0 is none, the most generous of all).
 fn generous(a: u64, b: u64) -> u64 {
     if a == 0 || b == 0 { 0 } else { a.max(b) }
+}
+
+/// When a device of the user was last refused over its limit (0: never), and its device
+/// limit in force: its own, else the most generous of its groups' (0: none).
+pub(crate) fn device_refusal(conn: &Connection, user: UserId) -> Result<(u64, u32), Error> {
+    Ok(conn
+        .prepare_cached(
+            "SELECT u.devices_refused_at,
+                    coalesce(u.device_limit, (SELECT CASE WHEN min(g.device_limit) = 0 THEN 0 ELSE max(g.device_limit) END
+                                              FROM user_groups ug JOIN groups g ON g.id = ug.group_id
+                                              WHERE ug.user_id = u.id), 0)
+             FROM users u WHERE u.id = ?1",
+        )?
+        .query_row([user], |row| Ok((row.get(0)?, row.get(1)?)))
+        .optional()?
+        .unwrap_or((0, 0)))
 }
 
 /// Two limits, the stricter (0 is none).
@@ -510,19 +546,57 @@ fn own_over(group: Speed, own: (Option<u64>, Option<u64>, Option<String>, u64)) 
     }
 }
 
+/// How long a node's report of who is on it counts: it reports at least every 5 minutes
+/// while anyone is on it (see the node's agent), so a node silent for longer is taken to
+/// have nobody (it is down, or cut off), and its users' devices count on other nodes again.
+pub(crate) const PRESENCE_TTL: u64 = 11 * 60;
+
+/// A user's fair-use settings from the groups it reaches a node through.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+struct Fair {
+    /// The groups' device limit, the most generous (0: none, which wins).
+    devices: u32,
+    guard: wire::Guard,
+}
+
+impl Fair {
+    fn merge(self, other: Fair) -> Fair {
+        Fair {
+            devices: if self.devices == 0 || other.devices == 0 { 0 } else { self.devices.max(other.devices) },
+            // Refused only if every group the user reaches the node through refuses it.
+            guard: wire::Guard {
+                torrent: self.guard.torrent && other.guard.torrent,
+                smtp: self.guard.smtp && other.guard.smtp,
+            },
+        }
+    }
+}
+
+/// Devices each user has on nodes other than `node`, from their last reports.
+fn devices_elsewhere(conn: &Connection, node: NodeId) -> Result<HashMap<UserId, u32>, Error> {
+    let mut query = conn.prepare_cached(
+        "SELECT user_id, sum(devices) FROM presence WHERE node_id != ?1 AND devices > 0 GROUP BY user_id",
+    )?;
+    let rows = query.query_map([node], |row| Ok((row.get(0)?, row.get(1)?)))?;
+    Ok(rows.collect::<Result<_, _>>()?)
+}
+
 /// The credential set `node` should hold now: every user who can connect, in its groups,
-/// and every user over quota whose quota action is to slow down, with their speed limits.
+/// and every user over quota whose quota action is to slow down, with their speed limits,
+/// device allowances (the user's limit less the devices other nodes reported), kick counts
+/// and abuse guards, and the owner's device policy when any user has an allowance.
 pub(crate) fn credential_set(conn: &Connection, node: NodeId) -> Result<CredentialSet, Error> {
     // A user in two of the node's groups comes twice: merged here, as SQLite's DISTINCT
     // would build a temporary b-tree of every row at each change.
     let mut query = conn.prepare_cached(
         "SELECT u.id, u.credential_hash, u.status = 'over_quota', u.speed_up, u.speed_down, u.on_quota, u.slow_kbps,
-                g.speed_up, g.speed_down, CASE g.on_quota WHEN 'slow' THEN g.slow_kbps ELSE 0 END
+                g.speed_up, g.speed_down, CASE g.on_quota WHEN 'slow' THEN g.slow_kbps ELSE 0 END,
+                u.device_limit, u.kick, g.device_limit, g.block_torrent, g.block_smtp
          FROM node_groups ng JOIN user_groups ug ON ug.group_id = ng.group_id JOIN users u ON u.id = ug.user_id
          JOIN groups g ON g.id = ng.group_id
          WHERE ng.node_id = ?1 AND u.status IN ('active', 'not_started', 'over_quota')",
     )?;
-    type Row = (UserId, Digest, bool, (Option<u64>, Option<u64>, Option<String>, u64), Speed);
+    type Row = (UserId, Digest, bool, (Option<u64>, Option<u64>, Option<String>, u64), Speed, (Option<u32>, u32), Fair);
     let mut rows = query
         .query_map([node], |row| {
             Ok((
@@ -531,16 +605,22 @@ pub(crate) fn credential_set(conn: &Connection, node: NodeId) -> Result<Credenti
                 row.get(2)?,
                 (row.get(3)?, row.get(4)?, row.get(5)?, row.get(6)?),
                 Speed { up: row.get(7)?, down: row.get(8)?, slow: row.get(9)? },
+                (row.get(10)?, row.get(11)?),
+                Fair { devices: row.get(12)?, guard: wire::Guard { torrent: row.get(13)?, smtp: row.get(14)? } },
             ))
         })?
         .collect::<Result<Vec<Row>, _>>()?;
     rows.sort_unstable_by_key(|row| row.0);
+    let elsewhere = devices_elsewhere(conn, node)?;
     let mut users: Vec<CredEntry> = Vec::with_capacity(rows.len());
     let mut rows = rows.into_iter().peekable();
-    while let Some((user, hash, over_quota, own, mut group)) = rows.next() {
+    while let Some((user, hash, over_quota, own, mut group, (own_devices, kick), mut fair)) = rows.next() {
         while let Some(next) = rows.next_if(|next| next.0 == user) {
             group = group.merge(next.4);
+            fair = fair.merge(next.6);
         }
+        let limit = own_devices.unwrap_or(fair.devices);
+        let devices = (limit > 0).then(|| limit.saturating_sub(elsewhere.get(&user).copied().unwrap_or(0)));
         let speed = own_over(group, own);
         let (up, down) = if over_quota {
             if speed.slow == 0 {
@@ -550,9 +630,17 @@ pub(crate) fn credential_set(conn: &Connection, node: NodeId) -> Result<Credenti
         } else {
             (speed.up, speed.down)
         };
-        users.push(CredEntry { user, hash, limit: SpeedLimit { up: up * 125, down: down * 125 } });
+        users.push(CredEntry {
+            limit: SpeedLimit { up: up * 125, down: down * 125 },
+            devices,
+            kick,
+            guard: fair.guard,
+            ..CredEntry::new(user, hash)
+        });
     }
-    CredentialSet::new(node, users).map_err(|e| Error::Internal(e.to_string()))
+    let limited = users.iter().any(|entry| entry.devices.is_some());
+    let set = CredentialSet::new(node, users).map_err(|e| Error::Internal(e.to_string()))?;
+    Ok(if limited { set.with_policy(crate::settings::device_policy(conn)?) } else { set })
 }
 
 /// The rate a user over quota is slowed to on the nodes of its groups, in kbit/s (0: cut
@@ -617,6 +705,11 @@ fn fallbacks(conn: &Connection, signer: &Signer) -> Result<Vec<wire::EdgeAddress
 /// node sets it signed.
 pub(crate) fn edges_changed(conn: &Connection, signer: &Signer, now: u64) -> Result<usize, Error> {
     publish_edge_settings(conn, signer, now)?;
+    all_nodes_changed(conn, signer, now)
+}
+
+/// Signs every enrolled node's set again where it changed. Returns how many were signed.
+pub(crate) fn all_nodes_changed(conn: &Connection, signer: &Signer, now: u64) -> Result<usize, Error> {
     let nodes: Vec<NodeId> = conn
         .prepare("SELECT id FROM nodes WHERE public_key IS NOT NULL")?
         .query_map([], |row| row.get(0))?

@@ -11,7 +11,7 @@ use serde::de::DeserializeOwned;
 use serde::{Deserialize, Serialize};
 
 use hearth_shared::agent::UaRule;
-use hearth_shared::wire::Profile;
+use hearth_shared::wire::{DevicePolicy, Profile};
 
 use crate::config::Config;
 use crate::error::Error;
@@ -220,6 +220,27 @@ pub(crate) fn save_addresses(
 
 /// The most User-Agent rules the owner can set.
 pub(crate) const MAX_RULES: usize = 50;
+
+/// What nodes do with a device over a user's allowance (the owner's choice; refusing by
+/// default).
+pub(crate) fn device_policy(conn: &Connection) -> Result<DevicePolicy, Error> {
+    let name: Option<String> = stored(conn, "device_policy")?;
+    Ok(name.and_then(|name| DevicePolicy::from_name(&name)).unwrap_or_default())
+}
+
+/// Sets the device policy; every node's set is signed again (those with a device limit in
+/// them change). Returns how many were signed.
+pub(crate) fn set_device_policy(
+    conn: &Connection,
+    signer: &Signer,
+    policy: DevicePolicy,
+    actor: &str,
+    now: u64,
+) -> Result<usize, Error> {
+    save(conn, "device_policy", &policy.as_str())?;
+    store::audit(conn, now, actor, "settings.device_policy", "", policy.as_str())?;
+    publish::all_nodes_changed(conn, signer, now)
+}
 
 /// The owner's User-Agent rules (none until set).
 pub(crate) fn ua_rules(conn: &Connection) -> Result<Vec<UaRule>, Error> {

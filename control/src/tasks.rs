@@ -68,6 +68,8 @@ pub(crate) fn sweep(
             changes.user(conn, id)?;
             touched += 1;
         }
+        // Nodes silent for long: who was on them no longer counts against anyone.
+        touched += crate::store::nodes::expire_presence(conn, &app.signer, now)?;
     }
     changes.publish(conn, &app.signer, now)?;
     if crate::releases::advance(conn, &app.signer, app.config.release_timeout_secs, now)? {

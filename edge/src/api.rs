@@ -104,7 +104,7 @@ pub fn check_usage(body: &[u8], trust: &Trust, node: NodeId, now: u64) -> Result
     let name = stream::usage(node);
     let expect = Expect { kind: Kind::UsageReport, audience: Audience::Control, stream: &name };
     let verified = verify(body, trust, &expect, None, now).map_err(|e| error(400, "bad_report", &e.to_string()))?;
-    let report: UsageReport = decode(&verified.envelope.body, "usage report")
+    let report = UsageReport::decode(&verified.envelope.body)
         .map_err(|_| error(400, "bad_report", "the body is not a usage report"))?;
     if report.node != node || report.seq != verified.envelope.header.version {
         return Err(error(400, "bad_report", "the report's node or sequence does not match its envelope"));

@@ -50,7 +50,17 @@ pub(crate) struct Agent {
     pub(crate) restart: tokio::sync::watch::Sender<bool>,
     /// When this process started (a new release must run healthy for a while).
     pub(crate) started: std::time::Instant,
+    /// Who was on the node at the last report (user, devices, connections), and when it was
+    /// made: a report goes out when that changed, or every [`PRESENCE_EVERY`] while someone
+    /// is on, so control's view of who is online stays fresh.
+    pub(crate) reported: Mutex<Reported>,
 }
+
+/// Who was on the node at the last report (user, devices, connections), and when.
+pub(crate) type Reported = (Vec<(u64, u32, u32)>, u64);
+
+/// The longest a node goes without reporting who is on it while anyone is.
+pub(crate) const PRESENCE_EVERY: u64 = 300;
 
 /// The file that keeps the edge control last named (empty: none).
 pub(crate) const EDGE_FILE: &str = "edge.url";
@@ -555,30 +565,39 @@ impl Agent {
         std::fs::read_to_string(self.state.path("usage.acked")).ok().and_then(|s| s.trim().parse().ok()).unwrap_or(0)
     }
 
-    /// Takes the counters into a signed report on disk (nothing is taken if it cannot be
-    /// written).
+    /// Takes the counters and who is on the node into a signed report on disk (nothing is
+    /// taken if it cannot be written): when anyone moved traffic, something was refused, who
+    /// is on changed, or someone is on and the last report is [`PRESENCE_EVERY`] old.
     fn snapshot(&self) -> Result<()> {
         let usage = self.live.take_usage();
-        if usage.is_empty() {
+        let presence = self.live.take_presence();
+        let now = now();
+        let on: Vec<(u64, u32, u32)> =
+            presence.iter().filter(|p| p.devices > 0).map(|p| (p.user, p.devices, p.connections)).collect();
+        let mut reported = self.reported.lock().expect("reported lock");
+        let refused = presence.iter().any(|p| p.refused_devices + p.refused_torrent + p.refused_smtp > 0);
+        let stale = !on.is_empty() && now >= reported.1 + PRESENCE_EVERY;
+        if usage.is_empty() && !refused && on == reported.0 && !stale {
             return Ok(());
         }
         let seq = self.queued()?.last().copied().unwrap_or_else(|| self.acked()) + 1;
-        let now = now();
         let report = UsageReport {
             node: self.settings.node,
             seq,
             period_start: now.saturating_sub(self.settings.report_secs),
             period_end: now,
             users: usage.clone(),
+            presence: presence.clone(),
         };
         let envelope = report.sign(&self.key, now).encode();
         let stored = std::fs::create_dir_all(self.queue_dir())
             .context("making the usage queue")
             .and_then(|()| crate::state::write_atomic(&self.queue_dir().join(format!("{seq}.report")), &envelope));
         if let Err(e) = stored {
-            self.live.give_back(&usage);
+            self.live.give_back(&usage, &presence);
             return Err(e);
         }
+        *reported = (on, now);
         Ok(())
     }
 

@@ -9,6 +9,7 @@ mod agent;
 mod capped;
 mod congestion;
 mod enroll;
+mod guard;
 mod hop;
 mod https;
 mod limit;
@@ -232,6 +233,7 @@ fn serve(dir: &Path) -> Result<i32> {
             offered: std::sync::Mutex::new(0),
             restart: restart.clone(),
             started: std::time::Instant::now(),
+            reported: Default::default(),
             edge_url: std::sync::Mutex::new(edge_url),
             edges: std::sync::Mutex::new(edges),
             edge_at: std::sync::atomic::AtomicUsize::new(0),

@@ -25,6 +25,12 @@ fn render(sources: &Sources) -> String {
     metric("hearth_node_users", "gauge", "Users who may connect.", live.users() as u64);
     metric("hearth_node_connections", "gauge", "Open authenticated connections.", live.connections() as u64);
     metric(
+        "hearth_node_devices",
+        "gauge",
+        "Devices connected (distinct client addresses of each user).",
+        live.devices() as u64,
+    );
+    metric(
         "hearth_node_brutal_connections",
         "gauge",
         "Open connections sending with Brutal at the rate their client announced.",
@@ -36,6 +42,19 @@ fn render(sources: &Sources) -> String {
         "Datagrams received on the ports of the hop range (port hopping).",
         live.hopped.load(Ordering::Relaxed),
     );
+    let refusals = &live.refusals;
+    let _ = writeln!(
+        out,
+        "# HELP hearth_node_refused_total Connections and packets refused users: over their device allowance \
+         (or dropped for a new device), BitTorrent and port 25 (the abuse guard).\n\
+         # TYPE hearth_node_refused_total counter"
+    );
+    for (reason, count) in [("devices", &refusals.devices), ("torrent", &refusals.torrent), ("smtp", &refusals.smtp)] {
+        let _ = writeln!(out, "hearth_node_refused_total{{reason=\"{reason}\"}} {}", count.load(Ordering::Relaxed));
+    }
+    let mut metric = |name: &str, kind: &str, help: &str, value: u64| {
+        let _ = writeln!(out, "# HELP {name} {help}\n# TYPE {name} {kind}\n{name} {value}");
+    };
     let (sent, lost) = live.packets();
     metric("hearth_node_packets_sent_total", "counter", "QUIC packets sent to authenticated clients.", sent);
     metric(

@@ -47,6 +47,8 @@ const CONNECT_TIMEOUT: Duration = Duration::from_secs(10);
 const UDP_IDLE: Duration = Duration::from_secs(60);
 /// UDP sessions one connection may hold.
 const MAX_UDP_SESSIONS: usize = 256;
+/// UDP destinations whose judgement by the abuse guard one connection remembers.
+const MAX_JUDGED: usize = 4096;
 /// The most one relay read takes, per direction.
 const RELAY_BUFFER: usize = 64 * 1024;
 
@@ -214,19 +216,25 @@ pub(crate) async fn serve(endpoint: quinn::Endpoint, live: Arc<Live>, options: O
 
 type H3 = h3::server::Connection<h3_quinn::Connection, Bytes>;
 
-/// Who authenticated, and what with.
+/// Who authenticated and was let in.
 struct Authenticated {
     user: u64,
-    /// The SHA-256 of the credential.
-    hash: [u8; 32],
-    /// The receive rate the client announced, bytes a second (0: none).
-    client_rx: u64,
+    /// The user's counters.
+    counter: Arc<Counter>,
+    /// Keeps the connection among the user's while it lives.
+    _registration: crate::table::Registration,
+    /// Whether it sends with Brutal.
+    on_brutal: bool,
     /// The HTTP/3 connection, which must stay alive with the QUIC connection.
     _h3: H3,
 }
 
 /// Answers HTTP/3 requests until one authenticates.
-async fn authenticate(connection: &quinn::Connection, live: &Live, options: &Options) -> anyhow::Result<Authenticated> {
+async fn authenticate(
+    connection: &quinn::Connection,
+    live: &Arc<Live>,
+    options: &Options,
+) -> anyhow::Result<Authenticated> {
     let mut h3: H3 = h3::server::builder()
         .max_field_section_size(MAX_HEADERS)
         .build(h3_quinn::Connection::new(connection.clone()))
@@ -246,18 +254,35 @@ async fn authenticate(connection: &quinn::Connection, live: &Live, options: &Opt
         };
         match user {
             Some(user) => {
+                let hash = sha256(credential.as_deref().unwrap_or_default());
+                // A rate that is not a number counts as none, as for the official server.
+                let client_rx = request.headers().get("hysteria-cc-rx").and_then(|v| v.to_str().ok()?.parse().ok());
+                // Brutal sends at the client's rate held to the node's and to the user's limit
+                // (which `Live::apply` changes live).
+                let brutal = options.brutal_rate(client_rx.unwrap_or(0));
+                let counter = live.counter(user);
+                let device = crate::table::Device::of(connection.remote_address().ip());
+                let (registration, on_brutal) = match live.admit(user, hash, connection, device, brutal, &counter) {
+                    Ok(admitted) => admitted,
+                    Err(refusal) => {
+                        // The client reports the status as a failed authentication; the
+                        // user's page says why.
+                        let response = Response::builder().status(StatusCode::TOO_MANY_REQUESTS).body(())?;
+                        stream.send_response(response).await?;
+                        stream.finish().await?;
+                        connection.close(crate::table::CLOSE_DEVICE.into(), b"device limit");
+                        anyhow::bail!("user {user} refused: {refusal:?}");
+                    }
+                };
                 let response = Response::builder()
                     .status(StatusCode::from_u16(233).expect("233 is a valid status"))
                     .header("hysteria-udp", "true")
-                    .header("hysteria-cc-rx", options.announced(live.counter(user).pace_up.rate()))
+                    .header("hysteria-cc-rx", options.announced(counter.pace_up.rate()))
                     .header("hysteria-padding", padding())
                     .body(())?;
                 stream.send_response(response).await?;
                 stream.finish().await?;
-                let hash = sha256(credential.as_deref().unwrap_or_default());
-                // A rate that is not a number counts as none, as for the official server.
-                let client_rx = request.headers().get("hysteria-cc-rx").and_then(|v| v.to_str().ok()?.parse().ok());
-                return Ok(Authenticated { user, hash, client_rx: client_rx.unwrap_or(0), _h3: h3 });
+                return Ok(Authenticated { user, counter, _registration: registration, on_brutal, _h3: h3 });
             }
             None => {
                 if credential.is_some() {
@@ -313,7 +338,7 @@ async fn handle(
     let authenticated = tokio::time::timeout(AUTH_TIMEOUT, authenticate(&connection, &live, &options)).await;
     live.unauthenticated.fetch_sub(1, Ordering::Relaxed);
     drop(waiting);
-    let Authenticated { user, hash, client_rx, _h3 } = match authenticated {
+    let Authenticated { user, counter, _registration, on_brutal, _h3 } = match authenticated {
         Ok(Ok(found)) => found,
         Ok(Err(e)) => {
             connection.close(0x100u32.into(), b"");
@@ -324,22 +349,17 @@ async fn handle(
             anyhow::bail!("no authentication within {AUTH_TIMEOUT:?}");
         }
     };
-    // Brutal sends at the client's rate held to the node's and to the user's limit (which
-    // `Live::apply` changes live).
-    let brutal = options.brutal_rate(client_rx);
-    let counter = live.counter(user);
-    let (_registration, on_brutal) = live.register(user, hash, &connection, brutal, &counter.pace_down);
     let _brutal = on_brutal.then(|| live.brutal());
-    tracing::debug!(user, peer = %connection.remote_address(), brutal, on_brutal, "authenticated");
-    let udp = tokio::spawn(udp_relay(connection.clone(), counter.clone(), options.clone()));
+    tracing::debug!(user, peer = %connection.remote_address(), on_brutal, "authenticated");
+    let udp = tokio::spawn(udp_relay(connection.clone(), counter.clone(), live.clone(), options.clone()));
     loop {
         let (send, recv) = match connection.accept_bi().await {
             Ok(streams) => streams,
             Err(_) => break,
         };
-        let (counter, options) = (counter.clone(), options.clone());
+        let (counter, live, options) = (counter.clone(), live.clone(), options.clone());
         tokio::spawn(async move {
-            if let Err(e) = tcp_relay(send, recv, counter, options).await {
+            if let Err(e) = tcp_relay(send, recv, counter, &live, options).await {
                 tracing::debug!(user, error = %e, "TCP stream ended");
             }
         });
@@ -348,13 +368,36 @@ async fn handle(
     Ok(())
 }
 
+/// The first bytes a client sends on a stream, once they say whether it opens BitTorrent:
+/// `None` when it does (the stream is refused), else what was read (empty if the stream
+/// ended first).
+async fn opening(from: &mut quinn::RecvStream) -> std::io::Result<Option<bytes::Bytes>> {
+    let mut first = bytes::BytesMut::new();
+    while let Some(chunk) = from.read_chunk(RELAY_BUFFER, true).await.map_err(std::io::Error::from)? {
+        first.extend_from_slice(&chunk.bytes);
+        match crate::guard::tcp_opening(&first) {
+            crate::guard::Opening::Torrent => return Ok(None),
+            crate::guard::Opening::Other => break,
+            crate::guard::Opening::Undecided => {}
+        }
+    }
+    Ok(Some(first.freeze()))
+}
+
 /// Client to target: quinn hands out what arrived as chunks, written on without a copy, each
 /// when the user's budget allows (what waits backs up into the client's flow control).
+/// `first` is what was read before (to judge the stream's opening).
 async fn pump_up(
     mut from: quinn::RecvStream,
     mut to: tokio::net::tcp::OwnedWriteHalf,
     counter: &Counter,
+    first: bytes::Bytes,
 ) -> std::io::Result<()> {
+    if !first.is_empty() {
+        counter.pace_up.wait(first.len()).await;
+        to.write_all(&first).await?;
+        counter.up.fetch_add(first.len() as u64, Ordering::Relaxed);
+    }
     while let Some(chunk) = from.read_chunk(RELAY_BUFFER, true).await.map_err(std::io::Error::from)? {
         counter.pace_up.wait(chunk.bytes.len()).await;
         to.write_all(&chunk.bytes).await?;
@@ -388,9 +431,18 @@ async fn tcp_relay(
     mut send: quinn::SendStream,
     mut recv: quinn::RecvStream,
     counter: Arc<Counter>,
+    live: &Live,
     options: Options,
 ) -> anyhow::Result<()> {
     let address = proto::read_tcp_request(&mut recv).await?;
+    let guard = counter.guard();
+    if guard.smtp && crate::guard::is_smtp(&address) {
+        counter.refuse(live, true);
+        let message = "port 25 (mail) is blocked on this server";
+        send.write_all(&proto::tcp_response(false, message)).await?;
+        let _ = send.finish();
+        anyhow::bail!(message);
+    }
     let target = match resolve(&address, &options).await {
         Ok(addr) => tokio::time::timeout(CONNECT_TIMEOUT, TcpStream::connect(addr))
             .await
@@ -408,8 +460,17 @@ async fn tcp_relay(
     };
     let _ = target.set_nodelay(true);
     send.write_all(&proto::tcp_response(true, "")).await?;
+    // The guard reads what the client sends first before the target gets any of it (a
+    // client may send it before the answer above, or after).
+    let first = if guard.torrent { opening(&mut recv).await? } else { Some(bytes::Bytes::new()) };
+    let Some(first) = first else {
+        counter.refuse(live, false);
+        let _ = recv.stop(0u32.into());
+        let _ = send.reset(0u32.into());
+        anyhow::bail!("BitTorrent refused");
+    };
     let (target_read, target_write) = target.into_split();
-    let up = pump_up(recv, target_write, &counter);
+    let up = pump_up(recv, target_write, &counter, first);
     let down = pump_down(target_read, send, &counter);
     let (up, down) = tokio::join!(up, down);
     up.and(down)?;
@@ -424,9 +485,12 @@ struct Session {
 
 /// Relays a connection's UDP: one outbound socket per client session, closed after
 /// [`UDP_IDLE`] without traffic.
-async fn udp_relay(connection: quinn::Connection, counter: Arc<Counter>, options: Options) {
+async fn udp_relay(connection: quinn::Connection, counter: Arc<Counter>, live: Arc<Live>, options: Options) {
     let sessions: Arc<Mutex<HashMap<u32, Session>>> = Arc::default();
     let mut resolved: HashMap<String, SocketAddr> = HashMap::new();
+    // The guard's judgement of each session's destinations (true: BitTorrent), from the
+    // first datagram the client sent there.
+    let mut judged: HashMap<(u32, SocketAddr), bool> = HashMap::new();
     while let Ok(datagram) = connection.read_datagram().await {
         let Ok(message) = UdpMessage::parse(&datagram) else { continue };
         let id = message.session;
@@ -473,6 +537,16 @@ async fn udp_relay(connection: quinn::Connection, counter: Arc<Counter>, options
         } else {
             target
         };
+        if counter.guard().torrent {
+            if judged.len() >= MAX_JUDGED && !judged.contains_key(&(id, target)) {
+                judged.clear();
+            }
+            let torrent = *judged.entry((id, target)).or_insert_with(|| crate::guard::is_torrent_datagram(&payload));
+            if torrent {
+                counter.refuse(&live, false);
+                continue;
+            }
+        }
         if !counter.pace_up.admit(payload.len()) {
             continue;
         }

@@ -8,16 +8,55 @@
 //! connections of every user it removes or whose credential changed, and touches nobody
 //! else; a changed speed limit applies to open connections at their next chunk, and to the
 //! rate Brutal sends at, without closing anything.
+//!
+//! A user's devices are the distinct client addresses among the user's open connections (an
+//! IPv4 address; an IPv6 address's /64, as one home network or phone holds a /64): a client
+//! that connects again, hops ports or opens a second connection from the same address is the
+//! same device. A connection from a new address when the user already has as many devices
+//! as the set allows here is refused, or the device connected longest ago is dropped for it
+//! (the set's policy). A new kick count for a user closes the user's connections.
 
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, RwLock};
 
-use hearth_shared::wire::{CredentialSet, SpeedLimit, UserId, UserUsage};
+use std::net::IpAddr;
+use std::time::Instant;
+
+use hearth_shared::wire::{CredentialSet, DevicePolicy, Guard, Presence, SpeedLimit, UserId, UserUsage};
 use hearth_shared::{Digest, ct_eq, sha256};
 
 /// The QUIC close code for a user removed from the set.
 pub(crate) const CLOSE_REMOVED: u32 = 0x107;
+/// The QUIC close code for a device dropped to make room for another of the same user.
+pub(crate) const CLOSE_DEVICE: u32 = 0x108;
+/// The QUIC close code for a kick.
+pub(crate) const CLOSE_KICKED: u32 = 0x109;
+
+/// A device: the client's IPv4 address, or its IPv6 address's /64.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub(crate) struct Device(IpAddr);
+
+impl Device {
+    /// The device a client address belongs to.
+    pub(crate) fn of(ip: IpAddr) -> Device {
+        match ip {
+            IpAddr::V6(v6) => match v6.to_ipv4_mapped() {
+                Some(v4) => Device(IpAddr::V4(v4)),
+                None => Device(IpAddr::V6((u128::from(v6) & !((1u128 << 64) - 1)).into())),
+            },
+            v4 => Device(v4),
+        }
+    }
+}
+
+/// What the node refused a user since the last report (or everyone, all told).
+#[derive(Debug, Default)]
+pub(crate) struct Refused {
+    pub(crate) devices: AtomicU64,
+    pub(crate) torrent: AtomicU64,
+    pub(crate) smtp: AtomicU64,
+}
 
 /// Bytes one user moved since the last report, and the user's speed-limit budgets.
 #[derive(Debug, Default)]
@@ -28,20 +67,60 @@ pub(crate) struct Counter {
     pub(crate) pace_up: crate::limit::Pace,
     /// What the user may receive (node to client).
     pub(crate) pace_down: crate::limit::Pace,
+    /// What the abuse guard refuses the user: bit 0 BitTorrent, bit 1 port 25.
+    guard: std::sync::atomic::AtomicU8,
+    /// What was refused since the last report.
+    pub(crate) refused: Refused,
 }
 
 impl Counter {
-    fn limit_to(&self, limit: SpeedLimit) {
-        self.pace_up.set(limit.up);
-        self.pace_down.set(limit.down);
+    fn limit_to(&self, limit: Limits) {
+        self.pace_up.set(limit.speed.up);
+        self.pace_down.set(limit.speed.down);
+        self.guard.store(u8::from(limit.guard.torrent) | (u8::from(limit.guard.smtp) << 1), Ordering::Relaxed);
+    }
+
+    /// Counts a refusal by the abuse guard, for the user and the node.
+    pub(crate) fn refuse(&self, live: &Live, smtp: bool) {
+        let (mine, all) = if smtp {
+            (&self.refused.smtp, &live.refusals.smtp)
+        } else {
+            (&self.refused.torrent, &live.refusals.torrent)
+        };
+        mine.fetch_add(1, Ordering::Relaxed);
+        all.fetch_add(1, Ordering::Relaxed);
+    }
+
+    /// What the abuse guard refuses this user now.
+    pub(crate) fn guard(&self) -> Guard {
+        let bits = self.guard.load(Ordering::Relaxed);
+        Guard { torrent: bits & 1 != 0, smtp: bits & 2 != 0 }
     }
 }
 
-/// The users' counters, and the speed limits of those that have one.
+/// A user's limits that reach open connections without closing them.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+struct Limits {
+    speed: SpeedLimit,
+    guard: Guard,
+}
+
+/// The users' counters, and the limits of those that have one.
 #[derive(Default)]
 struct Counters {
     by_user: HashMap<UserId, Arc<Counter>>,
-    limits: HashMap<UserId, SpeedLimit>,
+    limits: HashMap<UserId, Limits>,
+}
+
+/// The open connections by user, and what decides who else may connect.
+#[derive(Default)]
+struct Sessions {
+    open: HashMap<UserId, HashMap<usize, Open>>,
+    /// Devices a user may have here (users without a limit are left out).
+    devices: HashMap<UserId, u32>,
+    /// Users' kick counts (0 is left out).
+    kicks: HashMap<UserId, u32>,
+    policy: DevicePolicy,
 }
 
 /// An authenticated connection, and the rate Brutal would send to it without the user's
@@ -49,6 +128,8 @@ struct Counters {
 struct Open {
     connection: quinn::Connection,
     brutal: u64,
+    device: Device,
+    since: Instant,
 }
 
 /// Brutal's rate for a connection: `brutal` held to the user's `down` limit (0: none), with
@@ -67,6 +148,8 @@ pub(crate) struct Live {
     pub(crate) unauthenticated: AtomicU64,
     /// Connections refused because too many had not authenticated yet (for metrics).
     pub(crate) refused_unauthenticated: AtomicU64,
+    /// What was refused users, all told (for metrics).
+    pub(crate) refusals: Refused,
     /// The version of the credential set held (for metrics).
     pub(crate) version: AtomicU64,
     /// When the credential set held expires, Unix seconds (for the alarm and metrics).
@@ -80,7 +163,7 @@ pub(crate) struct Live {
     closed_packets: (AtomicU64, AtomicU64),
     table: RwLock<Arc<HashMap<Digest, UserId>>>,
     counters: Mutex<Counters>,
-    connections: Mutex<HashMap<UserId, HashMap<usize, Open>>>,
+    connections: Mutex<Sessions>,
 }
 
 /// What applying a set changed.
@@ -89,8 +172,17 @@ pub(crate) struct Applied {
     pub(crate) users: usize,
     pub(crate) removed: usize,
     pub(crate) closed: usize,
-    /// Users whose speed limit changed.
+    /// Users whose speed limit or guard changed.
     pub(crate) limited: usize,
+    /// Users kicked (their connections closed).
+    pub(crate) kicked: usize,
+}
+
+/// Why a connection was not let in.
+#[derive(Debug, PartialEq, Eq)]
+pub(crate) enum Refusal {
+    /// The user has as many devices connected as allowed here.
+    Devices(u32),
 }
 
 /// Keeps a connection registered while it lives.
@@ -103,12 +195,12 @@ pub(crate) struct Registration {
 impl Drop for Registration {
     fn drop(&mut self) {
         let mut connections = self.live.connections.lock().expect("connections lock");
-        if let Some(open) = connections.get_mut(&self.user) {
+        if let Some(open) = connections.open.get_mut(&self.user) {
             if let Some(open) = open.remove(&self.id) {
                 self.live.retire(&open.connection);
             }
             if open.is_empty() {
-                connections.remove(&self.user);
+                connections.open.remove(&self.user);
             }
         }
     }
@@ -150,14 +242,20 @@ impl Live {
     /// lost (and their data sent again).
     pub(crate) fn packets(&self) -> (u64, u64) {
         let connections = self.connections.lock().expect("connections lock");
-        let open = connections.values().flat_map(HashMap::values).map(|o| o.connection.stats().path);
+        let open = connections.open.values().flat_map(HashMap::values).map(|o| o.connection.stats().path);
         let (sent, lost) = open.fold((0, 0), |(s, l), path| (s + path.sent_packets, l + path.lost_packets));
         (sent + self.closed_packets.0.load(Ordering::Relaxed), lost + self.closed_packets.1.load(Ordering::Relaxed))
     }
 
     /// Open authenticated connections.
     pub(crate) fn connections(&self) -> usize {
-        self.connections.lock().expect("connections lock").values().map(HashMap::len).sum()
+        self.connections.lock().expect("connections lock").open.values().map(HashMap::len).sum()
+    }
+
+    /// Devices connected, over all users.
+    pub(crate) fn devices(&self) -> usize {
+        let connections = self.connections.lock().expect("connections lock");
+        connections.open.values().map(distinct_devices).sum()
     }
 
     /// How many users may connect.
@@ -166,12 +264,22 @@ impl Live {
     }
 
     /// Replaces the table with `set`; closes the connections of users it no longer allows
-    /// (removed, or with another credential); gives users their new speed limits.
+    /// (removed, or with another credential) or kicks; gives users their new speed limits,
+    /// guards and device allowances (a smaller allowance closes nothing: it holds at the
+    /// next new device).
     pub(crate) fn apply(&self, set: &CredentialSet) -> Applied {
         let new: HashMap<Digest, UserId> = set.users().iter().map(|entry| (entry.hash, entry.user)).collect();
         let allowed: HashMap<UserId, Digest> = set.users().iter().map(|entry| (entry.user, entry.hash)).collect();
-        let limits: HashMap<UserId, SpeedLimit> =
-            set.users().iter().filter(|entry| !entry.limit.is_none()).map(|entry| (entry.user, entry.limit)).collect();
+        let limits: HashMap<UserId, Limits> = set
+            .users()
+            .iter()
+            .map(|entry| (entry.user, Limits { speed: entry.limit, guard: entry.guard }))
+            .filter(|(_, limits)| *limits != Limits::default())
+            .collect();
+        let devices: HashMap<UserId, u32> =
+            set.users().iter().filter_map(|entry| Some((entry.user, entry.devices?))).collect();
+        let kicks: HashMap<UserId, u32> =
+            set.users().iter().filter(|entry| entry.kick != 0).map(|entry| (entry.user, entry.kick)).collect();
         let old = std::mem::replace(&mut *self.table.write().expect("table lock"), Arc::new(new));
         let gone: Vec<UserId> = old
             .iter()
@@ -180,10 +288,10 @@ impl Live {
             .collect();
         // New limits, under the counters' lock so that a counter made meanwhile starts from
         // them (see `counter`).
-        let changed: Vec<(UserId, SpeedLimit)> = {
+        let changed: Vec<(UserId, Limits)> = {
             let mut counters = self.counters.lock().expect("counters lock");
             let old = std::mem::replace(&mut counters.limits, limits);
-            let mut changed: Vec<(UserId, SpeedLimit)> = old
+            let mut changed: Vec<(UserId, Limits)> = old
                 .keys()
                 .chain(counters.limits.keys())
                 .filter_map(|user| {
@@ -202,43 +310,86 @@ impl Live {
         };
         let mut closed = 0;
         let mut connections = self.connections.lock().expect("connections lock");
-        for user in &gone {
-            if let Some(open) = connections.remove(user) {
-                for open in open.values() {
-                    open.connection.close(CLOSE_REMOVED.into(), b"removed");
-                    self.retire(&open.connection);
-                    closed += 1;
+        let kicked: Vec<UserId> = kicks
+            .iter()
+            .chain(&connections.kicks)
+            .map(|(user, _)| *user)
+            .filter(|user| kicks.get(user) != connections.kicks.get(user))
+            .collect::<std::collections::BTreeSet<_>>()
+            .into_iter()
+            .filter(|user| !gone.contains(user))
+            .collect();
+        for (users, code, reason) in [(&gone, CLOSE_REMOVED, &b"removed"[..]), (&kicked, CLOSE_KICKED, b"kicked")] {
+            for user in users {
+                if let Some(open) = connections.open.remove(user) {
+                    for open in open.values() {
+                        open.connection.close(code.into(), reason);
+                        self.retire(&open.connection);
+                        closed += 1;
+                    }
                 }
             }
         }
+        connections.devices = devices;
+        connections.kicks = kicks;
+        connections.policy = set.policy();
         for (user, limit) in &changed {
-            for open in connections.get(user).into_iter().flat_map(HashMap::values).filter(|o| o.brutal > 0) {
-                crate::congestion::use_brutal(&open.connection, brutal_within(open.brutal, limit.down));
+            for open in connections.open.get(user).into_iter().flat_map(HashMap::values).filter(|o| o.brutal > 0) {
+                crate::congestion::use_brutal(&open.connection, brutal_within(open.brutal, limit.speed.down));
             }
         }
-        Applied { users: allowed.len(), removed: gone.len(), closed, limited: changed.len() }
+        Applied { users: allowed.len(), removed: gone.len(), closed, limited: changed.len(), kicked: kicked.len() }
     }
 
-    /// Registers a user's connection (until the registration drops), with the rate Brutal
-    /// sends to it before the user's limit (0: not on Brutal), and puts it on Brutal at that
-    /// rate held to the limit `down` holds; returns whether it is on Brutal. Both happen under
-    /// the lock `apply` changes Brutal's rates under, so a limit changed meanwhile reaches
-    /// this connection too. If the user was removed meanwhile, the connection is closed at
-    /// once.
-    pub(crate) fn register(
+    /// Lets a user's connection in from `device` if the user's device allowance here has
+    /// room for it (a device already connected always has), or makes room by dropping the
+    /// user's device connected longest ago when the set says so; registers it (until the
+    /// registration drops), with the rate Brutal sends to it before the user's limit (0: not
+    /// on Brutal), and puts it on Brutal at that rate held to the limit `down` holds; returns
+    /// whether it is on Brutal. All of it happens under the lock `apply` changes allowances
+    /// and Brutal's rates under, so a change made meanwhile reaches this connection too. If
+    /// the user was removed meanwhile, the connection is closed at once.
+    pub(crate) fn admit(
         self: &Arc<Self>,
         user: UserId,
         credential_hash: Digest,
         connection: &quinn::Connection,
+        device: Device,
         brutal: u64,
-        down: &crate::limit::Pace,
-    ) -> (Registration, bool) {
+        counter: &Counter,
+    ) -> Result<(Registration, bool), Refusal> {
         let id = connection.stable_id();
-        let open = Open { connection: connection.clone(), brutal };
+        let open = Open { connection: connection.clone(), brutal, device, since: Instant::now() };
         let on_brutal = {
             let mut connections = self.connections.lock().expect("connections lock");
-            connections.entry(user).or_default().insert(id, open);
-            let rate = brutal_within(brutal, down.rate());
+            let Sessions { open: all, devices, policy, .. } = &mut *connections;
+            let allowance = devices.get(&user).copied();
+            let mine = all.entry(user).or_default();
+            if let Some(allowance) = allowance
+                && !mine.values().any(|o| o.device == device)
+            {
+                while distinct_devices(mine) >= allowance as usize {
+                    let oldest = mine.values().min_by_key(|o| o.since).map(|o| o.device);
+                    self.refusals.devices.fetch_add(1, Ordering::Relaxed);
+                    counter.refused.devices.fetch_add(1, Ordering::Relaxed);
+                    let (Some(oldest), DevicePolicy::DropOldest, true) = (oldest, *policy, allowance > 0) else {
+                        if mine.is_empty() {
+                            all.remove(&user);
+                        }
+                        return Err(Refusal::Devices(allowance));
+                    };
+                    mine.retain(|_, o| {
+                        if o.device != oldest {
+                            return true;
+                        }
+                        o.connection.close(CLOSE_DEVICE.into(), b"device limit");
+                        self.retire(&o.connection);
+                        false
+                    });
+                }
+            }
+            mine.insert(id, open);
+            let rate = brutal_within(brutal, counter.pace_down.rate());
             rate > 0 && crate::congestion::use_brutal(connection, rate)
         };
         // `apply` swaps the table before it closes connections: either it saw this one, or
@@ -247,13 +398,13 @@ impl Live {
         if !still {
             connection.close(CLOSE_REMOVED.into(), b"removed");
         }
-        (Registration { live: Arc::clone(self), user, id }, on_brutal)
+        Ok((Registration { live: Arc::clone(self), user, id }, on_brutal))
     }
 
     /// The user's counters.
     pub(crate) fn counter(&self, user: UserId) -> Arc<Counter> {
         let mut counters = self.counters.lock().expect("counters lock");
-        let limit = counters.limits.get(&user).copied().unwrap_or_default();
+        let limit: Limits = counters.limits.get(&user).copied().unwrap_or_default();
         Arc::clone(counters.by_user.entry(user).or_insert_with(|| {
             let counter = Counter::default();
             counter.limit_to(limit);
@@ -278,14 +429,55 @@ impl Live {
         usage
     }
 
+    /// Who is on the node now (devices and connections by user), and what was refused each
+    /// user since the last call; sorted by user.
+    pub(crate) fn take_presence(&self) -> Vec<Presence> {
+        let mut presence: HashMap<UserId, Presence> = HashMap::new();
+        {
+            let connections = self.connections.lock().expect("connections lock");
+            for (user, open) in &connections.open {
+                let entry = presence.entry(*user).or_insert(Presence { user: *user, ..Presence::default() });
+                entry.devices = distinct_devices(open) as u32;
+                entry.connections = open.len() as u32;
+            }
+        }
+        let counters = self.counters.lock().expect("counters lock");
+        for (user, counter) in &counters.by_user {
+            let refused = &counter.refused;
+            let taken = [&refused.devices, &refused.torrent, &refused.smtp]
+                .map(|count| u32::try_from(count.swap(0, Ordering::Relaxed)).unwrap_or(u32::MAX));
+            if taken != [0; 3] {
+                let entry = presence.entry(*user).or_insert(Presence { user: *user, ..Presence::default() });
+                [entry.refused_devices, entry.refused_torrent, entry.refused_smtp] = taken;
+            }
+        }
+        let mut presence: Vec<Presence> = presence.into_values().collect();
+        presence.sort_unstable_by_key(|p| p.user);
+        presence
+    }
+
     /// Gives back counts that could not be stored (they are counted again next time).
-    pub(crate) fn give_back(&self, usage: &[UserUsage]) {
+    pub(crate) fn give_back(&self, usage: &[UserUsage], presence: &[Presence]) {
         for u in usage {
             let counter = self.counter(u.user);
             counter.up.fetch_add(u.up, Ordering::Relaxed);
             counter.down.fetch_add(u.down, Ordering::Relaxed);
         }
+        for p in presence {
+            let refused = &self.counter(p.user).refused;
+            refused.devices.fetch_add(p.refused_devices.into(), Ordering::Relaxed);
+            refused.torrent.fetch_add(p.refused_torrent.into(), Ordering::Relaxed);
+            refused.smtp.fetch_add(p.refused_smtp.into(), Ordering::Relaxed);
+        }
     }
+}
+
+/// How many distinct devices hold these connections.
+fn distinct_devices(open: &HashMap<usize, Open>) -> usize {
+    let mut devices: Vec<Device> = open.values().map(|o| o.device).collect();
+    devices.sort_unstable_by_key(|d| d.0);
+    devices.dedup();
+    devices.len()
 }
 
 #[cfg(test)]
@@ -303,7 +495,7 @@ mod tests {
         let live = Live::default();
         assert_eq!(live.authenticate(b"a"), None);
         let applied = live.apply(&set(&[(1, "a"), (2, "b")]));
-        assert_eq!(applied, Applied { users: 2, removed: 0, closed: 0, limited: 0 });
+        assert_eq!(applied, Applied { users: 2, removed: 0, closed: 0, limited: 0, kicked: 0 });
         assert_eq!(live.authenticate(b"a"), Some(1));
         assert_eq!(live.authenticate(b"b"), Some(2));
         assert_eq!(live.authenticate(b"c"), None);
@@ -330,7 +522,7 @@ mod tests {
         let held = live.counter(1);
         assert_eq!((held.pace_up.rate(), held.pace_down.rate()), (0, 0));
         let applied = live.apply(&with(100, 2_500_000));
-        assert_eq!(applied, Applied { users: 2, removed: 0, closed: 0, limited: 1 });
+        assert_eq!(applied, Applied { users: 2, removed: 0, closed: 0, limited: 1, kicked: 0 });
         assert_eq!((held.pace_up.rate(), held.pace_down.rate()), (100, 2_500_000));
         assert_eq!(live.counter(1).pace_up.rate(), 100);
         assert_eq!(live.counter(2).pace_down.rate(), 0, "the other user is not limited");
@@ -343,6 +535,50 @@ mod tests {
         assert_eq!((brutal_within(0, 8), brutal_within(99, 8), brutal_within(5, 8), brutal_within(9, 0)), (0, 9, 5, 9));
     }
 
+    /// A device is an IPv4 address, or an IPv6 address's /64 (an IPv4 address mapped into
+    /// IPv6 is that IPv4 address).
+    #[test]
+    fn devices_are_addresses_and_ipv6_networks() {
+        let of = |ip: &str| Device::of(ip.parse().unwrap());
+        assert_eq!(of("2001:db8:1:2::7"), of("2001:db8:1:2:ffff::1"));
+        assert_ne!(of("2001:db8:1:2::7"), of("2001:db8:1:3::7"));
+        assert_eq!(of("::ffff:203.0.113.9"), of("203.0.113.9"));
+        assert_ne!(of("203.0.113.9"), of("203.0.113.10"));
+    }
+
+    /// A kick count that changes for a user in the set closes the user's connections (none
+    /// open here, so nothing closes, but the kick is counted); the same count again does not.
+    #[test]
+    fn a_new_kick_count_kicks_once() {
+        let live = Live::default();
+        let with = |kick| {
+            CredentialSet::new(
+                1,
+                vec![CredEntry { kick, ..CredEntry::new(1, sha256(b"a")) }, CredEntry::new(2, sha256(b"b"))],
+            )
+            .unwrap()
+        };
+        assert_eq!(live.apply(&with(0)).kicked, 0);
+        assert_eq!(live.apply(&with(1)).kicked, 1);
+        assert_eq!(live.apply(&with(1)).kicked, 0);
+        assert_eq!(live.apply(&with(0)).kicked, 1, "a count back to zero (a restored control) kicks too");
+        assert_eq!(live.authenticate(b"a"), Some(1), "a kick is not a removal");
+    }
+
+    #[test]
+    fn refusals_are_reported_once_and_can_be_given_back() {
+        let live = Live::default();
+        live.counter(3).refuse(&live, false);
+        live.counter(3).refuse(&live, true);
+        live.counter(4);
+        let presence = live.take_presence();
+        assert_eq!(presence, vec![Presence { user: 3, refused_torrent: 1, refused_smtp: 1, ..Presence::default() }]);
+        assert!(live.take_presence().is_empty());
+        live.give_back(&[], &presence);
+        assert_eq!(live.take_presence(), presence);
+        assert_eq!(live.refusals.torrent.load(Ordering::Relaxed), 1, "the node's totals are never taken");
+    }
+
     #[test]
     fn usage_is_taken_once_and_can_be_given_back() {
         let live = Live::default();
@@ -352,7 +588,7 @@ mod tests {
         let usage = live.take_usage();
         assert_eq!(usage, vec![UserUsage { user: 4, up: 10, down: 20 }]);
         assert!(live.take_usage().is_empty());
-        live.give_back(&usage);
+        live.give_back(&usage, &[]);
         assert_eq!(live.take_usage(), usage);
     }
 }

@@ -489,6 +489,25 @@ impl SpeedLimit {
     }
 }
 
+/// What a node refuses to carry for a user (the abuse guard), whatever else it carries.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash, Serialize, Deserialize)]
+pub struct Guard {
+    /// BitTorrent: its TCP handshake, uTP, the DHT and UDP trackers.
+    pub torrent: bool,
+    /// Outbound connections to port 25 (mail servers).
+    pub smtp: bool,
+}
+
+impl Guard {
+    /// Nothing refused.
+    pub const NONE: Guard = Guard { torrent: false, smtp: false };
+
+    /// Whether nothing is refused.
+    pub fn is_none(&self) -> bool {
+        *self == Guard::NONE
+    }
+}
+
 /// One user in a node's credential set: never the credential, only its SHA-256.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct CredEntry {
@@ -498,18 +517,57 @@ pub struct CredEntry {
     pub hash: Digest,
     /// The user's speed limit on this node.
     pub limit: SpeedLimit,
+    /// How many devices (client addresses, see the README) the user may have connected to
+    /// this node at once: the user's limit less the devices other nodes reported (`None`: no
+    /// limit; `Some(0)`: no new device here).
+    pub devices: Option<u32>,
+    /// The user's kick count: when it changes, the node closes the user's open connections
+    /// (clients connect again at once; the count only says "drop what is open now").
+    pub kick: u32,
+    /// What the node refuses to carry for the user.
+    pub guard: Guard,
 }
 
 impl CredEntry {
-    /// A user without a speed limit.
+    /// A user without limits.
     pub fn new(user: UserId, hash: Digest) -> CredEntry {
-        CredEntry { user, hash, limit: SpeedLimit::NONE }
+        CredEntry { user, hash, limit: SpeedLimit::NONE, devices: None, kick: 0, guard: Guard::NONE }
+    }
+
+    /// Whether the entry needs format 4 (a device limit, a kick or a guard).
+    fn needs_format_4(&self) -> bool {
+        self.devices.is_some() || self.kick != 0 || !self.guard.is_none()
+    }
+}
+
+/// What a node does with a new device of a user who already has as many connected as allowed.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash, Serialize, Deserialize)]
+pub enum DevicePolicy {
+    /// The new device is refused (the default: who is connected stays connected).
+    #[default]
+    Refuse,
+    /// The device connected longest ago is dropped to make room for the new one.
+    DropOldest,
+}
+
+impl DevicePolicy {
+    /// The policy's name: `refuse` or `drop_oldest`.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            DevicePolicy::Refuse => "refuse",
+            DevicePolicy::DropOldest => "drop_oldest",
+        }
+    }
+
+    /// The policy of that name.
+    pub fn from_name(text: &str) -> Option<DevicePolicy> {
+        [DevicePolicy::Refuse, DevicePolicy::DropOldest].into_iter().find(|p| p.as_str() == text)
     }
 }
 
 /// The credential-set format a node of this version reads at most (see
 /// [`CredentialSet::encode`]).
-pub const CREDS_FORMAT: u64 = 3;
+pub const CREDS_FORMAT: u64 = 4;
 
 /// An edge a node falls back to when control does not answer: where it is, and the API
 /// prefix it answers nodes under.
@@ -546,13 +604,18 @@ impl EdgeAddress {
 ///   higher number says the set is newer than it reads;
 /// - **format 3**, for a set that lists the edges a node falls back to (control lists them
 ///   when it has more than one, or one with its own API prefix): format 2's layout with 3,
-///   then the list of edges.
+///   then the list of edges;
+/// - **format 4**, for a set with a device limit, a kick or an abuse guard for any user, or
+///   a device policy other than refusing: format 3's layout with 4 and format 4's entries
+///   (format 2's, then the device allowance, the kick count and the guard), the list of
+///   edges (empty or not), then the device policy.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct CredentialSet {
     /// The node.
     pub node: NodeId,
     users: Vec<CredEntry>,
     edges: Vec<EdgeAddress>,
+    policy: DevicePolicy,
 }
 
 /// Format 1's entry.
@@ -571,6 +634,18 @@ struct EntryV2 {
     down: u64,
 }
 
+/// Format 4's entry.
+#[derive(Serialize, Deserialize)]
+struct EntryV4 {
+    user: UserId,
+    hash: Digest,
+    up: u64,
+    down: u64,
+    devices: Option<u32>,
+    kick: u32,
+    guard: Guard,
+}
+
 /// What changed between two credential sets.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct CredDiff {
@@ -580,7 +655,8 @@ pub struct CredDiff {
     pub removed: Vec<UserId>,
     /// Users whose credential changed: their connections must be closed too.
     pub changed: Vec<CredEntry>,
-    /// Users whose speed limit alone changed: their connections stay open.
+    /// Users whose limits alone changed (speed, devices, kick count, guard): their
+    /// connections stay open (a node closes them on a new kick count itself).
     pub limited: Vec<CredEntry>,
 }
 
@@ -615,7 +691,18 @@ impl CredentialSet {
         if let Some(pair) = users.windows(2).find(|pair| pair[0].user == pair[1].user) {
             return Err(WireError::DuplicateUser(pair[0].user));
         }
-        Ok(CredentialSet { node, users, edges: Vec::new() })
+        Ok(CredentialSet { node, users, edges: Vec::new(), policy: DevicePolicy::Refuse })
+    }
+
+    /// The set with what its node does with a device over a user's allowance.
+    pub fn with_policy(mut self, policy: DevicePolicy) -> CredentialSet {
+        self.policy = policy;
+        self
+    }
+
+    /// What the node does with a device over a user's allowance.
+    pub fn policy(&self) -> DevicePolicy {
+        self.policy
     }
 
     /// The set with the edges a node falls back to, in order (at most [`EdgeAddress::MAX`],
@@ -643,11 +730,32 @@ impl CredentialSet {
         self.users.iter().any(|entry| !entry.limit.is_none())
     }
 
+    /// Whether the set needs format 4.
+    fn needs_format_4(&self) -> bool {
+        self.policy != DevicePolicy::Refuse || self.users.iter().any(CredEntry::needs_format_4)
+    }
+
     /// The canonical encoding: format 1 without speed limits or edges, format 2 with limits,
-    /// format 3 with edges.
+    /// format 3 with edges, format 4 with device limits, kicks, guards or a device policy.
     pub fn encode(&self) -> Vec<u8> {
         let mut out = postcard::to_allocvec(&self.node).expect("encoding into a Vec cannot fail");
-        if self.has_limits() || !self.edges.is_empty() {
+        if self.needs_format_4() {
+            let users: Vec<EntryV4> = self
+                .users
+                .iter()
+                .map(|e| EntryV4 {
+                    user: e.user,
+                    hash: e.hash,
+                    up: e.limit.up,
+                    down: e.limit.down,
+                    devices: e.devices,
+                    kick: e.kick,
+                    guard: e.guard,
+                })
+                .collect();
+            let rest = (Vec::<EntryV1>::new(), 4u64, users, &self.edges, self.policy);
+            postcard::to_extend(&rest, out).expect("encoding into a Vec cannot fail")
+        } else if self.has_limits() || !self.edges.is_empty() {
             let users: Vec<EntryV2> = self
                 .users
                 .iter()
@@ -674,26 +782,46 @@ impl CredentialSet {
         let (node, rest) = postcard::take_from_bytes::<NodeId>(bytes).map_err(|_| MALFORMED)?;
         let (v1, rest) = postcard::take_from_bytes::<Vec<EntryV1>>(rest).map_err(|_| MALFORMED)?;
         let mut edges = Vec::new();
+        let mut policy = DevicePolicy::Refuse;
+        let limited =
+            |e: EntryV2| CredEntry { limit: SpeedLimit { up: e.up, down: e.down }, ..CredEntry::new(e.user, e.hash) };
         let users: Vec<CredEntry> = if rest.is_empty() || !v1.is_empty() {
             v1.into_iter().map(|e| CredEntry::new(e.user, e.hash)).collect()
         } else {
             let (format, rest) = postcard::take_from_bytes::<u64>(rest).map_err(|_| MALFORMED)?;
-            if !(2..=3).contains(&format) {
-                return Err(if format > CREDS_FORMAT { WireError::NewerFormat(format) } else { MALFORMED });
+            match format {
+                2 => postcard::from_bytes::<Vec<EntryV2>>(rest)
+                    .map_err(|_| MALFORMED)?
+                    .into_iter()
+                    .map(limited)
+                    .collect(),
+                3 => {
+                    let (users, rest) = postcard::take_from_bytes::<Vec<EntryV2>>(rest).map_err(|_| MALFORMED)?;
+                    edges = postcard::from_bytes(rest).map_err(|_| MALFORMED)?;
+                    users.into_iter().map(limited).collect()
+                }
+                4 => {
+                    let (users, rest) = postcard::take_from_bytes::<Vec<EntryV4>>(rest).map_err(|_| MALFORMED)?;
+                    let (listed, rest) = postcard::take_from_bytes(rest).map_err(|_| MALFORMED)?;
+                    edges = listed;
+                    policy = postcard::from_bytes(rest).map_err(|_| MALFORMED)?;
+                    users
+                        .into_iter()
+                        .map(|e| CredEntry {
+                            user: e.user,
+                            hash: e.hash,
+                            limit: SpeedLimit { up: e.up, down: e.down },
+                            devices: e.devices,
+                            kick: e.kick,
+                            guard: e.guard,
+                        })
+                        .collect()
+                }
+                newer if newer > CREDS_FORMAT => return Err(WireError::NewerFormat(newer)),
+                _ => return Err(MALFORMED),
             }
-            let users: Vec<EntryV2> = if format == 2 {
-                postcard::from_bytes(rest).map_err(|_| MALFORMED)?
-            } else {
-                let (users, rest) = postcard::take_from_bytes(rest).map_err(|_| MALFORMED)?;
-                edges = postcard::from_bytes(rest).map_err(|_| MALFORMED)?;
-                users
-            };
-            users
-                .into_iter()
-                .map(|e| CredEntry { user: e.user, hash: e.hash, limit: SpeedLimit { up: e.up, down: e.down } })
-                .collect()
         };
-        let set = CredentialSet { node, users, edges: Vec::new() }.with_edges(edges)?;
+        let set = CredentialSet { node, users, edges: Vec::new(), policy }.with_edges(edges)?;
         if set.users.windows(2).any(|pair| pair[0].user >= pair[1].user) {
             return Err(WireError::Malformed("credential set (users out of order)"));
         }
@@ -712,7 +840,7 @@ impl CredentialSet {
                 (Some(a), Some(b)) if a.user == b.user => {
                     if a.hash != b.hash {
                         diff.changed.push(**b);
-                    } else if a.limit != b.limit {
+                    } else if a != b {
                         diff.limited.push(**b);
                     }
                     old.next();
@@ -751,7 +879,7 @@ impl CredentialSet {
             }
         }
         let users = users.into_values().collect();
-        Ok(CredentialSet { node: self.node, users, edges: self.edges.clone() })
+        Ok(CredentialSet { node: self.node, users, edges: self.edges.clone(), policy: self.policy })
     }
 }
 
@@ -775,8 +903,31 @@ pub struct UserUsage {
     pub down: u64,
 }
 
+/// Who of one user is on a node at the end of a report's period, and what the node refused
+/// the user during it.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Presence {
+    /// The user.
+    pub user: UserId,
+    /// Devices connected (distinct client addresses: an IPv4 address, an IPv6 /64).
+    pub devices: u32,
+    /// Open connections.
+    pub connections: u32,
+    /// Devices refused over the user's device allowance, or connections dropped to make room
+    /// for a new device.
+    pub refused_devices: u32,
+    /// BitTorrent connections and packets refused by the abuse guard.
+    pub refused_torrent: u32,
+    /// Connections to port 25 refused by the abuse guard.
+    pub refused_smtp: u32,
+}
+
 /// A node's usage report, signed by the node's key on the stream `usage/<node>`, with the
 /// sequence number as the envelope version: control applies each sequence number once.
+///
+/// Two encodings: without presence, the five fields alone (what every control and edge
+/// reads); with it, the five fields and the presence list after them. [`UsageReport::decode`]
+/// takes either; a report with no one present always takes the first.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub struct UsageReport {
     /// The node.
@@ -789,9 +940,56 @@ pub struct UsageReport {
     pub period_end: u64,
     /// Per-user counts; users with no traffic are left out.
     pub users: Vec<UserUsage>,
+    /// Every user with a device connected at the end of the period or something refused
+    /// during it, sorted by user, once each; a user left out has nobody on the node.
+    pub presence: Vec<Presence>,
+}
+
+/// A report as nodes before presence sent it.
+#[derive(Serialize, Deserialize)]
+struct ReportV1 {
+    node: NodeId,
+    seq: u64,
+    period_start: u64,
+    period_end: u64,
+    users: Vec<UserUsage>,
 }
 
 impl UsageReport {
+    /// The most presence entries a report carries (a node's users all online).
+    pub const MAX_PRESENCE: usize = 200_000;
+
+    /// The canonical encoding (see the type).
+    pub fn encode(&self) -> Vec<u8> {
+        if self.presence.is_empty() {
+            let UsageReport { node, seq, period_start, period_end, ref users, .. } = *self;
+            encode(&ReportV1 { node, seq, period_start, period_end, users: users.clone() })
+        } else {
+            encode(self)
+        }
+    }
+
+    /// Decodes strictly either encoding; refuses presence out of order or repeated.
+    pub fn decode(bytes: &[u8]) -> Result<UsageReport, WireError> {
+        const WHAT: &str = "usage report";
+        let report = match postcard::take_from_bytes::<ReportV1>(bytes) {
+            Ok((old, [])) => {
+                let ReportV1 { node, seq, period_start, period_end, users } = old;
+                UsageReport { node, seq, period_start, period_end, users, presence: Vec::new() }
+            }
+            _ => postcard::from_bytes::<UsageReport>(bytes).map_err(|_| WireError::Malformed(WHAT))?,
+        };
+        if report.presence.len() > UsageReport::MAX_PRESENCE
+            || report.presence.windows(2).any(|pair| pair[0].user >= pair[1].user)
+        {
+            return Err(WireError::Malformed("usage report (presence)"));
+        }
+        if report.encode() != bytes {
+            return Err(WireError::Malformed(WHAT));
+        }
+        Ok(report)
+    }
+
     /// How long a signed report stays acceptable: long enough to outlast any outage of
     /// control, as the node keeps every report until it is acknowledged.
     pub const LIFETIME_SECS: u64 = 365 * 86_400;
@@ -809,7 +1007,7 @@ impl UsageReport {
             audience: crate::envelope::Audience::Control,
             prev: [0; 32],
         }
-        .sign(encode(self), &[key])
+        .sign(self.encode(), &[key])
     }
 }
 
@@ -1035,7 +1233,12 @@ mod tests {
         let set = CredentialSet::new(9, vec![entry(5, 1), entry(2, 2)]).unwrap();
         assert_eq!(set.users()[0].user, 2);
         assert_eq!(CredentialSet::decode(&set.encode()).unwrap(), set);
-        let unsorted = CredentialSet { node: 9, users: vec![entry(5, 1), entry(2, 2)], edges: Vec::new() };
+        let unsorted = CredentialSet {
+            node: 9,
+            users: vec![entry(5, 1), entry(2, 2)],
+            edges: Vec::new(),
+            policy: DevicePolicy::Refuse,
+        };
         assert!(CredentialSet::decode(&unsorted.encode()).is_err());
         let mut trailing = set.encode();
         trailing.push(0);
@@ -1076,9 +1279,9 @@ mod tests {
         padded.extend([0, 0]);
         assert_eq!(CredentialSet::decode(&padded), Err(WireError::Malformed("credential set (not canonical)")));
         let mut newer = with.encode();
-        newer[2] = 4;
-        assert_eq!(CredentialSet::decode(&newer), Err(WireError::NewerFormat(4)));
-        assert!(WireError::NewerFormat(4).to_string().contains("update the node"));
+        newer[2] = 5;
+        assert_eq!(CredentialSet::decode(&newer), Err(WireError::NewerFormat(5)));
+        assert!(WireError::NewerFormat(5).to_string().contains("update the node"));
 
         // A limit alone changing is not a credential change: nobody is cut off for it.
         let slower = CredentialSet::new(4, vec![entry(1, 1), limited(2, 2, 1_000_000, 0)]).unwrap();
@@ -1128,6 +1331,89 @@ mod tests {
         empty.extend([1; 32]);
         empty.extend([0, 0, 0]);
         assert_eq!(CredentialSet::decode(&empty), Err(WireError::Malformed("credential set (not canonical)")));
+    }
+
+    /// A device limit, a kick or a guard for any user, or dropping the oldest device, takes
+    /// format 4, with or without edges; a format-3 reader finds a format it does not know; a
+    /// change of those alone closes nobody's connections in the diff.
+    #[test]
+    fn device_limits_kicks_and_guards_take_format_4() {
+        let plain = CredentialSet::new(4, vec![entry(1, 1), limited(2, 2, 8_000, 0)]).unwrap();
+        let family = CredEntry { devices: Some(2), ..entry(3, 3) };
+        let set = CredentialSet::new(4, vec![entry(1, 1), limited(2, 2, 8_000, 0), family]).unwrap();
+        let bytes = set.encode();
+        assert_eq!(&bytes[..3], &[4, 0, 4], "node, an empty format-1 list, format 4");
+        assert_eq!(CredentialSet::decode(&bytes).unwrap(), set);
+        let edges = vec![EdgeAddress { url: "https://edge.example".into(), api_prefix: "a".repeat(16) }];
+        let both = set.clone().with_edges(edges.clone()).unwrap().with_policy(DevicePolicy::DropOldest);
+        let decoded = CredentialSet::decode(&both.encode()).unwrap();
+        assert_eq!((decoded.edges(), decoded.policy(), &decoded), (edges.as_slice(), DevicePolicy::DropOldest, &both));
+        // Dropping the oldest device alone, a kick alone, a guard alone: format 4.
+        for variant in [
+            plain.clone().with_policy(DevicePolicy::DropOldest),
+            CredentialSet::new(4, vec![CredEntry { kick: 1, ..entry(1, 1) }]).unwrap(),
+            CredentialSet::new(4, vec![CredEntry { guard: Guard { torrent: false, smtp: true }, ..entry(1, 1) }])
+                .unwrap(),
+        ] {
+            assert_eq!(variant.encode()[2], 4);
+            assert_eq!(CredentialSet::decode(&variant.encode()).unwrap(), variant);
+        }
+        // Without any of it, the set keeps the format it had, byte for byte.
+        assert_eq!(plain.encode()[2], 2);
+        // Format 4 carrying nothing format 4 needs is not canonical.
+        let mut padded = vec![4, 0, 4, 1, 1];
+        padded.extend([1; 32]);
+        padded.extend([0, 0, 0, 0, 0, 0, 0, 0]);
+        assert_eq!(CredentialSet::decode(&padded), Err(WireError::Malformed("credential set (not canonical)")));
+        // A new allowance, kick count or guard is a limit change: nobody is cut off for it.
+        let kicked =
+            CredentialSet::new(4, vec![entry(1, 1), limited(2, 2, 8_000, 0), CredEntry { kick: 1, ..family }]).unwrap();
+        let diff = set.diff(&kicked);
+        assert!(diff.changed.is_empty() && diff.removed.is_empty() && diff.added.is_empty());
+        assert_eq!(diff.limited, vec![CredEntry { kick: 1, ..family }]);
+        assert_eq!(set.apply(&diff).unwrap(), kicked);
+        assert_eq!(DevicePolicy::from_name("drop_oldest"), Some(DevicePolicy::DropOldest));
+        assert_eq!(DevicePolicy::from_name(DevicePolicy::Refuse.as_str()), Some(DevicePolicy::Refuse));
+    }
+
+    /// A report without presence encodes as before presence existed (what older controls and
+    /// edges read); with it, it carries the list; both decode; presence must be sorted.
+    #[test]
+    fn usage_reports_carry_presence_only_when_someone_is_there() {
+        let report = UsageReport {
+            node: 2,
+            seq: 5,
+            period_start: 10,
+            period_end: 70,
+            users: vec![UserUsage { user: 1, up: 5, down: 6 }],
+            presence: Vec::new(),
+        };
+        #[derive(Serialize)]
+        struct Before {
+            node: NodeId,
+            seq: u64,
+            period_start: u64,
+            period_end: u64,
+            users: Vec<UserUsage>,
+        }
+        let before = encode(&Before { node: 2, seq: 5, period_start: 10, period_end: 70, users: report.users.clone() });
+        assert_eq!(report.encode(), before);
+        assert_eq!(UsageReport::decode(&before).unwrap(), report);
+        let present = |user| Presence { user, devices: 1, connections: 2, ..Presence::default() };
+        let with = UsageReport { presence: vec![present(1), present(4)], ..report.clone() };
+        assert!(with.encode().starts_with(&before) && with.encode().len() > before.len());
+        assert_eq!(UsageReport::decode(&with.encode()).unwrap(), with);
+        let unsorted = UsageReport { presence: vec![present(4), present(1)], ..report.clone() };
+        assert!(UsageReport::decode(&unsorted.encode()).is_err());
+        let twice = UsageReport { presence: vec![present(4), present(4)], ..report.clone() };
+        assert!(UsageReport::decode(&twice.encode()).is_err());
+        let mut trailing = with.encode();
+        trailing.push(0);
+        assert!(UsageReport::decode(&trailing).is_err());
+        // An empty list written out is not the canonical form of a report without presence.
+        let mut empty = before.clone();
+        empty.push(0);
+        assert!(UsageReport::decode(&empty).is_err());
     }
 
     /// Where a fetched link went: by the base it came in on (scheme and case aside, the
@@ -1242,7 +1528,12 @@ mod tests {
     fn set_strategy() -> impl proptest::strategy::Strategy<Value = CredentialSet> {
         use proptest::prelude::*;
         prop::collection::btree_map(0u64..64, (any::<u8>(), 0u64..3, 0u64..3), 0..40).prop_map(|users| {
-            let users = users.into_iter().map(|(user, (fill, up, down))| limited(user, fill % 4, up, down));
+            // Some with a device allowance or a kick, so diffs cover format 4 too.
+            let users = users.into_iter().map(|(user, (fill, up, down))| CredEntry {
+                devices: (fill % 7 == 0).then_some(u32::from(fill % 3)),
+                kick: u32::from(fill % 11 == 0),
+                ..limited(user, fill % 4, up, down)
+            });
             CredentialSet::new(5, users.collect()).unwrap()
         })
     }
@@ -1273,7 +1564,9 @@ mod tests {
             if let Ok(manifest) = BatchManifest::decode(&bytes) {
                 proptest::prop_assert_eq!(manifest.encode(), bytes.clone());
             }
-            let _ = decode::<UsageReport>(&bytes, "usage report");
+            if let Ok(report) = UsageReport::decode(&bytes) {
+                proptest::prop_assert_eq!(report.encode(), bytes.clone());
+            }
             let _ = decode::<Snapshot>(&bytes, "snapshot");
             let _ = crate::seal::open(&bytes, &SubToken::from_bytes([1; 32]));
         }

@@ -104,6 +104,17 @@ fn envelopes() -> Vec<(&'static str, Envelope)> {
         ..CredEntry::new(8, hearth_shared::sha256(b"slow"))
     };
     let set_v2 = CredentialSet::new(3, vec![CredEntry::new(7, hearth_shared::sha256(b"cred")), limited]).unwrap();
+    // Format 4: user 9 may have two devices on this node, was kicked once, and may not use
+    // BitTorrent; the node drops a user's oldest device for a new one.
+    let guarded = CredEntry {
+        devices: Some(2),
+        kick: 1,
+        guard: wire::Guard { torrent: true, smtp: false },
+        ..CredEntry::new(9, hearth_shared::sha256(b"family"))
+    };
+    let set_v4 = CredentialSet::new(3, vec![CredEntry::new(7, hearth_shared::sha256(b"cred")), guarded])
+        .unwrap()
+        .with_policy(wire::DevicePolicy::DropOldest);
     let sealed = seal::seal(&snapshot(), &token(), &recovery.public(), &mut FixedRng(9));
     let manifest = BatchManifest::new(vec![
         BatchEntry { stream: stream::creds(3), version: 2, digest: Some([0x22; 32]) },
@@ -116,6 +127,19 @@ fn envelopes() -> Vec<(&'static str, Envelope)> {
         period_start: NOW - 60,
         period_end: NOW,
         users: vec![UserUsage { user: 7, up: 1000, down: 50_000 }],
+        presence: Vec::new(),
+    };
+    // With user 7 on two devices, one more refused.
+    let present = UsageReport {
+        seq: 13,
+        presence: vec![wire::Presence {
+            user: 7,
+            devices: 2,
+            connections: 3,
+            refused_devices: 1,
+            ..Default::default()
+        }],
+        ..report.clone()
     };
     vec![
         (
@@ -132,6 +156,10 @@ fn envelopes() -> Vec<(&'static str, Envelope)> {
             draft(Kind::CredentialSet, stream::creds(3), 3, Audience::Node(3)).sign(set_v2.encode(), &[&signing()]),
         ),
         (
+            "credential_set_v4",
+            draft(Kind::CredentialSet, stream::creds(3), 4, Audience::Node(3)).sign(set_v4.encode(), &[&signing()]),
+        ),
+        (
             "snapshot",
             draft(Kind::Snapshot, stream::snapshot(&token().hash()), 2, Audience::Edge).sign(sealed, &[&signing()]),
         ),
@@ -143,7 +171,11 @@ fn envelopes() -> Vec<(&'static str, Envelope)> {
         ),
         (
             "usage_report",
-            draft(Kind::UsageReport, stream::usage(3), 12, Audience::Control).sign(wire::encode(&report), &[&node()]),
+            draft(Kind::UsageReport, stream::usage(3), 12, Audience::Control).sign(report.encode(), &[&node()]),
+        ),
+        (
+            "usage_report_presence",
+            draft(Kind::UsageReport, stream::usage(3), 13, Audience::Control).sign(present.encode(), &[&node()]),
         ),
         (
             "usage_ack",
@@ -223,9 +255,11 @@ fn fixtures_decode_and_verify() {
     trust.accept_key_record(&record, NOW).unwrap();
     trust.set_node(3, node().public());
     let snapshot_stream = stream::snapshot(&token().hash());
-    let cases: [(&str, Kind, Audience, &str); 8] = [
+    let cases: [(&str, Kind, Audience, &str); 10] = [
         ("credential_set", Kind::CredentialSet, Audience::Node(3), "creds/3"),
         ("credential_set_v2", Kind::CredentialSet, Audience::Node(3), "creds/3"),
+        ("credential_set_v4", Kind::CredentialSet, Audience::Node(3), "creds/3"),
+        ("usage_report_presence", Kind::UsageReport, Audience::Control, "usage/3"),
         ("snapshot", Kind::Snapshot, Audience::Edge, &snapshot_stream),
         ("batch", Kind::Batch, Audience::Edge, stream::BATCH),
         ("node_record", Kind::NodeRecord, Audience::Edge, "node/3"),
@@ -237,12 +271,21 @@ fn fixtures_decode_and_verify() {
         let bytes = hex::decode(std::fs::read_to_string(fixture_path(name)).unwrap().trim()).unwrap();
         let verified = verify(&bytes, &trust, &Expect { kind, audience, stream }, None, NOW)
             .unwrap_or_else(|e| panic!("{name}: {e}"));
-        if name.starts_with("credential_set") {
+        if name == "credential_set_v4" {
+            let set = CredentialSet::decode(&verified.envelope.body).unwrap();
+            assert_eq!(set.policy(), wire::DevicePolicy::DropOldest);
+            let family = set.users()[1];
+            assert_eq!((family.user, family.devices, family.kick, family.guard.torrent), (9, Some(2), 1, true));
+        } else if name.starts_with("credential_set") {
             let set = CredentialSet::decode(&verified.envelope.body).unwrap_or_else(|e| panic!("{name}: {e}"));
             let limits: Vec<SpeedLimit> = set.users().iter().map(|entry| entry.limit).collect();
             let slow = SpeedLimit { up: 625_000, down: 2_500_000 };
             let expected = if name == "credential_set" { vec![SpeedLimit::NONE] } else { vec![SpeedLimit::NONE, slow] };
             assert_eq!(limits, expected, "{name}");
+        }
+        if name.starts_with("usage_report") {
+            let report = UsageReport::decode(&verified.envelope.body).unwrap_or_else(|e| panic!("{name}: {e}"));
+            assert_eq!(report.presence.len(), usize::from(name == "usage_report_presence"), "{name}");
         }
         if name == "snapshot" {
             assert_eq!(seal::open(&verified.envelope.body, &token()).unwrap(), snapshot());

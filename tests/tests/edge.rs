@@ -947,13 +947,15 @@ async fn the_export_gives_the_release_back(backend: Backend) {
 
 /// Node 1's usage report `seq` (user 5's traffic over the last minute), signed by `key`.
 fn usage_report(sim: &ControlSim, seq: u64, key: &SecretKey) -> Vec<u8> {
-    let body = wire::encode(&UsageReport {
+    let body = UsageReport {
         node: 1,
         seq,
         period_start: now() - 60,
         period_end: now(),
         users: vec![UserUsage { user: 5, up: 100, down: 2000 }],
-    });
+        presence: Vec::new(),
+    }
+    .encode();
     sim.draft(Kind::UsageReport, stream::usage(1), seq, Audience::Control).sign(body, &[key]).encode()
 }
 

@@ -151,7 +151,7 @@ fn control_answer(control: &mut Control, request: &Request) -> Answer {
         "/creds" => Answer::bytes(200, &control.set),
         "/usage" => {
             let envelope = Envelope::decode(&request.body, Kind::UsageReport.max_len()).unwrap();
-            let report: UsageReport = wire::decode(&envelope.body, "usage report").unwrap();
+            let report = UsageReport::decode(&envelope.body).unwrap();
             control.reports.push((report.seq, request.body.clone(), control.usage.is_some()));
             match &control.usage {
                 Some(body) => Answer::new(200, body.clone()),

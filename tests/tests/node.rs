@@ -124,8 +124,7 @@ async fn a_removed_user_is_cut_off_live_and_nobody_else_notices() {
         let (mut bob_down, mut carol_down, mut seqs) = (0, 0, Vec::new());
         for report in &drain.reports {
             let envelope = hearth_shared::envelope::Envelope::decode(report, 1 << 22).unwrap();
-            let report: hearth_shared::wire::UsageReport =
-                hearth_shared::wire::decode(&envelope.body, "report").unwrap();
+            let report = hearth_shared::wire::UsageReport::decode(&envelope.body).unwrap();
             seqs.push(report.seq);
             bob_down += report.users.iter().filter(|u| u.user == 2).map(|u| u.down).sum::<u64>();
             carol_down += report.users.iter().filter(|u| u.user == 3).map(|u| u.down).sum::<u64>();
@@ -651,7 +650,7 @@ async fn queued_at_edge(http: &reqwest::Client, edge: &hearth_tests::edge::EdgeP
 /// The sequence number of a usage report envelope, and user 7's bytes up and down in it.
 fn alice_in(report: &[u8]) -> (u64, u64, u64) {
     let envelope = hearth_shared::envelope::Envelope::decode(report, 1 << 22).unwrap();
-    let report: hearth_shared::wire::UsageReport = hearth_shared::wire::decode(&envelope.body, "report").unwrap();
+    let report = hearth_shared::wire::UsageReport::decode(&envelope.body).unwrap();
     let alice = report.users.iter().filter(|u| u.user == 7);
     (report.seq, alice.clone().map(|u| u.up).sum(), alice.map(|u| u.down).sum())
 }
@@ -899,5 +898,222 @@ async fn the_masquerade_answers_over_https_on_tcp_too() {
     // Without it, nothing listens on TCP.
     let (_state, node) = alice_node_with("");
     assert!(tokio::net::TcpStream::connect(("127.0.0.1", node.addr.port())).await.is_err());
+    node.stop().unwrap();
+}
+
+/// What the node last reported of `user` on it (its latest report that says anything of the
+/// user), with the refusals of every report added up: waited for until `done` holds (20 s).
+async fn presence_until(
+    http: &reqwest::Client,
+    edge: &hearth_tests::edge::EdgeProcess,
+    user: u64,
+    done: impl Fn(&hearth_shared::wire::Presence) -> bool,
+) -> hearth_shared::wire::Presence {
+    use hearth_shared::wire::{Presence, UsageDrain, UsageReport};
+    let started = std::time::Instant::now();
+    loop {
+        let drain = http.get(format!("{}/{API}/usage?after=0", edge.url)).bearer_auth(PUSH_TOKEN).send().await.unwrap();
+        let drain: UsageDrain = hearth_shared::wire::decode(&drain.bytes().await.unwrap(), "drain").unwrap();
+        let mut seen = Presence { user, ..Presence::default() };
+        for report in &drain.reports {
+            let envelope = hearth_shared::envelope::Envelope::decode(report, 1 << 22).unwrap();
+            let report = UsageReport::decode(&envelope.body).unwrap();
+            let mine = report.presence.iter().find(|p| p.user == user).copied().unwrap_or_default();
+            seen = Presence {
+                user,
+                devices: mine.devices,
+                connections: mine.connections,
+                refused_devices: seen.refused_devices + mine.refused_devices,
+                refused_torrent: seen.refused_torrent + mine.refused_torrent,
+                refused_smtp: seen.refused_smtp + mine.refused_smtp,
+            };
+        }
+        if done(&seen) {
+            return seen;
+        }
+        assert!(started.elapsed() < std::time::Duration::from_secs(20), "the node reported {seen:?} of user {user}");
+        tokio::time::sleep(std::time::Duration::from_millis(300)).await;
+    }
+}
+
+/// A Mihomo profile for this node (its certificate not checked) with `password`.
+fn mihomo_profile(node: &NodeProcess, password: &str) -> String {
+    let mut snapshot = hearth_tests::control_sim::demo_snapshot(8);
+    snapshot.credential = password.into();
+    snapshot.endpoints = vec![hearth_shared::wire::Endpoint {
+        name: "Home".into(),
+        host: "127.0.0.1".into(),
+        port: node.addr.port(),
+        hop: None,
+        sni: Some("localhost".into()),
+        cert_sha256: None,
+        spki_sha256: None,
+        insecure: true,
+        obfs: None,
+    }];
+    hearth_shared::render::mihomo::render(&snapshot)
+}
+
+/// Fetches through `client` until it works, within `within`.
+async fn fetch_within(client: &ProxyClient, web: std::net::SocketAddr, within: std::time::Duration) -> Vec<u8> {
+    let started = std::time::Instant::now();
+    loop {
+        match fetch(client, web).await {
+            Ok(body) => return body,
+            Err(e) => assert!(started.elapsed() < within, "no traffic within {within:?}: {e:#}"),
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(250)).await;
+    }
+}
+
+/// A device limit holds where it matters, at the connection, with real clients: of one
+/// user's three devices (two sing-box clients bound to their own loopback addresses, and
+/// mihomo) with a limit of two, the third is refused while the other two and another user go
+/// on; once one leaves, the third gets in. The same device again is not a new one. With the
+/// oldest-first policy a new device gets in and the oldest is dropped. A kick closes a user's
+/// open connections and nobody else's, and its apps connect again. The node reports who is
+/// on it and what it refused.
+#[tokio::test]
+async fn a_device_limit_holds_at_the_connection_and_a_kick_closes_connections() {
+    use hearth_shared::wire::DevicePolicy;
+    use std::time::Duration;
+    use tokio::io::{AsyncReadExt as _, AsyncWriteExt as _};
+
+    let temp = tempfile::tempdir().unwrap();
+    let mut sim = ControlSim::new();
+    let sets = |policy, kick| {
+        let family = CredEntry { devices: Some(2), ..CredEntry::new(8, sha256(b"family-pw")) };
+        let bob = CredEntry { kick, ..CredEntry::new(9, sha256(b"bob-pw")) };
+        CredentialSet::new(1, vec![family, bob]).unwrap().with_policy(policy)
+    };
+    let first = sim.creds(&sets(DevicePolicy::Refuse, 0));
+    let (edge, http, dir) = edge_with_node(temp.path(), &mut sim, first, 1).await;
+    let node = NodeProcess::start(&dir).unwrap();
+    let metrics = node.metrics_url().unwrap();
+    let refused = "hearth_node_refused_total{reason=\"devices\"}";
+    let web = http_server(b"hello".to_vec()).await.unwrap();
+    let from = |ip: &str| {
+        let mut outbound = node.outbound("family-pw");
+        outbound["inet4_bind_address"] = ip.into();
+        ProxyClient::sing_box(outbound).unwrap()
+    };
+    let phone = from("127.0.0.2");
+    let laptop = from("127.0.0.3");
+    assert_eq!(hearth_tests::node::fetch_eventually(&phone, web).await.unwrap(), b"hello");
+    assert_eq!(fetch(&laptop, web).await.unwrap(), b"hello");
+
+    // The third device is refused, again and again; the first two and bob go on.
+    let tablet = ProxyClient::mihomo(&mihomo_profile(&node, "family-pw")).unwrap();
+    for _ in 0..3 {
+        assert!(fetch(&tablet, web).await.is_err(), "a third device got in");
+    }
+    assert!(metric(&metrics, refused).await.unwrap() >= 1);
+    let bob = ProxyClient::sing_box(node.outbound("bob-pw")).unwrap();
+    assert_eq!(fetch(&bob, web).await.unwrap(), b"hello");
+    assert_eq!(fetch(&phone, web).await.unwrap(), b"hello");
+    // The phone's client started again (a new connection from the same address): the same device.
+    drop(phone);
+    let phone = from("127.0.0.2");
+    assert_eq!(fetch_within(&phone, web, Duration::from_secs(45)).await, b"hello");
+    let seen = presence_until(&http, &edge, 8, |p| p.devices == 2 && p.refused_devices >= 1).await;
+    assert!(seen.connections >= 2, "{seen:?}");
+
+    // One leaves (its connection closes, or idles out): the third gets in.
+    drop(laptop);
+    assert_eq!(fetch_within(&tablet, web, Duration::from_secs(45)).await, b"hello");
+    presence_until(&http, &edge, 8, |p| p.devices == 2).await;
+
+    // Dropping the oldest instead: a new device gets in, and the one connected longest ago
+    // (the tablet or the phone) is dropped for it.
+    let oldest_first = sim.creds(&sets(DevicePolicy::DropOldest, 0));
+    push(&http, &edge, sim.push(&[oldest_first])).await;
+    tokio::time::sleep(Duration::from_secs(3)).await;
+    let before = metric(&metrics, refused).await.unwrap();
+    let desktop = from("127.0.0.4");
+    assert_eq!(fetch_within(&desktop, web, Duration::from_secs(20)).await, b"hello");
+    assert!(metric(&metrics, refused).await.unwrap() > before, "nobody was dropped for the new device");
+    assert_eq!(metric(&metrics, "hearth_node_devices").await.unwrap(), 3, "two of the family, and bob");
+
+    // A kick: bob's open stream is closed; the family's stays; bob connects again.
+    let echo = hearth_tests::node::tcp_echo().await.unwrap();
+    let mut bobs = bob.connect(echo).await.unwrap();
+    let mut desktops = desktop.connect(echo).await.unwrap();
+    for stream in [&mut bobs, &mut desktops] {
+        stream.write_all(b"ping").await.unwrap();
+        let mut back = [0u8; 4];
+        stream.read_exact(&mut back).await.unwrap();
+    }
+    let kicked = sim.creds(&sets(DevicePolicy::DropOldest, 1));
+    push(&http, &edge, sim.push(&[kicked])).await;
+    let mut rest = Vec::new();
+    let closed = tokio::time::timeout(Duration::from_secs(15), bobs.read_to_end(&mut rest)).await;
+    assert!(closed.is_ok(), "bob's stream stayed open after the kick");
+    desktops.write_all(b"pong").await.unwrap();
+    let mut back = [0u8; 4];
+    desktops.read_exact(&mut back).await.unwrap();
+    assert_eq!(&back, b"pong", "a kick of bob touched the family");
+    assert_eq!(fetch_within(&bob, web, Duration::from_secs(20)).await, b"hello");
+    node.stop().unwrap();
+}
+
+/// The abuse guard: for a guarded user, the node refuses a BitTorrent handshake over TCP, a
+/// DHT query and a uTP SYN over UDP, and port 25, while the user's HTTP, other TCP and UDP go
+/// through; another user is not guarded; the node reports and counts the refusals.
+#[tokio::test]
+async fn the_abuse_guard_refuses_bittorrent_and_port_25_and_nothing_else() {
+    use hearth_shared::wire::Guard;
+    use std::time::Duration;
+    use tokio::io::{AsyncReadExt as _, AsyncWriteExt as _};
+
+    let temp = tempfile::tempdir().unwrap();
+    let mut sim = ControlSim::new();
+    let guarded = CredEntry { guard: Guard { torrent: true, smtp: true }, ..CredEntry::new(8, sha256(b"guarded-pw")) };
+    let set = CredentialSet::new(1, vec![guarded, CredEntry::new(9, sha256(b"free-pw"))]).unwrap();
+    let first = sim.creds(&set);
+    let (edge, http, dir) = edge_with_node(temp.path(), &mut sim, first, 1).await;
+    let node = NodeProcess::start(&dir).unwrap();
+    let metrics = node.metrics_url().unwrap();
+    let web = http_server(b"hello".to_vec()).await.unwrap();
+    let echo = hearth_tests::node::tcp_echo().await.unwrap();
+    let udp = hearth_tests::node::udp_echo().await.unwrap();
+    let user = ProxyClient::sing_box(node.outbound("guarded-pw")).unwrap();
+    let free = ProxyClient::sing_box(node.outbound("free-pw")).unwrap();
+    assert_eq!(hearth_tests::node::fetch_eventually(&user, web).await.unwrap(), b"hello");
+
+    let mut handshake = b"\x13BitTorrent protocol".to_vec();
+    handshake.extend([0; 8]);
+    handshake.extend([0x5a; 40]);
+    async fn echoed(client: &ProxyClient, echo: std::net::SocketAddr, bytes: &[u8]) -> anyhow::Result<bool> {
+        let mut stream = client.connect(echo).await?;
+        stream.write_all(bytes).await?;
+        let mut back = vec![0u8; bytes.len()];
+        tokio::time::timeout(Duration::from_secs(5), stream.read_exact(&mut back)).await??;
+        Ok(back == bytes)
+    }
+    assert!(echoed(&user, echo, &handshake).await.is_err(), "the BitTorrent handshake went through");
+    assert!(echoed(&user, echo, b"SSH-2.0-OpenSSH_9.6\r\n").await.unwrap(), "other TCP is refused");
+    assert!(echoed(&free, echo, &handshake).await.unwrap(), "an unguarded user was refused");
+    assert_eq!(fetch(&user, web).await.unwrap(), b"hello", "HTTP stopped with the handshake");
+
+    let dht = b"d1:ad2:id20:abcdefghij0123456789e1:q4:ping1:t2:aa1:y1:qe".to_vec();
+    let syn = [0x41, 0, 0x12, 0x34, 1, 2, 3, 4, 0, 0, 0, 0, 0, 0x10, 0, 0, 0, 1, 0, 0];
+    assert!(user.udp_round_trip(udp, &dht).await.is_err(), "a DHT query went through");
+    let peer = hearth_tests::node::udp_echo().await.unwrap();
+    assert!(user.udp_round_trip(peer, &syn).await.is_err(), "a uTP SYN went through");
+    assert_eq!(user.udp_round_trip(udp, b"plain datagram").await.unwrap(), b"plain datagram");
+    assert_eq!(free.udp_round_trip(udp, &dht).await.unwrap(), dht, "an unguarded user's DHT");
+
+    // Port 25: refused before the node connects anywhere (sing-box may answer the SOCKS
+    // connect before the node's answer; then the stream ends with nothing).
+    if let Ok(mut stream) = user.connect("127.0.0.1:25".parse().unwrap()).await {
+        let mut buf = [0u8; 64];
+        let read = tokio::time::timeout(Duration::from_secs(5), stream.read(&mut buf)).await;
+        assert!(matches!(read, Ok(Ok(0)) | Ok(Err(_))), "port 25 answered: {read:?}");
+    }
+    let smtp = "hearth_node_refused_total{reason=\"smtp\"}";
+    assert_eq!(metric(&metrics, smtp).await.unwrap(), 1, "port 25 was not refused by the guard");
+    assert!(metric(&metrics, "hearth_node_refused_total{reason=\"torrent\"}").await.unwrap() >= 3);
+    let seen = presence_until(&http, &edge, 8, |p| p.refused_smtp == 1 && p.refused_torrent >= 3).await;
+    assert_eq!(seen.refused_devices, 0);
     node.stop().unwrap();
 }

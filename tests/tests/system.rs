@@ -220,7 +220,7 @@ fn queued_reports(state: &std::path::Path) -> Vec<hearth_shared::wire::UsageRepo
         .filter(|path| path.extension().is_some_and(|e| e == "report"))
         .filter_map(|path| std::fs::read(path).ok())
         .filter_map(|bytes| Envelope::decode(&bytes, Kind::UsageReport.max_len()).ok())
-        .filter_map(|envelope| hearth_shared::wire::decode(&envelope.body, "usage report").ok())
+        .filter_map(|envelope| hearth_shared::wire::UsageReport::decode(&envelope.body).ok())
         .collect()
 }
 

@@ -150,6 +150,7 @@ pub(super) fn router() -> Router<Arc<App>> {
         .route("/api/users/{id}/rotate", post(rotate_link))
         .route("/api/users/{id}/disable", post(disable_user))
         .route("/api/users/{id}/enable", post(enable_user))
+        .route("/api/users/{id}/kick", post(kick_user))
         .route("/api/nodes", get(list_nodes).post(create_node))
         .route("/api/nodes/{id}", get(get_node).patch(update_node).delete(delete_node))
         .route("/api/nodes/{id}/enroll-token", post(enroll_token))
@@ -714,7 +715,7 @@ fn settings_json(app: &App) -> serde_json::Value {
 
 async fn get_settings(State(app): State<Arc<App>>, auth: Auth) -> Reply {
     auth.need(Scope::Read)?;
-    ok(settings_json(&app))
+    settings_reply(&app).await
 }
 
 #[derive(Deserialize)]
@@ -731,6 +732,9 @@ struct SettingsInput {
     /// The owner's User-Agent rules (replaces them all).
     #[serde(default)]
     ua_rules: Option<Vec<hearth_shared::agent::UaRule>>,
+    /// What nodes do with a device over a user's limit: `refuse` or `drop_oldest`.
+    #[serde(default)]
+    device_policy: Option<String>,
 }
 
 impl Bounded for SettingsInput {
@@ -743,6 +747,7 @@ impl Bounded for SettingsInput {
         }
         bytes("edge_url", opt(&self.edge_url), MAX_URL)?;
         bytes("sub_url", opt(&self.sub_url), MAX_URL)?;
+        bytes("device_policy", opt(&self.device_policy), 16)?;
         let rules = self.ua_rules.as_deref().unwrap_or_default();
         if rules.len() > MAX_RULES {
             return Err(too_long("ua_rules", &format!("{MAX_RULES} entries")));
@@ -774,6 +779,13 @@ async fn update_settings(State(app): State<Arc<App>>, auth: Auth, Input(input): 
     if let Some(rules) = &input.ua_rules {
         crate::settings::check_rules(rules).map_err(fail)?;
     }
+    let policy = match input.device_policy.as_deref() {
+        Some(name) => Some(
+            hearth_shared::wire::DevicePolicy::from_name(name)
+                .ok_or_else(|| fail(Error::invalid("bad_device_policy", "device_policy is refuse or drop_oldest")))?,
+        ),
+        None => None,
+    };
     let profile = match input.profile {
         Some(change) => {
             let current = app.signer.profile.read().expect("profile lock").clone();
@@ -800,6 +812,12 @@ async fn update_settings(State(app): State<Arc<App>>, auth: Auth, Input(input): 
         .await?;
         *app.ua_rules.write().expect("rules lock") = rules;
     }
+    if let Some(policy) = policy {
+        change(&app, &auth, Scope::Admin, move |tx, app, actor, now| {
+            crate::settings::set_device_policy(tx, &app.signer, policy, actor, now)
+        })
+        .await?;
+    }
     let addresses = crate::settings::Addresses { edge_url, sub_url };
     if addresses != current {
         let saved = addresses.clone();
@@ -811,7 +829,15 @@ async fn update_settings(State(app): State<Arc<App>>, auth: Auth, Input(input): 
         app.set_addresses(addresses);
         tracing::info!(edge = app.edge_url().as_deref().unwrap_or("none"), "addresses changed");
     }
-    ok(settings_json(&app))
+    settings_reply(&app).await
+}
+
+/// The settings, with those kept only in the database.
+async fn settings_reply(app: &App) -> Reply {
+    let policy = app.db.read(crate::settings::device_policy).await.map_err(fail)?;
+    let mut settings = settings_json(app);
+    settings["device_policy"] = json!(policy.as_str());
+    ok(settings)
 }
 
 /// Everyone's traffic: per day, today and this month (UTC).
@@ -993,6 +1019,12 @@ async fn disable_user(State(app): State<Arc<App>>, auth: Auth, Path(id): Path<u6
 async fn enable_user(State(app): State<Arc<App>>, auth: Auth, Path(id): Path<u64>) -> Reply {
     let input = UserInput { enabled: Some(true), ..UserInput::default() };
     change_user(app, &auth, move |c, app, actor, now| user_store::update(c, &app.signer, actor, id, &input, now)).await
+}
+
+/// Closes the user's open connections at every node (at its next pull); the user's apps
+/// connect again at once if they still may.
+async fn kick_user(State(app): State<Arc<App>>, auth: Auth, Path(id): Path<u64>) -> Reply {
+    change_user(app, &auth, move |c, app, actor, now| user_store::kick(c, &app.signer, actor, id, now)).await
 }
 
 async fn rotate_link(State(app): State<Arc<App>>, auth: Auth, Path(id): Path<u64>) -> Reply {

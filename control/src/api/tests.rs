@@ -428,7 +428,9 @@ async fn node_usage(client: &Client, node: u64, key: &SecretKey, body: Vec<u8>) 
 
 fn report(key: &SecretKey, node: u64, seq: u64, users: Vec<UserUsage>) -> Vec<u8> {
     let now = now();
-    UsageReport { node, seq, period_start: now - 60, period_end: now, users }.sign(key, now).encode()
+    UsageReport { node, seq, period_start: now - 60, period_end: now, users, presence: Vec::new() }
+        .sign(key, now)
+        .encode()
 }
 
 fn set_of(answer: &Answer) -> CredentialSet {
@@ -763,6 +765,125 @@ async fn speed_limits_and_quota_slowdowns_reach_the_nodes_sets() {
     client.patch(&format!("/users/{alice_id}"), json!({ "quota": 0 })).await;
     assert_eq!(limits().await, vec![(alice_id, mbit(5), mbit(10)), (bob_id, 0, 62_500)]);
     assert!(snapshot_of(client.app(), &link).await.unwrap().profile.announce.is_none());
+}
+
+/// A report of who is on a node, signed by `key`, with `presence` (user, devices,
+/// connections, devices refused).
+fn presence_report(key: &SecretKey, node: u64, seq: u64, presence: &[(u64, u32, u32, u32)]) -> Vec<u8> {
+    let now = now();
+    let presence = presence
+        .iter()
+        .map(|&(user, devices, connections, refused_devices)| hearth_shared::wire::Presence {
+            user,
+            devices,
+            connections,
+            refused_devices,
+            ..Default::default()
+        })
+        .collect();
+    UsageReport { node, seq, period_start: now - 60, period_end: now, users: Vec::new(), presence }
+        .sign(key, now)
+        .encode()
+}
+
+/// Device limits across nodes: each node's set carries the user's limit less the devices
+/// the other nodes reported (never below zero, its own not counted); a user's own limit
+/// wins over its groups' (the most generous of them); the owner's policy rides along only
+/// in sets with an allowance; a report with refusals shows on the user and in its profile; a
+/// node silent for long stops counting; a kick raises the count in every set of the user's
+/// nodes; the group's abuse guard reaches the sets; bad limits are refused.
+#[tokio::test]
+async fn device_limits_are_shared_across_nodes_and_kicks_and_guards_reach_the_sets() {
+    use hearth_shared::wire::DevicePolicy;
+    let client = Client::signed_in(false).await;
+    let (a, key_a) = enroll(&client, json!(["default"])).await;
+    let (b, key_b) = enroll(&client, json!(["default"])).await;
+    let family = client.post("/users", json!({ "name": "family", "device_limit": 2 })).await;
+    assert_eq!(family.status, StatusCode::CREATED, "{}", String::from_utf8_lossy(&family.body));
+    let family = family.json()["id"].as_u64().unwrap();
+    let bob = client.post("/users", json!({ "name": "bob" })).await.json()["id"].as_u64().unwrap();
+    async fn current(client: &Client, node: u64, key: &SecretKey) -> CredentialSet {
+        set_of(&node_get(client, node, key, &format!("/nodes/{node}/creds")).await)
+    }
+    let allowance = |set: &CredentialSet, user: u64| set.users().iter().find(|e| e.user == user).unwrap().devices;
+    let (set_a, set_b) = (current(&client, a, &key_a).await, current(&client, b, &key_b).await);
+    assert_eq!((allowance(&set_a, family), allowance(&set_a, bob)), (Some(2), None));
+    assert_eq!((allowance(&set_b, family), set_b.policy()), (Some(2), DevicePolicy::Refuse));
+
+    // One device on a: b may let in one more, a still two (its own are not counted).
+    let on_a = presence_report(&key_a, a, 1, &[(family, 1, 2, 0)]);
+    assert_eq!(node_usage(&client, a, &key_a, on_a).await.status, StatusCode::OK);
+    assert_eq!(
+        (allowance(&current(&client, a, &key_a).await, family), allowance(&current(&client, b, &key_b).await, family)),
+        (Some(2), Some(1))
+    );
+    // Two on b, and one refused there: a may let in none (never below zero).
+    let on_b = presence_report(&key_b, b, 1, &[(family, 2, 2, 1)]);
+    assert_eq!(node_usage(&client, b, &key_b, on_b).await.status, StatusCode::OK);
+    assert_eq!(
+        (allowance(&current(&client, a, &key_a).await, family), allowance(&current(&client, b, &key_b).await, family)),
+        (Some(0), Some(1))
+    );
+    let user = client.get(&format!("/users/{family}")).await.json();
+    assert_eq!(user["device_limit"], 2);
+    let devices = &user["devices"];
+    assert_eq!(
+        (devices["limit"].as_u64(), devices["online"].as_u64(), devices["connections"].as_u64()),
+        (Some(2), Some(3), Some(4))
+    );
+    assert_eq!((devices["refused"].as_u64(), devices["nodes"].as_array().map(Vec::len)), (Some(1), Some(2)));
+    assert!(devices["refused_at"].as_u64().unwrap() > 0);
+    let link = client.get(&format!("/users/{family}/link")).await.json()["link"].as_str().unwrap().to_owned();
+    let announce = snapshot_of(client.app(), &link).await.unwrap().profile.announce.unwrap_or_default();
+    assert!(announce.contains("Device limit reached: at most 2 devices"), "{announce}");
+
+    // Everyone left a: b's allowance is the whole limit again.
+    let left = presence_report(&key_a, a, 2, &[]);
+    assert_eq!(node_usage(&client, a, &key_a, left).await.status, StatusCode::OK);
+    assert_eq!(allowance(&current(&client, b, &key_b).await, family), Some(2));
+
+    // b goes silent: what it reported stops counting at the next sweep past the time.
+    let later = now() + crate::publish::PRESENCE_TTL + 5;
+    client.app().db.write_blocking(|tx| crate::store::nodes::expire_presence(tx, &client.app().signer, later)).unwrap();
+    assert_eq!(allowance(&current(&client, a, &key_a).await, family), Some(2));
+
+    // Its own limit over its groups': "group" takes the most generous of its groups'.
+    let groups = client.get("/groups").await.json();
+    let default = groups["groups"][0]["id"].as_i64().unwrap();
+    let patched = client
+        .patch(&format!("/groups/{default}"), json!({ "device_limit": 3, "block_torrent": true, "block_smtp": true }))
+        .await;
+    assert_eq!(patched.status, StatusCode::OK, "{}", String::from_utf8_lossy(&patched.body));
+    assert_eq!(
+        (patched.json()["device_limit"].as_u64(), patched.json()["block_torrent"].as_bool()),
+        (Some(3), Some(true))
+    );
+    assert_eq!(allowance(&current(&client, a, &key_a).await, bob), Some(3));
+    client.patch(&format!("/users/{family}"), json!({ "device_limit": "group" })).await;
+    assert_eq!(allowance(&current(&client, a, &key_a).await, family), Some(3));
+    client.patch(&format!("/users/{family}"), json!({ "device_limit": 0 })).await;
+    assert_eq!(allowance(&current(&client, a, &key_a).await, family), None, "0 is no limit");
+    let guard = current(&client, a, &key_a).await.users()[0].guard;
+    assert!(guard.torrent && guard.smtp, "the group's guard is in the set");
+    for bad in [json!({ "device_limit": -1 }), json!({ "device_limit": 1001 }), json!({ "device_limit": "all" })] {
+        let refused = client.patch(&format!("/users/{family}"), bad.clone()).await;
+        assert_eq!(refused.status, StatusCode::BAD_REQUEST, "{bad}");
+    }
+    let refused = client.patch(&format!("/groups/{default}"), json!({ "device_limit": 5000 })).await;
+    assert_eq!(refused.code(), "bad_device_limit");
+
+    // The owner's policy; refused when not one of the two.
+    let changed = client.patch("/settings", json!({ "device_policy": "drop_oldest" })).await;
+    assert_eq!(changed.json()["device_policy"], "drop_oldest");
+    assert_eq!(current(&client, a, &key_a).await.policy(), DevicePolicy::DropOldest);
+    assert_eq!(client.patch("/settings", json!({ "device_policy": "both" })).await.code(), "bad_device_policy");
+
+    // A kick: the count goes up in every set of the user's nodes, nobody else's.
+    let kick = |set: &CredentialSet, user: u64| set.users().iter().find(|e| e.user == user).unwrap().kick;
+    assert_eq!(client.post(&format!("/users/{bob}/kick"), json!({})).await.status, StatusCode::OK);
+    let (set_a, set_b) = (current(&client, a, &key_a).await, current(&client, b, &key_b).await);
+    assert_eq!((kick(&set_a, bob), kick(&set_b, bob), kick(&set_a, family)), (1, 1, 0));
+    assert_eq!(client.post("/users/999999/kick", json!({})).await.status, StatusCode::NOT_FOUND);
 }
 
 #[tokio::test]

@@ -55,6 +55,7 @@ const MIGRATIONS: &[&str] = &[
      ALTER TABLE groups ADD COLUMN on_quota TEXT NOT NULL DEFAULT 'cut' CHECK (on_quota IN ('cut', 'slow'));
      ALTER TABLE groups ADD COLUMN slow_kbps INTEGER NOT NULL DEFAULT 0 CHECK (slow_kbps >= 0);",
     include_str!("edges.sql"),
+    include_str!("devices.sql"),
 ];
 
 /// Readers kept open between requests.

@@ -502,7 +502,7 @@ pub(crate) fn apply_usage(
     if seq != applied + 1 {
         return Err(Error::Conflict(format!("usage report {seq} out of order: send report {} first", applied + 1)));
     }
-    let report: UsageReport = wire::decode(&verified.envelope.body, "usage report")
+    let report = UsageReport::decode(&verified.envelope.body)
         .map_err(|_| Error::invalid("refused", "usage report refused: bad body"))?;
     if report.node != node || report.seq != seq {
         return Err(Error::invalid("refused", "usage report refused: its body names another node or sequence"));
@@ -525,8 +525,99 @@ pub(crate) fn apply_usage(
          ON CONFLICT (node_id, day) DO UPDATE SET up = up + excluded.up, down = down + excluded.down",
     )?
     .execute(params![node, day, up.min(i64::MAX as u64), down.min(i64::MAX as u64)])?;
+    apply_presence(conn, node, &report.presence, now, &mut changes)?;
     changes.publish(conn, signer, now)?;
     Ok(UsageOutcome::Applied(seq))
+}
+
+/// Takes a node's report of who is on it: its rows replace the node's; a user whose device
+/// count here changed has the other nodes' sets checked (its allowance there moves); what
+/// was refused is added to the user's counts, and a device refused over the limit puts a
+/// notice in the user's profile (signed again at most once an hour for it).
+fn apply_presence(
+    conn: &Connection,
+    node: NodeId,
+    presence: &[wire::Presence],
+    now: u64,
+    changes: &mut Changes,
+) -> Result<(), Error> {
+    let before: std::collections::HashMap<UserId, u32> = conn
+        .prepare_cached("SELECT user_id, devices FROM presence WHERE node_id = ?1")?
+        .query_map([node], |row| Ok((row.get(0)?, row.get(1)?)))?
+        .collect::<Result<_, _>>()?;
+    conn.prepare_cached("DELETE FROM presence WHERE node_id = ?1")?.execute([node])?;
+    let mut insert = conn.prepare_cached(
+        "INSERT INTO presence (node_id, user_id, devices, connections)
+         SELECT ?1, id, ?3, ?4 FROM users WHERE id = ?2",
+    )?;
+    let mut moved: Vec<UserId> = Vec::new();
+    for p in presence {
+        if p.devices > 0 {
+            insert.execute(params![node, p.user, p.devices, p.connections])?;
+        }
+        if before.get(&p.user).copied().unwrap_or(0) != p.devices {
+            moved.push(p.user);
+        }
+        if p.refused_devices + p.refused_torrent + p.refused_smtp > 0 {
+            let noticed: Option<u64> = conn
+                .prepare_cached(
+                    "UPDATE users SET refused_devices = refused_devices + ?2, refused_torrent = refused_torrent + ?3,
+                            refused_smtp = refused_smtp + ?4,
+                            devices_refused_at = CASE WHEN ?2 > 0 THEN ?5 ELSE devices_refused_at END
+                     WHERE id = ?1 RETURNING devices_refused_at",
+                )?
+                .query_row(params![p.user, p.refused_devices, p.refused_torrent, p.refused_smtp, now], |row| row.get(0))
+                .optional()?;
+            let previously = before_refusal(conn, p.user)?;
+            if p.refused_devices > 0 && noticed.is_some() && previously + 3600 <= now {
+                conn.prepare_cached("UPDATE users SET refusal_noticed = ?2 WHERE id = ?1")?
+                    .execute(params![p.user, now])?;
+                changes.user(conn, p.user)?;
+            }
+        }
+    }
+    moved.extend(before.keys().filter(|user| !presence.iter().any(|p| p.user == **user)));
+    for user in moved {
+        changes.creds_of_user(conn, user)?;
+    }
+    conn.prepare_cached("UPDATE nodes SET presence_at = ?2 WHERE id = ?1")?.execute(params![node, now])?;
+    Ok(())
+}
+
+/// When the user's profile last got the notice of a refused device (0: never).
+fn before_refusal(conn: &Connection, user: UserId) -> Result<u64, Error> {
+    Ok(conn
+        .prepare_cached("SELECT refusal_noticed FROM users WHERE id = ?1")?
+        .query_row([user], |row| row.get(0))
+        .optional()?
+        .unwrap_or(0))
+}
+
+/// Forgets who is on nodes that have not reported for [`crate::publish::PRESENCE_TTL`]:
+/// their users' devices stop counting against them elsewhere. Returns how many nodes.
+pub(crate) fn expire_presence(conn: &Connection, signer: &Signer, now: u64) -> Result<usize, Error> {
+    let stale: Vec<(NodeId, UserId)> = conn
+        .prepare_cached(
+            "SELECT p.node_id, p.user_id FROM presence p JOIN nodes n ON n.id = p.node_id
+             WHERE n.presence_at + ?1 < ?2",
+        )?
+        .query_map(params![crate::publish::PRESENCE_TTL, now], |row| Ok((row.get(0)?, row.get(1)?)))?
+        .collect::<Result<_, _>>()?;
+    if stale.is_empty() {
+        return Ok(0);
+    }
+    let mut changes = Changes::default();
+    let mut nodes: Vec<NodeId> = stale.iter().map(|(node, _)| *node).collect();
+    nodes.sort_unstable();
+    nodes.dedup();
+    for node in &nodes {
+        conn.prepare_cached("DELETE FROM presence WHERE node_id = ?1")?.execute([node])?;
+    }
+    for (_, user) in stale {
+        changes.creds_of_user(conn, user)?;
+    }
+    changes.publish(conn, signer, now)?;
+    Ok(nodes.len())
 }
 
 /// Adds one user's traffic; returns whether the user's status changed (or it just started).
@@ -580,6 +671,12 @@ pub(crate) struct GroupView {
     pub(crate) on_quota: String,
     /// The rate `slow` slows to.
     pub(crate) slow_speed: Mbps,
+    /// The default device limit of its users (0: none).
+    pub(crate) device_limit: u32,
+    /// Its nodes refuse its users BitTorrent (the abuse guard).
+    pub(crate) block_torrent: bool,
+    /// Its nodes refuse its users connections to port 25 (the abuse guard).
+    pub(crate) block_smtp: bool,
 }
 
 /// A group's default speed limit, Mbit/s each way (0: none).
@@ -604,12 +701,18 @@ pub(crate) struct GroupInput {
     pub(crate) on_quota: Option<String>,
     /// The rate `slow` slows to, Mbit/s.
     pub(crate) slow_speed: Option<Mbps>,
+    /// The default device limit of its users (0: none).
+    pub(crate) device_limit: Option<u32>,
+    /// Its nodes refuse its users BitTorrent.
+    pub(crate) block_torrent: Option<bool>,
+    /// Its nodes refuse its users connections to port 25.
+    pub(crate) block_smtp: Option<bool>,
 }
 
 const GROUP_COLUMNS: &str = "g.id, g.name, g.note,
     (SELECT count(*) FROM user_groups ug WHERE ug.group_id = g.id),
     (SELECT count(*) FROM node_groups ng WHERE ng.group_id = g.id),
-    g.speed_up, g.speed_down, g.on_quota, g.slow_kbps";
+    g.speed_up, g.speed_down, g.on_quota, g.slow_kbps, g.device_limit, g.block_torrent, g.block_smtp";
 
 fn group_of(row: &rusqlite::Row<'_>) -> rusqlite::Result<GroupView> {
     Ok(GroupView {
@@ -621,6 +724,9 @@ fn group_of(row: &rusqlite::Row<'_>) -> rusqlite::Result<GroupView> {
         speed_limit: GroupSpeed { up: Mbps(row.get(5)?), down: Mbps(row.get(6)?) },
         on_quota: row.get(7)?,
         slow_speed: Mbps(row.get(8)?),
+        device_limit: row.get(9)?,
+        block_torrent: row.get(10)?,
+        block_smtp: row.get(11)?,
     })
 }
 
@@ -666,7 +772,27 @@ fn set_group_speed(conn: &Connection, id: i64, input: &GroupInput) -> Result<boo
             })?;
         check_slow(Some(&on_quota), Mbps(slow))?;
     }
-    Ok(input.speed_limit.is_some() || input.on_quota.is_some() || input.slow_speed.is_some())
+    if let Some(devices) = input.device_limit {
+        if devices > crate::store::users::MAX_DEVICES {
+            return Err(Error::invalid(
+                "bad_device_limit",
+                format!("a device limit is from 0 (no limit) to {}", crate::store::users::MAX_DEVICES),
+            ));
+        }
+        conn.execute("UPDATE groups SET device_limit = ?2 WHERE id = ?1", params![id, devices])?;
+    }
+    if let Some(block) = input.block_torrent {
+        conn.execute("UPDATE groups SET block_torrent = ?2 WHERE id = ?1", params![id, block])?;
+    }
+    if let Some(block) = input.block_smtp {
+        conn.execute("UPDATE groups SET block_smtp = ?2 WHERE id = ?1", params![id, block])?;
+    }
+    Ok(input.speed_limit.is_some()
+        || input.on_quota.is_some()
+        || input.slow_speed.is_some()
+        || input.device_limit.is_some()
+        || input.block_torrent.is_some()
+        || input.block_smtp.is_some())
 }
 
 /// The group's users and nodes must be published again (its defaults changed, or it is

@@ -49,6 +49,49 @@ pub(crate) struct UserInput {
     pub(crate) on_quota: Option<String>,
     /// The rate a user whose quota is used up is slowed to, in Mbit/s.
     pub(crate) slow_speed: Option<Mbps>,
+    /// How many devices may be connected at once over all nodes: a number (0: no limit) or
+    /// `"group"` (its groups' default; what a new user takes).
+    pub(crate) device_limit: Option<DeviceLimit>,
+}
+
+/// A user's own device limit, or its groups'.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum DeviceLimit {
+    /// Its groups' default.
+    Group,
+    /// Its own: at most this many (0: no limit).
+    Own(u32),
+}
+
+/// The most devices a limit names (a number above is surely a mistake).
+pub(crate) const MAX_DEVICES: u32 = 1000;
+
+impl DeviceLimit {
+    /// As stored: `NULL` for the groups'.
+    fn stored(self) -> Option<u32> {
+        match self {
+            DeviceLimit::Group => None,
+            DeviceLimit::Own(n) => Some(n),
+        }
+    }
+}
+
+impl<'de> Deserialize<'de> for DeviceLimit {
+    fn deserialize<D: serde::Deserializer<'de>>(deserializer: D) -> Result<DeviceLimit, D::Error> {
+        #[derive(Deserialize)]
+        #[serde(untagged)]
+        enum Given {
+            Number(u64),
+            Word(String),
+        }
+        match Given::deserialize(deserializer)? {
+            Given::Number(n) if n <= u64::from(MAX_DEVICES) => Ok(DeviceLimit::Own(n as u32)),
+            Given::Word(word) if word == "group" => Ok(DeviceLimit::Group),
+            _ => Err(serde::de::Error::custom(format!(
+                "device_limit is a number of devices from 0 (no limit) to {MAX_DEVICES}, or \"group\""
+            ))),
+        }
+    }
 }
 
 /// A user's own speed limit, Mbit/s each way; `None`: its groups' default.
@@ -130,6 +173,31 @@ pub(crate) struct UserView {
     pub(crate) on_quota: String,
     /// The rate a slowed user gets (with `on_quota` `slow`).
     pub(crate) slow_speed: Mbps,
+    /// The user's own device limit (0: none; `null`: its groups' default).
+    pub(crate) device_limit: Option<u32>,
+    /// Who of the user is on the nodes now, and what the nodes refused the user.
+    pub(crate) devices: DevicesView,
+}
+
+/// A user's devices on the nodes, from their last reports.
+#[derive(Clone, Debug, Default, Serialize, Deserialize, PartialEq, Eq)]
+pub(crate) struct DevicesView {
+    /// The limit in force: the user's own, else the most generous of its groups' (0: none).
+    pub(crate) limit: u32,
+    /// Devices connected now, summed over nodes (a device on two nodes counts twice).
+    pub(crate) online: u32,
+    /// Open connections now.
+    pub(crate) connections: u32,
+    /// The nodes it is connected to.
+    pub(crate) nodes: Vec<String>,
+    /// Devices refused (or dropped for a newer one) over the limit, all told.
+    pub(crate) refused: u64,
+    /// When a device was last refused (0: never).
+    pub(crate) refused_at: u64,
+    /// BitTorrent connections and packets the abuse guard refused, all told.
+    pub(crate) refused_torrent: u64,
+    /// Connections to port 25 the abuse guard refused, all told.
+    pub(crate) refused_smtp: u64,
 }
 
 /// Filters and paging for a list.
@@ -160,7 +228,13 @@ const VIEW_COLUMNS: &str = "u.id, u.name, u.status, u.enabled, u.quota, u.used_u
     u.expires_at, u.duration_secs, u.started_at, u.note, u.created, u.updated,
     (SELECT group_concat(g.name, char(31)) FROM (SELECT g.name FROM user_groups ug JOIN groups g ON g.id = ug.group_id
      WHERE ug.user_id = u.id ORDER BY g.name) g),
-    u.speed_up, u.speed_down, u.on_quota, u.slow_kbps";
+    u.speed_up, u.speed_down, u.on_quota, u.slow_kbps, u.device_limit,
+    coalesce(u.device_limit, (SELECT CASE WHEN min(g.device_limit) = 0 THEN 0 ELSE max(g.device_limit) END
+                              FROM user_groups ug JOIN groups g ON g.id = ug.group_id WHERE ug.user_id = u.id), 0),
+    (SELECT coalesce(sum(p.devices), 0) || ',' || coalesce(sum(p.connections), 0) || ',' ||
+            coalesce(group_concat(n.name, char(31)), '')
+     FROM presence p JOIN nodes n ON n.id = p.node_id WHERE p.user_id = u.id),
+    u.refused_devices, u.devices_refused_at, u.refused_torrent, u.refused_smtp";
 
 fn view_of(row: &rusqlite::Row<'_>) -> rusqlite::Result<UserView> {
     let groups: Option<String> = row.get(15)?;
@@ -187,6 +261,24 @@ fn view_of(row: &rusqlite::Row<'_>) -> rusqlite::Result<UserView> {
         },
         on_quota: row.get::<_, Option<String>>(18)?.unwrap_or_else(|| "group".into()),
         slow_speed: Mbps(row.get(19)?),
+        device_limit: row.get(20)?,
+        devices: {
+            let present: String = row.get(22)?;
+            let mut parts = present.splitn(3, ',');
+            let mut number = || parts.next().and_then(|n| n.parse().ok()).unwrap_or(0);
+            let (online, connections) = (number(), number());
+            let nodes = parts.next().filter(|n| !n.is_empty());
+            DevicesView {
+                limit: row.get(21)?,
+                online,
+                connections,
+                nodes: nodes.map(|n| n.split('\u{1f}').map(str::to_owned).collect()).unwrap_or_default(),
+                refused: row.get(23)?,
+                refused_at: row.get(24)?,
+                refused_torrent: row.get(25)?,
+                refused_smtp: row.get(26)?,
+            }
+        },
     })
 }
 
@@ -236,6 +328,7 @@ struct NewUser {
     speed: SpeedInput,
     on_quota: Option<&'static str>,
     slow: Mbps,
+    devices: Option<u32>,
 }
 
 /// A slowed user (or group) needs a rate to be slowed to.
@@ -267,6 +360,7 @@ fn resolve_new(conn: &Connection, input: &UserInput, now: u64) -> Result<NewUser
         speed: input.speed_limit.unwrap_or_default(),
         on_quota: input.on_quota.as_deref().map(parse_on_quota).transpose()?.flatten(),
         slow: input.slow_speed.unwrap_or_default(),
+        devices: input.device_limit.and_then(DeviceLimit::stored),
     })
     .and_then(|new| check_slow(new.on_quota, new.slow).map(|()| new))
 }
@@ -306,8 +400,8 @@ fn insert(conn: &Connection, signer: &Signer, name: &str, new: &NewUser, now: u6
     conn.prepare_cached(
         "INSERT INTO users (name, token_hash, token_enc, credential_enc, credential_hash, quota, reset, next_reset,
                             expires_at, duration_secs, enabled, note, created, updated,
-                            speed_up, speed_down, on_quota, slow_kbps)
-         VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?13, ?14, ?15, ?16, ?17)",
+                            speed_up, speed_down, on_quota, slow_kbps, device_limit)
+         VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?13, ?14, ?15, ?16, ?17, ?18)",
     )?
     .execute(params![
         name,
@@ -327,6 +421,7 @@ fn insert(conn: &Connection, signer: &Signer, name: &str, new: &NewUser, now: u6
         new.speed.down.map(|m| m.0),
         new.on_quota,
         new.slow.0,
+        new.devices,
     ])
     .map_err(|e| Error::from(e).unique(&format!("a user named {name:?}")))?;
     let id: UserId = conn.last_insert_rowid().try_into().expect("row ids are positive");
@@ -512,6 +607,10 @@ pub(crate) fn update(
         conn.execute("UPDATE users SET slow_kbps = ?2 WHERE id = ?1", params![id, slow.0])?;
         changed.push("slow_speed");
     }
+    if let Some(limit) = input.device_limit {
+        conn.execute("UPDATE users SET device_limit = ?2 WHERE id = ?1", params![id, limit.stored()])?;
+        changed.push("device_limit");
+    }
     if input.on_quota.is_some() || input.slow_speed.is_some() {
         let (on_quota, slow): (Option<String>, u64) =
             conn.query_row("SELECT on_quota, slow_kbps FROM users WHERE id = ?1", [id], |r| {
@@ -531,6 +630,18 @@ pub(crate) fn update(
     changes.user(conn, id)?;
     changes.publish(conn, signer, now)?;
     audit(conn, now, actor, "user.update", &format!("user {id} ({})", before.name), &changed.join(","))?;
+    get(conn, id)
+}
+
+/// Raises the user's kick count: every node closes the user's open connections at its next
+/// pull (its apps connect again if they may).
+pub(crate) fn kick(conn: &Connection, signer: &Signer, actor: &str, id: UserId, now: u64) -> Result<UserView, Error> {
+    let user = get(conn, id)?;
+    conn.execute("UPDATE users SET kick = (kick + 1) % 4294967296 WHERE id = ?1", [id])?;
+    let mut changes = Changes::default();
+    changes.creds_of_user(conn, id)?;
+    changes.publish(conn, signer, now)?;
+    audit(conn, now, actor, "user.kick", &format!("user {id} ({})", user.name), "")?;
     get(conn, id)
 }
 

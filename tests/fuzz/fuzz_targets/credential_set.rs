@@ -13,9 +13,15 @@ fn set(u: &mut Unstructured<'_>) -> CredentialSet {
     let node = take(u);
     let count = u.int_in_range(0..=12).unwrap_or(0);
     let mut users: Vec<CredEntry> = (0..count)
-        .map(|_| CredEntry {
-            limit: SpeedLimit { up: u64::from(take::<u8>(u) % 3), down: u64::from(take::<u8>(u) % 3) },
-            ..CredEntry::new(u64::from(take::<u8>(u) % 16), [take::<u8>(u) % 3; 32])
+        .map(|_| {
+            let extra = take::<u8>(u);
+            CredEntry {
+                limit: SpeedLimit { up: u64::from(take::<u8>(u) % 3), down: u64::from(take::<u8>(u) % 3) },
+                devices: (extra & 1 != 0).then_some(u32::from(extra >> 6)),
+                kick: u32::from(extra >> 1 & 1),
+                guard: hearth_shared::wire::Guard { torrent: extra & 4 != 0, smtp: extra & 8 != 0 },
+                ..CredEntry::new(u64::from(take::<u8>(u) % 16), [take::<u8>(u) % 3; 32])
+            }
         })
         .collect();
     users.sort_by_key(|entry| entry.user);
@@ -23,7 +29,12 @@ fn set(u: &mut Unstructured<'_>) -> CredentialSet {
     let edges = (0..take::<u8>(u) % 3)
         .map(|i| EdgeAddress { url: format!("https://edge{i}.example"), api_prefix: "p".repeat(16 + usize::from(i)) })
         .collect();
-    CredentialSet::new(node, users).expect("users made unique").with_edges(edges).expect("well-formed edges")
+    let policy = if take::<u8>(u) % 2 == 0 {
+        hearth_shared::wire::DevicePolicy::Refuse
+    } else {
+        hearth_shared::wire::DevicePolicy::DropOldest
+    };
+    CredentialSet::new(node, users).expect("users made unique").with_edges(edges).expect("well-formed edges").with_policy(policy)
 }
 
 fuzz_target!(|data: &[u8]| {
