@@ -706,6 +706,11 @@
         h('select', { name: 'reset' }, RESETS.map((r) => h('option', { value: r, selected: (user ? user.reset : 'none') === r }, t(`reset.${r}`)))),
       ),
       speedFields(user && user.speed_limit, user ? user.on_quota : 'group', user && user.slow_speed, true),
+      field(
+        t('devices.limit'),
+        h('input', { name: 'device_limit', type: 'number', min: 0, max: 1000, step: 1, inputmode: 'numeric', placeholder: t('speed.from_group'), value: user && user.device_limit !== null ? String(user.device_limit) : '' }),
+        t('devices.limit_hint_user'),
+      ),
       groups.length
         ? h(
             'fieldset',
@@ -757,8 +762,42 @@
     return t('speed.down_up', { down: side(limit.down), up: side(limit.up) });
   }
 
+  /** A group's device limit and abuse guard. */
+  function fairFields(group) {
+    return h(
+      'fieldset',
+      { class: 'fair' },
+      h('legend', {}, t('devices.fair_use')),
+      field(
+        t('devices.limit'),
+        h('input', { name: 'device_limit', type: 'number', min: 0, max: 1000, step: 1, inputmode: 'numeric', placeholder: t('speed.none'), value: group && group.device_limit ? String(group.device_limit) : '' }),
+        t('devices.limit_hint_group'),
+      ),
+      h('label', { class: 'check' }, h('input', { name: 'block_torrent', type: 'checkbox', checked: Boolean(group && group.block_torrent) }), t('guard.torrent')),
+      h('label', { class: 'check' }, h('input', { name: 'block_smtp', type: 'checkbox', checked: Boolean(group && group.block_smtp) }), t('guard.smtp')),
+      h('small', {}, t('guard.hint')),
+    );
+  }
+
+  /** The fair-use settings of a group form, as the API takes them. */
+  function fairInput(values) {
+    return { device_limit: values.device_limit ? Number(values.device_limit) : 0, block_torrent: values.block_torrent, block_smtp: values.block_smtp };
+  }
+
+  /** Who of a user is connected, against its limit, and what was refused. */
+  function devicesText(d) {
+    const online = d.limit ? t('devices.online_of', { n: number(d.online), limit: number(d.limit) }) : t('devices.online', { n: number(d.online) });
+    return [
+      online,
+      d.nodes.length ? h('small', {}, ` · ${d.nodes.join(', ')}`) : null,
+      d.refused ? h('div', {}, t('devices.refused', { n: number(d.refused), when: dateTime(d.refused_at) })) : null,
+      d.refused_torrent || d.refused_smtp ? h('div', {}, h('small', {}, t('guard.refused', { torrent: number(d.refused_torrent), smtp: number(d.refused_smtp) }))) : null,
+    ];
+  }
+
   function userInput(values, groups) {
     const input = { reset: values.reset, note: values.note, ...speedInput(values, true) };
+    input.device_limit = values.device_limit === '' ? 'group' : Number(values.device_limit);
     input.quota = values.quota ? Math.round(Number(values.quota) * 2 ** 30) : 0;
     if (values.days) input.days = Number(values.days);
     if (values.start_on_first_use) input.start_on_first_use = true;
@@ -904,6 +943,8 @@
           h('dd', { id: 'user-speed' }, speedText(user.speed_limit, t('speed.from_group'))),
           h('dt', {}, t('speed.on_quota')),
           h('dd', {}, user.on_quota === 'slow' ? t('speed.slowed_to', { n: number(user.slow_speed) }) : t(`speed.on_quota_${user.on_quota}`)),
+          h('dt', {}, t('devices.title')),
+          h('dd', { id: 'user-devices' }, devicesText(user.devices)),
           h('dt', {}, t('users.created')),
           h('dd', {}, dateTime(user.created)),
         ),
@@ -915,6 +956,7 @@
           extend,
           act(t('users.reset_traffic'), 'reset-traffic', undefined, t('users.reset_confirm')),
           act(t('users.rotate'), 'rotate', undefined, t('users.rotate_confirm')),
+          act(t('users.kick'), 'kick', {}, t('users.kick_confirm')),
           act(t('delete'), null, undefined, t('users.delete_confirm', { name: user.name }), 'danger'),
         ),
       ),
@@ -1164,12 +1206,13 @@
       field(t('groups.name'), h('input', { name: 'name', required: true, maxlength: 64 })),
       field(t('users.note'), h('input', { name: 'note', maxlength: 255 })),
       speedFields(null, 'cut', 0, false),
+      fairFields(null),
       errorBox(),
       h('div', { class: 'actions' }, h('button', { type: 'submit' }, t('groups.create'))),
     );
     onSubmit(form, async () => {
       const values = fields(form);
-      await api('POST', 'groups', { name: values.name, note: values.note, ...speedInput(values, false) });
+      await api('POST', 'groups', { name: values.name, note: values.note, ...speedInput(values, false), ...fairInput(values) });
       route();
     });
     const editGroup = (g) => {
@@ -1179,13 +1222,14 @@
         field(t('groups.name'), h('input', { name: 'name', required: true, maxlength: 64, value: g.name })),
         field(t('users.note'), h('input', { name: 'note', maxlength: 255, value: g.note })),
         speedFields(g.speed_limit, g.on_quota, g.slow_speed, false),
+        fairFields(g),
         errorBox(),
         h('div', { class: 'actions' }, h('button', { type: 'submit' }, t('save'))),
       );
       const d = dialog(t('groups.edit', { name: g.name }), edit);
       onSubmit(edit, async () => {
         const values = fields(edit);
-        await api('PATCH', `groups/${g.id}`, { name: values.name, note: values.note, ...speedInput(values, false) });
+        await api('PATCH', `groups/${g.id}`, { name: values.name, note: values.note, ...speedInput(values, false), ...fairInput(values) });
         d.close();
         route();
       });
@@ -1198,7 +1242,7 @@
       h(
         'table',
         { class: 'list' },
-        h('thead', {}, h('tr', {}, ['groups.name', 'nav.users', 'nav.nodes', 'speed.title', 'users.note', ''].map((k) => h('th', {}, k ? t(k) : h('span', { class: 'visually-hidden' }, t('actions')))))),
+        h('thead', {}, h('tr', {}, ['groups.name', 'nav.users', 'nav.nodes', 'speed.title', 'devices.title', 'users.note', ''].map((k) => h('th', {}, k ? t(k) : h('span', { class: 'visually-hidden' }, t('actions')))))),
         h(
           'tbody',
           {},
@@ -1210,6 +1254,14 @@
               h('td', { 'data-label': t('nav.users') }, number(g.users)),
               h('td', { 'data-label': t('nav.nodes') }, number(g.nodes)),
               h('td', { 'data-label': t('speed.title') }, speedText(g.speed_limit, t('speed.unlimited')), g.on_quota === 'slow' ? h('small', {}, ` · ${t('speed.slowed_to', { n: number(g.slow_speed) })}`) : null),
+              h(
+                'td',
+                { 'data-label': t('devices.title') },
+                g.device_limit ? t('devices.at_most', { n: number(g.device_limit) }) : t('speed.unlimited'),
+                g.block_torrent || g.block_smtp
+                  ? h('small', {}, ` · ${[g.block_torrent ? t('guard.torrent_short') : null, g.block_smtp ? t('guard.smtp_short') : null].filter(Boolean).join(', ')}`)
+                  : null,
+              ),
               h('td', { 'data-label': t('users.note') }, g.note),
               h('td', {}, h('button', { type: 'button', class: 'ghost small', 'data-edit-group': g.name, onclick: () => editGroup(g) }, t('groups.edit_short')), ' ', remove(g)),
             ),
@@ -1434,6 +1486,30 @@
     return form;
   }
 
+  /** What nodes do with a device over a user's limit. */
+  function devicePolicyForm(settings) {
+    const form = h(
+      'form',
+      { class: 'card', id: 'device-policy-form' },
+      h('h2', {}, t('devices.policy')),
+      h('p', {}, t('devices.policy_intro')),
+      field(
+        t('devices.policy'),
+        h('select', { name: 'device_policy' }, ['refuse', 'drop_oldest'].map((p) => h('option', { value: p, selected: settings.device_policy === p }, t(`devices.policy_${p}`)))),
+      ),
+      errorBox(),
+      h('p', { class: 'notice', role: 'status', hidden: true }),
+      h('div', { class: 'actions' }, h('button', { type: 'submit' }, t('save'))),
+    );
+    onSubmit(form, async () => {
+      await api('PATCH', 'settings', { device_policy: fields(form).device_policy });
+      const done = form.querySelector('.notice');
+      done.textContent = t('settings.saved');
+      done.hidden = false;
+    });
+    return form;
+  }
+
   /** Where links and pushes go: the edge, and the base of links. */
   function addressesForm(settings, after) {
     const form = h(
@@ -1630,6 +1706,7 @@
       card,
       addressesForm(settings),
       edgesCard(edges.edges),
+      devicePolicyForm(settings),
       rulesForm(settings),
       h(
         'section',

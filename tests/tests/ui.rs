@@ -478,3 +478,92 @@ async fn the_admin_panel_works_in_a_real_browser() {
     no_console_errors(&driver, &client, "sign-out").await;
     client.close().await.unwrap();
 }
+
+/// Who is online, and a kick, in the panel: a user with a device limit connects through a
+/// real node with sing-box; the user's page shows the device and the node (from the node's
+/// reports), "Disconnect" closes the client's open stream; a group's fair-use settings and
+/// the owner's device policy are set and shown.
+#[tokio::test]
+async fn devices_online_and_a_kick_in_a_real_browser() {
+    use hearth_tests::node::{NodeProcess, ProxyClient, fetch_eventually, http_server, tcp_echo};
+    use tokio::io::{AsyncReadExt as _, AsyncWriteExt as _};
+
+    let temp = tempfile::tempdir().unwrap();
+    let dir = ControlDir::init(&temp.path().join("control")).unwrap();
+    let control = ControlProcess::start(&dir, &[]).unwrap();
+    let http = dir.client().unwrap();
+    let token = control.setup(&http, "admin").await.unwrap();
+    let state = temp.path().join("node");
+    let (port, _) = control.enroll_node(&http, &token, &state).await.unwrap();
+    let body = json!({ "name": "Dana", "device_limit": 2 });
+    let dana = control.call(&http, &token, reqwest::Method::POST, "/users", Some(&body)).await.unwrap();
+    let id = dana["id"].as_u64().unwrap();
+    let link = control.call(&http, &token, reqwest::Method::GET, &format!("/users/{id}/link"), None).await.unwrap();
+    let node = NodeProcess::start(&state).unwrap();
+    // Control serves the link itself here, over its own certificate.
+    let profile: Value = http
+        .get(link["link"].as_str().unwrap())
+        .header("user-agent", "SFA/1.13.0 (sing-box 1.13.0)")
+        .send()
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
+    let outbound = profile["outbounds"].as_array().unwrap().iter().find(|o| o["type"] == "hysteria2").unwrap();
+    let phone = ProxyClient::sing_box(outbound.clone()).unwrap();
+    let web = http_server(b"hello".to_vec()).await.unwrap();
+    assert_eq!(fetch_eventually(&phone, web).await.unwrap(), b"hello");
+    let echo = tcp_echo().await.unwrap();
+    let mut stream = phone.connect(echo).await.unwrap();
+    stream.write_all(b"ping").await.unwrap();
+    stream.read_exact(&mut [0u8; 4]).await.unwrap();
+
+    let panel = format!("{}/{}/", control.url, control.admin);
+    let (driver, client) = browser().await;
+    client.goto(&panel).await.unwrap();
+    fill(&client, "#login input[name=login]", "owner").await;
+    fill(&client, "#login input[name=password]", "correct horse battery").await;
+    find(&client, "#login button[type=submit]").await.click().await.unwrap();
+    find(&client, ".stats").await;
+    // The node reports every second: the page shows the phone once control has the report.
+    let node_name = format!("Home {port}");
+    let started = Instant::now();
+    loop {
+        client.goto(&format!("{panel}#/users/{id}")).await.unwrap();
+        let devices = text_of(&client, "#user-devices", |t| !t.is_empty()).await;
+        if devices.contains("1 of 2 connected") && devices.contains(&node_name) {
+            break;
+        }
+        assert!(started.elapsed() < Duration::from_secs(30), "the user's page says {devices:?}");
+        tokio::time::sleep(Duration::from_millis(500)).await;
+    }
+    screenshot(&client, "user-devices").await;
+    client.find(Locator::XPath("//button[text()='Disconnect']")).await.unwrap().click().await.unwrap();
+    find(&client, "dialog button.danger").await.click().await.unwrap();
+    let mut rest = Vec::new();
+    let closed = tokio::time::timeout(Duration::from_secs(15), stream.read_to_end(&mut rest)).await;
+    assert!(closed.is_ok(), "the phone's stream stayed open after Disconnect");
+    // Its app connects again at once: a kick is not a ban.
+    assert_eq!(fetch_eventually(&phone, web).await.unwrap(), b"hello");
+    no_console_errors(&driver, &client, "the user's devices").await;
+
+    // A group's fair use: a device limit and the abuse guard.
+    client.goto(&format!("{panel}#/groups")).await.unwrap();
+    find(&client, "button[data-edit-group=default]").await.click().await.unwrap();
+    fill(&client, "#group-edit input[name=device_limit]", "3").await;
+    find(&client, "#group-edit input[name=block_torrent]").await.click().await.unwrap();
+    find(&client, "#group-edit button[type=submit]").await.click().await.unwrap();
+    text_of(&client, "table.list tbody", |t| t.contains("at most 3 at once · no BitTorrent")).await;
+    screenshot(&client, "groups-fair-use").await;
+    // The owner's policy over the limit.
+    client.goto(&format!("{panel}#/settings")).await.unwrap();
+    find(&client, "#device-policy-form select[name=device_policy]").await.select_by_value("drop_oldest").await.unwrap();
+    find(&client, "#device-policy-form button[type=submit]").await.click().await.unwrap();
+    text_of(&client, "#device-policy-form .notice", |t| t.contains("Saved")).await;
+    let settings = control.call(&http, &token, reqwest::Method::GET, "/settings", None).await.unwrap();
+    assert_eq!(settings["device_policy"], "drop_oldest");
+    no_console_errors(&driver, &client, "fair use in groups and settings").await;
+    client.close().await.unwrap();
+    node.stop().unwrap();
+}
