@@ -490,7 +490,7 @@
   // ---- overview -------------------------------------------------------------------------
 
   async function overview() {
-    const [status, traffic] = await Promise.all([api('GET', 'status'), api('GET', 'usage?days=30')]);
+    const [status, traffic, online] = await Promise.all([api('GET', 'status'), api('GET', 'usage?days=30'), api('GET', 'online')]);
     const users = status.users || {};
     const total = Object.values(users).reduce((a, b) => a + b, 0);
     const offline = status.nodes.total - status.nodes.online;
@@ -527,6 +527,32 @@
         { class: 'stats', 'aria-label': t('nav.nodes') },
         stat(t('overview.nodes_online'), status.nodes.online, '#/nodes', 'active'),
         stat(t('overview.nodes_offline'), offline, '#/nodes', offline ? 'expired' : ''),
+      ),
+      h(
+        'section',
+        { class: 'card', id: 'online' },
+        h('h2', { id: 'online-title' }, t('online.title')),
+        h('p', {}, t('online.summary', { users: number(online.users), devices: number(online.devices) })),
+        online.online.length
+          ? h(
+              'table',
+              { 'aria-labelledby': 'online-title' },
+              h('thead', {}, h('tr', {}, ['online.user', 'devices.title', 'nav.nodes'].map((k) => h('th', { scope: 'col' }, t(k))))),
+              h(
+                'tbody',
+                {},
+                online.online.map((u) =>
+                  h(
+                    'tr',
+                    {},
+                    h('th', { scope: 'row' }, h('a', { href: `#/users/${u.id}` }, u.name)),
+                    h('td', {}, t('online.devices', { n: number(u.devices), connections: number(u.connections) })),
+                    h('td', {}, u.nodes.join(', ')),
+                  ),
+                ),
+              ),
+            )
+          : null,
       ),
       trafficCard(
         traffic.days,

@@ -539,6 +539,15 @@ async fn devices_online_and_a_kick_in_a_real_browser() {
         tokio::time::sleep(Duration::from_millis(500)).await;
     }
     screenshot(&client, "user-devices").await;
+    // The overview lists who is online.
+    client.goto(&panel).await.unwrap();
+    text_of(&client, "#online", |t| {
+        t.contains("Users connected: 1. Devices: 1.") && t.contains("Dana") && t.contains(&node_name)
+    })
+    .await;
+    screenshot(&client, "overview-online").await;
+    client.goto(&format!("{panel}#/users/{id}")).await.unwrap();
+    find(&client, "#user-devices").await;
     client.find(Locator::XPath("//button[text()='Disconnect']")).await.unwrap().click().await.unwrap();
     find(&client, "dialog button.danger").await.click().await.unwrap();
     let mut rest = Vec::new();

@@ -145,6 +145,7 @@ pub(super) fn router() -> Router<Arc<App>> {
         .route("/api/users/{id}/usage", get(user_usage))
         .route("/api/users/{id}/preview", get(user_preview))
         .route("/api/usage", get(usage))
+        .route("/api/online", get(online))
         .route("/api/users/{id}/extend", post(extend_user))
         .route("/api/users/{id}/reset-traffic", post(reset_traffic))
         .route("/api/users/{id}/rotate", post(rotate_link))
@@ -838,6 +839,14 @@ async fn settings_reply(app: &App) -> Reply {
     let mut settings = settings_json(app);
     settings["device_policy"] = json!(policy.as_str());
     ok(settings)
+}
+
+/// Who is connected now, from the nodes' last reports: the 200 users with the most devices
+/// first, and how many users and devices in all.
+async fn online(State(app): State<Arc<App>>, auth: Auth) -> Reply {
+    auth.need(Scope::Read)?;
+    let (list, users, devices) = app.db.read(|c| crate::store::nodes::online(c, 200)).await.map_err(fail)?;
+    ok(json!({ "users": users, "devices": devices, "online": list }))
 }
 
 /// Everyone's traffic: per day, today and this month (UTC).

@@ -593,6 +593,45 @@ fn before_refusal(conn: &Connection, user: UserId) -> Result<u64, Error> {
         .unwrap_or(0))
 }
 
+/// One user connected now, from the nodes' last reports.
+#[derive(Clone, Debug, Serialize, Deserialize, PartialEq, Eq)]
+pub(crate) struct Online {
+    pub(crate) id: UserId,
+    pub(crate) name: String,
+    /// Devices, summed over nodes.
+    pub(crate) devices: u32,
+    pub(crate) connections: u32,
+    /// The nodes it is on.
+    pub(crate) nodes: Vec<String>,
+}
+
+/// Who is connected now (the most devices first, at most `limit` of them), and how many
+/// users and devices in all.
+pub(crate) fn online(conn: &Connection, limit: u64) -> Result<(Vec<Online>, u64, u64), Error> {
+    let list = conn
+        .prepare_cached(
+            "SELECT u.id, u.name, sum(p.devices), sum(p.connections), group_concat(n.name, char(31))
+             FROM presence p JOIN users u ON u.id = p.user_id JOIN nodes n ON n.id = p.node_id
+             GROUP BY u.id ORDER BY sum(p.devices) DESC, u.name LIMIT ?1",
+        )?
+        .query_map([limit], |row| {
+            let nodes: String = row.get(4)?;
+            Ok(Online {
+                id: row.get(0)?,
+                name: row.get(1)?,
+                devices: row.get(2)?,
+                connections: row.get(3)?,
+                nodes: nodes.split('\u{1f}').map(str::to_owned).collect(),
+            })
+        })?
+        .collect::<Result<_, _>>()?;
+    let (users, devices) =
+        conn.query_row("SELECT count(DISTINCT user_id), coalesce(sum(devices), 0) FROM presence", [], |row| {
+            Ok((row.get(0)?, row.get(1)?))
+        })?;
+    Ok((list, users, devices))
+}
+
 /// Forgets who is on nodes that have not reported for [`crate::publish::PRESENCE_TTL`]:
 /// their users' devices stop counting against them elsewhere. Returns how many nodes.
 pub(crate) fn expire_presence(conn: &Connection, signer: &Signer, now: u64) -> Result<usize, Error> {
