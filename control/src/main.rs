@@ -673,6 +673,7 @@ fn node_command(dir: &std::path::Path, command: NodeCommand) -> Result<()> {
                 obfs,
                 masquerade,
                 groups: (!groups.is_empty()).then_some(groups),
+                ..NodeInput::default()
             };
             let (node, token) = db.write_blocking(|tx| store::nodes::create(tx, "cli", &input, now))?;
             println!("node {} added; on the node, run (within 24 hours):", node.id);

@@ -265,6 +265,26 @@ pub(crate) fn next_reset(reset: ResetStrategy, now: u64) -> u64 {
     }
 }
 
+/// The first midnight (UTC) after `now` on day `day` (1 to 28) of a month: when a node's
+/// cap month that holds `now` ends.
+pub(crate) fn next_on_day(day: u32, now: u64) -> u64 {
+    let (year, month) = civil_month(i64::try_from(now / DAY).expect("sane clock"));
+    let this = u64::try_from(days_from_civil(year, month, day)).unwrap_or(0) * DAY;
+    if this > now {
+        return this;
+    }
+    let (year, month) = if month == 12 { (year + 1, 1) } else { (year, month + 1) };
+    u64::try_from(days_from_civil(year, month, day)).unwrap_or(0) * DAY
+}
+
+/// A date as the profile writes it: `2026-12-01`.
+pub(crate) fn civil_date(at: u64) -> String {
+    let days = i64::try_from(at / DAY).unwrap_or(0);
+    let (year, month) = civil_month(days);
+    let day = days - days_from_civil(year, month, 1) + 1;
+    format!("{year}-{month:02}-{day:02}")
+}
+
 /// A stream's stored version, envelope digest (none once deleted) and content digest.
 type StreamRow = (u64, Option<Digest>, Option<Digest>);
 
@@ -354,11 +374,12 @@ pub(crate) fn delete_stream(conn: &Connection, name: &str) -> Result<(), Error> 
 
 /// The endpoints a user reaches: enrolled nodes of the user's groups.
 fn endpoints(conn: &Connection, user: UserId) -> Result<Vec<Endpoint>, Error> {
+    // A node over its monthly cap carries nobody: listed last, its name says until when.
     let mut query = conn.prepare_cached(
         "SELECT DISTINCT n.id, n.name, n.host, n.port, n.hop_start, n.hop_end, n.sni, n.tls, n.cert_sha256,
-                n.spki_sha256, n.obfs
+                n.spki_sha256, n.obfs, n.limited, n.quota_next
          FROM user_groups ug JOIN node_groups ng ON ng.group_id = ug.group_id JOIN nodes n ON n.id = ng.node_id
-         WHERE ug.user_id = ?1 AND n.public_key IS NOT NULL ORDER BY n.id",
+         WHERE ug.user_id = ?1 AND n.public_key IS NOT NULL ORDER BY n.limited, n.id",
     )?;
     let rows = query.query_map([user], |row| {
         let hop_start: u16 = row.get(4)?;
@@ -366,8 +387,14 @@ fn endpoints(conn: &Connection, user: UserId) -> Result<Vec<Endpoint>, Error> {
         let sni: String = row.get(6)?;
         let self_signed = row.get::<_, String>(7)? == "self_signed";
         let obfs: String = row.get(10)?;
+        let name: String = row.get(1)?;
+        let limited: bool = row.get(11)?;
         Ok(Endpoint {
-            name: row.get(1)?,
+            name: if limited {
+                format!("{name} (traffic limit reached until {})", civil_date(row.get(12)?))
+            } else {
+                name
+            },
             host: row.get(2)?,
             port: row.get(3)?,
             hop: (hop_start != 0).then_some(PortRange { start: hop_start, end: hop_end }),
@@ -586,6 +613,15 @@ fn devices_elsewhere(conn: &Connection, node: NodeId) -> Result<HashMap<UserId, 
 /// device allowances (the user's limit less the devices other nodes reported), kick counts
 /// and abuse guards, and the owner's device policy when any user has an allowance.
 pub(crate) fn credential_set(conn: &Connection, node: NodeId) -> Result<CredentialSet, Error> {
+    // A node over its monthly cap carries nobody until the month ends.
+    let limited: bool = conn
+        .prepare_cached("SELECT limited FROM nodes WHERE id = ?1")?
+        .query_row([node], |row| row.get(0))
+        .optional()?
+        .unwrap_or(false);
+    if limited {
+        return CredentialSet::new(node, Vec::new()).map_err(|e| Error::Internal(e.to_string()));
+    }
     // A user in two of the node's groups comes twice: merged here, as SQLite's DISTINCT
     // would build a temporary b-tree of every row at each change.
     let mut query = conn.prepare_cached(
@@ -895,6 +931,20 @@ mod tests {
             let first = days_from_civil(year, month, 1);
             assert!(first <= days && days - first < 31, "{days}: {year}-{month}");
         }
+    }
+
+    /// A cap month ends at midnight UTC on its day of the next month, or of this month
+    /// when the day is still ahead; exactly at a boundary, a whole month is ahead.
+    #[test]
+    fn cap_months_end_on_their_day() {
+        // 2026-11-30 12:00 UTC.
+        let now = 1_796_040_000;
+        assert_eq!(next_on_day(1, now), 1_796_083_200); // 2026-12-01
+        assert_eq!(next_on_day(28, now), 1_798_416_000); // 2026-12-28
+        assert_eq!(next_on_day(15, 1_794_268_800), 1_794_700_800); // 2026-11-10 → 2026-11-15
+        assert_eq!(next_on_day(1, 1_796_083_200), 1_798_761_600); // 2026-12-01 → 2027-01-01
+        assert_eq!(civil_date(1_796_083_200), "2026-12-01");
+        assert_eq!(civil_date(1_798_761_600 - 1), "2026-12-31");
     }
 
     #[test]

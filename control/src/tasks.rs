@@ -57,7 +57,7 @@ pub(crate) fn sweep(
     for (id, reset) in due {
         let strategy = publish::parse_reset(&reset).unwrap_or(hearth_shared::wire::ResetStrategy::Never);
         conn.execute(
-            "UPDATE users SET used_up = 0, used_down = 0, next_reset = ?2 WHERE id = ?1",
+            "UPDATE users SET used_up = 0, used_down = 0, raw_up = 0, raw_down = 0, next_reset = ?2 WHERE id = ?1",
             rusqlite::params![id, publish::next_reset(strategy, now)],
         )?;
         changes.user(conn, id)?;
@@ -70,6 +70,8 @@ pub(crate) fn sweep(
         }
         // Nodes silent for long: who was on them no longer counts against anyone.
         touched += crate::store::nodes::expire_presence(conn, &app.signer, now)?;
+        // Nodes whose cap month ended (a limited node reports nothing to start it).
+        touched += crate::store::nodes::roll_quotas(conn, &app.signer, now)?;
     }
     changes.publish(conn, &app.signer, now)?;
     if crate::releases::advance(conn, &app.signer, app.config.release_timeout_secs, now)? {

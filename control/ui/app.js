@@ -497,6 +497,7 @@
     const alerts = [];
     if (offline > 0) alerts.push(t('alert.nodes_offline', { n: offline }));
     if (status.nodes.sets_expiring > 0) alerts.push(t('alert.sets_expiring', { n: status.nodes.sets_expiring }));
+    for (const node of status.nodes.limited || []) alerts.push(t('alert.node_limited', { name: node.name, when: date(node.until) }));
     for (const edge of status.edges || []) {
       if (edge.last_error) alerts.push(t('alert.edge_error', { name: edge.name, error: edge.last_error }));
     }
@@ -958,7 +959,16 @@
           'dl',
           {},
           h('dt', {}, t('users.traffic')),
-          h('dd', {}, usage(user), ' ', h('small', {}, t('users.up_down', { up: bytes(user.used_up), down: bytes(user.used_down) }))),
+          h(
+            'dd',
+            { id: 'user-traffic' },
+            usage(user),
+            ' ',
+            h('small', {}, t('users.up_down', { up: bytes(user.used_up), down: bytes(user.used_down) })),
+            user.raw_up !== user.used_up || user.raw_down !== user.used_down
+              ? h('div', {}, h('small', {}, t('users.raw', { n: bytes(user.raw_up + user.raw_down) })))
+              : null,
+          ),
           h('dt', {}, t('users.expires')),
           h('dd', {}, user.expires_at ? date(user.expires_at) : user.duration_days ? t('users.days_from_first_use', { n: user.duration_days }) : t('never')),
           h('dt', {}, t('users.reset')),
@@ -1044,6 +1054,7 @@
 
   function nodeState(n) {
     if (!n.enrolled) return h('span', { class: 'badge not_started' }, t('nodes.waiting'));
+    if (n.limited) return h('span', { class: 'badge over_quota' }, t('nodes.limited'));
     return n.online ? h('span', { class: 'badge active' }, t('nodes.online')) : h('span', { class: 'badge expired' }, t('nodes.offline'));
   }
 
@@ -1091,6 +1102,14 @@
       ),
       field(t('nodes.obfs'), h('input', { name: 'obfs', autocomplete: 'off' }), node?.obfs ? t('nodes.obfs_set') : t('nodes.obfs_hint')),
       field(t('nodes.masquerade'), h('input', { name: 'masquerade', type: 'url', value: node?.masquerade, placeholder: 'https://example.net/' }), t('nodes.masquerade_hint')),
+      h(
+        'fieldset',
+        { class: 'fair' },
+        h('legend', {}, t('nodes.traffic')),
+        field(t('nodes.multiplier'), h('input', { name: 'multiplier', type: 'number', min: 0.001, max: 100, step: 'any', inputmode: 'decimal', value: String(node?.multiplier ?? 1) }), t('nodes.multiplier_hint')),
+        field(t('nodes.quota_gib'), h('input', { name: 'node_quota', type: 'number', min: 0, step: 'any', inputmode: 'decimal', value: node?.quota ? String(node.quota / 2 ** 30) : '' }), t('nodes.quota_hint')),
+        field(t('nodes.quota_day'), h('input', { name: 'quota_day', type: 'number', min: 1, max: 28, step: 1, inputmode: 'numeric', value: String(node?.quota_day ?? 1) })),
+      ),
       groups.length
         ? h(
             'fieldset',
@@ -1110,6 +1129,9 @@
     if (values.obfs) input.obfs = values.obfs;
     if (values.masquerade || node?.masquerade) input.masquerade = values.masquerade;
     if (groups.length) input.groups = groups.filter((g) => values[`group:${g.name}`]).map((g) => g.name);
+    input.multiplier = values.multiplier ? Number(values.multiplier) : 1;
+    input.quota = values.node_quota ? Math.round(Number(values.node_quota) * 2 ** 30) : 0;
+    input.quota_day = values.quota_day ? Number(values.quota_day) : 1;
     return input;
   }
 
@@ -1207,6 +1229,17 @@
           h('dd', {}, number(node.users)),
           h('dt', {}, t('traffic.today')),
           h('dd', {}, bytes(node.traffic_today)),
+          h('dt', {}, t('nodes.multiplier')),
+          h('dd', {}, `×${number(node.multiplier)}`),
+          h('dt', {}, t('nodes.quota')),
+          h(
+            'dd',
+            { id: 'node-quota' },
+            node.quota
+              ? t('nodes.quota_used', { used: bytes(node.quota_used), quota: bytes(node.quota), when: date(node.quota_resets) })
+              : t('speed.unlimited'),
+            node.limited ? h('div', {}, t('nodes.limited_until', { when: date(node.quota_resets) })) : null,
+          ),
           h('dt', {}, t('nodes.key')),
           h('dd', {}, node.key_id || t('nodes.waiting')),
           h('dt', {}, t('users.groups')),

@@ -565,6 +565,16 @@ async fn devices_online_and_a_kick_in_a_real_browser() {
     find(&client, "#group-edit button[type=submit]").await.click().await.unwrap();
     text_of(&client, "table.list tbody", |t| t.contains("at most 3 at once · no BitTorrent")).await;
     screenshot(&client, "groups-fair-use").await;
+    // A node's traffic: counted twice, capped at 1 GiB a month from the 5th.
+    client.goto(&format!("{panel}#/nodes")).await.unwrap();
+    client.find(Locator::LinkText(&node_name)).await.unwrap().click().await.unwrap();
+    fill(&client, "#node-edit input[name=multiplier]", "2").await;
+    fill(&client, "#node-edit input[name=node_quota]", "1").await;
+    fill(&client, "#node-edit input[name=quota_day]", "5").await;
+    find(&client, "#node-edit button[type=submit]").await.click().await.unwrap();
+    text_of(&client, "#node-quota", |t| t.contains("of 1 GiB this month")).await;
+    text_of(&client, "main dl", |t| t.contains("×2")).await;
+    screenshot(&client, "node-traffic").await;
     // The owner's policy over the limit.
     client.goto(&format!("{panel}#/settings")).await.unwrap();
     find(&client, "#device-policy-form select[name=device_policy]").await.select_by_value("drop_oldest").await.unwrap();

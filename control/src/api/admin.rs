@@ -511,7 +511,12 @@ async fn status(State(app): State<Arc<App>>, auth: Auth) -> Reply {
         overview.edges.iter().find_map(|s| s.edge.last_error.as_ref().map(|error| format!("{}: {error}", s.edge.name)));
     ok(json!({
         "users": overview.users.into_iter().map(|(k, v)| (k, json!(v))).collect::<serde_json::Map<String, serde_json::Value>>(),
-        "nodes": { "total": overview.nodes, "online": overview.online, "sets_expiring": overview.expiring },
+        "nodes": {
+            "total": overview.nodes,
+            "online": overview.online,
+            "sets_expiring": overview.expiring,
+            "limited": overview.limited.iter().map(|(id, name, until)| json!({ "id": id, "name": name, "until": until })).collect::<Vec<_>>(),
+        },
         "keys": {
             "root": app.config.root.to_string(),
             "offline_here": offline_keys_here(&app.config.data_dir),

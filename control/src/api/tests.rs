@@ -767,6 +767,75 @@ async fn speed_limits_and_quota_slowdowns_reach_the_nodes_sets() {
     assert!(snapshot_of(client.app(), &link).await.unwrap().profile.announce.is_none());
 }
 
+/// A node's multiplier: its traffic counts for that many times its bytes against quotas,
+/// and the raw bytes are kept beside. A node's monthly cap: reached by a report, the node is
+/// limited (its set is empty, its users' apps name it with the date it is back, the status
+/// lists it), and the next month starts it again. Bad values are refused.
+#[tokio::test]
+async fn node_multipliers_count_and_node_caps_limit() {
+    let client = Client::signed_in(false).await;
+    let (node, key) = enroll(&client, json!(["default"])).await;
+    let alice = client.post("/users", json!({ "name": "alice" })).await.json()["id"].as_u64().unwrap();
+    let patched =
+        client.patch(&format!("/nodes/{node}"), json!({ "multiplier": 2, "quota": 1000, "quota_day": 5 })).await;
+    assert_eq!(patched.status, StatusCode::OK, "{}", String::from_utf8_lossy(&patched.body));
+    let view = patched.json();
+    assert_eq!(
+        (view["multiplier"].as_f64(), view["quota"].as_u64(), view["quota_day"].as_u64()),
+        (Some(2.0), Some(1000), Some(5))
+    );
+    let resets = view["quota_resets"].as_u64().unwrap();
+    assert!(resets > now() && resets <= now() + 31 * 86_400, "the cap month ends within a month: {resets}");
+    assert_eq!(crate::publish::civil_date(resets).split('-').nth(2), Some("05"));
+
+    let first = report(&key, node, 1, vec![UserUsage { user: alice, up: 100, down: 300 }]);
+    assert_eq!(node_usage(&client, node, &key, first).await.status, StatusCode::OK);
+    let user = client.get(&format!("/users/{alice}")).await.json();
+    assert_eq!(
+        [&user["used_up"], &user["used_down"], &user["raw_up"], &user["raw_down"]].map(|v| v.as_u64().unwrap()),
+        [200, 600, 100, 300],
+        "counted twice, measured once"
+    );
+    let creds = || async { set_of(&node_get(&client, node, &key, &format!("/nodes/{node}/creds")).await) };
+    assert_eq!(creds().await.users().len(), 1);
+
+    // 400 + 700 measured: the cap of 1000 is reached (measured bytes, not counted ones).
+    let second = report(&key, node, 2, vec![UserUsage { user: alice, up: 300, down: 400 }]);
+    assert_eq!(node_usage(&client, node, &key, second).await.status, StatusCode::OK);
+    let view = client.get(&format!("/nodes/{node}")).await.json();
+    assert_eq!((view["quota_used"].as_u64(), view["limited"].as_bool()), (Some(1100), Some(true)));
+    assert!(creds().await.users().is_empty(), "a limited node carries nobody");
+    let link = client.get(&format!("/users/{alice}/link")).await.json()["link"].as_str().unwrap().to_owned();
+    let endpoint = &snapshot_of(client.app(), &link).await.unwrap().endpoints[0];
+    assert!(endpoint.name.contains("traffic limit reached until"), "{}", endpoint.name);
+    let status = client.get("/status").await.json();
+    assert_eq!(status["nodes"]["limited"][0]["id"].as_u64(), Some(node));
+
+    // The next month: back, with nothing carried yet.
+    let app = client.app();
+    let rolled = app.db.write_blocking(|tx| crate::store::nodes::roll_quotas(tx, &app.signer, resets)).unwrap();
+    assert_eq!(rolled, 1);
+    let view = client.get(&format!("/nodes/{node}")).await.json();
+    assert_eq!((view["quota_used"].as_u64(), view["limited"].as_bool()), (Some(0), Some(false)));
+    assert!(view["quota_resets"].as_u64().unwrap() > resets);
+    assert_eq!(creds().await.users().len(), 1);
+    assert!(!snapshot_of(client.app(), &link).await.unwrap().endpoints[0].name.contains("limit"));
+    // Raising the cap over what was carried lifts a limit at once, too; no cap, no month.
+    let none = client.patch(&format!("/nodes/{node}"), json!({ "quota": 0 })).await.json();
+    assert_eq!((none["quota_resets"].as_u64(), none["limited"].as_bool()), (Some(0), Some(false)));
+
+    for bad in [
+        json!({ "multiplier": 0 }),
+        json!({ "multiplier": 101 }),
+        json!({ "quota_day": 29 }),
+        json!({ "quota_day": 0 }),
+    ] {
+        let refused = client.patch(&format!("/nodes/{node}"), bad.clone()).await;
+        assert_eq!(refused.status, StatusCode::BAD_REQUEST, "{bad}");
+    }
+    assert_eq!(client.get(&format!("/nodes/{node}")).await.json()["multiplier"].as_f64(), Some(2.0));
+}
+
 /// A report of who is on a node, signed by `key`, with `presence` (user, devices,
 /// connections, devices refused).
 fn presence_report(key: &SecretKey, node: u64, seq: u64, presence: &[(u64, u32, u32, u32)]) -> Vec<u8> {

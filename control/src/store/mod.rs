@@ -55,7 +55,7 @@ const MIGRATIONS: &[&str] = &[
      ALTER TABLE groups ADD COLUMN on_quota TEXT NOT NULL DEFAULT 'cut' CHECK (on_quota IN ('cut', 'slow'));
      ALTER TABLE groups ADD COLUMN slow_kbps INTEGER NOT NULL DEFAULT 0 CHECK (slow_kbps >= 0);",
     include_str!("edges.sql"),
-    include_str!("devices.sql"),
+    include_str!("fair_use.sql"),
 ];
 
 /// Readers kept open between requests.
@@ -200,6 +200,8 @@ pub(crate) struct Overview {
     /// before, so any here means signing is failing, and those nodes will stop accepting
     /// everyone when they expire.
     pub(crate) expiring: u64,
+    /// Nodes over their monthly traffic cap: `(id, name, when the month ends)`.
+    pub(crate) limited: Vec<(u64, String, u64)>,
 }
 
 /// How near an expiry counts as soon, for the overview's alert.
@@ -229,7 +231,11 @@ pub(crate) fn overview(conn: &Connection, now: u64) -> Result<Overview, Error> {
         [now + EXPIRING_SOON],
         |row| row.get(0),
     )?;
-    Ok(Overview { users: users::counts(conn)?, nodes, online, pending, held, edges: statuses, expiring })
+    let limited = conn
+        .prepare_cached("SELECT id, name, quota_next FROM nodes WHERE limited = 1 ORDER BY name")?
+        .query_map([], |row| Ok((row.get(0)?, row.get(1)?, row.get(2)?)))?
+        .collect::<Result<_, _>>()?;
+    Ok(Overview { users: users::counts(conn)?, nodes, online, pending, held, edges: statuses, expiring, limited })
 }
 
 /// How one edge is doing.

@@ -44,6 +44,29 @@ pub(crate) struct NodeInput {
     pub(crate) masquerade: Option<String>,
     /// Groups (by name) whose users this node serves; new nodes default to `default`.
     pub(crate) groups: Option<Vec<String>>,
+    /// What its traffic counts for against users' quotas: 2 counts each byte twice, 0.5 half
+    /// (0.001 to 100; 1 by default).
+    pub(crate) multiplier: Option<f64>,
+    /// Its monthly traffic cap in bytes, up and down together (0: none).
+    pub(crate) quota: Option<u64>,
+    /// The day of the month (1 to 28, UTC) the cap's month starts.
+    pub(crate) quota_day: Option<u32>,
+}
+
+/// What a node's traffic counts for, kept per mille and shown as a number (2, 0.5).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) struct Multiplier(pub(crate) u64);
+
+impl Serialize for Multiplier {
+    fn serialize<S: serde::Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
+        serializer.serialize_f64(self.0 as f64 / 1000.0)
+    }
+}
+
+impl<'de> Deserialize<'de> for Multiplier {
+    fn deserialize<D: serde::Deserializer<'de>>(deserializer: D) -> Result<Multiplier, D::Error> {
+        Ok(Multiplier((f64::deserialize(deserializer)? * 1000.0).round() as u64))
+    }
 }
 
 /// A node as the API shows it.
@@ -65,12 +88,25 @@ pub(crate) struct NodeView {
     pub(crate) usage_seq: u64,
     pub(crate) groups: Vec<String>,
     pub(crate) created: u64,
+    /// What its traffic counts for against users' quotas.
+    pub(crate) multiplier: Multiplier,
+    /// Its monthly traffic cap in bytes (0: none).
+    pub(crate) quota: u64,
+    /// The day of the month the cap's month starts.
+    pub(crate) quota_day: u32,
+    /// Bytes it carried this cap month (as measured, before the multiplier).
+    pub(crate) quota_used: u64,
+    /// When this cap month ends (0: no cap).
+    pub(crate) quota_resets: u64,
+    /// It reached its cap: it carries nobody until the month ends.
+    pub(crate) limited: bool,
 }
 
 const VIEW_COLUMNS: &str = "n.id, n.name, n.host, n.port, n.hop_start, n.hop_end, n.sni, n.tls, n.obfs, n.masquerade,
     n.public_key, n.last_seen, n.version, n.usage_seq, n.created,
     (SELECT group_concat(g.name, char(31)) FROM (SELECT g.name FROM node_groups ng JOIN groups g ON g.id = ng.group_id
-     WHERE ng.node_id = n.id ORDER BY g.name) g)";
+     WHERE ng.node_id = n.id ORDER BY g.name) g),
+    n.multiplier, n.quota, n.quota_day, n.quota_used, n.quota_next, n.limited";
 
 fn view_of(row: &rusqlite::Row<'_>) -> rusqlite::Result<NodeView> {
     let hop_start: u16 = row.get(4)?;
@@ -94,6 +130,12 @@ fn view_of(row: &rusqlite::Row<'_>) -> rusqlite::Result<NodeView> {
         usage_seq: row.get(13)?,
         created: row.get(14)?,
         groups: groups.map(|g| g.split('\u{1f}').map(str::to_owned).collect()).unwrap_or_default(),
+        multiplier: Multiplier(row.get(16)?),
+        quota: row.get(17)?,
+        quota_day: row.get(18)?,
+        quota_used: row.get(19)?,
+        quota_resets: row.get(20)?,
+        limited: row.get(21)?,
     })
 }
 
@@ -227,6 +269,7 @@ pub(crate) fn create(conn: &Connection, actor: &str, input: &NodeInput, now: u64
     for group in groups {
         conn.execute("INSERT INTO node_groups (node_id, group_id) VALUES (?1, ?2)", params![id, group])?;
     }
+    set_traffic(conn, id, input, now)?;
     audit(conn, now, actor, "node.create", &format!("node {id} ({name})"), &host)?;
     Ok((get(conn, id)?, token))
 }
@@ -307,6 +350,9 @@ pub(crate) fn update(
         conn.execute("UPDATE nodes SET masquerade = ?2 WHERE id = ?1", params![id, masquerade])?;
         changed.push("masquerade");
     }
+    if set_traffic(conn, id, input, now)? {
+        changed.push("traffic");
+    }
     if let Some(groups) = &input.groups {
         let ids = group_ids(conn, groups)?;
         conn.execute("DELETE FROM node_groups WHERE node_id = ?1", [id])?;
@@ -319,6 +365,65 @@ pub(crate) fn update(
     changes.publish(conn, signer, now)?;
     audit(conn, now, actor, "node.update", &format!("node {id} ({})", before.name), &changed.join(","))?;
     get(conn, id)
+}
+
+/// Sets a node's multiplier and monthly cap from `input`; a cap (re)starts its month at the
+/// last start day, keeping what was carried since; a node that no longer reaches its cap is
+/// not limited. Returns whether any was given.
+fn set_traffic(conn: &Connection, id: NodeId, input: &NodeInput, now: u64) -> Result<bool, Error> {
+    if let Some(multiplier) = input.multiplier {
+        let permille = (multiplier * 1000.0).round();
+        if !multiplier.is_finite() || !(1.0..=100_000.0).contains(&permille) {
+            return Err(Error::invalid("bad_multiplier", "a multiplier is from 0.001 to 100"));
+        }
+        conn.execute("UPDATE nodes SET multiplier = ?2 WHERE id = ?1", params![id, permille as u64])?;
+    }
+    if let Some(day) = input.quota_day {
+        if !(1..=28).contains(&day) {
+            return Err(Error::invalid("bad_quota_day", "quota_day is a day of the month from 1 to 28"));
+        }
+        conn.execute("UPDATE nodes SET quota_day = ?2 WHERE id = ?1", params![id, day])?;
+    }
+    if let Some(quota) = input.quota {
+        if quota > i64::MAX as u64 {
+            return Err(Error::invalid("bad_quota", "quota is too large"));
+        }
+        conn.execute("UPDATE nodes SET quota = ?2 WHERE id = ?1", params![id, quota])?;
+    }
+    if input.quota.is_some() || input.quota_day.is_some() {
+        let (quota, day, used): (u64, u32, u64) =
+            conn.query_row("SELECT quota, quota_day, quota_used FROM nodes WHERE id = ?1", [id], |row| {
+                Ok((row.get(0)?, row.get(1)?, row.get(2)?))
+            })?;
+        let next = if quota == 0 { 0 } else { publish::next_on_day(day, now) };
+        conn.execute(
+            "UPDATE nodes SET quota_next = ?2, limited = ?3 WHERE id = ?1",
+            params![id, next, quota > 0 && used >= quota],
+        )?;
+    }
+    Ok(input.multiplier.is_some() || input.quota.is_some() || input.quota_day.is_some())
+}
+
+/// Starts a new cap month for every node whose month ended: nothing carried yet, and not
+/// limited; their users are signed again (the node is back). Returns how many nodes.
+pub(crate) fn roll_quotas(conn: &Connection, signer: &Signer, now: u64) -> Result<usize, Error> {
+    let due: Vec<(NodeId, u32)> = conn
+        .prepare_cached("SELECT id, quota_day FROM nodes WHERE quota_next > 0 AND quota_next <= ?1")?
+        .query_map([now], |row| Ok((row.get(0)?, row.get(1)?)))?
+        .collect::<Result<_, _>>()?;
+    let mut changes = Changes::default();
+    for (node, day) in &due {
+        let was_limited: bool = conn.query_row("SELECT limited FROM nodes WHERE id = ?1", [node], |row| row.get(0))?;
+        conn.execute(
+            "UPDATE nodes SET quota_used = 0, limited = 0, quota_next = ?2 WHERE id = ?1",
+            params![node, publish::next_on_day(*day, now)],
+        )?;
+        if was_limited {
+            changes.users_of_node(conn, *node)?;
+        }
+    }
+    changes.publish(conn, signer, now)?;
+    Ok(due.len())
 }
 
 /// Removes a node: the edge forgets its key, its users' snapshots drop it.
@@ -509,8 +614,13 @@ pub(crate) fn apply_usage(
     }
     let mut changes = Changes::default();
     let day = now / 86_400;
+    // A month that ended starts again before this traffic counts into it.
+    roll_quotas(conn, signer, now)?;
+    let multiplier: u64 = conn.query_row("SELECT multiplier FROM nodes WHERE id = ?1", [node], |row| row.get(0))?;
+    let counted = |bytes: u64| (u128::from(bytes) * u128::from(multiplier) / 1000).min(i64::MAX as u128) as u64;
     for usage in &report.users {
-        if apply_user_usage(conn, usage.user, usage.up, usage.down, day, now)? {
+        let raw = (usage.up, usage.down);
+        if apply_user_usage(conn, usage.user, (counted(usage.up), counted(usage.down)), raw, day, now)? {
             changes.user(conn, usage.user)?;
         }
     }
@@ -525,6 +635,19 @@ pub(crate) fn apply_usage(
          ON CONFLICT (node_id, day) DO UPDATE SET up = up + excluded.up, down = down + excluded.down",
     )?
     .execute(params![node, day, up.min(i64::MAX as u64), down.min(i64::MAX as u64)])?;
+    // Over its monthly cap: limited (it carries nobody; its users are told) until the month ends.
+    let before: bool = conn.query_row("SELECT limited FROM nodes WHERE id = ?1", [node], |row| row.get(0))?;
+    let limited: bool = conn
+        .prepare_cached(
+            "UPDATE nodes SET quota_used = min(quota_used + ?2, 9223372036854775807),
+                    limited = CASE WHEN quota > 0 AND quota_used + ?2 >= quota THEN 1 ELSE limited END
+             WHERE id = ?1 RETURNING limited",
+        )?
+        .query_row(params![node, up.saturating_add(down).min(i64::MAX as u64)], |row| row.get(0))?;
+    if limited && !before {
+        changes.users_of_node(conn, node)?;
+        audit(conn, now, "control", "node.limited", &format!("node {node}"), "its monthly traffic cap is reached")?;
+    }
     apply_presence(conn, node, &report.presence, now, &mut changes)?;
     changes.publish(conn, signer, now)?;
     Ok(UsageOutcome::Applied(seq))
@@ -659,8 +782,17 @@ pub(crate) fn expire_presence(conn: &Connection, signer: &Signer, now: u64) -> R
     Ok(nodes.len())
 }
 
-/// Adds one user's traffic; returns whether the user's status changed (or it just started).
-fn apply_user_usage(conn: &Connection, user: UserId, up: u64, down: u64, day: u64, now: u64) -> Result<bool, Error> {
+/// Adds one user's traffic, `counted` (what it counts for on the node, multiplied) and `raw`
+/// (as measured); returns whether the user's status changed (or it just started).
+fn apply_user_usage(
+    conn: &Connection,
+    user: UserId,
+    counted: (u64, u64),
+    raw: (u64, u64),
+    day: u64,
+    now: u64,
+) -> Result<bool, Error> {
+    let (up, down) = counted;
     type Row = (bool, u64, u64, u64, u64, u64, u64, String);
     let row: Option<Row> = conn
         .prepare_cached(
@@ -684,9 +816,19 @@ fn apply_user_usage(conn: &Connection, user: UserId, up: u64, down: u64, day: u6
         expires_at = now + duration;
     }
     conn.prepare_cached(
-        "UPDATE users SET used_up = ?2, used_down = ?3, started_at = ?4, expires_at = ?5, usage_dirty = 1 WHERE id = ?1",
+        "UPDATE users SET used_up = ?2, used_down = ?3, started_at = ?4, expires_at = ?5, usage_dirty = 1,
+                raw_up = min(raw_up + ?6, 9223372036854775807), raw_down = min(raw_down + ?7, 9223372036854775807)
+         WHERE id = ?1",
     )?
-    .execute(params![user, used_up, used_down, started, expires_at])?;
+    .execute(params![
+        user,
+        used_up,
+        used_down,
+        started,
+        expires_at,
+        raw.0.min(i64::MAX as u64),
+        raw.1.min(i64::MAX as u64)
+    ])?;
     conn.prepare_cached(
         "INSERT INTO usage_daily (user_id, day, up, down) VALUES (?1, ?2, ?3, ?4)
          ON CONFLICT (user_id, day) DO UPDATE SET up = up + excluded.up, down = down + excluded.down",

@@ -158,6 +158,10 @@ pub(crate) struct UserView {
     pub(crate) quota: u64,
     pub(crate) used_up: u64,
     pub(crate) used_down: u64,
+    /// Traffic as the nodes measured it, before their multipliers (`used_up`/`used_down`
+    /// are what it counted for).
+    pub(crate) raw_up: u64,
+    pub(crate) raw_down: u64,
     pub(crate) reset: String,
     pub(crate) next_reset: u64,
     pub(crate) expires_at: u64,
@@ -234,7 +238,7 @@ const VIEW_COLUMNS: &str = "u.id, u.name, u.status, u.enabled, u.quota, u.used_u
     (SELECT coalesce(sum(p.devices), 0) || ',' || coalesce(sum(p.connections), 0) || ',' ||
             coalesce(group_concat(n.name, char(31)), '')
      FROM presence p JOIN nodes n ON n.id = p.node_id WHERE p.user_id = u.id),
-    u.refused_devices, u.devices_refused_at, u.refused_torrent, u.refused_smtp";
+    u.refused_devices, u.devices_refused_at, u.refused_torrent, u.refused_smtp, u.raw_up, u.raw_down";
 
 fn view_of(row: &rusqlite::Row<'_>) -> rusqlite::Result<UserView> {
     let groups: Option<String> = row.get(15)?;
@@ -246,6 +250,8 @@ fn view_of(row: &rusqlite::Row<'_>) -> rusqlite::Result<UserView> {
         quota: row.get(4)?,
         used_up: row.get(5)?,
         used_down: row.get(6)?,
+        raw_up: row.get(27)?,
+        raw_down: row.get(28)?,
         reset: row.get(7)?,
         next_reset: row.get(8)?,
         expires_at: row.get(9)?,
@@ -682,7 +688,10 @@ pub(crate) fn reset_traffic(
     now: u64,
 ) -> Result<UserView, Error> {
     let user = get(conn, id)?;
-    conn.execute("UPDATE users SET used_up = 0, used_down = 0, updated = ?2 WHERE id = ?1", params![id, now])?;
+    conn.execute(
+        "UPDATE users SET used_up = 0, used_down = 0, raw_up = 0, raw_down = 0, updated = ?2 WHERE id = ?1",
+        params![id, now],
+    )?;
     let mut changes = Changes::default();
     changes.user(conn, id)?;
     changes.publish(conn, signer, now)?;
