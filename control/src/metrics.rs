@@ -13,6 +13,14 @@ use crate::api::Auth;
 use crate::app::{App, now};
 use crate::auth::Scope;
 
+/// The most users the per-user refusal counts list (those refused most).
+const MAX_USER_SERIES: u64 = 500;
+
+/// A label value as the Prometheus text format writes it.
+fn label(value: &str) -> String {
+    value.replace('\\', "\\\\").replace('"', "\\\"").replace('\n', "\\n")
+}
+
 pub(crate) async fn handler(State(app): State<Arc<App>>, headers: HeaderMap, auth: Result<Auth, Response>) -> Response {
     let scraper = app.config.metrics_token.as_ref().is_some_and(|token| {
         headers
@@ -31,8 +39,12 @@ pub(crate) async fn handler(State(app): State<Arc<App>>, headers: HeaderMap, aut
             Err(response) => return response,
         }
     }
-    let overview = match app.db.read(move |c| crate::store::overview(c, now())).await {
-        Ok(overview) => overview,
+    let read = app.db.read(move |c| {
+        let (_, online, devices) = crate::store::nodes::online(c, 0)?;
+        Ok((crate::store::overview(c, now())?, crate::store::users::refusals(c, MAX_USER_SERIES)?, online, devices))
+    });
+    let (overview, refusals, online, devices) = match read.await {
+        Ok(read) => read,
         Err(e) => return e.into_response(),
     };
     let c = &app.counters;
@@ -52,6 +64,30 @@ pub(crate) async fn handler(State(app): State<Arc<App>>, headers: HeaderMap, aut
     );
     metric("hearth_nodes", "gauge", "Nodes registered.", &one(overview.nodes));
     metric("hearth_nodes_online", "gauge", "Nodes seen in the last 3 minutes.", &one(overview.online));
+    metric(
+        "hearth_nodes_limited",
+        "gauge",
+        "Nodes over their monthly traffic cap (they carry nobody until the month ends).",
+        &one(overview.limited.len() as u64),
+    );
+    metric("hearth_users_online", "gauge", "Users connected, from the nodes' last reports.", &one(online));
+    metric("hearth_devices_online", "gauge", "Devices connected, summed over nodes.", &one(devices));
+    let mut refused = Vec::new();
+    for (user, devices, torrent, smtp) in &refusals {
+        let user = label(user);
+        for (reason, n) in [("devices", devices), ("torrent", torrent), ("smtp", smtp)] {
+            if *n > 0 {
+                refused.push((format!("{{user=\"{user}\",reason=\"{reason}\"}}"), *n));
+            }
+        }
+    }
+    metric(
+        "hearth_user_refused_total",
+        "counter",
+        "What the nodes refused a user: devices over its limit (or dropped for a new one), BitTorrent and \
+         port 25 (the abuse guard); users with none are left out.",
+        &refused,
+    );
     metric("hearth_outbox_pending", "gauge", "Changes not yet accepted by the edges (summed).", &one(overview.pending));
     let per_edge = |value: &dyn Fn(&crate::store::EdgeStatus) -> u64| -> Vec<(String, u64)> {
         overview.edges.iter().map(|s| (format!("{{edge=\"{}\"}}", s.edge.name), value(s))).collect()

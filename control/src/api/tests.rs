@@ -905,6 +905,17 @@ async fn device_limits_are_shared_across_nodes_and_kicks_and_guards_reach_the_se
     let link = client.get(&format!("/users/{family}/link")).await.json()["link"].as_str().unwrap().to_owned();
     let announce = snapshot_of(client.app(), &link).await.unwrap().profile.announce.unwrap_or_default();
     assert!(announce.contains("Device limit reached: at most 2 devices"), "{announce}");
+    let path = format!("/{}/metrics", client.app().config.admin_prefix);
+    let metrics = String::from_utf8(client.send(Method::GET, &path, None, &[]).await.body).unwrap();
+    for line in [
+        "hearth_user_refused_total{user=\"family\",reason=\"devices\"} 1\n",
+        "hearth_users_online 1\n",
+        "hearth_devices_online 3\n",
+    ] {
+        assert!(metrics.contains(line), "no {line:?} in {metrics}");
+    }
+    let online = client.get("/online").await.json();
+    assert_eq!((online["users"].as_u64(), online["online"][0]["name"].as_str()), (Some(1), Some("family")));
 
     // Everyone left a: b's allowance is the whole limit again.
     let left = presence_report(&key_a, a, 2, &[]);

@@ -639,6 +639,20 @@ pub(crate) fn update(
     get(conn, id)
 }
 
+/// Users the nodes refused anything, those refused most first (at most `limit`): name, and
+/// devices, BitTorrent and port 25 refused, all told.
+pub(crate) fn refusals(conn: &Connection, limit: u64) -> Result<Vec<(String, u64, u64, u64)>, Error> {
+    let rows = conn
+        .prepare_cached(
+            "SELECT name, refused_devices, refused_torrent, refused_smtp FROM users
+             WHERE refused_devices + refused_torrent + refused_smtp > 0
+             ORDER BY refused_devices + refused_torrent + refused_smtp DESC, name LIMIT ?1",
+        )?
+        .query_map([limit], |row| Ok((row.get(0)?, row.get(1)?, row.get(2)?, row.get(3)?)))?
+        .collect::<Result<_, _>>()?;
+    Ok(rows)
+}
+
 /// Raises the user's kick count: every node closes the user's open connections at its next
 /// pull (its apps connect again if they may).
 pub(crate) fn kick(conn: &Connection, signer: &Signer, actor: &str, id: UserId, now: u64) -> Result<UserView, Error> {
