@@ -547,16 +547,27 @@ pub fn held_set(state: &Path) -> Option<(String, Vec<u64>)> {
 /// The hysteria2 outbound of the sing-box profile the edge serves for `link` (asked until it
 /// serves one, for up to 30 s).
 pub async fn profile_outbound(link: &str) -> Result<serde_json::Value> {
-    let plain = crate::http().build()?;
+    let outbounds = profile_outbounds(&crate::http().build()?, link).await?;
+    Ok(outbounds.into_iter().next().expect("at least one"))
+}
+
+/// The hysteria2 outbounds of the sing-box profile served for `link`, fetched with `client`
+/// (one that trusts control's certificate, for a link control serves itself), asked until one
+/// is served, for up to 30 s.
+pub async fn profile_outbounds(client: &reqwest::Client, link: &str) -> Result<Vec<serde_json::Value>> {
     let started = std::time::Instant::now();
     loop {
-        if let Ok(response) = plain.get(link).header("user-agent", "SFA/1.13.0 (sing-box 1.13.0)").send().await
+        if let Ok(response) = client.get(link).header("user-agent", "SFA/1.13.0 (sing-box 1.13.0)").send().await
             && response.status() == 200
             && let Ok(profile) = response.json::<serde_json::Value>().await
-            && let Some(outbound) =
-                profile["outbounds"].as_array().and_then(|o| o.iter().find(|o| o["type"] == "hysteria2").cloned())
         {
-            return Ok(outbound);
+            let outbounds: Vec<serde_json::Value> = profile["outbounds"]
+                .as_array()
+                .map(|o| o.iter().filter(|o| o["type"] == "hysteria2").cloned().collect())
+                .unwrap_or_default();
+            if !outbounds.is_empty() {
+                return Ok(outbounds);
+            }
         }
         if started.elapsed() > Duration::from_secs(30) {
             bail!("{link} served no sing-box profile with a hysteria2 outbound within 30 s");

@@ -6,7 +6,7 @@
 use std::time::{Duration, Instant};
 
 use hearth_tests::control::{Api, ControlDir, ControlProcess};
-use hearth_tests::node::{NodeProcess, ProxyClient, fetch, fetch_eventually, http_server};
+use hearth_tests::node::{NodeProcess, ProxyClient, fetch, fetch_eventually, http_server, profile_outbounds};
 use serde_json::{Value, json};
 
 /// Waits (up to `within`) until `check` holds of what `GET path` answers; returns it.
@@ -31,14 +31,11 @@ async fn until(
 /// The sing-box outbound to the node on `port` from the profile control serves at `link`,
 /// dialling from `from` (a loopback address: one device).
 async fn outbound(http: &reqwest::Client, link: &str, port: u16, from: &str) -> Value {
-    let profile: Value =
-        http.get(link).header("user-agent", "SFA/1.13.0 (sing-box 1.13.0)").send().await.unwrap().json().await.unwrap();
-    let mut outbound = profile["outbounds"]
-        .as_array()
-        .unwrap()
+    let outbounds = profile_outbounds(http, link).await.unwrap();
+    let mut outbound = outbounds
         .iter()
-        .find(|o| o["type"] == "hysteria2" && o["server_port"] == port)
-        .unwrap_or_else(|| panic!("no outbound to port {port} in {profile}"))
+        .find(|o| o["server_port"] == port)
+        .unwrap_or_else(|| panic!("no outbound to port {port} in {outbounds:?}"))
         .clone();
     outbound["inet4_bind_address"] = from.into();
     outbound

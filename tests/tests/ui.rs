@@ -485,7 +485,7 @@ async fn the_admin_panel_works_in_a_real_browser() {
 /// the owner's device policy are set and shown.
 #[tokio::test]
 async fn devices_online_and_a_kick_in_a_real_browser() {
-    use hearth_tests::node::{NodeProcess, ProxyClient, fetch_eventually, http_server, tcp_echo};
+    use hearth_tests::node::{NodeProcess, ProxyClient, fetch_eventually, http_server, profile_outbounds, tcp_echo};
     use tokio::io::{AsyncReadExt as _, AsyncWriteExt as _};
 
     let temp = tempfile::tempdir().unwrap();
@@ -501,17 +501,8 @@ async fn devices_online_and_a_kick_in_a_real_browser() {
     let link = control.call(&http, &token, reqwest::Method::GET, &format!("/users/{id}/link"), None).await.unwrap();
     let node = NodeProcess::start(&state).unwrap();
     // Control serves the link itself here, over its own certificate.
-    let profile: Value = http
-        .get(link["link"].as_str().unwrap())
-        .header("user-agent", "SFA/1.13.0 (sing-box 1.13.0)")
-        .send()
-        .await
-        .unwrap()
-        .json()
-        .await
-        .unwrap();
-    let outbound = profile["outbounds"].as_array().unwrap().iter().find(|o| o["type"] == "hysteria2").unwrap();
-    let phone = ProxyClient::sing_box(outbound.clone()).unwrap();
+    let outbounds = profile_outbounds(&http, link["link"].as_str().unwrap()).await.unwrap();
+    let phone = ProxyClient::sing_box(outbounds[0].clone()).unwrap();
     let web = http_server(b"hello".to_vec()).await.unwrap();
     assert_eq!(fetch_eventually(&phone, web).await.unwrap(), b"hello");
     let echo = tcp_echo().await.unwrap();
@@ -567,6 +558,7 @@ async fn devices_online_and_a_kick_in_a_real_browser() {
     screenshot(&client, "groups-fair-use").await;
     // A node's traffic: counted twice, capped at 1 GiB a month from the 5th.
     client.goto(&format!("{panel}#/nodes")).await.unwrap();
+    text_of(&client, "table.list", |t| t.contains(&node_name)).await;
     client.find(Locator::LinkText(&node_name)).await.unwrap().click().await.unwrap();
     fill(&client, "#node-edit input[name=multiplier]", "2").await;
     fill(&client, "#node-edit input[name=node_quota]", "1").await;
