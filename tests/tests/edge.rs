@@ -945,15 +945,17 @@ async fn the_export_gives_the_release_back(backend: Backend) {
     assert_eq!(seen.len(), 2, "the release and the link: {:?}", seen.keys().collect::<Vec<_>>());
 }
 
-/// Node 1's usage report `seq` (user 5's traffic over the last minute), signed by `key`.
+/// Node 1's usage report `seq` (user 5's traffic over the last minute), signed by `key`; an
+/// even `seq` also says user 5 is on the node (the encoding with presence).
 fn usage_report(sim: &ControlSim, seq: u64, key: &SecretKey) -> Vec<u8> {
+    let on = hearth_shared::wire::Presence { user: 5, devices: 1, connections: 2, ..Default::default() };
     let body = UsageReport {
         node: 1,
         seq,
         period_start: now() - 60,
         period_end: now(),
         users: vec![UserUsage { user: 5, up: 100, down: 2000 }],
-        presence: Vec::new(),
+        presence: if seq % 2 == 0 { vec![on] } else { Vec::new() },
     }
     .encode();
     sim.draft(Kind::UsageReport, stream::usage(1), seq, Audience::Control).sign(body, &[key]).encode()
@@ -1032,7 +1034,7 @@ async fn nodes_pull_their_own_set_and_usage_queues_for_control(backend: Backend)
     assert_eq!(upload(report(3, &other_key), &node_key).send().await.unwrap().status(), StatusCode::BAD_REQUEST);
 
     let first = s.drain(0).await;
-    assert_eq!(first.reports.len(), 2);
+    assert_eq!(first.reports.len(), 2, "a report with presence (the second) queues too");
     assert_eq!(first.reports[0].as_slice(), first_report.as_slice());
     assert_eq!(s.drain(0).await.reports.len(), 2, "not acknowledged yet");
     assert!(s.drain(first.cursor).await.reports.is_empty());
