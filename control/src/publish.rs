@@ -390,11 +390,7 @@ fn endpoints(conn: &Connection, user: UserId) -> Result<Vec<Endpoint>, Error> {
         let name: String = row.get(1)?;
         let limited: bool = row.get(11)?;
         Ok(Endpoint {
-            name: if limited {
-                format!("{name} (traffic limit reached until {})", civil_date(row.get(12)?))
-            } else {
-                name
-            },
+            name: if limited { limited_name(&name, row.get(12)?) } else { name },
             host: row.get(2)?,
             port: row.get(3)?,
             hop: (hop_start != 0).then_some(PortRange { start: hop_start, end: hop_end }),
@@ -406,6 +402,22 @@ fn endpoints(conn: &Connection, user: UserId) -> Result<Vec<Endpoint>, Error> {
         })
     })?;
     Ok(rows.collect::<Result<_, _>>()?)
+}
+
+/// What apps show for a node over its monthly cap until `until`.
+fn limited_name(name: &str, until: u64) -> String {
+    format!("{name}{LIMITED}{})", civil_date(until))
+}
+
+/// What [`limited_name`] puts between a node's name and the date.
+const LIMITED: &str = " (traffic limit reached until ";
+
+/// The node's own name in an endpoint's name (without what a cap reached adds).
+pub(crate) fn node_name_of(endpoint: &str) -> &str {
+    match endpoint.rfind(LIMITED) {
+        Some(at) if endpoint.ends_with(')') && endpoint.len() - at == LIMITED.len() + 11 => &endpoint[..at],
+        _ => endpoint,
+    }
 }
 
 /// A rate in kbit/s as people read it: "1 Mbit/s", "0.5 Mbit/s".
@@ -930,6 +942,18 @@ mod tests {
             let (year, month) = civil_month(days);
             let first = days_from_civil(year, month, 1);
             assert!(first <= days && days - first < 31, "{days}: {year}-{month}");
+        }
+    }
+
+    /// A limited node's endpoint name gives back the node's name, and only such a name.
+    #[test]
+    fn a_limited_name_gives_back_the_node() {
+        let limited = limited_name("Frankfurt", 1_796_083_200);
+        assert_eq!(limited, "Frankfurt (traffic limit reached until 2026-12-01)");
+        assert_eq!(node_name_of(&limited), "Frankfurt");
+        for plain in ["Frankfurt", "A (traffic limit reached until soon)", "B (traffic limit reached until 2026-12-01"]
+        {
+            assert_eq!(node_name_of(plain), plain);
         }
     }
 

@@ -533,7 +533,7 @@ fn build(dir: &Path, options: &Options) -> Result<Report> {
         if options.from_snapshots {
             rebuild_nodes(tx, &edge, &mut report.notes, now)?;
             report.notes.push(
-                "not in snapshots, so not recovered: the owner account and its second factor (a new setup link is printed at start), API tokens, user notes, the duration of users not started yet, daily usage history, node masquerade settings, the audit log, group names (users keep the nodes they had, in groups named restored-N), when users and nodes were created, the next reset of users on a rolling 30-day reset (counted again from the restore)".into(),
+                "not in snapshots, so not recovered: the owner account and its second factor (a new setup link is printed at start), API tokens, user notes, the duration of users not started yet, daily usage history, node masquerade settings, the audit log, group names (users keep the nodes they had, in groups named restored-N), when users and nodes were created, the next reset of users on a rolling 30-day reset (counted again from the restore), device limits and abuse guards, node multipliers and monthly caps, users' traffic as measured before multipliers (taken as what it counted for), and what nodes refused users".into(),
             );
         } else {
             update_nodes(tx, &edge)?;
@@ -659,7 +659,7 @@ fn rebuild_nodes(tx: &Connection, edge: &Edge, notes: &mut Vec<String>, now: u64
             let key = edge.node_keys[node].expect("only enrolled nodes are grouped");
             let (name, host, port, hop, sni, insecure, cert, spki, obfs) = match endpoints.get(node) {
                 Some(e) => (
-                    e.name.clone(),
+                    publish::node_name_of(&e.name).to_owned(),
                     e.host.clone(),
                     e.port,
                     e.hop,
@@ -768,8 +768,8 @@ fn merge_users(
         // their notes stay, their next reset too unless the reset changed since).
         tx.execute(
             "INSERT INTO users (id, name, token_hash, token_enc, credential_enc, credential_hash, quota, used_up,
-                                used_down, reset, next_reset, expires_at, enabled, created, updated)
-             VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14, ?14)
+                                used_down, reset, next_reset, expires_at, enabled, created, updated, raw_up, raw_down)
+             VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14, ?14, ?8, ?9)
              ON CONFLICT (id) DO UPDATE SET name = excluded.name, token_hash = excluded.token_hash,
                token_enc = excluded.token_enc, credential_enc = excluded.credential_enc,
                credential_hash = excluded.credential_hash, quota = excluded.quota,
@@ -794,7 +794,8 @@ fn merge_users(
                 now
             ],
         )?;
-        let reach: Vec<NodeId> = snapshot.endpoints.iter().filter_map(|e| names.get(&e.name).copied()).collect();
+        let reach: Vec<NodeId> =
+            snapshot.endpoints.iter().filter_map(|e| names.get(publish::node_name_of(&e.name)).copied()).collect();
         if !known {
             let mut groups = groups_of_nodes(&reach)?;
             if groups.is_empty() {

@@ -426,7 +426,9 @@ async fn a_restore_from_snapshots_gives_back_every_field_it_does_not_name_as_los
              printed at start), API tokens, user notes, the duration of users not started yet, daily usage history, \
              node masquerade settings, the audit log, group names (users keep the nodes they had, in groups named \
              restored-N), when users and nodes were created, the next reset of users on a rolling 30-day reset \
-             (counted again from the restore)"
+             (counted again from the restore), device limits and abuse guards, node multipliers and monthly caps, \
+             users' traffic as measured before multipliers (taken as what it counted for), and what nodes refused \
+             users"
                 .to_owned(),
         ],
         "{printed}"

@@ -367,9 +367,9 @@ pub(crate) fn update(
     get(conn, id)
 }
 
-/// Sets a node's multiplier and monthly cap from `input`; a cap (re)starts its month at the
-/// last start day, keeping what was carried since; a node that no longer reaches its cap is
-/// not limited. Returns whether any was given.
+/// Sets a node's multiplier and monthly cap from `input`. Bytes count against a cap from when
+/// it is set (a node without one counts none) until its month ends at midnight UTC on its
+/// day; a node that no longer reaches its cap is not limited. Returns whether any was given.
 fn set_traffic(conn: &Connection, id: NodeId, input: &NodeInput, now: u64) -> Result<bool, Error> {
     if let Some(multiplier) = input.multiplier {
         let permille = (multiplier * 1000.0).round();
@@ -396,9 +396,10 @@ fn set_traffic(conn: &Connection, id: NodeId, input: &NodeInput, now: u64) -> Re
                 Ok((row.get(0)?, row.get(1)?, row.get(2)?))
             })?;
         let next = if quota == 0 { 0 } else { publish::next_on_day(day, now) };
+        let used = if quota == 0 { 0 } else { used };
         conn.execute(
-            "UPDATE nodes SET quota_next = ?2, limited = ?3 WHERE id = ?1",
-            params![id, next, quota > 0 && used >= quota],
+            "UPDATE nodes SET quota_next = ?2, limited = ?3, quota_used = ?4 WHERE id = ?1",
+            params![id, next, quota > 0 && used >= quota, used],
         )?;
     }
     Ok(input.multiplier.is_some() || input.quota.is_some() || input.quota_day.is_some())
@@ -639,7 +640,7 @@ pub(crate) fn apply_usage(
     let before: bool = conn.query_row("SELECT limited FROM nodes WHERE id = ?1", [node], |row| row.get(0))?;
     let limited: bool = conn
         .prepare_cached(
-            "UPDATE nodes SET quota_used = min(quota_used + ?2, 9223372036854775807),
+            "UPDATE nodes SET quota_used = CASE WHEN quota > 0 THEN min(quota_used + ?2, 9223372036854775807) ELSE 0 END,
                     limited = CASE WHEN quota > 0 AND quota_used + ?2 >= quota THEN 1 ELSE limited END
              WHERE id = ?1 RETURNING limited",
         )?
