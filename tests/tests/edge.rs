@@ -955,7 +955,7 @@ fn usage_report(sim: &ControlSim, seq: u64, key: &SecretKey) -> Vec<u8> {
         period_start: now() - 60,
         period_end: now(),
         users: vec![UserUsage { user: 5, up: 100, down: 2000 }],
-        presence: if seq % 2 == 0 { vec![on] } else { Vec::new() },
+        presence: if seq.is_multiple_of(2) { vec![on] } else { Vec::new() },
     }
     .encode();
     sim.draft(Kind::UsageReport, stream::usage(1), seq, Audience::Control).sign(body, &[key]).encode()
