@@ -42,16 +42,19 @@ fuzz_target!(|data: &[u8]| {
         assert_eq!(decoded.encode(), data);
         assert!(decoded.users().windows(2).all(|pair| pair[0].user < pair[1].user));
         let rebuilt = CredentialSet::new(decoded.node, decoded.users().to_vec())
-            .and_then(|set| set.with_edges(decoded.edges().to_vec()));
+            .and_then(|set| set.with_edges(decoded.edges().to_vec()))
+            .map(|set| set.with_policy(decoded.policy()));
         assert_eq!(rebuilt.as_ref(), Ok(&decoded));
         assert!(decoded.diff(&decoded).is_empty());
     }
 
     let mut u = Unstructured::new(data);
     let (old, new, other) = (set(&mut u), set(&mut u), set(&mut u));
+    // A diff carries users: the node's edges and device policy stay as they were.
     let new = CredentialSet::new(old.node, new.users().to_vec())
         .and_then(|set| set.with_edges(old.edges().to_vec()))
-        .expect("sorted and unique");
+        .expect("sorted and unique")
+        .with_policy(old.policy());
     let diff = old.diff(&new);
     assert_eq!(old.apply(&diff).as_ref(), Ok(&new), "a diff takes the old set to the new one");
     assert_eq!(diff.is_empty(), old == new);
