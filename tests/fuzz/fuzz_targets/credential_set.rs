@@ -34,7 +34,11 @@ fn set(u: &mut Unstructured<'_>) -> CredentialSet {
     } else {
         hearth_shared::wire::DevicePolicy::DropOldest
     };
-    CredentialSet::new(node, users).expect("users made unique").with_edges(edges).expect("well-formed edges").with_policy(policy)
+    CredentialSet::new(node, users)
+        .expect("users made unique")
+        .with_edges(edges)
+        .expect("well-formed edges")
+        .with_policy(policy)
 }
 
 fuzz_target!(|data: &[u8]| {
