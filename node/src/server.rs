@@ -460,19 +460,30 @@ async fn tcp_relay(
     };
     let _ = target.set_nodelay(true);
     send.write_all(&proto::tcp_response(true, "")).await?;
-    // The guard reads what the client sends first before the target gets any of it (a
-    // client may send it before the answer above, or after).
-    let first = if guard.torrent { opening(&mut recv).await? } else { Some(bytes::Bytes::new()) };
-    let Some(first) = first else {
-        counter.refuse(live, false);
-        let _ = recv.stop(0u32.into());
-        let _ = send.reset(0u32.into());
-        anyhow::bail!("BitTorrent refused");
-    };
     let (target_read, target_write) = target.into_split();
-    let up = pump_up(recv, target_write, &counter, first);
+    // Target to client from the start: a server that speaks first (mail, FTP, databases)
+    // is heard while the guard waits for the client's first bytes.
     let down = pump_down(target_read, send, &counter);
-    let (up, down) = tokio::join!(up, down);
+    // The guard reads what the client sends first before the target gets any of it (a
+    // client may send it before the answer above, or after); BitTorrent ends both ways.
+    let up = async {
+        let first = if guard.torrent { opening(&mut recv).await? } else { Some(bytes::Bytes::new()) };
+        let Some(first) = first else {
+            counter.refuse(live, false);
+            let _ = recv.stop(0u32.into());
+            return Err(std::io::Error::new(std::io::ErrorKind::PermissionDenied, "BitTorrent refused"));
+        };
+        pump_up(recv, target_write, &counter, first).await
+    };
+    tokio::pin!(up, down);
+    let (up, down) = tokio::select! {
+        up = &mut up => match up {
+            // Dropping the other way ends the stream to the client and the target's socket.
+            Err(e) if e.kind() == std::io::ErrorKind::PermissionDenied => anyhow::bail!(e),
+            up => (up, down.await),
+        },
+        down = &mut down => (up.await, down),
+    };
     up.and(down)?;
     Ok(())
 }

@@ -1094,6 +1094,27 @@ async fn the_abuse_guard_refuses_bittorrent_and_port_25_and_nothing_else() {
     assert!(echoed(&user, echo, b"SSH-2.0-OpenSSH_9.6\r\n").await.unwrap(), "other TCP is refused");
     assert!(echoed(&free, echo, &handshake).await.unwrap(), "an unguarded user was refused");
     assert_eq!(fetch(&user, web).await.unwrap(), b"hello", "HTTP stopped with the handshake");
+    // A server that speaks first (mail, FTP, databases) is heard before the client says
+    // anything: the guard waits for the client's first bytes, not the server's.
+    let greeter = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let greeter_at = greeter.local_addr().unwrap();
+    tokio::spawn(async move {
+        while let Ok((mut stream, _)) = greeter.accept().await {
+            tokio::spawn(async move {
+                stream.write_all(b"220 ready\r\n").await?;
+                let (mut read, mut write) = stream.split();
+                tokio::io::copy(&mut read, &mut write).await
+            });
+        }
+    });
+    let mut greeted = user.connect(greeter_at).await.unwrap();
+    let mut greeting = [0u8; 11];
+    tokio::time::timeout(Duration::from_secs(5), greeted.read_exact(&mut greeting)).await.unwrap().unwrap();
+    assert_eq!(&greeting, b"220 ready\r\n");
+    greeted.write_all(b"NOOP\r\n").await.unwrap();
+    let mut back = [0u8; 6];
+    greeted.read_exact(&mut back).await.unwrap();
+    assert_eq!(&back, b"NOOP\r\n");
 
     let dht = b"d1:ad2:id20:abcdefghij0123456789e1:q4:ping1:t2:aa1:y1:qe".to_vec();
     let syn = [0x41, 0, 0x12, 0x34, 1, 2, 3, 4, 0, 0, 0, 0, 0, 0x10, 0, 0, 0, 1, 0, 0];
