@@ -47,6 +47,8 @@ const CONNECT_TIMEOUT: Duration = Duration::from_secs(10);
 const UDP_IDLE: Duration = Duration::from_secs(60);
 /// UDP sessions one connection may hold.
 const MAX_UDP_SESSIONS: usize = 256;
+/// How long the abuse guard waits for the rest of what may be a BitTorrent handshake.
+const OPENING_WAIT: Duration = Duration::from_secs(1);
 /// UDP destinations whose judgement by the abuse guard one connection remembers.
 const MAX_JUDGED: usize = 4096;
 /// The most one relay read takes, per direction.
@@ -370,10 +372,21 @@ async fn handle(
 
 /// The first bytes a client sends on a stream, once they say whether it opens BitTorrent:
 /// `None` when it does (the stream is refused), else what was read (empty if the stream
-/// ended first).
+/// ended first). Bytes that could begin the handshake wait at most [`OPENING_WAIT`] for the
+/// rest: a client that sent them and waits for an answer is not held.
 async fn opening(from: &mut quinn::RecvStream) -> std::io::Result<Option<bytes::Bytes>> {
     let mut first = bytes::BytesMut::new();
-    while let Some(chunk) = from.read_chunk(RELAY_BUFFER, true).await.map_err(std::io::Error::from)? {
+    loop {
+        let read = from.read_chunk(RELAY_BUFFER, true);
+        let chunk = if first.is_empty() {
+            read.await
+        } else {
+            match tokio::time::timeout(OPENING_WAIT, read).await {
+                Ok(chunk) => chunk,
+                Err(_) => break,
+            }
+        };
+        let Some(chunk) = chunk.map_err(std::io::Error::from)? else { break };
         first.extend_from_slice(&chunk.bytes);
         match crate::guard::tcp_opening(&first) {
             crate::guard::Opening::Torrent => return Ok(None),

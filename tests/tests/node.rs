@@ -1092,6 +1092,8 @@ async fn the_abuse_guard_refuses_bittorrent_and_port_25_and_nothing_else() {
     }
     assert!(echoed(&user, echo, &handshake).await.is_err(), "the BitTorrent handshake went through");
     assert!(echoed(&user, echo, b"SSH-2.0-OpenSSH_9.6\r\n").await.unwrap(), "other TCP is refused");
+    // A client that sends what could begin the handshake and waits is answered.
+    assert!(echoed(&user, echo, b"\x13Bit").await.unwrap(), "a prefix of the handshake was held");
     assert!(echoed(&free, echo, &handshake).await.unwrap(), "an unguarded user was refused");
     assert_eq!(fetch(&user, web).await.unwrap(), b"hello", "HTTP stopped with the handshake");
     // A server that speaks first (mail, FTP, databases) is heard before the client says
