@@ -532,13 +532,11 @@ fn generous(a: u64, b: u64) -> u64 {
 /// limit in force: its own, else the most generous of its groups' (0: none).
 pub(crate) fn device_refusal(conn: &Connection, user: UserId) -> Result<(u64, u32), Error> {
     Ok(conn
-        .prepare_cached(
-            "SELECT u.devices_refused_at,
-                    coalesce(u.device_limit, (SELECT CASE WHEN min(g.device_limit) = 0 THEN 0 ELSE max(g.device_limit) END
-                                              FROM user_groups ug JOIN groups g ON g.id = ug.group_id
-                                              WHERE ug.user_id = u.id), 0)
-             FROM users u WHERE u.id = ?1",
-        )?
+        .prepare_cached(concat!(
+            "SELECT u.devices_refused_at, ",
+            crate::store::users::device_limit_in_force!(),
+            " FROM users u WHERE u.id = ?1"
+        ))?
         .query_row([user], |row| Ok((row.get(0)?, row.get(1)?)))
         .optional()?
         .unwrap_or((0, 0)))

@@ -228,17 +228,30 @@ pub(crate) struct UserPage {
     pub(crate) users: Vec<UserView>,
 }
 
-const VIEW_COLUMNS: &str = "u.id, u.name, u.status, u.enabled, u.quota, u.used_up, u.used_down, u.reset, u.next_reset,
+/// The device limit in force of the user `u` (SQL): its own, else the most generous of its
+/// groups' (0, no limit, wins), else 0.
+macro_rules! device_limit_in_force {
+    () => {
+        "coalesce(u.device_limit, (SELECT CASE WHEN min(g.device_limit) = 0 THEN 0 ELSE max(g.device_limit) END
+                                  FROM user_groups ug JOIN groups g ON g.id = ug.group_id WHERE ug.user_id = u.id), 0)"
+    };
+}
+pub(crate) use device_limit_in_force;
+
+const VIEW_COLUMNS: &str = concat!(
+    "u.id, u.name, u.status, u.enabled, u.quota, u.used_up, u.used_down, u.reset, u.next_reset,
     u.expires_at, u.duration_secs, u.started_at, u.note, u.created, u.updated,
     (SELECT group_concat(g.name, char(31)) FROM (SELECT g.name FROM user_groups ug JOIN groups g ON g.id = ug.group_id
      WHERE ug.user_id = u.id ORDER BY g.name) g),
     u.speed_up, u.speed_down, u.on_quota, u.slow_kbps, u.device_limit,
-    coalesce(u.device_limit, (SELECT CASE WHEN min(g.device_limit) = 0 THEN 0 ELSE max(g.device_limit) END
-                              FROM user_groups ug JOIN groups g ON g.id = ug.group_id WHERE ug.user_id = u.id), 0),
+    ",
+    device_limit_in_force!(),
+    ",
     (SELECT coalesce(sum(p.devices), 0) || ',' || coalesce(sum(p.connections), 0) || ',' ||
             coalesce(group_concat(n.name, char(31)), '')
      FROM presence p JOIN nodes n ON n.id = p.node_id WHERE p.user_id = u.id),
-    u.refused_devices, u.devices_refused_at, u.refused_torrent, u.refused_smtp, u.raw_up, u.raw_down";
+    u.refused_devices, u.devices_refused_at, u.refused_torrent, u.refused_smtp, u.raw_up, u.raw_down"
+);
 
 fn view_of(row: &rusqlite::Row<'_>) -> rusqlite::Result<UserView> {
     let groups: Option<String> = row.get(15)?;
