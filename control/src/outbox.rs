@@ -342,7 +342,8 @@ async fn worker(app: Arc<App>, id: i64, mut shutdown: watch::Receiver<bool>) {
 }
 
 /// Takes the usage reports nodes left at the edge (a control behind NAT never hears from
-/// nodes directly) and applies each exactly once (a report a node sent to two edges too).
+/// nodes directly) and applies each exactly once (a report a node sent to two edges too),
+/// and the device registries of links the edge queued with them.
 async fn drain_once(app: &Arc<App>, target: &Target, mut cursor: i64) -> Result<(), String> {
     let id = target.id;
     for _ in 0..DRAIN_PAGES {
@@ -367,9 +368,16 @@ async fn drain_once(app: &Arc<App>, target: &Target, mut cursor: i64) -> Result<
         let applied = app
             .db
             .write(move |tx| {
-                let mut applied = 0;
+                let (mut applied, mut listed) = (0, 0);
                 let mut acked = std::collections::BTreeMap::new();
                 for report in &drain.reports {
+                    // A link's device registry, queued with the reports.
+                    if let Some(devices) = hearth_shared::devices::DeviceReport::decode(report) {
+                        if crate::store::hwid::apply_report(tx, &state.signer, &devices)? {
+                            listed += 1;
+                        }
+                        continue;
+                    }
                     let Some(node) = report_node(report) else { continue };
                     match node_store::apply_usage(tx, &state.signer, node, report, now()) {
                         Ok(outcome) => {
@@ -387,12 +395,13 @@ async fn drain_once(app: &Arc<App>, target: &Target, mut cursor: i64) -> Result<
                     publish::usage_ack(tx, &state.signer, node, seq, now())?;
                 }
                 edges::drained(tx, id, next, now())?;
-                Ok(applied)
+                Ok((applied, listed))
             })
             .await
             .map_err(|e| e.to_string())?;
+        let (applied, listed) = applied;
         Counters::add(&app.counters.usage_reports, applied);
-        if applied > 0 {
+        if applied > 0 || listed > 0 {
             app.changed();
         }
         if count == 0 || next <= cursor {

@@ -502,8 +502,9 @@ fn publish_user(conn: &Connection, signer: &Signer, user: UserId, now: u64) -> R
         credential,
         endpoints: endpoints(conn, user)?,
         profile,
+        hwid: crate::store::hwid::policy(conn, user, limit, now)?,
     };
-    let content = sha256(&wire::encode(&snapshot));
+    let content = sha256(&snapshot.encode());
     let body = || seal::seal(&snapshot, &token, &signer.recovery, &mut OsRng);
     put(
         conn,

@@ -2,16 +2,19 @@
 //!
 //! A fetch goes: the client network's guard and bucket ([`network_gate`]), then the link's
 //! stored envelope and its hourly window (one storage call on Cloudflare: both live in the
-//! link's shard), then [`subscription`]: open the sealed snapshot with the token from the
-//! request, pick the format by `?format=` or User-Agent, render. Unknown tokens, unknown paths
-//! and networks that tried too many unknown tokens all get the same [`decoy`].
+//! link's shard), then [`open`]: the sealed snapshot, with the token from the request; when
+//! the link limits devices and the app names its device, [`admit_device`] by the link's
+//! registry; then [`subscription`]: pick the format by `?format=` or User-Agent, render.
+//! Unknown tokens, unknown paths and networks that tried too many unknown tokens all get the
+//! same [`decoy`].
 
 use hearth_shared::agent::{format_override, match_user_agent};
+use hearth_shared::devices::{self, Admission, DeviceReport, HwidPolicy, Seen};
 use hearth_shared::envelope::Envelope;
 use hearth_shared::ratelimit::{BucketLimit, Decision, MissGuard, TokenBucket};
 use hearth_shared::render::answer_at;
 use hearth_shared::seal;
-use hearth_shared::wire::{EdgeSettings, SubToken};
+use hearth_shared::wire::{EdgeSettings, Snapshot, SubToken};
 
 use crate::Reply;
 use crate::config::EdgeConfig;
@@ -70,27 +73,79 @@ pub fn network_gate(guard: &MissGuard, bucket: &mut TokenBucket, limit: BucketLi
     }
 }
 
-/// The answer for a known link whose stored envelope is `envelope`: the snapshot opened with
-/// the `token` the client presented, in the format the operator's rules (the edge's own
-/// first, then the owner's from control) or the built-in table pick. `sub_url` is the link as
-/// fetched (for the page, and to know whether its domain was blocked or retired: then the
-/// answer names the link at the primary; a retired one is redirected there, 308).
+/// The snapshot of a known link whose stored envelope is `envelope`, opened with the `token`
+/// the client presented; `None` when it does not open (the fetch gets the [`decoy`]).
+pub fn open(envelope: &[u8], token: &SubToken) -> Option<Snapshot> {
+    // The envelope was verified when it was pushed; a row that no longer opens is treated
+    // like an unknown link rather than an error that tells it apart.
+    seal::open(Envelope::stored_body(envelope)?, token).ok()
+}
+
+/// The device a fetch comes from, when the link limits devices and the app says which it is
+/// (`header` gives a request header by its lower-case name).
+pub fn device(snapshot: &Snapshot, header: impl Fn(&str) -> Option<String>) -> Option<Seen> {
+    if snapshot.hwid.limit == 0 {
+        return None;
+    }
+    let headers: Vec<(&str, Option<String>)> = ["x-hwid", "x-device-os", "x-ver-os", "x-device-model", "user-agent"]
+        .into_iter()
+        .map(|n| (n, header(n)))
+        .collect();
+    Seen::from_headers(|name| headers.iter().find(|(n, _)| *n == name).and_then(|(_, v)| v.as_deref()))
+}
+
+/// Admits `seen` at `now` (Unix seconds) by the link's stored registry (`stored`, sealed;
+/// `None`: none yet) under `policy`: the answer, and the registry to store and queue for
+/// control when it changed. A stored registry that no longer opens (it cannot, but for a
+/// broken row) starts over.
+pub fn admit_device(
+    stored: Option<&[u8]>,
+    policy: &HwidPolicy,
+    token: &SubToken,
+    seen: &Seen,
+    now: u64,
+) -> (Admission, Option<Registered>) {
+    let mut registry = stored.and_then(|bytes| devices::open(bytes, token)).unwrap_or_default();
+    let (admission, changed) = registry.admit(policy, seen, now);
+    if !changed {
+        return (admission, None);
+    }
+    let sealed = devices::seal(&registry, token);
+    let report = DeviceReport { token_hash: token.hash(), sealed: sealed.clone() }.encode();
+    (admission, Some(Registered { report, sealed }))
+}
+
+/// A link's registry that changed: what to queue for control, and what to store.
+pub struct Registered {
+    /// The [`DeviceReport`], encoded.
+    pub report: Vec<u8>,
+    /// The registry, sealed.
+    pub sealed: Vec<u8>,
+}
+
+/// Where a link's device report waits in the usage queue: node 0 (no node has it) and a
+/// sequence number from the link's token hash, so a newer registry replaces the one queued.
+pub fn device_slot(token_hash: &hearth_shared::Digest) -> (u64, u64) {
+    let mut first = [0u8; 8];
+    first.copy_from_slice(&token_hash[..8]);
+    (0, u64::from_be_bytes(first) >> 1)
+}
+
+/// The answer for a known link: its `snapshot` (what [`open`] gave), in the format the
+/// operator's rules (the edge's own first, then the owner's from control) or the built-in
+/// table pick; a device over the link's limit (`admission`) gets [`devices::refused`].
+/// `sub_url` is the link as fetched (for the page, and to know whether its domain was blocked
+/// or retired: then the answer names the link at the primary; a retired one is redirected
+/// there, 308).
 pub fn subscription(
     owner: &Owner,
-    envelope: &[u8],
+    snapshot: &Snapshot,
+    admission: Option<Admission>,
     token: &SubToken,
     user_agent: &str,
     query: &str,
     sub_url: &str,
 ) -> Reply {
-    // The envelope was verified when it was pushed; a row that no longer opens is treated
-    // like an unknown link rather than an error that tells it apart.
-    let Some(body) = Envelope::stored_body(envelope) else {
-        return decoy();
-    };
-    let Ok(snapshot) = seal::open(body, token) else {
-        return decoy();
-    };
     let mobility = owner.settings.mobility(sub_url, token);
     if mobility.retired
         && let Some(to) = &mobility.moved_to
@@ -102,7 +157,11 @@ pub fn subscription(
         return reply;
     }
     let wants = format_override(query).unwrap_or_else(|| match_user_agent(user_agent, &owner.rules));
-    let answer = answer_at(&snapshot, wants, sub_url, &mobility);
+    let answer = if admission == Some(Admission::Refused) {
+        answer_at(&devices::refused(snapshot), wants, sub_url, &mobility)
+    } else {
+        answer_at(snapshot, wants, sub_url, &mobility)
+    };
     Reply { status: 200, headers: answer.headers, body: answer.body.into_bytes() }
 }
 

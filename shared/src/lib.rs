@@ -15,6 +15,7 @@
 #![warn(missing_docs)]
 
 pub mod agent;
+pub mod devices;
 pub mod envelope;
 pub mod forwarded;
 pub mod keys;

@@ -73,7 +73,7 @@ fn cipher(key: &[u8; 32]) -> XChaCha20Poly1305 {
 
 /// Seals `snapshot` for the holder of `token`, and wraps the token for `recovery`.
 pub fn seal(snapshot: &Snapshot, token: &SubToken, recovery: &RecoveryPublic, rng: &mut impl CryptoRngCore) -> Vec<u8> {
-    let plaintext = Zeroizing::new(wire::encode(snapshot));
+    let plaintext = Zeroizing::new(snapshot.encode());
     let mut nonce = [0u8; 24];
     rng.fill_bytes(&mut nonce);
     let key = derive(BODY_SALT, token.as_bytes(), &[b"snapshot"]);
@@ -116,7 +116,7 @@ pub fn open(body: &[u8], token: &SubToken) -> Result<Snapshot, SealError> {
     cipher(&key)
         .decrypt_in_place(XNonce::from_slice(&sealed.nonce), &aad, &mut *plaintext)
         .map_err(|_| SealError::WrongKey)?;
-    wire::decode_authenticated(&plaintext, "snapshot").map_err(|_| SealError::Malformed)
+    Snapshot::decode_authenticated(&plaintext).map_err(|_| SealError::Malformed)
 }
 
 /// Opens a sealed snapshot with the owner's recovery key: gives back the link's token too.

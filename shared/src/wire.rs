@@ -467,6 +467,33 @@ pub struct Snapshot {
     pub endpoints: Vec<Endpoint>,
     /// Presentation.
     pub profile: Profile,
+    /// The devices the edge admits by the headers apps send. Encoded after the rest, only
+    /// when set (see [`Snapshot::encode`]).
+    #[serde(skip)]
+    pub hwid: crate::devices::HwidPolicy,
+}
+
+impl Snapshot {
+    /// The encoding sealed: the fields, then the [`crate::devices::HwidPolicy`] when it is
+    /// set. An edge from before it stops reading at the profile, so it serves the link as
+    /// before (not limited).
+    pub fn encode(&self) -> Vec<u8> {
+        let mut bytes = encode(self);
+        if !self.hwid.is_off() {
+            bytes.extend(encode(&self.hwid));
+        }
+        bytes
+    }
+
+    /// Decodes bytes already proven genuine (opened with the token), either encoding.
+    pub fn decode_authenticated(bytes: &[u8]) -> Result<Snapshot, WireError> {
+        let (mut snapshot, rest) =
+            postcard::take_from_bytes::<Snapshot>(bytes).map_err(|_| WireError::Malformed("snapshot"))?;
+        if !rest.is_empty() {
+            snapshot.hwid = decode_authenticated(rest, "snapshot (devices)")?;
+        }
+        Ok(snapshot)
+    }
 }
 
 /// A user's speed limit on a node, in bytes a second each way (0: none). `up` is what the

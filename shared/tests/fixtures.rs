@@ -86,6 +86,7 @@ fn snapshot() -> Snapshot {
             web_page_url: None,
             update_interval_hours: 24,
         },
+        hwid: Default::default(),
     }
 }
 

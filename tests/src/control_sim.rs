@@ -274,6 +274,7 @@ pub fn demo_snapshot(user: u64) -> Snapshot {
             web_page_url: None,
             update_interval_hours: 12,
         },
+        hwid: Default::default(),
     }
 }
 

@@ -152,6 +152,8 @@ pub(super) fn router() -> Router<Arc<App>> {
         .route("/api/users/{id}/disable", post(disable_user))
         .route("/api/users/{id}/enable", post(enable_user))
         .route("/api/users/{id}/kick", post(kick_user))
+        .route("/api/users/{id}/hwid", get(user_hwid))
+        .route("/api/users/{id}/hwid/{key}", delete(forget_hwid))
         .route("/api/nodes", get(list_nodes).post(create_node))
         .route("/api/nodes/{id}", get(get_node).patch(update_node).delete(delete_node))
         .route("/api/nodes/{id}/enroll-token", post(enroll_token))
@@ -1039,6 +1041,23 @@ async fn enable_user(State(app): State<Arc<App>>, auth: Auth, Path(id): Path<u64
 /// connect again at once if they still may.
 async fn kick_user(State(app): State<Arc<App>>, auth: Auth, Path(id): Path<u64>) -> Reply {
     change_user(app, &auth, move |c, app, actor, now| user_store::kick(c, &app.signer, actor, id, now)).await
+}
+
+/// The apps registered by their device id when they fetched the user's link (HWID).
+async fn user_hwid(State(app): State<Arc<App>>, auth: Auth, Path(id): Path<u64>) -> Reply {
+    auth.need(Scope::Read)?;
+    let view = app.db.read(move |c| crate::store::hwid::list(c, id)).await.map_err(fail)?;
+    ok(serde_json::to_value(view).expect("a device list serializes"))
+}
+
+/// Deletes a registered device: its room is free at every edge once they have the user's
+/// snapshot again.
+async fn forget_hwid(State(app): State<Arc<App>>, auth: Auth, Path((id, key)): Path<(u64, String)>) -> Reply {
+    let view = change(&app, &auth, Scope::Operate, move |c, app, actor, now| {
+        crate::store::hwid::forget(c, &app.signer, actor, id, &key, now)
+    })
+    .await?;
+    ok(serde_json::to_value(view).expect("a device list serializes"))
 }
 
 async fn rotate_link(State(app): State<Arc<App>>, auth: Auth, Path(id): Path<u64>) -> Reply {

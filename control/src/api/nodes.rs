@@ -11,6 +11,7 @@ use axum::http::{HeaderMap, HeaderValue, Method, StatusCode, Uri, header};
 use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
 use hearth_shared::agent::{format_override, match_user_agent};
+use hearth_shared::devices::{Admission, Seen};
 use hearth_shared::envelope::Envelope;
 use hearth_shared::keys::PublicKey;
 use hearth_shared::ratelimit::Decision;
@@ -340,6 +341,25 @@ pub(super) async fn subscription(
     // Control signed and stored this envelope itself: its body is read in place.
     let Some(body) = Envelope::stored_body(&bytes) else { return decoy() };
     let Ok(snapshot) = seal::open(body, &token) else { return decoy() };
+    // An app that names its device is held to the user's device limit, as at an edge.
+    let seen = (snapshot.hwid.limit > 0)
+        .then(|| Seen::from_headers(|name| headers.get(name).and_then(|v| v.to_str().ok())))
+        .flatten();
+    let refused = match seen {
+        None => false,
+        Some(seen) => {
+            let (user, limit, now) = (snapshot.user, snapshot.hwid.limit, now());
+            match app.db.write(move |tx| crate::store::hwid::admit_here(tx, user, limit, &seen, now)).await {
+                Ok(admission) => admission == Admission::Refused,
+                // Storage trouble never takes a link away.
+                Err(e) => {
+                    tracing::warn!(error = %e, "registering a device failed; served the link");
+                    false
+                }
+            }
+        }
+    };
+    let snapshot = if refused { hearth_shared::devices::refused(&snapshot) } else { snapshot };
     let query = query.unwrap_or_default();
     let user_agent = headers.get(header::USER_AGENT).and_then(|v| v.to_str().ok()).unwrap_or_default();
     let wants = format_override(&query)

@@ -1619,3 +1619,104 @@ async fn edges_are_added_marked_and_removed_and_links_follow() {
         assert!(audit.contains(action), "{action} audited: {audit}");
     }
 }
+
+#[tokio::test]
+async fn apps_over_the_device_limit_get_no_server_and_deleted_devices_free_their_room() {
+    use hearth_shared::devices::{self, DeviceReport, Registry};
+    let client = Client::signed_in(false).await;
+    enroll(&client, json!(["default"])).await;
+    let id = client.post("/users", json!({ "name": "family", "device_limit": 2 })).await.json()["id"].as_u64().unwrap();
+    let link = client.get(&format!("/users/{id}/link")).await.json()["link"].as_str().unwrap().to_owned();
+    let token = link.rsplit('/').next().unwrap().to_owned();
+    let snapshot = snapshot_of(client.app(), &link).await.unwrap();
+    assert_eq!((snapshot.hwid.limit, snapshot.hwid.forgotten.len()), (2, 0));
+    // Control serves the link itself here: an app naming its device is registered.
+    let fetch = |hwid: &'static str| {
+        let client = &client;
+        // (As mihomo YAML, to read it here; Happ itself gets base64 links.)
+        let path = format!("/s/{token}?format=mihomo");
+        async move {
+            let headers = [
+                ("user-agent", "Happ/3.4.1"),
+                ("x-hwid", hwid),
+                ("x-device-os", "Android"),
+                ("x-ver-os", "14"),
+                ("x-device-model", "Pixel 8"),
+            ];
+            let answer = client.send(Method::GET, &path, None, &headers).await;
+            assert_eq!(answer.status, StatusCode::OK);
+            String::from_utf8(answer.body).unwrap()
+        }
+    };
+    let credential = snapshot.credential.clone();
+    assert!(fetch("phone-1").await.contains(&credential));
+    assert!(fetch("phone-2").await.contains(&credential));
+    let third = fetch("tablet").await;
+    assert!(third.contains(devices::REFUSED_NAME), "{third}");
+    assert!(!third.contains(&credential), "a device over the limit gets no credential");
+    assert!(fetch("phone-1").await.contains(&credential), "a registered device is served");
+    // Without a device id (Hiddify, a browser) the link is served: the nodes' limit holds it.
+    let plain =
+        client.send(Method::GET, &format!("/s/{token}?format=mihomo"), None, &[("user-agent", "Hiddify/2.5")]).await;
+    assert!(String::from_utf8(plain.body).unwrap().contains(&credential));
+
+    let listed = client.get(&format!("/users/{id}/hwid")).await.json();
+    assert_eq!(listed["limit"], 2);
+    let devices_listed = listed["devices"].as_array().unwrap();
+    assert_eq!(devices_listed.len(), 2, "{listed}");
+    assert!(listed["refused_at"].as_u64().unwrap() > 0);
+    assert_eq!(
+        (devices_listed[0]["os"].as_str(), devices_listed[0]["app"].as_str()),
+        (Some("Android"), Some("Happ/3.4.1"))
+    );
+    assert_eq!(devices_listed[0]["model"], "Pixel 8");
+    let phone_2 = hex::encode(devices::key_of("phone-2"));
+    assert!(devices_listed.iter().any(|d| d["key"] == phone_2.as_str()));
+
+    // Bad names change nothing.
+    let bad = client.send(Method::DELETE, &client.admin(&format!("/users/{id}/hwid/zz")), None, &[]).await;
+    assert_eq!(bad.status, StatusCode::BAD_REQUEST);
+    let unknown = hex::encode([9u8; 16]);
+    let none = client.send(Method::DELETE, &client.admin(&format!("/users/{id}/hwid/{unknown}")), None, &[]).await;
+    assert_eq!(none.status, StatusCode::NOT_FOUND);
+    assert_eq!(client.get(&format!("/users/{id}/hwid")).await.json()["devices"].as_array().unwrap().len(), 2);
+
+    // The owner deletes phone-2: the snapshot tells the edges, and the tablet gets in.
+    let after = client.send(Method::DELETE, &client.admin(&format!("/users/{id}/hwid/{phone_2}")), None, &[]).await;
+    assert_eq!(after.status, StatusCode::OK);
+    assert_eq!(after.json()["devices"].as_array().unwrap().len(), 1);
+    let snapshot = snapshot_of(client.app(), &link).await.unwrap();
+    assert_eq!(snapshot.hwid.forgotten.iter().map(|f| f.key).collect::<Vec<_>>(), [devices::key_of("phone-2")]);
+    assert!(fetch("tablet").await.contains(&credential));
+
+    // An edge's report: a registry sealed for another link is not believed; one sealed for
+    // this link still listing the deleted phone-2 (registered before the deletion) does not
+    // bring it back; a new device it lists is.
+    let app = client.app().clone();
+    let hash = SubToken::parse(&token).unwrap().hash();
+    let mut registry = Registry::default();
+    let policy = devices::HwidPolicy { limit: 5, forgotten: Vec::new() };
+    for (hwid, at) in [("phone-2", 1), ("laptop", now())] {
+        let seen = devices::Seen::from_headers(|name| (name == "x-hwid").then_some(hwid)).unwrap();
+        registry.admit(&policy, &seen, at);
+    }
+    let forged = DeviceReport { token_hash: hash, sealed: devices::seal(&registry, &SubToken::from_bytes([3; 32])) };
+    let genuine =
+        DeviceReport { token_hash: hash, sealed: devices::seal(&registry, &SubToken::parse(&token).unwrap()) };
+    let state = app.clone();
+    let applied = app
+        .db
+        .write(move |tx| {
+            Ok((
+                crate::store::hwid::apply_report(tx, &state.signer, &forged)?,
+                crate::store::hwid::apply_report(tx, &state.signer, &genuine)?,
+            ))
+        })
+        .await
+        .unwrap();
+    assert_eq!(applied, (false, true));
+    let listed = client.get(&format!("/users/{id}/hwid")).await.json();
+    let keys: Vec<&str> = listed["devices"].as_array().unwrap().iter().map(|d| d["key"].as_str().unwrap()).collect();
+    assert!(!keys.contains(&phone_2.as_str()), "{listed}");
+    assert!(keys.contains(&hex::encode(devices::key_of("laptop")).as_str()), "{listed}");
+}

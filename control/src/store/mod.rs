@@ -7,6 +7,7 @@
 //! together.
 
 pub(crate) mod edges;
+pub(crate) mod hwid;
 pub(crate) mod nodes;
 pub(crate) mod users;
 
@@ -56,6 +57,7 @@ const MIGRATIONS: &[&str] = &[
      ALTER TABLE groups ADD COLUMN slow_kbps INTEGER NOT NULL DEFAULT 0 CHECK (slow_kbps >= 0);",
     include_str!("edges.sql"),
     include_str!("fair_use.sql"),
+    include_str!("hwid.sql"),
 ];
 
 /// Readers kept open between requests.

@@ -299,10 +299,25 @@ impl Edge {
         let scheme = request.header("x-forwarded-proto").unwrap_or("http");
         let host = request.header("host").unwrap_or("localhost");
         let sub_url = format!("{scheme}://{host}{}", request.path);
+        let Some(snapshot) = serve::open(&envelope, &token) else {
+            return serve::decoy();
+        };
+        let admission = match serve::device(&snapshot, |name| request.header(name).map(str::to_owned)) {
+            None => None,
+            Some(seen) => match self.store.admit_device(&hash, &token, &snapshot.hwid, &seen, now / 1000).await {
+                Ok(admission) => Some(admission),
+                // Storage trouble never takes a link away: it is served as if known.
+                Err(e) => {
+                    tracing::warn!(error = %e, "storing a link's devices failed; served it");
+                    None
+                }
+            },
+        };
         let owner = self.owner.read().expect("owner lock").clone();
         serve::subscription(
             &owner,
-            &envelope,
+            &snapshot,
+            admission,
             &token,
             request.header("user-agent").unwrap_or(""),
             request.query,

@@ -10,14 +10,16 @@ use std::path::Path;
 use std::sync::Arc;
 
 use hearth_shared::Digest;
+use hearth_shared::devices::{self, Admission, HwidPolicy};
 use hearth_shared::nodeauth::{NodeAuthError, Nonce, Seen};
 use hearth_shared::trust::{StreamState, Trust};
-use hearth_shared::wire::{ExportItem, UsageDrain, decode, encode, stream};
+use hearth_shared::wire::{ExportItem, SubToken, UsageDrain, decode, encode, stream};
 use libsql::{Connection, params};
 use tokio::sync::Mutex;
 
 use crate::api::{NamedFile, link_stream};
 use crate::push::{Target, Write};
+use crate::serve;
 use crate::storage::{
     Changed, Fill, NONCES_LIVE, NONCES_PRUNED_EVERY, Plan, Planned, Storage, StoredStream, VALUE_BATCH, VALUE_KEYS,
     VALUE_TRUST, take_report,
@@ -58,6 +60,10 @@ CREATE TABLE IF NOT EXISTS node_nonces (
     PRIMARY KEY (node, nonce)
 ) STRICT;
 CREATE INDEX IF NOT EXISTS node_nonces_expires ON node_nonces (expires);
+CREATE TABLE IF NOT EXISTS devices (
+    token_hash BLOB PRIMARY KEY,
+    registry BLOB NOT NULL
+) STRICT;
 ";
 
 /// Why storage failed (as opposed to a push being refused).
@@ -285,6 +291,46 @@ impl Store {
         Ok(envelope)
     }
 
+    /// Admits the device a fetch of the link `token_hash` comes from (see
+    /// [`serve::admit_device`]); a registry that changed is stored and queued for control (in
+    /// place of the link's report queued before, if control has not taken it yet), together.
+    pub async fn admit_device(
+        &self,
+        token_hash: &Digest,
+        token: &SubToken,
+        policy: &HwidPolicy,
+        seen: &devices::Seen,
+        now: u64,
+    ) -> Result<Admission, StoreError> {
+        let _writer = self.writer.lock().await;
+        let mut rows =
+            self.conn.query("SELECT registry FROM devices WHERE token_hash = ?1", params![token_hash.to_vec()]).await?;
+        let stored: Option<Vec<u8>> = match rows.next().await? {
+            Some(row) => Some(row.get(0)?),
+            None => None,
+        };
+        drop(rows);
+        let (admission, changed) = serve::admit_device(stored.as_deref(), policy, token, seen, now);
+        if let Some(serve::Registered { report, sealed }) = changed {
+            let (node, seq) = serve::device_slot(token_hash);
+            let tx = self.conn.transaction().await?;
+            tx.execute(
+                "INSERT INTO devices (token_hash, registry) VALUES (?1, ?2)
+                 ON CONFLICT (token_hash) DO UPDATE SET registry = ?2",
+                params![token_hash.to_vec(), sealed],
+            )
+            .await?;
+            tx.execute("DELETE FROM usage_queue WHERE node = ?1 AND seq = ?2", params![i(node), i(seq)]).await?;
+            tx.execute(
+                "INSERT INTO usage_queue (node, seq, envelope) VALUES (?1, ?2, ?3)",
+                params![i(node), i(seq), report],
+            )
+            .await?;
+            tx.commit().await?;
+        }
+        Ok(admission)
+    }
+
     /// Brings a replica up to date with its server; `true` when anything changed (then the
     /// link cache starts over, and the caller reloads the trust). A local database has
     /// nothing to sync.
@@ -350,6 +396,10 @@ impl Storage for Store {
                 return Ok(Err(changed));
             }
             put(&tx, &planned.write).await?;
+            // A link deleted (its user deleted, or given a new link) takes its devices along.
+            if let (Target::Link(hash), None) = (&planned.write.target, &planned.write.envelope) {
+                tx.execute("DELETE FROM devices WHERE token_hash = ?1", params![hash.to_vec()]).await?;
+            }
         }
         let trust = encode(&plan.trust);
         let batch = encode(&plan.batch);

@@ -207,6 +207,22 @@ impl DurableObject for Control {
                 false,
             );
         }
+        // ...and queues a link's changed device registry for control (in place of the one
+        // queued before for that link, if control has not taken it yet).
+        if url.path() == DEVICES_PATH && req.method() == Method::Post {
+            let body = req.bytes().await?;
+            let Some(report) = hearth_shared::devices::DeviceReport::decode(&body) else {
+                return Response::error("not a device report", 400);
+            };
+            let (node, seq) = hearth_edge::serve::device_slot(&report.token_hash);
+            // (Writes with no `await` between them are stored together.)
+            sql.exec("DELETE FROM usage_queue WHERE node = ? AND seq = ?", vec![int(node).into(), int(seq).into()])?;
+            sql.exec(
+                "INSERT INTO usage_queue (node, seq, envelope) VALUES (?, ?, ?)",
+                vec![int(node).into(), int(seq).into(), SqlStorageValue::Blob(body)],
+            )?;
+            return Response::empty();
+        }
         let method = req.method().to_string();
         let authorization = req.headers().get("authorization")?;
         let node_signature = req.headers().get(nodeauth::HEADER)?;
@@ -303,6 +319,8 @@ impl Drop for Pushing<'_> {
 
 /// The Control object's internal path for the stored edge settings.
 pub(crate) const SETTINGS_PATH: &str = "/internal/edge-settings";
+/// The Control object's internal path where the front queues a link's device registry.
+pub(crate) const DEVICES_PATH: &str = "/internal/devices";
 
 /// The Worker's storage: this object's SQLite, and the links in their shards.
 struct ControlStore<'a> {

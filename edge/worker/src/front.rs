@@ -7,11 +7,13 @@ use hearth_edge::config::EdgeConfig;
 use hearth_edge::routes::{Route, route};
 use hearth_edge::serve::{self, Refusals, decoy, too_many};
 use hearth_edge::{Reply, api};
+use hearth_shared::devices::{Admission, HwidPolicy, Seen};
 use hearth_shared::ratelimit::Network;
 use hearth_shared::sha256;
-use hearth_shared::wire::SubToken;
+use hearth_shared::wire::{SubToken, decode, encode};
 use worker::{Context, Env, Method, Request, Response, Result, event};
 
+use crate::links::{DeviceAnswer, DeviceCall};
 use crate::runtime::{call, config, now_ms, reply_of, respond};
 
 thread_local! {
@@ -92,6 +94,47 @@ async fn link(env: &Env, config: &EdgeConfig, hash: &[u8; 32], count: bool) -> R
     reply_of(call(&stub, Method::Get, &url, None).await?).await
 }
 
+/// Admits a device by its link's registry (in the link's shard), and queues a changed
+/// registry for control with the Control object (after the answer is sent). Storage trouble
+/// never takes a link away: the fetch is then served as if the device were known.
+async fn device(
+    env: &Env,
+    ctx: &Context,
+    config: &EdgeConfig,
+    token: &SubToken,
+    policy: &HwidPolicy,
+    seen: Seen,
+) -> Option<Admission> {
+    let hash = token.hash();
+    let asking = DeviceCall { token: *token.as_bytes(), policy: policy.clone(), seen, now: now_ms() / 1000 };
+    let asked = async {
+        let stub =
+            env.durable_object("LINKS")?.id_from_name(&format!("links-{}", config.shard_of(&hash)))?.get_stub()?;
+        reply_of(call(&stub, Method::Post, "https://links/device", Some(&encode(&asking))).await?).await
+    };
+    let answer = match asked.await {
+        Ok(reply) if reply.status == 200 => decode::<DeviceAnswer>(&reply.body, "device answer").ok(),
+        Ok(reply) => {
+            worker::console_error!("a link's shard refused a device ({})", reply.status);
+            None
+        }
+        Err(e) => {
+            worker::console_error!("admitting a device failed: {e}");
+            None
+        }
+    }?;
+    if let Some(report) = answer.report.map(serde_bytes::ByteBuf::into_vec) {
+        let stub = control(env).ok()?;
+        let url = format!("https://control{}", crate::control::DEVICES_PATH);
+        ctx.wait_until(async move {
+            if let Err(e) = call(&stub, Method::Post, &url, Some(&report)).await {
+                worker::console_error!("queueing a link's devices failed: {e}");
+            }
+        });
+    }
+    Some(answer.admission)
+}
+
 async fn subscription(
     req: &Request,
     env: &Env,
@@ -141,13 +184,21 @@ async fn subscription(
     let found = link(env, config, &hash, true).await?;
     match (token, found.status) {
         (Some(token), 200) => {
+            let Some(snapshot) = serve::open(&found.body, &token) else {
+                return Ok(decoy());
+            };
             let mut sub_url = url.clone();
             sub_url.set_query(None);
             let user_agent = req.headers().get("user-agent")?.unwrap_or_default();
+            let admission = match serve::device(&snapshot, |name| req.headers().get(name).ok().flatten()) {
+                None => None,
+                Some(seen) => device(env, ctx, config, &token, &snapshot.hwid, seen).await,
+            };
             let owner = owner(env, config).await;
             Ok(serve::subscription(
                 &owner,
-                &found.body,
+                &snapshot,
+                admission,
                 &token,
                 &user_agent,
                 url.query().unwrap_or(""),

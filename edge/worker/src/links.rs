@@ -9,14 +9,18 @@
 //! hashes: their stored states (postcard). `POST /apply` with postcard [`Planned`] writes:
 //! every write or none, in one transaction, if each link still holds what it was decided
 //! against; answers a postcard `Result<(), Changed>`. `GET /export?after=<hex>&limit=`: a
-//! [`Fill`] of the links after a token hash, for a restore of control.
+//! [`Fill`] of the links after a token hash, for a restore of control. `POST /device` with a
+//! postcard [`DeviceCall`]: admits a device by the link's registry (sealed, in `devices`) and
+//! answers a postcard [`DeviceAnswer`].
 
 use hearth_edge::push::Target;
 use hearth_edge::storage::{Changed, Fill, Planned};
+use hearth_shared::devices::{Admission, HwidPolicy, Seen};
 use hearth_shared::ratelimit::{Decision, FixedWindow, WindowLimit};
 use hearth_shared::trust::StreamState;
+use hearth_shared::wire::SubToken;
 use hearth_shared::wire::{ExportItem, decode, encode};
-use serde::Deserialize;
+use serde::{Deserialize, Serialize};
 use worker::{
     DurableObject, Env, Method, Request, Response, Result, SqlStorage, SqlStorageValue, State, durable_object,
 };
@@ -43,6 +47,29 @@ struct LinkRow {
 }
 
 #[derive(Deserialize)]
+struct RegistryRow {
+    registry: serde_bytes::ByteBuf,
+}
+
+/// What the front asks a shard to admit: the link's token (the registry is sealed under it),
+/// the snapshot's device policy, the device, and the time (Unix seconds).
+#[derive(Serialize, Deserialize)]
+pub(crate) struct DeviceCall {
+    pub token: [u8; 32],
+    pub policy: HwidPolicy,
+    pub seen: Seen,
+    pub now: u64,
+}
+
+/// A shard's answer to a [`DeviceCall`]: the admission, and the report to queue for control
+/// when the registry changed.
+#[derive(Serialize, Deserialize)]
+pub(crate) struct DeviceAnswer {
+    pub admission: Admission,
+    pub report: Option<serde_bytes::ByteBuf>,
+}
+
+#[derive(Deserialize)]
 struct Version {
     version: i64,
     digest: serde_bytes::ByteBuf,
@@ -65,6 +92,14 @@ impl DurableObject for Links {
                 None,
             )
             .expect("creating the links table");
+        state
+            .storage()
+            .sql()
+            .exec(
+                "CREATE TABLE IF NOT EXISTS devices (token_hash BLOB PRIMARY KEY, registry BLOB NOT NULL) STRICT",
+                None,
+            )
+            .expect("creating the devices table");
         Links { state }
     }
 
@@ -90,6 +125,12 @@ impl DurableObject for Links {
                     return Response::error("not a list of writes", 400);
                 };
                 self.apply(writes)
+            }
+            (Method::Post, "/device") => {
+                let Ok(call) = decode::<DeviceCall>(&req.bytes().await?, "device call") else {
+                    return Response::error("not a device call", 400);
+                };
+                self.device(call)
             }
             (Method::Get, "/export") => {
                 let after = query(&url, "after").and_then(|h| hex::decode(h).ok()).unwrap_or_default();
@@ -133,6 +174,32 @@ impl Links {
             }
         }
         Response::from_bytes(envelope.into_vec())
+    }
+
+    /// Admits a device by the link's registry, stores the registry when it changed, and
+    /// answers the admission with the report to queue for control (postcard).
+    fn device(&self, call: DeviceCall) -> Result<Response> {
+        let token = SubToken::from_bytes(call.token);
+        let hash = token.hash();
+        let sql = self.state.storage().sql();
+        let rows: Vec<RegistryRow> = sql
+            .exec("SELECT registry FROM devices WHERE token_hash = ?", vec![SqlStorageValue::Blob(hash.to_vec())])?
+            .to_array()?;
+        let stored = rows.into_iter().next().map(|row| row.registry.into_vec());
+        let (admission, changed) =
+            hearth_edge::serve::admit_device(stored.as_deref(), &call.policy, &token, &call.seen, call.now);
+        let report = match changed {
+            Some(hearth_edge::serve::Registered { report, sealed }) => {
+                sql.exec(
+                    "INSERT INTO devices (token_hash, registry) VALUES (?, ?)
+                     ON CONFLICT (token_hash) DO UPDATE SET registry = excluded.registry",
+                    vec![SqlStorageValue::Blob(hash.to_vec()), SqlStorageValue::Blob(sealed)],
+                )?;
+                Some(serde_bytes::ByteBuf::from(report))
+            }
+            None => None,
+        };
+        Response::from_bytes(encode(&DeviceAnswer { admission, report }))
     }
 
     /// Up to `limit` links after the token hash `after` (fewer when their bytes fill a page).
@@ -184,6 +251,10 @@ impl Links {
                         envelope,
                     ],
                 )?;
+                // A link deleted (its user deleted, or given a new link) takes its devices along.
+                if write.envelope.is_none() {
+                    sql.exec("DELETE FROM devices WHERE token_hash = ?", vec![SqlStorageValue::Blob(hash.to_vec())])?;
+                }
             }
             Ok(Ok(()))
         })?;

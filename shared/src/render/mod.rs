@@ -337,6 +337,7 @@ pub(crate) mod tests {
                 web_page_url: Some("https://family.example.net/".into()),
                 update_interval_hours: 12,
             },
+            hwid: Default::default(),
         }
     }
 

@@ -76,6 +76,7 @@ pub fn snapshot(data: &[u8]) -> Snapshot {
                 web_page_url: u.arbitrary()?,
                 update_interval_hours: u.arbitrary()?,
             },
+            hwid: Default::default(),
         })
     })();
     built.unwrap_or_else(|_| empty_snapshot(status, reset))
@@ -100,6 +101,7 @@ fn empty_snapshot(status: Status, reset: ResetStrategy) -> Snapshot {
             web_page_url: None,
             update_interval_hours: 0,
         },
+        hwid: Default::default(),
     }
 }
 
