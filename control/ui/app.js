@@ -874,11 +874,12 @@
   }
 
   async function userView(id) {
-    const [user, groups, link, traffic] = await Promise.all([
+    const [user, groups, link, traffic, hwid] = await Promise.all([
       api('GET', `users/${id}`),
       api('GET', 'groups'),
       api('GET', `users/${id}/link`),
       api('GET', `users/${id}/usage?days=30`),
+      api('GET', `users/${id}/hwid`),
     ]);
     const act = (label, path, body, confirmText, cls) =>
       h('button', {
@@ -996,9 +997,45 @@
           act(t('delete'), null, undefined, t('users.delete_confirm', { name: user.name }), 'danger'),
         ),
       ),
+      hwidCard(id, hwid),
       trafficCard(traffic.days),
       previewCard(id),
       edit,
+    );
+  }
+
+  /** The apps registered by their device id when they fetched the link, with a delete each. */
+  function hwidCard(id, hwid) {
+    const name = (d) => [d.app, d.model].filter(Boolean).join(' · ') || d.key.slice(0, 8);
+    const os = (d) => [d.os, d.os_version].filter(Boolean).join(' ') || '—';
+    return h(
+      'section',
+      { class: 'card', id: 'hwid' },
+      h('h2', {}, t('hwid.title')),
+      h('p', {}, hwid.limit ? t('hwid.intro', { n: number(hwid.devices.length), limit: number(hwid.limit) }) : t('hwid.no_limit')),
+      hwid.refused_at ? h('p', { id: 'hwid-refused' }, t('hwid.refused', { when: dateTime(hwid.refused_at) })) : null,
+      hwid.devices.length
+        ? h(
+            'table',
+            { class: 'list', id: 'hwid-devices' },
+            h('thead', {}, h('tr', {}, ['hwid.app', 'hwid.os', 'hwid.first_seen', 'hwid.last_seen', ''].map((k) => h('th', {}, k ? t(k) : h('span', { class: 'visually-hidden' }, t('actions')))))),
+            h(
+              'tbody',
+              {},
+              hwid.devices.map((d) =>
+                h(
+                  'tr',
+                  { 'data-device': d.key },
+                  h('td', { 'data-label': t('hwid.app') }, name(d)),
+                  h('td', { 'data-label': t('hwid.os') }, os(d)),
+                  h('td', { 'data-label': t('hwid.first_seen') }, dateTime(d.first_seen)),
+                  h('td', { 'data-label': t('hwid.last_seen') }, dateTime(d.last_seen)),
+                  h('td', {}, deleteButton(t('delete'), t('hwid.delete_confirm', { name: name(d) }), `users/${id}/hwid/${d.key}`, { 'aria-label': t('hwid.delete', { name: name(d) }) })),
+                ),
+              ),
+            ),
+          )
+        : h('p', { class: 'empty' }, t('hwid.none')),
     );
   }
 

@@ -548,6 +548,35 @@ async fn devices_online_and_a_kick_in_a_real_browser() {
     assert_eq!(fetch_eventually(&phone, web).await.unwrap(), b"hello");
     no_console_errors(&driver, &client, "the user's devices").await;
 
+    // Apps that name their device (HWID) when they fetch the link: two registered, a third
+    // turned away; the page lists them and deletes one.
+    let link = link["link"].as_str().unwrap();
+    for (hwid, model) in [("dana-phone", "Pixel 8"), ("dana-tablet", "iPad13,1"), ("stranger", "SM-S918B")] {
+        let fetched = http
+            .get(link)
+            .header("user-agent", "Happ/3.4.1")
+            .header("x-hwid", hwid)
+            .header("x-device-os", "Android")
+            .header("x-ver-os", "14")
+            .header("x-device-model", model)
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(fetched.status(), 200);
+    }
+    // (The page is the user's already: loaded again, to show what changed.)
+    client.refresh().await.unwrap();
+    let listed = text_of(&client, "#hwid-devices tbody", |t| t.contains("Pixel 8")).await;
+    assert!(listed.contains("Happ/3.4.1 · iPad13,1") && !listed.contains("SM-S918B"), "{listed}");
+    text_of(&client, "#hwid", |t| t.contains("2 of 2") && t.contains("turned away")).await;
+    screenshot(&client, "user-hwid").await;
+    find(&client, "button[aria-label='Delete Happ/3.4.1 · iPad13,1']").await.click().await.unwrap();
+    find(&client, "dialog button.danger").await.click().await.unwrap();
+    text_of(&client, "#hwid", |t| t.contains("1 of 2") && !t.contains("iPad13,1")).await;
+    let hwid = control.call(&http, &token, reqwest::Method::GET, &format!("/users/{id}/hwid"), None).await.unwrap();
+    assert_eq!(hwid["devices"].as_array().unwrap().len(), 1, "{hwid}");
+    no_console_errors(&driver, &client, "the user's registered apps").await;
+
     // A group's fair use: a device limit and the abuse guard.
     client.goto(&format!("{panel}#/groups")).await.unwrap();
     find(&client, "button[data-edit-group=default]").await.click().await.unwrap();
