@@ -13,6 +13,7 @@ mod auth;
 mod capped;
 mod config;
 mod error;
+mod import;
 mod keyring;
 #[allow(clippy::result_large_err)]
 mod metrics;
@@ -108,6 +109,26 @@ enum Command {
     Keys {
         #[command(subcommand)]
         command: KeysCommand,
+    },
+    /// Take users over from another panel, keeping their Hysteria2 passwords and serving
+    /// their old subscription paths as aliases (see the README, "Moving from another panel").
+    /// One transaction, all or nothing; users imported before are left as they are.
+    Import {
+        /// The panel: hearth (the JSON format `export` writes).
+        source: import::Source,
+        /// The panel's database file, or the document (`-` reads standard input).
+        #[arg(long)]
+        file: Option<PathBuf>,
+        /// Print what would be imported and skipped, and why; change nothing.
+        #[arg(long)]
+        dry_run: bool,
+    },
+    /// Write every user (links, passwords, aliases) as a Hearth users document: what
+    /// `import hearth` reads. As secret as the links.
+    Export {
+        /// Where to write it (`-`: standard output).
+        #[arg(long, default_value = "-")]
+        out: PathBuf,
     },
 }
 
@@ -375,6 +396,27 @@ fn main() -> Result<()> {
             restore::print(&report, &cli.data_dir);
         }
         Command::Edge { command } => edge_command(&cli.data_dir, command)?,
+        Command::Import { source, file, dry_run } => {
+            let from = import::From { file };
+            let incoming = import::read(source, &from)?;
+            let (_, db, signer) = serve::open(&cli.data_dir)?;
+            let apply =
+                move |tx: &rusqlite::Transaction<'_>| import::apply(tx, &signer, "cli", incoming, dry_run, now());
+            let report = if dry_run { db.dry_run_blocking(apply)? } else { db.write_blocking(apply)? };
+            print!("{}", report.text());
+        }
+        Command::Export { out } => {
+            let (_, db, signer) = serve::open(&cli.data_dir)?;
+            let document = db.read_blocking(move |c| import::json::export(c, &signer))?;
+            let mut text = serde_json::to_string_pretty(&document).context("writing the document")?;
+            text.push('\n');
+            if out.as_os_str() == "-" {
+                print!("{text}");
+            } else {
+                keyring::write_private(&out, text.as_bytes())?;
+                eprintln!("{} users written to {} (as secret as their links)", document.users.len(), out.display());
+            }
+        }
         Command::Release { command } => release_command(&cli.data_dir, command)?,
         Command::Keys { command: KeysCommand::Rotate { role, root_key, new_root_key } } => {
             let rotated = keyring::rotate(&cli.data_dir, role, &root_key, new_root_key.as_deref(), now())?;

@@ -503,6 +503,7 @@ fn publish_user(conn: &Connection, signer: &Signer, user: UserId, now: u64) -> R
         endpoints: endpoints(conn, user)?,
         profile,
         hwid: crate::store::hwid::policy(conn, user, limit, now)?,
+        alias: None,
     };
     let content = sha256(&snapshot.encode());
     let body = || seal::seal(&snapshot, &token, &signer.recovery, &mut OsRng);
@@ -520,6 +521,24 @@ fn publish_user(conn: &Connection, signer: &Signer, user: UserId, now: u64) -> R
         now,
         false,
     )?;
+    // The user's aliases (old subscription paths) serve the same snapshot, each sealed under
+    // its own token.
+    for path in crate::store::aliases::paths_of_user(conn, user)? {
+        let Some(alias) = SubToken::for_alias(&path) else { continue };
+        let mut snapshot = snapshot.clone();
+        snapshot.alias = Some(path);
+        let content = sha256(&snapshot.encode());
+        let body = || seal::seal(&snapshot, &alias, &signer.recovery, &mut OsRng);
+        let item = Item {
+            kind: Kind::Snapshot,
+            name: stream::snapshot(&alias.hash()),
+            audience: Audience::Edge,
+            lifetime: SNAPSHOT_LIFETIME,
+            content,
+            body: &body,
+        };
+        put(conn, signer, &item, now, false)?;
+    }
     conn.prepare_cached("UPDATE users SET usage_dirty = 0 WHERE id = ?1 AND usage_dirty = 1")?.execute([user])?;
     Ok(Some(nodes_of_user(conn, user)?))
 }
@@ -814,7 +833,7 @@ pub(crate) fn put_signed(
 }
 
 /// Signs the owner's edge settings for the edges, as the database holds them (when they
-/// changed): the User-Agent rules, and where every edge serves links.
+/// changed): the User-Agent rules, where every edge serves links, and where aliases live.
 pub(crate) fn publish_edge_settings(conn: &Connection, signer: &Signer, now: u64) -> Result<(), Error> {
     let settings = wire::EdgeSettings {
         ua_rules: crate::settings::ua_rules(conn)?,
@@ -822,9 +841,10 @@ pub(crate) fn publish_edge_settings(conn: &Connection, signer: &Signer, now: u64
             .into_iter()
             .filter_map(|edge| Some(wire::LinkBase { base: edge.link_base?, state: edge.state }))
             .collect(),
+        alias_prefixes: crate::store::aliases::prefixes(conn)?,
     };
     let target = (Kind::EdgeSettings, wire::stream::EDGE_SETTINGS.to_owned(), Audience::Edge);
-    put_plain(conn, signer, target, RECORD_LIFETIME, &wire::encode(&settings), now, false)?;
+    put_plain(conn, signer, target, RECORD_LIFETIME, &settings.encode(), now, false)?;
     Ok(())
 }
 

@@ -284,6 +284,8 @@ fn screen(items: Vec<ExportItem>, trust: &Trust, archived: &Archived) -> Screene
 #[derive(Default)]
 struct Edge {
     snapshots: BTreeMap<UserId, (SubToken, Snapshot)>,
+    /// Aliases (old subscription paths) the snapshots were sealed for, by user.
+    aliases: BTreeMap<UserId, BTreeSet<String>>,
     /// Token hashes of links that were deleted.
     deleted_links: BTreeSet<Digest>,
     creds: BTreeMap<NodeId, Vec<(UserId, Digest)>>,
@@ -309,9 +311,16 @@ fn read_edge(screened: &mut Screened, recovery: &RecoverySecret) -> Edge {
             Ok(Stream::Snapshot(hash)) => hearth_shared::seal::recover(body, recovery)
                 .ok()
                 .filter(|(token, _)| token.hash() == hash)
-                .map(|(token, snapshot)| {
+                .map(|(token, snapshot)| match &snapshot.alias {
+                    // An alias's snapshot (sealed under its path's token) is not the user's link.
+                    Some(path) if SubToken::for_alias(path).is_some_and(|alias| alias == token) => {
+                        edge.aliases.entry(snapshot.user).or_default().insert(path.clone());
+                    }
+                    Some(_) => {}
                     // Two links for one user: the newer one (a rotation the edge saw last).
-                    edge.snapshots.insert(snapshot.user, (token, snapshot));
+                    None => {
+                        edge.snapshots.insert(snapshot.user, (token, snapshot));
+                    }
                 }),
             Ok(Stream::Creds(node)) => CredentialSet::decode(body).ok().filter(|set| set.node == node).map(|set| {
                 edge.creds.insert(node, set.users().iter().map(|entry| (entry.user, entry.hash)).collect());
@@ -327,9 +336,7 @@ fn read_edge(screened: &mut Screened, recovery: &RecoverySecret) -> Edge {
                     edge.acks.insert(node, ack.seq);
                 })
             }
-            Ok(Stream::EdgeSettings) => {
-                wire::decode::<EdgeSettings>(body, "edge settings").ok().map(|settings| edge.settings = Some(settings))
-            }
+            Ok(Stream::EdgeSettings) => EdgeSettings::decode(body).ok().map(|settings| edge.settings = Some(settings)),
             _ => Some(()),
         };
         if ok.is_none() {
@@ -826,6 +833,23 @@ fn merge_users(
         notes.push(format!(
             "{renamed} users had a name another user took since; they were renamed \"<name> (restored <id>)\""
         ));
+    }
+    // Aliases of users who have their link back are served again.
+    for (user, paths) in &edge.aliases {
+        if !edge.snapshots.contains_key(user) {
+            continue;
+        }
+        for path in paths {
+            let Some(token) = SubToken::for_alias(path) else { continue };
+            if edge.deleted_links.contains(&token.hash()) {
+                continue;
+            }
+            tx.execute(
+                "INSERT INTO aliases (path, user_id, token_hash, source, created) VALUES (?1, ?2, ?3, 'restored', ?4)
+                 ON CONFLICT (path) DO NOTHING",
+                params![path, user, token.hash(), now],
+            )?;
+        }
     }
     // Deleted after the archive: the link is gone from the edge and no snapshot has the user.
     let stale: Vec<(UserId, Digest)> = tx

@@ -437,6 +437,12 @@ mod tests {
         // An edge from before reads the rest, as before.
         let old: crate::wire::Snapshot = wire::decode_authenticated(&bytes, "snapshot").unwrap();
         assert_eq!(old.endpoints, snapshot.endpoints);
+        // An alias's snapshot says so (a restore tells it from the user's link by it).
+        let mut alias = snapshot.clone();
+        alias.alias = Some("/sub/old".into());
+        assert_eq!(crate::wire::Snapshot::decode_authenticated(&alias.encode()).unwrap(), alias);
+        alias.hwid = HwidPolicy::default();
+        assert_eq!(crate::wire::Snapshot::decode_authenticated(&alias.encode()).unwrap(), alias);
 
         let refused = refused(&snapshot);
         assert_eq!(refused.endpoints.len(), 1);

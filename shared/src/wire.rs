@@ -187,30 +187,68 @@ pub struct EdgeSettings {
     pub ua_rules: Vec<crate::agent::UaRule>,
     /// Every edge's link base, in the owner's order.
     pub links: Vec<LinkBase>,
+    /// Where aliases live (`/sub/`, `/api/sub/`): paths under these the edge looks up as
+    /// aliases ([`SubToken::for_alias`]); others get the decoy without a lookup. Encoded after
+    /// the rest, only when set (see [`EdgeSettings::encode`]).
+    #[serde(skip)]
+    pub alias_prefixes: Vec<String>,
 }
 
 impl EdgeSettings {
     /// The most link bases a settings record holds.
     pub const MAX_LINKS: usize = 16;
 
-    /// Decodes strictly, also a record from before link bases (rules alone).
+    /// The most alias prefixes a settings record holds.
+    pub const MAX_ALIAS_PREFIXES: usize = 16;
+
+    /// The canonical encoding: rules and link bases, then the alias prefixes when there are
+    /// any (so an edge from before aliases reads a record without them as it always did).
+    pub fn encode(&self) -> Vec<u8> {
+        let mut bytes = encode(self);
+        if !self.alias_prefixes.is_empty() {
+            bytes.extend(encode(&self.alias_prefixes));
+        }
+        bytes
+    }
+
+    /// Decodes strictly, also a record from before link bases (rules alone) or aliases.
     pub fn decode(body: &[u8]) -> Result<EdgeSettings, WireError> {
         #[derive(Deserialize, Serialize)]
         struct RulesOnly {
             ua_rules: Vec<crate::agent::UaRule>,
         }
-        let settings = match decode::<EdgeSettings>(body, "edge settings") {
-            Ok(settings) => settings,
-            Err(e) => decode::<RulesOnly>(body, "edge settings")
-                .map(|old| EdgeSettings { ua_rules: old.ua_rules, links: Vec::new() })
-                .map_err(|_| e)?,
+        let settings = match postcard::take_from_bytes::<EdgeSettings>(body) {
+            Ok((mut settings, rest)) => {
+                if !rest.is_empty() {
+                    settings.alias_prefixes = decode(rest, "edge settings (aliases)")?;
+                }
+                if settings.encode() != body {
+                    return Err(WireError::Malformed("edge settings"));
+                }
+                settings
+            }
+            Err(_) => decode::<RulesOnly>(body, "edge settings")
+                .map(|old| EdgeSettings { ua_rules: old.ua_rules, ..EdgeSettings::default() })?,
         };
         if settings.links.len() > EdgeSettings::MAX_LINKS
             || !settings.links.iter().all(|link| link.base.len() <= 512 && crate::is_web_address(&link.base))
         {
             return Err(WireError::Malformed("edge settings (links)"));
         }
+        if settings.alias_prefixes.len() > EdgeSettings::MAX_ALIAS_PREFIXES
+            || !settings.alias_prefixes.iter().all(|prefix| is_alias_prefix(prefix))
+        {
+            return Err(WireError::Malformed("edge settings (alias prefixes)"));
+        }
         Ok(settings)
+    }
+
+    /// The alias a request path names, when it is under one of the alias prefixes.
+    pub fn alias(&self, path: &str) -> Option<SubToken> {
+        if !self.alias_prefixes.iter().any(|prefix| path.starts_with(prefix.as_str())) {
+            return None;
+        }
+        SubToken::for_alias(path)
     }
 
     /// Where links went, for a fetch of `token` at `fetched` (the link as requested): when the
@@ -242,6 +280,15 @@ impl EdgeSettings {
             mirrors: offered.iter().map(|link| at(link)).collect(),
         }
     }
+}
+
+/// Whether `prefix` can hold aliases: an alias path itself, with a `/` at both ends, at most 64
+/// bytes (`/` alone is not one: every path would cost a lookup).
+pub fn is_alias_prefix(prefix: &str) -> bool {
+    prefix.len() <= 64
+        && prefix.len() >= 3
+        && prefix.ends_with('/')
+        && alias_path(prefix).is_some_and(|path| path.len() + 1 == prefix.len())
 }
 
 /// Where one edge serves links, and whether they are offered.
@@ -337,6 +384,31 @@ impl SubToken {
     pub fn hash(&self) -> Digest {
         sha256(&self.0)
     }
+
+    /// The token of an alias: an old subscription path a user's app still fetches (from the
+    /// panel Hearth took the user over from), served like a link. The path is the secret, as
+    /// a link's token is; `None` when it is not an alias path ([`alias_path`]).
+    pub fn for_alias(path: &str) -> Option<SubToken> {
+        let path = alias_path(path)?;
+        Some(SubToken(sha256(&[b"hearth alias v1\0".as_slice(), path.as_bytes()].concat())))
+    }
+}
+
+/// The most bytes of an alias path.
+pub const MAX_ALIAS_PATH: usize = 256;
+
+/// An alias path as it is matched: `/` and at least one more character, at most
+/// [`MAX_ALIAS_PATH`] bytes of what URLs carry unescaped in a path (no `?`, `#`, `//` or
+/// `..` segment), without a trailing `/` (a fetch with one is the same alias).
+pub fn alias_path(path: &str) -> Option<&str> {
+    let path = path.strip_suffix('/').unwrap_or(path);
+    let fine = path.len() >= 2
+        && path.len() <= MAX_ALIAS_PATH
+        && path.starts_with('/')
+        && !path.contains("//")
+        && !path.split('/').any(|segment| segment == ".." || segment == ".")
+        && path.bytes().all(|b| b.is_ascii_alphanumeric() || b"/-._~%+=:@,!$&'()*;".contains(&b));
+    fine.then_some(path)
 }
 
 impl fmt::Debug for SubToken {
@@ -471,16 +543,31 @@ pub struct Snapshot {
     /// when set (see [`Snapshot::encode`]).
     #[serde(skip)]
     pub hwid: crate::devices::HwidPolicy,
+    /// The alias this snapshot is sealed for (an old subscription path, see
+    /// [`SubToken::for_alias`]), `None` for the user's own link: a restore tells them apart
+    /// by it. Encoded after the rest, as `hwid` is.
+    #[serde(skip)]
+    pub alias: Option<String>,
+}
+
+/// What a snapshot carries after the fields every edge reads.
+#[derive(Serialize, Deserialize)]
+struct SnapshotExtra<'a> {
+    hwid: std::borrow::Cow<'a, crate::devices::HwidPolicy>,
+    alias: Option<std::borrow::Cow<'a, str>>,
 }
 
 impl Snapshot {
-    /// The encoding sealed: the fields, then the [`crate::devices::HwidPolicy`] when it is
-    /// set. An edge from before it stops reading at the profile, so it serves the link as
+    /// The encoding sealed: the fields, then the device policy and the alias when either is
+    /// set. An edge from before them stops reading at the profile, so it serves the link as
     /// before (not limited).
     pub fn encode(&self) -> Vec<u8> {
         let mut bytes = encode(self);
-        if !self.hwid.is_off() {
-            bytes.extend(encode(&self.hwid));
+        if !self.hwid.is_off() || self.alias.is_some() {
+            bytes.extend(encode(&SnapshotExtra {
+                hwid: std::borrow::Cow::Borrowed(&self.hwid),
+                alias: self.alias.as_deref().map(std::borrow::Cow::Borrowed),
+            }));
         }
         bytes
     }
@@ -490,7 +577,9 @@ impl Snapshot {
         let (mut snapshot, rest) =
             postcard::take_from_bytes::<Snapshot>(bytes).map_err(|_| WireError::Malformed("snapshot"))?;
         if !rest.is_empty() {
-            snapshot.hwid = decode_authenticated(rest, "snapshot (devices)")?;
+            let extra: SnapshotExtra<'_> = decode_authenticated(rest, "snapshot (extra)")?;
+            snapshot.hwid = extra.hwid.into_owned();
+            snapshot.alias = extra.alias.map(std::borrow::Cow::into_owned);
         }
         Ok(snapshot)
     }
@@ -1457,6 +1546,7 @@ mod tests {
                 base("https://gone.example/s", LinkState::Retired),
                 base("https://third.example/s", LinkState::Active),
             ],
+            alias_prefixes: Vec::new(),
         };
         let mirrors = ["https://sub.mirror.example/m/TOKEN".to_owned(), "https://third.example/s/TOKEN".to_owned()];
         let token = SubToken::from_bytes([7; 32]);
@@ -1472,7 +1562,7 @@ mod tests {
         }
         // Nothing offered: nowhere to send anyone.
         let none =
-            EdgeSettings { ua_rules: Vec::new(), links: vec![base("https://old.example/s", LinkState::Blocked)] };
+            EdgeSettings { links: vec![base("https://old.example/s", LinkState::Blocked)], ..EdgeSettings::default() };
         assert_eq!(none.mobility("https://old.example/s/T", &token), Mobility::default());
 
         // The record decodes strictly, also as it was before link bases.
@@ -1483,10 +1573,42 @@ mod tests {
             ua_rules: Vec<crate::agent::UaRule>,
         }
         let old = EdgeSettings::decode(&encode(&Before { ua_rules: rules.clone() })).unwrap();
-        assert_eq!(old, EdgeSettings { ua_rules: rules, links: Vec::new() });
+        assert_eq!(old, EdgeSettings { ua_rules: rules, ..EdgeSettings::default() });
         let mut bad = settings.clone();
         bad.links[0].base = "javascript:alert(1)".into();
         assert!(EdgeSettings::decode(&encode(&bad)).is_err());
+
+        // Alias prefixes follow the rest, only when there are any; an edge from before reads
+        // the rest as it did.
+        assert_eq!(settings.encode(), encode(&settings));
+        let mut aliased = settings.clone();
+        aliased.alias_prefixes = vec!["/sub/".into(), "/api/sub/".into()];
+        let bytes = aliased.encode();
+        assert_eq!(EdgeSettings::decode(&bytes), Ok(aliased.clone()));
+        let before: EdgeSettings = postcard::from_bytes(&bytes).unwrap();
+        assert_eq!(before.links, settings.links);
+        for wrong in ["/", "sub/", "/sub", "/a//b/", "/../", "/sub?x/"] {
+            let mut bad = aliased.clone();
+            bad.alias_prefixes = vec![wrong.into()];
+            assert!(EdgeSettings::decode(&bad.encode()).is_err(), "{wrong}");
+        }
+        let mut trailing = bytes.clone();
+        trailing.push(0);
+        assert!(EdgeSettings::decode(&trailing).is_err());
+    }
+
+    #[test]
+    fn aliases_are_paths_under_their_prefixes_with_a_token_of_their_own() {
+        let settings = EdgeSettings { alias_prefixes: vec!["/sub/".into()], ..EdgeSettings::default() };
+        let token = settings.alias("/sub/Ab3xYz").unwrap();
+        assert_eq!(settings.alias("/sub/Ab3xYz/"), Some(token.clone()), "a trailing / is the same alias");
+        assert_ne!(settings.alias("/sub/Ab3xYZ"), Some(token.clone()), "paths are case-sensitive");
+        assert_eq!(settings.alias("/json/Ab3xYz"), None, "not under a prefix");
+        assert_eq!(settings.alias("/sub/a?b"), None);
+        assert_eq!(settings.alias("/sub/../s/x"), None);
+        assert_eq!(SubToken::for_alias("/sub/Ab3xYz"), Some(token));
+        assert_eq!(alias_path(&format!("/{}", "a".repeat(MAX_ALIAS_PATH))), None);
+        assert!(alias_path("/sub/eyJ1c2VyIjoxfQ,1700000000.abc_-").is_some());
     }
 
     #[test]

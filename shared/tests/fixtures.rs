@@ -87,6 +87,7 @@ fn snapshot() -> Snapshot {
             update_interval_hours: 24,
         },
         hwid: Default::default(),
+        alias: None,
     }
 }
 
@@ -205,6 +206,7 @@ fn envelopes() -> Vec<(&'static str, Envelope)> {
                         wire::LinkBase { base: "https://old.example/s".into(), state: wire::LinkState::Blocked },
                         wire::LinkBase { base: "https://sub.example.org/s".into(), state: wire::LinkState::Active },
                     ],
+                    alias_prefixes: Vec::new(),
                 }),
                 &[&signing()],
             ),

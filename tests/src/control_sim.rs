@@ -275,6 +275,7 @@ pub fn demo_snapshot(user: u64) -> Snapshot {
             update_interval_hours: 12,
         },
         hwid: Default::default(),
+        alias: None,
     }
 }
 

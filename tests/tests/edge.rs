@@ -808,7 +808,7 @@ async fn user_agent_rules_from_control_pick_the_format(backend: Backend) {
     assert_eq!(before, answer(&snapshot, BASE64, "").body);
     // The rule reaches the edge signed: the same app now gets Mihomo's YAML.
     let rules = vec![UaRule { contains: "FamilyApp".into(), target: RuleTarget::Mihomo }];
-    let settings = wire::encode(&wire::EdgeSettings { ua_rules: rules, links: Vec::new() });
+    let settings = wire::EdgeSettings { ua_rules: rules, ..wire::EdgeSettings::default() }.encode();
     let item = s.sim.item(Kind::EdgeSettings, stream::EDGE_SETTINGS.into(), Audience::Edge, settings.clone());
     assert_eq!(s.push_items(&[item]).await.0, StatusCode::OK);
     // The native edge follows at once; the Worker's isolates read the rules again within a

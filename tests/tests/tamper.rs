@@ -229,12 +229,9 @@ impl Edge {
             Obj::Ack => {
                 (Kind::UsageAck, stream::usage_ack(1), Audience::Node(1), wire::encode(&UsageAck { node: 1, seq: 3 }))
             }
-            Obj::Settings => (
-                Kind::EdgeSettings,
-                stream::EDGE_SETTINGS.into(),
-                Audience::Edge,
-                wire::encode(&EdgeSettings { ua_rules: Vec::new(), links: Vec::new() }),
-            ),
+            Obj::Settings => {
+                (Kind::EdgeSettings, stream::EDGE_SETTINGS.into(), Audience::Edge, EdgeSettings::default().encode())
+            }
             Obj::Rollout => (
                 Kind::Rollout,
                 stream::ROLLOUT.into(),

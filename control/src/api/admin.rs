@@ -153,6 +153,9 @@ pub(super) fn router() -> Router<Arc<App>> {
         .route("/api/users/{id}/enable", post(enable_user))
         .route("/api/users/{id}/kick", post(kick_user))
         .route("/api/users/{id}/hwid", get(user_hwid))
+        .route("/api/users/{id}/aliases", get(user_aliases).delete(retire_alias))
+        .route("/api/import", post(import_users).layer(DefaultBodyLimit::max(crate::import::json::MAX_BYTES)))
+        .route("/api/export", get(export_users))
         .route("/api/users/{id}/hwid/{key}", delete(forget_hwid))
         .route("/api/nodes", get(list_nodes).post(create_node))
         .route("/api/nodes/{id}", get(get_node).patch(update_node).delete(delete_node))
@@ -1058,6 +1061,82 @@ async fn forget_hwid(State(app): State<Arc<App>>, auth: Auth, Path((id, key)): P
     })
     .await?;
     ok(serde_json::to_value(view).expect("a device list serializes"))
+}
+
+/// A user's aliases: old subscription paths (from the panel it was imported from) that every
+/// edge serves like its link.
+async fn user_aliases(State(app): State<Arc<App>>, auth: Auth, Path(id): Path<u64>) -> Reply {
+    auth.need(Scope::Operate)?;
+    let aliases = app
+        .db
+        .read(move |c| {
+            crate::store::users::get(c, id)?;
+            crate::store::aliases::list(c, Some(id))
+        })
+        .await
+        .map_err(fail)?;
+    ok(json!({ "aliases": aliases }))
+}
+
+#[derive(Deserialize)]
+struct AliasQuery {
+    path: String,
+}
+
+/// Retires an alias: the edges stop serving it.
+async fn retire_alias(
+    State(app): State<Arc<App>>,
+    auth: Auth,
+    Path(id): Path<u64>,
+    Query(query): Query<AliasQuery>,
+) -> Reply {
+    let aliases = change(&app, &auth, Scope::Operate, move |c, app, actor, now| {
+        crate::store::aliases::retire(c, &app.signer, actor, id, &query.path, now)
+    })
+    .await?;
+    ok(json!({ "aliases": aliases }))
+}
+
+#[derive(Deserialize)]
+struct ImportQuery {
+    source: String,
+    #[serde(default)]
+    dry_run: bool,
+}
+
+/// Takes users over from another panel (the body: the source's file), or with `dry_run`
+/// says what it would do.
+async fn import_users(
+    State(app): State<Arc<App>>,
+    auth: Auth,
+    Query(query): Query<ImportQuery>,
+    body: axum::body::Bytes,
+) -> Reply {
+    let actor = auth.need(Scope::Admin)?.actor();
+    let source = <crate::import::Source as clap::ValueEnum>::from_str(&query.source, true)
+        .map_err(|_| fail(Error::invalid("bad_source", "source must be hearth")))?;
+    let incoming = crate::import::read_bytes(source, body.to_vec()).await.map_err(fail)?;
+    let now = now();
+    let apply = move |tx: &rusqlite::Transaction<'_>, app: Arc<App>| {
+        crate::import::apply(tx, &app.signer, &actor, incoming, query.dry_run, now)
+    };
+    let state = app.clone();
+    let report = if query.dry_run {
+        app.db.dry_run(move |tx| apply(tx, state)).await.map_err(fail)?
+    } else {
+        let report = app.db.write(move |tx| apply(tx, state)).await.map_err(fail)?;
+        app.changed();
+        report
+    };
+    ok(serde_json::to_value(report).expect("a report serializes"))
+}
+
+/// Every user as a Hearth users document (links and passwords included).
+async fn export_users(State(app): State<Arc<App>>, auth: Auth) -> Reply {
+    auth.need(Scope::Admin)?;
+    let state = app.clone();
+    let document = app.db.read(move |c| crate::import::json::export(c, &state.signer)).await.map_err(fail)?;
+    ok(serde_json::to_value(document).expect("a document serializes"))
 }
 
 async fn rotate_link(State(app): State<Arc<App>>, auth: Auth, Path(id): Path<u64>) -> Reply {

@@ -55,7 +55,8 @@ pub(crate) fn router(app: Arc<App>) -> Router {
         .nest(&admin, admin::router())
         .nest(&node_api, nodes::router())
         .route(&format!("{sub}/{{token}}"), get(nodes::subscription))
-        .fallback(|| async { decoy() })
+        // Anything else: an alias (an imported user's old subscription path), or the decoy.
+        .fallback(nodes::alias)
         .layer(axum::extract::DefaultBodyLimit::max(MAX_BODY))
         .with_state(app)
 }

@@ -324,6 +324,26 @@ pub(super) async fn subscription(
     method: Method,
 ) -> Response {
     let Some(token) = SubToken::parse(&token) else { return decoy() };
+    serve_link(app, token, query, headers, method).await
+}
+
+/// Any other path: an alias (an imported user's old subscription path) served like the
+/// user's link, or the decoy.
+pub(super) async fn alias(State(app): State<Arc<App>>, uri: Uri, headers: HeaderMap, method: Method) -> Response {
+    if !matches!(method, Method::GET | Method::HEAD) {
+        return decoy();
+    }
+    let Some(token) = SubToken::for_alias(uri.path()) else { return decoy() };
+    serve_link(app, token, uri.query().map(str::to_owned), headers, method).await
+}
+
+async fn serve_link(
+    app: Arc<App>,
+    token: SubToken,
+    query: Option<String>,
+    headers: HeaderMap,
+    method: Method,
+) -> Response {
     let hash = token.hash();
     let name = stream::snapshot(&hash);
     let stored = match app.db.read(move |c| publish::envelope(c, &name)).await {

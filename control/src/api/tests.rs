@@ -1720,3 +1720,120 @@ async fn apps_over_the_device_limit_get_no_server_and_deleted_devices_free_their
     assert!(!keys.contains(&phone_2.as_str()), "{listed}");
     assert!(keys.contains(&hex::encode(devices::key_of("laptop")).as_str()), "{listed}");
 }
+
+#[tokio::test]
+async fn users_move_in_with_their_passwords_and_old_paths_and_an_import_is_all_or_nothing() {
+    let client = Client::signed_in(false).await;
+    enroll(&client, json!(["default"])).await;
+    client.post("/users", json!({ "name": "resident" })).await;
+    let resident_password = {
+        let link = client.get("/users/1/link").await.json()["link"].as_str().unwrap().to_owned();
+        snapshot_of(client.app(), &link).await.unwrap().credential
+    };
+    let document = json!({
+        "format": "hearth-users",
+        "version": 1,
+        "source": "3x-ui",
+        "users": [
+            { "id": "alice@home", "name": "alice", "password": "alice-hy2-pass", "quota": 10_737_418_240u64,
+              "used_up": 1000, "used_down": 2000, "expires_at": 4_102_444_800u64, "reset": "monthly",
+              "aliases": ["/sub/alice123", "/json/alice123"] },
+            { "id": "bob@home", "name": "bob", "days_from_first_use": 30, "enabled": false },
+            { "id": "copycat", "name": "copycat", "password": "alice-hy2-pass" },
+            { "id": "squatter", "name": "squatter", "password": resident_password },
+            { "id": "rooted", "name": "rooted", "password": "x-pass", "aliases": ["/rootlevel"] },
+            { "id": "resident-again", "name": "resident", "password": "other-pass" },
+        ],
+    });
+    let users_before = client.get("/users").await.json()["total"].clone();
+    // A dry run says what would happen and changes nothing.
+    let dry = client.post("/import?source=hearth&dry_run=true", document.clone()).await;
+    assert_eq!(dry.status, StatusCode::OK, "{}", String::from_utf8_lossy(&dry.body));
+    let dry = dry.json();
+    assert_eq!(dry["dry_run"], true);
+    let names: Vec<&str> = dry["imported"].as_array().unwrap().iter().map(|u| u["name"].as_str().unwrap()).collect();
+    assert_eq!(names, ["alice", "bob"]);
+    let reasons: Vec<(String, String)> = dry["skipped"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|s| (s["id"].as_str().unwrap().to_owned(), s["reason"].as_str().unwrap().to_owned()))
+        .collect();
+    assert_eq!(reasons.len(), 4, "{reasons:?}");
+    assert!(reasons[0].0 == "copycat" && reasons[0].1.contains("another user's"), "{reasons:?}");
+    assert!(reasons[1].0 == "squatter" && reasons[1].1.contains("another user's"), "{reasons:?}");
+    assert!(reasons[2].0 == "rooted" && reasons[2].1.contains("an alias is a path under a folder"), "{reasons:?}");
+    assert!(reasons[3].0 == "resident-again" && reasons[3].1.contains("already exists"), "{reasons:?}");
+    assert_eq!(client.get("/users").await.json()["total"], users_before, "a dry run keeps nothing");
+
+    // Bad documents: a clear error, nothing changed.
+    for (body, code) in [
+        (json!({ "format": "hearth-users", "version": 9, "users": [] }), "unknown_version"),
+        (json!({ "format": "marzban", "version": 1, "users": [] }), "bad_document"),
+        (json!({ "format": "hearth-users", "version": 1, "users": [{ "name": "no id" }] }), "bad_document"),
+        (json!([1, 2, 3]), "bad_document"),
+    ] {
+        let answer = client.post("/import?source=hearth", body).await;
+        assert_eq!(answer.status, StatusCode::BAD_REQUEST);
+        assert_eq!(answer.json()["error"]["code"], code, "{}", String::from_utf8_lossy(&answer.body));
+    }
+    let unknown = client.post("/import?source=nowhere", document.clone()).await;
+    assert_eq!(unknown.status, StatusCode::BAD_REQUEST);
+
+    let done = client.post("/import?source=hearth", document.clone()).await.json();
+    assert_eq!(done["imported"].as_array().unwrap().len(), 2);
+    let alice_id = done["imported"][0]["user"].as_u64().unwrap();
+    let alice = client.get(&format!("/users/{alice_id}")).await.json();
+    assert_eq!(
+        (alice["quota"].as_u64(), alice["used_up"].as_u64(), alice["reset"].as_str()),
+        (Some(10_737_418_240), Some(1000), Some("monthly"))
+    );
+    let bob = client.get(&format!("/users/{}", done["imported"][1]["user"])).await.json();
+    assert_eq!((bob["enabled"].as_bool(), bob["duration_days"].as_u64()), (Some(false), Some(30)));
+    // Alice's password is the one her apps hold, in her profile and in the nodes' sets.
+    let link = client.get(&format!("/users/{alice_id}/link")).await.json()["link"].as_str().unwrap().to_owned();
+    let snapshot = snapshot_of(client.app(), &link).await.unwrap();
+    assert_eq!(snapshot.credential, "alice-hy2-pass");
+    // Her old paths are served like her link (control serves links itself here).
+    for path in ["/sub/alice123", "/sub/alice123/", "/json/alice123"] {
+        let old =
+            client.send(Method::GET, &format!("{path}?format=mihomo"), None, &[("user-agent", "mihomo/1.19")]).await;
+        assert_eq!(old.status, StatusCode::OK, "{path}");
+        assert!(String::from_utf8(old.body).unwrap().contains("alice-hy2-pass"), "{path}");
+    }
+    let wrong = client.send(Method::GET, "/sub/alice124", None, &[]).await;
+    assert_eq!(wrong.body, hearth_shared::render::DECOY_BODY);
+    let aliases = client.get(&format!("/users/{alice_id}/aliases")).await.json();
+    assert_eq!(aliases["aliases"].as_array().unwrap().len(), 2);
+    assert_eq!(aliases["aliases"][0]["source"], "3x-ui");
+
+    // Run again: nothing changes.
+    let again = client.post("/import?source=hearth", document.clone()).await.json();
+    assert_eq!((again["imported"].as_array().unwrap().len(), again["unchanged"].as_u64()), (0, Some(2)));
+
+    // The export is the same format, passwords, links and aliases included, and reads back.
+    let export = client.get("/export").await.json();
+    assert_eq!((export["format"].as_str(), export["version"].as_u64()), (Some("hearth-users"), Some(1)));
+    let exported = export["users"].as_array().unwrap().iter().find(|u| u["name"] == "alice").unwrap().clone();
+    assert_eq!(exported["password"], "alice-hy2-pass");
+    assert_eq!(exported["id"], "alice@home");
+    assert_eq!(exported["link"].as_str(), link.rsplit('/').next());
+    assert_eq!(exported["aliases"], json!(["/json/alice123", "/sub/alice123"]));
+    assert!(crate::import::json::read(export.to_string().as_bytes()).is_ok());
+
+    // Retiring an alias: the decoy from then on.
+    let retired = client
+        .send(Method::DELETE, &client.admin(&format!("/users/{alice_id}/aliases?path=/json/alice123")), None, &[])
+        .await;
+    assert_eq!(retired.status, StatusCode::OK, "{}", String::from_utf8_lossy(&retired.body));
+    let gone = client.send(Method::GET, "/json/alice123", None, &[]).await;
+    assert_eq!(gone.body, hearth_shared::render::DECOY_BODY);
+    let missing = client
+        .send(Method::DELETE, &client.admin(&format!("/users/{alice_id}/aliases?path=/json/alice123")), None, &[])
+        .await;
+    assert_eq!(missing.status, StatusCode::NOT_FOUND);
+    // Deleting the user takes its aliases along.
+    client.send(Method::DELETE, &client.admin(&format!("/users/{alice_id}")), None, &[]).await;
+    let gone = client.send(Method::GET, "/sub/alice123", None, &[]).await;
+    assert_eq!(gone.body, hearth_shared::render::DECOY_BODY);
+}

@@ -112,8 +112,14 @@ pub(crate) fn apply_report(conn: &Connection, signer: &Signer, report: &DeviceRe
         .prepare_cached("SELECT id FROM users WHERE token_hash = ?1")?
         .query_row([report.token_hash.to_vec()], |row| row.get(0))
         .optional()?;
-    let Some(user) = user else { return Ok(false) };
-    let token = crate::store::users::token(conn, signer, user)?;
+    // The user's link, or one of its aliases (each has a registry of its own).
+    let (user, token) = match user {
+        Some(user) => (user, crate::store::users::token(conn, signer, user)?),
+        None => match crate::store::aliases::by_hash(conn, &report.token_hash)? {
+            Some(found) => found,
+            None => return Ok(false),
+        },
+    };
     let Some(registry) = devices::open(&report.sealed, &token) else {
         tracing::info!(user, "an edge's device registry did not open with the user's token: dropped");
         return Ok(false);

@@ -6,6 +6,7 @@
 //! published (see [`crate::publish`]), so a change and what the edges must get of it commit
 //! together.
 
+pub(crate) mod aliases;
 pub(crate) mod edges;
 pub(crate) mod hwid;
 pub(crate) mod nodes;
@@ -58,6 +59,7 @@ const MIGRATIONS: &[&str] = &[
     include_str!("edges.sql"),
     include_str!("fair_use.sql"),
     include_str!("hwid.sql"),
+    include_str!("aliases.sql"),
 ];
 
 /// Readers kept open between requests.
@@ -100,6 +102,28 @@ impl Db {
         Ok(Db {
             inner: Arc::new(Inner { path: path.to_owned(), writer: Mutex::new(conn), readers: Mutex::new(Vec::new()) }),
         })
+    }
+
+    /// Runs `f` in a write transaction that is always rolled back (a dry run: what a change
+    /// would do, with nothing of it kept), on the blocking pool.
+    pub(crate) async fn dry_run<T, F>(&self, f: F) -> Result<T, Error>
+    where
+        T: Send + 'static,
+        F: FnOnce(&Transaction<'_>) -> Result<T, Error> + Send + 'static,
+    {
+        let db = self.clone();
+        tokio::task::spawn_blocking(move || db.dry_run_blocking(f))
+            .await
+            .map_err(|e| Error::Internal(format!("dry run task failed: {e}")))?
+    }
+
+    /// [`Db::dry_run`] for callers outside the runtime (the CLI).
+    pub(crate) fn dry_run_blocking<T>(&self, f: impl FnOnce(&Transaction<'_>) -> Result<T, Error>) -> Result<T, Error> {
+        let mut conn = self.inner.writer.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+        let tx = conn.transaction_with_behavior(TransactionBehavior::Immediate)?;
+        let value = f(&tx);
+        tx.rollback()?;
+        value
     }
 
     /// Runs `f` in one write transaction, committed when it returns `Ok`, on the blocking pool.

@@ -414,8 +414,38 @@ pub(crate) struct Created {
 }
 
 fn insert(conn: &Connection, signer: &Signer, name: &str, new: &NewUser, now: u64) -> Result<Created, Error> {
-    let token = SubToken::generate(&mut OsRng);
-    let credential = secrets::random_credential();
+    insert_with(conn, signer, name, new, SubToken::generate(&mut OsRng), &secrets::random_credential(), now)
+}
+
+/// Adds a user taken over from another panel, with the link token and Hysteria2 password it
+/// had there (each checked by the caller: the token unused, the password no other user's),
+/// and where it came from. Not published: the caller publishes the whole import.
+pub(crate) fn insert_imported(
+    conn: &Connection,
+    signer: &Signer,
+    input: &UserInput,
+    token: SubToken,
+    credential: &str,
+    imported_from: &str,
+    now: u64,
+) -> Result<UserId, Error> {
+    let name = check_name(input.name.as_deref().unwrap_or_default(), "user")?;
+    let new = resolve_new(conn, input, now)?;
+    let created = insert_with(conn, signer, &name, &new, token, credential, now)?;
+    conn.prepare_cached("UPDATE users SET imported_from = ?2 WHERE id = ?1")?
+        .execute(params![created.id, imported_from])?;
+    Ok(created.id)
+}
+
+fn insert_with(
+    conn: &Connection,
+    signer: &Signer,
+    name: &str,
+    new: &NewUser,
+    token: SubToken,
+    credential: &str,
+    now: u64,
+) -> Result<Created, Error> {
     conn.prepare_cached(
         "INSERT INTO users (name, token_hash, token_enc, credential_enc, credential_hash, quota, reset, next_reset,
                             expires_at, duration_secs, enabled, note, created, updated,
@@ -766,8 +796,13 @@ pub(crate) fn delete(conn: &Connection, signer: &Signer, actor: &str, id: UserId
     for node in publish::nodes_of_user(conn, id)? {
         changes.node(node);
     }
+    crate::store::aliases::delete_streams_of_user(conn, id)?;
+    let aliased = !crate::store::aliases::paths_of_user(conn, id)?.is_empty();
     conn.prepare_cached("DELETE FROM users WHERE id = ?1")?.execute([id])?;
     publish::delete_stream(conn, &hearth_shared::wire::stream::snapshot(&hash))?;
+    if aliased {
+        publish::publish_edge_settings(conn, signer, now)?;
+    }
     changes.publish(conn, signer, now)?;
     audit(conn, now, actor, "user.delete", &format!("user {id} ({})", user.name), "")?;
     Ok(())

@@ -202,6 +202,12 @@ impl Edge {
             Route::Subscription(token) => return self.subscription(request, token).await,
             Route::Health => return self.token_refusals.lock().expect("refusal log lock").health(),
             Route::Unknown => {
+                // An old subscription path of a user taken over from another panel is served
+                // like a link, when it is under a prefix the owner's aliases use.
+                let alias = self.owner.read().expect("owner lock").settings.alias(request.path);
+                if let Some(token) = alias.filter(|_| matches!(request.method, "GET" | "HEAD")) {
+                    return self.subscription(request, Some(token)).await;
+                }
                 // Look something up anyway, so an unknown path takes as long as an unknown link.
                 let _ = self.store.link(&sha256(request.path.as_bytes())).await;
                 return serve::decoy();

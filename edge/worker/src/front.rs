@@ -66,9 +66,18 @@ async fn fetch(req: Request, env: Env, ctx: Context) -> Result<Response> {
     let method = req.method().to_string();
     let reply = match route(&config, &method, url.path(), url.query().unwrap_or("")) {
         Route::Subscription(token) => subscription(&req, &env, &ctx, &config, token).await?,
-        // No storage call here: a flood of random paths must not spend the operator's Durable
-        // Object requests. (The link prefix is public anyway; the API prefix is a secret too
-        // long to guess, so timing tells nothing.)
+        // An old subscription path of a user taken over from another panel (an alias) is
+        // served like a link, when it is under a prefix the owner's aliases use. Anything
+        // else gets the decoy with no storage call: a flood of random paths must not spend the
+        // operator's Durable Object requests (the owner's settings are asked at most once a
+        // minute per isolate). (The link prefix is public anyway; the API prefix is a secret
+        // too long to guess, so timing tells nothing.)
+        Route::Unknown if matches!(req.method(), Method::Get | Method::Head) => {
+            match owner(&env, &config).await.settings.alias(url.path()) {
+                Some(token) => subscription(&req, &env, &ctx, &config, Some(token)).await?,
+                None => decoy(),
+            }
+        }
         Route::Unknown => decoy(),
         // Every API route is the Control object's, push token and node signatures included
         // (and the health answer, with its count of refused tokens).

@@ -338,6 +338,7 @@ pub(crate) mod tests {
                 update_interval_hours: 12,
             },
             hwid: Default::default(),
+            alias: None,
         }
     }
 

@@ -77,6 +77,7 @@ pub fn snapshot(data: &[u8]) -> Snapshot {
                 update_interval_hours: u.arbitrary()?,
             },
             hwid: Default::default(),
+            alias: None,
         })
     })();
     built.unwrap_or_else(|_| empty_snapshot(status, reset))
@@ -102,6 +103,7 @@ fn empty_snapshot(status: Status, reset: ResetStrategy) -> Snapshot {
             update_interval_hours: 0,
         },
         hwid: Default::default(),
+        alias: None,
     }
 }
 

@@ -1,0 +1,146 @@
+//! The Hearth JSON format: what `hearth-control export` writes and every importer can read,
+//! so users move between Hearth installations (or from a panel no importer knows, by a
+//! script that writes it) with their links, passwords and aliases.
+//!
+//! ```json
+//! {"format": "hearth-users", "version": 1, "users": [
+//!   {"id": "alice@example", "name": "alice", "password": "…", "quota": 107374182400,
+//!    "used_up": 0, "used_down": 0, "expires_at": 1798675200, "enabled": true,
+//!    "reset": "monthly", "note": "", "aliases": ["/sub/abcd1234"]}
+//! ]}
+//! ```
+//!
+//! Every field but `id` and `name` may be left out (see [`IncomingUser`]).
+
+use serde::{Deserialize, Serialize};
+
+use super::{Incoming, IncomingUser};
+use crate::error::Error;
+
+/// The format's name, in every document.
+pub(crate) const FORMAT: &str = "hearth-users";
+/// The version written and read.
+pub(crate) const VERSION: u32 = 1;
+/// The largest document read.
+pub(crate) const MAX_BYTES: usize = 64 << 20;
+
+/// A document.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(crate) struct Document {
+    pub format: String,
+    pub version: u32,
+    /// Where its users come from (what an import calls the source; `hearth` when left out).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub source: Option<String>,
+    pub users: Vec<IncomingUser>,
+}
+
+/// Reads a document.
+pub(crate) fn read(bytes: &[u8]) -> Result<Incoming, Error> {
+    if bytes.len() > MAX_BYTES {
+        return Err(Error::invalid("too_large", format!("a document is at most {} MiB", MAX_BYTES >> 20)));
+    }
+    #[derive(Deserialize)]
+    struct Head {
+        format: Option<String>,
+        version: Option<u32>,
+    }
+    let head: Head = serde_json::from_slice(bytes)
+        .map_err(|e| Error::invalid("bad_document", format!("not a Hearth users document (JSON): {e}")))?;
+    if head.format.as_deref() != Some(FORMAT) {
+        return Err(Error::invalid(
+            "bad_document",
+            format!("not a Hearth users document: \"format\" is not \"{FORMAT}\""),
+        ));
+    }
+    if head.version != Some(VERSION) {
+        return Err(Error::invalid(
+            "unknown_version",
+            format!("a Hearth users document of version {:?}: this Hearth reads version {VERSION}", head.version),
+        ));
+    }
+    let document: Document = serde_json::from_slice(bytes)
+        .map_err(|e| Error::invalid("bad_document", format!("a Hearth users document with a wrong field: {e}")))?;
+    let source = document.source.unwrap_or_else(|| "hearth".to_owned());
+    if source.is_empty() || source.len() > 32 || !source.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'-') {
+        return Err(Error::invalid("bad_document", "\"source\" is 1 to 32 letters, digits or '-'"));
+    }
+    for user in &document.users {
+        if user.id.is_empty() || user.id.len() > 256 {
+            return Err(Error::invalid("bad_document", format!("user {:?}: \"id\" is 1 to 256 bytes", user.name)));
+        }
+    }
+    Ok(Incoming { source, users: document.users, skipped: Vec::new() })
+}
+
+/// Every user, as a document: links, passwords and aliases included (it is as secret as
+/// the links themselves).
+pub(crate) fn export(conn: &rusqlite::Connection, signer: &crate::publish::Signer) -> Result<Document, Error> {
+    use crate::secrets::Purpose;
+    let mut query = conn.prepare(
+        "SELECT id, name, token_enc, credential_enc, quota, used_up, used_down, expires_at, duration_secs, started_at,
+                enabled, reset, note, device_limit, imported_from
+         FROM users ORDER BY id",
+    )?;
+    let rows = query
+        .query_map([], |row| {
+            Ok((
+                row.get::<_, u64>(0)?,
+                row.get::<_, String>(1)?,
+                row.get::<_, Vec<u8>>(2)?,
+                row.get::<_, Vec<u8>>(3)?,
+                (row.get::<_, u64>(4)?, row.get::<_, u64>(5)?, row.get::<_, u64>(6)?),
+                (row.get::<_, u64>(7)?, row.get::<_, u64>(8)?, row.get::<_, u64>(9)?),
+                row.get::<_, bool>(10)?,
+                row.get::<_, String>(11)?,
+                row.get::<_, String>(12)?,
+                row.get::<_, Option<u32>>(13)?,
+                row.get::<_, Option<String>>(14)?,
+            ))
+        })?
+        .collect::<Result<Vec<_>, _>>()?;
+    let mut users = Vec::with_capacity(rows.len());
+    for (
+        id,
+        name,
+        token_enc,
+        cred_enc,
+        (quota, up, down),
+        (expires, duration, started),
+        enabled,
+        reset,
+        note,
+        devices,
+        from,
+    ) in rows
+    {
+        let token = signer.vault.open(Purpose::Token, &token_enc)?;
+        let token: [u8; 32] =
+            token.as_slice().try_into().map_err(|_| Error::Internal("a stored token has the wrong length".into()))?;
+        let password = String::from_utf8(signer.vault.open(Purpose::Credential, &cred_enc)?.to_vec())
+            .map_err(|_| Error::Internal("a stored credential is not text".into()))?;
+        let not_started = duration > 0 && started == 0;
+        users.push(IncomingUser {
+            // A user Hearth took over keeps the id it had there, so a move on keeps track.
+            id: from.map_or_else(
+                || id.to_string(),
+                |from| from.split_once(':').map_or(from.clone(), |(_, id)| id.to_owned()),
+            ),
+            name,
+            password: Some(password),
+            link: Some(hearth_shared::wire::SubToken::from_bytes(token).to_link_form()),
+            quota,
+            used_up: up,
+            used_down: down,
+            expires_at: if not_started { 0 } else { expires },
+            days_from_first_use: if not_started { duration.div_ceil(86_400) } else { 0 },
+            enabled,
+            reset,
+            note,
+            device_limit: devices,
+            aliases: crate::store::aliases::paths_of_user(conn, id)?,
+        });
+    }
+    Ok(Document { format: FORMAT.to_owned(), version: VERSION, source: None, users })
+}

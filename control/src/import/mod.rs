@@ -1,0 +1,374 @@
+//! Moving in from another panel without losing anyone: users come with the Hysteria2 password
+//! their apps hold (so a single imported link keeps connecting through Hearth's nodes) and
+//! their old subscription paths become aliases every edge serves (so a subscription in an app
+//! keeps updating, once the old domain points at an edge).
+//!
+//! Each source is read into an [`Incoming`] (users, and what is skipped and why); [`apply`]
+//! takes it in one transaction, all or nothing, and a user already imported (by its source
+//! and id there) is left as it is, so an import run twice changes nothing the second time. A
+//! dry run does all the same and rolls it back. The Hearth JSON format ([`Document`]) is both
+//! an importer's input and what `export` writes, so nobody is locked in.
+
+pub(crate) mod json;
+
+use std::collections::HashSet;
+
+use hearth_shared::wire::{SubToken, UserId};
+use rusqlite::{Connection, OptionalExtension as _};
+use serde::{Deserialize, Serialize};
+
+use crate::error::Error;
+use crate::publish::{Changes, Signer};
+use crate::store::users::{DeviceLimit, UserInput};
+use crate::store::{aliases, audit};
+
+/// The panels users are taken over from.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
+pub(crate) enum Source {
+    /// A Hearth users document (JSON): what `export` writes, or any script.
+    Hearth,
+}
+
+/// Where a source is read from (as the CLI names it).
+#[derive(Clone, Debug, Default)]
+pub(crate) struct From {
+    /// A database file or document (`-`: standard input).
+    pub file: Option<std::path::PathBuf>,
+}
+
+/// Reads what `source` holds.
+pub(crate) fn read(source: Source, from: &From) -> anyhow::Result<Incoming> {
+    use anyhow::Context as _;
+    match source {
+        Source::Hearth => {
+            let file = from.file.as_deref().context("import hearth reads a document: give --file (or --file -)")?;
+            let bytes = if file.as_os_str() == "-" {
+                let mut bytes = Vec::new();
+                std::io::Read::read_to_end(
+                    &mut std::io::Read::take(std::io::stdin(), json::MAX_BYTES as u64 + 1),
+                    &mut bytes,
+                )
+                .context("reading standard input")?;
+                bytes
+            } else {
+                read_capped(file, json::MAX_BYTES)?
+            };
+            Ok(json::read(&bytes)?)
+        }
+    }
+}
+
+/// Reads what `source` holds from the bytes of its file (an upload to the panel).
+pub(crate) async fn read_bytes(source: Source, bytes: Vec<u8>) -> Result<Incoming, Error> {
+    match source {
+        Source::Hearth => json::read(&bytes),
+    }
+}
+
+/// A file, refused when it is over `cap` bytes.
+fn read_capped(path: &std::path::Path, cap: usize) -> anyhow::Result<Vec<u8>> {
+    use anyhow::Context as _;
+    let len = std::fs::metadata(path).with_context(|| format!("reading {}", path.display()))?.len();
+    anyhow::ensure!(len <= cap as u64, "{} is {len} bytes: over the {} MiB an import reads", path.display(), cap >> 20);
+    std::fs::read(path).with_context(|| format!("reading {}", path.display()))
+}
+
+/// The longest Hysteria2 password taken (what an app holds; other panels make far shorter).
+pub(crate) const MAX_PASSWORD: usize = 256;
+/// The most users one import takes.
+pub(crate) const MAX_USERS: usize = 100_000;
+/// The most aliases one user takes.
+pub(crate) const MAX_ALIASES: usize = 8;
+
+/// One user as a source describes it (and as the Hearth JSON format writes it).
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(crate) struct IncomingUser {
+    /// The user's id at the source (its email in 3x-ui, username in Marzban, uuid in
+    /// Remnawave): with the source, what tells an import run again that it has the user.
+    pub id: String,
+    /// The name in Hearth.
+    pub name: String,
+    /// The Hysteria2 password the user's apps hold; none: a new one (its apps need the new
+    /// link or the alias).
+    #[serde(default)]
+    pub password: Option<String>,
+    /// A Hearth link token (the link form) to keep: from another Hearth's export.
+    #[serde(default)]
+    pub link: Option<String>,
+    /// Traffic quota in bytes, up and down together (0: none).
+    #[serde(default)]
+    pub quota: u64,
+    /// Traffic used so far.
+    #[serde(default)]
+    pub used_up: u64,
+    #[serde(default)]
+    pub used_down: u64,
+    /// Expiry, Unix seconds (0: never).
+    #[serde(default)]
+    pub expires_at: u64,
+    /// Not started yet: valid this many days from the first connection.
+    #[serde(default)]
+    pub days_from_first_use: u64,
+    /// Whether the user may connect.
+    #[serde(default = "yes")]
+    pub enabled: bool,
+    /// none, daily, weekly, monthly or rolling30.
+    #[serde(default = "none")]
+    pub reset: String,
+    #[serde(default)]
+    pub note: String,
+    /// Devices at once (none: its groups').
+    #[serde(default)]
+    pub device_limit: Option<u32>,
+    /// Old subscription paths (`/sub/<token>`) to serve as aliases.
+    #[serde(default)]
+    pub aliases: Vec<String>,
+}
+
+fn yes() -> bool {
+    true
+}
+
+fn none() -> String {
+    "none".to_owned()
+}
+
+/// A user a source has that is not imported, and why.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize)]
+pub(crate) struct Skipped {
+    /// The user's id or name at the source.
+    pub id: String,
+    pub reason: String,
+}
+
+/// What a source holds, read.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub(crate) struct Incoming {
+    /// The source's name (`3x-ui`, `marzban`, `pasarguard`, `remnawave`, `hearth`).
+    pub source: String,
+    pub users: Vec<IncomingUser>,
+    /// What the source has that is not a user Hearth can take (another protocol's client).
+    pub skipped: Vec<Skipped>,
+}
+
+/// What an import did (or, dry, would do).
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize)]
+pub(crate) struct Report {
+    pub source: String,
+    pub dry_run: bool,
+    /// Users added: name, id at the source, whether the password was kept, aliases.
+    pub imported: Vec<ImportedUser>,
+    /// Users imported before (nothing changed).
+    pub unchanged: usize,
+    pub skipped: Vec<Skipped>,
+}
+
+/// One user an import added.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize)]
+pub(crate) struct ImportedUser {
+    pub user: UserId,
+    pub name: String,
+    pub id: String,
+    pub password_kept: bool,
+    pub link_kept: bool,
+    pub aliases: usize,
+}
+
+impl Report {
+    /// The report as the CLI prints it.
+    pub(crate) fn text(&self) -> String {
+        use std::fmt::Write as _;
+        let mut out = String::new();
+        let verb = if self.dry_run { "would import" } else { "imported" };
+        let _ = writeln!(
+            out,
+            "{} from {}: {verb} {} users",
+            if self.dry_run { "dry run" } else { "import" },
+            self.source,
+            self.imported.len()
+        );
+        for user in &self.imported {
+            let _ = writeln!(
+                out,
+                "  {} ({}): password {}, {} alias{}",
+                user.name,
+                user.id,
+                if user.password_kept { "kept" } else { "new" },
+                user.aliases,
+                if user.aliases == 1 { "" } else { "es" }
+            );
+        }
+        if self.unchanged > 0 {
+            let _ = writeln!(out, "already imported, left as they are: {}", self.unchanged);
+        }
+        if !self.skipped.is_empty() {
+            let _ = writeln!(out, "skipped: {}", self.skipped.len());
+            for skipped in &self.skipped {
+                let _ = writeln!(out, "  {}: {}", skipped.id, skipped.reason);
+            }
+        }
+        out
+    }
+}
+
+/// Why one user cannot be taken (it is skipped, the rest go on).
+fn refuse(user: &IncomingUser, reason: impl Into<String>) -> Skipped {
+    Skipped { id: user.id.clone(), reason: reason.into() }
+}
+
+/// A password an app can present, or why not.
+fn check_password(password: &str) -> Result<(), String> {
+    if password.is_empty() || password.len() > MAX_PASSWORD || password.chars().any(char::is_control) {
+        return Err(format!("its Hysteria2 password is not 1 to {MAX_PASSWORD} bytes of printable text"));
+    }
+    Ok(())
+}
+
+/// Takes `incoming` into the database in the caller's transaction (`dry_run`: the caller rolls
+/// it back). A user imported before is left as it is; a user that cannot be taken (its name or
+/// password is another user's, a field is out of bounds) is skipped with the reason; a source
+/// with too many users is refused whole.
+pub(crate) fn apply(
+    conn: &Connection,
+    signer: &Signer,
+    actor: &str,
+    incoming: Incoming,
+    dry_run: bool,
+    now: u64,
+) -> Result<Report, Error> {
+    if incoming.users.len() > MAX_USERS {
+        return Err(Error::invalid("too_many_users", format!("an import takes at most {MAX_USERS} users")));
+    }
+    let mut report =
+        Report { source: incoming.source.clone(), dry_run, skipped: incoming.skipped, ..Report::default() };
+    let mut changes = Changes::default();
+    let mut passwords = HashSet::new();
+    let mut aliased = false;
+    for user in incoming.users {
+        let key = format!("{}:{}", incoming.source, user.id);
+        let known: Option<UserId> = conn
+            .prepare_cached("SELECT id FROM users WHERE imported_from = ?1")?
+            .query_row([&key], |row| row.get(0))
+            .optional()?;
+        if known.is_some() {
+            report.unchanged += 1;
+            continue;
+        }
+        match take(conn, signer, &user, &key, &mut passwords, now) {
+            Ok(Err(skipped)) => report.skipped.push(skipped),
+            Ok(Ok(imported)) => {
+                aliased |= imported.aliases > 0;
+                changes.user(conn, imported.user)?;
+                report.imported.push(imported);
+            }
+            Err(e) => return Err(e),
+        }
+    }
+    changes.publish(conn, signer, now)?;
+    if aliased {
+        crate::publish::publish_edge_settings(conn, signer, now)?;
+    }
+    if !dry_run && !report.imported.is_empty() {
+        let detail = format!("{} users ({} skipped)", report.imported.len(), report.skipped.len());
+        audit(conn, now, actor, "import", &incoming.source, &detail)?;
+    }
+    Ok(report)
+}
+
+/// Takes one user: `Ok(Err(_))` when it is skipped (nothing of it stored).
+fn take(
+    conn: &Connection,
+    signer: &Signer,
+    user: &IncomingUser,
+    key: &str,
+    passwords: &mut HashSet<[u8; 32]>,
+    now: u64,
+) -> Result<Result<ImportedUser, Skipped>, Error> {
+    let password_kept = user.password.is_some();
+    let password = match &user.password {
+        Some(password) => {
+            if let Err(reason) = check_password(password) {
+                return Ok(Err(refuse(user, reason)));
+            }
+            let hash = hearth_shared::sha256(password.as_bytes());
+            let taken: bool = conn
+                .prepare_cached("SELECT EXISTS (SELECT 1 FROM users WHERE credential_hash = ?1)")?
+                .query_row([hash.to_vec()], |row| row.get(0))?;
+            if taken || !passwords.insert(hash) {
+                return Ok(Err(refuse(
+                    user,
+                    "its Hysteria2 password is another user's: a node could not tell them apart",
+                )));
+            }
+            password.clone()
+        }
+        None => crate::secrets::random_credential(),
+    };
+    let link_kept = user.link.is_some();
+    let token = match &user.link {
+        Some(link) => match SubToken::parse(link.rsplit('/').next().unwrap_or_default()) {
+            Some(token) => token,
+            None => return Ok(Err(refuse(user, "its link is not a Hearth subscription token"))),
+        },
+        None => SubToken::generate(&mut rand_core::OsRng),
+    };
+    let taken: bool = conn
+        .prepare_cached("SELECT EXISTS (SELECT 1 FROM users WHERE token_hash = ?1)")?
+        .query_row([token.hash().to_vec()], |row| row.get(0))?;
+    if taken {
+        return Ok(Err(refuse(user, "its link is another user's")));
+    }
+    if user.aliases.len() > MAX_ALIASES {
+        return Ok(Err(refuse(user, format!("it has more than {MAX_ALIASES} old subscription paths"))));
+    }
+    let (expires_at, days, start_on_first_use) = if user.days_from_first_use > 0 {
+        (None, Some(user.days_from_first_use), Some(true))
+    } else {
+        (Some(user.expires_at), None, None)
+    };
+    let input = UserInput {
+        name: Some(user.name.clone()),
+        quota: Some(user.quota),
+        expires_at,
+        days,
+        start_on_first_use,
+        reset: Some(user.reset.clone()),
+        note: Some(user.note.clone()),
+        enabled: Some(user.enabled),
+        device_limit: user.device_limit.map(DeviceLimit::Own),
+        ..UserInput::default()
+    };
+    // A savepoint: a user refused half-way leaves nothing behind.
+    conn.execute_batch("SAVEPOINT import_user")?;
+    let stored = (|| -> Result<UserId, Error> {
+        let id = crate::store::users::insert_imported(conn, signer, &input, token, &password, key, now)?;
+        conn.prepare_cached("UPDATE users SET used_up = ?2, used_down = ?3, raw_up = ?2, raw_down = ?3 WHERE id = ?1")?
+            .execute(rusqlite::params![id, user.used_up, user.used_down])?;
+        for path in &user.aliases {
+            aliases::add(conn, id, path, key.split(':').next().unwrap_or_default(), now)?;
+        }
+        Ok(id)
+    })();
+    match stored {
+        Ok(id) => {
+            conn.execute_batch("RELEASE import_user")?;
+            Ok(Ok(ImportedUser {
+                user: id,
+                name: user.name.clone(),
+                id: user.id.clone(),
+                password_kept,
+                link_kept,
+                aliases: user.aliases.len(),
+            }))
+        }
+        Err(Error::Invalid { message, .. } | Error::Conflict(message)) => {
+            conn.execute_batch("ROLLBACK TO import_user; RELEASE import_user")?;
+            Ok(Err(refuse(user, message)))
+        }
+        Err(e) => {
+            conn.execute_batch("ROLLBACK TO import_user; RELEASE import_user")?;
+            Err(e)
+        }
+    }
+}

@@ -1,0 +1,155 @@
+//! Aliases: old subscription paths (`/sub/<token>` of the panel users were imported from)
+//! that every edge, and control when it serves links itself, answers like the user's link.
+//!
+//! Each alias's snapshot is the user's, sealed under a token derived from the path
+//! ([`SubToken::for_alias`]): the path is the secret, as a link's token is, and the edge's
+//! storage holds only its hash. The edges look up only paths under the prefixes aliases use
+//! (pushed in the edge settings), so random paths still cost no lookup on Cloudflare.
+
+use hearth_shared::wire::{EdgeSettings, SubToken, UserId, alias_path, is_alias_prefix, stream};
+use rusqlite::{Connection, OptionalExtension as _, params};
+use serde::Serialize;
+
+use crate::error::Error;
+use crate::publish::{self, Signer};
+use crate::store::audit;
+
+/// One alias, as the panel and the API show it.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize)]
+pub(crate) struct AliasView {
+    pub path: String,
+    pub user: UserId,
+    /// Where it came from (`3x-ui`, `marzban`...).
+    pub source: String,
+    pub created: u64,
+}
+
+/// The prefix an alias path lives under: up to its last `/`.
+fn prefix_of(path: &str) -> &str {
+    &path[..=path.rfind('/').unwrap_or(0)]
+}
+
+/// An alias path for the audit log: its folder and the first characters of the rest (the
+/// path is a secret, as a link is).
+pub(crate) fn redacted(path: &str) -> String {
+    let prefix = prefix_of(path);
+    let rest: String = path[prefix.len()..].chars().take(4).collect();
+    format!("{prefix}{rest}…")
+}
+
+/// Checks an alias path as an importer hands it: the path as matched (no trailing `/`).
+pub(crate) fn check(path: &str) -> Result<String, Error> {
+    let bad = || {
+        Error::invalid(
+            "bad_alias",
+            format!(
+                "an alias is a path under a folder, like /sub/<token>: at most {} bytes of letters, digits and -._~%+=:@,!$&'()*;",
+                hearth_shared::wire::MAX_ALIAS_PATH
+            ),
+        )
+    };
+    let path = alias_path(path).ok_or_else(bad)?;
+    if !is_alias_prefix(prefix_of(path)) {
+        return Err(bad());
+    }
+    Ok(path.to_owned())
+}
+
+/// The paths of a user's aliases.
+pub(crate) fn paths_of_user(conn: &Connection, user: UserId) -> Result<Vec<String>, Error> {
+    let mut query = conn.prepare_cached("SELECT path FROM aliases WHERE user_id = ?1 ORDER BY path")?;
+    let paths = query.query_map([user], |row| row.get(0))?.collect::<Result<_, _>>()?;
+    Ok(paths)
+}
+
+/// The prefixes the aliases live under, for the edge settings.
+pub(crate) fn prefixes(conn: &Connection) -> Result<Vec<String>, Error> {
+    let mut query = conn.prepare_cached("SELECT path FROM aliases")?;
+    let mut prefixes: Vec<String> = query
+        .query_map([], |row| row.get::<_, String>(0))?
+        .map(|path| path.map(|path| prefix_of(&path).to_owned()))
+        .collect::<Result<_, _>>()?;
+    prefixes.sort();
+    prefixes.dedup();
+    prefixes.truncate(EdgeSettings::MAX_ALIAS_PREFIXES);
+    Ok(prefixes)
+}
+
+/// Adds an alias of `user` (checked with [`check`]); the caller publishes the user and the
+/// edge settings. Refuses a path taken, and a prefix past the most the edges take.
+pub(crate) fn add(conn: &Connection, user: UserId, path: &str, source: &str, now: u64) -> Result<(), Error> {
+    let path = check(path)?;
+    let token = SubToken::for_alias(&path).ok_or_else(|| Error::Internal("a checked alias has a token".into()))?;
+    let mut known = prefixes(conn)?;
+    if !known.iter().any(|prefix| prefix == prefix_of(&path)) {
+        known.push(prefix_of(&path).to_owned());
+        if known.len() > EdgeSettings::MAX_ALIAS_PREFIXES {
+            return Err(Error::invalid(
+                "too_many_alias_prefixes",
+                format!("aliases live under at most {} folders", EdgeSettings::MAX_ALIAS_PREFIXES),
+            ));
+        }
+    }
+    conn.prepare_cached(
+        "INSERT INTO aliases (path, user_id, token_hash, source, created) VALUES (?1, ?2, ?3, ?4, ?5)",
+    )?
+    .execute(params![path, user, token.hash(), source, now])
+    .map_err(|e| Error::from(e).unique(&format!("the alias {path}")))?;
+    Ok(())
+}
+
+/// Every alias (of one user, when given), by path.
+pub(crate) fn list(conn: &Connection, user: Option<UserId>) -> Result<Vec<AliasView>, Error> {
+    let mut query = conn.prepare_cached(
+        "SELECT path, user_id, source, created FROM aliases WHERE ?1 IS NULL OR user_id = ?1 ORDER BY path",
+    )?;
+    let aliases = query
+        .query_map([user], |row| {
+            Ok(AliasView { path: row.get(0)?, user: row.get(1)?, source: row.get(2)?, created: row.get(3)? })
+        })?
+        .collect::<Result<_, _>>()?;
+    Ok(aliases)
+}
+
+/// The user an alias's token hash belongs to, and the alias's token.
+pub(crate) fn by_hash(conn: &Connection, hash: &[u8; 32]) -> Result<Option<(UserId, SubToken)>, Error> {
+    let found: Option<(UserId, String)> = conn
+        .prepare_cached("SELECT user_id, path FROM aliases WHERE token_hash = ?1")?
+        .query_row([hash.to_vec()], |row| Ok((row.get(0)?, row.get(1)?)))
+        .optional()?;
+    Ok(found.and_then(|(user, path)| Some((user, SubToken::for_alias(&path)?))))
+}
+
+/// Deletes the alias snapshots of `user` (before the user is deleted).
+pub(crate) fn delete_streams_of_user(conn: &Connection, user: UserId) -> Result<(), Error> {
+    for path in paths_of_user(conn, user)? {
+        if let Some(token) = SubToken::for_alias(&path) {
+            publish::delete_stream(conn, &stream::snapshot(&token.hash()))?;
+        }
+    }
+    Ok(())
+}
+
+/// Retires an alias of `user`: every edge stops serving it (the decoy, as for any unknown
+/// path).
+pub(crate) fn retire(
+    conn: &Connection,
+    signer: &Signer,
+    actor: &str,
+    user: UserId,
+    path: &str,
+    now: u64,
+) -> Result<Vec<AliasView>, Error> {
+    let path = alias_path(path).ok_or(Error::NotFound("alias"))?;
+    let deleted =
+        conn.prepare_cached("DELETE FROM aliases WHERE path = ?1 AND user_id = ?2")?.execute(params![path, user])?;
+    if deleted == 0 {
+        return Err(Error::NotFound("alias"));
+    }
+    if let Some(token) = SubToken::for_alias(path) {
+        publish::delete_stream(conn, &stream::snapshot(&token.hash()))?;
+    }
+    publish::publish_edge_settings(conn, signer, now)?;
+    audit(conn, now, actor, "user.alias.retire", &format!("user {user}"), &redacted(path))?;
+    list(conn, Some(user))
+}
