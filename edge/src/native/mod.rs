@@ -199,6 +199,12 @@ impl Edge {
     /// may read).
     async fn handle_routed(&self, route: Route, request: &Request<'_>) -> Reply {
         match route {
+            // (A path under the link prefix that is no token may be an alias: an old panel's
+            // links could live under the same folder.)
+            Route::Subscription(None) => {
+                let alias = self.owner.read().expect("owner lock").settings.alias(request.path);
+                return self.subscription(request, alias).await;
+            }
             Route::Subscription(token) => return self.subscription(request, token).await,
             Route::Health => return self.token_refusals.lock().expect("refusal log lock").health(),
             Route::Unknown => {

@@ -65,6 +65,12 @@ async fn fetch(req: Request, env: Env, ctx: Context) -> Result<Response> {
     let head = req.method() == Method::Head;
     let method = req.method().to_string();
     let reply = match route(&config, &method, url.path(), url.query().unwrap_or("")) {
+        // (A path under the link prefix that is no token may be an alias: an old panel's links
+        // could live under the same folder.)
+        Route::Subscription(None) => {
+            let alias = owner(&env, &config).await.settings.alias(url.path());
+            subscription(&req, &env, &ctx, &config, alias).await?
+        }
         Route::Subscription(token) => subscription(&req, &env, &ctx, &config, token).await?,
         // An old subscription path of a user taken over from another panel (an alias) is
         // served like a link, when it is under a prefix the owner's aliases use. Anything

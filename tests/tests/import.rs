@@ -1,0 +1,107 @@
+//! Moving in from another panel, end to end: the real control binary's `import` (dry run,
+//! then for real, then again), a native edge and the Worker in workerd serving the imported
+//! users' old subscription paths, and the real sing-box client connecting through a real node
+//! with the Hysteria2 password the user had before.
+
+use std::time::{Duration, Instant};
+
+use hearth_tests::control::{Api, ControlDir, ControlProcess};
+use hearth_tests::edge::{Backend, EdgeProcess};
+use hearth_tests::node::{NodeProcess, ProxyClient, fetch_eventually, http_server, profile_outbounds};
+use serde_json::json;
+
+/// Polls `check` every 300 ms for up to `within`.
+async fn eventually<F: std::future::Future<Output = bool>>(what: &str, within: Duration, mut check: impl FnMut() -> F) {
+    let started = Instant::now();
+    while !check().await {
+        assert!(started.elapsed() < within, "{what}: not within {within:?}");
+        tokio::time::sleep(Duration::from_millis(300)).await;
+    }
+}
+
+#[tokio::test]
+async fn imported_users_keep_their_old_links_and_passwords_through_both_edges_and_a_node() {
+    let temp = tempfile::tempdir().unwrap();
+    let dir = ControlDir::init(&temp.path().join("control")).unwrap();
+    let main = EdgeProcess::start(Backend::Native, &temp.path().join("main.db"), &dir.edge_vars().unwrap()).unwrap();
+    let control = ControlProcess::start(&dir, &[("HEARTH_EDGE_URL", main.url.clone())]).unwrap();
+    let http = dir.client().unwrap();
+    let plain = hearth_tests::http().build().unwrap();
+    let api = Api { token: control.setup(&http, "admin").await.unwrap(), http: http.clone() };
+    let (port, _) = control.enroll_node(&http, &api.token, &temp.path().join("node")).await.unwrap();
+    let worker_vars = vec![
+        ("HEARTH_ROOT_KEY".to_owned(), dir.edge_setting("root_key").unwrap()),
+        ("HEARTH_PUSH_TOKEN".to_owned(), "worker-push-token-0123456789abcdef".to_owned()),
+        ("HEARTH_API_PREFIX".to_owned(), "worker-api-0123456789abcdef".to_owned()),
+        ("HEARTH_SUB_PREFIX".to_owned(), "worker-links".to_owned()),
+    ];
+    let worker = EdgeProcess::start(Backend::Worker, &temp.path().join("worker"), &worker_vars).unwrap();
+    let added = api
+        .post(
+            &control,
+            "/edges",
+            json!({
+                "name": "worker",
+                "url": worker.url,
+                "api_prefix": worker_vars[2].1,
+                "push_token": worker_vars[1].1,
+                "link_base": format!("{}/worker-links", worker.url),
+            }),
+        )
+        .await;
+    assert!(added["id"].is_i64(), "{added}");
+
+    // A Hearth users document, as a script moving off another panel writes it.
+    let document = json!({
+        "format": "hearth-users",
+        "version": 1,
+        "source": "old-panel",
+        "users": [
+            { "id": "alice@old", "name": "alice", "password": "alice-old-hy2-password", "quota": 50_000_000_000u64,
+              "aliases": ["/sub/AliceOld123", "/api/sub/aLiCe-short"] },
+            { "id": "bob@old", "name": "bob", "password": "alice-old-hy2-password" },
+        ],
+    });
+    let file = temp.path().join("users.json");
+    std::fs::write(&file, document.to_string()).unwrap();
+    let file = file.to_str().unwrap();
+    let dry = dir.cli(&["import", "hearth", "--file", file, "--dry-run"]).unwrap();
+    assert!(dry.contains("dry run from old-panel: would import 1 users"), "{dry}");
+    assert!(dry.contains("bob@old: its Hysteria2 password is another user's"), "{dry}");
+    assert_eq!(api.get(&control, "/users").await["total"], 0, "a dry run keeps nothing");
+    let done = dir.cli(&["import", "hearth", "--file", file]).unwrap();
+    assert!(done.contains("import from old-panel: imported 1 users"), "{done}");
+    assert!(done.contains("alice (alice@old): password kept, 2 aliases"), "{done}");
+    let again = dir.cli(&["import", "hearth", "--file", file]).unwrap();
+    assert!(again.contains("imported 0 users") && again.contains("already imported, left as they are: 1"), "{again}");
+    let broken = temp.path().join("broken.json");
+    std::fs::write(&broken, b"{\"format\": \"hearth-users\", \"version\": 1, \"users\": [{").unwrap();
+    let refused = dir.cli(&["import", "hearth", "--file", broken.to_str().unwrap()]).unwrap_err().to_string();
+    assert!(refused.contains("not a Hearth users document"), "{refused}");
+
+    // Each edge, once it holds the push, serves alice's old paths (on the old domain, pointed
+    // at the edge) with her old password.
+    for (edge, url) in [("main", &main.url), ("worker", &worker.url)] {
+        eventually(&format!("{edge} up to date"), Duration::from_secs(60), || async {
+            let status = api.get(&control, "/status").await;
+            status["edges"].as_array().unwrap().iter().any(|e| e["name"] == edge && e["pending"] == 0)
+        })
+        .await;
+        for path in ["/sub/AliceOld123", "/api/sub/aLiCe-short/"] {
+            let outbounds = profile_outbounds(&plain, &format!("{url}{path}")).await.unwrap();
+            assert_eq!(outbounds[0]["password"], "alice-old-hy2-password", "{edge}{path}");
+        }
+        let other = plain.get(format!("{url}/sub/AliceOld124")).send().await.unwrap();
+        assert_eq!(other.status(), 404, "{edge}: another path under the prefix is the decoy");
+    }
+
+    // The app holding alice's old single link (her password, the node's address) connects.
+    let node = NodeProcess::start(&temp.path().join("node")).unwrap();
+    let outbounds = profile_outbounds(&plain, &format!("{}/sub/AliceOld123", worker.url)).await.unwrap();
+    let outbound = outbounds.iter().find(|o| o["server_port"] == port).unwrap().clone();
+    let web = http_server(b"moved in".to_vec()).await.unwrap();
+    let client = ProxyClient::sing_box(outbound).unwrap();
+    assert_eq!(fetch_eventually(&client, web).await.unwrap(), b"moved in");
+    drop(client);
+    node.stop().unwrap();
+}
