@@ -241,7 +241,10 @@
   /** Calls the admin API. A 401 anywhere but sign-in means the session ended. */
   async function api(method, path, body) {
     const init = { method, headers: {}, credentials: 'same-origin', cache: 'no-store' };
-    if (body !== undefined) {
+    if (body instanceof Blob) {
+      init.headers['content-type'] = 'application/octet-stream';
+      init.body = body;
+    } else if (body !== undefined) {
       init.headers['content-type'] = 'application/json';
       init.body = JSON.stringify(body);
     }
@@ -874,12 +877,13 @@
   }
 
   async function userView(id) {
-    const [user, groups, link, traffic, hwid] = await Promise.all([
+    const [user, groups, link, traffic, hwid, aliases] = await Promise.all([
       api('GET', `users/${id}`),
       api('GET', 'groups'),
       api('GET', `users/${id}/link`),
       api('GET', `users/${id}/usage?days=30`),
       api('GET', `users/${id}/hwid`),
+      api('GET', `users/${id}/aliases`),
     ]);
     const act = (label, path, body, confirmText, cls) =>
       h('button', {
@@ -998,9 +1002,39 @@
         ),
       ),
       hwidCard(id, hwid),
+      aliases.aliases.length ? aliasesCard(id, aliases.aliases) : null,
       trafficCard(traffic.days),
       previewCard(id),
       edit,
+    );
+  }
+
+  /** Old subscription paths (from the panel the user was imported from) that the edges
+   * serve like the link, each retired on its own. */
+  function aliasesCard(id, aliases) {
+    return h(
+      'section',
+      { class: 'card', id: 'aliases' },
+      h('h2', {}, t('aliases.title')),
+      h('p', {}, t('aliases.intro')),
+      h(
+        'table',
+        { class: 'list' },
+        h('thead', {}, h('tr', {}, ['aliases.path', 'aliases.source', ''].map((k) => h('th', {}, k ? t(k) : h('span', { class: 'visually-hidden' }, t('actions')))))),
+        h(
+          'tbody',
+          {},
+          aliases.map((a) =>
+            h(
+              'tr',
+              {},
+              h('td', { 'data-label': t('aliases.path') }, h('code', {}, a.path)),
+              h('td', { 'data-label': t('aliases.source') }, a.source),
+              h('td', {}, deleteButton(t('aliases.retire'), t('aliases.retire_confirm', { path: a.path }), `users/${id}/aliases?path=${encodeURIComponent(a.path)}`, { 'aria-label': t('aliases.retire_one', { path: a.path }) })),
+            ),
+          ),
+        ),
+      ),
     );
   }
 
@@ -1582,6 +1616,73 @@
     return form;
   }
 
+  /** Moving in from another panel: a file, a preview of what it brings, then the import; and
+   * the export, in the format the import reads. */
+  function importCard() {
+    const out = h('div', { id: 'import-report', 'aria-live': 'polite' });
+    const form = h(
+      'form',
+      { class: 'card', id: 'import-form' },
+      h('h2', {}, t('import.title')),
+      h('p', {}, t('import.intro')),
+      field(
+        t('import.source'),
+        h('select', { name: 'source' }, [['3x-ui', 'import.source_3x-ui'], ['hearth', 'import.source_hearth']].map(([value, key]) => h('option', { value }, t(key)))),
+      ),
+      field(t('import.file'), h('input', { name: 'file', type: 'file', required: true })),
+      errorBox(),
+      h('div', { class: 'actions' }, h('button', { type: 'submit' }, t('import.preview'))),
+      out,
+    );
+    const report = (answer, source, file) => {
+      const rows = (items, cells) => h('ul', {}, items.map((item) => h('li', {}, cells(item))));
+      out.replaceChildren(
+        h('p', { role: 'status' }, t(answer.dry_run ? 'import.would' : 'import.done', { n: number(answer.imported.length), unchanged: number(answer.unchanged) })),
+        answer.imported.length
+          ? rows(answer.imported, (u) => t('import.user', { name: u.name, id: u.id, password: t(u.password_kept ? 'import.password_kept' : 'import.password_new'), aliases: number(u.aliases) }))
+          : null,
+        answer.skipped.length ? h('h3', {}, t('import.skipped', { n: number(answer.skipped.length) })) : null,
+        answer.skipped.length ? rows(answer.skipped, (s) => `${s.id}: ${s.reason}`) : null,
+        answer.dry_run && answer.imported.length
+          ? h('div', { class: 'actions' }, h('button', {
+              type: 'button',
+              id: 'import-go',
+              onclick: async (e) => {
+                e.target.disabled = true;
+                try {
+                  report(await api('POST', `import?source=${encodeURIComponent(source)}`, file), source, file);
+                } catch (err) {
+                  e.target.disabled = false;
+                  alertError(err);
+                }
+              },
+            }, t('import.go', { n: number(answer.imported.length) })))
+          : null,
+      );
+    };
+    onSubmit(form, async () => {
+      const source = form.querySelector('[name=source]').value;
+      const file = form.querySelector('[name=file]').files[0];
+      report(await api('POST', `import?source=${encodeURIComponent(source)}&dry_run=true`, file), source, file);
+    });
+    const exportButton = h('button', {
+      type: 'button',
+      class: 'ghost',
+      id: 'export',
+      onclick: async () => {
+        try {
+          const document_ = await api('GET', 'export');
+          const link = h('a', { href: URL.createObjectURL(new Blob([JSON.stringify(document_, null, 2)], { type: 'application/json' })), download: 'hearth-users.json' });
+          link.click();
+          URL.revokeObjectURL(link.href);
+        } catch (err) {
+          alertError(err);
+        }
+      },
+    }, t('import.export'));
+    return h('div', {}, form, h('section', { class: 'card', id: 'export-card' }, h('h2', {}, t('import.export_title')), h('p', {}, t('import.export_intro')), exportButton));
+  }
+
   /** What nodes do with a device over a user's limit. */
   function devicePolicyForm(settings) {
     const form = h(
@@ -1803,6 +1904,7 @@
       addressesForm(settings),
       edgesCard(edges.edges),
       devicePolicyForm(settings),
+      importCard(),
       rulesForm(settings),
       h(
         'section',

@@ -607,3 +607,51 @@ async fn devices_online_and_a_kick_in_a_real_browser() {
     client.close().await.unwrap();
     node.stop().unwrap();
 }
+
+/// Settings, Import: a 3x-ui database previewed (who comes, who is skipped and why), then
+/// imported; the user's page lists the old subscription paths and retires one; by keyboard
+/// where a person would use it, and clean under axe-core.
+#[tokio::test]
+async fn moving_in_from_3x_ui_in_a_real_browser() {
+    let temp = tempfile::tempdir().unwrap();
+    let dir = ControlDir::init(&temp.path().join("control")).unwrap();
+    let control = ControlProcess::start(&dir, &[]).unwrap();
+    let http = dir.client().unwrap();
+    let token = control.setup(&http, "admin").await.unwrap();
+    let panel = format!("{}/{}/", control.url, control.admin);
+    let (driver, client) = browser().await;
+    client.goto(&panel).await.unwrap();
+    fill(&client, "#login input[name=login]", "owner").await;
+    fill(&client, "#login input[name=password]", "correct horse battery").await;
+    find(&client, "#login button[type=submit]").await.click().await.unwrap();
+    find(&client, ".stats").await;
+    client.goto(&format!("{panel}#/settings")).await.unwrap();
+    find(&client, "#import-form select[name=source]").await.select_by_value("3x-ui").await.unwrap();
+    let db = hearth_tests::repo_root().join("tests/fixtures/import/3x-ui/x-ui-v2.9.4.db");
+    find(&client, "#import-form input[name=file]").await.send_keys(db.to_str().unwrap()).await.unwrap();
+    find(&client, "#import-form button[type=submit]").await.click().await.unwrap();
+    let preview = text_of(&client, "#import-report", |t| t.contains("Would import 2 users")).await;
+    assert!(preview.contains("alice (alice): password kept, 3 old paths"), "{preview}");
+    assert!(preview.contains("dave: vless client"), "{preview}");
+    screenshot(&client, "settings-import-preview").await;
+    let users = control.call(&http, &token, reqwest::Method::GET, "/users", None).await.unwrap();
+    assert_eq!(users["total"], 0, "a preview keeps nothing");
+    // The import itself, from the keyboard.
+    find(&client, "#import-go").await.send_keys("\u{e007}").await.unwrap();
+    text_of(&client, "#import-report", |t| t.contains("Imported 2 users")).await;
+    let users = control.call(&http, &token, reqwest::Method::GET, "/users", None).await.unwrap();
+    assert_eq!(users["total"], 2);
+    let alice =
+        users["users"].as_array().unwrap().iter().find(|u| u["name"] == "alice").unwrap()["id"].as_u64().unwrap();
+    client.goto(&format!("{panel}#/users/{alice}")).await.unwrap();
+    text_of(&client, "#aliases", |t| t.contains("/feed/alicesub0000001x") && t.contains("3x-ui")).await;
+    screenshot(&client, "user-aliases").await;
+    find(&client, "button[aria-label='Retire /clash/alicesub0000001x']").await.click().await.unwrap();
+    find(&client, "dialog button.danger").await.click().await.unwrap();
+    text_of(&client, "#aliases", |t| !t.contains("/clash/alicesub0000001x") && t.contains("/feed-json/")).await;
+    let aliases =
+        control.call(&http, &token, reqwest::Method::GET, &format!("/users/{alice}/aliases"), None).await.unwrap();
+    assert_eq!(aliases["aliases"].as_array().unwrap().len(), 2);
+    no_console_errors(&driver, &client, "moving in").await;
+    client.close().await.unwrap();
+}

@@ -1113,8 +1113,7 @@ async fn import_users(
     body: axum::body::Bytes,
 ) -> Reply {
     let actor = auth.need(Scope::Admin)?.actor();
-    let source = <crate::import::Source as clap::ValueEnum>::from_str(&query.source, true)
-        .map_err(|_| fail(Error::invalid("bad_source", "source must be hearth")))?;
+    let source = crate::import::Source::named(&query.source).map_err(fail)?;
     let incoming = crate::import::read_bytes(source, body.to_vec()).await.map_err(fail)?;
     let now = now();
     let apply = move |tx: &rusqlite::Transaction<'_>, app: Arc<App>| {

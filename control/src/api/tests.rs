@@ -1837,3 +1837,42 @@ async fn users_move_in_with_their_passwords_and_old_paths_and_an_import_is_all_o
     let gone = client.send(Method::GET, "/sub/alice123", None, &[]).await;
     assert_eq!(gone.body, hearth_shared::render::DECOY_BODY);
 }
+
+#[tokio::test]
+async fn a_3x_ui_database_uploaded_to_the_panel_is_previewed_then_imported() {
+    let client = Client::signed_in(false).await;
+    let db =
+        std::fs::read(concat!(env!("CARGO_MANIFEST_DIR"), "/../tests/fixtures/import/3x-ui/x-ui-v2.9.4.db")).unwrap();
+    let upload = |path: String, body: Vec<u8>| {
+        let client = &client;
+        async move {
+            let request = Request::post(client.admin(&path))
+                .header(header::COOKIE, format!("{}={}", crate::auth::COOKIE, client.cookie.as_deref().unwrap()))
+                .header(header::CONTENT_TYPE, "application/octet-stream")
+                .body(HttpBody::from(body))
+                .unwrap();
+            client.raw(request).await
+        }
+    };
+    let preview = upload("/import?source=3x-ui&dry_run=true".into(), db.clone()).await;
+    assert_eq!(preview.status, StatusCode::OK, "{}", String::from_utf8_lossy(&preview.body));
+    let preview = preview.json();
+    let names: Vec<&str> =
+        preview["imported"].as_array().unwrap().iter().map(|u| u["name"].as_str().unwrap()).collect();
+    assert_eq!(names, ["alice", "bob"]);
+    assert_eq!(preview["skipped"].as_array().unwrap().len(), 2);
+    assert_eq!(client.get("/users").await.json()["total"], 0);
+    // Not a database: a clear error, nothing changed.
+    let wrong = upload("/import?source=3x-ui".into(), b"SQLite format 3\0 but not really".to_vec()).await;
+    assert_eq!(wrong.status, StatusCode::BAD_REQUEST);
+    assert_eq!(wrong.json()["error"]["code"], "bad_source_file");
+    let unknown = upload("/import?source=xui".into(), db.clone()).await;
+    assert!(unknown.json()["error"]["message"].as_str().unwrap().contains("one of hearth, 3x-ui"));
+    let done = upload("/import?source=3x-ui".into(), db).await.json();
+    assert_eq!(done["imported"].as_array().unwrap().len(), 2);
+    let users = client.get("/users").await.json();
+    assert_eq!(users["total"], 2);
+    let alice = done["imported"][0]["user"].as_u64().unwrap();
+    let aliases = client.get(&format!("/users/{alice}/aliases")).await.json();
+    assert_eq!(aliases["aliases"].as_array().unwrap().len(), 3, "{aliases}");
+}

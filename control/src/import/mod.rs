@@ -10,6 +10,7 @@
 //! an importer's input and what `export` writes, so nobody is locked in.
 
 pub(crate) mod json;
+pub(crate) mod xui;
 
 use std::collections::HashSet;
 
@@ -27,6 +28,22 @@ use crate::store::{aliases, audit};
 pub(crate) enum Source {
     /// A Hearth users document (JSON): what `export` writes, or any script.
     Hearth,
+    /// 3x-ui (or an x-ui fork with Hysteria): its SQLite database file.
+    #[value(name = "3x-ui")]
+    Xui,
+}
+
+impl Source {
+    /// The source of this name (as the CLI and the API take it).
+    pub(crate) fn named(name: &str) -> Result<Source, Error> {
+        <Source as clap::ValueEnum>::from_str(name, true).map_err(|_| {
+            let names: Vec<String> = <Source as clap::ValueEnum>::value_variants()
+                .iter()
+                .filter_map(|s| clap::ValueEnum::to_possible_value(s).map(|v| v.get_name().to_owned()))
+                .collect();
+            Error::invalid("bad_source", format!("source must be one of {}", names.join(", ")))
+        })
+    }
 }
 
 /// Where a source is read from (as the CLI names it).
@@ -55,6 +72,11 @@ pub(crate) fn read(source: Source, from: &From) -> anyhow::Result<Incoming> {
             };
             Ok(json::read(&bytes)?)
         }
+        Source::Xui => {
+            let file =
+                from.file.as_deref().context("import 3x-ui reads its database: give --file /etc/x-ui/x-ui.db")?;
+            xui::read(file, crate::app::now())
+        }
     }
 }
 
@@ -62,6 +84,15 @@ pub(crate) fn read(source: Source, from: &From) -> anyhow::Result<Incoming> {
 pub(crate) async fn read_bytes(source: Source, bytes: Vec<u8>) -> Result<Incoming, Error> {
     match source {
         Source::Hearth => json::read(&bytes),
+        // A database is read from a file of its own (SQLite reads files), gone afterwards.
+        Source::Xui => tokio::task::spawn_blocking(move || {
+            let dir = tempfile::tempdir().map_err(|e| Error::Internal(format!("a temporary directory: {e}")))?;
+            let path = dir.path().join("x-ui.db");
+            std::fs::write(&path, &bytes).map_err(|e| Error::Internal(format!("writing the upload: {e}")))?;
+            xui::read(&path, crate::app::now()).map_err(|e| Error::invalid("bad_source_file", format!("{e:#}")))
+        })
+        .await
+        .map_err(|e| Error::Internal(format!("reading the upload: {e}")))?,
     }
 }
 
