@@ -114,11 +114,18 @@ enum Command {
     /// their old subscription paths as aliases (see the README, "Moving from another panel").
     /// One transaction, all or nothing; users imported before are left as they are.
     Import {
-        /// The panel: hearth (the JSON format `export` writes).
+        /// The panel: hearth (the JSON format `export` writes), 3x-ui, remnawave.
         source: import::Source,
-        /// The panel's database file, or the document (`-` reads standard input).
+        /// The panel's database file (3x-ui), or the document (hearth; `-` reads standard
+        /// input).
         #[arg(long)]
         file: Option<PathBuf>,
+        /// The panel's address, to read users over its REST API (remnawave).
+        #[arg(long)]
+        url: Option<String>,
+        /// A file holding the panel's API token (never on the command line).
+        #[arg(long)]
+        token_file: Option<PathBuf>,
         /// Print what would be imported and skipped, and why; change nothing.
         #[arg(long)]
         dry_run: bool,
@@ -396,8 +403,8 @@ fn main() -> Result<()> {
             restore::print(&report, &cli.data_dir);
         }
         Command::Edge { command } => edge_command(&cli.data_dir, command)?,
-        Command::Import { source, file, dry_run } => {
-            let from = import::From { file };
+        Command::Import { source, file, url, token_file, dry_run } => {
+            let from = import::From { file, url, token_file };
             let incoming = import::read(source, &from)?;
             let (_, db, signer) = serve::open(&cli.data_dir)?;
             let apply =

@@ -1627,9 +1627,19 @@
       h('p', {}, t('import.intro')),
       field(
         t('import.source'),
-        h('select', { name: 'source' }, [['3x-ui', 'import.source_3x-ui'], ['hearth', 'import.source_hearth']].map(([value, key]) => h('option', { value }, t(key)))),
+        h(
+          'select',
+          { name: 'source', onchange: () => shown() },
+          [['3x-ui', 'import.source_3x-ui'], ['remnawave', 'import.source_remnawave'], ['hearth', 'import.source_hearth']].map(([value, key]) => h('option', { value }, t(key))),
+        ),
       ),
-      field(t('import.file'), h('input', { name: 'file', type: 'file', required: true })),
+      h('div', { class: 'import-file' }, field(t('import.file'), h('input', { name: 'file', type: 'file', required: true }))),
+      h(
+        'div',
+        { class: 'import-api', hidden: true },
+        field(t('import.url'), h('input', { name: 'url', type: 'url', placeholder: 'https://panel.example.com' })),
+        field(t('import.token'), h('input', { name: 'token', type: 'password', autocomplete: 'off' }), t('import.token_hint')),
+      ),
       errorBox(),
       h('div', { class: 'actions' }, h('button', { type: 'submit' }, t('import.preview'))),
       out,
@@ -1660,10 +1670,22 @@
           : null,
       );
     };
+    // A panel read over its API takes its address and a token; the others a file.
+    const shown = () => {
+      const byApi = form.querySelector('[name=source]').value === 'remnawave';
+      form.querySelector('.import-file').hidden = byApi;
+      form.querySelector('.import-api').hidden = !byApi;
+      form.querySelector('[name=file]').required = !byApi;
+      form.querySelector('[name=url]').required = byApi;
+      form.querySelector('[name=token]').required = byApi;
+    };
     onSubmit(form, async () => {
       const source = form.querySelector('[name=source]').value;
-      const file = form.querySelector('[name=file]').files[0];
-      report(await api('POST', `import?source=${encodeURIComponent(source)}&dry_run=true`, file), source, file);
+      const body =
+        source === 'remnawave'
+          ? { url: form.querySelector('[name=url]').value.trim(), token: form.querySelector('[name=token]').value.trim() }
+          : form.querySelector('[name=file]').files[0];
+      report(await api('POST', `import?source=${encodeURIComponent(source)}&dry_run=true`, body), source, body);
     });
     const exportButton = h('button', {
       type: 'button',

@@ -626,6 +626,10 @@ async fn moving_in_from_3x_ui_in_a_real_browser() {
     find(&client, "#login button[type=submit]").await.click().await.unwrap();
     find(&client, ".stats").await;
     client.goto(&format!("{panel}#/settings")).await.unwrap();
+    // Remnawave is read over its API: its address and a token, no file.
+    find(&client, "#import-form select[name=source]").await.select_by_value("remnawave").await.unwrap();
+    assert!(find(&client, "#import-form input[name=url]").await.is_displayed().await.unwrap());
+    assert!(!find(&client, "#import-form input[name=file]").await.is_displayed().await.unwrap());
     find(&client, "#import-form select[name=source]").await.select_by_value("3x-ui").await.unwrap();
     let db = hearth_tests::repo_root().join("tests/fixtures/import/3x-ui/x-ui-v2.9.4.db");
     find(&client, "#import-form input[name=file]").await.send_keys(db.to_str().unwrap()).await.unwrap();

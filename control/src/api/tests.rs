@@ -1867,7 +1867,13 @@ async fn a_3x_ui_database_uploaded_to_the_panel_is_previewed_then_imported() {
     assert_eq!(wrong.status, StatusCode::BAD_REQUEST);
     assert_eq!(wrong.json()["error"]["code"], "bad_source_file");
     let unknown = upload("/import?source=xui".into(), db.clone()).await;
-    assert!(unknown.json()["error"]["message"].as_str().unwrap().contains("one of hearth, 3x-ui"));
+    assert!(unknown.json()["error"]["message"].as_str().unwrap().contains("one of hearth, 3x-ui, remnawave"));
+    // A panel read over its API: one that does not answer is a clear error.
+    let nowhere = client
+        .post("/import?source=remnawave&dry_run=true", json!({ "url": "http://127.0.0.1:9", "token": "t" }))
+        .await;
+    assert_eq!(nowhere.status, StatusCode::BAD_REQUEST);
+    assert!(nowhere.json()["error"]["message"].as_str().unwrap().contains("did not answer"));
     let done = upload("/import?source=3x-ui".into(), db).await.json();
     assert_eq!(done["imported"].as_array().unwrap().len(), 2);
     let users = client.get("/users").await.json();

@@ -10,6 +10,7 @@
 //! an importer's input and what `export` writes, so nobody is locked in.
 
 pub(crate) mod json;
+pub(crate) mod remnawave;
 pub(crate) mod xui;
 
 use std::collections::HashSet;
@@ -31,6 +32,8 @@ pub(crate) enum Source {
     /// 3x-ui (or an x-ui fork with Hysteria): its SQLite database file.
     #[value(name = "3x-ui")]
     Xui,
+    /// Remnawave: its REST API, with an API token.
+    Remnawave,
 }
 
 impl Source {
@@ -51,6 +54,10 @@ impl Source {
 pub(crate) struct From {
     /// A database file or document (`-`: standard input).
     pub file: Option<std::path::PathBuf>,
+    /// A panel's address, for its REST API.
+    pub url: Option<String>,
+    /// A file holding the panel's API token.
+    pub token_file: Option<std::path::PathBuf>,
 }
 
 /// Reads what `source` holds.
@@ -77,6 +84,14 @@ pub(crate) fn read(source: Source, from: &From) -> anyhow::Result<Incoming> {
                 from.file.as_deref().context("import 3x-ui reads its database: give --file /etc/x-ui/x-ui.db")?;
             xui::read(file, crate::app::now())
         }
+        Source::Remnawave => {
+            let url =
+                from.url.as_deref().context("import remnawave reads its API: give --url https://panel.example")?;
+            let file = from.token_file.as_deref().context("give --token-file: a file holding a Remnawave API token")?;
+            let token = std::fs::read_to_string(file).with_context(|| format!("reading {}", file.display()))?;
+            let runtime = tokio::runtime::Builder::new_current_thread().enable_all().build()?;
+            runtime.block_on(remnawave::read(url, &token))
+        }
     }
 }
 
@@ -93,6 +108,18 @@ pub(crate) async fn read_bytes(source: Source, bytes: Vec<u8>) -> Result<Incomin
         })
         .await
         .map_err(|e| Error::Internal(format!("reading the upload: {e}")))?,
+        // A panel read over its API: the body names it.
+        Source::Remnawave => {
+            #[derive(Deserialize)]
+            #[serde(deny_unknown_fields)]
+            struct Api {
+                url: String,
+                token: String,
+            }
+            let api: Api = serde_json::from_slice(&bytes)
+                .map_err(|e| Error::invalid("bad_json", format!("send {{\"url\": ..., \"token\": ...}}: {e}")))?;
+            remnawave::read(&api.url, &api.token).await.map_err(|e| Error::invalid("source_refused", format!("{e:#}")))
+        }
     }
 }
 

@@ -24,13 +24,17 @@ pub(crate) struct AliasView {
     pub created: u64,
 }
 
-/// The prefix an alias path lives under: up to its last `/`.
+/// The prefix an alias path lives under: its first folder (`/sub/` of `/sub/<id>`, `/api/` of
+/// `/api/sub/<id>/json`), so the users of one panel share one.
 fn prefix_of(path: &str) -> &str {
-    &path[..=path.rfind('/').unwrap_or(0)]
+    match path[1..].find('/') {
+        Some(at) => &path[..at + 2],
+        None => "/",
+    }
 }
 
-/// An alias path for the audit log: its folder and the first characters of the rest (the
-/// path is a secret, as a link is).
+/// An alias path for the audit log: its first folder and the first characters of the rest
+/// (the path is a secret, as a link is).
 pub(crate) fn redacted(path: &str) -> String {
     let prefix = prefix_of(path);
     let rest: String = path[prefix.len()..].chars().take(4).collect();
