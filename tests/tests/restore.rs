@@ -595,3 +595,54 @@ async fn a_restore_from_an_older_archive_catches_up_every_change_since() {
     assert_eq!(listed["total"], 7, "{listed}");
     drop(lab.node.take());
 }
+
+/// An imported user's old subscription paths (aliases) come back with a restore from the
+/// snapshots: the user's own link is its link again (not an alias's), the aliases are listed
+/// and kept at the edge, and the restored control can still retire one.
+#[tokio::test]
+async fn aliases_come_back_with_a_restore_from_snapshots() {
+    let temp = tempfile::tempdir().unwrap();
+    let Archiving { dir, edge, env, control, https, token } = Archiving::start(temp.path()).await.unwrap();
+    let mut lab = Lab {
+        temp,
+        dir,
+        edge,
+        env,
+        control: Some(control),
+        https,
+        token,
+        users: BTreeMap::new(),
+        node: None,
+        _node_b: std::path::PathBuf::new(),
+    };
+    lab.control().enroll_node(&lab.https, &lab.token, &lab.temp.path().join("a")).await.unwrap();
+    let document = json!({
+        "format": "hearth-users", "version": 1, "source": "3x-ui",
+        "users": [{ "id": "hank@old", "name": "hank", "password": "hank-old-password",
+                    "aliases": ["/sub/hank0000sub", "/json/hank0000sub"] }],
+    });
+    let imported = lab.call(Method::POST, "/import?source=hearth", Some(document)).await;
+    let hank = imported["imported"][0]["user"].as_u64().unwrap();
+    let link = lab.call(Method::GET, &format!("/users/{hank}/link"), None).await["link"].as_str().unwrap().to_owned();
+    lab.users.insert("hank".into(), (hank, link.clone()));
+    lab.until_the_edge_serves_control().await;
+    let old = format!("{}/sub/hank0000sub", lab.edge.url);
+    assert_eq!(serve(&old, AGENTS[0]).await.0, 200);
+
+    let safe = lab.lose_control();
+    let printed = lab.restore(&safe, true);
+    assert!(printed.contains("1 users"), "{printed}");
+    lab.start_control();
+    lab.token = lab.control().setup(&lab.https, "admin").await.unwrap();
+    let restored = lab.call(Method::GET, &format!("/users/{hank}/link"), None).await;
+    assert_eq!(restored["link"].as_str(), Some(link.as_str()), "the user's own link, not an alias's");
+    let aliases = lab.call(Method::GET, &format!("/users/{hank}/aliases"), None).await;
+    let paths: Vec<&str> = aliases["aliases"].as_array().unwrap().iter().map(|a| a["path"].as_str().unwrap()).collect();
+    assert_eq!(paths, ["/json/hank0000sub", "/sub/hank0000sub"]);
+    lab.until_the_edge_serves_control().await;
+    assert_eq!(serve(&old, AGENTS[0]).await.0, 200, "the alias still served once the restored control pushed");
+    lab.call(Method::DELETE, &format!("/users/{hank}/aliases?path=/json/hank0000sub"), None).await;
+    lab.until_the_edge_serves_control().await;
+    assert_eq!(serve(&format!("{}/json/hank0000sub", lab.edge.url), AGENTS[0]).await.0, 404);
+    assert_eq!(serve(&old, AGENTS[0]).await.0, 200);
+}
