@@ -134,6 +134,21 @@ impl Seen {
     }
 }
 
+impl Seen {
+    /// The device as registered when first seen at `now`.
+    pub fn device(&self, now: u64) -> Device {
+        Device {
+            key: self.key,
+            os: self.os.clone(),
+            os_version: self.os_version.clone(),
+            model: self.model.clone(),
+            app: self.app.clone(),
+            first_seen: now,
+            last_seen: now,
+        }
+    }
+}
+
 /// A device's key, from its `x-hwid`.
 pub fn key_of(hwid: &str) -> DeviceKey {
     let digest = crate::sha256(&[b"hearth hwid v1\0".as_slice(), hwid.as_bytes()].concat());
@@ -180,15 +195,7 @@ impl Registry {
         }
         let room = (policy.limit as usize).min(MAX_DEVICES);
         if self.devices.len() < room {
-            self.devices.push(Device {
-                key: seen.key,
-                os: seen.os.clone(),
-                os_version: seen.os_version.clone(),
-                model: seen.model.clone(),
-                app: seen.app.clone(),
-                first_seen: now,
-                last_seen: now,
-            });
+            self.devices.push(seen.device(now));
             return (Admission::Added, true);
         }
         if self.refused_at == 0 || now >= self.refused_at.saturating_add(SEEN_EVERY) {
@@ -314,17 +321,7 @@ pub fn refused(snapshot: &crate::wire::Snapshot) -> crate::wire::Snapshot {
     );
     let mut refused = snapshot.clone();
     refused.credential = "device-limit-reached".to_owned();
-    refused.endpoints = vec![crate::wire::Endpoint {
-        name: REFUSED_NAME.to_owned(),
-        host: "127.0.0.1".to_owned(),
-        port: 1,
-        hop: None,
-        sni: None,
-        cert_sha256: None,
-        spki_sha256: None,
-        insecure: true,
-        obfs: None,
-    }];
+    refused.endpoints = vec![crate::wire::Endpoint::placeholder(REFUSED_NAME)];
     refused.profile.announce = Some(match snapshot.profile.announce.as_deref() {
         Some(own) if !own.trim().is_empty() => format!("{notice}\n{own}"),
         _ => notice,

@@ -499,6 +499,24 @@ pub struct Endpoint {
     pub obfs: Option<String>,
 }
 
+impl Endpoint {
+    /// An entry that connects nowhere, named to tell a person why (a user who cannot connect,
+    /// a device over the limit).
+    pub fn placeholder(name: &str) -> Endpoint {
+        Endpoint {
+            name: name.to_owned(),
+            host: "127.0.0.1".to_owned(),
+            port: 1,
+            hop: None,
+            sni: None,
+            cert_sha256: None,
+            spki_sha256: None,
+            insecure: true,
+            obfs: None,
+        }
+    }
+}
+
 /// Per-subscription presentation: title, notices, links, refresh interval.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Profile {

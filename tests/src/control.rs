@@ -516,3 +516,38 @@ impl Api {
         self.ok(control, reqwest::Method::POST, path, Some(body)).await
     }
 }
+
+/// An edge's own settings: control's root key, and a push token, API prefix and link folder of
+/// its own, named after it.
+pub fn own_edge_vars(dir: &ControlDir, name: &str) -> Result<Vec<(String, String)>> {
+    Ok(vec![
+        ("HEARTH_ROOT_KEY".into(), dir.edge_setting("root_key")?),
+        ("HEARTH_PUSH_TOKEN".into(), format!("{name}-push-token-0123456789abcdef")),
+        ("HEARTH_API_PREFIX".into(), format!("{name}-api-0123456789abcdef")),
+        ("HEARTH_SUB_PREFIX".into(), format!("{name}-links")),
+    ])
+}
+
+/// Starts the Worker in workerd as the edge `name`, on settings of its own
+/// ([`own_edge_vars`]) and its state under `state`, and adds it to `control` through the API
+/// (offering links at its link folder).
+pub async fn add_worker_edge(
+    api: &Api,
+    control: &ControlProcess,
+    dir: &ControlDir,
+    state: &Path,
+    name: &str,
+) -> Result<crate::edge::EdgeProcess> {
+    let vars = own_edge_vars(dir, name)?;
+    let worker = crate::edge::EdgeProcess::start(crate::edge::Backend::Worker, state, &vars)?;
+    let body = serde_json::json!({
+        "name": name,
+        "url": worker.url,
+        "api_prefix": vars[2].1,
+        "push_token": vars[1].1,
+        "link_base": format!("{}/{}-links", worker.url, name),
+    });
+    let added = api.post(control, "/edges", body).await;
+    anyhow::ensure!(added["id"].is_i64(), "control did not add the edge: {added}");
+    Ok(worker)
+}

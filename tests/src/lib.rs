@@ -158,3 +158,16 @@ pub fn node_signature(key: &hearth_shared::keys::SecretKey, node: u64, method: &
     let request = nodeauth::Request { method, host: &host, path_and_query: &path, body };
     nodeauth::sign(key, node, &request, control_sim::now(), &mut rand_core::OsRng)
 }
+
+/// Polls `check` every 200 ms until it holds; fails the test, naming `what`, after `within`.
+pub async fn eventually<F: std::future::Future<Output = bool>>(
+    what: &str,
+    within: std::time::Duration,
+    mut check: impl FnMut() -> F,
+) {
+    let started = std::time::Instant::now();
+    while !check().await {
+        assert!(started.elapsed() < within, "{what}: not within {within:?}");
+        tokio::time::sleep(std::time::Duration::from_millis(200)).await;
+    }
+}

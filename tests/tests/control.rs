@@ -12,6 +12,7 @@ use hearth_shared::wire::{CredentialSet, UsageReport, UserUsage};
 use hearth_tests::control::{Api, ControlDir, ControlProcess};
 use hearth_tests::control_sim::now;
 use hearth_tests::edge::{Backend, EdgeProcess, free_port};
+use hearth_tests::eventually;
 use reqwest::StatusCode;
 use serde_json::{Value, json};
 
@@ -23,15 +24,6 @@ async fn fresh_control(scope: &str) -> (tempfile::TempDir, ControlDir, ControlPr
     let http = dir.client().unwrap();
     let api = Api { token: control.setup(&http, scope).await.unwrap(), http };
     (temp, dir, control, api)
-}
-
-/// Polls `check` every 100 ms for up to `limit`.
-async fn eventually<F: std::future::Future<Output = bool>>(what: &str, limit: Duration, mut check: impl FnMut() -> F) {
-    let started = Instant::now();
-    while !check().await {
-        assert!(started.elapsed() < limit, "{what}: not within {limit:?}");
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    }
 }
 
 async fn served(http: &reqwest::Client, link: &str) -> bool {

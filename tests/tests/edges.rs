@@ -8,19 +8,11 @@
 
 use std::time::{Duration, Instant};
 
-use hearth_tests::control::{Api, ControlDir, ControlProcess};
+use hearth_tests::control::{Api, ControlDir, ControlProcess, own_edge_vars};
 use hearth_tests::edge::{Backend, EdgeProcess, free_port};
+use hearth_tests::eventually;
 use reqwest::StatusCode;
 use serde_json::{Value, json};
-
-/// Polls `check` every 200 ms for up to `limit`.
-async fn eventually<F: std::future::Future<Output = bool>>(what: &str, limit: Duration, mut check: impl FnMut() -> F) {
-    let started = Instant::now();
-    while !check().await {
-        assert!(started.elapsed() < limit, "{what}: not within {limit:?}");
-        tokio::time::sleep(Duration::from_millis(200)).await;
-    }
-}
 
 /// The body an app (sing-box) gets from `link`, if it gets one.
 async fn body(http: &reqwest::Client, link: &str) -> Option<String> {
@@ -57,16 +49,6 @@ async fn same_everywhere(http: &reqwest::Client, links: &[(String, String)], at:
     true
 }
 
-/// An edge's own settings: control's root, its own push token, API prefix and link path.
-fn own_vars(dir: &ControlDir, name: &str) -> Vec<(String, String)> {
-    vec![
-        ("HEARTH_ROOT_KEY".into(), dir.edge_setting("root_key").unwrap()),
-        ("HEARTH_PUSH_TOKEN".into(), format!("{name}-push-token-0123456789abcdef")),
-        ("HEARTH_API_PREFIX".into(), format!("{name}-api-0123456789abcdef")),
-        ("HEARTH_SUB_PREFIX".into(), format!("{name}-links")),
-    ]
-}
-
 #[tokio::test]
 async fn three_edges_serve_every_link_alike_and_each_catches_up() {
     let temp = tempfile::tempdir().unwrap();
@@ -83,7 +65,7 @@ async fn three_edges_serve_every_link_alike_and_each_catches_up() {
 
     // A second native edge on another "host", added from the CLI while control serves; its
     // push token comes from a file, never the command line.
-    let mirror_vars = own_vars(&dir, "mirror");
+    let mirror_vars = own_edge_vars(&dir, "mirror").unwrap();
     let mirror_port = free_port().unwrap();
     let mirror_db = temp.path().join("mirror.db");
     let mirror = EdgeProcess::start_on(Backend::Native, &mirror_db, &mirror_vars, mirror_port).unwrap();
@@ -121,7 +103,7 @@ async fn three_edges_serve_every_link_alike_and_each_catches_up() {
     eprintln!("an edge added at run time served every link after {:?}", added.elapsed());
 
     // The Worker in workerd, on its own account's token and prefix, added through the API.
-    let worker_vars = own_vars(&dir, "worker");
+    let worker_vars = own_edge_vars(&dir, "worker").unwrap();
     let worker = EdgeProcess::start(Backend::Worker, &temp.path().join("worker"), &worker_vars).unwrap();
     let answer = api
         .post(
@@ -280,7 +262,7 @@ async fn a_node_falls_back_to_the_second_edge_when_control_and_the_first_are_gon
     let temp = tempfile::tempdir().unwrap();
     let dir = ControlDir::init(&temp.path().join("control")).unwrap();
     let main = EdgeProcess::start(Backend::Native, &temp.path().join("main.db"), &dir.edge_vars().unwrap()).unwrap();
-    let mirror_vars = own_vars(&dir, "mirror");
+    let mirror_vars = own_edge_vars(&dir, "mirror").unwrap();
     let mirror = EdgeProcess::start(Backend::Native, &temp.path().join("mirror.db"), &mirror_vars).unwrap();
     let env = [("HEARTH_EDGE_URL", main.url.clone()), ("HEARTH_LISTEN", format!("127.0.0.1:{}", free_port().unwrap()))];
     let control = ControlProcess::start(&dir, &env).unwrap();

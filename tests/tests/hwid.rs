@@ -4,10 +4,11 @@
 //! reached" and no credential, and the page says so; the registries reach control, which
 //! lists the devices, and a device the owner deletes frees its room at both edges.
 
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
-use hearth_tests::control::{Api, ControlDir, ControlProcess};
+use hearth_tests::control::{Api, ControlDir, ControlProcess, add_worker_edge};
 use hearth_tests::edge::{Backend, EdgeProcess};
+use hearth_tests::eventually;
 use serde_json::json;
 
 /// What a link answers an app on `device` (Happ's headers; read as mihomo YAML here).
@@ -36,15 +37,6 @@ fn refused(profile: &str) -> bool {
     profile.contains("Device limit reached") && profile.contains("password: device-limit-reached")
 }
 
-/// Polls `check` every 300 ms for up to `within`.
-async fn eventually<F: std::future::Future<Output = bool>>(what: &str, within: Duration, mut check: impl FnMut() -> F) {
-    let started = Instant::now();
-    while !check().await {
-        assert!(started.elapsed() < within, "{what}: not within {within:?}");
-        tokio::time::sleep(Duration::from_millis(300)).await;
-    }
-}
-
 #[tokio::test]
 async fn devices_over_the_limit_are_turned_away_at_both_edges_and_deleting_one_frees_its_room() {
     let temp = tempfile::tempdir().unwrap();
@@ -55,27 +47,7 @@ async fn devices_over_the_limit_are_turned_away_at_both_edges_and_deleting_one_f
     let plain = hearth_tests::http().build().unwrap();
     let api = Api { token: control.setup(&http, "admin").await.unwrap(), http: http.clone() };
     control.enroll_node(&http, &api.token, &temp.path().join("node")).await.unwrap();
-    let worker_vars = vec![
-        ("HEARTH_ROOT_KEY".to_owned(), dir.edge_setting("root_key").unwrap()),
-        ("HEARTH_PUSH_TOKEN".to_owned(), "worker-push-token-0123456789abcdef".to_owned()),
-        ("HEARTH_API_PREFIX".to_owned(), "worker-api-0123456789abcdef".to_owned()),
-        ("HEARTH_SUB_PREFIX".to_owned(), "worker-links".to_owned()),
-    ];
-    let worker = EdgeProcess::start(Backend::Worker, &temp.path().join("worker"), &worker_vars).unwrap();
-    let added = api
-        .post(
-            &control,
-            "/edges",
-            json!({
-                "name": "worker",
-                "url": worker.url,
-                "api_prefix": worker_vars[2].1,
-                "push_token": worker_vars[1].1,
-                "link_base": format!("{}/worker-links", worker.url),
-            }),
-        )
-        .await;
-    assert!(added["id"].is_i64(), "{added}");
+    let _worker = add_worker_edge(&api, &control, &dir, &temp.path().join("worker"), "worker").await.unwrap();
     let id = api.post(&control, "/users", json!({ "name": "family", "device_limit": 2 })).await["id"].as_u64().unwrap();
     let answer = api.get(&control, &format!("/users/{id}/link")).await;
     let links: Vec<(String, String)> = answer["links"]

@@ -3,21 +3,13 @@
 //! users' old subscription paths, and the real sing-box client connecting through a real node
 //! with the Hysteria2 password the user had before.
 
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
-use hearth_tests::control::{Api, ControlDir, ControlProcess};
+use hearth_tests::control::{Api, ControlDir, ControlProcess, add_worker_edge};
 use hearth_tests::edge::{Backend, EdgeProcess};
+use hearth_tests::eventually;
 use hearth_tests::node::{NodeProcess, ProxyClient, fetch_eventually, http_server, profile_outbounds};
 use serde_json::json;
-
-/// Polls `check` every 300 ms for up to `within`.
-async fn eventually<F: std::future::Future<Output = bool>>(what: &str, within: Duration, mut check: impl FnMut() -> F) {
-    let started = Instant::now();
-    while !check().await {
-        assert!(started.elapsed() < within, "{what}: not within {within:?}");
-        tokio::time::sleep(Duration::from_millis(300)).await;
-    }
-}
 
 #[tokio::test]
 async fn imported_users_keep_their_old_links_and_passwords_through_both_edges_and_a_node() {
@@ -29,27 +21,7 @@ async fn imported_users_keep_their_old_links_and_passwords_through_both_edges_an
     let plain = hearth_tests::http().build().unwrap();
     let api = Api { token: control.setup(&http, "admin").await.unwrap(), http: http.clone() };
     let (port, _) = control.enroll_node(&http, &api.token, &temp.path().join("node")).await.unwrap();
-    let worker_vars = vec![
-        ("HEARTH_ROOT_KEY".to_owned(), dir.edge_setting("root_key").unwrap()),
-        ("HEARTH_PUSH_TOKEN".to_owned(), "worker-push-token-0123456789abcdef".to_owned()),
-        ("HEARTH_API_PREFIX".to_owned(), "worker-api-0123456789abcdef".to_owned()),
-        ("HEARTH_SUB_PREFIX".to_owned(), "worker-links".to_owned()),
-    ];
-    let worker = EdgeProcess::start(Backend::Worker, &temp.path().join("worker"), &worker_vars).unwrap();
-    let added = api
-        .post(
-            &control,
-            "/edges",
-            json!({
-                "name": "worker",
-                "url": worker.url,
-                "api_prefix": worker_vars[2].1,
-                "push_token": worker_vars[1].1,
-                "link_base": format!("{}/worker-links", worker.url),
-            }),
-        )
-        .await;
-    assert!(added["id"].is_i64(), "{added}");
+    let worker = add_worker_edge(&api, &control, &dir, &temp.path().join("worker"), "worker").await.unwrap();
 
     // A Hearth users document, as a script moving off another panel writes it.
     let document = json!({

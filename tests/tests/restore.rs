@@ -290,6 +290,25 @@ fn differences(before: &State, after: &State, rule: Rule<'_>) -> Vec<String> {
     out
 }
 
+/// A control archiving to a native edge, with no users or nodes yet.
+async fn bare_lab() -> Lab {
+    let temp = tempfile::tempdir().unwrap();
+    let Archiving { dir, edge, env, control, https, token } = Archiving::start(temp.path()).await.unwrap();
+    let node_b = temp.path().join("b");
+    Lab {
+        temp,
+        dir,
+        edge,
+        env,
+        control: Some(control),
+        https,
+        token,
+        users: BTreeMap::new(),
+        node: None,
+        _node_b: node_b,
+    }
+}
+
 /// The lab: control (archiving 1 s after a change), the edge (without rate limits: every
 /// link is fetched many times), nodes `a` (running) and `b`, group `staff` (node `b`), the
 /// owner's profile and rules, and users:
@@ -302,21 +321,8 @@ fn differences(before: &State, after: &State, rule: Rule<'_>) -> Vec<String> {
 /// - frank: `staff` only, a quota;
 /// - gina: a rolling 30-day reset.
 async fn lab() -> Lab {
-    let temp = tempfile::tempdir().unwrap();
-    let Archiving { dir, edge, env, control, https, token } = Archiving::start(temp.path()).await.unwrap();
-    let (node_a, node_b) = (temp.path().join("a"), temp.path().join("b"));
-    let mut lab = Lab {
-        temp,
-        dir,
-        edge,
-        env,
-        control: Some(control),
-        https,
-        token,
-        users: BTreeMap::new(),
-        node: None,
-        _node_b: node_b.clone(),
-    };
+    let mut lab = bare_lab().await;
+    let (node_a, node_b) = (lab.temp.path().join("a"), lab.temp.path().join("b"));
     for state in [&node_a, &node_b] {
         lab.control().enroll_node(&lab.https, &lab.token, state).await.unwrap();
     }
@@ -601,20 +607,7 @@ async fn a_restore_from_an_older_archive_catches_up_every_change_since() {
 /// and kept at the edge, and the restored control can still retire one.
 #[tokio::test]
 async fn aliases_come_back_with_a_restore_from_snapshots() {
-    let temp = tempfile::tempdir().unwrap();
-    let Archiving { dir, edge, env, control, https, token } = Archiving::start(temp.path()).await.unwrap();
-    let mut lab = Lab {
-        temp,
-        dir,
-        edge,
-        env,
-        control: Some(control),
-        https,
-        token,
-        users: BTreeMap::new(),
-        node: None,
-        _node_b: std::path::PathBuf::new(),
-    };
+    let mut lab = bare_lab().await;
     lab.control().enroll_node(&lab.https, &lab.token, &lab.temp.path().join("a")).await.unwrap();
     let document = json!({
         "format": "hearth-users", "version": 1, "source": "3x-ui",

@@ -159,6 +159,15 @@ async fn console(driver: &Driver, client: &Client) -> Vec<Value> {
 
 /// No script error, no policy violation, no failed load; a 401 is how the panel learns it is
 /// signed out (the browser logs it as a failed load), so that one is allowed.
+/// Opens the panel and signs in as the owner (the setup test's password), to the overview.
+async fn sign_in(client: &Client, panel: &str) {
+    client.goto(panel).await.unwrap();
+    fill(client, "#login input[name=login]", "owner").await;
+    fill(client, "#login input[name=password]", "correct horse battery").await;
+    find(client, "#login button[type=submit]").await.click().await.unwrap();
+    find(client, ".stats").await;
+}
+
 async fn no_console_errors(driver: &Driver, client: &Client, after: &str) {
     let errors: Vec<Value> = console(driver, client)
         .await
@@ -512,11 +521,7 @@ async fn devices_online_and_a_kick_in_a_real_browser() {
 
     let panel = format!("{}/{}/", control.url, control.admin);
     let (driver, client) = browser().await;
-    client.goto(&panel).await.unwrap();
-    fill(&client, "#login input[name=login]", "owner").await;
-    fill(&client, "#login input[name=password]", "correct horse battery").await;
-    find(&client, "#login button[type=submit]").await.click().await.unwrap();
-    find(&client, ".stats").await;
+    sign_in(&client, &panel).await;
     // The node reports every second: the page shows the phone once control has the report.
     let node_name = format!("Home {port}");
     let started = Instant::now();
@@ -620,11 +625,7 @@ async fn moving_in_from_3x_ui_in_a_real_browser() {
     let token = control.setup(&http, "admin").await.unwrap();
     let panel = format!("{}/{}/", control.url, control.admin);
     let (driver, client) = browser().await;
-    client.goto(&panel).await.unwrap();
-    fill(&client, "#login input[name=login]", "owner").await;
-    fill(&client, "#login input[name=password]", "correct horse battery").await;
-    find(&client, "#login button[type=submit]").await.click().await.unwrap();
-    find(&client, ".stats").await;
+    sign_in(&client, &panel).await;
     client.goto(&format!("{panel}#/settings")).await.unwrap();
     // Remnawave is read over its API: its address and a token, no file.
     find(&client, "#import-form select[name=source]").await.select_by_value("remnawave").await.unwrap();

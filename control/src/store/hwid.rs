@@ -148,15 +148,7 @@ pub(crate) fn admit_here(
         .prepare_cached("SELECT last_seen FROM hwid_devices WHERE user_id = ?1 AND key = ?2")?
         .query_row(params![user, seen.key.to_vec()], |row| row.get(0))
         .optional()?;
-    let device = devices::Device {
-        key: seen.key,
-        os: seen.os.clone(),
-        os_version: seen.os_version.clone(),
-        model: seen.model.clone(),
-        app: seen.app.clone(),
-        first_seen: now,
-        last_seen: now,
-    };
+    let device = seen.device(now);
     if let Some(last_seen) = known {
         if now >= last_seen.saturating_add(devices::SEEN_EVERY) {
             merge(conn, user, &device)?;

@@ -84,17 +84,7 @@ const INACTIVE_CREDENTIAL: &str = "inactive";
 pub fn entries<'a>(snapshot: &'a Snapshot, reserved: &[&str]) -> Vec<Entry<'a>> {
     if !snapshot.status.can_connect() || snapshot.endpoints.is_empty() {
         let reason = if snapshot.status.can_connect() { "No servers available" } else { snapshot.status.describe() };
-        let placeholder = Endpoint {
-            name: reason.to_owned(),
-            host: "127.0.0.1".to_owned(),
-            port: 1,
-            hop: None,
-            sni: None,
-            cert_sha256: None,
-            spki_sha256: None,
-            insecure: true,
-            obfs: None,
-        };
+        let placeholder = Endpoint::placeholder(reason);
         let name = unique_names([reason], reserved).remove(0);
         return vec![Entry { name, endpoint: std::borrow::Cow::Owned(placeholder), credential: INACTIVE_CREDENTIAL }];
     }
