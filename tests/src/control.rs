@@ -551,3 +551,26 @@ pub async fn add_worker_edge(
     anyhow::ensure!(added["id"].is_i64(), "control did not add the edge: {added}");
     Ok(worker)
 }
+
+/// Control pushing to a native edge ("main"), both running, with an admin API token: where
+/// tests of many edges start. Its state is under `root`.
+pub struct WithEdge {
+    pub dir: ControlDir,
+    pub main: crate::edge::EdgeProcess,
+    pub control: ControlProcess,
+    /// Trusts control's certificate.
+    pub http: reqwest::Client,
+    pub api: Api,
+}
+
+impl WithEdge {
+    pub async fn start(root: &Path) -> Result<WithEdge> {
+        let dir = ControlDir::init(&root.join("control"))?;
+        let main =
+            crate::edge::EdgeProcess::start(crate::edge::Backend::Native, &root.join("main.db"), &dir.edge_vars()?)?;
+        let control = ControlProcess::start(&dir, &[("HEARTH_EDGE_URL", main.url.clone())])?;
+        let http = dir.client()?;
+        let api = Api { token: control.setup(&http, "admin").await?, http: http.clone() };
+        Ok(WithEdge { dir, main, control, http, api })
+    }
+}

@@ -8,7 +8,7 @@
 
 use std::time::{Duration, Instant};
 
-use hearth_tests::control::{Api, ControlDir, ControlProcess, own_edge_vars};
+use hearth_tests::control::{Api, ControlDir, ControlProcess, WithEdge, own_edge_vars};
 use hearth_tests::edge::{Backend, EdgeProcess, free_port};
 use hearth_tests::eventually;
 use reqwest::StatusCode;
@@ -52,12 +52,8 @@ async fn same_everywhere(http: &reqwest::Client, links: &[(String, String)], at:
 #[tokio::test]
 async fn three_edges_serve_every_link_alike_and_each_catches_up() {
     let temp = tempfile::tempdir().unwrap();
-    let dir = ControlDir::init(&temp.path().join("control")).unwrap();
-    let main = EdgeProcess::start(Backend::Native, &temp.path().join("main.db"), &dir.edge_vars().unwrap()).unwrap();
-    let control = ControlProcess::start(&dir, &[("HEARTH_EDGE_URL", main.url.clone())]).unwrap();
-    let http = dir.client().unwrap();
+    let WithEdge { dir, main, control, api, .. } = WithEdge::start(temp.path()).await.unwrap();
     let plain = hearth_tests::http().build().unwrap();
-    let api = Api { token: control.setup(&http, "admin").await.unwrap(), http };
     let mut ids = Vec::new();
     for name in ["alice", "bob", "carol"] {
         ids.push(api.post(&control, "/users", json!({ "name": name })).await["id"].as_u64().unwrap());

@@ -6,8 +6,7 @@
 
 use std::time::Duration;
 
-use hearth_tests::control::{Api, ControlDir, ControlProcess, add_worker_edge};
-use hearth_tests::edge::{Backend, EdgeProcess};
+use hearth_tests::control::{WithEdge, add_worker_edge};
 use hearth_tests::eventually;
 use serde_json::json;
 
@@ -40,12 +39,8 @@ fn refused(profile: &str) -> bool {
 #[tokio::test]
 async fn devices_over_the_limit_are_turned_away_at_both_edges_and_deleting_one_frees_its_room() {
     let temp = tempfile::tempdir().unwrap();
-    let dir = ControlDir::init(&temp.path().join("control")).unwrap();
-    let main = EdgeProcess::start(Backend::Native, &temp.path().join("main.db"), &dir.edge_vars().unwrap()).unwrap();
-    let control = ControlProcess::start(&dir, &[("HEARTH_EDGE_URL", main.url.clone())]).unwrap();
-    let http = dir.client().unwrap();
+    let WithEdge { dir, main: _main, control, http, api } = WithEdge::start(temp.path()).await.unwrap();
     let plain = hearth_tests::http().build().unwrap();
-    let api = Api { token: control.setup(&http, "admin").await.unwrap(), http: http.clone() };
     control.enroll_node(&http, &api.token, &temp.path().join("node")).await.unwrap();
     let _worker = add_worker_edge(&api, &control, &dir, &temp.path().join("worker"), "worker").await.unwrap();
     let id = api.post(&control, "/users", json!({ "name": "family", "device_limit": 2 })).await["id"].as_u64().unwrap();

@@ -5,8 +5,7 @@
 
 use std::time::Duration;
 
-use hearth_tests::control::{Api, ControlDir, ControlProcess, add_worker_edge};
-use hearth_tests::edge::{Backend, EdgeProcess};
+use hearth_tests::control::{WithEdge, add_worker_edge};
 use hearth_tests::eventually;
 use hearth_tests::node::{NodeProcess, ProxyClient, fetch_eventually, http_server, profile_outbounds};
 use serde_json::json;
@@ -14,12 +13,8 @@ use serde_json::json;
 #[tokio::test]
 async fn imported_users_keep_their_old_links_and_passwords_through_both_edges_and_a_node() {
     let temp = tempfile::tempdir().unwrap();
-    let dir = ControlDir::init(&temp.path().join("control")).unwrap();
-    let main = EdgeProcess::start(Backend::Native, &temp.path().join("main.db"), &dir.edge_vars().unwrap()).unwrap();
-    let control = ControlProcess::start(&dir, &[("HEARTH_EDGE_URL", main.url.clone())]).unwrap();
-    let http = dir.client().unwrap();
+    let WithEdge { dir, main, control, http, api } = WithEdge::start(temp.path()).await.unwrap();
     let plain = hearth_tests::http().build().unwrap();
-    let api = Api { token: control.setup(&http, "admin").await.unwrap(), http: http.clone() };
     let (port, _) = control.enroll_node(&http, &api.token, &temp.path().join("node")).await.unwrap();
     let worker = add_worker_edge(&api, &control, &dir, &temp.path().join("worker"), "worker").await.unwrap();
 
