@@ -180,10 +180,9 @@ impl Registry {
         });
         let mut changed = self.devices.len() != before;
         if let Some(device) = self.devices.iter_mut().find(|device| device.key == seen.key) {
-            let details = (&seen.os, &seen.os_version, &seen.model, &seen.app);
-            if details != (&device.os, &device.os_version, &device.model, &device.app)
-                || now >= device.last_seen.saturating_add(SEEN_EVERY)
-            {
+            // At most hourly, whatever the app says in between: a client that varies its
+            // headers cannot make every fetch a write.
+            if now >= device.last_seen.saturating_add(SEEN_EVERY) {
                 device.os.clone_from(&seen.os);
                 device.os_version.clone_from(&seen.os_version);
                 device.model.clone_from(&seen.model);
@@ -348,6 +347,9 @@ mod tests {
         assert_eq!(registry.refused_at, 1002);
         assert_eq!(registry.admit(&policy, &seen("c"), 1003), (Admission::Refused, false), "noted hourly");
         assert_eq!(registry.admit(&policy, &seen("a"), 1004), (Admission::Known, false), "seen within the hour");
+        let mut other_os = seen("a");
+        other_os.os = "iOS".into();
+        assert_eq!(registry.admit(&policy, &other_os, 1005), (Admission::Known, false), "details too, hourly");
         assert_eq!(registry.admit(&policy, &seen("a"), 1000 + SEEN_EVERY), (Admission::Known, true));
         assert_eq!(registry.devices[0].last_seen, 1000 + SEEN_EVERY);
         assert_eq!(registry.devices[0].os, "Android");
