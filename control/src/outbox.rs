@@ -373,7 +373,7 @@ async fn drain_once(app: &Arc<App>, target: &Target, mut cursor: i64) -> Result<
                 for report in &drain.reports {
                     // A link's device registry, queued with the reports.
                     if let Some(devices) = hearth_shared::devices::DeviceReport::decode(report) {
-                        if crate::store::hwid::apply_report(tx, &state.signer, &devices)? {
+                        if crate::store::hwid::apply_report(tx, &state.signer, &devices, now())? {
                             listed += 1;
                         }
                         continue;

@@ -1696,7 +1696,7 @@ async fn apps_over_the_device_limit_get_no_server_and_deleted_devices_free_their
     let hash = SubToken::parse(&token).unwrap().hash();
     let mut registry = Registry::default();
     let policy = devices::HwidPolicy { limit: 5, forgotten: Vec::new() };
-    for (hwid, at) in [("phone-2", 1), ("laptop", now())] {
+    for (hwid, at) in [("phone-2", 1), ("laptop", now()), ("from-the-future", now() + 10 * 365 * 86_400)] {
         let seen = devices::Seen::from_headers(|name| (name == "x-hwid").then_some(hwid)).unwrap();
         registry.admit(&policy, &seen, at);
     }
@@ -1708,8 +1708,8 @@ async fn apps_over_the_device_limit_get_no_server_and_deleted_devices_free_their
         .db
         .write(move |tx| {
             Ok((
-                crate::store::hwid::apply_report(tx, &state.signer, &forged)?,
-                crate::store::hwid::apply_report(tx, &state.signer, &genuine)?,
+                crate::store::hwid::apply_report(tx, &state.signer, &forged, now())?,
+                crate::store::hwid::apply_report(tx, &state.signer, &genuine, now())?,
             ))
         })
         .await
@@ -1719,6 +1719,13 @@ async fn apps_over_the_device_limit_get_no_server_and_deleted_devices_free_their
     let keys: Vec<&str> = listed["devices"].as_array().unwrap().iter().map(|d| d["key"].as_str().unwrap()).collect();
     assert!(!keys.contains(&phone_2.as_str()), "{listed}");
     assert!(keys.contains(&hex::encode(devices::key_of("laptop")).as_str()), "{listed}");
+    // An edge's clock does not put anything in the future.
+    let future = hex::encode(devices::key_of("from-the-future"));
+    let future = listed["devices"].as_array().unwrap().iter().find(|d| d["key"] == future.as_str()).unwrap().clone();
+    assert!(
+        future["first_seen"].as_u64().unwrap() <= now() && future["last_seen"].as_u64().unwrap() <= now(),
+        "{future}"
+    );
 }
 
 #[tokio::test]

@@ -107,7 +107,7 @@ fn merge(conn: &Connection, user: UserId, device: &devices::Device) -> Result<bo
 /// Applies a registry an edge queued: `Ok(true)` when the list changed. A report for no
 /// user (a link since deleted or given anew), or one that does not open with the user's
 /// token or is out of bounds, is dropped (`Ok(false)`).
-pub(crate) fn apply_report(conn: &Connection, signer: &Signer, report: &DeviceReport) -> Result<bool, Error> {
+pub(crate) fn apply_report(conn: &Connection, signer: &Signer, report: &DeviceReport, now: u64) -> Result<bool, Error> {
     let user: Option<UserId> = conn
         .prepare_cached("SELECT id FROM users WHERE token_hash = ?1")?
         .query_row([report.token_hash.to_vec()], |row| row.get(0))
@@ -125,12 +125,18 @@ pub(crate) fn apply_report(conn: &Connection, signer: &Signer, report: &DeviceRe
         return Ok(false);
     };
     let mut changed = false;
+    // An edge's clock is not control's: nothing it reports happened after now.
     for device in &registry.devices {
-        changed |= merge(conn, user, device)?;
+        let device = devices::Device {
+            first_seen: device.first_seen.min(now),
+            last_seen: device.last_seen.min(now),
+            ..device.clone()
+        };
+        changed |= merge(conn, user, &device)?;
     }
     changed |= conn
         .prepare_cached("UPDATE users SET hwid_refused_at = ?2 WHERE id = ?1 AND hwid_refused_at < ?2")?
-        .execute(params![user, registry.refused_at])?
+        .execute(params![user, registry.refused_at.min(now)])?
         > 0;
     Ok(changed)
 }
@@ -158,7 +164,7 @@ pub(crate) fn admit_here(
     let listed: u32 = conn
         .prepare_cached("SELECT count(*) FROM hwid_devices WHERE user_id = ?1")?
         .query_row([user], |row| row.get(0))?;
-    if listed < edge_limit(limit).min(devices::MAX_DEVICES as u32) {
+    if listed < edge_limit(limit) {
         merge(conn, user, &device)?;
         return Ok(Admission::Added);
     }
