@@ -41,26 +41,22 @@ pub(crate) fn read(bytes: &[u8]) -> Result<Incoming, Error> {
     if bytes.len() > MAX_BYTES {
         return Err(Error::invalid("too_large", format!("a document is at most {} MiB", MAX_BYTES >> 20)));
     }
-    #[derive(Deserialize)]
-    struct Head {
-        format: Option<String>,
-        version: Option<u32>,
-    }
-    let head: Head = serde_json::from_slice(bytes)
+    let value: serde_json::Value = serde_json::from_slice(bytes)
         .map_err(|e| Error::invalid("bad_document", format!("not a Hearth users document (JSON): {e}")))?;
-    if head.format.as_deref() != Some(FORMAT) {
+    if value.get("format").and_then(serde_json::Value::as_str) != Some(FORMAT) {
         return Err(Error::invalid(
             "bad_document",
             format!("not a Hearth users document: \"format\" is not \"{FORMAT}\""),
         ));
     }
-    if head.version != Some(VERSION) {
+    let version = value.get("version").and_then(serde_json::Value::as_u64);
+    if version != Some(u64::from(VERSION)) {
         return Err(Error::invalid(
             "unknown_version",
-            format!("a Hearth users document of version {:?}: this Hearth reads version {VERSION}", head.version),
+            format!("a Hearth users document of version {version:?}: this Hearth reads version {VERSION}"),
         ));
     }
-    let document: Document = serde_json::from_slice(bytes)
+    let document: Document = serde_json::from_value(value)
         .map_err(|e| Error::invalid("bad_document", format!("a Hearth users document with a wrong field: {e}")))?;
     let source = document.source.unwrap_or_else(|| "hearth".to_owned());
     if source.is_empty() || source.len() > 32 || !source.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'-') {
