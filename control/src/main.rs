@@ -114,18 +114,25 @@ enum Command {
     /// their old subscription paths as aliases (see the README, "Moving from another panel").
     /// One transaction, all or nothing; users imported before are left as they are.
     Import {
-        /// The panel: hearth (the JSON format `export` writes), 3x-ui, remnawave.
+        /// The panel: hearth (the JSON format `export` writes), 3x-ui, remnawave, marzban,
+        /// pasarguard.
         source: import::Source,
-        /// The panel's database file (3x-ui), or the document (hearth; `-` reads standard
-        /// input).
+        /// The panel's database (3x-ui: its SQLite file; marzban, pasarguard: the SQLite file
+        /// or a MySQL dump), or the document (hearth; `-` reads standard input).
         #[arg(long)]
         file: Option<PathBuf>,
-        /// The panel's address, to read users over its REST API (remnawave).
+        /// The panel's address, to read users over its REST API (remnawave, marzban,
+        /// pasarguard).
         #[arg(long)]
         url: Option<String>,
         /// A file holding the panel's API token (never on the command line).
         #[arg(long)]
         token_file: Option<PathBuf>,
+        /// Marzban, PasarGuard: a list of the subscription links in use (the old web server's
+        /// access log, or any text holding them), each checked with the database's secret and
+        /// kept as an alias (their panels sign a new link each time one is shown).
+        #[arg(long, requires = "file")]
+        links: Option<PathBuf>,
         /// Print what would be imported and skipped, and why; change nothing.
         #[arg(long)]
         dry_run: bool,
@@ -403,8 +410,8 @@ fn main() -> Result<()> {
             restore::print(&report, &cli.data_dir);
         }
         Command::Edge { command } => edge_command(&cli.data_dir, command)?,
-        Command::Import { source, file, url, token_file, dry_run } => {
-            let from = import::From { file, url, token_file };
+        Command::Import { source, file, url, token_file, links, dry_run } => {
+            let from = import::From { file, url, token_file, links };
             let incoming = import::read(source, &from)?;
             let (_, db, signer) = serve::open(&cli.data_dir)?;
             let apply =

@@ -1630,7 +1630,15 @@
         h(
           'select',
           { name: 'source', onchange: () => shown() },
-          [['3x-ui', 'import.source_3x-ui'], ['remnawave', 'import.source_remnawave'], ['hearth', 'import.source_hearth']].map(([value, key]) => h('option', { value }, t(key))),
+          [
+            ['3x-ui', 'import.source_3x-ui'],
+            ['remnawave', 'import.source_remnawave'],
+            ['marzban', 'import.source_marzban'],
+            ['marzban:api', 'import.source_marzban_api'],
+            ['pasarguard', 'import.source_pasarguard'],
+            ['pasarguard:api', 'import.source_pasarguard_api'],
+            ['hearth', 'import.source_hearth'],
+          ].map(([value, key]) => h('option', { value }, t(key))),
         ),
       ),
       h('div', { class: 'import-file' }, field(t('import.file'), h('input', { name: 'file', type: 'file', required: true }))),
@@ -1638,7 +1646,7 @@
         'div',
         { class: 'import-api', hidden: true },
         field(t('import.url'), h('input', { name: 'url', type: 'url', placeholder: 'https://panel.example.com' })),
-        field(t('import.token'), h('input', { name: 'token', type: 'password', autocomplete: 'off' }), t('import.token_hint')),
+        field(t('import.token'), h('input', { name: 'token', type: 'password', autocomplete: 'off' }), h('span', { class: 'token-hint' }, t('import.token_hint'))),
       ),
       errorBox(),
       h('div', { class: 'actions' }, h('button', { type: 'submit' }, t('import.preview'))),
@@ -1670,9 +1678,15 @@
           : null,
       );
     };
-    // A panel read over its API takes its address and a token; the others a file.
+    // A panel read over its API takes its address and a token; the others a file. The
+    // select's value is the source, with `:api` when the same panel can also be read so.
+    const chosen = () => {
+      const value = form.querySelector('[name=source]').value;
+      return { source: value.split(':')[0], byApi: value === 'remnawave' || value.endsWith(':api') };
+    };
     const shown = () => {
-      const byApi = form.querySelector('[name=source]').value === 'remnawave';
+      const { source, byApi } = chosen();
+      form.querySelector('.token-hint').textContent = t(source === 'remnawave' ? 'import.token_hint' : 'import.token_hint_marzban');
       form.querySelector('.import-file').hidden = byApi;
       form.querySelector('.import-api').hidden = !byApi;
       form.querySelector('[name=file]').required = !byApi;
@@ -1680,9 +1694,9 @@
       form.querySelector('[name=token]').required = byApi;
     };
     onSubmit(form, async () => {
-      const source = form.querySelector('[name=source]').value;
+      const { source, byApi } = chosen();
       const body =
-        source === 'remnawave'
+        byApi
           ? { url: form.querySelector('[name=url]').value.trim(), token: form.querySelector('[name=token]').value.trim() }
           : form.querySelector('[name=file]').files[0];
       report(await api('POST', `import?source=${encodeURIComponent(source)}&dry_run=true`, body), source, body);

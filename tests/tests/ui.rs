@@ -657,6 +657,19 @@ async fn moving_in_from_3x_ui_in_a_real_browser() {
     let aliases =
         control.call(&http, &token, reqwest::Method::GET, &format!("/users/{alice}/aliases"), None).await.unwrap();
     assert_eq!(aliases["aliases"].as_array().unwrap().len(), 2);
+    // Marzban and PasarGuard: their API (a sudo admin's token), or their database.
+    client.goto(&format!("{panel}#/settings")).await.unwrap();
+    find(&client, "#import-form select[name=source]").await.select_by_value("marzban:api").await.unwrap();
+    assert!(find(&client, "#import-form input[name=url]").await.is_displayed().await.unwrap());
+    text_of(&client, "#import-form .token-hint", |t| t.contains("POST /api/admin/token")).await;
+    find(&client, "#import-form select[name=source]").await.select_by_value("pasarguard").await.unwrap();
+    assert!(!find(&client, "#import-form input[name=url]").await.is_displayed().await.unwrap());
+    let db = hearth_tests::repo_root().join("tests/fixtures/import/marzban/pasarguard-v5.2.1.sqlite3");
+    find(&client, "#import-form input[name=file]").await.send_keys(db.to_str().unwrap()).await.unwrap();
+    find(&client, "#import-form button[type=submit]").await.click().await.unwrap();
+    // (alice and bob came from 3x-ui above: their names are taken.)
+    let preview = text_of(&client, "#import-report", |t| t.contains("Would import 1 users")).await;
+    assert!(preview.contains("carol (3): password kept, 0 old paths") && preview.contains("Skipped: 2"), "{preview}");
     no_console_errors(&driver, &client, "moving in").await;
     client.close().await.unwrap();
 }

@@ -1889,3 +1889,49 @@ async fn a_3x_ui_database_uploaded_to_the_panel_is_previewed_then_imported() {
     let aliases = client.get(&format!("/users/{alice}/aliases")).await.json();
     assert_eq!(aliases["aliases"].as_array().unwrap().len(), 3, "{aliases}");
 }
+
+#[tokio::test]
+async fn marzban_and_pasarguard_databases_uploaded_to_the_panel() {
+    let client = Client::signed_in(false).await;
+    let fixture = |name: &str| {
+        std::fs::read(format!("{}/../tests/fixtures/import/marzban/{name}", env!("CARGO_MANIFEST_DIR"))).unwrap()
+    };
+    let upload = |path: &'static str, body: Vec<u8>| {
+        let client = &client;
+        async move {
+            let request = Request::post(client.admin(path))
+                .header(header::COOKIE, format!("{}={}", crate::auth::COOKIE, client.cookie.as_deref().unwrap()))
+                .header(header::CONTENT_TYPE, "application/octet-stream")
+                .body(HttpBody::from(body))
+                .unwrap();
+            client.raw(request).await
+        }
+    };
+    // A MySQL dump of Marzban: users with new passwords (Marzban has no Hysteria2).
+    let preview = upload("/import?source=marzban&dry_run=true", fixture("marzban-v0.8.4.mysqldump.sql")).await;
+    assert_eq!(preview.status, StatusCode::OK, "{}", String::from_utf8_lossy(&preview.body));
+    let preview = preview.json();
+    assert_eq!(preview["imported"].as_array().unwrap().len(), 3, "{preview}");
+    assert!(preview["imported"].as_array().unwrap().iter().all(|u| u["password_kept"] == false));
+    // The wrong panel's database, or a broken dump: a clear error, nothing changed.
+    let wrong = upload("/import?source=marzban", fixture("pasarguard-v5.2.1.sqlite3")).await;
+    assert_eq!(wrong.status, StatusCode::BAD_REQUEST);
+    assert!(wrong.json()["error"]["message"].as_str().unwrap().contains("import it as pasarguard"));
+    let mut broken = fixture("marzban-v0.8.4.mysqldump.sql");
+    let cut = broken.windows(20).position(|w| w == b"INSERT INTO `users` ").unwrap() + 60;
+    broken.truncate(cut);
+    let broken = upload("/import?source=marzban", broken).await;
+    assert_eq!(broken.json()["error"]["code"], "bad_source_file");
+    assert_eq!(client.get("/users").await.json()["total"], 0);
+    // PasarGuard's SQLite file: passwords kept.
+    let done = upload("/import?source=pasarguard", fixture("pasarguard-v5.2.1.sqlite3")).await.json();
+    let imported = done["imported"].as_array().unwrap();
+    assert_eq!(imported.len(), 3, "{done}");
+    assert!(imported.iter().all(|u| u["password_kept"] == true));
+    assert_eq!(client.get("/users").await.json()["total"], 3);
+    // Their API, when it does not answer: a clear error.
+    let nowhere = client
+        .post("/import?source=pasarguard&dry_run=true", json!({ "url": "http://127.0.0.1:9", "token": "t" }))
+        .await;
+    assert!(nowhere.json()["error"]["message"].as_str().unwrap().contains("did not answer"));
+}

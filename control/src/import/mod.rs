@@ -10,6 +10,7 @@
 //! an importer's input and what `export` writes, so nobody is locked in.
 
 pub(crate) mod json;
+pub(crate) mod marzban;
 pub(crate) mod remnawave;
 pub(crate) mod xui;
 
@@ -34,6 +35,12 @@ pub(crate) enum Source {
     Xui,
     /// Remnawave: its REST API, with an API token.
     Remnawave,
+    /// Marzban: its database (SQLite file or MySQL dump), or its REST API with an admin token.
+    Marzban,
+    /// PasarGuard: its database (SQLite file or MySQL dump), or its REST API with an admin
+    /// token.
+    #[value(name = "pasarguard")]
+    PasarGuard,
 }
 
 impl Source {
@@ -58,6 +65,8 @@ pub(crate) struct From {
     pub url: Option<String>,
     /// A file holding the panel's API token.
     pub token_file: Option<std::path::PathBuf>,
+    /// A list of the old links in use (an access log), checked against the database's secret.
+    pub links: Option<std::path::PathBuf>,
 }
 
 /// Reads what `source` holds.
@@ -92,6 +101,33 @@ pub(crate) fn read(source: Source, from: &From) -> anyhow::Result<Incoming> {
             let runtime = tokio::runtime::Builder::new_current_thread().enable_all().build()?;
             runtime.block_on(remnawave::read(url, &token))
         }
+        Source::Marzban | Source::PasarGuard => {
+            let flavor = if source == Source::Marzban { marzban::Flavor::Marzban } else { marzban::Flavor::PasarGuard };
+            match (&from.file, &from.url) {
+                (Some(file), _) => match &from.links {
+                    Some(links) => {
+                        let list =
+                            std::fs::File::open(links).with_context(|| format!("reading {}", links.display()))?;
+                        marzban::read_file(file, flavor, Some(&mut std::io::BufReader::new(list)))
+                    }
+                    None => marzban::read_file(file, flavor, None),
+                },
+                (None, Some(url)) => {
+                    anyhow::ensure!(
+                        from.links.is_none(),
+                        "old links are checked with the panel's database: give --file with --links"
+                    );
+                    let file =
+                        from.token_file.as_deref().context("give --token-file: a file holding an admin token")?;
+                    let token = std::fs::read_to_string(file).with_context(|| format!("reading {}", file.display()))?;
+                    let runtime = tokio::runtime::Builder::new_current_thread().enable_all().build()?;
+                    runtime.block_on(marzban::read_api(url, &token, flavor))
+                }
+                (None, None) => anyhow::bail!(
+                    "give --file (its database: an SQLite file or a MySQL dump) or --url and --token-file (its API)"
+                ),
+            }
+        }
     }
 }
 
@@ -110,16 +146,39 @@ pub(crate) async fn read_bytes(source: Source, bytes: Vec<u8>) -> Result<Incomin
         .map_err(|e| Error::Internal(format!("reading the upload: {e}")))?,
         // A panel read over its API: the body names it.
         Source::Remnawave => {
-            #[derive(Deserialize)]
-            #[serde(deny_unknown_fields)]
-            struct Api {
-                url: String,
-                token: String,
-            }
-            let api: Api = serde_json::from_slice(&bytes)
-                .map_err(|e| Error::invalid("bad_json", format!("send {{\"url\": ..., \"token\": ...}}: {e}")))?;
+            let api = Api::of(&bytes)?;
             remnawave::read(&api.url, &api.token).await.map_err(|e| Error::invalid("source_refused", format!("{e:#}")))
         }
+        // Their API (a JSON body naming it), or their database.
+        Source::Marzban | Source::PasarGuard => {
+            let flavor = if source == Source::Marzban { marzban::Flavor::Marzban } else { marzban::Flavor::PasarGuard };
+            if bytes.trim_ascii_start().starts_with(b"{") {
+                let api = Api::of(&bytes)?;
+                return marzban::read_api(&api.url, &api.token, flavor)
+                    .await
+                    .map_err(|e| Error::invalid("source_refused", format!("{e:#}")));
+            }
+            tokio::task::spawn_blocking(move || {
+                marzban::read_bytes(&bytes, flavor).map_err(|e| Error::invalid("bad_source_file", format!("{e:#}")))
+            })
+            .await
+            .map_err(|e| Error::Internal(format!("reading the upload: {e}")))?
+        }
+    }
+}
+
+/// A panel's API, as an upload names it.
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct Api {
+    url: String,
+    token: String,
+}
+
+impl Api {
+    fn of(bytes: &[u8]) -> Result<Api, Error> {
+        serde_json::from_slice(bytes)
+            .map_err(|e| Error::invalid("bad_json", format!("send {{\"url\": ..., \"token\": ...}}: {e}")))
     }
 }
 

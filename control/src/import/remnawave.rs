@@ -30,7 +30,7 @@ const PAGES: usize = 2_000;
 const VARIANTS: [&str; 6] = ["json", "v2ray-json", "singbox", "mihomo", "stash", "clash"];
 
 /// Unix seconds of an ISO-8601 UTC date (`2030-01-31T20:59:59.000Z`).
-fn unix_of(date: &str) -> Option<u64> {
+pub(super) fn unix_of(date: &str) -> Option<u64> {
     let date = date.trim().strip_suffix('Z')?;
     let (day, time) = date.split_once('T')?;
     let mut ymd = day.split('-').map(|p| p.parse::<i64>().ok());
