@@ -26,8 +26,10 @@ fuzz_target!(|data: &[u8]| {
         parse::<GroupInput>(data),
         parse::<EnrollRequest>(data),
     ];
-    // A body any of them takes is JSON.
+    // A body any of them takes is JSON in its syntax. Checked with `IgnoredAny`, not `Value`:
+    // serde_json skips an unknown field's string without decoding its escapes, so a body with
+    // `"extra":"\udc00"` is taken (and the escape never read) though `Value` refuses it.
     if taken.iter().any(|taken| *taken) {
-        serde_json::from_slice::<serde_json::Value>(data).expect("a body taken is JSON");
+        serde_json::from_slice::<serde::de::IgnoredAny>(data).expect("a body taken is JSON");
     }
 });
