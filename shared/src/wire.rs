@@ -243,9 +243,14 @@ impl EdgeSettings {
         Ok(settings)
     }
 
-    /// The alias a request path names, when it is under one of the alias prefixes.
+    /// The alias a request path names, when it is under one of the alias prefixes (under `/`,
+    /// the root: a path of one segment, `/<id>`, so deeper paths still cost no lookup).
     pub fn alias(&self, path: &str) -> Option<SubToken> {
-        if !self.alias_prefixes.iter().any(|prefix| path.starts_with(prefix.as_str())) {
+        let under = |prefix: &String| match prefix.as_str() {
+            "/" => path.len() > 1 && !path[1..].trim_end_matches('/').contains('/'),
+            prefix => path.starts_with(prefix),
+        };
+        if !self.alias_prefixes.iter().any(under) {
             return None;
         }
         SubToken::for_alias(path)
@@ -283,12 +288,14 @@ impl EdgeSettings {
 }
 
 /// Whether `prefix` can hold aliases: an alias path itself, with a `/` at both ends, at most 64
-/// bytes (`/` alone is not one: every path would cost a lookup).
+/// bytes; or `/`, the root, for aliases of one segment (a subscription page served at
+/// `https://sub.example/<id>`).
 pub fn is_alias_prefix(prefix: &str) -> bool {
-    prefix.len() <= 64
-        && prefix.len() >= 3
-        && prefix.ends_with('/')
-        && alias_path(prefix).is_some_and(|path| path.len() + 1 == prefix.len())
+    prefix == "/"
+        || prefix.len() <= 64
+            && prefix.len() >= 3
+            && prefix.ends_with('/')
+            && alias_path(prefix).is_some_and(|path| path.len() + 1 == prefix.len())
 }
 
 /// Where one edge serves links, and whether they are offered.
@@ -1605,7 +1612,7 @@ mod tests {
         assert_eq!(EdgeSettings::decode(&bytes), Ok(aliased.clone()));
         let before: EdgeSettings = postcard::from_bytes(&bytes).unwrap();
         assert_eq!(before.links, settings.links);
-        for wrong in ["/", "sub/", "/sub", "/a//b/", "/../", "/sub?x/"] {
+        for wrong in ["", "//", "sub/", "/sub", "/a//b/", "/../", "/sub?x/"] {
             let mut bad = aliased.clone();
             bad.alias_prefixes = vec![wrong.into()];
             assert!(EdgeSettings::decode(&bad.encode()).is_err(), "{wrong}");
@@ -1627,6 +1634,15 @@ mod tests {
         assert_eq!(SubToken::for_alias("/sub/Ab3xYz"), Some(token));
         assert_eq!(alias_path(&format!("/{}", "a".repeat(MAX_ALIAS_PATH))), None);
         assert!(alias_path("/sub/eyJ1c2VyIjoxfQ,1700000000.abc_-").is_some());
+
+        // At the root: one segment only.
+        let root = EdgeSettings { alias_prefixes: vec!["/".into()], ..EdgeSettings::default() };
+        assert_eq!(EdgeSettings::decode(&root.encode()), Ok(root.clone()));
+        let token = root.alias("/x7Kp2mQv9LdN4tRb").unwrap();
+        assert_eq!(root.alias("/x7Kp2mQv9LdN4tRb/"), Some(token));
+        assert_eq!(root.alias("/x7Kp2mQv9LdN4tRb/json"), None, "deeper paths cost no lookup");
+        assert_eq!(root.alias("/wp-admin/setup.php"), None);
+        assert_eq!(root.alias("/"), None);
     }
 
     #[test]

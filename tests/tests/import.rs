@@ -25,7 +25,7 @@ async fn imported_users_keep_their_old_links_and_passwords_through_both_edges_an
         "source": "old-panel",
         "users": [
             { "id": "alice@old", "name": "alice", "password": "alice-old-hy2-password", "quota": 50_000_000_000u64,
-              "aliases": ["/sub/AliceOld123", "/api/sub/aLiCe-short"] },
+              "aliases": ["/sub/AliceOld123", "/api/sub/aLiCe-short", "/aLiCeAtTheRoot9"] },
             { "id": "bob@old", "name": "bob", "password": "alice-old-hy2-password" },
         ],
     });
@@ -38,7 +38,7 @@ async fn imported_users_keep_their_old_links_and_passwords_through_both_edges_an
     assert_eq!(api.get(&control, "/users").await["total"], 0, "a dry run keeps nothing");
     let done = dir.cli(&["import", "hearth", "--file", file]).unwrap();
     assert!(done.contains("import from old-panel: imported 1 users"), "{done}");
-    assert!(done.contains("alice (alice@old): password kept, 2 aliases"), "{done}");
+    assert!(done.contains("alice (alice@old): password kept, 3 aliases"), "{done}");
     let again = dir.cli(&["import", "hearth", "--file", file]).unwrap();
     assert!(again.contains("imported 0 users") && again.contains("already imported, left as they are: 1"), "{again}");
     let broken = temp.path().join("broken.json");
@@ -54,12 +54,17 @@ async fn imported_users_keep_their_old_links_and_passwords_through_both_edges_an
             status["edges"].as_array().unwrap().iter().any(|e| e["name"] == edge && e["pending"] == 0)
         })
         .await;
-        for path in ["/sub/AliceOld123", "/api/sub/aLiCe-short/"] {
+        // (At the root, as a subscription page on a domain of its own serves links.)
+        for path in ["/sub/AliceOld123", "/api/sub/aLiCe-short/", "/aLiCeAtTheRoot9"] {
             let outbounds = profile_outbounds(&plain, &format!("{url}{path}")).await.unwrap();
             assert_eq!(outbounds[0]["password"], "alice-old-hy2-password", "{edge}{path}");
         }
         let other = plain.get(format!("{url}/sub/AliceOld124")).send().await.unwrap();
         assert_eq!(other.status(), 404, "{edge}: another path under the prefix is the decoy");
+        for other in ["/aLiCeAtTheRoot8", "/aLiCeAtTheRoot9/json"] {
+            let other = plain.get(format!("{url}{other}")).send().await.unwrap();
+            assert_eq!(other.status(), 404, "{edge}: another path at the root is the decoy");
+        }
     }
 
     // The app holding alice's old single link (her password, the node's address) connects.

@@ -108,9 +108,13 @@ fn user_of(user: &Value) -> Result<IncomingUser, (String, String)> {
     if let Some((_, rest)) = url.split_once("://") {
         let path = rest.find('/').map_or("", |at| &rest[at..]).split(['?', '#']).next().unwrap_or_default();
         let path = path.trim_end_matches('/');
+        // At the root of the subscription page's domain (`/<shortUuid>`), the link alone: a
+        // variant there would be a folder of its own for each user.
         if !path.is_empty() {
             aliases.push(path.to_owned());
-            aliases.extend(VARIANTS.iter().map(|variant| format!("{path}/{variant}")));
+            if path[1..].contains('/') {
+                aliases.extend(VARIANTS.iter().map(|variant| format!("{path}/{variant}")));
+            }
         }
     }
     Ok(IncomingUser {
@@ -192,6 +196,15 @@ pub(crate) async fn read(base: &str, token: &str) -> anyhow::Result<Incoming> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_subscription_page_at_the_root_is_one_alias() {
+        let user = serde_json::json!({
+            "uuid": "u-1", "username": "dana", "vlessUuid": "a92afbd8-b796-48af-a79f-692cc97bbc4b",
+            "subscriptionUrl": "https://sub.example.com/x7Kp2mQv9LdN4tRb",
+        });
+        assert_eq!(user_of(&user).unwrap().aliases, ["/x7Kp2mQv9LdN4tRb"]);
+    }
 
     #[test]
     fn dates_read_as_remnawave_writes_them() {

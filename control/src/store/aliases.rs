@@ -25,7 +25,8 @@ pub(crate) struct AliasView {
 }
 
 /// The prefix an alias path lives under: its first folder (`/sub/` of `/sub/<id>`, `/api/` of
-/// `/api/sub/<id>/json`), so the users of one panel share one.
+/// `/api/sub/<id>/json`), so the users of one panel share one; the root, `/`, for a path of one
+/// segment (`/<id>` of a subscription page at the root of its domain).
 fn prefix_of(path: &str) -> &str {
     match path[1..].find('/') {
         Some(at) => &path[..at + 2],
