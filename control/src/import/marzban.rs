@@ -22,7 +22,6 @@
 use std::collections::{HashMap, HashSet};
 use std::io::BufRead;
 use std::path::Path;
-use std::time::Duration;
 
 use anyhow::{Context as _, bail};
 use base64::Engine as _;
@@ -33,7 +32,7 @@ use rusqlite::{Connection, OpenFlags};
 use serde_json::Value;
 use subtle::ConstantTimeEq as _;
 
-use super::{Incoming, IncomingUser, MAX_ALIASES, Skipped};
+use super::{Incoming, IncomingUser, MAX_ALIASES, PAGE, PAGE_BYTES, PAGES, Skipped};
 
 /// Which of the two panels.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -499,13 +498,6 @@ pub(crate) fn read_bytes(bytes: &[u8], flavor: Flavor) -> anyhow::Result<Incomin
     from_database(&conn, flavor, None, "the upload")
 }
 
-/// Users asked for a page of the API.
-const PAGE: usize = 500;
-/// The most bytes of one page read.
-const PAGE_BYTES: usize = 32 << 20;
-/// The most pages read (a million users).
-const PAGES: usize = 2_000;
-
 /// One API user object as a row.
 fn row_of_api(user: &Value) -> Row {
     let text = |key: &str| user.get(key).and_then(Value::as_str).unwrap_or_default().trim().to_owned();
@@ -535,17 +527,8 @@ fn row_of_api(user: &Value) -> Row {
 /// Reads every user of the panel at `base` over its REST API with an admin's bearer `token`
 /// (`POST /api/admin/token` gives one).
 pub(crate) async fn read_api(base: &str, token: &str, flavor: Flavor) -> anyhow::Result<Incoming> {
-    let base = base.trim().trim_end_matches('/');
-    if !hearth_shared::is_web_address(base) {
-        bail!("the panel's address must be an http:// or https:// URL");
-    }
+    let (base, http) = super::api_client(base)?;
     let name = flavor.title();
-    let _ = rustls::crypto::ring::default_provider().install_default();
-    let http = reqwest::Client::builder()
-        .timeout(Duration::from_secs(60))
-        .redirect(reqwest::redirect::Policy::none())
-        .build()
-        .context("an HTTP client")?;
     let mut incoming = Incoming { source: flavor.source().to_owned(), ..Incoming::default() };
     let mut names = HashSet::new();
     let mut offset = 0;

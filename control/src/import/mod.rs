@@ -182,6 +182,28 @@ impl Api {
     }
 }
 
+/// Users asked for in one page of a panel's API.
+const PAGE: usize = 500;
+/// The most bytes of one page read.
+const PAGE_BYTES: usize = 32 << 20;
+/// The most pages read (a million users).
+const PAGES: usize = 2_000;
+
+/// A panel's address (`https://panel.example`, no trailing `/`) checked, and the client its API
+/// is read with: answers within a minute, redirects not followed (a token goes nowhere else).
+fn api_client(base: &str) -> anyhow::Result<(&str, reqwest::Client)> {
+    use anyhow::Context as _;
+    let base = base.trim().trim_end_matches('/');
+    anyhow::ensure!(hearth_shared::is_web_address(base), "the panel's address must be an http:// or https:// URL");
+    let _ = rustls::crypto::ring::default_provider().install_default();
+    let http = reqwest::Client::builder()
+        .timeout(std::time::Duration::from_secs(60))
+        .redirect(reqwest::redirect::Policy::none())
+        .build()
+        .context("an HTTP client")?;
+    Ok((base, http))
+}
+
 /// A file, refused when it is over `cap` bytes.
 fn read_capped(path: &std::path::Path, cap: usize) -> anyhow::Result<Vec<u8>> {
     use anyhow::Context as _;

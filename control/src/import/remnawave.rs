@@ -12,19 +12,11 @@
 //! - Every request carries `X-Forwarded-For` and `X-Forwarded-Proto: https`: Remnawave closes
 //!   the connection of a request without them when it is reached directly.
 
-use std::time::Duration;
-
 use anyhow::{Context as _, bail};
 use serde_json::Value;
 
-use super::{Incoming, IncomingUser};
+use super::{Incoming, IncomingUser, PAGE, PAGE_BYTES, PAGES};
 
-/// Users asked for a page.
-const PAGE: usize = 500;
-/// The most bytes of one page read.
-const PAGE_BYTES: usize = 32 << 20;
-/// The most pages read (a million users).
-const PAGES: usize = 2_000;
 /// The client-type variants of a subscription path Remnawave (and its subscription page)
 /// answer.
 const VARIANTS: [&str; 6] = ["json", "v2ray-json", "singbox", "mihomo", "stash", "clash"];
@@ -136,16 +128,7 @@ fn user_of(user: &Value) -> Result<IncomingUser, (String, String)> {
 /// Reads every user of the Remnawave panel at `base` (its address, `https://panel.example`)
 /// with the API `token`.
 pub(crate) async fn read(base: &str, token: &str) -> anyhow::Result<Incoming> {
-    let base = base.trim().trim_end_matches('/');
-    if !hearth_shared::is_web_address(base) {
-        bail!("the panel's address must be an http:// or https:// URL");
-    }
-    let _ = rustls::crypto::ring::default_provider().install_default();
-    let http = reqwest::Client::builder()
-        .timeout(Duration::from_secs(60))
-        .redirect(reqwest::redirect::Policy::none())
-        .build()
-        .context("an HTTP client")?;
+    let (base, http) = super::api_client(base)?;
     let mut incoming = Incoming { source: "remnawave".to_owned(), ..Incoming::default() };
     let mut names = std::collections::HashSet::new();
     let mut start = 0;
