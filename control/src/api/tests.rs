@@ -1748,7 +1748,7 @@ async fn users_move_in_with_their_passwords_and_old_paths_and_an_import_is_all_o
             { "id": "bob@home", "name": "bob", "days_from_first_use": 30, "enabled": false },
             { "id": "copycat", "name": "copycat", "password": "alice-hy2-pass" },
             { "id": "squatter", "name": "squatter", "password": resident_password },
-            { "id": "rooted", "name": "rooted", "password": "x-pass", "aliases": ["/rootlevel"] },
+            { "id": "climber", "name": "climber", "password": "x-pass", "aliases": ["/sub/../etc"] },
             { "id": "resident-again", "name": "resident", "password": "other-pass" },
         ],
     });
@@ -1769,7 +1769,7 @@ async fn users_move_in_with_their_passwords_and_old_paths_and_an_import_is_all_o
     assert_eq!(reasons.len(), 4, "{reasons:?}");
     assert!(reasons[0].0 == "copycat" && reasons[0].1.contains("another user's"), "{reasons:?}");
     assert!(reasons[1].0 == "squatter" && reasons[1].1.contains("another user's"), "{reasons:?}");
-    assert!(reasons[2].0 == "rooted" && reasons[2].1.contains("an alias is a path under a folder"), "{reasons:?}");
+    assert!(reasons[2].0 == "climber" && reasons[2].1.contains("an alias is a path under a folder"), "{reasons:?}");
     assert!(reasons[3].0 == "resident-again" && reasons[3].1.contains("already exists"), "{reasons:?}");
     assert_eq!(client.get("/users").await.json()["total"], users_before, "a dry run keeps nothing");
 
