@@ -31,6 +31,7 @@ mod testing;
 mod tls;
 mod totp;
 mod ui;
+mod webhooks;
 
 use std::path::PathBuf;
 

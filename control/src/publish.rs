@@ -425,13 +425,42 @@ fn mbit(kbps: u64) -> String {
     format!("{} Mbit/s", kbps as f64 / 1000.0)
 }
 
+/// The shares of a quota a user is warned at, as it crosses them.
+const QUOTA_WARNINGS: [u64; 2] = [95, 80];
+
+/// Tells once that a user's usage crossed 80 % and 95 % of its quota (once over it, the
+/// status change tells); a reset or a larger quota makes it tellable again.
+#[allow(clippy::too_many_arguments)]
+fn tell_quota(
+    conn: &Connection,
+    user: UserId,
+    name: &str,
+    quota: u64,
+    used: u64,
+    warned: u64,
+    status: Status,
+    now: u64,
+) -> Result<(), Error> {
+    let share = if quota == 0 { 0 } else { u64::try_from(u128::from(used) * 100 / u128::from(quota)).unwrap_or(100) };
+    let reached = QUOTA_WARNINGS.into_iter().find(|at| share >= *at).unwrap_or(0);
+    if reached == warned {
+        return Ok(());
+    }
+    conn.prepare_cached("UPDATE users SET quota_warned = ?2 WHERE id = ?1")?.execute(params![user, reached])?;
+    if reached > warned && status != Status::OverQuota && share < 100 {
+        let more = serde_json::json!({ "percent": reached, "used": used, "quota": quota });
+        crate::store::events::user_event(conn, now, "user.near_quota", user, name, more)?;
+    }
+    Ok(())
+}
+
 /// Builds, seals and signs a user's snapshot; updates the stored status. Returns the nodes
 /// the user reaches, or `None` when the user no longer exists.
 fn publish_user(conn: &Connection, signer: &Signer, user: UserId, now: u64) -> Result<Option<Vec<NodeId>>, Error> {
     let row = conn
         .prepare_cached(
             "SELECT name, token_enc, credential_enc, quota, used_up, used_down, reset, expires_at, duration_secs,
-                    started_at, enabled, status
+                    started_at, enabled, status, quota_warned
              FROM users WHERE id = ?1",
         )?
         .query_row([user], |row| {
@@ -448,10 +477,25 @@ fn publish_user(conn: &Connection, signer: &Signer, user: UserId, now: u64) -> R
                 row.get::<_, u64>(9)?,
                 row.get::<_, bool>(10)?,
                 row.get::<_, String>(11)?,
+                row.get::<_, u64>(12)?,
             ))
         })
         .optional()?;
-    let Some((name, token_enc, cred_enc, quota, up, down, reset, expires_at, duration, started, enabled, stored)) = row
+    let Some((
+        name,
+        token_enc,
+        cred_enc,
+        quota,
+        up,
+        down,
+        reset,
+        expires_at,
+        duration,
+        started,
+        enabled,
+        stored,
+        warned,
+    )) = row
     else {
         return Ok(None);
     };
@@ -459,7 +503,18 @@ fn publish_user(conn: &Connection, signer: &Signer, user: UserId, now: u64) -> R
     if status_name(status) != stored {
         conn.prepare_cached("UPDATE users SET status = ?2 WHERE id = ?1")?
             .execute(params![user, status_name(status)])?;
+        let told = match status {
+            Status::Disabled => Some("user.disabled"),
+            Status::Expired => Some("user.expired"),
+            Status::OverQuota => Some("user.over_quota"),
+            _ => None,
+        };
+        if let Some(kind) = told {
+            let more = serde_json::json!({ "was": stored, "used": up.saturating_add(down), "quota": quota });
+            crate::store::events::user_event(conn, now, kind, user, &name, more)?;
+        }
     }
+    tell_quota(conn, user, &name, quota, up.saturating_add(down), warned, status, now)?;
     let token_bytes = signer.vault.open(Purpose::Token, &token_enc)?;
     let token = SubToken::from_bytes(
         token_bytes.as_slice().try_into().map_err(|_| Error::Internal("a stored token has the wrong length".into()))?,
@@ -922,12 +977,18 @@ pub(crate) fn resign_all(conn: &Connection, signer: &Signer, now: u64) -> Result
 pub(crate) fn settle_keys(conn: &Connection, signer: &Signer, now: u64) -> Result<Option<usize>, Error> {
     let chain = crate::keyring::chain(&signer.dir).map_err(|e| Error::Internal(format!("{e:#}")))?;
     let digest = hex::encode(sha256(&chain.concat()));
-    if crate::store::get_state_text(conn, "keys_chain")?.as_deref() == Some(digest.as_str()) {
+    let before = crate::store::get_state_text(conn, "keys_chain")?;
+    if before.as_deref() == Some(digest.as_str()) {
         return Ok(None);
     }
     let serial = crate::store::get_state(conn, "keys_serial")? + 1;
     crate::store::set_state(conn, "keys_serial", serial)?;
     let signed = resign_all(conn, signer, now)?;
+    // (The first records, at the first start, are no rotation.)
+    if before.is_some() {
+        let data = serde_json::json!({ "serial": serial, "records": chain.len(), "signed_again": signed });
+        crate::store::events::emit(conn, now, "key.rotated", "keys", &data)?;
+    }
     crate::store::set_state(conn, "keys_chain", digest)?;
     Ok(Some(signed))
 }

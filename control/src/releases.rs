@@ -346,6 +346,8 @@ pub(crate) fn stop(conn: &Connection, signer: &Signer, release: u64, actor: &str
     }
     conn.execute("UPDATE nodes SET release_target = 0 WHERE release_target = ?1 AND release_running != ?1", [release])?;
     publish_rollout(conn, signer, now)?;
+    let data = serde_json::json!({ "release": release, "why": "stopped by the owner", "by": actor });
+    crate::store::events::emit(conn, now, "release.stopped", &format!("release {release}"), &data)?;
     audit(conn, now, actor, "release.stop", &format!("release {release}"), "")
 }
 
@@ -387,6 +389,8 @@ pub(crate) fn advance(conn: &Connection, signer: &Signer, timeout: u64, now: u64
         )?;
         publish_rollout(conn, signer, now)?;
         audit(conn, now, "control", "release.failed", &format!("release {release}"), &detail)?;
+        let data = serde_json::json!({ "release": release, "why": detail, "node": current });
+        crate::store::events::emit(conn, now, "release.stopped", &format!("release {release}"), &data)?;
         tracing::warn!(release, %detail, "the rollout stopped");
         return Ok(true);
     }
@@ -419,6 +423,8 @@ pub(crate) fn advance(conn: &Connection, signer: &Signer, timeout: u64, now: u64
                 params![release, now],
             )?;
             audit(conn, now, "control", "release.done", &format!("release {release}"), "")?;
+            let data = serde_json::json!({ "release": release });
+            crate::store::events::emit(conn, now, "release.rolled_out", &format!("release {release}"), &data)?;
             tracing::info!(release, "every node runs the release");
         }
     }

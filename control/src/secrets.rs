@@ -32,6 +32,8 @@ pub(crate) enum Purpose {
     Credential,
     /// The owner's TOTP secret.
     Totp,
+    /// A webhook's signing secret.
+    Webhook,
 }
 
 impl Purpose {
@@ -40,6 +42,7 @@ impl Purpose {
             Purpose::Token => b"hearth master v1 token",
             Purpose::Credential => b"hearth master v1 credential",
             Purpose::Totp => b"hearth master v1 totp",
+            Purpose::Webhook => b"hearth master v1 webhook",
         }
     }
 }

@@ -137,6 +137,7 @@ pub(crate) fn run(dir: &Path) -> Result<()> {
             tokio::spawn(crate::tasks::sweeper(app.clone(), stopped.clone())),
             tokio::spawn(crate::tasks::watch_external(app.clone(), stopped.clone())),
             tokio::spawn(crate::archive::archiver(app.clone(), stopped.clone())),
+            tokio::spawn(crate::webhooks::deliverer(app.clone(), stopped.clone())),
         ];
         let router = crate::api::router(app.clone());
         let mut on_stop = stopped.clone();

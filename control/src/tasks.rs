@@ -72,6 +72,8 @@ pub(crate) fn sweep(
         touched += crate::store::nodes::expire_presence(conn, &app.signer, now)?;
         // Nodes whose cap month ended (a limited node reports nothing to start it).
         touched += crate::store::nodes::roll_quotas(conn, &app.signer, now)?;
+        tell_silences(conn, now)?;
+        crate::store::events::prune(conn, now)?;
     }
     changes.publish(conn, &app.signer, now)?;
     if crate::releases::advance(conn, &app.signer, app.config.release_timeout_secs, now)? {
@@ -90,6 +92,43 @@ pub(crate) fn sweep(
         }
     }
     Ok(touched)
+}
+
+/// A node silent this long is told offline (nodes ask at least every minute).
+pub(crate) const OFFLINE_AFTER: u64 = 180;
+/// An edge failing this long is told failing (a push retried within seconds is not news).
+pub(crate) const FAILING_AFTER: u64 = 120;
+
+/// Tells of nodes gone silent and back, and of edges failing: each once, when it crosses.
+fn tell_silences(conn: &rusqlite::Connection, now: u64) -> Result<(), Error> {
+    use crate::store::events::emit;
+    let nodes: Vec<(u64, String, u64, u64)> = conn
+        .prepare_cached(
+            "SELECT id, name, last_seen, offline_told FROM nodes WHERE public_key IS NOT NULL AND last_seen > 0
+               AND ((offline_told = 0 AND last_seen < ?1) OR (offline_told > 0 AND last_seen >= offline_told))",
+        )?
+        .query_map([now.saturating_sub(OFFLINE_AFTER)], |row| Ok((row.get(0)?, row.get(1)?, row.get(2)?, row.get(3)?)))?
+        .collect::<Result<_, _>>()?;
+    for (id, name, last_seen, told) in nodes {
+        let (kind, told) = if told == 0 { ("node.offline", now) } else { ("node.online", 0) };
+        let data = serde_json::json!({ "node": { "id": id, "name": name }, "last_seen": last_seen });
+        emit(conn, now, kind, &format!("node {id}"), &data)?;
+        conn.prepare_cached("UPDATE nodes SET offline_told = ?2 WHERE id = ?1")?
+            .execute(rusqlite::params![id, told])?;
+    }
+    let edges: Vec<(i64, String, Option<String>, u64)> = conn
+        .prepare_cached(
+            "SELECT id, name, last_error, error_since FROM edges
+             WHERE failing_told = 0 AND error_since > 0 AND error_since <= ?1",
+        )?
+        .query_map([now.saturating_sub(FAILING_AFTER)], |row| Ok((row.get(0)?, row.get(1)?, row.get(2)?, row.get(3)?)))?
+        .collect::<Result<_, _>>()?;
+    for (id, name, error, since) in edges {
+        let data = serde_json::json!({ "edge": { "id": id, "name": name }, "error": error, "since": since });
+        emit(conn, now, "edge.failing", &format!("edge {name}"), &data)?;
+        conn.prepare_cached("UPDATE edges SET failing_told = ?2 WHERE id = ?1")?.execute(rusqlite::params![id, now])?;
+    }
+    Ok(())
 }
 
 /// Runs the sweeps until shutdown: expiry and resets every 5 s, usage every minute, renewal

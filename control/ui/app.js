@@ -302,6 +302,7 @@
     [/^releases$/, () => releasesView()],
     [/^audit$/, (m, params) => auditView(params)],
     [/^settings$/, () => settingsView()],
+    [/^settings\/notifications$/, () => notificationsView()],
   ];
 
   async function route() {
@@ -1472,6 +1473,127 @@
     );
   }
 
+  /** The kinds of events a webhook can take, by group. */
+  const EVENT_GROUPS = ['*', 'user.*', 'node.*', 'edge.*', 'signin.*', 'key.*', 'release.*'];
+
+  /** Settings, Notifications: webhooks (each delivery's state and answer, a test event) and
+   * the latest events. */
+  async function notificationsView() {
+    const [{ webhooks }, { events }] = await Promise.all([api('GET', 'webhooks'), api('GET', 'events?limit=20')]);
+    const form = h(
+      'form',
+      { class: 'card', id: 'webhook-form' },
+      h('h2', {}, t('notify.add')),
+      field(t('notify.url'), h('input', { name: 'url', type: 'url', required: true, maxlength: 512, placeholder: 'https://bot.example.com/hearth' })),
+      h(
+        'fieldset',
+        { class: 'events' },
+        h('legend', {}, t('notify.events')),
+        EVENT_GROUPS.map((group) => h('label', { class: 'check' }, h('input', { type: 'checkbox', name: 'events', value: group, checked: group === '*' }), ' ', t(`notify.group.${group}`))),
+      ),
+      errorBox(),
+      h('div', { class: 'actions' }, h('button', { type: 'submit' }, t('notify.add_button'))),
+    );
+    onSubmit(form, async () => {
+      const chosen = [...form.querySelectorAll('[name=events]:checked')].map((box) => box.value);
+      const made = await api('POST', 'webhooks', { url: form.querySelector('[name=url]').value.trim(), events: chosen });
+      const d = dialog(t('notify.secret_title'), h('div', { id: 'new-webhook' }, h('p', {}, t('notify.secret_once')), secretBox(made.secret)));
+      d.addEventListener('close', () => route());
+    });
+    const deliveries = h('section', { class: 'card', id: 'deliveries', hidden: true });
+    const showDeliveries = async (hook) => {
+      try {
+        const list = await api('GET', `webhooks/${hook.id}/deliveries?limit=50`);
+        deliveries.hidden = false;
+        deliveries.replaceChildren(
+          h('h2', { tabindex: '-1' }, t('notify.deliveries_of', { url: hook.url })),
+          list.deliveries.length
+            ? h(
+                'table',
+                { class: 'list' },
+                h('thead', {}, h('tr', {}, ['notify.event', 'notify.state', 'notify.attempts', 'notify.answer'].map((k) => h('th', {}, t(k))))),
+                h(
+                  'tbody',
+                  {},
+                  list.deliveries.map((d) =>
+                    h(
+                      'tr',
+                      {},
+                      h('td', { 'data-label': t('notify.event') }, `${d.kind} (${d.subject})`, h('br'), h('small', {}, ago(d.queued))),
+                      h('td', { 'data-label': t('notify.state') }, h('span', { class: `badge ${d.state === 'delivered' ? 'active' : d.state === 'failed' ? 'disabled' : 'not_started'}` }, t(`notify.state.${d.state}`))),
+                      h('td', { 'data-label': t('notify.attempts') }, String(d.attempts)),
+                      h('td', { 'data-label': t('notify.answer') }, d.status ? `${d.status} ` : '', h('code', {}, d.answer)),
+                    ),
+                  ),
+                ),
+              )
+            : h('p', { class: 'empty' }, t('notify.no_deliveries')),
+        );
+        deliveries.querySelector('h2').focus();
+      } catch (err) {
+        alertError(err);
+      }
+    };
+    const test = async (hook) => {
+      try {
+        await api('POST', `webhooks/${hook.id}/test`);
+        // The deliverer runs every second: show the delivery once it has been tried.
+        await new Promise((done) => setTimeout(done, 1500));
+        await showDeliveries(hook);
+      } catch (err) {
+        alertError(err);
+      }
+    };
+    const hooks = webhooks.length
+      ? h(
+          'table',
+          { class: 'list', id: 'webhooks' },
+          h('thead', {}, h('tr', {}, ['notify.url', 'notify.events', 'notify.counts', ''].map((k) => h('th', {}, k ? t(k) : h('span', { class: 'visually-hidden' }, t('actions')))))),
+          h(
+            'tbody',
+            {},
+            webhooks.map((hook) =>
+              h(
+                'tr',
+                {},
+                h('td', { 'data-label': t('notify.url') }, h('code', {}, hook.url)),
+                h('td', { 'data-label': t('notify.events') }, hook.events.join(', ')),
+                h('td', { 'data-label': t('notify.counts') }, t('notify.counted', { delivered: number(hook.delivered), pending: number(hook.pending), failed: number(hook.failed) })),
+                h(
+                  'td',
+                  {},
+                  h(
+                    'span',
+                    { class: 'inline' },
+                    h('button', { type: 'button', class: 'ghost small', 'data-deliveries': hook.id, onclick: () => showDeliveries(hook) }, t('notify.show_deliveries')),
+                    h('button', { type: 'button', class: 'ghost small', 'data-test': hook.id, onclick: () => test(hook) }, t('notify.test')),
+                    deleteButton(t('delete'), t('notify.delete_confirm', { url: hook.url }), `webhooks/${hook.id}`, { 'data-delete': hook.id }),
+                  ),
+                ),
+              ),
+            ),
+          ),
+        )
+      : h('p', { class: 'empty' }, t('notify.none'));
+    shell(
+      'settings/notifications',
+      h('p', {}, h('a', { href: '#/settings' }, t('notify.back'))),
+      h('h1', {}, t('notify.title')),
+      h('p', {}, t('notify.intro')),
+      h('section', { class: 'card' }, h('h2', {}, t('notify.webhooks')), hooks),
+      deliveries,
+      form,
+      h(
+        'section',
+        { class: 'card', id: 'events' },
+        h('h2', {}, t('notify.recent')),
+        events.length
+          ? h('ul', {}, events.map((e) => h('li', {}, `${e.kind}: ${e.subject} `, h('small', {}, ago(e.at)))))
+          : h('p', { class: 'empty' }, t('notify.no_events')),
+      ),
+    );
+  }
+
   /** Signed node releases: roll one out (a canary node first), follow it, stop it. */
   async function releasesView() {
     const [list, nodes] = await Promise.all([api('GET', 'releases'), api('GET', 'nodes')]);
@@ -1935,6 +2057,7 @@
     shell(
       'settings',
       h('h1', {}, t('nav.settings')),
+      h('p', {}, h('a', { href: '#/settings/notifications', id: 'to-notifications' }, t('notify.title')), ' · ', t('notify.link_hint')),
       profile,
       card,
       addressesForm(settings),

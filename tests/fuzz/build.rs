@@ -35,6 +35,9 @@ const ITEMS: &[(&str, &str)] = &[
     ("store/nodes.rs", "EnrollRequest"),
     ("settings.rs", "ProfileInput"),
     ("auth.rs", "Scope"),
+    ("api/admin/edges.rs", "EdgeInput"),
+    ("api/admin/edges.rs", "EdgeChange"),
+    ("api/admin/webhooks.rs", "WebhookInput"),
 ];
 
 /// The item `name` of `source` (a struct or enum by its name, anything else by the start of
@@ -43,7 +46,11 @@ const ITEMS: &[(&str, &str)] = &[
 fn item(source: &str, name: &str) -> Option<String> {
     let lines: Vec<&str> = source.lines().collect();
     let at = lines.iter().position(|line| {
-        let line = line.trim_start().trim_start_matches("pub(crate) ").trim_start_matches("pub ");
+        let line = line
+            .trim_start()
+            .trim_start_matches("pub(crate) ")
+            .trim_start_matches("pub(in crate::api) ")
+            .trim_start_matches("pub ");
         let named = |kind: &str| [' ', '('].iter().any(|after| line.starts_with(&format!("{kind} {name}{after}")));
         let first_line = line.strip_prefix(name).is_some_and(|rest| rest.starts_with([' ', ':']));
         named("struct") || named("enum") || (name.contains(' ') && first_line)
@@ -70,7 +77,8 @@ fn main() {
         let item = item(&source, name).unwrap_or_else(|| {
             panic!("control's request body {name} is no longer in {}: update tests/fuzz/build.rs", path.display())
         });
-        let item = item.replace("pub(crate) ", "pub ").replace("crate::settings::", "");
+        let item =
+            item.replace("pub(crate) ", "pub ").replace("pub(in crate::api) ", "pub ").replace("crate::settings::", "");
         let item = match item.find(&format!("struct {name}")).or_else(|| item.find(&format!("enum {name}"))) {
             _ if name.contains(' ') => item,
             Some(at) if !item[..at].ends_with("pub ") => format!("{}pub {}", &item[..at], &item[at..]),

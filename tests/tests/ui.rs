@@ -673,3 +673,59 @@ async fn moving_in_from_3x_ui_in_a_real_browser() {
     no_console_errors(&driver, &client, "moving in").await;
     client.close().await.unwrap();
 }
+
+/// Settings, Notifications: a webhook added (its secret shown once), a test event sent and its
+/// delivery shown with the receiver's answer, the latest events listed; reached and used by
+/// keyboard, clean under axe-core.
+#[tokio::test]
+async fn notifications_in_a_real_browser() {
+    // A receiver that takes everything.
+    let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let receiver = format!("http://{}/hearth", listener.local_addr().unwrap());
+    std::thread::spawn(move || {
+        for mut stream in listener.incoming().flatten() {
+            use std::io::{Read as _, Write as _};
+            let mut buf = [0u8; 65536];
+            let _ = stream.read(&mut buf);
+            let _ = stream.write_all(b"HTTP/1.1 200 OK\r\ncontent-length: 8\r\nconnection: close\r\n\r\nreceived");
+        }
+    });
+    let temp = tempfile::tempdir().unwrap();
+    let dir = ControlDir::init(&temp.path().join("control")).unwrap();
+    let control = ControlProcess::start(&dir, &[]).unwrap();
+    let http = dir.client().unwrap();
+    let token = control.setup(&http, "admin").await.unwrap();
+    let panel = format!("{}/{}/", control.url, control.admin);
+    let (driver, client) = browser().await;
+    sign_in(&client, &panel).await;
+    client.goto(&format!("{panel}#/settings")).await.unwrap();
+    find(&client, "#to-notifications").await.send_keys("\u{e007}").await.unwrap();
+    text_of(&client, "main", |t| t.contains("No webhooks yet.")).await;
+    fill(&client, "#webhook-form input[name=url]", &receiver).await;
+    find(&client, "#webhook-form input[value='*']").await.send_keys(" ").await.unwrap();
+    find(&client, "#webhook-form input[value='user.*']").await.send_keys(" ").await.unwrap();
+    find(&client, "#webhook-form button[type=submit]").await.send_keys("\u{e007}").await.unwrap();
+    let shown = text_of(&client, "#new-webhook", |t| t.contains("whsec_")).await;
+    screenshot(&client, "notifications-secret").await;
+    find(&client, "dialog").await.send_keys("\u{e00c}").await.unwrap();
+    text_of(&client, "#webhooks", |t| t.contains(&receiver) && t.contains("user.*")).await;
+    let hooks = control.call(&http, &token, reqwest::Method::GET, "/webhooks", None).await.unwrap();
+    assert_eq!(hooks["webhooks"][0]["events"], serde_json::json!(["user.*"]));
+    assert!(!hooks.to_string().contains(shown.split("whsec_").nth(1).unwrap().trim()), "shown once");
+    // A user made elsewhere, and the test event: both delivered, with the receiver's answer.
+    let user = serde_json::json!({ "name": "nora" });
+    control.call(&http, &token, reqwest::Method::POST, "/users", Some(&user)).await.unwrap();
+    find(&client, "#webhooks button[data-test]").await.click().await.unwrap();
+    let deliveries = text_of(&client, "#deliveries", |t| t.matches("Delivered").count() == 2).await;
+    assert!(
+        deliveries.contains("user.created") && deliveries.contains("test") && deliveries.contains("200 received"),
+        "{deliveries}"
+    );
+    client.refresh().await.unwrap();
+    text_of(&client, "#events", |t| t.contains("user.created: user")).await;
+    find(&client, "#webhooks button[data-deliveries]").await.click().await.unwrap();
+    text_of(&client, "#deliveries", |t| t.contains("Delivered")).await;
+    screenshot(&client, "notifications").await;
+    no_console_errors(&driver, &client, "notifications").await;
+    client.close().await.unwrap();
+}

@@ -22,6 +22,7 @@ use crate::store::nodes::{self as node_store, GroupInput, MAX_HOST, MAX_TEXT, No
 use crate::store::users::{self as user_store, ListQuery, MAX_BULK, MAX_NAME, MAX_NOTE, UserInput};
 
 mod edges;
+mod webhooks;
 
 type Reply = Result<Response, Response>;
 
@@ -172,6 +173,11 @@ pub(super) fn router() -> Router<Arc<App>> {
         .route("/api/settings", get(get_settings).patch(update_settings))
         .route("/api/edges", get(edges::list_edges).post(edges::add_edge))
         .route("/api/edges/{id}", axum::routing::patch(edges::update_edge).delete(edges::remove_edge))
+        .route("/api/events", get(webhooks::list_events))
+        .route("/api/webhooks", get(webhooks::list_webhooks).post(webhooks::add_webhook))
+        .route("/api/webhooks/{id}", delete(webhooks::remove_webhook))
+        .route("/api/webhooks/{id}/deliveries", get(webhooks::deliveries))
+        .route("/api/webhooks/{id}/test", post(webhooks::test_webhook))
         .route("/metrics", get(crate::metrics::handler))
         // Every other call takes a small body; the bulk create above and sign-in keep their own.
         .layer(DefaultBodyLimit::max(super::ADMIN_BODY))
@@ -377,6 +383,10 @@ async fn login(
             };
             if !spent {
                 return Ok(None);
+            }
+            if !auth::known_address(tx, &address, now)? {
+                let data = json!({ "address": ip.to_string() });
+                crate::store::events::emit(tx, now, "signin.new_address", "owner", &data)?;
             }
             auth::remember_address(tx, &address, now)?;
             auth::start_session(tx, now).map(Some)

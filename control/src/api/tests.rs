@@ -1935,3 +1935,111 @@ async fn marzban_and_pasarguard_databases_uploaded_to_the_panel() {
         .await;
     assert!(nowhere.json()["error"]["message"].as_str().unwrap().contains("did not answer"));
 }
+
+/// Events are told once per crossing, in the transaction of what caused them: a quota's 80 %
+/// and 95 % (not again after, nor on the way over it), over quota, expired; a node gone silent
+/// and back; an edge failing and recovered.
+#[tokio::test]
+async fn events_tell_each_crossing_once() {
+    let client = Client::signed_in(true).await;
+    let app = client.app().clone();
+    let alice = client.post("/users", json!({ "name": "alice", "quota": 1000 })).await.json();
+    let alice_id = alice["id"].as_u64().unwrap();
+    let (node, key) = enroll(&client, json!(["default"])).await;
+    let sweep = || {
+        let (app, state) = (app.clone(), app.clone());
+        async move { app.db.write(move |tx| crate::tasks::sweep(tx, &state, now(), true, false)).await.unwrap() }
+    };
+    let kinds = || async {
+        let events = client.get("/events?limit=100").await.json();
+        let mut kinds: Vec<String> = events["events"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|e| format!("{} {}", e["kind"].as_str().unwrap(), e["data"]["percent"].as_u64().unwrap_or(0)))
+            .collect();
+        kinds.reverse();
+        kinds
+    };
+    assert_eq!(kinds().await, ["user.created 0"]);
+    for (seq, bytes) in [(1, 850), (2, 100), (3, 10), (4, 100)] {
+        let body = report(&key, node, seq, vec![UserUsage { user: alice_id, up: 0, down: bytes }]);
+        assert_eq!(node_usage(&client, node, &key, body).await.status, StatusCode::OK);
+        sweep().await;
+    }
+    assert_eq!(kinds().await, ["user.created 0", "user.near_quota 80", "user.near_quota 95", "user.over_quota 0"]);
+    // A larger quota: back under, tellable again, and nothing told for it but the change.
+    client.patch(&format!("/users/{alice_id}"), json!({ "quota": 100_000 })).await;
+    client.patch(&format!("/users/{alice_id}"), json!({ "expires_at": now() - 1 })).await;
+    let told = kinds().await;
+    assert_eq!(&told[4..], ["user.changed 0", "user.changed 0", "user.expired 0"], "{told:?}");
+
+    // A node silent for long, then back; an edge failing for long, then taking a push.
+    let long_ago = now() - crate::tasks::OFFLINE_AFTER - 10;
+    app.db
+        .write(move |tx| {
+            tx.execute("UPDATE nodes SET last_seen = ?2 WHERE id = ?1", rusqlite::params![node, long_ago])?;
+            tx.execute("UPDATE edges SET error_since = ?1, last_error = 'refused'", [long_ago])?;
+            Ok(())
+        })
+        .await
+        .unwrap();
+    sweep().await;
+    sweep().await;
+    let told = kinds().await;
+    assert_eq!(&told[7..], ["node.offline 0", "edge.failing 0"], "once each: {told:?}");
+    assert_eq!(node_get(&client, node, &key, &format!("/nodes/{node}/creds?after=0")).await.status, StatusCode::OK);
+    sweep().await;
+    let edge: i64 = app.db.read(|c| Ok(c.query_row("SELECT id FROM edges", [], |r| r.get(0))?)).await.unwrap();
+    app.db.write(move |tx| crate::store::edges::pushed(tx, edge, 0, &[], now())).await.unwrap();
+    let told = kinds().await;
+    assert_eq!(&told[9..], ["node.online 0", "edge.recovered 0"], "{told:?}");
+    let events = client.get("/events?limit=1").await.json();
+    assert_eq!(events["events"][0]["data"]["edge"]["name"], "main");
+}
+
+/// Webhooks: bad input refused with a clear error, the secret shown once, deliveries queued
+/// only for the kinds a webhook takes (the test event only where it is sent).
+#[tokio::test]
+async fn webhooks_take_the_kinds_they_ask_for() {
+    let client = Client::signed_in(false).await;
+    for (body, code) in [
+        (json!({ "url": "mailto:x", "events": ["*"] }), "bad_url"),
+        (json!({ "url": "https://hooks.example/a", "events": [] }), "bad_events"),
+        (json!({ "url": "https://hooks.example/a", "events": ["user.made"] }), "bad_events"),
+        (json!({ "url": "https://hooks.example/a", "events": ["*"], "more": 1 }), "bad_json"),
+    ] {
+        let answer = client.post("/webhooks", body.clone()).await;
+        assert_eq!(answer.status, StatusCode::BAD_REQUEST, "{body}");
+        assert_eq!(answer.json()["error"]["code"], code, "{body}");
+    }
+    let users = client.post("/webhooks", json!({ "url": "https://hooks.example/u", "events": ["user.*"] })).await;
+    assert_eq!(users.status, StatusCode::CREATED);
+    let users = users.json();
+    assert!(users["secret"].as_str().unwrap().starts_with("whsec_"));
+    let nodes = client.post("/webhooks", json!({ "url": "https://hooks.example/n", "events": ["node.offline"] })).await;
+    let nodes = nodes.json()["id"].as_i64().unwrap();
+    let users = users["id"].as_i64().unwrap();
+    client.post("/users", json!({ "name": "bob" })).await;
+    client.post(&format!("/webhooks/{nodes}/test"), json!({})).await;
+    let client = &client;
+    let queued = |id: i64| async move {
+        let list = client.get(&format!("/webhooks/{id}/deliveries")).await.json();
+        list["deliveries"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|d| d["kind"].as_str().unwrap().to_owned())
+            .collect::<Vec<_>>()
+    };
+    assert_eq!(queued(users).await, ["user.created"]);
+    assert_eq!(queued(nodes).await, ["test"]);
+    let listed = client.get("/webhooks").await.json();
+    assert!(!listed.to_string().contains("whsec_"), "the secret never comes back");
+    assert_eq!(listed["webhooks"][0]["pending"], 1);
+    assert_eq!(
+        client.send(Method::DELETE, &client.admin(&format!("/webhooks/{users}")), None, &[]).await.status,
+        StatusCode::NO_CONTENT
+    );
+    assert_eq!(client.get(&format!("/webhooks/{users}/deliveries")).await.status, StatusCode::NOT_FOUND);
+}

@@ -272,8 +272,17 @@ pub(crate) fn sync_main(conn: &Connection, url: Option<&str>, base: &str, now: u
 /// After a push the edge took: it holds everything up to `seq`, and what it took of `streams`
 /// is no longer set aside.
 pub(crate) fn pushed(conn: &Connection, id: i64, seq: i64, streams: &[String], now: u64) -> Result<(), Error> {
+    let told: Option<(String, u64)> = conn
+        .prepare_cached("SELECT name, failing_told FROM edges WHERE id = ?1 AND failing_told > 0")?
+        .query_row([id], |row| Ok((row.get(0)?, row.get(1)?)))
+        .optional()?;
+    if let Some((name, since)) = told {
+        let data = serde_json::json!({ "edge": { "id": id, "name": name }, "failing_since": since });
+        crate::store::events::emit(conn, now, "edge.recovered", &format!("edge {name}"), &data)?;
+    }
     conn.prepare_cached(
-        "UPDATE edges SET pushed = max(pushed, ?2), last_push = ?3, last_error = NULL, error_since = 0 WHERE id = ?1",
+        "UPDATE edges SET pushed = max(pushed, ?2), last_push = ?3, last_error = NULL, error_since = 0, failing_told = 0
+         WHERE id = ?1",
     )?
     .execute(params![id, seq, now])?;
     let mut held = conn.prepare_cached("DELETE FROM outbox_held WHERE edge = ?1 AND stream = ?2")?;

@@ -134,11 +134,19 @@ pub(crate) fn apply_report(conn: &Connection, signer: &Signer, report: &DeviceRe
         };
         changed |= merge(conn, user, &device)?;
     }
-    changed |= conn
+    let refused_at = registry.refused_at.min(now);
+    let told_before: u64 =
+        conn.prepare_cached("SELECT hwid_refused_at FROM users WHERE id = ?1")?.query_row([user], |row| row.get(0))?;
+    let refused = conn
         .prepare_cached("UPDATE users SET hwid_refused_at = ?2 WHERE id = ?1 AND hwid_refused_at < ?2")?
-        .execute(params![user, registry.refused_at.min(now)])?
+        .execute(params![user, refused_at])?
         > 0;
-    Ok(changed)
+    // Told at most hourly, as the refusal notice in the profile.
+    if refused && told_before + devices::SEEN_EVERY <= refused_at {
+        let more = serde_json::json!({ "by": "app", "at": refused_at });
+        crate::store::events::user_event_of(conn, now, "user.over_device_limit", user, more)?;
+    }
+    Ok(changed || refused)
 }
 
 /// Admits a device fetching `user`'s link from control itself (no edge in front): control's

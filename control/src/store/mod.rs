@@ -8,6 +8,7 @@
 
 pub(crate) mod aliases;
 pub(crate) mod edges;
+pub(crate) mod events;
 pub(crate) mod hwid;
 pub(crate) mod nodes;
 pub(crate) mod users;
@@ -60,6 +61,7 @@ const MIGRATIONS: &[&str] = &[
     include_str!("fair_use.sql"),
     include_str!("hwid.sql"),
     include_str!("aliases.sql"),
+    include_str!("events.sql"),
 ];
 
 /// Readers kept open between requests.

@@ -697,6 +697,8 @@ fn apply_presence(
                 conn.prepare_cached("UPDATE users SET refusal_noticed = ?2 WHERE id = ?1")?
                     .execute(params![p.user, now])?;
                 changes.user(conn, p.user)?;
+                let more = serde_json::json!({ "node": node, "refused": p.refused_devices, "by": "node" });
+                crate::store::events::user_event_of(conn, now, "user.over_device_limit", p.user, more)?;
             }
         }
     }

@@ -9,7 +9,7 @@ use serde::{Deserialize, Serialize};
 use crate::error::Error;
 use crate::publish::{self, Changes, Signer, parse_reset, reset_name};
 use crate::secrets::{self, Purpose};
-use crate::store::audit;
+use crate::store::{audit, events};
 
 /// The most users one bulk call creates.
 pub(crate) const MAX_BULK: usize = 10_000;
@@ -478,6 +478,8 @@ fn insert_with(
     for group in &new.groups {
         add.execute(params![id, group])?;
     }
+    let more = serde_json::json!({ "quota": new.quota, "expires_at": new.expires_at, "enabled": new.enabled });
+    events::user_event(conn, now, "user.created", id, name, more)?;
     Ok(Created { id, token })
 }
 
@@ -676,10 +678,18 @@ pub(crate) fn update(
         changed.push("groups");
     }
     conn.execute("UPDATE users SET updated = ?2 WHERE id = ?1", params![id, now])?;
+    // Told before what follows from it (a user disabled, or over its new quota).
+    changed_event(conn, id, &changed, actor, now)?;
     changes.user(conn, id)?;
     changes.publish(conn, signer, now)?;
     audit(conn, now, actor, "user.update", &format!("user {id} ({})", before.name), &changed.join(","))?;
     get(conn, id)
+}
+
+/// Tells of a change to a user by `actor`: what changed (field names, never a value that is a
+/// secret).
+fn changed_event(conn: &Connection, id: UserId, fields: &[&str], actor: &str, now: u64) -> Result<(), Error> {
+    events::user_event_of(conn, now, "user.changed", id, serde_json::json!({ "fields": fields, "by": actor }))
 }
 
 /// Users the nodes refused anything, those refused most first (at most `limit`): name, and
@@ -729,6 +739,7 @@ pub(crate) fn extend(
         conn.execute("UPDATE users SET expires_at = ?2 WHERE id = ?1", params![id, from + days * 86_400])?;
     }
     conn.execute("UPDATE users SET updated = ?2 WHERE id = ?1", params![id, now])?;
+    changed_event(conn, id, &["expiry"], actor, now)?;
     let mut changes = Changes::default();
     changes.user(conn, id)?;
     changes.publish(conn, signer, now)?;
@@ -749,6 +760,7 @@ pub(crate) fn reset_traffic(
         "UPDATE users SET used_up = 0, used_down = 0, raw_up = 0, raw_down = 0, updated = ?2 WHERE id = ?1",
         params![id, now],
     )?;
+    changed_event(conn, id, &["traffic"], actor, now)?;
     let mut changes = Changes::default();
     changes.user(conn, id)?;
     changes.publish(conn, signer, now)?;
@@ -782,6 +794,7 @@ pub(crate) fn rotate(conn: &Connection, signer: &Signer, actor: &str, id: UserId
     changes.user(conn, id)?;
     changes.publish(conn, signer, now)?;
     audit(conn, now, actor, "user.rotate_link", &format!("user {id} ({})", user.name), "")?;
+    changed_event(conn, id, &["link"], actor, now)?;
     Ok(token)
 }
 
@@ -805,6 +818,7 @@ pub(crate) fn delete(conn: &Connection, signer: &Signer, actor: &str, id: UserId
     }
     changes.publish(conn, signer, now)?;
     audit(conn, now, actor, "user.delete", &format!("user {id} ({})", user.name), "")?;
+    events::user_event(conn, now, "user.deleted", id, &user.name, serde_json::json!({ "by": actor }))?;
     Ok(())
 }
 
