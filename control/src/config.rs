@@ -16,6 +16,7 @@
 //! | `archive_every_secs` | `HEARTH_ARCHIVE_EVERY_SECS` | `3600` | the archive is also pushed this often (usage moves without changes) |
 //! | `trusted_proxies` | `HEARTH_TRUSTED_PROXIES` | none | reverse proxies in front (CIDRs; comma-separated in the variable, a list in the file) whose `CF-Connecting-IP`, else right-most untrusted `X-Forwarded-For` hop, is the client's address |
 //! | `release_timeout_secs` | `HEARTH_RELEASE_TIMEOUT_SECS` | `900` | a node told to run a release must run it within this long, or the rollout stops |
+//! | `telegram_api` | `HEARTH_TELEGRAM_API` | `https://api.telegram.org` | the Bot API the owner's bot is reached at (a local Bot API server, or a stand-in in tests) |
 //! | `[profile]` | | | `title`, `announce`, `support_url`, `update_interval_hours`: what apps show |
 
 use std::net::SocketAddr;
@@ -42,6 +43,7 @@ struct FileConfig {
     tls_key: Option<String>,
     log_format: Option<String>,
     metrics_token: Option<String>,
+    telegram_api: Option<String>,
     archive_after_secs: Option<u64>,
     archive_every_secs: Option<u64>,
     release_timeout_secs: Option<u64>,
@@ -121,6 +123,8 @@ pub(crate) struct Config {
     pub(crate) tls: Tls,
     pub(crate) log_json: bool,
     pub(crate) metrics_token: Option<String>,
+    /// Where the Telegram Bot API is.
+    pub(crate) telegram_api: String,
     /// Quiet time after a change before the state archive is pushed to the edge.
     pub(crate) archive_after_secs: u64,
     /// The longest time between two archives.
@@ -238,6 +242,11 @@ impl Config {
         if metrics_token.as_ref().is_some_and(|t| t.len() < 16) {
             bail!("metrics_token must be at least 16 characters");
         }
+        let telegram_api = check_url(
+            "telegram_api",
+            &pick(env, "HEARTH_TELEGRAM_API", file.telegram_api)
+                .unwrap_or_else(|| "https://api.telegram.org".to_owned()),
+        )?;
         let seconds = |name: &str, file: Option<u64>, default: u64| -> Result<u64> {
             match env(name).filter(|v| !v.is_empty()) {
                 Some(value) => value.parse().with_context(|| format!("{name} must be a number of seconds")),
@@ -266,6 +275,7 @@ impl Config {
             tls,
             log_json,
             metrics_token,
+            telegram_api,
             archive_after_secs,
             archive_every_secs,
             release_timeout_secs,

@@ -26,6 +26,7 @@ mod serve;
 mod settings;
 mod store;
 mod tasks;
+mod telegram;
 #[cfg(test)]
 mod testing;
 mod tls;

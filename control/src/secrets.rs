@@ -34,6 +34,8 @@ pub(crate) enum Purpose {
     Totp,
     /// A webhook's signing secret.
     Webhook,
+    /// The Telegram bot's token.
+    Telegram,
 }
 
 impl Purpose {
@@ -43,6 +45,7 @@ impl Purpose {
             Purpose::Credential => b"hearth master v1 credential",
             Purpose::Totp => b"hearth master v1 totp",
             Purpose::Webhook => b"hearth master v1 webhook",
+            Purpose::Telegram => b"hearth master v1 telegram",
         }
     }
 }

@@ -138,6 +138,8 @@ pub(crate) fn run(dir: &Path) -> Result<()> {
             tokio::spawn(crate::tasks::watch_external(app.clone(), stopped.clone())),
             tokio::spawn(crate::archive::archiver(app.clone(), stopped.clone())),
             tokio::spawn(crate::webhooks::deliverer(app.clone(), stopped.clone())),
+            tokio::spawn(crate::telegram::notifier(app.clone(), stopped.clone())),
+            tokio::spawn(crate::telegram::poller(app.clone(), stopped.clone())),
         ];
         let router = crate::api::router(app.clone());
         let mut on_stop = stopped.clone();

@@ -94,12 +94,11 @@ pub(crate) fn sweep(
     Ok(touched)
 }
 
-/// A node silent this long is told offline (nodes ask at least every minute).
-pub(crate) const OFFLINE_AFTER: u64 = 180;
 /// An edge failing this long is told failing (a push retried within seconds is not news).
 pub(crate) const FAILING_AFTER: u64 = 120;
 
-/// Tells of nodes gone silent and back, and of edges failing: each once, when it crosses.
+/// Tells of nodes gone silent (offline as the overview counts them) and back, and of edges
+/// failing: each once, when it crosses.
 fn tell_silences(conn: &rusqlite::Connection, now: u64) -> Result<(), Error> {
     use crate::store::events::emit;
     let nodes: Vec<(u64, String, u64, u64)> = conn
@@ -107,7 +106,9 @@ fn tell_silences(conn: &rusqlite::Connection, now: u64) -> Result<(), Error> {
             "SELECT id, name, last_seen, offline_told FROM nodes WHERE public_key IS NOT NULL AND last_seen > 0
                AND ((offline_told = 0 AND last_seen < ?1) OR (offline_told > 0 AND last_seen >= offline_told))",
         )?
-        .query_map([now.saturating_sub(OFFLINE_AFTER)], |row| Ok((row.get(0)?, row.get(1)?, row.get(2)?, row.get(3)?)))?
+        .query_map([now.saturating_sub(NODE_ONLINE_SECS)], |row| {
+            Ok((row.get(0)?, row.get(1)?, row.get(2)?, row.get(3)?))
+        })?
         .collect::<Result<_, _>>()?;
     for (id, name, last_seen, told) in nodes {
         let (kind, told) = if told == 0 { ("node.offline", now) } else { ("node.online", 0) };

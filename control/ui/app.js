@@ -1479,18 +1479,20 @@
   /** Settings, Notifications: webhooks (each delivery's state and answer, a test event) and
    * the latest events. */
   async function notificationsView() {
-    const [{ webhooks }, { events }] = await Promise.all([api('GET', 'webhooks'), api('GET', 'events?limit=20')]);
+    const [{ webhooks }, { events }, { telegram }] = await Promise.all([api('GET', 'webhooks'), api('GET', 'events?limit=20'), api('GET', 'telegram')]);
+    const eventBoxes = (name, chosen) =>
+      h(
+        'fieldset',
+        { class: 'events' },
+        h('legend', {}, t('notify.events')),
+        EVENT_GROUPS.map((group) => h('label', { class: 'check' }, h('input', { type: 'checkbox', name, value: group, checked: chosen.includes(group) }), ' ', t(`notify.group.${group}`))),
+      );
     const form = h(
       'form',
       { class: 'card', id: 'webhook-form' },
       h('h2', {}, t('notify.add')),
       field(t('notify.url'), h('input', { name: 'url', type: 'url', required: true, maxlength: 512, placeholder: 'https://bot.example.com/hearth' })),
-      h(
-        'fieldset',
-        { class: 'events' },
-        h('legend', {}, t('notify.events')),
-        EVENT_GROUPS.map((group) => h('label', { class: 'check' }, h('input', { type: 'checkbox', name: 'events', value: group, checked: group === '*' }), ' ', t(`notify.group.${group}`))),
-      ),
+      eventBoxes('events', ['*']),
       errorBox(),
       h('div', { class: 'actions' }, h('button', { type: 'submit' }, t('notify.add_button'))),
     );
@@ -1499,6 +1501,35 @@
       const made = await api('POST', 'webhooks', { url: form.querySelector('[name=url]').value.trim(), events: chosen });
       const d = dialog(t('notify.secret_title'), h('div', { id: 'new-webhook' }, h('p', {}, t('notify.secret_once')), secretBox(made.secret)));
       d.addEventListener('close', () => route());
+    });
+    // The owner's Telegram bot: checked by Telegram when saved; the token never comes back.
+    const bot = h(
+      'form',
+      { class: 'card', id: 'telegram-form' },
+      h('h2', {}, t('tg.title')),
+      h('p', { id: 'telegram-state' }, telegram ? t('tg.connected', { bot: `@${telegram.bot_name}`, chat: telegram.chat_id }) : t('tg.intro')),
+      field(t('tg.token'), h('input', { name: 'token', type: 'password', autocomplete: 'off', required: true, maxlength: 128 }), t('tg.token_hint')),
+      field(t('tg.chat'), h('input', { name: 'chat_id', type: 'number', required: true, step: 1, value: telegram ? telegram.chat_id : '' }), t('tg.chat_hint')),
+      field(t('tg.lang'), h('select', { name: 'lang' }, [['en', 'English'], ['ru', 'Русский']].map(([value, label]) => h('option', { value, selected: (telegram ? telegram.lang : lang) === value }, label)))),
+      eventBoxes('tg-events', telegram ? telegram.events : ['*']),
+      h('label', { class: 'check' }, h('input', { type: 'checkbox', name: 'tell_users', checked: telegram ? telegram.tell_users : false }), ' ', t('tg.tell_users')),
+      errorBox(),
+      h(
+        'div',
+        { class: 'actions' },
+        h('button', { type: 'submit' }, t('tg.save')),
+        telegram ? deleteButton(t('tg.remove'), t('tg.remove_confirm'), 'telegram', { id: 'telegram-remove' }) : null,
+      ),
+    );
+    onSubmit(bot, async () => {
+      await api('PUT', 'telegram', {
+        token: bot.querySelector('[name=token]').value.trim(),
+        chat_id: Number(bot.querySelector('[name=chat_id]').value),
+        lang: bot.querySelector('[name=lang]').value,
+        events: [...bot.querySelectorAll('[name=tg-events]:checked')].map((box) => box.value),
+        tell_users: bot.querySelector('[name=tell_users]').checked,
+      });
+      route();
     });
     const deliveries = h('section', { class: 'card', id: 'deliveries', hidden: true });
     const showDeliveries = async (hook) => {
@@ -1583,6 +1614,7 @@
       h('section', { class: 'card' }, h('h2', {}, t('notify.webhooks')), hooks),
       deliveries,
       form,
+      bot,
       h(
         'section',
         { class: 'card', id: 'events' },

@@ -13,6 +13,7 @@ pub mod load;
 pub mod lossy;
 pub mod node;
 pub mod stand_in;
+pub mod telegram;
 
 use std::path::PathBuf;
 use std::process::{Child, Command};

@@ -690,9 +690,10 @@ async fn notifications_in_a_real_browser() {
             let _ = stream.write_all(b"HTTP/1.1 200 OK\r\ncontent-length: 8\r\nconnection: close\r\n\r\nreceived");
         }
     });
+    let bot = hearth_tests::telegram::BotApi::start().await;
     let temp = tempfile::tempdir().unwrap();
     let dir = ControlDir::init(&temp.path().join("control")).unwrap();
-    let control = ControlProcess::start(&dir, &[]).unwrap();
+    let control = ControlProcess::start(&dir, &[("HEARTH_TELEGRAM_API", bot.url.clone())]).unwrap();
     let http = dir.client().unwrap();
     let token = control.setup(&http, "admin").await.unwrap();
     let panel = format!("{}/{}/", control.url, control.admin);
@@ -727,5 +728,25 @@ async fn notifications_in_a_real_browser() {
     text_of(&client, "#deliveries", |t| t.contains("Delivered")).await;
     screenshot(&client, "notifications").await;
     no_console_errors(&driver, &client, "notifications").await;
+    // The Telegram bot: a wrong token is refused with Telegram's words; the right one is
+    // checked (a first message reaches the chat) and kept.
+    fill(&client, "#telegram-form input[name=token]", "123456789:AAwrong").await;
+    fill(&client, "#telegram-form input[name=chat_id]", &hearth_tests::telegram::OWNER.to_string()).await;
+    find(&client, "#telegram-form button[type=submit]").await.click().await.unwrap();
+    text_of(&client, "#telegram-form .error", |t| t.contains("Unauthorized")).await;
+    fill(&client, "#telegram-form input[name=token]", hearth_tests::telegram::TOKEN).await;
+    find(&client, "#telegram-form select[name=lang]").await.select_by_value("ru").await.unwrap();
+    find(&client, "#telegram-form button[type=submit]").await.send_keys("\u{e007}").await.unwrap();
+    text_of(&client, "#telegram-state", |t| t.contains("@hearth_test_bot tells chat 4242")).await;
+    assert!(bot.sent_to(hearth_tests::telegram::OWNER)[0].starts_with("Hearth подключён"));
+    screenshot(&client, "notifications-telegram").await;
+    // (The browser logs the refused token's 400 as a failed load: that one only.)
+    let logged = console(&driver, &client).await;
+    let unexpected: Vec<&Value> = logged
+        .iter()
+        .filter(|e| e["level"] == "SEVERE")
+        .filter(|e| !e["message"].as_str().is_some_and(|m| m.contains("/api/telegram") && m.contains("400")))
+        .collect();
+    assert!(unexpected.is_empty(), "console errors after the bot: {unexpected:#?}");
     client.close().await.unwrap();
 }

@@ -22,6 +22,7 @@ use crate::store::nodes::{self as node_store, GroupInput, MAX_HOST, MAX_TEXT, No
 use crate::store::users::{self as user_store, ListQuery, MAX_BULK, MAX_NAME, MAX_NOTE, UserInput};
 
 mod edges;
+mod telegram;
 mod webhooks;
 
 type Reply = Result<Response, Response>;
@@ -178,6 +179,8 @@ pub(super) fn router() -> Router<Arc<App>> {
         .route("/api/webhooks/{id}", delete(webhooks::remove_webhook))
         .route("/api/webhooks/{id}/deliveries", get(webhooks::deliveries))
         .route("/api/webhooks/{id}/test", post(webhooks::test_webhook))
+        .route("/api/telegram", get(telegram::get).put(telegram::set).delete(telegram::clear))
+        .route("/api/users/{id}/telegram", axum::routing::put(telegram::set_user_chat))
         .route("/metrics", get(crate::metrics::handler))
         // Every other call takes a small body; the bulk create above and sign-in keep their own.
         .layer(DefaultBodyLimit::max(super::ADMIN_BODY))

@@ -1975,7 +1975,7 @@ async fn events_tell_each_crossing_once() {
     assert_eq!(&told[4..], ["user.changed 0", "user.changed 0", "user.expired 0"], "{told:?}");
 
     // A node silent for long, then back; an edge failing for long, then taking a push.
-    let long_ago = now() - crate::tasks::OFFLINE_AFTER - 10;
+    let long_ago = now() - crate::tasks::NODE_ONLINE_SECS - 10;
     app.db
         .write(move |tx| {
             tx.execute("UPDATE nodes SET last_seen = ?2 WHERE id = ?1", rusqlite::params![node, long_ago])?;

@@ -289,6 +289,14 @@ pub(crate) fn recent(conn: &Connection, before: i64, limit: u64) -> Result<Vec<E
     Ok(rows)
 }
 
+/// Events after `after` (an id), oldest first, at most `limit`.
+pub(crate) fn after(conn: &Connection, after: i64, limit: u64) -> Result<Vec<EventView>, Error> {
+    let mut query =
+        conn.prepare_cached("SELECT id, kind, at, subject, data FROM events WHERE id > ?1 ORDER BY id LIMIT ?2")?;
+    let rows = query.query_map(params![after, limit], |row| event_of(row, 0))?.collect::<Result<_, _>>()?;
+    Ok(rows)
+}
+
 /// The next delivery of a webhook, due to be sent.
 #[derive(Clone, Debug)]
 pub(crate) struct Due {

@@ -11,6 +11,7 @@ pub(crate) mod edges;
 pub(crate) mod events;
 pub(crate) mod hwid;
 pub(crate) mod nodes;
+pub(crate) mod telegram;
 pub(crate) mod users;
 
 use std::path::{Path, PathBuf};
@@ -62,6 +63,7 @@ const MIGRATIONS: &[&str] = &[
     include_str!("hwid.sql"),
     include_str!("aliases.sql"),
     include_str!("events.sql"),
+    include_str!("telegram.sql"),
 ];
 
 /// Readers kept open between requests.

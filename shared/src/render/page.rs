@@ -76,6 +76,17 @@ pub fn qr_svg(data: &str) -> String {
     }
 }
 
+/// A QR code of `data` as text (two rows a line, in block characters) for a monospaced chat
+/// message; empty if `data` is too long for one.
+pub fn qr_text(data: &str) -> String {
+    use qrcode::QrCode;
+    use qrcode::render::unicode::Dense1x2;
+    match QrCode::new(data.as_bytes()) {
+        Ok(code) => code.render::<Dense1x2>().quiet_zone(true).build(),
+        Err(_) => String::new(),
+    }
+}
+
 /// Under the fuzzer (`cargo fuzz` sets `--cfg fuzzing`): whether `data` fits in a QR code is
 /// decided as above, but the code is not drawn. Drawing (the qrcode crate choosing a mask on
 /// data it accepted) took 95 % of a page under coverage tracing, 30 pages a second; the

@@ -1,0 +1,140 @@
+//! The owner's Telegram bot (`/api/telegram`) and users' own chats with it
+//! (`/api/users/{id}/telegram`). Setting the bot up needs the `admin` scope and Telegram's
+//! word that the token and the chat work; the token never comes back out.
+
+use std::sync::Arc;
+
+use axum::extract::{Path, State};
+use axum::http::StatusCode;
+use axum::response::IntoResponse;
+use serde::Deserialize;
+use serde_json::json;
+
+use super::{Bounded, Input, Reply, bytes, change, fail, ok};
+use crate::app::App;
+use crate::auth::Scope;
+use crate::error::Error;
+use crate::store::{self, events};
+
+/// The owner's Telegram bot, as set in Settings.
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(in crate::api) struct TelegramInput {
+    /// The bot's token from @BotFather.
+    token: String,
+    /// The owner's chat with the bot (a number; a group's is negative).
+    chat_id: i64,
+    #[serde(default = "english")]
+    lang: String,
+    #[serde(default = "everything")]
+    events: Vec<String>,
+    /// Whether users with a Telegram id of their own are told their quota and expiry.
+    #[serde(default)]
+    tell_users: bool,
+}
+
+fn english() -> String {
+    "en".to_owned()
+}
+
+fn everything() -> Vec<String> {
+    vec!["*".to_owned()]
+}
+
+impl Bounded for TelegramInput {
+    fn check_bounds(&self) -> Result<(), Error> {
+        bytes("token", &self.token, 128)?;
+        bytes("lang", &self.lang, 8)?;
+        if self.events.len() > events::KINDS.len() {
+            return Err(Error::invalid("too_long", format!("events must be at most {}", events::KINDS.len())));
+        }
+        self.events.iter().try_for_each(|kind| bytes("events", kind, 64))
+    }
+}
+
+pub(super) async fn get(State(app): State<Arc<App>>, auth: crate::api::Auth) -> Reply {
+    auth.need(Scope::Read)?;
+    let bot = app.db.read(store::telegram::view).await.map_err(fail)?;
+    ok(json!({ "telegram": bot }))
+}
+
+/// Sets the bot up, once Telegram took the token and the chat took a first message.
+pub(super) async fn set(
+    State(app): State<Arc<App>>,
+    auth: crate::api::Auth,
+    Input(input): Input<TelegramInput>,
+) -> Reply {
+    auth.need(Scope::Admin)?;
+    let token = input.token.trim().to_owned();
+    let well_formed = token.split_once(':').is_some_and(|(id, secret)| {
+        !id.is_empty()
+            && id.bytes().all(|b| b.is_ascii_digit())
+            && !secret.is_empty()
+            && secret.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'_' || b == b'-')
+    });
+    if !well_formed {
+        return Err(fail(Error::invalid("bad_token", "a bot token is <digits>:<letters>, as @BotFather gives it")));
+    }
+    if !store::telegram::LANGS.contains(&input.lang.as_str()) {
+        return Err(fail(Error::invalid("bad_lang", "lang must be en or ru")));
+    }
+    let filter = events::check_filter(&input.events).map_err(fail)?;
+    let api = crate::telegram::Api::new(&app.config.telegram_api, std::time::Duration::from_secs(15)).map_err(fail)?;
+    let bot_name = crate::telegram::check(&api, &token, input.chat_id, &input.lang).await.map_err(fail)?;
+    change(&app, &auth, Scope::Admin, move |tx, app, actor, now| {
+        store::telegram::set(
+            tx,
+            &app.signer,
+            &token,
+            &bot_name,
+            input.chat_id,
+            &input.lang,
+            &filter,
+            input.tell_users,
+            now,
+        )?;
+        store::audit(tx, now, actor, "telegram.set", &format!("@{bot_name}"), &input.chat_id.to_string())
+    })
+    .await?;
+    let bot = app.db.read(store::telegram::view).await.map_err(fail)?;
+    ok(json!({ "telegram": bot }))
+}
+
+pub(super) async fn clear(State(app): State<Arc<App>>, auth: crate::api::Auth) -> Reply {
+    change(&app, &auth, Scope::Admin, move |tx, _, actor, now| {
+        if !store::telegram::clear(tx)? {
+            return Err(Error::NotFound("telegram bot"));
+        }
+        store::audit(tx, now, actor, "telegram.clear", "", "")
+    })
+    .await?;
+    Ok(StatusCode::NO_CONTENT.into_response())
+}
+
+/// A user's own Telegram chat, for messages about its quota and expiry.
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(in crate::api) struct UserChat {
+    /// `null`: none.
+    chat_id: Option<i64>,
+}
+
+impl Bounded for UserChat {
+    fn check_bounds(&self) -> Result<(), Error> {
+        Ok(())
+    }
+}
+
+pub(super) async fn set_user_chat(
+    State(app): State<Arc<App>>,
+    auth: crate::api::Auth,
+    Path(id): Path<u64>,
+    Input(input): Input<UserChat>,
+) -> Reply {
+    change(&app, &auth, Scope::Operate, move |tx, _, actor, now| {
+        store::telegram::set_user_chat(tx, id, input.chat_id)?;
+        store::audit(tx, now, actor, "user.telegram", &format!("user {id}"), "")
+    })
+    .await?;
+    ok(json!({ "user": id, "chat_id": input.chat_id }))
+}

@@ -1,0 +1,528 @@
+//! The owner's Telegram bot: events told as messages in the owner's language (a burst as one
+//! message), commands from the owner's chat, and, when the owner wants it, users told of their
+//! own quota and expiry. It reads its updates by long polling (`getUpdates`), so a control at
+//! home behind NAT works; nothing reaches control from Telegram.
+//!
+//! Events are told from `told` on, so nothing is lost while Telegram or control is down (they
+//! wait in the database for 30 days). The Bot API's address is `telegram_api` (the tests point
+//! it at a stand-in); the token, part of every request's path, never appears in a log or error.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use serde_json::{Value, json};
+use tokio::sync::watch;
+
+use crate::app::{App, now};
+use crate::error::Error;
+use crate::store::events::{self, EventView};
+use crate::store::telegram::{self as store, Bot};
+use crate::store::users;
+
+/// How long a burst of events is gathered into one message.
+const BATCH: Duration = Duration::from_secs(3);
+/// The most events listed in one message (the rest are counted).
+const MOST_LINES: usize = 30;
+/// The most bytes of an answer from the Bot API read.
+const ANSWER_BYTES: usize = 4 << 20;
+/// How long `getUpdates` waits for an update.
+const POLL_SECS: u64 = 50;
+/// Users are warned this long before they expire.
+const EXPIRY_WARNING: u64 = 3 * 86_400;
+
+/// The Bot API at `base`.
+#[derive(Clone)]
+pub(crate) struct Api {
+    http: reqwest::Client,
+    base: String,
+}
+
+impl Api {
+    pub(crate) fn new(base: &str, timeout: Duration) -> Result<Api, Error> {
+        let http = reqwest::Client::builder()
+            .timeout(timeout)
+            .redirect(reqwest::redirect::Policy::none())
+            .build()
+            .map_err(|e| Error::Internal(format!("an HTTP client: {e}")))?;
+        Ok(Api { http, base: base.trim_end_matches('/').to_owned() })
+    }
+
+    /// Calls `method` with a JSON body; its `result`, or Telegram's description of why not
+    /// (never the URL, which holds the token).
+    pub(crate) async fn call(&self, token: &str, method: &str, body: &Value) -> Result<Value, String> {
+        let response = self
+            .http
+            .post(format!("{}/bot{token}/{method}", self.base))
+            .header(reqwest::header::CONTENT_TYPE, "application/json")
+            .body(body.to_string())
+            .send()
+            .await
+            .map_err(|e| format!("Telegram did not answer: {}", crate::outbox::without_url(&e)))?;
+        let status = response.status();
+        let bytes = crate::capped::read(response, ANSWER_BYTES, "a Bot API answer").await.map_err(|e| e.to_string())?;
+        let answer: Value =
+            serde_json::from_slice(&bytes).map_err(|_| format!("Telegram answered {status}, not JSON"))?;
+        if answer["ok"] == true {
+            return Ok(answer["result"].clone());
+        }
+        let said = answer["description"].as_str().unwrap_or("no description");
+        Err(format!("Telegram refused {method}: {said}"))
+    }
+
+    async fn send(&self, token: &str, chat: i64, html: &str) -> Result<(), String> {
+        let body = json!({
+            "chat_id": chat,
+            "text": html,
+            "parse_mode": "HTML",
+            "link_preview_options": { "is_disabled": true },
+        });
+        self.call(token, "sendMessage", &body).await.map(|_| ())
+    }
+}
+
+/// Checks a bot before it is kept: the token is a bot's (`getMe`), and the chat takes its
+/// messages (a first message, in the owner's language). Returns the bot's username.
+pub(crate) async fn check(api: &Api, token: &str, chat: i64, lang: &str) -> Result<String, Error> {
+    let refused = |what: String| Error::invalid("telegram_refused", what);
+    let me = api.call(token, "getMe", &json!({})).await.map_err(refused)?;
+    let name = me["username"].as_str().unwrap_or_default().to_owned();
+    api.send(token, chat, &say(lang, Said::Hello { bot: &name })).await.map_err(refused)?;
+    Ok(name)
+}
+
+/// `<`, `>` and `&` escaped, for a message in Telegram's HTML.
+fn escape(text: &str) -> String {
+    text.replace('&', "&amp;").replace('<', "&lt;").replace('>', "&gt;")
+}
+
+/// Bytes as people read them.
+fn size(bytes: u64) -> String {
+    const UNITS: [&str; 5] = ["B", "KiB", "MiB", "GiB", "TiB"];
+    let mut value = bytes as f64;
+    let mut unit = 0;
+    while value >= 1024.0 && unit + 1 < UNITS.len() {
+        value /= 1024.0;
+        unit += 1;
+    }
+    if unit == 0 { format!("{bytes} B") } else { format!("{value:.1} {}", UNITS[unit]) }
+}
+
+/// What the bot says, in each of its languages.
+#[derive(Clone, Copy)]
+enum Said<'a> {
+    Hello { bot: &'a str },
+    Event(&'a EventView),
+    More(usize),
+    Help,
+    NoSuchUser(&'a str),
+    Done(&'a str),
+    UserNear { percent: u64 },
+    UserExpires { date: &'a str },
+}
+
+fn say(lang: &str, said: Said<'_>) -> String {
+    let ru = lang == "ru";
+    match said {
+        Said::Hello { bot } => {
+            if ru {
+                format!("Hearth подключён: @{} будет сообщать сюда о событиях. /help — команды.", escape(bot))
+            } else {
+                format!("Hearth is connected: @{} tells this chat what happens. /help lists the commands.", escape(bot))
+            }
+        }
+        Said::Event(event) => event_line(ru, event),
+        Said::More(n) => {
+            if ru {
+                format!("… и ещё {n} (см. панель)")
+            } else {
+                format!("… and {n} more (see the panel)")
+            }
+        }
+        Said::Help => if ru {
+            "/status — сводка\n/user ИМЯ — трафик, срок, ссылка и QR-код\n/disable ИМЯ, /enable ИМЯ\n/extend ИМЯ ДНЕЙ"
+        } else {
+            "/status — the overview\n/user NAME — usage, expiry, the link and its QR code\n/disable NAME, /enable NAME\n/extend NAME DAYS"
+        }
+        .to_owned(),
+        Said::NoSuchUser(name) => {
+            if ru {
+                format!("Пользователя {} нет.", escape(name))
+            } else {
+                format!("No user is named {}.", escape(name))
+            }
+        }
+        Said::Done(what) => escape(what),
+        Said::UserNear { percent } => {
+            if ru {
+                format!("Вы использовали {percent}% трафика VPN.")
+            } else {
+                format!("You have used {percent}% of your VPN traffic.")
+            }
+        }
+        Said::UserExpires { date } => {
+            if ru {
+                format!("Ваш доступ к VPN заканчивается {date}.")
+            } else {
+                format!("Your VPN access ends on {date}.")
+            }
+        }
+    }
+}
+
+/// One event as a line of a message.
+fn event_line(ru: bool, event: &EventView) -> String {
+    let data = &event.data;
+    let text = |key: &str| escape(data.pointer(key).and_then(Value::as_str).unwrap_or_default());
+    let number = |key: &str| data.pointer(key).and_then(Value::as_u64).unwrap_or(0);
+    let user = text("/user/name");
+    let (en, ru_text) = match event.kind.as_str() {
+        "user.created" => (format!("👤 New user {user}"), format!("👤 Новый пользователь {user}")),
+        "user.changed" => {
+            let fields: Vec<&str> =
+                data["fields"].as_array().map_or_else(Vec::new, |f| f.iter().filter_map(Value::as_str).collect());
+            let fields = escape(&fields.join(", "));
+            (format!("✏️ {user} changed: {fields}"), format!("✏️ {user} изменён: {fields}"))
+        }
+        "user.deleted" => (format!("🗑 {user} deleted"), format!("🗑 {user} удалён")),
+        "user.disabled" => (format!("⛔ {user} disabled"), format!("⛔ {user} отключён")),
+        "user.expired" => (format!("⌛ {user} expired"), format!("⌛ У {user} истёк срок")),
+        "user.over_quota" => {
+            let (used, quota) = (size(number("/used")), size(number("/quota")));
+            (
+                format!("📉 {user} used up the quota ({used} of {quota})"),
+                format!("📉 {user} израсходовал квоту ({used} из {quota})"),
+            )
+        }
+        "user.near_quota" => {
+            let percent = number("/percent");
+            (format!("⚠️ {user} used {percent}% of the quota"), format!("⚠️ {user} израсходовал {percent}% квоты"))
+        }
+        "user.over_device_limit" => {
+            (format!("📱 {user} is over the device limit"), format!("📱 {user} превысил лимит устройств"))
+        }
+        "node.offline" => {
+            let node = text("/node/name");
+            (format!("🔴 Node {node} is offline"), format!("🔴 Узел {node} недоступен"))
+        }
+        "node.online" => {
+            let node = text("/node/name");
+            (format!("🟢 Node {node} is back"), format!("🟢 Узел {node} снова на связи"))
+        }
+        "edge.failing" => {
+            let (edge, error) = (text("/edge/name"), text("/error"));
+            (
+                format!("🔴 Pushes to edge {edge} fail: {error}"),
+                format!("🔴 Не удаётся отправить на edge {edge}: {error}"),
+            )
+        }
+        "edge.recovered" => {
+            let edge = text("/edge/name");
+            (format!("🟢 Edge {edge} takes pushes again"), format!("🟢 Edge {edge} снова принимает изменения"))
+        }
+        "signin.new_address" => {
+            let address = text("/address");
+            (format!("🔑 Sign-in from a new address: {address}"), format!("🔑 Вход с нового адреса: {address}"))
+        }
+        "key.rotated" => {
+            let serial = number("/serial");
+            (format!("🔁 Keys rotated (rotation {serial})"), format!("🔁 Ключи заменены (замена {serial})"))
+        }
+        "release.rolled_out" => {
+            let release = number("/release");
+            (format!("🚀 Release {release} runs on every node"), format!("🚀 Релиз {release} работает на всех узлах"))
+        }
+        "release.stopped" => {
+            let (release, why) = (number("/release"), text("/why"));
+            (format!("⏹ Release {release} stopped: {why}"), format!("⏹ Релиз {release} остановлен: {why}"))
+        }
+        other => (format!("• {}", escape(other)), format!("• {}", escape(other))),
+    };
+    if ru { ru_text } else { en }
+}
+
+/// The message for a burst of events (at most [`MOST_LINES`] listed).
+fn message(lang: &str, told: &[EventView]) -> String {
+    let mut lines: Vec<String> = told.iter().take(MOST_LINES).map(|e| say(lang, Said::Event(e))).collect();
+    if told.len() > MOST_LINES {
+        lines.push(say(lang, Said::More(told.len() - MOST_LINES)));
+    }
+    lines.join("\n")
+}
+
+/// Tells the owner's chat the events since the last told, a burst as one message, until
+/// shutdown; and users with a chat of their own their quota and expiry, when the owner wants.
+pub(crate) async fn notifier(app: Arc<App>, mut shutdown: watch::Receiver<bool>) {
+    let Ok(api) = Api::new(&app.config.telegram_api, Duration::from_secs(30)) else { return };
+    let mut wait = BATCH;
+    let mut expiries_checked = std::time::Instant::now();
+    loop {
+        if crate::tasks::stopped(&mut shutdown, wait).await {
+            return;
+        }
+        let state = app.clone();
+        let bot = match app.db.read(move |c| store::bot(c, &state.signer)).await {
+            Ok(Some(bot)) => bot,
+            Ok(None) => continue,
+            Err(e) => {
+                tracing::error!(error = %e, "telegram: reading the bot failed");
+                continue;
+            }
+        };
+        let after = bot.told;
+        let Ok(pending) = app.db.read(move |c| events::after(c, after, 500)).await else { continue };
+        let Some(last) = pending.last().map(|e| e.id) else {
+            // Expiries come by themselves: looked for every minute (and with every burst).
+            if bot.tell_users && expiries_checked.elapsed() >= Duration::from_secs(60) {
+                tell_users(&app, &api, &bot, &[]).await;
+                expiries_checked = std::time::Instant::now();
+            }
+            continue;
+        };
+        let told: Vec<EventView> = pending.iter().filter(|e| events::takes(&bot.events, &e.kind)).cloned().collect();
+        if !told.is_empty()
+            && let Err(e) = api.send(&bot.token, bot.chat_id, &message(&bot.lang, &told)).await
+        {
+            tracing::warn!(error = %e, "telegram: telling the owner failed; retrying");
+            wait = (wait * 2).min(Duration::from_secs(300));
+            continue;
+        }
+        wait = BATCH;
+        if bot.tell_users {
+            tell_users(&app, &api, &bot, &pending).await;
+            expiries_checked = std::time::Instant::now();
+        }
+        if let Err(e) = app.db.write(move |tx| store::told(tx, last)).await {
+            tracing::error!(error = %e, "telegram: recording what was told failed");
+        }
+    }
+}
+
+/// Users with a chat of their own: told at 80 % of their quota, and three days before they
+/// expire (once for each expiry).
+async fn tell_users(app: &Arc<App>, api: &Api, bot: &Bot, pending: &[EventView]) {
+    let near: Vec<u64> = pending
+        .iter()
+        .filter(|e| e.kind == "user.near_quota" && e.data["percent"] == 80)
+        .filter_map(|e| e.data.pointer("/user/id").and_then(Value::as_u64))
+        .collect();
+    let now = now();
+    let found = app
+        .db
+        .read(move |c| {
+            let mut chats = Vec::new();
+            for user in near {
+                let chat: Option<i64> = c
+                    .prepare_cached("SELECT telegram_id FROM users WHERE id = ?1")?
+                    .query_row([user], |row| row.get(0))
+                    .unwrap_or(None);
+                chats.extend(chat.map(|chat| (user, chat, 0u64)));
+            }
+            let mut expiring = c.prepare_cached(
+                "SELECT id, telegram_id, expires_at FROM users WHERE telegram_id IS NOT NULL AND enabled
+                   AND expires_at > ?1 AND expires_at <= ?2 AND expiry_warned != expires_at",
+            )?;
+            let rows =
+                expiring.query_map([now, now + EXPIRY_WARNING], |row| Ok((row.get(0)?, row.get(1)?, row.get(2)?)))?;
+            for row in rows {
+                chats.push(row?);
+            }
+            Ok(chats)
+        })
+        .await;
+    let Ok(found) = found else { return };
+    for (user, chat, expires) in found {
+        let text = if expires == 0 {
+            say(&bot.lang, Said::UserNear { percent: 80 })
+        } else {
+            say(&bot.lang, Said::UserExpires { date: &crate::publish::civil_date(expires) })
+        };
+        if let Err(e) = api.send(&bot.token, chat, &text).await {
+            tracing::warn!(user, error = %e, "telegram: telling a user failed");
+            continue;
+        }
+        if expires > 0 {
+            let _ = app
+                .db
+                .write(move |tx| {
+                    tx.execute("UPDATE users SET expiry_warned = ?2 WHERE id = ?1", rusqlite::params![user, expires])?;
+                    Ok(())
+                })
+                .await;
+        }
+    }
+}
+
+/// Reads the bot's updates by long polling until shutdown, and answers commands from the
+/// owner's chat (anyone else's are not answered).
+pub(crate) async fn poller(app: Arc<App>, mut shutdown: watch::Receiver<bool>) {
+    let Ok(api) = Api::new(&app.config.telegram_api, Duration::from_secs(POLL_SECS + 15)) else { return };
+    let mut wait = Duration::from_secs(1);
+    loop {
+        let state = app.clone();
+        let bot = match app.db.read(move |c| store::bot(c, &state.signer)).await {
+            Ok(Some(bot)) => bot,
+            _ => {
+                if crate::tasks::stopped(&mut shutdown, Duration::from_secs(2)).await {
+                    return;
+                }
+                continue;
+            }
+        };
+        let body = json!({ "offset": bot.update_offset, "timeout": POLL_SECS, "allowed_updates": ["message"] });
+        let updates = tokio::select! {
+            _ = shutdown.wait_for(|stop| *stop) => return,
+            updates = api.call(&bot.token, "getUpdates", &body) => updates,
+        };
+        let updates = match updates {
+            Ok(updates) => {
+                wait = Duration::from_secs(1);
+                updates
+            }
+            Err(e) => {
+                tracing::warn!(error = %e, "telegram: reading updates failed; retrying");
+                if crate::tasks::stopped(&mut shutdown, wait).await {
+                    return;
+                }
+                wait = (wait * 2).min(Duration::from_secs(60));
+                continue;
+            }
+        };
+        let mut offset = bot.update_offset;
+        for update in updates.as_array().map_or(&[][..], Vec::as_slice) {
+            offset = offset.max(update["update_id"].as_i64().unwrap_or(0) + 1);
+            let message = &update["message"];
+            let text = message["text"].as_str().unwrap_or_default();
+            if message.pointer("/chat/id").and_then(Value::as_i64) != Some(bot.chat_id) || !text.starts_with('/') {
+                continue;
+            }
+            let reply = command(&app, &bot, text).await;
+            if let Err(e) = api.send(&bot.token, bot.chat_id, &reply).await {
+                tracing::warn!(error = %e, "telegram: answering a command failed");
+            }
+        }
+        if offset != bot.update_offset
+            && let Err(e) = app.db.write(move |tx| store::read_up_to(tx, offset)).await
+        {
+            tracing::error!(error = %e, "telegram: recording the update offset failed");
+        }
+    }
+}
+
+/// Runs a command from the owner's chat; the answer (HTML).
+async fn command(app: &Arc<App>, bot: &Bot, text: &str) -> String {
+    let mut words = text.split_whitespace();
+    let name = words.next().unwrap_or_default();
+    let name = name.split('@').next().unwrap_or_default();
+    let rest: Vec<&str> = words.collect();
+    let lang = bot.lang.as_str();
+    let answer = match name {
+        "/status" => status(app, lang).await,
+        "/user" if !rest.is_empty() => user(app, lang, &rest.join(" ")).await,
+        "/disable" | "/enable" if !rest.is_empty() => {
+            let enabled = name == "/enable";
+            let input = users::UserInput { enabled: Some(enabled), ..users::UserInput::default() };
+            change(app, lang, &rest.join(" "), move |tx, app, id, now| {
+                users::update(tx, &app.signer, "telegram", id, &input, now).map(|u| u.status)
+            })
+            .await
+        }
+        "/extend" if rest.len() >= 2 => match rest[rest.len() - 1].parse::<u64>() {
+            Ok(days) => {
+                change(app, lang, &rest[..rest.len() - 1].join(" "), move |tx, app, id, now| {
+                    users::extend(tx, &app.signer, "telegram", id, days, now)
+                        .map(|u| crate::publish::civil_date(u.expires_at))
+                })
+                .await
+            }
+            Err(_) => Ok(say(lang, Said::Help)),
+        },
+        _ => Ok(say(lang, Said::Help)),
+    };
+    answer.unwrap_or_else(|e| escape(&e.to_string()))
+}
+
+/// Changes the user named `name`; the answer names the user and what it is now.
+async fn change(
+    app: &Arc<App>,
+    lang: &str,
+    name: &str,
+    f: impl FnOnce(&rusqlite::Connection, &App, u64, u64) -> Result<String, Error> + Send + 'static,
+) -> Result<String, Error> {
+    let (who, state) = (name.to_owned(), app.clone());
+    let done = app
+        .db
+        .write(move |tx| match users::id_by_name(tx, &who) {
+            Ok(id) => f(tx, &state, id, now()).map(Some),
+            Err(Error::NotFound(_)) => Ok(None),
+            Err(e) => Err(e),
+        })
+        .await?;
+    app.changed();
+    Ok(match done {
+        Some(now) => say(lang, Said::Done(&format!("{name}: {now}"))),
+        None => say(lang, Said::NoSuchUser(name)),
+    })
+}
+
+async fn status(app: &Arc<App>, lang: &str) -> Result<String, Error> {
+    let overview = app.db.read(move |c| crate::store::overview(c, now())).await?;
+    let users: Vec<String> = overview.users.iter().map(|(status, n)| format!("{status}: {n}")).collect();
+    let ru = lang == "ru";
+    let lines = [
+        format!("{} {}", if ru { "Пользователи —" } else { "Users —" }, escape(&users.join(", "))),
+        format!("{} {} / {}", if ru { "Узлы на связи:" } else { "Nodes online:" }, overview.online, overview.nodes),
+        format!("{} {}", if ru { "Изменений ждут edge:" } else { "Changes waiting for edges:" }, overview.pending),
+    ];
+    Ok(lines.join("\n"))
+}
+
+async fn user(app: &Arc<App>, lang: &str, name: &str) -> Result<String, Error> {
+    let (who, state) = (name.to_owned(), app.clone());
+    let found = app
+        .db
+        .read(move |c| match users::id_by_name(c, &who) {
+            Ok(id) => Ok(Some((users::get(c, id)?, users::token(c, &state.signer, id)?))),
+            Err(Error::NotFound(_)) => Ok(None),
+            Err(e) => Err(e),
+        })
+        .await?;
+    let Some((user, token)) = found else { return Ok(say(lang, Said::NoSuchUser(name))) };
+    let link = format!("{}/{}", app.sub_url(), token.to_link_form());
+    let used = size(user.used_up + user.used_down);
+    let quota = if user.quota == 0 { "∞".to_owned() } else { size(user.quota) };
+    let expires = if user.expires_at == 0 { "—".to_owned() } else { crate::publish::civil_date(user.expires_at) };
+    let ru = lang == "ru";
+    Ok(format!(
+        "<b>{}</b> ({})\n{} {used} / {quota}\n{} {expires}\n{}\n<pre>{}</pre>",
+        escape(&user.name),
+        escape(&user.status),
+        if ru { "Трафик:" } else { "Traffic:" },
+        if ru { "До:" } else { "Expires:" },
+        escape(&link),
+        escape(&hearth_shared::render::page::qr_text(&link)),
+    ))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_burst_is_one_message_in_the_owners_language() {
+        let event =
+            |id, kind: &str, data: Value| EventView { id, kind: kind.into(), at: 0, subject: String::new(), data };
+        let burst: Vec<EventView> = (0..40)
+            .map(|i| {
+                event(i, "user.near_quota", json!({ "user": { "id": i, "name": format!("u<{i}>") }, "percent": 80 }))
+            })
+            .collect();
+        let text = message("en", &burst);
+        assert_eq!(text.lines().count(), MOST_LINES + 1);
+        assert!(text.starts_with("⚠️ u&lt;0&gt; used 80% of the quota"), "{text}");
+        assert!(text.ends_with("… and 10 more (see the panel)"), "{text}");
+        let ru = message("ru", &burst[..1]);
+        assert_eq!(ru, "⚠️ u&lt;0&gt; израсходовал 80% квоты");
+        assert_eq!(size(1536), "1.5 KiB");
+        assert_eq!(size(12), "12 B");
+    }
+}
