@@ -1004,10 +1004,30 @@
       ),
       hwidCard(id, hwid),
       aliases.aliases.length ? aliasesCard(id, aliases.aliases) : null,
+      telegramCard(user),
       trafficCard(traffic.days),
       previewCard(id),
       edit,
     );
+  }
+
+  /** The user's own Telegram chat: the bot tells it of its quota and expiry (when the owner
+   * turned that on in Notifications). */
+  function telegramCard(user) {
+    const form = h(
+      'form',
+      { class: 'card', id: 'user-telegram' },
+      h('h2', {}, t('tg.user_title')),
+      field(t('tg.user_chat'), h('input', { name: 'chat_id', type: 'number', step: 1, value: user.telegram_id ?? '' }), t('tg.user_hint')),
+      errorBox(),
+      h('div', { class: 'actions' }, h('button', { type: 'submit', class: 'ghost' }, t('save'))),
+    );
+    onSubmit(form, async () => {
+      const value = form.querySelector('[name=chat_id]').value.trim();
+      await api('PUT', `users/${user.id}/telegram`, { chat_id: value === '' ? null : Number(value) });
+      route();
+    });
+    return form;
   }
 
   /** Old subscription paths (from the panel the user was imported from) that the edges
@@ -1567,9 +1587,15 @@
     };
     const test = async (hook) => {
       try {
-        await api('POST', `webhooks/${hook.id}/test`);
-        // The deliverer runs every second: show the delivery once it has been tried.
-        await new Promise((done) => setTimeout(done, 1500));
+        const { event } = await api('POST', `webhooks/${hook.id}/test`);
+        // The deliverer runs every second: show the delivery once it has been tried (or after
+        // ten seconds, still waiting).
+        for (let tries = 0; tries < 10; tries += 1) {
+          await new Promise((done) => setTimeout(done, 1000));
+          const list = await api('GET', `webhooks/${hook.id}/deliveries?limit=50`);
+          const sent = list.deliveries.find((d) => d.event === event);
+          if (sent && (sent.attempts > 0 || sent.state !== 'pending')) break;
+        }
         await showDeliveries(hook);
       } catch (err) {
         alertError(err);

@@ -99,6 +99,8 @@ async fn the_owners_bot_tells_events_and_takes_commands() {
         .call(&http, &token, Method::PUT, &format!("/users/{bob}/telegram"), Some(&json!({ "chat_id": USER_CHAT })))
         .await
         .unwrap();
+    let shown = control.call(&http, &token, Method::GET, &format!("/users/{bob}"), None).await.unwrap();
+    assert_eq!(shown["telegram_id"], USER_CHAT);
     let set = json!({ "token": TOKEN, "chat_id": OWNER, "lang": "ru", "tell_users": true, "events": ["node.*"] });
     control.call(&http, &token, Method::PUT, "/telegram", Some(&set)).await.unwrap();
     assert!(bot.sent_to(OWNER).last().unwrap().starts_with("Hearth подключён"));

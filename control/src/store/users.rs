@@ -181,6 +181,8 @@ pub(crate) struct UserView {
     pub(crate) device_limit: Option<u32>,
     /// Who of the user is on the nodes now, and what the nodes refused the user.
     pub(crate) devices: DevicesView,
+    /// The user's own Telegram chat, which the bot tells of its quota and expiry.
+    pub(crate) telegram_id: Option<i64>,
 }
 
 /// A user's devices on the nodes, from their last reports.
@@ -250,7 +252,7 @@ const VIEW_COLUMNS: &str = concat!(
     (SELECT coalesce(sum(p.devices), 0) || ',' || coalesce(sum(p.connections), 0) || ',' ||
             coalesce(group_concat(n.name, char(31)), '')
      FROM presence p JOIN nodes n ON n.id = p.node_id WHERE p.user_id = u.id),
-    u.refused_devices, u.devices_refused_at, u.refused_torrent, u.refused_smtp, u.raw_up, u.raw_down"
+    u.refused_devices, u.devices_refused_at, u.refused_torrent, u.refused_smtp, u.raw_up, u.raw_down, u.telegram_id"
 );
 
 fn view_of(row: &rusqlite::Row<'_>) -> rusqlite::Result<UserView> {
@@ -281,6 +283,7 @@ fn view_of(row: &rusqlite::Row<'_>) -> rusqlite::Result<UserView> {
         on_quota: row.get::<_, Option<String>>(18)?.unwrap_or_else(|| "group".into()),
         slow_speed: Mbps(row.get(19)?),
         device_limit: row.get(20)?,
+        telegram_id: row.get(29)?,
         devices: {
             let present: String = row.get(22)?;
             let mut parts = present.splitn(3, ',');
