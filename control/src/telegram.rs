@@ -10,6 +10,9 @@
 use std::sync::Arc;
 use std::time::Duration;
 
+// Text for a message in Telegram's HTML (which takes `&quot;` and numeric entities too), and
+// bytes as people read them.
+use hearth_shared::render::page::{escape, human_bytes as size};
 use serde_json::{Value, json};
 use tokio::sync::watch;
 
@@ -88,23 +91,6 @@ pub(crate) async fn check(api: &Api, token: &str, chat: i64, lang: &str) -> Resu
     let name = me["username"].as_str().unwrap_or_default().to_owned();
     api.send(token, chat, &say(lang, Said::Hello { bot: &name })).await.map_err(refused)?;
     Ok(name)
-}
-
-/// `<`, `>` and `&` escaped, for a message in Telegram's HTML.
-fn escape(text: &str) -> String {
-    text.replace('&', "&amp;").replace('<', "&lt;").replace('>', "&gt;")
-}
-
-/// Bytes as people read them.
-fn size(bytes: u64) -> String {
-    const UNITS: [&str; 5] = ["B", "KiB", "MiB", "GiB", "TiB"];
-    let mut value = bytes as f64;
-    let mut unit = 0;
-    while value >= 1024.0 && unit + 1 < UNITS.len() {
-        value /= 1024.0;
-        unit += 1;
-    }
-    if unit == 0 { format!("{bytes} B") } else { format!("{value:.1} {}", UNITS[unit]) }
 }
 
 /// What the bot says, in each of its languages.

@@ -172,3 +172,38 @@ pub async fn eventually<F: std::future::Future<Output = bool>>(
         tokio::time::sleep(std::time::Duration::from_millis(200)).await;
     }
 }
+
+/// One HTTP/1.1 request read from `stream` (a test server's, one request a connection): its
+/// head as sent (request line and headers) and its body (by `Content-Length`); `None` when the
+/// peer goes away first.
+pub async fn read_request(stream: &mut tokio::net::TcpStream) -> Option<(String, Vec<u8>)> {
+    use tokio::io::AsyncReadExt as _;
+    let mut data = Vec::new();
+    let mut buf = [0u8; 8192];
+    loop {
+        let n = stream.read(&mut buf).await.ok().filter(|n| *n > 0)?;
+        data.extend_from_slice(&buf[..n]);
+        if let Some(at) = data.windows(4).position(|w| w == b"\r\n\r\n") {
+            let head = String::from_utf8_lossy(&data[..at]).into_owned();
+            let length: usize = head
+                .lines()
+                .find_map(|l| l.to_lowercase().strip_prefix("content-length:").and_then(|v| v.trim().parse().ok()))
+                .unwrap_or(0);
+            while data.len() < at + 4 + length {
+                let n = stream.read(&mut buf).await.ok().filter(|n| *n > 0)?;
+                data.extend_from_slice(&buf[..n]);
+            }
+            return Some((head, data[at + 4..at + 4 + length].to_vec()));
+        }
+    }
+}
+
+/// Answers a request read with [`read_request`] and closes the connection.
+pub async fn write_answer(stream: &mut tokio::net::TcpStream, status: u16, content_type: &str, body: &[u8]) {
+    use tokio::io::AsyncWriteExt as _;
+    let head = format!(
+        "HTTP/1.1 {status} X\r\ncontent-type: {content_type}\r\ncontent-length: {}\r\nconnection: close\r\n\r\n",
+        body.len()
+    );
+    let _ = stream.write_all(&[head.as_bytes(), body].concat()).await;
+}

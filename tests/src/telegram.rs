@@ -10,7 +10,6 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use serde_json::{Value, json};
-use tokio::io::{AsyncReadExt as _, AsyncWriteExt as _};
 
 /// The bot's token: any other is refused.
 pub const TOKEN: &str = "123456789:AAHearthStandInToken_abcdefghijklmno";
@@ -250,29 +249,7 @@ async fn serve(bot: Arc<Mutex<Bot>>) -> String {
             let Ok((mut stream, _)) = listener.accept().await else { return };
             let bot = bot.clone();
             tokio::spawn(async move {
-                let mut data = Vec::new();
-                let mut buf = [0u8; 8192];
-                let (head, body) = loop {
-                    let Ok(n) = stream.read(&mut buf).await else { return };
-                    if n == 0 {
-                        return;
-                    }
-                    data.extend_from_slice(&buf[..n]);
-                    if let Some(at) = data.windows(4).position(|w| w == b"\r\n\r\n") {
-                        let head = String::from_utf8_lossy(&data[..at]).into_owned();
-                        let length: usize = head
-                            .lines()
-                            .find_map(|l| {
-                                l.to_lowercase().strip_prefix("content-length:").map(|v| v.trim().parse().unwrap())
-                            })
-                            .unwrap_or(0);
-                        while data.len() < at + 4 + length {
-                            let Ok(n) = stream.read(&mut buf).await else { return };
-                            data.extend_from_slice(&buf[..n]);
-                        }
-                        break (head, data[at + 4..at + 4 + length].to_vec());
-                    }
-                };
+                let Some((head, body)) = crate::read_request(&mut stream).await else { return };
                 let path = head.split_whitespace().nth(1).unwrap_or_default().to_owned();
                 let (token, method) = path.trim_start_matches("/bot").split_once('/').unwrap_or_default();
                 let request: Value = serde_json::from_slice(&body).unwrap_or(Value::Null);
@@ -290,12 +267,7 @@ async fn serve(bot: Arc<Mutex<Bot>>) -> String {
                         (status, json!({ "ok": false, "error_code": status, "description": description }))
                     }
                 };
-                let reply = reply.to_string();
-                let response = format!(
-                    "HTTP/1.1 {status} X\r\ncontent-type: application/json\r\ncontent-length: {}\r\nconnection: close\r\n\r\n{reply}",
-                    reply.len()
-                );
-                let _ = stream.write_all(response.as_bytes()).await;
+                crate::write_answer(&mut stream, status, "application/json", reply.to_string().as_bytes()).await;
             });
         }
     });

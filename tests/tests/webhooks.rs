@@ -11,7 +11,6 @@ use hearth_tests::eventually;
 use hmac::Mac as _;
 use reqwest::Method;
 use serde_json::{Value, json};
-use tokio::io::{AsyncReadExt as _, AsyncWriteExt as _};
 
 /// One delivery as the receiver took it.
 #[derive(Clone, Debug)]
@@ -43,27 +42,8 @@ async fn receiver(state: Arc<Mutex<Receiver>>) -> String {
             let Ok((mut stream, _)) = listener.accept().await else { return };
             let state = state.clone();
             tokio::spawn(async move {
-                let mut data = Vec::new();
-                let mut buf = [0u8; 4096];
-                let (head, body) = loop {
-                    let Ok(n) = stream.read(&mut buf).await else { return };
-                    if n == 0 {
-                        return;
-                    }
-                    data.extend_from_slice(&buf[..n]);
-                    if let Some(at) = data.windows(4).position(|w| w == b"\r\n\r\n") {
-                        let head = String::from_utf8_lossy(&data[..at]).to_lowercase();
-                        let length: usize = head
-                            .lines()
-                            .find_map(|l| l.strip_prefix("content-length:"))
-                            .map_or(0, |v| v.trim().parse().unwrap());
-                        while data.len() < at + 4 + length {
-                            let Ok(n) = stream.read(&mut buf).await else { return };
-                            data.extend_from_slice(&buf[..n]);
-                        }
-                        break (head, data[at + 4..at + 4 + length].to_vec());
-                    }
-                };
+                let Some((head, body)) = hearth_tests::read_request(&mut stream).await else { return };
+                let head = head.to_lowercase();
                 let header = |name: &str| {
                     head.lines().find_map(|l| l.strip_prefix(&format!("{name}:"))).unwrap_or_default().trim().to_owned()
                 };
@@ -99,11 +79,7 @@ async fn receiver(state: Arc<Mutex<Receiver>>) -> String {
                     status
                 };
                 let answer = if status == 200 { "taken" } else { "not now" };
-                let reply = format!(
-                    "HTTP/1.1 {status} X\r\ncontent-length: {}\r\nconnection: close\r\n\r\n{answer}",
-                    answer.len()
-                );
-                let _ = stream.write_all(reply.as_bytes()).await;
+                hearth_tests::write_answer(&mut stream, status, "text/plain", answer.as_bytes()).await;
             });
         }
     });
