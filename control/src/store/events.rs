@@ -337,9 +337,12 @@ pub(crate) fn backoff(attempts: u64) -> u64 {
 /// [`backoff`], or failed once it has been retried for [`RETRY_FOR`].
 pub(crate) fn settle(conn: &Connection, delivery: i64, status: u16, answer: &str, now: u64) -> Result<(), Error> {
     let answer: String = answer.chars().take(ANSWER_BYTES).collect();
-    let (attempts, queued): (u64, u64) = conn
+    let row: Option<(u64, u64)> = conn
         .prepare_cached("SELECT attempts, queued FROM deliveries WHERE id = ?1")?
-        .query_row([delivery], |row| Ok((row.get(0)?, row.get(1)?)))?;
+        .query_row([delivery], |row| Ok((row.get(0)?, row.get(1)?)))
+        .optional()?;
+    // Its webhook was deleted while it was being sent.
+    let Some((attempts, queued)) = row else { return Ok(()) };
     let (state, next_at, done_at) = if (200..300).contains(&status) {
         ("delivered", now, now)
     } else if now >= queued + RETRY_FOR {
@@ -380,6 +383,32 @@ mod tests {
         for bad in [vec![], vec!["users.*".to_owned()], vec!["test".to_owned()], vec!["user.made".to_owned()]] {
             assert!(check_filter(&bad).is_err(), "{bad:?}");
         }
+    }
+
+    #[test]
+    fn a_delivery_is_retried_for_a_day_then_failed_and_a_gone_one_is_no_error() {
+        let dir = tempfile::tempdir().unwrap();
+        let db = crate::store::Db::open(&dir.path().join("control.db")).unwrap();
+        db.write_blocking(|tx| {
+            tx.execute_batch(
+                "INSERT INTO events (id, at, kind, subject, data) VALUES (1, 0, 'test', '', '{}');
+                 INSERT INTO webhooks (id, url, events, secret_enc, created) VALUES (1, 'https://x', '*', x'', 0);
+                 INSERT INTO deliveries (webhook_id, event_id, queued, next_at) VALUES (1, 1, 1000, 1000);",
+            )?;
+            let state = || -> rusqlite::Result<(String, u64, u64)> {
+                tx.query_row("SELECT state, attempts, next_at FROM deliveries", [], |r| {
+                    Ok((r.get(0)?, r.get(1)?, r.get(2)?))
+                })
+            };
+            settle(tx, 1, 500, "busy", 1000)?;
+            assert_eq!(state()?, ("pending".into(), 1, 1001));
+            settle(tx, 1, 0, "no answer", 1001)?;
+            assert_eq!(state()?, ("pending".into(), 2, 1003));
+            settle(tx, 1, 503, "", 1000 + RETRY_FOR)?;
+            assert_eq!(state()?.0, "failed");
+            settle(tx, 7, 200, "", 1000)
+        })
+        .unwrap();
     }
 
     #[test]
