@@ -23,6 +23,20 @@ pub(crate) async fn stopped(shutdown: &mut watch::Receiver<bool>, wait: Duration
     }
 }
 
+/// Waits for a commit (`changes`, from `App::published`), at most `wait`; true on shutdown.
+/// Tasks with nothing to do wait so, and read nothing meanwhile.
+pub(crate) async fn nudged(
+    shutdown: &mut watch::Receiver<bool>,
+    changes: &mut watch::Receiver<u64>,
+    wait: Duration,
+) -> bool {
+    tokio::select! {
+        _ = shutdown.wait_for(|stop| *stop) => true,
+        _ = changes.changed() => false,
+        () = tokio::time::sleep(wait) => false,
+    }
+}
+
 /// The ids a query selects.
 fn ids(conn: &rusqlite::Connection, sql: &str, params: impl rusqlite::Params) -> Result<Vec<u64>, Error> {
     let ids = conn.prepare_cached(sql)?.query_map(params, |row| row.get(0))?.collect::<Result<_, _>>()?;
@@ -72,7 +86,7 @@ pub(crate) fn sweep(
         touched += crate::store::nodes::expire_presence(conn, &app.signer, now)?;
         // Nodes whose cap month ended (a limited node reports nothing to start it).
         touched += crate::store::nodes::roll_quotas(conn, &app.signer, now)?;
-        tell_silences(conn, now)?;
+        touched += tell_silences(conn, now)?;
         crate::store::events::prune(conn, now)?;
     }
     changes.publish(conn, &app.signer, now)?;
@@ -99,7 +113,7 @@ pub(crate) const FAILING_AFTER: u64 = 120;
 
 /// Tells of nodes gone silent (offline as the overview counts them) and back, and of edges
 /// failing: each once, when it crosses.
-fn tell_silences(conn: &rusqlite::Connection, now: u64) -> Result<(), Error> {
+fn tell_silences(conn: &rusqlite::Connection, now: u64) -> Result<usize, Error> {
     use crate::store::events::emit;
     let nodes: Vec<(u64, String, u64, u64)> = conn
         .prepare_cached(
@@ -110,6 +124,7 @@ fn tell_silences(conn: &rusqlite::Connection, now: u64) -> Result<(), Error> {
             Ok((row.get(0)?, row.get(1)?, row.get(2)?, row.get(3)?))
         })?
         .collect::<Result<_, _>>()?;
+    let mut told_now = nodes.len();
     for (id, name, last_seen, told) in nodes {
         let (kind, told) = if told == 0 { ("node.offline", now) } else { ("node.online", 0) };
         let data = serde_json::json!({ "node": { "id": id, "name": name }, "last_seen": last_seen });
@@ -124,12 +139,13 @@ fn tell_silences(conn: &rusqlite::Connection, now: u64) -> Result<(), Error> {
         )?
         .query_map([now.saturating_sub(FAILING_AFTER)], |row| Ok((row.get(0)?, row.get(1)?, row.get(2)?, row.get(3)?)))?
         .collect::<Result<_, _>>()?;
+    told_now += edges.len();
     for (id, name, error, since) in edges {
         let data = serde_json::json!({ "edge": { "id": id, "name": name }, "error": error, "since": since });
         emit(conn, now, "edge.failing", &format!("edge {name}"), &data)?;
         conn.prepare_cached("UPDATE edges SET failing_told = ?2 WHERE id = ?1")?.execute(rusqlite::params![id, now])?;
     }
-    Ok(())
+    Ok(told_now)
 }
 
 /// Runs the sweeps until shutdown: expiry and resets every 5 s, usage every minute, renewal

@@ -24,6 +24,10 @@ use crate::store::users;
 
 /// How long a burst of events is gathered into one message.
 const BATCH: Duration = Duration::from_secs(3);
+/// The longest wait for a commit (users' expiries are looked for this often).
+const IDLE: Duration = Duration::from_secs(60);
+/// The most events read at once.
+const PAGE: usize = 500;
 /// The most events listed in one message (the rest are counted).
 const MOST_LINES: usize = 30;
 /// The most bytes of an answer from the Bot API read.
@@ -238,11 +242,25 @@ fn message(lang: &str, told: &[EventView]) -> String {
 /// Tells the owner's chat the events since the last told, a burst as one message, until
 /// shutdown; and users with a chat of their own their quota and expiry, when the owner wants.
 pub(crate) async fn notifier(app: Arc<App>, mut shutdown: watch::Receiver<bool>) {
-    let Ok(api) = Api::new(&app.config.telegram_api, Duration::from_secs(30)) else { return };
-    let mut wait = BATCH;
+    // Made once there is a bot: an install without one keeps no client in memory.
+    let mut client: Option<Api> = None;
+    let mut changes = app.published.subscribe();
+    // How long to wait before reading the events at once: after a failure, and at the start
+    // (events may have come while control was down).
+    let mut retry: Option<Duration> = Some(BATCH);
+    let mut failures = 0u32;
     let mut expiries_checked = std::time::Instant::now();
     loop {
-        if crate::tasks::stopped(&mut shutdown, wait).await {
+        // Events come with commits: wait for one (at most a minute, for expiries), then a
+        // moment more to gather the burst it begins.
+        let stop = match retry.take() {
+            Some(wait) => crate::tasks::stopped(&mut shutdown, wait).await,
+            None => {
+                crate::tasks::nudged(&mut shutdown, &mut changes, IDLE).await
+                    || crate::tasks::stopped(&mut shutdown, BATCH).await
+            }
+        };
+        if stop {
             return;
         }
         let state = app.clone();
@@ -254,8 +272,15 @@ pub(crate) async fn notifier(app: Arc<App>, mut shutdown: watch::Receiver<bool>)
                 continue;
             }
         };
+        let api = match &client {
+            Some(api) => api.clone(),
+            None => match Api::new(&app.config.telegram_api, Duration::from_secs(30)) {
+                Ok(api) => client.insert(api).clone(),
+                Err(_) => return,
+            },
+        };
         let after = bot.told;
-        let Ok(pending) = app.db.read(move |c| events::after(c, after, 500)).await else { continue };
+        let Ok(pending) = app.db.read(move |c| events::after(c, after, PAGE as u64)).await else { continue };
         let Some(last) = pending.last().map(|e| e.id) else {
             // Expiries come by themselves: looked for every minute (and with every burst).
             if bot.tell_users && expiries_checked.elapsed() >= Duration::from_secs(60) {
@@ -269,10 +294,15 @@ pub(crate) async fn notifier(app: Arc<App>, mut shutdown: watch::Receiver<bool>)
             && let Err(e) = api.send(&bot.token, bot.chat_id, &message(&bot.lang, &told)).await
         {
             tracing::warn!(error = %e, "telegram: telling the owner failed; retrying");
-            wait = (wait * 2).min(Duration::from_secs(300));
+            failures += 1;
+            retry = Some((BATCH * 2u32.saturating_pow(failures.min(7))).min(Duration::from_secs(300)));
             continue;
         }
-        wait = BATCH;
+        failures = 0;
+        // A long backlog goes on at once.
+        if pending.len() == PAGE {
+            retry = Some(Duration::ZERO);
+        }
         if bot.tell_users {
             tell_users(&app, &api, &bot, &pending).await;
             expiries_checked = std::time::Instant::now();
@@ -341,18 +371,27 @@ async fn tell_users(app: &Arc<App>, api: &Api, bot: &Bot, pending: &[EventView])
 /// Reads the bot's updates by long polling until shutdown, and answers commands from the
 /// owner's chat (anyone else's are not answered).
 pub(crate) async fn poller(app: Arc<App>, mut shutdown: watch::Receiver<bool>) {
-    let Ok(api) = Api::new(&app.config.telegram_api, Duration::from_secs(POLL_SECS + 15)) else { return };
+    let mut client: Option<Api> = None;
+    let mut changes = app.published.subscribe();
     let mut wait = Duration::from_secs(1);
     loop {
         let state = app.clone();
         let bot = match app.db.read(move |c| store::bot(c, &state.signer)).await {
             Ok(Some(bot)) => bot,
+            // No bot: one comes with a commit (the owner's setting).
             _ => {
-                if crate::tasks::stopped(&mut shutdown, Duration::from_secs(2)).await {
+                if crate::tasks::nudged(&mut shutdown, &mut changes, IDLE).await {
                     return;
                 }
                 continue;
             }
+        };
+        let api = match &client {
+            Some(api) => api.clone(),
+            None => match Api::new(&app.config.telegram_api, Duration::from_secs(POLL_SECS + 15)) {
+                Ok(api) => client.insert(api).clone(),
+                Err(_) => return,
+            },
         };
         let body = json!({ "offset": bot.update_offset, "timeout": POLL_SECS, "allowed_updates": ["message"] });
         let updates = tokio::select! {

@@ -21,6 +21,9 @@ use crate::store::events::{self, Due};
 
 /// How long a receiver has to answer.
 const TIMEOUT: Duration = Duration::from_secs(10);
+/// The longest wait with nothing queued (a commit control makes, or notices from another
+/// process, ends it at once).
+const IDLE: Duration = Duration::from_secs(60);
 
 /// The `Hearth-Signature` value for `body` sent at `at`.
 pub(crate) fn signature(secret: &str, at: u64, body: &[u8]) -> String {
@@ -62,17 +65,28 @@ async fn send(http: &reqwest::Client, due: &Due) -> (u16, String) {
 
 /// Delivers what is due, every second, until shutdown.
 pub(crate) async fn deliverer(app: Arc<App>, mut shutdown: watch::Receiver<bool>) {
-    let http = match reqwest::Client::builder().timeout(TIMEOUT).redirect(reqwest::redirect::Policy::none()).build() {
-        Ok(http) => http,
-        Err(e) => {
-            tracing::error!(error = %e, "webhooks: no HTTP client");
-            return;
-        }
-    };
+    // Made when the first delivery is due: an install without webhooks keeps no client (its
+    // TLS roots and pool) in memory.
+    let mut client: Option<reqwest::Client> = None;
+    let mut changes = app.published.subscribe();
     loop {
         let state = app.clone();
         match app.db.read(move |c| events::due(c, &state.signer, now())).await {
             Ok(due) if !due.is_empty() => {
+                let http = match &client {
+                    Some(http) => http.clone(),
+                    None => match reqwest::Client::builder()
+                        .timeout(TIMEOUT)
+                        .redirect(reqwest::redirect::Policy::none())
+                        .build()
+                    {
+                        Ok(http) => client.insert(http).clone(),
+                        Err(e) => {
+                            tracing::error!(error = %e, "webhooks: no HTTP client");
+                            return;
+                        }
+                    },
+                };
                 let mut sending = tokio::task::JoinSet::new();
                 for due in due {
                     let http = http.clone();
@@ -100,11 +114,23 @@ pub(crate) async fn deliverer(app: Arc<App>, mut shutdown: watch::Receiver<bool>
                         Ok(())
                     })
                     .await;
-                if let Err(e) = settled {
-                    tracing::error!(error = %e, "webhooks: recording deliveries failed");
+                match settled {
+                    // Each webhook's next delivery goes at once (one that failed waits its turn).
+                    Ok(()) if !*shutdown.borrow() => continue,
+                    Ok(()) => return,
+                    Err(e) => tracing::error!(error = %e, "webhooks: recording deliveries failed"),
                 }
             }
-            Ok(_) => {}
+            Ok(_) => {
+                // Nothing due: what is queued next comes with a commit, or is a retry waiting.
+                let next = app.db.read(events::next_retry).await.ok().flatten();
+                let wait =
+                    next.map_or(IDLE, |at| Duration::from_secs(at.saturating_sub(now()).clamp(1, IDLE.as_secs())));
+                if crate::tasks::nudged(&mut shutdown, &mut changes, wait).await {
+                    return;
+                }
+                continue;
+            }
             Err(e) => tracing::error!(error = %e, "webhooks: reading what is due failed"),
         }
         if crate::tasks::stopped(&mut shutdown, Duration::from_secs(1)).await {

@@ -328,6 +328,11 @@ pub(crate) fn due(conn: &Connection, signer: &Signer, now: u64) -> Result<Vec<Du
         .collect()
 }
 
+/// When the next pending delivery is due, if one is pending.
+pub(crate) fn next_retry(conn: &Connection) -> Result<Option<u64>, Error> {
+    Ok(conn.query_row("SELECT min(next_at) FROM deliveries WHERE state = 'pending'", [], |row| row.get(0))?)
+}
+
 /// The wait before attempt `attempts + 1`: 1 s doubling to an hour.
 pub(crate) fn backoff(attempts: u64) -> u64 {
     (1u64 << attempts.min(12)).min(3600)
