@@ -77,6 +77,11 @@ enum Command {
         #[command(subcommand)]
         command: NodeCommand,
     },
+    /// Manage groups (which users get which nodes, and their defaults).
+    Group {
+        #[command(subcommand)]
+        command: GroupCommand,
+    },
     /// Rebuild control in a new data directory from what the edge holds: from the encrypted
     /// archive (the default), or from the signed snapshots and credential sets.
     Restore {
@@ -201,6 +206,59 @@ enum UserCommand {
         /// The user's name.
         name: String,
     },
+    /// Enable a user again.
+    Enable {
+        /// The user's name.
+        name: String,
+    },
+    /// Add days to a user's expiry (from now when it has expired).
+    Extend {
+        /// The user's name.
+        name: String,
+        /// How many days.
+        days: u64,
+    },
+    /// Change a user's settings: what is not given stays.
+    Set {
+        /// The user's name.
+        name: String,
+        /// A new name.
+        #[arg(long)]
+        rename: Option<String>,
+        /// Traffic quota in GiB (0: unlimited).
+        #[arg(long)]
+        quota_gib: Option<u64>,
+        /// Valid for this many days from now (or from the first connection, with
+        /// `--start-on-first-use`).
+        #[arg(long)]
+        days: Option<u64>,
+        /// Count the days from the first connection.
+        #[arg(long, requires = "days")]
+        start_on_first_use: bool,
+        /// Never expires.
+        #[arg(long, conflicts_with = "days")]
+        no_expiry: bool,
+        /// When traffic goes back to zero: none, daily, weekly, monthly, rolling30.
+        #[arg(long)]
+        reset: Option<String>,
+        /// The groups whose nodes the user gets (repeatable; replaces them all).
+        #[arg(long = "group")]
+        groups: Vec<String>,
+        /// Devices at once (0: no limit; `group`: its groups' default).
+        #[arg(long, value_parser = device_limit)]
+        device_limit: Option<store::users::DeviceLimit>,
+        /// A note.
+        #[arg(long)]
+        note: Option<String>,
+    },
+    /// Delete a user: its link stops, its nodes drop it.
+    Delete {
+        /// The user's name.
+        name: String,
+        /// Delete without asking (the CLI never asks: this flag says you mean it).
+        #[arg(long, required = true)]
+        yes: bool,
+    },
     /// Give a user a new link (the old one stops working).
     Rotate {
         /// The user's name.
@@ -233,6 +291,16 @@ fn speed(text: &str) -> Result<Mbps, String> {
     Mbps::parse(text.parse::<f64>().map_err(|_| format!("{text:?} is not a number of Mbit/s"))?)
 }
 
+fn device_limit(text: &str) -> Result<store::users::DeviceLimit, String> {
+    match text {
+        "group" => Ok(store::users::DeviceLimit::Group),
+        n => match n.parse::<u32>() {
+            Ok(n) if n <= store::users::MAX_DEVICES => Ok(store::users::DeviceLimit::Own(n)),
+            _ => Err(format!("a device limit is 0 to {} or `group`", store::users::MAX_DEVICES)),
+        },
+    }
+}
+
 fn own_speed(text: &str) -> Result<Own, String> {
     if text == "group" { Ok(Own(None)) } else { speed(text).map(|m| Own(Some(m))) }
 }
@@ -248,6 +316,67 @@ impl SpeedArgs {
         }
         input.on_quota = self.on_quota;
         input.slow_speed = self.slow_speed;
+    }
+}
+
+#[derive(Subcommand)]
+enum GroupCommand {
+    /// List groups, with their users and nodes counted.
+    List,
+    /// Add a group.
+    Add {
+        /// The group's name.
+        name: String,
+        #[command(flatten)]
+        settings: GroupArgs,
+    },
+    /// Change a group: what is not given stays.
+    Set {
+        /// The group's name.
+        name: String,
+        /// A new name.
+        #[arg(long)]
+        rename: Option<String>,
+        #[command(flatten)]
+        settings: GroupArgs,
+    },
+    /// Delete a group: its users lose its nodes.
+    Remove {
+        /// The group's name.
+        name: String,
+        /// Delete without asking (the CLI never asks: this flag says you mean it).
+        #[arg(long, required = true)]
+        yes: bool,
+    },
+}
+
+/// A group's settings on the command line.
+#[derive(clap::Args)]
+struct GroupArgs {
+    /// A note.
+    #[arg(long)]
+    note: Option<String>,
+    /// Its users' default device limit (0: none).
+    #[arg(long)]
+    device_limit: Option<u32>,
+    /// Its nodes refuse BitTorrent for its users: true or false.
+    #[arg(long)]
+    block_torrent: Option<bool>,
+    /// Its nodes refuse outbound port 25 for its users: true or false.
+    #[arg(long)]
+    block_smtp: Option<bool>,
+}
+
+impl GroupArgs {
+    fn input(self, name: Option<String>) -> store::nodes::GroupInput {
+        store::nodes::GroupInput {
+            name,
+            note: self.note,
+            device_limit: self.device_limit,
+            block_torrent: self.block_torrent,
+            block_smtp: self.block_smtp,
+            ..store::nodes::GroupInput::default()
+        }
     }
 }
 
@@ -290,6 +419,14 @@ enum NodeCommand {
     },
     /// List nodes.
     List,
+    /// Delete a node: it is no longer in anyone's profile, and its enrollment ends.
+    Remove {
+        /// The node's name.
+        name: String,
+        /// Delete without asking (the CLI never asks: this flag says you mean it).
+        #[arg(long, required = true)]
+        yes: bool,
+    },
 }
 
 #[derive(Subcommand)]
@@ -405,6 +542,7 @@ fn main() -> Result<()> {
         Command::Serve => serve::run(&cli.data_dir)?,
         Command::User { command } => user_command(&cli.data_dir, command)?,
         Command::Node { command } => node_command(&cli.data_dir, command)?,
+        Command::Group { command } => group_command(&cli.data_dir, command)?,
         Command::Restore { from_edge, edge_settings, recovery_key, from_snapshots, root_key } => {
             let options =
                 restore::Options { edge_url: from_edge, edge_settings, recovery_key, root_key, from_snapshots };
@@ -601,6 +739,62 @@ fn user_command(dir: &std::path::Path, command: UserCommand) -> Result<()> {
             })?;
             println!("user {name} disabled");
         }
+        UserCommand::Enable { name } => {
+            let input = UserInput { enabled: Some(true), ..UserInput::default() };
+            let user = db.write_blocking(|tx| {
+                let id = store::users::id_by_name(tx, &name)?;
+                store::users::update(tx, &signer, "cli", id, &input, now)
+            })?;
+            println!("user {name} enabled ({})", user.status);
+        }
+        UserCommand::Extend { name, days } => {
+            let user = db.write_blocking(|tx| {
+                let id = store::users::id_by_name(tx, &name)?;
+                store::users::extend(tx, &signer, "cli", id, days, now)
+            })?;
+            if user.expires_at == 0 {
+                println!("user {name}: {} days from the first connection", user.duration_days);
+            } else {
+                println!("user {name} expires {}", publish::civil_date(user.expires_at));
+            }
+        }
+        UserCommand::Set {
+            name,
+            rename,
+            quota_gib,
+            days,
+            start_on_first_use,
+            no_expiry,
+            reset,
+            groups,
+            device_limit,
+            note,
+        } => {
+            let input = UserInput {
+                name: rename,
+                quota: quota_gib.map(|gib| gib.saturating_mul(1 << 30)),
+                days,
+                start_on_first_use: start_on_first_use.then_some(true),
+                expires_at: no_expiry.then_some(0),
+                reset,
+                groups: (!groups.is_empty()).then_some(groups),
+                device_limit,
+                note,
+                ..UserInput::default()
+            };
+            let user = db.write_blocking(|tx| {
+                let id = store::users::id_by_name(tx, &name)?;
+                store::users::update(tx, &signer, "cli", id, &input, now)
+            })?;
+            println!("{}", serde_json::to_string_pretty(&user)?);
+        }
+        UserCommand::Delete { name, yes: _ } => {
+            db.write_blocking(|tx| {
+                let id = store::users::id_by_name(tx, &name)?;
+                store::users::delete(tx, &signer, "cli", id, now)
+            })?;
+            println!("user {name} deleted");
+        }
         UserCommand::Limit { name, speed } => {
             let user = db.write_blocking(|tx| {
                 let id = store::users::id_by_name(tx, &name)?;
@@ -716,8 +910,48 @@ fn edge_command(dir: &std::path::Path, command: EdgeCommand) -> Result<()> {
     Ok(())
 }
 
+fn group_command(dir: &std::path::Path, command: GroupCommand) -> Result<()> {
+    let (_, db, signer) = serve::open(dir)?;
+    let now = now();
+    let id_of = |c: &rusqlite::Connection, name: &str| -> Result<i64, error::Error> {
+        store::nodes::groups(c)?
+            .into_iter()
+            .find(|g| g.name == name)
+            .map(|g| g.id)
+            .ok_or(error::Error::NotFound("group"))
+    };
+    match command {
+        GroupCommand::List => {
+            println!("{:<20} {:>6} {:>6} {:>8}  note", "name", "users", "nodes", "devices");
+            for g in db.read_blocking(store::nodes::groups)? {
+                println!("{:<20} {:>6} {:>6} {:>8}  {}", g.name, g.users, g.nodes, g.device_limit, g.note);
+            }
+        }
+        GroupCommand::Add { name, settings } => {
+            let group =
+                db.write_blocking(|tx| store::nodes::create_group(tx, "cli", &settings.input(Some(name)), now))?;
+            println!("group {} added", group.name);
+        }
+        GroupCommand::Set { name, rename, settings } => {
+            let group = db.write_blocking(|tx| {
+                let id = id_of(tx, &name)?;
+                store::nodes::update_group(tx, &signer, "cli", id, &settings.input(rename), now)
+            })?;
+            println!("{}", serde_json::to_string_pretty(&group)?);
+        }
+        GroupCommand::Remove { name, yes: _ } => {
+            db.write_blocking(|tx| {
+                let id = id_of(tx, &name)?;
+                store::nodes::delete_group(tx, &signer, "cli", id, now)
+            })?;
+            println!("group {name} deleted");
+        }
+    }
+    Ok(())
+}
+
 fn node_command(dir: &std::path::Path, command: NodeCommand) -> Result<()> {
-    let (config, db, _signer) = serve::open(dir)?;
+    let (config, db, signer) = serve::open(dir)?;
     let now = now();
     match command {
         NodeCommand::Add { name, host, port, hop, sni, tls, obfs, masquerade, groups } => {
@@ -743,6 +977,13 @@ fn node_command(dir: &std::path::Path, command: NodeCommand) -> Result<()> {
                 store::nodes::new_enroll_token(tx, "cli", id, now)
             })?;
             println!("{}", config.enroll_command(&token));
+        }
+        NodeCommand::Remove { name, yes: _ } => {
+            db.write_blocking(|tx| {
+                let id = store::nodes::id_by_name(tx, &name)?;
+                store::nodes::delete(tx, &signer, "cli", id, now)
+            })?;
+            println!("node {name} deleted");
         }
         NodeCommand::List => {
             let nodes = db.read_blocking(store::nodes::list)?;

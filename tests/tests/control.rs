@@ -545,6 +545,64 @@ fn the_cli_manages_users_and_nodes() {
     );
 }
 
+/// What the API does to users, nodes and groups, the CLI does too; bad input changes nothing.
+#[test]
+fn the_cli_covers_users_nodes_and_groups_as_the_api_does() {
+    let temp = tempfile::tempdir().unwrap();
+    let dir = ControlDir::init(&temp.path().join("control")).unwrap();
+    let show = |name: &str| -> serde_json::Value {
+        let shown = dir.cli(&["user", "show", name]).unwrap();
+        serde_json::from_str(shown.split("\nlink: ").next().unwrap()).unwrap()
+    };
+    dir.cli(&["user", "add", "ann"]).unwrap();
+    dir.cli(&["group", "add", "family", "--device-limit", "3", "--block-torrent", "true", "--note", "home"]).unwrap();
+    let groups = dir.cli(&["group", "list"]).unwrap();
+    assert!(groups.lines().any(|l| l.starts_with("family") && l.contains("home")), "{groups}");
+    let set = dir
+        .cli(&[
+            "user",
+            "set",
+            "ann",
+            "--rename",
+            "anne",
+            "--quota-gib",
+            "5",
+            "--device-limit",
+            "2",
+            "--group",
+            "family",
+        ])
+        .unwrap();
+    assert!(set.contains("\"name\": \"anne\""), "{set}");
+    let anne = show("anne");
+    assert_eq!((anne["quota"].as_u64(), anne["device_limit"].as_u64()), (Some(5 << 30), Some(2)));
+    assert_eq!(anne["groups"], serde_json::json!(["family"]));
+    dir.cli(&["user", "set", "anne", "--days", "30"]).unwrap();
+    assert!(show("anne")["expires_at"].as_u64().unwrap() > 0);
+    let extended = dir.cli(&["user", "extend", "anne", "10"]).unwrap();
+    assert!(extended.starts_with("user anne expires 20"), "{extended}");
+    dir.cli(&["user", "set", "anne", "--no-expiry"]).unwrap();
+    assert_eq!(show("anne")["expires_at"], 0);
+    dir.cli(&["user", "disable", "anne"]).unwrap();
+    assert_eq!(show("anne")["status"], "disabled");
+    assert!(dir.cli(&["user", "enable", "anne"]).unwrap().contains("enabled (active)"));
+    // Refused: an unknown user, a limit out of range, a delete without --yes; nothing changes.
+    assert!(dir.cli(&["user", "set", "nobody", "--note", "x"]).is_err());
+    assert!(dir.cli(&["user", "set", "anne", "--device-limit", "5000"]).is_err());
+    assert!(dir.cli(&["user", "set", "anne", "--reset", "hourly"]).is_err());
+    assert!(dir.cli(&["user", "delete", "anne"]).is_err());
+    assert_eq!(show("anne")["quota"].as_u64(), Some(5 << 30));
+    dir.cli(&["group", "set", "family", "--rename", "fam", "--block-smtp", "true"]).unwrap();
+    assert_eq!(show("anne")["groups"], serde_json::json!(["fam"]));
+    dir.cli(&["node", "add", "n1", "--host", "203.0.113.7"]).unwrap();
+    dir.cli(&["node", "remove", "n1", "--yes"]).unwrap();
+    assert!(!dir.cli(&["node", "list"]).unwrap().contains("n1"));
+    dir.cli(&["group", "remove", "fam", "--yes"]).unwrap();
+    assert!(!dir.cli(&["group", "list"]).unwrap().contains("fam"));
+    dir.cli(&["user", "delete", "anne", "--yes"]).unwrap();
+    assert!(dir.cli(&["user", "show", "anne"]).is_err());
+}
+
 #[tokio::test]
 async fn the_profile_set_in_the_panel_reaches_links_and_lasts_until_the_file_changes() {
     use base64::Engine as _;
