@@ -630,11 +630,12 @@ pub(crate) fn create_owner(conn: &Connection, login: &str, hash: &str, now: u64)
 }
 
 /// Starts a session; returns the cookie value.
-pub(crate) fn start_session(conn: &Connection, now: u64) -> Result<String, Error> {
+pub(crate) fn start_session(conn: &Connection, now: u64, address: &str, agent: &str) -> Result<String, Error> {
     let id = secrets::random_token();
+    let agent: String = agent.chars().filter(|c| !c.is_control()).take(MAX_AGENT).collect();
     conn.execute(
-        "INSERT INTO sessions (id_hash, created, last_seen) VALUES (?1, ?2, ?2)",
-        params![sha256(id.as_bytes()), now],
+        "INSERT INTO sessions (id_hash, created, last_seen, address, agent) VALUES (?1, ?2, ?2, ?3, ?4)",
+        params![sha256(id.as_bytes()), now, address, agent],
     )?;
     conn.execute(
         "DELETE FROM sessions WHERE last_seen < ?1 OR created < ?2",
@@ -669,6 +670,59 @@ pub(crate) fn touch_session(conn: &Connection, hash: &[u8; 32], now: u64) -> Res
 pub(crate) fn end_session(conn: &Connection, hash: &[u8; 32]) -> Result<(), Error> {
     conn.execute("DELETE FROM sessions WHERE id_hash = ?1", [hash])?;
     Ok(())
+}
+
+/// The most characters of a browser's User-Agent kept with its session.
+const MAX_AGENT: usize = 256;
+
+/// A session as the owner sees it (never its cookie or hash).
+#[derive(Clone, Debug, Serialize, PartialEq, Eq)]
+pub(crate) struct SessionView {
+    pub(crate) id: i64,
+    pub(crate) created: u64,
+    pub(crate) last_seen: u64,
+    pub(crate) address: String,
+    pub(crate) browser: String,
+    /// The session asking.
+    pub(crate) current: bool,
+}
+
+/// The sessions still valid at `now`, the most recently used first.
+pub(crate) fn sessions(conn: &Connection, current: Option<&[u8; 32]>, now: u64) -> Result<Vec<SessionView>, Error> {
+    let mut query = conn.prepare_cached(
+        "SELECT rowid, created, last_seen, address, agent, id_hash = ?1 FROM sessions
+         WHERE last_seen >= ?2 AND created >= ?3 ORDER BY last_seen DESC, rowid DESC",
+    )?;
+    let rows = query
+        .query_map(
+            params![
+                current.map(|h| h.to_vec()),
+                now.saturating_sub(SESSION_IDLE),
+                now.saturating_sub(SESSION_ABSOLUTE)
+            ],
+            |row| {
+                Ok(SessionView {
+                    id: row.get(0)?,
+                    created: row.get(1)?,
+                    last_seen: row.get(2)?,
+                    address: row.get(3)?,
+                    browser: row.get(4)?,
+                    current: row.get::<_, Option<bool>>(5)?.unwrap_or(false),
+                })
+            },
+        )?
+        .collect::<Result<_, _>>()?;
+    Ok(rows)
+}
+
+/// Ends one session by its id; whether it existed.
+pub(crate) fn end_session_id(conn: &Connection, id: i64) -> Result<bool, Error> {
+    Ok(conn.execute("DELETE FROM sessions WHERE rowid = ?1", [id])? > 0)
+}
+
+/// Ends every session but `keep` (all of them with none); how many ended.
+pub(crate) fn end_other_sessions(conn: &Connection, keep: Option<&[u8; 32]>) -> Result<usize, Error> {
+    Ok(conn.execute("DELETE FROM sessions WHERE ?1 IS NULL OR id_hash != ?1", [keep.map(|h| h.to_vec())])?)
 }
 
 /// An API token as listed (never the token itself).

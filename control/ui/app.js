@@ -1899,6 +1899,51 @@
     return h('div', {}, form, h('section', { class: 'card', id: 'export-card' }, h('h2', {}, t('import.export_title')), h('p', {}, t('import.export_intro')), exportButton));
   }
 
+  /** The owner's sessions: where and in which browser, last used; end one, or all the others. */
+  function sessionsCard(list) {
+    const others = list.filter((s) => !s.current).length;
+    return h(
+      'section',
+      { class: 'card', id: 'sessions' },
+      h('h2', {}, t('sessions.title')),
+      h(
+        'table',
+        { class: 'list' },
+        h('thead', {}, h('tr', {}, ['sessions.where', 'sessions.browser', 'sessions.last_seen', ''].map((k) => h('th', {}, k ? t(k) : h('span', { class: 'visually-hidden' }, t('actions')))))),
+        h(
+          'tbody',
+          {},
+          list.map((s) =>
+            h(
+              'tr',
+              {},
+              h('td', { 'data-label': t('sessions.where') }, s.address || '—', s.current ? h('span', { class: 'badge active' }, ' ', t('sessions.this_one')) : null),
+              h('td', { 'data-label': t('sessions.browser') }, h('small', {}, s.browser || '—')),
+              h('td', { 'data-label': t('sessions.last_seen') }, ago(s.last_seen)),
+              h('td', {}, s.current ? '' : deleteButton(t('sessions.end'), t('sessions.end_confirm', { where: s.address }), `sessions/${s.id}`, { 'data-session': s.id })),
+            ),
+          ),
+        ),
+      ),
+      others
+        ? h('div', { class: 'actions' }, h('button', {
+            type: 'button',
+            class: 'ghost',
+            id: 'end-other-sessions',
+            onclick: async () => {
+              if (!(await confirmAction(t('sessions.end_others_confirm', { n: number(others) }), t('sessions.end_others')))) return;
+              try {
+                await api('DELETE', 'sessions');
+                route();
+              } catch (err) {
+                alertError(err);
+              }
+            },
+          }, t('sessions.end_others')))
+        : null,
+    );
+  }
+
   /** What nodes do with a device over a user's limit. */
   function devicePolicyForm(settings) {
     const form = h(
@@ -2021,11 +2066,12 @@
   }
 
   async function settingsView() {
-    const [totp, status, settings, edges] = await Promise.all([
+    const [totp, status, settings, edges, sessions] = await Promise.all([
       api('GET', 'totp'),
       api('GET', 'status'),
       api('GET', 'settings'),
       api('GET', 'edges'),
+      api('GET', 'sessions'),
     ]);
     const p = settings.profile;
     const profile = h(
@@ -2118,6 +2164,7 @@
       h('p', {}, h('a', { href: '#/settings/notifications', id: 'to-notifications' }, t('notify.title')), ' · ', t('notify.link_hint')),
       profile,
       card,
+      sessionsCard(sessions.sessions),
       addressesForm(settings),
       edgesCard(edges.edges),
       devicePolicyForm(settings),

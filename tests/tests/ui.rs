@@ -740,6 +740,16 @@ async fn notifications_in_a_real_browser() {
     text_of(&client, "#telegram-state", |t| t.contains("@hearth_test_bot tells chat 4242")).await;
     assert!(bot.sent_to(hearth_tests::telegram::OWNER)[0].starts_with("Hearth подключён"));
     screenshot(&client, "notifications-telegram").await;
+    // Settings, Signed in: this browser and the session setup made; sign out the other.
+    client.goto(&format!("{panel}#/settings")).await.unwrap();
+    let sessions = text_of(&client, "#sessions", |t| t.contains("this one")).await;
+    assert!(sessions.contains("HeadlessChrome") || sessions.contains("Chrome"), "{sessions}");
+    find(&client, "#end-other-sessions").await.click().await.unwrap();
+    find(&client, "dialog button.danger").await.click().await.unwrap();
+    text_of(&client, "#sessions", |t| !t.contains("Sign out everywhere else")).await;
+    let left = control.call(&http, &token, reqwest::Method::GET, "/sessions", None).await.unwrap();
+    assert_eq!(left["sessions"].as_array().unwrap().len(), 1, "{left}");
+    screenshot(&client, "settings-sessions").await;
     // (The browser logs the refused token's 400 as a failed load: that one only.)
     let logged = console(&driver, &client).await;
     let unexpected: Vec<&Value> = logged

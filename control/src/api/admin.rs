@@ -135,6 +135,8 @@ pub(super) fn router() -> Router<Arc<App>> {
         .route("/api/login", post(login).layer(DefaultBodyLimit::max(super::SIGN_IN_BODY)))
         .route("/api/logout", post(logout))
         .route("/api/me", get(me))
+        .route("/api/sessions", get(list_sessions).delete(end_other_sessions))
+        .route("/api/sessions/{id}", delete(end_session))
         .route("/api/totp", get(totp_status))
         .route("/api/totp/enroll", post(totp_enroll))
         .route("/api/totp/confirm", post(totp_confirm))
@@ -228,6 +230,7 @@ async fn setup(
     Input(req): Input<SetupRequest>,
 ) -> Reply {
     let ip = client_ip(&parts, &app);
+    let agent = browser(&parts);
     app.spend(ip).map_err(|retry| fail(Error::TooMany(retry)))?;
     let expected = app.setup_token.lock().expect("setup lock").clone();
     let Some(expected) = expected else {
@@ -245,7 +248,7 @@ async fn setup(
         .write(move |tx| {
             auth::create_owner(tx, &login, &hash, now)?;
             auth::remember_address(tx, &address, now)?;
-            auth::start_session(tx, now)
+            auth::start_session(tx, now, &ip.to_string(), &agent)
         })
         .await
         .map_err(fail)?;
@@ -305,6 +308,7 @@ async fn login(
     Input(req): Input<LoginRequest>,
 ) -> Reply {
     let ip = client_ip(&parts, &app);
+    let agent = browser(&parts);
     let now = now();
     app.spend(ip).map_err(|retry| fail(Error::TooMany(retry)))?;
     if let Some(retry) = app.lockouts.locked(ip, now) {
@@ -392,7 +396,7 @@ async fn login(
                 crate::store::events::emit(tx, now, "signin.new_address", "owner", &data)?;
             }
             auth::remember_address(tx, &address, now)?;
-            auth::start_session(tx, now).map(Some)
+            auth::start_session(tx, now, &ip.to_string(), &agent).map(Some)
         })
         .await
         .map_err(fail)?;
@@ -499,6 +503,48 @@ async fn totp_disable(State(app): State<Arc<App>>, auth: Auth, Input(req): Input
     app.db.write(move |tx| auth::totp_disable(tx, now)).await.map_err(fail)?;
     tracing::info!("two-step sign-in turned off");
     ok(json!({ "enabled": false }))
+}
+
+/// The User-Agent a session is started with, for the owner's list of sessions.
+fn browser(parts: &axum::http::request::Parts) -> String {
+    parts.headers.get(header::USER_AGENT).and_then(|v| v.to_str().ok()).unwrap_or_default().to_owned()
+}
+
+/// The owner's sessions (address, browser, last seen); the asking one marked.
+async fn list_sessions(State(app): State<Arc<App>>, auth: Auth) -> Reply {
+    let current = match auth.need(Scope::Admin)? {
+        Principal::Owner { session } => Some(*session),
+        Principal::Token { .. } => None,
+    };
+    let list = app.db.read(move |c| auth::sessions(c, current.as_ref(), now())).await.map_err(fail)?;
+    ok(json!({ "sessions": list }))
+}
+
+/// Ends one session (the asking one too: that is signing out).
+async fn end_session(State(app): State<Arc<App>>, auth: Auth, Path(id): Path<i64>) -> Reply {
+    change(&app, &auth, Scope::Admin, move |tx, _, actor, now| {
+        if !auth::end_session_id(tx, id)? {
+            return Err(Error::NotFound("session"));
+        }
+        crate::store::audit(tx, now, actor, "session.end", &format!("session {id}"), "")
+    })
+    .await?;
+    Ok(StatusCode::NO_CONTENT.into_response())
+}
+
+/// Ends every session but the asking one (every one, asked with a token).
+async fn end_other_sessions(State(app): State<Arc<App>>, auth: Auth) -> Reply {
+    let keep = match &auth.0 {
+        Principal::Owner { session } => Some(*session),
+        Principal::Token { .. } => None,
+    };
+    let ended = change(&app, &auth, Scope::Admin, move |tx, _, actor, now| {
+        let ended = auth::end_other_sessions(tx, keep.as_ref())?;
+        crate::store::audit(tx, now, actor, "session.end_others", "", &ended.to_string())?;
+        Ok(ended)
+    })
+    .await?;
+    ok(json!({ "ended": ended }))
 }
 
 async fn logout(State(app): State<Arc<App>>, auth: Auth) -> Reply {

@@ -2043,3 +2043,57 @@ async fn webhooks_take_the_kinds_they_ask_for() {
     );
     assert_eq!(client.get(&format!("/webhooks/{users}/deliveries")).await.status, StatusCode::NOT_FOUND);
 }
+
+/// The owner sees each session (address, browser, the asking one marked) and ends one, or all
+/// the others; an ended session's cookie is refused.
+#[tokio::test]
+async fn the_owner_sees_and_ends_sessions() {
+    let client = Client::signed_in(false).await;
+    let sign_in = |ip: &'static str, agent: &'static str| {
+        let client = &client;
+        async move {
+            let body = json!({ "login": "owner", "password": "a long password" });
+            let answer = client.login_via(ip, &[("user-agent", agent)], body).await;
+            assert_eq!(answer.status, StatusCode::OK);
+            cookie_of(&answer.headers)
+        }
+    };
+    let with_cookie = |cookie: String| {
+        let client = &client;
+        async move {
+            let request = Request::get(client.admin("/me"))
+                .header(header::COOKIE, format!("{}={cookie}", crate::auth::COOKIE))
+                .body(HttpBody::empty())
+                .unwrap();
+            client.raw(request).await.status
+        }
+    };
+    let phone = sign_in("198.51.100.7", "Mozilla/5.0 (Android 15) Firefox/140.0").await;
+    let list = client.get("/sessions").await.json();
+    let sessions = list["sessions"].as_array().unwrap();
+    assert_eq!(sessions.len(), 2, "{list}");
+    let other = sessions.iter().find(|s| s["current"] == false).unwrap();
+    assert_eq!(
+        (other["address"].as_str(), other["browser"].as_str()),
+        (Some("198.51.100.7"), Some("Mozilla/5.0 (Android 15) Firefox/140.0"))
+    );
+    assert!(sessions.iter().any(|s| s["current"] == true));
+    assert!(!list.to_string().contains(&phone), "no cookie in the list");
+    assert_eq!(with_cookie(phone.clone()).await, StatusCode::OK);
+    let id = other["id"].as_i64().unwrap();
+    let path = client.admin(&format!("/sessions/{id}"));
+    assert_eq!(client.send(Method::DELETE, &path, None, &[]).await.status, StatusCode::NO_CONTENT);
+    assert_eq!(with_cookie(phone).await, StatusCode::UNAUTHORIZED, "an ended session is refused");
+    assert_eq!(client.send(Method::DELETE, &path, None, &[]).await.status, StatusCode::NOT_FOUND);
+    // Everywhere else: the others end, the asking one stays.
+    let laptop = sign_in("203.0.113.9", "Mozilla/5.0 (X11; Linux x86_64) Chrome/142.0").await;
+    let tablet = sign_in("203.0.113.10", "Mozilla/5.0 (iPad) Safari/605.1").await;
+    let ended = client.send(Method::DELETE, &client.admin("/sessions"), None, &[]).await.json();
+    assert_eq!(ended["ended"], 2);
+    assert_eq!(
+        (with_cookie(laptop).await, with_cookie(tablet).await),
+        (StatusCode::UNAUTHORIZED, StatusCode::UNAUTHORIZED)
+    );
+    assert_eq!(client.get("/me").await.status, StatusCode::OK);
+    assert_eq!(client.get("/sessions").await.json()["sessions"].as_array().unwrap().len(), 1);
+}

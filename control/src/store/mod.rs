@@ -64,6 +64,7 @@ const MIGRATIONS: &[&str] = &[
     include_str!("aliases.sql"),
     include_str!("events.sql"),
     include_str!("telegram.sql"),
+    include_str!("sessions.sql"),
 ];
 
 /// Readers kept open between requests.
