@@ -10,15 +10,15 @@ use std::path::PathBuf;
 /// struct or enum by name, or another item by the start of its first line (`impl Mbps`,
 /// `const MAX_KBPS`).
 const ITEMS: &[(&str, &str)] = &[
-    ("api/admin.rs", "SetupRequest"),
-    ("api/admin.rs", "LoginRequest"),
-    ("api/admin.rs", "TotpConfirm"),
-    ("api/admin.rs", "TotpDisable"),
-    ("api/admin.rs", "SettingsInput"),
-    ("api/admin.rs", "BulkRequest"),
-    ("api/admin.rs", "ExtendRequest"),
-    ("api/admin.rs", "RolloutRequest"),
-    ("api/admin.rs", "TokenRequest"),
+    ("api/admin/access.rs", "SetupRequest"),
+    ("api/admin/access.rs", "LoginRequest"),
+    ("api/admin/access.rs", "TotpConfirm"),
+    ("api/admin/access.rs", "TotpDisable"),
+    ("api/admin/settings.rs", "SettingsInput"),
+    ("api/admin/users.rs", "BulkRequest"),
+    ("api/admin/users.rs", "ExtendRequest"),
+    ("api/admin/nodes.rs", "RolloutRequest"),
+    ("api/admin/access.rs", "TokenRequest"),
     ("store/users.rs", "UserInput"),
     ("store/users.rs", "SpeedInput"),
     ("store/users.rs", "Mbps"),
@@ -50,6 +50,7 @@ fn item(source: &str, name: &str) -> Option<String> {
             .trim_start()
             .trim_start_matches("pub(crate) ")
             .trim_start_matches("pub(in crate::api) ")
+            .trim_start_matches("pub(super) ")
             .trim_start_matches("pub ");
         let named = |kind: &str| [' ', '('].iter().any(|after| line.starts_with(&format!("{kind} {name}{after}")));
         let first_line = line.strip_prefix(name).is_some_and(|rest| rest.starts_with([' ', ':']));
@@ -77,8 +78,11 @@ fn main() {
         let item = item(&source, name).unwrap_or_else(|| {
             panic!("control's request body {name} is no longer in {}: update tests/fuzz/build.rs", path.display())
         });
-        let item =
-            item.replace("pub(crate) ", "pub ").replace("pub(in crate::api) ", "pub ").replace("crate::settings::", "");
+        let item = item
+            .replace("pub(crate) ", "pub ")
+            .replace("pub(in crate::api) ", "pub ")
+            .replace("pub(super) ", "pub ")
+            .replace("crate::settings::", "");
         let item = match item.find(&format!("struct {name}")).or_else(|| item.find(&format!("enum {name}"))) {
             _ if name.contains(' ') => item,
             Some(at) if !item[..at].ends_with("pub ") => format!("{}pub {}", &item[..at], &item[at..]),

@@ -1,0 +1,417 @@
+//! Signing in and who is signed in (`/api/setup`, `/api/login`, two-step sign-in, sessions,
+//! `/api/me`) and API tokens. See [`crate::auth`] for the limits on guessing.
+
+use std::sync::Arc;
+
+use axum::extract::{Path, State};
+use axum::http::{HeaderValue, StatusCode, header};
+use axum::response::{IntoResponse, Response};
+use hearth_shared::ct_eq;
+use serde::Deserialize;
+use serde_json::json;
+
+use super::{Bounded, Input, MAX_CODE, MAX_SECRET, Reply, bytes, change, chars, fail, ok};
+use crate::api::{Auth, client_ip, refuse};
+use crate::app::{App, Counters, now};
+use crate::auth::{self, Principal, Scope};
+use crate::error::Error;
+use crate::store::users::{self as user_store, MAX_NAME};
+
+pub(super) fn session_cookie(value: &str, max_age: u64) -> HeaderValue {
+    HeaderValue::from_str(&format!(
+        "{}={value}; Path=/; Secure; HttpOnly; SameSite=Strict; Max-Age={max_age}",
+        auth::COOKIE
+    ))
+    .expect("a cookie of URL-safe characters")
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(super) struct SetupRequest {
+    token: String,
+    login: String,
+    password: String,
+}
+
+impl Bounded for SetupRequest {
+    fn check_bounds(&self) -> Result<(), Error> {
+        bytes("token", &self.token, MAX_SECRET)?;
+        chars("login", &self.login, MAX_NAME)?;
+        bytes("password", &self.password, auth::MAX_PASSWORD)
+    }
+}
+
+/// First-run setup: the one-time token printed at start creates the owner.
+pub(super) async fn setup(
+    State(app): State<Arc<App>>,
+    parts: axum::http::request::Parts,
+    Input(req): Input<SetupRequest>,
+) -> Reply {
+    let ip = client_ip(&parts, &app);
+    let agent = browser(&parts);
+    app.spend(ip).map_err(|retry| fail(Error::TooMany(retry)))?;
+    let expected = app.setup_token.lock().expect("setup lock").clone();
+    let Some(expected) = expected else {
+        return Err(fail(Error::Conflict("setup is already done; sign in instead".into())));
+    };
+    if !ct_eq(expected.as_bytes(), req.token.as_bytes()) {
+        return Err(refuse(StatusCode::FORBIDDEN, "bad_setup_token", "this setup link is not valid"));
+    }
+    let login = user_store::check_name(&req.login, "login").map_err(fail)?;
+    let hash = app.hasher.hash(req.password).await.map_err(fail)?;
+    let now = now();
+    let address = auth::address_hash(ip);
+    let cookie = app
+        .db
+        .write(move |tx| {
+            auth::create_owner(tx, &login, &hash, now)?;
+            auth::remember_address(tx, &address, now)?;
+            auth::start_session(tx, now, &ip.to_string(), &agent)
+        })
+        .await
+        .map_err(fail)?;
+    *app.setup_token.lock().expect("setup lock") = None;
+    tracing::info!("setup done: the owner exists");
+    let mut response = axum::Json(json!({ "ok": true })).into_response();
+    response.headers_mut().insert(header::SET_COOKIE, session_cookie(&cookie, auth::SESSION_ABSOLUTE));
+    Ok(response)
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(super) struct LoginRequest {
+    login: String,
+    password: String,
+    /// The authenticator app's code (or a recovery code), when two-step sign-in is on.
+    #[serde(default)]
+    code: Option<String>,
+}
+
+impl Bounded for LoginRequest {
+    fn check_bounds(&self) -> Result<(), Error> {
+        chars("login", &self.login, MAX_NAME)?;
+        bytes("password", &self.password, auth::MAX_PASSWORD)?;
+        bytes("code", self.code.as_deref().unwrap_or_default(), MAX_CODE)
+    }
+}
+
+/// What sign-in knows before it checks the password.
+pub(super) struct SignInFacts {
+    /// The owner's login and password hash.
+    owner: Option<(String, String)>,
+    /// Two-step sign-in's state.
+    totp: auth::TotpState,
+    /// Whether the owner signed in from this address recently.
+    known: bool,
+    /// Whether the code is an unspent recovery code.
+    recovery: bool,
+}
+
+/// A second factor that checked out, not yet spent.
+pub(super) enum GoodCode {
+    /// An authenticator code, for this time step.
+    Totp(u64),
+    /// A recovery code (its hash).
+    Recovery([u8; 32]),
+}
+
+/// Signing in (see [`crate::auth`] for the limits): the address's lockout, then (two-step
+/// sign-in on and a code sent) the code, checked without spending it; then, from an address
+/// the owner has not signed in from and without a good code (an authenticator code gets past
+/// once), a check from the login's hourly budget; then the password; then the code is spent
+/// and the session starts.
+pub(super) async fn login(
+    State(app): State<Arc<App>>,
+    parts: axum::http::request::Parts,
+    Input(req): Input<LoginRequest>,
+) -> Reply {
+    let ip = client_ip(&parts, &app);
+    let agent = browser(&parts);
+    let now = now();
+    app.spend(ip).map_err(|retry| fail(Error::TooMany(retry)))?;
+    if let Some(retry) = app.lockouts.locked(ip, now) {
+        return Err(fail(Error::TooMany(retry)));
+    }
+    let code = req.code.as_deref().map(str::trim).filter(|c| !c.is_empty()).map(str::to_owned);
+    let address = auth::address_hash(ip);
+    let recovery_hash = code.as_deref().filter(|c| c.len() > 8).map(crate::totp::recovery_hash);
+    let facts = app
+        .db
+        .read(move |c| {
+            Ok(SignInFacts {
+                owner: auth::owner(c)?,
+                totp: auth::totp_state(c)?,
+                known: auth::known_address(c, &address, now)?,
+                recovery: match &recovery_hash {
+                    Some(hash) => auth::recovery_code_exists(c, hash)?,
+                    None => false,
+                },
+            })
+        })
+        .await
+        .map_err(fail)?;
+    let good_code = match (&facts.totp.secret, &code) {
+        (Some(sealed), Some(code)) => {
+            let secret = app.signer.vault.open(crate::secrets::Purpose::Totp, sealed).map_err(fail)?;
+            match crate::totp::check(&secret, code, now, facts.totp.last_step) {
+                Some(step) => Some(GoodCode::Totp(step)),
+                None if facts.recovery => recovery_hash.map(GoodCode::Recovery),
+                None => {
+                    // A wrong code is a guess like a wrong password: it counts for the address
+                    // (even when the budget is spent, or codes could be tried there without
+                    // end) and, from an unknown one, takes a check from the login's budget.
+                    let wrong = refused(&app, ip, now, "bad_totp", "that code is wrong, expired or already used");
+                    if !facts.known {
+                        app.lockouts.take(&req.login, now).map_err(|retry| fail(Error::TooMany(retry)))?;
+                    }
+                    return Err(wrong);
+                }
+            }
+        }
+        _ => None,
+    };
+    let past_budget = facts.known
+        || match good_code {
+            Some(GoodCode::Totp(step)) => app.lockouts.pass_code(step),
+            Some(GoodCode::Recovery(_)) => true,
+            None => false,
+        };
+    if !past_budget {
+        app.lockouts.take(&req.login, now).map_err(|retry| fail(Error::TooMany(retry)))?;
+    }
+    let stored = facts.owner.filter(|(login, _)| login.eq_ignore_ascii_case(req.login.trim())).map(|(_, hash)| hash);
+    let good = app.hasher.verify(req.password, stored, past_budget).await.map_err(fail)?;
+    if !good {
+        return Err(refused(&app, ip, now, "bad_login", "wrong login or password"));
+    }
+    // A missing code is a step of the flow, not a failure.
+    if facts.totp.secret.is_some() && good_code.is_none() {
+        return Err(refuse(
+            StatusCode::UNAUTHORIZED,
+            "totp_required",
+            "two-step sign-in is on: send the code from your authenticator app as `code`",
+        ));
+    }
+    let cookie = app
+        .db
+        .write(move |tx| {
+            let spent = match good_code {
+                None => true,
+                Some(GoodCode::Totp(step)) => auth::totp_use_step(tx, step)?,
+                Some(GoodCode::Recovery(hash)) => {
+                    let spent = auth::use_recovery_code(tx, &hash, now)?;
+                    if spent {
+                        tracing::warn!("owner signed in with a recovery code");
+                    }
+                    spent
+                }
+            };
+            if !spent {
+                return Ok(None);
+            }
+            if !auth::known_address(tx, &address, now)? {
+                let data = json!({ "address": ip.to_string() });
+                crate::store::events::emit(tx, now, "signin.new_address", "owner", &data)?;
+            }
+            auth::remember_address(tx, &address, now)?;
+            auth::start_session(tx, now, &ip.to_string(), &agent).map(Some)
+        })
+        .await
+        .map_err(fail)?;
+    // Spent by a sign-in at the same moment.
+    let Some(cookie) = cookie else {
+        return Err(refused(&app, ip, now, "bad_totp", "that code is wrong, expired or already used"));
+    };
+    app.lockouts.succeed(ip);
+    tracing::info!(client = %ip, "owner signed in");
+    let mut response = axum::Json(json!({ "ok": true })).into_response();
+    response.headers_mut().insert(header::SET_COOKIE, session_cookie(&cookie, auth::SESSION_ABSOLUTE));
+    Ok(response)
+}
+
+/// A refused sign-in: counted for the address, logged without the login.
+pub(super) fn refused(app: &App, ip: std::net::IpAddr, now: u64, code: &str, message: &str) -> Response {
+    app.lockouts.fail(ip, now);
+    Counters::add(&app.counters.logins_failed, 1);
+    tracing::info!(client = %ip, reason = code, "sign-in refused");
+    refuse(StatusCode::UNAUTHORIZED, code, message)
+}
+
+/// Only the owner, in a browser session, manages two-step sign-in (not API tokens).
+pub(super) fn owner_only(auth: &Auth) -> Result<(), Response> {
+    match auth.0 {
+        Principal::Owner { .. } => Ok(()),
+        Principal::Token { .. } => {
+            Err(refuse(StatusCode::FORBIDDEN, "owner_only", "only the owner, signed in, can change two-step sign-in"))
+        }
+    }
+}
+
+pub(super) async fn totp_status(State(app): State<Arc<App>>, auth: Auth) -> Reply {
+    owner_only(&auth)?;
+    let state = app.db.read(auth::totp_state).await.map_err(fail)?;
+    ok(json!({ "enabled": state.secret.is_some(), "recovery_left": state.recovery_left }))
+}
+
+/// Starts turning two-step sign-in on: a new secret, as a QR code for the app.
+pub(super) async fn totp_enroll(State(app): State<Arc<App>>, auth: Auth) -> Reply {
+    owner_only(&auth)?;
+    let secret = crate::secrets::random_bytes::<20>();
+    let sealed = app.signer.vault.seal(crate::secrets::Purpose::Totp, &secret);
+    app.db.write(move |tx| auth::totp_begin(tx, &sealed)).await.map_err(fail)?;
+    let login = app.db.read(auth::owner).await.map_err(fail)?.map(|(login, _)| login).unwrap_or_default();
+    let title = app.signer.profile.read().expect("profile lock").title.clone();
+    let uri = crate::totp::uri(&secret, &title, &login);
+    let qr_svg = hearth_shared::render::page::qr_svg(&uri);
+    ok(json!({ "secret": crate::totp::base32(&secret), "uri": uri, "qr_svg": qr_svg }))
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(super) struct TotpConfirm {
+    code: String,
+}
+
+impl Bounded for TotpConfirm {
+    fn check_bounds(&self) -> Result<(), Error> {
+        bytes("code", &self.code, MAX_CODE)
+    }
+}
+
+/// Finishes turning two-step sign-in on with a first code; answers with the recovery codes,
+/// once.
+pub(super) async fn totp_confirm(State(app): State<Arc<App>>, auth: Auth, Input(req): Input<TotpConfirm>) -> Reply {
+    owner_only(&auth)?;
+    let now = now();
+    let state = app.db.read(auth::totp_state).await.map_err(fail)?;
+    let Some(pending) = state.pending else {
+        return Err(fail(Error::Conflict("no enrollment is under way; start again".into())));
+    };
+    let secret = app.signer.vault.open(crate::secrets::Purpose::Totp, &pending).map_err(fail)?;
+    let Some(step) = crate::totp::check(&secret, &req.code, now, 0) else {
+        return Err(fail(Error::invalid("bad_totp", "that code is wrong or expired; check the phone's clock")));
+    };
+    let codes = crate::totp::recovery_codes();
+    let hashes: Vec<[u8; 32]> = codes.iter().map(|code| crate::totp::recovery_hash(code)).collect();
+    app.db.write(move |tx| auth::totp_enable(tx, step, &hashes, now)).await.map_err(fail)?;
+    tracing::info!("two-step sign-in turned on");
+    ok(json!({ "recovery_codes": codes }))
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(super) struct TotpDisable {
+    password: String,
+}
+
+impl Bounded for TotpDisable {
+    fn check_bounds(&self) -> Result<(), Error> {
+        bytes("password", &self.password, auth::MAX_PASSWORD)
+    }
+}
+
+/// Turns two-step sign-in off; needs the password again.
+pub(super) async fn totp_disable(State(app): State<Arc<App>>, auth: Auth, Input(req): Input<TotpDisable>) -> Reply {
+    owner_only(&auth)?;
+    let owner = app.db.read(auth::owner).await.map_err(fail)?;
+    if !app.hasher.verify(req.password, owner.map(|(_, hash)| hash), true).await.map_err(fail)? {
+        return Err(refuse(StatusCode::UNAUTHORIZED, "bad_password", "that is not the owner's password"));
+    }
+    let now = now();
+    app.db.write(move |tx| auth::totp_disable(tx, now)).await.map_err(fail)?;
+    tracing::info!("two-step sign-in turned off");
+    ok(json!({ "enabled": false }))
+}
+
+/// The User-Agent a session is started with, for the owner's list of sessions.
+pub(super) fn browser(parts: &axum::http::request::Parts) -> String {
+    parts.headers.get(header::USER_AGENT).and_then(|v| v.to_str().ok()).unwrap_or_default().to_owned()
+}
+
+/// The owner's sessions (address, browser, last seen); the asking one marked.
+pub(super) async fn list_sessions(State(app): State<Arc<App>>, auth: Auth) -> Reply {
+    let current = match auth.need(Scope::Admin)? {
+        Principal::Owner { session } => Some(*session),
+        Principal::Token { .. } => None,
+    };
+    let list = app.db.read(move |c| auth::sessions(c, current.as_ref(), now())).await.map_err(fail)?;
+    ok(json!({ "sessions": list }))
+}
+
+/// Ends one session (the asking one too: that is signing out).
+pub(super) async fn end_session(State(app): State<Arc<App>>, auth: Auth, Path(id): Path<i64>) -> Reply {
+    change(&app, &auth, Scope::Admin, move |tx, _, actor, now| {
+        if !auth::end_session_id(tx, id)? {
+            return Err(Error::NotFound("session"));
+        }
+        crate::store::audit(tx, now, actor, "session.end", &format!("session {id}"), "")
+    })
+    .await?;
+    Ok(StatusCode::NO_CONTENT.into_response())
+}
+
+/// Ends every session but the asking one (every one, asked with a token).
+pub(super) async fn end_other_sessions(State(app): State<Arc<App>>, auth: Auth) -> Reply {
+    let keep = match &auth.0 {
+        Principal::Owner { session } => Some(*session),
+        Principal::Token { .. } => None,
+    };
+    let ended = change(&app, &auth, Scope::Admin, move |tx, _, actor, now| {
+        let ended = auth::end_other_sessions(tx, keep.as_ref())?;
+        crate::store::audit(tx, now, actor, "session.end_others", "", &ended.to_string())?;
+        Ok(ended)
+    })
+    .await?;
+    ok(json!({ "ended": ended }))
+}
+
+pub(super) async fn logout(State(app): State<Arc<App>>, auth: Auth) -> Reply {
+    if let Principal::Owner { session } = auth.0 {
+        app.db.write(move |tx| auth::end_session(tx, &session)).await.map_err(fail)?;
+    }
+    let mut response = axum::Json(json!({ "ok": true })).into_response();
+    response.headers_mut().insert(header::SET_COOKIE, session_cookie("", 0));
+    Ok(response)
+}
+
+pub(super) async fn me(auth: Auth) -> Reply {
+    let scope = match &auth.0 {
+        Principal::Owner { .. } => Scope::Admin,
+        Principal::Token { scope, .. } => *scope,
+    };
+    ok(json!({ "actor": auth.0.actor(), "scope": scope }))
+}
+
+pub(super) async fn list_tokens(State(app): State<Arc<App>>, auth: Auth) -> Reply {
+    auth.need(Scope::Admin)?;
+    let tokens = app.db.read(auth::tokens).await.map_err(fail)?;
+    ok(json!({ "tokens": tokens }))
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(super) struct TokenRequest {
+    name: String,
+    scope: Scope,
+}
+
+impl Bounded for TokenRequest {
+    fn check_bounds(&self) -> Result<(), Error> {
+        chars("name", &self.name, MAX_NAME)
+    }
+}
+
+pub(super) async fn create_token(State(app): State<Arc<App>>, auth: Auth, Input(req): Input<TokenRequest>) -> Reply {
+    let (token, view) = change(&app, &auth, Scope::Admin, move |tx, _, actor, now| {
+        auth::create_token(tx, actor, &req.name, req.scope, now)
+    })
+    .await?;
+    let mut value = serde_json::to_value(view).expect("a token serializes");
+    value["token"] = json!(token);
+    Ok((StatusCode::CREATED, axum::Json(value)).into_response())
+}
+
+pub(super) async fn revoke_token(State(app): State<Arc<App>>, auth: Auth, Path(id): Path<i64>) -> Reply {
+    change(&app, &auth, Scope::Admin, move |tx, _, actor, now| auth::revoke_token(tx, actor, id, now)).await?;
+    Ok(StatusCode::NO_CONTENT.into_response())
+}

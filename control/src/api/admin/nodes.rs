@@ -1,0 +1,183 @@
+//! Nodes, their groups and releases (`/api/nodes`, `/api/groups`, `/api/releases`): created
+//! with their enrollment command, changed, deleted; rollouts started and stopped.
+
+use std::sync::Arc;
+
+use axum::extract::{Path, State};
+use axum::http::StatusCode;
+use axum::response::IntoResponse;
+use serde::Deserialize;
+use serde_json::json;
+
+use super::{Input, Reply, change, fail, ok};
+use crate::api::{Auth, Body};
+use crate::app::{App, now};
+use crate::auth::Scope;
+use crate::error::Error;
+use crate::store::nodes::{self as node_store, GroupInput, NodeInput};
+
+pub(super) async fn list_nodes(State(app): State<Arc<App>>, auth: Auth) -> Reply {
+    auth.need(Scope::Read)?;
+    let now = now();
+    let (nodes, reach) =
+        app.db.read(move |c| Ok((node_store::list(c)?, node_reach(c, None, now)?))).await.map_err(fail)?;
+    let nodes: Vec<_> = nodes.iter().map(|node| node_json(node, &reach, now)).collect();
+    ok(json!({ "nodes": nodes }))
+}
+
+pub(super) async fn get_node(State(app): State<Arc<App>>, auth: Auth, Path(id): Path<u64>) -> Reply {
+    auth.need(Scope::Read)?;
+    let now = now();
+    let (node, reach) =
+        app.db.read(move |c| Ok((node_store::get(c, id)?, node_reach(c, Some(id), now)?))).await.map_err(fail)?;
+    ok(node_json(&node, &reach, now))
+}
+
+/// Per node (or just `only`): how many users reach it through their groups, and its traffic
+/// today (UTC).
+pub(super) fn node_reach(
+    conn: &rusqlite::Connection,
+    only: Option<u64>,
+    now: u64,
+) -> Result<std::collections::HashMap<u64, (u64, u64)>, Error> {
+    let mut out = std::collections::HashMap::new();
+    let mut users = conn.prepare_cached(
+        "SELECT ng.node_id, count(DISTINCT ug.user_id) FROM node_groups ng JOIN user_groups ug ON ug.group_id = ng.group_id
+         WHERE ?1 IS NULL OR ng.node_id = ?1 GROUP BY ng.node_id",
+    )?;
+    for row in users.query_map([only], |row| Ok((row.get(0)?, row.get(1)?)))? {
+        let (node, count) = row?;
+        out.entry(node).or_insert((0, 0)).0 = count;
+    }
+    let mut traffic = conn.prepare_cached(
+        "SELECT node_id, up + down FROM node_usage_daily WHERE day = ?1 AND (?2 IS NULL OR node_id = ?2)",
+    )?;
+    for row in traffic.query_map(rusqlite::params![now / 86_400, only], |row| Ok((row.get(0)?, row.get(1)?)))? {
+        let (node, bytes) = row?;
+        out.entry(node).or_insert((0, 0)).1 = bytes;
+    }
+    Ok(out)
+}
+
+/// A node as the API shows it: its stored view, whether it reported in recently, the users
+/// who reach it and its traffic today (from [`node_reach`]).
+pub(super) fn node_json(
+    node: &node_store::NodeView,
+    reach: &std::collections::HashMap<u64, (u64, u64)>,
+    now: u64,
+) -> serde_json::Value {
+    let mut value = serde_json::to_value(node).expect("a node serializes");
+    let (users, today) = reach.get(&node.id).copied().unwrap_or((0, 0));
+    value["online"] = json!(node.enrolled && node.last_seen + crate::tasks::NODE_ONLINE_SECS > now);
+    value["users"] = json!(users);
+    value["traffic_today"] = json!(today);
+    value
+}
+
+pub(super) async fn create_node(State(app): State<Arc<App>>, auth: Auth, Input(input): Input<NodeInput>) -> Reply {
+    let (node, token) =
+        change(&app, &auth, Scope::Operate, move |tx, _, actor, now| node_store::create(tx, actor, &input, now))
+            .await?;
+    let mut value = serde_json::to_value(node).expect("a node serializes");
+    value["enroll_command"] = json!(app.config.enroll_command(&token));
+    value["enroll_expires"] = json!(now() + node_store::ENROLL_LIFETIME);
+    Ok((StatusCode::CREATED, axum::Json(value)).into_response())
+}
+
+pub(super) async fn update_node(
+    State(app): State<Arc<App>>,
+    auth: Auth,
+    Path(id): Path<u64>,
+    Input(input): Input<NodeInput>,
+) -> Reply {
+    let node = change(&app, &auth, Scope::Operate, move |tx, app, actor, now| {
+        node_store::update(tx, &app.signer, actor, id, &input, now)
+    })
+    .await?;
+    ok(serde_json::to_value(node).expect("a node serializes"))
+}
+
+pub(super) async fn delete_node(State(app): State<Arc<App>>, auth: Auth, Path(id): Path<u64>) -> Reply {
+    change(&app, &auth, Scope::Admin, move |tx, app, actor, now| node_store::delete(tx, &app.signer, actor, id, now))
+        .await?;
+    Ok(StatusCode::NO_CONTENT.into_response())
+}
+
+pub(super) async fn enroll_token(State(app): State<Arc<App>>, auth: Auth, Path(id): Path<u64>) -> Reply {
+    let token =
+        change(&app, &auth, Scope::Admin, move |tx, _, actor, now| node_store::new_enroll_token(tx, actor, id, now))
+            .await?;
+    ok(
+        json!({ "enroll_command": app.config.enroll_command(&token), "enroll_expires": now() + node_store::ENROLL_LIFETIME }),
+    )
+}
+
+pub(super) async fn list_releases(State(app): State<Arc<App>>, auth: Auth) -> Reply {
+    auth.need(Scope::Read)?;
+    let releases = app.db.read(crate::releases::list).await.map_err(fail)?;
+    ok(json!({ "releases": releases }))
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(super) struct RolloutRequest {
+    /// The node that takes the release first.
+    canary: u64,
+}
+
+pub(super) async fn start_rollout(
+    State(app): State<Arc<App>>,
+    auth: Auth,
+    Path(version): Path<u64>,
+    Body(req): Body<RolloutRequest>,
+) -> Reply {
+    change(&app, &auth, Scope::Admin, move |tx, app, actor, now| {
+        crate::releases::start(tx, &app.signer, version, req.canary, actor, now)
+    })
+    .await?;
+    let releases = app.db.read(crate::releases::list).await.map_err(fail)?;
+    ok(json!({ "releases": releases }))
+}
+
+pub(super) async fn stop_rollout(State(app): State<Arc<App>>, auth: Auth, Path(version): Path<u64>) -> Reply {
+    change(&app, &auth, Scope::Admin, move |tx, app, actor, now| {
+        crate::releases::stop(tx, &app.signer, version, actor, now)
+    })
+    .await?;
+    let releases = app.db.read(crate::releases::list).await.map_err(fail)?;
+    ok(json!({ "releases": releases }))
+}
+
+pub(super) async fn list_groups(State(app): State<Arc<App>>, auth: Auth) -> Reply {
+    auth.need(Scope::Read)?;
+    let groups = app.db.read(node_store::groups).await.map_err(fail)?;
+    ok(json!({ "groups": groups }))
+}
+
+pub(super) async fn create_group(State(app): State<Arc<App>>, auth: Auth, Input(input): Input<GroupInput>) -> Reply {
+    let group =
+        change(&app, &auth, Scope::Operate, move |tx, _, actor, now| node_store::create_group(tx, actor, &input, now))
+            .await?;
+    Ok((StatusCode::CREATED, axum::Json(group)).into_response())
+}
+
+pub(super) async fn update_group(
+    State(app): State<Arc<App>>,
+    auth: Auth,
+    Path(id): Path<i64>,
+    Input(input): Input<GroupInput>,
+) -> Reply {
+    let group = change(&app, &auth, Scope::Operate, move |tx, app, actor, now| {
+        node_store::update_group(tx, &app.signer, actor, id, &input, now)
+    })
+    .await?;
+    ok(serde_json::to_value(group).expect("a group serializes"))
+}
+
+pub(super) async fn delete_group(State(app): State<Arc<App>>, auth: Auth, Path(id): Path<i64>) -> Reply {
+    change(&app, &auth, Scope::Operate, move |tx, app, actor, now| {
+        node_store::delete_group(tx, &app.signer, actor, id, now)
+    })
+    .await?;
+    Ok(StatusCode::NO_CONTENT.into_response())
+}

@@ -1,0 +1,249 @@
+//! What the overview and the usage charts read (`/api/status`, `/api/online`, `/api/usage`,
+//! a user's and a node's daily traffic) and the audit log.
+
+use std::sync::Arc;
+
+use axum::extract::{Path, Query, State};
+use serde::Deserialize;
+use serde_json::json;
+
+use super::{Reply, fail, ok};
+use crate::api::Auth;
+use crate::app::{App, now};
+use crate::auth::Scope;
+use crate::error::Error;
+use crate::store::nodes::{self as node_store};
+use crate::store::users::{self as user_store};
+
+pub(super) async fn status(State(app): State<Arc<App>>, auth: Auth) -> Reply {
+    auth.need(Scope::Read)?;
+    let now = now();
+    let (overview, held) =
+        app.db.read(move |c| Ok((crate::store::overview(c, now)?, crate::store::held(c)?))).await.map_err(fail)?;
+    let edges: Vec<serde_json::Value> = overview.edges.iter().map(|s| edge_json(&app, s)).collect();
+    // The first failing edge, named: the overview's alert.
+    let last_error =
+        overview.edges.iter().find_map(|s| s.edge.last_error.as_ref().map(|error| format!("{}: {error}", s.edge.name)));
+    ok(json!({
+        "users": overview.users.into_iter().map(|(k, v)| (k, json!(v))).collect::<serde_json::Map<String, serde_json::Value>>(),
+        "nodes": {
+            "total": overview.nodes,
+            "online": overview.online,
+            "sets_expiring": overview.expiring,
+            "limited": overview.limited.iter().map(|(id, name, until)| json!({ "id": id, "name": name, "until": until })).collect::<Vec<_>>(),
+        },
+        "keys": {
+            "root": app.config.root.to_string(),
+            "offline_here": offline_keys_here(&app.config.data_dir),
+        },
+        "edge": {
+            "url": app.edge_url(),
+            "pending": overview.pending,
+            "held": held,
+            "held_total": overview.held,
+            "last_push": overview.edges.iter().map(|s| s.edge.last_push).max().unwrap_or(0),
+            "last_error": last_error,
+            "last_drain": overview.edges.iter().map(|s| s.edge.last_drain).max().unwrap_or(0),
+        },
+        "edges": edges,
+    }))
+}
+
+/// One edge as the API shows it (never its push token).
+pub(super) fn edge_json(app: &App, status: &crate::store::EdgeStatus) -> serde_json::Value {
+    let edge = &status.edge;
+    let base = app.link_bases().into_iter().find(|link| link.edge == edge.name).map(|link| link.base);
+    json!({
+        "id": edge.id,
+        "name": edge.name,
+        "url": edge.url,
+        "link_base": base,
+        "state": edge.state,
+        "position": edge.position,
+        "own_credentials": edge.push_token.is_some(),
+        "pending": status.pending,
+        "held": status.held,
+        "last_push": edge.last_push,
+        "last_error": edge.last_error,
+        "last_drain": edge.last_drain,
+        "failing_since": edge.error_since,
+        "added": edge.added,
+    })
+}
+
+/// The offline keys `init` wrote that are still in the data directory (file names only).
+pub(super) fn offline_keys_here(dir: &std::path::Path) -> Vec<String> {
+    let paths = crate::keyring::Paths::new(dir);
+    [hearth_shared::keys::Role::Root, hearth_shared::keys::Role::Recovery]
+        .into_iter()
+        .map(|role| paths.secret(role))
+        .filter(|path| path.exists())
+        .filter_map(|path| path.file_name().map(|name| name.to_string_lossy().into_owned()))
+        .collect()
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(super) struct UsageQuery {
+    days: Option<u64>,
+}
+
+/// Whose traffic a series sums.
+#[derive(Clone, Copy)]
+pub(super) enum Traffic {
+    Everyone,
+    User(u64),
+    Node(u64),
+}
+
+/// Traffic per day for the last `days` (1 to 366, default 30), oldest first, days without
+/// traffic included as zeros.
+pub(super) fn daily_usage(
+    conn: &rusqlite::Connection,
+    whose: Traffic,
+    days: u64,
+    now: u64,
+) -> Result<Vec<serde_json::Value>, Error> {
+    let today = now / 86_400;
+    let first = today + 1 - days;
+    let (sql, id) = match whose {
+        Traffic::Everyone => (
+            "SELECT day, sum(up), sum(down) FROM usage_daily WHERE day >= ?1 AND ?2 IS NULL GROUP BY day ORDER BY day",
+            None,
+        ),
+        Traffic::User(id) => {
+            ("SELECT day, up, down FROM usage_daily WHERE day >= ?1 AND user_id = ?2 ORDER BY day", Some(id))
+        }
+        Traffic::Node(id) => {
+            ("SELECT day, up, down FROM node_usage_daily WHERE day >= ?1 AND node_id = ?2 ORDER BY day", Some(id))
+        }
+    };
+    let mut statement = conn.prepare_cached(sql)?;
+    let rows: Vec<(u64, u64, u64)> = statement
+        .query_map(rusqlite::params![first, id], |row| Ok((row.get(0)?, row.get(1)?, row.get(2)?)))?
+        .collect::<Result<_, _>>()?;
+    let mut out = Vec::with_capacity(days as usize);
+    let mut rows = rows.into_iter().peekable();
+    for day in first..=today {
+        let (up, down) = match rows.peek() {
+            Some((d, up, down)) if *d == day => {
+                let value = (*up, *down);
+                rows.next();
+                value
+            }
+            _ => (0, 0),
+        };
+        out.push(json!({ "day": day * 86_400, "up": up, "down": down }));
+    }
+    Ok(out)
+}
+
+/// One node's traffic per day.
+pub(super) async fn node_usage(
+    State(app): State<Arc<App>>,
+    auth: Auth,
+    Path(id): Path<u64>,
+    Query(query): Query<UsageQuery>,
+) -> Reply {
+    series_of(&app, &auth, &query, Traffic::Node(id)).await
+}
+
+/// The daily series of one user or node (404 if there is no such one).
+pub(super) async fn series_of(app: &Arc<App>, auth: &Auth, query: &UsageQuery, whose: Traffic) -> Reply {
+    auth.need(Scope::Read)?;
+    let days = query.days.unwrap_or(30).clamp(1, 366);
+    let now = now();
+    let series = app
+        .db
+        .read(move |c| {
+            match whose {
+                Traffic::User(id) => {
+                    user_store::get(c, id)?;
+                }
+                Traffic::Node(id) => {
+                    node_store::get(c, id)?;
+                }
+                Traffic::Everyone => {}
+            }
+            daily_usage(c, whose, days, now)
+        })
+        .await
+        .map_err(fail)?;
+    ok(json!({ "days": series }))
+}
+
+/// Who is connected now, from the nodes' last reports: the 200 users with the most devices
+/// first, and how many users and devices in all.
+pub(super) async fn online(State(app): State<Arc<App>>, auth: Auth) -> Reply {
+    auth.need(Scope::Read)?;
+    let (list, users, devices) = app.db.read(|c| crate::store::nodes::online(c, 200)).await.map_err(fail)?;
+    ok(json!({ "users": users, "devices": devices, "online": list }))
+}
+
+/// Everyone's traffic: per day, today and this month (UTC).
+pub(super) async fn usage(State(app): State<Arc<App>>, auth: Auth, Query(query): Query<UsageQuery>) -> Reply {
+    auth.need(Scope::Read)?;
+    let days = query.days.unwrap_or(30).clamp(1, 366);
+    let now = now();
+    let (series, month) = app
+        .db
+        .read(move |c| {
+            let series = daily_usage(c, Traffic::Everyone, days, now)?;
+            let month: (u64, u64) = c.query_row(
+                "SELECT coalesce(sum(up), 0), coalesce(sum(down), 0) FROM usage_daily WHERE day >= ?1",
+                [crate::publish::month_start_day(now)],
+                |row| Ok((row.get(0)?, row.get(1)?)),
+            )?;
+            Ok((series, month))
+        })
+        .await
+        .map_err(fail)?;
+    let today = series.last().cloned().unwrap_or_else(|| json!({ "up": 0, "down": 0 }));
+    ok(json!({
+        "days": series,
+        "today": { "up": today["up"], "down": today["down"] },
+        "month": { "up": month.0, "down": month.1 },
+    }))
+}
+
+/// One user's traffic per day.
+pub(super) async fn user_usage(
+    State(app): State<Arc<App>>,
+    auth: Auth,
+    Path(id): Path<u64>,
+    Query(query): Query<UsageQuery>,
+) -> Reply {
+    series_of(&app, &auth, &query, Traffic::User(id)).await
+}
+
+#[derive(Deserialize)]
+pub(super) struct AuditQuery {
+    before: Option<i64>,
+    limit: Option<i64>,
+}
+
+pub(super) async fn audit(State(app): State<Arc<App>>, auth: Auth, Query(query): Query<AuditQuery>) -> Reply {
+    auth.need(Scope::Read)?;
+    let before = query.before.unwrap_or(i64::MAX);
+    let limit = query.limit.unwrap_or(100).clamp(1, 1000);
+    let entries = app
+        .db
+        .read(move |c| {
+            let mut q = c.prepare(
+                "SELECT id, at, actor, action, target, detail FROM audit WHERE id < ?1 ORDER BY id DESC LIMIT ?2",
+            )?;
+            let rows = q
+                .query_map([before, limit], |row| {
+                    Ok(json!({
+                        "id": row.get::<_, i64>(0)?, "at": row.get::<_, i64>(1)?, "actor": row.get::<_, String>(2)?,
+                        "action": row.get::<_, String>(3)?, "target": row.get::<_, String>(4)?,
+                        "detail": row.get::<_, String>(5)?,
+                    }))
+                })?
+                .collect::<Result<Vec<_>, _>>()?;
+            Ok(rows)
+        })
+        .await
+        .map_err(fail)?;
+    ok(json!({ "entries": entries }))
+}

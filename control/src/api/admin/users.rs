@@ -1,0 +1,315 @@
+//! Users (`/api/users`): list, create (one or many), change, extend, disable, rotate the link,
+//! kick, delete; their link, preview, registered apps and aliases; moving users in and out.
+
+use std::sync::Arc;
+
+use axum::extract::{Path, Query, State};
+use axum::http::StatusCode;
+use axum::response::IntoResponse;
+use serde::Deserialize;
+use serde_json::json;
+
+use super::{Bounded, Input, MAX_QUERY, Reply, bytes, change, chars, fail, list, ok, opt};
+use crate::api::{Auth, Body};
+use crate::app::{App, now};
+use crate::auth::Scope;
+use crate::error::Error;
+use crate::store::users::{self as user_store, ListQuery, MAX_BULK, MAX_NAME, UserInput};
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(super) struct PreviewQuery {
+    #[serde(default)]
+    ua: String,
+}
+
+/// What an app sending `ua` receives from the user's link: the format chosen, the headers
+/// and the body, exactly as the edge renders them (from the same signed snapshot).
+pub(super) async fn user_preview(
+    State(app): State<Arc<App>>,
+    auth: Auth,
+    Path(id): Path<u64>,
+    Query(query): Query<PreviewQuery>,
+) -> Reply {
+    use hearth_shared::agent::Wants;
+    use hearth_shared::render::Format;
+    // It shows the credential, as the link does.
+    auth.need(Scope::Operate)?;
+    bytes("ua", &query.ua, MAX_QUERY).map_err(fail)?;
+    let state = app.clone();
+    let (token, stored) = app
+        .db
+        .read(move |c| {
+            let token = user_store::token(c, &state.signer, id)?;
+            let stored = crate::publish::envelope(c, &hearth_shared::wire::stream::snapshot(&token.hash()))?;
+            Ok((token, stored))
+        })
+        .await
+        .map_err(fail)?;
+    let snapshot = stored
+        .and_then(|(_, bytes)| {
+            let body = hearth_shared::envelope::Envelope::stored_body(&bytes)?.to_vec();
+            hearth_shared::seal::open(&body, &token).ok()
+        })
+        .ok_or_else(|| fail(Error::Internal("the user's snapshot does not open".into())))?;
+    let wants = hearth_shared::agent::match_user_agent(query.ua.trim(), &app.ua_rules.read().expect("rules lock"));
+    let url = format!("{}/{}", app.sub_url(), token.to_link_form());
+    let answer = hearth_shared::render::answer(&snapshot, wants, &url);
+    let format = match wants {
+        Wants::Page => "page".to_owned(),
+        Wants::Profile(Format::Base64) => "base64".to_owned(),
+        Wants::Profile(Format::Mihomo) => "mihomo".to_owned(),
+        Wants::Profile(Format::SingBox(v)) => format!("sing-box {}.{}", v.major, v.minor),
+    };
+    ok(json!({ "format": format, "headers": answer.headers, "body": answer.body }))
+}
+
+pub(super) async fn list_users(State(app): State<Arc<App>>, auth: Auth, Query(query): Query<ListQuery>) -> Reply {
+    auth.need(Scope::Read)?;
+    bytes("q", opt(&query.q), MAX_QUERY).map_err(fail)?;
+    bytes("status", opt(&query.status), 16).map_err(fail)?;
+    chars("group", opt(&query.group), MAX_NAME).map_err(fail)?;
+    let page = app.db.read(move |c| user_store::list(c, &query)).await.map_err(fail)?;
+    ok(serde_json::to_value(page).expect("a page serializes"))
+}
+
+/// A user's view and its subscription link.
+pub(super) fn with_link(
+    app: &App,
+    user: user_store::UserView,
+    token: &hearth_shared::wire::SubToken,
+) -> serde_json::Value {
+    let mut value = serde_json::to_value(user).expect("a user serializes");
+    value["link"] = json!(format!("{}/{}", app.sub_url(), token.to_link_form()));
+    value["links"] = mirrors(app, token);
+    value
+}
+
+/// A user's link at every edge that still offers links (blocked ones too, for the people
+/// who still reach them), in the owner's order.
+pub(super) fn mirrors(app: &App, token: &hearth_shared::wire::SubToken) -> serde_json::Value {
+    let links: Vec<_> = app
+        .link_bases()
+        .into_iter()
+        .filter(|base| base.state != crate::store::edges::LinkState::Retired)
+        .map(|base| json!({ "edge": base.edge, "state": base.state, "link": format!("{}/{}", base.base, token.to_link_form()) }))
+        .collect();
+    json!(links)
+}
+
+pub(super) async fn create_user(State(app): State<Arc<App>>, auth: Auth, Input(input): Input<UserInput>) -> Reply {
+    let (user, token) = change(&app, &auth, Scope::Operate, move |tx, app, actor, now| {
+        let created = user_store::create(tx, &app.signer, actor, &input, now)?;
+        Ok((user_store::get(tx, created.id)?, created.token))
+    })
+    .await?;
+    Ok((StatusCode::CREATED, axum::Json(with_link(&app, user, &token))).into_response())
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(super) struct BulkRequest {
+    names: Vec<String>,
+    #[serde(default)]
+    settings: UserInput,
+}
+
+impl Bounded for BulkRequest {
+    fn check_bounds(&self) -> Result<(), Error> {
+        list("names", &self.names, MAX_BULK, MAX_NAME)?;
+        self.settings.check_bounds()
+    }
+}
+
+pub(super) async fn bulk_create(State(app): State<Arc<App>>, auth: Auth, Input(req): Input<BulkRequest>) -> Reply {
+    let created = change(&app, &auth, Scope::Operate, move |tx, app, actor, now| {
+        user_store::create_many(tx, &app.signer, actor, &req.names, &req.settings, now)
+    })
+    .await?;
+    let users: Vec<_> = created
+        .iter()
+        .map(|(name, c)| json!({ "id": c.id, "name": name, "link": format!("{}/{}", app.sub_url(), c.token.to_link_form()) }))
+        .collect();
+    Ok((StatusCode::CREATED, axum::Json(json!({ "created": users.len(), "users": users }))).into_response())
+}
+
+pub(super) async fn get_user(State(app): State<Arc<App>>, auth: Auth, Path(id): Path<u64>) -> Reply {
+    auth.need(Scope::Read)?;
+    let user = app.db.read(move |c| user_store::get(c, id)).await.map_err(fail)?;
+    ok(serde_json::to_value(user).expect("a user serializes"))
+}
+
+pub(super) async fn user_link(State(app): State<Arc<App>>, auth: Auth, Path(id): Path<u64>) -> Reply {
+    auth.need(Scope::Operate)?;
+    let state = app.clone();
+    let token = app.db.read(move |c| user_store::token(c, &state.signer, id)).await.map_err(fail)?;
+    let link = format!("{}/{}", app.sub_url(), token.to_link_form());
+    let qr_svg = hearth_shared::render::page::qr_svg(&link);
+    ok(json!({ "link": link, "qr_svg": qr_svg, "links": mirrors(&app, &token) }))
+}
+
+/// Runs a user change and answers with the user.
+pub(super) async fn change_user(
+    app: Arc<App>,
+    auth: &Auth,
+    f: impl FnOnce(&rusqlite::Connection, &App, &str, u64) -> Result<user_store::UserView, Error> + Send + 'static,
+) -> Reply {
+    let user = change(&app, auth, Scope::Operate, f).await?;
+    ok(serde_json::to_value(user).expect("a user serializes"))
+}
+
+pub(super) async fn update_user(
+    State(app): State<Arc<App>>,
+    auth: Auth,
+    Path(id): Path<u64>,
+    Input(input): Input<UserInput>,
+) -> Reply {
+    change_user(app, &auth, move |c, app, actor, now| user_store::update(c, &app.signer, actor, id, &input, now)).await
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(super) struct ExtendRequest {
+    days: u64,
+}
+
+pub(super) async fn extend_user(
+    State(app): State<Arc<App>>,
+    auth: Auth,
+    Path(id): Path<u64>,
+    Body(req): Body<ExtendRequest>,
+) -> Reply {
+    change_user(app, &auth, move |c, app, actor, now| user_store::extend(c, &app.signer, actor, id, req.days, now))
+        .await
+}
+
+pub(super) async fn reset_traffic(State(app): State<Arc<App>>, auth: Auth, Path(id): Path<u64>) -> Reply {
+    change_user(app, &auth, move |c, app, actor, now| user_store::reset_traffic(c, &app.signer, actor, id, now)).await
+}
+
+pub(super) async fn disable_user(State(app): State<Arc<App>>, auth: Auth, Path(id): Path<u64>) -> Reply {
+    let input = UserInput { enabled: Some(false), ..UserInput::default() };
+    change_user(app, &auth, move |c, app, actor, now| user_store::update(c, &app.signer, actor, id, &input, now)).await
+}
+
+pub(super) async fn enable_user(State(app): State<Arc<App>>, auth: Auth, Path(id): Path<u64>) -> Reply {
+    let input = UserInput { enabled: Some(true), ..UserInput::default() };
+    change_user(app, &auth, move |c, app, actor, now| user_store::update(c, &app.signer, actor, id, &input, now)).await
+}
+
+/// Closes the user's open connections at every node (at its next pull); the user's apps
+/// connect again at once if they still may.
+pub(super) async fn kick_user(State(app): State<Arc<App>>, auth: Auth, Path(id): Path<u64>) -> Reply {
+    change_user(app, &auth, move |c, app, actor, now| user_store::kick(c, &app.signer, actor, id, now)).await
+}
+
+/// The apps registered by their device id when they fetched the user's link (HWID).
+pub(super) async fn user_hwid(State(app): State<Arc<App>>, auth: Auth, Path(id): Path<u64>) -> Reply {
+    auth.need(Scope::Read)?;
+    let view = app.db.read(move |c| crate::store::hwid::list(c, id)).await.map_err(fail)?;
+    ok(serde_json::to_value(view).expect("a device list serializes"))
+}
+
+/// Deletes a registered device: its room is free at every edge once they have the user's
+/// snapshot again.
+pub(super) async fn forget_hwid(
+    State(app): State<Arc<App>>,
+    auth: Auth,
+    Path((id, key)): Path<(u64, String)>,
+) -> Reply {
+    let view = change(&app, &auth, Scope::Operate, move |c, app, actor, now| {
+        crate::store::hwid::forget(c, &app.signer, actor, id, &key, now)
+    })
+    .await?;
+    ok(serde_json::to_value(view).expect("a device list serializes"))
+}
+
+/// A user's aliases: old subscription paths (from the panel it was imported from) that every
+/// edge serves like its link.
+pub(super) async fn user_aliases(State(app): State<Arc<App>>, auth: Auth, Path(id): Path<u64>) -> Reply {
+    auth.need(Scope::Operate)?;
+    let aliases = app
+        .db
+        .read(move |c| {
+            crate::store::users::get(c, id)?;
+            crate::store::aliases::list(c, Some(id))
+        })
+        .await
+        .map_err(fail)?;
+    ok(json!({ "aliases": aliases }))
+}
+
+#[derive(Deserialize)]
+pub(super) struct AliasQuery {
+    path: String,
+}
+
+/// Retires an alias: the edges stop serving it.
+pub(super) async fn retire_alias(
+    State(app): State<Arc<App>>,
+    auth: Auth,
+    Path(id): Path<u64>,
+    Query(query): Query<AliasQuery>,
+) -> Reply {
+    let aliases = change(&app, &auth, Scope::Operate, move |c, app, actor, now| {
+        crate::store::aliases::retire(c, &app.signer, actor, id, &query.path, now)
+    })
+    .await?;
+    ok(json!({ "aliases": aliases }))
+}
+
+#[derive(Deserialize)]
+pub(super) struct ImportQuery {
+    source: String,
+    #[serde(default)]
+    dry_run: bool,
+}
+
+/// Takes users over from another panel (the body: the source's file), or with `dry_run`
+/// says what it would do.
+pub(super) async fn import_users(
+    State(app): State<Arc<App>>,
+    auth: Auth,
+    Query(query): Query<ImportQuery>,
+    body: axum::body::Bytes,
+) -> Reply {
+    let actor = auth.need(Scope::Admin)?.actor();
+    let source = crate::import::Source::named(&query.source).map_err(fail)?;
+    let incoming = crate::import::read_bytes(source, body.to_vec()).await.map_err(fail)?;
+    let now = now();
+    let apply = move |tx: &rusqlite::Transaction<'_>, app: Arc<App>| {
+        crate::import::apply(tx, &app.signer, &actor, incoming, query.dry_run, now)
+    };
+    let state = app.clone();
+    let report = if query.dry_run {
+        app.db.dry_run(move |tx| apply(tx, state)).await.map_err(fail)?
+    } else {
+        let report = app.db.write(move |tx| apply(tx, state)).await.map_err(fail)?;
+        app.changed();
+        report
+    };
+    ok(serde_json::to_value(report).expect("a report serializes"))
+}
+
+/// Every user as a Hearth users document (links and passwords included).
+pub(super) async fn export_users(State(app): State<Arc<App>>, auth: Auth) -> Reply {
+    auth.need(Scope::Admin)?;
+    let state = app.clone();
+    let document = app.db.read(move |c| crate::import::json::export(c, &state.signer)).await.map_err(fail)?;
+    ok(serde_json::to_value(document).expect("a document serializes"))
+}
+
+pub(super) async fn rotate_link(State(app): State<Arc<App>>, auth: Auth, Path(id): Path<u64>) -> Reply {
+    let (user, token) = change(&app, &auth, Scope::Operate, move |tx, app, actor, now| {
+        let token = user_store::rotate(tx, &app.signer, actor, id, now)?;
+        Ok((user_store::get(tx, id)?, token))
+    })
+    .await?;
+    ok(with_link(&app, user, &token))
+}
+
+pub(super) async fn delete_user(State(app): State<Arc<App>>, auth: Auth, Path(id): Path<u64>) -> Reply {
+    change(&app, &auth, Scope::Operate, move |tx, app, actor, now| user_store::delete(tx, &app.signer, actor, id, now))
+        .await?;
+    Ok(StatusCode::NO_CONTENT.into_response())
+}
