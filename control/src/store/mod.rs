@@ -12,6 +12,7 @@ pub(crate) mod events;
 pub(crate) mod hwid;
 pub(crate) mod nodes;
 pub(crate) mod telegram;
+pub(crate) mod usage;
 pub(crate) mod users;
 
 use std::path::{Path, PathBuf};
@@ -328,6 +329,37 @@ pub(crate) fn audit(
     conn.prepare_cached("INSERT INTO audit (at, actor, action, target, detail) VALUES (?1, ?2, ?3, ?4, ?5)")?
         .execute(rusqlite::params![now, actor, action, target, detail])?;
     Ok(())
+}
+
+/// One entry of the audit log, as the panel shows it.
+#[derive(Clone, Debug, serde::Serialize)]
+pub(crate) struct AuditEntry {
+    pub(crate) id: i64,
+    pub(crate) at: i64,
+    pub(crate) actor: String,
+    pub(crate) action: String,
+    pub(crate) target: String,
+    pub(crate) detail: String,
+}
+
+/// The audit log before the entry `before`, newest first, at most `limit`.
+pub(crate) fn audit_page(conn: &Connection, before: i64, limit: i64) -> Result<Vec<AuditEntry>, Error> {
+    let mut query = conn.prepare_cached(
+        "SELECT id, at, actor, action, target, detail FROM audit WHERE id < ?1 ORDER BY id DESC LIMIT ?2",
+    )?;
+    let rows = query
+        .query_map([before, limit], |row| {
+            Ok(AuditEntry {
+                id: row.get(0)?,
+                at: row.get(1)?,
+                actor: row.get(2)?,
+                action: row.get(3)?,
+                target: row.get(4)?,
+                detail: row.get(5)?,
+            })
+        })?
+        .collect::<Result<_, _>>()?;
+    Ok(rows)
 }
 
 #[cfg(test)]

@@ -232,6 +232,32 @@ pub(crate) fn id_by_name(conn: &Connection, name: &str) -> Result<NodeId, Error>
         .ok_or(Error::NotFound("node"))
 }
 
+/// Per node (or just `only`): how many users reach it through their groups, and its traffic
+/// today (UTC).
+pub(crate) fn reach(
+    conn: &Connection,
+    only: Option<u64>,
+    now: u64,
+) -> Result<std::collections::HashMap<u64, (u64, u64)>, Error> {
+    let mut out = std::collections::HashMap::new();
+    let mut users = conn.prepare_cached(
+        "SELECT ng.node_id, count(DISTINCT ug.user_id) FROM node_groups ng JOIN user_groups ug ON ug.group_id = ng.group_id
+         WHERE ?1 IS NULL OR ng.node_id = ?1 GROUP BY ng.node_id",
+    )?;
+    for row in users.query_map([only], |row| Ok((row.get(0)?, row.get(1)?)))? {
+        let (node, count) = row?;
+        out.entry(node).or_insert((0, 0)).0 = count;
+    }
+    let mut traffic = conn.prepare_cached(
+        "SELECT node_id, up + down FROM node_usage_daily WHERE day = ?1 AND (?2 IS NULL OR node_id = ?2)",
+    )?;
+    for row in traffic.query_map(params![now / 86_400, only], |row| Ok((row.get(0)?, row.get(1)?)))? {
+        let (node, bytes) = row?;
+        out.entry(node).or_insert((0, 0)).1 = bytes;
+    }
+    Ok(out)
+}
+
 /// Adds a node; returns it and its one-time enrollment token.
 pub(crate) fn create(conn: &Connection, actor: &str, input: &NodeInput, now: u64) -> Result<(NodeView, String), Error> {
     let name = check_name(input.name.as_deref().unwrap_or_default(), "node")?;

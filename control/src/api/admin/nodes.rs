@@ -13,14 +13,13 @@ use super::{Input, Reply, change, fail, ok};
 use crate::api::{Auth, Body};
 use crate::app::{App, now};
 use crate::auth::Scope;
-use crate::error::Error;
 use crate::store::nodes::{self as node_store, GroupInput, NodeInput};
 
 pub(super) async fn list_nodes(State(app): State<Arc<App>>, auth: Auth) -> Reply {
     auth.need(Scope::Read)?;
     let now = now();
     let (nodes, reach) =
-        app.db.read(move |c| Ok((node_store::list(c)?, node_reach(c, None, now)?))).await.map_err(fail)?;
+        app.db.read(move |c| Ok((node_store::list(c)?, node_store::reach(c, None, now)?))).await.map_err(fail)?;
     let nodes: Vec<_> = nodes.iter().map(|node| node_json(node, &reach, now)).collect();
     ok(json!({ "nodes": nodes }))
 }
@@ -28,39 +27,16 @@ pub(super) async fn list_nodes(State(app): State<Arc<App>>, auth: Auth) -> Reply
 pub(super) async fn get_node(State(app): State<Arc<App>>, auth: Auth, Path(id): Path<u64>) -> Reply {
     auth.need(Scope::Read)?;
     let now = now();
-    let (node, reach) =
-        app.db.read(move |c| Ok((node_store::get(c, id)?, node_reach(c, Some(id), now)?))).await.map_err(fail)?;
+    let (node, reach) = app
+        .db
+        .read(move |c| Ok((node_store::get(c, id)?, node_store::reach(c, Some(id), now)?)))
+        .await
+        .map_err(fail)?;
     ok(node_json(&node, &reach, now))
 }
 
-/// Per node (or just `only`): how many users reach it through their groups, and its traffic
-/// today (UTC).
-pub(super) fn node_reach(
-    conn: &rusqlite::Connection,
-    only: Option<u64>,
-    now: u64,
-) -> Result<std::collections::HashMap<u64, (u64, u64)>, Error> {
-    let mut out = std::collections::HashMap::new();
-    let mut users = conn.prepare_cached(
-        "SELECT ng.node_id, count(DISTINCT ug.user_id) FROM node_groups ng JOIN user_groups ug ON ug.group_id = ng.group_id
-         WHERE ?1 IS NULL OR ng.node_id = ?1 GROUP BY ng.node_id",
-    )?;
-    for row in users.query_map([only], |row| Ok((row.get(0)?, row.get(1)?)))? {
-        let (node, count) = row?;
-        out.entry(node).or_insert((0, 0)).0 = count;
-    }
-    let mut traffic = conn.prepare_cached(
-        "SELECT node_id, up + down FROM node_usage_daily WHERE day = ?1 AND (?2 IS NULL OR node_id = ?2)",
-    )?;
-    for row in traffic.query_map(rusqlite::params![now / 86_400, only], |row| Ok((row.get(0)?, row.get(1)?)))? {
-        let (node, bytes) = row?;
-        out.entry(node).or_insert((0, 0)).1 = bytes;
-    }
-    Ok(out)
-}
-
 /// A node as the API shows it: its stored view, whether it reported in recently, the users
-/// who reach it and its traffic today (from [`node_reach`]).
+/// who reach it and its traffic today (from [`node_store::reach`]).
 pub(super) fn node_json(
     node: &node_store::NodeView,
     reach: &std::collections::HashMap<u64, (u64, u64)>,

@@ -11,8 +11,8 @@ use super::{Reply, fail, ok};
 use crate::api::Auth;
 use crate::app::{App, now};
 use crate::auth::Scope;
-use crate::error::Error;
 use crate::store::nodes::{self as node_store};
+use crate::store::usage::{self, Traffic};
 use crate::store::users::{self as user_store};
 
 pub(super) async fn status(State(app): State<Arc<App>>, auth: Auth) -> Reply {
@@ -88,56 +88,6 @@ pub(super) struct UsageQuery {
     days: Option<u64>,
 }
 
-/// Whose traffic a series sums.
-#[derive(Clone, Copy)]
-pub(super) enum Traffic {
-    Everyone,
-    User(u64),
-    Node(u64),
-}
-
-/// Traffic per day for the last `days` (1 to 366, default 30), oldest first, days without
-/// traffic included as zeros.
-pub(super) fn daily_usage(
-    conn: &rusqlite::Connection,
-    whose: Traffic,
-    days: u64,
-    now: u64,
-) -> Result<Vec<serde_json::Value>, Error> {
-    let today = now / 86_400;
-    let first = today + 1 - days;
-    let (sql, id) = match whose {
-        Traffic::Everyone => (
-            "SELECT day, sum(up), sum(down) FROM usage_daily WHERE day >= ?1 AND ?2 IS NULL GROUP BY day ORDER BY day",
-            None,
-        ),
-        Traffic::User(id) => {
-            ("SELECT day, up, down FROM usage_daily WHERE day >= ?1 AND user_id = ?2 ORDER BY day", Some(id))
-        }
-        Traffic::Node(id) => {
-            ("SELECT day, up, down FROM node_usage_daily WHERE day >= ?1 AND node_id = ?2 ORDER BY day", Some(id))
-        }
-    };
-    let mut statement = conn.prepare_cached(sql)?;
-    let rows: Vec<(u64, u64, u64)> = statement
-        .query_map(rusqlite::params![first, id], |row| Ok((row.get(0)?, row.get(1)?, row.get(2)?)))?
-        .collect::<Result<_, _>>()?;
-    let mut out = Vec::with_capacity(days as usize);
-    let mut rows = rows.into_iter().peekable();
-    for day in first..=today {
-        let (up, down) = match rows.peek() {
-            Some((d, up, down)) if *d == day => {
-                let value = (*up, *down);
-                rows.next();
-                value
-            }
-            _ => (0, 0),
-        };
-        out.push(json!({ "day": day * 86_400, "up": up, "down": down }));
-    }
-    Ok(out)
-}
-
 /// One node's traffic per day.
 pub(super) async fn node_usage(
     State(app): State<Arc<App>>,
@@ -165,7 +115,7 @@ pub(super) async fn series_of(app: &Arc<App>, auth: &Auth, query: &UsageQuery, w
                 }
                 Traffic::Everyone => {}
             }
-            daily_usage(c, whose, days, now)
+            usage::daily(c, whose, days, now)
         })
         .await
         .map_err(fail)?;
@@ -188,20 +138,15 @@ pub(super) async fn usage(State(app): State<Arc<App>>, auth: Auth, Query(query):
     let (series, month) = app
         .db
         .read(move |c| {
-            let series = daily_usage(c, Traffic::Everyone, days, now)?;
-            let month: (u64, u64) = c.query_row(
-                "SELECT coalesce(sum(up), 0), coalesce(sum(down), 0) FROM usage_daily WHERE day >= ?1",
-                [crate::publish::month_start_day(now)],
-                |row| Ok((row.get(0)?, row.get(1)?)),
-            )?;
-            Ok((series, month))
+            let series = usage::daily(c, Traffic::Everyone, days, now)?;
+            Ok((series, usage::since(c, crate::publish::month_start_day(now))?))
         })
         .await
         .map_err(fail)?;
-    let today = series.last().cloned().unwrap_or_else(|| json!({ "up": 0, "down": 0 }));
+    let today = series.last().copied().unwrap_or_default();
     ok(json!({
         "days": series,
-        "today": { "up": today["up"], "down": today["down"] },
+        "today": { "up": today.up, "down": today.down },
         "month": { "up": month.0, "down": month.1 },
     }))
 }
@@ -226,24 +171,6 @@ pub(super) async fn audit(State(app): State<Arc<App>>, auth: Auth, Query(query):
     auth.need(Scope::Read)?;
     let before = query.before.unwrap_or(i64::MAX);
     let limit = query.limit.unwrap_or(100).clamp(1, 1000);
-    let entries = app
-        .db
-        .read(move |c| {
-            let mut q = c.prepare(
-                "SELECT id, at, actor, action, target, detail FROM audit WHERE id < ?1 ORDER BY id DESC LIMIT ?2",
-            )?;
-            let rows = q
-                .query_map([before, limit], |row| {
-                    Ok(json!({
-                        "id": row.get::<_, i64>(0)?, "at": row.get::<_, i64>(1)?, "actor": row.get::<_, String>(2)?,
-                        "action": row.get::<_, String>(3)?, "target": row.get::<_, String>(4)?,
-                        "detail": row.get::<_, String>(5)?,
-                    }))
-                })?
-                .collect::<Result<Vec<_>, _>>()?;
-            Ok(rows)
-        })
-        .await
-        .map_err(fail)?;
+    let entries = app.db.read(move |c| crate::store::audit_page(c, before, limit)).await.map_err(fail)?;
     ok(json!({ "entries": entries }))
 }
