@@ -47,7 +47,35 @@ use users::{
     user_hwid, user_link, user_preview,
 };
 
-type Reply = Result<Response, Response>;
+/// Why a handler answers no: one of control's errors (its status and code), or an answer made
+/// already (a refusal of authentication or sign-in). Either comes with `?`.
+pub(super) enum Refusal {
+    Error(Error),
+    Answer(Response),
+}
+
+impl From<Error> for Refusal {
+    fn from(e: Error) -> Refusal {
+        Refusal::Error(e)
+    }
+}
+
+impl From<Response> for Refusal {
+    fn from(answer: Response) -> Refusal {
+        Refusal::Answer(answer)
+    }
+}
+
+impl IntoResponse for Refusal {
+    fn into_response(self) -> Response {
+        match self {
+            Refusal::Error(e) => e.into_response(),
+            Refusal::Answer(answer) => answer,
+        }
+    }
+}
+
+type Reply = Result<Response, Refusal>;
 
 /// The longest setup token, in bytes (they are 43).
 const MAX_SECRET: usize = 128;
@@ -74,7 +102,7 @@ impl<T: serde::de::DeserializeOwned + Bounded, S: Send + Sync> axum::extract::Fr
 
     async fn from_request(req: axum::extract::Request, state: &S) -> Result<Self, Response> {
         let Body(value) = Body::<T>::from_request(req, state).await?;
-        value.check_bounds().map_err(fail)?;
+        value.check_bounds().map_err(IntoResponse::into_response)?;
         Ok(Input(value))
     }
 }
@@ -144,10 +172,6 @@ impl Bounded for GroupInput {
 
 fn ok(value: serde_json::Value) -> Reply {
     Ok(axum::Json(value).into_response())
-}
-
-fn fail(e: Error) -> Response {
-    e.into_response()
 }
 
 pub(super) fn router() -> Router<Arc<App>> {
@@ -228,11 +252,11 @@ async fn change<T: Send + 'static>(
     auth: &Auth,
     scope: Scope,
     change: impl FnOnce(&rusqlite::Connection, &App, &str, u64) -> Result<T, Error> + Send + 'static,
-) -> Result<T, Response> {
+) -> Result<T, Refusal> {
     let actor = auth.need(scope)?.actor();
     let now = now();
     let state = app.clone();
-    let value = app.db.write(move |tx| change(tx, &state, &actor, now)).await.map_err(fail)?;
+    let value = app.db.write(move |tx| change(tx, &state, &actor, now)).await?;
     app.changed();
     Ok(value)
 }

@@ -10,7 +10,7 @@ use hearth_shared::ct_eq;
 use serde::Deserialize;
 use serde_json::json;
 
-use super::{Bounded, Input, MAX_CODE, MAX_SECRET, Reply, bytes, change, chars, fail, ok};
+use super::{Bounded, Input, MAX_CODE, MAX_SECRET, Refusal, Reply, bytes, change, chars, ok};
 use crate::api::{Auth, client_ip, refuse};
 use crate::app::{App, Counters, now};
 use crate::auth::{self, Principal, Scope};
@@ -49,16 +49,16 @@ pub(super) async fn setup(
 ) -> Reply {
     let ip = client_ip(&parts, &app);
     let agent = browser(&parts);
-    app.spend(ip).map_err(|retry| fail(Error::TooMany(retry)))?;
+    app.spend(ip).map_err(Error::TooMany)?;
     let expected = app.setup_token.lock().expect("setup lock").clone();
     let Some(expected) = expected else {
-        return Err(fail(Error::Conflict("setup is already done; sign in instead".into())));
+        return Err(Error::Conflict("setup is already done; sign in instead".into()).into());
     };
     if !ct_eq(expected.as_bytes(), req.token.as_bytes()) {
-        return Err(refuse(StatusCode::FORBIDDEN, "bad_setup_token", "this setup link is not valid"));
+        return Err(refuse(StatusCode::FORBIDDEN, "bad_setup_token", "this setup link is not valid").into());
     }
-    let login = user_store::check_name(&req.login, "login").map_err(fail)?;
-    let hash = app.hasher.hash(req.password).await.map_err(fail)?;
+    let login = user_store::check_name(&req.login, "login")?;
+    let hash = app.hasher.hash(req.password).await?;
     let now = now();
     let address = auth::address_hash(ip);
     let cookie = app
@@ -68,8 +68,7 @@ pub(super) async fn setup(
             auth::remember_address(tx, &address, now)?;
             auth::start_session(tx, now, &ip.to_string(), &agent)
         })
-        .await
-        .map_err(fail)?;
+        .await?;
     *app.setup_token.lock().expect("setup lock") = None;
     tracing::info!("setup done: the owner exists");
     let mut response = axum::Json(json!({ "ok": true })).into_response();
@@ -128,9 +127,9 @@ pub(super) async fn login(
     let ip = client_ip(&parts, &app);
     let agent = browser(&parts);
     let now = now();
-    app.spend(ip).map_err(|retry| fail(Error::TooMany(retry)))?;
+    app.spend(ip).map_err(Error::TooMany)?;
     if let Some(retry) = app.lockouts.locked(ip, now) {
-        return Err(fail(Error::TooMany(retry)));
+        return Err(Error::TooMany(retry).into());
     }
     let code = req.code.as_deref().map(str::trim).filter(|c| !c.is_empty()).map(str::to_owned);
     let address = auth::address_hash(ip);
@@ -148,11 +147,10 @@ pub(super) async fn login(
                 },
             })
         })
-        .await
-        .map_err(fail)?;
+        .await?;
     let good_code = match (&facts.totp.secret, &code) {
         (Some(sealed), Some(code)) => {
-            let secret = app.signer.vault.open(crate::secrets::Purpose::Totp, sealed).map_err(fail)?;
+            let secret = app.signer.vault.open(crate::secrets::Purpose::Totp, sealed)?;
             match crate::totp::check(&secret, code, now, facts.totp.last_step) {
                 Some(step) => Some(GoodCode::Totp(step)),
                 None if facts.recovery => recovery_hash.map(GoodCode::Recovery),
@@ -162,9 +160,9 @@ pub(super) async fn login(
                     // end) and, from an unknown one, takes a check from the login's budget.
                     let wrong = refused(&app, ip, now, "bad_totp", "that code is wrong, expired or already used");
                     if !facts.known {
-                        app.lockouts.take(&req.login, now).map_err(|retry| fail(Error::TooMany(retry)))?;
+                        app.lockouts.take(&req.login, now).map_err(Error::TooMany)?;
                     }
-                    return Err(wrong);
+                    return Err(wrong.into());
                 }
             }
         }
@@ -177,12 +175,12 @@ pub(super) async fn login(
             None => false,
         };
     if !past_budget {
-        app.lockouts.take(&req.login, now).map_err(|retry| fail(Error::TooMany(retry)))?;
+        app.lockouts.take(&req.login, now).map_err(Error::TooMany)?;
     }
     let stored = facts.owner.filter(|(login, _)| login.eq_ignore_ascii_case(req.login.trim())).map(|(_, hash)| hash);
-    let good = app.hasher.verify(req.password, stored, past_budget).await.map_err(fail)?;
+    let good = app.hasher.verify(req.password, stored, past_budget).await?;
     if !good {
-        return Err(refused(&app, ip, now, "bad_login", "wrong login or password"));
+        return Err(refused(&app, ip, now, "bad_login", "wrong login or password").into());
     }
     // A missing code is a step of the flow, not a failure.
     if facts.totp.secret.is_some() && good_code.is_none() {
@@ -190,7 +188,8 @@ pub(super) async fn login(
             StatusCode::UNAUTHORIZED,
             "totp_required",
             "two-step sign-in is on: send the code from your authenticator app as `code`",
-        ));
+        )
+        .into());
     }
     let cookie = app
         .db
@@ -216,11 +215,10 @@ pub(super) async fn login(
             auth::remember_address(tx, &address, now)?;
             auth::start_session(tx, now, &ip.to_string(), &agent).map(Some)
         })
-        .await
-        .map_err(fail)?;
+        .await?;
     // Spent by a sign-in at the same moment.
     let Some(cookie) = cookie else {
-        return Err(refused(&app, ip, now, "bad_totp", "that code is wrong, expired or already used"));
+        return Err(refused(&app, ip, now, "bad_totp", "that code is wrong, expired or already used").into());
     };
     app.lockouts.succeed(ip);
     tracing::info!(client = %ip, "owner signed in");
@@ -238,18 +236,19 @@ pub(super) fn refused(app: &App, ip: std::net::IpAddr, now: u64, code: &str, mes
 }
 
 /// Only the owner, in a browser session, manages two-step sign-in (not API tokens).
-pub(super) fn owner_only(auth: &Auth) -> Result<(), Response> {
+pub(super) fn owner_only(auth: &Auth) -> Result<(), Refusal> {
     match auth.0 {
         Principal::Owner { .. } => Ok(()),
         Principal::Token { .. } => {
-            Err(refuse(StatusCode::FORBIDDEN, "owner_only", "only the owner, signed in, can change two-step sign-in"))
+            Err(refuse(StatusCode::FORBIDDEN, "owner_only", "only the owner, signed in, can change two-step sign-in")
+                .into())
         }
     }
 }
 
 pub(super) async fn totp_status(State(app): State<Arc<App>>, auth: Auth) -> Reply {
     owner_only(&auth)?;
-    let state = app.db.read(auth::totp_state).await.map_err(fail)?;
+    let state = app.db.read(auth::totp_state).await?;
     ok(json!({ "enabled": state.secret.is_some(), "recovery_left": state.recovery_left }))
 }
 
@@ -258,8 +257,8 @@ pub(super) async fn totp_enroll(State(app): State<Arc<App>>, auth: Auth) -> Repl
     owner_only(&auth)?;
     let secret = crate::secrets::random_bytes::<20>();
     let sealed = app.signer.vault.seal(crate::secrets::Purpose::Totp, &secret);
-    app.db.write(move |tx| auth::totp_begin(tx, &sealed)).await.map_err(fail)?;
-    let login = app.db.read(auth::owner).await.map_err(fail)?.map(|(login, _)| login).unwrap_or_default();
+    app.db.write(move |tx| auth::totp_begin(tx, &sealed)).await?;
+    let login = app.db.read(auth::owner).await?.map(|(login, _)| login).unwrap_or_default();
     let title = app.signer.profile.read().expect("profile lock").title.clone();
     let uri = crate::totp::uri(&secret, &title, &login);
     let qr_svg = hearth_shared::render::page::qr_svg(&uri);
@@ -283,17 +282,17 @@ impl Bounded for TotpConfirm {
 pub(super) async fn totp_confirm(State(app): State<Arc<App>>, auth: Auth, Input(req): Input<TotpConfirm>) -> Reply {
     owner_only(&auth)?;
     let now = now();
-    let state = app.db.read(auth::totp_state).await.map_err(fail)?;
+    let state = app.db.read(auth::totp_state).await?;
     let Some(pending) = state.pending else {
-        return Err(fail(Error::Conflict("no enrollment is under way; start again".into())));
+        return Err(Error::Conflict("no enrollment is under way; start again".into()).into());
     };
-    let secret = app.signer.vault.open(crate::secrets::Purpose::Totp, &pending).map_err(fail)?;
+    let secret = app.signer.vault.open(crate::secrets::Purpose::Totp, &pending)?;
     let Some(step) = crate::totp::check(&secret, &req.code, now, 0) else {
-        return Err(fail(Error::invalid("bad_totp", "that code is wrong or expired; check the phone's clock")));
+        return Err(Error::invalid("bad_totp", "that code is wrong or expired; check the phone's clock").into());
     };
     let codes = crate::totp::recovery_codes();
     let hashes: Vec<[u8; 32]> = codes.iter().map(|code| crate::totp::recovery_hash(code)).collect();
-    app.db.write(move |tx| auth::totp_enable(tx, step, &hashes, now)).await.map_err(fail)?;
+    app.db.write(move |tx| auth::totp_enable(tx, step, &hashes, now)).await?;
     tracing::info!("two-step sign-in turned on");
     ok(json!({ "recovery_codes": codes }))
 }
@@ -313,12 +312,12 @@ impl Bounded for TotpDisable {
 /// Turns two-step sign-in off; needs the password again.
 pub(super) async fn totp_disable(State(app): State<Arc<App>>, auth: Auth, Input(req): Input<TotpDisable>) -> Reply {
     owner_only(&auth)?;
-    let owner = app.db.read(auth::owner).await.map_err(fail)?;
-    if !app.hasher.verify(req.password, owner.map(|(_, hash)| hash), true).await.map_err(fail)? {
-        return Err(refuse(StatusCode::UNAUTHORIZED, "bad_password", "that is not the owner's password"));
+    let owner = app.db.read(auth::owner).await?;
+    if !app.hasher.verify(req.password, owner.map(|(_, hash)| hash), true).await? {
+        return Err(refuse(StatusCode::UNAUTHORIZED, "bad_password", "that is not the owner's password").into());
     }
     let now = now();
-    app.db.write(move |tx| auth::totp_disable(tx, now)).await.map_err(fail)?;
+    app.db.write(move |tx| auth::totp_disable(tx, now)).await?;
     tracing::info!("two-step sign-in turned off");
     ok(json!({ "enabled": false }))
 }
@@ -334,7 +333,7 @@ pub(super) async fn list_sessions(State(app): State<Arc<App>>, auth: Auth) -> Re
         Principal::Owner { session } => Some(*session),
         Principal::Token { .. } => None,
     };
-    let list = app.db.read(move |c| auth::sessions(c, current.as_ref(), now())).await.map_err(fail)?;
+    let list = app.db.read(move |c| auth::sessions(c, current.as_ref(), now())).await?;
     ok(json!({ "sessions": list }))
 }
 
@@ -367,7 +366,7 @@ pub(super) async fn end_other_sessions(State(app): State<Arc<App>>, auth: Auth) 
 
 pub(super) async fn logout(State(app): State<Arc<App>>, auth: Auth) -> Reply {
     if let Principal::Owner { session } = auth.0 {
-        app.db.write(move |tx| auth::end_session(tx, &session)).await.map_err(fail)?;
+        app.db.write(move |tx| auth::end_session(tx, &session)).await?;
     }
     let mut response = axum::Json(json!({ "ok": true })).into_response();
     response.headers_mut().insert(header::SET_COOKIE, session_cookie("", 0));
@@ -384,7 +383,7 @@ pub(super) async fn me(auth: Auth) -> Reply {
 
 pub(super) async fn list_tokens(State(app): State<Arc<App>>, auth: Auth) -> Reply {
     auth.need(Scope::Admin)?;
-    let tokens = app.db.read(auth::tokens).await.map_err(fail)?;
+    let tokens = app.db.read(auth::tokens).await?;
     ok(json!({ "tokens": tokens }))
 }
 

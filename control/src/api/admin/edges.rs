@@ -11,7 +11,7 @@ use axum::response::IntoResponse;
 use serde::Deserialize;
 use serde_json::json;
 
-use super::{Bounded, Input, MAX_URL, Reply, bytes, change, edge_json, fail, ok, opt};
+use super::{Bounded, Input, MAX_URL, Reply, bytes, change, edge_json, ok, opt};
 use crate::app::{App, now};
 use crate::auth::Scope;
 use crate::error::Error;
@@ -65,14 +65,14 @@ async fn statuses(app: &Arc<App>) -> Result<Vec<EdgeStatus>, Error> {
 }
 
 async fn one(app: &Arc<App>, id: i64) -> Reply {
-    let found = statuses(app).await.map_err(fail)?.into_iter().find(|s| s.edge.id == id);
-    let status = found.ok_or_else(|| fail(Error::NotFound("edge")))?;
+    let found = statuses(app).await?.into_iter().find(|s| s.edge.id == id);
+    let status = found.ok_or_else(|| Error::NotFound("edge"))?;
     ok(edge_json(app, &status))
 }
 
 pub(super) async fn list_edges(State(app): State<Arc<App>>, auth: crate::api::Auth) -> Reply {
     auth.need(Scope::Read)?;
-    let list: Vec<_> = statuses(&app).await.map_err(fail)?.iter().map(|s| edge_json(&app, s)).collect();
+    let list: Vec<_> = statuses(&app).await?.iter().map(|s| edge_json(&app, s)).collect();
     ok(json!({ "edges": list, "primary": app.sub_url() }))
 }
 
@@ -88,8 +88,7 @@ pub(super) async fn add_edge(
         &input.push_token,
         input.link_base.as_deref(),
         &app.config.edge.sub_prefix,
-    )
-    .map_err(fail)?;
+    )?;
     let id = change(&app, &auth, Scope::Admin, move |tx, app, actor, now| {
         let id = edges::add(tx, &edge, now)?;
         store::audit(tx, now, actor, "edge.add", &edge.name, &edge.url)?;
@@ -97,7 +96,7 @@ pub(super) async fn add_edge(
         Ok(id)
     })
     .await?;
-    app.refresh_links().map_err(fail)?;
+    app.refresh_links()?;
     let reply = one(&app, id).await?;
     Ok((StatusCode::CREATED, reply).into_response())
 }
@@ -108,11 +107,11 @@ pub(super) async fn update_edge(
     Path(id): Path<i64>,
     Input(input): Input<EdgeChange>,
 ) -> Reply {
-    let state = input.state.as_deref().map(edges::check_state).transpose().map_err(fail)?;
+    let state = input.state.as_deref().map(edges::check_state).transpose()?;
     let link_base = match input.link_base.as_deref().map(str::trim) {
         None => None,
         Some("") => Some(None),
-        Some(base) => Some(Some(edges::check_url("link_base", base).map_err(fail)?)),
+        Some(base) => Some(Some(edges::check_url("link_base", base)?)),
     };
     let main_base = app.addresses().sub_url;
     change(&app, &auth, Scope::Admin, move |tx, app, actor, now| {
@@ -143,7 +142,7 @@ pub(super) async fn update_edge(
         Ok(())
     })
     .await?;
-    app.refresh_links().map_err(fail)?;
+    app.refresh_links()?;
     one(&app, id).await
 }
 
@@ -158,6 +157,6 @@ pub(super) async fn remove_edge(State(app): State<Arc<App>>, auth: crate::api::A
         crate::publish::edges_changed(tx, &app.signer, now).map(drop)
     })
     .await?;
-    app.refresh_links().map_err(fail)?;
+    app.refresh_links()?;
     Ok(StatusCode::NO_CONTENT.into_response())
 }

@@ -9,7 +9,7 @@ use axum::response::IntoResponse;
 use serde::Deserialize;
 use serde_json::json;
 
-use super::{Input, Reply, change, fail, ok};
+use super::{Input, Reply, change, ok};
 use crate::api::{Auth, Body};
 use crate::app::{App, now};
 use crate::auth::Scope;
@@ -18,8 +18,7 @@ use crate::store::nodes::{self as node_store, GroupInput, NodeInput};
 pub(super) async fn list_nodes(State(app): State<Arc<App>>, auth: Auth) -> Reply {
     auth.need(Scope::Read)?;
     let now = now();
-    let (nodes, reach) =
-        app.db.read(move |c| Ok((node_store::list(c)?, node_store::reach(c, None, now)?))).await.map_err(fail)?;
+    let (nodes, reach) = app.db.read(move |c| Ok((node_store::list(c)?, node_store::reach(c, None, now)?))).await?;
     let nodes: Vec<_> = nodes.iter().map(|node| node_json(node, &reach, now)).collect();
     ok(json!({ "nodes": nodes }))
 }
@@ -27,11 +26,8 @@ pub(super) async fn list_nodes(State(app): State<Arc<App>>, auth: Auth) -> Reply
 pub(super) async fn get_node(State(app): State<Arc<App>>, auth: Auth, Path(id): Path<u64>) -> Reply {
     auth.need(Scope::Read)?;
     let now = now();
-    let (node, reach) = app
-        .db
-        .read(move |c| Ok((node_store::get(c, id)?, node_store::reach(c, Some(id), now)?)))
-        .await
-        .map_err(fail)?;
+    let (node, reach) =
+        app.db.read(move |c| Ok((node_store::get(c, id)?, node_store::reach(c, Some(id), now)?))).await?;
     ok(node_json(&node, &reach, now))
 }
 
@@ -90,7 +86,7 @@ pub(super) async fn enroll_token(State(app): State<Arc<App>>, auth: Auth, Path(i
 
 pub(super) async fn list_releases(State(app): State<Arc<App>>, auth: Auth) -> Reply {
     auth.need(Scope::Read)?;
-    let releases = app.db.read(crate::releases::list).await.map_err(fail)?;
+    let releases = app.db.read(crate::releases::list).await?;
     ok(json!({ "releases": releases }))
 }
 
@@ -111,7 +107,7 @@ pub(super) async fn start_rollout(
         crate::releases::start(tx, &app.signer, version, req.canary, actor, now)
     })
     .await?;
-    let releases = app.db.read(crate::releases::list).await.map_err(fail)?;
+    let releases = app.db.read(crate::releases::list).await?;
     ok(json!({ "releases": releases }))
 }
 
@@ -120,13 +116,13 @@ pub(super) async fn stop_rollout(State(app): State<Arc<App>>, auth: Auth, Path(v
         crate::releases::stop(tx, &app.signer, version, actor, now)
     })
     .await?;
-    let releases = app.db.read(crate::releases::list).await.map_err(fail)?;
+    let releases = app.db.read(crate::releases::list).await?;
     ok(json!({ "releases": releases }))
 }
 
 pub(super) async fn list_groups(State(app): State<Arc<App>>, auth: Auth) -> Reply {
     auth.need(Scope::Read)?;
-    let groups = app.db.read(node_store::groups).await.map_err(fail)?;
+    let groups = app.db.read(node_store::groups).await?;
     ok(json!({ "groups": groups }))
 }
 

@@ -7,7 +7,7 @@ use axum::extract::{Path, Query, State};
 use serde::Deserialize;
 use serde_json::json;
 
-use super::{Reply, fail, ok};
+use super::{Reply, ok};
 use crate::api::Auth;
 use crate::app::{App, now};
 use crate::auth::Scope;
@@ -18,8 +18,7 @@ use crate::store::users::{self as user_store};
 pub(super) async fn status(State(app): State<Arc<App>>, auth: Auth) -> Reply {
     auth.need(Scope::Read)?;
     let now = now();
-    let (overview, held) =
-        app.db.read(move |c| Ok((crate::store::overview(c, now)?, crate::store::held(c)?))).await.map_err(fail)?;
+    let (overview, held) = app.db.read(move |c| Ok((crate::store::overview(c, now)?, crate::store::held(c)?))).await?;
     let edges: Vec<serde_json::Value> = overview.edges.iter().map(|s| edge_json(&app, s)).collect();
     // The first failing edge, named: the overview's alert.
     let last_error =
@@ -117,8 +116,7 @@ pub(super) async fn series_of(app: &Arc<App>, auth: &Auth, query: &UsageQuery, w
             }
             usage::daily(c, whose, days, now)
         })
-        .await
-        .map_err(fail)?;
+        .await?;
     ok(json!({ "days": series }))
 }
 
@@ -126,7 +124,7 @@ pub(super) async fn series_of(app: &Arc<App>, auth: &Auth, query: &UsageQuery, w
 /// first, and how many users and devices in all.
 pub(super) async fn online(State(app): State<Arc<App>>, auth: Auth) -> Reply {
     auth.need(Scope::Read)?;
-    let (list, users, devices) = app.db.read(|c| crate::store::nodes::online(c, 200)).await.map_err(fail)?;
+    let (list, users, devices) = app.db.read(|c| crate::store::nodes::online(c, 200)).await?;
     ok(json!({ "users": users, "devices": devices, "online": list }))
 }
 
@@ -141,8 +139,7 @@ pub(super) async fn usage(State(app): State<Arc<App>>, auth: Auth, Query(query):
             let series = usage::daily(c, Traffic::Everyone, days, now)?;
             Ok((series, usage::since(c, crate::publish::month_start_day(now))?))
         })
-        .await
-        .map_err(fail)?;
+        .await?;
     let today = series.last().copied().unwrap_or_default();
     ok(json!({
         "days": series,
@@ -171,6 +168,6 @@ pub(super) async fn audit(State(app): State<Arc<App>>, auth: Auth, Query(query):
     auth.need(Scope::Read)?;
     let before = query.before.unwrap_or(i64::MAX);
     let limit = query.limit.unwrap_or(100).clamp(1, 1000);
-    let entries = app.db.read(move |c| crate::store::audit_page(c, before, limit)).await.map_err(fail)?;
+    let entries = app.db.read(move |c| crate::store::audit_page(c, before, limit)).await?;
     ok(json!({ "entries": entries }))
 }

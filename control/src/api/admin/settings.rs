@@ -4,11 +4,10 @@
 use std::sync::Arc;
 
 use axum::extract::State;
-use axum::response::Response;
 use serde::Deserialize;
 use serde_json::json;
 
-use super::{Bounded, Input, MAX_URL, Reply, bytes, change, chars, fail, ok, opt, too_long};
+use super::{Bounded, Input, MAX_URL, Reply, bytes, change, chars, ok, opt, too_long};
 use crate::api::Auth;
 use crate::app::App;
 use crate::auth::Scope;
@@ -73,12 +72,12 @@ impl Bounded for SettingsInput {
 }
 
 /// An address from the owner: empty clears it, anything else must be an http(s) URL.
-pub(super) fn address(what: &str, value: Option<String>, current: Option<String>) -> Result<Option<String>, Response> {
+pub(super) fn address(what: &str, value: Option<String>, current: Option<String>) -> Result<Option<String>, Error> {
     match value {
         None => Ok(current),
         Some(value) if value.trim().is_empty() => Ok(None),
         Some(value) => {
-            crate::config::check_url(what, &value).map(Some).map_err(|e| fail(Error::invalid("bad_url", e.to_string())))
+            crate::config::check_url(what, &value).map(Some).map_err(|e| Error::invalid("bad_url", e.to_string()))
         }
     }
 }
@@ -97,19 +96,19 @@ pub(super) async fn update_settings(
     let sub_url = address("sub_url", input.sub_url, current.sub_url.clone())?;
     // Everything is checked before anything changes.
     if let Some(rules) = &input.ua_rules {
-        crate::settings::check_rules(rules).map_err(fail)?;
+        crate::settings::check_rules(rules)?;
     }
     let policy = match input.device_policy.as_deref() {
         Some(name) => Some(
             hearth_shared::wire::DevicePolicy::from_name(name)
-                .ok_or_else(|| fail(Error::invalid("bad_device_policy", "device_policy is refuse or drop_oldest")))?,
+                .ok_or_else(|| Error::invalid("bad_device_policy", "device_policy is refuse or drop_oldest"))?,
         ),
         None => None,
     };
     let profile = match input.profile {
         Some(change) => {
             let current = app.signer.profile.read().expect("profile lock").clone();
-            Some(crate::settings::apply(&current, change).map_err(fail)?)
+            Some(crate::settings::apply(&current, change)?)
         }
         None => None,
     };
@@ -154,7 +153,7 @@ pub(super) async fn update_settings(
 
 /// The settings, with those kept only in the database.
 pub(super) async fn settings_reply(app: &App) -> Reply {
-    let policy = app.db.read(crate::settings::device_policy).await.map_err(fail)?;
+    let policy = app.db.read(crate::settings::device_policy).await?;
     let mut settings = settings_json(app);
     settings["device_policy"] = json!(policy.as_str());
     ok(settings)

@@ -10,7 +10,7 @@ use axum::response::IntoResponse;
 use serde::Deserialize;
 use serde_json::json;
 
-use super::{Bounded, Input, Reply, bytes, change, fail, ok};
+use super::{Bounded, Input, Reply, bytes, change, ok};
 use crate::app::App;
 use crate::auth::Scope;
 use crate::error::Error;
@@ -54,7 +54,7 @@ impl Bounded for TelegramInput {
 
 pub(super) async fn get(State(app): State<Arc<App>>, auth: crate::api::Auth) -> Reply {
     auth.need(Scope::Read)?;
-    let bot = app.db.read(store::telegram::view).await.map_err(fail)?;
+    let bot = app.db.read(store::telegram::view).await?;
     ok(json!({ "telegram": bot }))
 }
 
@@ -73,14 +73,14 @@ pub(super) async fn set(
             && secret.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'_' || b == b'-')
     });
     if !well_formed {
-        return Err(fail(Error::invalid("bad_token", "a bot token is <digits>:<letters>, as @BotFather gives it")));
+        return Err(Error::invalid("bad_token", "a bot token is <digits>:<letters>, as @BotFather gives it").into());
     }
     if !store::telegram::LANGS.contains(&input.lang.as_str()) {
-        return Err(fail(Error::invalid("bad_lang", "lang must be en or ru")));
+        return Err(Error::invalid("bad_lang", "lang must be en or ru").into());
     }
-    let filter = events::check_filter(&input.events).map_err(fail)?;
-    let api = crate::telegram::Api::new(&app.config.telegram_api, std::time::Duration::from_secs(15)).map_err(fail)?;
-    let bot_name = crate::telegram::check(&api, &token, input.chat_id, &input.lang).await.map_err(fail)?;
+    let filter = events::check_filter(&input.events)?;
+    let api = crate::telegram::Api::new(&app.config.telegram_api, std::time::Duration::from_secs(15))?;
+    let bot_name = crate::telegram::check(&api, &token, input.chat_id, &input.lang).await?;
     change(&app, &auth, Scope::Admin, move |tx, app, actor, now| {
         store::telegram::set(
             tx,
@@ -96,7 +96,7 @@ pub(super) async fn set(
         store::audit(tx, now, actor, "telegram.set", &format!("@{bot_name}"), &input.chat_id.to_string())
     })
     .await?;
-    let bot = app.db.read(store::telegram::view).await.map_err(fail)?;
+    let bot = app.db.read(store::telegram::view).await?;
     ok(json!({ "telegram": bot }))
 }
 

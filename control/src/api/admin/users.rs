@@ -9,7 +9,7 @@ use axum::response::IntoResponse;
 use serde::Deserialize;
 use serde_json::json;
 
-use super::{Bounded, Input, MAX_QUERY, Reply, bytes, change, chars, fail, list, ok, opt};
+use super::{Bounded, Input, MAX_QUERY, Reply, bytes, change, chars, list, ok, opt};
 use crate::api::{Auth, Body};
 use crate::app::{App, now};
 use crate::auth::Scope;
@@ -35,7 +35,7 @@ pub(super) async fn user_preview(
     use hearth_shared::render::Format;
     // It shows the credential, as the link does.
     auth.need(Scope::Operate)?;
-    bytes("ua", &query.ua, MAX_QUERY).map_err(fail)?;
+    bytes("ua", &query.ua, MAX_QUERY)?;
     let state = app.clone();
     let (token, stored) = app
         .db
@@ -44,14 +44,13 @@ pub(super) async fn user_preview(
             let stored = crate::publish::envelope(c, &hearth_shared::wire::stream::snapshot(&token.hash()))?;
             Ok((token, stored))
         })
-        .await
-        .map_err(fail)?;
+        .await?;
     let snapshot = stored
         .and_then(|(_, bytes)| {
             let body = hearth_shared::envelope::Envelope::stored_body(&bytes)?.to_vec();
             hearth_shared::seal::open(&body, &token).ok()
         })
-        .ok_or_else(|| fail(Error::Internal("the user's snapshot does not open".into())))?;
+        .ok_or_else(|| Error::Internal("the user's snapshot does not open".into()))?;
     let wants = hearth_shared::agent::match_user_agent(query.ua.trim(), &app.ua_rules.read().expect("rules lock"));
     let url = format!("{}/{}", app.sub_url(), token.to_link_form());
     let answer = hearth_shared::render::answer(&snapshot, wants, &url);
@@ -66,10 +65,10 @@ pub(super) async fn user_preview(
 
 pub(super) async fn list_users(State(app): State<Arc<App>>, auth: Auth, Query(query): Query<ListQuery>) -> Reply {
     auth.need(Scope::Read)?;
-    bytes("q", opt(&query.q), MAX_QUERY).map_err(fail)?;
-    bytes("status", opt(&query.status), 16).map_err(fail)?;
-    chars("group", opt(&query.group), MAX_NAME).map_err(fail)?;
-    let page = app.db.read(move |c| user_store::list(c, &query)).await.map_err(fail)?;
+    bytes("q", opt(&query.q), MAX_QUERY)?;
+    bytes("status", opt(&query.status), 16)?;
+    chars("group", opt(&query.group), MAX_NAME)?;
+    let page = app.db.read(move |c| user_store::list(c, &query)).await?;
     ok(serde_json::to_value(page).expect("a page serializes"))
 }
 
@@ -135,14 +134,14 @@ pub(super) async fn bulk_create(State(app): State<Arc<App>>, auth: Auth, Input(r
 
 pub(super) async fn get_user(State(app): State<Arc<App>>, auth: Auth, Path(id): Path<u64>) -> Reply {
     auth.need(Scope::Read)?;
-    let user = app.db.read(move |c| user_store::get(c, id)).await.map_err(fail)?;
+    let user = app.db.read(move |c| user_store::get(c, id)).await?;
     ok(serde_json::to_value(user).expect("a user serializes"))
 }
 
 pub(super) async fn user_link(State(app): State<Arc<App>>, auth: Auth, Path(id): Path<u64>) -> Reply {
     auth.need(Scope::Operate)?;
     let state = app.clone();
-    let token = app.db.read(move |c| user_store::token(c, &state.signer, id)).await.map_err(fail)?;
+    let token = app.db.read(move |c| user_store::token(c, &state.signer, id)).await?;
     let link = format!("{}/{}", app.sub_url(), token.to_link_form());
     let qr_svg = hearth_shared::render::page::qr_svg(&link);
     ok(json!({ "link": link, "qr_svg": qr_svg, "links": mirrors(&app, &token) }))
@@ -206,7 +205,7 @@ pub(super) async fn kick_user(State(app): State<Arc<App>>, auth: Auth, Path(id):
 /// The apps registered by their device id when they fetched the user's link (HWID).
 pub(super) async fn user_hwid(State(app): State<Arc<App>>, auth: Auth, Path(id): Path<u64>) -> Reply {
     auth.need(Scope::Read)?;
-    let view = app.db.read(move |c| crate::store::hwid::list(c, id)).await.map_err(fail)?;
+    let view = app.db.read(move |c| crate::store::hwid::list(c, id)).await?;
     ok(serde_json::to_value(view).expect("a device list serializes"))
 }
 
@@ -234,8 +233,7 @@ pub(super) async fn user_aliases(State(app): State<Arc<App>>, auth: Auth, Path(i
             crate::store::users::get(c, id)?;
             crate::store::aliases::list(c, Some(id))
         })
-        .await
-        .map_err(fail)?;
+        .await?;
     ok(json!({ "aliases": aliases }))
 }
 
@@ -274,17 +272,17 @@ pub(super) async fn import_users(
     body: axum::body::Bytes,
 ) -> Reply {
     let actor = auth.need(Scope::Admin)?.actor();
-    let source = crate::import::Source::named(&query.source).map_err(fail)?;
-    let incoming = crate::import::read_bytes(source, body.to_vec()).await.map_err(fail)?;
+    let source = crate::import::Source::named(&query.source)?;
+    let incoming = crate::import::read_bytes(source, body.to_vec()).await?;
     let now = now();
     let apply = move |tx: &rusqlite::Transaction<'_>, app: Arc<App>| {
         crate::import::apply(tx, &app.signer, &actor, incoming, query.dry_run, now)
     };
     let state = app.clone();
     let report = if query.dry_run {
-        app.db.dry_run(move |tx| apply(tx, state)).await.map_err(fail)?
+        app.db.dry_run(move |tx| apply(tx, state)).await?
     } else {
-        let report = app.db.write(move |tx| apply(tx, state)).await.map_err(fail)?;
+        let report = app.db.write(move |tx| apply(tx, state)).await?;
         app.changed();
         report
     };
@@ -295,7 +293,7 @@ pub(super) async fn import_users(
 pub(super) async fn export_users(State(app): State<Arc<App>>, auth: Auth) -> Reply {
     auth.need(Scope::Admin)?;
     let state = app.clone();
-    let document = app.db.read(move |c| crate::import::json::export(c, &state.signer)).await.map_err(fail)?;
+    let document = app.db.read(move |c| crate::import::json::export(c, &state.signer)).await?;
     ok(serde_json::to_value(document).expect("a document serializes"))
 }
 

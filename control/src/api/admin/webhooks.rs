@@ -11,7 +11,7 @@ use axum::response::IntoResponse;
 use serde::Deserialize;
 use serde_json::json;
 
-use super::{Bounded, Input, MAX_URL, Reply, bytes, change, fail, ok};
+use super::{Bounded, Input, MAX_URL, Reply, bytes, change, ok};
 use crate::app::App;
 use crate::auth::Scope;
 use crate::error::Error;
@@ -48,13 +48,13 @@ pub(super) async fn list_events(
 ) -> Reply {
     auth.need(Scope::Read)?;
     let (before, limit) = (page.before.unwrap_or(0).max(0), page.limit.unwrap_or(100).clamp(1, 500));
-    let list = app.db.read(move |c| events::recent(c, before, limit)).await.map_err(fail)?;
+    let list = app.db.read(move |c| events::recent(c, before, limit)).await?;
     ok(json!({ "events": list, "kinds": &events::KINDS[..events::KINDS.len() - 1] }))
 }
 
 pub(super) async fn list_webhooks(State(app): State<Arc<App>>, auth: crate::api::Auth) -> Reply {
     auth.need(Scope::Read)?;
-    let hooks = app.db.read(events::webhooks).await.map_err(fail)?;
+    let hooks = app.db.read(events::webhooks).await?;
     ok(json!({ "webhooks": hooks }))
 }
 
@@ -63,15 +63,14 @@ pub(super) async fn add_webhook(
     auth: crate::api::Auth,
     Input(input): Input<WebhookInput>,
 ) -> Reply {
-    let url =
-        crate::config::check_url("url", &input.url).map_err(|e| fail(Error::invalid("bad_url", format!("{e:#}"))))?;
+    let url = crate::config::check_url("url", &input.url).map_err(|e| Error::invalid("bad_url", format!("{e:#}")))?;
     let (id, secret) = change(&app, &auth, Scope::Admin, move |tx, app, actor, now| {
         let (id, secret) = events::add_webhook(tx, &app.signer, &url, &input.events, now)?;
         store::audit(tx, now, actor, "webhook.create", &format!("webhook {id}"), &url)?;
         Ok((id, secret))
     })
     .await?;
-    let hooks = app.db.read(events::webhooks).await.map_err(fail)?;
+    let hooks = app.db.read(events::webhooks).await?;
     let mut value = serde_json::to_value(hooks.into_iter().find(|h| h.id == id)).expect("a webhook serializes");
     value["secret"] = json!(secret);
     Ok((StatusCode::CREATED, axum::Json(value)).into_response())
@@ -100,6 +99,6 @@ pub(super) async fn deliveries(
 ) -> Reply {
     auth.need(Scope::Read)?;
     let limit = page.limit.unwrap_or(50).clamp(1, 200);
-    let list = app.db.read(move |c| events::deliveries(c, id, limit)).await.map_err(fail)?;
+    let list = app.db.read(move |c| events::deliveries(c, id, limit)).await?;
     ok(json!({ "deliveries": list }))
 }
