@@ -1,17 +1,12 @@
-//! Prometheus metrics at `/<admin prefix>/metrics`, for the owner's session, an API token
-//! with the read scope, or `Authorization: Bearer <metrics_token>`.
+//! Prometheus metrics: what `/<admin prefix>/metrics` answers (see `api::admin::overview`),
+//! for the owner's session, an API token with the read scope, or `Authorization: Bearer
+//! <metrics_token>`.
 
 use std::fmt::Write as _;
-use std::sync::Arc;
 use std::sync::atomic::Ordering;
 
-use axum::extract::State;
-use axum::http::{HeaderMap, HeaderValue, StatusCode, header};
-use axum::response::{IntoResponse, Response};
-
-use crate::api::Auth;
 use crate::app::{App, now};
-use crate::auth::Scope;
+use crate::error::Error;
 
 /// The most users the per-user refusal counts list (those refused most).
 const MAX_USER_SERIES: u64 = 500;
@@ -21,32 +16,13 @@ fn label(value: &str) -> String {
     value.replace('\\', "\\\\").replace('"', "\\\"").replace('\n', "\\n")
 }
 
-pub(crate) async fn handler(State(app): State<Arc<App>>, headers: HeaderMap, auth: Result<Auth, Response>) -> Response {
-    let scraper = app.config.metrics_token.as_ref().is_some_and(|token| {
-        headers
-            .get(header::AUTHORIZATION)
-            .and_then(|v| v.to_str().ok())
-            .and_then(|v| v.strip_prefix("Bearer "))
-            .is_some_and(|given| hearth_shared::ct_eq(given.as_bytes(), token.as_bytes()))
-    });
-    if !scraper {
-        match auth {
-            Ok(auth) => {
-                if let Err(response) = auth.need(Scope::Read) {
-                    return response;
-                }
-            }
-            Err(response) => return response,
-        }
-    }
+/// The metrics as Prometheus text (version 0.0.4).
+pub(crate) async fn text(app: &App) -> Result<String, Error> {
     let read = app.db.read(move |c| {
         let (_, online, devices) = crate::store::nodes::online(c, 0)?;
         Ok((crate::store::overview(c, now())?, crate::store::users::refusals(c, MAX_USER_SERIES)?, online, devices))
     });
-    let (overview, refusals, online, devices) = match read.await {
-        Ok(read) => read,
-        Err(e) => return e.into_response(),
-    };
+    let (overview, refusals, online, devices) = read.await?;
     let c = &app.counters;
     let mut out = String::new();
     let mut metric = |name: &str, kind: &str, help: &str, values: &[(String, u64)]| {
@@ -158,7 +134,5 @@ pub(crate) async fn handler(State(app): State<Arc<App>>, headers: HeaderMap, aut
         "Subscriptions served by control.",
         &one(c.subscriptions.load(Ordering::Relaxed)),
     );
-    let mut response = (StatusCode::OK, out).into_response();
-    response.headers_mut().insert(header::CONTENT_TYPE, HeaderValue::from_static("text/plain; version=0.0.4"));
-    response
+    Ok(out)
 }

@@ -11,7 +11,6 @@ use std::io::Write as _;
 use std::sync::LazyLock;
 
 use axum::body::Bytes;
-use axum::extract::Path;
 use axum::http::{HeaderMap, HeaderValue, StatusCode, header};
 use axum::response::{IntoResponse, Response};
 
@@ -99,12 +98,10 @@ pub(crate) async fn index(headers: HeaderMap) -> Response {
     response
 }
 
-/// A script or style sheet by its hashed name; any other name gets the decoy.
-pub(crate) async fn asset(Path(name): Path<String>, headers: HeaderMap) -> Response {
-    match ASSETS.files.get(&name) {
-        Some(asset) => send(asset, &headers, "public, max-age=31536000, immutable"),
-        None => crate::api::decoy(),
-    }
+/// A script or style sheet by its hashed name (`None`: no such file; the caller answers with
+/// the decoy).
+pub(crate) fn asset(name: &str, headers: &HeaderMap) -> Option<Response> {
+    ASSETS.files.get(name).map(|asset| send(asset, headers, "public, max-age=31536000, immutable"))
 }
 
 /// `/<admin prefix>` without the slash: the page's relative links need it.

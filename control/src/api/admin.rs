@@ -229,7 +229,7 @@ pub(super) fn router() -> Router<Arc<App>> {
         .route("/api/webhooks/{id}/test", post(webhooks::test_webhook))
         .route("/api/telegram", get(telegram::get).put(telegram::set).delete(telegram::clear))
         .route("/api/users/{id}/telegram", axum::routing::put(telegram::set_user_chat))
-        .route("/metrics", get(crate::metrics::handler))
+        .route("/metrics", get(overview::metrics))
         // Every other call takes a small body; the bulk create above and sign-in keep their own.
         .layer(DefaultBodyLimit::max(super::ADMIN_BODY))
         .layer(axum::middleware::map_response(|mut response: Response| async move {

@@ -51,7 +51,7 @@ pub(crate) fn router(app: Arc<App>) -> Router {
         .route(&admin, get(crate::ui::to_slash))
         .route(&format!("{admin}/"), get(crate::ui::index))
         .route(&format!("{admin}/setup"), get(crate::ui::index))
-        .route(&format!("{admin}/assets/{{name}}"), get(crate::ui::asset))
+        .route(&format!("{admin}/assets/{{name}}"), get(asset))
         .nest(&admin, admin::router())
         .nest(&node_api, nodes::router())
         .route(&format!("{sub}/{{token}}"), get(nodes::subscription))
@@ -62,6 +62,11 @@ pub(crate) fn router(app: Arc<App>) -> Router {
 }
 
 /// The decoy answer.
+/// A script or style sheet of the panel by its hashed name; any other name gets the decoy.
+async fn asset(axum::extract::Path(name): axum::extract::Path<String>, headers: axum::http::HeaderMap) -> Response {
+    crate::ui::asset(&name, &headers).unwrap_or_else(decoy)
+}
+
 pub(crate) fn decoy() -> Response {
     use hearth_shared::render::{DECOY_BODY, DECOY_HEADERS, DECOY_STATUS};
     let mut response = (StatusCode::from_u16(DECOY_STATUS).expect("valid status"), DECOY_BODY).into_response();

@@ -171,3 +171,27 @@ pub(super) async fn audit(State(app): State<Arc<App>>, auth: Auth, Query(query):
     let entries = app.db.read(move |c| crate::store::audit_page(c, before, limit)).await?;
     ok(json!({ "entries": entries }))
 }
+
+/// Prometheus metrics ([`crate::metrics`]): for the read scope, or a scraper with the metrics
+/// token.
+pub(super) async fn metrics(
+    State(app): State<Arc<App>>,
+    headers: axum::http::HeaderMap,
+    auth: Result<Auth, axum::response::Response>,
+) -> Reply {
+    use axum::http::{HeaderValue, header};
+    use axum::response::IntoResponse as _;
+    let scraper = app.config.metrics_token.as_ref().is_some_and(|token| {
+        headers
+            .get(header::AUTHORIZATION)
+            .and_then(|v| v.to_str().ok())
+            .and_then(|v| v.strip_prefix("Bearer "))
+            .is_some_and(|given| hearth_shared::ct_eq(given.as_bytes(), token.as_bytes()))
+    });
+    if !scraper {
+        auth?.need(Scope::Read)?;
+    }
+    let mut response = crate::metrics::text(&app).await?.into_response();
+    response.headers_mut().insert(header::CONTENT_TYPE, HeaderValue::from_static("text/plain; version=0.0.4"));
+    Ok(response)
+}
