@@ -4,7 +4,6 @@ use std::collections::HashMap;
 use std::net::IpAddr;
 use std::sync::Mutex;
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::time::{SystemTime, UNIX_EPOCH};
 
 use hearth_shared::Digest;
 use hearth_shared::ratelimit::{BucketLimit, Decision, FixedWindow, TokenBucket, WindowLimit};
@@ -20,15 +19,8 @@ use crate::store::Db;
 /// legitimate bulk job is never slowed.
 pub(crate) const ANONYMOUS_BUDGET: BucketLimit = BucketLimit { burst: 60, per_minute: 120 };
 
-/// Unix seconds now.
-pub(crate) fn now() -> u64 {
-    SystemTime::now().duration_since(UNIX_EPOCH).map_or(0, |d| d.as_secs())
-}
-
-/// Unix milliseconds now.
-pub(crate) fn now_ms() -> u64 {
-    SystemTime::now().duration_since(UNIX_EPOCH).map_or(0, |d| u64::try_from(d.as_millis()).unwrap_or(u64::MAX))
-}
+// The clock, for the surfaces that take it with the app.
+pub(crate) use crate::clock::{now, now_ms};
 
 /// Counters for `/metrics`.
 #[derive(Default)]

@@ -213,7 +213,7 @@ pub(crate) async fn archiver(app: Arc<App>, mut shutdown: watch::Receiver<bool>)
             if !release_retry.due(edge.id) {
                 continue;
             }
-            match crate::releases::sync_edge(&app, edge, target).await {
+            match crate::outbox::sync_release(&app, edge, target).await {
                 Ok(_) => release_retry.ok(edge.id),
                 Err(e) => {
                     let wait = release_retry.failed(edge.id);

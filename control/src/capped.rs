@@ -39,7 +39,7 @@ pub(crate) async fn read(
         return Err(ReadError::TooLarge { what, max });
     }
     let mut body = Vec::with_capacity(declared.map_or(0, |len| len as usize));
-    while let Some(chunk) = response.chunk().await.map_err(|e| ReadError::Read(crate::outbox::without_url(&e)))? {
+    while let Some(chunk) = response.chunk().await.map_err(|e| ReadError::Read(without_url(&e)))? {
         if chunk.len() > max - body.len() {
             return Err(ReadError::TooLarge { what, max });
         }
@@ -71,4 +71,13 @@ pub(crate) async fn refusal(response: reqwest::Response) -> (String, Option<Stri
 /// The start of `text`, on one line.
 fn one_line(text: &str) -> String {
     text.chars().take(300).map(|c| if c.is_control() { ' ' } else { c }).collect()
+}
+
+/// A reqwest error without its URL, which holds a secret: an edge's API path, a bot's token.
+pub(crate) fn without_url(e: &reqwest::Error) -> String {
+    let mut text = e.to_string();
+    if let Some(url) = e.url() {
+        text = text.replace(url.as_str(), "<its address>");
+    }
+    text
 }

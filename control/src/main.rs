@@ -11,6 +11,7 @@ mod app;
 mod archive;
 mod auth;
 mod capped;
+mod clock;
 mod config;
 mod error;
 mod import;

@@ -237,22 +237,16 @@ pub(crate) async fn send_to_edge(
         .timeout(timeout)
         .send()
         .await
-        .map_err(|e| EdgeError { text: format!("the edge did not answer: {}", without_url(&e)), stream: None })?;
+        .map_err(|e| EdgeError {
+            text: format!("the edge did not answer: {}", crate::capped::without_url(&e)),
+            stream: None,
+        })?;
     let status = response.status();
     if !status.is_success() {
         let (message, stream) = crate::capped::refusal(response).await;
         return Err(EdgeError { text: format!("the edge refused the {path} ({status}): {message}"), stream });
     }
     Ok(())
-}
-
-/// A reqwest error without its URL (which holds the edge's secret API path).
-pub(crate) fn without_url(e: &reqwest::Error) -> String {
-    let mut text = e.to_string();
-    if let Some(url) = e.url() {
-        text = text.replace(url.as_str(), "<edge>");
-    }
-    text
 }
 
 /// Keeps one worker per edge until shutdown: edges the owner adds get one within a second of
@@ -354,7 +348,7 @@ async fn drain_once(app: &Arc<App>, target: &Target, mut cursor: i64) -> Result<
             .timeout(Duration::from_secs(30))
             .send()
             .await
-            .map_err(|e| format!("the edge did not answer: {}", without_url(&e)))?;
+            .map_err(|e| format!("the edge did not answer: {}", crate::capped::without_url(&e)))?;
         if !response.status().is_success() {
             return Err(format!("the edge refused the drain ({})", response.status()));
         }
@@ -416,4 +410,27 @@ async fn drain_once(app: &Arc<App>, target: &Target, mut cursor: i64) -> Result<
 fn report_node(bytes: &[u8]) -> Option<u64> {
     let envelope = hearth_shared::envelope::Envelope::decode(bytes, Kind::UsageReport.max_len()).ok()?;
     stream::parse_usage(&envelope.header.stream)
+}
+
+/// Hands an edge the release being rolled out (nodes that reach only the edges fetch it
+/// there), once. Returns whether it sent one.
+pub(crate) async fn sync_release(app: &Arc<App>, edge: &Edge, target: &Target) -> Result<bool, String> {
+    let (state, held) = (app.clone(), edge.release);
+    let bundle = app
+        .db
+        .read(move |c| crate::releases::bundle_for_edge(c, &state.config.data_dir, held))
+        .await
+        .map_err(|e| e.to_string())?;
+    let Some((release, bundle)) = bundle else { return Ok(false) };
+    send_to_edge(app, target, reqwest::Method::PUT, "release", bundle, Duration::from_secs(300)).await?;
+    let id = edge.id;
+    app.db
+        .write(move |tx| {
+            let release = i64::try_from(release).unwrap_or(i64::MAX);
+            crate::store::edges::set_marker(tx, id, crate::store::edges::Marker::Release, release)
+        })
+        .await
+        .map_err(|e| e.to_string())?;
+    tracing::info!(edge = %edge.name, release, "handed the release to the edge");
+    Ok(true)
 }

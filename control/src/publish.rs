@@ -70,7 +70,7 @@ impl Signer {
         if held.serial == serial {
             return Ok(held);
         }
-        let fresh = crate::keyring::load_online(&self.dir, serial, crate::app::now())
+        let fresh = crate::keyring::load_online(&self.dir, serial, crate::clock::now())
             .map_err(|e| Error::Internal(format!("loading the rotated signing key: {e:#}")))?;
         let fresh = std::sync::Arc::new(fresh);
         tracing::info!(key = %fresh.key.id(), "the signing key was rotated; signing with the new key");

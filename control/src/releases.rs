@@ -474,55 +474,22 @@ pub(crate) fn for_edge(conn: &Connection) -> Result<Option<u64>, Error> {
         .optional()?)
 }
 
-/// Hands an edge the release being rolled out (nodes that reach only the edges fetch it
-/// there), once. Returns whether it sent one.
-pub(crate) async fn sync_edge(
-    app: &std::sync::Arc<crate::app::App>,
-    edge: &crate::store::edges::Edge,
-    target: &crate::outbox::Target,
-) -> Result<bool, String> {
-    let state = app.clone();
-    let held = edge.release;
-    let bundle = app
-        .db
-        .read(move |c| {
-            let Some(release) = for_edge(c)? else { return Ok(None) };
-            if held == i64::try_from(release).unwrap_or(i64::MAX) {
-                return Ok(None);
-            }
-            let Some(envelope) = manifest(c, release)? else { return Ok(None) };
-            let body =
-                Envelope::decode(&envelope, Kind::Release.max_len()).map_err(|e| Error::Internal(e.to_string()))?;
-            let parsed = ReleaseManifest::decode(&body.body).map_err(|e| Error::Internal(e.to_string()))?;
-            let mut files = Vec::new();
-            for f in &parsed.files {
-                let bytes = file(&state.config.data_dir, c, release, &f.name())?.unwrap_or_default();
-                files.push((f.name(), serde_bytes::ByteBuf::from(bytes)));
-            }
-            Ok(Some((release, wire::encode(&hearth_shared::release::ReleaseBundle { manifest: envelope, files }))))
-        })
-        .await
-        .map_err(|e| e.to_string())?;
-    let Some((release, bundle)) = bundle else { return Ok(false) };
-    crate::outbox::send_to_edge(
-        app,
-        target,
-        reqwest::Method::PUT,
-        "release",
-        bundle,
-        std::time::Duration::from_secs(300),
-    )
-    .await?;
-    let id = edge.id;
-    app.db
-        .write(move |tx| {
-            let release = i64::try_from(release).unwrap_or(i64::MAX);
-            crate::store::edges::set_marker(tx, id, crate::store::edges::Marker::Release, release)
-        })
-        .await
-        .map_err(|e| e.to_string())?;
-    tracing::info!(edge = %edge.name, release, "handed the release to the edge");
-    Ok(true)
+/// The release being rolled out as an edge takes it (manifest and files, one bundle), unless
+/// the edge holds it already (`held`, its marker): the release and the bundle.
+pub(crate) fn bundle_for_edge(conn: &Connection, dir: &Path, held: i64) -> Result<Option<(u64, Vec<u8>)>, Error> {
+    let Some(release) = for_edge(conn)? else { return Ok(None) };
+    if held == i64::try_from(release).unwrap_or(i64::MAX) {
+        return Ok(None);
+    }
+    let Some(envelope) = manifest(conn, release)? else { return Ok(None) };
+    let body = Envelope::decode(&envelope, Kind::Release.max_len()).map_err(|e| Error::Internal(e.to_string()))?;
+    let parsed = ReleaseManifest::decode(&body.body).map_err(|e| Error::Internal(e.to_string()))?;
+    let mut files = Vec::new();
+    for f in &parsed.files {
+        let bytes = file(dir, conn, release, &f.name())?.unwrap_or_default();
+        files.push((f.name(), serde_bytes::ByteBuf::from(bytes)));
+    }
+    Ok(Some((release, wire::encode(&hearth_shared::release::ReleaseBundle { manifest: envelope, files }))))
 }
 
 #[cfg(test)]

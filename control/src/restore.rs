@@ -90,7 +90,7 @@ fn fetch(edge_url: &str, edge: &EdgeToml) -> Result<Fetched> {
                 let response = request
                     .send()
                     .await
-                    .map_err(|e| anyhow::anyhow!("the edge did not answer: {}", crate::outbox::without_url(&e)))?;
+                    .map_err(|e| anyhow::anyhow!("the edge did not answer: {}", crate::capped::without_url(&e)))?;
                 let status = response.status();
                 if !status.is_success() {
                     return Ok(Err((status, crate::capped::message(response).await)));

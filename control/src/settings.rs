@@ -175,7 +175,7 @@ pub(crate) fn settle_addresses(db: &Db, config: &mut Config) -> Result<(), Error
     let (addresses, _) = db.write_blocking(|tx| {
         let (addresses, changed) = settle_value(tx, "addresses", &configured)?;
         let base = config.link_base(addresses.edge_url.as_deref(), addresses.sub_url.as_deref());
-        crate::store::edges::sync_main(tx, addresses.edge_url.as_deref(), &base, crate::app::now())?;
+        crate::store::edges::sync_main(tx, addresses.edge_url.as_deref(), &base, crate::clock::now())?;
         Ok((addresses, changed))
     })?;
     config.set_addresses(addresses.edge_url, addresses.sub_url);

@@ -11,8 +11,7 @@ use crate::app::{App, now};
 use crate::error::Error;
 use crate::publish::{self, Changes, REFRESH_BEFORE};
 
-/// A node seen within this many seconds is online.
-pub(crate) const NODE_ONLINE_SECS: u64 = 180;
+pub(crate) use crate::store::nodes::NODE_ONLINE_SECS;
 /// Users one sweep transaction handles at most.
 const SWEEP_BATCH: usize = 1000;
 

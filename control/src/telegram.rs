@@ -64,7 +64,7 @@ impl Api {
             .body(body.to_string())
             .send()
             .await
-            .map_err(|e| format!("Telegram did not answer: {}", crate::outbox::without_url(&e)))?;
+            .map_err(|e| format!("Telegram did not answer: {}", crate::capped::without_url(&e)))?;
         let status = response.status();
         let bytes = crate::capped::read(response, ANSWER_BYTES, "a Bot API answer").await.map_err(|e| e.to_string())?;
         let answer: Value =

@@ -91,7 +91,7 @@ pub(crate) fn read(source: Source, from: &From) -> anyhow::Result<Incoming> {
         Source::Xui => {
             let file =
                 from.file.as_deref().context("import 3x-ui reads its database: give --file /etc/x-ui/x-ui.db")?;
-            xui::read(file, crate::app::now())
+            xui::read(file, crate::clock::now())
         }
         Source::Remnawave => {
             let url =
@@ -140,7 +140,7 @@ pub(crate) async fn read_bytes(source: Source, bytes: Vec<u8>) -> Result<Incomin
             let dir = tempfile::tempdir().map_err(|e| Error::Internal(format!("a temporary directory: {e}")))?;
             let path = dir.path().join("x-ui.db");
             std::fs::write(&path, &bytes).map_err(|e| Error::Internal(format!("writing the upload: {e}")))?;
-            xui::read(&path, crate::app::now()).map_err(|e| Error::invalid("bad_source_file", format!("{e:#}")))
+            xui::read(&path, crate::clock::now()).map_err(|e| Error::invalid("bad_source_file", format!("{e:#}")))
         })
         .await
         .map_err(|e| Error::Internal(format!("reading the upload: {e}")))?,

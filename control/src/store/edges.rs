@@ -347,7 +347,7 @@ pub(crate) enum Marker {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::app::now;
+    use crate::clock::now;
 
     fn user(t: &crate::testing::TestControl, name: &str) {
         let app = &t.app;

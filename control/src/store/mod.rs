@@ -220,7 +220,7 @@ pub(crate) struct Overview {
     pub(crate) users: Vec<(String, u64)>,
     /// Nodes registered.
     pub(crate) nodes: u64,
-    /// Enrolled nodes seen within [`crate::tasks::NODE_ONLINE_SECS`].
+    /// Enrolled nodes seen within [`nodes::NODE_ONLINE_SECS`].
     pub(crate) online: u64,
     /// Changes the edges have not accepted yet (summed over the edges).
     pub(crate) pending: u64,
@@ -243,7 +243,7 @@ pub(crate) const EXPIRING_SOON: u64 = 7 * 86_400;
 pub(crate) fn overview(conn: &Connection, now: u64) -> Result<Overview, Error> {
     let (nodes, online) = conn.query_row(
         "SELECT count(*), count(*) FILTER (WHERE public_key IS NOT NULL AND last_seen + ?1 > ?2) FROM nodes",
-        rusqlite::params![crate::tasks::NODE_ONLINE_SECS, now],
+        rusqlite::params![nodes::NODE_ONLINE_SECS, now],
         |row| Ok((row.get(0)?, row.get(1)?)),
     )?;
     let mut statuses = Vec::new();

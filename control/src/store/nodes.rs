@@ -14,6 +14,9 @@ use crate::secrets;
 use crate::store::audit;
 use crate::store::users::{Mbps, check_name, check_slow, group_ids};
 
+/// A node seen within this many seconds is online.
+pub(crate) const NODE_ONLINE_SECS: u64 = 180;
+
 /// How long an enrollment token works.
 pub(crate) const ENROLL_LIFETIME: u64 = 24 * 3600;
 /// The longest host, in bytes (a DNS name's limit).
