@@ -2097,3 +2097,37 @@ async fn the_owner_sees_and_ends_sessions() {
     assert_eq!(client.get("/me").await.status, StatusCode::OK);
     assert_eq!(client.get("/sessions").await.json()["sessions"].as_array().unwrap().len(), 1);
 }
+
+/// A node turning a user's device away is told once an hour; a sign-in from an address the
+/// owner has not used is told, one from a known address is not.
+#[tokio::test]
+async fn device_refusals_and_new_sign_in_addresses_are_told() {
+    let client = Client::signed_in(true).await;
+    let alice = client.post("/users", json!({ "name": "alice", "device_limit": 1 })).await.json();
+    let alice_id = alice["id"].as_u64().unwrap();
+    let (node, key) = enroll(&client, json!(["default"])).await;
+    let told = |kind: &'static str| {
+        let client = &client;
+        async move {
+            let events = client.get("/events?limit=100").await.json();
+            events["events"].as_array().unwrap().iter().filter(|e| e["kind"] == kind).cloned().collect::<Vec<Value>>()
+        }
+    };
+    for seq in [1, 2] {
+        let body = presence_report(&key, node, seq, &[(alice_id, 1, 1, 2)]);
+        assert_eq!(node_usage(&client, node, &key, body).await.status, StatusCode::OK);
+    }
+    let refused = told("user.over_device_limit").await;
+    assert_eq!(refused.len(), 1, "once an hour: {refused:?}");
+    assert_eq!(
+        (refused[0]["data"]["user"]["name"].as_str(), refused[0]["data"]["by"].as_str()),
+        (Some("alice"), Some("node"))
+    );
+
+    let body = json!({ "login": "owner", "password": "a long password" });
+    assert_eq!(client.login_from("198.51.100.23", body.clone()).await.status, StatusCode::OK);
+    assert_eq!(client.login_from("198.51.100.23", body).await.status, StatusCode::OK);
+    let signed_in = told("signin.new_address").await;
+    assert_eq!(signed_in.len(), 1, "{signed_in:?}");
+    assert_eq!(signed_in[0]["data"]["address"], "198.51.100.23");
+}
