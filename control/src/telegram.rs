@@ -484,7 +484,7 @@ async fn change(
         .await?;
     app.changed();
     Ok(match done {
-        Some(now) => say(lang, Said::Done(&format!("{name}: {now}"))),
+        Some(became) => say(lang, Said::Done(&format!("{name}: {became}"))),
         None => say(lang, Said::NoSuchUser(name)),
     })
 }
