@@ -78,13 +78,15 @@ const KNOWN_ADDRESSES: usize = 50;
 /// How long an address the owner signed in from stays known.
 const KNOWN_FOR: u64 = 90 * 86_400;
 
-/// What a request may do.
+/// What a request may do, each level holding the ones below it.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Serialize, Deserialize)]
 #[serde(rename_all = "lowercase")]
 pub(crate) enum Scope {
     /// Look.
     Read,
-    /// Change users and nodes.
+    /// Change users (an operator's reach).
+    Users,
+    /// Change users, nodes and groups.
     Operate,
     /// Everything, including tokens and settings.
     Admin,
@@ -94,6 +96,7 @@ impl Scope {
     pub(crate) fn as_str(self) -> &'static str {
         match self {
             Scope::Read => "read",
+            Scope::Users => "users",
             Scope::Operate => "operate",
             Scope::Admin => "admin",
         }
@@ -101,6 +104,7 @@ impl Scope {
     pub(crate) fn parse(name: &str) -> Option<Scope> {
         Some(match name {
             "read" => Scope::Read,
+            "users" => Scope::Users,
             "operate" => Scope::Operate,
             "admin" => Scope::Admin,
             _ => return None,
@@ -108,39 +112,129 @@ impl Scope {
     }
 }
 
-/// Who is asking.
+/// An admin's role. The owner (created by the setup link) holds every right; the others are
+/// accounts the owner adds.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub(crate) enum Role {
+    /// The owner: everything, admin accounts too.
+    Owner,
+    /// Everything but admin accounts.
+    Admin,
+    /// Users only: look at everything, change users.
+    Operator,
+    /// Look only.
+    ReadOnly,
+    /// Only the users they created, within the limits the owner set.
+    Reseller,
+}
+
+impl Role {
+    pub(crate) fn as_str(self) -> &'static str {
+        match self {
+            Role::Owner => "owner",
+            Role::Admin => "admin",
+            Role::Operator => "operator",
+            Role::ReadOnly => "read-only",
+            Role::Reseller => "reseller",
+        }
+    }
+
+    pub(crate) fn parse(name: &str) -> Option<Role> {
+        Some(match name {
+            "admin" => Role::Admin,
+            "operator" => Role::Operator,
+            "read-only" => Role::ReadOnly,
+            "reseller" => Role::Reseller,
+            _ => return None,
+        })
+    }
+
+    /// The most this role may do (a reseller's, only to their own users).
+    pub(crate) fn scope(self) -> Scope {
+        match self {
+            Role::Owner | Role::Admin => Scope::Admin,
+            Role::Operator | Role::Reseller => Scope::Users,
+            Role::ReadOnly => Scope::Read,
+        }
+    }
+}
+
+/// The admin behind a request.
 #[derive(Clone, Debug, PartialEq, Eq)]
-pub(crate) enum Principal {
-    /// The owner, signed in with a session (all scopes).
-    Owner {
-        /// The session's stored hash.
-        session: [u8; 32],
-    },
+pub(crate) struct Account {
+    /// The admin's id; `None` for the owner.
+    pub(crate) id: Option<i64>,
+    /// Their login (empty for the owner, named "owner" in the audit log).
+    pub(crate) login: String,
+    pub(crate) role: Role,
+}
+
+impl Account {
+    pub(crate) fn owner() -> Account {
+        Account { id: None, login: String::new(), role: Role::Owner }
+    }
+
+    /// How the audit log names this admin.
+    pub(crate) fn name(&self) -> String {
+        match self.id {
+            None => "owner".to_owned(),
+            Some(_) => format!("admin {}", self.login),
+        }
+    }
+}
+
+/// How a request is signed in.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub(crate) enum Via {
+    /// A browser session (its stored hash).
+    Session([u8; 32]),
     /// An API token.
     Token {
         /// Its id.
         id: i64,
         /// Its name (for the audit log).
         name: String,
-        /// Its scope.
+        /// Its scope (never more than its admin's role allows, whatever it says).
         scope: Scope,
     },
 }
 
+/// Who is asking: an admin, by a session or one of their tokens.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub(crate) struct Principal {
+    pub(crate) account: Account,
+    pub(crate) via: Via,
+}
+
 impl Principal {
-    /// Whether this principal holds `scope`.
-    pub(crate) fn allows(&self, scope: Scope) -> bool {
-        match self {
-            Principal::Owner { .. } => true,
-            Principal::Token { scope: held, .. } => *held >= scope,
+    /// What this principal may do: its role's rights, cut to its token's scope.
+    pub(crate) fn scope(&self) -> Scope {
+        match &self.via {
+            Via::Session(_) => self.account.role.scope(),
+            Via::Token { scope, .. } => self.account.role.scope().min(*scope),
         }
     }
 
-    /// The actor's name in the audit log.
+    /// The reseller asking, if it is one.
+    pub(crate) fn reseller(&self) -> Option<i64> {
+        if self.account.role == Role::Reseller { self.account.id } else { None }
+    }
+
+    /// The session asking, if it is one.
+    pub(crate) fn session(&self) -> Option<[u8; 32]> {
+        match self.via {
+            Via::Session(hash) => Some(hash),
+            Via::Token { .. } => None,
+        }
+    }
+
+    /// The actor's name in the audit log: the admin, and the token if one was used.
     pub(crate) fn actor(&self) -> String {
-        match self {
-            Principal::Owner { .. } => "owner".to_owned(),
-            Principal::Token { id, name, .. } => format!("token {id} ({name})"),
+        match (&self.via, self.account.id) {
+            (Via::Session(_), _) => self.account.name(),
+            (Via::Token { id, name, .. }, None) => format!("token {id} ({name})"),
+            (Via::Token { id, name, .. }, Some(_)) => format!("token {id} ({name}) of {}", self.account.name()),
         }
     }
 }
@@ -629,13 +723,45 @@ pub(crate) fn create_owner(conn: &Connection, login: &str, hash: &str, now: u64)
     Ok(())
 }
 
-/// Starts a session; returns the cookie value.
-pub(crate) fn start_session(conn: &Connection, now: u64, address: &str, agent: &str) -> Result<String, Error> {
+/// Whose sessions or tokens a call covers: everyone's (the owner's view), or one admin's
+/// (`None`: the owner's own).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Whose {
+    All,
+    Of(Option<i64>),
+}
+
+impl Whose {
+    /// The two SQL parameters of `(?a OR admin_id IS ?b)`.
+    fn params(self) -> (bool, Option<i64>) {
+        match self {
+            Whose::All => (true, None),
+            Whose::Of(admin) => (false, admin),
+        }
+    }
+}
+
+/// The principal of a row that joined `admins` (`a.login`, `a.role`) on its `admin_id`.
+fn account_of(admin: Option<i64>, login: Option<String>, role: Option<String>) -> Option<Account> {
+    match admin {
+        None => Some(Account::owner()),
+        Some(id) => Some(Account { id: Some(id), login: login?, role: Role::parse(&role?)? }),
+    }
+}
+
+/// Starts a session for the owner (`admin` `None`) or an admin; returns the cookie value.
+pub(crate) fn start_session(
+    conn: &Connection,
+    now: u64,
+    admin: Option<i64>,
+    address: &str,
+    agent: &str,
+) -> Result<String, Error> {
     let id = secrets::random_token();
     let agent: String = agent.chars().filter(|c| !c.is_control()).take(MAX_AGENT).collect();
     conn.execute(
-        "INSERT INTO sessions (id_hash, created, last_seen, address, agent) VALUES (?1, ?2, ?2, ?3, ?4)",
-        params![sha256(id.as_bytes()), now, address, agent],
+        "INSERT INTO sessions (id_hash, created, last_seen, address, agent, admin_id) VALUES (?1, ?2, ?2, ?3, ?4, ?5)",
+        params![sha256(id.as_bytes()), now, address, agent, admin],
     )?;
     conn.execute(
         "DELETE FROM sessions WHERE last_seen < ?1 OR created < ?2",
@@ -644,17 +770,24 @@ pub(crate) fn start_session(conn: &Connection, now: u64, address: &str, agent: &
     Ok(id)
 }
 
-/// Checks a session cookie. Returns the session's hash and whether its idle timer should be
-/// refreshed (done at most once a minute, by [`touch_session`]).
-pub(crate) fn check_session(conn: &Connection, cookie: &str, now: u64) -> Result<Option<([u8; 32], bool)>, Error> {
+/// Checks a session cookie. Returns who it is and whether its idle timer should be refreshed
+/// (done at most once a minute, by [`touch_session`]).
+pub(crate) fn check_session(conn: &Connection, cookie: &str, now: u64) -> Result<Option<(Principal, bool)>, Error> {
     let hash = sha256(cookie.as_bytes());
-    let row: Option<(u64, u64)> = conn
-        .prepare_cached("SELECT created, last_seen FROM sessions WHERE id_hash = ?1")?
-        .query_row([hash], |row| Ok((row.get(0)?, row.get(1)?)))
+    type Row = (u64, u64, Option<i64>, Option<String>, Option<String>);
+    let row: Option<Row> = conn
+        .prepare_cached(
+            "SELECT s.created, s.last_seen, s.admin_id, a.login, a.role
+             FROM sessions s LEFT JOIN admins a ON a.id = s.admin_id WHERE s.id_hash = ?1",
+        )?
+        .query_row([hash], |row| Ok((row.get(0)?, row.get(1)?, row.get(2)?, row.get(3)?, row.get(4)?)))
         .optional()?;
     match row {
-        Some((created, last_seen)) if now < created + SESSION_ABSOLUTE && now < last_seen + SESSION_IDLE => {
-            Ok(Some((hash, now >= last_seen + 60)))
+        Some((created, last_seen, admin, login, role))
+            if now < created + SESSION_ABSOLUTE && now < last_seen + SESSION_IDLE =>
+        {
+            Ok(account_of(admin, login, role)
+                .map(|account| (Principal { account, via: Via::Session(hash) }, now >= last_seen + 60)))
         }
         _ => Ok(None),
     }
@@ -675,10 +808,12 @@ pub(crate) fn end_session(conn: &Connection, hash: &[u8; 32]) -> Result<(), Erro
 /// The most characters of a browser's User-Agent kept with its session.
 const MAX_AGENT: usize = 256;
 
-/// A session as the owner sees it (never its cookie or hash).
+/// A session as an admin sees it (never its cookie or hash).
 #[derive(Clone, Debug, Serialize, PartialEq, Eq)]
 pub(crate) struct SessionView {
     pub(crate) id: i64,
+    /// Whose it is: "owner" or the admin's login.
+    pub(crate) admin: String,
     pub(crate) created: u64,
     pub(crate) last_seen: u64,
     pub(crate) address: String,
@@ -687,27 +822,38 @@ pub(crate) struct SessionView {
     pub(crate) current: bool,
 }
 
-/// The sessions still valid at `now`, the most recently used first.
-pub(crate) fn sessions(conn: &Connection, current: Option<&[u8; 32]>, now: u64) -> Result<Vec<SessionView>, Error> {
+/// The sessions still valid at `now` of `whose`, the most recently used first.
+pub(crate) fn sessions(
+    conn: &Connection,
+    whose: Whose,
+    current: Option<&[u8; 32]>,
+    now: u64,
+) -> Result<Vec<SessionView>, Error> {
     let mut query = conn.prepare_cached(
-        "SELECT rowid, created, last_seen, address, agent, id_hash = ?1 FROM sessions
-         WHERE last_seen >= ?2 AND created >= ?3 ORDER BY last_seen DESC, rowid DESC",
+        "SELECT s.rowid, coalesce(a.login, 'owner'), s.created, s.last_seen, s.address, s.agent, s.id_hash = ?1
+         FROM sessions s LEFT JOIN admins a ON a.id = s.admin_id
+         WHERE s.last_seen >= ?2 AND s.created >= ?3 AND (?4 OR s.admin_id IS ?5)
+         ORDER BY s.last_seen DESC, s.rowid DESC",
     )?;
+    let (all, admin) = whose.params();
     let rows = query
         .query_map(
             params![
                 current.map(|h| h.to_vec()),
                 now.saturating_sub(SESSION_IDLE),
-                now.saturating_sub(SESSION_ABSOLUTE)
+                now.saturating_sub(SESSION_ABSOLUTE),
+                all,
+                admin
             ],
             |row| {
                 Ok(SessionView {
                     id: row.get(0)?,
-                    created: row.get(1)?,
-                    last_seen: row.get(2)?,
-                    address: row.get(3)?,
-                    browser: row.get(4)?,
-                    current: row.get::<_, Option<bool>>(5)?.unwrap_or(false),
+                    admin: row.get(1)?,
+                    created: row.get(2)?,
+                    last_seen: row.get(3)?,
+                    address: row.get(4)?,
+                    browser: row.get(5)?,
+                    current: row.get::<_, Option<bool>>(6)?.unwrap_or(false),
                 })
             },
         )?
@@ -715,20 +861,31 @@ pub(crate) fn sessions(conn: &Connection, current: Option<&[u8; 32]>, now: u64) 
     Ok(rows)
 }
 
-/// Ends one session by its id; whether it existed.
-pub(crate) fn end_session_id(conn: &Connection, id: i64) -> Result<bool, Error> {
-    Ok(conn.execute("DELETE FROM sessions WHERE rowid = ?1", [id])? > 0)
+/// Ends one session of `whose` by its id; whether it existed.
+pub(crate) fn end_session_id(conn: &Connection, whose: Whose, id: i64) -> Result<bool, Error> {
+    let (all, admin) = whose.params();
+    Ok(conn.execute("DELETE FROM sessions WHERE rowid = ?1 AND (?2 OR admin_id IS ?3)", params![id, all, admin])? > 0)
 }
 
-/// Ends every session but `keep` (all of them with none); how many ended.
-pub(crate) fn end_other_sessions(conn: &Connection, keep: Option<&[u8; 32]>) -> Result<usize, Error> {
-    Ok(conn.execute("DELETE FROM sessions WHERE ?1 IS NULL OR id_hash != ?1", [keep.map(|h| h.to_vec())])?)
+/// Ends every session of one admin (`None`: the owner) but `keep` (all of them with none); how
+/// many ended.
+pub(crate) fn end_other_sessions(
+    conn: &Connection,
+    admin: Option<i64>,
+    keep: Option<&[u8; 32]>,
+) -> Result<usize, Error> {
+    Ok(conn.execute(
+        "DELETE FROM sessions WHERE admin_id IS ?1 AND (?2 IS NULL OR id_hash != ?2)",
+        params![admin, keep.map(|h| h.to_vec())],
+    )?)
 }
 
 /// An API token as listed (never the token itself).
 #[derive(Clone, Debug, Serialize, Deserialize, PartialEq, Eq)]
 pub(crate) struct TokenView {
     pub(crate) id: i64,
+    /// Whose it is: "owner" or the admin's login.
+    pub(crate) admin: String,
     pub(crate) name: String,
     pub(crate) scope: Scope,
     pub(crate) created: u64,
@@ -738,47 +895,68 @@ pub(crate) struct TokenView {
 /// The prefix of every API token, so secret scanners can find leaked ones.
 pub(crate) const TOKEN_PREFIX: &str = "hth_";
 
-/// Creates an API token; returns it (shown once) and its listing.
+/// Creates an API token of `account`'s, with at most the scope their role allows; returns it
+/// (shown once) and its listing.
 pub(crate) fn create_token(
     conn: &Connection,
     actor: &str,
+    account: &Account,
     name: &str,
     scope: Scope,
     now: u64,
 ) -> Result<(String, TokenView), Error> {
     let name = crate::store::users::check_name(name, "token")?;
+    let most = account.role.scope();
+    if scope > most {
+        return Err(Error::invalid(
+            "bad_scope",
+            format!("a token of a {} has at most the {} scope", account.role.as_str(), most.as_str()),
+        ));
+    }
     let token = format!("{TOKEN_PREFIX}{}", secrets::random_token());
     conn.execute(
-        "INSERT INTO api_tokens (name, hash, scope, created) VALUES (?1, ?2, ?3, ?4)",
-        params![name, sha256(token.as_bytes()), scope.as_str(), now],
+        "INSERT INTO api_tokens (name, hash, scope, created, admin_id) VALUES (?1, ?2, ?3, ?4, ?5)",
+        params![name, sha256(token.as_bytes()), scope.as_str(), now, account.id],
     )?;
     let id = conn.last_insert_rowid();
     audit(conn, now, actor, "token.create", &format!("token {id} ({name})"), scope.as_str())?;
-    Ok((token, TokenView { id, name, scope, created: now, last_used: 0 }))
+    let admin = if account.id.is_some() { account.login.clone() } else { "owner".to_owned() };
+    Ok((token, TokenView { id, admin, name, scope, created: now, last_used: 0 }))
 }
 
-/// Every API token.
-pub(crate) fn tokens(conn: &Connection) -> Result<Vec<TokenView>, Error> {
-    let mut query = conn.prepare_cached("SELECT id, name, scope, created, last_used FROM api_tokens ORDER BY id")?;
+/// The API tokens of `whose`.
+pub(crate) fn tokens(conn: &Connection, whose: Whose) -> Result<Vec<TokenView>, Error> {
+    let mut query = conn.prepare_cached(
+        "SELECT t.id, coalesce(a.login, 'owner'), t.name, t.scope, t.created, t.last_used
+         FROM api_tokens t LEFT JOIN admins a ON a.id = t.admin_id
+         WHERE ?1 OR t.admin_id IS ?2 ORDER BY t.id",
+    )?;
+    let (all, admin) = whose.params();
     let rows = query
-        .query_map([], |row| {
-            let scope: String = row.get(2)?;
+        .query_map(params![all, admin], |row| {
+            let scope: String = row.get(3)?;
             Ok(TokenView {
                 id: row.get(0)?,
-                name: row.get(1)?,
+                admin: row.get(1)?,
+                name: row.get(2)?,
                 scope: Scope::parse(&scope).unwrap_or(Scope::Read),
-                created: row.get(3)?,
-                last_used: row.get(4)?,
+                created: row.get(4)?,
+                last_used: row.get(5)?,
             })
         })?
         .collect::<Result<_, _>>()?;
     Ok(rows)
 }
 
-/// Revokes an API token.
-pub(crate) fn revoke_token(conn: &Connection, actor: &str, id: i64, now: u64) -> Result<(), Error> {
+/// Revokes an API token of `whose`.
+pub(crate) fn revoke_token(conn: &Connection, actor: &str, whose: Whose, id: i64, now: u64) -> Result<(), Error> {
+    let (all, admin) = whose.params();
     let name: String = conn
-        .query_row("SELECT name FROM api_tokens WHERE id = ?1", [id], |row| row.get(0))
+        .query_row(
+            "SELECT name FROM api_tokens WHERE id = ?1 AND (?2 OR admin_id IS ?3)",
+            params![id, all, admin],
+            |row| row.get(0),
+        )
         .optional()?
         .ok_or(Error::NotFound("token"))?;
     conn.execute("DELETE FROM api_tokens WHERE id = ?1", [id])?;
@@ -794,12 +972,21 @@ pub(crate) fn check_token(conn: &Connection, token: &str, now: u64) -> Result<Op
         return Ok(None);
     }
     let hash = sha256(token.as_bytes());
-    let row: Option<(i64, String, String, u64)> = conn
-        .prepare_cached("SELECT id, name, scope, last_used FROM api_tokens WHERE hash = ?1")?
-        .query_row([hash], |row| Ok((row.get(0)?, row.get(1)?, row.get(2)?, row.get(3)?)))
+    type Row = (i64, String, String, u64, Option<i64>, Option<String>, Option<String>);
+    let row: Option<Row> = conn
+        .prepare_cached(
+            "SELECT t.id, t.name, t.scope, t.last_used, t.admin_id, a.login, a.role
+             FROM api_tokens t LEFT JOIN admins a ON a.id = t.admin_id WHERE t.hash = ?1",
+        )?
+        .query_row([hash], |row| {
+            Ok((row.get(0)?, row.get(1)?, row.get(2)?, row.get(3)?, row.get(4)?, row.get(5)?, row.get(6)?))
+        })
         .optional()?;
-    let Some((id, name, scope, last_used)) = row else { return Ok(None) };
-    Ok(Scope::parse(&scope).map(|scope| (Principal::Token { id, name, scope }, now >= last_used + 60)))
+    let Some((id, name, scope, last_used, admin, login, role)) = row else { return Ok(None) };
+    let (Some(scope), Some(account)) = (Scope::parse(&scope), account_of(admin, login, role)) else {
+        return Ok(None);
+    };
+    Ok(Some((Principal { account, via: Via::Token { id, name, scope } }, now >= last_used + 60)))
 }
 
 /// Records when a token was last used.

@@ -108,6 +108,12 @@ enum Command {
         #[command(subcommand)]
         command: EdgeCommand,
     },
+    /// Admin accounts besides the owner: full admins, operators, read-only admins and
+    /// resellers.
+    Admin {
+        #[command(subcommand)]
+        command: AdminCommand,
+    },
     /// Signed node releases.
     Release {
         #[command(subcommand)]
@@ -469,6 +475,40 @@ enum EdgeCommand {
 }
 
 #[derive(Subcommand)]
+enum AdminCommand {
+    /// Add an admin; prints their password once (they sign in at the panel with it).
+    Add {
+        /// Their login.
+        login: String,
+        /// admin (everything but admin accounts), operator (users only), read-only, or
+        /// reseller (only the users they create, within the limits below).
+        #[arg(long)]
+        role: String,
+        /// A reseller's most users.
+        #[arg(long)]
+        max_users: Option<u64>,
+        /// A reseller's most traffic to give out, in GiB: their users' quotas add up to at
+        /// most this (and each needs a quota).
+        #[arg(long)]
+        max_traffic_gib: Option<f64>,
+        /// A group a reseller may put users in (repeat for more): their users reach that
+        /// group's nodes.
+        #[arg(long = "group")]
+        groups: Vec<String>,
+    },
+    /// List the admins, their roles and a reseller's limits and use.
+    List,
+    /// Remove an admin: signed out, tokens revoked; the users they created stay.
+    Remove {
+        /// Their login.
+        login: String,
+        /// Remove without asking (the CLI never asks: this flag says you mean it).
+        #[arg(long, required = true)]
+        yes: bool,
+    },
+}
+
+#[derive(Subcommand)]
 enum ReleaseCommand {
     /// Sign node binaries as a release. Without --out it is added to this control at once;
     /// with --out (on the machine that keeps the release key) it is written to a directory
@@ -573,6 +613,7 @@ fn main() -> Result<()> {
             }
         }
         Command::Release { command } => release_command(&cli.data_dir, command)?,
+        Command::Admin { command } => admin_command(&cli.data_dir, command)?,
         Command::Keys { command: KeysCommand::Rotate { role, root_key, new_root_key } } => {
             let rotated = keyring::rotate(&cli.data_dir, role, &root_key, new_root_key.as_deref(), now())?;
             for r in &rotated {
@@ -946,6 +987,59 @@ fn group_command(dir: &std::path::Path, command: GroupCommand) -> Result<()> {
                 store::nodes::delete_group(tx, &signer, "cli", id, now)
             })?;
             println!("group {name} deleted");
+        }
+    }
+    Ok(())
+}
+
+fn admin_command(dir: &std::path::Path, command: AdminCommand) -> Result<()> {
+    use store::admins;
+    let (_, db, _) = serve::open(dir)?;
+    let now = now();
+    match command {
+        AdminCommand::Add { login, role, max_users, max_traffic_gib, groups } => {
+            let role = auth::Role::parse(&role)
+                .with_context(|| format!("unknown role {role:?}: give admin, operator, read-only or reseller"))?;
+            let reseller = role == auth::Role::Reseller;
+            let input = admins::AdminInput {
+                login: Some(login),
+                role: Some(role),
+                max_users: max_users.map(Some),
+                max_traffic: max_traffic_gib.map(|gib| Some((gib.max(0.0) * 1_073_741_824.0) as u64)),
+                groups: (reseller || !groups.is_empty()).then_some(groups),
+                password: None,
+            };
+            let password = secrets::random_token();
+            let hasher = auth::Hasher::new();
+            let hash =
+                tokio::runtime::Builder::new_current_thread().build()?.block_on(hasher.hash(password.clone()))?;
+            let admin = db.write_blocking(|tx| admins::create(tx, "cli", &input, &hash, now))?;
+            println!("admin {} added ({})", admin.login, admin.role.as_str());
+            println!("  password  {password}");
+            println!("  (shown once: give it to them; the owner can set another in the panel)");
+        }
+        AdminCommand::List => {
+            println!("{:<24} {:<10} {:>6} {:>10} {:>12}  groups", "login", "role", "users", "max users", "max GiB");
+            for a in db.read_blocking(admins::list)? {
+                let limit = |v: Option<u64>| v.map_or("-".to_owned(), |v| v.to_string());
+                let gib = a.max_traffic.map_or("-".to_owned(), |b| format!("{:.1}", b as f64 / 1_073_741_824.0));
+                println!(
+                    "{:<24} {:<10} {:>6} {:>10} {:>12}  {}",
+                    a.login,
+                    a.role.as_str(),
+                    a.users,
+                    limit(a.max_users),
+                    gib,
+                    a.groups.join(",")
+                );
+            }
+        }
+        AdminCommand::Remove { login, yes: _ } => {
+            db.write_blocking(|tx| {
+                let id = admins::id_of(tx, &login)?;
+                admins::remove(tx, "cli", id, now)
+            })?;
+            println!("admin {login} removed");
         }
     }
     Ok(())

@@ -38,6 +38,9 @@ const ITEMS: &[(&str, &str)] = &[
     ("api/admin/edges.rs", "EdgeInput"),
     ("api/admin/edges.rs", "EdgeChange"),
     ("api/admin/webhooks.rs", "WebhookInput"),
+    ("store/admins.rs", "AdminInput"),
+    ("store/admins.rs", "fn present"),
+    ("auth.rs", "Role"),
 ];
 
 /// The item `name` of `source` (a struct or enum by its name, anything else by the start of
@@ -53,7 +56,7 @@ fn item(source: &str, name: &str) -> Option<String> {
             .trim_start_matches("pub(super) ")
             .trim_start_matches("pub ");
         let named = |kind: &str| [' ', '('].iter().any(|after| line.starts_with(&format!("{kind} {name}{after}")));
-        let first_line = line.strip_prefix(name).is_some_and(|rest| rest.starts_with([' ', ':']));
+        let first_line = line.strip_prefix(name).is_some_and(|rest| rest.starts_with([' ', ':', '<']));
         named("struct") || named("enum") || (name.contains(' ') && first_line)
     })?;
     let one_line = lines[at].trim_end().ends_with(';');

@@ -1,10 +1,12 @@
 //! The admin API (JSON), under `/<admin prefix>/api`. Reads need the `read` scope, changes
-//! to users, nodes and groups need `operate`, tokens need `admin`; the owner's session holds
-//! every scope.
+//! to users `users`, to nodes and groups `operate`, settings, edges and the like `admin`. A
+//! request holds its admin's role's scope (see [`crate::auth::Role`]), cut to its token's; a
+//! reseller reaches only their own users (the routes open to them ask [`Auth::reach`]); admin
+//! accounts are the owner's alone.
 //!
 //! This file holds the routes and what every handler shares (bounded bodies, answers, a change
 //! in one transaction); the handlers live by resource: `access` (sign-in, two-step sign-in,
-//! sessions, tokens), `users`, `nodes` (with groups and releases), `settings`, `edges`,
+//! sessions, tokens), `admins`, `users`, `nodes` (with groups and releases), `settings`, `edges`,
 //! `overview` (status, usage, audit), `webhooks` (events too) and `telegram`.
 
 use std::sync::Arc;
@@ -15,7 +17,7 @@ use axum::http::{HeaderValue, header};
 use axum::response::{IntoResponse, Response};
 use axum::routing::{delete, get, post};
 
-use super::{Auth, Body};
+use super::{Auth, Body, Reach};
 use crate::app::{App, now};
 use crate::auth::Scope;
 use crate::error::Error;
@@ -23,6 +25,7 @@ use crate::store::nodes::{GroupInput, MAX_HOST, MAX_TEXT, NodeInput};
 use crate::store::users::{MAX_NAME, MAX_NOTE, UserInput};
 
 mod access;
+mod admins;
 mod edges;
 mod nodes;
 mod overview;
@@ -218,6 +221,8 @@ pub(super) fn router() -> Router<Arc<App>> {
         .route("/api/groups/{id}", axum::routing::patch(update_group).delete(delete_group))
         .route("/api/tokens", get(list_tokens).post(create_token))
         .route("/api/tokens/{id}", delete(revoke_token))
+        .route("/api/admins", get(admins::list_admins).post(admins::add_admin))
+        .route("/api/admins/{id}", axum::routing::patch(admins::update_admin).delete(admins::remove_admin))
         .route("/api/audit", get(audit))
         .route("/api/settings", get(get_settings).patch(update_settings))
         .route("/api/edges", get(edges::list_edges).post(edges::add_edge))
@@ -259,4 +264,58 @@ async fn change<T: Send + 'static>(
     let value = app.db.write(move |tx| change(tx, &state, &actor, now)).await?;
     app.changed();
     Ok(value)
+}
+
+/// Runs a change to users as `auth` in one write transaction: over everyone, or for a reseller
+/// only to `user` if they created it (any other is not found) and only within their limits
+/// (see [`crate::store::admins`]); then wakes the publisher.
+async fn change_users<T: Send + 'static>(
+    app: &Arc<App>,
+    auth: &Auth,
+    user: Option<u64>,
+    change: impl FnOnce(&rusqlite::Connection, &App, &str, u64) -> Result<T, Error> + Send + 'static,
+) -> Result<T, Refusal> {
+    use crate::store::admins;
+    let reach = auth.reach(Scope::Users)?;
+    let actor = auth.0.actor();
+    let now = now();
+    let state = app.clone();
+    let value = app
+        .db
+        .write(move |tx| match reach {
+            Reach::All => change(tx, &state, &actor, now),
+            Reach::Reseller(admin) => {
+                if let Some(user) = user {
+                    admins::check_owns(tx, admin, user)?;
+                }
+                let before = admins::allotment(tx, admin)?;
+                let value = change(tx, &state, &actor, now)?;
+                admins::check_within(tx, admin, before)?;
+                Ok(value)
+            }
+        })
+        .await?;
+    app.changed();
+    Ok(value)
+}
+
+/// Reads about one user as `auth` (who must hold `scope`): a reseller only about their own.
+async fn read_user<T: Send + 'static>(
+    app: &Arc<App>,
+    auth: &Auth,
+    scope: Scope,
+    user: u64,
+    read: impl FnOnce(&rusqlite::Connection, &App) -> Result<T, Error> + Send + 'static,
+) -> Result<T, Refusal> {
+    let reach = auth.reach(scope)?;
+    let state = app.clone();
+    Ok(app
+        .db
+        .read(move |c| {
+            if let Reach::Reseller(admin) = reach {
+                crate::store::admins::check_owns(c, admin, user)?;
+            }
+            read(c, &state)
+        })
+        .await?)
 }

@@ -26,7 +26,7 @@ use axum::routing::get;
 use serde::de::DeserializeOwned;
 
 use crate::app::App;
-use crate::auth::{self, Principal, Scope};
+use crate::auth::{self, Principal, Role, Scope, Via};
 use crate::error::Error;
 use crate::tls::ClientAddr;
 
@@ -199,12 +199,7 @@ impl FromRequestParts<Arc<App>> for Auth {
                 if !same_origin(parts) {
                     return Err(refuse(StatusCode::FORBIDDEN, "cross_site", "cross-site requests are refused"));
                 }
-                app.db
-                    .read(move |c| {
-                        Ok(auth::check_session(c, &cookie, now)?
-                            .map(|(session, stale)| (Principal::Owner { session }, stale)))
-                    })
-                    .await
+                app.db.read(move |c| auth::check_session(c, &cookie, now)).await
             }
             (None, None) => Ok(None),
         };
@@ -214,9 +209,9 @@ impl FromRequestParts<Arc<App>> for Auth {
                     let who = principal.clone();
                     let touched = app
                         .db
-                        .write(move |tx| match who {
-                            Principal::Owner { session } => auth::touch_session(tx, &session, now),
-                            Principal::Token { id, .. } => auth::touch_token(tx, id, now),
+                        .write(move |tx| match who.via {
+                            Via::Session(session) => auth::touch_session(tx, &session, now),
+                            Via::Token { id, .. } => auth::touch_token(tx, id, now),
                         })
                         .await;
                     if let Err(e) = touched {
@@ -240,25 +235,55 @@ impl FromRequestParts<Arc<App>> for Auth {
     }
 }
 
+/// Whose users a request reaches: everyone's, or only those a reseller created.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Reach {
+    All,
+    Reseller(i64),
+}
+
 impl Auth {
-    /// Refuses (403) unless the principal holds `scope`.
+    /// Refuses (403) unless the principal holds `scope` over everyone: a reseller never does
+    /// (the routes open to resellers ask [`Auth::reach`] instead).
     pub(crate) fn need(&self, scope: Scope) -> Result<&Principal, Response> {
-        if self.0.allows(scope) {
-            Ok(&self.0)
-        } else {
-            Err(refuse(
+        if self.0.reseller().is_some() {
+            return Err(refuse(StatusCode::FORBIDDEN, "forbidden", "a reseller manages only their own users"));
+        }
+        self.reach(scope)?;
+        Ok(&self.0)
+    }
+
+    /// Refuses (403) unless the principal holds `scope`, over everyone or (a reseller) over
+    /// their own users; says which.
+    pub(crate) fn reach(&self, scope: Scope) -> Result<Reach, Response> {
+        if self.0.scope() < scope {
+            return Err(refuse(
                 StatusCode::FORBIDDEN,
                 "forbidden",
                 &format!(
-                    "this needs the {} scope; the token has {}",
+                    "this needs the {} scope; {} has {}",
                     scope.as_str(),
-                    match &self.0 {
-                        Principal::Token { scope, .. } => scope.as_str(),
-                        Principal::Owner { .. } => "admin",
-                    }
+                    match self.0.via {
+                        Via::Token { .. } => "the token",
+                        Via::Session(_) => "your role",
+                    },
+                    self.0.scope().as_str()
                 ),
-            ))
+            ));
         }
+        Ok(match self.0.reseller() {
+            Some(id) => Reach::Reseller(id),
+            None => Reach::All,
+        })
+    }
+
+    /// Refuses (403) unless the owner is asking (signed in, or with one of their tokens of the
+    /// admin scope).
+    pub(crate) fn need_owner(&self) -> Result<&Principal, Response> {
+        if self.0.account.role != Role::Owner || self.0.scope() < Scope::Admin {
+            return Err(refuse(StatusCode::FORBIDDEN, "owner_only", "only the owner manages admin accounts"));
+        }
+        Ok(&self.0)
     }
 }
 

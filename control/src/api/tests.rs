@@ -14,8 +14,10 @@ use tower::ServiceExt as _;
 use crate::app::{App, now};
 use crate::testing::TestControl;
 
+mod roles;
+
 struct Client {
-    control: TestControl,
+    control: Arc<TestControl>,
     cookie: Option<String>,
     bearer: Option<String>,
 }
@@ -38,7 +40,7 @@ impl Answer {
 
 impl Client {
     fn new(edge: bool) -> Client {
-        Client { control: TestControl::new(edge), cookie: None, bearer: None }
+        Client { control: Arc::new(TestControl::new(edge)), cookie: None, bearer: None }
     }
 
     fn app(&self) -> &Arc<App> {
@@ -111,7 +113,8 @@ impl Client {
 
     /// As [`Client::signed_in`], with more settings (`HEARTH_*` name, value).
     async fn signed_in_with(edge: bool, settings: &[(&str, &str)]) -> Client {
-        let mut client = Client { control: TestControl::with_env(edge, settings), cookie: None, bearer: None };
+        let mut client =
+            Client { control: Arc::new(TestControl::with_env(edge, settings)), cookie: None, bearer: None };
         *client.app().setup_token.lock().unwrap() = Some("setup-token".into());
         let answer = client
             .post("/setup", json!({ "token": "setup-token", "login": "owner", "password": "a long password" }))
@@ -185,7 +188,7 @@ async fn everything_outside_the_prefixes_is_the_decoy() {
         assert_eq!(answer.body, hearth_shared::render::DECOY_BODY, "{path}");
         assert_eq!(answer.headers["server"], "nginx");
     }
-    let anonymous = Client { control: TestControl::new(false), cookie: None, bearer: None };
+    let anonymous = Client { control: Arc::new(TestControl::new(false)), cookie: None, bearer: None };
     let answer = anonymous.get("/users").await;
     assert_eq!((answer.status, answer.code().as_str()), (StatusCode::UNAUTHORIZED, "unauthorized"));
     assert_eq!(client.send(Method::GET, "/healthz", None, &[]).await.status, StatusCode::OK);
@@ -1022,7 +1025,7 @@ async fn metrics_for_the_owner_only() {
     let text = String::from_utf8(answer.body).unwrap();
     assert!(text.contains("hearth_users{status=\"active\"} 1\n"), "{text}");
     assert!(text.contains("hearth_outbox_pending 1\n"), "alice's snapshot waits for the edge: {text}");
-    let anonymous = Client { control: TestControl::new(false), cookie: None, bearer: None };
+    let anonymous = Client { control: Arc::new(TestControl::new(false)), cookie: None, bearer: None };
     let path = format!("/{}/metrics", anonymous.app().config.admin_prefix);
     assert_eq!(anonymous.send(Method::GET, &path, None, &[]).await.status, StatusCode::UNAUTHORIZED);
 }

@@ -6,6 +6,7 @@
 //! published (see [`crate::publish`]), so a change and what the edges must get of it commit
 //! together.
 
+pub(crate) mod admins;
 pub(crate) mod aliases;
 pub(crate) mod edges;
 pub(crate) mod events;
@@ -66,6 +67,7 @@ const MIGRATIONS: &[&str] = &[
     include_str!("events.sql"),
     include_str!("telegram.sql"),
     include_str!("sessions.sql"),
+    include_str!("admins.sql"),
 ];
 
 /// Readers kept open between requests.

@@ -219,6 +219,9 @@ pub(crate) struct ListQuery {
     pub(crate) page: Option<u64>,
     /// At most 500; 50 by default.
     pub(crate) per_page: Option<u64>,
+    /// Only the users this admin created (a reseller's view; never from the query string).
+    #[serde(skip)]
+    pub(crate) admin: Option<i64>,
 }
 
 /// A page of users.
@@ -576,6 +579,10 @@ pub(crate) fn list(conn: &Connection, query: &ListQuery) -> Result<UserPage, Err
             "u.id IN (SELECT ug.user_id FROM user_groups ug JOIN groups g ON g.id = ug.group_id WHERE g.name = ?{})",
             args.len()
         ));
+    }
+    if let Some(admin) = query.admin {
+        args.push(admin.to_string());
+        filters.push(format!("u.admin_id = CAST(?{} AS INTEGER)", args.len()));
     }
     let filter = if filters.is_empty() { String::new() } else { format!("WHERE {}", filters.join(" AND ")) };
     let total: u64 =

@@ -28,6 +28,7 @@ fuzz_target!(|data: &[u8]| {
         parse::<EdgeInput>(data),
         parse::<EdgeChange>(data),
         parse::<WebhookInput>(data),
+        parse::<AdminInput>(data),
     ];
     // A body any of them takes is JSON in its syntax. Checked with `IgnoredAny`, not `Value`:
     // serde_json skips an unknown field's string without decoding its escapes, so a body with

@@ -10,10 +10,10 @@ use hearth_shared::ct_eq;
 use serde::Deserialize;
 use serde_json::json;
 
-use super::{Bounded, Input, MAX_CODE, MAX_SECRET, Refusal, Reply, bytes, change, chars, ok};
+use super::{Bounded, Input, MAX_CODE, MAX_SECRET, Refusal, Reply, bytes, chars, ok};
 use crate::api::{Auth, client_ip, refuse};
 use crate::app::{App, Counters, now};
-use crate::auth::{self, Principal, Scope};
+use crate::auth::{self, Role, Scope, Via};
 use crate::error::Error;
 use crate::store::users::{self as user_store, MAX_NAME};
 
@@ -66,7 +66,7 @@ pub(super) async fn setup(
         .write(move |tx| {
             auth::create_owner(tx, &login, &hash, now)?;
             auth::remember_address(tx, &address, now)?;
-            auth::start_session(tx, now, &ip.to_string(), &agent)
+            auth::start_session(tx, now, None, &ip.to_string(), &agent)
         })
         .await?;
     *app.setup_token.lock().expect("setup lock") = None;
@@ -98,6 +98,8 @@ impl Bounded for LoginRequest {
 pub(super) struct SignInFacts {
     /// The owner's login and password hash.
     owner: Option<(String, String)>,
+    /// The admin of that login (id, password hash, role), if it is not the owner's.
+    admin: Option<(i64, String, Role)>,
     /// Two-step sign-in's state.
     totp: auth::TotpState,
     /// Whether the owner signed in from this address recently.
@@ -134,12 +136,17 @@ pub(super) async fn login(
     let code = req.code.as_deref().map(str::trim).filter(|c| !c.is_empty()).map(str::to_owned);
     let address = auth::address_hash(ip);
     let recovery_hash = code.as_deref().filter(|c| c.len() > 8).map(crate::totp::recovery_hash);
+    let login = req.login.trim().to_owned();
     let facts = app
         .db
         .read(move |c| {
+            let owner = auth::owner(c)?;
+            let is_owner = owner.as_ref().is_some_and(|(name, _)| name.eq_ignore_ascii_case(&login));
             Ok(SignInFacts {
-                owner: auth::owner(c)?,
-                totp: auth::totp_state(c)?,
+                admin: if is_owner { None } else { crate::store::admins::for_sign_in(c, &login)? },
+                owner: owner.filter(|_| is_owner),
+                // Two-step sign-in is the owner's; an admin signs in with a password.
+                totp: if is_owner { auth::totp_state(c)? } else { auth::TotpState::default() },
                 known: auth::known_address(c, &address, now)?,
                 recovery: match &recovery_hash {
                     Some(hash) => auth::recovery_code_exists(c, hash)?,
@@ -177,7 +184,11 @@ pub(super) async fn login(
     if !past_budget {
         app.lockouts.take(&req.login, now).map_err(Error::TooMany)?;
     }
-    let stored = facts.owner.filter(|(login, _)| login.eq_ignore_ascii_case(req.login.trim())).map(|(_, hash)| hash);
+    let admin = facts.admin.as_ref().map(|(id, _, _)| *id);
+    let stored = match (facts.owner, facts.admin) {
+        (Some((_, hash)), _) | (None, Some((_, hash, _))) => Some(hash),
+        (None, None) => None,
+    };
     let good = app.hasher.verify(req.password, stored, past_budget).await?;
     if !good {
         return Err(refused(&app, ip, now, "bad_login", "wrong login or password").into());
@@ -210,10 +221,14 @@ pub(super) async fn login(
             }
             if !auth::known_address(tx, &address, now)? {
                 let data = json!({ "address": ip.to_string() });
-                crate::store::events::emit(tx, now, "signin.new_address", "owner", &data)?;
+                let who = match admin {
+                    None => "owner".to_owned(),
+                    Some(_) => format!("admin {}", req.login.trim()),
+                };
+                crate::store::events::emit(tx, now, "signin.new_address", &who, &data)?;
             }
             auth::remember_address(tx, &address, now)?;
-            auth::start_session(tx, now, &ip.to_string(), &agent).map(Some)
+            auth::start_session(tx, now, admin, &ip.to_string(), &agent).map(Some)
         })
         .await?;
     // Spent by a sign-in at the same moment.
@@ -221,7 +236,7 @@ pub(super) async fn login(
         return Err(refused(&app, ip, now, "bad_totp", "that code is wrong, expired or already used").into());
     };
     app.lockouts.succeed(ip);
-    tracing::info!(client = %ip, "owner signed in");
+    tracing::info!(client = %ip, admin = admin.is_some(), "signed in");
     let mut response = axum::Json(json!({ "ok": true })).into_response();
     response.headers_mut().insert(header::SET_COOKIE, session_cookie(&cookie, auth::SESSION_ABSOLUTE));
     Ok(response)
@@ -237,13 +252,40 @@ pub(super) fn refused(app: &App, ip: std::net::IpAddr, now: u64, code: &str, mes
 
 /// Only the owner, in a browser session, manages two-step sign-in (not API tokens).
 pub(super) fn owner_only(auth: &Auth) -> Result<(), Refusal> {
-    match auth.0 {
-        Principal::Owner { .. } => Ok(()),
-        Principal::Token { .. } => {
-            Err(refuse(StatusCode::FORBIDDEN, "owner_only", "only the owner, signed in, can change two-step sign-in")
-                .into())
-        }
+    match (&auth.0.account.role, &auth.0.via) {
+        (Role::Owner, Via::Session(_)) => Ok(()),
+        _ => Err(refuse(StatusCode::FORBIDDEN, "owner_only", "only the owner, signed in, can change two-step sign-in")
+            .into()),
     }
+}
+
+/// Whose sessions and tokens the asker sees and ends: the owner everyone's, an admin their
+/// own. Refuses a token below the admin scope (a token cannot mint or end others).
+fn whose(auth: &Auth) -> Result<auth::Whose, Refusal> {
+    let principal = &auth.0;
+    if let Via::Token { scope, .. } = principal.via
+        && scope < Scope::Admin
+    {
+        return Err(
+            refuse(StatusCode::FORBIDDEN, "forbidden", "this needs a session or a token of the admin scope").into()
+        );
+    }
+    Ok(match principal.account.role {
+        Role::Owner => auth::Whose::All,
+        _ => auth::Whose::Of(principal.account.id),
+    })
+}
+
+/// Runs a change to one's own sessions or tokens (any role may), audited as the asker.
+async fn own_change<T: Send + 'static>(
+    app: &Arc<App>,
+    auth: &Auth,
+    f: impl FnOnce(&rusqlite::Connection, auth::Whose, &str, u64) -> Result<T, Error> + Send + 'static,
+) -> Result<T, Refusal> {
+    let whose = whose(auth)?;
+    let actor = auth.0.actor();
+    let now = now();
+    Ok(app.db.write(move |tx| f(tx, whose, &actor, now)).await?)
 }
 
 pub(super) async fn totp_status(State(app): State<Arc<App>>, auth: Auth) -> Reply {
@@ -327,20 +369,20 @@ pub(super) fn browser(parts: &axum::http::request::Parts) -> String {
     parts.headers.get(header::USER_AGENT).and_then(|v| v.to_str().ok()).unwrap_or_default().to_owned()
 }
 
-/// The owner's sessions (address, browser, last seen); the asking one marked.
+/// The asker's sessions (address, browser, last seen), everyone's for the owner; the asking
+/// one marked.
 pub(super) async fn list_sessions(State(app): State<Arc<App>>, auth: Auth) -> Reply {
-    let current = match auth.need(Scope::Admin)? {
-        Principal::Owner { session } => Some(*session),
-        Principal::Token { .. } => None,
-    };
-    let list = app.db.read(move |c| auth::sessions(c, current.as_ref(), now())).await?;
+    let whose = whose(&auth)?;
+    let current = auth.0.session();
+    let list = app.db.read(move |c| auth::sessions(c, whose, current.as_ref(), now())).await?;
     ok(json!({ "sessions": list }))
 }
 
-/// Ends one session (the asking one too: that is signing out).
+/// Ends one session (the asking one too: that is signing out); an admin's own, anyone's for
+/// the owner.
 pub(super) async fn end_session(State(app): State<Arc<App>>, auth: Auth, Path(id): Path<i64>) -> Reply {
-    change(&app, &auth, Scope::Admin, move |tx, _, actor, now| {
-        if !auth::end_session_id(tx, id)? {
+    own_change(&app, &auth, move |tx, whose, actor, now| {
+        if !auth::end_session_id(tx, whose, id)? {
             return Err(Error::NotFound("session"));
         }
         crate::store::audit(tx, now, actor, "session.end", &format!("session {id}"), "")
@@ -349,14 +391,12 @@ pub(super) async fn end_session(State(app): State<Arc<App>>, auth: Auth, Path(id
     Ok(StatusCode::NO_CONTENT.into_response())
 }
 
-/// Ends every session but the asking one (every one, asked with a token).
+/// Ends every session of the asker's but the asking one (every one, asked with a token).
 pub(super) async fn end_other_sessions(State(app): State<Arc<App>>, auth: Auth) -> Reply {
-    let keep = match &auth.0 {
-        Principal::Owner { session } => Some(*session),
-        Principal::Token { .. } => None,
-    };
-    let ended = change(&app, &auth, Scope::Admin, move |tx, _, actor, now| {
-        let ended = auth::end_other_sessions(tx, keep.as_ref())?;
+    let keep = auth.0.session();
+    let admin = auth.0.account.id;
+    let ended = own_change(&app, &auth, move |tx, _, actor, now| {
+        let ended = auth::end_other_sessions(tx, admin, keep.as_ref())?;
         crate::store::audit(tx, now, actor, "session.end_others", "", &ended.to_string())?;
         Ok(ended)
     })
@@ -365,7 +405,7 @@ pub(super) async fn end_other_sessions(State(app): State<Arc<App>>, auth: Auth) 
 }
 
 pub(super) async fn logout(State(app): State<Arc<App>>, auth: Auth) -> Reply {
-    if let Principal::Owner { session } = auth.0 {
+    if let Some(session) = auth.0.session() {
         app.db.write(move |tx| auth::end_session(tx, &session)).await?;
     }
     let mut response = axum::Json(json!({ "ok": true })).into_response();
@@ -373,17 +413,32 @@ pub(super) async fn logout(State(app): State<Arc<App>>, auth: Auth) -> Reply {
     Ok(response)
 }
 
-pub(super) async fn me(auth: Auth) -> Reply {
-    let scope = match &auth.0 {
-        Principal::Owner { .. } => Scope::Admin,
-        Principal::Token { scope, .. } => *scope,
-    };
-    ok(json!({ "actor": auth.0.actor(), "scope": scope }))
+/// Who is asking: their name in the audit log, role and scope, and a reseller's limits.
+pub(super) async fn me(State(app): State<Arc<App>>, auth: Auth) -> Reply {
+    let principal = &auth.0;
+    let mut value = json!({
+        "actor": principal.actor(),
+        "login": principal.account.login,
+        "role": principal.account.role,
+        "scope": principal.scope(),
+    });
+    if let Some(id) = principal.reseller() {
+        let admin = app.db.read(move |c| crate::store::admins::get(c, id)).await?;
+        value["limits"] = json!({
+            "max_users": admin.max_users,
+            "max_traffic": admin.max_traffic,
+            "groups": admin.groups,
+            "users": admin.users,
+            "allotted": admin.allotted,
+        });
+    }
+    ok(value)
 }
 
+/// The asker's API tokens (everyone's for the owner).
 pub(super) async fn list_tokens(State(app): State<Arc<App>>, auth: Auth) -> Reply {
-    auth.need(Scope::Admin)?;
-    let tokens = app.db.read(auth::tokens).await?;
+    let whose = whose(&auth)?;
+    let tokens = app.db.read(move |c| auth::tokens(c, whose)).await?;
     ok(json!({ "tokens": tokens }))
 }
 
@@ -400,9 +455,11 @@ impl Bounded for TokenRequest {
     }
 }
 
+/// A new API token of the asker's, within their role.
 pub(super) async fn create_token(State(app): State<Arc<App>>, auth: Auth, Input(req): Input<TokenRequest>) -> Reply {
-    let (token, view) = change(&app, &auth, Scope::Admin, move |tx, _, actor, now| {
-        auth::create_token(tx, actor, &req.name, req.scope, now)
+    let account = auth.0.account.clone();
+    let (token, view) = own_change(&app, &auth, move |tx, _, actor, now| {
+        auth::create_token(tx, actor, &account, &req.name, req.scope, now)
     })
     .await?;
     let mut value = serde_json::to_value(view).expect("a token serializes");
@@ -410,7 +467,8 @@ pub(super) async fn create_token(State(app): State<Arc<App>>, auth: Auth, Input(
     Ok((StatusCode::CREATED, axum::Json(value)).into_response())
 }
 
+/// Revokes one of the asker's tokens (anyone's for the owner).
 pub(super) async fn revoke_token(State(app): State<Arc<App>>, auth: Auth, Path(id): Path<i64>) -> Reply {
-    change(&app, &auth, Scope::Admin, move |tx, _, actor, now| auth::revoke_token(tx, actor, id, now)).await?;
+    own_change(&app, &auth, move |tx, whose, actor, now| auth::revoke_token(tx, actor, whose, id, now)).await?;
     Ok(StatusCode::NO_CONTENT.into_response())
 }

@@ -81,6 +81,8 @@ pub(super) async fn add_edge(
     auth: crate::api::Auth,
     Input(input): Input<EdgeInput>,
 ) -> Reply {
+    // Refused before the input is looked at: its checks tell nothing to whoever may not ask.
+    auth.need(Scope::Admin)?;
     let edge = NewEdge::checked(
         &input.name,
         &input.url,
@@ -107,6 +109,7 @@ pub(super) async fn update_edge(
     Path(id): Path<i64>,
     Input(input): Input<EdgeChange>,
 ) -> Reply {
+    auth.need(Scope::Admin)?;
     let state = input.state.as_deref().map(edges::check_state).transpose()?;
     let link_base = match input.link_base.as_deref().map(str::trim) {
         None => None,

@@ -120,9 +120,20 @@ pub(super) async fn stop_rollout(State(app): State<Arc<App>>, auth: Auth, Path(v
     ok(json!({ "releases": releases }))
 }
 
+/// Every group (a reseller's: those they may put users in).
 pub(super) async fn list_groups(State(app): State<Arc<App>>, auth: Auth) -> Reply {
-    auth.need(Scope::Read)?;
-    let groups = app.db.read(node_store::groups).await?;
+    let reach = auth.reach(Scope::Read)?;
+    let groups = app
+        .db
+        .read(move |c| {
+            let mut groups = node_store::groups(c)?;
+            if let crate::api::Reach::Reseller(admin) = reach {
+                let theirs = crate::store::admins::groups_of(c, admin)?;
+                groups.retain(|g| theirs.contains(&g.name));
+            }
+            Ok(groups)
+        })
+        .await?;
     ok(json!({ "groups": groups }))
 }
 

@@ -99,7 +99,17 @@ pub(super) async fn node_usage(
 
 /// The daily series of one user or node (404 if there is no such one).
 pub(super) async fn series_of(app: &Arc<App>, auth: &Auth, query: &UsageQuery, whose: Traffic) -> Reply {
-    auth.need(Scope::Read)?;
+    // A reseller sees the traffic of their own users, nobody else's.
+    let reseller = match whose {
+        Traffic::User(_) => match auth.reach(Scope::Read)? {
+            crate::api::Reach::Reseller(admin) => Some(admin),
+            crate::api::Reach::All => None,
+        },
+        Traffic::Node(_) | Traffic::Everyone => {
+            auth.need(Scope::Read)?;
+            None
+        }
+    };
     let days = query.days.unwrap_or(30).clamp(1, 366);
     let now = now();
     let series = app
@@ -107,6 +117,9 @@ pub(super) async fn series_of(app: &Arc<App>, auth: &Auth, query: &UsageQuery, w
         .read(move |c| {
             match whose {
                 Traffic::User(id) => {
+                    if let Some(admin) = reseller {
+                        crate::store::admins::check_owns(c, admin, id)?;
+                    }
                     user_store::get(c, id)?;
                 }
                 Traffic::Node(id) => {

@@ -131,7 +131,7 @@ pub(super) async fn set_user_chat(
     Path(id): Path<u64>,
     Input(input): Input<UserChat>,
 ) -> Reply {
-    change(&app, &auth, Scope::Operate, move |tx, _, actor, now| {
+    change(&app, &auth, Scope::Users, move |tx, _, actor, now| {
         store::telegram::set_user_chat(tx, id, input.chat_id)?;
         store::audit(tx, now, actor, "user.telegram", &format!("user {id}"), "")
     })

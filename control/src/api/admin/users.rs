@@ -9,8 +9,8 @@ use axum::response::IntoResponse;
 use serde::Deserialize;
 use serde_json::json;
 
-use super::{Bounded, Input, MAX_QUERY, Reply, bytes, change, chars, list, ok, opt};
-use crate::api::{Auth, Body};
+use super::{Bounded, Input, MAX_QUERY, Reply, bytes, change_users, chars, list, ok, opt, read_user};
+use crate::api::{Auth, Body, Reach};
 use crate::app::{App, now};
 use crate::auth::Scope;
 use crate::error::Error;
@@ -34,17 +34,13 @@ pub(super) async fn user_preview(
     use hearth_shared::agent::Wants;
     use hearth_shared::render::Format;
     // It shows the credential, as the link does.
-    auth.need(Scope::Operate)?;
     bytes("ua", &query.ua, MAX_QUERY)?;
-    let state = app.clone();
-    let (token, stored) = app
-        .db
-        .read(move |c| {
-            let token = user_store::token(c, &state.signer, id)?;
-            let stored = crate::publish::envelope(c, &hearth_shared::wire::stream::snapshot(&token.hash()))?;
-            Ok((token, stored))
-        })
-        .await?;
+    let (token, stored) = read_user(&app, &auth, Scope::Users, id, move |c, app| {
+        let token = user_store::token(c, &app.signer, id)?;
+        let stored = crate::publish::envelope(c, &hearth_shared::wire::stream::snapshot(&token.hash()))?;
+        Ok((token, stored))
+    })
+    .await?;
     let snapshot = stored
         .and_then(|(_, bytes)| {
             let body = hearth_shared::envelope::Envelope::stored_body(&bytes)?.to_vec();
@@ -63,8 +59,11 @@ pub(super) async fn user_preview(
     ok(json!({ "format": format, "headers": answer.headers, "body": answer.body }))
 }
 
-pub(super) async fn list_users(State(app): State<Arc<App>>, auth: Auth, Query(query): Query<ListQuery>) -> Reply {
-    auth.need(Scope::Read)?;
+/// Users, a page at a time (a reseller's own only).
+pub(super) async fn list_users(State(app): State<Arc<App>>, auth: Auth, Query(mut query): Query<ListQuery>) -> Reply {
+    if let Reach::Reseller(admin) = auth.reach(Scope::Read)? {
+        query.admin = Some(admin);
+    }
     bytes("q", opt(&query.q), MAX_QUERY)?;
     bytes("status", opt(&query.status), 16)?;
     chars("group", opt(&query.group), MAX_NAME)?;
@@ -96,9 +95,31 @@ pub(super) fn mirrors(app: &App, token: &hearth_shared::wire::SubToken) -> serde
     json!(links)
 }
 
+/// The settings a new user of `auth`'s starts from: a reseller's joins the groups they may use
+/// unless they name others.
+fn for_creator(auth: &Auth, mut input: UserInput, conn: &rusqlite::Connection) -> Result<UserInput, Error> {
+    if let Some(admin) = auth.0.reseller()
+        && input.groups.is_none()
+    {
+        input.groups = Some(crate::store::admins::groups_of(conn, admin)?);
+    }
+    Ok(input)
+}
+
+/// Marks the users just made as created by the admin asking (the owner's are nobody's).
+fn mark_created(auth: &Auth, conn: &rusqlite::Connection, ids: impl IntoIterator<Item = u64>) -> Result<(), Error> {
+    if let Some(admin) = auth.0.account.id {
+        ids.into_iter().try_for_each(|id| crate::store::admins::set_creator(conn, admin, id))?;
+    }
+    Ok(())
+}
+
 pub(super) async fn create_user(State(app): State<Arc<App>>, auth: Auth, Input(input): Input<UserInput>) -> Reply {
-    let (user, token) = change(&app, &auth, Scope::Operate, move |tx, app, actor, now| {
+    let who = Auth(auth.0.clone());
+    let (user, token) = change_users(&app, &auth, None, move |tx, app, actor, now| {
+        let input = for_creator(&who, input, tx)?;
         let created = user_store::create(tx, &app.signer, actor, &input, now)?;
+        mark_created(&who, tx, [created.id])?;
         Ok((user_store::get(tx, created.id)?, created.token))
     })
     .await?;
@@ -121,8 +142,12 @@ impl Bounded for BulkRequest {
 }
 
 pub(super) async fn bulk_create(State(app): State<Arc<App>>, auth: Auth, Input(req): Input<BulkRequest>) -> Reply {
-    let created = change(&app, &auth, Scope::Operate, move |tx, app, actor, now| {
-        user_store::create_many(tx, &app.signer, actor, &req.names, &req.settings, now)
+    let who = Auth(auth.0.clone());
+    let created = change_users(&app, &auth, None, move |tx, app, actor, now| {
+        let settings = for_creator(&who, req.settings, tx)?;
+        let created = user_store::create_many(tx, &app.signer, actor, &req.names, &settings, now)?;
+        mark_created(&who, tx, created.iter().map(|(_, c)| c.id))?;
+        Ok(created)
     })
     .await?;
     let users: Vec<_> = created
@@ -133,15 +158,12 @@ pub(super) async fn bulk_create(State(app): State<Arc<App>>, auth: Auth, Input(r
 }
 
 pub(super) async fn get_user(State(app): State<Arc<App>>, auth: Auth, Path(id): Path<u64>) -> Reply {
-    auth.need(Scope::Read)?;
-    let user = app.db.read(move |c| user_store::get(c, id)).await?;
+    let user = read_user(&app, &auth, Scope::Read, id, move |c, _| user_store::get(c, id)).await?;
     ok(serde_json::to_value(user).expect("a user serializes"))
 }
 
 pub(super) async fn user_link(State(app): State<Arc<App>>, auth: Auth, Path(id): Path<u64>) -> Reply {
-    auth.need(Scope::Operate)?;
-    let state = app.clone();
-    let token = app.db.read(move |c| user_store::token(c, &state.signer, id)).await?;
+    let token = read_user(&app, &auth, Scope::Users, id, move |c, app| user_store::token(c, &app.signer, id)).await?;
     let link = format!("{}/{}", app.sub_url(), token.to_link_form());
     let qr_svg = hearth_shared::render::page::qr_svg(&link);
     ok(json!({ "link": link, "qr_svg": qr_svg, "links": mirrors(&app, &token) }))
@@ -151,9 +173,10 @@ pub(super) async fn user_link(State(app): State<Arc<App>>, auth: Auth, Path(id):
 pub(super) async fn change_user(
     app: Arc<App>,
     auth: &Auth,
+    id: u64,
     f: impl FnOnce(&rusqlite::Connection, &App, &str, u64) -> Result<user_store::UserView, Error> + Send + 'static,
 ) -> Reply {
-    let user = change(&app, auth, Scope::Operate, f).await?;
+    let user = change_users(&app, auth, Some(id), f).await?;
     ok(serde_json::to_value(user).expect("a user serializes"))
 }
 
@@ -163,7 +186,8 @@ pub(super) async fn update_user(
     Path(id): Path<u64>,
     Input(input): Input<UserInput>,
 ) -> Reply {
-    change_user(app, &auth, move |c, app, actor, now| user_store::update(c, &app.signer, actor, id, &input, now)).await
+    change_user(app, &auth, id, move |c, app, actor, now| user_store::update(c, &app.signer, actor, id, &input, now))
+        .await
 }
 
 #[derive(Deserialize)]
@@ -178,34 +202,36 @@ pub(super) async fn extend_user(
     Path(id): Path<u64>,
     Body(req): Body<ExtendRequest>,
 ) -> Reply {
-    change_user(app, &auth, move |c, app, actor, now| user_store::extend(c, &app.signer, actor, id, req.days, now))
+    change_user(app, &auth, id, move |c, app, actor, now| user_store::extend(c, &app.signer, actor, id, req.days, now))
         .await
 }
 
 pub(super) async fn reset_traffic(State(app): State<Arc<App>>, auth: Auth, Path(id): Path<u64>) -> Reply {
-    change_user(app, &auth, move |c, app, actor, now| user_store::reset_traffic(c, &app.signer, actor, id, now)).await
+    change_user(app, &auth, id, move |c, app, actor, now| user_store::reset_traffic(c, &app.signer, actor, id, now))
+        .await
 }
 
 pub(super) async fn disable_user(State(app): State<Arc<App>>, auth: Auth, Path(id): Path<u64>) -> Reply {
     let input = UserInput { enabled: Some(false), ..UserInput::default() };
-    change_user(app, &auth, move |c, app, actor, now| user_store::update(c, &app.signer, actor, id, &input, now)).await
+    change_user(app, &auth, id, move |c, app, actor, now| user_store::update(c, &app.signer, actor, id, &input, now))
+        .await
 }
 
 pub(super) async fn enable_user(State(app): State<Arc<App>>, auth: Auth, Path(id): Path<u64>) -> Reply {
     let input = UserInput { enabled: Some(true), ..UserInput::default() };
-    change_user(app, &auth, move |c, app, actor, now| user_store::update(c, &app.signer, actor, id, &input, now)).await
+    change_user(app, &auth, id, move |c, app, actor, now| user_store::update(c, &app.signer, actor, id, &input, now))
+        .await
 }
 
 /// Closes the user's open connections at every node (at its next pull); the user's apps
 /// connect again at once if they still may.
 pub(super) async fn kick_user(State(app): State<Arc<App>>, auth: Auth, Path(id): Path<u64>) -> Reply {
-    change_user(app, &auth, move |c, app, actor, now| user_store::kick(c, &app.signer, actor, id, now)).await
+    change_user(app, &auth, id, move |c, app, actor, now| user_store::kick(c, &app.signer, actor, id, now)).await
 }
 
 /// The apps registered by their device id when they fetched the user's link (HWID).
 pub(super) async fn user_hwid(State(app): State<Arc<App>>, auth: Auth, Path(id): Path<u64>) -> Reply {
-    auth.need(Scope::Read)?;
-    let view = app.db.read(move |c| crate::store::hwid::list(c, id)).await?;
+    let view = read_user(&app, &auth, Scope::Read, id, move |c, _| crate::store::hwid::list(c, id)).await?;
     ok(serde_json::to_value(view).expect("a device list serializes"))
 }
 
@@ -216,7 +242,7 @@ pub(super) async fn forget_hwid(
     auth: Auth,
     Path((id, key)): Path<(u64, String)>,
 ) -> Reply {
-    let view = change(&app, &auth, Scope::Operate, move |c, app, actor, now| {
+    let view = change_users(&app, &auth, Some(id), move |c, app, actor, now| {
         crate::store::hwid::forget(c, &app.signer, actor, id, &key, now)
     })
     .await?;
@@ -226,14 +252,11 @@ pub(super) async fn forget_hwid(
 /// A user's aliases: old subscription paths (from the panel it was imported from) that every
 /// edge serves like its link.
 pub(super) async fn user_aliases(State(app): State<Arc<App>>, auth: Auth, Path(id): Path<u64>) -> Reply {
-    auth.need(Scope::Operate)?;
-    let aliases = app
-        .db
-        .read(move |c| {
-            crate::store::users::get(c, id)?;
-            crate::store::aliases::list(c, Some(id))
-        })
-        .await?;
+    let aliases = read_user(&app, &auth, Scope::Users, id, move |c, _| {
+        crate::store::users::get(c, id)?;
+        crate::store::aliases::list(c, Some(id))
+    })
+    .await?;
     ok(json!({ "aliases": aliases }))
 }
 
@@ -249,7 +272,7 @@ pub(super) async fn retire_alias(
     Path(id): Path<u64>,
     Query(query): Query<AliasQuery>,
 ) -> Reply {
-    let aliases = change(&app, &auth, Scope::Operate, move |c, app, actor, now| {
+    let aliases = change_users(&app, &auth, Some(id), move |c, app, actor, now| {
         crate::store::aliases::retire(c, &app.signer, actor, id, &query.path, now)
     })
     .await?;
@@ -298,7 +321,7 @@ pub(super) async fn export_users(State(app): State<Arc<App>>, auth: Auth) -> Rep
 }
 
 pub(super) async fn rotate_link(State(app): State<Arc<App>>, auth: Auth, Path(id): Path<u64>) -> Reply {
-    let (user, token) = change(&app, &auth, Scope::Operate, move |tx, app, actor, now| {
+    let (user, token) = change_users(&app, &auth, Some(id), move |tx, app, actor, now| {
         let token = user_store::rotate(tx, &app.signer, actor, id, now)?;
         Ok((user_store::get(tx, id)?, token))
     })
@@ -307,7 +330,7 @@ pub(super) async fn rotate_link(State(app): State<Arc<App>>, auth: Auth, Path(id
 }
 
 pub(super) async fn delete_user(State(app): State<Arc<App>>, auth: Auth, Path(id): Path<u64>) -> Reply {
-    change(&app, &auth, Scope::Operate, move |tx, app, actor, now| user_store::delete(tx, &app.signer, actor, id, now))
+    change_users(&app, &auth, Some(id), move |tx, app, actor, now| user_store::delete(tx, &app.signer, actor, id, now))
         .await?;
     Ok(StatusCode::NO_CONTENT.into_response())
 }

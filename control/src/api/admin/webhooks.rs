@@ -63,6 +63,7 @@ pub(super) async fn add_webhook(
     auth: crate::api::Auth,
     Input(input): Input<WebhookInput>,
 ) -> Reply {
+    auth.need(Scope::Admin)?;
     let url = crate::config::check_url("url", &input.url).map_err(|e| Error::invalid("bad_url", format!("{e:#}")))?;
     let (id, secret) = change(&app, &auth, Scope::Admin, move |tx, app, actor, now| {
         let (id, secret) = events::add_webhook(tx, &app.signer, &url, &input.events, now)?;

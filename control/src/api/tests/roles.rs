@@ -1,0 +1,332 @@
+//! Admins and their roles: every route refuses what a role (or a token's scope) may not do,
+//! and a reseller reaches only their own users, within their limits.
+
+use axum::http::{Method, StatusCode};
+use serde_json::{Value, json};
+
+use super::{Client, cookie_of};
+use crate::auth::{Role, Scope};
+
+const PASSWORD: &str = "a long password";
+/// An id no user, token, session or admin has: a route that lets the asker in answers 404 or
+/// 400 for it, never 403.
+const NOBODY: &str = "999999";
+
+impl Client {
+    async fn delete(&self, path: &str) -> super::Answer {
+        self.send(Method::DELETE, &self.admin(path), None, &[]).await
+    }
+
+    /// Another client on the same control, signed in as `login`.
+    async fn as_admin(&self, login: &str) -> Client {
+        let answer = self.post("/login", json!({ "login": login, "password": PASSWORD })).await;
+        assert_eq!(answer.status, StatusCode::OK, "{login}: {}", String::from_utf8_lossy(&answer.body));
+        Client { control: self.control.clone(), cookie: Some(cookie_of(&answer.headers)), bearer: None }
+    }
+
+    /// Another client on the same control, with a token of `self`'s of `scope`.
+    async fn token_of(&self, scope: &str) -> Client {
+        let answer = self.post("/tokens", json!({ "name": format!("{scope} token"), "scope": scope })).await;
+        assert_eq!(answer.status, StatusCode::CREATED, "{}", String::from_utf8_lossy(&answer.body));
+        let token = answer.json()["token"].as_str().unwrap().to_owned();
+        Client { control: self.control.clone(), cookie: None, bearer: Some(token) }
+    }
+
+    async fn add_admin(&self, login: &str, role: &str, extra: Value) -> Value {
+        let mut body = json!({ "login": login, "role": role, "password": PASSWORD });
+        body.as_object_mut().unwrap().extend(extra.as_object().unwrap().clone());
+        let answer = self.post("/admins", body).await;
+        assert_eq!(answer.status, StatusCode::CREATED, "{}", String::from_utf8_lossy(&answer.body));
+        answer.json()
+    }
+}
+
+/// What the description of a call says it needs, for a principal of `role` holding `scope`
+/// (its role's, cut to its token's) by a session or not.
+fn may(description: &str, role: Role, scope: Scope, session: bool) -> bool {
+    if description.starts_with("Owner session only") {
+        return role == Role::Owner && session;
+    }
+    if description.starts_with("Owner only") {
+        return role == Role::Owner && scope == Scope::Admin;
+    }
+    if description.starts_with("Scope: any admin") {
+        return session || scope == Scope::Admin;
+    }
+    if description.starts_with("Scope: any.") {
+        return true;
+    }
+    let needed = description
+        .strip_prefix("Scope: ")
+        .and_then(|rest| rest.split(|c: char| !c.is_ascii_alphabetic()).next())
+        .and_then(Scope::parse)
+        .unwrap_or_else(|| panic!("a call's description starts with what it needs: {description:?}"));
+    if role == Role::Reseller && !description.contains("a reseller:") {
+        return false;
+    }
+    scope >= needed
+}
+
+/// A body the call takes: its schema's required fields, each of a plausible value.
+fn body_for(doc: &Value, operation: &Value) -> Value {
+    let resolve = |schema: &Value| -> Value {
+        match schema["$ref"].as_str() {
+            Some(path) => doc.pointer(path.trim_start_matches('#')).cloned().unwrap(),
+            None => schema.clone(),
+        }
+    };
+    let schema = resolve(&operation["requestBody"]["content"]["application/json"]["schema"]);
+    let mut body = serde_json::Map::new();
+    for name in schema["required"].as_array().into_iter().flatten() {
+        let name = name.as_str().unwrap();
+        let field = resolve(&schema["properties"][name]);
+        // A type may be a list (`["integer", "null"]`): its first.
+        let kind = field["type"].as_str().or_else(|| field["type"][0].as_str());
+        let value = match (field["enum"].get(0), kind) {
+            (Some(first), _) => first.clone(),
+            (None, Some("integer")) => json!(1),
+            (None, Some("boolean")) => json!(false),
+            (None, Some("array")) => json!([]),
+            (None, Some("object")) => json!({}),
+            _ => json!("some text, long enough"),
+        };
+        body.insert(name.to_owned(), value);
+    }
+    Value::Object(body)
+}
+
+#[tokio::test]
+async fn every_route_refuses_what_the_role_or_the_token_may_not_do() {
+    let owner = Client::signed_in(false).await;
+    assert_eq!(owner.post("/groups", json!({ "name": "sold" })).await.status, StatusCode::CREATED);
+    for (login, role) in [("ada", "admin"), ("otto", "operator"), ("rudy", "read-only"), ("rita", "reseller")] {
+        let extra = if role == "reseller" { json!({ "groups": ["sold"] }) } else { json!({}) };
+        owner.add_admin(login, role, extra).await;
+    }
+    // Each role signed in, and with a token of each scope it may have.
+    let mut askers = Vec::new();
+    for (login, role) in [
+        ("", Role::Owner),
+        ("ada", Role::Admin),
+        ("otto", Role::Operator),
+        ("rudy", Role::ReadOnly),
+        ("rita", Role::Reseller),
+    ] {
+        let session = if login.is_empty() {
+            Client { control: owner.control.clone(), cookie: owner.cookie.clone(), bearer: None }
+        } else {
+            owner.as_admin(login).await
+        };
+        for scope in [Scope::Read, Scope::Users, Scope::Operate, Scope::Admin] {
+            if scope <= role.scope() {
+                askers.push((role, scope, false, session.token_of(scope.as_str()).await));
+            } else {
+                let refused = session.post("/tokens", json!({ "name": "more", "scope": scope.as_str() })).await;
+                assert_eq!((refused.status, refused.code().as_str()), (StatusCode::BAD_REQUEST, "bad_scope"));
+            }
+        }
+        askers.push((role, role.scope(), true, session));
+    }
+
+    let doc: Value = serde_json::from_str(crate::api::admin::OPENAPI).unwrap();
+    let mut calls: Vec<(&String, &String, &Value)> = doc["paths"]
+        .as_object()
+        .unwrap()
+        .iter()
+        // Signing in and out are not a role's to be refused.
+        .filter(|(path, _)| !["/setup", "/login", "/logout"].contains(&path.as_str()))
+        .flat_map(|(path, methods)| methods.as_object().unwrap().iter().map(move |(m, op)| (path, m, op)))
+        .collect();
+    // Ending one's other sessions comes last, signed-in askers first (an owner's token ends the
+    // owner's sessions).
+    calls.sort_by_key(|(path, method, _)| (path.as_str(), method.as_str()) == ("/sessions", "delete"));
+    let mut checked = 0;
+    for (path, method, operation) in calls {
+        let last = (path.as_str(), method.as_str()) == ("/sessions", "delete");
+        {
+            let description = operation["description"].as_str().unwrap();
+            let mut uri = path.replace("{id}", NOBODY).replace("{key}", &"0".repeat(32)).replace("{version}", NOBODY);
+            let query: Vec<String> = operation["parameters"]
+                .as_array()
+                .into_iter()
+                .flatten()
+                .filter(|p| p["in"] == "query" && p["required"] == true)
+                .map(|p| {
+                    format!(
+                        "{}={}",
+                        p["name"].as_str().unwrap(),
+                        p["schema"]["enum"].get(0).and_then(Value::as_str).unwrap_or("x")
+                    )
+                })
+                .collect();
+            if !query.is_empty() {
+                uri = format!("{uri}?{}", query.join("&"));
+            }
+            let method = Method::from_bytes(method.to_uppercase().as_bytes()).unwrap();
+            let body = operation.get("requestBody").map(|_| body_for(&doc, operation));
+            let mut order: Vec<_> = askers.iter().collect();
+            if last {
+                order.sort_by_key(|(_, _, session, _)| !session);
+            }
+            for (role, scope, session, asker) in order {
+                let answer = asker.send(method.clone(), &asker.admin(&uri), body.clone(), &[]).await;
+                let what = format!("{method} {uri} as {role:?} ({scope:?}, session {session}): {}", answer.status);
+                if may(description, *role, *scope, *session) {
+                    assert_ne!(
+                        answer.status,
+                        StatusCode::FORBIDDEN,
+                        "{what} {}",
+                        String::from_utf8_lossy(&answer.body)
+                    );
+                } else {
+                    assert_eq!(
+                        answer.status,
+                        StatusCode::FORBIDDEN,
+                        "{what} {}",
+                        String::from_utf8_lossy(&answer.body)
+                    );
+                }
+                // Still signed in (a wrong password is a 401 of its own).
+                assert_ne!(answer.code(), "unauthorized", "{what}");
+                checked += 1;
+            }
+        }
+    }
+    assert!(checked >= 70 * askers.len(), "{checked}");
+    // The metrics text (outside the API's description) is a reader's.
+    for (role, _, _, asker) in &askers {
+        let answer =
+            asker.send(Method::GET, &asker.admin("/metrics").replace("/api/metrics", "/metrics"), None, &[]).await;
+        assert_eq!(answer.status == StatusCode::FORBIDDEN, *role == Role::Reseller, "{role:?}");
+    }
+}
+
+#[tokio::test]
+async fn a_reseller_reaches_only_their_users_within_their_limits() {
+    let owner = Client::signed_in(false).await;
+    for group in ["sold", "family"] {
+        assert_eq!(owner.post("/groups", json!({ "name": group })).await.status, StatusCode::CREATED);
+    }
+    let gib = 1u64 << 30;
+    let rita = owner
+        .add_admin("rita", "reseller", json!({ "max_users": 3, "max_traffic": 10 * gib, "groups": ["sold"] }))
+        .await;
+    let family = owner.post("/users", json!({ "name": "grandma" })).await.json();
+    let reseller = owner.as_admin("rita").await;
+
+    // Their first user joins the groups they may use; a quota is needed under a traffic limit.
+    let refused = reseller.post("/users", json!({ "name": "free" })).await;
+    assert_eq!((refused.status, refused.code().as_str()), (StatusCode::BAD_REQUEST, "reseller_limit"));
+    let first = reseller.post("/users", json!({ "name": "first", "quota": 6 * gib })).await;
+    assert_eq!(first.status, StatusCode::CREATED, "{}", String::from_utf8_lossy(&first.body));
+    let first = first.json();
+    assert_eq!(first["groups"], json!(["sold"]));
+    let id = first["id"].as_u64().unwrap();
+    // Not past the traffic they may give out, nor into a group not theirs.
+    let over = reseller.post("/users", json!({ "name": "second", "quota": 5 * gib })).await;
+    assert_eq!((over.status, over.code().as_str()), (StatusCode::BAD_REQUEST, "reseller_limit"));
+    let grow = reseller.patch(&format!("/users/{id}"), json!({ "quota": 11 * gib })).await;
+    assert_eq!(grow.code(), "reseller_limit");
+    let elsewhere = reseller.post("/users", json!({ "name": "second", "quota": gib, "groups": ["family"] })).await;
+    assert_eq!(elsewhere.code(), "reseller_limit");
+    assert!(elsewhere.json()["error"]["message"].as_str().unwrap().contains("sold"));
+    // Not past their number of users: a bulk create is all or none.
+    let bulk = reseller.post("/users/bulk", json!({ "names": ["a", "b", "c"], "settings": { "quota": gib } })).await;
+    assert_eq!(bulk.code(), "reseller_limit");
+    let bulk = reseller.post("/users/bulk", json!({ "names": ["a", "b"], "settings": { "quota": gib } })).await;
+    assert_eq!(bulk.status, StatusCode::CREATED);
+    assert_eq!(reseller.post("/users", json!({ "name": "d", "quota": gib })).await.code(), "reseller_limit");
+
+    // They see theirs only; another's user is not found, whatever the call.
+    let list = reseller.get("/users").await.json();
+    assert_eq!(list["total"], 3, "{list}");
+    assert!(!list.to_string().contains("grandma"));
+    let other = family["id"].as_u64().unwrap();
+    for (method, path) in [
+        (Method::GET, format!("/users/{other}")),
+        (Method::GET, format!("/users/{other}/link")),
+        (Method::GET, format!("/users/{other}/usage")),
+        (Method::POST, format!("/users/{other}/disable")),
+        (Method::POST, format!("/users/{other}/rotate")),
+        (Method::DELETE, format!("/users/{other}")),
+    ] {
+        let body = (method == Method::POST).then(|| json!({}));
+        let answer = reseller.send(method.clone(), &reseller.admin(&path), body, &[]).await;
+        assert_eq!(answer.status, StatusCode::NOT_FOUND, "{method} {path}");
+    }
+    assert_eq!(owner.get(&format!("/users/{other}")).await.json()["enabled"], true, "grandma is untouched");
+    assert_eq!(reseller.get("/groups").await.json()["groups"].as_array().unwrap().len(), 1);
+    assert_eq!(reseller.get(&format!("/users/{id}/link")).await.status, StatusCode::OK);
+
+    // The owner cuts the limits back: what grows is refused, the rest still works.
+    let cut = owner.patch(&format!("/admins/{}", rita["id"]), json!({ "max_users": 1, "max_traffic": gib })).await;
+    assert_eq!(cut.status, StatusCode::OK);
+    assert_eq!(cut.json()["users"], 3);
+    assert_eq!(reseller.post(&format!("/users/{id}/disable"), json!({})).await.status, StatusCode::OK);
+    assert_eq!(reseller.patch(&format!("/users/{id}"), json!({ "quota": gib })).await.status, StatusCode::OK);
+    assert_eq!(reseller.patch(&format!("/users/{id}"), json!({ "quota": 2 * gib })).await.code(), "reseller_limit");
+    let me = reseller.get("/me").await.json();
+    assert_eq!((me["role"].as_str(), me["limits"]["users"].as_u64()), (Some("reseller"), Some(3)), "{me}");
+
+    // A token of theirs reaches what they do, no more.
+    let token = reseller.token_of("users").await;
+    assert_eq!(token.get("/users").await.json()["total"], 3);
+    assert_eq!(token.get(&format!("/users/{other}")).await.status, StatusCode::NOT_FOUND);
+    assert_eq!(token.post(&format!("/users/{id}/enable"), json!({})).await.status, StatusCode::OK);
+
+    // The audit log names them; removing them ends their sessions and tokens, their users stay.
+    let audit = owner.get("/audit").await.json().to_string();
+    assert!(audit.contains("admin rita") && audit.contains("token 1 (users token) of admin rita"), "{audit}");
+    assert_eq!(owner.delete(&format!("/admins/{}", rita["id"])).await.status, StatusCode::NO_CONTENT);
+    assert_eq!(reseller.get("/users").await.status, StatusCode::UNAUTHORIZED);
+    assert_eq!(token.get("/users").await.status, StatusCode::UNAUTHORIZED);
+    assert_eq!(owner.get("/users").await.json()["total"], 4);
+}
+
+#[tokio::test]
+async fn admins_are_the_owners_and_each_sees_their_own_sessions() {
+    let owner = Client::signed_in(false).await;
+    let ada = owner.add_admin("ada", "admin", json!({})).await;
+    // Logins are one namespace, the owner's too; a weak password and a role of owner are refused.
+    let taken = owner.post("/admins", json!({ "login": "OWNER", "role": "admin", "password": PASSWORD })).await;
+    assert_eq!(taken.status, StatusCode::CONFLICT);
+    let taken = owner.post("/admins", json!({ "login": "Ada", "role": "admin", "password": PASSWORD })).await;
+    assert_eq!(taken.status, StatusCode::CONFLICT);
+    let weak = owner.post("/admins", json!({ "login": "weak", "role": "admin", "password": "short" })).await;
+    assert_eq!(weak.code(), "bad_password");
+    let owned = owner.post("/admins", json!({ "login": "two", "role": "owner", "password": PASSWORD })).await;
+    assert_eq!(owned.code(), "bad_role");
+    let limits =
+        owner.post("/admins", json!({ "login": "op", "role": "operator", "password": PASSWORD, "max_users": 3 })).await;
+    assert_eq!(limits.code(), "not_a_reseller");
+    let wrong = owner.post("/login", json!({ "login": "ada", "password": "not the password" })).await;
+    assert_eq!(wrong.code(), "bad_login");
+
+    let admin = owner.as_admin("ada").await;
+    assert_eq!(admin.get("/me").await.json()["role"], "admin");
+    // A full admin does everything but admin accounts.
+    assert_eq!(admin.post("/nodes", json!({ "name": "n1", "host": "n1.example" })).await.status, StatusCode::CREATED);
+    assert_eq!(admin.get("/admins").await.code(), "owner_only");
+    // Sessions: an admin sees theirs, the owner everyone's and ends any.
+    let theirs = admin.get("/sessions").await.json();
+    assert_eq!(theirs["sessions"].as_array().unwrap().len(), 1, "{theirs}");
+    assert_eq!(theirs["sessions"][0]["admin"], "ada");
+    let all = owner.get("/sessions").await.json();
+    let session = all["sessions"].as_array().unwrap().iter().find(|s| s["admin"] == "ada").unwrap()["id"].clone();
+    let mine = all["sessions"].as_array().unwrap().iter().find(|s| s["admin"] == "owner").unwrap()["id"].clone();
+    assert_eq!(admin.delete(&format!("/sessions/{mine}")).await.status, StatusCode::NOT_FOUND, "not theirs");
+    assert_eq!(owner.delete(&format!("/sessions/{session}")).await.status, StatusCode::NO_CONTENT);
+    assert_eq!(admin.get("/me").await.status, StatusCode::UNAUTHORIZED);
+
+    // A new role signs them out; their token holds the new role's rights at most.
+    let admin = owner.as_admin("ada").await;
+    let token = admin.token_of("admin").await;
+    assert_eq!(owner.get("/tokens").await.json()["tokens"][0]["admin"], "ada");
+    let changed = owner.patch(&format!("/admins/{}", ada["id"]), json!({ "role": "read-only" })).await;
+    assert_eq!(changed.json()["role"], "read-only");
+    assert_eq!(admin.get("/me").await.status, StatusCode::UNAUTHORIZED);
+    assert_eq!(token.get("/me").await.json()["scope"], "read");
+    assert_eq!(token.post("/users", json!({ "name": "x" })).await.status, StatusCode::FORBIDDEN);
+    let audit = owner.get("/audit").await.json().to_string();
+    assert!(audit.contains("admin ada") && audit.contains("admin.update"), "{audit}");
+}

@@ -1,0 +1,306 @@
+//! Admin accounts besides the owner (see `admins.sql`): their roles, a reseller's limits and
+//! the users a reseller may reach.
+//!
+//! A reseller's limits hold at every change made through them: a change that would take them
+//! past a limit is refused and nothing of it is kept (the check runs in the change's own
+//! transaction, after it). A change that does not grow what they use is never refused, so a
+//! reseller the owner cut back can still disable, shorten or delete.
+
+use rusqlite::{Connection, OptionalExtension as _, params};
+use serde::{Deserialize, Serialize};
+
+use super::audit;
+use super::users::{MAX_NAME, check_name, group_ids};
+use crate::auth::Role;
+use crate::error::Error;
+
+/// The most admin accounts (besides the owner).
+pub(crate) const MAX_ADMINS: u64 = 1000;
+
+/// An admin account as listed (never its password hash).
+#[derive(Clone, Debug, Serialize, Deserialize, PartialEq, Eq)]
+pub(crate) struct AdminView {
+    pub(crate) id: i64,
+    pub(crate) login: String,
+    pub(crate) role: Role,
+    /// A reseller's limits: users, bytes of quota in total (`None`: no limit), groups.
+    pub(crate) max_users: Option<u64>,
+    pub(crate) max_traffic: Option<u64>,
+    pub(crate) groups: Vec<String>,
+    /// Users they created, and the quota those hold in total (bytes).
+    pub(crate) users: u64,
+    pub(crate) allotted: u64,
+    pub(crate) created: u64,
+}
+
+/// A new admin, or a change to one (fields left out stay as they are; a new one needs a login,
+/// a role and a password). `max_users` and
+/// `max_traffic` take `null` for no limit, so a change tells "no limit" from "unchanged" by
+/// the field being there.
+#[derive(Clone, Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(crate) struct AdminInput {
+    pub(crate) login: Option<String>,
+    pub(crate) role: Option<Role>,
+    #[serde(default, deserialize_with = "present")]
+    pub(crate) max_users: Option<Option<u64>>,
+    #[serde(default, deserialize_with = "present")]
+    pub(crate) max_traffic: Option<Option<u64>>,
+    pub(crate) groups: Option<Vec<String>>,
+    /// A new password (hashed by the caller before the store sees the change).
+    pub(crate) password: Option<String>,
+}
+
+/// A field that is there (`Some`, its value possibly `null`), as opposed to left out (`None`).
+fn present<'de, D: serde::Deserializer<'de>, T: Deserialize<'de>>(d: D) -> Result<Option<Option<T>>, D::Error> {
+    Option::<T>::deserialize(d).map(Some)
+}
+
+/// What a reseller uses, against their limits.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) struct Allotment {
+    users: u64,
+    traffic: u64,
+    /// Users of theirs with no quota (unlimited).
+    unlimited: u64,
+    /// Memberships of their users in groups they may not use.
+    outside: u64,
+}
+
+const VIEW: &str = "SELECT a.id, a.login, a.role, a.max_users, a.max_traffic, a.created,
+        (SELECT count(*) FROM users u WHERE u.admin_id = a.id),
+        (SELECT coalesce(sum(u.quota), 0) FROM users u WHERE u.admin_id = a.id),
+        (SELECT coalesce(group_concat(g.name, char(10)), '') FROM
+            (SELECT g.name FROM admin_groups ag JOIN groups g ON g.id = ag.group_id
+             WHERE ag.admin_id = a.id ORDER BY g.name) g)
+    FROM admins a";
+
+fn view_of(row: &rusqlite::Row<'_>) -> rusqlite::Result<AdminView> {
+    let role: String = row.get(2)?;
+    let groups: String = row.get(8)?;
+    Ok(AdminView {
+        id: row.get(0)?,
+        login: row.get(1)?,
+        role: Role::parse(&role).unwrap_or(Role::ReadOnly),
+        max_users: row.get(3)?,
+        max_traffic: row.get(4)?,
+        created: row.get(5)?,
+        users: row.get(6)?,
+        allotted: row.get(7)?,
+        groups: groups.split('\n').filter(|g| !g.is_empty()).map(str::to_owned).collect(),
+    })
+}
+
+/// Every admin account, by login.
+pub(crate) fn list(conn: &Connection) -> Result<Vec<AdminView>, Error> {
+    let mut query = conn.prepare_cached(&format!("{VIEW} ORDER BY a.login"))?;
+    let rows = query.query_map([], view_of)?.collect::<Result<_, _>>()?;
+    Ok(rows)
+}
+
+pub(crate) fn get(conn: &Connection, id: i64) -> Result<AdminView, Error> {
+    conn.prepare_cached(&format!("{VIEW} WHERE a.id = ?1"))?
+        .query_row([id], view_of)
+        .optional()?
+        .ok_or(Error::NotFound("admin"))
+}
+
+/// An admin's id by login (any case).
+pub(crate) fn id_of(conn: &Connection, login: &str) -> Result<i64, Error> {
+    conn.query_row("SELECT id FROM admins WHERE login = ?1", [login.trim()], |row| row.get(0))
+        .optional()?
+        .ok_or(Error::NotFound("admin"))
+}
+
+/// What sign-in needs of an admin: id, password hash, role.
+pub(crate) fn for_sign_in(conn: &Connection, login: &str) -> Result<Option<(i64, String, Role)>, Error> {
+    let row: Option<(i64, String, String)> = conn
+        .prepare_cached("SELECT id, password_hash, role FROM admins WHERE login = ?1")?
+        .query_row([login.trim()], |row| Ok((row.get(0)?, row.get(1)?, row.get(2)?)))
+        .optional()?;
+    Ok(row.and_then(|(id, hash, role)| Role::parse(&role).map(|role| (id, hash, role))))
+}
+
+/// Creates an admin with a password hash made by the caller.
+pub(crate) fn create(
+    conn: &Connection,
+    actor: &str,
+    input: &AdminInput,
+    password_hash: &str,
+    now: u64,
+) -> Result<AdminView, Error> {
+    let login = check_name(input.login.as_deref().unwrap_or_default(), "login")?;
+    let role = input
+        .role
+        .filter(|&role| role != Role::Owner)
+        .ok_or_else(|| Error::invalid("bad_role", "give a role: admin, operator, read-only or reseller"))?;
+    let count: u64 = conn.query_row("SELECT count(*) FROM admins", [], |row| row.get(0))?;
+    if count >= MAX_ADMINS {
+        return Err(Error::invalid("too_many_admins", format!("there can be at most {MAX_ADMINS} admins")));
+    }
+    let owner: Option<String> = conn.query_row("SELECT login FROM owner", [], |row| row.get(0)).optional()?;
+    let taken: bool =
+        conn.query_row("SELECT count(*) FROM admins WHERE login = ?1", [&login], |row| row.get::<_, i64>(0))? > 0;
+    if taken || owner.is_some_and(|owner| owner.eq_ignore_ascii_case(&login)) {
+        return Err(Error::Conflict(format!("the login {login:?} is taken")));
+    }
+    conn.execute(
+        "INSERT INTO admins (login, password_hash, role, created) VALUES (?1, ?2, ?3, ?4)",
+        params![login, password_hash, role.as_str(), now],
+    )?;
+    let id = conn.last_insert_rowid();
+    set_limits(conn, id, role, input)?;
+    audit(conn, now, actor, "admin.create", &format!("admin {login}"), role.as_str())?;
+    get(conn, id)
+}
+
+/// Applies a change's role-dependent fields: a reseller's limits and groups (others have none).
+fn set_limits(conn: &Connection, id: i64, role: Role, input: &AdminInput) -> Result<(), Error> {
+    if role != Role::Reseller {
+        if input.max_users.flatten().is_some() || input.max_traffic.flatten().is_some() || input.groups.is_some() {
+            return Err(Error::invalid("not_a_reseller", "only a reseller has limits and groups"));
+        }
+        conn.execute("UPDATE admins SET max_users = NULL, max_traffic = NULL WHERE id = ?1", [id])?;
+        conn.execute("DELETE FROM admin_groups WHERE admin_id = ?1", [id])?;
+        return Ok(());
+    }
+    if let Some(max) = input.max_users {
+        conn.execute("UPDATE admins SET max_users = ?2 WHERE id = ?1", params![id, max])?;
+    }
+    if let Some(max) = input.max_traffic {
+        conn.execute("UPDATE admins SET max_traffic = ?2 WHERE id = ?1", params![id, max])?;
+    }
+    if let Some(groups) = &input.groups {
+        if groups.len() > 100 || groups.iter().any(|g| g.chars().count() > MAX_NAME) {
+            return Err(Error::invalid("bad_groups", "give at most 100 group names"));
+        }
+        let ids = group_ids(conn, groups)?;
+        conn.execute("DELETE FROM admin_groups WHERE admin_id = ?1", [id])?;
+        for group in ids {
+            conn.execute("INSERT INTO admin_groups (admin_id, group_id) VALUES (?1, ?2)", params![id, group])?;
+        }
+    }
+    Ok(())
+}
+
+/// Changes an admin's role, limits or password (a new hash made by the caller). A new role
+/// or password ends their sessions; their tokens keep working within the new role.
+pub(crate) fn update(
+    conn: &Connection,
+    actor: &str,
+    id: i64,
+    input: &AdminInput,
+    password_hash: Option<&str>,
+    now: u64,
+) -> Result<AdminView, Error> {
+    let before = get(conn, id)?;
+    if input.login.is_some() {
+        return Err(Error::invalid("bad_login", "a login cannot be changed; add a new admin instead"));
+    }
+    let role = input.role.unwrap_or(before.role);
+    if role == Role::Owner {
+        return Err(Error::invalid("bad_role", "there is one owner; give admin, operator, read-only or reseller"));
+    }
+    conn.execute("UPDATE admins SET role = ?2 WHERE id = ?1", params![id, role.as_str()])?;
+    set_limits(conn, id, role, input)?;
+    let mut detail = Vec::new();
+    if role != before.role {
+        detail.push(format!("role {}", role.as_str()));
+    }
+    if let Some(hash) = password_hash {
+        conn.execute("UPDATE admins SET password_hash = ?2 WHERE id = ?1", params![id, hash])?;
+        detail.push("password".to_owned());
+    }
+    if role != before.role || password_hash.is_some() {
+        conn.execute("DELETE FROM sessions WHERE admin_id = ?1", [id])?;
+    }
+    audit(conn, now, actor, "admin.update", &format!("admin {}", before.login), &detail.join(", "))?;
+    get(conn, id)
+}
+
+/// Removes an admin: their sessions and tokens end; the users they created stay, the owner's.
+pub(crate) fn remove(conn: &Connection, actor: &str, id: i64, now: u64) -> Result<(), Error> {
+    let admin = get(conn, id)?;
+    conn.execute("DELETE FROM admins WHERE id = ?1", [id])?;
+    audit(conn, now, actor, "admin.remove", &format!("admin {}", admin.login), &format!("{} users kept", admin.users))
+}
+
+/// Refuses (as not found, so nothing is told of others' users) unless `user` was created by
+/// `reseller`.
+pub(crate) fn check_owns(conn: &Connection, reseller: i64, user: u64) -> Result<(), Error> {
+    let theirs = conn
+        .prepare_cached("SELECT 1 FROM users WHERE id = ?1 AND admin_id = ?2")?
+        .query_row(params![user, reseller], |_| Ok(()))
+        .optional()?;
+    theirs.ok_or(Error::NotFound("user"))
+}
+
+/// Marks a user as created by `admin`.
+pub(crate) fn set_creator(conn: &Connection, admin: i64, user: u64) -> Result<(), Error> {
+    conn.prepare_cached("UPDATE users SET admin_id = ?1 WHERE id = ?2")?.execute(params![admin, user])?;
+    Ok(())
+}
+
+/// The names of the groups a reseller may use.
+pub(crate) fn groups_of(conn: &Connection, admin: i64) -> Result<Vec<String>, Error> {
+    let mut query = conn.prepare_cached(
+        "SELECT g.name FROM admin_groups ag JOIN groups g ON g.id = ag.group_id WHERE ag.admin_id = ?1 ORDER BY g.name",
+    )?;
+    let names = query.query_map([admin], |row| row.get(0))?.collect::<Result<_, _>>()?;
+    Ok(names)
+}
+
+/// What a reseller uses now.
+pub(crate) fn allotment(conn: &Connection, admin: i64) -> Result<Allotment, Error> {
+    let (users, traffic, unlimited) = conn
+        .prepare_cached(
+            "SELECT count(*), coalesce(sum(quota), 0), coalesce(sum(quota = 0), 0) FROM users WHERE admin_id = ?1",
+        )?
+        .query_row([admin], |row| Ok((row.get(0)?, row.get(1)?, row.get(2)?)))?;
+    let outside = conn
+        .prepare_cached(
+            "SELECT count(*) FROM user_groups ug JOIN users u ON u.id = ug.user_id
+             WHERE u.admin_id = ?1 AND ug.group_id NOT IN (SELECT group_id FROM admin_groups WHERE admin_id = ?1)",
+        )?
+        .query_row([admin], |row| row.get(0))?;
+    Ok(Allotment { users, traffic, unlimited, outside })
+}
+
+/// Refuses a change that took a reseller from `before` past one of their limits (a change
+/// that grows nothing passes, whatever the limits are now).
+pub(crate) fn check_within(conn: &Connection, admin: i64, before: Allotment) -> Result<(), Error> {
+    let after = allotment(conn, admin)?;
+    let (max_users, max_traffic): (Option<u64>, Option<u64>) = conn
+        .prepare_cached("SELECT max_users, max_traffic FROM admins WHERE id = ?1")?
+        .query_row([admin], |row| Ok((row.get(0)?, row.get(1)?)))?;
+    if let Some(max) = max_users.filter(|&max| after.users > before.users && after.users > max) {
+        return Err(Error::invalid("reseller_limit", format!("you may have at most {max} users")));
+    }
+    if let Some(max) = max_traffic {
+        if after.unlimited > before.unlimited && after.unlimited > 0 {
+            return Err(Error::invalid("reseller_limit", "your users need a traffic quota (you have a traffic limit)"));
+        }
+        if after.traffic > before.traffic && after.traffic > max {
+            return Err(Error::invalid(
+                "reseller_limit",
+                format!(
+                    "your users' quotas may add up to at most {} GiB; {} GiB are given",
+                    max as f64 / 1_073_741_824.0,
+                    before.traffic as f64 / 1_073_741_824.0
+                ),
+            ));
+        }
+    }
+    if after.outside > before.outside {
+        let allowed = groups_of(conn, admin)?;
+        return Err(Error::invalid(
+            "reseller_limit",
+            if allowed.is_empty() {
+                "you may not put users in any group; ask the owner".to_owned()
+            } else {
+                format!("you may put users only in these groups: {}", allowed.join(", "))
+            },
+        ));
+    }
+    Ok(())
+}
