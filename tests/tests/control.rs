@@ -604,6 +604,47 @@ fn the_cli_covers_users_nodes_and_groups_as_the_api_does() {
 }
 
 #[tokio::test]
+async fn an_admin_added_by_the_cli_signs_in_to_a_running_control_and_is_removed() {
+    let (_temp, dir, control, api) = fresh_control("admin").await;
+    api.post(&control, "/groups", json!({ "name": "sold" })).await;
+    let added =
+        dir.cli(&["admin", "add", "rita", "--role", "reseller", "--max-users", "5", "--group", "sold"]).unwrap();
+    let password = added.lines().find_map(|l| l.trim().strip_prefix("password")).unwrap().trim().to_owned();
+    assert!(password.len() >= 20, "{added}");
+    // Refused: a role that is not one, an operator with a reseller's limits, a taken login.
+    assert!(dir.cli(&["admin", "add", "x", "--role", "boss"]).is_err());
+    assert!(dir.cli(&["admin", "add", "x", "--role", "operator", "--max-users", "3"]).is_err());
+    assert!(dir.cli(&["admin", "add", "RITA", "--role", "admin"]).is_err());
+    let listed = dir.cli(&["admin", "list"]).unwrap();
+    assert!(listed.lines().any(|l| l.starts_with("rita") && l.contains("reseller") && l.contains("sold")), "{listed}");
+
+    let http = dir.client().unwrap();
+    let signed_in =
+        http.post(control.api("/login")).json(&json!({ "login": "rita", "password": password })).send().await.unwrap();
+    assert_eq!(signed_in.status(), StatusCode::OK);
+    let cookie = signed_in.headers()["set-cookie"].to_str().unwrap().split(';').next().unwrap().to_owned();
+    let me: serde_json::Value =
+        http.get(control.api("/me")).header("cookie", &cookie).send().await.unwrap().json().await.unwrap();
+    assert_eq!((me["role"].as_str(), me["limits"]["max_users"].as_u64()), (Some("reseller"), Some(5)), "{me}");
+    let created = http
+        .post(control.api("/users"))
+        .header("cookie", &cookie)
+        .json(&json!({ "name": "customer" }))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(created.status(), StatusCode::CREATED);
+
+    assert!(dir.cli(&["admin", "remove", "rita"]).is_err(), "removing takes --yes");
+    dir.cli(&["admin", "remove", "rita", "--yes"]).unwrap();
+    let after = http.get(control.api("/me")).header("cookie", &cookie).send().await.unwrap();
+    assert_eq!(after.status(), StatusCode::UNAUTHORIZED, "their session ended with them");
+    let users = api.get(&control, "/users").await;
+    assert_eq!(users["users"][0]["name"], "customer", "their users stay");
+    assert!(!dir.cli(&["admin", "list"]).unwrap().contains("rita"));
+}
+
+#[tokio::test]
 async fn the_profile_set_in_the_panel_reaches_links_and_lasts_until_the_file_changes() {
     use base64::Engine as _;
     let (_temp, dir, mut control, api) = fresh_control("admin").await;
