@@ -303,7 +303,24 @@
     [/^audit$/, (m, params) => auditView(params)],
     [/^settings$/, () => settingsView()],
     [/^settings\/notifications$/, () => notificationsView()],
+    [/^admins$/, () => adminsView()],
   ];
+
+  // ---- who is signed in -----------------------------------------------------------------
+
+  const SCOPES = ['read', 'users', 'operate', 'admin'];
+
+  /** Whether the admin signed in may do what needs `scope` to everyone (a reseller only ever
+   * reaches their own users). */
+  function can(scope) {
+    return me.role !== 'reseller' && SCOPES.indexOf(me.scope) >= SCOPES.indexOf(scope);
+  }
+
+  /** Whether they may change users (a reseller: their own). */
+  const canUsers = () => SCOPES.indexOf(me.scope) >= SCOPES.indexOf('users');
+
+  /** The sections a reseller sees: their users, their tokens, their sessions. */
+  const RESELLER_SECTIONS = ['users', 'tokens', 'settings'];
 
   async function route() {
     document.documentElement.lang = lang;
@@ -318,6 +335,8 @@
       }
     }
     const { path, params } = hashPath();
+    if (me.role === 'reseller' && !RESELLER_SECTIONS.includes(path.split('/')[0])) return go('users');
+    if (path === 'admins' && me.role !== 'owner') return go('');
     for (const [pattern, view] of ROUTES) {
       const m = path.match(pattern);
       if (m) {
@@ -342,8 +361,17 @@
     ['tokens', 'nav.tokens'],
     ['releases', 'nav.releases'],
     ['audit', 'nav.audit'],
+    ['admins', 'nav.admins'],
     ['settings', 'nav.settings'],
   ];
+
+  /** The sections the admin signed in may open. */
+  function sections() {
+    return NAV.filter(([path]) => {
+      if (me.role === 'reseller') return RESELLER_SECTIONS.includes(path);
+      return path !== 'admins' || me.role === 'owner';
+    });
+  }
 
   function languagePicker() {
     return h(
@@ -371,13 +399,14 @@
         h(
           'nav',
           {},
-          NAV.map(([path, key]) =>
+          sections().map(([path, key]) =>
             h('a', { href: `#/${path}`, 'aria-current': section === path ? 'page' : null }, t(key)),
           ),
         ),
         h(
           'div',
           { class: 'who' },
+          me.role === 'owner' ? null : h('span', { class: 'me', id: 'me' }, me.login, ' · ', t(`role.${me.role}`)),
           languagePicker(),
           h('button', { type: 'button', class: 'ghost small', id: 'sign-out', onclick: signOut }, t('sign_out')),
         ),
@@ -619,7 +648,13 @@
     const page = Math.max(1, Number(params.get('page')) || 1);
     const query = new URLSearchParams({ page, per_page: PER_PAGE });
     for (const key of ['q', 'status', 'group']) if (params.get(key)) query.set(key, params.get(key));
-    const [list, groups] = await Promise.all([api('GET', `users?${query}`), api('GET', 'groups')]);
+    const [list, groups, who] = await Promise.all([
+      api('GET', `users?${query}`),
+      api('GET', 'groups'),
+      // A reseller's limits and use change with every user: asked again each time.
+      me.role === 'reseller' ? api('GET', 'me') : me,
+    ]);
+    me = who;
 
     const filter = (key, value) => {
       const next = new URLSearchParams(params);
@@ -682,10 +717,11 @@
         h(
           'div',
           { class: 'actions' },
-          h('button', { type: 'button', id: 'new-user', onclick: () => userDialog(groups.groups) }, t('users.new')),
-          h('button', { type: 'button', class: 'ghost', onclick: () => bulkDialog(groups.groups) }, t('users.bulk')),
+          canUsers() ? h('button', { type: 'button', id: 'new-user', onclick: () => userDialog(groups.groups) }, t('users.new')) : null,
+          canUsers() ? h('button', { type: 'button', class: 'ghost', onclick: () => bulkDialog(groups.groups) }, t('users.bulk')) : null,
         ),
       ),
+      me.limits ? limitsCard(me.limits) : null,
       h('div', { class: 'toolbar' }, search, statusFilter, groupFilter),
       list.users.length
         ? h(
@@ -711,6 +747,22 @@
       search.focus();
       search.setSelectionRange(search.value.length, search.value.length);
     }
+  }
+
+  /** What a reseller has given out, against the limits the owner set. */
+  function limitsCard(limits) {
+    const of = (used, max, show) => (max === null ? t('admins.of_unlimited', { used: show(used) }) : t('admins.of', { used: show(used), max: show(max) }));
+    return h(
+      'section',
+      { class: 'card', id: 'limits', 'aria-label': t('admins.limits') },
+      h(
+        'dl',
+        { class: 'limits' },
+        h('div', {}, h('dt', {}, t('nav.users')), h('dd', {}, of(limits.users, limits.max_users, number))),
+        h('div', {}, h('dt', {}, t('admins.traffic_given')), h('dd', {}, of(limits.allotted, limits.max_traffic, bytes))),
+        h('div', {}, h('dt', {}, t('users.groups')), h('dd', {}, limits.groups.length ? limits.groups.join(', ') : t('admins.no_groups'))),
+      ),
+    );
   }
 
   function usage(u) {
@@ -748,7 +800,7 @@
             { class: 'groups' },
             h('legend', {}, t('users.groups')),
             groups.map((g) =>
-              h('label', { class: 'check' }, h('input', { type: 'checkbox', name: `group:${g.name}`, checked: user ? user.groups.includes(g.name) : g.name === 'default' }), g.name),
+              h('label', { class: 'check' }, h('input', { type: 'checkbox', name: `group:${g.name}`, checked: user ? user.groups.includes(g.name) : me.role === 'reseller' || g.name === 'default' }), g.name),
             ),
           )
         : null,
@@ -1453,7 +1505,7 @@
       { class: 'card', id: 'token-form' },
       h('h2', {}, t('tokens.new')),
       field(t('tokens.name'), h('input', { name: 'name', required: true, maxlength: 64 })),
-      field(t('tokens.scope'), h('select', { name: 'scope' }, ['read', 'operate', 'admin'].map((s) => h('option', { value: s }, t(`scope.${s}`))))),
+      field(t('tokens.scope'), h('select', { name: 'scope' }, SCOPES.filter((s) => SCOPES.indexOf(s) <= SCOPES.indexOf(me.scope)).map((s) => h('option', { value: s }, t(`scope.${s}`))))),
       errorBox(),
       h('div', { class: 'actions' }, h('button', { type: 'submit' }, t('tokens.create'))),
     );
@@ -1472,7 +1524,7 @@
         ? h(
             'table',
             { class: 'list', id: 'tokens' },
-            h('thead', {}, h('tr', {}, ['tokens.name', 'tokens.scope', 'tokens.last_used', ''].map((k) => h('th', {}, k ? t(k) : h('span', { class: 'visually-hidden' }, t('actions')))))),
+            h('thead', {}, h('tr', {}, ['tokens.name', me.role === 'owner' ? 'admins.admin' : null, 'tokens.scope', 'tokens.last_used', ''].filter((k) => k !== null).map((k) => h('th', {}, k ? t(k) : h('span', { class: 'visually-hidden' }, t('actions')))))),
             h(
               'tbody',
               {},
@@ -1481,6 +1533,7 @@
                   'tr',
                   {},
                   h('td', { 'data-label': t('tokens.name') }, tok.name),
+                  me.role === 'owner' ? h('td', { 'data-label': t('admins.admin') }, tok.admin === 'owner' ? t('role.owner') : tok.admin) : null,
                   h('td', { 'data-label': t('tokens.scope') }, t(`scope.${tok.scope}`)),
                   h('td', { 'data-label': t('tokens.last_used') }, ago(tok.last_used)),
                   h('td', {}, revoke(tok)),
@@ -1901,7 +1954,8 @@
 
   /** The owner's sessions: where and in which browser, last used; end one, or all the others. */
   function sessionsCard(list) {
-    const others = list.filter((s) => !s.current).length;
+    // "Sign out everywhere else" ends one's own other sessions (the owner ends others' one by one).
+    const others = list.filter((s) => !s.current && (s.admin === 'owner' ? me.role === 'owner' : s.admin === me.login)).length;
     return h(
       'section',
       { class: 'card', id: 'sessions' },
@@ -1909,7 +1963,7 @@
       h(
         'table',
         { class: 'list' },
-        h('thead', {}, h('tr', {}, ['sessions.where', 'sessions.browser', 'sessions.last_seen', ''].map((k) => h('th', {}, k ? t(k) : h('span', { class: 'visually-hidden' }, t('actions')))))),
+        h('thead', {}, h('tr', {}, [me.role === 'owner' ? 'admins.admin' : null, 'sessions.where', 'sessions.browser', 'sessions.last_seen', ''].filter((k) => k !== null).map((k) => h('th', {}, k ? t(k) : h('span', { class: 'visually-hidden' }, t('actions')))))),
         h(
           'tbody',
           {},
@@ -1917,6 +1971,7 @@
             h(
               'tr',
               {},
+              me.role === 'owner' ? h('td', { 'data-label': t('admins.admin') }, s.admin === 'owner' ? t('role.owner') : s.admin) : null,
               h('td', { 'data-label': t('sessions.where') }, s.address || '—', s.current ? h('span', { class: 'badge active' }, ' ', t('sessions.this_one')) : null),
               h('td', { 'data-label': t('sessions.browser') }, h('small', {}, s.browser || '—')),
               h('td', { 'data-label': t('sessions.last_seen') }, ago(s.last_seen)),
@@ -2066,8 +2121,9 @@
   }
 
   async function settingsView() {
+    if (!can('admin')) return accountView();
     const [totp, status, settings, edges, sessions] = await Promise.all([
-      api('GET', 'totp'),
+      me.role === 'owner' ? api('GET', 'totp') : null,
       api('GET', 'status'),
       api('GET', 'settings'),
       api('GET', 'edges'),
@@ -2145,7 +2201,9 @@
       );
     };
 
-    if (totp.enabled) {
+    if (!totp) {
+      card.hidden = true;
+    } else if (totp.enabled) {
       show(
         h('p', {}, h('span', { class: 'badge active' }, t('totp.on')), ' ', t('totp.recovery_left', { n: totp.recovery_left })),
         h('p', {}, t('totp.off_hint')),
@@ -2176,6 +2234,125 @@
         h('h2', {}, t('settings.server')),
         h('dl', {}, h('dt', {}, t('settings.root_key')), h('dd', {}, h('code', {}, status.keys.root))),
       ),
+    );
+  }
+
+  /** Settings for an admin below the admin scope: who they are, where they are signed in. */
+  async function accountView() {
+    const sessions = await api('GET', 'sessions');
+    shell(
+      'settings',
+      h('h1', {}, t('nav.settings')),
+      h(
+        'section',
+        { class: 'card', id: 'account' },
+        h('h2', {}, t('admins.you')),
+        h('dl', {}, h('dt', {}, t('login')), h('dd', {}, me.login), h('dt', {}, t('admins.role')), h('dd', {}, t(`role.${me.role}`))),
+        h('p', {}, t(`role.${me.role}.about`)),
+      ),
+      sessionsCard(sessions.sessions),
+    );
+  }
+
+  // ---- admins (the owner's) -------------------------------------------------------------
+
+  const ROLES = ['admin', 'operator', 'read-only', 'reseller'];
+
+  /** The fields of an admin's role and a reseller's limits (shown for a reseller only). */
+  function roleFields(groups, admin) {
+    const limits = h(
+      'fieldset',
+      { class: 'limits-fields', hidden: (admin ? admin.role : 'operator') !== 'reseller' },
+      h('legend', {}, t('admins.limits')),
+      field(t('admins.max_users'), h('input', { name: 'max_users', type: 'number', min: 0, step: 1, inputmode: 'numeric', value: admin && admin.max_users !== null ? String(admin.max_users) : '' }), t('admins.no_limit_hint')),
+      field(t('admins.max_traffic_gib'), h('input', { name: 'max_traffic', type: 'number', min: 0, step: 'any', inputmode: 'decimal', value: admin && admin.max_traffic !== null ? String(admin.max_traffic / 2 ** 30) : '' }), t('admins.max_traffic_hint')),
+      groups.length
+        ? h(
+            'fieldset',
+            { class: 'groups' },
+            h('legend', {}, t('admins.groups')),
+            groups.map((g) => h('label', { class: 'check' }, h('input', { type: 'checkbox', name: `group:${g.name}`, checked: admin ? admin.groups.includes(g.name) : false }), g.name)),
+          )
+        : null,
+    );
+    const role = h(
+      'select',
+      { name: 'role', onchange: (e) => (limits.hidden = e.target.value !== 'reseller') },
+      ROLES.map((r) => h('option', { value: r, selected: (admin ? admin.role : 'operator') === r }, t(`role.${r}`))),
+    );
+    return [field(t('admins.role'), role, t('admins.role_hint')), limits];
+  }
+
+  /** An admin change from the form's values: a reseller's limits, or none. */
+  function adminInput(values, groups) {
+    const input = { role: values.role };
+    if (values.role === 'reseller') {
+      input.max_users = values.max_users === '' ? null : Number(values.max_users);
+      input.max_traffic = values.max_traffic === '' ? null : Math.round(Number(values.max_traffic) * 2 ** 30);
+      input.groups = groups.filter((g) => values[`group:${g.name}`]).map((g) => g.name);
+    }
+    if (values.password) input.password = values.password;
+    return input;
+  }
+
+  function adminDialog(groups, admin) {
+    const form = h(
+      'form',
+      { id: 'admin-form' },
+      admin ? null : field(t('login'), h('input', { name: 'login', required: true, maxlength: 64, autocomplete: 'off' })),
+      field(admin ? t('admins.new_password') : t('password'), h('input', { name: 'password', type: 'password', minlength: 10, maxlength: 256, required: !admin, autocomplete: 'new-password' }), admin ? t('admins.new_password_hint') : t('admins.password_hint')),
+      roleFields(groups, admin),
+      errorBox(),
+      h('div', { class: 'actions' }, h('button', { type: 'submit' }, admin ? t('save') : t('admins.add'))),
+    );
+    const d = dialog(admin ? t('admins.edit', { login: admin.login }) : t('admins.new'), form);
+    onSubmit(form, async () => {
+      const values = fields(form);
+      const input = adminInput(values, groups);
+      if (admin) await api('PATCH', `admins/${admin.id}`, input);
+      else await api('POST', 'admins', { login: values.login, ...input });
+      d.close();
+      route();
+    });
+  }
+
+  async function adminsView() {
+    const [list, groups] = await Promise.all([api('GET', 'admins'), api('GET', 'groups')]);
+    const limit = (used, max, show) => (max === null ? show(used) : t('admins.of', { used: show(used), max: show(max) }));
+    shell(
+      'admins',
+      h('div', { class: 'title' }, h('h1', {}, t('nav.admins')), h('button', { type: 'button', id: 'new-admin', onclick: () => adminDialog(groups.groups) }, t('admins.new'))),
+      h('p', {}, t('admins.intro')),
+      list.admins.length
+        ? h(
+            'table',
+            { class: 'list', id: 'admins' },
+            h('thead', {}, h('tr', {}, ['login', 'admins.role', 'nav.users', 'admins.traffic_given', 'admins.groups', ''].map((k) => h('th', { scope: 'col' }, k ? t(k) : h('span', { class: 'visually-hidden' }, t('actions')))))),
+            h(
+              'tbody',
+              {},
+              list.admins.map((a) =>
+                h(
+                  'tr',
+                  { 'data-admin': a.login },
+                  h('td', { 'data-label': t('login') }, a.login),
+                  h('td', { 'data-label': t('admins.role') }, t(`role.${a.role}`)),
+                  h('td', { 'data-label': t('nav.users') }, limit(a.users, a.max_users, number)),
+                  h('td', { 'data-label': t('admins.traffic_given') }, a.role === 'reseller' ? limit(a.allotted, a.max_traffic, bytes) : '—'),
+                  h('td', { 'data-label': t('admins.groups') }, a.role === 'reseller' ? a.groups.join(', ') || t('admins.no_groups') : '—'),
+                  h(
+                    'td',
+                    {},
+                    h('div', { class: 'actions' },
+                      h('button', { type: 'button', class: 'ghost small', 'data-edit': a.login, onclick: () => adminDialog(groups.groups, a) }, t('admins.change')),
+                      deleteButton(t('admins.remove'), t('admins.remove_confirm', { login: a.login }), `admins/${a.id}`, { 'data-remove': a.login }),
+                    ),
+                  ),
+                ),
+              ),
+            ),
+          )
+        : h('p', { class: 'empty' }, t('admins.none')),
     );
   }
 

@@ -760,3 +760,83 @@ async fn notifications_in_a_real_browser() {
     assert!(unexpected.is_empty(), "console errors after the bot: {unexpected:#?}");
     client.close().await.unwrap();
 }
+
+#[tokio::test]
+async fn admins_and_a_resellers_view_in_a_real_browser() {
+    let temp = tempfile::tempdir().unwrap();
+    let dir = ControlDir::init(&temp.path().join("control")).unwrap();
+    let control = ControlProcess::start(&dir, &[]).unwrap();
+    let http = dir.client().unwrap();
+    let token = control.setup(&http, "admin").await.unwrap();
+    for group in ["sold", "family"] {
+        control.call(&http, &token, reqwest::Method::POST, "/groups", Some(&json!({ "name": group }))).await.unwrap();
+    }
+    let panel = format!("{}/{}/", control.url, control.admin);
+    let (driver, client) = browser().await;
+    sign_in(&client, &panel).await;
+
+    // The owner adds a reseller, by keyboard: a role, limits, the group they may use.
+    client.goto(&format!("{panel}#/admins")).await.unwrap();
+    text_of(&client, "main", |t| t.contains("No admins besides you.")).await;
+    find(&client, "#new-admin").await.send_keys("\u{e007}").await.unwrap();
+    fill(&client, "#admin-form input[name=login]", "rita").await;
+    fill(&client, "#admin-form input[name=password]", "a reseller's password").await;
+    find(&client, "#admin-form select[name=role]").await.select_by_value("reseller").await.unwrap();
+    fill(&client, "#admin-form input[name=max_users]", "2").await;
+    fill(&client, "#admin-form input[name=max_traffic]", "5").await;
+    find(&client, "#admin-form input[name='group:sold']").await.send_keys(" ").await.unwrap();
+    screenshot(&client, "admins-new").await;
+    find(&client, "#admin-form button[type=submit]").await.send_keys("\u{e007}").await.unwrap();
+    let row = text_of(&client, "#admins", |t| t.contains("rita")).await;
+    assert!(row.contains("Reseller") && row.contains("0 of 2") && row.contains("sold"), "{row}");
+    let admins = control.call(&http, &token, reqwest::Method::GET, "/admins", None).await.unwrap();
+    assert_eq!(admins["admins"][0]["max_traffic"], 5u64 << 30, "{admins}");
+    screenshot(&client, "admins").await;
+    no_console_errors(&driver, &client, "adding an admin").await;
+
+    // The reseller signs in: their users, their limits, nothing else.
+    find(&client, "#sign-out").await.click().await.unwrap();
+    fill(&client, "#login input[name=login]", "rita").await;
+    fill(&client, "#login input[name=password]", "a reseller's password").await;
+    find(&client, "#login button[type=submit]").await.send_keys("\u{e007}").await.unwrap();
+    let limits = text_of(&client, "#limits", |t| t.contains("0 of 2")).await;
+    assert!(limits.contains("sold"), "{limits}");
+    let nav = text_of(&client, "header nav", |t| t.contains("Users")).await;
+    assert!(!nav.contains("Nodes") && !nav.contains("Overview") && !nav.contains("Admins"), "{nav}");
+    text_of(&client, "#me", |t| t.contains("rita") && t.contains("Reseller")).await;
+    find(&client, "#new-user").await.send_keys("\u{e007}").await.unwrap();
+    fill(&client, "#user-form input[name=name]", "customer").await;
+    fill(&client, "#user-form input[name=quota]", "3").await;
+    find(&client, "#user-form button[type=submit]").await.send_keys("\u{e007}").await.unwrap();
+    text_of(&client, "main h1", |t| t.contains("customer")).await;
+    client.goto(&format!("{panel}#/users")).await.unwrap();
+    let limits = text_of(&client, "#limits", |t| t.contains("1 of 2")).await;
+    assert!(limits.contains("3.0 GiB of 5.0 GiB") || limits.contains("3 GiB of 5 GiB"), "{limits}");
+    // Past the traffic they may give out: refused in the form, with the reason.
+    find(&client, "#new-user").await.send_keys("\u{e007}").await.unwrap();
+    fill(&client, "#user-form input[name=name]", "second").await;
+    fill(&client, "#user-form input[name=quota]", "3").await;
+    find(&client, "#user-form button[type=submit]").await.send_keys("\u{e007}").await.unwrap();
+    text_of(&client, "#user-form .error", |t| t.contains("at most 5 GiB")).await;
+    find(&client, "dialog").await.send_keys("\u{e00c}").await.unwrap();
+    screenshot(&client, "reseller-users").await;
+    let users = control.call(&http, &token, reqwest::Method::GET, "/users", None).await.unwrap();
+    assert_eq!(users["total"], 1, "{users}");
+    assert_eq!(users["users"][0]["groups"], json!(["sold"]));
+    // Another section is not theirs: back to their users.
+    client.goto(&format!("{panel}#/nodes")).await.unwrap();
+    text_of(&client, "#limits", |t| t.contains("1 of 2")).await;
+    client.goto(&format!("{panel}#/settings")).await.unwrap();
+    text_of(&client, "#account", |t| t.contains("rita") && t.contains("users you created")).await;
+    text_of(&client, "#sessions", |t| t.contains("this one")).await;
+    screenshot(&client, "reseller-settings").await;
+    // (The browser logs the refused create's 400 as a failed load: that one only.)
+    let logged = console(&driver, &client).await;
+    let unexpected: Vec<&Value> = logged
+        .iter()
+        .filter(|e| e["level"] == "SEVERE")
+        .filter(|e| !e["message"].as_str().is_some_and(|m| m.contains("/api/users") && m.contains("400")))
+        .collect();
+    assert!(unexpected.is_empty(), "console errors in the reseller's view: {unexpected:#?}");
+    client.close().await.unwrap();
+}

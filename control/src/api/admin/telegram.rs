@@ -10,7 +10,7 @@ use axum::response::IntoResponse;
 use serde::Deserialize;
 use serde_json::json;
 
-use super::{Bounded, Input, Reply, bytes, change, ok};
+use super::{Bounded, Input, Reply, bytes, change, change_users, ok};
 use crate::app::App;
 use crate::auth::Scope;
 use crate::error::Error;
@@ -131,7 +131,7 @@ pub(super) async fn set_user_chat(
     Path(id): Path<u64>,
     Input(input): Input<UserChat>,
 ) -> Reply {
-    change(&app, &auth, Scope::Users, move |tx, _, actor, now| {
+    change_users(&app, &auth, Some(id), move |tx, _, actor, now| {
         store::telegram::set_user_chat(tx, id, input.chat_id)?;
         store::audit(tx, now, actor, "user.telegram", &format!("user {id}"), "")
     })
