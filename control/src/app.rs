@@ -71,6 +71,8 @@ pub(crate) struct App {
     link_bases: std::sync::RwLock<Vec<LinkBase>>,
     /// The owner's User-Agent rules (also pushed to the edge).
     pub(crate) ua_rules: std::sync::RwLock<Vec<hearth_shared::agent::UaRule>>,
+    /// Passkeys: the relying party (control's public URL) and the ceremonies under way.
+    pub(crate) passkeys: crate::passkeys::Passkeys,
 }
 
 /// Where one edge serves links.
@@ -128,6 +130,7 @@ impl App {
             Vec::new()
         });
         let app = App {
+            passkeys: crate::passkeys::Passkeys::new(&config.public_url, "Hearth"),
             ua_rules: std::sync::RwLock::new(ua_rules),
             addresses: std::sync::RwLock::new(addresses),
             config,

@@ -19,6 +19,7 @@ mod keyring;
 #[allow(clippy::result_large_err)]
 mod metrics;
 mod outbox;
+mod passkeys;
 mod publish;
 mod releases;
 mod restore;
@@ -498,6 +499,12 @@ enum AdminCommand {
     },
     /// List the admins, their roles and a reseller's limits and use.
     List,
+    /// Remove every passkey of an admin (or the owner's, by the owner's login) who lost
+    /// theirs: they sign in with their password alone again.
+    ForgetPasskeys {
+        /// Their login (the owner's too).
+        login: String,
+    },
     /// Remove an admin: signed out, tokens revoked; the users they created stay.
     Remove {
         /// Their login.
@@ -1033,6 +1040,18 @@ fn admin_command(dir: &std::path::Path, command: AdminCommand) -> Result<()> {
                     a.groups.join(",")
                 );
             }
+        }
+        AdminCommand::ForgetPasskeys { login } => {
+            let removed = db.write_blocking(|tx| {
+                let owner = auth::owner(tx)?.is_some_and(|(name, _)| name.eq_ignore_ascii_case(login.trim()));
+                let (admin, who) = if owner {
+                    (None, "owner".to_owned())
+                } else {
+                    (Some(admins::id_of(tx, &login)?), format!("admin {}", login.trim()))
+                };
+                store::passkeys::forget_all(tx, "cli", admin, &who, now)
+            })?;
+            println!("{removed} passkeys of {login} removed");
         }
         AdminCommand::Remove { login, yes: _ } => {
             db.write_blocking(|tx| {

@@ -231,10 +231,11 @@
   // ---- the API --------------------------------------------------------------------------
 
   class ApiError extends Error {
-    constructor(status, code, message) {
+    constructor(status, code, message, data) {
       super(message);
       this.status = status;
       this.code = code;
+      this.data = data;
     }
   }
 
@@ -263,7 +264,7 @@
     }
     if (!response.ok) {
       const code = data?.error?.code || `http_${response.status}`;
-      if (response.status === 401 && path !== 'login' && path !== 'setup') {
+      if (response.status === 401 && !path.startsWith('login') && path !== 'setup') {
         me = null;
         loginView(t('session_ended'));
       }
@@ -271,7 +272,7 @@
       if (response.status === 429) {
         message = t('err.too_many', { seconds: response.headers.get('retry-after') || '60' });
       }
-      throw new ApiError(response.status, code, message || t('err.unknown', { status: response.status }));
+      throw new ApiError(response.status, code, message || t('err.unknown', { status: response.status }), data);
     }
     return data;
   }
@@ -426,6 +427,77 @@
 
   // ---- sign-in and setup ----------------------------------------------------------------
 
+  // ---- passkeys -------------------------------------------------------------------------
+
+  /** Base64url, as the API writes binary WebAuthn fields. */
+  const b64u = {
+    decode(text) {
+      const base64 = text.replace(/-/g, '+').replace(/_/g, '/').padEnd(Math.ceil(text.length / 4) * 4, '=');
+      return Uint8Array.from(atob(base64), (c) => c.charCodeAt(0)).buffer;
+    },
+    encode(buffer) {
+      let binary = '';
+      for (const byte of new Uint8Array(buffer)) binary += String.fromCharCode(byte);
+      return btoa(binary).replace(/\+/g, '-').replace(/\//g, '_').replace(/=+$/, '');
+    },
+  };
+
+  const passkeysHere = () => Boolean(window.PublicKeyCredential && navigator.credentials);
+
+  /** A passkey made by this device for the options the API gave (adding one). */
+  async function createPasskey(options) {
+    const key = structuredClone(options.publicKey);
+    key.challenge = b64u.decode(key.challenge);
+    key.user.id = b64u.decode(key.user.id);
+    key.excludeCredentials = (key.excludeCredentials || []).map((c) => ({ ...c, id: b64u.decode(c.id) }));
+    const made = await navigator.credentials.create({ publicKey: key });
+    return {
+      id: made.id,
+      rawId: b64u.encode(made.rawId),
+      type: made.type,
+      extensions: made.getClientExtensionResults(),
+      response: {
+        attestationObject: b64u.encode(made.response.attestationObject),
+        clientDataJSON: b64u.encode(made.response.clientDataJSON),
+        transports: made.response.getTransports ? made.response.getTransports() : [],
+      },
+    };
+  }
+
+  /** This device's passkey signing the challenge the API gave (signing in). */
+  async function usePasskey(options) {
+    const key = structuredClone(options.publicKey);
+    key.challenge = b64u.decode(key.challenge);
+    key.allowCredentials = (key.allowCredentials || []).map((c) => ({ ...c, id: b64u.decode(c.id) }));
+    const used = await navigator.credentials.get({ publicKey: key });
+    return {
+      id: used.id,
+      rawId: b64u.encode(used.rawId),
+      type: used.type,
+      extensions: used.getClientExtensionResults(),
+      response: {
+        authenticatorData: b64u.encode(used.response.authenticatorData),
+        clientDataJSON: b64u.encode(used.response.clientDataJSON),
+        signature: b64u.encode(used.response.signature),
+        userHandle: used.response.userHandle ? b64u.encode(used.response.userHandle) : null,
+      },
+    };
+  }
+
+  /** Signs in with a passkey: alone, or (a ticket from a password) as the second factor. */
+  async function passkeySignIn(ceremony) {
+    const { ticket, options } = ceremony || (await api('POST', 'login/passkey', {}));
+    let credential;
+    try {
+      credential = await usePasskey(options);
+    } catch (e) {
+      throw new Error(t('passkeys.cancelled'));
+    }
+    await api('POST', 'login/passkey/finish', { ticket, credential });
+    me = await api('GET', 'me');
+    route();
+  }
+
   function loginView(notice) {
     const code = field(
       t('totp.code'),
@@ -442,7 +514,15 @@
       field(t('password'), h('input', { name: 'password', type: 'password', autocomplete: 'current-password', required: true })),
       code,
       errorBox(),
-      h('div', { class: 'actions' }, languagePicker(), h('button', { type: 'submit' }, t('sign_in'))),
+      h(
+        'div',
+        { class: 'actions' },
+        languagePicker(),
+        passkeysHere()
+          ? h('button', { type: 'button', class: 'ghost', id: 'passkey-sign-in', onclick: () => submitting(form, () => passkeySignIn()) }, t('passkeys.sign_in'))
+          : null,
+        h('button', { type: 'submit' }, t('sign_in')),
+      ),
     );
     onSubmit(form, async () => {
       const values = fields(form);
@@ -457,6 +537,8 @@
           code.hidden = false;
           err.message = `${err.message} ${t('login.code_gets_in')}`;
         }
+        // The password was right; a passkey of theirs confirms it.
+        if (err.code === 'passkey_required' && passkeysHere()) return passkeySignIn(err.data);
         if (err.code !== 'totp_required') throw err;
         // The password was right; two-step sign-in is on: ask for the code.
         code.hidden = false;
@@ -1953,6 +2035,56 @@
   }
 
   /** The owner's sessions: where and in which browser, last used; end one, or all the others. */
+  /** The asker's passkeys: add one (this device, or a phone or key it offers), remove one. */
+  function passkeysCard(state) {
+    const form = h(
+      'form',
+      { class: 'inline', id: 'passkey-form' },
+      h('input', { name: 'name', required: true, maxlength: 64, placeholder: t('passkeys.name'), 'aria-label': t('passkeys.name') }),
+      h('button', { type: 'submit' }, t('passkeys.add')),
+      errorBox(),
+    );
+    onSubmit(form, async () => {
+      const { ticket, options } = await api('POST', 'passkeys', { name: fields(form).name });
+      let credential;
+      try {
+        credential = await createPasskey(options);
+      } catch (e) {
+        throw new Error(t('passkeys.cancelled'));
+      }
+      await api('POST', 'passkeys/finish', { ticket, credential });
+      route();
+    });
+    return h(
+      'section',
+      { class: 'card', id: 'passkeys' },
+      h('h2', {}, t('passkeys.title')),
+      h('p', {}, t('passkeys.intro')),
+      state.passkeys.length
+        ? h(
+            'table',
+            { class: 'list' },
+            h('thead', {}, h('tr', {}, ['passkeys.name', 'passkeys.added', 'passkeys.last_used', ''].map((k) => h('th', { scope: 'col' }, k ? t(k) : h('span', { class: 'visually-hidden' }, t('actions')))))),
+            h(
+              'tbody',
+              {},
+              state.passkeys.map((p) =>
+                h(
+                  'tr',
+                  {},
+                  h('td', { 'data-label': t('passkeys.name') }, p.name),
+                  h('td', { 'data-label': t('passkeys.added') }, date(p.created)),
+                  h('td', { 'data-label': t('passkeys.last_used') }, ago(p.last_used)),
+                  h('td', {}, deleteButton(t('passkeys.remove'), t('passkeys.remove_confirm', { name: p.name }), `passkeys/${p.id}`, { 'data-passkey': p.name })),
+                ),
+              ),
+            ),
+          )
+        : h('p', { class: 'empty' }, t('passkeys.none')),
+      !state.available ? h('p', { class: 'notice' }, t('passkeys.unavailable')) : passkeysHere() ? form : h('p', { class: 'notice' }, t('passkeys.no_browser')),
+    );
+  }
+
   function sessionsCard(list) {
     // "Sign out everywhere else" ends one's own other sessions (the owner ends others' one by one).
     const others = list.filter((s) => !s.current && (s.admin === 'owner' ? me.role === 'owner' : s.admin === me.login)).length;
@@ -2122,12 +2254,13 @@
 
   async function settingsView() {
     if (!can('admin')) return accountView();
-    const [totp, status, settings, edges, sessions] = await Promise.all([
+    const [totp, status, settings, edges, sessions, passkeys] = await Promise.all([
       me.role === 'owner' ? api('GET', 'totp') : null,
       api('GET', 'status'),
       api('GET', 'settings'),
       api('GET', 'edges'),
       api('GET', 'sessions'),
+      api('GET', 'passkeys'),
     ]);
     const p = settings.profile;
     const profile = h(
@@ -2222,6 +2355,7 @@
       h('p', {}, h('a', { href: '#/settings/notifications', id: 'to-notifications' }, t('notify.title')), ' · ', t('notify.link_hint')),
       profile,
       card,
+      passkeysCard(passkeys),
       sessionsCard(sessions.sessions),
       addressesForm(settings),
       edgesCard(edges.edges),
@@ -2239,7 +2373,7 @@
 
   /** Settings for an admin below the admin scope: who they are, where they are signed in. */
   async function accountView() {
-    const sessions = await api('GET', 'sessions');
+    const [sessions, passkeys] = await Promise.all([api('GET', 'sessions'), api('GET', 'passkeys')]);
     shell(
       'settings',
       h('h1', {}, t('nav.settings')),
@@ -2250,6 +2384,7 @@
         h('dl', {}, h('dt', {}, t('login')), h('dd', {}, me.login), h('dt', {}, t('admins.role')), h('dd', {}, t(`role.${me.role}`))),
         h('p', {}, t(`role.${me.role}.about`)),
       ),
+      passkeysCard(passkeys),
       sessionsCard(sessions.sessions),
     );
   }

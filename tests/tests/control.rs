@@ -635,6 +635,10 @@ async fn an_admin_added_by_the_cli_signs_in_to_a_running_control_and_is_removed(
         .unwrap();
     assert_eq!(created.status(), StatusCode::CREATED);
 
+    // Passkeys lost: the owner's (by the owner's login) and an admin's can be forgotten.
+    assert_eq!(dir.cli(&["admin", "forget-passkeys", "owner"]).unwrap().trim(), "0 passkeys of owner removed");
+    assert!(dir.cli(&["admin", "forget-passkeys", "rita"]).unwrap().contains("0 passkeys"));
+    assert!(dir.cli(&["admin", "forget-passkeys", "nobody"]).is_err());
     assert!(dir.cli(&["admin", "remove", "rita"]).is_err(), "removing takes --yes");
     dir.cli(&["admin", "remove", "rita", "--yes"]).unwrap();
     let after = http.get(control.api("/me")).header("cookie", &cookie).send().await.unwrap();

@@ -840,3 +840,100 @@ async fn admins_and_a_resellers_view_in_a_real_browser() {
     assert!(unexpected.is_empty(), "console errors in the reseller's view: {unexpected:#?}");
     client.close().await.unwrap();
 }
+
+/// A chromedriver WebAuthn call (the virtual authenticators of WebDriver's WebAuthn
+/// extension) on the browser session.
+async fn webauthn(driver: &Driver, client: &Client, method: reqwest::Method, path: &str, body: Option<Value>) -> Value {
+    let session = client.session_id().await.unwrap().unwrap();
+    let http = hearth_tests::http().build().unwrap();
+    let mut request = http.request(method, format!("{}/session/{session}/webauthn/{path}", driver.url));
+    if let Some(body) = body {
+        request = request.json(&body);
+    }
+    let answer: Value = request.send().await.unwrap().json().await.unwrap();
+    assert!(answer["value"].get("error").is_none(), "{path}: {answer}");
+    answer["value"].clone()
+}
+
+#[tokio::test]
+async fn passkeys_sign_in_alone_and_as_the_second_factor_in_a_real_browser() {
+    // A passkey's relying party is a domain: control at http://localhost (a secure context).
+    let port = free_port();
+    let temp = tempfile::tempdir().unwrap();
+    let dir = ControlDir::init(&temp.path().join("control")).unwrap();
+    let env = [
+        ("HEARTH_TLS", "off".to_owned()),
+        ("HEARTH_LISTEN", format!("127.0.0.1:{port}")),
+        ("HEARTH_PUBLIC_URL", format!("http://localhost:{port}")),
+    ];
+    let control = ControlProcess::start(&dir, &env).unwrap();
+    let http = dir.client().unwrap();
+    let token = control.setup(&http, "admin").await.unwrap();
+    let panel = format!("http://localhost:{port}/{}/", control.admin);
+    let (driver, client) = browser().await;
+    // A platform authenticator that keeps discoverable credentials and verifies its user.
+    let authenticator = webauthn(
+        &driver,
+        &client,
+        reqwest::Method::POST,
+        "authenticator",
+        Some(json!({
+            "protocol": "ctap2", "transport": "internal", "hasResidentKey": true,
+            "hasUserVerification": true, "isUserConsenting": true, "isUserVerified": true,
+        })),
+    )
+    .await;
+    let authenticator = authenticator.as_str().unwrap().to_owned();
+    sign_in(&client, &panel).await;
+
+    // Settings, Passkeys: add one; the device now holds it.
+    client.goto(&format!("{panel}#/settings")).await.unwrap();
+    text_of(&client, "#passkeys", |t| t.contains("No passkeys yet.")).await;
+    fill(&client, "#passkey-form input[name=name]", "laptop").await;
+    find(&client, "#passkey-form button[type=submit]").await.send_keys("\u{e007}").await.unwrap();
+    text_of(&client, "#passkeys", |t| t.contains("laptop")).await;
+    let held =
+        webauthn(&driver, &client, reqwest::Method::GET, &format!("authenticator/{authenticator}/credentials"), None)
+            .await;
+    assert_eq!(held.as_array().unwrap().len(), 1, "{held}");
+    assert_eq!(held[0]["isResidentCredential"], true);
+    screenshot(&client, "passkeys").await;
+
+    // The password alone no longer signs in: it asks for the passkey.
+    let login = json!({ "login": "owner", "password": "correct horse battery" });
+    let answer = http.post(control.api("/login")).json(&login).send().await.unwrap();
+    assert_eq!(answer.status(), reqwest::StatusCode::UNAUTHORIZED);
+    let answer: Value = answer.json().await.unwrap();
+    assert_eq!(answer["error"]["code"], "passkey_required", "{answer}");
+    // A forged answer is refused (and counted as a failed sign-in).
+    let forged = json!({ "ticket": answer["ticket"], "credential": {
+        "id": "AAAA", "rawId": "AAAA", "type": "public-key", "extensions": {},
+        "response": { "authenticatorData": "AAAA", "clientDataJSON": "AAAA", "signature": "AAAA", "userHandle": null },
+    }});
+    let refused = http.post(control.api("/login/passkey/finish")).json(&forged).send().await.unwrap();
+    assert_eq!(refused.status(), reqwest::StatusCode::UNAUTHORIZED);
+    // In the browser: the password, then the passkey, without a click more.
+    find(&client, "#sign-out").await.click().await.unwrap();
+    fill(&client, "#login input[name=login]", "owner").await;
+    fill(&client, "#login input[name=password]", "correct horse battery").await;
+    find(&client, "#login button[type=submit]").await.send_keys("\u{e007}").await.unwrap();
+    text_of(&client, "#passkeys", |t| t.contains("laptop")).await;
+    // The passkey alone, no login typed.
+    find(&client, "#sign-out").await.click().await.unwrap();
+    find(&client, "#passkey-sign-in").await.send_keys("\u{e007}").await.unwrap();
+    text_of(&client, "#passkeys", |t| t.contains("laptop")).await;
+    // Each sign-out ended its session: setup's and the passkey's are left.
+    let sessions = control.call(&http, &token, reqwest::Method::GET, "/sessions", None).await.unwrap();
+    assert_eq!(sessions["sessions"].as_array().unwrap().len(), 2, "{sessions}");
+    assert!(sessions["sessions"][0]["browser"].as_str().unwrap().contains("Chrome"), "{sessions}");
+    no_console_errors(&driver, &client, "passkey sign-ins").await;
+
+    // Removed, the password alone signs in again; the audit log has it all.
+    client.goto(&format!("{panel}#/settings")).await.unwrap();
+    find(&client, "#passkeys button[data-passkey=laptop]").await.click().await.unwrap();
+    find(&client, "dialog button.danger").await.click().await.unwrap();
+    text_of(&client, "#passkeys", |t| t.contains("No passkeys yet.")).await;
+    let answer = http.post(control.api("/login")).json(&login).send().await.unwrap();
+    assert_eq!(answer.status(), reqwest::StatusCode::OK);
+    client.close().await.unwrap();
+}

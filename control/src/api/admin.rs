@@ -29,6 +29,7 @@ mod admins;
 mod edges;
 mod nodes;
 mod overview;
+mod passkeys;
 mod settings;
 mod telegram;
 mod users;
@@ -178,10 +179,14 @@ fn ok(value: serde_json::Value) -> Reply {
 }
 
 pub(super) fn router() -> Router<Arc<App>> {
+    // Sign-in takes small bodies, limited before anything is read.
+    let sign_in = || DefaultBodyLimit::max(super::SIGN_IN_BODY);
     Router::new()
         .route("/api/openapi.json", get(openapi))
-        .route("/api/setup", post(setup).layer(DefaultBodyLimit::max(super::SIGN_IN_BODY)))
-        .route("/api/login", post(login).layer(DefaultBodyLimit::max(super::SIGN_IN_BODY)))
+        .route("/api/setup", post(setup).layer(sign_in()))
+        .route("/api/login", post(login).layer(sign_in()))
+        .route("/api/login/passkey", post(passkeys::start_sign_in).layer(sign_in()))
+        .route("/api/login/passkey/finish", post(passkeys::finish_sign_in).layer(sign_in()))
         .route("/api/logout", post(logout))
         .route("/api/me", get(me))
         .route("/api/sessions", get(list_sessions).delete(end_other_sessions))
@@ -223,6 +228,10 @@ pub(super) fn router() -> Router<Arc<App>> {
         .route("/api/tokens/{id}", delete(revoke_token))
         .route("/api/admins", get(admins::list_admins).post(admins::add_admin))
         .route("/api/admins/{id}", axum::routing::patch(admins::update_admin).delete(admins::remove_admin))
+        .route("/api/admins/{id}/passkeys", delete(passkeys::forget_admin_passkeys))
+        .route("/api/passkeys", get(passkeys::list_passkeys).post(passkeys::start_add))
+        .route("/api/passkeys/finish", post(passkeys::finish_add))
+        .route("/api/passkeys/{id}", delete(passkeys::remove_passkey))
         .route("/api/audit", get(audit))
         .route("/api/settings", get(get_settings).patch(update_settings))
         .route("/api/edges", get(edges::list_edges).post(edges::add_edge))

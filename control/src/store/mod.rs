@@ -12,6 +12,7 @@ pub(crate) mod edges;
 pub(crate) mod events;
 pub(crate) mod hwid;
 pub(crate) mod nodes;
+pub(crate) mod passkeys;
 pub(crate) mod telegram;
 pub(crate) mod usage;
 pub(crate) mod users;
@@ -68,6 +69,7 @@ const MIGRATIONS: &[&str] = &[
     include_str!("telegram.sql"),
     include_str!("sessions.sql"),
     include_str!("admins.sql"),
+    include_str!("passkeys.sql"),
 ];
 
 /// Readers kept open between requests.

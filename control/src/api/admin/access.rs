@@ -100,6 +100,8 @@ pub(super) struct SignInFacts {
     owner: Option<(String, String)>,
     /// The admin of that login (id, password hash, role), if it is not the owner's.
     admin: Option<(i64, String, Role)>,
+    /// The passkeys of that login's account: a password sign-in needs one of them too.
+    passkeys: Vec<webauthn_rs::prelude::Passkey>,
     /// Two-step sign-in's state.
     totp: auth::TotpState,
     /// Whether the owner signed in from this address recently.
@@ -142,8 +144,15 @@ pub(super) async fn login(
         .read(move |c| {
             let owner = auth::owner(c)?;
             let is_owner = owner.as_ref().is_some_and(|(name, _)| name.eq_ignore_ascii_case(&login));
+            let admin = if is_owner { None } else { crate::store::admins::for_sign_in(c, &login)? };
+            let passkeys = match (is_owner, &admin) {
+                (true, _) => crate::store::passkeys::of(c, None)?,
+                (false, Some((id, _, _))) => crate::store::passkeys::of(c, Some(*id))?,
+                (false, None) => Vec::new(),
+            };
             Ok(SignInFacts {
-                admin: if is_owner { None } else { crate::store::admins::for_sign_in(c, &login)? },
+                passkeys,
+                admin,
                 owner: owner.filter(|_| is_owner),
                 // Two-step sign-in is the owner's; an admin signs in with a password.
                 totp: if is_owner { auth::totp_state(c)? } else { auth::TotpState::default() },
@@ -193,7 +202,17 @@ pub(super) async fn login(
     if !good {
         return Err(refused(&app, ip, now, "bad_login", "wrong login or password").into());
     }
-    // A missing code is a step of the flow, not a failure.
+    // A missing second factor is a step of the flow, not a failure. With passkeys, one of them
+    // (the owner may give an authenticator or recovery code instead).
+    if !facts.passkeys.is_empty() && good_code.is_none() {
+        let (ticket, options) = app.passkeys.start_confirm(admin, &facts.passkeys)?;
+        let body = json!({
+            "error": { "code": "passkey_required", "message": "confirm with your passkey: finish at /login/passkey/finish with this ticket" },
+            "ticket": ticket,
+            "options": options,
+        });
+        return Err((StatusCode::UNAUTHORIZED, axum::Json(body)).into_response().into());
+    }
     if facts.totp.secret.is_some() && good_code.is_none() {
         return Err(refuse(
             StatusCode::UNAUTHORIZED,
@@ -202,6 +221,10 @@ pub(super) async fn login(
         )
         .into());
     }
+    let who = match admin {
+        None => "owner".to_owned(),
+        Some(_) => format!("admin {}", req.login.trim()),
+    };
     let cookie = app
         .db
         .write(move |tx| {
@@ -219,27 +242,42 @@ pub(super) async fn login(
             if !spent {
                 return Ok(None);
             }
-            if !auth::known_address(tx, &address, now)? {
-                let data = json!({ "address": ip.to_string() });
-                let who = match admin {
-                    None => "owner".to_owned(),
-                    Some(_) => format!("admin {}", req.login.trim()),
-                };
-                crate::store::events::emit(tx, now, "signin.new_address", &who, &data)?;
-            }
-            auth::remember_address(tx, &address, now)?;
-            auth::start_session(tx, now, admin, &ip.to_string(), &agent).map(Some)
+            open_session(tx, now, ip, &agent, admin, &who).map(Some)
         })
         .await?;
     // Spent by a sign-in at the same moment.
     let Some(cookie) = cookie else {
         return Err(refused(&app, ip, now, "bad_totp", "that code is wrong, expired or already used").into());
     };
+    Ok(signed_in(&app, ip, admin, &cookie))
+}
+
+/// Starts a session for the owner (`admin` `None`) or an admin (`who` in the events) who
+/// signed in from `ip`: an address not seen before is told as an event, and remembered.
+pub(super) fn open_session(
+    tx: &rusqlite::Connection,
+    now: u64,
+    ip: std::net::IpAddr,
+    agent: &str,
+    admin: Option<i64>,
+    who: &str,
+) -> Result<String, Error> {
+    let address = auth::address_hash(ip);
+    if !auth::known_address(tx, &address, now)? {
+        let data = json!({ "address": ip.to_string() });
+        crate::store::events::emit(tx, now, "signin.new_address", who, &data)?;
+    }
+    auth::remember_address(tx, &address, now)?;
+    auth::start_session(tx, now, admin, &ip.to_string(), agent)
+}
+
+/// The answer to a sign-in that succeeded: the session's cookie.
+pub(super) fn signed_in(app: &App, ip: std::net::IpAddr, admin: Option<i64>, cookie: &str) -> Response {
     app.lockouts.succeed(ip);
     tracing::info!(client = %ip, admin = admin.is_some(), "signed in");
     let mut response = axum::Json(json!({ "ok": true })).into_response();
-    response.headers_mut().insert(header::SET_COOKIE, session_cookie(&cookie, auth::SESSION_ABSOLUTE));
-    Ok(response)
+    response.headers_mut().insert(header::SET_COOKIE, session_cookie(cookie, auth::SESSION_ABSOLUTE));
+    response
 }
 
 /// A refused sign-in: counted for the address, logged without the login.
@@ -261,7 +299,7 @@ pub(super) fn owner_only(auth: &Auth) -> Result<(), Refusal> {
 
 /// Whose sessions and tokens the asker sees and ends: the owner everyone's, an admin their
 /// own. Refuses a token below the admin scope (a token cannot mint or end others).
-fn whose(auth: &Auth) -> Result<auth::Whose, Refusal> {
+pub(super) fn whose(auth: &Auth) -> Result<auth::Whose, Refusal> {
     let principal = &auth.0;
     if let Via::Token { scope, .. } = principal.via
         && scope < Scope::Admin
@@ -277,7 +315,7 @@ fn whose(auth: &Auth) -> Result<auth::Whose, Refusal> {
 }
 
 /// Runs a change to one's own sessions or tokens (any role may), audited as the asker.
-async fn own_change<T: Send + 'static>(
+pub(super) async fn own_change<T: Send + 'static>(
     app: &Arc<App>,
     auth: &Auth,
     f: impl FnOnce(&rusqlite::Connection, auth::Whose, &str, u64) -> Result<T, Error> + Send + 'static,

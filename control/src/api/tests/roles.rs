@@ -47,6 +47,9 @@ fn may(description: &str, role: Role, scope: Scope, session: bool) -> bool {
     if description.starts_with("Owner session only") {
         return role == Role::Owner && session;
     }
+    if description.starts_with("Any admin's session only") {
+        return session;
+    }
     if description.starts_with("Owner only") {
         return role == Role::Owner && scope == Scope::Admin;
     }
@@ -134,7 +137,7 @@ async fn every_route_refuses_what_the_role_or_the_token_may_not_do() {
         .unwrap()
         .iter()
         // Signing in and out are not a role's to be refused.
-        .filter(|(path, _)| !["/setup", "/login", "/logout"].contains(&path.as_str()))
+        .filter(|(path, _)| !["/setup", "/logout"].contains(&path.as_str()) && !path.starts_with("/login"))
         .flat_map(|(path, methods)| methods.as_object().unwrap().iter().map(move |(m, op)| (path, m, op)))
         .collect();
     // Ending one's other sessions comes last, signed-in askers first (an owner's token ends the
@@ -329,4 +332,35 @@ async fn admins_are_the_owners_and_each_sees_their_own_sessions() {
     assert_eq!(token.post("/users", json!({ "name": "x" })).await.status, StatusCode::FORBIDDEN);
     let audit = owner.get("/audit").await.json().to_string();
     assert!(audit.contains("admin ada") && audit.contains("admin.update"), "{audit}");
+}
+
+#[tokio::test]
+async fn passkey_ceremonies_need_a_domain_a_session_and_a_good_answer() {
+    // At an IP address (the default), passkeys are off, and say why.
+    let here = Client::signed_in(false).await;
+    assert_eq!(here.get("/passkeys").await.json()["available"], false);
+    let off = here.post("/passkeys", json!({ "name": "laptop" })).await;
+    assert_eq!(off.status, StatusCode::CONFLICT);
+    assert!(off.json()["error"]["message"].as_str().unwrap().contains("public_url"));
+
+    let owner = Client::signed_in_with(false, &[("HEARTH_PUBLIC_URL", "https://panel.example.net:8443")]).await;
+    assert_eq!(owner.get("/passkeys").await.json()["available"], true);
+    let started = owner.post("/passkeys", json!({ "name": "laptop" })).await.json();
+    assert_eq!(started["options"]["publicKey"]["rp"]["id"], "panel.example.net", "{started}");
+    assert_eq!(started["options"]["publicKey"]["user"]["name"], "owner");
+    // Only a person signed in adds one; a token of the admin scope does not.
+    let token = owner.token_of("admin").await;
+    assert_eq!(token.post("/passkeys", json!({ "name": "x" })).await.code(), "session_only");
+    // A sign-in's answer that is not a passkey of anyone's is refused as a failed sign-in, and
+    // its ticket is spent.
+    let ceremony = owner.post("/login/passkey", json!({})).await.json();
+    let forged = json!({ "ticket": ceremony["ticket"], "credential": {
+        "id": "AAAA", "rawId": "AAAA", "type": "public-key", "extensions": {},
+        "response": { "authenticatorData": "AAAA", "clientDataJSON": "AAAA", "signature": "AAAA", "userHandle": null },
+    }});
+    let refused = owner.post("/login/passkey/finish", forged.clone()).await;
+    assert_eq!((refused.status, refused.code().as_str()), (StatusCode::UNAUTHORIZED, "bad_passkey"));
+    let again = owner.post("/login/passkey/finish", forged).await;
+    assert_eq!(again.code(), "passkey_expired");
+    assert_eq!(owner.app().counters.logins_failed.load(std::sync::atomic::Ordering::Relaxed), 1);
 }
