@@ -2480,6 +2480,7 @@
                     {},
                     h('div', { class: 'actions' },
                       h('button', { type: 'button', class: 'ghost small', 'data-edit': a.login, onclick: () => adminDialog(groups.groups, a) }, t('admins.change')),
+                      a.passkeys ? deleteButton(t('admins.forget_passkeys'), t('admins.forget_passkeys_confirm', { login: a.login, n: number(a.passkeys) }), `admins/${a.id}/passkeys`, { 'data-forget': a.login }) : null,
                       deleteButton(t('admins.remove'), t('admins.remove_confirm', { login: a.login }), `admins/${a.id}`, { 'data-remove': a.login }),
                     ),
                   ),

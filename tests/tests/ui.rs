@@ -935,5 +935,31 @@ async fn passkeys_sign_in_alone_and_as_the_second_factor_in_a_real_browser() {
     text_of(&client, "#passkeys", |t| t.contains("No passkeys yet.")).await;
     let answer = http.post(control.api("/login")).json(&login).send().await.unwrap();
     assert_eq!(answer.status(), reqwest::StatusCode::OK);
+
+    // An operator adds their own; the owner removes it for them when they lose it.
+    let body = json!({ "login": "otto", "role": "operator", "password": "an operator's password" });
+    let otto = control.call(&http, &token, reqwest::Method::POST, "/admins", Some(&body)).await.unwrap();
+    find(&client, "#sign-out").await.click().await.unwrap();
+    fill(&client, "#login input[name=login]", "otto").await;
+    fill(&client, "#login input[name=password]", "an operator's password").await;
+    find(&client, "#login button[type=submit]").await.send_keys("\u{e007}").await.unwrap();
+    find(&client, "#me").await;
+    client.goto(&format!("{panel}#/settings")).await.unwrap();
+    text_of(&client, "#account", |t| t.contains("Operator")).await;
+    fill(&client, "#passkey-form input[name=name]", "otto's phone").await;
+    find(&client, "#passkey-form button[type=submit]").await.send_keys("\u{e007}").await.unwrap();
+    text_of(&client, "#passkeys", |t| t.contains("otto's phone")).await;
+    screenshot(&client, "passkeys-operator").await;
+    let theirs = json!({ "login": "otto", "password": "an operator's password" });
+    let answer = http.post(control.api("/login")).json(&theirs).send().await.unwrap();
+    assert_eq!(answer.status(), reqwest::StatusCode::UNAUTHORIZED, "their password alone no longer signs in");
+    let admins = control.call(&http, &token, reqwest::Method::GET, "/admins", None).await.unwrap();
+    assert_eq!(admins["admins"][0]["passkeys"], 1, "{admins}");
+    let path = format!("/admins/{}/passkeys", otto["id"]);
+    let forgot = control.call(&http, &token, reqwest::Method::DELETE, &path, None).await.unwrap();
+    assert_eq!(forgot["removed"], 1);
+    let answer = http.post(control.api("/login")).json(&theirs).send().await.unwrap();
+    assert_eq!(answer.status(), reqwest::StatusCode::OK);
+    no_console_errors(&driver, &client, "an operator's passkey").await;
     client.close().await.unwrap();
 }

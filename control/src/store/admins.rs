@@ -30,6 +30,8 @@ pub(crate) struct AdminView {
     /// Users they created, and the quota those hold in total (bytes).
     pub(crate) users: u64,
     pub(crate) allotted: u64,
+    /// Their passkeys.
+    pub(crate) passkeys: u64,
     pub(crate) created: u64,
 }
 
@@ -72,7 +74,8 @@ const VIEW: &str = "SELECT a.id, a.login, a.role, a.max_users, a.max_traffic, a.
         (SELECT coalesce(sum(u.quota), 0) FROM users u WHERE u.admin_id = a.id),
         (SELECT coalesce(group_concat(g.name, char(10)), '') FROM
             (SELECT g.name FROM admin_groups ag JOIN groups g ON g.id = ag.group_id
-             WHERE ag.admin_id = a.id ORDER BY g.name) g)
+             WHERE ag.admin_id = a.id ORDER BY g.name) g),
+        (SELECT count(*) FROM passkeys p WHERE p.admin_id = a.id)
     FROM admins a";
 
 fn view_of(row: &rusqlite::Row<'_>) -> rusqlite::Result<AdminView> {
@@ -88,6 +91,7 @@ fn view_of(row: &rusqlite::Row<'_>) -> rusqlite::Result<AdminView> {
         users: row.get(6)?,
         allotted: row.get(7)?,
         groups: groups.split('\n').filter(|g| !g.is_empty()).map(str::to_owned).collect(),
+        passkeys: row.get(9)?,
     })
 }
 

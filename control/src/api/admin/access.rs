@@ -253,7 +253,9 @@ pub(super) async fn login(
 }
 
 /// Starts a session for the owner (`admin` `None`) or an admin (`who` in the events) who
-/// signed in from `ip`: an address not seen before is told as an event, and remembered.
+/// signed in from `ip`. The owner's address, not seen before, is told as an event and
+/// remembered (exempt from strangers' sign-in budget: see [`crate::auth`]); an admin's never
+/// is, or an admin could lift that budget off the owner's login from their own address.
 pub(super) fn open_session(
     tx: &rusqlite::Connection,
     now: u64,
@@ -262,6 +264,9 @@ pub(super) fn open_session(
     admin: Option<i64>,
     who: &str,
 ) -> Result<String, Error> {
+    if admin.is_some() {
+        return auth::start_session(tx, now, admin, &ip.to_string(), agent);
+    }
     let address = auth::address_hash(ip);
     if !auth::known_address(tx, &address, now)? {
         let data = json!({ "address": ip.to_string() });

@@ -305,6 +305,22 @@ async fn admins_are_the_owners_and_each_sees_their_own_sessions() {
     let wrong = owner.post("/login", json!({ "login": "ada", "password": "not the password" })).await;
     assert_eq!(wrong.code(), "bad_login");
 
+    // An admin's address is not the owner's: it never joins those exempt from strangers'
+    // sign-in budget.
+    let known = |client: &Client| {
+        let app = client.app().clone();
+        async move {
+            app.db
+                .read(|c| Ok(c.query_row("SELECT count(*) FROM known_addresses", [], |r| r.get::<_, i64>(0))?))
+                .await
+                .unwrap()
+        }
+    };
+    let before = known(&owner).await;
+    let elsewhere = owner.login_from("192.0.2.7", json!({ "login": "ada", "password": PASSWORD })).await;
+    assert_eq!(elsewhere.status, StatusCode::OK);
+    assert_eq!(known(&owner).await, before);
+
     let admin = owner.as_admin("ada").await;
     assert_eq!(admin.get("/me").await.json()["role"], "admin");
     // A full admin does everything but admin accounts.
@@ -312,10 +328,16 @@ async fn admins_are_the_owners_and_each_sees_their_own_sessions() {
     assert_eq!(admin.get("/admins").await.code(), "owner_only");
     // Sessions: an admin sees theirs, the owner everyone's and ends any.
     let theirs = admin.get("/sessions").await.json();
-    assert_eq!(theirs["sessions"].as_array().unwrap().len(), 1, "{theirs}");
+    assert_eq!(theirs["sessions"].as_array().unwrap().len(), 2, "{theirs}");
     assert_eq!(theirs["sessions"][0]["admin"], "ada");
     let all = owner.get("/sessions").await.json();
-    let session = all["sessions"].as_array().unwrap().iter().find(|s| s["admin"] == "ada").unwrap()["id"].clone();
+    let session = all["sessions"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|s| s["admin"] == "ada" && s["address"] != "192.0.2.7")
+        .unwrap()["id"]
+        .clone();
     let mine = all["sessions"].as_array().unwrap().iter().find(|s| s["admin"] == "owner").unwrap()["id"].clone();
     assert_eq!(admin.delete(&format!("/sessions/{mine}")).await.status, StatusCode::NOT_FOUND, "not theirs");
     assert_eq!(owner.delete(&format!("/sessions/{session}")).await.status, StatusCode::NO_CONTENT);
