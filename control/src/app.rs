@@ -125,7 +125,7 @@ impl App {
         http: reqwest::Client,
     ) -> App {
         let addresses = Addresses { set: crate::settings::Addresses::of(&config), sub_url: config.sub_url.clone() };
-        let ua_rules = db.read_blocking(crate::settings::ua_rules).unwrap_or_else(|e| {
+        let ua_rules = db.read_blocking(crate::store::ua_rules).unwrap_or_else(|e| {
             tracing::error!(error = %e, "reading the User-Agent rules");
             Vec::new()
         });

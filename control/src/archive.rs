@@ -318,7 +318,7 @@ pub(crate) fn unpack(payload: &Payload, dir: &Path) -> Result<()> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::store::users::{self, UserInput};
+    use crate::store::users::UserInput;
     use crate::testing::TestControl;
 
     #[test]
@@ -327,7 +327,7 @@ mod tests {
         let app = &t.app;
         let now = now();
         let input = UserInput { name: Some("alice".into()), note: Some("kept".into()), ..UserInput::default() };
-        app.db.write_blocking(|tx| users::create(tx, &app.signer, "test", &input, now)).unwrap();
+        app.db.write_blocking(|tx| crate::users::create(tx, &app.signer, "test", &input, now)).unwrap();
         let conn = app.db.connect().unwrap();
         let payload = collect(t.dir.path(), &conn, now).unwrap();
         let names: Vec<&str> = payload.files.iter().map(|(name, _)| name.as_str()).collect();

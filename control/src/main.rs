@@ -18,6 +18,7 @@ mod import;
 mod keyring;
 #[allow(clippy::result_large_err)]
 mod metrics;
+mod nodes;
 mod outbox;
 mod passkeys;
 mod publish;
@@ -34,6 +35,7 @@ mod testing;
 mod tls;
 mod totp;
 mod ui;
+mod users;
 mod webhooks;
 
 use std::path::PathBuf;
@@ -736,7 +738,7 @@ fn user_command(dir: &std::path::Path, command: UserCommand) -> Result<()> {
                 ..UserInput::default()
             };
             speed.fill(&mut input, SpeedInput::default());
-            let created = db.write_blocking(|tx| store::users::create(tx, &signer, "cli", &input, now))?;
+            let created = db.write_blocking(|tx| crate::users::create(tx, &signer, "cli", &input, now))?;
             println!("user {} added", created.id);
             println!("link: {}", link(&created.token));
         }
@@ -772,7 +774,7 @@ fn user_command(dir: &std::path::Path, command: UserCommand) -> Result<()> {
         UserCommand::Show { name } => {
             let (user, token) = db.read_blocking(|c| {
                 let id = store::users::id_by_name(c, &name)?;
-                Ok((store::users::get(c, id)?, store::users::token(c, &signer, id)?))
+                Ok((store::users::get(c, id)?, store::users::token(c, &signer.vault, id)?))
             })?;
             println!("{}", serde_json::to_string_pretty(&user)?);
             println!("link: {}", link(&token));
@@ -784,7 +786,7 @@ fn user_command(dir: &std::path::Path, command: UserCommand) -> Result<()> {
             let input = UserInput { enabled: Some(false), ..UserInput::default() };
             db.write_blocking(|tx| {
                 let id = store::users::id_by_name(tx, &name)?;
-                store::users::update(tx, &signer, "cli", id, &input, now)
+                crate::users::update(tx, &signer, "cli", id, &input, now)
             })?;
             println!("user {name} disabled");
         }
@@ -792,19 +794,19 @@ fn user_command(dir: &std::path::Path, command: UserCommand) -> Result<()> {
             let input = UserInput { enabled: Some(true), ..UserInput::default() };
             let user = db.write_blocking(|tx| {
                 let id = store::users::id_by_name(tx, &name)?;
-                store::users::update(tx, &signer, "cli", id, &input, now)
+                crate::users::update(tx, &signer, "cli", id, &input, now)
             })?;
             println!("user {name} enabled ({})", user.status);
         }
         UserCommand::Extend { name, days } => {
             let user = db.write_blocking(|tx| {
                 let id = store::users::id_by_name(tx, &name)?;
-                store::users::extend(tx, &signer, "cli", id, days, now)
+                crate::users::extend(tx, &signer, "cli", id, days, now)
             })?;
             if user.expires_at == 0 {
                 println!("user {name}: {} days from the first connection", user.duration_days);
             } else {
-                println!("user {name} expires {}", publish::civil_date(user.expires_at));
+                println!("user {name} expires {}", crate::clock::civil_date(user.expires_at));
             }
         }
         UserCommand::Set {
@@ -833,14 +835,14 @@ fn user_command(dir: &std::path::Path, command: UserCommand) -> Result<()> {
             };
             let user = db.write_blocking(|tx| {
                 let id = store::users::id_by_name(tx, &name)?;
-                store::users::update(tx, &signer, "cli", id, &input, now)
+                crate::users::update(tx, &signer, "cli", id, &input, now)
             })?;
             println!("{}", serde_json::to_string_pretty(&user)?);
         }
         UserCommand::Delete { name, yes: _ } => {
             db.write_blocking(|tx| {
                 let id = store::users::id_by_name(tx, &name)?;
-                store::users::delete(tx, &signer, "cli", id, now)
+                crate::users::delete(tx, &signer, "cli", id, now)
             })?;
             println!("user {name} deleted");
         }
@@ -849,7 +851,7 @@ fn user_command(dir: &std::path::Path, command: UserCommand) -> Result<()> {
                 let id = store::users::id_by_name(tx, &name)?;
                 let mut input = UserInput::default();
                 speed.fill(&mut input, store::users::get(tx, id)?.speed_limit);
-                store::users::update(tx, &signer, "cli", id, &input, now)
+                crate::users::update(tx, &signer, "cli", id, &input, now)
             })?;
             let side = |own: Option<Mbps>| match own {
                 None => "the groups' default".to_owned(),
@@ -866,7 +868,7 @@ fn user_command(dir: &std::path::Path, command: UserCommand) -> Result<()> {
         UserCommand::Rotate { name } => {
             let token = db.write_blocking(|tx| {
                 let id = store::users::id_by_name(tx, &name)?;
-                store::users::rotate(tx, &signer, "cli", id, now)
+                crate::users::rotate(tx, &signer, "cli", id, now)
             })?;
             println!("new link: {}", link(&token));
         }
@@ -984,14 +986,14 @@ fn group_command(dir: &std::path::Path, command: GroupCommand) -> Result<()> {
         GroupCommand::Set { name, rename, settings } => {
             let group = db.write_blocking(|tx| {
                 let id = id_of(tx, &name)?;
-                store::nodes::update_group(tx, &signer, "cli", id, &settings.input(rename), now)
+                crate::nodes::update_group(tx, &signer, "cli", id, &settings.input(rename), now)
             })?;
             println!("{}", serde_json::to_string_pretty(&group)?);
         }
         GroupCommand::Remove { name, yes: _ } => {
             db.write_blocking(|tx| {
                 let id = id_of(tx, &name)?;
-                store::nodes::delete_group(tx, &signer, "cli", id, now)
+                crate::nodes::delete_group(tx, &signer, "cli", id, now)
             })?;
             println!("group {name} deleted");
         }
@@ -1095,7 +1097,7 @@ fn node_command(dir: &std::path::Path, command: NodeCommand) -> Result<()> {
         NodeCommand::Remove { name, yes: _ } => {
             db.write_blocking(|tx| {
                 let id = store::nodes::id_by_name(tx, &name)?;
-                store::nodes::delete(tx, &signer, "cli", id, now)
+                crate::nodes::delete(tx, &signer, "cli", id, now)
             })?;
             println!("node {name} deleted");
         }

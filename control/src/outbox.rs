@@ -367,13 +367,13 @@ async fn drain_once(app: &Arc<App>, target: &Target, mut cursor: i64) -> Result<
                 for report in &drain.reports {
                     // A link's device registry, queued with the reports.
                     if let Some(devices) = hearth_shared::devices::DeviceReport::decode(report) {
-                        if crate::store::hwid::apply_report(tx, &state.signer, &devices, now())? {
+                        if crate::store::hwid::apply_report(tx, &state.signer.vault, &devices, now())? {
                             listed += 1;
                         }
                         continue;
                     }
                     let Some(node) = report_node(report) else { continue };
-                    match node_store::apply_usage(tx, &state.signer, node, report, now()) {
+                    match crate::nodes::apply_usage(tx, &state.signer, node, report, now()) {
                         Ok(outcome) => {
                             if matches!(outcome, node_store::UsageOutcome::Applied(_)) {
                                 applied += 1;

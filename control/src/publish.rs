@@ -8,7 +8,7 @@
 //! than what it holds, so nothing committed is ever left unpublished, whichever process
 //! committed it (see [`crate::outbox`]).
 
-use std::collections::{BTreeSet, HashMap};
+use std::collections::HashMap;
 
 use hearth_shared::envelope::{Audience, Draft, Kind};
 use hearth_shared::keys::{PublicKey, RecoveryPublic};
@@ -20,10 +20,13 @@ use hearth_shared::{Digest, seal, sha256};
 use rand_core::OsRng;
 use rusqlite::{Connection, OptionalExtension as _, params};
 
+use crate::clock::civil_date;
 use crate::error::Error;
 use crate::keyring::Online;
 use crate::secrets::{Purpose, Vault};
+use crate::store::changes::{Changes, nodes_of_user};
 use crate::store::edges;
+use crate::store::users::{parse_reset, status_name, status_of};
 
 /// How long a snapshot envelope is accepted by the edge. The edge serves a stored snapshot
 /// for as long as it holds it; this bounds only how late a push may arrive.
@@ -79,210 +82,72 @@ impl Signer {
     }
 }
 
-/// The users and nodes a transaction changed, to publish before it commits.
-#[derive(Default)]
-pub(crate) struct Changes {
-    users: BTreeSet<UserId>,
-    nodes: BTreeSet<NodeId>,
+/// Signs what a transaction changed (see [`Changes`]), inside it: node records first, then
+/// withdrawn streams, users' snapshots, the nodes' sets (those the users reach too), and the
+/// edge's settings. Returns how many envelopes were signed.
+pub(crate) fn changes(conn: &Connection, signer: &Signer, changes: Changes, now: u64) -> Result<usize, Error> {
+    let mut signed = 0;
+    for (node, key) in changes.node_records {
+        publish_node_record(conn, signer, node, key, now)?;
+        signed += 1;
+    }
+    for stream in &changes.gone {
+        delete_stream(conn, stream)?;
+    }
+    let mut nodes = changes.nodes;
+    for user in changes.users {
+        if let Some(reach) = publish_user(conn, signer, user, now)? {
+            signed += 1;
+            nodes.extend(reach);
+        }
+    }
+    for node in nodes {
+        signed += usize::from(publish_creds(conn, signer, node, now, false)?);
+    }
+    if changes.edge_settings {
+        publish_edge_settings(conn, signer, now)?;
+        signed += 1;
+    }
+    Ok(signed)
 }
 
-impl Changes {
-    /// The user's snapshot must be signed again, and the sets of the nodes it can reach
-    /// checked (call before and after a change of the user's groups).
-    pub(crate) fn user(&mut self, conn: &Connection, user: UserId) -> Result<(), Error> {
-        self.users.insert(user);
-        self.nodes.extend(nodes_of_user(conn, user)?);
-        Ok(())
-    }
+/// Runs a change of the store's in the caller's transaction, then signs what it changed.
+pub(crate) fn changed<T>(
+    conn: &Connection,
+    signer: &Signer,
+    now: u64,
+    change: impl FnOnce(&mut Changes) -> Result<T, Error>,
+) -> Result<T, Error> {
+    let mut touched = Changes::default();
+    let value = change(&mut touched)?;
+    changes(conn, signer, touched, now)?;
+    Ok(value)
+}
 
-    /// The sets of the nodes the user can reach must be checked (its allowance or kick
-    /// count changed), not its snapshot.
-    pub(crate) fn creds_of_user(&mut self, conn: &Connection, user: UserId) -> Result<(), Error> {
-        self.nodes.extend(nodes_of_user(conn, user)?);
-        Ok(())
-    }
-
-    /// The node's set must be checked (its groups changed, or it enrolled).
-    pub(crate) fn node(&mut self, node: NodeId) {
-        self.nodes.insert(node);
-    }
-
-    /// Every user who can reach `node` (its endpoint changed) must be signed again.
-    pub(crate) fn users_of_node(&mut self, conn: &Connection, node: NodeId) -> Result<(), Error> {
-        let mut query = conn.prepare_cached(
-            "SELECT DISTINCT ug.user_id FROM node_groups ng JOIN user_groups ug ON ug.group_id = ng.group_id
-             WHERE ng.node_id = ?1",
-        )?;
-        for user in query.query_map([node], |row| row.get(0))? {
-            self.users.insert(user?);
-        }
-        self.nodes.insert(node);
-        Ok(())
-    }
-
-    /// Signs everything changed, inside the caller's transaction. Returns how many envelopes
-    /// were signed.
-    pub(crate) fn publish(self, conn: &Connection, signer: &Signer, now: u64) -> Result<usize, Error> {
-        let mut signed = 0;
-        let mut nodes = self.nodes;
-        for user in self.users {
-            if let Some(reach) = publish_user(conn, signer, user, now)? {
-                signed += 1;
-                nodes.extend(reach);
-            }
-        }
-        for node in nodes {
-            signed += usize::from(publish_creds(conn, signer, node, now, false)?);
-        }
-        Ok(signed)
-    }
+/// Signs the rollout stream: the newest rollout's release and the nodes told to run it (the
+/// edge tells nodes that reach only it).
+pub(crate) fn publish_rollout(conn: &Connection, signer: &Signer, now: u64) -> Result<(), Error> {
+    let release: u64 = conn
+        .query_row("SELECT release FROM rollouts ORDER BY started DESC, release DESC LIMIT 1", [], |row| row.get(0))
+        .optional()?
+        .unwrap_or(0);
+    let nodes = conn
+        .prepare("SELECT id FROM nodes WHERE release_target = ?1 AND ?1 != 0 ORDER BY id")?
+        .query_map([release], |row| row.get(0))?
+        .collect::<Result<_, _>>()?;
+    let body = wire::encode(&hearth_shared::release::Rollout { release, nodes });
+    put_signed(conn, signer, (Kind::Rollout, stream::ROLLOUT.to_owned(), Audience::Edge), &body, now)
 }
 
 /// Signs every user's snapshot again (the profile they all carry changed). Returns how many
 /// envelopes were signed.
 pub(crate) fn republish_users(conn: &Connection, signer: &Signer, now: u64) -> Result<usize, Error> {
-    let mut changes = Changes::default();
+    let mut touched = Changes::default();
     let mut query = conn.prepare("SELECT id FROM users")?;
     for user in query.query_map([], |row| row.get(0))? {
-        changes.users.insert(user?);
+        touched.users.insert(user?);
     }
-    changes.publish(conn, signer, now)
-}
-
-/// The nodes a user reaches through its groups.
-pub(crate) fn nodes_of_user(conn: &Connection, user: UserId) -> Result<Vec<NodeId>, Error> {
-    let mut query = conn.prepare_cached(
-        "SELECT DISTINCT ng.node_id FROM user_groups ug JOIN node_groups ng ON ng.group_id = ug.group_id
-         WHERE ug.user_id = ?1",
-    )?;
-    let nodes = query.query_map([user], |row| row.get(0))?.collect::<Result<_, _>>()?;
-    Ok(nodes)
-}
-
-/// A user's status at `now`, from its row.
-pub(crate) fn status_of(
-    enabled: bool,
-    expires_at: u64,
-    quota: u64,
-    used: u64,
-    duration: u64,
-    started_at: u64,
-    now: u64,
-) -> Status {
-    if !enabled {
-        Status::Disabled
-    } else if expires_at != 0 && now >= expires_at {
-        Status::Expired
-    } else if quota != 0 && used >= quota {
-        Status::OverQuota
-    } else if duration != 0 && started_at == 0 {
-        Status::NotStarted
-    } else {
-        Status::Active
-    }
-}
-
-/// The name of a status in the database and the API.
-pub(crate) fn status_name(status: Status) -> &'static str {
-    match status {
-        Status::Active => "active",
-        Status::Disabled => "disabled",
-        Status::Expired => "expired",
-        Status::OverQuota => "over_quota",
-        Status::NotStarted => "not_started",
-    }
-}
-
-/// The name of a reset strategy in the database and the API.
-pub(crate) fn reset_name(reset: ResetStrategy) -> &'static str {
-    match reset {
-        ResetStrategy::Never => "none",
-        ResetStrategy::Daily => "daily",
-        ResetStrategy::Weekly => "weekly",
-        ResetStrategy::Monthly => "monthly",
-        ResetStrategy::Rolling30 => "rolling30",
-    }
-}
-
-/// Parses a reset strategy's name.
-pub(crate) fn parse_reset(name: &str) -> Option<ResetStrategy> {
-    Some(match name {
-        "none" => ResetStrategy::Never,
-        "daily" => ResetStrategy::Daily,
-        "weekly" => ResetStrategy::Weekly,
-        "monthly" => ResetStrategy::Monthly,
-        "rolling30" => ResetStrategy::Rolling30,
-        _ => return None,
-    })
-}
-
-const DAY: u64 = 86_400;
-
-/// Days since 1970-01-01 of a civil date (proleptic Gregorian).
-fn days_from_civil(year: i64, month: u32, day: u32) -> i64 {
-    let year = if month <= 2 { year - 1 } else { year };
-    let era = year.div_euclid(400);
-    let yoe = year - era * 400;
-    let month = i64::from(month);
-    let doy = (153 * (if month > 2 { month - 3 } else { month + 9 }) + 2) / 5 + i64::from(day) - 1;
-    let doe = yoe * 365 + yoe / 4 - yoe / 100 + doy;
-    era * 146_097 + doe - 719_468
-}
-
-/// The civil (year, month) of a day count since 1970-01-01.
-fn civil_month(days: i64) -> (i64, u32) {
-    let z = days + 719_468;
-    let era = z.div_euclid(146_097);
-    let doe = z - era * 146_097;
-    let yoe = (doe - doe / 1460 + doe / 36_524 - doe / 146_096) / 365;
-    let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
-    let mp = (5 * doy + 2) / 153;
-    let month = if mp < 10 { mp + 3 } else { mp - 9 };
-    let year = yoe + era * 400 + i64::from(month <= 2);
-    (year, u32::try_from(month).expect("month in 1..=12"))
-}
-
-/// The day (since 1970-01-01) the UTC month of `now` began.
-pub(crate) fn month_start_day(now: u64) -> u64 {
-    let (year, month) = civil_month((now / DAY) as i64);
-    u64::try_from(days_from_civil(year, month, 1)).unwrap_or(0)
-}
-
-/// When traffic next goes back to zero after `now` (UTC), or 0 for never.
-pub(crate) fn next_reset(reset: ResetStrategy, now: u64) -> u64 {
-    let today = now / DAY;
-    match reset {
-        ResetStrategy::Never => 0,
-        ResetStrategy::Daily => (today + 1) * DAY,
-        // 1970-01-01 was a Thursday; Monday is 4 days later in the cycle.
-        ResetStrategy::Weekly => (today + 7 - (today + 3) % 7) * DAY,
-        ResetStrategy::Monthly => {
-            let (year, month) = civil_month(i64::try_from(today).expect("sane clock"));
-            let (year, month) = if month == 12 { (year + 1, 1) } else { (year, month + 1) };
-            u64::try_from(days_from_civil(year, month, 1)).expect("after 1970") * DAY
-        }
-        ResetStrategy::Rolling30 => now + 30 * DAY,
-    }
-}
-
-/// The first midnight (UTC) after `now` on day `day` (1 to 28) of a month: when a node's
-/// cap month that holds `now` ends.
-pub(crate) fn next_on_day(day: u32, now: u64) -> u64 {
-    let (year, month) = civil_month(i64::try_from(now / DAY).expect("sane clock"));
-    let this = u64::try_from(days_from_civil(year, month, day)).unwrap_or(0) * DAY;
-    if this > now {
-        return this;
-    }
-    let (year, month) = if month == 12 { (year + 1, 1) } else { (year, month + 1) };
-    u64::try_from(days_from_civil(year, month, day)).unwrap_or(0) * DAY
-}
-
-/// A date as the profile writes it: `2026-12-01`.
-pub(crate) fn civil_date(at: u64) -> String {
-    let days = i64::try_from(at / DAY).unwrap_or(0);
-    let (year, month) = civil_month(days);
-    let day = days - days_from_civil(year, month, 1) + 1;
-    format!("{year}-{month:02}-{day:02}")
+    changes(conn, signer, touched, now)
 }
 
 /// A stream's stored version, envelope digest (none once deleted) and content digest.
@@ -658,11 +523,6 @@ fn own_over(group: Speed, own: (Option<u64>, Option<u64>, Option<String>, u64)) 
     }
 }
 
-/// How long a node's report of who is on it counts: it reports at least every 5 minutes
-/// while anyone is on it (see the node's agent), so a node silent for longer is taken to
-/// have nobody (it is down, or cut off), and its users' devices count on other nodes again.
-pub(crate) const PRESENCE_TTL: u64 = 11 * 60;
-
 /// A user's fair-use settings from the groups it reaches a node through.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 struct Fair {
@@ -761,7 +621,7 @@ pub(crate) fn credential_set(conn: &Connection, node: NodeId) -> Result<Credenti
     }
     let limited = users.iter().any(|entry| entry.devices.is_some());
     let set = CredentialSet::new(node, users).map_err(|e| Error::Internal(e.to_string()))?;
-    Ok(if limited { set.with_policy(crate::settings::device_policy(conn)?) } else { set })
+    Ok(if limited { set.with_policy(crate::store::device_policy(conn)?) } else { set })
 }
 
 /// The rate a user over quota is slowed to on the nodes of its groups, in kbit/s (0: cut
@@ -891,7 +751,7 @@ pub(crate) fn put_signed(
 /// changed): the User-Agent rules, where every edge serves links, and where aliases live.
 pub(crate) fn publish_edge_settings(conn: &Connection, signer: &Signer, now: u64) -> Result<(), Error> {
     let settings = wire::EdgeSettings {
-        ua_rules: crate::settings::ua_rules(conn)?,
+        ua_rules: crate::store::ua_rules(conn)?,
         links: edges::list(conn)?
             .into_iter()
             .filter_map(|edge| Some(wire::LinkBase { base: edge.link_base?, state: edge.state }))
@@ -959,7 +819,7 @@ pub(crate) fn resign_all(conn: &Connection, signer: &Signer, now: u64) -> Result
                 usage_ack(conn, signer, node, nodes[&node].1, now)?;
             }
             Ok(Stream::EdgeSettings) => publish_edge_settings(conn, signer, now)?,
-            Ok(Stream::Rollout) => crate::releases::publish_rollout(conn, signer, now)?,
+            Ok(Stream::Rollout) => publish_rollout(conn, signer, now)?,
             _ => delete_stream(conn, name)?,
         }
     }
@@ -1005,25 +865,7 @@ pub(crate) fn envelope(conn: &Connection, name: &str) -> Result<Option<(u64, Vec
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn months_start_on_their_first_day() {
-        // 2026-11-30 12:00 UTC: the month began on 2026-11-01, day 20,758.
-        assert_eq!(month_start_day(1_796_040_000), 20_758);
-        assert_eq!(month_start_day(20_758 * DAY), 20_758);
-        assert_eq!(month_start_day(20_758 * DAY - 1), 20_727, "2026-10-01");
-    }
-
-    #[test]
-    fn civil_dates_round_trip() {
-        assert_eq!(days_from_civil(1970, 1, 1), 0);
-        assert_eq!(days_from_civil(2000, 3, 1), 11_017);
-        for days in [0, 59, 60, 365, 11_016, 11_017, 20_000, 20_454] {
-            let (year, month) = civil_month(days);
-            let first = days_from_civil(year, month, 1);
-            assert!(first <= days && days - first < 31, "{days}: {year}-{month}");
-        }
-    }
+    use crate::store::users::status_of;
 
     /// A limited node's endpoint name gives back the node's name, and only such a name.
     #[test]
@@ -1035,34 +877,6 @@ mod tests {
         {
             assert_eq!(node_name_of(plain), plain);
         }
-    }
-
-    /// A cap month ends at midnight UTC on its day of the next month, or of this month
-    /// when the day is still ahead; exactly at a boundary, a whole month is ahead.
-    #[test]
-    fn cap_months_end_on_their_day() {
-        // 2026-11-30 12:00 UTC.
-        let now = 1_796_040_000;
-        assert_eq!(next_on_day(1, now), 1_796_083_200); // 2026-12-01
-        assert_eq!(next_on_day(28, now), 1_798_416_000); // 2026-12-28
-        assert_eq!(next_on_day(15, 1_794_268_800), 1_794_700_800); // 2026-11-10 → 2026-11-15
-        assert_eq!(next_on_day(1, 1_796_083_200), 1_798_761_600); // 2026-12-01 → 2027-01-01
-        assert_eq!(civil_date(1_796_083_200), "2026-12-01");
-        assert_eq!(civil_date(1_798_761_600 - 1), "2026-12-31");
-    }
-
-    #[test]
-    fn resets_land_on_their_boundaries() {
-        // 2026-11-30 12:00 UTC is a Monday.
-        let now = 1_796_040_000;
-        assert_eq!(next_reset(ResetStrategy::Never, now), 0);
-        assert_eq!(next_reset(ResetStrategy::Daily, now), 1_796_083_200); // 2026-12-01 00:00
-        assert_eq!(next_reset(ResetStrategy::Weekly, now), 1_796_601_600); // Monday 2026-12-07
-        assert_eq!(next_reset(ResetStrategy::Monthly, now), 1_796_083_200); // 2026-12-01
-        assert_eq!(next_reset(ResetStrategy::Monthly, 1_796_083_200), 1_798_761_600); // 2027-01-01
-        assert_eq!(next_reset(ResetStrategy::Rolling30, now), now + 30 * DAY);
-        // At a boundary exactly, the next one is a full period away.
-        assert_eq!(next_reset(ResetStrategy::Daily, 1_796_083_200), 1_796_083_200 + DAY);
     }
 
     #[test]

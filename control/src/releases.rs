@@ -13,7 +13,7 @@ use std::path::{Path, PathBuf};
 use anyhow::{Context as _, Result, bail};
 use hearth_shared::envelope::{Audience, Draft, Envelope, Kind};
 use hearth_shared::keys::SecretKey;
-use hearth_shared::release::{ReleaseFile, ReleaseManifest, Rollout};
+use hearth_shared::release::{ReleaseFile, ReleaseManifest};
 use hearth_shared::trust::{Expect, verify};
 use hearth_shared::wire::{self, NodeId, stream};
 use rusqlite::{Connection, OptionalExtension as _, params};
@@ -277,21 +277,6 @@ pub(crate) fn list(conn: &Connection) -> Result<Vec<ReleaseView>, Error> {
     Ok(views)
 }
 
-/// Signs the rollout stream: the newest rollout's release and the nodes told to run it (the
-/// edge tells nodes that reach only it).
-pub(crate) fn publish_rollout(conn: &Connection, signer: &Signer, now: u64) -> Result<(), Error> {
-    let release: u64 = conn
-        .query_row("SELECT release FROM rollouts ORDER BY started DESC, release DESC LIMIT 1", [], |row| row.get(0))
-        .optional()?
-        .unwrap_or(0);
-    let nodes = conn
-        .prepare("SELECT id FROM nodes WHERE release_target = ?1 AND ?1 != 0 ORDER BY id")?
-        .query_map([release], |row| row.get(0))?
-        .collect::<Result<_, _>>()?;
-    let body = wire::encode(&Rollout { release, nodes });
-    crate::publish::put_signed(conn, signer, (Kind::Rollout, stream::ROLLOUT.to_owned(), Audience::Edge), &body, now)
-}
-
 /// Starts rolling `release` out, with `canary` first.
 pub(crate) fn start(
     conn: &Connection,
@@ -330,7 +315,7 @@ pub(crate) fn start(
         params![release, canary, now],
     )?;
     conn.execute("UPDATE nodes SET release_target = ?2, update_status = '' WHERE id = ?1", params![canary, release])?;
-    publish_rollout(conn, signer, now)?;
+    crate::publish::publish_rollout(conn, signer, now)?;
     audit(conn, now, actor, "release.rollout", &format!("release {release}"), &format!("canary node {canary}"))
 }
 
@@ -345,7 +330,7 @@ pub(crate) fn stop(conn: &Connection, signer: &Signer, release: u64, actor: &str
         return Err(Error::Conflict("this release is not rolling out".into()));
     }
     conn.execute("UPDATE nodes SET release_target = 0 WHERE release_target = ?1 AND release_running != ?1", [release])?;
-    publish_rollout(conn, signer, now)?;
+    crate::publish::publish_rollout(conn, signer, now)?;
     let data = serde_json::json!({ "release": release, "why": "stopped by the owner", "by": actor });
     crate::store::events::emit(conn, now, "release.stopped", &format!("release {release}"), &data)?;
     audit(conn, now, actor, "release.stop", &format!("release {release}"), "")
@@ -387,7 +372,7 @@ pub(crate) fn advance(conn: &Connection, signer: &Signer, timeout: u64, now: u64
             "UPDATE nodes SET release_target = 0 WHERE id = ?1 AND release_running != ?2",
             params![current, release],
         )?;
-        publish_rollout(conn, signer, now)?;
+        crate::publish::publish_rollout(conn, signer, now)?;
         audit(conn, now, "control", "release.failed", &format!("release {release}"), &detail)?;
         let data = serde_json::json!({ "release": release, "why": detail, "node": current });
         crate::store::events::emit(conn, now, "release.stopped", &format!("release {release}"), &data)?;
@@ -428,7 +413,7 @@ pub(crate) fn advance(conn: &Connection, signer: &Signer, timeout: u64, now: u64
             tracing::info!(release, "every node runs the release");
         }
     }
-    publish_rollout(conn, signer, now)?;
+    crate::publish::publish_rollout(conn, signer, now)?;
     Ok(true)
 }
 

@@ -770,7 +770,7 @@ fn merge_users(
         };
         let credential = snapshot.credential.as_bytes();
         let enabled = snapshot.status != Status::Disabled;
-        let reset = publish::reset_name(snapshot.reset);
+        let reset = crate::store::users::reset_name(snapshot.reset);
         // New users are added; known ones take the snapshot's values (usage never goes down;
         // their notes stay, their next reset too unless the reset changed since).
         tx.execute(
@@ -795,7 +795,7 @@ fn merge_users(
                 snapshot.used_up,
                 snapshot.used_down,
                 reset,
-                publish::next_reset(snapshot.reset, now),
+                crate::clock::next_reset(snapshot.reset, now),
                 snapshot.expires_at,
                 enabled,
                 now

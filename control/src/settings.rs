@@ -221,13 +221,6 @@ pub(crate) fn save_addresses(
 /// The most User-Agent rules the owner can set.
 pub(crate) const MAX_RULES: usize = 50;
 
-/// What nodes do with a device over a user's allowance (the owner's choice; refusing by
-/// default).
-pub(crate) fn device_policy(conn: &Connection) -> Result<DevicePolicy, Error> {
-    let name: Option<String> = stored(conn, "device_policy")?;
-    Ok(name.and_then(|name| DevicePolicy::from_name(&name)).unwrap_or_default())
-}
-
 /// Sets the device policy; every node's set is signed again (those with a device limit in
 /// them change). Returns how many were signed.
 pub(crate) fn set_device_policy(
@@ -240,11 +233,6 @@ pub(crate) fn set_device_policy(
     save(conn, "device_policy", &policy.as_str())?;
     store::audit(conn, now, actor, "settings.device_policy", "", policy.as_str())?;
     publish::all_nodes_changed(conn, signer, now)
-}
-
-/// The owner's User-Agent rules (none until set).
-pub(crate) fn ua_rules(conn: &Connection) -> Result<Vec<UaRule>, Error> {
-    Ok(stored(conn, "ua_rules")?.unwrap_or_default())
 }
 
 /// Checks rules from the owner: each names a part of a User-Agent (1 to [`MAX_RULE_TEXT`]

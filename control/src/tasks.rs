@@ -9,7 +9,8 @@ use tokio::sync::watch;
 
 use crate::app::{App, now};
 use crate::error::Error;
-use crate::publish::{self, Changes, REFRESH_BEFORE};
+use crate::publish::{self, REFRESH_BEFORE};
+use crate::store::changes::Changes;
 
 pub(crate) use crate::store::nodes::NODE_ONLINE_SECS;
 /// Users one sweep transaction handles at most.
@@ -68,10 +69,10 @@ pub(crate) fn sweep(
         .query_map(rusqlite::params![now, SWEEP_BATCH], |row| Ok((row.get(0)?, row.get(1)?)))?
         .collect::<Result<_, _>>()?;
     for (id, reset) in due {
-        let strategy = publish::parse_reset(&reset).unwrap_or(hearth_shared::wire::ResetStrategy::Never);
+        let strategy = crate::store::users::parse_reset(&reset).unwrap_or(hearth_shared::wire::ResetStrategy::Never);
         conn.execute(
             "UPDATE users SET used_up = 0, used_down = 0, raw_up = 0, raw_down = 0, next_reset = ?2 WHERE id = ?1",
-            rusqlite::params![id, publish::next_reset(strategy, now)],
+            rusqlite::params![id, crate::clock::next_reset(strategy, now)],
         )?;
         changes.user(conn, id)?;
         touched += 1;
@@ -82,13 +83,13 @@ pub(crate) fn sweep(
             touched += 1;
         }
         // Nodes silent for long: who was on them no longer counts against anyone.
-        touched += crate::store::nodes::expire_presence(conn, &app.signer, now)?;
+        touched += crate::nodes::expire_presence(conn, &app.signer, now)?;
         // Nodes whose cap month ended (a limited node reports nothing to start it).
-        touched += crate::store::nodes::roll_quotas(conn, &app.signer, now)?;
+        touched += crate::nodes::roll_quotas(conn, &app.signer, now)?;
         touched += tell_silences(conn, now)?;
         crate::store::events::prune(conn, now)?;
     }
-    changes.publish(conn, &app.signer, now)?;
+    crate::publish::changes(conn, &app.signer, changes, now)?;
     if crate::releases::advance(conn, &app.signer, app.config.release_timeout_secs, now)? {
         touched += 1;
     }
@@ -209,7 +210,7 @@ mod tests {
     use super::*;
     use crate::store::nodes as node_store;
     use crate::store::nodes::{EnrollRequest, NodeInput};
-    use crate::store::users::{self, UserInput};
+    use crate::store::users::UserInput;
     use crate::testing::TestControl;
     use hearth_shared::wire::stream;
 
@@ -230,7 +231,7 @@ mod tests {
             spki_sha256: None,
             version: String::new(),
         };
-        node_store::enroll(tx, &app.signer, &request, now)?;
+        crate::nodes::enroll(tx, &app.signer, &request, now)?;
         Ok(node)
     }
 
@@ -245,10 +246,10 @@ mod tests {
                 let node = enrolled_node(tx, app, now)?;
                 let daily =
                     UserInput { name: Some("daily".into()), reset: Some("daily".into()), ..UserInput::default() };
-                users::create(tx, &app.signer, "test", &daily, now)?;
+                crate::users::create(tx, &app.signer, "test", &daily, now)?;
                 let brief =
                     UserInput { name: Some("brief".into()), expires_at: Some(now + 10), ..UserInput::default() };
-                users::create(tx, &app.signer, "test", &brief, now)?;
+                crate::users::create(tx, &app.signer, "test", &brief, now)?;
                 tx.execute("UPDATE users SET used_up = 5, used_down = 7, usage_dirty = 1 WHERE name = 'daily'", [])?;
                 let version = publish::envelope(tx, &stream::creds(node.id))?.map(|(v, _)| v).unwrap();
                 Ok((node.id, version))
@@ -302,7 +303,7 @@ mod tests {
                     reset: Some("daily".into()),
                     ..UserInput::default()
                 };
-                let capped = users::create(tx, &app.signer, "test", &input, now)?.id;
+                let capped = crate::users::create(tx, &app.signer, "test", &input, now)?.id;
                 Ok((node.id, capped))
             })
             .unwrap();
@@ -337,7 +338,7 @@ mod tests {
         assert!(!in_set, "over quota: out of the set");
         // Until the next midnight (UTC) no reset is due: still out. (The test may run at any
         // time of day: a fixed step such as an hour would cross midnight late in the day.)
-        let midnight = publish::next_reset(hearth_shared::wire::ResetStrategy::Daily, now);
+        let midnight = crate::clock::next_reset(hearth_shared::wire::ResetStrategy::Daily, now);
         app.db.write_blocking(|tx| sweep(tx, app, midnight - 1, true, false)).unwrap();
         assert_eq!((status().as_str(), held()), ("over_quota", (cut, false)));
         // Past the next midnight the reset is due: usage back to zero, the user back in a set

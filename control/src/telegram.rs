@@ -264,7 +264,7 @@ pub(crate) async fn notifier(app: Arc<App>, mut shutdown: watch::Receiver<bool>)
             return;
         }
         let state = app.clone();
-        let bot = match app.db.read(move |c| store::bot(c, &state.signer)).await {
+        let bot = match app.db.read(move |c| store::bot(c, &state.signer.vault)).await {
             Ok(Some(bot)) => bot,
             Ok(None) => continue,
             Err(e) => {
@@ -350,7 +350,7 @@ async fn tell_users(app: &Arc<App>, api: &Api, bot: &Bot, pending: &[EventView])
         let text = if expires == 0 {
             say(&bot.lang, Said::UserNear { percent: 80 })
         } else {
-            say(&bot.lang, Said::UserExpires { date: &crate::publish::civil_date(expires) })
+            say(&bot.lang, Said::UserExpires { date: &crate::clock::civil_date(expires) })
         };
         if let Err(e) = api.send(&bot.token, chat, &text).await {
             tracing::warn!(user, error = %e, "telegram: telling a user failed");
@@ -376,7 +376,7 @@ pub(crate) async fn poller(app: Arc<App>, mut shutdown: watch::Receiver<bool>) {
     let mut wait = Duration::from_secs(1);
     loop {
         let state = app.clone();
-        let bot = match app.db.read(move |c| store::bot(c, &state.signer)).await {
+        let bot = match app.db.read(move |c| store::bot(c, &state.signer.vault)).await {
             Ok(Some(bot)) => bot,
             // No bot: one comes with a commit (the owner's setting).
             _ => {
@@ -447,15 +447,15 @@ async fn command(app: &Arc<App>, bot: &Bot, text: &str) -> String {
             let enabled = name == "/enable";
             let input = users::UserInput { enabled: Some(enabled), ..users::UserInput::default() };
             change(app, lang, &rest.join(" "), move |tx, app, id, now| {
-                users::update(tx, &app.signer, "telegram", id, &input, now).map(|u| u.status)
+                crate::users::update(tx, &app.signer, "telegram", id, &input, now).map(|u| u.status)
             })
             .await
         }
         "/extend" if rest.len() >= 2 => match rest[rest.len() - 1].parse::<u64>() {
             Ok(days) => {
                 change(app, lang, &rest[..rest.len() - 1].join(" "), move |tx, app, id, now| {
-                    users::extend(tx, &app.signer, "telegram", id, days, now)
-                        .map(|u| crate::publish::civil_date(u.expires_at))
+                    crate::users::extend(tx, &app.signer, "telegram", id, days, now)
+                        .map(|u| crate::clock::civil_date(u.expires_at))
                 })
                 .await
             }
@@ -506,7 +506,7 @@ async fn user(app: &Arc<App>, lang: &str, name: &str) -> Result<String, Error> {
     let found = app
         .db
         .read(move |c| match users::id_by_name(c, &who) {
-            Ok(id) => Ok(Some((users::get(c, id)?, users::token(c, &state.signer, id)?))),
+            Ok(id) => Ok(Some((users::get(c, id)?, users::token(c, &state.signer.vault, id)?))),
             Err(Error::NotFound(_)) => Ok(None),
             Err(e) => Err(e),
         })
@@ -515,7 +515,7 @@ async fn user(app: &Arc<App>, lang: &str, name: &str) -> Result<String, Error> {
     let link = format!("{}/{}", app.sub_url(), token.to_link_form());
     let used = size(user.used_up + user.used_down);
     let quota = if user.quota == 0 { "∞".to_owned() } else { size(user.quota) };
-    let expires = if user.expires_at == 0 { "—".to_owned() } else { crate::publish::civil_date(user.expires_at) };
+    let expires = if user.expires_at == 0 { "—".to_owned() } else { crate::clock::civil_date(user.expires_at) };
     let ru = lang == "ru";
     Ok(format!(
         "<b>{}</b> ({})\n{} {used} / {quota}\n{} {expires}\n{}\n<pre>{}</pre>",

@@ -71,7 +71,7 @@ pub(crate) async fn deliverer(app: Arc<App>, mut shutdown: watch::Receiver<bool>
     let mut changes = app.published.subscribe();
     loop {
         let state = app.clone();
-        match app.db.read(move |c| events::due(c, &state.signer, now())).await {
+        match app.db.read(move |c| events::due(c, &state.signer.vault, now())).await {
             Ok(due) if !due.is_empty() => {
                 let http = match &client {
                     Some(http) => http.clone(),

@@ -60,8 +60,10 @@ async fn enroll(
     }
     let now = now();
     let state = app.clone();
-    let enrolled =
-        app.db.write(move |tx| Ok((node_store::enroll(tx, &state.signer, &req, now)?, state.signer.online(tx)?))).await;
+    let enrolled = app
+        .db
+        .write(move |tx| Ok((crate::nodes::enroll(tx, &state.signer, &req, now)?, state.signer.online(tx)?)))
+        .await;
     match enrolled {
         Ok((enrolled, online)) => {
             app.changed();
@@ -293,7 +295,7 @@ async fn usage(
     let result = app
         .db
         .write(move |tx| {
-            let outcome = node_store::apply_usage(tx, &state.signer, node, &body, now)?;
+            let outcome = crate::nodes::apply_usage(tx, &state.signer, node, &body, now)?;
             let ack = publish::usage_ack(tx, &state.signer, node, outcome.acked(), now)?;
             Ok((outcome, ack))
         })

@@ -789,7 +789,7 @@ async fn node_multipliers_count_and_node_caps_limit() {
     );
     let resets = view["quota_resets"].as_u64().unwrap();
     assert!(resets > now() && resets <= now() + 31 * 86_400, "the cap month ends within a month: {resets}");
-    assert_eq!(crate::publish::civil_date(resets).split('-').nth(2), Some("05"));
+    assert_eq!(crate::clock::civil_date(resets).split('-').nth(2), Some("05"));
 
     let first = report(&key, node, 1, vec![UserUsage { user: alice, up: 100, down: 300 }]);
     assert_eq!(node_usage(&client, node, &key, first).await.status, StatusCode::OK);
@@ -816,7 +816,7 @@ async fn node_multipliers_count_and_node_caps_limit() {
 
     // The next month: back, with nothing carried yet.
     let app = client.app();
-    let rolled = app.db.write_blocking(|tx| crate::store::nodes::roll_quotas(tx, &app.signer, resets)).unwrap();
+    let rolled = app.db.write_blocking(|tx| crate::nodes::roll_quotas(tx, &app.signer, resets)).unwrap();
     assert_eq!(rolled, 1);
     let view = client.get(&format!("/nodes/{node}")).await.json();
     assert_eq!((view["quota_used"].as_u64(), view["limited"].as_bool()), (Some(0), Some(false)));
@@ -926,8 +926,8 @@ async fn device_limits_are_shared_across_nodes_and_kicks_and_guards_reach_the_se
     assert_eq!(allowance(&current(&client, b, &key_b).await, family), Some(2));
 
     // b goes silent: what it reported stops counting at the next sweep past the time.
-    let later = now() + crate::publish::PRESENCE_TTL + 5;
-    client.app().db.write_blocking(|tx| crate::store::nodes::expire_presence(tx, &client.app().signer, later)).unwrap();
+    let later = now() + crate::store::nodes::PRESENCE_TTL + 5;
+    client.app().db.write_blocking(|tx| crate::nodes::expire_presence(tx, &client.app().signer, later)).unwrap();
     assert_eq!(allowance(&current(&client, a, &key_a).await, family), Some(2));
 
     // Its own limit over its groups': "group" takes the most generous of its groups'.
@@ -1711,8 +1711,8 @@ async fn apps_over_the_device_limit_get_no_server_and_deleted_devices_free_their
         .db
         .write(move |tx| {
             Ok((
-                crate::store::hwid::apply_report(tx, &state.signer, &forged, now())?,
-                crate::store::hwid::apply_report(tx, &state.signer, &genuine, now())?,
+                crate::store::hwid::apply_report(tx, &state.signer.vault, &forged, now())?,
+                crate::store::hwid::apply_report(tx, &state.signer.vault, &genuine, now())?,
             ))
         })
         .await

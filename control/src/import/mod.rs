@@ -21,7 +21,8 @@ use rusqlite::{Connection, OptionalExtension as _};
 use serde::{Deserialize, Serialize};
 
 use crate::error::Error;
-use crate::publish::{Changes, Signer};
+use crate::publish::Signer;
+use crate::store::changes::Changes;
 use crate::store::users::{DeviceLimit, UserInput};
 use crate::store::{aliases, audit};
 
@@ -404,7 +405,7 @@ pub(crate) fn apply(
             Err(e) => return Err(e),
         }
     }
-    changes.publish(conn, signer, now)?;
+    crate::publish::changes(conn, signer, changes, now)?;
     if aliased {
         crate::publish::publish_edge_settings(conn, signer, now)?;
     }
@@ -481,7 +482,7 @@ fn take(
     // A savepoint: a user refused half-way leaves nothing behind.
     conn.execute_batch("SAVEPOINT import_user")?;
     let stored = (|| -> Result<UserId, Error> {
-        let id = crate::store::users::insert_imported(conn, signer, &input, token, &password, key, now)?;
+        let id = crate::store::users::insert_imported(conn, &signer.vault, &input, token, &password, key, now)?;
         conn.prepare_cached("UPDATE users SET used_up = ?2, used_down = ?3, raw_up = ?2, raw_down = ?3 WHERE id = ?1")?
             .execute(rusqlite::params![id, user.used_up, user.used_down])?;
         for path in &user.aliases {

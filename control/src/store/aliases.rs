@@ -10,8 +10,8 @@ use hearth_shared::wire::{EdgeSettings, SubToken, UserId, alias_path, is_alias_p
 use rusqlite::{Connection, OptionalExtension as _, params};
 use serde::Serialize;
 
+use super::changes::Changes;
 use crate::error::Error;
-use crate::publish::{self, Signer};
 use crate::store::audit;
 
 /// One alias, as the panel and the API show it.
@@ -125,11 +125,11 @@ pub(crate) fn by_hash(conn: &Connection, hash: &[u8; 32]) -> Result<Option<(User
     Ok(found.and_then(|(user, path)| Some((user, SubToken::for_alias(&path)?))))
 }
 
-/// Deletes the alias snapshots of `user` (before the user is deleted).
-pub(crate) fn delete_streams_of_user(conn: &Connection, user: UserId) -> Result<(), Error> {
+/// Withdraws the alias snapshots of `user` (before the user is deleted).
+pub(crate) fn delete_streams_of_user(conn: &Connection, user: UserId, changes: &mut Changes) -> Result<(), Error> {
     for path in paths_of_user(conn, user)? {
         if let Some(token) = SubToken::for_alias(&path) {
-            publish::delete_stream(conn, &stream::snapshot(&token.hash()))?;
+            changes.gone(stream::snapshot(&token.hash()));
         }
     }
     Ok(())
@@ -139,7 +139,7 @@ pub(crate) fn delete_streams_of_user(conn: &Connection, user: UserId) -> Result<
 /// path).
 pub(crate) fn retire(
     conn: &Connection,
-    signer: &Signer,
+    changes: &mut Changes,
     actor: &str,
     user: UserId,
     path: &str,
@@ -152,9 +152,9 @@ pub(crate) fn retire(
         return Err(Error::NotFound("alias"));
     }
     if let Some(token) = SubToken::for_alias(path) {
-        publish::delete_stream(conn, &stream::snapshot(&token.hash()))?;
+        changes.gone(stream::snapshot(&token.hash()));
     }
-    publish::publish_edge_settings(conn, signer, now)?;
+    changes.edge_settings();
     audit(conn, now, actor, "user.alias.retire", &format!("user {user}"), &redacted(path))?;
     list(conn, Some(user))
 }

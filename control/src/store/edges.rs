@@ -352,7 +352,7 @@ mod tests {
     fn user(t: &crate::testing::TestControl, name: &str) {
         let app = &t.app;
         let input = crate::store::users::UserInput { name: Some(name.into()), ..Default::default() };
-        app.db.write_blocking(|tx| crate::store::users::create(tx, &app.signer, "test", &input, now())).unwrap();
+        app.db.write_blocking(|tx| crate::users::create(tx, &app.signer, "test", &input, now())).unwrap();
     }
 
     fn lacks(t: &crate::testing::TestControl, name: &str) -> u64 {

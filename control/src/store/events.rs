@@ -11,8 +11,8 @@ use serde::Serialize;
 use serde_json::Value;
 
 use crate::error::Error;
-use crate::publish::Signer;
 use crate::secrets::Purpose;
+use crate::secrets::Vault;
 
 /// Every kind of event, as receivers see it.
 pub(crate) const KINDS: &[&str] = &[
@@ -148,7 +148,7 @@ pub(crate) struct WebhookView {
 /// Adds a webhook; returns its id and the secret its deliveries are signed with (shown once).
 pub(crate) fn add_webhook(
     conn: &Connection,
-    signer: &Signer,
+    vault: &Vault,
     url: &str,
     events: &[String],
     now: u64,
@@ -161,7 +161,7 @@ pub(crate) fn add_webhook(
     let secret = format!("whsec_{}", crate::secrets::random_credential());
     conn.execute(
         "INSERT INTO webhooks (url, events, secret_enc, created) VALUES (?1, ?2, ?3, ?4)",
-        params![url, filter, signer.vault.seal(Purpose::Webhook, secret.as_bytes()), now],
+        params![url, filter, vault.seal(Purpose::Webhook, secret.as_bytes()), now],
     )?;
     Ok((conn.last_insert_rowid(), secret))
 }
@@ -309,7 +309,7 @@ pub(crate) struct Due {
 
 /// Each webhook's oldest pending delivery, when it is due: one at a time per webhook, so each
 /// receiver gets its events in order.
-pub(crate) fn due(conn: &Connection, signer: &Signer, now: u64) -> Result<Vec<Due>, Error> {
+pub(crate) fn due(conn: &Connection, vault: &Vault, now: u64) -> Result<Vec<Due>, Error> {
     let mut query = conn.prepare_cached(
         "SELECT d.id, w.url, w.secret_enc, d.attempts, e.id, e.kind, e.at, e.subject, e.data
          FROM deliveries d JOIN webhooks w ON w.id = d.webhook_id JOIN events e ON e.id = d.event_id
@@ -321,7 +321,7 @@ pub(crate) fn due(conn: &Connection, signer: &Signer, now: u64) -> Result<Vec<Du
         .collect::<Result<_, _>>()?;
     rows.into_iter()
         .map(|(delivery, url, secret, attempts, event)| {
-            let secret = String::from_utf8(signer.vault.open(Purpose::Webhook, &secret)?.to_vec())
+            let secret = String::from_utf8(vault.open(Purpose::Webhook, &secret)?.to_vec())
                 .map_err(|_| Error::Internal("a webhook secret is not text".into()))?;
             Ok(Due { delivery, url, secret, attempts, event })
         })

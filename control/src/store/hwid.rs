@@ -12,8 +12,9 @@ use hearth_shared::wire::UserId;
 use rusqlite::{Connection, OptionalExtension as _, params};
 use serde::Serialize;
 
+use super::changes::Changes;
 use crate::error::Error;
-use crate::publish::{Changes, Signer};
+use crate::secrets::Vault;
 use crate::store::audit;
 
 /// How long a deletion is remembered (and told to the edges): a link not fetched for this
@@ -107,14 +108,14 @@ fn merge(conn: &Connection, user: UserId, device: &devices::Device) -> Result<bo
 /// Applies a registry an edge queued: `Ok(true)` when the list changed. A report for no
 /// user (a link since deleted or given anew), or one that does not open with the user's
 /// token or is out of bounds, is dropped (`Ok(false)`).
-pub(crate) fn apply_report(conn: &Connection, signer: &Signer, report: &DeviceReport, now: u64) -> Result<bool, Error> {
+pub(crate) fn apply_report(conn: &Connection, vault: &Vault, report: &DeviceReport, now: u64) -> Result<bool, Error> {
     let user: Option<UserId> = conn
         .prepare_cached("SELECT id FROM users WHERE token_hash = ?1")?
         .query_row([report.token_hash.to_vec()], |row| row.get(0))
         .optional()?;
     // The user's link, or one of its aliases (each has a registry of its own).
     let (user, token) = match user {
-        Some(user) => (user, crate::store::users::token(conn, signer, user)?),
+        Some(user) => (user, crate::store::users::token(conn, vault, user)?),
         None => match crate::store::aliases::by_hash(conn, &report.token_hash)? {
             Some(found) => found,
             None => return Ok(false),
@@ -216,7 +217,7 @@ pub(crate) fn list(conn: &Connection, user: UserId) -> Result<HwidView, Error> {
 /// edge's registry, so its room is free; the device is a new one if it fetches again.
 pub(crate) fn forget(
     conn: &Connection,
-    signer: &Signer,
+    changes: &mut Changes,
     actor: &str,
     user: UserId,
     key: &str,
@@ -239,9 +240,7 @@ pub(crate) fn forget(
     )?
     .execute(params![user, key.to_vec(), now])?;
     conn.prepare_cached("DELETE FROM hwid_forgotten WHERE before <= ?1")?.execute([now.saturating_sub(FORGET_FOR)])?;
-    let mut changes = Changes::default();
     changes.user(conn, user)?;
-    changes.publish(conn, signer, now)?;
     audit(conn, now, actor, "user.device.delete", &format!("user {user} ({})", user_view.name), &hex::encode(key))?;
     list(conn, user)
 }

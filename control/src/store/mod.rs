@@ -2,12 +2,15 @@
 //!
 //! The database runs in WAL mode with `synchronous = FULL`, so a write is on disk before it is
 //! acknowledged and a `kill -9` (or a power cut) at any point loses nothing acknowledged.
-//! Every change is one `BEGIN IMMEDIATE` transaction that also records what must be
-//! published (see [`crate::publish`]), so a change and what the edges must get of it commit
-//! together.
+//! Every change is one `BEGIN IMMEDIATE` transaction. The store's functions that change users
+//! and nodes say what they touched ([`changes::Changes`]); the layer above them
+//! ([`crate::users`], [`crate::nodes`]) has it signed ([`crate::publish`]) in the same
+//! transaction, so a change and what the edges must get of it commit together. The store is
+//! the bottom layer: it imports nothing of control's above it.
 
 pub(crate) mod admins;
 pub(crate) mod aliases;
+pub(crate) mod changes;
 pub(crate) mod edges;
 pub(crate) mod events;
 pub(crate) mod hwid;
@@ -216,6 +219,18 @@ fn migrate(conn: &mut Connection) -> Result<(), Error> {
         tx.commit()?;
     }
     Ok(())
+}
+
+/// What nodes do with a device over a user's allowance (the owner's choice; refusing by
+/// default).
+pub(crate) fn device_policy(conn: &Connection) -> Result<hearth_shared::wire::DevicePolicy, Error> {
+    let name: Option<String> = get_state_text(conn, "device_policy")?.and_then(|json| serde_json::from_str(&json).ok());
+    Ok(name.and_then(|name| hearth_shared::wire::DevicePolicy::from_name(&name)).unwrap_or_default())
+}
+
+/// The owner's User-Agent rules (none until set).
+pub(crate) fn ua_rules(conn: &Connection) -> Result<Vec<hearth_shared::agent::UaRule>, Error> {
+    Ok(get_state_text(conn, "ua_rules")?.and_then(|json| serde_json::from_str(&json).ok()).unwrap_or_default())
 }
 
 /// What the overview and the metrics show.

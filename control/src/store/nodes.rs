@@ -8,14 +8,20 @@ use hearth_shared::{Digest, sha256};
 use rusqlite::{Connection, OptionalExtension as _, params};
 use serde::{Deserialize, Serialize};
 
+use super::changes::Changes;
+use super::users::{status_name, status_of};
 use crate::error::Error;
-use crate::publish::{self, Changes, Signer, status_name, status_of};
 use crate::secrets;
 use crate::store::audit;
 use crate::store::users::{Mbps, check_name, check_slow, group_ids};
 
 /// A node seen within this many seconds is online.
 pub(crate) const NODE_ONLINE_SECS: u64 = 180;
+
+/// How long a node's report of who is on it counts: it reports at least every 5 minutes
+/// while anyone is on it (see the node's agent), so a node silent for longer is taken to
+/// have nobody (it is down, or cut off), and its users' devices count on other nodes again.
+pub(crate) const PRESENCE_TTL: u64 = 11 * 60;
 
 /// How long an enrollment token works.
 pub(crate) const ENROLL_LIFETIME: u64 = 24 * 3600;
@@ -306,14 +312,13 @@ pub(crate) fn create(conn: &Connection, actor: &str, input: &NodeInput, now: u64
 /// Changes a node's settings; users who reach it get new snapshots.
 pub(crate) fn update(
     conn: &Connection,
-    signer: &Signer,
+    changes: &mut Changes,
     actor: &str,
     id: NodeId,
     input: &NodeInput,
     now: u64,
 ) -> Result<NodeView, Error> {
     let before = get(conn, id)?;
-    let mut changes = Changes::default();
     changes.users_of_node(conn, id)?;
     let mut changed = Vec::new();
     if let Some(name) = &input.name {
@@ -391,7 +396,6 @@ pub(crate) fn update(
         changed.push("groups");
     }
     changes.users_of_node(conn, id)?;
-    changes.publish(conn, signer, now)?;
     audit(conn, now, actor, "node.update", &format!("node {id} ({})", before.name), &changed.join(","))?;
     get(conn, id)
 }
@@ -424,7 +428,7 @@ fn set_traffic(conn: &Connection, id: NodeId, input: &NodeInput, now: u64) -> Re
             conn.query_row("SELECT quota, quota_day, quota_used FROM nodes WHERE id = ?1", [id], |row| {
                 Ok((row.get(0)?, row.get(1)?, row.get(2)?))
             })?;
-        let next = if quota == 0 { 0 } else { publish::next_on_day(day, now) };
+        let next = if quota == 0 { 0 } else { crate::clock::next_on_day(day, now) };
         let used = if quota == 0 { 0 } else { used };
         conn.execute(
             "UPDATE nodes SET quota_next = ?2, limited = ?3, quota_used = ?4 WHERE id = ?1",
@@ -436,37 +440,33 @@ fn set_traffic(conn: &Connection, id: NodeId, input: &NodeInput, now: u64) -> Re
 
 /// Starts a new cap month for every node whose month ended: nothing carried yet, and not
 /// limited; their users are signed again (the node is back). Returns how many nodes.
-pub(crate) fn roll_quotas(conn: &Connection, signer: &Signer, now: u64) -> Result<usize, Error> {
+pub(crate) fn roll_quotas(conn: &Connection, changes: &mut Changes, now: u64) -> Result<usize, Error> {
     let due: Vec<(NodeId, u32)> = conn
         .prepare_cached("SELECT id, quota_day FROM nodes WHERE quota_next > 0 AND quota_next <= ?1")?
         .query_map([now], |row| Ok((row.get(0)?, row.get(1)?)))?
         .collect::<Result<_, _>>()?;
-    let mut changes = Changes::default();
     for (node, day) in &due {
         let was_limited: bool = conn.query_row("SELECT limited FROM nodes WHERE id = ?1", [node], |row| row.get(0))?;
         conn.execute(
             "UPDATE nodes SET quota_used = 0, limited = 0, quota_next = ?2 WHERE id = ?1",
-            params![node, publish::next_on_day(*day, now)],
+            params![node, crate::clock::next_on_day(*day, now)],
         )?;
         if was_limited {
             changes.users_of_node(conn, *node)?;
         }
     }
-    changes.publish(conn, signer, now)?;
     Ok(due.len())
 }
 
 /// Removes a node: the edge forgets its key, its users' snapshots drop it.
-pub(crate) fn delete(conn: &Connection, signer: &Signer, actor: &str, id: NodeId, now: u64) -> Result<(), Error> {
+pub(crate) fn delete(conn: &Connection, changes: &mut Changes, actor: &str, id: NodeId, now: u64) -> Result<(), Error> {
     let before = get(conn, id)?;
-    let mut changes = Changes::default();
     changes.users_of_node(conn, id)?;
     conn.execute("DELETE FROM nodes WHERE id = ?1", [id])?;
     if before.enrolled {
-        publish::publish_node_record(conn, signer, id, None, now)?;
+        changes.node_record(id, None);
     }
-    publish::delete_stream(conn, &stream::creds(id))?;
-    changes.publish(conn, signer, now)?;
+    changes.gone(stream::creds(id));
     audit(conn, now, actor, "node.delete", &format!("node {id} ({})", before.name), "")?;
     Ok(())
 }
@@ -529,7 +529,12 @@ pub(crate) struct Enrolled {
 }
 
 /// Registers a node's key in exchange for its one-time token.
-pub(crate) fn enroll(conn: &Connection, signer: &Signer, request: &EnrollRequest, now: u64) -> Result<Enrolled, Error> {
+pub(crate) fn enroll(
+    conn: &Connection,
+    changes: &mut Changes,
+    request: &EnrollRequest,
+    now: u64,
+) -> Result<Enrolled, Error> {
     let key: PublicKey =
         request.key.parse().map_err(|_| Error::invalid("bad_key", "key must be a Hearth public key"))?;
     let cert = parse_digest(request.cert_sha256.as_deref())?;
@@ -551,13 +556,11 @@ pub(crate) fn enroll(conn: &Connection, signer: &Signer, request: &EnrollRequest
          WHERE id = ?1",
         params![id, key.to_bytes(), cert, spki, version, now],
     )?;
-    publish::publish_node_record(conn, signer, id, Some(key), now)?;
-    let mut changes = Changes::default();
+    changes.node_record(id, Some(key));
     changes.users_of_node(conn, id)?;
-    changes.publish(conn, signer, now)?;
     // A node enrolled again starts a new usage stream: its old acknowledgement is deleted
     // (at the edge too), so the new node never takes it for its own.
-    publish::delete_stream(conn, &stream::usage_ack(id))?;
+    changes.gone(stream::usage_ack(id));
     audit(conn, now, "node", "node.enroll", &format!("node {id} ({name})"), &key.id().to_string())?;
     let (port, obfs, hop_start, hop_end, masquerade): (u16, String, u16, u16, String) =
         conn.query_row("SELECT port, obfs, hop_start, hop_end, masquerade FROM nodes WHERE id = ?1", [id], |row| {
@@ -603,7 +606,8 @@ impl UsageOutcome {
 /// order (the node keeps every report until it is acknowledged); a gap is refused.
 pub(crate) fn apply_usage(
     conn: &Connection,
-    signer: &Signer,
+    root: PublicKey,
+    changes: &mut Changes,
     node: NodeId,
     bytes: &[u8],
     now: u64,
@@ -618,7 +622,7 @@ pub(crate) fn apply_usage(
         return Err(Error::invalid("unknown_node", "no enrolled node has this id"));
     };
     let key = PublicKey::from_bytes(&key).map_err(|_| Error::Internal("a stored node key is invalid".into()))?;
-    let mut trust = Trust::new(RoleKeys::single(signer.root));
+    let mut trust = Trust::new(RoleKeys::single(root));
     trust.set_node(node, key);
     let name = stream::usage(node);
     let stored = digest.map(|digest| StreamState { version: applied, digest });
@@ -642,10 +646,9 @@ pub(crate) fn apply_usage(
     if report.node != node || report.seq != seq {
         return Err(Error::invalid("refused", "usage report refused: its body names another node or sequence"));
     }
-    let mut changes = Changes::default();
     let day = now / 86_400;
     // A month that ended starts again before this traffic counts into it.
-    roll_quotas(conn, signer, now)?;
+    roll_quotas(conn, changes, now)?;
     let multiplier: u64 = conn.query_row("SELECT multiplier FROM nodes WHERE id = ?1", [node], |row| row.get(0))?;
     let counted = |bytes: u64| (u128::from(bytes) * u128::from(multiplier) / 1000).min(i64::MAX as u128) as u64;
     for usage in &report.users {
@@ -678,8 +681,7 @@ pub(crate) fn apply_usage(
         changes.users_of_node(conn, node)?;
         audit(conn, now, "control", "node.limited", &format!("node {node}"), "its monthly traffic cap is reached")?;
     }
-    apply_presence(conn, node, &report.presence, now, &mut changes)?;
-    changes.publish(conn, signer, now)?;
+    apply_presence(conn, node, &report.presence, now, changes)?;
     Ok(UsageOutcome::Applied(seq))
 }
 
@@ -787,20 +789,19 @@ pub(crate) fn online(conn: &Connection, limit: u64) -> Result<(Vec<Online>, u64,
     Ok((list, users, devices))
 }
 
-/// Forgets who is on nodes that have not reported for [`crate::publish::PRESENCE_TTL`]:
+/// Forgets who is on nodes that have not reported for [`PRESENCE_TTL`]:
 /// their users' devices stop counting against them elsewhere. Returns how many nodes.
-pub(crate) fn expire_presence(conn: &Connection, signer: &Signer, now: u64) -> Result<usize, Error> {
+pub(crate) fn expire_presence(conn: &Connection, changes: &mut Changes, now: u64) -> Result<usize, Error> {
     let stale: Vec<(NodeId, UserId)> = conn
         .prepare_cached(
             "SELECT p.node_id, p.user_id FROM presence p JOIN nodes n ON n.id = p.node_id
              WHERE n.presence_at + ?1 < ?2",
         )?
-        .query_map(params![crate::publish::PRESENCE_TTL, now], |row| Ok((row.get(0)?, row.get(1)?)))?
+        .query_map(params![PRESENCE_TTL, now], |row| Ok((row.get(0)?, row.get(1)?)))?
         .collect::<Result<_, _>>()?;
     if stale.is_empty() {
         return Ok(0);
     }
-    let mut changes = Changes::default();
     let mut nodes: Vec<NodeId> = stale.iter().map(|(node, _)| *node).collect();
     nodes.sort_unstable();
     nodes.dedup();
@@ -810,7 +811,6 @@ pub(crate) fn expire_presence(conn: &Connection, signer: &Signer, now: u64) -> R
     for (_, user) in stale {
         changes.creds_of_user(conn, user)?;
     }
-    changes.publish(conn, signer, now)?;
     Ok(nodes.len())
 }
 
@@ -1042,10 +1042,10 @@ pub(crate) fn create_group(conn: &Connection, actor: &str, input: &GroupInput, n
 }
 
 /// Renames a group, changes its note or its defaults (membership is set on users and
-/// nodes); publishes its users and nodes again when a default changed.
+/// nodes); its users and nodes are published again when a default changed.
 pub(crate) fn update_group(
     conn: &Connection,
-    signer: &Signer,
+    changes: &mut Changes,
     actor: &str,
     id: i64,
     input: &GroupInput,
@@ -1061,21 +1061,23 @@ pub(crate) fn update_group(
         conn.execute("UPDATE groups SET note = ?2 WHERE id = ?1", params![id, check_text(note, "bad_note", "note")?])?;
     }
     if set_group_speed(conn, id, input)? {
-        let mut changes = Changes::default();
-        group_changes(conn, id, &mut changes)?;
-        changes.publish(conn, signer, now)?;
+        group_changes(conn, id, changes)?;
     }
     audit(conn, now, actor, "group.update", &format!("group {id} ({})", before.name), "")?;
     group(conn, id)
 }
 
 /// Deletes a group: its users lose its nodes.
-pub(crate) fn delete_group(conn: &Connection, signer: &Signer, actor: &str, id: i64, now: u64) -> Result<(), Error> {
+pub(crate) fn delete_group(
+    conn: &Connection,
+    changes: &mut Changes,
+    actor: &str,
+    id: i64,
+    now: u64,
+) -> Result<(), Error> {
     let before = group(conn, id)?;
-    let mut changes = Changes::default();
-    group_changes(conn, id, &mut changes)?;
+    group_changes(conn, id, changes)?;
     conn.execute("DELETE FROM groups WHERE id = ?1", [id])?;
-    changes.publish(conn, signer, now)?;
     audit(conn, now, actor, "group.delete", &format!("group {id} ({})", before.name), "")?;
     Ok(())
 }

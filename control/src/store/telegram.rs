@@ -5,8 +5,8 @@ use rusqlite::{Connection, OptionalExtension as _, params};
 use serde::Serialize;
 
 use crate::error::Error;
-use crate::publish::Signer;
 use crate::secrets::Purpose;
+use crate::secrets::Vault;
 
 /// The languages the bot speaks.
 pub(crate) const LANGS: [&str; 2] = ["en", "ru"];
@@ -38,7 +38,7 @@ pub(crate) struct Bot {
 #[allow(clippy::too_many_arguments)]
 pub(crate) fn set(
     conn: &Connection,
-    signer: &Signer,
+    vault: &Vault,
     token: &str,
     bot_name: &str,
     chat_id: i64,
@@ -55,7 +55,7 @@ pub(crate) fn set(
              chat_id = excluded.chat_id, lang = excluded.lang, events = excluded.events, told = excluded.told,
              update_offset = 0, tell_users = excluded.tell_users, updated = excluded.updated",
         params![
-            signer.vault.seal(Purpose::Telegram, token.as_bytes()),
+            vault.seal(Purpose::Telegram, token.as_bytes()),
             bot_name,
             chat_id,
             lang,
@@ -89,7 +89,7 @@ pub(crate) fn view(conn: &Connection) -> Result<Option<TelegramView>, Error> {
         .optional()?)
 }
 
-pub(crate) fn bot(conn: &Connection, signer: &Signer) -> Result<Option<Bot>, Error> {
+pub(crate) fn bot(conn: &Connection, vault: &Vault) -> Result<Option<Bot>, Error> {
     let row = conn
         .prepare_cached("SELECT token_enc, chat_id, lang, events, told, update_offset, tell_users FROM telegram")?
         .query_row([], |row| {
@@ -107,7 +107,7 @@ pub(crate) fn bot(conn: &Connection, signer: &Signer) -> Result<Option<Bot>, Err
         })
         .optional()?;
     let Some((sealed, mut bot)) = row else { return Ok(None) };
-    bot.token = String::from_utf8(signer.vault.open(Purpose::Telegram, &sealed)?.to_vec())
+    bot.token = String::from_utf8(vault.open(Purpose::Telegram, &sealed)?.to_vec())
         .map_err(|_| Error::Internal("the bot's token is not text".into()))?;
     Ok(Some(bot))
 }

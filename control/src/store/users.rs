@@ -1,13 +1,14 @@
 //! Users: create (one or many), change, list, and everything that republishes them.
 
 use hearth_shared::sha256;
-use hearth_shared::wire::{ResetStrategy, SubToken, UserId};
+use hearth_shared::wire::{ResetStrategy, Status, SubToken, UserId};
 use rand_core::OsRng;
 use rusqlite::{Connection, OptionalExtension as _, params, params_from_iter};
 use serde::{Deserialize, Serialize};
 
+use super::changes::Changes;
 use crate::error::Error;
-use crate::publish::{self, Changes, Signer, parse_reset, reset_name};
+use crate::secrets::Vault;
 use crate::secrets::{self, Purpose};
 use crate::store::{audit, events};
 
@@ -419,8 +420,8 @@ pub(crate) struct Created {
     pub(crate) token: SubToken,
 }
 
-fn insert(conn: &Connection, signer: &Signer, name: &str, new: &NewUser, now: u64) -> Result<Created, Error> {
-    insert_with(conn, signer, name, new, SubToken::generate(&mut OsRng), &secrets::random_credential(), now)
+fn insert(conn: &Connection, vault: &Vault, name: &str, new: &NewUser, now: u64) -> Result<Created, Error> {
+    insert_with(conn, vault, name, new, SubToken::generate(&mut OsRng), &secrets::random_credential(), now)
 }
 
 /// Adds a user taken over from another panel, with the link token and Hysteria2 password it
@@ -428,7 +429,7 @@ fn insert(conn: &Connection, signer: &Signer, name: &str, new: &NewUser, now: u6
 /// and where it came from. Not published: the caller publishes the whole import.
 pub(crate) fn insert_imported(
     conn: &Connection,
-    signer: &Signer,
+    vault: &Vault,
     input: &UserInput,
     token: SubToken,
     credential: &str,
@@ -437,7 +438,7 @@ pub(crate) fn insert_imported(
 ) -> Result<UserId, Error> {
     let name = check_name(input.name.as_deref().unwrap_or_default(), "user")?;
     let new = resolve_new(conn, input, now)?;
-    let created = insert_with(conn, signer, &name, &new, token, credential, now)?;
+    let created = insert_with(conn, vault, &name, &new, token, credential, now)?;
     conn.prepare_cached("UPDATE users SET imported_from = ?2 WHERE id = ?1")?
         .execute(params![created.id, imported_from])?;
     Ok(created.id)
@@ -445,7 +446,7 @@ pub(crate) fn insert_imported(
 
 fn insert_with(
     conn: &Connection,
-    signer: &Signer,
+    vault: &Vault,
     name: &str,
     new: &NewUser,
     token: SubToken,
@@ -461,12 +462,12 @@ fn insert_with(
     .execute(params![
         name,
         token.hash(),
-        signer.vault.seal(Purpose::Token, token.as_bytes()),
-        signer.vault.seal(Purpose::Credential, credential.as_bytes()),
+        vault.seal(Purpose::Token, token.as_bytes()),
+        vault.seal(Purpose::Credential, credential.as_bytes()),
         sha256(credential.as_bytes()),
         new.quota,
         reset_name(new.reset),
-        publish::next_reset(new.reset, now),
+        crate::clock::next_reset(new.reset, now),
         new.expires_at,
         new.duration,
         new.enabled,
@@ -489,20 +490,19 @@ fn insert_with(
     Ok(Created { id, token })
 }
 
-/// Creates one user and publishes it.
+/// Creates one user (to be published: see [`crate::users::create`]).
 pub(crate) fn create(
     conn: &Connection,
-    signer: &Signer,
+    vault: &Vault,
+    changes: &mut Changes,
     actor: &str,
     input: &UserInput,
     now: u64,
 ) -> Result<Created, Error> {
     let name = check_name(input.name.as_deref().unwrap_or_default(), "user")?;
     let new = resolve_new(conn, input, now)?;
-    let created = insert(conn, signer, &name, &new, now)?;
-    let mut changes = Changes::default();
+    let created = insert(conn, vault, &name, &new, now)?;
     changes.user(conn, created.id)?;
-    changes.publish(conn, signer, now)?;
     audit(conn, now, actor, "user.create", &format!("user {} ({name})", created.id), "")?;
     Ok(created)
 }
@@ -511,7 +511,8 @@ pub(crate) fn create(
 /// set is signed once for the whole call.
 pub(crate) fn create_many(
     conn: &Connection,
-    signer: &Signer,
+    vault: &Vault,
+    changes: &mut Changes,
     actor: &str,
     names: &[String],
     settings: &UserInput,
@@ -524,15 +525,13 @@ pub(crate) fn create_many(
         return Err(Error::invalid("bad_bulk", "the shared settings of a bulk create take no name"));
     }
     let new = resolve_new(conn, settings, now)?;
-    let mut changes = Changes::default();
     let mut created = Vec::with_capacity(names.len());
     for name in names {
         let name = check_name(name, "user")?;
-        let user = insert(conn, signer, &name, &new, now)?;
+        let user = insert(conn, vault, &name, &new, now)?;
         changes.user(conn, user.id)?;
         created.push((name, user));
     }
-    changes.publish(conn, signer, now)?;
     audit(conn, now, actor, "user.bulk_create", &format!("{} users", created.len()), "")?;
     Ok(created)
 }
@@ -595,17 +594,16 @@ pub(crate) fn list(conn: &Connection, query: &ListQuery) -> Result<UserPage, Err
     Ok(UserPage { total, page, per_page, users })
 }
 
-/// Changes a user's settings; publishes what changed.
+/// Changes a user's settings; says what must be published.
 pub(crate) fn update(
     conn: &Connection,
-    signer: &Signer,
+    changes: &mut Changes,
     actor: &str,
     id: UserId,
     input: &UserInput,
     now: u64,
 ) -> Result<UserView, Error> {
     let before = get(conn, id)?;
-    let mut changes = Changes::default();
     changes.user(conn, id)?;
     let mut changed = Vec::new();
     if let Some(name) = &input.name {
@@ -640,7 +638,7 @@ pub(crate) fn update(
             .ok_or_else(|| Error::invalid("bad_reset", "reset must be none, daily, weekly, monthly or rolling30"))?;
         conn.execute(
             "UPDATE users SET reset = ?2, next_reset = ?3 WHERE id = ?1",
-            params![id, reset_name(reset), publish::next_reset(reset, now)],
+            params![id, reset_name(reset), crate::clock::next_reset(reset, now)],
         )?;
         changed.push("reset");
     }
@@ -691,7 +689,6 @@ pub(crate) fn update(
     // Told before what follows from it (a user disabled, or over its new quota).
     changed_event(conn, id, &changed, actor, now)?;
     changes.user(conn, id)?;
-    changes.publish(conn, signer, now)?;
     audit(conn, now, actor, "user.update", &format!("user {id} ({})", before.name), &changed.join(","))?;
     get(conn, id)
 }
@@ -718,12 +715,16 @@ pub(crate) fn refusals(conn: &Connection, limit: u64) -> Result<Vec<(String, u64
 
 /// Raises the user's kick count: every node closes the user's open connections at its next
 /// pull (its apps connect again if they may).
-pub(crate) fn kick(conn: &Connection, signer: &Signer, actor: &str, id: UserId, now: u64) -> Result<UserView, Error> {
+pub(crate) fn kick(
+    conn: &Connection,
+    changes: &mut Changes,
+    actor: &str,
+    id: UserId,
+    now: u64,
+) -> Result<UserView, Error> {
     let user = get(conn, id)?;
     conn.execute("UPDATE users SET kick = (kick + 1) % 4294967296 WHERE id = ?1", [id])?;
-    let mut changes = Changes::default();
     changes.creds_of_user(conn, id)?;
-    changes.publish(conn, signer, now)?;
     audit(conn, now, actor, "user.kick", &format!("user {id} ({})", user.name), "")?;
     get(conn, id)
 }
@@ -731,7 +732,7 @@ pub(crate) fn kick(conn: &Connection, signer: &Signer, actor: &str, id: UserId, 
 /// Extends a user's expiry by `days` (from now when already expired or never set).
 pub(crate) fn extend(
     conn: &Connection,
-    signer: &Signer,
+    changes: &mut Changes,
     actor: &str,
     id: UserId,
     days: u64,
@@ -750,9 +751,7 @@ pub(crate) fn extend(
     }
     conn.execute("UPDATE users SET updated = ?2 WHERE id = ?1", params![id, now])?;
     changed_event(conn, id, &["expiry"], actor, now)?;
-    let mut changes = Changes::default();
     changes.user(conn, id)?;
-    changes.publish(conn, signer, now)?;
     audit(conn, now, actor, "user.extend", &format!("user {id} ({})", user.name), &format!("{days} days"))?;
     get(conn, id)
 }
@@ -760,7 +759,7 @@ pub(crate) fn extend(
 /// Sets a user's used traffic back to zero.
 pub(crate) fn reset_traffic(
     conn: &Connection,
-    signer: &Signer,
+    changes: &mut Changes,
     actor: &str,
     id: UserId,
     now: u64,
@@ -771,16 +770,21 @@ pub(crate) fn reset_traffic(
         params![id, now],
     )?;
     changed_event(conn, id, &["traffic"], actor, now)?;
-    let mut changes = Changes::default();
     changes.user(conn, id)?;
-    changes.publish(conn, signer, now)?;
     audit(conn, now, actor, "user.reset_traffic", &format!("user {id} ({})", user.name), "")?;
     get(conn, id)
 }
 
 /// Gives a user a new subscription link (and a new credential, so an old profile stops
 /// working too); the old link is deleted from the edge.
-pub(crate) fn rotate(conn: &Connection, signer: &Signer, actor: &str, id: UserId, now: u64) -> Result<SubToken, Error> {
+pub(crate) fn rotate(
+    conn: &Connection,
+    vault: &Vault,
+    changes: &mut Changes,
+    actor: &str,
+    id: UserId,
+    now: u64,
+) -> Result<SubToken, Error> {
     let user = get(conn, id)?;
     let old: Vec<u8> = conn.query_row("SELECT token_hash FROM users WHERE id = ?1", [id], |row| row.get(0))?;
     let old: [u8; 32] =
@@ -793,52 +797,48 @@ pub(crate) fn rotate(conn: &Connection, signer: &Signer, actor: &str, id: UserId
         params![
             id,
             token.hash(),
-            signer.vault.seal(Purpose::Token, token.as_bytes()),
-            signer.vault.seal(Purpose::Credential, credential.as_bytes()),
+            vault.seal(Purpose::Token, token.as_bytes()),
+            vault.seal(Purpose::Credential, credential.as_bytes()),
             sha256(credential.as_bytes()),
             now
         ],
     )?;
-    publish::delete_stream(conn, &hearth_shared::wire::stream::snapshot(&old))?;
-    let mut changes = Changes::default();
+    changes.gone(hearth_shared::wire::stream::snapshot(&old));
     changes.user(conn, id)?;
-    changes.publish(conn, signer, now)?;
     audit(conn, now, actor, "user.rotate_link", &format!("user {id} ({})", user.name), "")?;
     changed_event(conn, id, &["link"], actor, now)?;
     Ok(token)
 }
 
 /// Deletes a user: its link stops, its nodes drop it.
-pub(crate) fn delete(conn: &Connection, signer: &Signer, actor: &str, id: UserId, now: u64) -> Result<(), Error> {
+pub(crate) fn delete(conn: &Connection, changes: &mut Changes, actor: &str, id: UserId, now: u64) -> Result<(), Error> {
     let user = get(conn, id)?;
     let hash: Vec<u8> =
         conn.prepare_cached("SELECT token_hash FROM users WHERE id = ?1")?.query_row([id], |row| row.get(0))?;
     let hash: [u8; 32] =
         hash.try_into().map_err(|_| Error::Internal("a stored token hash has the wrong length".into()))?;
-    let mut changes = Changes::default();
-    for node in publish::nodes_of_user(conn, id)? {
+    for node in crate::store::changes::nodes_of_user(conn, id)? {
         changes.node(node);
     }
-    crate::store::aliases::delete_streams_of_user(conn, id)?;
+    crate::store::aliases::delete_streams_of_user(conn, id, changes)?;
     let aliased = !crate::store::aliases::paths_of_user(conn, id)?.is_empty();
     conn.prepare_cached("DELETE FROM users WHERE id = ?1")?.execute([id])?;
-    publish::delete_stream(conn, &hearth_shared::wire::stream::snapshot(&hash))?;
+    changes.gone(hearth_shared::wire::stream::snapshot(&hash));
     if aliased {
-        publish::publish_edge_settings(conn, signer, now)?;
+        changes.edge_settings();
     }
-    changes.publish(conn, signer, now)?;
     audit(conn, now, actor, "user.delete", &format!("user {id} ({})", user.name), "")?;
     events::user_event(conn, now, "user.deleted", id, &user.name, serde_json::json!({ "by": actor }))?;
     Ok(())
 }
 
 /// A user's subscription token (for its link).
-pub(crate) fn token(conn: &Connection, signer: &Signer, id: UserId) -> Result<SubToken, Error> {
+pub(crate) fn token(conn: &Connection, vault: &Vault, id: UserId) -> Result<SubToken, Error> {
     let sealed: Vec<u8> = conn
         .query_row("SELECT token_enc FROM users WHERE id = ?1", [id], |row| row.get(0))
         .optional()?
         .ok_or(Error::NotFound("user"))?;
-    let bytes = signer.vault.open(Purpose::Token, &sealed)?;
+    let bytes = vault.open(Purpose::Token, &sealed)?;
     Ok(SubToken::from_bytes(
         bytes.as_slice().try_into().map_err(|_| Error::Internal("a stored token has the wrong length".into()))?,
     ))
@@ -849,4 +849,61 @@ pub(crate) fn counts(conn: &Connection) -> Result<Vec<(String, u64)>, Error> {
     let mut query = conn.prepare_cached("SELECT status, count(*) FROM users GROUP BY status ORDER BY status")?;
     let rows = query.query_map([], |row| Ok((row.get(0)?, row.get(1)?)))?.collect::<Result<_, _>>()?;
     Ok(rows)
+}
+
+/// A user's status at `now`, from its row.
+pub(crate) fn status_of(
+    enabled: bool,
+    expires_at: u64,
+    quota: u64,
+    used: u64,
+    duration: u64,
+    started_at: u64,
+    now: u64,
+) -> Status {
+    if !enabled {
+        Status::Disabled
+    } else if expires_at != 0 && now >= expires_at {
+        Status::Expired
+    } else if quota != 0 && used >= quota {
+        Status::OverQuota
+    } else if duration != 0 && started_at == 0 {
+        Status::NotStarted
+    } else {
+        Status::Active
+    }
+}
+
+/// The name of a status in the database and the API.
+pub(crate) fn status_name(status: Status) -> &'static str {
+    match status {
+        Status::Active => "active",
+        Status::Disabled => "disabled",
+        Status::Expired => "expired",
+        Status::OverQuota => "over_quota",
+        Status::NotStarted => "not_started",
+    }
+}
+
+/// The name of a reset strategy in the database and the API.
+pub(crate) fn reset_name(reset: ResetStrategy) -> &'static str {
+    match reset {
+        ResetStrategy::Never => "none",
+        ResetStrategy::Daily => "daily",
+        ResetStrategy::Weekly => "weekly",
+        ResetStrategy::Monthly => "monthly",
+        ResetStrategy::Rolling30 => "rolling30",
+    }
+}
+
+/// Parses a reset strategy's name.
+pub(crate) fn parse_reset(name: &str) -> Option<ResetStrategy> {
+    Some(match name {
+        "none" => ResetStrategy::Never,
+        "daily" => ResetStrategy::Daily,
+        "weekly" => ResetStrategy::Weekly,
+        "monthly" => ResetStrategy::Monthly,
+        "rolling30" => ResetStrategy::Rolling30,
+        _ => return None,
+    })
 }

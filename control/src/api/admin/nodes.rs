@@ -63,14 +63,14 @@ pub(super) async fn update_node(
     Input(input): Input<NodeInput>,
 ) -> Reply {
     let node = change(&app, &auth, Scope::Operate, move |tx, app, actor, now| {
-        node_store::update(tx, &app.signer, actor, id, &input, now)
+        crate::nodes::update(tx, &app.signer, actor, id, &input, now)
     })
     .await?;
     ok(serde_json::to_value(node).expect("a node serializes"))
 }
 
 pub(super) async fn delete_node(State(app): State<Arc<App>>, auth: Auth, Path(id): Path<u64>) -> Reply {
-    change(&app, &auth, Scope::Admin, move |tx, app, actor, now| node_store::delete(tx, &app.signer, actor, id, now))
+    change(&app, &auth, Scope::Admin, move |tx, app, actor, now| crate::nodes::delete(tx, &app.signer, actor, id, now))
         .await?;
     Ok(StatusCode::NO_CONTENT.into_response())
 }
@@ -151,7 +151,7 @@ pub(super) async fn update_group(
     Input(input): Input<GroupInput>,
 ) -> Reply {
     let group = change(&app, &auth, Scope::Operate, move |tx, app, actor, now| {
-        node_store::update_group(tx, &app.signer, actor, id, &input, now)
+        crate::nodes::update_group(tx, &app.signer, actor, id, &input, now)
     })
     .await?;
     ok(serde_json::to_value(group).expect("a group serializes"))
@@ -159,7 +159,7 @@ pub(super) async fn update_group(
 
 pub(super) async fn delete_group(State(app): State<Arc<App>>, auth: Auth, Path(id): Path<i64>) -> Reply {
     change(&app, &auth, Scope::Operate, move |tx, app, actor, now| {
-        node_store::delete_group(tx, &app.signer, actor, id, now)
+        crate::nodes::delete_group(tx, &app.signer, actor, id, now)
     })
     .await?;
     Ok(StatusCode::NO_CONTENT.into_response())

@@ -150,7 +150,7 @@ pub(super) async fn usage(State(app): State<Arc<App>>, auth: Auth, Query(query):
         .db
         .read(move |c| {
             let series = usage::daily(c, Traffic::Everyone, days, now)?;
-            Ok((series, usage::since(c, crate::publish::month_start_day(now))?))
+            Ok((series, usage::since(c, crate::clock::month_start_day(now))?))
         })
         .await?;
     let today = series.last().copied().unwrap_or_default();

@@ -153,7 +153,7 @@ pub(super) async fn update_settings(
 
 /// The settings, with those kept only in the database.
 pub(super) async fn settings_reply(app: &App) -> Reply {
-    let policy = app.db.read(crate::settings::device_policy).await?;
+    let policy = app.db.read(crate::store::device_policy).await?;
     let mut settings = settings_json(app);
     settings["device_policy"] = json!(policy.as_str());
     ok(settings)

@@ -84,7 +84,7 @@ pub(super) async fn set(
     change(&app, &auth, Scope::Admin, move |tx, app, actor, now| {
         store::telegram::set(
             tx,
-            &app.signer,
+            &app.signer.vault,
             &token,
             &bot_name,
             input.chat_id,

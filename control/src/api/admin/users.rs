@@ -36,7 +36,7 @@ pub(super) async fn user_preview(
     // It shows the credential, as the link does.
     bytes("ua", &query.ua, MAX_QUERY)?;
     let (token, stored) = read_user(&app, &auth, Scope::Users, id, move |c, app| {
-        let token = user_store::token(c, &app.signer, id)?;
+        let token = user_store::token(c, &app.signer.vault, id)?;
         let stored = crate::publish::envelope(c, &hearth_shared::wire::stream::snapshot(&token.hash()))?;
         Ok((token, stored))
     })
@@ -118,7 +118,7 @@ pub(super) async fn create_user(State(app): State<Arc<App>>, auth: Auth, Input(i
     let who = Auth(auth.0.clone());
     let (user, token) = change_users(&app, &auth, None, move |tx, app, actor, now| {
         let input = for_creator(&who, input, tx)?;
-        let created = user_store::create(tx, &app.signer, actor, &input, now)?;
+        let created = crate::users::create(tx, &app.signer, actor, &input, now)?;
         mark_created(&who, tx, [created.id])?;
         Ok((user_store::get(tx, created.id)?, created.token))
     })
@@ -145,7 +145,7 @@ pub(super) async fn bulk_create(State(app): State<Arc<App>>, auth: Auth, Input(r
     let who = Auth(auth.0.clone());
     let created = change_users(&app, &auth, None, move |tx, app, actor, now| {
         let settings = for_creator(&who, req.settings, tx)?;
-        let created = user_store::create_many(tx, &app.signer, actor, &req.names, &settings, now)?;
+        let created = crate::users::create_many(tx, &app.signer, actor, &req.names, &settings, now)?;
         mark_created(&who, tx, created.iter().map(|(_, c)| c.id))?;
         Ok(created)
     })
@@ -163,7 +163,8 @@ pub(super) async fn get_user(State(app): State<Arc<App>>, auth: Auth, Path(id): 
 }
 
 pub(super) async fn user_link(State(app): State<Arc<App>>, auth: Auth, Path(id): Path<u64>) -> Reply {
-    let token = read_user(&app, &auth, Scope::Users, id, move |c, app| user_store::token(c, &app.signer, id)).await?;
+    let token =
+        read_user(&app, &auth, Scope::Users, id, move |c, app| user_store::token(c, &app.signer.vault, id)).await?;
     let link = format!("{}/{}", app.sub_url(), token.to_link_form());
     let qr_svg = hearth_shared::render::page::qr_svg(&link);
     ok(json!({ "link": link, "qr_svg": qr_svg, "links": mirrors(&app, &token) }))
@@ -186,7 +187,7 @@ pub(super) async fn update_user(
     Path(id): Path<u64>,
     Input(input): Input<UserInput>,
 ) -> Reply {
-    change_user(app, &auth, id, move |c, app, actor, now| user_store::update(c, &app.signer, actor, id, &input, now))
+    change_user(app, &auth, id, move |c, app, actor, now| crate::users::update(c, &app.signer, actor, id, &input, now))
         .await
 }
 
@@ -202,31 +203,33 @@ pub(super) async fn extend_user(
     Path(id): Path<u64>,
     Body(req): Body<ExtendRequest>,
 ) -> Reply {
-    change_user(app, &auth, id, move |c, app, actor, now| user_store::extend(c, &app.signer, actor, id, req.days, now))
-        .await
+    change_user(app, &auth, id, move |c, app, actor, now| {
+        crate::users::extend(c, &app.signer, actor, id, req.days, now)
+    })
+    .await
 }
 
 pub(super) async fn reset_traffic(State(app): State<Arc<App>>, auth: Auth, Path(id): Path<u64>) -> Reply {
-    change_user(app, &auth, id, move |c, app, actor, now| user_store::reset_traffic(c, &app.signer, actor, id, now))
+    change_user(app, &auth, id, move |c, app, actor, now| crate::users::reset_traffic(c, &app.signer, actor, id, now))
         .await
 }
 
 pub(super) async fn disable_user(State(app): State<Arc<App>>, auth: Auth, Path(id): Path<u64>) -> Reply {
     let input = UserInput { enabled: Some(false), ..UserInput::default() };
-    change_user(app, &auth, id, move |c, app, actor, now| user_store::update(c, &app.signer, actor, id, &input, now))
+    change_user(app, &auth, id, move |c, app, actor, now| crate::users::update(c, &app.signer, actor, id, &input, now))
         .await
 }
 
 pub(super) async fn enable_user(State(app): State<Arc<App>>, auth: Auth, Path(id): Path<u64>) -> Reply {
     let input = UserInput { enabled: Some(true), ..UserInput::default() };
-    change_user(app, &auth, id, move |c, app, actor, now| user_store::update(c, &app.signer, actor, id, &input, now))
+    change_user(app, &auth, id, move |c, app, actor, now| crate::users::update(c, &app.signer, actor, id, &input, now))
         .await
 }
 
 /// Closes the user's open connections at every node (at its next pull); the user's apps
 /// connect again at once if they still may.
 pub(super) async fn kick_user(State(app): State<Arc<App>>, auth: Auth, Path(id): Path<u64>) -> Reply {
-    change_user(app, &auth, id, move |c, app, actor, now| user_store::kick(c, &app.signer, actor, id, now)).await
+    change_user(app, &auth, id, move |c, app, actor, now| crate::users::kick(c, &app.signer, actor, id, now)).await
 }
 
 /// The apps registered by their device id when they fetched the user's link (HWID).
@@ -243,7 +246,7 @@ pub(super) async fn forget_hwid(
     Path((id, key)): Path<(u64, String)>,
 ) -> Reply {
     let view = change_users(&app, &auth, Some(id), move |c, app, actor, now| {
-        crate::store::hwid::forget(c, &app.signer, actor, id, &key, now)
+        crate::users::forget_device(c, &app.signer, actor, id, &key, now)
     })
     .await?;
     ok(serde_json::to_value(view).expect("a device list serializes"))
@@ -273,7 +276,7 @@ pub(super) async fn retire_alias(
     Query(query): Query<AliasQuery>,
 ) -> Reply {
     let aliases = change_users(&app, &auth, Some(id), move |c, app, actor, now| {
-        crate::store::aliases::retire(c, &app.signer, actor, id, &query.path, now)
+        crate::users::retire_alias(c, &app.signer, actor, id, &query.path, now)
     })
     .await?;
     ok(json!({ "aliases": aliases }))
@@ -322,7 +325,7 @@ pub(super) async fn export_users(State(app): State<Arc<App>>, auth: Auth) -> Rep
 
 pub(super) async fn rotate_link(State(app): State<Arc<App>>, auth: Auth, Path(id): Path<u64>) -> Reply {
     let (user, token) = change_users(&app, &auth, Some(id), move |tx, app, actor, now| {
-        let token = user_store::rotate(tx, &app.signer, actor, id, now)?;
+        let token = crate::users::rotate(tx, &app.signer, actor, id, now)?;
         Ok((user_store::get(tx, id)?, token))
     })
     .await?;
@@ -330,7 +333,9 @@ pub(super) async fn rotate_link(State(app): State<Arc<App>>, auth: Auth, Path(id
 }
 
 pub(super) async fn delete_user(State(app): State<Arc<App>>, auth: Auth, Path(id): Path<u64>) -> Reply {
-    change_users(&app, &auth, Some(id), move |tx, app, actor, now| user_store::delete(tx, &app.signer, actor, id, now))
-        .await?;
+    change_users(&app, &auth, Some(id), move |tx, app, actor, now| {
+        crate::users::delete(tx, &app.signer, actor, id, now)
+    })
+    .await?;
     Ok(StatusCode::NO_CONTENT.into_response())
 }

@@ -66,7 +66,7 @@ pub(super) async fn add_webhook(
     auth.need(Scope::Admin)?;
     let url = crate::config::check_url("url", &input.url).map_err(|e| Error::invalid("bad_url", format!("{e:#}")))?;
     let (id, secret) = change(&app, &auth, Scope::Admin, move |tx, app, actor, now| {
-        let (id, secret) = events::add_webhook(tx, &app.signer, &url, &input.events, now)?;
+        let (id, secret) = events::add_webhook(tx, &app.signer.vault, &url, &input.events, now)?;
         store::audit(tx, now, actor, "webhook.create", &format!("webhook {id}"), &url)?;
         Ok((id, secret))
     })
