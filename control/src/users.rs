@@ -48,7 +48,7 @@ pub(crate) fn update(
     now: u64,
 ) -> Result<UserView, Error> {
     publish::changed(conn, signer, now, |changes| store::users::update(conn, changes, actor, id, input, now))?;
-    // Read again: publishing settles the status the view shows.
+    // Read after publishing: it settles the status the view shows.
     store::users::get(conn, id)
 }
 
@@ -56,7 +56,7 @@ pub(crate) fn update(
 /// pull (its apps connect again if they may).
 pub(crate) fn kick(conn: &Connection, signer: &Signer, actor: &str, id: UserId, now: u64) -> Result<UserView, Error> {
     publish::changed(conn, signer, now, |changes| store::users::kick(conn, changes, actor, id, now))?;
-    // Read again: publishing settles the status the view shows.
+    // Read after publishing: it settles the status the view shows.
     store::users::get(conn, id)
 }
 
@@ -70,7 +70,7 @@ pub(crate) fn extend(
     now: u64,
 ) -> Result<UserView, Error> {
     publish::changed(conn, signer, now, |changes| store::users::extend(conn, changes, actor, id, days, now))?;
-    // Read again: publishing settles the status the view shows.
+    // Read after publishing: it settles the status the view shows.
     store::users::get(conn, id)
 }
 
@@ -83,7 +83,7 @@ pub(crate) fn reset_traffic(
     now: u64,
 ) -> Result<UserView, Error> {
     publish::changed(conn, signer, now, |changes| store::users::reset_traffic(conn, changes, actor, id, now))?;
-    // Read again: publishing settles the status the view shows.
+    // Read after publishing: it settles the status the view shows.
     store::users::get(conn, id)
 }
 

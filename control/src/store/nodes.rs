@@ -317,7 +317,7 @@ pub(crate) fn update(
     id: NodeId,
     input: &NodeInput,
     now: u64,
-) -> Result<NodeView, Error> {
+) -> Result<(), Error> {
     let before = get(conn, id)?;
     changes.users_of_node(conn, id)?;
     let mut changed = Vec::new();
@@ -397,7 +397,7 @@ pub(crate) fn update(
     }
     changes.users_of_node(conn, id)?;
     audit(conn, now, actor, "node.update", &format!("node {id} ({})", before.name), &changed.join(","))?;
-    get(conn, id)
+    Ok(())
 }
 
 /// Sets a node's multiplier and monthly cap from `input`. Bytes count against a cap from when

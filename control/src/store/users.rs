@@ -602,7 +602,7 @@ pub(crate) fn update(
     id: UserId,
     input: &UserInput,
     now: u64,
-) -> Result<UserView, Error> {
+) -> Result<(), Error> {
     let before = get(conn, id)?;
     changes.user(conn, id)?;
     let mut changed = Vec::new();
@@ -690,7 +690,7 @@ pub(crate) fn update(
     changed_event(conn, id, &changed, actor, now)?;
     changes.user(conn, id)?;
     audit(conn, now, actor, "user.update", &format!("user {id} ({})", before.name), &changed.join(","))?;
-    get(conn, id)
+    Ok(())
 }
 
 /// Tells of a change to a user by `actor`: what changed (field names, never a value that is a
@@ -715,18 +715,12 @@ pub(crate) fn refusals(conn: &Connection, limit: u64) -> Result<Vec<(String, u64
 
 /// Raises the user's kick count: every node closes the user's open connections at its next
 /// pull (its apps connect again if they may).
-pub(crate) fn kick(
-    conn: &Connection,
-    changes: &mut Changes,
-    actor: &str,
-    id: UserId,
-    now: u64,
-) -> Result<UserView, Error> {
+pub(crate) fn kick(conn: &Connection, changes: &mut Changes, actor: &str, id: UserId, now: u64) -> Result<(), Error> {
     let user = get(conn, id)?;
     conn.execute("UPDATE users SET kick = (kick + 1) % 4294967296 WHERE id = ?1", [id])?;
     changes.creds_of_user(conn, id)?;
     audit(conn, now, actor, "user.kick", &format!("user {id} ({})", user.name), "")?;
-    get(conn, id)
+    Ok(())
 }
 
 /// Extends a user's expiry by `days` (from now when already expired or never set).
@@ -737,7 +731,7 @@ pub(crate) fn extend(
     id: UserId,
     days: u64,
     now: u64,
-) -> Result<UserView, Error> {
+) -> Result<(), Error> {
     if days == 0 || days > 36_500 {
         return Err(Error::invalid("bad_days", "days must be between 1 and 36500"));
     }
@@ -753,7 +747,7 @@ pub(crate) fn extend(
     changed_event(conn, id, &["expiry"], actor, now)?;
     changes.user(conn, id)?;
     audit(conn, now, actor, "user.extend", &format!("user {id} ({})", user.name), &format!("{days} days"))?;
-    get(conn, id)
+    Ok(())
 }
 
 /// Sets a user's used traffic back to zero.
@@ -763,7 +757,7 @@ pub(crate) fn reset_traffic(
     actor: &str,
     id: UserId,
     now: u64,
-) -> Result<UserView, Error> {
+) -> Result<(), Error> {
     let user = get(conn, id)?;
     conn.execute(
         "UPDATE users SET used_up = 0, used_down = 0, raw_up = 0, raw_down = 0, updated = ?2 WHERE id = ?1",
@@ -772,7 +766,7 @@ pub(crate) fn reset_traffic(
     changed_event(conn, id, &["traffic"], actor, now)?;
     changes.user(conn, id)?;
     audit(conn, now, actor, "user.reset_traffic", &format!("user {id} ({})", user.name), "")?;
-    get(conn, id)
+    Ok(())
 }
 
 /// Gives a user a new subscription link (and a new credential, so an old profile stops

@@ -128,13 +128,7 @@ pub(super) async fn login(
     parts: axum::http::request::Parts,
     Input(req): Input<LoginRequest>,
 ) -> Reply {
-    let ip = client_ip(&parts, &app);
-    let agent = browser(&parts);
-    let now = now();
-    app.spend(ip).map_err(Error::TooMany)?;
-    if let Some(retry) = app.lockouts.locked(ip, now) {
-        return Err(Error::TooMany(retry).into());
-    }
+    let (ip, agent, now) = sign_in_gate(&app, &parts)?;
     let code = req.code.as_deref().map(str::trim).filter(|c| !c.is_empty()).map(str::to_owned);
     let address = auth::address_hash(ip);
     let recovery_hash = code.as_deref().filter(|c| c.len() > 8).map(crate::totp::recovery_hash);
@@ -283,6 +277,21 @@ pub(super) fn signed_in(app: &App, ip: std::net::IpAddr, admin: Option<i64>, coo
     let mut response = axum::Json(json!({ "ok": true })).into_response();
     response.headers_mut().insert(header::SET_COOKIE, session_cookie(cookie, auth::SESSION_ABSOLUTE));
     response
+}
+
+/// What every sign-in passes first: the unauthenticated budget and the address's lockout.
+/// Returns the address, the browser (for the session list) and the time.
+pub(super) fn sign_in_gate(
+    app: &App,
+    parts: &axum::http::request::Parts,
+) -> Result<(std::net::IpAddr, String, u64), Refusal> {
+    let ip = client_ip(parts, app);
+    let now = now();
+    app.spend(ip).map_err(Error::TooMany)?;
+    if let Some(retry) = app.lockouts.locked(ip, now) {
+        return Err(Error::TooMany(retry).into());
+    }
+    Ok((ip, browser(parts), now))
 }
 
 /// A refused sign-in: counted for the address, logged without the login.

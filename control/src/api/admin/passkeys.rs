@@ -11,9 +11,9 @@ use serde::Deserialize;
 use serde_json::json;
 use webauthn_rs::prelude::{PublicKeyCredential, RegisterPublicKeyCredential};
 
-use super::access::{browser, open_session, own_change, refused, signed_in, whose};
+use super::access::{open_session, own_change, refused, sign_in_gate, signed_in, whose};
 use super::{Bounded, Input, MAX_SECRET, Reply, bytes, chars, ok};
-use crate::api::{Auth, client_ip, refuse};
+use crate::api::{Auth, refuse};
 use crate::app::{App, now};
 use crate::error::Error;
 use crate::store::passkeys as store;
@@ -120,11 +120,7 @@ pub(super) async fn forget_admin_passkeys(State(app): State<Arc<App>>, auth: Aut
 /// Starts a sign-in with a passkey alone (no login typed): options for
 /// `navigator.credentials.get` and a ticket.
 pub(super) async fn start_sign_in(State(app): State<Arc<App>>, parts: axum::http::request::Parts) -> Reply {
-    let ip = client_ip(&parts, &app);
-    app.spend(ip).map_err(Error::TooMany)?;
-    if let Some(retry) = app.lockouts.locked(ip, now()) {
-        return Err(Error::TooMany(retry).into());
-    }
+    sign_in_gate(&app, &parts)?;
     let (ticket, options) = app.passkeys.start_sign_in()?;
     ok(json!({ "ticket": ticket, "options": options }))
 }
@@ -149,13 +145,7 @@ pub(super) async fn finish_sign_in(
     parts: axum::http::request::Parts,
     Input(req): Input<SignInFinish>,
 ) -> Reply {
-    let ip = client_ip(&parts, &app);
-    let agent = browser(&parts);
-    let now = now();
-    app.spend(ip).map_err(Error::TooMany)?;
-    if let Some(retry) = app.lockouts.locked(ip, now) {
-        return Err(Error::TooMany(retry).into());
-    }
+    let (ip, agent, now) = sign_in_gate(&app, &parts)?;
     let credential = req.credential.get_credential_id().to_vec();
     let found = app.db.read(move |c| store::by_credential(c, &credential)).await?;
     let verified = match app.passkeys.finish_sign_in(&req.ticket, &req.credential, |_| Ok(found)) {
