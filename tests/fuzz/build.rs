@@ -40,7 +40,7 @@ const ITEMS: &[(&str, &str)] = &[
     ("api/admin/webhooks.rs", "WebhookInput"),
     ("store/admins.rs", "AdminInput"),
     ("store/admins.rs", "fn present"),
-    ("auth.rs", "Role"),
+    ("store/admins.rs", "Role"),
 ];
 
 /// The item `name` of `source` (a struct or enum by its name, anything else by the start of

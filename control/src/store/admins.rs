@@ -11,8 +11,46 @@ use serde::{Deserialize, Serialize};
 
 use super::audit;
 use super::users::{MAX_NAME, check_name, group_ids};
-use crate::auth::Role;
 use crate::error::Error;
+
+/// An admin's role. The owner (created by the setup link) holds every right; the others are
+/// accounts the owner adds.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub(crate) enum Role {
+    /// The owner: everything, admin accounts too.
+    Owner,
+    /// Everything but admin accounts.
+    Admin,
+    /// Users only: look at everything, change users.
+    Operator,
+    /// Look only.
+    ReadOnly,
+    /// Only the users they created, within the limits the owner set.
+    Reseller,
+}
+
+impl Role {
+    pub(crate) fn as_str(self) -> &'static str {
+        match self {
+            Role::Owner => "owner",
+            Role::Admin => "admin",
+            Role::Operator => "operator",
+            Role::ReadOnly => "read-only",
+            Role::Reseller => "reseller",
+        }
+    }
+
+    pub(crate) fn parse(name: &str) -> Option<Role> {
+        Some(match name {
+            "admin" => Role::Admin,
+            "operator" => Role::Operator,
+            "read-only" => Role::ReadOnly,
+            "reseller" => Role::Reseller,
+            _ => return None,
+        })
+    }
+}
 
 /// The most admin accounts (besides the owner).
 pub(crate) const MAX_ADMINS: u64 = 1000;
