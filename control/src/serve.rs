@@ -79,7 +79,11 @@ fn open_with(dir: &Path, settle: bool) -> Result<(Config, Db, Signer)> {
 fn init_logs(json: bool) {
     let filter = tracing_subscriber::EnvFilter::try_from_env("HEARTH_LOG")
         .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info"));
-    let builder = tracing_subscriber::fmt().with_env_filter(filter).with_writer(std::io::stderr);
+    // Colours only for a person at a terminal: a log file or a journal gets plain text.
+    let builder = tracing_subscriber::fmt()
+        .with_env_filter(filter)
+        .with_writer(std::io::stderr)
+        .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()));
     if json {
         builder.json().init();
     } else {

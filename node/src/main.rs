@@ -326,11 +326,26 @@ fn shutdown_signal() -> Result<impl std::future::Future<Output = ()>> {
     })
 }
 
-fn main() -> Result<()> {
-    let cli = Cli::parse();
+/// Logs to standard error: text (colours only at a terminal) or, with `HEARTH_LOG_FORMAT=json`,
+/// one JSON object a line; `HEARTH_LOG` filters them (`info` by default).
+fn init_logs(format: Option<&str>) -> Result<()> {
     let filter = tracing_subscriber::EnvFilter::try_from_env("HEARTH_LOG")
         .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info"));
-    tracing_subscriber::fmt().with_env_filter(filter).with_writer(std::io::stderr).init();
+    let builder = tracing_subscriber::fmt()
+        .with_env_filter(filter)
+        .with_writer(std::io::stderr)
+        .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()));
+    match format {
+        None | Some("text") => builder.init(),
+        Some("json") => builder.json().init(),
+        Some(other) => anyhow::bail!("HEARTH_LOG_FORMAT must be text or json, not {other:?}"),
+    }
+    Ok(())
+}
+
+fn main() -> Result<()> {
+    let cli = Cli::parse();
+    init_logs(std::env::var("HEARTH_LOG_FORMAT").ok().as_deref())?;
     match cli.command {
         Command::Serve => {
             let code = serve(&cli.state)?;

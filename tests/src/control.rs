@@ -254,9 +254,6 @@ impl ControlProcess {
             .stdin(Stdio::null())
             .stdout(Stdio::piped())
             .stderr(if logged { Stdio::piped() } else { Stdio::inherit() });
-        if logged {
-            command.env("NO_COLOR", "1");
-        }
         for (name, value) in env {
             command.env(name, value);
         }

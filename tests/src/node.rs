@@ -111,21 +111,31 @@ impl NodeProcess {
         })
     }
 
-    /// [`NodeProcess::start`] with its log read line by line (warnings and errors, without
-    /// colours; each line is also written to the test's standard error).
+    /// [`NodeProcess::start`] with its log read line by line (warnings and errors; each line
+    /// is also written to the test's standard error).
     pub fn start_logged(state: &Path) -> Result<(NodeProcess, std::sync::mpsc::Receiver<String>)> {
         NodeProcess::start_logged_at(state, "warn")
     }
 
     /// [`NodeProcess::start_logged`] with the log filter `filter` (`HEARTH_LOG`).
     pub fn start_logged_at(state: &Path, filter: &str) -> Result<(NodeProcess, std::sync::mpsc::Receiver<String>)> {
+        NodeProcess::start_logged_as(state, filter, "text")
+    }
+
+    /// [`NodeProcess::start_logged_at`] with the log format `format` (`HEARTH_LOG_FORMAT`).
+    /// Nothing asks for plain text: the node writes no colours into a pipe by itself.
+    pub fn start_logged_as(
+        state: &Path,
+        filter: &str,
+        format: &str,
+    ) -> Result<(NodeProcess, std::sync::mpsc::Receiver<String>)> {
         use std::io::BufRead as _;
         let mut child = crate::cgroup::command(&crate::binary("hearth-node")?)
             .arg("serve")
             .arg("--state")
             .arg(state)
             .env("HEARTH_LOG", filter)
-            .env("NO_COLOR", "1")
+            .env("HEARTH_LOG_FORMAT", format)
             .stdin(Stdio::null())
             .stdout(Stdio::piped())
             .stderr(Stdio::piped())
@@ -151,11 +161,13 @@ impl NodeProcess {
 
 /// Waits up to `within` for a line of `log` (from [`NodeProcess::start_logged`]) that holds
 /// `needle`; returns it. Lines before it are passed over. It polls, so the test's runtime
-/// keeps serving whatever the node talks to meanwhile.
+/// keeps serving whatever the node talks to meanwhile. A line with a terminal's colour codes
+/// fails it: written into a pipe, logs are plain.
 pub async fn until_logged(log: &std::sync::mpsc::Receiver<String>, needle: &str, within: Duration) -> Result<String> {
     let started = std::time::Instant::now();
     loop {
         match log.try_recv() {
+            Ok(line) if line.contains('\u{1b}') => bail!("a log line with colour codes, into a pipe: {line:?}"),
             Ok(line) if line.contains(needle) => return Ok(line),
             Ok(_) => {}
             Err(std::sync::mpsc::TryRecvError::Disconnected) => bail!("the node exited without logging {needle:?}"),

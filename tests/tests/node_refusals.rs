@@ -95,7 +95,8 @@ async fn refuses_and_keeps_serving(from_control: bool) {
     hearth_tests::node::state_dir_with(&dir, &sim, 1, &settings).unwrap();
     SecretKey::generate(Role::Node, &mut rand_core::OsRng).unwrap().save(&dir.join("node.key")).unwrap();
     std::fs::write(dir.join("creds.envelope"), &v1).unwrap();
-    let (node, log) = NodeProcess::start_logged(&dir).unwrap();
+    // Its log as JSON, one object a line (`HEARTH_LOG_FORMAT=json`).
+    let (node, log) = NodeProcess::start_logged_as(&dir, "warn", "json").unwrap();
     let metrics = node.metrics_url().unwrap();
     let web = http_server(b"through the node".to_vec()).await.unwrap();
     let alice_client = ProxyClient::sing_box(node.outbound("alice-pw")).unwrap();
@@ -143,7 +144,9 @@ async fn refuses_and_keeps_serving(from_control: bool) {
         }
         let said = until_logged(&log, reason, Duration::from_secs(60)).await;
         let said = said.unwrap_or_else(|e| panic!("{what}: {e:#}"));
-        assert!(said.contains("refused a credential set"), "{what}: {said}");
+        let said: serde_json::Value = serde_json::from_str(&said).unwrap_or_else(|e| panic!("{what}: {e}: {said}"));
+        assert_eq!(said["level"], "WARN", "{what}: {said}");
+        assert!(said["fields"]["message"].as_str().unwrap().contains("refused a credential set"), "{what}: {said}");
         assert_eq!(metric(&metrics, "hearth_node_set_version").await.unwrap(), 2, "{what} replaced the set held");
         assert_eq!(hearth_tests::node::held_set(&dir).unwrap().1, vec![1], "{what} was written to disk");
         assert_eq!(fetch(&alice_client, web).await.unwrap(), b"through the node", "alice was cut off by {what}");
