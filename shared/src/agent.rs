@@ -1,7 +1,8 @@
 //! Matching a client's User-Agent to what it wants: a profile format, or a web page.
 //!
 //! The operator's own rules come first (case-insensitive substrings, first match wins), then
-//! the built-in table of known clients, then browser detection; anything else gets the
+//! the built-in table of known clients (an app's name anywhere in the User-Agent, so one with a
+//! browser-like prefix is still the app), then browser detection; anything else gets the
 //! base64 list, which every Hysteria2 client imports. HiddifyNext is matched before any
 //! other rule because its User-Agent also names clash, v2ray and sing-box.
 
@@ -43,31 +44,39 @@ pub struct UaRule {
 
 /// How a built-in entry matches the lowercased User-Agent.
 enum Pattern {
-    Prefix(&'static str),
+    /// An app's name and its `/`: at the start, or as a token after a separator anywhere (some
+    /// apps send a browser-like `Mozilla/5.0 (...)` before their own name).
+    Token(&'static str),
     Contains(&'static str),
+}
+
+/// Whether `token` stands in `lower` at its start or right after a character that is not a
+/// letter or a digit (so `sfa/` is found in `mozilla/5.0 (...) sfa/1.11` but not in `xsfa/1`).
+fn has_token(lower: &str, token: &str) -> bool {
+    lower.match_indices(token).any(|(at, _)| at == 0 || !lower.as_bytes()[at - 1].is_ascii_alphanumeric())
 }
 
 /// The built-in table, in order: apps that name another app in their User-Agent (NekoBox
 /// says "Prefer ClashMeta Format") come before the app they name. Patterns are lowercase.
 const BUILT_IN: &[(Pattern, RuleTarget)] = &[
-    (Pattern::Prefix("hiddifynext/"), RuleTarget::SingBox),
-    (Pattern::Prefix("sfa/"), RuleTarget::SingBox),
-    (Pattern::Prefix("sfi/"), RuleTarget::SingBox),
-    (Pattern::Prefix("sfm/"), RuleTarget::SingBox),
-    (Pattern::Prefix("sft/"), RuleTarget::SingBox),
+    (Pattern::Token("hiddifynext/"), RuleTarget::SingBox),
+    (Pattern::Token("sfa/"), RuleTarget::SingBox),
+    (Pattern::Token("sfi/"), RuleTarget::SingBox),
+    (Pattern::Token("sfm/"), RuleTarget::SingBox),
+    (Pattern::Token("sft/"), RuleTarget::SingBox),
     (Pattern::Contains("karing"), RuleTarget::SingBox),
-    (Pattern::Prefix("sing-box"), RuleTarget::SingBox),
-    (Pattern::Prefix("v2rayn/"), RuleTarget::Base64),
-    (Pattern::Prefix("v2rayng/"), RuleTarget::Base64),
-    (Pattern::Prefix("happ/"), RuleTarget::Base64),
+    (Pattern::Token("sing-box"), RuleTarget::SingBox),
+    (Pattern::Token("v2rayn/"), RuleTarget::Base64),
+    (Pattern::Token("v2rayng/"), RuleTarget::Base64),
+    (Pattern::Token("happ/"), RuleTarget::Base64),
     (Pattern::Contains("streisand"), RuleTarget::Base64),
     (Pattern::Contains("nekobox"), RuleTarget::Base64),
-    (Pattern::Prefix("shadowrocket/"), RuleTarget::Base64),
+    (Pattern::Token("shadowrocket/"), RuleTarget::Base64),
     (Pattern::Contains("clash-verge"), RuleTarget::Mihomo),
     (Pattern::Contains("flclash"), RuleTarget::Mihomo),
     (Pattern::Contains("mihomo"), RuleTarget::Mihomo),
     (Pattern::Contains("clashx meta"), RuleTarget::Mihomo),
-    (Pattern::Prefix("stash/"), RuleTarget::Mihomo),
+    (Pattern::Token("stash/"), RuleTarget::Mihomo),
     (Pattern::Contains("clash.meta"), RuleTarget::Mihomo),
     (Pattern::Contains("clashmeta"), RuleTarget::Mihomo),
 ];
@@ -86,7 +95,7 @@ pub fn match_user_agent(user_agent: &str, rules: &[UaRule]) -> Wants {
             BUILT_IN
                 .iter()
                 .find(|(pattern, _)| match pattern {
-                    Pattern::Prefix(p) => lower.starts_with(p),
+                    Pattern::Token(p) => has_token(&lower, p),
                     Pattern::Contains(p) => lower.contains(p),
                 })
                 .map(|(_, target)| *target)
@@ -183,6 +192,22 @@ mod tests {
         for (ua, wants) in cases {
             assert_eq!(match_user_agent(ua, &[]), *wants, "{ua}");
         }
+    }
+
+    /// Apps built on web views put a browser's words before their own name: the name wins.
+    #[test]
+    fn an_app_named_after_a_browser_prefix_is_the_app() {
+        let webview = "Mozilla/5.0 (Linux; Android 14; Pixel 8) AppleWebKit/537.36 (KHTML, like Gecko) Chrome/131.0.0.0 Mobile Safari/537.36";
+        assert_eq!(match_user_agent(&format!("{webview} Happ/2.9.1"), &[]), Wants::Profile(Format::Base64));
+        assert_eq!(match_user_agent(&format!("{webview} v2rayNG/1.9.30"), &[]), Wants::Profile(Format::Base64));
+        assert_eq!(
+            match_user_agent(&format!("{webview} SFA/1.12.4 (sing-box 1.12.4)"), &[]),
+            Wants::Profile(Format::SingBox(SingBoxVersion { major: 1, minor: 12 }))
+        );
+        assert_eq!(match_user_agent(&format!("{webview} (Stash/2.7)"), &[]), Wants::Profile(Format::Mihomo));
+        // A name inside another word is not the app: this is still a browser.
+        assert_eq!(match_user_agent(&format!("{webview} xhapp/1 mysfa/2"), &[]), Wants::Page);
+        assert_eq!(match_user_agent(webview, &[]), Wants::Page);
     }
 
     #[test]
