@@ -215,10 +215,6 @@ pub(super) async fn login(
         )
         .into());
     }
-    let who = match admin {
-        None => "owner".to_owned(),
-        Some(_) => format!("admin {}", req.login.trim()),
-    };
     let cookie = app
         .db
         .write(move |tx| {
@@ -236,7 +232,7 @@ pub(super) async fn login(
             if !spent {
                 return Ok(None);
             }
-            open_session(tx, now, ip, &agent, admin, &who).map(Some)
+            open_session(tx, now, ip, &agent, admin).map(Some)
         })
         .await?;
     // Spent by a sign-in at the same moment.
@@ -246,8 +242,7 @@ pub(super) async fn login(
     Ok(signed_in(&app, ip, admin, &cookie))
 }
 
-/// Starts a session for the owner (`admin` `None`) or an admin (`who` in the events) who
-/// signed in from `ip`. The owner's address, not seen before, is told as an event and
+/// Starts a session for the owner (`admin` `None`) or an admin who signed in from `ip`. The owner's address, not seen before, is told as an event and
 /// remembered (exempt from strangers' sign-in budget: see [`crate::auth`]); an admin's never
 /// is, or an admin could lift that budget off the owner's login from their own address.
 pub(super) fn open_session(
@@ -256,7 +251,6 @@ pub(super) fn open_session(
     ip: std::net::IpAddr,
     agent: &str,
     admin: Option<i64>,
-    who: &str,
 ) -> Result<String, Error> {
     if admin.is_some() {
         return auth::start_session(tx, now, admin, &ip.to_string(), agent);
@@ -264,7 +258,7 @@ pub(super) fn open_session(
     let address = auth::address_hash(ip);
     if !auth::known_address(tx, &address, now)? {
         let data = json!({ "address": ip.to_string() });
-        crate::store::events::emit(tx, now, "signin.new_address", who, &data)?;
+        crate::store::events::emit(tx, now, "signin.new_address", "owner", &data)?;
     }
     auth::remember_address(tx, &address, now)?;
     auth::start_session(tx, now, admin, &ip.to_string(), agent)

@@ -159,12 +159,8 @@ pub(super) async fn finish_sign_in(
     let cookie = app
         .db
         .write(move |tx| {
-            let who = match admin {
-                None => "owner".to_owned(),
-                Some(id) => format!("admin {}", crate::store::admins::get(tx, id)?.login),
-            };
             store::used(tx, verified.id, verified.updated.as_ref(), now)?;
-            open_session(tx, now, ip, &agent, admin, &who)
+            open_session(tx, now, ip, &agent, admin)
         })
         .await?;
     Ok(signed_in(&app, ip, admin, &cookie))
