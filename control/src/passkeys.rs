@@ -168,18 +168,17 @@ impl Passkeys {
     }
 
     /// Finishes a sign-in (alone, or confirming a password): whose passkey signed, checked
-    /// against what `find` returns for its credential id (the stored passkey: whose, its id,
-    /// its user handle).
+    /// against `stored`, the passkey kept for the credential's id (none: refused).
     pub(crate) fn finish_sign_in(
         &self,
         ticket: &str,
         credential: &PublicKeyCredential,
-        find: impl FnOnce(&[u8]) -> Result<Option<crate::store::passkeys::Stored>, Error>,
+        stored: Option<crate::store::passkeys::Stored>,
     ) -> Result<Verified, Error> {
         let webauthn = self.webauthn()?;
         let refused = || Error::invalid("bad_passkey", "that passkey was not accepted");
         let pending = self.take(ticket).ok_or_else(expired)?;
-        let stored = find(credential.get_credential_id())?.ok_or_else(refused)?;
+        let stored = stored.ok_or_else(refused)?;
         let result = match pending {
             Pending::SignIn(state) => {
                 let (user, _) = webauthn.identify_discoverable_authentication(credential).map_err(|_| refused())?;

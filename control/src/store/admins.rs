@@ -77,7 +77,8 @@ pub(crate) struct AdminView {
 /// a role and a password). `max_users` and
 /// `max_traffic` take `null` for no limit, so a change tells "no limit" from "unchanged" by
 /// the field being there.
-#[derive(Clone, Debug, Default, Deserialize)]
+/// No `Debug`: it may hold a password.
+#[derive(Default, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub(crate) struct AdminInput {
     pub(crate) login: Option<String>,
@@ -319,7 +320,7 @@ pub(crate) fn check_within(conn: &Connection, admin: i64, before: Allotment) -> 
         return Err(Error::invalid("reseller_limit", format!("you may have at most {max} users")));
     }
     if let Some(max) = max_traffic {
-        if after.unlimited > before.unlimited && after.unlimited > 0 {
+        if after.unlimited > before.unlimited {
             return Err(Error::invalid("reseller_limit", "your users need a traffic quota (you have a traffic limit)"));
         }
         if after.traffic > before.traffic && after.traffic > max {

@@ -77,7 +77,6 @@ pub(crate) fn by_credential(conn: &Connection, credential: &[u8]) -> Result<Opti
 }
 
 /// Adds a passkey to an admin's (`None`: the owner's).
-#[allow(clippy::too_many_arguments)]
 pub(crate) fn add(
     conn: &Connection,
     actor: &str,

@@ -148,7 +148,7 @@ pub(super) async fn finish_sign_in(
     let (ip, agent, now) = sign_in_gate(&app, &parts)?;
     let credential = req.credential.get_credential_id().to_vec();
     let found = app.db.read(move |c| store::by_credential(c, &credential)).await?;
-    let verified = match app.passkeys.finish_sign_in(&req.ticket, &req.credential, |_| Ok(found)) {
+    let verified = match app.passkeys.finish_sign_in(&req.ticket, &req.credential, found) {
         Ok(verified) => verified,
         Err(Error::Invalid { code, message }) if code == "bad_passkey" => {
             return Err(refused(&app, ip, now, code, &message).into());
