@@ -207,6 +207,11 @@ fn set_limits(conn: &Connection, id: i64, role: Role, input: &AdminInput) -> Res
         conn.execute("DELETE FROM admin_groups WHERE admin_id = ?1", [id])?;
         return Ok(());
     }
+    for (field, max) in [("max_users", input.max_users), ("max_traffic", input.max_traffic)] {
+        if max.flatten().is_some_and(|max| max > i64::MAX as u64) {
+            return Err(Error::invalid("bad_limit", format!("{field} must be at most {}", i64::MAX)));
+        }
+    }
     if let Some(max) = input.max_users {
         conn.execute("UPDATE admins SET max_users = ?2 WHERE id = ?1", params![id, max])?;
     }

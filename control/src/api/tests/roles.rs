@@ -302,6 +302,8 @@ async fn admins_are_the_owners_and_each_sees_their_own_sessions() {
     let limits =
         owner.post("/admins", json!({ "login": "op", "role": "operator", "password": PASSWORD, "max_users": 3 })).await;
     assert_eq!(limits.code(), "not_a_reseller");
+    let huge = json!({ "login": "big", "role": "reseller", "password": PASSWORD, "max_traffic": u64::MAX });
+    assert_eq!(owner.post("/admins", huge).await.code(), "bad_limit", "past what is stored: a clear 400");
     let wrong = owner.post("/login", json!({ "login": "ada", "password": "not the password" })).await;
     assert_eq!(wrong.code(), "bad_login");
 
