@@ -144,18 +144,53 @@ pub(crate) fn open(envelope: &[u8], trust: &Trust, recovery: &RecoverySecret, no
     Ok((verified.envelope.header.version, payload))
 }
 
-/// What changes the archive: an audited change or a key rotation. `None` before anything was
-/// ever pushed.
-fn marker(conn: &rusqlite::Connection) -> Result<Option<(i64, i64)>, Error> {
+/// Where the state stands, as far as the archive cares: the last audited change, the key
+/// rotation, and the usage reports applied (usage moves without audited changes).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+struct Marker {
+    audit: i64,
+    keys: i64,
+    usage: i64,
+}
+
+impl Marker {
+    /// What a change archives soon for: an audited change or a key rotation (usage alone
+    /// waits for the schedule).
+    fn changes(self) -> (i64, i64) {
+        (self.audit, self.keys)
+    }
+}
+
+/// Where the state stands now; `None` before anything was ever pushed.
+fn marker(conn: &rusqlite::Connection) -> Result<Option<Marker>, Error> {
     if store::get_state(conn, "batch")? == 0 {
         return Ok(None);
     }
     let audit: i64 = conn.query_row("SELECT ifnull(max(id), 0) FROM audit", [], |row| row.get(0))?;
-    Ok(Some((audit, store::get_state(conn, "keys_serial")?)))
+    let usage: i64 = conn.query_row("SELECT ifnull(sum(usage_seq), 0) FROM nodes", [], |row| row.get(0))?;
+    Ok(Some(Marker { audit, keys: store::get_state(conn, "keys_serial")?, usage }))
 }
 
-/// Makes one archive at the next version. Returns the version and the envelope.
-async fn seal_once(app: &Arc<App>) -> Result<(i64, Vec<u8>), String> {
+/// The last archive made, as the database remembers it across restarts: its version, where
+/// the state stood when it was made and when that was. `None` before the first.
+fn last_sealed(conn: &rusqlite::Connection) -> Result<Option<(Sealed, u64)>, Error> {
+    let version = store::get_state(conn, "archive_version")?;
+    let at = store::get_state(conn, "archive_sealed_at")?;
+    if version == 0 || at == 0 {
+        return Ok(None);
+    }
+    let marker = Marker {
+        audit: store::get_state(conn, "archive_audit")?,
+        keys: store::get_state(conn, "archive_keys")?,
+        usage: store::get_state(conn, "archive_usage")?,
+    };
+    Ok(Some((Sealed { version, marker, envelope: None }, u64::try_from(at).unwrap_or(0))))
+}
+
+/// Makes one archive at the next version, of the state at `marker` (or later: a change
+/// that lands meanwhile is in it, and archived once more). Returns the version and the
+/// envelope; the database remembers what was archived.
+async fn seal_once(app: &Arc<App>, marker: Marker) -> Result<(i64, Vec<u8>), String> {
     let state = app.clone();
     // Its own connection: `VACUUM INTO` cannot run inside the pool's read transactions.
     tokio::task::spawn_blocking(move || {
@@ -164,7 +199,18 @@ async fn seal_once(app: &Arc<App>) -> Result<(i64, Vec<u8>), String> {
         let payload = collect(&state.config.data_dir, &conn, now()).map_err(|e| Error::Internal(format!("{e:#}")))?;
         let envelope = seal(&payload, &state.signer, &conn, version, now())?;
         let version = i64::try_from(version).unwrap_or(i64::MAX);
-        store::set_state(&conn, "archive_version", version)?;
+        let at = i64::try_from(now()).unwrap_or(i64::MAX);
+        let tx = conn.unchecked_transaction()?;
+        for (key, value) in [
+            ("archive_version", version),
+            ("archive_sealed_at", at),
+            ("archive_audit", marker.audit),
+            ("archive_keys", marker.keys),
+            ("archive_usage", marker.usage),
+        ] {
+            store::set_state(&tx, key, value)?;
+        }
+        tx.commit()?;
         Ok::<_, Error>((version, envelope))
     })
     .await
@@ -172,10 +218,38 @@ async fn seal_once(app: &Arc<App>) -> Result<(i64, Vec<u8>), String> {
     .map_err(|e| e.to_string())
 }
 
-/// The last archive made, kept until every edge holds it.
+/// When the state last changed and the last archive was made, and the settings that time
+/// them (`archive_after_secs`, `archive_every_secs`).
+#[derive(Clone, Copy)]
+struct Timing {
+    changed_at: u64,
+    last_seal: u64,
+    after: u64,
+    every: u64,
+}
+
+/// Whether a new archive is wanted at `now`, with the state at `current`, the last archive
+/// made (`sealed`) and the archive version each edge holds (`held`).
+fn wanted(sealed: Option<&Sealed>, current: Marker, held: &[i64], timing: Timing, now: u64) -> bool {
+    let archived = sealed.map(|s| s.marker);
+    // A key rotation is archived at once: an archive signed by a retired key cannot be
+    // restored from.
+    let rotated = archived.is_some_and(|archived| archived.keys != current.keys);
+    let settled = archived.map(Marker::changes) != Some(current.changes())
+        && (rotated || now >= timing.changed_at + timing.after);
+    // Usage moves without changes: archived on the schedule, when it moved.
+    let due = archived != Some(current) && now >= timing.last_seal + timing.every;
+    // An edge that lacks the last archive, when its envelope is no longer kept (made before a
+    // restart, or dropped once every edge then held it): a new one.
+    let lacking = sealed.is_some_and(|s| s.envelope.is_none() && held.iter().any(|&version| version < s.version));
+    settled || due || lacking
+}
+
+/// The last archive made, kept until every edge holds it (the envelope is dropped then, and
+/// is not kept across restarts: an edge that lacks it later gets a new one).
 struct Sealed {
     version: i64,
-    marker: (i64, i64),
+    marker: Marker,
     envelope: Option<Vec<u8>>,
 }
 
@@ -204,8 +278,20 @@ impl Retry {
 /// each edge the release being rolled out.
 pub(crate) async fn archiver(app: Arc<App>, mut shutdown: watch::Receiver<bool>) {
     let tick = Duration::from_secs(1);
-    let mut sealed: Option<Sealed> = None;
-    let (mut seen, mut changed_at, mut last_seal, mut failures) = (None, now(), 0u64, 0u32);
+    // What was archived before a restart is not archived again: a start with nothing changed
+    // uploads nothing.
+    let remembered = match app.db.read(last_sealed).await {
+        Ok(remembered) => remembered,
+        Err(e) => {
+            tracing::warn!(error = %e, "could not read which archive was made last; making a new one");
+            None
+        }
+    };
+    let (mut sealed, mut last_seal) = match remembered {
+        Some((sealed, at)) => (Some(sealed), at),
+        None => (None, 0),
+    };
+    let (mut seen, mut changed_at, mut failures) = (None, now(), 0u32);
     let (mut archive_retry, mut release_retry) = (Retry::default(), Retry::default());
     loop {
         let targets = crate::outbox::targets(&app).await.unwrap_or_default();
@@ -228,16 +314,18 @@ pub(crate) async fn archiver(app: Arc<App>, mut shutdown: watch::Receiver<bool>)
                 seen = Some(current);
                 changed_at = now();
             }
-            // A key rotation is archived at once: an archive signed by a retired key cannot be
-            // restored from.
-            let archived = sealed.as_ref().map(|s| s.marker);
-            let rotated = archived.is_some_and(|(_, keys)| keys != current.1);
-            let settled = archived != Some(current) && (rotated || now() >= changed_at + app.config.archive_after_secs);
-            let due = now() >= last_seal + app.config.archive_every_secs;
+            let held: Vec<i64> = targets.iter().map(|(edge, _)| edge.archive).collect();
+            let timing = Timing {
+                changed_at,
+                last_seal,
+                after: app.config.archive_after_secs,
+                every: app.config.archive_every_secs,
+            };
+            let wanted = wanted(sealed.as_ref(), current, &held, timing, now());
             let backoff = u64::from(failures.min(6)) * 10;
-            if (settled || due) && now() >= last_seal + backoff {
+            if wanted && now() >= last_seal + backoff {
                 last_seal = now();
-                match seal_once(&app).await {
+                match seal_once(&app, current).await {
                     Ok((version, envelope)) => {
                         sealed = Some(Sealed { version, marker: current, envelope: Some(envelope) });
                         failures = 0;
@@ -318,6 +406,29 @@ pub(crate) fn unpack(payload: &Payload, dir: &Path) -> Result<()> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// What makes a new archive, and what does not: nothing changed (after a restart too),
+    /// a change before it settled, usage before the schedule.
+    #[test]
+    fn an_archive_is_made_only_when_something_moved_or_an_edge_lacks_it() {
+        let at = Marker { audit: 10, keys: 1, usage: 5 };
+        let timing = Timing { changed_at: 1000, last_seal: 1000, after: 30, every: 3600 };
+        let remembered = Sealed { version: 4, marker: at, envelope: None };
+        let kept = Sealed { version: 4, marker: at, envelope: Some(vec![1]) };
+        let now = 1000 + 7200;
+        assert!(!wanted(Some(&remembered), at, &[4, 4], timing, now), "nothing moved: no archive, restarted or not");
+        let first = Timing { last_seal: 0, ..timing };
+        assert!(wanted(None, at, &[], first, now), "none made yet: the first at once");
+        let changed = Marker { audit: 11, ..at };
+        assert!(!wanted(Some(&kept), changed, &[4], timing, 1010), "a change that has not settled yet");
+        assert!(wanted(Some(&kept), changed, &[4], timing, 1030), "a change that settled");
+        assert!(wanted(Some(&kept), Marker { keys: 2, ..at }, &[4], timing, 1001), "a key rotation: at once");
+        let used = Marker { usage: 6, ..at };
+        assert!(!wanted(Some(&kept), used, &[4], timing, 1030), "usage waits for the schedule");
+        assert!(wanted(Some(&kept), used, &[4], timing, 1000 + 3600), "usage on the schedule");
+        assert!(wanted(Some(&remembered), at, &[4, 0], timing, 1001), "an edge lacks it, and it is not kept");
+        assert!(!wanted(Some(&kept), at, &[4, 0], timing, 1001), "an edge lacks it: the one kept goes to it");
+    }
     use crate::store::users::UserInput;
     use crate::testing::TestControl;
 

@@ -13,7 +13,7 @@
 //! | `log_format` | `HEARTH_LOG_FORMAT` | `text` | `text` or `json` |
 //! | `metrics_token` | `HEARTH_METRICS_TOKEN` | none | lets a scraper read `/metrics` without an admin session |
 //! | `archive_after_secs` | `HEARTH_ARCHIVE_AFTER_SECS` | `30` | a change is archived to the edge once nothing else changed for this long |
-//! | `archive_every_secs` | `HEARTH_ARCHIVE_EVERY_SECS` | `3600` | the archive is also pushed this often (usage moves without changes) |
+//! | `archive_every_secs` | `HEARTH_ARCHIVE_EVERY_SECS` | `3600` | usage moves without changes: an archive is also made this often when it moved |
 //! | `trusted_proxies` | `HEARTH_TRUSTED_PROXIES` | none | reverse proxies in front (CIDRs; comma-separated in the variable, a list in the file) whose `CF-Connecting-IP`, else right-most untrusted `X-Forwarded-For` hop, is the client's address |
 //! | `release_timeout_secs` | `HEARTH_RELEASE_TIMEOUT_SECS` | `900` | a node told to run a release must run it within this long, or the rollout stops |
 //! | `telegram_api` | `HEARTH_TELEGRAM_API` | `https://api.telegram.org` | the Bot API the owner's bot is reached at (a local Bot API server, or a stand-in in tests) |

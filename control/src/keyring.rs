@@ -13,12 +13,13 @@
 
 use std::path::{Path, PathBuf};
 
-use anyhow::{Context as _, Result, bail};
+use anyhow::{Context as _, Result, anyhow, bail};
 use hearth_shared::envelope::{Audience, Draft, Kind};
-use hearth_shared::keys::{PublicKey, RecoveryPublic, RecoverySecret, Role, SecretKey};
+use hearth_shared::keys::{MAX_KEY_FILE, PublicKey, RecoveryPublic, RecoverySecret, Role, SecretKey};
 use hearth_shared::trust::{KeyRecord, RoleKeys, Trust};
 use hearth_shared::wire::{self, stream};
 use rand_core::OsRng;
+use zeroize::Zeroizing;
 
 /// How long a key record stays valid: rotation replaces it long before.
 const RECORD_LIFETIME_SECS: u64 = 10 * 365 * 24 * 3600;
@@ -86,13 +87,13 @@ pub(crate) fn init(dir: &Path, hosts: &[String], now: u64) -> Result<Created> {
     for role in [Role::Signing, Role::Release] {
         let key = SecretKey::generate(role, &mut OsRng)?;
         let record = record_envelope(role, RoleKeys::single(key.public()), 1, now, &[&root]);
-        key.save(&paths.secret(role))?;
+        save_key(&paths.secret(role), &key)?;
         write_new(&paths.record(role), &record)?;
         write_new(&paths.public(role), format!("{}\n", key.public()).as_bytes())?;
         online.push(key.public());
     }
-    root.save(&paths.secret(Role::Root))?;
-    recovery.save(&paths.secret(Role::Recovery))?;
+    save_key(&paths.secret(Role::Root), &root)?;
+    write_private(&paths.secret(Role::Recovery), recovery.to_file_text().as_bytes())?;
     write_new(&paths.public(Role::Recovery), format!("{}\n", recovery.public()).as_bytes())?;
     write_edge_settings(&paths.edge_settings(), &root.public())?;
     crate::secrets::Vault::create(&paths.master())?;
@@ -172,8 +173,7 @@ pub(crate) struct Online {
 pub(crate) fn load_online(dir: &Path, serial: i64, now: u64) -> Result<Online> {
     let paths = Paths::new(dir);
     let trust = load_trust(dir, now)?;
-    let key = SecretKey::load(&paths.secret(Role::Signing), Role::Signing)
-        .with_context(|| format!("loading {}", paths.secret(Role::Signing).display()))?;
+    let key = load_key(&paths.secret(Role::Signing), Role::Signing)?;
     let certified = trust.role(Role::Signing).is_some_and(|keys| keys.keys.contains(&key.public()));
     if !certified {
         bail!(
@@ -219,8 +219,7 @@ pub(crate) fn rotate(
 ) -> Result<Vec<Rotated>> {
     let paths = Paths::new(dir);
     let trust = load_trust(dir, now)?;
-    let root = SecretKey::load(root_key, Role::Root)
-        .with_context(|| format!("loading the root key from {}", root_key.display()))?;
+    let root = load_key(root_key, Role::Root).context("loading the root key")?;
     let roots = trust.role(Role::Root).map(|keys| keys.keys.clone()).unwrap_or_default();
     if !roots.contains(&root.public()) {
         bail!("{} is not the current root key (root key id {} is)", root_key.display(), roots[0].id());
@@ -244,7 +243,7 @@ pub(crate) fn rotate(
             let out =
                 new_root.context("rotating the root needs --new-root-key <file> for the new root's secret key")?;
             let fresh = SecretKey::generate(Role::Root, &mut OsRng)?;
-            fresh.save(out).with_context(|| format!("writing the new root key to {}", out.display()))?;
+            save_key(out, &fresh).context("writing the new root key")?;
             let version = next(Role::Root);
             let root_record =
                 record_envelope(Role::Root, RoleKeys::single(fresh.public()), version, now, &[&root, &fresh]);
@@ -282,7 +281,7 @@ pub(crate) fn replace(path: &Path, bytes: &[u8]) -> Result<()> {
 fn replace_secret(path: &Path, key: &SecretKey) -> Result<()> {
     let staged = path.with_extension("staged");
     let _ = std::fs::remove_file(&staged);
-    key.save(&staged)?;
+    save_key(&staged, key)?;
     std::fs::rename(&staged, path).with_context(|| format!("replacing {}", path.display()))
 }
 
@@ -337,8 +336,50 @@ pub(crate) fn write_private(path: &Path, bytes: &[u8]) -> Result<()> {
     options.write(true).create_new(true);
     #[cfg(unix)]
     std::os::unix::fs::OpenOptionsExt::mode(&mut options, 0o600);
-    let mut file = options.open(path).with_context(|| format!("creating {}", path.display()))?;
+    let mut file = options.open(path).map_err(|e| match e.kind() {
+        std::io::ErrorKind::AlreadyExists => anyhow!("{} already exists; refusing to overwrite it", path.display()),
+        _ => anyhow!(e).context(format!("creating {}", path.display())),
+    })?;
     file.write_all(bytes).and_then(|()| file.sync_all()).with_context(|| format!("writing {}", path.display()))
+}
+
+/// Reads a file only its owner may read, at most `max` bytes: a secret key or the master key.
+pub(crate) fn read_private(path: &Path, max: usize) -> Result<Zeroizing<Vec<u8>>> {
+    use std::io::Read as _;
+    let reading = || format!("reading {}", path.display());
+    // The file checked is the file read: one handle for both.
+    let file = std::fs::File::open(path).with_context(reading)?;
+    let metadata = file.metadata().with_context(reading)?;
+    #[cfg(unix)]
+    {
+        let mode = std::os::unix::fs::PermissionsExt::mode(&metadata.permissions());
+        if mode & 0o077 != 0 {
+            bail!("{} is readable by others (mode {:o}); run chmod 600 on it", path.display(), mode & 0o777);
+        }
+    }
+    let mut bytes = Zeroizing::new(Vec::new());
+    file.take(max as u64 + 1).read_to_end(&mut bytes).with_context(reading)?;
+    if bytes.len() > max {
+        bail!("{} is more than a Hearth key file holds ({max} bytes)", path.display());
+    }
+    Ok(bytes)
+}
+
+/// Writes a secret key to a new file with 0600 permissions; refuses to overwrite a file.
+pub(crate) fn save_key(path: &Path, key: &SecretKey) -> Result<()> {
+    write_private(path, key.to_file_text().as_bytes())
+}
+
+/// Loads a secret key file made for `role`.
+pub(crate) fn load_key(path: &Path, role: Role) -> Result<SecretKey> {
+    let text = read_private(path, MAX_KEY_FILE)?;
+    SecretKey::from_file_text(&text, role).with_context(|| format!("key file {}", path.display()))
+}
+
+/// Loads the owner's recovery key file.
+pub(crate) fn load_recovery(path: &Path) -> Result<RecoverySecret> {
+    let text = read_private(path, MAX_KEY_FILE)?;
+    RecoverySecret::from_file_text(&text).with_context(|| format!("key file {}", path.display()))
 }
 
 fn write_new(path: &Path, bytes: &[u8]) -> Result<()> {
@@ -354,6 +395,30 @@ fn write_new(path: &Path, bytes: &[u8]) -> Result<()> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn key_files_are_private_never_overwritten_and_named_in_errors() {
+        use std::os::unix::fs::PermissionsExt as _;
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("release.key");
+        let key = SecretKey::generate(Role::Release, &mut OsRng).unwrap();
+        save_key(&path, &key).unwrap();
+        assert_eq!(std::fs::metadata(&path).unwrap().permissions().mode() & 0o777, 0o600);
+        assert_eq!(load_key(&path, Role::Release).unwrap().public(), key.public());
+        let err = save_key(&path, &key).unwrap_err().to_string();
+        assert!(err.contains("already exists; refusing to overwrite it"), "{err}");
+
+        let err = format!("{:#}", load_key(&path, Role::Signing).unwrap_err());
+        assert!(err.contains("release.key") && err.contains("holds a release key, but a signing key"), "{err}");
+        std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o644)).unwrap();
+        let err = format!("{:#}", load_key(&path, Role::Release).unwrap_err());
+        assert!(err.contains("readable by others"), "{err}");
+
+        let big = dir.path().join("big.key");
+        write_private(&big, &[b'x'; MAX_KEY_FILE + 1]).unwrap();
+        assert!(format!("{:#}", load_key(&big, Role::Release).unwrap_err()).contains("more than a Hearth key file"));
+        assert!(load_recovery(&dir.path().join("missing.key")).is_err());
+    }
 
     #[test]
     fn init_then_load_trust() {
@@ -401,7 +466,7 @@ mod tests {
             [(Role::Root, 1), (Role::Signing, 3), (Role::Release, 2)]
         );
         let trust = load_trust(dir.path(), now).unwrap();
-        let new_root_key = SecretKey::load(&new_root, Role::Root).unwrap();
+        let new_root_key = load_key(&new_root, Role::Root).unwrap();
         assert_eq!(trust.role(Role::Root).unwrap().keys, vec![new_root_key.public()]);
         // A verifier that knows only the anchor walks the whole chain.
         let mut fresh = Trust::new(RoleKeys::single(created.root));
@@ -415,7 +480,7 @@ mod tests {
 
         // A signing key its record does not certify (a rotation cut short) is refused at start.
         std::fs::remove_file(paths.secret(Role::Signing)).unwrap();
-        SecretKey::generate(Role::Signing, &mut OsRng).unwrap().save(&paths.secret(Role::Signing)).unwrap();
+        save_key(&paths.secret(Role::Signing), &SecretKey::generate(Role::Signing, &mut OsRng).unwrap()).unwrap();
         let err = load_online(dir.path(), 0, now).err().unwrap().to_string();
         assert!(err.contains("is not the key"), "{err}");
     }

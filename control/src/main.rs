@@ -661,8 +661,7 @@ fn release_command(dir: &std::path::Path, command: ReleaseCommand) -> Result<()>
     match command {
         ReleaseCommand::Sign { key, version, expires, out, binaries } => {
             let key_path = key.unwrap_or_else(|| keyring::Paths::new(dir).secret(Role::Release));
-            let key = hearth_shared::keys::SecretKey::load(&key_path, Role::Release)
-                .with_context(|| format!("loading the release key from {}", key_path.display()))?;
+            let key = keyring::load_key(&key_path, Role::Release).context("loading the release key")?;
             let binaries = binaries.iter().map(|spec| releases::read_binary(spec)).collect::<Result<Vec<_>>>()?;
             let lifetime = releases::parse_lifetime(&expires)?;
             let envelope = releases::sign(&key, &version, lifetime, &binaries, now)?;

@@ -38,7 +38,6 @@ const DRAIN_PAGES: usize = 100;
 #[derive(Clone)]
 pub(crate) struct Target {
     pub(crate) id: i64,
-    pub(crate) name: String,
     pub(crate) url: String,
     pub(crate) api_prefix: String,
     push_token: String,
@@ -49,7 +48,6 @@ impl Target {
     pub(crate) fn of(app: &App, edge: &Edge) -> Target {
         Target {
             id: edge.id,
-            name: edge.name.clone(),
             url: edge.url.trim_end_matches('/').to_owned(),
             api_prefix: edge.api_prefix.clone().unwrap_or_else(|| app.config.edge.api_prefix.clone()),
             push_token: edge.push_token.clone().unwrap_or_else(|| app.config.edge.push_token.clone()),
@@ -113,6 +111,7 @@ fn chunk(conn: &rusqlite::Connection, edge: i64, pushed: i64) -> Result<Option<C
 
 /// One push to `target`: what it lacks, under one signed batch manifest. Returns how many
 /// streams it took (0: it holds everything).
+#[tracing::instrument(name = "push", level = "debug", skip_all)]
 async fn push_once(app: &Arc<App>, target: &Target) -> Result<usize, String> {
     let id = target.id;
     let found = app
@@ -139,8 +138,7 @@ async fn push_once(app: &Arc<App>, target: &Target) -> Result<usize, String> {
             // it: it is set aside, with an alert, and the rest goes out at once.
             Err((EdgeError { stream: Some(stream), text }, sent)) => {
                 let Some(&(_, version)) = sent.iter().find(|(name, _)| *name == stream) else { return Err(text) };
-                tracing::warn!(edge = %target.name, %stream, version, reason = %text,
-                    "the edge refused one stream: set aside, the rest goes on");
+                tracing::warn!(%stream, version, reason = %text, "the edge refused one stream: set aside, the rest goes on");
                 app.db
                     .write(move |tx| edges::hold(tx, id, &stream, version, &text, now()))
                     .await
@@ -255,17 +253,17 @@ pub(crate) async fn supervisor(app: Arc<App>, mut shutdown: watch::Receiver<bool
     let mut workers: HashMap<i64, tokio::task::JoinHandle<()>> = HashMap::new();
     let mut changes = app.published.subscribe();
     loop {
-        match app.db.read(|c| Ok(edges::list(c)?.into_iter().map(|e| e.id).collect::<Vec<_>>())).await {
-            Ok(ids) => {
+        match app.db.read(|c| Ok(edges::list(c)?.into_iter().map(|e| (e.id, e.name)).collect::<Vec<_>>())).await {
+            Ok(edges) => {
                 workers.retain(|id, worker| {
-                    let keep = ids.contains(id) && !worker.is_finished();
+                    let keep = edges.iter().any(|(edge, _)| edge == id) && !worker.is_finished();
                     if !keep {
                         worker.abort();
                     }
                     keep
                 });
-                for id in ids {
-                    workers.entry(id).or_insert_with(|| tokio::spawn(worker(app.clone(), id, shutdown.clone())));
+                for (id, name) in edges {
+                    workers.entry(id).or_insert_with(|| tokio::spawn(worker(app.clone(), id, name, shutdown.clone())));
                 }
             }
             Err(error) => tracing::warn!(%error, "reading the edges"),
@@ -284,8 +282,10 @@ pub(crate) async fn supervisor(app: Arc<App>, mut shutdown: watch::Receiver<bool
 /// Publishes to one edge until it is removed or control stops: pushes at once when something
 /// changed, retrying with backoff (1 s doubling to 60 s) while the edge is down or refuses,
 /// and drains its usage reports every few seconds. Nothing counts as at the edge until the
-/// edge accepted it.
-async fn worker(app: Arc<App>, id: i64, mut shutdown: watch::Receiver<bool>) {
+/// edge accepted it. What it logs is in the edge's span, which names it (an edge keeps its
+/// name).
+#[tracing::instrument(name = "edge", level = "warn", skip_all, fields(edge = %name))]
+async fn worker(app: Arc<App>, id: i64, name: String, mut shutdown: watch::Receiver<bool>) {
     let mut changes = app.published.subscribe();
     let mut backoff = Duration::from_secs(1);
     let mut next_drain = tokio::time::Instant::now();
@@ -306,7 +306,7 @@ async fn worker(app: Arc<App>, id: i64, mut shutdown: watch::Receiver<bool>) {
         if tokio::time::Instant::now() >= next_drain {
             next_drain = tokio::time::Instant::now() + DRAIN_EVERY;
             if let Err(error) = drain_once(&app, &target, edge.drained).await {
-                tracing::warn!(edge = %target.name, %error, "usage drain from the edge failed");
+                tracing::warn!(%error, "usage drain from the edge failed");
             }
         }
         match push_once(&app, &target).await {
@@ -321,7 +321,7 @@ async fn worker(app: Arc<App>, id: i64, mut shutdown: watch::Receiver<bool>) {
             Ok(_) => backoff = Duration::from_secs(1),
             Err(error) => {
                 Counters::add(&app.counters.push_failures, 1);
-                tracing::warn!(edge = %target.name, %error, retry_in = backoff.as_secs(), "push to the edge failed");
+                tracing::warn!(%error, retry_in = backoff.as_secs(), "push to the edge failed");
                 let _ = app.db.write(move |tx| edges::failed(tx, id, &error, now())).await;
                 if stopped(&mut shutdown, backoff).await {
                     return;
@@ -338,6 +338,7 @@ async fn worker(app: Arc<App>, id: i64, mut shutdown: watch::Receiver<bool>) {
 /// Takes the usage reports nodes left at the edge (a control behind NAT never hears from
 /// nodes directly) and applies each exactly once (a report a node sent to two edges too),
 /// and the device registries of links the edge queued with them.
+#[tracing::instrument(name = "drain", level = "debug", skip_all)]
 async fn drain_once(app: &Arc<App>, target: &Target, mut cursor: i64) -> Result<(), String> {
     let id = target.id;
     for _ in 0..DRAIN_PAGES {
@@ -433,4 +434,48 @@ pub(crate) async fn sync_release(app: &Arc<App>, edge: &Edge, target: &Target) -
         .map_err(|e| e.to_string())?;
     tracing::info!(edge = %edge.name, release, "handed the release to the edge");
     Ok(true)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::testing::{Logs, TestControl};
+
+    /// What an edge's worker logs is in the edge's span, which names it: its events do not
+    /// repeat it, and nothing of the edge's API prefix or push token is logged.
+    #[tokio::test]
+    async fn what_an_edge_worker_logs_names_the_edge() {
+        // The main edge, at an address nothing answers at.
+        let control = TestControl::new(true);
+        let app = control.app.clone();
+        let state = app.clone();
+        app.db.write(move |tx| publish::publish_edge_settings(tx, &state.signer, now())).await.unwrap();
+        let (id, name) =
+            app.db.read(|c| Ok(edges::list(c)?.into_iter().map(|e| (e.id, e.name)).next())).await.unwrap().unwrap();
+        assert_eq!(name, edges::MAIN);
+
+        let logs = Logs::new(false, "hearth_control=info");
+        let guard = tracing::dispatcher::set_default(&logs.dispatch);
+        let (stop, shutdown) = watch::channel(false);
+        let running = tokio::spawn(worker(app.clone(), id, name, shutdown));
+        let started = std::time::Instant::now();
+        while !logs.text().contains("push to the edge failed") {
+            assert!(started.elapsed() < Duration::from_secs(30), "no push failed:\n{}", logs.text());
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+        stop.send(true).unwrap();
+        running.await.unwrap();
+        drop(guard);
+
+        for message in ["usage drain from the edge failed", "push to the edge failed"] {
+            let line = logs.line(message);
+            let (span, event) = line.split_once(message).unwrap();
+            assert!(span.contains("edge{edge=main}:"), "{line}");
+            assert!(!event.contains("edge=main"), "{line}");
+        }
+        let log = logs.text();
+        for secret in [&app.config.edge.api_prefix, &app.config.edge.push_token] {
+            assert!(!log.contains(secret.as_str()), "{secret:?} is in the log:\n{log}");
+        }
+    }
 }

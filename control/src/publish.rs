@@ -85,6 +85,7 @@ impl Signer {
 /// Signs what a transaction changed (see [`Changes`]), inside it: node records first, then
 /// withdrawn streams, users' snapshots, the nodes' sets (those the users reach too), and the
 /// edge's settings. Returns how many envelopes were signed.
+#[tracing::instrument(name = "publish", level = "debug", skip_all, fields(users = changes.users.len(), nodes = changes.nodes.len()))]
 pub(crate) fn changes(conn: &Connection, signer: &Signer, changes: Changes, now: u64) -> Result<usize, Error> {
     let mut signed = 0;
     for (node, key) in changes.node_records {
@@ -205,7 +206,7 @@ fn put(conn: &Connection, signer: &Signer, item: &Item<'_>, now: u64, force: boo
            body_sha256 = excluded.body_sha256, envelope = excluded.envelope, expires = excluded.expires,
            seq = excluded.seq",
     )?
-    .execute(params![item.name, version, envelope.digest(), item.content, bytes, now + item.lifetime, seq])?;
+    .execute(params![item.name, version, envelope.digest().0, item.content, bytes, now + item.lifetime, seq])?;
     Ok(true)
 }
 
@@ -321,6 +322,7 @@ fn tell_quota(
 
 /// Builds, seals and signs a user's snapshot; updates the stored status. Returns the nodes
 /// the user reaches, or `None` when the user no longer exists.
+#[tracing::instrument(level = "debug", skip_all, fields(user = user))]
 fn publish_user(conn: &Connection, signer: &Signer, user: UserId, now: u64) -> Result<Option<Vec<NodeId>>, Error> {
     let row = conn
         .prepare_cached(
@@ -640,6 +642,7 @@ fn slow_rate(conn: &Connection, user: UserId) -> Result<u64, Error> {
 
 /// Signs `node`'s credential set if it changed (or `force`, to renew its expiry). Nodes that
 /// were never enrolled get no set.
+#[tracing::instrument(level = "debug", skip_all, fields(node = node, force = force))]
 pub(crate) fn publish_creds(
     conn: &Connection,
     signer: &Signer,
@@ -765,6 +768,7 @@ pub(crate) fn publish_edge_settings(conn: &Connection, signer: &Signer, now: u64
 
 /// Signs the acknowledgement of a node's usage reports up to `seq` (or returns the one
 /// already signed for it). Nodes get it in the answer to their report.
+#[tracing::instrument(level = "debug", skip_all, fields(node = node, seq = seq))]
 pub(crate) fn usage_ack(
     conn: &Connection,
     signer: &Signer,
@@ -788,6 +792,7 @@ pub(crate) fn usage_ack(
 /// a stored envelope: a stream that state does not make (a link no user holds, the set of a
 /// node since removed, a name control never signs) is deleted at its next version instead.
 /// Returns how many envelopes were signed.
+#[tracing::instrument(level = "info", skip_all)]
 pub(crate) fn resign_all(conn: &Connection, signer: &Signer, now: u64) -> Result<usize, Error> {
     let before: std::collections::BTreeMap<String, u64> = conn
         .prepare("SELECT name, version FROM streams WHERE envelope IS NOT NULL")?

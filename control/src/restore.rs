@@ -269,12 +269,12 @@ fn screen(items: Vec<ExportItem>, trust: &Trust, archived: &Archived) -> Screene
         let why = match archive {
             _ if version != item.version || version > MAX_VERSION => Some(Dropped::Version),
             Some((at, _)) if version < *at => Some(Dropped::Older),
-            Some((at, digest)) if version == *at && *digest != Some(envelope.digest()) => Some(Dropped::Conflict),
+            Some((at, digest)) if version == *at && *digest != Some(envelope.digest().0) => Some(Dropped::Conflict),
             _ => None,
         };
         match why {
             Some(why) => screened.dropped.entry(why).or_default().push(name),
-            None => screened.kept.push(Kept { stream: name, version, digest: envelope.digest(), bytes }),
+            None => screened.kept.push(Kept { stream: name, version, digest: envelope.digest().0, bytes }),
         }
     }
     screened
@@ -426,8 +426,7 @@ fn build(dir: &Path, options: &Options) -> Result<Report> {
     let edge_toml: EdgeToml =
         toml::from_str(&edge_text).with_context(|| format!("{} is not valid", options.edge_settings.display()))?;
     let anchor: PublicKey = edge_toml.root_key.parse().context("root_key in the edge settings is not a public key")?;
-    let recovery = RecoverySecret::load(&options.recovery_key)
-        .with_context(|| format!("loading the recovery key from {}", options.recovery_key.display()))?;
+    let recovery = crate::keyring::load_recovery(&options.recovery_key).context("loading the recovery key")?;
     let edge_url = crate::config::check_url("the edge's URL", &options.edge_url)?;
     let now = now();
 
@@ -504,7 +503,7 @@ fn build(dir: &Path, options: &Options) -> Result<Report> {
             report.notes.push("the archive's signing key was retired since: a new one was certified".into());
         }
         let release = keyring::load_trust(dir, now)?;
-        let release_key = hearth_shared::keys::SecretKey::load(&paths.secret(Role::Release), Role::Release);
+        let release_key = keyring::load_key(&paths.secret(Role::Release), Role::Release);
         if release_key.is_ok_and(|key| !release.role(Role::Release).is_some_and(|r| r.keys.contains(&key.public()))) {
             report.notes.push(
                 "the release key in the archive was retired since; rotate it with `keys rotate --role release`".into(),

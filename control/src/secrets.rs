@@ -53,32 +53,16 @@ impl Purpose {
 impl Vault {
     /// Makes a new master key file; refuses to replace one.
     pub(crate) fn create(path: &Path) -> Result<()> {
-        use std::io::Write as _;
         let key = Zeroizing::new(random_bytes::<32>());
-        let mut options = std::fs::OpenOptions::new();
-        options.write(true).create_new(true);
-        #[cfg(unix)]
-        std::os::unix::fs::OpenOptionsExt::mode(&mut options, 0o600);
-        let mut file = options.open(path).with_context(|| format!("creating {}", path.display()))?;
         let text = Zeroizing::new(format!("hearth master key v1\n{}\n", hex::encode(*key)));
-        file.write_all(text.as_bytes())
-            .and_then(|()| file.sync_all())
-            .with_context(|| format!("writing {}", path.display()))
+        crate::keyring::write_private(path, text.as_bytes())
     }
 
     /// Loads the master key; refuses a file others can read.
     pub(crate) fn load(path: &Path) -> Result<Vault> {
-        #[cfg(unix)]
-        {
-            use std::os::unix::fs::PermissionsExt as _;
-            let mode =
-                std::fs::metadata(path).with_context(|| format!("reading {}", path.display()))?.permissions().mode();
-            if mode & 0o077 != 0 {
-                bail!("{} is readable by others (mode {:o}); run chmod 600 on it", path.display(), mode & 0o777);
-            }
-        }
+        let text = crate::keyring::read_private(path, 4096)?;
         let text =
-            Zeroizing::new(std::fs::read_to_string(path).with_context(|| format!("reading {}", path.display()))?);
+            std::str::from_utf8(&text).with_context(|| format!("{} is not a Hearth master key", path.display()))?;
         let mut lines = text.lines();
         if lines.next() != Some("hearth master key v1") {
             bail!("{} is not a Hearth master key", path.display());

@@ -63,6 +63,63 @@ impl TestControl {
     /// The recovery secret key `init` left in the directory.
     pub(crate) fn recovery(&self) -> hearth_shared::keys::RecoverySecret {
         let paths = crate::keyring::Paths::new(self.dir.path());
-        hearth_shared::keys::RecoverySecret::load(&paths.secret(hearth_shared::keys::Role::Recovery)).expect("recovery")
+        crate::keyring::load_recovery(&paths.secret(hearth_shared::keys::Role::Recovery)).expect("recovery")
     }
+}
+
+/// Logs written through control's own log setup ([`crate::serve::logs`]) into memory, for a
+/// test to read: install `dispatch` (`tracing::dispatcher::set_default`) around what logs.
+pub(crate) struct Logs {
+    pub(crate) dispatch: tracing::Dispatch,
+    written: Written,
+}
+
+/// What [`Logs`] holds.
+#[derive(Clone, Default)]
+struct Written(Arc<std::sync::Mutex<Vec<u8>>>);
+
+impl std::io::Write for Written {
+    fn write(&mut self, bytes: &[u8]) -> std::io::Result<usize> {
+        self.0.lock().expect("log lock").extend_from_slice(bytes);
+        Ok(bytes.len())
+    }
+
+    fn flush(&mut self) -> std::io::Result<()> {
+        Ok(())
+    }
+}
+
+impl Logs {
+    /// Text (or JSON) logs, filtered by `filter` (as `HEARTH_LOG`), without colours.
+    pub(crate) fn new(json: bool, filter: &str) -> Logs {
+        keep_a_second_dispatcher();
+        let written = Written::default();
+        let writer = written.clone();
+        let dispatch =
+            crate::serve::logs(json, tracing_subscriber::EnvFilter::new(filter), false, move || writer.clone());
+        Logs { dispatch, written }
+    }
+
+    /// Everything logged so far.
+    pub(crate) fn text(&self) -> String {
+        String::from_utf8(self.written.0.lock().expect("log lock").clone()).expect("UTF-8 logs")
+    }
+
+    /// The first line logged with `message`.
+    pub(crate) fn line(&self, message: &str) -> String {
+        let text = self.text();
+        text.lines()
+            .find(|line| line.contains(message))
+            .unwrap_or_else(|| panic!("no {message:?} in:\n{text}"))
+            .to_owned()
+    }
+}
+
+/// With a single dispatcher alive in the process, tracing decides whether a callsite is enabled
+/// with the dispatcher of the thread that reaches it first: a log line another test's thread
+/// reaches first (with none) would stay off for [`Logs`] too. A second dispatcher, alive for
+/// good, makes tracing ask every live dispatcher instead.
+fn keep_a_second_dispatcher() {
+    static SECOND: std::sync::OnceLock<tracing::Dispatch> = std::sync::OnceLock::new();
+    SECOND.get_or_init(|| tracing::Dispatch::new(tracing::subscriber::NoSubscriber::default()));
 }

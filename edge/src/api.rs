@@ -2,12 +2,12 @@
 //! they send is acceptable. Each returns the [`Reply`] to send when it refuses.
 
 use hearth_shared::envelope::{Audience, Kind};
-use hearth_shared::trust::{Expect, StreamState, Trust, verify};
+use hearth_shared::nodeauth;
+use hearth_shared::trust::{Expect, ItemDigest, Trust, verify};
 use hearth_shared::wire::{NodeId, UsageReport, decode, stream};
-use hearth_shared::{nodeauth, sha256};
 
 use crate::Reply;
-use crate::push::{PushError, Target, Write};
+use crate::push::{PushError, Stored, Target, Write};
 
 /// A JSON error: a stable code and a message safe to show.
 pub fn error(status: u16, code: &str, message: &str) -> Reply {
@@ -113,14 +113,14 @@ pub fn check_usage(body: &[u8], trust: &Trust, node: NodeId, now: u64) -> Result
 }
 
 /// Checks control's archive against the stored one; gives the write that stores it.
-pub fn check_archive(body: &[u8], trust: &Trust, stored: Option<&StreamState>, now: u64) -> Result<Write, Reply> {
+pub fn check_archive(body: &[u8], trust: &Trust, stored: Option<&Stored>, now: u64) -> Result<Write, Reply> {
     let expect = Expect { kind: Kind::Archive, audience: Audience::Control, stream: stream::ARCHIVE };
     let verified = verify(body, trust, &expect, None, now).map_err(|e| refused(&PushError::Manifest(e)))?;
     let write = Write {
         target: Target::Archive,
         stream: stream::ARCHIVE.to_owned(),
         version: verified.envelope.header.version,
-        digest: sha256(body),
+        digest: ItemDigest::of(body),
         envelope: Some(body.to_vec()),
     };
     crate::push::decide(&write, stored).map_err(|e| refused(&e))?;
@@ -136,7 +136,7 @@ pub type NamedFile = (String, Vec<u8>);
 pub fn check_release(
     body: &[u8],
     trust: &Trust,
-    stored: Option<&StreamState>,
+    stored: Option<&Stored>,
     now: u64,
 ) -> Result<(Write, Vec<NamedFile>), Reply> {
     use hearth_shared::release::{ReleaseBundle, ReleaseManifest};
@@ -163,7 +163,7 @@ pub fn check_release(
         target: Target::Release,
         stream: stream::RELEASE.to_owned(),
         version: verified.envelope.header.version,
-        digest: sha256(&bundle.manifest),
+        digest: ItemDigest::of(&bundle.manifest),
         envelope: Some(bundle.manifest),
     };
     crate::push::decide(&write, stored).map_err(|e| refused(&e))?;

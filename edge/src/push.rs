@@ -7,11 +7,13 @@
 //! from what control signed), and turns the push into [`Write`]s. The store then applies each
 //! write with [`decide`] inside one transaction per shard: a higher version replaces, the same
 //! envelope again is a no-op, and a lower version or the same version with other content is
-//! refused, which rolls the whole shard back.
+//! refused, which rolls the whole shard back. What the edge holds for a stored stream is the
+//! [`ItemDigest`] of the item's bytes ([`Stored`]); what it holds for the batch is the
+//! manifest's [`EnvelopeDigest`](hearth_shared::trust::EnvelopeDigest), as a verifier does.
 
 use hearth_shared::Digest;
 use hearth_shared::envelope::{Audience, Envelope, Kind};
-use hearth_shared::trust::{Expect, StreamState, Trust, VerifyError, verify};
+use hearth_shared::trust::{Arrival, Clash, Expect, ItemDigest, StreamState, Trust, VerifyError, arrival, verify};
 use hearth_shared::wire::{self, BatchManifest, NodeId, NodeRecord, PushBundle, Stream, stream};
 
 /// The largest push parsed at all (about 8,000 snapshots).
@@ -39,6 +41,9 @@ pub enum Target {
     Release,
 }
 
+/// What an edge holds for a stored stream: its version and the digest of its item's bytes.
+pub type Stored = StreamState<ItemDigest>;
+
 /// One stream's new version, checked against the manifest.
 #[derive(Clone, Debug, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 pub struct Write {
@@ -49,7 +54,7 @@ pub struct Write {
     /// Its new version.
     pub version: u64,
     /// The item's hash (SHA-256 of its encoding), or zeros for a deletion.
-    pub digest: Digest,
+    pub digest: ItemDigest,
     /// The item envelope as control signed it; `None` deletes the stream (keeping a
     /// tombstone at this version, so an older envelope can never come back).
     #[serde(with = "serde_bytes")]
@@ -58,8 +63,8 @@ pub struct Write {
 
 impl Write {
     /// The state the store keeps for the stream after this write.
-    pub fn state(&self) -> StreamState {
-        StreamState { version: self.version, digest: self.digest }
+    pub fn state(&self) -> Stored {
+        Stored { version: self.version, digest: self.digest }
     }
 }
 
@@ -110,13 +115,21 @@ pub enum PushError {
     #[error("the manifest lists {0} but the push has no item for it")]
     MissingItem(String),
     /// A stream's stored version forbids the write.
-    #[error("{stream}: {reason}")]
+    #[error("{stream}: {}", stored_clash(clash))]
     Refused {
         /// The stream.
         stream: String,
-        /// Why (rollback or conflicting content).
-        reason: String,
+        /// Why: a rollback or conflicting content.
+        clash: Clash,
     },
+}
+
+/// A clash with a stored stream, in the edge's words (control shows them to the owner).
+fn stored_clash(clash: &Clash) -> String {
+    match clash {
+        Clash::Conflict { version } => format!("version {version} already stored with other content"),
+        Clash::Rollback { have, got } => format!("version {got} is older than the stored {have} (rollback)"),
+    }
 }
 
 impl PushError {
@@ -225,7 +238,7 @@ pub fn check(bytes: &[u8], trust: &Trust, batch: Option<&StreamState>, now: u64)
                 target,
                 stream: entry.stream.clone(),
                 version: entry.version,
-                digest: [0; 32],
+                digest: ItemDigest([0; 32]),
                 envelope: None,
             });
             continue;
@@ -238,7 +251,8 @@ pub fn check(bytes: &[u8], trust: &Trust, batch: Option<&StreamState>, now: u64)
         if header.kind != kind || header.audience != audience {
             return Err(item_error(&entry.stream, "wrong kind or audience for its stream"));
         }
-        if header.version != entry.version || hearth_shared::sha256(&bytes) != digest {
+        let digest = ItemDigest(digest);
+        if header.version != entry.version || ItemDigest::of(&bytes) != digest {
             return Err(item_error(&entry.stream, "does not match its manifest entry"));
         }
         if !envelope.body_matches() {
@@ -266,17 +280,13 @@ pub fn check(bytes: &[u8], trust: &Trust, batch: Option<&StreamState>, now: u64)
 }
 
 /// Whether a write applies over the stored state: `Ok(true)` to store it, `Ok(false)` for the
-/// same envelope again (a no-op), an error for a rollback or conflicting content.
-pub fn decide(write: &Write, stored: Option<&StreamState>) -> Result<bool, PushError> {
-    let refuse = |reason: String| PushError::Refused { stream: write.stream.clone(), reason };
-    match stored {
-        None => Ok(true),
-        Some(s) if write.version > s.version => Ok(true),
-        Some(s) if write.version == s.version && write.digest == s.digest => Ok(false),
-        Some(s) if write.version == s.version => {
-            Err(refuse(format!("version {} already stored with other content", s.version)))
-        }
-        Some(s) => Err(refuse(format!("version {} is older than the stored {} (rollback)", write.version, s.version))),
+/// same envelope again (a no-op), an error for a rollback or conflicting content (decided by
+/// [`arrival`], as a verifier decides it).
+pub fn decide(write: &Write, stored: Option<&Stored>) -> Result<bool, PushError> {
+    match arrival(stored, write.version, &write.digest) {
+        Ok(Arrival::New) => Ok(true),
+        Ok(Arrival::Same) => Ok(false),
+        Err(clash) => Err(PushError::Refused { stream: write.stream.clone(), clash }),
     }
 }
 

@@ -101,7 +101,7 @@ pub async fn handle<S: Storage>(
             Reply::bytes(200, encode(&drain))
         }
         Route::ArchivePut => {
-            let before = store.stream(stream::ARCHIVE).await?.map(|(state, _)| state);
+            let before = store.state(stream::ARCHIVE).await?;
             match api::check_archive(call.body, trust, before.as_ref(), call.now) {
                 Err(reply) => reply,
                 Ok(write) if before == Some(write.state()) => Reply::text(200, "unchanged\n"),
@@ -119,7 +119,7 @@ pub async fn handle<S: Storage>(
             api::error(413, "too_large", "the release is over the size limit")
         }
         Route::ReleasePut => {
-            let before = store.stream(stream::RELEASE).await?.map(|(state, _)| state);
+            let before = store.state(stream::RELEASE).await?;
             match api::check_release(call.body, trust, before.as_ref(), call.now) {
                 Err(reply) => reply,
                 Ok((write, _)) if before == Some(write.state()) => Reply::text(200, "unchanged\n"),
@@ -200,7 +200,7 @@ async fn node_release<S: Storage>(store: &S, node: u64, file: Option<&str>) -> R
 async fn release_for<S: Storage>(store: &S, node: u64) -> Result<Option<u64>, S::Error> {
     let Some((_, Some(rollout))) = store.stream(stream::ROLLOUT).await? else { return Ok(None) };
     let Some(release) = push::release_for(&rollout, node) else { return Ok(None) };
-    let held = store.stream(stream::RELEASE).await?.map(|(state, _)| state.version);
+    let held = store.state(stream::RELEASE).await?.map(|state| state.version);
     Ok((held == Some(release)).then_some(release))
 }
 

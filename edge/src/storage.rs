@@ -18,10 +18,10 @@ use hearth_shared::trust::{StreamState, Trust};
 use hearth_shared::wire::{ExportItem, ExportPage, UsageDrain};
 
 use crate::api::NamedFile;
-use crate::push::{Checked, PushError, Write, apply_node_record, decide};
+use crate::push::{Checked, PushError, Stored, Write, apply_node_record, decide};
 
 /// A stream's stored state and envelope (`None` envelope: deleted, a tombstone).
-pub type StoredStream = (StreamState, Option<Vec<u8>>);
+pub type StoredStream = (Stored, Option<Vec<u8>>);
 
 /// The edge's storage, as the API uses it.
 ///
@@ -35,12 +35,16 @@ pub trait Storage {
     /// A stream's stored state and envelope. Not for links, nor for the archive's bytes.
     async fn stream(&self, name: &str) -> Result<Option<StoredStream>, Self::Error>;
 
+    /// A stream's stored state alone: what a write is decided against, without reading its
+    /// envelope (the archive's is tens of megabytes).
+    async fn state(&self, name: &str) -> Result<Option<Stored>, Self::Error>;
+
     /// A value kept by pushes ([`VALUE_TRUST`], [`VALUE_BATCH`], [`VALUE_KEYS`]).
     async fn value(&self, key: &str) -> Result<Option<Vec<u8>>, Self::Error>;
 
     /// The stored state of each write's target (a link by its token hash, any other stream by
     /// its name), in the order given.
-    async fn states(&self, writes: &[Write]) -> Result<Vec<Option<StreamState>>, Self::Error>;
+    async fn states(&self, writes: &[Write]) -> Result<Vec<Option<Stored>>, Self::Error>;
 
     /// Stores a push's plan: every write (a link's row, or a stream's), then the plan's trust,
     /// batch state and key records as values, all or nothing. Stores nothing and gives
@@ -136,13 +140,13 @@ pub struct Planned {
     /// The write.
     pub write: Write,
     /// What its stream held when it was decided (`None`: nothing).
-    pub before: Option<StreamState>,
+    pub before: Option<Stored>,
 }
 
 impl Planned {
     /// Whether the stream still holds what the write was decided against; the storage calls
     /// this with the state it reads inside its transaction.
-    pub fn still(&self, current: Option<&StreamState>) -> Result<(), Changed> {
+    pub fn still(&self, current: Option<&Stored>) -> Result<(), Changed> {
         if current == self.before.as_ref() { Ok(()) } else { Err(Changed { stream: self.write.stream.clone() }) }
     }
 }
@@ -180,7 +184,7 @@ impl Plan {
 /// change update the trust's node keys.
 pub fn plan(
     checked: Checked,
-    stored: Vec<Option<StreamState>>,
+    stored: Vec<Option<Stored>>,
     batch_before: Option<StreamState>,
 ) -> Result<Plan, PushError> {
     debug_assert_eq!(checked.writes.len(), stored.len());

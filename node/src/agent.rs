@@ -1,26 +1,26 @@
-//! The agent: pulls the node's signed credential set and applies it live, and reports usage.
+//! The agent: pulls the node's signed credential set and applies it live.
 //!
-//! Pulls long-poll control; when control does not answer they go to the edge. A new set is
-//! verified (signature, role, audience = this node, stream, version, expiry), written to disk
-//! atomically, then swapped into the live table. A refused envelope changes nothing and is
-//! logged as what it is.
+//! Pulls long-poll control; when control does not answer they go to the edges the set lists
+//! (or the one edge the node learned), in turn. A new set is verified (signature, role,
+//! audience = this node, stream, version, expiry), written to disk atomically, then swapped
+//! into the live table. A refused envelope changes nothing and is logged as what it is
+//! ([`AcceptError`]); a set that could not be stored is not applied, and the next pull tries
+//! again. The key records that come with a pull are taken here too (a key rotation).
 //!
-//! Usage is taken from the live counters every `report_secs`, signed as the next report in
-//! sequence and written to the on-disk queue before it is sent, so a crash or an outage loses
-//! nothing already taken; reports go oldest first to control (which answers with a signed
-//! acknowledgement; acknowledged reports are deleted) or, when control does not answer, to
-//! the edge, which queues them for control. Control applies each sequence number once.
+//! The agent's other duties live beside it, as more methods on [`Agent`]: usage reports in
+//! [`crate::usage`], self-updates after each answered pull in `crate::update::drive`, and the
+//! TLS pin to control in [`crate::pin`]. Every request they make is signed here
+//! ([`Agent::signed`]) and goes to control or to the edges this module picks.
 
-use std::path::PathBuf;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use anyhow::{Context as _, Result, bail};
+use anyhow::{Result, bail};
 use hearth_shared::envelope::{Audience, Kind};
 use hearth_shared::keys::{Role, SecretKey};
+use hearth_shared::nodeauth;
 use hearth_shared::trust::{self, Expect, StreamState, Trust, VerifyError};
-use hearth_shared::wire::{self, CredentialSet, EdgeAddress, UsageAck, UsageReport, stream};
-use hearth_shared::{Digest, nodeauth};
+use hearth_shared::wire::{self, CredentialSet, EdgeAddress, NodeId, stream};
 
 use crate::capped;
 use crate::state::{Settings, StateDir};
@@ -51,16 +51,13 @@ pub(crate) struct Agent {
     /// When this process started (a new release must run healthy for a while).
     pub(crate) started: std::time::Instant,
     /// Who was on the node at the last report (user, devices, connections), and when it was
-    /// made: a report goes out when that changed, or every [`PRESENCE_EVERY`] while someone
-    /// is on, so control's view of who is online stays fresh.
+    /// made: a report goes out when that changed, or every [`crate::usage::PRESENCE_EVERY`]
+    /// while someone is on, so control's view of who is online stays fresh.
     pub(crate) reported: Mutex<Reported>,
 }
 
 /// Who was on the node at the last report (user, devices, connections), and when.
 pub(crate) type Reported = (Vec<(u64, u32, u32)>, u64);
-
-/// The longest a node goes without reporting who is on it while anyone is.
-pub(crate) const PRESENCE_EVERY: u64 = 300;
 
 /// The file that keeps the edge control last named (empty: none).
 pub(crate) const EDGE_FILE: &str = "edge.url";
@@ -77,86 +74,50 @@ fn now() -> u64 {
     crate::now()
 }
 
-/// A TLS verifier that accepts exactly one certificate (control's self-signed one, by the
-/// SHA-256 pin the enrollment command carried), and checks the handshake signature with it.
-#[derive(Debug)]
-struct Pinned {
-    pin: Digest,
-    provider: Arc<rustls::crypto::CryptoProvider>,
-}
-
-impl rustls::client::danger::ServerCertVerifier for Pinned {
-    fn verify_server_cert(
-        &self,
-        end_entity: &rustls::pki_types::CertificateDer<'_>,
-        _intermediates: &[rustls::pki_types::CertificateDer<'_>],
-        _server_name: &rustls::pki_types::ServerName<'_>,
-        _ocsp: &[u8],
-        _now: rustls::pki_types::UnixTime,
-    ) -> Result<rustls::client::danger::ServerCertVerified, rustls::Error> {
-        if hearth_shared::ct_eq(&hearth_shared::sha256(end_entity), &self.pin) {
-            Ok(rustls::client::danger::ServerCertVerified::assertion())
-        } else {
-            Err(rustls::Error::General("control's certificate does not match its pin".into()))
-        }
-    }
-
-    fn verify_tls12_signature(
-        &self,
-        message: &[u8],
-        cert: &rustls::pki_types::CertificateDer<'_>,
-        dss: &rustls::DigitallySignedStruct,
-    ) -> Result<rustls::client::danger::HandshakeSignatureValid, rustls::Error> {
-        rustls::crypto::verify_tls12_signature(message, cert, dss, &self.provider.signature_verification_algorithms)
-    }
-
-    fn verify_tls13_signature(
-        &self,
-        message: &[u8],
-        cert: &rustls::pki_types::CertificateDer<'_>,
-        dss: &rustls::DigitallySignedStruct,
-    ) -> Result<rustls::client::danger::HandshakeSignatureValid, rustls::Error> {
-        rustls::crypto::verify_tls13_signature(message, cert, dss, &self.provider.signature_verification_algorithms)
-    }
-
-    fn supported_verify_schemes(&self) -> Vec<rustls::SignatureScheme> {
-        self.provider.signature_verification_algorithms.supported_schemes()
-    }
-}
-
-/// The HTTP client for control: pinned to its certificate when a pin is set.
-pub(crate) fn control_client(pin: Option<&str>) -> Result<reqwest::Client> {
-    let builder = reqwest::Client::builder().connect_timeout(Duration::from_secs(10));
-    let builder = match pin {
-        Some(pin) => {
-            let pin: Digest = hex::decode(pin)
-                .ok()
-                .and_then(|p| p.try_into().ok())
-                .context("control_pin must be 64 hex characters")?;
-            let provider = Arc::new(rustls::crypto::ring::default_provider());
-            let config = rustls::ClientConfig::builder_with_provider(provider.clone())
-                .with_safe_default_protocol_versions()
-                .context("TLS versions")?
-                .dangerous()
-                .with_custom_certificate_verifier(Arc::new(Pinned { pin, provider }))
-                .with_no_client_auth();
-            builder.tls_backend_preconfigured(config)
-        }
-        None => builder,
-    };
-    builder.build().context("making the HTTP client")
-}
-
-/// Whether a request failed because its answer was longer than it can be: the peer's doing,
-/// said at warn (a peer out of reach is usual, behind NAT, and said at debug).
-fn refused_for_size(e: &anyhow::Error) -> bool {
-    matches!(e.downcast_ref(), Some(capped::ReadError::TooLarge { .. }))
-}
-
 /// A pull's answer, with the key records control (or the edge) sent alongside.
 enum Pulled {
     New(Vec<u8>, Option<Vec<Vec<u8>>>),
     Unchanged(Option<Vec<Vec<u8>>>),
+}
+
+/// What an answered pull came to.
+enum Taken {
+    /// A new set was sent: applied (or the one held, sent again).
+    New,
+    /// A set was sent and refused, or could not be stored: the set held stays.
+    Refused,
+    /// Nothing new.
+    Unchanged,
+}
+
+/// Why a pulled credential set was not applied. In every case the live table, the set held
+/// and the set on disk are as they were: the node goes on serving the set it holds.
+#[derive(Debug, thiserror::Error)]
+pub(crate) enum AcceptError {
+    /// The envelope does not verify (size, form, signer and role, audience, stream, version,
+    /// expiry, body hash): not control's, not for this node, or not newer than the set held.
+    #[error(transparent)]
+    Verify(#[from] VerifyError),
+    /// The envelope verifies but its body is not a credential set.
+    #[error("bad body: not a credential set: {0}")]
+    NotASet(wire::WireError),
+    /// A credential set in a format newer than this node reads: the node needs an update.
+    #[error(
+        "a credential set in format {0}, newer than this node reads (format {max} at most): update the node",
+        max = wire::CREDS_FORMAT
+    )]
+    NewerFormat(u64),
+    /// A credential set, addressed to this node and on its stream, that names another node.
+    #[error("a set for another node (node {found})")]
+    OtherNode {
+        /// The node the set names.
+        found: NodeId,
+    },
+    /// The set is good but could not be written to the state directory (a full or read-only
+    /// disk, a missing directory): the node's problem, not the set's. It was not applied, as
+    /// a set is applied only once a restart would read it back.
+    #[error("could not write it to the state directory: {0:#}")]
+    Store(anyhow::Error),
 }
 
 /// Where a node request goes: control, or an edge, and the API prefix it answers under.
@@ -166,11 +127,20 @@ pub(crate) struct Base {
     pub(crate) prefix: String,
 }
 
+impl Base {
+    /// The host (and port) of the URL alone, for logs: never its path, which holds the API
+    /// prefix, nor anything before an `@`.
+    pub(crate) fn host(&self) -> String {
+        let authority = nodeauth::authority_of_url(&self.url);
+        authority.rsplit_once('@').map_or_else(|| authority.clone(), |(_, host)| host.to_owned())
+    }
+}
+
 impl Agent {
     /// A request to `base` (control or an edge) for `rest` of the node API, with `body`,
     /// signed with the node's key over its method, the host it goes to, its path and body,
     /// and a fresh nonce (a verifier takes each request once).
-    fn signed(
+    pub(crate) fn signed(
         &self,
         client: &reqwest::Client,
         method: reqwest::Method,
@@ -188,14 +158,14 @@ impl Agent {
     }
 
     /// Control, when the node has one.
-    fn control_base(&self) -> Option<Base> {
+    pub(crate) fn control_base(&self) -> Option<Base> {
         let url = self.settings.control_url.clone()?;
         Some(Base { url, prefix: self.settings.api_prefix.clone() })
     }
 
     /// The edges to fall back to, the one that answered last first, then the others in
     /// control's order: the set's list, else the one edge the node learned.
-    fn fallbacks(&self) -> Vec<Base> {
+    pub(crate) fn fallbacks(&self) -> Vec<Base> {
         let listed = self.edges.lock().expect("edges lock").clone();
         let mut bases: Vec<Base> = if listed.is_empty() {
             let url = self.edge_url.lock().expect("edge lock").clone();
@@ -211,7 +181,7 @@ impl Agent {
     }
 
     /// Remembers which edge answered (by its place in [`Agent::fallbacks`]' order).
-    fn answered(&self, base: &Base) {
+    pub(crate) fn answered(&self, base: &Base) {
         let listed = self.edges.lock().expect("edges lock");
         if let Some(index) = listed.iter().position(|edge| edge.url == base.url) {
             self.edge_at.store(index, std::sync::atomic::Ordering::Relaxed);
@@ -338,8 +308,11 @@ impl Agent {
     }
 
     /// Verifies and applies a pulled set, with the key records that came with it. Returns
-    /// whether it was new.
-    pub(crate) fn accept(&self, bytes: &[u8], chain: Option<&[Vec<u8>]>) -> Result<bool, VerifyError> {
+    /// whether it was new. When it is refused, or cannot be stored, the live table and the
+    /// set held are as they were ([`AcceptError`] says which). What it logs is in a span that
+    /// names the set's version once it verifies.
+    #[tracing::instrument(level = "warn", skip_all, fields(version = tracing::field::Empty))]
+    pub(crate) fn accept(&self, bytes: &[u8], chain: Option<&[Vec<u8>]>) -> Result<bool, AcceptError> {
         // From the answer in hand to the live table: what a change waits for at the node.
         let received = std::time::Instant::now();
         let node = self.settings.node;
@@ -348,28 +321,24 @@ impl Agent {
         let held = *self.held.lock().expect("held lock");
         let candidate = self.with_chain(chain);
         let verified = trust::verify(bytes, &candidate, &expect, held.as_ref(), now())?;
+        tracing::Span::current().record("version", verified.envelope.header.version);
         if verified.unchanged {
             self.take_chain(chain);
             return Ok(false);
         }
         let set = CredentialSet::decode(&verified.envelope.body).map_err(|e| match e {
-            wire::WireError::NewerFormat(_) => {
-                VerifyError::Body("a credential set in a newer format than this node reads: update the node")
-            }
-            _ => VerifyError::Body("credential set"),
+            wire::WireError::NewerFormat(format) => AcceptError::NewerFormat(format),
+            e => AcceptError::NotASet(e),
         })?;
         if set.node != node {
-            return Err(VerifyError::Body("a set for another node"));
+            return Err(AcceptError::OtherNode { found: set.node });
         }
         let verified_in = received.elapsed();
         // The trust first: a set on disk signed by a retired key is still read at start with
         // the trust it replaced (`trust.prev.bin`), never a new set without its trust.
         self.adopt(candidate);
-        if let Err(e) = self.state.write("creds.envelope", bytes) {
-            // Not on disk, not applied: the next pull tries again.
-            tracing::error!(error = %e, "could not store the new credential set");
-            return Err(VerifyError::Body("could not be stored"));
-        }
+        // Not on disk, not applied: the next pull tries again.
+        self.state.write("creds.envelope", bytes).map_err(AcceptError::Store)?;
         let stored_in = received.elapsed() - verified_in;
         let started = std::time::Instant::now();
         let applied = self.live.apply(&set);
@@ -377,6 +346,8 @@ impl Agent {
         *self.held.lock().expect("held lock") = Some(verified.state());
         self.live.version.store(verified.envelope.header.version, std::sync::atomic::Ordering::Relaxed);
         self.live.expires.store(verified.envelope.header.expires, std::sync::atomic::Ordering::Relaxed);
+        // `version` stays on the line as well as in the span: the suite's tools read it there,
+        // as `version=<n>` (tests/src/bin/hearth-suite.rs).
         tracing::info!(
             version = verified.envelope.header.version,
             users = applied.users,
@@ -390,87 +361,6 @@ impl Agent {
             "applied a new credential set"
         );
         Ok(true)
-    }
-
-    /// After an answered pull: keeps a new release that ran healthy long enough, or takes the
-    /// release the answer named, from where the answer came.
-    async fn after_pull(&self, client: &reqwest::Client, base: &Base) {
-        if let Some(pending) = crate::update::pending(&self.state) {
-            // The process that swapped the new binary in is on its way out: only the new
-            // binary, started again by the supervisor, may vouch for itself.
-            if *self.restart.borrow() {
-                return;
-            }
-            if self.started.elapsed() >= Duration::from_secs(self.settings.update_health_secs)
-                && let Err(e) = crate::update::confirm(&self.state, &pending)
-            {
-                tracing::error!(error = %e, "could not keep the new release");
-            }
-            return;
-        }
-        let release = *self.offered.lock().expect("offered lock");
-        if crate::update::wants(&self.state, release) {
-            match self.update(client, base, release).await {
-                crate::update::Outcome::Installed => {
-                    tracing::info!(release, "the new release is in place; restarting into it");
-                    let _ = self.restart.send(true);
-                }
-                crate::update::Outcome::Refused(reason) => crate::update::refused(&self.state, release, &reason),
-                crate::update::Outcome::Retry(why) => tracing::warn!(release, %why, "could not fetch the release yet"),
-            }
-        }
-    }
-
-    /// Fetches, checks and installs `release`.
-    async fn update(&self, client: &reqwest::Client, base: &Base, release: u64) -> crate::update::Outcome {
-        use crate::update::Outcome;
-        let node = self.settings.node;
-        // The request's failure (retried at a later pull), or what reading its body gave.
-        let fetch = |rest: String, timeout: u64, max: usize, what: &'static str| async move {
-            let response = self
-                .signed(client, reqwest::Method::GET, base, &rest, Vec::new())
-                .timeout(Duration::from_secs(timeout))
-                .send()
-                .await
-                .map_err(|e| format!("{:#}", anyhow::Error::from(e.without_url())))?;
-            if !response.status().is_success() {
-                return Err(format!("answered {}", response.status()));
-            }
-            Ok(capped::read(response, max, what).await)
-        };
-        let manifest =
-            match fetch(format!("/nodes/{node}/release"), 60, Kind::Release.max_len(), "a release manifest").await {
-                Ok(Ok(bytes)) => bytes,
-                Ok(Err(e)) => return Outcome::Retry(e.to_string()),
-                Err(why) => return Outcome::Retry(why),
-            };
-        let (running, _) = crate::update::running(&self.state);
-        let trust = self.trust.lock().expect("trust lock").clone();
-        let (manifest, file) = match crate::update::check_manifest(&manifest, &trust, release, &running, now()) {
-            Ok(checked) => checked,
-            Err(reason) => return Outcome::Refused(reason),
-        };
-        // The file is as long as the signed manifest says, or it is not the release's.
-        let len = usize::try_from(file.len).unwrap_or(usize::MAX);
-        let what = "the release file its manifest names";
-        let bytes = match fetch(format!("/nodes/{node}/release/{}", file.name()), 900, len, what).await {
-            Ok(Ok(bytes)) => bytes,
-            Ok(Err(e @ capped::ReadError::TooLarge { .. })) => return Outcome::Refused(e.to_string()),
-            Ok(Err(e)) => return Outcome::Retry(e.to_string()),
-            Err(why) => return Outcome::Retry(why),
-        };
-        if !file.matches(&bytes) {
-            return Outcome::Refused(hearth_shared::release::Refusal::Tampered.to_string());
-        }
-        let installed = crate::update::executable().and_then(|exe| crate::update::install(&exe, &bytes));
-        if let Err(e) = installed {
-            return Outcome::Refused(format!("could not install the binary: {e:#}"));
-        }
-        let pending = crate::update::Pending { release, version: manifest.version, built: manifest.built };
-        match crate::update::mark_pending(&self.state, &pending) {
-            Ok(()) => Outcome::Installed,
-            Err(e) => Outcome::Refused(format!("could not record the update: {e:#}")),
-        }
     }
 
     /// Pulls forever: long polls to control, else polls of the edge.
@@ -487,50 +377,31 @@ impl Agent {
                     "the credential set has expired; serving it until control or the edge sends a new one"
                 );
             }
-            let mut pulled = None;
-            let mut source = None;
+            let mut answered = None;
             // A new release proving itself pulls without waiting, to be kept (and say so) soon.
             let wait = if crate::update::pending(&self.state).is_some() { 1 } else { 25 };
             if let (Some(client), Some(base)) = (&self.control, self.control_base()) {
-                match self.pull_from(client, &base, wait, true).await {
-                    Ok(result) => (pulled, source) = (Some(result), Some((client, base))),
-                    Err(e) if refused_for_size(&e) => {
-                        tracing::warn!(error = %e, "refused control's answer to a pull; serving the set held");
-                    }
-                    Err(e) => tracing::debug!(error = %e, "control did not answer the pull"),
-                }
+                answered = self.pull(client, &base, wait, true).await;
             }
-            let from_edge = pulled.is_none();
+            let from_edge = answered.is_none();
             // Control does not answer: the edges in turn, until one does.
             for base in if from_edge { self.fallbacks() } else { Vec::new() } {
-                match self.pull_from(&self.edge, &base, 0, false).await {
-                    Ok(result) => {
-                        self.answered(&base);
-                        (pulled, source) = (Some(result), Some((&self.edge, base)));
-                        break;
-                    }
-                    Err(e) if refused_for_size(&e) => {
-                        tracing::warn!(error = %e, "refused the edge's answer to a pull; serving the set held");
-                    }
-                    Err(e) => tracing::debug!(error = %e, "the edge did not answer the pull"),
+                answered = self.pull(&self.edge, &base, 0, false).await;
+                if answered.is_some() {
+                    break;
                 }
             }
-            if let Some((client, base)) = &source {
-                self.after_pull(client, base).await;
-            }
-            match pulled {
-                Some(Pulled::New(bytes, chain)) => {
+            match answered {
+                Some(Taken::New) => {
                     failures = 0;
-                    if let Err(e) = self.accept(&bytes, chain.as_deref()) {
-                        tracing::warn!(error = %e, "refused a credential set");
-                        tokio::time::sleep(Duration::from_secs(self.settings.edge_poll_secs)).await;
-                    }
                     continue;
                 }
-                Some(Pulled::Unchanged(chain)) => {
+                Some(Taken::Refused) => {
                     failures = 0;
-                    self.take_chain(chain.as_deref());
+                    tokio::time::sleep(Duration::from_secs(self.settings.edge_poll_secs)).await;
+                    continue;
                 }
+                Some(Taken::Unchanged) => failures = 0,
                 None => {
                     failures = failures.saturating_add(1);
                     if failures == 3 {
@@ -544,215 +415,294 @@ impl Agent {
         }
     }
 
-    fn queue_dir(&self) -> PathBuf {
-        self.state.path("usage")
-    }
-
-    /// The queued reports' sequence numbers, oldest first.
-    fn queued(&self) -> Result<Vec<u64>> {
-        let mut seqs: Vec<u64> = match std::fs::read_dir(self.queue_dir()) {
-            Ok(entries) => {
-                entries.filter_map(|e| e.ok()?.file_name().to_str()?.strip_suffix(".report")?.parse().ok()).collect()
+    /// One pull from control (`from_control`, long-polled `wait` seconds) or an edge, and what
+    /// its answer brought: a release to take, a set to apply (or refuse), key records. `None`
+    /// when it did not answer (or its answer was refused whole). What it logs is in a span
+    /// naming where it asked, by host alone: the URL's path holds the secret API prefix.
+    #[tracing::instrument(
+        name = "pull",
+        level = "warn",
+        skip_all,
+        fields(from = if from_control { "control" } else { "edge" }, host = %base.host())
+    )]
+    async fn pull(&self, client: &reqwest::Client, base: &Base, wait: u64, from_control: bool) -> Option<Taken> {
+        let pulled = match self.pull_from(client, base, wait, from_control).await {
+            Ok(pulled) => pulled,
+            Err(e) => {
+                match (from_control, capped::refused_for_size(&e)) {
+                    (true, true) => {
+                        tracing::warn!(error = %e, "refused control's answer to a pull; serving the set held");
+                    }
+                    (true, false) => tracing::debug!(error = %e, "control did not answer the pull"),
+                    (false, true) => {
+                        tracing::warn!(error = %e, "refused the edge's answer to a pull; serving the set held");
+                    }
+                    (false, false) => tracing::debug!(error = %e, "the edge did not answer the pull"),
+                }
+                return None;
             }
-            Err(e) if e.kind() == std::io::ErrorKind::NotFound => Vec::new(),
-            Err(e) => return Err(e).context("reading the usage queue"),
         };
-        seqs.sort_unstable();
-        Ok(seqs)
-    }
-
-    fn acked(&self) -> u64 {
-        std::fs::read_to_string(self.state.path("usage.acked")).ok().and_then(|s| s.trim().parse().ok()).unwrap_or(0)
-    }
-
-    /// Takes the counters and who is on the node into a signed report on disk (nothing is
-    /// taken if it cannot be written): when anyone moved traffic, something was refused, who
-    /// is on changed, or someone is on and the last report is [`PRESENCE_EVERY`] old.
-    fn snapshot(&self) -> Result<()> {
-        let usage = self.live.take_usage();
-        let presence = self.live.take_presence();
-        let now = now();
-        let on: Vec<(u64, u32, u32)> =
-            presence.iter().filter(|p| p.devices > 0).map(|p| (p.user, p.devices, p.connections)).collect();
-        let mut reported = self.reported.lock().expect("reported lock");
-        let refused = presence.iter().any(|p| p.refused_devices + p.refused_torrent + p.refused_smtp > 0);
-        let stale = !on.is_empty() && now >= reported.1 + PRESENCE_EVERY;
-        if usage.is_empty() && !refused && on == reported.0 && !stale {
-            return Ok(());
+        if !from_control {
+            self.answered(base);
         }
-        let seq = self.queued()?.last().copied().unwrap_or_else(|| self.acked()) + 1;
-        let report = UsageReport {
-            node: self.settings.node,
-            seq,
-            period_start: now.saturating_sub(self.settings.report_secs),
-            period_end: now,
-            users: usage.clone(),
-            presence: presence.clone(),
-        };
-        let envelope = report.sign(&self.key, now).encode();
-        let stored = std::fs::create_dir_all(self.queue_dir())
-            .context("making the usage queue")
-            .and_then(|()| crate::state::write_atomic(&self.queue_dir().join(format!("{seq}.report")), &envelope));
-        if let Err(e) = stored {
-            self.live.give_back(&usage, &presence);
-            return Err(e);
-        }
-        *reported = (on, now);
-        Ok(())
-    }
-
-    /// Sends queued reports to control (acknowledged ones are deleted), or to an edge. A
-    /// report left at one edge and sent again to another is counted once.
-    async fn send(&self, sent_to_edge: &mut Option<(String, u64)>) -> Result<()> {
-        // Once control fails in a pass, the rest of the pass goes to the edge: a control that
-        // drops packets (behind NAT) costs one connect timeout a pass, not one a report.
-        let mut control_up = true;
-        // Reports acknowledged before a crash cut their deletion short go first.
-        let acked = self.acked();
-        let (done, queue): (Vec<u64>, Vec<u64>) = self.queued()?.into_iter().partition(|seq| *seq <= acked);
-        for seq in done {
-            let _ = std::fs::remove_file(self.queue_dir().join(format!("{seq}.report")));
-        }
-        for &seq in &queue {
-            let path = self.queue_dir().join(format!("{seq}.report"));
-            let bytes = std::fs::read(&path).with_context(|| format!("reading {}", path.display()))?;
-            let node = self.settings.node;
-            if let (Some(client), Some(base), true) = (&self.control, self.control_base(), control_up) {
-                let answer = self
-                    .signed(client, reqwest::Method::POST, &base, &format!("/nodes/{node}/usage"), bytes.clone())
-                    .timeout(Duration::from_secs(30))
-                    .send()
-                    .await;
-                if let Ok(answer) = answer {
-                    if answer.status().is_success() {
-                        let ack = capped::read(answer, Kind::UsageAck.max_len(), "an acknowledgement").await?;
-                        let acked = self.verify_ack(&ack)?;
-                        self.forget(acked, &queue)?;
-                        continue;
+        self.after_pull(client, base).await;
+        Some(match pulled {
+            Pulled::New(bytes, chain) => match self.accept(&bytes, chain.as_deref()) {
+                Ok(_) => Taken::New,
+                Err(e) => {
+                    match &e {
+                        AcceptError::Store(_) => tracing::error!(
+                            error = %e,
+                            "could not store the new credential set; the next pull tries again"
+                        ),
+                        AcceptError::NewerFormat(_) => tracing::error!(
+                            error = %e,
+                            "refused a credential set this node cannot read yet; serving the set held"
+                        ),
+                        AcceptError::Verify(_) | AcceptError::NotASet(_) | AcceptError::OtherNode { .. } => {
+                            tracing::warn!(error = %e, "refused a credential set")
+                        }
                     }
-                    bail!("control refused usage report {seq}: {}", answer.status());
+                    Taken::Refused
                 }
-                control_up = false;
+            },
+            Pulled::Unchanged(chain) => {
+                self.take_chain(chain.as_deref());
+                Taken::Unchanged
             }
-            // Control does not answer: leave it at an edge for control to collect (from every
-            // edge). It stays queued here until control acknowledges it; an edge that stops
-            // answering gets none of the rest, the next one all of them.
-            let mut left = false;
-            let mut failure = None;
-            for base in self.fallbacks() {
-                if sent_to_edge.as_ref().is_some_and(|(url, sent)| *url == base.url && seq <= *sent) {
-                    left = true;
-                    break;
-                }
-                let answer = self
-                    .signed(&self.edge, reqwest::Method::POST, &base, &format!("/nodes/{node}/usage"), bytes.clone())
-                    .timeout(Duration::from_secs(30))
-                    .send()
-                    .await;
-                match answer {
-                    Ok(answer) if answer.status().is_success() => {
-                        self.answered(&base);
-                        *sent_to_edge = Some((base.url, seq));
-                        left = true;
-                        break;
-                    }
-                    Ok(answer) => failure = Some(format!("an edge refused usage report {seq}: {}", answer.status())),
-                    Err(e) => {
-                        failure = Some(format!("an edge did not answer: {:#}", anyhow::Error::from(e.without_url())));
-                    }
-                }
-            }
-            if !left {
-                bail!("{}", failure.unwrap_or_else(|| "no edge to leave usage reports at".to_owned()));
-            }
-        }
-        Ok(())
+        })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::path::Path;
+    use std::sync::atomic::Ordering;
+
+    use hearth_shared::envelope::Draft;
+    use hearth_shared::sha256;
+    use hearth_shared::trust::{KeyRecord, RoleKeys};
+    use hearth_shared::wire::CredEntry;
+
+    use super::*;
+
+    /// The node the agent runs as.
+    const NODE: NodeId = 3;
+
+    /// Control's keys, as a node that enrolled trusts them: the root, and the signing key it
+    /// certified.
+    struct Control {
+        root: SecretKey,
+        signing: SecretKey,
     }
 
-    fn verify_ack(&self, bytes: &[u8]) -> Result<u64> {
-        let node = self.settings.node;
-        let name = stream::usage_ack(node);
-        let expect = Expect { kind: Kind::UsageAck, audience: Audience::Node(node), stream: &name };
-        let verified = trust::verify(bytes, &self.trust.lock().expect("trust lock"), &expect, None, now())
-            .context("control's acknowledgement does not verify")?;
-        let ack: UsageAck = wire::decode(&verified.envelope.body, "usage ack").context("the acknowledgement's body")?;
-        if ack.node != node {
-            bail!("an acknowledgement for another node");
-        }
-        Ok(ack.seq)
-    }
-
-    /// Deletes the reports of `queue` (the queue, oldest first) up to `acked`. An
-    /// acknowledgement beyond the last report this node made is not about this node's reports
-    /// (an old one, from before an enrollment): ignored.
-    fn forget(&self, acked: u64, queue: &[u64]) -> Result<()> {
-        let before = self.acked();
-        let made = queue.last().copied().unwrap_or(0).max(before);
-        if acked > made {
-            tracing::warn!(acked, made, "ignoring an acknowledgement of reports this node never made");
-            return Ok(());
-        }
-        if acked <= before {
-            return Ok(());
-        }
-        self.state.write("usage.acked", acked.to_string().as_bytes())?;
-        for seq in queue.iter().filter(|s| (before + 1..=acked).contains(*s)) {
-            let _ = std::fs::remove_file(self.queue_dir().join(format!("{seq}.report")));
-        }
-        Ok(())
-    }
-
-    /// Asks an edge for control's latest acknowledgement (when control is out of reach).
-    async fn ack_from_edge(&self) -> Result<()> {
-        let Some(base) = self.fallbacks().into_iter().next() else { return Ok(()) };
-        let node = self.settings.node;
-        let answer = self
-            .signed(&self.edge, reqwest::Method::GET, &base, &format!("/nodes/{node}/ack"), Vec::new())
-            .timeout(Duration::from_secs(30))
-            .send()
-            .await
-            .map_err(|e| anyhow::anyhow!("the edge did not answer: {:#}", anyhow::Error::from(e.without_url())))?;
-        if answer.status().as_u16() != 200 {
-            return Ok(());
-        }
-        let acked = self.verify_ack(&capped::read(answer, Kind::UsageAck.max_len(), "an acknowledgement").await?)?;
-        self.forget(acked, &self.queued()?)
-    }
-
-    /// Reports usage forever.
-    pub(crate) async fn report_loop(self: Arc<Self>) {
-        let mut sent_to_edge = None;
-        let mut tick = tokio::time::interval(Duration::from_secs(self.settings.report_secs.max(1)));
-        loop {
-            tick.tick().await;
-            if let Err(e) = self.snapshot() {
-                tracing::error!(error = %e, "could not queue a usage report");
+    impl Control {
+        fn new() -> Control {
+            Control {
+                root: SecretKey::from_seed(Role::Root, &[1; 32]),
+                signing: SecretKey::from_seed(Role::Signing, &[2; 32]),
             }
-            if let Err(e) = self.send(&mut sent_to_edge).await {
-                if refused_for_size(&e) {
-                    tracing::warn!(error = %e, "refused control's answer to a usage report; it stays queued");
-                } else {
-                    tracing::debug!(error = %e, "usage reports stay queued");
-                }
+        }
+
+        /// What the node trusts after enrollment and the signing key's record.
+        fn trust(&self) -> Trust {
+            let body = KeyRecord { role: Role::Signing, keys: RoleKeys::single(self.signing.public()) };
+            let draft = self.draft(Kind::KeyRecord, stream::keys(Role::Signing), 1, Audience::Any);
+            let record = draft.sign(wire::encode(&body), &[&self.root]).encode();
+            let mut trust = Trust::new(RoleKeys::single(self.root.public()));
+            trust.accept_key_record(&record, now()).expect("the signing key's record");
+            trust
+        }
+
+        fn draft(&self, kind: Kind, stream: String, version: u64, audience: Audience) -> Draft {
+            Draft {
+                kind,
+                stream,
+                version,
+                epoch: 1,
+                issued: now() - 10,
+                expires: now() + 3600,
+                audience,
+                prev: [0; 32],
             }
-            // Reports that went to the edge are acknowledged there once control collected them.
-            if sent_to_edge.is_some()
-                && !self.queued().unwrap_or_default().is_empty()
-                && let Err(e) = self.ack_from_edge().await
-            {
-                if refused_for_size(&e) {
-                    tracing::warn!(error = %e, "refused the edge's answer for an acknowledgement");
-                } else {
-                    tracing::debug!(error = %e, "no acknowledgement from the edge");
-                }
-            }
+        }
+
+        /// `body` signed by `key` as version `version` of this node's credential set.
+        fn sign(&self, key: &SecretKey, version: u64, body: Vec<u8>) -> Vec<u8> {
+            self.draft(Kind::CredentialSet, stream::creds(NODE), version, Audience::Node(NODE))
+                .sign(body, &[key])
+                .encode()
+        }
+
+        /// Version `version` of the set for `node`, with `users` (id, password).
+        fn set(&self, node: NodeId, version: u64, users: &[(u64, &str)]) -> Vec<u8> {
+            let entries = users.iter().map(|(user, password)| CredEntry::new(*user, sha256(password.as_bytes())));
+            let set = CredentialSet::new(node, entries.collect()).expect("a set");
+            self.sign(&self.signing, version, set.encode())
         }
     }
 
-    /// Takes the last counts into the queue (on shutdown).
-    pub(crate) fn flush(&self) {
-        if let Err(e) = self.snapshot() {
-            tracing::error!(error = %e, "could not queue the last usage report");
+    /// An agent for node [`NODE`] with its state in `dir`, trusting `trust`, holding no set; it
+    /// talks to nobody (these tests hand it sets directly).
+    fn agent(dir: &Path, trust: Trust) -> Agent {
+        let _ = rustls::crypto::ring::default_provider().install_default();
+        Agent {
+            state: StateDir::new(dir),
+            settings: toml::from_str(&format!("node = {NODE}")).expect("settings"),
+            key: SecretKey::from_seed(Role::Node, &[3; 32]),
+            trust: Mutex::new(trust),
+            live: Arc::new(Live::default()),
+            held: Mutex::new(None),
+            control: None,
+            edge: reqwest::Client::builder().build().expect("an HTTP client"),
+            edge_url: Mutex::new(None),
+            edges: Mutex::new(Vec::new()),
+            edge_at: std::sync::atomic::AtomicUsize::new(0),
+            offered: Mutex::new(0),
+            restart: tokio::sync::watch::channel(false).0,
+            started: std::time::Instant::now(),
+            reported: Mutex::default(),
         }
+    }
+
+    /// The version served and held, and who of alice (1) and bob (2) may connect.
+    fn serving(agent: &Agent) -> (u64, Option<u64>, Option<u64>, Option<u64>) {
+        let held = agent.held.lock().unwrap().map(|held| held.version);
+        let live = &agent.live;
+        (live.version.load(Ordering::Relaxed), held, live.authenticate(b"alice"), live.authenticate(b"bob"))
+    }
+
+    /// A set that cannot be written to disk is the node's failure to store it, not a bad
+    /// body: nothing of it is applied, and the same set is taken once the disk is back.
+    #[test]
+    fn a_set_that_cannot_be_stored_is_a_store_failure_and_is_not_applied() {
+        let control = Control::new();
+        let dir = tempfile::tempdir().unwrap();
+        let state = dir.path().join("state");
+        std::fs::create_dir(&state).unwrap();
+        let agent = agent(&state, control.trust());
+        assert!(agent.accept(&control.set(NODE, 1, &[(1, "alice")]), None).unwrap());
+        assert_eq!(serving(&agent), (1, Some(1), Some(1), None));
+
+        // A file where the state directory was: no write succeeds, even as root.
+        std::fs::remove_dir_all(&state).unwrap();
+        std::fs::write(&state, b"not a directory").unwrap();
+        let v2 = control.set(NODE, 2, &[(2, "bob")]);
+        match agent.accept(&v2, None) {
+            Err(AcceptError::Store(e)) => assert!(format!("{e:#}").contains("creds"), "{e:#}"),
+            other => panic!("a failed write must be a store failure, not {other:?}"),
+        }
+        assert_eq!(serving(&agent), (1, Some(1), Some(1), None), "the live table was changed");
+
+        // The disk is back: the next pull takes the set.
+        std::fs::remove_file(&state).unwrap();
+        std::fs::create_dir(&state).unwrap();
+        assert!(agent.accept(&v2, None).unwrap());
+        assert_eq!(serving(&agent), (2, Some(2), None, Some(2)));
+        assert_eq!(std::fs::read(state.join("creds.envelope")).unwrap(), v2);
+    }
+
+    /// Each refusal says what was wrong with what was sent, and changes nothing.
+    #[test]
+    fn refused_sets_say_why_and_change_nothing() {
+        let control = Control::new();
+        let dir = tempfile::tempdir().unwrap();
+        let agent = agent(dir.path(), control.trust());
+        let stranger = SecretKey::from_seed(Role::Signing, &[9; 32]);
+        let unknown = control.sign(&stranger, 1, CredentialSet::new(NODE, Vec::new()).unwrap().encode());
+        assert!(matches!(agent.accept(&unknown, None), Err(AcceptError::Verify(VerifyError::UnknownKey))));
+        assert!(matches!(
+            agent.accept(&control.set(NODE + 1, 1, &[(1, "alice")]), None),
+            Err(AcceptError::OtherNode { found }) if found == NODE + 1
+        ));
+        let garbage = control.sign(&control.signing, 1, b"not a set".to_vec());
+        assert!(matches!(agent.accept(&garbage, None), Err(AcceptError::NotASet(_))));
+        assert_eq!(serving(&agent), (0, None, None, None));
+        assert!(!dir.path().join("creds.envelope").exists());
+    }
+
+    /// Logs written through the node's own log setup ([`crate::logs`]) into memory.
+    #[derive(Clone, Default)]
+    struct Logs(Arc<Mutex<Vec<u8>>>);
+
+    impl std::io::Write for Logs {
+        fn write(&mut self, bytes: &[u8]) -> std::io::Result<usize> {
+            self.0.lock().unwrap().extend_from_slice(bytes);
+            Ok(bytes.len())
+        }
+
+        fn flush(&mut self) -> std::io::Result<()> {
+            Ok(())
+        }
+    }
+
+    impl Logs {
+        /// Text (or JSON) logs of the node's own events, at `debug`.
+        fn dispatch(&self, json: bool) -> tracing::Dispatch {
+            // With a single dispatcher alive in the process, tracing decides whether a
+            // callsite is enabled with the dispatcher of the thread that reaches it first (in
+            // another test, none): a second one, alive for good, makes it ask every live one.
+            static SECOND: std::sync::OnceLock<tracing::Dispatch> = std::sync::OnceLock::new();
+            SECOND.get_or_init(|| tracing::Dispatch::new(tracing::subscriber::NoSubscriber::default()));
+            let writer = self.clone();
+            crate::logs(json, tracing_subscriber::EnvFilter::new("hearth_node=debug"), false, move || writer.clone())
+        }
+
+        fn text(&self) -> String {
+            String::from_utf8(self.0.lock().unwrap().clone()).unwrap()
+        }
+
+        /// The first line logged with `message`.
+        fn line(&self, message: &str) -> String {
+            let text = self.text();
+            text.lines()
+                .find(|line| line.contains(message))
+                .unwrap_or_else(|| panic!("no {message:?} in:\n{text}"))
+                .to_owned()
+        }
+    }
+
+    /// What taking a set logs is in a span that names the set's version, in text and in JSON;
+    /// the line still says `version=<n>` itself, which the test suite reads.
+    #[test]
+    fn what_accept_logs_is_in_a_span_naming_the_version() {
+        let control = Control::new();
+        for json in [false, true] {
+            let dir = tempfile::tempdir().unwrap();
+            let agent = agent(dir.path(), control.trust());
+            let logs = Logs::default();
+            let set = control.set(NODE, 7, &[(1, "alice")]);
+            tracing::dispatcher::with_default(&logs.dispatch(json), || assert!(agent.accept(&set, None).unwrap()));
+            let line = logs.line("applied a new credential set");
+            if json {
+                let line: serde_json::Value = serde_json::from_str(&line).unwrap();
+                let span = serde_json::json!({ "name": "accept", "version": 7 });
+                assert_eq!((&line["span"], &line["spans"]), (&span, &serde_json::json!([span])), "{line}");
+                assert_eq!(line["fields"]["version"], 7, "{line}");
+            } else {
+                assert!(line.contains("accept{version=7}:"), "{line}");
+                assert!(line.split_whitespace().any(|word| word == "version=7"), "{line}");
+            }
+        }
+    }
+
+    /// A pull logs where it asked by host alone: never the API prefix in its URL's path.
+    #[tokio::test]
+    async fn a_pull_names_where_it_asked_and_never_the_api_prefix() {
+        let control = Control::new();
+        let dir = tempfile::tempdir().unwrap();
+        let agent = agent(dir.path(), control.trust());
+        // A port nothing listens at: the edge does not answer.
+        let port = std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port();
+        let base = Base { url: format!("http://127.0.0.1:{port}"), prefix: "the-secret-api-prefix".into() };
+        let logs = Logs::default();
+        let guard = tracing::dispatcher::set_default(&logs.dispatch(false));
+        assert!(agent.pull(&agent.edge, &base, 0, false).await.is_none());
+        drop(guard);
+        let line = logs.line("the edge did not answer the pull");
+        assert!(line.contains(&format!("pull{{from=\"edge\" host=127.0.0.1:{port}}}:")), "{line}");
+        assert!(!logs.text().contains("the-secret-api-prefix"), "{}", logs.text());
+        let named = Base { url: "https://someone:a-password@Edge.example:443/x".into(), prefix: "p".into() };
+        assert_eq!(named.host(), "edge.example");
     }
 }

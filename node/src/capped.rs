@@ -58,3 +58,9 @@ pub(crate) async fn message(response: reqwest::Response) -> String {
         Err(e) => format!("({e})"),
     }
 }
+
+/// Whether a request failed because its answer was longer than it can be: the peer's doing,
+/// said at warn (a peer out of reach is usual, behind NAT, and said at debug).
+pub(crate) fn refused_for_size(e: &anyhow::Error) -> bool {
+    matches!(e.downcast_ref(), Some(ReadError::TooLarge { .. }))
+}

@@ -88,12 +88,12 @@ pub(crate) async fn enroll(dir: &Path, request: &Request<'_>) -> Result<u64> {
     std::os::unix::fs::DirBuilderExt::mode(&mut builder, 0o700);
     builder.create(dir).with_context(|| format!("creating {}", dir.display()))?;
     // Checked before the token is spent: the key is written only once control answered.
-    if state.path("node.key").exists() {
+    if state.path(crate::state::KEY_FILE).exists() {
         bail!("{} already holds a node key; use a new state directory", dir.display());
     }
     let key = SecretKey::generate(Role::Node, &mut rand_core::OsRng)?;
     let tls = tls_identity()?;
-    let client = crate::agent::control_client(request.control_pin)?;
+    let client = crate::pin::control_client(request.control_pin)?;
     let url = format!("{}/{}/enroll", request.control.trim_end_matches('/'), request.api_prefix);
     let response = client
         .post(url)
@@ -130,7 +130,7 @@ pub(crate) async fn enroll(dir: &Path, request: &Request<'_>) -> Result<u64> {
         .map(|record| hex::decode(record).context("a key record is not hex"))
         .collect::<Result<Vec<_>>>()?;
     trust.accept_chain(&records, crate::now()).context("a key record does not verify against the root key")?;
-    key.save(&state.path("node.key"))?;
+    state.save_key(&key)?;
     state.write("tls.key", tls.key_pem.as_bytes())?;
     state.write("tls.crt", tls.cert_pem.as_bytes())?;
     state.write("trust.bin", &hearth_shared::wire::encode(&trust))?;

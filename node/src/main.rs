@@ -15,11 +15,13 @@ mod https;
 mod limit;
 mod masquerade;
 mod metrics;
+mod pin;
 mod server;
 mod state;
 mod supervise;
 mod table;
 mod update;
+mod usage;
 
 // The wire formats and Salamander live in the library (node/src/lib.rs), where the fuzz
 // targets reach them too.
@@ -221,10 +223,9 @@ fn serve(dir: &Path) -> Result<i32> {
     }
     let (restart, mut restarting) = tokio::sync::watch::channel(false);
     let agent = if settings.control_url.is_some() || settings.edge_url.is_some() {
-        let key = hearth_shared::keys::SecretKey::load(&state.path("node.key"), hearth_shared::keys::Role::Node)
-            .with_context(|| format!("loading {}", state.path("node.key").display()))?;
+        let key = state.key()?;
         let control = match settings.control_url {
-            Some(_) => Some(agent::control_client(settings.control_pin.as_deref())?),
+            Some(_) => Some(pin::control_client(settings.control_pin.as_deref())?),
             None => None,
         };
         let edge = reqwest::Client::builder().connect_timeout(std::time::Duration::from_secs(10)).build()?;
@@ -331,16 +332,31 @@ fn shutdown_signal() -> Result<impl std::future::Future<Output = ()>> {
 fn init_logs(format: Option<&str>) -> Result<()> {
     let filter = tracing_subscriber::EnvFilter::try_from_env("HEARTH_LOG")
         .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info"));
-    let builder = tracing_subscriber::fmt()
-        .with_env_filter(filter)
-        .with_writer(std::io::stderr)
-        .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()));
-    match format {
-        None | Some("text") => builder.init(),
-        Some("json") => builder.json().init(),
+    let json = match format {
+        None | Some("text") => false,
+        Some("json") => true,
         Some(other) => anyhow::bail!("HEARTH_LOG_FORMAT must be text or json, not {other:?}"),
-    }
+    };
+    let ansi = std::io::IsTerminal::is_terminal(&std::io::stderr());
+    tracing::dispatcher::set_global_default(logs(json, filter, ansi, std::io::stderr)).context("setting up the log")?;
     Ok(())
+}
+
+/// What logs go through: text, or one JSON object a line (`json`). Either way an event
+/// carries the fields of the spans it happened in (where a pull asked, the set's version, the
+/// release being taken): in text as `span{field=value}:` before the message, in JSON as `span`
+/// (the innermost) and `spans` (all of them, outermost first). The spans that carry who and
+/// where are at warn level, so that under `HEARTH_LOG=warn` a warning still names them.
+pub(crate) fn logs<W>(json: bool, filter: tracing_subscriber::EnvFilter, ansi: bool, writer: W) -> tracing::Dispatch
+where
+    W: for<'w> tracing_subscriber::fmt::MakeWriter<'w> + Send + Sync + 'static,
+{
+    let builder = tracing_subscriber::fmt().with_env_filter(filter).with_writer(writer).with_ansi(ansi);
+    if json {
+        tracing::Dispatch::new(builder.json().with_current_span(true).with_span_list(true).finish())
+    } else {
+        tracing::Dispatch::new(builder.finish())
+    }
 }
 
 fn main() -> Result<()> {

@@ -6,9 +6,14 @@ use std::path::{Path, PathBuf};
 
 use anyhow::{Context as _, Result, bail};
 use hearth_shared::envelope::{Audience, Kind};
+use hearth_shared::keys::{MAX_KEY_FILE, Role, SecretKey};
 use hearth_shared::trust::{self, Expect, StreamState, Trust, VerifyError};
 use hearth_shared::wire::{CredentialSet, NodeId, stream};
 use serde::Deserialize;
+use zeroize::Zeroizing;
+
+/// The node's own secret key, made at enrollment: it signs the node's usage reports.
+pub(crate) const KEY_FILE: &str = "node.key";
 
 /// The node's settings (`node.toml`).
 #[derive(Clone, Debug, Deserialize)]
@@ -199,6 +204,38 @@ impl StateDir {
         Trust::from_stored(&bytes).with_context(|| format!("{} is corrupt", path.display()))
     }
 
+    /// Writes the node's own key to `node.key`, a new file only its owner may read; refuses
+    /// to replace one.
+    pub(crate) fn save_key(&self, key: &SecretKey) -> Result<()> {
+        use std::io::Write as _;
+        let path = self.path(KEY_FILE);
+        let mut options = std::fs::OpenOptions::new();
+        options.write(true).create_new(true);
+        #[cfg(unix)]
+        std::os::unix::fs::OpenOptionsExt::mode(&mut options, 0o600);
+        let mut file = options.open(&path).with_context(|| format!("creating {}", path.display()))?;
+        file.write_all(key.to_file_text().as_bytes())
+            .and_then(|()| file.sync_all())
+            .with_context(|| format!("writing {}", path.display()))
+    }
+
+    /// Reads the node's own key; refuses a file others may read.
+    pub(crate) fn key(&self) -> Result<SecretKey> {
+        let path = self.path(KEY_FILE);
+        use std::io::Read as _;
+        let reading = || format!("reading {}", path.display());
+        // The file checked is the file read: one handle for both.
+        let file = std::fs::File::open(&path).with_context(reading)?;
+        #[cfg(unix)]
+        if std::os::unix::fs::PermissionsExt::mode(&file.metadata().with_context(reading)?.permissions()) & 0o077 != 0 {
+            bail!("{} is readable by others; run chmod 600 on it", path.display());
+        }
+        // One byte past the most a key file holds: the parser refuses a longer one.
+        let mut text = Zeroizing::new(Vec::new());
+        file.take(MAX_KEY_FILE as u64 + 1).read_to_end(&mut text).with_context(reading)?;
+        SecretKey::from_file_text(&text, Role::Node).with_context(|| format!("key file {}", path.display()))
+    }
+
     /// Writes `bytes` to `name` atomically.
     pub(crate) fn write(&self, name: &str, bytes: &[u8]) -> Result<()> {
         write_atomic(&self.path(name), bytes)
@@ -258,6 +295,28 @@ mod tests {
 
     fn settings(extra: &str) -> Result<Settings, toml::de::Error> {
         toml::from_str(&format!("node = 3\n{extra}"))
+    }
+
+    #[test]
+    fn the_node_key_is_private_and_written_once() {
+        use std::os::unix::fs::PermissionsExt as _;
+        let dir = tempfile::tempdir().unwrap();
+        let state = StateDir::new(dir.path());
+        let key = SecretKey::generate(Role::Node, &mut rand_core::OsRng).unwrap();
+        state.save_key(&key).unwrap();
+        assert_eq!(state.key().unwrap().public(), key.public());
+        assert!(state.save_key(&key).is_err(), "enrollment never replaces the node's key");
+        let path = state.path(KEY_FILE);
+        std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o640)).unwrap();
+        assert!(format!("{:#}", state.key().unwrap_err()).contains("readable by others"));
+        std::fs::remove_file(&path).unwrap();
+        crate::state::write_atomic(
+            &path,
+            SecretKey::generate(Role::Release, &mut rand_core::OsRng).unwrap().to_file_text().as_bytes(),
+        )
+        .unwrap();
+        let err = format!("{:#}", state.key().unwrap_err());
+        assert!(err.contains("node.key") && err.contains("holds a release key"), "{err}");
     }
 
     #[test]

@@ -12,6 +12,9 @@
 //! before it is kept (`release.json`); the supervisor puts the previous binary back when it
 //! crash-loops or does not get there in time. Every refusal and roll-back is written to
 //! `update.status`, logged, and said to control in the next pulls.
+//!
+//! This module is the mechanics (the files, the checks, the swap); [`drive`] is the agent's
+//! side: what it does about a release after each answered pull.
 
 use std::path::{Path, PathBuf};
 
@@ -22,6 +25,8 @@ use hearth_shared::wire::stream;
 use serde::{Deserialize, Serialize};
 
 use crate::state::{StateDir, write_atomic};
+
+mod drive;
 
 /// The exit code that asks the supervisor to start the (new) binary again.
 pub(crate) const RESTART_CODE: i32 = 75;

@@ -122,6 +122,13 @@ pub struct Signature {
     pub sig: [u8; 64],
 }
 
+/// The digest of an envelope's signed header ([`Envelope::digest`]). The header signs the
+/// body's length and hash, so it stands for what the envelope says: what a verifier holds for
+/// a stream it accepted, and what the next version's `prev` names.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(transparent)]
+pub struct EnvelopeDigest(pub Digest);
+
 /// A decoded envelope. Decoding checks the form, not the signatures: see
 /// [`crate::trust::verify`].
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
@@ -260,8 +267,8 @@ impl Envelope {
 
     /// The digest that names this envelope: SHA-256 of its signed message. Two envelopes with
     /// the same digest have the same header and so the same body.
-    pub fn digest(&self) -> Digest {
-        sha256(&signed_message(&self.header))
+    pub fn digest(&self) -> EnvelopeDigest {
+        EnvelopeDigest(sha256(&signed_message(&self.header)))
     }
 
     /// Whether the body matches the length and hash in the header.

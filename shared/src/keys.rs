@@ -6,7 +6,8 @@
 //! owner also keeps an X25519 **recovery** key: snapshots and archives are wrapped for it so a
 //! lost control can be rebuilt.
 //!
-//! Secret keys live in small text files with 0600 permissions:
+//! Secret keys live in small text files with 0600 permissions (the programs read and write
+//! the files; this module only makes and parses their text, so it stays free of IO):
 //!
 //! ```text
 //! hearth secret key v1
@@ -19,7 +20,6 @@
 //! file must be for the role the caller asked for.
 
 use std::fmt;
-use std::path::Path;
 use std::str::FromStr;
 
 use base64::Engine as _;
@@ -209,17 +209,17 @@ impl SecretKey {
         self.key.sign(message).to_bytes()
     }
 
-    /// Writes the key to a new file with 0600 permissions. Refuses to overwrite a file.
-    pub fn save(&self, path: &Path) -> Result<(), KeyError> {
+    /// The text of this key's file (see the module's documentation).
+    pub fn to_file_text(&self) -> Zeroizing<String> {
         let seed = Zeroizing::new(self.key.to_bytes());
-        write_key_file(path, self.role, &self.id(), &seed)
+        file_text(self.role, &self.id(), &seed)
     }
 
-    /// Loads a key file made for `role`.
-    pub fn load(path: &Path, role: Role) -> Result<SecretKey, KeyError> {
-        let seed = read_key_file(path, role)?;
-        let key = SecretKey::from_seed(role, &seed.secret);
-        check_id(path, &seed, &key.id())?;
+    /// Reads a key file's text, which must hold a key made for `role`.
+    pub fn from_file_text(text: &[u8], role: Role) -> Result<SecretKey, KeyError> {
+        let file = parse_file_text(text, role)?;
+        let key = SecretKey::from_seed(role, &file.secret);
+        check_id(&file, &key.id())?;
         Ok(key)
     }
 }
@@ -291,17 +291,17 @@ impl RecoverySecret {
         RecoveryPublic(x25519_dalek::PublicKey::from(&self.0))
     }
 
-    /// Writes the key to a new file with 0600 permissions. Refuses to overwrite a file.
-    pub fn save(&self, path: &Path) -> Result<(), KeyError> {
+    /// The text of this key's file.
+    pub fn to_file_text(&self) -> Zeroizing<String> {
         let secret = Zeroizing::new(self.0.to_bytes());
-        write_key_file(path, Role::Recovery, &self.public().id(), &secret)
+        file_text(Role::Recovery, &self.public().id(), &secret)
     }
 
-    /// Loads a recovery key file.
-    pub fn load(path: &Path) -> Result<RecoverySecret, KeyError> {
-        let file = read_key_file(path, Role::Recovery)?;
+    /// Reads a recovery key file's text.
+    pub fn from_file_text(text: &[u8]) -> Result<RecoverySecret, KeyError> {
+        let file = parse_file_text(text, Role::Recovery)?;
         let key = RecoverySecret::from_bytes(*file.secret);
-        check_id(path, &file, &key.public().id())?;
+        check_id(&file, &key.public().id())?;
         Ok(key)
     }
 }
@@ -312,44 +312,24 @@ impl fmt::Debug for RecoverySecret {
     }
 }
 
-/// Why a key could not be made, read or parsed. No variant ever carries key material.
+/// Why a key could not be made or parsed. No variant ever carries key material; the programs
+/// that read a key file name the file.
 #[derive(Debug, thiserror::Error)]
 pub enum KeyError {
-    /// The file could not be read or written.
-    #[error("key file {path}: {source}")]
-    Io {
-        /// The file.
-        path: String,
-        /// What the OS said.
-        source: std::io::Error,
-    },
-    /// Refused to overwrite an existing key file.
-    #[error("key file {0} already exists; refusing to overwrite it")]
-    Exists(String),
-    /// The file is not a Hearth key file at all.
-    #[error("{0} is not a Hearth secret key file (expected the line 'hearth secret key v1')")]
-    NotAKeyFile(String),
+    /// The text is not a Hearth key file at all.
+    #[error("not a Hearth secret key file (expected the line 'hearth secret key v1')")]
+    NotAKeyFile,
     /// The file holds a key for another role.
-    #[error("key file {path} holds a {found} key, but a {expected} key is needed")]
+    #[error("it holds a {found} key, but a {expected} key is needed")]
     WrongRole {
-        /// The file.
-        path: String,
         /// The role asked for.
         expected: Role,
         /// The role in the file.
         found: Role,
     },
     /// The file is damaged: a missing line, bad base64, or an id that does not match.
-    #[error("key file {path} is corrupt: {reason}")]
-    Corrupt {
-        /// The file.
-        path: String,
-        /// What is wrong with it.
-        reason: &'static str,
-    },
-    /// Group or others may read the file.
-    #[error("key file {0} is readable by group or others; run: chmod 600 {0}")]
-    TooOpen(String),
+    #[error("the key file is corrupt: {0}")]
+    Corrupt(&'static str),
     /// An unknown role name.
     #[error("unknown key role {0:?} (expected root, signing, release, node or recovery)")]
     UnknownRole(String),
@@ -376,62 +356,40 @@ fn decode_32(text: &str) -> Option<[u8; 32]> {
     <[u8; 32]>::try_from(bytes.as_slice()).ok()
 }
 
-fn write_key_file(path: &Path, role: Role, id: &KeyId, secret: &[u8; 32]) -> Result<(), KeyError> {
-    use std::io::Write as _;
-    let shown = path.display().to_string();
-    let io = |source| KeyError::Io { path: shown.clone(), source };
-    let mut options = std::fs::OpenOptions::new();
-    options.write(true).create_new(true);
-    #[cfg(unix)]
-    std::os::unix::fs::OpenOptionsExt::mode(&mut options, 0o600);
-    let mut file = options.open(path).map_err(|e| {
-        if e.kind() == std::io::ErrorKind::AlreadyExists { KeyError::Exists(shown.clone()) } else { io(e) }
-    })?;
-    let text = Zeroizing::new(format!("{FILE_MAGIC}\nrole: {role}\nid: {id}\nkey: {}\n", B64.encode(secret)));
-    file.write_all(text.as_bytes()).map_err(io)?;
-    file.sync_all().map_err(io)
+/// The longest key file read: a good one is about 110 bytes.
+pub const MAX_KEY_FILE: usize = 4096;
+
+fn file_text(role: Role, id: &KeyId, secret: &[u8; 32]) -> Zeroizing<String> {
+    Zeroizing::new(format!("{FILE_MAGIC}\nrole: {role}\nid: {id}\nkey: {}\n", B64.encode(secret)))
 }
 
-fn read_key_file(path: &Path, role: Role) -> Result<KeyFile, KeyError> {
-    let shown = path.display().to_string();
-    let io = |source| KeyError::Io { path: shown.clone(), source };
-    let metadata = std::fs::metadata(path).map_err(io)?;
-    #[cfg(unix)]
-    if std::os::unix::fs::PermissionsExt::mode(&metadata.permissions()) & 0o077 != 0 {
-        return Err(KeyError::TooOpen(shown));
+fn parse_file_text(text: &[u8], role: Role) -> Result<KeyFile, KeyError> {
+    if text.len() > MAX_KEY_FILE {
+        return Err(KeyError::NotAKeyFile);
     }
-    if metadata.len() > 4096 {
-        return Err(KeyError::NotAKeyFile(shown));
-    }
-    let text = Zeroizing::new(std::fs::read(path).map_err(io)?);
-    let text = std::str::from_utf8(&text).map_err(|_| KeyError::NotAKeyFile(shown.clone()))?;
+    let text = std::str::from_utf8(text).map_err(|_| KeyError::NotAKeyFile)?;
     let mut lines = text.lines();
     if lines.next() != Some(FILE_MAGIC) {
-        return Err(KeyError::NotAKeyFile(shown));
+        return Err(KeyError::NotAKeyFile);
     }
-    let corrupt = |reason| KeyError::Corrupt { path: shown.clone(), reason };
     let mut field = |name: &str| {
         lines
             .next()
             .and_then(|line| line.strip_prefix(name))
             .and_then(|rest| rest.strip_prefix(": "))
-            .ok_or_else(|| corrupt("a line is missing or out of order"))
+            .ok_or(KeyError::Corrupt("a line is missing or out of order"))
     };
-    let found: Role = field("role")?.parse().map_err(|_| corrupt("unknown role"))?;
+    let found: Role = field("role")?.parse().map_err(|_| KeyError::Corrupt("unknown role"))?;
     let id = field("id")?.to_owned();
-    let secret = decode_32(field("key")?).ok_or_else(|| corrupt("the key is not 32 bytes of base64"))?;
+    let secret = decode_32(field("key")?).ok_or(KeyError::Corrupt("the key is not 32 bytes of base64"))?;
     if found != role {
-        return Err(KeyError::WrongRole { path: shown, expected: role, found });
+        return Err(KeyError::WrongRole { expected: role, found });
     }
     Ok(KeyFile { id, secret: Zeroizing::new(secret) })
 }
 
-fn check_id(path: &Path, file: &KeyFile, derived: &KeyId) -> Result<(), KeyError> {
-    if file.id == derived.to_string() {
-        Ok(())
-    } else {
-        Err(KeyError::Corrupt { path: path.display().to_string(), reason: "the key does not match its id line" })
-    }
+fn check_id(file: &KeyFile, derived: &KeyId) -> Result<(), KeyError> {
+    if file.id == derived.to_string() { Ok(()) } else { Err(KeyError::Corrupt("the key does not match its id line")) }
 }
 
 #[cfg(test)]
@@ -440,74 +398,45 @@ mod tests {
     use rand_core::OsRng;
 
     #[test]
-    fn key_files_round_trip_with_0600() {
-        let dir = tempfile::tempdir().unwrap();
-        let path = dir.path().join("signing.key");
+    fn key_file_text_round_trips() {
         let key = SecretKey::generate(Role::Signing, &mut OsRng).unwrap();
-        key.save(&path).unwrap();
-        #[cfg(unix)]
-        {
-            use std::os::unix::fs::PermissionsExt as _;
-            let mode = std::fs::metadata(&path).unwrap().permissions().mode();
-            assert_eq!(mode & 0o777, 0o600);
-        }
-        let loaded = SecretKey::load(&path, Role::Signing).unwrap();
+        let text = key.to_file_text();
+        assert!(text.starts_with("hearth secret key v1\nrole: signing\nid: "), "{}", *text);
+        let loaded = SecretKey::from_file_text(text.as_bytes(), Role::Signing).unwrap();
         assert_eq!(loaded.public(), key.public());
         assert_eq!(loaded.sign(b"x"), key.sign(b"x"));
-        assert!(matches!(key.save(&path), Err(KeyError::Exists(_))));
 
         let recovery = RecoverySecret::generate(&mut OsRng);
-        let rpath = dir.path().join("recovery.key");
-        recovery.save(&rpath).unwrap();
-        assert_eq!(RecoverySecret::load(&rpath).unwrap().public(), recovery.public());
+        let loaded = RecoverySecret::from_file_text(recovery.to_file_text().as_bytes()).unwrap();
+        assert_eq!(loaded.public(), recovery.public());
     }
 
     #[test]
     fn key_file_errors_are_clear() {
-        let dir = tempfile::tempdir().unwrap();
-        let path = dir.path().join("root.key");
-        SecretKey::generate(Role::Root, &mut OsRng).unwrap().save(&path).unwrap();
-        let err = SecretKey::load(&path, Role::Signing).unwrap_err();
-        assert!(matches!(err, KeyError::WrongRole { expected: Role::Signing, found: Role::Root, .. }));
+        let good = SecretKey::generate(Role::Root, &mut OsRng).unwrap().to_file_text();
+        let err = SecretKey::from_file_text(good.as_bytes(), Role::Signing).unwrap_err();
+        assert!(matches!(err, KeyError::WrongRole { expected: Role::Signing, found: Role::Root }));
         assert!(err.to_string().contains("holds a root key, but a signing key is needed"));
+        assert!(RecoverySecret::from_file_text(good.as_bytes()).is_err(), "a root key is not a recovery key");
 
-        let write = |name: &str, text: &str| {
-            let p = dir.path().join(name);
-            std::fs::write(&p, text).unwrap();
-            #[cfg(unix)]
-            {
-                use std::os::unix::fs::PermissionsExt as _;
-                std::fs::set_permissions(&p, std::fs::Permissions::from_mode(0o600)).unwrap();
-            }
-            p
-        };
-        let not_key = write("a", "hello\n");
-        assert!(matches!(SecretKey::load(&not_key, Role::Root), Err(KeyError::NotAKeyFile(_))));
+        assert!(matches!(SecretKey::from_file_text(b"hello\n", Role::Root), Err(KeyError::NotAKeyFile)));
+        assert!(matches!(SecretKey::from_file_text(&[0xff; 40], Role::Root), Err(KeyError::NotAKeyFile)));
+        let long = format!("{}{}", *good, " ".repeat(MAX_KEY_FILE));
+        assert!(matches!(SecretKey::from_file_text(long.as_bytes(), Role::Root), Err(KeyError::NotAKeyFile)));
 
-        let good = std::fs::read_to_string(&path).unwrap();
-        let truncated = write("b", &good[..good.len() - 10]);
-        assert!(matches!(SecretKey::load(&truncated, Role::Root), Err(KeyError::Corrupt { .. })));
+        let truncated = &good[..good.len() - 10];
+        assert!(matches!(SecretKey::from_file_text(truncated.as_bytes(), Role::Root), Err(KeyError::Corrupt(_))));
+        let unknown = good.replace("role: root", "role: king");
+        let err = SecretKey::from_file_text(unknown.as_bytes(), Role::Root).unwrap_err();
+        assert!(err.to_string().contains("unknown role"), "{err}");
 
         // A valid key under someone else's id line: corrupt, not silently accepted.
         let other = SecretKey::generate(Role::Root, &mut OsRng).unwrap();
         let swapped = good.replace(&good.lines().nth(2).unwrap()[4..], &other.id().to_string());
-        let swapped = write("c", &swapped);
-        let err = SecretKey::load(&swapped, Role::Root).unwrap_err();
+        let err = SecretKey::from_file_text(swapped.as_bytes(), Role::Root).unwrap_err();
         assert!(err.to_string().contains("does not match its id line"), "{err}");
 
-        assert!(matches!(SecretKey::load(&dir.path().join("missing"), Role::Root), Err(KeyError::Io { .. })));
         assert!(SecretKey::generate(Role::Recovery, &mut OsRng).is_err());
-    }
-
-    #[cfg(unix)]
-    #[test]
-    fn world_readable_key_is_refused() {
-        use std::os::unix::fs::PermissionsExt as _;
-        let dir = tempfile::tempdir().unwrap();
-        let path = dir.path().join("k");
-        SecretKey::generate(Role::Release, &mut OsRng).unwrap().save(&path).unwrap();
-        std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o644)).unwrap();
-        assert!(matches!(SecretKey::load(&path, Role::Release), Err(KeyError::TooOpen(_))));
     }
 
     #[test]

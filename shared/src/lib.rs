@@ -10,8 +10,9 @@
 //!
 //! This crate must not depend on an IO runtime (no tokio, axum, rusqlite, quinn or the
 //! Worker runtime) and must build for `wasm32-unknown-unknown`: the Cloudflare Worker links
-//! it. Everything here is a pure function of its inputs: time comes in as an argument and
-//! randomness as an RNG, so the logic is tested without clocks or sockets.
+//! it. Everything here is a pure function of its inputs: time comes in as an argument,
+//! randomness as an RNG and files as their bytes (the programs read and write them), so the
+//! logic is tested without clocks, sockets or disks.
 #![warn(missing_docs)]
 
 pub mod agent;
@@ -60,5 +61,55 @@ mod tests {
             assert!(!super::is_web_address(bad), "{bad}");
         }
         assert!(!super::is_web_address(&format!("https://{}", "a".repeat(510))));
+    }
+
+    /// Nothing outside tests reads files, opens sockets, starts processes or reads the
+    /// clock: the Worker links this crate, and its logic stays a function of its inputs.
+    #[test]
+    fn the_crate_does_no_io() {
+        let src = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("src");
+        let mut files = vec![src];
+        let mut checked = 0;
+        while let Some(path) = files.pop() {
+            if path.is_dir() {
+                files.extend(std::fs::read_dir(&path).unwrap().map(|entry| entry.unwrap().path()));
+                continue;
+            }
+            let text = std::fs::read_to_string(&path).unwrap();
+            // Test modules (from `#[cfg(test)]` to the end of their top-level item, and the
+            // golden files' test module) may use the disk.
+            let mut code = String::new();
+            let mut rest = text.as_str();
+            while let Some(at) = rest.find("#[cfg(test)]") {
+                code.push_str(&rest[..at]);
+                let item = &rest[at..];
+                let end = if item.lines().nth(1).is_some_and(|line| line.ends_with('{')) {
+                    item.find("\n}\n").map_or(item.len(), |end| end + 3)
+                } else {
+                    item.find(";\n").map_or(item.len(), |end| end + 2)
+                };
+                rest = &item[end..];
+            }
+            code.push_str(rest);
+            if path.ends_with("render/golden.rs") {
+                continue;
+            }
+            for io in [
+                "std::fs",
+                "TcpStream",
+                "TcpListener",
+                "UdpSocket",
+                "std::process",
+                "std::env::var",
+                "SystemTime::now",
+                "Instant::now",
+                "File::open",
+                "File::create",
+            ] {
+                assert!(!code.contains(io), "{} uses {io} outside its tests", path.display());
+            }
+            checked += 1;
+        }
+        assert!(checked > 10, "read {checked} files");
     }
 }

@@ -16,6 +16,7 @@ use std::collections::BTreeMap;
 use serde::{Deserialize, Serialize};
 
 use crate::Digest;
+pub use crate::envelope::EnvelopeDigest;
 use crate::envelope::{Audience, DecodeError, Envelope, Kind, signed_message};
 use crate::keys::{KeyId, PublicKey, Role};
 use crate::wire::stream;
@@ -56,13 +57,86 @@ pub struct KeyRecord {
     pub keys: RoleKeys,
 }
 
-/// The version and digest a verifier last accepted on a stream.
+/// SHA-256 of an item's whole encoding, byte for byte (header, signatures and body): what a
+/// batch manifest lists for an item and what an edge holds for a stream it stores, so not a
+/// byte of what it serves differs from what control signed.
+///
+/// The two digests never mix: a state held as one is not compared with the other.
+///
+/// ```compile_fail
+/// use hearth_shared::trust::{EnvelopeDigest, ItemDigest, StreamState, arrival};
+/// let held = StreamState { version: 1, digest: EnvelopeDigest([0; 32]) };
+/// let _ = arrival(Some(&held), 1, &ItemDigest([0; 32]));
+/// ```
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
-pub struct StreamState {
+#[serde(transparent)]
+pub struct ItemDigest(pub Digest);
+
+impl ItemDigest {
+    /// The digest of `bytes`, an item's encoding.
+    pub fn of(bytes: &[u8]) -> ItemDigest {
+        ItemDigest(crate::sha256(bytes))
+    }
+}
+
+/// The version last accepted on a stream and its digest: an [`EnvelopeDigest`] where a
+/// verifier holds it, an [`ItemDigest`] where an edge stores the item.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct StreamState<D = EnvelopeDigest> {
     /// The version.
     pub version: u64,
-    /// The envelope's digest ([`Envelope::digest`]).
-    pub digest: Digest,
+    /// The digest.
+    pub digest: D,
+}
+
+/// How an offered version stands against what its stream holds, when it may be taken.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Arrival {
+    /// Newer than what is held (or nothing is held): to be taken.
+    New,
+    /// The very version held, with the same digest: nothing to do.
+    Same,
+}
+
+/// Why an offered version may not be taken over what its stream holds.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, thiserror::Error)]
+pub enum Clash {
+    /// The version held, with another digest: the signer forked the stream. An alarm.
+    #[error("version {version} seen before with different content: conflicting envelopes")]
+    Conflict {
+        /// The version.
+        version: u64,
+    },
+    /// Older than the version held: a rollback or a replay.
+    #[error("stale version {got} (holding {have}): rollback or replay")]
+    Rollback {
+        /// The version held.
+        have: u64,
+        /// The version offered.
+        got: u64,
+    },
+}
+
+/// Decides whether `version` with `digest` is new, the same again, a conflict or a rollback
+/// against what a stream holds (`held`). The one place this is decided: envelopes that a
+/// verifier checks ([`verify`]) and items that an edge stores go through it alike.
+pub fn arrival<D: PartialEq>(held: Option<&StreamState<D>>, version: u64, digest: &D) -> Result<Arrival, Clash> {
+    match held {
+        None => Ok(Arrival::New),
+        Some(held) if version > held.version => Ok(Arrival::New),
+        Some(held) if version < held.version => Err(Clash::Rollback { have: held.version, got: version }),
+        Some(held) if held.digest == *digest => Ok(Arrival::Same),
+        Some(held) => Err(Clash::Conflict { version: held.version }),
+    }
+}
+
+impl From<Clash> for VerifyError {
+    fn from(clash: Clash) -> VerifyError {
+        match clash {
+            Clash::Conflict { version } => VerifyError::Conflict { version },
+            Clash::Rollback { have, got } => VerifyError::Stale { have, got },
+        }
+    }
 }
 
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
@@ -134,7 +208,7 @@ impl Trust {
     /// Starts from the root keys given out of band (at `init` or enrollment).
     pub fn new(root: RoleKeys) -> Trust {
         Trust {
-            root: Held { keys: root, state: StreamState { version: 0, digest: [0; 32] }, record: None },
+            root: Held { keys: root, state: StreamState { version: 0, digest: EnvelopeDigest([0; 32]) }, record: None },
             signing: None,
             release: None,
             nodes: BTreeMap::new(),
@@ -351,7 +425,7 @@ pub struct Verified {
     /// The envelope.
     pub envelope: Envelope,
     /// Its digest.
-    pub digest: Digest,
+    pub digest: EnvelopeDigest,
     /// True when it is the very envelope already stored (same version, same digest): a no-op.
     pub unchanged: bool,
 }
@@ -509,18 +583,7 @@ pub fn verify(
         return Err(VerifyError::WrongStream { expected: expect.stream.to_owned(), found: header.stream.clone() });
     }
     let digest = envelope.digest();
-    let unchanged = match stored {
-        Some(stored) if header.version < stored.version => {
-            return Err(VerifyError::Stale { have: stored.version, got: header.version });
-        }
-        Some(stored) if header.version == stored.version => {
-            if digest != stored.digest {
-                return Err(VerifyError::Conflict { version: header.version });
-            }
-            true
-        }
-        _ => false,
-    };
+    let unchanged = arrival(stored, header.version, &digest)? == Arrival::Same;
     if now > header.expires {
         return Err(VerifyError::Expired { expires: header.expires, now });
     }
@@ -615,6 +678,30 @@ mod chain_tests {
         let mut trust = Trust::new(RoleKeys::single(root.public()));
         assert_eq!(trust.accept_chain(&chain, NOW), Ok(true));
         (chain, trust)
+    }
+
+    #[test]
+    fn arrival_decides_new_same_conflict_and_rollback() {
+        let held = StreamState { version: 5, digest: ItemDigest([1; 32]) };
+        assert_eq!(arrival(None, 1, &ItemDigest([9; 32])), Ok(Arrival::New));
+        assert_eq!(arrival(Some(&held), 6, &ItemDigest([9; 32])), Ok(Arrival::New));
+        assert_eq!(arrival(Some(&held), 5, &ItemDigest([1; 32])), Ok(Arrival::Same));
+        assert_eq!(arrival(Some(&held), 5, &ItemDigest([2; 32])), Err(Clash::Conflict { version: 5 }));
+        assert_eq!(arrival(Some(&held), 4, &ItemDigest([1; 32])), Err(Clash::Rollback { have: 5, got: 4 }));
+        // A verifier's refusals are the same decisions, in its words.
+        assert_eq!(VerifyError::from(Clash::Rollback { have: 5, got: 4 }), VerifyError::Stale { have: 5, got: 4 });
+        assert_eq!(VerifyError::from(Clash::Conflict { version: 5 }), VerifyError::Conflict { version: 5 });
+    }
+
+    /// The digests keep the wire form of the bare 32 bytes they replaced: a node's
+    /// `trust.bin` and an edge's stored batch state read the same.
+    #[test]
+    fn digests_encode_as_their_bytes() {
+        let state = StreamState { version: 7, digest: EnvelopeDigest([3; 32]) };
+        let mut bare = crate::wire::encode(&7u64);
+        bare.extend(crate::wire::encode(&[3u8; 32]));
+        assert_eq!(crate::wire::encode(&state), bare);
+        assert_eq!(crate::wire::encode(&ItemDigest([3; 32])), crate::wire::encode(&[3u8; 32]));
     }
 
     #[test]

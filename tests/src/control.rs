@@ -180,7 +180,8 @@ impl ControlDir {
         }
         let bytes = answer.error_for_status()?.bytes().await?;
         let envelope = Envelope::decode(&bytes, Kind::Archive.max_len()).context("the archive's envelope")?;
-        let recovery = hearth_shared::keys::RecoverySecret::load(&self.path.join("recovery.key"))?;
+        let recovery =
+            hearth_shared::keys::RecoverySecret::from_file_text(&std::fs::read(self.path.join("recovery.key"))?)?;
         let compressed = hearth_shared::seal::open_archive(&envelope.body, &recovery).context("opening the archive")?;
         let mut inflated = Vec::new();
         flate2::read::DeflateDecoder::new(compressed.as_slice()).read_to_end(&mut inflated)?;

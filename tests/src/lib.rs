@@ -146,6 +146,14 @@ pub fn proc_status_kib(pid: u32, field: &str) -> Result<u64> {
         .with_context(|| format!("{field} in /proc/{pid}/status"))
 }
 
+/// Writes a new file only its owner may read (0600), as Hearth writes its secret keys.
+pub fn write_private(path: &std::path::Path, bytes: &[u8]) -> Result<()> {
+    use std::io::Write as _;
+    use std::os::unix::fs::OpenOptionsExt as _;
+    let mut file = std::fs::OpenOptions::new().write(true).create_new(true).mode(0o600).open(path)?;
+    file.write_all(bytes).with_context(|| format!("writing {}", path.display()))
+}
+
 /// The node request header ([`hearth_shared::nodeauth::HEADER`]) node `node` sends for
 /// `method` on `url` with `body`, as its agent signs it (a fresh nonce each time).
 pub fn node_signature(key: &hearth_shared::keys::SecretKey, node: u64, method: &str, url: &str, body: &[u8]) -> String {

@@ -5,6 +5,7 @@ use std::process::{Child, Command, Stdio};
 use std::time::Duration;
 
 use anyhow::{Context as _, Result, bail};
+use hearth_shared::keys::SecretKey;
 use hearth_shared::trust::{RoleKeys, Trust};
 use hearth_shared::wire;
 use tokio::io::{AsyncReadExt as _, AsyncWriteExt as _};
@@ -39,6 +40,11 @@ fn write_state_dir(dir: &Path, sim: &ControlSim, node: u64, private: &str, extra
     trust.accept_chain(&sim.key_records(), crate::control_sim::now())?;
     std::fs::write(dir.join("trust.bin"), wire::encode(&trust))?;
     Ok(())
+}
+
+/// Writes a node's own key into its state directory as enrollment does (`node.key`, 0600).
+pub fn save_node_key(dir: &Path, key: &SecretKey) -> Result<()> {
+    crate::write_private(&dir.join("node.key"), key.to_file_text().as_bytes())
 }
 
 /// A running `hearth-node serve`.

@@ -193,7 +193,7 @@ async fn a_node_keeps_serving_and_keeps_its_usage_report_through_oversized_and_e
         "control_url = \"{url}\"\ncontrol_pin = \"{pin}\"\napi_prefix = \"{API}\"\nedge_poll_secs = 1\nreport_secs = 1\n"
     );
     hearth_tests::node::state_dir_with(&dir, &control.lock().unwrap().sim, 1, &settings).unwrap();
-    SecretKey::generate(Role::Node, &mut rand_core::OsRng).unwrap().save(&dir.join("node.key")).unwrap();
+    hearth_tests::node::save_node_key(&dir, &SecretKey::generate(Role::Node, &mut rand_core::OsRng).unwrap()).unwrap();
     std::fs::write(dir.join("creds.envelope"), &set).unwrap();
     let (node, log) = NodeProcess::start_logged(&dir).unwrap();
     let metrics = node.metrics_url().unwrap();

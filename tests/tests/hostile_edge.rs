@@ -104,7 +104,8 @@ impl NodeLab {
         let dir = temp.path().join("node");
         let settings = format!("edge_url = \"{url}\"\napi_prefix = \"{API}\"\nedge_poll_secs = 1\nreport_secs = 1\n");
         hearth_tests::node::state_dir_with(&dir, &sim, 1, &settings).unwrap();
-        SecretKey::generate(Role::Node, &mut rand_core::OsRng).unwrap().save(&dir.join("node.key")).unwrap();
+        hearth_tests::node::save_node_key(&dir, &SecretKey::generate(Role::Node, &mut rand_core::OsRng).unwrap())
+            .unwrap();
         std::fs::write(dir.join("creds.envelope"), &first).unwrap();
         let (node, log) = NodeProcess::start_logged(&dir).unwrap();
         let metrics = node.metrics_url().unwrap();

@@ -67,7 +67,7 @@ async fn edge_with_node(
         edge.url
     );
     hearth_tests::node::state_dir_with(&dir, sim, 1, &settings).unwrap();
-    key.save(&dir.join("node.key")).unwrap();
+    hearth_tests::node::save_node_key(&dir, &key).unwrap();
     (edge, http, dir)
 }
 
@@ -516,7 +516,7 @@ async fn a_node_restarted_while_control_and_edge_are_down_serves_its_last_set() 
         dead(edge)
     );
     hearth_tests::node::state_dir_with(&dir, &sim, 1, &settings).unwrap();
-    SecretKey::generate(Role::Node, &mut rand_core::OsRng).unwrap().save(&dir.join("node.key")).unwrap();
+    hearth_tests::node::save_node_key(&dir, &SecretKey::generate(Role::Node, &mut rand_core::OsRng).unwrap()).unwrap();
     let item = sim.creds(&set(1, &[(7, "alice-password")]));
     std::fs::write(dir.join("creds.envelope"), item.envelope().unwrap()).unwrap();
     let node = NodeProcess::start(&dir).unwrap();

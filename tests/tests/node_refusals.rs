@@ -93,7 +93,7 @@ async fn refuses_and_keeps_serving(from_control: bool) {
     };
     let dir = temp.path().join("node");
     hearth_tests::node::state_dir_with(&dir, &sim, 1, &settings).unwrap();
-    SecretKey::generate(Role::Node, &mut rand_core::OsRng).unwrap().save(&dir.join("node.key")).unwrap();
+    hearth_tests::node::save_node_key(&dir, &SecretKey::generate(Role::Node, &mut rand_core::OsRng).unwrap()).unwrap();
     std::fs::write(dir.join("creds.envelope"), &v1).unwrap();
     // Its log as JSON, one object a line (`HEARTH_LOG_FORMAT=json`).
     let (node, log) = NodeProcess::start_logged_as(&dir, "warn", "json").unwrap();

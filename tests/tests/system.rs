@@ -350,7 +350,8 @@ async fn keys_rotate_while_nodes_run() {
     let edge_node = NodeProcess::start(&edge_state).unwrap();
     let web = http_server(vec![3; 100_000]).await.unwrap();
     fetch_eventually(&client, web).await.unwrap();
-    let retired = SecretKey::load(&s.dir.path.join("signing.key"), Role::Signing).unwrap();
+    let retired =
+        SecretKey::from_file_text(&std::fs::read(s.dir.path.join("signing.key")).unwrap(), Role::Signing).unwrap();
     let root = s.dir.path.join("root.key");
     let new_root = s.temp.path().join("new-root.key");
 
@@ -536,7 +537,8 @@ async fn drill(from_snapshots: bool) {
     let new_dir = ControlDir { path: s.temp.path().join("restored") };
     // A wrong recovery key opens nothing, and leaves nothing behind.
     let stranger = s.temp.path().join("stranger.key");
-    hearth_shared::keys::RecoverySecret::generate(&mut rand_core::OsRng).save(&stranger).unwrap();
+    let stranger_key = hearth_shared::keys::RecoverySecret::generate(&mut rand_core::OsRng);
+    hearth_tests::write_private(&stranger, stranger_key.to_file_text().as_bytes()).unwrap();
     let err = new_dir.restore(&s.edge.url, &safe, &stranger, from_snapshots).unwrap_err().to_string();
     let expected =
         if from_snapshots { "opens none of the 1000 snapshots" } else { "recovery key does not open the archive" };

@@ -821,13 +821,14 @@ async fn a_node_refuses_every_tampered_object_from_the_edge() {
     let dir = temp.path().join("node");
     let settings = format!("edge_url = \"{url}\"\napi_prefix = \"{API}\"\nedge_poll_secs = 1\nreport_secs = 1\n");
     hearth_tests::node::state_dir_with(&dir, &sim, 1, &settings).unwrap();
-    SecretKey::generate(Role::Node, &mut OsRng).unwrap().save(&dir.join("node.key")).unwrap();
+    hearth_tests::node::save_node_key(&dir, &SecretKey::generate(Role::Node, &mut OsRng).unwrap()).unwrap();
     std::fs::write(dir.join("creds.envelope"), &v2).unwrap();
     // A usage report waiting for control: the node leaves it at the edge, then asks the edge
     // for control's acknowledgement.
     std::fs::create_dir_all(dir.join("usage")).unwrap();
     std::fs::write(dir.join("usage/1.report"), b"a report control has not acknowledged").unwrap();
-    let (node, log) = NodeProcess::start_logged_at(&dir, "warn,hearth_node::agent=debug").unwrap();
+    let (node, log) =
+        NodeProcess::start_logged_at(&dir, "warn,hearth_node::agent=debug,hearth_node::usage=debug").unwrap();
     let metrics = node.metrics_url().unwrap();
 
     // The signing key rotates; the node takes the rotation with the set the new key signs.

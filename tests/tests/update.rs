@@ -140,7 +140,7 @@ async fn supervised(temp: &std::path::Path, sim: &mut ControlSim, extra: &str) -
     )
     .unwrap();
     let key = hearth_shared::keys::SecretKey::generate(hearth_shared::keys::Role::Node, &mut rand_core::OsRng).unwrap();
-    key.save(&state.join("node.key")).unwrap();
+    hearth_tests::node::save_node_key(&state, &key).unwrap();
     let node = Supervised::start(&exe, &state).unwrap();
 
     let outbound = serde_json::json!({

@@ -52,13 +52,37 @@ pub(crate) fn router(app: Arc<App>) -> Router {
         .route(&format!("{admin}/"), get(crate::ui::index))
         .route(&format!("{admin}/setup"), get(crate::ui::index))
         .route(&format!("{admin}/assets/{{name}}"), get(asset))
-        .nest(&admin, admin::router())
+        .nest(&admin, admin::router().layer(axum::middleware::from_fn_with_state(app.clone(), admin_span)))
         .nest(&node_api, nodes::router())
         .route(&format!("{sub}/{{token}}"), get(nodes::subscription))
         // Anything else: an alias (an imported user's old subscription path), or the decoy.
         .fallback(nodes::alias)
         .layer(axum::extract::DefaultBodyLimit::max(MAX_BODY))
         .with_state(app)
+}
+
+/// Runs an admin API request in a span naming its method, its route (the pattern it matched,
+/// `/api/users/{id}`, without the secret admin prefix and never the path as sent) and the
+/// client's address: what the handler logs carries them. Nothing of the request's headers or
+/// body is recorded.
+async fn admin_span(
+    axum::extract::State(app): axum::extract::State<Arc<App>>,
+    request: Request,
+    next: axum::middleware::Next,
+) -> Response {
+    use tracing::Instrument as _;
+    let (parts, body) = request.into_parts();
+    let client = client_ip(&parts, &app);
+    let admin = format!("/{}", app.config.admin_prefix);
+    let route = parts
+        .extensions
+        .get::<axum::extract::MatchedPath>()
+        .and_then(|matched| matched.as_str().strip_prefix(&admin))
+        .filter(|route| route.starts_with('/'))
+        .unwrap_or("-")
+        .to_owned();
+    let span = tracing::warn_span!("request", method = %parts.method, route = %route, %client);
+    next.run(Request::from_parts(parts, body)).instrument(span).await
 }
 
 /// The decoy answer.

@@ -86,7 +86,8 @@ async fn enroll(
 }
 
 /// Checks a node's signed request (its header over the method, host, path with query and
-/// body) and takes its nonce, so the request is taken once; returns the node's key.
+/// body) and takes its nonce, so the request is taken once; returns the node's key. (Its
+/// callers' spans name the node.)
 async fn node_auth(
     app: &App,
     node: NodeId,
@@ -112,14 +113,13 @@ async fn node_auth(
         Ok(verified) => {
             if verified.nonce.is_none() {
                 tracing::warn!(
-                    node,
                     "the node signs its requests the old way (no nonce): only its reads are taken until it runs a newer release"
                 );
             }
             key.ok_or_else(|| refuse(StatusCode::UNAUTHORIZED, "unknown_node", "unknown node"))
         }
         Err(e) => {
-            tracing::info!(node, error = %e, "node request refused");
+            tracing::info!(error = %e, "node request refused");
             Err(match e {
                 nodeauth::NodeAuthError::Replayed => refuse(StatusCode::UNAUTHORIZED, "replayed", &e.to_string()),
                 nodeauth::NodeAuthError::TooMany => refuse(StatusCode::TOO_MANY_REQUESTS, "too_many", &e.to_string()),
@@ -138,7 +138,9 @@ struct CredsQuery {
 }
 
 /// A node's credential set, when newer than `after`; with `wait`, held up to that many
-/// seconds (at most 60) until there is one, else 204 (as the edge answers).
+/// seconds (at most 60) until there is one, else 204 (as the edge answers). What it logs is
+/// in a span that names the node and the version it holds (never its signature).
+#[tracing::instrument(name = "pull", level = "warn", skip_all, fields(node = node, after = query.after))]
 async fn creds(
     State(app): State<Arc<App>>,
     Path(node): Path<NodeId>,
@@ -247,6 +249,7 @@ async fn release_file(
 }
 
 /// The manifest (or, with `file`, that binary) of the release `node` is told to run.
+#[tracing::instrument(name = "release", level = "warn", skip_all, fields(node = node, file = file.as_deref().unwrap_or("manifest")))]
 async fn release_answer(
     app: &Arc<App>,
     node: NodeId,
@@ -278,7 +281,8 @@ async fn release_answer(
 }
 
 /// A node's signed usage report: applied exactly once, answered with the signed
-/// acknowledgement.
+/// acknowledgement. What it logs is in a span that names the node (never the report).
+#[tracing::instrument(name = "usage", level = "warn", skip_all, fields(node = node))]
 async fn usage(
     State(app): State<Arc<App>>,
     Path(node): Path<NodeId>,
@@ -304,14 +308,14 @@ async fn usage(
         Ok((outcome, ack)) => {
             if let UsageOutcome::Applied(seq) = outcome {
                 Counters::add(&app.counters.usage_reports, 1);
-                tracing::debug!(node, seq, "usage report applied");
+                tracing::debug!(seq, "usage report applied");
                 app.changed();
             }
             octets(StatusCode::OK, ack)
         }
         Err(e) => {
             Counters::add(&app.counters.usage_refused, 1);
-            tracing::info!(node, error = %e, "usage report refused");
+            tracing::info!(error = %e, "usage report refused");
             e.into_response()
         }
     }

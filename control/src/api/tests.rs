@@ -15,6 +15,7 @@ use crate::app::{App, now};
 use crate::testing::TestControl;
 
 mod roles;
+mod spans;
 
 struct Client {
     control: Arc<TestControl>,
@@ -328,7 +329,27 @@ async fn users_crud_bulk_list_and_rotate() {
     assert_eq!(client.get("/users?q=alice").await.json()["total"], 1);
     assert_eq!(client.get("/users?q=guest-09").await.json()["total"], 100);
     assert_eq!(client.get("/users?q=%25").await.json()["total"], 0, "% is searched for literally");
-    assert_eq!(client.get("/users?group=default").await.json()["total"], 1001);
+    // Through the trigram index (three characters or more) and without it, the same answers:
+    // any part of the name or the note, whatever its case, kept in step with renames, new
+    // notes and deletions.
+    assert_eq!(client.get("/users?q=LIC").await.json()["total"], 1, "a part of a name, in another case");
+    assert_eq!(client.get("/users?q=amil").await.json()["total"], 1, "a part of a note");
+    assert_eq!(client.get("/users?q=st-0999").await.json()["users"][0]["name"], "guest-0999");
+    assert_eq!(client.get("/users?q=%22x%22").await.json()["total"], 0, "quotes are text, not syntax");
+    assert_eq!(client.get("/users?q=a%20OR%20b").await.json()["total"], 0, "operators are text, not syntax");
+    assert_eq!(client.get("/users?q=-09").await.json()["total"], 100);
+    assert_eq!(client.get("/users?q=ce").await.json()["total"], 1, "two characters: read without the index");
+    let guest = client.get("/users?q=guest-0998").await.json()["users"][0]["id"].as_u64().unwrap();
+    let renamed =
+        client.patch(&format!("/users/{guest}"), json!({ "name": "grandma", "note": "Kitchen tablet" })).await;
+    assert_eq!(renamed.status, StatusCode::OK);
+    assert_eq!(client.get("/users?q=guest-0998").await.json()["total"], 0, "the old name is gone from the index");
+    assert_eq!(client.get("/users?q=grandm").await.json()["total"], 1);
+    assert_eq!(client.get("/users?q=kitchen").await.json()["total"], 1);
+    let deleted = client.send(Method::DELETE, &client.admin(&format!("/users/{guest}")), None, &[]).await;
+    assert_eq!(deleted.status, StatusCode::NO_CONTENT);
+    assert_eq!(client.get("/users?q=kitchen").await.json()["total"], 0, "a deleted user is gone from the index");
+    assert_eq!(client.get("/users?group=default").await.json()["total"], 1000);
 
     let id = alice["id"].as_u64().unwrap();
     let disabled = client.post(&format!("/users/{id}/disable"), json!({})).await.json();

@@ -73,6 +73,7 @@ const MIGRATIONS: &[&str] = &[
     include_str!("sessions.sql"),
     include_str!("admins.sql"),
     include_str!("passkeys.sql"),
+    include_str!("search.sql"),
 ];
 
 /// Readers kept open between requests.
@@ -118,14 +119,14 @@ impl Db {
     }
 
     /// Runs `f` in a write transaction that is always rolled back (a dry run: what a change
-    /// would do, with nothing of it kept), on the blocking pool.
+    /// would do, with nothing of it kept), on the blocking pool, in the caller's span.
     pub(crate) async fn dry_run<T, F>(&self, f: F) -> Result<T, Error>
     where
         T: Send + 'static,
         F: FnOnce(&Transaction<'_>) -> Result<T, Error> + Send + 'static,
     {
-        let db = self.clone();
-        tokio::task::spawn_blocking(move || db.dry_run_blocking(f))
+        let (db, span) = (self.clone(), tracing::Span::current());
+        tokio::task::spawn_blocking(move || span.in_scope(|| db.dry_run_blocking(f)))
             .await
             .map_err(|e| Error::Internal(format!("dry run task failed: {e}")))?
     }
@@ -139,14 +140,16 @@ impl Db {
         value
     }
 
-    /// Runs `f` in one write transaction, committed when it returns `Ok`, on the blocking pool.
+    /// Runs `f` in one write transaction, committed when it returns `Ok`, on the blocking pool,
+    /// in the caller's span (what `f` logs carries the fields of the request, edge or node it
+    /// works for).
     pub(crate) async fn write<T, F>(&self, f: F) -> Result<T, Error>
     where
         T: Send + 'static,
         F: FnOnce(&Transaction<'_>) -> Result<T, Error> + Send + 'static,
     {
-        let db = self.clone();
-        tokio::task::spawn_blocking(move || db.write_blocking(f))
+        let (db, span) = (self.clone(), tracing::Span::current());
+        tokio::task::spawn_blocking(move || span.in_scope(|| db.write_blocking(f)))
             .await
             .map_err(|e| Error::Internal(format!("write task failed: {e}")))?
     }
@@ -169,14 +172,15 @@ impl Db {
         Ok(value)
     }
 
-    /// Runs `f` on a reader (a consistent snapshot for its duration), on the blocking pool.
+    /// Runs `f` on a reader (a consistent snapshot for its duration), on the blocking pool, in
+    /// the caller's span.
     pub(crate) async fn read<T, F>(&self, f: F) -> Result<T, Error>
     where
         T: Send + 'static,
         F: FnOnce(&Connection) -> Result<T, Error> + Send + 'static,
     {
-        let db = self.clone();
-        tokio::task::spawn_blocking(move || db.read_blocking(f))
+        let (db, span) = (self.clone(), tracing::Span::current());
+        tokio::task::spawn_blocking(move || span.in_scope(|| db.read_blocking(f)))
             .await
             .map_err(|e| Error::Internal(format!("read task failed: {e}")))?
     }

@@ -2,7 +2,7 @@
 
 use hearth_shared::envelope::{Audience, Kind};
 use hearth_shared::keys::PublicKey;
-use hearth_shared::trust::{self, Expect, RoleKeys, StreamState, Trust, VerifyError};
+use hearth_shared::trust::{self, EnvelopeDigest, Expect, RoleKeys, StreamState, Trust, VerifyError};
 use hearth_shared::wire::{self, NodeId, UsageReport, UserId, stream};
 use hearth_shared::{Digest, sha256};
 use rusqlite::{Connection, OptionalExtension as _, params};
@@ -625,7 +625,7 @@ pub(crate) fn apply_usage(
     let mut trust = Trust::new(RoleKeys::single(root));
     trust.set_node(node, key);
     let name = stream::usage(node);
-    let stored = digest.map(|digest| StreamState { version: applied, digest });
+    let stored = digest.map(|digest| StreamState { version: applied, digest: EnvelopeDigest(digest) });
     let expect = Expect { kind: Kind::UsageReport, audience: Audience::Control, stream: &name };
     let verified = match trust::verify(bytes, &trust, &expect, stored.as_ref(), now) {
         Ok(verified) => verified,
@@ -659,7 +659,7 @@ pub(crate) fn apply_usage(
     }
     conn.execute(
         "UPDATE nodes SET usage_seq = ?2, usage_digest = ?3, last_seen = max(last_seen, ?4) WHERE id = ?1",
-        params![node, seq, verified.digest, now],
+        params![node, seq, verified.digest.0, now],
     )?;
     let (up, down) =
         report.users.iter().fold((0u64, 0u64), |(up, down), u| (up.saturating_add(u.up), down.saturating_add(u.down)));

@@ -558,9 +558,17 @@ pub(crate) fn list(conn: &Connection, query: &ListQuery) -> Result<UserPage, Err
     let mut filters = Vec::new();
     let mut args: Vec<String> = Vec::new();
     if let Some(q) = query.q.as_deref().map(str::trim).filter(|q| !q.is_empty()) {
-        let escaped = q.replace('\\', "\\\\").replace('%', "\\%").replace('_', "\\_");
-        args.push(format!("%{escaped}%"));
-        filters.push(format!("(u.name LIKE ?{n} ESCAPE '\\' OR u.note LIKE ?{n} ESCAPE '\\')", n = args.len()));
+        if q.chars().count() >= 3 {
+            // The trigram index (search.sql): the text as one phrase, found anywhere in the
+            // name or the note, whatever its case.
+            args.push(format!("\"{}\"", q.replace('"', "\"\"")));
+            filters.push(format!("u.id IN (SELECT rowid FROM user_search WHERE user_search MATCH ?{})", args.len()));
+        } else {
+            // Shorter than a trigram: every user is read.
+            let escaped = q.replace('\\', "\\\\").replace('%', "\\%").replace('_', "\\_");
+            args.push(format!("%{escaped}%"));
+            filters.push(format!("(u.name LIKE ?{n} ESCAPE '\\' OR u.note LIKE ?{n} ESCAPE '\\')", n = args.len()));
+        }
     }
     if let Some(status) = query.status.as_deref().filter(|s| !s.is_empty()) {
         if !["active", "disabled", "expired", "over_quota", "not_started"].contains(&status) {

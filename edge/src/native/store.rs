@@ -12,13 +12,13 @@ use std::sync::Arc;
 use hearth_shared::Digest;
 use hearth_shared::devices::{self, Admission, HwidPolicy};
 use hearth_shared::nodeauth::{NodeAuthError, Nonce, Seen};
-use hearth_shared::trust::{StreamState, Trust};
+use hearth_shared::trust::{ItemDigest, StreamState, Trust};
 use hearth_shared::wire::{ExportItem, SubToken, UsageDrain, decode, encode, stream};
 use libsql::{Connection, params};
 use tokio::sync::Mutex;
 
 use crate::api::{NamedFile, link_stream};
-use crate::push::{Target, Write};
+use crate::push::{Stored, Target, Write};
 use crate::serve;
 use crate::storage::{
     Changed, Fill, NONCES_LIVE, NONCES_PRUNED_EVERY, Plan, Planned, Storage, StoredStream, VALUE_BATCH, VALUE_KEYS,
@@ -159,10 +159,10 @@ fn u(n: i64) -> u64 {
     u64::try_from(n).unwrap_or(0)
 }
 
-fn state_of(version: i64, digest: Vec<u8>) -> Result<StreamState, StoreError> {
-    Ok(StreamState {
+fn state_of(version: i64, digest: Vec<u8>) -> Result<Stored, StoreError> {
+    Ok(Stored {
         version: u64::try_from(version).map_err(|_| StoreError::Corrupt("version"))?,
-        digest: digest.try_into().map_err(|_| StoreError::Corrupt("digest"))?,
+        digest: ItemDigest(digest.try_into().map_err(|_| StoreError::Corrupt("digest"))?),
     })
 }
 
@@ -181,7 +181,7 @@ fn row_of(write: &Write) -> (&'static str, &'static str, libsql::Value) {
 }
 
 /// The stored state of a write's row.
-async fn state(conn: &Connection, write: &Write) -> Result<Option<StreamState>, StoreError> {
+async fn state(conn: &Connection, write: &Write) -> Result<Option<Stored>, StoreError> {
     let (table, key_column, key) = row_of(write);
     let mut rows = conn.query(&format!("SELECT version, digest FROM {table} WHERE {key_column} = ?1"), [key]).await?;
     match rows.next().await? {
@@ -198,7 +198,7 @@ async fn put(conn: &Connection, write: &Write) -> Result<(), StoreError> {
             "INSERT INTO {table} ({key_column}, version, digest, envelope) VALUES (?1, ?2, ?3, ?4) \
              ON CONFLICT ({key_column}) DO UPDATE SET version = ?2, digest = ?3, envelope = ?4"
         ),
-        params![key, i(write.version), write.digest.to_vec(), write.envelope.clone()],
+        params![key, i(write.version), write.digest.0.to_vec(), write.envelope.clone()],
     )
     .await?;
     Ok(())
@@ -371,11 +371,19 @@ impl Storage for Store {
         }
     }
 
+    async fn state(&self, name: &str) -> Result<Option<Stored>, StoreError> {
+        let mut rows = self.conn.query("SELECT version, digest FROM streams WHERE name = ?1", params![name]).await?;
+        match rows.next().await? {
+            Some(row) => Ok(Some(state_of(row.get(0)?, row.get(1)?)?)),
+            None => Ok(None),
+        }
+    }
+
     async fn value(&self, key: &str) -> Result<Option<Vec<u8>>, StoreError> {
         value(&self.conn, key).await
     }
 
-    async fn states(&self, writes: &[Write]) -> Result<Vec<Option<StreamState>>, StoreError> {
+    async fn states(&self, writes: &[Write]) -> Result<Vec<Option<Stored>>, StoreError> {
         let mut states = Vec::with_capacity(writes.len());
         for write in writes {
             states.push(state(&self.conn, write).await?);

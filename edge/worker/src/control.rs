@@ -20,7 +20,7 @@ use std::collections::BTreeMap;
 use hearth_edge::Reply;
 use hearth_edge::api::{self, NamedFile};
 use hearth_edge::config::EdgeConfig;
-use hearth_edge::push::{Target, Write};
+use hearth_edge::push::{Stored, Target, Write};
 use hearth_edge::routes::{Route, route};
 use hearth_edge::service::{self, Call};
 use hearth_edge::storage::{
@@ -28,7 +28,7 @@ use hearth_edge::storage::{
     VALUE_TRUST, take_report,
 };
 use hearth_shared::nodeauth::{self, NodeAuthError, Nonce, Seen};
-use hearth_shared::trust::{StreamState, Trust};
+use hearth_shared::trust::{ItemDigest, StreamState, Trust};
 use hearth_shared::wire::{ExportItem, UsageDrain, decode, encode, stream};
 use serde::Deserialize;
 use worker::{
@@ -94,9 +94,9 @@ struct QueueRow {
     envelope: serde_bytes::ByteBuf,
 }
 
-fn state_of(version: i64, digest: serde_bytes::ByteBuf) -> Result<StreamState> {
+fn state_of(version: i64, digest: serde_bytes::ByteBuf) -> Result<Stored> {
     let digest = digest.into_vec().try_into().map_err(|_| worker::Error::RustError("a stored digest".into()))?;
-    Ok(StreamState { version: version as u64, digest })
+    Ok(Stored { version: version as u64, digest: ItemDigest(digest) })
 }
 
 fn stream_row(sql: &SqlStorage, name: &str) -> Result<Option<StoredStream>> {
@@ -108,7 +108,7 @@ fn stream_row(sql: &SqlStorage, name: &str) -> Result<Option<StoredStream>> {
         .transpose()
 }
 
-fn stream_state(sql: &SqlStorage, name: &str) -> Result<Option<StreamState>> {
+fn stream_state(sql: &SqlStorage, name: &str) -> Result<Option<Stored>> {
     let rows: Vec<StateRow> =
         sql.exec("SELECT version, digest FROM streams WHERE name = ?", vec![name.into()])?.to_array()?;
     rows.into_iter().next().map(|row| state_of(row.version, row.digest)).transpose()
@@ -123,7 +123,7 @@ fn put_stream(sql: &SqlStorage, write: &Write) -> Result<()> {
         vec![
             write.stream.as_str().into(),
             int(write.version).into(),
-            SqlStorageValue::Blob(write.digest.to_vec()),
+            SqlStorageValue::Blob(write.digest.0.to_vec()),
             envelope,
         ],
     )?;
@@ -378,11 +378,15 @@ impl Storage for ControlStore<'_> {
         stream_row(&self.sql, name)
     }
 
+    async fn state(&self, name: &str) -> Result<Option<Stored>> {
+        stream_state(&self.sql, name)
+    }
+
     async fn value(&self, key: &str) -> Result<Option<Vec<u8>>> {
         value(&self.sql, key)
     }
 
-    async fn states(&self, writes: &[Write]) -> Result<Vec<Option<StreamState>>> {
+    async fn states(&self, writes: &[Write]) -> Result<Vec<Option<Stored>>> {
         let mut states = vec![None; writes.len()];
         let mut shards: BTreeMap<u32, (Vec<usize>, Vec<hearth_shared::Digest>)> = BTreeMap::new();
         for (at, write) in writes.iter().enumerate() {
@@ -396,7 +400,7 @@ impl Storage for ControlStore<'_> {
             }
         }
         for (shard, (ats, hashes)) in shards {
-            let found: Vec<Option<StreamState>> =
+            let found: Vec<Option<Stored>> =
                 self.ask(shard, Method::Post, "https://links/states", Some(&encode(&hashes))).await?;
             if found.len() != ats.len() {
                 return Err(worker::Error::RustError(format!("links shard {shard} gave the wrong number of states")));

@@ -13,11 +13,11 @@
 //! postcard [`DeviceCall`]: admits a device by the link's registry (sealed, in `devices`) and
 //! answers a postcard [`DeviceAnswer`].
 
-use hearth_edge::push::Target;
+use hearth_edge::push::{Stored, Target};
 use hearth_edge::storage::{Changed, Fill, Planned};
 use hearth_shared::devices::{Admission, HwidPolicy, Seen};
 use hearth_shared::ratelimit::{Decision, FixedWindow, WindowLimit};
-use hearth_shared::trust::StreamState;
+use hearth_shared::trust::ItemDigest;
 use hearth_shared::wire::SubToken;
 use hearth_shared::wire::{ExportItem, decode, encode};
 use serde::{Deserialize, Serialize};
@@ -247,7 +247,7 @@ impl Links {
                     vec![
                         SqlStorageValue::Blob(hash.to_vec()),
                         int(write.version).into(),
-                        SqlStorageValue::Blob(write.digest.to_vec()),
+                        SqlStorageValue::Blob(write.digest.0.to_vec()),
                         envelope,
                     ],
                 )?;
@@ -263,7 +263,7 @@ impl Links {
 }
 
 /// A link's stored state.
-fn state(sql: &SqlStorage, hash: &hearth_shared::Digest) -> Result<Option<StreamState>> {
+fn state(sql: &SqlStorage, hash: &hearth_shared::Digest) -> Result<Option<Stored>> {
     let rows: Vec<Version> = sql
         .exec("SELECT version, digest FROM links WHERE token_hash = ?", vec![SqlStorageValue::Blob(hash.to_vec())])?
         .to_array()?;
@@ -271,7 +271,7 @@ fn state(sql: &SqlStorage, hash: &hearth_shared::Digest) -> Result<Option<Stream
         .next()
         .map(|row| {
             let digest = row.digest.into_vec().try_into().map_err(|_| worker::Error::from("a stored digest"))?;
-            Ok(StreamState { version: row.version as u64, digest })
+            Ok(Stored { version: row.version as u64, digest: ItemDigest(digest) })
         })
         .transpose()
 }

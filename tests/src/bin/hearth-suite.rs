@@ -1066,7 +1066,7 @@ async fn node(t: &mut Table, quick: bool) -> Result<()> {
     let dir = temp.path().join("node");
     let settings = format!("edge_url = \"{}\"\napi_prefix = \"{API}\"\nedge_poll_secs = 1\n", edge.url);
     hearth_tests::node::state_dir_with(&dir, &sim, 1, &settings)?;
-    key.save(&dir.join("node.key"))?;
+    hearth_tests::node::save_node_key(&dir, &key)?;
     // The node starts with the set on disk, as a running node holds it: each pull then
     // changes a full table.
     std::fs::write(dir.join("creds.envelope"), first.envelope().context("an envelope")?)?;

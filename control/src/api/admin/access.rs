@@ -264,10 +264,11 @@ pub(super) fn open_session(
     auth::start_session(tx, now, admin, &ip.to_string(), agent)
 }
 
-/// The answer to a sign-in that succeeded: the session's cookie.
+/// The answer to a sign-in that succeeded: the session's cookie. (The log line's request span
+/// names the client's address.)
 pub(super) fn signed_in(app: &App, ip: std::net::IpAddr, admin: Option<i64>, cookie: &str) -> Response {
     app.lockouts.succeed(ip);
-    tracing::info!(client = %ip, admin = admin.is_some(), "signed in");
+    tracing::info!(admin = admin.is_some(), "signed in");
     let mut response = axum::Json(json!({ "ok": true })).into_response();
     response.headers_mut().insert(header::SET_COOKIE, session_cookie(cookie, auth::SESSION_ABSOLUTE));
     response
@@ -288,11 +289,12 @@ pub(super) fn sign_in_gate(
     Ok((ip, browser(parts), now))
 }
 
-/// A refused sign-in: counted for the address, logged without the login.
+/// A refused sign-in: counted for the address, logged without the login (the request's span
+/// names the address).
 pub(super) fn refused(app: &App, ip: std::net::IpAddr, now: u64, code: &str, message: &str) -> Response {
     app.lockouts.fail(ip, now);
     Counters::add(&app.counters.logins_failed, 1);
-    tracing::info!(client = %ip, reason = code, "sign-in refused");
+    tracing::info!(reason = code, "sign-in refused");
     refuse(StatusCode::UNAUTHORIZED, code, message)
 }
 

@@ -1,0 +1,107 @@
+//! Driving a self-update from the agent's pulls.
+//!
+//! After every answered pull the agent comes here: a new release still proving itself is
+//! kept once it has run healthy for `update_health_secs` (only by the new binary itself, never
+//! by the process on its way out); otherwise the release the answer named, when the node
+//! wants it, is fetched from where the answer came (control or an edge), checked and
+//! installed, and the node restarts into it. How a release is checked, installed, kept and
+//! rolled back is the parent module's.
+
+use std::time::Duration;
+
+use hearth_shared::envelope::Kind;
+
+use super::Outcome;
+use crate::agent::{Agent, Base};
+use crate::capped;
+
+impl Agent {
+    /// After an answered pull: keeps a new release that ran healthy long enough, or takes the
+    /// release the answer named, from where the answer came.
+    pub(crate) async fn after_pull(&self, client: &reqwest::Client, base: &Base) {
+        if let Some(pending) = super::pending(&self.state) {
+            // The process that swapped the new binary in is on its way out: only the new
+            // binary, started again by the supervisor, may vouch for itself.
+            if *self.restart.borrow() {
+                return;
+            }
+            if self.started.elapsed() >= Duration::from_secs(self.settings.update_health_secs)
+                && let Err(e) = super::confirm(&self.state, &pending)
+            {
+                tracing::error!(error = %e, "could not keep the new release");
+            }
+            return;
+        }
+        let release = *self.offered.lock().expect("offered lock");
+        if super::wants(&self.state, release) {
+            self.take_release(client, base, release).await;
+        }
+    }
+
+    /// Takes `release`, the one the answer named: installed (then the node restarts into it),
+    /// refused for good, or fetched again at a later pull. What it logs is in a span that
+    /// names the release.
+    #[tracing::instrument(name = "update", level = "warn", skip_all, fields(release = release))]
+    async fn take_release(&self, client: &reqwest::Client, base: &Base, release: u64) {
+        match self.update(client, base, release).await {
+            Outcome::Installed => {
+                tracing::info!("the new release is in place; restarting into it");
+                let _ = self.restart.send(true);
+            }
+            // (The refusal is recorded, and logged with the release, as a roll-back is.)
+            Outcome::Refused(reason) => super::refused(&self.state, release, &reason),
+            Outcome::Retry(why) => tracing::warn!(%why, "could not fetch the release yet"),
+        }
+    }
+
+    /// Fetches, checks and installs `release`.
+    async fn update(&self, client: &reqwest::Client, base: &Base, release: u64) -> Outcome {
+        let node = self.settings.node;
+        // The request's failure (retried at a later pull), or what reading its body gave.
+        let fetch = |rest: String, timeout: u64, max: usize, what: &'static str| async move {
+            let response = self
+                .signed(client, reqwest::Method::GET, base, &rest, Vec::new())
+                .timeout(Duration::from_secs(timeout))
+                .send()
+                .await
+                .map_err(|e| format!("{:#}", anyhow::Error::from(e.without_url())))?;
+            if !response.status().is_success() {
+                return Err(format!("answered {}", response.status()));
+            }
+            Ok(capped::read(response, max, what).await)
+        };
+        let manifest =
+            match fetch(format!("/nodes/{node}/release"), 60, Kind::Release.max_len(), "a release manifest").await {
+                Ok(Ok(bytes)) => bytes,
+                Ok(Err(e)) => return Outcome::Retry(e.to_string()),
+                Err(why) => return Outcome::Retry(why),
+            };
+        let (running, _) = super::running(&self.state);
+        let trust = self.trust.lock().expect("trust lock").clone();
+        let (manifest, file) = match super::check_manifest(&manifest, &trust, release, &running, crate::now()) {
+            Ok(checked) => checked,
+            Err(reason) => return Outcome::Refused(reason),
+        };
+        // The file is as long as the signed manifest says, or it is not the release's.
+        let len = usize::try_from(file.len).unwrap_or(usize::MAX);
+        let what = "the release file its manifest names";
+        let bytes = match fetch(format!("/nodes/{node}/release/{}", file.name()), 900, len, what).await {
+            Ok(Ok(bytes)) => bytes,
+            Ok(Err(e @ capped::ReadError::TooLarge { .. })) => return Outcome::Refused(e.to_string()),
+            Ok(Err(e)) => return Outcome::Retry(e.to_string()),
+            Err(why) => return Outcome::Retry(why),
+        };
+        if !file.matches(&bytes) {
+            return Outcome::Refused(hearth_shared::release::Refusal::Tampered.to_string());
+        }
+        let installed = super::executable().and_then(|exe| super::install(&exe, &bytes));
+        if let Err(e) = installed {
+            return Outcome::Refused(format!("could not install the binary: {e:#}"));
+        }
+        let pending = super::Pending { release, version: manifest.version, built: manifest.built };
+        match super::mark_pending(&self.state, &pending) {
+            Ok(()) => Outcome::Installed,
+            Err(e) => Outcome::Refused(format!("could not record the update: {e:#}")),
+        }
+    }
+}
