@@ -1,9 +1,9 @@
 //! The checks behind the API routes, shared by both adapters: who may call, and whether what
 //! they send is acceptable. Each returns the [`Reply`] to send when it refuses.
 
-use hearth_shared::envelope::{Audience, Kind};
+use hearth_shared::envelope::{Audience, DecodeError, Incoming, Kind, Received};
 use hearth_shared::nodeauth;
-use hearth_shared::trust::{Expect, ItemDigest, Trust, verify};
+use hearth_shared::trust::{Expect, ItemDigest, Trust, verify, verify_received};
 use hearth_shared::wire::{NodeId, UsageReport, decode, stream};
 
 use crate::Reply;
@@ -114,17 +114,38 @@ pub fn check_usage(body: &[u8], trust: &Trust, node: NodeId, now: u64) -> Result
 
 /// Checks control's archive against the stored one; gives the write that stores it.
 pub fn check_archive(body: &[u8], trust: &Trust, stored: Option<&Stored>, now: u64) -> Result<Write, Reply> {
+    let mut incoming = Incoming::new(Kind::Archive.max_len());
+    let received = incoming.feed(body).and_then(|()| incoming.finish()).map_err(archive_refused)?;
+    let mut write = check_archive_received(&received, trust, stored, now)?;
+    write.envelope = Some(body.to_vec());
+    Ok(write)
+}
+
+/// Checks control's archive, read in pieces ([`Incoming`]), against the stored one; gives the
+/// write that records it. The archive's bytes are wherever the caller kept them as they came:
+/// the write holds none.
+pub fn check_archive_received(
+    received: &Received,
+    trust: &Trust,
+    stored: Option<&Stored>,
+    now: u64,
+) -> Result<Write, Reply> {
     let expect = Expect { kind: Kind::Archive, audience: Audience::Control, stream: stream::ARCHIVE };
-    let verified = verify(body, trust, &expect, None, now).map_err(|e| refused(&PushError::Manifest(e)))?;
+    verify_received(received, trust, &expect, None, now).map_err(|e| refused(&PushError::Manifest(e)))?;
     let write = Write {
         target: Target::Archive,
         stream: stream::ARCHIVE.to_owned(),
-        version: verified.envelope.header.version,
-        digest: ItemDigest::of(body),
-        envelope: Some(body.to_vec()),
+        version: received.header.version,
+        digest: ItemDigest(received.sha256),
+        envelope: None,
     };
     crate::push::decide(&write, stored).map_err(|e| refused(&e))?;
     Ok(write)
+}
+
+/// The refusal of an archive that is not a well-formed envelope (or too large to be one).
+pub fn archive_refused(error: DecodeError) -> Reply {
+    refused(&PushError::Manifest(error.into()))
 }
 
 /// A release binary by its name.

@@ -277,6 +277,189 @@ impl Envelope {
     }
 }
 
+/// The most bytes around an envelope's body that [`Incoming`] holds: what comes before it
+/// (magic, header, the body's length) and what comes after (the signatures). A well-formed
+/// envelope has a few hundred.
+pub const MAX_FRAME: usize = 16 * 1024;
+
+/// An envelope read as it arrives, in pieces of any size, holding only what surrounds its
+/// body: the body is hashed as it passes, so a receiver can store it piece by piece (control's
+/// archive is tens of megabytes) and still check it as strictly as [`Envelope::decode`] does.
+/// It accepts exactly the inputs `decode` accepts; once [`Incoming::feed`] has refused the
+/// input, stop feeding it.
+pub struct Incoming {
+    max_len: usize,
+    len: usize,
+    whole: sha2::Sha256,
+    part: Part,
+}
+
+enum Part {
+    /// Before the body: the bytes so far.
+    Head(Vec<u8>),
+    /// In the body: the header, the body's bytes still to come, the body's hash so far.
+    Body { header: Header, len: u64, left: u64, hash: sha2::Sha256 },
+    /// After the body: the header, the body's length and hash, the bytes so far.
+    Tail { header: Header, len: u64, hash: Digest, bytes: Vec<u8> },
+}
+
+/// An envelope [`Incoming`] read to its end: everything but the body, which the receiver kept
+/// where it wanted. Its signatures are still to be checked: [`crate::trust::verify_received`].
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Received {
+    /// The signed header.
+    pub header: Header,
+    /// The signatures, sorted by key id.
+    pub signatures: Vec<Signature>,
+    /// The body's length as it arrived.
+    pub body_len: u64,
+    /// The body's SHA-256 as it arrived.
+    pub body_hash: Digest,
+    /// The SHA-256 of the whole encoding (what an edge names a stored item by).
+    pub sha256: Digest,
+    /// The whole encoding's length.
+    pub len: usize,
+}
+
+impl Received {
+    /// The envelope's digest, as [`Envelope::digest`] gives it.
+    pub fn digest(&self) -> EnvelopeDigest {
+        EnvelopeDigest(sha256(&signed_message(&self.header)))
+    }
+
+    /// Whether the body that arrived is the one the header describes.
+    pub fn body_matches(&self) -> bool {
+        self.body_len == self.header.body_len && self.body_hash == self.header.body_hash
+    }
+}
+
+impl Incoming {
+    /// Starts reading an envelope of at most `max_len` bytes.
+    pub fn new(max_len: usize) -> Incoming {
+        Incoming { max_len, len: 0, whole: sha2::Sha256::default(), part: Part::Head(Vec::new()) }
+    }
+
+    /// The bytes fed so far.
+    pub fn len(&self) -> usize {
+        self.len
+    }
+
+    /// Whether nothing was fed yet.
+    pub fn is_empty(&self) -> bool {
+        self.len == 0
+    }
+
+    /// Takes the next bytes. Refuses at once what can no longer become an envelope: more than
+    /// `max_len` bytes, a wrong magic, a header that does not decode or is not canonical.
+    pub fn feed(&mut self, bytes: &[u8]) -> Result<(), DecodeError> {
+        use sha2::Digest as _;
+        let len = self.len.saturating_add(bytes.len());
+        if len > self.max_len {
+            return Err(DecodeError::Oversized { len, max: self.max_len });
+        }
+        self.len = len;
+        self.whole.update(bytes);
+        self.take(bytes)
+    }
+
+    /// Moves `bytes` through the parts: head, body, tail.
+    fn take(&mut self, mut bytes: &[u8]) -> Result<(), DecodeError> {
+        use sha2::Digest as _;
+        while !bytes.is_empty() {
+            match &mut self.part {
+                Part::Head(head) => {
+                    let take = bytes.len().min(MAX_FRAME - head.len());
+                    head.extend_from_slice(&bytes[..take]);
+                    bytes = &bytes[take..];
+                    let Some((header, len, used)) = read_head(head)? else {
+                        if head.len() == MAX_FRAME {
+                            return Err(DecodeError::Malformed("undecodable"));
+                        }
+                        continue;
+                    };
+                    // What came after the head is the body's start (or more): it goes first.
+                    let after = head.split_off(used);
+                    self.part = Part::Body { header, len, left: len, hash: sha2::Sha256::default() };
+                    self.end_body();
+                    self.take(&after)?;
+                }
+                Part::Body { left, hash, .. } => {
+                    let take = usize::try_from(*left).unwrap_or(usize::MAX).min(bytes.len());
+                    hash.update(&bytes[..take]);
+                    *left -= take as u64;
+                    bytes = &bytes[take..];
+                    self.end_body();
+                }
+                Part::Tail { bytes: tail, .. } => {
+                    if tail.len() + bytes.len() > MAX_FRAME {
+                        return Err(DecodeError::Malformed("undecodable"));
+                    }
+                    tail.extend_from_slice(bytes);
+                    bytes = &[];
+                }
+            }
+        }
+        Ok(())
+    }
+
+    /// Moves on to the tail once the whole body went by.
+    fn end_body(&mut self) {
+        use sha2::Digest as _;
+        if let Part::Body { left: 0, .. } = self.part
+            && let Part::Body { header, len, hash, .. } = std::mem::replace(&mut self.part, Part::Head(Vec::new()))
+        {
+            self.part = Part::Tail { header, len, hash: hash.finalize().into(), bytes: Vec::new() };
+        }
+    }
+
+    /// The envelope read whole, or why it is not one (what [`Envelope::decode`] would say).
+    pub fn finish(self) -> Result<Received, DecodeError> {
+        use sha2::Digest as _;
+        let (header, body_len, body_hash, tail) = match self.part {
+            Part::Head(head) if !head.starts_with(&MAGIC) => {
+                return Err(DecodeError::Malformed("not a Hearth envelope (bad magic)"));
+            }
+            Part::Head(_) | Part::Body { .. } => return Err(DecodeError::Malformed("undecodable")),
+            Part::Tail { header, len, hash, bytes } => (header, len, hash, bytes),
+        };
+        let (signatures, trailing) =
+            postcard::take_from_bytes::<Vec<Signature>>(&tail).map_err(|_| DecodeError::Malformed("undecodable"))?;
+        if !trailing.is_empty() {
+            return Err(DecodeError::Malformed("trailing bytes"));
+        }
+        if signatures.windows(2).any(|pair| pair[0].key >= pair[1].key) {
+            return Err(DecodeError::Malformed("signatures out of order or repeated"));
+        }
+        if postcard::to_allocvec(&signatures).ok().as_deref() != Some(&tail[..]) {
+            return Err(DecodeError::Malformed("not canonically encoded"));
+        }
+        Ok(Received { header, signatures, body_len, body_hash, sha256: self.whole.finalize().into(), len: self.len })
+    }
+}
+
+/// The header and the body's length at the front of `head`, and how many bytes they took;
+/// `None` while more bytes are needed.
+fn read_head(head: &[u8]) -> Result<Option<(Header, u64, usize)>, DecodeError> {
+    if head.len() < MAGIC.len() {
+        return match MAGIC.starts_with(head) {
+            true => Ok(None),
+            false => Err(DecodeError::Malformed("not a Hearth envelope (bad magic)")),
+        };
+    }
+    let rest = head.strip_prefix(&MAGIC).ok_or(DecodeError::Malformed("not a Hearth envelope (bad magic)"))?;
+    let ((header, len), after) = match postcard::take_from_bytes::<(Header, u64)>(rest) {
+        Ok(read) => read,
+        Err(postcard::Error::DeserializeUnexpectedEnd) => return Ok(None),
+        Err(_) => return Err(DecodeError::Malformed("undecodable")),
+    };
+    let used = head.len() - after.len();
+    let canonical = postcard::to_extend(&(&header, len), MAGIC.to_vec()).expect("encoding into a Vec cannot fail");
+    if canonical != head[..used] {
+        return Err(DecodeError::Malformed("not canonically encoded"));
+    }
+    Ok(Some((header, len, used)))
+}
+
 #[cfg(test)]
 mod stored_body_tests {
     use super::*;

@@ -17,7 +17,7 @@ use serde::{Deserialize, Serialize};
 
 use crate::Digest;
 pub use crate::envelope::EnvelopeDigest;
-use crate::envelope::{Audience, DecodeError, Envelope, Kind, signed_message};
+use crate::envelope::{Audience, DecodeError, Envelope, Header, Kind, Received, Signature, signed_message};
 use crate::keys::{KeyId, PublicKey, Role};
 use crate::wire::stream;
 
@@ -313,7 +313,7 @@ impl Trust {
                 }
                 let held_keys = held.keys.clone();
                 if record.role == Role::Root {
-                    check_signatures(&envelope, Role::Root, &held_keys, self)?;
+                    check_signatures(&envelope.header, &envelope.signatures, Role::Root, &held_keys, self)?;
                 } else {
                     let expect = Expect { kind: Kind::KeyRecord, audience: Audience::Any, stream: &expected_stream };
                     verify(bytes, self, &expect, None, now)?;
@@ -350,7 +350,7 @@ impl Trust {
         let expect = Expect { kind: Kind::KeyRecord, audience: Audience::Any, stream: &expected_stream };
         let verified = verify(bytes, self, &expect, stored.as_ref(), now)?;
         if record.role == Role::Root {
-            check_signatures(&verified.envelope, Role::Root, &record.keys, self)?;
+            check_signatures(&verified.envelope.header, &verified.envelope.signatures, Role::Root, &record.keys, self)?;
         }
         let held = Held {
             keys: record.keys.clone(),
@@ -564,14 +564,44 @@ pub fn verify(
     now: u64,
 ) -> Result<Verified, VerifyError> {
     let envelope = Envelope::decode(bytes, expect.kind.max_len())?;
-    let header = &envelope.header;
+    let (digest, unchanged) =
+        check(&envelope.header, &envelope.signatures, || envelope.body_matches(), trust, expect, stored, now)?;
+    Ok(Verified { envelope, digest, unchanged })
+}
+
+/// Runs [`verify`]'s checks on an envelope read in pieces ([`crate::envelope::Incoming`]):
+/// its digest, and whether it is the very envelope already stored.
+pub fn verify_received(
+    received: &Received,
+    trust: &Trust,
+    expect: &Expect<'_>,
+    stored: Option<&StreamState>,
+    now: u64,
+) -> Result<(EnvelopeDigest, bool), VerifyError> {
+    let max = expect.kind.max_len();
+    if received.len > max {
+        return Err(VerifyError::Oversized { len: received.len, max });
+    }
+    check(&received.header, &received.signatures, || received.body_matches(), trust, expect, stored, now)
+}
+
+/// Everything [`verify`] checks past the decoding, in its order.
+fn check(
+    header: &Header,
+    signatures: &[Signature],
+    body_matches: impl FnOnce() -> bool,
+    trust: &Trust,
+    expect: &Expect<'_>,
+    stored: Option<&StreamState>,
+    now: u64,
+) -> Result<(EnvelopeDigest, bool), VerifyError> {
     if header.kind != expect.kind {
         return Err(VerifyError::WrongType { expected: expect.kind, found: header.kind });
     }
     let (needed, keys) = signer(trust, header.kind, &header.stream);
     match keys {
-        Some(keys) => check_signatures(&envelope, needed, keys, trust)?,
-        None if envelope.signatures.iter().any(|s| trust.knows(&s.key)) => {
+        Some(keys) => check_signatures(header, signatures, needed, keys, trust)?,
+        None if signatures.iter().any(|s| trust.knows(&s.key)) => {
             return Err(VerifyError::WrongRole { needed });
         }
         None => return Err(VerifyError::UnknownKey),
@@ -582,15 +612,15 @@ pub fn verify(
     if header.stream != expect.stream {
         return Err(VerifyError::WrongStream { expected: expect.stream.to_owned(), found: header.stream.clone() });
     }
-    let digest = envelope.digest();
+    let digest = EnvelopeDigest(crate::sha256(&signed_message(header)));
     let unchanged = arrival(stored, header.version, &digest)? == Arrival::Same;
     if now > header.expires {
         return Err(VerifyError::Expired { expires: header.expires, now });
     }
-    if !envelope.body_matches() {
+    if !body_matches() {
         return Err(VerifyError::BodyMismatch);
     }
-    Ok(Verified { envelope, digest, unchanged })
+    Ok((digest, unchanged))
 }
 
 /// The role a kind must be signed by, and the keys that hold it for this stream.
@@ -616,10 +646,16 @@ fn signer<'t>(trust: &'t Trust, kind: Kind, stream_name: &str) -> (Role, Option<
     (role, keys)
 }
 
-fn check_signatures(envelope: &Envelope, needed: Role, keys: &RoleKeys, trust: &Trust) -> Result<(), VerifyError> {
-    let message = signed_message(&envelope.header);
+fn check_signatures(
+    header: &Header,
+    signatures: &[Signature],
+    needed: Role,
+    keys: &RoleKeys,
+    trust: &Trust,
+) -> Result<(), VerifyError> {
+    let message = signed_message(header);
     let (mut valid, mut bad, mut other) = (0usize, false, false);
-    for signature in &envelope.signatures {
+    for signature in signatures {
         match keys.find(&signature.key) {
             Some(key) if key.verify(&message, &signature.sig) => valid += 1,
             Some(_) => bad = true,

@@ -3,9 +3,9 @@
 //! data, key compromise) is a case with the one refusal it must get, plus property tests that
 //! no tampered, re-ordered or re-encoded envelope ever verifies.
 
-use hearth_shared::envelope::{Audience, Draft, Envelope, Kind};
+use hearth_shared::envelope::{Audience, Draft, Envelope, EnvelopeDigest, Incoming, Kind};
 use hearth_shared::keys::{Role, SecretKey};
-use hearth_shared::trust::{Expect, KeyRecord, RoleKeys, StreamState, Trust, VerifyError, verify};
+use hearth_shared::trust::{Expect, KeyRecord, RoleKeys, StreamState, Trust, VerifyError, verify, verify_received};
 use hearth_shared::wire::{self, BatchEntry, BatchManifest, CredEntry, CredentialSet, NodeRecord, stream};
 use proptest::prelude::*;
 
@@ -300,8 +300,87 @@ fn multi_signed() -> (Trust, Vec<u8>) {
     (trust, record(Role::Signing, &signing, 1, &signers))
 }
 
+/// What [`verify`] says of `bytes`, and what the same bytes say fed to [`Incoming`] in pieces
+/// of the sizes in `pieces` (taken in turn, over and over), then [`verify_received`].
+type Said = Result<(EnvelopeDigest, bool), VerifyError>;
+fn whole_and_in_pieces(bytes: &[u8], pieces: &[usize]) -> (Said, Said) {
+    let trust = trust(&keys());
+    let whole = verify(bytes, &trust, &expect_creds(), None, NOW).map(|v| (v.digest, v.unchanged));
+    let mut incoming = Incoming::new(Kind::CredentialSet.max_len());
+    let mut rest = bytes;
+    let mut sizes = pieces.iter().cycle();
+    let fed = loop {
+        if rest.is_empty() {
+            break Ok(());
+        }
+        let (piece, after) = rest.split_at((*sizes.next().unwrap()).clamp(1, rest.len()));
+        rest = after;
+        if let Err(e) = incoming.feed(piece) {
+            break Err(VerifyError::from(e));
+        }
+    };
+    let in_pieces = fed.and_then(|()| incoming.finish().map_err(VerifyError::from)).and_then(|received| {
+        assert_eq!(received.sha256, hearth_shared::sha256(bytes));
+        assert_eq!(received.len, bytes.len());
+        verify_received(&received, &trust, &expect_creds(), None, NOW)
+    });
+    (whole, in_pieces)
+}
+
+#[test]
+fn an_envelope_read_in_pieces_is_checked_as_strictly_as_a_whole_one() {
+    // A body larger than the frame the reader holds, in pieces from one byte up.
+    let envelope = creds(6, 2000);
+    let bytes = envelope.encode();
+    assert!(envelope.body.len() > hearth_shared::envelope::MAX_FRAME * 4);
+    for pieces in [&[1][..], &[7, 1, 300], &[65536], &[bytes.len()]] {
+        let (whole, in_pieces) = whole_and_in_pieces(&bytes, pieces);
+        assert!(whole.is_ok());
+        assert_eq!(whole, in_pieces, "pieces {pieces:?}");
+    }
+    // Cut short anywhere, or with bytes after the end: refused, as decoding refuses it.
+    for cut in [0, 3, 4, 40, 200, bytes.len() / 2, bytes.len() - 70, bytes.len() - 1] {
+        let (whole, in_pieces) = whole_and_in_pieces(&bytes[..cut], &[4096]);
+        assert!(whole.is_err() && in_pieces.is_err(), "cut at {cut}");
+    }
+    let mut longer = bytes.clone();
+    longer.push(0);
+    let (whole, in_pieces) = whole_and_in_pieces(&longer, &[4096]);
+    assert_eq!((whole, in_pieces.clone()), (Err(VerifyError::Malformed("trailing bytes")), in_pieces));
+    // Over the kind's cap: refused as soon as the bytes go past it.
+    let mut incoming = Incoming::new(bytes.len() - 1);
+    assert!(matches!(incoming.feed(&bytes), Err(hearth_shared::envelope::DecodeError::Oversized { .. })));
+    // Anything but an envelope is refused from its first bytes.
+    let mut incoming = Incoming::new(1 << 20);
+    assert!(incoming.feed(b"<html>").is_err());
+}
+
 proptest! {
     #![proptest_config(ProptestConfig::with_cases(512))]
+
+    /// Read in pieces, a tampered or re-encoded envelope is refused exactly when the whole
+    /// one is, and a good one gives the same digest.
+    #[test]
+    fn pieces_say_what_the_whole_says(
+        at in any::<prop::sample::Index>(),
+        change in 0u8..4,
+        byte in any::<u8>(),
+        pieces in prop::collection::vec(1usize..200, 1..6),
+    ) {
+        let mut bytes = creds(6, 5).encode();
+        let at = at.index(bytes.len());
+        match change {
+            0 => bytes[at] ^= byte | 1,
+            1 => bytes.insert(at, byte),
+            2 => { bytes.remove(at); }
+            _ => {}
+        }
+        let (whole, in_pieces) = whole_and_in_pieces(&bytes, &pieces);
+        prop_assert_eq!(whole.is_ok(), in_pieces.is_ok(), "{:?} / {:?}", whole, in_pieces);
+        if whole.is_ok() {
+            prop_assert_eq!(whole, in_pieces);
+        }
+    }
 
     /// Flipping any bit of an envelope makes it fail verification.
     #[test]

@@ -164,6 +164,93 @@ both!(
     the_health_route_and_oversized_bodies_do_not_tell_a_hearth_edge
 );
 
+/// The native edge keeps control's archive in pieces, a few of which it holds at a time:
+/// pieces become the archive only once the whole envelope verified, a refused upload leaves
+/// none behind, and an archive an older edge kept whole is still served.
+#[tokio::test]
+async fn native_an_archive_is_kept_in_pieces_and_a_refused_upload_leaves_none() {
+    let mut s = start(Backend::Native, &[]);
+    let token = SubToken::generate(&mut OsRng);
+    let item = s.sim.snapshot(&token, &demo_snapshot(1));
+    assert_eq!(s.push_items(&[item]).await.0, StatusCode::OK);
+    let archive = |version: u64, len: usize| {
+        let body: Vec<u8> = (0..len as u64).map(|i| (i.wrapping_mul(0x9E37_79B9_7F4A_7C15) >> 56) as u8).collect();
+        s.sim
+            .draft(Kind::Archive, stream::ARCHIVE.into(), version, Audience::Control)
+            .sign(body, &[&s.sim.signing])
+            .encode()
+    };
+    let url = format!("{}/{API}/archive", s.edge.url);
+    let put = |bytes: Vec<u8>| {
+        let request = s.http.put(&url).bearer_auth(PUSH_TOKEN).body(bytes);
+        async move {
+            let response = request.send().await.unwrap();
+            (response.status(), response.text().await.unwrap())
+        }
+    };
+    let get = || async { s.http.get(&url).bearer_auth(PUSH_TOKEN).send().await.unwrap().bytes().await.unwrap() };
+    let db = libsql::Builder::new_local(s._dir.path().join("edge.db")).build().await.unwrap();
+    let conn = db.connect().unwrap();
+    // (pieces, uploads) in the edge's database.
+    let counts = || async {
+        let mut rows = conn
+            .query("SELECT (SELECT count(*) FROM archive_pieces), (SELECT count(*) FROM archive_uploads)", ())
+            .await
+            .unwrap();
+        let row = rows.next().await.unwrap().unwrap();
+        (row.get::<i64>(0).unwrap(), row.get::<i64>(1).unwrap())
+    };
+
+    let v2 = archive(2, 1_000_000);
+    assert_eq!(put(v2.clone()).await, (StatusCode::OK, "stored\n".to_owned()));
+    assert_eq!(counts().await, (4, 1), "1 MB in pieces of 256 KiB");
+    assert_eq!(get().await, v2);
+
+    // Tampered in the middle of its body, cut short, or not an envelope at all: refused, and
+    // nothing of it stays.
+    let v3 = archive(3, 2_000_000);
+    let mut tampered = v3.clone();
+    tampered[1_000_000] ^= 1;
+    let (status, body) = put(tampered).await;
+    assert_eq!(status, StatusCode::BAD_REQUEST, "{body}");
+    assert!(body.contains("tampered"), "{body}");
+    let (status, body) = put(v3[..v3.len() - 10].to_vec()).await;
+    assert_eq!(status, StatusCode::BAD_REQUEST, "{body}");
+    assert!(body.contains("malformed"), "{body}");
+    let (status, body) = put(vec![b'x'; 3_000_000]).await;
+    assert_eq!(status, StatusCode::BAD_REQUEST, "{body}");
+    assert!(body.contains("bad magic"), "{body}");
+    let (status, body) = put(archive(1, 10)).await;
+    assert_eq!(status, StatusCode::CONFLICT, "{body}");
+    assert_eq!(counts().await, (4, 1));
+    assert_eq!(get().await, v2);
+
+    // A newer one replaces it, pieces and all; the same again changes nothing.
+    assert_eq!(put(v3.clone()).await, (StatusCode::OK, "stored\n".to_owned()));
+    assert_eq!(counts().await, (8, 1));
+    assert_eq!(put(v3.clone()).await, (StatusCode::OK, "unchanged\n".to_owned()));
+    assert_eq!(counts().await, (8, 1));
+    assert_eq!(get().await, v3);
+
+    // An archive an edge before pieces kept whole in its stream's row is served as it is, and
+    // the next upload takes its place.
+    let v4 = archive(4, 3000);
+    let digest = hearth_shared::sha256(&v4).to_vec();
+    conn.execute(
+        "UPDATE streams SET version = 4, digest = ?1, envelope = ?2 WHERE name = ?3",
+        libsql::params![digest, v4.clone(), stream::ARCHIVE],
+    )
+    .await
+    .unwrap();
+    assert_eq!(get().await, v4);
+    let v5 = archive(5, 300_000);
+    assert_eq!(put(v5.clone()).await, (StatusCode::OK, "stored\n".to_owned()));
+    assert_eq!(counts().await, (2, 1));
+    assert_eq!(get().await, v5);
+    let mut rows = conn.query("SELECT envelope IS NULL FROM streams WHERE name = ?1", [stream::ARCHIVE]).await.unwrap();
+    assert!(rows.next().await.unwrap().unwrap().get::<bool>(0).unwrap());
+}
+
 #[tokio::test]
 async fn native_large_unauthenticated_bodies_get_the_decoy_unread() {
     large_unauthenticated_bodies_get_the_decoy_unread(Backend::Native).await

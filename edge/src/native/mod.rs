@@ -2,6 +2,7 @@
 //! embedded libSQL database ([`store`]). Rate-limit state lives in memory here (one process
 //! serves every request, so its counts are exact); on Cloudflare it lives in Durable Objects.
 
+mod archive;
 pub mod store;
 
 use std::collections::HashMap;
@@ -488,6 +489,19 @@ where
     let cap = crate::routes::max_body(&route);
     let allowed = !crate::routes::needs_push_token(&route)
         || edge.config.push_token.matches(headers.get(header::AUTHORIZATION).and_then(|v| v.to_str().ok()));
+    // Control's archive streams in and out a piece at a time (see `archive`).
+    match route {
+        Route::ArchivePut if allowed => {
+            let (reply, close) = archive::receive(shared, &headers, body).await;
+            let mut response = to_response(reply, false);
+            if close {
+                response.headers_mut().insert(header::CONNECTION, header::HeaderValue::from_static("close"));
+            }
+            return response;
+        }
+        Route::ArchiveGet if allowed && is_empty(&headers) => return archive::send(edge).await,
+        _ => {}
+    }
     let empty = is_empty(&headers);
     let mut close = false;
     let body = if cap == 0 || !allowed || empty {

@@ -64,7 +64,43 @@ CREATE TABLE IF NOT EXISTS devices (
     token_hash BLOB PRIMARY KEY,
     registry BLOB NOT NULL
 ) STRICT;
+CREATE TABLE IF NOT EXISTS archive_uploads (
+    id INTEGER PRIMARY KEY AUTOINCREMENT,
+    started INTEGER NOT NULL
+) STRICT;
+CREATE TABLE IF NOT EXISTS archive_pieces (
+    upload INTEGER NOT NULL,
+    seq INTEGER NOT NULL,
+    bytes BLOB NOT NULL,
+    PRIMARY KEY (upload, seq)
+) STRICT;
 ";
+
+/// The most bytes of control's archive one row holds: the archive is stored and served a
+/// piece at a time, so the edge never holds it whole (it is tens of megabytes).
+pub const ARCHIVE_PIECE: usize = 256 * 1024;
+
+/// Which upload's pieces are the stored archive (`state` key).
+const VALUE_ARCHIVE_UPLOAD: &str = "archive_upload";
+
+/// An upload that was neither kept nor dropped this long after it began was cut off by a
+/// crash: its pieces go when the edge next starts.
+const STALE_UPLOAD_SECS: u64 = 3600;
+
+/// The archive the edge holds.
+pub enum StoredArchive {
+    /// In pieces: the upload they belong to, how many, and their length in all.
+    Pieces {
+        /// The upload.
+        upload: i64,
+        /// How many pieces.
+        pieces: i64,
+        /// Bytes in all.
+        len: u64,
+    },
+    /// Whole, in its stream's row (as edges before pieces stored it).
+    Whole(Vec<u8>),
+}
 
 /// Why storage failed (as opposed to a push being refused).
 #[derive(Debug, thiserror::Error)]
@@ -250,7 +286,7 @@ impl Store {
         let reader = db.connect()?;
         let link_lookup = Mutex::new(reader.prepare("SELECT envelope FROM links WHERE token_hash = ?1").await?);
         let cache = LinkCache { links: HashMap::new(), bytes: 0, budget: cache_bytes, generation: 0 };
-        Ok(Store {
+        let store = Store {
             conn,
             cache: std::sync::RwLock::new(cache),
             changed_links: std::sync::Mutex::new(Vec::new()),
@@ -259,7 +295,9 @@ impl Store {
             nonces_pruned: std::sync::atomic::AtomicU64::new(0),
             _reader: reader,
             db,
-        })
+        };
+        store.drop_stale_uploads(super::now_ms() / 1000).await?;
+        Ok(store)
     }
 
     /// The stored envelope of a link, if the link exists and was not deleted.
@@ -359,6 +397,142 @@ impl Store {
     }
 }
 
+/// Control's archive, in pieces ([`ARCHIVE_PIECE`]): an upload's pieces are stored as they
+/// arrive, under an upload of their own, and become the archive in one transaction once the
+/// whole envelope verified ([`Store::keep_upload`]); a refused upload's pieces are dropped.
+impl Store {
+    /// Starts an upload at `now` (Unix seconds); gives its id.
+    pub async fn begin_upload(&self, now: u64) -> Result<i64, StoreError> {
+        let _writer = self.writer.lock().await;
+        let mut rows =
+            self.conn.query("INSERT INTO archive_uploads (started) VALUES (?1) RETURNING id", params![i(now)]).await?;
+        let row = rows.next().await?.ok_or(StoreError::Corrupt("archive upload"))?;
+        Ok(row.get(0)?)
+    }
+
+    /// Stores piece `seq` of `upload`.
+    pub async fn put_piece(&self, upload: i64, seq: i64, bytes: Vec<u8>) -> Result<(), StoreError> {
+        let _writer = self.writer.lock().await;
+        self.conn
+            .execute("INSERT INTO archive_pieces (upload, seq, bytes) VALUES (?1, ?2, ?3)", params![upload, seq, bytes])
+            .await?;
+        Ok(())
+    }
+
+    /// Drops an upload and its pieces.
+    pub async fn drop_upload(&self, upload: i64) -> Result<(), StoreError> {
+        let _writer = self.writer.lock().await;
+        let tx = self.conn.transaction().await?;
+        tx.execute("DELETE FROM archive_pieces WHERE upload = ?1", params![upload]).await?;
+        tx.execute("DELETE FROM archive_uploads WHERE id = ?1", params![upload]).await?;
+        tx.commit().await?;
+        Ok(())
+    }
+
+    /// Makes `upload` (`pieces` pieces, `len` bytes: all of them, as the caller stored them) the
+    /// stored archive, as `planned` records it, and drops the archive it replaces.
+    pub async fn keep_upload(
+        &self,
+        upload: i64,
+        pieces: i64,
+        len: u64,
+        planned: &Planned,
+    ) -> Result<Result<(), Changed>, StoreError> {
+        let _writer = self.writer.lock().await;
+        let tx = self.conn.transaction().await?;
+        if let Err(changed) = planned.still(state(&tx, &planned.write).await?.as_ref()) {
+            return Ok(Err(changed));
+        }
+        if count_pieces(&tx, upload).await? != (pieces, len) {
+            return Err(StoreError::Corrupt("archive pieces"));
+        }
+        let old = value(&tx, VALUE_ARCHIVE_UPLOAD).await?;
+        put(&tx, &Write { envelope: None, ..planned.write.clone() }).await?;
+        tx.execute(
+            "INSERT INTO state (key, value) VALUES (?1, ?2) ON CONFLICT (key) DO UPDATE SET value = ?2",
+            params![VALUE_ARCHIVE_UPLOAD, upload.to_be_bytes().to_vec()],
+        )
+        .await?;
+        if let Some(old) = old.as_deref().and_then(upload_id) {
+            tx.execute("DELETE FROM archive_pieces WHERE upload = ?1", params![old]).await?;
+            tx.execute("DELETE FROM archive_uploads WHERE id = ?1", params![old]).await?;
+        }
+        tx.commit().await?;
+        Ok(Ok(()))
+    }
+
+    /// The stored archive, without reading its pieces.
+    pub async fn stored_archive(&self) -> Result<Option<StoredArchive>, StoreError> {
+        let mut rows = self
+            .conn
+            .query("SELECT envelope IS NOT NULL FROM streams WHERE name = ?1", params![stream::ARCHIVE])
+            .await?;
+        let whole = match rows.next().await? {
+            None => return Ok(None),
+            Some(row) => row.get::<bool>(0)?,
+        };
+        drop(rows);
+        if whole {
+            return Ok(self
+                .stream(stream::ARCHIVE)
+                .await?
+                .and_then(|(_, envelope)| envelope)
+                .map(StoredArchive::Whole));
+        }
+        let Some(upload) = self.value(VALUE_ARCHIVE_UPLOAD).await?.as_deref().and_then(upload_id) else {
+            return Ok(None);
+        };
+        let (pieces, len) = count_pieces(&self.conn, upload).await?;
+        Ok(Some(StoredArchive::Pieces { upload, pieces, len }))
+    }
+
+    /// Piece `seq` of `upload` (`None`: gone, replaced by a newer archive).
+    pub async fn archive_piece(&self, upload: i64, seq: i64) -> Result<Option<Vec<u8>>, StoreError> {
+        let mut rows = self
+            .conn
+            .query("SELECT bytes FROM archive_pieces WHERE upload = ?1 AND seq = ?2", params![upload, seq])
+            .await?;
+        Ok(match rows.next().await? {
+            Some(row) => Some(row.get(0)?),
+            None => None,
+        })
+    }
+
+    /// Drops the pieces of uploads a crash cut off (begun over [`STALE_UPLOAD_SECS`] before
+    /// `now`, and not the stored archive).
+    async fn drop_stale_uploads(&self, now: u64) -> Result<(), StoreError> {
+        let current = self.value(VALUE_ARCHIVE_UPLOAD).await?.as_deref().and_then(upload_id).unwrap_or(0);
+        let before = i(now.saturating_sub(STALE_UPLOAD_SECS));
+        let _writer = self.writer.lock().await;
+        let tx = self.conn.transaction().await?;
+        tx.execute(
+            "DELETE FROM archive_pieces WHERE upload IN
+             (SELECT id FROM archive_uploads WHERE started < ?1 AND id != ?2)",
+            params![before, current],
+        )
+        .await?;
+        tx.execute("DELETE FROM archive_uploads WHERE started < ?1 AND id != ?2", params![before, current]).await?;
+        tx.commit().await?;
+        Ok(())
+    }
+}
+
+fn upload_id(bytes: &[u8]) -> Option<i64> {
+    Some(i64::from_be_bytes(bytes.try_into().ok()?))
+}
+
+/// How many pieces an upload has, and their bytes in all.
+async fn count_pieces(conn: &Connection, upload: i64) -> Result<(i64, u64), StoreError> {
+    let mut rows = conn
+        .query(
+            "SELECT count(*), coalesce(sum(length(bytes)), 0) FROM archive_pieces WHERE upload = ?1",
+            params![upload],
+        )
+        .await?;
+    let row = rows.next().await?.ok_or(StoreError::Corrupt("archive pieces"))?;
+    Ok((row.get(0)?, u(row.get(1)?)))
+}
+
 impl Storage for Store {
     type Error = StoreError;
 
@@ -435,18 +609,36 @@ impl Storage for Store {
     }
 
     async fn put_archive(&self, planned: &Planned) -> Result<Result<(), Changed>, StoreError> {
-        let _writer = self.writer.lock().await;
-        let tx = self.conn.transaction().await?;
-        if let Err(changed) = planned.still(state(&tx, &planned.write).await?.as_ref()) {
-            return Ok(Err(changed));
+        let bytes = planned.write.envelope.as_deref().unwrap_or_default();
+        let upload = self.begin_upload(super::now_ms() / 1000).await?;
+        let kept = async {
+            let mut seq = 0;
+            for piece in bytes.chunks(ARCHIVE_PIECE) {
+                self.put_piece(upload, seq, piece.to_vec()).await?;
+                seq += 1;
+            }
+            self.keep_upload(upload, seq, bytes.len() as u64, planned).await
         }
-        put(&tx, &planned.write).await?;
-        tx.commit().await?;
-        Ok(Ok(()))
+        .await;
+        if !matches!(kept, Ok(Ok(()))) {
+            self.drop_upload(upload).await?;
+        }
+        kept
     }
 
     async fn archive(&self) -> Result<Option<Vec<u8>>, StoreError> {
-        Ok(self.stream(stream::ARCHIVE).await?.and_then(|(_, envelope)| envelope))
+        Ok(match self.stored_archive().await? {
+            None => None,
+            Some(StoredArchive::Whole(bytes)) => Some(bytes),
+            Some(StoredArchive::Pieces { upload, pieces, len }) => {
+                let mut bytes = Vec::with_capacity(usize::try_from(len).unwrap_or(0));
+                for seq in 0..pieces {
+                    let piece = self.archive_piece(upload, seq).await?.ok_or(StoreError::Corrupt("archive pieces"))?;
+                    bytes.extend_from_slice(&piece);
+                }
+                Some(bytes)
+            }
+        })
     }
 
     async fn put_release(&self, planned: &Planned, files: &[NamedFile]) -> Result<Result<(), Changed>, StoreError> {

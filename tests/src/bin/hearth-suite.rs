@@ -180,6 +180,7 @@ const TARGETS: &[(&str, Bound, &str)] = &[
     // edge every second there and here).
     ("node: a removed user's transfer cut, from the push to the edge", Bound::Below(4.0), "< 4 s (node tests)"),
     ("A peak anonymous memory above idle", Bound::Below(64.0), "< 64 MiB (#16)"),
+    ("edge (native): anonymous memory after", Bound::Below(32.0), "< 32 MiB (#23)"),
     ("A p99 of valid requests", Bound::Below(50.0), "< 50 ms (#16)"),
     ("A valid requests not answered", Bound::AtMost(0.0), "0 (#16)"),
 ];
@@ -491,6 +492,63 @@ async fn edge(t: &mut Table, seconds: u64) -> Result<()> {
     for logic in [Logic::Answer, Logic::LinkLimit, Logic::NetworkLimit] {
         edge_logic(t, logic, seconds).await?;
     }
+    archive_uploads(t, seconds < 8).await
+}
+
+/// The size of control's archive at 100,000 users, as measured for issue 23.
+const ARCHIVE_BYTES: usize = 26_600_000;
+
+/// The native edge's memory after control's archive was uploaded to it again and again, and
+/// read back once: it must not keep what it read (it kept a 225 MiB peak before it stored the
+/// archive in pieces).
+async fn archive_uploads(t: &mut Table, quick: bool) -> Result<()> {
+    use hearth_shared::envelope::{Audience, Kind};
+    use hearth_shared::wire::stream;
+    println!("edge: control's archive uploaded again and again");
+    let temp = tempfile::tempdir()?;
+    let cg = Cgroup::create("edge-archive", SUT_CPU, GIB)?;
+    let mut sim = ControlSim::new();
+    let state = temp.path().join("edge");
+    let edge = cg.start(|| EdgeProcess::start(Backend::Native, &state, &sim.edge_vars(API, PUSH_TOKEN, &[])))?;
+    let http = hearth_tests::http().build()?;
+    // A first push: the edge learns control's signing key from it.
+    let token = SubToken::generate(&mut OsRng);
+    let item = sim.snapshot(&token, &demo_snapshot(0));
+    push_to(&http, &edge.url, sim.push(&[item])).await?;
+    // Sealed, an archive does not compress: bytes that do not repeat.
+    let body: Vec<u8> =
+        (0..ARCHIVE_BYTES as u64).map(|i| (i.wrapping_mul(0x9E37_79B9_7F4A_7C15) >> 56) as u8).collect();
+    let uploads = if quick { 3 } else { 8 };
+    let url = format!("{}/{API}/archive", edge.url);
+    let mut last = Vec::new();
+    for version in 1..=uploads {
+        let envelope = sim
+            .draft(Kind::Archive, stream::ARCHIVE.into(), version, Audience::Control)
+            .sign(body.clone(), &[&sim.signing])
+            .encode();
+        let started = Instant::now();
+        let answer = http.put(&url).bearer_auth(PUSH_TOKEN).body(envelope.clone()).send().await?;
+        if !answer.status().is_success() {
+            bail!("archive {version} refused: {}", answer.text().await?);
+        }
+        t.add(
+            "edge (native): an archive upload of 26.6 MB, stored",
+            "ms",
+            started.elapsed().as_secs_f64() * 1000.0,
+            "",
+        );
+        last = envelope;
+    }
+    let started = Instant::now();
+    let stored = http.get(&url).bearer_auth(PUSH_TOKEN).send().await?.error_for_status()?.bytes().await?;
+    if stored.as_ref() != last.as_slice() {
+        bail!("the edge gave back another archive than the last one uploaded");
+    }
+    t.add("edge (native): the archive of 26.6 MB read back", "ms", started.elapsed().as_secs_f64() * 1000.0, "");
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    let kept = cg.anon_bytes()? as f64 / MIB;
+    t.add(&format!("edge (native): anonymous memory after {uploads} archive uploads of 26.6 MB"), "MiB", kept, "");
+    edge.stop()?;
     Ok(())
 }
 
