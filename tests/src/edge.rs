@@ -57,6 +57,11 @@ pub fn free_port() -> Result<u16> {
 }
 
 impl EdgeProcess {
+    /// The process id (of `wrangler dev` for the Worker).
+    pub fn pid(&self) -> u32 {
+        self.child.id()
+    }
+
     /// Starts an edge with `vars` as its settings, keeping its data under `state` (a database
     /// file for the native edge, a folder for the Worker).
     pub fn start(backend: Backend, state: &Path, vars: &[(String, String)]) -> Result<EdgeProcess> {

@@ -9,7 +9,8 @@
 //! in each row). Each run writes JSON to `target/bench/`; a full run
 //! writes `docs/benchmarks.md`.
 //!
-//! For profiling one scenario: `--only system` (also `control`, `edge`, `tunnel`, `lossy`, `node`, `worker`, `panel`, `abuse`;
+//! For profiling one scenario: `--only system` (also `control`, `edge`, `scale`, `tunnel`, `lossy`, `node`, `worker`,
+//! `panel`, `abuse`;
 //! comma-separated) prints its table and writes nothing; `HEARTH_SUITE_CONTROL_LOG` sets the
 //! log filter of control in the system scenario (`hearth_control::store=debug` shows how long
 //! each write transaction waited, worked and committed).
@@ -181,6 +182,10 @@ const TARGETS: &[(&str, Bound, &str)] = &[
     ("node: a removed user's transfer cut, from the push to the edge", Bound::Below(4.0), "< 4 s (node tests)"),
     ("A peak anonymous memory above idle", Bound::Below(64.0), "< 64 MiB (#16)"),
     ("edge (native): anonymous memory after", Bound::Below(32.0), "< 32 MiB (#23)"),
+    ("scale, 100,000 users: control idle", Bound::Below(32.0), "< 32 MiB (#23)"),
+    ("scale, 100,000 users: a quota change, p95", Bound::Below(5.0), "< 5 ms (#23)"),
+    ("scale, 100,000 users: a disable, until the node", Bound::Below(50.0), "< 50 ms (#23)"),
+    ("scale, 100,000 users: a search", Bound::Below(5.0), "< 5 ms (#23)"),
     ("A p99 of valid requests", Bound::Below(50.0), "< 50 ms (#16)"),
     ("A valid requests not answered", Bound::AtMost(0.0), "0 (#16)"),
 ];
@@ -229,14 +234,19 @@ fn pin_self() -> bool {
 }
 
 async fn first_200(http: &reqwest::Client, url: &str, started: Instant) -> Result<Duration> {
+    until_200(http, url, started, Duration::from_secs(30)).await
+}
+
+/// How long from `started` until `url` answers 200, asked every millisecond; at most `limit`.
+async fn until_200(http: &reqwest::Client, url: &str, started: Instant, limit: Duration) -> Result<Duration> {
     loop {
         if let Ok(response) = http.get(url).send().await
             && response.status().is_success()
         {
             return Ok(started.elapsed());
         }
-        if started.elapsed() > Duration::from_secs(30) {
-            bail!("{url} did not answer within 30 s");
+        if started.elapsed() > limit {
+            bail!("{url} did not answer within {} s", limit.as_secs());
         }
         tokio::time::sleep(Duration::from_millis(1)).await;
     }
@@ -1082,6 +1092,18 @@ async fn until_authenticated(
     password: &str,
     started: Instant,
 ) -> Result<Duration> {
+    until_authentication(addr, probe, password, started, true).await
+}
+
+/// How long from `started` until authenticating with `password` at the node at `addr` gives
+/// `want` (asked every millisecond, on `probe`, then on new connections); at most 30 s.
+async fn until_authentication(
+    addr: std::net::SocketAddr,
+    probe: H3Client,
+    password: &str,
+    started: Instant,
+    want: bool,
+) -> Result<Duration> {
     let mut probe = Some(probe);
     loop {
         let attempt = match probe.as_mut() {
@@ -1092,12 +1114,15 @@ async fn until_authenticated(
             },
         };
         match attempt {
-            Ok(true) => return Ok(started.elapsed()),
-            Ok(false) => {}
+            Ok(got) if got == want => return Ok(started.elapsed()),
+            Ok(_) => {}
             Err(_) => probe = None,
         }
         if started.elapsed() > Duration::from_secs(30) {
-            bail!("the node did not let the new user in within 30 s");
+            match want {
+                true => bail!("the node did not let the user in within 30 s"),
+                false => bail!("the node still let the user in after 30 s"),
+            }
         }
         tokio::time::sleep(Duration::from_millis(1)).await;
     }
@@ -1712,6 +1737,164 @@ async fn system(t: &mut Table, storm_seconds: u64) -> Result<()> {
     Ok(())
 }
 
+/// Issue 23's rows at 1,000, 10,000 and (in a full run) 100,000 users: control, a native edge
+/// and a node on one box, as an owner runs them, from the bulk creation to a restart.
+async fn scale(t: &mut Table, quick: bool) -> Result<()> {
+    let sizes: &[usize] = if quick { &[1_000, 10_000] } else { &[1_000, 10_000, 100_000] };
+    for &users in sizes {
+        scale_at(t, users).await?;
+    }
+    Ok(())
+}
+
+/// `n` with a comma between thousands.
+fn thousands(n: usize) -> String {
+    let digits = n.to_string();
+    let mut out = String::new();
+    for (i, digit) in digits.chars().enumerate() {
+        if i > 0 && (digits.len() - i).is_multiple_of(3) {
+            out.push(',');
+        }
+        out.push(digit);
+    }
+    out
+}
+
+/// A process's own anonymous memory, in MiB.
+fn anon_of(pid: u32) -> Result<f64> {
+    Ok(hearth_tests::proc_status_kib(pid, "RssAnon:")? as f64 / 1024.0)
+}
+
+async fn scale_at(t: &mut Table, n: usize) -> Result<()> {
+    println!("scale: {n} users");
+    let label = format!("scale, {} users", thousands(n));
+    let temp = tempfile::tempdir()?;
+    let cg = Cgroup::create(&format!("scale-{n}"), SUT_CPU, 4 * GIB)?;
+    let dir = ControlDir::init(&temp.path().join("control"))?;
+    let edge = cg.start(|| EdgeProcess::start(Backend::Native, &temp.path().join("edge.db"), &dir.edge_vars()?))?;
+    let listen = format!("127.0.0.1:{}", free_port()?);
+    let env = vec![("HEARTH_LISTEN", listen), ("HEARTH_EDGE_URL", edge.url.clone())];
+    let control = cg.start(|| ControlProcess::start(&dir, &env))?;
+    let https = dir.client()?;
+    let token = control.setup(&https, "admin").await?;
+    let call = |method: reqwest::Method, path: String, body: Option<Value>| {
+        let (https, token, control) = (&https, &token, &control);
+        async move { control.call(https, token, method, &path, body.as_ref()).await }
+    };
+    let state = temp.path().join("node");
+    control.enroll_node(&https, &token, &state).await?;
+    let metrics_url = format!("{}/{}/metrics", control.url, control.admin);
+    let pushed = || async {
+        let text = https.get(&metrics_url).bearer_auth(&token).send().await?.text().await?;
+        text.lines()
+            .find_map(|l| l.strip_prefix("hearth_pushed_bytes_total ")?.trim().parse::<u64>().ok())
+            .context("hearth_pushed_bytes_total in /metrics")
+    };
+    let plain = hearth_tests::http().build()?;
+    let ms = |d: Duration| d.as_secs_f64() * 1000.0;
+
+    // The users, in bulk calls of 10,000 (the most one takes), until the edge serves the last.
+    let names: Vec<String> = (0..n).map(|i| format!("user-{i:06}")).collect();
+    let (bytes, started) = (pushed().await?, Instant::now());
+    let mut users = Vec::with_capacity(n);
+    for chunk in names.chunks(10_000) {
+        let bulk = call(reqwest::Method::POST, "/users/bulk".into(), Some(json!({ "names": chunk }))).await?;
+        users.extend(bulk["users"].as_array().context("users")?.iter().cloned());
+    }
+    let created = started.elapsed();
+    let last_link = users.last().and_then(|u| u["link"].as_str()).context("a link")?.to_owned();
+    until_200(&plain, &last_link, started, Duration::from_secs(600)).await?;
+    t.add(&format!("{label}: bulk create (API calls)"), "s", created.as_secs_f64(), "");
+    t.add(
+        &format!("{label}: bulk create until the edge serves the last link"),
+        "s",
+        started.elapsed().as_secs_f64(),
+        "",
+    );
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    t.add(&format!("{label}: first push, bytes"), "MiB", (pushed().await? - bytes) as f64 / MIB, "");
+    t.add(&format!("{label}: control idle after the bulk create (anon)"), "MiB", anon_of(control.pid())?, "");
+
+    // The node starts and takes the whole set: until the last user is let in.
+    let started = Instant::now();
+    let node = cg.start(|| NodeProcess::start(&state))?;
+    let id = |i: usize| users[i]["id"].as_u64().context("id");
+    let password = password_of(&call, id(n - 1)?).await?;
+    let probe = loop {
+        if let Ok(probe) = H3Client::connect(node.addr).await {
+            break probe;
+        }
+        if started.elapsed() > Duration::from_secs(60) {
+            bail!("the node did not answer QUIC within 60 s");
+        }
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    };
+    let let_in = until_authenticated(node.addr, probe, &password, started).await?;
+    t.add(&format!("{label}: a node starting, until the last user is let in"), "ms", ms(let_in), "");
+
+    // A quota change: no node's set changes.
+    let (bytes, mut latencies) = (pushed().await?, Vec::new());
+    for i in 0..40u64 {
+        let started = Instant::now();
+        let user = id((i as usize * 7919) % n)?;
+        call(reqwest::Method::PATCH, format!("/users/{user}"), Some(json!({ "quota": (i + 1) << 30 }))).await?;
+        latencies.push(ms(started.elapsed()));
+    }
+    latencies.sort_by(f64::total_cmp);
+    t.add(&format!("{label}: a quota change, p95"), "ms", quantile(&latencies, 0.95), "");
+    tokio::time::sleep(Duration::from_secs(1)).await;
+    t.add(
+        &format!("{label}: a quota change, bytes pushed"),
+        "KiB",
+        (pushed().await? - bytes) as f64 / 1024.0 / 40.0,
+        "",
+    );
+
+    // A disable: until the node refuses the user.
+    let user = id(n / 2)?;
+    let password = password_of(&call, user).await?;
+    let probe = H3Client::connect(node.addr).await?;
+    let (bytes, started) = (pushed().await?, Instant::now());
+    call(reqwest::Method::PATCH, format!("/users/{user}"), Some(json!({ "enabled": false }))).await?;
+    let refused = until_authentication(node.addr, probe, &password, started, false).await?;
+    t.add(&format!("{label}: a disable, until the node refuses the user"), "ms", ms(refused), "");
+    tokio::time::sleep(Duration::from_secs(1)).await;
+    t.add(&format!("{label}: a disable, bytes pushed"), "KiB", (pushed().await? - bytes) as f64 / 1024.0, "");
+
+    // The panel's users page, and a search, as the page asks them.
+    for (page, path) in [
+        ("the users page", "/users?page=1&per_page=50".to_owned()),
+        ("a search", format!("/users?q=user-{:06}&page=1&per_page=50", n * 2 / 3)),
+    ] {
+        let mut times = Vec::new();
+        for visit in 0..=20 {
+            let started = Instant::now();
+            call(reqwest::Method::GET, path.clone(), None).await?;
+            if visit > 0 {
+                times.push(ms(started.elapsed()));
+            }
+        }
+        times.sort_by(f64::total_cmp);
+        t.add(&format!("{label}: {page}, p95"), "ms", quantile(&times, 0.95), "");
+    }
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    t.add(&format!("{label}: the native edge idle (anon)"), "MiB", anon_of(edge.pid())?, "");
+    t.add(&format!("{label}: the node idle (anon)"), "MiB", anon_of(node.pid())?, "");
+
+    // A restart: control's cold start, and its memory after.
+    control.stop()?;
+    let started = Instant::now();
+    let control = cg.start(|| ControlProcess::start(&dir, &env))?;
+    let cold = first_200(&https, &format!("{}/healthz", control.url), started).await?;
+    t.add(&format!("{label}: control's cold start to first 200"), "ms", ms(cold), "");
+    tokio::time::sleep(Duration::from_secs(3)).await;
+    t.add(&format!("{label}: control idle after a restart (anon)"), "MiB", anon_of(control.pid())?, "");
+    control.stop()?;
+    node.stop()?;
+    edge.stop()?;
+    Ok(())
+}
+
 fn git_commit() -> String {
     std::process::Command::new("git")
         .args(["rev-parse", "--short", "HEAD"])
@@ -1877,6 +2060,9 @@ async fn main() -> Result<()> {
         }
         if runs("edge") {
             edge(&mut t, serve_secs).await?;
+        }
+        if runs("scale") && rep == 0 {
+            scale(&mut t, quick).await?;
         }
         if runs("tunnel") {
             tunnel(&mut t, quick, rep).await?;
