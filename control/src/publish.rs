@@ -96,11 +96,23 @@ pub(crate) fn changes(conn: &Connection, signer: &Signer, changes: Changes, now:
         delete_stream(conn, stream)?;
     }
     let mut nodes = changes.nodes;
+    // A user's entries in the sets of the nodes it reaches: checked only when one changed
+    // (or the user is gone).
+    let mut entries_changed = false;
     for user in changes.users {
-        if let Some(reach) = publish_user(conn, signer, user, now)? {
-            signed += 1;
-            nodes.extend(reach);
+        match publish_user(conn, signer, user, now)? {
+            Some(published) => {
+                signed += 1;
+                if published.entries_changed {
+                    entries_changed = true;
+                    nodes.extend(published.reach);
+                }
+            }
+            None => entries_changed = true,
         }
+    }
+    if entries_changed {
+        nodes.extend(changes.reach);
     }
     for node in nodes {
         signed += usize::from(publish_creds(conn, signer, node, now, false)?);
@@ -320,10 +332,53 @@ fn tell_quota(
     Ok(())
 }
 
+/// A user's snapshot signed: the nodes it reaches, and whether its entries in their sets
+/// changed since it was last published.
+struct Published {
+    reach: Vec<NodeId>,
+    entries_changed: bool,
+}
+
+/// The columns of what `user` puts in the sets of the nodes it reaches (see
+/// [`credential_set`]: the user's own fields and those of each group it has on each node).
+const ENTRY_COLUMNS: usize = 17;
+
+/// Whether what `user` puts in nodes' sets changed since it was last recorded; records it. A
+/// user's entry in a node's set comes from its row and its groups' on that node, so a change
+/// to neither (a quota, a name, a note, usage) leaves every set as it was.
+fn entries_changed(conn: &Connection, user: UserId) -> Result<bool, Error> {
+    use std::fmt::Write as _;
+    let mut query = conn.prepare_cached(
+        "SELECT ng.node_id, g.id, u.credential_hash, u.status, u.speed_up, u.speed_down, u.on_quota, u.slow_kbps,
+                u.device_limit, u.kick, g.speed_up, g.speed_down, g.on_quota, g.slow_kbps, g.device_limit,
+                g.block_torrent, g.block_smtp
+         FROM user_groups ug JOIN groups g ON g.id = ug.group_id JOIN node_groups ng ON ng.group_id = ug.group_id
+         JOIN users u ON u.id = ug.user_id
+         WHERE ug.user_id = ?1 ORDER BY ng.node_id, g.id",
+    )?;
+    let mut rows = query.query([user])?;
+    let mut entries = String::new();
+    while let Some(row) = rows.next()? {
+        for column in 0..ENTRY_COLUMNS {
+            let value: rusqlite::types::Value = row.get(column)?;
+            let _ = write!(entries, "{value:?}\u{1f}");
+        }
+        entries.push('\n');
+    }
+    let digest = sha256(entries.as_bytes()).to_vec();
+    let changed = conn
+        .prepare_cached(
+            "UPDATE users SET creds_digest = ?2 WHERE id = ?1 AND (creds_digest IS NULL OR creds_digest != ?2)",
+        )?
+        .execute(params![user, digest])?;
+    Ok(changed > 0)
+}
+
 /// Builds, seals and signs a user's snapshot; updates the stored status. Returns the nodes
-/// the user reaches, or `None` when the user no longer exists.
+/// the user reaches and whether its entries in their sets changed, or `None` when the user
+/// no longer exists.
 #[tracing::instrument(level = "debug", skip_all, fields(user = user))]
-fn publish_user(conn: &Connection, signer: &Signer, user: UserId, now: u64) -> Result<Option<Vec<NodeId>>, Error> {
+fn publish_user(conn: &Connection, signer: &Signer, user: UserId, now: u64) -> Result<Option<Published>, Error> {
     let row = conn
         .prepare_cached(
             "SELECT name, token_enc, credential_enc, quota, used_up, used_down, reset, expires_at, duration_secs,
@@ -462,7 +517,7 @@ fn publish_user(conn: &Connection, signer: &Signer, user: UserId, now: u64) -> R
         put(conn, signer, &item, now, false)?;
     }
     conn.prepare_cached("UPDATE users SET usage_dirty = 0 WHERE id = ?1 AND usage_dirty = 1")?.execute([user])?;
-    Ok(Some(nodes_of_user(conn, user)?))
+    Ok(Some(Published { reach: nodes_of_user(conn, user)?, entries_changed: entries_changed(conn, user)? }))
 }
 
 /// Two limits, the more generous (0 is none, the most generous of all).
@@ -661,7 +716,9 @@ pub(crate) fn publish_creds(
         .with_edges(fallbacks(conn, signer)?)
         .map_err(|e| Error::Internal(format!("the edges nodes fall back to: {e}")))?;
     let target = (Kind::CredentialSet, stream::creds(node), Audience::Node(node));
-    put_plain(conn, signer, target, CREDS_LIFETIME, &set.encode(), now, force)
+    let signed = put_plain(conn, signer, target, CREDS_LIFETIME, &set.encode(), now, force)?;
+    tracing::debug!(users = set.users().len(), signed, "node set checked");
+    Ok(signed)
 }
 
 /// The edges nodes fall back to when control does not answer, listed in their sets when

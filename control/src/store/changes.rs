@@ -18,6 +18,9 @@ pub(crate) struct Changes {
     pub(crate) users: BTreeSet<UserId>,
     /// Nodes whose credential set must be checked.
     pub(crate) nodes: BTreeSet<NodeId>,
+    /// Nodes the changed users reach (before and after the change): their sets are checked
+    /// only when a user's entry in them changed (a quota or a name changes no set).
+    pub(crate) reach: BTreeSet<NodeId>,
     /// Node key records to sign: the node and its key (`None`: the node is gone).
     pub(crate) node_records: Vec<(NodeId, Option<PublicKey>)>,
     /// Streams to withdraw from the edges (a deleted user's snapshot, say).
@@ -28,10 +31,11 @@ pub(crate) struct Changes {
 
 impl Changes {
     /// The user's snapshot must be signed again, and the sets of the nodes it can reach
-    /// checked (call before and after a change of the user's groups).
+    /// checked if its entry in them changed (call before and after a change of the user's
+    /// groups).
     pub(crate) fn user(&mut self, conn: &Connection, user: UserId) -> Result<(), Error> {
         self.users.insert(user);
-        self.nodes.extend(nodes_of_user(conn, user)?);
+        self.reach.extend(nodes_of_user(conn, user)?);
         Ok(())
     }
 

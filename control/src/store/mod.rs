@@ -74,7 +74,21 @@ const MIGRATIONS: &[&str] = &[
     include_str!("admins.sql"),
     include_str!("passkeys.sql"),
     include_str!("search.sql"),
+    include_str!("creds_digest.sql"),
 ];
+
+/// Runs `f` on the blocking pool, in the caller's span and with the caller's log subscriber:
+/// what `f` logs carries the fields of the request, edge or node it works for, and goes where
+/// the caller's logs go.
+async fn on_blocking_pool<T: Send + 'static>(
+    what: &'static str,
+    f: impl FnOnce() -> Result<T, Error> + Send + 'static,
+) -> Result<T, Error> {
+    let (span, dispatch) = (tracing::Span::current(), tracing::dispatcher::get_default(Clone::clone));
+    tokio::task::spawn_blocking(move || tracing::dispatcher::with_default(&dispatch, || span.in_scope(f)))
+        .await
+        .map_err(|e| Error::Internal(format!("{what} task failed: {e}")))?
+}
 
 /// Readers kept open between requests.
 const IDLE_READERS: usize = 2;
@@ -125,10 +139,8 @@ impl Db {
         T: Send + 'static,
         F: FnOnce(&Transaction<'_>) -> Result<T, Error> + Send + 'static,
     {
-        let (db, span) = (self.clone(), tracing::Span::current());
-        tokio::task::spawn_blocking(move || span.in_scope(|| db.dry_run_blocking(f)))
-            .await
-            .map_err(|e| Error::Internal(format!("dry run task failed: {e}")))?
+        let db = self.clone();
+        on_blocking_pool("dry run", move || db.dry_run_blocking(f)).await
     }
 
     /// [`Db::dry_run`] for callers outside the runtime (the CLI).
@@ -148,10 +160,8 @@ impl Db {
         T: Send + 'static,
         F: FnOnce(&Transaction<'_>) -> Result<T, Error> + Send + 'static,
     {
-        let (db, span) = (self.clone(), tracing::Span::current());
-        tokio::task::spawn_blocking(move || span.in_scope(|| db.write_blocking(f)))
-            .await
-            .map_err(|e| Error::Internal(format!("write task failed: {e}")))?
+        let db = self.clone();
+        on_blocking_pool("write", move || db.write_blocking(f)).await
     }
 
     /// [`Db::write`] for callers outside the runtime (the CLI).
@@ -179,10 +189,8 @@ impl Db {
         T: Send + 'static,
         F: FnOnce(&Connection) -> Result<T, Error> + Send + 'static,
     {
-        let (db, span) = (self.clone(), tracing::Span::current());
-        tokio::task::spawn_blocking(move || span.in_scope(|| db.read_blocking(f)))
-            .await
-            .map_err(|e| Error::Internal(format!("read task failed: {e}")))?
+        let db = self.clone();
+        on_blocking_pool("read", move || db.read_blocking(f)).await
     }
 
     /// A connection of its own (for watching `PRAGMA data_version`).
