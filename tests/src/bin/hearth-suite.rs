@@ -1561,14 +1561,24 @@ where
     Ok(hysteria2["password"].as_str().context("a password")?.to_owned())
 }
 
-/// Control, a native edge and a node together in one cgroup (one box), 1000 users, a node
-/// enrolled; D (the storm) and E (a restart of control during 64 streams).
-async fn system(t: &mut Table, storm_seconds: u64) -> Result<()> {
-    println!("system: the storm, a restart of control");
-    let temp = tempfile::tempdir()?;
-    let cg = Cgroup::create("system", SUT_CPU, GIB)?;
-    let dir = ControlDir::init(&temp.path().join("control"))?;
-    let edge = cg.start(|| EdgeProcess::start(Backend::Native, &temp.path().join("edge.db"), &dir.edge_vars()?))?;
+/// Control and a native edge (with `edge_extra` settings) in `cg`, control pushing to the
+/// edge and signed in as an admin, and a node enrolled with the command control printed (its
+/// state in `<temp>/node`; not started). `HEARTH_SUITE_CONTROL_LOG` sets control's log filter.
+struct OneBox {
+    dir: ControlDir,
+    env: Vec<(&'static str, String)>,
+    edge: EdgeProcess,
+    control: ControlProcess,
+    https: reqwest::Client,
+    token: String,
+    state: PathBuf,
+}
+
+async fn one_box(cg: &Cgroup, temp: &std::path::Path, edge_extra: &[(&str, &str)]) -> Result<OneBox> {
+    let dir = ControlDir::init(&temp.join("control"))?;
+    let mut vars = dir.edge_vars()?;
+    vars.extend(edge_extra.iter().map(|(name, value)| ((*name).to_owned(), (*value).to_owned())));
+    let edge = cg.start(|| EdgeProcess::start(Backend::Native, &temp.join("edge.db"), &vars))?;
     let listen = format!("127.0.0.1:{}", free_port()?);
     let mut env = vec![("HEARTH_LISTEN", listen), ("HEARTH_EDGE_URL", edge.url.clone())];
     if let Ok(log) = std::env::var("HEARTH_SUITE_CONTROL_LOG") {
@@ -1577,20 +1587,32 @@ async fn system(t: &mut Table, storm_seconds: u64) -> Result<()> {
     let control = cg.start(|| ControlProcess::start(&dir, &env))?;
     let https = dir.client()?;
     let token = control.setup(&https, "admin").await?;
+    let state = temp.join("node");
+    control.enroll_node(&https, &token, &state).await?;
+    Ok(OneBox { dir, env, edge, control, https, token, state })
+}
+
+/// The bytes control has pushed to edges so far (its `/metrics`).
+async fn pushed_bytes(https: &reqwest::Client, token: &str, control: &ControlProcess) -> Result<u64> {
+    let url = format!("{}/{}/metrics", control.url, control.admin);
+    let text = https.get(&url).bearer_auth(token).send().await?.text().await?;
+    text.lines()
+        .find_map(|l| l.strip_prefix("hearth_pushed_bytes_total ")?.trim().parse::<u64>().ok())
+        .context("hearth_pushed_bytes_total in /metrics")
+}
+
+/// Control, a native edge and a node together in one cgroup (one box), 1000 users, a node
+/// enrolled; D (the storm) and E (a restart of control during 64 streams).
+async fn system(t: &mut Table, storm_seconds: u64) -> Result<()> {
+    println!("system: the storm, a restart of control");
+    let temp = tempfile::tempdir()?;
+    let cg = Cgroup::create("system", SUT_CPU, GIB)?;
+    let OneBox { dir, env, edge, control, https, token, state } = one_box(&cg, temp.path(), &[]).await?;
     let call = |method: reqwest::Method, path: String, body: Option<Value>| {
         let (https, token, control) = (&https, &token, &control);
         async move { control.call(https, token, method, &path, body.as_ref()).await }
     };
-    // The node, enrolled with the command control printed.
-    let state = temp.path().join("node");
-    control.enroll_node(&https, &token, &state).await?;
-    let metrics_url = format!("{}/{}/metrics", control.url, control.admin);
-    let pushed = || async {
-        let text = https.get(&metrics_url).bearer_auth(&token).send().await?.text().await?;
-        text.lines()
-            .find_map(|l| l.strip_prefix("hearth_pushed_bytes_total ")?.trim().parse::<u64>().ok())
-            .context("hearth_pushed_bytes_total in /metrics")
-    };
+    let pushed = || pushed_bytes(&https, &token, &control);
     // P6: 1000 users in one call, until the edge serves the last of them.
     let names: Vec<String> = (0..1000).map(|i| format!("user{i:04}")).collect();
     let (bytes, cpu, started) = (pushed().await?, cg.cpu_ns()?, Instant::now());
@@ -1770,30 +1792,15 @@ async fn scale_at(t: &mut Table, n: usize) -> Result<()> {
     let label = format!("scale, {} users", thousands(n));
     let temp = tempfile::tempdir()?;
     let cg = Cgroup::create(&format!("scale-{n}"), SUT_CPU, 4 * GIB)?;
-    let dir = ControlDir::init(&temp.path().join("control"))?;
     // The suite asks for the last link every millisecond until the edge has it: with limits
     // on, that would be a prober's doing, and end in the decoy.
-    let mut vars = dir.edge_vars()?;
-    vars.push(("HEARTH_LIMITS".into(), "off".into()));
-    let edge = cg.start(|| EdgeProcess::start(Backend::Native, &temp.path().join("edge.db"), &vars))?;
-    let listen = format!("127.0.0.1:{}", free_port()?);
-    let env = vec![("HEARTH_LISTEN", listen), ("HEARTH_EDGE_URL", edge.url.clone())];
-    let control = cg.start(|| ControlProcess::start(&dir, &env))?;
-    let https = dir.client()?;
-    let token = control.setup(&https, "admin").await?;
+    let limits_off = [("HEARTH_LIMITS", "off")];
+    let OneBox { dir, env, edge, control, https, token, state } = one_box(&cg, temp.path(), &limits_off).await?;
     let call = |method: reqwest::Method, path: String, body: Option<Value>| {
         let (https, token, control) = (&https, &token, &control);
         async move { control.call(https, token, method, &path, body.as_ref()).await }
     };
-    let state = temp.path().join("node");
-    control.enroll_node(&https, &token, &state).await?;
-    let metrics_url = format!("{}/{}/metrics", control.url, control.admin);
-    let pushed = || async {
-        let text = https.get(&metrics_url).bearer_auth(&token).send().await?.text().await?;
-        text.lines()
-            .find_map(|l| l.strip_prefix("hearth_pushed_bytes_total ")?.trim().parse::<u64>().ok())
-            .context("hearth_pushed_bytes_total in /metrics")
-    };
+    let pushed = || pushed_bytes(&https, &token, &control);
     let plain = hearth_tests::http().build()?;
     let ms = |d: Duration| d.as_secs_f64() * 1000.0;
 
