@@ -9,7 +9,7 @@ use hearth_shared::envelope::{Incoming, Kind};
 use hearth_shared::wire::stream;
 
 use super::store::{ARCHIVE_PIECE, StoredArchive};
-use super::{Edge, Shared, bounds, discard, internal, now_ms, to_response};
+use super::{Edge, Shared, body_time, declared_over, discard, internal, now_ms, to_response, too_large};
 use crate::routes::{Route, max_body};
 use crate::storage::{Planned, Storage as _};
 use crate::{Reply, api};
@@ -22,8 +22,7 @@ where
     B::Error: std::error::Error + Send + Sync + 'static,
 {
     let cap = max_body(&Route::ArchivePut);
-    let declared = headers.get(header::CONTENT_LENGTH).and_then(|v| v.to_str().ok()?.parse::<u64>().ok());
-    if declared.is_some_and(|length| length > cap as u64) {
+    if declared_over(headers, cap) {
         discard(body);
         return (too_large(), true);
     }
@@ -35,8 +34,7 @@ where
         Ok(upload) => upload,
         Err(e) => return (internal(&e), true),
     };
-    let time = bounds::BODY_BASE + std::time::Duration::from_secs(cap as u64 / bounds::BODY_RATE);
-    let (reply, read, kept) = match tokio::time::timeout(time, take(edge, upload, &mut body, cap)).await {
+    let (reply, read, kept) = match tokio::time::timeout(body_time(cap), take(edge, upload, &mut body, cap)).await {
         Err(_) => (api::error(408, "timeout", "the body did not arrive in time"), false, false),
         Ok(Err(Stop::Refused(reply, read))) => (reply, read, false),
         Ok(Err(Stop::Store(e))) => (internal(&e), false, false),
@@ -65,10 +63,6 @@ impl From<super::StoreError> for Stop {
     fn from(e: super::StoreError) -> Stop {
         Stop::Store(e)
     }
-}
-
-fn too_large() -> Reply {
-    api::error(413, "too_large", "the body is over this route's size limit")
 }
 
 /// Reads the body into `upload`'s pieces, checking it as it comes; keeps it when it verifies

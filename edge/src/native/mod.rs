@@ -434,6 +434,23 @@ where
     });
 }
 
+/// The answer to a body over its route's cap.
+fn too_large() -> Reply {
+    api::error(413, "too_large", "the body is over this route's size limit")
+}
+
+/// Whether the request says its body is longer than `cap`.
+fn declared_over(headers: &HeaderMap, cap: usize) -> bool {
+    let declared = headers.get(header::CONTENT_LENGTH).and_then(|v| v.to_str().ok()?.parse::<u64>().ok());
+    declared.is_some_and(|length| length > cap as u64)
+}
+
+/// The time a body of up to `cap` bytes may take: [`bounds::BODY_BASE`], and
+/// [`bounds::BODY_RATE`] for its bytes.
+fn body_time(cap: usize) -> std::time::Duration {
+    bounds::BODY_BASE + std::time::Duration::from_secs(cap as u64 / bounds::BODY_RATE)
+}
+
 /// Reads a body of at most `cap` bytes (413 past it, without reading the rest), in a time
 /// that allows [`bounds::BODY_RATE`].
 async fn read_body<B>(shared: &Shared, headers: &HeaderMap, body: B, cap: usize) -> Result<Bytes, Reply>
@@ -442,17 +459,14 @@ where
     B::Error: std::error::Error + Send + Sync + 'static,
 {
     use http_body_util::BodyExt as _;
-    let too_large = || api::error(413, "too_large", "the body is over this route's size limit");
-    let declared = headers.get(header::CONTENT_LENGTH).and_then(|v| v.to_str().ok()?.parse::<u64>().ok());
-    if declared.is_some_and(|length| length > cap as u64) {
+    if declared_over(headers, cap) {
         discard(body);
         return Err(too_large());
     }
     let Ok(_permit) = shared.bodies.acquire().await else {
         return Err(api::unavailable());
     };
-    let time = bounds::BODY_BASE + std::time::Duration::from_secs(cap as u64 / bounds::BODY_RATE);
-    match tokio::time::timeout(time, http_body_util::Limited::new(body, cap).collect()).await {
+    match tokio::time::timeout(body_time(cap), http_body_util::Limited::new(body, cap).collect()).await {
         Err(_) => Err(api::error(408, "timeout", "the body did not arrive in time")),
         Ok(Err(e)) if e.downcast_ref::<http_body_util::LengthLimitError>().is_some() => Err(too_large()),
         Ok(Err(_)) => Err(api::error(400, "bad_body", "the body could not be read")),
