@@ -185,6 +185,9 @@ struct Item<'a> {
     content: Digest,
     /// Makes the body.
     body: &'a dyn Fn() -> Vec<u8>,
+    /// The version must be above this one as well as above the stream's (a node's set and
+    /// its delta share one line of versions).
+    above: u64,
 }
 
 /// Signs `item` at the stream's next version unless its content is unchanged (and `force`
@@ -198,6 +201,7 @@ fn put(conn: &Connection, signer: &Signer, item: &Item<'_>, now: u64, force: boo
         return Ok(false);
     }
     let (version, prev) = stored.map_or((1, [0; 32]), |(v, digest, _)| (v + 1, digest.unwrap_or([0; 32])));
+    let version = version.max(item.above + 1);
     let envelope = Draft {
         kind: item.kind,
         stream: item.name.clone(),
@@ -236,7 +240,7 @@ fn put_plain(
 ) -> Result<bool, Error> {
     let content = sha256(body);
     let make = || body.to_vec();
-    put(conn, signer, &Item { kind, name, audience, lifetime, content, body: &make }, now, force)
+    put(conn, signer, &Item { kind, name, audience, lifetime, content, body: &make, above: 0 }, now, force)
 }
 
 /// Deletes a stream at its next version (a rotated or deleted link): the edge drops it and
@@ -494,6 +498,7 @@ fn publish_user(conn: &Connection, signer: &Signer, user: UserId, now: u64) -> R
             lifetime: SNAPSHOT_LIFETIME,
             content,
             body: &body,
+            above: 0,
         },
         now,
         false,
@@ -513,6 +518,7 @@ fn publish_user(conn: &Connection, signer: &Signer, user: UserId, now: u64) -> R
             lifetime: SNAPSHOT_LIFETIME,
             content,
             body: &body,
+            above: 0,
         };
         put(conn, signer, &item, now, false)?;
     }
@@ -696,7 +702,11 @@ fn slow_rate(conn: &Connection, user: UserId) -> Result<u64, Error> {
 }
 
 /// Signs `node`'s credential set if it changed (or `force`, to renew its expiry). Nodes that
-/// were never enrolled get no set.
+/// were never enrolled get no set. A change that touches few users is signed as a delta to
+/// the last full set ([`wire::CredDelta`], on `creds-delta/<node>`), which nodes apply to the
+/// full set they hold; the whole set is signed again when the change since the last one
+/// grows past [`delta_room`], when its edges or device policy change, and when `force`d.
+/// The set and its delta share one line of versions: each is signed above both.
 #[tracing::instrument(level = "debug", skip_all, fields(node = node, force = force))]
 pub(crate) fn publish_creds(
     conn: &Connection,
@@ -705,20 +715,93 @@ pub(crate) fn publish_creds(
     now: u64,
     force: bool,
 ) -> Result<bool, Error> {
-    let enrolled: Option<bool> = conn
-        .prepare_cached("SELECT public_key IS NOT NULL FROM nodes WHERE id = ?1")?
-        .query_row([node], |row| row.get(0))
+    let enrolled: Option<(bool, bool)> = conn
+        .prepare_cached("SELECT public_key IS NOT NULL, deltas FROM nodes WHERE id = ?1")?
+        .query_row([node], |row| Ok((row.get(0)?, row.get(1)?)))
         .optional()?;
-    if enrolled != Some(true) {
+    let Some((true, deltas)) = enrolled else {
         return Ok(false);
-    }
+    };
     let set = credential_set(conn, node)?
         .with_edges(fallbacks(conn, signer)?)
         .map_err(|e| Error::Internal(format!("the edges nodes fall back to: {e}")))?;
-    let target = (Kind::CredentialSet, stream::creds(node), Audience::Node(node));
-    let signed = put_plain(conn, signer, target, CREDS_LIFETIME, &set.encode(), now, force)?;
-    tracing::debug!(users = set.users().len(), signed, "node set checked");
-    Ok(signed)
+    let encoded = set.encode();
+    let content = sha256(&encoded);
+    let (full_name, delta_name) = (stream::creds(node), stream::creds_delta(node));
+    let full = stream_state(conn, &full_name)?;
+    let delta = stream_state(conn, &delta_name)?;
+    let versions = |row: Option<StreamRow>| row.map_or(0, |(version, _, _)| version);
+    let (full_version, delta_version) = (versions(full), versions(delta));
+    // What nodes make of the two streams now: the delta when it is the newer.
+    let latest = if delta_version > full_version { delta } else { full };
+    if !force && latest.is_some_and(|(_, digest, held)| digest.is_some() && held == Some(content)) {
+        tracing::debug!(users = set.users().len(), signed = "no", "node set checked");
+        return Ok(false);
+    }
+    let above = full_version.max(delta_version);
+    let target = (Kind::CredentialSet, full_name, Audience::Node(node));
+    if let Some((_, Some(_), Some(base_digest))) = full.filter(|_| deltas && !force)
+        && let Some(delta) = delta_of(conn, &target.1, full_version, base_digest, &set, content)?
+    {
+        let body = delta.encode();
+        let item = Item {
+            kind: Kind::CredDelta,
+            name: delta_name,
+            audience: Audience::Node(node),
+            lifetime: CREDS_LIFETIME,
+            content,
+            body: &|| body.clone(),
+            above,
+        };
+        put(conn, signer, &item, now, true)?;
+        tracing::debug!(
+            users = set.users().len(),
+            signed = "delta",
+            changed = delta.diff.len(),
+            bytes = body.len(),
+            "node set checked"
+        );
+        return Ok(true);
+    }
+    let item = Item {
+        kind: target.0,
+        name: target.1,
+        audience: target.2,
+        lifetime: CREDS_LIFETIME,
+        content,
+        body: &|| encoded.clone(),
+        above,
+    };
+    put(conn, signer, &item, now, true)?;
+    tracing::debug!(users = set.users().len(), signed = "whole", bytes = encoded.len(), "node set checked");
+    Ok(true)
+}
+
+/// The most users a delta names before the whole set is signed again: a sixteenth of the
+/// set, and at least 64 (a delta entry is about twice a set's, and every change re-signs the
+/// delta since the last full set).
+fn delta_room(users: usize) -> usize {
+    (users / 16).max(64)
+}
+
+/// The delta from the full set stored on `name` (signed at `version`, its body hashing to
+/// `base_digest`) to `set`, when one can say it within [`delta_room`].
+fn delta_of(
+    conn: &Connection,
+    name: &str,
+    version: u64,
+    base_digest: Digest,
+    set: &CredentialSet,
+    content: Digest,
+) -> Result<Option<wire::CredDelta>, Error> {
+    let Some((_, envelope)) = envelope(conn, name)? else { return Ok(None) };
+    let Some(base) =
+        hearth_shared::envelope::Envelope::stored_body(&envelope).and_then(|body| CredentialSet::decode(body).ok())
+    else {
+        return Ok(None);
+    };
+    Ok(wire::CredDelta::between(&base, version, base_digest, set, content)
+        .filter(|delta| delta.diff.len() <= delta_room(base.users().len())))
 }
 
 /// The edges nodes fall back to when control does not answer, listed in their sets when
@@ -762,6 +845,48 @@ pub(crate) fn all_nodes_changed(conn: &Connection, signer: &Signer, now: u64) ->
     Ok(signed)
 }
 
+/// What answers a node's pull, as the edge answers it ([`wire::creds_answer`]): the latest
+/// delta when the node holds the full set under it, else the full set when newer than what
+/// the node holds (`after`), else nothing.
+pub(crate) fn node_creds(
+    conn: &Connection,
+    node: NodeId,
+    after: u64,
+    base: Option<u64>,
+) -> Result<Option<Vec<u8>>, Error> {
+    // A deleted stream keeps its version and digest, and no content.
+    let full = stream_state(conn, &stream::creds(node))?.filter(|(_, _, content)| content.is_some());
+    let delta = envelope(conn, &stream::creds_delta(node))?.and_then(|(version, bytes)| {
+        let (of, on) = hearth_shared::envelope::Envelope::stored_body(&bytes).and_then(wire::CredDelta::base_of)?;
+        (of == node).then_some((version, on, bytes))
+    });
+    let versions = delta.as_ref().map(|(version, on, _)| (*version, *on));
+    Ok(match wire::creds_answer(after, base, full.map(|(version, _, _)| version), versions) {
+        Some(wire::CredsAnswer::Delta) => delta.map(|(_, _, bytes)| bytes),
+        Some(wire::CredsAnswer::Full) => envelope(conn, &stream::creds(node))?.map(|(_, bytes)| bytes),
+        None => None,
+    })
+}
+
+/// Keeps whether `node` takes deltas, as its pull says (`base` given or not). A node that
+/// stopped taking them (it runs an older release again) while its delta is newer than its
+/// full set gets the whole set signed again. Returns whether it signed.
+pub(crate) fn takes_deltas(
+    conn: &Connection,
+    signer: &Signer,
+    node: NodeId,
+    takes: bool,
+    now: u64,
+) -> Result<bool, Error> {
+    conn.prepare_cached("UPDATE nodes SET deltas = ?2 WHERE id = ?1 AND deltas != ?2")?
+        .execute(params![node, takes])?;
+    let version = |name: &str| Ok::<_, Error>(stream_state(conn, name)?.map_or(0, |(version, _, _)| version));
+    if takes || version(&stream::creds_delta(node))? <= version(&stream::creds(node))? {
+        return Ok(false);
+    }
+    publish_creds(conn, signer, node, now, true)
+}
+
 /// Signs `node`'s set again above `held`, the version the node says it holds, when that is
 /// above the stream's (after a restore from a state older than what nodes saw). Returns
 /// whether it signed.
@@ -773,7 +898,9 @@ pub(crate) fn raise_creds(
     now: u64,
 ) -> Result<bool, Error> {
     let name = stream::creds(node);
-    let current = stream_state(conn, &name)?.map_or(0, |(version, _, _)| version);
+    let version = |name: &str| Ok::<_, Error>(stream_state(conn, name)?.map_or(0, |(version, _, _)| version));
+    // The set and its delta share one line of versions.
+    let current = version(&name)?.max(version(&stream::creds_delta(node))?);
     // Far above anything signed here is not a set this control's keys made: left alone.
     if held <= current || held > current.saturating_add(1 << 32) {
         return Ok(false);

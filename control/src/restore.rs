@@ -304,6 +304,9 @@ fn read_edge(screened: &mut Screened, recovery: &RecoverySecret) -> Edge {
         }
     }
     let mut unopened = BTreeSet::new();
+    // Each node's full set, and the delta on it when there is a newer one.
+    let mut full_sets = BTreeMap::new();
+    let mut deltas = BTreeMap::new();
     for kept in &screened.kept {
         let name = kept.stream.as_str();
         let body = Envelope::stored_body(&kept.bytes).unwrap_or_default();
@@ -323,8 +326,13 @@ fn read_edge(screened: &mut Screened, recovery: &RecoverySecret) -> Edge {
                     }
                 }),
             Ok(Stream::Creds(node)) => CredentialSet::decode(body).ok().filter(|set| set.node == node).map(|set| {
-                edge.creds.insert(node, set.users().iter().map(|entry| (entry.user, entry.hash)).collect());
+                full_sets.insert(node, (kept.version, sha256(body), set));
             }),
+            Ok(Stream::CredsDelta(node)) => {
+                wire::CredDelta::decode(body).ok().filter(|delta| delta.node == node).map(|delta| {
+                    deltas.insert(node, (kept.version, delta));
+                })
+            }
             Ok(Stream::Node(node)) => wire::decode::<NodeRecord>(body, "node record")
                 .ok()
                 .filter(|record| record.node == node)
@@ -342,6 +350,15 @@ fn read_edge(screened: &mut Screened, recovery: &RecoverySecret) -> Edge {
         if ok.is_none() {
             unopened.insert(name.to_owned());
         }
+    }
+    for (node, (version, digest, set)) in full_sets {
+        let set = match deltas.remove(&node) {
+            Some((at, delta)) if at > version && delta.base == version && delta.base_digest == digest => {
+                set.patched(&delta).unwrap_or(set)
+            }
+            _ => set,
+        };
+        edge.creds.insert(node, set.users().iter().map(|entry| (entry.user, entry.hash)).collect());
     }
     screened.kept.retain(|kept| !unopened.contains(&kept.stream));
     screened.dropped.entry(Dropped::Unverified).or_default().extend(unopened);

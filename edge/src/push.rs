@@ -24,7 +24,8 @@ pub const MAX_PUSH_BYTES: usize = 32 * 1024 * 1024;
 pub enum Target {
     /// A subscription link's snapshot, by token hash (sharded by it on Cloudflare).
     Link(Digest),
-    /// A node's credential set.
+    /// A node's credential set, or its delta to the last full one (`creds-delta/<node>`):
+    /// both kept by stream name beside the node's other streams.
     Creds(NodeId),
     /// A node's registration: the edge learns node keys only from these.
     Node(NodeId),
@@ -165,7 +166,7 @@ fn target_of(stream: &str) -> Option<(Target, Kind, Audience)> {
     let (kind, audience) = parsed.pushed()?;
     let target = match parsed {
         Stream::Snapshot(hash) => Target::Link(hash),
-        Stream::Creds(node) => Target::Creds(node),
+        Stream::Creds(node) | Stream::CredsDelta(node) => Target::Creds(node),
         Stream::UsageAck(node) => Target::Ack(node),
         Stream::Node(node) => Target::Node(node),
         Stream::EdgeSettings => Target::Settings,

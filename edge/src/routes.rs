@@ -11,12 +11,14 @@ pub enum Route {
     Subscription(Option<SubToken>),
     /// `POST /<api>/push`.
     Push,
-    /// `GET /<api>/nodes/<id>/creds?after=<version>`.
+    /// `GET /<api>/nodes/<id>/creds?after=<version>&base=<version>`.
     NodeCreds {
         /// The node.
         node: NodeId,
         /// The version it holds.
         after: u64,
+        /// The version of the full set under it, from a node that takes deltas.
+        base: Option<u64>,
     },
     /// `POST /<api>/nodes/<id>/usage`.
     NodeUsage(NodeId),
@@ -92,7 +94,11 @@ pub fn route(config: &EdgeConfig, method: &str, path: &str, query: &str) -> Rout
             ("POST", ["push"]) => Route::Push,
             ("GET" | "HEAD", ["healthz"]) => Route::Health,
             ("GET", ["nodes", id, "creds"]) => match id.parse() {
-                Ok(node) => Route::NodeCreds { node, after: query_u64(query, "after").unwrap_or(0) },
+                Ok(node) => Route::NodeCreds {
+                    node,
+                    after: query_u64(query, "after").unwrap_or(0),
+                    base: query_u64(query, "base"),
+                },
                 Err(_) => Route::Unknown,
             },
             ("POST", ["nodes", id, "usage"]) => id.parse().map_or(Route::Unknown, Route::NodeUsage),
@@ -134,7 +140,13 @@ mod tests {
             ("GET", format!("{api}/healthz"), "", Route::Health),
             ("POST", format!("{api}/push"), "", Route::Push),
             ("GET", format!("{api}/push"), "", Route::Unknown),
-            ("GET", format!("{api}/nodes/4/creds"), "after=9", Route::NodeCreds { node: 4, after: 9 }),
+            ("GET", format!("{api}/nodes/4/creds"), "after=9", Route::NodeCreds { node: 4, after: 9, base: None }),
+            (
+                "GET",
+                format!("{api}/nodes/4/creds"),
+                "after=9&base=7",
+                Route::NodeCreds { node: 4, after: 9, base: Some(7) },
+            ),
             ("GET", format!("{api}/nodes/x/creds"), "", Route::Unknown),
             ("GET", format!("{api}/nodes/4/ack"), "", Route::NodeAck(4)),
             ("GET", format!("{api}/nodes/4/release"), "", Route::NodeRelease(4)),

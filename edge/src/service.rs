@@ -3,9 +3,10 @@
 //! native edge calls [`handle`] on its libSQL store; the Worker's `Control` Durable Object on
 //! its own SQLite and the `Links` shards.
 
+use hearth_shared::envelope::Envelope;
 use hearth_shared::nodeauth;
 use hearth_shared::trust::{StreamState, Trust};
-use hearth_shared::wire::{ExportPage, Stream, UsageDrain, decode, encode, stream};
+use hearth_shared::wire::{self, CredsAnswer, ExportPage, Stream, UsageDrain, decode, encode, stream};
 
 use crate::Reply;
 use crate::api::{self, ExportCursor};
@@ -51,12 +52,12 @@ pub async fn handle<S: Storage>(
     let no_content = || Reply { status: 204, headers: Vec::new(), body: Vec::new() };
     Ok(match route {
         Route::Subscription(_) | Route::Health | Route::Unknown => decoy(),
-        Route::NodeCreds { node, after } => match node_auth(node).await? {
+        Route::NodeCreds { node, after, base } => match node_auth(node).await? {
             Err(reply) => reply,
             Ok(()) => {
-                let mut reply = match store.stream(&stream::creds(node)).await? {
-                    Some((state, Some(envelope))) if state.version > after => Reply::bytes(200, envelope),
-                    _ => no_content(),
+                let mut reply = match node_creds(store, node, after, base).await? {
+                    Some(envelope) => Reply::bytes(200, envelope),
+                    None => no_content(),
                 };
                 if let Some(keys) = store.value(VALUE_KEYS).await?.and_then(|bytes| String::from_utf8(bytes).ok()) {
                     reply.headers.push((nodeauth::KEYS_HEADER, keys));
@@ -193,6 +194,31 @@ async fn node_release<S: Storage>(store: &S, node: u64, file: Option<&str>) -> R
             Some(bytes) => Reply::bytes(200, bytes),
             None => api::error(404, "no_release", "the release has no such file"),
         },
+    })
+}
+
+/// What answers a node's pull (see [`wire::creds_answer`]): its latest delta when the node
+/// holds the full set under it, else the full set when newer than what the node holds. The
+/// full set (megabytes at 100,000 users) is read only when it is the answer.
+async fn node_creds<S: Storage>(
+    store: &S,
+    node: u64,
+    after: u64,
+    base: Option<u64>,
+) -> Result<Option<Vec<u8>>, S::Error> {
+    let full = store.state(&stream::creds(node)).await?.filter(|state| state.digest.0 != [0; 32]);
+    let delta = match store.stream(&stream::creds_delta(node)).await? {
+        Some((state, Some(envelope))) => Envelope::stored_body(&envelope)
+            .and_then(wire::CredDelta::base_of)
+            .filter(|(of, _)| *of == node)
+            .map(|(_, on)| (state.version, on, envelope)),
+        _ => None,
+    };
+    let versions = delta.as_ref().map(|(version, on, _)| (*version, *on));
+    Ok(match wire::creds_answer(after, base, full.map(|state| state.version), versions) {
+        Some(CredsAnswer::Delta) => delta.map(|(_, _, envelope)| envelope),
+        Some(CredsAnswer::Full) => store.stream(&stream::creds(node)).await?.and_then(|(_, envelope)| envelope),
+        None => None,
     })
 }
 

@@ -23,7 +23,7 @@ use hearth_shared::trust::{self, Expect, StreamState, Trust, VerifyError};
 use hearth_shared::wire::{self, CredentialSet, EdgeAddress, NodeId, stream};
 
 use crate::capped;
-use crate::state::{Settings, StateDir};
+use crate::state::{Basis, CREDS_FILE, DELTA_FILE, DeltaError, Settings, StateDir};
 use crate::table::Live;
 
 /// The agent's state.
@@ -33,8 +33,10 @@ pub(crate) struct Agent {
     pub(crate) key: SecretKey,
     pub(crate) trust: Mutex<Trust>,
     pub(crate) live: Arc<Live>,
-    /// The version and digest of the set held.
+    /// The version and digest of the set or delta applied last.
     pub(crate) held: Mutex<Option<StreamState>>,
+    /// The full set under what the node serves (deltas apply to it).
+    pub(crate) basis: Mutex<Option<Basis>>,
     pub(crate) control: Option<reqwest::Client>,
     pub(crate) edge: reqwest::Client,
     /// The edge to fall back to: the one enrolled with, or the one control named since
@@ -107,6 +109,10 @@ pub(crate) enum AcceptError {
         max = wire::CREDS_FORMAT
     )]
     NewerFormat(u64),
+    /// A delta that verifies but does not apply: its body, the full set it is on (the next
+    /// pull brings the full set), or the set it makes.
+    #[error(transparent)]
+    Delta(#[from] DeltaError),
     /// A credential set, addressed to this node and on its stream, that names another node.
     #[error("a set for another node (node {found})")]
     OtherNode {
@@ -221,13 +227,15 @@ impl Agent {
     /// Pulls the set from control (`from_control`, long-polled `wait` seconds) or the edge.
     async fn pull_from(&self, client: &reqwest::Client, base: &Base, wait: u64, from_control: bool) -> Result<Pulled> {
         let after = self.held.lock().expect("held lock").map_or(0, |s| s.version);
+        // The full set under it: control and the edge answer with a delta on it when they can.
+        let on = self.basis.lock().expect("basis lock").as_ref().map_or(0, |basis| basis.version);
         let node = self.settings.node;
         let mut request = self
             .signed(
                 client,
                 reqwest::Method::GET,
                 base,
-                &format!("/nodes/{node}/creds?after={after}&wait={wait}"),
+                &format!("/nodes/{node}/creds?after={after}&base={on}&wait={wait}"),
                 Vec::new(),
             )
             .header(nodeauth::NODE_VERSION_HEADER, crate::update::version_header(&self.state))
@@ -307,49 +315,82 @@ impl Agent {
         }
     }
 
-    /// Verifies and applies a pulled set, with the key records that came with it. Returns
-    /// whether it was new. When it is refused, or cannot be stored, the live table and the
-    /// set held are as they were ([`AcceptError`] says which). What it logs is in a span that
-    /// names the set's version once it verifies.
+    /// Verifies and applies a pulled set or delta, with the key records that came with it.
+    /// Returns whether it was new. When it is refused, or cannot be stored, the live table
+    /// and the set held are as they were ([`AcceptError`] says which). A full set becomes the
+    /// basis deltas apply to; a delta applies to that basis and must make the very set
+    /// control built. What it logs is in a span that names the version once it verifies.
     #[tracing::instrument(level = "warn", skip_all, fields(version = tracing::field::Empty))]
     pub(crate) fn accept(&self, bytes: &[u8], chain: Option<&[Vec<u8>]>) -> Result<bool, AcceptError> {
         // From the answer in hand to the live table: what a change waits for at the node.
         let received = std::time::Instant::now();
         let node = self.settings.node;
-        let name = stream::creds(node);
-        let expect = Expect { kind: Kind::CredentialSet, audience: Audience::Node(node), stream: &name };
         let held = *self.held.lock().expect("held lock");
         let candidate = self.with_chain(chain);
-        let verified = trust::verify(bytes, &candidate, &expect, held.as_ref(), now())?;
-        tracing::Span::current().record("version", verified.envelope.header.version);
+        // Versions run across both streams, so what was applied last is held against either.
+        let verify = |kind, name: &str| {
+            let expect = Expect { kind, audience: Audience::Node(node), stream: name };
+            trust::verify(bytes, &candidate, &expect, held.as_ref(), now())
+        };
+        let (verified, is_delta) = match verify(Kind::CredentialSet, &stream::creds(node)) {
+            Err(VerifyError::WrongType { found: Kind::CredDelta, .. }) => {
+                (verify(Kind::CredDelta, &stream::creds_delta(node))?, true)
+            }
+            verified => (verified?, false),
+        };
+        let version = verified.envelope.header.version;
+        tracing::Span::current().record("version", version);
         if verified.unchanged {
             self.take_chain(chain);
             return Ok(false);
         }
-        let set = CredentialSet::decode(&verified.envelope.body).map_err(|e| match e {
-            wire::WireError::NewerFormat(format) => AcceptError::NewerFormat(format),
-            e => AcceptError::NotASet(e),
-        })?;
-        if set.node != node {
-            return Err(AcceptError::OtherNode { found: set.node });
-        }
+        let (set, basis) = if is_delta {
+            let basis = self.basis.lock().expect("basis lock").clone();
+            let Some(basis) = basis else {
+                let base = wire::CredDelta::base_of(&verified.envelope.body).map_or(0, |(_, base)| base);
+                return Err(DeltaError::OtherBase { base }.into());
+            };
+            (Arc::new(basis.take(&verified.envelope.body)?), None)
+        } else {
+            let set = CredentialSet::decode(&verified.envelope.body).map_err(|e| match e {
+                wire::WireError::NewerFormat(format) => AcceptError::NewerFormat(format),
+                e => AcceptError::NotASet(e),
+            })?;
+            if set.node != node {
+                return Err(AcceptError::OtherNode { found: set.node });
+            }
+            let set = Arc::new(set);
+            let basis = Basis { version, digest: verified.envelope.header.body_hash, set: set.clone() };
+            (set, Some(basis))
+        };
         let verified_in = received.elapsed();
         // The trust first: a set on disk signed by a retired key is still read at start with
         // the trust it replaced (`trust.prev.bin`), never a new set without its trust.
         self.adopt(candidate);
-        // Not on disk, not applied: the next pull tries again.
-        self.state.write("creds.envelope", bytes).map_err(AcceptError::Store)?;
+        // Not on disk, not applied: the next pull tries again. A full set replaces the delta
+        // on the set before it (one left by a crash here names an older base: not read).
+        if basis.is_some() {
+            self.state.write(CREDS_FILE, bytes).map_err(AcceptError::Store)?;
+            let _ = std::fs::remove_file(self.state.path(DELTA_FILE));
+        } else {
+            self.state.write(DELTA_FILE, bytes).map_err(AcceptError::Store)?;
+        }
         let stored_in = received.elapsed() - verified_in;
         let started = std::time::Instant::now();
         let applied = self.live.apply(&set);
         self.take_edges(&set);
         *self.held.lock().expect("held lock") = Some(verified.state());
-        self.live.version.store(verified.envelope.header.version, std::sync::atomic::Ordering::Relaxed);
+        if let Some(basis) = basis {
+            *self.basis.lock().expect("basis lock") = Some(basis);
+        }
+        self.live.version.store(version, std::sync::atomic::Ordering::Relaxed);
         self.live.expires.store(verified.envelope.header.expires, std::sync::atomic::Ordering::Relaxed);
         // `version` stays on the line as well as in the span: the suite's tools read it there,
         // as `version=<n>` (tests/src/bin/hearth-suite.rs).
         tracing::info!(
-            version = verified.envelope.header.version,
+            version,
+            delta = is_delta,
+            bytes = bytes.len(),
             users = applied.users,
             removed = applied.removed,
             closed = applied.closed,
@@ -459,7 +500,10 @@ impl Agent {
                             error = %e,
                             "refused a credential set this node cannot read yet; serving the set held"
                         ),
-                        AcceptError::Verify(_) | AcceptError::NotASet(_) | AcceptError::OtherNode { .. } => {
+                        AcceptError::Verify(_)
+                        | AcceptError::NotASet(_)
+                        | AcceptError::Delta(_)
+                        | AcceptError::OtherNode { .. } => {
                             tracing::warn!(error = %e, "refused a credential set")
                         }
                     }
@@ -542,6 +586,81 @@ mod tests {
         }
     }
 
+    /// The users (id, password) as a set for [`NODE`].
+    fn users(users: &[(u64, &str)]) -> CredentialSet {
+        let entries = users.iter().map(|(user, password)| CredEntry::new(*user, sha256(password.as_bytes())));
+        CredentialSet::new(NODE, entries.collect()).expect("a set")
+    }
+
+    impl Control {
+        /// Version `version` of the delta from `base` (signed at `on`) to `new`.
+        fn delta(&self, version: u64, base: &CredentialSet, on: u64, new: &CredentialSet) -> Vec<u8> {
+            let (from, to) = (sha256(&base.encode()), sha256(&new.encode()));
+            let delta = wire::CredDelta::between(base, on, from, new, to).expect("a delta");
+            self.draft(Kind::CredDelta, stream::creds_delta(NODE), version, Audience::Node(NODE))
+                .sign(delta.encode(), &[&self.signing])
+                .encode()
+        }
+    }
+
+    /// A delta applies to the full set the node holds and makes the set control built; one
+    /// on another full set, one that makes anything else, or one older than what the node
+    /// applied is refused and changes nothing; a restart serves the full set with its delta,
+    /// and a full set replaces both.
+    #[test]
+    fn deltas_apply_to_the_full_set_held_and_survive_a_restart() {
+        let control = Control::new();
+        let dir = tempfile::tempdir().unwrap();
+        let agent = agent(dir.path(), control.trust());
+        let alice = users(&[(1, "alice")]);
+        let bob = users(&[(2, "bob")]);
+        let both = users(&[(1, "alice"), (2, "bob")]);
+        // Before any full set, a delta has nothing to apply to.
+        let early = control.delta(2, &alice, 1, &both);
+        assert!(matches!(agent.accept(&early, None), Err(AcceptError::Delta(DeltaError::OtherBase { base: 1 }))));
+        assert!(agent.accept(&control.sign(&control.signing, 1, alice.encode()), None).unwrap());
+        assert_eq!(serving(&agent), (1, Some(1), Some(1), None));
+
+        // Bob joins, then alice leaves: each delta runs from the full set at 1.
+        assert!(agent.accept(&early, None).unwrap());
+        assert_eq!(serving(&agent), (2, Some(2), Some(1), Some(2)));
+        let later = control.delta(3, &alice, 1, &bob);
+        assert!(agent.accept(&later, None).unwrap());
+        assert_eq!(serving(&agent), (3, Some(3), None, Some(2)));
+        assert!(!agent.accept(&later, None).unwrap(), "the same delta again is no news");
+
+        // Refused, changing nothing: an older delta, one on another full set, one that does
+        // not make the set it names, one for another node's stream.
+        assert!(matches!(agent.accept(&early, None), Err(AcceptError::Verify(VerifyError::Stale { .. }))));
+        let elsewhere = control.delta(4, &alice, 7, &both);
+        assert!(matches!(agent.accept(&elsewhere, None), Err(AcceptError::Delta(DeltaError::OtherBase { base: 7 }))));
+        let (from, to) = (sha256(&alice.encode()), sha256(&both.encode()));
+        let mut lying = wire::CredDelta::between(&alice, 1, from, &alice, to).unwrap();
+        lying.diff.added.push(CredEntry::new(3, sha256(b"mallory")));
+        let lying = control
+            .draft(Kind::CredDelta, stream::creds_delta(NODE), 4, Audience::Node(NODE))
+            .sign(lying.encode(), &[&control.signing])
+            .encode();
+        assert!(matches!(agent.accept(&lying, None), Err(AcceptError::Delta(DeltaError::Apply(_)))));
+        assert_eq!(agent.live.authenticate(b"mallory"), None);
+        assert_eq!(serving(&agent), (3, Some(3), None, Some(2)));
+
+        // A restart serves the full set with the delta on it, and holds the delta's version.
+        let last = agent.state.last_good(&control.trust(), NODE, now()).unwrap().unwrap();
+        assert_eq!((last.held.version, last.basis.version, last.set.as_ref()), (3, 1, &bob));
+        // A delta on disk that does not verify is left out: the full set is served.
+        std::fs::write(dir.path().join(DELTA_FILE), &lying[..lying.len() - 1]).unwrap();
+        let last = agent.state.last_good(&control.trust(), NODE, now()).unwrap().unwrap();
+        assert_eq!((last.held.version, last.set.as_ref()), (1, &alice));
+        std::fs::write(dir.path().join(DELTA_FILE), &later).unwrap();
+
+        // A full set replaces the basis and the delta on disk.
+        assert!(agent.accept(&control.sign(&control.signing, 5, both.encode()), None).unwrap());
+        assert_eq!(serving(&agent), (5, Some(5), Some(1), Some(2)));
+        assert!(!dir.path().join(DELTA_FILE).exists());
+        assert!(matches!(agent.accept(&later, None), Err(AcceptError::Verify(VerifyError::Stale { .. }))));
+    }
+
     /// An agent for node [`NODE`] with its state in `dir`, trusting `trust`, holding no set; it
     /// talks to nobody (these tests hand it sets directly).
     fn agent(dir: &Path, trust: Trust) -> Agent {
@@ -553,6 +672,7 @@ mod tests {
             trust: Mutex::new(trust),
             live: Arc::new(Live::default()),
             held: Mutex::new(None),
+            basis: Mutex::new(None),
             control: None,
             edge: reqwest::Client::builder().build().expect("an HTTP client"),
             edge_url: Mutex::new(None),

@@ -201,21 +201,24 @@ fn serve(dir: &Path) -> Result<i32> {
         (Err(e), Some(previous)) => state.last_good(&previous, settings.node, now()).map_err(|_| e),
         (result, _) => result,
     };
+    let mut basis = None;
     match last_good {
-        Ok(Some((stored, expires, set))) => {
-            live.expires.store(expires, std::sync::atomic::Ordering::Relaxed);
+        Ok(Some(last)) => {
+            live.expires.store(last.expires, std::sync::atomic::Ordering::Relaxed);
             let started = std::time::Instant::now();
-            live.apply(&set);
-            edges = set.edges().to_vec();
+            live.apply(&last.set);
+            edges = last.set.edges().to_vec();
             let micros = started.elapsed().as_micros() as u64;
-            held = Some(stored);
-            live.version.store(stored.version, std::sync::atomic::Ordering::Relaxed);
+            held = Some(last.held);
+            live.version.store(last.held.version, std::sync::atomic::Ordering::Relaxed);
             tracing::info!(
-                version = stored.version,
+                version = last.held.version,
+                full = last.basis.version,
                 users = live.users(),
                 micros,
                 "serving the last good credential set"
             );
+            basis = Some(last.basis);
         }
         Ok(None) => tracing::warn!("no credential set yet: nobody can connect until one arrives"),
         // Start anyway: the agent fetches a good set, which replaces the file.
@@ -244,6 +247,7 @@ fn serve(dir: &Path) -> Result<i32> {
             trust: std::sync::Mutex::new(trust),
             live: live.clone(),
             held: std::sync::Mutex::new(held),
+            basis: std::sync::Mutex::new(basis),
             control,
             edge,
         }))

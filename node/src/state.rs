@@ -3,12 +3,14 @@
 //! or power cut leaves the old file or the new one, never a torn one.
 
 use std::path::{Path, PathBuf};
+use std::sync::Arc;
 
 use anyhow::{Context as _, Result, bail};
+use hearth_shared::Digest;
 use hearth_shared::envelope::{Audience, Kind};
 use hearth_shared::keys::{MAX_KEY_FILE, Role, SecretKey};
 use hearth_shared::trust::{self, Expect, StreamState, Trust, VerifyError};
-use hearth_shared::wire::{CredentialSet, NodeId, stream};
+use hearth_shared::wire::{self, CredDelta, CredentialSet, NodeId, stream};
 use serde::Deserialize;
 use zeroize::Zeroizing;
 
@@ -241,36 +243,141 @@ impl StateDir {
         write_atomic(&self.path(name), bytes)
     }
 
-    /// The last good credential set and its envelope's version, checked again against the
-    /// trust (a file altered on disk is refused). An expired set is kept: the node serves it
-    /// and says so, as a node cut off from control and edge must keep its users online.
-    pub(crate) fn last_good(
+    /// The last good credential set: the full set in `creds.envelope`, with the delta in
+    /// `creds.delta` applied when it is on that set, each checked again against the trust (a
+    /// file altered on disk is refused; a delta that does not apply is left out, and the next
+    /// pull brings it again). An expired set is kept: the node serves it and says so, as a
+    /// node cut off from control and edge must keep its users online.
+    pub(crate) fn last_good(&self, trust: &Trust, node: NodeId, now: u64) -> Result<Option<LastGood>> {
+        let Some((verified, expires)) = self.stored(CREDS_FILE, trust, Kind::CredentialSet, node, now)? else {
+            return Ok(None);
+        };
+        let set = CredentialSet::decode(&verified.envelope.body).context("the stored credential set's body")?;
+        if set.node != node {
+            bail!("{} holds node {}'s set, not node {node}'s", self.path(CREDS_FILE).display(), set.node);
+        }
+        let basis = Basis {
+            version: verified.envelope.header.version,
+            digest: verified.envelope.header.body_hash,
+            set: Arc::new(set),
+        };
+        let full = LastGood { held: verified.state(), expires, set: basis.set.clone(), basis };
+        let delta = self.stored(DELTA_FILE, trust, Kind::CredDelta, node, now);
+        Ok(Some(match delta {
+            Ok(None) => full,
+            Ok(Some((verified, expires))) => match full.basis.take(&verified.envelope.body) {
+                Ok(set) => LastGood { held: verified.state(), expires, set: Arc::new(set), basis: full.basis },
+                // A delta on an older full set (a crash between writing the set and removing
+                // the delta) is no longer news; one that does not apply is no delta of ours.
+                Err(e) => {
+                    if e.base() != Some(full.basis.version) {
+                        tracing::warn!(error = %e, "ignoring the stored credential delta");
+                    }
+                    full
+                }
+            },
+            Err(e) => {
+                tracing::warn!(error = %format!("{e:#}"), "ignoring the stored credential delta");
+                full
+            }
+        }))
+    }
+
+    /// A stored envelope of `kind` (a set or a delta) for `node`, verified, and its expiry
+    /// (`None`: no such file).
+    fn stored(
         &self,
+        file: &str,
         trust: &Trust,
+        kind: Kind,
         node: NodeId,
         now: u64,
-    ) -> Result<Option<(StreamState, u64, CredentialSet)>> {
-        let path = self.path("creds.envelope");
+    ) -> Result<Option<(trust::Verified, u64)>> {
+        let path = self.path(file);
         let bytes = match std::fs::read(&path) {
             Ok(bytes) => bytes,
             Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(None),
             Err(e) => return Err(e).with_context(|| format!("reading {}", path.display())),
         };
-        let name = stream::creds(node);
-        let expect = Expect { kind: Kind::CredentialSet, audience: Audience::Node(node), stream: &name };
+        let name = if kind == Kind::CredDelta { stream::creds_delta(node) } else { stream::creds(node) };
+        let expect = Expect { kind, audience: Audience::Node(node), stream: &name };
         let verified = match trust::verify(&bytes, trust, &expect, None, now) {
             Ok(verified) => verified,
             Err(VerifyError::Expired { expires, .. }) => {
-                tracing::warn!(expires, "the last good credential set has expired; serving it until a new one arrives");
-                trust::verify(&bytes, trust, &expect, None, expires).context("the stored credential set")?
+                tracing::warn!(
+                    expires,
+                    file,
+                    "the last good credential set has expired; serving it until a new one arrives"
+                );
+                trust::verify(&bytes, trust, &expect, None, expires).with_context(|| format!("{}", path.display()))?
             }
             Err(e) => bail!("{} does not verify: {e}", path.display()),
         };
-        let set = CredentialSet::decode(&verified.envelope.body).context("the stored credential set's body")?;
-        if set.node != node {
-            bail!("{} holds node {}'s set, not node {node}'s", path.display(), set.node);
+        let expires = verified.envelope.header.expires;
+        Ok(Some((verified, expires)))
+    }
+}
+
+/// The file that keeps the last full credential set's envelope.
+pub(crate) const CREDS_FILE: &str = "creds.envelope";
+/// The file that keeps the last delta applied to it (none after a full set).
+pub(crate) const DELTA_FILE: &str = "creds.delta";
+
+/// What the node serves at start: the set, the state of the envelope it came from last (for
+/// rollback checks), its expiry, and the full set under it.
+pub(crate) struct LastGood {
+    pub(crate) held: StreamState,
+    pub(crate) expires: u64,
+    pub(crate) set: Arc<CredentialSet>,
+    pub(crate) basis: Basis,
+}
+
+/// The full set under what a node serves: control's deltas apply to it.
+#[derive(Clone, Debug)]
+pub(crate) struct Basis {
+    /// Its version on the node's `creds/<node>` stream.
+    pub(crate) version: u64,
+    /// SHA-256 of its encoding (the body hash its envelope signs).
+    pub(crate) digest: Digest,
+    /// The set.
+    pub(crate) set: Arc<CredentialSet>,
+}
+
+/// Why a delta was not taken.
+#[derive(Debug, thiserror::Error)]
+pub(crate) enum DeltaError {
+    /// Its body is not a delta this node reads.
+    #[error("bad body: not a credential delta: {0}")]
+    Body(wire::WireError),
+    /// It applies to a full set this node does not hold (the next pull brings that set).
+    #[error("a delta on the full set of version {base}, not on the one held")]
+    OtherBase {
+        /// The version it applies to.
+        base: u64,
+    },
+    /// It does not make the set control signed, or names another node.
+    #[error("a delta that does not apply: {0}")]
+    Apply(wire::WireError),
+}
+
+impl DeltaError {
+    /// The base version it named, when it was a delta for another full set.
+    pub(crate) fn base(&self) -> Option<u64> {
+        match self {
+            DeltaError::OtherBase { base } => Some(*base),
+            _ => None,
         }
-        Ok(Some((verified.state(), verified.envelope.header.expires, set)))
+    }
+}
+
+impl Basis {
+    /// The set a delta's body makes of this full set.
+    pub(crate) fn take(&self, body: &[u8]) -> Result<CredentialSet, DeltaError> {
+        let delta = CredDelta::decode(body).map_err(DeltaError::Body)?;
+        if delta.base != self.version || delta.base_digest != self.digest {
+            return Err(DeltaError::OtherBase { base: delta.base });
+        }
+        self.set.patched(&delta).map_err(DeltaError::Apply)
     }
 }
 

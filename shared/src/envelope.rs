@@ -52,6 +52,8 @@ pub enum Kind {
     EdgeSettings,
     /// Which nodes control told to take a release ([`crate::release::Rollout`]).
     Rollout,
+    /// A node's credential set as a change to its last full set ([`crate::wire::CredDelta`]).
+    CredDelta,
 }
 
 impl Kind {
@@ -63,7 +65,7 @@ impl Kind {
             Kind::EdgeSettings | Kind::Rollout => 64 * KIB,
             Kind::Snapshot => 256 * KIB,
             // 100k users at ~40 bytes each.
-            Kind::CredentialSet => 8 * KIB * KIB,
+            Kind::CredentialSet | Kind::CredDelta => 8 * KIB * KIB,
             Kind::Batch | Kind::UsageReport | Kind::Release => 4 * KIB * KIB,
             Kind::Archive => 64 * KIB * KIB,
         }

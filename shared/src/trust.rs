@@ -631,6 +631,7 @@ fn signer<'t>(trust: &'t Trust, kind: Kind, stream_name: &str) -> (Role, Option<
         Kind::UsageReport => Role::Node,
         Kind::Snapshot
         | Kind::CredentialSet
+        | Kind::CredDelta
         | Kind::Batch
         | Kind::NodeRecord
         | Kind::UsageAck

@@ -5,7 +5,6 @@
 //! by their constructors and checked again by [`CredentialSet::decode`] and
 //! [`BatchManifest::decode`].
 
-use std::collections::BTreeMap;
 use std::fmt;
 
 use base64::Engine as _;
@@ -33,6 +32,8 @@ pub enum Stream {
     Snapshot(Digest),
     /// A node's credential set (`creds/<node>`).
     Creds(NodeId),
+    /// A node's set as a change to its last full set (`creds-delta/<node>`, [`CredDelta`]).
+    CredsDelta(NodeId),
     /// A node's registration: its public key (`node/<node>`).
     Node(NodeId),
     /// A node's usage reports, version = sequence number (`usage/<node>`).
@@ -61,6 +62,7 @@ impl Stream {
         Some(match *self {
             Stream::Snapshot(_) => (Kind::Snapshot, Audience::Edge),
             Stream::Creds(node) => (Kind::CredentialSet, Audience::Node(node)),
+            Stream::CredsDelta(node) => (Kind::CredDelta, Audience::Node(node)),
             Stream::UsageAck(node) => (Kind::UsageAck, Audience::Node(node)),
             Stream::Node(_) => (Kind::NodeRecord, Audience::Edge),
             Stream::EdgeSettings => (Kind::EdgeSettings, Audience::Edge),
@@ -75,6 +77,7 @@ impl fmt::Display for Stream {
         match self {
             Stream::Snapshot(hash) => write!(f, "sub/{}", hex::encode(hash)),
             Stream::Creds(node) => write!(f, "creds/{node}"),
+            Stream::CredsDelta(node) => write!(f, "creds-delta/{node}"),
             Stream::Node(node) => write!(f, "node/{node}"),
             Stream::Usage(node) => write!(f, "usage/{node}"),
             Stream::UsageAck(node) => write!(f, "ack/{node}"),
@@ -107,6 +110,7 @@ impl std::str::FromStr for Stream {
                 Stream::Snapshot(digest)
             }
             Some(("creds", id)) => Stream::Creds(node(id)?),
+            Some(("creds-delta", id)) => Stream::CredsDelta(node(id)?),
             Some(("node", id)) => Stream::Node(node(id)?),
             Some(("usage", id)) => Stream::Usage(node(id)?),
             Some(("ack", id)) => Stream::UsageAck(node(id)?),
@@ -141,6 +145,10 @@ pub mod stream {
     /// A node's credential set.
     pub fn creds(node: NodeId) -> String {
         Stream::Creds(node).to_string()
+    }
+    /// A node's set as a change to its last full set.
+    pub fn creds_delta(node: NodeId) -> String {
+        Stream::CredsDelta(node).to_string()
     }
     /// A node's registration (its public key).
     pub fn node(node: NodeId) -> String {
@@ -806,6 +814,197 @@ impl CredDiff {
     pub fn is_empty(&self) -> bool {
         self.added.is_empty() && self.removed.is_empty() && self.changed.is_empty() && self.limited.is_empty()
     }
+
+    /// How many users it names.
+    pub fn len(&self) -> usize {
+        self.added.len() + self.removed.len() + self.changed.len() + self.limited.len()
+    }
+}
+
+/// A node's credential set as a change to the last full set it was sent: control signs one
+/// of these (on the node's `creds-delta/<node>` stream) instead of the whole set when few
+/// users changed, so a change costs bytes in proportion to it at control, the edge and the
+/// node. It always runs from the full set at `base` to the set as it is now (never from the
+/// delta before it), so a node that missed deltas needs only the latest; and it names the
+/// digest of the set it makes, so a node that applies it holds exactly the set control built.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct CredDelta {
+    /// The node.
+    pub node: NodeId,
+    /// The version of the full set it applies to (on the node's `creds/<node>` stream).
+    pub base: u64,
+    /// SHA-256 of that set's encoding (the body of its envelope).
+    pub base_digest: Digest,
+    /// What changed since that set.
+    pub diff: CredDiff,
+    /// SHA-256 of the encoding of the set it makes.
+    pub result: Digest,
+}
+
+/// The encoding of a [`CredDelta`] (format 1), every list sorted by user without repeats.
+#[derive(Serialize, Deserialize)]
+struct DeltaV1 {
+    format: u64,
+    node: NodeId,
+    base: u64,
+    base_digest: Digest,
+    added: Vec<EntryV4>,
+    removed: Vec<UserId>,
+    changed: Vec<EntryV4>,
+    limited: Vec<EntryV4>,
+    result: Digest,
+}
+
+/// The prefix of a [`CredDelta`]'s encoding: which node and base it is for.
+#[derive(Deserialize)]
+struct DeltaPrefix {
+    format: u64,
+    node: NodeId,
+    base: u64,
+}
+
+impl From<&CredEntry> for EntryV4 {
+    fn from(e: &CredEntry) -> EntryV4 {
+        EntryV4 {
+            user: e.user,
+            hash: e.hash,
+            up: e.limit.up,
+            down: e.limit.down,
+            devices: e.devices,
+            kick: e.kick,
+            guard: e.guard,
+        }
+    }
+}
+
+impl From<EntryV4> for CredEntry {
+    fn from(e: EntryV4) -> CredEntry {
+        CredEntry {
+            user: e.user,
+            hash: e.hash,
+            limit: SpeedLimit { up: e.up, down: e.down },
+            devices: e.devices,
+            kick: e.kick,
+            guard: e.guard,
+        }
+    }
+}
+
+/// Whether users are sorted by id without repeats.
+fn strictly_sorted(users: impl Iterator<Item = UserId>) -> bool {
+    let mut last = None;
+    users.into_iter().all(|user| last.replace(user).is_none_or(|before| before < user))
+}
+
+impl CredDelta {
+    /// The delta format this version writes and reads.
+    pub const FORMAT: u64 = 1;
+
+    /// The delta from `base` (the full set signed at `version`, whose encoding hashes to
+    /// `base_digest`) to `new` (whose encoding hashes to `result`). `None` when a delta cannot
+    /// say it: another node, or other edges or device policy (those go in a full set).
+    pub fn between(
+        base: &CredentialSet,
+        version: u64,
+        base_digest: Digest,
+        new: &CredentialSet,
+        result: Digest,
+    ) -> Option<CredDelta> {
+        (base.node == new.node && base.edges == new.edges && base.policy == new.policy).then(|| CredDelta {
+            node: new.node,
+            base: version,
+            base_digest,
+            diff: base.diff(new),
+            result,
+        })
+    }
+
+    /// The canonical encoding.
+    pub fn encode(&self) -> Vec<u8> {
+        let entries = |list: &[CredEntry]| list.iter().map(EntryV4::from).collect::<Vec<_>>();
+        encode(&DeltaV1 {
+            format: Self::FORMAT,
+            node: self.node,
+            base: self.base,
+            base_digest: self.base_digest,
+            added: entries(&self.diff.added),
+            removed: self.diff.removed.clone(),
+            changed: entries(&self.diff.changed),
+            limited: entries(&self.diff.limited),
+            result: self.result,
+        })
+    }
+
+    /// Decodes strictly: format 1, every list sorted by user without repeats, the one
+    /// canonical encoding.
+    pub fn decode(bytes: &[u8]) -> Result<CredDelta, WireError> {
+        const MALFORMED: WireError = WireError::Malformed("credential delta");
+        let format = postcard::take_from_bytes::<u64>(bytes).map_err(|_| MALFORMED)?.0;
+        if format > Self::FORMAT {
+            return Err(WireError::NewerFormat(format));
+        }
+        let wire: DeltaV1 = decode(bytes, "credential delta")?;
+        if wire.format != Self::FORMAT {
+            return Err(MALFORMED);
+        }
+        let sorted = |list: &[EntryV4]| strictly_sorted(list.iter().map(|e| e.user));
+        if !sorted(&wire.added)
+            || !sorted(&wire.changed)
+            || !sorted(&wire.limited)
+            || !strictly_sorted(wire.removed.iter().copied())
+        {
+            return Err(WireError::Malformed("credential delta (users out of order)"));
+        }
+        let entries = |list: Vec<EntryV4>| list.into_iter().map(CredEntry::from).collect();
+        Ok(CredDelta {
+            node: wire.node,
+            base: wire.base,
+            base_digest: wire.base_digest,
+            diff: CredDiff {
+                added: entries(wire.added),
+                removed: wire.removed,
+                changed: entries(wire.changed),
+                limited: entries(wire.limited),
+            },
+            result: wire.result,
+        })
+    }
+
+    /// The node and base version of an encoded delta, read from its first bytes alone (for an
+    /// edge choosing what to answer a pull with; the node checks the whole delta itself).
+    pub fn base_of(bytes: &[u8]) -> Option<(NodeId, u64)> {
+        let (prefix, _) = postcard::take_from_bytes::<DeltaPrefix>(bytes).ok()?;
+        (prefix.format == Self::FORMAT).then_some((prefix.node, prefix.base))
+    }
+}
+
+/// Which of a node's two credential streams answers its pull.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum CredsAnswer {
+    /// The full set (`creds/<node>`).
+    Full,
+    /// The latest delta (`creds-delta/<node>`).
+    Delta,
+}
+
+/// What answers a node's pull, from what it says it holds (`after`: the version of the set
+/// or delta it applied last; `base`: the version of the full set under it, `None` from a node
+/// that takes no deltas) and what is stored (the full set's version; the latest delta's
+/// version and base). `None`: nothing newer for it.
+pub fn creds_answer(
+    after: u64,
+    base: Option<u64>,
+    full: Option<u64>,
+    delta: Option<(u64, u64)>,
+) -> Option<CredsAnswer> {
+    match (full, delta) {
+        // The delta on the full set the node holds, newer than both it and what the node has.
+        (Some(full), Some((version, on))) if version > full.max(after) && on == full && base == Some(full) => {
+            Some(CredsAnswer::Delta)
+        }
+        (Some(full), _) if full > after => Some(CredsAnswer::Full),
+        _ => None,
+    }
 }
 
 /// Why wire data was refused.
@@ -1004,23 +1203,59 @@ impl CredentialSet {
         }
     }
 
-    /// Applies a diff made by [`CredentialSet::diff`]; refuses one that does not fit.
+    /// Applies a diff made by [`CredentialSet::diff`]; refuses one that does not fit (a user
+    /// removed or changed that the set lacks, one added that it has, lists out of order). One
+    /// pass over the set: a node applies a delta to a set of 100,000 users on every change.
     pub fn apply(&self, diff: &CredDiff) -> Result<CredentialSet, WireError> {
-        let mut users: BTreeMap<UserId, CredEntry> = self.users.iter().map(|entry| (entry.user, *entry)).collect();
-        for user in &diff.removed {
-            users.remove(user).ok_or(WireError::DiffMismatch("removes a user not in the set"))?;
+        let mut replaced: Vec<&CredEntry> = diff.changed.iter().chain(&diff.limited).collect();
+        replaced.sort_unstable_by_key(|entry| entry.user);
+        if !strictly_sorted(diff.removed.iter().copied())
+            || !strictly_sorted(replaced.iter().map(|entry| entry.user))
+            || !strictly_sorted(diff.added.iter().map(|entry| entry.user))
+        {
+            return Err(WireError::DiffMismatch("users out of order or named twice"));
         }
-        for entry in diff.changed.iter().chain(&diff.limited) {
-            let held = users.get_mut(&entry.user).ok_or(WireError::DiffMismatch("changes a user not in the set"))?;
-            *held = *entry;
-        }
-        for entry in &diff.added {
-            if users.insert(entry.user, *entry).is_some() {
-                return Err(WireError::DiffMismatch("adds a user already in the set"));
+        let (mut removed, mut replaced) = (diff.removed.iter().peekable(), replaced.into_iter().peekable());
+        let mut kept = Vec::with_capacity(self.users.len() + diff.added.len());
+        for entry in &self.users {
+            if removed.next_if(|user| **user == entry.user).is_some() {
+                continue;
             }
+            kept.push(*replaced.next_if(|new| new.user == entry.user).unwrap_or(entry));
         }
-        let users = users.into_values().collect();
+        if removed.next().is_some() {
+            return Err(WireError::DiffMismatch("removes a user not in the set"));
+        }
+        if replaced.next().is_some() {
+            return Err(WireError::DiffMismatch("changes a user not in the set"));
+        }
+        let mut users = Vec::with_capacity(kept.len() + diff.added.len());
+        let mut added = diff.added.iter().peekable();
+        for entry in kept {
+            while let Some(new) = added.next_if(|new| new.user <= entry.user) {
+                if new.user == entry.user {
+                    return Err(WireError::DiffMismatch("adds a user already in the set"));
+                }
+                users.push(*new);
+            }
+            users.push(entry);
+        }
+        users.extend(added.copied());
         Ok(CredentialSet { node: self.node, users, edges: self.edges.clone(), policy: self.policy })
+    }
+
+    /// The set a delta makes of this one (the full set it names as its base): refused when it
+    /// is for another node, does not fit, or does not make the very set control built (the
+    /// digest of its encoding is not the delta's `result`).
+    pub fn patched(&self, delta: &CredDelta) -> Result<CredentialSet, WireError> {
+        if delta.node != self.node {
+            return Err(WireError::DiffMismatch("for another node"));
+        }
+        let set = self.apply(&delta.diff)?;
+        if crate::sha256(&set.encode()) != delta.result {
+            return Err(WireError::DiffMismatch("it does not make the set control signed"));
+        }
+        Ok(set)
     }
 }
 
@@ -1708,6 +1943,68 @@ mod tests {
         assert_eq!(format!("{token:?}"), "SubToken(****)");
     }
 
+    #[test]
+    fn a_delta_is_refused_when_it_does_not_fit_or_is_not_canonical() {
+        let a = CredentialSet::new(5, vec![entry(1, 1), entry(2, 2), entry(3, 3)]).unwrap();
+        let b = CredentialSet::new(5, vec![entry(1, 1), entry(3, 9), entry(4, 4)]).unwrap();
+        let digest = |set: &CredentialSet| crate::sha256(&set.encode());
+        let delta = CredDelta::between(&a, 7, digest(&a), &b, digest(&b)).unwrap();
+        assert_eq!(delta.diff.removed, [2]);
+        assert_eq!(delta.diff.changed, [entry(3, 9)]);
+        assert_eq!(delta.diff.added, [entry(4, 4)]);
+        // Another node's set, or other edges or policy: a full set says it, not a delta.
+        let elsewhere = CredentialSet::new(6, b.users().to_vec()).unwrap();
+        assert_eq!(CredDelta::between(&a, 7, digest(&a), &elsewhere, digest(&elsewhere)), None);
+        let strict = b.clone().with_policy(DevicePolicy::DropOldest);
+        assert_eq!(CredDelta::between(&a, 7, digest(&a), &strict, digest(&strict)), None);
+        assert_eq!(
+            a.patched(&CredDelta { node: 6, ..delta.clone() }),
+            Err(WireError::DiffMismatch("for another node"))
+        );
+        // On a set it was not made for: a user it removes or changes is missing.
+        let smaller = CredentialSet::new(5, vec![entry(1, 1), entry(3, 3)]).unwrap();
+        assert_eq!(smaller.patched(&delta), Err(WireError::DiffMismatch("removes a user not in the set")));
+        // Lists out of order, or a user named twice, do not decode.
+        let mut bytes = delta.encode();
+        let mut twice = delta.clone();
+        twice.diff.removed = vec![2, 2];
+        assert!(CredDelta::decode(&twice.encode()).is_err());
+        assert!(a.apply(&twice.diff).is_err());
+        // Trailing bytes, or a newer format.
+        bytes.push(0);
+        assert_eq!(CredDelta::decode(&bytes), Err(WireError::Malformed("credential delta")));
+        let mut newer = delta.encode();
+        newer[0] = 2;
+        assert_eq!(CredDelta::decode(&newer), Err(WireError::NewerFormat(2)));
+        assert_eq!(CredDelta::base_of(&newer), None);
+    }
+
+    #[test]
+    fn a_pull_is_answered_with_the_delta_only_on_the_full_set_the_node_holds() {
+        use CredsAnswer::{Delta, Full};
+        // (after, base, full, delta): what the node holds, what is stored.
+        let cases = [
+            // Nothing stored, or nothing newer.
+            (0, None, None, None, None),
+            (5, Some(5), Some(5), None, None),
+            (9, Some(5), Some(5), Some((9, 5)), None),
+            // A node with nothing, or on an older full set: the full set first.
+            (0, None, Some(5), Some((9, 5)), Some(Full)),
+            (3, Some(3), Some(5), Some((9, 5)), Some(Full)),
+            // A node that takes no deltas gets the full set, even when a delta is newer.
+            (5, None, Some(5), Some((9, 5)), None),
+            // On the full set: the delta, whichever delta it applied before.
+            (5, Some(5), Some(5), Some((9, 5)), Some(Delta)),
+            (7, Some(5), Some(5), Some((9, 5)), Some(Delta)),
+            // A delta on an older full set is never sent, nor one older than the full set.
+            (5, Some(5), Some(5), Some((9, 3)), None),
+            (3, Some(3), Some(10), Some((9, 3)), Some(Full)),
+        ];
+        for (after, base, full, delta, want) in cases {
+            assert_eq!(creds_answer(after, base, full, delta), want, "{after} {base:?} {full:?} {delta:?}");
+        }
+    }
+
     fn set_strategy() -> impl proptest::strategy::Strategy<Value = CredentialSet> {
         use proptest::prelude::*;
         prop::collection::btree_map(0u64..64, (any::<u8>(), 0u64..3, 0u64..3), 0..40).prop_map(|users| {
@@ -1738,6 +2035,23 @@ mod tests {
             proptest::prop_assert_eq!(a.diff(&b).is_empty(), a == b);
         }
 
+        /// A delta from `a` to `b` survives its encoding, makes `b` of `a` and nothing of `b`
+        /// (unless they are the same set), and its first bytes name its node and base.
+        #[test]
+        fn a_delta_makes_the_set_it_names(a in set_strategy(), b in set_strategy(), base in 1u64..1 << 40) {
+            let (a_digest, b_digest) = (crate::sha256(&a.encode()), crate::sha256(&b.encode()));
+            let delta = CredDelta::between(&a, base, a_digest, &b, b_digest).unwrap();
+            let bytes = delta.encode();
+            proptest::prop_assert_eq!(CredDelta::decode(&bytes).unwrap(), delta.clone());
+            proptest::prop_assert_eq!(CredDelta::base_of(&bytes), Some((5, base)));
+            proptest::prop_assert_eq!(a.patched(&delta).unwrap(), b.clone());
+            proptest::prop_assert_eq!(b.patched(&delta).is_ok(), delta.diff.is_empty());
+            // Any change to what it makes is refused.
+            let mut other = delta.clone();
+            other.result[0] ^= 1;
+            proptest::prop_assert!(a.patched(&other).is_err());
+        }
+
         /// The strict decoders never panic and accept only canonical input.
         #[test]
         fn decoders_take_any_bytes(bytes in proptest::collection::vec(proptest::prelude::any::<u8>(), 0..300)) {
@@ -1749,6 +2063,9 @@ mod tests {
             }
             if let Ok(report) = UsageReport::decode(&bytes) {
                 proptest::prop_assert_eq!(report.encode(), bytes.clone());
+            }
+            if let Ok(delta) = CredDelta::decode(&bytes) {
+                proptest::prop_assert_eq!(delta.encode(), bytes.clone());
             }
             let _ = decode::<Snapshot>(&bytes, "snapshot");
             let _ = crate::seal::open(&bytes, &SubToken::from_bytes([1; 32]));
@@ -1764,6 +2081,7 @@ mod tests {
             Stream::Snapshot([0xab; 32]),
             Stream::Creds(0),
             Stream::Creds(17),
+            Stream::CredsDelta(17),
             Stream::Node(u64::MAX),
             Stream::Usage(3),
             Stream::UsageAck(4),
@@ -1793,6 +2111,7 @@ mod tests {
             "creds/",
             "creds/+1",
             "creds/1/2",
+            "creds-delta/01",
             "ack/x",
             "sub/ab",
             upper.as_str(),
@@ -1806,6 +2125,10 @@ mod tests {
         assert_eq!(
             Stream::Creds(5).pushed(),
             Some((crate::envelope::Kind::CredentialSet, crate::envelope::Audience::Node(5)))
+        );
+        assert_eq!(
+            Stream::CredsDelta(5).pushed(),
+            Some((crate::envelope::Kind::CredDelta, crate::envelope::Audience::Node(5)))
         );
         assert_eq!(Stream::Usage(5).pushed(), None, "reports go the other way");
     }

@@ -152,6 +152,7 @@ both!(
     a_changed_link_serves_at_once_and_a_rotated_one_is_gone_for_good,
     user_agent_rules_from_control_pick_the_format,
     nodes_pull_their_own_set_and_usage_queues_for_control,
+    a_node_gets_the_delta_on_the_full_set_it_holds_and_the_full_set_otherwise,
     the_archive_round_trips_and_everything_survives_a_restart,
     everything_stored_comes_back_in_export_pages_for_a_restore,
     export_pages_hold_no_more_bytes_than_control_reads,
@@ -1051,6 +1052,48 @@ fn usage_report(sim: &ControlSim, seq: u64, key: &SecretKey) -> Vec<u8> {
 fn signed_get(http: &reqwest::Client, base: &str, path: &str, key: &SecretKey, node: u64) -> reqwest::RequestBuilder {
     let url = format!("{base}{path}");
     http.get(&url).header(nodeauth::HEADER, hearth_tests::node_signature(key, node, "GET", &url, b""))
+}
+
+/// A node that holds the full set gets the delta on it (the same bytes control signed); a
+/// node on an older set, or one that takes no deltas, gets the full set; one that holds the
+/// delta gets nothing; a delta on another full set is never sent.
+async fn a_node_gets_the_delta_on_the_full_set_it_holds_and_the_full_set_otherwise(backend: Backend) {
+    let mut s = start(backend, &[]);
+    let node_key = SecretKey::generate(Role::Node, &mut OsRng).unwrap();
+    let old = CredentialSet::new(1, vec![CredEntry::new(5, [5; 32])]).unwrap();
+    let set = CredentialSet::new(1, vec![CredEntry::new(5, [5; 32]), CredEntry::new(6, [6; 32])]).unwrap();
+    let items = [s.sim.node(1, Some(node_key.public())), s.sim.creds(&old)];
+    assert_eq!(s.push_items(&items).await.0, StatusCode::OK);
+    let full = s.sim.creds(&set);
+    let full_bytes = full.envelope().unwrap().to_vec();
+    assert_eq!(s.push_items(&[full]).await.0, StatusCode::OK);
+    let digest = |set: &CredentialSet| hearth_shared::sha256(&set.encode());
+    let newer = CredentialSet::new(1, vec![CredEntry::new(6, [6; 32]), CredEntry::new(7, [7; 32])]).unwrap();
+    let delta = wire::CredDelta::between(&set, 2, digest(&set), &newer, digest(&newer)).unwrap();
+    let delta = s.sim.item_at(Kind::CredDelta, stream::creds_delta(1), 3, Audience::Node(1), delta.encode());
+    let delta_bytes = delta.envelope().unwrap().to_vec();
+    assert_eq!(s.push_items(&[delta]).await.0, StatusCode::OK);
+
+    let (http, url) = (s.http.clone(), s.edge.url.clone());
+    let pull = |query: &str| {
+        let request = signed_get(&http, &url, &format!("/{API}/nodes/1/creds?{query}"), &node_key, 1);
+        async move {
+            let response = request.send().await.unwrap();
+            (response.status(), response.bytes().await.unwrap().to_vec())
+        }
+    };
+    assert_eq!(pull("after=2&base=2").await, (StatusCode::OK, delta_bytes.clone()), "on the full set: the delta");
+    assert_eq!(pull("after=0&base=0").await, (StatusCode::OK, full_bytes.clone()), "nothing yet: the full set");
+    assert_eq!(pull("after=1&base=1").await, (StatusCode::OK, full_bytes.clone()), "an older set: the full set");
+    assert_eq!(pull("after=2").await.0, StatusCode::NO_CONTENT, "a node that takes no deltas");
+    assert_eq!(pull("after=3&base=2").await.0, StatusCode::NO_CONTENT, "it holds the delta");
+
+    // A delta on an older full set is not the answer, whatever the node says it holds.
+    let stale = wire::CredDelta::between(&old, 1, digest(&old), &newer, digest(&newer)).unwrap();
+    let stale = s.sim.item_at(Kind::CredDelta, stream::creds_delta(1), 4, Audience::Node(1), stale.encode());
+    assert_eq!(s.push_items(&[stale]).await.0, StatusCode::OK);
+    assert_eq!(pull("after=2&base=2").await.0, StatusCode::NO_CONTENT);
+    assert_eq!(pull("after=1&base=1").await, (StatusCode::OK, full_bytes), "the full set, never the delta");
 }
 
 async fn nodes_pull_their_own_set_and_usage_queues_for_control(backend: Backend) {

@@ -104,13 +104,14 @@ fn key_record(sim: &ControlSim, role: Role, version: u64, key: &SecretKey, signe
 enum Obj {
     Snapshot,
     Creds,
+    Delta,
     Node,
     Ack,
     Settings,
     Rollout,
 }
 
-const OBJS: [Obj; 6] = [Obj::Snapshot, Obj::Creds, Obj::Node, Obj::Ack, Obj::Settings, Obj::Rollout];
+const OBJS: [Obj; 7] = [Obj::Snapshot, Obj::Creds, Obj::Delta, Obj::Node, Obj::Ack, Obj::Settings, Obj::Rollout];
 
 /// What a case sends the edge.
 enum Send {
@@ -220,6 +221,13 @@ impl Edge {
                 Audience::Node(1),
                 CredentialSet::new(1, vec![CredEntry::new(5, [5; 32])]).unwrap().encode(),
             ),
+            Obj::Delta => {
+                let base = CredentialSet::new(1, vec![CredEntry::new(5, [5; 32])]).unwrap();
+                let new = CredentialSet::new(1, vec![CredEntry::new(6, [6; 32])]).unwrap();
+                let digest = |set: &CredentialSet| hearth_shared::sha256(&set.encode());
+                let delta = wire::CredDelta::between(&base, 1, digest(&base), &new, digest(&new)).unwrap();
+                (Kind::CredDelta, stream::creds_delta(1), Audience::Node(1), delta.encode())
+            }
             Obj::Node => (
                 Kind::NodeRecord,
                 stream::node(1),
@@ -883,6 +891,49 @@ async fn a_node_refuses_every_tampered_object_from_the_edge() {
             NodeSend::Creds(resign_body(&v4, &sim.signing, Some(set(&[1], 2)), |_| {})),
             &["a set for another node"],
         ),
+    ]);
+    // A delta on the set held (version 3), damaged, on another full set, making another set,
+    // or not control's.
+    let decoded = |users: &[u64]| CredentialSet::decode(&set(users, 1)).unwrap();
+    let (held, grown) = (decoded(&[1, 2]), decoded(&[1, 2, 3]));
+    let digest = |set: &CredentialSet| hearth_shared::sha256(&set.encode());
+    let delta = wire::CredDelta::between(&held, 3, digest(&held), &grown, digest(&grown)).unwrap();
+    let signed_delta = |key: &SecretKey, delta: &wire::CredDelta, change: &dyn Fn(&mut Draft)| {
+        let mut draft = sim.draft(Kind::CredDelta, stream::creds_delta(1), 4, Audience::Node(1));
+        change(&mut draft);
+        NodeSend::Creds(draft.sign(delta.encode(), &[key]).encode())
+    };
+    let d4 =
+        sim.draft(Kind::CredDelta, stream::creds_delta(1), 4, Audience::Node(1)).sign(delta.encode(), &[&sim.signing]);
+    for (how, damaged) in damaged_sample(&d4.encode()) {
+        cases.push(case(format!("a delta with {how}"), NodeSend::Creds(damaged), DAMAGED));
+    }
+    let on_older = wire::CredDelta { base: 2, ..delta.clone() };
+    let lying = wire::CredDelta { result: digest(&held), ..delta.clone() };
+    let elsewhere = wire::CredDelta { node: 2, ..delta.clone() };
+    cases.extend([
+        case(
+            "a delta on another full set".into(),
+            signed_delta(&sim.signing, &on_older, &|_| {}),
+            &["a delta on the full set of version 2"],
+        ),
+        case(
+            "a delta that makes another set than it names".into(),
+            signed_delta(&sim.signing, &lying, &|_| {}),
+            &["it does not make the set control signed"],
+        ),
+        case(
+            "a delta for another node in its body".into(),
+            signed_delta(&sim.signing, &elsewhere, &|_| {}),
+            &["for another node"],
+        ),
+        case("a delta signed by the retired key".into(), signed_delta(&retired, &delta, &|_| {}), &["does not know"]),
+        case(
+            "a delta on another node's stream".into(),
+            signed_delta(&sim.signing, &delta, &|d| d.stream = stream::creds_delta(2)),
+            &["from stream"],
+        ),
+        case("a delta expired".into(), signed_delta(&sim.signing, &delta, &expired), &["expired at"]),
     ]);
     // The key records sent with "nothing new".
     let keys = |records: Vec<Vec<u8>>| NodeSend::Keys(chain_to_header(&records));

@@ -135,9 +135,13 @@ struct CredsQuery {
     after: u64,
     #[serde(default)]
     wait: u64,
+    /// The version of the full set under what the node holds; given by nodes that take
+    /// deltas ([`hearth_shared::wire::CredDelta`]).
+    base: Option<u64>,
 }
 
-/// A node's credential set, when newer than `after`; with `wait`, held up to that many
+/// A node's credential set or its delta (see [`publish::node_creds`]), when newer than
+/// `after`; with `wait`, held up to that many
 /// seconds (at most 60) until there is one, else 204 (as the edge answers). What it logs is
 /// in a span that names the node and the version it holds (never its signature).
 #[tracing::instrument(name = "pull", level = "warn", skip_all, fields(node = node, after = query.after))]
@@ -154,7 +158,7 @@ async fn creds(
     }
     let now_s = now();
     let state = app.clone();
-    let after = query.after;
+    let (after, base) = (query.after, query.base);
     let said = |name: &str| headers.get(name).and_then(|v| v.to_str().ok()).map(str::to_owned);
     let (running, update) = (said(nodeauth::NODE_VERSION_HEADER), said(nodeauth::NODE_UPDATE_HEADER));
     let seen = app
@@ -164,7 +168,8 @@ async fn creds(
             crate::releases::node_says(tx, node, running.as_deref(), update.as_deref())?;
             // A node holding a later set than control has (control was restored from an older
             // state): the set is signed again above it, so the node takes it.
-            publish::raise_creds(tx, &state.signer, node, after, now_s)
+            publish::raise_creds(tx, &state.signer, node, after, now_s)?;
+            publish::takes_deltas(tx, &state.signer, node, base.is_some(), now_s)
         })
         .await;
     if let Err(e) = seen {
@@ -177,19 +182,16 @@ async fn creds(
     let mut told: Option<u64> = None;
     let mut response = loop {
         changes.borrow_and_update();
-        let name = stream::creds(node);
         let state = app.clone();
         // The key records are read with the set, so a set signed by a rotated key always
         // travels with the record that certifies it.
         let read = move |c: &rusqlite::Connection| {
-            Ok((publish::envelope(c, &name)?, state.signer.online(c)?, crate::releases::target(c, node)?))
+            Ok((publish::node_creds(c, node, after, base)?, state.signer.online(c)?, crate::releases::target(c, node)?))
         };
         match app.db.read(read).await {
             Ok((set, online, target)) => {
                 keys = Some((online, target));
-                if let Some((version, bytes)) = set
-                    && version > query.after
-                {
+                if let Some(bytes) = set {
                     break octets(StatusCode::OK, bytes);
                 }
                 // A new release to run is news too: the answer names it.

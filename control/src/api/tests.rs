@@ -462,6 +462,72 @@ fn set_of(answer: &Answer) -> CredentialSet {
     CredentialSet::decode(&envelope.body).unwrap()
 }
 
+/// A node that says which full set it holds (`base`) is sent a change to one user as a delta
+/// on that set, a few hundred bytes however many users the set has, which makes the set
+/// control built; one that does not (a node from before deltas) is sent the whole set, and a
+/// node that goes back to an older release gets the whole set signed again.
+#[tokio::test]
+async fn a_change_to_one_user_reaches_a_node_as_a_delta_on_the_set_it_holds() {
+    let client = Client::signed_in(true).await;
+    let names: Vec<String> = (0..300).map(|i| format!("family-{i:03}")).collect();
+    let created = client.post("/users/bulk", json!({ "names": names })).await;
+    assert_eq!(created.status, StatusCode::CREATED, "{}", String::from_utf8_lossy(&created.body));
+    let (node, key) = enroll(&client, json!(["default"])).await;
+    let pulled = node_get(&client, node, &key, &format!("/nodes/{node}/creds?after=0&base=0")).await;
+    assert_eq!(pulled.status, StatusCode::OK);
+    let full = Envelope::decode(&pulled.body, Kind::CredentialSet.max_len()).unwrap();
+    let base = CredentialSet::decode(&full.body).unwrap();
+    assert_eq!(base.users().len(), 300);
+    let on = full.header.version;
+
+    // One user disabled: the long poll wakes with a delta on the full set held.
+    let victim = base.users()[7].user;
+    let wait_path = format!("/nodes/{node}/creds?after={on}&base={on}&wait=10");
+    let waiter = node_get(&client, node, &key, &wait_path);
+    let disabler = async {
+        tokio::time::sleep(std::time::Duration::from_millis(200)).await;
+        client.post(&format!("/users/{victim}/disable"), json!({})).await
+    };
+    let (woken, _) = tokio::join!(waiter, disabler);
+    assert_eq!(woken.status, StatusCode::OK);
+    let envelope = Envelope::decode(&woken.body, Kind::CredDelta.max_len()).unwrap();
+    assert_eq!((envelope.header.kind, envelope.header.stream.as_str()), (Kind::CredDelta, &*stream::creds_delta(node)));
+    assert!(woken.body.len() < 1024, "a delta of {} bytes for one user of 300", woken.body.len());
+    let delta = hearth_shared::wire::CredDelta::decode(&envelope.body).unwrap();
+    assert_eq!(
+        (delta.base, delta.base_digest, delta.diff.removed.as_slice()),
+        (on, full.header.body_hash, &[victim][..])
+    );
+    let now_set = base.patched(&delta).unwrap();
+    assert_eq!(now_set.users().len(), 299);
+    let at = envelope.header.version;
+    assert!(at > on);
+    // What the node holds now: nothing newer.
+    let held = node_get(&client, node, &key, &format!("/nodes/{node}/creds?after={at}&base={on}")).await;
+    assert_eq!(held.status, StatusCode::NO_CONTENT);
+    // A second change: the delta still runs from the full set, and names both users.
+    let other = base.users()[9].user;
+    client.post(&format!("/users/{other}/disable"), json!({})).await;
+    let second = node_get(&client, node, &key, &format!("/nodes/{node}/creds?after={at}&base={on}")).await;
+    let second = Envelope::decode(&second.body, Kind::CredDelta.max_len()).unwrap();
+    let delta = hearth_shared::wire::CredDelta::decode(&second.body).unwrap();
+    assert_eq!((delta.base, delta.diff.removed.as_slice()), (on, &[victim, other][..]));
+    assert_eq!(base.patched(&delta).unwrap().users().len(), 298);
+
+    // A node on that release again, pulling without `base`: the whole set, signed above both.
+    let whole = node_get(&client, node, &key, &format!("/nodes/{node}/creds?after={on}")).await;
+    assert_eq!(whole.status, StatusCode::OK);
+    let envelope = Envelope::decode(&whole.body, Kind::CredentialSet.max_len()).unwrap();
+    assert!(envelope.header.version > second.header.version);
+    assert_eq!(set_of(&whole), base.patched(&delta).unwrap());
+    // And it goes on getting whole sets: a change signs the whole set again.
+    let third = base.users()[11].user;
+    client.post(&format!("/users/{third}/disable"), json!({})).await;
+    let after = envelope.header.version;
+    let next = node_get(&client, node, &key, &format!("/nodes/{node}/creds?after={after}")).await;
+    assert_eq!(set_of(&next).users().len(), 297);
+}
+
 /// A node's request is taken once, for the method, host, path and body it was signed for: a
 /// captured request sent again (same header, same body) is refused as a replay, and its
 /// header with another body, at another host or on another path, is refused. A header signed

@@ -467,6 +467,7 @@ pub(crate) fn delete(conn: &Connection, changes: &mut Changes, actor: &str, id: 
         changes.node_record(id, None);
     }
     changes.gone(stream::creds(id));
+    changes.gone(stream::creds_delta(id));
     audit(conn, now, actor, "node.delete", &format!("node {id} ({})", before.name), "")?;
     Ok(())
 }
