@@ -553,13 +553,26 @@ pub async fn tcp_echo() -> Result<std::net::SocketAddr> {
     Ok(addr)
 }
 
-/// The id of the key that signed the credential set a node holds on disk, and the users in it.
+/// The id of the key that signed the credential set a node holds on disk, and the users in it:
+/// the full set (`creds.envelope`), with the delta on it (`creds.delta`) applied when there
+/// is one.
 pub fn held_set(state: &Path) -> Option<(String, Vec<u64>)> {
     use hearth_shared::envelope::{Envelope, Kind};
     let bytes = std::fs::read(state.join("creds.envelope")).ok()?;
     let envelope = Envelope::decode(&bytes, Kind::CredentialSet.max_len()).ok()?;
-    let set = wire::CredentialSet::decode(&envelope.body).ok()?;
-    Some((envelope.signatures[0].key.to_string(), set.users().iter().map(|entry| entry.user).collect()))
+    let mut set = wire::CredentialSet::decode(&envelope.body).ok()?;
+    let mut signer = envelope.signatures[0].key.to_string();
+    let delta = std::fs::read(state.join("creds.delta")).ok();
+    if let Some(delta) = delta.and_then(|bytes| Envelope::decode(&bytes, Kind::CredDelta.max_len()).ok())
+        && let Ok(change) = wire::CredDelta::decode(&delta.body)
+        && change.base == envelope.header.version
+        && change.base_digest == envelope.header.body_hash
+        && let Ok(patched) = set.patched(&change)
+    {
+        set = patched;
+        signer = delta.signatures[0].key.to_string();
+    }
+    Some((signer, set.users().iter().map(|entry| entry.user).collect()))
 }
 
 /// The hysteria2 outbound of the sing-box profile the edge serves for `link` (asked until it
