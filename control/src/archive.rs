@@ -359,7 +359,7 @@ pub(crate) async fn archiver(app: Arc<App>, mut shutdown: watch::Receiver<bool>)
                     )
                     .await;
                     match sent {
-                        Ok(()) => {
+                        Ok(_) => {
                             archive_retry.ok(id);
                             let _ = app
                                 .db

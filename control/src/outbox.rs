@@ -81,6 +81,9 @@ struct Chunk {
 }
 
 fn chunk(conn: &rusqlite::Connection, edge: i64, pushed: i64) -> Result<Option<Chunk>, Error> {
+    // Credential deltas go only to an edge that said it keeps them (an older edge would refuse
+    // the whole push); they are queued again once it says so (`edges::said_deltas`).
+    let deltas = edges::takes_deltas(conn, edge)?;
     // A stream set aside at its current version is not sent again: the rest goes on past it.
     let mut query = conn.prepare_cached(
         "SELECT s.name, s.version, s.envelope, s.seq,
@@ -100,7 +103,11 @@ fn chunk(conn: &rusqlite::Connection, edge: i64, pushed: i64) -> Result<Option<C
             break;
         }
         to = seq;
-        if held || name.parse::<Stream>().ok().and_then(|s| s.pushed()).is_none() {
+        let parsed = name.parse::<Stream>().ok();
+        if held
+            || parsed.and_then(|s| s.pushed()).is_none()
+            || (!deltas && matches!(parsed, Some(Stream::CredsDelta(_))))
+        {
             continue;
         }
         bytes += size;
@@ -125,10 +132,12 @@ async fn push_once(app: &Arc<App>, target: &Target) -> Result<usize, String> {
     let Some(Chunk { items, to }) = found else { return Ok(0) };
     let sent: Vec<(String, u64)> = items.iter().map(|(name, version, _)| (name.clone(), *version)).collect();
     let names: Vec<String> = sent.iter().map(|(name, _)| name.clone()).collect();
+    let mut deltas = None;
     if !items.is_empty() {
         let size = push_bundle(app, target, items).await.map_err(|e| (e, &sent));
         match size {
-            Ok(size) => {
+            Ok((size, takes)) => {
+                deltas = Some(takes);
                 Counters::add(&app.counters.pushes, 1);
                 Counters::add(&app.counters.pushed_bytes, size);
                 Counters::add(&app.counters.pushed_items, sent.len() as u64);
@@ -149,16 +158,26 @@ async fn push_once(app: &Arc<App>, target: &Target) -> Result<usize, String> {
         }
     }
     let taken = names.len();
-    app.db.write(move |tx| edges::pushed(tx, id, to, &names, now())).await.map_err(|e| e.to_string())?;
+    app.db
+        .write(move |tx| {
+            edges::pushed(tx, id, to, &names, now())?;
+            match deltas {
+                Some(takes) => edges::said_deltas(tx, id, takes),
+                None => Ok(()),
+            }
+        })
+        .await
+        .map_err(|e| e.to_string())?;
     Ok(taken.max(1))
 }
 
-/// Signs a batch manifest over `items` and pushes it with them; returns the bytes sent.
+/// Signs a batch manifest over `items` and pushes it with them; returns the bytes sent, and
+/// whether the edge said it keeps credential deltas.
 async fn push_bundle(
     app: &Arc<App>,
     target: &Target,
     items: Vec<(String, u64, Option<Vec<u8>>)>,
-) -> Result<u64, EdgeError> {
+) -> Result<(u64, bool), EdgeError> {
     let now = now();
     let state = app.clone();
     let (batch, online) = app
@@ -197,8 +216,8 @@ async fn push_bundle(
     };
     let body = wire::encode(&bundle);
     let size = body.len() as u64;
-    send_to_edge(app, target, reqwest::Method::POST, "push", body, Duration::from_secs(60)).await?;
-    Ok(size)
+    let answer = send_to_edge(app, target, reqwest::Method::POST, "push", body, Duration::from_secs(60)).await?;
+    Ok((size, answer.contains_key(wire::DELTAS_HEADER)))
 }
 
 /// Why the edge did not take what control sent.
@@ -225,7 +244,7 @@ pub(crate) async fn send_to_edge(
     path: &str,
     body: Vec<u8>,
     timeout: Duration,
-) -> Result<(), EdgeError> {
+) -> Result<reqwest::header::HeaderMap, EdgeError> {
     let response = app
         .http
         .request(method, target.api(path))
@@ -244,7 +263,7 @@ pub(crate) async fn send_to_edge(
         let (message, stream) = crate::capped::refusal(response).await;
         return Err(EdgeError { text: format!("the edge refused the {path} ({status}): {message}"), stream });
     }
-    Ok(())
+    Ok(response.headers().clone())
 }
 
 /// Keeps one worker per edge until shutdown: edges the owner adds get one within a second of

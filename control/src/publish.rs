@@ -740,7 +740,8 @@ pub(crate) fn publish_creds(
     }
     let above = full_version.max(delta_version);
     let target = (Kind::CredentialSet, full_name, Audience::Node(node));
-    if let Some((_, Some(_), Some(base_digest))) = full.filter(|_| deltas && !force)
+    let deltas = deltas && !force && edges::all_take_deltas(conn)?;
+    if let Some((_, Some(_), Some(base_digest))) = full.filter(|_| deltas)
         && let Some(delta) = delta_of(conn, &target.1, full_version, base_digest, &set, content)?
     {
         let body = delta.encode();

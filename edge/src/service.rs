@@ -95,7 +95,13 @@ pub async fn handle<S: Storage>(
         _ if !config.push_token.matches(call.authorization) => {
             api::error(401, "unauthorized", "a valid push token is required")
         }
-        Route::Push => push(store, trust, call.body, call.now).await?,
+        Route::Push => {
+            let mut reply = push(store, trust, call.body, call.now).await?;
+            if reply.status == 200 {
+                reply.headers.push((wire::DELTAS_HEADER, "1".to_owned()));
+            }
+            reply
+        }
         Route::UsageDrain { after } => {
             let mut drain = UsageDrain { cursor: after, reports: Vec::new() };
             store.drain_usage(after, &mut drain).await?;

@@ -978,6 +978,12 @@ impl CredDelta {
     }
 }
 
+/// The header an edge's answer to a push carries when it keeps and serves credential deltas
+/// (`creds-delta/<node>` streams): control signs deltas only once every edge said so, and
+/// pushes none to an edge that has not (an older edge refuses a push with a kind it cannot
+/// read).
+pub const DELTAS_HEADER: &str = "hearth-edge-deltas";
+
 /// Which of a node's two credential streams answers its pull.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum CredsAnswer {
@@ -1080,19 +1086,7 @@ impl CredentialSet {
     pub fn encode(&self) -> Vec<u8> {
         let mut out = postcard::to_allocvec(&self.node).expect("encoding into a Vec cannot fail");
         if self.needs_format_4() {
-            let users: Vec<EntryV4> = self
-                .users
-                .iter()
-                .map(|e| EntryV4 {
-                    user: e.user,
-                    hash: e.hash,
-                    up: e.limit.up,
-                    down: e.limit.down,
-                    devices: e.devices,
-                    kick: e.kick,
-                    guard: e.guard,
-                })
-                .collect();
+            let users: Vec<EntryV4> = self.users.iter().map(EntryV4::from).collect();
             let rest = (Vec::<EntryV1>::new(), 4u64, users, &self.edges, self.policy);
             postcard::to_extend(&rest, out).expect("encoding into a Vec cannot fail")
         } else if self.has_limits() || !self.edges.is_empty() {
@@ -1145,17 +1139,7 @@ impl CredentialSet {
                     let (listed, rest) = postcard::take_from_bytes(rest).map_err(|_| MALFORMED)?;
                     edges = listed;
                     policy = postcard::from_bytes(rest).map_err(|_| MALFORMED)?;
-                    users
-                        .into_iter()
-                        .map(|e| CredEntry {
-                            user: e.user,
-                            hash: e.hash,
-                            limit: SpeedLimit { up: e.up, down: e.down },
-                            devices: e.devices,
-                            kick: e.kick,
-                            guard: e.guard,
-                        })
-                        .collect()
+                    users.into_iter().map(CredEntry::from).collect()
                 }
                 newer if newer > CREDS_FORMAT => return Err(WireError::NewerFormat(newer)),
                 _ => return Err(MALFORMED),

@@ -1063,7 +1063,11 @@ async fn a_node_gets_the_delta_on_the_full_set_it_holds_and_the_full_set_otherwi
     let old = CredentialSet::new(1, vec![CredEntry::new(5, [5; 32])]).unwrap();
     let set = CredentialSet::new(1, vec![CredEntry::new(5, [5; 32]), CredEntry::new(6, [6; 32])]).unwrap();
     let items = [s.sim.node(1, Some(node_key.public())), s.sim.creds(&old)];
-    assert_eq!(s.push_items(&items).await.0, StatusCode::OK);
+    // The answer to a push says the edge keeps deltas: control pushes them only to such edges.
+    let answer = s.http.post(format!("{}/{API}/push", s.edge.url)).bearer_auth(PUSH_TOKEN).body(s.sim.push(&items));
+    let answer = answer.send().await.unwrap();
+    assert_eq!(answer.status(), StatusCode::OK);
+    assert_eq!(answer.headers()[wire::DELTAS_HEADER], "1");
     let full = s.sim.creds(&set);
     let full_bytes = full.envelope().unwrap().to_vec();
     assert_eq!(s.push_items(&[full]).await.0, StatusCode::OK);

@@ -478,7 +478,25 @@ async fn a_change_to_one_user_reaches_a_node_as_a_delta_on_the_set_it_holds() {
     let full = Envelope::decode(&pulled.body, Kind::CredentialSet.max_len()).unwrap();
     let base = CredentialSet::decode(&full.body).unwrap();
     assert_eq!(base.users().len(), 300);
-    let on = full.header.version;
+    let mut on = full.header.version;
+
+    // While an edge has not said it keeps deltas, a change is signed whole (an edge from
+    // before deltas would refuse them); once every edge has, as deltas.
+    let edges = |c: &rusqlite::Connection| {
+        Ok(c.query_row("SELECT count(*), sum(deltas) FROM edges", [], |row| {
+            Ok((row.get::<_, u64>(0)?, row.get::<_, u64>(1)?))
+        })?)
+    };
+    assert!(matches!(client.app().db.read(edges).await.unwrap(), (n, 0) if n > 0));
+    let first = base.users()[3].user;
+    client.patch(&format!("/users/{first}"), json!({ "enabled": false })).await;
+    let whole = node_get(&client, node, &key, &format!("/nodes/{node}/creds?after={on}&base={on}")).await;
+    let whole = Envelope::decode(&whole.body, Kind::CredentialSet.max_len()).unwrap();
+    let base = CredentialSet::decode(&whole.body).unwrap();
+    assert_eq!(base.users().len(), 299);
+    on = whole.header.version;
+    client.app().db.write(|tx| Ok(tx.execute("UPDATE edges SET deltas = 1", [])?)).await.unwrap();
+    let full = whole;
 
     // One user disabled: the long poll wakes with a delta on the full set held.
     let victim = base.users()[7].user;
@@ -499,7 +517,7 @@ async fn a_change_to_one_user_reaches_a_node_as_a_delta_on_the_set_it_holds() {
         (on, full.header.body_hash, &[victim][..])
     );
     let now_set = base.patched(&delta).unwrap();
-    assert_eq!(now_set.users().len(), 299);
+    assert_eq!(now_set.users().len(), 298);
     let at = envelope.header.version;
     assert!(at > on);
     // What the node holds now: nothing newer.
@@ -512,7 +530,7 @@ async fn a_change_to_one_user_reaches_a_node_as_a_delta_on_the_set_it_holds() {
     let second = Envelope::decode(&second.body, Kind::CredDelta.max_len()).unwrap();
     let delta = hearth_shared::wire::CredDelta::decode(&second.body).unwrap();
     assert_eq!((delta.base, delta.diff.removed.as_slice()), (on, &[victim, other][..]));
-    assert_eq!(base.patched(&delta).unwrap().users().len(), 298);
+    assert_eq!(base.patched(&delta).unwrap().users().len(), 297);
 
     // A node on that release again, pulling without `base`: the whole set, signed above both.
     let whole = node_get(&client, node, &key, &format!("/nodes/{node}/creds?after={on}")).await;
@@ -525,7 +543,7 @@ async fn a_change_to_one_user_reaches_a_node_as_a_delta_on_the_set_it_holds() {
     client.post(&format!("/users/{third}/disable"), json!({})).await;
     let after = envelope.header.version;
     let next = node_get(&client, node, &key, &format!("/nodes/{node}/creds?after={after}")).await;
-    assert_eq!(set_of(&next).users().len(), 297);
+    assert_eq!(set_of(&next).users().len(), 296);
 }
 
 /// A node's request is taken once, for the method, host, path and body it was signed for: a

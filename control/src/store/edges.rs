@@ -104,6 +104,41 @@ pub(crate) fn next_seq(conn: &Connection) -> Result<i64, Error> {
     Ok(conn.prepare_cached("SELECT ifnull(max(seq), 0) + 1 FROM streams")?.query_row([], |row| row.get(0))?)
 }
 
+/// Whether edge `id` said, in its last answer to a push, that it keeps credential deltas
+/// ([`hearth_shared::wire::DELTAS_HEADER`]).
+pub(crate) fn takes_deltas(conn: &Connection, id: i64) -> Result<bool, Error> {
+    let takes = conn.prepare_cached("SELECT deltas FROM edges WHERE id = ?1")?.query_row([id], |row| row.get(0));
+    Ok(takes.optional()?.unwrap_or(false))
+}
+
+/// Keeps what edge `id` said of deltas in its answer to a push. The first time it says it
+/// keeps them, every delta stream is queued again: they were held back from it until then.
+pub(crate) fn said_deltas(conn: &Connection, id: i64, takes: bool) -> Result<(), Error> {
+    let changed = conn
+        .prepare_cached("UPDATE edges SET deltas = ?2 WHERE id = ?1 AND deltas != ?2")?
+        .execute(params![id, takes])?;
+    if changed > 0 && takes {
+        let mut names: Vec<String> = conn
+            .prepare("SELECT name FROM streams WHERE name >= 'creds-delta/' AND name < 'creds-delta0'")?
+            .query_map([], |row| row.get(0))?
+            .collect::<Result<_, _>>()?;
+        names.sort();
+        let mut queue = conn.prepare_cached("UPDATE streams SET seq = ?2 WHERE name = ?1")?;
+        for name in names {
+            queue.execute(params![name, next_seq(conn)?])?;
+        }
+    }
+    Ok(())
+}
+
+/// Whether every edge keeps credential deltas: control signs them only then (an edge from
+/// before them would serve nodes whole sets that deltas no longer renew).
+pub(crate) fn all_take_deltas(conn: &Connection) -> Result<bool, Error> {
+    let behind: bool =
+        conn.prepare_cached("SELECT EXISTS (SELECT 1 FROM edges WHERE deltas = 0)")?.query_row([], |row| row.get(0))?;
+    Ok(!behind)
+}
+
 /// Changes an edge lacks: streams changed after its `pushed`.
 pub(crate) fn pending(conn: &Connection, pushed: i64) -> Result<u64, Error> {
     Ok(conn.prepare_cached("SELECT count(*) FROM streams WHERE seq > ?1")?.query_row([pushed], |row| row.get(0))?)
