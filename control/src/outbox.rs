@@ -460,6 +460,43 @@ mod tests {
     use super::*;
     use crate::testing::{Logs, TestControl};
 
+    /// A credential delta goes only to an edge that said it keeps them: held back from one
+    /// that has not (it moves past it), and queued again once it says so.
+    #[test]
+    fn deltas_go_only_to_an_edge_that_keeps_them() {
+        let control = TestControl::new(true);
+        let db = &control.app.db;
+        let id = db.read_blocking(|c| Ok(edges::list(c)?[0].id)).unwrap();
+        let seq = db.read_blocking(|c| Ok(c.query_row("SELECT ifnull(max(seq), 0) FROM streams", [], |r| r.get(0))?));
+        let seq: i64 = seq.unwrap();
+        db.write_blocking(|tx| {
+            let stream = |name: &str, seq: i64| {
+                tx.execute(
+                    "INSERT INTO streams (name, version, digest, body_sha256, envelope, expires, seq)
+                     VALUES (?1, 2, zeroblob(32), zeroblob(32), x'00', 0, ?2)",
+                    rusqlite::params![name, seq],
+                )
+            };
+            stream(&stream::creds(7), seq + 1)?;
+            stream(&stream::creds_delta(7), seq + 2)?;
+            Ok(())
+        })
+        .unwrap();
+        let names = |after: i64| {
+            db.read_blocking(move |c| {
+                let chunk = chunk(c, id, after)?.expect("a chunk");
+                Ok((chunk.items.into_iter().map(|(name, _, _)| name).collect::<Vec<_>>(), chunk.to))
+            })
+            .unwrap()
+        };
+        assert_eq!(names(seq), (vec![stream::creds(7)], seq + 2), "the delta is moved past, not sent");
+        db.write_blocking(|tx| edges::said_deltas(tx, id, true)).unwrap();
+        assert!(db.read_blocking(edges::all_take_deltas).unwrap());
+        assert_eq!(names(seq + 2), (vec![stream::creds_delta(7)], seq + 3), "queued again once the edge keeps them");
+        db.write_blocking(|tx| edges::said_deltas(tx, id, false)).unwrap();
+        assert!(!db.read_blocking(edges::all_take_deltas).unwrap());
+    }
+
     /// What an edge's worker logs is in the edge's span, which names it: its events do not
     /// repeat it, and nothing of the edge's API prefix or push token is logged.
     #[tokio::test]
