@@ -374,7 +374,7 @@ impl Basis {
     /// The set a delta's body makes of this full set.
     pub(crate) fn take(&self, body: &[u8]) -> Result<CredentialSet, DeltaError> {
         let delta = CredDelta::decode(body).map_err(DeltaError::Body)?;
-        if delta.base != self.version || delta.base_digest != self.digest {
+        if !delta.is_on(self.version, &self.digest) {
             return Err(DeltaError::OtherBase { base: delta.base });
         }
         self.set.patched(&delta).map_err(DeltaError::Apply)

@@ -970,6 +970,12 @@ impl CredDelta {
         })
     }
 
+    /// Whether it applies to the full set signed at `version` whose encoding hashes to
+    /// `digest`.
+    pub fn is_on(&self, version: u64, digest: &Digest) -> bool {
+        self.base == version && self.base_digest == *digest
+    }
+
     /// The node and base version of an encoded delta, read from its first bytes alone (for an
     /// edge choosing what to answer a pull with; the node checks the whole delta itself).
     pub fn base_of(bytes: &[u8]) -> Option<(NodeId, u64)> {
@@ -1933,6 +1939,8 @@ mod tests {
         let b = CredentialSet::new(5, vec![entry(1, 1), entry(3, 9), entry(4, 4)]).unwrap();
         let digest = |set: &CredentialSet| crate::sha256(&set.encode());
         let delta = CredDelta::between(&a, 7, digest(&a), &b, digest(&b)).unwrap();
+        assert!(delta.is_on(7, &digest(&a)));
+        assert!(!delta.is_on(6, &digest(&a)) && !delta.is_on(7, &digest(&b)));
         assert_eq!(delta.diff.removed, [2]);
         assert_eq!(delta.diff.changed, [entry(3, 9)]);
         assert_eq!(delta.diff.added, [entry(4, 4)]);

@@ -565,8 +565,7 @@ pub fn held_set(state: &Path) -> Option<(String, Vec<u64>)> {
     let delta = std::fs::read(state.join("creds.delta")).ok();
     if let Some(delta) = delta.and_then(|bytes| Envelope::decode(&bytes, Kind::CredDelta.max_len()).ok())
         && let Ok(change) = wire::CredDelta::decode(&delta.body)
-        && change.base == envelope.header.version
-        && change.base_digest == envelope.header.body_hash
+        && change.is_on(envelope.header.version, &envelope.header.body_hash)
         && let Ok(patched) = set.patched(&change)
     {
         set = patched;
