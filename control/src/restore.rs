@@ -351,13 +351,7 @@ fn read_edge(screened: &mut Screened, recovery: &RecoverySecret) -> Edge {
             unopened.insert(name.to_owned());
         }
     }
-    for (node, (version, digest, set)) in full_sets {
-        let set = match deltas.remove(&node) {
-            Some((at, delta)) if at > version && delta.base == version && delta.base_digest == digest => {
-                set.patched(&delta).unwrap_or(set)
-            }
-            _ => set,
-        };
+    for (node, set) in with_deltas(full_sets, deltas) {
         edge.creds.insert(node, set.users().iter().map(|entry| (entry.user, entry.hash)).collect());
     }
     screened.kept.retain(|kept| !unopened.contains(&kept.stream));
@@ -366,6 +360,24 @@ fn read_edge(screened: &mut Screened, recovery: &RecoverySecret) -> Edge {
     // is not the user's any more.
     edge.snapshots.retain(|_, (token, _)| !edge.deleted_links.contains(&token.hash()));
     edge
+}
+
+/// Each node's set as the edge held it: its full set (version, body hash, set), with its
+/// delta (version, delta) applied when the delta is newer and on that very set; a delta that
+/// does not apply leaves the full set.
+fn with_deltas(
+    full_sets: BTreeMap<NodeId, (u64, Digest, CredentialSet)>,
+    mut deltas: BTreeMap<NodeId, (u64, wire::CredDelta)>,
+) -> BTreeMap<NodeId, CredentialSet> {
+    full_sets
+        .into_iter()
+        .map(|(node, (version, digest, set))| match deltas.remove(&node) {
+            Some((at, delta)) if at > version && delta.is_on(version, &digest) => {
+                (node, set.patched(&delta).unwrap_or(set))
+            }
+            _ => (node, set),
+        })
+        .collect()
 }
 
 /// The owner's notes on what a restore left out of the edge's export.
@@ -908,4 +920,32 @@ pub(crate) fn print(report: &Report, dir: &Path) {
         println!("  note: {note}");
     }
     println!("Start it with `hearth-control serve --data-dir {}` on the address nodes know.", dir.display());
+}
+
+#[cfg(test)]
+mod tests {
+    use hearth_shared::wire::CredEntry;
+
+    use super::*;
+
+    /// What a restore reads of a node's set: the full set with the delta on it, never a delta
+    /// on another full set, an older one, or one that does not make what it names.
+    #[test]
+    fn a_nodes_set_is_its_full_set_with_the_delta_on_it() {
+        let set = |users: &[u64]| {
+            CredentialSet::new(1, users.iter().map(|&u| CredEntry::new(u, [u as u8; 32])).collect()).unwrap()
+        };
+        let digest = |set: &CredentialSet| sha256(&set.encode());
+        let (full, now) = (set(&[1, 2]), set(&[2, 3]));
+        let delta = wire::CredDelta::between(&full, 5, digest(&full), &now, digest(&now)).unwrap();
+        let read = |version: u64, at: u64, delta: &wire::CredDelta| {
+            let full_sets = BTreeMap::from([(1, (version, digest(&full), full.clone()))]);
+            with_deltas(full_sets, BTreeMap::from([(1, (at, delta.clone()))]))[&1].clone()
+        };
+        assert_eq!(read(5, 6, &delta), now, "the delta on the full set");
+        assert_eq!(read(7, 8, &delta), full, "a delta on another full set");
+        assert_eq!(read(5, 4, &delta), full, "a delta older than the full set");
+        let lying = wire::CredDelta { result: digest(&full), ..delta };
+        assert_eq!(read(5, 6, &lying), full, "a delta that does not make what it names");
+    }
 }
