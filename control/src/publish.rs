@@ -734,15 +734,15 @@ pub(crate) fn publish_creds(
     let (full_version, delta_version) = (versions(full), versions(delta));
     // What nodes make of the two streams now: the delta when it is the newer.
     let latest = if delta_version > full_version { delta } else { full };
-    if !force && latest.is_some_and(|(_, digest, held)| digest.is_some() && held == Some(content)) {
+    // (A deleted stream keeps no content.)
+    if !force && latest.is_some_and(|(_, _, held)| held == Some(content)) {
         tracing::debug!(users = set.users().len(), signed = "no", "node set checked");
         return Ok(false);
     }
     let above = full_version.max(delta_version);
-    let target = (Kind::CredentialSet, full_name, Audience::Node(node));
     let deltas = deltas && !force && edges::all_take_deltas(conn)?;
-    if let Some((_, Some(_), Some(base_digest))) = full.filter(|_| deltas)
-        && let Some(delta) = delta_of(conn, &target.1, full_version, base_digest, &set, content)?
+    if let Some((_, _, Some(base_digest))) = full.filter(|_| deltas)
+        && let Some(delta) = delta_of(conn, &full_name, full_version, base_digest, &set, content)?
     {
         let body = delta.encode();
         let item = Item {
@@ -765,9 +765,9 @@ pub(crate) fn publish_creds(
         return Ok(true);
     }
     let item = Item {
-        kind: target.0,
-        name: target.1,
-        audience: target.2,
+        kind: Kind::CredentialSet,
+        name: full_name,
+        audience: Audience::Node(node),
         lifetime: CREDS_LIFETIME,
         content,
         body: &|| encoded.clone(),
