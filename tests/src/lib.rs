@@ -74,27 +74,30 @@ pub fn plain_cargo_env(command: &mut Command) {
     }
 }
 
-static BUILT: Mutex<Vec<&'static str>> = Mutex::new(Vec::new());
+static BUILT: Mutex<bool> = Mutex::new(false);
 
 /// The path of one of Hearth's binaries, built first (once per test process) so that a plain
 /// `cargo test` always runs the current code. `HEARTH_PROFILE=release` builds and runs the
-/// release build (the benchmarks do).
+/// release build (the benchmarks do). The three programs are built together, with the very
+/// command `deploy/local.sh` builds them with: cargo unifies the three packages' features, so
+/// building one on its own would make a different binary, and each way would rebuild the
+/// other's.
 pub fn binary(package: &'static str) -> Result<PathBuf> {
     let release = std::env::var("HEARTH_PROFILE").is_ok_and(|p| p == "release");
     let mut built = BUILT.lock().expect("build lock");
-    if !built.contains(&package) {
-        let mut args = vec!["build", "--quiet", "-p", package, "--bin", package];
+    if !*built {
+        let mut args =
+            vec!["build", "--quiet", "--locked", "-p", "hearth-control", "-p", "hearth-edge", "-p", "hearth-node"];
         if release {
             args.push("--release");
         }
         let mut command = Command::new(env!("CARGO"));
         plain_cargo_env(&mut command);
-        let status =
-            command.args(&args).current_dir(repo_root()).status().with_context(|| format!("building {package}"))?;
+        let status = command.args(&args).current_dir(repo_root()).status().context("building Hearth's programs")?;
         if !status.success() {
-            bail!("cargo build -p {package} failed");
+            bail!("cargo {} failed", args.join(" "));
         }
-        built.push(package);
+        *built = true;
     }
     let target = std::env::var_os("CARGO_TARGET_DIR").map_or_else(|| repo_root().join("target"), PathBuf::from);
     Ok(target.join(if release { "release" } else { "debug" }).join(package))
