@@ -344,13 +344,17 @@ impl Agent {
             self.take_chain(chain);
             return Ok(false);
         }
-        let (set, basis) = if is_delta {
+        // A delta is applied by the users it touches, and becomes what the basis serves; a
+        // full set becomes the basis.
+        let (set, basis, touched) = if is_delta {
             let basis = self.basis.lock().expect("basis lock").clone();
             let Some(basis) = basis else {
                 let base = wire::CredDelta::base_of(&verified.envelope.body).map_or(0, |(_, base)| base);
                 return Err(DeltaError::OtherBase { base }.into());
             };
-            (Arc::new(basis.take(&verified.envelope.body)?), None)
+            let (set, diff) = basis.take(&verified.envelope.body)?;
+            let touched = basis.touched(&diff);
+            (Arc::new(set), Basis { served: Some(Arc::new(diff)), ..basis }, Some(touched))
         } else {
             let set = CredentialSet::decode(&verified.envelope.body).map_err(|e| match e {
                 wire::WireError::NewerFormat(format) => AcceptError::NewerFormat(format),
@@ -360,8 +364,8 @@ impl Agent {
                 return Err(AcceptError::OtherNode { found: set.node });
             }
             let set = Arc::new(set);
-            let basis = Basis { version, digest: verified.envelope.header.body_hash, set: set.clone() };
-            (set, Some(basis))
+            let basis = Basis { version, digest: verified.envelope.header.body_hash, set: set.clone(), served: None };
+            (set, basis, None)
         };
         let verified_in = received.elapsed();
         // The trust first: a set on disk signed by a retired key is still read at start with
@@ -369,20 +373,21 @@ impl Agent {
         self.adopt(candidate);
         // Not on disk, not applied: the next pull tries again. A full set replaces the delta
         // on the set before it (one left by a crash here names an older base: not read).
-        if basis.is_some() {
+        if is_delta {
+            self.state.write(DELTA_FILE, bytes).map_err(AcceptError::Store)?;
+        } else {
             self.state.write(CREDS_FILE, bytes).map_err(AcceptError::Store)?;
             let _ = std::fs::remove_file(self.state.path(DELTA_FILE));
-        } else {
-            self.state.write(DELTA_FILE, bytes).map_err(AcceptError::Store)?;
         }
         let stored_in = received.elapsed() - verified_in;
         let started = std::time::Instant::now();
-        let applied = self.live.apply(&set);
+        let applied = match &touched {
+            Some(touched) => self.live.apply_touched(&set, touched),
+            None => self.live.apply(&set),
+        };
         self.take_edges(&set);
         *self.held.lock().expect("held lock") = Some(verified.state());
-        if let Some(basis) = basis {
-            *self.basis.lock().expect("basis lock") = Some(basis);
-        }
+        *self.basis.lock().expect("basis lock") = Some(basis);
         self.live.version.store(version, std::sync::atomic::Ordering::Relaxed);
         self.live.expires.store(verified.envelope.header.expires, std::sync::atomic::Ordering::Relaxed);
         // `version` stays on the line as well as in the span: the suite's tools read it there,
@@ -659,6 +664,15 @@ mod tests {
         assert_eq!(serving(&agent), (5, Some(5), Some(1), Some(2)));
         assert!(!dir.path().join(DELTA_FILE).exists());
         assert!(matches!(agent.accept(&later, None), Err(AcceptError::Verify(VerifyError::Stale { .. }))));
+
+        // Deltas on it are applied by the users they touch, against what the one before
+        // made: bob leaves, then comes back as alice leaves, then the full set again.
+        assert!(agent.accept(&control.delta(6, &both, 5, &alice), None).unwrap());
+        assert_eq!(serving(&agent), (6, Some(6), Some(1), None));
+        assert!(agent.accept(&control.delta(7, &both, 5, &bob), None).unwrap());
+        assert_eq!(serving(&agent), (7, Some(7), None, Some(2)));
+        assert!(agent.accept(&control.delta(8, &both, 5, &both), None).unwrap());
+        assert_eq!(serving(&agent), (8, Some(8), Some(1), Some(2)));
     }
 
     /// An agent for node [`NODE`] with its state in `dir`, trusting `trust`, holding no set; it

@@ -10,7 +10,7 @@ use hearth_shared::Digest;
 use hearth_shared::envelope::{Audience, Kind};
 use hearth_shared::keys::{MAX_KEY_FILE, Role, SecretKey};
 use hearth_shared::trust::{self, Expect, StreamState, Trust, VerifyError};
-use hearth_shared::wire::{self, CredDelta, CredentialSet, NodeId, stream};
+use hearth_shared::wire::{self, CredDelta, CredDiff, CredentialSet, NodeId, Touched, stream};
 use serde::Deserialize;
 use zeroize::Zeroizing;
 
@@ -260,13 +260,19 @@ impl StateDir {
             version: verified.envelope.header.version,
             digest: verified.envelope.header.body_hash,
             set: Arc::new(set),
+            served: None,
         };
         let full = LastGood { held: verified.state(), expires, set: basis.set.clone(), basis };
         let delta = self.stored(DELTA_FILE, trust, Kind::CredDelta, node, now);
         Ok(Some(match delta {
             Ok(None) => full,
             Ok(Some((verified, expires))) => match full.basis.take(&verified.envelope.body) {
-                Ok(set) => LastGood { held: verified.state(), expires, set: Arc::new(set), basis: full.basis },
+                Ok((set, diff)) => LastGood {
+                    held: verified.state(),
+                    expires,
+                    set: Arc::new(set),
+                    basis: Basis { served: Some(Arc::new(diff)), ..full.basis },
+                },
                 // A delta on an older full set (a crash between writing the set and removing
                 // the delta) is no longer news; one that does not apply is no delta of ours.
                 Err(e) => {
@@ -341,6 +347,8 @@ pub(crate) struct Basis {
     pub(crate) digest: Digest,
     /// The set.
     pub(crate) set: Arc<CredentialSet>,
+    /// The change of the delta on it that the node serves (`None`: it serves this set).
+    pub(crate) served: Option<Arc<CredDiff>>,
 }
 
 /// Why a delta was not taken.
@@ -371,13 +379,20 @@ impl DeltaError {
 }
 
 impl Basis {
-    /// The set a delta's body makes of this full set.
-    pub(crate) fn take(&self, body: &[u8]) -> Result<CredentialSet, DeltaError> {
+    /// The set a delta's body makes of this full set, and the change it names.
+    pub(crate) fn take(&self, body: &[u8]) -> Result<(CredentialSet, CredDiff), DeltaError> {
         let delta = CredDelta::decode(body).map_err(DeltaError::Body)?;
         if !delta.is_on(self.version, &self.digest) {
             return Err(DeltaError::OtherBase { base: delta.base });
         }
-        self.set.patched(&delta).map_err(DeltaError::Apply)
+        let set = self.set.patched(&delta).map_err(DeltaError::Apply)?;
+        Ok((set, delta.diff))
+    }
+
+    /// The users whose entries differ between the set served now and the one the change
+    /// `diff` (of a delta on this set) makes.
+    pub(crate) fn touched(&self, diff: &CredDiff) -> Vec<Touched> {
+        self.set.touched(self.served.as_deref(), diff)
     }
 }
 

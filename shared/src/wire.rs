@@ -819,6 +819,37 @@ impl CredDiff {
     pub fn len(&self) -> usize {
         self.added.len() + self.removed.len() + self.changed.len() + self.limited.len()
     }
+
+    /// What it says of `user`: `Some(Some(entry))` added, changed or limited,
+    /// `Some(None)` removed, `None` not named (its lists are sorted, as [`CredentialSet::diff`]
+    /// makes them and [`CredentialSet::apply`] takes them).
+    pub fn entry(&self, user: UserId) -> Option<Option<&CredEntry>> {
+        if self.removed.binary_search(&user).is_ok() {
+            return Some(None);
+        }
+        [&self.added, &self.changed, &self.limited]
+            .into_iter()
+            .find_map(|list| list.binary_search_by_key(&user, |entry| entry.user).ok().map(|at| &list[at]))
+            .map(Some)
+    }
+
+    /// The users it names (a user is named once, each list in order).
+    fn users(&self) -> impl Iterator<Item = UserId> + '_ {
+        let entries = self.added.iter().chain(&self.changed).chain(&self.limited).map(|entry| entry.user);
+        entries.chain(self.removed.iter().copied())
+    }
+}
+
+/// A user whose entry differs between two sets: what it was (`None`: not in the first) and
+/// what it is (`None`: not in the second).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Touched {
+    /// The user.
+    pub user: UserId,
+    /// Its entry in the first set.
+    pub before: Option<CredEntry>,
+    /// Its entry in the second.
+    pub after: Option<CredEntry>,
 }
 
 /// A node's credential set as a change to the last full set it was sent: control signs one
@@ -1232,6 +1263,27 @@ impl CredentialSet {
         }
         users.extend(added.copied());
         Ok(CredentialSet { node: self.node, users, edges: self.edges.clone(), policy: self.policy })
+    }
+
+    /// The users whose entries differ between this set with `before` applied (`None`: this
+    /// set itself) and this set with `after` applied, sorted: what a node that served the
+    /// one and takes the other must change, found from the two diffs alone (a node swaps its
+    /// table of 100,000 users by the few a delta names, not by comparing the whole sets).
+    pub fn touched(&self, before: Option<&CredDiff>, after: &CredDiff) -> Vec<Touched> {
+        let mut users: Vec<UserId> = after.users().chain(before.into_iter().flat_map(CredDiff::users)).collect();
+        users.sort_unstable();
+        users.dedup();
+        let held =
+            |user: UserId| self.users.binary_search_by_key(&user, |entry| entry.user).ok().map(|at| self.users[at]);
+        let entry = |diff: Option<&CredDiff>, user| match diff.and_then(|diff| diff.entry(user)) {
+            Some(named) => named.copied(),
+            None => held(user),
+        };
+        users
+            .into_iter()
+            .map(|user| Touched { user, before: entry(before, user), after: entry(Some(after), user) })
+            .filter(|touched| touched.before != touched.after)
+            .collect()
     }
 
     /// The set a delta makes of this one (the full set it names as its base): refused when it
@@ -2042,6 +2094,26 @@ mod tests {
             let mut other = delta.clone();
             other.result[0] ^= 1;
             proptest::prop_assert!(a.patched(&other).is_err());
+        }
+
+        /// The users two diffs on one set touch are those whose entries differ between the
+        /// sets they make, with those entries.
+        #[test]
+        fn touched_names_what_differs_between_two_deltas(
+            base in set_strategy(), a in set_strategy(), b in set_strategy(), from_base in proptest::prelude::any::<bool>()
+        ) {
+            let (to_a, to_b) = (base.diff(&a), base.diff(&b));
+            let before = if from_base { &base } else { &a };
+            let find = |set: &CredentialSet, user| set.users().iter().find(|entry| entry.user == user).copied();
+            let mut users: Vec<UserId> = before.users().iter().chain(b.users()).map(|entry| entry.user).collect();
+            users.sort_unstable();
+            users.dedup();
+            let want: Vec<Touched> = users
+                .into_iter()
+                .map(|user| Touched { user, before: find(before, user), after: find(&b, user) })
+                .filter(|touched| touched.before != touched.after)
+                .collect();
+            proptest::prop_assert_eq!(base.touched((!from_base).then_some(&to_a), &to_b), want);
         }
 
         /// The strict decoders never panic and accept only canonical input.
