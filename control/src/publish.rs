@@ -13,8 +13,8 @@ use std::collections::HashMap;
 use hearth_shared::envelope::{Audience, Draft, Kind};
 use hearth_shared::keys::{PublicKey, RecoveryPublic};
 use hearth_shared::wire::{
-    self, CredEntry, CredentialSet, Endpoint, NodeId, NodeRecord, PortRange, Profile, ResetStrategy, Snapshot,
-    SpeedLimit, Status, Stream, SubToken, UserId, stream,
+    self, CredDiff, CredEntry, CredentialSet, DevicePolicy, Endpoint, NodeId, NodeRecord, PortRange, Profile,
+    ResetStrategy, Snapshot, SpeedLimit, Status, Stream, SubToken, UserId, stream,
 };
 use hearth_shared::{Digest, seal, sha256};
 use rand_core::OsRng;
@@ -95,9 +95,9 @@ pub(crate) fn changes(conn: &Connection, signer: &Signer, changes: Changes, now:
     for stream in &changes.gone {
         delete_stream(conn, stream)?;
     }
-    let mut nodes = changes.nodes;
     // A user's entries in the sets of the nodes it reaches: checked only when one changed
     // (or the user is gone).
+    let mut by_entries = changes.creds;
     let mut entries_changed = false;
     for user in changes.users {
         match publish_user(conn, signer, user, now)? {
@@ -105,17 +105,20 @@ pub(crate) fn changes(conn: &Connection, signer: &Signer, changes: Changes, now:
                 signed += 1;
                 if published.entries_changed {
                     entries_changed = true;
-                    nodes.extend(published.reach);
+                    by_entries.extend(published.reach);
                 }
             }
             None => entries_changed = true,
         }
     }
     if entries_changed {
-        nodes.extend(changes.reach);
+        by_entries.extend(changes.reach);
     }
-    for node in nodes {
+    for &node in &changes.nodes {
         signed += usize::from(publish_creds(conn, signer, node, now, false)?);
+    }
+    for node in by_entries.difference(&changes.nodes) {
+        signed += usize::from(publish_creds_of(conn, signer, *node, &changes.entries, now)?);
     }
     if changes.edge_settings {
         publish_edge_settings(conn, signer, now)?;
@@ -616,46 +619,82 @@ fn devices_elsewhere(conn: &Connection, node: NodeId) -> Result<HashMap<UserId, 
     Ok(rows.collect::<Result<_, _>>()?)
 }
 
+/// [`devices_elsewhere`] for one user.
+fn devices_elsewhere_of(conn: &Connection, node: NodeId, user: UserId) -> Result<HashMap<UserId, u32>, Error> {
+    let mut query = conn.prepare_cached(
+        "SELECT user_id, sum(devices) FROM presence WHERE node_id != ?1 AND user_id = ?2 AND devices > 0
+         GROUP BY user_id",
+    )?;
+    let rows = query.query_map(params![node, user], |row| Ok((row.get(0)?, row.get(1)?)))?;
+    Ok(rows.collect::<Result<_, _>>()?)
+}
+
 /// The credential set `node` should hold now: every user who can connect, in its groups,
 /// and every user over quota whose quota action is to slow down, with their speed limits,
 /// device allowances (the user's limit less the devices other nodes reported), kick counts
 /// and abuse guards, and the owner's device policy when any user has an allowance.
 pub(crate) fn credential_set(conn: &Connection, node: NodeId) -> Result<CredentialSet, Error> {
-    // A node over its monthly cap carries nobody until the month ends.
-    let limited: bool = conn
+    let users = if node_limited(conn, node)? { Vec::new() } else { entries(conn, node, None)? };
+    let set = CredentialSet::new(node, users).map_err(|e| Error::Internal(e.to_string()))?;
+    let policy = policy_for(conn, &set)?;
+    Ok(set.with_policy(policy))
+}
+
+/// Whether a node is over its monthly cap: it carries nobody until the month ends.
+fn node_limited(conn: &Connection, node: NodeId) -> Result<bool, Error> {
+    Ok(conn
         .prepare_cached("SELECT limited FROM nodes WHERE id = ?1")?
         .query_row([node], |row| row.get(0))
         .optional()?
-        .unwrap_or(false);
-    if limited {
-        return CredentialSet::new(node, Vec::new()).map_err(|e| Error::Internal(e.to_string()));
-    }
+        .unwrap_or(false))
+}
+
+/// The owner's device policy when any user of the set has a device allowance, else the
+/// default (which keeps older set formats).
+fn policy_for(conn: &Connection, set: &CredentialSet) -> Result<DevicePolicy, Error> {
+    Ok(if set.users().iter().any(|entry| entry.devices.is_some()) {
+        crate::store::device_policy(conn)?
+    } else {
+        DevicePolicy::default()
+    })
+}
+
+/// The users of `node`'s set, sorted (see [`credential_set`]); with `only`, that user's
+/// entry alone (none when it has no place in the set).
+fn entries(conn: &Connection, node: NodeId, only: Option<UserId>) -> Result<Vec<CredEntry>, Error> {
     // A user in two of the node's groups comes twice: merged here, as SQLite's DISTINCT
     // would build a temporary b-tree of every row at each change.
-    let mut query = conn.prepare_cached(
+    const QUERY: &str =
         "SELECT u.id, u.credential_hash, u.status = 'over_quota', u.speed_up, u.speed_down, u.on_quota, u.slow_kbps,
                 g.speed_up, g.speed_down, CASE g.on_quota WHEN 'slow' THEN g.slow_kbps ELSE 0 END,
                 u.device_limit, u.kick, g.device_limit, g.block_torrent, g.block_smtp
          FROM node_groups ng JOIN user_groups ug ON ug.group_id = ng.group_id JOIN users u ON u.id = ug.user_id
          JOIN groups g ON g.id = ng.group_id
-         WHERE ng.node_id = ?1 AND u.status IN ('active', 'not_started', 'over_quota')",
-    )?;
+         WHERE ng.node_id = ?1 AND u.status IN ('active', 'not_started', 'over_quota')";
     type Row = (UserId, Digest, bool, (Option<u64>, Option<u64>, Option<String>, u64), Speed, (Option<u32>, u32), Fair);
-    let mut rows = query
-        .query_map([node], |row| {
-            Ok((
-                row.get(0)?,
-                row.get(1)?,
-                row.get(2)?,
-                (row.get(3)?, row.get(4)?, row.get(5)?, row.get(6)?),
-                Speed { up: row.get(7)?, down: row.get(8)?, slow: row.get(9)? },
-                (row.get(10)?, row.get(11)?),
-                Fair { devices: row.get(12)?, guard: wire::Guard { torrent: row.get(13)?, smtp: row.get(14)? } },
-            ))
-        })?
-        .collect::<Result<Vec<Row>, _>>()?;
+    let read = |row: &rusqlite::Row<'_>| -> rusqlite::Result<Row> {
+        Ok((
+            row.get(0)?,
+            row.get(1)?,
+            row.get(2)?,
+            (row.get(3)?, row.get(4)?, row.get(5)?, row.get(6)?),
+            Speed { up: row.get(7)?, down: row.get(8)?, slow: row.get(9)? },
+            (row.get(10)?, row.get(11)?),
+            Fair { devices: row.get(12)?, guard: wire::Guard { torrent: row.get(13)?, smtp: row.get(14)? } },
+        ))
+    };
+    let (mut rows, elsewhere) = match only {
+        None => {
+            let rows = conn.prepare_cached(QUERY)?.query_map([node], read)?.collect::<Result<Vec<Row>, _>>()?;
+            (rows, devices_elsewhere(conn, node)?)
+        }
+        Some(user) => {
+            let mut query = conn.prepare_cached(&format!("{QUERY} AND u.id = ?2"))?;
+            let rows = query.query_map(params![node, user], read)?.collect::<Result<Vec<Row>, _>>()?;
+            (rows, devices_elsewhere_of(conn, node, user)?)
+        }
+    };
     rows.sort_unstable_by_key(|row| row.0);
-    let elsewhere = devices_elsewhere(conn, node)?;
     let mut users: Vec<CredEntry> = Vec::with_capacity(rows.len());
     let mut rows = rows.into_iter().peekable();
     while let Some((user, hash, over_quota, own, mut group, (own_devices, kick), mut fair)) = rows.next() {
@@ -682,9 +721,7 @@ pub(crate) fn credential_set(conn: &Connection, node: NodeId) -> Result<Credenti
             ..CredEntry::new(user, hash)
         });
     }
-    let limited = users.iter().any(|entry| entry.devices.is_some());
-    let set = CredentialSet::new(node, users).map_err(|e| Error::Internal(e.to_string()))?;
-    Ok(if limited { set.with_policy(crate::store::device_policy(conn)?) } else { set })
+    Ok(users)
 }
 
 /// The rate a user over quota is slowed to on the nodes of its groups, in kbit/s (0: cut
@@ -707,11 +744,40 @@ fn slow_rate(conn: &Connection, user: UserId) -> Result<u64, Error> {
 /// full set they hold; the whole set is signed again when the change since the last one
 /// grows past [`delta_room`], when its edges or device policy change, and when `force`d.
 /// The set and its delta share one line of versions: each is signed above both.
-#[tracing::instrument(level = "debug", skip_all, fields(node = node, force = force))]
 pub(crate) fn publish_creds(
     conn: &Connection,
     signer: &Signer,
     node: NodeId,
+    now: u64,
+    force: bool,
+) -> Result<bool, Error> {
+    publish_set(conn, signer, node, None, now, force)
+}
+
+/// [`publish_creds`] after a change to the entries of `users` alone (nothing else of the
+/// node's set changed): the set is made from the last full set and the delta on it by
+/// those users' entries, read again, instead of from every user (a change to one user of
+/// 100,000 reads one user's rows). The whole set is built when it cannot be made so.
+pub(crate) fn publish_creds_of(
+    conn: &Connection,
+    signer: &Signer,
+    node: NodeId,
+    users: &std::collections::BTreeSet<UserId>,
+    now: u64,
+) -> Result<bool, Error> {
+    publish_set(conn, signer, node, Some(users), now, false)
+}
+
+/// The most users whose entries are read one by one to make a set from the last one; past
+/// it, the whole set is built (one query).
+const BY_ENTRIES_MAX: usize = 64;
+
+#[tracing::instrument(level = "debug", skip_all, fields(node = node, force = force))]
+fn publish_set(
+    conn: &Connection,
+    signer: &Signer,
+    node: NodeId,
+    touched: Option<&std::collections::BTreeSet<UserId>>,
     now: u64,
     force: bool,
 ) -> Result<bool, Error> {
@@ -722,28 +788,63 @@ pub(crate) fn publish_creds(
     let Some((true, deltas)) = enrolled else {
         return Ok(false);
     };
-    let set = credential_set(conn, node)?
-        .with_edges(fallbacks(conn, signer)?)
-        .map_err(|e| Error::Internal(format!("the edges nodes fall back to: {e}")))?;
-    let encoded = set.encode();
-    let content = sha256(&encoded);
+    let started = std::time::Instant::now();
     let (full_name, delta_name) = (stream::creds(node), stream::creds_delta(node));
     let full = stream_state(conn, &full_name)?;
     let delta = stream_state(conn, &delta_name)?;
     let versions = |row: Option<StreamRow>| row.map_or(0, |(version, _, _)| version);
     let (full_version, delta_version) = (versions(full), versions(delta));
+    let deltas = deltas && !force && edges::all_take_deltas(conn)?;
+    // The full set nodes apply deltas to: its version and the digest of its body.
+    let base = full.and_then(|(version, _, digest)| Some((version, digest?))).filter(|_| deltas);
+    // The set from the last one by the users touched, with its change from the full set,
+    // or else the set built from every user.
+    let by_entries = match (touched, base) {
+        (Some(users), Some(base)) if users.len() <= BY_ENTRIES_MAX => {
+            let on = (delta_version > full_version).then_some(delta_name.as_str());
+            by_entries(conn, signer, node, &full_name, base, on, users)?
+        }
+        _ => None,
+    };
+    let (set, diff) = match by_entries {
+        Some((set, diff)) => (set, Some(diff)),
+        None => {
+            let set = credential_set(conn, node)?
+                .with_edges(fallbacks(conn, signer)?)
+                .map_err(|e| Error::Internal(format!("the edges nodes fall back to: {e}")))?;
+            (set, None)
+        }
+    };
+    let built = started.elapsed();
+    let encoded = set.encode();
+    let content = sha256(&encoded);
     // What nodes make of the two streams now: the delta when it is the newer.
     let latest = if delta_version > full_version { delta } else { full };
+    let made_by_entries = diff.is_some();
+    let log = |signed: &str, bytes: usize| {
+        tracing::debug!(
+            users = set.users().len(),
+            signed,
+            by_entries = made_by_entries,
+            bytes,
+            build_micros = built.as_micros() as u64,
+            total_micros = started.elapsed().as_micros() as u64,
+            "node set checked"
+        );
+    };
     // (A deleted stream keeps no content.)
     if !force && latest.is_some_and(|(_, _, held)| held == Some(content)) {
-        tracing::debug!(users = set.users().len(), signed = "no", "node set checked");
+        log("no", 0);
         return Ok(false);
     }
     let above = full_version.max(delta_version);
-    let deltas = deltas && !force && edges::all_take_deltas(conn)?;
-    if let Some((_, _, Some(base_digest))) = full.filter(|_| deltas)
-        && let Some(delta) = delta_of(conn, &full_name, full_version, base_digest, &set, content)?
-    {
+    let delta = match (base, diff) {
+        (Some((version, base_digest)), Some(diff)) => (diff.len() <= delta_room(set.users().len()))
+            .then_some(wire::CredDelta { node, base: version, base_digest, diff, result: content }),
+        (Some((version, base_digest)), None) => delta_of(conn, &full_name, version, base_digest, &set, content)?,
+        (None, _) => None,
+    };
+    if let Some(delta) = delta {
         let body = delta.encode();
         let item = Item {
             kind: Kind::CredDelta,
@@ -755,13 +856,7 @@ pub(crate) fn publish_creds(
             above,
         };
         put(conn, signer, &item, now, true)?;
-        tracing::debug!(
-            users = set.users().len(),
-            signed = "delta",
-            changed = delta.diff.len(),
-            bytes = body.len(),
-            "node set checked"
-        );
+        log("delta", body.len());
         return Ok(true);
     }
     let item = Item {
@@ -774,8 +869,55 @@ pub(crate) fn publish_creds(
         above,
     };
     put(conn, signer, &item, now, true)?;
-    tracing::debug!(users = set.users().len(), signed = "whole", bytes = encoded.len(), "node set checked");
+    log("whole", encoded.len());
     Ok(true)
+}
+
+/// `node`'s set made from the full set stored on `full_name` (`base`: its version and the
+/// digest of its body) and the latest delta on it (stored on `delta`, when it is newer than
+/// the full set), with the entries of `users` read again; and its change from the full set.
+/// `None` when it cannot be made so, for the whole set to be built instead: no full set, a
+/// delta on another, a node over its monthly cap, or edges or a device policy that changed.
+pub(crate) fn by_entries(
+    conn: &Connection,
+    signer: &Signer,
+    node: NodeId,
+    full_name: &str,
+    base: (u64, Digest),
+    delta: Option<&str>,
+    users: &std::collections::BTreeSet<UserId>,
+) -> Result<Option<(CredentialSet, CredDiff)>, Error> {
+    if node_limited(conn, node)? {
+        return Ok(None);
+    }
+    let Some(full) = stored_set(conn, full_name)? else { return Ok(None) };
+    let mut diff = match delta {
+        None => CredDiff::default(),
+        Some(name) => {
+            let stored = envelope(conn, name)?;
+            let body = stored.as_ref().and_then(|(_, bytes)| hearth_shared::envelope::Envelope::stored_body(bytes));
+            match body.map(wire::CredDelta::decode) {
+                Some(Ok(delta)) if delta.is_on(base.0, &base.1) => delta.diff,
+                _ => return Ok(None),
+            }
+        }
+    };
+    for &user in users {
+        let now = entries(conn, node, Some(user))?.pop();
+        let held = full.users().binary_search_by_key(&user, |entry| entry.user).ok().map(|at| &full.users()[at]);
+        diff.restate(user, held, now);
+    }
+    let set = full.apply(&diff).map_err(|e| Error::Internal(format!("a node's set from its last delta: {e}")))?;
+    if set.edges() != fallbacks(conn, signer)? || set.policy() != policy_for(conn, &set)? {
+        return Ok(None);
+    }
+    // The tests hold every set made so to the set built from every user.
+    #[cfg(debug_assertions)]
+    {
+        let built = credential_set(conn, node)?.with_edges(fallbacks(conn, signer)?).expect("edges checked above");
+        assert_eq!(set, built, "node {node}'s set made by the entries of {users:?} is not the set built whole");
+    }
+    Ok(Some((set, diff)))
 }
 
 /// The most users a delta names before the whole set is signed again: a sixteenth of the
@@ -795,14 +937,17 @@ fn delta_of(
     set: &CredentialSet,
     content: Digest,
 ) -> Result<Option<wire::CredDelta>, Error> {
-    let Some((_, envelope)) = envelope(conn, name)? else { return Ok(None) };
-    let Some(base) =
-        hearth_shared::envelope::Envelope::stored_body(&envelope).and_then(|body| CredentialSet::decode(body).ok())
-    else {
-        return Ok(None);
-    };
+    let Some(base) = stored_set(conn, name)? else { return Ok(None) };
     Ok(wire::CredDelta::between(&base, version, base_digest, set, content)
         .filter(|delta| delta.diff.len() <= delta_room(base.users().len())))
+}
+
+/// The full set stored on `name` (`None`: none stored). Its body hashes to the digest kept
+/// beside it: control wrote both in one transaction.
+fn stored_set(conn: &Connection, name: &str) -> Result<Option<CredentialSet>, Error> {
+    let Some((_, envelope)) = envelope(conn, name)? else { return Ok(None) };
+    let body = hearth_shared::envelope::Envelope::stored_body(&envelope);
+    Ok(body.and_then(|body| CredentialSet::decode(body).ok()))
 }
 
 /// The edges nodes fall back to when control does not answer, listed in their sets when

@@ -16,11 +16,17 @@ use crate::error::Error;
 pub(crate) struct Changes {
     /// Users whose snapshot must be signed again.
     pub(crate) users: BTreeSet<UserId>,
-    /// Nodes whose credential set must be checked.
+    /// Nodes whose credential set must be built again (the node changed, or who it carries).
     pub(crate) nodes: BTreeSet<NodeId>,
     /// Nodes the changed users reach (before and after the change): their sets are checked
     /// only when a user's entry in them changed (a quota or a name changes no set).
     pub(crate) reach: BTreeSet<NodeId>,
+    /// Nodes whose sets must be checked for the entries of `entries` alone.
+    pub(crate) creds: BTreeSet<NodeId>,
+    /// The users whose entries in node sets the change may have changed: a set that changes
+    /// by them alone is made from the last one by their entries (see
+    /// [`crate::publish::changes`]).
+    pub(crate) entries: BTreeSet<UserId>,
     /// Node key records to sign: the node and its key (`None`: the node is gone).
     pub(crate) node_records: Vec<(NodeId, Option<PublicKey>)>,
     /// Streams to withdraw from the edges (a deleted user's snapshot, say).
@@ -35,6 +41,7 @@ impl Changes {
     /// groups).
     pub(crate) fn user(&mut self, conn: &Connection, user: UserId) -> Result<(), Error> {
         self.users.insert(user);
+        self.entries.insert(user);
         self.reach.extend(nodes_of_user(conn, user)?);
         Ok(())
     }
@@ -42,7 +49,8 @@ impl Changes {
     /// The sets of the nodes the user can reach must be checked (its allowance or kick
     /// count changed), not its snapshot.
     pub(crate) fn creds_of_user(&mut self, conn: &Connection, user: UserId) -> Result<(), Error> {
-        self.nodes.extend(nodes_of_user(conn, user)?);
+        self.entries.insert(user);
+        self.creds.extend(nodes_of_user(conn, user)?);
         Ok(())
     }
 
