@@ -57,13 +57,14 @@ pub struct NodeProcess {
 }
 
 impl NodeProcess {
-    /// Starts `serve` on a state directory.
+    /// Starts `serve` on a state directory, logging warnings (or what `HEARTH_SUITE_NODE_LOG`
+    /// asks for, a log filter: the benchmark suite's).
     pub fn start(state: &Path) -> Result<NodeProcess> {
         let mut child = crate::cgroup::command(&crate::binary("hearth-node")?)
             .arg("serve")
             .arg("--state")
             .arg(state)
-            .env("HEARTH_LOG", "warn")
+            .env("HEARTH_LOG", std::env::var("HEARTH_SUITE_NODE_LOG").unwrap_or_else(|_| "warn".into()))
             .stdin(Stdio::null())
             .stdout(Stdio::piped())
             .stderr(Stdio::inherit())

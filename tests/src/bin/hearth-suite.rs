@@ -12,8 +12,10 @@
 //! For profiling one scenario: `--only system` (also `control`, `edge`, `scale`, `tunnel`, `lossy`, `node`, `worker`,
 //! `panel`, `abuse`;
 //! comma-separated) prints its table and writes nothing; `HEARTH_SUITE_CONTROL_LOG` sets the
-//! log filter of control in the system scenario (`hearth_control::store=debug` shows how long
-//! each write transaction waited, worked and committed).
+//! log filter of control in the system and scale scenarios (`hearth_control::store=debug` shows
+//! how long each write transaction waited, worked and committed; `hearth_control::publish=debug`
+//! how long each node set took to make and sign), and `HEARTH_SUITE_NODE_LOG` that of the nodes
+//! it starts (`hearth_node=info`: how long each set took to verify, store and apply).
 
 use std::collections::BTreeMap;
 use std::path::PathBuf;
