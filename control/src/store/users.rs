@@ -819,9 +819,8 @@ pub(crate) fn delete(conn: &Connection, changes: &mut Changes, actor: &str, id: 
         conn.prepare_cached("SELECT token_hash FROM users WHERE id = ?1")?.query_row([id], |row| row.get(0))?;
     let hash: [u8; 32] =
         hash.try_into().map_err(|_| Error::Internal("a stored token hash has the wrong length".into()))?;
-    for node in crate::store::changes::nodes_of_user(conn, id)? {
-        changes.node(node);
-    }
+    // Its nodes drop its entry (read before its groups go with it).
+    changes.creds_of_user(conn, id)?;
     crate::store::aliases::delete_streams_of_user(conn, id, changes)?;
     let aliased = !crate::store::aliases::paths_of_user(conn, id)?.is_empty();
     conn.prepare_cached("DELETE FROM users WHERE id = ?1")?.execute([id])?;
