@@ -50,32 +50,49 @@ _hearth_fuzz_bin_dir() {
 # looks for panics and the targets' own checks, and keeps CI short) and runs each for SECONDS
 # (default $HEARTH_FUZZ_SECONDS or 8) over its committed corpus, tests/fuzz/corpus/<target>,
 # which it only reads: new inputs go to target/fuzz/smoke/corpus/<target> (emptied first),
-# a crashing input to target/fuzz/smoke/artifacts/<target>/. Fails when a target crashes,
-# hangs (10 s on one input), runs out of memory (2 GiB) or has no corpus.
+# a crashing input to target/fuzz/smoke/artifacts/<target>/. Two targets run at a time (each
+# is one process on one core). Fails when a target crashes, hangs (10 s on one input), runs
+# out of memory (2 GiB) or has no corpus.
 hearth_fuzz_smoke() {
-    local seconds="${1:-${HEARTH_FUZZ_SECONDS:-8}}" target_dir bin work target log failed=""
+    local seconds="${1:-${HEARTH_FUZZ_SECONDS:-8}}" target_dir bin work target failed="" running=0 done_pid pid
     target_dir="${HEARTH_FUZZ_TARGET_DIR:-$HEARTH_REPO_DIR/target/fuzz}"
     hearth_fuzz build --sanitizer none || return 1
     bin="$(_hearth_fuzz_bin_dir "$target_dir")" || return 1
     work="$target_dir/smoke"
+    declare -A targets=()
     for target in $(hearth_fuzz list); do
-        log="$work/$target.log"
-        # A fresh scratch corpus each time, so that a run takes the same time however many ran before.
-        rm -rf "${work:?}/corpus/$target" && mkdir -p "$work/corpus/$target" "$work/artifacts/$target" || return 1
-        if [ -z "$(ls -A "$HEARTH_REPO_DIR/tests/fuzz/corpus/$target" 2>/dev/null)" ]; then
-            echo "fuzz: $target has no corpus in tests/fuzz/corpus/$target" >&2
-            failed="$failed $target"
-            continue
+        if [ "$running" -ge 2 ]; then
+            wait -n -p done_pid || failed="$failed ${targets[$done_pid]}"
+            running=$((running - 1))
         fi
-        if "$bin/$target" "$work/corpus/$target" "$HEARTH_REPO_DIR/tests/fuzz/corpus/$target" \
-            -max_total_time="$seconds" -timeout=10 -rss_limit_mb=2048 \
-            -artifact_prefix="$work/artifacts/$target/" </dev/null >"$log" 2>&1; then
-            echo "fuzz: $target: $(grep -o 'Done [0-9]* runs in [0-9]* second(s)' "$log" | tail -n 1), no crash"
-        else
-            echo "fuzz: $target FAILED; the end of its log ($log):" >&2
-            tail -n 40 "$log" >&2
-            failed="$failed $target"
-        fi
+        _hearth_fuzz_smoke_one "$bin" "$work" "$target" "$seconds" &
+        pid=$!
+        targets[$pid]="$target"
+        running=$((running + 1))
+    done
+    while [ "$running" -gt 0 ]; do
+        wait -n -p done_pid || failed="$failed ${targets[$done_pid]}"
+        running=$((running - 1))
     done
     [ -z "$failed" ] || { echo "fuzz: failed:$failed (inputs in $work/artifacts)" >&2; return 1; }
+}
+
+# One target of the smoke run: its corpus for SECONDS, its log in <work>/<target>.log.
+_hearth_fuzz_smoke_one() {
+    local bin="$1" work="$2" target="$3" seconds="$4" log="$2/$3.log"
+    # A fresh scratch corpus each time, so that a run takes the same time however many ran before.
+    rm -rf "${work:?}/corpus/$target" && mkdir -p "$work/corpus/$target" "$work/artifacts/$target" || return 1
+    if [ -z "$(ls -A "$HEARTH_REPO_DIR/tests/fuzz/corpus/$target" 2>/dev/null)" ]; then
+        echo "fuzz: $target has no corpus in tests/fuzz/corpus/$target" >&2
+        return 1
+    fi
+    if "$bin/$target" "$work/corpus/$target" "$HEARTH_REPO_DIR/tests/fuzz/corpus/$target" \
+        -max_total_time="$seconds" -timeout=10 -rss_limit_mb=2048 \
+        -artifact_prefix="$work/artifacts/$target/" </dev/null >"$log" 2>&1; then
+        echo "fuzz: $target: $(grep -o 'Done [0-9]* runs in [0-9]* second(s)' "$log" | tail -n 1), no crash"
+    else
+        echo "fuzz: $target FAILED; the end of its log ($log):" >&2
+        tail -n 40 "$log" >&2
+        return 1
+    fi
 }
