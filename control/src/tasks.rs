@@ -94,6 +94,13 @@ pub(crate) fn sweep(
         touched += 1;
     }
     if renew {
+        // Every node's set checked whole once an hour: a change signs a node's set from the
+        // last one by the users it touched, so a change that forgot to say what it touched
+        // would otherwise stay out of the set until the whole set is built again.
+        let drifted = publish::all_nodes_changed(conn, &app.signer, now)?;
+        if drifted > 0 {
+            tracing::warn!(nodes = drifted, "node sets differed from the sets built from every user: signed again");
+        }
         let mut query = conn.prepare_cached(
             "SELECT name FROM streams WHERE name LIKE 'creds/%' AND envelope IS NOT NULL AND expires < ?1",
         )?;
@@ -284,6 +291,51 @@ mod tests {
         assert_eq!(app.db.read_blocking(set_after).unwrap(), expired_version + 1, "renewed before it expires");
         app.db.write_blocking(|tx| sweep(tx, app, far, false, true)).unwrap();
         assert_eq!(app.db.read_blocking(set_after).unwrap(), expired_version + 1, "renewed once");
+    }
+
+    /// A change to a user that reached no node's set (made behind control's back here) is
+    /// signed by the hourly check of every set, once.
+    #[test]
+    fn the_hourly_sweep_signs_a_set_that_drifted_from_the_database() {
+        let t = TestControl::new(false);
+        let app = &t.app;
+        let now = crate::app::now();
+        let node = app
+            .db
+            .write_blocking(|tx| {
+                let node = enrolled_node(tx, app, now)?;
+                crate::users::create(
+                    tx,
+                    &app.signer,
+                    "test",
+                    &UserInput { name: Some("kim".into()), ..UserInput::default() },
+                    now,
+                )?;
+                Ok(node.id)
+            })
+            .unwrap();
+        let latest = || {
+            app.db
+                .read_blocking(move |c| {
+                    Ok(c.query_row(
+                        "SELECT max(version) FROM streams WHERE name IN (?1, ?2)",
+                        [stream::creds(node), stream::creds_delta(node)],
+                        |r| r.get::<_, u64>(0),
+                    )?)
+                })
+                .unwrap()
+        };
+        let before = latest();
+        app.db.write_blocking(|tx| sweep(tx, app, now, false, true)).unwrap();
+        assert_eq!(latest(), before, "nothing to sign while every set is as built");
+        app.db.write_blocking(|tx| Ok(tx.execute("UPDATE users SET kick = kick + 1 WHERE name = 'kim'", [])?)).unwrap();
+        app.db.write_blocking(|tx| sweep(tx, app, now, false, false)).unwrap();
+        assert_eq!(latest(), before, "only the hourly pass checks every set");
+        app.db.write_blocking(|tx| sweep(tx, app, now, false, true)).unwrap();
+        assert!(latest() > before, "the drifted set is signed again");
+        let signed = latest();
+        app.db.write_blocking(|tx| sweep(tx, app, now, false, true)).unwrap();
+        assert_eq!(latest(), signed, "once");
     }
 
     /// A user over quota is out of the node's set until the traffic reset the sweep runs when
