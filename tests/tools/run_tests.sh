@@ -10,12 +10,17 @@
 # This builds every test program (`cargo test --no-run`), builds the three programs the
 # tests start (as `hearth_tests::binary` and deploy/local.sh build them, so no test process
 # builds them again), runs the doc tests, then runs the test programs JOBS at a time, the
-# slowest first, each in its package's folder as cargo would. Each program's output goes to
+# slowest first, each in its package's folder as cargo would, and last, alone, those that
+# measure rates. Each program's output goes to
 # target/test-logs/<name>.log; a failing program's log is printed whole. Fails when any fails.
 
 # The test programs that take longest, longest first (from CI's logs): started first, so that
 # the short ones fill the gaps at the end. The others follow in cargo's order.
-HEARTH_SLOW_TESTS="edge tamper edges restore system node control hostile_edge ui fair_use update hearth-control"
+HEARTH_SLOW_TESTS="edge tamper edges restore system control hostile_edge ui fair_use update hearth-control"
+# The test programs that measure rates (a user's speed limit held within 5 %, Brutal's
+# throughput): run alone once the others are done, as on a busy machine they would measure
+# the machine.
+HEARTH_ALONE_TESTS="node mihomo"
 
 hearth_run_tests() {
     local jobs="${1:-${HEARTH_TEST_JOBS:-4}}" logs list name dir exe running=0 failed="" done_name
@@ -61,8 +66,12 @@ EOF
         return $status
     }
     declare -A names=()
-    local pid
+    local pid alone=""
     while IFS=$'\t' read -r name dir exe; do
+        if [[ " $HEARTH_ALONE_TESTS " == *" $name "* ]]; then
+            alone="$alone$name"$'\t'"$dir"$'\t'"$exe"$'\n'
+            continue
+        fi
         if [ "$running" -ge "$jobs" ]; then
             wait -n -p done_name || failed="$failed ${names[$done_name]}"
             running=$((running - 1))
@@ -76,6 +85,10 @@ EOF
         wait -n -p done_name || failed="$failed ${names[$done_name]}"
         running=$((running - 1))
     done
+    while IFS=$'\t' read -r name dir exe; do
+        [ -n "$name" ] || continue
+        _hearth_test_program "$name" "$dir" "$exe" || failed="$failed $name"
+    done <<<"$alone"
     if [ -n "$failed" ]; then
         for name in $failed; do
             printf '\n==> the output of %s (%s)\n' "$name" "$logs/$name.log"
