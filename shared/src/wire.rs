@@ -947,7 +947,6 @@ impl From<EntryV4> for CredEntry {
     }
 }
 
-/// Whether users are sorted by id without repeats.
 /// Appends `value` as postcard writes an unsigned integer (LEB128: seven bits a byte, low
 /// bits first).
 fn put_varint(out: &mut Vec<u8>, mut value: u64) {
@@ -958,6 +957,7 @@ fn put_varint(out: &mut Vec<u8>, mut value: u64) {
     out.push(value as u8);
 }
 
+/// Whether users are sorted by id without repeats.
 fn strictly_sorted(users: impl Iterator<Item = UserId>) -> bool {
     let mut last = None;
     users.into_iter().all(|user| last.replace(user).is_none_or(|before| before < user))
