@@ -904,8 +904,7 @@ pub(crate) fn by_entries(
     };
     for &user in users {
         let now = entries(conn, node, Some(user))?.pop();
-        let held = full.users().binary_search_by_key(&user, |entry| entry.user).ok().map(|at| &full.users()[at]);
-        diff.restate(user, held, now);
+        diff.restate(user, full.entry(user), now);
     }
     let set = full.apply(&diff).map_err(|e| Error::Internal(format!("a node's set from its last delta: {e}")))?;
     if set.edges() != fallbacks(conn, signer)? || set.policy() != policy_for(conn, &set)? {

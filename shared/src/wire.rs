@@ -827,10 +827,7 @@ impl CredDiff {
         if self.removed.binary_search(&user).is_ok() {
             return Some(None);
         }
-        [&self.added, &self.changed, &self.limited]
-            .into_iter()
-            .find_map(|list| list.binary_search_by_key(&user, |entry| entry.user).ok().map(|at| &list[at]))
-            .map(Some)
+        [&self.added, &self.changed, &self.limited].into_iter().find_map(|list| entry_of(list, user)).map(Some)
     }
 
     /// Says what `user`'s entry now is (`None`: not in the set) of a diff from a set in which
@@ -955,6 +952,11 @@ fn put_varint(out: &mut Vec<u8>, mut value: u64) {
         value >>= 7;
     }
     out.push(value as u8);
+}
+
+/// The entry of `user` in a list sorted by user.
+fn entry_of(list: &[CredEntry], user: UserId) -> Option<&CredEntry> {
+    list.binary_search_by_key(&user, |entry| entry.user).ok().map(|at| &list[at])
 }
 
 /// Whether users are sorted by id without repeats.
@@ -1142,6 +1144,11 @@ impl CredentialSet {
     /// The users, sorted by id.
     pub fn users(&self) -> &[CredEntry] {
         &self.users
+    }
+
+    /// The user's entry, if the set has one.
+    pub fn entry(&self, user: UserId) -> Option<&CredEntry> {
+        entry_of(&self.users, user)
     }
 
     /// Whether any user has a speed limit (the set then needs format 2).
@@ -1336,11 +1343,9 @@ impl CredentialSet {
         let mut users: Vec<UserId> = after.users().chain(before.into_iter().flat_map(CredDiff::users)).collect();
         users.sort_unstable();
         users.dedup();
-        let held =
-            |user: UserId| self.users.binary_search_by_key(&user, |entry| entry.user).ok().map(|at| self.users[at]);
         let entry = |diff: Option<&CredDiff>, user| match diff.and_then(|diff| diff.entry(user)) {
             Some(named) => named.copied(),
-            None => held(user),
+            None => self.entry(user).copied(),
         };
         users
             .into_iter()
