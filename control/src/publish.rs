@@ -610,23 +610,19 @@ impl Fair {
     }
 }
 
-/// Devices each user has on nodes other than `node`, from their last reports.
-fn devices_elsewhere(conn: &Connection, node: NodeId) -> Result<HashMap<UserId, u32>, Error> {
-    let mut query = conn.prepare_cached(
-        "SELECT user_id, sum(devices) FROM presence WHERE node_id != ?1 AND devices > 0 GROUP BY user_id",
-    )?;
-    let rows = query.query_map([node], |row| Ok((row.get(0)?, row.get(1)?)))?;
-    Ok(rows.collect::<Result<_, _>>()?)
-}
-
-/// [`devices_elsewhere`] for one user.
-fn devices_elsewhere_of(conn: &Connection, node: NodeId, user: UserId) -> Result<HashMap<UserId, u32>, Error> {
-    let mut query = conn.prepare_cached(
-        "SELECT user_id, sum(devices) FROM presence WHERE node_id != ?1 AND user_id = ?2 AND devices > 0
-         GROUP BY user_id",
-    )?;
-    let rows = query.query_map(params![node, user], |row| Ok((row.get(0)?, row.get(1)?)))?;
-    Ok(rows.collect::<Result<_, _>>()?)
+/// Devices each user (or `only` that user) has on nodes other than `node`, from their last
+/// reports.
+fn devices_elsewhere(conn: &Connection, node: NodeId, only: Option<UserId>) -> Result<HashMap<UserId, u32>, Error> {
+    const QUERY: &str = "SELECT user_id, sum(devices) FROM presence WHERE node_id != ?1 AND devices > 0";
+    let read = |row: &rusqlite::Row<'_>| -> rusqlite::Result<(UserId, u32)> { Ok((row.get(0)?, row.get(1)?)) };
+    let rows: rusqlite::Result<HashMap<UserId, u32>> = match only {
+        None => conn.prepare_cached(&format!("{QUERY} GROUP BY user_id"))?.query_map([node], read)?.collect(),
+        Some(user) => conn
+            .prepare_cached(&format!("{QUERY} AND user_id = ?2 GROUP BY user_id"))?
+            .query_map(params![node, user], read)?
+            .collect(),
+    };
+    Ok(rows?)
 }
 
 /// The credential set `node` should hold now: every user who can connect, in its groups,
@@ -683,18 +679,15 @@ fn entries(conn: &Connection, node: NodeId, only: Option<UserId>) -> Result<Vec<
             Fair { devices: row.get(12)?, guard: wire::Guard { torrent: row.get(13)?, smtp: row.get(14)? } },
         ))
     };
-    let (mut rows, elsewhere) = match only {
-        None => {
-            let rows = conn.prepare_cached(QUERY)?.query_map([node], read)?.collect::<Result<Vec<Row>, _>>()?;
-            (rows, devices_elsewhere(conn, node)?)
-        }
-        Some(user) => {
-            let mut query = conn.prepare_cached(&format!("{QUERY} AND u.id = ?2"))?;
-            let rows = query.query_map(params![node, user], read)?.collect::<Result<Vec<Row>, _>>()?;
-            (rows, devices_elsewhere_of(conn, node, user)?)
-        }
+    let mut rows = match only {
+        None => conn.prepare_cached(QUERY)?.query_map([node], read)?.collect::<Result<Vec<Row>, _>>()?,
+        Some(user) => conn
+            .prepare_cached(&format!("{QUERY} AND u.id = ?2"))?
+            .query_map(params![node, user], read)?
+            .collect::<Result<Vec<Row>, _>>()?,
     };
     rows.sort_unstable_by_key(|row| row.0);
+    let elsewhere = devices_elsewhere(conn, node, only)?;
     let mut users: Vec<CredEntry> = Vec::with_capacity(rows.len());
     let mut rows = rows.into_iter().peekable();
     while let Some((user, hash, over_quota, own, mut group, (own_devices, kick), mut fair)) = rows.next() {
