@@ -331,15 +331,18 @@ impl Live {
     /// place (it is copied only if an authentication holds it at that instant) instead of
     /// building every map again.
     pub(crate) fn apply_touched(&self, set: &CredentialSet, touched: &[Touched]) -> Applied {
-        let lost_credential = |t: &Touched| t.before.is_some_and(|b| t.after.is_none_or(|a| a.hash != b.hash));
-        let gone: Vec<UserId> = touched.iter().filter(|t| lost_credential(t)).map(|t| t.user).collect();
+        // The users whose credential is gone (removed, or another one), with that credential.
+        let lost: Vec<(UserId, Digest)> = touched
+            .iter()
+            .filter_map(|t| t.before.filter(|b| t.after.is_none_or(|a| a.hash != b.hash)).map(|b| (t.user, b.hash)))
+            .collect();
+        let gone: Vec<UserId> = lost.iter().map(|(user, _)| *user).collect();
         {
             let mut table = self.table.write().expect("table lock");
             let table = Arc::make_mut(&mut *table);
-            for t in touched.iter().filter(|t| lost_credential(t)) {
-                let before = t.before.expect("a credential lost was held");
-                if table.get(&before.hash) == Some(&t.user) {
-                    table.remove(&before.hash);
+            for (user, hash) in &lost {
+                if table.get(hash) == Some(user) {
+                    table.remove(hash);
                 }
             }
             for t in touched {
