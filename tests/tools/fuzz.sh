@@ -54,32 +54,20 @@ _hearth_fuzz_bin_dir() {
 # is one process on one core). Fails when a target crashes, hangs (10 s on one input), runs
 # out of memory (2 GiB) or has no corpus.
 hearth_fuzz_smoke() {
-    local seconds="${1:-${HEARTH_FUZZ_SECONDS:-8}}" target_dir bin work target failed="" running=0 done_pid pid
+    local seconds="${1:-${HEARTH_FUZZ_SECONDS:-8}}" target_dir bin work target
     target_dir="${HEARTH_FUZZ_TARGET_DIR:-$HEARTH_REPO_DIR/target/fuzz}"
     hearth_fuzz build --sanitizer none || return 1
     bin="$(_hearth_fuzz_bin_dir "$target_dir")" || return 1
     work="$target_dir/smoke"
-    declare -A targets=()
-    for target in $(hearth_fuzz list); do
-        if [ "$running" -ge 2 ]; then
-            wait -n -p done_pid || failed="$failed ${targets[$done_pid]}"
-            running=$((running - 1))
-        fi
-        _hearth_fuzz_smoke_one "$bin" "$work" "$target" "$seconds" &
-        pid=$!
-        targets[$pid]="$target"
-        running=$((running + 1))
-    done
-    while [ "$running" -gt 0 ]; do
-        wait -n -p done_pid || failed="$failed ${targets[$done_pid]}"
-        running=$((running - 1))
-    done
-    [ -z "$failed" ] || { echo "fuzz: failed:$failed (inputs in $work/artifacts)" >&2; return 1; }
+    hearth_parallel 2 _hearth_fuzz_smoke_one < <(
+        for target in $(hearth_fuzz list); do printf '%s\t%s\t%s\t%s\n' "$target" "$bin" "$work" "$seconds"; done
+    ) || { echo "fuzz: failed:$HEARTH_PARALLEL_FAILED (inputs in $work/artifacts)" >&2; return 1; }
 }
 
-# One target of the smoke run: its corpus for SECONDS, its log in <work>/<target>.log.
+# One target of the smoke run (TARGET BIN_DIR WORK SECONDS): its corpus for SECONDS, its log
+# in WORK/TARGET.log.
 _hearth_fuzz_smoke_one() {
-    local bin="$1" work="$2" target="$3" seconds="$4" log="$2/$3.log"
+    local target="$1" bin="$2" work="$3" seconds="$4" log="$3/$1.log"
     # A fresh scratch corpus each time, so that a run takes the same time however many ran before.
     rm -rf "${work:?}/corpus/$target" && mkdir -p "$work/corpus/$target" "$work/artifacts/$target" || return 1
     if [ -z "$(ls -A "$HEARTH_REPO_DIR/tests/fuzz/corpus/$target" 2>/dev/null)" ]; then

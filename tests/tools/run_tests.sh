@@ -23,8 +23,9 @@ HEARTH_SLOW_TESTS="edge tamper edges restore system control hostile_edge ui fair
 HEARTH_ALONE_TESTS="node mihomo"
 
 hearth_run_tests() {
-    local jobs="${1:-${HEARTH_TEST_JOBS:-4}}" logs list name dir exe running=0 failed="" done_name
+    local jobs="${1:-${HEARTH_TEST_JOBS:-4}}" logs list failed="" name
     logs="$HEARTH_REPO_DIR/target/test-logs"
+    HEARTH_TEST_LOGS="$logs"
     rm -rf "$logs" && mkdir -p "$logs" || return 1
     (
         cd "$HEARTH_REPO_DIR" || exit 1
@@ -56,39 +57,12 @@ EOF
         || { cat "$logs/doc.log"; return 1; }
     echo "ok the doc tests: $(grep -c '^test .* ok$' "$logs/doc.log") passed"
 
-    # One program: its output to its log, then one line saying how it went.
-    _hearth_test_program() {
-        local name="$1" dir="$2" exe="$3" log="$logs/$1.log" started status
-        started=$SECONDS status=0
-        (cd "$dir" && exec "$exe") >"$log" 2>&1 </dev/null || status=$?
-        printf '%s %s in %ss: %s\n' "$([ $status -eq 0 ] && echo ok || echo FAILED)" "$name" \
-            "$((SECONDS - started))" "$(grep -E '^test result:' "$log" | tail -n 1 | sed 's/^test result: //')"
-        return $status
-    }
-    declare -A names=()
-    local pid alone=""
-    while IFS=$'\t' read -r name dir exe; do
-        if [[ " $HEARTH_ALONE_TESTS " == *" $name "* ]]; then
-            alone="$alone$name"$'\t'"$dir"$'\t'"$exe"$'\n'
-            continue
-        fi
-        if [ "$running" -ge "$jobs" ]; then
-            wait -n -p done_name || failed="$failed ${names[$done_name]}"
-            running=$((running - 1))
-        fi
-        _hearth_test_program "$name" "$dir" "$exe" &
-        pid=$!
-        names[$pid]="$name"
-        running=$((running + 1))
-    done <<<"$list"
-    while [ "$running" -gt 0 ]; do
-        wait -n -p done_name || failed="$failed ${names[$done_name]}"
-        running=$((running - 1))
-    done
-    while IFS=$'\t' read -r name dir exe; do
-        [ -n "$name" ] || continue
-        _hearth_test_program "$name" "$dir" "$exe" || failed="$failed $name"
-    done <<<"$alone"
+    # The others JOBS at a time, then the ones that measure rates one by one.
+    local pooled alone
+    pooled="$(awk -F'\t' -v alone=" $HEARTH_ALONE_TESTS " 'index(alone, " " $1 " ") == 0' <<<"$list")"
+    alone="$(awk -F'\t' -v alone=" $HEARTH_ALONE_TESTS " 'index(alone, " " $1 " ") > 0' <<<"$list")"
+    hearth_parallel "$jobs" _hearth_test_program <<<"$pooled" || failed="$HEARTH_PARALLEL_FAILED"
+    hearth_parallel 1 _hearth_test_program <<<"$alone" || failed="$failed$HEARTH_PARALLEL_FAILED"
     if [ -n "$failed" ]; then
         for name in $failed; do
             printf '\n==> the output of %s (%s)\n' "$name" "$logs/$name.log"
@@ -97,4 +71,14 @@ EOF
         echo "tests: failed:$failed" >&2
         return 1
     fi
+}
+
+# One test program (NAME DIR EXE): run in DIR, its output to $HEARTH_TEST_LOGS/NAME.log, then
+# one line saying how it went.
+_hearth_test_program() {
+    local name="$1" dir="$2" exe="$3" log="$HEARTH_TEST_LOGS/$1.log" started=$SECONDS status=0
+    (cd "$dir" && exec "$exe") >"$log" 2>&1 </dev/null || status=$?
+    printf '%s %s in %ss: %s\n' "$([ $status -eq 0 ] && echo ok || echo FAILED)" "$name" \
+        "$((SECONDS - started))" "$(grep -E '^test result:' "$log" | tail -n 1 | sed 's/^test result: //')"
+    return $status
 }

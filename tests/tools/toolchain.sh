@@ -335,6 +335,31 @@ _hearth_wrangler_env() {
         XDG_CACHE_HOME="$home/cache" WRANGLER_LOG_PATH="$home/logs" NO_COLOR=1 FORCE_COLOR=0
 }
 
+# hearth_parallel JOBS FUNCTION: runs FUNCTION once for each line of standard input, with the
+# line's tab-separated fields as its arguments, JOBS at a time (as each ends, the next starts).
+# Sets HEARTH_PARALLEL_FAILED to the first field of each line whose run failed, space-separated,
+# and returns 1 when any failed. The test programs and the fuzz smoke run go through it.
+hearth_parallel() {
+    local jobs="$1" fn="$2" running=0 line failed
+    local -a fields
+    failed="$(mktemp)" || return 1
+    while IFS= read -r line; do
+        [ -n "$line" ] || continue
+        IFS=$'\t' read -r -a fields <<<"$line"
+        if [ "$running" -ge "$jobs" ]; then
+            wait -n || true
+            running=$((running - 1))
+        fi
+        # Each run says its own failure (lines this short are appended whole).
+        { "$fn" "${fields[@]}" || echo "${fields[0]}" >>"$failed"; } </dev/null &
+        running=$((running + 1))
+    done
+    wait
+    HEARTH_PARALLEL_FAILED="$(tr '\n' ' ' <"$failed" | sed 's/^/ /; s/ $//')"
+    rm -f "$failed"
+    [ -z "$HEARTH_PARALLEL_FAILED" ]
+}
+
 hearth_free_port() {
     python3 -c 'import socket; s = socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])'
 }
