@@ -14,7 +14,10 @@ data_dir="${HEARTH_DATA_DIR:-hearth-data}"
 edge_listen="${HEARTH_EDGE_LISTEN:-127.0.0.1:8787}"
 node_port="${HEARTH_NODE_PORT:-8444}"
 export HEARTH_LISTEN="${HEARTH_LISTEN:-127.0.0.1:8443}"
-cargo build --quiet --locked -p hearth-control -p hearth-edge -p hearth-node
+# (The tests run this script with HEARTH_CARGO_BUILD_ARGS set to how they build the programs,
+# so that it finds them built: hearth_tests::BUILD_ARGS.)
+# shellcheck disable=SC2086  # the arguments are meant to be split
+cargo build --quiet --locked ${HEARTH_CARGO_BUILD_ARGS:--p hearth-control -p hearth-edge -p hearth-node}
 control=target/debug/hearth-control
 edge=target/debug/hearth-edge
 node=target/debug/hearth-node

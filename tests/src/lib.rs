@@ -76,20 +76,28 @@ pub fn plain_cargo_env(command: &mut Command) {
 
 static BUILT: Mutex<bool> = Mutex::new(false);
 
+/// How the tests build Hearth's programs (debug): the whole workspace with every target, the
+/// command `tests/run` builds the test programs with. Cargo unifies features over the packages
+/// and targets of one build: built with this, the programs share every dependency with the
+/// test programs; built on their own (`-p hearth-control -p hearth-edge -p hearth-node`, as
+/// `deploy/local.sh` builds them for you), 127 of those would be built a second time (SQLite
+/// and ring among them), minutes on a fresh machine. The local-run test gives this to
+/// `deploy/local.sh` (`HEARTH_CARGO_BUILD_ARGS`).
+pub const BUILD_ARGS: &str = "--workspace --all-targets";
+
 /// The path of one of Hearth's binaries, built first (once per test process) so that a plain
-/// `cargo test` always runs the current code. `HEARTH_PROFILE=release` builds and runs the
-/// release build (the benchmarks do). The three programs are built together, with the very
-/// command `deploy/local.sh` builds them with: cargo unifies the three packages' features, so
-/// building one on its own would make a different binary, and each way would rebuild the
-/// other's.
+/// `cargo test` always runs the current code: with [`BUILD_ARGS`] (after `tests/run` built
+/// everything, a no-op). `HEARTH_PROFILE=release` builds and runs the release build, the three
+/// programs together as `tests/bench` builds them (it builds no test program).
 pub fn binary(package: &'static str) -> Result<PathBuf> {
     let release = std::env::var("HEARTH_PROFILE").is_ok_and(|p| p == "release");
     let mut built = BUILT.lock().expect("build lock");
     if !*built {
-        let mut args =
-            vec!["build", "--quiet", "--locked", "-p", "hearth-control", "-p", "hearth-edge", "-p", "hearth-node"];
+        let mut args = vec!["build", "--quiet", "--locked"];
         if release {
-            args.push("--release");
+            args.extend(["--release", "-p", "hearth-control", "-p", "hearth-edge", "-p", "hearth-node"]);
+        } else {
+            args.extend(BUILD_ARGS.split(' '));
         }
         let mut command = Command::new(env!("CARGO"));
         plain_cargo_env(&mut command);

@@ -19,6 +19,7 @@ async fn deploy_local_brings_hearth_up_on_loopback() {
         .process_group(0)
         .arg(repo_root().join("deploy/local.sh"))
         .env("HEARTH_DATA_DIR", &data)
+        .env("HEARTH_CARGO_BUILD_ARGS", hearth_tests::BUILD_ARGS)
         .env("HEARTH_EDGE_LISTEN", "127.0.0.1:0")
         .env("HEARTH_LISTEN", "127.0.0.1:0")
         .env("HEARTH_NODE_PORT", hearth_tests::edge::free_port().unwrap().to_string())

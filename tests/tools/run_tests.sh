@@ -7,11 +7,11 @@
 # What `cargo test --workspace` runs, run differently: cargo runs one test program after the
 # other, and most of Hearth's spend their time waiting on the processes they start (edges,
 # control, nodes, workerd, sing-box, Chromium), so two cores sit idle most of a serial run.
-# This builds every test program (`cargo test --no-run`), builds the three programs the
-# tests start (as `hearth_tests::binary` and deploy/local.sh build them, so no test process
-# builds them again), runs the doc tests, then runs the test programs JOBS at a time, the
-# slowest first, each in its package's folder as cargo would, and last, alone, those that
-# measure rates. Each program's output goes to
+# This builds every test program and the three programs the tests start in one build
+# (`cargo build --workspace --all-targets`, hearth_tests::BUILD_ARGS: one set of features for
+# both, and no test process builds anything again), runs the doc tests, then runs the test
+# programs JOBS at a time, the slowest first, each in its package's folder as cargo would, and
+# last, alone, those that measure rates. Each program's output goes to
 # target/test-logs/<name>.log; a failing program's log is printed whole. Fails when any fails.
 
 # The test programs that take longest, longest first (from CI's logs): started first, so that
@@ -30,7 +30,7 @@ hearth_run_tests() {
     rm -rf "$logs" && mkdir -p "$logs" || return 1
     (
         cd "$HEARTH_REPO_DIR" || exit 1
-        cargo test --workspace --locked --no-run --message-format=json-render-diagnostics >"$logs/build.json"
+        cargo build --workspace --all-targets --locked --message-format=json-render-diagnostics >"$logs/build.json"
     ) || return 1
     # Where each test program runs (pool or alone), its name, package folder, path and
     # arguments; the slow ones first.
@@ -59,10 +59,6 @@ for program, folder, exe in programs:
 EOF
 )" || return 1
     [ -n "$list" ] || { echo "tests: cargo built no test program" >&2; return 1; }
-    (
-        cd "$HEARTH_REPO_DIR" || exit 1
-        cargo build --quiet --locked -p hearth-control -p hearth-edge -p hearth-node
-    ) || return 1
     (cd "$HEARTH_REPO_DIR" && cargo test --workspace --locked --doc) >"$logs/doc.log" 2>&1 \
         || { cat "$logs/doc.log"; return 1; }
     echo "ok the doc tests: $(grep -c '^test .* ok$' "$logs/doc.log") passed"
