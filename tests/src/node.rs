@@ -86,11 +86,20 @@ impl NodeProcess {
 
     /// The URL of its metrics (`/metrics`; `/healthz` beside it), once it says it.
     pub fn metrics_url(&self) -> Result<String> {
+        self.said("hearth-node metrics on ")
+    }
+
+    /// What follows `prefix` in the next line of the node's standard output that starts with
+    /// it, once the node prints it (within 10 s); the lines before it are passed over. The node
+    /// says so when each of its listeners is bound.
+    pub fn said(&self, prefix: &str) -> Result<String> {
         loop {
-            let line =
-                self.lines.recv_timeout(Duration::from_secs(10)).context("the node printed no metrics address")?;
-            if let Some(url) = line.strip_prefix("hearth-node metrics on ") {
-                return Ok(url.to_owned());
+            let line = self
+                .lines
+                .recv_timeout(Duration::from_secs(10))
+                .with_context(|| format!("the node did not print {prefix:?}"))?;
+            if let Some(rest) = line.strip_prefix(prefix) {
+                return Ok(rest.to_owned());
             }
         }
     }

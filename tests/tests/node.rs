@@ -873,6 +873,9 @@ async fn the_masquerade_answers_over_https_on_tcp_too() {
         "masquerade_tcp = \"127.0.0.1:{port}\"\n[masquerade]\ntype = \"file\"\ndir = \"{}\"\n",
         temp.path().display()
     ));
+    // The TCP listener is bound after the node says it listens on UDP: asked before it says
+    // so, the connection could be refused.
+    assert_eq!(node.said("hearth-node masquerade over HTTPS on ").unwrap(), format!("127.0.0.1:{port}"));
     let certificate = std::fs::read_to_string(node.state().join("tls.crt")).unwrap();
     let http = hearth_tests::http()
         .add_root_certificate(reqwest::Certificate::from_pem(certificate.as_bytes()).unwrap())
