@@ -212,14 +212,25 @@ impl Principal {
 const RESERVE_BLOCKS: usize = 33 * 1024;
 
 /// The hashing thread's state: the parameters new hashes use, and the dummy hash unknown
-/// logins are checked against (made by the thread itself before its first job, so it never
-/// delays control's start).
+/// logins are checked against.
 struct Engine {
     params: Params,
     dummy: String,
 }
 
 impl Engine {
+    /// An engine hashing with `params`. Its dummy hash is a PHC string with those parameters,
+    /// a random salt and random bytes for the hash: checking a password against it costs what
+    /// checking one against a real hash costs, and no password matches it. (It was the hash of
+    /// a random secret, made as control started: 19 MiB and two passes of argon2 that, on one
+    /// CPU, delayed control's first answer by a third.)
+    fn new(params: Params) -> Engine {
+        let salt = secrets::random_bytes::<16>();
+        let hash = secrets::random_bytes::<32>();
+        let dummy = phc(&params, &base64_unpadded(&salt), &hash);
+        Engine { params, dummy }
+    }
+
     fn compute(&self, params: &Params, password: &[u8], salt: &[u8], out: &mut [u8]) -> Result<(), argon2::Error> {
         let need = params.block_count();
         let mut blocks = Vec::with_capacity(need.max(RESERVE_BLOCKS));
@@ -234,21 +245,13 @@ impl Engine {
 
     /// A new PHC string for `password`.
     fn hash(&self, password: &[u8]) -> Result<String, Error> {
-        use base64::Engine as _;
         let salt = SaltString::generate(&mut OsRng);
         let mut raw = [0u8; 64];
         let salt_bytes = salt.decode_b64(&mut raw).map_err(|e| Error::Internal(format!("salt: {e}")))?;
         let mut out = [0u8; 32];
         let params = self.params.clone();
         self.compute(&params, password, salt_bytes, &mut out).map_err(|e| Error::Internal(format!("hashing: {e}")))?;
-        Ok(format!(
-            "$argon2id$v=19$m={},t={},p={}${}${}",
-            params.m_cost(),
-            params.t_cost(),
-            params.p_cost(),
-            salt.as_str(),
-            base64::engine::general_purpose::STANDARD_NO_PAD.encode(out)
-        ))
+        Ok(phc(&params, salt.as_str(), &out))
     }
 
     /// Whether `password` matches the PHC string `phc`.
@@ -264,6 +267,23 @@ impl Engine {
         let mut out = vec![0u8; expected.len()];
         self.compute(&params, password, salt, &mut out).is_ok() && hearth_shared::ct_eq(&out, expected.as_bytes())
     }
+}
+
+/// The PHC string of an argon2id hash: its parameters, its salt (in PHC's base64) and the
+/// hash.
+fn phc(params: &Params, salt: &str, hash: &[u8]) -> String {
+    format!(
+        "$argon2id$v=19$m={},t={},p={}${salt}${}",
+        params.m_cost(),
+        params.t_cost(),
+        params.p_cost(),
+        base64_unpadded(hash)
+    )
+}
+
+fn base64_unpadded(bytes: &[u8]) -> String {
+    use base64::Engine as _;
+    base64::engine::general_purpose::STANDARD_NO_PAD.encode(bytes)
 }
 
 type Job = Box<dyn FnOnce(&Engine) + Send>;
@@ -287,8 +307,7 @@ impl Hasher {
         std::thread::Builder::new()
             .name("hearth-argon2".into())
             .spawn(move || {
-                let mut engine = Engine { params, dummy: String::new() };
-                engine.dummy = engine.hash(secrets::random_token().as_bytes()).expect("argon2 hashes");
+                let engine = Engine::new(params);
                 for job in queue {
                     job(&engine);
                 }
@@ -978,6 +997,21 @@ mod tests {
         assert!(!hasher.verify(String::new(), None, false).await.unwrap());
         assert!(hasher.hash("short".into()).await.is_err());
         assert!(hasher.hash("x".repeat(257)).await.is_err());
+    }
+
+    /// An unknown login is checked against a hash with the production parameters (so it
+    /// costs what a known one costs), which no password matches.
+    #[test]
+    fn the_dummy_hash_costs_what_a_real_one_does_and_matches_nothing() {
+        let params = Params::new(256, 2, 1, Some(32)).unwrap();
+        let engine = Engine::new(params.clone());
+        let parsed = PasswordHash::new(&engine.dummy).unwrap();
+        assert_eq!(parsed.algorithm.as_str(), "argon2id");
+        let theirs = Params::try_from(&parsed).unwrap();
+        assert_eq!((theirs.m_cost(), theirs.t_cost(), theirs.p_cost()), (256, 2, 1));
+        assert_eq!(parsed.hash.unwrap().len(), 32);
+        assert!(!engine.verify(b"", &engine.dummy));
+        assert_ne!(Engine::new(params).dummy, engine.dummy, "each engine's dummy is its own");
     }
 
     #[tokio::test]

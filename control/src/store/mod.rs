@@ -225,12 +225,22 @@ fn migrate(conn: &mut Connection) -> Result<(), Error> {
             MIGRATIONS.len()
         )));
     }
-    for (index, sql) in MIGRATIONS.iter().enumerate().skip(applied) {
-        let tx = conn.transaction_with_behavior(TransactionBehavior::Exclusive)?;
-        tx.execute_batch(sql)?;
-        tx.pragma_update(None, "user_version", index + 1)?;
-        tx.commit()?;
+    apply(conn, &MIGRATIONS[applied..], applied)
+}
+
+/// Applies `pending` (the migrations after the first `applied`) in one transaction: all or
+/// none, and one synced commit. A first start made a commit, and a sync, for each of the
+/// thirty-odd migrations; they were two thirds of the time to its first answer.
+fn apply(conn: &mut Connection, pending: &[&str], applied: usize) -> Result<(), Error> {
+    if pending.is_empty() {
+        return Ok(());
     }
+    let tx = conn.transaction_with_behavior(TransactionBehavior::Exclusive)?;
+    for (index, sql) in pending.iter().enumerate() {
+        tx.execute_batch(sql)?;
+        tx.pragma_update(None, "user_version", applied + index + 1)?;
+    }
+    tx.commit()?;
     Ok(())
 }
 
@@ -414,6 +424,25 @@ mod tests {
         Connection::open(&path).unwrap().pragma_update(None, "user_version", 99).unwrap();
         let err = Db::open(&path).err().unwrap().to_string();
         assert!(err.contains("newer Hearth"), "{err}");
+    }
+
+    /// Pending migrations go in together or not at all: one that fails leaves the database at
+    /// the schema it had, and the ones before it in the same start undone.
+    #[test]
+    fn a_failing_migration_leaves_the_schema_as_it_was() {
+        let dir = tempfile::tempdir().unwrap();
+        let mut conn = Connection::open(dir.path().join("control.db")).unwrap();
+        apply(&mut conn, &MIGRATIONS[..1], 0).unwrap();
+        let err = apply(&mut conn, &["CREATE TABLE later (a);", "NOT SQL AT ALL;"], 1).unwrap_err();
+        assert!(err.to_string().contains("syntax error"), "{err}");
+        let version: usize = conn.query_row("PRAGMA user_version", [], |row| row.get(0)).unwrap();
+        assert_eq!(version, 1);
+        let later: i64 =
+            conn.query_row("SELECT count(*) FROM sqlite_master WHERE name = 'later'", [], |row| row.get(0)).unwrap();
+        assert_eq!(later, 0, "the migration before the failing one is undone with it");
+        apply(&mut conn, &MIGRATIONS[1..], 1).unwrap();
+        let version: usize = conn.query_row("PRAGMA user_version", [], |row| row.get(0)).unwrap();
+        assert_eq!(version, MIGRATIONS.len());
     }
 
     /// A database from before many edges: its edge becomes `main`, holding everything but what
