@@ -251,7 +251,9 @@ impl ControlProcess {
             .env_clear()
             .env("PATH", std::env::var_os("PATH").unwrap_or_default())
             .env("HEARTH_LISTEN", "127.0.0.1:0")
-            .env("HEARTH_LOG", "warn")
+            // The suite's runs can ask for more (`HEARTH_SUITE_CONTROL_LOG`, e.g. the write
+            // transactions' timings at `hearth_control::store=debug`) when profiling.
+            .env("HEARTH_LOG", std::env::var("HEARTH_SUITE_CONTROL_LOG").unwrap_or_else(|_| "warn".into()))
             .stdin(Stdio::null())
             .stdout(Stdio::piped())
             .stderr(if logged { Stdio::piped() } else { Stdio::inherit() });
