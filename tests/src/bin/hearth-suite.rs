@@ -2034,7 +2034,11 @@ fn markdown(t: &Table, reps: usize, commit: &str, when: &str) -> String {
 /// What the profiles of the rows still short of their targets showed (written with the
 /// table, so that `--table` keeps it).
 const NOT_MET: &str = "\n## The targets not met, and why\n\n\
-Each was profiled; what the profile showed, and what would close the gap.\n\n\
+Each was profiled; what the profile showed, and what would close the gap. The machine varies \
+from day to day: the commit of the full run before this one (9b39048), run again within the \
+hour of this one (`--only edge`), gave 32.4 us for P4 and 13.6-15.0 us for P5, where its own \
+run a day before gave 21.0 and 7.8-8.0; its in-process rows moved the same way (8.8 to 12.9 \
+us). Those rows moved with the machine, not with the code.\n\n\
 - **P2, a first start (#4: < 50 ms).** A first start makes the database: applying the schema's \
   migrations is about 22 ms of SQLite's own work on one CPU (strace of a first start, from the \
   database file's creation to the migrations' commit), then come the first keys and the edge's \
