@@ -152,7 +152,9 @@ pub fn render_at(snapshot: &Snapshot, fetched: &str, mobility: &crate::wire::Mob
         html,
         "<section><h2>Add to your app</h2><p class=\"apps\">{}</p><figure>{}<figcaption>Scan to import this \
          subscription</figcaption></figure><input readonly value=\"{}\" aria-label=\"Subscription link\"></section>",
-        import_links(sub_url, title.as_str())
+        // The title as the owner wrote it: percent-encoded into the links, and the links
+        // HTML-escaped once, here (escaped twice, `&` reached the app as `&amp;`).
+        import_links(sub_url, super::title(snapshot))
             .iter()
             .map(|(app, link)| format!("<a href=\"{}\">{app}</a>", escape(link)))
             .collect::<Vec<_>>()
@@ -218,6 +220,27 @@ mod tests {
         assert_eq!(human_bytes(1023), "1023 B");
         assert_eq!(human_bytes(52_428_800), "50.0 MiB");
         assert_eq!(human_bytes(107_374_182_400), "100.0 GiB");
+    }
+
+    /// The import buttons give apps the title as the owner wrote it: percent-encoded in the
+    /// link, the link HTML-escaped once in the page (a browser undoes that), never `&amp;`.
+    #[test]
+    fn import_links_carry_the_title_unescaped() {
+        let mut snapshot = sample_snapshot();
+        snapshot.profile.title = "Tom & Jerry <\"VPN\">".into();
+        let page = render(&snapshot, "https://edge.example/s/TOKEN");
+        let raw = percent_encoding::utf8_percent_encode(&snapshot.profile.title, percent_encoding::NON_ALPHANUMERIC)
+            .to_string();
+        for (app, href) in import_links("https://edge.example/s/TOKEN", &snapshot.profile.title) {
+            assert!(page.contains(&format!("<a href=\"{}\">{app}</a>", escape(&href))), "{app}");
+            if app != "Happ" {
+                assert!(href.contains(&raw), "{app}: {href}");
+            }
+            for entity in ["%26amp%3B", "%26lt%3B", "%26quot%3B"] {
+                assert!(!href.contains(entity), "{app}: {href}");
+            }
+        }
+        assert!(page.contains("<title>Tom &amp; Jerry &lt;&quot;VPN&quot;&gt;</title>"));
     }
 
     #[test]
