@@ -227,8 +227,11 @@ async fn the_admin_panel_works_in_a_real_browser() {
     screenshot(&client, "overview").await;
     no_console_errors(&driver, &client, "setup").await;
 
-    // Sign out, a wrong password (said where it happened), then the right one.
+    // Sign out, a wrong password (said where it happened), then the right one. The code
+    // field shows only once the server asks for a code.
     find(&client, "#sign-out").await.click().await.unwrap();
+    let code = find(&client, "#login input[name=code]").await;
+    assert!(!code.is_displayed().await.unwrap(), "no code field before the server asks for one");
     fill(&client, "#login input[name=login]", "owner").await;
     fill(&client, "#login input[name=password]", "wrong password here").await;
     find(&client, "#login button[type=submit]").await.click().await.unwrap();
@@ -470,9 +473,15 @@ async fn the_admin_panel_works_in_a_real_browser() {
     find(&client, "#sign-out").await.click().await.unwrap();
     fill(&client, "#login input[name=login]", "owner").await;
     fill(&client, "#login input[name=password]", "correct horse battery staple").await;
-    find(&client, "#login button[type=submit]").await.click().await.unwrap();
     let code = find(&client, "#login input[name=code]").await;
-    assert!(code.is_displayed().await.unwrap(), "the code field shows after a right password");
+    assert!(!code.is_displayed().await.unwrap(), "no code field before the password is checked");
+    find(&client, "#login button[type=submit]").await.click().await.unwrap();
+    // The server's answer (a code is needed) shows it.
+    let asked = Instant::now();
+    while !code.is_displayed().await.unwrap() {
+        assert!(asked.elapsed() < Duration::from_secs(10), "the code field shows after a right password");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
     code.send_keys(codes.lines().next().unwrap()).await.unwrap();
     find(&client, "#login button[type=submit]").await.click().await.unwrap();
     // Signed in again, on the page the session ended on.
