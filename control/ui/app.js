@@ -864,7 +864,7 @@
       field(t('users.quota_gib'), h('input', { name: 'quota', type: 'number', min: 0, step: 'any', inputmode: 'decimal', value: gib }), t('users.quota_hint')),
       user
         ? field(t('users.expires'), h('input', { name: 'expires', type: 'date', value: user.expires_at ? new Date(user.expires_at * 1000).toISOString().slice(0, 10) : '' }), t('users.expires_hint'))
-        : field(t('users.days'), h('input', { name: 'days', type: 'number', min: 0, inputmode: 'numeric' }), t('users.days_hint')),
+        : field(t('users.days'), h('input', { name: 'days', type: 'number', min: 1, max: 36500, step: 1, inputmode: 'numeric' }), t('users.days_hint')),
       user ? null : h('label', { class: 'check' }, h('input', { name: 'start_on_first_use', type: 'checkbox' }), t('users.start_on_first_use')),
       field(
         t('users.reset'),
@@ -1060,7 +1060,7 @@
     });
 
     const extend = h('form', { class: 'inline', id: 'extend' },
-      h('input', { name: 'days', type: 'number', min: 1, value: 30, 'aria-label': t('users.days'), inputmode: 'numeric' }),
+      h('input', { name: 'days', type: 'number', min: 1, max: 36500, step: 1, value: 30, 'aria-label': t('users.days'), inputmode: 'numeric' }),
       h('button', { type: 'submit', class: 'ghost' }, t('users.extend')),
       errorBox(),
     );

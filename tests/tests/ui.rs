@@ -245,6 +245,14 @@ async fn the_admin_panel_works_in_a_real_browser() {
     client.goto(&format!("{panel}#/users")).await.unwrap();
     find(&client, "#new-user").await.click().await.unwrap();
     fill(&client, "#user-form input[name=name]", "Alice").await;
+    // The browser's own checks are the server's: days from 1 to 36,500, whole.
+    for (days, valid) in [("0", false), ("1", true), ("36500", true), ("36501", false), ("1.5", false)] {
+        let script = format!(
+            "const input = document.querySelector('#user-form input[name=days]'); input.value = '{days}'; \
+             const valid = input.checkValidity(); input.value = ''; return valid;"
+        );
+        assert_eq!(client.execute(&script, vec![]).await.unwrap(), json!(valid), "{days} days");
+    }
     fill(&client, "#user-form input[name=quota]", "50").await;
     fill(&client, "#user-form input[name=speed_down]", "20").await;
     find(&client, "#user-form select[name=on_quota]").await.select_by_value("slow").await.unwrap();
