@@ -229,8 +229,7 @@ fn migrate(conn: &mut Connection) -> Result<(), Error> {
 }
 
 /// Applies `pending` (the migrations after the first `applied`) in one transaction: all or
-/// none, and one synced commit. A first start made a commit, and a sync, for each of the
-/// thirty-odd migrations; they were two thirds of the time to its first answer.
+/// none, and one synced commit (a first start made one for each of the thirty-odd).
 fn apply(conn: &mut Connection, pending: &[&str], applied: usize) -> Result<(), Error> {
     if pending.is_empty() {
         return Ok(());
