@@ -225,9 +225,8 @@ impl Engine {
     /// a random secret, made as control started: 19 MiB and two passes of argon2, about 14 ms
     /// of CPU beside the start's own work on a one-CPU box.)
     fn new(params: Params) -> Engine {
-        let salt = secrets::random_bytes::<16>();
-        let hash = secrets::random_bytes::<32>();
-        let dummy = phc(&params, &base64_unpadded(&salt), &hash);
+        let salt = SaltString::generate(&mut OsRng);
+        let dummy = phc(&params, salt.as_str(), &secrets::random_bytes::<32>());
         Engine { params, dummy }
     }
 
@@ -272,18 +271,14 @@ impl Engine {
 /// The PHC string of an argon2id hash: its parameters, its salt (in PHC's base64) and the
 /// hash.
 fn phc(params: &Params, salt: &str, hash: &[u8]) -> String {
+    use base64::Engine as _;
     format!(
         "$argon2id$v=19$m={},t={},p={}${salt}${}",
         params.m_cost(),
         params.t_cost(),
         params.p_cost(),
-        base64_unpadded(hash)
+        base64::engine::general_purpose::STANDARD_NO_PAD.encode(hash)
     )
-}
-
-fn base64_unpadded(bytes: &[u8]) -> String {
-    use base64::Engine as _;
-    base64::engine::general_purpose::STANDARD_NO_PAD.encode(bytes)
 }
 
 type Job = Box<dyn FnOnce(&Engine) + Send>;
