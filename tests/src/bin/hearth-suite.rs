@@ -2073,13 +2073,13 @@ us). Those rows moved with the machine, not with the code.\n\n\
   count kept apart): a change to the rate limit's design, not made.\n\
 - **D, a user change during the storm (#23: < 2 ms).** Control's log of its write \
   transactions during the storm (`HEARTH_SUITE_CONTROL_LOG=warn,hearth_control::store=debug`, \
-  commit a2fe0e7): each change is committed with a synced write, and beside it control \
+  control of commit cdb463e): each change is committed with a synced write, and beside it control \
   commits, synced too, the edge's push bookkeeping (about three a change), the node's pulls \
   and its usage reports: about 17 synced writes a second, to one disk. A change's transaction \
   waited for the writer up to 1.6 ms (p95) and its commit took 0.8-1.6 ms (p50) and 1.7-3.8 ms \
   (p95), queued behind the others' syncs; alone (the one user change rows) the same change \
   takes 1.2 ms at p95. Closing it means fewer synced commits beside a change (the push \
-  bookkeeping is found again after a crash and need not be synced), each shown safe to lose: \
+  bookkeeping, if it is shown to be found again after a crash), each shown safe to lose first: \
   not made.\n\
 - **Scale: a disable at 100,000 users until the node refuses the user (#23: < 50 ms).** One \
   sample a run: 33 ms, 45 ms and 55 ms in the last three runs. What grows with the users is \
@@ -2089,7 +2089,7 @@ us). Those rows moved with the machine, not with the code.\n\n\
   one CPU the three programs share.\n\
 - **Scale: control right after 100,000 creations (#23: < 32 MiB).** Not live data: heaptrack \
   on the run saw at most 40 MB of heap in use, and control's memory map right after the bulk \
-  creation (`/proc/<pid>/smaps`, commit a2fe0e7) held ten glibc arenas of 4 to 33 MB each (one \
+  creation (`/proc/<pid>/smaps`, commit cdb463e) held ten glibc arenas of 4 to 33 MB each (one \
   for each thread of the blocking pool that did the work) and a main heap of 1.3 MB. glibc \
   gives an arena's freed memory back only from its top; `malloc_trim` would return the rest, \
   and Hearth forbids `unsafe` code. Tried and dropped: jemalloc (tikv-jemallocator, purging \
