@@ -13,6 +13,7 @@ use hearth_shared::devices::{self, Admission, DeviceReport, HwidPolicy, Seen};
 use hearth_shared::envelope::Envelope;
 use hearth_shared::ratelimit::{BucketLimit, Decision, MissGuard, TokenBucket};
 use hearth_shared::render::answer_at;
+use hearth_shared::render::page::Viewer;
 use hearth_shared::seal;
 use hearth_shared::wire::{EdgeSettings, Snapshot, SubToken};
 
@@ -136,13 +137,15 @@ pub fn device_slot(token_hash: &hearth_shared::Digest) -> (u64, u64) {
 /// table pick; a device over the link's limit (`admission`) gets [`devices::refused`].
 /// `sub_url` is the link as fetched (for the page, and to know whether its domain was blocked
 /// or retired: then the answer names the link at the primary; a retired one is redirected
-/// there, 308).
+/// there, 308). A browser's page speaks the language of `accept_language` (or `?lang=`).
+#[allow(clippy::too_many_arguments)]
 pub fn subscription(
     owner: &Owner,
     snapshot: &Snapshot,
     admission: Option<Admission>,
     token: &SubToken,
     user_agent: &str,
+    accept_language: &str,
     query: &str,
     sub_url: &str,
 ) -> Reply {
@@ -157,10 +160,11 @@ pub fn subscription(
         return reply;
     }
     let wants = format_override(query).unwrap_or_else(|| match_user_agent(user_agent, &owner.rules));
+    let viewer = Viewer::of(user_agent, accept_language, query);
     let answer = if admission == Some(Admission::Refused) {
-        answer_at(&devices::refused(snapshot), wants, sub_url, &mobility)
+        answer_at(&devices::refused(snapshot), wants, sub_url, &mobility, viewer)
     } else {
-        answer_at(snapshot, wants, sub_url, &mobility)
+        answer_at(snapshot, wants, sub_url, &mobility, viewer)
     };
     Reply { status: 200, headers: answer.headers, body: answer.body.into_bytes() }
 }

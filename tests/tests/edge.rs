@@ -8,7 +8,8 @@ use hearth_shared::agent::Wants;
 use hearth_shared::envelope::{Audience, Kind};
 use hearth_shared::keys::{Role, SecretKey};
 use hearth_shared::nodeauth;
-use hearth_shared::render::{Format, SingBoxVersion, answer};
+use hearth_shared::render::page::{Lang, Platform, Viewer};
+use hearth_shared::render::{Format, SingBoxVersion, answer, answer_at};
 use hearth_shared::wire::{self, CredEntry, CredentialSet, SubToken, UsageDrain, UsageReport, UserUsage, stream};
 use hearth_tests::control_sim::{ControlSim, demo_snapshot, now};
 use hearth_tests::edge::{Backend, EdgeProcess};
@@ -654,7 +655,11 @@ async fn a_push_of_1000_users_serves_every_format(backend: Backend) {
         let link = s.link(token);
         let agents = if i % 50 == 0 { USER_AGENTS } else { &USER_AGENTS[i % USER_AGENTS.len()..][..1] };
         for &(ua, wants) in agents {
-            let expected = answer(snapshot, wants, &link);
+            // Firefox on Linux, with no Accept-Language: the page in English, for Linux.
+            let expected = match wants {
+                Wants::Page => answer_at(snapshot, wants, &link, &Default::default(), LINUX_IN_ENGLISH),
+                _ => answer(snapshot, wants, &link),
+            };
             assert_answer(&s.get(&link, ua).await, wants, &expected, &format!("user {} with {ua}", snapshot.user));
         }
     }
@@ -687,7 +692,46 @@ async fn a_push_of_1000_users_serves_every_format(backend: Backend) {
     let (_, headers, body) = s.get(&format!("{}?format=clash", s.link(token)), "v2rayN/7.12.5").await;
     assert!(headers["content-type"].to_str().unwrap().starts_with("text/yaml"));
     assert!(body.starts_with("proxies:"));
+
+    // The page speaks the browser's language and sets up its device: from its headers, and
+    // from the page's own switches (`?lang=`, `?os=`), which come first.
+    let iphone =
+        "Mozilla/5.0 (iPhone; CPU iPhone OS 18_1 like Mac OS X) AppleWebKit/605.1.15 Mobile/15E148 Safari/604.1";
+    let page = |query: &'static str| {
+        let request = s.http.get(format!("{}{query}", s.link(token)));
+        async move {
+            let response = request
+                .header("user-agent", iphone)
+                .header("accept-language", "fa-IR,fa;q=0.9,en;q=0.5")
+                .send()
+                .await
+                .unwrap();
+            assert_eq!(response.status(), StatusCode::OK);
+            let language = response.headers()["content-language"].to_str().unwrap().to_owned();
+            (language, response.text().await.unwrap())
+        }
+    };
+    let (language, body) = page("").await;
+    let expected = answer_at(snapshot, Wants::Page, &s.link(token), &Default::default(), IPHONE_IN_PERSIAN);
+    assert_eq!((language.as_str(), &body), ("fa", &expected.body));
+    assert!(body.starts_with("<!doctype html><html lang=\"fa\" dir=\"rtl\">"));
+    assert!(
+        body.contains("https://apps.apple.com/app/id6596777532") && !body.contains("<svg"),
+        "an iPhone: the App Store, no code"
+    );
+    let (language, body) = page("?lang=zh&os=windows").await;
+    let windows = Viewer { lang: Lang::Zh, platform: Platform::Windows };
+    assert_eq!(
+        (language.as_str(), &body),
+        ("zh", &answer_at(snapshot, Wants::Page, &s.link(token), &Default::default(), windows).body)
+    );
+    assert!(body.contains("<svg") && body.contains("安装 Hiddify"), "Windows in Chinese: a code to scan");
 }
+
+/// What a Firefox on Linux that sends no Accept-Language is shown, written out.
+const LINUX_IN_ENGLISH: Viewer = Viewer { lang: Lang::En, platform: Platform::Linux };
+/// What an iPhone that prefers Persian is shown.
+const IPHONE_IN_PERSIAN: Viewer = Viewer { lang: Lang::Fa, platform: Platform::Ios };
 
 /// The wall clock in milliseconds: the per-link limit counts in windows aligned to it.
 fn now_ms() -> u64 {

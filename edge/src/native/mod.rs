@@ -333,6 +333,7 @@ impl Edge {
             admission,
             &token,
             request.header("user-agent").unwrap_or(""),
+            request.header("accept-language").unwrap_or(""),
             request.query,
             &sub_url,
         )

@@ -205,6 +205,7 @@ async fn subscription(
             let mut sub_url = url.clone();
             sub_url.set_query(None);
             let user_agent = req.headers().get("user-agent")?.unwrap_or_default();
+            let accept_language = req.headers().get("accept-language")?.unwrap_or_default();
             let admission = match serve::device(&snapshot, |name| req.headers().get(name).ok().flatten()) {
                 None => None,
                 Some(seen) => device(env, ctx, config, &token, &snapshot.hwid, seen).await,
@@ -216,6 +217,7 @@ async fn subscription(
                 admission,
                 &token,
                 &user_agent,
+                &accept_language,
                 url.query().unwrap_or(""),
                 sub_url.as_str(),
             ))

@@ -159,20 +159,22 @@ pub struct Answer {
     pub body: String,
 }
 
-/// Answers a client that wants `wants`; `sub_url` is the link it fetched (for the page).
+/// Answers a client that wants `wants`; `sub_url` is the link it fetched (for the page, which
+/// is in English for Android).
 pub fn answer(snapshot: &Snapshot, wants: crate::agent::Wants, sub_url: &str) -> Answer {
-    answer_at(snapshot, wants, sub_url, &crate::wire::Mobility::default())
+    answer_at(snapshot, wants, sub_url, &crate::wire::Mobility::default(), page::Viewer::default())
 }
 
 /// [`answer`] at an edge that knows where links went: a link whose domain is blocked answers
 /// as usual and tells the app the link at the primary (the announcement and the web page
 /// header, which apps that show them show), and the page offers the link at the primary and
-/// lists every mirror.
+/// lists every mirror. A browser gets the page in `viewer`'s language, for its device.
 pub fn answer_at(
     snapshot: &Snapshot,
     wants: crate::agent::Wants,
     sub_url: &str,
     mobility: &crate::wire::Mobility,
+    viewer: page::Viewer,
 ) -> Answer {
     match wants {
         crate::agent::Wants::Profile(format) => {
@@ -198,11 +200,12 @@ pub fn answer_at(
             headers: vec![
                 ("content-type", "text/html; charset=utf-8".to_owned()),
                 ("cache-control", "no-store".to_owned()),
-                ("content-security-policy", page::CSP.to_owned()),
+                ("content-security-policy", page::csp().to_owned()),
+                ("content-language", viewer.lang.text().code.to_owned()),
                 ("referrer-policy", "no-referrer".to_owned()),
                 ("x-content-type-options", "nosniff".to_owned()),
             ],
-            body: page::render_at(snapshot, sub_url, mobility),
+            body: page::render_at(snapshot, sub_url, mobility, viewer),
         },
     }
 }
@@ -400,7 +403,13 @@ pub(crate) mod tests {
             retired: false,
             mirrors: vec![to.into(), "https://third.example/s/TOKEN".into()],
         };
-        let answer = answer_at(&snapshot, Wants::Profile(Format::Base64), "https://old.example/s/TOKEN", &moved);
+        let answer = answer_at(
+            &snapshot,
+            Wants::Profile(Format::Base64),
+            "https://old.example/s/TOKEN",
+            &moved,
+            Default::default(),
+        );
         let get = |name: &str| answer.headers.iter().find(|(n, _)| *n == name).map(|(_, v)| v.clone());
         assert_eq!(get("profile-web-page-url").as_deref(), Some(to));
         let announce = get("announce").unwrap();
@@ -408,16 +417,22 @@ pub(crate) mod tests {
         assert_eq!(announce, format!("This link moved: {to} · Be kind"));
         assert_eq!(answer.body, render(&snapshot, Format::Base64), "the profile itself is the same");
         assert_eq!(answer.headers.last().map(|(n, _)| *n), Some("cache-control"));
-        let home = answer_at(&snapshot, Wants::Profile(Format::Base64), to, &Mobility::default());
+        let home = answer_at(&snapshot, Wants::Profile(Format::Base64), to, &Mobility::default(), Default::default());
         assert_eq!(home.headers, headers(&snapshot, Format::Base64));
-        let clash = answer_at(&snapshot, Wants::Profile(Format::Mihomo), "https://old.example/s/TOKEN", &moved);
+        let clash = answer_at(
+            &snapshot,
+            Wants::Profile(Format::Mihomo),
+            "https://old.example/s/TOKEN",
+            &moved,
+            Default::default(),
+        );
         assert_eq!(clash.body, format!("#SUBSCRIBED {to}\n{}", render(&snapshot, Format::Mihomo)), "for Stash");
         let parsed: serde_yaml_ng::Value = serde_yaml_ng::from_str(&clash.body).unwrap();
         assert!(parsed["proxies"].is_sequence(), "still a Clash profile");
 
-        let page = answer_at(&snapshot, Wants::Page, "https://old.example/s/TOKEN", &moved).body;
+        let page = answer_at(&snapshot, Wants::Page, "https://old.example/s/TOKEN", &moved, Default::default()).body;
         assert!(page.contains("This link moved."), "{page}");
-        assert!(page.contains(&format!("value=\"{to}\" aria-label=\"Subscription link\"")), "the new link is offered");
+        assert!(page.contains(&format!("value=\"{to}\" aria-labelledby=\"link-h\"")), "the new link is offered");
         assert!(page.contains("value=\"https://third.example/s/TOKEN\" aria-label=\"Mirror link\""), "{page}");
         assert!(!page.contains("old.example"), "the blocked link is not offered again");
     }

@@ -1,0 +1,235 @@
+//! Which app to install on which device, where to get it, and the link that imports a
+//! subscription into it: the set-up steps of the subscription page.
+
+use percent_encoding::{NON_ALPHANUMERIC, utf8_percent_encode};
+
+/// A kind of device the page has set-up steps for.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum Platform {
+    /// Android phones and tablets (and anything the page cannot tell).
+    #[default]
+    Android,
+    /// iPhone and iPad.
+    Ios,
+    /// Windows.
+    Windows,
+    /// macOS.
+    MacOs,
+    /// Linux desktops.
+    Linux,
+}
+
+impl Platform {
+    /// Every platform, in the order the page's switch lists them.
+    pub const ALL: [Platform; 5] =
+        [Platform::Android, Platform::Ios, Platform::Windows, Platform::MacOs, Platform::Linux];
+
+    /// The platform's name in `?os=`.
+    pub fn code(self) -> &'static str {
+        match self {
+            Platform::Android => "android",
+            Platform::Ios => "ios",
+            Platform::Windows => "windows",
+            Platform::MacOs => "macos",
+            Platform::Linux => "linux",
+        }
+    }
+
+    /// The platform's name as people know it (the same in every language).
+    pub fn name(self) -> &'static str {
+        match self {
+            Platform::Android => "Android",
+            Platform::Ios => "iPhone / iPad",
+            Platform::Windows => "Windows",
+            Platform::MacOs => "macOS",
+            Platform::Linux => "Linux",
+        }
+    }
+
+    /// The platform `?os=` names.
+    pub fn from_code(code: &str) -> Option<Platform> {
+        Platform::ALL.into_iter().find(|p| code.eq_ignore_ascii_case(p.code()))
+    }
+
+    /// The platform a browser's User-Agent names; Android when it names none the page knows.
+    /// iPhones say "like Mac OS X" and Android says "Linux": those are asked first. (An iPad
+    /// in desktop mode says Macintosh: it gets macOS, and the switch.)
+    pub fn from_user_agent(user_agent: &str) -> Platform {
+        let has = |word: &str| user_agent.contains(word);
+        if has("iPhone") || has("iPad") || has("iPod") {
+            Platform::Ios
+        } else if has("Android") {
+            Platform::Android
+        } else if has("Windows") {
+            Platform::Windows
+        } else if has("Macintosh") || has("Mac OS X") {
+            Platform::MacOs
+        } else if has("Linux") || has("X11") || has("CrOS") {
+            Platform::Linux
+        } else {
+            Platform::Android
+        }
+    }
+
+    /// Whether a person opening the page on this platform holds the phone the app runs on
+    /// (then the page offers buttons, not a QR code to scan).
+    pub fn is_phone(self) -> bool {
+        matches!(self, Platform::Android | Platform::Ios)
+    }
+
+    /// The apps for this platform, the one the page recommends first.
+    pub fn apps(self) -> &'static [App] {
+        match self {
+            Platform::Android => &[HIDDIFY_ANDROID, HAPP, SING_BOX_ANDROID, FLCLASH],
+            Platform::Ios => &[HIDDIFY_IOS, HAPP, SING_BOX_APPLE],
+            Platform::Windows => &[HIDDIFY_DESKTOP, CLASH_VERGE],
+            Platform::MacOs => &[HIDDIFY_DESKTOP, CLASH_VERGE, SING_BOX_APPLE],
+            Platform::Linux => &[HIDDIFY_DESKTOP, CLASH_VERGE],
+        }
+    }
+}
+
+/// Where an app is downloaded from.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Store {
+    /// Google Play.
+    GooglePlay,
+    /// Apple's App Store.
+    AppStore,
+    /// The app's releases on GitHub.
+    GitHub,
+    /// The app's own site.
+    Site,
+}
+
+/// How an app takes a subscription from a link.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Import {
+    /// `hiddify://import/<url>#<name>`.
+    Hiddify,
+    /// `sing-box://import-remote-profile?url=<url>#<name>`.
+    SingBox,
+    /// `clash://install-config?url=<url>&name=<name>` (Clash Verge, FlClash and the others).
+    Clash,
+    /// `happ://add/<url>`.
+    Happ,
+}
+
+impl Import {
+    /// The link that imports the subscription at `sub_url`, named `name` (as the owner wrote
+    /// it: percent-encoded here, HTML-escaped where the page writes it).
+    pub fn link(self, sub_url: &str, name: &str) -> String {
+        let url = utf8_percent_encode(sub_url, NON_ALPHANUMERIC);
+        let name = utf8_percent_encode(name, NON_ALPHANUMERIC);
+        match self {
+            Import::Hiddify => format!("hiddify://import/{sub_url}#{name}"),
+            Import::SingBox => format!("sing-box://import-remote-profile?url={url}#{name}"),
+            Import::Clash => format!("clash://install-config?url={url}&name={name}"),
+            Import::Happ => format!("happ://add/{sub_url}"),
+        }
+    }
+}
+
+/// An app, where to get it for one platform, and how it imports.
+#[derive(Clone, Copy, Debug)]
+pub struct App {
+    /// Its name.
+    pub name: &'static str,
+    /// Where to get it, best first.
+    pub stores: &'static [(Store, &'static str)],
+    /// How it imports a subscription.
+    pub import: Import,
+}
+
+const HIDDIFY_RELEASES: &str = "https://github.com/hiddify/hiddify-app/releases/latest";
+const HIDDIFY_ANDROID: App = App {
+    name: "Hiddify",
+    stores: &[
+        (Store::GooglePlay, "https://play.google.com/store/apps/details?id=app.hiddify.com"),
+        (Store::GitHub, HIDDIFY_RELEASES),
+    ],
+    import: Import::Hiddify,
+};
+const HIDDIFY_IOS: App = App {
+    name: "Hiddify",
+    stores: &[(Store::AppStore, "https://apps.apple.com/app/id6596777532")],
+    import: Import::Hiddify,
+};
+const HIDDIFY_DESKTOP: App =
+    App { name: "Hiddify", stores: &[(Store::GitHub, HIDDIFY_RELEASES)], import: Import::Hiddify };
+const HAPP: App = App { name: "Happ", stores: &[(Store::Site, "https://www.happ.su/")], import: Import::Happ };
+const SING_BOX_ANDROID: App = App {
+    name: "sing-box",
+    stores: &[
+        (Store::GooglePlay, "https://play.google.com/store/apps/details?id=io.nekohasekai.sfa"),
+        (Store::GitHub, "https://github.com/SagerNet/sing-box/releases/latest"),
+    ],
+    import: Import::SingBox,
+};
+const SING_BOX_APPLE: App = App {
+    name: "sing-box",
+    stores: &[(Store::Site, "https://sing-box.sagernet.org/clients/apple/")],
+    import: Import::SingBox,
+};
+const FLCLASH: App = App {
+    name: "FlClash",
+    stores: &[(Store::GitHub, "https://github.com/chen08209/FlClash/releases/latest")],
+    import: Import::Clash,
+};
+const CLASH_VERGE: App = App {
+    name: "Clash Verge Rev",
+    stores: &[(Store::GitHub, "https://github.com/clash-verge-rev/clash-verge-rev/releases/latest")],
+    import: Import::Clash,
+};
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn platforms_from_browsers() {
+        let cases = [
+            (
+                "Mozilla/5.0 (iPhone; CPU iPhone OS 18_1 like Mac OS X) AppleWebKit/605.1.15 Version/18.1 Mobile/15E148 Safari/604.1",
+                Platform::Ios,
+            ),
+            ("Mozilla/5.0 (iPad; CPU OS 17_0 like Mac OS X) AppleWebKit/605.1.15", Platform::Ios),
+            (
+                "Mozilla/5.0 (Linux; Android 14; Pixel 8) AppleWebKit/537.36 Chrome/131.0 Mobile Safari/537.36",
+                Platform::Android,
+            ),
+            (
+                "Mozilla/5.0 (Windows NT 10.0; Win64; x64) AppleWebKit/537.36 Chrome/131.0 Safari/537.36",
+                Platform::Windows,
+            ),
+            (
+                "Mozilla/5.0 (Macintosh; Intel Mac OS X 10_15_7) AppleWebKit/605.1.15 Version/18.1 Safari/605.1.15",
+                Platform::MacOs,
+            ),
+            ("Mozilla/5.0 (X11; Linux x86_64; rv:133.0) Gecko/20100101 Firefox/133.0", Platform::Linux),
+            ("Mozilla/5.0 (X11; CrOS x86_64 14541.0.0) AppleWebKit/537.36", Platform::Linux),
+            ("curl/8.5", Platform::Android),
+        ];
+        for (ua, platform) in cases {
+            assert_eq!(Platform::from_user_agent(ua), platform, "{ua}");
+        }
+        for platform in Platform::ALL {
+            assert_eq!(Platform::from_code(platform.code()), Some(platform));
+            assert!(!platform.apps().is_empty());
+            assert_eq!(platform.apps()[0].import, Import::Hiddify, "Hiddify first: it runs everywhere");
+        }
+        assert_eq!(Platform::from_code("MacOS"), Some(Platform::MacOs));
+        assert_eq!(Platform::from_code("beos"), None);
+    }
+
+    #[test]
+    fn every_store_link_is_https() {
+        for platform in Platform::ALL {
+            for app in platform.apps() {
+                for (_, url) in app.stores {
+                    assert!(url.starts_with("https://") && !url.contains(['"', '<', '&']), "{url}");
+                }
+            }
+        }
+    }
+}
