@@ -980,3 +980,113 @@ async fn passkeys_sign_in_alone_and_as_the_second_factor_in_a_real_browser() {
     no_console_errors(&driver, &client, "an operator's passkey").await;
     client.close().await.unwrap();
 }
+
+/// The subscription page a person opens from their link, in Chromium: in each language (by
+/// the page's switch, and English from the browser's own Accept-Language), at a phone's width
+/// with Android's steps and no code to scan, and at a computer's with the code; Persian laid
+/// out right to left; the copy button working under the page's Content-Security-Policy; the
+/// language switch keeping the device; a disabled account told so with nothing to import.
+/// Every view passes axe-core and is kept as a screenshot (`docs/screenshots/subscription-*`
+/// are these).
+#[tokio::test]
+async fn the_subscription_page_in_four_languages_in_a_real_browser() {
+    let temp = tempfile::tempdir().unwrap();
+    let dir = ControlDir::init(&temp.path().join("control")).unwrap();
+    let control = ControlProcess::start(&dir, &[]).unwrap();
+    let http = dir.client().unwrap();
+    let token = control.setup(&http, "admin").await.unwrap();
+    let call = |method: reqwest::Method, path: String, body: Option<Value>| {
+        let (control, http, token) = (&control, &http, &token);
+        async move { control.call(http, token, method, &path, body.as_ref()).await.unwrap() }
+    };
+    let state = temp.path().join("node");
+    control.enroll_node(&http, &token, &state).await.unwrap();
+    let body = json!({ "name": "Grandma Li", "quota": 100u64 << 30, "days": 30 });
+    let id = call(reqwest::Method::POST, "/users".into(), Some(body)).await["id"].as_u64().unwrap();
+    let link = call(reqwest::Method::GET, format!("/users/{id}/link"), None).await["link"].as_str().unwrap().to_owned();
+
+    // A browser that prefers Persian gets Persian, from control's own link as from an edge's.
+    let persian = http
+        .get(&link)
+        .header("user-agent", "Mozilla/5.0 (Linux; Android 14) AppleWebKit/537.36 Chrome/131.0 Mobile Safari/537.36");
+    let persian = persian.header("accept-language", "fa-IR,fa;q=0.9,en;q=0.8").send().await.unwrap();
+    assert_eq!(persian.headers().get("content-language").map(|v| v.to_str().unwrap()), Some("fa"), "{persian:?}");
+    assert!(persian.text().await.unwrap().starts_with("<!doctype html><html lang=\"fa\" dir=\"rtl\">"));
+
+    let (driver, client) = browser().await;
+    // Chromium runs with --lang=en-US on Linux: English, and Linux's steps.
+    client.goto(&link).await.unwrap();
+    assert_eq!(client.execute("return document.documentElement.lang", vec![]).await.unwrap(), "en");
+    text_of(&client, "h2", |t| t == "Set up on Linux").await;
+
+    let words = [
+        ("en", "Active", "Copied", "Set up on Android"),
+        ("ru", "Активна", "Скопировано", "Настройка: Android"),
+        ("fa", "فعال", "کپی شد", "راه‌اندازی روی Android"),
+        ("zh", "可用", "已复制", "在 Android 上设置"),
+    ];
+    for (width, height, device, os) in [(390, 844, "phone", "android"), (1280, 900, "desktop", "windows")] {
+        client.set_window_size(width, height).await.unwrap();
+        for (lang, active, copied, android) in words {
+            client.goto(&format!("{link}?lang={lang}&os={os}")).await.unwrap();
+            let what = format!("the page in {lang} on a {device}");
+            let html = client.execute("return [document.documentElement.lang, document.dir]", vec![]).await.unwrap();
+            assert_eq!(html, json!([lang, if lang == "fa" { "rtl" } else { "ltr" }]), "{what}");
+            text_of(&client, ".status", |t| t == active).await;
+            if os == "android" {
+                text_of(&client, "section.setup h2", |t| t == android).await;
+            }
+            // A phone gets buttons, a computer the code to scan with its phone.
+            let codes = number(&client, "return document.querySelectorAll('section.setup svg').length").await;
+            assert_eq!(codes, if device == "phone" { 0.0 } else { 1.0 }, "{what}");
+            let import = find(&client, "section.setup .steps a.button").await;
+            assert!(import.attr("href").await.unwrap().unwrap().starts_with("hiddify://import/https://"), "{what}");
+            let overflow = number(&client, "return document.documentElement.scrollWidth - window.innerWidth").await;
+            assert!(overflow <= 0.0, "{what} is {overflow} px wider than the screen");
+            // The heading starts on the reading side: the right in Persian, the left otherwise.
+            let gap = if lang == "fa" {
+                "const m = document.querySelector('main').getBoundingClientRect(), h = document.querySelector('h1');\
+                 const r = document.createRange(); r.selectNodeContents(h); return m.right - r.getBoundingClientRect().right"
+            } else {
+                "const m = document.querySelector('main').getBoundingClientRect(), h = document.querySelector('h1');\
+                 const r = document.createRange(); r.selectNodeContents(h); return r.getBoundingClientRect().left - m.left"
+            };
+            let gap = number(&client, gap).await;
+            assert!((0.0..=20.0).contains(&gap), "{what}: the title starts {gap} px from its side");
+            screenshot(&client, &format!("subscription-{lang}-{device}")).await;
+            // The copy button shows only where its script runs (the policy allows it by hash).
+            let copy = find(&client, "button[data-copy]").await;
+            assert!(copy.is_displayed().await.unwrap(), "{what}: the copy button is hidden");
+            copy.click().await.unwrap();
+            text_of(&client, "button[data-copy]", |t| t == copied).await;
+        }
+    }
+    no_console_errors(&driver, &client, "the subscription page in four languages").await;
+
+    // The language switch keeps the device the person chose.
+    client.goto(&format!("{link}?lang=en&os=ios")).await.unwrap();
+    find(&client, "nav.langs a[hreflang=ru]").await.click().await.unwrap();
+    text_of(&client, "section.setup h2", |t| t == "Настройка: iPhone / iPad").await;
+    let store = find(&client, "section.setup .stores a").await.attr("href").await.unwrap();
+    assert_eq!(store.as_deref(), Some("https://apps.apple.com/app/id6596777532"));
+
+    // A disabled account: told so in the person's language, with nothing to import.
+    call(reqwest::Method::POST, format!("/users/{id}/disable"), None).await;
+    let started = Instant::now();
+    loop {
+        client.goto(&format!("{link}?lang=fa&os=android")).await.unwrap();
+        let status = find(&client, ".status").await.text().await.unwrap();
+        if status == "این اشتراک غیرفعال شده است" {
+            break;
+        }
+        assert!(started.elapsed() < Duration::from_secs(10), "the page still says {status}");
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+    text_of(&client, ".todo", |t| t.contains("دوباره فعال کند")).await;
+    let offered =
+        number(&client, "return document.querySelectorAll('a.button[href^=\"hiddify:\"], input, svg, script').length")
+            .await;
+    assert_eq!(offered, 0.0, "a disabled account is offered something to import");
+    screenshot(&client, "subscription-disabled").await;
+    no_console_errors(&driver, &client, "the disabled account's page").await;
+}

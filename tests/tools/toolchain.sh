@@ -75,7 +75,7 @@ _hearth_apt_install() {
 }
 
 hearth_install_chromium() {
-    _hearth_apt_install chromium chromium-driver || return 1
+    _hearth_apt_install chromium chromium-driver fonts-wqy-microhei || return 1
     CHROMIUM=/usr/bin/chromium
     CHROMEDRIVER=/usr/bin/chromedriver
     "$CHROMEDRIVER" --version >/dev/null || { echo "hearth: $CHROMEDRIVER does not run" >&2; return 1; }

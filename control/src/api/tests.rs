@@ -1303,6 +1303,7 @@ async fn two_step_sign_in_needs_a_fresh_code_or_a_recovery_code() {
 
 #[tokio::test]
 async fn the_preview_is_what_each_app_gets_from_the_link() {
+    use hearth_shared::render::page::{Lang, Platform, Viewer};
     let client = Client::signed_in(false).await;
     let alice = client.post("/users", json!({ "name": "alice" })).await.json();
     let id = alice["id"].as_u64().unwrap();
@@ -1318,7 +1319,9 @@ async fn the_preview_is_what_each_app_gets_from_the_link() {
         let preview = client.get(&format!("/users/{id}/preview?ua={query}")).await.json();
         assert_eq!(preview["format"], format, "{ua}");
         let wants = hearth_shared::agent::match_user_agent(ua, &[]);
-        let expected = hearth_shared::render::answer(&snapshot, wants, &link);
+        // The page for the device the User-Agent names (Firefox on Linux here), in English.
+        let linux = Viewer { lang: Lang::En, platform: Platform::Linux };
+        let expected = hearth_shared::render::answer_at(&snapshot, wants, &link, &Default::default(), linux);
         assert_eq!(preview["body"], expected.body, "{ua}");
         assert_eq!(preview["headers"][0][0], expected.headers[0].0);
     }

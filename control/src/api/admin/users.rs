@@ -49,7 +49,9 @@ pub(super) async fn user_preview(
         .ok_or_else(|| Error::Internal("the user's snapshot does not open".into()))?;
     let wants = hearth_shared::agent::match_user_agent(query.ua.trim(), &app.ua_rules.read().expect("rules lock"));
     let url = format!("{}/{}", app.sub_url(), token.to_link_form());
-    let answer = hearth_shared::render::answer(&snapshot, wants, &url);
+    // A browser's page as that browser would get it, in English.
+    let viewer = hearth_shared::render::page::Viewer::of(query.ua.trim(), "", "");
+    let answer = hearth_shared::render::answer_at(&snapshot, wants, &url, &Default::default(), viewer);
     let format = match wants {
         Wants::Page => "page".to_owned(),
         Wants::Profile(Format::Base64) => "base64".to_owned(),
