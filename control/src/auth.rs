@@ -403,7 +403,15 @@ struct Tables {
     max_logins: usize,
     /// The last authenticator time step whose code got a request past a login's budget.
     code_step: u64,
+    /// The clock hour of the failed sign-ins the audit log recorded, how many it recorded in
+    /// that hour, and how many it did not since it last said so.
+    audited: (u64, usize, u64),
 }
+
+/// At most this many failed sign-ins an hour go in the audit log one by one; the rest are
+/// counted, and the next one recorded says how many were not (guessing from many addresses
+/// cannot grow the log without bound).
+pub(crate) const FAILURES_AUDITED_PER_HOUR: usize = 100;
 
 /// An address's most recent failures (Unix seconds; 0: none), as many as its limit needs.
 #[derive(Clone, Copy, Default)]
@@ -476,6 +484,7 @@ impl Lockouts {
                 max_addresses,
                 max_logins,
                 code_step: 0,
+                audited: (0, 0, 0),
             }),
         }
     }
@@ -483,6 +492,32 @@ impl Lockouts {
     /// Seconds until this address may try again, if it is locked out.
     pub(crate) fn locked(&self, ip: IpAddr, now: u64) -> Option<u64> {
         self.tables.lock().expect("lockout lock").addresses.get(&address_key(ip))?.locked(now)
+    }
+
+    /// How many more failures this address may have before it is locked out (0: locked).
+    pub(crate) fn tries_left(&self, ip: IpAddr, now: u64) -> usize {
+        let tables = self.tables.lock().expect("lockout lock");
+        let recent = tables
+            .addresses
+            .get(&address_key(ip))
+            .map_or(0, |failures| failures.times.iter().filter(|t| **t > 0 && now < **t + FAILURE_WINDOW).count());
+        ADDRESS_FAILURES.saturating_sub(recent)
+    }
+
+    /// Whether a failed sign-in at `now` goes in the audit log ([`FAILURES_AUDITED_PER_HOUR`]):
+    /// `Some(n)` with the failures not recorded since the last that was, `None` to skip it.
+    pub(crate) fn audit_failure(&self, now: u64) -> Option<u64> {
+        let mut tables = self.tables.lock().expect("lockout lock");
+        let (hour, recorded, skipped) = &mut tables.audited;
+        if *hour != now / 3600 {
+            (*hour, *recorded) = (now / 3600, 0);
+        }
+        if *recorded >= FAILURES_AUDITED_PER_HOUR {
+            *skipped += 1;
+            return None;
+        }
+        *recorded += 1;
+        Some(std::mem::take(skipped))
     }
 
     /// Counts a failure for an address.
@@ -1092,6 +1127,19 @@ mod tests {
     }
 
     #[test]
+    fn the_audit_log_takes_a_hundred_failed_sign_ins_an_hour_and_counts_the_rest() {
+        let lockouts = Lockouts::default();
+        let hour = 3600 * 500_000;
+        for i in 0..FAILURES_AUDITED_PER_HOUR as u64 {
+            assert_eq!(lockouts.audit_failure(hour + i), Some(0));
+        }
+        assert_eq!(lockouts.audit_failure(hour + 200), None);
+        assert_eq!(lockouts.audit_failure(hour + 3599), None);
+        assert_eq!(lockouts.audit_failure(hour + 3600), Some(2), "the next hour's first says how many were not");
+        assert_eq!(lockouts.audit_failure(hour + 3601), Some(0));
+    }
+
+    #[test]
     fn ten_failures_lock_an_address_not_a_login() {
         let lockouts = Lockouts::default();
         let a: IpAddr = "192.0.2.1".parse().unwrap();
@@ -1100,7 +1148,9 @@ mod tests {
             lockouts.fail(a, 1000 + i);
             assert_eq!(lockouts.locked(a, 1000 + i), None);
         }
+        assert_eq!(lockouts.tries_left(a, 1009), 1, "the sign-in page says so");
         lockouts.fail(a, 1009);
+        assert_eq!(lockouts.tries_left(a, 1010), 0);
         assert_eq!(lockouts.locked(a, 1010), Some(LOCKOUT - 1), "ten failures lock the address");
         assert_eq!(lockouts.locked(b, 1010), None, "and only that address");
         assert_eq!(lockouts.locked(a, 1009 + LOCKOUT), None, "for 15 minutes");

@@ -1087,10 +1087,13 @@ fn node_command(dir: &std::path::Path, command: NodeCommand) -> Result<()> {
             println!("  {}", config.enroll_command(&token));
         }
         NodeCommand::EnrollCommand { name } => {
-            let token = db.write_blocking(|tx| {
+            let (token, replaced) = db.write_blocking(|tx| {
                 let id = store::nodes::id_by_name(tx, &name)?;
                 store::nodes::new_enroll_token(tx, "cli", id, now)
             })?;
+            if replaced {
+                eprintln!("the enrollment command made before this one no longer works");
+            }
             println!("{}", config.enroll_command(&token));
         }
         NodeCommand::Remove { name, yes: _ } => {

@@ -36,8 +36,8 @@ mod users;
 mod webhooks;
 
 use access::{
-    create_token, end_other_sessions, end_session, list_sessions, list_tokens, login, logout, me, revoke_token, setup,
-    totp_confirm, totp_disable, totp_enroll, totp_status,
+    change_password, create_token, end_other_sessions, end_session, list_sessions, list_tokens, login, logout, me,
+    revoke_token, setup, totp_confirm, totp_disable, totp_enroll, totp_status,
 };
 use nodes::{
     create_group, create_node, delete_group, delete_node, enroll_token, get_node, list_groups, list_nodes,
@@ -190,6 +190,7 @@ pub(super) fn router() -> Router<Arc<App>> {
         .route("/api/logout", post(logout))
         .route("/api/me", get(me))
         .route("/api/sessions", get(list_sessions).delete(end_other_sessions))
+        .route("/api/password", post(change_password).layer(sign_in()))
         .route("/api/sessions/{id}", delete(end_session))
         .route("/api/totp", get(totp_status))
         .route("/api/totp/enroll", post(totp_enroll))

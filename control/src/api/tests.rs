@@ -158,6 +158,7 @@ async fn setup_once_then_sign_in_with_lockout() {
         let login = if i % 2 == 0 { "owner" } else { "someone" };
         let answer = client.post("/login", json!({ "login": login, "password": "not the password" })).await;
         assert_eq!((answer.status, answer.code().as_str()), (StatusCode::UNAUTHORIZED, "bad_login"));
+        assert_eq!(answer.json()["tries_left"], 9 - i, "the sign-in page says how many tries are left");
     }
     let answer = client.post("/login", json!({ "login": "owner", "password": "a long password" })).await;
     assert_eq!(answer.status, StatusCode::TOO_MANY_REQUESTS, "locked even with the right password");
@@ -174,6 +175,18 @@ async fn setup_once_then_sign_in_with_lockout() {
     assert_eq!(answer.status, StatusCode::OK);
     client.cookie = Some(cookie_of(&answer.headers));
     assert_eq!(client.get("/me").await.json()["scope"], "admin");
+    // Sign-ins are in the audit log with their address: the failed ones with the reason, never
+    // the login typed (it may be a password typed in the wrong field).
+    let audit = client.get("/audit").await.json();
+    let entries = audit["entries"].as_array().unwrap();
+    let failed: Vec<&Value> = entries.iter().filter(|e| e["action"] == "signin.failed").collect();
+    assert_eq!(failed.len(), 12, "{audit}");
+    assert!(failed.iter().all(|e| e["detail"] == "bad_login" && e["actor"] == ""), "{audit}");
+    assert!(failed.iter().any(|e| e["target"] == "192.0.2.1"), "{audit}");
+    assert!(!audit.to_string().contains("someone") && !audit.to_string().contains("nobody"), "{audit}");
+    let signins: Vec<&Value> = entries.iter().filter(|e| e["action"] == "signin").collect();
+    assert_eq!(signins.len(), 1, "{audit}");
+    assert_eq!((&signins[0]["actor"], &signins[0]["target"]), (&json!("owner"), &json!("0.0.0.0")));
     assert_eq!(client.post("/logout", json!({})).await.status, StatusCode::OK);
     assert_eq!(client.get("/me").await.status, StatusCode::UNAUTHORIZED, "the session ended");
 }
@@ -652,6 +665,32 @@ async fn nodes_enroll_pull_and_report_usage_exactly_once() {
     let status = client.get("/status").await.json();
     assert_eq!((status["nodes"]["total"].as_u64(), status["nodes"]["online"].as_u64()), (Some(1), Some(1)), "{status}");
     assert_eq!(status["nodes"]["sets_expiring"], 0);
+    assert_eq!(status["nodes"]["offline"], json!([]));
+    // A node whose command was never run is named as such; a new command says the one before
+    // it no longer works (an enrolled node's had been used up).
+    let waiting = client.post("/nodes", json!({ "name": "Frankfurt 1", "host": "203.0.113.50" })).await.json();
+    let waiting_id = waiting["id"].as_u64().unwrap();
+    let offline = client.get("/status").await.json()["nodes"]["offline"].clone();
+    assert_eq!(offline, json!([{ "id": waiting_id, "name": "Frankfurt 1", "never": true, "last_seen": 0 }]));
+    let again = client.post(&format!("/nodes/{waiting_id}/enroll-token"), json!({})).await.json();
+    assert_eq!(again["replaced"], true, "{again}");
+    let enrolled = client.post(&format!("/nodes/{node}/enroll-token"), json!({})).await.json();
+    assert_eq!(enrolled["replaced"], false, "{enrolled}");
+    let seen_long_ago = move |tx: &rusqlite::Transaction<'_>| {
+        Ok(tx.execute("UPDATE nodes SET last_seen = 1000 WHERE id = ?1", [node])?)
+    };
+    let seen_now = move |tx: &rusqlite::Transaction<'_>| {
+        Ok(tx.execute("UPDATE nodes SET last_seen = ?2 WHERE id = ?1", [node, now()])?)
+    };
+    client.app().db.write(seen_long_ago).await.unwrap();
+    let offline = client.get("/status").await.json()["nodes"]["offline"].clone();
+    assert_eq!(offline[0]["name"], "Frankfurt 1", "never enrolled first: {offline}");
+    assert_eq!(
+        (offline[1]["id"].as_u64(), &offline[1]["never"], &offline[1]["last_seen"]),
+        (Some(node), &json!(false), &json!(1000))
+    );
+    client.app().db.write(seen_now).await.unwrap();
+    client.send(Method::DELETE, &client.admin(&format!("/nodes/{waiting_id}")), None, &[]).await;
     // A set that was not signed again in time shows as an alert (and a metric).
     let name = stream::creds(node);
     let soon = now() + 3600;
@@ -2316,4 +2355,42 @@ async fn device_refusals_and_new_sign_in_addresses_are_told() {
     let signed_in = told("signin.new_address").await;
     assert_eq!(signed_in.len(), 1, "{signed_in:?}");
     assert_eq!(signed_in[0]["data"]["address"], "198.51.100.23");
+}
+
+/// An admin changes their own password with the current one: a wrong current one counts as a
+/// failed sign-in, the new one keeps the rules, every other session ends, a token cannot.
+#[tokio::test]
+async fn a_password_is_changed_with_the_current_one_and_other_sessions_end() {
+    let mut client = Client::signed_in(false).await;
+    let login = |password: &str| json!({ "login": "owner", "password": password });
+    let elsewhere = client.post("/login", login("a long password")).await;
+    let other = Client { control: client.control.clone(), cookie: Some(cookie_of(&elsewhere.headers)), bearer: None };
+    assert_eq!(other.get("/me").await.status, StatusCode::OK);
+
+    let wrong = client.post("/password", json!({ "current": "not it at all", "new": "another long one" })).await;
+    assert_eq!((wrong.status, wrong.code().as_str()), (StatusCode::UNAUTHORIZED, "bad_password"));
+    assert_eq!(wrong.json()["tries_left"], 9, "a wrong current password counts as a failed sign-in");
+    let short = client.post("/password", json!({ "current": "a long password", "new": "short" })).await;
+    assert_eq!((short.status, short.code().as_str()), (StatusCode::BAD_REQUEST, "bad_password"));
+    let same = client.post("/password", json!({ "current": "a long password", "new": "a long password" })).await;
+    assert_eq!(same.code(), "same_password");
+    let token = client.post("/tokens", json!({ "name": "t", "scope": "admin" })).await.json()["token"]
+        .as_str()
+        .unwrap()
+        .to_owned();
+    let scripted = Client { control: client.control.clone(), cookie: None, bearer: Some(token) };
+    let by_token = scripted.post("/password", json!({ "current": "a long password", "new": "another long one" })).await;
+    assert_eq!((by_token.status, by_token.code().as_str()), (StatusCode::FORBIDDEN, "session_only"));
+
+    let changed = client.post("/password", json!({ "current": "a long password", "new": "another long one" })).await;
+    assert_eq!(changed.status, StatusCode::OK, "{}", String::from_utf8_lossy(&changed.body));
+    assert_eq!(changed.json()["sessions_ended"], 1);
+    assert_eq!(other.get("/me").await.status, StatusCode::UNAUTHORIZED, "the other session ended");
+    assert_eq!(client.get("/me").await.status, StatusCode::OK, "this one goes on");
+    assert_eq!(client.post("/login", login("a long password")).await.code(), "bad_login");
+    let again = client.post("/login", login("another long one")).await;
+    assert_eq!(again.status, StatusCode::OK);
+    client.cookie = Some(cookie_of(&again.headers));
+    let audit = client.get("/audit").await.json().to_string();
+    assert!(audit.contains("password.change") && !audit.contains("another long one"), "{audit}");
 }

@@ -263,6 +263,8 @@ pub(crate) struct Overview {
     pub(crate) nodes: u64,
     /// Enrolled nodes seen within [`nodes::NODE_ONLINE_SECS`].
     pub(crate) online: u64,
+    /// The nodes not online (the first 20, those never enrolled first).
+    pub(crate) offline: Vec<OfflineNode>,
     /// Changes the edges have not accepted yet (summed over the edges).
     pub(crate) pending: u64,
     /// Streams an edge refused, set aside (see [`crate::outbox`]), summed over the edges.
@@ -275,6 +277,17 @@ pub(crate) struct Overview {
     pub(crate) expiring: u64,
     /// Nodes over their monthly traffic cap: `(id, name, when the month ends)`.
     pub(crate) limited: Vec<(u64, String, u64)>,
+}
+
+/// A node that is not online, as the overview names it.
+#[derive(Clone, Debug, serde::Serialize)]
+pub(crate) struct OfflineNode {
+    pub(crate) id: u64,
+    pub(crate) name: String,
+    /// It never enrolled: its enrollment command was never run (or not yet).
+    pub(crate) never: bool,
+    /// When it last reported (0: never).
+    pub(crate) last_seen: u64,
 }
 
 /// How near an expiry counts as soon, for the overview's alert.
@@ -308,7 +321,27 @@ pub(crate) fn overview(conn: &Connection, now: u64) -> Result<Overview, Error> {
         .prepare_cached("SELECT id, name, quota_next FROM nodes WHERE limited = 1 ORDER BY name")?
         .query_map([], |row| Ok((row.get(0)?, row.get(1)?, row.get(2)?)))?
         .collect::<Result<_, _>>()?;
-    Ok(Overview { users: users::counts(conn)?, nodes, online, pending, held, edges: statuses, expiring, limited })
+    // The nodes not online, those never enrolled first: the overview names them.
+    let offline = conn
+        .prepare_cached(
+            "SELECT id, name, public_key IS NULL, last_seen FROM nodes
+             WHERE public_key IS NULL OR last_seen + ?1 <= ?2 ORDER BY public_key IS NOT NULL, name LIMIT 20",
+        )?
+        .query_map(rusqlite::params![nodes::NODE_ONLINE_SECS, now], |row| {
+            Ok(OfflineNode { id: row.get(0)?, name: row.get(1)?, never: row.get(2)?, last_seen: row.get(3)? })
+        })?
+        .collect::<Result<_, _>>()?;
+    Ok(Overview {
+        users: users::counts(conn)?,
+        nodes,
+        online,
+        offline,
+        pending,
+        held,
+        edges: statuses,
+        expiring,
+        limited,
+    })
 }
 
 /// How one edge is doing.

@@ -473,15 +473,22 @@ pub(crate) fn delete(conn: &Connection, changes: &mut Changes, actor: &str, id: 
 }
 
 /// A new one-time enrollment token for a node (to enroll it again, e.g. on a new server).
-pub(crate) fn new_enroll_token(conn: &Connection, actor: &str, id: NodeId, now: u64) -> Result<String, Error> {
+/// Makes a node's enrollment token anew; the one before it, if any, stops working. Returns
+/// the token and whether an unexpired command was voided by it (the panel says so).
+pub(crate) fn new_enroll_token(conn: &Connection, actor: &str, id: NodeId, now: u64) -> Result<(String, bool), Error> {
     let node = get(conn, id)?;
+    let replaced: bool = conn.query_row(
+        "SELECT enroll_hash IS NOT NULL AND enroll_expires > ?2 FROM nodes WHERE id = ?1",
+        params![id, now],
+        |row| row.get(0),
+    )?;
     let token = secrets::random_token();
     conn.execute(
         "UPDATE nodes SET enroll_hash = ?2, enroll_expires = ?3 WHERE id = ?1",
         params![id, sha256(token.as_bytes()), now + ENROLL_LIFETIME],
     )?;
     audit(conn, now, actor, "node.enroll_token", &format!("node {id} ({})", node.name), "")?;
-    Ok(token)
+    Ok((token, replaced))
 }
 
 /// What a node sends to enroll.

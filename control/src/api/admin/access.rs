@@ -168,7 +168,7 @@ pub(super) async fn login(
                     // A wrong code is a guess like a wrong password: it counts for the address
                     // (even when the budget is spent, or codes could be tried there without
                     // end) and, from an unknown one, takes a check from the login's budget.
-                    let wrong = refused(&app, ip, now, "bad_totp", "that code is wrong, expired or already used");
+                    let wrong = refused(&app, ip, now, "bad_totp", "that code is wrong, expired or already used").await;
                     if !facts.known {
                         app.lockouts.take(&req.login, now).map_err(Error::TooMany)?;
                     }
@@ -194,7 +194,7 @@ pub(super) async fn login(
     };
     let good = app.hasher.verify(req.password, stored, past_budget).await?;
     if !good {
-        return Err(refused(&app, ip, now, "bad_login", "wrong login or password").into());
+        return Err(refused(&app, ip, now, "bad_login", "wrong login or password").await.into());
     }
     // A missing second factor is a step of the flow, not a failure. With passkeys, one of them
     // (the owner may give an authenticator or recovery code instead).
@@ -237,7 +237,7 @@ pub(super) async fn login(
         .await?;
     // Spent by a sign-in at the same moment.
     let Some(cookie) = cookie else {
-        return Err(refused(&app, ip, now, "bad_totp", "that code is wrong, expired or already used").into());
+        return Err(refused(&app, ip, now, "bad_totp", "that code is wrong, expired or already used").await.into());
     };
     Ok(signed_in(&app, ip, admin, &cookie))
 }
@@ -252,9 +252,12 @@ pub(super) fn open_session(
     agent: &str,
     admin: Option<i64>,
 ) -> Result<String, Error> {
-    if admin.is_some() {
+    if let Some(id) = admin {
+        let login: String = tx.query_row("SELECT login FROM admins WHERE id = ?1", [id], |row| row.get(0))?;
+        crate::store::audit(tx, now, &format!("admin {login}"), "signin", &ip.to_string(), agent)?;
         return auth::start_session(tx, now, admin, &ip.to_string(), agent);
     }
+    crate::store::audit(tx, now, "owner", "signin", &ip.to_string(), agent)?;
     let address = auth::address_hash(ip);
     if !auth::known_address(tx, &address, now)? {
         let data = json!({ "address": ip.to_string() });
@@ -290,12 +293,34 @@ pub(super) fn sign_in_gate(
 }
 
 /// A refused sign-in: counted for the address, logged without the login (the request's span
-/// names the address).
-pub(super) fn refused(app: &App, ip: std::net::IpAddr, now: u64, code: &str, message: &str) -> Response {
+/// names the address), and recorded in the audit log with the address and the reason (never
+/// the login typed, which may be a password typed in the wrong field), within
+/// [`auth::FAILURES_AUDITED_PER_HOUR`]. The answer says how many tries the address has left
+/// before it is locked out.
+pub(super) async fn refused(app: &App, ip: std::net::IpAddr, now: u64, code: &str, message: &str) -> Response {
     app.lockouts.fail(ip, now);
     Counters::add(&app.counters.logins_failed, 1);
     tracing::info!(reason = code, "sign-in refused");
-    refuse(StatusCode::UNAUTHORIZED, code, message)
+    if let Some(unrecorded) = app.lockouts.audit_failure(now) {
+        let (address, reason) = (ip.to_string(), code.to_owned());
+        let recorded = app
+            .db
+            .write(move |tx| {
+                if unrecorded > 0 {
+                    crate::store::audit(tx, now, "", "signin.unrecorded", "", &unrecorded.to_string())?;
+                }
+                crate::store::audit(tx, now, "", "signin.failed", &address, &reason)
+            })
+            .await;
+        if let Err(e) = recorded {
+            tracing::warn!(error = %e, "recording a failed sign-in in the audit log failed");
+        }
+    }
+    let body = json!({
+        "error": { "code": code, "message": message },
+        "tries_left": app.lockouts.tries_left(ip, now),
+    });
+    (StatusCode::UNAUTHORIZED, axum::Json(body)).into_response()
 }
 
 /// Only the owner, in a browser session, manages two-step sign-in (not API tokens).
@@ -410,6 +435,72 @@ pub(super) async fn totp_disable(State(app): State<Arc<App>>, auth: Auth, Input(
     app.db.write(move |tx| auth::totp_disable(tx, now)).await?;
     tracing::info!("two-step sign-in turned off");
     ok(json!({ "enabled": false }))
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(super) struct PasswordChange {
+    current: String,
+    new: String,
+}
+
+impl Bounded for PasswordChange {
+    fn check_bounds(&self) -> Result<(), Error> {
+        bytes("current", &self.current, auth::MAX_PASSWORD)?;
+        bytes("new", &self.new, auth::MAX_PASSWORD)
+    }
+}
+
+/// Changes the signed-in admin's own password (the owner's too), in a browser session: the
+/// current password first (a wrong one counts as a failed sign-in for the address, which a
+/// lockout holds as at sign-in), then the new one's rules. Every other session of theirs ends.
+pub(super) async fn change_password(
+    State(app): State<Arc<App>>,
+    auth: Auth,
+    parts: axum::http::request::Parts,
+    Input(req): Input<PasswordChange>,
+) -> Reply {
+    let Some(keep) = auth.0.session() else {
+        return Err(
+            refuse(StatusCode::FORBIDDEN, "session_only", "a password is changed signed in, not with a token").into()
+        );
+    };
+    let (ip, _, now) = sign_in_gate(&app, &parts)?;
+    let admin = auth.0.account.id;
+    let stored = app
+        .db
+        .read(move |c| match admin {
+            None => Ok(auth::owner(c)?.map(|(_, hash)| hash)),
+            Some(id) => {
+                Ok(Some(c.query_row("SELECT password_hash FROM admins WHERE id = ?1", [id], |row| row.get(0))?))
+            }
+        })
+        .await?;
+    if !app.hasher.verify(req.current.clone(), stored, true).await? {
+        return Err(refused(&app, ip, now, "bad_password", "that is not your current password").await.into());
+    }
+    auth::check_password(&req.new)?;
+    if req.new == req.current {
+        return Err(Error::invalid("same_password", "the new password is the one in use").into());
+    }
+    let hash = app.hasher.hash(req.new).await?;
+    let actor = auth.0.actor();
+    let ended = app
+        .db
+        .write(move |tx| {
+            match admin {
+                None => tx.execute("UPDATE owner SET password_hash = ?1 WHERE id = 1", [&hash])?,
+                Some(id) => {
+                    tx.execute("UPDATE admins SET password_hash = ?2 WHERE id = ?1", rusqlite::params![id, hash])?
+                }
+            };
+            let ended = auth::end_other_sessions(tx, admin, Some(&keep))?;
+            crate::store::audit(tx, now, &actor, "password.change", "", &format!("{ended} other sessions ended"))?;
+            Ok(ended)
+        })
+        .await?;
+    tracing::info!(ended, "password changed");
+    ok(json!({ "ok": true, "sessions_ended": ended }))
 }
 
 /// The User-Agent a session is started with, for the owner's list of sessions.

@@ -76,12 +76,14 @@ pub(super) async fn delete_node(State(app): State<Arc<App>>, auth: Auth, Path(id
 }
 
 pub(super) async fn enroll_token(State(app): State<Arc<App>>, auth: Auth, Path(id): Path<u64>) -> Reply {
-    let token =
+    let (token, replaced) =
         change(&app, &auth, Scope::Admin, move |tx, _, actor, now| node_store::new_enroll_token(tx, actor, id, now))
             .await?;
-    ok(
-        json!({ "enroll_command": app.config.enroll_command(&token), "enroll_expires": now() + node_store::ENROLL_LIFETIME }),
-    )
+    ok(json!({
+        "enroll_command": app.config.enroll_command(&token),
+        "enroll_expires": now() + node_store::ENROLL_LIFETIME,
+        "replaced": replaced,
+    }))
 }
 
 pub(super) async fn list_releases(State(app): State<Arc<App>>, auth: Auth) -> Reply {

@@ -28,6 +28,7 @@ pub(super) async fn status(State(app): State<Arc<App>>, auth: Auth) -> Reply {
         "nodes": {
             "total": overview.nodes,
             "online": overview.online,
+            "offline": overview.offline,
             "sets_expiring": overview.expiring,
             "limited": overview.limited.iter().map(|(id, name, until)| json!({ "id": id, "name": name, "until": until })).collect::<Vec<_>>(),
         },

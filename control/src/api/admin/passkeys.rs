@@ -151,7 +151,7 @@ pub(super) async fn finish_sign_in(
     let verified = match app.passkeys.finish_sign_in(&req.ticket, &req.credential, found) {
         Ok(verified) => verified,
         Err(Error::Invalid { code, message }) if code == "bad_passkey" => {
-            return Err(refused(&app, ip, now, code, &message).into());
+            return Err(refused(&app, ip, now, code, &message).await.into());
         }
         Err(e) => return Err(e.into()),
     };
