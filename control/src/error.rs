@@ -17,6 +17,17 @@ pub(crate) enum Error {
     /// The request conflicts with what exists (409), e.g. a name already taken.
     #[error("{0}")]
     Conflict(String),
+    /// Names that cannot be used (400 for names repeated in one request, 409 for names taken),
+    /// listed for the person who typed them.
+    #[error("{message}")]
+    Names {
+        /// A stable machine-readable code: `duplicate_names` or `names_taken`.
+        code: &'static str,
+        /// What was wrong, for a person.
+        message: String,
+        /// The names (the first 20).
+        names: Vec<String>,
+    },
     /// Too many attempts (429); retry after this many seconds.
     #[error("too many attempts; try again in {0} s")]
     TooMany(u64),

@@ -106,6 +106,11 @@ impl IntoResponse for Error {
             Error::Invalid { code, message } => (StatusCode::BAD_REQUEST, *code, message.clone()),
             Error::NotFound(_) => (StatusCode::NOT_FOUND, "not_found", self.to_string()),
             Error::Conflict(message) => (StatusCode::CONFLICT, "conflict", message.clone()),
+            Error::Names { code, message, names } => {
+                let status = if *code == "names_taken" { StatusCode::CONFLICT } else { StatusCode::BAD_REQUEST };
+                let body = serde_json::json!({ "error": { "code": code, "message": message, "names": names } });
+                return (status, axum::Json(body)).into_response();
+            }
             Error::TooMany(_) => (StatusCode::TOO_MANY_REQUESTS, "too_many", self.to_string()),
             Error::Db(_) | Error::Internal(_) => {
                 tracing::error!(error = %self, "request failed");

@@ -295,8 +295,11 @@ async fn malformed_input_is_a_4xx_that_changes_nothing() {
     // A bulk create with one bad name creates none of them.
     let answer = client.post("/users/bulk", json!({ "names": ["a", "b", "", "c"] })).await;
     assert_eq!(answer.status, StatusCode::BAD_REQUEST);
-    let answer = client.post("/users/bulk", json!({ "names": ["a", "b", "a"] })).await;
-    assert_eq!(answer.status, StatusCode::CONFLICT);
+    // Names repeated in the list are named, whatever their case; so are names already taken.
+    let answer = client.post("/users/bulk", json!({ "names": ["a", "b", "a", "Mom", "mom", "MOM", "c"] })).await;
+    assert_eq!((answer.status, answer.code().as_str()), (StatusCode::BAD_REQUEST, "duplicate_names"));
+    assert_eq!(answer.json()["error"]["names"], json!(["a", "mom"]));
+    assert_eq!(client.get("/users").await.json()["total"], 0);
     assert_eq!(client.get("/users").await.json()["total"], 0);
     let (streams, pending): (i64, u64) = client
         .app()
@@ -307,6 +310,24 @@ async fn malformed_input_is_a_4xx_that_changes_nothing() {
         .await
         .unwrap();
     assert_eq!((streams, pending), (0, 0), "nothing signed, nothing queued");
+    assert_eq!(client.post("/users", json!({ "name": "Grandpa" })).await.status, StatusCode::CREATED);
+    let answer = client.post("/users/bulk", json!({ "names": ["x", "grandpa"] })).await;
+    assert_eq!((answer.status, answer.code().as_str()), (StatusCode::CONFLICT, "names_taken"));
+    assert_eq!(answer.json()["error"]["names"], json!(["Grandpa"]));
+    let answer = client.post("/users", json!({ "name": "GRANDPA" })).await;
+    assert_eq!(
+        (answer.status, answer.code().as_str()),
+        (StatusCode::CONFLICT, "conflict"),
+        "one name whatever its case"
+    );
+    let other = client.post("/users", json!({ "name": "Nana" })).await.json();
+    let renamed = client.patch(&format!("/users/{}", other["id"]), json!({ "name": "grandPA" })).await;
+    assert_eq!(renamed.code(), "conflict");
+    let same = client.patch(&format!("/users/{}", other["id"]), json!({ "name": "NANA" })).await;
+    assert_eq!(same.status, StatusCode::OK, "a user's own name in another case is no conflict");
+    for id in [other["id"].as_u64().unwrap(), client.get("/users").await.json()["users"][0]["id"].as_u64().unwrap()] {
+        client.send(Method::DELETE, &client.admin(&format!("/users/{id}")), None, &[]).await;
+    }
     assert_eq!(client.patch("/users/99", json!({ "note": "x" })).await.status, StatusCode::NOT_FOUND);
 }
 

@@ -76,6 +76,7 @@ const MIGRATIONS: &[&str] = &[
     include_str!("search.sql"),
     include_str!("creds_digest.sql"),
     include_str!("deltas.sql"),
+    include_str!("names.sql"),
 ];
 
 /// Runs `f` on the blocking pool, in the caller's span and with the caller's log subscriber:

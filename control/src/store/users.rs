@@ -444,6 +444,15 @@ pub(crate) fn insert_imported(
     Ok(created.id)
 }
 
+/// The name of another user (not `except`) that is `name` but for its case: names are
+/// unique whatever their case, so "Mom" and "mom" are never two people in the panel.
+fn named_like(conn: &Connection, name: &str, except: Option<UserId>) -> Result<Option<String>, Error> {
+    Ok(conn
+        .prepare_cached("SELECT name FROM users WHERE name = ?1 COLLATE NOCASE AND id IS NOT ?2 LIMIT 1")?
+        .query_row(params![name, except], |row| row.get(0))
+        .optional()?)
+}
+
 fn insert_with(
     conn: &Connection,
     vault: &Vault,
@@ -453,6 +462,9 @@ fn insert_with(
     credential: &str,
     now: u64,
 ) -> Result<Created, Error> {
+    if let Some(existing) = named_like(conn, name, None)? {
+        return Err(Error::Conflict(format!("a user named {existing:?} already exists")));
+    }
     conn.prepare_cached(
         "INSERT INTO users (name, token_hash, token_enc, credential_enc, credential_hash, quota, reset, next_reset,
                             expires_at, duration_secs, enabled, note, created, updated,
@@ -525,9 +537,38 @@ pub(crate) fn create_many(
         return Err(Error::invalid("bad_bulk", "the shared settings of a bulk create take no name"));
     }
     let new = resolve_new(conn, settings, now)?;
+    let names = names.iter().map(|name| check_name(name, "user")).collect::<Result<Vec<_>, _>>()?;
+    // Names repeated in the list, then names other users have: each listed (names are one
+    // whatever their case).
+    let (mut seen, mut told) =
+        (std::collections::HashSet::with_capacity(names.len()), std::collections::HashSet::new());
+    let mut repeated: Vec<String> = Vec::new();
+    for name in &names {
+        let key = name.to_lowercase();
+        if !seen.insert(key.clone()) && told.insert(key) {
+            repeated.push(name.clone());
+        }
+    }
+    if !repeated.is_empty() {
+        repeated.truncate(20);
+        let message = format!("these names are in the list more than once: {}", repeated.join(", "));
+        return Err(Error::Names { code: "duplicate_names", message, names: repeated });
+    }
+    let mut taken: Vec<String> = Vec::new();
+    for name in &names {
+        if let Some(existing) = named_like(conn, name, None)? {
+            taken.push(existing);
+            if taken.len() == 20 {
+                break;
+            }
+        }
+    }
+    if !taken.is_empty() {
+        let message = format!("users with these names exist already: {}", taken.join(", "));
+        return Err(Error::Names { code: "names_taken", message, names: taken });
+    }
     let mut created = Vec::with_capacity(names.len());
     for name in names {
-        let name = check_name(name, "user")?;
         let user = insert(conn, vault, &name, &new, now)?;
         changes.user(conn, user.id)?;
         created.push((name, user));
@@ -616,6 +657,9 @@ pub(crate) fn update(
     let mut changed = Vec::new();
     if let Some(name) = &input.name {
         let name = check_name(name, "user")?;
+        if let Some(existing) = named_like(conn, &name, Some(id))? {
+            return Err(Error::Conflict(format!("a user named {existing:?} already exists")));
+        }
         conn.execute("UPDATE users SET name = ?2 WHERE id = ?1", params![id, name])
             .map_err(|e| Error::from(e).unique(&format!("a user named {name:?}")))?;
         changed.push("name");
