@@ -18,6 +18,19 @@
     return s;
   }
 
+  /** The string `key` for a count `n`, in the plural form the language uses for it
+   * (`key.one`, `key.few`, `key.many`, `key.other`: Intl.PluralRules' categories), with `{n}`
+   * written as the language writes numbers. */
+  function tn(key, n, vars) {
+    const form = (l) => {
+      const table = STRINGS[l];
+      return table[`${key}.${new Intl.PluralRules(l).select(n)}`] ?? table[`${key}.other`];
+    };
+    let s = form(lang) ?? form('en') ?? key;
+    for (const [k, v] of Object.entries({ ...vars, n: new Intl.NumberFormat(lang).format(n) })) s = s.replaceAll(`{${k}}`, v);
+    return s;
+  }
+
   // ---- DOM ------------------------------------------------------------------------------
 
   /** Makes an element: attributes (`on*` become listeners) and children (text is escaped). */
@@ -53,18 +66,43 @@
     return out;
   }
 
-  /** Runs `work` for a form: disables it meanwhile and shows an error where it happened. */
+  /** The form field an API error is about: `bad_<field>` names it; a few codes are about a
+   * field of another name. */
+  const ERROR_FIELDS = { conflict: 'name', bad_expiry: 'days', duplicate_names: 'names', names_taken: 'names', bad_bulk: 'names', same_password: 'password', bad_current: 'current', bad_device_limit: 'device_limit' };
+
+  function fieldOf(form, code) {
+    const name = ERROR_FIELDS[code] || (code && code.startsWith('bad_') ? code.slice(4) : null);
+    const el = name && form.elements.namedItem(name);
+    return el instanceof HTMLElement && el.type !== 'hidden' ? el : null;
+  }
+
+  /** Runs `work` for a form: disables it meanwhile and shows an error where it happened: next
+   * to the field it is about (marked invalid, the message read out with it), or under the form. */
   async function submitting(form, work) {
     const box = form.querySelector('.error');
     box.textContent = '';
     box.hidden = true;
+    for (const old of form.querySelectorAll('.field-error')) old.remove();
+    for (const el of form.querySelectorAll('[aria-invalid]')) {
+      el.removeAttribute('aria-invalid');
+      el.removeAttribute('aria-describedby');
+    }
     const buttons = form.querySelectorAll('button');
     buttons.forEach((b) => (b.disabled = true));
     try {
       await work();
     } catch (e) {
-      box.textContent = e.message;
-      box.hidden = false;
+      const el = fieldOf(form, e.code);
+      if (el) {
+        const id = `error-${el.name}`;
+        el.setAttribute('aria-invalid', 'true');
+        el.setAttribute('aria-describedby', id);
+        el.after(h('small', { class: 'field-error', id, role: 'alert' }, e.message));
+        el.focus();
+      } else {
+        box.textContent = e.message;
+        box.hidden = false;
+      }
     } finally {
       buttons.forEach((b) => (b.disabled = false));
     }
@@ -100,6 +138,12 @@
     d.showModal();
     return d;
   }
+
+  // A dialog belongs to the page it opened on: going to another page (the back button, a
+  // link) closes it.
+  window.addEventListener('hashchange', () => {
+    for (const d of document.querySelectorAll('dialog[open]')) d.close();
+  });
 
   function confirmAction(message, action) {
     return new Promise((resolve) => {
@@ -219,8 +263,12 @@
       { class: 'card traffic' },
       h('h2', {}, t('traffic.title')),
       ...extra,
-      chart(days, t('traffic.chart', { n: days.length, total: bytes(total) })),
-      h('p', { class: 'legend' }, h('span', { class: 'key down' }), t('traffic.down'), ' ', h('span', { class: 'key up' }), t('traffic.up')),
+      total
+        ? [
+            chart(days, t('traffic.chart', { n: days.length, total: bytes(total) })),
+            h('p', { class: 'legend' }, h('span', { class: 'key down' }), t('traffic.down'), ' ', h('span', { class: 'key up' }), t('traffic.up')),
+          ]
+        : h('p', { class: 'empty' }, t('traffic.empty', { n: number(days.length) })),
     );
   }
 
@@ -268,7 +316,9 @@
         me = null;
         loginView(t('session_ended'));
       }
-      let message = STRINGS[lang][`err.${code}`] || STRINGS.en[`err.${code}`] ? t(`err.${code}`) : data?.error?.message;
+      // Every code has its words in strings.js; `{message}` and `{names}` are what control said.
+      const vars = { message: data?.error?.message || '', names: (data?.error?.names || []).join(', ') };
+      let message = STRINGS[lang][`err.${code}`] || STRINGS.en[`err.${code}`] ? t(`err.${code}`, vars) : data?.error?.message;
       if (response.status === 429) {
         message = t('err.too_many', { seconds: response.headers.get('retry-after') || '60' });
       }
@@ -531,6 +581,10 @@
       try {
         await api('POST', 'login', body);
       } catch (err) {
+        if (typeof err.data?.tries_left === 'number') {
+          const left = err.data.tries_left;
+          err.message = `${err.message} ${left > 0 ? tn('login.tries_left', left) : t('login.locked')}`;
+        }
         if (err.status === 429 && code.hidden) {
           // Strangers spent this login's tries: with two-step sign-in on, the code still
           // lets the owner in.
@@ -609,20 +663,27 @@
     const users = status.users || {};
     const total = Object.values(users).reduce((a, b) => a + b, 0);
     const offline = status.nodes.total - status.nodes.online;
+    // Each alert names what it is about and links to where it is put right.
     const alerts = [];
-    if (offline > 0) alerts.push(t('alert.nodes_offline', { n: offline }));
-    if (status.nodes.sets_expiring > 0) alerts.push(t('alert.sets_expiring', { n: status.nodes.sets_expiring }));
-    for (const node of status.nodes.limited || []) alerts.push(t('alert.node_limited', { name: node.name, when: date(node.until) }));
+    const alert = (text, href) => alerts.push(href ? h('a', { href }, text) : text);
+    const named = (status.nodes.offline || []).slice(0, 5);
+    for (const node of named) {
+      const text = node.never ? t('alert.node_never', { name: node.name }) : t('alert.node_offline', { name: node.name, when: ago(node.last_seen) });
+      alert(text, `#/nodes/${node.id}`);
+    }
+    if (offline > named.length) alert(tn('alert.nodes_offline_more', offline - named.length), '#/nodes');
+    if (status.nodes.sets_expiring > 0) alert(tn('alert.sets_expiring', status.nodes.sets_expiring), '#/nodes');
+    for (const node of status.nodes.limited || []) alert(t('alert.node_limited', { name: node.name, when: date(node.until) }), `#/nodes/${node.id}`);
     for (const edge of status.edges || []) {
-      if (edge.last_error) alerts.push(t('alert.edge_error', { name: edge.name, error: edge.last_error }));
+      if (edge.last_error) alert(t('alert.edge_error', { name: edge.name, error: edge.last_error }), '#/settings');
     }
     if (status.edge.held_total > 0) {
       const first = status.edge.held[0];
-      alerts.push(t('alert.edge_held', { n: status.edge.held_total, stream: first.stream, reason: first.reason }));
+      alert(tn('alert.edge_held', status.edge.held_total, { stream: first.stream, reason: first.reason }), '#/settings');
     }
-    if (!status.edge.url) alerts.push(t('alert.no_edge'));
+    if (!status.edge.url) alert(t('alert.no_edge'), '#/settings');
     if (status.keys && status.keys.offline_here.length) {
-      alerts.push(t('alert.keys_here', { files: status.keys.offline_here.join(', ') }));
+      alert(t('alert.keys_here', { files: status.keys.offline_here.join(', ') }));
     }
     const stat = (label, value, href, cls) =>
       h('a', { class: `stat ${cls || ''}`, href }, h('strong', {}, number(value)), h('span', {}, label));
@@ -726,6 +787,9 @@
   const RESETS = ['none', 'daily', 'weekly', 'monthly', 'rolling30'];
   const PER_PAGE = 50;
 
+  /** Whether the users page is being drawn again for a search typed in its box. */
+  let searching = false;
+
   async function usersView(params) {
     const page = Math.max(1, Number(params.get('page')) || 1);
     const query = new URLSearchParams({ page, per_page: PER_PAGE });
@@ -754,7 +818,10 @@
       value: params.get('q') || '',
       oninput: (e) => {
         clearTimeout(typing);
-        typing = setTimeout(() => filter('q', e.target.value.trim()), 300);
+        typing = setTimeout(() => {
+          searching = true;
+          filter('q', e.target.value.trim());
+        }, 300);
       },
     });
     const statusFilter = h(
@@ -790,6 +857,7 @@
       ),
     );
 
+    const live = document.querySelector('.toolbar input[type=search]');
     shell(
       'users',
       h(
@@ -825,7 +893,15 @@
         last < list.total ? pageLink(page + 1, t('next')) : null,
       ),
     );
-    if (params.get('q')) {
+    // The page is drawn again for each search: the box keeps the focus, and what was typed
+    // while the list loaded (down to an empty box), whatever it is.
+    if (searching) {
+      searching = false;
+      const typed = live && live.value;
+      if (typed != null && typed.trim() !== (params.get('q') || '')) {
+        search.value = typed;
+        search.dispatchEvent(new Event('input'));
+      }
       search.focus();
       search.setSelectionRange(search.value.length, search.value.length);
     }
@@ -1003,11 +1079,21 @@
       const values = fields(form);
       const names = values.names.split('\n').map((n) => n.trim()).filter(Boolean);
       const result = await api('POST', 'users/bulk', { names, settings: userInput(values, groups) });
+      const text = result.users.map((u) => `${u.name}\t${u.link}`).join('\n') + '\n';
+      // The links as a file of their own (a blob: URL, which the panel's policy allows).
+      const file = URL.createObjectURL(new Blob([text], { type: 'text/plain;charset=utf-8' }));
+      const links = h('textarea', { class: 'links', rows: 8, readonly: true, 'aria-label': t('users.created_n', { n: number(result.created) }) }, text);
       form.replaceChildren(
         h('p', { role: 'status' }, t('users.created_n', { n: number(result.created) })),
-        h('textarea', { class: 'links', rows: 8, readonly: true }, result.users.map((u) => `${u.name}\t${u.link}`).join('\n')),
-        h('div', { class: 'actions' }, h('button', { type: 'button', onclick: () => { d.close(); route(); } }, t('done'))),
+        h('div', { class: 'secret' }, links, copyButton(text)),
+        h(
+          'div',
+          { class: 'actions' },
+          h('a', { class: 'button ghost', href: file, download: `hearth-links-${new Date().toISOString().slice(0, 10)}.txt`, id: 'download-links' }, t('users.download_links')),
+          h('button', { type: 'button', onclick: () => { d.close(); route(); } }, t('done')),
+        ),
       );
+      d.addEventListener('close', () => URL.revokeObjectURL(file));
     });
   }
 
@@ -1361,11 +1447,13 @@
     return input;
   }
 
-  function enrollCommand(command, expires) {
+  /** An enrollment command to copy; `replaced`: an older one was still valid and no longer works. */
+  function enrollCommand(command, expires, replaced) {
     return h(
       'div',
       { class: 'enroll', id: 'enroll' },
       h('p', {}, t('nodes.enroll_hint', { when: dateTime(expires) })),
+      replaced ? h('p', { class: 'notice', id: 'enroll-replaced' }, t('nodes.enroll_replaced')) : null,
       secretBox(command),
     );
   }
@@ -1400,7 +1488,7 @@
         box.hidden = true;
         try {
           const answer = await api('POST', `nodes/${id}/enroll-token`);
-          enrollBox.replaceChildren(enrollCommand(answer.enroll_command, answer.enroll_expires));
+          enrollBox.replaceChildren(enrollCommand(answer.enroll_command, answer.enroll_expires, answer.replaced));
         } catch (err) {
           box.textContent = err.message;
           box.hidden = false;
@@ -1871,10 +1959,12 @@
                   'tr',
                   {},
                   h('td', { 'data-label': t('audit.when') }, dateTime(e.at)),
-                  h('td', { 'data-label': t('audit.who') }, e.actor),
-                  h('td', { 'data-label': t('audit.what') }, e.action),
+                  h('td', { 'data-label': t('audit.who') }, e.actor || '—'),
+                  // What was done in the admin's language (the code itself when strings.js has
+                  // no words for it); a refused sign-in's reason too.
+                  h('td', { 'data-label': t('audit.what'), title: e.action }, t(`audit.action.${e.action}`) === `audit.action.${e.action}` ? e.action : t(`audit.action.${e.action}`)),
                   h('td', { 'data-label': t('audit.target') }, e.target),
-                  h('td', { 'data-label': t('audit.detail') }, e.detail),
+                  h('td', { 'data-label': t('audit.detail') }, e.action === 'signin.failed' && STRINGS.en[`audit.reason.${e.detail}`] ? t(`audit.reason.${e.detail}`) : e.detail),
                 ),
               ),
             ),
@@ -2083,6 +2173,31 @@
         : h('p', { class: 'empty' }, t('passkeys.none')),
       !state.available ? h('p', { class: 'notice' }, t('passkeys.unavailable')) : passkeysHere() ? form : h('p', { class: 'notice' }, t('passkeys.no_browser')),
     );
+  }
+
+  /** Changing one's own password: the current one, then the new one twice; the other
+   * sessions end. */
+  function passwordCard() {
+    const form = h(
+      'form',
+      { id: 'password-form' },
+      field(t('password.current'), h('input', { name: 'current', type: 'password', autocomplete: 'current-password', required: true })),
+      field(t('password.new'), h('input', { name: 'password', type: 'password', autocomplete: 'new-password', required: true, minlength: 10 }), t('setup.password_hint')),
+      field(t('setup.repeat'), h('input', { name: 'repeat', type: 'password', autocomplete: 'new-password', required: true, minlength: 10 })),
+      errorBox(),
+      h('p', { class: 'notice', role: 'status', id: 'password-changed', hidden: true }),
+      h('div', { class: 'actions' }, h('button', { type: 'submit' }, t('password.change'))),
+    );
+    onSubmit(form, async () => {
+      const values = fields(form);
+      if (values.password !== values.repeat) throw new ApiError(400, 'bad_repeat', t('setup.mismatch'));
+      const done = await api('POST', 'password', { current: values.current, new: values.password });
+      form.reset();
+      const told = form.querySelector('#password-changed');
+      told.textContent = tn('password.changed', done.sessions_ended);
+      told.hidden = false;
+    });
+    return h('section', { class: 'card', id: 'password' }, h('h2', {}, t('password.title')), form);
   }
 
   function sessionsCard(list) {
@@ -2355,6 +2470,7 @@
       h('p', {}, h('a', { href: '#/settings/notifications', id: 'to-notifications' }, t('notify.title')), ' · ', t('notify.link_hint')),
       profile,
       card,
+      passwordCard(),
       passkeysCard(passkeys),
       sessionsCard(sessions.sessions),
       addressesForm(settings),
@@ -2384,6 +2500,7 @@
         h('dl', {}, h('dt', {}, t('login')), h('dd', {}, me.login), h('dt', {}, t('admins.role')), h('dd', {}, t(`role.${me.role}`))),
         h('p', {}, t(`role.${me.role}.about`)),
       ),
+      passwordCard(),
       passkeysCard(passkeys),
       sessionsCard(sessions.sessions),
     );

@@ -235,7 +235,11 @@ async fn the_admin_panel_works_in_a_real_browser() {
     fill(&client, "#login input[name=login]", "owner").await;
     fill(&client, "#login input[name=password]", "wrong password here").await;
     find(&client, "#login button[type=submit]").await.click().await.unwrap();
-    text_of(&client, "#login .error", |t| t.contains("Wrong login or password")).await;
+    // Beside the field, with the tries left before a lockout.
+    text_of(&client, "#login .field-error", |t| t.contains("Wrong login or password") && t.contains("9 more tries"))
+        .await;
+    let invalid = find(&client, "#login input[name=login]").await.attr("aria-invalid").await.unwrap();
+    assert_eq!(invalid.as_deref(), Some("true"));
     fill(&client, "#login input[name=password]", "correct horse battery staple").await;
     find(&client, "#login button[type=submit]").await.click().await.unwrap();
     find(&client, ".stats").await;
@@ -268,8 +272,10 @@ async fn the_admin_panel_works_in_a_real_browser() {
     let speed = text_of(&client, "#user-speed", |t| !t.is_empty()).await;
     assert_eq!(speed, "↓ 20 Mbit/s · ↑ the group's");
     text_of(&client, "main dl", |t| t.contains("slowed down to 1.5 Mbit/s")).await;
-    let bars = number(&client, "return document.querySelectorAll('.traffic svg.chart g').length").await;
-    assert_eq!(bars, 30.0, "a bar a day for 30 days");
+    // A new user has no traffic yet: the card says so instead of drawing empty bars.
+    text_of(&client, ".traffic .empty", |t| t == "No traffic in the last 30 days.").await;
+    let charts = number(&client, "return document.querySelectorAll('.traffic svg.chart').length").await;
+    assert_eq!(charts, 0.0, "no chart of nothing");
     screenshot(&client, "user").await;
     // What a sing-box app would get from the link: its JSON profile.
     find(&client, "#preview select[name=app]").await.select_by_label("sing-box (Android)").await.unwrap();
@@ -292,7 +298,9 @@ async fn the_admin_panel_works_in_a_real_browser() {
     fill(&client, "#group-form input[name=speed_down]", "10").await;
     find(&client, "#group-form select[name=on_quota]").await.select_by_value("slow").await.unwrap();
     find(&client, "#group-form button[type=submit]").await.click().await.unwrap();
-    text_of(&client, "#group-form .error", |t| t.contains("slow_speed")).await;
+    text_of(&client, "#group-form .field-error", |t| t.contains("Slowing down needs a speed")).await;
+    let described = find(&client, "#group-form input[name=slow_speed]").await.attr("aria-describedby").await.unwrap();
+    assert_eq!(described.as_deref(), Some("error-slow_speed"), "the message is read out with its field");
     // The refusal is the API's 400, which the browser logs: expected here.
     console(&driver, &client).await;
     fill(&client, "#group-form input[name=slow_speed]", "1").await;
@@ -319,8 +327,12 @@ async fn the_admin_panel_works_in_a_real_browser() {
     screenshot(&client, "node-enroll").await;
     client.find(Locator::XPath("//dialog//button[text()='Done']")).await.unwrap().click().await.unwrap();
     text_of(&client, ".title .badge", |t| t == "Not enrolled yet").await;
-    find(&client, ".traffic svg.chart").await;
+    text_of(&client, ".traffic .empty", |t| t.contains("No traffic")).await;
     text_of(&client, "main dl", |t| t.contains("Users") && t.contains("Today")).await;
+    // A new command says the one before it no longer works: that is the one used below.
+    client.find(Locator::XPath("//button[text()='Enrollment command']")).await.unwrap().click().await.unwrap();
+    text_of(&client, "#enroll-replaced", |t| t.contains("no longer works")).await;
+    let command = text_of(&client, "#enroll code", |t| t.starts_with("hearth-node enroll")).await;
 
     // The node enrolls with exactly that command; a release signed on the command line rolls
     // out to it from the Releases page, and stops.
@@ -834,7 +846,7 @@ async fn admins_and_a_resellers_view_in_a_real_browser() {
     fill(&client, "#user-form input[name=name]", "second").await;
     fill(&client, "#user-form input[name=quota]", "3").await;
     find(&client, "#user-form button[type=submit]").await.send_keys("\u{e007}").await.unwrap();
-    text_of(&client, "#user-form .error", |t| t.contains("at most 5 GiB")).await;
+    text_of(&client, "#user-form .error", |t| t.contains("more than your limits allow")).await;
     find(&client, "dialog").await.send_keys("\u{e00c}").await.unwrap();
     screenshot(&client, "reseller-users").await;
     let users = control.call(&http, &token, reqwest::Method::GET, "/users", None).await.unwrap();

@@ -972,7 +972,7 @@ async fn speed_limits_and_quota_slowdowns_reach_the_nodes_sets() {
 
     // Slowing down needs a rate: refused, nothing changed.
     let refused = client.patch(&format!("/users/{alice_id}"), json!({ "on_quota": "slow", "note": "x" })).await;
-    assert_eq!((refused.status, refused.code().as_str()), (StatusCode::BAD_REQUEST, "bad_on_quota"));
+    assert_eq!((refused.status, refused.code().as_str()), (StatusCode::BAD_REQUEST, "bad_slow_speed"));
     assert_eq!(client.get(&format!("/users/{alice_id}")).await.json()["note"], "");
     for bad in
         [json!({ "speed_limit": { "up": -1 } }), json!({ "speed_limit": { "up": 1e9 } }), json!({ "on_quota": "stop" })]
@@ -999,7 +999,7 @@ async fn speed_limits_and_quota_slowdowns_reach_the_nodes_sets() {
     client.patch(&format!("/users/{alice_id}"), json!({ "on_quota": "group" })).await;
     assert_eq!(limits().await, vec![(bob_id, 0, 62_500)]);
     let refused = client.patch(&format!("/groups/{default}"), json!({ "on_quota": "slow" })).await;
-    assert_eq!(refused.code(), "bad_on_quota");
+    assert_eq!(refused.code(), "bad_slow_speed");
     client.patch(&format!("/groups/{default}"), json!({ "on_quota": "slow", "slow_speed": 2 })).await;
     assert_eq!(limits().await, vec![(alice_id, mbit(2), mbit(2)), (bob_id, 0, 62_500)]);
     let group = &client.get("/groups").await.json()["groups"][0];
@@ -2389,7 +2389,7 @@ async fn a_password_is_changed_with_the_current_one_and_other_sessions_end() {
     assert_eq!(other.get("/me").await.status, StatusCode::OK);
 
     let wrong = client.post("/password", json!({ "current": "not it at all", "new": "another long one" })).await;
-    assert_eq!((wrong.status, wrong.code().as_str()), (StatusCode::UNAUTHORIZED, "bad_password"));
+    assert_eq!((wrong.status, wrong.code().as_str()), (StatusCode::UNAUTHORIZED, "bad_current"));
     assert_eq!(wrong.json()["tries_left"], 9, "a wrong current password counts as a failed sign-in");
     let short = client.post("/password", json!({ "current": "a long password", "new": "short" })).await;
     assert_eq!((short.status, short.code().as_str()), (StatusCode::BAD_REQUEST, "bad_password"));

@@ -360,7 +360,7 @@ struct NewUser {
 /// A slowed user (or group) needs a rate to be slowed to.
 pub(crate) fn check_slow(on_quota: Option<&str>, slow: Mbps) -> Result<(), Error> {
     if on_quota == Some("slow") && slow.0 == 0 {
-        return Err(Error::invalid("bad_on_quota", "on_quota slow needs a slow_speed above 0"));
+        return Err(Error::invalid("bad_slow_speed", "on_quota slow needs a slow_speed above 0"));
     }
     Ok(())
 }

@@ -477,7 +477,7 @@ pub(super) async fn change_password(
         })
         .await?;
     if !app.hasher.verify(req.current.clone(), stored, true).await? {
-        return Err(refused(&app, ip, now, "bad_password", "that is not your current password").await.into());
+        return Err(refused(&app, ip, now, "bad_current", "that is not your current password").await.into());
     }
     auth::check_password(&req.new)?;
     if req.new == req.current {
