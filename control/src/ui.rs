@@ -127,6 +127,77 @@ mod tests {
         assert!(total < 150 * 1024, "{total} bytes gzipped");
     }
 
+    /// The error codes control's source can answer with: the literal code of every
+    /// `invalid(`, `refuse(`, `refused(` and `code: "`/`"code": "` outside tests, and the four
+    /// the error type gives itself.
+    fn error_codes() -> std::collections::BTreeSet<String> {
+        fn literal(rest: &str) -> Option<String> {
+            let rest = rest.trim_start().strip_prefix('"')?;
+            let code = &rest[..rest.find('"')?];
+            (!code.is_empty() && code.bytes().all(|b| b.is_ascii_lowercase() || b == b'_')).then(|| code.to_owned())
+        }
+        fn after_commas(rest: &str, commas: usize) -> Option<&str> {
+            let mut rest = rest;
+            for _ in 0..commas {
+                rest = &rest[rest.find(',')? + 1..];
+            }
+            Some(rest)
+        }
+        let mut codes: std::collections::BTreeSet<String> =
+            ["not_found", "conflict", "too_many", "internal"].map(str::to_owned).into();
+        let mut dirs = vec![std::path::PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("src")];
+        while let Some(dir) = dirs.pop() {
+            for entry in std::fs::read_dir(&dir).unwrap() {
+                let path = entry.unwrap().path();
+                let name = path.file_name().unwrap().to_string_lossy().into_owned();
+                if path.is_dir() {
+                    if name != "tests" {
+                        dirs.push(path);
+                    }
+                    continue;
+                }
+                if !name.ends_with(".rs") || name == "tests.rs" {
+                    continue;
+                }
+                let text = std::fs::read_to_string(&path).unwrap();
+                let text = text.split("#[cfg(test)]\nmod tests").next().unwrap();
+                for (needle, commas) in [("invalid(", 0), ("refuse(", 1), ("refused(", 3), ("code: ", 0), ("\"code\": ", 0)] {
+                    for (at, _) in text.match_indices(needle) {
+                        if let Some(code) = after_commas(&text[at + needle.len()..], commas).and_then(literal) {
+                            codes.insert(code);
+                        }
+                    }
+                }
+            }
+        }
+        codes
+    }
+
+    /// Every error code control can answer with has words in every language of the panel, so
+    /// an admin reads each in their language (`strings.js`, `err.<code>`).
+    #[test]
+    fn every_error_code_has_words_in_every_language() {
+        let codes = error_codes();
+        for known in ["bad_name", "bad_login", "names_taken", "bad_current", "session_only", "passkey_required"] {
+            assert!(codes.contains(known), "the scan finds {known}: {codes:?}");
+        }
+        let strings = include_str!("../ui/strings.js");
+        let mut languages = 0;
+        // A language's block runs from its line `  xx: {` to the next `  },`.
+        for (at, _) in strings.match_indices("\n  ") {
+            let rest = &strings[at + 3..];
+            let Some(lang) = rest.get(..2).filter(|l| l.bytes().all(|b| b.is_ascii_lowercase())) else { continue };
+            if !rest[2..].starts_with(": {\n") {
+                continue;
+            }
+            languages += 1;
+            let body = &rest[..rest.find("\n  },").unwrap()];
+            let missing: Vec<&String> = codes.iter().filter(|code| !body.contains(&format!("'err.{code}':"))).collect();
+            assert!(missing.is_empty(), "{lang} has no words for {missing:?}");
+        }
+        assert_eq!(languages, 4, "en, ru, fa and zh");
+    }
+
     #[test]
     fn gzip_is_sent_only_to_who_accepts_it() {
         let with = |value: &str| {

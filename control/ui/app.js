@@ -312,7 +312,8 @@
     }
     if (!response.ok) {
       const code = data?.error?.code || `http_${response.status}`;
-      if (response.status === 401 && !path.startsWith('login') && path !== 'setup') {
+      // (A wrong password given to confirm a change is a 401 of its own, not the session's end.)
+      if (response.status === 401 && !path.startsWith('login') && path !== 'setup' && !['bad_current', 'bad_password'].includes(code)) {
         me = null;
         loginView(t('session_ended'));
       }

@@ -59,6 +59,11 @@ async fn browser() -> (Driver, Client) {
                 "--disable-dev-shm-usage", "--window-size=1280,900", "--lang=en-US",
                 format!("--user-data-dir={}", driver._profile.path().display()),
             ],
+            // Downloads land in the profile's folder, unasked: a test reads them there.
+            "prefs": {
+                "download.default_directory": driver._profile.path().join("downloads"),
+                "download.prompt_for_download": false,
+            },
         }),
     );
     let started = Instant::now();
@@ -1101,4 +1106,161 @@ async fn the_subscription_page_in_four_languages_in_a_real_browser() {
     assert_eq!(offered, 0.0, "a disabled account is offered something to import");
     screenshot(&client, "subscription-disabled").await;
     no_console_errors(&driver, &client, "the disabled account's page").await;
+}
+
+/// Issue 24's panel, as a new admin would meet it: the overview names a node that never
+/// connected and links to it; a dialog closes when the page changes; the search box keeps
+/// the focus while typing and deleting; adding many users names the repeated and the taken
+/// names beside the field and gives the links as a file and to copy; the owner changes the
+/// password; the audit log lists the sign-ins with their address; the sign-in says the tries
+/// left with Russian plurals; Persian lays the panel out right to left and Chinese reads in
+/// Chinese; Settings, a user's traffic and the menu fit a phone.
+#[tokio::test]
+async fn the_panels_rough_edges_in_a_real_browser() {
+    let temp = tempfile::tempdir().unwrap();
+    let dir = ControlDir::init(&temp.path().join("control")).unwrap();
+    let control = ControlProcess::start(&dir, &[]).unwrap();
+    let http = dir.client().unwrap();
+    let token = control.setup(&http, "admin").await.unwrap();
+    let call = |method: reqwest::Method, path: String, body: Option<Value>| {
+        let (control, http, token) = (&control, &http, &token);
+        async move { control.call(http, token, method, &path, body.as_ref()).await.unwrap() }
+    };
+    for name in ["Alice", "Alan", "Bob"] {
+        call(reqwest::Method::POST, "/users".into(), Some(json!({ "name": name }))).await;
+    }
+    let node = call(reqwest::Method::POST, "/nodes".into(), Some(json!({ "name": "Frankfurt 1", "host": "203.0.113.9" }))).await;
+    let node_id = node["id"].as_u64().unwrap();
+    let panel = format!("{}/{}/", control.url, control.admin);
+    let (driver, client) = browser().await;
+    sign_in(&client, &panel).await;
+
+    // The overview names the node and links to it.
+    let alert = find(&client, ".alerts a[href='#/nodes/{id}']".replace("{id}", &node_id.to_string()).as_str()).await;
+    assert_eq!(alert.text().await.unwrap(), "Frankfurt 1 has never connected: run its enrollment command on the server.");
+    alert.click().await.unwrap();
+    text_of(&client, "main h1", |t| t.contains("Frankfurt 1")).await;
+
+    // A dialog belongs to its page: the back button closes it.
+    client.goto(&format!("{panel}#/users")).await.unwrap();
+    find(&client, "#new-user").await.click().await.unwrap();
+    find(&client, "dialog[open] #user-form").await;
+    client.back().await.unwrap();
+    let started = Instant::now();
+    while number(&client, "return document.querySelectorAll('dialog').length").await > 0.0 {
+        assert!(started.elapsed() < Duration::from_secs(10), "the dialog stayed open on another page");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+
+    // The search box keeps the focus as the list is filtered, and when it is emptied again.
+    client.goto(&format!("{panel}#/users")).await.unwrap();
+    let search = find(&client, ".toolbar input[type=search]").await;
+    search.send_keys("Al").await.unwrap();
+    text_of(&client, "table.list tbody", |t| t.contains("Alice") && !t.contains("Bob")).await;
+    let focused = "return document.activeElement && document.activeElement.name === 'q' ? document.activeElement.value : null";
+    assert_eq!(client.execute(focused, vec![]).await.unwrap(), "Al", "the box kept the focus and the text");
+    let search = find(&client, ".toolbar input[type=search]").await;
+    search.send_keys("\u{e003}\u{e003}").await.unwrap();
+    text_of(&client, "table.list tbody", |t| t.contains("Bob")).await;
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    assert_eq!(client.execute(focused, vec![]).await.unwrap(), "", "emptied, and still focused");
+
+    // Adding many: names repeated in the list, then names taken, each named beside the field.
+    client.goto(&format!("{panel}#/users")).await.unwrap();
+    client.find(Locator::XPath("//button[text()='Add many']")).await.unwrap().click().await.unwrap();
+    let names = find(&client, "#bulk-form textarea[name=names]").await;
+    names.send_keys("Carol\ncarol\nDave").await.unwrap();
+    find(&client, "#bulk-form button[type=submit]").await.click().await.unwrap();
+    text_of(&client, "#bulk-form .field-error", |t| t.contains("more than once: carol")).await;
+    fill(&client, "#bulk-form textarea[name=names]", "Carol\nDave\nalice").await;
+    find(&client, "#bulk-form button[type=submit]").await.click().await.unwrap();
+    text_of(&client, "#bulk-form .field-error", |t| t.contains("exist already: Alice")).await;
+    // (The refusals are the API's 400 and 409, which the browser logs: expected here.)
+    console(&driver, &client).await;
+    fill(&client, "#bulk-form textarea[name=names]", "Carol\nDave").await;
+    find(&client, "#bulk-form button[type=submit]").await.click().await.unwrap();
+    text_of(&client, "dialog [role=status]", |t| t.contains('2')).await;
+    let download = find(&client, "#download-links").await;
+    assert!(download.attr("href").await.unwrap().unwrap().starts_with("blob:"));
+    assert!(download.attr("download").await.unwrap().unwrap().ends_with(".txt"));
+    download.click().await.unwrap();
+    let downloads = driver._profile.path().join("downloads");
+    let started = Instant::now();
+    let file = loop {
+        let done = std::fs::read_dir(&downloads).into_iter().flatten().flatten().map(|e| e.path()).find(|p| {
+            p.extension().is_some_and(|e| e == "txt")
+        });
+        if let Some(path) = done {
+            break std::fs::read_to_string(path).unwrap();
+        }
+        assert!(started.elapsed() < Duration::from_secs(10), "the links were never downloaded");
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    };
+    assert!(file.starts_with("Carol\t") && file.contains("\nDave\t") && file.matches("/s/").count() == 2, "{file}");
+    let copy = find(&client, "dialog .secret button").await;
+    copy.click().await.unwrap();
+    text_of(&client, "dialog .secret button", |t| t == "Copied" || t.contains("copy it by hand")).await;
+    screenshot(&client, "bulk-links").await;
+    client.find(Locator::XPath("//dialog//button[text()='Done']")).await.unwrap().click().await.unwrap();
+
+    // The owner changes the password: a wrong current one is said beside its field.
+    client.goto(&format!("{panel}#/settings")).await.unwrap();
+    fill(&client, "#password-form input[name=current]", "not my password").await;
+    fill(&client, "#password-form input[name=password]", "a brand new passphrase").await;
+    fill(&client, "#password-form input[name=repeat]", "a brand new passphrase").await;
+    find(&client, "#password-form button[type=submit]").await.click().await.unwrap();
+    text_of(&client, "#password-form .field-error", |t| t.contains("not your current password")).await;
+    console(&driver, &client).await;
+    fill(&client, "#password-form input[name=current]", "correct horse battery").await;
+    fill(&client, "#password-form input[name=password]", "a brand new passphrase").await;
+    fill(&client, "#password-form input[name=repeat]", "a brand new passphrase").await;
+    find(&client, "#password-form button[type=submit]").await.click().await.unwrap();
+    text_of(&client, "#password-changed", |t| t.starts_with("Password changed.")).await;
+
+    // The audit log: the sign-in, the refused current password, the change, in words.
+    client.goto(&format!("{panel}#/audit")).await.unwrap();
+    let audit = text_of(&client, "table.list", |t| t.contains("Changed their password")).await;
+    assert!(audit.contains("Signed in") && audit.contains("127.0.0.1"), "{audit}");
+    assert!(audit.contains("Sign-in refused") && audit.contains("wrong current password"), "{audit}");
+    no_console_errors(&driver, &client, "the panel's rough edges").await;
+
+    // Russian: the tries left before a lockout, in the right plural.
+    find(&client, "select.lang").await.select_by_value("ru").await.unwrap();
+    find(&client, "#sign-out").await.click().await.unwrap();
+    fill(&client, "#login input[name=login]", "owner").await;
+    fill(&client, "#login input[name=password]", "correct horse battery").await;
+    find(&client, "#login button[type=submit]").await.click().await.unwrap();
+    // (The refused current password above was the first failure from this address.)
+    text_of(&client, "#login .field-error", |t| t.contains("Неверный логин или пароль") && t.contains("8 попыток")).await;
+    fill(&client, "#login input[name=password]", "a brand new passphrase").await;
+    find(&client, "#login button[type=submit]").await.click().await.unwrap();
+    find(&client, "#sign-out").await;
+    let _ = console(&driver, &client).await;
+
+    // Persian: right to left, in Persian; at a phone's width Settings, a user and the menu fit.
+    find(&client, "select.lang").await.select_by_value("fa").await.unwrap();
+    let dir = client.execute("return [document.documentElement.lang, document.dir]", vec![]).await.unwrap();
+    assert_eq!(dir, json!(["fa", "rtl"]));
+    client.set_window_size(360, 780).await.unwrap();
+    let alice = call(reqwest::Method::GET, "/users?q=Alice".into(), None).await["users"][0]["id"].as_u64().unwrap();
+    for (page, name) in [("#/settings", "settings"), (&format!("#/users/{alice}") as &str, "user"), ("#/users", "users")] {
+        client.goto(&format!("{panel}{page}")).await.unwrap();
+        find(&client, "main h1").await;
+        tokio::time::sleep(Duration::from_millis(300)).await;
+        let overflow = number(&client, "return document.documentElement.scrollWidth - window.innerWidth").await;
+        assert!(overflow <= 0.0, "the {name} page in Persian is {overflow} px wider than a 360 px screen");
+        let right = number(&client, "return window.innerWidth - document.querySelector('main h1').getBoundingClientRect().right").await;
+        assert!(right < 40.0, "the {name} page's title starts on the right ({right} px from it)");
+        let hidden = "return [...document.querySelectorAll('.top nav a')].filter((a) => { const r = a.getBoundingClientRect();\
+                      return r.width === 0 || r.left < 0 || r.right > window.innerWidth; }).map((a) => a.textContent)";
+        assert_eq!(client.execute(hidden, vec![]).await.unwrap(), json!([]), "every section of the menu shows on the {name} page");
+        screenshot(&client, &format!("fa-{name}-phone")).await;
+    }
+    client.set_window_size(1280, 900).await.unwrap();
+    // Chinese.
+    find(&client, "select.lang").await.select_by_value("zh").await.unwrap();
+    client.goto(&format!("{panel}#/")).await.unwrap();
+    text_of(&client, ".alerts", |t| t.contains("Frankfurt 1") && t.contains("接入")).await;
+    screenshot(&client, "zh-overview").await;
+    no_console_errors(&driver, &client, "the panel in Persian and Chinese").await;
 }
