@@ -194,9 +194,10 @@
 
   const number = (n) => new Intl.NumberFormat(lang).format(n);
 
+  /** A size in binary units, in the language's numbers and unit names (`units`). */
   function bytes(n) {
-    if (!n) return '0 B';
-    const units = ['B', 'KiB', 'MiB', 'GiB', 'TiB'];
+    const units = t('units').split(' ');
+    if (!n) return `${number(0)} ${units[0]}`;
     let i = 0;
     while (n >= 1024 && i < units.length - 1) {
       n /= 1024;
@@ -265,10 +266,10 @@
       ...extra,
       total
         ? [
-            chart(days, t('traffic.chart', { n: days.length, total: bytes(total) })),
+            chart(days, tn('traffic.chart', days.length, { total: bytes(total) })),
             h('p', { class: 'legend' }, h('span', { class: 'key down' }), t('traffic.down'), ' ', h('span', { class: 'key up' }), t('traffic.up')),
           ]
-        : h('p', { class: 'empty' }, t('traffic.empty', { n: number(days.length) })),
+        : h('p', { class: 'empty' }, tn('traffic.empty', days.length)),
     );
   }
 
@@ -853,7 +854,7 @@
         h('td', { 'data-label': t('users.name') }, h('a', { href: `#/users/${u.id}` }, u.name)),
         h('td', { 'data-label': t('users.status') }, badge(u.status)),
         h('td', { 'data-label': t('users.traffic') }, usage(u)),
-        h('td', { 'data-label': t('users.expires') }, u.expires_at ? date(u.expires_at) : u.duration_days ? t('users.days_from_first_use', { n: u.duration_days }) : t('never')),
+        h('td', { 'data-label': t('users.expires') }, u.expires_at ? date(u.expires_at) : u.duration_days ? tn('users.days_from_first_use', u.duration_days) : t('never')),
         h('td', { 'data-label': t('users.groups') }, u.groups.join(', ')),
       ),
     );
@@ -1083,9 +1084,9 @@
       const text = result.users.map((u) => `${u.name}\t${u.link}`).join('\n') + '\n';
       // The links as a file of their own (a blob: URL, which the panel's policy allows).
       const file = URL.createObjectURL(new Blob([text], { type: 'text/plain;charset=utf-8' }));
-      const links = h('textarea', { class: 'links', rows: 8, readonly: true, 'aria-label': t('users.created_n', { n: number(result.created) }) }, text);
+      const links = h('textarea', { class: 'links', rows: 8, readonly: true, 'aria-label': tn('users.created_n', result.created) }, text);
       form.replaceChildren(
-        h('p', { role: 'status' }, t('users.created_n', { n: number(result.created) })),
+        h('p', { role: 'status' }, tn('users.created_n', result.created)),
         h('div', { class: 'secret' }, links, copyButton(text)),
         h(
           'div',
@@ -1197,7 +1198,7 @@
               : null,
           ),
           h('dt', {}, t('users.expires')),
-          h('dd', {}, user.expires_at ? date(user.expires_at) : user.duration_days ? t('users.days_from_first_use', { n: user.duration_days }) : t('never')),
+          h('dd', {}, user.expires_at ? date(user.expires_at) : user.duration_days ? tn('users.days_from_first_use', user.duration_days) : t('never')),
           h('dt', {}, t('users.reset')),
           h('dd', {}, t(`reset.${user.reset}`), user.next_reset ? ` (${date(user.next_reset)})` : ''),
           h('dt', {}, t('users.groups')),
@@ -2061,7 +2062,7 @@
     const report = (answer, source, file) => {
       const rows = (items, cells) => h('ul', {}, items.map((item) => h('li', {}, cells(item))));
       out.replaceChildren(
-        h('p', { role: 'status' }, t(answer.dry_run ? 'import.would' : 'import.done', { n: number(answer.imported.length), unchanged: number(answer.unchanged) })),
+        h('p', { role: 'status' }, tn(answer.dry_run ? 'import.would' : 'import.done', answer.imported.length, { unchanged: number(answer.unchanged) })),
         answer.imported.length
           ? rows(answer.imported, (u) => t('import.user', { name: u.name, id: u.id, password: t(u.password_kept ? 'import.password_kept' : 'import.password_new'), aliases: number(u.aliases) }))
           : null,
@@ -2080,7 +2081,7 @@
                   alertError(err);
                 }
               },
-            }, t('import.go', { n: number(answer.imported.length) })))
+            }, tn('import.go', answer.imported.length)))
           : null,
       );
     };
@@ -2234,7 +2235,7 @@
             class: 'ghost',
             id: 'end-other-sessions',
             onclick: async () => {
-              if (!(await confirmAction(t('sessions.end_others_confirm', { n: number(others) }), t('sessions.end_others')))) return;
+              if (!(await confirmAction(tn('sessions.end_others_confirm', others), t('sessions.end_others')))) return;
               try {
                 await api('DELETE', 'sessions');
                 route();
@@ -2454,7 +2455,7 @@
       card.hidden = true;
     } else if (totp.enabled) {
       show(
-        h('p', {}, h('span', { class: 'badge active' }, t('totp.on')), ' ', t('totp.recovery_left', { n: totp.recovery_left })),
+        h('p', {}, h('span', { class: 'badge active' }, t('totp.on')), ' ', tn('totp.recovery_left', totp.recovery_left)),
         h('p', {}, t('totp.off_hint')),
         off,
       );
@@ -2598,7 +2599,7 @@
                     {},
                     h('div', { class: 'actions' },
                       h('button', { type: 'button', class: 'ghost small', 'data-edit': a.login, onclick: () => adminDialog(groups.groups, a) }, t('admins.change')),
-                      a.passkeys ? deleteButton(t('admins.forget_passkeys'), t('admins.forget_passkeys_confirm', { login: a.login, n: number(a.passkeys) }), `admins/${a.id}/passkeys`, { 'data-forget': a.login }) : null,
+                      a.passkeys ? deleteButton(t('admins.forget_passkeys'), tn('admins.forget_passkeys_confirm', a.passkeys, { login: a.login }), `admins/${a.id}/passkeys`, { 'data-forget': a.login }) : null,
                       deleteButton(t('admins.remove'), t('admins.remove_confirm', { login: a.login }), `admins/${a.id}`, { 'data-remove': a.login }),
                     ),
                   ),

@@ -702,7 +702,7 @@ async fn moving_in_from_3x_ui_in_a_real_browser() {
     find(&client, "#import-form input[name=file]").await.send_keys(db.to_str().unwrap()).await.unwrap();
     find(&client, "#import-form button[type=submit]").await.click().await.unwrap();
     // (alice and bob came from 3x-ui above: their names are taken.)
-    let preview = text_of(&client, "#import-report", |t| t.contains("Would import 1 users")).await;
+    let preview = text_of(&client, "#import-report", |t| t.contains("Would import 1 user (")).await;
     assert!(preview.contains("carol (3): password kept, 0 old paths") && preview.contains("Skipped: 2"), "{preview}");
     no_console_errors(&driver, &client, "moving in").await;
     client.close().await.unwrap();
@@ -1236,6 +1236,9 @@ async fn the_panels_rough_edges_in_a_real_browser() {
     find(&client, "#login button[type=submit]").await.click().await.unwrap();
     find(&client, "#sign-out").await;
     let _ = console(&driver, &client).await;
+    // Sizes in Russian units; an expiry counted from first use, in Russian words.
+    client.goto(&format!("{panel}#/users")).await.unwrap();
+    text_of(&client, "table.list tbody", |t| t.contains("0 Б") && t.contains("Alice")).await;
 
     // Persian: right to left, in Persian; at a phone's width Settings, a user and the menu fit.
     find(&client, "select.lang").await.select_by_value("fa").await.unwrap();
