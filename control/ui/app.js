@@ -927,7 +927,8 @@
 
   function usage(u) {
     const used = u.used_up + u.used_down;
-    const text = u.quota ? `${bytes(used)} / ${bytes(u.quota)}` : bytes(used);
+    // A quota of 0 is none, as the form's hint says.
+    const text = `${bytes(used)} / ${u.quota ? bytes(u.quota) : t('users.unlimited')}`;
     const share = u.quota ? Math.min(100, (used / u.quota) * 100) : 0;
     const fill = h('span', {});
     // Set through the CSSOM: the Content-Security-Policy allows no inline style attributes.

@@ -677,6 +677,8 @@ window.HEARTH_STRINGS = {
     'audit.reason.bad_current': 'wrong current password',
 
     units: 'B KiB MiB GiB TiB',
+
+    'users.unlimited': 'unlimited',
   },
 
   ru: {
@@ -1351,6 +1353,8 @@ window.HEARTH_STRINGS = {
     'audit.reason.bad_current': 'неверный текущий пароль',
 
     units: 'Б КиБ МиБ ГиБ ТиБ',
+
+    'users.unlimited': 'без лимита',
   },
 
   fa: {
@@ -2015,6 +2019,8 @@ window.HEARTH_STRINGS = {
     'audit.reason.bad_current': 'رمز فعلی اشتباه بود',
 
     units: 'B KiB MiB GiB TiB',
+
+    'users.unlimited': 'نامحدود',
   },
 
   zh: {
@@ -2674,5 +2680,7 @@ window.HEARTH_STRINGS = {
     'audit.reason.bad_current': '当前密码错误',
 
     units: 'B KiB MiB GiB TiB',
+
+    'users.unlimited': '不限',
   },
 };

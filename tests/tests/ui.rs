@@ -1165,6 +1165,18 @@ async fn the_panels_rough_edges_in_a_real_browser() {
     tokio::time::sleep(Duration::from_millis(500)).await;
     assert_eq!(client.execute(focused, vec![]).await.unwrap(), "", "emptied, and still focused");
 
+    // A quota of 0 is what the form says: unlimited.
+    text_of(&client, "body", |t| t.contains("Bob")).await;
+    find(&client, "#new-user").await.click().await.unwrap();
+    fill(&client, "#user-form input[name=name]", "Zero").await;
+    fill(&client, "#user-form input[name=quota]", "0").await;
+    let hint = find(&client, "#user-form input[name=quota] + small").await.text().await.unwrap();
+    assert_eq!(hint, "Upload and download together. Empty or 0: unlimited.");
+    find(&client, "#user-form button[type=submit]").await.click().await.unwrap();
+    text_of(&client, "main dl", |t| t.contains("0 B / unlimited")).await;
+    let zero = call(reqwest::Method::GET, "/users?q=Zero".into(), None).await;
+    assert_eq!(zero["users"][0]["quota"], 0);
+
     // Adding many: names repeated in the list, then names taken, each named beside the field.
     client.goto(&format!("{panel}#/users")).await.unwrap();
     client.find(Locator::XPath("//button[text()='Add many']")).await.unwrap().click().await.unwrap();
@@ -1238,7 +1250,7 @@ async fn the_panels_rough_edges_in_a_real_browser() {
     let _ = console(&driver, &client).await;
     // Sizes in Russian units; an expiry counted from first use, in Russian words.
     client.goto(&format!("{panel}#/users")).await.unwrap();
-    text_of(&client, "table.list tbody", |t| t.contains("0 Б") && t.contains("Alice")).await;
+    text_of(&client, "table.list tbody", |t| t.contains("0 Б / без лимита") && t.contains("Alice")).await;
 
     // Persian: right to left, in Persian; at a phone's width Settings, a user and the menu fit.
     find(&client, "select.lang").await.select_by_value("fa").await.unwrap();
