@@ -1129,7 +1129,9 @@ async fn the_panels_rough_edges_in_a_real_browser() {
     for name in ["Alice", "Alan", "Bob"] {
         call(reqwest::Method::POST, "/users".into(), Some(json!({ "name": name }))).await;
     }
-    let node = call(reqwest::Method::POST, "/nodes".into(), Some(json!({ "name": "Frankfurt 1", "host": "203.0.113.9" }))).await;
+    let node =
+        call(reqwest::Method::POST, "/nodes".into(), Some(json!({ "name": "Frankfurt 1", "host": "203.0.113.9" })))
+            .await;
     let node_id = node["id"].as_u64().unwrap();
     let panel = format!("{}/{}/", control.url, control.admin);
     let (driver, client) = browser().await;
@@ -1137,7 +1139,10 @@ async fn the_panels_rough_edges_in_a_real_browser() {
 
     // The overview names the node and links to it.
     let alert = find(&client, ".alerts a[href='#/nodes/{id}']".replace("{id}", &node_id.to_string()).as_str()).await;
-    assert_eq!(alert.text().await.unwrap(), "Frankfurt 1 has never connected: run its enrollment command on the server.");
+    assert_eq!(
+        alert.text().await.unwrap(),
+        "Frankfurt 1 has never connected: run its enrollment command on the server."
+    );
     alert.click().await.unwrap();
     text_of(&client, "main h1", |t| t.contains("Frankfurt 1")).await;
 
@@ -1157,7 +1162,8 @@ async fn the_panels_rough_edges_in_a_real_browser() {
     let search = find(&client, ".toolbar input[type=search]").await;
     search.send_keys("Al").await.unwrap();
     text_of(&client, "table.list tbody", |t| t.contains("Alice") && !t.contains("Bob")).await;
-    let focused = "return document.activeElement && document.activeElement.name === 'q' ? document.activeElement.value : null";
+    let focused =
+        "return document.activeElement && document.activeElement.name === 'q' ? document.activeElement.value : null";
     assert_eq!(client.execute(focused, vec![]).await.unwrap(), "Al", "the box kept the focus and the text");
     let search = find(&client, ".toolbar input[type=search]").await;
     search.send_keys("\u{e003}\u{e003}").await.unwrap();
@@ -1199,9 +1205,12 @@ async fn the_panels_rough_edges_in_a_real_browser() {
     let downloads = driver._profile.path().join("downloads");
     let started = Instant::now();
     let file = loop {
-        let done = std::fs::read_dir(&downloads).into_iter().flatten().flatten().map(|e| e.path()).find(|p| {
-            p.extension().is_some_and(|e| e == "txt")
-        });
+        let done = std::fs::read_dir(&downloads)
+            .into_iter()
+            .flatten()
+            .flatten()
+            .map(|e| e.path())
+            .find(|p| p.extension().is_some_and(|e| e == "txt"));
         if let Some(path) = done {
             break std::fs::read_to_string(path).unwrap();
         }
@@ -1243,7 +1252,8 @@ async fn the_panels_rough_edges_in_a_real_browser() {
     fill(&client, "#login input[name=password]", "correct horse battery").await;
     find(&client, "#login button[type=submit]").await.click().await.unwrap();
     // (The refused current password above was the first failure from this address.)
-    text_of(&client, "#login .field-error", |t| t.contains("Неверный логин или пароль") && t.contains("8 попыток")).await;
+    text_of(&client, "#login .field-error", |t| t.contains("Неверный логин или пароль") && t.contains("8 попыток"))
+        .await;
     fill(&client, "#login input[name=password]", "a brand new passphrase").await;
     find(&client, "#login button[type=submit]").await.click().await.unwrap();
     find(&client, "#sign-out").await;
@@ -1258,17 +1268,27 @@ async fn the_panels_rough_edges_in_a_real_browser() {
     assert_eq!(dir, json!(["fa", "rtl"]));
     client.set_window_size(360, 780).await.unwrap();
     let alice = call(reqwest::Method::GET, "/users?q=Alice".into(), None).await["users"][0]["id"].as_u64().unwrap();
-    for (page, name) in [("#/settings", "settings"), (&format!("#/users/{alice}") as &str, "user"), ("#/users", "users")] {
+    for (page, name) in
+        [("#/settings", "settings"), (&format!("#/users/{alice}") as &str, "user"), ("#/users", "users")]
+    {
         client.goto(&format!("{panel}{page}")).await.unwrap();
         find(&client, "main h1").await;
         tokio::time::sleep(Duration::from_millis(300)).await;
         let overflow = number(&client, "return document.documentElement.scrollWidth - window.innerWidth").await;
         assert!(overflow <= 0.0, "the {name} page in Persian is {overflow} px wider than a 360 px screen");
-        let right = number(&client, "return window.innerWidth - document.querySelector('main h1').getBoundingClientRect().right").await;
+        let right = number(
+            &client,
+            "return window.innerWidth - document.querySelector('main h1').getBoundingClientRect().right",
+        )
+        .await;
         assert!(right < 40.0, "the {name} page's title starts on the right ({right} px from it)");
         let hidden = "return [...document.querySelectorAll('.top nav a')].filter((a) => { const r = a.getBoundingClientRect();\
                       return r.width === 0 || r.left < 0 || r.right > window.innerWidth; }).map((a) => a.textContent)";
-        assert_eq!(client.execute(hidden, vec![]).await.unwrap(), json!([]), "every section of the menu shows on the {name} page");
+        assert_eq!(
+            client.execute(hidden, vec![]).await.unwrap(),
+            json!([]),
+            "every section of the menu shows on the {name} page"
+        );
         screenshot(&client, &format!("fa-{name}-phone")).await;
     }
     client.set_window_size(1280, 900).await.unwrap();
