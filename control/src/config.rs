@@ -334,19 +334,35 @@ impl Config {
         self.explicit_sub.as_deref()
     }
 
-    /// The one-line command that enrolls a node with a one-time `token`.
+    /// The SHA-256 of control's certificate (hex), for nodes to pin.
+    fn pin(&self) -> Option<String> {
+        match &self.tls {
+            Tls::Files { cert, .. } => crate::tls::pin_of(cert).ok().map(hex::encode),
+            Tls::Off => None,
+        }
+    }
+
+    /// The one-line command that enrolls a node with a one-time `token` (the node binary
+    /// installed by hand).
     pub(crate) fn enroll_command(&self, token: &str) -> String {
-        let pin = match &self.tls {
-            Tls::Files { cert, .. } => {
-                crate::tls::pin_of(cert).map(|pin| format!(" --control-pin {}", hex::encode(pin))).unwrap_or_default()
-            }
-            Tls::Off => String::new(),
-        };
+        let pin = self.pin().map(|pin| format!(" --control-pin {pin}")).unwrap_or_default();
         format!(
             // `--token=`: a token may start with '-', which must not read as an option.
             "hearth-node enroll --control {} --api-prefix {} --token={token}{pin}",
             self.public_url, self.edge.api_prefix
         )
+    }
+
+    /// The one-line command that installs, enrolls and starts a node listening on `port` on a
+    /// fresh Linux server, from `release` (the release in force); `None` without one.
+    pub(crate) fn install_command(
+        &self,
+        token: &str,
+        port: u16,
+        release: Option<&hearth_shared::release::ReleaseManifest>,
+    ) -> Option<String> {
+        let pin = self.pin();
+        crate::install::command(&self.public_url, &self.edge.api_prefix, token, pin.as_deref(), port, release)
     }
 }
 

@@ -15,6 +15,7 @@ mod clock;
 mod config;
 mod error;
 mod import;
+mod install;
 mod keyring;
 #[allow(clippy::result_large_err)]
 mod metrics;
@@ -1083,7 +1084,20 @@ fn node_command(dir: &std::path::Path, command: NodeCommand) -> Result<()> {
                 ..NodeInput::default()
             };
             let (node, token) = db.write_blocking(|tx| store::nodes::create(tx, "cli", &input, now))?;
-            println!("node {} added; on the node, run (within 24 hours):", node.id);
+            let release = db.read_blocking(|c| crate::releases::in_force(c, now))?;
+            match config.install_command(&token, node.port, release.as_ref().map(|(_, m)| m)) {
+                Some(install) => {
+                    println!("node {} added; on a fresh Linux server, as root, run (within 24 hours):", node.id);
+                    println!("  {install}");
+                    println!("or, with hearth-node installed by hand:");
+                }
+                None => {
+                    println!("node {} added; on the node, run (within 24 hours):", node.id);
+                    eprintln!(
+                        "(no node release is published: `hearth-control release sign` one to get a one-line install)"
+                    );
+                }
+            }
             println!("  {}", config.enroll_command(&token));
         }
         NodeCommand::EnrollCommand { name } => {

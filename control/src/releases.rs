@@ -199,6 +199,24 @@ pub(crate) fn manifest(conn: &Connection, release: u64) -> Result<Option<Vec<u8>
     Ok(conn.query_row("SELECT manifest FROM releases WHERE version = ?1", [release], |row| row.get(0)).optional()?)
 }
 
+/// The release in force, which new nodes install: the newest that has not expired and whose
+/// rollout did not fail or stop.
+pub(crate) fn in_force(conn: &Connection, now: u64) -> Result<Option<(u64, ReleaseManifest)>, Error> {
+    let found: Option<(u64, Vec<u8>)> = conn
+        .query_row(
+            "SELECT version, manifest FROM releases r WHERE expires > ?1 AND NOT EXISTS
+             (SELECT 1 FROM rollouts o WHERE o.release = r.version AND o.state IN ('failed', 'stopped'))
+             ORDER BY version DESC LIMIT 1",
+            [now],
+            |row| Ok((row.get(0)?, row.get(1)?)),
+        )
+        .optional()?;
+    let Some((version, envelope)) = found else { return Ok(None) };
+    let body = Envelope::decode(&envelope, Kind::Release.max_len()).map_err(|e| Error::Internal(e.to_string()))?;
+    let manifest = ReleaseManifest::decode(&body.body).map_err(|e| Error::Internal(e.to_string()))?;
+    Ok(Some((version, manifest)))
+}
+
 /// A release's file, when the release has it (names are checked against the manifest, never
 /// used as paths as given).
 pub(crate) fn file(data_dir: &Path, conn: &Connection, release: u64, name: &str) -> Result<Option<Vec<u8>>, Error> {

@@ -1450,14 +1450,21 @@
     return input;
   }
 
-  /** An enrollment command to copy; `replaced`: an older one was still valid and no longer works. */
-  function enrollCommand(command, expires, replaced) {
+  /** The one-line install (when a release is in force) and the enrollment command to copy;
+   * `replaced`: an older one was still valid and no longer works. */
+  function enrollCommand(answer, replaced) {
+    const when = dateTime(answer.enroll_expires);
     return h(
       'div',
       { class: 'enroll', id: 'enroll' },
-      h('p', {}, t('nodes.enroll_hint', { when: dateTime(expires) })),
       replaced ? h('p', { class: 'notice', id: 'enroll-replaced' }, t('nodes.enroll_replaced')) : null,
-      secretBox(command),
+      answer.install_command
+        ? [
+            h('p', {}, t('nodes.install_hint', { when })),
+            h('div', { id: 'install' }, secretBox(answer.install_command)),
+            h('details', {}, h('summary', {}, t('nodes.by_hand')), h('p', {}, t('nodes.enroll_hint', { when })), secretBox(answer.enroll_command)),
+          ]
+        : [h('p', { id: 'no-release' }, t('nodes.no_release')), h('p', {}, t('nodes.enroll_hint', { when })), secretBox(answer.enroll_command)],
     );
   }
 
@@ -1474,7 +1481,7 @@
     onSubmit(form, async () => {
       const node = await api('POST', 'nodes', nodeInput(fields(form), groups));
       form.replaceChildren(
-        enrollCommand(node.enroll_command, node.enroll_expires),
+        enrollCommand(node),
         h('div', { class: 'actions' }, h('button', { type: 'button', onclick: () => { d.close(); go(`nodes/${node.id}`); } }, t('done'))),
       );
     });
@@ -1491,7 +1498,7 @@
         box.hidden = true;
         try {
           const answer = await api('POST', `nodes/${id}/enroll-token`);
-          enrollBox.replaceChildren(enrollCommand(answer.enroll_command, answer.enroll_expires, answer.replaced));
+          enrollBox.replaceChildren(enrollCommand(answer, answer.replaced));
         } catch (err) {
           box.textContent = err.message;
           box.hidden = false;

@@ -679,6 +679,10 @@ window.HEARTH_STRINGS = {
     units: 'B KiB MiB GiB TiB',
 
     'users.unlimited': 'unlimited',
+
+    'nodes.install_hint': 'On a fresh Linux server with systemd, as root, paste this line before {when}: it installs the node, enrolls it and starts it. It works once.',
+    'nodes.no_release': 'No node release is published yet, so there is no one-line install: sign one with hearth-control release sign (README, "Node releases"). Meanwhile, install hearth-node by hand.',
+    'nodes.by_hand': 'With hearth-node installed by hand',
   },
 
   ru: {
@@ -1355,6 +1359,10 @@ window.HEARTH_STRINGS = {
     units: 'Б КиБ МиБ ГиБ ТиБ',
 
     'users.unlimited': 'без лимита',
+
+    'nodes.install_hint': 'На свежем Linux-сервере с systemd вставьте эту строку от root до {when}: она установит узел, подключит и запустит его. Команда одноразовая.',
+    'nodes.no_release': 'Выпуск узла ещё не опубликован, поэтому установки одной строкой нет: подпишите его командой hearth-control release sign (README, «Node releases»). А пока установите hearth-node вручную.',
+    'nodes.by_hand': 'Если hearth-node установлен вручную',
   },
 
   fa: {
@@ -2021,6 +2029,10 @@ window.HEARTH_STRINGS = {
     units: 'B KiB MiB GiB TiB',
 
     'users.unlimited': 'نامحدود',
+
+    'nodes.install_hint': 'روی یک سرور تازهٔ Linux با systemd، با کاربر root، این خط را تا {when} اجرا کنید: نود را نصب، ثبت و راه‌اندازی می‌کند. فقط یک بار کار می‌کند.',
+    'nodes.no_release': 'هنوز نسخه‌ای از نود منتشر نشده است، پس نصب یک‌خطی در دسترس نیست: با hearth-control release sign یک نسخه امضا کنید (README، «Node releases»). تا آن زمان hearth-node را دستی نصب کنید.',
+    'nodes.by_hand': 'اگر hearth-node را دستی نصب کرده‌اید',
   },
 
   zh: {
@@ -2682,5 +2694,9 @@ window.HEARTH_STRINGS = {
     units: 'B KiB MiB GiB TiB',
 
     'users.unlimited': '不限',
+
+    'nodes.install_hint': '在装有 systemd 的全新 Linux 服务器上，以 root 身份在{when}之前粘贴这一行：它会安装、接入并启动节点。仅能使用一次。',
+    'nodes.no_release': '尚未发布节点版本，因此无法一行安装：请用 hearth-control release sign 签发一个（README，“Node releases”）。在此之前，请手动安装 hearth-node。',
+    'nodes.by_hand': '手动安装了 hearth-node 时',
   },
 };

@@ -197,7 +197,15 @@ async fn a_node_reads_acknowledgements_and_releases_from_the_edge_only_up_to_wha
     let said = "an answer over 100000 bytes, more than the release file its manifest names can be";
     let line = until_logged(&lab.log, said, Duration::from_secs(60)).await.unwrap();
     assert!(line.contains("not taking the release"), "{line}");
-    let status = std::fs::read_to_string(lab.dir.join("update.status")).unwrap();
+    // The node writes down why after it logs it: read once it has (a loaded machine may be slow).
+    let started = std::time::Instant::now();
+    let status = loop {
+        match std::fs::read_to_string(lab.dir.join("update.status")) {
+            Ok(status) if status.contains(said) => break status,
+            other => assert!(started.elapsed() < Duration::from_secs(10), "update.status: {other:?}"),
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    };
     assert!(status.starts_with("7 ") && status.contains(said), "update.status: {status}");
     lab.still_serving("an endless release file").await;
     lab.check_memory();

@@ -327,6 +327,7 @@ async fn the_admin_panel_works_in_a_real_browser() {
     fill(&client, "#node-form input[name=hop]", "41000-41015").await;
     fill(&client, "#node-form input[name=masquerade]", "https://www.example.net/").await;
     find(&client, "#node-form button[type=submit]").await.click().await.unwrap();
+    text_of(&client, "#no-release", |t| t.contains("release sign")).await;
     let command = text_of(&client, "#enroll code", |t| t.starts_with("hearth-node enroll")).await;
     assert!(command.contains("--token="), "{command}");
     screenshot(&client, "node-enroll").await;

@@ -16,7 +16,7 @@
 
 # The test programs that take longest, longest first (from CI's logs): started first, so that
 # the short ones fill the gaps at the end. The others follow in cargo's order.
-HEARTH_SLOW_TESTS="edge tamper edges restore system control hostile_edge node ui fair_use update hearth-control"
+HEARTH_SLOW_TESTS="edge tamper edges restore system control hostile_edge node install ui fair_use update hearth-control"
 # The tests that measure rates (a user's speed limit held within 5 %, Brutal's throughput):
 # run alone once the others are done, as on a busy machine they would measure the machine. A
 # word is a test program (all of it alone) or PROGRAM/FILTER (its tests whose names contain

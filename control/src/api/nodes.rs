@@ -41,6 +41,45 @@ pub(super) fn router() -> Router<Arc<App>> {
         .route("/nodes/{id}/usage", post(usage).layer(DefaultBodyLimit::max(Kind::UsageReport.max_len())))
         .route("/nodes/{id}/release", get(release_manifest))
         .route("/nodes/{id}/release/{file}", get(release_file))
+        .route(&format!("/{}", crate::install::SCRIPT_PATH), get(install_script))
+        .route("/install/{file}", get(install_file))
+}
+
+/// The node install script (what the install command checks by its hash and runs).
+async fn install_script(State(app): State<Arc<App>>, parts: axum::http::request::Parts) -> Response {
+    if let Err(retry) = app.spend(super::client_ip(&parts, &app)) {
+        return Error::TooMany(retry).into_response();
+    }
+    let mut response = crate::install::SCRIPT.clone().into_response();
+    response.headers_mut().insert(header::CONTENT_TYPE, HeaderValue::from_static("text/x-shellscript; charset=utf-8"));
+    response.headers_mut().insert(header::CACHE_CONTROL, HeaderValue::from_static("no-store"));
+    response
+}
+
+/// A binary of the release in force, by its name (`hearth-node-linux-x86_64`), for the
+/// install script: public like the script (a release is no secret; the install command holds
+/// its hash), within the budget of requests without a credential.
+async fn install_file(
+    State(app): State<Arc<App>>,
+    Path(file): Path<String>,
+    parts: axum::http::request::Parts,
+) -> Response {
+    if let Err(retry) = app.spend(super::client_ip(&parts, &app)) {
+        return Error::TooMany(retry).into_response();
+    }
+    let data_dir = app.config.data_dir.clone();
+    let found = app
+        .db
+        .read(move |c| match crate::releases::in_force(c, now())? {
+            Some((version, _)) => crate::releases::file(&data_dir, c, version, &file),
+            None => Ok(None),
+        })
+        .await;
+    match found {
+        Ok(Some(bytes)) => octets(StatusCode::OK, bytes),
+        Ok(None) => (StatusCode::NOT_FOUND, "no release in force has this file\n").into_response(),
+        Err(e) => e.into_response(),
+    }
 }
 
 fn octets(status: StatusCode, bytes: Vec<u8>) -> Response {

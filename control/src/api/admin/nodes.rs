@@ -50,8 +50,10 @@ pub(super) async fn create_node(State(app): State<Arc<App>>, auth: Auth, Input(i
     let (node, token) =
         change(&app, &auth, Scope::Operate, move |tx, _, actor, now| node_store::create(tx, actor, &input, now))
             .await?;
-    let mut value = serde_json::to_value(node).expect("a node serializes");
+    let release = app.db.read(|c| crate::releases::in_force(c, now())).await?;
+    let mut value = serde_json::to_value(&node).expect("a node serializes");
     value["enroll_command"] = json!(app.config.enroll_command(&token));
+    value["install_command"] = json!(app.config.install_command(&token, node.port, release.as_ref().map(|(_, m)| m)));
     value["enroll_expires"] = json!(now() + node_store::ENROLL_LIFETIME);
     Ok((StatusCode::CREATED, axum::Json(value)).into_response())
 }
@@ -76,11 +78,15 @@ pub(super) async fn delete_node(State(app): State<Arc<App>>, auth: Auth, Path(id
 }
 
 pub(super) async fn enroll_token(State(app): State<Arc<App>>, auth: Auth, Path(id): Path<u64>) -> Reply {
-    let (token, replaced) =
-        change(&app, &auth, Scope::Admin, move |tx, _, actor, now| node_store::new_enroll_token(tx, actor, id, now))
-            .await?;
+    let (token, replaced, port) = change(&app, &auth, Scope::Admin, move |tx, _, actor, now| {
+        let (token, replaced) = node_store::new_enroll_token(tx, actor, id, now)?;
+        Ok((token, replaced, node_store::get(tx, id)?.port))
+    })
+    .await?;
+    let release = app.db.read(|c| crate::releases::in_force(c, now())).await?;
     ok(json!({
         "enroll_command": app.config.enroll_command(&token),
+        "install_command": app.config.install_command(&token, port, release.as_ref().map(|(_, m)| m)),
         "enroll_expires": now() + node_store::ENROLL_LIFETIME,
         "replaced": replaced,
     }))

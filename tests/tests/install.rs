@@ -1,0 +1,193 @@
+//! The one-line node install: the command the panel prints, run as an operator would paste it,
+//! against a real control, into a temporary root (`HEARTH_INSTALL_ROOT`: every path the script
+//! writes, the system user in its `etc/passwd`), with systemctl stood in for (systemd cannot run
+//! here) by a script that writes down what it was asked. Each refusal (not Linux, an
+//! architecture without a binary, no systemd, the port in use, a binary or a script that is not
+//! the one the command names) says why and leaves nothing behind; the install then works, a
+//! second run changes nothing, and the installed node carries a real sing-box client's traffic.
+
+use std::path::{Path, PathBuf};
+use std::process::{Command, Stdio};
+use std::time::Duration;
+
+use hearth_tests::control::{ControlDir, ControlProcess};
+use hearth_tests::node::{ProxyClient, fetch_eventually, http_server, profile_outbounds};
+use serde_json::{Value, json};
+
+/// A temporary root to install into.
+struct Root {
+    dir: tempfile::TempDir,
+    systemctl: PathBuf,
+}
+
+impl Root {
+    fn new(systemd: bool) -> Root {
+        let dir = tempfile::tempdir().unwrap();
+        let etc = dir.path().join("etc");
+        std::fs::create_dir_all(&etc).unwrap();
+        // What `useradd --prefix` reads and writes.
+        for (file, text) in [
+            ("passwd", "root:x:0:0:root:/root:/bin/sh\n"),
+            ("group", "root:x:0:\n"),
+            ("shadow", "root:*:19000:0:99999:7:::\n"),
+            ("gshadow", "root:*::\n"),
+        ] {
+            std::fs::write(etc.join(file), text).unwrap();
+        }
+        if systemd {
+            std::fs::create_dir_all(dir.path().join("run/systemd/system")).unwrap();
+        }
+        let systemctl = dir.path().join("systemctl");
+        let log = dir.path().join("systemctl.log");
+        std::fs::write(&systemctl, format!("#!/bin/sh\necho \"$*\" >> '{}'\n", log.display())).unwrap();
+        Command::new("chmod").arg("755").arg(&systemctl).status().unwrap();
+        Root { dir, systemctl }
+    }
+
+    fn path(&self, inside: &str) -> PathBuf {
+        self.dir.path().join(inside)
+    }
+
+    /// Runs `command` (with `more` after it) as the operator would, in this root.
+    fn run(&self, command: &str, more: &str, env: &[(&str, &str)]) -> (bool, String) {
+        let out = Command::new("sh")
+            .arg("-c")
+            .arg(format!("{command}{more}"))
+            .env("HEARTH_INSTALL_ROOT", self.dir.path())
+            .env("HEARTH_SYSTEMCTL", &self.systemctl)
+            .envs(env.iter().copied())
+            .stdin(Stdio::null())
+            .output()
+            .unwrap();
+        let said = format!("{}{}", String::from_utf8_lossy(&out.stdout), String::from_utf8_lossy(&out.stderr));
+        (out.status.success(), said)
+    }
+
+    /// What the install left: nothing, after a refusal.
+    fn installed(&self) -> Vec<&'static str> {
+        ["opt/hearth-node", "var/lib/hearth-node", "etc/systemd/system/hearth-node.service", "systemctl.log"]
+            .into_iter()
+            .filter(|p| self.path(p).exists())
+            .collect()
+    }
+}
+
+fn mode(path: &Path) -> u32 {
+    std::os::unix::fs::PermissionsExt::mode(&std::fs::metadata(path).unwrap().permissions()) & 0o777
+}
+
+#[tokio::test]
+async fn a_node_installs_from_its_one_line_command_and_carries_traffic() {
+    let temp = tempfile::tempdir().unwrap();
+    let dir = ControlDir::init(&temp.path().join("control")).unwrap();
+    let control = ControlProcess::start(&dir, &[]).unwrap();
+    let http = dir.client().unwrap();
+    let token = control.setup(&http, "admin").await.unwrap();
+    let call = |method: reqwest::Method, path: &str, body: Option<Value>| {
+        let (control, http, token, path) = (&control, &http, &token, path.to_owned());
+        async move { control.call(http, token, method, &path, body.as_ref()).await.unwrap() }
+    };
+
+    // Without a release there is no one-line install: the panel says how to publish one.
+    let early = call(reqwest::Method::POST, "/nodes", Some(json!({ "name": "Early", "host": "127.0.0.1" }))).await;
+    assert!(early["install_command"].is_null(), "{early}");
+    let listing = dir.cli(&["node", "enroll-command", "Early"]).unwrap();
+    assert!(listing.starts_with("hearth-node enroll"), "{listing}");
+
+    // A release of this build's node binary.
+    let binary = hearth_tests::binary("hearth-node").unwrap();
+    dir.cli(&["release", "sign", "--version", "0.1.0", "--expires", "30d", binary.to_str().unwrap()]).unwrap();
+    let port = hearth_tests::edge::free_port().unwrap();
+    let body = json!({ "name": "Frankfurt 1", "host": "127.0.0.1", "port": port });
+    let node = call(reqwest::Method::POST, "/nodes", Some(body)).await;
+    let command = node["install_command"].as_str().unwrap_or_else(|| panic!("no install command: {node}")).to_owned();
+    assert!(!command.contains('\n'), "one line: {command}");
+    let binary_hash = hex::encode(<sha2::Sha256 as sha2::Digest>::digest(std::fs::read(&binary).unwrap()));
+    assert!(command.ends_with(&format!("--sha256 x86_64={binary_hash}")), "{command}");
+    // On loopback here, where a node listens on a port of the test's.
+    let here = format!(" --listen 127.0.0.1:{port} --allow-private");
+
+    // Each refusal says why and leaves nothing behind (and keeps the one-time token).
+    type Refusal<'a> = (Root, String, Vec<(&'a str, &'a str)>, &'a str);
+    let refusals: Vec<Refusal<'_>> = vec![
+        (Root::new(true), command.clone(), vec![("HEARTH_INSTALL_OS", "FreeBSD")], "this server runs FreeBSD"),
+        (Root::new(true), command.clone(), vec![("HEARTH_INSTALL_ARCH", "mips64")], "architecture is mips64"),
+        (Root::new(true), command.clone(), vec![("HEARTH_INSTALL_ARCH", "aarch64")], "has no aarch64 binary"),
+        (Root::new(false), command.clone(), vec![], "does not run systemd"),
+        (
+            Root::new(true),
+            command.replace(&binary_hash, &"0".repeat(64)),
+            vec![],
+            "the command expects 0000000000000000000000000000000000000000000000000000000000000000: nothing installed",
+        ),
+    ];
+    for (root, command, env, says) in &refusals {
+        let (ok, said) = root.run(command, &here, env);
+        assert!(!ok && said.contains(says), "{says}: {said}");
+        assert_eq!(root.installed(), Vec::<&str>::new(), "{says}: {said}");
+    }
+    // A script that is not the one the command names never runs.
+    let root = Root::new(true);
+    let script_hash = command.split("echo \"").nth(1).unwrap().split(' ').next().unwrap().to_owned();
+    let (ok, said) = root.run(&command.replace(&script_hash, &"f".repeat(64)), &here, &[]);
+    assert!(!ok && said.contains("FAILED"), "{said}");
+    assert_eq!(root.installed(), Vec::<&str>::new());
+    // The node's port in use.
+    let taken = std::net::UdpSocket::bind(("127.0.0.1", port)).unwrap();
+    let (ok, said) = root.run(&command, &here, &[]);
+    assert!(!ok && said.contains(&format!("UDP port {port} is in use")), "{said}");
+    assert_eq!(root.installed(), Vec::<&str>::new());
+    drop(taken);
+
+    // The install: binary, user, state, unit; enrolled; started through systemctl.
+    let (ok, said) = root.run(&command, &here, &[]);
+    assert!(ok, "{said}");
+    assert!(said.contains("the node is enrolled and running"), "{said}");
+    let installed = root.path("opt/hearth-node/hearth-node");
+    assert_eq!(std::fs::read(&installed).unwrap(), std::fs::read(&binary).unwrap());
+    assert_eq!(mode(&installed), 0o755);
+    assert_eq!(mode(&root.path("var/lib/hearth-node")), 0o700);
+    let passwd = std::fs::read_to_string(root.path("etc/passwd")).unwrap();
+    let user = passwd.lines().find(|l| l.starts_with("hearth-node:")).unwrap_or_else(|| panic!("no user: {passwd}"));
+    let uid: u32 = user.split(':').nth(2).unwrap().parse().unwrap();
+    assert_eq!(
+        std::os::unix::fs::MetadataExt::uid(&std::fs::metadata(root.path("var/lib/hearth-node/node.toml")).unwrap()),
+        uid
+    );
+    let unit = std::fs::read_to_string(root.path("etc/systemd/system/hearth-node.service")).unwrap();
+    assert_eq!(unit.trim_end(), include_str!("../../deploy/hearth-node.service").trim_end());
+    let systemctl = std::fs::read_to_string(root.path("systemctl.log")).unwrap();
+    assert_eq!(systemctl, "daemon-reload\nenable --now hearth-node\n");
+    let nodes = call(reqwest::Method::GET, &format!("/nodes/{}", node["id"]), None).await;
+    assert_eq!(nodes["enrolled"], true, "{nodes}");
+
+    // Again: it says so and changes nothing.
+    let before = std::fs::metadata(&installed).unwrap().modified().unwrap();
+    let (ok, said) = root.run(&command, &here, &[]);
+    assert!(ok && said.contains("a Hearth node already"), "{said}");
+    assert_eq!(std::fs::read_to_string(root.path("systemctl.log")).unwrap(), systemctl);
+    assert_eq!(std::fs::metadata(&installed).unwrap().modified().unwrap(), before);
+
+    // The installed node, run as its unit runs it, carries a sing-box client's traffic.
+    let mut child = Command::new(&installed)
+        .arg("serve")
+        .env("HEARTH_NODE_STATE", root.path("var/lib/hearth-node"))
+        .env("HEARTH_LOG", "warn")
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::inherit())
+        .spawn()
+        .unwrap();
+    let lines = hearth_tests::stdout_lines(&mut child);
+    let first = lines.recv_timeout(Duration::from_secs(60)).unwrap();
+    assert!(first.starts_with("hearth-node listening on "), "{first}");
+    let user = call(reqwest::Method::POST, "/users", Some(json!({ "name": "Grandma" }))).await;
+    let outbounds = profile_outbounds(&http, user["link"].as_str().unwrap()).await.unwrap();
+    let outbound =
+        outbounds.iter().find(|o| o["server_port"] == port).cloned().unwrap_or_else(|| panic!("{outbounds:?}"));
+    let phone = ProxyClient::sing_box(outbound).unwrap();
+    let web = http_server(b"through the installed node".to_vec()).await.unwrap();
+    assert_eq!(fetch_eventually(&phone, web).await.unwrap(), b"through the installed node");
+    let _ = Command::new("kill").arg(child.id().to_string()).status();
+    let _ = child.wait();
+}
