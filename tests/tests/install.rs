@@ -191,3 +191,123 @@ async fn a_node_installs_from_its_one_line_command_and_carries_traffic() {
     let _ = Command::new("kill").arg(child.id().to_string()).status();
     let _ = child.wait();
 }
+
+/// Control on a fresh server in one line (`deploy/install.sh`), into a temporary root: systemctl
+/// stood in for by a script that starts the installed unit's command as the unit would (its
+/// output is the stand-in journal). It refuses a server that is not Linux, has no systemd, a
+/// binary that is not there, and any data directory already there (untouched); it installs the
+/// binary, the user, the data directory and the unit, starts control and prints the one-time
+/// setup link, which works; run again, it changes nothing.
+#[tokio::test]
+async fn control_installs_in_one_line_and_prints_a_setup_link_that_works() {
+    let binary = hearth_tests::binary("hearth-control").unwrap();
+    let script = hearth_tests::repo_root().join("deploy/install.sh");
+    let port = hearth_tests::edge::free_port().unwrap();
+    let root = Root::new(true);
+    // The stand-ins: `enable --now hearth-control` runs the unit's command with its
+    // environment, in the background; journalctl prints what it said.
+    let journal = root.path("journal.log");
+    let pid = root.path("control.pid");
+    std::fs::write(
+        &root.systemctl,
+        format!(
+            "#!/bin/sh\necho \"$*\" >> '{log}'\nif [ \"$*\" = 'enable --now hearth-control' ]; then\n\
+             HEARTH_DATA_DIR='{data}' HEARTH_LOG_FORMAT=json '{bin}' serve > '{journal}' 2>&1 &\necho $! > '{pid}'\nfi\n",
+            log = root.path("systemctl.log").display(),
+            data = root.path("var/lib/hearth").display(),
+            bin = root.path("usr/local/bin/hearth-control").display(),
+            journal = journal.display(),
+            pid = pid.display(),
+        ),
+    )
+    .unwrap();
+    let journalctl = root.path("journalctl");
+    std::fs::write(&journalctl, format!("#!/bin/sh\ncat '{}' 2>/dev/null\n", journal.display())).unwrap();
+    Command::new("chmod").arg("755").arg(&journalctl).status().unwrap();
+    let journalctl = journalctl.to_str().unwrap().to_owned();
+    let install = |root: &Root, args: &str, env: &[(&str, &str)]| {
+        let mut env = env.to_vec();
+        env.push(("HEARTH_JOURNALCTL", &journalctl));
+        root.run(&format!("sh '{}' {args}", script.display()), "", &env)
+    };
+    let args = format!("--host panel.example.net --port {port} --bind 127.0.0.1 --binary '{}'", binary.display());
+
+    // Refusals: nothing written.
+    let control_files = |root: &Root| {
+        ["usr/local/bin/hearth-control", "var/lib/hearth", "etc/systemd/system/hearth-control.service"]
+            .into_iter()
+            .filter(|p| root.path(p).exists())
+            .collect::<Vec<_>>()
+    };
+    for (root, args, env, says) in [
+        (Root::new(true), args.clone(), vec![("HEARTH_INSTALL_OS", "Darwin")], "this server runs Darwin"),
+        (Root::new(false), args.clone(), vec![], "does not run systemd"),
+        (
+            Root::new(true),
+            "--host panel.example.net --binary /nonexistent/hearth-control".to_owned(),
+            vec![],
+            "no binary at",
+        ),
+        (Root::new(true), "--binary x".to_owned(), vec![], "--host panel.example.net"),
+    ] {
+        let (ok, said) = install(&root, &args, &env);
+        assert!(!ok && said.contains(says), "{says}: {said}");
+        assert_eq!(control_files(&root), Vec::<&str>::new(), "{says}");
+    }
+    let occupied = Root::new(true);
+    std::fs::create_dir_all(occupied.path("var/lib/hearth")).unwrap();
+    std::fs::write(occupied.path("var/lib/hearth/control.db"), b"someone's data").unwrap();
+    let (ok, said) = install(&occupied, &args, &[]);
+    assert!(!ok && said.contains("never touches a data directory"), "{said}");
+    assert_eq!(std::fs::read(occupied.path("var/lib/hearth/control.db")).unwrap(), b"someone's data");
+    assert!(!occupied.path("usr/local/bin/hearth-control").exists());
+
+    // The install.
+    let (ok, said) = install(&root, &args, &[]);
+    let started: Option<u32> = std::fs::read_to_string(&pid).ok().and_then(|p| p.trim().parse().ok());
+    let stop = || {
+        if let Some(pid) = started {
+            let _ = Command::new("kill").arg(pid.to_string()).status();
+        }
+    };
+    if !ok {
+        stop();
+        panic!("{said}");
+    }
+    let link = said
+        .split_whitespace()
+        .find(|w| w.contains("/setup#"))
+        .unwrap_or_else(|| {
+            stop();
+            panic!("no setup link: {said}")
+        })
+        .to_owned();
+    assert!(link.starts_with(&format!("https://panel.example.net:{port}/")), "{link}");
+    assert!(said.contains(&format!("TCP port {port}")) && said.contains("root.key"), "{said}");
+    assert_eq!(mode(&root.path("usr/local/bin/hearth-control")), 0o755);
+    assert_eq!(mode(&root.path("var/lib/hearth")), 0o700);
+    let settings = std::fs::read_to_string(root.path("var/lib/hearth/control.toml")).unwrap();
+    assert!(settings.contains(&format!("listen = \"127.0.0.1:{port}\"")), "{settings}");
+    assert!(settings.contains(&format!("public_url = \"https://panel.example.net:{port}\"")), "{settings}");
+    let unit = std::fs::read_to_string(root.path("etc/systemd/system/hearth-control.service")).unwrap();
+    assert_eq!(unit, include_str!("../../deploy/hearth-control.service"));
+    assert!(std::fs::read_to_string(root.path("etc/passwd")).unwrap().contains("\nhearth:"));
+
+    // The link works: its page answers, and its token creates the owner.
+    let (path, token) = link.split_once('#').unwrap();
+    let local = path.replace("panel.example.net", "127.0.0.1");
+    let http = hearth_tests::http().danger_accept_invalid_certs(true).build().unwrap();
+    let page = http.get(&local).send().await.unwrap();
+    assert_eq!(page.status(), reqwest::StatusCode::OK);
+    let api = local.replace("/setup", "/api/setup");
+    let body = json!({ "token": token, "login": "owner", "password": "correct horse battery" });
+    let setup = http.post(&api).json(&body).send().await.unwrap();
+    assert_eq!(setup.status(), reqwest::StatusCode::OK, "{:?}", setup.text().await);
+
+    // Again: installed already, nothing changed.
+    let log = std::fs::read_to_string(root.path("systemctl.log")).unwrap();
+    let (ok, said) = install(&root, &args, &[]);
+    assert!(ok && said.contains("installed here already"), "{said}");
+    assert_eq!(std::fs::read_to_string(root.path("systemctl.log")).unwrap(), log);
+    stop();
+}
