@@ -552,6 +552,38 @@ pub async fn add_worker_edge(
     Ok(worker)
 }
 
+/// Control on its own (serving links and the node API itself), set up, with an admin API
+/// token. Its state is under `temp`.
+pub struct Alone {
+    pub temp: tempfile::TempDir,
+    pub dir: ControlDir,
+    pub control: ControlProcess,
+    /// Trusts control's certificate.
+    pub http: reqwest::Client,
+    pub api: Api,
+}
+
+impl Alone {
+    pub async fn start() -> Result<Alone> {
+        let temp = tempfile::tempdir()?;
+        let dir = ControlDir::init(&temp.path().join("control"))?;
+        let control = ControlProcess::start(&dir, &[])?;
+        let http = dir.client()?;
+        let api = Api { token: control.setup(&http, "admin").await?, http: http.clone() };
+        Ok(Alone { temp, dir, control, http, api })
+    }
+
+    /// A `GET` of the admin API that must answer 200.
+    pub async fn get(&self, path: &str) -> Value {
+        self.api.get(&self.control, path).await
+    }
+
+    /// A call of the admin API that must succeed.
+    pub async fn ok(&self, method: reqwest::Method, path: &str, body: Option<Value>) -> Value {
+        self.api.ok(&self.control, method, path, body).await
+    }
+}
+
 /// Control pushing to a native edge ("main"), both running, with an admin API token: where
 /// tests of many edges start. Its state is under `root`.
 pub struct WithEdge {

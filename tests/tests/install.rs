@@ -10,7 +10,7 @@ use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 use std::time::Duration;
 
-use hearth_tests::control::{ControlDir, ControlProcess};
+use hearth_tests::control::Alone;
 use hearth_tests::node::{ProxyClient, fetch_eventually, http_server, profile_outbounds};
 use serde_json::{Value, json};
 
@@ -78,14 +78,11 @@ fn mode(path: &Path) -> u32 {
 
 #[tokio::test]
 async fn a_node_installs_from_its_one_line_command_and_carries_traffic() {
-    let temp = tempfile::tempdir().unwrap();
-    let dir = ControlDir::init(&temp.path().join("control")).unwrap();
-    let control = ControlProcess::start(&dir, &[]).unwrap();
-    let http = dir.client().unwrap();
-    let token = control.setup(&http, "admin").await.unwrap();
+    let s = Alone::start().await.unwrap();
+    let (dir, http) = (&s.dir, &s.http);
     let call = |method: reqwest::Method, path: &str, body: Option<Value>| {
-        let (control, http, token, path) = (&control, &http, &token, path.to_owned());
-        async move { control.call(http, token, method, &path, body.as_ref()).await.unwrap() }
+        let (s, path) = (&s, path.to_owned());
+        async move { s.ok(method, &path, body).await }
     };
 
     // Without a release there is no one-line install: the panel says how to publish one.
@@ -182,7 +179,7 @@ async fn a_node_installs_from_its_one_line_command_and_carries_traffic() {
     let first = lines.recv_timeout(Duration::from_secs(60)).unwrap();
     assert!(first.starts_with("hearth-node listening on "), "{first}");
     let user = call(reqwest::Method::POST, "/users", Some(json!({ "name": "Grandma" }))).await;
-    let outbounds = profile_outbounds(&http, user["link"].as_str().unwrap()).await.unwrap();
+    let outbounds = profile_outbounds(http, user["link"].as_str().unwrap()).await.unwrap();
     let outbound =
         outbounds.iter().find(|o| o["server_port"] == port).cloned().unwrap_or_else(|| panic!("{outbounds:?}"));
     let phone = ProxyClient::sing_box(outbound).unwrap();

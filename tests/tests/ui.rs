@@ -11,7 +11,7 @@ use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
 use fantoccini::{Client, ClientBuilder, Locator};
-use hearth_tests::control::{ControlDir, ControlProcess};
+use hearth_tests::control::{Alone, ControlDir, ControlProcess};
 use serde_json::{Value, json};
 
 struct Driver {
@@ -1008,17 +1008,14 @@ async fn passkeys_sign_in_alone_and_as_the_second_factor_in_a_real_browser() {
 /// are these).
 #[tokio::test]
 async fn the_subscription_page_in_four_languages_in_a_real_browser() {
-    let temp = tempfile::tempdir().unwrap();
-    let dir = ControlDir::init(&temp.path().join("control")).unwrap();
-    let control = ControlProcess::start(&dir, &[]).unwrap();
-    let http = dir.client().unwrap();
-    let token = control.setup(&http, "admin").await.unwrap();
+    let s = Alone::start().await.unwrap();
+    let (control, http, token) = (&s.control, &s.http, &s.api.token);
     let call = |method: reqwest::Method, path: String, body: Option<Value>| {
-        let (control, http, token) = (&control, &http, &token);
-        async move { control.call(http, token, method, &path, body.as_ref()).await.unwrap() }
+        let s = &s;
+        async move { s.ok(method, &path, body).await }
     };
-    let state = temp.path().join("node");
-    control.enroll_node(&http, &token, &state).await.unwrap();
+    let state = s.temp.path().join("node");
+    control.enroll_node(http, token, &state).await.unwrap();
     let body = json!({ "name": "Grandma Li", "quota": 100u64 << 30, "days": 30 });
     let id = call(reqwest::Method::POST, "/users".into(), Some(body)).await["id"].as_u64().unwrap();
     let link = call(reqwest::Method::GET, format!("/users/{id}/link"), None).await["link"].as_str().unwrap().to_owned();
@@ -1118,14 +1115,11 @@ async fn the_subscription_page_in_four_languages_in_a_real_browser() {
 /// Chinese; Settings, a user's traffic and the menu fit a phone.
 #[tokio::test]
 async fn the_panels_rough_edges_in_a_real_browser() {
-    let temp = tempfile::tempdir().unwrap();
-    let dir = ControlDir::init(&temp.path().join("control")).unwrap();
-    let control = ControlProcess::start(&dir, &[]).unwrap();
-    let http = dir.client().unwrap();
-    let token = control.setup(&http, "admin").await.unwrap();
+    let s = Alone::start().await.unwrap();
+    let control = &s.control;
     let call = |method: reqwest::Method, path: String, body: Option<Value>| {
-        let (control, http, token) = (&control, &http, &token);
-        async move { control.call(http, token, method, &path, body.as_ref()).await.unwrap() }
+        let s = &s;
+        async move { s.ok(method, &path, body).await }
     };
     for name in ["Alice", "Alan", "Bob"] {
         call(reqwest::Method::POST, "/users".into(), Some(json!({ "name": name }))).await;
