@@ -138,15 +138,16 @@ fn leap(year: i64) -> bool {
     matches!(year.rem_euclid(33), 1 | 5 | 9 | 13 | 17 | 22 | 26 | 30)
 }
 
+/// The days of any 33 years in a row: eight of them leap years.
+const CYCLE_DAYS: i64 = 33 * 365 + 8;
+
 /// Days since 1970-01-01 as a Solar Hijri (year, month, day): six months of 31 days, five of
-/// 30, and Esfand of 29 or 30.
+/// 30, and Esfand of 29 or 30. Whole cycles of 33 years first, so any date (an expiry is any
+/// number control signed) takes at most 33 steps.
 fn solar_hijri(days: i64) -> (i64, i64, i64) {
     let length = |year| if leap(year) { 366 } else { 365 };
-    let (mut year, mut offset) = (1404, days - FARVARDIN_1404);
-    while offset < 0 {
-        year -= 1;
-        offset += length(year);
-    }
+    let offset = days - FARVARDIN_1404;
+    let (mut year, mut offset) = (1404 + 33 * offset.div_euclid(CYCLE_DAYS), offset.rem_euclid(CYCLE_DAYS));
     while offset >= length(year) {
         offset -= length(year);
         year += 1;
@@ -519,5 +520,18 @@ mod tests {
         assert_eq!(solar_hijri(day(2025, 9, 22)), (1404, 6, 31));
         assert_eq!(solar_hijri(day(2025, 9, 23)), (1404, 7, 1));
         assert_eq!(Lang::Fa.date(0), "۱۱ دی ۱۳۴۸");
+        assert_eq!(solar_hijri(FARVARDIN_1404 + 3 * CYCLE_DAYS), (1503, 1, 1), "33 years are a cycle");
+        assert_eq!(solar_hijri(FARVARDIN_1404 - CYCLE_DAYS - 1), (1370, 12, 30), "1370 is a leap year");
+    }
+
+    /// The largest expiry a snapshot can carry is written at once, in every language (the
+    /// fuzzer found a date walked year by year: minutes for a far one).
+    #[test]
+    fn the_farthest_date_is_written_at_once() {
+        let started = std::time::Instant::now();
+        for lang in Lang::ALL {
+            assert!(!lang.date(u64::MAX).is_empty());
+        }
+        assert!(started.elapsed() < std::time::Duration::from_secs(1), "{:?}", started.elapsed());
     }
 }
