@@ -92,7 +92,8 @@ trap 'exit 1' INT TERM
 
 # 2. The binary, checked.
 name="hearth-node-linux-$arch"
-curl -fsSLk --max-time 300 --max-filesize 134217728 "$control/$api_prefix/install/$name" -o "$tmp/hearth-node" ||
+curl -fsSLk --retry 10 --retry-delay 3 --max-time 300 --max-filesize 134217728 \
+    "$control/$api_prefix/install/$name" -o "$tmp/hearth-node" ||
     fail "could not download $name from control ($control): is the release still there?"
 got="$(sha256sum "$tmp/hearth-node" | cut -d' ' -f1)"
 [ "$got" = "$expected" ] ||

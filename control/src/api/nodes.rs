@@ -45,6 +45,10 @@ pub(super) fn router() -> Router<Arc<App>> {
         .route("/install/{file}", get(install_file))
 }
 
+/// Binaries are read whole (tens of MB): two downloads at a time, whoever asks, so that
+/// strangers who know the prefix cannot fill a small server's memory with them.
+pub(super) static INSTALL_DOWNLOADS: tokio::sync::Semaphore = tokio::sync::Semaphore::const_new(2);
+
 /// The node install script (what the install command checks by its hash and runs).
 async fn install_script(State(app): State<Arc<App>>, parts: axum::http::request::Parts) -> Response {
     if let Err(retry) = app.spend(super::client_ip(&parts, &app)) {
@@ -67,6 +71,11 @@ async fn install_file(
     if let Err(retry) = app.spend(super::client_ip(&parts, &app)) {
         return Error::TooMany(retry).into_response();
     }
+    let Ok(_permit) = INSTALL_DOWNLOADS.try_acquire() else {
+        let mut busy = (StatusCode::SERVICE_UNAVAILABLE, "busy: try again in a few seconds\n").into_response();
+        busy.headers_mut().insert(header::RETRY_AFTER, HeaderValue::from_static("5"));
+        return busy;
+    };
     let data_dir = app.config.data_dir.clone();
     let found = app
         .db

@@ -2415,3 +2415,28 @@ async fn a_password_is_changed_with_the_current_one_and_other_sessions_end() {
     let audit = client.get("/audit").await.json().to_string();
     assert!(audit.contains("password.change") && !audit.contains("another long one"), "{audit}");
 }
+
+/// The install script and the release in force's binaries, for the one-line node install:
+/// public under the node API's prefix, the script as the command's hash names it, a binary
+/// only of a release in force, and two downloads at a time.
+#[tokio::test]
+async fn the_node_install_script_and_binaries_are_served_within_bounds() {
+    let client = Client::signed_in(false).await;
+    let prefix = client.app().config.edge.api_prefix.clone();
+    let script = client.send(Method::GET, &format!("/{prefix}/install/node.sh"), None, &[]).await;
+    assert_eq!(script.status, StatusCode::OK);
+    assert_eq!(script.body, crate::install::SCRIPT.as_bytes());
+    let binary = format!("/{prefix}/install/hearth-node-linux-x86_64");
+    assert_eq!(client.send(Method::GET, &binary, None, &[]).await.status, StatusCode::NOT_FOUND, "no release yet");
+    let held = super::nodes::INSTALL_DOWNLOADS.try_acquire_many(2).unwrap();
+    let busy = client.send(Method::GET, &binary, None, &[]).await;
+    assert_eq!(busy.status, StatusCode::SERVICE_UNAVAILABLE, "a third download at once waits");
+    assert_eq!(busy.headers[header::RETRY_AFTER], "5");
+    drop(held);
+    assert_eq!(client.send(Method::GET, &binary, None, &[]).await.status, StatusCode::NOT_FOUND);
+    assert_eq!(
+        client.send(Method::GET, &format!("/{prefix}/install/../../control.toml"), None, &[]).await.status.as_u16()
+            / 100,
+        4
+    );
+}
