@@ -370,6 +370,20 @@ async fn the_admin_panel_works_in_a_real_browser() {
     text_of(&client, "#releases", |t| t.contains("Stopped")).await;
     no_console_errors(&driver, &client, "the releases page").await;
 
+    // With a release in force (the stopped one is not), a new node's dialog gives the one-line
+    // install, holding the binary's SHA-256; the enrollment command is folded under it.
+    dir.cli(&["release", "sign", "--version", "0.2.1", &format!("linux-x86_64={}", binary.display())]).unwrap();
+    client.goto(&format!("{panel}#/nodes")).await.unwrap();
+    find(&client, "#new-node").await.click().await.unwrap();
+    fill(&client, "#node-form input[name=name]", "Lisbon").await;
+    fill(&client, "#node-form input[name=host]", "lisbon.example.net").await;
+    find(&client, "#node-form button[type=submit]").await.click().await.unwrap();
+    let install = text_of(&client, "#install code", |t| t.starts_with("f=$(mktemp)")).await;
+    let hash = hex::encode(<sha2::Sha256 as sha2::Digest>::digest(b"a node binary"));
+    assert!(install.ends_with(&format!("--sha256 x86_64={hash}")), "{install}");
+    screenshot(&client, "node-install").await;
+    client.find(Locator::XPath("//dialog//button[text()='Done']")).await.unwrap().click().await.unwrap();
+
     // An API token: shown once, works, then revoked.
     client.goto(&format!("{panel}#/tokens")).await.unwrap();
     fill(&client, "#token-form input[name=name]", "backup-script").await;
