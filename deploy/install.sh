@@ -41,6 +41,9 @@ while [ $# -gt 0 ]; do
     esac
 done
 [ -n "$host" ] || fail "give the name (or address) people and nodes reach this server by: --host panel.example.net"
+case "$host" in
+    *[!A-Za-z0-9.-]* | -* | .*) fail "--host takes a DNS name or an IPv4 address, like panel.example.net" ;;
+esac
 case "$port" in
     '' | *[!0-9]*) fail "--port takes a number from 1 to 65535" ;;
 esac

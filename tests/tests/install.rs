@@ -246,6 +246,7 @@ async fn control_installs_in_one_line_and_prints_a_setup_link_that_works() {
             "no binary at",
         ),
         (Root::new(true), "--binary x".to_owned(), vec![], "--host panel.example.net"),
+        (Root::new(true), "--host 'a|b&c' --binary x".to_owned(), vec![], "a DNS name or an IPv4 address"),
     ] {
         let (ok, said) = install(&root, &args, &env);
         assert!(!ok && said.contains(says), "{says}: {said}");
