@@ -238,12 +238,26 @@ impl ControlProcess {
         Ok((control, log.context("control's log")?))
     }
 
+    /// [`ControlProcess::start`] of another build of `hearth-control` (the static one, say).
+    pub fn start_program(dir: &ControlDir, program: &Path) -> Result<ControlProcess> {
+        Ok(ControlProcess::spawn_program(dir, program, &[], false)?.0)
+    }
+
     fn spawn(
         dir: &ControlDir,
         env: &[(&str, String)],
         logged: bool,
     ) -> Result<(ControlProcess, Option<std::sync::mpsc::Receiver<String>>)> {
-        let mut command = crate::cgroup::command(&crate::binary("hearth-control")?);
+        ControlProcess::spawn_program(dir, &crate::binary("hearth-control")?, env, logged)
+    }
+
+    fn spawn_program(
+        dir: &ControlDir,
+        program: &Path,
+        env: &[(&str, String)],
+        logged: bool,
+    ) -> Result<(ControlProcess, Option<std::sync::mpsc::Receiver<String>>)> {
+        let mut command = crate::cgroup::command(program);
         command
             .arg("serve")
             .arg("--data-dir")

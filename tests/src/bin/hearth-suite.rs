@@ -256,6 +256,36 @@ async fn until_200(http: &reqwest::Client, url: &str, started: Instant, limit: D
     }
 }
 
+/// R1, R2: the server programs as `tests/bench` builds them, with glibc (what the suite runs)
+/// and statically against musl (`deploy/build-release.sh`, into `target/dist/`): their size,
+/// and a first start of each control on an empty data directory to its first 200 (P2's
+/// measure), in the same cgroup.
+async fn binaries(t: &mut Table) -> Result<()> {
+    println!("binaries: sizes, and a first start of each build of control");
+    let target =
+        std::env::var_os("CARGO_TARGET_DIR").map_or_else(|| hearth_tests::repo_root().join("target"), PathBuf::from);
+    for (build, dir) in [("glibc", target.join("release")), ("static musl", target.join("dist"))] {
+        for program in ["hearth-control", "hearth-node"] {
+            let path = dir.join(program);
+            let size = std::fs::metadata(&path)
+                .with_context(|| format!("{} (tests/bench builds it: deploy/build-release.sh)", path.display()))?
+                .len();
+            t.add(&format!("R1 {program} binary, {build}"), "MiB", size as f64 / MIB, "");
+        }
+        let temp = tempfile::tempdir()?;
+        let data = ControlDir::init(&temp.path().join("control"))?;
+        let http = data.client()?;
+        let cg = Cgroup::create("binaries", SUT_CPU, GIB)?;
+        let program = dir.join("hearth-control");
+        let started = Instant::now();
+        let control = cg.start(|| ControlProcess::start_program(&data, &program))?;
+        let cold = first_200(&http, &format!("{}/healthz", control.url), started).await?;
+        t.add(&format!("R2 control cold start to first 200, empty, {build}"), "ms", cold.as_secs_f64() * 1000.0, "");
+        control.stop()?;
+    }
+    Ok(())
+}
+
 /// P1 (control), P2, P3, P8: control alone in its cgroup.
 async fn control(t: &mut Table) -> Result<()> {
     println!("control: idle memory, cold start, creating users, sign-ins");
@@ -1944,7 +1974,9 @@ fn markdown(t: &Table, reps: usize, commit: &str, when: &str) -> String {
          way before it is timed: the HTTP rows by one request for each link and 2 s of their own load, \
          the panel's pages by one visit, the in-process edge by one pass over its links. A median of an \
          even count of values is the mean of the middle two. Mistgate's figures are its own publication \
-         on another machine (BENCH.md): compare ratios and CPU time per request, not absolute rates.\n\n",
+         on another machine (BENCH.md): compare ratios and CPU time per request, not absolute rates. \
+         R1 and R2 set the glibc build of the server programs (what every other row runs) beside the \
+         static musl build of `deploy/build-release.sh`.\n\n",
         if reps == 1 { "" } else { "s" },
         "1.14"
     ));
@@ -2141,6 +2173,9 @@ async fn main() -> Result<()> {
         println!("== repetition {} of {reps}", rep + 1);
         if runs("control") {
             control(&mut t).await?;
+        }
+        if runs("binaries") {
+            binaries(&mut t).await?;
         }
         if runs("edge") {
             edge(&mut t, serve_secs).await?;
