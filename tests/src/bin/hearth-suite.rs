@@ -2077,7 +2077,10 @@ us). Those rows moved with the machine, not with the code.\n\n\
   row. A later start skips all of it (P2 with 1,000 users). Since commit 4387b8c a start applies \
   the migrations in one transaction (one synced commit, not one each) and computes no argon2 \
   hash (the dummy hash unknown logins are checked against was one: 19 MiB and two passes, about \
-  14 ms of CPU beside the start's own work on its one CPU).\n\
+  14 ms of CPU beside the start's own work on its one CPU). In the run of commit f30979a the start \
+  with 1,000 users missed too (median 52.0 ms) where it had met it before: its three starts took \
+  23.0 to 67.6 ms and the empty one 47.3 to 126 ms, the machine's spread that day (the R2 rows, \
+  the same start of the same build, ran 59.0 to 75.5 ms); a restart's code did not change (a first start creates one index more).\n\
 - **P4, the native answer (#3, #23: < 20 us).** perf on the edge's CPU (commit cdb463e): the \
   kernel's TCP on loopback 38.6 %, malloc and free 11 %, rendering the sing-box profile \
   (serde_json) 8 %, opening the link's sealed snapshot (ChaCha20-Poly1305 and the token's \
