@@ -1,5 +1,5 @@
-//! The one-line node install: the command the panel prints, run as an operator would paste it,
-//! against a real control, into a temporary root (`HEARTH_INSTALL_ROOT`: every path the script
+//! The one-line installs. A node: the command the panel prints, run as an operator would paste it,
+//! against a real control pushing to a local native edge, into a temporary root (`HEARTH_INSTALL_ROOT`: every path the script
 //! writes, the system user in its `etc/passwd`), with systemctl stood in for (systemd cannot run
 //! here) by a script that writes down what it was asked. Each refusal (not Linux, an
 //! architecture without a binary, no systemd, the port in use, a binary or a script that is not
@@ -10,7 +10,7 @@ use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 use std::time::Duration;
 
-use hearth_tests::control::Alone;
+use hearth_tests::control::WithEdge;
 use hearth_tests::node::{ProxyClient, fetch_eventually, http_server, profile_outbounds};
 use serde_json::{Value, json};
 
@@ -78,11 +78,13 @@ fn mode(path: &Path) -> u32 {
 
 #[tokio::test]
 async fn a_node_installs_from_its_one_line_command_and_carries_traffic() {
-    let s = Alone::start().await.unwrap();
+    // Control pushing to a local native edge: the link the client fetches is the edge's.
+    let temp = tempfile::tempdir().unwrap();
+    let s = WithEdge::start(temp.path()).await.unwrap();
     let (dir, http) = (&s.dir, &s.http);
     let call = |method: reqwest::Method, path: &str, body: Option<Value>| {
         let (s, path) = (&s, path.to_owned());
-        async move { s.ok(method, &path, body).await }
+        async move { s.api.ok(&s.control, method, &path, body).await }
     };
 
     // Without a release there is no one-line install: the panel says how to publish one.
@@ -179,7 +181,9 @@ async fn a_node_installs_from_its_one_line_command_and_carries_traffic() {
     let first = lines.recv_timeout(Duration::from_secs(60)).unwrap();
     assert!(first.starts_with("hearth-node listening on "), "{first}");
     let user = call(reqwest::Method::POST, "/users", Some(json!({ "name": "Grandma" }))).await;
-    let outbounds = profile_outbounds(http, user["link"].as_str().unwrap()).await.unwrap();
+    let link = user["link"].as_str().unwrap();
+    assert!(link.starts_with(&s.main.url), "the edge serves the link: {link}");
+    let outbounds = profile_outbounds(http, link).await.unwrap();
     let outbound =
         outbounds.iter().find(|o| o["server_port"] == port).cloned().unwrap_or_else(|| panic!("{outbounds:?}"));
     let phone = ProxyClient::sing_box(outbound).unwrap();
