@@ -1,10 +1,12 @@
-//! The one-line installs. A node: the command the panel prints, run as an operator would paste it,
-//! against a real control pushing to a local native edge, into a temporary root (`HEARTH_INSTALL_ROOT`: every path the script
-//! writes, the system user in its `etc/passwd`), with systemctl stood in for (systemd cannot run
-//! here) by a script that writes down what it was asked. Each refusal (not Linux, an
-//! architecture without a binary, no systemd, the port in use, a binary or a script that is not
-//! the one the command names) says why and leaves nothing behind; the install then works, a
-//! second run changes nothing, and the installed node carries a real sing-box client's traffic.
+//! The one-line installs. A node: the command the panel prints, run as an operator would paste
+//! it, against a real control pushing to a local native edge, into a temporary root
+//! (`HEARTH_INSTALL_ROOT`: every path the script writes, the system user in its `etc/passwd`),
+//! with systemctl stood in for (systemd cannot run here) by a script that writes down what it
+//! was asked. Each refusal (not Linux, an architecture without a binary, no systemd, the port in
+//! use, a binary missing from control, a binary or a script that is not the one the command
+//! names) says why and leaves nothing behind; the install then works, a second run changes
+//! nothing, and the installed node carries a real sing-box client's traffic. Control: see its
+//! test below.
 
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
@@ -113,6 +115,12 @@ async fn a_node_installs_from_its_one_line_command_and_carries_traffic() {
         (Root::new(true), command.clone(), vec![("HEARTH_INSTALL_ARCH", "mips64")], "architecture is mips64"),
         (Root::new(true), command.clone(), vec![("HEARTH_INSTALL_ARCH", "aarch64")], "has no aarch64 binary"),
         (Root::new(false), command.clone(), vec![], "does not run systemd"),
+        (
+            Root::new(true),
+            command.replace("x86_64=", "aarch64="),
+            vec![("HEARTH_INSTALL_ARCH", "aarch64")],
+            "could not download hearth-node-linux-aarch64 from control",
+        ),
         (
             Root::new(true),
             command.replace(&binary_hash, &"0".repeat(64)),
