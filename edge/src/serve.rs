@@ -8,7 +8,7 @@
 //! Unknown tokens, unknown paths and networks that tried too many unknown tokens all get the
 //! same [`decoy`].
 
-use hearth_shared::agent::{format_override, match_user_agent};
+use hearth_shared::agent::{Wants, format_override, match_user_agent};
 use hearth_shared::devices::{self, Admission, DeviceReport, HwidPolicy, Seen};
 use hearth_shared::envelope::Envelope;
 use hearth_shared::ratelimit::{BucketLimit, Decision, MissGuard, TokenBucket};
@@ -160,7 +160,8 @@ pub fn subscription(
         return reply;
     }
     let wants = format_override(query).unwrap_or_else(|| match_user_agent(user_agent, &owner.rules));
-    let viewer = Viewer::of(user_agent, accept_language, query);
+    // Only a browser's page speaks a language and names a device: apps' profiles skip it.
+    let viewer = if wants == Wants::Page { Viewer::of(user_agent, accept_language, query) } else { Viewer::default() };
     let answer = if admission == Some(Admission::Refused) {
         answer_at(&devices::refused(snapshot), wants, sub_url, &mobility, viewer)
     } else {

@@ -444,8 +444,15 @@ async fn serve_link(
     let wants = format_override(&query)
         .unwrap_or_else(|| match_user_agent(user_agent, &app.ua_rules.read().expect("rules lock")));
     let url = format!("{}/{}", app.sub_url(), token.to_link_form());
-    let accept_language = headers.get(header::ACCEPT_LANGUAGE).and_then(|v| v.to_str().ok()).unwrap_or_default();
-    let viewer = hearth_shared::render::page::Viewer::of(user_agent, accept_language, &query);
+    // Only a browser's page speaks a language and names a device: apps' profiles skip it.
+    let viewer = match wants {
+        hearth_shared::agent::Wants::Page => {
+            let accept_language =
+                headers.get(header::ACCEPT_LANGUAGE).and_then(|v| v.to_str().ok()).unwrap_or_default();
+            hearth_shared::render::page::Viewer::of(user_agent, accept_language, &query)
+        }
+        hearth_shared::agent::Wants::Profile(_) => Default::default(),
+    };
     let answer = hearth_shared::render::answer_at(&snapshot, wants, &url, &Default::default(), viewer);
     Counters::add(&app.counters.subscriptions, 1);
     let mut response = if method == Method::HEAD {
