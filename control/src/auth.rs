@@ -430,11 +430,15 @@ impl Failures {
         self.times.iter().copied().max().unwrap_or(0)
     }
 
+    /// The failures within the window before `now`.
+    fn recent(&self, now: u64) -> usize {
+        self.times.iter().filter(|t| **t > 0 && now < **t + FAILURE_WINDOW).count()
+    }
+
     /// Seconds until the address may try again, if it is locked out.
     fn locked(&self, now: u64) -> Option<u64> {
-        let recent = self.times.iter().filter(|t| **t > 0 && now < **t + FAILURE_WINDOW).count();
         let until = self.last() + LOCKOUT;
-        (recent >= ADDRESS_FAILURES && now < until).then(|| until - now)
+        (self.recent(now) >= ADDRESS_FAILURES && now < until).then(|| until - now)
     }
 }
 
@@ -497,10 +501,7 @@ impl Lockouts {
     /// How many more failures this address may have before it is locked out (0: locked).
     pub(crate) fn tries_left(&self, ip: IpAddr, now: u64) -> usize {
         let tables = self.tables.lock().expect("lockout lock");
-        let recent = tables
-            .addresses
-            .get(&address_key(ip))
-            .map_or(0, |failures| failures.times.iter().filter(|t| **t > 0 && now < **t + FAILURE_WINDOW).count());
+        let recent = tables.addresses.get(&address_key(ip)).map_or(0, |failures| failures.recent(now));
         ADDRESS_FAILURES.saturating_sub(recent)
     }
 
