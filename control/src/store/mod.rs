@@ -264,8 +264,6 @@ pub(crate) struct Overview {
     pub(crate) nodes: u64,
     /// Enrolled nodes seen within [`nodes::NODE_ONLINE_SECS`].
     pub(crate) online: u64,
-    /// The nodes not online (the first 20, those never enrolled first).
-    pub(crate) offline: Vec<OfflineNode>,
     /// Changes the edges have not accepted yet (summed over the edges).
     pub(crate) pending: u64,
     /// Streams an edge refused, set aside (see [`crate::outbox`]), summed over the edges.
@@ -322,8 +320,13 @@ pub(crate) fn overview(conn: &Connection, now: u64) -> Result<Overview, Error> {
         .prepare_cached("SELECT id, name, quota_next FROM nodes WHERE limited = 1 ORDER BY name")?
         .query_map([], |row| Ok((row.get(0)?, row.get(1)?, row.get(2)?)))?
         .collect::<Result<_, _>>()?;
-    // The nodes not online, those never enrolled first: the overview names them.
-    let offline = conn
+    Ok(Overview { users: users::counts(conn)?, nodes, online, pending, held, edges: statuses, expiring, limited })
+}
+
+/// The nodes not online at `now` (the first 20, those never enrolled first), which the
+/// panel's overview names.
+pub(crate) fn offline_nodes(conn: &Connection, now: u64) -> Result<Vec<OfflineNode>, Error> {
+    Ok(conn
         .prepare_cached(
             "SELECT id, name, public_key IS NULL, last_seen FROM nodes
              WHERE public_key IS NULL OR last_seen + ?1 <= ?2 ORDER BY public_key IS NOT NULL, name LIMIT 20",
@@ -331,18 +334,7 @@ pub(crate) fn overview(conn: &Connection, now: u64) -> Result<Overview, Error> {
         .query_map(rusqlite::params![nodes::NODE_ONLINE_SECS, now], |row| {
             Ok(OfflineNode { id: row.get(0)?, name: row.get(1)?, never: row.get(2)?, last_seen: row.get(3)? })
         })?
-        .collect::<Result<_, _>>()?;
-    Ok(Overview {
-        users: users::counts(conn)?,
-        nodes,
-        online,
-        offline,
-        pending,
-        held,
-        edges: statuses,
-        expiring,
-        limited,
-    })
+        .collect::<Result<_, _>>()?)
 }
 
 /// How one edge is doing.

@@ -18,7 +18,12 @@ use crate::store::users::{self as user_store};
 pub(super) async fn status(State(app): State<Arc<App>>, auth: Auth) -> Reply {
     auth.need(Scope::Read)?;
     let now = now();
-    let (overview, held) = app.db.read(move |c| Ok((crate::store::overview(c, now)?, crate::store::held(c)?))).await?;
+    let (overview, held, offline) = app
+        .db
+        .read(move |c| {
+            Ok((crate::store::overview(c, now)?, crate::store::held(c)?, crate::store::offline_nodes(c, now)?))
+        })
+        .await?;
     let edges: Vec<serde_json::Value> = overview.edges.iter().map(|s| edge_json(&app, s)).collect();
     // The first failing edge, named: the overview's alert.
     let last_error =
@@ -28,7 +33,7 @@ pub(super) async fn status(State(app): State<Arc<App>>, auth: Auth) -> Reply {
         "nodes": {
             "total": overview.nodes,
             "online": overview.online,
-            "offline": overview.offline,
+            "offline": offline,
             "sets_expiring": overview.expiring,
             "limited": overview.limited.iter().map(|(id, name, until)| json!({ "id": id, "name": name, "until": until })).collect::<Vec<_>>(),
         },
