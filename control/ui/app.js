@@ -313,8 +313,9 @@
     }
     if (!response.ok) {
       const code = data?.error?.code || `http_${response.status}`;
-      // (A wrong password given to confirm a change is a 401 of its own, not the session's end.)
-      if (response.status === 401 && !path.startsWith('login') && path !== 'setup' && !['bad_current', 'bad_password'].includes(code)) {
+      // The session ended: control says `unauthorized` (a wrong password, at sign-in or to
+      // confirm a change, is a 401 with a code of its own); a 401 without control's body, too.
+      if (response.status === 401 && (code === 'unauthorized' || !data?.error)) {
         me = null;
         loginView(t('session_ended'));
       }
@@ -1972,7 +1973,7 @@
                   h('td', { 'data-label': t('audit.who') }, e.actor || '—'),
                   // What was done in the admin's language (the code itself when strings.js has
                   // no words for it); a refused sign-in's reason too.
-                  h('td', { 'data-label': t('audit.what'), title: e.action }, t(`audit.action.${e.action}`) === `audit.action.${e.action}` ? e.action : t(`audit.action.${e.action}`)),
+                  h('td', { 'data-label': t('audit.what'), title: e.action }, STRINGS.en[`audit.action.${e.action}`] ? t(`audit.action.${e.action}`) : e.action),
                   h('td', { 'data-label': t('audit.target') }, e.target),
                   h('td', { 'data-label': t('audit.detail') }, e.action === 'signin.failed' && STRINGS.en[`audit.reason.${e.detail}`] ? t(`audit.reason.${e.detail}`) : e.detail),
                 ),
