@@ -445,7 +445,8 @@ pub(crate) fn insert_imported(
 }
 
 /// The name of another user (not `except`) that is `name` but for its case: names are
-/// unique whatever their case, so "Mom" and "mom" are never two people in the panel.
+/// unique whatever the case of their Latin letters, so "Mom" and "mom" are never two people
+/// in the panel. (SQLite's NOCASE folds ASCII only: "Мама" and "мама" stay two names.)
 fn named_like(conn: &Connection, name: &str, except: Option<UserId>) -> Result<Option<String>, Error> {
     Ok(conn
         .prepare_cached("SELECT name FROM users WHERE name = ?1 COLLATE NOCASE AND id IS NOT ?2 LIMIT 1")?
@@ -539,12 +540,12 @@ pub(crate) fn create_many(
     let new = resolve_new(conn, settings, now)?;
     let names = names.iter().map(|name| check_name(name, "user")).collect::<Result<Vec<_>, _>>()?;
     // Names repeated in the list, then names other users have: each listed (names are one
-    // whatever their case).
+    // whatever the case of their Latin letters, as the database's NOCASE index compares them).
     let (mut seen, mut told) =
         (std::collections::HashSet::with_capacity(names.len()), std::collections::HashSet::new());
     let mut repeated: Vec<String> = Vec::new();
     for name in &names {
-        let key = name.to_lowercase();
+        let key = name.to_ascii_lowercase();
         if !seen.insert(key.clone()) && told.insert(key) {
             repeated.push(name.clone());
         }
