@@ -422,6 +422,10 @@ enum NodeCommand {
         /// A group whose users the node serves (repeatable; default: `default`).
         #[arg(long = "group")]
         groups: Vec<String>,
+        /// Let apps that can check nothing about the node's self-signed certificate connect
+        /// to it unchecked (anyone on their path can then pose as the node to them).
+        #[arg(long)]
+        allow_unverified: bool,
     },
     /// Print a new one-time enrollment command for a node.
     EnrollCommand {
@@ -1070,7 +1074,7 @@ fn node_command(dir: &std::path::Path, command: NodeCommand) -> Result<()> {
     let (config, db, signer) = serve::open(dir)?;
     let now = now();
     match command {
-        NodeCommand::Add { name, host, port, hop, sni, tls, obfs, masquerade, groups } => {
+        NodeCommand::Add { name, host, port, hop, sni, tls, obfs, masquerade, groups, allow_unverified } => {
             let input = NodeInput {
                 name: Some(name),
                 host: Some(host),
@@ -1081,6 +1085,7 @@ fn node_command(dir: &std::path::Path, command: NodeCommand) -> Result<()> {
                 obfs,
                 masquerade,
                 groups: (!groups.is_empty()).then_some(groups),
+                allow_unverified: allow_unverified.then_some(true),
                 ..NodeInput::default()
             };
             let (node, token) = db.write_blocking(|tx| store::nodes::create(tx, "cli", &input, now))?;

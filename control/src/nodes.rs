@@ -39,6 +39,18 @@ pub(crate) fn enroll(conn: &Connection, signer: &Signer, request: &EnrollRequest
     publish::changed(conn, signer, now, |changes| store::nodes::enroll(conn, changes, request, now))
 }
 
+/// Keeps a node's (new) self-signed certificate; its users get snapshots that check it.
+/// Returns whether it was new.
+pub(crate) fn register_certificate(
+    conn: &Connection,
+    signer: &Signer,
+    node: NodeId,
+    certificate: &store::identity::Certificate,
+    now: u64,
+) -> Result<bool, Error> {
+    publish::changed(conn, signer, now, |changes| store::identity::register(conn, changes, node, certificate, now))
+}
+
 /// Verifies and applies a node's signed usage report exactly once. Reports must come in
 /// order (the node keeps every report until it is acknowledged); a gap is refused.
 pub(crate) fn apply_usage(

@@ -13,7 +13,7 @@ use std::collections::HashMap;
 use hearth_shared::envelope::{Audience, Draft, Kind};
 use hearth_shared::keys::{PublicKey, RecoveryPublic};
 use hearth_shared::wire::{
-    self, CredDiff, CredEntry, CredentialSet, DevicePolicy, Endpoint, NodeId, NodeRecord, PortRange, Profile,
+    self, CredDiff, CredEntry, CredentialSet, DevicePolicy, Endpoint, Identity, NodeId, NodeRecord, PortRange, Profile,
     ResetStrategy, Snapshot, SpeedLimit, Status, Stream, SubToken, UserId, stream,
 };
 use hearth_shared::{Digest, seal, sha256};
@@ -25,8 +25,8 @@ use crate::error::Error;
 use crate::keyring::Online;
 use crate::secrets::{Purpose, Vault};
 use crate::store::changes::{Changes, nodes_of_user};
-use crate::store::edges;
 use crate::store::users::{parse_reset, status_name, status_of};
+use crate::store::{edges, identity};
 
 /// How long a snapshot envelope is accepted by the edge. The edge serves a stored snapshot
 /// for as long as it holds it; this bounds only how late a push may arrive.
@@ -262,7 +262,7 @@ fn endpoints(conn: &Connection, user: UserId) -> Result<Vec<Endpoint>, Error> {
     // A node over its monthly cap carries nobody: listed last, its name says until when.
     let mut query = conn.prepare_cached(
         "SELECT DISTINCT n.id, n.name, n.host, n.port, n.hop_start, n.hop_end, n.sni, n.tls, n.cert_sha256,
-                n.spki_sha256, n.obfs, n.limited, n.quota_next
+                n.spki_sha256, n.obfs, n.limited, n.quota_next, n.cert_der, n.cert_names, n.allow_unverified
          FROM user_groups ug JOIN node_groups ng ON ng.group_id = ug.group_id JOIN nodes n ON n.id = ng.node_id
          WHERE ug.user_id = ?1 AND n.public_key IS NOT NULL ORDER BY n.limited, n.id",
     )?;
@@ -274,9 +274,22 @@ fn endpoints(conn: &Connection, user: UserId) -> Result<Vec<Endpoint>, Error> {
         let obfs: String = row.get(10)?;
         let name: String = row.get(1)?;
         let limited: bool = row.get(11)?;
+        let host: String = row.get(2)?;
+        // A self-signed node is checked by its pins, or by its certificate and the name it is
+        // made out to; the owner may let apps that can do neither connect unchecked.
+        let identity = if self_signed {
+            let names: String = row.get(14)?;
+            Identity {
+                certificate: row.get(13)?,
+                name: identity::check_name(&names, &sni, &host).map(str::to_owned),
+                unverified: row.get(15)?,
+            }
+        } else {
+            Identity::default()
+        };
         Ok(Endpoint {
             name: if limited { limited_name(&name, row.get(12)?) } else { name },
-            host: row.get(2)?,
+            host,
             port: row.get(3)?,
             hop: (hop_start != 0).then_some(PortRange { start: hop_start, end: hop_end }),
             sni: (!sni.is_empty()).then_some(sni),
@@ -284,6 +297,7 @@ fn endpoints(conn: &Connection, user: UserId) -> Result<Vec<Endpoint>, Error> {
             spki_sha256: if self_signed { row.get(9)? } else { None },
             insecure: self_signed,
             obfs: (!obfs.is_empty()).then_some(obfs),
+            identity,
         })
     })?;
     Ok(rows.collect::<Result<_, _>>()?)

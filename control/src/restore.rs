@@ -692,7 +692,7 @@ fn rebuild_nodes(tx: &Connection, edge: &Edge, notes: &mut Vec<String>, now: u64
         };
         for node in *nodes {
             let key = edge.node_keys[node].expect("only enrolled nodes are grouped");
-            let (name, host, port, hop, sni, insecure, cert, spki, obfs) = match endpoints.get(node) {
+            let (name, host, port, hop, sni, insecure, cert, spki, obfs, identity) = match endpoints.get(node) {
                 Some(e) => (
                     publish::node_name_of(&e.name).to_owned(),
                     e.host.clone(),
@@ -703,6 +703,7 @@ fn rebuild_nodes(tx: &Connection, edge: &Edge, notes: &mut Vec<String>, now: u64
                     e.cert_sha256,
                     e.spki_sha256,
                     e.obfs.clone().unwrap_or_default(),
+                    e.identity.clone(),
                 ),
                 None => {
                     notes.push(format!(
@@ -718,13 +719,20 @@ fn rebuild_nodes(tx: &Connection, edge: &Edge, notes: &mut Vec<String>, now: u64
                         None,
                         None,
                         String::new(),
+                        Default::default(),
                     )
                 }
             };
+            // The certificate apps check is taken back only when it is the one pinned.
+            let certificate = identity
+                .certificate
+                .as_deref()
+                .and_then(|der| crate::store::identity::Certificate::from_der(der).ok())
+                .filter(|certificate| Some(certificate.sha256) == cert);
             tx.execute(
                 "INSERT INTO nodes (id, name, host, port, hop_start, hop_end, sni, tls, cert_sha256, spki_sha256, obfs,
-                                    public_key, created)
-                 VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13)",
+                                    public_key, created, cert_der, cert_names, allow_unverified)
+                 VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14, ?15, ?16)",
                 params![
                     node,
                     name,
@@ -738,7 +746,10 @@ fn rebuild_nodes(tx: &Connection, edge: &Edge, notes: &mut Vec<String>, now: u64
                     spki,
                     obfs,
                     key.to_bytes(),
-                    now
+                    now,
+                    certificate.as_ref().map(|c| c.der.as_slice()),
+                    certificate.as_ref().map(|c| c.names.join("\n")).unwrap_or_default(),
+                    identity.unverified,
                 ],
             )?;
             tx.execute("INSERT INTO node_groups (node_id, group_id) VALUES (?1, ?2)", params![node, group])?;

@@ -259,6 +259,7 @@ mod tests {
             key: key.public().to_string(),
             cert_sha256: None,
             spki_sha256: None,
+            certificate: None,
             version: String::new(),
         };
         crate::nodes::enroll(tx, &app.signer, &request, now)?;

@@ -1371,7 +1371,8 @@
   function nodeState(n) {
     if (!n.enrolled) return h('span', { class: 'badge not_started' }, t('nodes.waiting'));
     if (n.limited) return h('span', { class: 'badge over_quota' }, t('nodes.limited'));
-    return n.online ? h('span', { class: 'badge active' }, t('nodes.online')) : h('span', { class: 'badge expired' }, t('nodes.offline'));
+    const state = n.online ? h('span', { class: 'badge active' }, t('nodes.online')) : h('span', { class: 'badge expired' }, t('nodes.offline'));
+    return n.allow_unverified && n.tls === 'self_signed' ? [state, ' ', h('span', { class: 'badge unverified' }, t('nodes.unverified'))] : state;
   }
 
   async function nodesView() {
@@ -1419,6 +1420,12 @@
       field(t('nodes.obfs'), h('input', { name: 'obfs', autocomplete: 'off' }), node?.obfs ? t('nodes.obfs_set') : t('nodes.obfs_hint')),
       field(t('nodes.masquerade'), h('input', { name: 'masquerade', type: 'url', value: node?.masquerade, placeholder: 'https://example.net/' }), t('nodes.masquerade_hint')),
       h(
+        'div',
+        { class: 'field unverified-field' },
+        h('label', { class: 'check' }, h('input', { type: 'checkbox', name: 'allow_unverified', checked: !!node?.allow_unverified, 'aria-describedby': 'allow-unverified-hint' }), t('nodes.allow_unverified')),
+        h('small', { class: 'unverified', id: 'allow-unverified-hint' }, t('nodes.allow_unverified_hint')),
+      ),
+      h(
         'fieldset',
         { class: 'fair' },
         h('legend', {}, t('nodes.traffic')),
@@ -1444,6 +1451,7 @@
     if (values.sni || node?.sni) input.sni = values.sni;
     if (values.obfs) input.obfs = values.obfs;
     if (values.masquerade || node?.masquerade) input.masquerade = values.masquerade;
+    if (!!values.allow_unverified !== !!node?.allow_unverified) input.allow_unverified = !!values.allow_unverified;
     if (groups.length) input.groups = groups.filter((g) => values[`group:${g.name}`]).map((g) => g.name);
     input.multiplier = values.multiplier ? Number(values.multiplier) : 1;
     input.quota = values.node_quota ? Math.round(Number(values.node_quota) * 2 ** 30) : 0;
@@ -1538,6 +1546,7 @@
       'nodes',
       h('p', { class: 'crumbs' }, h('a', { href: '#/nodes' }, t('nav.nodes'))),
       h('div', { class: 'title' }, h('h1', {}, node.name), nodeState(node)),
+      node.allow_unverified && node.tls === 'self_signed' ? h('p', { class: 'unverified card', id: 'node-unverified', role: 'note' }, t('nodes.unverified_on')) : null,
       h(
         'section',
         { class: 'card' },
@@ -1567,6 +1576,12 @@
           ),
           h('dt', {}, t('nodes.key')),
           h('dd', {}, node.key_id || t('nodes.waiting')),
+          h('dt', {}, t('nodes.certificate')),
+          h(
+            'dd',
+            { id: 'node-certificate' },
+            node.cert_sha256 ? [h('code', { dir: 'ltr' }, `SHA-256 ${node.cert_sha256.slice(0, 16)}…`), ' ', node.cert_expires ? t('nodes.cert_until', { when: date(node.cert_expires) }) : ''] : t('nodes.cert_none'),
+          ),
           h('dt', {}, t('users.groups')),
           h('dd', {}, node.groups.join(', ') || '—'),
         ),

@@ -49,31 +49,9 @@ struct Answer {
     key_records: Vec<String>,
     api_prefix: String,
     edge_url: Option<String>,
-}
-
-/// The node's TLS identity, made in memory.
-struct TlsIdentity {
-    key_pem: String,
-    cert_pem: String,
-    /// The SHA-256 of its certificate and of its SPKI.
-    cert_sha256: [u8; 32],
-    spki_sha256: [u8; 32],
-}
-
-/// Makes the node's TLS identity.
-fn tls_identity() -> Result<TlsIdentity> {
-    use rcgen::PublicKeyData as _;
-    let key = rcgen::KeyPair::generate().context("making the TLS key")?;
-    let cert = rcgen::CertificateParams::new(vec!["localhost".to_owned()])
-        .context("certificate parameters")?
-        .self_signed(&key)
-        .context("making the certificate")?;
-    Ok(TlsIdentity {
-        key_pem: key.serialize_pem(),
-        cert_pem: cert.pem(),
-        cert_sha256: hearth_shared::sha256(cert.der()),
-        spki_sha256: hearth_shared::sha256(&key.subject_public_key_info()),
-    })
+    /// The name the node's certificate is made out to (absent from controls before it).
+    #[serde(default)]
+    tls_name: Option<String>,
 }
 
 /// Enrolls the node into `dir`.
@@ -92,7 +70,6 @@ pub(crate) async fn enroll(dir: &Path, request: &Request<'_>) -> Result<u64> {
         bail!("{} already holds a node key; use a new state directory", dir.display());
     }
     let key = SecretKey::generate(Role::Node, &mut rand_core::OsRng)?;
-    let tls = tls_identity()?;
     let client = crate::pin::control_client(request.control_pin)?;
     let url = format!("{}/{}/enroll", request.control.trim_end_matches('/'), request.api_prefix);
     let response = client
@@ -100,8 +77,6 @@ pub(crate) async fn enroll(dir: &Path, request: &Request<'_>) -> Result<u64> {
         .json(&serde_json::json!({
             "token": request.token,
             "key": key.public().to_string(),
-            "cert_sha256": hex::encode(tls.cert_sha256),
-            "spki_sha256": hex::encode(tls.spki_sha256),
             "version": env!("CARGO_PKG_VERSION"),
         }))
         .timeout(std::time::Duration::from_secs(30))
@@ -130,10 +105,19 @@ pub(crate) async fn enroll(dir: &Path, request: &Request<'_>) -> Result<u64> {
         .map(|record| hex::decode(record).context("a key record is not hex"))
         .collect::<Result<Vec<_>>>()?;
     trust.accept_chain(&records, crate::now()).context("a key record does not verify against the root key")?;
+    // The certificate is made out to the name control gave (the node's SNI or host), then
+    // registered with control, signed with the node's new key; when that does not get
+    // through, `serve` registers it.
+    let tls_name = answer.tls_name.as_deref().filter(|name| !name.is_empty()).unwrap_or(crate::identity::DEFAULT_NAME);
     state.save_key(&key)?;
-    state.write("tls.key", tls.key_pem.as_bytes())?;
-    state.write("tls.crt", tls.cert_pem.as_bytes())?;
+    crate::identity::make(&state, tls_name, crate::now())?;
     state.write("trust.bin", &hearth_shared::wire::encode(&trust))?;
+    let cert_pem = std::fs::read_to_string(state.path(crate::identity::CERT_FILE))?;
+    let control = request.control.trim_end_matches('/');
+    match crate::identity::register(&client, control, &answer.api_prefix, answer.node, &key, &cert_pem).await {
+        Ok(()) => crate::identity::registered(&state, &crate::identity::pin_of(&cert_pem)?)?,
+        Err(e) => eprintln!("the node's certificate is registered when it starts ({e:#})"),
+    }
     let listen = request.listen.map_or_else(|| format!("0.0.0.0:{}", answer.port), str::to_owned);
     let mut settings = format!(
         "# Made by `hearth-node enroll`.\nnode = {}\nlisten = \"{listen}\"\ncontrol_url = \"{}\"\napi_prefix = \"{}\"\n",
@@ -162,6 +146,7 @@ pub(crate) async fn enroll(dir: &Path, request: &Request<'_>) -> Result<u64> {
     if request.allow_private {
         settings.push_str("allow_private = true\n");
     }
+    settings.push_str(&format!("tls_name = {}\n", toml_string(tls_name)));
     // Written last: its presence marks an enrolled node.
     state.write("node.toml", settings.as_bytes())?;
     Ok(answer.node)

@@ -12,6 +12,7 @@ mod enroll;
 mod guard;
 mod hop;
 mod https;
+mod identity;
 mod limit;
 mod masquerade;
 mod metrics;
@@ -84,34 +85,15 @@ pub(crate) fn now() -> u64 {
     SystemTime::now().duration_since(UNIX_EPOCH).map_or(0, |d| d.as_secs())
 }
 
-/// The node's TLS identity: `tls.crt` and `tls.key`, made (self-signed) on first start.
-fn tls_identity(
-    state: &StateDir,
-) -> Result<(Vec<rustls::pki_types::CertificateDer<'static>>, rustls::pki_types::PrivateKeyDer<'static>)> {
-    use rustls::pki_types::pem::PemObject as _;
-    let (cert, key) = (state.path("tls.crt"), state.path("tls.key"));
-    if !cert.exists() {
-        let made = rcgen::generate_simple_self_signed(vec!["localhost".to_owned()]).context("making a certificate")?;
-        state.write("tls.key", made.signing_key.serialize_pem().as_bytes())?;
-        state.write("tls.crt", made.cert.pem().as_bytes())?;
-    }
-    let chain = rustls::pki_types::CertificateDer::pem_file_iter(&cert)
-        .with_context(|| format!("reading {}", cert.display()))?
-        .collect::<Result<Vec<_>, _>>()
-        .with_context(|| format!("{} is not a PEM certificate", cert.display()))?;
-    let key =
-        rustls::pki_types::PrivateKeyDer::from_pem_file(&key).with_context(|| format!("reading {}", key.display()))?;
-    Ok((chain, key))
-}
-
 /// A TLS server config with the node's certificate, `versions` and the ALPN `protocol`: HTTP/3
 /// over QUIC (TLS 1.3) and the masquerade over HTTPS share one certificate.
 fn server_tls(
     state: &StateDir,
+    name: Option<&str>,
     versions: &[&'static rustls::SupportedProtocolVersion],
     protocol: &[u8],
 ) -> Result<rustls::ServerConfig> {
-    let (chain, key) = tls_identity(state)?;
+    let (chain, key) = identity::load(state, name)?;
     let provider = Arc::new(rustls::crypto::ring::default_provider());
     let mut tls = rustls::ServerConfig::builder_with_provider(provider)
         .with_protocol_versions(versions)
@@ -148,7 +130,7 @@ fn endpoint(
 ) -> Result<quinn::Endpoint> {
     let (listen, obfs, congestion) = (settings.listen.as_str(), settings.obfs.as_deref(), settings.congestion);
     let hop = settings.hop.as_deref().map(hop::parse_range).transpose()?;
-    let mut tls = server_tls(state, &[&rustls::version::TLS13], b"h3")?;
+    let mut tls = server_tls(state, settings.tls_name.as_deref(), &[&rustls::version::TLS13], b"h3")?;
     tls.max_early_data_size = u32::MAX;
     let crypto = quinn::crypto::rustls::QuicServerConfig::try_from(tls).context("QUIC TLS")?;
     let mut config = quinn::ServerConfig::with_crypto(Arc::new(crypto));
@@ -269,7 +251,8 @@ fn serve(dir: &Path) -> Result<i32> {
                     .await
                     .with_context(|| format!("binding TCP {listen} for the masquerade over HTTPS"))?;
                 println!("hearth-node masquerade over HTTPS on {}", listener.local_addr()?);
-                let tls = Arc::new(server_tls(&state, rustls::DEFAULT_VERSIONS, b"http/1.1")?);
+                let tls =
+                    Arc::new(server_tls(&state, settings.tls_name.as_deref(), rustls::DEFAULT_VERSIONS, b"http/1.1")?);
                 let port = endpoint.local_addr()?.port();
                 Some(tokio::spawn(https::serve(listener, tls, site.clone(), port)))
             }
@@ -284,7 +267,11 @@ fn serve(dir: &Path) -> Result<i32> {
         };
         let server = tokio::spawn(server::serve(endpoint.clone(), live.clone(), options));
         let mut tasks = match &agent {
-            Some(agent) => vec![tokio::spawn(agent.clone().pull_loop()), tokio::spawn(agent.clone().report_loop())],
+            Some(agent) => vec![
+                tokio::spawn(agent.clone().pull_loop()),
+                tokio::spawn(agent.clone().report_loop()),
+                tokio::spawn(agent.clone().register_loop()),
+            ],
             None => Vec::new(),
         };
         tasks.extend(https);

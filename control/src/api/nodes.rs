@@ -29,8 +29,12 @@ use crate::store::nodes::{self as node_store, EnrollRequest, UsageOutcome};
 /// The longest a credential-set pull waits for a change.
 const MAX_WAIT: u64 = 60;
 
-/// The largest enrollment: a token, a key, two hashes and a version fit in far less.
-const ENROLL_BODY: usize = 8 * 1024;
+/// The largest enrollment: a token, a key, two hashes, a certificate and a version fit in
+/// far less.
+const ENROLL_BODY: usize = 16 * 1024;
+
+/// The largest report of a node's TLS identity (a certificate in PEM).
+const TLS_BODY: usize = 16 * 1024;
 
 pub(super) fn router() -> Router<Arc<App>> {
     use axum::extract::DefaultBodyLimit;
@@ -39,6 +43,7 @@ pub(super) fn router() -> Router<Arc<App>> {
         .route("/enroll", post(enroll).layer(DefaultBodyLimit::max(ENROLL_BODY)))
         .route("/nodes/{id}/creds", get(creds))
         .route("/nodes/{id}/usage", post(usage).layer(DefaultBodyLimit::max(Kind::UsageReport.max_len())))
+        .route("/nodes/{id}/tls", post(tls).layer(DefaultBodyLimit::max(TLS_BODY)))
         .route("/nodes/{id}/release", get(release_manifest))
         .route("/nodes/{id}/release/{file}", get(release_file))
         .route(&format!("/{}", crate::install::SCRIPT_PATH), get(install_script))
@@ -122,6 +127,7 @@ async fn enroll(
                 "obfs": enrolled.obfs,
                 "hop": enrolled.hop,
                 "masquerade": enrolled.masquerade,
+                "tls_name": enrolled.tls_name,
                 "root_key": app.signer.root.to_string(),
                 "key_records": online.chain.iter().map(hex::encode).collect::<Vec<_>>(),
                 "api_prefix": app.config.edge.api_prefix,
@@ -368,6 +374,53 @@ async fn usage(
             tracing::info!(error = %e, "usage report refused");
             e.into_response()
         }
+    }
+}
+
+/// What a node says of its TLS identity.
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct TlsReport {
+    /// Its self-signed certificate, PEM.
+    certificate: String,
+}
+
+/// A node registers its self-signed certificate (it makes one at enrollment, and nodes
+/// enrolled by earlier releases send theirs once): signed by the node, so nobody else can
+/// make apps trust a certificate for it. When it is new, the node's users get new snapshots.
+#[tracing::instrument(name = "tls", level = "warn", skip_all, fields(node = node))]
+async fn tls(
+    State(app): State<Arc<App>>,
+    Path(node): Path<NodeId>,
+    method: Method,
+    OriginalUri(uri): OriginalUri,
+    headers: HeaderMap,
+    body: Bytes,
+) -> Response {
+    if let Err(response) = node_auth(&app, node, &method, &uri, &headers, &body).await {
+        return response;
+    }
+    let report: TlsReport = match serde_json::from_slice(&body) {
+        Ok(report) => report,
+        Err(e) => return Error::invalid("bad_json", e.to_string()).into_response(),
+    };
+    let certificate = match crate::store::identity::Certificate::from_pem(&report.certificate) {
+        Ok(certificate) => certificate,
+        Err(e) => {
+            tracing::info!(error = %e, "a node's certificate refused");
+            return e.into_response();
+        }
+    };
+    let (now, state, pin) = (now(), app.clone(), hex::encode(certificate.sha256));
+    match app.db.write(move |tx| crate::nodes::register_certificate(tx, &state.signer, node, &certificate, now)).await {
+        Ok(changed) => {
+            if changed {
+                tracing::info!(cert_sha256 = %pin, "the node registered a new certificate");
+                app.changed();
+            }
+            axum::Json(json!({ "cert_sha256": pin })).into_response()
+        }
+        Err(e) => e.into_response(),
     }
 }
 

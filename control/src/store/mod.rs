@@ -14,6 +14,7 @@ pub(crate) mod changes;
 pub(crate) mod edges;
 pub(crate) mod events;
 pub(crate) mod hwid;
+pub(crate) mod identity;
 pub(crate) mod nodes;
 pub(crate) mod passkeys;
 pub(crate) mod telegram;
@@ -77,6 +78,7 @@ const MIGRATIONS: &[&str] = &[
     include_str!("creds_digest.sql"),
     include_str!("deltas.sql"),
     include_str!("names.sql"),
+    include_str!("identity.sql"),
 ];
 
 /// Runs `f` on the blocking pool, in the caller's span and with the caller's log subscriber:

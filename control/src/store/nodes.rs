@@ -60,6 +60,9 @@ pub(crate) struct NodeInput {
     pub(crate) quota: Option<u64>,
     /// The day of the month (1 to 28, UTC) the cap's month starts.
     pub(crate) quota_day: Option<u32>,
+    /// Let apps that can check nothing about a self-signed node connect to it unchecked
+    /// (anyone on their path can then pose as the node to them). Off by default.
+    pub(crate) allow_unverified: Option<bool>,
 }
 
 /// What a node's traffic counts for, kept per mille and shown as a number (2, 0.5).
@@ -109,13 +112,20 @@ pub(crate) struct NodeView {
     pub(crate) quota_resets: u64,
     /// It reached its cap: it carries nobody until the month ends.
     pub(crate) limited: bool,
+    /// Apps that can check nothing about its self-signed certificate connect unchecked.
+    pub(crate) allow_unverified: bool,
+    /// The SHA-256 of the self-signed certificate it registered (hex), what apps pin.
+    pub(crate) cert_sha256: Option<String>,
+    /// When that certificate expires (0: none registered).
+    pub(crate) cert_expires: u64,
 }
 
 const VIEW_COLUMNS: &str = "n.id, n.name, n.host, n.port, n.hop_start, n.hop_end, n.sni, n.tls, n.obfs, n.masquerade,
     n.public_key, n.last_seen, n.version, n.usage_seq, n.created,
     (SELECT group_concat(g.name, char(31)) FROM (SELECT g.name FROM node_groups ng JOIN groups g ON g.id = ng.group_id
      WHERE ng.node_id = n.id ORDER BY g.name) g),
-    n.multiplier, n.quota, n.quota_day, n.quota_used, n.quota_next, n.limited";
+    n.multiplier, n.quota, n.quota_day, n.quota_used, n.quota_next, n.limited, n.allow_unverified, n.cert_sha256,
+    n.cert_der";
 
 fn view_of(row: &rusqlite::Row<'_>) -> rusqlite::Result<NodeView> {
     let hop_start: u16 = row.get(4)?;
@@ -145,6 +155,12 @@ fn view_of(row: &rusqlite::Row<'_>) -> rusqlite::Result<NodeView> {
         quota_used: row.get(19)?,
         quota_resets: row.get(20)?,
         limited: row.get(21)?,
+        allow_unverified: row.get(22)?,
+        cert_sha256: row.get::<_, Option<Vec<u8>>>(23)?.map(hex::encode),
+        cert_expires: row
+            .get::<_, Option<Vec<u8>>>(24)?
+            .and_then(|der| super::identity::Certificate::from_der(&der).ok())
+            .map_or(0, |cert| cert.not_after),
     })
 }
 
@@ -305,6 +321,9 @@ pub(crate) fn create(conn: &Connection, actor: &str, input: &NodeInput, now: u64
         conn.execute("INSERT INTO node_groups (node_id, group_id) VALUES (?1, ?2)", params![id, group])?;
     }
     set_traffic(conn, id, input, now)?;
+    if let Some(allow) = input.allow_unverified {
+        conn.execute("UPDATE nodes SET allow_unverified = ?2 WHERE id = ?1", params![id, allow])?;
+    }
     audit(conn, now, actor, "node.create", &format!("node {id} ({name})"), &host)?;
     Ok((get(conn, id)?, token))
 }
@@ -386,6 +405,10 @@ pub(crate) fn update(
     }
     if set_traffic(conn, id, input, now)? {
         changed.push("traffic");
+    }
+    if let Some(allow) = input.allow_unverified {
+        conn.execute("UPDATE nodes SET allow_unverified = ?2 WHERE id = ?1", params![id, allow])?;
+        changed.push("allow_unverified");
     }
     if let Some(groups) = &input.groups {
         let ids = group_ids(conn, groups)?;
@@ -505,6 +528,9 @@ pub(crate) struct EnrollRequest {
     /// SHA-256 of its public key (SPKI), hex.
     #[serde(default)]
     pub(crate) spki_sha256: Option<String>,
+    /// Its self-signed certificate, PEM (nodes of earlier releases send only the two pins).
+    #[serde(default)]
+    pub(crate) certificate: Option<String>,
     /// The node's version.
     #[serde(default)]
     pub(crate) version: String,
@@ -534,6 +560,9 @@ pub(crate) struct Enrolled {
     pub(crate) hop: Option<String>,
     /// The web site it shows anyone without a credential (none: nginx's 404 page).
     pub(crate) masquerade: Option<String>,
+    /// The name its self-signed certificate is made out to: its SNI, else its host (what
+    /// apps that check the certificate itself check).
+    pub(crate) tls_name: String,
 }
 
 /// Registers a node's key in exchange for its one-time token.
@@ -545,8 +574,14 @@ pub(crate) fn enroll(
 ) -> Result<Enrolled, Error> {
     let key: PublicKey =
         request.key.parse().map_err(|_| Error::invalid("bad_key", "key must be a Hearth public key"))?;
+    let certificate = request.certificate.as_deref().map(super::identity::Certificate::from_pem).transpose()?;
     let cert = parse_digest(request.cert_sha256.as_deref())?;
     let spki = parse_digest(request.spki_sha256.as_deref())?;
+    if let Some(certificate) = &certificate
+        && (cert.is_some_and(|pin| pin != certificate.sha256) || spki.is_some_and(|pin| pin != certificate.spki_sha256))
+    {
+        return Err(Error::invalid("bad_pin", "the pins are not the certificate's"));
+    }
     let version = check_text(&request.version, "bad_version", "version")?;
     let found: Option<(NodeId, String)> = conn
         .query_row(
@@ -560,23 +595,30 @@ pub(crate) fn enroll(
     };
     conn.execute(
         "UPDATE nodes SET public_key = ?2, cert_sha256 = ?3, spki_sha256 = ?4, version = ?5, enroll_hash = NULL,
-                          enroll_expires = 0, last_seen = ?6, usage_seq = 0, usage_digest = NULL
+                          enroll_expires = 0, last_seen = ?6, usage_seq = 0, usage_digest = NULL, cert_der = NULL,
+                          cert_names = ''
          WHERE id = ?1",
         params![id, key.to_bytes(), cert, spki, version, now],
     )?;
+    if let Some(certificate) = &certificate {
+        super::identity::register(conn, changes, id, certificate, now)?;
+    }
     changes.node_record(id, Some(key));
     changes.users_of_node(conn, id)?;
     // A node enrolled again starts a new usage stream: its old acknowledgement is deleted
     // (at the edge too), so the new node never takes it for its own.
     changes.gone(stream::usage_ack(id));
     audit(conn, now, "node", "node.enroll", &format!("node {id} ({name})"), &key.id().to_string())?;
-    let (port, obfs, hop_start, hop_end, masquerade): (u16, String, u16, u16, String) =
-        conn.query_row("SELECT port, obfs, hop_start, hop_end, masquerade FROM nodes WHERE id = ?1", [id], |row| {
-            Ok((row.get(0)?, row.get(1)?, row.get(2)?, row.get(3)?, row.get(4)?))
-        })?;
+    let (port, obfs, hop_start, hop_end, masquerade, sni, host): (u16, String, u16, u16, String, String, String) = conn
+        .query_row(
+            "SELECT port, obfs, hop_start, hop_end, masquerade, sni, host FROM nodes WHERE id = ?1",
+            [id],
+            |row| Ok((row.get(0)?, row.get(1)?, row.get(2)?, row.get(3)?, row.get(4)?, row.get(5)?, row.get(6)?)),
+        )?;
     let hop = (hop_start != 0).then(|| format!("{hop_start}-{hop_end}"));
     let masquerade = (!masquerade.is_empty()).then_some(masquerade);
-    Ok(Enrolled { node: id, port, obfs: (!obfs.is_empty()).then_some(obfs), hop, masquerade })
+    let tls_name = if sni.is_empty() { host } else { sni };
+    Ok(Enrolled { node: id, port, obfs: (!obfs.is_empty()).then_some(obfs), hop, masquerade, tls_name })
 }
 
 /// A node's registered key.

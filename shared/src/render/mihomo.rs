@@ -1,6 +1,11 @@
 //! Mihomo / Clash Meta YAML: the proxies, one select group, and a rule that sends everything
 //! through it. Mihomo rejects a whole file with a repeated proxy name, so names come from
 //! [`super::entries`] and never take the group's name or a built-in policy's.
+//!
+//! A self-signed node is pinned by the SHA-256 of its certificate under both names the apps
+//! read: mihomo's `fingerprint` (which it checks even beside `skip-cert-verify: true`) and
+//! Stash's `server-cert-fingerprint`; `skip-cert-verify` is true only where the owner allows
+//! unverified clients.
 
 use serde::Serialize;
 
@@ -43,6 +48,9 @@ struct Proxy<'a> {
     skip_cert_verify: bool,
     #[serde(skip_serializing_if = "Option::is_none")]
     fingerprint: Option<String>,
+    /// Stash's name for the same pin (mihomo reads no key it does not know).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    server_cert_fingerprint: Option<String>,
     alpn: [&'static str; 1],
 }
 
@@ -72,8 +80,11 @@ pub fn render(snapshot: &Snapshot) -> String {
                 obfs: endpoint.obfs.as_ref().map(|_| "salamander"),
                 obfs_password: endpoint.obfs.as_deref(),
                 sni: endpoint.sni.as_deref(),
-                skip_cert_verify: endpoint.insecure,
+                // mihomo checks a `fingerprint` whatever `skip-cert-verify` says; an app that
+                // reads none of the two pins must not be told to skip the check.
+                skip_cert_verify: endpoint.insecure && endpoint.identity.unverified,
                 fingerprint: endpoint.cert_sha256.map(hex::encode),
+                server_cert_fingerprint: endpoint.cert_sha256.map(hex::encode),
                 alpn: ["h3"],
             }
         })
@@ -105,5 +116,24 @@ mod tests {
         assert_eq!(members, names);
         assert_eq!(yaml["proxies"][1]["server"].as_str(), Some("2001:db8::7"));
         assert_eq!(yaml["proxies"][0]["password"].as_str(), Some("s3cret pass/with:odd@chars"));
+    }
+
+    /// A self-signed node is pinned under mihomo's and Stash's names, and never skips the
+    /// check unless its owner allows unverified clients.
+    #[test]
+    fn a_self_signed_node_is_pinned_and_checked() {
+        let mut snapshot = sample_snapshot();
+        let yaml = |snapshot: &crate::wire::Snapshot| -> serde_yaml_ng::Value {
+            serde_yaml_ng::from_str(&render(snapshot)).unwrap()
+        };
+        let pinned = yaml(&snapshot)["proxies"][0].clone();
+        assert_eq!(pinned["fingerprint"].as_str(), Some("ab".repeat(32).as_str()));
+        assert_eq!(pinned["server-cert-fingerprint"], pinned["fingerprint"]);
+        assert_eq!(pinned["skip-cert-verify"].as_bool(), Some(false));
+        snapshot.endpoints[0].identity.unverified = true;
+        snapshot.endpoints[2].identity.unverified = true;
+        let allowed = yaml(&snapshot);
+        assert_eq!(allowed["proxies"][0]["skip-cert-verify"].as_bool(), Some(true));
+        assert_eq!(allowed["proxies"][2]["skip-cert-verify"].as_bool(), Some(false), "a CA's certificate");
     }
 }

@@ -274,7 +274,7 @@ fn is_header_safe(value: &str) -> bool {
 #[cfg(test)]
 pub(crate) mod tests {
     use super::*;
-    use crate::wire::{PortRange, Profile, ResetStrategy, Status};
+    use crate::wire::{Identity, PortRange, Profile, ResetStrategy, Status};
 
     /// A user with three endpoints whose names clash and need escaping.
     pub(crate) fn sample_snapshot() -> Snapshot {
@@ -299,6 +299,11 @@ pub(crate) mod tests {
                     spki_sha256: Some([0xcd; 32]),
                     insecure: true,
                     obfs: Some("salamander pw".into()),
+                    identity: Identity {
+                        certificate: Some(include_bytes!("../../tests/golden/node-cert.der").to_vec()),
+                        name: Some("cdn.example.net".into()),
+                        unverified: false,
+                    },
                 },
                 Endpoint {
                     name: "tokyo 🇯🇵".into(),
@@ -310,6 +315,7 @@ pub(crate) mod tests {
                     spki_sha256: None,
                     insecure: false,
                     obfs: None,
+                    identity: Identity::default(),
                 },
                 Endpoint {
                     name: "Quote \" colon: hash # \n".into(),
@@ -321,6 +327,7 @@ pub(crate) mod tests {
                     spki_sha256: None,
                     insecure: false,
                     obfs: None,
+                    identity: Identity::default(),
                 },
             ],
             profile: Profile {

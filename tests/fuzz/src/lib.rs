@@ -40,6 +40,11 @@ fn endpoint(u: &mut Unstructured<'_>) -> arbitrary::Result<Endpoint> {
         spki_sha256: u.arbitrary()?,
         insecure: u.arbitrary()?,
         obfs: u.arbitrary()?,
+        identity: hearth_shared::wire::Identity {
+            certificate: u.arbitrary()?,
+            name: u.arbitrary()?,
+            unverified: u.arbitrary()?,
+        },
     })
 }
 
