@@ -1,7 +1,8 @@
 //! The masquerade over HTTPS on TCP (`masquerade_tcp` in `node.toml`, e.g. `0.0.0.0:443`):
-//! the same site strangers get over HTTP/3, with the same certificate, and an `Alt-Svc`
-//! header naming the node's UDP port for HTTP/3, as a web server that also speaks HTTP/3
-//! sends. A prober that knocks on TCP 443 of a Hysteria2 server finds a web site there too.
+//! the same site strangers get over HTTP/3, with the same certificate, in HTTP/2 or HTTP/1.1
+//! (offered by ALPN in that order, as web servers do), and an `Alt-Svc` header naming the
+//! node's UDP port for HTTP/3, as a web server that also speaks HTTP/3 sends. A prober that
+//! knocks on TCP 443 of a Hysteria2 server finds a web site there too.
 //!
 //! Bounded like the edge: at most [`CONNECTIONS`] connections (16 from one client network),
 //! request headers of [`HEADER_BYTES`] read within [`HEADERS`], a TLS handshake within
@@ -30,6 +31,11 @@ const HEADERS: Duration = Duration::from_secs(10);
 const HEADER_BYTES: usize = 16 * 1024;
 /// The longest a connection is held, however it is used.
 const LIFETIME: Duration = Duration::from_secs(120);
+/// Requests at once on one HTTP/2 connection.
+const STREAMS: u32 = 16;
+
+/// What the listener offers by ALPN, in order.
+pub(crate) const ALPN: [&[u8]; 2] = [b"h2", b"http/1.1"];
 
 /// Answers HTTPS on `listener` forever with `site`, naming `udp_port` in `Alt-Svc`.
 pub(crate) async fn serve(
@@ -38,8 +44,12 @@ pub(crate) async fn serve(
     site: Arc<Site>,
     udp_port: u16,
 ) {
-    use hyper_util::rt::{TokioIo, TokioTimer};
+    use hyper_util::rt::{TokioExecutor, TokioIo, TokioTimer};
     let acceptor = tokio_rustls::TlsAcceptor::from(tls);
+    let mut builder = hyper_util::server::conn::auto::Builder::new(TokioExecutor::new());
+    builder.http1().timer(TokioTimer::new()).header_read_timeout(HEADERS).max_buf_size(HEADER_BYTES);
+    builder.http2().timer(TokioTimer::new()).max_header_list_size(HEADER_BYTES as u32).max_concurrent_streams(STREAMS);
+    let builder = Arc::new(builder);
     let connections = Arc::new(tokio::sync::Semaphore::new(CONNECTIONS));
     let per_network = PerNetwork::new(PER_NETWORK);
     let alt_svc = http::HeaderValue::from_str(&format!("h3=\":{udp_port}\"; ma=2592000"))
@@ -55,7 +65,7 @@ pub(crate) async fn serve(
         };
         let Ok(permit) = connections.clone().try_acquire_owned() else { continue };
         let Some(slot) = per_network.take(peer.ip()) else { continue };
-        let (acceptor, site, alt_svc) = (acceptor.clone(), site.clone(), alt_svc.clone());
+        let (acceptor, site, alt_svc, builder) = (acceptor.clone(), site.clone(), alt_svc.clone(), builder.clone());
         tokio::spawn(async move {
             let _held = (permit, slot);
             let Ok(Ok(stream)) = tokio::time::timeout(HANDSHAKE, acceptor.accept(stream)).await else { return };
@@ -63,11 +73,7 @@ pub(crate) async fn serve(
                 let (site, alt_svc) = (site.clone(), alt_svc.clone());
                 async move { Ok::<_, std::convert::Infallible>(answer(&site, request, alt_svc).await) }
             });
-            let connection = hyper::server::conn::http1::Builder::new()
-                .timer(TokioTimer::new())
-                .header_read_timeout(HEADERS)
-                .max_buf_size(HEADER_BYTES)
-                .serve_connection(TokioIo::new(stream), service);
+            let connection = builder.serve_connection(TokioIo::new(stream), service);
             let _ = tokio::time::timeout(LIFETIME, connection).await;
         });
     }

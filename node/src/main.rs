@@ -85,13 +85,13 @@ pub(crate) fn now() -> u64 {
     SystemTime::now().duration_since(UNIX_EPOCH).map_or(0, |d| d.as_secs())
 }
 
-/// A TLS server config with the node's certificate, `versions` and the ALPN `protocol`: HTTP/3
-/// over QUIC (TLS 1.3) and the masquerade over HTTPS share one certificate.
+/// A TLS server config with the node's certificate, `versions` and the ALPN `protocols`:
+/// HTTP/3 over QUIC (TLS 1.3) and the masquerade over HTTPS share one certificate.
 fn server_tls(
     state: &StateDir,
     name: Option<&str>,
     versions: &[&'static rustls::SupportedProtocolVersion],
-    protocol: &[u8],
+    protocols: &[&[u8]],
 ) -> Result<rustls::ServerConfig> {
     let (chain, key) = identity::load(state, name)?;
     let provider = Arc::new(rustls::crypto::ring::default_provider());
@@ -101,7 +101,7 @@ fn server_tls(
         .with_no_client_auth()
         .with_single_cert(chain, key)
         .context("the node's certificate and key")?;
-    tls.alpn_protocols = vec![protocol.to_vec()];
+    tls.alpn_protocols = protocols.iter().map(|p| p.to_vec()).collect();
     Ok(tls)
 }
 
@@ -130,7 +130,7 @@ fn endpoint(
 ) -> Result<quinn::Endpoint> {
     let (listen, obfs, congestion) = (settings.listen.as_str(), settings.obfs.as_deref(), settings.congestion);
     let hop = settings.hop.as_deref().map(hop::parse_range).transpose()?;
-    let mut tls = server_tls(state, settings.tls_name.as_deref(), &[&rustls::version::TLS13], b"h3")?;
+    let mut tls = server_tls(state, settings.tls_name.as_deref(), &[&rustls::version::TLS13], &[b"h3"])?;
     tls.max_early_data_size = u32::MAX;
     let crypto = quinn::crypto::rustls::QuicServerConfig::try_from(tls).context("QUIC TLS")?;
     let mut config = quinn::ServerConfig::with_crypto(Arc::new(crypto));
@@ -252,7 +252,7 @@ fn serve(dir: &Path) -> Result<i32> {
                     .with_context(|| format!("binding TCP {listen} for the masquerade over HTTPS"))?;
                 println!("hearth-node masquerade over HTTPS on {}", listener.local_addr()?);
                 let tls =
-                    Arc::new(server_tls(&state, settings.tls_name.as_deref(), rustls::DEFAULT_VERSIONS, b"http/1.1")?);
+                    Arc::new(server_tls(&state, settings.tls_name.as_deref(), rustls::DEFAULT_VERSIONS, &https::ALPN)?);
                 let port = endpoint.local_addr()?.port();
                 Some(tokio::spawn(https::serve(listener, tls, site.clone(), port)))
             }

@@ -74,22 +74,33 @@ pub(crate) struct Answer {
 }
 
 impl Answer {
-    fn empty(status: StatusCode) -> Answer {
-        Answer {
-            status,
-            headers: vec![(http::header::SERVER, HeaderValue::from_static("nginx"))],
-            body: Bytes::new(),
-            _loaded: None,
+    /// An answer of the node's own, with the headers nginx sends with one, in its order:
+    /// `Server`, `Date`, `Content-Type` (when there is a body), `Content-Length` (`length`:
+    /// the body's, or on `HEAD` the body a `GET` gets).
+    fn own(status: StatusCode, content_type: Option<HeaderValue>, body: Bytes, length: usize) -> Answer {
+        let mut headers = vec![(http::header::SERVER, HeaderValue::from_static("nginx")), (http::header::DATE, date())];
+        if let Some(content_type) = content_type {
+            headers.push((http::header::CONTENT_TYPE, content_type));
         }
+        headers.push((http::header::CONTENT_LENGTH, HeaderValue::from(length)));
+        Answer { status, headers, body, _loaded: None }
+    }
+
+    fn empty(status: StatusCode) -> Answer {
+        Answer::own(status, None, Bytes::new(), 0)
     }
 
     /// nginx's 404 page.
     pub(crate) fn not_found() -> Answer {
-        let mut answer = Answer::empty(StatusCode::NOT_FOUND);
-        answer.headers.push((http::header::CONTENT_TYPE, HeaderValue::from_static("text/html")));
-        answer.body = Bytes::from_static(hearth_shared::render::DECOY_BODY);
-        answer
+        let body = Bytes::from_static(hearth_shared::render::DECOY_BODY);
+        Answer::own(StatusCode::NOT_FOUND, Some(HeaderValue::from_static("text/html")), body.clone(), body.len())
     }
+}
+
+/// `Date` now, as HTTP writes it (`Sun, 06 Nov 1994 08:49:37 GMT`).
+fn date() -> HeaderValue {
+    HeaderValue::from_str(&httpdate::fmt_http_date(std::time::SystemTime::now()))
+        .expect("an HTTP date is a header value")
 }
 
 /// A masquerade ready to answer: checked, with its directory resolved and its HTTP client.
@@ -157,10 +168,7 @@ impl Site {
         match self {
             Site::NotFound => Answer::not_found(),
             Site::String { status, content_type, content } => {
-                let mut answer = Answer::empty(*status);
-                answer.headers.push((http::header::CONTENT_TYPE, content_type.clone()));
-                answer.body = content.clone();
-                answer
+                Answer::own(*status, Some(content_type.clone()), content.clone(), content.len())
             }
             Site::File { dir } => {
                 if method != Method::GET && method != Method::HEAD {
@@ -170,12 +178,11 @@ impl Site {
                 let (dir, path) = (dir.clone(), uri.path().to_owned());
                 match tokio::task::spawn_blocking(move || file(&dir, &path)).await.ok().flatten() {
                     Some((bytes, kind)) => {
-                        let mut answer = Answer::empty(StatusCode::OK);
+                        let length = bytes.len();
+                        let body = if method == Method::GET { bytes } else { Bytes::new() };
+                        let mut answer =
+                            Answer::own(StatusCode::OK, Some(HeaderValue::from_static(kind)), body, length);
                         answer._loaded = Some(loaded);
-                        answer.headers.push((http::header::CONTENT_TYPE, HeaderValue::from_static(kind)));
-                        if method == Method::GET {
-                            answer.body = bytes;
-                        }
                         answer
                     }
                     None => Answer::not_found(),
@@ -295,8 +302,9 @@ async fn proxy(
         request = request.header(name, value);
     }
     let mut response = request.send().await?;
+    // The site's own headers, `Content-Length` among them: the body goes out whole, as it came.
     let mut answer = Answer { status: response.status(), headers: Vec::new(), body: Bytes::new(), _loaded: None };
-    for (name, value) in response.headers().iter().filter(|(name, _)| passed_on(name) && *name != "content-length") {
+    for (name, value) in response.headers().iter().filter(|(name, _)| passed_on(name)) {
         answer.headers.push((name.clone(), value.clone()));
     }
     let mut body = Vec::new();

@@ -744,6 +744,21 @@ pub struct H3Client {
     sender: h3::client::SendRequest<h3_quinn::OpenStreams, bytes::Bytes>,
     driver: tokio::task::JoinHandle<()>,
     _endpoint: quinn::Endpoint,
+    /// The certificate chain the node showed (DER).
+    pub certificates: Vec<Vec<u8>>,
+}
+
+/// A TLS client that offers `alpn` and accepts any server certificate (a prober's: the test
+/// looks at what the server shows, not who it is).
+pub fn probing_tls(alpn: &[&[u8]]) -> Result<rustls::ClientConfig> {
+    let provider = std::sync::Arc::new(rustls::crypto::ring::default_provider());
+    let mut tls = rustls::ClientConfig::builder_with_provider(provider.clone())
+        .with_safe_default_protocol_versions()?
+        .dangerous()
+        .with_custom_certificate_verifier(std::sync::Arc::new(AnyCertificate(provider)))
+        .with_no_client_auth();
+    tls.alpn_protocols = alpn.iter().map(|p| p.to_vec()).collect();
+    Ok(tls)
 }
 
 /// Accepts any server certificate: the node's is self-signed, and the client checks what the
@@ -794,6 +809,11 @@ impl H3Client {
 
     /// A QUIC connection to the node at `addr` from the loopback address `from`.
     pub async fn connect_from(addr: std::net::SocketAddr, from: std::net::IpAddr) -> Result<H3Client> {
+        H3Client::connect_as(addr, from, "localhost").await
+    }
+
+    /// A QUIC connection to the node at `addr` from `from`, asking for `server_name` (SNI).
+    pub async fn connect_as(addr: std::net::SocketAddr, from: std::net::IpAddr, server_name: &str) -> Result<H3Client> {
         let provider = std::sync::Arc::new(rustls::crypto::ring::default_provider());
         let mut tls = rustls::ClientConfig::builder_with_provider(provider.clone())
             .with_protocol_versions(&[&rustls::version::TLS13])?
@@ -804,12 +824,17 @@ impl H3Client {
         let crypto = quinn::crypto::rustls::QuicClientConfig::try_from(tls)?;
         let mut endpoint = quinn::Endpoint::client(std::net::SocketAddr::new(from, 0))?;
         endpoint.set_default_client_config(quinn::ClientConfig::new(std::sync::Arc::new(crypto)));
-        let connection = endpoint.connect(addr, "localhost")?.await?;
+        let connection = endpoint.connect(addr, server_name)?.await?;
+        let certificates = connection
+            .peer_identity()
+            .and_then(|identity| identity.downcast::<Vec<rustls::pki_types::CertificateDer<'static>>>().ok())
+            .map(|chain| chain.iter().map(|c| c.to_vec()).collect())
+            .unwrap_or_default();
         let (mut driver, sender) = h3::client::new(h3_quinn::Connection::new(connection)).await?;
         let driver = tokio::spawn(async move {
             let _ = std::future::poll_fn(|cx| driver.poll_close(cx)).await;
         });
-        Ok(H3Client { sender, driver, _endpoint: endpoint })
+        Ok(H3Client { sender, driver, _endpoint: endpoint, certificates })
     }
 
     /// One request, with `auth` as the Hysteria2 credential if given: the status, headers
