@@ -18,6 +18,14 @@
 //! | `release_timeout_secs` | `HEARTH_RELEASE_TIMEOUT_SECS` | `900` | a node told to run a release must run it within this long, or the rollout stops |
 //! | `telegram_api` | `HEARTH_TELEGRAM_API` | `https://api.telegram.org` | the Bot API the owner's bot is reached at (a local Bot API server, or a stand-in in tests) |
 //! | `[profile]` | | | `title`, `announce`, `support_url`, `update_interval_hours`: what apps show |
+//! | `[acme]` | | | certificates by ACME, for nodes with a domain and for the panel (below) |
+//! | `acme.directory` | `HEARTH_ACME_DIRECTORY` | Let's Encrypt | the CA's directory URL (ZeroSSL, any RFC 8555 CA) |
+//! | `acme.email` | `HEARTH_ACME_EMAIL` | none | where the CA may write about the account |
+//! | `acme.eab_kid`, `acme.eab_hmac_key` | | none | External Account Binding, for CAs that ask for it (ZeroSSL) |
+//! | `acme.ca_root` | `HEARTH_ACME_CA_ROOT` | none | a root (PEM file) to trust for the CA's own HTTPS in place of the system's (a private CA); given to nodes too |
+//! | `acme.domain` | `HEARTH_ACME_DOMAIN` | none | the panel's own domain: control gets a certificate for it |
+//! | `acme.challenge` | `HEARTH_ACME_CHALLENGE` | `tls-alpn-01` | how the CA checks the panel's domain: `tls-alpn-01` (on `listen`, TCP 443 as the CA sees it) or `http-01` (on `acme.http_listen`) |
+//! | `acme.http_listen` | `HEARTH_ACME_HTTP_LISTEN` | `0.0.0.0:80` | where the panel's HTTP-01 listens |
 
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
@@ -50,6 +58,36 @@ struct FileConfig {
     trusted_proxies: Option<Vec<String>>,
     #[serde(default)]
     profile: ProfileConfig,
+    #[serde(default)]
+    acme: AcmeConfig,
+}
+
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct AcmeConfig {
+    directory: Option<String>,
+    email: Option<String>,
+    eab_kid: Option<String>,
+    eab_hmac_key: Option<String>,
+    ca_root: Option<String>,
+    domain: Option<String>,
+    challenge: Option<String>,
+    http_listen: Option<String>,
+}
+
+/// Certificates by ACME: the CA, for nodes with a domain and for the panel.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub(crate) struct Acme {
+    /// The CA's directory URL.
+    pub(crate) directory: String,
+    /// Where the CA may write about accounts.
+    pub(crate) email: Option<String>,
+    /// External Account Binding (key id, HMAC key), for CAs that ask for it.
+    pub(crate) eab: Option<(String, String)>,
+    /// A root to trust for the CA's own HTTPS (PEM file), given to nodes too.
+    pub(crate) ca_root: Option<PathBuf>,
+    /// The panel's own certificate, when it has a domain, and where HTTP-01 listens.
+    pub(crate) panel: Option<(hearth_acme::Settings, SocketAddr)>,
 }
 
 #[derive(Debug, Deserialize)]
@@ -134,6 +172,8 @@ pub(crate) struct Config {
     /// The reverse proxies whose `CF-Connecting-IP` and `X-Forwarded-For` name the client.
     pub(crate) trusted_proxies: Vec<hearth_shared::forwarded::Cidr>,
     pub(crate) profile: Profile,
+    /// Certificates by ACME.
+    pub(crate) acme: Acme,
     pub(crate) edge: EdgeSettings,
     pub(crate) root: PublicKey,
     /// The data directory the settings came from.
@@ -261,6 +301,7 @@ impl Config {
             None => hearth_shared::forwarded::parse_list(file.trusted_proxies.iter().flatten().map(String::as_str)),
         }
         .map_err(|problem| anyhow::anyhow!("trusted_proxies {problem}"))?;
+        let acme = acme(env, file.acme, data_dir, tls == Tls::Off)?;
         let profile = file.profile;
         if profile.title.trim().is_empty() || profile.title.len() > 100 {
             bail!("profile.title must be 1 to 100 bytes");
@@ -287,6 +328,7 @@ impl Config {
                 web_page_url: None,
                 update_interval_hours: profile.update_interval_hours.clamp(1, 168),
             },
+            acme,
             edge,
             root,
             data_dir: data_dir.to_path_buf(),
@@ -304,6 +346,66 @@ impl Config {
             self.sub_url = self.link_base(self.edge_url.as_deref(), self.explicit_sub.as_deref());
         }
     }
+}
+
+/// The `[acme]` table with its environment overrides, checked.
+fn acme(env: &dyn Fn(&str) -> Option<String>, file: AcmeConfig, data_dir: &Path, plain: bool) -> Result<Acme> {
+    let directory = check_url(
+        "acme.directory",
+        &pick(env, "HEARTH_ACME_DIRECTORY", file.directory).unwrap_or_else(|| hearth_acme::LETS_ENCRYPT.to_owned()),
+    )?;
+    let email = pick(env, "HEARTH_ACME_EMAIL", file.email).filter(|e| !e.trim().is_empty());
+    if email.as_ref().is_some_and(|e| !e.contains('@') || e.contains(char::is_whitespace) || e.len() > 254) {
+        bail!("acme.email must be an email address");
+    }
+    let eab = match (file.eab_kid, file.eab_hmac_key) {
+        (Some(kid), Some(key)) => Some((kid, key)),
+        (None, None) => None,
+        _ => bail!("acme.eab_kid and acme.eab_hmac_key go together"),
+    };
+    let ca_root = pick(env, "HEARTH_ACME_CA_ROOT", file.ca_root).map(|p| {
+        let p = PathBuf::from(p);
+        if p.is_absolute() { p } else { data_dir.join(p) }
+    });
+    if let Some(root) = &ca_root {
+        let pem = std::fs::read(root).with_context(|| format!("reading acme.ca_root {}", root.display()))?;
+        if !String::from_utf8_lossy(&pem).contains("-----BEGIN CERTIFICATE-----") || pem.len() > 64 * 1024 {
+            bail!("acme.ca_root {} is not a PEM certificate", root.display());
+        }
+    }
+    let panel = match pick(env, "HEARTH_ACME_DOMAIN", file.domain).filter(|d| !d.trim().is_empty()) {
+        None => None,
+        Some(domain) => {
+            let domain = domain.trim().to_ascii_lowercase();
+            if !hearth_acme::is_domain(&domain) {
+                bail!("acme.domain {domain:?} is not a DNS name a CA issues certificates for");
+            }
+            if plain {
+                bail!(
+                    "acme.domain needs control to serve HTTPS (tls is off: the proxy in front holds the certificate)"
+                );
+            }
+            let challenge = match pick(env, "HEARTH_ACME_CHALLENGE", file.challenge).as_deref().unwrap_or("tls-alpn-01")
+            {
+                "tls-alpn-01" => hearth_acme::Challenge::TlsAlpn01,
+                "http-01" => hearth_acme::Challenge::Http01,
+                other => bail!("acme.challenge must be tls-alpn-01 or http-01, not {other:?}"),
+            };
+            let http = pick(env, "HEARTH_ACME_HTTP_LISTEN", file.http_listen).unwrap_or_else(|| "0.0.0.0:80".into());
+            let http: SocketAddr =
+                http.parse().with_context(|| format!("acme.http_listen must be an address and port, not {http:?}"))?;
+            let settings = hearth_acme::Settings {
+                domain,
+                directory: directory.clone(),
+                email: email.clone(),
+                eab: eab.clone(),
+                challenge,
+                ca_root: ca_root.clone(),
+            };
+            Some((settings, http))
+        }
+    };
+    Ok(Acme { directory, email, eab, ca_root, panel })
 }
 
 /// The base of links: the one set, else the edge's (or control's public URL) and the links'

@@ -426,6 +426,10 @@ enum NodeCommand {
         /// to it unchecked (anyone on their path can then pose as the node to them).
         #[arg(long)]
         allow_unverified: bool,
+        /// A domain pointing at the node: it gets a certificate for it from the CA of
+        /// `[acme]` (Let's Encrypt by default), which apps then check the usual way.
+        #[arg(long)]
+        domain: Option<String>,
     },
     /// Print a new one-time enrollment command for a node.
     EnrollCommand {
@@ -1074,7 +1078,7 @@ fn node_command(dir: &std::path::Path, command: NodeCommand) -> Result<()> {
     let (config, db, signer) = serve::open(dir)?;
     let now = now();
     match command {
-        NodeCommand::Add { name, host, port, hop, sni, tls, obfs, masquerade, groups, allow_unverified } => {
+        NodeCommand::Add { name, host, port, hop, sni, tls, obfs, masquerade, groups, allow_unverified, domain } => {
             let input = NodeInput {
                 name: Some(name),
                 host: Some(host),
@@ -1086,6 +1090,7 @@ fn node_command(dir: &std::path::Path, command: NodeCommand) -> Result<()> {
                 masquerade,
                 groups: (!groups.is_empty()).then_some(groups),
                 allow_unverified: allow_unverified.then_some(true),
+                domain,
                 ..NodeInput::default()
             };
             let (node, token) = db.write_blocking(|tx| store::nodes::create(tx, "cli", &input, now))?;
@@ -1104,6 +1109,13 @@ fn node_command(dir: &std::path::Path, command: NodeCommand) -> Result<()> {
                 }
             }
             println!("  {}", config.enroll_command(&token));
+            if !node.domain.is_empty() {
+                println!(
+                    "the node gets a certificate for {0} from {1}: point {0} at it (DNS A or AAAA) and open TCP 443 \
+                     (with masquerade_tcp) or TCP 80 for the CA's check",
+                    node.domain, config.acme.directory
+                );
+            }
         }
         NodeCommand::EnrollCommand { name } => {
             let (token, replaced) = db.write_blocking(|tx| {

@@ -39,16 +39,30 @@ pub(crate) fn enroll(conn: &Connection, signer: &Signer, request: &EnrollRequest
     publish::changed(conn, signer, now, |changes| store::nodes::enroll(conn, changes, request, now))
 }
 
-/// Keeps a node's (new) self-signed certificate; its users get snapshots that check it.
-/// Returns whether it was new.
+/// Keeps a node's (new) self-signed certificate, and what it says of its public one; its
+/// users get snapshots that check what they should. Returns whether the self-signed one was
+/// new.
 pub(crate) fn register_certificate(
     conn: &Connection,
     signer: &Signer,
     node: NodeId,
     certificate: &store::identity::Certificate,
+    acme: Option<&store::identity::AcmeReport>,
     now: u64,
 ) -> Result<bool, Error> {
-    publish::changed(conn, signer, now, |changes| store::identity::register(conn, changes, node, certificate, now))
+    publish::changed(conn, signer, now, |changes| {
+        let new = store::identity::register(conn, changes, node, certificate, now)?;
+        if let Some(acme) = acme {
+            store::identity::report_acme(conn, changes, node, acme, now)?;
+        }
+        Ok(new)
+    })
+}
+
+/// Brings nodes' public certificates in line with the time (see
+/// [`store::identity::sweep`]). Returns how many nodes changed.
+pub(crate) fn sweep_certificates(conn: &Connection, signer: &Signer, now: u64) -> Result<usize, Error> {
+    publish::changed(conn, signer, now, |changes| store::identity::sweep(conn, changes, now))
 }
 
 /// Verifies and applies a node's signed usage report exactly once. Reports must come in

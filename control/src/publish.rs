@@ -262,7 +262,8 @@ fn endpoints(conn: &Connection, user: UserId) -> Result<Vec<Endpoint>, Error> {
     // A node over its monthly cap carries nobody: listed last, its name says until when.
     let mut query = conn.prepare_cached(
         "SELECT DISTINCT n.id, n.name, n.host, n.port, n.hop_start, n.hop_end, n.sni, n.tls, n.cert_sha256,
-                n.spki_sha256, n.obfs, n.limited, n.quota_next, n.cert_der, n.cert_names, n.allow_unverified
+                n.spki_sha256, n.obfs, n.limited, n.quota_next, n.cert_der, n.cert_names, n.allow_unverified, n.domain,
+                n.acme_public, n.acme_domain
          FROM user_groups ug JOIN node_groups ng ON ng.group_id = ug.group_id JOIN nodes n ON n.id = ng.node_id
          WHERE ug.user_id = ?1 AND n.public_key IS NOT NULL ORDER BY n.limited, n.id",
     )?;
@@ -270,7 +271,11 @@ fn endpoints(conn: &Connection, user: UserId) -> Result<Vec<Endpoint>, Error> {
         let hop_start: u16 = row.get(4)?;
         let hop_end: u16 = row.get(5)?;
         let sni: String = row.get(6)?;
-        let self_signed = row.get::<_, String>(7)? == "self_signed";
+        let domain: String = row.get(16)?;
+        // A node with its public certificate for its domain is checked the usual way, by the
+        // domain; until then (and a day before it expires) it is pinned like any other.
+        let public = row.get::<_, bool>(17)?;
+        let self_signed = row.get::<_, String>(7)? == "self_signed" && !public;
         let obfs: String = row.get(10)?;
         let name: String = row.get(1)?;
         let limited: bool = row.get(11)?;
@@ -287,12 +292,24 @@ fn endpoints(conn: &Connection, user: UserId) -> Result<Vec<Endpoint>, Error> {
         } else {
             Identity::default()
         };
+        // The domain the node may hold a public certificate for (the owner's, or the one it
+        // still says it has once the owner dropped it).
+        let held: String = row.get(18)?;
+        let sni = if public {
+            Some(domain)
+        } else if !domain.is_empty() || !held.is_empty() {
+            // Pinned while the node may hold a public certificate: the name its own is made
+            // out to, never the domain (which gets the public one).
+            identity.name.clone().filter(|name| name.parse::<std::net::IpAddr>().is_err())
+        } else {
+            (!sni.is_empty()).then_some(sni)
+        };
         Ok(Endpoint {
             name: if limited { limited_name(&name, row.get(12)?) } else { name },
             host,
             port: row.get(3)?,
             hop: (hop_start != 0).then_some(PortRange { start: hop_start, end: hop_end }),
-            sni: (!sni.is_empty()).then_some(sni),
+            sni,
             cert_sha256: if self_signed { row.get(8)? } else { None },
             spki_sha256: if self_signed { row.get(9)? } else { None },
             insecure: self_signed,

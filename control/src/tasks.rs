@@ -86,6 +86,8 @@ pub(crate) fn sweep(
         touched += crate::nodes::expire_presence(conn, &app.signer, now)?;
         // Nodes whose cap month ended (a limited node reports nothing to start it).
         touched += crate::nodes::roll_quotas(conn, &app.signer, now)?;
+        // Public certificates near their expiry: links pin the node's own again.
+        touched += crate::nodes::sweep_certificates(conn, &app.signer, now)?;
         touched += tell_silences(conn, now)?;
         crate::store::events::prune(conn, now)?;
     }

@@ -198,6 +198,13 @@ fn event_line(ru: bool, event: &EventView) -> String {
             let node = text("/node/name");
             (format!("🟢 Node {node} is back"), format!("🟢 Узел {node} снова на связи"))
         }
+        "node.certificate_expiring" => {
+            let (node, error) = (text("/node/name"), text("/error"));
+            (
+                format!("🔐 The certificate of node {node} expires soon and cannot be renewed: {error}"),
+                format!("🔐 Сертификат узла {node} скоро истекает, а продлить его не удаётся: {error}"),
+            )
+        }
         "edge.failing" => {
             let (edge, error) = (text("/edge/name"), text("/error"));
             (

@@ -1413,6 +1413,7 @@
       field(t('nodes.port'), h('input', { name: 'port', type: 'number', min: 1, max: 65535, required: true, value: node?.port ?? 443, inputmode: 'numeric' })),
       field(t('nodes.hop'), h('input', { name: 'hop', value: node?.hop, placeholder: '20000-30000' }), t('nodes.hop_hint')),
       field(t('nodes.sni'), h('input', { name: 'sni', value: node?.sni }), t('nodes.sni_hint')),
+      field(t('nodes.domain'), h('input', { name: 'domain', value: node?.domain, placeholder: 'node1.example.net', autocomplete: 'off' }), t('nodes.domain_hint')),
       field(
         t('nodes.tls'),
         h('select', { name: 'tls' }, ['self_signed', 'operator'].map((v) => h('option', { value: v, selected: (node?.tls || 'self_signed') === v }, t(`nodes.tls.${v}`)))),
@@ -1452,6 +1453,7 @@
     if (values.obfs) input.obfs = values.obfs;
     if (values.masquerade || node?.masquerade) input.masquerade = values.masquerade;
     if (!!values.allow_unverified !== !!node?.allow_unverified) input.allow_unverified = !!values.allow_unverified;
+    if ((values.domain || '') !== (node?.domain || '')) input.domain = values.domain;
     if (groups.length) input.groups = groups.filter((g) => values[`group:${g.name}`]).map((g) => g.name);
     input.multiplier = values.multiplier ? Number(values.multiplier) : 1;
     input.quota = values.node_quota ? Math.round(Number(values.node_quota) * 2 ** 30) : 0;
@@ -1494,6 +1496,20 @@
         h('div', { class: 'actions' }, h('button', { type: 'button', onclick: () => { d.close(); go(`nodes/${node.id}`); } }, t('done'))),
       );
     });
+  }
+
+  /** A node's public certificate: for which domain, until when, whether apps check it, and
+   * the last renewal error. */
+  function publicCertificate(node) {
+    const acme = node.acme || {};
+    return [
+      h('bdi', { dir: 'ltr' }, node.domain),
+      ': ',
+      acme.expires ? t('nodes.cert_until', { when: date(acme.expires) }) : t('nodes.public_none'),
+      ' · ',
+      acme.public ? t('nodes.public_in_use') : t('nodes.public_pinned'),
+      acme.error ? h('div', { class: 'error', role: 'note' }, t('nodes.renew_error', { when: ago(acme.error_at), error: acme.error })) : null,
+    ];
   }
 
   async function nodeView(id) {
@@ -1576,6 +1592,7 @@
           ),
           h('dt', {}, t('nodes.key')),
           h('dd', {}, node.key_id || t('nodes.waiting')),
+          node.domain ? [h('dt', {}, t('nodes.public_cert')), h('dd', { id: 'node-public-cert' }, publicCertificate(node))] : null,
           h('dt', {}, t('nodes.certificate')),
           h(
             'dd',

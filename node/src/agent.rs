@@ -56,6 +56,9 @@ pub(crate) struct Agent {
     /// made: a report goes out when that changed, or every [`crate::usage::PRESENCE_EVERY`]
     /// while someone is on, so control's view of who is online stays fresh.
     pub(crate) reported: Mutex<Reported>,
+    /// The public certificate's keeper, when the node has a domain (its state is reported
+    /// to control with the node's own certificate, [`crate::identity`]).
+    pub(crate) acme: Option<Arc<hearth_acme::Manager>>,
 }
 
 /// Who was on the node at the last report (user, devices, connections), and when.
@@ -696,6 +699,7 @@ mod tests {
             restart: tokio::sync::watch::channel(false).0,
             started: std::time::Instant::now(),
             reported: Mutex::default(),
+            acme: None,
         }
     }
 

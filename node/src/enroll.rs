@@ -49,9 +49,42 @@ struct Answer {
     key_records: Vec<String>,
     api_prefix: String,
     edge_url: Option<String>,
-    /// The name the node's certificate is made out to (absent from controls before it).
+    /// The name the node's certificate is made out to (absent from controls before it;
+    /// empty: the node names it after its machine).
     #[serde(default)]
     tls_name: Option<String>,
+    /// Where the node gets a public certificate for its domain, if it has one.
+    #[serde(default)]
+    acme: Option<AcmeAnswer>,
+}
+
+/// The ACME settings control gives a node with a domain.
+#[derive(Deserialize)]
+struct AcmeAnswer {
+    domain: String,
+    directory: String,
+    #[serde(default)]
+    email: Option<String>,
+    #[serde(default)]
+    eab_kid: Option<String>,
+    #[serde(default)]
+    eab_hmac_key: Option<String>,
+    /// A root (PEM) to trust for the CA's own HTTPS.
+    #[serde(default)]
+    ca_root: Option<String>,
+}
+
+/// The name of this machine, as a DNS label or name, for a self-signed certificate that
+/// names no domain; `localhost` when it has none that can be.
+fn machine_name(not: Option<&str>) -> String {
+    let name = std::fs::read_to_string("/proc/sys/kernel/hostname").unwrap_or_default().trim().to_ascii_lowercase();
+    let usable = !name.is_empty()
+        && name.len() <= 253
+        && name
+            .split('.')
+            .all(|l| !l.is_empty() && l.len() <= 63 && l.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'-'))
+        && not.is_none_or(|not| !name.eq_ignore_ascii_case(not));
+    if usable { name } else { crate::identity::DEFAULT_NAME.to_owned() }
 }
 
 /// Enrolls the node into `dir`.
@@ -108,14 +141,22 @@ pub(crate) async fn enroll(dir: &Path, request: &Request<'_>) -> Result<u64> {
     // The certificate is made out to the name control gave (the node's SNI or host), then
     // registered with control, signed with the node's new key; when that does not get
     // through, `serve` registers it.
-    let tls_name = answer.tls_name.as_deref().filter(|name| !name.is_empty()).unwrap_or(crate::identity::DEFAULT_NAME);
+    let domain = answer.acme.as_ref().map(|acme| acme.domain.as_str());
+    let tls_name = match answer.tls_name.as_deref().filter(|name| !name.is_empty()) {
+        Some(name) => name.to_owned(),
+        None => machine_name(domain),
+    };
+    let tls_name = tls_name.as_str();
     state.save_key(&key)?;
     crate::identity::make(&state, tls_name, crate::now())?;
     state.write("trust.bin", &hearth_shared::wire::encode(&trust))?;
-    let cert_pem = std::fs::read_to_string(state.path(crate::identity::CERT_FILE))?;
+    let report = crate::identity::Report {
+        certificate: std::fs::read_to_string(state.path(crate::identity::CERT_FILE))?,
+        acme: None,
+    };
     let control = request.control.trim_end_matches('/');
-    match crate::identity::register(&client, control, &answer.api_prefix, answer.node, &key, &cert_pem).await {
-        Ok(()) => crate::identity::registered(&state, &crate::identity::pin_of(&cert_pem)?)?,
+    match crate::identity::register(&client, control, &answer.api_prefix, answer.node, &key, &report).await {
+        Ok(()) => crate::identity::registered_as(&state, &report)?,
         Err(e) => eprintln!("the node's certificate is registered when it starts ({e:#})"),
     }
     let listen = request.listen.map_or_else(|| format!("0.0.0.0:{}", answer.port), str::to_owned);
@@ -147,9 +188,47 @@ pub(crate) async fn enroll(dir: &Path, request: &Request<'_>) -> Result<u64> {
         settings.push_str("allow_private = true\n");
     }
     settings.push_str(&format!("tls_name = {}\n", toml_string(tls_name)));
+    if let Some(acme) = &answer.acme {
+        if !hearth_acme::is_domain(&acme.domain) {
+            bail!("control's domain for the node {:?} is not a DNS name", acme.domain);
+        }
+        settings.push_str(&format!(
+            "\n[acme]\ndomain = {}\ndirectory = {}\n",
+            toml_string(&acme.domain),
+            toml_string(&acme.directory)
+        ));
+        if let Some(email) = &acme.email {
+            settings.push_str(&format!("email = {}\n", toml_string(email)));
+        }
+        if let (Some(kid), Some(key)) = (&acme.eab_kid, &acme.eab_hmac_key) {
+            settings.push_str(&format!("eab_kid = {}\neab_hmac_key = {}\n", toml_string(kid), toml_string(key)));
+        }
+        if let Some(root) = &acme.ca_root {
+            state.write(ACME_ROOT, root.as_bytes())?;
+            // Relative: found in the state directory wherever it is moved (the install does).
+            settings.push_str(&format!("ca_root = {}\n", toml_string(ACME_ROOT)));
+        }
+    }
     // Written last: its presence marks an enrolled node.
     state.write("node.toml", settings.as_bytes())?;
     Ok(answer.node)
+}
+
+/// The root control gave to trust for the CA's own HTTPS.
+const ACME_ROOT: &str = "acme-ca.pem";
+
+/// What the owner must set up for the node's public certificate: its DNS record and the ports
+/// the CA and clients reach (said by `enroll`, and so by the one-line install).
+pub(crate) fn acme_needs(domain: &str, port: u16, masquerade_tcp: bool) -> String {
+    let check = if masquerade_tcp {
+        "TCP 443 (the masquerade over HTTPS, where the CA checks the domain: tls-alpn-01)"
+    } else {
+        "TCP 80 (where the CA checks the domain: http-01)"
+    };
+    format!(
+        "the node gets a certificate for {domain} from the CA: point {domain} at this server (a DNS A or AAAA record) \
+         and open UDP {port} and {check}; until then it serves its own, and links pin it"
+    )
 }
 
 fn toml_string(value: &str) -> String {

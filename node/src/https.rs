@@ -69,6 +69,10 @@ pub(crate) async fn serve(
         tokio::spawn(async move {
             let _held = (permit, slot);
             let Ok(Ok(stream)) = tokio::time::timeout(HANDSHAKE, acceptor.accept(stream)).await else { return };
+            // A TLS-ALPN-01 validator is done once it has seen the challenge's certificate.
+            if stream.get_ref().1.alpn_protocol() == Some(hearth_acme::ACME_TLS_ALPN) {
+                return;
+            }
             let service = hyper::service::service_fn(move |request: http::Request<hyper::body::Incoming>| {
                 let (site, alt_svc) = (site.clone(), alt_svc.clone());
                 async move { Ok::<_, std::convert::Infallible>(answer(&site, request, alt_svc).await) }

@@ -107,22 +107,46 @@ pub(crate) fn load(
     Ok((chain, key))
 }
 
+/// The node's own certificate as rustls serves it (made on the first start of a node whose
+/// state directory holds none).
+pub(crate) fn certified(state: &StateDir, name: Option<&str>) -> Result<rustls::sign::CertifiedKey> {
+    let (chain, key) = load(state, name)?;
+    let key = rustls::crypto::ring::sign::any_supported_type(&key).context("the node's TLS key cannot sign")?;
+    Ok(rustls::sign::CertifiedKey::new(chain, key))
+}
+
 /// The largest answer read from control to a registration.
 const ANSWER_MAX: usize = 16 * 1024;
 
-/// Registers the certificate in `cert_pem` with control at `url` (under `prefix`), signed
-/// with the node's key; returns the SHA-256 control says it keeps, which must be the
-/// certificate's.
+/// What the node tells control of its TLS identity.
+#[derive(serde::Serialize)]
+pub(crate) struct Report {
+    /// Its self-signed certificate (PEM).
+    pub(crate) certificate: String,
+    /// Its public certificate by ACME, and how getting it went, when it has a domain.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub(crate) acme: Option<hearth_acme::Status>,
+}
+
+impl Report {
+    /// The SHA-256 (hex) of what is reported: a report sent is not sent again.
+    fn digest(&self) -> Result<String> {
+        Ok(hex::encode(hearth_shared::sha256(&serde_json::to_vec(self)?)))
+    }
+}
+
+/// Registers `report` with control at `url` (under `prefix`), signed with the node's key;
+/// control must answer with the SHA-256 of the certificate reported.
 pub(crate) async fn register(
     client: &reqwest::Client,
     url: &str,
     prefix: &str,
     node: NodeId,
     key: &SecretKey,
-    cert_pem: &str,
+    report: &Report,
 ) -> Result<()> {
-    let pin = pin_of(cert_pem)?;
-    let body = serde_json::to_vec(&serde_json::json!({ "certificate": cert_pem }))?;
+    let pin = pin_of(&report.certificate)?;
+    let body = serde_json::to_vec(report)?;
     let path = format!("/{prefix}/nodes/{node}/tls");
     let url = format!("{}{path}", url.trim_end_matches('/'));
     let host = nodeauth::authority_of_url(&url);
@@ -161,51 +185,61 @@ pub(crate) fn pin_of(pem: &str) -> Result<String> {
     Ok(hex::encode(hearth_shared::sha256(&der)))
 }
 
-/// The certificate the node serves (PEM) and its SHA-256 (hex).
-fn served_pin(state: &StateDir) -> Result<(String, String)> {
-    let pem = std::fs::read_to_string(state.path(CERT_FILE)).context("reading the node's certificate")?;
-    let pin = pin_of(&pem)?;
-    Ok((pem, pin))
-}
-
 impl crate::agent::Agent {
-    /// Registers the node's certificate with control until control has it: at once, then
-    /// after a minute, doubling up to an hour. A node without control, or whose certificate
-    /// control acknowledged, does nothing.
+    /// What the node tells control now: its certificate, and its public one's state.
+    fn tls_report(&self) -> Result<Report> {
+        let certificate =
+            std::fs::read_to_string(self.state.path(CERT_FILE)).context("reading the node's certificate")?;
+        Ok(Report { certificate, acme: self.acme.as_ref().map(|acme| acme.status()) })
+    }
+
+    /// Tells control of the node's TLS identity whenever it is news (control never heard it:
+    /// a new node, one enrolled by an earlier release; an ACME attempt was made): at once,
+    /// then, while control does not take it, after a minute, doubling up to an hour. A node
+    /// without control does nothing.
     pub(crate) async fn register_loop(self: std::sync::Arc<Self>) {
         let (Some(client), Some(base)) = (self.control.clone(), self.control_base()) else { return };
+        let mut attempts = self.acme.as_ref().map(|acme| acme.attempts());
         let mut pause = Duration::from_secs(60);
         loop {
-            let (pem, pin) = match served_pin(&self.state) {
-                Ok(served) => served,
+            let report = match self.tls_report() {
+                Ok(report) => report,
                 Err(e) => {
                     tracing::warn!(error = %format!("{e:#}"), "the node's certificate cannot be registered");
                     return;
                 }
             };
+            let digest = report.digest().unwrap_or_default();
             let registered = std::fs::read_to_string(self.state.path(REGISTERED_FILE)).unwrap_or_default();
-            if registered.trim() == pin {
+            if registered.trim() != digest {
+                match register(&client, &base.url, &base.prefix, self.settings.node, &self.key, &report).await {
+                    Ok(()) => {
+                        tracing::info!("control has the node's certificate");
+                        if let Err(e) = registered_as(&self.state, &report) {
+                            tracing::warn!(error = %format!("{e:#}"), "could not note the registration");
+                        }
+                        pause = Duration::from_secs(60);
+                    }
+                    Err(e) => {
+                        tracing::warn!(error = %format!("{e:#}"), "registering the node's certificate failed");
+                        tokio::time::sleep(pause).await;
+                        pause = (pause * 2).min(Duration::from_secs(3600));
+                        continue;
+                    }
+                }
+            }
+            // Nothing new until the next ACME attempt.
+            let Some(attempts) = &mut attempts else { return };
+            if attempts.changed().await.is_err() {
                 return;
             }
-            match register(&client, &base.url, &base.prefix, self.settings.node, &self.key, &pem).await {
-                Ok(()) => {
-                    tracing::info!(cert_sha256 = %pin, "control has the node's certificate");
-                    if let Err(e) = self.state.write(REGISTERED_FILE, pin.as_bytes()) {
-                        tracing::warn!(error = %format!("{e:#}"), "could not note the registration");
-                    }
-                    return;
-                }
-                Err(e) => tracing::warn!(error = %format!("{e:#}"), "registering the node's certificate failed"),
-            }
-            tokio::time::sleep(pause).await;
-            pause = (pause * 2).min(Duration::from_secs(3600));
         }
     }
 }
 
-/// Notes that control acknowledged the certificate with SHA-256 `pin` (hex).
-pub(crate) fn registered(state: &StateDir, pin: &str) -> Result<()> {
-    state.write(REGISTERED_FILE, pin.as_bytes())
+/// Notes that control took `report`.
+pub(crate) fn registered_as(state: &StateDir, report: &Report) -> Result<()> {
+    state.write(REGISTERED_FILE, report.digest()?.as_bytes())
 }
 
 #[cfg(test)]

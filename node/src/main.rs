@@ -85,22 +85,20 @@ pub(crate) fn now() -> u64 {
     SystemTime::now().duration_since(UNIX_EPOCH).map_or(0, |d| d.as_secs())
 }
 
-/// A TLS server config with the node's certificate, `versions` and the ALPN `protocols`:
-/// HTTP/3 over QUIC (TLS 1.3) and the masquerade over HTTPS share one certificate.
+/// A TLS server config with `versions` and the ALPN `protocols`, whose certificate each
+/// handshake gets from `certs`: HTTP/3 over QUIC (TLS 1.3) and the masquerade over HTTPS
+/// share them (the node's own certificate, its public one for its domain).
 fn server_tls(
-    state: &StateDir,
-    name: Option<&str>,
+    certs: &Arc<hearth_acme::Certs>,
     versions: &[&'static rustls::SupportedProtocolVersion],
     protocols: &[&[u8]],
 ) -> Result<rustls::ServerConfig> {
-    let (chain, key) = identity::load(state, name)?;
     let provider = Arc::new(rustls::crypto::ring::default_provider());
     let mut tls = rustls::ServerConfig::builder_with_provider(provider)
         .with_protocol_versions(versions)
         .context("TLS versions")?
         .with_no_client_auth()
-        .with_single_cert(chain, key)
-        .context("the node's certificate and key")?;
+        .with_cert_resolver(certs.clone());
     tls.alpn_protocols = protocols.iter().map(|p| p.to_vec()).collect();
     Ok(tls)
 }
@@ -126,11 +124,12 @@ fn reset_key(state: &StateDir) -> Result<ring::hmac::Key> {
 fn endpoint(
     state: &StateDir,
     settings: &state::Settings,
+    certs: &Arc<hearth_acme::Certs>,
     hopped: &Arc<std::sync::atomic::AtomicU64>,
 ) -> Result<quinn::Endpoint> {
     let (listen, obfs, congestion) = (settings.listen.as_str(), settings.obfs.as_deref(), settings.congestion);
     let hop = settings.hop.as_deref().map(hop::parse_range).transpose()?;
-    let mut tls = server_tls(state, settings.tls_name.as_deref(), &[&rustls::version::TLS13], &[b"h3"])?;
+    let mut tls = server_tls(certs, &[&rustls::version::TLS13], &[b"h3"])?;
     tls.max_early_data_size = u32::MAX;
     let crypto = quinn::crypto::rustls::QuicServerConfig::try_from(tls).context("QUIC TLS")?;
     let mut config = quinn::ServerConfig::with_crypto(Arc::new(crypto));
@@ -176,6 +175,15 @@ fn serve(dir: &Path) -> Result<i32> {
     let trust = state.trust()?;
     let _ = rustls::crypto::ring::default_provider().install_default();
     let site = masquerade::Site::new(&settings.masquerade)?;
+    // The certificates every handshake picks from: the node's own, and its public one for its
+    // domain once ACME has it.
+    let acme_settings = settings.acme(dir)?;
+    let own = identity::certified(&state, settings.tls_name.as_deref())?;
+    let certs = Arc::new(hearth_acme::Certs::new(own, acme_settings.as_ref().map(|a| a.domain.clone())));
+    let acme = match acme_settings {
+        Some(acme) => Some(hearth_acme::Manager::new(acme, &state.path("acme"), certs.clone())?),
+        None => None,
+    };
     let live = Arc::new(Live::default());
     let mut held = None;
     let mut edges = Vec::new();
@@ -220,6 +228,7 @@ fn serve(dir: &Path) -> Result<i32> {
             restart: restart.clone(),
             started: std::time::Instant::now(),
             reported: Default::default(),
+            acme: acme.clone(),
             edge_url: std::sync::Mutex::new(edge_url),
             edges: std::sync::Mutex::new(edges),
             edge_at: std::sync::atomic::AtomicUsize::new(0),
@@ -240,7 +249,7 @@ fn serve(dir: &Path) -> Result<i32> {
     runtime.block_on(async move {
         // Before the node says it listens: a SIGTERM right after that must stop it cleanly.
         let shutdown = shutdown_signal()?;
-        let endpoint = endpoint(&state, &settings, &live.hopped)?;
+        let endpoint = endpoint(&state, &settings, &certs, &live.hopped)?;
         println!("hearth-node listening on {}", endpoint.local_addr()?);
         use std::io::Write as _;
         let _ = std::io::stdout().flush();
@@ -251,8 +260,15 @@ fn serve(dir: &Path) -> Result<i32> {
                     .await
                     .with_context(|| format!("binding TCP {listen} for the masquerade over HTTPS"))?;
                 println!("hearth-node masquerade over HTTPS on {}", listener.local_addr()?);
-                let tls =
-                    Arc::new(server_tls(&state, settings.tls_name.as_deref(), rustls::DEFAULT_VERSIONS, &https::ALPN)?);
+                // A TLS-ALPN-01 validator asks for `acme-tls/1` (and gets a certificate only
+                // while a challenge is under way).
+                let alpn_01 =
+                    acme.as_ref().is_some_and(|a| a.settings().challenge == hearth_acme::Challenge::TlsAlpn01);
+                let mut protocols = https::ALPN.to_vec();
+                if alpn_01 {
+                    protocols.push(hearth_acme::ACME_TLS_ALPN);
+                }
+                let tls = Arc::new(server_tls(&certs, rustls::DEFAULT_VERSIONS, &protocols)?);
                 let port = endpoint.local_addr()?.port();
                 Some(tokio::spawn(https::serve(listener, tls, site.clone(), port)))
             }
@@ -275,11 +291,27 @@ fn serve(dir: &Path) -> Result<i32> {
             None => Vec::new(),
         };
         tasks.extend(https);
+        if let Some(acme) = &acme {
+            if acme.settings().challenge == hearth_acme::Challenge::Http01 {
+                let listen = &settings.acme.as_ref().expect("ACME settings").http_listen;
+                let listener = tokio::net::TcpListener::bind(listen)
+                    .await
+                    .with_context(|| format!("binding TCP {listen} for ACME's HTTP-01"))?;
+                println!("hearth-node ACME HTTP-01 on {}", listener.local_addr()?);
+                tasks.push(tokio::spawn(hearth_acme::http01::serve(listener, acme.tokens())));
+            }
+            tasks.push(tokio::spawn(acme.clone().run()));
+            tasks.push(tokio::spawn(renew_on_sighup(acme.clone())));
+        }
         if !settings.metrics_listen.is_empty() {
             match tokio::net::TcpListener::bind(&settings.metrics_listen).await {
                 Ok(listener) => {
                     println!("hearth-node metrics on http://{}/metrics", listener.local_addr()?);
-                    let sources = Arc::new(metrics::Sources { live: live.clone(), state: StateDir::new(dir) });
+                    let sources = Arc::new(metrics::Sources {
+                        live: live.clone(),
+                        state: StateDir::new(dir),
+                        acme: acme.clone(),
+                    });
                     tasks.push(tokio::spawn(metrics::serve(listener, sources)));
                 }
                 // Another node on this machine may hold the port: serve Hysteria2 anyway.
@@ -304,6 +336,15 @@ fn serve(dir: &Path) -> Result<i32> {
         let _ = tokio::time::timeout(std::time::Duration::from_secs(2), endpoint.wait_idle()).await;
         Ok(code)
     })
+}
+
+/// Asks for a new public certificate now at every SIGHUP (`systemctl reload hearth-node`).
+async fn renew_on_sighup(acme: Arc<hearth_acme::Manager>) {
+    let Ok(mut hup) = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::hangup()) else { return };
+    while hup.recv().await.is_some() {
+        tracing::info!("SIGHUP: renewing the public certificate now");
+        acme.renew_now();
+    }
 }
 
 /// Installs the SIGTERM handler now; the future ends at SIGTERM or Ctrl-C.
@@ -379,6 +420,11 @@ fn main() -> Result<()> {
                 cli.state.display(),
                 cli.state.display()
             );
+            let settings = StateDir::new(&cli.state).settings()?;
+            if let Some(acme) = &settings.acme {
+                let port = settings.listen.rsplit_once(':').and_then(|(_, p)| p.parse().ok()).unwrap_or(443);
+                println!("{}", enroll::acme_needs(&acme.domain, port, settings.masquerade_tcp.is_some()));
+            }
             Ok(())
         }
     }

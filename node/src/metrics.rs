@@ -13,6 +13,8 @@ use crate::table::Live;
 pub(crate) struct Sources {
     pub(crate) live: Arc<Live>,
     pub(crate) state: crate::state::StateDir,
+    /// The public certificate's keeper, when the node has a domain.
+    pub(crate) acme: Option<Arc<hearth_acme::Manager>>,
 }
 
 fn render(sources: &Sources) -> String {
@@ -94,6 +96,21 @@ fn render(sources: &Sources) -> String {
         live.expires.load(Ordering::Relaxed),
     );
     metric("hearth_node_usage_reports_queued", "gauge", "Usage reports not yet acknowledged.", queued as u64);
+    if let Some(acme) = &sources.acme {
+        let status = acme.status();
+        metric(
+            "hearth_node_certificate_expiry_seconds",
+            "gauge",
+            "When the public certificate (by ACME) expires, Unix seconds (0: none yet).",
+            status.not_after,
+        );
+        metric(
+            "hearth_node_acme_failures",
+            "gauge",
+            "ACME attempts that failed in a row (0: the last one succeeded, or none was made).",
+            u64::from(status.failures),
+        );
+    }
     out
 }
 

@@ -84,6 +84,86 @@ pub(crate) struct Settings {
     /// `enroll`: the node's SNI, else its host).
     #[serde(default)]
     pub(crate) tls_name: Option<String>,
+    /// A certificate from a public CA for the node's domain, by ACME.
+    #[serde(default)]
+    pub(crate) acme: Option<Acme>,
+}
+
+/// The `[acme]` table of `node.toml`: where and how the node gets a public certificate.
+#[derive(Clone, Debug, Deserialize, PartialEq, Eq)]
+#[serde(deny_unknown_fields)]
+pub(crate) struct Acme {
+    /// The domain (its DNS points at the node).
+    pub(crate) domain: String,
+    /// The CA's directory URL.
+    #[serde(default = "lets_encrypt")]
+    pub(crate) directory: String,
+    /// Where the CA may write about the account.
+    #[serde(default)]
+    pub(crate) email: Option<String>,
+    /// `tls-alpn-01` (on `masquerade_tcp`, which must then be TCP 443 as the CA sees it) or
+    /// `http-01` (on `http_listen`, TCP 80 as the CA sees it). Default: `tls-alpn-01` with
+    /// `masquerade_tcp`, else `http-01`.
+    #[serde(default)]
+    pub(crate) challenge: Option<hearth_acme::Challenge>,
+    /// Where HTTP-01 listens.
+    #[serde(default = "default_http")]
+    pub(crate) http_listen: String,
+    /// External Account Binding's key id, for CAs that ask for it.
+    #[serde(default)]
+    pub(crate) eab_kid: Option<String>,
+    /// External Account Binding's HMAC key (base64url).
+    #[serde(default)]
+    pub(crate) eab_hmac_key: Option<String>,
+    /// A root (PEM file, relative to the state directory or absolute) to trust for the CA's
+    /// own HTTPS, in place of the system's.
+    #[serde(default)]
+    pub(crate) ca_root: Option<PathBuf>,
+}
+
+fn lets_encrypt() -> String {
+    hearth_acme::LETS_ENCRYPT.to_owned()
+}
+
+fn default_http() -> String {
+    "0.0.0.0:80".to_owned()
+}
+
+impl Settings {
+    /// What ACME works with, checked: a domain a CA issues for, unlike the self-signed
+    /// certificate's name; TLS-ALPN-01 only with `masquerade_tcp`; EAB whole or not at all.
+    pub(crate) fn acme(&self, dir: &Path) -> Result<Option<hearth_acme::Settings>> {
+        let Some(acme) = &self.acme else { return Ok(None) };
+        if !hearth_acme::is_domain(&acme.domain) {
+            bail!("acme.domain {:?} is not a DNS name a CA issues certificates for", acme.domain);
+        }
+        if self.tls_name.as_deref().is_some_and(|name| name.eq_ignore_ascii_case(&acme.domain)) {
+            bail!(
+                "acme.domain is the self-signed certificate's name (tls_name): pinned clients would get the public one"
+            );
+        }
+        let challenge = acme.challenge.unwrap_or(if self.masquerade_tcp.is_some() {
+            hearth_acme::Challenge::TlsAlpn01
+        } else {
+            hearth_acme::Challenge::Http01
+        });
+        if challenge == hearth_acme::Challenge::TlsAlpn01 && self.masquerade_tcp.is_none() {
+            bail!("acme.challenge tls-alpn-01 is answered on masquerade_tcp (TCP 443): set it, or use http-01");
+        }
+        let eab = match (&acme.eab_kid, &acme.eab_hmac_key) {
+            (Some(kid), Some(key)) => Some((kid.clone(), key.clone())),
+            (None, None) => None,
+            _ => bail!("acme.eab_kid and acme.eab_hmac_key go together"),
+        };
+        Ok(Some(hearth_acme::Settings {
+            domain: acme.domain.to_ascii_lowercase(),
+            directory: acme.directory.clone(),
+            email: acme.email.clone(),
+            eab,
+            challenge,
+            ca_root: acme.ca_root.as_ref().map(|root| dir.join(root)),
+        }))
+    }
 }
 
 /// The node's rates, in bytes a second (`node.toml` takes bits: `bandwidth.up = "200 mbps"`,

@@ -39,6 +39,8 @@ pub(crate) fn run(dir: &Path) -> Result<()> {
     let runtime = tokio::runtime::Builder::new_current_thread().enable_all().build()?;
     runtime.block_on(async move {
         let mut term = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate())?;
+        // `systemctl reload`: passed on to the server (it renews its public certificate now).
+        let mut hup = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::hangup())?;
         let (mut failures, mut pause) = (0u32, Duration::from_secs(1));
         loop {
             let within = state.settings().map_or(120, |s| s.update_health_secs.saturating_add(s.update_grace_secs));
@@ -59,6 +61,12 @@ pub(crate) fn run(dir: &Path) -> Result<()> {
                     status = child.wait() => Outcome::Exited(status?),
                     _ = term.recv() => Outcome::Stop,
                     _ = tokio::signal::ctrl_c() => Outcome::Stop,
+                    _ = hup.recv() => {
+                        if let Some(pid) = child.id() {
+                            let _ = std::process::Command::new("kill").args(["-HUP", &pid.to_string()]).status();
+                        }
+                        continue;
+                    }
                     () = &mut limit, if proving => {
                         // Kept in time (the server confirmed it): nothing to roll back.
                         if update::pending(&state).is_none() {

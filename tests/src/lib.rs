@@ -5,6 +5,7 @@
 //! run time, each in its own temporary directory. Nothing here mocks a peer that can run.
 
 pub mod abuse;
+pub mod acme;
 pub mod cgroup;
 pub mod control;
 pub mod control_sim;

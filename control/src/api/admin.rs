@@ -162,6 +162,7 @@ impl Bounded for NodeInput {
         bytes("tls", opt(&self.tls), 16)?;
         bytes("obfs", opt(&self.obfs), MAX_TEXT)?;
         bytes("masquerade", opt(&self.masquerade), MAX_TEXT)?;
+        bytes("domain", opt(&self.domain), MAX_HOST)?;
         list("groups", self.groups.as_deref().unwrap_or_default(), MAX_GROUPS, MAX_NAME)
     }
 }

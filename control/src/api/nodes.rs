@@ -121,6 +121,19 @@ async fn enroll(
         Ok((enrolled, online)) => {
             app.changed();
             tracing::info!(node = enrolled.node, "node enrolled");
+            // A node with a domain gets its certificate from the CA control's settings name.
+            let acme = enrolled.domain.as_ref().map(|domain| {
+                let acme = &app.config.acme;
+                let ca_root = acme.ca_root.as_ref().and_then(|path| std::fs::read_to_string(path).ok());
+                json!({
+                    "domain": domain,
+                    "directory": acme.directory,
+                    "email": acme.email,
+                    "eab_kid": acme.eab.as_ref().map(|(kid, _)| kid),
+                    "eab_hmac_key": acme.eab.as_ref().map(|(_, key)| key),
+                    "ca_root": ca_root,
+                })
+            });
             axum::Json(json!({
                 "node": enrolled.node,
                 "port": enrolled.port,
@@ -128,6 +141,7 @@ async fn enroll(
                 "hop": enrolled.hop,
                 "masquerade": enrolled.masquerade,
                 "tls_name": enrolled.tls_name,
+                "acme": acme,
                 "root_key": app.signer.root.to_string(),
                 "key_records": online.chain.iter().map(hex::encode).collect::<Vec<_>>(),
                 "api_prefix": app.config.edge.api_prefix,
@@ -383,11 +397,15 @@ async fn usage(
 struct TlsReport {
     /// Its self-signed certificate, PEM.
     certificate: String,
+    /// Its public certificate by ACME, and how getting it went (a node with a domain).
+    #[serde(default)]
+    acme: Option<crate::store::identity::AcmeReport>,
 }
 
 /// A node registers its self-signed certificate (it makes one at enrollment, and nodes
-/// enrolled by earlier releases send theirs once): signed by the node, so nobody else can
-/// make apps trust a certificate for it. When it is new, the node's users get new snapshots.
+/// enrolled by earlier releases send theirs once), and says how getting its public one goes:
+/// signed by the node, so nobody else can make apps trust a certificate for it. When what
+/// apps check changes, the node's users get new snapshots.
 #[tracing::instrument(name = "tls", level = "warn", skip_all, fields(node = node))]
 async fn tls(
     State(app): State<Arc<App>>,
@@ -411,13 +429,17 @@ async fn tls(
             return e.into_response();
         }
     };
-    let (now, state, pin) = (now(), app.clone(), hex::encode(certificate.sha256));
-    match app.db.write(move |tx| crate::nodes::register_certificate(tx, &state.signer, node, &certificate, now)).await {
-        Ok(changed) => {
-            if changed {
+    let (now, state, pin, acme) = (now(), app.clone(), hex::encode(certificate.sha256), report.acme);
+    let written = app
+        .db
+        .write(move |tx| crate::nodes::register_certificate(tx, &state.signer, node, &certificate, acme.as_ref(), now))
+        .await;
+    match written {
+        Ok(new) => {
+            if new {
                 tracing::info!(cert_sha256 = %pin, "the node registered a new certificate");
-                app.changed();
             }
+            app.changed();
             axum::Json(json!({ "cert_sha256": pin })).into_response()
         }
         Err(e) => e.into_response(),

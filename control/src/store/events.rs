@@ -26,6 +26,7 @@ pub(crate) const KINDS: &[&str] = &[
     "user.over_device_limit",
     "node.offline",
     "node.online",
+    "node.certificate_expiring",
     "edge.failing",
     "edge.recovered",
     "signin.new_address",

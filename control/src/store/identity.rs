@@ -119,6 +119,139 @@ pub(crate) fn register(
     Ok(true)
 }
 
+/// Links check a node's public certificate the usual way until a day before it expires;
+/// from then on they pin its own again (apps refresh profiles twice a day by default).
+pub(crate) const PUBLIC_MARGIN: u64 = 86_400;
+
+/// An expiry this near, with renewals failing, is told (the `node.certificate_expiring` event).
+pub(crate) const EXPIRY_WARNING: u64 = 14 * 86_400;
+
+/// What a node says of its public certificate (`hearth_acme::Status`, as it reports it).
+#[derive(Clone, Debug, Default, PartialEq, Eq, serde::Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(crate) struct AcmeReport {
+    /// The domain.
+    pub(crate) domain: String,
+    /// The certificate it serves for it (PEM; empty: none).
+    #[serde(default)]
+    pub(crate) certificate: String,
+    #[serde(default)]
+    pub(crate) not_before: u64,
+    #[serde(default)]
+    pub(crate) not_after: u64,
+    /// When it was issued to the node.
+    #[serde(default)]
+    pub(crate) renewed: u64,
+    /// Why its last attempt failed (empty: it did not).
+    #[serde(default)]
+    pub(crate) error: String,
+    /// When.
+    #[serde(default)]
+    pub(crate) error_at: u64,
+    /// Attempts failed in a row.
+    #[serde(default)]
+    pub(crate) failures: u32,
+}
+
+/// The most of a renewal error kept (the CA's words).
+const MAX_ERROR: usize = 500;
+
+/// Whether links check the node's public certificate the usual way at `now`: it has a domain,
+/// and a certificate for it valid past [`PUBLIC_MARGIN`].
+pub(crate) fn is_public(domain: &str, certificate: Option<&[u8]>, now: u64) -> bool {
+    if domain.is_empty() {
+        return false;
+    }
+    let Some(certificate) = certificate.and_then(|der| Certificate::from_der(der).ok()) else { return false };
+    certificate.names.iter().any(|name| name.eq_ignore_ascii_case(domain))
+        && certificate.not_after > now + PUBLIC_MARGIN
+}
+
+/// Keeps what node `id` says of its public certificate, and brings its links in line.
+pub(crate) fn report_acme(
+    conn: &Connection,
+    changes: &mut Changes,
+    id: NodeId,
+    report: &AcmeReport,
+    now: u64,
+) -> Result<(), Error> {
+    if !hearth_acme::is_domain(&report.domain) {
+        return Err(bad("the public certificate's domain is not a DNS name"));
+    }
+    let certificate = match report.certificate.trim() {
+        "" => None,
+        pem => Some(Certificate::from_pem(pem)?),
+    };
+    if let Some(certificate) = &certificate
+        && !certificate.names.iter().any(|name| name.eq_ignore_ascii_case(&report.domain))
+    {
+        return Err(bad("the public certificate is not for the domain reported"));
+    }
+    let error: String = report.error.chars().filter(|c| !c.is_control()).take(MAX_ERROR).collect();
+    conn.execute(
+        "UPDATE nodes SET acme_cert = ?2, acme_not_after = ?3, acme_renewed = ?4, acme_error = ?5, acme_error_at = ?6,
+                          acme_domain = ?7
+         WHERE id = ?1",
+        params![
+            id,
+            certificate.as_ref().map(|c| c.der.as_slice()),
+            certificate.as_ref().map_or(0, |c| c.not_after),
+            report.renewed.min(now),
+            error,
+            if error.is_empty() { 0 } else { report.error_at.min(now) },
+            report.domain.to_ascii_lowercase()
+        ],
+    )?;
+    refresh_public(conn, changes, id, now)?;
+    Ok(())
+}
+
+/// Sets whether node `id`'s links check its public certificate at `now`; when that changed,
+/// its users get new snapshots. Returns whether it changed.
+pub(crate) fn refresh_public(conn: &Connection, changes: &mut Changes, id: NodeId, now: u64) -> Result<bool, Error> {
+    let (domain, certificate, was): (String, Option<Vec<u8>>, bool) =
+        conn.query_row("SELECT domain, acme_cert, acme_public FROM nodes WHERE id = ?1", [id], |row| {
+            Ok((row.get(0)?, row.get(1)?, row.get(2)?))
+        })?;
+    let public = is_public(&domain, certificate.as_deref(), now);
+    if public == was {
+        return Ok(false);
+    }
+    conn.execute("UPDATE nodes SET acme_public = ?2 WHERE id = ?1", params![id, public])?;
+    changes.users_of_node(conn, id)?;
+    let what = if public { "links check the public certificate" } else { "links pin the node's own certificate" };
+    audit(conn, now, "node", "node.certificate", &format!("node {id}"), what)?;
+    Ok(true)
+}
+
+/// Brings every node with a domain in line at `now` (a public certificate near its expiry
+/// goes back to pinning), and tells once per certificate of one whose renewals fail within
+/// [`EXPIRY_WARNING`] of its expiry. Returns how many nodes changed.
+pub(crate) fn sweep(conn: &Connection, changes: &mut Changes, now: u64) -> Result<usize, Error> {
+    let nodes: Vec<(NodeId, String, u64, String, u64)> = conn
+        .prepare_cached(
+            "SELECT id, name, acme_not_after, acme_error, acme_warned FROM nodes WHERE domain != '' OR acme_public = 1",
+        )?
+        .query_map([], |row| Ok((row.get(0)?, row.get(1)?, row.get(2)?, row.get(3)?, row.get(4)?)))?
+        .collect::<Result<_, _>>()?;
+    let mut changed = 0;
+    for (id, name, not_after, error, warned) in nodes {
+        if refresh_public(conn, changes, id, now)? {
+            changed += 1;
+        }
+        if !error.is_empty() && not_after > 0 && not_after <= now + EXPIRY_WARNING && warned != not_after {
+            let data = serde_json::json!({
+                "node": { "id": id, "name": name },
+                "expires": not_after,
+                "error": error,
+            });
+            crate::store::events::emit(conn, now, "node.certificate_expiring", &format!("node {id}"), &data)?;
+            conn.execute("UPDATE nodes SET acme_warned = ?2 WHERE id = ?1", params![id, not_after])?;
+        }
+    }
+    Ok(changed)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -79,6 +79,7 @@ const MIGRATIONS: &[&str] = &[
     include_str!("deltas.sql"),
     include_str!("names.sql"),
     include_str!("identity.sql"),
+    include_str!("acme.sql"),
 ];
 
 /// Runs `f` on the blocking pool, in the caller's span and with the caller's log subscriber:

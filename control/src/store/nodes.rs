@@ -63,6 +63,9 @@ pub(crate) struct NodeInput {
     /// Let apps that can check nothing about a self-signed node connect to it unchecked
     /// (anyone on their path can then pose as the node to them). Off by default.
     pub(crate) allow_unverified: Option<bool>,
+    /// The node's domain: it gets a certificate for it from a public CA by ACME, and apps
+    /// check that one the usual way once it has it (empty: none).
+    pub(crate) domain: Option<String>,
 }
 
 /// What a node's traffic counts for, kept per mille and shown as a number (2, 0.5).
@@ -118,6 +121,25 @@ pub(crate) struct NodeView {
     pub(crate) cert_sha256: Option<String>,
     /// When that certificate expires (0: none registered).
     pub(crate) cert_expires: u64,
+    /// Its domain (empty: none), for a certificate from a public CA by ACME.
+    pub(crate) domain: String,
+    /// Its public certificate, as the node last said.
+    pub(crate) acme: AcmeView,
+}
+
+/// A node's public certificate, as the node last said.
+#[derive(Clone, Debug, Default, Serialize, Deserialize, PartialEq, Eq)]
+pub(crate) struct AcmeView {
+    /// Apps check it the usual way now.
+    pub(crate) public: bool,
+    /// When the certificate the node serves expires (0: none yet).
+    pub(crate) expires: u64,
+    /// When it was issued.
+    pub(crate) renewed: u64,
+    /// Why the last renewal failed (empty: it did not).
+    pub(crate) error: String,
+    /// When.
+    pub(crate) error_at: u64,
 }
 
 const VIEW_COLUMNS: &str = "n.id, n.name, n.host, n.port, n.hop_start, n.hop_end, n.sni, n.tls, n.obfs, n.masquerade,
@@ -125,7 +147,7 @@ const VIEW_COLUMNS: &str = "n.id, n.name, n.host, n.port, n.hop_start, n.hop_end
     (SELECT group_concat(g.name, char(31)) FROM (SELECT g.name FROM node_groups ng JOIN groups g ON g.id = ng.group_id
      WHERE ng.node_id = n.id ORDER BY g.name) g),
     n.multiplier, n.quota, n.quota_day, n.quota_used, n.quota_next, n.limited, n.allow_unverified, n.cert_sha256,
-    n.cert_der";
+    n.cert_der, n.domain, n.acme_public, n.acme_not_after, n.acme_renewed, n.acme_error, n.acme_error_at";
 
 fn view_of(row: &rusqlite::Row<'_>) -> rusqlite::Result<NodeView> {
     let hop_start: u16 = row.get(4)?;
@@ -161,7 +183,24 @@ fn view_of(row: &rusqlite::Row<'_>) -> rusqlite::Result<NodeView> {
             .get::<_, Option<Vec<u8>>>(24)?
             .and_then(|der| super::identity::Certificate::from_der(&der).ok())
             .map_or(0, |cert| cert.not_after),
+        domain: row.get(25)?,
+        acme: AcmeView {
+            public: row.get(26)?,
+            expires: row.get(27)?,
+            renewed: row.get(28)?,
+            error: row.get(29)?,
+            error_at: row.get(30)?,
+        },
     })
+}
+
+/// A node's domain: empty, or a DNS name a CA issues for.
+fn check_domain(domain: &str) -> Result<String, Error> {
+    let domain = domain.trim().to_ascii_lowercase();
+    if domain.is_empty() || hearth_acme::is_domain(&domain) {
+        return Ok(domain);
+    }
+    Err(Error::invalid("bad_domain", "domain must be empty or a DNS name (node1.example.net) that points at the node"))
 }
 
 fn check_host(host: &str) -> Result<String, Error> {
@@ -324,6 +363,8 @@ pub(crate) fn create(conn: &Connection, actor: &str, input: &NodeInput, now: u64
     if let Some(allow) = input.allow_unverified {
         conn.execute("UPDATE nodes SET allow_unverified = ?2 WHERE id = ?1", params![id, allow])?;
     }
+    let domain = check_domain(input.domain.as_deref().unwrap_or_default())?;
+    conn.execute("UPDATE nodes SET domain = ?2 WHERE id = ?1", params![id, domain])?;
     audit(conn, now, actor, "node.create", &format!("node {id} ({name})"), &host)?;
     Ok((get(conn, id)?, token))
 }
@@ -366,12 +407,26 @@ pub(crate) fn update(
         Some(masquerade) => check_masquerade(masquerade)? != before.masquerade,
         None => false,
     };
-    if before.enrolled && !pending && (moves_port || moves_obfs || moves_hop || moves_masquerade) {
+    // A node takes its domain at enrollment too; dropping it needs nothing of the node (its
+    // links pin its own certificate again at once).
+    let moves_domain = match &input.domain {
+        Some(domain) => {
+            let domain = check_domain(domain)?;
+            !domain.is_empty() && domain != before.domain
+        }
+        None => false,
+    };
+    if before.enrolled && !pending && (moves_port || moves_obfs || moves_hop || moves_masquerade || moves_domain) {
         return Err(Error::invalid(
             "needs_enrollment",
-            "an enrolled node keeps the port, hop range, Salamander password and masquerade it enrolled with: \
-             make a new enrollment command first, then change them and enroll the node again with it",
+            "an enrolled node keeps the port, hop range, Salamander password, masquerade and domain it enrolled \
+             with: make a new enrollment command first, then change them and enroll the node again with it",
         ));
+    }
+    if let Some(domain) = &input.domain {
+        conn.execute("UPDATE nodes SET domain = ?2 WHERE id = ?1", params![id, check_domain(domain)?])?;
+        super::identity::refresh_public(conn, changes, id, now)?;
+        changed.push("domain");
     }
     if let Some(port) = input.port {
         if port == 0 {
@@ -561,8 +616,11 @@ pub(crate) struct Enrolled {
     /// The web site it shows anyone without a credential (none: nginx's 404 page).
     pub(crate) masquerade: Option<String>,
     /// The name its self-signed certificate is made out to: its SNI, else its host (what
-    /// apps that check the certificate itself check).
+    /// apps that check the certificate itself check), never its domain (empty: the node
+    /// names it after itself).
     pub(crate) tls_name: String,
+    /// Its domain, for a public certificate by ACME.
+    pub(crate) domain: Option<String>,
 }
 
 /// Registers a node's key in exchange for its one-time token.
@@ -609,16 +667,28 @@ pub(crate) fn enroll(
     // (at the edge too), so the new node never takes it for its own.
     changes.gone(stream::usage_ack(id));
     audit(conn, now, "node", "node.enroll", &format!("node {id} ({name})"), &key.id().to_string())?;
-    let (port, obfs, hop_start, hop_end, masquerade, sni, host): (u16, String, u16, u16, String, String, String) = conn
-        .query_row(
-            "SELECT port, obfs, hop_start, hop_end, masquerade, sni, host FROM nodes WHERE id = ?1",
-            [id],
-            |row| Ok((row.get(0)?, row.get(1)?, row.get(2)?, row.get(3)?, row.get(4)?, row.get(5)?, row.get(6)?)),
-        )?;
+    type Row = (u16, String, u16, u16, String, String, String, String);
+    let (port, obfs, hop_start, hop_end, masquerade, sni, host, domain): Row = conn.query_row(
+        "SELECT port, obfs, hop_start, hop_end, masquerade, sni, host, domain FROM nodes WHERE id = ?1",
+        [id],
+        |row| {
+            Ok((row.get(0)?, row.get(1)?, row.get(2)?, row.get(3)?, row.get(4)?, row.get(5)?, row.get(6)?, row.get(7)?))
+        },
+    )?;
     let hop = (hop_start != 0).then(|| format!("{hop_start}-{hop_end}"));
     let masquerade = (!masquerade.is_empty()).then_some(masquerade);
-    let tls_name = if sni.is_empty() { host } else { sni };
-    Ok(Enrolled { node: id, port, obfs: (!obfs.is_empty()).then_some(obfs), hop, masquerade, tls_name })
+    // The self-signed certificate is never made out to the domain: a client asking for the
+    // domain gets the public certificate, one pinning the node's own asks for this name.
+    let tls_name = [sni, host].into_iter().find(|name| !name.is_empty() && !name.eq_ignore_ascii_case(&domain));
+    Ok(Enrolled {
+        node: id,
+        port,
+        obfs: (!obfs.is_empty()).then_some(obfs),
+        hop,
+        masquerade,
+        tls_name: tls_name.unwrap_or_default(),
+        domain: (!domain.is_empty()).then_some(domain),
+    })
 }
 
 /// A node's registered key.

@@ -121,3 +121,107 @@ async fn an_enrollment_carries_the_certificate() {
     assert_eq!(endpoint.identity.certificate.as_deref(), Some(der.as_slice()));
     assert_eq!(endpoint.identity.name.as_deref(), Some("node.example.org"));
 }
+
+/// A certificate for `names` valid from now for `days`, as PEM.
+fn certificate_for(names: &[&str], days: i64) -> String {
+    let key = rcgen::KeyPair::generate().unwrap();
+    let mut params = rcgen::CertificateParams::new(names.iter().map(|n| (*n).to_owned()).collect::<Vec<_>>()).unwrap();
+    let now = time::OffsetDateTime::from_unix_timestamp(crate::app::now() as i64).unwrap();
+    params.not_before = now - time::Duration::hours(1);
+    params.not_after = now + time::Duration::days(days);
+    params.self_signed(&key).unwrap().pem()
+}
+
+/// A node with a domain: enrolled with its ACME settings, its own certificate never made out
+/// to the domain; once it says it holds a public certificate for it, links check that one the
+/// usual way; near its expiry, or with the domain dropped, they pin the node's own again
+/// (never asking for the domain, which still gets the public one); a renewal failing near the
+/// expiry is told once.
+#[tokio::test]
+async fn a_node_with_a_domain_is_checked_by_its_public_certificate_once_it_has_one() {
+    let client = Client::signed_in(true).await;
+    let alice = client.post("/users", json!({ "name": "alice" })).await.json();
+    let link = alice["link"].as_str().unwrap().to_owned();
+    let refused =
+        client.post("/nodes", json!({ "name": "n1", "host": "node1.example.net", "domain": "no domain" })).await;
+    assert_eq!(refused.code(), "bad_domain");
+    let node = client
+        .post("/nodes", json!({ "name": "n1", "host": "node1.example.net", "domain": "Node1.Example.net" }))
+        .await
+        .json();
+    assert_eq!(node["domain"], "node1.example.net");
+    let command = node["enroll_command"].as_str().unwrap().to_owned();
+    let token = command.split_whitespace().find_map(|w| w.strip_prefix("--token=")).unwrap().to_owned();
+    let key = hearth_shared::keys::SecretKey::generate(hearth_shared::keys::Role::Node, &mut rand_core::OsRng).unwrap();
+    let path = format!("/{}/enroll", client.app().config.edge.api_prefix);
+    let body = json!({ "token": token, "key": key.public().to_string() });
+    let enrolled = client.send(axum::http::Method::POST, &path, Some(body), &[]).await.json();
+    assert_eq!(enrolled["tls_name"], "", "the host is the domain: the node names its own certificate");
+    assert_eq!(enrolled["acme"]["domain"], "node1.example.net");
+    assert_eq!(enrolled["acme"]["directory"], hearth_acme::LETS_ENCRYPT);
+    let id = enrolled["node"].as_u64().unwrap();
+
+    // Its own certificate, and no public one yet: pinned, and never asking for the domain.
+    let tls = format!("/{}/nodes/{id}/tls", client.app().config.edge.api_prefix);
+    let (own, _) = certificate(&["vps-7.example"]);
+    let send = async |report: serde_json::Value| {
+        let body = serde_json::to_vec(&report).unwrap();
+        let auth = node_signature(id, &key, "POST", &tls, &body);
+        node_request(&client, CONTROL_HOST, &tls, &auth, body).await
+    };
+    let pending = json!({ "domain": "node1.example.net", "error": "not yet", "error_at": 1, "failures": 1 });
+    assert_eq!(send(json!({ "certificate": own, "acme": pending })).await.status, StatusCode::OK);
+    let pinned = snapshot_of(client.app(), &link).await.unwrap().endpoints[0].clone();
+    assert!(pinned.insecure && pinned.cert_sha256.is_some());
+    assert_eq!(pinned.sni.as_deref(), Some("vps-7.example"), "the node's own name, not the domain");
+    let view = client.get(&format!("/nodes/{id}")).await.json();
+    assert_eq!((view["acme"]["public"].as_bool(), view["acme"]["error"].as_str()), (Some(false), Some("not yet")));
+
+    // A public certificate for another domain is refused; one for the domain is taken.
+    let other = json!({ "domain": "node1.example.net", "certificate": certificate_for(&["else.example.net"], 60) });
+    assert_eq!(send(json!({ "certificate": own, "acme": other })).await.code(), "bad_certificate");
+    let public = json!({ "domain": "node1.example.net", "certificate": certificate_for(&["node1.example.net"], 60), "renewed": 5 });
+    assert_eq!(send(json!({ "certificate": own, "acme": public })).await.status, StatusCode::OK);
+    let checked = snapshot_of(client.app(), &link).await.unwrap().endpoints[0].clone();
+    assert!(!checked.insecure && checked.cert_sha256.is_none() && checked.spki_sha256.is_none());
+    assert_eq!(checked.sni.as_deref(), Some("node1.example.net"));
+    assert_eq!(checked.identity, Default::default());
+    let view = client.get(&format!("/nodes/{id}")).await.json();
+    assert_eq!((view["acme"]["public"].as_bool(), view["acme"]["error"].as_str()), (Some(true), Some("")));
+
+    // Ten days left and renewals failing: still checked (until a day is left), and told once.
+    let failing = json!({
+        "domain": "node1.example.net",
+        "certificate": certificate_for(&["node1.example.net"], 10),
+        "error": "the CA: rate limited",
+        "error_at": 9,
+        "failures": 4,
+    });
+    assert_eq!(send(json!({ "certificate": own, "acme": failing })).await.status, StatusCode::OK);
+    let now = crate::app::now();
+    let sweep = async |at: u64| {
+        let app = client.app().clone();
+        client.app().db.write(move |tx| crate::nodes::sweep_certificates(tx, &app.signer, at)).await.unwrap()
+    };
+    sweep(now).await;
+    sweep(now).await;
+    let events = client.get("/events?limit=100").await.json();
+    let told: Vec<&serde_json::Value> =
+        events["events"].as_array().unwrap().iter().filter(|e| e["kind"] == "node.certificate_expiring").collect();
+    assert_eq!(told.len(), 1, "{events}");
+    assert_eq!(told[0]["data"]["error"], "the CA: rate limited");
+    // A day before it expires, the sweep pins the node's own certificate again.
+    assert_eq!(sweep(now + 9 * 86_400 + 1).await, 1);
+    let again = snapshot_of(client.app(), &link).await.unwrap().endpoints[0].clone();
+    assert!(again.insecure && again.cert_sha256.is_some());
+
+    // The owner drops the domain (no new enrollment needed): pinned, still never asking for
+    // the domain the node holds a certificate for; setting one again needs an enrollment.
+    assert_eq!(sweep(now).await, 1);
+    assert_eq!(client.patch(&format!("/nodes/{id}"), json!({ "domain": "" })).await.status, StatusCode::OK);
+    let dropped = snapshot_of(client.app(), &link).await.unwrap().endpoints[0].clone();
+    assert!(dropped.insecure && dropped.cert_sha256.is_some());
+    assert_eq!(dropped.sni.as_deref(), Some("vps-7.example"));
+    let again = client.patch(&format!("/nodes/{id}"), json!({ "domain": "node2.example.net" })).await;
+    assert_eq!(again.code(), "needs_enrollment");
+}
