@@ -73,6 +73,8 @@ pub(crate) struct App {
     pub(crate) ua_rules: std::sync::RwLock<Vec<hearth_shared::agent::UaRule>>,
     /// Passkeys: the relying party (control's public URL) and the ceremonies under way.
     pub(crate) passkeys: crate::passkeys::Passkeys,
+    /// The panel's own certificate from a CA, when it has a domain (`[acme] domain`).
+    pub(crate) panel_acme: std::sync::OnceLock<std::sync::Arc<hearth_acme::Manager>>,
 }
 
 /// Where one edge serves links.
@@ -147,6 +149,7 @@ impl App {
             budget: Mutex::new(HashMap::new()),
             links: Mutex::new(HashMap::new()),
             node_nonces: Mutex::new(hearth_shared::nodeauth::Seen::default()),
+            panel_acme: std::sync::OnceLock::new(),
             http,
         };
         if let Err(error) = app.refresh_links() {

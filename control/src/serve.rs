@@ -107,9 +107,18 @@ pub(crate) fn run(dir: &Path) -> Result<()> {
     let (mut config, db, signer) = open_to_serve(dir)?;
     init_logs(config.log_json);
     let _ = rustls::crypto::ring::default_provider().install_default();
-    let tls = match &config.tls {
-        Tls::Files { cert, key } => Some(crate::tls::server_config(cert, key)?),
-        Tls::Off => None,
+    let panel = config.acme.panel.clone();
+    let (tls, acme) = match &config.tls {
+        Tls::Files { cert, key } => {
+            let (tls, certs) = crate::tls::server_config(cert, key, panel.as_ref().map(|(settings, _)| settings))?;
+            // The panel's own domain: a certificate from the CA, kept in `acme/`.
+            let acme = match &panel {
+                Some((settings, _)) => Some(hearth_acme::Manager::new(settings.clone(), &dir.join("acme"), certs)?),
+                None => None,
+            };
+            (Some(tls), acme)
+        }
+        Tls::Off => (None, None),
     };
     let http = reqwest::Client::builder()
         .user_agent(concat!("hearth-control/", env!("CARGO_PKG_VERSION")))
@@ -126,11 +135,26 @@ pub(crate) fn run(dir: &Path) -> Result<()> {
         let tcp = tokio::net::TcpListener::bind(config.listen)
             .await
             .with_context(|| format!("listening on {}", config.listen))?;
+        let mut acme_tasks = Vec::new();
+        if let (Some(acme), Some((_, http))) = (&acme, &panel) {
+            if acme.settings().challenge == hearth_acme::Challenge::Http01 {
+                let listener = tokio::net::TcpListener::bind(http)
+                    .await
+                    .with_context(|| format!("binding TCP {http} for ACME's HTTP-01"))?;
+                println!("hearth-control ACME HTTP-01 on {}", listener.local_addr()?);
+                acme_tasks.push(tokio::spawn(hearth_acme::http01::serve(listener, acme.tokens())));
+            }
+            acme_tasks.push(tokio::spawn(acme.clone().run()));
+            acme_tasks.push(tokio::spawn(renew_on_sighup(acme.clone())));
+        }
         let local = tcp.local_addr()?;
         config.bound(local);
         let listener = crate::tls::HearthListener::new(tcp, tls)?;
         let has_owner = db.read(crate::auth::has_owner).await?;
         let app = Arc::new(App::new(config, db, signer, crate::auth::Hasher::new(), http));
+        if let Some(acme) = &acme {
+            let _ = app.panel_acme.set(acme.clone());
+        }
         let scheme = if app.config.tls == Tls::Off { "http" } else { "https" };
         println!("hearth-control listening on {scheme}://{local}");
         if !has_owner {
@@ -170,8 +194,20 @@ pub(crate) fn run(dir: &Path) -> Result<()> {
         for task in tasks {
             let _ = task.await;
         }
+        for task in acme_tasks {
+            task.abort();
+        }
         Ok(())
     })
+}
+
+/// Asks for a new certificate for the panel now at every SIGHUP (`systemctl reload`).
+async fn renew_on_sighup(acme: Arc<hearth_acme::Manager>) {
+    let Ok(mut hup) = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::hangup()) else { return };
+    while hup.recv().await.is_some() {
+        tracing::info!("SIGHUP: renewing the panel's certificate now");
+        acme.renew_now();
+    }
 }
 
 async fn shutdown_signal() {

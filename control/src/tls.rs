@@ -44,22 +44,36 @@ pub(crate) fn pin_of(cert: &Path) -> Result<[u8; 32]> {
     Ok(hearth_shared::sha256(&first))
 }
 
-/// A rustls server configuration from PEM files.
-pub(crate) fn server_config(cert: &Path, key: &Path) -> Result<Arc<rustls::ServerConfig>> {
+/// A rustls server configuration from PEM files, whose certificate each handshake gets from
+/// the [`hearth_acme::Certs`] returned: those files' for any name, and for `panel` (a domain
+/// with ACME) its public certificate once there is one; with TLS-ALPN-01, the CA's validator
+/// is answered on this listener too.
+pub(crate) fn server_config(
+    cert: &Path,
+    key: &Path,
+    panel: Option<&hearth_acme::Settings>,
+) -> Result<(Arc<rustls::ServerConfig>, Arc<hearth_acme::Certs>)> {
     let chain = CertificateDer::pem_file_iter(cert)
         .with_context(|| format!("reading {}", cert.display()))?
         .collect::<Result<Vec<_>, _>>()
         .with_context(|| format!("{} is not a PEM certificate chain", cert.display()))?;
     let key =
         PrivateKeyDer::from_pem_file(key).with_context(|| format!("reading the private key {}", key.display()))?;
+    let key = rustls::crypto::ring::sign::any_supported_type(&key)
+        .context("the certificate and key do not make a TLS identity")?;
+    let own = rustls::sign::CertifiedKey::new(chain, key);
+    own.keys_match().context("the certificate and key do not make a TLS identity")?;
+    let certs = Arc::new(hearth_acme::Certs::new(own, panel.map(|p| p.domain.clone())));
     let mut config = rustls::ServerConfig::builder_with_provider(Arc::new(rustls::crypto::ring::default_provider()))
         .with_safe_default_protocol_versions()
         .context("TLS versions")?
         .with_no_client_auth()
-        .with_single_cert(chain, key)
-        .context("the certificate and key do not make a TLS identity")?;
+        .with_cert_resolver(certs.clone());
     config.alpn_protocols = vec![b"http/1.1".to_vec()];
-    Ok(Arc::new(config))
+    if panel.is_some_and(|p| p.challenge == hearth_acme::Challenge::TlsAlpn01) {
+        config.alpn_protocols.push(hearth_acme::ACME_TLS_ALPN.to_vec());
+    }
+    Ok((Arc::new(config), certs))
 }
 
 /// A connection: plain TCP or TLS over TCP.
@@ -158,6 +172,8 @@ impl HearthListener {
                         let (acceptor, tx) = (acceptor.clone(), tx.clone());
                         tokio::spawn(async move {
                             match tokio::time::timeout(HANDSHAKE_TIMEOUT, acceptor.accept(stream)).await {
+                                // A TLS-ALPN-01 validator is done once it saw the challenge.
+                                Ok(Ok(tls)) if tls.get_ref().1.alpn_protocol() == Some(hearth_acme::ACME_TLS_ALPN) => {}
                                 Ok(Ok(tls)) => {
                                     let _ = tx.send((Conn::Tls(Box::new(tls)), peer)).await;
                                 }

@@ -2,9 +2,11 @@
 //!
 //! Control usually runs with a self-signed certificate: no CA vouches for it, so the node
 //! trusts exactly the certificate whose SHA-256 the enrollment command carried (`control_pin`
-//! in `node.toml`), and checks the handshake signature with it. Without a pin, control's
-//! certificate is checked the usual way. Enrollment, pulls, usage reports and self-updates
-//! all reach control through [`control_client`].
+//! in `node.toml`), and checks the handshake signature with it. A control that has since got a
+//! certificate from a public CA for its domain (ACME) may show that one instead: a certificate
+//! that is not the pinned one is checked the usual way, as a browser would. Without a pin,
+//! control's certificate is checked the usual way. Enrollment, pulls, usage reports and
+//! self-updates all reach control through [`control_client`].
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -18,22 +20,25 @@ use hearth_shared::Digest;
 struct Pinned {
     pin: Digest,
     provider: Arc<rustls::crypto::CryptoProvider>,
+    /// How any other certificate is checked: the system's roots, as a browser would.
+    usual: rustls_platform_verifier::Verifier,
 }
 
 impl rustls::client::danger::ServerCertVerifier for Pinned {
     fn verify_server_cert(
         &self,
         end_entity: &rustls::pki_types::CertificateDer<'_>,
-        _intermediates: &[rustls::pki_types::CertificateDer<'_>],
-        _server_name: &rustls::pki_types::ServerName<'_>,
-        _ocsp: &[u8],
-        _now: rustls::pki_types::UnixTime,
+        intermediates: &[rustls::pki_types::CertificateDer<'_>],
+        server_name: &rustls::pki_types::ServerName<'_>,
+        ocsp: &[u8],
+        now: rustls::pki_types::UnixTime,
     ) -> Result<rustls::client::danger::ServerCertVerified, rustls::Error> {
         if hearth_shared::ct_eq(&hearth_shared::sha256(end_entity), &self.pin) {
-            Ok(rustls::client::danger::ServerCertVerified::assertion())
-        } else {
-            Err(rustls::Error::General("control's certificate does not match its pin".into()))
+            return Ok(rustls::client::danger::ServerCertVerified::assertion());
         }
+        self.usual.verify_server_cert(end_entity, intermediates, server_name, ocsp, now).map_err(|e| {
+            rustls::Error::General(format!("control's certificate is not its pin, nor one a CA vouches for ({e})"))
+        })
     }
 
     fn verify_tls12_signature(
@@ -73,7 +78,11 @@ pub(crate) fn control_client(pin: Option<&str>) -> Result<reqwest::Client> {
                 .with_safe_default_protocol_versions()
                 .context("TLS versions")?
                 .dangerous()
-                .with_custom_certificate_verifier(Arc::new(Pinned { pin, provider }))
+                .with_custom_certificate_verifier(Arc::new(Pinned {
+                    pin,
+                    usual: rustls_platform_verifier::Verifier::new(provider.clone()).context("the system's roots")?,
+                    provider,
+                }))
                 .with_no_client_auth();
             builder.tls_backend_preconfigured(config)
         }

@@ -51,6 +51,15 @@ impl ControlDir {
         Ok(ControlDir { path: path.to_owned() })
     }
 
+    /// A value of `control.toml` (a string).
+    pub fn setting(&self, key: &str) -> Result<String> {
+        let text = std::fs::read_to_string(self.path.join("control.toml"))?;
+        text.lines()
+            .find_map(|line| line.strip_prefix(&format!("{key} = \"")).and_then(|rest| rest.strip_suffix('"')))
+            .map(str::to_owned)
+            .with_context(|| format!("{key} is missing from control.toml"))
+    }
+
     /// A value of `edge.toml`.
     pub fn edge_setting(&self, key: &str) -> Result<String> {
         let text = std::fs::read_to_string(self.path.join("edge.toml"))?;
@@ -393,8 +402,22 @@ impl ControlProcess {
     /// control printed (on loopback, reporting every second); returns its port and the
     /// command's arguments.
     pub async fn enroll_node(&self, client: &reqwest::Client, token: &str, state: &Path) -> Result<(u16, Vec<String>)> {
+        self.enroll_node_with(client, token, state, json!({})).await
+    }
+
+    /// [`ControlProcess::enroll_node`] with `settings` (the API's node fields) added.
+    pub async fn enroll_node_with(
+        &self,
+        client: &reqwest::Client,
+        token: &str,
+        state: &Path,
+        settings: Value,
+    ) -> Result<(u16, Vec<String>)> {
         let port = crate::edge::free_port()?;
-        let body = json!({ "name": format!("Home {port}"), "host": "127.0.0.1", "port": port });
+        let mut body = json!({ "name": format!("Home {port}"), "host": "127.0.0.1", "port": port });
+        for (key, value) in settings.as_object().context("settings are an object")? {
+            body[key] = value.clone();
+        }
         let node = self.call(client, token, reqwest::Method::POST, "/nodes", Some(&body)).await?;
         let args: Vec<String> = node["enroll_command"]
             .as_str()
@@ -412,10 +435,11 @@ impl ControlProcess {
         if !out.status.success() {
             bail!("enroll failed: {}", String::from_utf8_lossy(&out.stderr));
         }
+        // First, where they are the file's own (tables may follow).
         let settings = std::fs::read_to_string(state.join("node.toml"))?;
         std::fs::write(
             state.join("node.toml"),
-            settings + "report_secs = 1\nedge_poll_secs = 1\nmetrics_listen = \"\"\n",
+            "report_secs = 1\nedge_poll_secs = 1\nmetrics_listen = \"\"\n".to_owned() + &settings,
         )?;
         Ok((port, args))
     }
@@ -528,6 +552,11 @@ impl Api {
     /// `POST` that must succeed.
     pub async fn post(&self, control: &ControlProcess, path: &str, body: Value) -> Value {
         self.ok(control, reqwest::Method::POST, path, Some(body)).await
+    }
+
+    /// `PATCH` that must succeed.
+    pub async fn patch(&self, control: &ControlProcess, path: &str, body: Value) -> Value {
+        self.ok(control, reqwest::Method::PATCH, path, Some(body)).await
     }
 }
 

@@ -178,3 +178,219 @@ fn der_of(pem: &[u8]) -> Vec<u8> {
     use rustls::pki_types::pem::PemObject as _;
     rustls::pki_types::CertificateDer::from_pem_slice(pem).unwrap().to_vec()
 }
+
+/// What an app is served at `link` when it says `user_agent`.
+async fn served(http: &reqwest::Client, link: &str, user_agent: &str) -> String {
+    let answer = http.get(link).header("user-agent", user_agent).send().await.unwrap();
+    assert_eq!(answer.status(), 200, "{user_agent}");
+    answer.text().await.unwrap()
+}
+
+/// The one hysteria2 outbound of a sing-box profile.
+fn outbound(profile: &str) -> serde_json::Value {
+    let profile: serde_json::Value = serde_json::from_str(profile).unwrap();
+    profile["outbounds"].as_array().unwrap().iter().find(|o| o["type"] == "hysteria2").unwrap().clone()
+}
+
+/// A node added with a domain through control gets its certificate (control names the CA),
+/// and the profiles control serves then check it the usual way: real sing-box (1.12, 1.13,
+/// 1.14) and mihomo, trusting the CA's root as phones trust public CAs, connect with no pin.
+/// The CA refusing is said in the panel's view of the node; the owner dropping the domain
+/// pins the node's own certificate again, and clients still connect.
+#[tokio::test]
+async fn served_profiles_check_a_nodes_public_certificate_the_usual_way() {
+    use hearth_tests::control::{Api, ControlDir, ControlProcess};
+    let temp = tempfile::tempdir().unwrap();
+    let http_01 = hearth_tests::edge::free_port().unwrap();
+    let mut pebble = Pebble::start(http_01, hearth_tests::edge::free_port().unwrap(), None).unwrap();
+    let dir = ControlDir::init(&temp.path().join("control")).unwrap();
+    let settings = std::fs::read_to_string(dir.path.join("control.toml")).unwrap();
+    let acme = format!("\n[acme]\ndirectory = \"{}\"\nca_root = \"{}\"\n", pebble.directory, pebble.api_root.display());
+    std::fs::write(dir.path.join("control.toml"), settings + &acme).unwrap();
+    let control = ControlProcess::start(&dir, &[]).unwrap();
+    let http = dir.client().unwrap();
+    let api = Api { token: control.setup(&http, "admin").await.unwrap(), http: http.clone() };
+    let state = temp.path().join("node");
+    let domain = serde_json::json!({ "domain": DOMAIN });
+    control.enroll_node_with(&http, &api.token, &state, domain).await.unwrap();
+    // HTTP-01 where this test's CA looks (a real node listens on TCP 80).
+    let settings = std::fs::read_to_string(state.join("node.toml")).unwrap();
+    assert!(settings.contains(&format!("[acme]\ndomain = \"{DOMAIN}\"")), "{settings}");
+    std::fs::write(state.join("node.toml"), format!("{settings}http_listen = \"127.0.0.1:{http_01}\"\n")).unwrap();
+    let alice = api.post(&control, "/users", serde_json::json!({ "name": "alice" })).await;
+    let link = alice["link"].as_str().unwrap().to_owned();
+    let node = NodeProcess::start(&state).unwrap();
+    let id = api.get(&control, "/nodes").await["nodes"][0]["id"].as_u64().unwrap();
+    let view = async || api.get(&control, &format!("/nodes/{id}")).await;
+    let started = Instant::now();
+    while view().await["acme"]["public"] != true {
+        assert!(started.elapsed() < Duration::from_secs(40), "no public certificate: {}", view().await);
+        tokio::time::sleep(Duration::from_millis(300)).await;
+    }
+    let roots = temp.path().join("roots.pem");
+    pebble.write_root(&roots).await.unwrap();
+
+    // The profiles check the domain the usual way: no pin, no certificate, never insecure.
+    let old = served(&http, &link, "SFA/1.11.9 (Android 14; sing-box 1.11.9)").await;
+    let new = served(&http, &link, "SFI/1.13.0 (Apple iOS 18.1; sing-box 1.13.0)").await;
+    for profile in [&old, &new] {
+        let tls = outbound(profile)["tls"].clone();
+        assert_eq!(tls, serde_json::json!({ "enabled": true, "server_name": DOMAIN, "alpn": ["h3"] }));
+    }
+    let yaml = served(&http, &link, "mihomo/1.19.32").await;
+    assert!(yaml.contains(&format!("sni: {DOMAIN}")) && yaml.contains("skip-cert-verify: false"), "{yaml}");
+    assert!(!yaml.contains("fingerprint"), "{yaml}");
+    let web = hearth_tests::node::http_server(b"checked the usual way".to_vec()).await.unwrap();
+    let sing_box = |version: Option<&str>| match version {
+        Some(version) => hearth_tests::sing_box_release(version).unwrap(),
+        None => hearth_tests::sing_box().unwrap(),
+    };
+    for (version, profile) in [(Some("1.12.23"), &old), (Some("1.13.21"), &new), (None, &new)] {
+        let client = ProxyClient::sing_box_trusting(&sing_box(version), outbound(profile), Some(&roots)).unwrap();
+        assert_eq!(fetch_eventually(&client, web).await.unwrap(), b"checked the usual way", "sing-box {version:?}");
+    }
+    let client = ProxyClient::mihomo_trusting(&yaml, Some(&roots)).unwrap();
+    assert_eq!(fetch_eventually(&client, web).await.unwrap(), b"checked the usual way", "mihomo");
+    drop(client);
+    // Without the CA's root, the same profile gets nowhere: it is the check that lets it in.
+    let untrusting = ProxyClient::sing_box(outbound(&new)).unwrap();
+    assert!(tokio::time::timeout(Duration::from_secs(8), fetch(&untrusting, web)).await.map_or(true, |r| r.is_err()));
+    drop(untrusting);
+
+    // The CA stops answering: a renewal asked for fails, the panel says why, links stay.
+    pebble.stop();
+    hup(&node);
+    let started = Instant::now();
+    while view().await["acme"]["error"].as_str().unwrap_or_default().is_empty() {
+        assert!(started.elapsed() < Duration::from_secs(30), "the failure never reached control");
+        tokio::time::sleep(Duration::from_millis(300)).await;
+    }
+    assert!(view().await["acme"]["error"].as_str().unwrap().contains("Connection refused"));
+    assert_eq!(view().await["acme"]["public"], true, "the certificate held is still good");
+
+    // The owner drops the domain: links pin the node's own certificate, and clients connect.
+    api.patch(&control, &format!("/nodes/{id}"), serde_json::json!({ "domain": "" })).await;
+    let pinned = served(&http, &link, "SFI/1.13.0 (Apple iOS 18.1; sing-box 1.13.0)").await;
+    let tls = outbound(&pinned)["tls"].clone();
+    assert!(tls["certificate_public_key_sha256"].is_array() && tls["server_name"] != DOMAIN, "{tls}");
+    let client = ProxyClient::sing_box(outbound(&pinned)).unwrap();
+    assert_eq!(fetch_eventually(&client, web).await.unwrap(), b"checked the usual way", "pinned again");
+    node.stop().unwrap();
+}
+
+/// Control's panel gets its certificate for its domain the same way (TLS-ALPN-01 on its own
+/// HTTPS port), and Chromium, trusting the CA's root (in its certificate store, as a browser
+/// trusts public CAs) and nothing else, loads the panel; asked by another name, control shows
+/// its self-signed certificate, which the browser refuses.
+#[tokio::test]
+async fn chromium_loads_the_panel_on_its_certificate_by_acme() {
+    use hearth_tests::control::{ControlDir, ControlProcess};
+    const PANEL: &str = "panel.hearth.test";
+    let temp = tempfile::tempdir().unwrap();
+    let port = hearth_tests::edge::free_port().unwrap();
+    let mut pebble = Pebble::start(hearth_tests::edge::free_port().unwrap(), port, None).unwrap();
+    let dir = ControlDir::init(&temp.path().join("control")).unwrap();
+    let settings = std::fs::read_to_string(dir.path.join("control.toml")).unwrap();
+    let acme = format!(
+        "\n[acme]\ndirectory = \"{}\"\nca_root = \"{}\"\ndomain = \"{PANEL}\"\n",
+        pebble.directory,
+        pebble.api_root.display()
+    );
+    std::fs::write(dir.path.join("control.toml"), settings + &acme).unwrap();
+    let env =
+        [("HEARTH_LISTEN", format!("127.0.0.1:{port}")), ("HEARTH_PUBLIC_URL", format!("https://{PANEL}:{port}"))];
+    let control = ControlProcess::start(&dir, &env).unwrap();
+    let admin = format!("https://{PANEL}:{port}/{}/", dir.setting("admin_prefix").unwrap());
+
+    // A browser profile that trusts the CA's root and nothing else of this test's.
+    let home = tempfile::tempdir().unwrap();
+    let nssdb = home.path().join(".pki/nssdb");
+    std::fs::create_dir_all(&nssdb).unwrap();
+    let certutil = |args: &[&str]| {
+        let out = std::process::Command::new("certutil")
+            .arg("-d")
+            .arg(format!("sql:{}", nssdb.display()))
+            .args(args)
+            .output();
+        let out = out.expect("certutil (libnss3-tools: tests/run installs it)");
+        assert!(out.status.success(), "certutil {args:?}: {}", String::from_utf8_lossy(&out.stderr));
+    };
+    certutil(&["-N", "--empty-password"]);
+    let root = home.path().join("root.pem");
+    pebble.write_root(&root).await.unwrap();
+    certutil(&["-A", "-t", "C,,", "-n", "hearth test CA", "-i", root.to_str().unwrap()]);
+    let (_driver, browser) = browser(home.path()).await;
+
+    // Once control holds its certificate, the panel loads for its domain.
+    let started = Instant::now();
+    loop {
+        browser.goto(&admin).await.unwrap();
+        if browser.source().await.unwrap().contains("<div id=\"app\">") {
+            break;
+        }
+        assert!(started.elapsed() < Duration::from_secs(40), "the panel never loaded on a certificate the CA issued");
+        tokio::time::sleep(Duration::from_millis(500)).await;
+    }
+    assert_eq!(browser.title().await.unwrap(), "Hearth");
+    // Asked by another name, control shows its self-signed certificate: the browser refuses it.
+    let other = admin.replace(PANEL, "other.hearth.test");
+    browser.goto(&other).await.unwrap();
+    assert!(
+        !browser.source().await.unwrap().contains("<div id=\"app\">"),
+        "the browser took a self-signed certificate"
+    );
+    pebble.stop();
+    drop(control);
+}
+
+/// chromedriver and a headless Chromium whose home (its certificate store) is `home`, that
+/// checks certificates (unlike the panel's other tests) and finds the test's names on loopback.
+async fn browser(home: &Path) -> (Driver, fantoccini::Client) {
+    use std::os::unix::process::CommandExt as _;
+    let port = hearth_tests::edge::free_port().unwrap();
+    let chromedriver = std::env::var("CHROMEDRIVER").unwrap_or_else(|_| "/usr/bin/chromedriver".into());
+    let child = std::process::Command::new(&chromedriver)
+        .process_group(0)
+        .arg(format!("--port={port}"))
+        .env("HOME", home)
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::null())
+        .spawn()
+        .unwrap_or_else(|e| panic!("starting {chromedriver} (tests/run installs it): {e}"));
+    let profile = home.join("profile");
+    let driver = Driver(child);
+    let mut capabilities = serde_json::Map::new();
+    capabilities.insert("acceptInsecureCerts".into(), serde_json::json!(false));
+    capabilities.insert(
+        "goog:chromeOptions".into(),
+        serde_json::json!({
+            "binary": std::env::var("CHROMIUM").unwrap_or_else(|_| "/usr/bin/chromium".into()),
+            "args": [
+                "--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
+                "--disable-background-networking", "--disable-component-update", "--disable-sync",
+                "--disable-dev-shm-usage", "--host-resolver-rules=MAP *.hearth.test 127.0.0.1",
+                format!("--user-data-dir={}", profile.display()),
+            ],
+        }),
+    );
+    let started = Instant::now();
+    loop {
+        let connector = hyper_util::client::legacy::connect::HttpConnector::new();
+        let url = format!("http://127.0.0.1:{port}");
+        match fantoccini::ClientBuilder::new(connector).capabilities(capabilities.clone()).connect(&url).await {
+            Ok(client) => return (driver, client),
+            Err(e) if started.elapsed() > Duration::from_secs(30) => panic!("no browser session: {e}"),
+            Err(_) => tokio::time::sleep(Duration::from_millis(200)).await,
+        }
+    }
+}
+
+/// chromedriver and the browser it started (one process group).
+struct Driver(std::process::Child);
+
+impl Drop for Driver {
+    fn drop(&mut self) {
+        let _ = std::process::Command::new("kill").args(["-KILL", "--", &format!("-{}", self.0.id())]).status();
+        let _ = self.0.wait();
+    }
+}

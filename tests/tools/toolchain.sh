@@ -105,7 +105,9 @@ _hearth_apt_install() {
 }
 
 hearth_install_chromium() {
-    _hearth_apt_install chromium chromium-driver fonts-wqy-microhei || return 1
+    # libnss3-tools: certutil, to make a browser profile trust a test CA's root (the panel's
+    # certificate by ACME).
+    _hearth_apt_install chromium chromium-driver fonts-wqy-microhei libnss3-tools || return 1
     CHROMIUM=/usr/bin/chromium
     CHROMEDRIVER=/usr/bin/chromedriver
     "$CHROMEDRIVER" --version >/dev/null || { echo "hearth: $CHROMEDRIVER does not run" >&2; return 1; }

@@ -51,6 +51,16 @@ pub(super) async fn status(State(app): State<Arc<App>>, auth: Auth) -> Reply {
             "last_drain": overview.edges.iter().map(|s| s.edge.last_drain).max().unwrap_or(0),
         },
         "edges": edges,
+        "certificate": app.panel_acme.get().map(|acme| {
+            let status = acme.status();
+            json!({
+                "domain": status.domain,
+                "expires": status.not_after,
+                "renewed": status.renewed,
+                "error": status.error,
+                "error_at": status.error_at,
+            })
+        }),
     }))
 }
 
