@@ -568,7 +568,7 @@ fn build(dir: &Path, options: &Options) -> Result<Report> {
         if options.from_snapshots {
             rebuild_nodes(tx, &edge, &mut report.notes, now)?;
             report.notes.push(
-                "not in snapshots, so not recovered: the owner account and its second factor (a new setup link is printed at start), API tokens, user notes, the duration of users not started yet, daily usage history, node masquerade settings, the audit log, group names (users keep the nodes they had, in groups named restored-N), when users and nodes were created, the next reset of users on a rolling 30-day reset (counted again from the restore), device limits and abuse guards, node multipliers and monthly caps, users' traffic as measured before multipliers (taken as what it counted for), and what nodes refused users".into(),
+                "not in snapshots, so not recovered: the owner account and its second factor (a new setup link is printed at start), API tokens, user notes, the duration of users not started yet, daily usage history, node masquerade settings, node domains (a node whose links checked its public certificate comes back as one with a CA's certificate: set its domain again, and enroll it again for its certificate to be renewed under control's eye), the audit log, group names (users keep the nodes they had, in groups named restored-N), when users and nodes were created, the next reset of users on a rolling 30-day reset (counted again from the restore), device limits and abuse guards, node multipliers and monthly caps, users' traffic as measured before multipliers (taken as what it counted for), and what nodes refused users".into(),
             );
         } else {
             update_nodes(tx, &edge)?;

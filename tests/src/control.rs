@@ -402,17 +402,19 @@ impl ControlProcess {
     /// control printed (on loopback, reporting every second); returns its port and the
     /// command's arguments.
     pub async fn enroll_node(&self, client: &reqwest::Client, token: &str, state: &Path) -> Result<(u16, Vec<String>)> {
-        self.enroll_node_with(client, token, state, json!({})).await
+        let (port, args, _) = self.enroll_node_with(client, token, state, json!({})).await?;
+        Ok((port, args))
     }
 
-    /// [`ControlProcess::enroll_node`] with `settings` (the API's node fields) added.
+    /// [`ControlProcess::enroll_node`] with `settings` (the API's node fields) added; also
+    /// what `enroll` printed.
     pub async fn enroll_node_with(
         &self,
         client: &reqwest::Client,
         token: &str,
         state: &Path,
         settings: Value,
-    ) -> Result<(u16, Vec<String>)> {
+    ) -> Result<(u16, Vec<String>, String)> {
         let port = crate::edge::free_port()?;
         let mut body = json!({ "name": format!("Home {port}"), "host": "127.0.0.1", "port": port });
         for (key, value) in settings.as_object().context("settings are an object")? {
@@ -441,7 +443,7 @@ impl ControlProcess {
             state.join("node.toml"),
             "report_secs = 1\nedge_poll_secs = 1\nmetrics_listen = \"\"\n".to_owned() + &settings,
         )?;
-        Ok((port, args))
+        Ok((port, args, String::from_utf8_lossy(&out.stdout).into_owned()))
     }
 
     /// `n` sign-ins at once with wrong passwords (argon2id runs for each); their statuses.

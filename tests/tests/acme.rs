@@ -212,7 +212,14 @@ async fn served_profiles_check_a_nodes_public_certificate_the_usual_way() {
     let api = Api { token: control.setup(&http, "admin").await.unwrap(), http: http.clone() };
     let state = temp.path().join("node");
     let domain = serde_json::json!({ "domain": DOMAIN });
-    control.enroll_node_with(&http, &api.token, &state, domain).await.unwrap();
+    let (port, _, printed) = control.enroll_node_with(&http, &api.token, &state, domain).await.unwrap();
+    // What the owner must set up, as the one-line install shows it.
+    assert!(
+        printed.contains(&format!(
+            "point {DOMAIN} at this server (a DNS A or AAAA record) and open UDP {port} and TCP 80"
+        )),
+        "{printed}"
+    );
     // HTTP-01 where this test's CA looks (a real node listens on TCP 80).
     let settings = std::fs::read_to_string(state.join("node.toml")).unwrap();
     assert!(settings.contains(&format!("[acme]\ndomain = \"{DOMAIN}\"")), "{settings}");

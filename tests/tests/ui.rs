@@ -650,6 +650,17 @@ async fn devices_online_and_a_kick_in_a_real_browser() {
     text_of(&client, "#node-quota", |t| t.contains("of 1 GiB this month")).await;
     text_of(&client, "main dl", |t| t.contains("×2")).await;
     screenshot(&client, "node-traffic").await;
+    // The certificate the node registered; letting apps that cannot check it in unchecked is
+    // the owner's act, and shows in red, on the node's page and in the list.
+    text_of(&client, "#node-certificate", |t| t.starts_with("SHA-256 ") && t.contains("valid until")).await;
+    find(&client, "#node-edit input[name=allow_unverified]").await.click().await.unwrap();
+    find(&client, "#node-edit button[type=submit]").await.click().await.unwrap();
+    text_of(&client, "#node-unverified", |t| t.contains("connect to it unchecked")).await;
+    let colour = "return getComputedStyle(document.getElementById('node-unverified')).color";
+    assert_eq!(client.execute(colour, vec![]).await.unwrap(), "rgb(179, 38, 30)", "red");
+    screenshot(&client, "node-unverified").await;
+    client.goto(&format!("{panel}#/nodes")).await.unwrap();
+    text_of(&client, "table.list .badge.unverified", |t| t == "unchecked apps").await;
     // The owner's policy over the limit.
     client.goto(&format!("{panel}#/settings")).await.unwrap();
     find(&client, "#device-policy-form select[name=device_policy]").await.select_by_value("drop_oldest").await.unwrap();
