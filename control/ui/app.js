@@ -1469,6 +1469,7 @@
       'div',
       { class: 'enroll', id: 'enroll' },
       replaced ? h('p', { class: 'notice', id: 'enroll-replaced' }, t('nodes.enroll_replaced')) : null,
+      answer.domain ? h('p', { class: 'notice', id: 'enroll-domain' }, t('nodes.domain_needs', { domain: answer.domain, port: answer.port })) : null,
       answer.install_command
         ? [
             h('p', {}, t('nodes.install_hint', { when })),

@@ -28,6 +28,17 @@ impl Pebble {
     /// names it is asked for, all 127.0.0.1), issuing certificates valid `validity` seconds
     /// (`None`: Pebble's five years).
     pub fn start(http_port: u16, tls_port: u16, validity: Option<u64>) -> Result<Pebble> {
+        Pebble::start_with(http_port, tls_port, validity, None)
+    }
+
+    /// [`Pebble::start`] asking new accounts for External Account Binding with the key id
+    /// and HMAC key (base64url) `eab`, as ZeroSSL does.
+    pub fn start_with(
+        http_port: u16,
+        tls_port: u16,
+        validity: Option<u64>,
+        eab: Option<(&str, &str)>,
+    ) -> Result<Pebble> {
         let dir = tempfile::tempdir()?;
         let (api, management, dns_port) =
             (crate::edge::free_port()?, crate::edge::free_port()?, crate::edge::free_port()?);
@@ -49,6 +60,10 @@ impl Pebble {
         }});
         if let Some(validity) = validity {
             config["pebble"]["certificateValidityPeriod"] = validity.into();
+        }
+        if let Some((kid, key)) = eab {
+            config["pebble"]["externalAccountBindingRequired"] = true.into();
+            config["pebble"]["externalAccountMACKeys"] = serde_json::json!({ kid: key });
         }
         std::fs::write(dir.path().join("pebble.json"), serde_json::to_vec_pretty(&config)?)?;
         let dns = Command::new("pebble-challtestsrv")

@@ -74,18 +74,21 @@ fn hup(node: &NodeProcess) {
     assert!(std::process::Command::new("kill").args(["-HUP", &node.pid().to_string()]).status().unwrap().success());
 }
 
-/// HTTP-01 on a listener of the node's own; certificates that live 30 s, renewed at two
-/// thirds of their life with nothing asked.
+/// HTTP-01 on a listener of the node's own, from a CA that asks for External Account Binding
+/// (as ZeroSSL does); certificates that live 30 s, renewed at two thirds of their life with
+/// nothing asked.
 #[tokio::test]
 async fn a_node_gets_a_certificate_by_http_01_and_renews_it_in_time() {
     let temp = tempfile::tempdir().unwrap();
     let http = hearth_tests::edge::free_port().unwrap();
-    let pebble = Pebble::start(http, hearth_tests::edge::free_port().unwrap(), Some(30)).unwrap();
+    let (kid, key) = ("hearth-kid", "zWNDZM6eQGHWpSRTPal5eIUYFTu7EajVIoguysqZ9wG44nMEtx3MUAsUDkMTQ12W");
+    let pebble =
+        Pebble::start_with(http, hearth_tests::edge::free_port().unwrap(), Some(30), Some((kid, key))).unwrap();
     let node = node(
         &temp.path().join("node"),
         &format!(
-            "[acme]\ndomain = \"{DOMAIN}\"\ndirectory = \"{}\"\n\
-             challenge = \"http-01\"\nhttp_listen = \"127.0.0.1:{http}\"\nca_root = \"{}\"\n",
+            "[acme]\ndomain = \"{DOMAIN}\"\ndirectory = \"{}\"\nchallenge = \"http-01\"\n\
+             http_listen = \"127.0.0.1:{http}\"\nca_root = \"{}\"\neab_kid = \"{kid}\"\neab_hmac_key = \"{key}\"\n",
             pebble.directory,
             pebble.api_root.display()
         ),

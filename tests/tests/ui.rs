@@ -377,7 +377,10 @@ async fn the_admin_panel_works_in_a_real_browser() {
     find(&client, "#new-node").await.click().await.unwrap();
     fill(&client, "#node-form input[name=name]", "Lisbon").await;
     fill(&client, "#node-form input[name=host]", "lisbon.example.net").await;
+    // A domain: the node gets a certificate from a public CA, and the dialog says what for.
+    fill(&client, "#node-form input[name=domain]", "lisbon.example.net").await;
     find(&client, "#node-form button[type=submit]").await.click().await.unwrap();
+    text_of(&client, "#enroll-domain", |t| t.contains("point lisbon.example.net at the node")).await;
     let install = text_of(&client, "#install code", |t| t.starts_with("f=$(mktemp)")).await;
     let hash = hex::encode(<sha2::Sha256 as sha2::Digest>::digest(b"a node binary"));
     assert!(install.ends_with(&format!("--sha256 x86_64={hash}")), "{install}");
