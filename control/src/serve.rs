@@ -145,7 +145,7 @@ pub(crate) fn run(dir: &Path) -> Result<()> {
                 acme_tasks.push(tokio::spawn(hearth_acme::http01::serve(listener, acme.tokens())));
             }
             acme_tasks.push(tokio::spawn(acme.clone().run()));
-            acme_tasks.push(tokio::spawn(renew_on_sighup(acme.clone())));
+            acme_tasks.push(tokio::spawn(acme.clone().renew_on_sighup()));
         }
         let local = tcp.local_addr()?;
         config.bound(local);
@@ -199,15 +199,6 @@ pub(crate) fn run(dir: &Path) -> Result<()> {
         }
         Ok(())
     })
-}
-
-/// Asks for a new certificate for the panel now at every SIGHUP (`systemctl reload`).
-async fn renew_on_sighup(acme: Arc<hearth_acme::Manager>) {
-    let Ok(mut hup) = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::hangup()) else { return };
-    while hup.recv().await.is_some() {
-        tracing::info!("SIGHUP: renewing the panel's certificate now");
-        acme.renew_now();
-    }
 }
 
 async fn shutdown_signal() {

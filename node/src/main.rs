@@ -301,7 +301,7 @@ fn serve(dir: &Path) -> Result<i32> {
                 tasks.push(tokio::spawn(hearth_acme::http01::serve(listener, acme.tokens())));
             }
             tasks.push(tokio::spawn(acme.clone().run()));
-            tasks.push(tokio::spawn(renew_on_sighup(acme.clone())));
+            tasks.push(tokio::spawn(acme.clone().renew_on_sighup()));
         }
         if !settings.metrics_listen.is_empty() {
             match tokio::net::TcpListener::bind(&settings.metrics_listen).await {
@@ -336,15 +336,6 @@ fn serve(dir: &Path) -> Result<i32> {
         let _ = tokio::time::timeout(std::time::Duration::from_secs(2), endpoint.wait_idle()).await;
         Ok(code)
     })
-}
-
-/// Asks for a new public certificate now at every SIGHUP (`systemctl reload hearth-node`).
-async fn renew_on_sighup(acme: Arc<hearth_acme::Manager>) {
-    let Ok(mut hup) = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::hangup()) else { return };
-    while hup.recv().await.is_some() {
-        tracing::info!("SIGHUP: renewing the public certificate now");
-        acme.renew_now();
-    }
 }
 
 /// Installs the SIGTERM handler now; the future ends at SIGTERM or Ctrl-C.

@@ -254,7 +254,12 @@ pub fn demo_snapshot(user: u64) -> Snapshot {
                 spki_sha256: Some([8; 32]),
                 insecure: true,
                 obfs: Some("obfs-pw".into()),
-                identity: Default::default(),
+                // What a node registers: its certificate, for clients before sing-box 1.13.
+                identity: hearth_shared::wire::Identity {
+                    certificate: Some(include_bytes!("../../shared/tests/golden/node-cert.der").to_vec()),
+                    name: Some("home.example.net".into()),
+                    unverified: false,
+                },
             },
             Endpoint {
                 name: "Cloud".into(),

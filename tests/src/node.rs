@@ -262,11 +262,7 @@ impl ProxyClient {
             });
             let path = dir.join("client.json");
             std::fs::write(&path, serde_json::to_vec_pretty(&config)?)?;
-            let mut command = Command::new(program);
-            if let Some(roots) = roots {
-                command.env("SSL_CERT_FILE", roots).env("SSL_CERT_DIR", "/nonexistent");
-            }
-            command
+            trusting(&mut Command::new(program), roots)
                 .args(["run", "-c"])
                 .arg(&path)
                 .stdin(Stdio::null())
@@ -291,11 +287,7 @@ impl ProxyClient {
                 format!("socks-port: {port}\nbind-address: 127.0.0.1\nlog-level: warning\nipv6: false\n{profile}");
             let path = dir.join("config.yaml");
             std::fs::write(&path, config)?;
-            let mut command = Command::new(crate::mihomo()?);
-            if let Some(roots) = roots {
-                command.env("SSL_CERT_FILE", roots).env("SSL_CERT_DIR", "/nonexistent");
-            }
-            command
+            trusting(&mut Command::new(crate::mihomo()?), roots)
                 .arg("-d")
                 .arg(dir)
                 .arg("-f")
@@ -438,6 +430,15 @@ impl ProxyClient {
         }
         bail!("no UDP answer through the tunnel")
     }
+}
+
+/// `command` trusting the root certificates in the PEM file `roots` and no others (Go reads
+/// `SSL_CERT_FILE`), when given.
+fn trusting<'c>(command: &'c mut Command, roots: Option<&Path>) -> &'c mut Command {
+    if let Some(roots) = roots {
+        command.env("SSL_CERT_FILE", roots).env("SSL_CERT_DIR", "/nonexistent");
+    }
+    command
 }
 
 /// A local UDP echo server.

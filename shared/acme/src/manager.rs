@@ -126,6 +126,15 @@ impl Manager {
         self.renew.notify_one();
     }
 
+    /// Asks for a new certificate now at every SIGHUP (`systemctl reload`), forever.
+    pub async fn renew_on_sighup(self: Arc<Self>) {
+        let Ok(mut hup) = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::hangup()) else { return };
+        while hup.recv().await.is_some() {
+            tracing::info!(domain = %self.settings.domain, "SIGHUP: renewing the certificate now");
+            self.renew_now();
+        }
+    }
+
     /// Counts the attempts made: changes after each one, successful or not.
     pub fn attempts(&self) -> tokio::sync::watch::Receiver<u64> {
         self.attempts.subscribe()
