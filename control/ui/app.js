@@ -443,6 +443,25 @@
     );
   }
 
+  /** A word for the next page drawn ("Saved."), shown once at its top. */
+  let flash = null;
+
+  function flashNotice() {
+    const notice = flash ? h('p', { class: 'notice flash', role: 'status', id: 'flash' }, flash) : null;
+    flash = null;
+    return notice;
+  }
+
+  /** What a form's input changes against `initial` (the same form's input as it was drawn):
+   * only those fields are sent, so a save never rewrites what the admin did not touch. */
+  function changedOnly(input, initial) {
+    const out = {};
+    for (const [key, value] of Object.entries(input)) {
+      if (JSON.stringify(value) !== JSON.stringify(initial[key])) out[key] = value;
+    }
+    return out;
+  }
+
   function shell(current, ...content) {
     const section = current.split('/')[0];
     mount(
@@ -465,7 +484,7 @@
           h('button', { type: 'button', class: 'ghost small', id: 'sign-out', onclick: signOut }, t('sign_out')),
         ),
       ),
-      h('main', {}, ...content),
+      h('main', {}, flashNotice(), ...content),
     );
   }
 
@@ -1143,9 +1162,14 @@
       errorBox(),
       h('div', { class: 'actions' }, h('button', { type: 'submit' }, t('save'))),
     );
-    onSubmit(edit, async () => {
+    const editInput = () => {
       const values = fields(edit);
-      await api('PATCH', `users/${id}`, { name: values.name, ...userInput(values, groups.groups) });
+      return { name: values.name, ...userInput(values, groups.groups) };
+    };
+    const drawn = editInput();
+    onSubmit(edit, async () => {
+      await api('PATCH', `users/${id}`, changedOnly(editInput(), drawn));
+      flash = t('saved_user');
       route();
     });
 
@@ -1555,8 +1579,10 @@
       errorBox(),
       h('div', { class: 'actions' }, h('button', { type: 'submit' }, t('save'))),
     );
+    const drawn = nodeInput(fields(edit), groups.groups, node);
     onSubmit(edit, async () => {
-      await api('PATCH', `nodes/${id}`, nodeInput(fields(edit), groups.groups, node));
+      await api('PATCH', `nodes/${id}`, changedOnly(nodeInput(fields(edit), groups.groups, node), drawn));
+      flash = t('saved_node');
       route();
     });
     shell(
@@ -1644,10 +1670,15 @@
         h('div', { class: 'actions' }, h('button', { type: 'submit' }, t('save'))),
       );
       const d = dialog(t('groups.edit', { name: g.name }), edit);
-      onSubmit(edit, async () => {
+      const groupInput = () => {
         const values = fields(edit);
-        await api('PATCH', `groups/${g.id}`, { name: values.name, note: values.note, ...speedInput(values, false), ...fairInput(values) });
+        return { name: values.name, note: values.note, ...speedInput(values, false), ...fairInput(values) };
+      };
+      const drawn = groupInput();
+      onSubmit(edit, async () => {
+        await api('PATCH', `groups/${g.id}`, changedOnly(groupInput(), drawn));
         d.close();
+        flash = t('saved_group');
         route();
       });
     };

@@ -19,6 +19,7 @@ pub(crate) mod nodes;
 pub(crate) mod passkeys;
 pub(crate) mod telegram;
 pub(crate) mod usage;
+mod user_edit;
 pub(crate) mod users;
 
 use std::path::{Path, PathBuf};

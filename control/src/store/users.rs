@@ -320,7 +320,7 @@ pub(crate) fn check_name(name: &str, what: &str) -> Result<String, Error> {
     Ok(name.to_owned())
 }
 
-fn check_note(note: &str) -> Result<(), Error> {
+pub(super) fn check_note(note: &str) -> Result<(), Error> {
     if note.len() > MAX_NOTE {
         return Err(Error::invalid("bad_note", format!("a note must be at most {MAX_NOTE} bytes")));
     }
@@ -392,7 +392,7 @@ fn resolve_new(conn: &Connection, input: &UserInput, now: u64) -> Result<NewUser
 }
 
 /// Expiry and start-on-first-use duration from `expires_at` / `days` / `start_on_first_use`.
-fn expiry(input: &UserInput, now: u64) -> Result<(u64, u64), Error> {
+pub(super) fn expiry(input: &UserInput, now: u64) -> Result<(u64, u64), Error> {
     if input.quota.is_some_and(|q| q > i64::MAX as u64) {
         return Err(Error::invalid("bad_quota", "quota is too large"));
     }
@@ -447,7 +447,7 @@ pub(crate) fn insert_imported(
 /// The name of another user (not `except`) that is `name` but for its case: names are
 /// unique whatever the case of their Latin letters, so "Mom" and "mom" are never two people
 /// in the panel. (SQLite's NOCASE folds ASCII only: "Мама" and "мама" stay two names.)
-fn named_like(conn: &Connection, name: &str, except: Option<UserId>) -> Result<Option<String>, Error> {
+pub(super) fn named_like(conn: &Connection, name: &str, except: Option<UserId>) -> Result<Option<String>, Error> {
     Ok(conn
         .prepare_cached("SELECT name FROM users WHERE name = ?1 COLLATE NOCASE AND id IS NOT ?2 LIMIT 1")?
         .query_row(params![name, except], |row| row.get(0))
@@ -644,111 +644,17 @@ pub(crate) fn list(conn: &Connection, query: &ListQuery) -> Result<UserPage, Err
     Ok(UserPage { total, page, per_page, users })
 }
 
-/// Changes a user's settings; says what must be published.
-pub(crate) fn update(
-    conn: &Connection,
-    changes: &mut Changes,
-    actor: &str,
-    id: UserId,
-    input: &UserInput,
-    now: u64,
-) -> Result<(), Error> {
-    let before = get(conn, id)?;
-    changes.user(conn, id)?;
-    let mut changed = Vec::new();
-    if let Some(name) = &input.name {
-        let name = check_name(name, "user")?;
-        if let Some(existing) = named_like(conn, &name, Some(id))? {
-            return Err(Error::Conflict(format!("a user named {existing:?} already exists")));
-        }
-        conn.execute("UPDATE users SET name = ?2 WHERE id = ?1", params![id, name])
-            .map_err(|e| Error::from(e).unique(&format!("a user named {name:?}")))?;
-        changed.push("name");
-    }
-    if let Some(quota) = input.quota {
-        if quota > i64::MAX as u64 {
-            return Err(Error::invalid("bad_quota", "quota is too large"));
-        }
-        conn.execute("UPDATE users SET quota = ?2 WHERE id = ?1", params![id, quota])?;
-        changed.push("quota");
-    }
-    if input.expires_at.is_some() || input.days.is_some() || input.start_on_first_use.is_some() {
-        let (expires_at, duration) = expiry(input, now)?;
-        // A user already started keeps its start; a new duration then counts from it.
-        let (expires_at, duration) = if duration != 0 && before.started_at != 0 {
-            (before.started_at + duration, duration)
-        } else {
-            (expires_at, duration)
-        };
-        conn.execute(
-            "UPDATE users SET expires_at = ?2, duration_secs = ?3 WHERE id = ?1",
-            params![id, expires_at, duration],
-        )?;
-        changed.push("expiry");
-    }
-    if let Some(reset) = &input.reset {
-        let reset = parse_reset(reset)
-            .ok_or_else(|| Error::invalid("bad_reset", "reset must be none, daily, weekly, monthly or rolling30"))?;
-        conn.execute(
-            "UPDATE users SET reset = ?2, next_reset = ?3 WHERE id = ?1",
-            params![id, reset_name(reset), crate::clock::next_reset(reset, now)],
-        )?;
-        changed.push("reset");
-    }
-    if let Some(note) = &input.note {
-        check_note(note)?;
-        conn.execute("UPDATE users SET note = ?2 WHERE id = ?1", params![id, note])?;
-        changed.push("note");
-    }
-    if let Some(enabled) = input.enabled {
-        conn.execute("UPDATE users SET enabled = ?2 WHERE id = ?1", params![id, enabled])?;
-        changed.push(if enabled { "enabled" } else { "disabled" });
-    }
-    if let Some(speed) = input.speed_limit {
-        conn.execute(
-            "UPDATE users SET speed_up = ?2, speed_down = ?3 WHERE id = ?1",
-            params![id, speed.up.map(|m| m.0), speed.down.map(|m| m.0)],
-        )?;
-        changed.push("speed_limit");
-    }
-    if let Some(on_quota) = &input.on_quota {
-        conn.execute("UPDATE users SET on_quota = ?2 WHERE id = ?1", params![id, parse_on_quota(on_quota)?])?;
-        changed.push("on_quota");
-    }
-    if let Some(slow) = input.slow_speed {
-        conn.execute("UPDATE users SET slow_kbps = ?2 WHERE id = ?1", params![id, slow.0])?;
-        changed.push("slow_speed");
-    }
-    if let Some(limit) = input.device_limit {
-        conn.execute("UPDATE users SET device_limit = ?2 WHERE id = ?1", params![id, limit.stored()])?;
-        changed.push("device_limit");
-    }
-    if input.on_quota.is_some() || input.slow_speed.is_some() {
-        let (on_quota, slow): (Option<String>, u64) =
-            conn.query_row("SELECT on_quota, slow_kbps FROM users WHERE id = ?1", [id], |r| {
-                Ok((r.get(0)?, r.get(1)?))
-            })?;
-        check_slow(on_quota.as_deref(), Mbps(slow))?;
-    }
-    if let Some(groups) = &input.groups {
-        let ids = group_ids(conn, groups)?;
-        conn.execute("DELETE FROM user_groups WHERE user_id = ?1", [id])?;
-        for group in ids {
-            conn.execute("INSERT INTO user_groups (user_id, group_id) VALUES (?1, ?2)", params![id, group])?;
-        }
-        changed.push("groups");
-    }
-    conn.execute("UPDATE users SET updated = ?2 WHERE id = ?1", params![id, now])?;
-    // Told before what follows from it (a user disabled, or over its new quota).
-    changed_event(conn, id, &changed, actor, now)?;
-    changes.user(conn, id)?;
-    audit(conn, now, actor, "user.update", &format!("user {id} ({})", before.name), &changed.join(","))?;
-    Ok(())
-}
+pub(crate) use super::user_edit::update;
 
 /// Tells of a change to a user by `actor`: what changed (field names, never a value that is a
 /// secret).
-fn changed_event(conn: &Connection, id: UserId, fields: &[&str], actor: &str, now: u64) -> Result<(), Error> {
+pub(super) fn changed_event(
+    conn: &Connection,
+    id: UserId,
+    fields: &[&str],
+    actor: &str,
+    now: u64,
+) -> Result<(), Error> {
     events::user_event_of(conn, now, "user.changed", id, serde_json::json!({ "fields": fields, "by": actor }))
 }
 
