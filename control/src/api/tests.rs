@@ -14,6 +14,7 @@ use tower::ServiceExt as _;
 use crate::app::{App, now};
 use crate::testing::TestControl;
 
+mod edits;
 mod identity;
 mod roles;
 mod spans;

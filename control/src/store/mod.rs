@@ -402,6 +402,22 @@ pub(crate) fn audit(
     Ok(())
 }
 
+/// What an edit changed of an object, for the audit log: `field: old -> new` for each field of
+/// its view that differs before and after (`volatile` fields, which change by themselves, left
+/// out); empty when nothing did.
+pub(crate) fn differences<T: serde::Serialize>(before: &T, after: &T, volatile: &[&str]) -> String {
+    let (before, after) = (serde_json::to_value(before), serde_json::to_value(after));
+    let (Ok(serde_json::Value::Object(before)), Ok(serde_json::Value::Object(after))) = (before, after) else {
+        return String::new();
+    };
+    after
+        .iter()
+        .filter(|(field, value)| !volatile.contains(&field.as_str()) && before.get(*field) != Some(value))
+        .map(|(field, value)| format!("{field}: {} -> {value}", before.get(field).unwrap_or(&serde_json::Value::Null)))
+        .collect::<Vec<_>>()
+        .join(", ")
+}
+
 /// One entry of the audit log, as the panel shows it.
 #[derive(Clone, Debug, serde::Serialize)]
 pub(crate) struct AuditEntry {

@@ -380,16 +380,13 @@ pub(crate) fn update(
 ) -> Result<(), Error> {
     let before = get(conn, id)?;
     changes.users_of_node(conn, id)?;
-    let mut changed = Vec::new();
     if let Some(name) = &input.name {
         let name = check_name(name, "node")?;
         conn.execute("UPDATE nodes SET name = ?2 WHERE id = ?1", params![id, name])
             .map_err(|e| Error::from(e).unique(&format!("a node named {name:?}")))?;
-        changed.push("name");
     }
     if let Some(host) = &input.host {
         conn.execute("UPDATE nodes SET host = ?2 WHERE id = ?1", params![id, check_host(host)?])?;
-        changed.push("host");
     }
     // The node process reads its port, hop range and Salamander password at enrollment:
     // changing them here alone would point every user at a door the node does not open.
@@ -426,44 +423,34 @@ pub(crate) fn update(
     if let Some(domain) = &input.domain {
         conn.execute("UPDATE nodes SET domain = ?2 WHERE id = ?1", params![id, check_domain(domain)?])?;
         super::identity::refresh_public(conn, changes, id, now)?;
-        changed.push("domain");
     }
     if let Some(port) = input.port {
         if port == 0 {
             return Err(Error::invalid("bad_port", "port must be 1 to 65535"));
         }
         conn.execute("UPDATE nodes SET port = ?2 WHERE id = ?1", params![id, port])?;
-        changed.push("port");
     }
     if let Some(hop) = &input.hop {
         let (start, end) = parse_hop(hop)?;
         conn.execute("UPDATE nodes SET hop_start = ?2, hop_end = ?3 WHERE id = ?1", params![id, start, end])?;
-        changed.push("hop");
     }
     if let Some(sni) = &input.sni {
         conn.execute("UPDATE nodes SET sni = ?2 WHERE id = ?1", params![id, check_text(sni, "bad_sni", "sni")?])?;
-        changed.push("sni");
     }
     if let Some(tls) = &input.tls {
         check_tls(tls)?;
         conn.execute("UPDATE nodes SET tls = ?2 WHERE id = ?1", params![id, tls])?;
-        changed.push("tls");
     }
     if let Some(obfs) = &input.obfs {
         conn.execute("UPDATE nodes SET obfs = ?2 WHERE id = ?1", params![id, check_text(obfs, "bad_obfs", "obfs")?])?;
-        changed.push("obfs");
     }
     if let Some(masquerade) = &input.masquerade {
         let masquerade = check_masquerade(masquerade)?;
         conn.execute("UPDATE nodes SET masquerade = ?2 WHERE id = ?1", params![id, masquerade])?;
-        changed.push("masquerade");
     }
-    if set_traffic(conn, id, input, now)? {
-        changed.push("traffic");
-    }
+    set_traffic(conn, id, input, now)?;
     if let Some(allow) = input.allow_unverified {
         conn.execute("UPDATE nodes SET allow_unverified = ?2 WHERE id = ?1", params![id, allow])?;
-        changed.push("allow_unverified");
     }
     if let Some(groups) = &input.groups {
         let ids = group_ids(conn, groups)?;
@@ -471,10 +458,14 @@ pub(crate) fn update(
         for group in ids {
             conn.execute("INSERT INTO node_groups (node_id, group_id) VALUES (?1, ?2)", params![id, group])?;
         }
-        changed.push("groups");
+    }
+    // What really changed (a field given the value it had is no change), from the views.
+    let changed = super::differences(&before, &get(conn, id)?, &["last_seen", "version", "usage_seq", "quota_used"]);
+    if changed.is_empty() {
+        return Ok(());
     }
     changes.users_of_node(conn, id)?;
-    audit(conn, now, actor, "node.update", &format!("node {id} ({})", before.name), &changed.join(","))?;
+    audit(conn, now, actor, "node.update", &format!("node {id} ({})", before.name), &changed)?;
     Ok(())
 }
 
@@ -1183,8 +1174,12 @@ pub(crate) fn update_group(
     if set_group_speed(conn, id, input)? {
         group_changes(conn, id, changes)?;
     }
-    audit(conn, now, actor, "group.update", &format!("group {id} ({})", before.name), "")?;
-    group(conn, id)
+    let after = group(conn, id)?;
+    let changed = super::differences(&before, &after, &["users", "nodes"]);
+    if !changed.is_empty() {
+        audit(conn, now, actor, "group.update", &format!("group {id} ({})", before.name), &changed)?;
+    }
+    Ok(after)
 }
 
 /// Deletes a group: its users lose its nodes.
