@@ -27,7 +27,7 @@
       return table[`${key}.${new Intl.PluralRules(l).select(n)}`] ?? table[`${key}.other`];
     };
     let s = form(lang) ?? form('en') ?? key;
-    for (const [k, v] of Object.entries({ ...vars, n: new Intl.NumberFormat(lang).format(n) })) s = s.replaceAll(`{${k}}`, v);
+    for (const [k, v] of Object.entries({ ...vars, n: number(n) })) s = s.replaceAll(`{${k}}`, v);
     return s;
   }
 
@@ -192,28 +192,33 @@
 
   // ---- formatting -----------------------------------------------------------------------
 
-  const number = (n) => new Intl.NumberFormat(lang).format(n);
+  /** A figure kept whole in a right-to-left page: in Unicode isolates (U+2068 ... U+2069, what
+   * `<bdi>` does), so "۰ B / ۱۰۰ GiB" never comes apart into "B / ۱۰۰ GiB ۰". Left-to-right
+   * pages need none. */
+  const whole = (text) => (document.documentElement.dir === 'rtl' ? `\u2068${text}\u2069` : text);
+
+  const number = (n) => whole(new Intl.NumberFormat(lang).format(n));
 
   /** A size in binary units, in the language's numbers and unit names (`units`). */
   function bytes(n) {
     const units = t('units').split(' ');
-    if (!n) return `${number(0)} ${units[0]}`;
+    if (!n) return whole(`${new Intl.NumberFormat(lang).format(0)} ${units[0]}`);
     let i = 0;
     while (n >= 1024 && i < units.length - 1) {
       n /= 1024;
       i++;
     }
-    return `${new Intl.NumberFormat(lang, { maximumFractionDigits: n < 10 && i ? 1 : 0 }).format(n)} ${units[i]}`;
+    return whole(`${new Intl.NumberFormat(lang, { maximumFractionDigits: n < 10 && i ? 1 : 0 }).format(n)} ${units[i]}`);
   }
 
   function date(seconds) {
     if (!seconds) return t('never');
-    return new Intl.DateTimeFormat(lang, { dateStyle: 'medium' }).format(new Date(seconds * 1000));
+    return whole(new Intl.DateTimeFormat(lang, { dateStyle: 'medium' }).format(new Date(seconds * 1000)));
   }
 
   function dateTime(seconds) {
     if (!seconds) return t('never');
-    return new Intl.DateTimeFormat(lang, { dateStyle: 'short', timeStyle: 'short' }).format(new Date(seconds * 1000));
+    return whole(new Intl.DateTimeFormat(lang, { dateStyle: 'short', timeStyle: 'short' }).format(new Date(seconds * 1000)));
   }
 
   function ago(seconds) {
@@ -221,9 +226,9 @@
     const diff = Math.round(seconds - Date.now() / 1000);
     const rtf = new Intl.RelativeTimeFormat(lang, { numeric: 'auto' });
     for (const [unit, size] of [['day', 86400], ['hour', 3600], ['minute', 60]]) {
-      if (Math.abs(diff) >= size) return rtf.format(Math.round(diff / size), unit);
+      if (Math.abs(diff) >= size) return whole(rtf.format(Math.round(diff / size), unit));
     }
-    return rtf.format(diff, 'second');
+    return whole(rtf.format(diff, 'second'));
   }
 
   /** A bar chart of daily traffic (download over upload), as SVG: no library, no inline style. */

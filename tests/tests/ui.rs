@@ -1315,6 +1315,17 @@ async fn the_panels_rough_edges_in_a_real_browser() {
         screenshot(&client, &format!("fa-{name}-phone")).await;
     }
     client.set_window_size(1280, 900).await.unwrap();
+    // A figure stays whole beside its unit, right to left too: the digit of "۰ B / ۱۰۰ GiB"
+    // sits just left of its "B", not at the far end of the line.
+    let quota = call(reqwest::Method::POST, "/users".into(), Some(json!({ "name": "Quota", "quota": 100u64 << 30 }))).await;
+    client.goto(&format!("{panel}#/users/{}", quota["id"])).await.unwrap();
+    text_of(&client, "main", |t| t.contains("Quota") && t.contains("GiB")).await;
+    let gap = "const cell = [...document.querySelectorAll('.usage')].find((e) => e.textContent.includes('GiB'));\
+               const text = [...cell.childNodes].find((n) => n.nodeType === 3);\
+               const at = (i) => { const r = document.createRange(); r.setStart(text, i); r.setEnd(text, i + 1); return r.getBoundingClientRect(); };\
+               const s = text.textContent; return at(s.indexOf('B')).left - at(s.indexOf('\u{6f0}')).right;";
+    let gap = number(&client, gap).await;
+    assert!((0.0..12.0).contains(&gap), "the zero stands {gap} px from its unit");
     // Chinese.
     find(&client, "select.lang").await.select_by_value("zh").await.unwrap();
     client.goto(&format!("{panel}#/")).await.unwrap();
