@@ -1178,13 +1178,18 @@
       route();
     });
 
+    // A user with no end date gets one from today: the button says so, and asks first.
+    const endless = !user.expires_at && !user.duration_days;
     const extend = h('form', { class: 'inline', id: 'extend' },
       h('input', { name: 'days', type: 'number', min: 1, max: 36500, step: 1, value: 30, 'aria-label': t('users.days'), inputmode: 'numeric' }),
-      h('button', { type: 'submit', class: 'ghost' }, t('users.extend')),
+      h('button', { type: 'submit', class: 'ghost' }, t(endless ? 'users.end_in' : 'users.extend')),
+      endless ? h('small', { id: 'extend-hint' }, t('users.end_in_hint')) : null,
       errorBox(),
     );
     onSubmit(extend, async () => {
-      await api('POST', `users/${id}/extend`, { days: Number(fields(extend).days) });
+      const days = Number(fields(extend).days);
+      if (endless && !(await confirmAction(t('users.end_in_confirm', { name: user.name, when: date(Date.now() / 1000 + days * 86400) }), t('users.end_in')))) return;
+      await api('POST', `users/${id}/extend`, { days });
       route();
     });
 

@@ -1317,7 +1317,8 @@ async fn the_panels_rough_edges_in_a_real_browser() {
     client.set_window_size(1280, 900).await.unwrap();
     // A figure stays whole beside its unit, right to left too: the digit of "۰ B / ۱۰۰ GiB"
     // sits just left of its "B", not at the far end of the line.
-    let quota = call(reqwest::Method::POST, "/users".into(), Some(json!({ "name": "Quota", "quota": 100u64 << 30 }))).await;
+    let quota =
+        call(reqwest::Method::POST, "/users".into(), Some(json!({ "name": "Quota", "quota": 100u64 << 30 }))).await;
     client.goto(&format!("{panel}#/users/{}", quota["id"])).await.unwrap();
     text_of(&client, "main", |t| t.contains("Quota") && t.contains("GiB")).await;
     let gap = "const cell = [...document.querySelectorAll('.usage')].find((e) => e.textContent.includes('GiB'));\
@@ -1387,6 +1388,30 @@ async fn an_edit_in_the_panel_changes_only_what_was_touched() {
     find(&client, "#user-edit button[type=submit]").await.click().await.unwrap();
     text_of(&client, "#flash", |t| t == "Saved.").await;
     assert_eq!(s.get("/audit?limit=1").await["entries"][0]["detail"], "note", "nothing audited for nothing changed");
+
+    // A user with no end date: extending says it sets one from today, and asks first (45, 4).
+    let forever = s.ok(reqwest::Method::POST, "/users", Some(json!({ "name": "Forever" }))).await;
+    let id = forever["id"].as_u64().unwrap();
+    open(format!("#/users/{id}"), "Forever").await;
+    text_of(&client, "#extend button[type=submit]", |t| t == "Set an end date, from today").await;
+    text_of(&client, "#extend-hint", |t| t.contains("no end date")).await;
+    find(&client, "#extend button[type=submit]").await.click().await.unwrap();
+    client
+        .find(Locator::XPath("//dialog//button[text()='Set an end date, from today']"))
+        .await
+        .unwrap()
+        .click()
+        .await
+        .unwrap();
+    let started = Instant::now();
+    while s.get(&format!("/users/{id}")).await["expires_at"] == 0 {
+        assert!(started.elapsed() < Duration::from_secs(10), "no end date was set");
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    let now = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap().as_secs();
+    let ends = s.get(&format!("/users/{id}")).await["expires_at"].as_u64().unwrap();
+    assert!((now + 29 * 86_400..now + 31 * 86_400).contains(&ends), "30 days from today");
+    text_of(&client, "#extend button[type=submit]", |t| t == "Extend by days").await;
 
     // A node: its multiplier alone.
     let id = node["id"].as_u64().unwrap();
