@@ -681,7 +681,7 @@ pub(crate) fn totp_enable(conn: &Connection, step: u64, recovery: &[[u8; 32]], n
         params![step],
     )?;
     if changed == 0 {
-        return Err(Error::Conflict("no enrollment is under way; start again".into()));
+        return Err(Error::conflict("no_enrollment", "no enrollment is under way; start again"));
     }
     conn.execute("DELETE FROM recovery_codes", [])?;
     for hash in recovery {
@@ -728,7 +728,7 @@ pub(crate) fn recovery_code_exists(conn: &Connection, hash: &[u8; 32]) -> Result
 /// Creates the owner (once).
 pub(crate) fn create_owner(conn: &Connection, login: &str, hash: &str, now: u64) -> Result<(), Error> {
     if has_owner(conn)? {
-        return Err(Error::Conflict("setup is already done".into()));
+        return Err(Error::conflict("setup_done", "setup is already done; sign in instead"));
     }
     conn.execute(
         "INSERT INTO owner (id, login, password_hash, created) VALUES (1, ?1, ?2, ?3)",

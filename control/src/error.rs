@@ -14,9 +14,15 @@ pub(crate) enum Error {
     /// Not found (404).
     #[error("{0} not found")]
     NotFound(&'static str),
-    /// The request conflicts with what exists (409), e.g. a name already taken.
-    #[error("{0}")]
-    Conflict(String),
+    /// The request conflicts with what exists (409): a name already taken (`conflict`), or
+    /// another state that forbids it, each with its own code (`setup_done`...).
+    #[error("{message}")]
+    Conflict {
+        /// A stable machine-readable code.
+        code: &'static str,
+        /// What was wrong, for a person.
+        message: String,
+    },
     /// Names that cannot be used (400 for names repeated in one request, 409 for names taken),
     /// listed for the person who typed them.
     #[error("{message}")]
@@ -45,11 +51,16 @@ impl Error {
         Error::Invalid { code, message: message.into() }
     }
 
+    /// A 409 with `code`: the request conflicts with what exists (`conflict`: a name taken).
+    pub(crate) fn conflict(code: &'static str, message: impl Into<String>) -> Error {
+        Error::Conflict { code, message: message.into() }
+    }
+
     /// Maps a unique-constraint failure to a conflict, anything else to itself.
     pub(crate) fn unique(self, what: &str) -> Error {
         match &self {
             Error::Db(rusqlite::Error::SqliteFailure(e, _)) if e.code == rusqlite::ErrorCode::ConstraintViolation => {
-                Error::Conflict(format!("{what} already exists"))
+                Error::conflict("conflict", format!("{what} already exists"))
             }
             _ => self,
         }

@@ -74,7 +74,7 @@ impl Passkeys {
     }
 
     fn webauthn(&self) -> Result<&Webauthn, Error> {
-        self.webauthn.as_ref().map_err(|why| Error::Conflict(why.clone()))
+        self.webauthn.as_ref().map_err(|why| Error::conflict("passkeys_unavailable", why.clone()))
     }
 
     /// Keeps a ceremony's state; its ticket.
@@ -218,7 +218,9 @@ mod tests {
         for url in ["https://127.0.0.1:8443", "https://[::1]:8443", "not a url"] {
             let passkeys = Passkeys::new(url, "Hearth");
             assert!(!passkeys.available(), "{url}");
-            assert!(matches!(passkeys.start_sign_in(), Err(Error::Conflict(why)) if why.contains("public_url")));
+            assert!(
+                matches!(passkeys.start_sign_in(), Err(Error::Conflict { message, .. }) if message.contains("public_url"))
+            );
         }
         assert!(Passkeys::new("https://panel.example.net:8443", "Hearth").available());
         assert!(Passkeys::new("http://localhost:8443", "Hearth").available());

@@ -317,7 +317,7 @@ pub(crate) fn start(
         .query_row("SELECT release FROM rollouts WHERE state IN ('canary', 'rolling')", [], |row| row.get(0))
         .optional()?;
     if let Some(other) = running {
-        return Err(Error::Conflict(format!("release {other} is rolling out; stop it first")));
+        return Err(Error::conflict("release_rolling", format!("release {other} is rolling out; stop it first")));
     }
     let enrolled: Option<bool> = conn
         .query_row("SELECT public_key IS NOT NULL FROM nodes WHERE id = ?1", [canary], |row| row.get(0))
@@ -345,7 +345,7 @@ pub(crate) fn stop(conn: &Connection, signer: &Signer, release: u64, actor: &str
         params![release, now],
     )?;
     if changed == 0 {
-        return Err(Error::Conflict("this release is not rolling out".into()));
+        return Err(Error::conflict("release_not_rolling", "this release is not rolling out"));
     }
     conn.execute("UPDATE nodes SET release_target = 0 WHERE release_target = ?1 AND release_running != ?1", [release])?;
     crate::publish::publish_rollout(conn, signer, now)?;

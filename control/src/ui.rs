@@ -161,9 +161,14 @@ mod tests {
                 }
                 let text = std::fs::read_to_string(&path).unwrap();
                 let text = text.split("#[cfg(test)]\nmod tests").next().unwrap();
-                for (needle, commas) in
-                    [("invalid(", 0), ("refuse(", 1), ("refused(", 3), ("code: ", 0), ("\"code\": ", 0)]
-                {
+                for (needle, commas) in [
+                    ("invalid(", 0),
+                    ("conflict(", 0),
+                    ("refuse(", 1),
+                    ("refused(", 3),
+                    ("code: ", 0),
+                    ("\"code\": ", 0),
+                ] {
                     for (at, _) in text.match_indices(needle) {
                         if let Some(code) = after_commas(&text[at + needle.len()..], commas).and_then(literal) {
                             codes.insert(code);

@@ -1389,6 +1389,25 @@ async fn an_edit_in_the_panel_changes_only_what_was_touched() {
     text_of(&client, "#flash", |t| t == "Saved.").await;
     assert_eq!(s.get("/audit?limit=1").await["entries"][0]["detail"], "note", "nothing audited for nothing changed");
 
+    // A spent setup link says setup is done, in the server's own terms (45, 5), and the page
+    // no longer says that only the owner signs in (45, 6).
+    no_console_errors(&driver, &client, "the edits").await;
+    client.goto(&format!("{panel}setup#a-spent-setup-token")).await.unwrap();
+    text_of(&client, "#setup p", |t| t.contains("add admins with their own sign-in")).await;
+    fill(&client, "#setup input[name=login]", "owner").await;
+    fill(&client, "#setup input[name=password]", "correct horse battery").await;
+    fill(&client, "#setup input[name=repeat]", "correct horse battery").await;
+    find(&client, "#setup button[type=submit]").await.click().await.unwrap();
+    text_of(&client, "#setup .error", |t| t == "Setup is done already: sign in instead.").await;
+    // The 409 it answered is in the console, as expected: read, so the check below starts here.
+    let logged = console(&driver, &client).await;
+    let severe: Vec<&Value> = logged.iter().filter(|l| l["level"] == "SEVERE").collect();
+    assert!(
+        severe.iter().all(|l| l["message"].as_str().is_some_and(|m| m.contains("/api/setup") && m.contains("409"))),
+        "{severe:?}"
+    );
+    client.goto(&panel).await.unwrap();
+
     // A user with no end date: extending says it sets one from today, and asks first (45, 4).
     let forever = s.ok(reqwest::Method::POST, "/users", Some(json!({ "name": "Forever" }))).await;
     let id = forever["id"].as_u64().unwrap();

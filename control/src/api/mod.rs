@@ -105,7 +105,7 @@ impl IntoResponse for Error {
         let (status, code, message) = match &self {
             Error::Invalid { code, message } => (StatusCode::BAD_REQUEST, *code, message.clone()),
             Error::NotFound(_) => (StatusCode::NOT_FOUND, "not_found", self.to_string()),
-            Error::Conflict(message) => (StatusCode::CONFLICT, "conflict", message.clone()),
+            Error::Conflict { code, message } => (StatusCode::CONFLICT, *code, message.clone()),
             Error::Names { code, message, names } => {
                 let status = if *code == "names_taken" { StatusCode::CONFLICT } else { StatusCode::BAD_REQUEST };
                 let body = serde_json::json!({ "error": { "code": code, "message": message, "names": names } });

@@ -502,7 +502,7 @@ fn take(
                 aliases: user.aliases.len(),
             }))
         }
-        Err(Error::Invalid { message, .. } | Error::Conflict(message)) => {
+        Err(Error::Invalid { message, .. } | Error::Conflict { message, .. }) => {
             conn.execute_batch("ROLLBACK TO import_user; RELEASE import_user")?;
             Ok(Err(refuse(user, message)))
         }

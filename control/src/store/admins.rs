@@ -185,7 +185,7 @@ pub(crate) fn create(
     let taken: bool =
         conn.query_row("SELECT count(*) FROM admins WHERE login = ?1", [&login], |row| row.get::<_, i64>(0))? > 0;
     if taken || owner.is_some_and(|owner| owner.eq_ignore_ascii_case(&login)) {
-        return Err(Error::Conflict(format!("the login {login:?} is taken")));
+        return Err(Error::conflict("conflict", format!("the login {login:?} is taken")));
     }
     conn.execute(
         "INSERT INTO admins (login, password_hash, role, created) VALUES (?1, ?2, ?3, ?4)",

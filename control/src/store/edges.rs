@@ -225,8 +225,8 @@ fn taken(conn: &Connection, name: &str, url: &str, except: i64) -> Result<(), Er
         .query_row(params![name, url, except], |row| row.get(0))
         .optional()?;
     match clash {
-        Some(other) if other == name => Err(Error::Conflict(format!("an edge is already named {name}"))),
-        Some(other) => Err(Error::Conflict(format!("edge {other} has that URL already"))),
+        Some(other) if other == name => Err(Error::conflict("conflict", format!("an edge is already named {name}"))),
+        Some(other) => Err(Error::conflict("edge_url_taken", format!("edge {other} has that URL already"))),
         None => Ok(()),
     }
 }
@@ -426,7 +426,7 @@ mod tests {
         user(&t, "bob");
         assert_eq!((lacks(&t, MAIN), lacks(&t, "mirror")), (1, 2), "a change reaches every edge's queue");
         let clash = db.write_blocking(|tx| add(tx, &mirror, now())).unwrap_err();
-        assert!(matches!(clash, Error::Conflict(_)), "{clash}");
+        assert!(matches!(clash, Error::Conflict { .. }), "{clash}");
 
         // The main edge moves: the new one is brought up from nothing; none: it goes.
         db.write_blocking(|tx| sync_main(tx, Some("https://other.example"), "https://other.example/s", now())).unwrap();

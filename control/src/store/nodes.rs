@@ -750,7 +750,10 @@ pub(crate) fn apply_usage(
         return Ok(UsageOutcome::Duplicate(applied));
     }
     if seq != applied + 1 {
-        return Err(Error::Conflict(format!("usage report {seq} out of order: send report {} first", applied + 1)));
+        return Err(Error::conflict(
+            "out_of_order",
+            format!("usage report {seq} out of order: send report {} first", applied + 1),
+        ));
     }
     let report = UsageReport::decode(&verified.envelope.body)
         .map_err(|_| Error::invalid("refused", "usage report refused: bad body"))?;

@@ -99,7 +99,7 @@ pub(crate) fn add(
         params![admin, user_handle.as_slice(), credential, json, name, now],
     )?;
     if added == 0 {
-        return Err(Error::Conflict("this passkey is already added".into()));
+        return Err(Error::conflict("passkey_added", "this passkey is already added"));
     }
     let id = conn.last_insert_rowid();
     audit(conn, now, actor, "passkey.add", &format!("passkey {id} ({name})"), "")?;

@@ -99,7 +99,7 @@ pub(crate) fn update(
         let name = check_name(name, "user")?;
         if name != before.name {
             if let Some(existing) = named_like(conn, &name, Some(id))? {
-                return Err(Error::Conflict(format!("a user named {existing:?} already exists")));
+                return Err(Error::conflict("conflict", format!("a user named {existing:?} already exists")));
             }
             conn.execute("UPDATE users SET name = ?2 WHERE id = ?1", params![id, name])
                 .map_err(|e| Error::from(e).unique(&format!("a user named {name:?}")))?;

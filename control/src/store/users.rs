@@ -464,7 +464,7 @@ fn insert_with(
     now: u64,
 ) -> Result<Created, Error> {
     if let Some(existing) = named_like(conn, name, None)? {
-        return Err(Error::Conflict(format!("a user named {existing:?} already exists")));
+        return Err(Error::conflict("conflict", format!("a user named {existing:?} already exists")));
     }
     conn.prepare_cached(
         "INSERT INTO users (name, token_hash, token_enc, credential_enc, credential_hash, quota, reset, next_reset,

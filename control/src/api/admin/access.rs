@@ -52,7 +52,7 @@ pub(super) async fn setup(
     app.spend(ip).map_err(Error::TooMany)?;
     let expected = app.setup_token.lock().expect("setup lock").clone();
     let Some(expected) = expected else {
-        return Err(Error::Conflict("setup is already done; sign in instead".into()).into());
+        return Err(Error::conflict("setup_done", "setup is already done; sign in instead").into());
     };
     if !ct_eq(expected.as_bytes(), req.token.as_bytes()) {
         return Err(refuse(StatusCode::FORBIDDEN, "bad_setup_token", "this setup link is not valid").into());
@@ -399,7 +399,7 @@ pub(super) async fn totp_confirm(State(app): State<Arc<App>>, auth: Auth, Input(
     let now = now();
     let state = app.db.read(auth::totp_state).await?;
     let Some(pending) = state.pending else {
-        return Err(Error::Conflict("no enrollment is under way; start again".into()).into());
+        return Err(Error::conflict("no_enrollment", "no enrollment is under way; start again").into());
     };
     let secret = app.signer.vault.open(crate::secrets::Purpose::Totp, &pending)?;
     let Some(step) = crate::totp::check(&secret, &req.code, now, 0) else {
