@@ -106,6 +106,8 @@ pub fn render_at(snapshot: &Snapshot, fetched: &str, mobility: &crate::wire::Mob
         );
     }
     let (state, todo) = match snapshot.status {
+        // No server to reach yet (none set up, or none in the person's groups): nothing to import.
+        _ if snapshot.status.can_connect() && snapshot.endpoints.is_empty() => (t.preparing, Some(t.todo_preparing)),
         Status::Active => (t.active, None),
         Status::NotStarted => (t.not_started, None),
         Status::Disabled => (t.disabled, Some(t.todo_disabled)),
@@ -119,7 +121,8 @@ pub fn render_at(snapshot: &Snapshot, fetched: &str, mobility: &crate::wire::Mob
         class = if todo.is_none() { "ok" } else { "off" },
     );
     if let Some(todo) = todo {
-        let _ = write!(html, "<p class=\"todo\">{todo} {}</p>", t.same_link);
+        let same = if snapshot.status.can_connect() { "" } else { t.same_link };
+        let _ = write!(html, "<p class=\"todo\">{todo} {same}</p>");
     }
     let used = snapshot.used_up.saturating_add(snapshot.used_down);
     let quota = if snapshot.quota == 0 { t.unlimited.to_owned() } else { lang.size(snapshot.quota) };
@@ -489,6 +492,30 @@ mod tests {
                     assert!(page.contains(&format!("href=\"https://t.me/family_help\">{}</a>", t.help)));
                     for offered in ["hiddify://", "<input", "<svg", "<script", "hysteria2://", LINK] {
                         assert!(!page.contains(offered), "{lang:?} {status:?} {platform:?} offers {offered}");
+                    }
+                }
+            }
+        }
+    }
+
+    /// A subscription that works but reaches no server yet (none set up, or none in its
+    /// groups) says so in the person's language, and shows no dummy line to import: not
+    /// "Active", not "No servers available" in English (issue 45, 7).
+    #[test]
+    fn a_subscription_without_servers_says_it_is_being_set_up() {
+        let mut snapshot = sample_snapshot();
+        snapshot.endpoints.clear();
+        for status in [Status::Active, Status::NotStarted] {
+            snapshot.status = status;
+            for lang in Lang::ALL {
+                let t = lang.text();
+                for platform in [Platform::Android, Platform::Windows] {
+                    let page = page(&snapshot, lang, platform);
+                    assert!(page.contains(&format!("<p class=\"status off\">{}</p>", t.preparing)), "{lang:?}");
+                    assert!(page.contains(t.todo_preparing), "{lang:?}");
+                    assert!(!page.contains(t.same_link), "nothing stopped working: {lang:?}");
+                    for offered in ["No servers available", "hysteria2://", "hiddify://", "<input", "<svg", LINK] {
+                        assert!(!page.contains(offered), "{lang:?} {platform:?} shows {offered}");
                     }
                 }
             }

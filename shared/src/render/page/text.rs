@@ -189,6 +189,10 @@ pub struct Text {
     pub todo_expired: &'static str,
     /// What a user over the quota can do.
     pub todo_over_quota: &'static str,
+    /// The state of a subscription that works but reaches no server yet.
+    pub preparing: &'static str,
+    /// What to do about it.
+    pub todo_preparing: &'static str,
     /// That nothing needs doing in the apps once the subscription works again.
     pub same_link: &'static str,
     /// The label of the traffic used.
@@ -264,6 +268,8 @@ pub const EN: Text = Text {
     todo_disabled: "Ask the person who gave you this link to turn it back on.",
     todo_expired: "Ask the person who gave you this link to renew it.",
     todo_over_quota: "Ask the person who gave you this link for more traffic.",
+    preparing: "Being set up",
+    todo_preparing: "The service is being set up: come back a little later. This link is yours and will work as it is.",
     same_link: "Keep this link: once the subscription works again, your apps connect with it as before.",
     used: "Used",
     used_of: "{used} of {total}",
@@ -323,6 +329,8 @@ pub const RU: Text = Text {
     todo_disabled: "Попросите того, кто дал вам эту ссылку, снова её включить.",
     todo_expired: "Попросите того, кто дал вам эту ссылку, продлить подписку.",
     todo_over_quota: "Попросите того, кто дал вам эту ссылку, добавить трафик.",
+    preparing: "Настраивается",
+    todo_preparing: "Сервис ещё настраивается: загляните чуть позже. Эта ссылка ваша и заработает без изменений.",
     same_link: "Сохраните эту ссылку: когда подписка снова заработает, приложения подключатся по ней, как раньше.",
     used: "Использовано",
     used_of: "{used} из {total}",
@@ -382,6 +390,8 @@ pub const FA: Text = Text {
     todo_disabled: "از کسی که این لینک را به شما داده بخواهید آن را دوباره فعال کند.",
     todo_expired: "از کسی که این لینک را به شما داده بخواهید اشتراک را تمدید کند.",
     todo_over_quota: "از کسی که این لینک را به شما داده بخواهید حجم بیشتری اضافه کند.",
+    preparing: "در حال راه‌اندازی",
+    todo_preparing: "سرویس در حال راه‌اندازی است: کمی بعد سر بزنید. این لینک مال شماست و بدون تغییر کار خواهد کرد.",
     same_link: "این لینک را نگه دارید: وقتی اشتراک دوباره فعال شود، برنامه‌ها مثل قبل با آن وصل می‌شوند.",
     used: "مصرف‌شده",
     used_of: "{used} از {total}",
@@ -428,6 +438,8 @@ pub const ZH: Text = Text {
     todo_disabled: "请联系给您此链接的人重新启用。",
     todo_expired: "请联系给您此链接的人续期。",
     todo_over_quota: "请联系给您此链接的人增加流量。",
+    preparing: "正在设置",
+    todo_preparing: "服务正在设置中：请稍后再来。此链接属于您，届时无需更改即可使用。",
     same_link: "请保留此链接：订阅恢复后，应用会像以前一样用它连接。",
     used: "已用流量",
     used_of: "{used} / {total}",
