@@ -1118,10 +1118,16 @@
           'div',
           { class: 'actions' },
           h('a', { class: 'button ghost', href: file, download: `hearth-links-${new Date().toISOString().slice(0, 10)}.txt`, id: 'download-links' }, t('users.download_links')),
-          h('button', { type: 'button', onclick: () => { d.close(); route(); } }, t('done')),
+          h('button', { type: 'button', onclick: () => d.close() }, t('done')),
         ),
       );
-      d.addEventListener('close', () => URL.revokeObjectURL(file));
+      // However the dialog is closed (Done, Esc, ×), the list shows who was added; a dialog
+      // closed because the page changed leaves the new page alone.
+      const listed = location.hash;
+      d.addEventListener('close', () => {
+        URL.revokeObjectURL(file);
+        if (location.hash === listed) route();
+      });
     });
   }
 
