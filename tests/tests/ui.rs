@@ -1410,6 +1410,19 @@ async fn an_edit_in_the_panel_changes_only_what_was_touched() {
     );
     client.goto(&panel).await.unwrap();
 
+    // A name over the limit is kept as typed and refused with words, not cut (45, 15).
+    open("#/users".to_owned(), "Users").await;
+    find(&client, "#new-user").await.click().await.unwrap();
+    let long = "n".repeat(70);
+    fill(&client, "#user-form input[name=name]", &long).await;
+    let typed =
+        client.execute("return document.querySelector('#user-form input[name=name]').value.length", vec![]).await;
+    assert_eq!(typed.unwrap(), 70, "the field took the whole name");
+    find(&client, "#user-form button[type=submit]").await.click().await.unwrap();
+    text_of(&client, "#user-form [role=alert], #user-form .field-error", |t| t.contains("64")).await;
+    console(&driver, &client).await;
+    client.find(Locator::Css("dialog[open]")).await.unwrap().send_keys("\u{e00c}").await.unwrap();
+
     // A user with no end date: extending says it sets one from today, and asks first (45, 4).
     let forever = s.ok(reqwest::Method::POST, "/users", Some(json!({ "name": "Forever" }))).await;
     let id = forever["id"].as_u64().unwrap();
@@ -1445,6 +1458,12 @@ async fn an_edit_in_the_panel_changes_only_what_was_touched() {
     for field in ["sni", "hop", "host", "port", "tls", "groups", "quota", "domain"] {
         assert_eq!(after[field], node[field], "{field} of the node after its multiplier changed");
     }
+    // Russian names the edges in Russian (45, 15).
+    find(&client, "select.lang").await.select_by_value("ru").await.unwrap();
+    client.goto(&format!("{panel}#/")).await.unwrap();
+    let overview = text_of(&client, "main", |t| t.contains("Серверы ссылок") || t.contains("Сервер ссылок")).await;
+    assert!(!overview.contains("Edge"), "{overview}");
+    find(&client, "select.lang").await.select_by_value("en").await.unwrap();
     no_console_errors(&driver, &client, "edits").await;
     client.close().await.unwrap();
 }
