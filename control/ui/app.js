@@ -776,7 +776,7 @@
         (status.edges || []).length
           ? h(
               'table',
-              { 'aria-labelledby': 'edges-title' },
+              { class: 'list', 'aria-labelledby': 'edges-title' },
               h(
                 'thead',
                 {},
@@ -795,10 +795,10 @@
                   h(
                     'tr',
                     {},
-                    h('th', { scope: 'row' }, edge.name, h('br'), h('small', {}, edge.link_base || edge.url)),
-                    h('td', {}, t(`edge.${edge.state}`)),
-                    h('td', {}, number(edge.pending)),
-                    h('td', {}, edge.last_error ? t('overview.failing', { since: ago(edge.failing_since) }) : ago(edge.last_push)),
+                    h('th', { scope: 'row', 'data-label': t('overview.edge_name') }, edge.name, h('br'), h('small', { class: 'url' }, edge.link_base || edge.url)),
+                    h('td', { 'data-label': t('overview.edge_links') }, t(`edge.${edge.state}`)),
+                    h('td', { 'data-label': t('overview.pending') }, number(edge.pending)),
+                    h('td', { 'data-label': t('overview.last_push') }, edge.last_error ? t('overview.failing', { since: ago(edge.failing_since) }) : ago(edge.last_push)),
                   ),
                 ),
               ),

@@ -108,7 +108,7 @@ window.HEARTH_STRINGS = {
     'settings.sub_url': 'Links start with',
     'settings.addresses': 'Where links are served',
     'edges.title': 'Edges',
-    'edges.intro': 'Every edge serves the same links. The first one whose links are offered gives everyone their link; mark its domain blocked when it is blocked where people live, and links move to the next one.',
+    'edges.intro': 'Every edge serves the same links. The first one in use gives everyone their link; mark its domain blocked when it is blocked where people live, and links move to the next one.',
     'edges.state_of': 'Links at {name}',
     'edges.add': 'Add an edge',
     'edges.name': 'Name',
@@ -158,7 +158,7 @@ window.HEARTH_STRINGS = {
     'overview.last_push': 'Last push',
     'overview.failing': 'failing: first failed {since}',
     'overview.pending': 'Changes waiting',
-    'edge.active': 'offered',
+    'edge.active': 'in use: links point here',
     'edge.blocked': 'blocked: moved to the next edge',
     'edge.retired': 'retired',
 
@@ -868,7 +868,7 @@ window.HEARTH_STRINGS = {
     'overview.last_push': 'Последняя отправка',
     'overview.failing': 'ошибка: впервые {since}',
     'overview.pending': 'Изменений в очереди',
-    'edge.active': 'выдаются',
+    'edge.active': 'используется: ссылки ведут сюда',
     'edge.blocked': 'заблокирован: перенесены на следующий',
     'edge.retired': 'выведен',
 
@@ -1579,7 +1579,7 @@ window.HEARTH_STRINGS = {
     'overview.last_push': 'آخرین ارسال',
     'overview.failing': 'ناموفق: اولین خطا {since}',
     'overview.pending': 'تغییرهای در انتظار',
-    'edge.active': 'در حال ارائه',
+    'edge.active': 'در حال استفاده: لینک‌ها به اینجا اشاره می‌کنند',
     'edge.blocked': 'مسدود: به سرور لبه بعدی منتقل شد',
     'edge.retired': 'کنار گذاشته شده',
 
@@ -2280,7 +2280,7 @@ window.HEARTH_STRINGS = {
     'overview.last_push': '上次推送',
     'overview.failing': '推送失败：首次失败于{since}',
     'overview.pending': '待推送的更改',
-    'edge.active': '提供中',
+    'edge.active': '使用中：链接指向这里',
     'edge.blocked': '已封锁：已转到下一个边缘服务器',
     'edge.retired': '已停用',
 

@@ -1458,6 +1458,22 @@ async fn an_edit_in_the_panel_changes_only_what_was_touched() {
     for field in ["sni", "hop", "host", "port", "tls", "groups", "quota", "domain"] {
         assert_eq!(after[field], node[field], "{field} of the node after its multiplier changed");
     }
+    // The overview's edges fit a phone, laid out as the other lists (45, 10).
+    s.ok(
+        reqwest::Method::POST,
+        "/edges",
+        Some(json!({ "name": "mirror", "url": "https://a-rather-long-mirror-name.links.example.net", "api_prefix": "mirror-api-0123456789abcdef", "push_token": "mirror-push-token-0123456789abcdef" })),
+    )
+    .await;
+    client.set_window_size(390, 800).await.unwrap();
+    client.goto(&format!("{panel}#/")).await.unwrap();
+    text_of(&client, "main", |t| t.contains("in use: links point here")).await;
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    let overflow = number(&client, "return document.documentElement.scrollWidth - window.innerWidth").await;
+    assert!(overflow <= 0.0, "the overview is {overflow} px wider than a 390 px phone");
+    screenshot(&client, "overview-phone").await;
+    client.set_window_size(1280, 900).await.unwrap();
+
     // Russian names the edges in Russian (45, 15).
     find(&client, "select.lang").await.select_by_value("ru").await.unwrap();
     client.goto(&format!("{panel}#/")).await.unwrap();
