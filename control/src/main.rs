@@ -673,7 +673,20 @@ fn release_command(dir: &std::path::Path, command: ReleaseCommand) -> Result<()>
             let key = keyring::load_key(&key_path, Role::Release).context("loading the release key")?;
             let binaries = binaries.iter().map(|spec| releases::read_binary(spec)).collect::<Result<Vec<_>>>()?;
             let lifetime = releases::parse_lifetime(&expires)?;
-            let envelope = releases::sign(&key, &version, lifetime, &binaries, now)?;
+            // Added here at once: sign past the newest release this control holds, so two
+            // releases signed within one second are both taken.
+            let sequence = match &out {
+                Some(_) => now,
+                None => {
+                    let (_, db, _) = serve::open(dir)?;
+                    db.read_blocking(|conn| {
+                        Ok(conn.query_row("SELECT COALESCE(MAX(version), 0) + 1 FROM releases", [], |row| {
+                            row.get::<_, i64>(0)
+                        })?)
+                    })? as u64
+                }
+            };
+            let envelope = releases::sign(&key, &version, lifetime, &binaries, now, sequence)?;
             for b in &binaries {
                 println!(
                     "{}/{}  {} bytes  sha256 {}",

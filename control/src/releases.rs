@@ -85,9 +85,17 @@ pub(crate) fn parse_lifetime(text: &str) -> Result<u64> {
     number.checked_mul(unit).filter(|secs| *secs > 0).with_context(|| format!("{text:?} is not a usable lifetime"))
 }
 
-/// Signs a release manifest over `binaries` with the release key. Its envelope's version is
-/// the signing time, so later releases have higher versions.
-pub(crate) fn sign(key: &SecretKey, version: &str, lifetime: u64, binaries: &[Binary], now: u64) -> Result<Vec<u8>> {
+/// Signs a release manifest over `binaries` with the release key. Its envelope's version
+/// orders releases for nodes and must grow: the signing time, or `sequence` when that is
+/// later (one past the newest release a control holds, for two signed within one second).
+pub(crate) fn sign(
+    key: &SecretKey,
+    version: &str,
+    lifetime: u64,
+    binaries: &[Binary],
+    now: u64,
+    sequence: u64,
+) -> Result<Vec<u8>> {
     let manifest = ReleaseManifest {
         version: version.to_owned(),
         built: now,
@@ -106,7 +114,7 @@ pub(crate) fn sign(key: &SecretKey, version: &str, lifetime: u64, binaries: &[Bi
     Ok(Draft {
         kind: Kind::Release,
         stream: stream::RELEASE.to_owned(),
-        version: now,
+        version: sequence.max(now),
         epoch: 1,
         issued: now,
         expires: now + lifetime,

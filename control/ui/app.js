@@ -467,12 +467,17 @@
     return out;
   }
 
+  /** The page drawn last (its address), to tell a new page from the same one drawn again. */
+  let drawn = null;
+
   function shell(current, ...content) {
     const section = current.split('/')[0];
+    const skip = h('a', { class: 'skip', href: '#/' + current, onclick: (e) => { e.preventDefault(); focusHeading(); } }, t('skip'));
     mount(
       h(
         'header',
         { class: 'top' },
+        skip,
         h('a', { class: 'brand', href: '#/' }, 'Hearth'),
         h(
           'nav',
@@ -491,6 +496,20 @@
       ),
       h('main', {}, flashNotice(), ...content),
     );
+    // The page's title names the page; on a new page (not the same one drawn again after a
+    // save), focus goes to its heading, as a screen reader or a keyboard user expects.
+    const heading = document.querySelector('main h1');
+    document.title = heading ? `${heading.textContent} · Hearth` : 'Hearth';
+    const here = location.hash.split('?')[0];
+    if (drawn !== null && drawn !== here) focusHeading();
+    drawn = here;
+  }
+
+  function focusHeading() {
+    const heading = document.querySelector('main h1');
+    if (!heading) return;
+    heading.setAttribute('tabindex', '-1');
+    heading.focus();
   }
 
   async function signOut() {
@@ -2004,7 +2023,7 @@
       'releases',
       h('h1', {}, t('nav.releases')),
       h('p', {}, t('releases.intro')),
-      h('pre', { class: 'command' }, 'hearth-control release sign --version 0.2.0 target/release/hearth-node'),
+      h('pre', { class: 'command', tabindex: 0, 'aria-label': t('releases.command') }, 'hearth-control release sign --version 0.2.0 target/release/hearth-node'),
       list.releases.length
         ? h(
             'table',

@@ -543,6 +543,19 @@ fn the_cli_manages_users_and_nodes() {
         nodes.lines().any(|l| l.contains("Home") && l.contains("203.0.113.9:8443") && l.contains(" no ")),
         "{nodes}"
     );
+
+    // Releases signed one after another, within the same second, are all added, in order.
+    let binary = hearth_tests::binary("hearth-node").unwrap();
+    let mut added = Vec::new();
+    for version in ["0.2.0", "0.2.1", "0.2.2"] {
+        let signed = dir.cli(&["release", "sign", "--version", version, binary.to_str().unwrap()]).unwrap();
+        let release: u64 = signed
+            .lines()
+            .find_map(|l| l.strip_prefix("release ")?.split_whitespace().next()?.parse().ok())
+            .unwrap_or_else(|| panic!("{signed}"));
+        added.push(release);
+    }
+    assert!(added.windows(2).all(|w| w[0] < w[1]), "{added:?}");
 }
 
 /// What the API does to users, nodes and groups, the CLI does too; bad input changes nothing.

@@ -1208,6 +1208,7 @@ async fn the_panels_rough_edges_in_a_real_browser() {
 
     // Adding many: names repeated in the list, then names taken, each named beside the field.
     client.goto(&format!("{panel}#/users")).await.unwrap();
+    text_of(&client, "main h1", |t| t == "Users").await;
     client.find(Locator::XPath("//button[text()='Add many']")).await.unwrap().click().await.unwrap();
     let names = find(&client, "#bulk-form textarea[name=names]").await;
     names.send_keys("Carol\ncarol\nDave").await.unwrap();
@@ -1473,6 +1474,29 @@ async fn an_edit_in_the_panel_changes_only_what_was_touched() {
     assert!(overflow <= 0.0, "the overview is {overflow} px wider than a 390 px phone");
     screenshot(&client, "overview-phone").await;
     client.set_window_size(1280, 900).await.unwrap();
+
+    // By keyboard (45, 13): the first Tab stop skips to the page; a new page puts the focus on
+    // its heading and names itself in the title; the releases' command can be reached and
+    // scrolled.
+    client.goto(&format!("{panel}#/users")).await.unwrap();
+    text_of(&client, "main h1", |t| t == "Users").await;
+    let focused = "return document.activeElement && document.activeElement.tagName === 'H1' ? document.activeElement.textContent : document.activeElement.className";
+    assert_eq!(client.execute(focused, vec![]).await.unwrap(), "Users", "the new page's heading has the focus");
+    assert_eq!(client.title().await.unwrap(), "Users · Hearth");
+    let first = "return document.querySelector('a[href], button, input, select, textarea, [tabindex]:not([tabindex=\"-1\"])').className";
+    assert_eq!(client.execute(first, vec![]).await.unwrap(), "skip", "the first Tab stop");
+    // Focused (as a Tab reaches it), it shows, and Enter takes it.
+    client.execute("document.querySelector('a.skip').focus()", vec![]).await.unwrap();
+    let top = number(&client, "return document.querySelector('a.skip').getBoundingClientRect().top").await;
+    assert!(top >= 0.0, "the focused skip link shows");
+    find(&client, "a.skip").await.send_keys("\u{e007}").await.unwrap();
+    assert_eq!(client.execute(focused, vec![]).await.unwrap(), "Users", "the skip link goes to the page");
+    client.goto(&format!("{panel}#/releases")).await.unwrap();
+    text_of(&client, "main h1", |t| t == "Releases").await;
+    assert_eq!(client.title().await.unwrap(), "Releases · Hearth");
+    let command = find(&client, "pre.command").await;
+    assert_eq!(command.attr("tabindex").await.unwrap().as_deref(), Some("0"));
+    screenshot(&client, "releases").await;
 
     // Russian names the edges in Russian (45, 15).
     find(&client, "select.lang").await.select_by_value("ru").await.unwrap();
