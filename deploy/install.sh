@@ -4,12 +4,15 @@
 #   sh deploy/install.sh --host panel.example.net [--binary target/release/hearth-control | --build] [--port 8443]
 #
 # It installs the binary (/usr/local/bin/hearth-control; `--build` builds it here first with
-# cargo, slow on a small server), creates the `hearth` system user and its data directory
-# (/var/lib/hearth), runs `hearth-control init` for the host name (keys, a self-signed
-# certificate, control.toml listening on the port for everyone, with that name as its public
-# address), installs and starts the systemd unit, and prints the one-time setup link. It opens
-# nothing in a firewall: it says which TCP port to open. Run again on a server it installed,
-# it says so and changes nothing; it never touches a data directory that is already there.
+# cargo, slow on a small server) and the node binary shipped with it (`hearth-node` beside
+# the given binary, or `--node-binary PATH`) in /usr/local/lib/hearth, which control.toml's
+# `node_binaries` names: the panel signs it as the first node release in one click. It
+# creates the `hearth` system user and its data directory (/var/lib/hearth), runs
+# `hearth-control init` for the host name (keys, a self-signed certificate, control.toml
+# listening on the port for everyone, with that name as its public address), installs and
+# starts the systemd unit, and prints the one-time setup link. It opens nothing in a
+# firewall: it says which TCP port to open. Run again on a server it installed, it says so
+# and changes nothing; it never touches a data directory that is already there.
 #
 # For tests: HEARTH_INSTALL_ROOT is a prefix for every path written (the system user goes in
 # its etc/passwd), HEARTH_SYSTEMCTL and HEARTH_JOURNALCTL the systemctl and journalctl to
@@ -29,15 +32,16 @@ fail() {
 }
 say() { echo "hearth install: $*"; }
 
-host='' binary='' build='' port=8443 bind=0.0.0.0
+host='' binary='' node_binary='' build='' port=8443 bind=0.0.0.0
 while [ $# -gt 0 ]; do
     case "$1" in
         --host) host="$2"; shift 2 ;;
         --binary) binary="$2"; shift 2 ;;
+        --node-binary) node_binary="$2"; shift 2 ;;
         --build) build=1; shift ;;
         --port) port="$2"; shift 2 ;;
         --bind) bind="$2"; shift 2 ;;
-        *) fail "unknown option $1 (usage: sh deploy/install.sh --host NAME [--binary PATH | --build] [--port 8443])" ;;
+        *) fail "unknown option $1 (usage: sh deploy/install.sh --host NAME [--binary PATH [--node-binary PATH] | --build] [--port 8443])" ;;
     esac
 done
 [ -n "$host" ] || fail "give the name (or address) people and nodes reach this server by: --host panel.example.net"
@@ -55,15 +59,21 @@ esac
 
 if [ -n "$build" ]; then
     command -v cargo >/dev/null 2>&1 || fail "--build needs cargo (https://rustup.rs), or give --binary"
-    say "building hearth-control (minutes on a small server)"
-    (cd "$here/.." && cargo build --release --locked -p hearth-control) || fail "the build failed (above)"
+    say "building hearth-control and hearth-node (minutes on a small server)"
+    (cd "$here/.." && cargo build --release --locked -p hearth-control -p hearth-node) || fail "the build failed (above)"
     binary="$here/../target/release/hearth-control"
 fi
 [ -n "$binary" ] || fail "give the binary to install (--binary PATH) or --build"
 [ -f "$binary" ] || fail "there is no binary at $binary"
+if [ -n "$node_binary" ]; then
+    [ -f "$node_binary" ] || fail "there is no node binary at $node_binary"
+elif [ -f "$(dirname "$binary")/hearth-node" ]; then
+    node_binary="$(dirname "$binary")/hearth-node"
+fi
 "$binary" --version >/dev/null 2>&1 || fail "$binary does not run on this server (another architecture, or an older glibc?)"
 
 bin="$root/usr/local/bin/hearth-control"
+lib="$root/usr/local/lib/hearth"
 data="$root/var/lib/hearth"
 unit="$root/etc/systemd/system/hearth-control.service"
 if [ -e "$data" ]; then
@@ -103,11 +113,18 @@ gid="$(grep '^hearth:' "$root/etc/passwd" | cut -d: -f4)"
 made="$bin $data $unit"
 mkdir -p "$root/usr/local/bin" "$root/var/lib" "$root/etc/systemd/system"
 install -m 0755 "$binary" "$bin"
+if [ -n "$node_binary" ]; then
+    [ -e "$lib" ] || made="$made $lib"
+    install -D -m 0755 "$node_binary" "$lib/hearth-node"
+fi
 install -d -o "$uid" -g "$gid" -m 0700 "$data"
 # As root, then handed to the user (in a test root the user exists in that root only).
 HEARTH_DATA_DIR="$data" "$bin" init --host "$host" >"$data/init.txt" || fail "hearth-control init failed (above)"
 sed -i -e "s|^listen = .*|listen = \"$bind:$port\"|" \
     -e "s|^# public_url = .*|public_url = \"https://$host:$port\"|" "$data/control.toml"
+if [ -n "$node_binary" ]; then
+    sed -i -e "s|^# node_binaries = .*|node_binaries = \"$lib\"|" "$data/control.toml"
+fi
 chown -R "$uid:$gid" "$data"
 install -m 0644 "$here/hearth-control.service" "$unit"
 "$systemctl" daemon-reload || fail "systemctl daemon-reload failed"
@@ -129,4 +146,9 @@ if [ -n "$link" ]; then
     say "create the owner, once, at: $link"
 else
     say "the setup link is in the log: $journalctl -u hearth-control | grep setup#"
+fi
+if [ -n "$node_binary" ]; then
+    say "hearth-node came with it ($lib): the panel publishes it as the first node release in one click (Nodes, Add)"
+else
+    say "no hearth-node came with it: to add nodes in one line, build one (sh deploy/build-release.sh) and sign it (README, \"Node releases\")"
 fi

@@ -16,6 +16,7 @@
 //! | `archive_every_secs` | `HEARTH_ARCHIVE_EVERY_SECS` | `3600` | usage moves without changes: an archive is also made this often when it moved |
 //! | `trusted_proxies` | `HEARTH_TRUSTED_PROXIES` | none | reverse proxies in front (CIDRs; comma-separated in the variable, a list in the file) whose `CF-Connecting-IP`, else right-most untrusted `X-Forwarded-For` hop, is the client's address |
 //! | `release_timeout_secs` | `HEARTH_RELEASE_TIMEOUT_SECS` | `900` | a node told to run a release must run it within this long, or the rollout stops |
+//! | `node_binaries` | `HEARTH_NODE_BINARIES` | the directory of `hearth-control` itself | where the `hearth-node` binaries shipped with control are (`hearth-node`, `hearth-node-linux-<arch>`): the panel signs them as a release in one click |
 //! | `telegram_api` | `HEARTH_TELEGRAM_API` | `https://api.telegram.org` | the Bot API the owner's bot is reached at (a local Bot API server, or a stand-in in tests) |
 //! | `[profile]` | | | `title`, `announce`, `support_url`, `update_interval_hours`: what apps show |
 //! | `[acme]` | | | certificates by ACME, for nodes with a domain and for the panel (below) |
@@ -55,6 +56,7 @@ struct FileConfig {
     archive_after_secs: Option<u64>,
     archive_every_secs: Option<u64>,
     release_timeout_secs: Option<u64>,
+    node_binaries: Option<String>,
     trusted_proxies: Option<Vec<String>>,
     #[serde(default)]
     profile: ProfileConfig,
@@ -169,6 +171,8 @@ pub(crate) struct Config {
     pub(crate) archive_every_secs: u64,
     /// How long a node told to run a release has to run it.
     pub(crate) release_timeout_secs: u64,
+    /// Where the node binaries shipped with control are (see [`crate::releases::shipped`]).
+    pub(crate) node_binaries: PathBuf,
     /// The reverse proxies whose `CF-Connecting-IP` and `X-Forwarded-For` name the client.
     pub(crate) trusted_proxies: Vec<hearth_shared::forwarded::Cidr>,
     pub(crate) profile: Profile,
@@ -296,6 +300,13 @@ impl Config {
         let archive_after_secs = seconds("HEARTH_ARCHIVE_AFTER_SECS", file.archive_after_secs, 30)?.max(1);
         let archive_every_secs = seconds("HEARTH_ARCHIVE_EVERY_SECS", file.archive_every_secs, 3600)?.max(60);
         let release_timeout_secs = seconds("HEARTH_RELEASE_TIMEOUT_SECS", file.release_timeout_secs, 900)?.max(10);
+        let node_binaries = match pick(env, "HEARTH_NODE_BINARIES", file.node_binaries) {
+            Some(dir) => data_dir.join(dir),
+            None => std::env::current_exe()
+                .ok()
+                .and_then(|exe| exe.parent().map(Path::to_path_buf))
+                .unwrap_or_else(|| PathBuf::from("/usr/local/bin")),
+        };
         let trusted_proxies = match env("HEARTH_TRUSTED_PROXIES").filter(|v| !v.is_empty()) {
             Some(list) => hearth_shared::forwarded::parse_list([list.as_str()]),
             None => hearth_shared::forwarded::parse_list(file.trusted_proxies.iter().flatten().map(String::as_str)),
@@ -320,6 +331,7 @@ impl Config {
             archive_after_secs,
             archive_every_secs,
             release_timeout_secs,
+            node_binaries,
             trusted_proxies,
             profile: Profile {
                 title: profile.title,
@@ -481,6 +493,9 @@ pub(crate) fn initial_file(admin_prefix: &str) -> String {
          log_format = \"text\"\n\
          # A reverse proxy in front (nginx, Caddy): name it, so limits per address see clients.\n\
          # trusted_proxies = [\"127.0.0.1\"]\n\
+         # Where the hearth-node binaries shipped with control are (default: beside hearth-control):\n\
+         # the panel signs them as a node release in one click.\n\
+         # node_binaries = \"/usr/local/lib/hearth\"\n\
          \n\
          [profile]\n\
          title = \"Hearth\"\n\

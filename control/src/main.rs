@@ -718,7 +718,7 @@ fn release_command(dir: &std::path::Path, command: ReleaseCommand) -> Result<()>
                         .collect();
                     let (_, db, _) = serve::open(dir)?;
                     let (release, _) =
-                        db.write_blocking(|tx| Ok(releases::import(dir, tx, &envelope, &files, now)?))?;
+                        db.write_blocking(|tx| Ok(releases::import(dir, tx, &envelope, &files, "cli", now)?))?;
                     println!(
                         "release {release} ({version}) added; roll it out from the admin panel or POST /api/releases/{release}/rollout"
                     );
@@ -728,7 +728,8 @@ fn release_command(dir: &std::path::Path, command: ReleaseCommand) -> Result<()>
         ReleaseCommand::Add { dir: from } => {
             let (envelope, files) = releases::read_dir(&from)?;
             let (_, db, _) = serve::open(dir)?;
-            let (release, manifest) = db.write_blocking(|tx| Ok(releases::import(dir, tx, &envelope, &files, now)?))?;
+            let (release, manifest) =
+                db.write_blocking(|tx| Ok(releases::import(dir, tx, &envelope, &files, "cli", now)?))?;
             println!("release {release} ({}) added", manifest.version);
         }
         ReleaseCommand::List => {

@@ -125,6 +125,132 @@ pub(crate) fn sign(
     .encode())
 }
 
+/// A node binary shipped with control, found by [`shipped`].
+#[derive(Clone, Debug, Serialize)]
+pub(crate) struct Shipped {
+    pub(crate) os: String,
+    pub(crate) arch: String,
+    pub(crate) len: u64,
+    #[serde(skip)]
+    path: PathBuf,
+    /// Named for its architecture (`hearth-node-linux-<arch>`), which wins over a plain
+    /// `hearth-node` of the same architecture.
+    #[serde(skip)]
+    named: bool,
+}
+
+/// The most a shipped binary may weigh (a debug build of the node is under 100 MiB).
+const SHIPPED_MAX: u64 = 256 << 20;
+
+/// How long a release signed from the shipped binaries is accepted: a quarter of a year,
+/// so that new nodes keep their one-line install for months after one click.
+pub(crate) const SHIPPED_LIFETIME: u64 = 90 * 86_400;
+
+/// The node binaries shipped with control in `dir` (`node_binaries`: by default the
+/// directory of control's own executable, where a build and `deploy/install.sh` put
+/// `hearth-node`): `hearth-node`, its architecture read from its ELF header, and
+/// `hearth-node-linux-<arch>`; one per architecture, sorted. Nothing else in `dir` is read.
+pub(crate) fn shipped(dir: &Path) -> Vec<Shipped> {
+    use std::io::Read as _;
+    let mut found = Vec::new();
+    let Ok(entries) = std::fs::read_dir(dir) else { return found };
+    for entry in entries.flatten() {
+        let name = entry.file_name();
+        let Some(name) = name.to_str() else { continue };
+        let named = name.strip_prefix("hearth-node-linux-").filter(|arch| {
+            (1..=16).contains(&arch.len()) && arch.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'_')
+        });
+        if name != "hearth-node" && named.is_none() {
+            continue;
+        }
+        let path = entry.path();
+        let Ok(meta) = std::fs::metadata(&path) else { continue };
+        if !meta.is_file() || meta.len() > SHIPPED_MAX {
+            continue;
+        }
+        let mut head = [0u8; 20];
+        let read = std::fs::File::open(&path).and_then(|mut f| f.read_exact(&mut head));
+        let Some(elf_arch) = read.ok().and_then(|()| elf_target(&head)) else { continue };
+        // A name that says another architecture than the file is a mistake: leave it out.
+        if named.is_some_and(|arch| arch != elf_arch) {
+            continue;
+        }
+        found.push(Shipped {
+            os: "linux".to_owned(),
+            arch: elf_arch.to_owned(),
+            len: meta.len(),
+            path,
+            named: named.is_some(),
+        });
+    }
+    found.sort_by(|a, b| a.arch.cmp(&b.arch).then(b.named.cmp(&a.named)));
+    found.dedup_by(|later, first| later.arch == first.arch);
+    found
+}
+
+/// What the one click of the panel needs, read outside the database's writer: the release
+/// key (from the data directory) and the shipped binaries.
+pub(crate) fn load_shipped(data_dir: &Path, dir: &Path) -> Result<(SecretKey, Vec<Binary>), Error> {
+    let key_path = crate::keyring::Paths::new(data_dir).secret(hearth_shared::keys::Role::Release);
+    if !key_path.exists() {
+        return Err(Error::conflict(
+            "release_key_offline",
+            "the release key is not on this server: sign on the machine that keeps it (hearth-control release sign \
+             --key release.key --out DIR hearth-node), then run hearth-control release add DIR here",
+        ));
+    }
+    let found = shipped(dir);
+    if found.is_empty() {
+        return Err(Error::conflict(
+            "no_node_binary",
+            format!(
+                "there is no hearth-node beside control (in {}): build it (sh deploy/build-release.sh) and sign \
+                 target/dist/hearth-node with hearth-control release sign",
+                dir.display()
+            ),
+        ));
+    }
+    let key = crate::keyring::load_key(&key_path, hearth_shared::keys::Role::Release)?;
+    let mut binaries = Vec::with_capacity(found.len());
+    for file in found {
+        let bytes =
+            std::fs::read(&file.path).map_err(|e| Error::Internal(format!("reading {}: {e}", file.path.display())))?;
+        binaries.push(Binary { os: file.os, arch: file.arch, bytes });
+    }
+    Ok((key, binaries))
+}
+
+/// Signs `binaries` (shipped with control) as a release of control's own version and adds
+/// it, unless the release in force has these very binaries already.
+pub(crate) fn add_shipped(
+    data_dir: &Path,
+    conn: &Connection,
+    key: &SecretKey,
+    binaries: Vec<Binary>,
+    actor: &str,
+    now: u64,
+) -> Result<(u64, ReleaseManifest), Error> {
+    let hashes: Vec<(&str, [u8; 32])> =
+        binaries.iter().map(|b| (b.arch.as_str(), hearth_shared::sha256(&b.bytes))).collect();
+    if let Some((release, manifest)) = in_force(conn, now)? {
+        let same = manifest.files.len() == hashes.len()
+            && hashes.iter().all(|(arch, sha)| manifest.files.iter().any(|f| f.arch == *arch && f.sha256 == *sha));
+        if same {
+            return Err(Error::conflict(
+                "release_same",
+                format!("release {release} ({}), in force, has these very binaries", manifest.version),
+            ));
+        }
+    }
+    let sequence: i64 = conn.query_row("SELECT COALESCE(MAX(version), 0) + 1 FROM releases", [], |row| row.get(0))?;
+    let envelope = sign(key, env!("CARGO_PKG_VERSION"), SHIPPED_LIFETIME, &binaries, now, sequence as u64)?;
+    let files: Vec<NamedFile> = binaries
+        .into_iter()
+        .map(|b| (ReleaseFile { os: b.os, arch: b.arch, len: 0, sha256: [0; 32] }.name(), b.bytes))
+        .collect();
+    Ok(import(data_dir, conn, &envelope, &files, actor, now)?)
+}
+
 /// Where a release's files live in the data directory.
 fn release_dir(data_dir: &Path, release: u64) -> PathBuf {
     data_dir.join("releases").join(release.to_string())
@@ -165,6 +291,7 @@ pub(crate) fn import(
     conn: &Connection,
     envelope: &[u8],
     files: &[NamedFile],
+    actor: &str,
     now: u64,
 ) -> Result<(u64, ReleaseManifest)> {
     let trust = crate::keyring::load_trust(data_dir, now)?;
@@ -198,7 +325,7 @@ pub(crate) fn import(
         "INSERT INTO releases (version, name, built, expires, manifest, added) VALUES (?1, ?2, ?3, ?4, ?5, ?6)",
         params![version, manifest.version, manifest.built, verified.envelope.header.expires, envelope, now],
     )?;
-    audit(conn, now, "cli", "release.add", &format!("release {version} ({})", manifest.version), "")?;
+    audit(conn, now, actor, "release.add", &format!("release {version} ({})", manifest.version), "")?;
     Ok((version, manifest))
 }
 

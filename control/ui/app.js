@@ -353,9 +353,9 @@
   const ROUTES = [
     [/^$/, () => overview()],
     [/^users$/, (m, params) => usersView(params)],
-    [/^users\/(\d+)$/, (m) => userView(Number(m[1]))],
+    [/^users\/(\d+)$/, (m) => userView(Number(m[1]), m[0])],
     [/^nodes$/, () => nodesView()],
-    [/^nodes\/(\d+)$/, (m) => nodeView(Number(m[1]))],
+    [/^nodes\/(\d+)$/, (m) => nodeView(Number(m[1]), m[0])],
     [/^groups$/, () => groupsView()],
     [/^tokens$/, () => tokensView()],
     [/^releases$/, () => releasesView()],
@@ -470,7 +470,10 @@
   /** The page drawn last (its address), to tell a new page from the same one drawn again. */
   let drawn = null;
 
+  /** Draws the page at `current` (its path), unless the address moved on while it loaded: a
+   * page that answered late never covers the one asked for after it. */
   function shell(current, ...content) {
+    if (current !== hashPath().path) return;
     const section = current.split('/')[0];
     const skip = h('a', { class: 'skip', href: '#/' + current, onclick: (e) => { e.preventDefault(); focusHeading(); } }, t('skip'));
     mount(
@@ -1150,7 +1153,7 @@
     });
   }
 
-  async function userView(id) {
+  async function userView(id, path) {
     const [user, groups, link, traffic, hwid, aliases] = await Promise.all([
       api('GET', `users/${id}`),
       api('GET', 'groups'),
@@ -1219,7 +1222,7 @@
     });
 
     shell(
-      'users',
+      path,
       h('p', { class: 'crumbs' }, h('a', { href: '#/users' }, t('nav.users'))),
       h('div', { class: 'title' }, h('h1', {}, user.name), badge(user.status)),
       h(
@@ -1520,6 +1523,42 @@
     return input;
   }
 
+  /** A command to copy, in a block that scrolls and takes the keyboard's focus. */
+  const commandBlock = (text) => h('pre', { class: 'command', tabindex: 0, 'aria-label': t('releases.command') }, text);
+
+  /** Whether a release is in force (new nodes install it): one not expired whose rollout did
+   * not fail or stop, as control counts it. */
+  const inForce = (releases) => releases.some((r) => r.expires * 1000 > Date.now() && !(r.rollout && ['failed', 'stopped'].includes(r.rollout.state)));
+
+  /** The way forward when no release is in force, from what `GET releases` said was shipped:
+   * publish the hearth-node that came with control in one click (an admin, with the release
+   * key on this server), or the exact commands to run where the binary or the key is.
+   * `published()` runs once the click published it. */
+  function shipOffer(shipped, published) {
+    const { version } = shipped;
+    const arches = shipped.binaries.map((b) => b.arch).join(', ');
+    if (!shipped.binaries.length) {
+      return h('div', { class: 'ship', id: 'ship' }, h('p', {}, t('ship.none')), commandBlock(`sh deploy/build-release.sh\nhearth-control release sign --version ${version} target/dist/hearth-node`));
+    }
+    if (!shipped.key_here) {
+      return h(
+        'div',
+        { class: 'ship', id: 'ship' },
+        h('p', {}, t('ship.key_offline', { version, arches })),
+        commandBlock(`hearth-control release sign --key release.key --version ${version} --out release-${version} hearth-node\nhearth-control release add release-${version}`),
+      );
+    }
+    if (!can('admin')) return h('div', { class: 'ship', id: 'ship' }, h('p', {}, t('ship.ask_admin', { version, arches })));
+    const box = h(
+      'div',
+      { class: 'ship', id: 'ship' },
+      h('p', {}, t('ship.offer', { version, arches })),
+      errorBox(),
+      h('div', { class: 'actions' }, h('button', { type: 'button', id: 'ship-publish', onclick: () => submitting(box, async () => { await api('POST', 'releases/shipped'); await published(); }) }, t('ship.publish', { version }))),
+    );
+    return box;
+  }
+
   /** The one-line install (when a release is in force) and the enrollment command to copy;
    * `replaced`: an older one was still valid and no longer works. */
   function enrollCommand(answer, replaced) {
@@ -1551,9 +1590,18 @@
     const d = dialog(t('nodes.new'), form);
     onSubmit(form, async () => {
       const node = await api('POST', 'nodes', nodeInput(fields(form), groups));
-      form.replaceChildren(
-        enrollCommand(node),
-        h('div', { class: 'actions' }, h('button', { type: 'button', onclick: () => { d.close(); go(`nodes/${node.id}`); } }, t('done'))),
+      const done = h('div', { class: 'actions' }, h('button', { type: 'button', onclick: () => { d.close(); go(`nodes/${node.id}`); } }, t('done')));
+      form.replaceChildren(enrollCommand(node), done);
+      if (node.install_command) return;
+      // No release in force: the way forward, then, once published, the one-line install
+      // with a fresh token (the one above was never used).
+      const { shipped } = await api('GET', 'releases');
+      document.getElementById('no-release').after(
+        shipOffer(shipped, async () => {
+          const answer = await api('POST', `nodes/${node.id}/enroll-token`);
+          form.replaceChildren(enrollCommand({ ...node, ...answer }), done);
+          form.querySelector('#install button')?.focus();
+        }),
       );
     });
   }
@@ -1572,7 +1620,7 @@
     ];
   }
 
-  async function nodeView(id) {
+  async function nodeView(id, path) {
     const [node, groups, traffic] = await Promise.all([api('GET', `nodes/${id}`), api('GET', 'groups'), api('GET', `nodes/${id}/usage?days=30`)]);
     const enrollBox = h('div', {});
     const newEnroll = h('button', {
@@ -1621,7 +1669,7 @@
       route();
     });
     shell(
-      'nodes',
+      path,
       h('p', { class: 'crumbs' }, h('a', { href: '#/nodes' }, t('nav.nodes'))),
       h('div', { class: 'title' }, h('h1', {}, node.name), nodeState(node)),
       node.allow_unverified && node.tls === 'self_signed' ? h('p', { class: 'unverified card', id: 'node-unverified', role: 'note' }, t('nodes.unverified_on')) : null,
@@ -2023,7 +2071,7 @@
       'releases',
       h('h1', {}, t('nav.releases')),
       h('p', {}, t('releases.intro')),
-      h('pre', { class: 'command', tabindex: 0, 'aria-label': t('releases.command') }, 'hearth-control release sign --version 0.2.0 target/release/hearth-node'),
+      inForce(list.releases) ? commandBlock('hearth-control release sign --version 0.2.0 target/release/hearth-node') : shipOffer(list.shipped, async () => route()),
       list.releases.length
         ? h(
             'table',

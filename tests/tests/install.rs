@@ -243,10 +243,15 @@ async fn control_installs_in_one_line_and_prints_a_setup_link_that_works() {
 
     // Refusals: nothing written.
     let control_files = |root: &Root| {
-        ["usr/local/bin/hearth-control", "var/lib/hearth", "etc/systemd/system/hearth-control.service"]
-            .into_iter()
-            .filter(|p| root.path(p).exists())
-            .collect::<Vec<_>>()
+        [
+            "usr/local/bin/hearth-control",
+            "usr/local/lib/hearth",
+            "var/lib/hearth",
+            "etc/systemd/system/hearth-control.service",
+        ]
+        .into_iter()
+        .filter(|p| root.path(p).exists())
+        .collect::<Vec<_>>()
     };
     for (root, args, env, says) in [
         (Root::new(true), args.clone(), vec![("HEARTH_INSTALL_OS", "Darwin")], "this server runs Darwin"),
@@ -257,6 +262,7 @@ async fn control_installs_in_one_line_and_prints_a_setup_link_that_works() {
             vec![],
             "no binary at",
         ),
+        (Root::new(true), format!("{args} --node-binary /nonexistent/hearth-node"), vec![], "no node binary at"),
         (Root::new(true), "--binary x".to_owned(), vec![], "--host panel.example.net"),
         (Root::new(true), "--host 'a|b&c' --binary x".to_owned(), vec![], "a DNS name or an IPv4 address"),
     ] {
@@ -313,6 +319,26 @@ async fn control_installs_in_one_line_and_prints_a_setup_link_that_works() {
     let body = json!({ "token": token, "login": "owner", "password": "correct horse battery" });
     let setup = http.post(&api).json(&body).send().await.unwrap();
     assert_eq!(setup.status(), reqwest::StatusCode::OK, "{:?}", setup.text().await);
+
+    // The node binary beside the one given came with it, where control finds it: the panel
+    // offers to publish it as a release (its architecture read, the release key here).
+    let shipped = root.path("usr/local/lib/hearth/hearth-node");
+    assert_eq!(mode(&shipped), 0o755);
+    let node_binary = hearth_tests::binary("hearth-node").unwrap();
+    assert_eq!(std::fs::read(&shipped).unwrap(), std::fs::read(&node_binary).unwrap());
+    let settings = std::fs::read_to_string(root.path("var/lib/hearth/control.toml")).unwrap();
+    assert!(settings.contains(&format!("node_binaries = \"{}\"", root.path("usr/local/lib/hearth").display())));
+    assert!(said.contains("publishes it as the first node release in one click"), "{said}");
+    let cookie = setup.headers()[reqwest::header::SET_COOKIE].to_str().unwrap().split(';').next().unwrap().to_owned();
+    let releases = api.replace("/api/setup", "/api/releases");
+    let listed: Value =
+        http.get(&releases).header(reqwest::header::COOKIE, cookie).send().await.unwrap().json().await.unwrap();
+    assert_eq!(
+        listed["shipped"]["binaries"],
+        json!([{ "os": "linux", "arch": std::env::consts::ARCH, "len": std::fs::metadata(&shipped).unwrap().len() }]),
+        "{listed}"
+    );
+    assert_eq!(listed["shipped"]["key_here"], true);
 
     // Again: installed already, nothing changed.
     let log = std::fs::read_to_string(root.path("systemctl.log")).unwrap();

@@ -327,7 +327,8 @@ async fn the_admin_panel_works_in_a_real_browser() {
     fill(&client, "#node-form input[name=hop]", "41000-41015").await;
     fill(&client, "#node-form input[name=masquerade]", "https://www.example.net/").await;
     find(&client, "#node-form button[type=submit]").await.click().await.unwrap();
-    text_of(&client, "#no-release", |t| t.contains("release sign")).await;
+    text_of(&client, "#no-release", |t| t.contains("no one-line install")).await;
+    text_of(&client, "#ship", |t| t.contains("Publish it as a release")).await;
     let command = text_of(&client, "#enroll code", |t| t.starts_with("hearth-node enroll")).await;
     assert!(command.contains("--token="), "{command}");
     screenshot(&client, "node-enroll").await;
@@ -485,8 +486,12 @@ async fn the_admin_panel_works_in_a_real_browser() {
     assert!(listed.contains("mirror"), "{listed}");
     no_console_errors(&driver, &client, "the edges in settings").await;
     dir.cli(&["edge", "remove", "mirror"]).unwrap();
+    // Away and back, so the settings drawn are the ones with the edge gone (waiting for each
+    // page, or the field found could be the old page's).
     client.goto(&format!("{panel}#/")).await.unwrap();
+    text_of(&client, "main h1", |t| t == "Overview").await;
     client.goto(&format!("{panel}#/settings")).await.unwrap();
+    text_of(&client, "main h1", |t| t == "Settings").await;
     find(&client, "#addresses-form input[name=edge_url]").await.clear().await.unwrap();
     find(&client, "#addresses-form button[type=submit]").await.click().await.unwrap();
     text_of(&client, "#addresses-form .notice", |t| t.contains(&format!("{}/s", control.url))).await;
@@ -1180,6 +1185,21 @@ async fn the_panels_rough_edges_in_a_real_browser() {
         tokio::time::sleep(Duration::from_millis(50)).await;
     }
 
+    // A page that answers late never covers the one asked for after it: the node's page,
+    // held back a second, then the users' page at once.
+    let hold = "const real = window.heldFetch = window.fetch; window.fetch = (url, init) => String(url).includes('api/nodes/')\
+                ? new Promise((done) => setTimeout(done, 1000)).then(() => real.call(window, url, init)) : real.call(window, url, init);";
+    client.goto(&format!("{panel}#/groups")).await.unwrap();
+    text_of(&client, "main h1", |t| t == "Groups").await;
+    client.execute(hold, vec![]).await.unwrap();
+    client.execute(&format!("location.hash = '#/nodes/{node_id}'"), vec![]).await.unwrap();
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    client.execute("location.hash = '#/users'", vec![]).await.unwrap();
+    text_of(&client, "main h1", |t| t == "Users").await;
+    tokio::time::sleep(Duration::from_millis(1500)).await;
+    assert_eq!(find(&client, "main h1").await.text().await.unwrap(), "Users", "the late page was drawn over");
+    client.execute("window.fetch = window.heldFetch", vec![]).await.unwrap();
+
     // The search box keeps the focus as the list is filtered, and when it is emptied again.
     client.goto(&format!("{panel}#/users")).await.unwrap();
     let search = find(&client, ".toolbar input[type=search]").await;
@@ -1474,6 +1494,28 @@ async fn an_edit_in_the_panel_changes_only_what_was_touched() {
     assert!(overflow <= 0.0, "the overview is {overflow} px wider than a 390 px phone");
     screenshot(&client, "overview-phone").await;
     client.set_window_size(1280, 900).await.unwrap();
+
+    // No release yet: the new node's dialog offers to publish the hearth-node that came with
+    // control (here, the one built beside it) in one click, and then gives the one-line
+    // install for it (45, 8).
+    open("#/nodes".to_owned(), "Nodes").await;
+    find(&client, "#new-node").await.click().await.unwrap();
+    fill(&client, "#node-form input[name=name]", "Lisbon").await;
+    fill(&client, "#node-form input[name=host]", "lisbon.example.net").await;
+    find(&client, "#node-form button[type=submit]").await.click().await.unwrap();
+    text_of(&client, "#no-release", |t| t.contains("no one-line install")).await;
+    let version = env!("CARGO_PKG_VERSION");
+    text_of(&client, "#ship", |t| t.contains(&format!("came with hearth-node {version} ({})", std::env::consts::ARCH)))
+        .await;
+    screenshot(&client, "node-ship").await;
+    find(&client, "#ship-publish").await.click().await.unwrap();
+    let install = text_of(&client, "#install code", |t| t.starts_with("f=$(mktemp)")).await;
+    let shipped = std::fs::read(hearth_tests::binary("hearth-node").unwrap()).unwrap();
+    let hash = hex::encode(<sha2::Sha256 as sha2::Digest>::digest(&shipped));
+    assert!(install.ends_with(&format!("--sha256 {}={hash}", std::env::consts::ARCH)), "{install}");
+    let releases = s.get("/releases").await;
+    assert_eq!(releases["releases"][0]["name"], version, "{releases}");
+    client.find(Locator::XPath("//dialog//button[text()='Done']")).await.unwrap().click().await.unwrap();
 
     // By keyboard (45, 13): the first Tab stop skips to the page; a new page puts the focus on
     // its heading and names itself in the title; the releases' command can be reached and

@@ -41,7 +41,7 @@ use access::{
 };
 use nodes::{
     create_group, create_node, delete_group, delete_node, enroll_token, get_node, list_groups, list_nodes,
-    list_releases, start_rollout, stop_rollout, update_group, update_node,
+    list_releases, sign_shipped, start_rollout, stop_rollout, update_group, update_node,
 };
 use overview::{audit, edge_json, node_usage, online, status, usage, user_usage};
 use settings::{get_settings, update_settings};
@@ -222,6 +222,7 @@ pub(super) fn router() -> Router<Arc<App>> {
         .route("/api/nodes/{id}/enroll-token", post(enroll_token))
         .route("/api/nodes/{id}/usage", get(node_usage))
         .route("/api/releases", get(list_releases))
+        .route("/api/releases/shipped", post(sign_shipped))
         .route("/api/releases/{version}/rollout", post(start_rollout))
         .route("/api/releases/{version}/stop", post(stop_rollout))
         .route("/api/groups", get(list_groups).post(create_group))

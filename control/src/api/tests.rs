@@ -2442,3 +2442,92 @@ async fn the_node_install_script_and_binaries_are_served_within_bounds() {
         4
     );
 }
+
+/// An ELF executable's first bytes for `machine` (62 x86_64, 183 aarch64), then `rest`.
+fn elf(machine: u16, rest: &[u8]) -> Vec<u8> {
+    let mut bytes = vec![0u8; 64];
+    bytes[..4].copy_from_slice(b"\x7fELF");
+    bytes[4] = 2;
+    bytes[5] = 1;
+    bytes[18..20].copy_from_slice(&machine.to_le_bytes());
+    bytes.extend_from_slice(rest);
+    bytes
+}
+
+/// With no release in force, one click signs the hearth-node binaries shipped beside control
+/// (and nothing else there) as a release of control's version, with the release key on the
+/// server: an admin's act; refused with its own code when there is no binary, the key is
+/// offline, or the release in force has these very binaries.
+#[tokio::test]
+async fn the_node_binaries_shipped_with_control_become_a_release_in_one_click() {
+    let shipped = tempfile::tempdir().unwrap();
+    let client = Client::signed_in_with(false, &[("HEARTH_NODE_BINARIES", shipped.path().to_str().unwrap())]).await;
+    let listed = client.get("/releases").await.json();
+    assert_eq!(listed["shipped"], json!({ "version": env!("CARGO_PKG_VERSION"), "binaries": [], "key_here": true }));
+    let none = client.post("/releases/shipped", json!({})).await;
+    assert_eq!((none.status, none.code().as_str()), (StatusCode::CONFLICT, "no_node_binary"), "{}", none.json());
+    assert!(none.json()["error"]["message"].as_str().unwrap().contains("deploy/build-release.sh"));
+
+    let x86 = elf(62, b"the x86_64 node");
+    let arm = elf(183, b"the aarch64 node");
+    std::fs::write(shipped.path().join("hearth-node"), &x86).unwrap();
+    std::fs::write(shipped.path().join("hearth-node-linux-aarch64"), &arm).unwrap();
+    // Neither a file named for another architecture than it is, nor anything else, is taken.
+    std::fs::write(shipped.path().join("hearth-node-linux-riscv64"), elf(62, b"mislabelled")).unwrap();
+    std::fs::write(shipped.path().join("hearth-control"), elf(62, b"control")).unwrap();
+    let listed = client.get("/releases").await.json();
+    assert_eq!(
+        listed["shipped"]["binaries"],
+        json!([
+            { "os": "linux", "arch": "aarch64", "len": arm.len() },
+            { "os": "linux", "arch": "x86_64", "len": x86.len() },
+        ])
+    );
+
+    let token = client.post("/tokens", json!({ "name": "ops", "scope": "operate" })).await.json()["token"]
+        .as_str()
+        .unwrap()
+        .to_owned();
+    let operator = Client { control: client.control.clone(), cookie: None, bearer: Some(token) };
+    assert_eq!(operator.post("/releases/shipped", json!({})).await.status, StatusCode::FORBIDDEN);
+    assert!(client.get("/releases").await.json()["releases"].as_array().unwrap().is_empty());
+
+    let published = client.post("/releases/shipped", json!({})).await;
+    assert_eq!(published.status, StatusCode::CREATED, "{}", published.json());
+    let release = published.json()["release"].as_u64().unwrap();
+    let views = published.json()["releases"].clone();
+    assert_eq!(views[0]["name"], env!("CARGO_PKG_VERSION"));
+    assert_eq!(views[0]["files"], json!(["hearth-node-linux-aarch64", "hearth-node-linux-x86_64"]));
+    let lifetime = views[0]["expires"].as_u64().unwrap() - views[0]["built"].as_u64().unwrap();
+    assert_eq!(lifetime, crate::releases::SHIPPED_LIFETIME);
+    // In force: new nodes get the one-line install, and its binary is the shipped one.
+    let node = client.post("/nodes", json!({ "name": "Oslo", "host": "203.0.113.7" })).await.json();
+    assert!(
+        node["install_command"]
+            .as_str()
+            .unwrap()
+            .contains(&format!("x86_64={}", hex::encode(hearth_shared::sha256(&x86))))
+    );
+    let prefix = client.app().config.edge.api_prefix.clone();
+    let served = client.send(Method::GET, &format!("/{prefix}/install/hearth-node-linux-aarch64"), None, &[]).await;
+    assert_eq!(served.body, arm);
+    let audit = client.get("/audit").await.json().to_string();
+    assert!(audit.contains("release.add") && audit.contains(&format!("release {release}")), "{audit}");
+
+    let again = client.post("/releases/shipped", json!({})).await;
+    assert_eq!((again.status, again.code().as_str()), (StatusCode::CONFLICT, "release_same"));
+    // A newer binary shipped: a newer release.
+    std::fs::write(shipped.path().join("hearth-node"), elf(62, b"the next x86_64 node")).unwrap();
+    let next = client.post("/releases/shipped", json!({})).await;
+    assert_eq!(next.status, StatusCode::CREATED, "{}", next.json());
+    assert!(next.json()["release"].as_u64().unwrap() > release);
+
+    // The release key kept offline: the click is refused with the commands to run instead.
+    let key = crate::keyring::Paths::new(&client.app().config.data_dir).secret(Role::Release);
+    std::fs::remove_file(&key).unwrap();
+    assert_eq!(client.get("/releases").await.json()["shipped"]["key_here"], false);
+    let offline = client.post("/releases/shipped", json!({})).await;
+    assert_eq!((offline.status, offline.code().as_str()), (StatusCode::CONFLICT, "release_key_offline"));
+    assert!(offline.json()["error"]["message"].as_str().unwrap().contains("release add"));
+    assert_eq!(client.get("/releases").await.json()["releases"].as_array().unwrap().len(), 2);
+}

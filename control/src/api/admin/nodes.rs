@@ -13,6 +13,7 @@ use super::{Input, Reply, change, ok};
 use crate::api::{Auth, Body};
 use crate::app::{App, now};
 use crate::auth::Scope;
+use crate::error::Error;
 use crate::store::nodes::{self as node_store, GroupInput, NodeInput};
 
 pub(super) async fn list_nodes(State(app): State<Arc<App>>, auth: Auth) -> Reply {
@@ -95,7 +96,36 @@ pub(super) async fn enroll_token(State(app): State<Arc<App>>, auth: Auth, Path(i
 pub(super) async fn list_releases(State(app): State<Arc<App>>, auth: Auth) -> Reply {
     auth.need(Scope::Read)?;
     let releases = app.db.read(crate::releases::list).await?;
-    ok(json!({ "releases": releases }))
+    let (data, dir) = (app.config.data_dir.clone(), app.config.node_binaries.clone());
+    let (binaries, key_here) = tokio::task::spawn_blocking(move || {
+        let key = crate::keyring::Paths::new(&data).secret(hearth_shared::keys::Role::Release);
+        (crate::releases::shipped(&dir), key.exists())
+    })
+    .await
+    .map_err(|e| Error::Internal(e.to_string()))?;
+    ok(json!({
+        "releases": releases,
+        // What one click can sign: the node binaries shipped with control, as a release of
+        // control's own version, with the release key when it is on this server.
+        "shipped": { "version": env!("CARGO_PKG_VERSION"), "binaries": binaries, "key_here": key_here },
+    }))
+}
+
+/// Signs the node binaries shipped with control as a release and adds it: the way forward
+/// for a control with no release, in one click. Nothing is uploaded: only binaries already on
+/// the server, signed with the release key already on it.
+pub(super) async fn sign_shipped(State(app): State<Arc<App>>, auth: Auth) -> Reply {
+    auth.need(Scope::Admin)?;
+    let (data, dir) = (app.config.data_dir.clone(), app.config.node_binaries.clone());
+    let (key, binaries) = tokio::task::spawn_blocking(move || crate::releases::load_shipped(&data, &dir))
+        .await
+        .map_err(|e| Error::Internal(e.to_string()))??;
+    let (release, _) = change(&app, &auth, Scope::Admin, move |tx, app, actor, now| {
+        crate::releases::add_shipped(&app.config.data_dir, tx, &key, binaries, actor, now)
+    })
+    .await?;
+    let releases = app.db.read(crate::releases::list).await?;
+    Ok((StatusCode::CREATED, axum::Json(json!({ "release": release, "releases": releases }))).into_response())
 }
 
 #[derive(Deserialize)]
