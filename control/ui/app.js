@@ -68,7 +68,7 @@
 
   /** The form field an API error is about: `bad_<field>` names it; a few codes are about a
    * field of another name. */
-  const ERROR_FIELDS = { conflict: 'name', bad_expiry: 'days', duplicate_names: 'names', names_taken: 'names', bad_bulk: 'names', same_password: 'password', bad_current: 'current', bad_device_limit: 'device_limit' };
+  const ERROR_FIELDS = { conflict: 'name', bad_expiry: 'days', duplicate_names: 'names', names_taken: 'names', bad_bulk: 'names', same_password: 'password', bad_current: 'current', bad_device_limit: 'device_limit', no_user: 'user_name' };
 
   function fieldOf(form, code) {
     const name = ERROR_FIELDS[code] || (code && code.startsWith('bad_') ? code.slice(4) : null);
@@ -1223,7 +1223,12 @@
 
     shell(
       path,
-      h('p', { class: 'crumbs' }, h('a', { href: '#/users' }, t('nav.users'))),
+      h(
+        'p',
+        { class: 'crumbs' },
+        h('a', { href: '#/users' }, t('nav.users')),
+        me.role === 'reseller' ? null : [' · ', h('a', { href: `#/audit?user=${id}`, id: 'user-history' }, t('users.history'))],
+      ),
       h('div', { class: 'title' }, h('h1', {}, user.name), badge(user.status)),
       h(
         'section',
@@ -1951,7 +1956,7 @@
                     h(
                       'tr',
                       {},
-                      h('td', { 'data-label': t('notify.event') }, `${d.kind} (${d.subject})`, h('br'), h('small', {}, ago(d.queued))),
+                      h('td', { 'data-label': t('notify.event'), title: d.kind }, eventWords(d.kind, d.data, d.subject), h('br'), h('small', {}, ago(d.queued))),
                       h('td', { 'data-label': t('notify.state') }, h('span', { class: `badge ${d.state === 'delivered' ? 'active' : d.state === 'failed' ? 'disabled' : 'not_started'}` }, t(`notify.state.${d.state}`))),
                       h('td', { 'data-label': t('notify.attempts') }, String(d.attempts)),
                       h('td', { 'data-label': t('notify.answer') }, d.status ? `${d.status} ` : '', h('code', {}, d.answer)),
@@ -1995,7 +2000,7 @@
                 'tr',
                 {},
                 h('td', { 'data-label': t('notify.url') }, h('code', {}, hook.url)),
-                h('td', { 'data-label': t('notify.events') }, hook.events.join(', ')),
+                h('td', { 'data-label': t('notify.events') }, hook.events.map((g) => (STRINGS.en[`notify.group.${g}`] ? t(`notify.group.${g}`) : g)).join('; ')),
                 h('td', { 'data-label': t('notify.counts') }, t('notify.counted', { delivered: number(hook.delivered), pending: number(hook.pending), failed: number(hook.failed) })),
                 h(
                   'td',
@@ -2027,7 +2032,7 @@
         { class: 'card', id: 'events' },
         h('h2', {}, t('notify.recent')),
         events.length
-          ? h('ul', {}, events.map((e) => h('li', {}, `${e.kind}: ${e.subject} `, h('small', {}, ago(e.at)))))
+          ? h('ul', {}, events.map((e) => h('li', { title: e.kind }, eventWords(e.kind, e.data, e.subject), ' ', h('small', {}, ago(e.at)))))
           : h('p', { class: 'empty' }, t('notify.no_events')),
       ),
     );
@@ -2097,17 +2102,177 @@
     );
   }
 
+  // ---- in words -------------------------------------------------------------------------
+
+  /** What each field an edit changes is called, and how its values read. */
+  const FIELDS = {
+    name: ['users.name'],
+    quota: ['field.quota', 'bytes'],
+    expires_at: ['users.expires', 'date'],
+    duration_days: ['field.duration_days', 'number'],
+    reset: ['users.reset', 'reset'],
+    note: ['users.note'],
+    enabled: ['field.enabled', 'yes'],
+    disabled: ['field.enabled', 'yes'],
+    speed_limit: ['speed.title', 'speed'],
+    on_quota: ['speed.on_quota', 'on_quota'],
+    slow_speed: ['speed.slow', 'number'],
+    device_limit: ['devices.limit', 'number'],
+    groups: ['users.groups'],
+    host: ['nodes.host'],
+    port: ['nodes.port'],
+    hop: ['nodes.hop'],
+    sni: ['nodes.sni'],
+    tls: ['nodes.tls', 'tls'],
+    obfs: ['nodes.obfs', 'yes'],
+    masquerade: ['nodes.masquerade'],
+    multiplier: ['nodes.multiplier', 'number'],
+    quota_day: ['nodes.quota_day', 'number'],
+    allow_unverified: ['nodes.allow_unverified', 'yes'],
+    domain: ['nodes.domain'],
+    block_torrent: ['guard.torrent', 'yes'],
+    block_smtp: ['guard.smtp', 'yes'],
+    role: ['admins.role', 'role'],
+    password: ['password'],
+  };
+
+  /** A field's name in the admin's language (the key itself for one the panel does not know). */
+  const fieldName = (field) => (FIELDS[field] ? t(FIELDS[field][0]) : field);
+
+  /** A changed field's value, read as the panel shows it elsewhere. */
+  function fieldValue(field, value) {
+    if (value === null || value === undefined || value === '') return '—';
+    const kind = FIELDS[field]?.[1];
+    if (Array.isArray(value)) return value.length ? value.join(', ') : '—';
+    if (kind === 'bytes') return value ? bytes(value) : t('users.unlimited');
+    if (kind === 'date') return date(value);
+    if (kind === 'yes' || typeof value === 'boolean') return t(value ? 'field.yes' : 'field.no');
+    if (kind === 'reset') return STRINGS.en[`reset.${value}`] ? t(`reset.${value}`) : value;
+    if (kind === 'on_quota') return t(`speed.on_quota_${value}`);
+    if (kind === 'role') return t(`role.${value}`);
+    if (kind === 'tls') return STRINGS.en[`nodes.tls.${value.replace('-', '_')}`] ? t(`nodes.tls.${value.replace('-', '_')}`) : value;
+    if (kind === 'speed' && typeof value === 'object') {
+      const one = (n) => (n ? t('speed.mbps', { n: number(n) }) : t('speed.unlimited'));
+      return t('speed.down_up', { down: one(value.down), up: one(value.up) });
+    }
+    if (typeof value === 'number') return number(value);
+    if (typeof value === 'object') return JSON.stringify(value);
+    return whole(String(value));
+  }
+
+  /** An edit's changes in words: "Traffic quota: 1 GiB → 2 GiB · Note". */
+  const changesWords = (changes) =>
+    changes.map((c) => ('from' in c ? `${fieldName(c.field)}: ${fieldValue(c.field, c.from)} → ${fieldValue(c.field, c.to)}` : fieldName(c.field))).join(' · ');
+
+  /** Who did something, as the audit log names them (`owner`, `admin bob`, `token 3 (backup)
+   * of admin bob`, `cli`...), in words. */
+  function actorWords(actor) {
+    if (!actor) return '—';
+    const token = actor.match(/^token \d+ \((.*)\)(?: of (.*))?$/);
+    if (token) return token[2] ? t('audit.actor.token_of', { name: token[1], admin: actorWords(token[2]) }) : t('audit.actor.token', { name: token[1] });
+    const admin = actor.match(/^admin (.+)$/);
+    if (admin) return admin[1];
+    return STRINGS.en[`audit.actor.${actor}`] ? t(`audit.actor.${actor}`) : actor;
+  }
+
+  /** What an entry is about: a user, node or group links to its page, by its name. */
+  function targetWords(target) {
+    const m = target.match(/^(user|node|group|token) (\d+)(?: \((.*)\))?$/);
+    if (!m) return target;
+    const [, kind, id, name] = m;
+    const label = name || `${kind} ${id}`;
+    if (kind === 'token') return label;
+    return kind === 'group' ? h('a', { href: '#/groups' }, label) : h('a', { href: `#/${kind}s/${id}` }, label);
+  }
+
+  /** A browser's User-Agent in a few words ("Firefox on Linux"); the whole of it on hover. */
+  function agentWords(agent) {
+    if (!agent) return '—';
+    const browsers = [
+      [/Edg\//, 'Edge'],
+      [/OPR\/|Opera/, 'Opera'],
+      [/YaBrowser/, 'Yandex Browser'],
+      [/Firefox\//, 'Firefox'],
+      [/Chrome\/|CriOS/, 'Chrome'],
+      [/Safari\//, 'Safari'],
+      [/^curl\//, 'curl'],
+    ];
+    const systems = [
+      [/Android/, 'Android'],
+      [/iPhone|iPad|iPod/, 'iOS'],
+      [/Windows/, 'Windows'],
+      [/Mac OS X|Macintosh/, 'macOS'],
+      [/CrOS/, 'ChromeOS'],
+      [/Linux/, 'Linux'],
+    ];
+    const browser = browsers.find(([re]) => re.test(agent))?.[1];
+    const os = systems.find(([re]) => re.test(agent))?.[1];
+    const words = browser && os ? t('agent.on', { browser, os }) : browser || os || agent.slice(0, 40);
+    return h('span', { title: agent }, words);
+  }
+
+  /** An event (a webhook's, the Telegram bot's) in words, from its kind and data. */
+  function eventWords(kind, data, subject) {
+    data = data || {};
+    const named = data.user?.name ?? data.node?.name ?? data.edge?.name ?? subject;
+    const vars = {
+      name: named,
+      fields: (data.fields || []).map(fieldName).join(', '),
+      percent: number(data.percent ?? 0),
+      used: bytes(data.used ?? 0),
+      address: data.address ?? '',
+      release: data.release ?? '',
+      date: data.expires ? date(data.expires) : '',
+      by: actorWords(data.sent_by ?? data.by ?? ''),
+    };
+    return STRINGS.en[`event.${kind}`] ? t(`event.${kind}`, vars) : `${kind}: ${subject}`;
+  }
+
   async function auditView(params) {
+    const filter = new URLSearchParams();
+    for (const key of ['actor', 'action', 'user']) if (params.get(key)) filter.set(key, params.get(key));
     const before = params.get('before');
-    const list = await api('GET', `audit?limit=100${before ? `&before=${Number(before)}` : ''}`);
+    const list = await api('GET', `audit?limit=100${before ? `&before=${Number(before)}` : ''}${filter.size ? `&${filter}` : ''}`);
+    const user = params.get('user') ? await api('GET', `users/${Number(params.get('user'))}`).catch(() => null) : null;
     const entries = list.entries;
+    const actionWords = (action) => (STRINGS.en[`audit.action.${action}`] ? t(`audit.action.${action}`) : action);
+    const pick = (name, label, any, values, words) =>
+      field(
+        label,
+        h('select', { name }, h('option', { value: '' }, any), values.map((v) => h('option', { value: v, selected: params.get(name) === v }, words(v)))),
+      );
+    // The filters: who and what from what the log holds; a user by name.
+    const form = h(
+      'form',
+      { class: 'toolbar filters', id: 'audit-filter' },
+      pick('actor', t('audit.who'), t('audit.filter.anyone'), list.actors, actorWords),
+      pick('action', t('audit.what'), t('audit.filter.anything'), list.actions.slice().sort((a, b) => actionWords(a).localeCompare(actionWords(b), lang)), actionWords),
+      field(t('audit.filter.user'), h('input', { name: 'user_name', type: 'search', value: user ? user.name : '', autocomplete: 'off' })),
+      errorBox(),
+      h('div', { class: 'actions' }, h('button', { type: 'submit' }, t('audit.filter.apply')), filter.size ? h('a', { class: 'button ghost', href: '#/audit' }, t('audit.filter.clear')) : null),
+    );
+    onSubmit(form, async () => {
+      const values = fields(form);
+      const next = new URLSearchParams();
+      if (values.actor) next.set('actor', values.actor);
+      if (values.action) next.set('action', values.action);
+      const wanted = (values.user_name || '').trim();
+      if (wanted) {
+        const found = await api('GET', `users?q=${encodeURIComponent(wanted)}&per_page=50`);
+        const match = found.users.find((u) => u.name.toLowerCase() === wanted.toLowerCase());
+        if (!match) throw new ApiError(0, 'no_user', t('audit.filter.no_user', { name: wanted }));
+        next.set('user', match.id);
+      }
+      go(`audit${next.size ? `?${next}` : ''}`);
+    });
     shell(
       'audit',
       h('h1', {}, t('nav.audit')),
+      form,
       entries.length
         ? h(
             'table',
-            { class: 'list' },
+            { class: 'list', id: 'audit' },
             h('thead', {}, h('tr', {}, ['audit.when', 'audit.who', 'audit.what', 'audit.target', 'audit.detail'].map((k) => h('th', {}, t(k))))),
             h(
               'tbody',
@@ -2115,23 +2280,31 @@
               entries.map((e) =>
                 h(
                   'tr',
-                  {},
+                  { 'data-action': e.action },
                   h('td', { 'data-label': t('audit.when') }, dateTime(e.at)),
-                  h('td', { 'data-label': t('audit.who') }, e.actor || '—'),
+                  h('td', { 'data-label': t('audit.who'), title: e.actor }, actorWords(e.actor)),
                   // What was done in the admin's language (the code itself when strings.js has
-                  // no words for it); a refused sign-in's reason too.
-                  h('td', { 'data-label': t('audit.what'), title: e.action }, STRINGS.en[`audit.action.${e.action}`] ? t(`audit.action.${e.action}`) : e.action),
-                  h('td', { 'data-label': t('audit.target') }, e.target),
-                  h('td', { 'data-label': t('audit.detail') }, e.action === 'signin.failed' && STRINGS.en[`audit.reason.${e.detail}`] ? t(`audit.reason.${e.detail}`) : e.detail),
+                  // no words for it).
+                  h('td', { 'data-label': t('audit.what'), title: e.action }, actionWords(e.action)),
+                  h('td', { 'data-label': t('audit.target') }, targetWords(e.target)),
+                  h('td', { 'data-label': t('audit.detail') }, auditDetail(e)),
                 ),
               ),
             ),
           )
-        : h('p', { class: 'empty' }, t('audit.none')),
+        : h('p', { class: 'empty' }, t(filter.size ? 'audit.none_here' : 'audit.none')),
       entries.length === 100
-        ? h('nav', { class: 'pager' }, h('a', { class: 'button ghost small', href: `#/audit?before=${entries[entries.length - 1].id}` }, t('audit.older')))
+        ? h('nav', { class: 'pager' }, h('a', { class: 'button ghost small', href: `#/audit?before=${entries[entries.length - 1].id}${filter.size ? `&${filter}` : ''}` }, t('audit.older')))
         : null,
     );
+  }
+
+  /** An entry's detail in words: an edit's changes, a sign-in's browser, a refusal's reason. */
+  function auditDetail(e) {
+    if (e.changes) return changesWords(e.changes);
+    if (e.action === 'signin') return agentWords(e.detail);
+    if (e.action === 'signin.failed' && STRINGS.en[`audit.reason.${e.detail}`]) return t(`audit.reason.${e.detail}`);
+    return e.detail;
   }
 
   // ---- settings -------------------------------------------------------------------------

@@ -771,13 +771,17 @@ async fn notifications_in_a_real_browser() {
     find(&client, "#to-notifications").await.send_keys("\u{e007}").await.unwrap();
     text_of(&client, "main", |t| t.contains("No webhooks yet.")).await;
     fill(&client, "#webhook-form input[name=url]", &receiver).await;
+    // Which events, in words: "Everything", not "*" (issue 45, 11).
+    let everything =
+        "return document.querySelector(\"#webhook-form input[value='*']\").parentElement.textContent.trim()";
+    assert_eq!(client.execute(everything, vec![]).await.unwrap(), "Everything");
     find(&client, "#webhook-form input[value='*']").await.send_keys(" ").await.unwrap();
     find(&client, "#webhook-form input[value='user.*']").await.send_keys(" ").await.unwrap();
     find(&client, "#webhook-form button[type=submit]").await.send_keys("\u{e007}").await.unwrap();
     let shown = text_of(&client, "#new-webhook", |t| t.contains("whsec_")).await;
     screenshot(&client, "notifications-secret").await;
     find(&client, "dialog").await.send_keys("\u{e00c}").await.unwrap();
-    text_of(&client, "#webhooks", |t| t.contains(&receiver) && t.contains("user.*")).await;
+    text_of(&client, "#webhooks", |t| t.contains(&receiver) && t.contains("Users: created, changed")).await;
     let hooks = control.call(&http, &token, reqwest::Method::GET, "/webhooks", None).await.unwrap();
     assert_eq!(hooks["webhooks"][0]["events"], serde_json::json!(["user.*"]));
     assert!(!hooks.to_string().contains(shown.split("whsec_").nth(1).unwrap().trim()), "shown once");
@@ -786,12 +790,17 @@ async fn notifications_in_a_real_browser() {
     control.call(&http, &token, reqwest::Method::POST, "/users", Some(&user)).await.unwrap();
     find(&client, "#webhooks button[data-test]").await.click().await.unwrap();
     let deliveries = text_of(&client, "#deliveries", |t| t.matches("Delivered").count() == 2).await;
+    // Each event in words, with who it is about; the codes only on hover.
     assert!(
-        deliveries.contains("user.created") && deliveries.contains("test") && deliveries.contains("200 received"),
+        deliveries.contains("nora was added")
+            && deliveries.contains("A test, sent by")
+            && deliveries.contains("200 received")
+            && !deliveries.contains("user.created"),
         "{deliveries}"
     );
     client.refresh().await.unwrap();
-    text_of(&client, "#events", |t| t.contains("user.created: user")).await;
+    let events = text_of(&client, "#events", |t| t.contains("nora was added")).await;
+    assert!(!events.contains("user.created") && !events.contains("user 1"), "{events}");
     find(&client, "#webhooks button[data-deliveries]").await.click().await.unwrap();
     text_of(&client, "#deliveries", |t| t.contains("Delivered")).await;
     screenshot(&client, "notifications").await;
@@ -826,6 +835,76 @@ async fn notifications_in_a_real_browser() {
         .filter(|e| !e["message"].as_str().is_some_and(|m| m.contains("/api/telegram") && m.contains("400")))
         .collect();
     assert!(unexpected.is_empty(), "console errors after the bot: {unexpected:#?}");
+    client.close().await.unwrap();
+}
+
+/// The audit log in the admin's words (issue 45, 11): an edit says what changed from what to
+/// what, a sign-in names the browser, entries link to whom they are about, and the log narrows
+/// by who, what and which user (from the user's own page too).
+#[tokio::test]
+async fn the_audit_log_in_words_in_a_real_browser() {
+    let s = Alone::start().await.unwrap();
+    let gib = 1u64 << 30;
+    let mina = s.ok(reqwest::Method::POST, "/users", Some(json!({ "name": "Mina", "quota": gib }))).await;
+    let mina_id = mina["id"].as_u64().unwrap();
+    let change = json!({ "quota": 2 * gib, "note": "her tablet too" });
+    s.ok(reqwest::Method::PATCH, &format!("/users/{mina_id}"), Some(change)).await;
+    let omar = s.ok(reqwest::Method::POST, "/users", Some(json!({ "name": "Omar" }))).await;
+    s.ok(reqwest::Method::PATCH, &format!("/users/{}", omar["id"]), Some(json!({ "enabled": false }))).await;
+    let panel = format!("{}/{}/", s.control.url, s.control.admin);
+    let (driver, client) = browser().await;
+    sign_in(&client, &panel).await;
+
+    client.goto(&format!("{panel}#/audit")).await.unwrap();
+    let log = text_of(&client, "#audit", |t| t.contains("Traffic quota: 1 GiB → 2 GiB")).await;
+    assert!(log.contains("Traffic quota: 1 GiB → 2 GiB · Note"), "the note changed, its words not shown: {log}");
+    assert!(log.contains("Enabled: yes → no") && log.contains("Changed a user"), "{log}");
+    assert!(log.contains("Chrome on Linux"), "the sign-in's browser in a few words: {log}");
+    for raw in ["user.update", "user.create", &format!("user {mina_id}"), "Mozilla/5.0", "1073741824", "token 1 (test)"]
+    {
+        assert!(!log.contains(raw), "{raw} shown as it is stored: {log}");
+    }
+    let link = format!("#audit a[href='#/users/{mina_id}']");
+    assert_eq!(find(&client, &link).await.text().await.unwrap(), "Mina");
+    screenshot(&client, "audit").await;
+
+    // What: only the edits of users.
+    find(&client, "#audit-filter select[name=action]").await.select_by_value("user.update").await.unwrap();
+    find(&client, "#audit-filter button[type=submit]").await.click().await.unwrap();
+    text_of(&client, "#audit", |t| !t.contains("Signed in")).await;
+    let actions = "return [...document.querySelectorAll('#audit tbody tr')].map((r) => r.dataset.action)";
+    assert_eq!(client.execute(actions, vec![]).await.unwrap(), json!(["user.update", "user.update"]));
+    // Which user: by name, and a name nobody has is said beside the field.
+    fill(&client, "#audit-filter input[name=user_name]", "Nobody").await;
+    find(&client, "#audit-filter button[type=submit]").await.click().await.unwrap();
+    text_of(&client, "#audit-filter .field-error", |t| t == "No user is named Nobody.").await;
+    fill(&client, "#audit-filter input[name=user_name]", "omar").await;
+    find(&client, "#audit-filter button[type=submit]").await.click().await.unwrap();
+    let omar_only = text_of(&client, "#audit", |t| !t.contains("Mina")).await;
+    assert!(omar_only.contains("Enabled: yes → no"), "{omar_only}");
+    // Who: the browser's sign-in is the owner's, not the API token's.
+    find(&client, "#audit-filter a.button").await.click().await.unwrap();
+    text_of(&client, "#audit", |t| t.contains("Mina") && t.contains("Signed in")).await;
+    let who = "return [...document.querySelectorAll('#audit-filter select[name=actor] option')].map((o) => [o.value, o.textContent])";
+    let options = client.execute(who, vec![]).await.unwrap();
+    let signed_in = s.get("/audit?action=signin").await["entries"][0]["actor"].as_str().unwrap().to_owned();
+    let named = options.as_array().unwrap().iter().find(|o| o[0] == signed_in.as_str()).cloned();
+    assert!(named.is_some_and(|o| o[1] != signed_in.as_str()), "{signed_in} in words among {options}");
+    find(&client, "#audit-filter select[name=actor]").await.select_by_value(&signed_in).await.unwrap();
+    find(&client, "#audit-filter button[type=submit]").await.click().await.unwrap();
+    let theirs = text_of(&client, "#audit", |t| !t.contains("Traffic quota")).await;
+    assert!(theirs.contains("Signed in"), "{theirs}");
+
+    // A user's page leads to their history.
+    client.goto(&format!("{panel}#/users/{mina_id}")).await.unwrap();
+    find(&client, "#user-history").await.click().await.unwrap();
+    let history = text_of(&client, "#audit", |t| t.contains("Traffic quota")).await;
+    assert!(!history.contains("Omar") && !history.contains("Signed in"), "{history}");
+    assert_eq!(client.current_url().await.unwrap().fragment(), Some(&*format!("/audit?user={mina_id}")));
+    let chosen = "return document.querySelector('#audit-filter input[name=user_name]').value";
+    assert_eq!(client.execute(chosen, vec![]).await.unwrap(), "Mina");
+    screenshot(&client, "audit-user").await;
+    no_console_errors(&driver, &client, "the audit log").await;
     client.close().await.unwrap();
 }
 
@@ -1255,10 +1334,11 @@ async fn the_panels_rough_edges_in_a_real_browser() {
             .flatten()
             .map(|e| e.path())
             .find(|p| p.extension().is_some_and(|e| e == "txt"));
-        if let Some(path) = done {
-            break std::fs::read_to_string(path).unwrap();
+        // Chromium may show the file by its name before it has written it: read until whole.
+        let text = done.map(|path| std::fs::read_to_string(path).unwrap_or_default()).unwrap_or_default();
+        if text.ends_with('\n') || started.elapsed() > Duration::from_secs(10) {
+            break text;
         }
-        assert!(started.elapsed() < Duration::from_secs(10), "the links were never downloaded");
         tokio::time::sleep(Duration::from_millis(100)).await;
     };
     assert!(file.starts_with("Carol\t") && file.contains("\nDave\t") && file.matches("/s/").count() == 2, "{file}");

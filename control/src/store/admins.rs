@@ -9,8 +9,8 @@
 use rusqlite::{Connection, OptionalExtension as _, params};
 use serde::{Deserialize, Serialize};
 
-use super::audit;
 use super::users::{MAX_NAME, check_name, group_ids};
+use super::{FieldChange, audit, audit_edit};
 use crate::error::Error;
 
 /// An admin's role. The owner (created by the setup link) holds every right; the others are
@@ -251,18 +251,18 @@ pub(crate) fn update(
     }
     conn.execute("UPDATE admins SET role = ?2 WHERE id = ?1", params![id, role.as_str()])?;
     set_limits(conn, id, role, input)?;
-    let mut detail = Vec::new();
+    let mut changed = Vec::new();
     if role != before.role {
-        detail.push(format!("role {}", role.as_str()));
+        changed.push(FieldChange::shown("role", before.role.as_str().into(), role.as_str().into()));
     }
     if let Some(hash) = password_hash {
         conn.execute("UPDATE admins SET password_hash = ?2 WHERE id = ?1", params![id, hash])?;
-        detail.push("password".to_owned());
+        changed.push(FieldChange::hidden("password"));
     }
     if role != before.role || password_hash.is_some() {
         conn.execute("DELETE FROM sessions WHERE admin_id = ?1", [id])?;
     }
-    audit(conn, now, actor, "admin.update", &format!("admin {}", before.login), &detail.join(", "))?;
+    audit_edit(conn, now, actor, "admin.update", &format!("admin {}", before.login), &changed)?;
     get(conn, id)
 }
 

@@ -229,6 +229,8 @@ pub(crate) struct DeliveryView {
     pub done_at: u64,
     pub status: u16,
     pub answer: String,
+    /// The event's data, for the panel to put the event in words.
+    pub data: Value,
 }
 
 /// A webhook's deliveries, newest first.
@@ -236,7 +238,7 @@ pub(crate) fn deliveries(conn: &Connection, webhook: i64, limit: u64) -> Result<
     webhook_url(conn, webhook)?;
     let mut query = conn.prepare_cached(
         "SELECT d.id, d.event_id, e.kind, e.subject, d.state, d.attempts, d.queued, d.next_at, d.done_at, d.status,
-                d.answer
+                d.answer, e.data
          FROM deliveries d JOIN events e ON e.id = d.event_id
          WHERE d.webhook_id = ?1 ORDER BY d.id DESC LIMIT ?2",
     )?;
@@ -254,6 +256,7 @@ pub(crate) fn deliveries(conn: &Connection, webhook: i64, limit: u64) -> Result<
                 done_at: row.get(8)?,
                 status: row.get(9)?,
                 answer: row.get(10)?,
+                data: serde_json::from_str(&row.get::<_, String>(11)?).unwrap_or(Value::Null),
             })
         })?
         .collect::<Result<_, _>>()?;

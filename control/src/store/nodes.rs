@@ -465,7 +465,7 @@ pub(crate) fn update(
         return Ok(());
     }
     changes.users_of_node(conn, id)?;
-    audit(conn, now, actor, "node.update", &format!("node {id} ({})", before.name), &changed)?;
+    super::audit_edit(conn, now, actor, "node.update", &format!("node {id} ({})", before.name), &changed)?;
     Ok(())
 }
 
@@ -1180,7 +1180,7 @@ pub(crate) fn update_group(
     let after = group(conn, id)?;
     let changed = super::differences(&before, &after, &["users", "nodes"]);
     if !changed.is_empty() {
-        audit(conn, now, actor, "group.update", &format!("group {id} ({})", before.name), &changed)?;
+        super::audit_edit(conn, now, actor, "group.update", &format!("group {id} ({})", before.name), &changed)?;
     }
     Ok(after)
 }

@@ -14,7 +14,7 @@ use super::users::{
     parse_on_quota, parse_reset, reset_name,
 };
 use crate::error::Error;
-use crate::store::{audit, events};
+use crate::store::{FieldChange, audit_edit, events};
 
 /// A field an edit changed, with what it was and became (`None` for the note).
 struct Changed {
@@ -35,13 +35,13 @@ impl Edit {
         self.0.push(Changed { field, values: None });
     }
 
-    /// The audit log's words: `quota: 0 -> 1073741824, note`.
-    fn describe(&self) -> String {
+    /// The audit log's changes.
+    fn audited(&self) -> Vec<FieldChange> {
         let one = |c: &Changed| match &c.values {
-            Some((from, to)) => format!("{}: {from} -> {to}", c.field),
-            None => c.field.to_owned(),
+            Some((from, to)) => FieldChange::shown(c.field, from.clone(), to.clone()),
+            None => FieldChange::hidden(c.field),
         };
-        self.0.iter().map(one).collect::<Vec<_>>().join(", ")
+        self.0.iter().map(one).collect()
     }
 
     /// The event's data: the fields, and what each was and became where it can be shown.
@@ -226,7 +226,7 @@ pub(crate) fn update(
     // Told before what follows from it (a user disabled, or over its new quota).
     events::user_event_of(conn, now, "user.changed", id, edit.data(actor))?;
     changes.user(conn, id)?;
-    audit(conn, now, actor, "user.update", &format!("user {id} ({})", before.name), &edit.describe())?;
+    audit_edit(conn, now, actor, "user.update", &format!("user {id} ({})", before.name), &edit.audited())?;
     Ok(())
 }
 

@@ -191,14 +191,33 @@ pub(super) async fn user_usage(
 pub(super) struct AuditQuery {
     before: Option<i64>,
     limit: Option<i64>,
+    actor: Option<String>,
+    action: Option<String>,
+    user: Option<u64>,
 }
 
+/// The audit log, newest first, narrowed by who (`actor`), what (`action`, or `user.*`) and
+/// which user (`user`, an id); with every actor and action it holds, for the panel's filters.
 pub(super) async fn audit(State(app): State<Arc<App>>, auth: Auth, Query(query): Query<AuditQuery>) -> Reply {
     auth.need(Scope::Read)?;
-    let before = query.before.unwrap_or(i64::MAX);
     let limit = query.limit.unwrap_or(100).clamp(1, 1000);
-    let entries = app.db.read(move |c| crate::store::audit_page(c, before, limit)).await?;
-    ok(json!({ "entries": entries }))
+    let words = |value: Option<String>, name: &str| match value.filter(|v| !v.is_empty()) {
+        Some(v) if v.len() > 200 => {
+            Err(crate::error::Error::invalid("bad_filter", format!("{name} is at most 200 bytes")))
+        }
+        v => Ok(v),
+    };
+    let filter = crate::store::AuditFilter {
+        before: query.before,
+        actor: words(query.actor, "actor")?,
+        action: words(query.action, "action")?,
+        user: query.user,
+    };
+    let (entries, (actors, actions)) = app
+        .db
+        .read(move |c| Ok((crate::store::audit_page(c, &filter, limit)?, crate::store::audit_facets(c)?)))
+        .await?;
+    ok(json!({ "entries": entries, "actors": actors, "actions": actions }))
 }
 
 /// Prometheus metrics ([`crate::metrics`]): for the read scope, or a scraper with the metrics

@@ -139,14 +139,16 @@ pub fn render_at(snapshot: &Snapshot, fetched: &str, mobility: &crate::wire::Mob
         .support_url
         .as_deref()
         .map(|support| format!("<p><a class=\"button\" href=\"{}\">{}</a></p>", escape(support), t.help));
+    // A link that moved says so whatever the account's state: the old domain may be the only
+    // one this person still reaches, and the new link is theirs once the account works again.
+    if let Some(to) = &mobility.moved_to {
+        let _ = write!(html, "<p class=\"announce\">{}<br>{}</p>", t.moved, escape(to));
+    }
     if todo.is_some() {
         // Nothing to import: an app would only show why it cannot connect.
         html.push_str(help.as_deref().unwrap_or(""));
         html.push_str("</main></body></html>");
         return html;
-    }
-    if let Some(to) = &mobility.moved_to {
-        let _ = write!(html, "<p class=\"announce\">{}<br>{}</p>", t.moved, escape(to));
     }
     if let Some(announce) = snapshot.profile.announce.as_deref().filter(|a| !a.trim().is_empty()) {
         let _ = write!(html, "<p class=\"announce\">{}</p>", escape(announce));
@@ -581,5 +583,22 @@ mod tests {
         assert!(page.contains("hiddify://import/https://new.example/s/TOKEN#"));
         assert!(page.contains("value=\"https://m2.example/s/TOKEN\" aria-label=\"Запасная ссылка\""));
         assert!(!page.contains(LINK));
+    }
+
+    /// A moved link says where it went even when there is nothing to import yet or the
+    /// account is stopped: the blocked domain may be all the person still reaches.
+    #[test]
+    fn a_moved_link_says_so_before_anything_can_be_imported() {
+        let moved = Mobility { moved_to: Some("https://new.example/s/TOKEN".into()), mirrors: vec![], retired: false };
+        let viewer = Viewer { lang: Lang::En, platform: Platform::Linux };
+        let mut setting_up = sample_snapshot();
+        setting_up.endpoints.clear();
+        let mut disabled = sample_snapshot();
+        disabled.status = Status::Disabled;
+        for snapshot in [setting_up, disabled] {
+            let page = render_at(&snapshot, LINK, &moved, viewer);
+            assert!(page.contains(text::EN.moved) && page.contains("https://new.example/s/TOKEN"), "{page}");
+            assert!(!page.contains("hysteria2://") && !page.contains("<input"), "{page}");
+        }
     }
 }
