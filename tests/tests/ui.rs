@@ -1168,6 +1168,20 @@ async fn the_subscription_page_in_four_languages_in_a_real_browser() {
             assert_eq!(codes, if device == "phone" { 0.0 } else { 1.0 }, "{what}");
             let import = find(&client, "section.setup .steps a.button").await;
             assert!(import.attr("href").await.unwrap().unwrap().starts_with("hiddify://import/https://"), "{what}");
+            // The steps speak to the device and count in the language's digits (issue 45, 14).
+            let numbered = "return getComputedStyle(document.querySelector('.steps')).listStyleType";
+            let numbered = client.execute(numbered, vec![]).await.unwrap();
+            assert_eq!(numbered, if lang == "fa" { "persian" } else { "decimal" }, "{what}");
+            let store = find(&client, "section.setup .steps .stores a").await.attr("href").await.unwrap().unwrap();
+            if device == "phone" {
+                assert_eq!(store, "https://play.google.com/store/apps/details?id=app.hiddify.com", "{what}");
+            } else {
+                assert!(store.ends_with("/releases/latest/download/Hiddify-Windows-Setup-x64.exe"), "{what}");
+            }
+            if lang == "en" {
+                let verb = if device == "phone" { "tap the large button" } else { "click the large button" };
+                text_of(&client, "section.setup .steps", |t| t.contains(verb)).await;
+            }
             let overflow = number(&client, "return document.documentElement.scrollWidth - window.innerWidth").await;
             assert!(overflow <= 0.0, "{what} is {overflow} px wider than the screen");
             // The heading starts on the reading side: the right in Persian, the left otherwise.

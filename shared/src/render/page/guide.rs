@@ -80,26 +80,36 @@ impl Platform {
     /// The apps for this platform, the one the page recommends first.
     pub fn apps(self) -> &'static [App] {
         match self {
-            Platform::Android => &[HIDDIFY_ANDROID, HAPP, SING_BOX_ANDROID, FLCLASH],
-            Platform::Ios => &[HIDDIFY_IOS, HAPP, SING_BOX_APPLE],
-            Platform::Windows => &[HIDDIFY_DESKTOP, CLASH_VERGE],
-            Platform::MacOs => &[HIDDIFY_DESKTOP, CLASH_VERGE, SING_BOX_APPLE],
-            Platform::Linux => &[HIDDIFY_DESKTOP, CLASH_VERGE],
+            Platform::Android => &[HIDDIFY_ANDROID, HAPP_ANDROID, SING_BOX_ANDROID, FLCLASH_ANDROID],
+            Platform::Ios => &[HIDDIFY_IOS, HAPP_IOS, SING_BOX_APPLE],
+            Platform::Windows => &[HIDDIFY_WINDOWS, CLASH_VERGE_WINDOWS],
+            Platform::MacOs => &[HIDDIFY_MACOS, SING_BOX_APPLE, CLASH_VERGE_MACOS],
+            Platform::Linux => &[HIDDIFY_LINUX, CLASH_VERGE_LINUX],
         }
     }
 }
 
-/// Where an app is downloaded from.
+/// Where an app is downloaded from: the store of the device, or the very file for it. Never a
+/// website or a page of releases to find one's way through.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Store {
-    /// Google Play.
+    /// Google Play: the app's page.
     GooglePlay,
-    /// Apple's App Store.
+    /// Apple's App Store: the app's page.
     AppStore,
-    /// The app's releases on GitHub.
-    GitHub,
-    /// The app's own site.
-    Site,
+    /// The file for this platform, from the newest release (`releases/latest/download/<file>`
+    /// on GitHub: the same address whatever the version).
+    File,
+    /// An app whose files carry their version in the name, so that no address stays right:
+    /// its newest release, and which of its files to take (`x64-setup.exe`).
+    Newest(&'static str),
+}
+
+impl Store {
+    /// The file a [`Store::File`] address downloads, for its label.
+    pub fn file_name(url: &str) -> &str {
+        url.rsplit('/').next().unwrap_or(url)
+    }
 }
 
 /// How an app takes a subscription from a link.
@@ -141,12 +151,19 @@ pub struct App {
     pub import: Import,
 }
 
-const HIDDIFY_RELEASES: &str = "https://github.com/hiddify/hiddify-app/releases/latest";
+// Hiddify names its release files the same in every release, so `latest/download` always
+// gives the newest one; the universal APK is for phones without Google Play (Play is closed
+// to people in Iran).
+macro_rules! hiddify_file {
+    ($file:literal) => {
+        concat!("https://github.com/hiddify/hiddify-app/releases/latest/download/", $file)
+    };
+}
 const HIDDIFY_ANDROID: App = App {
     name: "Hiddify",
     stores: &[
         (Store::GooglePlay, "https://play.google.com/store/apps/details?id=app.hiddify.com"),
-        (Store::GitHub, HIDDIFY_RELEASES),
+        (Store::File, hiddify_file!("Hiddify-Android-universal.apk")),
     ],
     import: Import::Hiddify,
 };
@@ -155,30 +172,58 @@ const HIDDIFY_IOS: App = App {
     stores: &[(Store::AppStore, "https://apps.apple.com/app/id6596777532")],
     import: Import::Hiddify,
 };
-const HIDDIFY_DESKTOP: App =
-    App { name: "Hiddify", stores: &[(Store::GitHub, HIDDIFY_RELEASES)], import: Import::Hiddify };
-const HAPP: App = App { name: "Happ", stores: &[(Store::Site, "https://www.happ.su/")], import: Import::Happ };
+const HIDDIFY_WINDOWS: App = App {
+    name: "Hiddify",
+    stores: &[(Store::File, hiddify_file!("Hiddify-Windows-Setup-x64.exe"))],
+    import: Import::Hiddify,
+};
+const HIDDIFY_MACOS: App =
+    App { name: "Hiddify", stores: &[(Store::File, hiddify_file!("Hiddify-MacOS.dmg"))], import: Import::Hiddify };
+const HIDDIFY_LINUX: App = App {
+    name: "Hiddify",
+    stores: &[(Store::File, hiddify_file!("Hiddify-Linux-x64.AppImage"))],
+    import: Import::Hiddify,
+};
+const HAPP_ANDROID: App = App {
+    name: "Happ",
+    stores: &[(Store::GooglePlay, "https://play.google.com/store/apps/details?id=com.happproxy")],
+    import: Import::Happ,
+};
+const HAPP_IOS: App =
+    App { name: "Happ", stores: &[(Store::AppStore, "https://apps.apple.com/app/id6504287215")], import: Import::Happ };
 const SING_BOX_ANDROID: App = App {
     name: "sing-box",
     stores: &[
         (Store::GooglePlay, "https://play.google.com/store/apps/details?id=io.nekohasekai.sfa"),
-        (Store::GitHub, "https://github.com/SagerNet/sing-box/releases/latest"),
+        (Store::Newest("universal.apk"), "https://github.com/SagerNet/sing-box/releases/latest"),
     ],
     import: Import::SingBox,
 };
+/// sing-box for iPhone, iPad and Mac: "sing-box VT" in the App Store.
 const SING_BOX_APPLE: App = App {
     name: "sing-box",
-    stores: &[(Store::Site, "https://sing-box.sagernet.org/clients/apple/")],
+    stores: &[(Store::AppStore, "https://apps.apple.com/app/id6673731168")],
     import: Import::SingBox,
 };
-const FLCLASH: App = App {
+const FLCLASH_ANDROID: App = App {
     name: "FlClash",
-    stores: &[(Store::GitHub, "https://github.com/chen08209/FlClash/releases/latest")],
+    stores: &[(Store::Newest("android-arm64-v8a.apk"), "https://github.com/chen08209/FlClash/releases/latest")],
     import: Import::Clash,
 };
-const CLASH_VERGE: App = App {
+const CLASH_VERGE_RELEASES: &str = "https://github.com/clash-verge-rev/clash-verge-rev/releases/latest";
+const CLASH_VERGE_WINDOWS: App = App {
     name: "Clash Verge Rev",
-    stores: &[(Store::GitHub, "https://github.com/clash-verge-rev/clash-verge-rev/releases/latest")],
+    stores: &[(Store::Newest("x64-setup.exe"), CLASH_VERGE_RELEASES)],
+    import: Import::Clash,
+};
+const CLASH_VERGE_MACOS: App = App {
+    name: "Clash Verge Rev",
+    stores: &[(Store::Newest("aarch64.dmg"), CLASH_VERGE_RELEASES)],
+    import: Import::Clash,
+};
+const CLASH_VERGE_LINUX: App = App {
+    name: "Clash Verge Rev",
+    stores: &[(Store::Newest("amd64.deb"), CLASH_VERGE_RELEASES)],
     import: Import::Clash,
 };
 
@@ -231,5 +276,51 @@ mod tests {
                 }
             }
         }
+    }
+
+    /// Each link gets the app for this device: its store's page, or its file for this
+    /// platform. The app the page recommends is always one click from installing; a release
+    /// page is only for an app whose files carry their version, and says which file to take
+    /// (issue 45, 14).
+    #[test]
+    fn every_link_gets_the_app_for_the_device() {
+        for platform in Platform::ALL {
+            for (i, app) in platform.apps().iter().enumerate() {
+                assert!(!app.stores.is_empty(), "{} on {platform:?}", app.name);
+                for (store, url) in app.stores {
+                    match store {
+                        Store::GooglePlay => {
+                            assert_eq!(platform, Platform::Android);
+                            assert!(url.starts_with("https://play.google.com/store/apps/details?id="), "{url}");
+                        }
+                        Store::AppStore => {
+                            assert!(matches!(platform, Platform::Ios | Platform::MacOs), "{url}");
+                            assert!(url.starts_with("https://apps.apple.com/app/id"), "{url}");
+                        }
+                        Store::File => {
+                            assert!(
+                                url.starts_with("https://github.com/") && url.contains("/releases/latest/download/")
+                            );
+                            let ending = match platform {
+                                Platform::Android => ".apk",
+                                Platform::Ios => ".ipa",
+                                Platform::Windows => ".exe",
+                                Platform::MacOs => ".dmg",
+                                Platform::Linux => ".AppImage",
+                            };
+                            assert!(Store::file_name(url).ends_with(ending), "{url} on {platform:?}");
+                        }
+                        Store::Newest(file) => {
+                            assert!(i > 0, "the recommended app on {platform:?} needs a release page");
+                            assert!(url.ends_with("/releases/latest") && file.contains('.'), "{url}");
+                        }
+                    }
+                }
+            }
+        }
+        assert_eq!(
+            Store::file_name("https://github.com/a/b/releases/latest/download/Hiddify-MacOS.dmg"),
+            "Hiddify-MacOS.dmg"
+        );
     }
 }

@@ -125,15 +125,12 @@ pub fn render_at(snapshot: &Snapshot, fetched: &str, mobility: &crate::wire::Mob
         let _ = write!(html, "<p class=\"todo\">{todo} {same}</p>");
     }
     let used = snapshot.used_up.saturating_add(snapshot.used_down);
-    let quota = if snapshot.quota == 0 { t.unlimited.to_owned() } else { lang.size(snapshot.quota) };
+    let used = match snapshot.quota {
+        0 => t.used_no_limit.replace("{used}", &lang.size(used)),
+        quota => t.used_of.replace("{used}", &lang.size(used)).replace("{total}", &lang.size(quota)),
+    };
     let expires = if snapshot.expires_at == 0 { t.never.to_owned() } else { lang.date(snapshot.expires_at) };
-    let _ = write!(
-        html,
-        "<dl><dt>{}</dt><dd>{}</dd><dt>{}</dt><dd>{expires}</dd></dl>",
-        t.used,
-        t.used_of.replace("{used}", &lang.size(used)).replace("{total}", &quota),
-        t.expires,
-    );
+    let _ = write!(html, "<dl><dt>{}</dt><dd>{used}</dd><dt>{}</dt><dd>{expires}</dd></dl>", t.used, t.expires);
     let help = snapshot
         .profile
         .support_url
@@ -214,8 +211,10 @@ fn setup(html: &mut String, viewer: Viewer, sub_url: &str, name: &str) {
     }
     let apps = platform.apps();
     let first = &apps[0];
+    // A phone is tapped, a computer clicked.
     let tap = match first.import {
-        guide::Import::Hiddify => t.tap_hiddify.to_owned(),
+        guide::Import::Hiddify if platform.is_phone() => t.tap_hiddify.to_owned(),
+        guide::Import::Hiddify => t.click_hiddify.to_owned(),
         _ => t.tap_other.replace("{app}", first.name),
     };
     let _ = write!(
@@ -248,13 +247,13 @@ fn stores(t: &text::Text, app: &guide::App) -> String {
     app.stores
         .iter()
         .map(|(store, url)| {
+            // A file's name reads left to right inside a right-to-left sentence too.
+            let file = |name: &str| format!("<bdi dir=\"ltr\">{}</bdi>", escape(name));
             let label = match store {
-                guide::Store::GooglePlay => "Google Play",
-                guide::Store::AppStore => "App Store",
-                guide::Store::GitHub => t.github,
-                guide::Store::Site => {
-                    url.trim_start_matches("https://").trim_start_matches("www.").trim_end_matches('/')
-                }
+                guide::Store::GooglePlay => "Google Play".to_owned(),
+                guide::Store::AppStore => "App Store".to_owned(),
+                guide::Store::File => t.download.replace("{file}", &file(guide::Store::file_name(url))),
+                guide::Store::Newest(ending) => t.newest.replace("{file}", &file(ending)),
             };
             format!("<a href=\"{url}\">{label}</a>")
         })
@@ -349,7 +348,8 @@ nav{display:flex;flex-wrap:wrap;gap:.25rem .75rem;margin:0 0 .75rem}nav a{paddin
 nav a[aria-current]{font-weight:700;text-decoration:none;border-block-end:2px solid}\
 dl{display:grid;grid-template-columns:auto 1fr;gap:.25rem 1rem}dt{color:var(--muted)}dd{margin:0}\
 section,.announce{background:var(--card);border-radius:.75rem;padding:1rem;margin:1rem 0}\
-.steps{padding-inline-start:1.25rem;margin:0}.steps li{margin:0 0 .75rem}.stores{display:inline-block}\
+.steps{padding-inline-start:1.25rem;margin:0}.steps li{margin:0 0 .75rem}:lang(fa) .steps{list-style-type:persian}\
+.stores{display:inline-block}\
 .button{display:inline-block;margin-block:.25rem;padding:.6rem 1rem;border-radius:.5rem;border:0;font:inherit;\
 background:var(--fg);color:var(--bg);text-decoration:none;cursor:pointer}\
 .apps ul{list-style:none;padding:0}.apps li{margin:.5rem 0}\
@@ -458,7 +458,7 @@ mod tests {
             for (ours, theirs) in [
                 (t.active, EN_ACTIVE),
                 (t.link, text::EN.link),
-                (t.tap_hiddify, text::EN.tap_hiddify),
+                (t.click_hiddify, text::EN.click_hiddify),
                 (t.copy, text::EN.copy),
                 (t.scan, text::EN.scan),
                 (t.other_apps, text::EN.other_apps),
@@ -583,6 +583,54 @@ mod tests {
         assert!(page.contains("hiddify://import/https://new.example/s/TOKEN#"));
         assert!(page.contains("value=\"https://m2.example/s/TOKEN\" aria-label=\"Запасная ссылка\""));
         assert!(!page.contains(LINK));
+    }
+
+    /// The install steps speak to the device (issue 45, 14): a phone is tapped and a computer
+    /// clicked, the store links go to a store or the very file (its name shown, left to right
+    /// in Persian too), Persian steps are numbered in Persian digits, and a subscription with
+    /// no quota says how much was used and that there is no limit.
+    #[test]
+    fn the_install_steps_speak_to_the_device() {
+        let snapshot = sample_snapshot();
+        for lang in Lang::ALL {
+            let t = lang.text();
+            for platform in Platform::ALL {
+                let page = page(&snapshot, lang, platform);
+                let (said, not) = if platform.is_phone() {
+                    (t.tap_hiddify, t.click_hiddify)
+                } else {
+                    (t.click_hiddify, t.tap_hiddify)
+                };
+                assert!(page.contains(said), "{lang:?} {platform:?}");
+                assert!(said == not || !page.contains(not), "{lang:?} {platform:?}");
+                for site in ["/releases/latest\">", "happ.su", "sagernet.org"] {
+                    let first = page.split("</li>").next().unwrap();
+                    assert!(!first.contains(site), "{lang:?} {platform:?}: the first step links {site}");
+                }
+            }
+        }
+        let en = page(&snapshot, Lang::En, Platform::Windows);
+        assert!(en.contains(
+            "<a href=\"https://github.com/hiddify/hiddify-app/releases/latest/download/Hiddify-Windows-Setup-x64.exe\">\
+             Download <bdi dir=\"ltr\">Hiddify-Windows-Setup-x64.exe</bdi></a>"
+        ));
+        assert!(en.contains("the newest file ending in <bdi dir=\"ltr\">x64-setup.exe</bdi>"), "{en}");
+        assert!(en.contains("Open Hiddify and click the large button"));
+        let phone = page(&snapshot, Lang::En, Platform::Android);
+        assert!(phone.contains("Open Hiddify and tap the large button"));
+        assert!(phone.contains("https://play.google.com/store/apps/details?id=com.happproxy"));
+        assert!(STYLE.contains(":lang(fa) .steps{list-style-type:persian}"));
+
+        let mut free = sample_snapshot();
+        free.quota = 0;
+        free.used_up = 0;
+        free.used_down = 0;
+        assert!(page(&free, Lang::En, Platform::Android).contains("<dd>0 B used, no limit</dd>"));
+        assert!(
+            page(&free, Lang::Fa, Platform::Android)
+                .contains(&text::FA.used_no_limit.replace("{used}", &Lang::Fa.size(0)))
+        );
+        assert!(!page(&free, Lang::En, Platform::Android).contains("of unlimited"));
     }
 
     /// A moved link says where it went even when there is nothing to import yet or the

@@ -199,8 +199,8 @@ pub struct Text {
     pub used: &'static str,
     /// Traffic used of the quota: `{used}` of `{total}`.
     pub used_of: &'static str,
-    /// A quota of 0.
-    pub unlimited: &'static str,
+    /// Traffic used where there is no quota: `{used}`.
+    pub used_no_limit: &'static str,
     /// The label of the expiry date.
     pub expires: &'static str,
     /// No expiry date.
@@ -209,14 +209,18 @@ pub struct Text {
     pub setup: &'static str,
     /// Step one: install `{app}`.
     pub install: &'static str,
-    /// The link to an app's download page on GitHub.
-    pub github: &'static str,
+    /// The link to the very file of an app: `{file}`.
+    pub download: &'static str,
+    /// The link to an app's newest release on GitHub, and which `{file}` to take from it.
+    pub newest: &'static str,
     /// Step two.
     pub add: &'static str,
     /// The import button, into `{app}`.
     pub add_to: &'static str,
-    /// Step three in Hiddify.
+    /// Step three in Hiddify, on a phone.
     pub tap_hiddify: &'static str,
+    /// Step three in Hiddify, on a computer.
+    pub click_hiddify: &'static str,
     /// Step three in another `{app}`.
     pub tap_other: &'static str,
     /// The list of the other apps for the platform.
@@ -273,15 +277,17 @@ pub const EN: Text = Text {
     same_link: "Keep this link: once the subscription works again, your apps connect with it as before.",
     used: "Used",
     used_of: "{used} of {total}",
-    unlimited: "unlimited",
+    used_no_limit: "{used} used, no limit",
     expires: "Valid until",
     never: "no end date",
     setup: "Set up on {platform}",
     install: "Install {app}",
-    github: "Download from GitHub",
+    download: "Download {file}",
+    newest: "GitHub: the newest file ending in {file}",
     add: "Add your subscription",
     add_to: "Add to {app}",
     tap_hiddify: "Open Hiddify and tap the large button in the middle to connect.",
+    click_hiddify: "Open Hiddify and click the large button in the middle to connect.",
     tap_other: "Open {app}, choose this subscription and connect.",
     other_apps: "Other apps",
     scan: "Or scan this code with the app on your phone",
@@ -334,15 +340,17 @@ pub const RU: Text = Text {
     same_link: "Сохраните эту ссылку: когда подписка снова заработает, приложения подключатся по ней, как раньше.",
     used: "Использовано",
     used_of: "{used} из {total}",
-    unlimited: "без ограничений",
+    used_no_limit: "Использовано {used}, без лимита",
     expires: "Действует до",
     never: "бессрочно",
     setup: "Настройка: {platform}",
     install: "Установите {app}",
-    github: "Скачать с GitHub",
+    download: "Скачать {file}",
+    newest: "GitHub: новейший файл, имя которого оканчивается на {file}",
     add: "Добавьте подписку",
     add_to: "Добавить в {app}",
     tap_hiddify: "Откройте Hiddify и нажмите большую кнопку в центре, чтобы подключиться.",
+    click_hiddify: "Откройте Hiddify и щёлкните большую кнопку в центре, чтобы подключиться.",
     tap_other: "Откройте {app}, выберите эту подписку и подключитесь.",
     other_apps: "Другие приложения",
     scan: "Или отсканируйте этот код приложением на телефоне",
@@ -395,15 +403,17 @@ pub const FA: Text = Text {
     same_link: "این لینک را نگه دارید: وقتی اشتراک دوباره فعال شود، برنامه‌ها مثل قبل با آن وصل می‌شوند.",
     used: "مصرف‌شده",
     used_of: "{used} از {total}",
-    unlimited: "نامحدود",
+    used_no_limit: "{used} مصرف شده، بدون محدودیت",
     expires: "اعتبار تا",
     never: "بدون تاریخ پایان",
     setup: "راه‌اندازی روی {platform}",
     install: "{app} را نصب کنید",
-    github: "دانلود از GitHub",
+    download: "دانلود {file}",
+    newest: "GitHub: جدیدترین فایلی که نامش به {file} ختم می‌شود",
     add: "اشتراک را اضافه کنید",
     add_to: "افزودن به {app}",
     tap_hiddify: "Hiddify را باز کنید و برای اتصال، دکمهٔ بزرگ وسط صفحه را بزنید.",
+    click_hiddify: "Hiddify را باز کنید و برای اتصال، روی دکمهٔ بزرگ وسط صفحه کلیک کنید.",
     tap_other: "{app} را باز کنید، این اشتراک را انتخاب کنید و وصل شوید.",
     other_apps: "برنامه‌های دیگر",
     scan: "یا این کد را با برنامهٔ گوشی‌تان اسکن کنید",
@@ -443,15 +453,17 @@ pub const ZH: Text = Text {
     same_link: "请保留此链接：订阅恢复后，应用会像以前一样用它连接。",
     used: "已用流量",
     used_of: "{used} / {total}",
-    unlimited: "不限",
+    used_no_limit: "已用 {used}，不限流量",
     expires: "有效期至",
     never: "长期有效",
     setup: "在 {platform} 上设置",
     install: "安装 {app}",
-    github: "从 GitHub 下载",
+    download: "下载 {file}",
+    newest: "GitHub：最新版本中名称以 {file} 结尾的文件",
     add: "添加订阅",
     add_to: "添加到 {app}",
-    tap_hiddify: "打开 Hiddify，点击中间的大按钮即可连接。",
+    tap_hiddify: "打开 Hiddify，轻点中间的大按钮即可连接。",
+    click_hiddify: "打开 Hiddify，点击中间的大按钮即可连接。",
     tap_other: "打开 {app}，选择此订阅并连接。",
     other_apps: "其他应用",
     scan: "或用手机上的应用扫描此二维码",
