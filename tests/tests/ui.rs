@@ -35,6 +35,11 @@ fn free_port() -> u16 {
 
 /// Starts chromedriver and opens a browser session with the flags TOOLCHAIN.md gives.
 async fn browser() -> (Driver, Client) {
+    browser_with(&[]).await
+}
+
+/// A browser with more switches (`--force-dark-mode`: pages see `prefers-color-scheme: dark`).
+async fn browser_with(switches: &[&str]) -> (Driver, Client) {
     let chromedriver = std::env::var("CHROMEDRIVER").unwrap_or_else(|_| "/usr/bin/chromedriver".into());
     let port = free_port();
     let child = Command::new(&chromedriver)
@@ -46,6 +51,24 @@ async fn browser() -> (Driver, Client) {
         .unwrap_or_else(|e| panic!("starting {chromedriver} (tests/run installs it): {e}"));
     let profile = tempfile::tempdir().unwrap();
     let driver = Driver { child, url: format!("http://127.0.0.1:{port}"), _profile: profile };
+    let mut args: Vec<String> = [
+        "--headless",
+        "--no-sandbox",
+        "--disable-gpu",
+        "--disable-quic",
+        "--no-first-run",
+        "--disable-background-networking",
+        "--disable-component-update",
+        "--disable-sync",
+        "--disable-dev-shm-usage",
+        "--window-size=1280,900",
+        "--lang=en-US",
+    ]
+    .into_iter()
+    .chain(switches.iter().copied())
+    .map(String::from)
+    .collect();
+    args.push(format!("--user-data-dir={}", driver._profile.path().display()));
     let mut capabilities = serde_json::Map::new();
     capabilities.insert("acceptInsecureCerts".into(), json!(true));
     capabilities.insert("goog:loggingPrefs".into(), json!({ "browser": "ALL" }));
@@ -53,12 +76,7 @@ async fn browser() -> (Driver, Client) {
         "goog:chromeOptions".into(),
         json!({
             "binary": std::env::var("CHROMIUM").unwrap_or_else(|_| "/usr/bin/chromium".into()),
-            "args": [
-                "--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
-                "--disable-background-networking", "--disable-component-update", "--disable-sync",
-                "--disable-dev-shm-usage", "--window-size=1280,900", "--lang=en-US",
-                format!("--user-data-dir={}", driver._profile.path().display()),
-            ],
+            "args": args,
             // Downloads land in the profile's folder, unasked: a test reads them there.
             "prefs": {
                 "download.default_directory": driver._profile.path().join("downloads"),
@@ -86,6 +104,13 @@ fn screenshots() -> PathBuf {
 /// Every screenshot's page is checked with axe-core (installed by `tests/run` from
 /// `edge/package-lock.json`): no accessibility violation of any impact.
 async fn screenshot(client: &Client, name: &str) {
+    axe_clean(client, &format!("the {name} page")).await;
+    let png = client.screenshot().await.unwrap();
+    std::fs::write(screenshots().join(format!("{name}.png")), png).unwrap();
+}
+
+/// axe-core finds no violation of any impact on the page as it stands.
+async fn axe_clean(client: &Client, what: &str) {
     let axe = hearth_tests::repo_root().join("edge/node_modules/axe-core/axe.min.js");
     let source = std::fs::read_to_string(&axe)
         .unwrap_or_else(|e| panic!("{}: {e} (run `bash tests/run`, which installs it)", axe.display()));
@@ -95,9 +120,7 @@ async fn screenshot(client: &Client, name: &str) {
                    .then((r) => done(r.violations.map((v) => `${v.id} (${v.impact}): ${v.nodes.map((n) => n.target.join(' ')).join(', ')}`)))\
                    .catch((e) => done([`axe failed: ${e}`]));";
     let violations = client.execute_async(check, vec![]).await.unwrap();
-    assert_eq!(violations, serde_json::json!([]), "axe-core on the {name} page");
-    let png = client.screenshot().await.unwrap();
-    std::fs::write(screenshots().join(format!("{name}.png")), png).unwrap();
+    assert_eq!(violations, serde_json::json!([]), "axe-core on {what}");
 }
 
 /// Waits for an element, up to 10 s.
@@ -740,6 +763,83 @@ async fn moving_in_from_3x_ui_in_a_real_browser() {
     assert!(preview.contains("carol (3): password kept, 0 old paths") && preview.contains("Skipped: 2"), "{preview}");
     no_console_errors(&driver, &client, "moving in").await;
     client.close().await.unwrap();
+}
+
+/// axe-core finds nothing on any page of the panel, the sign-in too, at a desktop's and a
+/// phone's width, in all four languages, light and dark (issue 45).
+#[tokio::test]
+async fn every_panel_page_is_clean_under_axe_in_every_language_width_and_scheme() {
+    let s = Alone::start().await.unwrap();
+    let post = async |path: &str, body: Value| s.ok(reqwest::Method::POST, path, Some(body)).await;
+    let mina = post("/users", json!({ "name": "Mina", "quota": 100u64 << 30, "days": 30, "note": "her phone" })).await;
+    post("/users", json!({ "name": "Omar", "start_on_first_use": true, "days": 30 })).await;
+    let node = post("/nodes", json!({ "name": "Frankfurt 1", "host": "203.0.113.9" })).await;
+    post("/groups", json!({ "name": "family" })).await;
+    post("/webhooks", json!({ "url": "http://127.0.0.1:9/hearth", "events": ["user.*"] })).await;
+    post("/admins", json!({ "login": "otto", "role": "operator", "password": "an operator's password" })).await;
+    let panel = format!("{}/{}/", s.control.url, s.control.admin);
+    let pages = [
+        "#/".to_owned(),
+        "#/users".to_owned(),
+        format!("#/users/{}", mina["id"]),
+        "#/nodes".to_owned(),
+        format!("#/nodes/{}", node["id"]),
+        "#/groups".to_owned(),
+        "#/tokens".to_owned(),
+        "#/releases".to_owned(),
+        "#/audit".to_owned(),
+        "#/settings".to_owned(),
+        "#/settings/notifications".to_owned(),
+        "#/admins".to_owned(),
+    ];
+    for (scheme, switches) in [("light", &[][..]), ("dark", &["--force-dark-mode"][..])] {
+        let (driver, client) = browser_with(switches).await;
+        client.goto(&panel).await.unwrap();
+        let dark = client.execute("return matchMedia('(prefers-color-scheme: dark)').matches", vec![]).await;
+        assert_eq!(dark.unwrap(), json!(scheme == "dark"));
+        for (width, height) in [(1280, 900), (390, 844)] {
+            client.set_window_size(width, height).await.unwrap();
+            for lang in ["en", "ru", "fa", "zh"] {
+                let what = |page: &str| format!("{page} in {lang} at {width} px, {scheme}");
+                client.execute(&format!("localStorage.setItem('hearth.lang', '{lang}')"), vec![]).await.unwrap();
+                client.refresh().await.unwrap();
+                if width == 1280 && lang == "en" {
+                    find(&client, "#login").await;
+                    axe_clean(&client, &what("the sign-in")).await;
+                    sign_in(&client, &panel).await;
+                } else {
+                    find(&client, "main h1").await;
+                }
+                let shown = client.execute("return document.documentElement.lang", vec![]).await.unwrap();
+                assert_eq!(shown, lang);
+                let mut title = String::new();
+                for page in &pages {
+                    client.execute(&format!("location.hash = '{page}'"), vec![]).await.unwrap();
+                    // Drawn once the title names the new page's heading.
+                    let started = Instant::now();
+                    loop {
+                        let now =
+                            client.execute("return document.querySelector('main h1') ? document.title : ''", vec![]);
+                        let now = now.await.unwrap().as_str().unwrap_or_default().to_owned();
+                        if !now.is_empty() && now != title {
+                            title = now;
+                            break;
+                        }
+                        assert!(started.elapsed() < Duration::from_secs(10), "{} was never drawn", what(page));
+                        tokio::time::sleep(Duration::from_millis(50)).await;
+                    }
+                    // (The overview and the user's page finish drawing a moment later.)
+                    tokio::time::sleep(Duration::from_millis(150)).await;
+                    axe_clean(&client, &what(page)).await;
+                }
+            }
+        }
+        if scheme == "dark" {
+            screenshot(&client, "admins-zh-dark-phone").await;
+        }
+        no_console_errors(&driver, &client, &format!("every page, {scheme}")).await;
+        client.close().await.unwrap();
+    }
 }
 
 /// Settings, Notifications: a webhook added (its secret shown once), a test event sent and its
