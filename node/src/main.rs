@@ -103,6 +103,20 @@ fn server_tls(
     Ok(tls)
 }
 
+/// How the endpoint makes and recognizes connection IDs, from the saved reset key: a restarted
+/// node still recognizes the IDs of connections it no longer has, and answers their packets with
+/// a stateless reset, so their clients learn at once that the connection is gone and connect
+/// again (with a key drawn at each start, those packets were dropped as noise and clients
+/// waited out their idle timeout, 30 s).
+fn endpoint_config(state: &StateDir) -> Result<quinn::EndpointConfig> {
+    let key = reset_key(state)?;
+    let derived = ring::hmac::sign(&key, b"hearth connection ids");
+    let cid_key = u64::from_le_bytes(derived.as_ref()[..8].try_into().expect("a 32-byte tag"));
+    let mut config = quinn::EndpointConfig::new(Arc::new(key));
+    config.cid_generator(move || Box::new(quinn_proto::HashedConnectionIdGenerator::from_key(cid_key)));
+    Ok(config)
+}
+
 /// The stateless-reset key, made once: clients of a restarted node learn at once that their
 /// connection is gone.
 fn reset_key(state: &StateDir) -> Result<ring::hmac::Key> {
@@ -149,7 +163,7 @@ fn endpoint(
     }
     config.transport_config(Arc::new(transport));
     let socket = std::net::UdpSocket::bind(listen).with_context(|| format!("binding UDP {listen}"))?;
-    let endpoint_config = quinn::EndpointConfig::new(Arc::new(reset_key(state)?));
+    let endpoint_config = endpoint_config(state)?;
     let runtime = Arc::new(quinn::TokioRuntime);
     let socket = quinn::Runtime::wrap_udp_socket(runtime.as_ref(), socket).context("the UDP socket")?;
     let socket: Arc<dyn quinn::AsyncUdpSocket> = match hop {

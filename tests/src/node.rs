@@ -84,6 +84,14 @@ impl NodeProcess {
         crate::stop_gracefully(&mut self.child, "hearth-node")
     }
 
+    /// SIGKILL: the node dies wherever it is, telling no client (a crash, the OOM killer, a
+    /// power cut).
+    pub fn kill9(mut self) -> Result<()> {
+        self.child.kill()?;
+        self.child.wait()?;
+        Ok(())
+    }
+
     /// The URL of its metrics (`/metrics`; `/healthz` beside it), once it says it.
     pub fn metrics_url(&self) -> Result<String> {
         self.said("hearth-node metrics on ")

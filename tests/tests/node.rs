@@ -958,6 +958,56 @@ fn mihomo_profile(node: &NodeProcess, password: &str) -> String {
     hearth_shared::render::mihomo::render(&snapshot)
 }
 
+/// A node that died and came back (a crash, the OOM killer, a power cut: no goodbye to its
+/// clients) answers their old connections' packets with a stateless reset, so sing-box and
+/// mihomo connect again at once instead of waiting out their idle timeout (issue 46, 1: with
+/// connection IDs keyed anew at each start, they stalled about 30 s).
+#[tokio::test]
+async fn clients_of_a_node_that_died_get_through_within_two_seconds_of_its_restart() {
+    use std::time::{Duration, Instant};
+    let temp = tempfile::tempdir().unwrap();
+    let mut sim = ControlSim::new();
+    let dir = temp.path().join("node");
+    state_dir(&dir, &sim, 1).unwrap();
+    let item = sim.creds(&set(1, &[(7, "alice-password"), (8, "bob-password")]));
+    std::fs::write(dir.join("creds.envelope"), item.envelope().unwrap()).unwrap();
+    let node = NodeProcess::start(&dir).unwrap();
+    let web = http_server(b"hello".to_vec()).await.unwrap();
+    let sing_box = ProxyClient::sing_box(node.outbound("alice-password")).unwrap();
+    let mihomo = ProxyClient::mihomo(&mihomo_profile(&node, "bob-password")).unwrap();
+    assert_eq!(fetch(&sing_box, web).await.unwrap(), b"hello");
+    assert_eq!(hearth_tests::node::fetch_eventually(&mihomo, web).await.unwrap(), b"hello");
+
+    // It comes back where it was.
+    let settings = std::fs::read_to_string(dir.join("node.toml")).unwrap();
+    let settings = settings.replacen("listen = \"127.0.0.1:0\"", &format!("listen = \"{}\"", node.addr), 1);
+    std::fs::write(dir.join("node.toml"), settings).unwrap();
+    let addr = node.addr;
+    node.kill9().unwrap();
+    let node = NodeProcess::start(&dir).unwrap();
+    assert_eq!(node.addr, addr);
+    let back = Instant::now();
+    for (name, client) in [("sing-box", &sing_box), ("mihomo", &mihomo)] {
+        let started = Instant::now();
+        loop {
+            match tokio::time::timeout(Duration::from_millis(500), fetch(client, web)).await {
+                Ok(Ok(body)) => {
+                    assert_eq!(body, b"hello");
+                    break;
+                }
+                _ => assert!(
+                    started.elapsed() < Duration::from_secs(2),
+                    "{name} still gets nowhere {:?} after the node came back",
+                    back.elapsed()
+                ),
+            }
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+        eprintln!("{name} got through {:?} after the node came back", started.elapsed());
+    }
+    node.stop().unwrap();
+}
+
 /// Fetches through `client` until it works, within `within`.
 async fn fetch_within(client: &ProxyClient, web: std::net::SocketAddr, within: std::time::Duration) -> Vec<u8> {
     let started = std::time::Instant::now();
