@@ -562,7 +562,7 @@ fn build(dir: &Path, options: &Options) -> Result<Report> {
         Ok(())
     })?;
     drop(db);
-    let (_config, db, signer) = crate::serve::open_to_serve(dir)?;
+    let (_config, db, signer, _) = crate::serve::open_to_serve(dir)?;
     db.write_blocking(|tx| {
         seed_streams(tx, &screened)?;
         if options.from_snapshots {

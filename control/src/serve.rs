@@ -18,17 +18,19 @@ use crate::store::{self, Db};
 /// force, which `serve` keeps in the database: a command run beside it, in whatever
 /// environment, publishes exactly as it does and changes none of them.
 pub(crate) fn open(dir: &Path) -> Result<(Config, Db, Signer)> {
-    open_with(dir, false)
+    let (config, db, signer, _) = open_with(dir, false)?;
+    Ok((config, db, signer))
 }
 
 /// [`open`] for `serve` (and `restore`, which makes a new database), which settles the run-time
 /// settings first: a configuration file or environment that changed since the last start
 /// wins (see `settings::settle_value`).
-pub(crate) fn open_to_serve(dir: &Path) -> Result<(Config, Db, Signer)> {
+pub(crate) fn open_to_serve(dir: &Path) -> Result<(Config, Db, Signer, Vec<String>)> {
     open_with(dir, true)
 }
 
-fn open_with(dir: &Path, settle: bool) -> Result<(Config, Db, Signer)> {
+/// Also returns what to warn of once logging runs (see `settings::settle_addresses`).
+fn open_with(dir: &Path, settle: bool) -> Result<(Config, Db, Signer, Vec<String>)> {
     let env = |name: &str| std::env::var(name).ok();
     let mut config = Config::load(dir, &env)?;
     let paths = Paths::new(dir);
@@ -41,11 +43,12 @@ fn open_with(dir: &Path, settle: bool) -> Result<(Config, Db, Signer)> {
         .with_context(|| format!("{} is not a recovery key", recovery_path.display()))?;
     let vault = Vault::load(&paths.master())?;
     let db = Db::open(&paths.database()).with_context(|| format!("opening {}", paths.database().display()))?;
-    if settle {
-        crate::settings::settle_addresses(&db, &mut config)?;
+    let warnings = if settle {
+        crate::settings::settle_addresses(&db, &mut config)?
     } else {
         crate::settings::addresses_in_force(&db, &mut config)?;
-    }
+        Vec::new()
+    };
     // Checks the records against the root before anything is signed with them.
     let serial = db.read_blocking(|c| store::get_state(c, "keys_serial"))?;
     let online = crate::keyring::load_online(dir, serial, now())?;
@@ -73,7 +76,7 @@ fn open_with(dir: &Path, settle: bool) -> Result<(Config, Db, Signer)> {
     {
         tracing::info!(signed, "the key records changed; every stream was signed again");
     }
-    Ok((config, db, signer))
+    Ok((config, db, signer, warnings))
 }
 
 fn init_logs(json: bool) {
@@ -104,8 +107,11 @@ where
 
 /// `hearth-control serve`.
 pub(crate) fn run(dir: &Path) -> Result<()> {
-    let (mut config, db, signer) = open_to_serve(dir)?;
+    let (mut config, db, signer, warnings) = open_to_serve(dir)?;
     init_logs(config.log_json);
+    for warning in warnings {
+        tracing::warn!("{warning}");
+    }
     let _ = rustls::crypto::ring::default_provider().install_default();
     let panel = config.acme.panel.clone();
     let (tls, acme) = match &config.tls {

@@ -169,17 +169,37 @@ impl Addresses {
     }
 }
 
-/// At start: the addresses in force (see [`settle_value`]); `config` is updated to them.
-pub(crate) fn settle_addresses(db: &Db, config: &mut Config) -> Result<(), Error> {
-    let configured = Addresses::of(config);
-    let (addresses, _) = db.write_blocking(|tx| {
-        let (addresses, changed) = settle_value(tx, "addresses", &configured)?;
+/// At start: the addresses in force (see [`settle_value`]); `config` is updated to them. An
+/// address that was configured at the last start and is not now (`HEARTH_EDGE_URL` left out of
+/// a restart) is no change: the edge stays attached, with a warning. Only the owner detaches it
+/// (Settings, audited). Returns what to warn of, once logging runs.
+pub(crate) fn settle_addresses(db: &Db, config: &mut Config) -> Result<Vec<String>, Error> {
+    let (addresses, kept) = db.write_blocking(|tx| {
+        let mut configured = Addresses::of(config);
+        let mut kept = Vec::new();
+        if let Some(before) = stored::<Addresses>(tx, "addresses_file")? {
+            for (name, now, then) in [
+                ("edge_url (HEARTH_EDGE_URL)", &mut configured.edge_url, before.edge_url),
+                ("sub_url (HEARTH_SUB_URL)", &mut configured.sub_url, before.sub_url),
+            ] {
+                if now.is_none()
+                    && let Some(then) = then
+                {
+                    kept.push(format!(
+                        "{name} was given at the last start and is not now: it stays {then} \
+                         (to change or clear it, use Settings in the panel)"
+                    ));
+                    *now = Some(then);
+                }
+            }
+        }
+        let (addresses, _) = settle_value(tx, "addresses", &configured)?;
         let base = config.link_base(addresses.edge_url.as_deref(), addresses.sub_url.as_deref());
         crate::store::edges::sync_main(tx, addresses.edge_url.as_deref(), &base, crate::clock::now())?;
-        Ok((addresses, changed))
+        Ok((addresses, kept))
     })?;
     config.set_addresses(addresses.edge_url, addresses.sub_url);
-    Ok(())
+    Ok(kept)
 }
 
 /// The addresses in force (what `serve` last settled or the owner last set), without changing

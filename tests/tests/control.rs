@@ -765,6 +765,43 @@ async fn an_edge_set_in_the_panel_gets_everything_and_stays_set() {
     control.stop().unwrap();
 }
 
+/// A restart without `HEARTH_EDGE_URL` (given at the start before) keeps the edge: links still
+/// point there and it still gets changes; the log says the setting stays as it was. Only
+/// clearing it in Settings detaches the edge, audited (issue 46, 2: the edge was detached
+/// silently and new links pointed at control while the edge answered 404).
+#[tokio::test]
+async fn a_restart_without_the_edge_setting_keeps_the_edge() {
+    let temp = tempfile::tempdir().unwrap();
+    let dir = ControlDir::init(&temp.path().join("control")).unwrap();
+    let edge = EdgeProcess::start(Backend::Native, &temp.path().join("edge.db"), &dir.edge_vars().unwrap()).unwrap();
+    let control = ControlProcess::start(&dir, &[("HEARTH_EDGE_URL", edge.url.clone())]).unwrap();
+    let http = dir.client().unwrap();
+    let api = Api { token: control.setup(&http, "admin").await.unwrap(), http };
+    control.stop().unwrap();
+
+    let (control, log) = ControlProcess::start_logged(&dir, &[]).unwrap();
+    let said = hearth_tests::node::until_logged(&log, "is not now: it stays", Duration::from_secs(30)).await.unwrap();
+    assert!(said.contains("HEARTH_EDGE_URL") && said.contains(&edge.url), "{said}");
+    assert_eq!(api.get(&control, "/settings").await["edge_url"], edge.url.as_str());
+    let bea = api.post(&control, "/users", json!({ "name": "bea" })).await;
+    let link = bea["link"].as_str().unwrap().to_owned();
+    assert!(link.starts_with(&edge.url), "a new link points at the edge: {link}");
+    let plain = hearth_tests::http().build().unwrap();
+    eventually("the edge serves the new link", Duration::from_secs(20), || served(&plain, &link)).await;
+
+    // Detached only by the owner, and the audit log says so.
+    let clear = Some(json!({ "edge_url": "" }));
+    let (status, _) = api.call(&control, reqwest::Method::PATCH, "/settings", clear).await;
+    assert_eq!(status, StatusCode::OK);
+    let audit = api.get(&control, "/audit?action=settings.addresses").await;
+    assert_eq!(audit["entries"][0]["detail"], "edge none", "{audit}");
+    control.stop().unwrap();
+    // And it stays detached at the next start, with the setting still absent.
+    let control = ControlProcess::start(&dir, &[]).unwrap();
+    assert_eq!(api.get(&control, "/settings").await["edge_url"], Value::Null);
+    control.stop().unwrap();
+}
+
 /// A stream the edge will not take (here control's copy of a user's link is behind the edge's,
 /// as after putting back an older database) is set aside with the edge's reason, shown in the
 /// status and the metrics, and every other change still goes out; a version the edge takes
