@@ -499,10 +499,17 @@ enum AdminCommand {
         /// A reseller's most users.
         #[arg(long)]
         max_users: Option<u64>,
-        /// A reseller's most traffic to give out, in GiB: their users' quotas add up to at
-        /// most this (and each needs a quota).
+        /// A reseller's traffic allowance, in GiB: what their users may use in all, resets
+        /// and deleted users counted (and each needs a quota).
         #[arg(long)]
         max_traffic_gib: Option<f64>,
+        /// The rate, in Mbit/s, a reseller's users over quota may be slowed to (with a
+        /// traffic allowance and none given: cut off).
+        #[arg(long)]
+        max_slow_mbps: Option<f64>,
+        /// How many days ahead a reseller's users' time may reach (each needs an end date).
+        #[arg(long)]
+        max_days: Option<u64>,
         /// A group a reseller may put users in (repeat for more): their users reach that
         /// group's nodes.
         #[arg(long = "group")]
@@ -1028,7 +1035,7 @@ fn admin_command(dir: &std::path::Path, command: AdminCommand) -> Result<()> {
     let (_, db, _) = serve::open(dir)?;
     let now = now();
     match command {
-        AdminCommand::Add { login, role, max_users, max_traffic_gib, groups } => {
+        AdminCommand::Add { login, role, max_users, max_traffic_gib, max_slow_mbps, max_days, groups } => {
             let role = auth::Role::parse(&role)
                 .with_context(|| format!("unknown role {role:?}: give admin, operator, read-only or reseller"))?;
             let reseller = role == auth::Role::Reseller;
@@ -1037,6 +1044,10 @@ fn admin_command(dir: &std::path::Path, command: AdminCommand) -> Result<()> {
                 role: Some(role),
                 max_users: max_users.map(Some),
                 max_traffic: max_traffic_gib.map(|gib| Some((gib.max(0.0) * 1_073_741_824.0) as u64)),
+                max_slow_speed: max_slow_mbps
+                    .map(|mbps| store::users::Mbps::parse(mbps).map(Some).map_err(anyhow::Error::msg))
+                    .transpose()?,
+                max_days: max_days.map(Some),
                 groups: (reseller || !groups.is_empty()).then_some(groups),
                 password: None,
             };

@@ -70,9 +70,25 @@ pub(crate) fn sweep(
         .collect::<Result<_, _>>()?;
     for (id, reset) in due {
         let strategy = crate::store::users::parse_reset(&reset).unwrap_or(hearth_shared::wire::ResetStrategy::Never);
+        let next = crate::clock::next_reset(strategy, now);
+        // A reseller's user is reset only while their traffic allowance has room for it
+        // (what it used counts against it); else it waits for the next period, used up.
+        if !crate::store::admins::room_to_reset(conn, id)? {
+            conn.execute("UPDATE users SET next_reset = ?2 WHERE id = ?1", rusqlite::params![id, next])?;
+            crate::store::audit(
+                conn,
+                now,
+                "control",
+                "user.reset_skipped",
+                &format!("user {id} ({})", crate::store::users::get(conn, id)?.name),
+                "its reseller's traffic allowance has no room for a reset",
+            )?;
+            continue;
+        }
+        crate::store::admins::spend(conn, id)?;
         conn.execute(
             "UPDATE users SET used_up = 0, used_down = 0, raw_up = 0, raw_down = 0, next_reset = ?2 WHERE id = ?1",
-            rusqlite::params![id, crate::clock::next_reset(strategy, now)],
+            rusqlite::params![id, next],
         )?;
         changes.user(conn, id)?;
         touched += 1;

@@ -966,7 +966,11 @@
         'dl',
         { class: 'limits' },
         h('div', {}, h('dt', {}, t('nav.users')), h('dd', {}, of(limits.users, limits.max_users, number))),
-        h('div', {}, h('dt', {}, t('admins.traffic_given')), h('dd', {}, of(limits.allotted, limits.max_traffic, bytes))),
+        h('div', {}, h('dt', {}, t('admins.traffic_given')), h('dd', {}, of(limits.allotted + limits.spent, limits.max_traffic, bytes))),
+        limits.max_slow_speed !== null || limits.max_traffic !== null
+          ? h('div', {}, h('dt', {}, t('admins.max_slow')), h('dd', {}, limits.max_slow_speed ? t('speed.mbps', { n: number(limits.max_slow_speed) }) : t('admins.cut_only')))
+          : null,
+        limits.max_days !== null ? h('div', {}, h('dt', {}, t('admins.max_days')), h('dd', {}, t('admins.days', { n: number(limits.max_days) }))) : null,
         h('div', {}, h('dt', {}, t('users.groups')), h('dd', {}, limits.groups.length ? limits.groups.join(', ') : t('admins.no_groups'))),
       ),
     );
@@ -2849,6 +2853,8 @@
       h('legend', {}, t('admins.limits')),
       field(t('admins.max_users'), h('input', { name: 'max_users', type: 'number', min: 0, step: 1, inputmode: 'numeric', value: admin && admin.max_users !== null ? String(admin.max_users) : '' }), t('admins.no_limit_hint')),
       field(t('admins.max_traffic_gib'), h('input', { name: 'max_traffic', type: 'number', min: 0, step: 'any', inputmode: 'decimal', value: admin && admin.max_traffic !== null ? String(admin.max_traffic / 2 ** 30) : '' }), t('admins.max_traffic_hint')),
+      field(t('admins.max_slow'), h('input', { name: 'max_slow_speed', type: 'number', min: 0, step: 'any', inputmode: 'decimal', value: admin && admin.max_slow_speed !== null ? String(admin.max_slow_speed) : '' }), t('admins.max_slow_hint')),
+      field(t('admins.max_days'), h('input', { name: 'max_days', type: 'number', min: 0, max: 36500, step: 1, inputmode: 'numeric', value: admin && admin.max_days !== null ? String(admin.max_days) : '' }), t('admins.max_days_hint')),
       groups.length
         ? h(
             'fieldset',
@@ -2872,6 +2878,8 @@
     if (values.role === 'reseller') {
       input.max_users = values.max_users === '' ? null : Number(values.max_users);
       input.max_traffic = values.max_traffic === '' ? null : Math.round(Number(values.max_traffic) * 2 ** 30);
+      input.max_slow_speed = values.max_slow_speed === '' ? null : Number(values.max_slow_speed);
+      input.max_days = values.max_days === '' ? null : Number(values.max_days);
       input.groups = groups.filter((g) => values[`group:${g.name}`]).map((g) => g.name);
     }
     if (values.password) input.password = values.password;
@@ -2921,7 +2929,7 @@
                   h('td', { 'data-label': t('login') }, a.login),
                   h('td', { 'data-label': t('admins.role') }, t(`role.${a.role}`)),
                   h('td', { 'data-label': t('nav.users') }, limit(a.users, a.max_users, number)),
-                  h('td', { 'data-label': t('admins.traffic_given') }, a.role === 'reseller' ? limit(a.allotted, a.max_traffic, bytes) : '—'),
+                  h('td', { 'data-label': t('admins.traffic_given') }, a.role === 'reseller' ? limit(a.allotted + a.spent, a.max_traffic, bytes) : '—'),
                   h('td', { 'data-label': t('admins.groups') }, a.role === 'reseller' ? a.groups.join(', ') || t('admins.no_groups') : '—'),
                   h(
                     'td',

@@ -300,9 +300,9 @@ async fn change_users<T: Send + 'static>(
                 if let Some(user) = user {
                     admins::check_owns(tx, admin, user)?;
                 }
-                let before = admins::allotment(tx, admin)?;
+                let before = admins::allotment(tx, admin, now)?;
                 let value = change(tx, &state, &actor, now)?;
-                admins::check_within(tx, admin, before)?;
+                admins::check_within(tx, admin, before, now)?;
                 Ok(value)
             }
         })

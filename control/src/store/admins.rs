@@ -1,15 +1,30 @@
 //! Admin accounts besides the owner (see `admins.sql`): their roles, a reseller's limits and
 //! the users a reseller may reach.
 //!
-//! A reseller's limits hold at every change made through them: a change that would take them
-//! past a limit is refused and nothing of it is kept (the check runs in the change's own
-//! transaction, after it). A change that does not grow what they use is never refused, so a
-//! reseller the owner cut back can still disable, shorten or delete.
+//! A reseller sells traffic and time, so the owner grants them an allowance of each:
+//! - users: how many at once;
+//! - traffic: the bytes their users may use in all, resets counted. What a reseller has given
+//!   is what their users may still use in this period (their quotas) plus what they used
+//!   before a reset or a deletion (`spent`): resetting a user's usage, by hand or by its
+//!   monthly reset, and deleting and making a user again all draw on it. A user without a
+//!   quota is refused to a reseller with a traffic allowance;
+//! - slowed speed: a user of theirs over quota may be slowed (instead of cut off) at most to
+//!   this rate (with a traffic allowance and no rate granted: cut off only);
+//! - time: how far ahead a user's expiry (or days from first use) may reach; no end date is
+//!   refused to a reseller with a time allowance;
+//! - groups: which ones their users may be in.
+//!
+//! They hold at every change made through them: a change that would take them past one is
+//! refused and nothing of it is kept (the check runs in the change's own transaction, after
+//! it). A change that does not grow what they use is never refused, so a reseller the owner
+//! cut back can still disable, shorten or delete. A periodic reset the traffic allowance has
+//! no room for is skipped (the user stays used up until the reseller frees some or the owner
+//! grants more), and the audit log says so.
 
 use rusqlite::{Connection, OptionalExtension as _, params};
 use serde::{Deserialize, Serialize};
 
-use super::users::{MAX_NAME, check_name, group_ids};
+use super::users::{MAX_NAME, Mbps, check_name, group_ids};
 use super::{FieldChange, audit, audit_edit};
 use crate::error::Error;
 
@@ -61,13 +76,18 @@ pub(crate) struct AdminView {
     pub(crate) id: i64,
     pub(crate) login: String,
     pub(crate) role: Role,
-    /// A reseller's limits: users, bytes of quota in total (`None`: no limit), groups.
+    /// A reseller's limits (`None`: no limit): users; bytes given in all, resets counted; the
+    /// rate users over quota may be slowed to; days ahead an expiry may reach; groups.
     pub(crate) max_users: Option<u64>,
     pub(crate) max_traffic: Option<u64>,
+    pub(crate) max_slow_speed: Option<Mbps>,
+    pub(crate) max_days: Option<u64>,
     pub(crate) groups: Vec<String>,
-    /// Users they created, and the quota those hold in total (bytes).
+    /// Users they created; the quota those hold now, and the bytes used before resets and
+    /// deletions (`allotted + spent` is what counts against `max_traffic`).
     pub(crate) users: u64,
     pub(crate) allotted: u64,
+    pub(crate) spent: u64,
     /// Their passkeys.
     pub(crate) passkeys: u64,
     pub(crate) created: u64,
@@ -87,6 +107,10 @@ pub(crate) struct AdminInput {
     pub(crate) max_users: Option<Option<u64>>,
     #[serde(default, deserialize_with = "present")]
     pub(crate) max_traffic: Option<Option<u64>>,
+    #[serde(default, deserialize_with = "present")]
+    pub(crate) max_slow_speed: Option<Option<Mbps>>,
+    #[serde(default, deserialize_with = "present")]
+    pub(crate) max_days: Option<Option<u64>>,
     pub(crate) groups: Option<Vec<String>>,
     /// A new password (hashed by the caller before the store sees the change).
     pub(crate) password: Option<String>,
@@ -101,12 +125,23 @@ fn present<'de, D: serde::Deserializer<'de>, T: Deserialize<'de>>(d: D) -> Resul
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub(crate) struct Allotment {
     users: u64,
+    /// Bytes given: their users' quotas now and what was used before resets and deletions.
     traffic: u64,
     /// Users of theirs with no quota (unlimited).
     unlimited: u64,
+    /// kbit/s their users' own slowed rates go past the rate granted, summed.
+    too_fast: u64,
+    /// Users of theirs with no end date (nor days from first use).
+    endless: u64,
+    /// Seconds their users' expiries (and days from first use) reach past the time granted,
+    /// summed.
+    too_long: u64,
     /// Memberships of their users in groups they may not use.
     outside: u64,
 }
+
+/// Days, in seconds, a time allowance may grant: 100 years.
+const MAX_DAYS: u64 = 36_500;
 
 const VIEW: &str = "SELECT a.id, a.login, a.role, a.max_users, a.max_traffic, a.created,
         (SELECT count(*) FROM users u WHERE u.admin_id = a.id),
@@ -114,7 +149,8 @@ const VIEW: &str = "SELECT a.id, a.login, a.role, a.max_users, a.max_traffic, a.
         (SELECT coalesce(group_concat(g.name, char(10)), '') FROM
             (SELECT g.name FROM admin_groups ag JOIN groups g ON g.id = ag.group_id
              WHERE ag.admin_id = a.id ORDER BY g.name) g),
-        (SELECT count(*) FROM passkeys p WHERE p.admin_id = a.id)
+        (SELECT count(*) FROM passkeys p WHERE p.admin_id = a.id),
+        a.max_slow_kbps, a.max_days, a.spent
     FROM admins a";
 
 fn view_of(row: &rusqlite::Row<'_>) -> rusqlite::Result<AdminView> {
@@ -131,6 +167,9 @@ fn view_of(row: &rusqlite::Row<'_>) -> rusqlite::Result<AdminView> {
         allotted: row.get(7)?,
         groups: groups.split('\n').filter(|g| !g.is_empty()).map(str::to_owned).collect(),
         passkeys: row.get(9)?,
+        max_slow_speed: row.get::<_, Option<u64>>(10)?.map(Mbps),
+        max_days: row.get(11)?,
+        spent: row.get(12)?,
     })
 }
 
@@ -200,10 +239,18 @@ pub(crate) fn create(
 /// Applies a change's role-dependent fields: a reseller's limits and groups (others have none).
 fn set_limits(conn: &Connection, id: i64, role: Role, input: &AdminInput) -> Result<(), Error> {
     if role != Role::Reseller {
-        if input.max_users.flatten().is_some() || input.max_traffic.flatten().is_some() || input.groups.is_some() {
+        if input.max_users.flatten().is_some()
+            || input.max_traffic.flatten().is_some()
+            || input.max_slow_speed.flatten().is_some()
+            || input.max_days.flatten().is_some()
+            || input.groups.is_some()
+        {
             return Err(Error::invalid("not_a_reseller", "only a reseller has limits and groups"));
         }
-        conn.execute("UPDATE admins SET max_users = NULL, max_traffic = NULL WHERE id = ?1", [id])?;
+        conn.execute(
+            "UPDATE admins SET max_users = NULL, max_traffic = NULL, max_slow_kbps = NULL, max_days = NULL WHERE id = ?1",
+            [id],
+        )?;
         conn.execute("DELETE FROM admin_groups WHERE admin_id = ?1", [id])?;
         return Ok(());
     }
@@ -211,6 +258,15 @@ fn set_limits(conn: &Connection, id: i64, role: Role, input: &AdminInput) -> Res
         if max.flatten().is_some_and(|max| max > i64::MAX as u64) {
             return Err(Error::invalid("bad_limit", format!("{field} must be at most {}", i64::MAX)));
         }
+    }
+    if input.max_days.flatten().is_some_and(|days| days > MAX_DAYS) {
+        return Err(Error::invalid("bad_limit", format!("max_days must be at most {MAX_DAYS}")));
+    }
+    if let Some(max) = input.max_slow_speed {
+        conn.execute("UPDATE admins SET max_slow_kbps = ?2 WHERE id = ?1", params![id, max.map(|m| m.0)])?;
+    }
+    if let Some(max) = input.max_days {
+        conn.execute("UPDATE admins SET max_days = ?2 WHERE id = ?1", params![id, max])?;
     }
     if let Some(max) = input.max_users {
         conn.execute("UPDATE admins SET max_users = ?2 WHERE id = ?1", params![id, max])?;
@@ -289,6 +345,29 @@ pub(crate) fn set_creator(conn: &Connection, admin: i64, user: u64) -> Result<()
     Ok(())
 }
 
+/// Counts what `user` used so far against its reseller's traffic allowance (before its usage
+/// is reset or it is deleted); nothing for the owner's users.
+pub(crate) fn spend(conn: &Connection, user: u64) -> Result<(), Error> {
+    conn.prepare_cached(
+        "UPDATE admins SET spent = spent + (SELECT used_up + used_down FROM users WHERE id = ?1)
+         WHERE id = (SELECT admin_id FROM users WHERE id = ?1)",
+    )?
+    .execute([user])?;
+    Ok(())
+}
+
+/// Whether the traffic allowance of `user`'s reseller has room for resetting its usage (the
+/// owner's users: always).
+pub(crate) fn room_to_reset(conn: &Connection, user: u64) -> Result<bool, Error> {
+    let row: Option<(i64, Option<u64>, u64)> = conn
+        .prepare_cached("SELECT a.id, a.max_traffic, u.used_up + u.used_down FROM users u JOIN admins a ON a.id = u.admin_id WHERE u.id = ?1")?
+        .query_row([user], |row| Ok((row.get(0)?, row.get(1)?, row.get(2)?)))
+        .optional()?;
+    let Some((admin, Some(max), used)) = row else { return Ok(true) };
+    let given = allotment(conn, admin, 0)?.traffic;
+    Ok(given.saturating_add(used) <= max)
+}
+
 /// The names of the groups a reseller may use.
 pub(crate) fn groups_of(conn: &Connection, admin: i64) -> Result<Vec<String>, Error> {
     let mut query = conn.prepare_cached(
@@ -298,29 +377,57 @@ pub(crate) fn groups_of(conn: &Connection, admin: i64) -> Result<Vec<String>, Er
     Ok(names)
 }
 
-/// What a reseller uses now.
-pub(crate) fn allotment(conn: &Connection, admin: i64) -> Result<Allotment, Error> {
-    let (users, traffic, unlimited) = conn
+/// What a reseller uses now (expiries measured from `now`).
+pub(crate) fn allotment(conn: &Connection, admin: i64, now: u64) -> Result<Allotment, Error> {
+    let (spent, max_traffic, max_slow, max_days): (u64, Option<u64>, Option<u64>, Option<u64>) = conn
+        .prepare_cached("SELECT spent, max_traffic, max_slow_kbps, max_days FROM admins WHERE id = ?1")?
+        .query_row([admin], |row| Ok((row.get(0)?, row.get(1)?, row.get(2)?, row.get(3)?)))?;
+    // With a traffic allowance and no slowed rate granted, users over quota are cut off.
+    let slow_ceiling = max_slow.or(max_traffic.map(|_| 0)).map(|kbps| kbps as i64).unwrap_or(i64::MAX);
+    let horizon = max_days.map(|days| days * 86_400);
+    let reach = horizon.map(|secs| (now + secs) as i64).unwrap_or(i64::MAX);
+    let (users, quotas, unlimited, too_fast, endless, too_long): (u64, u64, u64, u64, u64, u64) = conn
         .prepare_cached(
-            "SELECT count(*), coalesce(sum(quota), 0), coalesce(sum(quota = 0), 0) FROM users WHERE admin_id = ?1",
+            "SELECT count(*), coalesce(sum(quota), 0), coalesce(sum(quota = 0), 0),
+                    coalesce(sum(CASE WHEN on_quota = 'slow' AND slow_kbps > ?2 THEN slow_kbps - ?2 ELSE 0 END), 0),
+                    coalesce(sum(expires_at = 0 AND duration_secs = 0), 0),
+                    coalesce(sum(CASE WHEN expires_at > ?3 THEN expires_at - ?3 ELSE 0 END), 0)
+                      + coalesce(sum(CASE WHEN expires_at = 0 AND duration_secs > ?4 THEN duration_secs - ?4 ELSE 0 END), 0)
+             FROM users WHERE admin_id = ?1",
         )?
-        .query_row([admin], |row| Ok((row.get(0)?, row.get(1)?, row.get(2)?)))?;
+        .query_row(params![admin, slow_ceiling, reach, horizon.map(|h| h as i64).unwrap_or(i64::MAX)], |row| {
+            Ok((row.get(0)?, row.get(1)?, row.get(2)?, row.get(3)?, row.get(4)?, row.get(5)?))
+        })?;
     let outside = conn
         .prepare_cached(
             "SELECT count(*) FROM user_groups ug JOIN users u ON u.id = ug.user_id
              WHERE u.admin_id = ?1 AND ug.group_id NOT IN (SELECT group_id FROM admin_groups WHERE admin_id = ?1)",
         )?
         .query_row([admin], |row| row.get(0))?;
-    Ok(Allotment { users, traffic, unlimited, outside })
+    Ok(Allotment {
+        users,
+        traffic: quotas.saturating_add(spent),
+        unlimited,
+        too_fast,
+        endless: if horizon.is_some() { endless } else { 0 },
+        too_long,
+        outside,
+    })
+}
+
+/// Bytes as the limits' messages say them.
+fn gib(bytes: u64) -> String {
+    let gib = bytes as f64 / 1_073_741_824.0;
+    if gib.fract() == 0.0 { format!("{gib} GiB") } else { format!("{gib:.2} GiB") }
 }
 
 /// Refuses a change that took a reseller from `before` past one of their limits (a change
 /// that grows nothing passes, whatever the limits are now).
-pub(crate) fn check_within(conn: &Connection, admin: i64, before: Allotment) -> Result<(), Error> {
-    let after = allotment(conn, admin)?;
-    let (max_users, max_traffic): (Option<u64>, Option<u64>) = conn
-        .prepare_cached("SELECT max_users, max_traffic FROM admins WHERE id = ?1")?
-        .query_row([admin], |row| Ok((row.get(0)?, row.get(1)?)))?;
+pub(crate) fn check_within(conn: &Connection, admin: i64, before: Allotment, now: u64) -> Result<(), Error> {
+    let after = allotment(conn, admin, now)?;
+    let (max_users, max_traffic, max_slow, max_days): (Option<u64>, Option<u64>, Option<u64>, Option<u64>) = conn
+        .prepare_cached("SELECT max_users, max_traffic, max_slow_kbps, max_days FROM admins WHERE id = ?1")?
+        .query_row([admin], |row| Ok((row.get(0)?, row.get(1)?, row.get(2)?, row.get(3)?)))?;
     if let Some(max) = max_users.filter(|&max| after.users > before.users && after.users > max) {
         return Err(Error::invalid("reseller_limit", format!("you may have at most {max} users")));
     }
@@ -332,12 +439,29 @@ pub(crate) fn check_within(conn: &Connection, admin: i64, before: Allotment) -> 
             return Err(Error::invalid(
                 "reseller_limit",
                 format!(
-                    "your users' quotas may add up to at most {} GiB; {} GiB are given",
-                    max as f64 / 1_073_741_824.0,
-                    before.traffic as f64 / 1_073_741_824.0
+                    "your traffic allowance is {}, resets and deleted users counted; {} are given",
+                    gib(max),
+                    gib(before.traffic)
                 ),
             ));
         }
+    }
+    if after.too_fast > before.too_fast {
+        return Err(Error::invalid(
+            "reseller_limit",
+            match max_slow {
+                Some(kbps) => format!("your users over quota may be slowed to at most {} Mbit/s", kbps as f64 / 1000.0),
+                None => "your users over quota are cut off, not slowed (ask the owner for a slowed rate)".to_owned(),
+            },
+        ));
+    }
+    if let Some(days) = max_days
+        && (after.endless > before.endless || after.too_long > before.too_long)
+    {
+        return Err(Error::invalid(
+            "reseller_limit",
+            format!("your users' time may reach at most {days} days ahead (an end date is needed)"),
+        ));
     }
     if after.outside > before.outside {
         let allowed = groups_of(conn, admin)?;

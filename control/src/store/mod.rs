@@ -82,6 +82,10 @@ const MIGRATIONS: &[&str] = &[
     include_str!("identity.sql"),
     include_str!("acme.sql"),
     include_str!("audit_changes.sql"),
+    // A reseller's allowance of traffic (resets counted: `spent`), slowed rate and time.
+    "ALTER TABLE admins ADD COLUMN spent INTEGER NOT NULL DEFAULT 0 CHECK (spent >= 0);
+     ALTER TABLE admins ADD COLUMN max_slow_kbps INTEGER CHECK (max_slow_kbps >= 0);
+     ALTER TABLE admins ADD COLUMN max_days INTEGER CHECK (max_days >= 0);",
 ];
 
 /// Runs `f` on the blocking pool, in the caller's span and with the caller's log subscriber:

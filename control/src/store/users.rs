@@ -718,6 +718,8 @@ pub(crate) fn reset_traffic(
     now: u64,
 ) -> Result<(), Error> {
     let user = get(conn, id)?;
+    // What it used counts against its reseller's traffic allowance.
+    crate::store::admins::spend(conn, id)?;
     conn.execute(
         "UPDATE users SET used_up = 0, used_down = 0, raw_up = 0, raw_down = 0, updated = ?2 WHERE id = ?1",
         params![id, now],
@@ -774,6 +776,8 @@ pub(crate) fn delete(conn: &Connection, changes: &mut Changes, actor: &str, id: 
     changes.creds_of_user(conn, id)?;
     crate::store::aliases::delete_streams_of_user(conn, id, changes)?;
     let aliased = !crate::store::aliases::paths_of_user(conn, id)?.is_empty();
+    // What it used stays counted against its reseller's traffic allowance.
+    crate::store::admins::spend(conn, id)?;
     conn.prepare_cached("DELETE FROM users WHERE id = ?1")?.execute([id])?;
     changes.gone(hearth_shared::wire::stream::snapshot(&hash));
     if aliased {

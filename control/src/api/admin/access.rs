@@ -566,9 +566,12 @@ pub(super) async fn me(State(app): State<Arc<App>>, auth: Auth) -> Reply {
         value["limits"] = json!({
             "max_users": admin.max_users,
             "max_traffic": admin.max_traffic,
+            "max_slow_speed": admin.max_slow_speed,
+            "max_days": admin.max_days,
             "groups": admin.groups,
             "users": admin.users,
             "allotted": admin.allotted,
+            "spent": admin.spent,
         });
     }
     ok(value)

@@ -4,7 +4,8 @@
 use axum::http::{Method, StatusCode};
 use serde_json::{Value, json};
 
-use super::{Client, cookie_of};
+use super::{Answer, Client, cookie_of};
+use crate::app::now;
 use crate::auth::{Role, Scope};
 
 const PASSWORD: &str = "a long password";
@@ -284,6 +285,106 @@ async fn a_reseller_reaches_only_their_users_within_their_limits() {
     assert_eq!(reseller.get("/users").await.status, StatusCode::UNAUTHORIZED);
     assert_eq!(token.get("/users").await.status, StatusCode::UNAUTHORIZED);
     assert_eq!(owner.get("/users").await.json()["total"], 4);
+}
+
+/// A reseller's allowance bounds the traffic and time they sell, every way round (issue 46, 3):
+/// resets by hand and by period and deleting and making a user again draw on the traffic
+/// allowance; users over quota are slowed at most to the rate granted (cut off with none); no
+/// user's time reaches past the days granted; the owner's own changes are never refused.
+#[tokio::test]
+async fn a_resellers_allowance_bounds_traffic_speed_and_time_every_way_round() {
+    let owner = Client::signed_in(false).await;
+    let app = owner.app().clone();
+    let gib = 1u64 << 30;
+    let rita = owner.add_admin("rita", "reseller", json!({ "max_traffic": 3 * gib, "max_days": 31 })).await;
+    assert_eq!((rita["max_days"].as_u64(), rita["max_slow_speed"].is_null()), (Some(31), true), "{rita}");
+    let reseller = owner.as_admin("rita").await;
+    let made = reseller.post("/users", json!({ "name": "ann", "quota": gib, "days": 30 })).await;
+    assert_eq!(made.status, StatusCode::CREATED, "{}", String::from_utf8_lossy(&made.body));
+    let ann = made.json()["id"].as_u64().unwrap();
+    let used = |user: u64, bytes: u64| {
+        let app = app.clone();
+        async move {
+            app.db
+                .write(move |tx| {
+                    tx.execute("UPDATE users SET used_down = ?2 WHERE id = ?1", rusqlite::params![user, bytes])?;
+                    Ok(())
+                })
+                .await
+                .unwrap()
+        }
+    };
+    let code = |answer: Answer| (answer.status, answer.code());
+    let refused = (StatusCode::BAD_REQUEST, "reseller_limit".to_owned());
+
+    // Time: no 100-year expiry, no endless user, no extension past 31 days; 30 days is fine.
+    let far = now() + 100 * 365 * 86_400;
+    assert_eq!(code(reseller.patch(&format!("/users/{ann}"), json!({ "expires_at": far })).await), refused);
+    assert_eq!(code(reseller.patch(&format!("/users/{ann}"), json!({ "expires_at": 0 })).await), refused);
+    assert_eq!(code(reseller.post(&format!("/users/{ann}/extend"), json!({ "days": 30 })).await), refused);
+    let later = json!({ "name": "later", "quota": gib, "days": 365, "start_on_first_use": true });
+    assert_eq!(code(reseller.post("/users", later).await), refused);
+    assert_eq!(code(reseller.post("/users", json!({ "name": "forever", "quota": gib })).await), refused);
+
+    // Speed: with a traffic allowance and no slowed rate granted, users over quota are cut off.
+    let slow = json!({ "on_quota": "slow", "slow_speed": 2.0 });
+    assert_eq!(code(reseller.patch(&format!("/users/{ann}"), slow.clone()).await), refused);
+    owner.patch(&format!("/admins/{}", rita["id"]), json!({ "max_slow_speed": 1.0 })).await;
+    assert_eq!(code(reseller.patch(&format!("/users/{ann}"), slow).await), refused);
+    let ok = reseller.patch(&format!("/users/{ann}"), json!({ "on_quota": "slow", "slow_speed": 1.0 })).await;
+    assert_eq!(ok.status, StatusCode::OK, "{}", String::from_utf8_lossy(&ok.body));
+
+    // Traffic, resets counted: ann used 1 GiB; a reset by hand gives 1 GiB more (2 of 3).
+    used(ann, gib).await;
+    assert_eq!(reseller.post(&format!("/users/{ann}/reset-traffic"), json!({})).await.status, StatusCode::OK);
+    let rita_now = || async {
+        let admins = owner.get("/admins").await.json();
+        admins["admins"].as_array().unwrap().iter().find(|a| a["login"] == "rita").unwrap().clone()
+    };
+    assert_eq!(rita_now().await["spent"], gib);
+    // Deleting a user who used 1 GiB and making one again: what she used stays counted.
+    used(ann, gib).await;
+    assert_eq!(reseller.delete(&format!("/users/{ann}")).await.status, StatusCode::NO_CONTENT);
+    let again = json!({ "name": "ann", "quota": 2 * gib, "days": 30 });
+    assert_eq!(code(reseller.post("/users", again).await), refused, "2 GiB used + 2 GiB is over 3");
+    let bea = reseller.post("/users", json!({ "name": "bea", "quota": gib, "days": 30, "reset": "daily" })).await;
+    assert_eq!(bea.status, StatusCode::CREATED);
+    let bea = bea.json()["id"].as_u64().unwrap();
+    // Now 3 GiB are given: another reset by hand has no room.
+    used(bea, gib / 2).await;
+    assert_eq!(code(reseller.post(&format!("/users/{bea}/reset-traffic"), json!({})).await), refused);
+    // Nor has bea's daily reset: it is skipped, and the audit log says so.
+    let due = now() - 1;
+    app.db
+        .write(move |tx| {
+            tx.execute("UPDATE users SET next_reset = ?2 WHERE id = ?1", rusqlite::params![bea, due])?;
+            Ok(())
+        })
+        .await
+        .unwrap();
+    let state = app.clone();
+    app.db.write(move |tx| crate::tasks::sweep(tx, &state, now(), true, false)).await.unwrap();
+    assert_eq!(owner.get(&format!("/users/{bea}")).await.json()["used_down"], gib / 2, "not reset");
+    let skipped = owner.get("/audit?action=user.reset_skipped").await.json();
+    assert_eq!(skipped["entries"].as_array().unwrap().len(), 1, "{skipped}");
+    // The owner grants more: the next reset goes through and counts.
+    owner.patch(&format!("/admins/{}", rita["id"]), json!({ "max_traffic": 4 * gib })).await;
+    app.db
+        .write(move |tx| {
+            tx.execute("UPDATE users SET next_reset = ?2 WHERE id = ?1", rusqlite::params![bea, due])?;
+            Ok(())
+        })
+        .await
+        .unwrap();
+    let state = app.clone();
+    app.db.write(move |tx| crate::tasks::sweep(tx, &state, now(), true, false)).await.unwrap();
+    assert_eq!(owner.get(&format!("/users/{bea}")).await.json()["used_down"], 0);
+    let rita_now = rita_now().await;
+    assert_eq!((rita_now["spent"].as_u64(), rita_now["allotted"].as_u64()), (Some(2 * gib + gib / 2), Some(gib)));
+
+    // The owner's own changes to a reseller's users are never refused.
+    let long = json!({ "expires_at": far });
+    assert_eq!(owner.patch(&format!("/users/{bea}"), long).await.status, StatusCode::OK);
 }
 
 #[tokio::test]
