@@ -75,6 +75,9 @@ pub(crate) struct App {
     pub(crate) passkeys: crate::passkeys::Passkeys,
     /// The panel's own certificate from a CA, when it has a domain (`[acme] domain`).
     pub(crate) panel_acme: std::sync::OnceLock<std::sync::Arc<hearth_acme::Manager>>,
+    /// A peer that is not one of `trusted_proxies` but sent forwarding headers (the first
+    /// seen): warned of once, and shown in the status.
+    pub(crate) untrusted_forwarding: std::sync::OnceLock<std::net::IpAddr>,
 }
 
 /// Where one edge serves links.
@@ -150,6 +153,7 @@ impl App {
             links: Mutex::new(HashMap::new()),
             node_nonces: Mutex::new(hearth_shared::nodeauth::Seen::default()),
             panel_acme: std::sync::OnceLock::new(),
+            untrusted_forwarding: std::sync::OnceLock::new(),
             http,
         };
         if let Err(error) = app.refresh_links() {

@@ -133,11 +133,13 @@ async fn push_once(app: &Arc<App>, target: &Target) -> Result<usize, String> {
     let sent: Vec<(String, u64)> = items.iter().map(|(name, version, _)| (name.clone(), *version)).collect();
     let names: Vec<String> = sent.iter().map(|(name, _)| name.clone()).collect();
     let mut deltas = None;
+    let mut forwarding = None;
     if !items.is_empty() {
         let size = push_bundle(app, target, items).await.map_err(|e| (e, &sent));
         match size {
-            Ok((size, takes)) => {
+            Ok((size, takes, peer)) => {
                 deltas = Some(takes);
+                forwarding = Some(peer);
                 Counters::add(&app.counters.pushes, 1);
                 Counters::add(&app.counters.pushed_bytes, size);
                 Counters::add(&app.counters.pushed_items, sent.len() as u64);
@@ -161,6 +163,9 @@ async fn push_once(app: &Arc<App>, target: &Target) -> Result<usize, String> {
     app.db
         .write(move |tx| {
             edges::pushed(tx, id, to, &names, now())?;
+            if let Some(peer) = &forwarding {
+                edges::said_forwarding(tx, id, peer.as_deref())?;
+            }
             match deltas {
                 Some(takes) => edges::said_deltas(tx, id, takes),
                 None => Ok(()),
@@ -171,13 +176,14 @@ async fn push_once(app: &Arc<App>, target: &Target) -> Result<usize, String> {
     Ok(taken.max(1))
 }
 
-/// Signs a batch manifest over `items` and pushes it with them; returns the bytes sent, and
-/// whether the edge said it keeps credential deltas.
+/// Signs a batch manifest over `items` and pushes it with them; returns the bytes sent,
+/// whether the edge said it keeps credential deltas, and the address of a proxy it does not
+/// trust that it said sends it forwarding headers.
 async fn push_bundle(
     app: &Arc<App>,
     target: &Target,
     items: Vec<(String, u64, Option<Vec<u8>>)>,
-) -> Result<(u64, bool), EdgeError> {
+) -> Result<(u64, bool, Option<String>), EdgeError> {
     let now = now();
     let state = app.clone();
     let (batch, online) = app
@@ -217,7 +223,13 @@ async fn push_bundle(
     let body = wire::encode(&bundle);
     let size = body.len() as u64;
     let answer = send_to_edge(app, target, reqwest::Method::POST, "push", body, Duration::from_secs(60)).await?;
-    Ok((size, answer.contains_key(wire::DELTAS_HEADER)))
+    // (An address, checked as one: the edge's words are not shown as they came.)
+    let forwarding = answer
+        .get(wire::UNTRUSTED_FORWARDING_HEADER)
+        .and_then(|v| v.to_str().ok())
+        .and_then(|v| v.parse::<std::net::IpAddr>().ok())
+        .map(|ip| ip.to_string());
+    Ok((size, answer.contains_key(wire::DELTAS_HEADER), forwarding))
 }
 
 /// Why the edge did not take what control sent.

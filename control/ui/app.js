@@ -725,7 +725,9 @@
     for (const node of status.nodes.limited || []) alert(t('alert.node_limited', { name: node.name, when: date(node.until) }), `#/nodes/${node.id}`);
     for (const edge of status.edges || []) {
       if (edge.last_error) alert(t('alert.edge_error', { name: edge.name, error: edge.last_error }), '#/settings');
+      if (edge.untrusted_forwarding) alert(t('alert.edge_forwarding', { name: edge.name, address: whole(edge.untrusted_forwarding) }));
     }
+    if (status.untrusted_forwarding) alert(t('alert.control_forwarding', { address: whole(status.untrusted_forwarding) }));
     if (status.edge.held_total > 0) {
       const first = status.edge.held[0];
       alert(tn('alert.edge_held', status.edge.held_total, { stream: first.stream, reason: first.reason }), '#/settings');

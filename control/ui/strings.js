@@ -148,6 +148,8 @@ window.HEARTH_STRINGS = {
     'err.bad_password': 'That is not the password.',
 
     'alert.edge_error': 'The last push to edge {name} failed: {error}',
+    'alert.edge_forwarding': 'Edge {name} is behind a proxy it does not trust ({address} sends it forwarding headers): every client looks like that one address, so one prober\'s misses would send everyone the decoy. Add the proxy to HEARTH_TRUSTED_PROXIES on the edge.',
+    'alert.control_forwarding': 'Control is behind a proxy it does not trust ({address} sends it forwarding headers): every admin and client looks like that one address. Add the proxy to trusted_proxies in control.toml.',
     'alert.no_edge': 'No edge is set: links are served by this server only. Set one under Settings.',
     'alert.keys_here': 'The offline keys are still on this server ({files}). Copy them somewhere safe and delete them here.',
     'overview.users': 'Users',
@@ -914,6 +916,8 @@ window.HEARTH_STRINGS = {
     'err.bad_password': 'Это не тот пароль.',
 
     'alert.edge_error': 'Последняя отправка на сервер ссылок {name} не удалась: {error}',
+    'alert.edge_forwarding': 'Сервер ссылок {name} стоит за прокси, которому не доверяет ({address} присылает заголовки пересылки): все клиенты выглядят как один этот адрес, и промахи одного сканера отправят всем приманку. Добавьте прокси в HEARTH_TRUSTED_PROXIES на сервере ссылок.',
+    'alert.control_forwarding': 'Панель стоит за прокси, которому не доверяет ({address} присылает заголовки пересылки): все админы и клиенты выглядят как один этот адрес. Добавьте прокси в trusted_proxies в control.toml.',
     'alert.no_edge': 'Сервер ссылок не задан: ссылки раздаёт только этот сервер. Укажите его в настройках.',
     'alert.keys_here': 'Офлайн-ключи всё ещё на этом сервере ({files}). Сохраните их в надёжном месте и удалите отсюда.',
     'overview.users': 'Пользователи',
@@ -1681,6 +1685,8 @@ window.HEARTH_STRINGS = {
     'err.bad_password': 'رمز عبور درست نیست.',
 
     'alert.edge_error': 'آخرین ارسال به سرور لبه {name} ناموفق بود: {error}',
+    'alert.edge_forwarding': 'سرور لبه {name} پشت پراکسی‌ای است که به آن اعتماد ندارد ({address} سرآیندهای ارسال می‌فرستد): همهٔ کاربران یک نشانی به نظر می‌رسند و خطاهای یک کاوشگر، طعمه را برای همه می‌فرستد. پراکسی را به HEARTH_TRUSTED_PROXIES روی سرور لبه بیفزایید.',
+    'alert.control_forwarding': 'پنل پشت پراکسی‌ای است که به آن اعتماد ندارد ({address} سرآیندهای ارسال می‌فرستد): همهٔ مدیران و کاربران یک نشانی به نظر می‌رسند. پراکسی را به trusted_proxies در control.toml بیفزایید.',
     'alert.no_edge': 'هیچ سرور لبه‌ای تنظیم نشده است: لینک‌ها فقط از این سرور ارائه می‌شوند. در «تنظیمات» یکی تنظیم کنید.',
     'alert.keys_here': 'کلیدهای آفلاین هنوز روی این سرور هستند ({files}). آن‌ها را جای امنی کپی کنید و از اینجا پاک کنید.',
     'overview.users': 'کاربران',
@@ -2438,6 +2444,8 @@ window.HEARTH_STRINGS = {
     'err.bad_password': '密码不正确。',
 
     'alert.edge_error': '上次推送到边缘服务器 {name} 失败：{error}',
+    'alert.edge_forwarding': '边缘服务器 {name} 位于它不信任的代理之后（{address} 发送转发头）：所有客户端看起来都是这一个地址，一个探测者的失败就会让所有人收到诱饵页面。请将该代理加入边缘服务器的 HEARTH_TRUSTED_PROXIES。',
+    'alert.control_forwarding': '控制面板位于它不信任的代理之后（{address} 发送转发头）：所有管理员和客户端看起来都是这一个地址。请将该代理加入 control.toml 的 trusted_proxies。',
     'alert.no_edge': '未设置边缘服务器：链接仅由本服务器提供。请在“设置”中设置。',
     'alert.keys_here': '离线密钥仍在本服务器上（{files}）。请将其复制到安全的地方，并从这里删除。',
     'overview.users': '用户',

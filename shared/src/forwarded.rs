@@ -100,6 +100,11 @@ pub fn client<'a>(
     hops.iter().rev().find(|ip| !trusted(proxies, **ip)).or(hops.first()).copied().unwrap_or(peer)
 }
 
+/// The headers a proxy names the client it forwards for in: a request carrying one from a peer
+/// that is not trusted comes through a proxy nobody declared, and every client behind it looks
+/// like that proxy.
+pub const FORWARDING_HEADERS: [&str; 4] = ["cf-connecting-ip", "x-forwarded-for", "forwarded", "x-real-ip"];
+
 #[cfg(test)]
 mod tests {
     use super::*;

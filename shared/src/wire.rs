@@ -1096,6 +1096,11 @@ impl CredDelta {
 /// read).
 pub const DELTAS_HEADER: &str = "hearth-edge-deltas";
 
+/// A header of a native edge's answer to a push: the address of a peer it does not trust that
+/// sent forwarding headers (`X-Forwarded-For`, `CF-Connecting-IP`...): a proxy in front of the
+/// edge that is not in its `HEARTH_TRUSTED_PROXIES`, so every client looks like that proxy.
+pub const UNTRUSTED_FORWARDING_HEADER: &str = "hearth-untrusted-forwarding";
+
 /// Which of a node's two credential streams answers its pull.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum CredsAnswer {

@@ -802,6 +802,49 @@ async fn a_restart_without_the_edge_setting_keeps_the_edge() {
     control.stop().unwrap();
 }
 
+/// A proxy in front of an edge or control that is not among their trusted proxies (here the
+/// test itself, on 127.0.0.1, sending `X-Forwarded-For`) is warned of: control's log says so
+/// once, and the status names the address for control and for the edge, which tells control in
+/// its answer to the next push (issue 46, 5).
+#[tokio::test]
+async fn a_proxy_nobody_trusts_is_warned_of_for_control_and_the_edge() {
+    let temp = tempfile::tempdir().unwrap();
+    let dir = ControlDir::init(&temp.path().join("control")).unwrap();
+    let edge = EdgeProcess::start(Backend::Native, &temp.path().join("edge.db"), &dir.edge_vars().unwrap()).unwrap();
+    let (control, log) = ControlProcess::start_logged(&dir, &[("HEARTH_EDGE_URL", edge.url.clone())]).unwrap();
+    let http = dir.client().unwrap();
+    let api = Api { token: control.setup(&http, "admin").await.unwrap(), http: http.clone() };
+    let status = api.get(&control, "/status").await;
+    assert!(status["untrusted_forwarding"].is_null() && status["edges"][0]["untrusted_forwarding"].is_null());
+
+    // Through a "proxy": control first.
+    let answer = http.get(control.api("/status")).bearer_auth(&api.token).header("x-forwarded-for", "198.51.100.7");
+    assert_eq!(answer.send().await.unwrap().status(), StatusCode::OK);
+    let said = hearth_tests::node::until_logged(&log, "trusted_proxies", Duration::from_secs(10)).await.unwrap();
+    assert!(said.contains("127.0.0.1"), "{said}");
+    assert_eq!(api.get(&control, "/status").await["untrusted_forwarding"], "127.0.0.1");
+    // Then the edge: a link fetched through the "proxy", and a change pushed after it.
+    let ann = api.post(&control, "/users", json!({ "name": "ann" })).await;
+    let plain = hearth_tests::http().build().unwrap();
+    let link = ann["link"].as_str().unwrap().to_owned();
+    eventually("the edge serves ann", Duration::from_secs(20), || served(&plain, &link)).await;
+    let fetched = plain.get(&link).header("user-agent", "SFA/1.12.0").header("cf-connecting-ip", "203.0.113.9");
+    assert_eq!(fetched.send().await.unwrap().status(), StatusCode::OK);
+    api.post(&control, "/users", json!({ "name": "bea" })).await;
+    eventually("the edge named the proxy", Duration::from_secs(20), || async {
+        api.get(&control, "/status").await["edges"][0]["untrusted_forwarding"] == "127.0.0.1"
+    })
+    .await;
+    // Once: more requests through it add no warning.
+    for _ in 0..3 {
+        let again = http.get(control.api("/status")).bearer_auth(&api.token).header("x-forwarded-for", "198.51.100.8");
+        again.send().await.unwrap();
+    }
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    assert!(log.try_iter().all(|line| !line.contains("trusted_proxies")), "warned more than once");
+    control.stop().unwrap();
+}
+
 /// A stream the edge will not take (here control's copy of a user's link is behind the edge's,
 /// as after putting back an older database) is set aside with the edge's reason, shown in the
 /// status and the metrics, and every other change still goes out; a version the edge takes

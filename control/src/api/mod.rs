@@ -167,6 +167,18 @@ pub(crate) fn client_ip(parts: &Parts, app: &App) -> IpAddr {
         .get::<ConnectInfo<ClientAddr>>()
         .map_or(IpAddr::from([0, 0, 0, 0]), |ConnectInfo(ClientAddr(addr))| addr.ip());
     let values = |name: &'static str| parts.headers.get_all(name).into_iter().filter_map(|v| v.to_str().ok());
+    let peer_ip = peer.to_canonical();
+    if !hearth_shared::forwarded::trusted(&app.config.trusted_proxies, peer_ip)
+        && hearth_shared::forwarded::FORWARDING_HEADERS.iter().any(|name| parts.headers.contains_key(*name))
+        && app.untrusted_forwarding.set(peer_ip).is_ok()
+    {
+        tracing::warn!(
+            peer = %peer_ip,
+            "requests from this address name the client they forward for, but it is not in \
+             trusted_proxies: every admin and client behind it counts as this one address (their \
+             sign-in failures and link fetches add up); add the proxy to trusted_proxies"
+        );
+    }
     hearth_shared::forwarded::client(
         &app.config.trusted_proxies,
         peer,

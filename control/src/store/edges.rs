@@ -54,10 +54,12 @@ pub(crate) struct Edge {
     pub(crate) last_push: u64,
     pub(crate) last_error: Option<String>,
     pub(crate) error_since: u64,
+    /// A peer the edge does not trust that sends it forwarding headers, as it last said.
+    pub(crate) untrusted_forwarding: Option<String>,
 }
 
 const COLUMNS: &str = "id, name, url, api_prefix, push_token, link_base, state, position, pushed, drained, release, \
-                       archive, added, last_push, last_error, error_since, last_drain";
+                       archive, added, last_push, last_error, error_since, last_drain, untrusted_forwarding";
 
 fn row(row: &rusqlite::Row<'_>) -> rusqlite::Result<Edge> {
     Ok(Edge {
@@ -78,6 +80,7 @@ fn row(row: &rusqlite::Row<'_>) -> rusqlite::Result<Edge> {
         last_error: row.get(14)?,
         error_since: row.get(15)?,
         last_drain: row.get(16)?,
+        untrusted_forwarding: row.get(17)?,
     })
 }
 
@@ -102,6 +105,14 @@ pub(crate) fn by_name(conn: &Connection, name: &str) -> Result<Option<Edge>, Err
 /// The `seq` of the next change to a stream (the caller writes it in the same transaction).
 pub(crate) fn next_seq(conn: &Connection) -> Result<i64, Error> {
     Ok(conn.prepare_cached("SELECT ifnull(max(seq), 0) + 1 FROM streams")?.query_row([], |row| row.get(0))?)
+}
+
+/// Keeps what edge `id` said in its last answer to a push of a peer it does not trust that
+/// sends it forwarding headers (`None`: nothing).
+pub(crate) fn said_forwarding(conn: &Connection, id: i64, peer: Option<&str>) -> Result<(), Error> {
+    conn.prepare_cached("UPDATE edges SET untrusted_forwarding = ?2 WHERE id = ?1 AND untrusted_forwarding IS NOT ?2")?
+        .execute(rusqlite::params![id, peer])?;
+    Ok(())
 }
 
 /// Whether edge `id` said, in its last answer to a push, that it keeps credential deltas

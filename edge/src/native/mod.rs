@@ -91,6 +91,9 @@ pub struct Edge {
     token_refusals: Mutex<api::RefusalLog>,
     /// The User-Agent rules in force: the edge's own, then the owner's from control.
     owner: RwLock<Arc<serve::Owner>>,
+    /// A peer that is not a trusted proxy but sent forwarding headers (the first one seen):
+    /// logged once, and told to control with every push answer.
+    untrusted_forwarding: Mutex<Option<IpAddr>>,
 }
 
 fn now_ms() -> u64 {
@@ -125,6 +128,22 @@ impl Request<'_> {
 }
 
 impl Edge {
+    /// Notes a peer that sent forwarding headers without being a trusted proxy: warned of
+    /// once (every client behind it looks like it, so one prober's misses would send them all
+    /// the decoy) and told to control.
+    fn untrusted_forwarding(&self, peer: IpAddr) {
+        let mut seen = self.untrusted_forwarding.lock().expect("forwarding lock");
+        if seen.is_none() {
+            *seen = Some(peer);
+            tracing::warn!(
+                %peer,
+                "requests from this address name the client they forward for, but it is not in \
+                 HEARTH_TRUSTED_PROXIES: every client behind it counts as this one address (one \
+                 prober's misses would send them all the decoy); add the proxy to HEARTH_TRUSTED_PROXIES"
+            );
+        }
+    }
+
     /// Opens the edge's database (a replica of `replica`, if given) and loads its trust; up to
     /// `cache_bytes` of recently served links are kept in memory.
     pub async fn open(
@@ -141,6 +160,7 @@ impl Edge {
             store,
             limiter: Mutex::new(Limiter::default()),
             token_refusals: Mutex::new(api::RefusalLog::default()),
+            untrusted_forwarding: Mutex::new(None),
         };
         edge.reload().await?;
         Ok(edge)
@@ -241,6 +261,10 @@ impl Edge {
                 node,
                 "the node signs its requests the old way (no nonce): only its reads are taken until it runs a newer release"
             );
+        }
+        let mut reply = reply;
+        if pushed && let Some(peer) = *self.untrusted_forwarding.lock().expect("forwarding lock") {
+            reply.headers.push((hearth_shared::wire::UNTRUSTED_FORWARDING_HEADER, peer.to_string()));
         }
         match reply.status {
             200 if pushed => {
@@ -497,6 +521,9 @@ where
     // The scheme the browser page writes links with: believed only from a trusted proxy.
     if !crate::config::trusted(&edge.config.trusted_proxies, peer.ip().to_canonical()) {
         headers.remove("x-forwarded-proto");
+        if hearth_shared::forwarded::FORWARDING_HEADERS.iter().any(|name| headers.contains_key(*name)) {
+            edge.untrusted_forwarding(peer.ip().to_canonical());
+        }
     }
     let path = uri.path();
     let query = uri.query().unwrap_or("");

@@ -51,6 +51,8 @@ pub(super) async fn status(State(app): State<Arc<App>>, auth: Auth) -> Reply {
             "last_drain": overview.edges.iter().map(|s| s.edge.last_drain).max().unwrap_or(0),
         },
         "edges": edges,
+        // A proxy in front of control that is not in trusted_proxies.
+        "untrusted_forwarding": app.untrusted_forwarding.get().map(|ip| ip.to_string()),
         "certificate": app.panel_acme.get().map(|acme| {
             let status = acme.status();
             json!({
@@ -82,6 +84,7 @@ pub(super) fn edge_json(app: &App, status: &crate::store::EdgeStatus) -> serde_j
         "last_error": edge.last_error,
         "last_drain": edge.last_drain,
         "failing_since": edge.error_since,
+        "untrusted_forwarding": edge.untrusted_forwarding,
         "added": edge.added,
     })
 }
