@@ -212,6 +212,13 @@ fn event_line(ru: bool, event: &EventView) -> String {
                 format!("🔴 Не удаётся отправить на edge {edge}: {error}"),
             )
         }
+        "edge.disk_full" => {
+            let edge = text("/edge/name");
+            (
+                format!("💾 The disk of edge {edge} is full: it serves what it holds but takes no changes"),
+                format!("💾 Диск сервера ссылок {edge} заполнен: он отдаёт то, что хранит, но не принимает изменения"),
+            )
+        }
         "edge.recovered" => {
             let edge = text("/edge/name");
             (format!("🟢 Edge {edge} takes pushes again"), format!("🟢 Edge {edge} снова принимает изменения"))

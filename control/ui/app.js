@@ -724,7 +724,8 @@
     if (status.nodes.sets_expiring > 0) alert(tn('alert.sets_expiring', status.nodes.sets_expiring), '#/nodes');
     for (const node of status.nodes.limited || []) alert(t('alert.node_limited', { name: node.name, when: date(node.until) }), `#/nodes/${node.id}`);
     for (const edge of status.edges || []) {
-      if (edge.last_error) alert(t('alert.edge_error', { name: edge.name, error: edge.last_error }), '#/settings');
+      if (edge.disk_full_since) alert(t('alert.edge_disk_full', { name: edge.name, since: ago(edge.disk_full_since) }), '#/settings');
+      else if (edge.last_error) alert(t('alert.edge_error', { name: edge.name, error: edge.last_error }), '#/settings');
       if (edge.untrusted_forwarding) alert(t('alert.edge_forwarding', { name: edge.name, address: whole(edge.untrusted_forwarding) }));
     }
     if (status.untrusted_forwarding) alert(t('alert.control_forwarding', { address: whole(status.untrusted_forwarding) }));

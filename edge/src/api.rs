@@ -31,6 +31,19 @@ pub fn unavailable() -> Reply {
     reply
 }
 
+/// The edge's disk (or its database's cap) is full: nothing more is stored until space is
+/// freed; links it holds are still served.
+pub fn disk_full() -> Reply {
+    error(
+        507,
+        "disk_full",
+        &format!(
+            "{}: free space on the edge's server (what it holds is still served)",
+            hearth_shared::wire::EDGE_DISK_FULL
+        ),
+    )
+}
+
 /// A refused push or archive, with its reason, and the stream it is about when it is about one.
 pub fn refused(error: &PushError) -> Reply {
     let mut body = serde_json::json!({ "error": "refused", "message": error.to_string() });

@@ -1101,6 +1101,10 @@ pub const DELTAS_HEADER: &str = "hearth-edge-deltas";
 /// edge that is not in its `HEARTH_TRUSTED_PROXIES`, so every client looks like that proxy.
 pub const UNTRUSTED_FORWARDING_HEADER: &str = "hearth-untrusted-forwarding";
 
+/// The words an edge answers a write with when its disk is full (HTTP 507, code `disk_full`),
+/// which control looks for to say so and tell the owner.
+pub const EDGE_DISK_FULL: &str = "the edge's disk is full";
+
 /// Which of a node's two credential streams answers its pull.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum CredsAnswer {

@@ -78,6 +78,43 @@ impl EdgeProcess {
         }
     }
 
+    /// A native edge whose database lives on a disk of `kib` KiB of its own (a tmpfs mounted
+    /// in a mount namespace of its own, at `folder`, with `unshare`, as root): to fill it.
+    pub fn native_on_small_disk(folder: &Path, kib: u64, vars: &[(String, String)]) -> Result<EdgeProcess> {
+        std::fs::create_dir_all(folder)?;
+        let port = free_port()?;
+        let mut command = crate::cgroup::command(Path::new("unshare"));
+        command
+            .args(["--mount", "--propagation", "private", "sh", "-c"])
+            .arg(format!(
+                "mount -t tmpfs -o size={kib}k tmpfs \"$2\" && exec \"$1\" --listen 127.0.0.1:{port} --db \"$2/edge.db\""
+            ))
+            .arg("sh")
+            .arg(crate::binary("hearth-edge")?)
+            .arg(folder)
+            .env_clear()
+            .env("PATH", std::env::var_os("PATH").unwrap_or_default())
+            .env("HEARTH_LOG", "warn")
+            .stdin(Stdio::null())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::inherit());
+        for (name, value) in vars {
+            command.env(name, value);
+        }
+        let mut child = command.spawn().context("starting hearth-edge under unshare")?;
+        let rx = crate::stdout_lines(&mut child);
+        let Ok(line) = rx.recv_timeout(Duration::from_secs(30)) else {
+            let _ = child.kill();
+            bail!("hearth-edge on a small disk did not start (unshare and mount need root)");
+        };
+        let url = line
+            .strip_prefix("hearth-edge listening on ")
+            .with_context(|| format!("unexpected first line {line:?}"))?
+            .to_owned();
+        let db = folder.join("edge.db");
+        Ok(EdgeProcess { child, url, backend: Backend::Native, state: db, vars: vars.to_vec(), port })
+    }
+
     fn native(db: &Path, vars: &[(String, String)], port: u16) -> Result<EdgeProcess> {
         let mut command = crate::cgroup::command(&crate::binary("hearth-edge")?);
         command

@@ -845,6 +845,56 @@ async fn a_proxy_nobody_trusts_is_warned_of_for_control_and_the_edge() {
     control.stop().unwrap();
 }
 
+/// An edge whose disk fills up says so: control's status and the overview say "the edge's
+/// disk is full" (not "storage is unavailable"), an `edge.disk_full` event is raised once, and
+/// the links the edge holds are still served (issue 46, 6).
+#[tokio::test]
+async fn an_edge_whose_disk_is_full_says_so_and_keeps_serving() {
+    let temp = tempfile::tempdir().unwrap();
+    let dir = ControlDir::init(&temp.path().join("control")).unwrap();
+    let edge = EdgeProcess::native_on_small_disk(&temp.path().join("disk"), 384, &dir.edge_vars().unwrap()).unwrap();
+    let control = ControlProcess::start(&dir, &[("HEARTH_EDGE_URL", edge.url.clone())]).unwrap();
+    let http = dir.client().unwrap();
+    let api = Api { token: control.setup(&http, "admin").await.unwrap(), http };
+    let first = api.post(&control, "/users", json!({ "name": "first" })).await;
+    let link = first["link"].as_str().unwrap().to_owned();
+    let plain = hearth_tests::http().build().unwrap();
+    eventually("the edge serves the first link", Duration::from_secs(20), || served(&plain, &link)).await;
+
+    // Users until the edge's disk is full.
+    let mut made = 0;
+    let full = loop {
+        let names: Vec<String> = (0..500).map(|i| format!("u{made}-{i}")).collect();
+        api.post(&control, "/users/bulk", json!({ "names": names, "settings": { "note": "x".repeat(400) } })).await;
+        made += 500;
+        let started = Instant::now();
+        let status = loop {
+            let status = api.get(&control, "/status").await;
+            if status["edge"]["pending"] == 0 || status["edges"][0]["last_error"].is_string() {
+                break status;
+            }
+            assert!(started.elapsed() < Duration::from_secs(60), "pushes neither went through nor failed: {status}");
+            tokio::time::sleep(Duration::from_millis(200)).await;
+        };
+        if status["edges"][0]["last_error"].is_string() {
+            break status;
+        }
+        assert!(made < 20_000, "{made} users and the edge's disk is not full");
+    };
+    eprintln!("the edge's disk was full after {made} users");
+    let error = full["edges"][0]["last_error"].as_str().unwrap();
+    assert!(error.contains("the edge's disk is full") && !error.contains("unavailable"), "{error}");
+    assert!(full["edges"][0]["disk_full_since"].as_u64().unwrap() > 0, "{full}");
+    // Told once, however often the push is tried again.
+    tokio::time::sleep(Duration::from_secs(3)).await;
+    let events = api.get(&control, "/events?limit=100").await;
+    let told = events["events"].as_array().unwrap().iter().filter(|e| e["kind"] == "edge.disk_full").count();
+    assert_eq!(told, 1, "{events}");
+    // What the edge holds is still served.
+    assert!(served(&plain, &link).await, "the first link is no longer served");
+    control.stop().unwrap();
+}
+
 /// A stream the edge will not take (here control's copy of a user's link is behind the edge's,
 /// as after putting back an older database) is set aside with the edge's reason, shown in the
 /// status and the metrics, and every other change still goes out; a version the edge takes

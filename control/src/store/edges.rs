@@ -56,10 +56,13 @@ pub(crate) struct Edge {
     pub(crate) error_since: u64,
     /// A peer the edge does not trust that sends it forwarding headers, as it last said.
     pub(crate) untrusted_forwarding: Option<String>,
+    /// Since when its disk has been full (0: it is not, as far as control knows).
+    pub(crate) disk_full: u64,
 }
 
 const COLUMNS: &str = "id, name, url, api_prefix, push_token, link_base, state, position, pushed, drained, release, \
-                       archive, added, last_push, last_error, error_since, last_drain, untrusted_forwarding";
+                       archive, added, last_push, last_error, error_since, last_drain, untrusted_forwarding, \
+                       disk_full";
 
 fn row(row: &rusqlite::Row<'_>) -> rusqlite::Result<Edge> {
     Ok(Edge {
@@ -81,6 +84,7 @@ fn row(row: &rusqlite::Row<'_>) -> rusqlite::Result<Edge> {
         error_since: row.get(15)?,
         last_drain: row.get(16)?,
         untrusted_forwarding: row.get(17)?,
+        disk_full: row.get(18)?,
     })
 }
 
@@ -327,7 +331,8 @@ pub(crate) fn pushed(conn: &Connection, id: i64, seq: i64, streams: &[String], n
         crate::store::events::emit(conn, now, "edge.recovered", &format!("edge {name}"), &data)?;
     }
     conn.prepare_cached(
-        "UPDATE edges SET pushed = max(pushed, ?2), last_push = ?3, last_error = NULL, error_since = 0, failing_told = 0
+        "UPDATE edges SET pushed = max(pushed, ?2), last_push = ?3, last_error = NULL, error_since = 0, failing_told = 0,
+                          disk_full = 0
          WHERE id = ?1",
     )?
     .execute(params![id, seq, now])?;
@@ -338,12 +343,23 @@ pub(crate) fn pushed(conn: &Connection, id: i64, seq: i64, streams: &[String], n
     Ok(())
 }
 
-/// After a failed attempt: the error, and since when the edge has been failing.
+/// After a failed attempt: the error, and since when the edge has been failing. An edge whose
+/// disk is full is told at once (`edge.disk_full`, once until a push goes through again).
 pub(crate) fn failed(conn: &Connection, id: i64, error: &str, now: u64) -> Result<(), Error> {
     conn.prepare_cached(
         "UPDATE edges SET last_error = ?2, error_since = iif(error_since = 0, ?3, error_since) WHERE id = ?1",
     )?
     .execute(params![id, error, now])?;
+    if error.contains(hearth_shared::wire::EDGE_DISK_FULL) {
+        let newly: Option<String> = conn
+            .prepare_cached("UPDATE edges SET disk_full = ?2 WHERE id = ?1 AND disk_full = 0 RETURNING name")?
+            .query_row(params![id, now], |row| row.get(0))
+            .optional()?;
+        if let Some(name) = newly {
+            let data = serde_json::json!({ "edge": { "id": id, "name": name }, "error": error });
+            crate::store::events::emit(conn, now, "edge.disk_full", &format!("edge {name}"), &data)?;
+        }
+    }
     Ok(())
 }
 

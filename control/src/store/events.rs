@@ -28,6 +28,7 @@ pub(crate) const KINDS: &[&str] = &[
     "node.online",
     "node.certificate_expiring",
     "edge.failing",
+    "edge.disk_full",
     "edge.recovered",
     "signin.new_address",
     "key.rotated",

@@ -87,7 +87,8 @@ const MIGRATIONS: &[&str] = &[
      ALTER TABLE admins ADD COLUMN max_slow_kbps INTEGER CHECK (max_slow_kbps >= 0);
      ALTER TABLE admins ADD COLUMN max_days INTEGER CHECK (max_days >= 0);",
     // What a native edge said of a proxy in front of it that it does not trust.
-    "ALTER TABLE edges ADD COLUMN untrusted_forwarding TEXT;",
+    "ALTER TABLE edges ADD COLUMN untrusted_forwarding TEXT;
+     ALTER TABLE edges ADD COLUMN disk_full INTEGER NOT NULL DEFAULT 0;",
 ];
 
 /// Runs `f` on the blocking pool, in the caller's span and with the caller's log subscriber:

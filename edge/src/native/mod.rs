@@ -101,6 +101,10 @@ fn now_ms() -> u64 {
 }
 
 fn internal(error: &StoreError) -> Reply {
+    if error.is_disk_full() {
+        tracing::error!(%error, "the disk is full: nothing more is stored until space is freed");
+        return api::disk_full();
+    }
     tracing::error!(%error, "storage failed");
     api::unavailable()
 }

@@ -118,6 +118,16 @@ pub enum StoreError {
     NoReplicaSupport,
 }
 
+impl StoreError {
+    /// Whether the database could not grow: the disk is full (SQLite's `SQLITE_FULL`, or an
+    /// `ENOSPC` from the file system).
+    pub fn is_disk_full(&self) -> bool {
+        let StoreError::Db(error) = self else { return false };
+        let text = error.to_string();
+        text.contains("database or disk is full") || text.contains("No space left on device")
+    }
+}
+
 /// A remote libSQL server (sqld, or Turso) this edge's database replicates: reads are served
 /// from the local file, writes (pushes, usage reports) go to the server, and changes other
 /// edges wrote arrive by [`Store::sync`].

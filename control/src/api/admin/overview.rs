@@ -85,6 +85,7 @@ pub(super) fn edge_json(app: &App, status: &crate::store::EdgeStatus) -> serde_j
         "last_drain": edge.last_drain,
         "failing_since": edge.error_since,
         "untrusted_forwarding": edge.untrusted_forwarding,
+        "disk_full_since": edge.disk_full,
         "added": edge.added,
     })
 }
