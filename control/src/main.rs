@@ -523,6 +523,15 @@ enum AdminCommand {
         /// Their login (the owner's too).
         login: String,
     },
+    /// Give an admin a new password (printed once): they are signed out everywhere; with
+    /// --end-tokens their API tokens end too (for a password that leaked).
+    ResetPassword {
+        /// Their login.
+        login: String,
+        /// End their API tokens too.
+        #[arg(long)]
+        end_tokens: bool,
+    },
     /// Remove an admin: signed out, tokens revoked; the users they created stay.
     Remove {
         /// Their login.
@@ -1050,6 +1059,7 @@ fn admin_command(dir: &std::path::Path, command: AdminCommand) -> Result<()> {
                 max_days: max_days.map(Some),
                 groups: (reseller || !groups.is_empty()).then_some(groups),
                 password: None,
+                end_tokens: false,
             };
             let password = secrets::random_token();
             let hasher = auth::Hasher::new();
@@ -1087,6 +1097,23 @@ fn admin_command(dir: &std::path::Path, command: AdminCommand) -> Result<()> {
                 store::passkeys::forget_all(tx, "cli", admin, &who, now)
             })?;
             println!("{removed} passkeys of {login} removed");
+        }
+        AdminCommand::ResetPassword { login, end_tokens } => {
+            let password = secrets::random_token();
+            let hasher = auth::Hasher::new();
+            let hash =
+                tokio::runtime::Builder::new_current_thread().build()?.block_on(hasher.hash(password.clone()))?;
+            let input = admins::AdminInput { end_tokens, ..Default::default() };
+            db.write_blocking(|tx| {
+                let id = admins::id_of(tx, &login)?;
+                admins::update(tx, "cli", id, &input, Some(&hash), now)
+            })?;
+            println!(
+                "admin {login}: new password, signed out everywhere{}",
+                if end_tokens { ", API tokens ended" } else { "" }
+            );
+            println!("  password  {password}");
+            println!("  (shown once: give it to them)");
         }
         AdminCommand::Remove { login, yes: _ } => {
             db.write_blocking(|tx| {

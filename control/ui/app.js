@@ -2895,6 +2895,8 @@
       { id: 'admin-form' },
       admin ? null : field(t('login'), h('input', { name: 'login', required: true, autocomplete: 'off' })),
       field(admin ? t('admins.new_password') : t('password'), h('input', { name: 'password', type: 'password', minlength: 10, maxlength: 256, required: !admin, autocomplete: 'new-password' }), admin ? t('admins.new_password_hint') : t('admins.password_hint')),
+      // A password reset after a leak ends what the old one made: their API tokens too.
+      admin ? h('label', { class: 'check' }, h('input', { type: 'checkbox', name: 'end_tokens', checked: true }), ' ', t('admins.end_tokens')) : null,
       roleFields(groups, admin),
       errorBox(),
       h('div', { class: 'actions' }, h('button', { type: 'submit' }, admin ? t('save') : t('admins.add'))),
@@ -2903,6 +2905,7 @@
     onSubmit(form, async () => {
       const values = fields(form);
       const input = adminInput(values, groups);
+      if (admin && values.password && values.end_tokens) input.end_tokens = true;
       if (admin) await api('PATCH', `admins/${admin.id}`, input);
       else await api('POST', 'admins', { login: values.login, ...input });
       d.close();

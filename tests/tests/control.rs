@@ -648,6 +648,25 @@ async fn an_admin_added_by_the_cli_signs_in_to_a_running_control_and_is_removed(
         .unwrap();
     assert_eq!(created.status(), StatusCode::CREATED);
 
+    // A password that leaked: a new one from the CLI, and with --end-tokens their API tokens
+    // end too (issue 46, 7).
+    let made =
+        http.post(control.api("/tokens")).header("cookie", &cookie).json(&json!({ "name": "t", "scope": "users" }));
+    let token: serde_json::Value = made.send().await.unwrap().json().await.unwrap();
+    let token = token["token"].as_str().unwrap().to_owned();
+    let with_token = || http.get(control.api("/users")).bearer_auth(&token).send();
+    assert_eq!(with_token().await.unwrap().status(), StatusCode::OK);
+    let reset = dir.cli(&["admin", "reset-password", "rita", "--end-tokens"]).unwrap();
+    assert!(reset.contains("API tokens ended"), "{reset}");
+    let password = reset.lines().find_map(|l| l.trim().strip_prefix("password")).unwrap().trim().to_owned();
+    assert_eq!(with_token().await.unwrap().status(), StatusCode::UNAUTHORIZED);
+    let old = http.get(control.api("/me")).header("cookie", &cookie).send().await.unwrap();
+    assert_eq!(old.status(), StatusCode::UNAUTHORIZED, "signed out everywhere");
+    let signed_in =
+        http.post(control.api("/login")).json(&json!({ "login": "rita", "password": password })).send().await.unwrap();
+    assert_eq!(signed_in.status(), StatusCode::OK);
+    let cookie = signed_in.headers()["set-cookie"].to_str().unwrap().split(';').next().unwrap().to_owned();
+
     // Passkeys lost: the owner's (by the owner's login) and an admin's can be forgotten.
     assert_eq!(dir.cli(&["admin", "forget-passkeys", "owner"]).unwrap().trim(), "0 passkeys of owner removed");
     assert!(dir.cli(&["admin", "forget-passkeys", "rita"]).unwrap().contains("0 passkeys"));

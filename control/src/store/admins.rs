@@ -114,6 +114,9 @@ pub(crate) struct AdminInput {
     pub(crate) groups: Option<Vec<String>>,
     /// A new password (hashed by the caller before the store sees the change).
     pub(crate) password: Option<String>,
+    /// End their API tokens too (with their sessions): for a password reset after a leak.
+    #[serde(default)]
+    pub(crate) end_tokens: bool,
 }
 
 /// A field that is there (`Some`, its value possibly `null`), as opposed to left out (`None`).
@@ -288,7 +291,8 @@ fn set_limits(conn: &Connection, id: i64, role: Role, input: &AdminInput) -> Res
 }
 
 /// Changes an admin's role, limits or password (a new hash made by the caller). A new role
-/// or password ends their sessions; their tokens keep working within the new role.
+/// or password ends their sessions; their tokens keep working within the new role unless the
+/// change ends them too (`end_tokens`, which also ends their sessions).
 pub(crate) fn update(
     conn: &Connection,
     actor: &str,
@@ -315,8 +319,14 @@ pub(crate) fn update(
         conn.execute("UPDATE admins SET password_hash = ?2 WHERE id = ?1", params![id, hash])?;
         changed.push(FieldChange::hidden("password"));
     }
-    if role != before.role || password_hash.is_some() {
+    if role != before.role || password_hash.is_some() || input.end_tokens {
         conn.execute("DELETE FROM sessions WHERE admin_id = ?1", [id])?;
+    }
+    if input.end_tokens {
+        let ended = conn.execute("DELETE FROM api_tokens WHERE admin_id = ?1", [id])?;
+        if ended > 0 {
+            changed.push(FieldChange::shown("api_tokens", ended.into(), 0.into()));
+        }
     }
     audit_edit(conn, now, actor, "admin.update", &format!("admin {}", before.login), &changed)?;
     get(conn, id)

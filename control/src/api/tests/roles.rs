@@ -387,6 +387,31 @@ async fn a_resellers_allowance_bounds_traffic_speed_and_time_every_way_round() {
     assert_eq!(owner.patch(&format!("/users/{bea}"), long).await.status, StatusCode::OK);
 }
 
+/// An owner who resets an admin's password can end the admin's API tokens in the same step
+/// (issue 46, 7): without it the tokens go on, with it they stop, and the audit says so.
+#[tokio::test]
+async fn a_password_reset_can_end_the_admins_tokens_too() {
+    let owner = Client::signed_in(false).await;
+    let otto = owner.add_admin("otto", "operator", json!({})).await;
+    let session = owner.as_admin("otto").await;
+    let token = session.token_of("users").await;
+    let path = format!("/admins/{}", otto["id"]);
+    // A new password alone: signed out, the token goes on.
+    let reset = owner.patch(&path, json!({ "password": "another long password" })).await;
+    assert_eq!(reset.status, StatusCode::OK);
+    assert_eq!(session.get("/users").await.status, StatusCode::UNAUTHORIZED);
+    assert_eq!(token.get("/users").await.status, StatusCode::OK);
+    // With end_tokens: the token ends too.
+    let reset = owner.patch(&path, json!({ "password": "a third long password", "end_tokens": true })).await;
+    assert_eq!(reset.status, StatusCode::OK);
+    assert_eq!(token.get("/users").await.status, StatusCode::UNAUTHORIZED);
+    let audit = owner.get("/audit?action=admin.update").await.json();
+    assert_eq!(
+        audit["entries"][0]["changes"],
+        json!([{ "field": "password" }, { "field": "api_tokens", "from": 1, "to": 0 }])
+    );
+}
+
 #[tokio::test]
 async fn admins_are_the_owners_and_each_sees_their_own_sessions() {
     let owner = Client::signed_in(false).await;
