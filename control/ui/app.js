@@ -2811,8 +2811,9 @@
       passwordCard(),
       passkeysCard(passkeys),
       sessionsCard(sessions.sessions),
-      addressesForm(settings),
-      edgesCard(edges.edges),
+      // Where links are served is the owner's to change.
+      me.role === 'owner' ? addressesForm(settings) : null,
+      me.role === 'owner' ? edgesCard(edges.edges) : null,
       devicePolicyForm(settings),
       importCard(),
       rulesForm(settings),

@@ -264,7 +264,22 @@ impl FromRequestParts<Arc<App>> for Auth {
             other => other.map(|_| None),
         };
         match principal {
-            Ok(Some(principal)) => Ok(Auth(principal)),
+            // What the route's description says it needs is checked here, before the body is
+            // read: a principal who may not call it learns nothing from its validation.
+            Ok(Some(principal)) => match documented_need(parts) {
+                Some(need) if !may(need, principal.account.role, principal.scope(), principal.session().is_some()) => {
+                    let code = if need.starts_with("Any admin's session only") || need.starts_with("Owner session only")
+                    {
+                        "session_only"
+                    } else if need.starts_with("Owner") {
+                        "owner_only"
+                    } else {
+                        "forbidden"
+                    };
+                    Err(refuse(StatusCode::FORBIDDEN, code, "your role, or this token's scope, may not do this"))
+                }
+                _ => Ok(Auth(principal)),
+            },
             Ok(None) => {
                 if let Err(retry_after) = app.spend(ip) {
                     return Err(Error::TooMany(retry_after).into_response());
@@ -274,6 +289,79 @@ impl FromRequestParts<Arc<App>> for Auth {
             Err(e) => Err(e.into_response()),
         }
     }
+}
+
+/// What the API's description (`docs/admin-api.openapi.json`) says the route of `parts` needs:
+/// its operation's description, which starts with it ("Scope: users; a reseller: their own.",
+/// "Owner only."...). `None` for a route it does not describe.
+fn documented_need(parts: &Parts) -> Option<&'static str> {
+    static NEEDS: std::sync::LazyLock<std::collections::HashMap<(String, String), String>> =
+        std::sync::LazyLock::new(|| {
+            let doc: serde_json::Value = serde_json::from_str(admin::OPENAPI).expect("the API's description is JSON");
+            let mut needs = std::collections::HashMap::new();
+            for (path, operations) in doc["paths"].as_object().into_iter().flatten() {
+                for (method, operation) in operations.as_object().into_iter().flatten() {
+                    if let Some(description) = operation["description"].as_str() {
+                        needs.insert((method.to_ascii_uppercase(), shape(path)), description.to_owned());
+                    }
+                }
+            }
+            needs
+        });
+    let matched = parts.extensions.get::<axum::extract::MatchedPath>()?.as_str();
+    let path = &matched[matched.find("/api/")? + "/api".len()..];
+    NEEDS.get(&(parts.method.as_str().to_owned(), shape(path))).map(String::as_str)
+}
+
+/// A route's path with its parameters unnamed (`/users/{}`), to compare the router's with the
+/// description's.
+fn shape(path: &str) -> String {
+    let mut shaped = String::with_capacity(path.len());
+    let mut in_param = false;
+    for c in path.chars() {
+        match c {
+            '{' => {
+                in_param = true;
+                shaped.push_str("{}");
+            }
+            '}' => in_param = false,
+            _ if !in_param => shaped.push(c),
+            _ => {}
+        }
+    }
+    shaped
+}
+
+/// Whether a principal of `role`, holding `scope` (its role's, cut to its token's), by a
+/// session or not, may call a route whose description says `need`.
+pub(crate) fn may(need: &str, role: Role, scope: Scope, session: bool) -> bool {
+    if need.starts_with("Owner session only") {
+        return role == Role::Owner && session;
+    }
+    if need.starts_with("Any admin's session only") {
+        return session;
+    }
+    if need.starts_with("Owner only") {
+        return role == Role::Owner && scope == Scope::Admin;
+    }
+    if need.starts_with("Scope: any admin") {
+        return session || scope == Scope::Admin;
+    }
+    if need.starts_with("Scope: any.") || need.starts_with("Scope: none") || need.starts_with("Scope: the token") {
+        return true;
+    }
+    let Some(needed) = need
+        .strip_prefix("Scope: ")
+        .and_then(|rest| rest.split(|c: char| !c.is_ascii_alphabetic()).next())
+        .and_then(Scope::parse)
+    else {
+        // A description that says nothing the gate knows: the handler's own check decides.
+        return true;
+    };
+    if role == Role::Reseller && !need.contains("a reseller:") {
+        return false;
+    }
+    scope >= needed
 }
 
 /// Whose users a request reaches: everyone's, or only those a reseller created.

@@ -91,6 +91,10 @@ pub(super) async fn update_settings(
     Input(input): Input<SettingsInput>,
 ) -> Reply {
     auth.need(Scope::Admin)?;
+    // Where links are served is the owner's alone (as adding an edge is).
+    if input.edge_url.is_some() || input.sub_url.is_some() {
+        auth.need_owner()?;
+    }
     let current = app.addresses().set;
     let edge_url = address("edge_url", input.edge_url, current.edge_url.clone())?;
     let sub_url = address("sub_url", input.sub_url, current.sub_url.clone())?;
