@@ -328,8 +328,13 @@ fn serve(dir: &Path) -> Result<i32> {
                     });
                     tasks.push(tokio::spawn(metrics::serve(listener, sources)));
                 }
-                // Another node on this machine may hold the port: serve Hysteria2 anyway.
-                Err(e) => tracing::warn!(listen = %settings.metrics_listen, error = %e, "no metrics port"),
+                // Taken (another hearth-node on this machine, or an exporter on 9464): said
+                // plainly, and the node does not start half-watched.
+                Err(e) => anyhow::bail!(
+                    "the metrics port {} cannot be bound ({e}): another program (another hearth-node on this \
+                     machine?) holds it; set metrics_listen in node.toml to a free address, or to \"\" for none",
+                    settings.metrics_listen
+                ),
             }
         }
         let code = tokio::select! {

@@ -1008,6 +1008,37 @@ async fn clients_of_a_node_that_died_get_through_within_two_seconds_of_its_resta
     node.stop().unwrap();
 }
 
+/// The metrics port: where it is, said at start; one that is taken stops the node with a clear
+/// message (issue 46, 11: it served on, unwatched, with a warning).
+#[tokio::test]
+async fn a_taken_metrics_port_stops_the_node_with_a_clear_message() {
+    let temp = tempfile::tempdir().unwrap();
+    let sim = ControlSim::new();
+    let first = temp.path().join("first");
+    state_dir(&first, &sim, 1).unwrap();
+    let node = NodeProcess::start(&first).unwrap();
+    let metrics = node.metrics_url().unwrap();
+    let taken = metrics.trim_start_matches("http://").trim_end_matches("/metrics").to_owned();
+    let second = temp.path().join("second");
+    state_dir(&second, &sim, 2).unwrap();
+    let settings = std::fs::read_to_string(second.join("node.toml")).unwrap();
+    let settings = settings.replace("metrics_listen = \"127.0.0.1:0\"", &format!("metrics_listen = \"{taken}\""));
+    std::fs::write(second.join("node.toml"), settings).unwrap();
+    let out = std::process::Command::new(hearth_tests::binary("hearth-node").unwrap())
+        .args(["serve", "--state"])
+        .arg(&second)
+        .env("HEARTH_LOG", "warn")
+        .output()
+        .unwrap();
+    assert!(!out.status.success(), "the second node started without its metrics port");
+    let said = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        said.contains(&format!("the metrics port {taken} cannot be bound")) && said.contains("metrics_listen"),
+        "{said}"
+    );
+    node.stop().unwrap();
+}
+
 /// Fetches through `client` until it works, within `within`.
 async fn fetch_within(client: &ProxyClient, web: std::net::SocketAddr, within: std::time::Duration) -> Vec<u8> {
     let started = std::time::Instant::now();

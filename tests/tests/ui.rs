@@ -135,6 +135,19 @@ async fn find(client: &Client, css: &str) -> fantoccini::elements::Element {
     }
 }
 
+/// Clicks `css` once it is there, up to 10 s; again if the page drew it anew in between (a
+/// page drawn once more after its data came, or in another language).
+async fn click(client: &Client, css: &str) {
+    let started = Instant::now();
+    loop {
+        match find(client, css).await.click().await {
+            Ok(_) => return,
+            Err(e) => assert!(started.elapsed() < Duration::from_secs(10), "{css} could not be clicked: {e}"),
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+}
+
 /// Waits until the text of `css` satisfies `check`, up to 10 s; returns it.
 async fn text_of(client: &Client, css: &str, check: impl Fn(&str) -> bool) -> String {
     let started = Instant::now();
@@ -243,13 +256,13 @@ async fn the_admin_panel_works_in_a_real_browser() {
     fill(&client, "#setup input[name=login]", "owner").await;
     fill(&client, "#setup input[name=password]", "correct horse battery staple").await;
     fill(&client, "#setup input[name=repeat]", "correct horse battery staple").await;
-    find(&client, "#setup button[type=submit]").await.click().await.unwrap();
+    click(&client, "#setup button[type=submit]").await;
     let done = text_of(&client, "#setup-done", |t| t.contains("root.key")).await;
     find(&client, "#setup-done #addresses-form").await;
     assert!(done.contains("recovery.key"));
     assert!(!client.current_url().await.unwrap().as_str().contains(&token), "the spent token left the address bar");
     screenshot(&client, "setup-done").await;
-    find(&client, "#setup-continue").await.click().await.unwrap();
+    click(&client, "#setup-continue").await;
     let alerts = text_of(&client, ".alerts", |t| t.contains("root.key")).await;
     assert!(alerts.contains("edge"), "no edge is set: {alerts}");
     screenshot(&client, "overview").await;
@@ -257,25 +270,25 @@ async fn the_admin_panel_works_in_a_real_browser() {
 
     // Sign out, a wrong password (said where it happened), then the right one. The code
     // field shows only once the server asks for a code.
-    find(&client, "#sign-out").await.click().await.unwrap();
+    click(&client, "#sign-out").await;
     let code = find(&client, "#login input[name=code]").await;
     assert!(!code.is_displayed().await.unwrap(), "no code field before the server asks for one");
     fill(&client, "#login input[name=login]", "owner").await;
     fill(&client, "#login input[name=password]", "wrong password here").await;
-    find(&client, "#login button[type=submit]").await.click().await.unwrap();
+    click(&client, "#login button[type=submit]").await;
     // Beside the field, with the tries left before a lockout.
     text_of(&client, "#login .field-error", |t| t.contains("Wrong login or password") && t.contains("9 more tries"))
         .await;
     let invalid = find(&client, "#login input[name=login]").await.attr("aria-invalid").await.unwrap();
     assert_eq!(invalid.as_deref(), Some("true"));
     fill(&client, "#login input[name=password]", "correct horse battery staple").await;
-    find(&client, "#login button[type=submit]").await.click().await.unwrap();
+    click(&client, "#login button[type=submit]").await;
     find(&client, ".stats").await;
     no_console_errors(&driver, &client, "signing in").await;
 
     // A user: its link, its QR code; then disabled.
     client.goto(&format!("{panel}#/users")).await.unwrap();
-    find(&client, "#new-user").await.click().await.unwrap();
+    click(&client, "#new-user").await;
     fill(&client, "#user-form input[name=name]", "Alice").await;
     // The browser's own checks are the server's: days from 1 to 36,500, whole.
     for (days, valid) in [("0", false), ("1", true), ("36500", true), ("36501", false), ("1.5", false)] {
@@ -289,7 +302,7 @@ async fn the_admin_panel_works_in_a_real_browser() {
     fill(&client, "#user-form input[name=speed_down]", "20").await;
     find(&client, "#user-form select[name=on_quota]").await.select_by_value("slow").await.unwrap();
     fill(&client, "#user-form input[name=slow_speed]", "1.5").await;
-    find(&client, "#user-form button[type=submit]").await.click().await.unwrap();
+    click(&client, "#user-form button[type=submit]").await;
     let link = text_of(&client, "#link code", |t| t.contains("/s/")).await;
     assert!(link.starts_with(&control.url), "{link}");
     let qr = find(&client, "#link img.qr").await;
@@ -325,31 +338,31 @@ async fn the_admin_panel_works_in_a_real_browser() {
     fill(&client, "#group-form input[name=name]", "friends").await;
     fill(&client, "#group-form input[name=speed_down]", "10").await;
     find(&client, "#group-form select[name=on_quota]").await.select_by_value("slow").await.unwrap();
-    find(&client, "#group-form button[type=submit]").await.click().await.unwrap();
+    click(&client, "#group-form button[type=submit]").await;
     text_of(&client, "#group-form .field-error", |t| t.contains("Slowing down needs a speed")).await;
     let described = find(&client, "#group-form input[name=slow_speed]").await.attr("aria-describedby").await.unwrap();
     assert_eq!(described.as_deref(), Some("error-slow_speed"), "the message is read out with its field");
     // The refusal is the API's 400, which the browser logs: expected here.
     console(&driver, &client).await;
     fill(&client, "#group-form input[name=slow_speed]", "1").await;
-    find(&client, "#group-form button[type=submit]").await.click().await.unwrap();
+    click(&client, "#group-form button[type=submit]").await;
     text_of(&client, "table.list tbody", |t| t.contains("↓ 10 Mbit/s · ↑ no limit · slowed down to 1 Mbit/s")).await;
-    find(&client, "button[data-edit-group=friends]").await.click().await.unwrap();
+    click(&client, "button[data-edit-group=friends]").await;
     fill(&client, "#group-edit input[name=speed_up]", "5").await;
-    find(&client, "#group-edit button[type=submit]").await.click().await.unwrap();
+    click(&client, "#group-edit button[type=submit]").await;
     text_of(&client, "table.list tbody", |t| t.contains("↓ 10 Mbit/s · ↑ 5 Mbit/s")).await;
     screenshot(&client, "groups").await;
     no_console_errors(&driver, &client, "the groups page").await;
 
     // A node and its one-line enrollment command.
     client.goto(&format!("{panel}#/nodes")).await.unwrap();
-    find(&client, "#new-node").await.click().await.unwrap();
+    click(&client, "#new-node").await;
     fill(&client, "#node-form input[name=name]", "Home").await;
     fill(&client, "#node-form input[name=host]", "vpn.example.net").await;
     fill(&client, "#node-form input[name=port]", "8443").await;
     fill(&client, "#node-form input[name=hop]", "41000-41015").await;
     fill(&client, "#node-form input[name=masquerade]", "https://www.example.net/").await;
-    find(&client, "#node-form button[type=submit]").await.click().await.unwrap();
+    click(&client, "#node-form button[type=submit]").await;
     text_of(&client, "#no-release", |t| t.contains("no one-line install")).await;
     text_of(&client, "#ship", |t| t.contains("Publish it as a release")).await;
     let command = text_of(&client, "#enroll code", |t| t.starts_with("hearth-node enroll")).await;
@@ -387,10 +400,10 @@ async fn the_admin_panel_works_in_a_real_browser() {
     client.goto(&format!("{panel}#/releases")).await.unwrap();
     text_of(&client, "#releases", |t| t.contains("0.2.0") && t.contains("Not rolled out")).await;
     find(&client, "select[data-canary]").await.select_by_label("Home").await.unwrap();
-    find(&client, "button[data-rollout]").await.click().await.unwrap();
+    click(&client, "button[data-rollout]").await;
     text_of(&client, "#releases", |t| t.contains("On the canary") && t.contains("0 of 1 nodes run it")).await;
     screenshot(&client, "releases").await;
-    find(&client, "button[data-stop]").await.click().await.unwrap();
+    click(&client, "button[data-stop]").await;
     text_of(&client, "#releases", |t| t.contains("Stopped")).await;
     no_console_errors(&driver, &client, "the releases page").await;
 
@@ -398,12 +411,12 @@ async fn the_admin_panel_works_in_a_real_browser() {
     // install, holding the binary's SHA-256; the enrollment command is folded under it.
     dir.cli(&["release", "sign", "--version", "0.2.1", &format!("linux-x86_64={}", binary.display())]).unwrap();
     client.goto(&format!("{panel}#/nodes")).await.unwrap();
-    find(&client, "#new-node").await.click().await.unwrap();
+    click(&client, "#new-node").await;
     fill(&client, "#node-form input[name=name]", "Lisbon").await;
     fill(&client, "#node-form input[name=host]", "lisbon.example.net").await;
     // A domain: the node gets a certificate from a public CA, and the dialog says what for.
     fill(&client, "#node-form input[name=domain]", "lisbon.example.net").await;
-    find(&client, "#node-form button[type=submit]").await.click().await.unwrap();
+    click(&client, "#node-form button[type=submit]").await;
     text_of(&client, "#enroll-domain", |t| t.contains("point lisbon.example.net at the node")).await;
     let install = text_of(&client, "#install code", |t| t.starts_with("f=$(mktemp)")).await;
     let hash = hex::encode(<sha2::Sha256 as sha2::Digest>::digest(b"a node binary"));
@@ -415,14 +428,14 @@ async fn the_admin_panel_works_in_a_real_browser() {
     client.goto(&format!("{panel}#/tokens")).await.unwrap();
     fill(&client, "#token-form input[name=name]", "backup-script").await;
     find(&client, "#token-form select[name=scope]").await.select_by_value("read").await.unwrap();
-    find(&client, "#token-form button[type=submit]").await.click().await.unwrap();
+    click(&client, "#token-form button[type=submit]").await;
     let api_token = text_of(&client, "#new-token code", |t| t.starts_with("hth_")).await;
     let http = dir.client().unwrap();
     let status = http.get(control.api("/status")).bearer_auth(&api_token).send().await.unwrap().status();
     assert_eq!(status, reqwest::StatusCode::OK);
     client.find(Locator::XPath("//dialog//button[@aria-label='Close']")).await.unwrap().click().await.unwrap();
-    find(&client, "button[data-token=backup-script]").await.click().await.unwrap();
-    find(&client, "dialog button.danger").await.click().await.unwrap();
+    click(&client, "button[data-token=backup-script]").await;
+    click(&client, "dialog button.danger").await;
     text_of(&client, "main", |t| t.contains("No API tokens.")).await;
     let status = http.get(control.api("/status")).bearer_auth(&api_token).send().await.unwrap().status();
     assert_eq!(status, reqwest::StatusCode::UNAUTHORIZED);
@@ -441,11 +454,11 @@ async fn the_admin_panel_works_in_a_real_browser() {
     client.goto(&format!("{panel}#/settings")).await.unwrap();
     fill(&client, "#profile-form input[name=title]", "Family VPN").await;
     fill(&client, "#profile-form input[name=support_url]", "not a url").await;
-    find(&client, "#profile-form button[type=submit]").await.click().await.unwrap();
+    click(&client, "#profile-form button[type=submit]").await;
     // The browser's own check stops it first (type=url); a bad value never reaches control.
     assert!(!find(&client, "#profile-form .notice").await.is_displayed().await.unwrap());
     fill(&client, "#profile-form input[name=support_url]", "https://example.net/help").await;
-    find(&client, "#profile-form button[type=submit]").await.click().await.unwrap();
+    click(&client, "#profile-form button[type=submit]").await;
     text_of(&client, "#profile-form .notice", |t| t.contains("Saved")).await;
     let served = http.get(&link).header("user-agent", "v2rayN/7.12.5").send().await.unwrap();
     assert_eq!(served.headers()["support-url"], "https://example.net/help");
@@ -453,7 +466,7 @@ async fn the_admin_panel_works_in_a_real_browser() {
 
     // Where links are served: an edge set here changes the links' base at once; cleared again.
     fill(&client, "#addresses-form input[name=edge_url]", "http://127.0.0.1:9").await;
-    find(&client, "#addresses-form button[type=submit]").await.click().await.unwrap();
+    click(&client, "#addresses-form button[type=submit]").await;
     text_of(&client, "#addresses-form .notice", |t| t.contains("http://127.0.0.1:9/s")).await;
     // The overview lists it, with how far it has come.
     client.goto(&format!("{panel}#/")).await.unwrap();
@@ -479,7 +492,7 @@ async fn the_admin_panel_works_in_a_real_browser() {
     let started = Instant::now();
     loop {
         client.goto(&format!("{panel}#/users")).await.unwrap();
-        find(&client, "a[href='#/users/1']").await.click().await.unwrap();
+        click(&client, "a[href='#/users/1']").await;
         text_of(&client, "#link code", |t| t.starts_with("http://127.0.0.1:9/s/")).await;
         if client.find(Locator::Css("#mirrors summary")).await.is_ok() {
             break;
@@ -487,7 +500,7 @@ async fn the_admin_panel_works_in_a_real_browser() {
         assert!(started.elapsed() < Duration::from_secs(10), "the user's page never listed the mirror");
         tokio::time::sleep(Duration::from_millis(300)).await;
     }
-    find(&client, "#mirrors summary").await.click().await.unwrap();
+    click(&client, "#mirrors summary").await;
     text_of(&client, "#mirrors", |t| t.contains("mirror") && t.contains("http://127.0.0.1:10/s/")).await;
     screenshot(&client, "user-mirrors").await;
     // Settings lists the edges: the mirror is marked blocked there, then removed.
@@ -495,15 +508,15 @@ async fn the_admin_panel_works_in_a_real_browser() {
     find(&client, "#edges select[data-edge=mirror]").await.select_by_value("blocked").await.unwrap();
     text_of(&client, "#edges", |t| t.contains("blocked: moved to the next edge")).await;
     screenshot(&client, "settings-edges").await;
-    find(&client, "#edges button[data-remove-edge=mirror]").await.click().await.unwrap();
-    find(&client, "dialog button.danger").await.click().await.unwrap();
+    click(&client, "#edges button[data-remove-edge=mirror]").await;
+    click(&client, "dialog button.danger").await;
     text_of(&client, "#edges", |t| !t.contains("mirror")).await;
     // One added in the panel.
     fill(&client, "#edge-form input[name=name]", "mirror").await;
     fill(&client, "#edge-form input[name=url]", "http://127.0.0.1:10").await;
     fill(&client, "#edge-form input[name=api_prefix]", prefix).await;
     fill(&client, "#edge-form input[name=push_token]", "a-push-token-of-the-mirror-0123").await;
-    find(&client, "#edge-form button[type=submit]").await.click().await.unwrap();
+    click(&client, "#edge-form button[type=submit]").await;
     text_of(&client, "#edges table", |t| t.contains("mirror") && t.contains("http://127.0.0.1:10/s")).await;
     let listed = dir.cli(&["edge", "list"]).unwrap();
     assert!(listed.contains("mirror"), "{listed}");
@@ -516,14 +529,14 @@ async fn the_admin_panel_works_in_a_real_browser() {
     client.goto(&format!("{panel}#/settings")).await.unwrap();
     text_of(&client, "main h1", |t| t == "Settings").await;
     find(&client, "#addresses-form input[name=edge_url]").await.clear().await.unwrap();
-    find(&client, "#addresses-form button[type=submit]").await.click().await.unwrap();
+    click(&client, "#addresses-form button[type=submit]").await;
     text_of(&client, "#addresses-form .notice", |t| t.contains(&format!("{}/s", control.url))).await;
 
     // A User-Agent rule: an unknown app gets the format the owner chose.
-    find(&client, "#add-rule").await.click().await.unwrap();
+    click(&client, "#add-rule").await;
     fill(&client, "#rules-form .rule input[name=contains]", "FamilyApp").await;
     find(&client, "#rules-form .rule select[name=target]").await.select_by_value("mihomo").await.unwrap();
-    find(&client, "#rules-form button[type=submit]").await.click().await.unwrap();
+    click(&client, "#rules-form button[type=submit]").await;
     text_of(&client, "#rules-form .notice", |t| t.contains("Saved")).await;
     let served = http.get(&link).header("user-agent", "FamilyApp/1.0").send().await.unwrap().text().await.unwrap();
     assert!(served.contains("proxies:"), "the rule picks Mihomo: {served}");
@@ -532,21 +545,21 @@ async fn the_admin_panel_works_in_a_real_browser() {
     // Two-step sign-in: turned on with the app's first code, then a sign-in needs a code
     // (here one of the recovery codes, shown once).
     client.goto(&format!("{panel}#/settings")).await.unwrap();
-    find(&client, "#totp-on").await.click().await.unwrap();
+    click(&client, "#totp-on").await;
     let secret = text_of(&client, "#totp-secret", |t| t.len() >= 32).await;
     assert!(find(&client, "#totp img.qr").await.attr("src").await.unwrap().unwrap().starts_with("data:image/svg+xml"));
     screenshot(&client, "totp-enroll").await;
     fill(&client, "#totp-confirm input[name=code]", &totp_now(&secret)).await;
-    find(&client, "#totp-confirm button[type=submit]").await.click().await.unwrap();
+    click(&client, "#totp-confirm button[type=submit]").await;
     let codes = text_of(&client, "#recovery-codes code", |t| t.lines().count() == 10).await;
-    find(&client, "#totp-done").await.click().await.unwrap();
+    click(&client, "#totp-done").await;
     text_of(&client, "#totp", |t| t.contains("10 recovery codes left")).await;
-    find(&client, "#sign-out").await.click().await.unwrap();
+    click(&client, "#sign-out").await;
     fill(&client, "#login input[name=login]", "owner").await;
     fill(&client, "#login input[name=password]", "correct horse battery staple").await;
     let code = find(&client, "#login input[name=code]").await;
     assert!(!code.is_displayed().await.unwrap(), "no code field before the password is checked");
-    find(&client, "#login button[type=submit]").await.click().await.unwrap();
+    click(&client, "#login button[type=submit]").await;
     // The server's answer (a code is needed) shows it.
     let asked = Instant::now();
     while !code.is_displayed().await.unwrap() {
@@ -554,13 +567,13 @@ async fn the_admin_panel_works_in_a_real_browser() {
         tokio::time::sleep(Duration::from_millis(50)).await;
     }
     code.send_keys(codes.lines().next().unwrap()).await.unwrap();
-    find(&client, "#login button[type=submit]").await.click().await.unwrap();
+    click(&client, "#login button[type=submit]").await;
     // Signed in again, on the page the session ended on.
     text_of(&client, "#totp", |t| t.contains("9 recovery codes left")).await;
     no_console_errors(&driver, &client, "two-step sign-in").await;
 
     // Sign out: the session is gone for the API too.
-    find(&client, "#sign-out").await.click().await.unwrap();
+    click(&client, "#sign-out").await;
     text_of(&client, "#login", |t| t.contains("You signed out.")).await;
     client.goto(&format!("{panel}#/users")).await.unwrap();
     find(&client, "#login").await;
@@ -625,7 +638,7 @@ async fn devices_online_and_a_kick_in_a_real_browser() {
     client.goto(&format!("{panel}#/users/{id}")).await.unwrap();
     find(&client, "#user-devices").await;
     client.find(Locator::XPath("//button[text()='Disconnect']")).await.unwrap().click().await.unwrap();
-    find(&client, "dialog button.danger").await.click().await.unwrap();
+    click(&client, "dialog button.danger").await;
     let mut rest = Vec::new();
     let closed = tokio::time::timeout(Duration::from_secs(15), stream.read_to_end(&mut rest)).await;
     assert!(closed.is_ok(), "the phone's stream stayed open after Disconnect");
@@ -655,8 +668,8 @@ async fn devices_online_and_a_kick_in_a_real_browser() {
     assert!(listed.contains("Happ/3.4.1 · iPad13,1") && !listed.contains("SM-S918B"), "{listed}");
     text_of(&client, "#hwid", |t| t.contains("2 of 2") && t.contains("turned away")).await;
     screenshot(&client, "user-hwid").await;
-    find(&client, "button[aria-label='Delete Happ/3.4.1 · iPad13,1']").await.click().await.unwrap();
-    find(&client, "dialog button.danger").await.click().await.unwrap();
+    click(&client, "button[aria-label='Delete Happ/3.4.1 · iPad13,1']").await;
+    click(&client, "dialog button.danger").await;
     text_of(&client, "#hwid", |t| t.contains("1 of 2") && !t.contains("iPad13,1")).await;
     let hwid = control.call(&http, &token, reqwest::Method::GET, &format!("/users/{id}/hwid"), None).await.unwrap();
     assert_eq!(hwid["devices"].as_array().unwrap().len(), 1, "{hwid}");
@@ -664,10 +677,10 @@ async fn devices_online_and_a_kick_in_a_real_browser() {
 
     // A group's fair use: a device limit and the abuse guard.
     client.goto(&format!("{panel}#/groups")).await.unwrap();
-    find(&client, "button[data-edit-group=default]").await.click().await.unwrap();
+    click(&client, "button[data-edit-group=default]").await;
     fill(&client, "#group-edit input[name=device_limit]", "3").await;
-    find(&client, "#group-edit input[name=block_torrent]").await.click().await.unwrap();
-    find(&client, "#group-edit button[type=submit]").await.click().await.unwrap();
+    click(&client, "#group-edit input[name=block_torrent]").await;
+    click(&client, "#group-edit button[type=submit]").await;
     text_of(&client, "table.list tbody", |t| t.contains("at most 3 at once · no BitTorrent")).await;
     screenshot(&client, "groups-fair-use").await;
     // A node's traffic: counted twice, capped at 1 GiB a month from the 5th.
@@ -677,15 +690,15 @@ async fn devices_online_and_a_kick_in_a_real_browser() {
     fill(&client, "#node-edit input[name=multiplier]", "2").await;
     fill(&client, "#node-edit input[name=node_quota]", "1").await;
     fill(&client, "#node-edit input[name=quota_day]", "5").await;
-    find(&client, "#node-edit button[type=submit]").await.click().await.unwrap();
+    click(&client, "#node-edit button[type=submit]").await;
     text_of(&client, "#node-quota", |t| t.contains("of 1 GiB this month")).await;
     text_of(&client, "main dl", |t| t.contains("×2")).await;
     screenshot(&client, "node-traffic").await;
     // The certificate the node registered; letting apps that cannot check it in unchecked is
     // the owner's act, and shows in red, on the node's page and in the list.
     text_of(&client, "#node-certificate", |t| t.starts_with("SHA-256 ") && t.contains("valid until")).await;
-    find(&client, "#node-edit input[name=allow_unverified]").await.click().await.unwrap();
-    find(&client, "#node-edit button[type=submit]").await.click().await.unwrap();
+    click(&client, "#node-edit input[name=allow_unverified]").await;
+    click(&client, "#node-edit button[type=submit]").await;
     text_of(&client, "#node-unverified", |t| t.contains("connect to it unchecked")).await;
     let colour = "return getComputedStyle(document.getElementById('node-unverified')).color";
     assert_eq!(client.execute(colour, vec![]).await.unwrap(), "rgb(179, 38, 30)", "red");
@@ -695,7 +708,7 @@ async fn devices_online_and_a_kick_in_a_real_browser() {
     // The owner's policy over the limit.
     client.goto(&format!("{panel}#/settings")).await.unwrap();
     find(&client, "#device-policy-form select[name=device_policy]").await.select_by_value("drop_oldest").await.unwrap();
-    find(&client, "#device-policy-form button[type=submit]").await.click().await.unwrap();
+    click(&client, "#device-policy-form button[type=submit]").await;
     text_of(&client, "#device-policy-form .notice", |t| t.contains("Saved")).await;
     let settings = control.call(&http, &token, reqwest::Method::GET, "/settings", None).await.unwrap();
     assert_eq!(settings["device_policy"], "drop_oldest");
@@ -725,7 +738,7 @@ async fn moving_in_from_3x_ui_in_a_real_browser() {
     find(&client, "#import-form select[name=source]").await.select_by_value("3x-ui").await.unwrap();
     let db = hearth_tests::repo_root().join("tests/fixtures/import/3x-ui/x-ui-v2.9.4.db");
     find(&client, "#import-form input[name=file]").await.send_keys(db.to_str().unwrap()).await.unwrap();
-    find(&client, "#import-form button[type=submit]").await.click().await.unwrap();
+    click(&client, "#import-form button[type=submit]").await;
     let preview = text_of(&client, "#import-report", |t| t.contains("Would import 2 users")).await;
     assert!(preview.contains("alice (alice): password kept, 3 old paths"), "{preview}");
     assert!(preview.contains("dave: vless client"), "{preview}");
@@ -742,8 +755,8 @@ async fn moving_in_from_3x_ui_in_a_real_browser() {
     client.goto(&format!("{panel}#/users/{alice}")).await.unwrap();
     text_of(&client, "#aliases", |t| t.contains("/feed/alicesub0000001x") && t.contains("3x-ui")).await;
     screenshot(&client, "user-aliases").await;
-    find(&client, "button[aria-label='Retire /clash/alicesub0000001x']").await.click().await.unwrap();
-    find(&client, "dialog button.danger").await.click().await.unwrap();
+    click(&client, "button[aria-label='Retire /clash/alicesub0000001x']").await;
+    click(&client, "dialog button.danger").await;
     text_of(&client, "#aliases", |t| !t.contains("/clash/alicesub0000001x") && t.contains("/feed-json/")).await;
     let aliases =
         control.call(&http, &token, reqwest::Method::GET, &format!("/users/{alice}/aliases"), None).await.unwrap();
@@ -757,7 +770,7 @@ async fn moving_in_from_3x_ui_in_a_real_browser() {
     assert!(!find(&client, "#import-form input[name=url]").await.is_displayed().await.unwrap());
     let db = hearth_tests::repo_root().join("tests/fixtures/import/marzban/pasarguard-v5.2.1.sqlite3");
     find(&client, "#import-form input[name=file]").await.send_keys(db.to_str().unwrap()).await.unwrap();
-    find(&client, "#import-form button[type=submit]").await.click().await.unwrap();
+    click(&client, "#import-form button[type=submit]").await;
     // (alice and bob came from 3x-ui above: their names are taken.)
     let preview = text_of(&client, "#import-report", |t| t.contains("Would import 1 user (")).await;
     assert!(preview.contains("carol (3): password kept, 0 old paths") && preview.contains("Skipped: 2"), "{preview}");
@@ -888,7 +901,7 @@ async fn notifications_in_a_real_browser() {
     // A user made elsewhere, and the test event: both delivered, with the receiver's answer.
     let user = serde_json::json!({ "name": "nora" });
     control.call(&http, &token, reqwest::Method::POST, "/users", Some(&user)).await.unwrap();
-    find(&client, "#webhooks button[data-test]").await.click().await.unwrap();
+    click(&client, "#webhooks button[data-test]").await;
     let deliveries = text_of(&client, "#deliveries", |t| t.matches("Delivered").count() == 2).await;
     // Each event in words, with who it is about; the codes only on hover.
     assert!(
@@ -901,7 +914,7 @@ async fn notifications_in_a_real_browser() {
     client.refresh().await.unwrap();
     let events = text_of(&client, "#events", |t| t.contains("nora was added")).await;
     assert!(!events.contains("user.created") && !events.contains("user 1"), "{events}");
-    find(&client, "#webhooks button[data-deliveries]").await.click().await.unwrap();
+    click(&client, "#webhooks button[data-deliveries]").await;
     text_of(&client, "#deliveries", |t| t.contains("Delivered")).await;
     screenshot(&client, "notifications").await;
     no_console_errors(&driver, &client, "notifications").await;
@@ -909,7 +922,7 @@ async fn notifications_in_a_real_browser() {
     // checked (a first message reaches the chat) and kept.
     fill(&client, "#telegram-form input[name=token]", "123456789:AAwrong").await;
     fill(&client, "#telegram-form input[name=chat_id]", &hearth_tests::telegram::OWNER.to_string()).await;
-    find(&client, "#telegram-form button[type=submit]").await.click().await.unwrap();
+    click(&client, "#telegram-form button[type=submit]").await;
     text_of(&client, "#telegram-form .error", |t| t.contains("Unauthorized")).await;
     fill(&client, "#telegram-form input[name=token]", hearth_tests::telegram::TOKEN).await;
     find(&client, "#telegram-form select[name=lang]").await.select_by_value("ru").await.unwrap();
@@ -921,8 +934,8 @@ async fn notifications_in_a_real_browser() {
     client.goto(&format!("{panel}#/settings")).await.unwrap();
     let sessions = text_of(&client, "#sessions", |t| t.contains("this one")).await;
     assert!(sessions.contains("HeadlessChrome") || sessions.contains("Chrome"), "{sessions}");
-    find(&client, "#end-other-sessions").await.click().await.unwrap();
-    find(&client, "dialog button.danger").await.click().await.unwrap();
+    click(&client, "#end-other-sessions").await;
+    click(&client, "dialog button.danger").await;
     text_of(&client, "#sessions", |t| !t.contains("Sign out everywhere else")).await;
     let left = control.call(&http, &token, reqwest::Method::GET, "/sessions", None).await.unwrap();
     assert_eq!(left["sessions"].as_array().unwrap().len(), 1, "{left}");
@@ -970,20 +983,20 @@ async fn the_audit_log_in_words_in_a_real_browser() {
 
     // What: only the edits of users.
     find(&client, "#audit-filter select[name=action]").await.select_by_value("user.update").await.unwrap();
-    find(&client, "#audit-filter button[type=submit]").await.click().await.unwrap();
+    click(&client, "#audit-filter button[type=submit]").await;
     text_of(&client, "#audit", |t| !t.contains("Signed in")).await;
     let actions = "return [...document.querySelectorAll('#audit tbody tr')].map((r) => r.dataset.action)";
     assert_eq!(client.execute(actions, vec![]).await.unwrap(), json!(["user.update", "user.update"]));
     // Which user: by name, and a name nobody has is said beside the field.
     fill(&client, "#audit-filter input[name=user_name]", "Nobody").await;
-    find(&client, "#audit-filter button[type=submit]").await.click().await.unwrap();
+    click(&client, "#audit-filter button[type=submit]").await;
     text_of(&client, "#audit-filter .field-error", |t| t == "No user is named Nobody.").await;
     fill(&client, "#audit-filter input[name=user_name]", "omar").await;
-    find(&client, "#audit-filter button[type=submit]").await.click().await.unwrap();
+    click(&client, "#audit-filter button[type=submit]").await;
     let omar_only = text_of(&client, "#audit", |t| !t.contains("Mina")).await;
     assert!(omar_only.contains("Enabled: yes → no"), "{omar_only}");
     // Who: the browser's sign-in is the owner's, not the API token's.
-    find(&client, "#audit-filter a.button").await.click().await.unwrap();
+    click(&client, "#audit-filter a.button").await;
     text_of(&client, "#audit", |t| t.contains("Mina") && t.contains("Signed in")).await;
     let who = "return [...document.querySelectorAll('#audit-filter select[name=actor] option')].map((o) => [o.value, o.textContent])";
     let options = client.execute(who, vec![]).await.unwrap();
@@ -991,13 +1004,13 @@ async fn the_audit_log_in_words_in_a_real_browser() {
     let named = options.as_array().unwrap().iter().find(|o| o[0] == signed_in.as_str()).cloned();
     assert!(named.is_some_and(|o| o[1] != signed_in.as_str()), "{signed_in} in words among {options}");
     find(&client, "#audit-filter select[name=actor]").await.select_by_value(&signed_in).await.unwrap();
-    find(&client, "#audit-filter button[type=submit]").await.click().await.unwrap();
+    click(&client, "#audit-filter button[type=submit]").await;
     let theirs = text_of(&client, "#audit", |t| !t.contains("Traffic quota")).await;
     assert!(theirs.contains("Signed in"), "{theirs}");
 
     // A user's page leads to their history.
     client.goto(&format!("{panel}#/users/{mina_id}")).await.unwrap();
-    find(&client, "#user-history").await.click().await.unwrap();
+    click(&client, "#user-history").await;
     let history = text_of(&client, "#audit", |t| t.contains("Traffic quota")).await;
     assert!(!history.contains("Omar") && !history.contains("Signed in"), "{history}");
     assert_eq!(client.current_url().await.unwrap().fragment(), Some(&*format!("/audit?user={mina_id}")));
@@ -1042,7 +1055,7 @@ async fn admins_and_a_resellers_view_in_a_real_browser() {
     no_console_errors(&driver, &client, "adding an admin").await;
 
     // The reseller signs in: their users, their limits, nothing else.
-    find(&client, "#sign-out").await.click().await.unwrap();
+    click(&client, "#sign-out").await;
     fill(&client, "#login input[name=login]", "rita").await;
     fill(&client, "#login input[name=password]", "a reseller's password").await;
     find(&client, "#login button[type=submit]").await.send_keys("\u{e007}").await.unwrap();
@@ -1160,13 +1173,13 @@ async fn passkeys_sign_in_alone_and_as_the_second_factor_in_a_real_browser() {
     let refused = http.post(control.api("/login/passkey/finish")).json(&forged).send().await.unwrap();
     assert_eq!(refused.status(), reqwest::StatusCode::UNAUTHORIZED);
     // In the browser: the password, then the passkey, without a click more.
-    find(&client, "#sign-out").await.click().await.unwrap();
+    click(&client, "#sign-out").await;
     fill(&client, "#login input[name=login]", "owner").await;
     fill(&client, "#login input[name=password]", "correct horse battery").await;
     find(&client, "#login button[type=submit]").await.send_keys("\u{e007}").await.unwrap();
     text_of(&client, "#passkeys", |t| t.contains("laptop")).await;
     // The passkey alone, no login typed.
-    find(&client, "#sign-out").await.click().await.unwrap();
+    click(&client, "#sign-out").await;
     find(&client, "#passkey-sign-in").await.send_keys("\u{e007}").await.unwrap();
     text_of(&client, "#passkeys", |t| t.contains("laptop")).await;
     // Each sign-out ended its session: setup's and the passkey's are left.
@@ -1177,8 +1190,8 @@ async fn passkeys_sign_in_alone_and_as_the_second_factor_in_a_real_browser() {
 
     // Removed, the password alone signs in again; the audit log has it all.
     client.goto(&format!("{panel}#/settings")).await.unwrap();
-    find(&client, "#passkeys button[data-passkey=laptop]").await.click().await.unwrap();
-    find(&client, "dialog button.danger").await.click().await.unwrap();
+    click(&client, "#passkeys button[data-passkey=laptop]").await;
+    click(&client, "dialog button.danger").await;
     text_of(&client, "#passkeys", |t| t.contains("No passkeys yet.")).await;
     let answer = http.post(control.api("/login")).json(&login).send().await.unwrap();
     assert_eq!(answer.status(), reqwest::StatusCode::OK);
@@ -1186,7 +1199,7 @@ async fn passkeys_sign_in_alone_and_as_the_second_factor_in_a_real_browser() {
     // An operator adds their own; the owner removes it for them when they lose it.
     let body = json!({ "login": "otto", "role": "operator", "password": "an operator's password" });
     let otto = control.call(&http, &token, reqwest::Method::POST, "/admins", Some(&body)).await.unwrap();
-    find(&client, "#sign-out").await.click().await.unwrap();
+    click(&client, "#sign-out").await;
     fill(&client, "#login input[name=login]", "otto").await;
     fill(&client, "#login input[name=password]", "an operator's password").await;
     find(&client, "#login button[type=submit]").await.send_keys("\u{e007}").await.unwrap();
@@ -1306,7 +1319,7 @@ async fn the_subscription_page_in_four_languages_in_a_real_browser() {
 
     // The language switch keeps the device the person chose.
     client.goto(&format!("{link}?lang=en&os=ios")).await.unwrap();
-    find(&client, "nav.langs a[hreflang=ru]").await.click().await.unwrap();
+    click(&client, "nav.langs a[hreflang=ru]").await;
     text_of(&client, "section.setup h2", |t| t == "Настройка: iPhone / iPad").await;
     let store = find(&client, "section.setup .stores a").await.attr("href").await.unwrap();
     assert_eq!(store.as_deref(), Some("https://apps.apple.com/app/id6596777532"));
@@ -1369,7 +1382,7 @@ async fn the_panels_rough_edges_in_a_real_browser() {
 
     // A dialog belongs to its page: the back button closes it.
     client.goto(&format!("{panel}#/users")).await.unwrap();
-    find(&client, "#new-user").await.click().await.unwrap();
+    click(&client, "#new-user").await;
     find(&client, "dialog[open] #user-form").await;
     client.back().await.unwrap();
     let started = Instant::now();
@@ -1409,12 +1422,12 @@ async fn the_panels_rough_edges_in_a_real_browser() {
 
     // A quota of 0 is what the form says: unlimited.
     text_of(&client, "body", |t| t.contains("Bob")).await;
-    find(&client, "#new-user").await.click().await.unwrap();
+    click(&client, "#new-user").await;
     fill(&client, "#user-form input[name=name]", "Zero").await;
     fill(&client, "#user-form input[name=quota]", "0").await;
     let hint = find(&client, "#user-form input[name=quota] + small").await.text().await.unwrap();
     assert_eq!(hint, "Upload and download together. Empty or 0: unlimited.");
-    find(&client, "#user-form button[type=submit]").await.click().await.unwrap();
+    click(&client, "#user-form button[type=submit]").await;
     text_of(&client, "main dl", |t| t.contains("0 B / unlimited")).await;
     let zero = call(reqwest::Method::GET, "/users?q=Zero".into(), None).await;
     assert_eq!(zero["users"][0]["quota"], 0);
@@ -1425,15 +1438,15 @@ async fn the_panels_rough_edges_in_a_real_browser() {
     client.find(Locator::XPath("//button[text()='Add many']")).await.unwrap().click().await.unwrap();
     let names = find(&client, "#bulk-form textarea[name=names]").await;
     names.send_keys("Carol\ncarol\nDave").await.unwrap();
-    find(&client, "#bulk-form button[type=submit]").await.click().await.unwrap();
+    click(&client, "#bulk-form button[type=submit]").await;
     text_of(&client, "#bulk-form .field-error", |t| t.contains("more than once: carol")).await;
     fill(&client, "#bulk-form textarea[name=names]", "Carol\nDave\nalice").await;
-    find(&client, "#bulk-form button[type=submit]").await.click().await.unwrap();
+    click(&client, "#bulk-form button[type=submit]").await;
     text_of(&client, "#bulk-form .field-error", |t| t.contains("exist already: Alice")).await;
     // (The refusals are the API's 400 and 409, which the browser logs: expected here.)
     console(&driver, &client).await;
     fill(&client, "#bulk-form textarea[name=names]", "Carol\nDave").await;
-    find(&client, "#bulk-form button[type=submit]").await.click().await.unwrap();
+    click(&client, "#bulk-form button[type=submit]").await;
     text_of(&client, "dialog [role=status]", |t| t.contains('2')).await;
     let download = find(&client, "#download-links").await;
     assert!(download.attr("href").await.unwrap().unwrap().starts_with("blob:"));
@@ -1469,13 +1482,13 @@ async fn the_panels_rough_edges_in_a_real_browser() {
     fill(&client, "#password-form input[name=current]", "not my password").await;
     fill(&client, "#password-form input[name=password]", "a brand new passphrase").await;
     fill(&client, "#password-form input[name=repeat]", "a brand new passphrase").await;
-    find(&client, "#password-form button[type=submit]").await.click().await.unwrap();
+    click(&client, "#password-form button[type=submit]").await;
     text_of(&client, "#password-form .field-error", |t| t.contains("not your current password")).await;
     console(&driver, &client).await;
     fill(&client, "#password-form input[name=current]", "correct horse battery").await;
     fill(&client, "#password-form input[name=password]", "a brand new passphrase").await;
     fill(&client, "#password-form input[name=repeat]", "a brand new passphrase").await;
-    find(&client, "#password-form button[type=submit]").await.click().await.unwrap();
+    click(&client, "#password-form button[type=submit]").await;
     text_of(&client, "#password-changed", |t| t.starts_with("Password changed.")).await;
 
     // The audit log: the sign-in, the refused current password, the change, in words.
@@ -1487,15 +1500,15 @@ async fn the_panels_rough_edges_in_a_real_browser() {
 
     // Russian: the tries left before a lockout, in the right plural.
     find(&client, "select.lang").await.select_by_value("ru").await.unwrap();
-    find(&client, "#sign-out").await.click().await.unwrap();
+    click(&client, "#sign-out").await;
     fill(&client, "#login input[name=login]", "owner").await;
     fill(&client, "#login input[name=password]", "correct horse battery").await;
-    find(&client, "#login button[type=submit]").await.click().await.unwrap();
+    click(&client, "#login button[type=submit]").await;
     // (The refused current password above was the first failure from this address.)
     text_of(&client, "#login .field-error", |t| t.contains("Неверный логин или пароль") && t.contains("8 попыток"))
         .await;
     fill(&client, "#login input[name=password]", "a brand new passphrase").await;
-    find(&client, "#login button[type=submit]").await.click().await.unwrap();
+    click(&client, "#login button[type=submit]").await;
     find(&client, "#sign-out").await;
     let _ = console(&driver, &client).await;
     // Sizes in Russian units; an expiry counted from first use, in Russian words.
@@ -1586,7 +1599,7 @@ async fn an_edit_in_the_panel_changes_only_what_was_touched() {
         let id = user["id"].as_u64().unwrap();
         open(format!("#/users/{id}"), user["name"].as_str().unwrap()).await;
         fill(&client, "#user-edit textarea[name=note]", "grandma's phone").await;
-        find(&client, "#user-edit button[type=submit]").await.click().await.unwrap();
+        click(&client, "#user-edit button[type=submit]").await;
         text_of(&client, "#flash", |t| t == "Saved.").await;
         let after = s.get(&format!("/users/{id}")).await;
         for field in ["expires_at", "duration_days", "status", "reset", "next_reset", "quota", "groups", "speed_limit"]
@@ -1602,7 +1615,7 @@ async fn an_edit_in_the_panel_changes_only_what_was_touched() {
     // Saving the form untouched sends nothing to change.
     let id = dated["id"].as_u64().unwrap();
     open(format!("#/users/{id}"), "Dated").await;
-    find(&client, "#user-edit button[type=submit]").await.click().await.unwrap();
+    click(&client, "#user-edit button[type=submit]").await;
     text_of(&client, "#flash", |t| t == "Saved.").await;
     assert_eq!(s.get("/audit?limit=1").await["entries"][0]["detail"], "note", "nothing audited for nothing changed");
 
@@ -1614,7 +1627,7 @@ async fn an_edit_in_the_panel_changes_only_what_was_touched() {
     fill(&client, "#setup input[name=login]", "owner").await;
     fill(&client, "#setup input[name=password]", "correct horse battery").await;
     fill(&client, "#setup input[name=repeat]", "correct horse battery").await;
-    find(&client, "#setup button[type=submit]").await.click().await.unwrap();
+    click(&client, "#setup button[type=submit]").await;
     text_of(&client, "#setup .error", |t| t == "Setup is done already: sign in instead.").await;
     // The 409 it answered is in the console, as expected: read, so the check below starts here.
     let logged = console(&driver, &client).await;
@@ -1627,13 +1640,13 @@ async fn an_edit_in_the_panel_changes_only_what_was_touched() {
 
     // A name over the limit is kept as typed and refused with words, not cut (45, 15).
     open("#/users".to_owned(), "Users").await;
-    find(&client, "#new-user").await.click().await.unwrap();
+    click(&client, "#new-user").await;
     let long = "n".repeat(70);
     fill(&client, "#user-form input[name=name]", &long).await;
     let typed =
         client.execute("return document.querySelector('#user-form input[name=name]').value.length", vec![]).await;
     assert_eq!(typed.unwrap(), 70, "the field took the whole name");
-    find(&client, "#user-form button[type=submit]").await.click().await.unwrap();
+    click(&client, "#user-form button[type=submit]").await;
     text_of(&client, "#user-form [role=alert], #user-form .field-error", |t| t.contains("64")).await;
     console(&driver, &client).await;
     client.find(Locator::Css("dialog[open]")).await.unwrap().send_keys("\u{e00c}").await.unwrap();
@@ -1644,7 +1657,7 @@ async fn an_edit_in_the_panel_changes_only_what_was_touched() {
     open(format!("#/users/{id}"), "Forever").await;
     text_of(&client, "#extend button[type=submit]", |t| t == "Set an end date, from today").await;
     text_of(&client, "#extend-hint", |t| t.contains("no end date")).await;
-    find(&client, "#extend button[type=submit]").await.click().await.unwrap();
+    click(&client, "#extend button[type=submit]").await;
     client
         .find(Locator::XPath("//dialog//button[text()='Set an end date, from today']"))
         .await
@@ -1666,7 +1679,7 @@ async fn an_edit_in_the_panel_changes_only_what_was_touched() {
     let id = node["id"].as_u64().unwrap();
     open(format!("#/nodes/{id}"), "Home").await;
     fill(&client, "#node-edit input[name=multiplier]", "2").await;
-    find(&client, "#node-edit button[type=submit]").await.click().await.unwrap();
+    click(&client, "#node-edit button[type=submit]").await;
     text_of(&client, "#flash", |t| t.starts_with("Saved.")).await;
     let after = s.get(&format!("/nodes/{id}")).await;
     assert_eq!(after["multiplier"], 2.0);
@@ -1693,16 +1706,16 @@ async fn an_edit_in_the_panel_changes_only_what_was_touched() {
     // control (here, the one built beside it) in one click, and then gives the one-line
     // install for it (45, 8).
     open("#/nodes".to_owned(), "Nodes").await;
-    find(&client, "#new-node").await.click().await.unwrap();
+    click(&client, "#new-node").await;
     fill(&client, "#node-form input[name=name]", "Lisbon").await;
     fill(&client, "#node-form input[name=host]", "lisbon.example.net").await;
-    find(&client, "#node-form button[type=submit]").await.click().await.unwrap();
+    click(&client, "#node-form button[type=submit]").await;
     text_of(&client, "#no-release", |t| t.contains("no one-line install")).await;
     let version = env!("CARGO_PKG_VERSION");
     text_of(&client, "#ship", |t| t.contains(&format!("came with hearth-node {version} ({})", std::env::consts::ARCH)))
         .await;
     screenshot(&client, "node-ship").await;
-    find(&client, "#ship-publish").await.click().await.unwrap();
+    click(&client, "#ship-publish").await;
     let install = text_of(&client, "#install code", |t| t.starts_with("f=$(mktemp)")).await;
     let shipped = std::fs::read(hearth_tests::binary("hearth-node").unwrap()).unwrap();
     let hash = hex::encode(<sha2::Sha256 as sha2::Digest>::digest(&shipped));
