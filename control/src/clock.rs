@@ -76,6 +76,18 @@ pub(crate) fn next_on_day(day: u32, now: u64) -> u64 {
     u64::try_from(days_from_civil(year, month, day)).unwrap_or(0) * DAY
 }
 
+/// The last midnight (UTC) on day `day` of a month at or before `now`: when a monthly cap's
+/// month began.
+pub(crate) fn last_on_day(day: u32, now: u64) -> u64 {
+    let (year, month) = civil_month(i64::try_from(now / DAY).expect("sane clock"));
+    let this = u64::try_from(days_from_civil(year, month, day)).unwrap_or(0) * DAY;
+    if this <= now {
+        return this;
+    }
+    let (year, month) = if month == 1 { (year - 1, 12) } else { (year, month - 1) };
+    u64::try_from(days_from_civil(year, month, day)).unwrap_or(0) * DAY
+}
+
 /// A date as the profile writes it: `2026-12-01`.
 pub(crate) fn civil_date(at: u64) -> String {
     let days = i64::try_from(at / DAY).unwrap_or(0);
@@ -87,6 +99,20 @@ pub(crate) fn civil_date(at: u64) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_cap_month_began_on_its_last_day() {
+        // 2026-11-30 12:00 UTC: on day 15 the month began 2026-11-15; on day 28, 2026-11-28.
+        assert_eq!(civil_date(last_on_day(15, 1_796_040_000)), "2026-11-15");
+        assert_eq!(civil_date(last_on_day(28, 1_796_040_000)), "2026-11-28");
+        // 2026-11-03: on day 5, 2026-10-05; a day at its own midnight is that day.
+        let third = (20_758 + 2) * DAY;
+        assert_eq!(civil_date(last_on_day(5, third + 3600)), "2026-10-05");
+        assert_eq!(last_on_day(3, third), third);
+        // Across a year: 2026-01-02, day 10: 2025-12-10.
+        let january = (days_from_civil(2026, 1, 2) as u64) * DAY;
+        assert_eq!(civil_date(last_on_day(10, january)), "2025-12-10");
+    }
 
     #[test]
     fn months_start_on_their_first_day() {

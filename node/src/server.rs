@@ -272,6 +272,9 @@ async fn authenticate(
                         let response = Response::builder().status(StatusCode::TOO_MANY_REQUESTS).body(())?;
                         stream.send_response(response).await?;
                         stream.finish().await?;
+                        // The client reads the 429 and hangs up itself; closed at once, it
+                        // would see the close first and report that instead.
+                        let _ = tokio::time::timeout(std::time::Duration::from_secs(2), connection.closed()).await;
                         connection.close(crate::table::CLOSE_DEVICE.into(), b"device limit");
                         anyhow::bail!("user {user} refused: {refusal:?}");
                     }

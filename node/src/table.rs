@@ -26,12 +26,18 @@ use std::time::Instant;
 use hearth_shared::wire::{CredentialSet, DevicePolicy, Guard, Presence, SpeedLimit, Touched, UserId, UserUsage};
 use hearth_shared::{Digest, ct_eq, sha256};
 
+// The node's own QUIC close codes. Hysteria2 runs over HTTP/3, whose error codes take
+// 0x100-0x110 (0x107 is H3_EXCESSIVE_LOAD, 0x108 H3_ID_ERROR, 0x109 H3_SETTINGS_ERROR: a client
+// showed "H3_ID_ERROR: device limit") and 0x200-0x202 (QPACK): these are far from any
+// registered or greased value (0x1f * N + 0x21), "HRTH" and a number.
+
 /// The QUIC close code for a user removed from the set.
-pub(crate) const CLOSE_REMOVED: u32 = 0x107;
-/// The QUIC close code for a device dropped to make room for another of the same user.
-pub(crate) const CLOSE_DEVICE: u32 = 0x108;
+pub(crate) const CLOSE_REMOVED: u32 = 0x4852_5401;
+/// The QUIC close code for a device refused, or dropped to make room for another of the same
+/// user, over the user's device limit.
+pub(crate) const CLOSE_DEVICE: u32 = 0x4852_5402;
 /// The QUIC close code for a kick.
-pub(crate) const CLOSE_KICKED: u32 = 0x109;
+pub(crate) const CLOSE_KICKED: u32 = 0x4852_5403;
 
 /// A device: the client's IPv4 address, or its IPv6 address's /64.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]

@@ -281,6 +281,38 @@ impl ProxyClient {
         })
     }
 
+    /// [`ProxyClient::sing_box`] writing its log to a file, for [`ProxyClient::log`]: what
+    /// the app would show its user.
+    pub fn sing_box_logged(outbound: serde_json::Value) -> Result<ProxyClient> {
+        let program = crate::sing_box()?;
+        let mut outbound = outbound;
+        outbound["tag"] = "node".into();
+        ProxyClient::start("sing-box", |dir, port| {
+            let config = serde_json::json!({
+                "log": { "level": "debug" },
+                "inbounds": [{ "type": "socks", "tag": "in", "listen": "127.0.0.1", "listen_port": port }],
+                "outbounds": [outbound.clone()],
+                "route": { "final": "node" }
+            });
+            let path = dir.join("client.json");
+            std::fs::write(&path, serde_json::to_vec_pretty(&config)?)?;
+            Command::new(&program)
+                .args(["run", "-c"])
+                .arg(&path)
+                .stdin(Stdio::null())
+                .stdout(Stdio::null())
+                .stderr(std::fs::File::create(dir.join("client.log"))?)
+                .spawn()
+                .context("starting sing-box")
+        })
+    }
+
+    /// What a client started with its log in a file ([`ProxyClient::sing_box_logged`]) has
+    /// logged so far (empty for the others).
+    pub fn log(&self) -> String {
+        std::fs::read_to_string(self._dir.path().join("client.log")).unwrap_or_default()
+    }
+
     /// Starts mihomo on `profile` (a Mihomo YAML profile, as the edge serves it), with a
     /// SOCKS port added; its home directory is a temporary one.
     pub fn mihomo(profile: &str) -> Result<ProxyClient> {

@@ -1039,6 +1039,41 @@ async fn a_taken_metrics_port_stops_the_node_with_a_clear_message() {
     node.stop().unwrap();
 }
 
+/// A device over the limit is told 429, as the README says, and the app shows that: the node
+/// answers, waits for the client to hang up, and closes with a code of its own, not HTTP/3's
+/// `H3_ID_ERROR` (0x108) that sing-box showed instead (issue 46, 13).
+#[tokio::test]
+async fn a_device_over_the_limit_is_told_429_not_an_http3_error() {
+    let temp = tempfile::tempdir().unwrap();
+    let mut sim = ControlSim::new();
+    let dir = temp.path().join("node");
+    state_dir(&dir, &sim, 1).unwrap();
+    let family = CredEntry { devices: Some(1), ..CredEntry::new(8, sha256(b"family-pw")) };
+    let item = sim.creds(&CredentialSet::new(1, vec![family]).unwrap());
+    std::fs::write(dir.join("creds.envelope"), item.envelope().unwrap()).unwrap();
+    let node = NodeProcess::start(&dir).unwrap();
+    let web = http_server(b"hello".to_vec()).await.unwrap();
+    let from = |ip: &str| {
+        let mut outbound = node.outbound("family-pw");
+        outbound["inet4_bind_address"] = ip.into();
+        outbound
+    };
+    let phone = ProxyClient::sing_box(from("127.0.0.2")).unwrap();
+    assert_eq!(hearth_tests::node::fetch_eventually(&phone, web).await.unwrap(), b"hello");
+    let tablet = ProxyClient::sing_box_logged(from("127.0.0.3")).unwrap();
+    assert!(fetch(&tablet, web).await.is_err(), "a second device got in");
+    let started = std::time::Instant::now();
+    let log = loop {
+        let log = tablet.log();
+        if log.contains("429") || started.elapsed() > std::time::Duration::from_secs(10) {
+            break log;
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(100)).await;
+    };
+    assert!(log.contains("429") && !log.contains("H3_"), "what sing-box shows: {log}");
+    node.stop().unwrap();
+}
+
 /// Fetches through `client` until it works, within `within`.
 async fn fetch_within(client: &ProxyClient, web: std::net::SocketAddr, within: std::time::Duration) -> Vec<u8> {
     let started = std::time::Instant::now();

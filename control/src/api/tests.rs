@@ -1081,6 +1081,46 @@ async fn node_multipliers_count_and_node_caps_limit() {
     assert_eq!(client.get(&format!("/nodes/{node}")).await.json()["multiplier"].as_f64(), Some(2.0));
 }
 
+/// A cap set in the middle of its month counts what the node already carried that month (its
+/// daily traffic since the month's first day), not from nothing (issue 46, 13): a node that
+/// carried 900 bytes before a cap of 1000 was set is limited by the next 200.
+#[tokio::test]
+async fn a_cap_set_mid_month_counts_what_the_node_carried_that_month() {
+    let client = Client::signed_in(false).await;
+    let (node, key) = enroll(&client, json!(["default"])).await;
+    let alice = client.post("/users", json!({ "name": "alice" })).await.json()["id"].as_u64().unwrap();
+    let first = report(&key, node, 1, vec![UserUsage { user: alice, up: 400, down: 500 }]);
+    assert_eq!(node_usage(&client, node, &key, first).await.status, StatusCode::OK);
+    // Traffic from before this cap month is not counted: a day long before it.
+    let app = client.app().clone();
+    app.db
+        .write(move |tx| {
+            tx.execute(
+                "INSERT INTO node_usage_daily (node_id, day, up, down) VALUES (?1, ?2, 5000, 5000)",
+                rusqlite::params![node, now() / 86_400 - 40],
+            )?;
+            Ok(())
+        })
+        .await
+        .unwrap();
+    // The month began on today's day of the month: everything carried today counts.
+    let today: u32 = crate::clock::civil_date(now()).rsplit('-').next().unwrap().parse().unwrap();
+    let day = today.min(28);
+    let capped = client.patch(&format!("/nodes/{node}"), json!({ "quota": 1000, "quota_day": day })).await.json();
+    let expected = if today <= 28 { 900 } else { capped["quota_used"].as_u64().unwrap() };
+    assert_eq!((capped["quota_used"].as_u64(), capped["limited"].as_bool()), (Some(expected), Some(false)), "{capped}");
+    if today <= 28 {
+        let second = report(&key, node, 2, vec![UserUsage { user: alice, up: 100, down: 100 }]);
+        assert_eq!(node_usage(&client, node, &key, second).await.status, StatusCode::OK);
+        let view = client.get(&format!("/nodes/{node}")).await.json();
+        assert_eq!((view["quota_used"].as_u64(), view["limited"].as_bool()), (Some(1100), Some(true)));
+    }
+    // A change of a cap already set keeps what it counted.
+    let raised = client.patch(&format!("/nodes/{node}"), json!({ "quota": 5000 })).await.json();
+    assert_eq!(raised["limited"].as_bool(), Some(false), "{raised}");
+    assert!(raised["quota_used"].as_u64().unwrap() >= 900);
+}
+
 /// A report of who is on a node, signed by `key`, with `presence` (user, devices,
 /// connections, devices refused).
 fn presence_report(key: &SecretKey, node: u64, seq: u64, presence: &[(u64, u32, u32, u32)]) -> Vec<u8> {

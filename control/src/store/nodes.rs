@@ -486,6 +486,7 @@ fn set_traffic(conn: &Connection, id: NodeId, input: &NodeInput, now: u64) -> Re
         }
         conn.execute("UPDATE nodes SET quota_day = ?2 WHERE id = ?1", params![id, day])?;
     }
+    let capped_before: bool = conn.query_row("SELECT quota > 0 FROM nodes WHERE id = ?1", [id], |row| row.get(0))?;
     if let Some(quota) = input.quota {
         if quota > i64::MAX as u64 {
             return Err(Error::invalid("bad_quota", "quota is too large"));
@@ -498,7 +499,17 @@ fn set_traffic(conn: &Connection, id: NodeId, input: &NodeInput, now: u64) -> Re
                 Ok((row.get(0)?, row.get(1)?, row.get(2)?))
             })?;
         let next = if quota == 0 { 0 } else { crate::clock::next_on_day(day, now) };
-        let used = if quota == 0 { 0 } else { used };
+        // A cap set in the middle of its month counts what the node already carried since
+        // the month began (its daily traffic), not from nothing.
+        let used = match (quota, capped_before) {
+            (0, _) => 0,
+            (_, true) => used,
+            (_, false) => conn.query_row(
+                "SELECT coalesce(sum(up + down), 0) FROM node_usage_daily WHERE node_id = ?1 AND day >= ?2",
+                params![id, crate::clock::last_on_day(day, now) / 86_400],
+                |row| row.get::<_, i64>(0),
+            )? as u64,
+        };
         conn.execute(
             "UPDATE nodes SET quota_next = ?2, limited = ?3, quota_used = ?4 WHERE id = ?1",
             params![id, next, quota > 0 && used >= quota, used],
