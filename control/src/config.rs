@@ -336,7 +336,8 @@ impl Config {
             profile: Profile {
                 title: profile.title,
                 announce: optional(profile.announce),
-                support_url: optional(profile.support_url),
+                support_url: crate::settings::url("support_url", &profile.support_url)
+                    .map_err(|e| anyhow::anyhow!("[profile] {e}"))?,
                 web_page_url: None,
                 update_interval_hours: profile.update_interval_hours.clamp(1, 168),
             },

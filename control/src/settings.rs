@@ -29,11 +29,23 @@ pub(crate) struct ProfileInput {
     pub(crate) update_interval_hours: Option<u32>,
 }
 
-fn url(field: &'static str, value: &str) -> Result<Option<String>, Error> {
+pub(crate) fn url(field: &'static str, value: &str) -> Result<Option<String>, Error> {
     let value = value.trim();
     if value.is_empty() {
         return Ok(None);
     }
+    // Apps get it in a header, ASCII only: a domain beyond ASCII is asked for in its ASCII
+    // form, and the rest of the address is kept percent-encoded, as a browser sends it.
+    let host = value.split_once("://").map_or("", |(_, rest)| rest.split(['/', '?', '#']).next().unwrap_or(""));
+    if !host.is_ascii() {
+        return Err(Error::invalid(
+            "bad_url",
+            format!(
+                "{field}: write the domain {host:?} in its ASCII form (xn--...), as the browser's address bar shows it"
+            ),
+        ));
+    }
+    let value = &hearth_shared::encode_beyond_ascii(value);
     if !hearth_shared::is_web_address(value) {
         return Err(Error::invalid(
             "bad_url",

@@ -48,6 +48,8 @@ enum Pattern {
     /// apps send a browser-like `Mozilla/5.0 (...)` before their own name).
     Token(&'static str),
     Contains(&'static str),
+    /// The whole User-Agent (OpenClash's own is just `Clash`).
+    Exact(&'static str),
 }
 
 /// Whether `token` stands in `lower` at its start or right after a character that is not a
@@ -79,6 +81,14 @@ const BUILT_IN: &[(Pattern, RuleTarget)] = &[
     (Pattern::Token("stash/"), RuleTarget::Mihomo),
     (Pattern::Contains("clash.meta"), RuleTarget::Mihomo),
     (Pattern::Contains("clashmeta"), RuleTarget::Mihomo),
+    // Clash apps whose own names say no "meta" (their source's User-Agent): Clash Nyanpasu
+    // (`clash-nyanpasu/v1.6.1`), Clash Mi (`ClashMi/1.0.28 platform/android ...`), OpenClash
+    // (`Clash`, or its own `openclash`), and any `Clash/x.y`: none can read a base64 list.
+    (Pattern::Token("clash-nyanpasu/"), RuleTarget::Mihomo),
+    (Pattern::Token("clashmi/"), RuleTarget::Mihomo),
+    (Pattern::Contains("openclash"), RuleTarget::Mihomo),
+    (Pattern::Token("clash/"), RuleTarget::Mihomo),
+    (Pattern::Exact("clash"), RuleTarget::Mihomo),
 ];
 
 /// Engines that only browsers name.
@@ -97,6 +107,7 @@ pub fn match_user_agent(user_agent: &str, rules: &[UaRule]) -> Wants {
                 .find(|(pattern, _)| match pattern {
                     Pattern::Token(p) => has_token(&lower, p),
                     Pattern::Contains(p) => lower.contains(p),
+                    Pattern::Exact(p) => lower.trim() == *p,
                 })
                 .map(|(_, target)| *target)
         })
@@ -180,6 +191,12 @@ mod tests {
             ("ClashX Meta/v1.4.6", mihomo),
             ("Stash/2.4.7 Clash/1.9.0", mihomo),
             ("ClashMetaForAndroid/2.11.5.Meta", mihomo),
+            ("clash-nyanpasu/v1.6.1", mihomo),
+            ("ClashMi/1.0.28.1406 platform/android ClashMeta/1.19.30; mihomo/1.19.30", mihomo),
+            ("ClashMi/1.0.17.300 platform/ios", mihomo),
+            ("Clash", mihomo),
+            ("OpenClash/0.46", mihomo),
+            ("Clash/1.18.0", mihomo),
             ("v2rayN/7.12.5", base64),
             ("v2rayNG/1.10.5", base64),
             ("Happ/3.2.1", base64),

@@ -45,6 +45,12 @@ pub fn is_web_address(text: &str) -> bool {
         && text.bytes().all(|b| b.is_ascii_graphic())
 }
 
+/// `text` with every character beyond ASCII percent-encoded (as UTF-8), as a browser sends a
+/// link with such letters in its path: what a header may carry.
+pub fn encode_beyond_ascii(text: &str) -> String {
+    percent_encoding::utf8_percent_encode(text, &percent_encoding::AsciiSet::EMPTY).to_string()
+}
+
 /// Compares two byte strings in constant time (for equal lengths). Use it for every secret.
 pub fn ct_eq(a: &[u8], b: &[u8]) -> bool {
     use subtle::ConstantTimeEq as _;

@@ -1442,6 +1442,24 @@ fn url_escape(text: &str) -> String {
         .collect()
 }
 
+/// A support link beyond ASCII reaches apps (issue 46, 10): its path is percent-encoded in the
+/// header apps read, and a domain beyond ASCII is refused with how to write it, not dropped.
+#[tokio::test]
+async fn a_support_link_beyond_ascii_reaches_apps_or_is_refused_with_words() {
+    let client = Client::signed_in(true).await;
+    let alice = client.post("/users", json!({ "name": "alice" })).await.json();
+    let link = client.get(&format!("/users/{}/link", alice["id"])).await.json()["link"].as_str().unwrap().to_owned();
+    let refused = client.patch("/settings", json!({ "profile": { "support_url": "https://помощь.рф/чат" } })).await;
+    assert_eq!((refused.status, refused.code().as_str()), (StatusCode::BAD_REQUEST, "bad_url"));
+    assert!(refused.json()["error"]["message"].as_str().unwrap().contains("ASCII form"));
+    let set = client.patch("/settings", json!({ "profile": { "support_url": "https://t.me/помощь" } })).await;
+    assert_eq!(set.status, StatusCode::OK, "{}", String::from_utf8_lossy(&set.body));
+    let snapshot = snapshot_of(client.app(), &link).await.unwrap();
+    let headers = hearth_shared::render::headers(&snapshot, hearth_shared::render::Format::Base64);
+    let support = headers.iter().find(|(name, _)| *name == "support-url").map(|(_, value)| value.as_str());
+    assert_eq!(support, Some("https://t.me/%D0%BF%D0%BE%D0%BC%D0%BE%D1%89%D1%8C"));
+}
+
 #[tokio::test]
 async fn user_agent_rules_are_checked_kept_signed_for_the_edge_and_used() {
     let client = Client::signed_in(true).await;

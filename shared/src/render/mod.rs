@@ -241,7 +241,16 @@ pub fn headers(snapshot: &Snapshot, format: Format) -> Vec<(&'static str, String
         ("profile-title", format!("base64:{}", B64.encode(title))),
         ("profile-update-interval", snapshot.profile.update_interval_hours.max(1).to_string()),
     ];
-    let url = |value: &Option<String>| value.as_deref().filter(|v| is_header_safe(v)).map(str::to_owned);
+    // A link with letters beyond ASCII in its path (`https://t.me/помощь`) goes out
+    // percent-encoded, as browsers send it: a header carries ASCII only. One with a line break
+    // or another control character is left out.
+    let url = |value: &Option<String>| {
+        value
+            .as_deref()
+            .filter(|v| !v.chars().any(char::is_control))
+            .map(crate::encode_beyond_ascii)
+            .filter(|v| is_header_safe(v))
+    };
     if let Some(page) = url(&snapshot.profile.web_page_url) {
         out.push(("profile-web-page-url", page));
     }
@@ -393,6 +402,12 @@ pub(crate) mod tests {
         let mut unsafe_url = snapshot.clone();
         unsafe_url.profile.support_url = Some("https://x\r\nset-cookie: a".into());
         assert!(super::headers(&unsafe_url, Format::Base64).iter().all(|(n, _)| *n != "support-url"));
+        // Letters beyond ASCII are percent-encoded, not dropped (issue 46, 10).
+        let mut cyrillic = snapshot.clone();
+        cyrillic.profile.support_url = Some("https://t.me/помощь_семье".into());
+        let headers = super::headers(&cyrillic, Format::Base64);
+        let support = headers.iter().find(|(n, _)| *n == "support-url").map(|(_, v)| v.as_str());
+        assert_eq!(support, Some("https://t.me/%D0%BF%D0%BE%D0%BC%D0%BE%D1%89%D1%8C_%D1%81%D0%B5%D0%BC%D1%8C%D0%B5"));
     }
 
     /// A link whose domain was blocked answers as usual and names the link at the primary in
