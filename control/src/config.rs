@@ -16,6 +16,7 @@
 //! | `archive_every_secs` | `HEARTH_ARCHIVE_EVERY_SECS` | `3600` | usage moves without changes: an archive is also made this often when it moved |
 //! | `trusted_proxies` | `HEARTH_TRUSTED_PROXIES` | none | reverse proxies in front (CIDRs; comma-separated in the variable, a list in the file) whose `CF-Connecting-IP`, else right-most untrusted `X-Forwarded-For` hop, is the client's address |
 //! | `release_timeout_secs` | `HEARTH_RELEASE_TIMEOUT_SECS` | `900` | a node told to run a release must run it within this long, or the rollout stops |
+//! | `edge_failover_secs` | `HEARTH_EDGE_FAILOVER_SECS` | `600` | the primary edge failing this long while another takes pushes: links move to that one (0: never) |
 //! | `node_binaries` | `HEARTH_NODE_BINARIES` | the directory of `hearth-control` itself | where the `hearth-node` binaries shipped with control are (`hearth-node`, `hearth-node-linux-<arch>`): the panel signs them as a release in one click |
 //! | `telegram_api` | `HEARTH_TELEGRAM_API` | `https://api.telegram.org` | the Bot API the owner's bot is reached at (a local Bot API server, or a stand-in in tests) |
 //! | `[profile]` | | | `title`, `announce`, `support_url`, `update_interval_hours`: what apps show |
@@ -56,6 +57,7 @@ struct FileConfig {
     archive_after_secs: Option<u64>,
     archive_every_secs: Option<u64>,
     release_timeout_secs: Option<u64>,
+    edge_failover_secs: Option<u64>,
     node_binaries: Option<String>,
     trusted_proxies: Option<Vec<String>>,
     #[serde(default)]
@@ -171,6 +173,9 @@ pub(crate) struct Config {
     pub(crate) archive_every_secs: u64,
     /// How long a node told to run a release has to run it.
     pub(crate) release_timeout_secs: u64,
+    /// How long the primary edge may fail while another takes pushes before links move to the
+    /// other (0: never; see [`crate::tasks::fail_over`]).
+    pub(crate) edge_failover_secs: u64,
     /// Where the node binaries shipped with control are (see [`crate::releases::shipped`]).
     pub(crate) node_binaries: PathBuf,
     /// The reverse proxies whose `CF-Connecting-IP` and `X-Forwarded-For` name the client.
@@ -300,6 +305,7 @@ impl Config {
         let archive_after_secs = seconds("HEARTH_ARCHIVE_AFTER_SECS", file.archive_after_secs, 30)?.max(1);
         let archive_every_secs = seconds("HEARTH_ARCHIVE_EVERY_SECS", file.archive_every_secs, 3600)?.max(60);
         let release_timeout_secs = seconds("HEARTH_RELEASE_TIMEOUT_SECS", file.release_timeout_secs, 900)?.max(10);
+        let edge_failover_secs = seconds("HEARTH_EDGE_FAILOVER_SECS", file.edge_failover_secs, 600)?;
         let node_binaries = match pick(env, "HEARTH_NODE_BINARIES", file.node_binaries) {
             Some(dir) => data_dir.join(dir),
             None => std::env::current_exe()
@@ -331,6 +337,7 @@ impl Config {
             archive_after_secs,
             archive_every_secs,
             release_timeout_secs,
+            edge_failover_secs,
             node_binaries,
             trusted_proxies,
             profile: Profile {

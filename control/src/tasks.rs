@@ -188,6 +188,36 @@ fn tell_silences(conn: &rusqlite::Connection, now: u64) -> Result<usize, Error> 
     Ok(told_now)
 }
 
+/// Moves links off a primary edge that has failed for `edge_failover_secs` while another
+/// active edge takes pushes: the primary is marked blocked, as the owner would (its links are
+/// still listed and served where it answers, and every other edge names the new primary),
+/// audited as control's act and told (`edge.failover`). Links move back only when the owner
+/// marks it active again. Returns whether it moved them.
+pub(crate) fn fail_over(conn: &rusqlite::Connection, app: &App, now: u64) -> Result<bool, Error> {
+    use crate::store::edges::{self, LinkState};
+    let list = edges::list(conn)?;
+    let mut active = list.iter().filter(|e| e.state == LinkState::Active);
+    let Some(primary) = active.next() else { return Ok(false) };
+    let failing_for = if primary.error_since > 0 { now.saturating_sub(primary.error_since) } else { 0 };
+    if failing_for < app.config.edge_failover_secs {
+        return Ok(false);
+    }
+    let Some(next) = active.find(|e| e.last_error.is_none() && e.last_push > 0) else { return Ok(false) };
+    edges::set_state(conn, primary.id, LinkState::Blocked)?;
+    let detail = format!("failing for {failing_for} s: links moved to {}", next.name);
+    crate::store::audit(conn, now, "control", "edge.failover", &primary.name, &detail)?;
+    let data = serde_json::json!({
+        "edge": { "id": primary.id, "name": primary.name },
+        "to": { "id": next.id, "name": next.name },
+        "error": primary.last_error,
+        "since": primary.error_since,
+    });
+    crate::store::events::emit(conn, now, "edge.failover", &format!("edge {}", primary.name), &data)?;
+    crate::publish::edges_changed(conn, &app.signer, now)?;
+    tracing::warn!(edge = %primary.name, to = %next.name, failing_for, "the primary edge keeps failing: links moved to the next one");
+    Ok(true)
+}
+
 /// Runs the sweeps until shutdown: expiry and resets every 5 s, usage every minute, renewal
 /// of credential sets every hour.
 pub(crate) async fn sweeper(app: Arc<App>, mut shutdown: watch::Receiver<bool>) {
@@ -203,6 +233,19 @@ pub(crate) async fn sweeper(app: Arc<App>, mut shutdown: watch::Receiver<bool>) 
                 app.changed();
             }
             Err(e) => tracing::error!(error = %e, "sweep failed"),
+        }
+        if app.config.edge_failover_secs > 0 {
+            let state = app.clone();
+            match app.db.write(move |tx| fail_over(tx, &state, now())).await {
+                Ok(false) => {}
+                Ok(true) => {
+                    if let Err(e) = app.refresh_links() {
+                        tracing::error!(error = %e, "reading the edges after a failover");
+                    }
+                    app.changed();
+                }
+                Err(e) => tracing::error!(error = %e, "checking the primary edge failed"),
+            }
         }
         if checks_sets(round) {
             let state = app.clone();

@@ -212,6 +212,17 @@ fn event_line(ru: bool, event: &EventView) -> String {
                 format!("🔴 Не удаётся отправить на edge {edge}: {error}"),
             )
         }
+        "edge.failover" => {
+            let (edge, to) = (text("/edge/name"), text("/to/name"));
+            (
+                format!(
+                    "🔀 Edge {edge} kept failing: links moved to {to} (make {edge} active again in Settings to move them back)"
+                ),
+                format!(
+                    "🔀 Сервер ссылок {edge} не отвечает: ссылки перенесены на {to} (сделайте {edge} активным в настройках, чтобы вернуть их)"
+                ),
+            )
+        }
         "edge.disk_full" => {
             let edge = text("/edge/name");
             (

@@ -1831,6 +1831,83 @@ async fn an_ipv6_hosts_addresses_share_one_anonymous_budget() {
 /// Edges added, reordered, marked and removed through the API: a new edge lacks everything
 /// and is counted so; every user has a link at each edge; marking the primary's domain
 /// blocked moves every primary link to the next active edge; bad input changes nothing.
+/// The primary edge follows health, not only the owner's order (issue 46, 9): failing for the
+/// failover period while another edge takes pushes, its links move to that one as if the owner
+/// had marked it blocked, told once and audited; they move back only when the owner says so,
+/// and that gives it a whole period again.
+#[tokio::test]
+async fn links_move_off_a_primary_edge_that_keeps_failing() {
+    let client = Client::signed_in(true).await;
+    let app = client.app().clone();
+    let mirror = json!({
+        "name": "mirror",
+        "url": "https://mirror.example",
+        "api_prefix": "mirror_prefix_0123456789",
+        "push_token": "a-push-token-of-the-mirror-0123",
+        "link_base": "https://sub.mirror.example/s",
+    });
+    assert_eq!(client.post("/edges", mirror).await.status, StatusCode::CREATED);
+    let alice = client.post("/users", json!({ "name": "alice" })).await.json();
+    let id = alice["id"].as_u64().unwrap();
+    let primary =
+        || async { client.get(&format!("/users/{id}/link")).await.json()["link"].as_str().unwrap().to_owned() };
+    assert!(primary().await.starts_with("http://127.0.0.1:9/"), "the main edge first");
+    let health = move |main_since: u64, mirror_push: u64| {
+        let app = app.clone();
+        async move {
+            app.db
+                .write(move |tx| {
+                    tx.execute(
+                        "UPDATE edges SET last_error = iif(?1 > 0, 'the edge did not answer', NULL), error_since = ?1 WHERE name = 'main'",
+                        [main_since],
+                    )?;
+                    tx.execute("UPDATE edges SET last_error = NULL, error_since = 0, last_push = ?1 WHERE name = 'mirror'", [mirror_push])?;
+                    Ok(())
+                })
+                .await
+                .unwrap();
+        }
+    };
+    let fail_over = || {
+        let app = client.app().clone();
+        async move {
+            let state = app.clone();
+            let moved = app.db.write(move |tx| crate::tasks::fail_over(tx, &state, now())).await.unwrap();
+            if moved {
+                app.refresh_links().unwrap();
+            }
+            moved
+        }
+    };
+    let period = client.app().config.edge_failover_secs;
+    assert_eq!(period, 600, "ten minutes by default");
+    // Failing, but not for long: nothing moves; nor while no other edge takes pushes.
+    health(now() - period / 2, now()).await;
+    assert!(!fail_over().await);
+    health(now() - period - 1, 0).await;
+    assert!(!fail_over().await, "nowhere healthy to move to");
+    // Failing for the whole period, the mirror healthy: links move there, once.
+    health(now() - period - 1, now()).await;
+    assert!(fail_over().await);
+    assert!(!fail_over().await, "moved once");
+    assert!(primary().await.starts_with("https://sub.mirror.example/s/"), "{}", primary().await);
+    let edges = client.get("/edges").await.json();
+    assert_eq!(edges["edges"][0]["state"], "blocked", "{edges}");
+    let events = client.get("/events?limit=10").await.json();
+    let told: Vec<&Value> =
+        events["events"].as_array().unwrap().iter().filter(|e| e["kind"] == "edge.failover").collect();
+    assert_eq!(told.len(), 1, "{events}");
+    assert_eq!(told[0]["data"]["to"]["name"], "mirror");
+    let audit = client.get("/audit?action=edge.failover").await.json();
+    assert_eq!(audit["entries"][0]["actor"], "control", "{audit}");
+    // The owner moves them back: the main edge is primary again, with a whole period to heal.
+    let main_id = edges["edges"][0]["id"].as_i64().unwrap();
+    let back = client.patch(&format!("/edges/{main_id}"), json!({ "state": "active" })).await;
+    assert_eq!(back.status, StatusCode::OK);
+    assert!(primary().await.starts_with("http://127.0.0.1:9/"));
+    assert!(!fail_over().await, "a whole period again from the owner's act");
+}
+
 #[tokio::test]
 async fn edges_are_added_marked_and_removed_and_links_follow() {
     let client = Client::signed_in(true).await;

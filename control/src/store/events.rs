@@ -29,6 +29,7 @@ pub(crate) const KINDS: &[&str] = &[
     "node.certificate_expiring",
     "edge.failing",
     "edge.disk_full",
+    "edge.failover",
     "edge.recovered",
     "signin.new_address",
     "key.rotated",

@@ -133,6 +133,11 @@ pub(super) async fn update_edge(
         if let Some(state) = state {
             edges::set_state(tx, id, state)?;
             store::audit(tx, now, actor, "edge.state", &edge.name, state.as_str())?;
+            // Made the primary again by the owner: a failing edge gets a whole failover period
+            // from now before links move off it again.
+            if state == edges::LinkState::Active && edge.error_since > 0 {
+                tx.execute("UPDATE edges SET error_since = ?2 WHERE id = ?1", rusqlite::params![id, now])?;
+            }
         }
         if let Some(position) = input.position {
             edges::set_position(tx, id, position)?;
