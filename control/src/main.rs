@@ -4,6 +4,20 @@
 //! `serve` runs the admin API, the node API and the publisher; the other commands manage
 //! users, nodes and keys from the shell, on the same database.
 
+/// `println!` for the command line: a reader that went away (`hearth-control user list | head
+/// -1`) ends the program quietly, as other command-line tools do, instead of a panic.
+macro_rules! out {
+    ($($arg:tt)*) => {{
+        use std::io::Write as _;
+        if let Err(e) = writeln!(std::io::stdout(), $($arg)*) {
+            if e.kind() == std::io::ErrorKind::BrokenPipe {
+                std::process::exit(0);
+            }
+            panic!("writing to standard output: {e}");
+        }
+    }};
+}
+
 // Handlers answer `Result<_, Response>`, axum's idiom; a response is large by nature.
 #[allow(clippy::result_large_err)]
 mod api;
@@ -600,19 +614,19 @@ fn main() -> Result<()> {
         Command::Init { hosts } => {
             let created = keyring::init(&cli.data_dir, &hosts, now())?;
             let paths = keyring::Paths::new(&cli.data_dir);
-            println!("Initialised {}", cli.data_dir.display());
-            println!("  root key      {} ({})", created.root.id(), created.root);
-            println!("  signing key   {} (certified by root)", created.signing.id());
-            println!("  release key   {} (certified by root)", created.release.id());
-            println!("  recovery key  {} ({})", created.recovery.id(), created.recovery);
+            out!("Initialised {}", cli.data_dir.display());
+            out!("  root key      {} ({})", created.root.id(), created.root);
+            out!("  signing key   {} (certified by root)", created.signing.id());
+            out!("  release key   {} (certified by root)", created.release.id());
+            out!("  recovery key  {} ({})", created.recovery.id(), created.recovery);
             let pin = tls::pin_of(&cli.data_dir.join("tls.crt"))?;
-            println!("  TLS pin       sha256/{}", hex::encode(pin));
-            println!();
-            println!("Keep these two files offline, then delete them from this machine:");
-            println!("  {}  (certifies and rotates every other key)", paths.secret(Role::Root).display());
-            println!("  {}  (opens the recovery archive and snapshots)", paths.secret(Role::Recovery).display());
-            println!();
-            println!("Settings: {} (then `hearth-control serve`)", cli.data_dir.join(config::FILE).display());
+            out!("  TLS pin       sha256/{}", hex::encode(pin));
+            out!();
+            out!("Keep these two files offline, then delete them from this machine:");
+            out!("  {}  (certifies and rotates every other key)", paths.secret(Role::Root).display());
+            out!("  {}  (opens the recovery archive and snapshots)", paths.secret(Role::Recovery).display());
+            out!();
+            out!("Settings: {} (then `hearth-control serve`)", cli.data_dir.join(config::FILE).display());
         }
         Command::Serve => serve::run(&cli.data_dir)?,
         Command::User { command } => user_command(&cli.data_dir, command)?,
@@ -651,17 +665,17 @@ fn main() -> Result<()> {
         Command::Keys { command: KeysCommand::Rotate { role, root_key, new_root_key } } => {
             let rotated = keyring::rotate(&cli.data_dir, role, &root_key, new_root_key.as_deref(), now())?;
             for r in &rotated {
-                println!("{:<8} {}  {}  (key record v{})", r.role, r.key.id(), r.key, r.version);
+                out!("{:<8} {}  {}  (key record v{})", r.role, r.key.id(), r.key, r.version);
             }
             // Signs every stream again with the key in force; a running control switches at
             // its next signature.
             let (_, db, signer) = serve::open(&cli.data_dir)?;
             let serial = db.read_blocking(|c| store::get_state(c, "keys_serial"))?;
             drop(signer);
-            println!("Rotation {serial} recorded; every stream was signed again.");
-            println!("The edge takes the new records with the next push, nodes with their next pull.");
+            out!("Rotation {serial} recorded; every stream was signed again.");
+            out!("The edge takes the new records with the next push, nodes with their next pull.");
             if let Some(path) = new_root_key {
-                println!("Keep {} offline with the recovery key; the old root key is retired.", path.display());
+                out!("Keep {} offline with the recovery key; the old root key is retired.", path.display());
             }
         }
         Command::Keys { command: KeysCommand::Show } => {
@@ -673,7 +687,7 @@ fn main() -> Result<()> {
                 };
                 let keys = trust.role(role).map(|keys| keys.keys.as_slice()).unwrap_or_default();
                 for key in keys {
-                    println!("{role:<8} {}  {key}  ({source})", key.id());
+                    out!("{role:<8} {}  {key}  ({source})", key.id());
                 }
             }
         }
@@ -704,7 +718,7 @@ fn release_command(dir: &std::path::Path, command: ReleaseCommand) -> Result<()>
             };
             let envelope = releases::sign(&key, &version, lifetime, &binaries, now, sequence)?;
             for b in &binaries {
-                println!(
+                out!(
                     "{}/{}  {} bytes  sha256 {}",
                     b.os,
                     b.arch,
@@ -715,7 +729,7 @@ fn release_command(dir: &std::path::Path, command: ReleaseCommand) -> Result<()>
             match out {
                 Some(out) => {
                     releases::write_dir(&out, &envelope, &binaries)?;
-                    println!(
+                    out!(
                         "release {version} signed into {}; on control: hearth-control release add {}",
                         out.display(),
                         out.display()
@@ -735,7 +749,7 @@ fn release_command(dir: &std::path::Path, command: ReleaseCommand) -> Result<()>
                     let (_, db, _) = serve::open(dir)?;
                     let (release, _) =
                         db.write_blocking(|tx| Ok(releases::import(dir, tx, &envelope, &files, "cli", now)?))?;
-                    println!(
+                    out!(
                         "release {release} ({version}) added; roll it out from the admin panel or POST /api/releases/{release}/rollout"
                     );
                 }
@@ -746,12 +760,12 @@ fn release_command(dir: &std::path::Path, command: ReleaseCommand) -> Result<()>
             let (_, db, _) = serve::open(dir)?;
             let (release, manifest) =
                 db.write_blocking(|tx| Ok(releases::import(dir, tx, &envelope, &files, "cli", now)?))?;
-            println!("release {release} ({}) added", manifest.version);
+            out!("release {release} ({}) added", manifest.version);
         }
         ReleaseCommand::List => {
             let (_, db, _) = serve::open(dir)?;
             for r in db.read_blocking(releases::list)? {
-                println!("{}", serde_json::to_string(&r)?);
+                out!("{}", serde_json::to_string(&r)?);
             }
         }
     }
@@ -777,12 +791,12 @@ fn user_command(dir: &std::path::Path, command: UserCommand) -> Result<()> {
             };
             speed.fill(&mut input, SpeedInput::default());
             let created = db.write_blocking(|tx| crate::users::create(tx, &signer, "cli", &input, now))?;
-            println!("user {} added", created.id);
-            println!("link: {}", link(&created.token));
+            out!("user {} added", created.id);
+            out!("link: {}", link(&created.token));
         }
         UserCommand::List { search, status } => {
             let mut page = 1;
-            println!("{:>6}  {:<24} {:<12} {:>12} {:>12}  groups", "id", "name", "status", "used MiB", "quota MiB");
+            out!("{:>6}  {:<24} {:<12} {:>12} {:>12}  groups", "id", "name", "status", "used MiB", "quota MiB");
             loop {
                 let query = ListQuery {
                     q: search.clone(),
@@ -793,7 +807,7 @@ fn user_command(dir: &std::path::Path, command: UserCommand) -> Result<()> {
                 };
                 let list = db.read_blocking(|c| store::users::list(c, &query))?;
                 for u in &list.users {
-                    println!(
+                    out!(
                         "{:>6}  {:<24} {:<12} {:>12} {:>12}  {}",
                         u.id,
                         u.name,
@@ -814,10 +828,10 @@ fn user_command(dir: &std::path::Path, command: UserCommand) -> Result<()> {
                 let id = store::users::id_by_name(c, &name)?;
                 Ok((store::users::get(c, id)?, store::users::token(c, &signer.vault, id)?))
             })?;
-            println!("{}", serde_json::to_string_pretty(&user)?);
-            println!("link: {}", link(&token));
+            out!("{}", serde_json::to_string_pretty(&user)?);
+            out!("link: {}", link(&token));
             for base in bases.iter().filter(|b| b.state != store::edges::LinkState::Retired) {
-                println!("link at {} ({}): {}/{}", base.edge, base.state.as_str(), base.base, token.to_link_form());
+                out!("link at {} ({}): {}/{}", base.edge, base.state.as_str(), base.base, token.to_link_form());
             }
         }
         UserCommand::Disable { name } => {
@@ -826,7 +840,7 @@ fn user_command(dir: &std::path::Path, command: UserCommand) -> Result<()> {
                 let id = store::users::id_by_name(tx, &name)?;
                 crate::users::update(tx, &signer, "cli", id, &input, now)
             })?;
-            println!("user {name} disabled");
+            out!("user {name} disabled");
         }
         UserCommand::Enable { name } => {
             let input = UserInput { enabled: Some(true), ..UserInput::default() };
@@ -834,7 +848,7 @@ fn user_command(dir: &std::path::Path, command: UserCommand) -> Result<()> {
                 let id = store::users::id_by_name(tx, &name)?;
                 crate::users::update(tx, &signer, "cli", id, &input, now)
             })?;
-            println!("user {name} enabled ({})", user.status);
+            out!("user {name} enabled ({})", user.status);
         }
         UserCommand::Extend { name, days } => {
             let user = db.write_blocking(|tx| {
@@ -842,9 +856,9 @@ fn user_command(dir: &std::path::Path, command: UserCommand) -> Result<()> {
                 crate::users::extend(tx, &signer, "cli", id, days, now)
             })?;
             if user.expires_at == 0 {
-                println!("user {name}: {} days from the first connection", user.duration_days);
+                out!("user {name}: {} days from the first connection", user.duration_days);
             } else {
-                println!("user {name} expires {}", crate::clock::civil_date(user.expires_at));
+                out!("user {name} expires {}", crate::clock::civil_date(user.expires_at));
             }
         }
         UserCommand::Set {
@@ -875,14 +889,14 @@ fn user_command(dir: &std::path::Path, command: UserCommand) -> Result<()> {
                 let id = store::users::id_by_name(tx, &name)?;
                 crate::users::update(tx, &signer, "cli", id, &input, now)
             })?;
-            println!("{}", serde_json::to_string_pretty(&user)?);
+            out!("{}", serde_json::to_string_pretty(&user)?);
         }
         UserCommand::Delete { name, yes: _ } => {
             db.write_blocking(|tx| {
                 let id = store::users::id_by_name(tx, &name)?;
                 crate::users::delete(tx, &signer, "cli", id, now)
             })?;
-            println!("user {name} deleted");
+            out!("user {name} deleted");
         }
         UserCommand::Limit { name, speed } => {
             let user = db.write_blocking(|tx| {
@@ -896,11 +910,11 @@ fn user_command(dir: &std::path::Path, command: UserCommand) -> Result<()> {
                 Some(Mbps(0)) => "no limit".to_owned(),
                 Some(m) => format!("{} Mbit/s", m.0 as f64 / 1000.0),
             };
-            println!("user {name}: up {}, down {}", side(user.speed_limit.up), side(user.speed_limit.down));
+            out!("user {name}: up {}, down {}", side(user.speed_limit.up), side(user.speed_limit.down));
             match user.on_quota.as_str() {
-                "slow" => println!("over quota: slowed to {}", side(Some(user.slow_speed))),
-                "cut" => println!("over quota: cut off"),
-                _ => println!("over quota: as its groups say"),
+                "slow" => out!("over quota: slowed to {}", side(Some(user.slow_speed))),
+                "cut" => out!("over quota: cut off"),
+                _ => out!("over quota: as its groups say"),
             }
         }
         UserCommand::Rotate { name } => {
@@ -908,7 +922,7 @@ fn user_command(dir: &std::path::Path, command: UserCommand) -> Result<()> {
                 let id = store::users::id_by_name(tx, &name)?;
                 crate::users::rotate(tx, &signer, "cli", id, now)
             })?;
-            println!("new link: {}", link(&token));
+            out!("new link: {}", link(&token));
         }
     }
     Ok(())
@@ -928,11 +942,11 @@ fn edge_command(dir: &std::path::Path, command: EdgeCommand) -> Result<()> {
         EdgeCommand::List => {
             let overview = db.read_blocking(|c| store::overview(c, now))?;
             let (bases, primary) = links_of(&config, &db)?;
-            println!("{:<12} {:<8} {:>8} {:>5}  {:<40} links", "name", "links", "pending", "held", "url");
+            out!("{:<12} {:<8} {:>8} {:>5}  {:<40} links", "name", "links", "pending", "held", "url");
             for status in &overview.edges {
                 let edge = &status.edge;
                 let base = bases.iter().find(|b| b.edge == edge.name).map_or("", |b| b.base.as_str());
-                println!(
+                out!(
                     "{:<12} {:<8} {:>8} {:>5}  {:<40} {base}",
                     edge.name,
                     edge.state.as_str(),
@@ -941,10 +955,10 @@ fn edge_command(dir: &std::path::Path, command: EdgeCommand) -> Result<()> {
                     edge.url
                 );
                 if let Some(error) = &edge.last_error {
-                    println!("{:<12} failing since {} s ago: {error}", "", now.saturating_sub(edge.error_since));
+                    out!("{:<12} failing since {} s ago: {error}", "", now.saturating_sub(edge.error_since));
                 }
             }
-            println!("primary link base: {primary}");
+            out!("primary link base: {primary}");
         }
         EdgeCommand::Add { name, url, api_prefix, push_token_file, link_base } => {
             let token = if push_token_file.as_os_str() == "-" {
@@ -968,7 +982,7 @@ fn edge_command(dir: &std::path::Path, command: EdgeCommand) -> Result<()> {
                 store::audit(tx, now, "cli", "edge.add", &edge.name, &edge.url)?;
                 publish::edges_changed(tx, &signer, now).map(drop)
             })?;
-            println!("edge {name} added: control brings it up to date while it serves");
+            out!("edge {name} added: control brings it up to date while it serves");
         }
         EdgeCommand::Mark { name, state } => {
             let state = store::edges::check_state(&state)?;
@@ -978,7 +992,7 @@ fn edge_command(dir: &std::path::Path, command: EdgeCommand) -> Result<()> {
                 store::audit(tx, now, "cli", "edge.state", &name, state.as_str())?;
                 publish::edges_changed(tx, &signer, now).map(drop)
             })?;
-            println!("edge {name}: links {}; primary link base: {}", state.as_str(), links_of(&config, &db)?.1);
+            out!("edge {name}: links {}; primary link base: {}", state.as_str(), links_of(&config, &db)?.1);
         }
         EdgeCommand::Remove { name } => {
             db.write_blocking(|tx| {
@@ -993,7 +1007,7 @@ fn edge_command(dir: &std::path::Path, command: EdgeCommand) -> Result<()> {
                 store::audit(tx, now, "cli", "edge.remove", &name, &edge.url)?;
                 publish::edges_changed(tx, &signer, now).map(drop)
             })?;
-            println!("edge {name} removed");
+            out!("edge {name} removed");
         }
     }
     Ok(())
@@ -1011,29 +1025,29 @@ fn group_command(dir: &std::path::Path, command: GroupCommand) -> Result<()> {
     };
     match command {
         GroupCommand::List => {
-            println!("{:<20} {:>6} {:>6} {:>8}  note", "name", "users", "nodes", "devices");
+            out!("{:<20} {:>6} {:>6} {:>8}  note", "name", "users", "nodes", "devices");
             for g in db.read_blocking(store::nodes::groups)? {
-                println!("{:<20} {:>6} {:>6} {:>8}  {}", g.name, g.users, g.nodes, g.device_limit, g.note);
+                out!("{:<20} {:>6} {:>6} {:>8}  {}", g.name, g.users, g.nodes, g.device_limit, g.note);
             }
         }
         GroupCommand::Add { name, settings } => {
             let group =
                 db.write_blocking(|tx| store::nodes::create_group(tx, "cli", &settings.input(Some(name)), now))?;
-            println!("group {} added", group.name);
+            out!("group {} added", group.name);
         }
         GroupCommand::Set { name, rename, settings } => {
             let group = db.write_blocking(|tx| {
                 let id = id_of(tx, &name)?;
                 crate::nodes::update_group(tx, &signer, "cli", id, &settings.input(rename), now)
             })?;
-            println!("{}", serde_json::to_string_pretty(&group)?);
+            out!("{}", serde_json::to_string_pretty(&group)?);
         }
         GroupCommand::Remove { name, yes: _ } => {
             db.write_blocking(|tx| {
                 let id = id_of(tx, &name)?;
                 crate::nodes::delete_group(tx, &signer, "cli", id, now)
             })?;
-            println!("group {name} deleted");
+            out!("group {name} deleted");
         }
     }
     Ok(())
@@ -1066,16 +1080,16 @@ fn admin_command(dir: &std::path::Path, command: AdminCommand) -> Result<()> {
             let hash =
                 tokio::runtime::Builder::new_current_thread().build()?.block_on(hasher.hash(password.clone()))?;
             let admin = db.write_blocking(|tx| admins::create(tx, "cli", &input, &hash, now))?;
-            println!("admin {} added ({})", admin.login, admin.role.as_str());
-            println!("  password  {password}");
-            println!("  (shown once: give it to them; the owner can set another in the panel)");
+            out!("admin {} added ({})", admin.login, admin.role.as_str());
+            out!("  password  {password}");
+            out!("  (shown once: give it to them; the owner can set another in the panel)");
         }
         AdminCommand::List => {
-            println!("{:<24} {:<10} {:>6} {:>10} {:>12}  groups", "login", "role", "users", "max users", "max GiB");
+            out!("{:<24} {:<10} {:>6} {:>10} {:>12}  groups", "login", "role", "users", "max users", "max GiB");
             for a in db.read_blocking(admins::list)? {
                 let limit = |v: Option<u64>| v.map_or("-".to_owned(), |v| v.to_string());
                 let gib = a.max_traffic.map_or("-".to_owned(), |b| format!("{:.1}", b as f64 / 1_073_741_824.0));
-                println!(
+                out!(
                     "{:<24} {:<10} {:>6} {:>10} {:>12}  {}",
                     a.login,
                     a.role.as_str(),
@@ -1096,7 +1110,7 @@ fn admin_command(dir: &std::path::Path, command: AdminCommand) -> Result<()> {
                 };
                 store::passkeys::forget_all(tx, "cli", admin, &who, now)
             })?;
-            println!("{removed} passkeys of {login} removed");
+            out!("{removed} passkeys of {login} removed");
         }
         AdminCommand::ResetPassword { login, end_tokens } => {
             let password = secrets::random_token();
@@ -1108,19 +1122,19 @@ fn admin_command(dir: &std::path::Path, command: AdminCommand) -> Result<()> {
                 let id = admins::id_of(tx, &login)?;
                 admins::update(tx, "cli", id, &input, Some(&hash), now)
             })?;
-            println!(
+            out!(
                 "admin {login}: new password, signed out everywhere{}",
                 if end_tokens { ", API tokens ended" } else { "" }
             );
-            println!("  password  {password}");
-            println!("  (shown once: give it to them)");
+            out!("  password  {password}");
+            out!("  (shown once: give it to them)");
         }
         AdminCommand::Remove { login, yes: _ } => {
             db.write_blocking(|tx| {
                 let id = admins::id_of(tx, &login)?;
                 admins::remove(tx, "cli", id, now)
             })?;
-            println!("admin {login} removed");
+            out!("admin {login} removed");
         }
     }
     Ok(())
@@ -1149,23 +1163,24 @@ fn node_command(dir: &std::path::Path, command: NodeCommand) -> Result<()> {
             let release = db.read_blocking(|c| crate::releases::in_force(c, now))?;
             match config.install_command(&token, node.port, release.as_ref().map(|(_, m)| m)) {
                 Some(install) => {
-                    println!("node {} added; on a fresh Linux server, as root, run (within 24 hours):", node.id);
-                    println!("  {install}");
-                    println!("or, with hearth-node installed by hand:");
+                    out!("node {} added; on a fresh Linux server, as root, run (within 24 hours):", node.id);
+                    out!("  {install}");
+                    out!("or, with hearth-node installed by hand:");
                 }
                 None => {
-                    println!("node {} added; on the node, run (within 24 hours):", node.id);
+                    out!("node {} added; on the node, run (within 24 hours):", node.id);
                     eprintln!(
                         "(no node release is published: `hearth-control release sign` one to get a one-line install)"
                     );
                 }
             }
-            println!("  {}", config.enroll_command(&token));
+            out!("  {}", config.enroll_command(&token));
             if !node.domain.is_empty() {
-                println!(
+                out!(
                     "the node gets a certificate for {0} from {1}: point {0} at it (DNS A or AAAA) and open TCP 443 \
                      (with masquerade_tcp) or TCP 80 for the CA's check",
-                    node.domain, config.acme.directory
+                    node.domain,
+                    config.acme.directory
                 );
             }
         }
@@ -1177,25 +1192,25 @@ fn node_command(dir: &std::path::Path, command: NodeCommand) -> Result<()> {
             if replaced {
                 eprintln!("the enrollment command made before this one no longer works");
             }
-            println!("{}", config.enroll_command(&token));
+            out!("{}", config.enroll_command(&token));
         }
         NodeCommand::Remove { name, yes: _ } => {
             db.write_blocking(|tx| {
                 let id = store::nodes::id_by_name(tx, &name)?;
                 crate::nodes::delete(tx, &signer, "cli", id, now)
             })?;
-            println!("node {name} deleted");
+            out!("node {name} deleted");
         }
         NodeCommand::List => {
             let nodes = db.read_blocking(store::nodes::list)?;
-            println!("{:>4}  {:<20} {:<28} {:<9} {:<10} last seen", "id", "name", "address", "enrolled", "version");
+            out!("{:>4}  {:<20} {:<28} {:<9} {:<10} last seen", "id", "name", "address", "enrolled", "version");
             for n in nodes {
                 let seen = if n.last_seen == 0 {
                     "never".to_owned()
                 } else {
                     format!("{} s ago", now.saturating_sub(n.last_seen))
                 };
-                println!(
+                out!(
                     "{:>4}  {:<20} {:<28} {:<9} {:<10} {seen}",
                     n.id,
                     n.name,

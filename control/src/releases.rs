@@ -388,6 +388,25 @@ pub(crate) struct RolloutView {
 }
 
 /// Every release, newest first.
+/// The release a path names: its version number (`1733300000`), or its name as the manifest
+/// gives it (`0.2.0`: the newest release of that name).
+pub(crate) fn version_of(conn: &Connection, given: &str) -> Result<u64, Error> {
+    let given = given.trim();
+    if given.len() > 64 {
+        return Err(Error::NotFound("release"));
+    }
+    let found: Option<u64> = match given.parse::<u64>() {
+        Ok(version) => {
+            conn.query_row("SELECT version FROM releases WHERE version = ?1", [version], |row| row.get(0)).optional()?
+        }
+        Err(_) => conn
+            .query_row("SELECT max(version) FROM releases WHERE name = ?1", [given], |row| row.get(0))
+            .optional()?
+            .flatten(),
+    };
+    found.ok_or(Error::NotFound("release"))
+}
+
 pub(crate) fn list(conn: &Connection) -> Result<Vec<ReleaseView>, Error> {
     let rows: Vec<(u64, String, u64, u64, Vec<u8>)> = conn
         .prepare("SELECT version, name, built, expires, manifest FROM releases ORDER BY version DESC")?

@@ -917,20 +917,22 @@ fn merge_users(
 
 /// Prints what a restore did.
 pub(crate) fn print(report: &Report, dir: &Path) {
-    println!("Restored control into {}", dir.display());
+    out!("Restored control into {}", dir.display());
     if let Some((version, created)) = report.archive {
-        println!("  from archive v{version}, made {} s before the restore", now().saturating_sub(created));
+        out!("  from archive v{version}, made {} s before the restore", now().saturating_sub(created));
     } else {
-        println!("  from the signed snapshots and credential sets at the edge");
+        out!("  from the signed snapshots and credential sets at the edge");
     }
-    println!(
+    out!(
         "  {} users, {} nodes; {} envelopes signed again above the edge's versions",
-        report.users, report.nodes, report.signed
+        report.users,
+        report.nodes,
+        report.signed
     );
     for note in &report.notes {
-        println!("  note: {note}");
+        out!("  note: {note}");
     }
-    println!("Start it with `hearth-control serve --data-dir {}` on the address nodes know.", dir.display());
+    out!("Start it with `hearth-control serve --data-dir {}` on the address nodes know.", dir.display());
 }
 
 #[cfg(test)]

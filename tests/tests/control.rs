@@ -556,6 +556,20 @@ fn the_cli_manages_users_and_nodes() {
         added.push(release);
     }
     assert!(added.windows(2).all(|w| w[0] < w[1]), "{added:?}");
+    // A reader that goes away (`release list | head -1`) ends the listing quietly: no panic
+    // (issue 46, 12). Here it is gone before the first line is written.
+    let mut listing = std::process::Command::new(hearth_tests::binary("hearth-control").unwrap())
+        .args(["release", "list", "--data-dir"])
+        .arg(&dir.path)
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    drop(listing.stdout.take());
+    let mut said = String::new();
+    std::io::Read::read_to_string(&mut listing.stderr.take().unwrap(), &mut said).unwrap();
+    let status = listing.wait().unwrap();
+    assert!(status.success() && !said.contains("panicked"), "{status}: {said}");
 }
 
 /// What the API does to users, nodes and groups, the CLI does too; bad input changes nothing.

@@ -2656,6 +2656,16 @@ async fn the_node_binaries_shipped_with_control_become_a_release_in_one_click() 
     let next = client.post("/releases/shipped", json!({})).await;
     assert_eq!(next.status, StatusCode::CREATED, "{}", next.json());
     assert!(next.json()["release"].as_u64().unwrap() > release);
+    // A rollout names the release by its number or by its name, and a wrong one is told in
+    // JSON, as every other answer (issue 46, 12: a name got axum's plain-text 400).
+    for path in ["/releases/9.9.9/rollout", "/releases/0/stop", "/releases/a%20name/rollout"] {
+        let unknown = client.post(path, json!({ "canary": 1 })).await;
+        assert_eq!((unknown.status, unknown.code().as_str()), (StatusCode::NOT_FOUND, "not_found"), "{path}");
+    }
+    let by_name =
+        client.post(&format!("/releases/{}/rollout", env!("CARGO_PKG_VERSION")), json!({ "canary": 999 })).await;
+    assert_ne!(by_name.code(), "not_found", "the release is found by its name");
+    assert_eq!(by_name.status, StatusCode::BAD_REQUEST, "{}", String::from_utf8_lossy(&by_name.body));
 
     // The release key kept offline: the click is refused with the commands to run instead.
     let key = crate::keyring::Paths::new(&client.app().config.data_dir).secret(Role::Release);

@@ -138,10 +138,11 @@ pub(super) struct RolloutRequest {
 pub(super) async fn start_rollout(
     State(app): State<Arc<App>>,
     auth: Auth,
-    Path(version): Path<u64>,
+    Path(version): Path<String>,
     Body(req): Body<RolloutRequest>,
 ) -> Reply {
     change(&app, &auth, Scope::Admin, move |tx, app, actor, now| {
+        let version = crate::releases::version_of(tx, &version)?;
         crate::releases::start(tx, &app.signer, version, req.canary, actor, now)
     })
     .await?;
@@ -149,8 +150,9 @@ pub(super) async fn start_rollout(
     ok(json!({ "releases": releases }))
 }
 
-pub(super) async fn stop_rollout(State(app): State<Arc<App>>, auth: Auth, Path(version): Path<u64>) -> Reply {
+pub(super) async fn stop_rollout(State(app): State<Arc<App>>, auth: Auth, Path(version): Path<String>) -> Reply {
     change(&app, &auth, Scope::Admin, move |tx, app, actor, now| {
+        let version = crate::releases::version_of(tx, &version)?;
         crate::releases::stop(tx, &app.signer, version, actor, now)
     })
     .await?;
