@@ -334,13 +334,21 @@ pub(crate) fn manifest(conn: &Connection, release: u64) -> Result<Option<Vec<u8>
     Ok(conn.query_row("SELECT manifest FROM releases WHERE version = ?1", [release], |row| row.get(0)).optional()?)
 }
 
-/// The release in force, which new nodes install: the newest that has not expired and whose
-/// rollout did not fail or stop.
+/// The release in force, which new nodes install: the newest that has not expired and that
+/// nodes run already: a completed rollout put it on every node, or every enrolled node runs it.
+/// Before any node is enrolled (nothing to roll out to), the newest that has not expired and
+/// whose rollout did not fail or stop, for the first node. A release signed but never rolled
+/// out is never installed beside nodes that run another.
 pub(crate) fn in_force(conn: &Connection, now: u64) -> Result<Option<(u64, ReleaseManifest)>, Error> {
     let found: Option<(u64, Vec<u8>)> = conn
         .query_row(
-            "SELECT version, manifest FROM releases r WHERE expires > ?1 AND NOT EXISTS
-             (SELECT 1 FROM rollouts o WHERE o.release = r.version AND o.state IN ('failed', 'stopped'))
+            "SELECT version, manifest FROM releases r WHERE expires > ?1 AND (
+                EXISTS (SELECT 1 FROM rollouts o WHERE o.release = r.version AND o.state = 'done')
+                OR (EXISTS (SELECT 1 FROM nodes WHERE public_key IS NOT NULL)
+                    AND NOT EXISTS (SELECT 1 FROM nodes WHERE public_key IS NOT NULL AND release_running != r.version))
+                OR (NOT EXISTS (SELECT 1 FROM nodes WHERE public_key IS NOT NULL)
+                    AND NOT EXISTS (SELECT 1 FROM rollouts o WHERE o.release = r.version AND o.state IN ('failed', 'stopped')))
+             )
              ORDER BY version DESC LIMIT 1",
             [now],
             |row| Ok((row.get(0)?, row.get(1)?)),

@@ -2589,6 +2589,57 @@ fn elf(machine: u16, rest: &[u8]) -> Vec<u8> {
     bytes
 }
 
+/// New nodes install only what nodes run already (issue 46, 12): with nodes enrolled, a
+/// release signed but never rolled out is not in force; one every enrolled node runs is, and
+/// so is one a completed rollout put on them; before any node is enrolled, the newest is.
+#[tokio::test]
+async fn new_nodes_install_only_a_release_the_nodes_run() {
+    let shipped = tempfile::tempdir().unwrap();
+    let client = Client::signed_in_with(false, &[("HEARTH_NODE_BINARIES", shipped.path().to_str().unwrap())]).await;
+    let app = client.app().clone();
+    let in_force = || {
+        let app = app.clone();
+        async move { app.db.read(|c| crate::releases::in_force(c, now())).await.unwrap().map(|(version, _)| version) }
+    };
+    std::fs::write(shipped.path().join("hearth-node"), elf(62, b"the first node")).unwrap();
+    let first = client.post("/releases/shipped", json!({})).await.json()["release"].as_u64().unwrap();
+    assert_eq!(in_force().await, Some(first), "no node yet: the first node installs the newest");
+    let (node, _) = enroll(&client, json!(["default"])).await;
+    assert_eq!(in_force().await, None, "a node runs another build: this one was never rolled out");
+    let runs = |release: u64| {
+        let app = app.clone();
+        async move {
+            app.db
+                .write(move |tx| {
+                    tx.execute(
+                        "UPDATE nodes SET release_running = ?2 WHERE id = ?1",
+                        rusqlite::params![node, release],
+                    )?;
+                    Ok(())
+                })
+                .await
+                .unwrap()
+        }
+    };
+    runs(first).await;
+    assert_eq!(in_force().await, Some(first), "every enrolled node runs it");
+    std::fs::write(shipped.path().join("hearth-node"), elf(62, b"the next node")).unwrap();
+    let next = client.post("/releases/shipped", json!({})).await.json()["release"].as_u64().unwrap();
+    assert!(next > first);
+    assert_eq!(in_force().await, Some(first), "signed, not rolled out: not installed");
+    app.db
+        .write(move |tx| {
+            tx.execute(
+                "INSERT INTO rollouts (release, state, canary, current, since, started, updated) VALUES (?1, 'done', ?2, ?2, 0, 0, 0)",
+                rusqlite::params![next, node],
+            )?;
+            Ok(())
+        })
+        .await
+        .unwrap();
+    assert_eq!(in_force().await, Some(next), "a completed rollout puts it in force");
+}
+
 /// With no release in force, one click signs the hearth-node binaries shipped beside control
 /// (and nothing else there) as a release of control's version, with the release key on the
 /// server: an admin's act; refused with its own code when there is no binary, the key is
