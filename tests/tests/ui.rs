@@ -407,9 +407,16 @@ async fn the_admin_panel_works_in_a_real_browser() {
     text_of(&client, "#releases", |t| t.contains("Stopped")).await;
     no_console_errors(&driver, &client, "the releases page").await;
 
-    // With a release in force (the stopped one is not), a new node's dialog gives the one-line
-    // install, holding the binary's SHA-256; the enrollment command is folded under it.
+    // Signed but never rolled out, beside a node that runs another build: not what a new node
+    // installs (issue 46, 12).
     dir.cli(&["release", "sign", "--version", "0.2.1", &format!("linux-x86_64={}", binary.display())]).unwrap();
+    let probe = dir.cli(&["node", "add", "Probe", "--host", "203.0.113.50"]).unwrap();
+    assert!(!probe.contains("f=$(mktemp)") && probe.contains("on the node, run"), "{probe}");
+    // With no node enrolled (nothing to roll it out to), the newest release (the stopped one
+    // is not) is what a first node installs: a new node's dialog gives the one-line install,
+    // holding the binary's SHA-256; the enrollment command is folded under it.
+    dir.cli(&["node", "remove", "Probe", "--yes"]).unwrap();
+    dir.cli(&["node", "remove", "Home", "--yes"]).unwrap();
     client.goto(&format!("{panel}#/nodes")).await.unwrap();
     click(&client, "#new-node").await;
     fill(&client, "#node-form input[name=name]", "Lisbon").await;
