@@ -147,7 +147,7 @@ async fn push_once(app: &Arc<App>, target: &Target) -> Result<usize, String> {
             // One stream the edge will not take (its version is behind what the edge holds,
             // say, after a restore from an older state) must not hold back every change after
             // it: it is set aside, with an alert, and the rest goes out at once.
-            Err((EdgeError { stream: Some(stream), text }, sent)) => {
+            Err((EdgeError { stream: Some(stream), text, .. }, sent)) => {
                 let Some(&(_, version)) = sent.iter().find(|(name, _)| *name == stream) else { return Err(text) };
                 tracing::warn!(%stream, version, reason = %text, "the edge refused one stream: set aside, the rest goes on");
                 app.db
@@ -194,7 +194,7 @@ async fn push_bundle(
             Ok((u64::try_from(version).expect("positive"), state.signer.online(tx)?))
         })
         .await
-        .map_err(|e| EdgeError { text: e.to_string(), stream: None })?;
+        .map_err(|e| EdgeError { text: e.to_string(), stream: None, refused: false })?;
     let entries = items
         .iter()
         .map(|(name, version, envelope)| BatchEntry {
@@ -203,7 +203,8 @@ async fn push_bundle(
             digest: envelope.as_ref().map(|e| sha256(e)),
         })
         .collect();
-    let manifest = BatchManifest::new(entries).map_err(|e| EdgeError { text: e.to_string(), stream: None })?;
+    let manifest =
+        BatchManifest::new(entries).map_err(|e| EdgeError { text: e.to_string(), stream: None, refused: false })?;
     let signed = Draft {
         kind: Kind::Batch,
         stream: stream::BATCH.to_owned(),
@@ -239,6 +240,8 @@ pub(crate) struct EdgeError {
     pub(crate) text: String,
     /// The one stream the edge refused, when it named one.
     pub(crate) stream: Option<String>,
+    /// Whether the edge answered and refused (4xx): sending the same again will not help.
+    pub(crate) refused: bool,
 }
 
 impl From<EdgeError> for String {
@@ -269,11 +272,13 @@ pub(crate) async fn send_to_edge(
         .map_err(|e| EdgeError {
             text: format!("the edge did not answer: {}", crate::capped::without_url(&e)),
             stream: None,
+            refused: false,
         })?;
     let status = response.status();
     if !status.is_success() {
         let (message, stream) = crate::capped::refusal(response).await;
-        return Err(EdgeError { text: format!("the edge refused the {path} ({status}): {message}"), stream });
+        let refused = status.is_client_error();
+        return Err(EdgeError { text: format!("the edge refused the {path} ({status}): {message}"), stream, refused });
     }
     Ok(response.headers().clone())
 }
@@ -454,8 +459,25 @@ pub(crate) async fn sync_release(app: &Arc<App>, edge: &Edge, target: &Target) -
         .await
         .map_err(|e| e.to_string())?;
     let Some((release, bundle)) = bundle else { return Ok(false) };
-    send_to_edge(app, target, reqwest::Method::PUT, "release", bundle, Duration::from_secs(300)).await?;
     let id = edge.id;
+    match send_to_edge(app, target, reqwest::Method::PUT, "release", bundle, Duration::from_secs(300)).await {
+        Ok(_) => {}
+        // Refused (a rollback to an older release, a key the edge no longer takes): offered
+        // again, it would be refused again and hold back the next release behind the backoff.
+        // It is marked as the edge's and not offered again; a newer release is.
+        Err(EdgeError { refused: true, text, .. }) => {
+            tracing::warn!(edge = %edge.name, release, reason = %text, "the edge refused the release: not offered to it again");
+            app.db
+                .write(move |tx| {
+                    let release = i64::try_from(release).unwrap_or(i64::MAX);
+                    crate::store::edges::set_marker(tx, id, crate::store::edges::Marker::Release, release)
+                })
+                .await
+                .map_err(|e| e.to_string())?;
+            return Ok(false);
+        }
+        Err(e) => return Err(e.into()),
+    }
     app.db
         .write(move |tx| {
             let release = i64::try_from(release).unwrap_or(i64::MAX);

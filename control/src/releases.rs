@@ -643,7 +643,10 @@ pub(crate) fn for_edge(conn: &Connection) -> Result<Option<u64>, Error> {
 /// the edge holds it already (`held`, its marker): the release and the bundle.
 pub(crate) fn bundle_for_edge(conn: &Connection, dir: &Path, held: i64) -> Result<Option<(u64, Vec<u8>)>, Error> {
     let Some(release) = for_edge(conn)? else { return Ok(None) };
-    if held == i64::try_from(release).unwrap_or(i64::MAX) {
+    // Never older than what the edge holds: it refuses a rollback (after a failed rollout the
+    // newest rollout still standing may be an older release), and asking again would only
+    // hold back the next one.
+    if held >= i64::try_from(release).unwrap_or(i64::MAX) {
         return Ok(None);
     }
     let Some(envelope) = manifest(conn, release)? else { return Ok(None) };

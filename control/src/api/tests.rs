@@ -2640,6 +2640,48 @@ async fn new_nodes_install_only_a_release_the_nodes_run() {
     assert_eq!(in_force().await, Some(next), "a completed rollout puts it in force");
 }
 
+/// An edge is never offered a release older than the one it holds (issue 46, 12): after a
+/// failed rollout the newest rollout standing is an older release, which the edge refuses as a
+/// rollback; offering it again held back the next release behind the backoff.
+#[tokio::test]
+async fn an_edge_is_never_offered_an_older_release_than_it_holds() {
+    let shipped = tempfile::tempdir().unwrap();
+    let client = Client::signed_in_with(false, &[("HEARTH_NODE_BINARIES", shipped.path().to_str().unwrap())]).await;
+    let app = client.app().clone();
+    let mut made = Vec::new();
+    for body in [&b"first"[..], b"second"] {
+        std::fs::write(shipped.path().join("hearth-node"), elf(62, body)).unwrap();
+        made.push(client.post("/releases/shipped", json!({})).await.json()["release"].as_u64().unwrap());
+    }
+    let (first, second) = (made[0], made[1]);
+    app.db
+        .write(move |tx| {
+            for (release, state, started) in [(first, "done", 1), (second, "failed", 2)] {
+                tx.execute(
+                    "INSERT INTO rollouts (release, state, canary, current, since, started, updated) VALUES (?1, ?2, 0, 0, 0, ?3, 0)",
+                    rusqlite::params![release, state, started],
+                )?;
+            }
+            Ok(())
+        })
+        .await
+        .unwrap();
+    let dir = app.config.data_dir.clone();
+    let offered = |held: u64| {
+        let (app, dir) = (app.clone(), dir.clone());
+        async move {
+            app.db
+                .read(move |c| crate::releases::bundle_for_edge(c, &dir, held as i64))
+                .await
+                .unwrap()
+                .map(|(release, _)| release)
+        }
+    };
+    assert_eq!(offered(0).await, Some(first), "an edge with none gets the rollout standing");
+    assert_eq!(offered(first).await, None, "it holds it already");
+    assert_eq!(offered(second).await, None, "it holds a newer one: no rollback offered");
+}
+
 /// With no release in force, one click signs the hearth-node binaries shipped beside control
 /// (and nothing else there) as a release of control's version, with the release key on the
 /// server: an admin's act; refused with its own code when there is no binary, the key is
