@@ -50,6 +50,9 @@ pub(crate) struct Agent {
     pub(crate) offered: Mutex<u64>,
     /// Set when a new binary is in place: the server stops and asks to be started again.
     pub(crate) restart: tokio::sync::watch::Sender<bool>,
+    /// Set while a new binary is in place and the transfers under way finish before the
+    /// restart ([`crate::update`]'s drain).
+    pub(crate) draining: Arc<std::sync::atomic::AtomicBool>,
     /// When this process started (a new release must run healthy for a while).
     pub(crate) started: std::time::Instant,
     /// Who was on the node at the last report (user, devices, connections), and when it was
@@ -697,6 +700,7 @@ mod tests {
             edge_at: std::sync::atomic::AtomicUsize::new(0),
             offered: Mutex::new(0),
             restart: tokio::sync::watch::channel(false).0,
+            draining: Default::default(),
             started: std::time::Instant::now(),
             reported: Mutex::default(),
             acme: None,

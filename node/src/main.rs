@@ -240,6 +240,7 @@ fn serve(dir: &Path) -> Result<i32> {
         Some(Arc::new(agent::Agent {
             offered: std::sync::Mutex::new(0),
             restart: restart.clone(),
+            draining: Default::default(),
             started: std::time::Instant::now(),
             reported: Default::default(),
             acme: acme.clone(),

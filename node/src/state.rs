@@ -67,6 +67,10 @@ pub(crate) struct Settings {
     /// start, its first answered pulls) before the supervisor puts the previous binary back.
     #[serde(default = "default_grace")]
     pub(crate) update_grace_secs: u64,
+    /// With a new release in place, how long the node keeps serving the transfers under way
+    /// before it restarts into it: it restarts once they go quiet, or after this long.
+    #[serde(default = "default_drain")]
+    pub(crate) update_drain_secs: u64,
     /// How the node paces what it sends to clients who do not announce a receive rate.
     #[serde(default)]
     pub(crate) congestion: Congestion,
@@ -233,6 +237,10 @@ fn default_health() -> u64 {
 
 fn default_grace() -> u64 {
     60
+}
+
+fn default_drain() -> u64 {
+    300
 }
 
 fn default_metrics() -> String {

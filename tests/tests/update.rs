@@ -231,6 +231,30 @@ async fn a_node_installs_only_a_good_release_and_rolls_back_one_that_cannot_star
     let _ = &mut sim;
 }
 
+/// A download under way when a new release is in place is not cut: the node keeps serving it
+/// and restarts into the release once its clients go quiet (issue 46, 12).
+#[tokio::test]
+async fn a_download_under_way_finishes_before_the_node_restarts_into_a_release() {
+    let temp = tempfile::tempdir().unwrap();
+    let mut sim = ControlSim::new();
+    let Setup { served, original, node: _node, alice, .. } = supervised(temp.path(), &mut sim, "").await;
+    // 2 MiB in 16 KiB pieces 40 ms apart: about five seconds.
+    let body: Vec<u8> = (0..(2u32 << 20)).map(|i| (i % 251) as u8).collect();
+    let slow = hearth_tests::node::http_server_paced(body.clone(), Duration::from_millis(40)).await.unwrap();
+    let download = {
+        let alice = std::sync::Arc::new(alice);
+        let client = alice.clone();
+        (tokio::spawn(async move { fetch(&client, slow).await }), alice)
+    };
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    let files = vec![("linux", std::env::consts::ARCH, original)];
+    offer(&served, 1006, bundle(release(&sim.release, 1006, "0.2.0", &files, now() + 3600)));
+    let got = download.0.await.unwrap().expect("the download was cut by the restart");
+    assert!(got == body, "the download arrived changed");
+    until_said(&served, "that it runs 0.2.0", |s| s.running == "0.2.0@1006").await;
+    drop(download.1);
+}
+
 /// A release whose binary starts and keeps running but never becomes healthy (it never serves
 /// nor pulls) is put back by the supervisor once `update_health_secs` + `update_grace_secs`
 /// have passed; the node runs its previous binary again and says why.

@@ -15,6 +15,22 @@ use super::Outcome;
 use crate::agent::{Agent, Base};
 use crate::capped;
 
+/// Waits until the node's clients go quiet (fewer than a keepalive's worth of packets sent
+/// to them over two seconds) or `most` has passed; returns how long it waited.
+async fn drain(live: &crate::table::Live, most: Duration) -> Duration {
+    let started = std::time::Instant::now();
+    let mut last = live.packets().0;
+    while started.elapsed() < most {
+        tokio::time::sleep(Duration::from_secs(2)).await;
+        let now = live.packets().0;
+        if now.saturating_sub(last) < 32 {
+            break;
+        }
+        last = now;
+    }
+    started.elapsed()
+}
+
 impl Agent {
     /// After an answered pull: keeps a new release that ran healthy long enough, or takes the
     /// release the answer named, from where the answer came.
@@ -22,7 +38,7 @@ impl Agent {
         if let Some(pending) = super::pending(&self.state) {
             // The process that swapped the new binary in is on its way out: only the new
             // binary, started again by the supervisor, may vouch for itself.
-            if *self.restart.borrow() {
+            if *self.restart.borrow() || self.draining.load(std::sync::atomic::Ordering::Relaxed) {
                 return;
             }
             if self.started.elapsed() >= Duration::from_secs(self.settings.update_health_secs)
@@ -45,8 +61,16 @@ impl Agent {
     async fn take_release(&self, client: &reqwest::Client, base: &Base, release: u64) {
         match self.update(client, base, release).await {
             Outcome::Installed => {
-                tracing::info!("the new release is in place; restarting into it");
-                let _ = self.restart.send(true);
+                // The transfers under way finish first (a download is not cut), up to
+                // `update_drain_secs`; meanwhile the node serves and pulls as ever.
+                self.draining.store(true, std::sync::atomic::Ordering::Relaxed);
+                let (live, restart) = (self.live.clone(), self.restart.clone());
+                let most = Duration::from_secs(self.settings.update_drain_secs);
+                tokio::spawn(async move {
+                    let waited = drain(&live, most).await;
+                    tracing::info!(waited_secs = waited.as_secs(), "the new release is in place; restarting into it");
+                    let _ = restart.send(true);
+                });
             }
             // (The refusal is recorded, and logged with the release, as a roll-back is.)
             Outcome::Refused(reason) => super::refused(&self.state, release, &reason),
