@@ -459,25 +459,19 @@ pub(crate) async fn sync_release(app: &Arc<App>, edge: &Edge, target: &Target) -
         .await
         .map_err(|e| e.to_string())?;
     let Some((release, bundle)) = bundle else { return Ok(false) };
-    let id = edge.id;
-    match send_to_edge(app, target, reqwest::Method::PUT, "release", bundle, Duration::from_secs(300)).await {
-        Ok(_) => {}
+    let sent = match send_to_edge(app, target, reqwest::Method::PUT, "release", bundle, Duration::from_secs(300)).await
+    {
+        Ok(_) => true,
         // Refused (a rollback to an older release, a key the edge no longer takes): offered
         // again, it would be refused again and hold back the next release behind the backoff.
         // It is marked as the edge's and not offered again; a newer release is.
         Err(EdgeError { refused: true, text, .. }) => {
             tracing::warn!(edge = %edge.name, release, reason = %text, "the edge refused the release: not offered to it again");
-            app.db
-                .write(move |tx| {
-                    let release = i64::try_from(release).unwrap_or(i64::MAX);
-                    crate::store::edges::set_marker(tx, id, crate::store::edges::Marker::Release, release)
-                })
-                .await
-                .map_err(|e| e.to_string())?;
-            return Ok(false);
+            false
         }
         Err(e) => return Err(e.into()),
-    }
+    };
+    let id = edge.id;
     app.db
         .write(move |tx| {
             let release = i64::try_from(release).unwrap_or(i64::MAX);
@@ -485,8 +479,10 @@ pub(crate) async fn sync_release(app: &Arc<App>, edge: &Edge, target: &Target) -
         })
         .await
         .map_err(|e| e.to_string())?;
-    tracing::info!(edge = %edge.name, release, "handed the release to the edge");
-    Ok(true)
+    if sent {
+        tracing::info!(edge = %edge.name, release, "handed the release to the edge");
+    }
+    Ok(sent)
 }
 
 #[cfg(test)]

@@ -91,35 +91,22 @@ impl EdgeProcess {
             ))
             .arg("sh")
             .arg(crate::binary("hearth-edge")?)
-            .arg(folder)
-            .env_clear()
-            .env("PATH", std::env::var_os("PATH").unwrap_or_default())
-            .env("HEARTH_LOG", "warn")
-            .stdin(Stdio::null())
-            .stdout(Stdio::piped())
-            .stderr(Stdio::inherit());
-        for (name, value) in vars {
-            command.env(name, value);
-        }
-        let mut child = command.spawn().context("starting hearth-edge under unshare")?;
-        let rx = crate::stdout_lines(&mut child);
-        let Ok(line) = rx.recv_timeout(Duration::from_secs(30)) else {
-            let _ = child.kill();
-            bail!("hearth-edge on a small disk did not start (unshare and mount need root)");
-        };
-        let url = line
-            .strip_prefix("hearth-edge listening on ")
-            .with_context(|| format!("unexpected first line {line:?}"))?
-            .to_owned();
+            .arg(folder);
         let db = folder.join("edge.db");
-        Ok(EdgeProcess { child, url, backend: Backend::Native, state: db, vars: vars.to_vec(), port })
+        EdgeProcess::spawn_native(command, &db, vars, port)
+            .context("hearth-edge on a small disk did not start (unshare and mount need root)")
     }
 
     fn native(db: &Path, vars: &[(String, String)], port: u16) -> Result<EdgeProcess> {
         let mut command = crate::cgroup::command(&crate::binary("hearth-edge")?);
+        command.args(["--listen", &format!("127.0.0.1:{port}"), "--db"]).arg(db);
+        EdgeProcess::spawn_native(command, db, vars, port)
+    }
+
+    /// Runs `command` (a native edge, its arguments given) with `vars` as its settings, and
+    /// waits for it to say where it listens.
+    fn spawn_native(mut command: Command, db: &Path, vars: &[(String, String)], port: u16) -> Result<EdgeProcess> {
         command
-            .args(["--listen", &format!("127.0.0.1:{port}"), "--db"])
-            .arg(db)
             .env_clear()
             .env("PATH", std::env::var_os("PATH").unwrap_or_default())
             .env("HEARTH_LOG", "warn")

@@ -329,30 +329,26 @@ async fn a_resellers_allowance_bounds_traffic_speed_and_time_every_way_round() {
     used(bea, gib / 2).await;
     assert_eq!(code(reseller.post(&format!("/users/{bea}/reset-traffic"), json!({})).await), refused);
     // Nor has bea's daily reset: it is skipped, and the audit log says so.
-    let due = now() - 1;
-    app.db
-        .write(move |tx| {
-            tx.execute("UPDATE users SET next_reset = ?2 WHERE id = ?1", rusqlite::params![bea, due])?;
-            Ok(())
-        })
-        .await
-        .unwrap();
-    let state = app.clone();
-    app.db.write(move |tx| crate::tasks::sweep(tx, &state, now(), true, false)).await.unwrap();
+    let reset_due = || {
+        let app = app.clone();
+        async move {
+            let state = app.clone();
+            app.db
+                .write(move |tx| {
+                    tx.execute("UPDATE users SET next_reset = ?2 WHERE id = ?1", rusqlite::params![bea, now() - 1])?;
+                    crate::tasks::sweep(tx, &state, now(), true, false)
+                })
+                .await
+                .unwrap();
+        }
+    };
+    reset_due().await;
     assert_eq!(owner.get(&format!("/users/{bea}")).await.json()["used_down"], gib / 2, "not reset");
     let skipped = owner.get("/audit?action=user.reset_skipped").await.json();
     assert_eq!(skipped["entries"].as_array().unwrap().len(), 1, "{skipped}");
     // The owner grants more: the next reset goes through and counts.
     owner.patch(&format!("/admins/{}", rita["id"]), json!({ "max_traffic": 4 * gib })).await;
-    app.db
-        .write(move |tx| {
-            tx.execute("UPDATE users SET next_reset = ?2 WHERE id = ?1", rusqlite::params![bea, due])?;
-            Ok(())
-        })
-        .await
-        .unwrap();
-    let state = app.clone();
-    app.db.write(move |tx| crate::tasks::sweep(tx, &state, now(), true, false)).await.unwrap();
+    reset_due().await;
     assert_eq!(owner.get(&format!("/users/{bea}")).await.json()["used_down"], 0);
     let rita_now = rita_now().await;
     assert_eq!((rita_now["spent"].as_u64(), rita_now["allotted"].as_u64()), (Some(2 * gib + gib / 2), Some(gib)));
