@@ -259,49 +259,40 @@ impl ProxyClient {
     /// [`ProxyClient::sing_box_of`] trusting the root certificates in the PEM file `roots`
     /// (as the system's: Go reads `SSL_CERT_FILE`), as a phone trusts public CAs.
     pub fn sing_box_trusting(program: &Path, outbound: serde_json::Value, roots: Option<&Path>) -> Result<ProxyClient> {
-        let mut outbound = outbound;
-        outbound["tag"] = "node".into();
-        ProxyClient::start("sing-box", |dir, port| {
-            let config = serde_json::json!({
-                "log": { "level": "warn" },
-                "inbounds": [{ "type": "socks", "tag": "in", "listen": "127.0.0.1", "listen_port": port }],
-                "outbounds": [outbound.clone()],
-                "route": { "final": "node" }
-            });
-            let path = dir.join("client.json");
-            std::fs::write(&path, serde_json::to_vec_pretty(&config)?)?;
-            trusting(&mut Command::new(program), roots)
-                .args(["run", "-c"])
-                .arg(&path)
-                .stdin(Stdio::null())
-                .stdout(Stdio::null())
-                .stderr(Stdio::inherit())
-                .spawn()
-                .context("starting sing-box")
-        })
+        ProxyClient::sing_box_with(program, outbound, roots, false)
     }
 
     /// [`ProxyClient::sing_box`] writing its log to a file, for [`ProxyClient::log`]: what
     /// the app would show its user.
     pub fn sing_box_logged(outbound: serde_json::Value) -> Result<ProxyClient> {
-        let program = crate::sing_box()?;
+        ProxyClient::sing_box_with(&crate::sing_box()?, outbound, None, true)
+    }
+
+    fn sing_box_with(
+        program: &Path,
+        outbound: serde_json::Value,
+        roots: Option<&Path>,
+        logged: bool,
+    ) -> Result<ProxyClient> {
         let mut outbound = outbound;
         outbound["tag"] = "node".into();
         ProxyClient::start("sing-box", |dir, port| {
             let config = serde_json::json!({
-                "log": { "level": "debug" },
+                "log": { "level": if logged { "debug" } else { "warn" } },
                 "inbounds": [{ "type": "socks", "tag": "in", "listen": "127.0.0.1", "listen_port": port }],
                 "outbounds": [outbound.clone()],
                 "route": { "final": "node" }
             });
             let path = dir.join("client.json");
             std::fs::write(&path, serde_json::to_vec_pretty(&config)?)?;
-            Command::new(&program)
+            let stderr =
+                if logged { Stdio::from(std::fs::File::create(dir.join("client.log"))?) } else { Stdio::inherit() };
+            trusting(&mut Command::new(program), roots)
                 .args(["run", "-c"])
                 .arg(&path)
                 .stdin(Stdio::null())
                 .stdout(Stdio::null())
-                .stderr(std::fs::File::create(dir.join("client.log"))?)
+                .stderr(stderr)
                 .spawn()
                 .context("starting sing-box")
         })
