@@ -89,6 +89,7 @@ const MIGRATIONS: &[&str] = &[
     // What a native edge said of a proxy in front of it that it does not trust.
     "ALTER TABLE edges ADD COLUMN untrusted_forwarding TEXT;
      ALTER TABLE edges ADD COLUMN disk_full INTEGER NOT NULL DEFAULT 0;",
+    USERS_PER_TENANT,
 ];
 
 /// Runs `f` on the blocking pool, in the caller's span and with the caller's log subscriber:
@@ -241,19 +242,86 @@ fn migrate(conn: &mut Connection) -> Result<(), Error> {
     apply(conn, &MIGRATIONS[applied..], applied)
 }
 
+/// A migration done in Rust, named in [`MIGRATIONS`] by this marker: the users table rebuilt
+/// without its one global UNIQUE name, each user given its tenant (a reseller's users are
+/// theirs, everyone else's 0), and names made unique within a tenant. SQLite cannot drop a
+/// constraint, so the table is made again as the procedure of its manual says (`ALTER
+/// TABLE`, "other kinds of table schema changes"), with foreign keys off around it.
+const USERS_PER_TENANT: &str = "-- rebuild: users' names unique per tenant";
+
+fn users_per_tenant(tx: &Connection) -> Result<(), Error> {
+    let sql: String =
+        tx.query_row("SELECT sql FROM sqlite_schema WHERE type = 'table' AND name = 'users'", [], |row| row.get(0))?;
+    let unique = "name            TEXT NOT NULL UNIQUE";
+    if !sql.contains(unique) {
+        return Err(Error::Internal("the users table is not as this migration expects".into()));
+    }
+    let rebuilt = sql.replacen(unique, "name            TEXT NOT NULL", 1).replacen(
+        "CREATE TABLE users",
+        "CREATE TABLE users_rebuilt",
+        1,
+    );
+    // Its indexes and triggers go with it: made again after.
+    let dependents: Vec<String> = tx
+        .prepare(
+            "SELECT sql FROM sqlite_schema WHERE tbl_name = 'users' AND type IN ('index', 'trigger') AND sql IS NOT NULL",
+        )?
+        .query_map([], |row| row.get(0))?
+        .collect::<Result<_, _>>()?;
+    tx.execute_batch(&rebuilt)?;
+    tx.execute_batch(
+        "INSERT INTO users_rebuilt SELECT * FROM users;
+         DROP TABLE users;
+         ALTER TABLE users_rebuilt RENAME TO users;",
+    )?;
+    for sql in &dependents {
+        tx.execute_batch(sql)?;
+    }
+    tx.execute_batch(
+        "ALTER TABLE users ADD COLUMN tenant INTEGER NOT NULL DEFAULT 0;
+         UPDATE users SET tenant = admin_id WHERE admin_id IN (SELECT id FROM admins WHERE role = 'reseller');
+         CREATE UNIQUE INDEX users_name_in_tenant ON users (tenant, name);
+         CREATE INDEX users_name_nocase_in_tenant ON users (tenant, name COLLATE NOCASE);
+         INSERT INTO user_search (user_search) VALUES ('rebuild');",
+    )?;
+    Ok(())
+}
+
 /// Applies `pending` (the migrations after the first `applied`) in one transaction: all or
 /// none, and one synced commit (a first start made one for each of the thirty-odd).
 fn apply(conn: &mut Connection, pending: &[&str], applied: usize) -> Result<(), Error> {
     if pending.is_empty() {
         return Ok(());
     }
-    let tx = conn.transaction_with_behavior(TransactionBehavior::Exclusive)?;
-    for (index, sql) in pending.iter().enumerate() {
-        tx.execute_batch(sql)?;
-        tx.pragma_update(None, "user_version", applied + index + 1)?;
+    // A table rebuilt drops its old self: with foreign keys on, that would delete what refers
+    // to it. Off around the transaction (the pragma does nothing inside one), checked after.
+    let rebuilds = pending.contains(&USERS_PER_TENANT);
+    if rebuilds {
+        conn.pragma_update(None, "foreign_keys", false)?;
     }
-    tx.commit()?;
-    Ok(())
+    let result = (|| {
+        let tx = conn.transaction_with_behavior(TransactionBehavior::Exclusive)?;
+        for (index, sql) in pending.iter().enumerate() {
+            if *sql == USERS_PER_TENANT {
+                users_per_tenant(&tx)?;
+            } else {
+                tx.execute_batch(sql)?;
+            }
+            tx.pragma_update(None, "user_version", applied + index + 1)?;
+        }
+        if rebuilds {
+            let broken: i64 = tx.query_row("SELECT count(*) FROM pragma_foreign_key_check", [], |row| row.get(0))?;
+            if broken > 0 {
+                return Err(Error::Internal(format!("rebuilding the users table would break {broken} references")));
+            }
+        }
+        tx.commit()?;
+        Ok(())
+    })();
+    if rebuilds {
+        conn.pragma_update(None, "foreign_keys", true)?;
+    }
+    result
 }
 
 /// What nodes do with a device over a user's allowance (the owner's choice; refusing by
@@ -552,6 +620,63 @@ pub(crate) fn audit_facets(conn: &Connection) -> Result<(Vec<String>, Vec<String
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// The users table rebuilt for names per tenant (issue 46, 4) keeps every user, their
+    /// groups, usage and search, gives a reseller's users the reseller's tenant, and lets two
+    /// tenants hold one name while one tenant still cannot.
+    #[test]
+    fn the_users_table_rebuilt_for_tenants_keeps_everything() {
+        let mut conn = Connection::open_in_memory().unwrap();
+        conn.execute_batch("PRAGMA foreign_keys = ON").unwrap();
+        let before = MIGRATIONS.iter().position(|m| *m == USERS_PER_TENANT).unwrap();
+        apply(&mut conn, &MIGRATIONS[..before], 0).unwrap();
+        conn.execute_batch(
+            "INSERT INTO admins (id, login, password_hash, role, created) VALUES (7, 'rita', 'x', 'reseller', 0);
+             INSERT INTO admins (id, login, password_hash, role, created) VALUES (8, 'otto', 'x', 'operator', 0);
+             INSERT INTO users (id, name, token_hash, token_enc, credential_enc, credential_hash, created, updated, note)
+                 VALUES (1, 'grandma', x'01', x'', x'', x'', 0, 0, 'tablet in the kitchen');
+             INSERT INTO users (id, name, token_hash, token_enc, credential_enc, credential_hash, created, updated, admin_id)
+                 VALUES (2, 'sold', x'02', x'', x'', x'', 0, 0, 7);
+             INSERT INTO users (id, name, token_hash, token_enc, credential_enc, credential_hash, created, updated, admin_id)
+                 VALUES (3, 'staff', x'03', x'', x'', x'', 0, 0, 8);
+             INSERT INTO user_groups (user_id, group_id) SELECT 1, id FROM groups WHERE name = 'default';
+             INSERT INTO usage_daily (user_id, day, up, down) VALUES (1, 20000, 5, 6);",
+        )
+        .unwrap();
+        apply(&mut conn, &MIGRATIONS[before..], before).unwrap();
+        let fk: bool = conn.query_row("PRAGMA foreign_keys", [], |r| r.get(0)).unwrap();
+        assert!(fk, "foreign keys are on again");
+        let tenants: Vec<(i64, i64)> = conn
+            .prepare("SELECT id, tenant FROM users ORDER BY id")
+            .unwrap()
+            .query_map([], |r| Ok((r.get(0)?, r.get(1)?)))
+            .unwrap()
+            .collect::<Result<_, _>>()
+            .unwrap();
+        assert_eq!(tenants, [(1, 0), (2, 7), (3, 0)], "a reseller's users are theirs; an operator's are everyone's");
+        let kept: (i64, i64) = conn
+            .query_row("SELECT (SELECT count(*) FROM user_groups), (SELECT count(*) FROM usage_daily)", [], |r| {
+                Ok((r.get(0)?, r.get(1)?))
+            })
+            .unwrap();
+        assert_eq!(kept, (1, 1), "what refers to users is kept");
+        let found: i64 = conn
+            .query_row("SELECT rowid FROM user_search WHERE user_search MATCH 'kitchen'", [], |r| r.get(0))
+            .unwrap();
+        assert_eq!(found, 1, "search still finds by note");
+        let insert = |id: i64, name: &str, tenant: i64| {
+            conn.execute(
+                "INSERT INTO users (id, name, token_hash, token_enc, credential_enc, credential_hash, created, updated, tenant)
+                 VALUES (?1, ?2, randomblob(32), x'', x'', x'', 0, 0, ?3)",
+                rusqlite::params![id, name, tenant],
+            )
+        };
+        insert(4, "grandma", 7).expect("another tenant may use the name");
+        assert!(insert(5, "grandma", 7).is_err(), "one tenant may not hold it twice");
+        conn.execute("DELETE FROM users WHERE id = 1", []).unwrap();
+        let cascaded: i64 = conn.query_row("SELECT count(*) FROM user_groups", [], |r| r.get(0)).unwrap();
+        assert_eq!(cascaded, 0, "deleting a user still takes its memberships with it");
+    }
 
     #[test]
     fn migrations_apply_once_and_refuse_newer_schemas() {

@@ -98,7 +98,8 @@ pub(crate) fn update(
     if let Some(name) = &input.name {
         let name = check_name(name, "user")?;
         if name != before.name {
-            if let Some(existing) = named_like(conn, &name, Some(id))? {
+            let tenant: i64 = conn.query_row("SELECT tenant FROM users WHERE id = ?1", [id], |row| row.get(0))?;
+            if let Some(existing) = named_like(conn, &name, Some(id), tenant)? {
                 return Err(Error::conflict("conflict", format!("a user named {existing:?} already exists")));
             }
             conn.execute("UPDATE users SET name = ?2 WHERE id = ?1", params![id, name])

@@ -53,6 +53,10 @@ pub(crate) struct UserInput {
     /// How many devices may be connected at once over all nodes: a number (0: no limit) or
     /// `"group"` (its groups' default; what a new user takes).
     pub(crate) device_limit: Option<DeviceLimit>,
+    /// Whose names a new user's must differ from: a reseller's own (their id), or everyone
+    /// else's (0). Set by control for a reseller's new users, never from a request.
+    #[serde(skip)]
+    pub(crate) tenant: i64,
 }
 
 /// A user's own device limit, or its groups'.
@@ -344,6 +348,7 @@ pub(crate) fn group_ids(conn: &Connection, names: &[String]) -> Result<Vec<i64>,
 
 /// The validated, resolved settings of a new user.
 struct NewUser {
+    tenant: i64,
     quota: u64,
     reset: ResetStrategy,
     expires_at: u64,
@@ -376,6 +381,7 @@ fn resolve_new(conn: &Connection, input: &UserInput, now: u64) -> Result<NewUser
     check_note(&note)?;
     let groups = group_ids(conn, input.groups.as_deref().unwrap_or(&["default".to_owned()]))?;
     Ok(NewUser {
+        tenant: input.tenant,
         quota: input.quota.unwrap_or(0),
         reset,
         expires_at,
@@ -444,13 +450,22 @@ pub(crate) fn insert_imported(
     Ok(created.id)
 }
 
-/// The name of another user (not `except`) that is `name` but for its case: names are
-/// unique whatever the case of their Latin letters, so "Mom" and "mom" are never two people
-/// in the panel. (SQLite's NOCASE folds ASCII only: "Мама" and "мама" stay two names.)
-pub(super) fn named_like(conn: &Connection, name: &str, except: Option<UserId>) -> Result<Option<String>, Error> {
+/// The name of another user (not `except`) of `tenant` that is `name` but for its case:
+/// names are unique whatever the case of their Latin letters, so "Mom" and "mom" are never two
+/// people in the panel. (SQLite's NOCASE folds ASCII only: "Мама" and "мама" stay two names.)
+/// A reseller's users are a tenant of their own: their names never meet anyone else's, so a
+/// reseller learns nothing of the names others use.
+pub(super) fn named_like(
+    conn: &Connection,
+    name: &str,
+    except: Option<UserId>,
+    tenant: i64,
+) -> Result<Option<String>, Error> {
     Ok(conn
-        .prepare_cached("SELECT name FROM users WHERE name = ?1 COLLATE NOCASE AND id IS NOT ?2 LIMIT 1")?
-        .query_row(params![name, except], |row| row.get(0))
+        .prepare_cached(
+            "SELECT name FROM users WHERE name = ?1 COLLATE NOCASE AND id IS NOT ?2 AND tenant = ?3 LIMIT 1",
+        )?
+        .query_row(params![name, except, tenant], |row| row.get(0))
         .optional()?)
 }
 
@@ -463,14 +478,14 @@ fn insert_with(
     credential: &str,
     now: u64,
 ) -> Result<Created, Error> {
-    if let Some(existing) = named_like(conn, name, None)? {
+    if let Some(existing) = named_like(conn, name, None, new.tenant)? {
         return Err(Error::conflict("conflict", format!("a user named {existing:?} already exists")));
     }
     conn.prepare_cached(
         "INSERT INTO users (name, token_hash, token_enc, credential_enc, credential_hash, quota, reset, next_reset,
                             expires_at, duration_secs, enabled, note, created, updated,
-                            speed_up, speed_down, on_quota, slow_kbps, device_limit)
-         VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?13, ?14, ?15, ?16, ?17, ?18)",
+                            speed_up, speed_down, on_quota, slow_kbps, device_limit, tenant)
+         VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?13, ?14, ?15, ?16, ?17, ?18, ?19)",
     )?
     .execute(params![
         name,
@@ -491,6 +506,7 @@ fn insert_with(
         new.on_quota,
         new.slow.0,
         new.devices,
+        new.tenant,
     ])
     .map_err(|e| Error::from(e).unique(&format!("a user named {name:?}")))?;
     let id: UserId = conn.last_insert_rowid().try_into().expect("row ids are positive");
@@ -557,7 +573,7 @@ pub(crate) fn create_many(
     }
     let mut taken: Vec<String> = Vec::new();
     for name in &names {
-        if let Some(existing) = named_like(conn, name, None)? {
+        if let Some(existing) = named_like(conn, name, None, new.tenant)? {
             taken.push(existing);
             if taken.len() == 20 {
                 break;
@@ -586,11 +602,27 @@ pub(crate) fn get(conn: &Connection, id: UserId) -> Result<UserView, Error> {
         .ok_or(Error::NotFound("user"))
 }
 
-/// A user's id by name.
+/// A user's id by name (or by its id, for a name resellers' users share: `#12`).
 pub(crate) fn id_by_name(conn: &Connection, name: &str) -> Result<UserId, Error> {
-    conn.query_row("SELECT id FROM users WHERE name = ?1", [name], |row| row.get(0))
-        .optional()?
-        .ok_or(Error::NotFound("user"))
+    if let Some(id) = name.strip_prefix('#').and_then(|id| id.parse::<UserId>().ok()) {
+        return get(conn, id).map(|user| user.id);
+    }
+    let ids: Vec<UserId> = conn
+        .prepare_cached("SELECT id FROM users WHERE name = ?1 ORDER BY id")?
+        .query_map([name], |row| row.get(0))?
+        .collect::<Result<_, _>>()?;
+    match ids.as_slice() {
+        [] => Err(Error::NotFound("user")),
+        [id] => Ok(*id),
+        several => Err(Error::invalid(
+            "ambiguous_name",
+            format!(
+                "{} users are named {name:?} (resellers' users have names of their own): give one by its id, {}",
+                several.len(),
+                several.iter().map(|id| format!("#{id}")).collect::<Vec<_>>().join(", ")
+            ),
+        )),
+    }
 }
 
 /// A page of users, filtered.

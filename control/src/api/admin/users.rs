@@ -100,10 +100,12 @@ pub(super) fn mirrors(app: &App, token: &hearth_shared::wire::SubToken) -> serde
 /// The settings a new user of `auth`'s starts from: a reseller's joins the groups they may use
 /// unless they name others.
 fn for_creator(auth: &Auth, mut input: UserInput, conn: &rusqlite::Connection) -> Result<UserInput, Error> {
-    if let Some(admin) = auth.0.reseller()
-        && input.groups.is_none()
-    {
-        input.groups = Some(crate::store::admins::groups_of(conn, admin)?);
+    if let Some(admin) = auth.0.reseller() {
+        // Their users' names are theirs: they never meet anyone else's.
+        input.tenant = admin;
+        if input.groups.is_none() {
+            input.groups = Some(crate::store::admins::groups_of(conn, admin)?);
+        }
     }
     Ok(input)
 }

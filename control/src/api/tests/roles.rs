@@ -358,6 +358,49 @@ async fn a_resellers_allowance_bounds_traffic_speed_and_time_every_way_round() {
     assert_eq!(owner.patch(&format!("/users/{bea}"), long).await.status, StatusCode::OK);
 }
 
+/// A reseller cannot tell whether a name is used outside their own users (issue 46, 4): their
+/// users' names are theirs alone, so a name another tenant holds is taken as any free one,
+/// on a create, a bulk create and a rename; within their own it is refused as before. The
+/// owner sees both, and a name two tenants share is given by its id on the command line.
+#[tokio::test]
+async fn a_reseller_learns_nothing_of_the_names_others_use() {
+    let owner = Client::signed_in(false).await;
+    let grandma = owner.post("/users", json!({ "name": "grandma" })).await.json();
+    owner.add_admin("rita", "reseller", json!({})).await;
+    owner.add_admin("sam", "reseller", json!({})).await;
+    let (rita, sam) = (owner.as_admin("rita").await, owner.as_admin("sam").await);
+    let made = rita.post("/users", json!({ "name": "Grandma" })).await;
+    assert_eq!(made.status, StatusCode::CREATED, "{}", String::from_utf8_lossy(&made.body));
+    assert_eq!(sam.post("/users", json!({ "name": "grandma" })).await.status, StatusCode::CREATED);
+    let again = rita.post("/users", json!({ "name": "GRANDMA" })).await;
+    assert_eq!((again.status, again.code().as_str()), (StatusCode::CONFLICT, "conflict"), "their own name, twice");
+    let bulk = sam.post("/users/bulk", json!({ "names": ["ann", "bob"], "settings": {} })).await;
+    assert_eq!(bulk.status, StatusCode::CREATED);
+    let bulk = rita.post("/users/bulk", json!({ "names": ["ann", "bob"], "settings": {} })).await;
+    assert_eq!(bulk.status, StatusCode::CREATED, "sam's names tell rita nothing");
+    let bulk = rita.post("/users/bulk", json!({ "names": ["carl", "ann"], "settings": {} })).await;
+    assert_eq!((bulk.status, bulk.code().as_str()), (StatusCode::CONFLICT, "names_taken"));
+    assert_eq!(bulk.json()["error"]["names"], json!(["ann"]));
+    let carl = rita.post("/users", json!({ "name": "carl" })).await.json();
+    let renamed = rita.patch(&format!("/users/{}", carl["id"]), json!({ "name": "zoe" })).await;
+    assert_eq!(renamed.status, StatusCode::OK);
+    owner.post("/users", json!({ "name": "yan" })).await;
+    let renamed = rita.patch(&format!("/users/{}", carl["id"]), json!({ "name": "yan" })).await;
+    assert_eq!(renamed.status, StatusCode::OK, "the owner's name tells rita nothing");
+    // The owner's own names are still one namespace.
+    let taken = owner.post("/users", json!({ "name": "Grandma" })).await;
+    assert_eq!(taken.code(), "conflict");
+    let listed = owner.get("/users?q=grandma").await.json();
+    assert_eq!(listed["total"], 3, "{listed}");
+    // The command line names them by id where a name is shared.
+    let app = owner.app().clone();
+    let ambiguous = app.db.read(|c| crate::store::users::id_by_name(c, "grandma")).await.unwrap_err();
+    assert!(ambiguous.to_string().contains("give one by its id"), "{ambiguous}");
+    let id = grandma["id"].as_u64().unwrap();
+    let by_id = app.db.read(move |c| crate::store::users::id_by_name(c, &format!("#{id}"))).await.unwrap();
+    assert_eq!(by_id, id);
+}
+
 /// The role comes before the body (issue 46, 8): an admin who may not call a route is refused
 /// 403 whatever they send, and learns nothing from its validation; one who may gets the body's
 /// errors.
