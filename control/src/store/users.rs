@@ -602,17 +602,19 @@ pub(crate) fn get(conn: &Connection, id: UserId) -> Result<UserView, Error> {
         .ok_or(Error::NotFound("user"))
 }
 
-/// A user's id by name (or by its id, for a name resellers' users share: `#12`).
+/// A user's id by name (or by its id, for a name resellers' users share: `#12`, unless a
+/// user is named so).
 pub(crate) fn id_by_name(conn: &Connection, name: &str) -> Result<UserId, Error> {
-    if let Some(id) = name.strip_prefix('#').and_then(|id| id.parse::<UserId>().ok()) {
-        return get(conn, id).map(|user| user.id);
-    }
     let ids: Vec<UserId> = conn
         .prepare_cached("SELECT id FROM users WHERE name = ?1 ORDER BY id")?
         .query_map([name], |row| row.get(0))?
         .collect::<Result<_, _>>()?;
     match ids.as_slice() {
-        [] => Err(Error::NotFound("user")),
+        // A name nobody has: `#12` is user 12.
+        [] => match name.strip_prefix('#').and_then(|id| id.parse::<UserId>().ok()) {
+            Some(id) => get(conn, id).map(|user| user.id),
+            None => Err(Error::NotFound("user")),
+        },
         [id] => Ok(*id),
         several => Err(Error::invalid(
             "ambiguous_name",

@@ -399,6 +399,10 @@ async fn a_reseller_learns_nothing_of_the_names_others_use() {
     let id = grandma["id"].as_u64().unwrap();
     let by_id = app.db.read(move |c| crate::store::users::id_by_name(c, &format!("#{id}"))).await.unwrap();
     assert_eq!(by_id, id);
+    // A user named like an id is found by that name first.
+    let hashed = owner.post("/users", json!({ "name": format!("#{id}") })).await.json();
+    let by_name = app.db.read(move |c| crate::store::users::id_by_name(c, &format!("#{id}"))).await.unwrap();
+    assert_eq!(by_name, hashed["id"].as_u64().unwrap());
 }
 
 /// The role comes before the body (issue 46, 8): an admin who may not call a route is refused
