@@ -188,6 +188,23 @@ fn tell_silences(conn: &rusqlite::Connection, now: u64) -> Result<usize, Error> 
     Ok(told_now)
 }
 
+/// The primary edge, the healthy active edge after it and how long the primary has failed,
+/// when it has failed for `after` seconds while that one takes pushes.
+fn failover_due(
+    conn: &rusqlite::Connection,
+    after: u64,
+    now: u64,
+) -> Result<Option<(crate::store::edges::Edge, crate::store::edges::Edge, u64)>, Error> {
+    use crate::store::edges::{self, LinkState};
+    let mut active = edges::list(conn)?.into_iter().filter(|e| e.state == LinkState::Active);
+    let Some(primary) = active.next() else { return Ok(None) };
+    let failing_for = if primary.error_since > 0 { now.saturating_sub(primary.error_since) } else { 0 };
+    if failing_for < after {
+        return Ok(None);
+    }
+    Ok(active.find(|e| e.last_error.is_none() && e.last_push > 0).map(|next| (primary, next, failing_for)))
+}
+
 /// Moves links off a primary edge that has failed for `edge_failover_secs` while another
 /// active edge takes pushes: the primary is marked blocked, as the owner would (its links are
 /// still listed and served where it answers, and every other edge names the new primary),
@@ -195,14 +212,9 @@ fn tell_silences(conn: &rusqlite::Connection, now: u64) -> Result<usize, Error> 
 /// marks it active again. Returns whether it moved them.
 pub(crate) fn fail_over(conn: &rusqlite::Connection, app: &App, now: u64) -> Result<bool, Error> {
     use crate::store::edges::{self, LinkState};
-    let list = edges::list(conn)?;
-    let mut active = list.iter().filter(|e| e.state == LinkState::Active);
-    let Some(primary) = active.next() else { return Ok(false) };
-    let failing_for = if primary.error_since > 0 { now.saturating_sub(primary.error_since) } else { 0 };
-    if failing_for < app.config.edge_failover_secs {
+    let Some((primary, next, failing_for)) = failover_due(conn, app.config.edge_failover_secs, now)? else {
         return Ok(false);
-    }
-    let Some(next) = active.find(|e| e.last_error.is_none() && e.last_push > 0) else { return Ok(false) };
+    };
     edges::set_state(conn, primary.id, LinkState::Blocked)?;
     let detail = format!("failing for {failing_for} s: links moved to {}", next.name);
     crate::store::audit(conn, now, "control", "edge.failover", &primary.name, &detail)?;
@@ -234,7 +246,9 @@ pub(crate) async fn sweeper(app: Arc<App>, mut shutdown: watch::Receiver<bool>) 
             }
             Err(e) => tracing::error!(error = %e, "sweep failed"),
         }
-        if app.config.edge_failover_secs > 0 {
+        // Looked at with a read; the writer is taken only to act (and it looks again).
+        let after = app.config.edge_failover_secs;
+        if after > 0 && app.db.read(move |c| Ok(failover_due(c, after, now())?.is_some())).await.unwrap_or(false) {
             let state = app.clone();
             match app.db.write(move |tx| fail_over(tx, &state, now())).await {
                 Ok(false) => {}
