@@ -1051,6 +1051,8 @@ async fn admins_and_a_resellers_view_in_a_real_browser() {
     find(&client, "#admin-form select[name=role]").await.select_by_value("reseller").await.unwrap();
     fill(&client, "#admin-form input[name=max_users]", "2").await;
     fill(&client, "#admin-form input[name=max_traffic]", "5").await;
+    // How fast their users over quota may still go (issue 46, 3).
+    fill(&client, "#admin-form input[name=max_slow_speed]", "1.5").await;
     find(&client, "#admin-form input[name='group:sold']").await.send_keys(" ").await.unwrap();
     screenshot(&client, "admins-new").await;
     find(&client, "#admin-form button[type=submit]").await.send_keys("\u{e007}").await.unwrap();
@@ -1058,6 +1060,10 @@ async fn admins_and_a_resellers_view_in_a_real_browser() {
     assert!(row.contains("Reseller") && row.contains("0 of 2") && row.contains("sold"), "{row}");
     let admins = control.call(&http, &token, reqwest::Method::GET, "/admins", None).await.unwrap();
     assert_eq!(admins["admins"][0]["max_traffic"], 5u64 << 30, "{admins}");
+    assert_eq!(
+        (admins["admins"][0]["max_slow_speed"].as_f64(), &admins["admins"][0]["max_days"]),
+        (Some(1.5), &Value::Null)
+    );
     screenshot(&client, "admins").await;
     no_console_errors(&driver, &client, "adding an admin").await;
 
@@ -1067,7 +1073,7 @@ async fn admins_and_a_resellers_view_in_a_real_browser() {
     fill(&client, "#login input[name=password]", "a reseller's password").await;
     find(&client, "#login button[type=submit]").await.send_keys("\u{e007}").await.unwrap();
     let limits = text_of(&client, "#limits", |t| t.contains("0 of 2")).await;
-    assert!(limits.contains("sold"), "{limits}");
+    assert!(limits.contains("sold") && limits.contains("1.5 Mbit/s"), "{limits}");
     let nav = text_of(&client, "header nav", |t| t.contains("Users")).await;
     assert!(!nav.contains("Nodes") && !nav.contains("Overview") && !nav.contains("Admins"), "{nav}");
     text_of(&client, "#me", |t| t.contains("rita") && t.contains("Reseller")).await;
