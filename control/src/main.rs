@@ -702,6 +702,9 @@ fn release_command(dir: &std::path::Path, command: ReleaseCommand) -> Result<()>
             let key_path = key.unwrap_or_else(|| keyring::Paths::new(dir).secret(Role::Release));
             let key = keyring::load_key(&key_path, Role::Release).context("loading the release key")?;
             let binaries = binaries.iter().map(|spec| releases::read_binary(spec)).collect::<Result<Vec<_>>>()?;
+            if let Some(warning) = releases::too_large_for_edges(&binaries) {
+                eprintln!("warning: {warning}");
+            }
             let lifetime = releases::parse_lifetime(&expires)?;
             // Added here at once: sign past the newest release this control holds, so two
             // releases signed within one second are both taken.

@@ -72,6 +72,21 @@ pub(crate) fn read_binary(spec: &str) -> Result<Binary> {
     Ok(Binary { os, arch, bytes })
 }
 
+/// What to tell whoever signs `binaries` when, bundled, they are over what an edge takes:
+/// nodes that reach only an edge could never get the release.
+pub(crate) fn too_large_for_edges(binaries: &[Binary]) -> Option<String> {
+    // The manifest and the bundle's framing, with room to spare.
+    let total = binaries.iter().map(|b| b.bytes.len()).sum::<usize>() + 64 * 1024;
+    (total > hearth_shared::release::MAX_BUNDLE_BYTES).then(|| {
+        format!(
+            "these binaries weigh {} MiB, over the {} MiB an edge takes: nodes that reach only an edge \
+             cannot get this release (ship release builds, or strip their debug info: strip --strip-debug)",
+            total >> 20,
+            hearth_shared::release::MAX_BUNDLE_BYTES >> 20
+        )
+    })
+}
+
 /// Parses a lifetime like `30d`, `12h`, `90m` or `3600` (seconds).
 pub(crate) fn parse_lifetime(text: &str) -> Result<u64> {
     let (number, unit) = match text.char_indices().last() {
@@ -597,13 +612,24 @@ pub(crate) fn advance(conn: &Connection, signer: &Signer, timeout: u64, now: u64
     Ok(true)
 }
 
-/// What a node said in its pull about its release: what it runs, and why it refused one.
+/// What a node said about its release, at `said_at` (in a pull: now; in a usage report: the
+/// end of its period, which may be long past when an edge relays it): what it runs, and why
+/// it refused one. Something said before what was taken already is old news, and left.
 pub(crate) fn node_says(
     conn: &Connection,
     node: NodeId,
     running: Option<&str>,
     update: Option<&str>,
+    said_at: u64,
 ) -> Result<(), Error> {
+    let newer: bool = conn
+        .prepare_cached("UPDATE nodes SET release_said_at = ?2 WHERE id = ?1 AND release_said_at <= ?2 RETURNING 1")?
+        .query_row(params![node, said_at], |_| Ok(()))
+        .optional()?
+        .is_some();
+    if !newer {
+        return Ok(());
+    }
     let clean =
         |text: &str| -> String { text.chars().filter(|c| c.is_ascii_graphic() || *c == ' ').take(300).collect() };
     if let Some(running) = running {
@@ -678,6 +704,10 @@ mod tests {
         elf[18] = 183;
         assert_eq!(elf_target(&elf), Some("aarch64"));
         assert_eq!(elf_target(b"#!/bin/sh\nexit 1\n"), None);
+        let binary = |len| Binary { os: "linux".into(), arch: "x86_64".into(), bytes: vec![0; len] };
+        assert_eq!(too_large_for_edges(&[binary(20 << 20), binary(20 << 20)]), None);
+        let over = too_large_for_edges(&[binary(40 << 20), binary(30 << 20)]).unwrap();
+        assert!(over.contains("70 MiB") && over.contains("64 MiB"), "{over}");
         // The test binary itself is an ELF for this machine.
         let me = std::fs::read(std::env::current_exe().unwrap()).unwrap();
         assert_eq!(elf_target(&me), Some(std::env::consts::ARCH));

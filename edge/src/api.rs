@@ -205,7 +205,7 @@ pub fn check_release(
 }
 
 /// The largest release bundle taken (a few binaries).
-pub const MAX_RELEASE_BYTES: usize = 64 * 1024 * 1024;
+pub const MAX_RELEASE_BYTES: usize = hearth_shared::release::MAX_BUNDLE_BYTES;
 
 /// How many streams one export page holds (fewer when their bytes fill it first).
 pub const EXPORT_PAGE: u32 = hearth_shared::wire::ExportPage::MAX_ITEMS as u32;

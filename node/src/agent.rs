@@ -64,8 +64,16 @@ pub(crate) struct Agent {
     pub(crate) acme: Option<Arc<hearth_acme::Manager>>,
 }
 
-/// Who was on the node at the last report (user, devices, connections), and when.
-pub(crate) type Reported = (Vec<(u64, u32, u32)>, u64);
+/// What the last usage report said.
+#[derive(Default)]
+pub(crate) struct Reported {
+    /// Who was on the node (user, devices, connections).
+    pub(crate) on: Vec<(u64, u32, u32)>,
+    /// When it was made.
+    pub(crate) at: u64,
+    /// The release the node said it runs (`None`: not said since the node started).
+    pub(crate) release: Option<hearth_shared::wire::NodeRelease>,
+}
 
 /// The file that keeps the edge control last named (empty: none).
 pub(crate) const EDGE_FILE: &str = "edge.url";

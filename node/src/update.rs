@@ -71,6 +71,19 @@ pub(crate) fn status(state: &StateDir) -> Option<String> {
     std::fs::read_to_string(state.path(STATUS)).ok().map(|s| s.trim().to_owned()).filter(|s| !s.is_empty())
 }
 
+/// What this node says of its release in a usage report: the two headers' values, each cut
+/// to what a report may carry.
+pub(crate) fn said(state: &StateDir) -> hearth_shared::wire::NodeRelease {
+    let cut = |mut text: String| {
+        hearth_shared::cut_to(&mut text, hearth_shared::wire::NodeRelease::MAX_LEN);
+        text
+    };
+    hearth_shared::wire::NodeRelease {
+        running: cut(version_header(state)),
+        update: cut(status(state).unwrap_or_default()),
+    }
+}
+
 /// Whether the node should look at `release`: not the one it runs, nor one it refused.
 pub(crate) fn wants(state: &StateDir, release: u64) -> bool {
     let handled = std::fs::read_to_string(state.path(HANDLED)).ok().and_then(|s| s.trim().parse::<u64>().ok());

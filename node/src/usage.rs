@@ -49,7 +49,9 @@ impl Agent {
 
     /// Takes the counters and who is on the node into a signed report on disk (nothing is
     /// taken if it cannot be written): when anyone moved traffic, something was refused, who
-    /// is on changed, or someone is on and the last report is [`PRESENCE_EVERY`] old.
+    /// is on changed, someone is on and the last report is [`PRESENCE_EVERY`] old, or the
+    /// release the node runs (or its last refusal) is not yet said since the node started:
+    /// the report carries it then, so control hears it through an edge too.
     fn snapshot(&self) -> Result<()> {
         let usage = self.live.take_usage();
         let presence = self.live.take_presence();
@@ -58,8 +60,10 @@ impl Agent {
             presence.iter().filter(|p| p.devices > 0).map(|p| (p.user, p.devices, p.connections)).collect();
         let mut reported = self.reported.lock().expect("reported lock");
         let refused = presence.iter().any(|p| p.refused_devices + p.refused_torrent + p.refused_smtp > 0);
-        let stale = !on.is_empty() && now >= reported.1 + PRESENCE_EVERY;
-        if usage.is_empty() && !refused && on == reported.0 && !stale {
+        let stale = !on.is_empty() && now >= reported.at + PRESENCE_EVERY;
+        let release = crate::update::said(&self.state);
+        let release = (reported.release.as_ref() != Some(&release)).then_some(release);
+        if usage.is_empty() && !refused && on == reported.on && !stale && release.is_none() {
             return Ok(());
         }
         let seq = self.queued()?.last().copied().unwrap_or_else(|| self.acked()) + 1;
@@ -70,6 +74,7 @@ impl Agent {
             period_end: now,
             users: usage.clone(),
             presence: presence.clone(),
+            release: release.clone(),
         };
         let envelope = report.sign(&self.key, now).encode();
         let stored = std::fs::create_dir_all(self.queue_dir())
@@ -79,7 +84,11 @@ impl Agent {
             self.live.give_back(&usage, &presence);
             return Err(e);
         }
-        *reported = (on, now);
+        reported.on = on;
+        reported.at = now;
+        if release.is_some() {
+            reported.release = release;
+        }
         Ok(())
     }
 

@@ -51,6 +51,17 @@ pub fn encode_beyond_ascii(text: &str) -> String {
     percent_encoding::utf8_percent_encode(text, &percent_encoding::AsciiSet::EMPTY).to_string()
 }
 
+/// `text` cut to at most `max` bytes, on a character boundary (never in a letter's middle).
+/// Returns whether anything was cut.
+pub fn cut_to(text: &mut String, max: usize) -> bool {
+    if text.len() <= max {
+        return false;
+    }
+    let at = (0..=max).rev().find(|&at| text.is_char_boundary(at)).unwrap_or(0);
+    text.truncate(at);
+    true
+}
+
 /// Compares two byte strings in constant time (for equal lengths). Use it for every secret.
 pub fn ct_eq(a: &[u8], b: &[u8]) -> bool {
     use subtle::ConstantTimeEq as _;
@@ -59,6 +70,15 @@ pub fn ct_eq(a: &[u8], b: &[u8]) -> bool {
 
 #[cfg(test)]
 mod tests {
+    #[test]
+    fn cuts_fall_between_letters() {
+        let mut text = "ab\u{e4}\u{44f}".to_owned(); // 2 + 2 + 2 bytes
+        assert!(!super::cut_to(&mut text, 6));
+        assert!(super::cut_to(&mut text, 5) && text == "ab\u{e4}");
+        assert!(super::cut_to(&mut text, 3) && text == "ab");
+        assert!(super::cut_to(&mut text, 0) && text.is_empty());
+    }
+
     #[test]
     fn web_addresses() {
         assert!(super::is_web_address("https://edge.example.net/s"));

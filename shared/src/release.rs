@@ -73,6 +73,10 @@ pub struct Rollout {
     pub nodes: Vec<NodeId>,
 }
 
+/// The largest [`ReleaseBundle`] an edge takes (a Cloudflare Worker takes a request of at
+/// most 100 MB): a few release builds of the node, never a debug build.
+pub const MAX_BUNDLE_BYTES: usize = 64 * 1024 * 1024;
+
 /// A release as control hands it to the edge (`PUT /<api>/release`), for nodes that reach
 /// only the edge: the signed manifest and its binaries by name.
 #[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]

@@ -1457,9 +1457,10 @@ pub struct Presence {
 /// A node's usage report, signed by the node's key on the stream `usage/<node>`, with the
 /// sequence number as the envelope version: control applies each sequence number once.
 ///
-/// Two encodings: without presence, the five fields alone (what every control and edge
-/// reads); with it, the five fields and the presence list after them. [`UsageReport::decode`]
-/// takes either; a report with no one present always takes the first.
+/// Three encodings, each a prefix of the next: without presence, the five fields alone (what
+/// every control and edge reads); with it, the five fields and the presence list after them;
+/// with the node's release, both and then the release. [`UsageReport::decode`] takes any; a
+/// report always takes the shortest that holds what it says.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub struct UsageReport {
     /// The node.
@@ -1475,6 +1476,25 @@ pub struct UsageReport {
     /// Every user with a device connected at the end of the period or something refused
     /// during it, sorted by user, once each; a user left out has nobody on the node.
     pub presence: Vec<Presence>,
+    /// What the node runs and why it last refused a release: in the first report after the
+    /// node starts and whenever that changes (`None`: as last said). Control reads it as it
+    /// reads the headers of a pull, so a node that reaches only an edge is heard through it.
+    pub release: Option<NodeRelease>,
+}
+
+/// What a node says of its release, as in the headers of its pulls
+/// ([`crate::nodeauth::NODE_VERSION_HEADER`], [`crate::nodeauth::NODE_UPDATE_HEADER`]).
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct NodeRelease {
+    /// `<version>@<release>`: the version it runs and the release envelope it came in.
+    pub running: String,
+    /// `<release> <reason>` for the release it last refused or rolled back; empty when none.
+    pub update: String,
+}
+
+impl NodeRelease {
+    /// The longest either text may be, in bytes.
+    pub const MAX_LEN: usize = 512;
 }
 
 /// A report as nodes before presence sent it.
@@ -1487,34 +1507,58 @@ struct ReportV1 {
     users: Vec<UserUsage>,
 }
 
+/// A report as nodes before the release in it sent it.
+#[derive(Serialize, Deserialize)]
+struct ReportV2 {
+    node: NodeId,
+    seq: u64,
+    period_start: u64,
+    period_end: u64,
+    users: Vec<UserUsage>,
+    presence: Vec<Presence>,
+}
+
 impl UsageReport {
     /// The most presence entries a report carries (a node's users all online).
     pub const MAX_PRESENCE: usize = 200_000;
 
     /// The canonical encoding (see the type).
     pub fn encode(&self) -> Vec<u8> {
-        if self.presence.is_empty() {
-            let UsageReport { node, seq, period_start, period_end, ref users, .. } = *self;
-            encode(&ReportV1 { node, seq, period_start, period_end, users: users.clone() })
-        } else {
-            encode(self)
+        let UsageReport { node, seq, period_start, period_end, ref users, ref presence, ref release } = *self;
+        match (presence.is_empty(), release) {
+            (true, None) => encode(&ReportV1 { node, seq, period_start, period_end, users: users.clone() }),
+            (false, None) => encode(&ReportV2 {
+                node,
+                seq,
+                period_start,
+                period_end,
+                users: users.clone(),
+                presence: presence.clone(),
+            }),
+            (_, Some(_)) => encode(self),
         }
     }
 
-    /// Decodes strictly either encoding; refuses presence out of order or repeated.
+    /// Decodes strictly any encoding; refuses presence out of order or repeated, and a
+    /// release's texts over [`NodeRelease::MAX_LEN`].
     pub fn decode(bytes: &[u8]) -> Result<UsageReport, WireError> {
         const WHAT: &str = "usage report";
-        let report = match postcard::take_from_bytes::<ReportV1>(bytes) {
-            Ok((old, [])) => {
-                let ReportV1 { node, seq, period_start, period_end, users } = old;
-                UsageReport { node, seq, period_start, period_end, users, presence: Vec::new() }
-            }
-            _ => postcard::from_bytes::<UsageReport>(bytes).map_err(|_| WireError::Malformed(WHAT))?,
+        let report = if let Ok((old, [])) = postcard::take_from_bytes::<ReportV1>(bytes) {
+            let ReportV1 { node, seq, period_start, period_end, users } = old;
+            UsageReport { node, seq, period_start, period_end, users, presence: Vec::new(), release: None }
+        } else if let Ok((old, [])) = postcard::take_from_bytes::<ReportV2>(bytes) {
+            let ReportV2 { node, seq, period_start, period_end, users, presence } = old;
+            UsageReport { node, seq, period_start, period_end, users, presence, release: None }
+        } else {
+            postcard::from_bytes::<UsageReport>(bytes).map_err(|_| WireError::Malformed(WHAT))?
         };
         if report.presence.len() > UsageReport::MAX_PRESENCE
             || report.presence.windows(2).any(|pair| pair[0].user >= pair[1].user)
         {
             return Err(WireError::Malformed("usage report (presence)"));
+        }
+        if report.release.as_ref().is_some_and(|r| r.running.len().max(r.update.len()) > NodeRelease::MAX_LEN) {
+            return Err(WireError::Malformed("usage report (release)"));
         }
         if report.encode() != bytes {
             return Err(WireError::Malformed(WHAT));
@@ -1919,6 +1963,7 @@ mod tests {
             period_end: 70,
             users: vec![UserUsage { user: 1, up: 5, down: 6 }],
             presence: Vec::new(),
+            release: None,
         };
         #[derive(Serialize)]
         struct Before {
@@ -1946,6 +1991,44 @@ mod tests {
         let mut empty = before.clone();
         empty.push(0);
         assert!(UsageReport::decode(&empty).is_err());
+    }
+
+    /// The release a node runs rides after presence (with or without anyone there), so
+    /// controls and edges that read only the first two encodings read those as before; an
+    /// absent release written out, or an overlong one, is refused.
+    #[test]
+    fn usage_reports_carry_the_nodes_release_after_everything_else() {
+        let present = Presence { user: 1, devices: 1, connections: 1, ..Presence::default() };
+        let report = UsageReport {
+            node: 2,
+            seq: 5,
+            period_start: 10,
+            period_end: 70,
+            users: Vec::new(),
+            presence: vec![present],
+            release: None,
+        };
+        let release = NodeRelease { running: "0.4.0@6".into(), update: "7 exited at start".into() };
+        for presence in [vec![present], Vec::new()] {
+            let bare = UsageReport { presence: presence.clone(), ..report.clone() };
+            let with = UsageReport { release: Some(release.clone()), ..bare.clone() };
+            let bytes = with.encode();
+            assert!(bytes.len() > bare.encode().len());
+            assert_eq!(UsageReport::decode(&bytes).unwrap(), with);
+            if !presence.is_empty() {
+                assert!(bytes.starts_with(&bare.encode()), "the encoding with presence is a prefix");
+            }
+            // `None` written out is not canonical: a report without a release takes a shorter form.
+            let mut none = encode(&(2u64, 5u64, 10u64, 70u64, Vec::<UserUsage>::new(), presence.clone()));
+            none.push(0);
+            assert!(UsageReport::decode(&none).is_err());
+        }
+        let long = NodeRelease { update: "x".repeat(NodeRelease::MAX_LEN + 1), ..release.clone() };
+        let overlong = UsageReport { release: Some(long), ..report.clone() };
+        assert!(UsageReport::decode(&overlong.encode()).is_err());
+        let at_most = NodeRelease { update: "x".repeat(NodeRelease::MAX_LEN), ..release };
+        let longest = UsageReport { release: Some(at_most), ..report };
+        assert_eq!(UsageReport::decode(&longest.encode()).unwrap(), longest);
     }
 
     /// Where a fetched link went: by the base it came in on (scheme and case aside, the

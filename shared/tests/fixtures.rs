@@ -131,6 +131,7 @@ fn envelopes() -> Vec<(&'static str, Envelope)> {
         period_end: NOW,
         users: vec![UserUsage { user: 7, up: 1000, down: 50_000 }],
         presence: Vec::new(),
+        release: None,
     };
     // With user 7 on two devices, one more refused.
     let present = UsageReport {
@@ -143,6 +144,12 @@ fn envelopes() -> Vec<(&'static str, Envelope)> {
             ..Default::default()
         }],
         ..report.clone()
+    };
+    // After a restart into release 6, having rolled back release 7.
+    let released = UsageReport {
+        seq: 14,
+        release: Some(wire::NodeRelease { running: "0.4.0@6".into(), update: "7 exited at start".into() }),
+        ..present.clone()
     };
     vec![
         (
@@ -179,6 +186,10 @@ fn envelopes() -> Vec<(&'static str, Envelope)> {
         (
             "usage_report_presence",
             draft(Kind::UsageReport, stream::usage(3), 13, Audience::Control).sign(present.encode(), &[&node()]),
+        ),
+        (
+            "usage_report_release",
+            draft(Kind::UsageReport, stream::usage(3), 14, Audience::Control).sign(released.encode(), &[&node()]),
         ),
         (
             "usage_ack",
@@ -259,11 +270,12 @@ fn fixtures_decode_and_verify() {
     trust.accept_key_record(&record, NOW).unwrap();
     trust.set_node(3, node().public());
     let snapshot_stream = stream::snapshot(&token().hash());
-    let cases: [(&str, Kind, Audience, &str); 10] = [
+    let cases: [(&str, Kind, Audience, &str); 11] = [
         ("credential_set", Kind::CredentialSet, Audience::Node(3), "creds/3"),
         ("credential_set_v2", Kind::CredentialSet, Audience::Node(3), "creds/3"),
         ("credential_set_v4", Kind::CredentialSet, Audience::Node(3), "creds/3"),
         ("usage_report_presence", Kind::UsageReport, Audience::Control, "usage/3"),
+        ("usage_report_release", Kind::UsageReport, Audience::Control, "usage/3"),
         ("snapshot", Kind::Snapshot, Audience::Edge, &snapshot_stream),
         ("batch", Kind::Batch, Audience::Edge, stream::BATCH),
         ("node_record", Kind::NodeRecord, Audience::Edge, "node/3"),
@@ -289,7 +301,8 @@ fn fixtures_decode_and_verify() {
         }
         if name.starts_with("usage_report") {
             let report = UsageReport::decode(&verified.envelope.body).unwrap_or_else(|e| panic!("{name}: {e}"));
-            assert_eq!(report.presence.len(), usize::from(name == "usage_report_presence"), "{name}");
+            assert_eq!(report.presence.len(), usize::from(name != "usage_report"), "{name}");
+            assert_eq!(report.release.is_some(), name == "usage_report_release", "{name}");
         }
         if name == "snapshot" {
             assert_eq!(seal::open(&verified.envelope.body, &token()).unwrap(), snapshot());

@@ -1078,7 +1078,8 @@ async fn the_export_gives_the_release_back(backend: Backend) {
 }
 
 /// Node 1's usage report `seq` (user 5's traffic over the last minute), signed by `key`; an
-/// even `seq` also says user 5 is on the node (the encoding with presence).
+/// even `seq` also says user 5 is on the node (the encoding with presence), and one in three
+/// the release the node runs (the encoding with it).
 fn usage_report(sim: &ControlSim, seq: u64, key: &SecretKey) -> Vec<u8> {
     let on = hearth_shared::wire::Presence { user: 5, devices: 1, connections: 2, ..Default::default() };
     let body = UsageReport {
@@ -1088,6 +1089,9 @@ fn usage_report(sim: &ControlSim, seq: u64, key: &SecretKey) -> Vec<u8> {
         period_end: now(),
         users: vec![UserUsage { user: 5, up: 100, down: 2000 }],
         presence: if seq.is_multiple_of(2) { vec![on] } else { Vec::new() },
+        release: seq
+            .is_multiple_of(3)
+            .then(|| hearth_shared::wire::NodeRelease { running: format!("0.1.0@{seq}"), update: String::new() }),
     }
     .encode();
     sim.draft(Kind::UsageReport, stream::usage(1), seq, Audience::Control).sign(body, &[key]).encode()

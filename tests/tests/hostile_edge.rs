@@ -674,9 +674,17 @@ async fn control_counts_from_a_drain_only_what_its_nodes_signed_and_each_report_
         .unwrap();
     let report = |key: &SecretKey, seq: u64, down: u64| {
         let users = vec![UserUsage { user: alice, up: 1000, down }];
-        UsageReport { node: a, seq, period_start: now() - 60, period_end: now(), users, presence: Vec::new() }
-            .sign(key, now())
-            .encode()
+        UsageReport {
+            node: a,
+            seq,
+            period_start: now() - 60,
+            period_end: now(),
+            users,
+            presence: Vec::new(),
+            release: None,
+        }
+        .sign(key, now())
+        .encode()
     };
     let genuine = report(&key_a, 1, 2000);
     let mut altered = Envelope::decode(&report(&key_a, 2, 2000), Kind::UsageReport.max_len()).unwrap();

@@ -713,6 +713,65 @@ async fn a_release_rolls_out_canary_first_and_stops_at_the_first_failure() {
     drop(nodes);
 }
 
+/// A node that reaches only the edge (a control at home behind NAT) takes a rollout there, and
+/// control hears what it runs and what it refused through the edge, in its signed usage
+/// reports (issue 46, 12): the rollout completes instead of timing out, and a release whose
+/// binary cannot start stops the rollout at once with the node's own reason.
+#[tokio::test]
+async fn a_node_that_reaches_only_the_edge_is_heard_through_it_in_a_rollout() {
+    let s = System::start(Backend::Native, &[]).await;
+    let state = s.temp.path().join("node");
+    enrolled_node(&s, &state).await;
+    let settings = std::fs::read_to_string(state.join("node.toml")).unwrap();
+    let edge_only: String = settings.lines().filter(|l| !l.starts_with("control_")).map(|l| format!("{l}\n")).collect();
+    std::fs::write(state.join("node.toml"), format!("update_health_secs = 2\n{edge_only}")).unwrap();
+    let exe = s.temp.path().join("bin");
+    std::fs::create_dir(&exe).unwrap();
+    let exe = exe.join("hearth-node");
+    let binary = hearth_tests::binary("hearth-node").unwrap();
+    std::fs::copy(&binary, &exe).unwrap();
+    let node = hearth_tests::node::Supervised::start(&exe, &state).unwrap();
+    let alice = s.user("alice").await;
+    let client = ProxyClient::sing_box(profile_outbound(alice["link"].as_str().unwrap()).await.unwrap()).unwrap();
+    let web = http_server(vec![4u8; 20_000]).await.unwrap();
+    fetch_eventually(&client, web).await.unwrap();
+    let id = s.call(reqwest::Method::GET, "/nodes", None).await["nodes"][0]["id"].as_u64().unwrap();
+    let sign = |version: &str, file: &std::path::Path| -> u64 {
+        let signed = s.dir.cli(&["release", "sign", "--version", version, "--expires", "1d", file.to_str().unwrap()]);
+        let signed = signed.unwrap();
+        signed
+            .lines()
+            .find_map(|l| l.strip_prefix("release ")?.split_whitespace().next()?.parse().ok())
+            .unwrap_or_else(|| panic!("{signed}"))
+    };
+
+    // A good release: the node takes it from the edge and says so through it. (Its debug
+    // info stripped, as in a release build: a debug build is over what an edge takes.)
+    let stripped = s.temp.path().join("hearth-node-stripped");
+    std::fs::copy(&binary, &stripped).unwrap();
+    let strip = Command::new("strip").arg("--strip-debug").arg(&stripped).status().unwrap();
+    assert!(strip.success());
+    let good = sign("0.2.0", &stripped);
+    s.call(reqwest::Method::POST, &format!("/releases/{good}/rollout"), Some(json!({ "canary": id }))).await;
+    let done = rollout_reaches(&s, good, "done").await;
+    assert_eq!(done["rollout"]["done"], json!([id]), "{done}");
+    let listed = s.call(reqwest::Method::GET, "/nodes", None).await;
+    assert_eq!(listed["nodes"][0]["version"], "0.2.0", "{listed}");
+    assert!(std::fs::read(s.temp.path().join("bin").join("hearth-node.prev")).is_ok(), "the node never swapped");
+
+    // A release whose binary exits at once (a real program for this machine): the node rolls
+    // it back, and the rollout stops on its word, long before the 900 s timeout.
+    let broken = sign("0.3.0", std::path::Path::new("/bin/false"));
+    s.call(reqwest::Method::POST, &format!("/releases/{broken}/rollout"), Some(json!({ "canary": id }))).await;
+    let failed = rollout_reaches(&s, broken, "failed").await;
+    let detail = failed["rollout"]["detail"].as_str().unwrap();
+    assert!(detail.starts_with(&format!("node {id}: rolled back")), "{failed}");
+    let listed = s.call(reqwest::Method::GET, "/nodes", None).await;
+    assert_eq!(listed["nodes"][0]["version"], "0.2.0", "{listed}");
+    fetch_eventually(&client, web).await.unwrap();
+    drop(node);
+}
+
 /// What each node last said of its update in its pulls (`hearth-node-update`), as control
 /// stored it (read from its database: the admin API shows only the canary's, in the rollout).
 async fn update_statuses(dir: &ControlDir) -> std::collections::HashMap<u64, String> {

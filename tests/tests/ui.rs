@@ -11,7 +11,7 @@ use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
 use fantoccini::{Client, ClientBuilder, Locator};
-use hearth_tests::control::{Alone, ControlDir, ControlProcess};
+use hearth_tests::control::{Alone, ControlDir, ControlProcess, WithEdge};
 use serde_json::{Value, json};
 
 struct Driver {
@@ -1111,6 +1111,86 @@ async fn admins_and_a_resellers_view_in_a_real_browser() {
         .filter(|e| !e["message"].as_str().is_some_and(|m| m.contains("/api/users") && m.contains("400")))
         .collect();
     assert!(unexpected.is_empty(), "console errors in the reseller's view: {unexpected:#?}");
+
+    // Her password leaked (issue 46, 7): she made an API token with it; the owner sets a new
+    // password in the panel with "end their API tokens too" left on, and the token is dead.
+    let signed_in = http
+        .post(control.api("/login"))
+        .json(&json!({ "login": "rita", "password": "a reseller's password" }))
+        .send()
+        .await
+        .unwrap();
+    let cookie = signed_in.headers()["set-cookie"].to_str().unwrap().split(';').next().unwrap().to_owned();
+    let made: Value = http
+        .post(control.api("/tokens"))
+        .header("cookie", cookie)
+        .json(&json!({ "name": "script", "scope": "read" }))
+        .send()
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
+    let rita_token = made["token"].as_str().unwrap_or_else(|| panic!("{made}")).to_owned();
+    let works = || async { control.call(&http, &rita_token, reqwest::Method::GET, "/users", None).await.is_ok() };
+    assert!(works().await, "her token works before the reset");
+    click(&client, "#sign-out").await;
+    sign_in(&client, &panel).await;
+    client.goto(&format!("{panel}#/admins")).await.unwrap();
+    text_of(&client, "#admins", |t| t.contains("rita")).await;
+    find(&client, "#admins button[data-edit=rita]").await.send_keys("\u{e007}").await.unwrap();
+    let end_tokens = find(&client, "#admin-form input[name=end_tokens]").await;
+    assert_eq!(end_tokens.prop("checked").await.unwrap().as_deref(), Some("true"), "ending tokens is the default");
+    fill(&client, "#admin-form input[name=password]", "a new password for rita").await;
+    find(&client, "#admin-form button[type=submit]").await.send_keys("\u{e007}").await.unwrap();
+    let started = std::time::Instant::now();
+    while works().await {
+        assert!(started.elapsed() < std::time::Duration::from_secs(10), "her token outlived the reset");
+        tokio::time::sleep(std::time::Duration::from_millis(100)).await;
+    }
+    no_console_errors(&driver, &client, "resetting an admin's password").await;
+    client.close().await.unwrap();
+}
+
+/// Control and its edge behind a proxy neither trusts (issue 46, 5): the overview names both,
+/// with the proxy's address and the setting that puts it right, clean under axe.
+#[tokio::test]
+async fn the_overview_names_a_proxy_nobody_trusts_in_a_real_browser() {
+    let temp = tempfile::tempdir().unwrap();
+    let s = WithEdge::start(temp.path()).await.unwrap();
+    // A request to control and a link fetched at the edge, each through a "proxy" on loopback.
+    let through =
+        s.http.get(s.control.api("/status")).bearer_auth(&s.api.token).header("x-forwarded-for", "198.51.100.7");
+    assert!(through.send().await.unwrap().status().is_success());
+    let ann = s.api.post(&s.control, "/users", json!({ "name": "ann" })).await;
+    let plain = hearth_tests::http().build().unwrap();
+    let link = ann["link"].as_str().unwrap().to_owned();
+    let started = Instant::now();
+    loop {
+        let fetched = plain.get(&link).header("user-agent", "SFA/1.12.0").header("cf-connecting-ip", "203.0.113.9");
+        if fetched.send().await.unwrap().status() == 200 {
+            break;
+        }
+        assert!(started.elapsed() < Duration::from_secs(20), "the edge never served ann");
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+    // The edge says so in its answer to the next push.
+    s.api.post(&s.control, "/users", json!({ "name": "bea" })).await;
+    let started = Instant::now();
+    while s.api.get(&s.control, "/status").await["edges"][0]["untrusted_forwarding"] != "127.0.0.1" {
+        assert!(started.elapsed() < Duration::from_secs(20), "the edge never named the proxy");
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+
+    let panel = format!("{}/{}/", s.control.url, s.control.admin);
+    let (driver, client) = browser().await;
+    sign_in(&client, &panel).await;
+    let alerts = text_of(&client, ".alerts", |t| t.contains("HEARTH_TRUSTED_PROXIES")).await;
+    assert!(alerts.contains("Edge main is behind a proxy it does not trust (127.0.0.1"), "{alerts}");
+    assert!(alerts.contains("Control is behind a proxy it does not trust (127.0.0.1"), "{alerts}");
+    assert!(alerts.contains("trusted_proxies in control.toml"), "{alerts}");
+    screenshot(&client, "overview-untrusted-proxy").await;
+    no_console_errors(&driver, &client, "the overview with a proxy nobody trusts").await;
     client.close().await.unwrap();
 }
 

@@ -233,7 +233,7 @@ async fn creds(
         .db
         .write(move |tx| {
             node_store::seen(tx, node, now_s)?;
-            crate::releases::node_says(tx, node, running.as_deref(), update.as_deref())?;
+            crate::releases::node_says(tx, node, running.as_deref(), update.as_deref(), now_s)?;
             // A node holding a later set than control has (control was restored from an older
             // state): the set is signed again above it, so the node takes it.
             publish::raise_creds(tx, &state.signer, node, after, now_s)?;

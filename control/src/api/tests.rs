@@ -489,7 +489,7 @@ async fn node_usage(client: &Client, node: u64, key: &SecretKey, body: Vec<u8>) 
 
 fn report(key: &SecretKey, node: u64, seq: u64, users: Vec<UserUsage>) -> Vec<u8> {
     let now = now();
-    UsageReport { node, seq, period_start: now - 60, period_end: now, users, presence: Vec::new() }
+    UsageReport { node, seq, period_start: now - 60, period_end: now, users, presence: Vec::new(), release: None }
         .sign(key, now)
         .encode()
 }
@@ -1136,7 +1136,7 @@ fn presence_report(key: &SecretKey, node: u64, seq: u64, presence: &[(u64, u32, 
             ..Default::default()
         })
         .collect();
-    UsageReport { node, seq, period_start: now - 60, period_end: now, users: Vec::new(), presence }
+    UsageReport { node, seq, period_start: now - 60, period_end: now, users: Vec::new(), presence, release: None }
         .sign(key, now)
         .encode()
 }

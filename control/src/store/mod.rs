@@ -90,6 +90,9 @@ const MIGRATIONS: &[&str] = &[
     "ALTER TABLE edges ADD COLUMN untrusted_forwarding TEXT;
      ALTER TABLE edges ADD COLUMN disk_full INTEGER NOT NULL DEFAULT 0;",
     USERS_PER_TENANT,
+    // When control last heard what a node runs (a pull's time, or a relayed report's), so
+    // an older report an edge passes on later does not undo a newer word.
+    "ALTER TABLE nodes ADD COLUMN release_said_at INTEGER NOT NULL DEFAULT 0;",
 ];
 
 /// Runs `f` on the blocking pool, in the caller's span and with the caller's log subscriber:

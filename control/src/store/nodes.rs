@@ -807,6 +807,12 @@ pub(crate) fn apply_usage(
         audit(conn, now, "control", "node.limited", &format!("node {node}"), "its monthly traffic cap is reached")?;
     }
     apply_presence(conn, node, &report.presence, now, changes)?;
+    // What it runs, as it says in its pulls: a node that reaches only an edge is heard here.
+    if let Some(release) = &report.release {
+        let update = Some(release.update.as_str()).filter(|u| !u.is_empty());
+        let said_at = report.period_end.min(now);
+        crate::releases::node_says(conn, node, Some(&release.running), update, said_at)?;
+    }
     Ok(UsageOutcome::Applied(seq))
 }
 

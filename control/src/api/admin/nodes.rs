@@ -120,6 +120,9 @@ pub(super) async fn sign_shipped(State(app): State<Arc<App>>, auth: Auth) -> Rep
     let (key, binaries) = tokio::task::spawn_blocking(move || crate::releases::load_shipped(&data, &dir))
         .await
         .map_err(|e| Error::Internal(e.to_string()))??;
+    if let Some(warning) = crate::releases::too_large_for_edges(&binaries) {
+        tracing::warn!("{warning}");
+    }
     let (release, _) = change(&app, &auth, Scope::Admin, move |tx, app, actor, now| {
         crate::releases::add_shipped(&app.config.data_dir, tx, &key, binaries, actor, now)
     })

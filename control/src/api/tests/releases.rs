@@ -230,3 +230,54 @@ async fn the_node_binaries_shipped_with_control_become_a_release_in_one_click() 
     assert!(offline.json()["error"]["message"].as_str().unwrap().contains("release add"));
     assert_eq!(client.get("/releases").await.json()["releases"].as_array().unwrap().len(), 2);
 }
+
+/// What a node runs reaches control in its signed usage reports too, as in its pulls (issue
+/// 46, 12: the edge relays the reports of a node that reaches only it), and an older word
+/// that an edge passes on later never undoes a newer one.
+#[tokio::test]
+async fn what_a_node_runs_is_heard_in_its_reports_and_an_older_word_never_wins() {
+    use hearth_shared::wire::{NodeRelease, UsageReport};
+    let client = Client::signed_in(false).await;
+    let (node, key) = enroll(&client, json!(["default"])).await;
+    let said = || {
+        let app = client.app().clone();
+        async move {
+            app.db
+                .read(move |c| {
+                    Ok(c.query_row(
+                        "SELECT version, release_running, update_status FROM nodes WHERE id = ?1",
+                        [node],
+                        |row| Ok((row.get::<_, String>(0)?, row.get::<_, u64>(1)?, row.get::<_, String>(2)?)),
+                    )?)
+                })
+                .await
+                .unwrap()
+        }
+    };
+    let report = |seq: u64, end: u64, running: &str, update: &str| {
+        let release = NodeRelease { running: running.into(), update: update.into() };
+        let report = UsageReport {
+            node,
+            seq,
+            period_start: end - 10,
+            period_end: end,
+            users: Vec::new(),
+            presence: Vec::new(),
+            release: Some(release),
+        };
+        report.sign(&key, now()).encode()
+    };
+    let at = now();
+    let sent = super::node_usage(&client, node, &key, report(1, at - 60, "0.2.0@7", "8 rolled back: it crashed")).await;
+    assert_eq!(sent.status, StatusCode::OK);
+    assert_eq!(said().await, ("0.2.0".to_owned(), 7, "8 rolled back: it crashed".to_owned()));
+    // A pull says the node moved on; then the edge relays a report made before that pull.
+    let app = client.app().clone();
+    app.db.write(move |tx| crate::releases::node_says(tx, node, Some("0.3.0@9"), None, at - 20)).await.unwrap();
+    let late = super::node_usage(&client, node, &key, report(2, at - 30, "0.2.0@7", "8 rolled back: it crashed")).await;
+    assert_eq!(late.status, StatusCode::OK, "the report itself is taken");
+    assert_eq!(said().await, ("0.3.0".to_owned(), 9, String::new()), "an older word undid a newer one");
+    let newer = super::node_usage(&client, node, &key, report(3, at, "0.3.0@9", "10 tampered")).await;
+    assert_eq!(newer.status, StatusCode::OK);
+    assert_eq!(said().await, ("0.3.0".to_owned(), 9, "10 tampered".to_owned()));
+}
