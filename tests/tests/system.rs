@@ -716,7 +716,9 @@ async fn a_release_rolls_out_canary_first_and_stops_at_the_first_failure() {
 /// A node that reaches only the edge (a control at home behind NAT) takes a rollout there, and
 /// control hears what it runs and what it refused through the edge, in its signed usage
 /// reports (issue 46, 12): the rollout completes instead of timing out, and a release whose
-/// binary cannot start stops the rollout at once with the node's own reason.
+/// binary cannot start stops the rollout at once with the node's own reason. A release the
+/// edge refuses (a debug build, over its size limit) is not offered to it again, and the next
+/// one is.
 #[tokio::test]
 async fn a_node_that_reaches_only_the_edge_is_heard_through_it_in_a_rollout() {
     let s = System::start(Backend::Native, &[]).await;
@@ -745,8 +747,25 @@ async fn a_node_that_reaches_only_the_edge_is_heard_through_it_in_a_rollout() {
             .unwrap_or_else(|| panic!("{signed}"))
     };
 
+    // A debug build is over what an edge takes: the edge refuses it (413), and control marks
+    // it as handled for that edge rather than offer it again and again.
+    let oversized = sign("0.1.9", &binary);
+    s.call(reqwest::Method::POST, &format!("/releases/{oversized}/rollout"), Some(json!({ "canary": id }))).await;
+    let db = libsql::Builder::new_local(s.dir.path.join("control.db")).build().await.unwrap();
+    let conn = db.connect().unwrap();
+    let started = Instant::now();
+    loop {
+        let mut rows = conn.query("SELECT release FROM edges", ()).await.unwrap();
+        if rows.next().await.unwrap().unwrap().get::<u64>(0).unwrap() == oversized {
+            break;
+        }
+        assert!(started.elapsed() < Duration::from_secs(30), "control never heard the edge refuse the release");
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+    s.call(reqwest::Method::POST, &format!("/releases/{oversized}/stop"), None).await;
+
     // A good release: the node takes it from the edge and says so through it. (Its debug
-    // info stripped, as in a release build: a debug build is over what an edge takes.)
+    // info stripped, as in a release build.)
     let stripped = s.temp.path().join("hearth-node-stripped");
     std::fs::copy(&binary, &stripped).unwrap();
     let strip = Command::new("strip").arg("--strip-debug").arg(&stripped).status().unwrap();
