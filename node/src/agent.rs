@@ -71,7 +71,7 @@ pub(crate) struct Reported {
     pub(crate) on: Vec<(u64, u32, u32)>,
     /// When it was made.
     pub(crate) at: u64,
-    /// The release the node said it runs (`None`: not said since the node started).
+    /// The release the node said it runs (`None`: not read yet from the state directory).
     pub(crate) release: Option<hearth_shared::wire::NodeRelease>,
 }
 

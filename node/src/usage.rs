@@ -23,6 +23,9 @@ use crate::capped;
 /// The longest a node goes without reporting who is on it while anyone is.
 pub(crate) const PRESENCE_EVERY: u64 = 300;
 
+/// What the node last said of its release in a report (a [`wire::NodeRelease`]).
+const SAID_FILE: &str = "usage.release";
+
 impl Agent {
     /// The folder of reports waiting for control's acknowledgement, one file per report.
     fn queue_dir(&self) -> PathBuf {
@@ -50,8 +53,9 @@ impl Agent {
     /// Takes the counters and who is on the node into a signed report on disk (nothing is
     /// taken if it cannot be written): when anyone moved traffic, something was refused, who
     /// is on changed, someone is on and the last report is [`PRESENCE_EVERY`] old, or the
-    /// release the node runs (or its last refusal) is not yet said since the node started:
-    /// the report carries it then, so control hears it through an edge too.
+    /// release the node runs (or its last refusal) differs from what a report said before.
+    /// A report carries the release whenever it differs, so control hears it through an edge
+    /// too.
     fn snapshot(&self) -> Result<()> {
         let usage = self.live.take_usage();
         let presence = self.live.take_presence();
@@ -62,8 +66,17 @@ impl Agent {
         let refused = presence.iter().any(|p| p.refused_devices + p.refused_torrent + p.refused_smtp > 0);
         let stale = !on.is_empty() && now >= reported.at + PRESENCE_EVERY;
         let release = crate::update::said(&self.state);
+        if reported.release.is_none() {
+            reported.release =
+                std::fs::read(self.state.path(SAID_FILE)).ok().and_then(|b| wire::decode(&b, "said").ok());
+        }
+        // A change after something was said, or a release taken or refused at all, makes a
+        // report of its own: a rollout waits on it. A node installed by hand that never said
+        // anything says what it runs with its first report.
+        let said_before = reported.release.is_some();
         let release = (reported.release.as_ref() != Some(&release)).then_some(release);
-        if usage.is_empty() && !refused && on == reported.on && !stale && release.is_none() {
+        let news = release.as_ref().is_some_and(|r| said_before || !r.update.is_empty() || !r.running.ends_with("@0"));
+        if usage.is_empty() && !refused && on == reported.on && !stale && !news {
             return Ok(());
         }
         let seq = self.queued()?.last().copied().unwrap_or_else(|| self.acked()) + 1;
@@ -86,8 +99,13 @@ impl Agent {
         }
         reported.on = on;
         reported.at = now;
-        if release.is_some() {
-            reported.release = release;
+        if let Some(release) = release {
+            // Kept, so a restart into the same release says nothing new (a report of its own
+            // at every start would be noise); lost, it is only said once more.
+            if let Err(e) = self.state.write(SAID_FILE, &wire::encode(&release)) {
+                tracing::warn!(error = %e, "could not keep what the node said of its release");
+            }
+            reported.release = Some(release);
         }
         Ok(())
     }

@@ -1476,8 +1476,8 @@ pub struct UsageReport {
     /// Every user with a device connected at the end of the period or something refused
     /// during it, sorted by user, once each; a user left out has nobody on the node.
     pub presence: Vec<Presence>,
-    /// What the node runs and why it last refused a release: in the first report after the
-    /// node starts and whenever that changes (`None`: as last said). Control reads it as it
+    /// What the node runs and why it last refused a release: in the first report after that
+    /// changes (`None`: as last said). Control reads it as it
     /// reads the headers of a pull, so a node that reaches only an edge is heard through it.
     pub release: Option<NodeRelease>,
 }

@@ -735,9 +735,15 @@ async fn a_node_that_reaches_only_the_edge_is_heard_through_it_in_a_rollout() {
     let node = hearth_tests::node::Supervised::start(&exe, &state).unwrap();
     let alice = s.user("alice").await;
     let client = ProxyClient::sing_box(profile_outbound(alice["link"].as_str().unwrap()).await.unwrap()).unwrap();
-    let web = http_server(vec![4u8; 20_000]).await.unwrap();
-    fetch_eventually(&client, web).await.unwrap();
+    // Nobody has used the node yet, so it has sent no usage report: what it says of a
+    // release must go out on its own.
     let id = s.call(reqwest::Method::GET, "/nodes", None).await["nodes"][0]["id"].as_u64().unwrap();
+    let started = Instant::now();
+    while !node_users(&state).contains(&alice["id"].as_u64().unwrap()) {
+        assert!(started.elapsed() < Duration::from_secs(30), "the node never took its set from the edge");
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+    assert!(!state.join("usage.release").exists() && !state.join("usage").exists(), "the node reported already");
     let sign = |version: &str, file: &std::path::Path| -> u64 {
         let signed = s.dir.cli(&["release", "sign", "--version", version, "--expires", "1d", file.to_str().unwrap()]);
         let signed = signed.unwrap();
@@ -777,6 +783,8 @@ async fn a_node_that_reaches_only_the_edge_is_heard_through_it_in_a_rollout() {
     let listed = s.call(reqwest::Method::GET, "/nodes", None).await;
     assert_eq!(listed["nodes"][0]["version"], "0.2.0", "{listed}");
     assert!(std::fs::read(s.temp.path().join("bin").join("hearth-node.prev")).is_ok(), "the node never swapped");
+    let web = http_server(vec![4u8; 20_000]).await.unwrap();
+    fetch_eventually(&client, web).await.unwrap();
 
     // A release whose binary exits at once (a real program for this machine): the node rolls
     // it back, and the rollout stops on its word, long before the 900 s timeout.
