@@ -51,9 +51,36 @@ fn healthy(port: u16, vars: &[(String, String)]) -> bool {
         && answer.contains("\r\n\r\nok\n")
 }
 
-/// A free loopback port.
+/// A free loopback port (for TCP and UDP both), picked at random below the kernel's ephemeral
+/// range: that range is where every outgoing connection of the tests running beside this one
+/// takes its port from, so a port picked there could be taken by one of them in the moment
+/// before the program under test binds it. Never the same port twice in one test program.
 pub fn free_port() -> Result<u16> {
-    Ok(std::net::TcpListener::bind("127.0.0.1:0")?.local_addr()?.port())
+    use std::sync::Mutex;
+    static GIVEN: Mutex<Vec<u16>> = Mutex::new(Vec::new());
+    const LOWEST: u16 = 10_000;
+    let ephemeral = std::fs::read_to_string("/proc/sys/net/ipv4/ip_local_port_range")
+        .ok()
+        .and_then(|range| range.split_whitespace().next()?.parse::<u16>().ok())
+        .unwrap_or(32_768);
+    if ephemeral < LOWEST + 1_000 {
+        return Ok(std::net::TcpListener::bind("127.0.0.1:0")?.local_addr()?.port());
+    }
+    let mut given = GIVEN.lock().unwrap_or_else(|poisoned| poisoned.into_inner());
+    for _ in 0..1_000 {
+        let port =
+            LOWEST + (rand_core::RngCore::next_u32(&mut rand_core::OsRng) % u32::from(ephemeral - LOWEST)) as u16;
+        if given.contains(&port) {
+            continue;
+        }
+        let tcp = std::net::TcpListener::bind(("127.0.0.1", port));
+        let udp = std::net::UdpSocket::bind(("127.0.0.1", port));
+        if tcp.is_ok() && udp.is_ok() {
+            given.push(port);
+            return Ok(port);
+        }
+    }
+    bail!("no free loopback port between {LOWEST} and {ephemeral}")
 }
 
 impl EdgeProcess {

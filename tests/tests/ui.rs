@@ -4,7 +4,6 @@
 //! sized screen, sign-out. Screenshots of the main pages land in `target/ui-screenshots/`;
 //! the browser's console must stay free of errors (a Content-Security-Policy violation is one).
 
-use std::net::TcpListener;
 use std::os::unix::process::CommandExt as _;
 use std::path::PathBuf;
 use std::process::{Child, Command, Stdio};
@@ -30,7 +29,7 @@ impl Drop for Driver {
 }
 
 fn free_port() -> u16 {
-    TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port()
+    hearth_tests::edge::free_port().unwrap()
 }
 
 /// Starts chromedriver and opens a browser session with the flags TOOLCHAIN.md gives.
