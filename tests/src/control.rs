@@ -475,6 +475,32 @@ impl ControlProcess {
         if !answer.status().is_success() {
             bail!("setup failed: {}", answer.text().await?);
         }
+        self.token_in_session(client, &answer, scope).await
+    }
+
+    /// Signs `login` in with `password` and makes an API token of `scope` in that session.
+    pub async fn token_for(
+        &self,
+        client: &reqwest::Client,
+        login: &str,
+        password: &str,
+        scope: &str,
+    ) -> Result<String> {
+        let answer =
+            client.post(self.api("/login")).json(&json!({ "login": login, "password": password })).send().await?;
+        if !answer.status().is_success() {
+            bail!("signing {login} in failed: {}", answer.text().await?);
+        }
+        self.token_in_session(client, &answer, scope).await
+    }
+
+    /// An API token of `scope`, made in the session a sign-in's `answer` opened.
+    async fn token_in_session(
+        &self,
+        client: &reqwest::Client,
+        answer: &reqwest::Response,
+        scope: &str,
+    ) -> Result<String> {
         let cookie = answer
             .headers()
             .get("set-cookie")

@@ -1113,24 +1113,7 @@ async fn admins_and_a_resellers_view_in_a_real_browser() {
 
     // Her password leaked (issue 46, 7): she made an API token with it; the owner sets a new
     // password in the panel with "end their API tokens too" left on, and the token is dead.
-    let signed_in = http
-        .post(control.api("/login"))
-        .json(&json!({ "login": "rita", "password": "a reseller's password" }))
-        .send()
-        .await
-        .unwrap();
-    let cookie = signed_in.headers()["set-cookie"].to_str().unwrap().split(';').next().unwrap().to_owned();
-    let made: Value = http
-        .post(control.api("/tokens"))
-        .header("cookie", cookie)
-        .json(&json!({ "name": "script", "scope": "read" }))
-        .send()
-        .await
-        .unwrap()
-        .json()
-        .await
-        .unwrap();
-    let rita_token = made["token"].as_str().unwrap_or_else(|| panic!("{made}")).to_owned();
+    let rita_token = control.token_for(&http, "rita", "a reseller's password", "read").await.unwrap();
     let works = || async { control.call(&http, &rita_token, reqwest::Method::GET, "/users", None).await.is_ok() };
     assert!(works().await, "her token works before the reset");
     click(&client, "#sign-out").await;
