@@ -2154,7 +2154,8 @@ async fn users_move_in_with_their_passwords_and_old_paths_and_an_import_is_all_o
     assert!(reasons[0].0 == "copycat" && reasons[0].1.contains("another user's"), "{reasons:?}");
     assert!(reasons[1].0 == "squatter" && reasons[1].1.contains("another user's"), "{reasons:?}");
     assert!(reasons[2].0 == "climber" && reasons[2].1.contains("an alias is a path under a folder"), "{reasons:?}");
-    assert!(reasons[3].0 == "resident-again" && reasons[3].1.contains("already exists"), "{reasons:?}");
+    // Named as people know it, with its id at the source beside it (issue 47, 8).
+    assert!(reasons[3].0 == "resident (resident-again)" && reasons[3].1.contains("already exists"), "{reasons:?}");
     assert_eq!(client.get("/users").await.json()["total"], users_before, "a dry run keeps nothing");
 
     // Bad documents: a clear error, nothing changed.
@@ -2250,9 +2251,27 @@ async fn a_3x_ui_database_uploaded_to_the_panel_is_previewed_then_imported() {
     let preview = preview.json();
     let names: Vec<&str> =
         preview["imported"].as_array().unwrap().iter().map(|u| u["name"].as_str().unwrap()).collect();
-    assert_eq!(names, ["alice", "bob"]);
+    assert_eq!(names, ["alice", "bob", "carol", "erin"]);
     assert_eq!(preview["skipped"].as_array().unwrap().len(), 2);
     assert_eq!(client.get("/users").await.json()["total"], 0);
+    // The report says what came over changed, per user, and what became of every field.
+    let changed = |name: &str| -> Vec<String> {
+        let user = preview["imported"].as_array().unwrap().iter().find(|u| u["name"] == name).unwrap();
+        user["changed"].as_array().map_or_else(Vec::new, |c| c.iter().map(|c| c.as_str().unwrap().to_owned()).collect())
+    };
+    assert!(changed("alice").is_empty(), "{:?}", changed("alice"));
+    let carol = changed("carol");
+    assert!(carol.iter().any(|c| c == "its note was cut to 1000 bytes (Hearth's most)"), "{carol:?}");
+    assert!(carol.iter().any(|c| c.contains("renewed it for 7 days")), "{carol:?}");
+    assert!(changed("erin").iter().any(|c| c.contains("bob's too")), "{:?}", changed("erin"));
+    let fields: Vec<(&str, &str)> = preview["fields"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|f| (f["field"].as_str().unwrap(), f["fate"].as_str().unwrap()))
+        .collect();
+    assert!(fields.contains(&("limitIp", "kept")) && fields.contains(&("reset", "mapped")), "{fields:?}");
+    assert!(fields.iter().any(|(_, fate)| *fate == "dropped"), "{fields:?}");
     // Not a database: a clear error, nothing changed.
     let wrong = upload("/import?source=3x-ui".into(), b"SQLite format 3\0 but not really".to_vec()).await;
     assert_eq!(wrong.status, StatusCode::BAD_REQUEST);
@@ -2266,9 +2285,9 @@ async fn a_3x_ui_database_uploaded_to_the_panel_is_previewed_then_imported() {
     assert_eq!(nowhere.status, StatusCode::BAD_REQUEST);
     assert!(nowhere.json()["error"]["message"].as_str().unwrap().contains("did not answer"));
     let done = upload("/import?source=3x-ui".into(), db).await.json();
-    assert_eq!(done["imported"].as_array().unwrap().len(), 2);
+    assert_eq!(done["imported"].as_array().unwrap().len(), 4);
     let users = client.get("/users").await.json();
-    assert_eq!(users["total"], 2);
+    assert_eq!(users["total"], 4);
     let alice = done["imported"][0]["user"].as_u64().unwrap();
     let aliases = client.get(&format!("/users/{alice}/aliases")).await.json();
     assert_eq!(aliases["aliases"].as_array().unwrap().len(), 3, "{aliases}");

@@ -67,7 +67,7 @@ pub(crate) fn read(bytes: &[u8]) -> Result<Incoming, Error> {
             return Err(Error::invalid("bad_document", format!("user {:?}: \"id\" is 1 to 256 bytes", user.name)));
         }
     }
-    Ok(Incoming { source, users: document.users, skipped: Vec::new() })
+    Ok(Incoming { source, users: document.users, ..Incoming::default() })
 }
 
 /// Every user, as a document: links, passwords and aliases included (it is as secret as
@@ -136,6 +136,7 @@ pub(crate) fn export(conn: &rusqlite::Connection, signer: &crate::publish::Signe
             note,
             device_limit: devices,
             aliases: crate::store::aliases::paths_of_user(conn, id)?,
+            ..IncomingUser::default()
         });
     }
     Ok(Document { format: FORMAT.to_owned(), version: VERSION, source: None, users })

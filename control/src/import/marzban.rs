@@ -426,7 +426,7 @@ fn user_of(row: Row, flavor: Flavor, aliases: Vec<String>) -> IncomingUser {
         days_from_first_use: if on_hold { row.on_hold_seconds.div_ceil(86_400) } else { 0 },
         enabled: row.status != "disabled",
         reset: reset.to_owned(),
-        note: note.chars().take(crate::store::users::MAX_NOTE).collect(),
+        note,
         device_limit: row.hwid_limit,
         aliases,
         ..IncomingUser::default()
@@ -473,10 +473,14 @@ pub(crate) fn read_file(path: &Path, flavor: Flavor, list: Option<&mut dyn BufRe
     let n = std::io::Read::read(&mut std::fs::File::open(path).with_context(|| format!("reading {what}"))?, &mut head)
         .with_context(|| format!("reading {what}"))?;
     if head[..n] == *b"SQLite format 3\0" {
+        let behind = super::wal_without_log(path);
         let conn =
             Connection::open_with_flags(path, OpenFlags::SQLITE_OPEN_READ_ONLY | OpenFlags::SQLITE_OPEN_NO_MUTEX)
                 .with_context(|| format!("opening {what} as SQLite"))?;
-        return from_database(&conn, flavor, list, &what);
+        super::intact(&conn, path)?;
+        let mut incoming = from_database(&conn, flavor, list, &what)?;
+        incoming.warnings.extend(behind);
+        return Ok(incoming);
     }
     let file = std::fs::File::open(path).with_context(|| format!("reading {what}"))?;
     let conn = mysql::load(&mut std::io::BufReader::new(file)).with_context(|| format!("reading {what}"))?;
@@ -492,6 +496,7 @@ pub(crate) fn read_bytes(bytes: &[u8], flavor: Flavor) -> anyhow::Result<Incomin
         let conn =
             Connection::open_with_flags(&path, OpenFlags::SQLITE_OPEN_READ_ONLY | OpenFlags::SQLITE_OPEN_NO_MUTEX)
                 .context("opening the upload as SQLite")?;
+        super::intact(&conn, &path)?;
         return from_database(&conn, flavor, None, "the upload");
     }
     let conn = mysql::load(&mut std::io::Cursor::new(bytes)).context("the upload")?;
@@ -814,6 +819,36 @@ mod tests {
         assert_eq!(date("2027-01-01T00:00:00Z", false), Some(1_798_761_600));
         assert_eq!(date("2027-01-01 00:00:00", false), Some(1_798_761_600));
         assert_eq!(date("soon", false), None);
+    }
+
+    /// A damaged database imports nothing (issue 47, 3): a page of zeros where the users were,
+    /// in either panel's SQLite file, read from a file or uploaded.
+    #[test]
+    fn a_damaged_database_imports_nothing() {
+        let temp = tempfile::tempdir().unwrap();
+        for (file, flavor) in
+            [("marzban-v0.8.4.sqlite3", Flavor::Marzban), ("pasarguard-v5.2.1.sqlite3", Flavor::PasarGuard)]
+        {
+            assert!(!read_file(&fixture(file), flavor, None).unwrap().users.is_empty());
+            let copy = temp.path().join(file);
+            std::fs::copy(fixture(file), &copy).unwrap();
+            let (root, page): (i64, i64) = Connection::open(&copy)
+                .unwrap()
+                .query_row(
+                    "SELECT rootpage, (SELECT page_size FROM pragma_page_size) FROM sqlite_master WHERE name = 'users'",
+                    [],
+                    |row| Ok((row.get(0)?, row.get(1)?)),
+                )
+                .unwrap();
+            let mut bytes = std::fs::read(&copy).unwrap();
+            let at = usize::try_from((root - 1) * page).unwrap();
+            bytes[at..at + usize::try_from(page).unwrap()].fill(0);
+            std::fs::write(&copy, &bytes).unwrap();
+            let error = format!("{:#}", read_file(&copy, flavor, None).unwrap_err());
+            assert!(error.contains("is damaged") && error.contains("nothing is imported"), "{file}: {error}");
+            let error = format!("{:#}", read_bytes(&bytes, flavor).unwrap_err());
+            assert!(error.contains("is damaged"), "{file} uploaded: {error}");
+        }
     }
 
     /// Every token of the fixtures (made by the panels' own schemes, with the verdict each

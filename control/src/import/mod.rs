@@ -213,6 +213,44 @@ fn read_capped(path: &std::path::Path, cap: usize) -> anyhow::Result<Vec<u8>> {
     std::fs::read(path).with_context(|| format!("reading {}", path.display()))
 }
 
+/// Checks that an SQLite database a panel wrote is whole (`PRAGMA quick_check`): a damaged
+/// page would make rows vanish or read wrong, and an import must never take a part of the
+/// users, or wrong values, as if they were all.
+pub(crate) fn intact(conn: &Connection, path: &std::path::Path) -> anyhow::Result<()> {
+    let problems: Vec<String> = conn
+        .prepare("PRAGMA quick_check(5)")
+        .and_then(|mut check| check.query_map([], |row| row.get(0))?.collect())
+        .unwrap_or_else(|e| vec![e.to_string()]);
+    anyhow::ensure!(
+        problems == ["ok"],
+        "{} is damaged ({}): nothing is imported. Copy it again from the panel's server (stop the panel first), \
+         or repair it with sqlite3's .recover",
+        path.display(),
+        problems.join("; ")
+    );
+    Ok(())
+}
+
+/// A warning when the SQLite database at `path` is in write-ahead-log mode (its header says
+/// so) and its log, `<file>-wal`, is not beside it: the changes since the panel's last
+/// checkpoint are in that log, so a copy made while the panel ran may be behind. Asked before
+/// the database is opened (opening it makes an empty log).
+pub(crate) fn wal_without_log(path: &std::path::Path) -> Option<String> {
+    let mut header = [0u8; 20];
+    let mut file = std::fs::File::open(path).ok()?;
+    std::io::Read::read_exact(&mut file, &mut header).ok()?;
+    let wal = header.starts_with(b"SQLite format 3\0") && header[18] == 2 && header[19] == 2;
+    let mut log = path.as_os_str().to_owned();
+    log.push("-wal");
+    (wal && !std::path::Path::new(&log).exists()).then(|| {
+        format!(
+            "{} is in write-ahead-log mode and its -wal file is not beside it: if the panel was running when it \
+             was copied, its latest changes are missing. Copy the -wal file too, or stop the panel and copy again.",
+            path.file_name().map_or_else(|| path.display().to_string(), |name| name.to_string_lossy().into_owned())
+        )
+    })
+}
+
 /// The longest Hysteria2 password taken (what an app holds; other panels make far shorter).
 pub(crate) const MAX_PASSWORD: usize = 256;
 /// The most users one import takes.
@@ -264,6 +302,20 @@ pub(crate) struct IncomingUser {
     /// Old subscription paths (`/sub/<token>`) to serve as aliases.
     #[serde(default)]
     pub aliases: Vec<String>,
+    /// The user's own Telegram chat, for the bot's reminders.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub telegram_id: Option<i64>,
+    /// When its traffic first goes back to zero, Unix seconds (0: as its reset says, from
+    /// now): the old panel's next renewal, so the cycle it paid for carries on.
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub next_reset: u64,
+    /// What the source had that came over changed, in words (for the report).
+    #[serde(skip)]
+    pub mapped: Vec<String>,
+}
+
+fn is_zero(value: &u64) -> bool {
+    *value == 0
 }
 
 fn yes() -> bool {
@@ -282,6 +334,28 @@ pub(crate) struct Skipped {
     pub reason: String,
 }
 
+/// What became of one of the source's fields.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "lowercase")]
+pub(crate) enum Fate {
+    /// Taken as it is.
+    Kept,
+    /// Taken as Hearth's nearest equivalent.
+    Mapped,
+    /// Not taken.
+    Dropped,
+}
+
+/// One of the source's fields, and what became of it.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize)]
+pub(crate) struct Field {
+    /// Its name at the source.
+    pub field: &'static str,
+    pub fate: Fate,
+    /// Where it went, or why not.
+    pub how: &'static str,
+}
+
 /// What a source holds, read.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub(crate) struct Incoming {
@@ -290,6 +364,11 @@ pub(crate) struct Incoming {
     pub users: Vec<IncomingUser>,
     /// What the source has that is not a user Hearth can take (another protocol's client).
     pub skipped: Vec<Skipped>,
+    /// Every field of the source's users, and what became of it.
+    pub fields: Vec<Field>,
+    /// What the reader noticed about the source as a whole (a database read without its
+    /// write-ahead log).
+    pub warnings: Vec<String>,
 }
 
 /// What an import did (or, dry, would do).
@@ -302,6 +381,9 @@ pub(crate) struct Report {
     /// Users imported before (nothing changed).
     pub unchanged: usize,
     pub skipped: Vec<Skipped>,
+    /// Every field of the source's users, and what became of it.
+    pub fields: Vec<Field>,
+    pub warnings: Vec<String>,
 }
 
 /// One user an import added.
@@ -313,6 +395,9 @@ pub(crate) struct ImportedUser {
     pub password_kept: bool,
     pub link_kept: bool,
     pub aliases: usize,
+    /// What came over changed, in words ("its note was cut to 1000 bytes").
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub changed: Vec<String>,
 }
 
 impl Report {
@@ -338,14 +423,31 @@ impl Report {
                 user.aliases,
                 if user.aliases == 1 { "" } else { "es" }
             );
+            for changed in &user.changed {
+                let _ = writeln!(out, "    {changed}");
+            }
         }
         if self.unchanged > 0 {
             let _ = writeln!(out, "already imported, left as they are: {}", self.unchanged);
+        }
+        for warning in &self.warnings {
+            let _ = writeln!(out, "warning: {warning}");
         }
         if !self.skipped.is_empty() {
             let _ = writeln!(out, "skipped: {}", self.skipped.len());
             for skipped in &self.skipped {
                 let _ = writeln!(out, "  {}: {}", skipped.id, skipped.reason);
+            }
+        }
+        if !self.fields.is_empty() {
+            let _ = writeln!(out, "fields of {}:", self.source);
+            for field in &self.fields {
+                let fate = match field.fate {
+                    Fate::Kept => "kept",
+                    Fate::Mapped => "mapped",
+                    Fate::Dropped => "dropped",
+                };
+                let _ = writeln!(out, "  {} {fate}: {}", field.field, field.how);
             }
         }
         out
@@ -354,7 +456,14 @@ impl Report {
 
 /// Why one user cannot be taken (it is skipped, the rest go on).
 fn refuse(user: &IncomingUser, reason: impl Into<String>) -> Skipped {
-    Skipped { id: user.id.clone(), reason: reason.into() }
+    // By the name people know it by, and its id there when that is something else (a number
+    // in PasarGuard, a uuid in Remnawave).
+    let id = if user.name.is_empty() || user.name == user.id {
+        user.id.clone()
+    } else {
+        format!("{} ({})", user.name, user.id)
+    };
+    Skipped { id, reason: reason.into() }
 }
 
 /// A password an app can present, or why not.
@@ -380,8 +489,14 @@ pub(crate) fn apply(
     if incoming.users.len() > MAX_USERS {
         return Err(Error::invalid("too_many_users", format!("an import takes at most {MAX_USERS} users")));
     }
-    let mut report =
-        Report { source: incoming.source.clone(), dry_run, skipped: incoming.skipped, ..Report::default() };
+    let mut report = Report {
+        source: incoming.source.clone(),
+        dry_run,
+        skipped: incoming.skipped,
+        fields: incoming.fields,
+        warnings: incoming.warnings,
+        ..Report::default()
+    };
     let mut changes = Changes::default();
     let mut passwords = HashSet::new();
     let mut aliased = false;
@@ -462,6 +577,11 @@ fn take(
     if user.aliases.len() > MAX_ALIASES {
         return Ok(Err(refuse(user, format!("it has more than {MAX_ALIASES} old subscription paths"))));
     }
+    let mut changed = user.mapped.clone();
+    let mut note = user.note.clone();
+    if hearth_shared::cut_to(&mut note, crate::store::users::MAX_NOTE) {
+        changed.push(format!("its note was cut to {} bytes (Hearth's most)", crate::store::users::MAX_NOTE));
+    }
     let (expires_at, days, start_on_first_use) = if user.days_from_first_use > 0 {
         (None, Some(user.days_from_first_use), Some(true))
     } else {
@@ -474,7 +594,7 @@ fn take(
         days,
         start_on_first_use,
         reset: Some(user.reset.clone()),
-        note: Some(user.note.clone()),
+        note: Some(note),
         enabled: Some(user.enabled),
         device_limit: user.device_limit.map(DeviceLimit::Own),
         ..UserInput::default()
@@ -488,6 +608,13 @@ fn take(
         for path in &user.aliases {
             aliases::add(conn, id, path, key.split(':').next().unwrap_or_default(), now)?;
         }
+        if user.telegram_id.is_some() {
+            crate::store::telegram::set_user_chat(conn, id, user.telegram_id)?;
+        }
+        if user.next_reset > now && user.reset != "none" {
+            conn.prepare_cached("UPDATE users SET next_reset = ?2 WHERE id = ?1")?
+                .execute(rusqlite::params![id, user.next_reset])?;
+        }
         Ok(id)
     })();
     match stored {
@@ -500,6 +627,7 @@ fn take(
                 password_kept,
                 link_kept,
                 aliases: user.aliases.len(),
+                changed,
             }))
         }
         Err(Error::Invalid { message, .. } | Error::Conflict { message, .. }) => {

@@ -118,7 +118,7 @@ fn user_of(user: &Value) -> Result<IncomingUser, (String, String)> {
         expires_at,
         enabled: field(user, "status") != "DISABLED",
         reset: reset.to_owned(),
-        note: note.chars().take(crate::store::users::MAX_NOTE).collect(),
+        note,
         device_limit: user.get("hwidDeviceLimit").and_then(Value::as_u64).and_then(|n| u32::try_from(n).ok()),
         aliases,
         ..IncomingUser::default()

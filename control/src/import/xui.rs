@@ -24,7 +24,78 @@ use anyhow::{Context as _, bail};
 use rusqlite::{Connection, OpenFlags};
 use serde_json::Value;
 
-use super::{Incoming, IncomingUser, Skipped};
+use super::{Fate, Field, Incoming, IncomingUser, Skipped};
+
+/// What becomes of each field of a 3x-ui client (and of its inbound).
+const FIELDS: &[Field] = &[
+    Field { field: "email", fate: Fate::Kept, how: "the user's name" },
+    Field {
+        field: "auth",
+        fate: Fate::Kept,
+        how: "the Hysteria2 password (the inbound's shared one for a client without)",
+    },
+    Field { field: "totalGB, total", fate: Fate::Kept, how: "the traffic quota (client_traffics' when it has a row)" },
+    Field { field: "up, down", fate: Fate::Kept, how: "the traffic used" },
+    Field {
+        field: "expiryTime, expiry_time",
+        fate: Fate::Kept,
+        how: "the expiry; a negative one is days from the first connection; the inbound's when earlier",
+    },
+    Field {
+        field: "enable",
+        fate: Fate::Mapped,
+        how: "disabled stays disabled, but a client disabled only because its quota or expiry ran out comes enabled (Hearth's limits hold it)",
+    },
+    Field {
+        field: "reset",
+        fate: Fate::Mapped,
+        how: "auto-renewal: no expiry, and traffic back to zero daily (1 day), each Monday (2 to 14) or every 30 days from its next renewal (more)",
+    },
+    Field {
+        field: "traffic_reset, traffic_reset_day",
+        fate: Fate::Mapped,
+        how: "the inbound's schedule: daily (hourly too), weekly, or monthly on the 1st (UTC) whatever the day",
+    },
+    Field {
+        field: "subId",
+        fate: Fate::Kept,
+        how: "old links: aliases under each subscription path, for its first Hysteria client",
+    },
+    Field { field: "comment", fate: Fate::Kept, how: "the note (cut at 1000 bytes, said per user)" },
+    Field {
+        field: "limitIp",
+        fate: Fate::Kept,
+        how: "the device limit (devices at once: addresses, an IPv6 /64 as one)",
+    },
+    Field { field: "tgId", fate: Fate::Kept, how: "the user's own Telegram chat for the bot's reminders" },
+    Field { field: "inbound enable", fate: Fate::Mapped, how: "a disabled inbound's clients come disabled" },
+    Field {
+        field: "id, password, flow, security (other protocols)",
+        fate: Fate::Dropped,
+        how: "Hearth serves Hysteria2 only: such clients are listed as skipped",
+    },
+    Field { field: "created_at, updated_at, last_online", fate: Fate::Dropped, how: "Hearth counts from the import" },
+    Field {
+        field: "group_name",
+        fate: Fate::Dropped,
+        how: "put users in Hearth's groups by hand: they decide which nodes a user reaches",
+    },
+];
+
+/// A subscription id as an app requests it: each byte a URL path does not carry as it is
+/// percent-encoded (uppercase, as HTTP clients write it), so `a b` is `a%20b`.
+fn encoded(id: &str) -> String {
+    use std::fmt::Write as _;
+    let mut out = String::with_capacity(id.len());
+    for byte in id.bytes() {
+        if byte.is_ascii_alphanumeric() || b"-._~%+=:@,!$&'()*;".contains(&byte) {
+            out.push(char::from(byte));
+        } else {
+            let _ = write!(out, "%{byte:02X}");
+        }
+    }
+    out
+}
 
 /// A number as 3x-ui stores it: a number, a numeric string, or `""` (none).
 fn number(value: Option<&Value>) -> i64 {
@@ -59,6 +130,8 @@ struct Traffic {
     down: u64,
     expiry_ms: i64,
     total: u64,
+    /// Auto-renewal, days (0: none).
+    renew_days: i64,
 }
 
 fn columns(conn: &Connection, table: &str) -> rusqlite::Result<HashSet<String>> {
@@ -70,17 +143,21 @@ fn columns(conn: &Connection, table: &str) -> rusqlite::Result<HashSet<String>> 
 /// Reads a 3x-ui database at `path` (opened read-only; a live panel's `-wal` file beside it is
 /// read too). `now` decides whether a limit had run out.
 pub(crate) fn read(path: &Path, now: u64) -> anyhow::Result<Incoming> {
+    let behind = super::wal_without_log(path);
     let conn = Connection::open_with_flags(path, OpenFlags::SQLITE_OPEN_READ_ONLY | OpenFlags::SQLITE_OPEN_NO_MUTEX)
         .with_context(|| format!("opening {} as SQLite", path.display()))?;
     let inbound_columns =
         columns(&conn, "inbounds").with_context(|| format!("{} is not an SQLite database", path.display()))?;
+    super::intact(&conn, path)?;
     if !["id", "protocol", "settings"].iter().all(|c| inbound_columns.contains(*c)) {
         bail!("{} is not a 3x-ui database: it has no inbounds table with clients", path.display());
     }
     let settings: HashMap<String, String> = if columns(&conn, "settings")?.contains("key") {
         let mut query = conn.prepare("SELECT key, value FROM settings")?;
         let rows = query.query_map([], |row| Ok((row.get::<_, String>(0)?, row.get::<_, Option<String>>(1)?)))?;
-        rows.filter_map(Result::ok).map(|(key, value)| (key, value.unwrap_or_default())).collect()
+        rows.map(|row| row.map(|(key, value)| (key, value.unwrap_or_default())))
+            .collect::<rusqlite::Result<_>>()
+            .context("reading the panel's settings")?
     } else {
         HashMap::new()
     };
@@ -99,11 +176,13 @@ pub(crate) fn read(path: &Path, now: u64) -> anyhow::Result<Incoming> {
         }
     }
 
-    let traffic: HashMap<String, Traffic> = if columns(&conn, "client_traffics")?.contains("email") {
-        let mut query = conn.prepare(
+    let traffic_columns = columns(&conn, "client_traffics")?;
+    let traffic: HashMap<String, Traffic> = if traffic_columns.contains("email") {
+        let reset = if traffic_columns.contains("reset") { "CAST(reset AS INTEGER)" } else { "0" };
+        let mut query = conn.prepare(&format!(
             "SELECT email, enable, CAST(up AS INTEGER), CAST(down AS INTEGER), CAST(expiry_time AS INTEGER),
-                    CAST(total AS INTEGER) FROM client_traffics",
-        )?;
+                    CAST(total AS INTEGER), {reset} FROM client_traffics"
+        ))?;
         let rows = query.query_map([], |row| {
             Ok((
                 row.get::<_, Option<String>>(0)?.unwrap_or_default(),
@@ -113,10 +192,11 @@ pub(crate) fn read(path: &Path, now: u64) -> anyhow::Result<Incoming> {
                     down: row.get::<_, Option<i64>>(3)?.unwrap_or(0).max(0) as u64,
                     expiry_ms: row.get::<_, Option<i64>>(4)?.unwrap_or(0),
                     total: row.get::<_, Option<i64>>(5)?.unwrap_or(0).max(0) as u64,
+                    renew_days: row.get::<_, Option<i64>>(6)?.unwrap_or(0).max(0),
                 },
             ))
         })?;
-        rows.filter_map(Result::ok).collect()
+        rows.collect::<rusqlite::Result<_>>().context("reading the clients' traffic (client_traffics)")?
     } else {
         HashMap::new()
     };
@@ -124,12 +204,13 @@ pub(crate) fn read(path: &Path, now: u64) -> anyhow::Result<Incoming> {
     let optional =
         |name: &str| if inbound_columns.contains(name) { name.to_owned() } else { format!("NULL AS {name}") };
     let sql = format!(
-        "SELECT id, {}, {}, {}, protocol, settings, {}, {} FROM inbounds ORDER BY id",
+        "SELECT id, {}, {}, {}, protocol, settings, {}, {}, {} FROM inbounds ORDER BY id",
         optional("remark"),
         optional("enable"),
         optional("expiry_time"),
         optional("stream_settings"),
         optional("traffic_reset"),
+        optional("traffic_reset_day"),
     );
     let mut query = conn.prepare(&sql)?;
     let inbounds = query
@@ -143,23 +224,28 @@ pub(crate) fn read(path: &Path, now: u64) -> anyhow::Result<Incoming> {
                 row.get::<_, Option<String>>(5)?.unwrap_or_default(),
                 row.get::<_, Option<String>>(6)?.unwrap_or_default(),
                 row.get::<_, Option<String>>(7)?.unwrap_or_default(),
+                row.get::<_, Option<i64>>(8)?.unwrap_or(1),
             ))
         })?
         .collect::<Result<Vec<_>, _>>()
         .context("reading the inbounds")?;
 
-    let mut incoming = Incoming { source: "3x-ui".to_owned(), ..Incoming::default() };
+    let mut incoming = Incoming { source: "3x-ui".to_owned(), fields: FIELDS.to_vec(), ..Incoming::default() };
+    incoming.warnings.extend(behind);
     let mut seen: HashMap<String, i64> = HashMap::new();
-    let mut subscriptions: HashSet<String> = HashSet::new();
+    // Each subscription id, and the client whose it is here.
+    let mut subscriptions: HashMap<String, String> = HashMap::new();
     let mut others: Vec<(usize, String)> = Vec::new();
     let now_ms = i64::try_from(now).unwrap_or(i64::MAX).saturating_mul(1000);
-    for (inbound, remark, inbound_enabled, inbound_expiry, protocol, settings, stream, reset_schedule) in inbounds {
+    for (inbound, remark, inbound_enabled, inbound_expiry, protocol, settings, stream, reset_schedule, reset_day) in
+        inbounds
+    {
+        // Its clients are in there: none of them could be listed, so nothing is taken.
         let Ok(settings) = serde_json::from_str::<Value>(&settings) else {
-            incoming.skipped.push(Skipped {
-                id: format!("inbound #{inbound}"),
-                reason: format!("inbound #{inbound} ({remark}): its settings are not JSON"),
-            });
-            continue;
+            bail!(
+                "inbound #{inbound} ({remark}) has settings that are not JSON, so its clients cannot be read: \
+                 fix or delete it in 3x-ui, then import again"
+            );
         };
         let Some(clients) = settings.get("clients").and_then(Value::as_array) else { continue };
         let hysteria = matches!(protocol.as_str(), "hysteria" | "hysteria2");
@@ -207,40 +293,82 @@ pub(crate) fn read(path: &Path, now: u64) -> anyhow::Result<Incoming> {
             if inbound_expiry > 0 && (expiry_ms <= 0 || inbound_expiry < expiry_ms) {
                 expiry_ms = inbound_expiry;
             }
-            let renew_days = number(client.get("reset"));
-            let mut reset = match reset_schedule.as_str() {
-                "hourly" | "daily" => "daily",
-                "weekly" => "weekly",
-                "monthly" => "monthly",
-                _ => "none",
+            let mut mapped = Vec::new();
+            // The inbound's schedule, and what it became when not quite itself.
+            let (mut reset, mut inbound_said) = match reset_schedule.as_str() {
+                "hourly" => ("daily", Some("its inbound's hourly traffic reset became a daily one (Hearth's most often)".to_owned())),
+                "daily" => ("daily", None),
+                "weekly" => ("weekly", None),
+                "monthly" => (
+                    "monthly",
+                    (reset_day > 1).then(|| {
+                        format!("its inbound reset traffic monthly on day {reset_day}: here it is the 1st of each month (UTC)")
+                    }),
+                ),
+                _ => ("none", None),
             };
-            // Auto-renewal: 3x-ui pushed the expiry on and zeroed the usage every N days.
-            if reset == "none" && renew_days > 0 && expiry_ms != 0 {
-                reset = match renew_days {
-                    1 => "daily",
-                    7 => "weekly",
-                    28..=31 => "monthly",
-                    _ => "none",
+            let mut next_reset = 0;
+            let expired_at_ms = expiry_ms;
+            // Auto-renewal: at its expiry 3x-ui adds the client's days and zeroes its usage,
+            // forever. Here that is no expiry, and a reset as close to its period as Hearth has.
+            let renew_days = row.map_or_else(|| number(client.get("reset")), |t| t.renew_days);
+            if renew_days > 0 && expiry_ms != 0 {
+                let renew_ms = renew_days.saturating_mul(86_400_000);
+                let (strategy, how) = match renew_days {
+                    1 => ("daily", "every day at midnight UTC".to_owned()),
+                    2..=14 => ("weekly", format!("every Monday (3x-ui renewed it every {renew_days} days)")),
+                    _ => ("rolling30", format!("every 30 days (3x-ui renewed it every {renew_days} days)")),
                 };
-                if reset != "none" && expiry_ms > 0 {
-                    expiry_ms = 0;
+                if reset != "none" && reset != strategy {
+                    inbound_said = Some(format!("its inbound's {reset_schedule} reset gave way to its own renewal"));
                 }
+                reset = strategy;
+                if expiry_ms > 0 && strategy == "rolling30" {
+                    // The next renewal 3x-ui would have made, counted as it counts them.
+                    let mut next = expiry_ms;
+                    while next <= now_ms {
+                        next = next.saturating_add(renew_ms);
+                    }
+                    next_reset = (next / 1000) as u64;
+                }
+                mapped.push(format!(
+                    "3x-ui renewed it for {renew_days} days at each expiry: it has no expiry here, and its traffic goes back to zero {how}"
+                ));
+                expiry_ms = 0;
             }
+            mapped.extend(inbound_said);
             let (expires_at, days_from_first_use) = match expiry_ms {
                 ms if ms > 0 => ((ms / 1000) as u64, 0),
                 ms if ms < 0 => (0, (-ms as u64).div_ceil(86_400_000)),
                 _ => (0, 0),
             };
             // Disabled only because a limit ran out: Hearth's own limits hold it.
-            let ran_out = (quota > 0 && up.saturating_add(down) >= quota) || (expiry_ms > 0 && expiry_ms <= now_ms);
+            let ran_out =
+                (quota > 0 && up.saturating_add(down) >= quota) || (expired_at_ms > 0 && expired_at_ms <= now_ms);
             let manual = client.get("enable").and_then(Value::as_bool) == Some(false) && !ran_out;
             let enabled = inbound_enabled && !manual && (row.is_none_or(|t| t.enable) || ran_out);
             let subscription = text(client, "subId");
-            let aliases = if subscription.is_empty() || !subscriptions.insert(subscription.to_owned()) {
-                Vec::new()
-            } else {
-                folders.iter().map(|folder| format!("{folder}{subscription}")).collect()
+            let aliases = match subscriptions.get(subscription) {
+                _ if subscription.is_empty() => Vec::new(),
+                Some(first) => {
+                    mapped.push(format!(
+                        "its subscription id is {first}'s too: its old link keeps serving {first}, and this user gets a new one"
+                    ));
+                    Vec::new()
+                }
+                None => {
+                    subscriptions.insert(subscription.to_owned(), email.clone());
+                    if encoded(subscription) != subscription {
+                        mapped.push(format!(
+                            "its subscription id has characters a link carries escaped: its old link is served as {}",
+                            encoded(subscription)
+                        ));
+                    }
+                    folders.iter().map(|folder| format!("{folder}{}", encoded(subscription))).collect()
+                }
             };
+            let device_limit = u32::try_from(number(client.get("limitIp"))).ok().filter(|n| *n > 0);
+            let telegram_id = Some(number(client.get("tgId"))).filter(|id| *id != 0);
             incoming.users.push(IncomingUser {
                 id: email.clone(),
                 name: email,
@@ -252,8 +380,12 @@ pub(crate) fn read(path: &Path, now: u64) -> anyhow::Result<Incoming> {
                 days_from_first_use,
                 enabled,
                 reset: reset.to_owned(),
-                note: text(client, "comment").chars().take(crate::store::users::MAX_NOTE).collect(),
+                note: text(client, "comment").to_owned(),
                 aliases,
+                device_limit,
+                telegram_id,
+                next_reset,
+                mapped,
                 ..IncomingUser::default()
             });
         }
@@ -261,8 +393,10 @@ pub(crate) fn read(path: &Path, now: u64) -> anyhow::Result<Incoming> {
     // A subscription id that also carried other protocols' links: the skipped clients say
     // which user keeps it.
     for (index, subscription) in others {
-        if let Some(user) =
-            incoming.users.iter().find(|u| u.aliases.iter().any(|a| a.ends_with(&format!("/{subscription}"))))
+        if let Some(user) = incoming
+            .users
+            .iter()
+            .find(|u| u.aliases.iter().any(|a| a.ends_with(&format!("/{}", encoded(&subscription)))))
         {
             let kept = format!("; its subscription is kept by {} (Hysteria2 only)", user.name);
             incoming.skipped[index].reason.push_str(&kept);
@@ -287,7 +421,7 @@ mod tests {
             let incoming = read(&fixture(file), 1_796_083_200).unwrap();
             assert_eq!(incoming.source, "3x-ui");
             let names: Vec<&str> = incoming.users.iter().map(|u| u.name.as_str()).collect();
-            assert_eq!(names, ["alice", "bob"], "{file}");
+            assert_eq!(names, ["alice", "bob", "carol", "erin"], "{file}");
             let alice = &incoming.users[0];
             assert_eq!(alice.password.as_deref(), Some("Alic3-hy2-pass"));
             assert_eq!((alice.quota, alice.used_up, alice.used_down), (53_687_091_200, 1_073_741_824, 5_368_709_120));
@@ -301,6 +435,10 @@ mod tests {
             let bob = &incoming.users[1];
             assert_eq!(bob.password.as_deref(), Some("b0b-hy2-pass"));
             assert_eq!((bob.days_from_first_use, bob.expires_at, bob.enabled), (30, 0, false), "{file}");
+            // limitIp is the device limit; tgId the user's own chat.
+            assert_eq!((bob.device_limit, alice.device_limit, alice.telegram_id), (Some(2), None, Some(123_456_789)));
+            assert_eq!(bob.telegram_id, None, "{file}: an empty tgId is none");
+            assert!(alice.mapped.is_empty() && bob.mapped.is_empty(), "{:?} {:?}", alice.mapped, bob.mapped);
             let skipped: Vec<(&str, &str)> =
                 incoming.skipped.iter().map(|s| (s.id.as_str(), s.reason.as_str())).collect();
             assert_eq!(skipped.len(), 2, "{skipped:?}");
@@ -308,6 +446,120 @@ mod tests {
             assert!(skipped[0].1.ends_with("its subscription is kept by alice (Hysteria2 only)"), "{skipped:?}");
             assert!(skipped[1].1.starts_with("vless client (inbound #2 VLESS-443): Hearth serves Hysteria2 only"));
         }
+    }
+
+    /// Clients that renew themselves stay on with their own period, whatever the inbound's
+    /// schedule (issue 47, 1); a subscription id with a space or a letter beyond ASCII is
+    /// served as apps request it (6); a second client with the same id says whose it is, and
+    /// a long note comes whole to be cut, and said, on the way in (7, 2).
+    #[test]
+    fn renewing_clients_stay_on_and_nothing_is_dropped_unsaid() {
+        for file in ["x-ui-v2.9.4.db", "x-ui-v3.6.0.db"] {
+            let now = 1_796_083_200; // 2026-12-01T00:00:00Z
+            let incoming = read(&fixture(file), now).unwrap();
+            let carol = &incoming.users[2];
+            assert_eq!(carol.name, "carol");
+            // Weekly on a monthly inbound: its own week, no expiry, a Hearth reset each Monday.
+            assert_eq!((carol.expires_at, carol.days_from_first_use, carol.reset.as_str()), (0, 0, "weekly"), "{file}");
+            assert_eq!((carol.enabled, carol.next_reset), (true, 0));
+            assert_eq!(carol.mapped.len(), 3, "{file}: {:?}", carol.mapped);
+            assert!(carol.mapped[0].contains("renewed it for 7 days at each expiry: it has no expiry here"));
+            assert!(carol.mapped[1].contains("its inbound's monthly reset gave way to its own renewal"));
+            assert!(carol.mapped[2].ends_with("its old link is served as carol%20sub%20%C3%BC"));
+            assert_eq!(
+                carol.aliases,
+                ["/feed/carol%20sub%20%C3%BC", "/feed-json/carol%20sub%20%C3%BC", "/clash/carol%20sub%20%C3%BC"]
+            );
+            assert!(carol.aliases.iter().all(|a| crate::store::aliases::check(a).is_ok()));
+            assert_eq!((carol.device_limit, carol.telegram_id), (Some(3), Some(555_000_111)));
+            assert!(carol.note.len() > crate::store::users::MAX_NOTE && carol.note.starts_with("Оплачено"));
+            // Thirty days, renewed last before today: every 30 days from its next renewal.
+            let erin = &incoming.users[3];
+            assert_eq!((erin.expires_at, erin.reset.as_str(), erin.enabled), (0, "rolling30", true), "{file}");
+            assert_eq!(erin.next_reset, 1_793_491_200 + 2 * 30 * 86_400, "2026-12-31, as 3x-ui counts");
+            assert!(erin.aliases.is_empty(), "bob keeps the link");
+            assert!(erin.mapped.iter().any(|m| m.contains("its subscription id is bob's too")), "{:?}", erin.mapped);
+            assert_eq!(incoming.fields, FIELDS);
+        }
+        // The day of a monthly reset, which only 3.x keeps, is said when it is not the 1st.
+        let v3 = read(&fixture("x-ui-v3.6.0.db"), 1_796_083_200).unwrap();
+        let mut temp = tempfile::NamedTempFile::new().unwrap();
+        std::io::Write::write_all(&mut temp, &std::fs::read(fixture("x-ui-v3.6.0.db")).unwrap()).unwrap();
+        let conn = Connection::open(temp.path()).unwrap();
+        conn.execute_batch(
+            "UPDATE client_traffics SET reset = 0 WHERE email = 'carol';
+             UPDATE inbounds SET settings = replace(settings, '\"reset\": 7', '\"reset\": 0') WHERE id = 3;",
+        )
+        .unwrap();
+        drop(conn);
+        let monthly = read(temp.path(), 1_796_083_200).unwrap();
+        let carol = &monthly.users[2];
+        assert_eq!((carol.reset.as_str(), carol.expires_at), ("monthly", 1_797_724_800));
+        assert_eq!(
+            carol.mapped[0],
+            "its inbound reset traffic monthly on day 15: here it is the 1st of each month (UTC)"
+        );
+        assert!(v3.users[2].mapped.iter().all(|m| !m.contains("day 15")), "the renewal replaced the schedule");
+    }
+
+    /// A damaged database imports nothing (issue 47, 3): a page of zeros where the clients'
+    /// traffic or the panel's settings were, found before anything is read. An inbound whose
+    /// settings are not JSON refuses the import, naming it (5).
+    #[test]
+    fn a_damaged_database_imports_nothing() {
+        let temp = tempfile::tempdir().unwrap();
+        for file in ["x-ui-v2.9.4.db", "x-ui-v3.6.0.db"] {
+            for table in ["client_traffics", "settings", "inbounds"] {
+                let copy = temp.path().join(format!("{table}-{file}"));
+                std::fs::copy(fixture(file), &copy).unwrap();
+                let conn = Connection::open(&copy).unwrap();
+                conn.execute_batch("PRAGMA journal_mode = DELETE").unwrap();
+                let (root, page): (i64, i64) = conn
+                    .query_row(
+                        "SELECT rootpage, (SELECT page_size FROM pragma_page_size) FROM sqlite_master WHERE name = ?1",
+                        [table],
+                        |row| Ok((row.get(0)?, row.get(1)?)),
+                    )
+                    .unwrap();
+                drop(conn);
+                let mut bytes = std::fs::read(&copy).unwrap();
+                let at = usize::try_from((root - 1) * page).unwrap();
+                bytes[at..at + usize::try_from(page).unwrap()].fill(0);
+                std::fs::write(&copy, bytes).unwrap();
+                let error = format!("{:#}", read(&copy, 0).unwrap_err());
+                assert!(
+                    error.contains("is damaged") && error.contains("nothing is imported"),
+                    "{file} {table}: {error}"
+                );
+            }
+            let copy = temp.path().join(format!("json-{file}"));
+            std::fs::copy(fixture(file), &copy).unwrap();
+            let conn = Connection::open(&copy).unwrap();
+            conn.execute_batch(
+                "PRAGMA journal_mode = DELETE; UPDATE inbounds SET settings = '{\"clients\": [' WHERE id = 3",
+            )
+            .unwrap();
+            drop(conn);
+            let error = format!("{:#}", read(&copy, 0).unwrap_err());
+            assert!(error.starts_with("inbound #3 (HY2-monthly) has settings that are not JSON"), "{error}");
+        }
+    }
+
+    /// A database in write-ahead-log mode read without its `-wal` file is read, with a warning
+    /// that it may be behind (issue 47, 9); with the file beside it, or in rollback mode, none.
+    #[test]
+    fn a_wal_database_without_its_log_is_said_to_be_perhaps_behind() {
+        assert!(read(&fixture("x-ui-v3.6.0.db"), 0).unwrap().warnings.is_empty(), "its -wal is beside it");
+        assert!(read(&fixture("x-ui-v2.9.4.db"), 0).unwrap().warnings.is_empty(), "not in WAL mode");
+        let temp = tempfile::tempdir().unwrap();
+        let alone = temp.path().join("x-ui.db");
+        std::fs::copy(fixture("x-ui-v3.6.0.db"), &alone).unwrap();
+        let read_alone = read(&alone, 0).unwrap();
+        assert_eq!(read_alone.users.len(), 4);
+        assert_eq!(read_alone.warnings.len(), 1);
+        assert!(
+            read_alone.warnings[0].starts_with("x-ui.db is in write-ahead-log mode and its -wal file is not beside it")
+        );
     }
 
     #[test]
