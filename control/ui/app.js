@@ -2399,11 +2399,30 @@
       const rows = (items, cells) => h('ul', {}, items.map((item) => h('li', {}, cells(item))));
       out.replaceChildren(
         h('p', { role: 'status' }, tn(answer.dry_run ? 'import.would' : 'import.done', answer.imported.length, { unchanged: number(answer.unchanged) })),
+        // What the reader noticed about the source as a whole (a database perhaps behind).
+        ...(answer.warnings || []).map((w) => h('p', { class: 'warning' }, w)),
         answer.imported.length
-          ? rows(answer.imported, (u) => t('import.user', { name: u.name, id: u.id, password: t(u.password_kept ? 'import.password_kept' : 'import.password_new'), aliases: number(u.aliases) }))
+          ? rows(answer.imported, (u) => [
+              t('import.user', { name: u.name, id: u.id, password: t(u.password_kept ? 'import.password_kept' : 'import.password_new'), aliases: number(u.aliases) }),
+              // What came over changed: said per user, never silently.
+              u.changed && u.changed.length ? h('ul', {}, u.changed.map((c) => h('li', {}, c))) : null,
+            ])
           : null,
         answer.skipped.length ? h('h3', {}, t('import.skipped', { n: number(answer.skipped.length) })) : null,
         answer.skipped.length ? rows(answer.skipped, (s) => `${s.id}: ${s.reason}`) : null,
+        answer.fields && answer.fields.length
+          ? h(
+              'details',
+              { class: 'import-fields' },
+              h('summary', {}, t('import.fields', { source: answer.source })),
+              h(
+                'table',
+                { class: 'list' },
+                h('thead', {}, h('tr', {}, ['import.field', 'import.fate', 'import.how'].map((k) => h('th', { scope: 'col' }, t(k))))),
+                h('tbody', {}, answer.fields.map((f) => h('tr', {}, h('td', {}, h('code', {}, f.field)), h('td', {}, t(`import.fate.${f.fate}`)), h('td', {}, f.how)))),
+              ),
+            )
+          : null,
         answer.dry_run && answer.imported.length
           ? h('div', { class: 'actions' }, h('button', {
               type: 'button',

@@ -745,17 +745,26 @@ async fn moving_in_from_3x_ui_in_a_real_browser() {
     let db = hearth_tests::repo_root().join("tests/fixtures/import/3x-ui/x-ui-v2.9.4.db");
     find(&client, "#import-form input[name=file]").await.send_keys(db.to_str().unwrap()).await.unwrap();
     click(&client, "#import-form button[type=submit]").await;
-    let preview = text_of(&client, "#import-report", |t| t.contains("Would import 2 users")).await;
+    let preview = text_of(&client, "#import-report", |t| t.contains("Would import 4 users")).await;
     assert!(preview.contains("alice (alice): password kept, 3 old paths"), "{preview}");
     assert!(preview.contains("dave: vless client"), "{preview}");
+    // What came over changed is said under each user (issue 47).
+    assert!(preview.contains("its note was cut to 1000 bytes"), "{preview}");
+    assert!(preview.contains("3x-ui renewed it for 30 days at each expiry"), "{preview}");
+    // Every field's fate, folded away.
+    let fields = find(&client, "#import-report details.import-fields").await;
+    assert!(!fields.text().await.unwrap().contains("limitIp"), "the table starts folded");
+    click(&client, "#import-report details.import-fields summary").await;
+    text_of(&client, "#import-report details.import-fields", |t| t.contains("limitIp") && t.contains("dropped")).await;
+    axe_clean(&client, "the import preview with every field's fate").await;
     screenshot(&client, "settings-import-preview").await;
     let users = control.call(&http, &token, reqwest::Method::GET, "/users", None).await.unwrap();
     assert_eq!(users["total"], 0, "a preview keeps nothing");
     // The import itself, from the keyboard.
     find(&client, "#import-go").await.send_keys("\u{e007}").await.unwrap();
-    text_of(&client, "#import-report", |t| t.contains("Imported 2 users")).await;
+    text_of(&client, "#import-report", |t| t.contains("Imported 4 users")).await;
     let users = control.call(&http, &token, reqwest::Method::GET, "/users", None).await.unwrap();
-    assert_eq!(users["total"], 2);
+    assert_eq!(users["total"], 4);
     let alice =
         users["users"].as_array().unwrap().iter().find(|u| u["name"] == "alice").unwrap()["id"].as_u64().unwrap();
     client.goto(&format!("{panel}#/users/{alice}")).await.unwrap();
@@ -777,9 +786,10 @@ async fn moving_in_from_3x_ui_in_a_real_browser() {
     let db = hearth_tests::repo_root().join("tests/fixtures/import/marzban/pasarguard-v5.2.1.sqlite3");
     find(&client, "#import-form input[name=file]").await.send_keys(db.to_str().unwrap()).await.unwrap();
     click(&client, "#import-form button[type=submit]").await;
-    // (alice and bob came from 3x-ui above: their names are taken.)
-    let preview = text_of(&client, "#import-report", |t| t.contains("Would import 1 user (")).await;
-    assert!(preview.contains("carol (3): password kept, 0 old paths") && preview.contains("Skipped: 2"), "{preview}");
+    // (alice, bob and carol came from 3x-ui above: their names are taken. PasarGuard's carol
+    // is named as people know her, with her number there.)
+    let preview = text_of(&client, "#import-report", |t| t.contains("Would import 0 users (")).await;
+    assert!(preview.contains("carol (3): a user named") && preview.contains("Skipped: 3"), "{preview}");
     no_console_errors(&driver, &client, "moving in").await;
     client.close().await.unwrap();
 }
