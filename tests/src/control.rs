@@ -81,7 +81,8 @@ impl ControlDir {
 
     /// Runs a CLI command on this directory; returns its standard output.
     pub fn cli(&self, args: &[&str]) -> Result<String> {
-        let out = Command::new(crate::binary("hearth-control")?)
+        // In the benchmark's cgroup when one is active (`Cgroup::start`).
+        let out = crate::cgroup::command(&crate::binary("hearth-control")?)
             .args(args)
             .arg("--data-dir")
             .arg(&self.path)

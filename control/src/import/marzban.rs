@@ -32,7 +32,52 @@ use rusqlite::{Connection, OpenFlags};
 use serde_json::Value;
 use subtle::ConstantTimeEq as _;
 
-use super::{Incoming, IncomingUser, MAX_ALIASES, PAGE, PAGE_BYTES, PAGES, Skipped};
+use super::{Fate, Field, Incoming, IncomingUser, MAX_ALIASES, PAGE, PAGE_BYTES, PAGES, Skipped};
+
+/// What becomes of each field of a Marzban or PasarGuard user.
+const FIELDS: &[Field] = &[
+    Field { field: "username", fate: Fate::Kept, how: "the user's name" },
+    Field {
+        field: "proxy_settings.hysteria.auth",
+        fate: Fate::Kept,
+        how: "PasarGuard's Hysteria2 password; Marzban has none, so its users get a new one and move over by their old link",
+    },
+    Field { field: "data_limit", fate: Fate::Kept, how: "the traffic quota" },
+    Field { field: "used_traffic", fate: Fate::Kept, how: "the traffic used" },
+    Field { field: "expire", fate: Fate::Kept, how: "the expiry" },
+    Field {
+        field: "status",
+        fate: Fate::Mapped,
+        how: "disabled stays disabled; limited and expired come enabled (Hearth's limits hold them); on_hold starts on the first connection",
+    },
+    Field {
+        field: "on_hold_expire_duration",
+        fate: Fate::Kept,
+        how: "the days from the first connection (rounded up)",
+    },
+    Field {
+        field: "on_hold_timeout",
+        fate: Fate::Dropped,
+        how: "Hearth starts the days at the first connection only, never at a date: said per user",
+    },
+    Field {
+        field: "data_limit_reset_strategy",
+        fate: Fate::Mapped,
+        how: "day, week, month as daily, weekly, monthly; year is none (said in the note)",
+    },
+    Field { field: "note", fate: Fate::Kept, how: "the note (cut at 1000 bytes, said per user)" },
+    Field { field: "hwid_limit", fate: Fate::Kept, how: "the device limit" },
+    Field {
+        field: "created_at, sub_revoked_at",
+        fate: Fate::Mapped,
+        how: "used to check old links as the panel checks them, then not kept",
+    },
+    Field {
+        field: "admin_id, group and inbound settings, lifetime_used_traffic, online_at",
+        fate: Fate::Dropped,
+        how: "imported users are the importing admin's; Hearth's groups decide which nodes a user reaches; it counts from the import",
+    },
+];
 
 /// Which of the two panels.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -75,6 +120,9 @@ struct Row {
     reset: String,
     note: String,
     on_hold_seconds: u64,
+    /// When the panel would have started an on-hold user's days by itself (Unix seconds, 0:
+    /// never).
+    on_hold_timeout: u64,
     hysteria: Option<String>,
     hwid_limit: Option<u32>,
 }
@@ -142,7 +190,7 @@ fn rows_of(conn: &Connection, flavor: Flavor) -> anyhow::Result<(Vec<Row>, Optio
     let have = columns(conn, "users")?;
     let column = |name: &str| if have.contains(name) { format!("\"{name}\"") } else { "NULL".to_owned() };
     let query = format!(
-        "SELECT id, username, status, used_traffic, data_limit, {}, {}, {}, {}, {}, {}, {}, {} FROM users ORDER BY id",
+        "SELECT id, username, status, used_traffic, data_limit, {}, {}, {}, {}, {}, {}, {}, {}, {} FROM users ORDER BY id",
         column("expire"),
         column("created_at"),
         column("sub_revoked_at"),
@@ -151,6 +199,7 @@ fn rows_of(conn: &Connection, flavor: Flavor) -> anyhow::Result<(Vec<Row>, Optio
         column("on_hold_expire_duration"),
         column("proxy_settings"),
         column("hwid_limit"),
+        column("on_hold_timeout"),
     );
     let mut statement = conn.prepare(&query)?;
     let mut rows: Vec<Row> = statement
@@ -171,6 +220,7 @@ fn rows_of(conn: &Connection, flavor: Flavor) -> anyhow::Result<(Vec<Row>, Optio
                 on_hold_seconds: count(&value(10)?),
                 hysteria: hysteria_auth(&settings),
                 hwid_limit: u32::try_from(count(&value(12)?)).ok().filter(|n| *n > 0),
+                on_hold_timeout: instant(&value(13)?, false),
             })
         })?
         .collect::<rusqlite::Result<_>>()?;
@@ -413,6 +463,14 @@ fn user_of(row: Row, flavor: Flavor, aliases: Vec<String>) -> IncomingUser {
         _ => "none",
     };
     let on_hold = row.status == "on_hold" && row.on_hold_seconds > 0;
+    let mut mapped = Vec::new();
+    if on_hold && row.on_hold_timeout > 0 {
+        mapped.push(format!(
+            "{} would have started its days on {} if it had not connected by then: here they start at its first connection",
+            flavor.title(),
+            crate::clock::civil_date(row.on_hold_timeout)
+        ));
+    }
     IncomingUser {
         id: match flavor {
             Flavor::Marzban => row.username.clone(),
@@ -429,6 +487,7 @@ fn user_of(row: Row, flavor: Flavor, aliases: Vec<String>) -> IncomingUser {
         note,
         device_limit: row.hwid_limit,
         aliases,
+        mapped,
         ..IncomingUser::default()
     }
 }
@@ -454,7 +513,8 @@ fn from_database(
         }
         None => (HashMap::new(), Vec::new()),
     };
-    let mut incoming = Incoming { source: flavor.source().to_owned(), skipped, ..Incoming::default() };
+    let mut incoming =
+        Incoming { source: flavor.source().to_owned(), skipped, fields: FIELDS.to_vec(), ..Incoming::default() };
     for row in rows {
         if row.username.is_empty() {
             incoming.skipped.push(Skipped { id: row.id.to_string(), reason: "no username".to_owned() });
@@ -524,6 +584,7 @@ fn row_of_api(user: &Value) -> Row {
         reset: text("data_limit_reset_strategy"),
         note: text("note"),
         on_hold_seconds: number("on_hold_expire_duration"),
+        on_hold_timeout: date(&text("on_hold_timeout"), false).unwrap_or(0),
         hysteria: user.get("proxy_settings").and_then(hysteria_auth),
         hwid_limit: u32::try_from(number("hwid_limit")).ok().filter(|n| *n > 0),
     }
@@ -534,7 +595,7 @@ fn row_of_api(user: &Value) -> Row {
 pub(crate) async fn read_api(base: &str, token: &str, flavor: Flavor) -> anyhow::Result<Incoming> {
     let (base, http) = super::api_client(base)?;
     let name = flavor.title();
-    let mut incoming = Incoming { source: flavor.source().to_owned(), ..Incoming::default() };
+    let mut incoming = Incoming { source: flavor.source().to_owned(), fields: FIELDS.to_vec(), ..Incoming::default() };
     let mut names = HashSet::new();
     let mut offset = 0;
     for _ in 0..PAGES {
@@ -922,6 +983,18 @@ mod tests {
                 (30, 0, true),
                 "on hold: 30 days from first use"
             );
+            // The date the panel would have started them by itself is said, not silently lost.
+            assert_eq!(bob.mapped.len(), 1, "{file}: {:?}", bob.mapped);
+            assert!(
+                bob.mapped[0].ends_with(
+                    "its days on 2026-01-01 if it had not connected by then: here they start at its first connection"
+                ),
+                "{:?}",
+                bob.mapped
+            );
+            assert!(alice.mapped.is_empty() && carol.mapped.is_empty());
+            assert_eq!(incoming.fields, FIELDS);
+            assert!(incoming.warnings.is_empty(), "{:?}", incoming.warnings);
             assert!(!carol.enabled, "disabled in the panel");
             assert_eq!((carol.quota, carol.expires_at), (0, 1_767_225_600));
             match flavor {

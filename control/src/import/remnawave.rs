@@ -15,7 +15,43 @@
 use anyhow::{Context as _, bail};
 use serde_json::Value;
 
-use super::{Incoming, IncomingUser, PAGE, PAGE_BYTES, PAGES};
+use super::{Fate, Field, Incoming, IncomingUser, PAGE, PAGE_BYTES, PAGES};
+
+/// What becomes of each field of a Remnawave user.
+const FIELDS: &[Field] = &[
+    Field { field: "username", fate: Fate::Kept, how: "the user's name" },
+    Field {
+        field: "vlessUuid",
+        fate: Fate::Kept,
+        how: "the Hysteria2 password (Remnawave's nodes and links use it so)",
+    },
+    Field { field: "trafficLimitBytes", fate: Fate::Kept, how: "the traffic quota" },
+    Field { field: "usedTrafficBytes", fate: Fate::Kept, how: "the traffic used" },
+    Field { field: "expireAt", fate: Fate::Kept, how: "the expiry (2099 and later: never)" },
+    Field {
+        field: "status",
+        fate: Fate::Mapped,
+        how: "DISABLED stays disabled; LIMITED and EXPIRED come enabled (Hearth's limits hold them)",
+    },
+    Field {
+        field: "trafficLimitStrategy",
+        fate: Fate::Mapped,
+        how: "DAY daily, WEEK weekly, MONTH and MONTH_ROLLING on the 1st of each month (UTC)",
+    },
+    Field { field: "hwidDeviceLimit", fate: Fate::Kept, how: "the device limit" },
+    Field { field: "telegramId", fate: Fate::Kept, how: "the user's own Telegram chat for the bot's reminders" },
+    Field { field: "description, tag, email", fate: Fate::Mapped, how: "the note (tag and email appended)" },
+    Field {
+        field: "subscriptionUrl",
+        fate: Fate::Kept,
+        how: "old links: its path and each client-type variant (/json, /singbox...) as aliases",
+    },
+    Field {
+        field: "activeInternalSquads, lastConnectedNode, createdAt, onlineAt",
+        fate: Fate::Dropped,
+        how: "Hearth's groups decide which nodes a user reaches; it counts from the import",
+    },
+];
 
 /// The client-type variants of a subscription path Remnawave (and its subscription page)
 /// answer.
@@ -83,11 +119,7 @@ fn user_of(user: &Value) -> Result<IncomingUser, (String, String)> {
         _ => "none",
     };
     let mut note = field(user, "description").to_owned();
-    for (label, value) in [
-        ("tag", field(user, "tag").to_owned()),
-        ("email", field(user, "email").to_owned()),
-        ("telegram", user.get("telegramId").and_then(Value::as_u64).map(|t| t.to_string()).unwrap_or_default()),
-    ] {
+    for (label, value) in [("tag", field(user, "tag").to_owned()), ("email", field(user, "email").to_owned())] {
         if !value.is_empty() {
             if !note.is_empty() {
                 note.push_str(" | ");
@@ -120,6 +152,7 @@ fn user_of(user: &Value) -> Result<IncomingUser, (String, String)> {
         reset: reset.to_owned(),
         note,
         device_limit: user.get("hwidDeviceLimit").and_then(Value::as_u64).and_then(|n| u32::try_from(n).ok()),
+        telegram_id: user.get("telegramId").and_then(Value::as_i64).filter(|id| *id != 0),
         aliases,
         ..IncomingUser::default()
     })
@@ -129,7 +162,7 @@ fn user_of(user: &Value) -> Result<IncomingUser, (String, String)> {
 /// with the API `token`.
 pub(crate) async fn read(base: &str, token: &str) -> anyhow::Result<Incoming> {
     let (base, http) = super::api_client(base)?;
-    let mut incoming = Incoming { source: "remnawave".to_owned(), ..Incoming::default() };
+    let mut incoming = Incoming { source: "remnawave".to_owned(), fields: FIELDS.to_vec(), ..Incoming::default() };
     let mut names = std::collections::HashSet::new();
     let mut start = 0;
     for _ in 0..PAGES {
@@ -266,6 +299,7 @@ mod tests {
             assert_eq!(incoming.source, "remnawave");
             assert!(incoming.skipped.is_empty(), "{shape}: {:?}", incoming.skipped);
             assert_eq!(incoming.users.len(), 3, "{shape}");
+            assert_eq!(incoming.fields, FIELDS);
             for (user, want) in incoming.users.iter().zip(expected.as_array().unwrap()) {
                 assert_eq!(user.name, want["name"].as_str().unwrap(), "{shape}");
                 assert_eq!(user.password.as_deref(), want["password"].as_str(), "{shape}");
@@ -276,7 +310,8 @@ mod tests {
                 assert_eq!(user.enabled, want["enabled"].as_bool().unwrap(), "{shape}");
                 let reset = want["reset"].as_str().unwrap().replace("never", "none");
                 assert_eq!(user.reset, reset, "{shape}");
-                assert_eq!(user.note, want["note"].as_str().unwrap(), "{shape}");
+                assert_eq!(user.note, want["note"].as_str().unwrap_or_default(), "{shape}");
+                assert_eq!(user.telegram_id, want["telegram_id"].as_i64(), "{shape}");
                 let paths: Vec<&str> =
                     want["old_sub_paths"].as_array().unwrap().iter().map(|p| p.as_str().unwrap()).collect();
                 assert_eq!(user.aliases, paths, "{shape}");

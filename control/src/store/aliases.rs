@@ -67,16 +67,13 @@ pub(crate) fn paths_of_user(conn: &Connection, user: UserId) -> Result<Vec<Strin
     Ok(paths)
 }
 
-/// The prefixes the aliases live under, for the edge settings.
+/// The prefixes the aliases live under, for the edge settings (the column is [`prefix_of`]
+/// each path, computed by SQLite).
 pub(crate) fn prefixes(conn: &Connection) -> Result<Vec<String>, Error> {
-    let mut query = conn.prepare_cached("SELECT path FROM aliases")?;
-    let mut prefixes: Vec<String> = query
-        .query_map([], |row| row.get::<_, String>(0))?
-        .map(|path| path.map(|path| prefix_of(&path).to_owned()))
+    let mut query = conn.prepare_cached("SELECT DISTINCT prefix FROM aliases ORDER BY prefix LIMIT ?1")?;
+    let prefixes = query
+        .query_map([EdgeSettings::MAX_ALIAS_PREFIXES], |row| row.get::<_, String>(0))?
         .collect::<Result<_, _>>()?;
-    prefixes.sort();
-    prefixes.dedup();
-    prefixes.truncate(EdgeSettings::MAX_ALIAS_PREFIXES);
     Ok(prefixes)
 }
 
@@ -85,15 +82,15 @@ pub(crate) fn prefixes(conn: &Connection) -> Result<Vec<String>, Error> {
 pub(crate) fn add(conn: &Connection, user: UserId, path: &str, source: &str, now: u64) -> Result<(), Error> {
     let path = check(path)?;
     let token = SubToken::for_alias(&path).ok_or_else(|| Error::Internal("a checked alias has a token".into()))?;
-    let mut known = prefixes(conn)?;
-    if !known.iter().any(|prefix| prefix == prefix_of(&path)) {
-        known.push(prefix_of(&path).to_owned());
-        if known.len() > EdgeSettings::MAX_ALIAS_PREFIXES {
-            return Err(Error::invalid(
-                "too_many_alias_prefixes",
-                format!("aliases live under at most {} folders", EdgeSettings::MAX_ALIAS_PREFIXES),
-            ));
-        }
+    let known: bool = conn
+        .prepare_cached("SELECT EXISTS (SELECT 1 FROM aliases WHERE prefix = ?1)")?
+        .query_row([prefix_of(&path)], |row| row.get(0))?;
+    // A new folder is counted against the most the edges take (the only time all are read).
+    if !known && prefixes(conn)?.len() >= EdgeSettings::MAX_ALIAS_PREFIXES {
+        return Err(Error::invalid(
+            "too_many_alias_prefixes",
+            format!("aliases live under at most {} folders", EdgeSettings::MAX_ALIAS_PREFIXES),
+        ));
     }
     conn.prepare_cached(
         "INSERT INTO aliases (path, user_id, token_hash, source, created) VALUES (?1, ?2, ?3, ?4, ?5)",
@@ -157,4 +154,44 @@ pub(crate) fn retire(
     changes.edge_settings();
     audit(conn, now, actor, "user.alias.retire", &format!("user {user}"), &redacted(path))?;
     list(conn, Some(user))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The folder SQLite computes for each alias (the indexed `prefix` column) is the one
+    /// [`prefix_of`] names, so a folder is known, and counted, without reading every alias.
+    #[test]
+    fn the_folder_the_database_keeps_is_the_one_each_path_names() {
+        let control = crate::testing::TestControl::new(false);
+        let app = &control.app;
+        let input = crate::store::users::UserInput { name: Some("moved".into()), ..Default::default() };
+        let user =
+            app.db.write_blocking(|tx| Ok(crate::users::create(tx, &app.signer, "test", &input, 1)?.id)).unwrap();
+        let paths = ["/sub/abc", "/feed-json/a%20b", "/api/sub/x/json", "/rootlevel", "/s/", "/clash/q.y"];
+        app.db
+            .write_blocking(move |tx| {
+                for path in paths {
+                    add(tx, user, path, "3x-ui", 1)?;
+                }
+                Ok(())
+            })
+            .unwrap();
+        let (kept, listed) = app
+            .db
+            .read_blocking(|c| {
+                let kept: Vec<(String, String)> = c
+                    .prepare("SELECT path, prefix FROM aliases ORDER BY path")?
+                    .query_map([], |row| Ok((row.get(0)?, row.get(1)?)))?
+                    .collect::<Result<_, _>>()?;
+                Ok((kept, prefixes(c)?))
+            })
+            .unwrap();
+        assert_eq!(kept.len(), paths.len());
+        for (path, prefix) in &kept {
+            assert_eq!(prefix, prefix_of(path), "{path}");
+        }
+        assert_eq!(listed, ["/", "/api/", "/clash/", "/feed-json/", "/sub/"].map(str::to_owned));
+    }
 }

@@ -93,6 +93,13 @@ const MIGRATIONS: &[&str] = &[
     // When control last heard what a node runs (a pull's time, or a relayed report's), so
     // an older report an edge passes on later does not undo a newer word.
     "ALTER TABLE nodes ADD COLUMN release_said_at INTEGER NOT NULL DEFAULT 0;",
+    // The folder each alias lives under (`/sub/` of `/sub/<id>`, `/` for a path of one
+    // segment), indexed: adding an alias asks whether its folder is known without reading
+    // every alias (an import of 10,000 old links read 50 million).
+    "ALTER TABLE aliases ADD COLUMN prefix TEXT GENERATED ALWAYS AS (
+        CASE WHEN instr(substr(path, 2), '/') = 0 THEN '/' ELSE substr(path, 1, instr(substr(path, 2), '/') + 1) END
+     ) VIRTUAL;
+     CREATE INDEX aliases_by_prefix ON aliases (prefix);",
 ];
 
 /// Runs `f` on the blocking pool, in the caller's span and with the caller's log subscriber:

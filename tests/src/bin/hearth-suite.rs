@@ -9,7 +9,7 @@
 //! in each row). Each run writes JSON to `target/bench/`; a full run
 //! writes `docs/benchmarks.md`.
 //!
-//! For profiling one scenario: `--only system` (also `control`, `edge`, `scale`, `tunnel`, `lossy`, `node`, `worker`,
+//! For profiling one scenario: `--only system` (also `control`, `edge`, `scale`, `tunnel`, `lossy`, `node`, `worker`, `import`,
 //! `panel`, `abuse`;
 //! comma-separated) prints its table and writes nothing; `HEARTH_SUITE_CONTROL_LOG` sets the
 //! log filter of control in the system and scale scenarios (`hearth_control::store=debug` shows
@@ -283,6 +283,35 @@ async fn binaries(t: &mut Table) -> Result<()> {
         t.add(&format!("R2 control cold start to first 200, empty, {build}"), "ms", cold.as_secs_f64() * 1000.0, "");
         control.stop()?;
     }
+    Ok(())
+}
+
+/// M1: moving in. A 3x-ui database of 10,000 Hysteria clients, each with its subscription
+/// id (built by the fixture's own script from 3x-ui's schema), imported by control's command
+/// line in its cgroup: every user with three old links. Issue 47 asked < 10 s.
+async fn import(t: &mut Table) -> Result<()> {
+    println!("import: 10,000 3x-ui clients with their old links");
+    let temp = tempfile::tempdir()?;
+    let db = temp.path().join("x-ui.db");
+    let script = hearth_tests::repo_root().join("tests/fixtures/import/3x-ui/make_fixture.py");
+    let made = std::process::Command::new("python3")
+        .arg(&script)
+        .args(["--schema", "v3.6.0", "--clients", "10000", "--out"])
+        .arg(&db)
+        .output()?;
+    anyhow::ensure!(made.status.success(), "make_fixture.py: {}", String::from_utf8_lossy(&made.stderr));
+    let dir = ControlDir::init(&temp.path().join("control"))?;
+    let cg = Cgroup::create("import", SUT_CPU, GIB)?;
+    let (cpu, started) = (cg.cpu_ns()?, Instant::now());
+    let said = cg.start(|| dir.cli(&["import", "3x-ui", "--file", db.to_str().unwrap_or_default()]))?;
+    let seconds = started.elapsed().as_secs_f64();
+    anyhow::ensure!(
+        said.starts_with("import from 3x-ui: imported 10004 users"),
+        "the import said: {}",
+        said.lines().next().unwrap_or("")
+    );
+    t.add("M1 import 10,000 3x-ui users with their old links (30,000 aliases)", "s", seconds, "10 s");
+    t.add("M1 control CPU for it", "s", (cg.cpu_ns()? - cpu) as f64 / 1e9, "");
     Ok(())
 }
 
@@ -2206,6 +2235,9 @@ async fn main() -> Result<()> {
         }
         if runs("abuse") {
             abuse(&mut t, quick).await?;
+        }
+        if runs("import") {
+            import(&mut t).await?;
         }
     }
     if only.is_some() {
