@@ -100,6 +100,9 @@ const MIGRATIONS: &[&str] = &[
         CASE WHEN instr(substr(path, 2), '/') = 0 THEN '/' ELSE substr(path, 1, instr(substr(path, 2), '/') + 1) END
      ) VIRTUAL;
      CREATE INDEX aliases_by_prefix ON aliases (prefix);",
+    // An import asks of each user whether its password is another's: without an index that
+    // read every user, for every user.
+    "CREATE INDEX users_credential ON users (credential_hash);",
 ];
 
 /// Runs `f` on the blocking pool, in the caller's span and with the caller's log subscriber:
