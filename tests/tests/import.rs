@@ -34,7 +34,7 @@ async fn imported_users_keep_their_old_links_and_passwords_through_both_edges_an
     let file = file.to_str().unwrap();
     let dry = dir.cli(&["import", "hearth", "--file", file, "--dry-run"]).unwrap();
     assert!(dry.contains("dry run from old-panel: would import 1 users"), "{dry}");
-    assert!(dry.contains("bob@old: its Hysteria2 password is another user's"), "{dry}");
+    assert!(dry.contains("bob (bob@old): its Hysteria2 password is another user's"), "{dry}");
     assert_eq!(api.get(&control, "/users").await["total"], 0, "a dry run keeps nothing");
     let done = dir.cli(&["import", "hearth", "--file", file]).unwrap();
     assert!(done.contains("import from old-panel: imported 1 users"), "{done}");
@@ -45,6 +45,12 @@ async fn imported_users_keep_their_old_links_and_passwords_through_both_edges_an
     std::fs::write(&broken, b"{\"format\": \"hearth-users\", \"version\": 1, \"users\": [{").unwrap();
     let refused = dir.cli(&["import", "hearth", "--file", broken.to_str().unwrap()]).unwrap_err().to_string();
     assert!(refused.contains("not a Hearth users document"), "{refused}");
+
+    // A 3x-ui database too: carol's subscription id holds a space and a letter beyond ASCII.
+    let xui = hearth_tests::repo_root().join("tests/fixtures/import/3x-ui/x-ui-v3.6.0.db");
+    let done = dir.cli(&["import", "3x-ui", "--file", xui.to_str().unwrap()]).unwrap();
+    assert!(done.contains("carol (carol): password kept, 3 aliases"), "{done}");
+    assert!(done.contains("its old link is served as carol%20sub%20%C3%BC"), "{done}");
 
     // Each edge, once it holds the push, serves alice's old paths (on the old domain, pointed
     // at the edge) with her old password.
@@ -59,6 +65,9 @@ async fn imported_users_keep_their_old_links_and_passwords_through_both_edges_an
             let outbounds = profile_outbounds(&plain, &format!("{url}{path}")).await.unwrap();
             assert_eq!(outbounds[0]["password"], "alice-old-hy2-password", "{edge}{path}");
         }
+        // Carol's link as the old panel showed it, which an app requests escaped.
+        let outbounds = profile_outbounds(&plain, &format!("{url}/feed/carol sub \u{fc}")).await.unwrap();
+        assert_eq!(outbounds[0]["password"], "car0l-hy2-pass", "{edge}: carol's escaped path");
         let other = plain.get(format!("{url}/sub/AliceOld124")).send().await.unwrap();
         assert_eq!(other.status(), 404, "{edge}: another path under the prefix is the decoy");
         for other in ["/aLiCeAtTheRoot8", "/aLiCeAtTheRoot9/json"] {
