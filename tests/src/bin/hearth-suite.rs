@@ -192,6 +192,7 @@ const TARGETS: &[(&str, Bound, &str)] = &[
     ("scale, 100,000 users: a search", Bound::Below(5.0), "< 5 ms (#23)"),
     ("A p99 of valid requests", Bound::Below(50.0), "< 50 ms (#16)"),
     ("A valid requests not answered", Bound::AtMost(0.0), "0 (#16)"),
+    ("M1 import 10,000 3x-ui users with their old links", Bound::Below(10.0), "< 10 s (#47)"),
 ];
 
 /// The target of a row and whether its median meets it.
@@ -310,7 +311,7 @@ async fn import(t: &mut Table) -> Result<()> {
         "the import said: {}",
         said.lines().next().unwrap_or("")
     );
-    t.add("M1 import 10,000 3x-ui users with their old links (30,000 aliases)", "s", seconds, "10 s");
+    t.add("M1 import 10,000 3x-ui users with their old links (30,000 aliases)", "s", seconds, "");
     t.add("M1 control CPU for it", "s", (cg.cpu_ns()? - cpu) as f64 / 1e9, "");
     Ok(())
 }
