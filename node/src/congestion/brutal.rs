@@ -88,11 +88,20 @@ impl Budget {
     /// What is in flight plus the budget, at most two BDPs (with the ack delay) at `rate`, at
     /// least [`MIN_WINDOW_PACKETS`].
     fn window(&self, rate: u64) -> u64 {
-        let floor = MIN_WINDOW_PACKETS * self.mtu;
         let delay = self.rtt.map_or(ACK_DELAY, |rtt| rtt + ACK_DELAY);
         let cap = (2.0 * rate as f64 * delay.as_secs_f64()) as u64;
-        let allowed = self.in_flight + u64::try_from(self.bytes).unwrap_or(0);
-        allowed.min(cap).max(floor)
+        // Sends go out two packets at least: a client acknowledges every second packet at
+        // once, a lone one only after its ack delay, and only an acknowledgement refills.
+        let spendable = u64::try_from(self.bytes).unwrap_or(0);
+        let spendable = if spendable > 2 * self.mtu { spendable } else { 0 };
+        // The floor sends even when the budget holds less than that, or nothing would ever
+        // send again: a pair, while the debt is within what the rate brings in over an ack
+        // delay, else a lone packet, whose acknowledgement comes an ack delay later and pays
+        // the debt back. (Where a round trip carries less than two packets at the rate, as
+        // on loopback, pairs go out each round and the lone packet's wait evens them out.)
+        let debt_allowed = (rate as f64 * ACK_DELAY.as_secs_f64()) as i64;
+        let floor = if self.bytes >= -debt_allowed { MIN_WINDOW_PACKETS + 1 } else { MIN_WINDOW_PACKETS } * self.mtu;
+        (self.in_flight + spendable).min(cap).max(floor)
     }
 }
 
@@ -303,11 +312,28 @@ mod tests {
         // Never above two BDPs counting the ack delay: 2 * 1 MB/s * 75 ms.
         brutal.on_end_acks(start + Duration::from_secs(4), 1_000_000, MB);
         assert_eq!(brutal.window(MB), 150_000);
-        // Never below two packets, so one can go when nothing is in flight.
+        // Never below two packets, so one can go when nothing is in flight: deep in debt,
+        // one alone (its late acknowledgement pays the debt back)...
         let mut starved = Brutal::new(start, MTU);
         starved.on_sent(start, 1_000_000, 1000);
         starved.on_end_acks(start, 0, 1000);
         assert_eq!(starved.window(1000), 2400);
+        // ...and two, which a client acknowledges at once, while the debt is within what the
+        // rate brings in over an ack delay (at 18.75 MB/s, 468 kB): 150 Mbit/s on loopback.
+        let mut fast = Brutal::new(start, MTU);
+        fast.on_ack(start, 1200, Duration::from_micros(120), 18_750_000);
+        fast.on_sent(start, 12_000 + 400_000, 18_750_000);
+        fast.on_end_acks(start, 0, 18_750_000);
+        assert_eq!(fast.window(18_750_000), 3600, "a pair while in debt by 400 kB");
+        fast.on_sent(start, 100_000, 18_750_000);
+        assert_eq!(fast.window(18_750_000), 100_000, "deeper: nothing more until acknowledgements");
+        fast.on_end_acks(start, 0, 18_750_000);
+        assert_eq!(fast.window(18_750_000), 2400, "and then one packet alone");
+        // Less than two packets to spend goes out as a pair only through the floor: none
+        // more while something is in flight that will be acknowledged.
+        let mut trickle = Brutal::new(start, MTU);
+        trickle.on_sent(start, 12_000 - 1500, 18_750_000);
+        assert_eq!(trickle.window(18_750_000), 12_000 - 1500, "1,500 bytes left: not spent alone");
     }
 
     #[test]
