@@ -1405,7 +1405,9 @@ async fn a_release_reaches_the_nodes_the_rollout_names_and_no_other(backend: Bac
     tampered.files[0].1[7] ^= 1;
     assert_eq!(put(wire::encode(&tampered)).await.unwrap().status(), StatusCode::BAD_REQUEST);
     assert_eq!(put(bundle.clone()).await.unwrap().status(), StatusCode::OK);
-    let no_token = s.http.put(format!("{}/{API}/release", s.edge.url)).body(bundle).send().await.unwrap();
+    // (A small body: the token is what is checked. A 2.5 MB body the Control object answers
+    // without reading came back as a 500 from workerd once under the full suite's load.)
+    let no_token = s.http.put(format!("{}/{API}/release", s.edge.url)).body(b"release".to_vec()).send().await.unwrap();
     assert_eq!(no_token.status(), StatusCode::UNAUTHORIZED);
 
     let (http, url) = (s.http.clone(), s.edge.url.clone());
