@@ -2128,7 +2128,7 @@ async fn users_move_in_with_their_passwords_and_old_paths_and_an_import_is_all_o
         "users": [
             { "id": "alice@home", "name": "alice", "password": "alice-hy2-pass", "quota": 10_737_418_240u64,
               "used_up": 1000, "used_down": 2000, "expires_at": 4_102_444_800u64, "reset": "monthly",
-              "aliases": ["/sub/alice123", "/json/alice123"] },
+              "aliases": ["/sub/alice123", "/json/alice123"], "telegram_id": 4242 },
             { "id": "bob@home", "name": "bob", "days_from_first_use": 30, "enabled": false },
             { "id": "copycat", "name": "copycat", "password": "alice-hy2-pass" },
             { "id": "squatter", "name": "squatter", "password": resident_password },
@@ -2211,7 +2211,12 @@ async fn users_move_in_with_their_passwords_and_old_paths_and_an_import_is_all_o
     assert_eq!(exported["id"], "alice@home");
     assert_eq!(exported["link"].as_str(), link.rsplit('/').next());
     assert_eq!(exported["aliases"], json!(["/json/alice123", "/sub/alice123"]));
-    assert!(crate::import::json::read(export.to_string().as_bytes()).is_ok());
+    // Her monthly cycle and her own Telegram chat travel with her.
+    let next_reset = crate::clock::next_reset(hearth_shared::wire::ResetStrategy::Monthly, now());
+    assert_eq!((exported["next_reset"].as_u64(), &exported["telegram_id"]), (Some(next_reset), &json!(4242)));
+    let read_back = crate::import::json::read(export.to_string().as_bytes()).unwrap();
+    let alice = read_back.users.iter().find(|u| u.name == "alice").unwrap();
+    assert_eq!((alice.next_reset, alice.telegram_id), (next_reset, Some(4242)));
 
     // Retiring an alias: the decoy from then on.
     let retired = client

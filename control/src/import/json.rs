@@ -76,7 +76,7 @@ pub(crate) fn export(conn: &rusqlite::Connection, signer: &crate::publish::Signe
     use crate::secrets::Purpose;
     let mut query = conn.prepare(
         "SELECT id, name, token_enc, credential_enc, quota, used_up, used_down, expires_at, duration_secs, started_at,
-                enabled, reset, note, device_limit, imported_from
+                enabled, reset, note, device_limit, imported_from, telegram_id, next_reset
          FROM users ORDER BY id",
     )?;
     let rows = query
@@ -92,7 +92,7 @@ pub(crate) fn export(conn: &rusqlite::Connection, signer: &crate::publish::Signe
                 row.get::<_, String>(11)?,
                 row.get::<_, String>(12)?,
                 row.get::<_, Option<u32>>(13)?,
-                row.get::<_, Option<String>>(14)?,
+                (row.get::<_, Option<String>>(14)?, row.get::<_, Option<i64>>(15)?, row.get::<_, u64>(16)?),
             ))
         })?
         .collect::<Result<Vec<_>, _>>()?;
@@ -108,7 +108,7 @@ pub(crate) fn export(conn: &rusqlite::Connection, signer: &crate::publish::Signe
         reset,
         note,
         devices,
-        from,
+        (from, telegram_id, next_reset),
     ) in rows
     {
         let token = signer.vault.open(Purpose::Token, &token_enc)?;
@@ -136,6 +136,10 @@ pub(crate) fn export(conn: &rusqlite::Connection, signer: &crate::publish::Signe
             note,
             device_limit: devices,
             aliases: crate::store::aliases::paths_of_user(conn, id)?,
+            telegram_id,
+            // The cycle a periodic reset is in carries on where the users are taken (0 with
+            // no reset: the store keeps none then).
+            next_reset,
             ..IncomingUser::default()
         });
     }
