@@ -422,8 +422,27 @@ pub fn alias_path(path: &str) -> Option<&str> {
         && path.starts_with('/')
         && !path.contains("//")
         && !path.split('/').any(|segment| segment == ".." || segment == ".")
-        && path.bytes().all(|b| b.is_ascii_alphanumeric() || b"/-._~%+=:@,!$&'()*;".contains(&b));
+        && path.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'/' || ALIAS_PUNCTUATION.contains(&b));
     fine.then_some(path)
+}
+
+/// What an alias path's segments carry as it is, besides letters and digits.
+const ALIAS_PUNCTUATION: &[u8] = b"-._~%+=:@,!$&'()*;";
+
+/// `text` (an old panel's subscription id) as one segment of an alias path, as an app
+/// requests it: every other byte percent-encoded, uppercase, as HTTP clients write it
+/// (`a b` is `a%20b`, a `/` is `%2F`).
+pub fn alias_segment(text: &str) -> String {
+    const ESCAPED: &percent_encoding::AsciiSet = &{
+        let mut set = percent_encoding::NON_ALPHANUMERIC.remove(ALIAS_PUNCTUATION[0]);
+        let mut i = 1;
+        while i < ALIAS_PUNCTUATION.len() {
+            set = set.remove(ALIAS_PUNCTUATION[i]);
+            i += 1;
+        }
+        set
+    };
+    percent_encoding::utf8_percent_encode(text, ESCAPED).to_string()
 }
 
 impl fmt::Debug for SubToken {
@@ -1991,6 +2010,19 @@ mod tests {
         let mut empty = before.clone();
         empty.push(0);
         assert!(UsageReport::decode(&empty).is_err());
+    }
+
+    /// A subscription id becomes one segment of a path the alias check takes, escaped as an
+    /// app escapes it.
+    #[test]
+    fn subscription_ids_become_alias_segments_as_apps_request_them() {
+        assert_eq!(alias_segment("alicesub0000001x"), "alicesub0000001x");
+        assert_eq!(alias_segment("carol sub \u{fc}"), "carol%20sub%20%C3%BC");
+        assert_eq!(alias_segment("a/b?c#d"), "a%2Fb%3Fc%23d");
+        assert_eq!(alias_segment("-._~%+=:@,!$&'()*;"), "-._~%+=:@,!$&'()*;");
+        for id in ["carol sub \u{fc}", "a/b?c#d", "\u{44f}\u{449}"] {
+            assert!(alias_path(&format!("/sub/{}", alias_segment(id))).is_some(), "{id}");
+        }
     }
 
     /// The release a node runs rides after presence (with or without anyone there), so

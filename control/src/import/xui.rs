@@ -82,21 +82,6 @@ const FIELDS: &[Field] = &[
     },
 ];
 
-/// A subscription id as an app requests it: each byte a URL path does not carry as it is
-/// percent-encoded (uppercase, as HTTP clients write it), so `a b` is `a%20b`.
-fn encoded(id: &str) -> String {
-    use std::fmt::Write as _;
-    let mut out = String::with_capacity(id.len());
-    for byte in id.bytes() {
-        if byte.is_ascii_alphanumeric() || b"-._~%+=:@,!$&'()*;".contains(&byte) {
-            out.push(char::from(byte));
-        } else {
-            let _ = write!(out, "%{byte:02X}");
-        }
-    }
-    out
-}
-
 /// A number as 3x-ui stores it: a number, a numeric string, or `""` (none).
 fn number(value: Option<&Value>) -> i64 {
     match value {
@@ -358,13 +343,16 @@ pub(crate) fn read(path: &Path, now: u64) -> anyhow::Result<Incoming> {
                 }
                 None => {
                     subscriptions.insert(subscription.to_owned(), email.clone());
-                    if encoded(subscription) != subscription {
+                    if hearth_shared::wire::alias_segment(subscription) != subscription {
                         mapped.push(format!(
                             "its subscription id has characters a link carries escaped: its old link is served as {}",
-                            encoded(subscription)
+                            hearth_shared::wire::alias_segment(subscription)
                         ));
                     }
-                    folders.iter().map(|folder| format!("{folder}{}", encoded(subscription))).collect()
+                    folders
+                        .iter()
+                        .map(|folder| format!("{folder}{}", hearth_shared::wire::alias_segment(subscription)))
+                        .collect()
                 }
             };
             let device_limit = u32::try_from(number(client.get("limitIp"))).ok().filter(|n| *n > 0);
@@ -393,11 +381,9 @@ pub(crate) fn read(path: &Path, now: u64) -> anyhow::Result<Incoming> {
     // A subscription id that also carried other protocols' links: the skipped clients say
     // which user keeps it.
     for (index, subscription) in others {
-        if let Some(user) = incoming
-            .users
-            .iter()
-            .find(|u| u.aliases.iter().any(|a| a.ends_with(&format!("/{}", encoded(&subscription)))))
-        {
+        if let Some(user) = incoming.users.iter().find(|u| {
+            u.aliases.iter().any(|a| a.ends_with(&format!("/{}", hearth_shared::wire::alias_segment(&subscription))))
+        }) {
             let kept = format!("; its subscription is kept by {} (Hysteria2 only)", user.name);
             incoming.skipped[index].reason.push_str(&kept);
         }
