@@ -2217,6 +2217,14 @@ async fn users_move_in_with_their_passwords_and_old_paths_and_an_import_is_all_o
     let read_back = crate::import::json::read(export.to_string().as_bytes()).unwrap();
     let alice = read_back.users.iter().find(|u| u.name == "alice").unwrap();
     assert_eq!((alice.next_reset, alice.telegram_id), (next_reset, Some(4242)));
+    // A next reset no schedule has (beyond a year, past what SQLite keeps) is dropped and
+    // said; the user still comes.
+    let far = json!({ "format": "hearth-users", "version": 1, "source": "script", "users": [
+        { "id": "far", "name": "far", "reset": "monthly", "next_reset": u64::MAX } ] });
+    let answer = client.post("/import?source=hearth&dry_run=true", far).await;
+    assert_eq!(answer.status, StatusCode::OK, "{}", String::from_utf8_lossy(&answer.body));
+    let changed = answer.json()["imported"][0]["changed"].clone();
+    assert_eq!(changed, json!(["its next reset was more than a year away: its cycle counts from the import"]));
 
     // Retiring an alias: the decoy from then on.
     let retired = client

@@ -578,6 +578,14 @@ fn take(
         return Ok(Err(refuse(user, format!("it has more than {MAX_ALIASES} old subscription paths"))));
     }
     let mut changed = user.mapped.clone();
+    // No periodic reset is further off than a month: a date beyond a year is not one (nor a
+    // number SQLite keeps), and the cycle counts from the import.
+    let next_reset = if user.next_reset > now.saturating_add(366 * 86_400) {
+        changed.push("its next reset was more than a year away: its cycle counts from the import".to_owned());
+        0
+    } else {
+        user.next_reset
+    };
     let mut note = user.note.clone();
     if hearth_shared::cut_to(&mut note, crate::store::users::MAX_NOTE) {
         changed.push(format!("its note was cut to {} bytes (Hearth's most)", crate::store::users::MAX_NOTE));
@@ -611,9 +619,9 @@ fn take(
         if user.telegram_id.is_some() {
             crate::store::telegram::set_user_chat(conn, id, user.telegram_id)?;
         }
-        if user.next_reset > now && user.reset != "none" {
+        if next_reset > now && user.reset != "none" {
             conn.prepare_cached("UPDATE users SET next_reset = ?2 WHERE id = ?1")?
-                .execute(rusqlite::params![id, user.next_reset])?;
+                .execute(rusqlite::params![id, next_reset])?;
         }
         Ok(id)
     })();
