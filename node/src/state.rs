@@ -222,10 +222,15 @@ fn rate<'de, D: serde::Deserializer<'de>>(deserializer: D) -> Result<Option<u64>
 #[derive(Clone, Copy, Debug, Default, Deserialize, PartialEq, Eq)]
 #[serde(rename_all = "lowercase")]
 pub(crate) enum Congestion {
-    /// BBR, as Hysteria2 servers use when clients do not announce a bandwidth: it keeps its
-    /// rate through random loss (mobile networks, throttled or filtered paths).
+    /// Hearth's own BBR (`congestion::bbr`), as Hysteria2 servers use when clients do not
+    /// announce a bandwidth: it keeps its rate through random loss (mobile networks,
+    /// throttled or filtered paths).
     #[default]
     Bbr,
+    /// quinn's BBR (experimental upstream, its estimate inflated by acknowledgements that come
+    /// in bursts), kept for comparison.
+    #[serde(rename = "quinn-bbr")]
+    QuinnBbr,
     /// CUBIC: backs off at every loss, so it suits clean paths only, where it costs less CPU
     /// per byte than quinn's BBR (docs/benchmarks.md: a 1 vCPU box short of CPU).
     Cubic,
@@ -538,8 +543,9 @@ mod tests {
         assert_eq!(settings("").unwrap().congestion, Congestion::Bbr);
         assert_eq!(settings("congestion = \"bbr\"").unwrap().congestion, Congestion::Bbr);
         assert_eq!(settings("congestion = \"cubic\"").unwrap().congestion, Congestion::Cubic);
+        assert_eq!(settings("congestion = \"quinn-bbr\"").unwrap().congestion, Congestion::QuinnBbr);
         let error = settings("congestion = \"reno\"").unwrap_err().to_string();
-        assert!(error.contains("unknown variant `reno`, expected `bbr` or `cubic`"), "{error}");
+        assert!(error.contains("unknown variant `reno`, expected one of `bbr`, `quinn-bbr`, `cubic`"), "{error}");
     }
 
     #[test]

@@ -3,108 +3,14 @@
 
 use std::time::{Duration, Instant};
 
+use super::budget::{ACK_DELAY, Bank, Budget};
+
 /// Seconds of acknowledgements and losses the ack rate is measured over.
 const SLOTS: usize = 5;
 /// Below this many packets' worth of bytes in the window, the ack rate counts as 1.
 const MIN_SAMPLE_PACKETS: u64 = 50;
 /// The ack rate is never taken lower than this: at most 1.25 times the rate goes out.
 const MIN_ACK_RATE: f64 = 0.8;
-/// The most packets the budget holds on a short path (on a long one, an RTT of sending,
-/// which the pacer spreads out). quic-go (sing-box's client) drops what arrives while 256
-/// packets wait in a connection's queue: half of that at once.
-const MAX_BURST_PACKETS: i64 = 128;
-/// The longest a peer delays an acknowledgement (QUIC's default `max_ack_delay`).
-const ACK_DELAY: Duration = Duration::from_millis(25);
-/// The smallest window, in packets: quinn sends while what is in flight and the next packet
-/// stay below the window, so two packets' worth lets one go out when nothing is in flight.
-const MIN_WINDOW_PACKETS: u64 = 2;
-/// The budget a connection starts Brutal with, in packets.
-const INITIAL_BUDGET_PACKETS: i64 = 10;
-
-/// Holds a connection to a sending rate through quinn's window: bytes that may go out,
-/// refilled at the rate at every event, spent by every send; the window is what is in flight
-/// plus that, at most two BDPs (with the ack delay) and at least [`MIN_WINDOW_PACKETS`].
-#[derive(Clone, Debug)]
-pub(super) struct Budget {
-    pub(super) mtu: u64,
-    rtt: Option<Duration>,
-    /// Bytes in flight: quinn's own figure at the end of each batch of acknowledgements,
-    /// kept up to date in between.
-    in_flight: u64,
-    /// Bytes that may go out now (below zero after a send that took more).
-    bytes: i64,
-    /// When the budget was last refilled.
-    refilled: Instant,
-}
-
-impl Budget {
-    fn new(now: Instant, mtu: u16) -> Budget {
-        Budget {
-            mtu: u64::from(mtu),
-            rtt: None,
-            in_flight: 0,
-            bytes: INITIAL_BUDGET_PACKETS * i64::from(mtu),
-            refilled: now,
-        }
-    }
-
-    /// Adds what `rate` (bytes a second) allows since the last refill, up to an RTT and the
-    /// ack delay of it (acknowledgements, which refill it, come that far apart at low rates),
-    /// at least [`INITIAL_BUDGET_PACKETS`], at most [`MAX_BURST_PACKETS`] or an RTT of it.
-    fn refill(&mut self, now: Instant, rate: u64) {
-        let elapsed = now.saturating_duration_since(self.refilled);
-        self.refilled = self.refilled.max(now);
-        let rate = rate as f64;
-        let rtt = self.rtt.unwrap_or_default().as_secs_f64();
-        let packets = |seconds: f64| (rate * seconds / self.mtu as f64) as i64;
-        let most = packets(rtt).max(MAX_BURST_PACKETS);
-        let burst = packets(rtt + ACK_DELAY.as_secs_f64()).clamp(INITIAL_BUDGET_PACKETS, most) * self.mtu as i64;
-        let added = (rate * elapsed.as_secs_f64()) as i64;
-        self.bytes = self.bytes.saturating_add(added).min(burst);
-    }
-
-    fn on_sent(&mut self, now: Instant, bytes: u64, rate: u64) {
-        self.refill(now, rate);
-        self.in_flight += bytes;
-        self.bytes = self.bytes.saturating_sub(i64::try_from(bytes).unwrap_or(i64::MAX));
-    }
-
-    fn on_ack(&mut self, now: Instant, bytes: u64, rtt: Duration, rate: u64) {
-        self.refill(now, rate);
-        self.rtt = Some(rtt);
-        self.in_flight = self.in_flight.saturating_sub(bytes);
-    }
-
-    fn on_end_acks(&mut self, now: Instant, in_flight: u64, rate: u64) {
-        self.refill(now, rate);
-        self.in_flight = in_flight;
-    }
-
-    fn on_loss(&mut self, now: Instant, lost_bytes: u64, rate: u64) {
-        self.refill(now, rate);
-        self.in_flight = self.in_flight.saturating_sub(lost_bytes);
-    }
-
-    /// What is in flight plus the budget, at most two BDPs (with the ack delay) at `rate`, at
-    /// least [`MIN_WINDOW_PACKETS`].
-    fn window(&self, rate: u64) -> u64 {
-        let delay = self.rtt.map_or(ACK_DELAY, |rtt| rtt + ACK_DELAY);
-        let cap = (2.0 * rate as f64 * delay.as_secs_f64()) as u64;
-        // Sends go out two packets at least: a client acknowledges every second packet at
-        // once, a lone one only after its ack delay, and only an acknowledgement refills.
-        let spendable = u64::try_from(self.bytes).unwrap_or(0);
-        let spendable = if spendable > 2 * self.mtu { spendable } else { 0 };
-        // The floor sends even when the budget holds less than that, or nothing would ever
-        // send again: a pair, while the debt is within what the rate brings in over an ack
-        // delay, else a lone packet, whose acknowledgement comes an ack delay later and pays
-        // the debt back. (Where a round trip carries less than two packets at the rate, as
-        // on loopback, pairs go out each round and the lone packet's wait evens them out.)
-        let debt_allowed = (rate as f64 * ACK_DELAY.as_secs_f64()) as i64;
-        let floor = if self.bytes >= -debt_allowed { MIN_WINDOW_PACKETS + 1 } else { MIN_WINDOW_PACKETS } * self.mtu;
-        (self.in_flight + spendable).min(cap).max(floor)
-    }
-}
-
 /// Acknowledged and lost bytes in one second.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 struct Slot {
@@ -125,7 +31,7 @@ pub(super) struct Brutal {
 
 impl Brutal {
     pub(super) fn new(now: Instant, mtu: u16) -> Brutal {
-        Brutal { epoch: now, slots: [Slot::default(); SLOTS], ack_rate: 1.0, budget: Budget::new(now, mtu) }
+        Brutal { epoch: now, slots: [Slot::default(); SLOTS], ack_rate: 1.0, budget: Budget::new(now, mtu, Bank::Rtt) }
     }
 
     /// The slot of the second `now` falls in, emptied if it held an older second.
@@ -180,9 +86,12 @@ impl Brutal {
         (rate as f64 / self.ack_rate) as u64
     }
 
-    /// The window that holds the connection to the sending rate.
+    /// The window that holds the connection to the sending rate:
+    /// at most two BDPs counting the ack delay (the official server's cap).
     pub(super) fn window(&self, rate: u64) -> u64 {
-        self.budget.window(self.sending_rate(rate))
+        let rate = self.sending_rate(rate);
+        let delay = self.budget.rtt().map_or(ACK_DELAY, |rtt| rtt + ACK_DELAY);
+        self.budget.window(rate, (2.0 * rate as f64 * delay.as_secs_f64()) as u64)
     }
 }
 

@@ -36,7 +36,11 @@
 //! `Connection::congestion_state` (a clone that shares the rate) and sets the rate, which can
 //! change again at any time.
 
+mod bbr;
 mod brutal;
+mod budget;
+#[cfg(test)]
+mod sim;
 
 use std::any::Any;
 use std::sync::Arc;
@@ -46,6 +50,7 @@ use std::time::Instant;
 use quinn::congestion::{Controller, ControllerFactory, ControllerMetrics};
 
 use crate::state::Congestion;
+use bbr::Bbr;
 use brutal::Brutal;
 
 /// Builds each connection's controller: the operator's choice, switchable to Brutal.
@@ -56,7 +61,8 @@ pub(crate) struct Factory {
 impl ControllerFactory for Factory {
     fn build(self: Arc<Self>, now: Instant, current_mtu: u16) -> Box<dyn Controller> {
         let default: Box<dyn Controller> = match self.default {
-            Congestion::Bbr => Arc::new(quinn::congestion::BbrConfig::default()).build(now, current_mtu),
+            Congestion::Bbr => Box::new(Bbr::new(now, current_mtu)),
+            Congestion::QuinnBbr => Arc::new(quinn::congestion::BbrConfig::default()).build(now, current_mtu),
             Congestion::Cubic => Arc::new(quinn::congestion::CubicConfig::default()).build(now, current_mtu),
         };
         Box::new(Switch { rate: Arc::new(AtomicU64::new(0)), default, brutal: Brutal::new(now, current_mtu) })
@@ -162,6 +168,63 @@ impl Controller for Switch {
     }
 }
 
+/// quinn's side of Hearth's BBR: the RTT comes from the packets themselves (the time since
+/// the newest acknowledged one was sent), not quinn's estimator, so the model stays pure.
+impl Controller for Bbr {
+    fn on_sent(&mut self, now: Instant, bytes: u64, _last_packet_number: u64) {
+        Bbr::on_sent(self, now, bytes);
+    }
+
+    fn on_ack(
+        &mut self,
+        now: Instant,
+        sent: Instant,
+        bytes: u64,
+        _app_limited: bool,
+        _rtt: &quinn_proto::RttEstimator,
+    ) {
+        Bbr::on_ack(self, now, sent, bytes);
+    }
+
+    fn on_end_acks(&mut self, now: Instant, in_flight: u64, app_limited: bool, _largest_acked: Option<u64>) {
+        Bbr::on_end_acks(self, now, in_flight, app_limited);
+    }
+
+    fn on_congestion_event(&mut self, now: Instant, _sent: Instant, is_persistent_congestion: bool, lost_bytes: u64) {
+        // ECN marks (no bytes lost) are not a signal this BBR takes.
+        if lost_bytes > 0 || is_persistent_congestion {
+            self.on_loss(now, lost_bytes, is_persistent_congestion);
+        }
+    }
+
+    fn on_mtu_update(&mut self, new_mtu: u16) {
+        self.set_mtu(new_mtu);
+    }
+
+    fn window(&self) -> u64 {
+        Bbr::window(self)
+    }
+
+    fn metrics(&self) -> ControllerMetrics {
+        let mut metrics = ControllerMetrics::default();
+        metrics.congestion_window = self.cwnd();
+        metrics.pacing_rate = Some(self.pacing_rate() * 8).filter(|rate| *rate > 0);
+        metrics
+    }
+
+    fn clone_box(&self) -> Box<dyn Controller> {
+        Box::new(self.clone())
+    }
+
+    fn initial_window(&self) -> u64 {
+        Bbr::initial_window(self)
+    }
+
+    fn into_any(self: Box<Self>) -> Box<dyn Any> {
+        self
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use std::time::Duration;
@@ -174,7 +237,7 @@ mod tests {
     #[test]
     fn a_connection_switches_to_brutal_and_back_through_a_shared_rate() {
         let start = Instant::now();
-        for default in [Congestion::Bbr, Congestion::Cubic] {
+        for default in [Congestion::Bbr, Congestion::QuinnBbr, Congestion::Cubic] {
             let built = Arc::new(Factory { default }).build(start, MTU);
             let mut switch = built.into_any().downcast::<Switch>().expect("a Switch");
             let initial = switch.window();

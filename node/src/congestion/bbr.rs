@@ -1,0 +1,509 @@
+//! Hearth's BBR: the node's default controller for clients that announce no receive rate.
+//!
+//! It models the path as a bottleneck bandwidth and a round-trip time and sends at the one,
+//! keeping about two of their product in flight, as BBR (v1, with v2's gentler RTT probe)
+//! does in Chromium, the official Hysteria server and sing-box:
+//!
+//! - **Delivery-rate samples.** quinn tells a controller of each send batch (`on_sent`) and,
+//!   for each packet acknowledged, when it was sent. Each batch keeps what had been delivered
+//!   when it left; when an acknowledgement's newest packet comes back, the bytes delivered
+//!   since, over the longer of the send and the acknowledgement intervals, is one sample. The
+//!   send interval bounds it: acknowledgements that come in bursts (a client acknowledging
+//!   every 25 ms, an ack-thinning middlebox) do not inflate it, where quinn's own BBR takes
+//!   the rate between two acknowledgements.
+//! - **App-limited samples** (quinn says when the connection had nothing to send) count only
+//!   when they raise the estimate, so a user reading a web page does not teach it a low rate.
+//! - **The bandwidth** is the largest sample over the last [`BW_ROUNDS`] round trips; **the
+//!   RTT** the smallest over [`MIN_RTT_WINDOW`], probed by holding what is in flight to half a
+//!   BDP for [`PROBE_RTT_TIME`] when it has not come down for that long.
+//! - **Startup** doubles the rate each round until three rounds bring less than a quarter more
+//!   bandwidth, or a round loses more than [`STARTUP_LOSS`] of what it sent (a full queue
+//!   dropping a burst; random loss of a few percent does not end it). **Drain** then empties
+//!   the queue it built, and **ProbeBW** cycles the rate through 1.25, 0.75 and six rounds of
+//!   1.0 of the estimate.
+//! - **The window** is twice the BDP plus the most the acknowledgements have run ahead of
+//!   the estimate over the last [`BW_ROUNDS`] rounds (ack aggregation), so bursts of
+//!   acknowledgements do not stall the sender.
+//! - **The rate** is held by the same [`Budget`] Brutal uses: quinn's own pacer follows the
+//!   window, not a rate.
+//!
+//! Loss does not lower the rate in ProbeBW: on the paths Hysteria is picked for, loss is
+//! mostly random, and the bandwidth samples already see a full queue.
+
+use std::collections::VecDeque;
+use std::time::{Duration, Instant};
+
+use super::budget::{Bank, Budget};
+
+/// Startup's gain on the rate: 2/ln 2, which doubles what is delivered each round trip.
+const STARTUP_GAIN: f64 = 2.885;
+/// Drain's gain on the rate: startup's inverse, which empties in a round what it queued.
+const DRAIN_GAIN: f64 = 1.0 / STARTUP_GAIN;
+/// ProbeBW's gains on the rate, one phase of about a round trip each.
+const PROBE_BW_GAINS: [f64; 8] = [1.25, 0.75, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0];
+/// The window's gain over the BDP, in startup too (v1's 2.885 there lets a one-BDP queue
+/// overflow for the three rounds it takes to see the pipe is full).
+const CWND_GAIN: f64 = 2.0;
+/// The longest the 0.75 phase lasts, in smallest RTTs, when what is in flight does not come
+/// down to a BDP before (it ends once it does, so a queue left by startup or a probe drains).
+const DRAIN_PHASE_RTTS: u32 = 3;
+/// Round trips the bandwidth estimate (and the ack aggregation) remembers.
+pub(super) const BW_ROUNDS: u64 = 10;
+/// How long the smallest RTT counts before it is probed again.
+pub(super) const MIN_RTT_WINDOW: Duration = Duration::from_secs(10);
+/// How long the RTT probe holds what is in flight down (and one round at least).
+pub(super) const PROBE_RTT_TIME: Duration = Duration::from_millis(200);
+/// The smallest window, in packets.
+const MIN_CWND_PACKETS: u64 = 4;
+/// The window a connection starts with, in packets (quinn's own initial window is about as
+/// large).
+const INITIAL_CWND_PACKETS: u64 = 10;
+/// Growth that counts as the pipe not full yet, and the rounds without it that say it is.
+const FULL_BW_GROWTH: f64 = 1.25;
+const FULL_BW_ROUNDS: u32 = 3;
+/// The share of a round's packets lost that ends startup (with [`STARTUP_LOSS_PACKETS`] at
+/// least): a queue overflowing, not the random loss of a bad path, which stays far below.
+pub(super) const STARTUP_LOSS: f64 = 0.2;
+const STARTUP_LOSS_PACKETS: u64 = 8;
+/// Send batches remembered at most (a batch per packet at worst: quinn's own limit on what is
+/// in flight keeps far fewer).
+const MAX_SENT_BATCHES: usize = 1 << 14;
+
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub(super) enum Mode {
+    Startup,
+    Drain,
+    /// The phase of [`PROBE_BW_GAINS`], and since when.
+    ProbeBw {
+        phase: usize,
+        since: Instant,
+    },
+    /// Holding what is in flight down; `done_at` once it is down, and whether a round has
+    /// ended since.
+    ProbeRtt {
+        done_at: Option<Instant>,
+        round_done: bool,
+    },
+}
+
+/// What the connection had delivered when a batch of packets was sent.
+#[derive(Clone, Copy, Debug)]
+struct Batch {
+    sent: Instant,
+    delivered: u64,
+    delivered_time: Instant,
+    first_sent_time: Instant,
+    app_limited: bool,
+}
+
+/// The largest value seen over the last [`BW_ROUNDS`] rounds: the best of each round, kept
+/// by round number.
+#[derive(Clone, Copy, Debug, Default)]
+struct RoundMax {
+    slots: [(u64, u64); BW_ROUNDS as usize],
+}
+
+impl RoundMax {
+    fn update(&mut self, round: u64, value: u64) {
+        let slot = &mut self.slots[(round % BW_ROUNDS) as usize];
+        if slot.0 != round {
+            *slot = (round, 0);
+        }
+        slot.1 = slot.1.max(value);
+    }
+
+    fn get(&self, round: u64) -> u64 {
+        self.slots.iter().filter(|(at, _)| at + BW_ROUNDS > round).map(|(_, value)| *value).max().unwrap_or(0)
+    }
+}
+
+#[derive(Clone, Debug)]
+pub(super) struct Bbr {
+    mtu: u64,
+    // The delivery-rate sampler.
+    delivered: u64,
+    delivered_time: Instant,
+    first_sent_time: Instant,
+    /// Samples are app-limited until `delivered` passes this (0: not app-limited).
+    app_limited_until: u64,
+    batches: VecDeque<Batch>,
+    in_flight: u64,
+    /// The current batch of acknowledgements: bytes, and the newest packet's send time.
+    acked: u64,
+    newest_acked: Option<Instant>,
+    lost: u64,
+    // Round trips.
+    round: u64,
+    next_round_delivered: u64,
+    round_acked: u64,
+    round_lost: u64,
+    // The model.
+    max_bw: RoundMax,
+    min_rtt: Option<Duration>,
+    min_rtt_at: Instant,
+    extra_acked: RoundMax,
+    aggregation_start: Instant,
+    aggregation_acked: u64,
+    // The state machine.
+    mode: Mode,
+    full_bw: u64,
+    full_bw_rounds: u32,
+    filled_pipe: bool,
+    /// Bytes lost since the ProbeBW phase began.
+    phase_lost: u64,
+    prior_cwnd: u64,
+    cwnd: u64,
+    /// Bytes a second (0 until the first sample: the window alone holds it).
+    pacing_rate: u64,
+    budget: Budget,
+}
+
+impl Bbr {
+    pub(super) fn new(now: Instant, mtu: u16) -> Bbr {
+        let mtu64 = u64::from(mtu);
+        Bbr {
+            mtu: mtu64,
+            delivered: 0,
+            delivered_time: now,
+            first_sent_time: now,
+            app_limited_until: 0,
+            batches: VecDeque::new(),
+            in_flight: 0,
+            acked: 0,
+            newest_acked: None,
+            lost: 0,
+            round: 0,
+            next_round_delivered: 0,
+            round_acked: 0,
+            round_lost: 0,
+            max_bw: RoundMax::default(),
+            min_rtt: None,
+            min_rtt_at: now,
+            extra_acked: RoundMax::default(),
+            aggregation_start: now,
+            aggregation_acked: 0,
+            mode: Mode::Startup,
+            full_bw: 0,
+            full_bw_rounds: 0,
+            filled_pipe: false,
+            phase_lost: 0,
+            prior_cwnd: 0,
+            cwnd: INITIAL_CWND_PACKETS * mtu64,
+            pacing_rate: 0,
+            budget: Budget::new(now, mtu, Bank::AckGaps),
+        }
+    }
+
+    /// The bandwidth estimate, in bytes a second.
+    pub(super) fn bandwidth(&self) -> u64 {
+        self.max_bw.get(self.round)
+    }
+
+    #[cfg(test)]
+    pub(super) fn mode(&self) -> Mode {
+        self.mode
+    }
+
+    pub(super) fn pacing_rate(&self) -> u64 {
+        self.pacing_rate
+    }
+
+    pub(super) fn cwnd(&self) -> u64 {
+        self.cwnd
+    }
+
+    pub(super) fn initial_window(&self) -> u64 {
+        INITIAL_CWND_PACKETS * self.mtu
+    }
+
+    pub(super) fn set_mtu(&mut self, mtu: u16) {
+        self.mtu = u64::from(mtu);
+        self.budget.mtu = self.mtu;
+    }
+
+    /// The bandwidth-delay product at `gain`.
+    fn bdp(&self, gain: f64) -> u64 {
+        match self.min_rtt {
+            Some(rtt) => (gain * self.bandwidth() as f64 * rtt.as_secs_f64()) as u64,
+            None => self.initial_window(),
+        }
+    }
+
+    /// A batch of `bytes` went out.
+    pub(super) fn on_sent(&mut self, now: Instant, bytes: u64) {
+        if self.in_flight == 0 {
+            // A new flight after an idle spell: its samples start from now.
+            self.first_sent_time = now;
+            self.delivered_time = now;
+        }
+        if self.batches.back().is_none_or(|batch| batch.sent != now) {
+            if self.batches.len() == MAX_SENT_BATCHES {
+                self.batches.pop_front();
+            }
+            self.batches.push_back(Batch {
+                sent: now,
+                delivered: self.delivered,
+                delivered_time: self.delivered_time,
+                first_sent_time: self.first_sent_time,
+                app_limited: self.app_limited_until != 0,
+            });
+        }
+        self.in_flight += bytes;
+        self.budget.on_sent(now, bytes, self.pacing_rate);
+    }
+
+    /// A packet of `bytes` sent at `sent` was acknowledged (one of a batch that ends with
+    /// [`on_end_acks`](Self::on_end_acks)).
+    pub(super) fn on_ack(&mut self, now: Instant, sent: Instant, bytes: u64) {
+        self.delivered += bytes;
+        self.delivered_time = now;
+        self.in_flight = self.in_flight.saturating_sub(bytes);
+        self.acked += bytes;
+        self.round_acked += bytes;
+        if self.newest_acked.is_none_or(|newest| sent > newest) {
+            self.newest_acked = Some(sent);
+        }
+        self.budget.on_ack(now, bytes, now.saturating_duration_since(sent), self.pacing_rate);
+    }
+
+    /// Packets sent up to `sent` and holding `bytes` were lost.
+    pub(super) fn on_loss(&mut self, now: Instant, bytes: u64, persistent: bool) {
+        self.lost += bytes;
+        self.round_lost += bytes;
+        self.phase_lost += bytes;
+        self.in_flight = self.in_flight.saturating_sub(bytes);
+        if persistent {
+            self.cwnd = MIN_CWND_PACKETS * self.mtu;
+        }
+        if !self.filled_pipe && self.round_overflowed() {
+            // Startup ends at once: the next acknowledgement drains.
+            self.filled_pipe = true;
+        }
+        self.budget.on_loss(now, bytes, self.pacing_rate);
+    }
+
+    /// A batch of acknowledgements ended: `in_flight` is quinn's own figure, and
+    /// `app_limited` whether the connection had nothing to send before it.
+    pub(super) fn on_end_acks(&mut self, now: Instant, in_flight: u64, app_limited: bool) {
+        self.in_flight = in_flight;
+        let acked = std::mem::take(&mut self.acked);
+        let Some(newest) = self.newest_acked.take() else {
+            self.budget.on_end_acks(now, in_flight, self.pacing_rate);
+            return;
+        };
+        if app_limited {
+            self.app_limited_until = (self.delivered + in_flight).max(1);
+        } else if self.app_limited_until != 0 && self.delivered > self.app_limited_until {
+            self.app_limited_until = 0;
+        }
+        // The batch the newest packet went out in, and the sample it gives.
+        while self.batches.front().is_some_and(|batch| batch.sent < newest) {
+            self.batches.pop_front();
+        }
+        let batch = self.batches.front().copied().filter(|batch| batch.sent == newest);
+        let mut round_start = false;
+        if let Some(batch) = batch {
+            self.first_sent_time = batch.sent;
+            if batch.delivered >= self.next_round_delivered {
+                self.next_round_delivered = self.delivered;
+                self.round += 1;
+                round_start = true;
+            }
+            let interval = batch
+                .sent
+                .saturating_duration_since(batch.first_sent_time)
+                .max(now.saturating_duration_since(batch.delivered_time));
+            // Shorter than the RTT, a sample is an artefact of acknowledgements bunching.
+            if self.min_rtt.is_none_or(|rtt| interval >= rtt) && !interval.is_zero() {
+                let rate = ((self.delivered - batch.delivered) as f64 / interval.as_secs_f64()) as u64;
+                if !batch.app_limited || rate >= self.bandwidth() {
+                    self.max_bw.update(self.round, rate);
+                }
+            }
+        }
+        self.update_aggregation(now, acked);
+        if round_start {
+            self.on_round_start(batch.is_some_and(|batch| batch.app_limited));
+        }
+        let rtt_expired = self.update_min_rtt(now, now.saturating_duration_since(newest));
+        self.update_mode(now, round_start, rtt_expired);
+        self.update_pacing_rate();
+        self.update_cwnd(acked);
+        self.budget.on_end_acks(now, in_flight, self.pacing_rate);
+    }
+
+    /// The most the acknowledgements have run ahead of the estimate lately.
+    fn update_aggregation(&mut self, now: Instant, acked: u64) {
+        let bw = self.bandwidth();
+        let mut expected = (bw as f64 * now.saturating_duration_since(self.aggregation_start).as_secs_f64()) as u64;
+        if self.aggregation_acked <= expected {
+            self.aggregation_acked = 0;
+            self.aggregation_start = now;
+            expected = 0;
+        }
+        self.aggregation_acked += acked;
+        let extra = (self.aggregation_acked - expected.min(self.aggregation_acked)).min(self.cwnd);
+        self.extra_acked.update(self.round, extra);
+    }
+
+    /// Whether this round has lost enough to say startup filled a queue.
+    fn round_overflowed(&self) -> bool {
+        let (acked, lost) = (self.round_acked, self.round_lost);
+        lost >= STARTUP_LOSS_PACKETS * self.mtu && lost as f64 > STARTUP_LOSS * (acked + lost) as f64
+    }
+
+    fn on_round_start(&mut self, app_limited: bool) {
+        let overflowed = self.round_overflowed();
+        (self.round_acked, self.round_lost) = (0, 0);
+        if self.filled_pipe {
+            return;
+        }
+        if overflowed {
+            self.filled_pipe = true;
+            return;
+        }
+        if app_limited {
+            return;
+        }
+        let bw = self.bandwidth();
+        if bw as f64 >= self.full_bw as f64 * FULL_BW_GROWTH {
+            self.full_bw = bw;
+            self.full_bw_rounds = 0;
+        } else {
+            self.full_bw_rounds += 1;
+            self.filled_pipe = self.full_bw_rounds >= FULL_BW_ROUNDS;
+        }
+    }
+
+    /// Takes `rtt` in; true when the smallest RTT had gone unconfirmed too long.
+    fn update_min_rtt(&mut self, now: Instant, rtt: Duration) -> bool {
+        let expired = now.saturating_duration_since(self.min_rtt_at) > MIN_RTT_WINDOW;
+        if self.min_rtt.is_none_or(|min| rtt <= min) || expired {
+            self.min_rtt = Some(rtt);
+            self.min_rtt_at = now;
+        }
+        expired
+    }
+
+    fn probe_bw(&mut self, now: Instant) {
+        // Phases start anywhere but the one that drains (the round number spreads flows).
+        let phase = [0, 2, 3, 4, 5, 6, 7][(self.round % 7) as usize];
+        self.mode = Mode::ProbeBw { phase, since: now };
+        self.phase_lost = 0;
+    }
+
+    fn update_mode(&mut self, now: Instant, round_start: bool, rtt_expired: bool) {
+        match self.mode {
+            Mode::Startup if self.filled_pipe => self.mode = Mode::Drain,
+            Mode::Drain if self.in_flight <= self.bdp(1.0) => self.probe_bw(now),
+            Mode::ProbeBw { phase, since } => {
+                let full_length = self.min_rtt.is_some_and(|rtt| now.saturating_duration_since(since) > rtt);
+                let next = match PROBE_BW_GAINS[phase] {
+                    gain if gain > 1.0 => full_length && (self.phase_lost > 0 || self.in_flight >= self.bdp(gain)),
+                    gain if gain < 1.0 => {
+                        let longest = self
+                            .min_rtt
+                            .is_some_and(|rtt| now.saturating_duration_since(since) > rtt * DRAIN_PHASE_RTTS);
+                        longest || self.in_flight <= self.bdp(1.0)
+                    }
+                    _ => full_length,
+                };
+                if next {
+                    self.mode = Mode::ProbeBw { phase: (phase + 1) % PROBE_BW_GAINS.len(), since: now };
+                    self.phase_lost = 0;
+                }
+            }
+            _ => {}
+        }
+        if rtt_expired && !matches!(self.mode, Mode::ProbeRtt { .. }) {
+            self.prior_cwnd = self.cwnd;
+            self.mode = Mode::ProbeRtt { done_at: None, round_done: false };
+        }
+        if let Mode::ProbeRtt { done_at, round_done } = self.mode {
+            // Nothing sampled while held down raises the estimate.
+            self.app_limited_until = (self.delivered + self.in_flight).max(1);
+            match done_at {
+                None if self.in_flight <= self.probe_rtt_cwnd() => {
+                    self.next_round_delivered = self.delivered;
+                    self.mode = Mode::ProbeRtt { done_at: Some(now + PROBE_RTT_TIME), round_done: false };
+                }
+                None => {}
+                Some(done_at) => {
+                    let round_done = round_done || round_start;
+                    self.mode = Mode::ProbeRtt { done_at: Some(done_at), round_done };
+                    if round_done && now >= done_at {
+                        self.min_rtt_at = now;
+                        self.cwnd = self.cwnd.max(self.prior_cwnd);
+                        if self.filled_pipe {
+                            self.probe_bw(now);
+                        } else {
+                            self.mode = Mode::Startup;
+                        }
+                    }
+                }
+            }
+        }
+    }
+
+    fn probe_rtt_cwnd(&self) -> u64 {
+        self.bdp(0.5).max(MIN_CWND_PACKETS * self.mtu)
+    }
+
+    fn pacing_gain(&self) -> f64 {
+        match self.mode {
+            Mode::Startup => STARTUP_GAIN,
+            Mode::Drain => DRAIN_GAIN,
+            Mode::ProbeBw { phase, .. } => PROBE_BW_GAINS[phase],
+            Mode::ProbeRtt { .. } => 1.0,
+        }
+    }
+
+    fn update_pacing_rate(&mut self) {
+        let rate = (self.pacing_gain() * self.bandwidth() as f64) as u64;
+        // Startup never slows down before the pipe is full.
+        if self.filled_pipe || rate > self.pacing_rate {
+            self.pacing_rate = rate;
+        }
+    }
+
+    fn update_cwnd(&mut self, acked: u64) {
+        let target = self.bdp(CWND_GAIN) + self.extra_acked.get(self.round);
+        if self.filled_pipe {
+            self.cwnd = (self.cwnd + acked).min(target);
+        } else if self.cwnd < target || self.delivered < self.initial_window() {
+            self.cwnd += acked;
+        }
+        self.cwnd = self.cwnd.max(MIN_CWND_PACKETS * self.mtu);
+        if matches!(self.mode, Mode::ProbeRtt { .. }) {
+            self.cwnd = self.cwnd.min(self.probe_rtt_cwnd());
+        }
+    }
+
+    /// What may be in flight: the window, and within it what the budget lets out at the
+    /// pacing rate.
+    pub(super) fn window(&self) -> u64 {
+        match self.pacing_rate {
+            0 => self.cwnd,
+            rate => self.budget.window(rate, self.cwnd),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_round_max_forgets_what_is_older_than_its_rounds() {
+        let mut max = RoundMax::default();
+        max.update(1, 100);
+        max.update(2, 50);
+        max.update(2, 70);
+        assert_eq!(max.get(2), 100);
+        assert_eq!(max.get(10), 100, "round 1 still counts in round 10");
+        assert_eq!(max.get(11), 70, "and not in round 11");
+        max.update(12, 10);
+        assert_eq!(max.get(12), 10, "round 12 took round 2's place");
+        assert_eq!(max.get(30), 0);
+    }
+}

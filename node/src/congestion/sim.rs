@@ -1,0 +1,448 @@
+//! A simulated path for the controllers' tests: a deterministic bottleneck with a drop-tail
+//! queue, random loss on the way out, a fixed delay each way and a receiver that acknowledges
+//! as a QUIC client does (or in batches), driving controllers as quinn does: it sends while
+//! what is in flight and the next packet stay below the window and its pacer (1.25 windows
+//! per smoothed RTT, bursts of 2 ms of that) lets it, tells the controller of each batch, of
+//! each packet acknowledged and of losses (three packets or 9/8 of an RTT behind the newest
+//! acknowledged). No sockets and no clock: time moves in steps of [`STEP`].
+
+use std::collections::{BTreeMap, VecDeque};
+use std::time::{Duration, Instant};
+
+use super::bbr::Bbr;
+
+pub(super) const MTU: u64 = 1200;
+pub(super) const STEP: Duration = Duration::from_micros(50);
+/// quinn sends up to this many packets in one batch (one `on_sent`).
+const BATCH_PACKETS: u64 = 10;
+
+/// How the receiver acknowledges.
+#[derive(Clone, Copy, Debug)]
+pub(super) enum Acks {
+    /// Every second packet at once, a lone one after 25 ms (QUIC's default).
+    EveryOther,
+    /// All it has received, every so often (a thinning middlebox, a busy client).
+    Every(Duration),
+}
+
+#[derive(Clone, Copy, Debug)]
+pub(super) struct Path {
+    /// The bottleneck, in bytes a second.
+    pub(super) rate: u64,
+    /// One-way delay (each way).
+    pub(super) delay: Duration,
+    /// The most bytes the bottleneck's queue holds.
+    pub(super) queue: u64,
+    /// The share of packets lost at random before the bottleneck.
+    pub(super) loss: f64,
+    pub(super) acks: Acks,
+}
+
+impl Path {
+    /// `mbit` Mbit/s, `rtt`, a queue of `queue_bdp` BDPs, `loss` lost.
+    pub(super) fn new(mbit: u64, rtt: Duration, queue_bdp: f64, loss: f64) -> Path {
+        let rate = mbit * 125_000;
+        let queue = (queue_bdp * rate as f64 * rtt.as_secs_f64()) as u64;
+        Path { rate, delay: rtt / 2, queue, loss, acks: Acks::EveryOther }
+    }
+}
+
+/// A small deterministic generator (xorshift64*).
+struct Random(u64);
+
+impl Random {
+    fn next(&mut self) -> f64 {
+        self.0 ^= self.0 >> 12;
+        self.0 ^= self.0 << 25;
+        self.0 ^= self.0 >> 27;
+        (self.0.wrapping_mul(0x2545_f491_4f6c_dd1d) >> 11) as f64 / (1u64 << 53) as f64
+    }
+}
+
+/// One connection: its controller, its sender's books and its receiver.
+pub(super) struct Flow {
+    pub(super) bbr: Bbr,
+    /// When it starts sending.
+    starts: Duration,
+    /// The application's rate in bytes a second (`None`: always something to send).
+    app_rate: Option<u64>,
+    app_bytes: f64,
+    next_pn: u64,
+    outstanding: BTreeMap<u64, Instant>,
+    in_flight: u64,
+    largest_acked: Option<u64>,
+    srtt: Option<Duration>,
+    latest_rtt: Duration,
+    tokens: f64,
+    paced_at: Option<Instant>,
+    app_limited: bool,
+    // The receiver: packets not acknowledged yet, since when, and acknowledgements on the way.
+    unacked: Vec<u64>,
+    unacked_since: Option<Instant>,
+    acks: VecDeque<(Instant, Vec<u64>)>,
+    // What happened.
+    pub(super) sent: u64,
+    pub(super) lost: u64,
+    /// Bytes delivered by the end of each 10 ms.
+    delivered: Vec<u64>,
+    delivered_total: u64,
+    sent_log: Vec<u64>,
+    /// RTT samples: when, and how long.
+    pub(super) rtts: Vec<(Duration, Duration)>,
+}
+
+impl Flow {
+    pub(super) fn new(start: Instant) -> Flow {
+        Flow {
+            bbr: Bbr::new(start, MTU as u16),
+            starts: Duration::ZERO,
+            app_rate: None,
+            app_bytes: 0.0,
+            next_pn: 0,
+            outstanding: BTreeMap::new(),
+            in_flight: 0,
+            largest_acked: None,
+            srtt: None,
+            latest_rtt: Duration::ZERO,
+            tokens: 10.0 * MTU as f64,
+            paced_at: None,
+            app_limited: false,
+            unacked: Vec::new(),
+            unacked_since: None,
+            acks: VecDeque::new(),
+            sent: 0,
+            lost: 0,
+            delivered: Vec::new(),
+            delivered_total: 0,
+            sent_log: Vec::new(),
+            rtts: Vec::new(),
+        }
+    }
+
+    pub(super) fn starting_at(mut self, at: Duration) -> Flow {
+        self.starts = at;
+        self
+    }
+
+    pub(super) fn app_limited_to(mut self, rate: u64) -> Flow {
+        self.app_rate = Some(rate);
+        self
+    }
+
+    /// Bytes a second delivered between `from` and `to` (whole 10 ms steps).
+    pub(super) fn goodput(&self, from: Duration, to: Duration) -> f64 {
+        let at = |t: Duration| {
+            let i = (t.as_millis() / 10) as usize;
+            if i == 0 { 0 } else { self.delivered.get(i - 1).copied().unwrap_or(self.delivered_total) }
+        };
+        (at(to) - at(from)) as f64 / (to - from).as_secs_f64()
+    }
+
+    /// The share of packets sent that were lost.
+    pub(super) fn lost_share(&self) -> f64 {
+        self.lost as f64 / self.sent.max(1) as f64
+    }
+
+    /// The `q` quantile of the RTT samples taken between `from` and `to`.
+    pub(super) fn rtt_quantile(&self, from: Duration, to: Duration, q: f64) -> Duration {
+        let mut rtts: Vec<Duration> =
+            self.rtts.iter().filter(|(at, _)| *at >= from && *at < to).map(|(_, rtt)| *rtt).collect();
+        rtts.sort();
+        rtts.get(((rtts.len() as f64 * q) as usize).min(rtts.len().saturating_sub(1))).copied().unwrap_or_default()
+    }
+
+    /// Takes in an acknowledgement of `packets`.
+    fn on_ack(&mut self, now: Instant, elapsed: Duration, mut packets: Vec<u64>) {
+        packets.sort_unstable();
+        let mut newest = None;
+        for pn in packets {
+            if let Some(sent) = self.outstanding.remove(&pn) {
+                self.bbr.on_ack(now, sent, MTU);
+                self.in_flight -= MTU;
+                self.delivered_total += MTU;
+                newest = Some(sent);
+                self.largest_acked = self.largest_acked.max(Some(pn));
+            }
+        }
+        let Some(newest) = newest else { return };
+        self.latest_rtt = now - newest;
+        self.rtts.push((elapsed, self.latest_rtt));
+        self.srtt = Some(self.srtt.map_or(self.latest_rtt, |srtt| (srtt * 7 + self.latest_rtt) / 8));
+        self.bbr.on_end_acks(now, self.in_flight, self.app_limited);
+        // Loss: three packets, or 9/8 of an RTT, behind the newest acknowledged.
+        let largest = self.largest_acked.unwrap_or(0);
+        let threshold = self.srtt.unwrap_or_default().max(self.latest_rtt) * 9 / 8;
+        let lost: Vec<u64> = self
+            .outstanding
+            .iter()
+            .take_while(|(pn, _)| **pn < largest)
+            .filter(|(pn, sent)| **pn + 3 <= largest || now - **sent > threshold)
+            .map(|(pn, _)| *pn)
+            .collect();
+        if !lost.is_empty() {
+            for pn in &lost {
+                self.outstanding.remove(pn);
+            }
+            let bytes = lost.len() as u64 * MTU;
+            self.in_flight -= bytes;
+            self.lost += lost.len() as u64;
+            self.bbr.on_loss(now, bytes, false);
+        }
+    }
+
+    /// Sends what the window, the pacer and the application let out; returns the packets.
+    fn send(&mut self, now: Instant, elapsed: Duration) -> Vec<u64> {
+        if elapsed < self.starts {
+            return Vec::new();
+        }
+        if let Some(rate) = self.app_rate {
+            self.app_bytes += rate as f64 * STEP.as_secs_f64();
+        }
+        let window = self.bbr.window();
+        let rtt = self.srtt.unwrap_or(Duration::from_millis(100)).max(Duration::from_micros(1)).as_secs_f64();
+        let capacity = (window as f64 * 0.002 / rtt).clamp(10.0 * MTU as f64, 256.0 * MTU as f64);
+        let since = now - self.paced_at.unwrap_or(now);
+        self.tokens = (self.tokens + 1.25 * window as f64 * since.as_secs_f64() / rtt).min(capacity);
+        self.paced_at = Some(now);
+        let mut packets = Vec::new();
+        let mut batch = 0;
+        loop {
+            if self.app_rate.is_some() && self.app_bytes < MTU as f64 {
+                self.app_limited = true;
+                break;
+            }
+            if self.in_flight + MTU >= self.bbr.window() || self.tokens < MTU as f64 {
+                self.app_limited = false;
+                break;
+            }
+            let pn = self.next_pn;
+            self.next_pn += 1;
+            self.outstanding.insert(pn, now);
+            self.in_flight += MTU;
+            self.tokens -= MTU as f64;
+            self.app_bytes -= MTU as f64;
+            self.sent += 1;
+            packets.push(pn);
+            batch += 1;
+            if batch == BATCH_PACKETS {
+                self.bbr.on_sent(now, batch * MTU);
+                batch = 0;
+            }
+        }
+        if batch > 0 {
+            self.bbr.on_sent(now, batch * MTU);
+        }
+        packets
+    }
+}
+
+/// Runs `flows` over `path` for `seconds`.
+pub(super) fn run(path: Path, flows: &mut [Flow], start: Instant, seconds: f64) {
+    let mut random = Random(0x5eed_5eed);
+    let mut queue: VecDeque<(usize, u64)> = VecDeque::new();
+    let mut queued = 0u64;
+    let mut credit = 0.0f64;
+    // Packets past the bottleneck: when they reach the receiver.
+    let mut arriving: VecDeque<(Instant, usize, u64)> = VecDeque::new();
+    let steps = (seconds / STEP.as_secs_f64()) as u64;
+    for tick in 0..steps {
+        let elapsed = STEP * tick as u32;
+        let now = start + elapsed;
+        credit += path.rate as f64 * STEP.as_secs_f64();
+        while let Some(&(flow, pn)) = queue.front() {
+            if credit < MTU as f64 {
+                break;
+            }
+            credit -= MTU as f64;
+            queue.pop_front();
+            queued -= MTU;
+            arriving.push_back((now + path.delay, flow, pn));
+        }
+        if queue.is_empty() {
+            credit = credit.min(MTU as f64);
+        }
+        while arriving.front().is_some_and(|(at, ..)| *at <= now) {
+            let (_, flow, pn) = arriving.pop_front().expect("a packet");
+            let flow = &mut flows[flow];
+            flow.unacked.push(pn);
+            flow.unacked_since.get_or_insert(now);
+        }
+        for (i, flow) in flows.iter_mut().enumerate() {
+            let due = match path.acks {
+                Acks::EveryOther => {
+                    flow.unacked.len() >= 2
+                        || flow.unacked_since.is_some_and(|since| now - since >= Duration::from_millis(25))
+                }
+                Acks::Every(every) => !flow.unacked.is_empty() && tick % (every.as_micros() as u64 / 50).max(1) == 0,
+            };
+            if due {
+                flow.acks.push_back((now + path.delay, std::mem::take(&mut flow.unacked)));
+                flow.unacked_since = None;
+            }
+            while flow.acks.front().is_some_and(|(at, _)| *at <= now) {
+                let (_, packets) = flow.acks.pop_front().expect("an acknowledgement");
+                flow.on_ack(now, elapsed, packets);
+            }
+            for pn in flow.send(now, elapsed) {
+                if path.loss > 0.0 && random.next() < path.loss {
+                    continue;
+                }
+                if queued + MTU > path.queue {
+                    continue;
+                }
+                queued += MTU;
+                queue.push_back((i, pn));
+            }
+            if (tick + 1) % 200 == 0 {
+                flow.delivered.push(flow.delivered_total);
+                flow.sent_log.push(flow.sent);
+                if std::env::var_os("HEARTH_SIM_TRACE").is_some() && (tick + 1) % 200 == 0 {
+                    let b = &flow.bbr;
+                    eprintln!(
+                        "{i} {:>6.2}s sent {:.1} {:?} bw {:.1} pace {:.1} cwnd {} win {} flight {} rtt {:?} q {} lost {} good {:.1}",
+                        elapsed.as_secs_f64(),
+                        {
+                            let n = flow.sent_log.len();
+                            (flow.sent_log[n - 1] - flow.sent_log[n.saturating_sub(6)]) as f64 * MTU as f64 * 8e-6
+                                / 0.05
+                        },
+                        b.mode(),
+                        b.bandwidth() as f64 * 8e-6,
+                        b.pacing_rate() as f64 * 8e-6,
+                        b.cwnd() / MTU,
+                        b.window() / MTU,
+                        flow.in_flight / MTU,
+                        flow.latest_rtt,
+                        queued / MTU,
+                        flow.lost,
+                        flow.goodput(elapsed.saturating_sub(Duration::from_millis(50)), elapsed + STEP) * 8e-6,
+                    );
+                }
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::congestion::bbr::Mode;
+
+    const RTT: Duration = Duration::from_millis(50);
+
+    fn secs(s: f64) -> Duration {
+        Duration::from_secs_f64(s)
+    }
+
+    fn one(path: Path, seconds: f64) -> Flow {
+        let start = Instant::now();
+        let mut flows = [Flow::new(start)];
+        run(path, &mut flows, start, seconds);
+        let [flow] = flows;
+        flow
+    }
+
+    #[test]
+    fn bbr_fills_a_100_mbit_50_ms_path_within_20_round_trips() {
+        let path = Path::new(100, RTT, 1.0, 0.0);
+        let flow = one(path, 3.0);
+        let rate = path.rate as f64;
+        // The first round trip that delivers 95 % of the path ends by round trip 20...
+        let filled = (1..60).find(|i| flow.goodput(RTT * (i - 1), RTT * *i) >= 0.95 * rate);
+        assert!(filled.is_some_and(|i| i <= 20), "95 % first reached in round trip {filled:?}");
+        // ...and it stays there.
+        let held = flow.goodput(RTT * 20, secs(3.0));
+        eprintln!(
+            "filled in round trip {filled:?}, then {:.1} Mbit/s, {:.2} % lost",
+            held * 8e-6,
+            flow.lost_share() * 100.0
+        );
+        assert!(held >= 0.95 * rate, "{:.1} Mbit/s after round trip 20", held * 8e-6);
+        assert!(matches!(flow.bbr.mode(), Mode::ProbeBw { .. }), "{:?}", flow.bbr.mode());
+        assert!(flow.lost_share() < 0.02, "{:.2} % lost", flow.lost_share() * 100.0);
+    }
+
+    #[test]
+    fn bbr_holds_90_percent_of_the_path_through_random_loss() {
+        for loss in [0.01, 0.03, 0.05] {
+            let path = Path::new(100, RTT, 1.0, loss);
+            let flow = one(path, 10.0);
+            let held = flow.goodput(secs(2.0), secs(10.0));
+            eprintln!("{} % loss: {:.1} Mbit/s", loss * 100.0, held * 8e-6);
+            assert!(
+                held >= 0.9 * path.rate as f64,
+                "{} % loss: {:.1} Mbit/s ({:?})",
+                loss * 100.0,
+                held * 8e-6,
+                flow.bbr.mode()
+            );
+        }
+    }
+
+    #[test]
+    fn probing_keeps_the_queue_short() {
+        // A deep buffer (two BDPs) that a window-driven controller would fill: BBR's queue
+        // stays under half the RTT.
+        let path = Path::new(100, RTT, 2.0, 0.0);
+        let flow = one(path, 12.0);
+        let p95 = flow.rtt_quantile(secs(3.0), secs(12.0), 0.95);
+        eprintln!("deep: 95th percentile RTT {p95:?}, {:.1} Mbit/s", flow.goodput(secs(3.0), secs(12.0)) * 8e-6);
+        assert!(p95 < RTT * 3 / 2, "95th percentile RTT {p95:?}");
+        // A shallow one (a fifth of a BDP) loses little and keeps the path full.
+        let path = Path::new(100, RTT, 0.2, 0.0);
+        let flow = one(path, 12.0);
+        let p95 = flow.rtt_quantile(secs(3.0), secs(12.0), 0.95);
+        assert!(p95 < RTT * 3 / 2, "95th percentile RTT {p95:?}");
+        let held = flow.goodput(secs(3.0), secs(12.0));
+        eprintln!(
+            "shallow: 95th percentile RTT {p95:?}, {:.1} Mbit/s, {:.2} % lost",
+            held * 8e-6,
+            flow.lost_share() * 100.0
+        );
+        assert!(held >= 0.9 * path.rate as f64, "{:.1} Mbit/s", held * 8e-6);
+        assert!(flow.lost_share() < 0.03, "{:.2} % lost", flow.lost_share() * 100.0);
+    }
+
+    #[test]
+    fn two_flows_share_the_path() {
+        let path = Path::new(100, RTT, 1.0, 0.0);
+        let start = Instant::now();
+        let mut flows = [Flow::new(start), Flow::new(start).starting_at(secs(2.0))];
+        run(path, &mut flows, start, 30.0);
+        let (a, b) = (flows[0].goodput(secs(15.0), secs(30.0)), flows[1].goodput(secs(15.0), secs(30.0)));
+        eprintln!("two flows: {:.1} and {:.1} Mbit/s", a * 8e-6, b * 8e-6);
+        assert!(a.min(b) >= 0.7 * a.max(b), "{:.1} and {:.1} Mbit/s", a * 8e-6, b * 8e-6);
+        assert!(a + b >= 0.9 * path.rate as f64, "{:.1} Mbit/s together", (a + b) * 8e-6);
+    }
+
+    #[test]
+    fn an_app_limited_flow_does_not_inflate_its_estimate() {
+        for acks in [Acks::EveryOther, Acks::Every(Duration::from_millis(20))] {
+            let path = Path { acks, ..Path::new(100, RTT, 1.0, 0.0) };
+            let start = Instant::now();
+            let mut flows = [Flow::new(start).app_limited_to(1_250_000)];
+            run(path, &mut flows, start, 5.0);
+            let bw = flows[0].bbr.bandwidth();
+            eprintln!("app-limited, {acks:?}: {:.2} Mbit/s estimated", bw as f64 * 8e-6);
+            assert!(bw <= 1_250_000 * 5 / 4, "{acks:?}: {:.1} Mbit/s estimated of 10 sent", bw as f64 * 8e-6);
+        }
+    }
+
+    #[test]
+    fn batched_acknowledgements_do_not_inflate_the_estimate() {
+        // Acknowledgements every 20 ms (a client that batches them, a thinning middlebox).
+        let path = Path { acks: Acks::Every(Duration::from_millis(20)), ..Path::new(100, RTT, 1.0, 0.0) };
+        let flow = one(path, 10.0);
+        let bw = flow.bbr.bandwidth() as f64;
+        assert!(bw <= 1.1 * path.rate as f64, "{:.1} Mbit/s estimated", bw * 8e-6);
+        let held = flow.goodput(secs(2.0), secs(10.0));
+        eprintln!(
+            "batched: {:.1} Mbit/s estimated, {:.1} moved, {:.2} % lost",
+            bw * 8e-6,
+            held * 8e-6,
+            flow.lost_share() * 100.0
+        );
+        assert!(held >= 0.9 * path.rate as f64, "{:.1} Mbit/s", held * 8e-6);
+        assert!(flow.lost_share() < 0.02, "{:.2} % lost", flow.lost_share() * 100.0);
+    }
+}
