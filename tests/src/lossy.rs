@@ -51,6 +51,22 @@ pub struct Counts {
     pub lost: std::sync::atomic::AtomicU64,
     /// Packets dropped by a full queue.
     pub dropped: std::sync::atomic::AtomicU64,
+    /// Microseconds the delivered packets waited in the bottleneck's queue, summed.
+    pub queued_us: std::sync::atomic::AtomicU64,
+}
+
+impl Counts {
+    /// Takes the counts so far (and starts again from zero): packets delivered, lost at
+    /// random or dropped, and microseconds queued.
+    pub fn take(&self) -> (u64, u64, u64, u64) {
+        use std::sync::atomic::Ordering::Relaxed;
+        (
+            self.delivered.swap(0, Relaxed),
+            self.lost.swap(0, Relaxed),
+            self.dropped.swap(0, Relaxed),
+            self.queued_us.swap(0, Relaxed),
+        )
+    }
 }
 
 /// A running path; dropping it stops it.
@@ -116,6 +132,7 @@ impl Link {
             }
             left = start + Duration::from_secs_f64(len as f64 * 8.0 / rate as f64);
             self.free_at = left;
+            self.counts.queued_us.fetch_add((start - now).as_micros() as u64, Relaxed);
         }
         let jitter = self.shape.jitter.mul_f64(self.random.next());
         let arrival = (left + self.shape.delay + jitter).max(self.last_arrival);
@@ -235,6 +252,9 @@ mod tests {
         // The queue holds 5 ms: the seventh waits 6 ms and is dropped, as is the eighth.
         assert_eq!(&arrivals[6..], &[None, None]);
         assert_eq!(counts.dropped.load(std::sync::atomic::Ordering::Relaxed), 2);
+        // The six delivered waited 0 to 5 ms in the queue: 15 ms in all.
+        assert_eq!(counts.take(), (6, 0, 2, 15_000));
+        assert_eq!(counts.take(), (0, 0, 0, 0), "taken");
 
         let lossy = Arc::new(Counts::default());
         let mut link = Link::new(Shape { loss: 0.1, rate: None, ..shape }, 3, lossy.clone());
