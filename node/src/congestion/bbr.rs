@@ -35,6 +35,16 @@ use std::time::{Duration, Instant};
 
 use super::budget::{Bank, Budget};
 
+/// What a loss does to the window: nothing, or for a round the packets acknowledged are all
+/// that may go out (conservation), then the window grows by what is acknowledged, until a
+/// packet sent after the last loss is acknowledged.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Recovery {
+    None,
+    Conservation,
+    Growth,
+}
+
 /// Startup's gain on the rate: 2/ln 2, which doubles what is delivered each round trip.
 const STARTUP_GAIN: f64 = 2.885;
 /// Drain's gain on the rate: startup's inverse, which empties in a round what it queued.
@@ -57,7 +67,7 @@ pub(super) const PROBE_RTT_TIME: Duration = Duration::from_millis(200);
 const MIN_CWND_PACKETS: u64 = 4;
 /// The window a connection starts with, in packets (quinn's own initial window is about as
 /// large).
-const INITIAL_CWND_PACKETS: u64 = 10;
+const INITIAL_CWND_PACKETS: u64 = 32;
 /// Growth that counts as the pipe not full yet, and the rounds without it that say it is.
 const FULL_BW_GROWTH: f64 = 1.25;
 const FULL_BW_ROUNDS: u32 = 3;
@@ -128,8 +138,10 @@ pub(super) struct Bbr {
     app_limited_until: u64,
     batches: VecDeque<Batch>,
     in_flight: u64,
-    /// The current batch of acknowledgements: bytes, and the newest packet's send time.
+    /// The current batch of acknowledgements: bytes, and the newest packet's send time; and
+    /// the bytes of the last batch.
     acked: u64,
+    acked_before: u64,
     newest_acked: Option<Instant>,
     lost: u64,
     // Round trips.
@@ -153,6 +165,11 @@ pub(super) struct Bbr {
     phase_lost: u64,
     prior_cwnd: u64,
     cwnd: u64,
+    recovery: Recovery,
+    recovery_window: u64,
+    /// Recovery ends once a packet sent after this (the last loss) is acknowledged.
+    recovery_end: Instant,
+    last_sent: Instant,
     /// Bytes a second (0 until the first sample: the window alone holds it).
     pacing_rate: u64,
     budget: Budget,
@@ -170,6 +187,7 @@ impl Bbr {
             batches: VecDeque::new(),
             in_flight: 0,
             acked: 0,
+            acked_before: 0,
             newest_acked: None,
             lost: 0,
             round: 0,
@@ -189,6 +207,10 @@ impl Bbr {
             phase_lost: 0,
             prior_cwnd: 0,
             cwnd: INITIAL_CWND_PACKETS * mtu64,
+            recovery: Recovery::None,
+            recovery_window: 0,
+            recovery_end: now,
+            last_sent: now,
             pacing_rate: 0,
             budget: Budget::new(now, mtu, Bank::AckGaps),
         }
@@ -249,6 +271,7 @@ impl Bbr {
             });
         }
         self.in_flight += bytes;
+        self.last_sent = now;
         self.budget.on_sent(now, bytes, self.pacing_rate);
     }
 
@@ -275,6 +298,15 @@ impl Bbr {
         if persistent {
             self.cwnd = MIN_CWND_PACKETS * self.mtu;
         }
+        let least = MIN_CWND_PACKETS * self.mtu;
+        if self.recovery == Recovery::None {
+            // What is in flight now, and what the last acknowledgements let out.
+            self.recovery = Recovery::Conservation;
+            self.recovery_window = (self.in_flight + self.acked_before).max(least);
+        } else {
+            self.recovery_window = self.recovery_window.saturating_sub(bytes).max(least);
+        }
+        self.recovery_end = self.last_sent;
         if !self.filled_pipe && self.round_overflowed() {
             // Startup ends at once: the next acknowledgement drains.
             self.filled_pipe = true;
@@ -287,6 +319,7 @@ impl Bbr {
     pub(super) fn on_end_acks(&mut self, now: Instant, in_flight: u64, app_limited: bool) {
         self.in_flight = in_flight;
         let acked = std::mem::take(&mut self.acked);
+        self.acked_before = acked;
         let Some(newest) = self.newest_acked.take() else {
             self.budget.on_end_acks(now, in_flight, self.pacing_rate);
             return;
@@ -329,6 +362,7 @@ impl Bbr {
         self.update_mode(now, round_start, rtt_expired);
         self.update_pacing_rate();
         self.update_cwnd(acked);
+        self.update_recovery(newest, round_start, acked);
         self.budget.on_end_acks(now, in_flight, self.pacing_rate);
     }
 
@@ -459,7 +493,13 @@ impl Bbr {
     }
 
     fn update_pacing_rate(&mut self) {
-        let rate = (self.pacing_gain() * self.bandwidth() as f64) as u64;
+        let mut rate = (self.pacing_gain() * self.bandwidth() as f64) as u64;
+        if self.pacing_rate == 0 {
+            // Before the first samples mean much: startup's gain on the first window per RTT.
+            if let Some(rtt) = self.min_rtt.filter(|rtt| !rtt.is_zero()) {
+                rate = rate.max((STARTUP_GAIN * self.initial_window() as f64 / rtt.as_secs_f64()) as u64);
+            }
+        }
         // Startup never slows down before the pipe is full.
         if self.filled_pipe || rate > self.pacing_rate {
             self.pacing_rate = rate;
@@ -479,12 +519,33 @@ impl Bbr {
         }
     }
 
+    fn update_recovery(&mut self, newest: Instant, round_start: bool, acked: u64) {
+        if self.recovery == Recovery::None {
+            return;
+        }
+        if newest > self.recovery_end {
+            self.recovery = Recovery::None;
+            return;
+        }
+        if round_start {
+            self.recovery = Recovery::Growth;
+        }
+        if self.recovery == Recovery::Growth {
+            self.recovery_window += acked;
+        }
+        self.recovery_window = self.recovery_window.max(self.in_flight + acked).max(MIN_CWND_PACKETS * self.mtu);
+    }
+
     /// What may be in flight: the window, and within it what the budget lets out at the
     /// pacing rate.
     pub(super) fn window(&self) -> u64 {
+        let cwnd = match self.recovery {
+            Recovery::None => self.cwnd,
+            _ => self.cwnd.min(self.recovery_window),
+        };
         match self.pacing_rate {
-            0 => self.cwnd,
-            rate => self.budget.window(rate, self.cwnd),
+            0 => cwnd,
+            rate => self.budget.window(rate, cwnd),
         }
     }
 }
