@@ -75,6 +75,9 @@ const FULL_BW_ROUNDS: u32 = 3;
 /// least): a queue overflowing, not the random loss of a bad path, which stays far below.
 pub(super) const STARTUP_LOSS: f64 = 0.2;
 const STARTUP_LOSS_PACKETS: u64 = 8;
+/// The share of a round's packets lost that ends startup in a round that did not grow the
+/// estimate (and [`STARTUP_LOSS_PACKETS`] at least).
+const STALLED_LOSS: f64 = 0.02;
 /// Send batches remembered at most (a batch per packet at worst: quinn's own limit on what is
 /// in flight keeps far fewer).
 const MAX_SENT_BATCHES: usize = 1 << 14;
@@ -298,12 +301,14 @@ impl Bbr {
         if persistent {
             self.cwnd = MIN_CWND_PACKETS * self.mtu;
         }
+        // Startup keeps growing through loss (random loss must not stop it): its exit looks
+        // at loss instead.
         let least = MIN_CWND_PACKETS * self.mtu;
-        if self.recovery == Recovery::None {
+        if self.filled_pipe && self.recovery == Recovery::None {
             // What is in flight now, and what the last acknowledgements let out.
             self.recovery = Recovery::Conservation;
             self.recovery_window = (self.in_flight + self.acked_before).max(least);
-        } else {
+        } else if self.filled_pipe {
             self.recovery_window = self.recovery_window.saturating_sub(bytes).max(least);
         }
         self.recovery_end = self.last_sent;
@@ -356,10 +361,37 @@ impl Bbr {
         }
         self.update_aggregation(now, acked);
         if round_start {
+            if !self.filled_pipe {
+                tracing::trace!(
+                    round = self.round,
+                    bandwidth_mbit = self.bandwidth() as f64 * 8e-6,
+                    pacing_mbit = self.pacing_rate as f64 * 8e-6,
+                    cwnd = self.cwnd,
+                    window = self.window(),
+                    in_flight = self.in_flight,
+                    app_limited = batch.is_some_and(|batch| batch.app_limited),
+                    lost = self.round_lost,
+                    "bbr startup round"
+                );
+            }
             self.on_round_start(batch.is_some_and(|batch| batch.app_limited));
         }
         let rtt_expired = self.update_min_rtt(now, now.saturating_duration_since(newest));
+        let before = std::mem::discriminant(&self.mode);
         self.update_mode(now, round_start, rtt_expired);
+        if before != std::mem::discriminant(&self.mode) {
+            tracing::debug!(
+                mode = ?self.mode_name(),
+                bandwidth_mbit = self.bandwidth() as f64 * 8e-6,
+                min_rtt_ms = self.min_rtt.unwrap_or_default().as_secs_f64() * 1e3,
+                cwnd = self.cwnd,
+                in_flight = self.in_flight,
+                delivered = self.delivered,
+                lost = self.lost,
+                round = self.round,
+                "bbr"
+            );
+        }
         self.update_pacing_rate();
         self.update_cwnd(acked);
         self.update_recovery(newest, round_start, acked);
@@ -388,6 +420,7 @@ impl Bbr {
 
     fn on_round_start(&mut self, app_limited: bool) {
         let overflowed = self.round_overflowed();
+        let (acked, lost) = (self.round_acked, self.round_lost);
         (self.round_acked, self.round_lost) = (0, 0);
         if self.filled_pipe {
             return;
@@ -404,8 +437,11 @@ impl Bbr {
             self.full_bw = bw;
             self.full_bw_rounds = 0;
         } else {
+            // A round that did not grow the estimate: three in a row, or one that lost more
+            // than a little (random loss alone never stops growth, so it cannot end startup).
             self.full_bw_rounds += 1;
-            self.filled_pipe = self.full_bw_rounds >= FULL_BW_ROUNDS;
+            let lossy = lost >= STARTUP_LOSS_PACKETS * self.mtu && lost as f64 > STALLED_LOSS * (acked + lost) as f64;
+            self.filled_pipe = self.full_bw_rounds >= FULL_BW_ROUNDS || lossy;
         }
     }
 
@@ -479,6 +515,15 @@ impl Bbr {
         }
     }
 
+    fn mode_name(&self) -> &'static str {
+        match self.mode {
+            Mode::Startup => "startup",
+            Mode::Drain => "drain",
+            Mode::ProbeBw { .. } => "probe_bw",
+            Mode::ProbeRtt { .. } => "probe_rtt",
+        }
+    }
+
     fn probe_rtt_cwnd(&self) -> u64 {
         self.bdp(0.5).max(MIN_CWND_PACKETS * self.mtu)
     }
@@ -507,7 +552,10 @@ impl Bbr {
     }
 
     fn update_cwnd(&mut self, acked: u64) {
-        let target = self.bdp(CWND_GAIN) + self.extra_acked.get(self.round);
+        // Startup's window is two BDPs alone: with the ack aggregation on top it overflows a
+        // queue of one BDP (a common buffer) before the estimate stops growing.
+        let extra = if self.filled_pipe { self.extra_acked.get(self.round) } else { 0 };
+        let target = self.bdp(CWND_GAIN) + extra;
         if self.filled_pipe {
             self.cwnd = (self.cwnd + acked).min(target);
         } else if self.cwnd < target || self.delivered < self.initial_window() {

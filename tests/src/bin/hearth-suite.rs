@@ -15,7 +15,9 @@
 //! log filter of control in the system and scale scenarios (`hearth_control::store=debug` shows
 //! how long each write transaction waited, worked and committed; `hearth_control::publish=debug`
 //! how long each node set took to make and sign), and `HEARTH_SUITE_NODE_LOG` that of the nodes
-//! it starts (`hearth_node=info`: how long each set took to verify, store and apply).
+//! it starts (`hearth_node=info`: how long each set took to verify, store and apply;
+//! `hearth_node::congestion=trace`: BBR's modes and its startup round by round).
+//! `HEARTH_SUITE_CASE` runs the lossy cases whose names start with it (`B4`, `B2 50 ms, 0 %`).
 
 use std::collections::BTreeMap;
 use std::path::PathBuf;
@@ -1537,7 +1539,12 @@ async fn lossy(t: &mut Table, quick: bool, rep: usize) -> Result<()> {
     cases.push(("B3 100 ms, 25 ms of jitter each way".into(), jittery, vec![None]));
     let shallow = Shape { delay: ms(25), jitter: Duration::ZERO, loss: 0.0, rate: Some(30_000_000), queue: ms(10) };
     cases.push(("B4 30 Mbit/s, 10 ms queue".into(), shallow, vec![None]));
+    // `HEARTH_SUITE_CASE=<start of a case's name>`: that case alone (for profiling it).
+    let only = std::env::var("HEARTH_SUITE_CASE").ok();
     for (case, (name, shape, modes)) in cases.into_iter().enumerate() {
+        if only.as_ref().is_some_and(|only| !name.starts_with(only.as_str())) {
+            continue;
+        }
         for announced in modes {
             let mode = match announced {
                 None => "client's congestion control".to_owned(),
