@@ -351,7 +351,8 @@ impl Bbr {
                 .sent
                 .saturating_duration_since(batch.first_sent_time)
                 .max(now.saturating_duration_since(batch.delivered_time));
-            // Shorter than the RTT, a sample is an artefact of acknowledgements bunching.
+            // The send interval bounds it (acknowledgements that bunch up cannot make it
+            // faster than the packets left); shorter than the RTT, it is noise.
             if self.min_rtt.is_none_or(|rtt| interval >= rtt) && !interval.is_zero() {
                 let rate = ((self.delivered - batch.delivered) as f64 / interval.as_secs_f64()) as u64;
                 if !batch.app_limited || rate >= self.bandwidth() {

@@ -1,5 +1,13 @@
 //! Congestion control of the node's QUIC connections: the operator's controller (`congestion`
-//! in `node.toml`: BBR or CUBIC) until a client announces its receive rate, then Brutal.
+//! in `node.toml`: Hearth's own BBR by default, quinn's BBR or CUBIC) until a client announces
+//! its receive rate, then Brutal.
+//!
+//! [`Bbr`](bbr::Bbr) is the default: a model of the path's bottleneck rate and RTT, its rate
+//! held by the same [`Budget`](budget::Budget) as Brutal's (below; BBR's banks only what the
+//! longest recent gap between acknowledgements needs, so a phase of its gain cycle that could
+//! not send does not hand its arrears to the next), tested on a simulated bottleneck (`sim`)
+//! where quinn's BBR, misled by acknowledgements that come in bursts, loses half of what it
+//! sends.
 //!
 //! Brutal is Hysteria's own: the server sends at a fixed rate (the smallest of what the client
 //! says it can receive, the node's `bandwidth.up` and, later, the user's limit), whatever the
@@ -13,13 +21,13 @@
 //! ack delay (a client with one packet to acknowledge waits up to 25 ms), so on short paths
 //! such a window holds the rate far below its target (on loopback, to a fiftieth), and on
 //! loopback the pacer, at 1.25 windows per RTT of a tenth of a millisecond, spreads nothing.
-//! So a [`Budget`](brutal::Budget) holds the rate: bytes that may go out, refilled at the rate at every event
+//! So a [`Budget`](budget::Budget) holds the rate: bytes that may go out, refilled at the rate at every event
 //! (each send, acknowledgement and loss), spent by every send, holding at most an RTT (or
-//! [`MAX_BURST_PACKETS`](brutal::MAX_BURST_PACKETS), if longer) of sending: a burst the pacer spreads over an RTT on a long path, and
+//! [`MAX_BURST_PACKETS`](budget::MAX_BURST_PACKETS), if longer) of sending: a burst the pacer spreads over an RTT on a long path, and
 //! one a client's receive queue takes on a short one (a budget of an RTT plus the ack delay
 //! lost a tenth of Brutal's packets at 800 Mbit/s on loopback, this one none). The window is
 //! what is in flight plus the budget, never above two BDPs (counting the ack delay; the
-//! official server's cap), and never below [`MIN_WINDOW_PACKETS`](brutal::MIN_WINDOW_PACKETS), so that a packet can
+//! official server's cap), and never below [`MIN_WINDOW_PACKETS`](budget::MIN_WINDOW_PACKETS), so that a packet can
 //! always go out when nothing is in flight (its acknowledgement is the next event; quinn has
 //! no timer for a window that opens with time). Budget goes out two packets at least: a
 //! client acknowledges every second packet at once but a lone one only after its ack delay

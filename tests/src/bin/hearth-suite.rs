@@ -132,6 +132,8 @@ enum Bound {
     AtLeastPeer,
     /// The median must be at most the peer's in the same run, plus this.
     AtMostPeer(f64),
+    /// No target (a row that a prefix in [`TARGETS`] would otherwise give one).
+    Untargeted,
 }
 
 /// The numbers the issues asked for: (the metrics they apply to, by prefix; the bound; what
@@ -201,17 +203,23 @@ const TARGETS: &[(&str, Bound, &str)] = &[
     ("M1 import 10,000 3x-ui users with their old links", Bound::Below(10.0), "< 10 s (#47)"),
 ];
 
-/// Targets of rows by how their names end, before [`TARGETS`]: the data plane's path rows.
-const ENDING_TARGETS: &[(&str, Bound, &str)] = &[
-    (": packets lost or dropped on the way down", Bound::AtMostPeer(1.0), "at most sing-box's + 1 point (#48)"),
-    (": queueing at the bottleneck, mean", Bound::AtMostPeer(0.0), "at most sing-box's (#48)"),
+/// Targets of rows by how their names start and end, before [`TARGETS`]: the data plane's
+/// path rows (#48 held every row with the default controller to the first, B4 to the second).
+const ENDING_TARGETS: &[(&str, &str, Bound, &str)] = &[
+    ("B", ": packets lost or dropped on the way down", Bound::AtMostPeer(1.0), "at most sing-box's + 1 point (#48)"),
+    ("B4 ", ": queueing at the bottleneck, mean", Bound::AtMostPeer(0.0), "at most sing-box's (#48)"),
+    ("B", ": queueing at the bottleneck, mean", Bound::Untargeted, ""),
 ];
 
 /// The target of a row and whether its median meets it.
 fn target(metric: &str, row: &Row) -> (String, String) {
-    let by_end = ENDING_TARGETS.iter().find(|(ending, ..)| metric.ends_with(ending));
-    let Some((_, bound, text)) = by_end.or_else(|| TARGETS.iter().find(|(prefix, ..)| metric.starts_with(prefix)))
-    else {
+    let by_end = ENDING_TARGETS
+        .iter()
+        .find(|(start, ending, ..)| metric.starts_with(start) && metric.ends_with(ending))
+        .map(|(_, _, bound, text)| (bound, text));
+    let by_start =
+        || TARGETS.iter().find(|(prefix, ..)| metric.starts_with(prefix)).map(|(_, bound, text)| (bound, text));
+    let Some((bound, text)) = by_end.or_else(by_start).filter(|(bound, _)| !matches!(bound, Bound::Untargeted)) else {
         return (String::new(), String::new());
     };
     let ours = median(&row.ours).map(|(m, _, _)| m);
@@ -2074,7 +2082,7 @@ fn markdown(t: &Table, reps: usize, commit: &str, when: &str) -> String {
          measures one limiter, the other set out of the way by configuration (a billion fetches), and \
          is named after the one it measures; D ran with the default limits. The peer is \
          sing-box {}'s Hysteria2 server with the same certificate, users and client; for each stream \
-         count the node, sing-box and the node with CUBIC take turns in an order that rotates (each goes \
+         count (and each path) the node, sing-box, the node with CUBIC and the node with quinn's BBR take turns in an order that rotates (each goes \
          first once a repetition), after one untimed transfer through each. Every row is warmed the same \
          way before it is timed: the HTTP rows by one request for each link and 2 s of their own load, \
          the panel's pages by one visit, the in-process edge by one pass over its links. A median of an \
@@ -2115,25 +2123,29 @@ fn markdown(t: &Table, reps: usize, commit: &str, when: &str) -> String {
            users accepted, measured each time an edge starts (several times a repetition).\n\
          - The storm's latency percentiles are the load generator's (nearest rank); every other \
            p50 or p95 lies between the two nearest ranks.\n\
-         - Loopback hides the network: no loss, no latency, no MTU limits. The tunnel figures are \
-           CPU-bound on 2 cores (client, server and the traffic source share them); Gbit moved per \
-           second of server CPU is the figure to compare. The node and sing-box run BBR (the B1 rows; \
-           Hysteria2's choice when clients announce no bandwidth, kept as the node's default for \
-           lossy paths). On loopback quinn's BBR paces faster than sing-box's client takes packets \
-           in (its window grew past 200 MB): quinn's own counters showed half of the packets the \
-           node sent lost and sent again (570,000 of 1.13 million; with CUBIC 0.7 %), none dropped \
-           by the kernel (its UDP and backlog drop counters stayed at 0), and perf showed 1.7 times \
-           the node's CPU for the same bytes. The cause is quinn's BBR itself: its bandwidth \
-           estimate is the largest rate between two consecutive acknowledgements, which batched \
-           acknowledgements inflate, and its pacing rate and window follow it. The shorter of CPU \
-           the client is, the more the node loses to it: sing-box moved 3.13 Gbit/s through one \
-           stream and the node 0.74 of that on a quieter day (commit 66c7210), 2.03 and 0.45 on a \
-           slower one. The CUBIC rows (`congestion = \"cubic\"`) show the node's cost without \
-           that; B2 shows what CUBIC does on a path with random loss.\n\
-         - B2 runs each server behind `hearth_tests::lossy`, a forwarder in this program (CPU 0) \
-           that delays, loses at random (the same packets every run) and queues at a 200 Mbit/s \
-           bottleneck, each way; the sing-box client runs Brutal in the Brutal rows (it announces \
-           150 Mbit/s both ways). Its timer works to the millisecond.\n\
+         - Loopback hides the network: no loss, no latency, no MTU limits. The tunnel figures \
+           are CPU-bound on 2 cores (client, server and the traffic source share them); Gbit \
+           moved per second of server CPU is the figure to compare. Both servers run BBR, \
+           Hysteria2's choice when clients announce no bandwidth: the node its own \
+           (`node/src/congestion/bbr.rs`, the default since #48), sing-box Chromium's. The rows \
+           with quinn's BBR (`congestion = \"quinn-bbr\"`) show why the node has its own: \
+           quinn's estimate is the largest rate between two consecutive acknowledgements, which \
+           acknowledgements in bursts inflate, and its pacing rate and window follow it; on \
+           loopback against sing-box's client it moved 0.79 of sing-box's throughput through one \
+           stream at 0.80 of its bytes per CPU-second, and behind the lossy paths of B2 to B4 it \
+           lost or had dropped a third to a half of what it sent (sing-box: what the path lost \
+           at random, plus under 1 %). The CUBIC rows (`congestion = \"cubic\"`) show the node's \
+           cost without a model of the path; B2 shows what CUBIC does on a path with random \
+           loss.\n\
+         - B2 to B4 run each server behind `hearth_tests::lossy`, a forwarder in this program \
+           (CPU 0) that delays (B3: 37.5 ms each way and up to 25 ms more at random, packets \
+           keeping their order), loses at random (the same packets every run) and queues at a \
+           bottleneck (200 Mbit/s with a queue of one RTT; B4 30 Mbit/s with a queue of 10 ms; \
+           the Brutal at 500 Mbit/s row 1 Gbit/s), each way; the sing-box client runs Brutal in \
+           the Brutal rows (it announces the rate both ways). The forwarder counts what the \
+           servers sent down: the share it lost at random or dropped from a full queue (what the \
+           server had to send again), and how long the packets it delivered waited in the queue \
+           (the RTT the server added). Its timer works to the millisecond.\n\
          - The user changes (P3, one user change, D) are measured by the client over HTTPS on \
            loopback, so they include TLS and HTTP; every change is committed with a synced \
            write (SQLite WAL, `synchronous = FULL`) before the answer. In D the change shares \
@@ -2196,10 +2208,21 @@ us). Those rows moved with the machine, not with the code.\n\n\
 - **P5, a native 429 (#3: < 5 us; #23 asked < 10 us).** The limiter's own work is under a \
   microsecond (the in-process rows); the rest is hyper and the kernel's loopback, what any \
   answer of this server costs on this machine.\n\
-- **B1 and B2 against sing-box (#5, #17).** Quinn's BBR (above). With CUBIC the node moves \
-  more than sing-box on a clean path; on random loss CUBIC collapses, as loss-based congestion \
-  control does, which is why the node keeps BBR by default and runs Brutal for clients that \
-  announce their bandwidth.\n\
+- **B1 to B4 against sing-box (#5, #17, #48).** B1: the node's BBR moves 1.29 to 1.93 times \
+  sing-box's throughput at 1.23 to 1.38 times its bytes per CPU-second. B2 and B3 with the default controller: the node moves 0.90 \
+  to 0.97 of sing-box on B2 and 0.73 on B3 (47 to 125 Mbit/s across runs), at about twice its \
+  bytes per CPU-second, losing no more and queueing less. The gap is startup: the node's trace \
+  (`HEARTH_SUITE_NODE_LOG=hearth_node::congestion=trace`) shows startup growing the rate about \
+  1.5 times a round trip, not 2, and leaving after 14 round trips on B2: its window is two \
+  BDPs at the smallest RTT, and while the RTT runs above that (jitter, the queue it builds) a \
+  window of two BDPs carries less than twice the last round. With BBR v1's startup window of \
+  2.885 BDPs B3 moved 1.10 times sing-box in a quick run, and B2 lost 13 % of its packets, \
+  overflowing the queue of one BDP: not kept. B4: the same goodput as sing-box, 4.3 % lost or \
+  dropped against 2.8 % and 6.0 ms of queueing against 5.1: startup's last round overflows a \
+  10 ms queue before the loss is seen. Brutal at 500 Mbit/s through 1 Gbit/s: 343 Mbit/s \
+  against sing-box's 400; both short of 500 (#48's Brutal rows on loopback are in the node's \
+  tests). With CUBIC the node moves more than sing-box on a clean path; on random loss CUBIC \
+  collapses, as loss-based congestion control does.\n\
 - **P7, the Worker in workerd (#23: < 300 us an answer, < 150 us a 429).** perf on the workerd \
   process (commit cdb463e): 76 % of its CPU is workerd's own C++ (V8's runtime, the kj event \
   loop, tcmalloc, the jsg bindings), 14.6 % JIT code (the Worker's wasm and its JS glue), 7 % \
@@ -2365,6 +2388,20 @@ mod tests {
         t.add("E restart: streams dropped (of 64)", "", 0.0, "0");
         t.add("P2 cold start to first 200, empty", "ms", 49.9, "330 ms");
         t.add("a row no issue set a number for", "ms", 1.0, "");
+        // Path rows: lost at most a point above the peer's; B4's queueing at most the peer's.
+        for (metric, ours, peer) in [
+            ("B2 50 ms, 1 % loss, client's congestion control: packets lost or dropped on the way down", 2.9, 2.0),
+            (
+                "B4 30 Mbit/s, 10 ms queue, client's congestion control: packets lost or dropped on the way down",
+                3.1,
+                2.0,
+            ),
+            ("B4 30 Mbit/s, 10 ms queue, client's congestion control: queueing at the bottleneck, mean", 5.0, 5.0),
+            ("B2 50 ms, 0 % loss, Brutal at 150 Mbit/s: queueing at the bottleneck, mean", 5.0, 1.0),
+        ] {
+            t.add(metric, "", ours, "");
+            t.add_peer(metric, "", peer);
+        }
         let verdict = |metric: &str| {
             let (_, row) = t.rows.iter().find(|(m, _)| m == metric).unwrap();
             target(metric, row)
@@ -2376,6 +2413,24 @@ mod tests {
         assert_eq!(verdict("E restart: streams dropped (of 64)").1, "met");
         assert_eq!(verdict("P2 cold start to first 200, empty").1, "met");
         assert_eq!(verdict("a row no issue set a number for"), (String::new(), String::new()));
+        let lost = "at most sing-box's + 1 point (#48)".to_owned();
+        assert_eq!(
+            verdict("B2 50 ms, 1 % loss, client's congestion control: packets lost or dropped on the way down"),
+            (lost.clone(), "met".to_owned())
+        );
+        assert_eq!(
+            verdict("B4 30 Mbit/s, 10 ms queue, client's congestion control: packets lost or dropped on the way down"),
+            (lost, "not met".to_owned())
+        );
+        assert_eq!(
+            verdict("B4 30 Mbit/s, 10 ms queue, client's congestion control: queueing at the bottleneck, mean").1,
+            "met"
+        );
+        // Only B4's queueing has a target; a B2 row's has none (not B2's goodput one either).
+        assert_eq!(
+            verdict("B2 50 ms, 0 % loss, Brutal at 150 Mbit/s: queueing at the bottleneck, mean"),
+            (String::new(), String::new())
+        );
     }
 
     #[test]
