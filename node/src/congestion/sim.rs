@@ -137,6 +137,11 @@ pub(super) struct Flow {
     sent_log: Vec<u64>,
     /// RTT samples: when, and how long.
     pub(super) rtts: Vec<(Duration, Duration)>,
+    /// When Hearth's BBR left startup, and the packets lost by then.
+    pub(super) left_startup: Option<Duration>,
+    pub(super) lost_at_startup_end: u64,
+    /// When the first loss was noticed.
+    pub(super) first_loss: Option<Duration>,
 }
 
 impl Flow {
@@ -168,6 +173,9 @@ impl Flow {
             delivered_total: 0,
             sent_log: Vec::new(),
             rtts: Vec::new(),
+            left_startup: None,
+            lost_at_startup_end: 0,
+            first_loss: None,
         }
     }
 
@@ -247,6 +255,7 @@ impl Flow {
             let bytes = lost.len() as u64 * MTU;
             self.in_flight -= bytes;
             self.lost += lost.len() as u64;
+            self.first_loss.get_or_insert(elapsed);
             self.cc.on_loss(now, last_sent, bytes);
         }
     }
@@ -474,6 +483,12 @@ pub(super) fn run(path: Path, flows: &mut [Flow], start: Instant, seconds: f64) 
                 let (_, packets) = flow.acks.pop_front().expect("an acknowledgement");
                 flow.on_ack(now, elapsed, packets);
             }
+            if let Cc::Ours(bbr) = &flow.cc {
+                if flow.left_startup.is_none() && !matches!(bbr.mode(), super::bbr::Mode::Startup) {
+                    flow.left_startup = Some(elapsed);
+                    flow.lost_at_startup_end = flow.lost;
+                }
+            }
             for pn in flow.send(now, elapsed) {
                 if path.loss > 0.0 && random.next() < path.loss {
                     continue;
@@ -556,9 +571,13 @@ mod tests {
     fn bbr_holds_90_percent_of_the_path_through_random_loss() {
         for loss in [0.01, 0.03, 0.05] {
             let path = Path::new(100, RTT, 1.0, loss);
+            // Random loss does not end startup early: the first second already moves 80 %.
+            let early = one(path, 1.0);
+            let first = early.goodput(secs(0.5), secs(1.0));
+            assert!(first >= 0.8 * path.rate as f64, "{} % loss: {:.1} Mbit/s in 0.5-1 s", loss * 100.0, first * 8e-6);
             let flow = one(path, 10.0);
             let held = flow.goodput(secs(2.0), secs(10.0));
-            eprintln!("{} % loss: {:.1} Mbit/s", loss * 100.0, held * 8e-6);
+            eprintln!("{} % loss: {:.1} Mbit/s, {:.1} in 0.5-1 s", loss * 100.0, held * 8e-6, first * 8e-6);
             assert!(
                 held >= 0.9 * path.rate as f64,
                 "{} % loss: {:.1} Mbit/s ({:?})",
@@ -601,6 +620,18 @@ mod tests {
         let held = flow.goodput(secs(3.0), secs(10.0));
         eprintln!("jitter: {:.1} Mbit/s, {:.2} % lost", held * 8e-6, flow.lost_share() * 100.0);
         assert!(held >= 0.9 * path.rate as f64, "{:.1} Mbit/s", held * 8e-6);
+    }
+
+    #[test]
+    fn a_queue_overflowing_ends_startup_within_a_round_trip_of_the_loss() {
+        // A queue of a twentieth of a BDP: startup overflows it as soon as it outruns the
+        // path, and a round that loses more than a fifth ends it.
+        let path = Path::new(100, RTT, 0.05, 0.0);
+        let flow = one(path, 2.0);
+        let (left, first) = (flow.left_startup.expect("startup ended"), flow.first_loss.expect("a loss"));
+        eprintln!("overflow: first loss {first:?}, startup ended {left:?}, {} lost by then", flow.lost_at_startup_end);
+        assert!(left <= first + RTT, "first loss at {first:?}, startup ended at {left:?}");
+        assert!(flow.lost_at_startup_end < 100, "{} packets lost in startup", flow.lost_at_startup_end);
     }
 
     #[test]
