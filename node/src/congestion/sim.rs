@@ -483,11 +483,12 @@ pub(super) fn run(path: Path, flows: &mut [Flow], start: Instant, seconds: f64) 
                 let (_, packets) = flow.acks.pop_front().expect("an acknowledgement");
                 flow.on_ack(now, elapsed, packets);
             }
-            if let Cc::Ours(bbr) = &flow.cc {
-                if flow.left_startup.is_none() && !matches!(bbr.mode(), super::bbr::Mode::Startup) {
-                    flow.left_startup = Some(elapsed);
-                    flow.lost_at_startup_end = flow.lost;
-                }
+            if let Cc::Ours(bbr) = &flow.cc
+                && flow.left_startup.is_none()
+                && !matches!(bbr.mode(), super::bbr::Mode::Startup)
+            {
+                flow.left_startup = Some(elapsed);
+                flow.lost_at_startup_end = flow.lost;
             }
             for pn in flow.send(now, elapsed) {
                 if path.loss > 0.0 && random.next() < path.loss {
