@@ -128,6 +128,8 @@ enum Bound {
     Below(f64),
     /// The median must not exceed this.
     AtMost(f64),
+    /// The median must be at least this.
+    AtLeast(f64),
     /// The median must be at least the peer's in the same run.
     AtLeastPeer,
     /// The median must be at most the peer's in the same run, plus this.
@@ -177,6 +179,8 @@ const TARGETS: &[(&str, Bound, &str)] = &[
         Bound::Below(10.0),
         "< 10 ms (#5)",
     ),
+    ("B1 tunnel, Brutal at 500 Mbit/s", Bound::AtLeast(475.0), "within 5 % of 500 (#48)"),
+    ("B1 tunnel, Brutal at 1000 Mbit/s", Bound::AtLeast(950.0), "within 5 % of 1,000 (#48)"),
     ("B1 tunnel, 1 stream", Bound::AtLeastPeer, "at least sing-box (#5, #17)"),
     ("B1 tunnel, 16 streams", Bound::AtLeastPeer, "at least sing-box (#5, #17)"),
     ("B1 tunnel, 64 streams", Bound::AtLeastPeer, "at least sing-box (#17)"),
@@ -226,6 +230,7 @@ fn target(metric: &str, row: &Row) -> (String, String) {
     let met = match (bound, ours, median(&row.peer)) {
         (Bound::Below(limit), Some(m), _) => m < *limit,
         (Bound::AtMost(limit), Some(m), _) => m <= *limit,
+        (Bound::AtLeast(limit), Some(m), _) => m >= *limit,
         (Bound::AtLeastPeer, Some(m), Some((peer, _, _))) => m >= peer,
         (Bound::AtMostPeer(slack), Some(m), Some((peer, _, _))) => m <= peer + slack,
         _ => return ((*text).to_owned(), String::new()),
@@ -1686,6 +1691,24 @@ async fn tunnel(t: &mut Table, quick: bool, rep: usize) -> Result<()> {
             t.add_peer(&format!("{metric}: Gbit/s"), "Gbit/s", peer.0);
             t.add_peer(&format!("{metric}: Gbit per server CPU-second"), "Gbit/CPU-s", peer.1);
         }
+    }
+    // Brutal on loopback (#48): the client announces 500 and 1,000 Mbit/s, and each server
+    // sends it three seconds' worth at that rate through one stream.
+    for (case, mbps) in [500u64, 1000].into_iter().enumerate() {
+        let metric = format!("B1 tunnel, Brutal at {mbps} Mbit/s: Mbit/s");
+        let mut measured = [0.0; 2];
+        for turn in 0..2 {
+            let which = (rep + case + turn) % 2;
+            let (port, cg) = [(node.addr.port(), &ours), (peer_port, &theirs)][which];
+            let mut announcing = outbound(port);
+            announcing["up_mbps"] = mbps.into();
+            announcing["down_mbps"] = mbps.into();
+            let client = ProxyClient::sing_box(announcing)?;
+            throughput(&client, cg, 1, 1 << 20).await?;
+            measured[which] = throughput(&client, cg, 1, mbps * 1_000_000 / 8 * 3 / scale).await?.0 * 1000.0;
+        }
+        t.add(&metric, "Mbit/s", measured[0], "");
+        t.add_peer(&metric, "Mbit/s", measured[1]);
     }
     quinn_node.stop()?;
     cubic_node.stop()?;
