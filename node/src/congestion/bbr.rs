@@ -28,7 +28,12 @@
 //!   window, not a rate.
 //!
 //! Loss does not lower the rate in ProbeBW: on the paths Hysteria is picked for, loss is
-//! mostly random, and the bandwidth samples already see a full queue.
+//! mostly random, and the bandwidth samples already see a full queue. Random loss is made up
+//! for, as Brutal does: the rate is divided by one less the share lost (a moving average over
+//! the rounds whose RTT stayed within an eighth of the smallest, so loss from a full queue
+//! does not count; at most a fifth), or a path losing 5 % before its bottleneck would leave
+//! the bottleneck idle 5 % of the time. After the pipe is full, a loss holds the window to
+//! what is acknowledged for a round (packet conservation), then lets it grow back.
 
 use std::collections::VecDeque;
 use std::time::{Duration, Instant};
@@ -76,8 +81,12 @@ const FULL_BW_ROUNDS: u32 = 3;
 pub(super) const STARTUP_LOSS: f64 = 0.2;
 const STARTUP_LOSS_PACKETS: u64 = 8;
 /// The share of a round's packets lost that ends startup in a round that did not grow the
-/// estimate (and [`STARTUP_LOSS_PACKETS`] at least).
+/// estimate and queued (and [`STARTUP_LOSS_PACKETS`] at least).
 const STALLED_LOSS: f64 = 0.02;
+/// The most of the loss share (its moving average over rounds) that sending makes up for.
+const MAX_MADE_UP: f64 = 0.2;
+/// Below this many packets' worth of bytes a round says nothing of the loss share.
+const LOSS_SAMPLE_PACKETS: u64 = 20;
 /// Send batches remembered at most (a batch per packet at worst: quinn's own limit on what is
 /// in flight keeps far fewer).
 const MAX_SENT_BATCHES: usize = 1 << 14;
@@ -152,6 +161,11 @@ pub(super) struct Bbr {
     next_round_delivered: u64,
     round_acked: u64,
     round_lost: u64,
+    /// The share of bytes lost, a moving average over the rounds whose RTT stayed near the
+    /// smallest (loss without a queue: random, not congestion).
+    loss_share: f64,
+    /// This round's RTT samples: their sum and count.
+    round_rtt: (Duration, u32),
     // The model.
     max_bw: RoundMax,
     min_rtt: Option<Duration>,
@@ -197,6 +211,8 @@ impl Bbr {
             next_round_delivered: 0,
             round_acked: 0,
             round_lost: 0,
+            loss_share: 0.0,
+            round_rtt: (Duration::ZERO, 0),
             max_bw: RoundMax::default(),
             min_rtt: None,
             min_rtt_at: now,
@@ -377,7 +393,9 @@ impl Bbr {
             }
             self.on_round_start(batch.is_some_and(|batch| batch.app_limited));
         }
-        let rtt_expired = self.update_min_rtt(now, now.saturating_duration_since(newest));
+        let rtt = now.saturating_duration_since(newest);
+        self.round_rtt = (self.round_rtt.0 + rtt, self.round_rtt.1 + 1);
+        let rtt_expired = self.update_min_rtt(now, rtt);
         let before = std::mem::discriminant(&self.mode);
         self.update_mode(now, round_start, rtt_expired);
         if before != std::mem::discriminant(&self.mode) {
@@ -423,6 +441,18 @@ impl Bbr {
         let overflowed = self.round_overflowed();
         let (acked, lost) = (self.round_acked, self.round_lost);
         (self.round_acked, self.round_lost) = (0, 0);
+        let (sum, count) = std::mem::take(&mut self.round_rtt);
+        let queued = match (self.min_rtt, count) {
+            (Some(min), 1..) => sum / count > min + min / 8,
+            _ => true,
+        };
+        if acked + lost >= LOSS_SAMPLE_PACKETS * self.mtu {
+            // A round that queued says nothing of random loss; one that did not, lost at random.
+            let share = if queued { 0.0 } else { lost as f64 / (acked + lost) as f64 };
+            if !queued || self.loss_share > 0.0 {
+                self.loss_share = 0.75 * self.loss_share + 0.25 * share;
+            }
+        }
         if self.filled_pipe {
             return;
         }
@@ -438,10 +468,11 @@ impl Bbr {
             self.full_bw = bw;
             self.full_bw_rounds = 0;
         } else {
-            // A round that did not grow the estimate: three in a row, or one that lost more
-            // than a little (random loss alone never stops growth, so it cannot end startup).
+            // A round that did not grow the estimate: three in a row, or one that queued and
+            // lost more than a little (random loss, without a queue, does not end startup).
             self.full_bw_rounds += 1;
-            let lossy = lost >= STARTUP_LOSS_PACKETS * self.mtu && lost as f64 > STALLED_LOSS * (acked + lost) as f64;
+            let lossy =
+                queued && lost >= STARTUP_LOSS_PACKETS * self.mtu && lost as f64 > STALLED_LOSS * (acked + lost) as f64;
             self.filled_pipe = self.full_bw_rounds >= FULL_BW_ROUNDS || lossy;
         }
     }
@@ -533,7 +564,10 @@ impl Bbr {
         match self.mode {
             Mode::Startup => STARTUP_GAIN,
             Mode::Drain => DRAIN_GAIN,
-            Mode::ProbeBw { phase, .. } => PROBE_BW_GAINS[phase],
+            // What is lost on the way is made up for, as Brutal does: the estimate is what
+            // arrives, so a path losing 5 % at random before its bottleneck would otherwise
+            // leave the bottleneck idle 5 % of the time.
+            Mode::ProbeBw { phase, .. } => PROBE_BW_GAINS[phase] / (1.0 - self.loss_share.min(MAX_MADE_UP)),
             Mode::ProbeRtt { .. } => 1.0,
         }
     }
