@@ -16,14 +16,15 @@
 //! - **The bandwidth** is the largest sample over the last [`BW_ROUNDS`] round trips; **the
 //!   RTT** the smallest over [`MIN_RTT_WINDOW`], probed by holding what is in flight to half a
 //!   BDP for [`PROBE_RTT_TIME`] when it has not come down for that long.
-//! - **Startup** doubles the rate each round until three rounds bring less than a quarter more
-//!   bandwidth, or a round loses more than [`STARTUP_LOSS`] of what it sent (a full queue
-//!   dropping a burst; random loss of a few percent does not end it). **Drain** then empties
-//!   the queue it built, and **ProbeBW** cycles the rate through 1.25, 0.75 and six rounds of
-//!   1.0 of the estimate.
-//! - **The window** is twice the BDP plus the most the acknowledgements have run ahead of
-//!   the estimate over the last [`BW_ROUNDS`] rounds (ack aggregation), so bursts of
-//!   acknowledgements do not stall the sender.
+//! - **Startup** starts from [`INITIAL_CWND_PACKETS`] and doubles the rate each round until
+//!   three rounds bring less than a quarter more bandwidth, a round that did not grow it
+//!   queued and lost more than [`STALLED_LOSS`], or a round loses more than [`STARTUP_LOSS`]
+//!   of what it sent (a full queue dropping a burst; random loss of a few percent does not end
+//!   it). **Drain** then empties the queue it built, and **ProbeBW** cycles the rate through
+//!   1.25, 0.75 (until the queue is gone) and six rounds of 1.0 of the estimate.
+//! - **The window** is twice the BDP plus, once startup is over, the most the
+//!   acknowledgements have run ahead of the estimate over the last [`BW_ROUNDS`] rounds (ack
+//!   aggregation), so bursts of acknowledgements do not stall the sender.
 //! - **The rate** is held by the same [`Budget`] Brutal uses: quinn's own pacer follows the
 //!   window, not a rate.
 //!
