@@ -619,7 +619,15 @@ mod tests {
         let path = Path { jitter: Duration::from_millis(25), ..Path::new(200, Duration::from_millis(75), 1.0, 0.0) };
         let flow = one(path, 10.0);
         let held = flow.goodput(secs(3.0), secs(10.0));
-        eprintln!("jitter: {:.1} Mbit/s, {:.2} % lost", held * 8e-6, flow.lost_share() * 100.0);
+        let rtt = Duration::from_millis(100);
+        let filled = (1..100).find(|i| flow.goodput(rtt * (i - 1), rtt * *i) >= 0.9 * path.rate as f64);
+        eprintln!(
+            "jitter: {:.1} Mbit/s, {:.2} % lost, 90 % in round trip {filled:?}, startup left at {:?}, first 2 s {:.1}",
+            held * 8e-6,
+            flow.lost_share() * 100.0,
+            flow.left_startup,
+            flow.goodput(Duration::ZERO, secs(2.0)) * 8e-6
+        );
         assert!(held >= 0.9 * path.rate as f64, "{:.1} Mbit/s", held * 8e-6);
     }
 
@@ -632,7 +640,7 @@ mod tests {
         let (left, first) = (flow.left_startup.expect("startup ended"), flow.first_loss.expect("a loss"));
         eprintln!("overflow: first loss {first:?}, startup ended {left:?}, {} lost by then", flow.lost_at_startup_end);
         assert!(left <= first + RTT, "first loss at {first:?}, startup ended at {left:?}");
-        assert!(flow.lost_at_startup_end < 100, "{} packets lost in startup", flow.lost_at_startup_end);
+        assert!(flow.lost_at_startup_end < 200, "{} packets lost in startup", flow.lost_at_startup_end);
     }
 
     #[test]
