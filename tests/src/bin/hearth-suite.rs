@@ -2235,18 +2235,20 @@ us). Those rows moved with the machine, not with the code.\n\n\
   sing-box's throughput at 1.27 to 1.39 times its bytes per CPU-second (sing-box's one stream \
   moves 2.65 to 3.26 Gbit/s from run to run); Brutal holds 491 of 500 and 980 of 1,000 Mbit/s \
   announced, as sing-box's server does (491, 982). B2 and B3 with the default controller: the \
-  node moves 0.96 to 0.99 of sing-box on B2 and 0.91 on B3, at about twice its bytes per \
+  node moves 0.96 to 0.99 of sing-box on B2 and 0.81 to 0.91 on B3 (two runs), at about twice \
+  its bytes per \
   CPU-second, losing at most half a point more; making up for random loss took B2 at 5 % from \
   0.90 to 0.98 and queues more there (13.5 ms against 2.7). The gap is startup: the node's \
   trace (`HEARTH_SUITE_NODE_LOG=hearth_node::congestion=trace`) shows startup growing the rate \
   about 1.5 times a round trip, not 2, and leaving after 14 round trips on B2: its window is \
   two BDPs at the smallest RTT and the ack aggregation, and while the RTT runs above the \
   smallest (jitter, the queue it builds) that carries less than twice the last round. Counting \
-  the ack aggregation in startup's window took B3 from 0.78 to 0.91 (B2 at 0 % then loses 1.2 \
-  % of its packets, against 0.5); BBR v1's startup window of 2.885 BDPs moved B3 1.10 times \
+  the ack aggregation in startup's window took B3 from 0.78 to 0.81-0.91 (B2 at 0 % then loses \
+  0.9 to 1.2 % of its packets, against 0.5); BBR v1's startup window of 2.885 BDPs moved B3 \
+  1.10 times \
   sing-box in a quick run and lost 13 % of B2's packets, overflowing the queue of one BDP: not \
-  kept. B4: the same goodput as sing-box, 5.5 % lost or dropped against 3.1 % and 6.3 ms of \
-  queueing against 5.2: startup's last round overflows a 10 ms queue before the loss is seen. \
+  kept. B4: the same goodput as sing-box, 4.7 % lost or dropped against 3.4 % and 6.2 ms of \
+  queueing against 5.1: startup's last round overflows a 10 ms queue before the loss is seen. \
   Brutal at 500 Mbit/s through a 1 Gbit/s bottleneck 50 ms away: 325 Mbit/s against sing-box's \
   383, both short of 500 where on loopback both hold it (the forwarder, in this program on CPU \
   0, is the likelier limit). With CUBIC the node moves more than sing-box on a clean path; on \
