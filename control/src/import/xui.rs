@@ -343,16 +343,13 @@ pub(crate) fn read(path: &Path, now: u64) -> anyhow::Result<Incoming> {
                 }
                 None => {
                     subscriptions.insert(subscription.to_owned(), email.clone());
-                    if hearth_shared::wire::alias_segment(subscription) != subscription {
+                    let segment = hearth_shared::wire::alias_segment(subscription);
+                    if segment != subscription {
                         mapped.push(format!(
-                            "its subscription id has characters a link carries escaped: its old link is served as {}",
-                            hearth_shared::wire::alias_segment(subscription)
+                            "its subscription id has characters a link carries escaped: its old link is served as {segment}"
                         ));
                     }
-                    folders
-                        .iter()
-                        .map(|folder| format!("{folder}{}", hearth_shared::wire::alias_segment(subscription)))
-                        .collect()
+                    folders.iter().map(|folder| format!("{folder}{segment}")).collect()
                 }
             };
             let device_limit = u32::try_from(number(client.get("limitIp"))).ok().filter(|n| *n > 0);
@@ -381,9 +378,8 @@ pub(crate) fn read(path: &Path, now: u64) -> anyhow::Result<Incoming> {
     // A subscription id that also carried other protocols' links: the skipped clients say
     // which user keeps it.
     for (index, subscription) in others {
-        if let Some(user) = incoming.users.iter().find(|u| {
-            u.aliases.iter().any(|a| a.ends_with(&format!("/{}", hearth_shared::wire::alias_segment(&subscription))))
-        }) {
+        let ending = format!("/{}", hearth_shared::wire::alias_segment(&subscription));
+        if let Some(user) = incoming.users.iter().find(|u| u.aliases.iter().any(|a| a.ends_with(&ending))) {
             let kept = format!("; its subscription is kept by {} (Hysteria2 only)", user.name);
             incoming.skipped[index].reason.push_str(&kept);
         }
