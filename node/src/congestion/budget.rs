@@ -98,7 +98,7 @@ impl Budget {
     }
 
     pub(super) fn on_end_acks(&mut self, now: Instant, in_flight: u64, rate: u64) {
-        if let Some(last) = self.last_acks {
+        if let Some(last) = self.last_acks.filter(|_| self.bank == Bank::AckGaps) {
             if now.saturating_duration_since(self.gaps_since) > Duration::from_secs(1) {
                 self.gaps = [Duration::ZERO, self.gaps[0]];
                 self.gaps_since = now;
