@@ -64,11 +64,11 @@ const CWND_GAIN: f64 = 2.0;
 /// down to a BDP before (it ends once it does, so a queue left by startup or a probe drains).
 const DRAIN_PHASE_RTTS: u32 = 3;
 /// Round trips the bandwidth estimate (and the ack aggregation) remembers.
-pub(super) const BW_ROUNDS: u64 = 10;
+const BW_ROUNDS: u64 = 10;
 /// How long the smallest RTT counts before it is probed again.
-pub(super) const MIN_RTT_WINDOW: Duration = Duration::from_secs(10);
+const MIN_RTT_WINDOW: Duration = Duration::from_secs(10);
 /// How long the RTT probe holds what is in flight down (and one round at least).
-pub(super) const PROBE_RTT_TIME: Duration = Duration::from_millis(200);
+const PROBE_RTT_TIME: Duration = Duration::from_millis(200);
 /// The smallest window, in packets.
 const MIN_CWND_PACKETS: u64 = 4;
 /// The window a connection starts with, in packets (quinn's own initial window is about as
@@ -79,7 +79,7 @@ const FULL_BW_GROWTH: f64 = 1.25;
 const FULL_BW_ROUNDS: u32 = 3;
 /// The share of a round's packets lost that ends startup (with [`STARTUP_LOSS_PACKETS`] at
 /// least): a queue overflowing, not the random loss of a bad path, which stays far below.
-pub(super) const STARTUP_LOSS: f64 = 0.2;
+const STARTUP_LOSS: f64 = 0.2;
 const STARTUP_LOSS_PACKETS: u64 = 8;
 /// The share of a round's packets lost that ends startup in a round that did not grow the
 /// estimate and queued (and [`STARTUP_LOSS_PACKETS`] at least).
@@ -309,7 +309,8 @@ impl Bbr {
         self.budget.on_ack(now, bytes, now.saturating_duration_since(sent), self.pacing_rate);
     }
 
-    /// Packets sent up to `sent` and holding `bytes` were lost.
+    /// Packets holding `bytes` were lost (`persistent`: everything sent over the persistent
+    /// congestion period, which takes the window down to its least).
     pub(super) fn on_loss(&mut self, now: Instant, bytes: u64, persistent: bool) {
         self.lost += bytes;
         self.round_lost += bytes;
@@ -432,10 +433,15 @@ impl Bbr {
         self.extra_acked.update(self.round, extra);
     }
 
+    /// Whether `lost` bytes, of `acked` and `lost`, are [`STARTUP_LOSS_PACKETS`] at least and
+    /// more than `share` of them.
+    fn lost_over(&self, acked: u64, lost: u64, share: f64) -> bool {
+        lost >= STARTUP_LOSS_PACKETS * self.mtu && lost as f64 > share * (acked + lost) as f64
+    }
+
     /// Whether this round has lost enough to say startup filled a queue.
     fn round_overflowed(&self) -> bool {
-        let (acked, lost) = (self.round_acked, self.round_lost);
-        lost >= STARTUP_LOSS_PACKETS * self.mtu && lost as f64 > STARTUP_LOSS * (acked + lost) as f64
+        self.lost_over(self.round_acked, self.round_lost, STARTUP_LOSS)
     }
 
     fn on_round_start(&mut self, app_limited: bool) {
@@ -472,8 +478,7 @@ impl Bbr {
             // A round that did not grow the estimate: three in a row, or one that queued and
             // lost more than a little (random loss, without a queue, does not end startup).
             self.full_bw_rounds += 1;
-            let lossy =
-                queued && lost >= STARTUP_LOSS_PACKETS * self.mtu && lost as f64 > STALLED_LOSS * (acked + lost) as f64;
+            let lossy = queued && self.lost_over(acked, lost, STALLED_LOSS);
             self.filled_pipe = self.full_bw_rounds >= FULL_BW_ROUNDS || lossy;
         }
     }
