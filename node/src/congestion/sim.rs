@@ -586,6 +586,9 @@ mod tests {
                 held * 8e-6,
                 flow.bbr().mode()
             );
+            // Loss before the bottleneck is made up for: without that, 5 % lost left it
+            // idle 5 % of the time (95.6 Mbit/s).
+            assert!(held >= 0.98 * path.rate as f64, "{} % loss: {:.1} Mbit/s made up for", loss * 100.0, held * 8e-6);
         }
     }
 
@@ -629,6 +632,9 @@ mod tests {
             flow.goodput(Duration::ZERO, secs(2.0)) * 8e-6
         );
         assert!(held >= 0.9 * path.rate as f64, "{:.1} Mbit/s", held * 8e-6);
+        // Startup's window counts the bunching jitter brings (the ack aggregation): without
+        // it, 90 % came first in round trip 15.
+        assert!(filled.is_some_and(|i| i <= 14), "90 % of the path first in round trip {filled:?}");
     }
 
     #[test]
