@@ -646,6 +646,27 @@ mod tests {
     use super::*;
 
     #[test]
+    fn the_first_flight_leaves_the_rate_no_debt() {
+        // The initial window goes out before there is a rate; once the first acknowledgements
+        // set one, the congestion window alone says what more goes out. (Charged to the budget, those 32 packets
+        // held a jittery path's startup to a few packets in flight for two round trips.)
+        let mtu = 1200;
+        let start = Instant::now();
+        let mut bbr = Bbr::new(start, mtu as u16);
+        for i in 0..INITIAL_CWND_PACKETS {
+            bbr.on_sent(start + Duration::from_millis(i), mtu);
+        }
+        let now = start + Duration::from_millis(60);
+        bbr.on_ack(now, start, mtu);
+        bbr.on_ack(now, start + Duration::from_millis(1), mtu);
+        let in_flight = (INITIAL_CWND_PACKETS - 2) * mtu;
+        bbr.on_end_acks(now, in_flight, false);
+        assert!(bbr.pacing_rate() > 0);
+        assert!(bbr.cwnd() > in_flight);
+        assert_eq!(bbr.window(), bbr.cwnd(), "the budget holds the window below the congestion window");
+    }
+
+    #[test]
     fn the_round_max_forgets_what_is_older_than_its_rounds() {
         let mut max = RoundMax::default();
         max.update(1, 100);

@@ -88,7 +88,11 @@ impl Budget {
     pub(super) fn on_sent(&mut self, now: Instant, bytes: u64, rate: u64) {
         self.refill(now, rate);
         self.in_flight += bytes;
-        self.bytes = self.bytes.saturating_sub(i64::try_from(bytes).unwrap_or(i64::MAX));
+        // Before there is a rate the window alone holds the sender (BBR's first flight): what
+        // goes out then is no debt for the rate to pay back once it comes.
+        if rate > 0 {
+            self.bytes = self.bytes.saturating_sub(i64::try_from(bytes).unwrap_or(i64::MAX));
+        }
     }
 
     pub(super) fn on_ack(&mut self, now: Instant, bytes: u64, rtt: Duration, rate: u64) {
