@@ -13,6 +13,7 @@
 //! | `HEARTH_NETWORK_BURST` | fetches at once from one /24 or /48 | `120` |
 //! | `HEARTH_NETWORK_PER_MINUTE` | fetches a minute from one /24 or /48, sustained | `600` |
 //! | `HEARTH_SHARDS` | Durable Objects the links are spread over (Worker only; set once) | `16` |
+//! | `HEARTH_FEED_SECS` | how long a Worker isolate serves links from memory before it asks what changed: a disabled or deleted user stops being served within this (Worker only) | `5` |
 //! | `HEARTH_UA_RULES` | operator User-Agent rules, JSON: `[{"contains":"...","target":"sing-box"}]` | none |
 //! | `HEARTH_TRUSTED_PROXIES` | reverse proxies (CIDRs, comma-separated) whose `CF-Connecting-IP`, `X-Forwarded-For` and `X-Forwarded-Proto` are believed (native edge only) | none |
 
@@ -36,6 +37,7 @@ pub const NAMES: &[&str] = &[
     "HEARTH_NETWORK_PER_MINUTE",
     "HEARTH_UA_RULES",
     "HEARTH_SHARDS",
+    "HEARTH_FEED_SECS",
     "HEARTH_TRUSTED_PROXIES",
 ];
 
@@ -88,6 +90,8 @@ pub struct EdgeConfig {
     pub ua_rules: Vec<UaRule>,
     /// How many Durable Objects hold the links on Cloudflare.
     pub shards: u32,
+    /// How long a Worker isolate believes what it heard of the links (ms).
+    pub feed_ms: u64,
     /// The reverse proxies whose forwarding headers are believed (the native edge; on
     /// Cloudflare the client address is Cloudflare's `CF-Connecting-IP`).
     pub trusted_proxies: Vec<Cidr>,
@@ -162,6 +166,10 @@ impl EdgeConfig {
         if shards > 1024 {
             return Err(error("HEARTH_SHARDS", "must be at most 1024"));
         }
+        let feed_secs = number("HEARTH_FEED_SECS", 5)?;
+        if feed_secs > 300 {
+            return Err(error("HEARTH_FEED_SECS", "must be at most 300"));
+        }
         let trusted_proxies = get("HEARTH_TRUSTED_PROXIES")
             .map(|list| hearth_shared::forwarded::parse_list([list.as_str()]))
             .transpose()
@@ -169,6 +177,7 @@ impl EdgeConfig {
             .unwrap_or_default();
         Ok(EdgeConfig {
             shards,
+            feed_ms: u64::from(feed_secs) * 1000,
             trusted_proxies,
             root: RoleKeys::single(root),
             push_token: PushToken(push_token),

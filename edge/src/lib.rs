@@ -9,13 +9,14 @@
 //! [`routes`] (what a request asks for), [`push`] (checking a push before storing it),
 //! [`api`] (the other API checks), [`service`] (every API route, over the [`storage`] trait:
 //! a push decided whole before anything is stored, the export), [`serve`] (answering a
-//! subscription fetch, and the decoy). Two adapters run it, each only reading and writing
+//! subscription fetch, and the decoy), [`isolate`] (what a Worker isolate keeps in memory). Two adapters run it, each only reading and writing
 //! rows: the Cloudflare Worker (Durable Objects) and the native edge ([`native`]: axum and an
 //! embedded libSQL database), which is also how tests and benchmarks drive it. This crate
 //! never depends on control or the node.
 
 pub mod api;
 pub mod config;
+pub mod isolate;
 pub mod push;
 pub mod routes;
 pub mod serve;

@@ -1,8 +1,8 @@
 //! Answering a subscription fetch, the 429, and the decoy.
 //!
 //! A fetch goes: the client network's guard and bucket ([`network_gate`]), then the link's
-//! stored envelope and its hourly window (one storage call on Cloudflare: both live in the
-//! link's shard), then [`open`]: the sealed snapshot, with the token from the request; when
+//! stored envelope and its hourly window (on Cloudflare both from the isolate's memory when
+//! it holds them: [`crate::isolate`]), then [`open`]: the sealed snapshot, with the token from the request; when
 //! the link limits devices and the app names its device, [`admit_device`] by the link's
 //! registry; then [`subscription`]: pick the format by `?format=` or User-Agent, render.
 //! Unknown tokens, unknown paths and networks that tried too many unknown tokens all get the
@@ -168,80 +168,4 @@ pub fn subscription(
         answer_at(snapshot, wants, sub_url, &mobility, viewer)
     };
     Reply { status: 200, headers: answer.headers, body: answer.body.into_bytes() }
-}
-
-/// Links refused recently, remembered in memory until their window ends, so a client that
-/// keeps fetching a link over its limit is answered 429 without a storage call. On Cloudflare
-/// each isolate keeps its own: it only ever repeats a refusal the link's Durable Object gave,
-/// and a window never ends sooner than it said, so it cannot let a fetch through that storage
-/// would have refused, nor refuse one it would have let through (but for the rounding of
-/// `Retry-After` to whole seconds).
-///
-/// A refusal is kept at most [`Refusals::KEEP_MS`]: a link deleted (rotated) in storage
-/// meanwhile gets the decoy within that time, since an isolate cannot be told of a push.
-#[derive(Debug, Default)]
-pub struct Refusals {
-    /// Until when each link was told to wait, and until when that is believed here (never
-    /// later than the first).
-    until_ms: std::collections::HashMap<hearth_shared::Digest, (u64, u64)>,
-}
-
-impl Refusals {
-    /// At most this many links are remembered; past it, expired ones are dropped first and a
-    /// new refusal is not remembered if none expired (it is then asked of storage again).
-    pub const CAPACITY: usize = 10_000;
-    /// How long a refusal is repeated without asking storage again.
-    pub const KEEP_MS: u64 = 60_000;
-
-    /// The seconds until `hash` may fetch again, if it was refused and its window is not over.
-    pub fn check(&self, hash: &hearth_shared::Digest, now_ms: u64) -> Option<u64> {
-        self.until_ms.get(hash).filter(|(_, kept)| *kept > now_ms).map(|(until, _)| (until - now_ms).div_ceil(1000))
-    }
-
-    /// Remembers that storage refused `hash` at `now_ms` for `retry_after` seconds.
-    pub fn remember(&mut self, hash: hearth_shared::Digest, now_ms: u64, retry_after: u64) {
-        if self.until_ms.len() >= Self::CAPACITY && !self.until_ms.contains_key(&hash) {
-            self.until_ms.retain(|_, (_, kept)| *kept > now_ms);
-            if self.until_ms.len() >= Self::CAPACITY {
-                return;
-            }
-        }
-        let until = now_ms.saturating_add(retry_after.saturating_mul(1000));
-        self.until_ms.insert(hash, (until, until.min(now_ms + Self::KEEP_MS)));
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn refusals_last_until_the_window_ends_and_stay_bounded() {
-        let mut refusals = Refusals::default();
-        let link = [1u8; 32];
-        assert_eq!(refusals.check(&link, 0), None);
-        refusals.remember(link, 10_000, 30);
-        assert_eq!(refusals.check(&link, 10_000), Some(30));
-        assert_eq!(refusals.check(&link, 39_001), Some(1));
-        assert_eq!(refusals.check(&link, 40_000), None, "the window is over");
-        // A long refusal is believed a minute at most, then storage is asked again.
-        refusals.remember(link, 100_000, 3600);
-        assert_eq!(refusals.check(&link, 159_000), Some(3541));
-        assert_eq!(refusals.check(&link, 160_000), None, "kept at most a minute");
-        assert_eq!(refusals.check(&[2u8; 32], 10_000), None, "only the refused link");
-
-        // Full of live refusals: a new one is not remembered, the old ones stay.
-        let mut full = Refusals::default();
-        for n in 0..Refusals::CAPACITY as u32 {
-            let mut hash = [0u8; 32];
-            hash[..4].copy_from_slice(&n.to_le_bytes());
-            full.remember(hash, 0, if n == 0 { 1 } else { 50 });
-        }
-        full.remember([9u8; 32], 500, 60);
-        assert_eq!(full.check(&[9u8; 32], 500), None);
-        // Once one has expired, it makes room.
-        full.remember([9u8; 32], 2_000, 60);
-        assert_eq!(full.check(&[9u8; 32], 2_000), Some(60));
-        assert_eq!(full.until_ms.len(), Refusals::CAPACITY);
-    }
 }

@@ -275,12 +275,10 @@ impl EdgeProcess {
                compatibilityDate = \"{date}\",\n\
                bindings = [\n{bindings}\
                  (name = \"LINKS\", durableObjectNamespace = \"Links\"),\n\
-                 (name = \"NETWORK\", durableObjectNamespace = \"Network\"),\n\
                  (name = \"CONTROL\", durableObjectNamespace = \"Control\"),\n\
                ],\n\
                durableObjectNamespaces = [\n\
                  (className = \"Links\", uniqueKey = \"hearth-links\", enableSql = true),\n\
-                 (className = \"Network\", uniqueKey = \"hearth-network\", enableSql = true),\n\
                  (className = \"Control\", uniqueKey = \"hearth-control\", enableSql = true),\n\
                ],\n\
                durableObjectStorage = (localDisk = \"disk\"),\n\

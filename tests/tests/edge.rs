@@ -166,6 +166,67 @@ both!(
     the_health_route_and_oversized_bodies_do_not_tell_a_hearth_edge
 );
 
+/// The Worker answers from its isolate's memory: what its health answer says it holds and
+/// how many storage calls its subscription fetches made.
+async fn isolate_figures(s: &Setup) -> (u64, u64, u64) {
+    let health = s.get(&format!("{}/{API}/healthz", s.edge.url), "curl/8").await;
+    assert_eq!(health.0, StatusCode::OK);
+    let line = health.2.lines().find(|line| line.starts_with("isolate: ")).unwrap_or_else(|| panic!("{}", health.2));
+    let number = |after: &str| -> u64 {
+        let words: Vec<&str> = line.split([' ', ',']).filter(|w| !w.is_empty()).collect();
+        let at = words.iter().position(|w| *w == after).unwrap_or_else(|| panic!("{after} in {line}"));
+        words[at - 1].parse().unwrap()
+    };
+    (number("links"), number("storage"), number("batches"))
+}
+
+/// A warm fetch makes no Durable Object call, nor does an unknown token; a new link is served
+/// on its first fetch, a changed one at once and a deleted one no more (the isolate that
+/// relayed the push asks what changed before it serves from memory again); the counts go to
+/// the shards in batches, at most one a second; and after the Worker restarts every link is
+/// served again.
+#[tokio::test]
+async fn worker_answers_warm_fetches_from_memory() {
+    let mut s = start(Backend::Worker, &[]);
+    let (a, b) = (SubToken::generate(&mut OsRng), SubToken::generate(&mut OsRng));
+    let items = [s.sim.snapshot(&a, &demo_snapshot(1)), s.sim.snapshot(&b, &demo_snapshot(2))];
+    assert_eq!(s.push_items(&items).await.0, StatusCode::OK);
+    let expected = answer(&demo_snapshot(1), BASE64, "");
+    assert_eq!(s.get(&s.link(&a), "v2rayN/7").await.2, expected.body, "a new link, on its first fetch");
+    let (held, calls, _) = isolate_figures(&s).await;
+    assert_eq!(held, 1);
+    let started = std::time::Instant::now();
+    for _ in 0..20 {
+        let answer = s.get(&s.link(&a), "v2rayN/7").await;
+        assert_eq!((answer.0, &answer.2), (StatusCode::OK, &expected.body));
+    }
+    let decoy = decoy_body(&s).await;
+    for _ in 0..10 {
+        let unknown = s.link(&SubToken::generate(&mut OsRng));
+        assert_eq!(s.get(&unknown, "v2rayN/7").await.2, decoy);
+    }
+    let (_, warm_calls, batches) = isolate_figures(&s).await;
+    if started.elapsed() < Duration::from_millis(2_400) {
+        // (Past half the feed's 5 s, the feed is asked once, behind an answer.)
+        assert_eq!(warm_calls, calls, "warm fetches and unknown tokens made storage calls");
+    }
+    assert!(batches <= started.elapsed().as_secs() + 2, "{batches} batches of counts");
+    // Changed, then deleted: the isolate that relayed each push serves the change at once.
+    let changed = s.sim.snapshot(&a, &demo_snapshot(3));
+    assert_eq!(s.push_items(&[changed]).await.0, StatusCode::OK);
+    assert_eq!(s.get(&s.link(&a), "v2rayN/7").await.2, answer(&demo_snapshot(3), BASE64, "").body);
+    let delete = s.sim.delete_link(&a);
+    assert_eq!(s.push_items(&[delete]).await.0, StatusCode::OK);
+    assert_eq!(s.get(&s.link(&a), "v2rayN/7").await.2, decoy);
+    // A new isolate starts from nothing: the feed from the start, then the links.
+    s.edge = s.edge.restart().unwrap();
+    s.http = client(None);
+    assert_eq!(s.get(&s.link(&b), "v2rayN/7").await.2, answer(&demo_snapshot(2), BASE64, "").body);
+    assert_eq!(s.get(&s.link(&a), "v2rayN/7").await.2, decoy);
+    let (held, _, _) = isolate_figures(&s).await;
+    assert_eq!(held, 1);
+}
+
 /// The native edge keeps control's archive in pieces, a few of which it holds at a time:
 /// pieces become the archive only once the whole envelope verified, a refused upload leaves
 /// none behind, and an archive an older edge kept whole is still served.

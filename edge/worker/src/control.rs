@@ -130,12 +130,12 @@ fn put_stream(sql: &SqlStorage, write: &Write) -> Result<()> {
     Ok(())
 }
 
-fn value(sql: &SqlStorage, key: &str) -> Result<Option<Vec<u8>>> {
+pub(crate) fn value(sql: &SqlStorage, key: &str) -> Result<Option<Vec<u8>>> {
     let rows: Vec<ValueRow> = sql.exec("SELECT value FROM state WHERE key = ?", vec![key.into()])?.to_array()?;
     Ok(rows.into_iter().next().map(|row| row.value.into_vec()))
 }
 
-fn put_value(sql: &SqlStorage, key: &str, bytes: Vec<u8>) -> Result<()> {
+pub(crate) fn put_value(sql: &SqlStorage, key: &str, bytes: Vec<u8>) -> Result<()> {
     sql.exec(
         "INSERT INTO state (key, value) VALUES (?, ?) ON CONFLICT (key) DO UPDATE SET value = excluded.value",
         vec![key.into(), SqlStorageValue::Blob(bytes)],
@@ -183,6 +183,9 @@ impl DurableObject for Control {
         ] {
             sql.exec(table, None).expect("creating the control tables");
         }
+        for table in crate::feed::TABLES {
+            sql.exec(table, None).expect("creating the feed's tables");
+        }
         Control { state, env, pushing: Cell::new(false), refused: RefCell::default(), nonces_pruned: Cell::new(0) }
     }
 
@@ -206,6 +209,19 @@ impl DurableObject for Control {
                 },
                 false,
             );
+        }
+        // ...what changed among the links since the generation an isolate holds...
+        if url.path() == crate::feed::FEED_PATH {
+            let since = crate::runtime::query_u64(&url, "since");
+            return crate::feed::since(&self.state, &self.env, config.shards, since, now_ms()).await;
+        }
+        // ...takes the links a shard found over their limit...
+        if url.path() == crate::feed::LIMITED_PATH && req.method() == Method::Post {
+            let Ok(links) = decode::<Vec<(u64, u64)>>(&req.bytes().await?, "limited links") else {
+                return Response::error("not a list of links", 400);
+            };
+            crate::feed::limited(&self.state, links, now_ms())?;
+            return Response::empty();
         }
         // ...and queues a link's changed device registry for control (in place of the one
         // queued before for that link, if control has not taken it yet).
@@ -421,15 +437,28 @@ impl Storage for ControlStore<'_> {
                 _ => own.push(planned.clone()),
             }
         }
+        // The links go in the feed before the shards store them and again after (see
+        // `feed`): an isolate never keeps what a shard held before the push.
+        let fed: Vec<(u64, bool)> = shards
+            .values()
+            .flatten()
+            .filter_map(|planned| match &planned.write.target {
+                Target::Link(hash) => Some((hearth_edge::isolate::key(hash), planned.write.envelope.is_some())),
+                _ => None,
+            })
+            .collect();
+        crate::feed::changed(self.state, fed.clone())?;
         // Pushes are taken one at a time, and only pushes write links: no shard changed since
         // its states were read, so none refuses here (each still checks, in its transaction).
         for (shard, writes) in shards {
             let stored: std::result::Result<(), Changed> =
                 self.ask(shard, Method::Post, "https://links/apply", Some(&encode(&writes))).await?;
             if let Err(changed) = stored {
+                crate::feed::changed(self.state, fed)?;
                 return Ok(Err(changed));
             }
         }
+        crate::feed::changed(self.state, fed)?;
         let (trust, batch, keys) = (encode(&plan.trust), encode(&plan.batch), plan.keys_header.clone());
         let batch_before = plan.batch_before;
         transaction(&self.state.storage(), move |sql| {

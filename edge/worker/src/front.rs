@@ -4,26 +4,31 @@
 use std::net::{IpAddr, Ipv4Addr};
 
 use hearth_edge::config::EdgeConfig;
+use hearth_edge::isolate::{Counted, Feed, FeedDue, Isolate, Lookup};
 use hearth_edge::routes::{Route, route};
-use hearth_edge::serve::{self, Refusals, decoy, too_many};
+use hearth_edge::serve::{self, Gate, decoy, too_many};
 use hearth_edge::{Reply, api};
 use hearth_shared::devices::{Admission, HwidPolicy, Seen};
-use hearth_shared::ratelimit::Network;
+use hearth_shared::ratelimit::{Decision, Network};
 use hearth_shared::sha256;
 use hearth_shared::wire::{SubToken, decode, encode};
 use worker::{Context, Env, Method, Request, Response, Result, event};
 
-use crate::links::{DeviceAnswer, DeviceCall};
+use crate::links::{DeviceAnswer, DeviceCall, HitsCall};
 use crate::runtime::{call, config, now_ms, reply_of, respond};
 
 thread_local! {
-    /// Links and networks this isolate saw refused, until their windows end: a client retrying
-    /// a link over its limit, or a network flooding past its budget, costs no Durable Object
-    /// call.
-    static REFUSALS: std::cell::RefCell<Refusals> = std::cell::RefCell::new(Refusals::default());
+    /// What this isolate keeps of the links (their envelopes, the set of live ones, their
+    /// counts) and of client networks: see [`hearth_edge::isolate`].
+    static ISOLATE: std::cell::RefCell<Option<Isolate>> = const { std::cell::RefCell::new(None) };
     /// The owner's settings in force (User-Agent rules, link bases) and when they were read:
     /// asked of the Control object at most once a minute per isolate.
     static OWNER: std::cell::RefCell<(u64, std::rc::Rc<serve::Owner>)> = std::cell::RefCell::new((0, std::rc::Rc::new(serve::Owner::default())));
+}
+
+/// Works on this isolate's memory.
+fn isolate<T>(config: &EdgeConfig, f: impl FnOnce(&mut Isolate) -> T) -> T {
+    ISOLATE.with_borrow_mut(|held| f(held.get_or_insert_with(|| Isolate::new(config.feed_ms))))
 }
 
 /// How long an isolate keeps the owner's settings before asking again.
@@ -85,8 +90,30 @@ async fn fetch(req: Request, env: Env, ctx: Context) -> Result<Response> {
             }
         }
         Route::Unknown => decoy(),
-        // Every API route is the Control object's, push token and node signatures included
-        // (and the health answer, with its count of refused tokens).
+        // The health answer is the Control object's (with its count of refused tokens), and
+        // this isolate's memory beside it.
+        Route::Health => {
+            let mut health = reply_of(control(&env)?.fetch_with_request(req).await?).await?;
+            if health.status == 200 {
+                let (held, live, calls, batches) = isolate(&config, |i| {
+                    let (held, live) = i.held();
+                    (held, live, i.storage_calls, i.count_batches)
+                });
+                let lines = format!(
+                    "isolate: {held} links held, {live} live, {calls} storage calls for links, {batches} batches of counts\n"
+                );
+                health.body.extend_from_slice(lines.as_bytes());
+            }
+            health
+        }
+        // Every other API route is the Control object's, push token and node signatures
+        // included. A push relayed by this isolate means the links changed: it asks what
+        // changed before it serves from memory again.
+        Route::Push => {
+            let answer = control(&env)?.fetch_with_request(req).await;
+            isolate(&config, Isolate::stale);
+            return answer;
+        }
         _ => return control(&env)?.fetch_with_request(req).await,
     };
     respond(reply, head)
@@ -96,17 +123,62 @@ fn control(env: &Env) -> Result<worker::Stub> {
     env.durable_object("CONTROL")?.id_from_name("control")?.get_stub()
 }
 
-fn network(env: &Env, network: &Network) -> Result<worker::Stub> {
-    env.durable_object("NETWORK")?.id_from_name(&network.to_string())?.get_stub()
+fn shard(env: &Env, shard: u32) -> Result<worker::Stub> {
+    env.durable_object("LINKS")?.id_from_name(&format!("links-{shard}"))?.get_stub()
 }
 
-/// Reads a link from its shard, counting the fetch against its window when `count`.
-async fn link(env: &Env, config: &EdgeConfig, hash: &[u8; 32], count: bool) -> Result<Reply> {
-    let stub = env.durable_object("LINKS")?.id_from_name(&format!("links-{}", config.shard_of(hash)))?.get_stub()?;
-    let link = config.limits.link;
-    let limit = if count && config.limits.enabled { link.limit } else { 0 };
-    let url = format!("https://links/get?hash={}&limit={limit}&window_ms={}", hex::encode(hash), link.window_ms);
+/// Reads a link's envelope from its shard (its fetches are counted in the isolate).
+async fn link(env: &Env, config: &EdgeConfig, hash: &[u8; 32]) -> Result<Reply> {
+    isolate(config, |i| i.storage_calls += 1);
+    let stub = shard(env, config.shard_of(hash))?;
+    let url = format!("https://links/get?hash={}&limit=0&window_ms=1", hex::encode(hash));
     reply_of(call(&stub, Method::Get, &url, None).await?).await
+}
+
+/// Asks the Control object what changed among the links since `since`, at `asked_ms`, and
+/// takes the answer in.
+async fn ask_feed(env: Env, config: std::rc::Rc<EdgeConfig>, since: u64, asked_ms: u64) {
+    isolate(&config, |i| i.storage_calls += 1);
+    let url = format!("https://control{}?since={since}", crate::feed::FEED_PATH);
+    let asked = async { reply_of(call(&control(&env)?, Method::Get, &url, None).await?).await };
+    let feed = match asked.await {
+        Ok(reply) if reply.status == 200 => decode::<Feed>(&reply.body, "the feed").ok(),
+        Ok(reply) => {
+            worker::console_error!("the feed answered {}", reply.status);
+            None
+        }
+        Err(e) => {
+            worker::console_error!("asking the feed failed: {e}");
+            None
+        }
+    };
+    isolate(&config, |i| match feed {
+        Some(feed) => i.heard(feed, asked_ms),
+        None => i.not_heard(),
+    });
+}
+
+/// Sends this isolate's counted fetches to their shards, when it is time (after the answer).
+fn flush(env: &Env, ctx: &Context, config: &std::rc::Rc<EdgeConfig>, now: u64) {
+    let batches = isolate(config, |i| i.flush(now, |hash| config.shard_of(hash)));
+    for (number, hits, start_ms) in batches {
+        let (env, config) = (env.clone(), config.clone());
+        ctx.wait_until(async move {
+            isolate(&config, |i| i.count_batches += 1);
+            let asking = HitsCall { hits, start_ms, limit: config.limits.link };
+            let sent = async {
+                let reply = reply_of(
+                    call(&shard(&env, number)?, Method::Post, "https://links/hits", Some(&encode(&asking))).await?,
+                )
+                .await?;
+                decode::<Counted>(&reply.body, "counts").map_err(|_| worker::Error::from("a shard's counts"))
+            };
+            match sent.await {
+                Ok(counted) => isolate(&config, |i| i.counted(&asking.hits, &counted)),
+                Err(e) => worker::console_error!("sending a batch of link fetches failed: {e}"),
+            }
+        });
+    }
 }
 
 /// Admits a device by its link's registry (in the link's shard), and queues a changed
@@ -121,6 +193,7 @@ async fn device(
     seen: Seen,
 ) -> Option<Admission> {
     let hash = token.hash();
+    isolate(config, |i| i.storage_calls += 1);
     let asking = DeviceCall { token: *token.as_bytes(), policy: policy.clone(), seen, now: now_ms() / 1000 };
     let asked = async {
         let stub =
@@ -154,7 +227,7 @@ async fn subscription(
     req: &Request,
     env: &Env,
     ctx: &Context,
-    config: &EdgeConfig,
+    config: &std::rc::Rc<EdgeConfig>,
     token: Option<SubToken>,
 ) -> Result<Reply> {
     let limits = config.limits;
@@ -167,81 +240,83 @@ async fn subscription(
     let client_network = Network::of(client);
     let url = req.url()?;
     let hash = token.as_ref().map_or_else(|| sha256(url.path().as_bytes()), SubToken::hash);
-    if limits.enabled
-        && let Some(retry) = REFUSALS.with_borrow(|refusals| refusals.check(&hash, now_ms()))
-    {
-        return Ok(too_many(retry));
-    }
-    // A network refused is remembered for the `Retry-After` it was told (whole seconds: a
-    // little longer than its bucket takes to refill a token).
-    let network_key = sha256(format!("network {client_network}").as_bytes());
-    if limits.enabled
-        && let Some(retry) = REFUSALS.with_borrow(|refusals| refusals.check(&network_key, now_ms()))
-    {
-        return Ok(too_many(retry));
-    }
+    let now = now_ms();
     if limits.enabled {
-        let url =
-            format!("https://network/gate?burst={}&per_minute={}", limits.network.burst, limits.network.per_minute);
-        let gate = reply_of(call(&network(env, &client_network)?, Method::Get, &url, None).await?).await?;
-        match gate.status {
-            200 => {}
-            429 => {
-                let retry = gate.headers.iter().find(|(n, _)| *n == "retry-after").and_then(|(_, v)| v.parse().ok());
-                let retry = retry.unwrap_or(60);
-                REFUSALS.with_borrow_mut(|refusals| refusals.remember(network_key, now_ms(), retry));
-                return Ok(too_many(retry));
-            }
-            // The network tried too many unknown links; and storage trouble fails closed.
-            _ => return Ok(decoy()),
+        match isolate(config, |i| i.gate(client_network, now, limits.network)) {
+            Gate::Open => {}
+            Gate::Limited(retry) => return Ok(too_many(retry)),
+            // The network tried too many unknown links.
+            Gate::Decoy => return Ok(decoy()),
         }
     }
-    let found = link(env, config, &hash, true).await?;
-    match (token, found.status) {
-        (Some(token), 200) => {
-            let Some(snapshot) = serve::open(&found.body, &token) else {
-                return Ok(decoy());
-            };
-            let mut sub_url = url.clone();
-            sub_url.set_query(None);
-            let user_agent = req.headers().get("user-agent")?.unwrap_or_default();
-            let accept_language = req.headers().get("accept-language")?.unwrap_or_default();
-            let admission = match serve::device(&snapshot, |name| req.headers().get(name).ok().flatten()) {
-                None => None,
-                Some(seen) => device(env, ctx, config, &token, &snapshot.hwid, seen).await,
-            };
-            let owner = owner(env, config).await;
-            Ok(serve::subscription(
-                &owner,
-                &snapshot,
-                admission,
-                &token,
-                &user_agent,
-                &accept_language,
-                url.query().unwrap_or(""),
-                sub_url.as_str(),
-            ))
-        }
-        (Some(_), 429) => {
-            let retry = found.headers.iter().find(|(n, _)| *n == "retry-after").and_then(|(_, v)| v.parse().ok());
-            let retry = retry.unwrap_or(60);
-            REFUSALS.with_borrow_mut(|refusals| refusals.remember(hash, now_ms(), retry));
-            Ok(too_many(retry))
-        }
-        (_, 404) | (None, _) => {
-            if limits.enabled {
-                let misses = limits.misses;
-                let url = format!(
-                    "https://network/miss?limit={}&window_ms={}&block_ms={}",
-                    misses.misses.limit, misses.misses.window_ms, misses.block_ms
-                );
-                let stub = network(env, &client_network)?;
-                ctx.wait_until(async move {
-                    let _ = call(&stub, Method::Post, &url, None).await;
-                });
+    // What changed among the links: asked before this answer when memory is too old to serve
+    // from, behind it when it is getting old (one ask at a time: while another fetch asks,
+    // memory too old is not used and storage is read).
+    match isolate(config, |i| i.feed_due(now)) {
+        FeedDue::No => {}
+        FeedDue::Behind => {
+            if let Some(since) = isolate(config, Isolate::ask) {
+                ctx.wait_until(ask_feed(env.clone(), config.clone(), since, now));
             }
-            Ok(decoy())
         }
-        _ => Ok(api::unavailable()),
+        FeedDue::First => {
+            if let Some(since) = isolate(config, Isolate::ask) {
+                ask_feed(env.clone(), config.clone(), since, now).await;
+            }
+        }
     }
+    let envelope = match (&token, isolate(config, |i| i.lookup(&hash, now))) {
+        (None, _) | (_, Lookup::Unknown) => return Ok(miss(config, client_network, now)),
+        (Some(_), Lookup::Held(envelope)) => envelope,
+        (Some(_), Lookup::Ask) => {
+            let generation = isolate(config, |i| i.generation());
+            let found = link(env, config, &hash).await?;
+            match found.status {
+                200 => {
+                    isolate(config, |i| i.keep(&hash, found.body.clone(), generation, now));
+                    found.body
+                }
+                404 => return Ok(miss(config, client_network, now)),
+                _ => return Ok(api::unavailable()),
+            }
+        }
+    };
+    let Some(token) = token else { return Ok(decoy()) };
+    if limits.enabled {
+        let decision = isolate(config, |i| i.hit(&hash, now, limits.link));
+        flush(env, ctx, config, now);
+        if let Decision::Deny { retry_after } = decision {
+            return Ok(too_many(retry_after));
+        }
+    }
+    let Some(snapshot) = serve::open(&envelope, &token) else {
+        return Ok(decoy());
+    };
+    let mut sub_url = url.clone();
+    sub_url.set_query(None);
+    let user_agent = req.headers().get("user-agent")?.unwrap_or_default();
+    let accept_language = req.headers().get("accept-language")?.unwrap_or_default();
+    let admission = match serve::device(&snapshot, |name| req.headers().get(name).ok().flatten()) {
+        None => None,
+        Some(seen) => device(env, ctx, config, &token, &snapshot.hwid, seen).await,
+    };
+    let owner = owner(env, config).await;
+    Ok(serve::subscription(
+        &owner,
+        &snapshot,
+        admission,
+        &token,
+        &user_agent,
+        &accept_language,
+        url.query().unwrap_or(""),
+        sub_url.as_str(),
+    ))
+}
+
+/// An unknown link: the decoy, counted against the client network's tries.
+fn miss(config: &EdgeConfig, network: Network, now: u64) -> Reply {
+    if config.limits.enabled {
+        isolate(config, |i| i.miss(network, now, config.limits.misses));
+    }
+    decoy()
 }

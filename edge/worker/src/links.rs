@@ -13,6 +13,7 @@
 //! postcard [`DeviceCall`]: admits a device by the link's registry (sealed, in `devices`) and
 //! answers a postcard [`DeviceAnswer`].
 
+use hearth_edge::isolate::{Counted, Hits};
 use hearth_edge::push::{Stored, Target};
 use hearth_edge::storage::{Changed, Fill, Planned};
 use hearth_shared::devices::{Admission, HwidPolicy, Seen};
@@ -30,6 +31,21 @@ use crate::runtime::{int, now_ms, query, query_u64, transaction};
 #[durable_object]
 pub struct Links {
     state: State,
+    env: Env,
+}
+
+/// An isolate's fetches of this shard's links in one window: the fetches, the window's start,
+/// and the limit.
+#[derive(Serialize, Deserialize)]
+pub(crate) struct HitsCall {
+    pub hits: Hits,
+    pub start_ms: u64,
+    pub limit: WindowLimit,
+}
+
+#[derive(Deserialize)]
+struct KeyRow {
+    token_hash: serde_bytes::ByteBuf,
 }
 
 #[derive(Deserialize)]
@@ -76,7 +92,7 @@ struct Version {
 }
 
 impl DurableObject for Links {
-    fn new(state: State, _env: Env) -> Self {
+    fn new(state: State, env: Env) -> Self {
         state
             .storage()
             .sql()
@@ -100,7 +116,7 @@ impl DurableObject for Links {
                 None,
             )
             .expect("creating the devices table");
-        Links { state }
+        Links { state, env }
     }
 
     async fn fetch(&self, mut req: Request) -> Result<Response> {
@@ -131,6 +147,26 @@ impl DurableObject for Links {
                     return Response::error("not a device call", 400);
                 };
                 self.device(call)
+            }
+            (Method::Post, "/hits") => {
+                let Ok(call) = decode::<HitsCall>(&req.bytes().await?, "hits") else {
+                    return Response::error("not a list of fetches", 400);
+                };
+                self.hits(call).await
+            }
+            (Method::Get, "/keys") => {
+                let rows: Vec<KeyRow> = self
+                    .state
+                    .storage()
+                    .sql()
+                    .exec("SELECT token_hash FROM links WHERE envelope IS NOT NULL", None)?
+                    .to_array()?;
+                let keys: Vec<u64> = rows
+                    .iter()
+                    .filter_map(|row| <[u8; 32]>::try_from(row.token_hash.as_slice()).ok())
+                    .map(|hash| hearth_edge::isolate::key(&hash))
+                    .collect();
+                Response::from_bytes(encode(&keys))
             }
             (Method::Get, "/export") => {
                 let after = query(&url, "after").and_then(|h| hex::decode(h).ok()).unwrap_or_default();
@@ -174,6 +210,51 @@ impl Links {
             }
         }
         Response::from_bytes(envelope.into_vec())
+    }
+
+    /// Adds an isolate's fetches to each link's window, answers each link's count in it (every
+    /// isolate's), and publishes the links that went over their limit through the feed.
+    async fn hits(&self, call: HitsCall) -> Result<Response> {
+        let HitsCall { hits, start_ms, limit } = call;
+        let sql = self.state.storage().sql();
+        let mut counted: Counted = Vec::with_capacity(hits.len());
+        let mut over = Vec::new();
+        for (hash, fetches) in &hits {
+            let rows: Vec<Row> = sql
+                .exec(
+                    "SELECT envelope, win_start_ms, win_count FROM links WHERE token_hash = ?",
+                    vec![SqlStorageValue::Blob(hash.to_vec())],
+                )?
+                .to_array()?;
+            let Some(row) = rows.into_iter().next() else {
+                counted.push((*fetches, start_ms));
+                continue;
+            };
+            let before = if row.win_start_ms as u64 == start_ms { row.win_count as u32 } else { 0 };
+            if (row.win_start_ms as u64) > start_ms {
+                // A window that ended: nothing to add to.
+                counted.push((before, row.win_start_ms as u64));
+                continue;
+            }
+            let count = before.saturating_add(*fetches);
+            sql.exec(
+                "UPDATE links SET win_start_ms = ?, win_count = ? WHERE token_hash = ?",
+                vec![int(start_ms).into(), i64::from(count).into(), SqlStorageValue::Blob(hash.to_vec())],
+            )?;
+            if count >= limit.limit && before < limit.limit {
+                over.push((hearth_edge::isolate::key(hash), start_ms + limit.window_ms.max(1)));
+            }
+            counted.push((count, start_ms));
+        }
+        if !over.is_empty() {
+            let stub = self.env.durable_object("CONTROL")?.id_from_name("control")?.get_stub()?;
+            let url = format!("https://control{}", crate::feed::LIMITED_PATH);
+            let published = crate::runtime::call(&stub, Method::Post, &url, Some(&encode(&over))).await?;
+            if published.status_code() != 200 {
+                worker::console_error!("publishing links over their limit failed ({})", published.status_code());
+            }
+        }
+        Response::from_bytes(encode(&counted))
     }
 
     /// Admits a device by the link's registry, stores the registry when it changed, and

@@ -1,0 +1,452 @@
+//! What a Worker isolate keeps in memory so that a warm subscription fetch makes no Durable
+//! Object call: the links it served (their sealed envelopes), the set of every live link (so
+//! an unknown token is refused without storage), the links over their hourly limit, its own
+//! count of each link's fetches, and each client network's bucket. Runtime-free and pure
+//! (time is passed in); the Worker's front keeps one per isolate.
+//!
+//! **Changes reach it through a feed.** The `Control` object counts every change to a link in
+//! a generation number; an isolate asks it "what changed since generation g" at most once
+//! every [`Isolate::feed_ms`] (and once at most at a time), and drops what changed. Served from
+//! memory only while its last answer is younger than that: a disabled, expired or deleted user
+//! stops being served within `feed_ms` on every isolate. Older than half of it, a fetch is
+//! answered from memory and the feed is asked behind it; older than all of it, the feed is
+//! asked first (or, while another fetch is asking, storage is read directly).
+//!
+//! **Per-link limits are counted here and summed by the link's shard.** A fetch is counted in
+//! the isolate; the counts go to the shards in batches, at most once every [`FLUSH_MS`], and
+//! each shard answers with the link's count in the window (all isolates together) and
+//! publishes a link that went over its limit through the feed. An isolate lets a link through
+//! while the count it last heard plus its own since stay under the limit: worst case, a link
+//! is fetched `limit` times in the window on every isolate that had not heard of the others'
+//! fetches yet (see the README).
+//!
+//! **A client network's budget is this isolate's own** (a token bucket and the unknown-link
+//! guard, as the native edge keeps them for the whole edge): checked without a call. A network
+//! is held to its budget on each isolate it reaches.
+
+use std::collections::{HashMap, HashSet};
+
+use hearth_shared::Digest;
+use hearth_shared::ratelimit::{BucketLimit, Decision, MissGuard, MissLimit, Network, TokenBucket, WindowLimit};
+use serde::{Deserialize, Serialize};
+
+/// How often an isolate's per-link counts go to the shards, at most.
+pub const FLUSH_MS: u64 = 1_000;
+/// The most links an isolate keeps envelopes of (past it, the least recently stored go).
+pub const MAX_ENVELOPES: usize = 20_000;
+/// The most client networks an isolate keeps buckets of (past it, full buckets go first).
+pub const MAX_NETWORKS: usize = 10_000;
+
+/// A link as the feed and the isolate name it: the first eight bytes of its token hash.
+pub fn key(hash: &Digest) -> u64 {
+    let mut first = [0u8; 8];
+    first.copy_from_slice(&hash[..8]);
+    u64::from_be_bytes(first)
+}
+
+/// The feed's answer to "what changed since generation g".
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Feed {
+    /// The generation the answer brings the isolate to.
+    pub generation: u64,
+    /// Whether `links` is every live link (the answer to generation 0, or to one the
+    /// `Control` object does not know: the isolate replaces its set).
+    pub whole: bool,
+    /// Links stored, changed or deleted since: (key, whether it is live now).
+    pub links: Vec<(u64, bool)>,
+    /// Links over their limit: (key, until when, ms since the epoch).
+    pub limited: Vec<(u64, u64)>,
+}
+
+/// A batch of one isolate's fetches of the links of one shard: (token hash, fetches).
+pub type Hits = Vec<(Digest, u32)>;
+
+/// A shard's answer to [`Hits`]: for each link, in order, its count in the window that
+/// `start_ms` begins (every isolate's fetches together).
+pub type Counted = Vec<(u32, u64)>;
+
+/// When the feed should be asked.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum FeedDue {
+    /// Not yet.
+    No,
+    /// Behind this fetch (what is in memory is still fresh enough to serve).
+    Behind,
+    /// Before this fetch is answered from memory.
+    First,
+}
+
+/// What memory says of a link.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Lookup {
+    /// Its envelope, fresh enough to serve.
+    Held(Vec<u8>),
+    /// No live link has this hash (the set is fresh): the decoy, with no storage call.
+    Unknown,
+    /// Storage must say.
+    Ask,
+}
+
+#[derive(Clone, Copy, Debug, Default)]
+struct Count {
+    /// The window (aligned, as the shard's).
+    start_ms: u64,
+    /// Fetches in it the shard last told of (every isolate's), and this isolate's sent since.
+    heard: u32,
+    /// This isolate's fetches not sent yet.
+    pending: u32,
+}
+
+/// One isolate's memory.
+#[derive(Debug)]
+pub struct Isolate {
+    /// How long an answer of the feed is believed.
+    pub feed_ms: u64,
+    generation: u64,
+    /// When the feed last answered (`None`: never).
+    heard_ms: Option<u64>,
+    asking: bool,
+    /// Every live link (valid while the feed is fresh).
+    live: HashSet<u64>,
+    /// Envelopes served: key -> (token hash, envelope, when stored).
+    envelopes: HashMap<u64, (Digest, Vec<u8>, u64)>,
+    limited: HashMap<u64, u64>,
+    counts: HashMap<u64, (Digest, Count)>,
+    flushed_ms: u64,
+    networks: HashMap<Network, (TokenBucket, MissGuard)>,
+    /// Storage calls made for subscription fetches (reads, devices, the feed), for the health
+    /// answer (and its tests).
+    pub storage_calls: u64,
+    /// Batches of counted fetches sent to the shards (behind answers, at most one a second).
+    pub count_batches: u64,
+}
+
+impl Isolate {
+    /// An isolate that believes the feed for `feed_ms`.
+    pub fn new(feed_ms: u64) -> Isolate {
+        Isolate {
+            feed_ms: feed_ms.max(1),
+            generation: 0,
+            heard_ms: None,
+            asking: false,
+            live: HashSet::new(),
+            envelopes: HashMap::new(),
+            limited: HashMap::new(),
+            counts: HashMap::new(),
+            flushed_ms: 0,
+            networks: HashMap::new(),
+            storage_calls: 0,
+            count_batches: 0,
+        }
+    }
+
+    fn fresh(&self, now_ms: u64) -> bool {
+        self.heard_ms.is_some_and(|heard| now_ms < heard + self.feed_ms)
+    }
+
+    /// When the feed should be asked at `now_ms`.
+    pub fn feed_due(&self, now_ms: u64) -> FeedDue {
+        match self.heard_ms {
+            Some(heard) if now_ms < heard + self.feed_ms / 2 => FeedDue::No,
+            Some(heard) if now_ms < heard + self.feed_ms => FeedDue::Behind,
+            _ => FeedDue::First,
+        }
+    }
+
+    /// The generation to ask the feed from, when nobody in this isolate is asking (then the
+    /// caller asks, and hands the answer to [`Isolate::heard`] or says it failed with
+    /// [`Isolate::not_heard`]).
+    pub fn ask(&mut self) -> Option<u64> {
+        if self.asking {
+            return None;
+        }
+        self.asking = true;
+        Some(self.generation)
+    }
+
+    /// The feed could not be asked: memory is believed no longer than it was.
+    pub fn not_heard(&mut self) {
+        self.asking = false;
+    }
+
+    /// Takes the feed's answer, asked at `asked_ms`.
+    pub fn heard(&mut self, feed: Feed, asked_ms: u64) {
+        self.asking = false;
+        if feed.whole {
+            self.live = feed.links.iter().filter(|(_, live)| *live).map(|(key, _)| *key).collect();
+            // Anything held may have changed unseen.
+            self.envelopes.clear();
+            self.limited.clear();
+        } else {
+            for (key, live) in &feed.links {
+                self.envelopes.remove(key);
+                if *live {
+                    self.live.insert(*key);
+                } else {
+                    self.live.remove(key);
+                    self.counts.remove(key);
+                }
+            }
+        }
+        for (key, until) in feed.limited {
+            self.limited.insert(key, until);
+        }
+        self.limited.retain(|_, until| *until > asked_ms);
+        self.generation = feed.generation;
+        // Believed from when it was asked, not from when it came.
+        self.heard_ms = Some(self.heard_ms.map_or(asked_ms, |heard| heard.max(asked_ms)));
+    }
+
+    /// Marks memory stale: this isolate relayed a push, so the feed has news (asked at the
+    /// next fetch, before it is answered from memory).
+    pub fn stale(&mut self) {
+        self.heard_ms = None;
+    }
+
+    /// What memory says of the link `hash` at `now_ms`.
+    pub fn lookup(&self, hash: &Digest, now_ms: u64) -> Lookup {
+        if !self.fresh(now_ms) {
+            return Lookup::Ask;
+        }
+        let key = key(hash);
+        if !self.live.contains(&key) {
+            return Lookup::Unknown;
+        }
+        match self.envelopes.get(&key) {
+            Some((held, envelope, _)) if held == hash => Lookup::Held(envelope.clone()),
+            _ => Lookup::Ask,
+        }
+    }
+
+    /// The generation memory is at: a read from storage that began at one generation is kept
+    /// only if memory is still at it when the read ends ([`Isolate::keep`]).
+    pub fn generation(&self) -> u64 {
+        self.generation
+    }
+
+    /// Keeps the envelope storage gave for `hash` at `now_ms`, if the feed has not moved
+    /// since the read began (at `generation`): what changed meanwhile is not kept stale.
+    pub fn keep(&mut self, hash: &Digest, envelope: Vec<u8>, generation: u64, now_ms: u64) {
+        if generation != self.generation || !self.fresh(now_ms) || !self.live.contains(&key(hash)) {
+            return;
+        }
+        if self.envelopes.len() >= MAX_ENVELOPES {
+            // The oldest tenth goes.
+            let mut stored: Vec<u64> = self.envelopes.values().map(|(_, _, at)| *at).collect();
+            stored.sort_unstable();
+            let cut = stored[stored.len() / 10];
+            self.envelopes.retain(|_, (_, _, at)| *at > cut);
+        }
+        self.envelopes.insert(key(hash), (*hash, envelope, now_ms));
+    }
+
+    /// Counts a fetch of `hash` at `now_ms` against `limit`, from what this isolate heard of
+    /// the link's count and its own fetches since; a refused fetch is not counted.
+    pub fn hit(&mut self, hash: &Digest, now_ms: u64, limit: WindowLimit) -> Decision {
+        let window = limit.window_ms.max(1);
+        let start = now_ms - now_ms % window;
+        let retry_after = |until: u64| until.saturating_sub(now_ms).div_ceil(1000).max(1);
+        let key = key(hash);
+        if let Some(until) = self.limited.get(&key).copied().filter(|until| *until > now_ms) {
+            return Decision::Deny { retry_after: retry_after(until) };
+        }
+        let (_, count) = self.counts.entry(key).or_insert((*hash, Count { start_ms: start, ..Count::default() }));
+        if count.start_ms != start {
+            *count = Count { start_ms: start, ..Count::default() };
+        }
+        if count.heard.saturating_add(count.pending) >= limit.limit {
+            return Decision::Deny { retry_after: retry_after(start + window) };
+        }
+        count.pending += 1;
+        Decision::Allow { remaining: limit.limit - count.heard - count.pending }
+    }
+
+    /// The fetches to send to the shards at `now_ms`, by shard (`shard_of` a token hash), if
+    /// it is time; they count as heard from then on.
+    pub fn flush(&mut self, now_ms: u64, shard_of: impl Fn(&Digest) -> u32) -> Vec<(u32, Hits, u64)> {
+        if now_ms < self.flushed_ms + FLUSH_MS || !self.counts.values().any(|(_, count)| count.pending > 0) {
+            return Vec::new();
+        }
+        self.flushed_ms = now_ms;
+        let mut shards: HashMap<(u32, u64), Hits> = HashMap::new();
+        for (hash, count) in self.counts.values_mut() {
+            if count.pending > 0 {
+                shards.entry((shard_of(hash), count.start_ms)).or_default().push((*hash, count.pending));
+                count.heard = count.heard.saturating_add(count.pending);
+                count.pending = 0;
+            }
+        }
+        // Counts of windows that ended are of no use any more.
+        self.counts.retain(|_, (_, count)| count.start_ms + 1 > now_ms.saturating_sub(24 * 3_600_000));
+        shards.into_iter().map(|((shard, start), hits)| (shard, hits, start)).collect()
+    }
+
+    /// Takes a shard's answer to `hits`: each link's count in the window, every isolate's.
+    pub fn counted(&mut self, hits: &Hits, counted: &Counted) {
+        for ((hash, _), (count, start_ms)) in hits.iter().zip(counted) {
+            if let Some((_, held)) = self.counts.get_mut(&key(hash))
+                && held.start_ms == *start_ms
+            {
+                held.heard = held.heard.max(*count);
+            }
+        }
+    }
+
+    /// Checks (and counts) a fetch from `network` at `now_ms` against its bucket, and whether
+    /// it tried too many unknown links ([`crate::serve::Gate`]).
+    pub fn gate(&mut self, network: Network, now_ms: u64, limit: BucketLimit) -> crate::serve::Gate {
+        if self.networks.len() >= MAX_NETWORKS && !self.networks.contains_key(&network) {
+            // Networks whose bucket is full and that are not blocked hold nothing worth keeping.
+            self.networks
+                .retain(|_, (bucket, guard)| guard.is_blocked(now_ms) || bucket.tat_us > now_ms.saturating_mul(1000));
+            if self.networks.len() >= MAX_NETWORKS {
+                self.networks.clear();
+            }
+        }
+        let (bucket, guard) = self.networks.entry(network).or_default();
+        crate::serve::network_gate(guard, bucket, limit, now_ms)
+    }
+
+    /// Counts an unknown link tried from `network`.
+    pub fn miss(&mut self, network: Network, now_ms: u64, limit: MissLimit) {
+        self.networks.entry(network).or_default().1.miss(now_ms, limit);
+    }
+
+    /// How many envelopes and live links are held (for the health answer).
+    pub fn held(&self) -> (usize, usize) {
+        (self.envelopes.len(), self.live.len())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const FEED_MS: u64 = 5_000;
+
+    fn hash(n: u8) -> Digest {
+        [n; 32]
+    }
+
+    fn synced(links: &[u8]) -> Isolate {
+        let mut isolate = Isolate::new(FEED_MS);
+        assert_eq!(isolate.ask(), Some(0));
+        isolate.heard(
+            Feed {
+                generation: 3,
+                whole: true,
+                links: links.iter().map(|n| (key(&hash(*n)), true)).collect(),
+                limited: vec![],
+            },
+            1_000,
+        );
+        isolate
+    }
+
+    #[test]
+    fn memory_serves_while_the_feed_is_fresh_and_asks_storage_after() {
+        let isolate = Isolate::new(FEED_MS);
+        assert_eq!(isolate.lookup(&hash(1), 0), Lookup::Ask, "nothing heard yet");
+        assert_eq!(isolate.feed_due(0), FeedDue::First);
+        let mut isolate = synced(&[1, 2]);
+        assert_eq!(isolate.lookup(&hash(9), 1_500), Lookup::Unknown, "not a live link: no storage call");
+        assert_eq!(isolate.lookup(&hash(1), 1_500), Lookup::Ask, "live, not held yet");
+        isolate.keep(&hash(1), b"one".to_vec(), isolate.generation(), 1_500);
+        assert_eq!(isolate.lookup(&hash(1), 1_500), Lookup::Held(b"one".to_vec()));
+        assert_eq!(isolate.feed_due(3_400), FeedDue::No);
+        assert_eq!(isolate.feed_due(3_500), FeedDue::Behind, "half the window: asked behind the answer");
+        assert_eq!(isolate.lookup(&hash(1), 5_999), Lookup::Held(b"one".to_vec()));
+        assert_eq!(isolate.feed_due(6_000), FeedDue::First);
+        assert_eq!(isolate.lookup(&hash(1), 6_000), Lookup::Ask, "the window is over: storage says");
+        assert_eq!(isolate.lookup(&hash(9), 6_000), Lookup::Ask, "nor is an unknown link refused on stale memory");
+    }
+
+    #[test]
+    fn one_ask_at_a_time_and_a_failed_one_changes_nothing() {
+        let mut isolate = synced(&[1]);
+        assert_eq!(isolate.ask(), Some(3));
+        assert_eq!(isolate.ask(), None, "one ask in flight");
+        isolate.not_heard();
+        assert_eq!(isolate.feed_due(6_000), FeedDue::First, "still stale");
+        assert_eq!(isolate.ask(), Some(3));
+    }
+
+    #[test]
+    fn a_change_drops_the_envelope_and_a_deletion_the_link() {
+        let mut isolate = synced(&[1, 2]);
+        isolate.keep(&hash(1), b"one".to_vec(), 3, 1_100);
+        isolate.keep(&hash(2), b"two".to_vec(), 3, 1_100);
+        isolate.ask();
+        isolate.heard(
+            Feed {
+                generation: 5,
+                whole: false,
+                links: vec![(key(&hash(1)), true), (key(&hash(2)), false), (key(&hash(4)), true)],
+                limited: vec![],
+            },
+            2_000,
+        );
+        assert_eq!(isolate.lookup(&hash(1), 2_000), Lookup::Ask, "changed: read again");
+        assert_eq!(isolate.lookup(&hash(2), 2_000), Lookup::Unknown, "deleted (a disabled user's rotated link)");
+        assert_eq!(isolate.lookup(&hash(4), 2_000), Lookup::Ask, "new: served on its first fetch");
+        // A read that began before the change is not kept.
+        isolate.keep(&hash(1), b"old".to_vec(), 3, 2_100);
+        assert_eq!(isolate.lookup(&hash(1), 2_100), Lookup::Ask);
+        isolate.keep(&hash(1), b"new".to_vec(), 5, 2_100);
+        assert_eq!(isolate.lookup(&hash(1), 2_100), Lookup::Held(b"new".to_vec()));
+        // A whole answer replaces the set.
+        isolate.ask();
+        isolate.heard(Feed { generation: 9, whole: true, links: vec![(key(&hash(4)), true)], limited: vec![] }, 3_000);
+        assert_eq!(isolate.lookup(&hash(1), 3_000), Lookup::Unknown);
+        assert_eq!(isolate.held(), (0, 1));
+    }
+
+    #[test]
+    fn a_link_is_counted_here_summed_by_its_shard_and_refused_when_published() {
+        let limit = WindowLimit { limit: 3, window_ms: 3_600_000 };
+        let mut isolate = synced(&[1]);
+        let now = 10_000;
+        assert!(isolate.hit(&hash(1), now, limit).allowed());
+        assert!(isolate.hit(&hash(1), now, limit).allowed());
+        let batches = isolate.flush(now, |_| 7);
+        assert_eq!(batches.len(), 1);
+        let (shard, hits, start) = &batches[0];
+        assert_eq!((*shard, hits.clone(), *start), (7, vec![(hash(1), 2)], 0));
+        assert!(isolate.flush(now + 10, |_| 7).is_empty(), "at most once a second, and nothing pending");
+        // Other isolates fetched it too: the shard says 3 in all, so this one refuses.
+        isolate.counted(hits, &vec![(3, 0)]);
+        assert_eq!(isolate.hit(&hash(1), now, limit), Decision::Deny { retry_after: 3_590 });
+        // Published over its limit through the feed: refused until then, even in a new window.
+        let mut other = synced(&[1]);
+        other.ask();
+        other.heard(
+            Feed { generation: 4, whole: false, links: vec![], limited: vec![(key(&hash(1)), 3_600_000)] },
+            2_000,
+        );
+        assert_eq!(other.hit(&hash(1), 3_000, limit), Decision::Deny { retry_after: 3_597 });
+        assert!(other.hit(&hash(1), 3_600_000, limit).allowed(), "the next window");
+        // Alone, an isolate lets `limit` through a window.
+        let mut alone = synced(&[2]);
+        let allowed = (0..10).filter(|_| alone.hit(&hash(2), now, limit).allowed()).count();
+        assert_eq!(allowed, 3);
+    }
+
+    #[test]
+    fn a_network_is_held_to_its_bucket_and_the_map_stays_bounded() {
+        let limit = BucketLimit { burst: 2, per_minute: 60 };
+        let mut isolate = Isolate::new(FEED_MS);
+        let network = Network::of("192.0.2.7".parse().unwrap());
+        assert_eq!(isolate.gate(network, 0, limit), crate::serve::Gate::Open);
+        assert_eq!(isolate.gate(network, 0, limit), crate::serve::Gate::Open);
+        assert!(matches!(isolate.gate(network, 0, limit), crate::serve::Gate::Limited(_)));
+        let misses = MissLimit { misses: WindowLimit { limit: 1, window_ms: 60_000 }, block_ms: 60_000 };
+        isolate.miss(network, 0, misses);
+        isolate.miss(network, 0, misses);
+        assert_eq!(isolate.gate(network, 5_000, limit), crate::serve::Gate::Decoy);
+        for n in 0..(MAX_NETWORKS as u32 + 10) {
+            let ip = std::net::Ipv4Addr::from(n << 8);
+            isolate.gate(Network::of(ip.into()), 10_000, limit);
+        }
+        assert!(isolate.networks.len() <= MAX_NETWORKS);
+    }
+}
