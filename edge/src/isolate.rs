@@ -432,6 +432,30 @@ mod tests {
     }
 
     #[test]
+    fn the_set_of_100000_links_is_small_to_send_and_to_hold() {
+        // Keys as token hashes give them: uniformly random.
+        let mut x = 0x9e37_79b9_7f4a_7c15u64;
+        let links: Vec<(u64, bool)> = (0..100_000)
+            .map(|_| {
+                x ^= x << 13;
+                x ^= x >> 7;
+                x ^= x << 17;
+                (x, true)
+            })
+            .collect();
+        let feed = Feed { generation: 1, whole: true, links, limited: vec![] };
+        let sent = hearth_shared::wire::encode(&feed).len();
+        let mut isolate = Isolate::new(FEED_MS);
+        isolate.ask();
+        isolate.heard(feed, 0);
+        // A hash set of u64: the key and a control byte per bucket.
+        let held = isolate.live.capacity() * (std::mem::size_of::<u64>() + 1);
+        eprintln!("100,000 links: {sent} bytes sent, about {held} bytes held");
+        assert!(sent < 1_200_000, "{sent} bytes");
+        assert!(held < 2_000_000, "{held} bytes");
+    }
+
+    #[test]
     fn a_network_is_held_to_its_bucket_and_the_map_stays_bounded() {
         let limit = BucketLimit { burst: 2, per_minute: 60 };
         let mut isolate = Isolate::new(FEED_MS);

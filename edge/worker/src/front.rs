@@ -131,7 +131,7 @@ fn shard(env: &Env, shard: u32) -> Result<worker::Stub> {
 async fn link(env: &Env, config: &EdgeConfig, hash: &[u8; 32]) -> Result<Reply> {
     isolate(config, |i| i.storage_calls += 1);
     let stub = shard(env, config.shard_of(hash))?;
-    let url = format!("https://links/get?hash={}&limit=0&window_ms=1", hex::encode(hash));
+    let url = format!("https://links/get?hash={}", hex::encode(hash));
     reply_of(call(&stub, Method::Get, &url, None).await?).await
 }
 

@@ -1,23 +1,26 @@
 //! The `Links` Durable Objects: links sharded by token hash, each row with its envelope and
-//! its per-link window, so one call checks the limit and reads the snapshot.
+//! its per-link window, which sums the fetches the isolates count.
 //!
 //! A shard only reads and writes rows: what a push stores is decided by the `Control` object
 //! ([`hearth_edge::service`]), before anything is stored anywhere.
 //!
-//! `GET /get?hash=<hex>&limit=&window_ms=` (limit 0: not counted): 200 with the envelope, 404
-//! for an unknown or deleted link, 429 with `Retry-After`. `POST /states` with postcard token
-//! hashes: their stored states (postcard). `POST /apply` with postcard [`Planned`] writes:
-//! every write or none, in one transaction, if each link still holds what it was decided
-//! against; answers a postcard `Result<(), Changed>`. `GET /export?after=<hex>&limit=`: a
-//! [`Fill`] of the links after a token hash, for a restore of control. `POST /device` with a
-//! postcard [`DeviceCall`]: admits a device by the link's registry (sealed, in `devices`) and
-//! answers a postcard [`DeviceAnswer`].
+//! `GET /get?hash=<hex>`: 200 with the envelope, 404 for an unknown or deleted link. `POST
+//! /hits` with a postcard [`HitsCall`]: adds an isolate's fetches to each link's window and
+//! answers each link's count in it (postcard [`Counted`]); a link that went over its limit is
+//! published through the `Control` object's feed. `GET /keys`: the keys of every live link
+//! (postcard), for the feed's first fill. `POST /states` with postcard token hashes: their
+//! stored states (postcard). `POST /apply` with postcard [`Planned`] writes: every write or
+//! none, in one transaction, if each link still holds what it was decided against; answers a
+//! postcard `Result<(), Changed>`. `GET /export?after=<hex>&limit=`: a [`Fill`] of the links
+//! after a token hash, for a restore of control. `POST /device` with a postcard
+//! [`DeviceCall`]: admits a device by the link's registry (sealed, in `devices`) and answers a
+//! postcard [`DeviceAnswer`].
 
 use hearth_edge::isolate::{Counted, Hits};
 use hearth_edge::push::{Stored, Target};
 use hearth_edge::storage::{Changed, Fill, Planned};
 use hearth_shared::devices::{Admission, HwidPolicy, Seen};
-use hearth_shared::ratelimit::{Decision, FixedWindow, WindowLimit};
+use hearth_shared::ratelimit::WindowLimit;
 use hearth_shared::trust::ItemDigest;
 use hearth_shared::wire::SubToken;
 use hearth_shared::wire::{ExportItem, decode, encode};
@@ -26,7 +29,7 @@ use worker::{
     DurableObject, Env, Method, Request, Response, Result, SqlStorage, SqlStorageValue, State, durable_object,
 };
 
-use crate::runtime::{int, now_ms, query, query_u64, transaction};
+use crate::runtime::{int, query, query_u64, transaction};
 
 #[durable_object]
 pub struct Links {
@@ -124,9 +127,7 @@ impl DurableObject for Links {
         match (req.method(), url.path()) {
             (Method::Get, "/get") => {
                 let hash = query(&url, "hash").and_then(|h| hex::decode(h).ok()).unwrap_or_default();
-                let limit = u32::try_from(query_u64(&url, "limit")).unwrap_or(0);
-                let window_ms = query_u64(&url, "window_ms").max(1);
-                self.get(hash, WindowLimit { limit, window_ms })
+                self.get(hash)
             }
             (Method::Post, "/states") => {
                 let Ok(hashes) = decode::<Vec<hearth_shared::Digest>>(&req.bytes().await?, "hashes") else {
@@ -178,38 +179,20 @@ impl DurableObject for Links {
 }
 
 impl Links {
-    fn get(&self, hash: Vec<u8>, limit: WindowLimit) -> Result<Response> {
-        let sql = self.state.storage().sql();
-        let rows: Vec<Row> = sql
+    fn get(&self, hash: Vec<u8>) -> Result<Response> {
+        let rows: Vec<Row> = self
+            .state
+            .storage()
+            .sql()
             .exec(
                 "SELECT envelope, win_start_ms, win_count FROM links WHERE token_hash = ?",
-                vec![SqlStorageValue::Blob(hash.clone())],
+                vec![SqlStorageValue::Blob(hash)],
             )?
             .to_array()?;
-        let Some(row) = rows.into_iter().next() else {
-            return Response::error("unknown", 404);
-        };
-        let Some(envelope) = row.envelope else {
-            return Response::error("unknown", 404);
-        };
-        if limit.limit > 0 {
-            let before = FixedWindow { start_ms: row.win_start_ms as u64, count: row.win_count as u32 };
-            let mut window = before;
-            let decision = window.hit(now_ms(), limit);
-            // A refused fetch leaves the window as it was: a flood on one link writes nothing.
-            if window != before {
-                sql.exec(
-                    "UPDATE links SET win_start_ms = ?, win_count = ? WHERE token_hash = ?",
-                    vec![int(window.start_ms).into(), i64::from(window.count).into(), SqlStorageValue::Blob(hash)],
-                )?;
-            }
-            if let Decision::Deny { retry_after } = decision {
-                let response = Response::error("limited", 429)?;
-                response.headers().set("retry-after", &retry_after.to_string())?;
-                return Ok(response);
-            }
+        match rows.into_iter().next().and_then(|row| row.envelope) {
+            Some(envelope) => Response::from_bytes(envelope.into_vec()),
+            None => Response::error("unknown", 404),
         }
-        Response::from_bytes(envelope.into_vec())
     }
 
     /// Adds an isolate's fetches to each link's window, answers each link's count in it (every
