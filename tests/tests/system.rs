@@ -141,6 +141,22 @@ async fn through_a_node(backend: Backend) {
     // The node reports usage to control, which counts it for alice.
     let id = alice["id"].as_u64().unwrap();
     s.assert_counted(id, body.len() as u64).await;
+
+    // Disabled at control, alice's link stops offering the node within the Worker's feed
+    // window (5 s) and a second, on either edge.
+    let offers_the_node = |body: &str| {
+        let profile: Value = serde_json::from_str(body).unwrap();
+        profile["outbounds"].as_array().is_some_and(|outbounds| {
+            outbounds.iter().any(|o| o["type"] == "hysteria2" && o["server_port"] == json!(port))
+        })
+    };
+    assert!(offers_the_node(&bodies(std::slice::from_ref(&link)).await[0]));
+    s.call(reqwest::Method::POST, &format!("/users/{id}/disable"), Some(json!({}))).await;
+    let started = Instant::now();
+    while offers_the_node(&bodies(std::slice::from_ref(&link)).await[0]) {
+        assert!(started.elapsed() < Duration::from_secs(6), "a disabled user's link still offers the node");
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
     node.stop().unwrap();
     s.stop_control();
 }
