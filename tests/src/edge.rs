@@ -264,11 +264,19 @@ impl EdgeProcess {
         let quote = |v: &str| v.replace('\\', "\\\\").replace('"', "\\\"");
         let bindings: String =
             settings.iter().map(|(n, v)| format!("    (name = \"{n}\", text = \"{}\"),\n", quote(v))).collect();
+        // `HEARTH_WORKERD_V8_FLAGS` (comma-separated) hands V8 flags to workerd, for profiling
+        // (`--perf-basic-prof` writes the JIT's symbols where perf finds them).
+        let v8_flags: String = std::env::var("HEARTH_WORKERD_V8_FLAGS")
+            .map(|flags| {
+                flags.split(',').map(|flag| format!("\"{}\"", quote(flag.trim()))).collect::<Vec<_>>().join(", ")
+            })
+            .unwrap_or_default();
         let config = format!(
             "using Workerd = import \"/workerd/workerd.capnp\";\n\
              const config :Workerd.Config = (\n\
                services = [(name = \"edge\", worker = .edge), (name = \"disk\", disk = (path = \"{store}\", writable = true))],\n\
                sockets = [(name = \"http\", address = \"127.0.0.1:{port}\", http = (), service = \"edge\")],\n\
+               v8Flags = [{v8_flags}],\n\
              );\n\
              const edge :Workerd.Worker = (\n\
                modules = [(name = \"index.js\", esModule = embed \"index.js\"), (name = \"index_bg.wasm\", wasm = embed \"index_bg.wasm\")],\n\
