@@ -2277,9 +2277,16 @@ us). Those rows moved with the machine, not with the code.\n\n\
   and headers handed to JavaScript one by one. Answering what memory holds without a future (a \
   resolved promise in place of workers-rs' `#[event(fetch)]`, which makes every answer a \
   future) was tried and moved none of the rows beyond the machine's spread (answer 232-239 us, \
-  429s 148-149, the decoy 105): not kept. What would close the rest: fewer crossings between \
-  wasm and JavaScript per answer (the headers set in one call), or keeping answers rendered, \
-  which the trust model does not want (a snapshot in the clear in the edge's memory).\n\
+  429s 148-149, the decoy 105): not kept. perf on the workerd processes of one run \
+  (`HEARTH_WORKERD_V8_FLAGS=--perf-basic-prof` names the JIT's code, commit c372b99): of the \
+  decoy's CPU, 76 % is workerd's own C++ (tcmalloc, V8's handles, the Headers and Response \
+  objects), 12 % the kernel and 10 % the Worker's wasm and its JS glue; of an answer's, 28 % is \
+  the wasm (ChaCha20-Poly1305 opening the snapshot, SHA-256, serde_json rendering the profile, \
+  the URL's parse) and 69 % workerd's. The floor is what each request through workers-rs makes \
+  workerd build and free, not Hearth's logic; what would close the rest is fewer JavaScript \
+  objects per answer (the headers built in one call, the request's URL read once), or keeping \
+  answers rendered, which the trust model does not want (a snapshot in the clear in the edge's \
+  memory).\n\
 - **D, a user change during the storm (#23: < 2 ms).** Control's log of its write \
   transactions during the storm (`HEARTH_SUITE_CONTROL_LOG=warn,hearth_control::store=debug`, \
   control of commit cdb463e): each change is committed with a synced write, and beside it control \
