@@ -74,9 +74,9 @@ async fn fetch(req: Request, env: Env, ctx: Context) -> Result<Response> {
         // could live under the same folder.)
         Route::Subscription(None) => {
             let alias = owner(&env, &config).await.settings.alias(url.path());
-            subscription(&req, &env, &ctx, &config, alias).await?
+            subscription(&req, &url, &env, &ctx, &config, alias).await?
         }
-        Route::Subscription(token) => subscription(&req, &env, &ctx, &config, token).await?,
+        Route::Subscription(token) => subscription(&req, &url, &env, &ctx, &config, token).await?,
         // An old subscription path of a user taken over from another panel (an alias) is
         // served like a link, when it is under a prefix the owner's aliases use. Anything
         // else gets the decoy with no storage call: a flood of random paths must not spend the
@@ -85,7 +85,7 @@ async fn fetch(req: Request, env: Env, ctx: Context) -> Result<Response> {
         // too long to guess, so timing tells nothing.)
         Route::Unknown if matches!(req.method(), Method::Get | Method::Head) => {
             match owner(&env, &config).await.settings.alias(url.path()) {
-                Some(token) => subscription(&req, &env, &ctx, &config, Some(token)).await?,
+                Some(token) => subscription(&req, &url, &env, &ctx, &config, Some(token)).await?,
                 None => decoy(),
             }
         }
@@ -225,6 +225,7 @@ async fn device(
 
 async fn subscription(
     req: &Request,
+    url: &worker::Url,
     env: &Env,
     ctx: &Context,
     config: &std::rc::Rc<EdgeConfig>,
@@ -238,7 +239,6 @@ async fn subscription(
         .and_then(|ip| ip.parse().ok())
         .unwrap_or(IpAddr::V4(Ipv4Addr::UNSPECIFIED));
     let client_network = Network::of(client);
-    let url = req.url()?;
     let hash = token.as_ref().map_or_else(|| sha256(url.path().as_bytes()), SubToken::hash);
     let now = now_ms();
     if limits.enabled {

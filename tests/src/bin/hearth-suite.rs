@@ -2271,8 +2271,9 @@ us). Those rows moved with the machine, not with the code.\n\n\
   each answer made one or two before (815 us an answer and 186 us a 429 then, commit f30979a). \
   What is left is the Rust Worker's own cost on workerd: the decoy for an unknown path (no \
   lookup, no rendering: the request and the answer through workers-rs and wasm-bindgen) costs \
-  105 to 124 us against 50 us for the empty JavaScript worker, so a 429 (133 to 154 us) is a \
-  few tens of microseconds of Hearth's work over that floor and an answer (229 us) about 110: \
+  105 to 124 us against 50 us for the empty JavaScript worker, so a 429 (129 to 154 us) is a \
+  few tens of microseconds of Hearth's work over that floor and an answer (216 to 229 us) about \
+  100 (reading the request's URL once, not twice, took it from 229 to 216): \
   the token's hash, opening the sealed snapshot, rendering the profile (in wasm), and its body \
   and headers handed to JavaScript one by one. Answering what memory holds without a future (a \
   resolved promise in place of workers-rs' `#[event(fetch)]`, which makes every answer a \
@@ -2284,7 +2285,7 @@ us). Those rows moved with the machine, not with the code.\n\n\
   the wasm (ChaCha20-Poly1305 opening the snapshot, SHA-256, serde_json rendering the profile, \
   the URL's parse) and 69 % workerd's. The floor is what each request through workers-rs makes \
   workerd build and free, not Hearth's logic; what would close the rest is fewer JavaScript \
-  objects per answer (the headers built in one call, the request's URL read once), or keeping \
+  objects per answer (the headers built in one call), or keeping \
   answers rendered, which the trust model does not want (a snapshot in the clear in the edge's \
   memory).\n\
 - **D, a user change during the storm (#23: < 2 ms).** Control's log of its write \
