@@ -456,6 +456,37 @@ mod tests {
     }
 
     #[test]
+    fn the_worst_burst_is_the_limit_on_each_isolate_until_the_counts_are_summed() {
+        // Two isolates serve one link, limit 3, and a shard that sums their batches (as the
+        // `Links` object does). Before either hears of the other: 3 each, the README's worst
+        // case. After one batch each, neither serves it again in the window.
+        let limit = WindowLimit { limit: 3, window_ms: 3_600_000 };
+        let (mut a, mut b) = (synced(&[1]), synced(&[1]));
+        let now = 10_000;
+        let mut shard = 0u32;
+        let mut served = 0;
+        for isolate in [&mut a, &mut b] {
+            served += (0..10).filter(|_| isolate.hit(&hash(1), now, limit).allowed()).count();
+        }
+        assert_eq!(served, 6, "the limit on each isolate");
+        for isolate in [&mut a, &mut b] {
+            for (_, hits, start) in isolate.flush(now, |_| 0) {
+                shard += hits.iter().map(|(_, n)| n).sum::<u32>();
+                isolate.counted(&hits, &vec![(shard, start)]);
+            }
+        }
+        assert_eq!(shard, 6);
+        assert!(!a.hit(&hash(1), now + 1_000, limit).allowed());
+        assert!(!b.hit(&hash(1), now + 1_000, limit).allowed());
+        // A third isolate that hears nothing of the counts but the feed's publication refuses
+        // it too; one that hears nothing at all is the worst case again (3 more).
+        let mut c = synced(&[1]);
+        c.ask();
+        c.heard(Feed { generation: 4, whole: false, links: vec![], limited: vec![(key(&hash(1)), 3_600_000)] }, now);
+        assert!(!c.hit(&hash(1), now + 1_000, limit).allowed());
+    }
+
+    #[test]
     fn a_network_is_held_to_its_bucket_and_the_map_stays_bounded() {
         let limit = BucketLimit { burst: 2, per_minute: 60 };
         let mut isolate = Isolate::new(FEED_MS);
