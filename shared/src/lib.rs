@@ -15,6 +15,7 @@
 //! logic is tested without clocks, sockets or disks.
 #![warn(missing_docs)]
 
+pub mod acl;
 pub mod agent;
 pub mod devices;
 pub mod envelope;

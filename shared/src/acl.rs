@@ -1,0 +1,468 @@
+//! Routing rules in the official Hysteria 2 server's ACL syntax, so owners can paste the rules
+//! they already have: one rule a line, `outbound(address)`, `outbound(address, proto/port)` or
+//! `outbound(address, proto/port, hijack_address)`, `#` starting a comment.
+//!
+//! - **address**: an IP (`1.1.1.1`, `2606:4700:4700::1111`), a CIDR (`73.0.0.0/8`), an exact
+//!   domain (`example.com`, not its subdomains), a domain with `*` wildcards (`*.example.com`,
+//!   `*.google.*`), a suffix (`suffix:example.com`: the domain and its subdomains),
+//!   `geoip:XX`, `geosite:name` or `geosite:name@attr`, or `all` (also `*`).
+//! - **proto/port**: `tcp`, `udp`, `tcp/80`, `udp/20000-30000`, `*/443`; `*`, `*/*` or nothing
+//!   for both protocols and every port.
+//! - **hijack_address**: an IP the connection goes to instead.
+//!
+//! Rules are tried from the top; the first that matches names the outbound. Names and
+//! addresses are case-insensitive. The outbounds `direct`, `reject` and `default` exist unless
+//! the owner defines their own of the same name. A request is matched by the domain the client
+//! asked for (Hysteria 2 requests carry it) and by every address it resolved to, so an IP rule
+//! holds whichever name led there.
+//!
+//! This module parses and matches; it reads no files. GeoIP and GeoSite rules name a country
+//! or category that the node resolves from the databases the owner points it at ([`Geo`]).
+
+use std::net::IpAddr;
+
+/// The most rules a set holds.
+pub const MAX_RULES: usize = 4096;
+/// The longest rule set, in bytes of text.
+pub const MAX_TEXT: usize = 256 * 1024;
+
+/// Why a rule set was refused: the line (from 1) and what is wrong with it.
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+#[error("line {line}: {problem}")]
+pub struct AclError {
+    /// The line, counted from 1 (0: the whole set).
+    pub line: usize,
+    /// What is wrong.
+    pub problem: String,
+}
+
+fn refuse(line: usize, problem: impl Into<String>) -> AclError {
+    AclError { line, problem: problem.into() }
+}
+
+/// Which transport a rule (or a request) is about.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Proto {
+    /// TCP.
+    Tcp,
+    /// UDP.
+    Udp,
+}
+
+/// What a rule matches by address.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Address {
+    /// Everything.
+    All,
+    /// One address.
+    Ip(IpAddr),
+    /// A network: its address and prefix length.
+    Cidr(IpAddr, u8),
+    /// Exactly this domain (lower case).
+    Domain(String),
+    /// A domain pattern in which `*` stands for any run of characters, dots included.
+    Wildcard(String),
+    /// This domain and its subdomains.
+    Suffix(String),
+    /// Addresses of a country, by its ISO code (lower case).
+    GeoIp(String),
+    /// Domains of a category, with the attributes a domain must carry (lower case).
+    GeoSite {
+        /// The category.
+        name: String,
+        /// Its attributes to match (`@cn`); none: every domain of the category.
+        attrs: Vec<String>,
+    },
+}
+
+/// One rule.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Rule {
+    /// The outbound it names (lower case).
+    pub outbound: String,
+    /// What it matches.
+    pub address: Address,
+    /// Only this protocol (`None`: both).
+    pub proto: Option<Proto>,
+    /// Only these ports, first to last (`None`: every port).
+    pub ports: Option<(u16, u16)>,
+    /// Where a matching connection goes instead.
+    pub hijack: Option<IpAddr>,
+    /// Its line in the text.
+    pub line: usize,
+}
+
+/// A request as the rules see it.
+#[derive(Clone, Copy, Debug)]
+pub struct Request<'a> {
+    /// The domain the client asked for (lower case), if it asked for one.
+    pub domain: Option<&'a str>,
+    /// The addresses it resolved to (or the one the client asked for).
+    pub ips: &'a [IpAddr],
+    /// Its protocol.
+    pub proto: Proto,
+    /// Its port.
+    pub port: u16,
+}
+
+/// The country and category lookups GeoIP and GeoSite rules need.
+pub trait Geo {
+    /// Whether `ip` is in the country `code` (lower case).
+    fn in_country(&self, ip: IpAddr, code: &str) -> bool;
+    /// Whether `domain` is in the category `name`, carrying every one of `attrs`.
+    fn in_category(&self, domain: &str, name: &str, attrs: &[String]) -> bool;
+}
+
+/// No databases: GeoIP and GeoSite rules match nothing.
+#[derive(Clone, Copy, Debug, Default)]
+pub struct NoGeo;
+
+impl Geo for NoGeo {
+    fn in_country(&self, _: IpAddr, _: &str) -> bool {
+        false
+    }
+    fn in_category(&self, _: &str, _: &str, _: &[String]) -> bool {
+        false
+    }
+}
+
+/// Parses a rule set. Every line is checked; the first bad one refuses the set. `outbounds`
+/// are the names the owner defined (beside the built-in `direct`, `reject` and `default`):
+/// a rule naming any other is refused.
+pub fn parse(text: &str, outbounds: &[&str]) -> Result<Vec<Rule>, AclError> {
+    if text.len() > MAX_TEXT {
+        return Err(refuse(0, format!("the rules are over {} KiB", MAX_TEXT / 1024)));
+    }
+    let mut rules = Vec::new();
+    for (index, line) in text.lines().enumerate() {
+        let number = index + 1;
+        let line = line.split('#').next().unwrap_or_default().trim();
+        if line.is_empty() {
+            continue;
+        }
+        if rules.len() == MAX_RULES {
+            return Err(refuse(number, format!("more than {MAX_RULES} rules")));
+        }
+        rules.push(rule(line, number, outbounds)?);
+    }
+    Ok(rules)
+}
+
+fn rule(line: &str, number: usize, outbounds: &[&str]) -> Result<Rule, AclError> {
+    let syntax = || refuse(number, format!("not a rule (outbound(address[, proto/port[, hijack]])): {line}"));
+    let (name, rest) = line.split_once('(').ok_or_else(syntax)?;
+    let name = name.trim();
+    let inner = rest.strip_suffix(')').ok_or_else(syntax)?;
+    if name.is_empty() || !name.chars().all(|c| c.is_alphanumeric() || c == '_') {
+        return Err(syntax());
+    }
+    let fields: Vec<&str> = inner.split(',').map(str::trim).collect();
+    if fields.len() > 3 || fields.iter().any(|field| field.contains(['(', ')'])) || fields[0].is_empty() {
+        return Err(syntax());
+    }
+    let outbound = name.to_lowercase();
+    let builtin = ["direct", "reject", "default"].contains(&outbound.as_str());
+    if !builtin && !outbounds.iter().any(|defined| defined.eq_ignore_ascii_case(&outbound)) {
+        return Err(refuse(number, format!("no outbound named {name}")));
+    }
+    let address = address(&fields[0].to_lowercase()).map_err(|problem| refuse(number, problem))?;
+    let (proto, ports) = proto_port(fields.get(1).copied().unwrap_or(""))
+        .ok_or_else(|| refuse(number, format!("not a protocol/port: {}", fields[1])))?;
+    let hijack = match fields.get(2) {
+        None => None,
+        Some(ip) => {
+            Some(ip.parse().map_err(|_| refuse(number, format!("a hijack address must be an IP address: {ip}")))?)
+        }
+    };
+    Ok(Rule { outbound, address, proto, ports, hijack, line: number })
+}
+
+fn address(text: &str) -> Result<Address, String> {
+    if text == "all" || text == "*" {
+        return Ok(Address::All);
+    }
+    if let Some(code) = text.strip_prefix("geoip:") {
+        if code.is_empty() {
+            return Err("an empty GeoIP country code".into());
+        }
+        return Ok(Address::GeoIp(code.to_owned()));
+    }
+    if let Some(site) = text.strip_prefix("geosite:") {
+        let mut parts = site.split('@').map(str::trim);
+        let name = parts.next().unwrap_or_default().to_owned();
+        if name.is_empty() {
+            return Err("an empty GeoSite name".into());
+        }
+        return Ok(Address::GeoSite { name, attrs: parts.map(str::to_owned).collect() });
+    }
+    if let Some(suffix) = text.strip_prefix("suffix:") {
+        if suffix.is_empty() {
+            return Err("an empty domain suffix".into());
+        }
+        return Ok(Address::Suffix(suffix.to_owned()));
+    }
+    if let Some((ip, bits)) = text.split_once('/') {
+        let ip: IpAddr = ip.parse().map_err(|_| format!("not a CIDR: {text}"))?;
+        let most = if ip.is_ipv4() { 32 } else { 128 };
+        let bits: u8 = bits.parse().ok().filter(|bits| *bits <= most).ok_or_else(|| format!("not a CIDR: {text}"))?;
+        return Ok(Address::Cidr(ip, bits));
+    }
+    if let Ok(ip) = text.parse() {
+        return Ok(Address::Ip(ip));
+    }
+    if text.contains('*') {
+        return Ok(Address::Wildcard(text.to_owned()));
+    }
+    Ok(Address::Domain(text.to_owned()))
+}
+
+type ProtoPort = (Option<Proto>, Option<(u16, u16)>);
+
+fn proto_port(text: &str) -> Option<ProtoPort> {
+    let text = text.to_lowercase();
+    let (proto, port) = match text.split_once('/') {
+        Some((proto, port)) => (proto.to_owned(), port.trim().to_owned()),
+        None => (text.clone(), "*".to_owned()),
+    };
+    let proto = match proto.as_str() {
+        "" | "*" => None,
+        "tcp" => Some(Proto::Tcp),
+        "udp" => Some(Proto::Udp),
+        _ => return None,
+    };
+    let ports = match port.as_str() {
+        "*" => None,
+        port => {
+            let (first, last) = port.split_once('-').unwrap_or((port, port));
+            let (first, last): (u16, u16) = (first.trim().parse().ok()?, last.trim().parse().ok()?);
+            if first > last {
+                return None;
+            }
+            Some((first, last))
+        }
+    };
+    Some((proto, ports))
+}
+
+impl Rule {
+    /// Whether this rule matches `request`.
+    pub fn matches(&self, request: &Request<'_>, geo: &impl Geo) -> bool {
+        if self.proto.is_some_and(|proto| proto != request.proto) {
+            return false;
+        }
+        if self.ports.is_some_and(|(first, last)| request.port < first || request.port > last) {
+            return false;
+        }
+        let domain = request.domain;
+        match &self.address {
+            Address::All => true,
+            Address::Ip(ip) => request.ips.contains(ip),
+            Address::Cidr(network, bits) => request.ips.iter().any(|ip| in_network(*ip, *network, *bits)),
+            Address::Domain(name) => domain == Some(name.as_str()),
+            Address::Wildcard(pattern) => domain.is_some_and(|domain| wildcard(pattern.as_bytes(), domain.as_bytes())),
+            Address::Suffix(suffix) => domain.is_some_and(|domain| {
+                domain == suffix || domain.strip_suffix(suffix.as_str()).is_some_and(|head| head.ends_with('.'))
+            }),
+            Address::GeoIp(code) => request.ips.iter().any(|ip| geo.in_country(*ip, code)),
+            Address::GeoSite { name, attrs } => domain.is_some_and(|domain| geo.in_category(domain, name, attrs)),
+        }
+    }
+}
+
+/// The first rule of `rules` that matches `request`: the outbound to use and where to go
+/// instead, if it hijacks. `None`: no rule matched (the default outbound).
+pub fn route<'r>(rules: &'r [Rule], request: &Request<'_>, geo: &impl Geo) -> Option<&'r Rule> {
+    rules.iter().find(|rule| rule.matches(request, geo))
+}
+
+fn in_network(ip: IpAddr, network: IpAddr, bits: u8) -> bool {
+    let ip = match (ip, network) {
+        (IpAddr::V6(v6), IpAddr::V4(_)) => v6.to_ipv4_mapped().map_or(ip, IpAddr::V4),
+        _ => ip,
+    };
+    match (ip, network) {
+        (IpAddr::V4(ip), IpAddr::V4(network)) => {
+            let mask = u32::MAX.checked_shl(32 - u32::from(bits)).unwrap_or(0);
+            u32::from(ip) & mask == u32::from(network) & mask
+        }
+        (IpAddr::V6(ip), IpAddr::V6(network)) => {
+            let mask = u128::MAX.checked_shl(128 - u32::from(bits)).unwrap_or(0);
+            u128::from(ip) & mask == u128::from(network) & mask
+        }
+        _ => false,
+    }
+}
+
+/// Whether `text` matches `pattern`, in which `*` stands for any run of bytes. Linear in the
+/// text for each `*` (no backtracking blow-up on patterns like `*a*a*a*b`).
+fn wildcard(pattern: &[u8], text: &[u8]) -> bool {
+    let (mut p, mut t) = (0, 0);
+    let mut star: Option<(usize, usize)> = None;
+    while t < text.len() {
+        if p < pattern.len() && pattern[p] == b'*' {
+            star = Some((p, t));
+            p += 1;
+        } else if p < pattern.len() && pattern[p] == text[t] {
+            p += 1;
+            t += 1;
+        } else if let Some((star_p, star_t)) = star {
+            p = star_p + 1;
+            t = star_t + 1;
+            star = Some((star_p, star_t + 1));
+        } else {
+            return false;
+        }
+    }
+    pattern[p..].iter().all(|b| *b == b'*')
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The examples of the official server's ACL documentation, as an owner would paste them.
+    const DOCUMENTED: &str = "\
+# Route by site
+v4_only(suffix:google.com)
+v6_only(*.youtube.com)
+some_proxy(geosite:netflix)
+reject(geoip:cn)
+reject(all, udp/443)   # no QUIC
+direct(8.8.8.8, udp/53, 1.1.1.1)
+Direct(73.0.0.0/8)
+direct(2001:db8::/32, TCP/1000-2000)
+default(*.google.*)
+direct(all)
+";
+
+    fn ip(text: &str) -> IpAddr {
+        text.parse().unwrap()
+    }
+
+    fn request<'a>(domain: Option<&'a str>, ips: &'a [IpAddr], proto: Proto, port: u16) -> Request<'a> {
+        Request { domain, ips, proto, port }
+    }
+
+    /// A country and a category to look up, as the node's databases would answer.
+    struct TestGeo;
+
+    impl Geo for TestGeo {
+        fn in_country(&self, ip: IpAddr, code: &str) -> bool {
+            code == "cn" && in_network(ip, "1.0.1.0".parse().unwrap(), 24)
+        }
+        fn in_category(&self, domain: &str, name: &str, attrs: &[String]) -> bool {
+            name == "netflix" && attrs.is_empty() && domain.ends_with("netflix.com")
+        }
+    }
+
+    #[test]
+    fn the_documented_rules_parse_as_written() {
+        let rules = parse(DOCUMENTED, &["v4_only", "V6_ONLY", "some_proxy"]).unwrap();
+        assert_eq!(rules.len(), 10);
+        assert_eq!(rules[0].address, Address::Suffix("google.com".into()));
+        assert_eq!(rules[1].address, Address::Wildcard("*.youtube.com".into()));
+        assert_eq!(rules[1].outbound, "v6_only");
+        assert_eq!(rules[2].address, Address::GeoSite { name: "netflix".into(), attrs: vec![] });
+        assert_eq!(rules[3].address, Address::GeoIp("cn".into()));
+        assert_eq!((rules[4].proto, rules[4].ports), (Some(Proto::Udp), Some((443, 443))));
+        assert_eq!(rules[5].hijack, Some(ip("1.1.1.1")));
+        assert_eq!((rules[6].outbound.as_str(), &rules[6].address), ("direct", &Address::Cidr(ip("73.0.0.0"), 8)));
+        assert_eq!((rules[7].proto, rules[7].ports), (Some(Proto::Tcp), Some((1000, 2000))));
+        assert_eq!(rules[9].address, Address::All);
+        assert_eq!(rules[9].line, 11, "lines are counted as written, comments and blanks included");
+        let attrs = parse("direct(geosite:google@cn@ads)", &[]).unwrap();
+        assert_eq!(
+            attrs[0].address,
+            Address::GeoSite { name: "google".into(), attrs: vec!["cn".into(), "ads".into()] }
+        );
+    }
+
+    #[test]
+    fn the_first_rule_that_matches_routes() {
+        let rules = parse(DOCUMENTED, &["v4_only", "v6_only", "some_proxy"]).unwrap();
+        let outbound = |domain: Option<&str>, ips: &[IpAddr], proto, port| {
+            route(&rules, &request(domain, ips, proto, port), &TestGeo).map(|rule| rule.outbound.clone())
+        };
+        let any = [ip("93.184.215.14")];
+        assert_eq!(outbound(Some("google.com"), &any, Proto::Tcp, 443).as_deref(), Some("v4_only"));
+        assert_eq!(outbound(Some("mail.google.com"), &any, Proto::Tcp, 443).as_deref(), Some("v4_only"));
+        assert_eq!(outbound(Some("notgoogle.com"), &any, Proto::Tcp, 443).as_deref(), Some("direct"));
+        assert_eq!(outbound(Some("www.youtube.com"), &any, Proto::Tcp, 443).as_deref(), Some("v6_only"));
+        assert_eq!(outbound(Some("youtube.com"), &any, Proto::Tcp, 443).as_deref(), Some("direct"), "*. needs a label");
+        assert_eq!(outbound(Some("www.netflix.com"), &any, Proto::Tcp, 443).as_deref(), Some("some_proxy"));
+        // By the address it resolved to, whatever the name.
+        assert_eq!(outbound(Some("example.cn"), &[ip("1.0.1.7")], Proto::Tcp, 80).as_deref(), Some("reject"));
+        assert_eq!(outbound(None, &[ip("1.0.1.7")], Proto::Tcp, 80).as_deref(), Some("reject"));
+        assert_eq!(outbound(Some("example.com"), &any, Proto::Udp, 443).as_deref(), Some("reject"), "QUIC");
+        assert_eq!(outbound(Some("example.com"), &any, Proto::Tcp, 443).as_deref(), Some("direct"));
+        let dns = route(&rules, &request(None, &[ip("8.8.8.8")], Proto::Udp, 53), &TestGeo).unwrap();
+        assert_eq!(dns.hijack, Some(ip("1.1.1.1")));
+        assert_eq!(outbound(None, &[ip("73.9.9.9")], Proto::Tcp, 22).as_deref(), Some("direct"));
+        assert_eq!(outbound(None, &[ip("2001:db8::1")], Proto::Tcp, 1500).as_deref(), Some("direct"));
+        assert_eq!(outbound(Some("www.google.co.uk"), &any, Proto::Tcp, 443).as_deref(), Some("default"));
+        // Without databases, GeoIP and GeoSite rules match nothing.
+        let rule = route(&rules, &request(Some("www.netflix.com"), &any, Proto::Tcp, 443), &NoGeo).unwrap();
+        assert_eq!(rule.outbound, "direct");
+        // No rule at all: the default outbound.
+        assert!(route(&[], &request(None, &any, Proto::Tcp, 1), &NoGeo).is_none());
+    }
+
+    #[test]
+    fn addresses_and_ports_match_at_their_edges() {
+        let rules =
+            parse("direct(10.0.0.0/8, */1000-2000)\nreject(::ffff:0:0/96)\ndirect(0.0.0.0/0, tcp)", &[]).unwrap();
+        let first = &rules[0];
+        assert!(first.matches(&request(None, &[ip("10.255.255.255")], Proto::Udp, 1000), &NoGeo));
+        assert!(first.matches(&request(None, &[ip("10.0.0.1")], Proto::Tcp, 2000), &NoGeo));
+        assert!(!first.matches(&request(None, &[ip("10.0.0.1")], Proto::Tcp, 2001), &NoGeo));
+        assert!(!first.matches(&request(None, &[ip("11.0.0.1")], Proto::Tcp, 1500), &NoGeo));
+        // An IPv4-mapped IPv6 address is the IPv4 address it maps.
+        assert!(first.matches(&request(None, &[ip("::ffff:10.1.2.3")], Proto::Tcp, 1500), &NoGeo));
+        assert!(rules[2].matches(&request(None, &[ip("192.0.2.1")], Proto::Tcp, 1), &NoGeo));
+        assert!(!rules[2].matches(&request(None, &[ip("192.0.2.1")], Proto::Udp, 1), &NoGeo));
+        assert!(!rules[2].matches(&request(None, &[ip("2001:db8::1")], Proto::Tcp, 1), &NoGeo));
+    }
+
+    #[test]
+    fn wildcards_match_any_run_and_stay_linear() {
+        assert!(wildcard(b"*.google.*", b"www.google.com"));
+        assert!(wildcard(b"*.google.*", b"a.b.google.co.uk"));
+        assert!(!wildcard(b"*.google.*", b"google.com"));
+        assert!(wildcard(b"a*b*c", b"abc"));
+        assert!(wildcard(b"*", b""));
+        assert!(!wildcard(b"a*", b"b"));
+        // A pattern that backtracks exponentially in a naive matcher.
+        let text = "a".repeat(10_000);
+        assert!(!wildcard(b"*a*a*a*a*a*a*a*a*b", text.as_bytes()));
+    }
+
+    #[test]
+    fn a_bad_line_refuses_the_set_and_says_where() {
+        let bad = [
+            ("direct(all", 1, "not a rule"),
+            ("direct all", 1, "not a rule"),
+            ("direct()", 1, "not a rule"),
+            ("direct(all, tcp/80, 1.1.1.1, extra)", 1, "not a rule"),
+            ("direct(a(b))", 1, "not a rule"),
+            ("# fine\nwarp(all)", 2, "no outbound named warp"),
+            ("direct(all, icmp)", 1, "not a protocol/port"),
+            ("direct(all, tcp/70000)", 1, "not a protocol/port"),
+            ("direct(all, tcp/2000-1000)", 1, "not a protocol/port"),
+            ("direct(all, tcp/80, example.com)", 1, "hijack address must be an IP"),
+            ("direct(10.0.0.0/33)", 1, "not a CIDR"),
+            ("direct(geoip:)", 1, "empty GeoIP"),
+            ("direct(geosite:@cn)", 1, "empty GeoSite"),
+            ("direct(suffix:)", 1, "empty domain suffix"),
+        ];
+        for (text, line, why) in bad {
+            let error = parse(text, &[]).unwrap_err();
+            assert_eq!(error.line, line, "{text}");
+            assert!(error.problem.contains(why), "{text}: {error}");
+        }
+        let long = "direct(all)\n".repeat(MAX_RULES + 1);
+        assert!(parse(&long, &[]).unwrap_err().problem.contains("more than"));
+        let huge = "#".repeat(MAX_TEXT + 1);
+        assert_eq!(parse(&huge, &[]).unwrap_err().line, 0);
+        assert_eq!(parse("  # only a comment\n\n", &[]).unwrap(), vec![]);
+    }
+}
