@@ -32,8 +32,9 @@ use serde::{Deserialize, Serialize};
 
 /// How often an isolate's per-link counts go to the shards, at most.
 pub const FLUSH_MS: u64 = 1_000;
-/// The most links an isolate keeps envelopes of (past it, the least recently stored go).
-pub const MAX_ENVELOPES: usize = 20_000;
+/// The most bytes of envelopes an isolate keeps (past it, the tenth stored longest ago go):
+/// an isolate has 128 MB in all on Cloudflare, and a link's envelope is a few KB.
+pub const MAX_ENVELOPE_BYTES: usize = 16 << 20;
 /// The most client networks an isolate keeps buckets of (past it, full buckets go first).
 pub const MAX_NETWORKS: usize = 10_000;
 
@@ -108,8 +109,9 @@ pub struct Isolate {
     asking: bool,
     /// Every live link (valid while the feed is fresh).
     live: HashSet<u64>,
-    /// Envelopes served: key -> (token hash, envelope, when stored).
+    /// Envelopes served: key -> (token hash, envelope, when stored), and their bytes.
     envelopes: HashMap<u64, (Digest, Vec<u8>, u64)>,
+    envelope_bytes: usize,
     limited: HashMap<u64, u64>,
     counts: HashMap<u64, (Digest, Count)>,
     flushed_ms: u64,
@@ -131,6 +133,7 @@ impl Isolate {
             asking: false,
             live: HashSet::new(),
             envelopes: HashMap::new(),
+            envelope_bytes: 0,
             limited: HashMap::new(),
             counts: HashMap::new(),
             flushed_ms: 0,
@@ -176,10 +179,11 @@ impl Isolate {
             self.live = feed.links.iter().filter(|(_, live)| *live).map(|(key, _)| *key).collect();
             // Anything held may have changed unseen.
             self.envelopes.clear();
+            self.envelope_bytes = 0;
             self.limited.clear();
         } else {
             for (key, live) in &feed.links {
-                self.envelopes.remove(key);
+                self.drop_envelope(*key);
                 if *live {
                     self.live.insert(*key);
                 } else {
@@ -230,14 +234,26 @@ impl Isolate {
         if generation != self.generation || !self.fresh(now_ms) || !self.live.contains(&key(hash)) {
             return;
         }
-        if self.envelopes.len() >= MAX_ENVELOPES {
-            // The oldest tenth goes.
+        if envelope.len() > MAX_ENVELOPE_BYTES / 16 {
+            return;
+        }
+        self.drop_envelope(key(hash));
+        if self.envelope_bytes + envelope.len() > MAX_ENVELOPE_BYTES {
+            // The tenth stored longest ago goes.
             let mut stored: Vec<u64> = self.envelopes.values().map(|(_, _, at)| *at).collect();
             stored.sort_unstable();
             let cut = stored[stored.len() / 10];
             self.envelopes.retain(|_, (_, _, at)| *at > cut);
+            self.envelope_bytes = self.envelopes.values().map(|(_, envelope, _)| envelope.len()).sum();
         }
+        self.envelope_bytes += envelope.len();
         self.envelopes.insert(key(hash), (*hash, envelope, now_ms));
+    }
+
+    fn drop_envelope(&mut self, key: u64) {
+        if let Some((_, envelope, _)) = self.envelopes.remove(&key) {
+            self.envelope_bytes -= envelope.len();
+        }
     }
 
     /// Counts a fetch of `hash` at `now_ms` against `limit`, from what this isolate heard of
@@ -399,6 +415,30 @@ mod tests {
         isolate.heard(Feed { generation: 9, whole: true, links: vec![(key(&hash(4)), true)], limited: vec![] }, 3_000);
         assert_eq!(isolate.lookup(&hash(1), 3_000), Lookup::Unknown);
         assert_eq!(isolate.held(), (0, 1));
+    }
+
+    #[test]
+    fn envelopes_held_stay_within_their_bytes() {
+        let links: Vec<u8> = (0..=255).collect();
+        let mut isolate = synced(&links);
+        let envelope = vec![7u8; MAX_ENVELOPE_BYTES / 100];
+        for (n, link) in links.iter().enumerate() {
+            isolate.keep(&hash(*link), envelope.clone(), 3, 1_000 + n as u64);
+            assert!(isolate.envelope_bytes <= MAX_ENVELOPE_BYTES);
+        }
+        let held = isolate.held().0;
+        assert!((90..=100).contains(&held), "{held} held");
+        assert_eq!(isolate.envelope_bytes, held * envelope.len());
+        // The newest is held, the first ones went.
+        assert_eq!(isolate.lookup(&hash(255), 1_500), Lookup::Held(envelope.clone()));
+        assert_eq!(isolate.lookup(&hash(0), 1_500), Lookup::Ask);
+        // Kept again, a link counts once; a change drops its bytes.
+        isolate.keep(&hash(255), envelope.clone(), 3, 1_600);
+        assert_eq!(isolate.envelope_bytes, held * envelope.len());
+        isolate.ask();
+        isolate
+            .heard(Feed { generation: 4, whole: false, links: vec![(key(&hash(255)), true)], limited: vec![] }, 1_700);
+        assert_eq!(isolate.envelope_bytes, (held - 1) * envelope.len());
     }
 
     #[test]
