@@ -52,8 +52,12 @@ struct KeyRow {
 }
 
 #[derive(Deserialize)]
-struct Row {
+struct EnvelopeRow {
     envelope: Option<serde_bytes::ByteBuf>,
+}
+
+#[derive(Deserialize)]
+struct WindowRow {
     win_start_ms: i64,
     win_count: i64,
 }
@@ -180,14 +184,11 @@ impl DurableObject for Links {
 
 impl Links {
     fn get(&self, hash: Vec<u8>) -> Result<Response> {
-        let rows: Vec<Row> = self
+        let rows: Vec<EnvelopeRow> = self
             .state
             .storage()
             .sql()
-            .exec(
-                "SELECT envelope, win_start_ms, win_count FROM links WHERE token_hash = ?",
-                vec![SqlStorageValue::Blob(hash)],
-            )?
+            .exec("SELECT envelope FROM links WHERE token_hash = ?", vec![SqlStorageValue::Blob(hash)])?
             .to_array()?;
         match rows.into_iter().next().and_then(|row| row.envelope) {
             Some(envelope) => Response::from_bytes(envelope.into_vec()),
@@ -203,9 +204,9 @@ impl Links {
         let mut counted: Counted = Vec::with_capacity(hits.len());
         let mut over = Vec::new();
         for (hash, fetches) in &hits {
-            let rows: Vec<Row> = sql
+            let rows: Vec<WindowRow> = sql
                 .exec(
-                    "SELECT envelope, win_start_ms, win_count FROM links WHERE token_hash = ?",
+                    "SELECT win_start_ms, win_count FROM links WHERE token_hash = ?",
                     vec![SqlStorageValue::Blob(hash.to_vec())],
                 )?
                 .to_array()?;
