@@ -18,8 +18,15 @@
 //!
 //! This module parses and matches; it reads no files. GeoIP and GeoSite rules name a country
 //! or category that the node resolves from the databases the owner points it at ([`Geo`]).
+//!
+//! The outbounds rules name are the owner's [`Outbound`]s: `direct` (optionally bound to an
+//! interface or a source address, with an IPv4/IPv6 preference), `socks5` (TCP, and UDP
+//! through UDP ASSOCIATE) and `http` (CONNECT: TCP only, so a rule that would send UDP through
+//! one is refused, [`check`]).
 
-use std::net::IpAddr;
+use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
+
+use serde::{Deserialize, Serialize};
 
 /// The most rules a set holds.
 pub const MAX_RULES: usize = 4096;
@@ -316,6 +323,164 @@ fn wildcard(pattern: &[u8], text: &[u8]) -> bool {
     pattern[p..].iter().all(|b| *b == b'*')
 }
 
+/// An outbound the owner defines, by the name rules give it.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Outbound {
+    /// Its name (letters, digits and `_`; case does not matter).
+    pub name: String,
+    /// What it is.
+    pub kind: OutboundKind,
+}
+
+/// The kinds of outbound.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub enum OutboundKind {
+    /// Straight out from the node.
+    Direct {
+        /// Which addresses to use.
+        mode: IpMode,
+        /// The interface to send from (`SO_BINDTODEVICE`), if any.
+        interface: Option<String>,
+        /// The IPv4 source address, if any.
+        source_v4: Option<Ipv4Addr>,
+        /// The IPv6 source address, if any.
+        source_v6: Option<Ipv6Addr>,
+    },
+    /// A SOCKS5 proxy (TCP, and UDP through UDP ASSOCIATE).
+    Socks5 {
+        /// `host:port`.
+        server: String,
+        /// Username and password (RFC 1929), if it asks for them.
+        login: Option<Login>,
+    },
+    /// An HTTP proxy, through CONNECT: TCP only.
+    Http {
+        /// `host:port`.
+        server: String,
+        /// Basic authentication, if it asks for it.
+        login: Option<Login>,
+    },
+}
+
+/// A proxy's username and password. `Debug` does not show the password.
+#[derive(Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Login {
+    /// The username.
+    pub username: String,
+    /// The password.
+    pub password: String,
+}
+
+impl std::fmt::Debug for Login {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Login").field("username", &self.username).field("password", &"****").finish()
+    }
+}
+
+/// Which addresses a direct outbound uses.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub enum IpMode {
+    /// Both, as resolved (IPv6 first where it works).
+    #[default]
+    Auto,
+    /// IPv4 only.
+    V4,
+    /// IPv6 only.
+    V6,
+    /// IPv4 first, IPv6 when there is none.
+    PreferV4,
+    /// IPv6 first, IPv4 when there is none.
+    PreferV6,
+}
+
+/// The longest outbound name.
+pub const MAX_NAME: usize = 32;
+/// The most outbounds a node has.
+pub const MAX_OUTBOUNDS: usize = 64;
+
+impl Outbound {
+    /// Checks what the owner wrote: a name, a server as `host:port`, an interface name Linux
+    /// takes, and a login a proxy can be sent (RFC 1929 holds each part to 255 bytes).
+    pub fn check(&self) -> Result<(), String> {
+        let name = &self.name;
+        if name.is_empty() || name.len() > MAX_NAME || !name.chars().all(|c| c.is_ascii_alphanumeric() || c == '_') {
+            return Err(format!("an outbound's name is 1 to {MAX_NAME} letters, digits or '_': {name:?}"));
+        }
+        if name.eq_ignore_ascii_case("reject") {
+            return Err("'reject' is built in and cannot be redefined".into());
+        }
+        let login = match &self.kind {
+            OutboundKind::Direct { interface, .. } => {
+                if let Some(interface) = interface
+                    && (interface.is_empty()
+                        || interface.len() > 15
+                        || interface.contains(['/', ' ', '\0'])
+                        || interface == "."
+                        || interface == "..")
+                {
+                    return Err(format!("{name}: not an interface name: {interface:?}"));
+                }
+                None
+            }
+            OutboundKind::Socks5 { server, login } | OutboundKind::Http { server, login } => {
+                let port = server.rsplit_once(':').and_then(|(host, port)| {
+                    let host = host.strip_prefix('[').and_then(|h| h.strip_suffix(']')).unwrap_or(host);
+                    (!host.is_empty() && !host.contains(['/', ' ', '@'])).then_some(port)
+                });
+                if port.and_then(|port| port.parse::<u16>().ok()).is_none_or(|port| port == 0) {
+                    return Err(format!("{name}: the server is host:port: {server:?}"));
+                }
+                login.as_ref()
+            }
+        };
+        if let Some(login) = login
+            && (login.username.is_empty() || login.username.len() > 255 || login.password.len() > 255)
+        {
+            return Err(format!("{name}: a username of 1 to 255 bytes and a password of at most 255"));
+        }
+        Ok(())
+    }
+
+    /// Whether it carries UDP.
+    pub fn carries_udp(&self) -> bool {
+        !matches!(self.kind, OutboundKind::Http { .. })
+    }
+}
+
+/// Parses `text` against `outbounds` (each checked, names distinct, at most
+/// [`MAX_OUTBOUNDS`]) and refuses a rule that would send UDP through an outbound that cannot
+/// carry it, saying which and how to fix it.
+pub fn check(text: &str, outbounds: &[Outbound]) -> Result<Vec<Rule>, AclError> {
+    if outbounds.len() > MAX_OUTBOUNDS {
+        return Err(refuse(0, format!("more than {MAX_OUTBOUNDS} outbounds")));
+    }
+    for (i, outbound) in outbounds.iter().enumerate() {
+        outbound.check().map_err(|problem| refuse(0, problem))?;
+        if outbounds[..i].iter().any(|other| other.name.eq_ignore_ascii_case(&outbound.name)) {
+            return Err(refuse(0, format!("two outbounds are named {}", outbound.name)));
+        }
+    }
+    let names: Vec<&str> = outbounds.iter().map(|outbound| outbound.name.as_str()).collect();
+    let rules = parse(text, &names)?;
+    for rule in &rules {
+        let through = outbounds.iter().find(|outbound| outbound.name.eq_ignore_ascii_case(&rule.outbound));
+        if let Some(outbound) = through
+            && !outbound.carries_udp()
+            && rule.proto != Some(Proto::Tcp)
+        {
+            return Err(refuse(
+                rule.line,
+                format!(
+                    "{} is an HTTP proxy, which carries TCP only: give the rule tcp ({}(…, tcp)) or send UDP \
+                     through another outbound",
+                    outbound.name, rule.outbound
+                ),
+            ));
+        }
+    }
+    Ok(rules)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -434,6 +599,64 @@ direct(all)
         // A pattern that backtracks exponentially in a naive matcher.
         let text = "a".repeat(10_000);
         assert!(!wildcard(b"*a*a*a*a*a*a*a*a*b", text.as_bytes()));
+    }
+
+    fn socks(name: &str, server: &str) -> Outbound {
+        Outbound { name: name.into(), kind: OutboundKind::Socks5 { server: server.into(), login: None } }
+    }
+
+    #[test]
+    fn outbounds_are_checked_and_http_carries_no_udp() {
+        let http = Outbound {
+            name: "office".into(),
+            kind: OutboundKind::Http {
+                server: "proxy.example:3128".into(),
+                login: Some(Login { username: "u".into(), password: "secret".into() }),
+            },
+        };
+        let warp = Outbound {
+            name: "warp".into(),
+            kind: OutboundKind::Direct {
+                mode: IpMode::V4,
+                interface: Some("wg0".into()),
+                source_v4: None,
+                source_v6: None,
+            },
+        };
+        let outbounds = [http.clone(), warp, socks("home", "[2001:db8::1]:1080")];
+        let rules = check("office(suffix:example.com, tcp)\nhome(all, udp/53)\nwarp(all)", &outbounds).unwrap();
+        assert_eq!(rules.len(), 3);
+        let error = check("office(suffix:example.com)", &outbounds).unwrap_err();
+        assert_eq!(error.line, 1);
+        assert!(error.problem.contains("carries TCP only"), "{error}");
+        assert!(check("office(all, udp/53)", &outbounds).is_err());
+        assert!(!format!("{http:?}").contains("secret"), "the password stays out of logs");
+        let bad = [
+            (socks("", "a:1"), "name"),
+            (socks("two words", "a:1"), "name"),
+            (socks("reject", "a:1"), "built in"),
+            (socks("p", "a"), "host:port"),
+            (socks("p", "a:0"), "host:port"),
+            (socks("p", ":80"), "host:port"),
+            (socks("p", "a:99999"), "host:port"),
+            (socks("p", "user@a:80"), "host:port"),
+        ];
+        for (outbound, why) in bad {
+            let error = check("", std::slice::from_ref(&outbound)).unwrap_err();
+            assert!(error.problem.contains(why), "{outbound:?}: {error}");
+        }
+        let long = Outbound {
+            name: "p".into(),
+            kind: OutboundKind::Direct {
+                mode: IpMode::Auto,
+                interface: Some("a-very-long-interface".into()),
+                source_v4: None,
+                source_v6: None,
+            },
+        };
+        assert!(long.check().unwrap_err().contains("interface"));
+        let twice = check("", &[socks("p", "a:1"), socks("P", "b:2")]).unwrap_err();
+        assert!(twice.problem.contains("two outbounds"), "{twice}");
     }
 
     #[test]
