@@ -90,8 +90,9 @@ pub enum Lookup {
 
 #[derive(Clone, Copy, Debug, Default)]
 struct Count {
-    /// The window (aligned, as the shard's).
+    /// The window (aligned, as the shard's), and when it ends.
     start_ms: u64,
+    end_ms: u64,
     /// Fetches in it the shard last told of (every isolate's), and this isolate's sent since.
     heard: u32,
     /// This isolate's fetches not sent yet.
@@ -266,9 +267,10 @@ impl Isolate {
         if let Some(until) = self.limited.get(&key).copied().filter(|until| *until > now_ms) {
             return Decision::Deny { retry_after: retry_after(until) };
         }
-        let (_, count) = self.counts.entry(key).or_insert((*hash, Count { start_ms: start, ..Count::default() }));
+        let fresh = Count { start_ms: start, end_ms: start + window, ..Count::default() };
+        let (_, count) = self.counts.entry(key).or_insert((*hash, fresh));
         if count.start_ms != start {
-            *count = Count { start_ms: start, ..Count::default() };
+            *count = fresh;
         }
         if count.heard.saturating_add(count.pending) >= limit.limit {
             return Decision::Deny { retry_after: retry_after(start + window) };
@@ -292,8 +294,8 @@ impl Isolate {
                 count.pending = 0;
             }
         }
-        // Counts of windows that ended are of no use any more.
-        self.counts.retain(|_, (_, count)| count.start_ms + 1 > now_ms.saturating_sub(24 * 3_600_000));
+        // Counts of windows that ended are of no use any more (all were sent just now).
+        self.counts.retain(|_, (_, count)| count.end_ms > now_ms);
         shards.into_iter().map(|((shard, start), hits)| (shard, hits, start)).collect()
     }
 
@@ -469,6 +471,12 @@ mod tests {
         let mut alone = synced(&[2]);
         let allowed = (0..10).filter(|_| alone.hit(&hash(2), now, limit).allowed()).count();
         assert_eq!(allowed, 3);
+        // Once its window ended, a link's count goes at the next batch.
+        let later = 3_600_000 + 5_000;
+        assert!(alone.hit(&hash(1), later, limit).allowed());
+        assert_eq!(alone.counts.len(), 2);
+        alone.flush(later, |_| 0);
+        assert_eq!(alone.counts.len(), 1, "the ended window's count went");
     }
 
     #[test]
