@@ -108,6 +108,10 @@ pub struct Isolate {
     /// When the feed last answered (`None`: never).
     heard_ms: Option<u64>,
     asking: bool,
+    /// Counts the pushes this isolate relayed ([`Isolate::stale`]); an answer to an ask made
+    /// before the last of them may not hold it, so it does not make memory fresh.
+    pushes: u64,
+    asked_at_push: u64,
     /// Every live link (valid while the feed is fresh).
     live: HashSet<u64>,
     /// Envelopes served: key -> (token hash, envelope, when stored), and their bytes.
@@ -132,6 +136,8 @@ impl Isolate {
             generation: 0,
             heard_ms: None,
             asking: false,
+            pushes: 0,
+            asked_at_push: 0,
             live: HashSet::new(),
             envelopes: HashMap::new(),
             envelope_bytes: 0,
@@ -165,6 +171,7 @@ impl Isolate {
             return None;
         }
         self.asking = true;
+        self.asked_at_push = self.pushes;
         Some(self.generation)
     }
 
@@ -198,14 +205,18 @@ impl Isolate {
         }
         self.limited.retain(|_, until| *until > asked_ms);
         self.generation = feed.generation;
-        // Believed from when it was asked, not from when it came.
-        self.heard_ms = Some(self.heard_ms.map_or(asked_ms, |heard| heard.max(asked_ms)));
+        // Believed from when it was asked, not from when it came; not at all if this isolate
+        // relayed a push since (the answer may be from before it).
+        if self.asked_at_push == self.pushes {
+            self.heard_ms = Some(self.heard_ms.map_or(asked_ms, |heard| heard.max(asked_ms)));
+        }
     }
 
     /// Marks memory stale: this isolate relayed a push, so the feed has news (asked at the
     /// next fetch, before it is answered from memory).
     pub fn stale(&mut self) {
         self.heard_ms = None;
+        self.pushes += 1;
     }
 
     /// What memory says of the link `hash` at `now_ms`.
@@ -377,6 +388,22 @@ mod tests {
         assert_eq!(isolate.feed_due(6_000), FeedDue::First);
         assert_eq!(isolate.lookup(&hash(1), 6_000), Lookup::Ask, "the window is over: storage says");
         assert_eq!(isolate.lookup(&hash(9), 6_000), Lookup::Ask, "nor is an unknown link refused on stale memory");
+    }
+
+    #[test]
+    fn an_answer_asked_before_a_relayed_push_does_not_make_memory_fresh() {
+        let mut isolate = synced(&[1]);
+        isolate.keep(&hash(1), b"old".to_vec(), 3, 1_100);
+        let since = isolate.ask().unwrap();
+        // A push goes through this isolate while that ask is on its way.
+        isolate.stale();
+        isolate.heard(Feed { generation: since, whole: false, links: vec![], limited: vec![] }, 1_200);
+        assert_eq!(isolate.lookup(&hash(1), 1_300), Lookup::Ask, "the push may not be in that answer");
+        assert_eq!(isolate.feed_due(1_300), FeedDue::First);
+        // The next ask, made after the push, does.
+        isolate.ask();
+        isolate.heard(Feed { generation: 4, whole: false, links: vec![(key(&hash(1)), true)], limited: vec![] }, 1_400);
+        assert_eq!(isolate.feed_due(1_500), FeedDue::No);
     }
 
     #[test]

@@ -107,12 +107,14 @@ async fn fetch(req: Request, env: Env, ctx: Context) -> Result<Response> {
             health
         }
         // Every other API route is the Control object's, push token and node signatures
-        // included. A push relayed by this isolate means the links changed: it asks what
-        // changed before it serves from memory again.
+        // included. A push this isolate relayed and control's token got taken means the links
+        // changed: it asks what changed before it serves from memory again.
         Route::Push => {
-            let answer = control(&env)?.fetch_with_request(req).await;
-            isolate(&config, Isolate::stale);
-            return answer;
+            let answer = control(&env)?.fetch_with_request(req).await?;
+            if answer.status_code() == 200 {
+                isolate(&config, Isolate::stale);
+            }
+            return Ok(answer);
         }
         _ => return control(&env)?.fetch_with_request(req).await,
     };
