@@ -27,7 +27,7 @@
 use std::collections::{HashMap, HashSet};
 
 use hearth_shared::Digest;
-use hearth_shared::ratelimit::{BucketLimit, Decision, MissGuard, MissLimit, Network, TokenBucket, WindowLimit};
+use hearth_shared::ratelimit::{Decision, MissLimit, Network, WindowLimit};
 use serde::{Deserialize, Serialize};
 
 /// How often an isolate's per-link counts go to the shards, at most.
@@ -35,7 +35,7 @@ pub const FLUSH_MS: u64 = 1_000;
 /// The most bytes of envelopes an isolate keeps (past it, the tenth stored longest ago go):
 /// an isolate has 128 MB in all on Cloudflare, and a link's envelope is a few KB.
 pub const MAX_ENVELOPE_BYTES: usize = 16 << 20;
-/// The most client networks an isolate keeps buckets of (past it, full buckets go first).
+/// The most client networks an isolate keeps budgets of (past it, new ones share one).
 pub const MAX_NETWORKS: usize = 10_000;
 
 /// A link as the feed and the isolate name it: the first eight bytes of its token hash.
@@ -120,7 +120,7 @@ pub struct Isolate {
     limited: HashMap<u64, u64>,
     counts: HashMap<u64, (Digest, Count)>,
     flushed_ms: u64,
-    networks: HashMap<Network, (TokenBucket, MissGuard)>,
+    networks: crate::serve::Networks,
     /// Storage calls made for subscription fetches (reads, devices, the feed), for the health
     /// answer (and its tests).
     pub storage_calls: u64,
@@ -144,7 +144,7 @@ impl Isolate {
             limited: HashMap::new(),
             counts: HashMap::new(),
             flushed_ms: 0,
-            networks: HashMap::new(),
+            networks: crate::serve::Networks::new(MAX_NETWORKS),
             storage_calls: 0,
             count_batches: 0,
         }
@@ -322,23 +322,14 @@ impl Isolate {
     }
 
     /// Checks (and counts) a fetch from `network` at `now_ms` against its bucket, and whether
-    /// it tried too many unknown links ([`crate::serve::Gate`]).
-    pub fn gate(&mut self, network: Network, now_ms: u64, limit: BucketLimit) -> crate::serve::Gate {
-        if self.networks.len() >= MAX_NETWORKS && !self.networks.contains_key(&network) {
-            // Networks whose bucket is full and that are not blocked hold nothing worth keeping.
-            self.networks
-                .retain(|_, (bucket, guard)| guard.is_blocked(now_ms) || bucket.tat_us > now_ms.saturating_mul(1000));
-            if self.networks.len() >= MAX_NETWORKS {
-                self.networks.clear();
-            }
-        }
-        let (bucket, guard) = self.networks.entry(network).or_default();
-        crate::serve::network_gate(guard, bucket, limit, now_ms)
+    /// it tried too many unknown links ([`crate::serve::Networks`]).
+    pub fn gate(&mut self, network: Network, now_ms: u64, limits: crate::config::Limits) -> crate::serve::Gate {
+        self.networks.gate(network, now_ms, limits)
     }
 
     /// Counts an unknown link tried from `network`.
     pub fn miss(&mut self, network: Network, now_ms: u64, limit: MissLimit) {
-        self.networks.entry(network).or_default().1.miss(now_ms, limit);
+        self.networks.miss(network, now_ms, limit);
     }
 
     /// How many envelopes and live links are held (for the health answer).
@@ -563,13 +554,18 @@ mod tests {
 
     #[test]
     fn a_network_is_held_to_its_bucket_and_the_map_stays_bounded() {
-        let limit = BucketLimit { burst: 2, per_minute: 60 };
+        let misses = MissLimit { misses: WindowLimit { limit: 1, window_ms: 60_000 }, block_ms: 60_000 };
+        let limit = crate::config::Limits {
+            enabled: true,
+            link: WindowLimit { limit: 60, window_ms: 3_600_000 },
+            network: hearth_shared::ratelimit::BucketLimit { burst: 2, per_minute: 60 },
+            misses,
+        };
         let mut isolate = Isolate::new(FEED_MS);
         let network = Network::of("192.0.2.7".parse().unwrap());
         assert_eq!(isolate.gate(network, 0, limit), crate::serve::Gate::Open);
         assert_eq!(isolate.gate(network, 0, limit), crate::serve::Gate::Open);
         assert!(matches!(isolate.gate(network, 0, limit), crate::serve::Gate::Limited(_)));
-        let misses = MissLimit { misses: WindowLimit { limit: 1, window_ms: 60_000 }, block_ms: 60_000 };
         isolate.miss(network, 0, misses);
         isolate.miss(network, 0, misses);
         assert_eq!(isolate.gate(network, 5_000, limit), crate::serve::Gate::Decoy);
@@ -578,5 +574,7 @@ mod tests {
             isolate.gate(Network::of(ip.into()), 10_000, limit);
         }
         assert!(isolate.networks.len() <= MAX_NETWORKS);
+        // A flood of networks does not set a blocked one free.
+        assert_eq!(isolate.gate(network, 10_000, limit), crate::serve::Gate::Decoy);
     }
 }

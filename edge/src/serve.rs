@@ -11,7 +11,7 @@
 use hearth_shared::agent::{Wants, format_override, match_user_agent};
 use hearth_shared::devices::{self, Admission, DeviceReport, HwidPolicy, Seen};
 use hearth_shared::envelope::Envelope;
-use hearth_shared::ratelimit::{BucketLimit, Decision, MissGuard, TokenBucket};
+use hearth_shared::ratelimit::{BucketLimit, Decision, MissGuard, MissLimit, Network, TokenBucket};
 use hearth_shared::render::answer_at;
 use hearth_shared::render::page::Viewer;
 use hearth_shared::seal;
@@ -71,6 +71,83 @@ pub fn network_gate(guard: &MissGuard, bucket: &mut TokenBucket, limit: BucketLi
     match bucket.take(now_ms, limit) {
         Decision::Allow { .. } => Gate::Open,
         Decision::Deny { retry_after } => Gate::Limited(retry_after),
+    }
+}
+
+/// Client networks' budgets and unknown-link guards, as an edge keeps them in memory (the
+/// native edge for all of it, the Worker per isolate). Bounded: past its cap, networks not
+/// seen before share one entry (until a pruning makes room), so they are still limited,
+/// together; what no longer holds anything back is dropped every minute (every second while
+/// full).
+#[derive(Debug)]
+pub struct Networks {
+    map: std::collections::HashMap<Network, (MissGuard, TokenBucket)>,
+    cap: usize,
+    pruned_ms: u64,
+}
+
+impl Networks {
+    /// How often entries that no longer hold anything back are dropped.
+    const PRUNE_EVERY_MS: u64 = 60_000;
+    /// How often when full: sooner, but not on every request (a map full of live entries, a
+    /// flood from many networks, would make each fetch walk all of it).
+    const PRUNE_FULL_EVERY_MS: u64 = 1_000;
+
+    /// Budgets for at most `cap` networks.
+    pub fn new(cap: usize) -> Networks {
+        Networks { map: std::collections::HashMap::new(), cap: cap.max(1), pruned_ms: 0 }
+    }
+
+    /// Whether the map is at its cap.
+    pub fn full(&self) -> bool {
+        self.map.len() >= self.cap
+    }
+
+    /// How many networks are tracked.
+    pub fn len(&self) -> usize {
+        self.map.len()
+    }
+
+    /// Whether none is.
+    pub fn is_empty(&self) -> bool {
+        self.map.is_empty()
+    }
+
+    /// Drops, when it is time, what no longer limits anything: buckets full again with no
+    /// unknown-link window or block running.
+    fn prune(&mut self, now_ms: u64, misses: MissLimit) {
+        let every = if self.full() { Self::PRUNE_FULL_EVERY_MS } else { Self::PRUNE_EVERY_MS };
+        if now_ms < self.pruned_ms + every {
+            return;
+        }
+        self.pruned_ms = now_ms;
+        let now_us = now_ms.saturating_mul(1000);
+        self.map.retain(|_, (guard, bucket)| {
+            guard.is_blocked(now_ms)
+                || bucket.tat_us > now_us
+                || guard.window.start_ms + misses.misses.window_ms > now_ms
+        });
+    }
+
+    /// The entry `network` is counted in.
+    fn entry(&mut self, network: Network) -> &mut (MissGuard, TokenBucket) {
+        // A network no real client is in (a /24 of the IPv4 "this network" block) holds the
+        // networks past the cap.
+        const OVERFLOW: Network = Network::V4([0, 0, 0]);
+        let key = if self.full() && !self.map.contains_key(&network) { OVERFLOW } else { network };
+        self.map.entry(key).or_default()
+    }
+
+    /// Checks (and counts) a fetch from `network` at `now_ms` ([`network_gate`]).
+    pub fn gate(&mut self, network: Network, now_ms: u64, limits: crate::config::Limits) -> Gate {
+        self.prune(now_ms, limits.misses);
+        let (guard, bucket) = self.entry(network);
+        network_gate(guard, bucket, limits.network, now_ms)
+    }
+
+    /// Counts an unknown link tried from `network`; true when the network is now blocked.
+    pub fn miss(&mut self, network: Network, now_ms: u64, misses: MissLimit) -> bool {
+        self.entry(network).0.miss(now_ms, misses)
     }
 }
 

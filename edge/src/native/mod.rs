@@ -14,7 +14,7 @@ use axum::body::{Body, Bytes};
 use axum::http::{HeaderMap, Method, StatusCode, header};
 use axum::response::Response;
 use hearth_shared::Digest;
-use hearth_shared::ratelimit::{Decision, FixedWindow, MissGuard, Network, PerNetwork, TokenBucket};
+use hearth_shared::ratelimit::{Decision, FixedWindow, Network, PerNetwork};
 use hearth_shared::trust::Trust;
 use hearth_shared::wire::{SubToken, stream};
 use hearth_shared::{nodeauth, sha256};
@@ -29,55 +29,37 @@ use crate::{Reply, api};
 pub use store::Replica;
 use store::{Store, StoreError};
 
-#[derive(Default)]
 struct Limiter {
-    networks: HashMap<Network, (MissGuard, TokenBucket)>,
+    networks: serve::Networks,
     links: HashMap<Digest, FixedWindow>,
     pruned_ms: u64,
 }
 
+impl Default for Limiter {
+    fn default() -> Limiter {
+        Limiter { networks: serve::Networks::new(Self::NETWORKS), links: HashMap::new(), pruned_ms: 0 }
+    }
+}
+
 impl Limiter {
-    /// At most this many networks are tracked; past it, networks not seen before share one
-    /// entry (until a pruning makes room), so they are still limited, together.
+    /// At most this many networks are tracked ([`serve::Networks`]).
     const NETWORKS: usize = 100_000;
     /// At most this many link windows; past it, a link not seen before is not counted until
     /// windows end (its fetches are still limited by its network's bucket).
     const LINKS: usize = 200_000;
-    /// How often entries that no longer hold anything back are dropped.
+    /// How often link windows that have ended are dropped.
     const PRUNE_EVERY_MS: u64 = 60_000;
-    /// How often when a map is full: sooner, but not on every request (a map full of live
-    /// entries, a flood from many networks, would make each fetch walk all of it).
+    /// How often when the map is full: sooner, but not on every request.
     const PRUNE_FULL_EVERY_MS: u64 = 1_000;
 
-    /// Drops what no longer limits anything: buckets full again with no unknown-link window
-    /// or block running, and link windows that have ended.
+    /// Drops the link windows that have ended.
     fn prune(&mut self, now_ms: u64, limits: crate::config::Limits) {
-        let full = self.networks.len() >= Self::NETWORKS || self.links.len() >= Self::LINKS;
-        let every = if full { Self::PRUNE_FULL_EVERY_MS } else { Self::PRUNE_EVERY_MS };
+        let every = if self.links.len() >= Self::LINKS { Self::PRUNE_FULL_EVERY_MS } else { Self::PRUNE_EVERY_MS };
         if now_ms < self.pruned_ms + every {
             return;
         }
         self.pruned_ms = now_ms;
-        let now_us = now_ms.saturating_mul(1000);
-        self.networks.retain(|_, (guard, bucket)| {
-            guard.is_blocked(now_ms)
-                || bucket.tat_us > now_us
-                || guard.window.start_ms + limits.misses.misses.window_ms > now_ms
-        });
         self.links.retain(|_, window| window.start_ms + limits.link.window_ms > now_ms);
-    }
-
-    /// The entry `network` is counted in.
-    fn network(&mut self, network: Network) -> &mut (MissGuard, TokenBucket) {
-        // A network no real client is in (a /24 of the IPv4 "this network" block) holds the
-        // networks past the cap.
-        const OVERFLOW: Network = Network::V4([0, 0, 0]);
-        let key = if self.networks.len() >= Self::NETWORKS && !self.networks.contains_key(&network) {
-            OVERFLOW
-        } else {
-            network
-        };
-        self.networks.entry(key).or_default()
     }
 }
 
@@ -294,8 +276,7 @@ impl Edge {
         if limits.enabled {
             let mut limiter = self.limiter.lock().expect("limiter lock");
             limiter.prune(now, limits);
-            let (guard, bucket) = limiter.network(network);
-            match serve::network_gate(guard, bucket, limits.network, now) {
+            match limiter.networks.gate(network, now, limits) {
                 Gate::Open => {}
                 Gate::Decoy => return serve::decoy(),
                 Gate::Limited(retry_after) => return serve::too_many(retry_after),
@@ -321,8 +302,7 @@ impl Edge {
         let (Some(token), Some(envelope)) = (token, envelope) else {
             if limits.enabled {
                 let mut limiter = self.limiter.lock().expect("limiter lock");
-                let (guard, _) = limiter.network(network);
-                if guard.miss(now, limits.misses) {
+                if limiter.networks.miss(network, now, limits.misses) {
                     tracing::info!(%network, "network sent too many unknown links: decoys for a while");
                 }
             }

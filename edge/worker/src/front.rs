@@ -244,7 +244,7 @@ async fn subscription(
     let hash = token.as_ref().map_or_else(|| sha256(url.path().as_bytes()), SubToken::hash);
     let now = now_ms();
     if limits.enabled {
-        match isolate(config, |i| i.gate(client_network, now, limits.network)) {
+        match isolate(config, |i| i.gate(client_network, now, limits)) {
             Gate::Open => {}
             Gate::Limited(retry) => return Ok(too_many(retry)),
             // The network tried too many unknown links.
