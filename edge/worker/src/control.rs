@@ -349,7 +349,7 @@ struct ControlStore<'a> {
 
 impl ControlStore<'_> {
     fn shard(&self, shard: u32) -> Result<worker::Stub> {
-        self.env.durable_object("LINKS")?.id_from_name(&format!("links-{shard}"))?.get_stub()
+        crate::runtime::links_shard(self.env, shard)
     }
 
     /// Asks a shard, and decodes its answer.

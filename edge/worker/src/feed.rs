@@ -141,7 +141,7 @@ pub(crate) async fn since(state: &State, env: &Env, shards: u32, since: u64, now
 async fn fill(state: &State, env: &Env, shards: u32) -> Result<()> {
     let mut links = Vec::new();
     for shard in 0..shards.max(1) {
-        let stub = env.durable_object("LINKS")?.id_from_name(&format!("links-{shard}"))?.get_stub()?;
+        let stub = crate::runtime::links_shard(env, shard)?;
         let reply = reply_of(call(&stub, Method::Get, "https://links/keys", None).await?).await?;
         if reply.status != 200 {
             return Err(format!("links shard {shard} answered {} for its keys", reply.status).into());

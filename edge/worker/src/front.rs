@@ -15,7 +15,7 @@ use hearth_shared::wire::{SubToken, decode, encode};
 use worker::{Context, Env, Method, Request, Response, Result, event};
 
 use crate::links::{DeviceAnswer, DeviceCall, HitsCall};
-use crate::runtime::{call, config, now_ms, reply_of, respond};
+use crate::runtime::{call, config, links_shard, now_ms, reply_of, respond};
 
 thread_local! {
     /// What this isolate keeps of the links (their envelopes, the set of live ones, their
@@ -125,14 +125,10 @@ fn control(env: &Env) -> Result<worker::Stub> {
     env.durable_object("CONTROL")?.id_from_name("control")?.get_stub()
 }
 
-fn shard(env: &Env, shard: u32) -> Result<worker::Stub> {
-    env.durable_object("LINKS")?.id_from_name(&format!("links-{shard}"))?.get_stub()
-}
-
 /// Reads a link's envelope from its shard (its fetches are counted in the isolate).
 async fn link(env: &Env, config: &EdgeConfig, hash: &[u8; 32]) -> Result<Reply> {
     isolate(config, |i| i.storage_calls += 1);
-    let stub = shard(env, config.shard_of(hash))?;
+    let stub = links_shard(env, config.shard_of(hash))?;
     let url = format!("https://links/get?hash={}", hex::encode(hash));
     reply_of(call(&stub, Method::Get, &url, None).await?).await
 }
@@ -170,7 +166,8 @@ fn flush(env: &Env, ctx: &Context, config: &std::rc::Rc<EdgeConfig>, now: u64) {
             let asking = HitsCall { hits, start_ms, limit: config.limits.link };
             let sent = async {
                 let reply = reply_of(
-                    call(&shard(&env, number)?, Method::Post, "https://links/hits", Some(&encode(&asking))).await?,
+                    call(&links_shard(&env, number)?, Method::Post, "https://links/hits", Some(&encode(&asking)))
+                        .await?,
                 )
                 .await?;
                 decode::<Counted>(&reply.body, "counts").map_err(|_| worker::Error::from("a shard's counts"))
@@ -198,8 +195,7 @@ async fn device(
     isolate(config, |i| i.storage_calls += 1);
     let asking = DeviceCall { token: *token.as_bytes(), policy: policy.clone(), seen, now: now_ms() / 1000 };
     let asked = async {
-        let stub =
-            env.durable_object("LINKS")?.id_from_name(&format!("links-{}", config.shard_of(&hash)))?.get_stub()?;
+        let stub = links_shard(env, config.shard_of(&hash))?;
         reply_of(call(&stub, Method::Post, "https://links/device", Some(&encode(&asking))).await?).await
     };
     let answer = match asked.await {

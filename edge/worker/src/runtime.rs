@@ -55,6 +55,11 @@ pub(crate) async fn reply_of(mut response: Response) -> Result<Reply> {
     Ok(Reply { status: response.status_code(), headers, body: response.bytes().await? })
 }
 
+/// The `Links` object holding shard `shard`.
+pub(crate) fn links_shard(env: &Env, shard: u32) -> Result<Stub> {
+    env.durable_object("LINKS")?.id_from_name(&format!("links-{shard}"))?.get_stub()
+}
+
 /// Sends `body` to a Durable Object.
 pub(crate) async fn call(stub: &Stub, method: Method, url: &str, body: Option<&[u8]>) -> Result<Response> {
     let mut init = RequestInit::new();
