@@ -33,18 +33,34 @@ pub const MAX_RULES: usize = 4096;
 /// The longest rule set, in bytes of text.
 pub const MAX_TEXT: usize = 256 * 1024;
 
-/// Why a rule set was refused: the line (from 1) and what is wrong with it.
+/// Why a rule set was refused: where (line and column, from 1) and what is wrong.
 #[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
-#[error("line {line}: {problem}")]
+#[error("{}", self.describe())]
 pub struct AclError {
     /// The line, counted from 1 (0: the whole set).
     pub line: usize,
+    /// The column in characters, counted from 1, where the fault starts (0: the whole line).
+    pub column: usize,
     /// What is wrong.
     pub problem: String,
 }
 
+impl AclError {
+    fn describe(&self) -> String {
+        match (self.line, self.column) {
+            (0, _) => self.problem.clone(),
+            (line, 0) => format!("line {line}: {}", self.problem),
+            (line, column) => format!("line {line}, column {column}: {}", self.problem),
+        }
+    }
+}
+
 fn refuse(line: usize, problem: impl Into<String>) -> AclError {
-    AclError { line, problem: problem.into() }
+    AclError { line, column: 0, problem: problem.into() }
+}
+
+fn refuse_at(line: usize, column: usize, problem: impl Into<String>) -> AclError {
+    AclError { line, column, problem: problem.into() }
 }
 
 /// Which transport a rule (or a request) is about.
@@ -97,6 +113,8 @@ pub struct Rule {
     pub hijack: Option<IpAddr>,
     /// Its line in the text.
     pub line: usize,
+    /// The column at which it starts.
+    pub column: usize,
 }
 
 /// A request as the rules see it.
@@ -137,14 +155,24 @@ impl Geo for NoGeo {
 /// are the names the owner defined (beside the built-in `direct`, `reject` and `default`):
 /// a rule naming any other is refused.
 pub fn parse(text: &str, outbounds: &[&str]) -> Result<Vec<Rule>, AclError> {
+    parse_with(text, Some(outbounds))
+}
+
+/// Parses a rule set whatever outbounds it names: the node's reading of a set control
+/// already checked, where an outbound the node does not have refuses what the rule matches.
+pub fn parse_any(text: &str) -> Result<Vec<Rule>, AclError> {
+    parse_with(text, None)
+}
+
+fn parse_with(text: &str, outbounds: Option<&[&str]>) -> Result<Vec<Rule>, AclError> {
     if text.len() > MAX_TEXT {
         return Err(refuse(0, format!("the rules are over {} KiB", MAX_TEXT / 1024)));
     }
     let mut rules = Vec::new();
     for (index, line) in text.lines().enumerate() {
         let number = index + 1;
-        let line = line.split('#').next().unwrap_or_default().trim();
-        if line.is_empty() {
+        let line = line.split('#').next().unwrap_or_default();
+        if line.trim().is_empty() {
             continue;
         }
         if rules.len() == MAX_RULES {
@@ -155,9 +183,18 @@ pub fn parse(text: &str, outbounds: &[&str]) -> Result<Vec<Rule>, AclError> {
     Ok(rules)
 }
 
-fn rule(line: &str, number: usize, outbounds: &[&str]) -> Result<Rule, AclError> {
-    let syntax = || refuse(number, format!("not a rule (outbound(address[, proto/port[, hijack]])): {line}"));
-    let (name, rest) = line.split_once('(').ok_or_else(syntax)?;
+/// The column (in characters, from 1) at which `part`, a slice of `line`, starts.
+fn column_of(line: &str, part: &str) -> usize {
+    let offset = (part.as_ptr() as usize).saturating_sub(line.as_ptr() as usize).min(line.len());
+    line[..offset].chars().count() + 1
+}
+
+fn rule(line: &str, number: usize, outbounds: Option<&[&str]>) -> Result<Rule, AclError> {
+    let trimmed = line.trim();
+    let at = |part: &str| column_of(line, part);
+    let syntax =
+        || refuse_at(number, at(trimmed), format!("not a rule (outbound(address[, proto/port[, hijack]])): {trimmed}"));
+    let (name, rest) = trimmed.split_once('(').ok_or_else(syntax)?;
     let name = name.trim();
     let inner = rest.strip_suffix(')').ok_or_else(syntax)?;
     if name.is_empty() || !name.chars().all(|c| c.is_alphanumeric() || c == '_') {
@@ -169,19 +206,23 @@ fn rule(line: &str, number: usize, outbounds: &[&str]) -> Result<Rule, AclError>
     }
     let outbound = name.to_lowercase();
     let builtin = ["direct", "reject", "default"].contains(&outbound.as_str());
-    if !builtin && !outbounds.iter().any(|defined| defined.eq_ignore_ascii_case(&outbound)) {
-        return Err(refuse(number, format!("no outbound named {name}")));
+    if let Some(outbounds) = outbounds
+        && !builtin
+        && !outbounds.iter().any(|defined| defined.eq_ignore_ascii_case(&outbound))
+    {
+        return Err(refuse_at(number, at(name), format!("no outbound named {name}")));
     }
-    let address = address(&fields[0].to_lowercase()).map_err(|problem| refuse(number, problem))?;
+    let address = address(&fields[0].to_lowercase()).map_err(|problem| refuse_at(number, at(fields[0]), problem))?;
     let (proto, ports) = proto_port(fields.get(1).copied().unwrap_or(""))
-        .ok_or_else(|| refuse(number, format!("not a protocol/port: {}", fields[1])))?;
+        .ok_or_else(|| refuse_at(number, at(fields[1]), format!("not a protocol/port: {}", fields[1])))?;
     let hijack = match fields.get(2) {
         None => None,
-        Some(ip) => {
-            Some(ip.parse().map_err(|_| refuse(number, format!("a hijack address must be an IP address: {ip}")))?)
-        }
+        Some(ip) => Some(
+            ip.parse()
+                .map_err(|_| refuse_at(number, at(ip), format!("a hijack address must be an IP address: {ip}")))?,
+        ),
     };
-    Ok(Rule { outbound, address, proto, ports, hijack, line: number })
+    Ok(Rule { outbound, address, proto, ports, hijack, line: number, column: at(trimmed) })
 }
 
 fn address(text: &str) -> Result<Address, String> {
@@ -468,8 +509,9 @@ pub fn check(text: &str, outbounds: &[Outbound]) -> Result<Vec<Rule>, AclError> 
             && !outbound.carries_udp()
             && rule.proto != Some(Proto::Tcp)
         {
-            return Err(refuse(
+            return Err(refuse_at(
                 rule.line,
+                rule.column,
                 format!(
                     "{} is an HTTP proxy, which carries TCP only: give the rule tcp ({}(…, tcp)) or send UDP \
                      through another outbound",
@@ -681,7 +723,24 @@ direct(all)
             let error = parse(text, &[]).unwrap_err();
             assert_eq!(error.line, line, "{text}");
             assert!(error.problem.contains(why), "{text}: {error}");
+            assert!(error.column >= 1, "{text}: {error}");
         }
+        // The column points at the fault, counted in characters.
+        let columns = [
+            ("direct(all, tcp/70000)", 13),
+            ("  direct(10.0.0.0/33)", 10),
+            ("direct(all, tcp/80, example.com)", 21),
+            ("\u{e9}t\u{e9}(all)", 1),
+            ("  nowhere(all)", 3),
+            ("direct(all", 1),
+            ("  direct(all", 3),
+        ];
+        for (text, column) in columns {
+            let error = parse(text, &[]).unwrap_err();
+            assert_eq!(error.column, column, "{text}: {error}");
+            assert!(error.to_string().starts_with(&format!("line 1, column {column}: ")), "{error}");
+        }
+        assert!(parse_any("  nowhere(all)").is_ok(), "the node reads any outbound's name");
         let long = "direct(all)\n".repeat(MAX_RULES + 1);
         assert!(parse(&long, &[]).unwrap_err().problem.contains("more than"));
         let huge = "#".repeat(MAX_TEXT + 1);

@@ -129,6 +129,12 @@ impl PublicKey {
         KeyId::of(self.0.as_bytes())
     }
 
+    /// The same key as an X25519 public key (its Montgomery form), to seal for its holder:
+    /// control seals a node's routing for the node's identity key this way.
+    pub fn to_x25519(&self) -> RecoveryPublic {
+        RecoveryPublic(x25519_dalek::PublicKey::from(self.0.to_montgomery().to_bytes()))
+    }
+
     /// Checks `signature` over `message` (strict: no malleable or small-order forms).
     pub fn verify(&self, message: &[u8], signature: &[u8; 64]) -> bool {
         let signature = ed25519_dalek::Signature::from_bytes(signature);
@@ -202,6 +208,13 @@ impl SecretKey {
     /// The public key's id.
     pub fn id(&self) -> KeyId {
         self.public().id()
+    }
+
+    /// The X25519 secret that matches [`PublicKey::to_x25519`] of this key's public key:
+    /// what opens what was sealed for it.
+    pub fn to_x25519(&self) -> RecoverySecret {
+        let scalar = Zeroizing::new(self.key.to_scalar_bytes());
+        RecoverySecret(x25519_dalek::StaticSecret::from(*scalar))
     }
 
     /// Signs `message`.

@@ -24,6 +24,7 @@ pub mod keys;
 pub mod nodeauth;
 pub mod ratelimit;
 pub mod release;
+pub mod routing;
 pub mod render;
 pub mod seal;
 pub mod trust;

@@ -23,6 +23,7 @@ use crate::wire::{self, Snapshot, SubToken};
 
 const BODY_SALT: &[u8] = b"hearth seal v1";
 const WRAP_SALT: &[u8] = b"hearth recovery wrap v1";
+const SEEDED_SALT: &[u8] = b"hearth seeded wrap v1";
 
 /// A sealed snapshot: the body of a [`crate::envelope::Kind::Snapshot`] envelope.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
@@ -137,6 +138,24 @@ pub fn wrap(secret: &[u8], recipient: &RecoveryPublic, rng: &mut impl CryptoRngC
     rng.fill_bytes(&mut nonce);
     let ciphertext =
         cipher(&key).encrypt(XNonce::from_slice(&nonce), secret).expect("XChaCha20-Poly1305 encrypts any short secret");
+    Wrapped { ephemeral: ephemeral_public, nonce, ciphertext }
+}
+
+/// Wraps `secret` for `recipient` with the ephemeral key and nonce drawn from `seed`: the
+/// same secret, recipient and seed always make the same bytes. Control seals a node's routing
+/// this way (with a seed only it can make) so that one routing has one encoding, as a
+/// credential set must.
+pub fn wrap_seeded(secret: &[u8], recipient: &RecoveryPublic, seed: &[u8; 32]) -> Wrapped {
+    let drawn = derive(SEEDED_SALT, seed, &[b"ephemeral", recipient.0.as_bytes()]);
+    let ephemeral = RecoverySecret(x25519_dalek::StaticSecret::from(*drawn));
+    let ephemeral_public = ephemeral.public().to_bytes();
+    let shared = ephemeral.0.diffie_hellman(&recipient.0);
+    let key = derive(WRAP_SALT, shared.as_bytes(), &[&ephemeral_public, recipient.0.as_bytes()]);
+    let nonce = derive(SEEDED_SALT, seed, &[b"nonce", recipient.0.as_bytes()]);
+    let nonce: [u8; 24] = nonce[..24].try_into().expect("24 of 32 bytes");
+    let ciphertext = cipher(&key)
+        .encrypt(XNonce::from_slice(&nonce), secret)
+        .expect("XChaCha20-Poly1305 encrypts any length we use");
     Wrapped { ephemeral: ephemeral_public, nonce, ciphertext }
 }
 

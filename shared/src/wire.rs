@@ -731,12 +731,16 @@ pub struct CredEntry {
     pub kick: u32,
     /// What the node refuses to carry for the user.
     pub guard: Guard,
+    /// The user's routing rules: 0 for none (every destination straight out, within the
+    /// node's safety policy), else the number (from 1) of a rule set in the set's sealed
+    /// routing ([`CredentialSet::routing`]).
+    pub rules: u16,
 }
 
 impl CredEntry {
     /// A user without limits.
     pub fn new(user: UserId, hash: Digest) -> CredEntry {
-        CredEntry { user, hash, limit: SpeedLimit::NONE, devices: None, kick: 0, guard: Guard::NONE }
+        CredEntry { user, hash, limit: SpeedLimit::NONE, devices: None, kick: 0, guard: Guard::NONE, rules: 0 }
     }
 
     /// Whether the entry needs format 4 (a device limit, a kick or a guard).
@@ -772,7 +776,10 @@ impl DevicePolicy {
 
 /// The credential-set format a node of this version reads at most (see
 /// [`CredentialSet::encode`]).
-pub const CREDS_FORMAT: u64 = 4;
+pub const CREDS_FORMAT: u64 = 5;
+
+/// The largest sealed routing a credential set carries, in bytes.
+pub const MAX_ROUTING: usize = 2 * 1024 * 1024;
 
 /// An edge a node falls back to when control does not answer: where it is, and the API
 /// prefix it answers nodes under.
@@ -813,7 +820,10 @@ impl EdgeAddress {
 /// - **format 4**, for a set with a device limit, a kick or an abuse guard for any user, or
 ///   a device policy other than refusing: format 3's layout with 4 and format 4's entries
 ///   (format 2's, then the device allowance, the kick count and the guard), the list of
-///   edges (empty or not), then the device policy.
+///   edges (empty or not), then the device policy;
+/// - **format 5**, for a set with routing rules (a user with a rule set, or sealed routing):
+///   format 4's layout with 5 and format 5's entries (format 4's, then the rule set's
+///   number), the edges, the device policy, then the sealed routing (`Option` of bytes).
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct CredentialSet {
     /// The node.
@@ -821,6 +831,7 @@ pub struct CredentialSet {
     users: Vec<CredEntry>,
     edges: Vec<EdgeAddress>,
     policy: DevicePolicy,
+    routing: Option<Vec<u8>>,
 }
 
 /// Format 1's entry.
@@ -849,6 +860,19 @@ struct EntryV4 {
     devices: Option<u32>,
     kick: u32,
     guard: Guard,
+}
+
+/// Format 5's entry.
+#[derive(Serialize, Deserialize)]
+struct EntryV5 {
+    user: UserId,
+    hash: Digest,
+    up: u64,
+    down: u64,
+    devices: Option<u32>,
+    kick: u32,
+    guard: Guard,
+    rules: u16,
 }
 
 /// What changed between two credential sets.
@@ -951,17 +975,19 @@ pub struct CredDelta {
     pub result: Digest,
 }
 
-/// The encoding of a [`CredDelta`] (format 1), every list sorted by user without repeats.
+/// The encoding of a [`CredDelta`], every list sorted by user without repeats: format 1 with
+/// format 4's entries ([`EntryV4`]), format 2 with format 5's ([`EntryV5`]), written when an
+/// entry it names has a rule set.
 #[derive(Serialize, Deserialize)]
-struct DeltaV1 {
+struct DeltaOf<E> {
     format: u64,
     node: NodeId,
     base: u64,
     base_digest: Digest,
-    added: Vec<EntryV4>,
+    added: Vec<E>,
     removed: Vec<UserId>,
-    changed: Vec<EntryV4>,
-    limited: Vec<EntryV4>,
+    changed: Vec<E>,
+    limited: Vec<E>,
     result: Digest,
 }
 
@@ -996,6 +1022,36 @@ impl From<EntryV4> for CredEntry {
             devices: e.devices,
             kick: e.kick,
             guard: e.guard,
+            rules: 0,
+        }
+    }
+}
+
+impl From<&CredEntry> for EntryV5 {
+    fn from(e: &CredEntry) -> EntryV5 {
+        EntryV5 {
+            user: e.user,
+            hash: e.hash,
+            up: e.limit.up,
+            down: e.limit.down,
+            devices: e.devices,
+            kick: e.kick,
+            guard: e.guard,
+            rules: e.rules,
+        }
+    }
+}
+
+impl From<EntryV5> for CredEntry {
+    fn from(e: EntryV5) -> CredEntry {
+        CredEntry {
+            user: e.user,
+            hash: e.hash,
+            limit: SpeedLimit { up: e.up, down: e.down },
+            devices: e.devices,
+            kick: e.kick,
+            guard: e.guard,
+            rules: e.rules,
         }
     }
 }
@@ -1022,12 +1078,12 @@ fn strictly_sorted(users: impl Iterator<Item = UserId>) -> bool {
 }
 
 impl CredDelta {
-    /// The delta format this version writes and reads.
-    pub const FORMAT: u64 = 1;
+    /// The newest delta format this version writes and reads.
+    pub const FORMAT: u64 = 2;
 
     /// The delta from `base` (the full set signed at `version`, whose encoding hashes to
     /// `base_digest`) to `new` (whose encoding hashes to `result`). `None` when a delta cannot
-    /// say it: another node, or other edges or device policy (those go in a full set).
+    /// say it: another node, or other edges, device policy or routing (a full set).
     pub fn between(
         base: &CredentialSet,
         version: u64,
@@ -1035,20 +1091,24 @@ impl CredDelta {
         new: &CredentialSet,
         result: Digest,
     ) -> Option<CredDelta> {
-        (base.node == new.node && base.edges == new.edges && base.policy == new.policy).then(|| CredDelta {
-            node: new.node,
-            base: version,
-            base_digest,
-            diff: base.diff(new),
-            result,
-        })
+        let same_rest = base.node == new.node
+            && base.edges == new.edges
+            && base.policy == new.policy
+            && base.routing == new.routing;
+        same_rest.then(|| CredDelta { node: new.node, base: version, base_digest, diff: base.diff(new), result })
     }
 
-    /// The canonical encoding.
+    /// The canonical encoding: format 1, or format 2 when an entry it names has a rule set.
     pub fn encode(&self) -> Vec<u8> {
-        let entries = |list: &[CredEntry]| list.iter().map(EntryV4::from).collect::<Vec<_>>();
-        encode(&DeltaV1 {
-            format: Self::FORMAT,
+        let diff = &self.diff;
+        let with_rules = diff.added.iter().chain(&diff.changed).chain(&diff.limited).any(|entry| entry.rules != 0);
+        if with_rules { self.encode_as::<EntryV5>(2) } else { self.encode_as::<EntryV4>(1) }
+    }
+
+    fn encode_as<E: Serialize + for<'e> From<&'e CredEntry>>(&self, format: u64) -> Vec<u8> {
+        let entries = |list: &[CredEntry]| list.iter().map(E::from).collect::<Vec<_>>();
+        encode(&DeltaOf {
+            format,
             node: self.node,
             base: self.base,
             base_digest: self.base_digest,
@@ -1060,39 +1120,43 @@ impl CredDelta {
         })
     }
 
-    /// Decodes strictly: format 1, every list sorted by user without repeats, the one
+    /// Decodes strictly: format 1 or 2, every list sorted by user without repeats, the one
     /// canonical encoding.
     pub fn decode(bytes: &[u8]) -> Result<CredDelta, WireError> {
         const MALFORMED: WireError = WireError::Malformed("credential delta");
         let format = postcard::take_from_bytes::<u64>(bytes).map_err(|_| MALFORMED)?.0;
-        if format > Self::FORMAT {
-            return Err(WireError::NewerFormat(format));
+        let delta = match format {
+            1 => Self::decode_as::<EntryV4>(bytes)?,
+            2 => Self::decode_as::<EntryV5>(bytes)?,
+            newer if newer > Self::FORMAT => return Err(WireError::NewerFormat(newer)),
+            _ => return Err(MALFORMED),
+        };
+        if delta.encode() != bytes {
+            return Err(WireError::Malformed("credential delta (not canonical)"));
         }
-        let wire: DeltaV1 = decode(bytes, "credential delta")?;
-        if wire.format != Self::FORMAT {
-            return Err(MALFORMED);
-        }
-        let sorted = |list: &[EntryV4]| strictly_sorted(list.iter().map(|e| e.user));
-        if !sorted(&wire.added)
-            || !sorted(&wire.changed)
-            || !sorted(&wire.limited)
-            || !strictly_sorted(wire.removed.iter().copied())
+        Ok(delta)
+    }
+
+    fn decode_as<E: Serialize + serde::de::DeserializeOwned + Into<CredEntry>>(
+        bytes: &[u8],
+    ) -> Result<CredDelta, WireError> {
+        let wire: DeltaOf<E> = decode(bytes, "credential delta")?;
+        let entries = |list: Vec<E>| list.into_iter().map(Into::into).collect::<Vec<CredEntry>>();
+        let diff = CredDiff {
+            added: entries(wire.added),
+            removed: wire.removed,
+            changed: entries(wire.changed),
+            limited: entries(wire.limited),
+        };
+        let sorted = |list: &[CredEntry]| strictly_sorted(list.iter().map(|e| e.user));
+        if !sorted(&diff.added)
+            || !sorted(&diff.changed)
+            || !sorted(&diff.limited)
+            || !strictly_sorted(diff.removed.iter().copied())
         {
             return Err(WireError::Malformed("credential delta (users out of order)"));
         }
-        let entries = |list: Vec<EntryV4>| list.into_iter().map(CredEntry::from).collect();
-        Ok(CredDelta {
-            node: wire.node,
-            base: wire.base,
-            base_digest: wire.base_digest,
-            diff: CredDiff {
-                added: entries(wire.added),
-                removed: wire.removed,
-                changed: entries(wire.changed),
-                limited: entries(wire.limited),
-            },
-            result: wire.result,
-        })
+        Ok(CredDelta { node: wire.node, base: wire.base, base_digest: wire.base_digest, diff, result: wire.result })
     }
 
     /// Whether it applies to the full set signed at `version` whose encoding hashes to
@@ -1105,7 +1169,7 @@ impl CredDelta {
     /// edge choosing what to answer a pull with; the node checks the whole delta itself).
     pub fn base_of(bytes: &[u8]) -> Option<(NodeId, u64)> {
         let (prefix, _) = postcard::take_from_bytes::<DeltaPrefix>(bytes).ok()?;
-        (prefix.format == Self::FORMAT).then_some((prefix.node, prefix.base))
+        (1..=Self::FORMAT).contains(&prefix.format).then_some((prefix.node, prefix.base))
     }
 }
 
@@ -1177,7 +1241,22 @@ impl CredentialSet {
         if let Some(pair) = users.windows(2).find(|pair| pair[0].user == pair[1].user) {
             return Err(WireError::DuplicateUser(pair[0].user));
         }
-        Ok(CredentialSet { node, users, edges: Vec::new(), policy: DevicePolicy::Refuse })
+        Ok(CredentialSet { node, users, edges: Vec::new(), policy: DevicePolicy::Refuse, routing: None })
+    }
+
+    /// The set with its routing: outbounds and rule sets sealed for its node (the edge that
+    /// stores and serves the set cannot read them), at most [`MAX_ROUTING`] bytes.
+    pub fn with_routing(mut self, routing: Option<Vec<u8>>) -> Result<CredentialSet, WireError> {
+        if routing.as_ref().is_some_and(|sealed| sealed.len() > MAX_ROUTING) {
+            return Err(WireError::Malformed("credential set (routing too large)"));
+        }
+        self.routing = routing;
+        Ok(self)
+    }
+
+    /// The sealed routing, if the set has one.
+    pub fn routing(&self) -> Option<&[u8]> {
+        self.routing.as_deref()
     }
 
     /// The set with what its node does with a device over a user's allowance.
@@ -1221,18 +1300,26 @@ impl CredentialSet {
         self.users.iter().any(|entry| !entry.limit.is_none())
     }
 
+    /// Whether the set needs format 5.
+    fn needs_format_5(&self) -> bool {
+        self.routing.is_some() || self.users.iter().any(|entry| entry.rules != 0)
+    }
+
     /// Whether the set needs format 4.
     fn needs_format_4(&self) -> bool {
         self.policy != DevicePolicy::Refuse || self.users.iter().any(CredEntry::needs_format_4)
     }
 
     /// The canonical encoding: format 1 without speed limits or edges, format 2 with limits,
-    /// format 3 with edges, format 4 with device limits, kicks, guards or a device policy.
+    /// format 3 with edges, format 4 with device limits, kicks, guards or a device policy,
+    /// format 5 with routing.
     /// The bytes are postcard's for the same values (a test holds them to it); the users are
     /// written directly rather than through serde, as control and every node encode a set of
     /// up to 100,000 users on each change to hash it.
     pub fn encode(&self) -> Vec<u8> {
-        let format = if self.needs_format_4() {
+        let format = if self.needs_format_5() {
+            5
+        } else if self.needs_format_4() {
             4
         } else if !self.edges.is_empty() {
             3
@@ -1262,7 +1349,7 @@ impl CredentialSet {
             }
             put_varint(&mut out, entry.limit.up);
             put_varint(&mut out, entry.limit.down);
-            if format == 4 {
+            if format >= 4 {
                 match entry.devices {
                     None => out.push(0),
                     Some(devices) => {
@@ -1273,10 +1360,17 @@ impl CredentialSet {
                 put_varint(&mut out, entry.kick.into());
                 out.extend_from_slice(&[u8::from(entry.guard.torrent), u8::from(entry.guard.smtp)]);
             }
+            if format == 5 {
+                put_varint(&mut out, entry.rules.into());
+            }
         }
+        let routing = self.routing.as_deref().map(serde_bytes::Bytes::new);
         match format {
             3 => postcard::to_extend(&self.edges, out).expect("encoding into a Vec cannot fail"),
             4 => postcard::to_extend(&(&self.edges, self.policy), out).expect("encoding into a Vec cannot fail"),
+            5 => {
+                postcard::to_extend(&(&self.edges, self.policy, routing), out).expect("encoding into a Vec cannot fail")
+            }
             _ => out,
         }
     }
@@ -1289,6 +1383,7 @@ impl CredentialSet {
         let (v1, rest) = postcard::take_from_bytes::<Vec<EntryV1>>(rest).map_err(|_| MALFORMED)?;
         let mut edges = Vec::new();
         let mut policy = DevicePolicy::Refuse;
+        let mut routing = None;
         let limited =
             |e: EntryV2| CredEntry { limit: SpeedLimit { up: e.up, down: e.down }, ..CredEntry::new(e.user, e.hash) };
         let users: Vec<CredEntry> = if rest.is_empty() || !v1.is_empty() {
@@ -1313,11 +1408,20 @@ impl CredentialSet {
                     policy = postcard::from_bytes(rest).map_err(|_| MALFORMED)?;
                     users.into_iter().map(CredEntry::from).collect()
                 }
+                5 => {
+                    let (users, rest) = postcard::take_from_bytes::<Vec<EntryV5>>(rest).map_err(|_| MALFORMED)?;
+                    let (listed, sealed): (_, (DevicePolicy, Option<serde_bytes::ByteBuf>)) =
+                        postcard::from_bytes(rest).map_err(|_| MALFORMED)?;
+                    (edges, (policy, routing)) = (listed, sealed);
+                    users.into_iter().map(CredEntry::from).collect()
+                }
                 newer if newer > CREDS_FORMAT => return Err(WireError::NewerFormat(newer)),
                 _ => return Err(MALFORMED),
             }
         };
-        let set = CredentialSet { node, users, edges: Vec::new(), policy }.with_edges(edges)?;
+        let set = CredentialSet { node, users, edges: Vec::new(), policy, routing: None }
+            .with_edges(edges)?
+            .with_routing(routing.map(serde_bytes::ByteBuf::into_vec))?;
         if set.users.windows(2).any(|pair| pair[0].user >= pair[1].user) {
             return Err(WireError::Malformed("credential set (users out of order)"));
         }
@@ -1397,7 +1501,13 @@ impl CredentialSet {
             users.push(entry);
         }
         users.extend(added.copied());
-        Ok(CredentialSet { node: self.node, users, edges: self.edges.clone(), policy: self.policy })
+        Ok(CredentialSet {
+            node: self.node,
+            users,
+            edges: self.edges.clone(),
+            policy: self.policy,
+            routing: self.routing.clone(),
+        })
     }
 
     /// The users whose entries differ between this set with `before` applied (`None`: this
@@ -1833,6 +1943,7 @@ mod tests {
             users: vec![entry(5, 1), entry(2, 2)],
             edges: Vec::new(),
             policy: DevicePolicy::Refuse,
+            routing: None,
         };
         assert!(CredentialSet::decode(&unsorted.encode()).is_err());
         let mut trailing = set.encode();
@@ -1874,8 +1985,8 @@ mod tests {
         padded.extend([0, 0]);
         assert_eq!(CredentialSet::decode(&padded), Err(WireError::Malformed("credential set (not canonical)")));
         let mut newer = with.encode();
-        newer[2] = 5;
-        assert_eq!(CredentialSet::decode(&newer), Err(WireError::NewerFormat(5)));
+        newer[2] = 6;
+        assert_eq!(CredentialSet::decode(&newer), Err(WireError::NewerFormat(6)));
         assert!(WireError::NewerFormat(5).to_string().contains("update the node"));
 
         // A limit alone changing is not a credential change: nobody is cut off for it.
@@ -2247,9 +2358,57 @@ mod tests {
         bytes.push(0);
         assert_eq!(CredDelta::decode(&bytes), Err(WireError::Malformed("credential delta")));
         let mut newer = delta.encode();
-        newer[0] = 2;
-        assert_eq!(CredDelta::decode(&newer), Err(WireError::NewerFormat(2)));
+        newer[0] = 3;
+        assert_eq!(CredDelta::decode(&newer), Err(WireError::NewerFormat(3)));
         assert_eq!(CredDelta::base_of(&newer), None);
+        // Format 2 for a delta that names no rule set: not canonical.
+        let mut padded = delta.encode_as::<EntryV5>(2);
+        assert!(CredDelta::decode(&padded).is_err());
+        padded.truncate(1);
+        assert!(CredDelta::decode(&padded).is_err());
+    }
+
+    #[test]
+    fn routing_takes_format_5_and_a_rule_set_change_travels_in_a_delta() {
+        let mut routed = entry(2, 2);
+        routed.rules = 3;
+        let set = CredentialSet::new(4, vec![entry(1, 1), routed]).unwrap();
+        let bytes = set.encode();
+        assert_eq!(bytes[2], 5, "a user with a rule set needs format 5");
+        assert_eq!(CredentialSet::decode(&bytes).unwrap(), set);
+        let sealed = set.clone().with_routing(Some(vec![7; 100])).unwrap();
+        let decoded = CredentialSet::decode(&sealed.encode()).unwrap();
+        assert_eq!(decoded.routing(), Some(&[7u8; 100][..]));
+        assert_eq!(decoded, sealed);
+        // Routing alone (no user routed) still needs format 5; an oversized one is refused.
+        let alone = CredentialSet::new(4, vec![entry(1, 1)]).unwrap().with_routing(Some(vec![1])).unwrap();
+        assert_eq!(alone.encode()[2], 5);
+        assert_eq!(CredentialSet::decode(&alone.encode()).unwrap(), alone);
+        assert!(alone.clone().with_routing(Some(vec![0; MAX_ROUTING + 1])).is_err());
+        // Format 5 without routing or rules is not canonical: format 1 says it.
+        let plain = CredentialSet::new(4, vec![entry(1, 1)]).unwrap();
+        let mut padded = vec![4, 0, 5, 1, 1];
+        padded.extend([1; 32]);
+        padded.extend([0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0]);
+        assert!(CredentialSet::decode(&padded).is_err());
+        assert_eq!(plain.encode()[0..2], [4, 1]);
+
+        // A user's rule set changing is a limit: connections stay, a delta says it (format 2).
+        let mut moved = routed;
+        moved.rules = 1;
+        let after = CredentialSet::new(4, vec![entry(1, 1), moved]).unwrap().with_routing(Some(vec![7; 100])).unwrap();
+        let diff = sealed.diff(&after);
+        assert_eq!(diff.limited, vec![moved]);
+        let digest = crate::sha256(&sealed.encode());
+        let delta = CredDelta::between(&sealed, 1, digest, &after, crate::sha256(&after.encode())).unwrap();
+        let encoded = delta.encode();
+        assert_eq!(encoded[0], 2);
+        assert_eq!(CredDelta::base_of(&encoded), Some((4, 1)));
+        let decoded = CredDelta::decode(&encoded).unwrap();
+        assert_eq!(sealed.patched(&decoded).unwrap(), after);
+        // Other routing is not a delta's to say.
+        let rerouted = after.clone().with_routing(Some(vec![8; 100])).unwrap();
+        assert!(CredDelta::between(&sealed, 1, digest, &rerouted, crate::sha256(&rerouted.encode())).is_none());
     }
 
     #[test]
