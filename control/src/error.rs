@@ -34,6 +34,14 @@ pub(crate) enum Error {
         /// The names (the first 20).
         names: Vec<String>,
     },
+    /// A rule set that does not check (400 `bad_rules`): which, and where in it.
+    #[error("rule set {set}: {error}")]
+    Rules {
+        /// The rule set's name.
+        set: String,
+        /// What is wrong, and its line and column.
+        error: hearth_shared::acl::AclError,
+    },
     /// Too many attempts (429); retry after this many seconds.
     #[error("too many attempts; try again in {0} s")]
     TooMany(u64),

@@ -39,6 +39,7 @@ mod passkeys;
 mod publish;
 mod releases;
 mod restore;
+mod routing_cli;
 mod secrets;
 mod serve;
 mod settings;
@@ -120,6 +121,12 @@ enum Command {
         /// archive predates a key rotation).
         #[arg(long)]
         root_key: Option<PathBuf>,
+    },
+    /// Routing per user: outbounds (direct, SOCKS5, HTTP proxies) and named rule sets in the
+    /// official Hysteria 2 server's ACL syntax, given to users and groups with `--rule-set`.
+    Routing {
+        #[command(subcommand)]
+        command: routing_cli::RoutingCommand,
     },
     /// The edges control publishes to (links are served by each).
     Edge {
@@ -272,6 +279,9 @@ enum UserCommand {
         /// Devices at once (0: no limit; `group`: its groups' default).
         #[arg(long, value_parser = device_limit)]
         device_limit: Option<store::users::DeviceLimit>,
+        /// The rule set its traffic is routed by (`""`: its groups'; see `routing`).
+        #[arg(long)]
+        rule_set: Option<String>,
         /// A note.
         #[arg(long)]
         note: Option<String>,
@@ -390,6 +400,9 @@ struct GroupArgs {
     /// Its nodes refuse outbound port 25 for its users: true or false.
     #[arg(long)]
     block_smtp: Option<bool>,
+    /// The rule set its users are routed by (`""`: none; see `routing`).
+    #[arg(long)]
+    rule_set: Option<String>,
 }
 
 impl GroupArgs {
@@ -400,6 +413,7 @@ impl GroupArgs {
             device_limit: self.device_limit,
             block_torrent: self.block_torrent,
             block_smtp: self.block_smtp,
+            rule_set: self.rule_set,
             ..store::nodes::GroupInput::default()
         }
     }
@@ -639,6 +653,7 @@ fn main() -> Result<()> {
             restore::print(&report, &cli.data_dir);
         }
         Command::Edge { command } => edge_command(&cli.data_dir, command)?,
+        Command::Routing { command } => routing_cli::run(&cli.data_dir, command)?,
         Command::Import { source, file, url, token_file, links, dry_run } => {
             let from = import::From { file, url, token_file, links };
             let incoming = import::read(source, &from)?;
@@ -874,6 +889,7 @@ fn user_command(dir: &std::path::Path, command: UserCommand) -> Result<()> {
             reset,
             groups,
             device_limit,
+            rule_set,
             note,
         } => {
             let input = UserInput {
@@ -885,6 +901,7 @@ fn user_command(dir: &std::path::Path, command: UserCommand) -> Result<()> {
                 reset,
                 groups: (!groups.is_empty()).then_some(groups),
                 device_limit,
+                rule_set,
                 note,
                 ..UserInput::default()
             };

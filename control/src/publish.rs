@@ -379,7 +379,7 @@ struct Published {
 
 /// The columns of what `user` puts in the sets of the nodes it reaches (see
 /// [`credential_set`]: the user's own fields and those of each group it has on each node).
-const ENTRY_COLUMNS: usize = 17;
+const ENTRY_COLUMNS: usize = 19;
 
 /// Whether what `user` puts in nodes' sets changed since it was last recorded; records it. A
 /// user's entry in a node's set comes from its row and its groups' on that node, so a change
@@ -389,7 +389,7 @@ fn entries_changed(conn: &Connection, user: UserId) -> Result<bool, Error> {
     let mut query = conn.prepare_cached(
         "SELECT ng.node_id, g.id, u.credential_hash, u.status, u.speed_up, u.speed_down, u.on_quota, u.slow_kbps,
                 u.device_limit, u.kick, g.speed_up, g.speed_down, g.on_quota, g.slow_kbps, g.device_limit,
-                g.block_torrent, g.block_smtp
+                g.block_torrent, g.block_smtp, u.rule_set_id, g.rule_set_id
          FROM user_groups ug JOIN groups g ON g.id = ug.group_id JOIN node_groups ng ON ng.group_id = ug.group_id
          JOIN users u ON u.id = ug.user_id
          WHERE ug.user_id = ?1 ORDER BY ng.node_id, g.id",
@@ -620,6 +620,26 @@ fn own_over(group: Speed, own: (Option<u64>, Option<u64>, Option<String>, u64)) 
     }
 }
 
+/// The rule set a user is given on a node: its own, else that of the newest group (the
+/// highest id) it reaches the node through that has one; `default`, the oldest, gives way to
+/// any group made for a purpose.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+struct Rules {
+    own: Option<u16>,
+    /// The group and its rule set.
+    group: Option<(i64, u16)>,
+}
+
+impl Rules {
+    fn merge(self, other: Rules) -> Rules {
+        Rules { own: self.own, group: self.group.max(other.group) }
+    }
+
+    fn in_force(self) -> u16 {
+        self.own.or(self.group.map(|(_, set)| set)).unwrap_or(0)
+    }
+}
+
 /// A user's fair-use settings from the groups it reaches a node through.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 struct Fair {
@@ -694,11 +714,13 @@ fn entries(conn: &Connection, node: NodeId, only: Option<UserId>) -> Result<Vec<
     const QUERY: &str =
         "SELECT u.id, u.credential_hash, u.status = 'over_quota', u.speed_up, u.speed_down, u.on_quota, u.slow_kbps,
                 g.speed_up, g.speed_down, CASE g.on_quota WHEN 'slow' THEN g.slow_kbps ELSE 0 END,
-                u.device_limit, u.kick, g.device_limit, g.block_torrent, g.block_smtp
+                u.device_limit, u.kick, g.device_limit, g.block_torrent, g.block_smtp,
+                u.rule_set_id, g.id, g.rule_set_id
          FROM node_groups ng JOIN user_groups ug ON ug.group_id = ng.group_id JOIN users u ON u.id = ug.user_id
          JOIN groups g ON g.id = ng.group_id
          WHERE ng.node_id = ?1 AND u.status IN ('active', 'not_started', 'over_quota')";
-    type Row = (UserId, Digest, bool, (Option<u64>, Option<u64>, Option<String>, u64), Speed, (Option<u32>, u32), Fair);
+    type Row =
+        (UserId, Digest, bool, (Option<u64>, Option<u64>, Option<String>, u64), Speed, (Option<u32>, u32), Fair, Rules);
     let read = |row: &rusqlite::Row<'_>| -> rusqlite::Result<Row> {
         Ok((
             row.get(0)?,
@@ -708,6 +730,10 @@ fn entries(conn: &Connection, node: NodeId, only: Option<UserId>) -> Result<Vec<
             Speed { up: row.get(7)?, down: row.get(8)?, slow: row.get(9)? },
             (row.get(10)?, row.get(11)?),
             Fair { devices: row.get(12)?, guard: wire::Guard { torrent: row.get(13)?, smtp: row.get(14)? } },
+            Rules {
+                own: row.get(15)?,
+                group: row.get::<_, Option<u16>>(17)?.map(|set| (row.get(16).unwrap_or(0), set)),
+            },
         ))
     };
     let mut rows = match only {
@@ -721,10 +747,11 @@ fn entries(conn: &Connection, node: NodeId, only: Option<UserId>) -> Result<Vec<
     let elsewhere = devices_elsewhere(conn, node, only)?;
     let mut users: Vec<CredEntry> = Vec::with_capacity(rows.len());
     let mut rows = rows.into_iter().peekable();
-    while let Some((user, hash, over_quota, own, mut group, (own_devices, kick), mut fair)) = rows.next() {
+    while let Some((user, hash, over_quota, own, mut group, (own_devices, kick), mut fair, mut rules)) = rows.next() {
         while let Some(next) = rows.next_if(|next| next.0 == user) {
             group = group.merge(next.4);
             fair = fair.merge(next.6);
+            rules = rules.merge(next.7);
         }
         let limit = own_devices.unwrap_or(fair.devices);
         let devices = (limit > 0).then(|| limit.saturating_sub(elsewhere.get(&user).copied().unwrap_or(0)));
@@ -742,6 +769,7 @@ fn entries(conn: &Connection, node: NodeId, only: Option<UserId>) -> Result<Vec<
             devices,
             kick,
             guard: fair.guard,
+            rules: rules.in_force(),
             ..CredEntry::new(user, hash)
         });
     }
@@ -835,7 +863,9 @@ fn publish_set(
         None => {
             let set = credential_set(conn, node)?
                 .with_edges(fallbacks(conn, signer)?)
-                .map_err(|e| Error::Internal(format!("the edges nodes fall back to: {e}")))?;
+                .map_err(|e| Error::Internal(format!("the edges nodes fall back to: {e}")))?
+                .with_routing(crate::store::routing::sealed_for(conn, &signer.vault, node)?)
+                .map_err(|e| Error::Internal(format!("node {node}'s routing: {e}")))?;
             (set, None)
         }
     };
@@ -931,13 +961,20 @@ pub(crate) fn by_entries(
         diff.restate(user, full.entry(user), now);
     }
     let set = full.apply(&diff).map_err(|e| Error::Internal(format!("a node's set from its last delta: {e}")))?;
-    if set.edges() != fallbacks(conn, signer)? || set.policy() != policy_for(conn, &set)? {
+    let routing = crate::store::routing::sealed_for(conn, &signer.vault, node)?;
+    if set.edges() != fallbacks(conn, signer)?
+        || set.policy() != policy_for(conn, &set)?
+        || set.routing() != routing.as_deref()
+    {
         return Ok(None);
     }
     // The tests hold every set made so to the set built from every user.
     #[cfg(debug_assertions)]
     {
-        let built = credential_set(conn, node)?.with_edges(fallbacks(conn, signer)?).expect("edges checked above");
+        let built = credential_set(conn, node)?
+            .with_edges(fallbacks(conn, signer)?)
+            .and_then(|set| set.with_routing(routing))
+            .expect("edges and routing checked above");
         assert_eq!(set, built, "node {node}'s set made by the entries of {users:?} is not the set built whole");
     }
     Ok(Some((set, diff)))

@@ -21,6 +21,8 @@ use crate::error::Error;
 #[derive(Clone)]
 pub(crate) struct Vault {
     cipher: XChaCha20Poly1305,
+    /// A key for drawing seeds ([`Vault::seed`]), derived from the master key.
+    seeds: Zeroizing<[u8; 32]>,
 }
 
 /// What a ciphertext holds; part of its associated data.
@@ -36,6 +38,8 @@ pub(crate) enum Purpose {
     Webhook,
     /// The Telegram bot's token.
     Telegram,
+    /// An outbound proxy's password.
+    Outbound,
 }
 
 impl Purpose {
@@ -46,6 +50,7 @@ impl Purpose {
             Purpose::Totp => b"hearth master v1 totp",
             Purpose::Webhook => b"hearth master v1 webhook",
             Purpose::Telegram => b"hearth master v1 telegram",
+            Purpose::Outbound => b"hearth master v1 outbound",
         }
     }
 }
@@ -74,7 +79,11 @@ impl Vault {
                 .filter(|key| key.len() == 32)
                 .with_context(|| format!("{} is corrupt", path.display()))?,
         );
-        Ok(Vault { cipher: XChaCha20Poly1305::new_from_slice(&key).expect("32-byte key") })
+        let mut seeds = Zeroizing::new([0u8; 32]);
+        hkdf::Hkdf::<sha2::Sha256>::new(Some(b"hearth master v1 seeds"), &key)
+            .expand(b"seeds", seeds.as_mut())
+            .expect("32 bytes is a valid HKDF-SHA-256 output length");
+        Ok(Vault { cipher: XChaCha20Poly1305::new_from_slice(&key).expect("32-byte key"), seeds })
     }
 
     /// Encrypts `plain`: a fresh nonce, then the ciphertext and tag.
@@ -87,6 +96,17 @@ impl Vault {
             .expect("XChaCha20-Poly1305 encrypts any length we use");
         out.extend_from_slice(&sealed);
         out
+    }
+
+    /// A seed for `purpose` and `data` that only this master key draws, always the same for
+    /// the same data: what a node's routing is sealed from, so one routing has one encoding.
+    pub(crate) fn seed(&self, purpose: Purpose, data: &[u8]) -> Zeroizing<[u8; 32]> {
+        let mut seed = Zeroizing::new([0u8; 32]);
+        hkdf::Hkdf::<sha2::Sha256>::from_prk(self.seeds.as_ref())
+            .expect("a 32-byte key is a valid PRK")
+            .expand_multi_info(&[purpose.aad(), data], seed.as_mut())
+            .expect("32 bytes is a valid HKDF-SHA-256 output length");
+        seed
     }
 
     /// Decrypts what [`Vault::seal`] made for the same purpose.

@@ -765,6 +765,10 @@ window.HEARTH_STRINGS = {
     'err.bad_current': 'That is not your current password.',
     'err.bad_repeat': 'The two passwords differ.',
 
+    'err.bad_outbound': 'This outbound is not right: check its type, server (host:port), login and addresses.',
+    'err.bad_rule_set': 'There is no rule set of that name, or the name is not 1 to 64 letters, digits, \'-\' or \'_\'.',
+    'err.bad_routing_rules': 'These rules do not check: the message says the line and column.',
+    'err.in_use': 'This is still given to users or groups: give them another first.',
     'err.bad_slow_speed': 'Slowing down needs a speed above 0 (Mbit/s) to slow down to.',
 
     'audit.reason.bad_current': 'wrong current password',
@@ -1546,6 +1550,10 @@ window.HEARTH_STRINGS = {
     'audit.action.webhook.delete': 'Удалён вебхук',
     'err.bad_current': 'Это не ваш текущий пароль.',
     'err.bad_repeat': 'Пароли не совпадают.',
+    'err.bad_outbound': 'Выход указан неверно: проверьте тип, сервер (host:port), логин и адреса.',
+    'err.bad_rule_set': 'Набора правил с таким именем нет, или имя не из 1–64 латинских букв, цифр, «-» или «_».',
+    'err.bad_routing_rules': 'Правила не прошли проверку: в сообщении указаны строка и столбец.',
+    'err.in_use': 'Это ещё назначено пользователям или группам: сначала назначьте им другое.',
     'err.bad_slow_speed': 'Для «Замедлить» укажите скорость больше 0 (Мбит/с).',
 
     'audit.reason.bad_current': 'неверный текущий пароль',
@@ -2317,6 +2325,10 @@ window.HEARTH_STRINGS = {
     'audit.action.webhook.delete': 'یک وب‌هوک را حذف کرد',
     'err.bad_current': 'این رمز عبور فعلی شما نیست.',
     'err.bad_repeat': 'دو رمز عبور یکسان نیستند.',
+    'err.bad_outbound': 'این خروجی درست نیست: نوع، سرور (host:port)، ورود و نشانی‌ها را بررسی کنید.',
+    'err.bad_rule_set': 'مجموعه قاعده‌ای با این نام نیست، یا نام از ۱ تا ۶۴ حرف، رقم، «-» یا «_» نیست.',
+    'err.bad_routing_rules': 'این قاعده‌ها درست نیستند: پیام، سطر و ستون را می‌گوید.',
+    'err.in_use': 'این هنوز به کاربران یا گروه‌ها داده شده است: اول چیز دیگری به آن‌ها بدهید.',
     'err.bad_slow_speed': 'برای «کاهش سرعت»، سرعتی بیشتر از ۰ (مگابیت بر ثانیه) وارد کنید.',
 
     'audit.reason.bad_current': 'رمز فعلی اشتباه بود',
@@ -3083,6 +3095,10 @@ window.HEARTH_STRINGS = {
     'audit.action.webhook.delete': '删除了 webhook',
     'err.bad_current': '这不是你的当前密码。',
     'err.bad_repeat': '两次输入的密码不一致。',
+    'err.bad_outbound': '此出站设置有误：请检查类型、服务器（host:port）、登录信息和地址。',
+    'err.bad_rule_set': '没有该名称的规则集，或名称不是1到64个字母、数字、“-”或“_”。',
+    'err.bad_routing_rules': '这些规则未通过检查：消息中给出了行号和列号。',
+    'err.in_use': '仍有用户或分组在使用它：请先为他们改用其他的。',
     'err.bad_slow_speed': '选择“降速”时，须填写大于0的降速目标速度（Mbit/s）。',
 
     'audit.reason.bad_current': '当前密码错误',

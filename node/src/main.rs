@@ -16,6 +16,7 @@ mod identity;
 mod limit;
 mod masquerade;
 mod metrics;
+mod outbound;
 mod pin;
 mod server;
 mod state;

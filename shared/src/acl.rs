@@ -492,6 +492,16 @@ impl Outbound {
 /// [`MAX_OUTBOUNDS`]) and refuses a rule that would send UDP through an outbound that cannot
 /// carry it, saying which and how to fix it.
 pub fn check(text: &str, outbounds: &[Outbound]) -> Result<Vec<Rule>, AclError> {
+    check_with(text, outbounds, true)
+}
+
+/// [`check`], but a rule may name an outbound not among `outbounds` (a node reading a set
+/// control checked against the outbounds of every node; it refuses what such a rule matches).
+pub fn check_lenient(text: &str, outbounds: &[Outbound]) -> Result<Vec<Rule>, AclError> {
+    check_with(text, outbounds, false)
+}
+
+fn check_with(text: &str, outbounds: &[Outbound], names_known: bool) -> Result<Vec<Rule>, AclError> {
     if outbounds.len() > MAX_OUTBOUNDS {
         return Err(refuse(0, format!("more than {MAX_OUTBOUNDS} outbounds")));
     }
@@ -502,7 +512,7 @@ pub fn check(text: &str, outbounds: &[Outbound]) -> Result<Vec<Rule>, AclError> 
         }
     }
     let names: Vec<&str> = outbounds.iter().map(|outbound| outbound.name.as_str()).collect();
-    let rules = parse(text, &names)?;
+    let rules = parse_with(text, names_known.then_some(names.as_slice()))?;
     for rule in &rules {
         let through = outbounds.iter().find(|outbound| outbound.name.eq_ignore_ascii_case(&rule.outbound));
         if let Some(outbound) = through

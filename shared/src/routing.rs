@@ -24,6 +24,8 @@ pub const MAX_SET_NAME: usize = 64;
 /// One named rule set, as the owner wrote it.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub struct RuleSet {
+    /// Its id, from 1: what a user's entry names it by.
+    pub id: u16,
     /// Its name.
     pub name: String,
     /// The rules, in the official Hysteria 2 server's ACL syntax ([`acl`]).
@@ -35,7 +37,7 @@ pub struct RuleSet {
 pub struct Routing {
     /// The outbounds defined for the node.
     pub outbounds: Vec<Outbound>,
-    /// The rule sets its users are given: a user's entry names one by its number, from 1.
+    /// The rule sets its users are given: a user's entry names one by its id.
     pub sets: Vec<RuleSet>,
 }
 
@@ -68,8 +70,9 @@ pub fn check_set_name(name: &str) -> Result<(), String> {
 
 impl Routing {
     /// Checks everything a node will read: the outbounds (as [`acl::check`] does), at most
-    /// [`MAX_SETS`] sets with distinct good names, and every set's rules, which may name only
-    /// the built-in outbounds and these.
+    /// [`MAX_SETS`] sets with distinct ids (from 1) and good names, and every set's rules. A
+    /// rule may name an outbound the node was not given (the owner defined it for other
+    /// nodes): the node refuses what it matches. No rule sends UDP through an HTTP proxy.
     pub fn check(&self) -> Result<(), RoutingError> {
         let whole = |problem: String| RoutingError::Rules {
             set: String::new(),
@@ -81,13 +84,18 @@ impl Routing {
         acl::check("", &self.outbounds).map_err(|error| RoutingError::Rules { set: String::new(), error })?;
         for (i, set) in self.sets.iter().enumerate() {
             check_set_name(&set.name).map_err(whole)?;
-            if self.sets[..i].iter().any(|other| other.name == set.name) {
-                return Err(whole(format!("two rule sets are named {}", set.name)));
+            if self.sets[..i].iter().any(|other| other.name == set.name || other.id == set.id) || set.id == 0 {
+                return Err(whole(format!("rule set {} has a name or id of another, or id 0", set.name)));
             }
-            acl::check(&set.text, &self.outbounds)
+            acl::check_lenient(&set.text, &self.outbounds)
                 .map_err(|error| RoutingError::Rules { set: set.name.clone(), error })?;
         }
         Ok(())
+    }
+
+    /// The rule set of that id.
+    pub fn set(&self, id: u16) -> Option<&RuleSet> {
+        self.sets.iter().find(|set| set.id == id)
     }
 
     /// Whether there is nothing to route by.
@@ -129,7 +137,11 @@ mod tests {
                     login: Some(Login { username: "u".into(), password: "hunter2-secret".into() }),
                 },
             }],
-            sets: vec![RuleSet { name: "streaming".into(), text: "warp(suffix:netflix.com)\ndirect(all)".into() }],
+            sets: vec![RuleSet {
+                id: 1,
+                name: "streaming".into(),
+                text: "warp(suffix:netflix.com)\ndirect(all)".into(),
+            }],
         }
     }
 
@@ -159,13 +171,17 @@ mod tests {
     fn a_routing_that_would_not_check_is_refused_when_opened() {
         let node = SecretKey::from_seed(Role::Node, &[3; 32]);
         let mut bad = sample();
-        bad.sets[0].text = "nowhere(all)".into();
+        bad.sets[0].text = "direct(all)\n  warp(all, udp".into();
         let sealed = seal(&bad, &node.public(), &[1; 32]).unwrap();
         let Err(RoutingError::Rules { set, error }) = open(&sealed, &node) else { panic!("accepted") };
-        assert_eq!((set.as_str(), error.line, error.column), ("streaming", 1, 1));
+        assert_eq!((set.as_str(), error.line, error.column), ("streaming", 2, 3));
+        // An outbound defined for other nodes only: the node reads the set.
+        let mut elsewhere = sample();
+        elsewhere.sets[0].text = "home(all)".into();
+        assert!(elsewhere.check().is_ok());
         let mut twice = sample();
         twice.sets.push(twice.sets[0].clone());
-        assert!(twice.check().unwrap_err().to_string().contains("two rule sets"));
+        assert!(twice.check().unwrap_err().to_string().contains("of another"));
         assert!(check_set_name("ok-name_1").is_ok());
         for name in ["", "has space", "ü", &"x".repeat(MAX_SET_NAME + 1)] {
             assert!(check_set_name(name).is_err(), "{name}");

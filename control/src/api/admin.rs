@@ -30,6 +30,7 @@ mod edges;
 mod nodes;
 mod overview;
 mod passkeys;
+mod routing;
 mod settings;
 mod telegram;
 mod users;
@@ -149,6 +150,7 @@ impl Bounded for UserInput {
         bytes("reset", opt(&self.reset), 16)?;
         bytes("on_quota", opt(&self.on_quota), 16)?;
         bytes("note", opt(&self.note), MAX_NOTE)?;
+        bytes("rule_set", opt(&self.rule_set), hearth_shared::routing::MAX_SET_NAME)?;
         list("groups", self.groups.as_deref().unwrap_or_default(), MAX_GROUPS, MAX_NAME)
     }
 }
@@ -171,8 +173,18 @@ impl Bounded for GroupInput {
     fn check_bounds(&self) -> Result<(), Error> {
         chars("name", opt(&self.name), MAX_NAME)?;
         bytes("note", opt(&self.note), MAX_TEXT)?;
-        bytes("on_quota", opt(&self.on_quota), 16)
+        bytes("on_quota", opt(&self.on_quota), 16)?;
+        bytes("rule_set", opt(&self.rule_set), hearth_shared::routing::MAX_SET_NAME)
     }
+}
+
+/// Whether a request that gives a rule set comes from the owner: who is routed where is the
+/// owner's alone to say (refused before the input is looked at further).
+fn rule_set_by_owner(auth: &Auth, rule_set: &Option<String>) -> Result<(), Response> {
+    if rule_set.is_some() {
+        auth.need_owner()?;
+    }
+    Ok(())
 }
 
 fn ok(value: serde_json::Value) -> Reply {
@@ -237,6 +249,11 @@ pub(super) fn router() -> Router<Arc<App>> {
         .route("/api/passkeys/{id}", delete(passkeys::remove_passkey))
         .route("/api/audit", get(audit))
         .route("/api/settings", get(get_settings).patch(update_settings))
+        .route("/api/routing", get(routing::get_routing))
+        .route("/api/outbounds", post(routing::add_outbound))
+        .route("/api/outbounds/{id}", axum::routing::patch(routing::update_outbound).delete(routing::remove_outbound))
+        .route("/api/rule-sets", post(routing::add_rule_set).layer(DefaultBodyLimit::max(routing::RULES_BODY)))
+        .route("/api/rule-sets/{id}", routing::one_rule_set().layer(DefaultBodyLimit::max(routing::RULES_BODY)))
         .route("/api/edges", get(edges::list_edges).post(edges::add_edge))
         .route("/api/edges/{id}", axum::routing::patch(edges::update_edge).delete(edges::remove_edge))
         .route("/api/events", get(webhooks::list_events))

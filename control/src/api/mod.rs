@@ -111,6 +111,16 @@ impl IntoResponse for Error {
                 let body = serde_json::json!({ "error": { "code": code, "message": message, "names": names } });
                 return (status, axum::Json(body)).into_response();
             }
+            Error::Rules { set, error } => {
+                let body = serde_json::json!({ "error": {
+                    "code": "bad_routing_rules",
+                    "message": self.to_string(),
+                    "rule_set": set,
+                    "line": error.line,
+                    "column": error.column,
+                } });
+                return (StatusCode::BAD_REQUEST, axum::Json(body)).into_response();
+            }
             Error::TooMany(_) => (StatusCode::TOO_MANY_REQUESTS, "too_many", self.to_string()),
             Error::Db(_) | Error::Internal(_) => {
                 tracing::error!(error = %self, "request failed");

@@ -18,6 +18,7 @@ mod edits;
 mod identity;
 mod releases;
 mod roles;
+mod routing;
 mod spans;
 
 struct Client {
@@ -1810,7 +1811,7 @@ async fn the_described_bounds_are_the_ones_checked() {
             }
         }
     }
-    assert_eq!(checked, 34, "every bounded field of the three was tried");
+    assert_eq!(checked, 38, "every bounded field of the three was tried");
 }
 
 /// The anonymous budget of an IPv6 address is its /64's: one host holds a /64, and its

@@ -17,6 +17,7 @@ pub(crate) mod hwid;
 pub(crate) mod identity;
 pub(crate) mod nodes;
 pub(crate) mod passkeys;
+pub(crate) mod routing;
 pub(crate) mod telegram;
 pub(crate) mod usage;
 mod user_edit;
@@ -103,6 +104,7 @@ const MIGRATIONS: &[&str] = &[
     // An import asks of each user whether its password is another's: without an index that
     // read every user, for every user.
     "CREATE INDEX users_credential ON users (credential_hash);",
+    include_str!("routing.sql"),
 ];
 
 /// Runs `f` on the blocking pool, in the caller's span and with the caller's log subscriber:

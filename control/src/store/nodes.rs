@@ -1021,6 +1021,9 @@ pub(crate) struct GroupView {
     pub(crate) block_torrent: bool,
     /// Its nodes refuse its users connections to port 25 (the abuse guard).
     pub(crate) block_smtp: bool,
+    /// The rule set its users' traffic is routed by, unless their own or a newer group's
+    /// says otherwise (`null`: none).
+    pub(crate) rule_set: Option<String>,
 }
 
 /// A group's default speed limit, Mbit/s each way (0: none).
@@ -1051,12 +1054,15 @@ pub(crate) struct GroupInput {
     pub(crate) block_torrent: Option<bool>,
     /// Its nodes refuse its users connections to port 25.
     pub(crate) block_smtp: Option<bool>,
+    /// The rule set (by name) its users are routed by (empty: none); the owner's to set.
+    pub(crate) rule_set: Option<String>,
 }
 
 const GROUP_COLUMNS: &str = "g.id, g.name, g.note,
     (SELECT count(*) FROM user_groups ug WHERE ug.group_id = g.id),
     (SELECT count(*) FROM node_groups ng WHERE ng.group_id = g.id),
-    g.speed_up, g.speed_down, g.on_quota, g.slow_kbps, g.device_limit, g.block_torrent, g.block_smtp";
+    g.speed_up, g.speed_down, g.on_quota, g.slow_kbps, g.device_limit, g.block_torrent, g.block_smtp,
+    (SELECT r.name FROM rule_sets r WHERE r.id = g.rule_set_id)";
 
 fn group_of(row: &rusqlite::Row<'_>) -> rusqlite::Result<GroupView> {
     Ok(GroupView {
@@ -1071,6 +1077,7 @@ fn group_of(row: &rusqlite::Row<'_>) -> rusqlite::Result<GroupView> {
         device_limit: row.get(9)?,
         block_torrent: row.get(10)?,
         block_smtp: row.get(11)?,
+        rule_set: row.get(12)?,
     })
 }
 
@@ -1131,12 +1138,17 @@ fn set_group_speed(conn: &Connection, id: i64, input: &GroupInput) -> Result<boo
     if let Some(block) = input.block_smtp {
         conn.execute("UPDATE groups SET block_smtp = ?2 WHERE id = ?1", params![id, block])?;
     }
+    if let Some(name) = &input.rule_set {
+        let set = crate::store::routing::named(conn, name)?;
+        conn.execute("UPDATE groups SET rule_set_id = ?2 WHERE id = ?1", params![id, set])?;
+    }
     Ok(input.speed_limit.is_some()
         || input.on_quota.is_some()
         || input.slow_speed.is_some()
         || input.device_limit.is_some()
         || input.block_torrent.is_some()
-        || input.block_smtp.is_some())
+        || input.block_smtp.is_some()
+        || input.rule_set.is_some())
 }
 
 /// The group's users and nodes must be published again (its defaults changed, or it is

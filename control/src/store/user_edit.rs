@@ -205,6 +205,22 @@ pub(crate) fn update(
             edit.shown("device_limit", shown(was.device_limit), shown(stored));
         }
     }
+    if let Some(name) = &input.rule_set {
+        let set = super::routing::named(conn, name)?;
+        let had: Option<u16> = conn.query_row("SELECT rule_set_id FROM users WHERE id = ?1", [id], |row| row.get(0))?;
+        if set != had {
+            conn.execute("UPDATE users SET rule_set_id = ?2 WHERE id = ?1", params![id, set])?;
+            let name = |set: Option<u16>| -> Result<Value, Error> {
+                Ok(match set {
+                    None => json!("group"),
+                    Some(set) => json!(
+                        conn.query_row("SELECT name FROM rule_sets WHERE id = ?1", [set], |r| r.get::<_, String>(0))?
+                    ),
+                })
+            };
+            edit.shown("rule_set", name(had)?, name(set)?);
+        }
+    }
     if let Some(groups) = &input.groups {
         let mut ids = group_ids(conn, groups)?;
         ids.sort_unstable();

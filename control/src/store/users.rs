@@ -53,6 +53,9 @@ pub(crate) struct UserInput {
     /// How many devices may be connected at once over all nodes: a number (0: no limit) or
     /// `"group"` (its groups' default; what a new user takes).
     pub(crate) device_limit: Option<DeviceLimit>,
+    /// The rule set (by name) the user's traffic is routed by on every node (empty: its
+    /// groups'; the owner's alone to set).
+    pub(crate) rule_set: Option<String>,
     /// Whose names a new user's must differ from: a reseller's own (their id), or everyone
     /// else's (0). Set by control for a reseller's new users, never from a request.
     #[serde(skip)]
@@ -188,6 +191,11 @@ pub(crate) struct UserView {
     pub(crate) devices: DevicesView,
     /// The user's own Telegram chat, which the bot tells of its quota and expiry.
     pub(crate) telegram_id: Option<i64>,
+    /// The user's own rule set (`null`: its groups').
+    pub(crate) rule_set: Option<String>,
+    /// The rule set its traffic is routed by: its own, else that of its newest group with
+    /// one (`null`: none, straight out).
+    pub(crate) routed_by: Option<String>,
 }
 
 /// A user's devices on the nodes, from their last reports.
@@ -260,7 +268,11 @@ const VIEW_COLUMNS: &str = concat!(
     (SELECT coalesce(sum(p.devices), 0) || ',' || coalesce(sum(p.connections), 0) || ',' ||
             coalesce(group_concat(n.name, char(31)), '')
      FROM presence p JOIN nodes n ON n.id = p.node_id WHERE p.user_id = u.id),
-    u.refused_devices, u.devices_refused_at, u.refused_torrent, u.refused_smtp, u.raw_up, u.raw_down, u.telegram_id"
+    u.refused_devices, u.devices_refused_at, u.refused_torrent, u.refused_smtp, u.raw_up, u.raw_down, u.telegram_id,
+    (SELECT r.name FROM rule_sets r WHERE r.id = u.rule_set_id),
+    (SELECT r.name FROM rule_sets r WHERE r.id = coalesce(u.rule_set_id,
+        (SELECT g.rule_set_id FROM user_groups ug JOIN groups g ON g.id = ug.group_id
+         WHERE ug.user_id = u.id AND g.rule_set_id IS NOT NULL ORDER BY g.id DESC LIMIT 1)))"
 );
 
 fn view_of(row: &rusqlite::Row<'_>) -> rusqlite::Result<UserView> {
@@ -292,6 +304,8 @@ fn view_of(row: &rusqlite::Row<'_>) -> rusqlite::Result<UserView> {
         slow_speed: Mbps(row.get(19)?),
         device_limit: row.get(20)?,
         telegram_id: row.get(29)?,
+        rule_set: row.get(30)?,
+        routed_by: row.get(31)?,
         devices: {
             let present: String = row.get(22)?;
             let mut parts = present.splitn(3, ',');
@@ -360,6 +374,7 @@ struct NewUser {
     on_quota: Option<&'static str>,
     slow: Mbps,
     devices: Option<u32>,
+    rule_set: Option<u16>,
 }
 
 /// A slowed user (or group) needs a rate to be slowed to.
@@ -393,6 +408,7 @@ fn resolve_new(conn: &Connection, input: &UserInput, now: u64) -> Result<NewUser
         on_quota: input.on_quota.as_deref().map(parse_on_quota).transpose()?.flatten(),
         slow: input.slow_speed.unwrap_or_default(),
         devices: input.device_limit.and_then(DeviceLimit::stored),
+        rule_set: input.rule_set.as_deref().map(|name| super::routing::named(conn, name)).transpose()?.flatten(),
     })
     .and_then(|new| check_slow(new.on_quota, new.slow).map(|()| new))
 }
@@ -484,8 +500,8 @@ fn insert_with(
     conn.prepare_cached(
         "INSERT INTO users (name, token_hash, token_enc, credential_enc, credential_hash, quota, reset, next_reset,
                             expires_at, duration_secs, enabled, note, created, updated,
-                            speed_up, speed_down, on_quota, slow_kbps, device_limit, tenant)
-         VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?13, ?14, ?15, ?16, ?17, ?18, ?19)",
+                            speed_up, speed_down, on_quota, slow_kbps, device_limit, tenant, rule_set_id)
+         VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?13, ?14, ?15, ?16, ?17, ?18, ?19, ?20)",
     )?
     .execute(params![
         name,
@@ -507,6 +523,7 @@ fn insert_with(
         new.slow.0,
         new.devices,
         new.tenant,
+        new.rule_set,
     ])
     .map_err(|e| Error::from(e).unique(&format!("a user named {name:?}")))?;
     let id: UserId = conn.last_insert_rowid().try_into().expect("row ids are positive");

@@ -181,6 +181,7 @@ pub(super) async fn list_groups(State(app): State<Arc<App>>, auth: Auth) -> Repl
 }
 
 pub(super) async fn create_group(State(app): State<Arc<App>>, auth: Auth, Input(input): Input<GroupInput>) -> Reply {
+    super::rule_set_by_owner(&auth, &input.rule_set)?;
     let group =
         change(&app, &auth, Scope::Operate, move |tx, _, actor, now| node_store::create_group(tx, actor, &input, now))
             .await?;
@@ -193,6 +194,7 @@ pub(super) async fn update_group(
     Path(id): Path<i64>,
     Input(input): Input<GroupInput>,
 ) -> Reply {
+    super::rule_set_by_owner(&auth, &input.rule_set)?;
     let group = change(&app, &auth, Scope::Operate, move |tx, app, actor, now| {
         crate::nodes::update_group(tx, &app.signer, actor, id, &input, now)
     })

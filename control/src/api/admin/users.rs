@@ -119,6 +119,7 @@ fn mark_created(auth: &Auth, conn: &rusqlite::Connection, ids: impl IntoIterator
 }
 
 pub(super) async fn create_user(State(app): State<Arc<App>>, auth: Auth, Input(input): Input<UserInput>) -> Reply {
+    super::rule_set_by_owner(&auth, &input.rule_set)?;
     let who = Auth(auth.0.clone());
     let (user, token) = change_users(&app, &auth, None, move |tx, app, actor, now| {
         let input = for_creator(&who, input, tx)?;
@@ -146,6 +147,7 @@ impl Bounded for BulkRequest {
 }
 
 pub(super) async fn bulk_create(State(app): State<Arc<App>>, auth: Auth, Input(req): Input<BulkRequest>) -> Reply {
+    super::rule_set_by_owner(&auth, &req.settings.rule_set)?;
     let who = Auth(auth.0.clone());
     let created = change_users(&app, &auth, None, move |tx, app, actor, now| {
         let settings = for_creator(&who, req.settings, tx)?;
@@ -191,6 +193,7 @@ pub(super) async fn update_user(
     Path(id): Path<u64>,
     Input(input): Input<UserInput>,
 ) -> Reply {
+    super::rule_set_by_owner(&auth, &input.rule_set)?;
     change_user(app, &auth, id, move |c, app, actor, now| crate::users::update(c, &app.signer, actor, id, &input, now))
         .await
 }

@@ -19,7 +19,7 @@ impl Client {
     }
 
     /// Another client on the same control, signed in as `login`.
-    async fn as_admin(&self, login: &str) -> Client {
+    pub(super) async fn as_admin(&self, login: &str) -> Client {
         let answer = self.post("/login", json!({ "login": login, "password": PASSWORD })).await;
         assert_eq!(answer.status, StatusCode::OK, "{login}: {}", String::from_utf8_lossy(&answer.body));
         Client { control: self.control.clone(), cookie: Some(cookie_of(&answer.headers)), bearer: None }
