@@ -399,6 +399,7 @@ impl Agent {
             Some(touched) => self.live.apply_touched(&set, touched),
             None => self.live.apply(&set),
         };
+        self.live.route_by(set.routing(), &self.key, &self.settings.geo_files());
         self.take_edges(&set);
         *self.held.lock().expect("held lock") = Some(verified.state());
         *self.basis.lock().expect("basis lock") = Some(basis);

@@ -18,6 +18,7 @@ mod masquerade;
 mod metrics;
 mod outbound;
 mod pin;
+mod route;
 mod server;
 mod state;
 mod supervise;
@@ -212,6 +213,9 @@ fn serve(dir: &Path) -> Result<i32> {
             live.expires.store(last.expires, std::sync::atomic::Ordering::Relaxed);
             let started = std::time::Instant::now();
             live.apply(&last.set);
+            if last.set.routing().is_some() {
+                live.route_by(last.set.routing(), &state.key()?, &settings.geo_files());
+            }
             edges = last.set.edges().to_vec();
             let micros = started.elapsed().as_micros() as u64;
             held = Some(last.held);

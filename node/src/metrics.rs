@@ -48,11 +48,38 @@ fn render(sources: &Sources) -> String {
     let _ = writeln!(
         out,
         "# HELP hearth_node_refused_total Connections and packets refused users: over their device allowance \
-         (or dropped for a new device), BitTorrent and port 25 (the abuse guard).\n\
+         (or dropped for a new device), BitTorrent and port 25 (the abuse guard), and what the routing \
+         rules refused.\n\
          # TYPE hearth_node_refused_total counter"
     );
-    for (reason, count) in [("devices", &refusals.devices), ("torrent", &refusals.torrent), ("smtp", &refusals.smtp)] {
+    let reasons = [
+        ("devices", &refusals.devices),
+        ("torrent", &refusals.torrent),
+        ("smtp", &refusals.smtp),
+        ("routing", &refusals.routing),
+    ];
+    for (reason, count) in reasons {
         let _ = writeln!(out, "hearth_node_refused_total{{reason=\"{reason}\"}} {}", count.load(Ordering::Relaxed));
+    }
+    let routes = live.routes();
+    let mut carried: Vec<(&str, &crate::route::Carried)> = routes.carried().collect();
+    if !carried.is_empty() {
+        carried.sort_by_key(|(name, _)| *name);
+        let _ = writeln!(
+            out,
+            "# HELP hearth_node_outbound_bytes_total Bytes carried through each of the owner's outbounds, \
+             every user's together (each user's own traffic is counted whatever carried it).\n\
+             # TYPE hearth_node_outbound_bytes_total counter"
+        );
+        for (name, bytes) in carried {
+            for (direction, count) in [("up", &bytes.up), ("down", &bytes.down)] {
+                let _ = writeln!(
+                    out,
+                    "hearth_node_outbound_bytes_total{{outbound=\"{name}\",direction=\"{direction}\"}} {}",
+                    count.load(Ordering::Relaxed)
+                );
+            }
+        }
     }
     let mut metric = |name: &str, kind: &str, help: &str, value: u64| {
         let _ = writeln!(out, "# HELP {name} {help}\n# TYPE {name} {kind}\n{name} {value}");

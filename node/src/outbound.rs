@@ -8,9 +8,6 @@
 //! step waits at most the timeout it is given, and errors say which step failed, never
 //! holding a password.
 
-// Used by server.rs's routing (issue 50).
-#![allow(dead_code)]
-
 use std::io;
 use std::net::{IpAddr, Ipv4Addr, Ipv6Addr, SocketAddr};
 use std::time::Duration;
@@ -510,6 +507,7 @@ impl SocksUdp {
     }
 
     /// The proxy's relay, where datagrams go.
+    #[cfg(test)]
     pub(crate) fn relay(&self) -> SocketAddr {
         self.relay
     }

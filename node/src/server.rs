@@ -19,6 +19,7 @@ use std::sync::atomic::Ordering;
 use std::time::Duration;
 
 use bytes::Bytes;
+use hearth_shared::acl::{IpMode, OutboundKind};
 use hearth_shared::sha256;
 use http::{Method, Response, StatusCode};
 use tokio::io::{AsyncReadExt as _, AsyncWriteExt as _};
@@ -26,6 +27,7 @@ use tokio::net::{TcpStream, UdpSocket};
 use tokio::sync::Mutex;
 
 use crate::proto::{self, Reassembly, UdpMessage};
+use crate::route::{self, Carried, Decision, Routes};
 use crate::table::{Counter, Live};
 
 /// How long a client has to authenticate.
@@ -408,16 +410,19 @@ async fn pump_up(
     mut to: tokio::net::tcp::OwnedWriteHalf,
     counter: &Counter,
     first: bytes::Bytes,
+    carried: Option<&Carried>,
 ) -> std::io::Result<()> {
     if !first.is_empty() {
         counter.pace_up.wait(first.len()).await;
         to.write_all(&first).await?;
         counter.up.fetch_add(first.len() as u64, Ordering::Relaxed);
+        route::count(carried, first.len() as u64, 0);
     }
     while let Some(chunk) = from.read_chunk(RELAY_BUFFER, true).await.map_err(std::io::Error::from)? {
         counter.pace_up.wait(chunk.bytes.len()).await;
         to.write_all(&chunk.bytes).await?;
         counter.up.fetch_add(chunk.bytes.len() as u64, Ordering::Relaxed);
+        route::count(carried, chunk.bytes.len() as u64, 0);
     }
     to.shutdown().await
 }
@@ -428,7 +433,16 @@ async fn pump_down(
     mut from: tokio::net::tcp::OwnedReadHalf,
     mut to: quinn::SendStream,
     counter: &Counter,
+    first: bytes::Bytes,
+    carried: Option<&Carried>,
 ) -> std::io::Result<()> {
+    if !first.is_empty() {
+        counter.pace_down.wait(first.len()).await;
+        let n = first.len() as u64;
+        to.write_chunk(first).await.map_err(std::io::Error::from)?;
+        counter.down.fetch_add(n, Ordering::Relaxed);
+        route::count(carried, 0, n);
+    }
     let mut buf = bytes::BytesMut::new();
     loop {
         buf.reserve(RELAY_BUFFER);
@@ -440,6 +454,101 @@ async fn pump_down(
         counter.pace_down.wait(n).await;
         to.write_chunk(buf.split().freeze()).await.map_err(std::io::Error::from)?;
         counter.down.fetch_add(n as u64, Ordering::Relaxed);
+        route::count(carried, 0, n as u64);
+    }
+}
+
+/// A TCP stream to `address` for a user routed by rule set `set`: the target, the bytes an
+/// HTTP proxy sent past its answer, and what the outbound carried (for metrics). Refused
+/// as the rules say, and wherever the address it would reach is refused by the safety
+/// policy, whichever outbound carries it.
+async fn routed_tcp(
+    address: &str,
+    options: &Options,
+    set: u16,
+    routes: &Routes,
+) -> Result<(TcpStream, Bytes, Option<Arc<Carried>>), String> {
+    let (domain, ips, port) = lookup(address).await?;
+    let request = route::request(domain.as_deref(), &ips, hearth_shared::acl::Proto::Tcp, port);
+    let (outbound, hijack) = match routes.decide(set, &request) {
+        Decision::Reject(why) => {
+            tracing::debug!(why, "TCP request refused by routing");
+            return Err(route::REJECTED.to_owned());
+        }
+        Decision::Out { outbound, hijack } => (outbound, hijack),
+    };
+    let addrs = checked(address, hijack.map_or(ips, |ip| vec![ip]), port, options)?;
+    let kind = outbound.as_ref().map_or(&DIRECT, |o| &o.kind);
+    // A proxy is sent the name (it resolves it near itself) unless the rule hijacks the
+    // connection, or the proxy is on the node's own network: there a name could resolve,
+    // for the proxy, to the node's own addresses the policy refuses.
+    let name = match (hijack, domain.as_deref(), kind) {
+        (None, Some(name), OutboundKind::Socks5 { server, .. } | OutboundKind::Http { server, .. }) => {
+            (!proxy_is_local(server).await).then_some(name)
+        }
+        _ => None,
+    };
+    let target = crate::outbound::Target { domain: name, addrs: &addrs, port };
+    let (stream, early) = crate::outbound::connect_tcp(kind, &target, CONNECT_TIMEOUT)
+        .await
+        .map_err(|e| format!("connecting to {address}: {e}"))?;
+    Ok((stream, early, outbound.map(|o| o.carried.clone())))
+}
+
+/// The built-in `direct` outbound.
+static DIRECT: OutboundKind =
+    OutboundKind::Direct { mode: IpMode::Auto, interface: None, source_v4: None, source_v6: None };
+
+/// The name (lower case, if the client gave one), every address it resolves to, and the port
+/// of `host:port`.
+async fn lookup(address: &str) -> Result<(Option<String>, Vec<IpAddr>, u16), String> {
+    let (host, port) = route::host_of(address).ok_or_else(|| format!("not a host and port: {address}"))?;
+    if let Ok(ip) = host.parse::<IpAddr>() {
+        return Ok((None, vec![ip.to_canonical()], port));
+    }
+    let ips: Vec<IpAddr> = tokio::net::lookup_host((host, port))
+        .await
+        .map_err(|e| format!("cannot resolve {address}: {e}"))?
+        .map(|addr| addr.ip().to_canonical())
+        .take(16)
+        .collect();
+    if ips.is_empty() {
+        return Err(format!("{address} has no address"));
+    }
+    Ok((Some(host.to_ascii_lowercase()), ips, port))
+}
+
+/// The addresses of `ips` the safety policy lets a connection reach, with `port`; refused
+/// (saying why) when it lets none.
+fn checked(address: &str, ips: Vec<IpAddr>, port: u16, options: &Options) -> Result<Vec<SocketAddr>, String> {
+    let mut why = None;
+    let addrs: Vec<SocketAddr> = ips
+        .into_iter()
+        .filter(|ip| match refused(*ip, options) {
+            Some(reason) => {
+                why = Some(reason);
+                false
+            }
+            None => true,
+        })
+        .map(|ip| SocketAddr::new(ip, port))
+        .collect();
+    if addrs.is_empty() {
+        return Err(format!("{address} is {}", why.unwrap_or("without an address")));
+    }
+    Ok(addrs)
+}
+
+/// Whether a proxy's `host:port` is on the node's own network (loopback, private and the
+/// like), where it would reach what the safety policy refuses.
+async fn proxy_is_local(server: &str) -> bool {
+    match route::host_of(server) {
+        Some((host, _)) if host.parse::<IpAddr>().is_ok() => is_internal(host.parse().expect("checked")),
+        Some((host, port)) => match tokio::net::lookup_host((host, port)).await {
+            Ok(mut addrs) => addrs.any(|addr| is_internal(addr.ip())),
+            Err(_) => true,
+        },
+        None => true,
     }
 }
 
@@ -459,16 +568,24 @@ async fn tcp_relay(
         let _ = send.finish();
         anyhow::bail!(message);
     }
-    let target = match resolve(&address, &options).await {
-        Ok(addr) => tokio::time::timeout(CONNECT_TIMEOUT, TcpStream::connect(addr))
-            .await
-            .map_err(|_| format!("connecting to {address} timed out"))
-            .and_then(|r| r.map_err(|e| format!("connecting to {address}: {e}"))),
-        Err(e) => Err(e),
+    let target = match counter.rules() {
+        // No rule set: straight out, as before routing existed.
+        0 => match resolve(&address, &options).await {
+            Ok(addr) => tokio::time::timeout(CONNECT_TIMEOUT, TcpStream::connect(addr))
+                .await
+                .map_err(|_| format!("connecting to {address} timed out"))
+                .and_then(|r| r.map_err(|e| format!("connecting to {address}: {e}")))
+                .map(|stream| (stream, Bytes::new(), None)),
+            Err(e) => Err(e),
+        },
+        set => routed_tcp(&address, &options, set, &live.routes()).await,
     };
-    let target = match target {
+    let (target, early, carried) = match target {
         Ok(target) => target,
         Err(message) => {
+            if message == route::REJECTED {
+                live.refusals.routing.fetch_add(1, Ordering::Relaxed);
+            }
             send.write_all(&proto::tcp_response(false, &message)).await?;
             let _ = send.finish();
             anyhow::bail!(message);
@@ -479,7 +596,7 @@ async fn tcp_relay(
     let (target_read, target_write) = target.into_split();
     // Target to client from the start: a server that speaks first (mail, FTP, databases)
     // is heard while the guard waits for the client's first bytes.
-    let down = pump_down(target_read, send, &counter);
+    let down = pump_down(target_read, send, &counter, early, carried.as_deref());
     // The guard reads what the client sends first before the target gets any of it (a
     // client may send it before the answer above, or after); BitTorrent ends both ways.
     let up = async {
@@ -489,7 +606,7 @@ async fn tcp_relay(
             let _ = recv.stop(0u32.into());
             return Err(std::io::Error::new(std::io::ErrorKind::PermissionDenied, "BitTorrent refused"));
         };
-        pump_up(recv, target_write, &counter, first).await
+        pump_up(recv, target_write, &counter, first, carried.as_deref()).await
     };
     tokio::pin!(up, down);
     let (up, down) = tokio::select! {
@@ -508,13 +625,87 @@ struct Session {
     socket: Arc<UdpSocket>,
     reassembly: Reassembly,
     task: tokio::task::JoinHandle<()>,
+    /// The session's ways out through the owner's outbounds (routed users), by name.
+    outs: HashMap<String, Out>,
 }
 
-/// Relays a connection's UDP: one outbound socket per client session, closed after
-/// [`UDP_IDLE`] without traffic.
+impl Drop for Session {
+    fn drop(&mut self) {
+        self.task.abort();
+        for out in self.outs.values() {
+            out.task.abort();
+        }
+    }
+}
+
+/// A session's way out through one outbound, and the task that relays its answers back.
+struct Out {
+    back: Back,
+    task: tokio::task::JoinHandle<()>,
+}
+
+/// Where a session's answers come from.
+#[derive(Clone)]
+enum Back {
+    /// A UDP socket (direct).
+    Socket(Arc<UdpSocket>),
+    /// A SOCKS5 proxy's UDP association.
+    Socks(Arc<crate::outbound::SocksUdp>),
+}
+
+impl Back {
+    async fn recv(&self, buf: &mut [u8]) -> std::io::Result<(usize, SocketAddr)> {
+        match self {
+            Back::Socket(socket) => socket.recv_from(buf).await,
+            Back::Socks(socks) => tokio::select! {
+                received = socks.recv_from(buf) => received,
+                () = socks.closed() => Err(std::io::Error::other("the SOCKS5 proxy ended the association")),
+            },
+        }
+    }
+}
+
+/// Where a routed user's datagrams for one destination go.
+#[derive(Clone)]
+enum UdpWay {
+    /// Out of the session's own socket, to this address.
+    Plain(SocketAddr),
+    /// Through an outbound of the owner's, to these addresses (checked by the safety
+    /// policy) or, for a proxy, by this name.
+    Out { via: Arc<route::Outbound>, addrs: Vec<SocketAddr>, name: Option<String>, port: u16 },
+    /// Refused by the rules.
+    Refused,
+}
+
+/// How a routed user's datagrams for `address` leave, by rule set `set`.
+async fn routed_udp(address: &str, options: &Options, set: u16, routes: &Routes) -> Result<UdpWay, String> {
+    let (domain, ips, port) = lookup(address).await?;
+    let request = route::request(domain.as_deref(), &ips, hearth_shared::acl::Proto::Udp, port);
+    let (outbound, hijack) = match routes.decide(set, &request) {
+        Decision::Reject(why) => {
+            tracing::debug!(why, "UDP destination refused by routing");
+            return Ok(UdpWay::Refused);
+        }
+        Decision::Out { outbound, hijack } => (outbound, hijack),
+    };
+    let addrs = checked(address, hijack.map_or(ips, |ip| vec![ip]), port, options)?;
+    let Some(via) = outbound else { return Ok(UdpWay::Plain(addrs[0])) };
+    let name = match (hijack, domain, &via.kind) {
+        (None, Some(name), OutboundKind::Socks5 { server, .. }) => (!proxy_is_local(server).await).then_some(name),
+        (_, _, OutboundKind::Http { .. }) => return Ok(UdpWay::Refused),
+        _ => None,
+    };
+    Ok(UdpWay::Out { via, addrs, name, port })
+}
+
+/// Relays a connection's UDP: one outbound socket per client session (and, for a routed
+/// user, one way out per outbound the session uses), closed after [`UDP_IDLE`] without
+/// traffic.
 async fn udp_relay(connection: quinn::Connection, counter: Arc<Counter>, live: Arc<Live>, options: Options) {
     let sessions: Arc<Mutex<HashMap<u32, Session>>> = Arc::default();
     let mut resolved: HashMap<String, SocketAddr> = HashMap::new();
+    // A routed user's ways, by destination, with the rule set and routing they were found by.
+    let mut routed: HashMap<String, (u16, usize, UdpWay)> = HashMap::new();
     // The guard's judgement of each session's destinations (true: BitTorrent), from the
     // first datagram the client sent there.
     let mut judged: HashMap<(u32, SocketAddr), bool> = HashMap::new();
@@ -529,46 +720,65 @@ async fn udp_relay(connection: quinn::Connection, counter: Arc<Counter>, live: A
             let bind: SocketAddr = if options.allow_private { "0.0.0.0:0" } else { "[::]:0" }.parse().expect("address");
             let Ok(socket) = UdpSocket::bind(bind).await.or(UdpSocket::bind("0.0.0.0:0").await) else { continue };
             let socket = Arc::new(socket);
-            let task =
-                tokio::spawn(udp_back(connection.clone(), socket.clone(), id, counter.clone(), sessions.clone()));
-            guard.insert(id, Session { socket, reassembly: Reassembly::default(), task });
+            let back = Back::Socket(socket.clone());
+            let task = tokio::spawn(udp_back(connection.clone(), back, id, counter.clone(), sessions.clone(), None));
+            guard.insert(id, Session { socket, reassembly: Reassembly::default(), task, outs: HashMap::new() });
         }
         let session = guard.get_mut(&id).expect("inserted above");
         let Some((address, payload)) = session.reassembly.push(message) else { continue };
         let socket = session.socket.clone();
         drop(guard);
-        let target = match resolved.get(&address) {
-            Some(addr) => *addr,
-            None => match resolve(&address, &options).await {
-                Ok(addr) => {
-                    if resolved.len() > 1024 {
-                        resolved.clear();
+        let set = counter.rules();
+        let way = if set == 0 {
+            match resolved.get(&address) {
+                Some(addr) => UdpWay::Plain(*addr),
+                None => match resolve(&address, &options).await {
+                    Ok(addr) => {
+                        if resolved.len() > 1024 {
+                            resolved.clear();
+                        }
+                        resolved.insert(address.clone(), addr);
+                        UdpWay::Plain(addr)
                     }
-                    resolved.insert(address.clone(), addr);
-                    addr
-                }
-                Err(e) => {
-                    tracing::debug!(error = %e, "UDP destination refused");
-                    continue;
-                }
-            },
-        };
-        let target = if socket.local_addr().is_ok_and(|a| a.is_ipv6()) && target.is_ipv4() {
-            SocketAddr::new(
-                IpAddr::V6(match target.ip() {
-                    IpAddr::V4(v4) => v4.to_ipv6_mapped(),
-                    IpAddr::V6(v6) => v6,
-                }),
-                target.port(),
-            )
+                    Err(e) => {
+                        tracing::debug!(error = %e, "UDP destination refused");
+                        continue;
+                    }
+                },
+            }
         } else {
-            target
+            let routes = live.routes();
+            let version = Arc::as_ptr(&routes) as usize;
+            match routed.get(&address) {
+                Some((was, at, way)) if *was == set && *at == version => way.clone(),
+                _ => match routed_udp(&address, &options, set, &routes).await {
+                    Ok(way) => {
+                        if routed.len() > 1024 {
+                            routed.clear();
+                        }
+                        routed.insert(address.clone(), (set, version, way.clone()));
+                        way
+                    }
+                    Err(e) => {
+                        tracing::debug!(error = %e, "UDP destination refused");
+                        continue;
+                    }
+                },
+            }
+        };
+        let judged_at = match &way {
+            UdpWay::Refused => {
+                live.refusals.routing.fetch_add(1, Ordering::Relaxed);
+                continue;
+            }
+            UdpWay::Plain(addr) => *addr,
+            UdpWay::Out { addrs, .. } => addrs[0],
         };
         if counter.guard().torrent {
-            if judged.len() >= MAX_JUDGED && !judged.contains_key(&(id, target)) {
+            if judged.len() >= MAX_JUDGED && !judged.contains_key(&(id, judged_at)) {
                 judged.clear();
             }
-            let torrent = *judged.entry((id, target)).or_insert_with(|| crate::guard::is_torrent_datagram(&payload));
+            let torrent = *judged.entry((id, judged_at)).or_insert_with(|| crate::guard::is_torrent_datagram(&payload));
             if torrent {
                 counter.refuse(&live, false);
                 continue;
@@ -577,34 +787,116 @@ async fn udp_relay(connection: quinn::Connection, counter: Arc<Counter>, live: A
         if !counter.pace_up.admit(payload.len()) {
             continue;
         }
-        if socket.send_to(&payload, target).await.is_ok() {
+        let sent = match way {
+            UdpWay::Plain(target) => {
+                let target = if socket.local_addr().is_ok_and(|a| a.is_ipv6()) && target.is_ipv4() {
+                    SocketAddr::new(IpAddr::V6(to_v6(target.ip())), target.port())
+                } else {
+                    target
+                };
+                socket.send_to(&payload, target).await.is_ok()
+            }
+            UdpWay::Out { via, addrs, name, port } => {
+                let Some(back) = way_out(&connection, &sessions, id, &via, &counter).await else { continue };
+                let target = crate::outbound::Target { domain: name.as_deref(), addrs: &addrs, port };
+                let sent = match (&back, &via.kind) {
+                    (Back::Socks(socks), _) => socks.send_to(&payload, &target).await.is_ok(),
+                    (Back::Socket(socket), OutboundKind::Direct { mode, .. }) => {
+                        match socket
+                            .local_addr()
+                            .and_then(|local| crate::outbound::udp_destination(*mode, &addrs, local))
+                        {
+                            Ok(to) => socket.send_to(&payload, to).await.is_ok(),
+                            Err(_) => false,
+                        }
+                    }
+                    (Back::Socket(_), _) => false,
+                };
+                if sent {
+                    route::count(Some(&via.carried), payload.len() as u64, 0);
+                }
+                sent
+            }
+            UdpWay::Refused => false,
+        };
+        if sent {
             counter.up.fetch_add(payload.len() as u64, Ordering::Relaxed);
         }
     }
-    for (_, session) in sessions.lock().await.drain() {
-        session.task.abort();
+    sessions.lock().await.clear();
+}
+
+fn to_v6(ip: IpAddr) -> std::net::Ipv6Addr {
+    match ip {
+        IpAddr::V4(v4) => v4.to_ipv6_mapped(),
+        IpAddr::V6(v6) => v6,
     }
 }
 
-/// Sends what a session's socket receives back to the client, fragmented to fit.
+/// Session `id`'s way out through `via`, opened on first use (a socket bound as the direct
+/// outbound says, or a SOCKS5 UDP association) with a task relaying its answers back.
+async fn way_out(
+    connection: &quinn::Connection,
+    sessions: &Arc<Mutex<HashMap<u32, Session>>>,
+    id: u32,
+    via: &Arc<route::Outbound>,
+    counter: &Arc<Counter>,
+) -> Option<Back> {
+    if let Some(out) = sessions.lock().await.get(&id).and_then(|s| s.outs.get(&via.name)) {
+        return Some(out.back.clone());
+    }
+    let back = match &via.kind {
+        OutboundKind::Direct { mode, interface, source_v4, source_v6 } => {
+            match crate::outbound::bind_udp_direct(*mode, interface.as_deref(), *source_v4, *source_v6).await {
+                Ok(socket) => Back::Socket(Arc::new(socket)),
+                Err(e) => {
+                    tracing::warn!(outbound = via.name, error = %e, "cannot open a UDP socket for the outbound");
+                    return None;
+                }
+            }
+        }
+        OutboundKind::Socks5 { server, login } => {
+            match crate::outbound::SocksUdp::associate(server, login.as_ref(), CONNECT_TIMEOUT).await {
+                Ok(socks) => Back::Socks(Arc::new(socks)),
+                Err(e) => {
+                    tracing::warn!(outbound = via.name, error = %e, "the SOCKS5 proxy refused a UDP association");
+                    return None;
+                }
+            }
+        }
+        OutboundKind::Http { .. } => return None,
+    };
+    let mut guard = sessions.lock().await;
+    let session = guard.get_mut(&id)?;
+    if let Some(out) = session.outs.get(&via.name) {
+        // Another datagram opened one meanwhile: keep that one.
+        return Some(out.back.clone());
+    }
+    let which = Some((via.name.clone(), via.carried.clone()));
+    let task = tokio::spawn(udp_back(connection.clone(), back.clone(), id, counter.clone(), sessions.clone(), which));
+    session.outs.insert(via.name.clone(), Out { back: back.clone(), task });
+    Some(back)
+}
+
+/// Sends what a session's socket (or one of its ways out, `which`: the outbound's name and
+/// counts) receives back to the client, fragmented to fit. Ends after [`UDP_IDLE`] without
+/// an answer, closing the session (or that way out).
 async fn udp_back(
     connection: quinn::Connection,
-    socket: Arc<UdpSocket>,
+    back: Back,
     id: u32,
     counter: Arc<Counter>,
     sessions: Arc<Mutex<HashMap<u32, Session>>>,
+    which: Option<(String, Arc<Carried>)>,
 ) {
     let mut buf = vec![0u8; 65_536];
     let mut packet: u16 = 0;
     loop {
-        let (n, from) = match tokio::time::timeout(UDP_IDLE, socket.recv_from(&mut buf)).await {
+        let (n, from) = match tokio::time::timeout(UDP_IDLE, back.recv(&mut buf)).await {
             Ok(Ok(received)) => received,
             _ => break,
         };
-        let from = match from.ip() {
-            IpAddr::V6(v6) => v6.to_ipv4_mapped().map_or(from, |v4| SocketAddr::new(IpAddr::V4(v4), from.port())),
-            IpAddr::V4(_) => from,
-        };
+        let from = SocketAddr::new(from.ip().to_canonical(), from.port());
         let Some(max) = connection.max_datagram_size() else { break };
         if !counter.pace_down.admit(n) {
             continue;
@@ -617,8 +909,17 @@ async fn udp_back(
             }
         }
         counter.down.fetch_add(n as u64, Ordering::Relaxed);
+        route::count(which.as_ref().map(|(_, carried)| &**carried), 0, n as u64);
     }
-    sessions.lock().await.remove(&id);
+    let mut guard = sessions.lock().await;
+    match which {
+        // The session's own socket went quiet: the session ends (its Drop ends this task).
+        None => drop(guard.remove(&id)),
+        Some((name, _)) => {
+            // This task's own handle: dropped, not aborted (it ends here).
+            drop(guard.get_mut(&id).and_then(|session| session.outs.remove(&name)));
+        }
+    }
 }
 
 #[cfg(test)]

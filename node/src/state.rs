@@ -32,6 +32,12 @@ pub(crate) struct Settings {
     /// Control's URL, for long polls and usage reports (none: the edge only).
     #[serde(default)]
     pub(crate) control_url: Option<String>,
+    /// A v2fly `geoip.dat` for rules that name `geoip:` (read when a rule set needs it).
+    #[serde(default)]
+    pub(crate) geoip: Option<PathBuf>,
+    /// A v2fly `geosite.dat` for rules that name `geosite:`.
+    #[serde(default)]
+    pub(crate) geosite: Option<PathBuf>,
     /// SHA-256 of control's TLS certificate (hex), when it is self-signed.
     #[serde(default)]
     pub(crate) control_pin: Option<String>,
@@ -134,6 +140,11 @@ fn default_http() -> String {
 }
 
 impl Settings {
+    /// The GeoIP and GeoSite files routing rules may need.
+    pub(crate) fn geo_files(&self) -> crate::route::GeoFiles {
+        crate::route::GeoFiles { geoip: self.geoip.clone(), geosite: self.geosite.clone() }
+    }
+
     /// What ACME works with, checked: a domain a CA issues for, unlike the self-signed
     /// certificate's name; TLS-ALPN-01 only with `masquerade_tcp`; EAB whole or not at all.
     pub(crate) fn acme(&self, dir: &Path) -> Result<Option<hearth_acme::Settings>> {

@@ -62,6 +62,8 @@ pub(crate) struct Refused {
     pub(crate) devices: AtomicU64,
     pub(crate) torrent: AtomicU64,
     pub(crate) smtp: AtomicU64,
+    /// Requests the routing rules refused (node-wide only).
+    pub(crate) routing: AtomicU64,
 }
 
 /// Bytes one user moved since the last report, and the user's speed-limit budgets.
@@ -75,6 +77,8 @@ pub(crate) struct Counter {
     pub(crate) pace_down: crate::limit::Pace,
     /// What the abuse guard refuses the user: bit 0 BitTorrent, bit 1 port 25.
     guard: std::sync::atomic::AtomicU8,
+    /// The rule set the user is routed by (0: none), as the set in force says.
+    rules: std::sync::atomic::AtomicU16,
     /// What was refused since the last report.
     pub(crate) refused: Refused,
 }
@@ -84,6 +88,12 @@ impl Counter {
         self.pace_up.set(limit.speed.up);
         self.pace_down.set(limit.speed.down);
         self.guard.store(u8::from(limit.guard.torrent) | (u8::from(limit.guard.smtp) << 1), Ordering::Relaxed);
+        self.rules.store(limit.rules, Ordering::Relaxed);
+    }
+
+    /// The rule set the user's new connections are routed by (0: none).
+    pub(crate) fn rules(&self) -> u16 {
+        self.rules.load(Ordering::Relaxed)
     }
 
     /// Counts a refusal by the abuse guard, for the user and the node.
@@ -109,6 +119,13 @@ impl Counter {
 struct Limits {
     speed: SpeedLimit,
     guard: Guard,
+    rules: u16,
+}
+
+impl Limits {
+    fn of(entry: &hearth_shared::wire::CredEntry) -> Limits {
+        Limits { speed: entry.limit, guard: entry.guard, rules: entry.rules }
+    }
 }
 
 /// The users' counters, and the limits of those that have one.
@@ -168,6 +185,10 @@ pub(crate) struct Live {
     /// (for metrics; open ones are asked when the metrics are read).
     closed_packets: (AtomicU64, AtomicU64),
     table: RwLock<Arc<HashMap<Digest, UserId>>>,
+    /// The routing in force (see [`crate::route`]).
+    routes: RwLock<Arc<crate::route::Routes>>,
+    /// What each outbound carried, by name, kept across changes of routing.
+    carried: Mutex<HashMap<String, Arc<crate::route::Carried>>>,
     counters: Mutex<Counters>,
     connections: Mutex<Sessions>,
 }
@@ -222,6 +243,37 @@ impl Drop for Counted {
 }
 
 impl Live {
+    /// Puts the routing of the set in force in place (`sealed`: the set's, `None` when it has
+    /// none), opened with the node's `key`, when it is not the one in force already. Routing
+    /// that cannot be used is logged, and refuses every routed user until it can.
+    pub(crate) fn route_by(
+        &self,
+        sealed: Option<&[u8]>,
+        key: &hearth_shared::keys::SecretKey,
+        files: &crate::route::GeoFiles,
+    ) {
+        let from = sealed.map(hearth_shared::sha256);
+        if self.routes.read().expect("routes lock").from == from {
+            return;
+        }
+        let mut carried = self.carried.lock().expect("carried lock");
+        let routes = crate::route::Routes::open(sealed, key, files, &mut carried);
+        drop(carried);
+        match routes.broken() {
+            Some(why) => {
+                tracing::error!(why, "the routing control sent cannot be used: users with a rule set are refused")
+            }
+            None if sealed.is_some() => tracing::info!("routing in force"),
+            None => {}
+        }
+        *self.routes.write().expect("routes lock") = Arc::new(routes);
+    }
+
+    /// The routing in force.
+    pub(crate) fn routes(&self) -> Arc<crate::route::Routes> {
+        self.routes.read().expect("routes lock").clone()
+    }
+
     /// Counts a connection that sends with Brutal until the value is dropped.
     pub(crate) fn brutal(&self) -> Counted {
         self.brutal.fetch_add(1, Ordering::Relaxed);
@@ -279,7 +331,7 @@ impl Live {
         let limits: HashMap<UserId, Limits> = set
             .users()
             .iter()
-            .map(|entry| (entry.user, Limits { speed: entry.limit, guard: entry.guard }))
+            .map(|entry| (entry.user, Limits::of(entry)))
             .filter(|(_, limits)| *limits != Limits::default())
             .collect();
         let devices: HashMap<UserId, u32> =
@@ -362,7 +414,7 @@ impl Live {
             let mut counters = self.counters.lock().expect("counters lock");
             let mut changed = Vec::new();
             for t in touched {
-                let now = t.after.map_or_else(Limits::default, |a| Limits { speed: a.limit, guard: a.guard });
+                let now = t.after.as_ref().map_or_else(Limits::default, Limits::of);
                 if counters.limits.get(&t.user).copied().unwrap_or_default() == now {
                     continue;
                 }
