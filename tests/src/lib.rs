@@ -13,6 +13,7 @@ pub mod edge;
 pub mod load;
 pub mod lossy;
 pub mod node;
+pub mod socks;
 pub mod stand_in;
 pub mod telegram;
 

@@ -399,6 +399,21 @@ impl ProxyClient {
 
     /// A TCP connection to `target` through the tunnel (SOCKS5 CONNECT).
     pub async fn connect(&self, target: std::net::SocketAddr) -> Result<TcpStream> {
+        let std::net::IpAddr::V4(ip) = target.ip() else { bail!("IPv4 targets only") };
+        let mut address = vec![1];
+        address.extend_from_slice(&ip.octets());
+        self.connect_with(address, target.port()).await
+    }
+
+    /// A TCP connection through the tunnel to `host` (a name: the node gets the name, as an
+    /// app's request carries it) at `port`.
+    pub async fn connect_to(&self, host: &str, port: u16) -> Result<TcpStream> {
+        let mut address = vec![3, u8::try_from(host.len())?];
+        address.extend_from_slice(host.as_bytes());
+        self.connect_with(address, port).await
+    }
+
+    async fn connect_with(&self, address: Vec<u8>, port: u16) -> Result<TcpStream> {
         let mut stream = TcpStream::connect(self.socks).await?;
         stream.write_all(&[5, 1, 0]).await?;
         let mut reply = [0u8; 2];
@@ -406,10 +421,9 @@ impl ProxyClient {
         if reply != [5, 0] {
             bail!("SOCKS greeting refused: {reply:?}");
         }
-        let std::net::IpAddr::V4(ip) = target.ip() else { bail!("IPv4 targets only") };
-        let mut request = vec![5, 1, 0, 1];
-        request.extend_from_slice(&ip.octets());
-        request.extend_from_slice(&target.port().to_be_bytes());
+        let mut request = vec![5, 1, 0];
+        request.extend_from_slice(&address);
+        request.extend_from_slice(&port.to_be_bytes());
         stream.write_all(&request).await?;
         let mut head = [0u8; 10];
         stream.read_exact(&mut head).await?;
@@ -424,6 +438,20 @@ impl ProxyClient {
     /// A UDP round trip through the tunnel (SOCKS5 UDP ASSOCIATE): sends `payload` to
     /// `target` and returns the first answer.
     pub async fn udp_round_trip(&self, target: std::net::SocketAddr, payload: &[u8]) -> Result<Vec<u8>> {
+        let std::net::IpAddr::V4(ip) = target.ip() else { bail!("IPv4 targets only") };
+        let mut address = vec![1];
+        address.extend_from_slice(&ip.octets());
+        self.udp_round_trip_with(address, target.port(), payload).await
+    }
+
+    /// [`ProxyClient::udp_round_trip`] to `host` (a name, which the node gets) at `port`.
+    pub async fn udp_round_trip_to(&self, host: &str, port: u16, payload: &[u8]) -> Result<Vec<u8>> {
+        let mut address = vec![3, u8::try_from(host.len())?];
+        address.extend_from_slice(host.as_bytes());
+        self.udp_round_trip_with(address, port, payload).await
+    }
+
+    async fn udp_round_trip_with(&self, address: Vec<u8>, port: u16, payload: &[u8]) -> Result<Vec<u8>> {
         let mut control = TcpStream::connect(self.socks).await?;
         control.write_all(&[5, 1, 0]).await?;
         let mut reply = [0u8; 2];
@@ -442,10 +470,9 @@ impl ProxyClient {
             relay
         };
         let socket = tokio::net::UdpSocket::bind("127.0.0.1:0").await?;
-        let std::net::IpAddr::V4(ip) = target.ip() else { bail!("IPv4 targets only") };
-        let mut packet = vec![0, 0, 0, 1];
-        packet.extend_from_slice(&ip.octets());
-        packet.extend_from_slice(&target.port().to_be_bytes());
+        let mut packet = vec![0, 0, 0];
+        packet.extend_from_slice(&address);
+        packet.extend_from_slice(&port.to_be_bytes());
         packet.extend_from_slice(payload);
         let mut buf = vec![0u8; 65_536];
         for _ in 0..10 {
