@@ -54,7 +54,7 @@ pub(crate) struct Outbound {
 pub(crate) struct Routes {
     /// SHA-256 of the sealed routing this was made from (none: the set had none).
     pub(crate) from: Option<Digest>,
-    sets: HashMap<u16, Vec<Rule>>,
+    sets: HashMap<u16, acl::Matcher>,
     outbounds: HashMap<String, Arc<Outbound>>,
     geo: Option<hearth_node::geo::GeoData>,
     /// Why the routing could not be used: every routed user is refused until it can.
@@ -117,7 +117,7 @@ impl Routes {
         for set in &routing.sets {
             let rules =
                 acl::check_lenient(&set.text, &routing.outbounds).map_err(|e| format!("rule set {}: {e}", set.name))?;
-            sets.insert(set.id, rules);
+            sets.insert(set.id, acl::Matcher::new(rules));
         }
         let outbounds = routing
             .outbounds
@@ -128,7 +128,7 @@ impl Routes {
                 (name.clone(), Arc::new(Outbound { name, kind: o.kind.clone(), carried }))
             })
             .collect();
-        let all: Vec<Rule> = sets.values().flatten().cloned().collect();
+        let all: Vec<Rule> = sets.values().flat_map(|set| set.rules()).cloned().collect();
         let names_geo =
             all.iter().any(|rule| matches!(rule.address, acl::Address::GeoIp(_) | acl::Address::GeoSite { .. }));
         let geo = if names_geo {
@@ -166,8 +166,8 @@ impl Routes {
             return Decision::Reject("the user's rule set is not on this node");
         };
         let rule = match &self.geo {
-            Some(geo) => acl::route(rules, request, geo),
-            None => acl::route(rules, request, &acl::NoGeo),
+            Some(geo) => rules.route(request, geo),
+            None => rules.route(request, &acl::NoGeo),
         };
         let (name, hijack) = rule.map_or(("default", None), |rule| (rule.outbound.as_str(), rule.hijack));
         if name == "reject" {

@@ -1,6 +1,6 @@
 //! Routing rules in the official server's ACL syntax: any text parses or is refused with a
 //! line inside it, within the size limits; a parsed set matches any request without a panic,
-//! and the first rule that matches is the one routing picks.
+//! and the first rule that matches is the one routing picks, by the list and by the index.
 #![no_main]
 
 use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
@@ -23,6 +23,7 @@ fuzz_target!(|data: &[u8]| {
     assert!(rules.len() <= acl::MAX_RULES);
     let lines = text.lines().count();
     assert!(rules.windows(2).all(|pair| pair[0].line < pair[1].line) && rules.iter().all(|r| r.line <= lines));
+    let matcher = acl::Matcher::new(rules.clone());
     // Requests from the rest of the input.
     for _ in 0..4 {
         let domain: Option<String> = take(&mut u);
@@ -38,5 +39,7 @@ fuzz_target!(|data: &[u8]| {
         let first = rules.iter().position(|rule| rule.matches(&request, &NoGeo));
         let routed = acl::route(&rules, &request, &NoGeo).map(|rule| rule.line);
         assert_eq!(routed, first.map(|i| rules[i].line));
+        // The index picks the rule the list does.
+        assert_eq!(matcher.route(&request, &NoGeo).map(|rule| rule.line), routed, "{request:?}");
     }
 });

@@ -9,7 +9,7 @@
 //! in each row). Each run writes JSON to `target/bench/`; a full run
 //! writes `docs/benchmarks.md`.
 //!
-//! For profiling one scenario: `--only system` (also `control`, `edge`, `scale`, `tunnel`, `lossy`, `node`, `worker`, `import`,
+//! For profiling one scenario: `--only system` (also `control`, `edge`, `scale`, `tunnel`, `lossy`, `node`, `routing`, `worker`, `import`,
 //! `panel`, `abuse`;
 //! comma-separated) prints its table and writes nothing; `HEARTH_SUITE_CONTROL_LOG` sets the
 //! log filter of control in the system and scale scenarios (`hearth_control::store=debug` shows
@@ -134,6 +134,8 @@ enum Bound {
     AtLeastPeer,
     /// The median must be at most the peer's in the same run, plus this.
     AtMostPeer(f64),
+    /// The median must be at least this share of the peer's in the same run.
+    ShareOfPeer(f64),
     /// No target (a row that a prefix in [`TARGETS`] would otherwise give one).
     Untargeted,
 }
@@ -182,6 +184,9 @@ const TARGETS: &[(&str, Bound, &str)] = &[
     ),
     ("B1 tunnel, Brutal at 500 Mbit/s", Bound::AtLeast(475.0), "within 5 % of 500 (#48)"),
     ("B1 tunnel, Brutal at 1000 Mbit/s", Bound::AtLeast(950.0), "within 5 % of 1,000 (#48)"),
+    ("N1 routing: a new connection's rule match at 1,000 rules (the node's index)", Bound::Below(2.0), "< 2 us (#50)"),
+    ("N1 routing: a new connection's rule match at 1,000 rules, each tried", Bound::Untargeted, ""),
+    ("N1 tunnel", Bound::ShareOfPeer(0.95), "within 5 % of the same node without rules (#50)"),
     ("B1 tunnel, 1 stream", Bound::AtLeastPeer, "at least sing-box (#5, #17)"),
     ("B1 tunnel, 16 streams", Bound::AtLeastPeer, "at least sing-box (#5, #17)"),
     ("B1 tunnel, 64 streams", Bound::AtLeastPeer, "at least sing-box (#17)"),
@@ -234,6 +239,7 @@ fn target(metric: &str, row: &Row) -> (String, String) {
         (Bound::AtLeast(limit), Some(m), _) => m >= *limit,
         (Bound::AtLeastPeer, Some(m), Some((peer, _, _))) => m >= peer,
         (Bound::AtMostPeer(slack), Some(m), Some((peer, _, _))) => m <= peer + slack,
+        (Bound::ShareOfPeer(share), Some(m), Some((peer, _, _))) => m >= peer * share,
         _ => return ((*text).to_owned(), String::new()),
     };
     ((*text).to_owned(), (if met { "met" } else { "not met" }).to_owned())
@@ -1422,14 +1428,36 @@ async fn panel(t: &mut Table, quick: bool) -> Result<()> {
 /// A node with 1000 users in `cg` (the benchmark's client is user 1), and its state dir in
 /// `temp/<name>`; `extra` goes into its `node.toml`.
 fn node_with_users(cg: &Cgroup, temp: &std::path::Path, name: &str, extra: &str) -> Result<(NodeProcess, PathBuf)> {
+    node_routed(cg, temp, name, extra, None)
+}
+
+/// [`node_with_users`] whose user 1 is routed by `rules` (rule set 1), sealed for the node.
+fn node_routed(
+    cg: &Cgroup,
+    temp: &std::path::Path,
+    name: &str,
+    extra: &str,
+    rules: Option<&str>,
+) -> Result<(NodeProcess, PathBuf)> {
     use hearth_shared::sha256;
     use hearth_shared::wire::{CredEntry, CredentialSet};
     let mut sim = ControlSim::new();
     let dir = temp.join(name);
     hearth_tests::node::state_dir_with(&dir, &sim, 1, extra)?;
-    let users: Vec<CredEntry> =
+    let mut users: Vec<CredEntry> =
         (1..=1000u64).map(|u| CredEntry::new(u, sha256(format!("password-{u}").as_bytes()))).collect();
-    let item = sim.creds(&CredentialSet::new(1, users)?);
+    let mut set_routing = None;
+    if let Some(rules) = rules {
+        let key = hearth_shared::keys::SecretKey::generate(hearth_shared::keys::Role::Node, &mut rand_core::OsRng)?;
+        hearth_tests::node::save_node_key(&dir, &key)?;
+        let routing = hearth_shared::routing::Routing {
+            outbounds: Vec::new(),
+            sets: vec![hearth_shared::routing::RuleSet { id: 1, name: "bench".into(), text: rules.into() }],
+        };
+        set_routing = Some(hearth_shared::routing::seal(&routing, &key.public(), &[1; 32]).context("sealing")?);
+        users[0].rules = 1;
+    }
+    let item = sim.creds(&CredentialSet::new(1, users)?.with_routing(set_routing)?);
     std::fs::write(dir.join("creds.envelope"), item.envelope().context("an envelope")?)?;
     let node = cg.start(|| NodeProcess::start(&dir))?;
     Ok((node, dir))
@@ -1520,6 +1548,99 @@ fn outbound(port: u16) -> Value {
         "type": "hysteria2", "server": "127.0.0.1", "server_port": port, "password": "password-1",
         "tls": { "enabled": true, "server_name": "localhost", "insecure": true, "alpn": ["h3"] }
     })
+}
+
+/// `rules` rules of the kinds owners paste (suffixes and exact domains from block lists,
+/// networks, wildcards, a few addresses), none of which a bench request matches, then
+/// `direct(all)`: the worst case for routing, every rule ruled out.
+fn bench_rules(rules: usize) -> String {
+    let mut text = String::new();
+    for i in 0..rules.saturating_sub(1) {
+        let rule = match i % 20 {
+            0..=7 => format!("reject(suffix:ads{i}.example.com)"),
+            8..=13 => format!("direct(site{i}.example.org)"),
+            14 | 15 => format!("reject(10.{}.{}.0/{}, tcp/443)", i / 256 % 256, i % 256, 16 + i % 9),
+            16 => format!("direct(2001:db8:{i:x}::/{})", 32 + i % 17),
+            17 => format!("reject(*.cdn{i}.example.net)"),
+            18 => format!("reject(*.tracker{i}.*)"),
+            _ => format!("reject(8.{}.{}.{})", i % 256, i / 7 % 256, i % 13),
+        };
+        text.push_str(&rule);
+        text.push('\n');
+    }
+    text.push_str("direct(all)\n");
+    text
+}
+
+/// N1: routing per user (issue 50). What a new connection's rule match costs at 1,000 rules
+/// (in process, as the node does it), and the tunnel through a node whose user is routed by
+/// 100 rules against the same node without (B1's 1 and 16 streams).
+async fn routing(t: &mut Table, quick: bool, rep: usize) -> Result<()> {
+    use hearth_shared::acl::{self, Matcher, NoGeo, Proto, Request};
+    println!("routing: rule matching, and the tunnel with rules loaded");
+    let rules = acl::parse(&bench_rules(1000), &[])?;
+    let matcher = Matcher::new(rules.clone());
+    let ips: Vec<std::net::IpAddr> = vec!["93.184.215.14".parse()?, "2606:2800:220:1::1".parse()?];
+    let request =
+        Request { domain: Some("www.some-long-domain-name.example.net"), ips: &ips, proto: Proto::Tcp, port: 443 };
+    let last = rules.last().map(|rule| rule.line);
+    for (metric, indexed) in [
+        ("N1 routing: a new connection's rule match at 1,000 rules (the node's index): CPU", true),
+        ("N1 routing: a new connection's rule match at 1,000 rules, each tried in turn: CPU", false),
+    ] {
+        let rounds = 200_000 / if indexed { 1 } else { 20 };
+        let (cpu, mut matched) = (own_cpu_seconds()?, 0u64);
+        for _ in 0..rounds {
+            let rule = if indexed {
+                matcher.route(std::hint::black_box(&request), &NoGeo)
+            } else {
+                acl::route(&rules, std::hint::black_box(&request), &NoGeo)
+            };
+            matched += u64::from(rule.map(|rule| rule.line) == last);
+        }
+        let used = own_cpu_seconds()? - cpu;
+        if matched != rounds {
+            bail!("{} of {rounds} requests did not fall through to direct(all)", rounds - matched);
+        }
+        t.add(&format!("{metric} per connection"), "us", used * 1e6 / rounds as f64, "");
+        t.note(&format!("{metric} per connection"), "in process; a request no rule but the last matches");
+    }
+
+    let temp = tempfile::tempdir()?;
+    let plain_cg = Cgroup::create("node-plain", SUT_CPU, GIB)?;
+    let (plain, _) = node_with_users(&plain_cg, temp.path(), "node-plain", "")?;
+    let routed_cg = Cgroup::create("node-routed", SUT_CPU, GIB)?;
+    let (routed, _) = node_routed(&routed_cg, temp.path(), "node-routed", "", Some(&bench_rules(100)))?;
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    // Both pairs, the routed one as Hearth's row and the plain one as its peer.
+    let servers = [
+        (ProxyClient::sing_box(outbound(routed.addr.port()))?, &routed_cg),
+        (ProxyClient::sing_box(outbound(plain.addr.port()))?, &plain_cg),
+    ];
+    let scale = if quick { 4 } else { 1 };
+    for (client, cg) in &servers {
+        throughput(client, cg, 4, (64 << 20) / scale).await?;
+    }
+    for (case, (streams, per_stream)) in
+        [(1usize, (1024u64 << 20) / scale), (16, (64 << 20) / scale)].into_iter().enumerate()
+    {
+        let metric =
+            format!("N1 tunnel, {streams} stream{}, user routed by 100 rules", if streams == 1 { "" } else { "s" });
+        let mut measured = [(0.0, 0.0); 2];
+        for turn in 0..servers.len() {
+            let which = (rep + case + turn) % servers.len();
+            measured[which] = throughput(&servers[which].0, servers[which].1, streams, per_stream).await?;
+        }
+        let [(gbps, per_cpu), (peer_gbps, peer_per_cpu)] = measured;
+        t.add(&format!("{metric}: Gbit/s"), "Gbit/s", gbps, "");
+        t.add(&format!("{metric}: Gbit per server CPU-second"), "Gbit/CPU-s", per_cpu, "");
+        t.add_peer(&format!("{metric}: Gbit/s"), "Gbit/s", peer_gbps);
+        t.add_peer(&format!("{metric}: Gbit per server CPU-second"), "Gbit/CPU-s", peer_per_cpu);
+        t.note(&format!("{metric}: Gbit/s"), "the peer is the same node without rules");
+    }
+    plain.stop()?;
+    routed.stop()?;
+    Ok(())
 }
 
 /// B2-B4: the node against sing-box's Hysteria2 server on shaped paths (`hearth_tests::lossy`,
@@ -2376,6 +2497,9 @@ async fn main() -> Result<()> {
         }
         if runs("node") {
             node(&mut t, quick).await?;
+        }
+        if runs("routing") {
+            routing(&mut t, quick, rep).await?;
         }
         if runs("worker") {
             worker(&mut t, serve_secs).await?;
