@@ -630,6 +630,51 @@ fn the_cli_covers_users_nodes_and_groups_as_the_api_does() {
     assert!(dir.cli(&["user", "show", "anne"]).is_err());
 }
 
+/// The README's three routing examples run as written (in a shell, `hearth-control` on the
+/// path and the data directory from `HEARTH_DATA_DIR`), and do what they say: the group, the
+/// user and everyone are routed by their rule sets. A rule set that does not check is refused
+/// with its line and column, and changes nothing.
+#[test]
+fn the_readmes_routing_examples_run_as_written() {
+    let temp = tempfile::tempdir().unwrap();
+    let dir = ControlDir::init(&temp.path().join("control")).unwrap();
+    dir.cli(&["group", "add", "watchers"]).unwrap();
+    dir.cli(&["user", "add", "grandma"]).unwrap();
+    dir.cli(&["user", "add", "cinephile", "--group", "default", "--group", "watchers"]).unwrap();
+    let readme = std::fs::read_to_string(hearth_tests::repo_root().join("README.md")).unwrap();
+    let section = readme.split("### Routing per user").nth(1).unwrap();
+    let script = section.split("```sh\n").nth(1).unwrap().split("```").next().unwrap();
+    assert!(script.contains("routing rules no-ads"), "the README's routing examples moved: {script}");
+    let binary = hearth_tests::binary("hearth-control").unwrap();
+    let path = format!("{}:{}", binary.parent().unwrap().display(), std::env::var("PATH").unwrap_or_default());
+    let out = std::process::Command::new("sh")
+        .arg("-ec")
+        .arg(script)
+        .env("PATH", path)
+        .env("HEARTH_DATA_DIR", &dir.path)
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{}{}", String::from_utf8_lossy(&out.stdout), String::from_utf8_lossy(&out.stderr));
+    let routed_by = |name: &str| -> serde_json::Value {
+        let shown = dir.cli(&["user", "show", name]).unwrap();
+        let user: serde_json::Value = serde_json::from_str(shown.split("\nlink: ").next().unwrap()).unwrap();
+        user["routed_by"].clone()
+    };
+    assert_eq!(routed_by("grandma"), "no-ir");
+    assert_eq!(routed_by("cinephile"), "streaming", "the newer group wins over default");
+    dir.cli(&["user", "add", "newcomer"]).unwrap();
+    assert_eq!(routed_by("newcomer"), "no-ads");
+    let listed = dir.cli(&["routing", "list"]).unwrap();
+    assert!(listed.contains("\"server\":\"127.0.0.1:40000\""), "{listed}");
+    // Bad rules: refused with where, the set as it was.
+    let bad = temp.path().join("bad.acl");
+    std::fs::write(&bad, "direct(all)\n  warp(suffix:x.com, tcp/0-99999)\n").unwrap();
+    let refused = dir.cli(&["routing", "rules", "no-ads", bad.to_str().unwrap()]).unwrap_err().to_string();
+    assert!(refused.contains("line 2, column 22"), "{refused}");
+    assert!(dir.cli(&["routing", "list"]).unwrap().contains("no-ads (id 3): 0 users, 1 groups, 3 rules"));
+    assert!(dir.cli(&["routing", "remove-rules", "no-ads"]).is_err(), "a rule set in use is not removed");
+}
+
 #[tokio::test]
 async fn an_admin_added_by_the_cli_signs_in_to_a_running_control_and_is_removed() {
     let (_temp, dir, control, api) = fresh_control("admin").await;
