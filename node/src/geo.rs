@@ -1,7 +1,8 @@
 //! The GeoIP and GeoSite lists routing rules name (`geoip:cn`, `geosite:netflix@cn`), read
 //! from the v2fly `geoip.dat` and `geosite.dat` files owners already download for v2ray,
 //! Xray, sing-box and the official Hysteria server (protobuf: v2fly's
-//! `app/router/routercommon/common.proto`).
+//! `app/router/routercommon/common.proto`), or for GeoIP from a MaxMind DB
+//! (`GeoLite2-Country.mmdb`, the `Country.mmdb` Clash users have: a country's `iso_code`).
 //!
 //! Only what a rule set names is kept: a file is decoded once, the countries and categories
 //! the rules use are compiled (addresses into sorted ranges, domains into exact and suffix
@@ -88,6 +89,17 @@ pub enum GeoError {
     /// A regular expression in the file does not compile.
     #[error("geosite:{0} has a regular expression that does not compile: {1}")]
     Regex(String, regex::Error),
+    /// A MaxMind DB that does not read.
+    #[error("the GeoIP file is not a MaxMind DB that reads: {0}")]
+    Mmdb(String),
+}
+
+/// Whether `bytes` are a MaxMind DB: its metadata starts with this marker, within the last
+/// 128 KiB of the file.
+fn is_mmdb(bytes: &[u8]) -> bool {
+    const MARKER: &[u8] = b"\xab\xcd\xefMaxMind.com";
+    let tail = &bytes[bytes.len().saturating_sub(128 << 10)..];
+    tail.windows(MARKER.len()).any(|window| window == MARKER)
 }
 
 /// Addresses of a country: sorted, merged ranges.
@@ -208,10 +220,29 @@ impl Domains {
     }
 }
 
+/// A MaxMind DB's countries, by address.
+pub struct MmdbCountries(maxminddb::Reader<Vec<u8>>);
+
+impl std::fmt::Debug for MmdbCountries {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("MmdbCountries")
+    }
+}
+
+impl MmdbCountries {
+    /// The ISO code of the country `ip` is in (`country.iso_code`), if the file says.
+    fn country(&self, ip: IpAddr) -> Option<String> {
+        use maxminddb::PathElement::Key;
+        self.0.lookup(ip.to_canonical()).ok()?.decode_path::<String>(&[Key("country"), Key("iso_code")]).ok()?
+    }
+}
+
 /// The countries and categories a rule set names, ready to match.
 #[derive(Debug, Default)]
 pub struct GeoData {
     countries: HashMap<String, Ranges>,
+    /// A MaxMind DB, when the GeoIP file is one: looked up address by address.
+    mmdb: Option<MmdbCountries>,
     categories: HashMap<(String, Vec<String>), Domains>,
 }
 
@@ -231,6 +262,15 @@ impl GeoData {
         let mut data = GeoData::default();
         if !countries.is_empty() {
             let bytes = geoip.ok_or_else(|| GeoError::Missing("a rule names geoip: but no geoip.dat is set".into()))?;
+            if is_mmdb(bytes) {
+                if bytes.len() > MAX_FILE {
+                    return Err(GeoError::TooLarge("the GeoIP file"));
+                }
+                let reader =
+                    maxminddb::Reader::from_source(bytes.to_vec()).map_err(|e| GeoError::Mmdb(e.to_string()))?;
+                data.mmdb = Some(MmdbCountries(reader));
+                return GeoData::categories_for(data, &categories, geosite);
+            }
             let list: v2fly::GeoIpList = decode(bytes, "geoip.dat")?;
             for code in countries {
                 let entry = list
@@ -241,11 +281,19 @@ impl GeoData {
                 data.countries.insert(code.to_owned(), Ranges::of(entry));
             }
         }
+        GeoData::categories_for(data, &categories, geosite)
+    }
+
+    fn categories_for(
+        mut data: GeoData,
+        categories: &HashSet<(&str, &[String])>,
+        geosite: Option<&[u8]>,
+    ) -> Result<GeoData, GeoError> {
         if !categories.is_empty() {
             let bytes =
                 geosite.ok_or_else(|| GeoError::Missing("a rule names geosite: but no geosite.dat is set".into()))?;
             let list: v2fly::GeoSiteList = decode(bytes, "geosite.dat")?;
-            for (name, attrs) in categories {
+            for &(name, attrs) in categories {
                 let entry = list
                     .entry
                     .iter()
@@ -267,7 +315,10 @@ fn decode<T: prost::Message + Default>(bytes: &[u8], what: &'static str) -> Resu
 
 impl Geo for GeoData {
     fn in_country(&self, ip: IpAddr, code: &str) -> bool {
-        self.countries.get(code).is_some_and(|ranges| ranges.contains(ip))
+        match &self.mmdb {
+            Some(mmdb) => mmdb.country(ip).is_some_and(|found| found.eq_ignore_ascii_case(code)),
+            None => self.countries.get(code).is_some_and(|ranges| ranges.contains(ip)),
+        }
     }
 
     fn in_category(&self, domain: &str, name: &str, attrs: &[String]) -> bool {
@@ -379,5 +430,33 @@ mod tests {
         assert!(error.to_string().contains("not a v2fly list"), "{error}");
         // Rules without geo names need no file.
         assert!(GeoData::for_rules(&rules("reject(all)"), None, None).is_ok());
+    }
+
+    /// A MaxMind DB (made by `node/tests/fixtures/make-country-mmdb.py` with PyPI's
+    /// mmdb-writer) answers `geoip:` by each address's `country.iso_code`, IPv4 (mapped too)
+    /// and IPv6; a file that claims to be one and is not is refused.
+    #[test]
+    fn a_maxmind_db_answers_geoip_by_country_code() {
+        let mmdb = include_bytes!("../tests/fixtures/country.mmdb");
+        let rules = hearth_shared::acl::parse("reject(geoip:cn)\nhome(geoip:ir)\ndirect(geoip:us)", &["home"]).unwrap();
+        let geo = GeoData::for_rules(&rules, Some(mmdb), None).unwrap();
+        let ip = |text: &str| -> IpAddr { text.parse().unwrap() };
+        assert!(geo.in_country(ip("1.0.1.200"), "cn"));
+        assert!(geo.in_country(ip("::ffff:1.0.1.7"), "cn"), "an IPv4-mapped address");
+        assert!(!geo.in_country(ip("1.0.2.1"), "cn"));
+        assert!(geo.in_country(ip("2001:db8:1:ff::1"), "ir"));
+        assert!(geo.in_country(ip("93.184.215.14"), "us") && !geo.in_country(ip("93.184.215.14"), "cn"));
+        let request = |ips: &[IpAddr]| {
+            route(&rules, &Request { domain: None, ips, proto: Proto::Udp, port: 53 }, &geo)
+                .map(|rule| rule.outbound.clone())
+        };
+        assert_eq!(request(&[ip("1.0.1.1")]).as_deref(), Some("reject"));
+        assert_eq!(request(&[ip("2001:db8:1::5")]).as_deref(), Some("home"));
+        assert_eq!(request(&[ip("8.8.8.8")]), None);
+        let mut broken = mmdb.to_vec();
+        broken[..64].fill(0xff);
+        broken.truncate(broken.len() - 40);
+        let error = GeoData::for_rules(&rules, Some(&broken), None).unwrap_err();
+        assert!(error.to_string().contains("MaxMind"), "{error}");
     }
 }
