@@ -489,8 +489,13 @@ async fn routed_tcp(
         _ => None,
     };
     let target = crate::outbound::Target { domain: name, addrs: &addrs, port };
-    let (stream, early) = crate::outbound::connect_tcp(kind, &target, CONNECT_TIMEOUT)
+    // Each address or proxy step has CONNECT_TIMEOUT; the whole has twice that, however
+    // many addresses the name has.
+    let connected =
+        tokio::time::timeout(2 * CONNECT_TIMEOUT, crate::outbound::connect_tcp(kind, &target, CONNECT_TIMEOUT));
+    let (stream, early) = connected
         .await
+        .map_err(|_| format!("connecting to {address} timed out"))?
         .map_err(|e| format!("connecting to {address}: {e}"))?;
     Ok((stream, early, outbound.map(|o| o.carried.clone())))
 }
