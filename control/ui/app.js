@@ -68,7 +68,7 @@
 
   /** The form field an API error is about: `bad_<field>` names it; a few codes are about a
    * field of another name. */
-  const ERROR_FIELDS = { conflict: 'name', bad_expiry: 'days', duplicate_names: 'names', names_taken: 'names', bad_bulk: 'names', same_password: 'password', bad_current: 'current', bad_device_limit: 'device_limit', no_user: 'user_name' };
+  const ERROR_FIELDS = { conflict: 'name', bad_expiry: 'days', duplicate_names: 'names', names_taken: 'names', bad_bulk: 'names', same_password: 'password', bad_current: 'current', bad_device_limit: 'device_limit', no_user: 'user_name', bad_routing_rules: 'rules' };
 
   function fieldOf(form, code) {
     const name = ERROR_FIELDS[code] || (code && code.startsWith('bad_') ? code.slice(4) : null);
@@ -94,7 +94,9 @@
     } catch (e) {
       const el = fieldOf(form, e.code);
       if (el) {
-        const id = `error-${el.name}`;
+        // Unique on the page, where several forms have a field of this name (rule sets).
+        let id = `error-${el.name}`;
+        for (let n = 2; document.getElementById(id); n++) id = `error-${el.name}-${n}`;
         el.setAttribute('aria-invalid', 'true');
         el.setAttribute('aria-describedby', id);
         el.after(h('small', { class: 'field-error', id, role: 'alert' }, e.message));
@@ -327,6 +329,8 @@
       // Every code has its words in strings.js; `{message}` and `{names}` are what control said.
       const vars = { message: data?.error?.message || '', names: (data?.error?.names || []).join(', ') };
       let message = STRINGS[lang][`err.${code}`] || STRINGS.en[`err.${code}`] ? t(`err.${code}`, vars) : data?.error?.message;
+      // Rules that do not check: where, in words (which rule set, line, column).
+      if (code === 'bad_routing_rules' && data.error.rule_set) message = rulesError(data.error, true);
       if (response.status === 429) {
         message = t('err.too_many', { seconds: response.headers.get('retry-after') || '60' });
       }
@@ -362,6 +366,7 @@
     [/^audit$/, (m, params) => auditView(params)],
     [/^settings$/, () => settingsView()],
     [/^settings\/notifications$/, () => notificationsView()],
+    [/^settings\/routing$/, () => routingView()],
     [/^admins$/, () => adminsView()],
   ];
 
@@ -396,6 +401,7 @@
     const { path, params } = hashPath();
     if (me.role === 'reseller' && !RESELLER_SECTIONS.includes(path.split('/')[0])) return go('users');
     if (path === 'admins' && me.role !== 'owner') return go('');
+    if (path === 'settings/routing' && me.role !== 'owner') return go('settings');
     for (const [pattern, view] of ROUTES) {
       const m = path.match(pattern);
       if (m) {
@@ -990,8 +996,9 @@
     return h('span', { class: 'usage' }, text, u.quota ? h('span', { class: 'bar', 'aria-hidden': 'true' }, fill) : null);
   }
 
-  /** Settings shared by the create, bulk and edit forms. */
-  function userFields(groups, user) {
+  /** Settings shared by the create, bulk and edit forms; `ruleSets` (the owner's, to choose
+   * from) adds the user's own rule set. */
+  function userFields(groups, user, ruleSets) {
     const gib = user && user.quota ? String(user.quota / 2 ** 30) : '';
     return [
       field(t('users.quota_gib'), h('input', { name: 'quota', type: 'number', min: 0, step: 'any', inputmode: 'decimal', value: gib }), t('users.quota_hint')),
@@ -1009,6 +1016,7 @@
         h('input', { name: 'device_limit', type: 'number', min: 0, max: 1000, step: 1, inputmode: 'numeric', placeholder: t('speed.from_group'), value: user && user.device_limit !== null ? String(user.device_limit) : '' }),
         t('devices.limit_hint_user'),
       ),
+      ruleSets ? ruleSetField(ruleSets, user ? user.rule_set : null, 'routing.from_groups', 'routing.rule_set_hint_user') : null,
       groups.length
         ? h(
             'fieldset',
@@ -1101,6 +1109,7 @@
     if (values.start_on_first_use) input.start_on_first_use = true;
     if ('expires' in values) input.expires_at = values.expires ? Math.floor(Date.parse(`${values.expires}T23:59:59Z`) / 1000) : 0;
     if (groups.length) input.groups = groups.filter((g) => values[`group:${g.name}`]).map((g) => g.name);
+    if ('rule_set' in values) input.rule_set = values.rule_set;
     return input;
   }
 
@@ -1161,13 +1170,15 @@
   }
 
   async function userView(id, path) {
-    const [user, groups, link, traffic, hwid, aliases] = await Promise.all([
+    const [user, groups, link, traffic, hwid, aliases, routing] = await Promise.all([
       api('GET', `users/${id}`),
       api('GET', 'groups'),
       api('GET', `users/${id}/link`),
       api('GET', `users/${id}/usage?days=30`),
       api('GET', `users/${id}/hwid`),
       api('GET', `users/${id}/aliases`),
+      // Who is routed where is the owner's to say.
+      me.role === 'owner' ? api('GET', 'routing') : null,
     ]);
     const act = (label, path, body, confirmText, cls) =>
       h('button', {
@@ -1198,7 +1209,7 @@
       { class: 'card', id: 'user-edit' },
       h('h2', {}, t('users.edit')),
       field(t('users.name'), h('input', { name: 'name', required: true, value: user.name })),
-      userFields(groups.groups, user),
+      userFields(groups.groups, user, routing && routing.rule_sets),
       errorBox(),
       h('div', { class: 'actions' }, h('button', { type: 'submit' }, t('save'))),
     );
@@ -1285,6 +1296,16 @@
           h('dd', {}, user.on_quota === 'slow' ? t('speed.slowed_to', { n: number(user.slow_speed) }) : t(`speed.on_quota_${user.on_quota}`)),
           h('dt', {}, t('devices.title')),
           h('dd', { id: 'user-devices' }, devicesText(user.devices)),
+          routing || user.routed_by
+            ? [
+                h('dt', {}, t('routing.routed_by')),
+                h(
+                  'dd',
+                  { id: 'user-routing' },
+                  user.routed_by ? [routing ? h('a', { href: '#/settings/routing' }, user.routed_by) : user.routed_by, h('small', {}, ` · ${t(user.rule_set ? 'routing.own' : 'routing.from_group')}`)] : t('routing.routed_none'),
+                ),
+              ]
+            : null,
           h('dt', {}, t('users.created')),
           h('dd', {}, dateTime(user.created)),
         ),
@@ -1736,7 +1757,9 @@
   // ---- groups, tokens, audit ------------------------------------------------------------
 
   async function groupsView() {
-    const list = await api('GET', 'groups');
+    const [list, routing] = await Promise.all([api('GET', 'groups'), me.role === 'owner' ? api('GET', 'routing') : null]);
+    const sets = routing && routing.rule_sets;
+    const ruleSet = (g) => (sets ? ruleSetField(sets, g && g.rule_set, 'routing.none', 'routing.rule_set_hint_group') : null);
     const form = h(
       'form',
       { class: 'card', id: 'group-form' },
@@ -1745,12 +1768,14 @@
       field(t('users.note'), h('input', { name: 'note', maxlength: 255 })),
       speedFields(null, 'cut', 0, false),
       fairFields(null),
+      ruleSet(null),
       errorBox(),
       h('div', { class: 'actions' }, h('button', { type: 'submit' }, t('groups.create'))),
     );
     onSubmit(form, async () => {
       const values = fields(form);
-      await api('POST', 'groups', { name: values.name, note: values.note, ...speedInput(values, false), ...fairInput(values) });
+      const routed = values.rule_set ? { rule_set: values.rule_set } : {};
+      await api('POST', 'groups', { name: values.name, note: values.note, ...speedInput(values, false), ...fairInput(values), ...routed });
       route();
     });
     const editGroup = (g) => {
@@ -1761,13 +1786,16 @@
         field(t('users.note'), h('input', { name: 'note', maxlength: 255, value: g.note })),
         speedFields(g.speed_limit, g.on_quota, g.slow_speed, false),
         fairFields(g),
+        ruleSet(g),
         errorBox(),
         h('div', { class: 'actions' }, h('button', { type: 'submit' }, t('save'))),
       );
       const d = dialog(t('groups.edit', { name: g.name }), edit);
       const groupInput = () => {
         const values = fields(edit);
-        return { name: values.name, note: values.note, ...speedInput(values, false), ...fairInput(values) };
+        const input = { name: values.name, note: values.note, ...speedInput(values, false), ...fairInput(values) };
+        if ('rule_set' in values) input.rule_set = values.rule_set;
+        return input;
       };
       const drawn = groupInput();
       onSubmit(edit, async () => {
@@ -1785,7 +1813,11 @@
       h(
         'table',
         { class: 'list' },
-        h('thead', {}, h('tr', {}, ['groups.name', 'nav.users', 'nav.nodes', 'speed.title', 'devices.title', 'users.note', ''].map((k) => h('th', {}, k ? t(k) : h('span', { class: 'visually-hidden' }, t('actions')))))),
+        h(
+          'thead',
+          {},
+          h('tr', {}, ['groups.name', 'nav.users', 'nav.nodes', 'speed.title', 'devices.title', sets ? 'routing.rule_set' : null, 'users.note', ''].filter((k) => k !== null).map((k) => h('th', {}, k ? t(k) : h('span', { class: 'visually-hidden' }, t('actions'))))),
+        ),
         h(
           'tbody',
           {},
@@ -1805,6 +1837,7 @@
                   ? h('small', {}, ` · ${[g.block_torrent ? t('guard.torrent_short') : null, g.block_smtp ? t('guard.smtp_short') : null].filter(Boolean).join(', ')}`)
                   : null,
               ),
+              sets ? h('td', { 'data-label': t('routing.rule_set') }, g.rule_set || '—') : null,
               h('td', { 'data-label': t('users.note') }, g.note),
               h('td', {}, h('button', { type: 'button', class: 'ghost small', 'data-edit-group': g.name, onclick: () => editGroup(g) }, t('groups.edit_short')), ' ', remove(g)),
             ),
@@ -2141,6 +2174,7 @@
     block_smtp: ['guard.smtp', 'yes'],
     role: ['admins.role', 'role'],
     password: ['password'],
+    rule_set: ['routing.rule_set'],
   };
 
   /** A field's name in the admin's language (the key itself for one the panel does not know). */
@@ -2724,6 +2758,283 @@
     );
   }
 
+  // ---- routing per user (the owner's) ---------------------------------------------------
+
+  const OUTBOUND_TYPES = ['direct', 'socks5', 'http'];
+  const IP_MODES = ['auto', 'v4', 'v6', 'prefer_v4', 'prefer_v6'];
+  /** What an empty box for a new rule set shows: the syntax, by example (not words to translate). */
+  const RULES_EXAMPLE = 'warp(suffix:netflix.com)\nreject(geoip:cn)\ndirect(all)';
+
+  /** A refusal of rules (`bad_routing_rules`, its body `e`) in words: the line and column
+   * (from 1) and what is wrong there; `named`: with the rule set's name, for a change made
+   * elsewhere (an outbound a rule set names, removed). */
+  function rulesError(e, named) {
+    // control says "rule set NAME: line L, column C: PROBLEM"; the problem is what it adds.
+    const problem = (e.message || '').replace(/^rule set [^:]*: /, '').replace(/^line \d+(, column \d+)?: /, '');
+    let text = problem;
+    if (e.line && e.column) text = t('routing.error_at', { line: number(e.line), column: number(e.column), problem });
+    else if (e.line) text = t('routing.error_line', { line: number(e.line), problem });
+    return named && e.rule_set ? t('routing.error_in', { name: e.rule_set, error: text }) : text;
+  }
+
+  /** Puts the caret of `box` at `line` and `column` (from 1; column 0: the line's start). */
+  function caretAt(box, line, column) {
+    const lines = box.value.split('\n');
+    if (!line || line > lines.length) return;
+    let at = 0;
+    for (let i = 0; i < line - 1; i++) at += lines[i].length + 1;
+    // control counts characters; a string's indices count UTF-16 units.
+    if (column > 1) at += Array.from(lines[line - 1]).slice(0, column - 1).join('').length;
+    box.focus();
+    box.setSelectionRange(at, at);
+  }
+
+  /** Sends rules with `send`; a refusal of them is said beside their box (`submitting` puts
+   * it there, the box named `rules`), in words with its line and column, and the caret goes
+   * to the fault. */
+  async function sendRules(box, name, send) {
+    try {
+      return await send();
+    } catch (err) {
+      const e = err.data?.error;
+      if (err.code === 'bad_routing_rules' && e && e.rule_set === name) {
+        err.message = rulesError(e, false);
+        // Once `submitting` has shown the message and focused the box.
+        setTimeout(() => caretAt(box, e.line, e.column));
+      }
+      throw err;
+    }
+  }
+
+  /** A box of rules: monospace, one rule a line, as typed (no spelling, no wrapping). */
+  function rulesBox(text, placeholder) {
+    const rows = Math.min(20, Math.max(4, text.split('\n').length + 1));
+    return h('textarea', { name: 'rules', class: 'rules', dir: 'ltr', rows, maxlength: 262144, spellcheck: 'false', autocapitalize: 'off', autocomplete: 'off', wrap: 'off', placeholder }, text);
+  }
+
+  /** The fields of an outbound (`o`: the one to change; none: a new one): its name, node and
+   * type, then a proxy's server and login or a direct one's IP version, interface and source
+   * addresses. The other kind's are hidden and disabled: the browser checks what is shown. */
+  function outboundFields(o, nodes) {
+    const type = o ? o.type : 'socks5';
+    const text = (name, attrs, value) => h('input', { name, autocomplete: 'off', ...attrs, value: value || '' });
+    const proxy = h(
+      'fieldset',
+      { class: 'outbound-kind' },
+      h('legend', {}, t('routing.proxy')),
+      field(t('routing.server'), text('server', { required: true, maxlength: 255, placeholder: '127.0.0.1:1080' }, o && o.server), t('routing.server_hint')),
+      field(t('routing.username'), text('username', { maxlength: 255 }, o && o.username)),
+      // Never shown: a change leaves it as it is unless a new one is typed.
+      field(t('password'), h('input', { name: 'password', type: 'password', maxlength: 255, autocomplete: 'off' }), t(o && o.password_set ? 'routing.password_keep' : 'routing.password_hint')),
+    );
+    const direct = h(
+      'fieldset',
+      { class: 'outbound-kind' },
+      h('legend', {}, t('routing.direct')),
+      field(t('routing.ip_mode'), h('select', { name: 'ip_mode' }, IP_MODES.map((m) => h('option', { value: m, selected: ((o && o.ip_mode) || 'auto') === m }, t(`routing.ip_mode.${m}`))))),
+      field(t('routing.interface'), text('interface', { maxlength: 15, placeholder: 'eth1' }, o && o.interface), t('routing.interface_hint')),
+      field(t('routing.source_v4'), text('source_v4', { maxlength: 64, placeholder: '192.0.2.10' }, o && o.source_v4), t('routing.source_hint')),
+      field(t('routing.source_v6'), text('source_v6', { maxlength: 64, placeholder: '2001:db8::10' }, o && o.source_v6), t('routing.source_hint')),
+    );
+    const show = (kind) => {
+      proxy.hidden = proxy.disabled = kind === 'direct';
+      direct.hidden = direct.disabled = kind !== 'direct';
+    };
+    show(type);
+    return [
+      field(t('routing.name'), text('name', { required: true, maxlength: 32, pattern: '[A-Za-z0-9_]+' }, o && o.name), t('routing.outbound_name_hint')),
+      field(
+        t('routing.node'),
+        h('select', { name: 'node' }, h('option', { value: '' }, t('routing.every_node')), nodes.map((n) => h('option', { value: String(n.id), selected: Boolean(o) && o.node === n.id }, n.name))),
+      ),
+      field(t('routing.type'), h('select', { name: 'type', onchange: (e) => show(e.target.value) }, OUTBOUND_TYPES.map((k) => h('option', { value: k, selected: type === k }, t(`routing.type.${k}`))))),
+      proxy,
+      direct,
+    ];
+  }
+
+  /** An outbound from its form, as the API takes it (a password only when one is typed). */
+  function outboundInput(form) {
+    const values = fields(form);
+    // Node 0 is every node (left out, a change would keep the one it had).
+    const input = { name: values.name, node: values.node ? Number(values.node) : 0, type: values.type };
+    if (values.type === 'direct') {
+      Object.assign(input, { ip_mode: values.ip_mode, interface: values.interface, source_v4: values.source_v4, source_v6: values.source_v6 });
+    } else {
+      Object.assign(input, { server: values.server, username: values.username });
+      // As typed: a password may begin or end with a space.
+      const password = form.elements.namedItem('password').value;
+      if (password) input.password = password;
+    }
+    return input;
+  }
+
+  function outboundDialog(o, nodes) {
+    const form = h('form', { id: 'outbound-edit' }, outboundFields(o, nodes), errorBox(), h('div', { class: 'actions' }, h('button', { type: 'submit' }, t('save'))));
+    const d = dialog(t('routing.change_outbound', { name: o.name }), form);
+    onSubmit(form, async () => {
+      const input = outboundInput(form);
+      await api('PATCH', `outbounds/${o.id}`, input);
+      d.close();
+      flash = t('routing.outbound_saved', { name: input.name });
+      route();
+    });
+  }
+
+  /** The outbounds rules can send traffic to: each one (never its password: only whether it
+   * has one), and a form to add one. */
+  function outboundsCard(outbounds, nodes) {
+    const nodeName = (id) => (id === null || id === undefined ? t('routing.every_node') : (nodes.find((n) => n.id === id) || { name: `#${id}` }).name);
+    const where = (o) =>
+      o.type === 'direct'
+        ? [t(`routing.ip_mode.${o.ip_mode}`), o.interface, o.source_v4, o.source_v6].filter(Boolean).join(' · ')
+        : [h('code', {}, o.server), o.username ? h('small', {}, ` · ${o.username}`) : null];
+    const rows = outbounds.map((o) =>
+      h(
+        'tr',
+        { 'data-outbound': o.name },
+        h('th', { scope: 'row' }, o.name),
+        h('td', { 'data-label': t('routing.node') }, nodeName(o.node)),
+        h('td', { 'data-label': t('routing.type') }, t(`routing.type.${o.type}`)),
+        h('td', { 'data-label': t('routing.where') }, where(o)),
+        h('td', { 'data-label': t('password') }, o.type === 'direct' ? '—' : t(o.password_set ? 'routing.password_set' : 'routing.no_password')),
+        h(
+          'td',
+          {},
+          h(
+            'span',
+            { class: 'inline' },
+            h('button', { type: 'button', class: 'ghost small', 'data-change-outbound': o.name, onclick: () => outboundDialog(o, nodes) }, t('routing.change')),
+            deleteButton(t('routing.remove'), t('routing.remove_outbound_confirm', { name: o.name }), `outbounds/${o.id}`, { 'data-remove-outbound': o.name }),
+          ),
+        ),
+      ),
+    );
+    const form = h(
+      'form',
+      { id: 'outbound-form' },
+      h('h3', {}, t('routing.add_outbound')),
+      outboundFields(null, nodes),
+      errorBox(),
+      h('div', { class: 'actions' }, h('button', { type: 'submit' }, t('routing.add_outbound'))),
+    );
+    onSubmit(form, async () => {
+      const input = outboundInput(form);
+      await api('POST', 'outbounds', input);
+      flash = t('routing.outbound_added', { name: input.name });
+      route();
+    });
+    return h(
+      'section',
+      { class: 'card', id: 'outbounds' },
+      h('h2', { id: 'outbounds-title' }, t('routing.outbounds')),
+      h('p', {}, t('routing.outbounds_intro')),
+      outbounds.length
+        ? h(
+            'table',
+            { class: 'list', 'aria-labelledby': 'outbounds-title' },
+            h(
+              'thead',
+              {},
+              h('tr', {}, [t('routing.name'), t('routing.node'), t('routing.type'), t('routing.where'), t('password'), h('span', { class: 'visually-hidden' }, t('actions'))].map((x) => h('th', { scope: 'col' }, x))),
+            ),
+            h('tbody', {}, rows),
+          )
+        : h('p', { class: 'empty' }, t('routing.no_outbounds')),
+      form,
+    );
+  }
+
+  /** One rule set: its name and rules, saved in place (a refusal said beside the rules, at
+   * their line and column), and removed. */
+  function ruleSetForm(set) {
+    const title = `rule-set-${set.id}`;
+    const box = rulesBox(set.rules);
+    const done = h('p', { class: 'notice', role: 'status', hidden: true });
+    const form = h(
+      'form',
+      { class: 'rule-set', 'data-rule-set': set.name, 'aria-labelledby': title },
+      h('h3', { id: title }, set.name),
+      h('p', {}, t('routing.given', { users: tn('routing.users_n', set.users), groups: tn('routing.groups_n', set.groups) })),
+      field(t('routing.name'), h('input', { name: 'name', required: true, maxlength: 64, pattern: '[A-Za-z0-9_\\-]+', autocomplete: 'off', value: set.name })),
+      field(t('routing.rules'), box),
+      errorBox(),
+      done,
+      h(
+        'div',
+        { class: 'actions' },
+        h('button', { type: 'submit' }, t('save')),
+        deleteButton(t('routing.remove'), t('routing.remove_set_confirm', { name: set.name }), `rule-sets/${set.id}`, { 'data-remove-rule-set': set.name }),
+      ),
+    );
+    let saved = { name: set.name, rules: set.rules };
+    onSubmit(form, async () => {
+      done.hidden = true;
+      const now = { name: form.elements.namedItem('name').value.trim(), rules: box.value };
+      const change = changedOnly(now, saved);
+      if (Object.keys(change).length) await sendRules(box, now.name, () => api('PATCH', `rule-sets/${set.id}`, change));
+      saved = now;
+      form.dataset.ruleSet = now.name;
+      form.querySelector('h3').textContent = now.name;
+      done.textContent = t('routing.set_saved');
+      done.hidden = false;
+    });
+    return form;
+  }
+
+  /** The rule sets: each one's rules to change, and a form to add one. */
+  function ruleSetsCard(sets) {
+    const box = rulesBox('', RULES_EXAMPLE);
+    const add = h(
+      'form',
+      { id: 'rule-set-form' },
+      h('h3', {}, t('routing.add_set')),
+      field(t('routing.name'), h('input', { name: 'name', required: true, maxlength: 64, pattern: '[A-Za-z0-9_\\-]+', autocomplete: 'off', placeholder: 'streaming' }), t('routing.set_name_hint')),
+      field(t('routing.rules'), box, t('routing.rules_hint')),
+      errorBox(),
+      h('div', { class: 'actions' }, h('button', { type: 'submit' }, t('routing.add_set'))),
+    );
+    onSubmit(add, async () => {
+      const name = add.elements.namedItem('name').value.trim();
+      await sendRules(box, name, () => api('POST', 'rule-sets', { name, rules: box.value }));
+      flash = t('routing.set_added', { name });
+      await route();
+      // On to the new rule set's rules, where the keyboard left off.
+      const added = [...document.querySelectorAll('form.rule-set')].find((f) => f.dataset.ruleSet === name);
+      if (added) added.querySelector('textarea').focus();
+    });
+    return h(
+      'section',
+      { class: 'card', id: 'rule-sets' },
+      h('h2', {}, t('routing.rule_sets')),
+      h('p', {}, t('routing.rule_sets_intro')),
+      sets.length ? sets.map(ruleSetForm) : h('p', { class: 'empty' }, t('routing.no_rule_sets')),
+      add,
+    );
+  }
+
+  /** Routing per user: the outbounds and the rule sets (Settings, the owner's). */
+  async function routingView() {
+    const [routing, nodes] = await Promise.all([api('GET', 'routing'), api('GET', 'nodes')]);
+    shell(
+      'settings/routing',
+      h('p', {}, h('a', { href: '#/settings' }, t('notify.back'))),
+      h('h1', {}, t('routing.title')),
+      h('p', {}, t('routing.intro')),
+      outboundsCard(routing.outbounds, nodes.nodes),
+      ruleSetsCard(routing.rule_sets),
+    );
+  }
+
+  /** The rule set a user or group is given (the owner's to choose); empty: none of its own. */
+  function ruleSetField(sets, current, none, hint) {
+    return field(
+      t('routing.rule_set'),
+      h('select', { name: 'rule_set' }, h('option', { value: '' }, t(none)), sets.map((s) => h('option', { value: s.name, selected: current === s.name }, s.name))),
+      t(hint),
+    );
+  }
+
   async function settingsView() {
     if (!can('admin')) return accountView();
     const [totp, status, settings, edges, sessions, passkeys] = await Promise.all([
@@ -2825,6 +3136,8 @@
       'settings',
       h('h1', {}, t('nav.settings')),
       h('p', {}, h('a', { href: '#/settings/notifications', id: 'to-notifications' }, t('notify.title')), ' · ', t('notify.link_hint')),
+      // Where everyone's traffic goes is the owner's to say.
+      me.role === 'owner' ? h('p', {}, h('a', { href: '#/settings/routing', id: 'to-routing' }, t('routing.title')), ' · ', t('routing.link_hint')) : null,
       profile,
       card,
       passwordCard(),
