@@ -493,10 +493,11 @@ async fn routed_tcp(
     // many addresses the name has.
     let connected =
         tokio::time::timeout(2 * CONNECT_TIMEOUT, crate::outbound::connect_tcp(kind, &target, CONNECT_TIMEOUT));
-    let (stream, early) = connected
-        .await
-        .map_err(|_| format!("connecting to {address} timed out"))?
-        .map_err(|e| format!("connecting to {address}: {e}"))?;
+    let (stream, early) = connected.await.map_err(|_| format!("connecting to {address} timed out"))?.map_err(|e| {
+        // A direct outbound's error names the address it tried; a proxy's says which step.
+        let said = e.to_string();
+        if said.starts_with("connecting to ") { said } else { format!("connecting to {address}: {said}") }
+    })?;
     Ok((stream, early, outbound.map(|o| o.carried.clone())))
 }
 

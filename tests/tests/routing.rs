@@ -183,3 +183,117 @@ async fn no_rule_reaches_what_the_safety_policy_refuses() {
     strict.stop().unwrap();
     open.stop().unwrap();
 }
+
+/// A network namespace joined to this one by a veth pair, removed when dropped: the host side
+/// holds `.1` and `.3` of a /24 of globally routed addresses (the safety policy lets them
+/// through), the namespace `.2`.
+struct Namespace {
+    name: String,
+    host_if: String,
+    net: String,
+}
+
+impl Namespace {
+    fn new() -> Namespace {
+        let tag = std::process::id() % 100_000;
+        let ns = Namespace {
+            name: format!("hearth-rt-{tag}"),
+            host_if: format!("hrt{tag}a"),
+            net: format!("11.{}.{}", 100 + tag % 100, tag % 200),
+        };
+        let peer = format!("hrt{tag}b");
+        let run = |args: &str| {
+            let out = std::process::Command::new("ip").args(args.split_whitespace()).output().unwrap();
+            assert!(out.status.success(), "ip {args}: {}", String::from_utf8_lossy(&out.stderr));
+        };
+        run(&format!("netns add {}", ns.name));
+        run(&format!("link add {} type veth peer name {peer}", ns.host_if));
+        run(&format!("link set {peer} netns {}", ns.name));
+        run(&format!("addr add {}.1/24 dev {}", ns.net, ns.host_if));
+        run(&format!("addr add {}.3/24 dev {}", ns.net, ns.host_if));
+        run(&format!("link set {} up", ns.host_if));
+        run(&format!("netns exec {} ip addr add {}.2/24 dev {peer}", ns.name, ns.net));
+        run(&format!("netns exec {} ip link set {peer} up", ns.name));
+        run(&format!("netns exec {} ip link set lo up", ns.name));
+        ns
+    }
+}
+
+impl Drop for Namespace {
+    fn drop(&mut self) {
+        let _ = std::process::Command::new("ip").args(["link", "del", &self.host_if]).output();
+        let _ = std::process::Command::new("ip").args(["netns", "del", &self.name]).output();
+    }
+}
+
+/// A direct outbound in a namespace the test makes: one bound to the veth's interface and a
+/// source address reaches the server there from that address; one bound to another interface
+/// (loopback) does not get there; a user without rules goes out the way the kernel routes,
+/// from the interface's first address.
+#[tokio::test]
+async fn a_direct_outbound_leaves_by_its_interface_and_source_address() {
+    use std::io::BufRead as _;
+    let ns = Namespace::new();
+    // A web server in the namespace that answers with the address it was reached from.
+    let server = format!(
+        "import socket\ns=socket.socket()\ns.setsockopt(socket.SOL_SOCKET,socket.SO_REUSEADDR,1)\n\
+         s.bind(('{net}.2',8080))\ns.listen(16)\nprint('ready',flush=True)\n\
+         while True:\n  c,a=s.accept()\n  c.recv(4096)\n  b=a[0].encode()\n  \
+         c.sendall(b'HTTP/1.1 200 OK\\r\\ncontent-length: %d\\r\\nconnection: close\\r\\n\\r\\n'%len(b)+b)\n  c.close()\n",
+        net = ns.net
+    );
+    let mut web = std::process::Command::new("ip")
+        .args(["netns", "exec", &ns.name, "python3", "-c", &server])
+        .stdout(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut ready = String::new();
+    std::io::BufReader::new(web.stdout.take().unwrap()).read_line(&mut ready).unwrap();
+    assert_eq!(ready.trim(), "ready");
+    let target: std::net::SocketAddr = format!("{}.2:8080", ns.net).parse().unwrap();
+
+    let key = SecretKey::generate(Role::Node, &mut rand_core::OsRng).unwrap();
+    let direct = |interface: &str, source: Option<std::net::Ipv4Addr>| OutboundKind::Direct {
+        mode: hearth_shared::acl::IpMode::V4,
+        interface: Some(interface.into()),
+        source_v4: source,
+        source_v6: None,
+    };
+    let routing = Routing {
+        outbounds: vec![
+            Outbound { name: "wan2".into(), kind: direct(&ns.host_if, Some(format!("{}.3", ns.net).parse().unwrap())) },
+            Outbound { name: "nowhere".into(), kind: direct("lo", None) },
+        ],
+        sets: vec![
+            RuleSet { id: 1, name: "second-line".into(), text: "wan2(all)".into() },
+            RuleSet { id: 2, name: "wrong-way".into(), text: "nowhere(all)".into() },
+        ],
+    };
+    let users = vec![
+        CredEntry { rules: 1, ..CredEntry::new(1, sha256(b"alice-pw")) },
+        CredEntry { rules: 2, ..CredEntry::new(2, sha256(b"bob-pw")) },
+        CredEntry::new(3, sha256(b"carol-pw")),
+    ];
+    let sealed = hearth_shared::routing::seal(&routing, &key.public(), &[5; 32]).unwrap();
+    let set = CredentialSet::new(1, users).unwrap().with_routing(Some(sealed)).unwrap();
+    let temp = tempfile::tempdir().unwrap();
+    let mut sim = ControlSim::new();
+    let item = sim.creds(&set);
+    let dir = temp.path().join("node");
+    // The node's default policy: the namespace's addresses are globally routed ones.
+    hearth_tests::node::state_dir_public_only(&dir, &sim, 1, "").unwrap();
+    std::fs::write(dir.join("creds.envelope"), item.envelope().unwrap()).unwrap();
+    hearth_tests::node::save_node_key(&dir, &key).unwrap();
+    let node = NodeProcess::start(&dir).unwrap();
+
+    let alice = ProxyClient::sing_box(node.outbound("alice-pw")).unwrap();
+    let seen = fetch_eventually(&alice, target).await.unwrap();
+    assert_eq!(String::from_utf8_lossy(&seen), format!("{}.3", ns.net), "not from the outbound's source address");
+    let bob = ProxyClient::sing_box(node.outbound("bob-pw")).unwrap();
+    assert!(fetch(&bob, target).await.is_err(), "an outbound bound to loopback reached the namespace");
+    let carol = ProxyClient::sing_box(node.outbound("carol-pw")).unwrap();
+    assert_eq!(String::from_utf8_lossy(&fetch(&carol, target).await.unwrap()), format!("{}.1", ns.net));
+    node.stop().unwrap();
+    let _ = web.kill();
+    let _ = web.wait();
+}
