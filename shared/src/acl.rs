@@ -366,6 +366,21 @@ fn required_label(pattern: &str) -> Option<&str> {
         .max_by_key(|label| label.len())
 }
 
+/// The map of networks of prefix length `bits` in `by_length`, made when the set first uses it.
+fn slot<K>(
+    by_length: &mut Vec<(u8, std::collections::HashMap<K, Vec<u32>>)>,
+    bits: u8,
+) -> &mut std::collections::HashMap<K, Vec<u32>> {
+    let at = match by_length.iter().position(|(b, _)| *b == bits) {
+        Some(at) => at,
+        None => {
+            by_length.push((bits, std::collections::HashMap::new()));
+            by_length.len() - 1
+        }
+    };
+    &mut by_length[at].1
+}
+
 fn mask4(ip: u32, bits: u8) -> u32 {
     ip & u32::MAX.checked_shl(32 - u32::from(bits)).unwrap_or(0)
 }
@@ -382,24 +397,10 @@ impl Matcher {
             let index = index as u32;
             let mut network = |ip: IpAddr, bits: u8| match ip {
                 IpAddr::V4(v4) => {
-                    let at = match matcher.v4.iter().position(|(b, _)| *b == bits) {
-                        Some(at) => at,
-                        None => {
-                            matcher.v4.push((bits, Default::default()));
-                            matcher.v4.len() - 1
-                        }
-                    };
-                    matcher.v4[at].1.entry(mask4(u32::from(v4), bits)).or_default().push(index);
+                    slot(&mut matcher.v4, bits).entry(mask4(u32::from(v4), bits)).or_default().push(index)
                 }
                 IpAddr::V6(v6) => {
-                    let at = match matcher.v6.iter().position(|(b, _)| *b == bits) {
-                        Some(at) => at,
-                        None => {
-                            matcher.v6.push((bits, Default::default()));
-                            matcher.v6.len() - 1
-                        }
-                    };
-                    matcher.v6[at].1.entry(mask6(u128::from(v6), bits)).or_default().push(index);
+                    slot(&mut matcher.v6, bits).entry(mask6(u128::from(v6), bits)).or_default().push(index)
                 }
             };
             match &rule.address {

@@ -862,18 +862,10 @@ struct EntryV4 {
     guard: Guard,
 }
 
-/// Format 5's entry.
+/// Format 5's entry: format 4's, then the rule set (postcard writes a struct inside a struct
+/// as its fields in turn, so the bytes are format 4's entry followed by the number).
 #[derive(Serialize, Deserialize)]
-struct EntryV5 {
-    user: UserId,
-    hash: Digest,
-    up: u64,
-    down: u64,
-    devices: Option<u32>,
-    kick: u32,
-    guard: Guard,
-    rules: u16,
-}
+struct EntryV5(EntryV4, u16);
 
 /// What changed between two credential sets.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
@@ -1029,30 +1021,13 @@ impl From<EntryV4> for CredEntry {
 
 impl From<&CredEntry> for EntryV5 {
     fn from(e: &CredEntry) -> EntryV5 {
-        EntryV5 {
-            user: e.user,
-            hash: e.hash,
-            up: e.limit.up,
-            down: e.limit.down,
-            devices: e.devices,
-            kick: e.kick,
-            guard: e.guard,
-            rules: e.rules,
-        }
+        EntryV5(EntryV4::from(e), e.rules)
     }
 }
 
 impl From<EntryV5> for CredEntry {
-    fn from(e: EntryV5) -> CredEntry {
-        CredEntry {
-            user: e.user,
-            hash: e.hash,
-            limit: SpeedLimit { up: e.up, down: e.down },
-            devices: e.devices,
-            kick: e.kick,
-            guard: e.guard,
-            rules: e.rules,
-        }
+    fn from(EntryV5(entry, rules): EntryV5) -> CredEntry {
+        CredEntry { rules, ..CredEntry::from(entry) }
     }
 }
 

@@ -1,4 +1,5 @@
-//! Credential sets (every format: with and without speed limits, with and without edges): the strict decoder on any bytes, and diff/apply between two sets built from
+//! Credential sets (every format: with and without speed limits, edges, device limits, rule
+//! sets and sealed routing): the strict decoder on any bytes, and diff/apply between two sets built from
 //! the input (a diff takes the old set to the new one, and does not apply to a set it was not
 //! made from unless that set gives the same result).
 #![no_main]
@@ -20,6 +21,7 @@ fn set(u: &mut Unstructured<'_>) -> CredentialSet {
                 devices: (extra & 1 != 0).then_some(u32::from(extra >> 6)),
                 kick: u32::from(extra >> 1 & 1),
                 guard: hearth_shared::wire::Guard { torrent: extra & 4 != 0, smtp: extra & 8 != 0 },
+                rules: u16::from(extra >> 4 & 1) * 7,
                 ..CredEntry::new(u64::from(take::<u8>(u) % 16), [take::<u8>(u) % 3; 32])
             }
         })
@@ -34,11 +36,14 @@ fn set(u: &mut Unstructured<'_>) -> CredentialSet {
     } else {
         hearth_shared::wire::DevicePolicy::DropOldest
     };
+    let routing = (take::<u8>(u) % 3 == 0).then(|| vec![take::<u8>(u); usize::from(take::<u8>(u) % 40)]);
     CredentialSet::new(node, users)
         .expect("users made unique")
         .with_edges(edges)
         .expect("well-formed edges")
         .with_policy(policy)
+        .with_routing(routing)
+        .expect("small routing")
 }
 
 fuzz_target!(|data: &[u8]| {
@@ -47,16 +52,18 @@ fuzz_target!(|data: &[u8]| {
         assert!(decoded.users().windows(2).all(|pair| pair[0].user < pair[1].user));
         let rebuilt = CredentialSet::new(decoded.node, decoded.users().to_vec())
             .and_then(|set| set.with_edges(decoded.edges().to_vec()))
-            .map(|set| set.with_policy(decoded.policy()));
+            .map(|set| set.with_policy(decoded.policy()))
+            .and_then(|set| set.with_routing(decoded.routing().map(<[u8]>::to_vec)));
         assert_eq!(rebuilt.as_ref(), Ok(&decoded));
         assert!(decoded.diff(&decoded).is_empty());
     }
 
     let mut u = Unstructured::new(data);
     let (old, new, other) = (set(&mut u), set(&mut u), set(&mut u));
-    // A diff carries users: the node's edges and device policy stay as they were.
+    // A diff carries users: the node's edges, device policy and routing stay as they were.
     let new = CredentialSet::new(old.node, new.users().to_vec())
         .and_then(|set| set.with_edges(old.edges().to_vec()))
+        .and_then(|set| set.with_routing(old.routing().map(<[u8]>::to_vec)))
         .expect("sorted and unique")
         .with_policy(old.policy());
     let diff = old.diff(&new);
