@@ -341,11 +341,12 @@ fn mbit(kbps: u64) -> String {
     format!("{} Mbit/s", kbps as f64 / 1000.0)
 }
 
-/// The shares of a quota a user is warned at, as it crosses them.
-const QUOTA_WARNINGS: [u64; 2] = [95, 80];
+/// The shares of a quota a user is warned at, as it crosses them, lowest first.
+const QUOTA_WARNINGS: [u64; 2] = [80, 95];
 
-/// Tells once that a user's usage crossed 80 % and 95 % of its quota (once over it, the
-/// status change tells); a reset or a larger quota makes it tellable again.
+/// Tells once that a user's usage crossed 80 % and 95 % of its quota, each share crossed its
+/// own event, lowest first, even when one sweep crosses both (once over the quota, the status
+/// change tells); a reset or a larger quota makes them tellable again.
 #[allow(clippy::too_many_arguments)]
 fn tell_quota(
     conn: &Connection,
@@ -358,14 +359,16 @@ fn tell_quota(
     now: u64,
 ) -> Result<(), Error> {
     let share = if quota == 0 { 0 } else { u64::try_from(u128::from(used) * 100 / u128::from(quota)).unwrap_or(100) };
-    let reached = QUOTA_WARNINGS.into_iter().find(|at| share >= *at).unwrap_or(0);
+    let reached = QUOTA_WARNINGS.into_iter().filter(|at| share >= *at).max().unwrap_or(0);
     if reached == warned {
         return Ok(());
     }
     conn.prepare_cached("UPDATE users SET quota_warned = ?2 WHERE id = ?1")?.execute(params![user, reached])?;
-    if reached > warned && status != Status::OverQuota && share < 100 {
-        let more = serde_json::json!({ "percent": reached, "used": used, "quota": quota });
-        crate::store::events::user_event(conn, now, "user.near_quota", user, name, more)?;
+    if status != Status::OverQuota && share < 100 {
+        for percent in QUOTA_WARNINGS.into_iter().filter(|at| (warned + 1..=reached).contains(at)) {
+            let more = serde_json::json!({ "percent": percent, "used": used, "quota": quota });
+            crate::store::events::user_event(conn, now, "user.near_quota", user, name, more)?;
+        }
     }
     Ok(())
 }

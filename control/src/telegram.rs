@@ -338,32 +338,41 @@ pub(crate) async fn notifier(app: Arc<App>, mut shutdown: watch::Receiver<bool>)
     }
 }
 
-/// Users with a chat of their own: told at 80 % of their quota, and three days before they
-/// expire (once for each expiry).
+/// What a user's own chat is reminded of: a share of the quota crossed, or the expiry ahead.
+#[derive(Clone, Copy, Debug)]
+enum Reminder {
+    Quota(u64),
+    Expiry(u64),
+}
+
+/// Users with a chat of their own: told at 80 % and at 95 % of their quota (each share as its
+/// event says it was crossed, lowest first), and three days before they expire (once for
+/// each expiry).
 async fn tell_users(app: &Arc<App>, api: &Api, bot: &Bot, pending: &[EventView]) {
-    let near: Vec<u64> = pending
+    let near: Vec<(u64, u64)> = pending
         .iter()
-        .filter(|e| e.kind == "user.near_quota" && e.data["percent"] == 80)
-        .filter_map(|e| e.data.pointer("/user/id").and_then(Value::as_u64))
+        .filter(|e| e.kind == "user.near_quota")
+        .filter_map(|e| Some((e.data.pointer("/user/id")?.as_u64()?, e.data["percent"].as_u64()?)))
         .collect();
     let now = now();
     let found = app
         .db
         .read(move |c| {
             let mut chats = Vec::new();
-            for user in near {
+            for (user, percent) in near {
                 let chat: Option<i64> = c
                     .prepare_cached("SELECT telegram_id FROM users WHERE id = ?1")?
                     .query_row([user], |row| row.get(0))
                     .unwrap_or(None);
-                chats.extend(chat.map(|chat| (user, chat, 0u64)));
+                chats.extend(chat.map(|chat| (user, chat, Reminder::Quota(percent))));
             }
             let mut expiring = c.prepare_cached(
                 "SELECT id, telegram_id, expires_at FROM users WHERE telegram_id IS NOT NULL AND enabled
                    AND expires_at > ?1 AND expires_at <= ?2 AND expiry_warned != expires_at",
             )?;
-            let rows =
-                expiring.query_map([now, now + EXPIRY_WARNING], |row| Ok((row.get(0)?, row.get(1)?, row.get(2)?)))?;
+            let rows = expiring.query_map([now, now + EXPIRY_WARNING], |row| {
+                Ok((row.get(0)?, row.get(1)?, Reminder::Expiry(row.get(2)?)))
+            })?;
             for row in rows {
                 chats.push(row?);
             }
@@ -371,17 +380,16 @@ async fn tell_users(app: &Arc<App>, api: &Api, bot: &Bot, pending: &[EventView])
         })
         .await;
     let Ok(found) = found else { return };
-    for (user, chat, expires) in found {
-        let text = if expires == 0 {
-            say(&bot.lang, Said::UserNear { percent: 80 })
-        } else {
-            say(&bot.lang, Said::UserExpires { date: &crate::clock::civil_date(expires) })
+    for (user, chat, reminder) in found {
+        let text = match reminder {
+            Reminder::Quota(percent) => say(&bot.lang, Said::UserNear { percent }),
+            Reminder::Expiry(expires) => say(&bot.lang, Said::UserExpires { date: &crate::clock::civil_date(expires) }),
         };
         if let Err(e) = api.send(&bot.token, chat, &text).await {
             tracing::warn!(user, error = %e, "telegram: telling a user failed");
             continue;
         }
-        if expires > 0 {
+        if let Reminder::Expiry(expires) = reminder {
             let _ = app
                 .db
                 .write(move |tx| {

@@ -2385,11 +2385,19 @@ async fn events_tell_each_crossing_once() {
         sweep().await;
     }
     assert_eq!(kinds().await, ["user.created 0", "user.near_quota 80", "user.near_quota 95", "user.over_quota 0"]);
+    // Both shares crossed between two sweeps (a minute apart): each told, lowest first, once.
+    let bob = client.post("/users", json!({ "name": "bob", "quota": 1000 })).await.json();
+    let body = report(&key, node, 5, vec![UserUsage { user: bob["id"].as_u64().unwrap(), up: 0, down: 960 }]);
+    assert_eq!(node_usage(&client, node, &key, body).await.status, StatusCode::OK);
+    sweep().await;
+    sweep().await;
+    let told = kinds().await;
+    assert_eq!(&told[4..], ["user.created 0", "user.near_quota 80", "user.near_quota 95"], "{told:?}");
     // A larger quota: back under, tellable again, and nothing told for it but the change.
     client.patch(&format!("/users/{alice_id}"), json!({ "quota": 100_000 })).await;
     client.patch(&format!("/users/{alice_id}"), json!({ "expires_at": now() - 1 })).await;
     let told = kinds().await;
-    assert_eq!(&told[4..], ["user.changed 0", "user.changed 0", "user.expired 0"], "{told:?}");
+    assert_eq!(&told[7..], ["user.changed 0", "user.changed 0", "user.expired 0"], "{told:?}");
 
     // A node silent for long, then back; an edge failing for long, then taking a push.
     let long_ago = now() - crate::tasks::NODE_ONLINE_SECS - 10;
@@ -2404,13 +2412,13 @@ async fn events_tell_each_crossing_once() {
     sweep().await;
     sweep().await;
     let told = kinds().await;
-    assert_eq!(&told[7..], ["node.offline 0", "edge.failing 0"], "once each: {told:?}");
+    assert_eq!(&told[10..], ["node.offline 0", "edge.failing 0"], "once each: {told:?}");
     assert_eq!(node_get(&client, node, &key, &format!("/nodes/{node}/creds?after=0")).await.status, StatusCode::OK);
     sweep().await;
     let edge: i64 = app.db.read(|c| Ok(c.query_row("SELECT id FROM edges", [], |r| r.get(0))?)).await.unwrap();
     app.db.write(move |tx| crate::store::edges::pushed(tx, edge, 0, &[], now())).await.unwrap();
     let told = kinds().await;
-    assert_eq!(&told[9..], ["node.online 0", "edge.recovered 0"], "{told:?}");
+    assert_eq!(&told[12..], ["node.online 0", "edge.recovered 0"], "{told:?}");
     let events = client.get("/events?limit=1").await.json();
     assert_eq!(events["events"][0]["data"]["edge"]["name"], "main");
 }
