@@ -583,4 +583,105 @@ mod tests {
         assert_eq!(size(1536), "1.5 KiB");
         assert_eq!(size(12), "12 B");
     }
+
+    /// A Bot API that records each `sendMessage` body and answers ok.
+    async fn recording_bot_api() -> (String, std::sync::Arc<std::sync::Mutex<Vec<Value>>>) {
+        use tokio::io::{AsyncReadExt as _, AsyncWriteExt as _};
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let base = format!("http://{}", listener.local_addr().unwrap());
+        let sent: std::sync::Arc<std::sync::Mutex<Vec<Value>>> = Default::default();
+        let record = sent.clone();
+        tokio::spawn(async move {
+            while let Ok((mut stream, _)) = listener.accept().await {
+                let record = record.clone();
+                tokio::spawn(async move {
+                    let mut request = Vec::new();
+                    let mut buf = [0u8; 4096];
+                    loop {
+                        let Ok(n) = stream.read(&mut buf).await else { return };
+                        if n == 0 {
+                            return;
+                        }
+                        request.extend_from_slice(&buf[..n]);
+                        let text = String::from_utf8_lossy(&request).to_string();
+                        let Some(head_end) = text.find("\r\n\r\n") else { continue };
+                        let length: usize = text[..head_end]
+                            .lines()
+                            .find_map(|l| {
+                                l.to_ascii_lowercase()
+                                    .strip_prefix("content-length:")
+                                    .map(|v| v.trim().parse().unwrap_or(0))
+                            })
+                            .unwrap_or(0);
+                        if request.len() < head_end + 4 + length {
+                            continue;
+                        }
+                        let body: Value =
+                            serde_json::from_slice(&request[head_end + 4..head_end + 4 + length]).unwrap_or_default();
+                        record.lock().unwrap().push(body);
+                        let answer = r#"{"ok":true,"result":{}}"#;
+                        let reply = format!(
+                            "HTTP/1.1 200 OK\r\ncontent-type: application/json\r\ncontent-length: {}\r\nconnection: close\r\n\r\n{answer}",
+                            answer.len()
+                        );
+                        let _ = stream.write_all(reply.as_bytes()).await;
+                        return;
+                    }
+                });
+            }
+        });
+        (base, sent)
+    }
+
+    /// A user with a chat of their own is told each share of the quota crossed (80 % and 95 %,
+    /// lowest first), in the bot's language; a user without a chat is told nothing.
+    #[tokio::test]
+    async fn a_users_own_chat_is_told_each_share_of_the_quota_crossed() {
+        let control = crate::testing::TestControl::new(false);
+        let app = control.app.clone();
+        let state = app.clone();
+        let ids: Vec<u64> = app
+            .db
+            .write(move |tx| {
+                let mut ids = Vec::new();
+                for name in ["ann", "ben"] {
+                    let input = crate::store::users::UserInput { name: Some(name.into()), ..Default::default() };
+                    ids.push(crate::users::create(tx, &state.signer, "test", &input, 1)?.id);
+                }
+                tx.execute("UPDATE users SET telegram_id = 4242 WHERE id = ?1", [ids[0]])?;
+                Ok(ids)
+            })
+            .await
+            .unwrap();
+        let (base, sent) = recording_bot_api().await;
+        let api = Api::new(&base, Duration::from_secs(5)).unwrap();
+        let bot = Bot {
+            token: "1:t".into(),
+            chat_id: 1,
+            lang: "en".into(),
+            events: String::new(),
+            told: 0,
+            update_offset: 0,
+            tell_users: true,
+        };
+        let near = |id: i64, user: u64, percent: u64| EventView {
+            id,
+            kind: "user.near_quota".into(),
+            at: 0,
+            subject: String::new(),
+            data: json!({ "user": { "id": user, "name": "x" }, "percent": percent }),
+        };
+        let pending = [near(1, ids[0], 80), near(2, ids[0], 95), near(3, ids[1], 80)];
+        tell_users(&app, &api, &bot, &pending).await;
+        let sent = sent.lock().unwrap().clone();
+        let told: Vec<(i64, String)> =
+            sent.iter().map(|m| (m["chat_id"].as_i64().unwrap(), m["text"].as_str().unwrap().to_owned())).collect();
+        assert_eq!(
+            told,
+            [
+                (4242, "You have used 80% of your VPN traffic.".to_owned()),
+                (4242, "You have used 95% of your VPN traffic.".to_owned())
+            ]
+        );
+    }
 }
