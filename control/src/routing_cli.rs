@@ -70,19 +70,26 @@ pub(crate) enum RoutingCommand {
     },
 }
 
+/// Reads a file (`-`: standard input), refusing one longer than a rule set may be.
 fn read(path: &Path, what: &str) -> Result<String> {
-    let text = if path.as_os_str() == "-" {
-        let mut text = String::new();
-        std::io::Read::read_to_string(&mut std::io::stdin().take(2 * hearth_shared::acl::MAX_TEXT as u64), &mut text)
-            .with_context(|| format!("reading the {what}"))?;
-        text
+    use std::io::Read as _;
+    let most = hearth_shared::acl::MAX_TEXT;
+    let mut bytes = Vec::new();
+    let reading = || format!("reading the {what} from {}", path.display());
+    if path.as_os_str() == "-" {
+        std::io::stdin().take(most as u64 + 1).read_to_end(&mut bytes).with_context(reading)?;
     } else {
-        std::fs::read_to_string(path).with_context(|| format!("reading {}", path.display()))?
-    };
-    Ok(text)
+        std::fs::File::open(path)
+            .with_context(reading)?
+            .take(most as u64 + 1)
+            .read_to_end(&mut bytes)
+            .with_context(reading)?;
+    }
+    if bytes.len() > most {
+        anyhow::bail!("{} holds more than {} KiB: too long for {what}", path.display(), most / 1024);
+    }
+    String::from_utf8(bytes).map_err(|_| anyhow::anyhow!("{} is not UTF-8 text: not {what}", path.display()))
 }
-
-use std::io::Read as _;
 
 fn node_id(conn: &rusqlite::Connection, node: Option<&str>) -> Result<u64, crate::error::Error> {
     match node {

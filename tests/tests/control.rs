@@ -673,6 +673,11 @@ fn the_readmes_routing_examples_run_as_written() {
     assert!(refused.contains("line 2, column 22"), "{refused}");
     assert!(dir.cli(&["routing", "list"]).unwrap().contains("no-ads (id 3): 0 users, 1 groups, 3 rules"));
     assert!(dir.cli(&["routing", "remove-rules", "no-ads"]).is_err(), "a rule set in use is not removed");
+    // A file longer than a rule set may be is refused before it is read whole.
+    let huge = temp.path().join("huge.acl");
+    std::fs::write(&huge, "direct(all)\n".repeat(30_000)).unwrap();
+    let refused = dir.cli(&["routing", "rules", "huge", huge.to_str().unwrap()]).unwrap_err().to_string();
+    assert!(refused.contains("more than 256 KiB"), "{refused}");
 }
 
 #[tokio::test]
