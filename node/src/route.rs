@@ -17,7 +17,7 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 
 use hearth_shared::Digest;
-use hearth_shared::acl::{self, Geo, OutboundKind, Proto, Request, Rule};
+use hearth_shared::acl::{self, OutboundKind, Request, Rule};
 use hearth_shared::keys::SecretKey;
 use hearth_shared::routing::Routing;
 
@@ -188,11 +188,6 @@ pub(crate) fn host_of(address: &str) -> Option<(&str, u16)> {
     Some((host, port.parse().ok()?))
 }
 
-/// The request for `host` (a name or an address) resolved to `ips`.
-pub(crate) fn request<'a>(domain: Option<&'a str>, ips: &'a [IpAddr], proto: Proto, port: u16) -> Request<'a> {
-    Request { domain, ips, proto, port }
-}
-
 /// Counts bytes carried by an outbound.
 pub(crate) fn count(carried: Option<&Carried>, up: u64, down: u64) {
     if let Some(carried) = carried {
@@ -201,20 +196,10 @@ pub(crate) fn count(carried: Option<&Carried>, up: u64, down: u64) {
     }
 }
 
-/// Lets tests and the metrics read what the GeoIP and GeoSite rules see.
-impl Geo for Routes {
-    fn in_country(&self, ip: IpAddr, code: &str) -> bool {
-        self.geo.as_ref().is_some_and(|geo| geo.in_country(ip, code))
-    }
-    fn in_category(&self, domain: &str, name: &str, attrs: &[String]) -> bool {
-        self.geo.as_ref().is_some_and(|geo| geo.in_category(domain, name, attrs))
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
-    use hearth_shared::acl::{Login, Outbound as Defined};
+    use hearth_shared::acl::{Login, Outbound as Defined, Proto};
     use hearth_shared::keys::Role;
     use hearth_shared::routing::RuleSet;
 
@@ -224,6 +209,10 @@ mod tests {
 
     fn ip(text: &str) -> IpAddr {
         text.parse().unwrap()
+    }
+
+    fn request<'a>(domain: Option<&'a str>, ips: &'a [IpAddr], proto: Proto, port: u16) -> Request<'a> {
+        Request { domain, ips, proto, port }
     }
 
     fn outbound(decision: &Decision) -> Option<&str> {

@@ -19,7 +19,7 @@ use std::sync::atomic::Ordering;
 use std::time::Duration;
 
 use bytes::Bytes;
-use hearth_shared::acl::{IpMode, OutboundKind};
+use hearth_shared::acl::{IpMode, OutboundKind, Proto, Request};
 use hearth_shared::sha256;
 use http::{Method, Response, StatusCode};
 use tokio::io::{AsyncReadExt as _, AsyncWriteExt as _};
@@ -469,7 +469,7 @@ async fn routed_tcp(
     routes: &Routes,
 ) -> Result<(TcpStream, Bytes, Option<Arc<Carried>>), String> {
     let (domain, ips, port) = lookup(address).await?;
-    let request = route::request(domain.as_deref(), &ips, hearth_shared::acl::Proto::Tcp, port);
+    let request = Request { domain: domain.as_deref(), ips: &ips, proto: Proto::Tcp, port };
     let (outbound, hijack) = match routes.decide(set, &request) {
         Decision::Reject(why) => {
             tracing::debug!(why, "TCP request refused by routing");
@@ -686,7 +686,7 @@ enum UdpWay {
 /// How a routed user's datagrams for `address` leave, by rule set `set`.
 async fn routed_udp(address: &str, options: &Options, set: u16, routes: &Routes) -> Result<UdpWay, String> {
     let (domain, ips, port) = lookup(address).await?;
-    let request = route::request(domain.as_deref(), &ips, hearth_shared::acl::Proto::Udp, port);
+    let request = Request { domain: domain.as_deref(), ips: &ips, proto: Proto::Udp, port };
     let (outbound, hijack) = match routes.decide(set, &request) {
         Decision::Reject(why) => {
             tracing::debug!(why, "UDP destination refused by routing");
