@@ -291,11 +291,13 @@ pub(crate) fn remove_outbound(conn: &Connection, vault: &Vault, id: i64) -> Resu
     Ok(before.outbound)
 }
 
-/// A rule set with how many users and groups are given it.
+/// A rule set with how many users and groups are given it (as the API shows it: the text
+/// as `rules`).
 #[derive(Clone, Debug, Serialize)]
 pub(crate) struct RuleSetView {
     pub(crate) id: u16,
     pub(crate) name: String,
+    #[serde(rename = "rules")]
     pub(crate) text: String,
     pub(crate) users: u64,
     pub(crate) groups: u64,

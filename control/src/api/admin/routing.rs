@@ -69,10 +69,6 @@ pub(super) async fn get_routing(State(app): State<Arc<App>>, auth: crate::api::A
     let (outbounds, sets) =
         app.db.read(move |c| Ok((routing::outbounds(c, &state.signer.vault)?, routing::rule_sets(c)?))).await?;
     let outbounds: Vec<_> = outbounds.iter().map(routing::StoredOutbound::view).collect();
-    let sets: Vec<_> = sets
-        .into_iter()
-        .map(|set| json!({ "id": set.id, "name": set.name, "rules": set.text, "users": set.users, "groups": set.groups }))
-        .collect();
     ok(json!({ "outbounds": outbounds, "rule_sets": sets }))
 }
 
@@ -142,7 +138,7 @@ fn set_id(id: i64) -> Result<u16, Error> {
 async fn rule_set_reply(app: &Arc<App>, id: u16) -> Reply {
     let sets = app.db.read(routing::rule_sets).await?;
     let set = sets.into_iter().find(|set| set.id == id).ok_or(Error::NotFound("rule set"))?;
-    ok(json!({ "id": set.id, "name": set.name, "rules": set.text, "users": set.users, "groups": set.groups }))
+    ok(serde_json::to_value(set).expect("a rule set serializes"))
 }
 
 pub(super) async fn add_rule_set(
