@@ -1561,9 +1561,10 @@ pub struct Presence {
 /// A node's usage report, signed by the node's key on the stream `usage/<node>`, with the
 /// sequence number as the envelope version: control applies each sequence number once.
 ///
-/// Three encodings, each a prefix of the next: without presence, the five fields alone (what
+/// Four encodings, each a prefix of the next: without presence, the five fields alone (what
 /// every control and edge reads); with it, the five fields and the presence list after them;
-/// with the node's release, both and then the release. [`UsageReport::decode`] takes any; a
+/// with the node's release, both and then the release; with users kicked through the node's
+/// traffic stats API, all of that and then the users. [`UsageReport::decode`] takes any; a
 /// report always takes the shortest that holds what it says.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub struct UsageReport {
@@ -1584,6 +1585,9 @@ pub struct UsageReport {
     /// changes (`None`: as last said). Control reads it as it
     /// reads the headers of a pull, so a node that reaches only an edge is heard through it.
     pub release: Option<NodeRelease>,
+    /// Users kicked at the node through its traffic stats API during the period, sorted, once
+    /// each: control kicks them as the panel does (everywhere) and records it.
+    pub kicked: Vec<UserId>,
 }
 
 /// What a node says of its release, as in the headers of its pulls
@@ -1622,16 +1626,29 @@ struct ReportV2 {
     presence: Vec<Presence>,
 }
 
+/// A report as nodes before the traffic stats API's kicks sent it.
+#[derive(Serialize, Deserialize)]
+struct ReportV3 {
+    node: NodeId,
+    seq: u64,
+    period_start: u64,
+    period_end: u64,
+    users: Vec<UserUsage>,
+    presence: Vec<Presence>,
+    release: Option<NodeRelease>,
+}
+
 impl UsageReport {
     /// The most presence entries a report carries (a node's users all online).
     pub const MAX_PRESENCE: usize = 200_000;
 
     /// The canonical encoding (see the type).
     pub fn encode(&self) -> Vec<u8> {
-        let UsageReport { node, seq, period_start, period_end, ref users, ref presence, ref release } = *self;
-        match (presence.is_empty(), release) {
-            (true, None) => encode(&ReportV1 { node, seq, period_start, period_end, users: users.clone() }),
-            (false, None) => encode(&ReportV2 {
+        let UsageReport { node, seq, period_start, period_end, ref users, ref presence, ref release, ref kicked } =
+            *self;
+        match (presence.is_empty(), release, kicked.is_empty()) {
+            (true, None, true) => encode(&ReportV1 { node, seq, period_start, period_end, users: users.clone() }),
+            (false, None, true) => encode(&ReportV2 {
                 node,
                 seq,
                 period_start,
@@ -1639,20 +1656,34 @@ impl UsageReport {
                 users: users.clone(),
                 presence: presence.clone(),
             }),
-            (_, Some(_)) => encode(self),
+            (_, Some(_), true) => encode(&ReportV3 {
+                node,
+                seq,
+                period_start,
+                period_end,
+                users: users.clone(),
+                presence: presence.clone(),
+                release: release.clone(),
+            }),
+            (_, _, false) => encode(self),
         }
     }
 
-    /// Decodes strictly any encoding; refuses presence out of order or repeated, and a
-    /// release's texts over [`NodeRelease::MAX_LEN`].
+    /// Decodes strictly any encoding; refuses presence or kicked users out of order or
+    /// repeated (or more than [`UsageReport::MAX_PRESENCE`]), and a release's texts over
+    /// [`NodeRelease::MAX_LEN`].
     pub fn decode(bytes: &[u8]) -> Result<UsageReport, WireError> {
         const WHAT: &str = "usage report";
         let report = if let Ok((old, [])) = postcard::take_from_bytes::<ReportV1>(bytes) {
             let ReportV1 { node, seq, period_start, period_end, users } = old;
-            UsageReport { node, seq, period_start, period_end, users, presence: Vec::new(), release: None }
+            let (presence, release, kicked) = (Vec::new(), None, Vec::new());
+            UsageReport { node, seq, period_start, period_end, users, presence, release, kicked }
         } else if let Ok((old, [])) = postcard::take_from_bytes::<ReportV2>(bytes) {
             let ReportV2 { node, seq, period_start, period_end, users, presence } = old;
-            UsageReport { node, seq, period_start, period_end, users, presence, release: None }
+            UsageReport { node, seq, period_start, period_end, users, presence, release: None, kicked: Vec::new() }
+        } else if let Ok((old, [])) = postcard::take_from_bytes::<ReportV3>(bytes) {
+            let ReportV3 { node, seq, period_start, period_end, users, presence, release } = old;
+            UsageReport { node, seq, period_start, period_end, users, presence, release, kicked: Vec::new() }
         } else {
             postcard::from_bytes::<UsageReport>(bytes).map_err(|_| WireError::Malformed(WHAT))?
         };
@@ -1660,6 +1691,9 @@ impl UsageReport {
             || report.presence.windows(2).any(|pair| pair[0].user >= pair[1].user)
         {
             return Err(WireError::Malformed("usage report (presence)"));
+        }
+        if report.kicked.len() > UsageReport::MAX_PRESENCE || report.kicked.windows(2).any(|pair| pair[0] >= pair[1]) {
+            return Err(WireError::Malformed("usage report (kicked)"));
         }
         if report.release.as_ref().is_some_and(|r| r.running.len().max(r.update.len()) > NodeRelease::MAX_LEN) {
             return Err(WireError::Malformed("usage report (release)"));
@@ -2069,6 +2103,7 @@ mod tests {
             users: vec![UserUsage { user: 1, up: 5, down: 6 }],
             presence: Vec::new(),
             release: None,
+            kicked: Vec::new(),
         };
         #[derive(Serialize)]
         struct Before {
@@ -2125,6 +2160,7 @@ mod tests {
             users: Vec::new(),
             presence: vec![present],
             release: None,
+            kicked: Vec::new(),
         };
         let release = NodeRelease { running: "0.4.0@6".into(), update: "7 exited at start".into() };
         for presence in [vec![present], Vec::new()] {
@@ -2147,6 +2183,49 @@ mod tests {
         let at_most = NodeRelease { update: "x".repeat(NodeRelease::MAX_LEN), ..release };
         let longest = UsageReport { release: Some(at_most), ..report };
         assert_eq!(UsageReport::decode(&longest.encode()).unwrap(), longest);
+    }
+
+    /// Users kicked through a node's traffic stats API ride after everything else, so a
+    /// report without any is read by controls and edges from before them; with or without a
+    /// release and presence, the earlier encoding is a prefix; the list must be sorted and
+    /// unique, and an empty one written out is not canonical.
+    #[test]
+    fn usage_reports_carry_kicks_after_the_release() {
+        let present = Presence { user: 1, devices: 1, connections: 1, ..Presence::default() };
+        let release = NodeRelease { running: "0.4.0@6".into(), update: String::new() };
+        for (presence, release) in [(vec![present], None), (Vec::new(), Some(release.clone())), (Vec::new(), None)] {
+            let bare = UsageReport {
+                node: 2,
+                seq: 5,
+                period_start: 10,
+                period_end: 70,
+                users: vec![UserUsage { user: 3, up: 1, down: 2 }],
+                presence,
+                release,
+                kicked: Vec::new(),
+            };
+            let with = UsageReport { kicked: vec![3, 9], ..bare.clone() };
+            let bytes = with.encode();
+            assert_eq!(UsageReport::decode(&bytes).unwrap(), with);
+            let before = encode(&ReportV3 {
+                node: 2,
+                seq: 5,
+                period_start: 10,
+                period_end: 70,
+                users: bare.users.clone(),
+                presence: bare.presence.clone(),
+                release: bare.release.clone(),
+            });
+            assert!(bytes.starts_with(&before), "the encoding before kicks is a prefix");
+            assert_eq!(UsageReport::decode(&bare.encode()).unwrap(), bare);
+            for bad in [vec![9, 3], vec![3, 3]] {
+                let refused = UsageReport { kicked: bad, ..bare.clone() };
+                assert!(UsageReport::decode(&refused.encode()).is_err());
+            }
+            let mut empty = before.clone();
+            empty.push(0);
+            assert!(UsageReport::decode(&empty).is_err(), "an empty list written out");
+        }
     }
 
     /// Where a fetched link went: by the base it came in on (scheme and case aside, the

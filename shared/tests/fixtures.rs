@@ -132,6 +132,7 @@ fn envelopes() -> Vec<(&'static str, Envelope)> {
         users: vec![UserUsage { user: 7, up: 1000, down: 50_000 }],
         presence: Vec::new(),
         release: None,
+        kicked: Vec::new(),
     };
     // With user 7 on two devices, one more refused.
     let present = UsageReport {
@@ -151,6 +152,8 @@ fn envelopes() -> Vec<(&'static str, Envelope)> {
         release: Some(wire::NodeRelease { running: "0.4.0@6".into(), update: "7 exited at start".into() }),
         ..present.clone()
     };
+    // User 7 kicked through the node's traffic stats API.
+    let kicked = UsageReport { seq: 15, kicked: vec![7], ..released.clone() };
     vec![
         (
             "key_record",
@@ -190,6 +193,10 @@ fn envelopes() -> Vec<(&'static str, Envelope)> {
         (
             "usage_report_release",
             draft(Kind::UsageReport, stream::usage(3), 14, Audience::Control).sign(released.encode(), &[&node()]),
+        ),
+        (
+            "usage_report_kicked",
+            draft(Kind::UsageReport, stream::usage(3), 15, Audience::Control).sign(kicked.encode(), &[&node()]),
         ),
         (
             "usage_ack",
@@ -270,12 +277,13 @@ fn fixtures_decode_and_verify() {
     trust.accept_key_record(&record, NOW).unwrap();
     trust.set_node(3, node().public());
     let snapshot_stream = stream::snapshot(&token().hash());
-    let cases: [(&str, Kind, Audience, &str); 11] = [
+    let cases: [(&str, Kind, Audience, &str); 12] = [
         ("credential_set", Kind::CredentialSet, Audience::Node(3), "creds/3"),
         ("credential_set_v2", Kind::CredentialSet, Audience::Node(3), "creds/3"),
         ("credential_set_v4", Kind::CredentialSet, Audience::Node(3), "creds/3"),
         ("usage_report_presence", Kind::UsageReport, Audience::Control, "usage/3"),
         ("usage_report_release", Kind::UsageReport, Audience::Control, "usage/3"),
+        ("usage_report_kicked", Kind::UsageReport, Audience::Control, "usage/3"),
         ("snapshot", Kind::Snapshot, Audience::Edge, &snapshot_stream),
         ("batch", Kind::Batch, Audience::Edge, stream::BATCH),
         ("node_record", Kind::NodeRecord, Audience::Edge, "node/3"),
@@ -302,7 +310,8 @@ fn fixtures_decode_and_verify() {
         if name.starts_with("usage_report") {
             let report = UsageReport::decode(&verified.envelope.body).unwrap_or_else(|e| panic!("{name}: {e}"));
             assert_eq!(report.presence.len(), usize::from(name != "usage_report"), "{name}");
-            assert_eq!(report.release.is_some(), name == "usage_report_release", "{name}");
+            assert_eq!(report.release.is_some(), name.ends_with("release") || name.ends_with("kicked"), "{name}");
+            assert_eq!(report.kicked, if name.ends_with("kicked") { vec![7] } else { Vec::new() }, "{name}");
         }
         if name == "snapshot" {
             assert_eq!(seal::open(&verified.envelope.body, &token()).unwrap(), snapshot());

@@ -242,9 +242,18 @@ async fn kill_9_during_a_bulk_create_leaves_all_or_nothing() {
 
 fn usage_report(key: &SecretKey, node: u64, seq: u64, users: Vec<UserUsage>) -> Vec<u8> {
     let now = now();
-    UsageReport { node, seq, period_start: now - 60, period_end: now, users, presence: Vec::new(), release: None }
-        .sign(key, now)
-        .encode()
+    UsageReport {
+        node,
+        seq,
+        period_start: now - 60,
+        period_end: now,
+        users,
+        presence: Vec::new(),
+        release: None,
+        kicked: Vec::new(),
+    }
+    .sign(key, now)
+    .encode()
 }
 
 async fn pull(http: &reqwest::Client, base: &str, prefix: &str, node: u64, key: &SecretKey) -> CredentialSet {

@@ -1153,6 +1153,7 @@ fn usage_report(sim: &ControlSim, seq: u64, key: &SecretKey) -> Vec<u8> {
         release: seq
             .is_multiple_of(3)
             .then(|| hearth_shared::wire::NodeRelease { running: format!("0.1.0@{seq}"), update: String::new() }),
+        kicked: if seq.is_multiple_of(5) { vec![5] } else { Vec::new() },
     }
     .encode();
     sim.draft(Kind::UsageReport, stream::usage(1), seq, Audience::Control).sign(body, &[key]).encode()

@@ -682,6 +682,7 @@ async fn control_counts_from_a_drain_only_what_its_nodes_signed_and_each_report_
             users,
             presence: Vec::new(),
             release: None,
+            kicked: Vec::new(),
         }
         .sign(key, now())
         .encode()

@@ -490,9 +490,18 @@ async fn node_usage(client: &Client, node: u64, key: &SecretKey, body: Vec<u8>) 
 
 fn report(key: &SecretKey, node: u64, seq: u64, users: Vec<UserUsage>) -> Vec<u8> {
     let now = now();
-    UsageReport { node, seq, period_start: now - 60, period_end: now, users, presence: Vec::new(), release: None }
-        .sign(key, now)
-        .encode()
+    UsageReport {
+        node,
+        seq,
+        period_start: now - 60,
+        period_end: now,
+        users,
+        presence: Vec::new(),
+        release: None,
+        kicked: Vec::new(),
+    }
+    .sign(key, now)
+    .encode()
 }
 
 fn set_of(answer: &Answer) -> CredentialSet {
@@ -1137,9 +1146,18 @@ fn presence_report(key: &SecretKey, node: u64, seq: u64, presence: &[(u64, u32, 
             ..Default::default()
         })
         .collect();
-    UsageReport { node, seq, period_start: now - 60, period_end: now, users: Vec::new(), presence, release: None }
-        .sign(key, now)
-        .encode()
+    UsageReport {
+        node,
+        seq,
+        period_start: now - 60,
+        period_end: now,
+        users: Vec::new(),
+        presence,
+        release: None,
+        kicked: Vec::new(),
+    }
+    .sign(key, now)
+    .encode()
 }
 
 /// Device limits across nodes: each node's set carries the user's limit less the devices
@@ -1251,6 +1269,63 @@ async fn device_limits_are_shared_across_nodes_and_kicks_and_guards_reach_the_se
     let (set_a, set_b) = (current(&client, a, &key_a).await, current(&client, b, &key_b).await);
     assert_eq!((kick(&set_a, bob), kick(&set_b, bob), kick(&set_a, family)), (1, 1, 0));
     assert_eq!(client.post("/users/999999/kick", json!({})).await.status, StatusCode::NOT_FOUND);
+}
+
+/// A kick a node reports (through its traffic stats API) is the panel's kick: the user's
+/// count goes up in every set of the user's nodes and the audit log names the node; users the
+/// node does not serve, or that do not exist, are left alone; the same report sent again
+/// kicks nobody twice.
+#[tokio::test]
+async fn kicks_a_node_reports_are_the_panels_kicks_for_users_it_serves() {
+    let client = Client::signed_in(false).await;
+    assert_eq!(client.post("/groups", json!({ "name": "elsewhere" })).await.status, StatusCode::CREATED);
+    let (a, key_a) = enroll(&client, json!(["default"])).await;
+    let (b, key_b) = enroll(&client, json!(["default", "elsewhere"])).await;
+    let alice = client.post("/users", json!({ "name": "alice" })).await.json()["id"].as_u64().unwrap();
+    let bob = client.post("/users", json!({ "name": "bob", "groups": ["elsewhere"] })).await;
+    assert_eq!(bob.status, StatusCode::CREATED, "{}", String::from_utf8_lossy(&bob.body));
+    let bob = bob.json()["id"].as_u64().unwrap();
+    let kick_in = |set: &CredentialSet, user: u64| set.users().iter().find(|e| e.user == user).map(|e| e.kick);
+    let sets = || async {
+        let a = set_of(&node_get(&client, a, &key_a, &format!("/nodes/{a}/creds")).await);
+        let b = set_of(&node_get(&client, b, &key_b, &format!("/nodes/{b}/creds")).await);
+        (a, b)
+    };
+    let (set_a, set_b) = sets().await;
+    assert_eq!((kick_in(&set_a, alice), kick_in(&set_a, bob), kick_in(&set_b, bob)), (Some(0), None, Some(0)));
+
+    let now = now();
+    let mut kicked = vec![alice, bob, 999_999];
+    kicked.sort_unstable();
+    let report = UsageReport {
+        node: a,
+        seq: 1,
+        period_start: now - 60,
+        period_end: now,
+        users: Vec::new(),
+        presence: Vec::new(),
+        release: None,
+        kicked,
+    }
+    .sign(&key_a, now)
+    .encode();
+    assert_eq!(node_usage(&client, a, &key_a, report.clone()).await.status, StatusCode::OK);
+    assert_eq!(node_usage(&client, a, &key_a, report).await.status, StatusCode::OK, "a report sent again");
+    let (set_a, set_b) = sets().await;
+    assert_eq!(
+        (kick_in(&set_a, alice), kick_in(&set_b, alice), kick_in(&set_b, bob)),
+        (Some(1), Some(1), Some(0)),
+        "alice kicked everywhere, once; bob, whom node a does not serve, nowhere"
+    );
+    let audit = client.get("/audit?action=user.kick").await.json();
+    let entries: Vec<(&str, &str)> = audit["entries"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|e| (e["actor"].as_str().unwrap(), e["target"].as_str().unwrap()))
+        .collect();
+    let actor = format!("node {a} (traffic stats API)");
+    assert_eq!(entries, vec![(actor.as_str(), format!("user {alice} (alice)").as_str())]);
 }
 
 #[tokio::test]

@@ -807,6 +807,14 @@ pub(crate) fn apply_usage(
         audit(conn, now, "control", "node.limited", &format!("node {node}"), "its monthly traffic cap is reached")?;
     }
     apply_presence(conn, node, &report.presence, now, changes)?;
+    // Users kicked through the node's traffic stats API are kicked as the panel kicks them
+    // (on every node, recorded in the audit log); a node kicks only users it serves.
+    let actor = format!("node {node} (traffic stats API)");
+    for &user in &report.kicked {
+        if super::changes::nodes_of_user(conn, user)?.contains(&node) {
+            super::users::kick(conn, changes, &actor, user, now)?;
+        }
+    }
     // What it runs, as it says in its pulls: a node that reaches only an edge is heard here.
     if let Some(release) = &report.release {
         let update = Some(release.update.as_str()).filter(|u| !u.is_empty());

@@ -264,6 +264,7 @@ async fn what_a_node_runs_is_heard_in_its_reports_and_an_older_word_never_wins()
             users: Vec::new(),
             presence: Vec::new(),
             release: Some(release),
+            kicked: Vec::new(),
         };
         report.sign(&key, now()).encode()
     };
