@@ -21,6 +21,7 @@ mod pin;
 mod route;
 mod server;
 mod state;
+mod stats;
 mod supervise;
 mod table;
 mod update;
@@ -200,7 +201,14 @@ fn serve(dir: &Path) -> Result<i32> {
         Some(acme) => Some(hearth_acme::Manager::new(acme, &state.path("acme"), certs.clone())?),
         None => None,
     };
+    let traffic_stats = match &settings.traffic_stats {
+        Some(stats) => Some((stats.address()?, stats.secret.clone())),
+        None => None,
+    };
     let live = Arc::new(Live::default());
+    if traffic_stats.is_some() {
+        live.streams.enable();
+    }
     let mut held = None;
     let mut edges = Vec::new();
     let last_good = match (state.last_good(&trust, settings.node, now()), state.previous_trust()) {
@@ -322,6 +330,13 @@ fn serve(dir: &Path) -> Result<i32> {
             }
             tasks.push(tokio::spawn(acme.clone().run()));
             tasks.push(tokio::spawn(acme.clone().renew_on_sighup()));
+        }
+        if let Some((address, secret)) = traffic_stats {
+            let listener = tokio::net::TcpListener::bind(address)
+                .await
+                .with_context(|| format!("binding TCP {address} for the traffic stats API (traffic_stats.listen)"))?;
+            println!("hearth-node traffic stats API on http://{}", listener.local_addr()?);
+            tasks.push(tokio::spawn(stats::serve(listener, live.clone(), secret)));
         }
         if !settings.metrics_listen.is_empty() {
             match tokio::net::TcpListener::bind(&settings.metrics_listen).await {

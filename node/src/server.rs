@@ -26,6 +26,7 @@ use tokio::net::TcpStream;
 
 use crate::proto;
 use crate::route::{self, Carried, Decision, Routes};
+use crate::stats::streams::{State as StreamState, Traced};
 
 mod udp;
 use crate::table::{Counter, Live};
@@ -359,6 +360,7 @@ async fn handle(
     let _brutal = on_brutal.then(|| live.brutal());
     tracing::debug!(user, peer = %connection.remote_address(), on_brutal, "authenticated");
     let udp = tokio::spawn(udp::udp_relay(connection.clone(), counter.clone(), live.clone(), options.clone()));
+    let number = live.streams.connection();
     loop {
         let (send, recv) = match connection.accept_bi().await {
             Ok(streams) => streams,
@@ -366,7 +368,8 @@ async fn handle(
         };
         let (counter, live, options) = (counter.clone(), live.clone(), options.clone());
         tokio::spawn(async move {
-            if let Err(e) = tcp_relay(send, recv, counter, &live, options).await {
+            let traced = live.streams.trace(user, number, u64::from(recv.id()));
+            if let Err(e) = tcp_relay(send, recv, counter, &live, options, traced.as_deref()).await {
                 tracing::debug!(user, error = %e, "TCP stream ended");
             }
         });
@@ -402,27 +405,52 @@ async fn opening(from: &mut quinn::RecvStream) -> std::io::Result<Option<bytes::
     Ok(Some(first.freeze()))
 }
 
+/// Where a stream's bytes are counted: the user's counter (reports and the traffic stats
+/// API), the outbound that carries it (metrics), and the stream's own record (the API's
+/// `/dump/streams`, while it is on).
+#[derive(Clone, Copy)]
+struct Tally<'a> {
+    counter: &'a Counter,
+    carried: Option<&'a Carried>,
+    traced: Option<&'a Traced>,
+}
+
+impl Tally<'_> {
+    fn up(&self, bytes: u64) {
+        self.counter.sent(bytes);
+        route::count(self.carried, bytes, 0);
+        if let Some(traced) = self.traced {
+            traced.up(bytes);
+        }
+    }
+
+    fn down(&self, bytes: u64) {
+        self.counter.received(bytes);
+        route::count(self.carried, 0, bytes);
+        if let Some(traced) = self.traced {
+            traced.down(bytes);
+        }
+    }
+}
+
 /// Client to target: quinn hands out what arrived as chunks, written on without a copy, each
 /// when the user's budget allows (what waits backs up into the client's flow control).
 /// `first` is what was read before (to judge the stream's opening).
 async fn pump_up(
     mut from: quinn::RecvStream,
     mut to: tokio::net::tcp::OwnedWriteHalf,
-    counter: &Counter,
+    tally: Tally<'_>,
     first: bytes::Bytes,
-    carried: Option<&Carried>,
 ) -> std::io::Result<()> {
     if !first.is_empty() {
-        counter.pace_up.wait(first.len()).await;
+        tally.counter.pace_up.wait(first.len()).await;
         to.write_all(&first).await?;
-        counter.up.fetch_add(first.len() as u64, Ordering::Relaxed);
-        route::count(carried, first.len() as u64, 0);
+        tally.up(first.len() as u64);
     }
     while let Some(chunk) = from.read_chunk(RELAY_BUFFER, true).await.map_err(std::io::Error::from)? {
-        counter.pace_up.wait(chunk.bytes.len()).await;
+        tally.counter.pace_up.wait(chunk.bytes.len()).await;
         to.write_all(&chunk.bytes).await?;
-        counter.up.fetch_add(chunk.bytes.len() as u64, Ordering::Relaxed);
-        route::count(carried, chunk.bytes.len() as u64, 0);
+        tally.up(chunk.bytes.len() as u64);
     }
     to.shutdown().await
 }
@@ -432,16 +460,14 @@ async fn pump_up(
 async fn pump_down(
     mut from: tokio::net::tcp::OwnedReadHalf,
     mut to: quinn::SendStream,
-    counter: &Counter,
+    tally: Tally<'_>,
     first: bytes::Bytes,
-    carried: Option<&Carried>,
 ) -> std::io::Result<()> {
     if !first.is_empty() {
-        counter.pace_down.wait(first.len()).await;
+        tally.counter.pace_down.wait(first.len()).await;
         let n = first.len() as u64;
         to.write_chunk(first).await.map_err(std::io::Error::from)?;
-        counter.down.fetch_add(n, Ordering::Relaxed);
-        route::count(carried, 0, n);
+        tally.down(n);
     }
     let mut buf = bytes::BytesMut::new();
     loop {
@@ -451,10 +477,9 @@ async fn pump_down(
             to.shutdown().await?;
             return Ok(());
         }
-        counter.pace_down.wait(n).await;
+        tally.counter.pace_down.wait(n).await;
         to.write_chunk(buf.split().freeze()).await.map_err(std::io::Error::from)?;
-        counter.down.fetch_add(n as u64, Ordering::Relaxed);
-        route::count(carried, 0, n as u64);
+        tally.down(n as u64);
     }
 }
 
@@ -564,8 +589,13 @@ async fn tcp_relay(
     counter: Arc<Counter>,
     live: &Live,
     options: Options,
+    traced: Option<&Traced>,
 ) -> anyhow::Result<()> {
     let address = proto::read_tcp_request(&mut recv).await?;
+    if let Some(traced) = traced {
+        traced.requested(&address);
+        traced.set(StreamState::Connecting);
+    }
     let guard = counter.guard();
     if guard.smtp && crate::guard::is_smtp(&address) {
         counter.refuse(live, true);
@@ -599,10 +629,14 @@ async fn tcp_relay(
     };
     let _ = target.set_nodelay(true);
     send.write_all(&proto::tcp_response(true, "")).await?;
+    if let Some(traced) = traced {
+        traced.set(StreamState::Established);
+    }
+    let tally = Tally { counter: &counter, carried: carried.as_deref(), traced };
     let (target_read, target_write) = target.into_split();
     // Target to client from the start: a server that speaks first (mail, FTP, databases)
     // is heard while the guard waits for the client's first bytes.
-    let down = pump_down(target_read, send, &counter, early, carried.as_deref());
+    let down = pump_down(target_read, send, tally, early);
     // The guard reads what the client sends first before the target gets any of it (a
     // client may send it before the answer above, or after); BitTorrent ends both ways.
     let up = async {
@@ -612,7 +646,7 @@ async fn tcp_relay(
             let _ = recv.stop(0u32.into());
             return Err(std::io::Error::new(std::io::ErrorKind::PermissionDenied, "BitTorrent refused"));
         };
-        pump_up(recv, target_write, &counter, first, carried.as_deref()).await
+        pump_up(recv, target_write, tally, first).await
     };
     tokio::pin!(up, down);
     let (up, down) = tokio::select! {

@@ -65,6 +65,9 @@ pub(crate) struct Settings {
     /// Where `/healthz` and `/metrics` answer (empty: nowhere).
     #[serde(default = "default_metrics")]
     pub(crate) metrics_listen: String,
+    /// The official server's Traffic Stats API (`[traffic_stats]`; none: off).
+    #[serde(default)]
+    pub(crate) traffic_stats: Option<crate::stats::Settings>,
     /// How long a new release must run healthy before it is kept (else the supervisor puts
     /// the previous binary back).
     #[serde(default = "default_health")]

@@ -26,6 +26,8 @@ use std::time::Instant;
 use hearth_shared::wire::{CredentialSet, DevicePolicy, Guard, Presence, SpeedLimit, Touched, UserId, UserUsage};
 use hearth_shared::{Digest, ct_eq, sha256};
 
+mod view;
+
 // The node's own QUIC close codes. Hysteria2 runs over HTTP/3, whose error codes take
 // 0x100-0x110 (0x107 is H3_EXCESSIVE_LOAD, 0x108 H3_ID_ERROR, 0x109 H3_SETTINGS_ERROR: a client
 // showed "H3_ID_ERROR: device limit") and 0x200-0x202 (QPACK): these are far from any
@@ -71,6 +73,9 @@ pub(crate) struct Refused {
 pub(crate) struct Counter {
     pub(crate) up: AtomicU64,
     pub(crate) down: AtomicU64,
+    /// Bytes sent and received since the traffic stats API last cleared its view: reports
+    /// never take these, and the API never takes `up` and `down`.
+    shown: (AtomicU64, AtomicU64),
     /// What the user may send (client to node).
     pub(crate) pace_up: crate::limit::Pace,
     /// What the user may receive (node to client).
@@ -84,6 +89,18 @@ pub(crate) struct Counter {
 }
 
 impl Counter {
+    /// Counts bytes the user sent.
+    pub(crate) fn sent(&self, bytes: u64) {
+        self.up.fetch_add(bytes, Ordering::Relaxed);
+        self.shown.0.fetch_add(bytes, Ordering::Relaxed);
+    }
+
+    /// Counts bytes the user received.
+    pub(crate) fn received(&self, bytes: u64) {
+        self.down.fetch_add(bytes, Ordering::Relaxed);
+        self.shown.1.fetch_add(bytes, Ordering::Relaxed);
+    }
+
     fn limit_to(&self, limit: Limits) {
         self.pace_up.set(limit.speed.up);
         self.pace_down.set(limit.speed.down);
@@ -191,6 +208,10 @@ pub(crate) struct Live {
     carried: Mutex<HashMap<String, Arc<crate::route::Carried>>>,
     counters: Mutex<Counters>,
     connections: Mutex<Sessions>,
+    /// The TCP streams relayed now, while the traffic stats API is on.
+    pub(crate) streams: crate::stats::Streams,
+    /// Users kicked through the traffic stats API since the last report.
+    kicked_here: Mutex<std::collections::BTreeSet<UserId>>,
 }
 
 /// What applying a set changed.
@@ -600,8 +621,10 @@ impl Live {
         presence
     }
 
-    /// Gives back counts that could not be stored (they are counted again next time).
-    pub(crate) fn give_back(&self, usage: &[UserUsage], presence: &[Presence]) {
+    /// Gives back counts (and kicks) that could not be stored (they are reported again next
+    /// time).
+    pub(crate) fn give_back(&self, usage: &[UserUsage], presence: &[Presence], kicked: &[UserId]) {
+        self.kicked_here.lock().expect("kicked lock").extend(kicked);
         for u in usage {
             let counter = self.counter(u.user);
             counter.up.fetch_add(u.up, Ordering::Relaxed);
@@ -769,7 +792,7 @@ mod tests {
         let presence = live.take_presence();
         assert_eq!(presence, vec![Presence { user: 3, refused_torrent: 1, refused_smtp: 1, ..Presence::default() }]);
         assert!(live.take_presence().is_empty());
-        live.give_back(&[], &presence);
+        live.give_back(&[], &presence, &[]);
         assert_eq!(live.take_presence(), presence);
         assert_eq!(live.refusals.torrent.load(Ordering::Relaxed), 1, "the node's totals are never taken");
     }
@@ -783,7 +806,7 @@ mod tests {
         let usage = live.take_usage();
         assert_eq!(usage, vec![UserUsage { user: 4, up: 10, down: 20 }]);
         assert!(live.take_usage().is_empty());
-        live.give_back(&usage, &[]);
+        live.give_back(&usage, &[], &[]);
         assert_eq!(live.take_usage(), usage);
     }
 }

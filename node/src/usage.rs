@@ -59,6 +59,7 @@ impl Agent {
     fn snapshot(&self) -> Result<()> {
         let usage = self.live.take_usage();
         let presence = self.live.take_presence();
+        let kicked = self.live.take_kicked();
         let now = crate::now();
         let on: Vec<(u64, u32, u32)> =
             presence.iter().filter(|p| p.devices > 0).map(|p| (p.user, p.devices, p.connections)).collect();
@@ -76,7 +77,7 @@ impl Agent {
         let said_before = reported.release.is_some();
         let release = (reported.release.as_ref() != Some(&release)).then_some(release);
         let news = release.as_ref().is_some_and(|r| said_before || !r.update.is_empty() || !r.running.ends_with("@0"));
-        if usage.is_empty() && !refused && on == reported.on && !stale && !news {
+        if usage.is_empty() && !refused && on == reported.on && !stale && !news && kicked.is_empty() {
             return Ok(());
         }
         let seq = self.queued()?.last().copied().unwrap_or_else(|| self.acked()) + 1;
@@ -88,13 +89,14 @@ impl Agent {
             users: usage.clone(),
             presence: presence.clone(),
             release: release.clone(),
+            kicked: kicked.clone(),
         };
         let envelope = report.sign(&self.key, now).encode();
         let stored = std::fs::create_dir_all(self.queue_dir())
             .context("making the usage queue")
             .and_then(|()| crate::state::write_atomic(&self.queue_dir().join(format!("{seq}.report")), &envelope));
         if let Err(e) = stored {
-            self.live.give_back(&usage, &presence);
+            self.live.give_back(&usage, &presence, &kicked);
             return Err(e);
         }
         reported.on = on;

@@ -7,6 +7,9 @@
 #   hearth_install_pebble          # Debian pebble: an ACME CA and its test DNS
 #   hearth_install_socks           # Debian microsocks and dante-server: SOCKS5 proxies the
 #                                  # node's outbounds are tested through (Dante: UDP ASSOCIATE)
+#   hearth_install_stats_client    # PyPI hysteria2-api, a client written for the official
+#                                  # server's Traffic Stats API, into target/tools (pip --target);
+#                                  # exports HEARTH_HYSTERIA2_API (a PYTHONPATH)
 #   hearth_install_wasm_toolchain  # Debian rustc-web/cargo-web 1.96 + rust-src + lld-22;
 #                                  # exports HEARTH_WASM_CARGO, HEARTH_WASM_RUSTC, HEARTH_WASM_BIN
 #   hearth_wasm_cargo ARGS...      # Debian cargo for wasm32-unknown-unknown, std built from source
@@ -75,6 +78,19 @@ hearth_install_socks() {
     _hearth_apt_install microsocks dante-server || return 1
     # The package starts a system Dante on its default configuration; the tests run their own.
     if command -v systemctl >/dev/null; then systemctl disable --now danted >/dev/null 2>&1 || true; fi
+}
+
+# hysteria2-api (ReturnFI's, used by the Blitz panel) drives the node's traffic stats API
+# in the tests as it drives the official server's.
+HEARTH_HYSTERIA2_API_VERSION="${HEARTH_HYSTERIA2_API_VERSION:-0.1.3}"
+
+hearth_install_stats_client() {
+    local dir="$HEARTH_REPO_DIR/target/tools/hysteria2-api-$HEARTH_HYSTERIA2_API_VERSION"
+    if [ ! -f "$dir/hysteria2_api/client.py" ] || ! PYTHONPATH="$dir" python3 -c 'import hysteria2_api' 2>/dev/null; then
+        python3 -m pip install --quiet --disable-pip-version-check --root-user-action=ignore \
+            --target "$dir" "hysteria2-api==$HEARTH_HYSTERIA2_API_VERSION" </dev/null || return 1
+    fi
+    export HEARTH_HYSTERIA2_API="$dir"
 }
 
 hearth_install_mihomo() {

@@ -218,7 +218,7 @@ pub(super) async fn udp_relay(connection: quinn::Connection, counter: Arc<Counte
             UdpWay::Refused => false,
         };
         if sent {
-            counter.up.fetch_add(payload.len() as u64, Ordering::Relaxed);
+            counter.sent(payload.len() as u64);
         }
     }
     sessions.lock().await.clear();
@@ -306,7 +306,7 @@ async fn udp_back(
                 break;
             }
         }
-        counter.down.fetch_add(n as u64, Ordering::Relaxed);
+        counter.received(n as u64);
         route::count(which.as_ref().map(|(_, carried)| &**carried), 0, n as u64);
     }
     let mut guard = sessions.lock().await;
