@@ -522,6 +522,7 @@ fn publish_user(conn: &Connection, signer: &Signer, user: UserId, now: u64) -> R
         profile,
         hwid: crate::store::hwid::policy(conn, user, limit, now)?,
         alias: None,
+        telegram: None,
     };
     let content = sha256(&snapshot.encode());
     let body = || seal::seal(&snapshot, &token, &signer.recovery, &mut OsRng);

@@ -621,6 +621,37 @@ pub struct Snapshot {
     /// by it. Encoded after the rest, as `hwid` is.
     #[serde(skip)]
     pub alias: Option<String>,
+    /// The owner's Telegram bot, when it takes users: the subscription page links to it with
+    /// a one-time code that binds the user's own chat. Encoded last, after the identities.
+    #[serde(skip)]
+    pub telegram: Option<TelegramLink>,
+}
+
+/// A link to the owner's Telegram bot that binds a user's own chat to it, once:
+/// `https://t.me/<bot>?start=<code>-<lang>` (the page adds its language, so the bot speaks it).
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct TelegramLink {
+    /// The bot's username, without `@`.
+    pub bot: String,
+    /// The one-time code (lowercase letters, digits and `-`).
+    pub code: String,
+}
+
+impl TelegramLink {
+    /// Whether the link can be written into a page as it is: a Telegram username (5 to 32
+    /// letters, digits and `_`) and a code that leaves room in Telegram's 64-character start
+    /// parameter for the page's `-<lang>`.
+    pub fn is_valid(&self) -> bool {
+        (5..=32).contains(&self.bot.len())
+            && self.bot.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'_')
+            && (1..=56).contains(&self.code.len())
+            && self.code.bytes().all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'-')
+    }
+
+    /// The link, with the page's language.
+    pub fn url(&self, lang: &str) -> String {
+        format!("https://t.me/{}?start={}-{lang}", self.bot, self.code)
+    }
 }
 
 /// What a snapshot carries after the fields every edge reads.
@@ -632,12 +663,13 @@ struct SnapshotExtra<'a> {
 
 impl Snapshot {
     /// The encoding sealed: the fields; then the device policy and the alias when either is
-    /// set or an endpoint has an [`Identity`]; then the endpoints' identities, one each, when
-    /// any has one. An edge from before each part stops reading where its own parts end (a
-    /// trailing part is never read), so it serves the link as it did.
+    /// set or a later part follows; then the endpoints' identities, one each, when any has one
+    /// or the Telegram link follows; then the Telegram link, when there is one. An edge from
+    /// before each part stops reading where its own parts end (a trailing part is never read),
+    /// so it serves the link as it did.
     pub fn encode(&self) -> Vec<u8> {
         let mut bytes = encode(self);
-        let identities = self.endpoints.iter().any(|e| e.identity != Identity::default());
+        let identities = self.endpoints.iter().any(|e| e.identity != Identity::default()) || self.telegram.is_some();
         if !self.hwid.is_off() || self.alias.is_some() || identities {
             bytes.extend(encode(&SnapshotExtra {
                 hwid: std::borrow::Cow::Borrowed(&self.hwid),
@@ -647,6 +679,9 @@ impl Snapshot {
         if identities {
             let identities: Vec<&Identity> = self.endpoints.iter().map(|e| &e.identity).collect();
             bytes.extend(encode(&identities));
+        }
+        if let Some(telegram) = &self.telegram {
+            bytes.extend(encode(telegram));
         }
         bytes
     }
@@ -661,12 +696,16 @@ impl Snapshot {
             snapshot.hwid = extra.hwid.into_owned();
             snapshot.alias = extra.alias.map(std::borrow::Cow::into_owned);
             if !rest.is_empty() {
-                let identities: Vec<Identity> = decode_authenticated(rest, "snapshot (identities)")?;
+                let (identities, rest) = postcard::take_from_bytes::<Vec<Identity>>(rest)
+                    .map_err(|_| WireError::Malformed("snapshot (identities)"))?;
                 if identities.len() != snapshot.endpoints.len() {
                     return Err(WireError::Malformed("snapshot (identities)"));
                 }
                 for (endpoint, identity) in snapshot.endpoints.iter_mut().zip(identities) {
                     endpoint.identity = identity;
+                }
+                if !rest.is_empty() {
+                    snapshot.telegram = Some(decode_authenticated(rest, "snapshot (telegram)")?);
                 }
             }
         }
@@ -2748,5 +2787,46 @@ mod tests {
         short.extend(encode(&SnapshotExtra { hwid: std::borrow::Cow::Owned(Default::default()), alias: None }));
         short.extend(encode(&vec![Identity::default(); with.endpoints.len() - 1]));
         assert_eq!(Snapshot::decode_authenticated(&short), Err(WireError::Malformed("snapshot (identities)")));
+    }
+
+    /// The Telegram link rides last: an edge from before it reads every other part (and the
+    /// identities, which it forces, as they were); with and without identities, it round-trips.
+    #[test]
+    fn snapshots_carry_the_telegram_link_last() {
+        let link = TelegramLink { bot: "hearth_test_bot".into(), code: "42-0123abcd".into() };
+        assert!(link.is_valid());
+        assert_eq!(link.url("fa"), "https://t.me/hearth_test_bot?start=42-0123abcd-fa");
+        for alias in [None, Some("/sub/old".to_owned())] {
+            let mut snapshot = crate::render::tests::sample_snapshot();
+            snapshot.alias = alias;
+            snapshot.telegram = Some(link.clone());
+            let bytes = snapshot.encode();
+            assert_eq!(Snapshot::decode_authenticated(&bytes).unwrap(), snapshot);
+            // What an edge from before the link reads: everything but the link.
+            let (mut before, rest) = postcard::take_from_bytes::<Snapshot>(&bytes).unwrap();
+            let (extra, rest) = postcard::take_from_bytes::<SnapshotExtra<'_>>(rest).unwrap();
+            let identities: Vec<Identity> = decode_authenticated(rest, "identities").unwrap();
+            before.hwid = extra.hwid.into_owned();
+            before.alias = extra.alias.map(std::borrow::Cow::into_owned);
+            for (endpoint, identity) in before.endpoints.iter_mut().zip(identities) {
+                endpoint.identity = identity;
+            }
+            assert_eq!(before, Snapshot { telegram: None, ..snapshot.clone() });
+        }
+        let mut bare = crate::render::tests::sample_snapshot();
+        for endpoint in &mut bare.endpoints {
+            endpoint.identity = Identity::default();
+        }
+        bare.telegram = Some(link);
+        assert_eq!(Snapshot::decode_authenticated(&bare.encode()).unwrap(), bare, "no identities, a link");
+        for bad in [
+            TelegramLink { bot: "abc".into(), code: "1-a".into() },
+            TelegramLink { bot: "hearth bot".into(), code: "1-a".into() },
+            TelegramLink { bot: "hearth_bot".into(), code: "1-A".into() },
+            TelegramLink { bot: "hearth_bot".into(), code: "x".repeat(57) },
+            TelegramLink { bot: "hearth_bot".into(), code: "1\"a".into() },
+        ] {
+            assert!(!bad.is_valid(), "{bad:?}");
+        }
     }
 }

@@ -89,6 +89,7 @@ fn snapshot() -> Snapshot {
         },
         hwid: Default::default(),
         alias: None,
+        telegram: None,
     }
 }
 

@@ -283,6 +283,7 @@ pub fn demo_snapshot(user: u64) -> Snapshot {
         },
         hwid: Default::default(),
         alias: None,
+        telegram: None,
     }
 }
 

@@ -348,6 +348,7 @@ pub(crate) mod tests {
             },
             hwid: Default::default(),
             alias: None,
+            telegram: None,
         }
     }
 

@@ -83,6 +83,7 @@ pub fn snapshot(data: &[u8]) -> Snapshot {
             },
             hwid: Default::default(),
             alias: None,
+            telegram: None,
         })
     })();
     built.unwrap_or_else(|_| empty_snapshot(status, reset))
@@ -109,6 +110,7 @@ fn empty_snapshot(status: Status, reset: ResetStrategy) -> Snapshot {
         },
         hwid: Default::default(),
         alias: None,
+        telegram: None,
     }
 }
 

@@ -131,11 +131,23 @@ pub fn render_at(snapshot: &Snapshot, fetched: &str, mobility: &crate::wire::Mob
     };
     let expires = if snapshot.expires_at == 0 { t.never.to_owned() } else { lang.date(snapshot.expires_at) };
     let _ = write!(html, "<dl><dt>{}</dt><dd>{used}</dd><dt>{}</dt><dd>{expires}</dd></dl>", t.used, t.expires);
-    let help = snapshot
+    let mut help = snapshot
         .profile
         .support_url
         .as_deref()
-        .map(|support| format!("<p><a class=\"button\" href=\"{}\">{}</a></p>", escape(support), t.help));
+        .map(|support| format!("<p><a class=\"button\" href=\"{}\">{}</a></p>", escape(support), t.help))
+        .unwrap_or_default();
+    // The owner's bot, for reminders and the link in a chat: bound with a one-time code.
+    if let Some(telegram) = snapshot.telegram.as_ref().filter(|link| link.is_valid()) {
+        let _ = write!(
+            help,
+            "<section><h2>{}</h2><p>{}</p><p><a class=\"button\" href=\"{}\" rel=\"noopener\">{}</a></p></section>",
+            t.telegram,
+            t.telegram_text,
+            escape(&telegram.url(t.code)),
+            t.telegram_button,
+        );
+    }
     // A link that moved says so whatever the account's state: the old domain may be the only
     // one this person still reaches, and the new link is theirs once the account works again.
     if let Some(to) = &mobility.moved_to {
@@ -143,7 +155,7 @@ pub fn render_at(snapshot: &Snapshot, fetched: &str, mobility: &crate::wire::Mob
     }
     if todo.is_some() {
         // Nothing to import: an app would only show why it cannot connect.
-        html.push_str(help.as_deref().unwrap_or(""));
+        html.push_str(&help);
         html.push_str("</main></body></html>");
         return html;
     }
@@ -184,7 +196,7 @@ pub fn render_at(snapshot: &Snapshot, fetched: &str, mobility: &crate::wire::Mob
         );
     }
     html.push_str("</section>");
-    html.push_str(help.as_deref().unwrap_or(""));
+    html.push_str(&help);
     let _ = write!(html, "<script>{SCRIPT}</script></main></body></html>");
     html
 }
@@ -498,6 +510,33 @@ mod tests {
                 }
             }
         }
+    }
+
+    /// With the owner's bot taking users, the page links to it with its one-time code and the
+    /// page's language (so the bot speaks it), whatever the account's state; a link that is
+    /// not a Telegram username and code is left out, and nothing shows without one.
+    #[test]
+    fn the_owners_bot_is_linked_with_the_code_and_the_pages_language() {
+        let mut snapshot = sample_snapshot();
+        for lang in Lang::ALL {
+            assert!(!page(&snapshot, lang, Platform::Android).contains("?start="), "no bot, no link");
+        }
+        snapshot.telegram = Some(crate::wire::TelegramLink { bot: "family_vpn_bot".into(), code: "7-00ff".into() });
+        for status in [Status::Active, Status::Expired] {
+            snapshot.status = status;
+            for lang in Lang::ALL {
+                let t = lang.text();
+                let page = page(&snapshot, lang, Platform::Windows);
+                let link = format!("https://t.me/family_vpn_bot?start=7-00ff-{}", t.code);
+                assert!(
+                    page.contains(&format!("href=\"{link}\" rel=\"noopener\">{}</a>", t.telegram_button)),
+                    "{page}"
+                );
+                assert!(page.contains(t.telegram) && page.contains(t.telegram_text), "{lang:?}");
+            }
+        }
+        snapshot.telegram = Some(crate::wire::TelegramLink { bot: "x\"><script>".into(), code: "7-00ff".into() });
+        assert!(!page(&snapshot, Lang::En, Platform::Android).contains("?start="), "an invalid link is left out");
     }
 
     /// A subscription that works but reaches no server yet (none set up, or none in its

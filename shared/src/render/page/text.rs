@@ -249,6 +249,12 @@ pub struct Text {
     pub server_label: &'static str,
     /// The support link.
     pub help: &'static str,
+    /// The heading of the link to the owner's Telegram bot.
+    pub telegram: &'static str,
+    /// What the bot does for the person.
+    pub telegram_text: &'static str,
+    /// The link's label.
+    pub telegram_button: &'static str,
     /// The names of the months (in the form that follows a day, where the language has one).
     pub months: [&'static str; 12],
     /// The decimal separator.
@@ -302,6 +308,9 @@ pub const EN: Text = Text {
     servers: "Servers",
     server_label: "Server link",
     help: "Get help",
+    telegram: "Reminders in Telegram",
+    telegram_text: "Get your usage, your expiry date and your link from our Telegram bot, and a reminder before your traffic or your access runs out. The button works once: it links this subscription to your chat.",
+    telegram_button: "Open the bot",
     months: [
         "January",
         "February",
@@ -365,6 +374,9 @@ pub const RU: Text = Text {
     servers: "Серверы",
     server_label: "Ссылка на сервер",
     help: "Помощь",
+    telegram: "Напоминания в Telegram",
+    telegram_text: "Узнавайте остаток трафика, срок доступа и свою ссылку у нашего бота в Telegram и получайте напоминание, пока трафик или доступ не закончились. Кнопка срабатывает один раз: она привязывает эту подписку к вашему чату.",
+    telegram_button: "Открыть бота",
     months: [
         "января",
         "февраля",
@@ -428,6 +440,9 @@ pub const FA: Text = Text {
     servers: "سرورها",
     server_label: "لینک سرور",
     help: "راهنمایی",
+    telegram: "یادآوری در تلگرام",
+    telegram_text: "مصرف، تاریخ پایان و لینک خود را از ربات تلگرام ما بگیرید و پیش از تمام شدن ترافیک یا دسترسی، یادآوری دریافت کنید. این دکمه یک بار کار می‌کند: این اشتراک را به گفت‌وگوی شما پیوند می‌دهد.",
+    telegram_button: "باز کردن ربات",
     months: ["فروردین", "اردیبهشت", "خرداد", "تیر", "مرداد", "شهریور", "مهر", "آبان", "آذر", "دی", "بهمن", "اسفند"],
     decimal: "٫",
     units: ["B", "KiB", "MiB", "GiB", "TiB", "PiB"],
@@ -478,6 +493,9 @@ pub const ZH: Text = Text {
     servers: "服务器",
     server_label: "服务器链接",
     help: "获取帮助",
+    telegram: "Telegram 提醒",
+    telegram_text: "通过我们的 Telegram 机器人查看用量、到期日期和订阅链接，并在流量或使用期限用完之前收到提醒。此按钮只能使用一次：它会将此订阅与您的聊天绑定。",
+    telegram_button: "打开机器人",
     months: ["1月", "2月", "3月", "4月", "5月", "6月", "7月", "8月", "9月", "10月", "11月", "12月"],
     decimal: ".",
     units: ["B", "KiB", "MiB", "GiB", "TiB", "PiB"],
