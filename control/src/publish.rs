@@ -14,7 +14,7 @@ use hearth_shared::envelope::{Audience, Draft, Kind};
 use hearth_shared::keys::{PublicKey, RecoveryPublic};
 use hearth_shared::wire::{
     self, CredDiff, CredEntry, CredentialSet, DevicePolicy, Endpoint, Identity, NodeId, NodeRecord, PortRange, Profile,
-    ResetStrategy, Snapshot, SpeedLimit, Status, Stream, SubToken, UserId, stream,
+    ResetStrategy, Snapshot, SpeedLimit, Status, Stream, SubToken, TelegramLink, UserId, stream,
 };
 use hearth_shared::{Digest, seal, sha256};
 use rand_core::OsRng;
@@ -522,7 +522,13 @@ fn publish_user(conn: &Connection, signer: &Signer, user: UserId, now: u64) -> R
         profile,
         hwid: crate::store::hwid::policy(conn, user, limit, now)?,
         alias: None,
-        telegram: None,
+        telegram: match crate::store::telegram::taking_users(conn)? {
+            Some(bot) => {
+                let binds = crate::store::telegram::binds(conn, user)?.unwrap_or(0);
+                Some(TelegramLink { bot, code: crate::telegram::bind_code(&signer.vault, user, binds) })
+            }
+            None => None,
+        },
     };
     let content = sha256(&snapshot.encode());
     let body = || seal::seal(&snapshot, &token, &signer.recovery, &mut OsRng);

@@ -669,10 +669,17 @@ pub struct WithEdge {
 
 impl WithEdge {
     pub async fn start(root: &Path) -> Result<WithEdge> {
+        WithEdge::start_with(root, &[]).await
+    }
+
+    /// With more of control's environment (`HEARTH_TELEGRAM_API`, say).
+    pub async fn start_with(root: &Path, env: &[(&str, String)]) -> Result<WithEdge> {
         let dir = ControlDir::init(&root.join("control"))?;
         let main =
             crate::edge::EdgeProcess::start(crate::edge::Backend::Native, &root.join("main.db"), &dir.edge_vars()?)?;
-        let control = ControlProcess::start(&dir, &[("HEARTH_EDGE_URL", main.url.clone())])?;
+        let mut env = env.to_vec();
+        env.push(("HEARTH_EDGE_URL", main.url.clone()));
+        let control = ControlProcess::start(&dir, &env)?;
         let http = dir.client()?;
         let api = Api { token: control.setup(&http, "admin").await?, http: http.clone() };
         Ok(WithEdge { dir, main, control, http, api })

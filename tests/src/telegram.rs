@@ -17,6 +17,8 @@ pub const TOKEN: &str = "123456789:AAHearthStandInToken_abcdefghijklmno";
 pub const OWNER: i64 = 4242;
 pub const STRANGER: i64 = 999;
 pub const USER_CHAT: i64 = 777;
+/// Another user's chat.
+pub const SECOND_CHAT: i64 = 778;
 
 /// The stand-in's state: messages sent (chat, text), updates waiting, requests refused.
 #[derive(Default)]
@@ -25,6 +27,9 @@ pub struct Bot {
     updates: VecDeque<Value>,
     next_update: i64,
     refused: Vec<String>,
+    /// How the next `sendMessage` calls fail, in order (429: Telegram's flood control, with
+    /// `retry_after`; 5xx: a gateway's HTML page), before any is taken.
+    failures: VecDeque<u16>,
 }
 
 /// The fields each method the bot uses takes, as the Bot API documents them: (name, type,
@@ -163,7 +168,7 @@ pub fn answer(bot: &Mutex<Bot>, token: &str, method: &str, body: &Value) -> Resu
                                "can_join_groups": true, "can_read_all_group_messages": false, "supports_inline_queries": false })),
         "sendMessage" => {
             let chat = body["chat_id"].as_i64().ok_or((400, "Bad Request: chat not found".to_owned()))?;
-            if ![OWNER, USER_CHAT, STRANGER].contains(&chat) {
+            if ![OWNER, USER_CHAT, SECOND_CHAT, STRANGER].contains(&chat) {
                 return Err((400, "Bad Request: chat not found".into()));
             }
             let text = body["text"].as_str().unwrap_or_default();
@@ -234,6 +239,16 @@ impl BotApi {
         self.bot.lock().unwrap().sent.iter().filter(|(c, _)| *c == chat).map(|(_, t)| t.clone()).collect()
     }
 
+    /// The next `sendMessage` calls fail with these statuses, in order.
+    pub fn fail_next(&self, statuses: &[u16]) {
+        self.bot.lock().unwrap().failures.extend(statuses);
+    }
+
+    /// How many of the failures asked for are still to come.
+    pub fn failures_left(&self) -> usize {
+        self.bot.lock().unwrap().failures.len()
+    }
+
     /// The requests refused, and why.
     pub fn refused(&self) -> Vec<String> {
         self.bot.lock().unwrap().refused.clone()
@@ -259,6 +274,21 @@ async fn serve(bot: Arc<Mutex<Bot>>) -> String {
                     while started.elapsed() < Duration::from_secs(wait) && bot.lock().unwrap().updates.is_empty() {
                         tokio::time::sleep(Duration::from_millis(50)).await;
                     }
+                }
+                let failure = if method == "sendMessage" { bot.lock().unwrap().failures.pop_front() } else { None };
+                match failure {
+                    Some(429) => {
+                        let reply = json!({ "ok": false, "error_code": 429, "description": "Too Many Requests: retry after 1",
+                                            "parameters": { "retry_after": 1 } });
+                        crate::write_answer(&mut stream, 429, "application/json", reply.to_string().as_bytes()).await;
+                        return;
+                    }
+                    Some(status) => {
+                        let page = b"<html><head><title>502 Bad Gateway</title></head><body>nginx</body></html>";
+                        crate::write_answer(&mut stream, status, "text/html", page).await;
+                        return;
+                    }
+                    None => {}
                 }
                 let (status, reply) = match answer(&bot, token, method, &request) {
                     Ok(result) => (200, json!({ "ok": true, "result": result })),

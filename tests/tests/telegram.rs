@@ -2,13 +2,14 @@
 //! the Bot API (`hearth_tests::telegram`, which checks every request against the Bot API's
 //! documented methods and fields). The bot is checked when saved, a burst of events is one
 //! message, commands work from the owner's chat only, nothing is lost across a restart, and
-//! users are told of their own expiry.
+//! users are told of their own expiry. People bind their own chats from their subscription
+//! page (served by a real native edge) and see only their own.
 
 use std::time::Duration;
 
 use hearth_tests::control::{ControlDir, ControlProcess};
 use hearth_tests::eventually;
-use hearth_tests::telegram::{BotApi, OWNER, STRANGER, TOKEN, USER_CHAT};
+use hearth_tests::telegram::{BotApi, OWNER, SECOND_CHAT, STRANGER, TOKEN, USER_CHAT};
 use reqwest::Method;
 use serde_json::{Value, json};
 
@@ -118,4 +119,132 @@ async fn the_owners_bot_tells_events_and_takes_commands() {
     assert!(refused.iter().all(|r| r.contains("Unauthorized") || r.contains("chat not found")), "{refused:?}");
     control.call(&http, &token, Method::DELETE, "/telegram", None).await.unwrap();
     control.stop().unwrap();
+}
+
+/// The bot's link on a subscription page as a browser in `lang` gets it from the edge: its
+/// `start` parameter, once the edge has the page with it (`None`: the page has no link).
+async fn page_link(http: &reqwest::Client, link: &str, lang: &str) -> Option<String> {
+    let page = http
+        .get(link)
+        .header("user-agent", "Mozilla/5.0 (X11; Linux x86_64) AppleWebKit/537.36 Chrome/131.0 Safari/537.36")
+        .header("accept-language", lang)
+        .send()
+        .await
+        .ok()?
+        .text()
+        .await
+        .ok()?;
+    let at = page.find("https://t.me/hearth_test_bot?start=")? + "https://t.me/hearth_test_bot?start=".len();
+    Some(page[at..].split('"').next()?.to_owned())
+}
+
+/// People bind their own chats with the one-time link on their subscription page, in the
+/// page's language: a used link binds nobody else; a chat sees its own user's usage, link and
+/// QR code and nobody else's; a chat nobody bound gets nothing; reminders come once each in
+/// the person's language, through Telegram's 429 and a gateway's 502; /stop unbinds; the
+/// owner turning the bot off for users takes the link off the pages.
+#[tokio::test]
+async fn people_bind_their_own_chats_from_their_page_and_see_only_their_own() {
+    let bot = BotApi::start().await;
+    let temp = tempfile::tempdir().unwrap();
+    let stack = hearth_tests::control::WithEdge::start_with(temp.path(), &[("HEARTH_TELEGRAM_API", bot.url.clone())])
+        .await
+        .unwrap();
+    let (api, control) = (&stack.api, &stack.control);
+    let set = json!({ "token": TOKEN, "chat_id": OWNER, "lang": "en", "tell_users": true, "events": ["node.*"] });
+    api.ok(control, Method::PUT, "/telegram", Some(set)).await;
+    let ann = api.post(control, "/users", json!({ "name": "ann" })).await["id"].as_u64().unwrap();
+    let ben = api.post(control, "/users", json!({ "name": "ben" })).await["id"].as_u64().unwrap();
+    let link_of = |id: u64| async move {
+        api.get(control, &format!("/users/{id}/link")).await["link"].as_str().unwrap().to_owned()
+    };
+    let (ann_link, ben_link) = (link_of(ann).await, link_of(ben).await);
+    let browser = reqwest::Client::new();
+    let started = std::time::Instant::now();
+    let ann_start = loop {
+        if let Some(start) = page_link(&browser, &ann_link, "fa").await {
+            break start;
+        }
+        assert!(started.elapsed() < Duration::from_secs(20), "ann's page never linked the bot");
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    };
+    assert!(ann_start.starts_with(&format!("{ann}-")) && ann_start.ends_with("-fa"), "{ann_start}");
+
+    // Ann opens it in Persian: bound, welcomed in Persian with her usage.
+    bot.write(USER_CHAT, &format!("/start {ann_start}"));
+    eventually("ann welcomed", Duration::from_secs(20), || async { !bot.sent_to(USER_CHAT).is_empty() }).await;
+    let welcome = bot.sent_to(USER_CHAT)[0].clone();
+    assert!(welcome.starts_with("این گفت‌وگو") && welcome.contains("ann (active)"), "{welcome}");
+    // The same link again, from another chat: it binds nobody (one-time).
+    bot.write(SECOND_CHAT, &format!("/start {ann_start}"));
+    eventually("the used link refused", Duration::from_secs(20), || async { !bot.sent_to(SECOND_CHAT).is_empty() })
+        .await;
+    assert!(bot.sent_to(SECOND_CHAT)[0].starts_with("این لینک قبلاً استفاده شده"), "{:?}", bot.sent_to(SECOND_CHAT));
+    // Her page now carries a new link.
+    eventually("ann's page gets a new link", Duration::from_secs(20), || async {
+        page_link(&browser, &ann_link, "fa").await.is_some_and(|start| start != ann_start)
+    })
+    .await;
+
+    // Ben binds the second chat from his page, in English.
+    let ben_start = page_link(&browser, &ben_link, "en").await.unwrap();
+    bot.write(SECOND_CHAT, &format!("/start {ben_start}"));
+    eventually("ben welcomed", Duration::from_secs(20), || async { bot.sent_to(SECOND_CHAT).len() >= 2 }).await;
+    assert!(bot.sent_to(SECOND_CHAT)[1].starts_with("This chat is now linked"), "{:?}", bot.sent_to(SECOND_CHAT));
+
+    // Each chat sees its own; a stranger's chat gets nothing at all.
+    for text in ["/usage", "/link", "/help", "/start"] {
+        bot.write(STRANGER, text);
+    }
+    bot.write(USER_CHAT, "/link");
+    bot.write(SECOND_CHAT, "/usage");
+    eventually("the chats answered", Duration::from_secs(20), || async {
+        bot.sent_to(USER_CHAT).len() >= 2 && bot.sent_to(SECOND_CHAT).len() >= 3
+    })
+    .await;
+    let ann_card = bot.sent_to(USER_CHAT)[1].clone();
+    assert!(ann_card.contains(&ann_link) && ann_card.contains('▀') && ann_card.contains("ann (active)"), "{ann_card}");
+    assert!(!ann_card.contains(&ben_link) && !ann_card.contains("ben"), "ann's chat shows ben: {ann_card}");
+    let ben_card = bot.sent_to(SECOND_CHAT)[2].clone();
+    assert!(
+        ben_card.contains("ben (active)") && !ben_card.contains("ann") && !ben_card.contains(&ann_link),
+        "{ben_card}"
+    );
+
+    // Reminders, once each, in each person's language, through a 429 and a 502.
+    bot.fail_next(&[429, 502]);
+    let soon = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap().as_secs() + 2 * 86_400;
+    api.ok(control, Method::PATCH, &format!("/users/{ann}"), Some(json!({ "expires_at": soon }))).await;
+    api.ok(control, Method::PATCH, &format!("/users/{ben}"), Some(json!({ "enabled": false }))).await;
+    eventually("both told", Duration::from_secs(90), || async {
+        bot.sent_to(USER_CHAT).len() >= 3 && bot.sent_to(SECOND_CHAT).len() >= 4
+    })
+    .await;
+    assert_eq!(bot.failures_left(), 0, "Telegram's failures were met");
+    assert!(bot.sent_to(USER_CHAT)[2].starts_with("دسترسی VPN شما در تاریخ 20"), "{:?}", bot.sent_to(USER_CHAT));
+    assert!(
+        bot.sent_to(SECOND_CHAT)[3].starts_with("Your VPN access has been turned off"),
+        "{:?}",
+        bot.sent_to(SECOND_CHAT)
+    );
+    tokio::time::sleep(Duration::from_secs(5)).await;
+    assert_eq!((bot.sent_to(USER_CHAT).len(), bot.sent_to(SECOND_CHAT).len()), (3, 4), "told once each");
+
+    // Ann unbinds: her chat gets nothing more.
+    bot.write(USER_CHAT, "/stop");
+    eventually("ann unbound", Duration::from_secs(20), || async { bot.sent_to(USER_CHAT).len() >= 4 }).await;
+    bot.write(USER_CHAT, "/usage");
+    tokio::time::sleep(Duration::from_secs(3)).await;
+    assert_eq!(bot.sent_to(USER_CHAT).len(), 4, "an unbound chat is answered: {:?}", bot.sent_to(USER_CHAT));
+    assert!(bot.sent_to(STRANGER).is_empty(), "a stranger was answered: {:?}", bot.sent_to(STRANGER));
+
+    // The owner turns the bot off for users: the pages lose the link.
+    let off = json!({ "token": TOKEN, "chat_id": OWNER, "lang": "en", "tell_users": false, "events": ["node.*"] });
+    api.ok(control, Method::PUT, "/telegram", Some(off)).await;
+    eventually("the link gone", Duration::from_secs(20), || async {
+        page_link(&browser, &ben_link, "en").await.is_none()
+    })
+    .await;
+    let audit = api.get(control, "/audit?action=user.telegram_bound").await;
+    assert_eq!(audit["entries"].as_array().map(Vec::len), Some(2), "{audit}");
 }

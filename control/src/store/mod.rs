@@ -105,6 +105,7 @@ const MIGRATIONS: &[&str] = &[
     // read every user, for every user.
     "CREATE INDEX users_credential ON users (credential_hash);",
     include_str!("routing.sql"),
+    include_str!("telegram_users.sql"),
 ];
 
 /// Runs `f` on the blocking pool, in the caller's span and with the caller's log subscriber:

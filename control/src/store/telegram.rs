@@ -9,7 +9,7 @@ use crate::secrets::Purpose;
 use crate::secrets::Vault;
 
 /// The languages the bot speaks.
-pub(crate) const LANGS: [&str; 2] = ["en", "ru"];
+pub(crate) const LANGS: [&str; 4] = ["en", "ru", "fa", "zh"];
 
 /// The bot as the panel shows it (never its token).
 #[derive(Clone, Debug, Serialize)]
@@ -130,4 +130,46 @@ pub(crate) fn set_user_chat(conn: &Connection, user: u64, chat: Option<i64>) -> 
         return Err(Error::NotFound("user"));
     }
     Ok(())
+}
+
+/// The bot's username when it takes users (the subscription pages link to it).
+pub(crate) fn taking_users(conn: &Connection) -> Result<Option<String>, Error> {
+    Ok(conn
+        .prepare_cached("SELECT bot_name FROM telegram WHERE tell_users")?
+        .query_row([], |row| row.get(0))
+        .optional()?)
+}
+
+/// How many times the user bound a chat (`None`: no such user).
+pub(crate) fn binds(conn: &Connection, user: u64) -> Result<Option<u64>, Error> {
+    Ok(conn
+        .prepare_cached("SELECT telegram_binds FROM users WHERE id = ?1")?
+        .query_row([user], |row| row.get(0))
+        .optional()?)
+}
+
+/// Binds `chat` to the user, speaking `lang`, if the user's binds are still `binds` (the code
+/// was drawn from them: it works once). Returns whether it did.
+pub(crate) fn bind(conn: &Connection, user: u64, binds: u64, chat: i64, lang: &str) -> Result<bool, Error> {
+    let changed = conn
+        .prepare_cached(
+            "UPDATE users SET telegram_id = ?3, telegram_lang = ?4, telegram_binds = telegram_binds + 1
+             WHERE id = ?1 AND telegram_binds = ?2",
+        )?
+        .execute(params![user, binds, chat, lang])?;
+    Ok(changed == 1)
+}
+
+/// The users bound to `chat`, by id.
+pub(crate) fn users_of_chat(conn: &Connection, chat: i64) -> Result<Vec<u64>, Error> {
+    let users = conn
+        .prepare_cached("SELECT id FROM users WHERE telegram_id = ?1 ORDER BY id")?
+        .query_map([chat], |row| row.get(0))?
+        .collect::<Result<_, _>>()?;
+    Ok(users)
+}
+
+/// Unbinds every user from `chat`; returns how many were bound.
+pub(crate) fn unbind_chat(conn: &Connection, chat: i64) -> Result<usize, Error> {
+    Ok(conn.execute("UPDATE users SET telegram_id = NULL, telegram_lang = NULL WHERE telegram_id = ?1", [chat])?)
 }

@@ -21,7 +21,10 @@ use crate::store::events::{self, EventView};
 use crate::store::telegram::{self as store, Bot};
 use crate::store::users;
 
+mod chats;
 mod text;
+mod user_text;
+pub(crate) use chats::bind_code;
 use text::{Said, message, say};
 
 /// How long a burst of events is gathered into one message.
@@ -36,8 +39,12 @@ const MOST_LINES: usize = 30;
 const ANSWER_BYTES: usize = 4 << 20;
 /// How long `getUpdates` waits for an update.
 const POLL_SECS: u64 = 50;
-/// Users are warned this long before they expire.
+/// Users are warned this long before they expire (and again a day before).
 const EXPIRY_WARNING: u64 = 3 * 86_400;
+/// How many times a call Telegram answers 429 or 5xx (or does not answer) is made, at most.
+const ATTEMPTS: u32 = 4;
+/// The longest wait before a call is made again.
+const MOST_WAIT: Duration = Duration::from_secs(30);
 
 /// The Bot API at `base`.
 #[derive(Clone)]
@@ -57,8 +64,28 @@ impl Api {
     }
 
     /// Calls `method` with a JSON body; its `result`, or Telegram's description of why not
-    /// (never the URL, which holds the token).
+    /// (never the URL, which holds the token). Telegram's 429 is waited out as it says
+    /// (`retry_after`), and a 5xx or no answer is tried again after a growing pause, up to
+    /// [`ATTEMPTS`] calls.
     pub(crate) async fn call(&self, token: &str, method: &str, body: &Value) -> Result<Value, String> {
+        let mut pause = Duration::from_millis(500);
+        for attempt in 1.. {
+            match self.call_once(token, method, body).await {
+                Ok(result) => return Ok(result),
+                Err((said, Some(wait))) if attempt < ATTEMPTS => {
+                    tracing::warn!(method, error = %said, wait_ms = wait.max(pause).as_millis() as u64, "telegram: calling again");
+                    tokio::time::sleep(wait.max(pause).min(MOST_WAIT)).await;
+                    pause *= 2;
+                }
+                Err((said, _)) => return Err(said),
+            }
+        }
+        unreachable!("the loop returns")
+    }
+
+    /// One call: its `result`, or why not and, when it is worth trying again, after how long
+    /// at least.
+    async fn call_once(&self, token: &str, method: &str, body: &Value) -> Result<Value, (String, Option<Duration>)> {
         let response = self
             .http
             .post(format!("{}/bot{token}/{method}", self.base))
@@ -66,16 +93,23 @@ impl Api {
             .body(body.to_string())
             .send()
             .await
-            .map_err(|e| format!("Telegram did not answer: {}", crate::capped::without_url(&e)))?;
+            .map_err(|e| {
+                (format!("Telegram did not answer: {}", crate::capped::without_url(&e)), Some(Duration::ZERO))
+            })?;
         let status = response.status();
-        let bytes = crate::capped::read(response, ANSWER_BYTES, "a Bot API answer").await.map_err(|e| e.to_string())?;
+        let again =
+            (status.is_server_error() || status == reqwest::StatusCode::TOO_MANY_REQUESTS).then_some(Duration::ZERO);
+        let bytes = crate::capped::read(response, ANSWER_BYTES, "a Bot API answer")
+            .await
+            .map_err(|e| (e.to_string(), again))?;
         let answer: Value =
-            serde_json::from_slice(&bytes).map_err(|_| format!("Telegram answered {status}, not JSON"))?;
+            serde_json::from_slice(&bytes).map_err(|_| (format!("Telegram answered {status}, not JSON"), again))?;
         if answer["ok"] == true {
             return Ok(answer["result"].clone());
         }
         let said = answer["description"].as_str().unwrap_or("no description");
-        Err(format!("Telegram refused {method}: {said}"))
+        let wait = answer.pointer("/parameters/retry_after").and_then(Value::as_u64).map(Duration::from_secs);
+        Err((format!("Telegram refused {method}: {said}"), wait.or(again)))
     }
 
     async fn send(&self, token: &str, chat: i64, html: &str) -> Result<(), String> {
@@ -144,7 +178,7 @@ pub(crate) async fn notifier(app: Arc<App>, mut shutdown: watch::Receiver<bool>)
         let Some(last) = pending.last().map(|e| e.id) else {
             // Expiries come by themselves: looked for every minute (and with every burst).
             if bot.tell_users && expiries_checked.elapsed() >= Duration::from_secs(60) {
-                tell_users(&app, &api, &bot, &[]).await;
+                chats::tell(&app, &api, &bot, &[], now()).await;
                 expiries_checked = std::time::Instant::now();
             }
             continue;
@@ -164,7 +198,7 @@ pub(crate) async fn notifier(app: Arc<App>, mut shutdown: watch::Receiver<bool>)
             retry = Some(Duration::ZERO);
         }
         if bot.tell_users {
-            tell_users(&app, &api, &bot, &pending).await;
+            chats::tell(&app, &api, &bot, &pending, now()).await;
             expiries_checked = std::time::Instant::now();
         }
         if let Err(e) = app.db.write(move |tx| store::told(tx, last)).await {
@@ -173,75 +207,14 @@ pub(crate) async fn notifier(app: Arc<App>, mut shutdown: watch::Receiver<bool>)
     }
 }
 
-/// What a user's own chat is reminded of: a share of the quota crossed, or the expiry ahead.
-#[derive(Clone, Copy, Debug)]
-enum Reminder {
-    Quota(u64),
-    Expiry(u64),
-}
-
-/// Users with a chat of their own: told at 80 % and at 95 % of their quota (each share as its
-/// event says it was crossed, lowest first), and three days before they expire (once for
-/// each expiry).
-async fn tell_users(app: &Arc<App>, api: &Api, bot: &Bot, pending: &[EventView]) {
-    let near: Vec<(u64, u64)> = pending
-        .iter()
-        .filter(|e| e.kind == "user.near_quota")
-        .filter_map(|e| Some((e.data.pointer("/user/id")?.as_u64()?, e.data["percent"].as_u64()?)))
-        .collect();
-    let now = now();
-    let found = app
-        .db
-        .read(move |c| {
-            let mut chats = Vec::new();
-            for (user, percent) in near {
-                let chat: Option<i64> = c
-                    .prepare_cached("SELECT telegram_id FROM users WHERE id = ?1")?
-                    .query_row([user], |row| row.get(0))
-                    .unwrap_or(None);
-                chats.extend(chat.map(|chat| (user, chat, Reminder::Quota(percent))));
-            }
-            let mut expiring = c.prepare_cached(
-                "SELECT id, telegram_id, expires_at FROM users WHERE telegram_id IS NOT NULL AND enabled
-                   AND expires_at > ?1 AND expires_at <= ?2 AND expiry_warned != expires_at",
-            )?;
-            let rows = expiring.query_map([now, now + EXPIRY_WARNING], |row| {
-                Ok((row.get(0)?, row.get(1)?, Reminder::Expiry(row.get(2)?)))
-            })?;
-            for row in rows {
-                chats.push(row?);
-            }
-            Ok(chats)
-        })
-        .await;
-    let Ok(found) = found else { return };
-    for (user, chat, reminder) in found {
-        let text = match reminder {
-            Reminder::Quota(percent) => say(&bot.lang, Said::UserNear { percent }),
-            Reminder::Expiry(expires) => say(&bot.lang, Said::UserExpires { date: &crate::clock::civil_date(expires) }),
-        };
-        if let Err(e) = api.send(&bot.token, chat, &text).await {
-            tracing::warn!(user, error = %e, "telegram: telling a user failed");
-            continue;
-        }
-        if let Reminder::Expiry(expires) = reminder {
-            let _ = app
-                .db
-                .write(move |tx| {
-                    tx.execute("UPDATE users SET expiry_warned = ?2 WHERE id = ?1", rusqlite::params![user, expires])?;
-                    Ok(())
-                })
-                .await;
-        }
-    }
-}
-
 /// Reads the bot's updates by long polling until shutdown, and answers commands from the
-/// owner's chat (anyone else's are not answered).
+/// owner's chat, and users' from the chats they bound (see [`chats`]); anyone else's are not
+/// answered.
 pub(crate) async fn poller(app: Arc<App>, mut shutdown: watch::Receiver<bool>) {
     let mut client: Option<Api> = None;
     let mut changes = app.published.subscribe();
     let mut wait = Duration::from_secs(1);
+    let mut limiter = chats::Limiter::default();
     loop {
         let state = app.clone();
         let bot = match app.db.read(move |c| store::bot(c, &state.signer.vault)).await {
@@ -285,11 +258,16 @@ pub(crate) async fn poller(app: Arc<App>, mut shutdown: watch::Receiver<bool>) {
             offset = offset.max(update["update_id"].as_i64().unwrap_or(0) + 1);
             let message = &update["message"];
             let text = message["text"].as_str().unwrap_or_default();
-            if message.pointer("/chat/id").and_then(Value::as_i64) != Some(bot.chat_id) || !text.starts_with('/') {
+            let Some(chat) = message.pointer("/chat/id").and_then(Value::as_i64) else { continue };
+            if !text.starts_with('/') || text.len() > 4096 {
                 continue;
             }
-            let reply = command(&app, &bot, text).await;
-            if let Err(e) = api.send(&bot.token, bot.chat_id, &reply).await {
+            let reply = match chats::answer(&app, &bot, chat, text, &mut limiter, now()).await {
+                Some(reply) => reply,
+                None if chat == bot.chat_id => command(&app, &bot, text).await,
+                None => continue,
+            };
+            if let Err(e) = api.send(&bot.token, chat, &reply).await {
                 tracing::warn!(error = %e, "telegram: answering a command failed");
             }
         }
@@ -412,7 +390,7 @@ mod tests {
     }
 
     /// A Bot API that records each `sendMessage` body and answers ok.
-    async fn recording_bot_api() -> (String, std::sync::Arc<std::sync::Mutex<Vec<Value>>>) {
+    pub(super) async fn recording_bot_api() -> (String, std::sync::Arc<std::sync::Mutex<Vec<Value>>>) {
         use tokio::io::{AsyncReadExt as _, AsyncWriteExt as _};
         let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
         let base = format!("http://{}", listener.local_addr().unwrap());
@@ -499,7 +477,7 @@ mod tests {
             data: json!({ "user": { "id": user, "name": "x" }, "percent": percent }),
         };
         let pending = [near(1, ids[0], 80), near(2, ids[0], 95), near(3, ids[1], 80)];
-        tell_users(&app, &api, &bot, &pending).await;
+        chats::tell(&app, &api, &bot, &pending, now()).await;
         let sent = sent.lock().unwrap().clone();
         let told: Vec<(i64, String)> =
             sent.iter().map(|m| (m["chat_id"].as_i64().unwrap(), m["text"].as_str().unwrap().to_owned())).collect();

@@ -18,8 +18,6 @@ pub(super) enum Said<'a> {
     Help,
     NoSuchUser(&'a str),
     Done(&'a str),
-    UserNear { percent: u64 },
-    UserExpires { date: &'a str },
     Status { users: &'a str, online: u64, nodes: u64, pending: u64 },
 }
 
@@ -55,20 +53,6 @@ pub(super) fn say(lang: &str, said: Said<'_>) -> String {
             }
         }
         Said::Done(what) => escape(what),
-        Said::UserNear { percent } => {
-            if ru {
-                format!("Вы использовали {percent}% трафика VPN.")
-            } else {
-                format!("You have used {percent}% of your VPN traffic.")
-            }
-        }
-        Said::UserExpires { date } => {
-            if ru {
-                format!("Ваш доступ к VPN заканчивается {date}.")
-            } else {
-                format!("Your VPN access ends on {date}.")
-            }
-        }
         Said::Status { users, online, nodes, pending } => {
             let users = escape(users);
             if ru {

@@ -28,7 +28,8 @@ pub(in crate::api) struct TelegramInput {
     lang: String,
     #[serde(default = "everything")]
     events: Vec<String>,
-    /// Whether users with a Telegram id of their own are told their quota and expiry.
+    /// Whether the bot takes users: subscription pages link to it (a one-time link binds the
+    /// user's own chat), and users' chats are told their quota, expiry and a disabled account.
     #[serde(default)]
     tell_users: bool,
 }
@@ -76,12 +77,13 @@ pub(super) async fn set(
         return Err(Error::invalid("bad_token", "a bot token is <digits>:<letters>, as @BotFather gives it").into());
     }
     if !store::telegram::LANGS.contains(&input.lang.as_str()) {
-        return Err(Error::invalid("bad_lang", "lang must be en or ru").into());
+        return Err(Error::invalid("bad_lang", "lang must be en, ru, fa or zh").into());
     }
     let filter = events::check_filter(&input.events)?;
     let api = crate::telegram::Api::new(&app.config.telegram_api, std::time::Duration::from_secs(15))?;
     let bot_name = crate::telegram::check(&api, &token, input.chat_id, &input.lang).await?;
     change(&app, &auth, Scope::Admin, move |tx, app, actor, now| {
+        let linked = store::telegram::taking_users(tx)?;
         store::telegram::set(
             tx,
             &app.signer.vault,
@@ -93,6 +95,10 @@ pub(super) async fn set(
             input.tell_users,
             now,
         )?;
+        // Every subscription page links to the bot, or no longer does.
+        if store::telegram::taking_users(tx)? != linked {
+            crate::publish::republish_users(tx, &app.signer, now)?;
+        }
         store::audit(tx, now, actor, "telegram.set", &format!("@{bot_name}"), &input.chat_id.to_string())
     })
     .await?;
@@ -101,9 +107,13 @@ pub(super) async fn set(
 }
 
 pub(super) async fn clear(State(app): State<Arc<App>>, auth: crate::api::Auth) -> Reply {
-    change(&app, &auth, Scope::Admin, move |tx, _, actor, now| {
+    change(&app, &auth, Scope::Admin, move |tx, app, actor, now| {
+        let linked = store::telegram::taking_users(tx)?;
         if !store::telegram::clear(tx)? {
             return Err(Error::NotFound("telegram bot"));
+        }
+        if linked.is_some() {
+            crate::publish::republish_users(tx, &app.signer, now)?;
         }
         store::audit(tx, now, actor, "telegram.clear", "", "")
     })
