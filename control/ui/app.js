@@ -1956,7 +1956,7 @@
       h('p', { id: 'telegram-state' }, telegram ? t('tg.connected', { bot: `@${telegram.bot_name}`, chat: telegram.chat_id }) : t('tg.intro')),
       field(t('tg.token'), h('input', { name: 'token', type: 'password', autocomplete: 'off', required: true, maxlength: 128 }), t('tg.token_hint')),
       field(t('tg.chat'), h('input', { name: 'chat_id', type: 'number', required: true, step: 1, value: telegram ? telegram.chat_id : '' }), t('tg.chat_hint')),
-      field(t('tg.lang'), h('select', { name: 'lang' }, [['en', 'English'], ['ru', 'Русский']].map(([value, label]) => h('option', { value, selected: (telegram ? telegram.lang : lang) === value }, label)))),
+      field(t('tg.lang'), h('select', { name: 'lang' }, [['en', 'English'], ['ru', 'Русский'], ['fa', 'فارسی'], ['zh', '中文']].map(([value, label]) => h('option', { value, selected: (telegram ? telegram.lang : lang) === value }, label)))),
       eventBoxes('tg-events', telegram ? telegram.events : ['*']),
       h('label', { class: 'check' }, h('input', { type: 'checkbox', name: 'tell_users', checked: telegram ? telegram.tell_users : false }), ' ', t('tg.tell_users')),
       errorBox(),
