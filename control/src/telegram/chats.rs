@@ -14,7 +14,7 @@ use std::sync::Arc;
 use hearth_shared::ct_eq;
 use hearth_shared::wire::UserId;
 
-use super::user_text::{Lang, Told, told};
+use super::user_text::{Lang, Told, lang_of, told};
 use super::{Api, EXPIRY_WARNING};
 use crate::app::App;
 use crate::error::Error;
@@ -51,7 +51,7 @@ pub(super) fn parse_start(param: &str) -> Option<Start<'_>> {
     if mac.len() != 32 || !mac.bytes().all(|b| b.is_ascii_hexdigit()) {
         return None;
     }
-    Some(Start { user: user.parse().ok()?, code, lang: Lang::of(lang)? })
+    Some(Start { user: user.parse().ok()?, code, lang: lang_of(lang)? })
 }
 
 /// Answers per chat in the current minute.
@@ -99,7 +99,7 @@ pub(super) async fn answer(
             }
             Some(bind(app, bot, chat, param, now).await.unwrap_or_else(|e| {
                 tracing::error!(error = %e, "telegram: binding a chat failed");
-                told(Lang::of(&bot.lang).unwrap_or_default(), Told::BindFailed)
+                told(lang_of(&bot.lang).unwrap_or_default(), Told::BindFailed)
             }))
         }
         ("/usage" | "/link" | "/stop", _) | ("/start" | "/help", None) if !(owners && command == "/help") => {
@@ -130,18 +130,18 @@ pub(super) async fn answer(
             if bound.is_empty() || !limiter.allow(chat, now) {
                 return None;
             }
-            let lang = bound.iter().find_map(|(_, lang, _)| lang.as_deref().and_then(Lang::of));
-            let lang = lang.or_else(|| Lang::of(&bot.lang)).unwrap_or_default();
+            let lang = bound.iter().find_map(|(_, lang, _)| lang.as_deref().and_then(lang_of));
+            let lang = lang.or_else(|| lang_of(&bot.lang)).unwrap_or_default();
             Some(match command {
                 "/usage" => bound
                     .iter()
-                    .map(|(user, _, _)| super::text::card(lang.code(), user, None))
+                    .map(|(user, _, _)| super::text::card(lang.text().code, user, None))
                     .collect::<Vec<_>>()
                     .join("\n\n"),
                 "/link" => bound
                     .iter()
                     .map(|(user, _, link)| {
-                        super::text::card(lang.code(), user, Some(&format!("{}/{link}", app.sub_url())))
+                        super::text::card(lang.text().code, user, Some(&format!("{}/{link}", app.sub_url())))
                     })
                     .collect::<Vec<_>>()
                     .join("\n\n"),
@@ -161,7 +161,7 @@ pub(super) async fn answer(
 
 /// Binds `chat` to the user whose page's link carried `param`, once; the answer.
 async fn bind(app: &Arc<App>, bot: &Bot, chat: i64, param: &str, now: u64) -> Result<String, Error> {
-    let fallback = Lang::of(&bot.lang).unwrap_or_default();
+    let fallback = lang_of(&bot.lang).unwrap_or_default();
     let Some(start) = parse_start(param) else { return Ok(told(fallback, Told::BindFailed)) };
     let (user, code, lang) = (start.user, start.code.to_owned(), start.lang);
     let state = app.clone();
@@ -170,7 +170,7 @@ async fn bind(app: &Arc<App>, bot: &Bot, chat: i64, param: &str, now: u64) -> Re
         .write(move |tx| {
             let Some(binds) = store::binds(tx, user)? else { return Ok(None) };
             let expected = bind_code(&state.signer.vault, user, binds);
-            if !ct_eq(expected.as_bytes(), code.as_bytes()) || !store::bind(tx, user, binds, chat, lang.code())? {
+            if !ct_eq(expected.as_bytes(), code.as_bytes()) || !store::bind(tx, user, binds, chat, lang.text().code)? {
                 return Ok(None);
             }
             // The link on the page is used: the page gets a new one.
@@ -194,7 +194,7 @@ async fn bind(app: &Arc<App>, bot: &Bot, chat: i64, param: &str, now: u64) -> Re
         return Ok(told(lang, Told::BindFailed));
     };
     app.changed();
-    Ok(format!("{}\n\n{}", told(lang, Told::Welcome), super::text::card(lang.code(), &view, None)))
+    Ok(format!("{}\n\n{}", told(lang, Told::Welcome), super::text::card(lang.text().code, &view, None)))
 }
 
 /// What a user's own chat is reminded of.
@@ -274,10 +274,12 @@ pub(super) async fn tell(app: &Arc<App>, api: &Api, bot: &Bot, pending: &[EventV
         }
     };
     for (user, chat, lang, reminder) in found {
-        let lang = lang.as_deref().and_then(Lang::of).or_else(|| Lang::of(&bot.lang)).unwrap_or_default();
+        let lang = lang.as_deref().and_then(lang_of).or_else(|| lang_of(&bot.lang)).unwrap_or_default();
         let text = match reminder {
             Reminder::Quota(percent) => told(lang, Told::Near { percent }),
-            Reminder::Expiry { expires, last_day } => told(lang, Told::Expires { date: &lang.date(expires), last_day }),
+            Reminder::Expiry { expires, last_day } => {
+                told(lang, Told::Expires { date: &crate::clock::civil_date(expires), last_day })
+            }
             Reminder::Disabled => told(lang, Told::Disabled),
         };
         if let Err(e) = api.send(&bot.token, chat, &text).await {
@@ -431,7 +433,7 @@ mod tests {
         let sent_now =
             || sent.lock().unwrap().iter().map(|m| m["text"].as_str().unwrap().to_owned()).collect::<Vec<_>>();
         tell(&app, &api, &bot, &pending, now).await;
-        let date = Lang::Fa.date(now + 5 * DAY / 2);
+        let date = crate::clock::civil_date(now + 5 * DAY / 2);
         let expected = [
             told(Lang::Fa, Told::Near { percent: 80 }),
             told(Lang::Fa, Told::Near { percent: 95 }),

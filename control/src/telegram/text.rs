@@ -30,7 +30,7 @@ pub(super) enum Said<'a> {
 
 /// The language a setting's code names (`en`, `ru`, `fa`, `zh`); English for any other.
 fn lang_of(code: &str) -> Lang {
-    Lang::ALL.into_iter().find(|lang| lang.text().code == code).unwrap_or_default()
+    super::user_text::lang_of(code).unwrap_or_default()
 }
 
 /// One text in each language: the `format!` of `lang`'s string, whose `{names}` are taken

@@ -1,39 +1,12 @@
 //! What the bot says to the people who use the links, in the languages of their
 //! subscription page: English, Russian, Persian and Chinese.
 
+pub(super) use hearth_shared::render::page::Lang;
 use hearth_shared::render::page::escape;
 
-/// A language of the subscription page.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
-pub(super) enum Lang {
-    #[default]
-    En,
-    Ru,
-    Fa,
-    Zh,
-}
-
-impl Lang {
-    pub(super) const ALL: [Lang; 4] = [Lang::En, Lang::Ru, Lang::Fa, Lang::Zh];
-
-    /// The language of a code (`en`, `ru`, `fa`, `zh`).
-    pub(super) fn of(code: &str) -> Option<Lang> {
-        Lang::ALL.into_iter().find(|lang| lang.code() == code)
-    }
-
-    pub(super) fn code(self) -> &'static str {
-        match self {
-            Lang::En => "en",
-            Lang::Ru => "ru",
-            Lang::Fa => "fa",
-            Lang::Zh => "zh",
-        }
-    }
-
-    /// A date, as every language here reads it: `2026-12-31`.
-    pub(super) fn date(self, at: u64) -> String {
-        crate::clock::civil_date(at)
-    }
+/// The page language of a code (`en`, `ru`, `fa`, `zh`), exactly.
+pub(super) fn lang_of(code: &str) -> Option<Lang> {
+    Lang::ALL.into_iter().find(|lang| lang.text().code == code)
 }
 
 /// What the bot tells a user.
@@ -176,7 +149,7 @@ mod tests {
         }
         assert_eq!(told(Lang::Fa, Told::Near { percent: 80 }), "شما 80٪ از ترافیک VPN خود را مصرف کرده‌اید.");
         assert_eq!(told(Lang::Zh, Told::Near { percent: 80 }), "您已使用 80% 的 VPN 流量。");
-        assert_eq!(Lang::of("fa"), Some(Lang::Fa));
-        assert_eq!(Lang::of("de"), None);
+        assert_eq!(lang_of("fa"), Some(Lang::Fa));
+        assert_eq!(lang_of("de"), None);
     }
 }
