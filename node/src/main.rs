@@ -22,6 +22,7 @@ mod route;
 mod server;
 mod state;
 mod stats;
+mod streams;
 mod supervise;
 mod table;
 mod update;

@@ -26,7 +26,7 @@ use tokio::net::TcpStream;
 
 use crate::proto;
 use crate::route::{self, Carried, Decision, Routes};
-use crate::stats::streams::{State as StreamState, Traced};
+use crate::streams::{State as StreamState, Traced};
 
 mod udp;
 use crate::table::{Counter, Live};

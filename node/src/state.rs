@@ -67,7 +67,7 @@ pub(crate) struct Settings {
     pub(crate) metrics_listen: String,
     /// The official server's Traffic Stats API (`[traffic_stats]`; none: off).
     #[serde(default)]
-    pub(crate) traffic_stats: Option<crate::stats::Settings>,
+    pub(crate) traffic_stats: Option<TrafficStats>,
     /// How long a new release must run healthy before it is kept (else the supervisor puts
     /// the previous binary back).
     #[serde(default = "default_health")]
@@ -100,6 +100,45 @@ pub(crate) struct Settings {
     /// A certificate from a public CA for the node's domain, by ACME.
     #[serde(default)]
     pub(crate) acme: Option<Acme>,
+}
+
+/// The `[traffic_stats]` table of `node.toml`: the official server's Traffic Stats API
+/// ([`crate::stats`]).
+#[derive(Clone, Deserialize, PartialEq, Eq)]
+#[serde(deny_unknown_fields)]
+pub(crate) struct TrafficStats {
+    /// Where the API listens (`"127.0.0.1:9999"`).
+    pub(crate) listen: String,
+    /// What requests must carry as their `Authorization` header (empty: nothing, which only
+    /// a loopback address allows).
+    #[serde(default)]
+    pub(crate) secret: String,
+}
+
+impl std::fmt::Debug for TrafficStats {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let secret = if self.secret.is_empty() { "none" } else { "set" };
+        f.debug_struct("TrafficStats").field("listen", &self.listen).field("secret", &secret).finish()
+    }
+}
+
+impl TrafficStats {
+    /// The address to listen on, once the settings are known to be safe.
+    pub(crate) fn address(&self) -> Result<std::net::SocketAddr> {
+        let Ok(address) = self.listen.parse::<std::net::SocketAddr>() else {
+            bail!("traffic_stats.listen {:?} is not an address and port (\"127.0.0.1:9999\")", self.listen);
+        };
+        if self.secret.is_empty() && !address.ip().is_loopback() {
+            bail!(
+                "traffic_stats.listen {address} is reachable from other machines: set traffic_stats.secret too, or \
+                 anyone who reaches it could see who uses the node and kick them"
+            );
+        }
+        if self.secret.len() > 1024 || self.secret.chars().any(|c| c.is_control()) {
+            bail!("traffic_stats.secret must be at most 1,024 characters, none of them control characters");
+        }
+        Ok(address)
+    }
 }
 
 /// The `[acme]` table of `node.toml`: where and how the node gets a public certificate.

@@ -18,21 +18,17 @@
 
 use std::collections::BTreeMap;
 use std::fmt::Write as _;
-use std::net::SocketAddr;
 use std::sync::Arc;
 use std::time::Duration;
 
-use anyhow::{Result, bail};
 use bytes::Bytes;
 use http::{Method, Request, Response, StatusCode};
 use http_body_util::{BodyExt as _, Full, Limited};
-use serde::Deserialize;
 use zeroize::Zeroizing;
 
 use crate::table::Live;
 
-pub(crate) mod streams;
-pub(crate) use streams::Streams;
+use crate::streams;
 
 /// Connections held at once.
 const CONNECTIONS: usize = 64;
@@ -44,44 +40,6 @@ const HEADER_BYTES: usize = 16 * 1024;
 pub(crate) const BODY_BYTES: usize = 256 * 1024;
 /// The longest a connection is held.
 const LIFETIME: Duration = Duration::from_secs(120);
-
-/// `[traffic_stats]` in `node.toml`.
-#[derive(Clone, Deserialize, PartialEq, Eq)]
-#[serde(deny_unknown_fields)]
-pub(crate) struct Settings {
-    /// Where the API listens (`"127.0.0.1:9999"`).
-    pub(crate) listen: String,
-    /// What requests must carry as their `Authorization` header (empty: nothing, which only
-    /// a loopback address allows).
-    #[serde(default)]
-    pub(crate) secret: String,
-}
-
-impl std::fmt::Debug for Settings {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        let secret = if self.secret.is_empty() { "none" } else { "set" };
-        f.debug_struct("Settings").field("listen", &self.listen).field("secret", &secret).finish()
-    }
-}
-
-impl Settings {
-    /// The address to listen on, once the settings are known to be safe.
-    pub(crate) fn address(&self) -> Result<SocketAddr> {
-        let Ok(address) = self.listen.parse::<SocketAddr>() else {
-            bail!("traffic_stats.listen {:?} is not an address and port (\"127.0.0.1:9999\")", self.listen);
-        };
-        if self.secret.is_empty() && !address.ip().is_loopback() {
-            bail!(
-                "traffic_stats.listen {address} is reachable from other machines: set traffic_stats.secret too, or \
-                 anyone who reaches it could see who uses the node and kick them"
-            );
-        }
-        if self.secret.len() > 1024 || self.secret.chars().any(|c| c.is_control()) {
-            bail!("traffic_stats.secret must be at most 1,024 characters, none of them control characters");
-        }
-        Ok(address)
-    }
-}
 
 /// Serves the API on `listener` forever.
 pub(crate) async fn serve(listener: tokio::net::TcpListener, live: Arc<Live>, secret: String) {

@@ -209,7 +209,7 @@ pub(crate) struct Live {
     counters: Mutex<Counters>,
     connections: Mutex<Sessions>,
     /// The TCP streams relayed now, while the traffic stats API is on.
-    pub(crate) streams: crate::stats::Streams,
+    pub(crate) streams: crate::streams::Streams,
     /// Users kicked through the traffic stats API since the last report.
     kicked_here: Mutex<std::collections::BTreeSet<UserId>>,
 }

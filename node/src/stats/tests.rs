@@ -102,7 +102,8 @@ fn times_and_durations_read_as_go_writes_them() {
 
 #[test]
 fn settings_refuse_an_open_api_without_a_secret() {
-    let settings = |listen: &str, secret: &str| Settings { listen: listen.into(), secret: secret.into() };
+    let settings =
+        |listen: &str, secret: &str| crate::state::TrafficStats { listen: listen.into(), secret: secret.into() };
     assert!(settings("127.0.0.1:9999", "").address().is_ok());
     assert!(settings("[::1]:9999", "").address().is_ok());
     let open = settings("0.0.0.0:9999", "").address().unwrap_err().to_string();

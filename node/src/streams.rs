@@ -1,6 +1,7 @@
-//! The TCP streams the node relays, for the traffic stats API's `/dump/streams`: who opened
-//! each, on which connection, to where, in which state, and what it moved. Kept only while
-//! the API is on ([`Streams::enable`]); otherwise tracing a stream costs one atomic load.
+//! The TCP streams the node relays, for `/dump/streams` of the traffic stats API
+//! ([`crate::stats`]): who opened each, on which connection, to where, in which state, and
+//! what it moved. Kept only while the API is on ([`Streams::enable`]); otherwise tracing a
+//! stream costs one atomic load.
 
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicBool, AtomicU8, AtomicU32, AtomicU64, Ordering};
