@@ -1423,6 +1423,8 @@
     ['FlClash', 'FlClash/v0.8.80 clash-verge Platform/android'],
     ['Happ', 'Happ/3.2.1'],
     ['Shadowrocket', 'Shadowrocket/2.2.65'],
+    ['Surge', 'Surge iOS/3374'],
+    ['Loon', 'Loon/877 CFNetwork/3826.500.131 Darwin/24.5.0'],
     [null, 'Mozilla/5.0 (X11; Linux x86_64; rv:133.0) Gecko/20100101 Firefox/133.0'],
   ];
 
@@ -2350,7 +2352,7 @@
 
   // ---- settings -------------------------------------------------------------------------
 
-  const RULE_TARGETS = ['base64', 'mihomo', 'sing-box', 'page'];
+  const RULE_TARGETS = ['base64', 'mihomo', 'sing-box', 'surge', 'loon', 'page'];
 
   /** The owner's User-Agent rules: an app whose User-Agent contains the text gets the format. */
   function rulesForm(settings) {

@@ -19,7 +19,9 @@ pub enum Wants {
     Page,
 }
 
-/// What an operator's rule answers with.
+/// What an operator's rule answers with. The owner's rules reach the edge signed, in
+/// postcard, which writes a variant as its position: a new target goes last, so that settings
+/// signed before it read as they were signed.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
 #[serde(rename_all = "kebab-case")]
 pub enum RuleTarget {
@@ -31,6 +33,10 @@ pub enum RuleTarget {
     SingBox,
     /// The subscription page.
     Page,
+    /// A Surge profile.
+    Surge,
+    /// A Loon profile.
+    Loon,
 }
 
 /// An operator's rule: a User-Agent containing `contains` (any case) gets `target`.
@@ -74,6 +80,14 @@ const BUILT_IN: &[(Pattern, RuleTarget)] = &[
     (Pattern::Contains("streisand"), RuleTarget::Base64),
     (Pattern::Contains("nekobox"), RuleTarget::Base64),
     (Pattern::Token("shadowrocket/"), RuleTarget::Base64),
+    // Surge and Loon read profiles of their own (Surge iOS 5.8 and Mac 5.4 on, with Hysteria
+    // 2): `Surge iOS/3374`, `Surge Mac/2978`, `Loon/877 CFNetwork/... Darwin/...`. Only these
+    // words with their `/`: an older `Surge/1129 CFNetwork/...` has no Hysteria 2 and gets the
+    // list, and `Loon/` as a word of its own is not `Balloon/`. Before the Clash apps, so an
+    // app of these two that names a Clash core still gets its own format.
+    (Pattern::Token("surge ios/"), RuleTarget::Surge),
+    (Pattern::Token("surge mac/"), RuleTarget::Surge),
+    (Pattern::Token("loon/"), RuleTarget::Loon),
     (Pattern::Contains("clash-verge"), RuleTarget::Mihomo),
     (Pattern::Contains("flclash"), RuleTarget::Mihomo),
     (Pattern::Contains("mihomo"), RuleTarget::Mihomo),
@@ -116,19 +130,23 @@ pub fn match_user_agent(user_agent: &str, rules: &[UaRule]) -> Wants {
         RuleTarget::Base64 => Wants::Profile(Format::Base64),
         RuleTarget::Mihomo => Wants::Profile(Format::Mihomo),
         RuleTarget::SingBox => Wants::Profile(Format::SingBox(sing_box_version(&lower))),
+        RuleTarget::Surge => Wants::Profile(Format::Surge),
+        RuleTarget::Loon => Wants::Profile(Format::Loon),
         RuleTarget::Page => Wants::Page,
     }
 }
 
 /// The format a `?format=` query asks for, for apps that send no telling User-Agent:
 /// `base64` (or `v2ray`), `clash` (or `mihomo`), `sing-box` (or `singbox`, optionally with a
-/// version: `sing-box-1.12`), `page`.
+/// version: `sing-box-1.12`), `surge`, `loon`, `page`.
 pub fn format_override(query: &str) -> Option<Wants> {
     let value = query.split('&').find_map(|pair| pair.strip_prefix("format="))?;
     let value = value.to_ascii_lowercase();
     Some(match value.as_str() {
         "base64" | "v2ray" => Wants::Profile(Format::Base64),
         "clash" | "mihomo" => Wants::Profile(Format::Mihomo),
+        "surge" => Wants::Profile(Format::Surge),
+        "loon" => Wants::Profile(Format::Loon),
         "page" => Wants::Page,
         other => {
             let rest = other.strip_prefix("sing-box").or_else(|| other.strip_prefix("singbox"))?;
@@ -177,6 +195,8 @@ mod tests {
     fn built_in_table() {
         let base64 = Wants::Profile(Format::Base64);
         let mihomo = Wants::Profile(Format::Mihomo);
+        let surge = Wants::Profile(Format::Surge);
+        let loon = Wants::Profile(Format::Loon);
         let cases: &[(&str, Wants)] = &[
             ("HiddifyNext/2.5.7 (android) like ClashMeta v2rayNG v2rayN sing-box", V(1, 11)),
             ("SFA/1.12.4 (Android 14; sing-box 1.12.4; language en_US)", V(1, 12)),
@@ -203,6 +223,15 @@ mod tests {
             ("Streisand/1.6.48", base64),
             ("NekoBox/Android/1.3.9 (Prefer ClashMeta Format)", base64),
             ("Shadowrocket/2678 CFNetwork/1568.300.101 Darwin/24.2.0", base64),
+            ("Surge iOS/3374", surge),
+            ("Surge iOS/2920 CFNetwork/1335.0.3.2 Darwin/21.6.0", surge),
+            ("Surge Mac/2978", surge),
+            ("Loon/877 CFNetwork/3826.500.131 Darwin/24.5.0", loon),
+            ("Loon/786", loon),
+            // Surge before 5 (no Hysteria 2) names no platform; a balloon is not Loon.
+            ("Surge/1129 CFNetwork/1335.0.3.2 Darwin/21.6.0", base64),
+            ("Balloon/1.0", base64),
+            ("mySurge iOS/1", base64),
             ("curl/8.5.0", base64),
             ("", base64),
         ];
@@ -222,6 +251,8 @@ mod tests {
             Wants::Profile(Format::SingBox(SingBoxVersion { major: 1, minor: 12 }))
         );
         assert_eq!(match_user_agent(&format!("{webview} (Stash/2.7)"), &[]), Wants::Profile(Format::Mihomo));
+        assert_eq!(match_user_agent(&format!("{webview} Loon/877"), &[]), Wants::Profile(Format::Loon));
+        assert_eq!(match_user_agent(&format!("{webview} Surge iOS/3374"), &[]), Wants::Profile(Format::Surge));
         // A name inside another word is not the app: this is still a browser.
         assert_eq!(match_user_agent(&format!("{webview} xhapp/1 mysfa/2"), &[]), Wants::Page);
         assert_eq!(match_user_agent(webview, &[]), Wants::Page);
@@ -246,6 +277,8 @@ mod tests {
         assert_eq!(format_override("format=sing-box"), Some(V(1, 11)));
         assert_eq!(format_override("format=singbox-1.13"), Some(V(1, 13)));
         assert_eq!(format_override("format=page"), Some(Wants::Page));
+        assert_eq!(format_override("format=surge"), Some(Wants::Profile(Format::Surge)));
+        assert_eq!(format_override("x=1&format=Loon"), Some(Wants::Profile(Format::Loon)));
         assert_eq!(format_override("format=nonsense"), None);
         assert_eq!(format_override(""), None);
     }
@@ -257,10 +290,35 @@ mod tests {
             UaRule { contains: "MyRouter".into(), target: RuleTarget::Mihomo },
             UaRule { contains: "hiddify".into(), target: RuleTarget::Base64 },
             UaRule { contains: "router".into(), target: RuleTarget::SingBox },
+            UaRule { contains: "FamilyTablet".into(), target: RuleTarget::Surge },
+            UaRule { contains: "Loon/".into(), target: RuleTarget::Base64 },
         ];
         assert_eq!(match_user_agent("myrouter/1.0", &rules), Wants::Profile(Format::Mihomo));
         assert_eq!(match_user_agent("HiddifyNext/2.5.7", &rules), Wants::Profile(Format::Base64));
         assert_eq!(match_user_agent("other-router sing-box/1.12", &rules), V(1, 12));
         assert_eq!(match_user_agent("v2rayN/7", &rules), Wants::Profile(Format::Base64));
+        assert_eq!(match_user_agent("FamilyTablet/2", &rules), Wants::Profile(Format::Surge));
+        assert_eq!(match_user_agent("Loon/877", &rules), Wants::Profile(Format::Base64), "the rule, not the table");
+        assert_eq!(match_user_agent("Loon/877", &[]), Wants::Profile(Format::Loon));
+    }
+
+    /// Rules name their targets in kebab-case (what the panel and `HEARTH_UA_RULES` write),
+    /// and each keeps its postcard position (what signed settings carry): the targets from
+    /// before Surge and Loon read as they were signed.
+    #[test]
+    fn rule_targets_are_kebab_case_and_keep_their_wire_positions() {
+        for (target, name, position) in [
+            (RuleTarget::Base64, "base64", 0u8),
+            (RuleTarget::Mihomo, "mihomo", 1),
+            (RuleTarget::SingBox, "sing-box", 2),
+            (RuleTarget::Page, "page", 3),
+            (RuleTarget::Surge, "surge", 4),
+            (RuleTarget::Loon, "loon", 5),
+        ] {
+            assert_eq!(serde_json::to_string(&target).unwrap(), format!("\"{name}\""));
+            assert_eq!(serde_json::from_str::<RuleTarget>(&format!("\"{name}\"")).unwrap(), target);
+            assert_eq!(postcard::to_allocvec(&target).unwrap(), [position], "{name}");
+            assert_eq!(postcard::from_bytes::<RuleTarget>(&[position]).unwrap(), target);
+        }
     }
 }

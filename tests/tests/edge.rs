@@ -109,10 +109,15 @@ const USER_AGENTS: &[(&str, Wants)] = &[
     ("mihomo/1.19.10", MIHOMO),
     ("v2rayN/7.12.5", BASE64),
     ("Happ/3.2.1", BASE64),
+    ("Surge iOS/3374", SURGE),
+    ("Surge Mac/2978", SURGE),
+    ("Loon/877 CFNetwork/3826.500.131 Darwin/24.5.0", LOON),
     ("Mozilla/5.0 (X11; Linux x86_64; rv:133.0) Gecko/20100101 Firefox/133.0", Wants::Page),
 ];
 const BASE64: Wants = Wants::Profile(Format::Base64);
 const MIHOMO: Wants = Wants::Profile(Format::Mihomo);
+const SURGE: Wants = Wants::Profile(Format::Surge);
+const LOON: Wants = Wants::Profile(Format::Loon);
 const SING_BOX_1_11: Wants = Wants::Profile(Format::SingBox(SingBoxVersion { major: 1, minor: 11 }));
 const SING_BOX_1_12: Wants = Wants::Profile(Format::SingBox(SingBoxVersion { major: 1, minor: 12 }));
 const SING_BOX_1_13: Wants = Wants::Profile(Format::SingBox(SingBoxVersion { major: 1, minor: 13 }));
@@ -123,6 +128,7 @@ fn content_type(wants: Wants) -> &'static str {
         Wants::Profile(Format::Base64) => "text/plain; charset=utf-8",
         Wants::Profile(Format::Mihomo) => "text/yaml; charset=utf-8",
         Wants::Profile(Format::SingBox(_)) => "application/json; charset=utf-8",
+        Wants::Profile(Format::Surge | Format::Loon) => "text/plain; charset=utf-8",
         Wants::Page => "text/html; charset=utf-8",
     }
 }
@@ -753,6 +759,11 @@ async fn a_push_of_1000_users_serves_every_format(backend: Backend) {
     let (_, headers, body) = s.get(&format!("{}?format=clash", s.link(token)), "v2rayN/7.12.5").await;
     assert!(headers["content-type"].to_str().unwrap().starts_with("text/yaml"));
     assert!(body.starts_with("proxies:"));
+    // Surge's profile is managed from the very link it was fetched from; Loon's is Loon's.
+    let (_, _, body) = s.get(&format!("{}?format=surge", s.link(token)), "v2rayN/7.12.5").await;
+    assert!(body.starts_with(&format!("#!MANAGED-CONFIG {} interval=", s.link(token))), "{body}");
+    let (_, _, body) = s.get(&format!("{}?format=loon", s.link(token)), "v2rayN/7.12.5").await;
+    assert_eq!(body, answer(snapshot, LOON, &s.link(token)).body);
 
     // The page speaks the browser's language and sets up its device: from its headers, and
     // from the page's own switches (`?lang=`, `?os=`), which come first.

@@ -1491,6 +1491,8 @@ async fn the_preview_is_what_each_app_gets_from_the_link() {
     for (ua, format) in [
         ("v2rayN/7.12.5", "base64"),
         ("clash-verge/v2.2.3", "mihomo"),
+        ("Surge iOS/3374", "surge"),
+        ("Loon/877 CFNetwork/3826.500.131 Darwin/24.5.0", "loon"),
         ("SFA/1.12.4 (Android 14; sing-box 1.12.4; language en_US)", "sing-box 1.12"),
         ("Mozilla/5.0 (X11; Linux x86_64; rv:133.0) Gecko/20100101 Firefox/133.0", "page"),
     ] {

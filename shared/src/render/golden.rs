@@ -1,6 +1,8 @@
 //! Golden files for every format: the renderers' output for fixed snapshots, compared byte
 //! for byte with `shared/tests/golden/`. The sing-box files are also fed to the real
-//! `sing-box check` by the integration tests (`tests/tests/sing_box.rs`).
+//! `sing-box check` by the integration tests (`tests/tests/sing_box.rs`); the Surge and Loon
+//! files (what the edge serves for [`LINK`]) are checked here against the keys each app's
+//! manual documents (no app of theirs runs here).
 //!
 //! After a deliberate change of output, rewrite them with
 //! `HEARTH_BLESS=1 cargo test -p hearth-shared golden` and review the diff.
@@ -8,8 +10,12 @@
 use std::path::PathBuf;
 
 use super::tests::sample_snapshot;
-use super::{Format, SingBoxVersion, headers, render, uri};
+use super::{Format, SingBoxVersion, answer, headers, render, uri};
+use crate::agent::Wants;
 use crate::wire::{Snapshot, Status};
+
+/// The link the Surge and Loon files are served for (Surge's managed profile names it).
+const LINK: &str = "https://edge.example.net/s/TOKEN";
 
 fn check(name: &str, actual: &str) {
     let path = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("tests/golden").join(name);
@@ -29,8 +35,14 @@ fn all(prefix: &str, snapshot: &Snapshot) {
     check(&format!("{prefix}.mihomo.yaml"), &render(snapshot, Format::Mihomo));
     check(&format!("{prefix}.sing-box-1.11.json"), &render(snapshot, V1_11));
     check(&format!("{prefix}.sing-box-1.13.json"), &render(snapshot, V1_13));
+    let surge = answer(snapshot, Wants::Profile(Format::Surge), LINK).body;
+    super::surge::tests::check(&surge);
+    check(&format!("{prefix}.surge.conf"), &surge);
+    let loon = answer(snapshot, Wants::Profile(Format::Loon), LINK).body;
+    super::loon::tests::check(&loon);
+    check(&format!("{prefix}.loon.conf"), &loon);
     let mut text = String::new();
-    for format in [Format::Base64, Format::Mihomo, V1_11] {
+    for format in [Format::Base64, Format::Mihomo, V1_11, Format::Surge, Format::Loon] {
         text.push_str(&format!("# {format:?}\n"));
         for (name, value) in headers(snapshot, format) {
             text.push_str(&format!("{name}: {value}\n"));

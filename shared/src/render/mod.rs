@@ -1,15 +1,19 @@
 //! Rendering a snapshot into what each client app wants, and the headers that go with it.
 //!
-//! Three formats cover the Hysteria2 clients in use (see FACTS in the design docs): a base64
-//! list of `hysteria2://` links ([`uri`]), a Mihomo / Clash Meta YAML profile ([`mihomo`]) and
-//! a sing-box JSON profile ([`singbox`]), versioned because sing-box's schema drifts between
-//! releases. Every renderer works from the same [`entries`]: the endpoints with names made
-//! safe and unique, or, for a user who cannot connect, one entry that cannot connect and is
-//! named after the reason, so the app shows why.
+//! Five formats cover the Hysteria2 clients in use (see FACTS in the design docs): a base64
+//! list of `hysteria2://` links ([`uri`]), a Mihomo / Clash Meta YAML profile ([`mihomo`]), a
+//! sing-box JSON profile ([`singbox`]), versioned because sing-box's schema drifts between
+//! releases, and the profiles of the two iOS apps with formats of their own, Surge
+//! ([`surge`]) and Loon ([`loon`]). Every renderer works from the same [`entries`]: the
+//! endpoints with names made safe and unique, or, for a user who cannot connect, one entry
+//! that cannot connect and is named after the reason, so the app shows why.
 
+mod conf;
+pub mod loon;
 pub mod mihomo;
 pub mod page;
 pub mod singbox;
+pub mod surge;
 pub mod uri;
 
 #[cfg(test)]
@@ -30,6 +34,10 @@ pub enum Format {
     Mihomo,
     /// sing-box JSON, for the given client version (sing-box apps, Hiddify, Karing).
     SingBox(SingBoxVersion),
+    /// A Surge profile (Surge iOS, Surge Mac).
+    Surge,
+    /// A Loon profile.
+    Loon,
 }
 
 impl Format {
@@ -39,6 +47,8 @@ impl Format {
             Format::Base64 => "text/plain; charset=utf-8",
             Format::Mihomo => "text/yaml; charset=utf-8",
             Format::SingBox(_) => "application/json; charset=utf-8",
+            // Both apps read a profile as plain UTF-8 text, whatever its type says.
+            Format::Surge | Format::Loon => "text/plain; charset=utf-8",
         }
     }
 }
@@ -138,6 +148,8 @@ pub fn render(snapshot: &Snapshot, format: Format) -> String {
         Format::Base64 => uri::base64_list(snapshot),
         Format::Mihomo => mihomo::render(snapshot),
         Format::SingBox(version) => singbox::render(snapshot, version),
+        Format::Surge => surge::render(snapshot, None),
+        Format::Loon => loon::render(snapshot),
     }
 }
 
@@ -179,7 +191,14 @@ pub fn answer_at(
     match wants {
         crate::agent::Wants::Profile(format) => {
             let mut headers = headers(snapshot, format);
-            if let Some(to) = mobility.moved_to.as_deref().filter(|to| is_header_safe(to)) {
+            let moved_to = mobility.moved_to.as_deref().filter(|to| is_header_safe(to));
+            // Surge fetches a managed profile again from the link its first line names: the
+            // link as asked for, or the link at the primary once this one's domain is blocked.
+            let body = match format {
+                Format::Surge => surge::render(snapshot, moved_to.or(Some(sub_url).filter(|url| is_header_safe(url)))),
+                _ => render(snapshot, format),
+            };
+            if let Some(to) = moved_to {
                 headers.retain(|(name, _)| !matches!(*name, "profile-web-page-url" | "announce"));
                 let before = headers.len() - 2;
                 let mut announce = format!("This link moved: {to}");
@@ -191,10 +210,10 @@ pub fn answer_at(
                 // Stash takes a first line `#SUBSCRIBED <url>` as where to fetch the profile
                 // from now on; to mihomo and the other Clash apps it is a comment.
                 if format == Format::Mihomo {
-                    return Answer { headers, body: format!("#SUBSCRIBED {to}\n{}", render(snapshot, format)) };
+                    return Answer { headers, body: format!("#SUBSCRIBED {to}\n{body}") };
                 }
             }
-            Answer { headers, body: render(snapshot, format) }
+            Answer { headers, body }
         }
         crate::agent::Wants::Page => Answer {
             headers: vec![
@@ -371,7 +390,9 @@ pub(crate) mod tests {
             assert_eq!(entries.len(), 1);
             assert_eq!(entries[0].name, name);
             assert_eq!(entries[0].credential, INACTIVE_CREDENTIAL);
-            for format in [Format::Base64, Format::Mihomo, Format::SingBox(SingBoxVersion::OLDEST)] {
+            for format in
+                [Format::Base64, Format::Mihomo, Format::SingBox(SingBoxVersion::OLDEST), Format::Surge, Format::Loon]
+            {
                 let body = render(&snapshot, format);
                 assert!(!body.contains("s3cret") && !body.contains("tokyo.example"), "{body}");
             }
@@ -452,6 +473,19 @@ pub(crate) mod tests {
         assert_eq!(clash.body, format!("#SUBSCRIBED {to}\n{}", render(&snapshot, Format::Mihomo)), "for Stash");
         let parsed: serde_yaml_ng::Value = serde_yaml_ng::from_str(&clash.body).unwrap();
         assert!(parsed["proxies"].is_sequence(), "still a Clash profile");
+        // Surge's managed profile is fetched from the primary from then on; at home, from the
+        // link itself; with no link it can name (or one a header could not carry), unmanaged.
+        let surge = Wants::Profile(Format::Surge);
+        let moved_surge = answer_at(&snapshot, surge, "https://old.example/s/TOKEN", &moved, Default::default());
+        assert!(moved_surge.body.starts_with(&format!("#!MANAGED-CONFIG {to} interval=43200 strict=false\n")));
+        let home_surge = answer_at(&snapshot, surge, to, &Mobility::default(), Default::default());
+        assert_eq!(home_surge.body, moved_surge.body);
+        assert_eq!(home_surge.body, surge::render(&snapshot, Some(to)));
+        for link in ["", "https://x.example/s/a b", "https://x.example/s/a\nFINAL,DIRECT"] {
+            let body = answer_at(&snapshot, surge, link, &Mobility::default(), Default::default()).body;
+            assert_eq!(body, render(&snapshot, Format::Surge), "{link:?}");
+            assert!(!body.contains("MANAGED-CONFIG"));
+        }
 
         let page = answer_at(&snapshot, Wants::Page, "https://old.example/s/TOKEN", &moved, Default::default()).body;
         assert!(page.contains("This link moved."), "{page}");

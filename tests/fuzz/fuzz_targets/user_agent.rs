@@ -8,7 +8,14 @@ use hearth_shared::agent::{RuleTarget, UaRule, Wants, format_override, match_use
 use hearth_shared::render::{Format, SingBoxVersion};
 use libfuzzer_sys::fuzz_target;
 
-const TARGETS: [RuleTarget; 4] = [RuleTarget::Base64, RuleTarget::Mihomo, RuleTarget::SingBox, RuleTarget::Page];
+const TARGETS: [RuleTarget; 6] = [
+    RuleTarget::Base64,
+    RuleTarget::Mihomo,
+    RuleTarget::SingBox,
+    RuleTarget::Surge,
+    RuleTarget::Loon,
+    RuleTarget::Page,
+];
 
 fuzz_target!(|data: &[u8]| {
     // The whole input as a User-Agent and a query, with no rules: the common case.
@@ -20,7 +27,7 @@ fuzz_target!(|data: &[u8]| {
     let mut u = Unstructured::new(data);
     let count = u.int_in_range(0..=4).unwrap_or(0);
     let rules: Vec<UaRule> = (0..count)
-        .map(|_| UaRule { contains: take(&mut u), target: TARGETS[usize::from(take::<u8>(&mut u)) % 4] })
+        .map(|_| UaRule { contains: take(&mut u), target: TARGETS[usize::from(take::<u8>(&mut u)) % TARGETS.len()] })
         .collect();
     let user_agent: String = take(&mut u);
     check(&user_agent, &rules);
@@ -40,6 +47,8 @@ fn check(user_agent: &str, rules: &[UaRule]) {
             (RuleTarget::Base64, Wants::Profile(Format::Base64))
                 | (RuleTarget::Mihomo, Wants::Profile(Format::Mihomo))
                 | (RuleTarget::SingBox, Wants::Profile(Format::SingBox(_)))
+                | (RuleTarget::Surge, Wants::Profile(Format::Surge))
+                | (RuleTarget::Loon, Wants::Profile(Format::Loon))
                 | (RuleTarget::Page, Wants::Page)
         );
         assert!(agrees, "the first matching rule decides: {rule:?} for {lower:?} gave {wants:?}");

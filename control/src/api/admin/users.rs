@@ -56,6 +56,8 @@ pub(super) async fn user_preview(
         Wants::Page => "page".to_owned(),
         Wants::Profile(Format::Base64) => "base64".to_owned(),
         Wants::Profile(Format::Mihomo) => "mihomo".to_owned(),
+        Wants::Profile(Format::Surge) => "surge".to_owned(),
+        Wants::Profile(Format::Loon) => "loon".to_owned(),
         Wants::Profile(Format::SingBox(v)) => format!("sing-box {}.{}", v.major, v.minor),
     };
     ok(json!({ "format": format, "headers": answer.headers, "body": answer.body }))

@@ -81,7 +81,7 @@ impl Platform {
     pub fn apps(self) -> &'static [App] {
         match self {
             Platform::Android => &[HIDDIFY_ANDROID, HAPP_ANDROID, SING_BOX_ANDROID, FLCLASH_ANDROID],
-            Platform::Ios => &[HIDDIFY_IOS, HAPP_IOS, SING_BOX_APPLE],
+            Platform::Ios => &[HIDDIFY_IOS, HAPP_IOS, SING_BOX_APPLE, SURGE_IOS, LOON_IOS],
             Platform::Windows => &[HIDDIFY_WINDOWS, CLASH_VERGE_WINDOWS],
             Platform::MacOs => &[HIDDIFY_MACOS, SING_BOX_APPLE, CLASH_VERGE_MACOS],
             Platform::Linux => &[HIDDIFY_LINUX, CLASH_VERGE_LINUX],
@@ -123,9 +123,22 @@ pub enum Import {
     Clash,
     /// `happ://add/<url>`.
     Happ,
+    /// `surge:///install-config?url=<url>`: Surge installs the profile the link serves it,
+    /// managed, so it updates itself (Surge's manual, tools/url-scheme). The scheme takes no
+    /// name.
+    Surge,
+    /// `loon://import?sub=<url>`: Loon imports the profile as a remote configuration (Loon's
+    /// manual, "URL Scheme", Import resources). The scheme takes no name.
+    Loon,
 }
 
 impl Import {
+    /// Whether the link names the subscription (the title the owner wrote): the schemes of
+    /// Happ, Surge and Loon take the link alone.
+    pub fn names_the_subscription(self) -> bool {
+        !matches!(self, Import::Happ | Import::Surge | Import::Loon)
+    }
+
     /// The link that imports the subscription at `sub_url`, named `name` (as the owner wrote
     /// it: percent-encoded here, HTML-escaped where the page writes it).
     pub fn link(self, sub_url: &str, name: &str) -> String {
@@ -136,6 +149,8 @@ impl Import {
             Import::SingBox => format!("sing-box://import-remote-profile?url={url}#{name}"),
             Import::Clash => format!("clash://install-config?url={url}&name={name}"),
             Import::Happ => format!("happ://add/{sub_url}"),
+            Import::Surge => format!("surge:///install-config?url={url}"),
+            Import::Loon => format!("loon://import?sub={url}"),
         }
     }
 }
@@ -205,6 +220,15 @@ const SING_BOX_APPLE: App = App {
     stores: &[(Store::AppStore, "https://apps.apple.com/app/id6673731168")],
     import: Import::SingBox,
 };
+/// Surge 5 for iPhone and iPad (Hysteria 2 from 5.8). Surge for Mac is sold on Surge's own
+/// site, not in a store, so the page does not offer it; a Mac's Surge still gets its profile.
+const SURGE_IOS: App = App {
+    name: "Surge",
+    stores: &[(Store::AppStore, "https://apps.apple.com/app/id1442620678")],
+    import: Import::Surge,
+};
+const LOON_IOS: App =
+    App { name: "Loon", stores: &[(Store::AppStore, "https://apps.apple.com/app/id1373567447")], import: Import::Loon };
 const FLCLASH_ANDROID: App = App {
     name: "FlClash",
     stores: &[(Store::Newest("android-arm64-v8a.apk"), "https://github.com/chen08209/FlClash/releases/latest")],
@@ -322,5 +346,70 @@ mod tests {
             Store::file_name("https://github.com/a/b/releases/latest/download/Hiddify-MacOS.dmg"),
             "Hiddify-MacOS.dmg"
         );
+    }
+
+    /// Surge and Loon take the link as their manuals give the schemes: the whole link
+    /// percent-encoded in one parameter, nothing else (neither scheme takes a name); every
+    /// other link names the subscription, percent-encoded.
+    #[test]
+    fn surge_and_loon_import_the_link_their_way() {
+        let title = "Tom & Jerry <VPN>";
+        let encoded = utf8_percent_encode(title, NON_ALPHANUMERIC).to_string();
+        for platform in Platform::ALL {
+            for app in platform.apps() {
+                let link = app.import.link("https://edge.example/s/TOKEN", title);
+                assert_eq!(link.contains(&encoded), app.import.names_the_subscription(), "{link}");
+            }
+        }
+        let link = "https://edge.example/s/TOKEN?format=surge";
+        assert_eq!(
+            Import::Surge.link(link, "Family & friends"),
+            "surge:///install-config?url=https%3A%2F%2Fedge%2Eexample%2Fs%2FTOKEN%3Fformat%3Dsurge"
+        );
+        assert_eq!(
+            Import::Loon.link("https://edge.example/s/TOKEN", "Family"),
+            "loon://import?sub=https%3A%2F%2Fedge%2Eexample%2Fs%2FTOKEN"
+        );
+    }
+
+    /// The page for an iPhone offers Surge and Loon among the other apps, in every language the
+    /// page speaks: each with its App Store page and a button, in that language, that imports
+    /// the link into it; Hiddify stays the app the page sets up first.
+    #[test]
+    fn an_iphone_is_offered_surge_and_loon_in_every_language() {
+        use super::super::{Viewer, escape, render_at, text::Lang};
+        let snapshot = crate::render::tests::sample_snapshot();
+        let link = "https://edge.example/s/TOKEN";
+        let apps = Platform::Ios.apps();
+        assert_eq!(apps[0].import, Import::Hiddify);
+        for lang in Lang::ALL {
+            let t = lang.text();
+            let page = render_at(&snapshot, link, &Default::default(), Viewer { lang, platform: Platform::Ios });
+            let others = page.split("<details class=\"apps\">").nth(1).expect("the other apps");
+            for (name, store, import) in [
+                ("Surge", "https://apps.apple.com/app/id1442620678", Import::Surge),
+                ("Loon", "https://apps.apple.com/app/id1373567447", Import::Loon),
+            ] {
+                assert!(apps.iter().any(|app| app.name == name && app.import == import), "{name}");
+                let button = format!(
+                    "<a class=\"button\" href=\"{}\">{}</a>",
+                    escape(&import.link(link, "")),
+                    t.add_to.replace("{app}", name)
+                );
+                assert!(others.contains(&button), "{lang:?}: {button}");
+                assert!(
+                    others.contains(&format!(
+                        "<li><strong>{name}</strong> <span class=\"stores\"><a href=\"{store}\">App Store</a></span>"
+                    )),
+                    "{lang:?}: {name}"
+                );
+            }
+        }
+        for platform in [Platform::Android, Platform::Windows, Platform::MacOs, Platform::Linux] {
+            assert!(
+                platform.apps().iter().all(|app| !matches!(app.import, Import::Surge | Import::Loon)),
+                "{platform:?}"
+            );
+        }
     }
 }

@@ -395,7 +395,7 @@ mod tests {
             for app in platform.apps() {
                 let href = app.import.link(LINK, &snapshot.profile.title);
                 assert!(page.contains(&format!("href=\"{}\">Add to {}</a>", escape(&href), app.name)), "{}", app.name);
-                if app.import != guide::Import::Happ {
+                if app.import.names_the_subscription() {
                     assert!(href.contains(&raw), "{}: {href}", app.name);
                 }
                 for entity in ["%26amp%3B", "%26lt%3B", "%26quot%3B"] {
