@@ -10,6 +10,7 @@ pub mod cgroup;
 pub mod control;
 pub mod control_sim;
 pub mod edge;
+pub mod layout;
 pub mod load;
 pub mod lossy;
 pub mod node;
