@@ -12,7 +12,6 @@
 //! is done (a finished handshake proves the address): one host cannot take them all, and its
 //! next connections are refused before the handshake, after a retry proves their address.
 
-use std::net::{IpAddr, SocketAddr};
 use std::sync::Arc;
 use std::sync::atomic::Ordering;
 use std::time::Duration;
@@ -28,7 +27,12 @@ use crate::proto;
 use crate::route::{self, Carried, Decision, Routes};
 use crate::streams::{State as StreamState, Traced};
 
+mod options;
+mod reach;
 mod udp;
+pub(crate) use options::Options;
+use reach::{CONNECT_TIMEOUT, checked, lookup, proxy_is_local, resolve};
+
 use crate::table::{Counter, Live};
 
 /// How long a client has to authenticate.
@@ -44,134 +48,10 @@ pub(crate) const MAX_UNAUTHENTICATED: usize = 512;
 pub(crate) const UNAUTHENTICATED_PER_NETWORK: usize = 32;
 /// Past this many waiting connections, a new one must prove its address first.
 const VALIDATE_ABOVE: usize = 64;
-/// How long a TCP connect to a target may take.
-const CONNECT_TIMEOUT: Duration = Duration::from_secs(10);
-/// A UDP session closes after this long without a packet either way.
-const UDP_IDLE: Duration = Duration::from_secs(60);
-/// UDP sessions one connection may hold.
-const MAX_UDP_SESSIONS: usize = 256;
 /// How long the abuse guard waits for the rest of what may be a BitTorrent handshake.
 const OPENING_WAIT: Duration = Duration::from_secs(1);
-/// UDP destinations whose judgement by the abuse guard one connection remembers.
-const MAX_JUDGED: usize = 4096;
 /// The most one relay read takes, per direction.
 const RELAY_BUFFER: usize = 64 * 1024;
-
-/// How the server behaves.
-#[derive(Clone, Debug, Default)]
-pub(crate) struct Options {
-    /// Let clients reach private, loopback and link-local addresses (tests on loopback).
-    pub(crate) allow_private: bool,
-    /// The node's own address that the client reached (set per connection): refused as a
-    /// destination too, unless `allow_private`.
-    pub(crate) own: Option<IpAddr>,
-    /// The node's own rates (`bandwidth` in `node.toml`).
-    pub(crate) bandwidth: crate::state::Bandwidth,
-    /// Keep the node's controller whatever clients announce, and tell them `auto`.
-    pub(crate) ignore_client_bandwidth: bool,
-    /// What anyone who does not authenticate gets.
-    pub(crate) site: Arc<crate::masquerade::Site>,
-}
-
-impl Options {
-    /// What the node answers in `Hysteria-CC-RX`: `auto` when it ignores clients' rates (they
-    /// use their own controller then), else the rate it receives at in bytes a second (0: no
-    /// limit, a Brutal client sends at its own `up`).
-    /// A user limited to `limit_up` bytes a second is told the smaller of the two.
-    fn announced(&self, limit_up: u64) -> String {
-        if self.ignore_client_bandwidth {
-            return "auto".to_owned();
-        }
-        let down = self.bandwidth.down.unwrap_or(0);
-        if down == 0 || limit_up == 0 { down.max(limit_up) } else { down.min(limit_up) }.to_string()
-    }
-
-    /// Brutal's rate for a client that announced it receives `client_rx` bytes a second (0:
-    /// not given): that, held to `bandwidth.up`; 0 (the default controller) when the client
-    /// gave none or the node ignores it.
-    fn brutal_rate(&self, client_rx: u64) -> u64 {
-        if self.ignore_client_bandwidth { 0 } else { self.bandwidth.up.map_or(client_rx, |up| client_rx.min(up)) }
-    }
-}
-
-/// Whether an outbound destination is refused by default: every address the IANA
-/// special-purpose registries (IPv4 and IPv6) do not mark as globally reachable — loopback,
-/// private, shared (CGN), link-local, documentation, benchmarking, reserved, multicast and
-/// the like — so a client cannot reach the node's own network. IPv6 forms that carry an IPv4
-/// address (mapped, NAT64's well-known prefix, 6to4) are judged by that address; the
-/// deprecated forms (IPv4-compatible, site-local) and Teredo are refused outright.
-pub(crate) fn is_internal(ip: IpAddr) -> bool {
-    match ip {
-        IpAddr::V4(v4) => {
-            let [a, b, c, _] = v4.octets();
-            v4.is_loopback()
-                || v4.is_private()
-                || v4.is_link_local()
-                || v4.is_broadcast()
-                || v4.is_multicast()
-                || a == 0 // this network
-                || (a == 100 && (64..128).contains(&b)) // shared address space (CGN)
-                || (a, b, c) == (192, 0, 0) // IETF protocol assignments
-                || (a, b, c) == (192, 0, 2) // TEST-NET-1
-                || (a, b, c) == (192, 88, 99) // the retired 6to4 relay anycast
-                || (a == 198 && (b == 18 || b == 19)) // benchmarking
-                || (a, b, c) == (198, 51, 100) // TEST-NET-2
-                || (a, b, c) == (203, 0, 113) // TEST-NET-3
-                || a >= 240 // reserved
-        }
-        IpAddr::V6(v6) => {
-            let s = v6.segments();
-            let embedded =
-                |hi: u16, lo: u16| IpAddr::V4(std::net::Ipv4Addr::from((u32::from(hi) << 16) | u32::from(lo)));
-            if let Some(v4) = v6.to_ipv4_mapped() {
-                return is_internal(IpAddr::V4(v4));
-            }
-            if s[..6] == [0x64, 0xff9b, 0, 0, 0, 0] {
-                // NAT64's well-known prefix: the IPv4 address it translates to.
-                return is_internal(embedded(s[6], s[7]));
-            }
-            if s[0] == 0x2002 {
-                // 6to4: the IPv4 address of the relay it goes through.
-                return is_internal(embedded(s[1], s[2]));
-            }
-            s[..6] == [0; 6] // unspecified, loopback and the deprecated IPv4-compatible form
-                || (s[0], s[1], s[2]) == (0x64, 0xff9b, 1) // local-use NAT64
-                || s[..4] == [0x100, 0, 0, 0] // discard-only
-                || (s[0] == 0x2001 && s[1] < 0x200) // IETF protocol assignments (Teredo included)
-                || (s[0], s[1]) == (0x2001, 0xdb8) // documentation
-                || (s[0] & 0xfff0) == 0x3ff0 // documentation (3fff::/20)
-                || s[0] == 0x5f00 // segment routing identifiers
-                || (s[0] & 0xfe00) == 0xfc00 // unique local
-                || (s[0] & 0xffc0) == 0xfe80 // link-local
-                || (s[0] & 0xffc0) == 0xfec0 // the deprecated site-local
-                || v6.is_multicast()
-        }
-    }
-}
-
-/// Resolves `host:port` and applies the outbound policy.
-async fn resolve(address: &str, options: &Options) -> Result<SocketAddr, String> {
-    let mut addrs = tokio::net::lookup_host(address).await.map_err(|e| format!("cannot resolve {address}: {e}"))?;
-    let addr = addrs.next().ok_or_else(|| format!("{address} has no address"))?;
-    refused(addr.ip(), options).map_or(Ok(addr), |why| Err(format!("{address} is {why}")))
-}
-
-/// Why the outbound policy refuses `ip`, if it does.
-fn refused(ip: IpAddr, options: &Options) -> Option<&'static str> {
-    let canonical = |ip: IpAddr| match ip {
-        IpAddr::V6(v6) => v6.to_ipv4_mapped().map_or(ip, IpAddr::V4),
-        v4 => v4,
-    };
-    if options.allow_private {
-        None
-    } else if is_internal(ip) {
-        Some("an internal address")
-    } else if options.own.is_some_and(|own| canonical(own) == canonical(ip)) {
-        Some("the node's own address")
-    } else {
-        None
-    }
-}
 
 /// Serves clients on `endpoint` until it is closed.
 pub(crate) async fn serve(endpoint: quinn::Endpoint, live: Arc<Live>, options: Options) {
@@ -530,59 +410,6 @@ async fn routed_tcp(
 static DIRECT: OutboundKind =
     OutboundKind::Direct { mode: IpMode::Auto, interface: None, source_v4: None, source_v6: None };
 
-/// The name (lower case, if the client gave one), every address it resolves to, and the port
-/// of `host:port`.
-async fn lookup(address: &str) -> Result<(Option<String>, Vec<IpAddr>, u16), String> {
-    let (host, port) = route::host_of(address).ok_or_else(|| format!("not a host and port: {address}"))?;
-    if let Ok(ip) = host.parse::<IpAddr>() {
-        return Ok((None, vec![ip.to_canonical()], port));
-    }
-    let ips: Vec<IpAddr> = tokio::net::lookup_host((host, port))
-        .await
-        .map_err(|e| format!("cannot resolve {address}: {e}"))?
-        .map(|addr| addr.ip().to_canonical())
-        .take(16)
-        .collect();
-    if ips.is_empty() {
-        return Err(format!("{address} has no address"));
-    }
-    Ok((Some(host.to_ascii_lowercase()), ips, port))
-}
-
-/// The addresses of `ips` the safety policy lets a connection reach, with `port`; refused
-/// (saying why) when it lets none.
-fn checked(address: &str, ips: Vec<IpAddr>, port: u16, options: &Options) -> Result<Vec<SocketAddr>, String> {
-    let mut why = None;
-    let addrs: Vec<SocketAddr> = ips
-        .into_iter()
-        .filter(|ip| match refused(*ip, options) {
-            Some(reason) => {
-                why = Some(reason);
-                false
-            }
-            None => true,
-        })
-        .map(|ip| SocketAddr::new(ip, port))
-        .collect();
-    if addrs.is_empty() {
-        return Err(format!("{address} is {}", why.unwrap_or("without an address")));
-    }
-    Ok(addrs)
-}
-
-/// Whether a proxy's `host:port` is on the node's own network (loopback, private and the
-/// like), where it would reach what the safety policy refuses.
-async fn proxy_is_local(server: &str) -> bool {
-    match route::host_of(server) {
-        Some((host, _)) if host.parse::<IpAddr>().is_ok() => is_internal(host.parse().expect("checked")),
-        Some((host, port)) => match tokio::net::lookup_host((host, port)).await {
-            Ok(mut addrs) => addrs.any(|addr| is_internal(addr.ip())),
-            Err(_) => true,
-        },
-        None => true,
-    }
-}
-
 async fn tcp_relay(
     mut send: quinn::SendStream,
     mut recv: quinn::RecvStream,
@@ -659,103 +486,4 @@ async fn tcp_relay(
     };
     up.and(down)?;
     Ok(())
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn the_nodes_own_address_is_refused_unless_private_ones_are_allowed() {
-        let own: IpAddr = "198.20.0.1".parse().unwrap();
-        let options = Options { allow_private: false, own: Some(own), ..Options::default() };
-        assert_eq!(refused(own, &options), Some("the node's own address"));
-        assert_eq!(refused("::ffff:198.20.0.1".parse().unwrap(), &options), Some("the node's own address"));
-        assert_eq!(refused("198.20.0.2".parse().unwrap(), &options), None);
-        assert_eq!(refused("10.0.0.1".parse().unwrap(), &options), Some("an internal address"));
-        let mapped = Options { own: Some("::ffff:198.20.0.1".parse().unwrap()), ..Options::default() };
-        assert_eq!(refused(own, &mapped), Some("the node's own address"));
-        assert_eq!(refused(own, &Options { allow_private: true, own: Some(own), ..Options::default() }), None);
-    }
-
-    #[test]
-    fn brutal_rates_and_what_the_node_announces() {
-        let plain = Options::default();
-        assert_eq!(
-            (plain.announced(0).as_str(), plain.brutal_rate(0), plain.brutal_rate(5_000_000)),
-            ("0", 0, 5_000_000)
-        );
-        let capped = Options {
-            bandwidth: crate::state::Bandwidth { up: Some(1_000_000), down: Some(2_500_000) },
-            ..Options::default()
-        };
-        assert_eq!(capped.announced(0), "2500000");
-        // A user's up limit, where it is lower: a Brutal client then sends no faster.
-        assert_eq!((capped.announced(625_000), capped.announced(9_000_000)), ("625000".into(), "2500000".into()));
-        assert_eq!(plain.announced(625_000), "625000");
-        assert_eq!(
-            (capped.brutal_rate(0), capped.brutal_rate(600_000), capped.brutal_rate(9_000_000)),
-            (0, 600_000, 1_000_000)
-        );
-        let ignoring = Options { ignore_client_bandwidth: true, ..capped };
-        assert_eq!((ignoring.announced(0).as_str(), ignoring.brutal_rate(9_000_000)), ("auto", 0));
-    }
-
-    #[test]
-    fn internal_destinations() {
-        for internal in [
-            "127.0.0.1",
-            "10.1.2.3",
-            "172.16.0.1",
-            "192.168.1.1",
-            "169.254.1.1",
-            "100.64.0.1",
-            "0.0.0.0",
-            "::1",
-            "fe80::1",
-            "fd00::1",
-            "::ffff:127.0.0.1",
-            "224.0.0.1",
-            "255.255.255.255",
-            "192.0.0.8",
-            "192.0.2.1",
-            "192.88.99.1",
-            "198.18.0.1",
-            "198.19.255.254",
-            "198.51.100.7",
-            "203.0.113.9",
-            "240.0.0.1",
-            "250.1.2.3",
-            "64:ff9b::10.0.0.1",
-            "64:ff9b::127.0.0.1",
-            "64:ff9b:1::1.1.1.1",
-            "2002:a00:1::1",
-            "2002:7f00:1::",
-            "::127.0.0.1",
-            "::1.1.1.1",
-            "100::1",
-            "2001::1",
-            "2001:2::1",
-            "2001:db8::1",
-            "3fff::1",
-            "5f00::1",
-            "fec0::1",
-            "ff02::1",
-        ] {
-            assert!(is_internal(internal.parse().unwrap()), "{internal}");
-        }
-        for public in [
-            "1.1.1.1",
-            "8.8.8.8",
-            "2606:4700::1111",
-            "::ffff:1.1.1.1",
-            "64:ff9b::1.1.1.1",
-            "2002:101:101::1",
-            "192.0.1.1",
-            "198.20.0.1",
-            "2001:4860:4860::8888",
-        ] {
-            assert!(!is_internal(public.parse().unwrap()), "{public}");
-        }
-    }
 }

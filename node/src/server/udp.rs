@@ -6,18 +6,25 @@ use std::collections::HashMap;
 use std::net::{IpAddr, SocketAddr};
 use std::sync::Arc;
 use std::sync::atomic::Ordering;
+use std::time::Duration;
 
 use bytes::Bytes;
 use tokio::net::UdpSocket;
 use tokio::sync::Mutex;
 
-use super::{
-    CONNECT_TIMEOUT, MAX_JUDGED, MAX_UDP_SESSIONS, Options, UDP_IDLE, checked, lookup, proxy_is_local, resolve,
-};
+use super::options::Options;
+use super::reach::{CONNECT_TIMEOUT, checked, lookup, proxy_is_local, resolve};
 use crate::proto::{Reassembly, UdpMessage};
 use crate::route::{self, Carried, Decision, Routes};
 use crate::table::{Counter, Live};
 use hearth_shared::acl::{OutboundKind, Proto, Request};
+
+/// A UDP session closes after this long without a packet either way.
+const UDP_IDLE: Duration = Duration::from_secs(60);
+/// UDP sessions one connection may hold.
+const MAX_UDP_SESSIONS: usize = 256;
+/// UDP destinations whose judgement by the abuse guard one connection remembers.
+const MAX_JUDGED: usize = 4096;
 
 struct Session {
     socket: Arc<UdpSocket>,
