@@ -36,6 +36,7 @@ use worker::{
 };
 
 use crate::runtime::{call, config, int, now_ms, reply_of, respond, transaction};
+use crate::values::{put_value, value};
 
 #[durable_object]
 pub struct Control {
@@ -60,11 +61,6 @@ struct StreamRow {
 struct StateRow {
     version: i64,
     digest: serde_bytes::ByteBuf,
-}
-
-#[derive(Deserialize)]
-struct ValueRow {
-    value: serde_bytes::ByteBuf,
 }
 
 #[derive(Deserialize)]
@@ -126,19 +122,6 @@ fn put_stream(sql: &SqlStorage, write: &Write) -> Result<()> {
             SqlStorageValue::Blob(write.digest.0.to_vec()),
             envelope,
         ],
-    )?;
-    Ok(())
-}
-
-pub(crate) fn value(sql: &SqlStorage, key: &str) -> Result<Option<Vec<u8>>> {
-    let rows: Vec<ValueRow> = sql.exec("SELECT value FROM state WHERE key = ?", vec![key.into()])?.to_array()?;
-    Ok(rows.into_iter().next().map(|row| row.value.into_vec()))
-}
-
-pub(crate) fn put_value(sql: &SqlStorage, key: &str, bytes: Vec<u8>) -> Result<()> {
-    sql.exec(
-        "INSERT INTO state (key, value) VALUES (?, ?) ON CONFLICT (key) DO UPDATE SET value = excluded.value",
-        vec![key.into(), SqlStorageValue::Blob(bytes)],
     )?;
     Ok(())
 }

@@ -59,12 +59,12 @@ fn read(key: &[u8]) -> Option<u64> {
 }
 
 fn generation(sql: &SqlStorage) -> Result<Option<u64>> {
-    Ok(crate::control::value(sql, GENERATION)?.and_then(|bytes| Some(u64::from_be_bytes(bytes.try_into().ok()?))))
+    Ok(crate::values::value(sql, GENERATION)?.and_then(|bytes| Some(u64::from_be_bytes(bytes.try_into().ok()?))))
 }
 
 fn advance(sql: &SqlStorage) -> Result<u64> {
     let next = generation(sql)?.unwrap_or(0) + 1;
-    crate::control::put_value(sql, GENERATION, next.to_be_bytes().to_vec())?;
+    crate::values::put_value(sql, GENERATION, next.to_be_bytes().to_vec())?;
     Ok(next)
 }
 
@@ -161,7 +161,7 @@ async fn fill(state: &State, env: &Env, shards: u32) -> Result<()> {
                 vec![stored(*key), i64::from(*live).into()],
             )?;
         }
-        crate::control::put_value(sql, GENERATION, 1u64.to_be_bytes().to_vec())?;
+        crate::values::put_value(sql, GENERATION, 1u64.to_be_bytes().to_vec())?;
         Ok(Ok::<(), ()>(()))
     })?
     .map_err(|()| "the feed's transaction".into())

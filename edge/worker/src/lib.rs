@@ -25,3 +25,5 @@ mod front;
 mod links;
 #[cfg(target_arch = "wasm32")]
 mod runtime;
+#[cfg(target_arch = "wasm32")]
+mod values;
