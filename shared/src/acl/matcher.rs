@@ -3,7 +3,7 @@
 
 use std::net::IpAddr;
 
-use super::{Address, Geo, Request, Rule};
+use super::rule::{Address, Geo, Request, Rule};
 
 /// A rule set indexed for matching: the rule [`super::route`] would pick, without trying every rule
 /// in turn. Exact domains and suffixes (and `*.name` wildcards, a suffix with a label before
@@ -179,7 +179,7 @@ impl Matcher {
 
 #[cfg(test)]
 mod tests {
-    use super::super::wildcard;
+    use super::super::rule::wildcard;
     use super::*;
 
     #[test]
