@@ -83,6 +83,7 @@ fn without_tests(source: &str) -> String {
     while let Some(at) = rest.find("#[cfg(test)]") {
         out.push_str(&rest[..at]);
         let after = rest[at + "#[cfg(test)]".len()..].trim_start();
+        let after = ["pub(crate) ", "pub(super) ", "pub "].iter().find_map(|v| after.strip_prefix(v)).unwrap_or(after);
         let Some(module) = after.strip_prefix("mod ") else {
             out.push_str("#[cfg(test)]");
             rest = &rest[at + "#[cfg(test)]".len()..];
@@ -378,7 +379,8 @@ mod tests {
     #[test]
     fn code_is_read_without_comments_strings_and_tests() {
         let source = "use crate::a; // crate::b\nlet s = \"crate::c\"; let r = r#\"crate::d\"#; let c = '\"';\n\
-                      /* crate::e */ fn f<'a>() { crate::g::h(); }\n#[cfg(test)]\nmod tests { use crate::i; }\n";
+                      /* crate::e */ fn f<'a>() { crate::g::h(); }\n#[cfg(test)]\nmod tests { use crate::i; }\n\
+                      #[cfg(test)]\npub(crate) mod more { use crate::j; }\n";
         let code = without_tests(&code_only(source));
         let paths = paths_in(&code, &BTreeSet::new());
         assert_eq!(paths, vec![vec!["crate", "a"], vec!["crate", "g", "h"]]);

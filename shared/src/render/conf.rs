@@ -10,7 +10,7 @@
 //! a comma or a space) is never written altered: its server is left out, with a comment
 //! saying why, since a changed password or a cut line would fail or say something else.
 
-use super::{Entry, entries, unique_names};
+use super::entries::{Entry, INACTIVE_CREDENTIAL, entries, unique_names};
 use crate::wire::{Endpoint, Snapshot};
 
 /// The name a profile gives a server it can write none of: the one entry left, which cannot
@@ -88,7 +88,7 @@ pub(crate) fn profile_entries<'a>(
         let placeholder = Entry {
             name: unique_names([NONE_READABLE], reserved).remove(0),
             endpoint: std::borrow::Cow::Owned(Endpoint::placeholder(NONE_READABLE)),
-            credential: super::INACTIVE_CREDENTIAL,
+            credential: INACTIVE_CREDENTIAL,
         };
         return (vec![placeholder], left_out);
     }

@@ -46,7 +46,8 @@
 use std::fmt::Write as _;
 
 use super::conf::profile_entries;
-use super::{Entry, Snapshot};
+use super::entries::Entry;
+use crate::wire::Snapshot;
 
 /// The select group every node is in.
 pub const GROUP: &str = "Proxy";

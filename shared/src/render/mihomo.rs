@@ -9,7 +9,7 @@
 
 use serde::Serialize;
 
-use super::entries;
+use super::entries::entries;
 use crate::wire::{Endpoint, Snapshot};
 
 /// The select group every proxy is in.

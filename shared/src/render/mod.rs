@@ -19,128 +19,16 @@ pub mod uri;
 #[cfg(test)]
 mod golden;
 
+mod entries;
+pub(crate) mod format;
+pub use entries::{Entry, entries, title, unique_names};
+pub use format::{Format, SingBoxVersion};
+
 use base64::Engine as _;
 use base64::engine::general_purpose::STANDARD as B64;
 use percent_encoding::{AsciiSet, NON_ALPHANUMERIC, utf8_percent_encode};
 
-use crate::wire::{Endpoint, Snapshot};
-
-/// A profile format.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
-pub enum Format {
-    /// Base64 of newline-separated `hysteria2://` links (v2rayN, v2rayNG, Happ, Shadowrocket...).
-    Base64,
-    /// Mihomo / Clash Meta YAML (Clash Verge, FlClash, Stash...).
-    Mihomo,
-    /// sing-box JSON, for the given client version (sing-box apps, Hiddify, Karing).
-    SingBox(SingBoxVersion),
-    /// A Surge profile (Surge iOS, Surge Mac).
-    Surge,
-    /// A Loon profile.
-    Loon,
-}
-
-impl Format {
-    /// The `content-type` of a body in this format.
-    pub fn content_type(self) -> &'static str {
-        match self {
-            Format::Base64 => "text/plain; charset=utf-8",
-            Format::Mihomo => "text/yaml; charset=utf-8",
-            Format::SingBox(_) => "application/json; charset=utf-8",
-            // Both apps read a profile as plain UTF-8 text, whatever its type says.
-            Format::Surge | Format::Loon => "text/plain; charset=utf-8",
-        }
-    }
-}
-
-/// A sing-box version, to pick the schema a client understands. Older than 1.11 is rendered
-/// as 1.11, the oldest schema Hearth writes.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
-pub struct SingBoxVersion {
-    /// Major version.
-    pub major: u16,
-    /// Minor version.
-    pub minor: u16,
-}
-
-impl SingBoxVersion {
-    /// The oldest schema Hearth writes, and what an unversioned client gets.
-    pub const OLDEST: SingBoxVersion = SingBoxVersion { major: 1, minor: 11 };
-    /// Since 1.13, outbounds can pin the server's public key.
-    pub const PINS_PUBLIC_KEY: SingBoxVersion = SingBoxVersion { major: 1, minor: 13 };
-
-    /// Clamps to the oldest schema Hearth writes.
-    pub fn at_least_oldest(self) -> SingBoxVersion {
-        self.max(SingBoxVersion::OLDEST)
-    }
-}
-
-/// One line of a profile: an endpoint with its unique display name and the credential to use.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub struct Entry<'a> {
-    /// The name, cleaned and unique within the profile.
-    pub name: String,
-    /// The endpoint.
-    pub endpoint: std::borrow::Cow<'a, Endpoint>,
-    /// The credential to present.
-    pub credential: &'a str,
-}
-
-/// The credential of the entry a user who cannot connect gets: it matches no user.
-const INACTIVE_CREDENTIAL: &str = "inactive";
-
-/// The entries of a profile. `reserved` are names the format uses for itself (group tags),
-/// which no entry may take.
-pub fn entries<'a>(snapshot: &'a Snapshot, reserved: &[&str]) -> Vec<Entry<'a>> {
-    if !snapshot.status.can_connect() || snapshot.endpoints.is_empty() {
-        let reason = if snapshot.status.can_connect() { "No servers available" } else { snapshot.status.describe() };
-        let placeholder = Endpoint::placeholder(reason);
-        let name = unique_names([reason], reserved).remove(0);
-        return vec![Entry { name, endpoint: std::borrow::Cow::Owned(placeholder), credential: INACTIVE_CREDENTIAL }];
-    }
-    let names = unique_names(snapshot.endpoints.iter().map(|e| e.name.as_str()), reserved);
-    snapshot
-        .endpoints
-        .iter()
-        .zip(names)
-        .map(|(endpoint, name)| Entry {
-            name,
-            endpoint: std::borrow::Cow::Borrowed(endpoint),
-            credential: &snapshot.credential,
-        })
-        .collect()
-}
-
-/// Cleans names (no control characters, trimmed, at most 64 characters, never empty) and
-/// makes them unique, case-insensitively, by numbering repeats: "Tokyo", "Tokyo (2)".
-pub fn unique_names<'n>(names: impl IntoIterator<Item = &'n str>, reserved: &[&str]) -> Vec<String> {
-    let mut taken: Vec<String> = reserved.iter().map(|name| name.to_lowercase()).collect();
-    let mut out = Vec::new();
-    for raw in names {
-        let cleaned: String = raw.chars().filter(|c| !c.is_control()).take(64).collect();
-        let base = match cleaned.trim() {
-            "" => "Server",
-            name => name,
-        };
-        let mut name = base.to_owned();
-        let mut n = 1;
-        while taken.contains(&name.to_lowercase()) {
-            n += 1;
-            name = format!("{base} ({n})");
-        }
-        taken.push(name.to_lowercase());
-        out.push(name);
-    }
-    out
-}
-
-/// The profile's title: the configured one, or "Hearth".
-pub fn title(snapshot: &Snapshot) -> &str {
-    match snapshot.profile.title.trim() {
-        "" => "Hearth",
-        title => title,
-    }
-}
+use crate::wire::Snapshot;
 
 /// Renders `snapshot` in `format`: the body only (see [`headers`] for the rest).
 pub fn render(snapshot: &Snapshot, format: Format) -> String {
@@ -301,7 +189,9 @@ fn is_header_safe(value: &str) -> bool {
 
 #[cfg(test)]
 pub(crate) mod tests {
+    use super::entries::INACTIVE_CREDENTIAL;
     use super::*;
+    use crate::wire::Endpoint;
     use crate::wire::{Identity, PortRange, Profile, ResetStrategy, Status};
 
     /// A user with three endpoints whose names clash and need escaping.

@@ -13,7 +13,8 @@ use base64::Engine as _;
 use base64::engine::general_purpose::STANDARD as B64;
 use serde::Serialize;
 
-use super::{SingBoxVersion, entries};
+use super::entries::entries;
+use super::format::SingBoxVersion;
 use crate::wire::{Endpoint, Snapshot};
 
 /// The selector every outbound is in; the route's final outbound.

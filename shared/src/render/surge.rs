@@ -58,7 +58,8 @@
 use std::fmt::Write as _;
 
 use super::conf::profile_entries;
-use super::{Entry, Snapshot};
+use super::entries::Entry;
+use crate::wire::Snapshot;
 
 /// The select group every proxy is in.
 pub const GROUP: &str = "Proxy";

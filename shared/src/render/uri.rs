@@ -14,7 +14,7 @@ use base64::Engine as _;
 use base64::engine::general_purpose::STANDARD as B64;
 use percent_encoding::{AsciiSet, NON_ALPHANUMERIC, utf8_percent_encode};
 
-use super::{Entry, entries};
+use super::entries::{Entry, entries};
 use crate::wire::Snapshot;
 
 /// Everything but RFC 3986's unreserved characters is escaped.

@@ -20,7 +20,8 @@ use sha2::Digest as _;
 pub use guide::Platform;
 pub use text::Lang;
 
-use super::{entries, title, uri};
+use super::entries::{entries, title};
+use super::uri;
 use crate::wire::{Snapshot, Status};
 
 /// Escapes text for HTML element content and attribute values.
@@ -162,7 +163,7 @@ pub fn render_at(snapshot: &Snapshot, fetched: &str, mobility: &crate::wire::Mob
     if let Some(announce) = snapshot.profile.announce.as_deref().filter(|a| !a.trim().is_empty()) {
         let _ = write!(html, "<p class=\"announce\">{}</p>", escape(announce));
     }
-    setup(&mut html, viewer, sub_url, super::title(snapshot));
+    setup(&mut html, viewer, sub_url, super::entries::title(snapshot));
     let _ = write!(
         html,
         "<section><h2 id=\"link-h\">{heading}</h2><p>{hint}</p><div class=\"copy\"><input id=\"link\" readonly \

@@ -13,7 +13,12 @@ use rand_core::CryptoRngCore;
 use serde::{Deserialize, Serialize};
 
 use crate::keys::PublicKey;
+
+mod hwid;
+mod ua;
 use crate::{Digest, sha256};
+pub use hwid::{DeviceKey, Forgotten, HwidPolicy};
+pub use ua::{RuleTarget, UaRule};
 
 /// A user's stable id (control's row id). It survives link rotation and restores.
 pub type UserId = u64;
@@ -192,7 +197,7 @@ pub mod stream {
 #[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
 pub struct EdgeSettings {
     /// The rules, first match wins.
-    pub ua_rules: Vec<crate::agent::UaRule>,
+    pub ua_rules: Vec<UaRule>,
     /// Every edge's link base, in the owner's order.
     pub links: Vec<LinkBase>,
     /// Where aliases live (`/sub/`, `/api/sub/`): paths under these the edge looks up as
@@ -223,7 +228,7 @@ impl EdgeSettings {
     pub fn decode(body: &[u8]) -> Result<EdgeSettings, WireError> {
         #[derive(Deserialize, Serialize)]
         struct RulesOnly {
-            ua_rules: Vec<crate::agent::UaRule>,
+            ua_rules: Vec<UaRule>,
         }
         let settings = match postcard::take_from_bytes::<EdgeSettings>(body) {
             Ok((mut settings, rest)) => {
@@ -615,7 +620,7 @@ pub struct Snapshot {
     /// The devices the edge admits by the headers apps send. Encoded after the rest, only
     /// when set (see [`Snapshot::encode`]).
     #[serde(skip)]
-    pub hwid: crate::devices::HwidPolicy,
+    pub hwid: HwidPolicy,
     /// The alias this snapshot is sealed for (an old subscription path, see
     /// [`SubToken::for_alias`]), `None` for the user's own link: a restore tells them apart
     /// by it. Encoded after the rest, as `hwid` is.
@@ -657,7 +662,7 @@ impl TelegramLink {
 /// What a snapshot carries after the fields every edge reads.
 #[derive(Serialize, Deserialize)]
 struct SnapshotExtra<'a> {
-    hwid: std::borrow::Cow<'a, crate::devices::HwidPolicy>,
+    hwid: std::borrow::Cow<'a, HwidPolicy>,
     alias: Option<std::borrow::Cow<'a, str>>,
 }
 
@@ -2302,10 +2307,10 @@ mod tests {
 
         // The record decodes strictly, also as it was before link bases.
         assert_eq!(EdgeSettings::decode(&encode(&settings)), Ok(settings.clone()));
-        let rules = vec![crate::agent::UaRule { contains: "App".into(), target: crate::agent::RuleTarget::Mihomo }];
+        let rules = vec![UaRule { contains: "App".into(), target: RuleTarget::Mihomo }];
         #[derive(Serialize)]
         struct Before {
-            ua_rules: Vec<crate::agent::UaRule>,
+            ua_rules: Vec<UaRule>,
         }
         let old = EdgeSettings::decode(&encode(&Before { ua_rules: rules.clone() })).unwrap();
         assert_eq!(old, EdgeSettings { ua_rules: rules, ..EdgeSettings::default() });
