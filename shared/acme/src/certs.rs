@@ -5,7 +5,7 @@ use std::sync::{Arc, RwLock};
 use rustls::server::{ClientHello, ResolvesServerCert};
 use rustls::sign::CertifiedKey;
 
-use crate::AcmeError;
+use crate::settings::AcmeError;
 
 /// The ALPN protocol of a TLS-ALPN-01 validation (RFC 8737).
 pub const ACME_TLS_ALPN: &[u8] = b"acme-tls/1";

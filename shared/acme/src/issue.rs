@@ -12,7 +12,7 @@ use serde::{Deserialize, Serialize};
 
 use crate::certs::{Certs, certified_key};
 use crate::http01::Tokens;
-use crate::{AcmeError, Challenge, Settings};
+use crate::settings::{AcmeError, Challenge, Settings};
 
 /// How long the CA has to check the domain, and then to issue.
 const PATIENCE: Duration = Duration::from_secs(90);
@@ -59,7 +59,7 @@ pub(crate) async fn account(settings: &Settings, path: &Path) -> Result<Account,
     let (account, credentials) = builder()?.create(&new, settings.directory.clone(), eab.as_ref()).await?;
     let kept = serde_json::to_vec(&Kept { directory: settings.directory.clone(), credentials })
         .map_err(|e| AcmeError::Settings(format!("the account's credentials: {e}")))?;
-    crate::manager::write_private(path, &kept)?;
+    crate::private::write_private(path, &kept)?;
     Ok(account)
 }
 

@@ -8,7 +8,8 @@ use serde::{Deserialize, Serialize};
 
 use crate::certs::{Certs, certified_key};
 use crate::http01::Tokens;
-use crate::{AcmeError, Settings};
+use crate::private::write_private;
+use crate::settings::{AcmeError, Settings};
 
 /// The account's file in the directory.
 const ACCOUNT: &str = "account.json";
@@ -266,24 +267,6 @@ fn pem(der: &[u8]) -> String {
 
 fn now() -> u64 {
     std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.as_secs())
-}
-
-/// Writes `bytes` to `path` whole or not at all, readable by its owner only.
-pub(crate) fn write_private(path: &Path, bytes: &[u8]) -> Result<(), AcmeError> {
-    use std::io::Write as _;
-    let tmp = path.with_extension("tmp");
-    let mut options = std::fs::OpenOptions::new();
-    options.write(true).create(true).truncate(true);
-    #[cfg(unix)]
-    std::os::unix::fs::OpenOptionsExt::mode(&mut options, 0o600);
-    let mut file = options.open(&tmp)?;
-    file.write_all(bytes)?;
-    file.sync_all()?;
-    std::fs::rename(&tmp, path)?;
-    if let Some(dir) = path.parent() {
-        std::fs::File::open(dir)?.sync_all()?;
-    }
-    Ok(())
 }
 
 #[cfg(test)]
