@@ -8,48 +8,50 @@ use axum::http::{HeaderMap, Response, StatusCode, header};
 use hearth_shared::envelope::{Incoming, Kind};
 use hearth_shared::wire::stream;
 
-use super::store::{ARCHIVE_PIECE, StoredArchive};
-use super::{Edge, Shared, body_time, declared_over, discard, internal, now_ms, to_response, too_large};
+use super::store::{ARCHIVE_PIECE, StoredArchive, now_ms};
+use super::{Edge, Shared, body_time, declared_over, discard, internal, to_response, too_large};
 use crate::routes::{Route, max_body};
 use crate::storage::{Planned, Storage as _};
 use crate::{Reply, api};
 
-/// Takes control's archive from `body`: the answer, and whether the connection must close (the
-/// body was not read to its end).
-pub(super) async fn receive<B>(shared: &Shared, headers: &HeaderMap, mut body: B) -> (Reply, bool)
-where
-    B: http_body::Body<Data = Bytes> + Send + Unpin + 'static,
-    B::Error: std::error::Error + Send + Sync + 'static,
-{
-    let cap = max_body(&Route::ArchivePut);
-    if declared_over(headers, cap) {
-        discard(body);
-        return (too_large(), true);
+impl Shared {
+    /// Takes control's archive from `body`: the answer, and whether the connection must close
+    /// (the body was not read to its end).
+    pub(super) async fn receive_archive<B>(&self, headers: &HeaderMap, mut body: B) -> (Reply, bool)
+    where
+        B: http_body::Body<Data = Bytes> + Send + Unpin + 'static,
+        B::Error: std::error::Error + Send + Sync + 'static,
+    {
+        let cap = max_body(&Route::ArchivePut);
+        if declared_over(headers, cap) {
+            discard(body);
+            return (too_large(), true);
+        }
+        let Ok(_permit) = self.bodies.acquire().await else {
+            return (api::unavailable(), true);
+        };
+        let edge = &self.edge;
+        let upload = match edge.store.begin_upload(now_ms() / 1000).await {
+            Ok(upload) => upload,
+            Err(e) => return (internal(&e), true),
+        };
+        let (reply, read, kept) = match tokio::time::timeout(body_time(cap), take(edge, upload, &mut body, cap)).await {
+            Err(_) => (api::error(408, "timeout", "the body did not arrive in time"), false, false),
+            Ok(Err(Stop::Refused(reply, read))) => (reply, read, false),
+            Ok(Err(Stop::Store(e))) => (internal(&e), false, false),
+            Ok(Ok((reply, kept))) => (reply, true, kept),
+        };
+        if !kept && let Err(e) = edge.store.drop_upload(upload).await {
+            tracing::error!(%e, "dropping a refused archive upload failed (it goes at the next start)");
+        }
+        if matches!(reply.status, 400 | 408 | 409 | 413) {
+            tracing::warn!(route = ?Route::ArchivePut, answer = %String::from_utf8_lossy(&reply.body), "refused");
+        }
+        if !read {
+            discard(body);
+        }
+        (reply, !read)
     }
-    let Ok(_permit) = shared.bodies.acquire().await else {
-        return (api::unavailable(), true);
-    };
-    let edge = &shared.edge;
-    let upload = match edge.store.begin_upload(now_ms() / 1000).await {
-        Ok(upload) => upload,
-        Err(e) => return (internal(&e), true),
-    };
-    let (reply, read, kept) = match tokio::time::timeout(body_time(cap), take(edge, upload, &mut body, cap)).await {
-        Err(_) => (api::error(408, "timeout", "the body did not arrive in time"), false, false),
-        Ok(Err(Stop::Refused(reply, read))) => (reply, read, false),
-        Ok(Err(Stop::Store(e))) => (internal(&e), false, false),
-        Ok(Ok((reply, kept))) => (reply, true, kept),
-    };
-    if !kept && let Err(e) = edge.store.drop_upload(upload).await {
-        tracing::error!(%e, "dropping a refused archive upload failed (it goes at the next start)");
-    }
-    if matches!(reply.status, 400 | 408 | 409 | 413) {
-        tracing::warn!(route = ?Route::ArchivePut, answer = %String::from_utf8_lossy(&reply.body), "refused");
-    }
-    if !read {
-        discard(body);
-    }
-    (reply, !read)
 }
 
 /// Why an upload stopped: refused (with whether its body was read to the end), or storage
@@ -115,38 +117,41 @@ where
     })
 }
 
-/// The stored archive, streamed a piece at a time.
-pub(super) async fn send(edge: &std::sync::Arc<Edge>) -> Response<Body> {
-    let (upload, pieces, len) = match edge.store.stored_archive().await {
-        Err(e) => return to_response(internal(&e), false),
-        Ok(None) => return to_response(api::error(404, "no_archive", "no archive has been pushed yet"), false),
-        Ok(Some(StoredArchive::Whole(bytes))) => return to_response(Reply::bytes(200, bytes), false),
-        Ok(Some(StoredArchive::Pieces { upload, pieces, len })) => (upload, pieces, len),
-    };
-    // Two pieces in flight at most: the reader waits for the client.
-    let (sender, receiver) = tokio::sync::mpsc::channel(1);
-    let edge = edge.clone();
-    tokio::spawn(async move {
-        for seq in 0..pieces {
-            let piece = match edge.store.archive_piece(upload, seq).await {
-                Ok(Some(piece)) => Ok(Bytes::from(piece)),
-                // Replaced by a newer archive while it was being read: the client sees the
-                // body end short of its length, and asks again.
-                Ok(None) => Err(std::io::Error::other("the archive was replaced while it was sent")),
-                Err(e) => Err(std::io::Error::other(e.to_string())),
-            };
-            let failed = piece.is_err();
-            if sender.send(piece).await.is_err() || failed {
-                break;
+impl Edge {
+    /// The stored archive, streamed a piece at a time.
+    pub(super) async fn send_archive(self: &std::sync::Arc<Self>) -> Response<Body> {
+        let edge = self;
+        let (upload, pieces, len) = match edge.store.stored_archive().await {
+            Err(e) => return to_response(internal(&e), false),
+            Ok(None) => return to_response(api::error(404, "no_archive", "no archive has been pushed yet"), false),
+            Ok(Some(StoredArchive::Whole(bytes))) => return to_response(Reply::bytes(200, bytes), false),
+            Ok(Some(StoredArchive::Pieces { upload, pieces, len })) => (upload, pieces, len),
+        };
+        // Two pieces in flight at most: the reader waits for the client.
+        let (sender, receiver) = tokio::sync::mpsc::channel(1);
+        let edge = edge.clone();
+        tokio::spawn(async move {
+            for seq in 0..pieces {
+                let piece = match edge.store.archive_piece(upload, seq).await {
+                    Ok(Some(piece)) => Ok(Bytes::from(piece)),
+                    // Replaced by a newer archive while it was being read: the client sees the
+                    // body end short of its length, and asks again.
+                    Ok(None) => Err(std::io::Error::other("the archive was replaced while it was sent")),
+                    Err(e) => Err(std::io::Error::other(e.to_string())),
+                };
+                let failed = piece.is_err();
+                if sender.send(piece).await.is_err() || failed {
+                    break;
+                }
             }
-        }
-    });
-    Response::builder()
-        .status(StatusCode::OK)
-        .header(header::CONTENT_TYPE, "application/octet-stream")
-        .header(header::CONTENT_LENGTH, len)
-        .body(Body::new(Pieces { receiver }))
-        .unwrap_or_else(|_| Response::new(Body::from("internal error")))
+        });
+        Response::builder()
+            .status(StatusCode::OK)
+            .header(header::CONTENT_TYPE, "application/octet-stream")
+            .header(header::CONTENT_LENGTH, len)
+            .body(Body::new(Pieces { receiver }))
+            .unwrap_or_else(|_| Response::new(Body::from("internal error")))
+    }
 }
 
 /// A body of pieces read by a task of their own.

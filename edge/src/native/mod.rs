@@ -8,7 +8,6 @@ pub mod store;
 use std::collections::HashMap;
 use std::net::{IpAddr, SocketAddr};
 use std::sync::{Arc, Mutex, RwLock};
-use std::time::{SystemTime, UNIX_EPOCH};
 
 use axum::body::{Body, Bytes};
 use axum::http::{HeaderMap, Method, StatusCode, header};
@@ -27,7 +26,7 @@ use crate::service::{self, Call};
 use crate::storage::Storage as _;
 use crate::{Reply, api};
 pub use store::Replica;
-use store::{Store, StoreError};
+use store::{Store, StoreError, now_ms};
 
 struct Limiter {
     networks: serve::Networks,
@@ -76,10 +75,6 @@ pub struct Edge {
     /// A peer that is not a trusted proxy but sent forwarding headers (the first one seen):
     /// logged once, and told to control with every push answer.
     untrusted_forwarding: Mutex<Option<IpAddr>>,
-}
-
-fn now_ms() -> u64 {
-    SystemTime::now().duration_since(UNIX_EPOCH).map_or(0, |d| d.as_millis() as u64)
 }
 
 fn internal(error: &StoreError) -> Reply {
@@ -518,14 +513,14 @@ where
     // Control's archive streams in and out a piece at a time (see `archive`).
     match route {
         Route::ArchivePut if allowed => {
-            let (reply, close) = archive::receive(shared, &headers, body).await;
+            let (reply, close) = shared.receive_archive(&headers, body).await;
             let mut response = to_response(reply, false);
             if close {
                 response.headers_mut().insert(header::CONNECTION, header::HeaderValue::from_static("close"));
             }
             return response;
         }
-        Route::ArchiveGet if allowed && is_empty(&headers) => return archive::send(edge).await,
+        Route::ArchiveGet if allowed && is_empty(&headers) => return edge.send_archive().await,
         _ => {}
     }
     let empty = is_empty(&headers);

@@ -25,6 +25,11 @@ use crate::storage::{
     VALUE_TRUST, take_report,
 };
 
+/// Unix milliseconds now (the store's times count in them).
+pub(crate) fn now_ms() -> u64 {
+    std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.as_millis() as u64)
+}
+
 const SCHEMA: &str = "
 CREATE TABLE IF NOT EXISTS links (
     token_hash BLOB PRIMARY KEY,
@@ -306,7 +311,7 @@ impl Store {
             _reader: reader,
             db,
         };
-        store.drop_stale_uploads(super::now_ms() / 1000).await?;
+        store.drop_stale_uploads(now_ms() / 1000).await?;
         Ok(store)
     }
 
@@ -620,7 +625,7 @@ impl Storage for Store {
 
     async fn put_archive(&self, planned: &Planned) -> Result<Result<(), Changed>, StoreError> {
         let bytes = planned.write.envelope.as_deref().unwrap_or_default();
-        let upload = self.begin_upload(super::now_ms() / 1000).await?;
+        let upload = self.begin_upload(now_ms() / 1000).await?;
         let kept = async {
             let mut seq = 0;
             for piece in bytes.chunks(ARCHIVE_PIECE) {
