@@ -14,7 +14,7 @@
 
 use serde::{Deserialize, Serialize};
 
-use super::{Incoming, IncomingUser};
+use super::incoming::{Incoming, IncomingUser};
 use crate::error::Error;
 
 /// The format's name, in every document.

@@ -32,7 +32,8 @@ use rusqlite::{Connection, OpenFlags};
 use serde_json::Value;
 use subtle::ConstantTimeEq as _;
 
-use super::{Fate, Field, Incoming, IncomingUser, MAX_ALIASES, PAGE, PAGE_BYTES, PAGES, Skipped};
+use super::fetch::{PAGE, PAGE_BYTES, PAGES, api_client, intact, wal_without_log};
+use super::incoming::{Fate, Field, Incoming, IncomingUser, MAX_ALIASES, Skipped};
 
 /// What becomes of each field of a Marzban or PasarGuard user.
 const FIELDS: &[Field] = &[
@@ -533,11 +534,11 @@ pub(crate) fn read_file(path: &Path, flavor: Flavor, list: Option<&mut dyn BufRe
     let n = std::io::Read::read(&mut std::fs::File::open(path).with_context(|| format!("reading {what}"))?, &mut head)
         .with_context(|| format!("reading {what}"))?;
     if head[..n] == *b"SQLite format 3\0" {
-        let behind = super::wal_without_log(path);
+        let behind = wal_without_log(path);
         let conn =
             Connection::open_with_flags(path, OpenFlags::SQLITE_OPEN_READ_ONLY | OpenFlags::SQLITE_OPEN_NO_MUTEX)
                 .with_context(|| format!("opening {what} as SQLite"))?;
-        super::intact(&conn, path)?;
+        intact(&conn, path)?;
         let mut incoming = from_database(&conn, flavor, list, &what)?;
         incoming.warnings.extend(behind);
         return Ok(incoming);
@@ -556,7 +557,7 @@ pub(crate) fn read_bytes(bytes: &[u8], flavor: Flavor) -> anyhow::Result<Incomin
         let conn =
             Connection::open_with_flags(&path, OpenFlags::SQLITE_OPEN_READ_ONLY | OpenFlags::SQLITE_OPEN_NO_MUTEX)
                 .context("opening the upload as SQLite")?;
-        super::intact(&conn, &path)?;
+        intact(&conn, &path)?;
         return from_database(&conn, flavor, None, "the upload");
     }
     let conn = mysql::load(&mut std::io::Cursor::new(bytes)).context("the upload")?;
@@ -593,7 +594,7 @@ fn row_of_api(user: &Value) -> Row {
 /// Reads every user of the panel at `base` over its REST API with an admin's bearer `token`
 /// (`POST /api/admin/token` gives one).
 pub(crate) async fn read_api(base: &str, token: &str, flavor: Flavor) -> anyhow::Result<Incoming> {
-    let (base, http) = super::api_client(base)?;
+    let (base, http) = api_client(base)?;
     let name = flavor.title();
     let mut incoming = Incoming { source: flavor.source().to_owned(), fields: FIELDS.to_vec(), ..Incoming::default() };
     let mut names = HashSet::new();

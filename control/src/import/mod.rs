@@ -9,10 +9,15 @@
 //! dry run does all the same and rolls it back. The Hearth JSON format ([`Document`]) is both
 //! an importer's input and what `export` writes, so nobody is locked in.
 
+mod fetch;
+mod incoming;
 pub(crate) mod json;
 pub(crate) mod marzban;
 pub(crate) mod remnawave;
 pub(crate) mod xui;
+
+use fetch::read_capped;
+pub(crate) use incoming::{Fate, Field, Incoming, IncomingUser, MAX_ALIASES, MAX_PASSWORD, MAX_USERS, Skipped};
 
 use std::collections::HashSet;
 
@@ -181,194 +186,6 @@ impl Api {
         serde_json::from_slice(bytes)
             .map_err(|e| Error::invalid("bad_json", format!("send {{\"url\": ..., \"token\": ...}}: {e}")))
     }
-}
-
-/// Users asked for in one page of a panel's API.
-const PAGE: usize = 500;
-/// The most bytes of one page read.
-const PAGE_BYTES: usize = 32 << 20;
-/// The most pages read (a million users).
-const PAGES: usize = 2_000;
-
-/// A panel's address (`https://panel.example`, no trailing `/`) checked, and the client its API
-/// is read with: answers within a minute, redirects not followed (a token goes nowhere else).
-fn api_client(base: &str) -> anyhow::Result<(&str, reqwest::Client)> {
-    use anyhow::Context as _;
-    let base = base.trim().trim_end_matches('/');
-    anyhow::ensure!(hearth_shared::is_web_address(base), "the panel's address must be an http:// or https:// URL");
-    let _ = rustls::crypto::ring::default_provider().install_default();
-    let http = reqwest::Client::builder()
-        .timeout(std::time::Duration::from_secs(60))
-        .redirect(reqwest::redirect::Policy::none())
-        .build()
-        .context("an HTTP client")?;
-    Ok((base, http))
-}
-
-/// A file, refused when it is over `cap` bytes.
-fn read_capped(path: &std::path::Path, cap: usize) -> anyhow::Result<Vec<u8>> {
-    use anyhow::Context as _;
-    let len = std::fs::metadata(path).with_context(|| format!("reading {}", path.display()))?.len();
-    anyhow::ensure!(len <= cap as u64, "{} is {len} bytes: over the {} MiB an import reads", path.display(), cap >> 20);
-    std::fs::read(path).with_context(|| format!("reading {}", path.display()))
-}
-
-/// Checks that an SQLite database a panel wrote is whole (`PRAGMA quick_check`): a damaged
-/// page would make rows vanish or read wrong, and an import must never take a part of the
-/// users, or wrong values, as if they were all.
-pub(crate) fn intact(conn: &Connection, path: &std::path::Path) -> anyhow::Result<()> {
-    let problems: Vec<String> = conn
-        .prepare("PRAGMA quick_check(5)")
-        .and_then(|mut check| check.query_map([], |row| row.get(0))?.collect())
-        .unwrap_or_else(|e| vec![e.to_string()]);
-    anyhow::ensure!(
-        problems == ["ok"],
-        "{} is damaged ({}): nothing is imported. Copy it again from the panel's server (stop the panel first), \
-         or repair it with sqlite3's .recover",
-        path.display(),
-        problems.join("; ")
-    );
-    Ok(())
-}
-
-/// A warning when the SQLite database at `path` is in write-ahead-log mode (its header says
-/// so) and its log, `<file>-wal`, is not beside it: the changes since the panel's last
-/// checkpoint are in that log, so a copy made while the panel ran may be behind. Asked before
-/// the database is opened (opening it makes an empty log).
-pub(crate) fn wal_without_log(path: &std::path::Path) -> Option<String> {
-    let mut header = [0u8; 20];
-    let mut file = std::fs::File::open(path).ok()?;
-    std::io::Read::read_exact(&mut file, &mut header).ok()?;
-    let wal = header.starts_with(b"SQLite format 3\0") && header[18] == 2 && header[19] == 2;
-    let mut log = path.as_os_str().to_owned();
-    log.push("-wal");
-    (wal && !std::path::Path::new(&log).exists()).then(|| {
-        format!(
-            "{} is in write-ahead-log mode and its -wal file is not beside it: if the panel was running when it \
-             was copied, its latest changes are missing. Copy the -wal file too, or stop the panel and copy again.",
-            path.file_name().map_or_else(|| path.display().to_string(), |name| name.to_string_lossy().into_owned())
-        )
-    })
-}
-
-/// The longest Hysteria2 password taken (what an app holds; other panels make far shorter).
-pub(crate) const MAX_PASSWORD: usize = 256;
-/// The most users one import takes.
-pub(crate) const MAX_USERS: usize = 100_000;
-/// The most aliases one user takes.
-pub(crate) const MAX_ALIASES: usize = 8;
-
-/// One user as a source describes it (and as the Hearth JSON format writes it).
-#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(deny_unknown_fields)]
-pub(crate) struct IncomingUser {
-    /// The user's id at the source (its email in 3x-ui, username in Marzban, uuid in
-    /// Remnawave): with the source, what tells an import run again that it has the user.
-    pub id: String,
-    /// The name in Hearth.
-    pub name: String,
-    /// The Hysteria2 password the user's apps hold; none: a new one (its apps need the new
-    /// link or the alias).
-    #[serde(default)]
-    pub password: Option<String>,
-    /// A Hearth link token (the link form) to keep: from another Hearth's export.
-    #[serde(default)]
-    pub link: Option<String>,
-    /// Traffic quota in bytes, up and down together (0: none).
-    #[serde(default)]
-    pub quota: u64,
-    /// Traffic used so far.
-    #[serde(default)]
-    pub used_up: u64,
-    #[serde(default)]
-    pub used_down: u64,
-    /// Expiry, Unix seconds (0: never).
-    #[serde(default)]
-    pub expires_at: u64,
-    /// Not started yet: valid this many days from the first connection.
-    #[serde(default)]
-    pub days_from_first_use: u64,
-    /// Whether the user may connect.
-    #[serde(default = "yes")]
-    pub enabled: bool,
-    /// none, daily, weekly, monthly or rolling30.
-    #[serde(default = "none")]
-    pub reset: String,
-    #[serde(default)]
-    pub note: String,
-    /// Devices at once (none: its groups').
-    #[serde(default)]
-    pub device_limit: Option<u32>,
-    /// Old subscription paths (`/sub/<token>`) to serve as aliases.
-    #[serde(default)]
-    pub aliases: Vec<String>,
-    /// The user's own Telegram chat, for the bot's reminders.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub telegram_id: Option<i64>,
-    /// When its traffic first goes back to zero, Unix seconds (0: as its reset says, from
-    /// now): the old panel's next renewal, so the cycle it paid for carries on.
-    #[serde(default, skip_serializing_if = "is_zero")]
-    pub next_reset: u64,
-    /// What the source had that came over changed, in words (for the report).
-    #[serde(skip)]
-    pub mapped: Vec<String>,
-}
-
-fn is_zero(value: &u64) -> bool {
-    *value == 0
-}
-
-fn yes() -> bool {
-    true
-}
-
-fn none() -> String {
-    "none".to_owned()
-}
-
-/// A user a source has that is not imported, and why.
-#[derive(Clone, Debug, PartialEq, Eq, Serialize)]
-pub(crate) struct Skipped {
-    /// The user's id or name at the source.
-    pub id: String,
-    pub reason: String,
-}
-
-/// What became of one of the source's fields.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
-#[serde(rename_all = "lowercase")]
-pub(crate) enum Fate {
-    /// Taken as it is.
-    Kept,
-    /// Taken as Hearth's nearest equivalent.
-    Mapped,
-    /// Not taken.
-    Dropped,
-}
-
-/// One of the source's fields, and what became of it.
-#[derive(Clone, Debug, PartialEq, Eq, Serialize)]
-pub(crate) struct Field {
-    /// Its name at the source.
-    pub field: &'static str,
-    pub fate: Fate,
-    /// Where it went, or why not.
-    pub how: &'static str,
-}
-
-/// What a source holds, read.
-#[derive(Clone, Debug, Default, PartialEq, Eq)]
-pub(crate) struct Incoming {
-    /// The source's name (`3x-ui`, `marzban`, `pasarguard`, `remnawave`, `hearth`).
-    pub source: String,
-    pub users: Vec<IncomingUser>,
-    /// What the source has that is not a user Hearth can take (another protocol's client).
-    pub skipped: Vec<Skipped>,
-    /// Every field of the source's users, and what became of it.
-    pub fields: Vec<Field>,
-    /// What the reader noticed about the source as a whole (a database read without its
-    /// write-ahead log).
-    pub warnings: Vec<String>,
 }
 
 /// What an import did (or, dry, would do).

@@ -15,7 +15,8 @@
 use anyhow::{Context as _, bail};
 use serde_json::Value;
 
-use super::{Fate, Field, Incoming, IncomingUser, PAGE, PAGE_BYTES, PAGES};
+use super::fetch::{PAGE, PAGE_BYTES, PAGES, api_client};
+use super::incoming::{Fate, Field, Incoming, IncomingUser, Skipped};
 
 /// What becomes of each field of a Remnawave user.
 const FIELDS: &[Field] = &[
@@ -161,7 +162,7 @@ fn user_of(user: &Value) -> Result<IncomingUser, (String, String)> {
 /// Reads every user of the Remnawave panel at `base` (its address, `https://panel.example`)
 /// with the API `token`.
 pub(crate) async fn read(base: &str, token: &str) -> anyhow::Result<Incoming> {
-    let (base, http) = super::api_client(base)?;
+    let (base, http) = api_client(base)?;
     let mut incoming = Incoming { source: "remnawave".to_owned(), fields: FIELDS.to_vec(), ..Incoming::default() };
     let mut names = std::collections::HashSet::new();
     let mut start = 0;
@@ -198,7 +199,7 @@ pub(crate) async fn read(base: &str, token: &str) -> anyhow::Result<Incoming> {
                 // Newest first: a user made while the pages are read shifts them; each once.
                 Ok(user) if !names.insert(user.name.clone()) => {}
                 Ok(user) => incoming.users.push(user),
-                Err((id, reason)) => incoming.skipped.push(super::Skipped { id, reason }),
+                Err((id, reason)) => incoming.skipped.push(Skipped { id, reason }),
             }
         }
         start += users.len();

@@ -24,7 +24,8 @@ use anyhow::{Context as _, bail};
 use rusqlite::{Connection, OpenFlags};
 use serde_json::Value;
 
-use super::{Fate, Field, Incoming, IncomingUser, Skipped};
+use super::fetch::{intact, wal_without_log};
+use super::incoming::{Fate, Field, Incoming, IncomingUser, Skipped};
 
 /// What becomes of each field of a 3x-ui client (and of its inbound).
 const FIELDS: &[Field] = &[
@@ -128,12 +129,12 @@ fn columns(conn: &Connection, table: &str) -> rusqlite::Result<HashSet<String>> 
 /// Reads a 3x-ui database at `path` (opened read-only; a live panel's `-wal` file beside it is
 /// read too). `now` decides whether a limit had run out.
 pub(crate) fn read(path: &Path, now: u64) -> anyhow::Result<Incoming> {
-    let behind = super::wal_without_log(path);
+    let behind = wal_without_log(path);
     let conn = Connection::open_with_flags(path, OpenFlags::SQLITE_OPEN_READ_ONLY | OpenFlags::SQLITE_OPEN_NO_MUTEX)
         .with_context(|| format!("opening {} as SQLite", path.display()))?;
     let inbound_columns =
         columns(&conn, "inbounds").with_context(|| format!("{} is not an SQLite database", path.display()))?;
-    super::intact(&conn, path)?;
+    intact(&conn, path)?;
     if !["id", "protocol", "settings"].iter().all(|c| inbound_columns.contains(*c)) {
         bail!("{} is not a 3x-ui database: it has no inbounds table with clients", path.display());
     }
