@@ -76,6 +76,19 @@ fn char_literal_len(rest: &str) -> Option<usize> {
     (next == '\'').then_some(at + 1)
 }
 
+/// `code` with each `pub(in path)` as `pub`: a visibility names a module, it imports nothing.
+fn without_visibility_paths(code: &str) -> String {
+    let mut out = String::with_capacity(code.len());
+    let mut rest = code;
+    while let Some(at) = rest.find("pub(in ") {
+        out.push_str(&rest[..at]);
+        out.push_str("pub");
+        rest = rest[at..].find(')').map_or("", |end| &rest[at + end + 1..]);
+    }
+    out.push_str(rest);
+    out
+}
+
 /// `source` without its `#[cfg(test)]` modules (inline, or declared `mod tests;`).
 fn without_tests(source: &str) -> String {
     let mut out = String::new();
@@ -278,7 +291,7 @@ impl Crate {
         let mut graph = BTreeMap::new();
         for (module, file) in &self.files {
             let source = std::fs::read_to_string(file).unwrap();
-            let code = without_tests(&code_only(&source));
+            let code = without_visibility_paths(&without_tests(&code_only(&source)));
             let children: BTreeSet<String> = word_spans(&code)
                 .windows(2)
                 .filter(|pair| pair[0].1 == "mod" && code[pair[1].0 + pair[1].1.len()..].trim_start().starts_with(';'))
@@ -379,9 +392,9 @@ mod tests {
     #[test]
     fn code_is_read_without_comments_strings_and_tests() {
         let source = "use crate::a; // crate::b\nlet s = \"crate::c\"; let r = r#\"crate::d\"#; let c = '\"';\n\
-                      /* crate::e */ fn f<'a>() { crate::g::h(); }\n#[cfg(test)]\nmod tests { use crate::i; }\n\
+                      /* crate::e */ pub(in crate::k) fn f<'a>() { crate::g::h(); }\n#[cfg(test)]\nmod tests { use crate::i; }\n\
                       #[cfg(test)]\npub(crate) mod more { use crate::j; }\n";
-        let code = without_tests(&code_only(source));
+        let code = without_visibility_paths(&without_tests(&code_only(source)));
         let paths = paths_in(&code, &BTreeSet::new());
         assert_eq!(paths, vec![vec!["crate", "a"], vec!["crate", "g", "h"]]);
         assert_eq!(

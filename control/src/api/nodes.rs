@@ -20,7 +20,7 @@ use hearth_shared::{nodeauth, seal};
 use serde::Deserialize;
 use serde_json::json;
 
-use super::{Body, decoy, refuse};
+use super::request::{Body, decoy, refuse};
 use crate::app::{App, Counters, now};
 use crate::error::Error;
 use crate::publish;
@@ -56,7 +56,7 @@ pub(super) static INSTALL_DOWNLOADS: tokio::sync::Semaphore = tokio::sync::Semap
 
 /// The node install script (what the install command checks by its hash and runs).
 async fn install_script(State(app): State<Arc<App>>, parts: axum::http::request::Parts) -> Response {
-    if let Err(retry) = app.spend(super::client_ip(&parts, &app)) {
+    if let Err(retry) = app.spend(super::request::client_ip(&parts, &app)) {
         return Error::TooMany(retry).into_response();
     }
     let mut response = crate::install::SCRIPT.clone().into_response();
@@ -73,7 +73,7 @@ async fn install_file(
     Path(file): Path<String>,
     parts: axum::http::request::Parts,
 ) -> Response {
-    if let Err(retry) = app.spend(super::client_ip(&parts, &app)) {
+    if let Err(retry) = app.spend(super::request::client_ip(&parts, &app)) {
         return Error::TooMany(retry).into_response();
     }
     let Ok(_permit) = INSTALL_DOWNLOADS.try_acquire() else {
@@ -108,7 +108,7 @@ async fn enroll(
     parts: axum::http::request::Parts,
     Body(req): Body<EnrollRequest>,
 ) -> Response {
-    if let Err(retry) = app.spend(super::client_ip(&parts, &app)) {
+    if let Err(retry) = app.spend(super::request::client_ip(&parts, &app)) {
         return Error::TooMany(retry).into_response();
     }
     let now = now();

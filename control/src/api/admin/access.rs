@@ -10,8 +10,8 @@ use hearth_shared::ct_eq;
 use serde::Deserialize;
 use serde_json::json;
 
-use super::{Bounded, Input, MAX_CODE, MAX_SECRET, Refusal, Reply, bytes, chars, ok};
-use crate::api::{Auth, client_ip, refuse};
+use super::input::{Bounded, Input, MAX_CODE, MAX_SECRET, Refusal, Reply, bytes, chars, ok};
+use crate::api::request::{Auth, client_ip, refuse};
 use crate::app::{App, Counters, now};
 use crate::auth::{self, Role, Scope, Via};
 use crate::error::Error;

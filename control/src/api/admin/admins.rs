@@ -8,8 +8,8 @@ use axum::http::StatusCode;
 use axum::response::IntoResponse;
 use serde_json::json;
 
-use super::{Bounded, Input, MAX_GROUPS, Reply, bytes, chars, list, ok};
-use crate::api::Auth;
+use super::input::{Bounded, Input, MAX_GROUPS, Reply, bytes, chars, list, ok};
+use crate::api::request::Auth;
 use crate::app::{App, now};
 use crate::auth;
 use crate::error::Error;

@@ -11,7 +11,9 @@ use axum::response::IntoResponse;
 use serde::Deserialize;
 use serde_json::json;
 
-use super::{Bounded, Input, MAX_URL, Reply, bytes, change, edge_json, ok, opt};
+use super::input::{Bounded, Input, MAX_URL, Reply, bytes, ok, opt};
+use super::overview::edge_json;
+use super::write::change;
 use crate::app::{App, now};
 use crate::auth::Scope;
 use crate::error::Error;
@@ -70,7 +72,7 @@ async fn one(app: &Arc<App>, id: i64) -> Reply {
     ok(edge_json(app, &status))
 }
 
-pub(super) async fn list_edges(State(app): State<Arc<App>>, auth: crate::api::Auth) -> Reply {
+pub(super) async fn list_edges(State(app): State<Arc<App>>, auth: crate::api::request::Auth) -> Reply {
     auth.need(Scope::Read)?;
     let list: Vec<_> = statuses(&app).await?.iter().map(|s| edge_json(&app, s)).collect();
     ok(json!({ "edges": list, "primary": app.sub_url() }))
@@ -78,7 +80,7 @@ pub(super) async fn list_edges(State(app): State<Arc<App>>, auth: crate::api::Au
 
 pub(super) async fn add_edge(
     State(app): State<Arc<App>>,
-    auth: crate::api::Auth,
+    auth: crate::api::request::Auth,
     Input(input): Input<EdgeInput>,
 ) -> Reply {
     // Refused before the input is looked at: its checks tell nothing to whoever may not ask.
@@ -106,7 +108,7 @@ pub(super) async fn add_edge(
 
 pub(super) async fn update_edge(
     State(app): State<Arc<App>>,
-    auth: crate::api::Auth,
+    auth: crate::api::request::Auth,
     Path(id): Path<i64>,
     Input(input): Input<EdgeChange>,
 ) -> Reply {
@@ -155,7 +157,11 @@ pub(super) async fn update_edge(
     one(&app, id).await
 }
 
-pub(super) async fn remove_edge(State(app): State<Arc<App>>, auth: crate::api::Auth, Path(id): Path<i64>) -> Reply {
+pub(super) async fn remove_edge(
+    State(app): State<Arc<App>>,
+    auth: crate::api::request::Auth,
+    Path(id): Path<i64>,
+) -> Reply {
     auth.need_owner()?;
     change(&app, &auth, Scope::Admin, move |tx, app, actor, now| {
         let edge = edges::get(tx, id)?.ok_or(Error::NotFound("edge"))?;

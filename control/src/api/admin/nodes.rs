@@ -9,8 +9,9 @@ use axum::response::IntoResponse;
 use serde::Deserialize;
 use serde_json::json;
 
-use super::{Input, Reply, change, ok};
-use crate::api::{Auth, Body};
+use super::input::{Input, Reply, ok};
+use super::write::change;
+use crate::api::request::{Auth, Body};
 use crate::app::{App, now};
 use crate::auth::Scope;
 use crate::error::Error;
@@ -170,7 +171,7 @@ pub(super) async fn list_groups(State(app): State<Arc<App>>, auth: Auth) -> Repl
         .db
         .read(move |c| {
             let mut groups = node_store::groups(c)?;
-            if let crate::api::Reach::Reseller(admin) = reach {
+            if let crate::api::request::Reach::Reseller(admin) = reach {
                 let theirs = crate::store::admins::groups_of(c, admin)?;
                 groups.retain(|g| theirs.contains(&g.name));
             }
@@ -181,7 +182,7 @@ pub(super) async fn list_groups(State(app): State<Arc<App>>, auth: Auth) -> Repl
 }
 
 pub(super) async fn create_group(State(app): State<Arc<App>>, auth: Auth, Input(input): Input<GroupInput>) -> Reply {
-    super::rule_set_by_owner(&auth, &input.rule_set)?;
+    super::input::rule_set_by_owner(&auth, &input.rule_set)?;
     let group =
         change(&app, &auth, Scope::Operate, move |tx, _, actor, now| node_store::create_group(tx, actor, &input, now))
             .await?;
@@ -194,7 +195,7 @@ pub(super) async fn update_group(
     Path(id): Path<i64>,
     Input(input): Input<GroupInput>,
 ) -> Reply {
-    super::rule_set_by_owner(&auth, &input.rule_set)?;
+    super::input::rule_set_by_owner(&auth, &input.rule_set)?;
     let group = change(&app, &auth, Scope::Operate, move |tx, app, actor, now| {
         crate::nodes::update_group(tx, &app.signer, actor, id, &input, now)
     })

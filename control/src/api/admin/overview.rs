@@ -7,8 +7,8 @@ use axum::extract::{Path, Query, State};
 use serde::Deserialize;
 use serde_json::json;
 
-use super::{Reply, ok};
-use crate::api::Auth;
+use super::input::{Reply, ok};
+use crate::api::request::Auth;
 use crate::app::{App, now};
 use crate::auth::Scope;
 use crate::store::nodes::{self as node_store};
@@ -122,8 +122,8 @@ pub(super) async fn series_of(app: &Arc<App>, auth: &Auth, query: &UsageQuery, w
     // A reseller sees the traffic of their own users, nobody else's.
     let reseller = match whose {
         Traffic::User(_) => match auth.reach(Scope::Read)? {
-            crate::api::Reach::Reseller(admin) => Some(admin),
-            crate::api::Reach::All => None,
+            crate::api::request::Reach::Reseller(admin) => Some(admin),
+            crate::api::request::Reach::All => None,
         },
         Traffic::Node(_) | Traffic::Everyone => {
             auth.need(Scope::Read)?;

@@ -12,8 +12,8 @@ use serde_json::json;
 use webauthn_rs::prelude::{PublicKeyCredential, RegisterPublicKeyCredential};
 
 use super::access::{open_session, own_change, refused, sign_in_gate, signed_in, whose};
-use super::{Bounded, Input, MAX_SECRET, Reply, bytes, chars, ok};
-use crate::api::{Auth, refuse};
+use super::input::{Bounded, Input, MAX_SECRET, Reply, bytes, chars, ok};
+use crate::api::request::{Auth, refuse};
 use crate::app::{App, now};
 use crate::error::Error;
 use crate::store::passkeys as store;
@@ -40,7 +40,7 @@ impl Bounded for AddRequest {
 }
 
 /// Only a person signed in adds a passkey (in a browser, with their device).
-fn session_only(auth: &Auth) -> Result<(), crate::api::admin::Refusal> {
+fn session_only(auth: &Auth) -> Result<(), super::input::Refusal> {
     match auth.0.session() {
         Some(_) => Ok(()),
         None => Err(refuse(StatusCode::FORBIDDEN, "session_only", "a passkey is added in the panel, signed in").into()),

@@ -13,7 +13,8 @@ use axum::response::IntoResponse;
 use serde::Deserialize;
 use serde_json::json;
 
-use super::{Bounded, Input, Reply, bytes, change, ok, opt};
+use super::input::{Bounded, Input, Reply, bytes, ok, opt};
+use super::write::change;
 use crate::app::App;
 use crate::auth::Scope;
 use crate::error::Error;
@@ -63,7 +64,7 @@ impl Bounded for RuleSetInput {
 
 /// Everything routing is made of: the outbounds (no password shown) and the rule sets with
 /// how many users and groups are given each.
-pub(super) async fn get_routing(State(app): State<Arc<App>>, auth: crate::api::Auth) -> Reply {
+pub(super) async fn get_routing(State(app): State<Arc<App>>, auth: crate::api::request::Auth) -> Reply {
     auth.need_owner()?;
     let state = app.clone();
     let (outbounds, sets) =
@@ -79,7 +80,7 @@ fn described(outbound: &hearth_shared::acl::Outbound) -> String {
 
 pub(super) async fn add_outbound(
     State(app): State<Arc<App>>,
-    auth: crate::api::Auth,
+    auth: crate::api::request::Auth,
     Input(input): Input<routing::OutboundInput>,
 ) -> Reply {
     auth.need_owner()?;
@@ -104,7 +105,7 @@ async fn outbound_reply(app: &Arc<App>, id: i64) -> Reply {
 
 pub(super) async fn update_outbound(
     State(app): State<Arc<App>>,
-    auth: crate::api::Auth,
+    auth: crate::api::request::Auth,
     Path(id): Path<i64>,
     Input(input): Input<routing::OutboundInput>,
 ) -> Reply {
@@ -118,7 +119,11 @@ pub(super) async fn update_outbound(
     outbound_reply(&app, id).await
 }
 
-pub(super) async fn remove_outbound(State(app): State<Arc<App>>, auth: crate::api::Auth, Path(id): Path<i64>) -> Reply {
+pub(super) async fn remove_outbound(
+    State(app): State<Arc<App>>,
+    auth: crate::api::request::Auth,
+    Path(id): Path<i64>,
+) -> Reply {
     auth.need_owner()?;
     change(&app, &auth, Scope::Admin, move |tx, app, actor, now| {
         let before = routing::remove_outbound(tx, &app.signer.vault, id)?;
@@ -143,7 +148,7 @@ async fn rule_set_reply(app: &Arc<App>, id: u16) -> Reply {
 
 pub(super) async fn add_rule_set(
     State(app): State<Arc<App>>,
-    auth: crate::api::Auth,
+    auth: crate::api::request::Auth,
     Input(input): Input<RuleSetInput>,
 ) -> Reply {
     auth.need_owner()?;
@@ -161,7 +166,7 @@ pub(super) async fn add_rule_set(
 
 pub(super) async fn update_rule_set(
     State(app): State<Arc<App>>,
-    auth: crate::api::Auth,
+    auth: crate::api::request::Auth,
     Path(id): Path<i64>,
     Input(input): Input<RuleSetInput>,
 ) -> Reply {
@@ -177,7 +182,11 @@ pub(super) async fn update_rule_set(
     rule_set_reply(&app, id).await
 }
 
-pub(super) async fn remove_rule_set(State(app): State<Arc<App>>, auth: crate::api::Auth, Path(id): Path<i64>) -> Reply {
+pub(super) async fn remove_rule_set(
+    State(app): State<Arc<App>>,
+    auth: crate::api::request::Auth,
+    Path(id): Path<i64>,
+) -> Reply {
     auth.need_owner()?;
     let id = set_id(id)?;
     change(&app, &auth, Scope::Admin, move |tx, app, actor, now| {

@@ -7,8 +7,9 @@ use axum::extract::State;
 use serde::Deserialize;
 use serde_json::json;
 
-use super::{Bounded, Input, MAX_URL, Reply, bytes, change, chars, ok, opt, too_long};
-use crate::api::Auth;
+use super::input::{Bounded, Input, MAX_URL, Reply, bytes, chars, ok, opt, too_long};
+use super::write::change;
+use crate::api::request::Auth;
 use crate::app::App;
 use crate::auth::Scope;
 use crate::error::Error;

@@ -10,7 +10,8 @@ use axum::response::IntoResponse;
 use serde::Deserialize;
 use serde_json::json;
 
-use super::{Bounded, Input, Reply, bytes, change, change_users, ok};
+use super::input::{Bounded, Input, Reply, bytes, ok};
+use super::write::{change, change_users};
 use crate::app::App;
 use crate::auth::Scope;
 use crate::error::Error;
@@ -53,7 +54,7 @@ impl Bounded for TelegramInput {
     }
 }
 
-pub(super) async fn get(State(app): State<Arc<App>>, auth: crate::api::Auth) -> Reply {
+pub(super) async fn get(State(app): State<Arc<App>>, auth: crate::api::request::Auth) -> Reply {
     auth.need(Scope::Read)?;
     let bot = app.db.read(store::telegram::view).await?;
     ok(json!({ "telegram": bot }))
@@ -62,7 +63,7 @@ pub(super) async fn get(State(app): State<Arc<App>>, auth: crate::api::Auth) -> 
 /// Sets the bot up, once Telegram took the token and the chat took a first message.
 pub(super) async fn set(
     State(app): State<Arc<App>>,
-    auth: crate::api::Auth,
+    auth: crate::api::request::Auth,
     Input(input): Input<TelegramInput>,
 ) -> Reply {
     auth.need(Scope::Admin)?;
@@ -106,7 +107,7 @@ pub(super) async fn set(
     ok(json!({ "telegram": bot }))
 }
 
-pub(super) async fn clear(State(app): State<Arc<App>>, auth: crate::api::Auth) -> Reply {
+pub(super) async fn clear(State(app): State<Arc<App>>, auth: crate::api::request::Auth) -> Reply {
     change(&app, &auth, Scope::Admin, move |tx, app, actor, now| {
         let linked = store::telegram::taking_users(tx)?;
         if !store::telegram::clear(tx)? {
@@ -137,7 +138,7 @@ impl Bounded for UserChat {
 
 pub(super) async fn set_user_chat(
     State(app): State<Arc<App>>,
-    auth: crate::api::Auth,
+    auth: crate::api::request::Auth,
     Path(id): Path<u64>,
     Input(input): Input<UserChat>,
 ) -> Reply {

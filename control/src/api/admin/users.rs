@@ -9,8 +9,9 @@ use axum::response::IntoResponse;
 use serde::Deserialize;
 use serde_json::json;
 
-use super::{Bounded, Input, MAX_QUERY, Reply, bytes, change_users, chars, list, ok, opt, read_user};
-use crate::api::{Auth, Body, Reach};
+use super::input::{Bounded, Input, MAX_QUERY, Reply, bytes, chars, list, ok, opt};
+use super::write::{change_users, read_user};
+use crate::api::request::{Auth, Body, Reach};
 use crate::app::{App, now};
 use crate::auth::Scope;
 use crate::error::Error;
@@ -121,7 +122,7 @@ fn mark_created(auth: &Auth, conn: &rusqlite::Connection, ids: impl IntoIterator
 }
 
 pub(super) async fn create_user(State(app): State<Arc<App>>, auth: Auth, Input(input): Input<UserInput>) -> Reply {
-    super::rule_set_by_owner(&auth, &input.rule_set)?;
+    super::input::rule_set_by_owner(&auth, &input.rule_set)?;
     let who = Auth(auth.0.clone());
     let (user, token) = change_users(&app, &auth, None, move |tx, app, actor, now| {
         let input = for_creator(&who, input, tx)?;
@@ -149,7 +150,7 @@ impl Bounded for BulkRequest {
 }
 
 pub(super) async fn bulk_create(State(app): State<Arc<App>>, auth: Auth, Input(req): Input<BulkRequest>) -> Reply {
-    super::rule_set_by_owner(&auth, &req.settings.rule_set)?;
+    super::input::rule_set_by_owner(&auth, &req.settings.rule_set)?;
     let who = Auth(auth.0.clone());
     let created = change_users(&app, &auth, None, move |tx, app, actor, now| {
         let settings = for_creator(&who, req.settings, tx)?;
@@ -195,7 +196,7 @@ pub(super) async fn update_user(
     Path(id): Path<u64>,
     Input(input): Input<UserInput>,
 ) -> Reply {
-    super::rule_set_by_owner(&auth, &input.rule_set)?;
+    super::input::rule_set_by_owner(&auth, &input.rule_set)?;
     change_user(app, &auth, id, move |c, app, actor, now| crate::users::update(c, &app.signer, actor, id, &input, now))
         .await
 }

@@ -11,7 +11,8 @@ use axum::response::IntoResponse;
 use serde::Deserialize;
 use serde_json::json;
 
-use super::{Bounded, Input, MAX_URL, Reply, bytes, change, ok};
+use super::input::{Bounded, Input, MAX_URL, Reply, bytes, ok};
+use super::write::change;
 use crate::app::App;
 use crate::auth::Scope;
 use crate::error::Error;
@@ -43,7 +44,7 @@ pub(super) struct Page {
 
 pub(super) async fn list_events(
     State(app): State<Arc<App>>,
-    auth: crate::api::Auth,
+    auth: crate::api::request::Auth,
     Query(page): Query<Page>,
 ) -> Reply {
     auth.need(Scope::Read)?;
@@ -52,7 +53,7 @@ pub(super) async fn list_events(
     ok(json!({ "events": list, "kinds": &events::KINDS[..events::KINDS.len() - 1] }))
 }
 
-pub(super) async fn list_webhooks(State(app): State<Arc<App>>, auth: crate::api::Auth) -> Reply {
+pub(super) async fn list_webhooks(State(app): State<Arc<App>>, auth: crate::api::request::Auth) -> Reply {
     auth.need(Scope::Read)?;
     let hooks = app.db.read(events::webhooks).await?;
     ok(json!({ "webhooks": hooks }))
@@ -60,7 +61,7 @@ pub(super) async fn list_webhooks(State(app): State<Arc<App>>, auth: crate::api:
 
 pub(super) async fn add_webhook(
     State(app): State<Arc<App>>,
-    auth: crate::api::Auth,
+    auth: crate::api::request::Auth,
     Input(input): Input<WebhookInput>,
 ) -> Reply {
     auth.need(Scope::Admin)?;
@@ -77,7 +78,11 @@ pub(super) async fn add_webhook(
     Ok((StatusCode::CREATED, axum::Json(value)).into_response())
 }
 
-pub(super) async fn remove_webhook(State(app): State<Arc<App>>, auth: crate::api::Auth, Path(id): Path<i64>) -> Reply {
+pub(super) async fn remove_webhook(
+    State(app): State<Arc<App>>,
+    auth: crate::api::request::Auth,
+    Path(id): Path<i64>,
+) -> Reply {
     change(&app, &auth, Scope::Admin, move |tx, _, actor, now| {
         let url = events::delete_webhook(tx, id)?;
         store::audit(tx, now, actor, "webhook.delete", &format!("webhook {id}"), &url)
@@ -86,7 +91,11 @@ pub(super) async fn remove_webhook(State(app): State<Arc<App>>, auth: crate::api
     Ok(StatusCode::NO_CONTENT.into_response())
 }
 
-pub(super) async fn test_webhook(State(app): State<Arc<App>>, auth: crate::api::Auth, Path(id): Path<i64>) -> Reply {
+pub(super) async fn test_webhook(
+    State(app): State<Arc<App>>,
+    auth: crate::api::request::Auth,
+    Path(id): Path<i64>,
+) -> Reply {
     let event =
         change(&app, &auth, Scope::Admin, move |tx, _, actor, now| events::test_webhook(tx, id, actor, now)).await?;
     Ok((StatusCode::ACCEPTED, axum::Json(json!({ "event": event }))).into_response())
@@ -94,7 +103,7 @@ pub(super) async fn test_webhook(State(app): State<Arc<App>>, auth: crate::api::
 
 pub(super) async fn deliveries(
     State(app): State<Arc<App>>,
-    auth: crate::api::Auth,
+    auth: crate::api::request::Auth,
     Path(id): Path<i64>,
     Query(page): Query<Page>,
 ) -> Reply {

@@ -44,7 +44,7 @@ impl Client {
 
 /// What the description of a call says it needs (the gate the API applies before a body is
 /// read: the handlers' own checks must agree with it).
-use crate::api::may;
+use crate::api::request::may;
 
 /// A body the call takes: its schema's required fields, each of a plausible value.
 fn body_for(doc: &Value, operation: &Value) -> Value {
