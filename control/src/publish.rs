@@ -525,7 +525,7 @@ fn publish_user(conn: &Connection, signer: &Signer, user: UserId, now: u64) -> R
         telegram: match crate::store::telegram::taking_users(conn)? {
             Some(bot) => {
                 let binds = crate::store::telegram::binds(conn, user)?.unwrap_or(0);
-                Some(TelegramLink { bot, code: crate::telegram::bind_code(&signer.vault, user, binds) })
+                Some(TelegramLink { bot, code: crate::store::telegram::bind_code(&signer.vault, user, binds) })
             }
             None => None,
         },

@@ -370,15 +370,28 @@ fn loops(graph: &BTreeMap<PathBuf, BTreeSet<PathBuf>>) -> Vec<BTreeSet<PathBuf>>
     found
 }
 
-/// The import loops of every crate, each as its files (relative to `root`) joined by spaces.
-pub fn import_loops(root: &Path) -> Vec<String> {
+/// An import loop: its files (relative to the repository's root, sorted, joined by spaces)
+/// and the imports that tie them (`a.rs -> b.rs`).
+#[derive(Clone, Debug, PartialEq, Eq, PartialOrd, Ord)]
+pub struct Loop {
+    pub files: String,
+    pub arrows: Vec<String>,
+}
+
+/// The import loops of every crate.
+pub fn import_loops(root: &Path) -> Vec<Loop> {
     let mut all = Vec::new();
     for source in CRATES {
-        let krate = Crate::read(&root.join(source));
-        for found in loops(&krate.graph()) {
-            let files: Vec<String> =
-                found.iter().map(|f| f.strip_prefix(root).unwrap().to_string_lossy().into_owned()).collect();
-            all.push(files.join(" "));
+        let graph = Crate::read(&root.join(source)).graph();
+        let name = |file: &PathBuf| file.strip_prefix(root).unwrap().to_string_lossy().into_owned();
+        for found in loops(&graph) {
+            let files: Vec<String> = found.iter().map(name).collect();
+            let arrows = found
+                .iter()
+                .flat_map(|from| graph[from].iter().filter(|to| found.contains(*to)).map(move |to| (from, to)))
+                .map(|(from, to)| format!("{} -> {}", name(from), name(to)))
+                .collect();
+            all.push(Loop { files: files.join(" "), arrows });
         }
     }
     all.sort();
@@ -429,13 +442,19 @@ mod tests {
             .filter(|line| !line.starts_with('#') && !line.trim().is_empty())
             .map(str::to_owned)
             .collect();
-        let new: Vec<&String> = found.iter().filter(|l| !listed.contains(l)).collect();
-        let gone: Vec<&String> = listed.iter().filter(|l| !found.contains(l)).collect();
+        let new: Vec<&Loop> = found.iter().filter(|l| !listed.contains(&l.files)).collect();
+        let gone: Vec<&String> = listed.iter().filter(|l| !found.iter().any(|f| &f.files == *l)).collect();
         assert!(
             new.is_empty() && gone.is_empty(),
             "import loops changed.\nnew (take them apart: a file must not import what imports it):\n{}\n\
              gone or changed (take them off tests/import-loops.txt):\n{}",
-            new.iter().map(|l| format!("  {l}")).collect::<Vec<_>>().join("\n"),
+            new.iter()
+                .map(|l| format!(
+                    "  {}\n{}",
+                    l.files,
+                    l.arrows.iter().map(|a| format!("    {a}\n")).collect::<String>()
+                ))
+                .collect::<String>(),
             gone.iter().map(|l| format!("  {l}")).collect::<Vec<_>>().join("\n"),
         );
     }

@@ -173,3 +173,11 @@ pub(crate) fn users_of_chat(conn: &Connection, chat: i64) -> Result<Vec<u64>, Er
 pub(crate) fn unbind_chat(conn: &Connection, chat: i64) -> Result<usize, Error> {
     Ok(conn.execute("UPDATE users SET telegram_id = NULL, telegram_lang = NULL WHERE telegram_id = ?1", [chat])?)
 }
+
+/// The one-time code on the user's subscription page: the user, and a MAC under the master
+/// key of the user and how many times they bound a chat (a bind makes the next code).
+pub(crate) fn bind_code(vault: &Vault, user: u64, binds: u64) -> String {
+    let data = [b"bind ".as_slice(), &user.to_be_bytes(), &binds.to_be_bytes()].concat();
+    let mac = vault.seed(Purpose::Telegram, &data);
+    format!("{user}-{}", hex::encode(&mac[..16]))
+}

@@ -14,27 +14,20 @@ use std::sync::Arc;
 use hearth_shared::ct_eq;
 use hearth_shared::wire::UserId;
 
+use super::api::Api;
 use super::user_text::{Lang, Told, lang_of, told};
-use super::{Api, EXPIRY_WARNING};
 use crate::app::App;
 use crate::error::Error;
-use crate::secrets::{Purpose, Vault};
 use crate::store::events::EventView;
-use crate::store::telegram::{self as store, Bot};
+use crate::store::telegram::{self as store, Bot, bind_code};
 use crate::store::users;
 
+/// Users are warned this long before they expire (and again a day before).
+const EXPIRY_WARNING: u64 = 3 * 86_400;
 /// Answers to one chat in a minute, at most.
 pub(super) const PER_MINUTE: u32 = 10;
 /// A user is warned again this long before the end of their access.
 const LAST_DAY: u64 = 86_400;
-
-/// The one-time code on the user's subscription page: the user, and a MAC under the master
-/// key of the user and how many times they bound a chat (a bind makes the next code).
-pub(crate) fn bind_code(vault: &Vault, user: UserId, binds: u64) -> String {
-    let data = [b"bind ".as_slice(), &user.to_be_bytes(), &binds.to_be_bytes()].concat();
-    let mac = vault.seed(Purpose::Telegram, &data);
-    format!("{user}-{}", hex::encode(&mac[..16]))
-}
 
 /// What `/start` carries from a page: `<user>-<mac>-<lang>`.
 #[derive(Debug, PartialEq, Eq)]

@@ -21,10 +21,11 @@ use crate::store::events::{self, EventView};
 use crate::store::telegram::{self as store, Bot};
 use crate::store::users;
 
+mod api;
 mod chats;
 mod text;
 mod user_text;
-pub(crate) use chats::bind_code;
+pub(crate) use api::Api;
 use text::{Said, message, say};
 
 /// How long a burst of events is gathered into one message.
@@ -33,95 +34,8 @@ const BATCH: Duration = Duration::from_secs(3);
 const IDLE: Duration = Duration::from_secs(60);
 /// The most events read at once.
 const PAGE: usize = 500;
-/// The most events listed in one message (the rest are counted).
-const MOST_LINES: usize = 30;
-/// The most bytes of an answer from the Bot API read.
-const ANSWER_BYTES: usize = 4 << 20;
 /// How long `getUpdates` waits for an update.
 const POLL_SECS: u64 = 50;
-/// Users are warned this long before they expire (and again a day before).
-const EXPIRY_WARNING: u64 = 3 * 86_400;
-/// How many times a call Telegram answers 429 or 5xx (or does not answer) is made, at most.
-const ATTEMPTS: u32 = 4;
-/// The longest wait before a call is made again.
-const MOST_WAIT: Duration = Duration::from_secs(30);
-
-/// The Bot API at `base`.
-#[derive(Clone)]
-pub(crate) struct Api {
-    http: reqwest::Client,
-    base: String,
-}
-
-impl Api {
-    pub(crate) fn new(base: &str, timeout: Duration) -> Result<Api, Error> {
-        let http = reqwest::Client::builder()
-            .timeout(timeout)
-            .redirect(reqwest::redirect::Policy::none())
-            .build()
-            .map_err(|e| Error::Internal(format!("an HTTP client: {e}")))?;
-        Ok(Api { http, base: base.trim_end_matches('/').to_owned() })
-    }
-
-    /// Calls `method` with a JSON body; its `result`, or Telegram's description of why not
-    /// (never the URL, which holds the token). Telegram's 429 is waited out as it says
-    /// (`retry_after`), and a 5xx or no answer is tried again after a growing pause, up to
-    /// [`ATTEMPTS`] calls.
-    pub(crate) async fn call(&self, token: &str, method: &str, body: &Value) -> Result<Value, String> {
-        let mut pause = Duration::from_millis(500);
-        for attempt in 1.. {
-            match self.call_once(token, method, body).await {
-                Ok(result) => return Ok(result),
-                Err((said, Some(wait))) if attempt < ATTEMPTS => {
-                    tracing::warn!(method, error = %said, wait_ms = wait.max(pause).as_millis() as u64, "telegram: calling again");
-                    tokio::time::sleep(wait.max(pause).min(MOST_WAIT)).await;
-                    pause *= 2;
-                }
-                Err((said, _)) => return Err(said),
-            }
-        }
-        unreachable!("the loop returns")
-    }
-
-    /// One call: its `result`, or why not and, when it is worth trying again, after how long
-    /// at least.
-    async fn call_once(&self, token: &str, method: &str, body: &Value) -> Result<Value, (String, Option<Duration>)> {
-        let response = self
-            .http
-            .post(format!("{}/bot{token}/{method}", self.base))
-            .header(reqwest::header::CONTENT_TYPE, "application/json")
-            .body(body.to_string())
-            .send()
-            .await
-            .map_err(|e| {
-                (format!("Telegram did not answer: {}", crate::capped::without_url(&e)), Some(Duration::ZERO))
-            })?;
-        let status = response.status();
-        let again =
-            (status.is_server_error() || status == reqwest::StatusCode::TOO_MANY_REQUESTS).then_some(Duration::ZERO);
-        let bytes = crate::capped::read(response, ANSWER_BYTES, "a Bot API answer")
-            .await
-            .map_err(|e| (e.to_string(), again))?;
-        let answer: Value =
-            serde_json::from_slice(&bytes).map_err(|_| (format!("Telegram answered {status}, not JSON"), again))?;
-        if answer["ok"] == true {
-            return Ok(answer["result"].clone());
-        }
-        let said = answer["description"].as_str().unwrap_or("no description");
-        let wait = answer.pointer("/parameters/retry_after").and_then(Value::as_u64).map(Duration::from_secs);
-        Err((format!("Telegram refused {method}: {said}"), wait.or(again)))
-    }
-
-    async fn send(&self, token: &str, chat: i64, html: &str) -> Result<(), String> {
-        let body = json!({
-            "chat_id": chat,
-            "text": html,
-            "parse_mode": "HTML",
-            "link_preview_options": { "is_disabled": true },
-        });
-        self.call(token, "sendMessage", &body).await.map(|_| ())
-    }
-}
 
 /// Checks a bot before it is kept: the token is a bot's (`getMe`), and the chat takes its
 /// messages (a first message, in the owner's language). Returns the bot's username.
@@ -380,7 +294,7 @@ mod tests {
             })
             .collect();
         let text = message("en", &burst);
-        assert_eq!(text.lines().count(), MOST_LINES + 1);
+        assert_eq!(text.lines().count(), text::MOST_LINES + 1);
         assert!(text.starts_with("⚠️ u&lt;0&gt; used 80% of the quota"), "{text}");
         assert!(text.ends_with("… and 10 more (see the panel)"), "{text}");
         let ru = message("ru", &burst[..1]);

@@ -13,8 +13,10 @@
 use hearth_shared::render::page::{Lang, escape, human_bytes as size};
 use serde_json::Value;
 
-use super::MOST_LINES;
 use crate::store::events::EventView;
+
+/// The most events listed in one message (the rest are counted).
+pub(super) const MOST_LINES: usize = 30;
 
 /// What the bot says, in each of its languages.
 #[derive(Clone, Copy)]
