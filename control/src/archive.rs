@@ -398,9 +398,9 @@ pub(crate) fn unpack(payload: &Payload, dir: &Path) -> Result<()> {
         if !FILES.contains(&name.as_str()) {
             bail!("the archive holds an unexpected file {name:?}");
         }
-        crate::keyring::write_private(&dir.join(name), bytes)?;
+        crate::private_file::write_private(&dir.join(name), bytes)?;
     }
-    crate::keyring::write_private(&crate::keyring::Paths::new(dir).database(), &payload.database)
+    crate::private_file::write_private(&crate::keyring::Paths::new(dir).database(), &payload.database)
 }
 
 #[cfg(test)]

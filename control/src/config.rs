@@ -343,8 +343,7 @@ impl Config {
             profile: Profile {
                 title: profile.title,
                 announce: optional(profile.announce),
-                support_url: crate::settings::url("support_url", &profile.support_url)
-                    .map_err(|e| anyhow::anyhow!("[profile] {e}"))?,
+                support_url: url("support_url", &profile.support_url).map_err(|e| anyhow::anyhow!("[profile] {e}"))?,
                 web_page_url: None,
                 update_interval_hours: profile.update_interval_hours.clamp(1, 168),
             },
@@ -509,6 +508,34 @@ pub(crate) fn initial_file(admin_prefix: &str) -> String {
          title = \"Hearth\"\n\
          update_interval_hours = 12\n"
     )
+}
+
+/// A web address the owner gives (a help link, a web page, an edge): checked, as apps get it
+/// (its domain in ASCII, the rest percent-encoded); `None` when empty.
+pub(crate) fn url(field: &'static str, value: &str) -> Result<Option<String>, crate::error::Error> {
+    let value = value.trim();
+    if value.is_empty() {
+        return Ok(None);
+    }
+    // Apps get it in a header, ASCII only: a domain beyond ASCII is asked for in its ASCII
+    // form, and the rest of the address is kept percent-encoded, as a browser sends it.
+    let host = value.split_once("://").map_or("", |(_, rest)| rest.split(['/', '?', '#']).next().unwrap_or(""));
+    if !host.is_ascii() {
+        return Err(crate::error::Error::invalid(
+            "bad_url",
+            format!(
+                "{field}: write the domain {host:?} in its ASCII form (xn--...), as the browser's address bar shows it"
+            ),
+        ));
+    }
+    let value = &hearth_shared::encode_beyond_ascii(value);
+    if !hearth_shared::is_web_address(value) {
+        return Err(crate::error::Error::invalid(
+            "bad_url",
+            format!("{field} must be an http:// or https:// address without spaces"),
+        ));
+    }
+    Ok(Some(value.to_owned()))
 }
 
 #[cfg(test)]

@@ -36,6 +36,7 @@ mod metrics;
 mod nodes;
 mod outbox;
 mod passkeys;
+mod private_file;
 mod publish;
 mod releases;
 mod restore;

@@ -60,12 +60,12 @@ impl Vault {
     pub(crate) fn create(path: &Path) -> Result<()> {
         let key = Zeroizing::new(random_bytes::<32>());
         let text = Zeroizing::new(format!("hearth master key v1\n{}\n", hex::encode(*key)));
-        crate::keyring::write_private(path, text.as_bytes())
+        crate::private_file::write_private(path, text.as_bytes())
     }
 
     /// Loads the master key; refuses a file others can read.
     pub(crate) fn load(path: &Path) -> Result<Vault> {
-        let text = crate::keyring::read_private(path, 4096)?;
+        let text = crate::private_file::read_private(path, 4096)?;
         let text =
             std::str::from_utf8(&text).with_context(|| format!("{} is not a Hearth master key", path.display()))?;
         let mut lines = text.lines();

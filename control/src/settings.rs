@@ -13,7 +13,7 @@ use serde::{Deserialize, Serialize};
 use hearth_shared::agent::UaRule;
 use hearth_shared::wire::{DevicePolicy, Profile};
 
-use crate::config::Config;
+use crate::config::{Config, url};
 use crate::error::Error;
 use crate::publish::{self, Signer};
 use crate::store::{self, Db};
@@ -27,32 +27,6 @@ pub(crate) struct ProfileInput {
     pub(crate) support_url: Option<String>,
     pub(crate) web_page_url: Option<String>,
     pub(crate) update_interval_hours: Option<u32>,
-}
-
-pub(crate) fn url(field: &'static str, value: &str) -> Result<Option<String>, Error> {
-    let value = value.trim();
-    if value.is_empty() {
-        return Ok(None);
-    }
-    // Apps get it in a header, ASCII only: a domain beyond ASCII is asked for in its ASCII
-    // form, and the rest of the address is kept percent-encoded, as a browser sends it.
-    let host = value.split_once("://").map_or("", |(_, rest)| rest.split(['/', '?', '#']).next().unwrap_or(""));
-    if !host.is_ascii() {
-        return Err(Error::invalid(
-            "bad_url",
-            format!(
-                "{field}: write the domain {host:?} in its ASCII form (xn--...), as the browser's address bar shows it"
-            ),
-        ));
-    }
-    let value = &hearth_shared::encode_beyond_ascii(value);
-    if !hearth_shared::is_web_address(value) {
-        return Err(Error::invalid(
-            "bad_url",
-            format!("{field} must be an http:// or https:// address without spaces"),
-        ));
-    }
-    Ok(Some(value.to_owned()))
 }
 
 /// The longest title, in characters.
