@@ -961,7 +961,7 @@ fn edge_command(dir: &std::path::Path, command: EdgeCommand) -> Result<()> {
     let now = now();
     match command {
         EdgeCommand::List => {
-            let overview = db.read_blocking(|c| store::overview(c, now))?;
+            let overview = db.read_blocking(|c| store::overview::overview(c, now))?;
             let (bases, primary) = links_of(&config, &db)?;
             out!("{:<12} {:<8} {:>8} {:>5}  {:<40} links", "name", "links", "pending", "held", "url");
             for status in &overview.edges {

@@ -20,7 +20,12 @@ fn label(value: &str) -> String {
 pub(crate) async fn text(app: &App) -> Result<String, Error> {
     let read = app.db.read(move |c| {
         let (_, online, devices) = crate::store::nodes::online(c, 0)?;
-        Ok((crate::store::overview(c, now())?, crate::store::users::refusals(c, MAX_USER_SERIES)?, online, devices))
+        Ok((
+            crate::store::overview::overview(c, now())?,
+            crate::store::users::refusals(c, MAX_USER_SERIES)?,
+            online,
+            devices,
+        ))
     });
     let (overview, refusals, online, devices) = read.await?;
     let c = &app.counters;
@@ -65,7 +70,7 @@ pub(crate) async fn text(app: &App) -> Result<String, Error> {
         &refused,
     );
     metric("hearth_outbox_pending", "gauge", "Changes not yet accepted by the edges (summed).", &one(overview.pending));
-    let per_edge = |value: &dyn Fn(&crate::store::EdgeStatus) -> u64| -> Vec<(String, u64)> {
+    let per_edge = |value: &dyn Fn(&crate::store::overview::EdgeStatus) -> u64| -> Vec<(String, u64)> {
         overview.edges.iter().map(|s| (format!("{{edge=\"{}\"}}", s.edge.name), value(s))).collect()
     };
     metric("hearth_edge_pending", "gauge", "Changes one edge has not accepted yet.", &per_edge(&|s| s.pending));

@@ -85,7 +85,7 @@ pub(crate) fn sweep(
             )?;
             continue;
         }
-        crate::store::admins::spend(conn, id)?;
+        crate::store::users::spend(conn, id)?;
         conn.execute(
             "UPDATE users SET used_up = 0, used_down = 0, raw_up = 0, raw_down = 0, next_reset = ?2 WHERE id = ?1",
             rusqlite::params![id, next],

@@ -47,7 +47,7 @@ pub(crate) fn update(
     input: &UserInput,
     now: u64,
 ) -> Result<UserView, Error> {
-    publish::changed(conn, signer, now, |changes| store::users::update(conn, changes, actor, id, input, now))?;
+    publish::changed(conn, signer, now, |changes| store::user_edit::update(conn, changes, actor, id, input, now))?;
     // Read after publishing: it settles the status the view shows.
     store::users::get(conn, id)
 }

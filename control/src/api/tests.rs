@@ -309,7 +309,10 @@ async fn malformed_input_is_a_4xx_that_changes_nothing() {
         .app()
         .db
         .read(|c| {
-            Ok((c.query_row("SELECT count(*) FROM streams", [], |r| r.get(0))?, crate::store::overview(c, 0)?.pending))
+            Ok((
+                c.query_row("SELECT count(*) FROM streams", [], |r| r.get(0))?,
+                crate::store::overview::overview(c, 0)?.pending,
+            ))
         })
         .await
         .unwrap();
@@ -425,7 +428,7 @@ async fn users_crud_bulk_list_and_rotate() {
     assert_eq!(client.get(&format!("/users/{id}")).await.status, StatusCode::NOT_FOUND);
     assert!(snapshot_of(client.app(), new_link).await.is_none());
     // Every change waits for the edge.
-    let pending = client.app().db.read(|c| Ok(crate::store::overview(c, 0)?.pending)).await.unwrap();
+    let pending = client.app().db.read(|c| Ok(crate::store::overview::overview(c, 0)?.pending)).await.unwrap();
     assert!(pending > 1000, "{pending}");
 }
 

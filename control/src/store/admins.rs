@@ -25,8 +25,8 @@ use rusqlite::{Connection, OptionalExtension as _, params};
 use serde::{Deserialize, Serialize};
 
 use super::users::{MAX_NAME, Mbps, check_name, group_ids};
-use super::{FieldChange, audit, audit_edit};
 use crate::error::Error;
+use crate::store::audit_log::{FieldChange, audit, audit_edit};
 
 /// An admin's role. The owner (created by the setup link) holds every right; the others are
 /// accounts the owner adds.
@@ -352,17 +352,6 @@ pub(crate) fn check_owns(conn: &Connection, reseller: i64, user: u64) -> Result<
 /// Marks a user as created by `admin`.
 pub(crate) fn set_creator(conn: &Connection, admin: i64, user: u64) -> Result<(), Error> {
     conn.prepare_cached("UPDATE users SET admin_id = ?1 WHERE id = ?2")?.execute(params![admin, user])?;
-    Ok(())
-}
-
-/// Counts what `user` used so far against its reseller's traffic allowance (before its usage
-/// is reset or it is deleted); nothing for the owner's users.
-pub(crate) fn spend(conn: &Connection, user: u64) -> Result<(), Error> {
-    conn.prepare_cached(
-        "UPDATE admins SET spent = spent + (SELECT used_up + used_down FROM users WHERE id = ?1)
-         WHERE id = (SELECT admin_id FROM users WHERE id = ?1)",
-    )?
-    .execute([user])?;
     Ok(())
 }
 

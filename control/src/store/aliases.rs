@@ -12,7 +12,7 @@ use serde::Serialize;
 
 use super::changes::Changes;
 use crate::error::Error;
-use crate::store::audit;
+use crate::store::audit_log::audit;
 
 /// One alias, as the panel and the API show it.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize)]

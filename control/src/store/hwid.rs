@@ -15,7 +15,7 @@ use serde::Serialize;
 use super::changes::Changes;
 use crate::error::Error;
 use crate::secrets::Vault;
-use crate::store::audit;
+use crate::store::audit_log::audit;
 
 /// How long a deletion is remembered (and told to the edges): a link not fetched for this
 /// long by the deleted device's app may list it again.

@@ -10,7 +10,7 @@ use rusqlite::{Connection, params};
 
 use super::changes::Changes;
 use crate::error::Error;
-use crate::store::audit;
+use crate::store::audit_log::audit;
 
 /// The largest certificate a node registers (a self-signed one is well under 1 KiB; every
 /// user's snapshot carries it once for each node the user reaches).

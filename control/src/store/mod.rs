@@ -10,18 +10,22 @@
 
 pub(crate) mod admins;
 pub(crate) mod aliases;
+pub(crate) mod audit_log;
 pub(crate) mod changes;
 pub(crate) mod edges;
 pub(crate) mod events;
 pub(crate) mod hwid;
 pub(crate) mod identity;
 pub(crate) mod nodes;
+pub(crate) mod overview;
 pub(crate) mod passkeys;
 pub(crate) mod routing;
 pub(crate) mod telegram;
 pub(crate) mod usage;
-mod user_edit;
+pub(crate) mod user_edit;
 pub(crate) mod users;
+
+pub(crate) use audit_log::{AuditFilter, audit, audit_facets, audit_page};
 
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex};
@@ -352,114 +356,6 @@ pub(crate) fn ua_rules(conn: &Connection) -> Result<Vec<hearth_shared::agent::Ua
     Ok(get_state_text(conn, "ua_rules")?.and_then(|json| serde_json::from_str(&json).ok()).unwrap_or_default())
 }
 
-/// What the overview and the metrics show.
-pub(crate) struct Overview {
-    /// Users by status.
-    pub(crate) users: Vec<(String, u64)>,
-    /// Nodes registered.
-    pub(crate) nodes: u64,
-    /// Enrolled nodes seen within [`nodes::NODE_ONLINE_SECS`].
-    pub(crate) online: u64,
-    /// Changes the edges have not accepted yet (summed over the edges).
-    pub(crate) pending: u64,
-    /// Streams an edge refused, set aside (see [`crate::outbox`]), summed over the edges.
-    pub(crate) held: u64,
-    /// Each edge, with what it lacks and what it set aside.
-    pub(crate) edges: Vec<EdgeStatus>,
-    /// Credential sets that expire within [`EXPIRING_SOON`]: the sweep signs them again long
-    /// before, so any here means signing is failing, and those nodes will stop accepting
-    /// everyone when they expire.
-    pub(crate) expiring: u64,
-    /// Nodes over their monthly traffic cap: `(id, name, when the month ends)`.
-    pub(crate) limited: Vec<(u64, String, u64)>,
-}
-
-/// A node that is not online, as the overview names it.
-#[derive(Clone, Debug, serde::Serialize)]
-pub(crate) struct OfflineNode {
-    pub(crate) id: u64,
-    pub(crate) name: String,
-    /// It never enrolled: its enrollment command was never run (or not yet).
-    pub(crate) never: bool,
-    /// When it last reported (0: never).
-    pub(crate) last_seen: u64,
-}
-
-/// How near an expiry counts as soon, for the overview's alert.
-pub(crate) const EXPIRING_SOON: u64 = 7 * 86_400;
-
-/// Counts for the overview and the metrics, at `now`.
-pub(crate) fn overview(conn: &Connection, now: u64) -> Result<Overview, Error> {
-    let (nodes, online) = conn.query_row(
-        "SELECT count(*), count(*) FILTER (WHERE public_key IS NOT NULL AND last_seen + ?1 > ?2) FROM nodes",
-        rusqlite::params![nodes::NODE_ONLINE_SECS, now],
-        |row| Ok((row.get(0)?, row.get(1)?)),
-    )?;
-    let mut statuses = Vec::new();
-    for edge in edges::list(conn)? {
-        let pending = edges::pending(conn, edge.pushed)?;
-        let held = conn
-            .prepare_cached("SELECT count(*) FROM outbox_held WHERE edge = ?1")?
-            .query_row([edge.id], |row| row.get(0))?;
-        statuses.push(EdgeStatus { edge, pending, held });
-    }
-    let pending = statuses.iter().map(|s| s.pending).sum();
-    let held = statuses.iter().map(|s| s.held).sum();
-    let expiring = conn.query_row(
-        // A range on the key, not LIKE: it reads the node sets only, not every user's snapshot.
-        "SELECT count(*) FROM streams WHERE name >= 'creds/' AND name < 'creds0'
-         AND envelope IS NOT NULL AND expires > 0 AND expires < ?1",
-        [now + EXPIRING_SOON],
-        |row| row.get(0),
-    )?;
-    let limited = conn
-        .prepare_cached("SELECT id, name, quota_next FROM nodes WHERE limited = 1 ORDER BY name")?
-        .query_map([], |row| Ok((row.get(0)?, row.get(1)?, row.get(2)?)))?
-        .collect::<Result<_, _>>()?;
-    Ok(Overview { users: users::counts(conn)?, nodes, online, pending, held, edges: statuses, expiring, limited })
-}
-
-/// The nodes not online at `now` (the first 20, those never enrolled first), which the
-/// panel's overview names.
-pub(crate) fn offline_nodes(conn: &Connection, now: u64) -> Result<Vec<OfflineNode>, Error> {
-    Ok(conn
-        .prepare_cached(
-            "SELECT id, name, public_key IS NULL, last_seen FROM nodes
-             WHERE public_key IS NULL OR last_seen + ?1 <= ?2 ORDER BY public_key IS NOT NULL, name LIMIT 20",
-        )?
-        .query_map(rusqlite::params![nodes::NODE_ONLINE_SECS, now], |row| {
-            Ok(OfflineNode { id: row.get(0)?, name: row.get(1)?, never: row.get(2)?, last_seen: row.get(3)? })
-        })?
-        .collect::<Result<_, _>>()?)
-}
-
-/// How one edge is doing.
-pub(crate) struct EdgeStatus {
-    pub(crate) edge: edges::Edge,
-    /// Changes it has not accepted yet.
-    pub(crate) pending: u64,
-    /// Streams it refused, set aside.
-    pub(crate) held: u64,
-}
-
-/// The streams edges refused and control set aside, oldest first (the first 20).
-pub(crate) fn held(conn: &Connection) -> Result<Vec<serde_json::Value>, Error> {
-    let mut query = conn.prepare_cached(
-        "SELECT h.stream, h.version, h.reason, h.held_at, e.name FROM outbox_held h JOIN edges e ON e.id = h.edge
-         ORDER BY h.held_at, h.stream LIMIT 20",
-    )?;
-    let rows = query.query_map([], |row| {
-        Ok(serde_json::json!({
-            "stream": row.get::<_, String>(0)?,
-            "version": row.get::<_, u64>(1)?,
-            "reason": row.get::<_, String>(2)?,
-            "since": row.get::<_, u64>(3)?,
-            "edge": row.get::<_, String>(4)?,
-        }))
-    })?;
-    Ok(rows.collect::<Result<_, _>>()?)
-}
-
 /// Reads a named integer from `state` (0 when unset).
 pub(crate) fn get_state(conn: &Connection, key: &str) -> Result<i64, Error> {
     let mut query = conn.prepare_cached("SELECT value FROM state WHERE key = ?1")?;
@@ -478,159 +374,6 @@ pub(crate) fn set_state(conn: &Connection, key: &str, value: impl rusqlite::ToSq
         rusqlite::params![key, value],
     )?;
     Ok(())
-}
-
-/// Records a change in the audit log. `detail` must never hold a secret.
-pub(crate) fn audit(
-    conn: &Connection,
-    now: u64,
-    actor: &str,
-    action: &str,
-    target: &str,
-    detail: &str,
-) -> Result<(), Error> {
-    conn.prepare_cached("INSERT INTO audit (at, actor, action, target, detail) VALUES (?1, ?2, ?3, ?4, ?5)")?
-        .execute(rusqlite::params![now, actor, action, target, detail])?;
-    Ok(())
-}
-
-/// One field an edit changed: what it was and became, or neither where the value is not
-/// shown (a note's words).
-#[derive(Clone, Debug, PartialEq, serde::Serialize, serde::Deserialize)]
-pub(crate) struct FieldChange {
-    pub(crate) field: String,
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub(crate) from: Option<serde_json::Value>,
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub(crate) to: Option<serde_json::Value>,
-}
-
-impl FieldChange {
-    pub(crate) fn shown(field: &str, from: serde_json::Value, to: serde_json::Value) -> FieldChange {
-        FieldChange { field: field.to_owned(), from: Some(from), to: Some(to) }
-    }
-
-    pub(crate) fn hidden(field: &str) -> FieldChange {
-        FieldChange { field: field.to_owned(), from: None, to: None }
-    }
-}
-
-/// An edit's audit entry: `detail` in words for the CLI and old logs (`quota: 0 -> 1073741824,
-/// note`), and the changes themselves for the panel to put in the admin's language.
-pub(crate) fn audit_edit(
-    conn: &Connection,
-    now: u64,
-    actor: &str,
-    action: &str,
-    target: &str,
-    changes: &[FieldChange],
-) -> Result<(), Error> {
-    let detail = changes
-        .iter()
-        .map(|c| match (&c.from, &c.to) {
-            (Some(from), Some(to)) => format!("{}: {from} -> {to}", c.field),
-            _ => c.field.clone(),
-        })
-        .collect::<Vec<_>>()
-        .join(", ");
-    let changes = serde_json::to_string(changes).map_err(|e| Error::Internal(e.to_string()))?;
-    conn.prepare_cached(
-        "INSERT INTO audit (at, actor, action, target, detail, changes) VALUES (?1, ?2, ?3, ?4, ?5, ?6)",
-    )?
-    .execute(rusqlite::params![now, actor, action, target, detail, changes])?;
-    Ok(())
-}
-
-/// The fields whose values differ between two views of an object, but for `volatile` ones
-/// (counters and clocks that move on their own).
-pub(crate) fn differences<T: serde::Serialize>(before: &T, after: &T, volatile: &[&str]) -> Vec<FieldChange> {
-    let (before, after) = (serde_json::to_value(before), serde_json::to_value(after));
-    let (Ok(serde_json::Value::Object(before)), Ok(serde_json::Value::Object(after))) = (before, after) else {
-        return Vec::new();
-    };
-    after
-        .iter()
-        .filter(|(field, value)| !volatile.contains(&field.as_str()) && before.get(*field) != Some(value))
-        .map(|(field, value)| {
-            FieldChange::shown(field, before.get(field).cloned().unwrap_or(serde_json::Value::Null), value.clone())
-        })
-        .collect()
-}
-
-/// One entry of the audit log, as the panel shows it.
-#[derive(Clone, Debug, serde::Serialize)]
-pub(crate) struct AuditEntry {
-    pub(crate) id: i64,
-    pub(crate) at: i64,
-    pub(crate) actor: String,
-    pub(crate) action: String,
-    pub(crate) target: String,
-    pub(crate) detail: String,
-    /// An edit's changes, field by field.
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub(crate) changes: Option<Vec<FieldChange>>,
-}
-
-/// Which entries of the audit log to list.
-#[derive(Clone, Debug, Default)]
-pub(crate) struct AuditFilter {
-    /// Entries before this one (an id).
-    pub(crate) before: Option<i64>,
-    /// By this actor, exactly (`owner`, `admin bob`, `token 3 (backup)`, `cli`...).
-    pub(crate) actor: Option<String>,
-    /// This action (`user.update`), or every action under a prefix (`user.*`).
-    pub(crate) action: Option<String>,
-    /// About this user (`user 5` and `user 5 (name)` targets).
-    pub(crate) user: Option<u64>,
-}
-
-/// The audit log as `filter` narrows it, newest first, at most `limit`.
-pub(crate) fn audit_page(conn: &Connection, filter: &AuditFilter, limit: i64) -> Result<Vec<AuditEntry>, Error> {
-    let (action, prefix) = match filter.action.as_deref() {
-        Some(action) => match action.strip_suffix('*') {
-            Some(prefix) => (None, Some(prefix.replace('\\', "\\\\").replace('%', "\\%").replace('_', "\\_"))),
-            None => (Some(action), None),
-        },
-        None => (None, None),
-    };
-    let user = filter.user.map(|id| format!("user {id}"));
-    let mut query = conn.prepare_cached(
-        "SELECT id, at, actor, action, target, detail, changes FROM audit
-         WHERE id < ?1 AND (?2 IS NULL OR actor = ?2) AND (?3 IS NULL OR action = ?3)
-           AND (?4 IS NULL OR action LIKE ?4 || '%' ESCAPE '\\')
-           AND (?5 IS NULL OR target = ?5 OR target LIKE ?5 || ' (%')
-         ORDER BY id DESC LIMIT ?6",
-    )?;
-    let rows = query
-        .query_map(
-            rusqlite::params![filter.before.unwrap_or(i64::MAX), filter.actor, action, prefix, user, limit],
-            |row| {
-                let changes: Option<String> = row.get(6)?;
-                Ok(AuditEntry {
-                    id: row.get(0)?,
-                    at: row.get(1)?,
-                    actor: row.get(2)?,
-                    action: row.get(3)?,
-                    target: row.get(4)?,
-                    detail: row.get(5)?,
-                    changes: changes.and_then(|c| serde_json::from_str(&c).ok()),
-                })
-            },
-        )?
-        .collect::<Result<_, _>>()?;
-    Ok(rows)
-}
-
-/// Who and what the audit log holds, for its filters: each actor and action once, at most
-/// 200 of each.
-pub(crate) fn audit_facets(conn: &Connection) -> Result<(Vec<String>, Vec<String>), Error> {
-    let distinct = |sql: &str| -> Result<Vec<String>, Error> {
-        Ok(conn.prepare_cached(sql)?.query_map([], |row| row.get(0))?.collect::<Result<_, _>>()?)
-    };
-    Ok((
-        distinct("SELECT DISTINCT actor FROM audit ORDER BY actor LIMIT 200")?,
-        distinct("SELECT DISTINCT action FROM audit ORDER BY action LIMIT 200")?,
-    ))
 }
 
 #[cfg(test)]

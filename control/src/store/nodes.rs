@@ -12,7 +12,7 @@ use super::changes::Changes;
 use super::users::{status_name, status_of};
 use crate::error::Error;
 use crate::secrets;
-use crate::store::audit;
+use crate::store::audit_log::audit;
 use crate::store::users::{Mbps, check_name, check_slow, group_ids};
 
 /// A node seen within this many seconds is online.
@@ -460,12 +460,13 @@ pub(crate) fn update(
         }
     }
     // What really changed (a field given the value it had is no change), from the views.
-    let changed = super::differences(&before, &get(conn, id)?, &["last_seen", "version", "usage_seq", "quota_used"]);
+    let changed =
+        super::audit_log::differences(&before, &get(conn, id)?, &["last_seen", "version", "usage_seq", "quota_used"]);
     if changed.is_empty() {
         return Ok(());
     }
     changes.users_of_node(conn, id)?;
-    super::audit_edit(conn, now, actor, "node.update", &format!("node {id} ({})", before.name), &changed)?;
+    super::audit_log::audit_edit(conn, now, actor, "node.update", &format!("node {id} ({})", before.name), &changed)?;
     Ok(())
 }
 
@@ -1215,9 +1216,16 @@ pub(crate) fn update_group(
         group_changes(conn, id, changes)?;
     }
     let after = group(conn, id)?;
-    let changed = super::differences(&before, &after, &["users", "nodes"]);
+    let changed = super::audit_log::differences(&before, &after, &["users", "nodes"]);
     if !changed.is_empty() {
-        super::audit_edit(conn, now, actor, "group.update", &format!("group {id} ({})", before.name), &changed)?;
+        super::audit_log::audit_edit(
+            conn,
+            now,
+            actor,
+            "group.update",
+            &format!("group {id} ({})", before.name),
+            &changed,
+        )?;
     }
     Ok(after)
 }

@@ -5,9 +5,9 @@ use rusqlite::{Connection, OptionalExtension as _, params};
 use serde::Serialize;
 use webauthn_rs::prelude::Passkey;
 
-use super::audit;
 use super::users::check_name;
 use crate::error::Error;
+use crate::store::audit_log::audit;
 
 /// The most passkeys one admin keeps.
 pub(crate) const MAX_PER_ADMIN: u64 = 20;

@@ -14,7 +14,8 @@ use super::users::{
     parse_on_quota, parse_reset, reset_name,
 };
 use crate::error::Error;
-use crate::store::{FieldChange, audit_edit, events};
+use crate::store::audit_log::{FieldChange, audit_edit};
+use crate::store::events;
 
 /// A field an edit changed, with what it was and became (`None` for the note).
 struct Changed {

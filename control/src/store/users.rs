@@ -10,7 +10,8 @@ use super::changes::Changes;
 use crate::error::Error;
 use crate::secrets::Vault;
 use crate::secrets::{self, Purpose};
-use crate::store::{audit, events};
+use crate::store::audit_log::audit;
+use crate::store::events;
 
 /// The most users one bulk call creates.
 pub(crate) const MAX_BULK: usize = 10_000;
@@ -695,8 +696,6 @@ pub(crate) fn list(conn: &Connection, query: &ListQuery) -> Result<UserPage, Err
     Ok(UserPage { total, page, per_page, users })
 }
 
-pub(crate) use super::user_edit::update;
-
 /// Tells of a change to a user by `actor`: what changed (field names, never a value that is a
 /// secret).
 pub(super) fn changed_event(
@@ -770,7 +769,7 @@ pub(crate) fn reset_traffic(
 ) -> Result<(), Error> {
     let user = get(conn, id)?;
     // What it used counts against its reseller's traffic allowance.
-    crate::store::admins::spend(conn, id)?;
+    spend(conn, id)?;
     conn.execute(
         "UPDATE users SET used_up = 0, used_down = 0, raw_up = 0, raw_down = 0, updated = ?2 WHERE id = ?1",
         params![id, now],
@@ -828,7 +827,7 @@ pub(crate) fn delete(conn: &Connection, changes: &mut Changes, actor: &str, id: 
     crate::store::aliases::delete_streams_of_user(conn, id, changes)?;
     let aliased = !crate::store::aliases::paths_of_user(conn, id)?.is_empty();
     // What it used stays counted against its reseller's traffic allowance.
-    crate::store::admins::spend(conn, id)?;
+    spend(conn, id)?;
     conn.prepare_cached("DELETE FROM users WHERE id = ?1")?.execute([id])?;
     changes.gone(hearth_shared::wire::stream::snapshot(&hash));
     if aliased {
@@ -913,4 +912,14 @@ pub(crate) fn parse_reset(name: &str) -> Option<ResetStrategy> {
         "rolling30" => ResetStrategy::Rolling30,
         _ => return None,
     })
+}
+/// Counts what `user` used so far against its reseller's traffic allowance (before its usage
+/// is reset or it is deleted); nothing for the owner's users.
+pub(crate) fn spend(conn: &Connection, user: u64) -> Result<(), Error> {
+    conn.prepare_cached(
+        "UPDATE admins SET spent = spent + (SELECT used_up + used_down FROM users WHERE id = ?1)
+         WHERE id = (SELECT admin_id FROM users WHERE id = ?1)",
+    )?
+    .execute([user])?;
+    Ok(())
 }

@@ -250,7 +250,7 @@ async fn change(
 }
 
 async fn status(app: &Arc<App>, lang: &str) -> Result<String, Error> {
-    let overview = app.db.read(move |c| crate::store::overview(c, now())).await?;
+    let overview = app.db.read(move |c| crate::store::overview::overview(c, now())).await?;
     let users: Vec<String> = overview.users.iter().map(|(status, n)| format!("{status}: {n}")).collect();
     Ok(say(
         lang,

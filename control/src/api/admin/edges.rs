@@ -18,7 +18,7 @@ use crate::app::{App, now};
 use crate::auth::Scope;
 use crate::error::Error;
 use crate::store::edges::{self, MAX_EDGE_NAME, MAX_PUSH_TOKEN, NewEdge};
-use crate::store::{self, EdgeStatus};
+use crate::store::{self, overview::EdgeStatus};
 
 /// A new edge.
 #[derive(Deserialize)]
@@ -63,7 +63,7 @@ impl Bounded for EdgeChange {
 }
 
 async fn statuses(app: &Arc<App>) -> Result<Vec<EdgeStatus>, Error> {
-    Ok(app.db.read(move |c| store::overview(c, now())).await?.edges)
+    Ok(app.db.read(move |c| store::overview::overview(c, now())).await?.edges)
 }
 
 async fn one(app: &Arc<App>, id: i64) -> Reply {

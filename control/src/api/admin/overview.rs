@@ -21,7 +21,11 @@ pub(super) async fn status(State(app): State<Arc<App>>, auth: Auth) -> Reply {
     let (overview, held, offline) = app
         .db
         .read(move |c| {
-            Ok((crate::store::overview(c, now)?, crate::store::held(c)?, crate::store::offline_nodes(c, now)?))
+            Ok((
+                crate::store::overview::overview(c, now)?,
+                crate::store::overview::held(c)?,
+                crate::store::overview::offline_nodes(c, now)?,
+            ))
         })
         .await?;
     let edges: Vec<serde_json::Value> = overview.edges.iter().map(|s| edge_json(&app, s)).collect();
@@ -67,7 +71,7 @@ pub(super) async fn status(State(app): State<Arc<App>>, auth: Auth) -> Reply {
 }
 
 /// One edge as the API shows it (never its push token).
-pub(super) fn edge_json(app: &App, status: &crate::store::EdgeStatus) -> serde_json::Value {
+pub(super) fn edge_json(app: &App, status: &crate::store::overview::EdgeStatus) -> serde_json::Value {
     let edge = &status.edge;
     let base = app.link_bases().into_iter().find(|link| link.edge == edge.name).map(|link| link.base);
     json!({
