@@ -24,7 +24,6 @@ mod api;
 mod app;
 mod archive;
 mod auth;
-mod capped;
 mod clock;
 mod config;
 mod error;

@@ -270,13 +270,13 @@ pub(crate) async fn send_to_edge(
         .send()
         .await
         .map_err(|e| EdgeError {
-            text: format!("the edge did not answer: {}", crate::capped::without_url(&e)),
+            text: format!("the edge did not answer: {}", hearth_io::capped::without_url(&e)),
             stream: None,
             refused: false,
         })?;
     let status = response.status();
     if !status.is_success() {
-        let (message, stream) = crate::capped::refusal(response).await;
+        let (message, stream) = hearth_io::capped::refusal(response).await;
         let refused = status.is_client_error();
         return Err(EdgeError { text: format!("the edge refused the {path} ({status}): {message}"), stream, refused });
     }
@@ -385,11 +385,11 @@ async fn drain_once(app: &Arc<App>, target: &Target, mut cursor: i64) -> Result<
             .timeout(Duration::from_secs(30))
             .send()
             .await
-            .map_err(|e| format!("the edge did not answer: {}", crate::capped::without_url(&e)))?;
+            .map_err(|e| format!("the edge did not answer: {}", hearth_io::capped::without_url(&e)))?;
         if !response.status().is_success() {
             return Err(format!("the edge refused the drain ({})", response.status()));
         }
-        let bytes = crate::capped::read(response, UsageDrain::MAX_LEN, "a drain of usage reports")
+        let bytes = hearth_io::capped::read(response, UsageDrain::MAX_LEN, "a drain of usage reports")
             .await
             .map_err(|e| e.to_string())?;
         let drain: UsageDrain = wire::decode(&bytes, "usage drain").map_err(|e| e.to_string())?;

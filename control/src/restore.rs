@@ -90,12 +90,12 @@ fn fetch(edge_url: &str, edge: &EdgeToml) -> Result<Fetched> {
                 let response = request
                     .send()
                     .await
-                    .map_err(|e| anyhow::anyhow!("the edge did not answer: {}", crate::capped::without_url(&e)))?;
+                    .map_err(|e| anyhow::anyhow!("the edge did not answer: {}", hearth_io::capped::without_url(&e)))?;
                 let status = response.status();
                 if !status.is_success() {
-                    return Ok(Err((status, crate::capped::message(response).await)));
+                    return Ok(Err((status, hearth_io::capped::message(response).await)));
                 }
-                let body = crate::capped::read(response, max, what)
+                let body = hearth_io::capped::read(response, max, what)
                     .await
                     .with_context(|| format!("reading {what} from the edge"))?;
                 Ok::<_, anyhow::Error>(Ok(body))

@@ -79,36 +79,10 @@ fn open_with(dir: &Path, settle: bool) -> Result<(Config, Db, Signer, Vec<String
     Ok((config, db, signer, warnings))
 }
 
-fn init_logs(json: bool) {
-    let filter = tracing_subscriber::EnvFilter::try_from_env("HEARTH_LOG")
-        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info"));
-    // Colours only for a person at a terminal: a log file or a journal gets plain text.
-    let ansi = std::io::IsTerminal::is_terminal(&std::io::stderr());
-    tracing::dispatcher::set_global_default(logs(json, filter, ansi, std::io::stderr))
-        .expect("no other logger was set");
-}
-
-/// What logs go through: text, or one JSON object a line (`json`). Either way an event
-/// carries the fields of the spans it happened in (an edge's name, a node's id, an admin
-/// request's route): in text as `span{field=value}:` before the message, in JSON as `span`
-/// (the innermost) and `spans` (all of them, outermost first). The spans that carry who and
-/// where are at warn level, so that under `HEARTH_LOG=warn` a warning still names them.
-pub(crate) fn logs<W>(json: bool, filter: tracing_subscriber::EnvFilter, ansi: bool, writer: W) -> tracing::Dispatch
-where
-    W: for<'w> tracing_subscriber::fmt::MakeWriter<'w> + Send + Sync + 'static,
-{
-    let builder = tracing_subscriber::fmt().with_env_filter(filter).with_writer(writer).with_ansi(ansi);
-    if json {
-        tracing::Dispatch::new(builder.json().with_current_span(true).with_span_list(true).finish())
-    } else {
-        tracing::Dispatch::new(builder.finish())
-    }
-}
-
 /// `hearth-control serve`.
 pub(crate) fn run(dir: &Path) -> Result<()> {
     let (mut config, db, signer, warnings) = open_to_serve(dir)?;
-    init_logs(config.log_json);
+    hearth_io::logs::init(config.log_json).expect("no other logger was set");
     for warning in warnings {
         tracing::warn!("{warning}");
     }

@@ -67,7 +67,7 @@ impl TestControl {
     }
 }
 
-/// Logs written through control's own log setup ([`crate::serve::logs`]) into memory, for a
+/// Logs written through control's own log setup ([`hearth_io::logs`]) into memory, for a
 /// test to read: install `dispatch` (`tracing::dispatcher::set_default`) around what logs.
 pub(crate) struct Logs {
     pub(crate) dispatch: tracing::Dispatch,
@@ -96,7 +96,7 @@ impl Logs {
         let written = Written::default();
         let writer = written.clone();
         let dispatch =
-            crate::serve::logs(json, tracing_subscriber::EnvFilter::new(filter), false, move || writer.clone());
+            hearth_io::logs::logs(json, tracing_subscriber::EnvFilter::new(filter), false, move || writer.clone());
         Logs { dispatch, written }
     }
 

@@ -59,7 +59,7 @@ async fn send(http: &reqwest::Client, due: &Due) -> (u16, String) {
             answer.truncate(events::ANSWER_BYTES);
             (status, String::from_utf8_lossy(&answer).into_owned())
         }
-        Err(e) => (0, format!("no answer: {}", crate::capped::without_url(&e))),
+        Err(e) => (0, format!("no answer: {}", hearth_io::capped::without_url(&e))),
     }
 }
 

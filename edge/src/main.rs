@@ -70,13 +70,7 @@ mod cli {
 
     pub(crate) fn main() -> Result<()> {
         let cli = Cli::parse();
-        tracing_subscriber::fmt()
-            .with_env_filter(
-                tracing_subscriber::EnvFilter::try_from_env("HEARTH_LOG").unwrap_or_else(|_| "info".into()),
-            )
-            .with_writer(std::io::stderr)
-            .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()))
-            .init();
+        hearth_io::logs::init(false).context("setting up the log")?;
         let config = settings(cli.config.as_ref())?;
         let runtime = tokio::runtime::Builder::new_multi_thread().enable_all().build()?;
         runtime.block_on(async {

@@ -772,7 +772,7 @@ mod tests {
         assert!(!dir.path().join("creds.envelope").exists());
     }
 
-    /// Logs written through the node's own log setup ([`crate::logs`]) into memory.
+    /// Logs written through the node's own log setup ([`hearth_io::logs`]) into memory.
     #[derive(Clone, Default)]
     struct Logs(Arc<Mutex<Vec<u8>>>);
 
@@ -796,7 +796,9 @@ mod tests {
             static SECOND: std::sync::OnceLock<tracing::Dispatch> = std::sync::OnceLock::new();
             SECOND.get_or_init(|| tracing::Dispatch::new(tracing::subscriber::NoSubscriber::default()));
             let writer = self.clone();
-            crate::logs(json, tracing_subscriber::EnvFilter::new("hearth_node=debug"), false, move || writer.clone())
+            hearth_io::logs::logs(json, tracing_subscriber::EnvFilter::new("hearth_node=debug"), false, move || {
+                writer.clone()
+            })
         }
 
         fn text(&self) -> String {

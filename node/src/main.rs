@@ -391,41 +391,11 @@ fn shutdown_signal() -> Result<impl std::future::Future<Output = ()>> {
     })
 }
 
-/// Logs to standard error: text (colours only at a terminal) or, with `HEARTH_LOG_FORMAT=json`,
-/// one JSON object a line; `HEARTH_LOG` filters them (`info` by default).
-fn init_logs(format: Option<&str>) -> Result<()> {
-    let filter = tracing_subscriber::EnvFilter::try_from_env("HEARTH_LOG")
-        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info"));
-    let json = match format {
-        None | Some("text") => false,
-        Some("json") => true,
-        Some(other) => anyhow::bail!("HEARTH_LOG_FORMAT must be text or json, not {other:?}"),
-    };
-    let ansi = std::io::IsTerminal::is_terminal(&std::io::stderr());
-    tracing::dispatcher::set_global_default(logs(json, filter, ansi, std::io::stderr)).context("setting up the log")?;
-    Ok(())
-}
-
-/// What logs go through: text, or one JSON object a line (`json`). Either way an event
-/// carries the fields of the spans it happened in (where a pull asked, the set's version, the
-/// release being taken): in text as `span{field=value}:` before the message, in JSON as `span`
-/// (the innermost) and `spans` (all of them, outermost first). The spans that carry who and
-/// where are at warn level, so that under `HEARTH_LOG=warn` a warning still names them.
-pub(crate) fn logs<W>(json: bool, filter: tracing_subscriber::EnvFilter, ansi: bool, writer: W) -> tracing::Dispatch
-where
-    W: for<'w> tracing_subscriber::fmt::MakeWriter<'w> + Send + Sync + 'static,
-{
-    let builder = tracing_subscriber::fmt().with_env_filter(filter).with_writer(writer).with_ansi(ansi);
-    if json {
-        tracing::Dispatch::new(builder.json().with_current_span(true).with_span_list(true).finish())
-    } else {
-        tracing::Dispatch::new(builder.finish())
-    }
-}
-
 fn main() -> Result<()> {
     let cli = Cli::parse();
-    init_logs(std::env::var("HEARTH_LOG_FORMAT").ok().as_deref())?;
+    let json =
+        hearth_io::logs::json_from(std::env::var("HEARTH_LOG_FORMAT").ok().as_deref()).map_err(anyhow::Error::msg)?;
+    hearth_io::logs::init(json).context("setting up the log")?;
     match cli.command {
         Command::Serve => {
             let code = serve(&cli.state)?;

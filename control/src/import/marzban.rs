@@ -617,7 +617,7 @@ pub(crate) async fn read_api(base: &str, token: &str, flavor: Flavor) -> anyhow:
             404 => bail!("{base} has no /api/users: is it {name}'s panel address?"),
             status => bail!("{name} answered {status} to the list of users"),
         }
-        let bytes = crate::capped::read(response, PAGE_BYTES, "a page of users").await?;
+        let bytes = hearth_io::capped::read(response, PAGE_BYTES, "a page of users").await?;
         let page: Value =
             serde_json::from_slice(&bytes).with_context(|| format!("{name}'s list of users is not JSON"))?;
         let users = page

@@ -187,7 +187,7 @@ pub(crate) async fn read(base: &str, token: &str) -> anyhow::Result<Incoming> {
             404 => bail!("{base} has no /api/users: is it Remnawave's panel address (not its subscription page)?"),
             status => bail!("Remnawave answered {status} to the list of users"),
         }
-        let bytes = crate::capped::read(response, PAGE_BYTES, "a page of Remnawave users").await?;
+        let bytes = hearth_io::capped::read(response, PAGE_BYTES, "a page of Remnawave users").await?;
         let page: Value = serde_json::from_slice(&bytes).context("Remnawave's list of users is not JSON")?;
         let users = page
             .pointer("/response/users")

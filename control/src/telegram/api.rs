@@ -62,12 +62,12 @@ impl Api {
             .send()
             .await
             .map_err(|e| {
-                (format!("Telegram did not answer: {}", crate::capped::without_url(&e)), Some(Duration::ZERO))
+                (format!("Telegram did not answer: {}", hearth_io::capped::without_url(&e)), Some(Duration::ZERO))
             })?;
         let status = response.status();
         let again =
             (status.is_server_error() || status == reqwest::StatusCode::TOO_MANY_REQUESTS).then_some(Duration::ZERO);
-        let bytes = crate::capped::read(response, ANSWER_BYTES, "a Bot API answer")
+        let bytes = hearth_io::capped::read(response, ANSWER_BYTES, "a Bot API answer")
             .await
             .map_err(|e| (e.to_string(), again))?;
         let answer: Value =
