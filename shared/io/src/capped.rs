@@ -86,6 +86,13 @@ mod tests {
 
     use super::*;
 
+    /// A client for plain HTTP (a crypto provider installed, as the workspace's reqwest, built
+    /// with `rustls-no-provider`, asks one of every client).
+    fn client() -> reqwest::Client {
+        let _ = rustls::crypto::ring::default_provider().install_default();
+        reqwest::Client::new()
+    }
+
     /// A server that answers every request with `answer` (the whole HTTP response).
     async fn answering(answer: &'static [u8]) -> String {
         let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
@@ -102,7 +109,7 @@ mod tests {
 
     #[tokio::test]
     async fn an_answer_over_its_cap_is_refused_declared_or_not() {
-        let client = reqwest::Client::new();
+        let client = client();
         let fits = answering(b"HTTP/1.1 200 OK\r\ncontent-length: 5\r\nconnection: close\r\n\r\nhello").await;
         assert_eq!(read(client.get(&fits).send().await.unwrap(), 5, "a greeting").await.unwrap(), b"hello");
         let declared = answering(b"HTTP/1.1 200 OK\r\ncontent-length: 6\r\nconnection: close\r\n\r\nhello!").await;
@@ -118,7 +125,7 @@ mod tests {
 
     #[tokio::test]
     async fn an_error_answer_says_its_message_on_one_line() {
-        let client = reqwest::Client::new();
+        let client = client();
         let json = answering(
             b"HTTP/1.1 409 Conflict\r\ncontent-type: application/json\r\ncontent-length: 55\r\nconnection: close\r\n\r\n{\"message\":\"out of\\norder\",\"stream\":\"usage/3\",\"x\":\"yz\"}",
         )
@@ -136,7 +143,7 @@ mod tests {
         let address = listener.local_addr().unwrap();
         drop(listener);
         let url = format!("http://{address}/bot123:SECRET/getMe");
-        let e = reqwest::Client::new().get(&url).send().await.unwrap_err();
+        let e = client().get(&url).send().await.unwrap_err();
         let said = without_url(&e);
         assert!(!said.contains("SECRET") && !said.contains("bot123"), "{said}");
     }
