@@ -95,6 +95,32 @@ pub(crate) fn profile_entries<'a>(
     (written, left_out)
 }
 
+/// What follows `[General]` in a Surge or Loon profile: the `[Proxy]` section (a comment for
+/// each server left out, and a line for each entry, written by `line`), a `select` group named
+/// `group` over every entry (its names joined by `join`), and the rule that sends everything
+/// through it.
+pub(crate) fn proxies_and_group(
+    out: &mut String,
+    (entries, left_out): (&[Entry<'_>], &[(String, &'static str)]),
+    group: &str,
+    join: &str,
+    line: impl Fn(&mut String, &Entry<'_>),
+) {
+    use std::fmt::Write as _;
+    out.push_str("\n[Proxy]\n");
+    for (name, why) in left_out {
+        let _ = writeln!(out, "# {name}: left out, {why}");
+    }
+    for entry in entries {
+        line(out, entry);
+    }
+    let _ = write!(out, "\n[Proxy Group]\n{group} = select");
+    for entry in entries {
+        let _ = write!(out, "{join}{}", entry.name);
+    }
+    let _ = write!(out, "\n\n[Rule]\nFINAL,{group}\n");
+}
+
 #[cfg(test)]
 pub(crate) mod tests {
     use super::*;

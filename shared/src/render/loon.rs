@@ -45,7 +45,7 @@
 
 use std::fmt::Write as _;
 
-use super::conf::profile_entries;
+use super::conf::{profile_entries, proxies_and_group};
 use super::entries::Entry;
 use crate::wire::Snapshot;
 
@@ -101,18 +101,7 @@ pub fn render(snapshot: &Snapshot) -> String {
     let (entries, left_out) = profile_entries(snapshot, RESERVED);
     let mut out = String::with_capacity(512 + 256 * entries.len());
     out.push_str(GENERAL);
-    out.push_str("\n[Proxy]\n");
-    for (name, why) in &left_out {
-        let _ = writeln!(out, "# {name}: left out, {why}");
-    }
-    for entry in &entries {
-        node(&mut out, entry);
-    }
-    let _ = write!(out, "\n[Proxy Group]\n{GROUP} = select");
-    for entry in &entries {
-        let _ = write!(out, ",{}", entry.name);
-    }
-    let _ = write!(out, "\n\n[Rule]\nFINAL,{GROUP}\n");
+    proxies_and_group(&mut out, (&entries, &left_out), GROUP, ",", node);
     out
 }
 
