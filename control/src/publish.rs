@@ -423,7 +423,7 @@ fn publish_user(conn: &Connection, signer: &Signer, user: UserId, now: u64) -> R
     let row = conn
         .prepare_cached(
             "SELECT name, token_enc, credential_enc, quota, used_up, used_down, reset, expires_at, duration_secs,
-                    started_at, enabled, status, quota_warned
+                    started_at, enabled, status, quota_warned, telegram_binds
              FROM users WHERE id = ?1",
         )?
         .query_row([user], |row| {
@@ -441,6 +441,7 @@ fn publish_user(conn: &Connection, signer: &Signer, user: UserId, now: u64) -> R
                 row.get::<_, bool>(10)?,
                 row.get::<_, String>(11)?,
                 row.get::<_, u64>(12)?,
+                row.get::<_, u64>(13)?,
             ))
         })
         .optional()?;
@@ -458,6 +459,7 @@ fn publish_user(conn: &Connection, signer: &Signer, user: UserId, now: u64) -> R
         enabled,
         stored,
         warned,
+        binds,
     )) = row
     else {
         return Ok(None);
@@ -522,13 +524,8 @@ fn publish_user(conn: &Connection, signer: &Signer, user: UserId, now: u64) -> R
         profile,
         hwid: crate::store::hwid::policy(conn, user, limit, now)?,
         alias: None,
-        telegram: match crate::store::telegram::taking_users(conn)? {
-            Some(bot) => {
-                let binds = crate::store::telegram::binds(conn, user)?.unwrap_or(0);
-                Some(TelegramLink { bot, code: crate::store::telegram::bind_code(&signer.vault, user, binds) })
-            }
-            None => None,
-        },
+        telegram: crate::store::telegram::taking_users(conn)?
+            .map(|bot| TelegramLink { bot, code: crate::store::telegram::bind_code(&signer.vault, user, binds) }),
     };
     let content = sha256(&snapshot.encode());
     let body = || seal::seal(&snapshot, &token, &signer.recovery, &mut OsRng);
