@@ -180,9 +180,7 @@ impl Streams {
     /// connection, then stream.
     pub(crate) fn dump(&self) -> Vec<Seen> {
         let mut seen: Vec<Seen> = self.open.lock().expect("streams lock").values().map(|t| t.seen()).collect();
-        seen.sort_by(|a, b| {
-            (a.user.to_string(), a.connection, a.stream).cmp(&(b.user.to_string(), b.connection, b.stream))
-        });
+        seen.sort_by_cached_key(|s| (s.user.to_string(), s.connection, s.stream));
         seen
     }
 }
