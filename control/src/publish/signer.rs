@@ -1,0 +1,54 @@
+//! What control signs with: the online key (reloaded after a rotation), the recovery key
+//! every snapshot is also sealed to, the vault of secrets at rest and the profile every
+//! snapshot carries.
+
+use hearth_shared::keys::{PublicKey, RecoveryPublic};
+use hearth_shared::wire::Profile;
+use rusqlite::Connection;
+
+use crate::error::Error;
+use crate::keyring::Online;
+use crate::secrets::Vault;
+
+/// What control signs with, and where it publishes.
+pub(crate) struct Signer {
+    /// The online signing key and the key records certifying it (sent with every push and
+    /// every answer to a node's pull). Swapped when `keys rotate` moved the database's
+    /// `keys_serial`: see [`Signer::online`].
+    pub(crate) online: std::sync::RwLock<std::sync::Arc<Online>>,
+    /// The data directory the keys are read from.
+    pub(crate) dir: std::path::PathBuf,
+    /// The owner's recovery key: every sealed snapshot is also readable with it.
+    pub(crate) recovery: RecoveryPublic,
+    /// Secrets at rest.
+    pub(crate) vault: Vault,
+    /// The subscription headers every snapshot carries (the owner can change them at run
+    /// time: [`crate::settings`]).
+    pub(crate) profile: std::sync::RwLock<Profile>,
+    /// Control's incarnation.
+    pub(crate) epoch: u32,
+    /// The root key (to verify what nodes sign, next to their own keys).
+    pub(crate) root: PublicKey,
+    /// The API prefix of `edge.toml` (the `main` edge's, and control's node API's).
+    pub(crate) api_prefix: String,
+}
+
+impl Signer {
+    /// The signing key in force. A rotation (`hearth-control keys rotate`, another process)
+    /// commits a new `keys_serial` with everything it signed again; the first signature after
+    /// that, in any transaction, loads the new key from the data directory, so no envelope is
+    /// signed with a retired key once the rotation is committed.
+    pub(crate) fn online(&self, conn: &Connection) -> Result<std::sync::Arc<Online>, Error> {
+        let serial = crate::store::get_state(conn, "keys_serial")?;
+        let held = self.online.read().expect("keys lock").clone();
+        if held.serial == serial {
+            return Ok(held);
+        }
+        let fresh = crate::keyring::load_online(&self.dir, serial, crate::clock::now())
+            .map_err(|e| Error::Internal(format!("loading the rotated signing key: {e:#}")))?;
+        let fresh = std::sync::Arc::new(fresh);
+        tracing::info!(key = %fresh.key.id(), "the signing key was rotated; signing with the new key");
+        *self.online.write().expect("keys lock") = fresh.clone();
+        Ok(fresh)
+    }
+}
