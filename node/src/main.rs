@@ -252,22 +252,19 @@ fn serve(dir: &Path) -> Result<i32> {
         let edge = reqwest::Client::builder().connect_timeout(std::time::Duration::from_secs(10)).build()?;
         let edge_url = agent::initial_edge(&StateDir::new(dir), settings.edge_url.as_ref());
         Some(Arc::new(agent::Agent {
-            offered: std::sync::Mutex::new(0),
+            offered: Default::default(),
             restart: restart.clone(),
             draining: Default::default(),
             started: std::time::Instant::now(),
             reported: Default::default(),
             acme: acme.clone(),
-            edge_url: std::sync::Mutex::new(edge_url),
-            edges: std::sync::Mutex::new(edges),
-            edge_at: std::sync::atomic::AtomicUsize::new(0),
+            edges: std::sync::Mutex::new(agent::Edges::new(edges, edge_url, settings.api_prefix.clone())),
             state: StateDir::new(dir),
             settings: settings.clone(),
             key,
             trust: std::sync::Mutex::new(trust),
             live: live.clone(),
-            held: std::sync::Mutex::new(held),
-            basis: std::sync::Mutex::new(basis),
+            held: std::sync::Mutex::new(agent::Held { state: held, basis }),
             control,
             edge,
         }))

@@ -31,26 +31,53 @@ async fn drain(live: &crate::table::Live, most: Duration) -> Duration {
     started.elapsed()
 }
 
+/// What an answered pull does about releases.
+#[derive(Debug, PartialEq, Eq)]
+enum Step {
+    /// Nothing now.
+    Nothing,
+    /// Keep the new release still proving itself: it ran healthy long enough.
+    Keep,
+    /// Fetch, check and install this release.
+    Take(u64),
+}
+
+/// How long this process has run, and how long a new release must run healthy to be kept.
+#[derive(Clone, Copy)]
+struct Ran {
+    for_: Duration,
+    healthy: Duration,
+}
+
+/// What to do about releases after an answered pull: with a new release still proving itself
+/// (`pending`), keep it once it `ran` healthy long enough, but only as the new binary itself:
+/// a process that swapped it in and is on its way out (`leaving`) never vouches for it;
+/// otherwise take the release the answer `offered` when the node `wants` it.
+fn step(pending: bool, leaving: bool, ran: Ran, offered: u64, wants: impl FnOnce(u64) -> bool) -> Step {
+    if pending {
+        return if leaving || ran.for_ < ran.healthy { Step::Nothing } else { Step::Keep };
+    }
+    if wants(offered) { Step::Take(offered) } else { Step::Nothing }
+}
+
 impl Agent {
     /// After an answered pull: keeps a new release that ran healthy long enough, or takes the
-    /// release the answer named, from where the answer came.
+    /// release the answer named, from where the answer came ([`step`] decides which).
     pub(crate) async fn after_pull(&self, client: &reqwest::Client, base: &Base) {
-        if let Some(pending) = super::pending(&self.state) {
-            // The process that swapped the new binary in is on its way out: only the new
-            // binary, started again by the supervisor, may vouch for itself.
-            if *self.restart.borrow() || self.draining.load(std::sync::atomic::Ordering::Relaxed) {
-                return;
+        let pending = super::pending(&self.state);
+        let leaving = *self.restart.borrow() || self.draining.load(std::sync::atomic::Ordering::Relaxed);
+        let ran = Ran { for_: self.started.elapsed(), healthy: Duration::from_secs(self.settings.update_health_secs) };
+        let offered = self.offered.load(std::sync::atomic::Ordering::Relaxed);
+        match step(pending.is_some(), leaving, ran, offered, |release| super::wants(&self.state, release)) {
+            Step::Nothing => {}
+            Step::Keep => {
+                if let Some(pending) = pending
+                    && let Err(e) = super::confirm(&self.state, &pending)
+                {
+                    tracing::error!(error = %e, "could not keep the new release");
+                }
             }
-            if self.started.elapsed() >= Duration::from_secs(self.settings.update_health_secs)
-                && let Err(e) = super::confirm(&self.state, &pending)
-            {
-                tracing::error!(error = %e, "could not keep the new release");
-            }
-            return;
-        }
-        let release = *self.offered.lock().expect("offered lock");
-        if super::wants(&self.state, release) {
-            self.take_release(client, base, release).await;
+            Step::Take(release) => self.take_release(client, base, release).await,
         }
     }
 
@@ -127,5 +154,21 @@ impl Agent {
             Ok(()) => Outcome::Installed,
             Err(e) => Outcome::Refused(format!("could not record the update: {e:#}")),
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_new_release_is_kept_only_by_itself_once_healthy_and_otherwise_the_offered_one_is_taken() {
+        let ran = |secs| Ran { for_: Duration::from_secs(secs), healthy: Duration::from_secs(60) };
+        let never = |_| -> bool { panic!("a release proving itself asks for no other") };
+        assert_eq!(step(true, false, ran(59), 7, never), Step::Nothing);
+        assert_eq!(step(true, false, ran(60), 7, never), Step::Keep);
+        assert_eq!(step(true, true, ran(600), 7, never), Step::Nothing, "the process on its way out");
+        assert_eq!(step(false, false, ran(0), 7, |release| release == 7), Step::Take(7));
+        assert_eq!(step(false, false, ran(600), 7, |_| false), Step::Nothing);
     }
 }
