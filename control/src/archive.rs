@@ -278,116 +278,159 @@ impl Retry {
 /// each edge the release being rolled out.
 pub(crate) async fn archiver(app: Arc<App>, mut shutdown: watch::Receiver<bool>) {
     let tick = Duration::from_secs(1);
-    // What was archived before a restart is not archived again: a start with nothing changed
-    // uploads nothing.
-    let remembered = match app.db.read(last_sealed).await {
-        Ok(remembered) => remembered,
-        Err(e) => {
-            tracing::warn!(error = %e, "could not read which archive was made last; making a new one");
-            None
-        }
-    };
-    let (mut sealed, mut last_seal) = match remembered {
-        Some((sealed, at)) => (Some(sealed), at),
-        None => (None, 0),
-    };
-    let (mut seen, mut changed_at, mut failures) = (None, now(), 0u32);
-    let (mut archive_retry, mut release_retry) = (Retry::default(), Retry::default());
+    let mut archiver = Archiver::start(&app).await;
     loop {
         let targets = crate::outbox::targets(&app).await.unwrap_or_default();
-        for (edge, target) in &targets {
-            if !release_retry.due(edge.id) {
+        archiver.hand_releases(&app, &targets).await;
+        if !targets.is_empty()
+            && let Ok(Some(current)) = app.db.read(marker).await
+        {
+            archiver.seal_if_wanted(&app, current, &targets).await;
+            archiver.hand_archive(&app, &targets).await;
+        }
+        if crate::tasks::stopped(&mut shutdown, tick).await {
+            return;
+        }
+    }
+}
+
+/// The edges control pushes to, and where each is reached.
+type Targets = [(crate::store::edges::Edge, crate::outbox::Target)];
+
+/// What the archiver remembers from one round to the next.
+struct Archiver {
+    /// The last archive made, and when it was made.
+    sealed: Option<Sealed>,
+    last_seal: u64,
+    /// What the state was at when last seen, and since when.
+    seen: Option<Marker>,
+    changed_at: u64,
+    /// Archives that could not be made in a row.
+    failures: u32,
+    archive_retry: Retry,
+    release_retry: Retry,
+}
+
+impl Archiver {
+    /// What was archived before a restart is not archived again: a start with nothing
+    /// changed uploads nothing.
+    async fn start(app: &Arc<App>) -> Archiver {
+        let remembered = match app.db.read(last_sealed).await {
+            Ok(remembered) => remembered,
+            Err(e) => {
+                tracing::warn!(error = %e, "could not read which archive was made last; making a new one");
+                None
+            }
+        };
+        let (sealed, last_seal) = match remembered {
+            Some((sealed, at)) => (Some(sealed), at),
+            None => (None, 0),
+        };
+        Archiver {
+            sealed,
+            last_seal,
+            seen: None,
+            changed_at: now(),
+            failures: 0,
+            archive_retry: Retry::default(),
+            release_retry: Retry::default(),
+        }
+    }
+
+    /// Hands each edge the release being rolled out.
+    async fn hand_releases(&mut self, app: &Arc<App>, targets: &Targets) {
+        for (edge, target) in targets {
+            if !self.release_retry.due(edge.id) {
                 continue;
             }
-            match crate::outbox::sync_release(&app, edge, target).await {
-                Ok(_) => release_retry.ok(edge.id),
+            match crate::outbox::sync_release(app, edge, target).await {
+                Ok(_) => self.release_retry.ok(edge.id),
                 Err(e) => {
-                    let wait = release_retry.failed(edge.id);
+                    let wait = self.release_retry.failed(edge.id);
                     tracing::warn!(edge = %edge.name, error = %e, retry_in = wait, "could not hand the release to the edge");
                 }
             }
         }
-        if !targets.is_empty()
-            && let Ok(Some(current)) = app.db.read(marker).await
-        {
-            if seen != Some(current) {
-                seen = Some(current);
-                changed_at = now();
-            }
-            let held: Vec<i64> = targets.iter().map(|(edge, _)| edge.archive).collect();
-            let timing = Timing {
-                changed_at,
-                last_seal,
-                after: app.config.archive_after_secs,
-                every: app.config.archive_every_secs,
-            };
-            let wanted = wanted(sealed.as_ref(), current, &held, timing, now());
-            let backoff = u64::from(failures.min(6)) * 10;
-            if wanted && now() >= last_seal + backoff {
-                last_seal = now();
-                match seal_once(&app, current).await {
-                    Ok((version, envelope)) => {
-                        sealed = Some(Sealed { version, marker: current, envelope: Some(envelope) });
-                        failures = 0;
-                    }
-                    Err(e) => {
-                        failures += 1;
-                        tracing::warn!(error = %e, "could not make the state archive; retrying");
-                    }
+    }
+
+    /// Makes a new archive of the state at `current` when one is [`wanted`] (and the pause
+    /// after failures is over).
+    async fn seal_if_wanted(&mut self, app: &Arc<App>, current: Marker, targets: &Targets) {
+        if self.seen != Some(current) {
+            self.seen = Some(current);
+            self.changed_at = now();
+        }
+        let held: Vec<i64> = targets.iter().map(|(edge, _)| edge.archive).collect();
+        let timing = Timing {
+            changed_at: self.changed_at,
+            last_seal: self.last_seal,
+            after: app.config.archive_after_secs,
+            every: app.config.archive_every_secs,
+        };
+        let wanted = wanted(self.sealed.as_ref(), current, &held, timing, now());
+        let backoff = u64::from(self.failures.min(6)) * 10;
+        if wanted && now() >= self.last_seal + backoff {
+            self.last_seal = now();
+            match seal_once(app, current).await {
+                Ok((version, envelope)) => {
+                    self.sealed = Some(Sealed { version, marker: current, envelope: Some(envelope) });
+                    self.failures = 0;
                 }
-            }
-            if let Some(Sealed { version, envelope: Some(envelope), .. }) = &sealed {
-                let mut everywhere = true;
-                for (edge, target) in &targets {
-                    if edge.archive >= *version {
-                        continue;
-                    }
-                    everywhere = false;
-                    let pushed = edge.pushed;
-                    let lacks = app.db.read(move |c| crate::store::edges::pending(c, pushed)).await.unwrap_or(1);
-                    if lacks > 0 || !archive_retry.due(edge.id) {
-                        continue;
-                    }
-                    let (id, version) = (edge.id, *version);
-                    let sent = crate::outbox::send_to_edge(
-                        &app,
-                        target,
-                        reqwest::Method::PUT,
-                        "archive",
-                        envelope.clone(),
-                        Duration::from_secs(120),
-                    )
-                    .await;
-                    match sent {
-                        Ok(_) => {
-                            archive_retry.ok(id);
-                            let _ = app
-                                .db
-                                .write(move |tx| {
-                                    crate::store::edges::set_marker(
-                                        tx,
-                                        id,
-                                        crate::store::edges::Marker::Archive,
-                                        version,
-                                    )
-                                })
-                                .await;
-                            tracing::info!(edge = %edge.name, bytes = envelope.len(), "pushed the state archive to the edge");
-                        }
-                        Err(e) => {
-                            let wait = archive_retry.failed(id);
-                            tracing::warn!(edge = %edge.name, error = %e.text, retry_in = wait,
-                                "could not push the state archive; retrying");
-                        }
-                    }
-                }
-                if everywhere && let Some(sealed) = &mut sealed {
-                    sealed.envelope = None;
+                Err(e) => {
+                    self.failures += 1;
+                    tracing::warn!(error = %e, "could not make the state archive; retrying");
                 }
             }
         }
-        if crate::tasks::stopped(&mut shutdown, tick).await {
-            return;
+    }
+
+    /// Hands the last archive to every edge that lacks it and holds everything else; once
+    /// every edge holds it, its envelope is dropped.
+    async fn hand_archive(&mut self, app: &Arc<App>, targets: &Targets) {
+        let Archiver { sealed, archive_retry, .. } = self;
+        let Some(Sealed { version, envelope: Some(envelope), .. }) = sealed.as_ref() else { return };
+        let version = *version;
+        let mut everywhere = true;
+        for (edge, target) in targets {
+            if edge.archive >= version {
+                continue;
+            }
+            everywhere = false;
+            let pushed = edge.pushed;
+            let lacks = app.db.read(move |c| crate::store::edges::pending(c, pushed)).await.unwrap_or(1);
+            if lacks > 0 || !archive_retry.due(edge.id) {
+                continue;
+            }
+            let id = edge.id;
+            let sent = crate::outbox::send_to_edge(
+                app,
+                target,
+                reqwest::Method::PUT,
+                "archive",
+                envelope.clone(),
+                Duration::from_secs(120),
+            )
+            .await;
+            match sent {
+                Ok(_) => {
+                    archive_retry.ok(id);
+                    let _ = app
+                        .db
+                        .write(move |tx| {
+                            crate::store::edges::set_marker(tx, id, crate::store::edges::Marker::Archive, version)
+                        })
+                        .await;
+                    tracing::info!(edge = %edge.name, bytes = envelope.len(), "pushed the state archive to the edge");
+                }
+                Err(e) => {
+                    let wait = archive_retry.failed(id);
+                    tracing::warn!(edge = %edge.name, error = %e.text, retry_in = wait,
+                        "could not push the state archive; retrying");
+                }
+            }
+        }
+        if everywhere && let Some(sealed) = sealed {
+            sealed.envelope = None;
         }
     }
 }

@@ -136,11 +136,33 @@ pub(super) fn card(lang: &str, user: &crate::store::users::UserView, link: Optio
 
 /// One event as a line of a message.
 fn event_line(lang: Lang, event: &EventView) -> String {
-    let data = &event.data;
-    let text = |key: &str| escape(data.pointer(key).and_then(Value::as_str).unwrap_or_default());
-    let number = |key: &str| data.pointer(key).and_then(Value::as_u64).unwrap_or(0);
-    let user = text("/user/name");
-    match event.kind.as_str() {
+    let (kind, data) = (event.kind.as_str(), Fields(&event.data));
+    let line = match kind.split('.').next() {
+        Some("user") => user_line(lang, kind, &data),
+        Some("node") => node_line(lang, kind, &data),
+        Some("edge") => edge_line(lang, kind, &data),
+        _ => owner_line(lang, kind, &data),
+    };
+    line.unwrap_or_else(|| format!("• {}", escape(kind)))
+}
+
+/// An event's data, its values read by JSON pointer (escaped text, or 0 when absent).
+struct Fields<'a>(&'a Value);
+
+impl Fields<'_> {
+    fn text(&self, key: &str) -> String {
+        escape(self.0.pointer(key).and_then(Value::as_str).unwrap_or_default())
+    }
+
+    fn number(&self, key: &str) -> u64 {
+        self.0.pointer(key).and_then(Value::as_u64).unwrap_or(0)
+    }
+}
+
+/// A user's event (`None`: a kind this does not know).
+fn user_line(lang: Lang, kind: &str, data: &Fields<'_>) -> Option<String> {
+    let user = data.text("/user/name");
+    Some(match kind {
         "user.created" => tr!(lang,
             en: "👤 New user {user}",
             ru: "👤 Новый пользователь {user}",
@@ -149,7 +171,7 @@ fn event_line(lang: Lang, event: &EventView) -> String {
         ),
         "user.changed" => {
             let fields: Vec<&str> =
-                data["fields"].as_array().map_or_else(Vec::new, |f| f.iter().filter_map(Value::as_str).collect());
+                data.0["fields"].as_array().map_or_else(Vec::new, |f| f.iter().filter_map(Value::as_str).collect());
             let comma = match lang {
                 Lang::En | Lang::Ru => ", ",
                 Lang::Fa => "، ",
@@ -182,7 +204,7 @@ fn event_line(lang: Lang, event: &EventView) -> String {
             zh: "⌛ 用户 {user} 已到期",
         ),
         "user.over_quota" => {
-            let (used, quota) = (size(number("/used")), size(number("/quota")));
+            let (used, quota) = (size(data.number("/used")), size(data.number("/quota")));
             tr!(lang,
                 en: "📉 {user} used up the quota ({used} of {quota})",
                 ru: "📉 {user} израсходовал квоту ({used} из {quota})",
@@ -191,7 +213,7 @@ fn event_line(lang: Lang, event: &EventView) -> String {
             )
         }
         "user.near_quota" => {
-            let percent = number("/percent");
+            let percent = data.number("/percent");
             tr!(lang,
                 en: "⚠️ {user} used {percent}% of the quota",
                 ru: "⚠️ {user} израсходовал {percent}% квоты",
@@ -205,8 +227,15 @@ fn event_line(lang: Lang, event: &EventView) -> String {
             fa: "📱 کاربر {user} از محدودیت دستگاه فراتر رفته است",
             zh: "📱 用户 {user} 超出了设备数限制",
         ),
+        _ => return None,
+    })
+}
+
+/// A node's event.
+fn node_line(lang: Lang, kind: &str, data: &Fields<'_>) -> Option<String> {
+    Some(match kind {
         "node.offline" => {
-            let node = text("/node/name");
+            let node = data.text("/node/name");
             tr!(lang,
                 en: "🔴 Node {node} is offline",
                 ru: "🔴 Узел {node} недоступен",
@@ -215,7 +244,7 @@ fn event_line(lang: Lang, event: &EventView) -> String {
             )
         }
         "node.online" => {
-            let node = text("/node/name");
+            let node = data.text("/node/name");
             tr!(lang,
                 en: "🟢 Node {node} is back",
                 ru: "🟢 Узел {node} снова на связи",
@@ -224,7 +253,7 @@ fn event_line(lang: Lang, event: &EventView) -> String {
             )
         }
         "node.certificate_expiring" => {
-            let (node, error) = (text("/node/name"), text("/error"));
+            let (node, error) = (data.text("/node/name"), data.text("/error"));
             tr!(lang,
                 en: "🔐 The certificate of node {node} expires soon and cannot be renewed: {error}",
                 ru: "🔐 Сертификат узла {node} скоро истекает, а продлить его не удаётся: {error}",
@@ -232,8 +261,15 @@ fn event_line(lang: Lang, event: &EventView) -> String {
                 zh: "🔐 节点 {node} 的证书即将过期，且无法续期：{error}",
             )
         }
+        _ => return None,
+    })
+}
+
+/// An edge's event.
+fn edge_line(lang: Lang, kind: &str, data: &Fields<'_>) -> Option<String> {
+    Some(match kind {
         "edge.failing" => {
-            let (edge, error) = (text("/edge/name"), text("/error"));
+            let (edge, error) = (data.text("/edge/name"), data.text("/error"));
             tr!(lang,
                 en: "🔴 Pushes to edge {edge} fail: {error}",
                 ru: "🔴 Не удаётся отправить на edge {edge}: {error}",
@@ -242,7 +278,7 @@ fn event_line(lang: Lang, event: &EventView) -> String {
             )
         }
         "edge.failover" => {
-            let (edge, to) = (text("/edge/name"), text("/to/name"));
+            let (edge, to) = (data.text("/edge/name"), data.text("/to/name"));
             tr!(lang,
                 en: "🔀 Edge {edge} kept failing: links moved to {to} (make {edge} active again in Settings to move them back)",
                 ru: "🔀 Сервер ссылок {edge} не отвечает: ссылки перенесены на {to} (сделайте {edge} активным в настройках, чтобы вернуть их)",
@@ -251,7 +287,7 @@ fn event_line(lang: Lang, event: &EventView) -> String {
             )
         }
         "edge.disk_full" => {
-            let edge = text("/edge/name");
+            let edge = data.text("/edge/name");
             tr!(lang,
                 en: "💾 The disk of edge {edge} is full: it serves what it holds but takes no changes",
                 ru: "💾 Диск сервера ссылок {edge} заполнен: он отдаёт то, что хранит, но не принимает изменения",
@@ -260,7 +296,7 @@ fn event_line(lang: Lang, event: &EventView) -> String {
             )
         }
         "edge.recovered" => {
-            let edge = text("/edge/name");
+            let edge = data.text("/edge/name");
             tr!(lang,
                 en: "🟢 Edge {edge} takes pushes again",
                 ru: "🟢 Edge {edge} снова принимает изменения",
@@ -268,8 +304,15 @@ fn event_line(lang: Lang, event: &EventView) -> String {
                 zh: "🟢 边缘服务器 {edge} 已恢复接收推送",
             )
         }
+        _ => return None,
+    })
+}
+
+/// The owner's own events: sign-ins, keys, releases.
+fn owner_line(lang: Lang, kind: &str, data: &Fields<'_>) -> Option<String> {
+    Some(match kind {
         "signin.new_address" => {
-            let address = text("/address");
+            let address = data.text("/address");
             tr!(lang,
                 en: "🔑 Sign-in from a new address: {address}",
                 ru: "🔑 Вход с нового адреса: {address}",
@@ -278,7 +321,7 @@ fn event_line(lang: Lang, event: &EventView) -> String {
             )
         }
         "key.rotated" => {
-            let serial = number("/serial");
+            let serial = data.number("/serial");
             tr!(lang,
                 en: "🔁 Keys rotated (rotation {serial})",
                 ru: "🔁 Ключи заменены (замена {serial})",
@@ -287,7 +330,7 @@ fn event_line(lang: Lang, event: &EventView) -> String {
             )
         }
         "release.rolled_out" => {
-            let release = number("/release");
+            let release = data.number("/release");
             tr!(lang,
                 en: "🚀 Release {release} runs on every node",
                 ru: "🚀 Релиз {release} работает на всех узлах",
@@ -296,7 +339,7 @@ fn event_line(lang: Lang, event: &EventView) -> String {
             )
         }
         "release.stopped" => {
-            let (release, why) = (number("/release"), text("/why"));
+            let (release, why) = (data.number("/release"), data.text("/why"));
             tr!(lang,
                 en: "⏹ Release {release} stopped: {why}",
                 ru: "⏹ Релиз {release} остановлен: {why}",
@@ -304,8 +347,8 @@ fn event_line(lang: Lang, event: &EventView) -> String {
                 zh: "⏹ 版本 {release} 的发布已停止：{why}",
             )
         }
-        other => format!("• {}", escape(other)),
-    }
+        _ => return None,
+    })
 }
 
 /// The message for a burst of events (at most [`MOST_LINES`] listed).

@@ -111,6 +111,7 @@ pub(super) struct SignInFacts {
 }
 
 /// A second factor that checked out, not yet spent.
+#[derive(Clone, Copy)]
 pub(super) enum GoodCode {
     /// An authenticator code, for this time step.
     Totp(u64),
@@ -130,11 +131,52 @@ pub(super) async fn login(
 ) -> Reply {
     let (ip, agent, now) = sign_in_gate(&app, &parts)?;
     let code = req.code.as_deref().map(str::trim).filter(|c| !c.is_empty()).map(str::to_owned);
-    let address = auth::address_hash(ip);
     let recovery_hash = code.as_deref().filter(|c| c.len() > 8).map(crate::totp::recovery_hash);
-    let login = req.login.trim().to_owned();
-    let facts = app
-        .db
+    let facts = sign_in_facts(&app, req.login.trim().to_owned(), auth::address_hash(ip), recovery_hash, now).await?;
+    let good_code = match (&facts.totp.secret, &code) {
+        (Some(sealed), Some(code)) => {
+            Some(second_factor(&app, ip, now, &facts, sealed, code, recovery_hash, &req.login).await?)
+        }
+        _ => None,
+    };
+    let past_budget = facts.known
+        || match good_code {
+            Some(GoodCode::Totp(step)) => app.lockouts.pass_code(step),
+            Some(GoodCode::Recovery(_)) => true,
+            None => false,
+        };
+    if !past_budget {
+        app.lockouts.take(&req.login, now).map_err(Error::TooMany)?;
+    }
+    let admin = facts.admin.as_ref().map(|(id, _, _)| *id);
+    let stored = match (&facts.owner, &facts.admin) {
+        (Some((_, hash)), _) | (None, Some((_, hash, _))) => Some(hash.clone()),
+        (None, None) => None,
+    };
+    let good = app.hasher.verify(req.password, stored, past_budget).await?;
+    if !good {
+        return Err(refused(&app, ip, now, "bad_login", "wrong login or password").await.into());
+    }
+    second_factor_missing(&app, admin, &facts, good_code.is_some())?;
+    let cookie = app.db.write(move |tx| spend_and_open(tx, good_code, now, ip, &agent, admin)).await?;
+    // Spent by a sign-in at the same moment.
+    let Some(cookie) = cookie else {
+        return Err(refused(&app, ip, now, "bad_totp", "that code is wrong, expired or already used").await.into());
+    };
+    Ok(signed_in(&app, ip, admin, &cookie))
+}
+
+/// What a sign-in as `login` is checked against, read in one go: whose login it is and its
+/// password hash, passkeys and second factor, whether the address is known to be the owner's,
+/// and whether a recovery code given (by its hash) is unspent.
+async fn sign_in_facts(
+    app: &App,
+    login: String,
+    address: [u8; 32],
+    recovery_hash: Option<[u8; 32]>,
+    now: u64,
+) -> Result<SignInFacts, Error> {
+    app.db
         .read(move |c| {
             let owner = auth::owner(c)?;
             let is_owner = owner.as_ref().is_some_and(|(name, _)| name.eq_ignore_ascii_case(&login));
@@ -157,48 +199,45 @@ pub(super) async fn login(
                 },
             })
         })
-        .await?;
-    let good_code = match (&facts.totp.secret, &code) {
-        (Some(sealed), Some(code)) => {
-            let secret = app.signer.vault.open(crate::secrets::Purpose::Totp, sealed)?;
-            match crate::totp::check(&secret, code, now, facts.totp.last_step) {
-                Some(step) => Some(GoodCode::Totp(step)),
-                None if facts.recovery => recovery_hash.map(GoodCode::Recovery),
-                None => {
-                    // A wrong code is a guess like a wrong password: it counts for the address
-                    // (even when the budget is spent, or codes could be tried there without
-                    // end) and, from an unknown one, takes a check from the login's budget.
-                    let wrong = refused(&app, ip, now, "bad_totp", "that code is wrong, expired or already used").await;
-                    if !facts.known {
-                        app.lockouts.take(&req.login, now).map_err(Error::TooMany)?;
-                    }
-                    return Err(wrong.into());
-                }
+        .await
+}
+
+/// Checks the second factor `code` given with a sign-in against the owner's authenticator
+/// (`sealed`) or unspent recovery codes, without spending it. A wrong code is a guess like a
+/// wrong password: it counts for the address (even when the budget is spent, or codes could
+/// be tried there without end) and, from an unknown one, takes a check from the login's
+/// budget.
+#[allow(clippy::too_many_arguments)]
+async fn second_factor(
+    app: &App,
+    ip: std::net::IpAddr,
+    now: u64,
+    facts: &SignInFacts,
+    sealed: &[u8],
+    code: &str,
+    recovery_hash: Option<[u8; 32]>,
+    login: &str,
+) -> Result<GoodCode, Refusal> {
+    let secret = app.signer.vault.open(crate::secrets::Purpose::Totp, sealed)?;
+    if let Some(step) = crate::totp::check(&secret, code, now, facts.totp.last_step) {
+        return Ok(GoodCode::Totp(step));
+    }
+    match recovery_hash.filter(|_| facts.recovery) {
+        Some(hash) => Ok(GoodCode::Recovery(hash)),
+        None => {
+            let wrong = refused(app, ip, now, "bad_totp", "that code is wrong, expired or already used").await;
+            if !facts.known {
+                app.lockouts.take(login, now).map_err(Error::TooMany)?;
             }
+            Err(wrong.into())
         }
-        _ => None,
-    };
-    let past_budget = facts.known
-        || match good_code {
-            Some(GoodCode::Totp(step)) => app.lockouts.pass_code(step),
-            Some(GoodCode::Recovery(_)) => true,
-            None => false,
-        };
-    if !past_budget {
-        app.lockouts.take(&req.login, now).map_err(Error::TooMany)?;
     }
-    let admin = facts.admin.as_ref().map(|(id, _, _)| *id);
-    let stored = match (facts.owner, facts.admin) {
-        (Some((_, hash)), _) | (None, Some((_, hash, _))) => Some(hash),
-        (None, None) => None,
-    };
-    let good = app.hasher.verify(req.password, stored, past_budget).await?;
-    if !good {
-        return Err(refused(&app, ip, now, "bad_login", "wrong login or password").await.into());
-    }
-    // A missing second factor is a step of the flow, not a failure. With passkeys, one of them
-    // (the owner may give an authenticator or recovery code instead).
-    if !facts.passkeys.is_empty() && good_code.is_none() {
+}
+
+/// After a good password: a missing second factor is a step of the flow, not a failure. With
+/// passkeys, one of them (the owner may give an authenticator or recovery code instead).
+fn second_factor_missing(app: &App, admin: Option<i64>, facts: &SignInFacts, good_code: bool) -> Result<(), Refusal> {
+    if !facts.passkeys.is_empty() && !good_code {
         let (ticket, options) = app.passkeys.start_confirm(admin, &facts.passkeys)?;
         let body = json!({
             "error": { "code": "passkey_required", "message": "confirm with your passkey: finish at /login/passkey/finish with this ticket" },
@@ -207,7 +246,7 @@ pub(super) async fn login(
         });
         return Err((StatusCode::UNAUTHORIZED, axum::Json(body)).into_response().into());
     }
-    if facts.totp.secret.is_some() && good_code.is_none() {
+    if facts.totp.secret.is_some() && !good_code {
         return Err(refuse(
             StatusCode::UNAUTHORIZED,
             "totp_required",
@@ -215,31 +254,34 @@ pub(super) async fn login(
         )
         .into());
     }
-    let cookie = app
-        .db
-        .write(move |tx| {
-            let spent = match good_code {
-                None => true,
-                Some(GoodCode::Totp(step)) => auth::totp_use_step(tx, step)?,
-                Some(GoodCode::Recovery(hash)) => {
-                    let spent = auth::use_recovery_code(tx, &hash, now)?;
-                    if spent {
-                        tracing::warn!("owner signed in with a recovery code");
-                    }
-                    spent
-                }
-            };
-            if !spent {
-                return Ok(None);
+    Ok(())
+}
+
+/// Spends the second factor a sign-in came with and opens its session, in one transaction;
+/// `None` when the code was spent by another sign-in at the same moment.
+fn spend_and_open(
+    tx: &rusqlite::Connection,
+    good_code: Option<GoodCode>,
+    now: u64,
+    ip: std::net::IpAddr,
+    agent: &str,
+    admin: Option<i64>,
+) -> Result<Option<String>, Error> {
+    let spent = match good_code {
+        None => true,
+        Some(GoodCode::Totp(step)) => auth::totp_use_step(tx, step)?,
+        Some(GoodCode::Recovery(hash)) => {
+            let spent = auth::use_recovery_code(tx, &hash, now)?;
+            if spent {
+                tracing::warn!("owner signed in with a recovery code");
             }
-            open_session(tx, now, ip, &agent, admin).map(Some)
-        })
-        .await?;
-    // Spent by a sign-in at the same moment.
-    let Some(cookie) = cookie else {
-        return Err(refused(&app, ip, now, "bad_totp", "that code is wrong, expired or already used").await.into());
+            spent
+        }
     };
-    Ok(signed_in(&app, ip, admin, &cookie))
+    if !spent {
+        return Ok(None);
+    }
+    open_session(tx, now, ip, agent, admin).map(Some)
 }
 
 /// Starts a session for the owner (`admin` `None`) or an admin who signed in from `ip`. The owner's address, not seen before, is told as an event and
