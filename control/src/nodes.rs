@@ -79,7 +79,7 @@ pub(crate) fn apply_usage(
     })
 }
 
-/// Forgets who is on nodes that have not reported for [`crate::store::nodes::PRESENCE_TTL`]:
+/// Forgets who is on nodes that have not reported for [`crate::store::presence::PRESENCE_TTL`]:
 /// their users' devices stop counting against them elsewhere. Returns how many nodes.
 pub(crate) fn expire_presence(conn: &Connection, signer: &Signer, now: u64) -> Result<usize, Error> {
     publish::changed(conn, signer, now, |changes| store::nodes::expire_presence(conn, changes, now))

@@ -1231,7 +1231,7 @@ async fn device_limits_are_shared_across_nodes_and_kicks_and_guards_reach_the_se
     assert_eq!(allowance(&current(&client, b, &key_b).await, family), Some(2));
 
     // b goes silent: what it reported stops counting at the next sweep past the time.
-    let later = now() + crate::store::nodes::PRESENCE_TTL + 5;
+    let later = now() + crate::store::presence::PRESENCE_TTL + 5;
     client.app().db.write_blocking(|tx| crate::nodes::expire_presence(tx, &client.app().signer, later)).unwrap();
     assert_eq!(allowance(&current(&client, a, &key_a).await, family), Some(2));
 

@@ -24,7 +24,8 @@
 use rusqlite::{Connection, OptionalExtension as _, params};
 use serde::{Deserialize, Serialize};
 
-use super::users::{MAX_NAME, Mbps, check_name, group_ids};
+use super::groups::group_ids;
+use super::users::{MAX_NAME, Mbps, check_name};
 use crate::error::Error;
 use crate::store::audit_log::{FieldChange, audit, audit_edit};
 

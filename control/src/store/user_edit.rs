@@ -9,10 +9,12 @@ use rusqlite::{Connection, params};
 use serde_json::{Value, json};
 
 use super::changes::Changes;
-use super::users::{
-    DeviceLimit, Mbps, UserInput, check_name, check_note, check_slow, expiry, get, group_ids, named_like,
-    parse_on_quota, parse_reset, reset_name,
+use super::groups::group_ids;
+use super::user_create::named_like;
+use super::user_input::{
+    DeviceLimit, Mbps, UserInput, check_name, check_note, check_slow, expiry, parse_on_quota, parse_reset, reset_name,
 };
+use super::users::{UserView, get};
 use crate::error::Error;
 use crate::store::audit_log::{FieldChange, audit_edit};
 use crate::store::events;
@@ -95,148 +97,19 @@ pub(crate) fn update(
     let was = stored(conn, id)?;
     // The nodes the user reaches now: a change of groups republishes those it leaves too.
     changes.user(conn, id)?;
-    let mut edit = Edit::default();
-    if let Some(name) = &input.name {
-        let name = check_name(name, "user")?;
-        if name != before.name {
-            let tenant: i64 = conn.query_row("SELECT tenant FROM users WHERE id = ?1", [id], |row| row.get(0))?;
-            if let Some(existing) = named_like(conn, &name, Some(id), tenant)? {
-                return Err(Error::conflict("conflict", format!("a user named {existing:?} already exists")));
-            }
-            conn.execute("UPDATE users SET name = ?2 WHERE id = ?1", params![id, name])
-                .map_err(|e| Error::from(e).unique(&format!("a user named {name:?}")))?;
-            edit.shown("name", before.name.as_str(), name);
-        }
-    }
-    if let Some(quota) = input.quota {
-        if quota > i64::MAX as u64 {
-            return Err(Error::invalid("bad_quota", "quota is too large"));
-        }
-        if quota != before.quota {
-            conn.execute("UPDATE users SET quota = ?2 WHERE id = ?1", params![id, quota])?;
-            edit.shown("quota", before.quota, quota);
-        }
-    }
-    if input.expires_at.is_some() || input.days.is_some() || input.start_on_first_use.is_some() {
-        let (expires_at, duration) = expiry(input, now)?;
-        // A user already started keeps its start; a new duration then counts from it.
-        let (expires_at, duration) = if duration != 0 && before.started_at != 0 {
-            (before.started_at + duration, duration)
-        } else {
-            (expires_at, duration)
-        };
-        // The expiry it has, given again, is no change (nor is the duration it came from).
-        let same_date = input.days.is_none() && input.expires_at == Some(before.expires_at);
-        if !same_date && (expires_at, duration) != (before.expires_at, was.duration) {
-            conn.execute(
-                "UPDATE users SET expires_at = ?2, duration_secs = ?3 WHERE id = ?1",
-                params![id, expires_at, duration],
-            )?;
-            if expires_at != before.expires_at {
-                edit.shown("expires_at", before.expires_at, expires_at);
-            }
-            if duration != was.duration {
-                edit.shown("duration_days", was.duration / 86_400, duration / 86_400);
-            }
-        }
-    }
-    if let Some(reset) = &input.reset {
-        let reset = parse_reset(reset)
-            .ok_or_else(|| Error::invalid("bad_reset", "reset must be none, daily, weekly, monthly or rolling30"))?;
-        if reset_name(reset) != before.reset {
-            conn.execute(
-                "UPDATE users SET reset = ?2, next_reset = ?3 WHERE id = ?1",
-                params![id, reset_name(reset), crate::clock::next_reset(reset, now)],
-            )?;
-            edit.shown("reset", before.reset.as_str(), reset_name(reset));
-        }
-    }
-    if let Some(note) = &input.note {
-        check_note(note)?;
-        if *note != before.note {
-            conn.execute("UPDATE users SET note = ?2 WHERE id = ?1", params![id, note])?;
-            edit.hidden("note");
-        }
-    }
-    if let Some(enabled) = input.enabled
-        && enabled != before.enabled
-    {
-        conn.execute("UPDATE users SET enabled = ?2 WHERE id = ?1", params![id, enabled])?;
-        edit.shown(if enabled { "enabled" } else { "disabled" }, before.enabled, enabled);
-    }
-    if let Some(speed) = input.speed_limit {
-        let speed = (speed.up.map(|m| m.0), speed.down.map(|m| m.0));
-        if speed != was.speed {
-            conn.execute(
-                "UPDATE users SET speed_up = ?2, speed_down = ?3 WHERE id = ?1",
-                params![id, speed.0, speed.1],
-            )?;
-            let mbps = |(up, down): (Option<u64>, Option<u64>)| json!({ "up": up.map(|k| k as f64 / 1000.0), "down": down.map(|k| k as f64 / 1000.0) });
-            edit.shown("speed_limit", mbps(was.speed), mbps(speed));
-        }
-    }
-    if let Some(on_quota) = &input.on_quota {
-        let on_quota = parse_on_quota(on_quota)?;
-        if on_quota != was.on_quota.as_deref() {
-            conn.execute("UPDATE users SET on_quota = ?2 WHERE id = ?1", params![id, on_quota])?;
-            edit.shown("on_quota", was.on_quota.as_deref().unwrap_or("group"), on_quota.unwrap_or("group"));
-        }
-    }
-    if let Some(slow) = input.slow_speed
-        && slow.0 != was.slow
-    {
-        conn.execute("UPDATE users SET slow_kbps = ?2 WHERE id = ?1", params![id, slow.0])?;
-        edit.shown("slow_speed", Mbps(was.slow).0 as f64 / 1000.0, slow.0 as f64 / 1000.0);
-    }
-    if input.on_quota.is_some() || input.slow_speed.is_some() {
-        let (on_quota, slow): (Option<String>, u64) =
-            conn.query_row("SELECT on_quota, slow_kbps FROM users WHERE id = ?1", [id], |r| {
-                Ok((r.get(0)?, r.get(1)?))
-            })?;
-        check_slow(on_quota.as_deref(), Mbps(slow))?;
-    }
-    if let Some(limit) = input.device_limit {
-        let stored = match limit {
-            DeviceLimit::Group => None,
-            DeviceLimit::Own(n) => Some(n),
-        };
-        if stored != was.device_limit {
-            conn.execute("UPDATE users SET device_limit = ?2 WHERE id = ?1", params![id, stored])?;
-            let shown = |limit: Option<u32>| limit.map_or_else(|| json!("group"), |n| json!(n));
-            edit.shown("device_limit", shown(was.device_limit), shown(stored));
-        }
-    }
-    if let Some(name) = &input.rule_set {
-        let set = super::routing::named(conn, name)?;
-        let had: Option<u16> = conn.query_row("SELECT rule_set_id FROM users WHERE id = ?1", [id], |row| row.get(0))?;
-        if set != had {
-            conn.execute("UPDATE users SET rule_set_id = ?2 WHERE id = ?1", params![id, set])?;
-            let name = |set: Option<u16>| -> Result<Value, Error> {
-                Ok(match set {
-                    None => json!("group"),
-                    Some(set) => json!(
-                        conn.query_row("SELECT name FROM rule_sets WHERE id = ?1", [set], |r| r.get::<_, String>(0))?
-                    ),
-                })
-            };
-            edit.shown("rule_set", name(had)?, name(set)?);
-        }
-    }
-    if let Some(groups) = &input.groups {
-        let mut ids = group_ids(conn, groups)?;
-        ids.sort_unstable();
-        ids.dedup();
-        if ids != was.groups {
-            conn.execute("DELETE FROM user_groups WHERE user_id = ?1", [id])?;
-            for group in &ids {
-                conn.execute("INSERT INTO user_groups (user_id, group_id) VALUES (?1, ?2)", params![id, group])?;
-            }
-            let mut names = groups.clone();
-            names.sort();
-            names.dedup();
-            edit.shown("groups", before.groups.clone(), names);
-        }
-    }
+    let mut editing = Editing { conn, id, input, now, before, was, edit: Edit::default() };
+    editing.name()?;
+    editing.quota()?;
+    editing.expiry()?;
+    editing.reset()?;
+    editing.note()?;
+    editing.enabled()?;
+    editing.speed_limit()?;
+    editing.on_quota()?;
+    editing.device_limit()?;
+    editing.rule_set()?;
+    editing.groups()?;
+    let Editing { before, edit, .. } = editing;
     if edit.0.is_empty() {
         return Ok(());
     }
@@ -246,6 +119,222 @@ pub(crate) fn update(
     changes.user(conn, id)?;
     audit_edit(conn, now, actor, "user.update", &format!("user {id} ({})", before.name), &edit.audited())?;
     Ok(())
+}
+
+/// An edit under way: the user as it was (its view and what the view does not show), what
+/// `input` gives, and what changed so far. Each step looks at one field (or two that go
+/// together), in the order [`update`] takes them, and writes it only when it changes.
+struct Editing<'a> {
+    conn: &'a Connection,
+    id: UserId,
+    input: &'a UserInput,
+    now: u64,
+    before: UserView,
+    was: Stored,
+    edit: Edit,
+}
+
+impl Editing<'_> {
+    fn name(&mut self) -> Result<(), Error> {
+        let (conn, id, before) = (self.conn, self.id, &self.before);
+        if let Some(name) = &self.input.name {
+            let name = check_name(name, "user")?;
+            if name != before.name {
+                let tenant: i64 = conn.query_row("SELECT tenant FROM users WHERE id = ?1", [id], |row| row.get(0))?;
+                if let Some(existing) = named_like(conn, &name, Some(id), tenant)? {
+                    return Err(Error::conflict("conflict", format!("a user named {existing:?} already exists")));
+                }
+                conn.execute("UPDATE users SET name = ?2 WHERE id = ?1", params![id, name])
+                    .map_err(|e| Error::from(e).unique(&format!("a user named {name:?}")))?;
+                self.edit.shown("name", before.name.as_str(), name);
+            }
+        }
+        Ok(())
+    }
+
+    fn quota(&mut self) -> Result<(), Error> {
+        let (conn, id, before) = (self.conn, self.id, &self.before);
+        if let Some(quota) = self.input.quota {
+            if quota > i64::MAX as u64 {
+                return Err(Error::invalid("bad_quota", "quota is too large"));
+            }
+            if quota != before.quota {
+                conn.execute("UPDATE users SET quota = ?2 WHERE id = ?1", params![id, quota])?;
+                self.edit.shown("quota", before.quota, quota);
+            }
+        }
+        Ok(())
+    }
+
+    /// The expiry and the start-on-first-use duration, from `expires_at`, `days` and
+    /// `start_on_first_use` together.
+    fn expiry(&mut self) -> Result<(), Error> {
+        let (conn, id, input, before, was) = (self.conn, self.id, self.input, &self.before, &self.was);
+        if input.expires_at.is_some() || input.days.is_some() || input.start_on_first_use.is_some() {
+            let (expires_at, duration) = expiry(input, self.now)?;
+            // A user already started keeps its start; a new duration then counts from it.
+            let (expires_at, duration) = if duration != 0 && before.started_at != 0 {
+                (before.started_at + duration, duration)
+            } else {
+                (expires_at, duration)
+            };
+            // The expiry it has, given again, is no change (nor is the duration it came from).
+            let same_date = input.days.is_none() && input.expires_at == Some(before.expires_at);
+            if !same_date && (expires_at, duration) != (before.expires_at, was.duration) {
+                conn.execute(
+                    "UPDATE users SET expires_at = ?2, duration_secs = ?3 WHERE id = ?1",
+                    params![id, expires_at, duration],
+                )?;
+                if expires_at != before.expires_at {
+                    self.edit.shown("expires_at", before.expires_at, expires_at);
+                }
+                if duration != was.duration {
+                    self.edit.shown("duration_days", was.duration / 86_400, duration / 86_400);
+                }
+            }
+        }
+        Ok(())
+    }
+
+    fn reset(&mut self) -> Result<(), Error> {
+        let (conn, id, before) = (self.conn, self.id, &self.before);
+        if let Some(reset) = &self.input.reset {
+            let reset = parse_reset(reset).ok_or_else(|| {
+                Error::invalid("bad_reset", "reset must be none, daily, weekly, monthly or rolling30")
+            })?;
+            if reset_name(reset) != before.reset {
+                conn.execute(
+                    "UPDATE users SET reset = ?2, next_reset = ?3 WHERE id = ?1",
+                    params![id, reset_name(reset), crate::clock::next_reset(reset, self.now)],
+                )?;
+                self.edit.shown("reset", before.reset.as_str(), reset_name(reset));
+            }
+        }
+        Ok(())
+    }
+
+    fn note(&mut self) -> Result<(), Error> {
+        if let Some(note) = &self.input.note {
+            check_note(note)?;
+            if *note != self.before.note {
+                self.conn.execute("UPDATE users SET note = ?2 WHERE id = ?1", params![self.id, note])?;
+                self.edit.hidden("note");
+            }
+        }
+        Ok(())
+    }
+
+    fn enabled(&mut self) -> Result<(), Error> {
+        if let Some(enabled) = self.input.enabled
+            && enabled != self.before.enabled
+        {
+            self.conn.execute("UPDATE users SET enabled = ?2 WHERE id = ?1", params![self.id, enabled])?;
+            self.edit.shown(if enabled { "enabled" } else { "disabled" }, self.before.enabled, enabled);
+        }
+        Ok(())
+    }
+
+    fn speed_limit(&mut self) -> Result<(), Error> {
+        let (conn, id, was) = (self.conn, self.id, &self.was);
+        if let Some(speed) = self.input.speed_limit {
+            let speed = (speed.up.map(|m| m.0), speed.down.map(|m| m.0));
+            if speed != was.speed {
+                conn.execute(
+                    "UPDATE users SET speed_up = ?2, speed_down = ?3 WHERE id = ?1",
+                    params![id, speed.0, speed.1],
+                )?;
+                let mbps = |(up, down): (Option<u64>, Option<u64>)| json!({ "up": up.map(|k| k as f64 / 1000.0), "down": down.map(|k| k as f64 / 1000.0) });
+                self.edit.shown("speed_limit", mbps(was.speed), mbps(speed));
+            }
+        }
+        Ok(())
+    }
+
+    /// What a used-up quota does and the rate `slow` slows to; checked together once both
+    /// are written (`slow` needs a rate).
+    fn on_quota(&mut self) -> Result<(), Error> {
+        let (conn, id, input, was) = (self.conn, self.id, self.input, &self.was);
+        if let Some(on_quota) = &input.on_quota {
+            let on_quota = parse_on_quota(on_quota)?;
+            if on_quota != was.on_quota.as_deref() {
+                conn.execute("UPDATE users SET on_quota = ?2 WHERE id = ?1", params![id, on_quota])?;
+                self.edit.shown("on_quota", was.on_quota.as_deref().unwrap_or("group"), on_quota.unwrap_or("group"));
+            }
+        }
+        if let Some(slow) = input.slow_speed
+            && slow.0 != was.slow
+        {
+            conn.execute("UPDATE users SET slow_kbps = ?2 WHERE id = ?1", params![id, slow.0])?;
+            self.edit.shown("slow_speed", Mbps(was.slow).0 as f64 / 1000.0, slow.0 as f64 / 1000.0);
+        }
+        if input.on_quota.is_some() || input.slow_speed.is_some() {
+            let (on_quota, slow): (Option<String>, u64) =
+                conn.query_row("SELECT on_quota, slow_kbps FROM users WHERE id = ?1", [id], |r| {
+                    Ok((r.get(0)?, r.get(1)?))
+                })?;
+            check_slow(on_quota.as_deref(), Mbps(slow))?;
+        }
+        Ok(())
+    }
+
+    fn device_limit(&mut self) -> Result<(), Error> {
+        if let Some(limit) = self.input.device_limit {
+            let stored = match limit {
+                DeviceLimit::Group => None,
+                DeviceLimit::Own(n) => Some(n),
+            };
+            if stored != self.was.device_limit {
+                self.conn.execute("UPDATE users SET device_limit = ?2 WHERE id = ?1", params![self.id, stored])?;
+                let shown = |limit: Option<u32>| limit.map_or_else(|| json!("group"), |n| json!(n));
+                self.edit.shown("device_limit", shown(self.was.device_limit), shown(stored));
+            }
+        }
+        Ok(())
+    }
+
+    fn rule_set(&mut self) -> Result<(), Error> {
+        let (conn, id) = (self.conn, self.id);
+        if let Some(name) = &self.input.rule_set {
+            let set = super::routing::named(conn, name)?;
+            let had: Option<u16> =
+                conn.query_row("SELECT rule_set_id FROM users WHERE id = ?1", [id], |row| row.get(0))?;
+            if set != had {
+                conn.execute("UPDATE users SET rule_set_id = ?2 WHERE id = ?1", params![id, set])?;
+                let name = |set: Option<u16>| -> Result<Value, Error> {
+                    Ok(match set {
+                        None => json!("group"),
+                        Some(set) => {
+                            json!(conn.query_row("SELECT name FROM rule_sets WHERE id = ?1", [set], |r| {
+                                r.get::<_, String>(0)
+                            })?)
+                        }
+                    })
+                };
+                self.edit.shown("rule_set", name(had)?, name(set)?);
+            }
+        }
+        Ok(())
+    }
+
+    fn groups(&mut self) -> Result<(), Error> {
+        let (conn, id) = (self.conn, self.id);
+        if let Some(groups) = &self.input.groups {
+            let mut ids = group_ids(conn, groups)?;
+            ids.sort_unstable();
+            ids.dedup();
+            if ids != self.was.groups {
+                conn.execute("DELETE FROM user_groups WHERE user_id = ?1", [id])?;
+                for group in &ids {
+                    conn.execute("INSERT INTO user_groups (user_id, group_id) VALUES (?1, ?2)", params![id, group])?;
+                }
+                let mut names = groups.clone();
+                names.sort();
+                names.dedup();
+                self.edit.shown("groups", self.before.groups.clone(), names);
+            }
+        }
+        Ok(())
+    }
 }
 
 #[cfg(test)]
