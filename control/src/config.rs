@@ -222,46 +222,11 @@ impl Config {
     /// (through `env`), and validates everything.
     pub(crate) fn load(data_dir: &Path, env: &dyn Fn(&str) -> Option<String>) -> Result<Config> {
         let path = data_dir.join(FILE);
-        let file: FileConfig = match std::fs::read_to_string(&path) {
-            Ok(text) => toml::from_str(&text).with_context(|| format!("{} is not valid", path.display()))?,
-            Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
-                bail!("{} is missing (run `hearth-control init` first)", path.display())
-            }
-            Err(e) => return Err(e).with_context(|| format!("reading {}", path.display())),
-        };
-        let edge_path = data_dir.join("edge.toml");
-        let edge: EdgeSettings = toml::from_str(
-            &std::fs::read_to_string(&edge_path).with_context(|| format!("reading {}", edge_path.display()))?,
-        )
-        .with_context(|| format!("{} is not valid", edge_path.display()))?;
-        check_prefix("the edge's api_prefix", &edge.api_prefix)?;
-        let root: PublicKey = edge
-            .root_key
-            .parse()
-            .with_context(|| format!("root_key in {} is not a public key", edge_path.display()))?;
+        let file = read_file(&path)?;
+        let (edge, root) = read_edge(data_dir)?;
 
-        let listen = pick(env, "HEARTH_LISTEN", file.listen).unwrap_or_else(|| "127.0.0.1:8443".to_owned());
-        let listen: SocketAddr = listen
-            .parse()
-            .with_context(|| format!("listen must be an address and port like 0.0.0.0:8443, not {listen:?}"))?;
-        let tls = match pick(env, "HEARTH_TLS", file.tls).as_deref().unwrap_or("self-signed") {
-            "self-signed" | "files" => {
-                let at = |p: Option<String>, default: &str| {
-                    let p = PathBuf::from(p.unwrap_or_else(|| default.to_owned()));
-                    if p.is_absolute() { p } else { data_dir.join(p) }
-                };
-                let cert = at(pick(env, "HEARTH_TLS_CERT", file.tls_cert), "tls.crt");
-                let key = at(pick(env, "HEARTH_TLS_KEY", file.tls_key), "tls.key");
-                for path in [&cert, &key] {
-                    if !path.exists() {
-                        bail!("{} is missing (tls = \"off\" serves plain HTTP behind a proxy)", path.display());
-                    }
-                }
-                Tls::Files { cert, key }
-            }
-            "off" => Tls::Off,
-            other => bail!("tls must be self-signed, files or off, not {other:?}"),
-        };
+        let listen = listen(env, file.listen)?;
+        let tls = tls(env, data_dir, file.tls, file.tls_cert, file.tls_key)?;
         let scheme = if tls == Tls::Off { "http" } else { "https" };
         let public_url = pick(env, "HEARTH_PUBLIC_URL", file.public_url);
         let derived_public = public_url.is_none();
@@ -269,12 +234,7 @@ impl Config {
             Some(url) => check_url("public_url", &url)?,
             None => format!("{scheme}://{listen}"),
         };
-        let admin_prefix = pick(env, "HEARTH_ADMIN_PREFIX", file.admin_prefix)
-            .with_context(|| format!("admin_prefix is missing from {}", path.display()))?;
-        check_prefix("admin_prefix", &admin_prefix)?;
-        if admin_prefix == edge.api_prefix || admin_prefix == edge.sub_prefix {
-            bail!("admin_prefix must differ from the edge's prefixes");
-        }
+        let admin_prefix = admin_prefix(env, file.admin_prefix, &path, &edge)?;
         let edge_url = pick(env, "HEARTH_EDGE_URL", file.edge_url)
             .filter(|u| !u.trim().is_empty())
             .map(|u| check_url("edge_url", &u))
@@ -282,11 +242,7 @@ impl Config {
         let explicit_sub =
             pick(env, "HEARTH_SUB_URL", file.sub_url).map(|url| check_url("sub_url", &url)).transpose()?;
         let sub_url = link_base(&public_url, &edge.sub_prefix, edge_url.as_deref(), explicit_sub.as_deref());
-        let log_json = match pick(env, "HEARTH_LOG_FORMAT", file.log_format).as_deref().unwrap_or("text") {
-            "text" => false,
-            "json" => true,
-            other => bail!("log_format must be text or json, not {other:?}"),
-        };
+        let log_json = log_json(env, file.log_format)?;
         let metrics_token = pick(env, "HEARTH_METRICS_TOKEN", file.metrics_token);
         if metrics_token.as_ref().is_some_and(|t| t.len() < 16) {
             bail!("metrics_token must be at least 16 characters");
@@ -296,34 +252,14 @@ impl Config {
             &pick(env, "HEARTH_TELEGRAM_API", file.telegram_api)
                 .unwrap_or_else(|| "https://api.telegram.org".to_owned()),
         )?;
-        let seconds = |name: &str, file: Option<u64>, default: u64| -> Result<u64> {
-            match env(name).filter(|v| !v.is_empty()) {
-                Some(value) => value.parse().with_context(|| format!("{name} must be a number of seconds")),
-                None => Ok(file.unwrap_or(default)),
-            }
-        };
-        let archive_after_secs = seconds("HEARTH_ARCHIVE_AFTER_SECS", file.archive_after_secs, 30)?.max(1);
-        let archive_every_secs = seconds("HEARTH_ARCHIVE_EVERY_SECS", file.archive_every_secs, 3600)?.max(60);
-        let release_timeout_secs = seconds("HEARTH_RELEASE_TIMEOUT_SECS", file.release_timeout_secs, 900)?.max(10);
-        let edge_failover_secs = seconds("HEARTH_EDGE_FAILOVER_SECS", file.edge_failover_secs, 600)?;
-        let node_binaries = match pick(env, "HEARTH_NODE_BINARIES", file.node_binaries) {
-            Some(dir) => data_dir.join(dir),
-            None => std::env::current_exe()
-                .ok()
-                .and_then(|exe| exe.parent().map(Path::to_path_buf))
-                .unwrap_or_else(|| PathBuf::from("/usr/local/bin")),
-        };
-        let trusted_proxies = match env("HEARTH_TRUSTED_PROXIES").filter(|v| !v.is_empty()) {
-            Some(list) => hearth_shared::forwarded::parse_list([list.as_str()]),
-            None => hearth_shared::forwarded::parse_list(file.trusted_proxies.iter().flatten().map(String::as_str)),
-        }
-        .map_err(|problem| anyhow::anyhow!("trusted_proxies {problem}"))?;
+        let archive_after_secs = seconds(env, "HEARTH_ARCHIVE_AFTER_SECS", file.archive_after_secs, 30)?.max(1);
+        let archive_every_secs = seconds(env, "HEARTH_ARCHIVE_EVERY_SECS", file.archive_every_secs, 3600)?.max(60);
+        let release_timeout_secs = seconds(env, "HEARTH_RELEASE_TIMEOUT_SECS", file.release_timeout_secs, 900)?.max(10);
+        let edge_failover_secs = seconds(env, "HEARTH_EDGE_FAILOVER_SECS", file.edge_failover_secs, 600)?;
+        let node_binaries = node_binaries(env, file.node_binaries, data_dir);
+        let trusted_proxies = trusted_proxies(env, file.trusted_proxies.as_deref())?;
         let acme = acme(env, file.acme, data_dir, tls == Tls::Off)?;
-        let profile = file.profile;
-        if profile.title.trim().is_empty() || profile.title.len() > 100 {
-            bail!("profile.title must be 1 to 100 bytes");
-        }
-        let optional = |s: String| (!s.trim().is_empty()).then_some(s);
+        let profile = profile(file.profile)?;
         Ok(Config {
             listen,
             public_url,
@@ -340,13 +276,7 @@ impl Config {
             edge_failover_secs,
             node_binaries,
             trusted_proxies,
-            profile: Profile {
-                title: profile.title,
-                announce: optional(profile.announce),
-                support_url: url("support_url", &profile.support_url).map_err(|e| anyhow::anyhow!("[profile] {e}"))?,
-                web_page_url: None,
-                update_interval_hours: profile.update_interval_hours.clamp(1, 168),
-            },
+            profile,
             acme,
             edge,
             root,
@@ -365,6 +295,138 @@ impl Config {
             self.sub_url = self.link_base(self.edge_url.as_deref(), self.explicit_sub.as_deref());
         }
     }
+}
+
+/// Reads `control.toml` at `path`.
+fn read_file(path: &Path) -> Result<FileConfig> {
+    match std::fs::read_to_string(path) {
+        Ok(text) => toml::from_str(&text).with_context(|| format!("{} is not valid", path.display())),
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
+            bail!("{} is missing (run `hearth-control init` first)", path.display())
+        }
+        Err(e) => Err(e).with_context(|| format!("reading {}", path.display())),
+    }
+}
+
+/// Reads `edge.toml` from `data_dir`, checked, with the root key it holds.
+fn read_edge(data_dir: &Path) -> Result<(EdgeSettings, PublicKey)> {
+    let edge_path = data_dir.join("edge.toml");
+    let edge: EdgeSettings = toml::from_str(
+        &std::fs::read_to_string(&edge_path).with_context(|| format!("reading {}", edge_path.display()))?,
+    )
+    .with_context(|| format!("{} is not valid", edge_path.display()))?;
+    check_prefix("the edge's api_prefix", &edge.api_prefix)?;
+    let root: PublicKey =
+        edge.root_key.parse().with_context(|| format!("root_key in {} is not a public key", edge_path.display()))?;
+    Ok((edge, root))
+}
+
+/// The address and port control listens on (`listen`, `HEARTH_LISTEN`).
+fn listen(env: &dyn Fn(&str) -> Option<String>, file: Option<String>) -> Result<SocketAddr> {
+    let listen = pick(env, "HEARTH_LISTEN", file).unwrap_or_else(|| "127.0.0.1:8443".to_owned());
+    listen.parse().with_context(|| format!("listen must be an address and port like 0.0.0.0:8443, not {listen:?}"))
+}
+
+/// How control serves HTTPS (`tls`, with `tls_cert` and `tls_key` relative to `data_dir`),
+/// the files checked to be there.
+fn tls(
+    env: &dyn Fn(&str) -> Option<String>,
+    data_dir: &Path,
+    tls: Option<String>,
+    cert: Option<String>,
+    key: Option<String>,
+) -> Result<Tls> {
+    Ok(match pick(env, "HEARTH_TLS", tls).as_deref().unwrap_or("self-signed") {
+        "self-signed" | "files" => {
+            let at = |p: Option<String>, default: &str| {
+                let p = PathBuf::from(p.unwrap_or_else(|| default.to_owned()));
+                if p.is_absolute() { p } else { data_dir.join(p) }
+            };
+            let cert = at(pick(env, "HEARTH_TLS_CERT", cert), "tls.crt");
+            let key = at(pick(env, "HEARTH_TLS_KEY", key), "tls.key");
+            for path in [&cert, &key] {
+                if !path.exists() {
+                    bail!("{} is missing (tls = \"off\" serves plain HTTP behind a proxy)", path.display());
+                }
+            }
+            Tls::Files { cert, key }
+        }
+        "off" => Tls::Off,
+        other => bail!("tls must be self-signed, files or off, not {other:?}"),
+    })
+}
+
+/// The admin panel's secret path, which `control.toml` at `path` must hold, unlike the edge's
+/// prefixes.
+fn admin_prefix(
+    env: &dyn Fn(&str) -> Option<String>,
+    file: Option<String>,
+    path: &Path,
+    edge: &EdgeSettings,
+) -> Result<String> {
+    let admin_prefix = pick(env, "HEARTH_ADMIN_PREFIX", file)
+        .with_context(|| format!("admin_prefix is missing from {}", path.display()))?;
+    check_prefix("admin_prefix", &admin_prefix)?;
+    if admin_prefix == edge.api_prefix || admin_prefix == edge.sub_prefix {
+        bail!("admin_prefix must differ from the edge's prefixes");
+    }
+    Ok(admin_prefix)
+}
+
+/// Whether logs are JSON (`log_format`: text or json).
+fn log_json(env: &dyn Fn(&str) -> Option<String>, file: Option<String>) -> Result<bool> {
+    match pick(env, "HEARTH_LOG_FORMAT", file).as_deref().unwrap_or("text") {
+        "text" => Ok(false),
+        "json" => Ok(true),
+        other => bail!("log_format must be text or json, not {other:?}"),
+    }
+}
+
+/// A number of seconds: the variable `name`, else the file's, else `default`.
+fn seconds(env: &dyn Fn(&str) -> Option<String>, name: &str, file: Option<u64>, default: u64) -> Result<u64> {
+    match env(name).filter(|v| !v.is_empty()) {
+        Some(value) => value.parse().with_context(|| format!("{name} must be a number of seconds")),
+        None => Ok(file.unwrap_or(default)),
+    }
+}
+
+/// Where the node binaries shipped with control are: as set (relative to `data_dir`), else
+/// beside `hearth-control` itself.
+fn node_binaries(env: &dyn Fn(&str) -> Option<String>, file: Option<String>, data_dir: &Path) -> PathBuf {
+    match pick(env, "HEARTH_NODE_BINARIES", file) {
+        Some(dir) => data_dir.join(dir),
+        None => std::env::current_exe()
+            .ok()
+            .and_then(|exe| exe.parent().map(Path::to_path_buf))
+            .unwrap_or_else(|| PathBuf::from("/usr/local/bin")),
+    }
+}
+
+/// The reverse proxies in front (comma-separated in the variable, a list in the file).
+fn trusted_proxies(
+    env: &dyn Fn(&str) -> Option<String>,
+    file: Option<&[String]>,
+) -> Result<Vec<hearth_shared::forwarded::Cidr>> {
+    match env("HEARTH_TRUSTED_PROXIES").filter(|v| !v.is_empty()) {
+        Some(list) => hearth_shared::forwarded::parse_list([list.as_str()]),
+        None => hearth_shared::forwarded::parse_list(file.into_iter().flatten().map(String::as_str)),
+    }
+    .map_err(|problem| anyhow::anyhow!("trusted_proxies {problem}"))
+}
+
+/// The `[profile]` table, checked: what apps show.
+fn profile(profile: ProfileConfig) -> Result<Profile> {
+    if profile.title.trim().is_empty() || profile.title.len() > 100 {
+        bail!("profile.title must be 1 to 100 bytes");
+    }
+    let optional = |s: String| (!s.trim().is_empty()).then_some(s);
+    Ok(Profile {
+        title: profile.title,
+        announce: optional(profile.announce),
+        support_url: url("support_url", &profile.support_url).map_err(|e| anyhow::anyhow!("[profile] {e}"))?,
+        web_page_url: None,
+        update_interval_hours: profile.update_interval_hours.clamp(1, 168),
+    })
 }
 
 /// The `[acme]` table with its environment overrides, checked.
