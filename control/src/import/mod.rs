@@ -357,27 +357,87 @@ fn take(
     passwords: &mut HashSet<[u8; 32]>,
     now: u64,
 ) -> Result<Result<ImportedUser, Skipped>, Error> {
-    let password_kept = user.password.is_some();
-    let password = match &user.password {
-        Some(password) => {
-            if let Err(reason) = check_password(password) {
-                return Ok(Err(refuse(user, reason)));
-            }
-            let hash = hearth_shared::sha256(password.as_bytes());
-            let taken: bool = conn
-                .prepare_cached("SELECT EXISTS (SELECT 1 FROM users WHERE credential_hash = ?1)")?
-                .query_row([hash.to_vec()], |row| row.get(0))?;
-            if taken || !passwords.insert(hash) {
-                return Ok(Err(refuse(
-                    user,
-                    "its Hysteria2 password is another user's: a node could not tell them apart",
-                )));
-            }
-            password.clone()
-        }
-        None => crate::secrets::random_credential(),
+    let password = match password_of(conn, user, passwords)? {
+        Ok(password) => password,
+        Err(skipped) => return Ok(Err(skipped)),
     };
-    let link_kept = user.link.is_some();
+    let token = match token_of(conn, user)? {
+        Ok(token) => token,
+        Err(skipped) => return Ok(Err(skipped)),
+    };
+    if user.aliases.len() > MAX_ALIASES {
+        return Ok(Err(refuse(user, format!("it has more than {MAX_ALIASES} old subscription paths"))));
+    }
+    let Mapped { input, next_reset, changed } = mapped(user, now);
+    // A savepoint: a user refused half-way leaves nothing behind.
+    conn.execute_batch("SAVEPOINT import_user")?;
+    let stored = (|| -> Result<UserId, Error> {
+        let id = crate::store::users::insert_imported(conn, &signer.vault, &input, token, &password, key, now)?;
+        conn.prepare_cached("UPDATE users SET used_up = ?2, used_down = ?3, raw_up = ?2, raw_down = ?3 WHERE id = ?1")?
+            .execute(rusqlite::params![id, user.used_up, user.used_down])?;
+        for path in &user.aliases {
+            aliases::add(conn, id, path, key.split(':').next().unwrap_or_default(), now)?;
+        }
+        if user.telegram_id.is_some() {
+            crate::store::telegram::set_user_chat(conn, id, user.telegram_id)?;
+        }
+        if next_reset > now && user.reset != "none" {
+            conn.prepare_cached("UPDATE users SET next_reset = ?2 WHERE id = ?1")?
+                .execute(rusqlite::params![id, next_reset])?;
+        }
+        Ok(id)
+    })();
+    match stored {
+        Ok(id) => {
+            conn.execute_batch("RELEASE import_user")?;
+            Ok(Ok(ImportedUser {
+                user: id,
+                name: user.name.clone(),
+                id: user.id.clone(),
+                password_kept: user.password.is_some(),
+                link_kept: user.link.is_some(),
+                aliases: user.aliases.len(),
+                changed,
+            }))
+        }
+        Err(Error::Invalid { message, .. } | Error::Conflict { message, .. }) => {
+            conn.execute_batch("ROLLBACK TO import_user; RELEASE import_user")?;
+            Ok(Err(refuse(user, message)))
+        }
+        Err(e) => {
+            conn.execute_batch("ROLLBACK TO import_user; RELEASE import_user")?;
+            Err(e)
+        }
+    }
+}
+
+/// The Hysteria2 password a user comes with: its own, or a new one when it has none. Skipped
+/// when its own is not one an app can present, or is another user's (stored, or taken by
+/// this import so far: `passwords`).
+fn password_of(
+    conn: &Connection,
+    user: &IncomingUser,
+    passwords: &mut HashSet<[u8; 32]>,
+) -> Result<Result<String, Skipped>, Error> {
+    let Some(password) = &user.password else {
+        return Ok(Ok(crate::secrets::random_credential()));
+    };
+    if let Err(reason) = check_password(password) {
+        return Ok(Err(refuse(user, reason)));
+    }
+    let hash = hearth_shared::sha256(password.as_bytes());
+    let taken: bool = conn
+        .prepare_cached("SELECT EXISTS (SELECT 1 FROM users WHERE credential_hash = ?1)")?
+        .query_row([hash.to_vec()], |row| row.get(0))?;
+    if taken || !passwords.insert(hash) {
+        return Ok(Err(refuse(user, "its Hysteria2 password is another user's: a node could not tell them apart")));
+    }
+    Ok(Ok(password.clone()))
+}
+
+/// The subscription link a user comes with: its own Hearth token, or a new one when it has
+/// none. Skipped when its own is not a Hearth token, or is another user's.
+fn token_of(conn: &Connection, user: &IncomingUser) -> Result<Result<SubToken, Skipped>, Error> {
     let token = match &user.link {
         Some(link) => match SubToken::parse(link.rsplit('/').next().unwrap_or_default()) {
             Some(token) => token,
@@ -391,9 +451,23 @@ fn take(
     if taken {
         return Ok(Err(refuse(user, "its link is another user's")));
     }
-    if user.aliases.len() > MAX_ALIASES {
-        return Ok(Err(refuse(user, format!("it has more than {MAX_ALIASES} old subscription paths"))));
-    }
+    Ok(Ok(token))
+}
+
+/// What Hearth makes of an incoming user's fields.
+struct Mapped {
+    /// The user as Hearth stores it.
+    input: UserInput,
+    /// When its traffic first goes back to zero (0: as its reset says, from the import).
+    next_reset: u64,
+    /// What came over changed, in words: the source's (see [`IncomingUser::mapped`]) and
+    /// Hearth's own.
+    changed: Vec<String>,
+}
+
+/// An incoming user's fields as Hearth takes them, at `now`: a next reset beyond a year is
+/// none, a note is cut to Hearth's most, days from the first use start then.
+fn mapped(user: &IncomingUser, now: u64) -> Mapped {
     let mut changed = user.mapped.clone();
     // No periodic reset is further off than a month: a date beyond a year is not one (nor a
     // number SQLite keeps), and the cycle counts from the import.
@@ -424,44 +498,75 @@ fn take(
         device_limit: user.device_limit.map(DeviceLimit::Own),
         ..UserInput::default()
     };
-    // A savepoint: a user refused half-way leaves nothing behind.
-    conn.execute_batch("SAVEPOINT import_user")?;
-    let stored = (|| -> Result<UserId, Error> {
-        let id = crate::store::users::insert_imported(conn, &signer.vault, &input, token, &password, key, now)?;
-        conn.prepare_cached("UPDATE users SET used_up = ?2, used_down = ?3, raw_up = ?2, raw_down = ?3 WHERE id = ?1")?
-            .execute(rusqlite::params![id, user.used_up, user.used_down])?;
-        for path in &user.aliases {
-            aliases::add(conn, id, path, key.split(':').next().unwrap_or_default(), now)?;
+    Mapped { input, next_reset, changed }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn user() -> IncomingUser {
+        IncomingUser {
+            id: "alice@example".to_owned(),
+            name: "alice".to_owned(),
+            quota: 50 << 30,
+            expires_at: 1_798_761_600,
+            enabled: true,
+            reset: "monthly".to_owned(),
+            note: "paid".to_owned(),
+            device_limit: Some(2),
+            next_reset: 1_798_000_000,
+            mapped: vec!["said by the source".to_owned()],
+            ..IncomingUser::default()
         }
-        if user.telegram_id.is_some() {
-            crate::store::telegram::set_user_chat(conn, id, user.telegram_id)?;
-        }
-        if next_reset > now && user.reset != "none" {
-            conn.prepare_cached("UPDATE users SET next_reset = ?2 WHERE id = ?1")?
-                .execute(rusqlite::params![id, next_reset])?;
-        }
-        Ok(id)
-    })();
-    match stored {
-        Ok(id) => {
-            conn.execute_batch("RELEASE import_user")?;
-            Ok(Ok(ImportedUser {
-                user: id,
-                name: user.name.clone(),
-                id: user.id.clone(),
-                password_kept,
-                link_kept,
-                aliases: user.aliases.len(),
-                changed,
-            }))
-        }
-        Err(Error::Invalid { message, .. } | Error::Conflict { message, .. }) => {
-            conn.execute_batch("ROLLBACK TO import_user; RELEASE import_user")?;
-            Ok(Err(refuse(user, message)))
-        }
-        Err(e) => {
-            conn.execute_batch("ROLLBACK TO import_user; RELEASE import_user")?;
-            Err(e)
-        }
+    }
+
+    /// A user's fields come over as they are, with what the source said changed.
+    #[test]
+    fn a_users_fields_come_as_hearths() {
+        let now = 1_796_083_200;
+        let Mapped { input, next_reset, changed } = mapped(&user(), now);
+        assert_eq!(
+            (input.name.as_deref(), input.quota, input.expires_at),
+            (Some("alice"), Some(50 << 30), Some(1_798_761_600))
+        );
+        assert_eq!((input.days, input.start_on_first_use, input.enabled), (None, None, Some(true)));
+        assert_eq!((input.reset.as_deref(), input.note.as_deref()), (Some("monthly"), Some("paid")));
+        assert_eq!(input.device_limit, Some(DeviceLimit::Own(2)));
+        assert_eq!(next_reset, 1_798_000_000);
+        assert_eq!(changed, ["said by the source"]);
+    }
+
+    /// Days from the first use start then (no expiry); a next reset beyond a year and a note
+    /// over Hearth's most are changed, and said.
+    #[test]
+    fn what_hearth_cannot_keep_is_changed_and_said() {
+        let now = 1_796_083_200;
+        let incoming = IncomingUser {
+            days_from_first_use: 30,
+            next_reset: now + 400 * 86_400,
+            note: "n".repeat(crate::store::users::MAX_NOTE + 1),
+            mapped: Vec::new(),
+            ..user()
+        };
+        let Mapped { input, next_reset, changed } = mapped(&incoming, now);
+        assert_eq!((input.expires_at, input.days, input.start_on_first_use), (None, Some(30), Some(true)));
+        assert_eq!(next_reset, 0);
+        assert_eq!(input.note.map(|n| n.len()), Some(crate::store::users::MAX_NOTE));
+        assert_eq!(
+            changed,
+            [
+                "its next reset was more than a year away: its cycle counts from the import".to_owned(),
+                format!("its note was cut to {} bytes (Hearth's most)", crate::store::users::MAX_NOTE),
+            ]
+        );
+    }
+
+    #[test]
+    fn a_password_is_printable_text_of_bounded_length() {
+        assert!(check_password("hy2-alice-auth-0001").is_ok());
+        assert!(check_password("").is_err());
+        assert!(check_password("tab\there").is_err());
+        assert!(check_password(&"p".repeat(MAX_PASSWORD + 1)).is_err());
     }
 }

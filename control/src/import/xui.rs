@@ -130,6 +130,31 @@ fn columns(conn: &Connection, table: &str) -> rusqlite::Result<HashSet<String>> 
 /// read too). `now` decides whether a limit had run out.
 pub(crate) fn read(path: &Path, now: u64) -> anyhow::Result<Incoming> {
     let behind = wal_without_log(path);
+    let (conn, inbound_columns) = open(path)?;
+    let folders = subscription_folders(&panel_settings(&conn)?);
+    let traffic = traffic_of(&conn)?;
+    let inbounds = inbounds_of(&conn, &inbound_columns)?;
+
+    let mut incoming = Incoming { source: "3x-ui".to_owned(), fields: FIELDS.to_vec(), ..Incoming::default() };
+    incoming.warnings.extend(behind);
+    let mut reader = Reader {
+        folders,
+        traffic,
+        now_ms: i64::try_from(now).unwrap_or(i64::MAX).saturating_mul(1000),
+        incoming,
+        seen: HashMap::new(),
+        subscriptions: HashMap::new(),
+        others: Vec::new(),
+    };
+    for inbound in &inbounds {
+        reader.inbound(inbound)?;
+    }
+    Ok(reader.finish())
+}
+
+/// The database at `path`, opened read-only and checked whole, and the columns of its
+/// inbounds (which must hold clients).
+fn open(path: &Path) -> anyhow::Result<(Connection, HashSet<String>)> {
     let conn = Connection::open_with_flags(path, OpenFlags::SQLITE_OPEN_READ_ONLY | OpenFlags::SQLITE_OPEN_NO_MUTEX)
         .with_context(|| format!("opening {} as SQLite", path.display()))?;
     let inbound_columns =
@@ -138,17 +163,27 @@ pub(crate) fn read(path: &Path, now: u64) -> anyhow::Result<Incoming> {
     if !["id", "protocol", "settings"].iter().all(|c| inbound_columns.contains(*c)) {
         bail!("{} is not a 3x-ui database: it has no inbounds table with clients", path.display());
     }
-    let settings: HashMap<String, String> = if columns(&conn, "settings")?.contains("key") {
-        let mut query = conn.prepare("SELECT key, value FROM settings")?;
-        let rows = query.query_map([], |row| Ok((row.get::<_, String>(0)?, row.get::<_, Option<String>>(1)?)))?;
-        rows.map(|row| row.map(|(key, value)| (key, value.unwrap_or_default())))
-            .collect::<rusqlite::Result<_>>()
-            .context("reading the panel's settings")?
-    } else {
-        HashMap::new()
-    };
+    Ok((conn, inbound_columns))
+}
+
+/// The panel's settings, by key (none in a database without them).
+fn panel_settings(conn: &Connection) -> anyhow::Result<HashMap<String, String>> {
+    if !columns(conn, "settings")?.contains("key") {
+        return Ok(HashMap::new());
+    }
+    let mut query = conn.prepare("SELECT key, value FROM settings")?;
+    let rows = query.query_map([], |row| Ok((row.get::<_, String>(0)?, row.get::<_, Option<String>>(1)?)))?;
+    let settings = rows
+        .map(|row| row.map(|(key, value)| (key, value.unwrap_or_default())))
+        .collect::<rusqlite::Result<_>>()
+        .context("reading the panel's settings")?;
+    Ok(settings)
+}
+
+/// Where subscriptions were served: each path 3x-ui answers a subscription id under, as its
+/// `settings` say (its defaults where they say nothing).
+fn subscription_folders(settings: &HashMap<String, String>) -> Vec<String> {
     let setting = |key: &str, default: &str| settings.get(key).cloned().unwrap_or_else(|| default.to_owned());
-    // Where subscriptions were served: each path 3x-ui answers a subscription id under.
     let mut folders = Vec::new();
     for (path_key, default, uri_key) in [
         ("subPath", "/sub/", "subURI"),
@@ -161,32 +196,57 @@ pub(crate) fn read(path: &Path, now: u64) -> anyhow::Result<Incoming> {
             folders.push(folder);
         }
     }
+    folders
+}
 
-    let traffic_columns = columns(&conn, "client_traffics")?;
-    let traffic: HashMap<String, Traffic> = if traffic_columns.contains("email") {
-        let reset = if traffic_columns.contains("reset") { "CAST(reset AS INTEGER)" } else { "0" };
-        let mut query = conn.prepare(&format!(
-            "SELECT email, enable, CAST(up AS INTEGER), CAST(down AS INTEGER), CAST(expiry_time AS INTEGER),
+/// Each client's `client_traffics` row, by email (none in a database without them).
+fn traffic_of(conn: &Connection) -> anyhow::Result<HashMap<String, Traffic>> {
+    let traffic_columns = columns(conn, "client_traffics")?;
+    if !traffic_columns.contains("email") {
+        return Ok(HashMap::new());
+    }
+    let reset = if traffic_columns.contains("reset") { "CAST(reset AS INTEGER)" } else { "0" };
+    let mut query = conn.prepare(&format!(
+        "SELECT email, enable, CAST(up AS INTEGER), CAST(down AS INTEGER), CAST(expiry_time AS INTEGER),
                     CAST(total AS INTEGER), {reset} FROM client_traffics"
-        ))?;
-        let rows = query.query_map([], |row| {
-            Ok((
-                row.get::<_, Option<String>>(0)?.unwrap_or_default(),
-                Traffic {
-                    enable: row.get::<_, Option<i64>>(1)?.unwrap_or(1) != 0,
-                    up: row.get::<_, Option<i64>>(2)?.unwrap_or(0).max(0) as u64,
-                    down: row.get::<_, Option<i64>>(3)?.unwrap_or(0).max(0) as u64,
-                    expiry_ms: row.get::<_, Option<i64>>(4)?.unwrap_or(0),
-                    total: row.get::<_, Option<i64>>(5)?.unwrap_or(0).max(0) as u64,
-                    renew_days: row.get::<_, Option<i64>>(6)?.unwrap_or(0).max(0),
-                },
-            ))
-        })?;
-        rows.collect::<rusqlite::Result<_>>().context("reading the clients' traffic (client_traffics)")?
-    } else {
-        HashMap::new()
-    };
+    ))?;
+    let rows = query.query_map([], |row| {
+        Ok((
+            row.get::<_, Option<String>>(0)?.unwrap_or_default(),
+            Traffic {
+                enable: row.get::<_, Option<i64>>(1)?.unwrap_or(1) != 0,
+                up: row.get::<_, Option<i64>>(2)?.unwrap_or(0).max(0) as u64,
+                down: row.get::<_, Option<i64>>(3)?.unwrap_or(0).max(0) as u64,
+                expiry_ms: row.get::<_, Option<i64>>(4)?.unwrap_or(0),
+                total: row.get::<_, Option<i64>>(5)?.unwrap_or(0).max(0) as u64,
+                renew_days: row.get::<_, Option<i64>>(6)?.unwrap_or(0).max(0),
+            },
+        ))
+    })?;
+    let traffic = rows.collect::<rusqlite::Result<_>>().context("reading the clients' traffic (client_traffics)")?;
+    Ok(traffic)
+}
 
+/// One inbound, as its row has it.
+struct Inbound {
+    id: i64,
+    remark: String,
+    enabled: bool,
+    /// Milliseconds (0: none).
+    expiry_ms: i64,
+    protocol: String,
+    /// JSON, with its clients.
+    settings: String,
+    /// JSON, with the shared Hysteria2 password if any.
+    stream: String,
+    /// Its traffic reset: hourly, daily, weekly, monthly (or none).
+    reset_schedule: String,
+    /// The day of the month of a monthly reset.
+    reset_day: i64,
+}
+
+/// The inbounds, in order (columns a database has not read as none).
+fn inbounds_of(conn: &Connection, inbound_columns: &HashSet<String>) -> anyhow::Result<Vec<Inbound>> {
     let optional =
         |name: &str| if inbound_columns.contains(name) { name.to_owned() } else { format!("NULL AS {name}") };
     let sql = format!(
@@ -201,191 +261,251 @@ pub(crate) fn read(path: &Path, now: u64) -> anyhow::Result<Incoming> {
     let mut query = conn.prepare(&sql)?;
     let inbounds = query
         .query_map([], |row| {
-            Ok((
-                row.get::<_, i64>(0)?,
-                row.get::<_, Option<String>>(1)?.unwrap_or_default(),
-                row.get::<_, Option<i64>>(2)?.unwrap_or(1) != 0,
-                row.get::<_, Option<i64>>(3)?.unwrap_or(0),
-                row.get::<_, Option<String>>(4)?.unwrap_or_default(),
-                row.get::<_, Option<String>>(5)?.unwrap_or_default(),
-                row.get::<_, Option<String>>(6)?.unwrap_or_default(),
-                row.get::<_, Option<String>>(7)?.unwrap_or_default(),
-                row.get::<_, Option<i64>>(8)?.unwrap_or(1),
-            ))
+            Ok(Inbound {
+                id: row.get::<_, i64>(0)?,
+                remark: row.get::<_, Option<String>>(1)?.unwrap_or_default(),
+                enabled: row.get::<_, Option<i64>>(2)?.unwrap_or(1) != 0,
+                expiry_ms: row.get::<_, Option<i64>>(3)?.unwrap_or(0),
+                protocol: row.get::<_, Option<String>>(4)?.unwrap_or_default(),
+                settings: row.get::<_, Option<String>>(5)?.unwrap_or_default(),
+                stream: row.get::<_, Option<String>>(6)?.unwrap_or_default(),
+                reset_schedule: row.get::<_, Option<String>>(7)?.unwrap_or_default(),
+                reset_day: row.get::<_, Option<i64>>(8)?.unwrap_or(1),
+            })
         })?
         .collect::<Result<Vec<_>, _>>()
         .context("reading the inbounds")?;
+    Ok(inbounds)
+}
 
-    let mut incoming = Incoming { source: "3x-ui".to_owned(), fields: FIELDS.to_vec(), ..Incoming::default() };
-    incoming.warnings.extend(behind);
-    let mut seen: HashMap<String, i64> = HashMap::new();
-    // Each subscription id, and the client whose it is here.
-    let mut subscriptions: HashMap<String, String> = HashMap::new();
-    let mut others: Vec<(usize, String)> = Vec::new();
-    let now_ms = i64::try_from(now).unwrap_or(i64::MAX).saturating_mul(1000);
-    for (inbound, remark, inbound_enabled, inbound_expiry, protocol, settings, stream, reset_schedule, reset_day) in
-        inbounds
-    {
+/// The clients read so far, inbound by inbound, and what the panel says of all of them.
+struct Reader {
+    /// Where subscriptions were served.
+    folders: Vec<String>,
+    /// Each client's traffic, by email.
+    traffic: HashMap<String, Traffic>,
+    now_ms: i64,
+    incoming: Incoming,
+    /// The inbound each email was imported from.
+    seen: HashMap<String, i64>,
+    /// Each subscription id, and the client whose it is here.
+    subscriptions: HashMap<String, String>,
+    /// Skipped clients of other protocols with a subscription id: where each is in
+    /// `incoming.skipped`, and the id.
+    others: Vec<(usize, String)>,
+}
+
+impl Reader {
+    /// Reads the clients of one inbound.
+    fn inbound(&mut self, inbound: &Inbound) -> anyhow::Result<()> {
+        let Inbound { id, remark, .. } = inbound;
         // Its clients are in there: none of them could be listed, so nothing is taken.
-        let Ok(settings) = serde_json::from_str::<Value>(&settings) else {
+        let Ok(settings) = serde_json::from_str::<Value>(&inbound.settings) else {
             bail!(
-                "inbound #{inbound} ({remark}) has settings that are not JSON, so its clients cannot be read: \
+                "inbound #{id} ({remark}) has settings that are not JSON, so its clients cannot be read: \
                  fix or delete it in 3x-ui, then import again"
             );
         };
-        let Some(clients) = settings.get("clients").and_then(Value::as_array) else { continue };
-        let hysteria = matches!(protocol.as_str(), "hysteria" | "hysteria2");
-        let shared_auth = serde_json::from_str::<Value>(&stream)
+        let Some(clients) = settings.get("clients").and_then(Value::as_array) else { return Ok(()) };
+        let hysteria = matches!(inbound.protocol.as_str(), "hysteria" | "hysteria2");
+        let shared_auth = serde_json::from_str::<Value>(&inbound.stream)
             .ok()
             .and_then(|s| s.pointer("/hysteriaSettings/auth").and_then(Value::as_str).map(str::to_owned))
             .unwrap_or_default();
         for client in clients {
-            let email = text(client, "email").to_owned();
-            let id = if email.is_empty() { format!("inbound #{inbound} client") } else { email.clone() };
-            let skip = |reason: String| Skipped { id: id.clone(), reason };
-            if !hysteria {
-                let subscription = text(client, "subId");
-                if !subscription.is_empty() {
-                    others.push((incoming.skipped.len(), subscription.to_owned()));
-                }
-                incoming.skipped.push(skip(format!(
-                    "{protocol} client (inbound #{inbound} {remark}): Hearth serves Hysteria2 only, and this client has no Hysteria2 password to carry over"
-                )));
-                continue;
+            if hysteria {
+                self.hysteria_client(inbound, &shared_auth, client);
+            } else {
+                self.other_client(inbound, client);
             }
-            if email.is_empty() {
-                incoming.skipped.push(skip("a Hysteria client with no email (3x-ui's name for it)".into()));
-                continue;
+        }
+        Ok(())
+    }
+
+    /// A client of another protocol: skipped (its subscription id kept, to say who keeps it).
+    fn other_client(&mut self, inbound: &Inbound, client: &Value) {
+        let Inbound { id: inbound_id, remark, protocol, .. } = inbound;
+        let skipped = &mut self.incoming.skipped;
+        let subscription = text(client, "subId");
+        if !subscription.is_empty() {
+            self.others.push((skipped.len(), subscription.to_owned()));
+        }
+        skipped.push(Skipped {
+            id: client_id(inbound, client),
+            reason: format!(
+                "{protocol} client (inbound #{inbound_id} {remark}): Hearth serves Hysteria2 only, and this client has no Hysteria2 password to carry over"
+            ),
+        });
+    }
+
+    /// A Hysteria client: a user, unless it has no email or password, or its email was taken
+    /// already.
+    fn hysteria_client(&mut self, inbound: &Inbound, shared_auth: &str, client: &Value) {
+        let email = text(client, "email").to_owned();
+        let skip = |reason: String| Skipped { id: client_id(inbound, client), reason };
+        if email.is_empty() {
+            self.incoming.skipped.push(skip("a Hysteria client with no email (3x-ui's name for it)".into()));
+            return;
+        }
+        if let Some(first) = self.seen.get(&email) {
+            self.incoming.skipped.push(skip(format!("the same email again (imported from inbound #{first})")));
+            return;
+        }
+        let auth = match text(client, "auth") {
+            "" if !shared_auth.trim().is_empty() => shared_auth.trim().to_owned(),
+            "" => {
+                self.incoming
+                    .skipped
+                    .push(skip("no Hysteria2 password (auth), and the inbound has no shared one".into()));
+                return;
             }
-            if let Some(first) = seen.get(&email) {
-                incoming.skipped.push(skip(format!("the same email again (imported from inbound #{first})")));
-                continue;
-            }
-            let auth = match text(client, "auth") {
-                "" if !shared_auth.trim().is_empty() => shared_auth.trim().to_owned(),
-                "" => {
-                    incoming
-                        .skipped
-                        .push(skip("no Hysteria2 password (auth), and the inbound has no shared one".into()));
-                    continue;
-                }
-                auth => auth.to_owned(),
-            };
-            seen.insert(email.clone(), inbound);
-            let row = traffic.get(&email);
-            let quota = row.map_or(number(client.get("totalGB")).max(0) as u64, |t| t.total);
-            let (up, down) = row.map_or((0, 0), |t| (t.up, t.down));
-            let mut expiry_ms = row.map_or(number(client.get("expiryTime")), |t| t.expiry_ms);
-            if inbound_expiry > 0 && (expiry_ms <= 0 || inbound_expiry < expiry_ms) {
-                expiry_ms = inbound_expiry;
-            }
-            let mut mapped = Vec::new();
-            // The inbound's schedule, and what it became when not quite itself.
-            let (mut reset, mut inbound_said) = match reset_schedule.as_str() {
-                "hourly" => ("daily", Some("its inbound's hourly traffic reset became a daily one (Hearth's most often)".to_owned())),
-                "daily" => ("daily", None),
-                "weekly" => ("weekly", None),
-                "monthly" => (
-                    "monthly",
-                    (reset_day > 1).then(|| {
-                        format!("its inbound reset traffic monthly on day {reset_day}: here it is the 1st of each month (UTC)")
-                    }),
-                ),
-                _ => ("none", None),
-            };
-            let mut next_reset = 0;
-            let expired_at_ms = expiry_ms;
-            // Auto-renewal: at its expiry 3x-ui adds the client's days and zeroes its usage,
-            // forever. Here that is no expiry, and a reset as close to its period as Hearth has.
-            let renew_days = row.map_or_else(|| number(client.get("reset")), |t| t.renew_days);
-            if renew_days > 0 && expiry_ms != 0 {
-                let renew_ms = renew_days.saturating_mul(86_400_000);
-                let (strategy, how) = match renew_days {
-                    1 => ("daily", "every day at midnight UTC".to_owned()),
-                    2..=14 => ("weekly", format!("every Monday (3x-ui renewed it every {renew_days} days)")),
-                    _ => ("rolling30", format!("every 30 days (3x-ui renewed it every {renew_days} days)")),
-                };
-                if reset != "none" && reset != strategy {
-                    inbound_said = Some(format!("its inbound's {reset_schedule} reset gave way to its own renewal"));
-                }
-                reset = strategy;
-                if expiry_ms > 0 && strategy == "rolling30" {
-                    // The next renewal 3x-ui would have made, counted as it counts them.
-                    let mut next = expiry_ms;
-                    while next <= now_ms {
-                        next = next.saturating_add(renew_ms);
-                    }
-                    next_reset = (next / 1000) as u64;
-                }
+            auth => auth.to_owned(),
+        };
+        self.seen.insert(email.clone(), inbound.id);
+        let mut user = user_of(client, &email, auth, inbound, self.traffic.get(&email), self.now_ms);
+        user.aliases = self.aliases(text(client, "subId"), &email, &mut user.mapped);
+        self.incoming.users.push(user);
+    }
+
+    /// The aliases of a client's subscription id, under each subscription folder: for the
+    /// first client that has it (a later one is said to get a new link).
+    fn aliases(&mut self, subscription: &str, email: &str, mapped: &mut Vec<String>) -> Vec<String> {
+        match self.subscriptions.get(subscription) {
+            _ if subscription.is_empty() => Vec::new(),
+            Some(first) => {
                 mapped.push(format!(
-                    "3x-ui renewed it for {renew_days} days at each expiry: it has no expiry here, and its traffic goes back to zero {how}"
+                    "its subscription id is {first}'s too: its old link keeps serving {first}, and this user gets a new one"
                 ));
-                expiry_ms = 0;
+                Vec::new()
             }
-            mapped.extend(inbound_said);
-            let (expires_at, days_from_first_use) = match expiry_ms {
-                ms if ms > 0 => ((ms / 1000) as u64, 0),
-                ms if ms < 0 => (0, (-ms as u64).div_ceil(86_400_000)),
-                _ => (0, 0),
-            };
-            // Disabled only because a limit ran out: Hearth's own limits hold it.
-            let ran_out =
-                (quota > 0 && up.saturating_add(down) >= quota) || (expired_at_ms > 0 && expired_at_ms <= now_ms);
-            let manual = client.get("enable").and_then(Value::as_bool) == Some(false) && !ran_out;
-            let enabled = inbound_enabled && !manual && (row.is_none_or(|t| t.enable) || ran_out);
-            let subscription = text(client, "subId");
-            let aliases = match subscriptions.get(subscription) {
-                _ if subscription.is_empty() => Vec::new(),
-                Some(first) => {
+            None => {
+                self.subscriptions.insert(subscription.to_owned(), email.to_owned());
+                let segment = hearth_shared::wire::alias_segment(subscription);
+                if segment != subscription {
                     mapped.push(format!(
-                        "its subscription id is {first}'s too: its old link keeps serving {first}, and this user gets a new one"
+                        "its subscription id has characters a link carries escaped: its old link is served as {segment}"
                     ));
-                    Vec::new()
                 }
-                None => {
-                    subscriptions.insert(subscription.to_owned(), email.clone());
-                    let segment = hearth_shared::wire::alias_segment(subscription);
-                    if segment != subscription {
-                        mapped.push(format!(
-                            "its subscription id has characters a link carries escaped: its old link is served as {segment}"
-                        ));
-                    }
-                    folders.iter().map(|folder| format!("{folder}{segment}")).collect()
-                }
-            };
-            let device_limit = u32::try_from(number(client.get("limitIp"))).ok().filter(|n| *n > 0);
-            let telegram_id = Some(number(client.get("tgId"))).filter(|id| *id != 0);
-            incoming.users.push(IncomingUser {
-                id: email.clone(),
-                name: email,
-                password: Some(auth),
-                quota,
-                used_up: up,
-                used_down: down,
-                expires_at,
-                days_from_first_use,
-                enabled,
-                reset: reset.to_owned(),
-                note: text(client, "comment").to_owned(),
-                aliases,
-                device_limit,
-                telegram_id,
-                next_reset,
-                mapped,
-                ..IncomingUser::default()
-            });
+                self.folders.iter().map(|folder| format!("{folder}{segment}")).collect()
+            }
         }
     }
-    // A subscription id that also carried other protocols' links: the skipped clients say
-    // which user keeps it.
-    for (index, subscription) in others {
-        let ending = format!("/{}", hearth_shared::wire::alias_segment(&subscription));
-        if let Some(user) = incoming.users.iter().find(|u| u.aliases.iter().any(|a| a.ends_with(&ending))) {
-            let kept = format!("; its subscription is kept by {} (Hysteria2 only)", user.name);
-            incoming.skipped[index].reason.push_str(&kept);
+
+    /// What was read: a subscription id that also carried other protocols' links, the
+    /// skipped clients say which user keeps it.
+    fn finish(mut self) -> Incoming {
+        for (index, subscription) in self.others {
+            let ending = format!("/{}", hearth_shared::wire::alias_segment(&subscription));
+            if let Some(user) = self.incoming.users.iter().find(|u| u.aliases.iter().any(|a| a.ends_with(&ending))) {
+                let kept = format!("; its subscription is kept by {} (Hysteria2 only)", user.name);
+                self.incoming.skipped[index].reason.push_str(&kept);
+            }
         }
+        self.incoming
     }
-    Ok(incoming)
+}
+
+/// How a skipped client is named: its email, or its place when it has none.
+fn client_id(inbound: &Inbound, client: &Value) -> String {
+    let email = text(client, "email");
+    if email.is_empty() { format!("inbound #{} client", inbound.id) } else { email.to_owned() }
+}
+
+/// One Hysteria client as Hearth takes it (its aliases aside), with the password `auth`, its
+/// `client_traffics` row if any, at `now_ms`: its limits (the inbound's expiry when earlier),
+/// its reset (its own renewal over the inbound's schedule), and enabled unless the owner
+/// disabled it or its inbound.
+fn user_of(
+    client: &Value,
+    email: &str,
+    auth: String,
+    inbound: &Inbound,
+    row: Option<&Traffic>,
+    now_ms: i64,
+) -> IncomingUser {
+    let (inbound_enabled, inbound_expiry, reset_day) = (inbound.enabled, inbound.expiry_ms, inbound.reset_day);
+    let reset_schedule = &inbound.reset_schedule;
+    let quota = row.map_or(number(client.get("totalGB")).max(0) as u64, |t| t.total);
+    let (up, down) = row.map_or((0, 0), |t| (t.up, t.down));
+    let mut expiry_ms = row.map_or(number(client.get("expiryTime")), |t| t.expiry_ms);
+    if inbound_expiry > 0 && (expiry_ms <= 0 || inbound_expiry < expiry_ms) {
+        expiry_ms = inbound_expiry;
+    }
+    let mut mapped = Vec::new();
+    // The inbound's schedule, and what it became when not quite itself.
+    let (mut reset, mut inbound_said) = match reset_schedule.as_str() {
+        "hourly" => {
+            ("daily", Some("its inbound's hourly traffic reset became a daily one (Hearth's most often)".to_owned()))
+        }
+        "daily" => ("daily", None),
+        "weekly" => ("weekly", None),
+        "monthly" => (
+            "monthly",
+            (reset_day > 1).then(|| {
+                format!("its inbound reset traffic monthly on day {reset_day}: here it is the 1st of each month (UTC)")
+            }),
+        ),
+        _ => ("none", None),
+    };
+    let mut next_reset = 0;
+    let expired_at_ms = expiry_ms;
+    // Auto-renewal: at its expiry 3x-ui adds the client's days and zeroes its usage,
+    // forever. Here that is no expiry, and a reset as close to its period as Hearth has.
+    let renew_days = row.map_or_else(|| number(client.get("reset")), |t| t.renew_days);
+    if renew_days > 0 && expiry_ms != 0 {
+        let renew_ms = renew_days.saturating_mul(86_400_000);
+        let (strategy, how) = match renew_days {
+            1 => ("daily", "every day at midnight UTC".to_owned()),
+            2..=14 => ("weekly", format!("every Monday (3x-ui renewed it every {renew_days} days)")),
+            _ => ("rolling30", format!("every 30 days (3x-ui renewed it every {renew_days} days)")),
+        };
+        if reset != "none" && reset != strategy {
+            inbound_said = Some(format!("its inbound's {reset_schedule} reset gave way to its own renewal"));
+        }
+        reset = strategy;
+        if expiry_ms > 0 && strategy == "rolling30" {
+            // The next renewal 3x-ui would have made, counted as it counts them.
+            let mut next = expiry_ms;
+            while next <= now_ms {
+                next = next.saturating_add(renew_ms);
+            }
+            next_reset = (next / 1000) as u64;
+        }
+        mapped.push(format!(
+            "3x-ui renewed it for {renew_days} days at each expiry: it has no expiry here, and its traffic goes back to zero {how}"
+        ));
+        expiry_ms = 0;
+    }
+    mapped.extend(inbound_said);
+    let (expires_at, days_from_first_use) = match expiry_ms {
+        ms if ms > 0 => ((ms / 1000) as u64, 0),
+        ms if ms < 0 => (0, (-ms as u64).div_ceil(86_400_000)),
+        _ => (0, 0),
+    };
+    // Disabled only because a limit ran out: Hearth's own limits hold it.
+    let ran_out = (quota > 0 && up.saturating_add(down) >= quota) || (expired_at_ms > 0 && expired_at_ms <= now_ms);
+    let manual = client.get("enable").and_then(Value::as_bool) == Some(false) && !ran_out;
+    let enabled = inbound_enabled && !manual && (row.is_none_or(|t| t.enable) || ran_out);
+    let device_limit = u32::try_from(number(client.get("limitIp"))).ok().filter(|n| *n > 0);
+    let telegram_id = Some(number(client.get("tgId"))).filter(|id| *id != 0);
+    IncomingUser {
+        id: email.to_owned(),
+        name: email.to_owned(),
+        password: Some(auth),
+        quota,
+        used_up: up,
+        used_down: down,
+        expires_at,
+        days_from_first_use,
+        enabled,
+        reset: reset.to_owned(),
+        note: text(client, "comment").to_owned(),
+        device_limit,
+        telegram_id,
+        next_reset,
+        mapped,
+        ..IncomingUser::default()
+    }
 }
 
 #[cfg(test)]
@@ -555,6 +675,55 @@ mod tests {
         Connection::open(&other).unwrap().execute_batch("CREATE TABLE users (id INTEGER)").unwrap();
         assert!(read(&other, 0).unwrap_err().to_string().contains("is not a 3x-ui database"));
         assert!(read(&temp.path().join("missing.db"), 0).is_err());
+    }
+
+    /// The panel's subscription paths: the path of its URI settings over its path settings,
+    /// its defaults where it says nothing, each once and never the root.
+    #[test]
+    fn subscription_folders_are_the_panels_own() {
+        let settings = |pairs: &[(&str, &str)]| -> HashMap<String, String> {
+            pairs.iter().map(|(key, value)| ((*key).to_owned(), (*value).to_owned())).collect()
+        };
+        assert_eq!(subscription_folders(&settings(&[])), ["/sub/", "/json/", "/clash/"]);
+        let set = [("subPath", "feed"), ("subJsonURI", "https://sub.example.com/j/"), ("subClashPath", "/feed/")];
+        assert_eq!(subscription_folders(&settings(&set)), ["/feed/", "/j/"]);
+        assert_eq!(subscription_folders(&settings(&[("subURI", "https://sub.example.com")])), ["/json/", "/clash/"]);
+    }
+
+    /// A client's limits are its traffic row's when it has one; one the owner disabled stays
+    /// disabled unless only a limit ran out; a negative expiry is days from the first use.
+    #[test]
+    fn a_client_comes_as_its_panel_kept_it() {
+        let inbound = Inbound {
+            id: 3,
+            remark: "HY2".to_owned(),
+            enabled: true,
+            expiry_ms: 0,
+            protocol: "hysteria".to_owned(),
+            settings: String::new(),
+            stream: String::new(),
+            reset_schedule: "hourly".to_owned(),
+            reset_day: 1,
+        };
+        let client = serde_json::json!({
+            "email": "dave", "totalGB": 100, "expiryTime": -2 * 86_400_000, "enable": false,
+            "limitIp": "3", "tgId": 0, "comment": " a note "
+        });
+        let now_ms = 1_796_083_200_000;
+        let dave = user_of(&client, "dave", "dave-pass".to_owned(), &inbound, None, now_ms);
+        assert_eq!((dave.quota, dave.expires_at, dave.days_from_first_use), (100, 0, 2));
+        assert_eq!(
+            (dave.enabled, dave.reset.as_str(), dave.device_limit, dave.telegram_id),
+            (false, "daily", Some(3), None)
+        );
+        assert_eq!((dave.password.as_deref(), dave.note.as_str()), (Some("dave-pass"), "a note"));
+        assert_eq!(dave.mapped, ["its inbound's hourly traffic reset became a daily one (Hearth's most often)"]);
+        let row = Traffic { enable: false, up: 60, down: 40, expiry_ms: 0, total: 100, renew_days: 0 };
+        let dave = user_of(&client, "dave", "dave-pass".to_owned(), &inbound, Some(&row), now_ms);
+        assert_eq!((dave.used_up, dave.used_down, dave.expires_at, dave.days_from_first_use), (60, 40, 0, 0));
+        assert!(dave.enabled, "disabled only because its quota ran out");
+        let off = Inbound { enabled: false, ..inbound };
+        assert!(!user_of(&client, "dave", "dave-pass".to_owned(), &off, Some(&row), now_ms).enabled);
     }
 
     #[test]
