@@ -173,7 +173,7 @@ impl EdgeConfig {
         let trusted_proxies = get("HEARTH_TRUSTED_PROXIES")
             .map(|list| hearth_shared::forwarded::parse_list([list.as_str()]))
             .transpose()
-            .map_err(|problem| error("HEARTH_TRUSTED_PROXIES", problem))?
+            .map_err(|problem| error("HEARTH_TRUSTED_PROXIES", problem.to_string()))?
             .unwrap_or_default();
         Ok(EdgeConfig {
             shards,

@@ -69,15 +69,27 @@ pub(crate) struct GeoFiles {
     pub(crate) geosite: Option<std::path::PathBuf>,
 }
 
+/// Why a GeoIP or GeoSite file could not be read.
+#[derive(Debug, thiserror::Error)]
+pub(crate) enum GeoFileError {
+    /// It could not be opened or read.
+    #[error("{}: {source}", path.display())]
+    Read { path: std::path::PathBuf, source: std::io::Error },
+    /// It is longer than any such file the node takes.
+    #[error("{} is over {} MiB", path.display(), hearth_node::geo::MAX_FILE >> 20)]
+    TooLarge { path: std::path::PathBuf },
+}
+
 impl GeoFiles {
-    fn read(path: Option<&std::path::Path>) -> Result<Option<Vec<u8>>, String> {
+    fn read(path: Option<&std::path::Path>) -> Result<Option<Vec<u8>>, GeoFileError> {
         let Some(path) = path else { return Ok(None) };
-        let file = std::fs::File::open(path).map_err(|e| format!("{}: {e}", path.display()))?;
+        let failed = |source| GeoFileError::Read { path: path.to_owned(), source };
+        let file = std::fs::File::open(path).map_err(failed)?;
         let mut bytes = Vec::new();
         std::io::Read::read_to_end(&mut std::io::Read::take(file, hearth_node::geo::MAX_FILE as u64 + 1), &mut bytes)
-            .map_err(|e| format!("{}: {e}", path.display()))?;
+            .map_err(failed)?;
         if bytes.len() > hearth_node::geo::MAX_FILE {
-            return Err(format!("{} is over {} MiB", path.display(), hearth_node::geo::MAX_FILE >> 20));
+            return Err(GeoFileError::TooLarge { path: path.to_owned() });
         }
         Ok(Some(bytes))
     }
@@ -132,8 +144,8 @@ impl Routes {
         let names_geo =
             all.iter().any(|rule| matches!(rule.address, acl::Address::GeoIp(_) | acl::Address::GeoSite { .. }));
         let geo = if names_geo {
-            let geoip = GeoFiles::read(files.geoip.as_deref())?;
-            let geosite = GeoFiles::read(files.geosite.as_deref())?;
+            let geoip = GeoFiles::read(files.geoip.as_deref()).map_err(|e| e.to_string())?;
+            let geosite = GeoFiles::read(files.geosite.as_deref()).map_err(|e| e.to_string())?;
             Some(
                 hearth_node::geo::GeoData::for_rules(&all, geoip.as_deref(), geosite.as_deref())
                     .map_err(|e| format!("the GeoIP/GeoSite files: {e}"))?,

@@ -129,7 +129,8 @@ fn rule(line: &str, number: usize, outbounds: Option<&[&str]>) -> Result<Rule, A
     {
         return Err(refuse_at(number, at(name), format!("no outbound named {name}")));
     }
-    let address = address(&fields[0].to_lowercase()).map_err(|problem| refuse_at(number, at(fields[0]), problem))?;
+    let address =
+        address(&fields[0].to_lowercase()).map_err(|problem| refuse_at(number, at(fields[0]), problem.to_string()))?;
     let (proto, ports) = proto_port(fields.get(1).copied().unwrap_or(""))
         .ok_or_else(|| refuse_at(number, at(fields[1]), format!("not a protocol/port: {}", fields[1])))?;
     let hijack = match fields.get(2) {
@@ -142,13 +143,13 @@ fn rule(line: &str, number: usize, outbounds: Option<&[&str]>) -> Result<Rule, A
     Ok(Rule { outbound, address, proto, ports, hijack, line: number, column: at(trimmed) })
 }
 
-fn address(text: &str) -> Result<Address, String> {
+fn address(text: &str) -> Result<Address, AddressError> {
     if text == "all" || text == "*" {
         return Ok(Address::All);
     }
     if let Some(code) = text.strip_prefix("geoip:") {
         if code.is_empty() {
-            return Err("an empty GeoIP country code".into());
+            return Err(AddressError::EmptyGeoIp);
         }
         return Ok(Address::GeoIp(code.to_owned()));
     }
@@ -156,20 +157,21 @@ fn address(text: &str) -> Result<Address, String> {
         let mut parts = site.split('@').map(str::trim);
         let name = parts.next().unwrap_or_default().to_owned();
         if name.is_empty() {
-            return Err("an empty GeoSite name".into());
+            return Err(AddressError::EmptyGeoSite);
         }
         return Ok(Address::GeoSite { name, attrs: parts.map(str::to_owned).collect() });
     }
     if let Some(suffix) = text.strip_prefix("suffix:") {
         if suffix.is_empty() {
-            return Err("an empty domain suffix".into());
+            return Err(AddressError::EmptySuffix);
         }
         return Ok(Address::Suffix(suffix.to_owned()));
     }
     if let Some((ip, bits)) = text.split_once('/') {
-        let ip: IpAddr = ip.parse().map_err(|_| format!("not a CIDR: {text}"))?;
+        let ip: IpAddr = ip.parse().map_err(|_| AddressError::NotCidr(text.to_owned()))?;
         let most = if ip.is_ipv4() { 32 } else { 128 };
-        let bits: u8 = bits.parse().ok().filter(|bits| *bits <= most).ok_or_else(|| format!("not a CIDR: {text}"))?;
+        let bits: u8 =
+            bits.parse().ok().filter(|bits| *bits <= most).ok_or_else(|| AddressError::NotCidr(text.to_owned()))?;
         return Ok(Address::Cidr(ip, bits));
     }
     if let Ok(ip) = text.parse() {
@@ -179,6 +181,23 @@ fn address(text: &str) -> Result<Address, String> {
         return Ok(Address::Wildcard(text.to_owned()));
     }
     Ok(Address::Domain(text.to_owned()))
+}
+
+/// What is wrong with a rule's address.
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+pub enum AddressError {
+    /// `geoip:` with no country.
+    #[error("an empty GeoIP country code")]
+    EmptyGeoIp,
+    /// `geosite:` with no name.
+    #[error("an empty GeoSite name")]
+    EmptyGeoSite,
+    /// `suffix:` with no suffix.
+    #[error("an empty domain suffix")]
+    EmptySuffix,
+    /// An address with a `/` that is not a range.
+    #[error("not a CIDR: {0}")]
+    NotCidr(String),
 }
 
 type ProtoPort = (Option<Proto>, Option<(u16, u16)>);
@@ -284,16 +303,46 @@ pub const MAX_NAME: usize = 32;
 /// The most outbounds a node has.
 pub const MAX_OUTBOUNDS: usize = 64;
 
+/// What is wrong with an outbound the owner wrote.
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+pub enum OutboundError {
+    /// Its name is empty, too long, or not letters, digits and `_`.
+    #[error("an outbound's name is 1 to {MAX_NAME} letters, digits or '_': {0:?}")]
+    Name(String),
+    /// It is named `reject`, which is built in.
+    #[error("'reject' is built in and cannot be redefined")]
+    Reject,
+    /// Its interface is not a name Linux takes.
+    #[error("{name}: not an interface name: {interface:?}")]
+    Interface {
+        /// The outbound's name.
+        name: String,
+        /// The interface it names.
+        interface: String,
+    },
+    /// Its server is not `host:port`.
+    #[error("{name}: the server is host:port: {server:?}")]
+    Server {
+        /// The outbound's name.
+        name: String,
+        /// The server it names.
+        server: String,
+    },
+    /// Its login cannot be sent to a proxy (RFC 1929 holds each part to 255 bytes).
+    #[error("{0}: a username of 1 to 255 bytes and a password of at most 255")]
+    Login(String),
+}
+
 impl Outbound {
     /// Checks what the owner wrote: a name, a server as `host:port`, an interface name Linux
     /// takes, and a login a proxy can be sent (RFC 1929 holds each part to 255 bytes).
-    pub fn check(&self) -> Result<(), String> {
+    pub fn check(&self) -> Result<(), OutboundError> {
         let name = &self.name;
         if name.is_empty() || name.len() > MAX_NAME || !name.chars().all(|c| c.is_ascii_alphanumeric() || c == '_') {
-            return Err(format!("an outbound's name is 1 to {MAX_NAME} letters, digits or '_': {name:?}"));
+            return Err(OutboundError::Name(name.clone()));
         }
         if name.eq_ignore_ascii_case("reject") {
-            return Err("'reject' is built in and cannot be redefined".into());
+            return Err(OutboundError::Reject);
         }
         let login = match &self.kind {
             OutboundKind::Direct { interface, .. } => {
@@ -304,7 +353,7 @@ impl Outbound {
                         || interface == "."
                         || interface == "..")
                 {
-                    return Err(format!("{name}: not an interface name: {interface:?}"));
+                    return Err(OutboundError::Interface { name: name.clone(), interface: interface.clone() });
                 }
                 None
             }
@@ -314,7 +363,7 @@ impl Outbound {
                     (!host.is_empty() && !host.contains(['/', ' ', '@'])).then_some(port)
                 });
                 if port.and_then(|port| port.parse::<u16>().ok()).is_none_or(|port| port == 0) {
-                    return Err(format!("{name}: the server is host:port: {server:?}"));
+                    return Err(OutboundError::Server { name: name.clone(), server: server.clone() });
                 }
                 login.as_ref()
             }
@@ -322,7 +371,7 @@ impl Outbound {
         if let Some(login) = login
             && (login.username.is_empty() || login.username.len() > 255 || login.password.len() > 255)
         {
-            return Err(format!("{name}: a username of 1 to 255 bytes and a password of at most 255"));
+            return Err(OutboundError::Login(name.clone()));
         }
         Ok(())
     }
@@ -351,7 +400,7 @@ fn check_with(text: &str, outbounds: &[Outbound], names_known: bool) -> Result<V
         return Err(refuse(0, format!("more than {MAX_OUTBOUNDS} outbounds")));
     }
     for (i, outbound) in outbounds.iter().enumerate() {
-        outbound.check().map_err(|problem| refuse(0, problem))?;
+        outbound.check().map_err(|problem| refuse(0, problem.to_string()))?;
         if outbounds[..i].iter().any(|other| other.name.eq_ignore_ascii_case(&outbound.name)) {
             return Err(refuse(0, format!("two outbounds are named {}", outbound.name)));
         }
@@ -610,7 +659,7 @@ warp(all, udp)
                 source_v6: None,
             },
         };
-        assert!(long.check().unwrap_err().contains("interface"));
+        assert!(long.check().unwrap_err().to_string().contains("interface"));
         let twice = check("", &[socks("p", "a:1"), socks("P", "b:2")]).unwrap_err();
         assert!(twice.problem.contains("two outbounds"), "{twice}");
     }

@@ -52,18 +52,29 @@ impl std::str::FromStr for Cidr {
 /// The most ranges a `trusted_proxies` list may name (Cloudflare publishes 22).
 pub const MAX_RANGES: usize = 256;
 
+/// What is wrong with a list of ranges.
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+pub enum RangeError {
+    /// An item that is neither an address nor a range.
+    #[error("{0:?} is not an address or a CIDR range")]
+    NotARange(String),
+    /// More than [`MAX_RANGES`] ranges.
+    #[error("names {0} ranges; at most {MAX_RANGES}")]
+    TooMany(usize),
+}
+
 /// A list of ranges as an operator writes it: comma-separated, blanks ignored. The error
 /// names the first item that is not an address or a range.
-pub fn parse_list<'a>(items: impl IntoIterator<Item = &'a str>) -> Result<Vec<Cidr>, String> {
+pub fn parse_list<'a>(items: impl IntoIterator<Item = &'a str>) -> Result<Vec<Cidr>, RangeError> {
     let ranges = items
         .into_iter()
         .flat_map(|item| item.split(','))
         .map(str::trim)
         .filter(|item| !item.is_empty())
-        .map(|item| item.parse::<Cidr>().map_err(|()| format!("{item:?} is not an address or a CIDR range")))
+        .map(|item| item.parse::<Cidr>().map_err(|()| RangeError::NotARange(item.to_owned())))
         .collect::<Result<Vec<_>, _>>()?;
     if ranges.len() > MAX_RANGES {
-        return Err(format!("names {} ranges; at most {MAX_RANGES}", ranges.len()));
+        return Err(RangeError::TooMany(ranges.len()));
     }
     Ok(ranges)
 }
@@ -133,10 +144,10 @@ mod tests {
         assert!(!trusted(&parse_list(["0.0.0.0/0"]).unwrap(), ip("2001:db8::1")));
         for bad in ["10.0.0.0/33", "2001:db8::/129", "example.net", "10.0.0.0/", "10.0.0.0/x"] {
             let err = parse_list([bad]).unwrap_err();
-            assert!(err.contains("is not an address"), "{bad}: {err}");
+            assert!(err.to_string().contains("is not an address"), "{bad}: {err}");
         }
         let many = vec!["192.0.2.1"; MAX_RANGES + 1].join(",");
-        assert!(parse_list([many.as_str()]).unwrap_err().contains("at most"));
+        assert!(parse_list([many.as_str()]).unwrap_err().to_string().contains("at most"));
     }
 
     #[test]

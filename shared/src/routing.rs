@@ -60,12 +60,17 @@ pub enum RoutingError {
     },
 }
 
+/// A rule set's name that is not 1 to [`MAX_SET_NAME`] letters, digits, `-` or `_`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, thiserror::Error)]
+#[error("a rule set's name is 1 to {MAX_SET_NAME} letters, digits, '-' or '_'")]
+pub struct SetNameError;
+
 /// Checks a rule set's name: 1 to [`MAX_SET_NAME`] letters, digits, `-` or `_`.
-pub fn check_set_name(name: &str) -> Result<(), String> {
+pub fn check_set_name(name: &str) -> Result<(), SetNameError> {
     let fine = !name.is_empty()
         && name.len() <= MAX_SET_NAME
         && name.chars().all(|c| c.is_ascii_alphanumeric() || c == '-' || c == '_');
-    fine.then_some(()).ok_or_else(|| format!("a rule set's name is 1 to {MAX_SET_NAME} letters, digits, '-' or '_'"))
+    fine.then_some(()).ok_or(SetNameError)
 }
 
 impl Routing {
@@ -83,7 +88,7 @@ impl Routing {
         }
         acl::check("", &self.outbounds).map_err(|error| RoutingError::Rules { set: String::new(), error })?;
         for (i, set) in self.sets.iter().enumerate() {
-            check_set_name(&set.name).map_err(whole)?;
+            check_set_name(&set.name).map_err(|e| whole(e.to_string()))?;
             if self.sets[..i].iter().any(|other| other.name == set.name || other.id == set.id) || set.id == 0 {
                 return Err(whole(format!("rule set {} has a name or id of another, or id 0", set.name)));
             }

@@ -183,7 +183,7 @@ fn outbound_of(input: &OutboundInput, base: Option<&Outbound>) -> Result<Outboun
     };
     let outbound = Outbound { name: name.trim().to_owned(), kind };
     // The owner may define their own `direct` (say, bound to an interface) or `default`.
-    outbound.check().map_err(bad)?;
+    outbound.check().map_err(|e| bad(e.to_string()))?;
     Ok(outbound)
 }
 
@@ -340,7 +340,7 @@ pub(crate) fn named(conn: &Connection, name: &str) -> Result<Option<u16>, Error>
 
 fn checked_name(name: &str) -> Result<String, Error> {
     let name = name.trim();
-    routing::check_set_name(name).map_err(|message| Error::invalid("bad_rule_set", message))?;
+    routing::check_set_name(name).map_err(|e| Error::invalid("bad_rule_set", e.to_string()))?;
     Ok(name.to_owned())
 }
 

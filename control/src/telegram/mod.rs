@@ -40,7 +40,7 @@ const POLL_SECS: u64 = 50;
 /// Checks a bot before it is kept: the token is a bot's (`getMe`), and the chat takes its
 /// messages (a first message, in the owner's language). Returns the bot's username.
 pub(crate) async fn check(api: &Api, token: &str, chat: i64, lang: &str) -> Result<String, Error> {
-    let refused = |what: String| Error::invalid("telegram_refused", what);
+    let refused = |what: api::ApiError| Error::invalid("telegram_refused", what.to_string());
     let me = api.call(token, "getMe", &json!({})).await.map_err(refused)?;
     let name = me["username"].as_str().unwrap_or_default().to_owned();
     api.send(token, chat, &say(lang, Said::Hello { bot: &name })).await.map_err(refused)?;
