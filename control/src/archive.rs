@@ -166,8 +166,8 @@ fn marker(conn: &rusqlite::Connection) -> Result<Option<Marker>, Error> {
     if store::get_state(conn, "batch")? == 0 {
         return Ok(None);
     }
-    let audit: i64 = conn.query_row("SELECT ifnull(max(id), 0) FROM audit", [], |row| row.get(0))?;
-    let usage: i64 = conn.query_row("SELECT ifnull(sum(usage_seq), 0) FROM nodes", [], |row| row.get(0))?;
+    let audit = store::archive::last_audit(conn)?;
+    let usage = store::archive::usage_reports(conn)?;
     Ok(Some(Marker { audit, keys: store::get_state(conn, "keys_serial")?, usage }))
 }
 

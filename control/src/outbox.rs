@@ -85,22 +85,13 @@ fn chunk(conn: &rusqlite::Connection, edge: i64, pushed: i64) -> Result<Option<C
     // the whole push); they are queued again once it says so (`edges::said_deltas`).
     let deltas = edges::takes_deltas(conn, edge)?;
     // A stream set aside at its current version is not sent again: the rest goes on past it.
-    let mut query = conn.prepare_cached(
-        "SELECT s.name, s.version, s.envelope, s.seq,
-                EXISTS (SELECT 1 FROM outbox_held h WHERE h.edge = ?1 AND h.stream = s.name AND h.version = s.version)
-         FROM streams s WHERE s.seq > ?2 ORDER BY s.seq LIMIT ?3",
-    )?;
-    let rows = query.query_map(rusqlite::params![edge, pushed, PUSH_ROWS], |row| {
-        Ok((row.get::<_, String>(0)?, row.get(1)?, row.get::<_, Option<Vec<u8>>>(2)?, row.get(3)?, row.get(4)?))
-    })?;
     let (mut items, mut to, mut bytes) = (Vec::new(), pushed, 0);
-    for row in rows {
-        let (name, version, envelope, seq, held): (String, u64, Option<Vec<u8>>, i64, bool) = row?;
+    edges::lacking(conn, edge, pushed, PUSH_ROWS, |edges::Lacking { name, version, envelope, seq, held }| {
         let size = envelope.as_ref().map_or(0, Vec::len);
         // A chunk over the byte budget stops short: the edge's position moves only as far as
         // what it took, so order is never broken.
         if !items.is_empty() && bytes + size > PUSH_BYTES {
-            break;
+            return false;
         }
         to = seq;
         let parsed = name.parse::<Stream>().ok();
@@ -108,11 +99,12 @@ fn chunk(conn: &rusqlite::Connection, edge: i64, pushed: i64) -> Result<Option<C
             || parsed.and_then(|s| s.pushed()).is_none()
             || (!deltas && matches!(parsed, Some(Stream::CredsDelta(_))))
         {
-            continue;
+            return true;
         }
         bytes += size;
         items.push((name, version, envelope));
-    }
+        true
+    })?;
     Ok((to > pushed).then_some(Chunk { items, to }))
 }
 

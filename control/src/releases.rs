@@ -16,13 +16,16 @@ use hearth_shared::keys::SecretKey;
 use hearth_shared::release::{ReleaseFile, ReleaseManifest};
 use hearth_shared::trust::{Expect, verify};
 use hearth_shared::wire::{self, NodeId, stream};
-use rusqlite::{Connection, OptionalExtension as _, params};
+use rusqlite::Connection;
 use serde::Serialize;
 
 use crate::error::Error;
 
 use crate::publish::Signer;
 use crate::store::audit;
+use crate::store::releases::{self as release_store, NodeRelease, Rolling};
+// Read as they are kept: a release's manifest and what a node is told to run.
+pub(crate) use crate::store::releases::{manifest, target};
 
 /// A binary to sign, with the os and architecture it is for.
 pub(crate) struct Binary {
@@ -247,23 +250,28 @@ pub(crate) fn add_shipped(
 ) -> Result<(u64, ReleaseManifest), Error> {
     let hashes: Vec<(&str, [u8; 32])> =
         binaries.iter().map(|b| (b.arch.as_str(), hearth_shared::sha256(&b.bytes))).collect();
-    if let Some((release, manifest)) = in_force(conn, now)? {
-        let same = manifest.files.len() == hashes.len()
-            && hashes.iter().all(|(arch, sha)| manifest.files.iter().any(|f| f.arch == *arch && f.sha256 == *sha));
-        if same {
-            return Err(Error::conflict(
-                "release_same",
-                format!("release {release} ({}), in force, has these very binaries", manifest.version),
-            ));
-        }
+    if let Some((release, manifest)) = in_force(conn, now)?
+        && same_files(&manifest, &hashes)
+    {
+        return Err(Error::conflict(
+            "release_same",
+            format!("release {release} ({}), in force, has these very binaries", manifest.version),
+        ));
     }
-    let sequence: i64 = conn.query_row("SELECT COALESCE(MAX(version), 0) + 1 FROM releases", [], |row| row.get(0))?;
-    let envelope = sign(key, env!("CARGO_PKG_VERSION"), SHIPPED_LIFETIME, &binaries, now, sequence as u64)?;
+    let sequence = release_store::next_sequence(conn)?;
+    let envelope = sign(key, env!("CARGO_PKG_VERSION"), SHIPPED_LIFETIME, &binaries, now, sequence)?;
     let files: Vec<NamedFile> = binaries
         .into_iter()
         .map(|b| (ReleaseFile { os: b.os, arch: b.arch, len: 0, sha256: [0; 32] }.name(), b.bytes))
         .collect();
     Ok(import(data_dir, conn, &envelope, &files, actor, now)?)
+}
+
+/// Whether `manifest` lists exactly these files: one for each architecture of `hashes`, each
+/// with its SHA-256.
+fn same_files(manifest: &ReleaseManifest, hashes: &[(&str, [u8; 32])]) -> bool {
+    manifest.files.len() == hashes.len()
+        && hashes.iter().all(|(arch, sha)| manifest.files.iter().any(|f| f.arch == *arch && f.sha256 == *sha))
 }
 
 /// Where a release's files live in the data directory.
@@ -325,9 +333,7 @@ pub(crate) fn import(
             bail!("{} does not match its length and SHA-256 in the manifest", file.name());
         }
     }
-    let exists: bool =
-        conn.query_row("SELECT EXISTS (SELECT 1 FROM releases WHERE version = ?1)", [version], |row| row.get(0))?;
-    if exists {
+    if release_store::exists(conn, version)? {
         bail!("release {version} was added already");
     }
     std::fs::create_dir_all(&dir).with_context(|| format!("creating {}", dir.display()))?;
@@ -336,17 +342,16 @@ pub(crate) fn import(
             std::fs::write(dir.join(name), bytes).with_context(|| format!("writing {name}"))?;
         }
     }
-    conn.execute(
-        "INSERT INTO releases (version, name, built, expires, manifest, added) VALUES (?1, ?2, ?3, ?4, ?5, ?6)",
-        params![version, manifest.version, manifest.built, verified.envelope.header.expires, envelope, now],
-    )?;
+    let row = release_store::Release {
+        version,
+        name: manifest.version.clone(),
+        built: manifest.built,
+        expires: verified.envelope.header.expires,
+        manifest: envelope.to_vec(),
+    };
+    release_store::add(conn, &row, now)?;
     audit(conn, now, actor, "release.add", &format!("release {version} ({})", manifest.version), "")?;
     Ok((version, manifest))
-}
-
-/// A release's manifest envelope.
-pub(crate) fn manifest(conn: &Connection, release: u64) -> Result<Option<Vec<u8>>, Error> {
-    Ok(conn.query_row("SELECT manifest FROM releases WHERE version = ?1", [release], |row| row.get(0)).optional()?)
 }
 
 /// The release in force, which new nodes install: the newest that has not expired and that
@@ -355,21 +360,7 @@ pub(crate) fn manifest(conn: &Connection, release: u64) -> Result<Option<Vec<u8>
 /// whose rollout did not fail or stop, for the first node. A release signed but never rolled
 /// out is never installed beside nodes that run another.
 pub(crate) fn in_force(conn: &Connection, now: u64) -> Result<Option<(u64, ReleaseManifest)>, Error> {
-    let found: Option<(u64, Vec<u8>)> = conn
-        .query_row(
-            "SELECT version, manifest FROM releases r WHERE expires > ?1 AND (
-                EXISTS (SELECT 1 FROM rollouts o WHERE o.release = r.version AND o.state = 'done')
-                OR (EXISTS (SELECT 1 FROM nodes WHERE public_key IS NOT NULL)
-                    AND NOT EXISTS (SELECT 1 FROM nodes WHERE public_key IS NOT NULL AND release_running != r.version))
-                OR (NOT EXISTS (SELECT 1 FROM nodes WHERE public_key IS NOT NULL)
-                    AND NOT EXISTS (SELECT 1 FROM rollouts o WHERE o.release = r.version AND o.state IN ('failed', 'stopped')))
-             )
-             ORDER BY version DESC LIMIT 1",
-            [now],
-            |row| Ok((row.get(0)?, row.get(1)?)),
-        )
-        .optional()?;
-    let Some((version, envelope)) = found else { return Ok(None) };
+    let Some((version, envelope)) = release_store::in_force(conn, now)? else { return Ok(None) };
     let body = Envelope::decode(&envelope, Kind::Release.max_len()).map_err(|e| Error::Internal(e.to_string()))?;
     let manifest = ReleaseManifest::decode(&body.body).map_err(|e| Error::Internal(e.to_string()))?;
     Ok(Some((version, manifest)))
@@ -410,7 +401,6 @@ pub(crate) struct RolloutView {
     done: Vec<NodeId>,
 }
 
-/// Every release, newest first.
 /// The release a path names: its version number (`1733300000`), or its name as the manifest
 /// gives it (`0.2.0`: the newest release of that name).
 pub(crate) fn version_of(conn: &Connection, given: &str) -> Result<u64, Error> {
@@ -419,52 +409,33 @@ pub(crate) fn version_of(conn: &Connection, given: &str) -> Result<u64, Error> {
         return Err(Error::NotFound("release"));
     }
     let found: Option<u64> = match given.parse::<u64>() {
-        Ok(version) => {
-            conn.query_row("SELECT version FROM releases WHERE version = ?1", [version], |row| row.get(0)).optional()?
-        }
-        Err(_) => conn
-            .query_row("SELECT max(version) FROM releases WHERE name = ?1", [given], |row| row.get(0))
-            .optional()?
-            .flatten(),
+        Ok(version) => release_store::by_version(conn, version)?,
+        Err(_) => release_store::newest_named(conn, given)?,
     };
     found.ok_or(Error::NotFound("release"))
 }
 
+/// Every release, newest first.
 pub(crate) fn list(conn: &Connection) -> Result<Vec<ReleaseView>, Error> {
-    let rows: Vec<(u64, String, u64, u64, Vec<u8>)> = conn
-        .prepare("SELECT version, name, built, expires, manifest FROM releases ORDER BY version DESC")?
-        .query_map([], |row| Ok((row.get(0)?, row.get(1)?, row.get(2)?, row.get(3)?, row.get(4)?)))?
-        .collect::<Result<_, _>>()?;
+    let rows = release_store::list(conn)?;
     let mut views = Vec::with_capacity(rows.len());
-    for (version, name, built, expires, envelope) in rows {
+    for release_store::Release { version, name, built, expires, manifest: envelope } in rows {
         let files = Envelope::decode(&envelope, Kind::Release.max_len())
             .ok()
             .and_then(|e| ReleaseManifest::decode(&e.body).ok())
             .map(|m| m.files.iter().map(ReleaseFile::name).collect())
             .unwrap_or_default();
-        let rollout = conn
-            .query_row(
-                "SELECT state, canary, current, detail, started, updated FROM rollouts WHERE release = ?1",
-                [version],
-                |row| {
-                    Ok(RolloutView {
-                        state: row.get(0)?,
-                        canary: row.get(1)?,
-                        current: row.get(2)?,
-                        detail: row.get(3)?,
-                        started: row.get(4)?,
-                        updated: row.get(5)?,
-                        done: Vec::new(),
-                    })
-                },
-            )
-            .optional()?
-            .map(|mut view| {
-                view.done = conn
-                    .prepare_cached("SELECT id FROM nodes WHERE release_running = ?1 ORDER BY id")?
-                    .query_map([version], |row| row.get(0))?
-                    .collect::<Result<_, _>>()?;
-                Ok::<_, rusqlite::Error>(view)
+        let rollout = release_store::rollout(conn, version)?
+            .map(|rollout| {
+                Ok::<_, Error>(RolloutView {
+                    state: rollout.state,
+                    canary: rollout.canary,
+                    current: rollout.current,
+                    detail: rollout.detail,
+                    started: rollout.started,
+                    updated: rollout.updated,
+                    done: release_store::running(conn, version)?,
+                })
             })
             .transpose()?;
         views.push(ReleaseView { version, name, built, expires, files, rollout });
@@ -481,127 +452,94 @@ pub(crate) fn start(
     actor: &str,
     now: u64,
 ) -> Result<(), Error> {
-    let expires: Option<u64> =
-        conn.query_row("SELECT expires FROM releases WHERE version = ?1", [release], |row| row.get(0)).optional()?;
-    match expires {
+    match release_store::expires(conn, release)? {
         None => return Err(Error::NotFound("release")),
         Some(expires) if expires <= now => {
             return Err(Error::invalid("release_expired", "this release has expired; sign a new one"));
         }
         Some(_) => {}
     }
-    let running: Option<u64> = conn
-        .query_row("SELECT release FROM rollouts WHERE state IN ('canary', 'rolling')", [], |row| row.get(0))
-        .optional()?;
-    if let Some(other) = running {
+    if let Some(other) = release_store::rolling_release(conn)? {
         return Err(Error::conflict("release_rolling", format!("release {other} is rolling out; stop it first")));
     }
-    let enrolled: Option<bool> = conn
-        .query_row("SELECT public_key IS NOT NULL FROM nodes WHERE id = ?1", [canary], |row| row.get(0))
-        .optional()?;
-    if enrolled != Some(true) {
+    if release_store::enrolled(conn, canary)? != Some(true) {
         return Err(Error::invalid("bad_canary", "the canary must be an enrolled node"));
     }
-    conn.execute(
-        "INSERT INTO rollouts (release, state, canary, current, since, detail, started, updated)
-         VALUES (?1, 'canary', ?2, ?2, ?3, '', ?3, ?3)
-         ON CONFLICT (release) DO UPDATE SET state = 'canary', canary = ?2, current = ?2, since = ?3, detail = '',
-           started = ?3, updated = ?3",
-        params![release, canary, now],
-    )?;
-    conn.execute("UPDATE nodes SET release_target = ?2, update_status = '' WHERE id = ?1", params![canary, release])?;
+    release_store::start(conn, release, canary, now)?;
     crate::publish::publish_rollout(conn, signer, now)?;
     audit(conn, now, actor, "release.rollout", &format!("release {release}"), &format!("canary node {canary}"))
 }
 
 /// Stops a rollout: nodes not running the release yet are no longer told to.
 pub(crate) fn stop(conn: &Connection, signer: &Signer, release: u64, actor: &str, now: u64) -> Result<(), Error> {
-    let changed = conn.execute(
-        "UPDATE rollouts SET state = 'stopped', detail = 'stopped by the owner', updated = ?2
-         WHERE release = ?1 AND state IN ('canary', 'rolling')",
-        params![release, now],
-    )?;
-    if changed == 0 {
+    if !release_store::stop(conn, release, now)? {
         return Err(Error::conflict("release_not_rolling", "this release is not rolling out"));
     }
-    conn.execute("UPDATE nodes SET release_target = 0 WHERE release_target = ?1 AND release_running != ?1", [release])?;
     crate::publish::publish_rollout(conn, signer, now)?;
     let data = serde_json::json!({ "release": release, "why": "stopped by the owner", "by": actor });
     crate::store::events::emit(conn, now, "release.stopped", &format!("release {release}"), &data)?;
     audit(conn, now, actor, "release.stop", &format!("release {release}"), "")
 }
 
+/// What the node told last of a rollout did with the release, as [`verdict`] reads it.
+#[derive(Debug, PartialEq, Eq)]
+enum Verdict {
+    /// It refused or rolled the release back, was removed, or did not run it in time: the
+    /// rollout stops, for this reason.
+    Fails(String),
+    /// It does not run the release yet, and has time left.
+    Waits,
+    /// It runs the release: the next node is told, or, with none left, the rollout is done.
+    RunsIt,
+}
+
+/// What became of the running rollout at its node told last (`node`: what that node runs and
+/// said; `None` when it was removed), `timeout` seconds being its time to run the release.
+fn verdict(rolling: &Rolling, node: Option<NodeRelease>, timeout: u64, now: u64) -> Verdict {
+    let Rolling { release, current, since } = *rolling;
+    let NodeRelease { running, status } = node.unwrap_or(NodeRelease { running: 0, status: "removed".to_owned() });
+    if status.split_whitespace().next() == Some(release.to_string().as_str()) {
+        Verdict::Fails(format!("node {current}: {}", status.split_once(' ').map_or("", |(_, why)| why)))
+    } else if status == "removed" {
+        Verdict::Fails(format!("node {current} was removed"))
+    } else if running != release && now > since + timeout {
+        Verdict::Fails(format!("node {current} did not run the release within {timeout} s"))
+    } else if running != release {
+        Verdict::Waits
+    } else {
+        Verdict::RunsIt
+    }
+}
+
 /// Moves the running rollout on: when the node told last runs the release, the next node is
 /// told; a node that refused or rolled the release back, or did not run it within `timeout`
 /// seconds, stops the rollout. Returns whether anything changed.
 pub(crate) fn advance(conn: &Connection, signer: &Signer, timeout: u64, now: u64) -> Result<bool, Error> {
-    let Some((release, current, since)) = conn
-        .query_row("SELECT release, current, since FROM rollouts WHERE state IN ('canary', 'rolling')", [], |row| {
-            Ok((row.get::<_, u64>(0)?, row.get::<_, NodeId>(1)?, row.get::<_, u64>(2)?))
-        })
-        .optional()?
-    else {
+    let Some(rolling) = release_store::rolling(conn)? else {
         return Ok(false);
     };
-    let (running, status): (u64, String) = conn
-        .query_row("SELECT release_running, update_status FROM nodes WHERE id = ?1", [current], |row| {
-            Ok((row.get(0)?, row.get(1)?))
-        })
-        .optional()?
-        .unwrap_or((0, "removed".to_owned()));
-    let failure = if status.split_whitespace().next() == Some(release.to_string().as_str()) {
-        Some(format!("node {current}: {}", status.split_once(' ').map_or("", |(_, why)| why)))
-    } else if status == "removed" {
-        Some(format!("node {current} was removed"))
-    } else if running != release && now > since + timeout {
-        Some(format!("node {current} did not run the release within {timeout} s"))
-    } else {
-        None
-    };
-    if let Some(detail) = failure {
-        conn.execute(
-            "UPDATE rollouts SET state = 'failed', detail = ?2, updated = ?3 WHERE release = ?1",
-            params![release, detail, now],
-        )?;
-        conn.execute(
-            "UPDATE nodes SET release_target = 0 WHERE id = ?1 AND release_running != ?2",
-            params![current, release],
-        )?;
-        crate::publish::publish_rollout(conn, signer, now)?;
-        audit(conn, now, "control", "release.failed", &format!("release {release}"), &detail)?;
-        let data = serde_json::json!({ "release": release, "why": detail, "node": current });
-        crate::store::events::emit(conn, now, "release.stopped", &format!("release {release}"), &data)?;
-        tracing::warn!(release, %detail, "the rollout stopped");
-        return Ok(true);
+    let Rolling { release, current, .. } = rolling;
+    let node = release_store::node_release(conn, current)?;
+    match verdict(&rolling, node, timeout, now) {
+        Verdict::Fails(detail) => {
+            release_store::fail(conn, release, current, &detail, now)?;
+            crate::publish::publish_rollout(conn, signer, now)?;
+            audit(conn, now, "control", "release.failed", &format!("release {release}"), &detail)?;
+            let data = serde_json::json!({ "release": release, "why": detail, "node": current });
+            crate::store::events::emit(conn, now, "release.stopped", &format!("release {release}"), &data)?;
+            tracing::warn!(release, %detail, "the rollout stopped");
+            return Ok(true);
+        }
+        Verdict::Waits => return Ok(false),
+        Verdict::RunsIt => {}
     }
-    if running != release {
-        return Ok(false);
-    }
-    let next: Option<NodeId> = conn
-        .query_row(
-            "SELECT id FROM nodes WHERE public_key IS NOT NULL AND release_target != ?1 AND release_running != ?1
-             ORDER BY id LIMIT 1",
-            [release],
-            |row| row.get(0),
-        )
-        .optional()?;
-    match next {
+    match release_store::next_node(conn, release)? {
         Some(node) => {
-            conn.execute(
-                "UPDATE rollouts SET state = 'rolling', current = ?2, since = ?3, updated = ?3 WHERE release = ?1",
-                params![release, node, now],
-            )?;
-            conn.execute(
-                "UPDATE nodes SET release_target = ?2, update_status = '' WHERE id = ?1",
-                params![node, release],
-            )?;
+            release_store::tell_next(conn, release, node, now)?;
             tracing::info!(release, node, "the release goes to the next node");
         }
         None => {
-            conn.execute(
-                "UPDATE rollouts SET state = 'done', detail = 'every node runs it', updated = ?2 WHERE release = ?1",
-                params![release, now],
-            )?;
+            release_store::finish(conn, release, now)?;
             audit(conn, now, "control", "release.done", &format!("release {release}"), "")?;
             let data = serde_json::json!({ "release": release });
             crate::store::events::emit(conn, now, "release.rolled_out", &format!("release {release}"), &data)?;
@@ -610,6 +548,18 @@ pub(crate) fn advance(conn: &Connection, signer: &Signer, timeout: u64, now: u64
     }
     crate::publish::publish_rollout(conn, signer, now)?;
     Ok(true)
+}
+
+/// Text a node sent, as kept: printable ASCII and spaces, at most 300 characters.
+fn clean(text: &str) -> String {
+    text.chars().filter(|c| c.is_ascii_graphic() || *c == ' ').take(300).collect()
+}
+
+/// What a node says it runs, `<version>@<release>` (the version name, and the release envelope
+/// it came in): the name, cleaned, and the release (0: none, or not a number).
+fn running_release(running: &str) -> (String, u64) {
+    let (name, release) = running.split_once('@').unwrap_or((running, "0"));
+    (clean(name), release.parse::<u64>().unwrap_or(0))
 }
 
 /// What a node said about its release, at `said_at` (in a pull: now; in a usage report: the
@@ -622,53 +572,21 @@ pub(crate) fn node_says(
     update: Option<&str>,
     said_at: u64,
 ) -> Result<(), Error> {
-    let newer: bool = conn
-        .prepare_cached("UPDATE nodes SET release_said_at = ?2 WHERE id = ?1 AND release_said_at <= ?2 RETURNING 1")?
-        .query_row(params![node, said_at], |_| Ok(()))
-        .optional()?
-        .is_some();
-    if !newer {
+    if !release_store::said_newer(conn, node, said_at)? {
         return Ok(());
     }
-    let clean =
-        |text: &str| -> String { text.chars().filter(|c| c.is_ascii_graphic() || *c == ' ').take(300).collect() };
     if let Some(running) = running {
-        // `<version>@<release>`: the version name, and the release envelope it came in.
-        let (name, release) = running.split_once('@').unwrap_or((running, "0"));
-        conn.prepare_cached(
-            "UPDATE nodes SET version = ?2, release_running = ?3 WHERE id = ?1 AND (version != ?2 OR release_running != ?3)",
-        )?
-        .execute(params![node, clean(name), release.parse::<u64>().unwrap_or(0)])?;
+        let (name, release) = running_release(running);
+        release_store::set_running(conn, node, &name, release)?;
     }
-    conn.prepare_cached("UPDATE nodes SET update_status = ?2 WHERE id = ?1 AND update_status != ?2")?
-        .execute(params![node, update.map(clean).unwrap_or_default()])?;
+    release_store::set_update_status(conn, node, &update.map(clean).unwrap_or_default())?;
     Ok(())
-}
-
-/// The release `node` is told to run (0: none).
-pub(crate) fn target(conn: &Connection, node: NodeId) -> Result<u64, Error> {
-    Ok(conn
-        .prepare_cached("SELECT release_target FROM nodes WHERE id = ?1")?
-        .query_row([node], |row| row.get(0))
-        .optional()?
-        .unwrap_or(0))
-}
-
-/// The release the edge should hold for nodes that reach only it: the newest rollout's.
-pub(crate) fn for_edge(conn: &Connection) -> Result<Option<u64>, Error> {
-    Ok(conn
-        .query_row(
-            "SELECT release FROM rollouts WHERE state IN ('canary', 'rolling', 'done') ORDER BY started DESC LIMIT 1",
-            [],
-            |row| row.get(0),
-        )
-        .optional()?)
 }
 
 /// The release being rolled out as an edge takes it (manifest and files, one bundle), unless
 /// the edge holds it already (`held`, its marker): the release and the bundle.
 pub(crate) fn bundle_for_edge(conn: &Connection, dir: &Path, held: i64) -> Result<Option<(u64, Vec<u8>)>, Error> {
-    let Some(release) = for_edge(conn)? else { return Ok(None) };
+    let Some(release) = release_store::for_edge(conn)? else { return Ok(None) };
     // Never older than what the edge holds: it refuses a rollback (after a failed rollout the
     // newest rollout still standing may be an older release), and asking again would only
     // hold back the next one.
@@ -711,5 +629,49 @@ mod tests {
         // The test binary itself is an ELF for this machine.
         let me = std::fs::read(std::env::current_exe().unwrap()).unwrap();
         assert_eq!(elf_target(&me), Some(std::env::consts::ARCH));
+    }
+
+    /// The node told last decides a rollout's next step: a refusal or rollback of this release
+    /// (its status names it), its removal or its time running out stop the rollout; running the
+    /// release moves it on; anything else waits.
+    #[test]
+    fn a_rollout_fails_waits_or_moves_on_by_what_its_node_did() {
+        let rolling = Rolling { release: 9, current: 4, since: 1000 };
+        let node = |running: u64, status: &str| Some(NodeRelease { running, status: status.to_owned() });
+        let at = |node, now| verdict(&rolling, node, 600, now);
+        assert_eq!(at(node(9, ""), 1001), Verdict::RunsIt);
+        assert_eq!(at(node(9, ""), 9999), Verdict::RunsIt, "running it, however late");
+        assert_eq!(at(node(3, ""), 1600), Verdict::Waits, "within its time");
+        assert_eq!(at(node(3, "8 bad signature"), 1001), Verdict::Waits, "what it said of another release");
+        assert_eq!(at(node(3, ""), 1601), Verdict::Fails("node 4 did not run the release within 600 s".into()));
+        assert_eq!(at(node(3, "9 bad signature"), 1001), Verdict::Fails("node 4: bad signature".into()));
+        assert_eq!(at(node(9, "9 rolled back"), 1001), Verdict::Fails("node 4: rolled back".into()));
+        assert_eq!(at(node(3, "9"), 1001), Verdict::Fails("node 4: ".into()), "a refusal without a reason");
+        assert_eq!(at(None, 1001), Verdict::Fails("node 4 was removed".into()));
+    }
+
+    /// A node's word on what it runs is `<version>@<release>`, kept printable and short.
+    #[test]
+    fn what_a_node_runs_is_read_and_cleaned() {
+        assert_eq!(running_release("0.3.0@9"), ("0.3.0".to_owned(), 9));
+        assert_eq!(running_release("0.3.0"), ("0.3.0".to_owned(), 0), "a build that came with no release");
+        assert_eq!(running_release("0.3.0@soon"), ("0.3.0".to_owned(), 0));
+        assert_eq!(running_release("0.3\n.0\u{7}@2"), ("0.3.0".to_owned(), 2));
+        assert_eq!(clean(&"x".repeat(400)).len(), 300);
+        assert_eq!(clean("bad signature: é"), "bad signature: ");
+    }
+
+    /// The release in force has the same binaries only when it lists exactly these, each
+    /// architecture with its hash.
+    #[test]
+    fn the_same_binaries_are_the_same_files() {
+        let file =
+            |arch: &str, sha: u8| ReleaseFile { os: "linux".into(), arch: arch.into(), len: 1, sha256: [sha; 32] };
+        let manifest =
+            ReleaseManifest { version: "0.3.0".into(), built: 0, files: vec![file("x86_64", 1), file("aarch64", 2)] };
+        assert!(same_files(&manifest, &[("aarch64", [2; 32]), ("x86_64", [1; 32])]));
+        assert!(!same_files(&manifest, &[("aarch64", [2; 32]), ("x86_64", [3; 32])]), "another build");
+        assert!(!same_files(&manifest, &[("x86_64", [1; 32])]), "fewer");
+        assert!(!same_files(&manifest, &[("x86_64", [1; 32]), ("aarch64", [2; 32]), ("riscv64", [4; 32])]), "more");
     }
 }

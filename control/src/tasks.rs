@@ -11,6 +11,7 @@ use crate::app::{App, now};
 use crate::error::Error;
 use crate::publish::{self, REFRESH_BEFORE};
 use crate::store::changes::Changes;
+use crate::store::sweeps::{self, DueReset, FailingEdge, NodeSilence};
 
 pub(crate) use crate::store::nodes::NODE_ONLINE_SECS;
 /// Users one sweep transaction handles at most.
@@ -37,12 +38,6 @@ pub(crate) async fn nudged(
     }
 }
 
-/// The ids a query selects.
-fn ids(conn: &rusqlite::Connection, sql: &str, params: impl rusqlite::Params) -> Result<Vec<u64>, Error> {
-    let ids = conn.prepare_cached(sql)?.query_map(params, |row| row.get(0))?.collect::<Result<_, _>>()?;
-    Ok(ids)
-}
-
 /// One pass of every sweep; returns how many users it republished.
 pub(crate) fn sweep(
     conn: &rusqlite::Connection,
@@ -54,27 +49,18 @@ pub(crate) fn sweep(
     let mut changes = Changes::default();
     let mut touched = 0;
     // Expired since the last publish.
-    for id in ids(
-        conn,
-        "SELECT id FROM users WHERE expires_at > 0 AND expires_at <= ?1 AND status IN ('active', 'not_started') LIMIT ?2",
-        rusqlite::params![now, SWEEP_BATCH],
-    )? {
+    for id in sweeps::expired_users(conn, now, SWEEP_BATCH)? {
         changes.user(conn, id)?;
         touched += 1;
     }
     // Traffic resets that are due.
-    let mut resets =
-        conn.prepare_cached("SELECT id, reset FROM users WHERE next_reset > 0 AND next_reset <= ?1 LIMIT ?2")?;
-    let due: Vec<(u64, String)> = resets
-        .query_map(rusqlite::params![now, SWEEP_BATCH], |row| Ok((row.get(0)?, row.get(1)?)))?
-        .collect::<Result<_, _>>()?;
-    for (id, reset) in due {
+    for DueReset { id, reset } in sweeps::resets_due(conn, now, SWEEP_BATCH)? {
         let strategy = crate::store::users::parse_reset(&reset).unwrap_or(hearth_shared::wire::ResetStrategy::Never);
         let next = crate::clock::next_reset(strategy, now);
         // A reseller's user is reset only while their traffic allowance has room for it
         // (what it used counts against it); else it waits for the next period, used up.
         if !crate::store::admins::room_to_reset(conn, id)? {
-            conn.execute("UPDATE users SET next_reset = ?2 WHERE id = ?1", rusqlite::params![id, next])?;
+            sweeps::postpone_reset(conn, id, next)?;
             crate::store::audit(
                 conn,
                 now,
@@ -86,15 +72,12 @@ pub(crate) fn sweep(
             continue;
         }
         crate::store::users::spend(conn, id)?;
-        conn.execute(
-            "UPDATE users SET used_up = 0, used_down = 0, raw_up = 0, raw_down = 0, next_reset = ?2 WHERE id = ?1",
-            rusqlite::params![id, next],
-        )?;
+        sweeps::reset_traffic(conn, id, next)?;
         changes.user(conn, id)?;
         touched += 1;
     }
     if usage {
-        for id in ids(conn, "SELECT id FROM users WHERE usage_dirty = 1 LIMIT ?1", [SWEEP_BATCH])? {
+        for id in sweeps::usage_dirty(conn, SWEEP_BATCH)? {
             changes.user(conn, id)?;
             touched += 1;
         }
@@ -112,12 +95,7 @@ pub(crate) fn sweep(
         touched += 1;
     }
     if renew {
-        let mut query = conn.prepare_cached(
-            "SELECT name FROM streams WHERE name LIKE 'creds/%' AND envelope IS NOT NULL AND expires < ?1",
-        )?;
-        let names: Vec<String> =
-            query.query_map([now + REFRESH_BEFORE], |row| row.get(0))?.collect::<Result<_, _>>()?;
-        for name in names {
+        for name in sweeps::creds_expiring(conn, now + REFRESH_BEFORE)? {
             if let Ok(hearth_shared::wire::Stream::Creds(node)) = name.parse() {
                 publish::publish_creds(conn, &app.signer, node, now, true)?;
             }
@@ -151,39 +129,31 @@ fn checks_sets(round: u64) -> bool {
 /// An edge failing this long is told failing (a push retried within seconds is not news).
 pub(crate) const FAILING_AFTER: u64 = 120;
 
+/// The news of a node's silence or return: offline, told now, when it was not told offline
+/// (`offline_told` 0); else back online, told so (0 again). The event's kind, and what its
+/// `offline_told` becomes.
+fn silence_news(offline_told: u64, now: u64) -> (&'static str, u64) {
+    if offline_told == 0 { ("node.offline", now) } else { ("node.online", 0) }
+}
+
 /// Tells of nodes gone silent (offline as the overview counts them) and back, and of edges
 /// failing: each once, when it crosses.
 fn tell_silences(conn: &rusqlite::Connection, now: u64) -> Result<usize, Error> {
     use crate::store::events::emit;
-    let nodes: Vec<(u64, String, u64, u64)> = conn
-        .prepare_cached(
-            "SELECT id, name, last_seen, offline_told FROM nodes WHERE public_key IS NOT NULL AND last_seen > 0
-               AND ((offline_told = 0 AND last_seen < ?1) OR (offline_told > 0 AND last_seen >= offline_told))",
-        )?
-        .query_map([now.saturating_sub(NODE_ONLINE_SECS)], |row| {
-            Ok((row.get(0)?, row.get(1)?, row.get(2)?, row.get(3)?))
-        })?
-        .collect::<Result<_, _>>()?;
+    let nodes = sweeps::silences(conn, now.saturating_sub(NODE_ONLINE_SECS))?;
     let mut told_now = nodes.len();
-    for (id, name, last_seen, told) in nodes {
-        let (kind, told) = if told == 0 { ("node.offline", now) } else { ("node.online", 0) };
+    for NodeSilence { id, name, last_seen, offline_told } in nodes {
+        let (kind, told) = silence_news(offline_told, now);
         let data = serde_json::json!({ "node": { "id": id, "name": name }, "last_seen": last_seen });
         emit(conn, now, kind, &format!("node {id}"), &data)?;
-        conn.prepare_cached("UPDATE nodes SET offline_told = ?2 WHERE id = ?1")?
-            .execute(rusqlite::params![id, told])?;
+        sweeps::set_offline_told(conn, id, told)?;
     }
-    let edges: Vec<(i64, String, Option<String>, u64)> = conn
-        .prepare_cached(
-            "SELECT id, name, last_error, error_since FROM edges
-             WHERE failing_told = 0 AND error_since > 0 AND error_since <= ?1",
-        )?
-        .query_map([now.saturating_sub(FAILING_AFTER)], |row| Ok((row.get(0)?, row.get(1)?, row.get(2)?, row.get(3)?)))?
-        .collect::<Result<_, _>>()?;
+    let edges = sweeps::failing_edges(conn, now.saturating_sub(FAILING_AFTER))?;
     told_now += edges.len();
-    for (id, name, error, since) in edges {
+    for FailingEdge { id, name, last_error: error, error_since: since } in edges {
         let data = serde_json::json!({ "edge": { "id": id, "name": name }, "error": error, "since": since });
         emit(conn, now, "edge.failing", &format!("edge {name}"), &data)?;
-        conn.prepare_cached("UPDATE edges SET failing_told = ?2 WHERE id = ?1")?.execute(rusqlite::params![id, now])?;
+        sweeps::set_failing_told(conn, id, now)?;
     }
     Ok(told_now)
 }
@@ -195,14 +165,23 @@ fn failover_due(
     after: u64,
     now: u64,
 ) -> Result<Option<(crate::store::edges::Edge, crate::store::edges::Edge, u64)>, Error> {
-    use crate::store::edges::{self, LinkState};
-    let mut active = edges::list(conn)?.into_iter().filter(|e| e.state == LinkState::Active);
-    let Some(primary) = active.next() else { return Ok(None) };
+    Ok(failover_of(crate::store::edges::list(conn)?, after, now))
+}
+
+/// [`failover_due`] of `edges` (in their order, the first active one the primary).
+fn failover_of(
+    edges: Vec<crate::store::edges::Edge>,
+    after: u64,
+    now: u64,
+) -> Option<(crate::store::edges::Edge, crate::store::edges::Edge, u64)> {
+    use crate::store::edges::LinkState;
+    let mut active = edges.into_iter().filter(|e| e.state == LinkState::Active);
+    let primary = active.next()?;
     let failing_for = if primary.error_since > 0 { now.saturating_sub(primary.error_since) } else { 0 };
     if failing_for < after {
-        return Ok(None);
+        return None;
     }
-    Ok(active.find(|e| e.last_error.is_none() && e.last_push > 0).map(|next| (primary, next, failing_for)))
+    active.find(|e| e.last_error.is_none() && e.last_push > 0).map(|next| (primary, next, failing_for))
 }
 
 /// Moves links off a primary edge that has failed for `edge_failover_secs` while another
@@ -435,6 +414,56 @@ mod tests {
         let signed = latest();
         assert_eq!(app.db.write_blocking(|tx| check_sets(tx, app, now)).unwrap(), 0);
         assert_eq!(latest(), signed, "once");
+    }
+
+    /// A node unheard of is told offline once, and online once it is heard of again.
+    #[test]
+    fn a_silence_is_told_offline_then_online() {
+        assert_eq!(silence_news(0, 5000), ("node.offline", 5000));
+        assert_eq!(silence_news(5000, 6000), ("node.online", 0));
+    }
+
+    /// Links fail over when the primary (the first active edge) has failed `after` seconds, to
+    /// the first active edge after it that takes pushes without error; never otherwise.
+    #[test]
+    fn links_fail_over_to_the_next_healthy_active_edge() {
+        use crate::store::edges::{Edge, LinkState};
+        let edge = |id: i64, state: LinkState, error_since: u64, last_push: u64| Edge {
+            id,
+            name: format!("e{id}"),
+            url: format!("https://e{id}.example"),
+            api_prefix: None,
+            push_token: None,
+            link_base: None,
+            state,
+            position: id,
+            pushed: 0,
+            drained: 0,
+            last_drain: 0,
+            release: 0,
+            archive: 0,
+            added: 0,
+            last_push,
+            last_error: (error_since > 0).then(|| "refused".to_owned()),
+            error_since,
+            untrusted_forwarding: None,
+            disk_full: 0,
+        };
+        let ids = |found: Option<(Edge, Edge, u64)>| found.map(|(from, to, since)| (from.id, to.id, since));
+        let failing = edge(1, LinkState::Active, 1000, 900);
+        let healthy = edge(3, LinkState::Active, 0, 1500);
+        let at = |edges: Vec<Edge>, now| ids(failover_of(edges, 300, now));
+        assert_eq!(at(vec![failing.clone(), healthy.clone()], 1300), Some((1, 3, 300)));
+        assert_eq!(at(vec![failing.clone(), healthy.clone()], 1299), None, "not failing long enough");
+        assert_eq!(at(vec![healthy.clone(), failing.clone()], 9999), None, "the primary is healthy");
+        let blocked = edge(2, LinkState::Blocked, 0, 1500);
+        let failing_too = edge(2, LinkState::Active, 1200, 1100);
+        let never_pushed = edge(2, LinkState::Active, 0, 0);
+        for between in [blocked.clone(), failing_too, never_pushed] {
+            assert_eq!(at(vec![failing.clone(), between, healthy.clone()], 1300), Some((1, 3, 300)));
+        }
+        assert_eq!(at(vec![failing.clone()], 9999), None, "no edge to move to");
+        assert_eq!(at(vec![blocked, failing, healthy], 1300), Some((1, 3, 300)), "a blocked edge is not the primary");
     }
 
     /// The sets are checked whole once an hour, never as control starts (round 0): building

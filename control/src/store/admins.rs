@@ -191,6 +191,22 @@ pub(crate) fn get(conn: &Connection, id: i64) -> Result<AdminView, Error> {
         .ok_or(Error::NotFound("admin"))
 }
 
+/// An admin's login (an error when there is no such admin).
+pub(crate) fn login(conn: &Connection, id: i64) -> Result<String, Error> {
+    Ok(conn.query_row("SELECT login FROM admins WHERE id = ?1", [id], |row| row.get(0))?)
+}
+
+/// An admin's password hash (an error when there is no such admin).
+pub(crate) fn password_hash(conn: &Connection, id: i64) -> Result<String, Error> {
+    Ok(conn.query_row("SELECT password_hash FROM admins WHERE id = ?1", [id], |row| row.get(0))?)
+}
+
+/// Sets an admin's password hash (nothing when there is no such admin).
+pub(crate) fn set_password_hash(conn: &Connection, id: i64, hash: &str) -> Result<(), Error> {
+    conn.execute("UPDATE admins SET password_hash = ?2 WHERE id = ?1", params![id, hash])?;
+    Ok(())
+}
+
 /// An admin's id by login (any case).
 pub(crate) fn id_of(conn: &Connection, login: &str) -> Result<i64, Error> {
     conn.query_row("SELECT id FROM admins WHERE login = ?1", [login.trim()], |row| row.get(0))

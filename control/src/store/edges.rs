@@ -284,6 +284,56 @@ pub(crate) fn set_link_base(conn: &Connection, id: i64, base: Option<&str>) -> R
     Ok(())
 }
 
+/// Sets since when an edge has failed (made the primary again by the owner: a whole failover
+/// period from `since`).
+pub(crate) fn set_error_since(conn: &Connection, id: i64, since: u64) -> Result<(), Error> {
+    conn.execute("UPDATE edges SET error_since = ?2 WHERE id = ?1", params![id, since])?;
+    Ok(())
+}
+
+/// A stream an edge lacks (its `seq` past the edge's position), as a push reads it.
+pub(crate) struct Lacking {
+    pub(crate) name: String,
+    pub(crate) version: u64,
+    /// `None`: the stream was deleted.
+    pub(crate) envelope: Option<Vec<u8>>,
+    pub(crate) seq: i64,
+    /// Set aside for this edge at this version (it refused it): not to be sent again.
+    pub(crate) held: bool,
+}
+
+/// The streams `edge` lacks past `pushed`, at most `limit`, in the order of their change,
+/// each handed to `each` as it is read until `each` says to stop (returns false): a push that
+/// has its fill reads no more envelopes.
+pub(crate) fn lacking(
+    conn: &Connection,
+    edge: i64,
+    pushed: i64,
+    limit: usize,
+    mut each: impl FnMut(Lacking) -> bool,
+) -> Result<(), Error> {
+    let mut query = conn.prepare_cached(
+        "SELECT s.name, s.version, s.envelope, s.seq,
+                EXISTS (SELECT 1 FROM outbox_held h WHERE h.edge = ?1 AND h.stream = s.name AND h.version = s.version)
+         FROM streams s WHERE s.seq > ?2 ORDER BY s.seq LIMIT ?3",
+    )?;
+    let rows = query.query_map(params![edge, pushed, limit], |row| {
+        Ok(Lacking {
+            name: row.get(0)?,
+            version: row.get(1)?,
+            envelope: row.get(2)?,
+            seq: row.get(3)?,
+            held: row.get(4)?,
+        })
+    })?;
+    for row in rows {
+        if !each(row?) {
+            break;
+        }
+    }
+    Ok(())
+}
+
 /// Makes the [`MAIN`] edge match `url` (the `edge_url` in force) and `base` (the link base in
 /// force): added first in the order when missing, removed when there is none; a new URL is a
 /// new edge, brought up to date from nothing.

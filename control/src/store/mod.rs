@@ -10,6 +10,7 @@
 
 pub(crate) mod admins;
 pub(crate) mod aliases;
+pub(crate) mod archive;
 pub(crate) mod audit_log;
 pub(crate) mod changes;
 pub(crate) mod edges;
@@ -24,8 +25,10 @@ pub(crate) mod overview;
 pub(crate) mod owner;
 pub(crate) mod passkeys;
 pub(crate) mod presence;
+pub(crate) mod releases;
 pub(crate) mod routing;
 pub(crate) mod sessions;
+pub(crate) mod sweeps;
 pub(crate) mod telegram;
 pub(crate) mod tokens;
 pub(crate) mod usage;

@@ -49,6 +49,12 @@ pub(crate) fn owner(conn: &Connection) -> Result<Option<(String, String)>, Error
         .optional()?)
 }
 
+/// Sets the owner's password hash.
+pub(crate) fn set_password_hash(conn: &Connection, hash: &str) -> Result<(), Error> {
+    conn.execute("UPDATE owner SET password_hash = ?1 WHERE id = 1", [hash])?;
+    Ok(())
+}
+
 /// The owner's second factor, as stored.
 #[derive(Default)]
 pub(crate) struct TotpState {

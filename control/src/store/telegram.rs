@@ -1,5 +1,6 @@
 //! The owner's Telegram bot: its settings, how far the events were told, how far its updates
-//! were read. The token is kept sealed under the master key and never comes back out.
+//! were read. The token is kept sealed under the master key and never comes back out. And
+//! the users' own chats: binding them, their language, and the expiries they were warned of.
 
 use rusqlite::{Connection, OptionalExtension as _, params};
 use serde::Serialize;
@@ -172,6 +173,75 @@ pub(crate) fn users_of_chat(conn: &Connection, chat: i64) -> Result<Vec<u64>, Er
 /// Unbinds every user from `chat`; returns how many were bound.
 pub(crate) fn unbind_chat(conn: &Connection, chat: i64) -> Result<usize, Error> {
     Ok(conn.execute("UPDATE users SET telegram_id = NULL, telegram_lang = NULL WHERE telegram_id = ?1", [chat])?)
+}
+
+/// The language the bot speaks to the user's own chat (`None`: the owner's); an error when
+/// there is no such user.
+pub(crate) fn chat_lang(conn: &Connection, user: u64) -> Result<Option<String>, Error> {
+    Ok(conn.prepare_cached("SELECT telegram_lang FROM users WHERE id = ?1")?.query_row([user], |row| row.get(0))?)
+}
+
+/// A user's own chat, as [`chat_of`] reads it.
+pub(crate) struct UserChat {
+    /// `None`: none bound.
+    pub(crate) chat: Option<i64>,
+    /// The language spoken to it (`None`: the owner's).
+    pub(crate) lang: Option<String>,
+}
+
+/// The user's own chat and its language, when the user can be read (`None`: no such user,
+/// or it could not be read).
+pub(crate) fn chat_of(conn: &Connection, user: u64) -> Result<Option<UserChat>, Error> {
+    Ok(conn
+        .prepare_cached("SELECT telegram_id, telegram_lang FROM users WHERE id = ?1")?
+        .query_row([user], |row| Ok(UserChat { chat: row.get(0)?, lang: row.get(1)? }))
+        .ok())
+}
+
+/// An enabled user with a chat of their own whose access ends soon, and the expiries they
+/// were warned of (`warned`: three days ahead; `warned_day`: a day ahead).
+pub(crate) struct Expiring {
+    pub(crate) user: u64,
+    pub(crate) chat: i64,
+    pub(crate) lang: Option<String>,
+    pub(crate) expires: u64,
+    pub(crate) warned: u64,
+    pub(crate) warned_day: u64,
+}
+
+/// Enabled users with a chat of their own whose access ends after `after` and by `by`, not
+/// warned of that end both three days and a day ahead.
+pub(crate) fn expiring(conn: &Connection, after: u64, by: u64) -> Result<Vec<Expiring>, Error> {
+    let mut expiring = conn.prepare_cached(
+        "SELECT id, telegram_id, telegram_lang, expires_at, expiry_warned, expiry_warned_day FROM users
+                 WHERE telegram_id IS NOT NULL AND enabled AND expires_at > ?1 AND expires_at <= ?2
+                   AND (expiry_warned != expires_at OR expiry_warned_day != expires_at)",
+    )?;
+    let rows = expiring
+        .query_map([after, by], |row| {
+            Ok(Expiring {
+                user: row.get(0)?,
+                chat: row.get(1)?,
+                lang: row.get(2)?,
+                expires: row.get(3)?,
+                warned: row.get(4)?,
+                warned_day: row.get(5)?,
+            })
+        })?
+        .collect::<Result<_, _>>()?;
+    Ok(rows)
+}
+
+/// Notes that the user was warned of the end of their access at `expires` three days ahead,
+/// and, when `last_day`, a day ahead.
+pub(crate) fn warned_of_expiry(conn: &Connection, user: u64, expires: u64, last_day: bool) -> Result<(), Error> {
+    conn.execute(
+        "UPDATE users SET expiry_warned = ?2,
+                                expiry_warned_day = CASE WHEN ?3 THEN ?2 ELSE expiry_warned_day END
+                         WHERE id = ?1",
+        params![user, expires, last_day],
+    )?;
+    Ok(())
 }
 
 /// The one-time code on the user's subscription page: the user, and a MAC under the master

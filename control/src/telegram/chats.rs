@@ -103,9 +103,7 @@ pub(super) async fn answer(
                     let ids = store::users_of_chat(c, chat)?;
                     let mut bound = Vec::new();
                     for id in ids {
-                        let lang: Option<String> = c
-                            .prepare_cached("SELECT telegram_lang FROM users WHERE id = ?1")?
-                            .query_row([id], |row| row.get(0))?;
+                        let lang = store::chat_lang(c, id)?;
                         let link = users::token(c, &state.signer.vault, id)?.to_link_form();
                         bound.push((users::get(c, id)?, lang, link));
                     }
@@ -233,25 +231,13 @@ pub(super) async fn tell(app: &Arc<App>, api: &Api, bot: &Bot, pending: &[EventV
         .read(move |c| {
             let mut chats = Vec::new();
             for (user, reminder) in told_of.drain(..) {
-                let row: Option<(Option<i64>, Option<String>)> = c
-                    .prepare_cached("SELECT telegram_id, telegram_lang FROM users WHERE id = ?1")?
-                    .query_row([user], |row| Ok((row.get(0)?, row.get(1)?)))
-                    .ok();
-                if let Some((Some(chat), lang)) = row {
+                if let Some(store::UserChat { chat: Some(chat), lang }) = store::chat_of(c, user)? {
                     chats.push((user, chat, lang, reminder));
                 }
             }
-            let mut expiring = c.prepare_cached(
-                "SELECT id, telegram_id, telegram_lang, expires_at, expiry_warned, expiry_warned_day FROM users
-                 WHERE telegram_id IS NOT NULL AND enabled AND expires_at > ?1 AND expires_at <= ?2
-                   AND (expiry_warned != expires_at OR expiry_warned_day != expires_at)",
-            )?;
-            let rows = expiring.query_map([now, now + EXPIRY_WARNING], |row| {
-                Ok((row.get(0)?, row.get(1)?, row.get(2)?, row.get(3)?, row.get(4)?, row.get(5)?))
-            })?;
-            for row in rows {
-                let (user, chat, lang, expires, warned, warned_day): (UserId, i64, Option<String>, u64, u64, u64) =
-                    row?;
+            for store::Expiring { user, chat, lang, expires, warned, warned_day } in
+                store::expiring(c, now, now + EXPIRY_WARNING)?
+            {
                 if let Some(reminder) = expiry_due(expires, warned, warned_day, now) {
                     chats.push((user, chat, lang, reminder));
                 }
@@ -281,18 +267,7 @@ pub(super) async fn tell(app: &Arc<App>, api: &Api, bot: &Bot, pending: &[EventV
         }
         if let Reminder::Expiry { expires, last_day } = reminder {
             // A day ahead, the three-day warning is past too: it is not sent after it.
-            let recorded = app
-                .db
-                .write(move |tx| {
-                    tx.execute(
-                        "UPDATE users SET expiry_warned = ?2,
-                                expiry_warned_day = CASE WHEN ?3 THEN ?2 ELSE expiry_warned_day END
-                         WHERE id = ?1",
-                        rusqlite::params![user, expires, last_day],
-                    )?;
-                    Ok(())
-                })
-                .await;
+            let recorded = app.db.write(move |tx| store::warned_of_expiry(tx, user, expires, last_day)).await;
             if let Err(e) = recorded {
                 tracing::error!(user, error = %e, "telegram: recording a reminder failed");
             }

@@ -295,7 +295,7 @@ pub(super) fn open_session(
     admin: Option<i64>,
 ) -> Result<String, Error> {
     if let Some(id) = admin {
-        let login: String = tx.query_row("SELECT login FROM admins WHERE id = ?1", [id], |row| row.get(0))?;
+        let login = crate::store::admins::login(tx, id)?;
         crate::store::audit(tx, now, &format!("admin {login}"), "signin", &ip.to_string(), agent)?;
         return auth::start_session(tx, now, admin, &ip.to_string(), agent);
     }
@@ -513,9 +513,7 @@ pub(super) async fn change_password(
         .db
         .read(move |c| match admin {
             None => Ok(auth::owner(c)?.map(|(_, hash)| hash)),
-            Some(id) => {
-                Ok(Some(c.query_row("SELECT password_hash FROM admins WHERE id = ?1", [id], |row| row.get(0))?))
-            }
+            Some(id) => Ok(Some(crate::store::admins::password_hash(c, id)?)),
         })
         .await?;
     if !app.hasher.verify(req.current.clone(), stored, true).await? {
@@ -531,11 +529,9 @@ pub(super) async fn change_password(
         .db
         .write(move |tx| {
             match admin {
-                None => tx.execute("UPDATE owner SET password_hash = ?1 WHERE id = 1", [&hash])?,
-                Some(id) => {
-                    tx.execute("UPDATE admins SET password_hash = ?2 WHERE id = ?1", rusqlite::params![id, hash])?
-                }
-            };
+                None => crate::store::owner::set_password_hash(tx, &hash)?,
+                Some(id) => crate::store::admins::set_password_hash(tx, id, &hash)?,
+            }
             let ended = auth::end_other_sessions(tx, admin, Some(&keep))?;
             crate::store::audit(tx, now, &actor, "password.change", "", &format!("{ended} other sessions ended"))?;
             Ok(ended)

@@ -138,7 +138,7 @@ pub(super) async fn update_edge(
             // Made the primary again by the owner: a failing edge gets a whole failover period
             // from now before links move off it again.
             if state == edges::LinkState::Active && edge.error_since > 0 {
-                tx.execute("UPDATE edges SET error_since = ?2 WHERE id = ?1", rusqlite::params![id, now])?;
+                edges::set_error_since(tx, id, now)?;
             }
         }
         if let Some(position) = input.position {
