@@ -190,7 +190,7 @@ fn last_sealed(conn: &rusqlite::Connection) -> Result<Option<(Sealed, u64)>, Err
 /// Makes one archive at the next version, of the state at `marker` (or later: a change
 /// that lands meanwhile is in it, and archived once more). Returns the version and the
 /// envelope; the database remembers what was archived.
-async fn seal_once(app: &Arc<App>, marker: Marker) -> Result<(i64, Vec<u8>), String> {
+async fn seal_once(app: &Arc<App>, marker: Marker) -> Result<(i64, Vec<u8>), Error> {
     let state = app.clone();
     // Its own connection: `VACUUM INTO` cannot run inside the pool's read transactions.
     tokio::task::spawn_blocking(move || {
@@ -214,8 +214,7 @@ async fn seal_once(app: &Arc<App>, marker: Marker) -> Result<(i64, Vec<u8>), Str
         Ok::<_, Error>((version, envelope))
     })
     .await
-    .map_err(|e| e.to_string())?
-    .map_err(|e| e.to_string())
+    .map_err(|e| Error::Internal(e.to_string()))?
 }
 
 /// When the state last changed and the last archive was made, and the settings that time

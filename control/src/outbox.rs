@@ -111,7 +111,7 @@ fn chunk(conn: &rusqlite::Connection, edge: i64, pushed: i64) -> Result<Option<C
 /// One push to `target`: what it lacks, under one signed batch manifest. Returns how many
 /// streams it took (0: it holds everything).
 #[tracing::instrument(name = "push", level = "debug", skip_all)]
-async fn push_once(app: &Arc<App>, target: &Target) -> Result<usize, String> {
+async fn push_once(app: &Arc<App>, target: &Target) -> Result<usize, OutboxError> {
     let id = target.id;
     let found = app
         .db
@@ -119,8 +119,7 @@ async fn push_once(app: &Arc<App>, target: &Target) -> Result<usize, String> {
             let Some(edge) = edges::get(c, id)? else { return Ok(None) };
             chunk(c, id, edge.pushed)
         })
-        .await
-        .map_err(|e| e.to_string())?;
+        .await?;
     let Some(Chunk { items, to }) = found else { return Ok(0) };
     let sent: Vec<(String, u64)> = items.iter().map(|(name, version, _)| (name.clone(), *version)).collect();
     let names: Vec<String> = sent.iter().map(|(name, _)| name.clone()).collect();
@@ -139,16 +138,17 @@ async fn push_once(app: &Arc<App>, target: &Target) -> Result<usize, String> {
             // One stream the edge will not take (its version is behind what the edge holds,
             // say, after a restore from an older state) must not hold back every change after
             // it: it is set aside, with an alert, and the rest goes out at once.
-            Err((EdgeError { stream: Some(stream), text, .. }, sent)) => {
-                let Some(&(_, version)) = sent.iter().find(|(name, _)| *name == stream) else { return Err(text) };
+            Err((error @ EdgeError { stream: Some(_), .. }, sent)) => {
+                let stream = error.stream.clone().unwrap_or_default();
+                let Some(&(_, version)) = sent.iter().find(|(name, _)| *name == stream) else {
+                    return Err(error.into());
+                };
+                let text = error.text;
                 tracing::warn!(%stream, version, reason = %text, "the edge refused one stream: set aside, the rest goes on");
-                app.db
-                    .write(move |tx| edges::hold(tx, id, &stream, version, &text, now()))
-                    .await
-                    .map_err(|e| e.to_string())?;
+                app.db.write(move |tx| edges::hold(tx, id, &stream, version, &text, now())).await?;
                 return Ok(1);
             }
-            Err((e, _)) => return Err(e.text),
+            Err((e, _)) => return Err(e.into()),
         }
     }
     let taken = names.len();
@@ -163,8 +163,7 @@ async fn push_once(app: &Arc<App>, target: &Target) -> Result<usize, String> {
                 None => Ok(()),
             }
         })
-        .await
-        .map_err(|e| e.to_string())?;
+        .await?;
     Ok(taken.max(1))
 }
 
@@ -236,10 +235,39 @@ pub(crate) struct EdgeError {
     pub(crate) refused: bool,
 }
 
-impl From<EdgeError> for String {
-    fn from(error: EdgeError) -> String {
-        error.text
+impl std::fmt::Display for EdgeError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(&self.text)
     }
+}
+
+impl std::error::Error for EdgeError {}
+
+/// Why a push, a drain of usage reports or a release handed to an edge came to nothing: what
+/// the owner is told (never the edge's URL, which holds the secret API prefix).
+#[derive(Debug, thiserror::Error)]
+pub(crate) enum OutboxError {
+    /// Control's own store failed.
+    #[error(transparent)]
+    Store(#[from] Error),
+    /// The edge did not take what control sent.
+    #[error(transparent)]
+    Edge(#[from] EdgeError),
+    /// The edge did not answer a drain.
+    #[error("the edge did not answer: {0}")]
+    NoAnswer(String),
+    /// The edge answered a drain with an error.
+    #[error("the edge refused the drain ({0})")]
+    DrainRefused(reqwest::StatusCode),
+    /// The edge's answer could not be read (too long, cut short).
+    #[error(transparent)]
+    Read(#[from] hearth_io::capped::ReadError),
+    /// The edge's answer is not what it should be.
+    #[error(transparent)]
+    Wire(#[from] wire::WireError),
+    /// The edge named a position past any control keeps.
+    #[error("the edge's cursor is out of range")]
+    Cursor,
 }
 
 /// Sends `body` to the edge's `path` (under its API prefix: `push`, `archive`, `release`, which
@@ -350,6 +378,7 @@ async fn worker(app: Arc<App>, id: i64, name: String, mut shutdown: watch::Recei
             Err(error) => {
                 Counters::add(&app.counters.push_failures, 1);
                 tracing::warn!(%error, retry_in = backoff.as_secs(), "push to the edge failed");
+                let error = error.to_string();
                 let _ = app.db.write(move |tx| edges::failed(tx, id, &error, now())).await;
                 if stopped(&mut shutdown, backoff).await {
                     return;
@@ -367,7 +396,7 @@ async fn worker(app: Arc<App>, id: i64, name: String, mut shutdown: watch::Recei
 /// nodes directly) and applies each exactly once (a report a node sent to two edges too),
 /// and the device registries of links the edge queued with them.
 #[tracing::instrument(name = "drain", level = "debug", skip_all)]
-async fn drain_once(app: &Arc<App>, target: &Target, mut cursor: i64) -> Result<(), String> {
+async fn drain_once(app: &Arc<App>, target: &Target, mut cursor: i64) -> Result<(), OutboxError> {
     let id = target.id;
     for _ in 0..DRAIN_PAGES {
         let response = app
@@ -377,15 +406,13 @@ async fn drain_once(app: &Arc<App>, target: &Target, mut cursor: i64) -> Result<
             .timeout(Duration::from_secs(30))
             .send()
             .await
-            .map_err(|e| format!("the edge did not answer: {}", hearth_io::capped::without_url(&e)))?;
+            .map_err(|e| OutboxError::NoAnswer(hearth_io::capped::without_url(&e)))?;
         if !response.status().is_success() {
-            return Err(format!("the edge refused the drain ({})", response.status()));
+            return Err(OutboxError::DrainRefused(response.status()));
         }
-        let bytes = hearth_io::capped::read(response, UsageDrain::MAX_LEN, "a drain of usage reports")
-            .await
-            .map_err(|e| e.to_string())?;
-        let drain: UsageDrain = wire::decode(&bytes, "usage drain").map_err(|e| e.to_string())?;
-        let next = i64::try_from(drain.cursor).map_err(|_| "the edge's cursor is out of range".to_owned())?;
+        let bytes = hearth_io::capped::read(response, UsageDrain::MAX_LEN, "a drain of usage reports").await?;
+        let drain: UsageDrain = wire::decode(&bytes, "usage drain")?;
+        let next = i64::try_from(drain.cursor).map_err(|_| OutboxError::Cursor)?;
         let count = drain.reports.len();
         let state = app.clone();
         let applied = app
@@ -420,8 +447,7 @@ async fn drain_once(app: &Arc<App>, target: &Target, mut cursor: i64) -> Result<
                 edges::drained(tx, id, next, now())?;
                 Ok((applied, listed))
             })
-            .await
-            .map_err(|e| e.to_string())?;
+            .await?;
         let (applied, listed) = applied;
         Counters::add(&app.counters.usage_reports, applied);
         if applied > 0 || listed > 0 {
@@ -443,13 +469,9 @@ fn report_node(bytes: &[u8]) -> Option<u64> {
 
 /// Hands an edge the release being rolled out (nodes that reach only the edges fetch it
 /// there), once. Returns whether it sent one.
-pub(crate) async fn sync_release(app: &Arc<App>, edge: &Edge, target: &Target) -> Result<bool, String> {
+pub(crate) async fn sync_release(app: &Arc<App>, edge: &Edge, target: &Target) -> Result<bool, OutboxError> {
     let (state, held) = (app.clone(), edge.release);
-    let bundle = app
-        .db
-        .read(move |c| crate::releases::bundle_for_edge(c, &state.config.data_dir, held))
-        .await
-        .map_err(|e| e.to_string())?;
+    let bundle = app.db.read(move |c| crate::releases::bundle_for_edge(c, &state.config.data_dir, held)).await?;
     let Some((release, bundle)) = bundle else { return Ok(false) };
     let sent = match send_to_edge(app, target, reqwest::Method::PUT, "release", bundle, Duration::from_secs(300)).await
     {
@@ -469,8 +491,7 @@ pub(crate) async fn sync_release(app: &Arc<App>, edge: &Edge, target: &Target) -
             let release = i64::try_from(release).unwrap_or(i64::MAX);
             crate::store::edges::set_marker(tx, id, crate::store::edges::Marker::Release, release)
         })
-        .await
-        .map_err(|e| e.to_string())?;
+        .await?;
     if sent {
         tracing::info!(edge = %edge.name, release, "handed the release to the edge");
     }

@@ -126,6 +126,28 @@ pub(crate) enum Outcome {
     Retry(String),
 }
 
+/// Why a fetched release manifest is refused.
+#[derive(Debug, thiserror::Error)]
+pub(crate) enum ManifestError {
+    /// It is past its expiry.
+    #[error("the manifest expired")]
+    Expired,
+    /// It is not signed by a release key the node trusts (or not as a release manifest).
+    #[error("the manifest does not verify: {0}")]
+    Unverified(VerifyError),
+    /// It is the manifest of another release than the one named.
+    #[error("the manifest is release {found}, not {wanted}")]
+    OtherRelease {
+        /// The release it is.
+        found: u64,
+        /// The release the answer named.
+        wanted: u64,
+    },
+    /// Its body is not a manifest, or not one this node may take.
+    #[error(transparent)]
+    Refused(#[from] hearth_shared::release::Refusal),
+}
+
 /// Checks a fetched manifest for `release` against the trust and what runs; gives the
 /// manifest and the name of the file to download.
 pub(crate) fn check_manifest(
@@ -134,20 +156,19 @@ pub(crate) fn check_manifest(
     release: u64,
     running: &Running,
     now: u64,
-) -> Result<(ReleaseManifest, hearth_shared::release::ReleaseFile), String> {
+) -> Result<(ReleaseManifest, hearth_shared::release::ReleaseFile), ManifestError> {
     let expect = Expect { kind: Kind::Release, audience: Audience::Any, stream: stream::RELEASE };
     let verified = match trust::verify(bytes, trust, &expect, None, now) {
         Ok(verified) => verified,
-        Err(VerifyError::Expired { .. }) => return Err("the manifest expired".to_owned()),
-        Err(e) => return Err(format!("the manifest does not verify: {e}")),
+        Err(VerifyError::Expired { .. }) => return Err(ManifestError::Expired),
+        Err(e) => return Err(ManifestError::Unverified(e)),
     };
     if verified.envelope.header.version != release {
-        return Err(format!("the manifest is release {}, not {release}", verified.envelope.header.version));
+        return Err(ManifestError::OtherRelease { found: verified.envelope.header.version, wanted: release });
     }
-    let manifest = ReleaseManifest::decode(&verified.envelope.body).map_err(|e| e.to_string())?;
+    let manifest = ReleaseManifest::decode(&verified.envelope.body)?;
     let file = manifest
-        .check(verified.envelope.header.expires, now, running, std::env::consts::OS, std::env::consts::ARCH)
-        .map_err(|e| e.to_string())?
+        .check(verified.envelope.header.expires, now, running, std::env::consts::OS, std::env::consts::ARCH)?
         .clone();
     Ok((manifest, file))
 }

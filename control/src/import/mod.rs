@@ -283,10 +283,15 @@ fn refuse(user: &IncomingUser, reason: impl Into<String>) -> Skipped {
     Skipped { id, reason: reason.into() }
 }
 
+/// An imported Hysteria2 password an app cannot present.
+#[derive(Debug, thiserror::Error)]
+#[error("its Hysteria2 password is not 1 to {MAX_PASSWORD} bytes of printable text")]
+struct BadPassword;
+
 /// A password an app can present, or why not.
-fn check_password(password: &str) -> Result<(), String> {
+fn check_password(password: &str) -> Result<(), BadPassword> {
     if password.is_empty() || password.len() > MAX_PASSWORD || password.chars().any(char::is_control) {
-        return Err(format!("its Hysteria2 password is not 1 to {MAX_PASSWORD} bytes of printable text"));
+        return Err(BadPassword);
     }
     Ok(())
 }
@@ -423,7 +428,7 @@ fn password_of(
         return Ok(Ok(crate::secrets::random_credential()));
     };
     if let Err(reason) = check_password(password) {
-        return Ok(Err(refuse(user, reason)));
+        return Ok(Err(refuse(user, reason.to_string())));
     }
     let hash = hearth_shared::sha256(password.as_bytes());
     let taken: bool = conn

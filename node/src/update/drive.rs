@@ -131,7 +131,7 @@ impl Agent {
         let trust = self.trust.lock().expect("trust lock").clone();
         let (manifest, file) = match super::check_manifest(&manifest, &trust, release, &running, crate::now()) {
             Ok(checked) => checked,
-            Err(reason) => return Outcome::Refused(reason),
+            Err(reason) => return Outcome::Refused(reason.to_string()),
         };
         // The file is as long as the signed manifest says, or it is not the release's.
         let len = usize::try_from(file.len).unwrap_or(usize::MAX);
