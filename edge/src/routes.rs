@@ -84,6 +84,34 @@ pub fn needs_push_token(route: &Route) -> bool {
     )
 }
 
+/// What the Worker does with a request's body, decided before any of it is read.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum BodyRead {
+    /// Not read: the route takes none, or it is control's and the request lacks the token.
+    Skip,
+    /// Refused unread (413): a node's body declared over the route's cap.
+    TooLarge,
+    /// Read, and refused (413) if over this cap.
+    UpTo(usize),
+}
+
+/// How the Worker reads the body of a request on `route`, `token` telling whether it carries
+/// control's push token and `declared` its `Content-Length`: only for a route that takes one,
+/// once the token (where the route needs it) was checked, and only up to the route's cap. A
+/// body sent with control's token is read whatever it declares (up to Cloudflare's own cap),
+/// so that control is told 413 rather than cut off.
+pub fn body_read(route: &Route, token: bool, declared: Option<u64>) -> BodyRead {
+    let cap = max_body(route);
+    let control = needs_push_token(route);
+    if cap == 0 || (control && !token) {
+        BodyRead::Skip
+    } else if !control && declared.is_some_and(|length| length > cap as u64) {
+        BodyRead::TooLarge
+    } else {
+        BodyRead::UpTo(cap)
+    }
+}
+
 /// Routes a request.
 pub fn route(config: &EdgeConfig, method: &str, path: &str, query: &str) -> Route {
     let segments: Vec<&str> = path.trim_start_matches('/').split('/').collect();
@@ -170,5 +198,24 @@ mod tests {
         for (method, path, query, expected) in cases {
             assert_eq!(route(&c, method, &path, query), expected, "{method} {path}?{query}");
         }
+    }
+
+    /// A body is read only where the route takes one and the request may send it; a node's
+    /// declared over the cap is refused unread, control's read and then judged.
+    #[test]
+    fn the_worker_reads_a_body_only_where_it_is_taken() {
+        let usage = Route::NodeUsage(4);
+        let usage_cap = max_body(&usage);
+        let over = Some(usage_cap as u64 + 1);
+        assert_eq!(body_read(&Route::NodeAck(4), true, Some(10)), BodyRead::Skip, "a route that takes none");
+        assert_eq!(body_read(&usage, false, None), BodyRead::UpTo(usage_cap), "a node's needs no token");
+        assert_eq!(body_read(&usage, false, Some(usage_cap as u64)), BodyRead::UpTo(usage_cap));
+        assert_eq!(body_read(&usage, false, over), BodyRead::TooLarge);
+        assert_eq!(body_read(&usage, true, over), BodyRead::TooLarge, "the token does not lift a node's cap");
+        let push_cap = max_body(&Route::Push);
+        assert_eq!(body_read(&Route::Push, false, Some(10)), BodyRead::Skip, "control's without the token");
+        assert_eq!(body_read(&Route::Push, true, Some(10)), BodyRead::UpTo(push_cap));
+        assert_eq!(body_read(&Route::Push, true, Some(push_cap as u64 + 1)), BodyRead::UpTo(push_cap));
+        assert_eq!(body_read(&Route::ArchiveGet, true, None), BodyRead::Skip);
     }
 }

@@ -16,6 +16,16 @@ use crate::routes::Route;
 use crate::serve::decoy;
 use crate::storage::{Fill, Planned, Storage, VALUE_BATCH, VALUE_KEYS, plan};
 
+/// The authority a request URL names, as a node signs it: its host, with the port when the
+/// URL names one ([`Call::host`] on the Worker, which sees the URL rather than a `Host`).
+pub fn authority(host: Option<&str>, port: Option<u16>) -> String {
+    match (host, port) {
+        (Some(host), Some(port)) => format!("{host}:{port}"),
+        (host, None) => host.unwrap_or_default().to_owned(),
+        (None, Some(_)) => String::new(),
+    }
+}
+
 /// An API request, as the edge needs it.
 #[derive(Clone, Copy, Debug)]
 pub struct Call<'a> {
@@ -40,7 +50,8 @@ pub struct Call<'a> {
 
 /// Answers an API route with the edge's `trust` (the subscription, health and unknown routes
 /// are the adapter's: they get the decoy here). `Err` is storage failing; the adapter answers
-/// it with [`api::unavailable`].
+/// it with [`api::unavailable`]. A node's routes are taken only signed by that node, control's
+/// only with the push token; each route's answer is its own step below.
 pub async fn handle<S: Storage>(
     store: &S,
     config: &EdgeConfig,
@@ -49,41 +60,20 @@ pub async fn handle<S: Storage>(
     call: &Call<'_>,
 ) -> Result<Reply, S::Error> {
     let node_auth = |node| node_auth(store, trust, call, node);
-    let no_content = || Reply { status: 204, headers: Vec::new(), body: Vec::new() };
     Ok(match route {
         Route::Subscription(_) | Route::Health | Route::Unknown => decoy(),
         Route::NodeCreds { node, after, base } => match node_auth(node).await? {
             Err(reply) => reply,
-            Ok(()) => {
-                let mut reply = match node_creds(store, node, after, base).await? {
-                    Some(envelope) => Reply::bytes(200, envelope),
-                    None => no_content(),
-                };
-                if let Some(keys) = store.value(VALUE_KEYS).await?.and_then(|bytes| String::from_utf8(bytes).ok()) {
-                    reply.headers.push((nodeauth::KEYS_HEADER, keys));
-                }
-                if let Some(release) = release_for(store, node).await? {
-                    reply.headers.push((nodeauth::RELEASE_HEADER, release.to_string()));
-                }
-                reply
-            }
+            Ok(()) => node_pull(store, node, after, base).await?,
         },
         Route::NodeAck(node) => match node_auth(node).await? {
             Err(reply) => reply,
-            Ok(()) => match store.stream(&stream::usage_ack(node)).await? {
-                Some((_, Some(envelope))) => Reply::bytes(200, envelope),
-                _ => no_content(),
-            },
+            Ok(()) => node_ack(store, node).await?,
         },
-        Route::NodeUsage(node) => {
-            match node_auth(node).await?.and_then(|()| api::check_usage(call.body, trust, node, call.now)) {
-                Err(reply) => reply,
-                Ok(seq) => {
-                    store.enqueue_usage(node, seq, call.body).await?;
-                    Reply::text(202, "queued\n")
-                }
-            }
-        }
+        Route::NodeUsage(node) => match node_auth(node).await? {
+            Err(reply) => reply,
+            Ok(()) => node_usage(store, trust, call, node).await?,
+        },
         Route::NodeRelease(node) => match node_auth(node).await? {
             Err(reply) => reply,
             Ok(()) => node_release(store, node, None).await?,
@@ -95,53 +85,115 @@ pub async fn handle<S: Storage>(
         _ if !config.push_token.matches(call.authorization) => {
             api::error(401, "unauthorized", "a valid push token is required")
         }
-        Route::Push => {
-            let mut reply = push(store, trust, call.body, call.now).await?;
-            if reply.status == 200 {
-                reply.headers.push((wire::DELTAS_HEADER, "1".to_owned()));
-            }
-            reply
+        Route::Push => with_deltas(push(store, trust, call.body, call.now).await?),
+        Route::UsageDrain { after } => usage_drain(store, after).await?,
+        Route::ArchivePut => archive_put(store, trust, call).await?,
+        Route::ArchiveGet => archive_get(store).await?,
+        Route::ReleasePut => release_put(store, trust, call).await?,
+        Route::Export { after } => export_answer(store, &after).await?,
+    })
+}
+
+/// The answer to a node's pull: what it should take ([`node_creds`]; 204 when nothing), with
+/// the key records and the release it is told to run in headers.
+async fn node_pull<S: Storage>(store: &S, node: u64, after: u64, base: Option<u64>) -> Result<Reply, S::Error> {
+    let mut reply = match node_creds(store, node, after, base).await? {
+        Some(envelope) => Reply::bytes(200, envelope),
+        None => no_content(),
+    };
+    if let Some(keys) = store.value(VALUE_KEYS).await?.and_then(|bytes| String::from_utf8(bytes).ok()) {
+        reply.headers.push((nodeauth::KEYS_HEADER, keys));
+    }
+    if let Some(release) = release_for(store, node).await? {
+        reply.headers.push((nodeauth::RELEASE_HEADER, release.to_string()));
+    }
+    Ok(reply)
+}
+
+/// Control's latest acknowledgement of a node's usage reports (204 when none).
+async fn node_ack<S: Storage>(store: &S, node: u64) -> Result<Reply, S::Error> {
+    Ok(match store.stream(&stream::usage_ack(node)).await? {
+        Some((_, Some(envelope))) => Reply::bytes(200, envelope),
+        _ => no_content(),
+    })
+}
+
+/// Queues a node's usage report for control, once checked as that node's.
+async fn node_usage<S: Storage>(store: &S, trust: &Trust, call: &Call<'_>, node: u64) -> Result<Reply, S::Error> {
+    Ok(match api::check_usage(call.body, trust, node, call.now) {
+        Err(reply) => reply,
+        Ok(seq) => {
+            store.enqueue_usage(node, seq, call.body).await?;
+            Reply::text(202, "queued\n")
         }
-        Route::UsageDrain { after } => {
-            let mut drain = UsageDrain { cursor: after, reports: Vec::new() };
-            store.drain_usage(after, &mut drain).await?;
-            Reply::bytes(200, encode(&drain))
-        }
-        Route::ArchivePut => {
-            let before = store.state(stream::ARCHIVE).await?;
-            match api::check_archive(call.body, trust, before.as_ref(), call.now) {
-                Err(reply) => reply,
-                Ok(write) if before == Some(write.state()) => Reply::text(200, "unchanged\n"),
-                Ok(write) => match store.put_archive(&Planned { write, before }).await? {
-                    Ok(()) => Reply::text(200, "stored\n"),
-                    Err(changed) => changed.reply(),
-                },
-            }
-        }
-        Route::ArchiveGet => match store.archive().await? {
-            Some(bytes) => Reply::bytes(200, bytes),
-            None => api::error(404, "no_archive", "no archive has been pushed yet"),
+    })
+}
+
+/// A 204 with nothing in it.
+fn no_content() -> Reply {
+    Reply { status: 204, headers: Vec::new(), body: Vec::new() }
+}
+
+/// A push's answer, telling control (when the push applied) that this edge takes deltas.
+fn with_deltas(mut reply: Reply) -> Reply {
+    if reply.status == 200 {
+        reply.headers.push((wire::DELTAS_HEADER, "1".to_owned()));
+    }
+    reply
+}
+
+/// Hands control the usage reports queued after its cursor `after` (dropping those up to it).
+async fn usage_drain<S: Storage>(store: &S, after: u64) -> Result<Reply, S::Error> {
+    let mut drain = UsageDrain { cursor: after, reports: Vec::new() };
+    store.drain_usage(after, &mut drain).await?;
+    Ok(Reply::bytes(200, encode(&drain)))
+}
+
+/// Stores control's archive, once checked against the one held.
+async fn archive_put<S: Storage>(store: &S, trust: &Trust, call: &Call<'_>) -> Result<Reply, S::Error> {
+    let before = store.state(stream::ARCHIVE).await?;
+    Ok(match api::check_archive(call.body, trust, before.as_ref(), call.now) {
+        Err(reply) => reply,
+        Ok(write) if before == Some(write.state()) => Reply::text(200, "unchanged\n"),
+        Ok(write) => match store.put_archive(&Planned { write, before }).await? {
+            Ok(()) => Reply::text(200, "stored\n"),
+            Err(changed) => changed.reply(),
         },
-        Route::ReleasePut if call.body.len() > api::MAX_RELEASE_BYTES => {
-            api::error(413, "too_large", "the release is over the size limit")
-        }
-        Route::ReleasePut => {
-            let before = store.state(stream::RELEASE).await?;
-            match api::check_release(call.body, trust, before.as_ref(), call.now) {
-                Err(reply) => reply,
-                Ok((write, _)) if before == Some(write.state()) => Reply::text(200, "unchanged\n"),
-                Ok((write, files)) => match store.put_release(&Planned { write, before }, &files).await? {
-                    Ok(()) => Reply::text(200, "stored\n"),
-                    Err(changed) => changed.reply(),
-                },
-            }
-        }
-        Route::Export { after } => match ExportCursor::parse(&after) {
+    })
+}
+
+/// Control's archive, as pushed.
+async fn archive_get<S: Storage>(store: &S) -> Result<Reply, S::Error> {
+    Ok(match store.archive().await? {
+        Some(bytes) => Reply::bytes(200, bytes),
+        None => api::error(404, "no_archive", "no archive has been pushed yet"),
+    })
+}
+
+/// Stores the release control rolls out (its manifest and binaries), once checked against
+/// the one held.
+async fn release_put<S: Storage>(store: &S, trust: &Trust, call: &Call<'_>) -> Result<Reply, S::Error> {
+    if call.body.len() > api::MAX_RELEASE_BYTES {
+        return Ok(api::error(413, "too_large", "the release is over the size limit"));
+    }
+    let before = store.state(stream::RELEASE).await?;
+    Ok(match api::check_release(call.body, trust, before.as_ref(), call.now) {
+        Err(reply) => reply,
+        Ok((write, _)) if before == Some(write.state()) => Reply::text(200, "unchanged\n"),
+        Ok((write, files)) => match store.put_release(&Planned { write, before }, &files).await? {
+            Ok(()) => Reply::text(200, "stored\n"),
+            Err(changed) => changed.reply(),
+        },
+    })
+}
+
+/// The export's page after cursor `after` ([`export`]), refused for a cursor no page gave.
+async fn export_answer<S: Storage>(store: &S, after: &str) -> Result<Reply, S::Error> {
+    Ok(match ExportCursor::parse(after) {
+        None => api::bad_cursor(),
+        Some(cursor) => match export(store, cursor, api::EXPORT_PAGE).await? {
+            Some(page) => Reply::bytes(200, encode(&page)),
             None => api::bad_cursor(),
-            Some(cursor) => match export(store, cursor, api::EXPORT_PAGE).await? {
-                Some(page) => Reply::bytes(200, encode(&page)),
-                None => api::bad_cursor(),
-            },
         },
     })
 }
@@ -299,5 +351,28 @@ fn link_hash(name: &str) -> Option<Vec<u8>> {
     match name.parse() {
         Ok(Stream::Snapshot(hash)) => Some(hash.to_vec()),
         _ => None,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_authority_is_the_host_with_its_port_when_named() {
+        assert_eq!(authority(Some("edge.example"), Some(8443)), "edge.example:8443");
+        assert_eq!(authority(Some("edge.example"), None), "edge.example");
+        assert_eq!(authority(None, None), "");
+        assert_eq!(authority(None, Some(8443)), "", "no host, no authority");
+    }
+
+    #[test]
+    fn only_a_push_that_applied_says_the_edge_takes_deltas() {
+        let deltas =
+            |status| with_deltas(Reply::text(status, "x")).headers.contains(&(wire::DELTAS_HEADER, "1".into()));
+        assert!(deltas(200));
+        for refused in [400, 401, 409, 413, 503] {
+            assert!(!deltas(refused), "{refused}");
+        }
     }
 }

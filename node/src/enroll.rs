@@ -90,6 +90,31 @@ fn machine_name(not: Option<&str>) -> String {
 /// Enrolls the node into `dir`.
 pub(crate) async fn enroll(dir: &Path, request: &Request<'_>) -> Result<u64> {
     let state = StateDir::new(dir);
+    make_dir(dir, &state)?;
+    let key = SecretKey::generate(Role::Node, &mut rand_core::OsRng)?;
+    let client = crate::pin::control_client(request.control_pin)?;
+    let answer = ask_control(&client, request, &key).await?;
+    let trust = trust_of(&answer)?;
+    // The certificate is made out to the name control gave (the node's SNI or host), then
+    // registered with control, signed with the node's new key; when that does not get
+    // through, `serve` registers it.
+    let tls_name = tls_name(&answer);
+    let tls_name = tls_name.as_str();
+    state.save_key(&key)?;
+    crate::identity::make(&state, tls_name, crate::now())?;
+    state.write("trust.bin", &hearth_shared::wire::encode(&trust))?;
+    register(&client, request, &answer, &key, &state).await?;
+    let settings = settings(request, &answer, tls_name)?;
+    if let Some(root) = answer.acme.as_ref().and_then(|acme| acme.ca_root.as_ref()) {
+        state.write(ACME_ROOT, root.as_bytes())?;
+    }
+    // Written last: its presence marks an enrolled node.
+    state.write("node.toml", settings.as_bytes())?;
+    Ok(answer.node)
+}
+
+/// Makes the state directory (the owner's alone), refusing one that holds a node already.
+fn make_dir(dir: &Path, state: &StateDir) -> Result<()> {
     if state.path("node.toml").exists() {
         bail!("{} already holds an enrolled node; use a new state directory", dir.display());
     }
@@ -102,8 +127,12 @@ pub(crate) async fn enroll(dir: &Path, request: &Request<'_>) -> Result<u64> {
     if state.path(crate::state::KEY_FILE).exists() {
         bail!("{} already holds a node key; use a new state directory", dir.display());
     }
-    let key = SecretKey::generate(Role::Node, &mut rand_core::OsRng)?;
-    let client = crate::pin::control_client(request.control_pin)?;
+    Ok(())
+}
+
+/// Registers `key` with control in exchange for the one-time token, and reads control's
+/// answer (a refusal is the error, with control's reason).
+async fn ask_control(client: &reqwest::Client, request: &Request<'_>, key: &SecretKey) -> Result<Answer> {
     let url = format!("{}/{}/enroll", request.control.trim_end_matches('/'), request.api_prefix);
     let response = client
         .post(url)
@@ -129,7 +158,12 @@ pub(crate) async fn enroll(dir: &Path, request: &Request<'_>) -> Result<u64> {
         bail!("control refused the enrollment ({status}): {message}");
     }
     let answer = crate::capped::read(response, ANSWER_MAX, "an enrollment answer").await.context("control's answer")?;
-    let answer: Answer = serde_json::from_slice(&answer).context("control's answer")?;
+    serde_json::from_slice(&answer).context("control's answer")
+}
+
+/// The trust control's answer gives: its root key, and the records certifying its signing
+/// key, checked against the root.
+fn trust_of(answer: &Answer) -> Result<Trust> {
     let root: PublicKey = answer.root_key.parse().context("control sent a malformed root key")?;
     let mut trust = Trust::new(RoleKeys::single(root));
     let records = answer
@@ -138,27 +172,43 @@ pub(crate) async fn enroll(dir: &Path, request: &Request<'_>) -> Result<u64> {
         .map(|record| hex::decode(record).context("a key record is not hex"))
         .collect::<Result<Vec<_>>>()?;
     trust.accept_chain(&records, crate::now()).context("a key record does not verify against the root key")?;
-    // The certificate is made out to the name control gave (the node's SNI or host), then
-    // registered with control, signed with the node's new key; when that does not get
-    // through, `serve` registers it.
+    Ok(trust)
+}
+
+/// The name the node's certificate is made out to: the one control gave, else this machine's
+/// (unless it is the node's domain).
+fn tls_name(answer: &Answer) -> String {
     let domain = answer.acme.as_ref().map(|acme| acme.domain.as_str());
-    let tls_name = match answer.tls_name.as_deref().filter(|name| !name.is_empty()) {
+    match answer.tls_name.as_deref().filter(|name| !name.is_empty()) {
         Some(name) => name.to_owned(),
         None => machine_name(domain),
-    };
-    let tls_name = tls_name.as_str();
-    state.save_key(&key)?;
-    crate::identity::make(&state, tls_name, crate::now())?;
-    state.write("trust.bin", &hearth_shared::wire::encode(&trust))?;
+    }
+}
+
+/// Registers the node's new certificate with control, signed with its key; when that does
+/// not get through, `serve` registers it.
+async fn register(
+    client: &reqwest::Client,
+    request: &Request<'_>,
+    answer: &Answer,
+    key: &SecretKey,
+    state: &StateDir,
+) -> Result<()> {
     let report = crate::identity::Report {
         certificate: std::fs::read_to_string(state.path(crate::identity::CERT_FILE))?,
         acme: None,
     };
     let control = request.control.trim_end_matches('/');
-    match crate::identity::register(&client, control, &answer.api_prefix, answer.node, &key, &report).await {
-        Ok(()) => crate::identity::registered_as(&state, &report)?,
+    match crate::identity::register(client, control, &answer.api_prefix, answer.node, key, &report).await {
+        Ok(()) => crate::identity::registered_as(state, &report)?,
         Err(e) => eprintln!("the node's certificate is registered when it starts ({e:#})"),
     }
+    Ok(())
+}
+
+/// The node's `node.toml`, from what the operator passed and control answered (checked here:
+/// the hop range, the masquerade, the domain); the certificate made out to `tls_name`.
+fn settings(request: &Request<'_>, answer: &Answer, tls_name: &str) -> Result<String> {
     let listen = request.listen.map_or_else(|| format!("0.0.0.0:{}", answer.port), str::to_owned);
     let mut settings = format!(
         "# Made by `hearth-node enroll`.\nnode = {}\nlisten = \"{listen}\"\ncontrol_url = \"{}\"\napi_prefix = \"{}\"\n",
@@ -189,29 +239,33 @@ pub(crate) async fn enroll(dir: &Path, request: &Request<'_>) -> Result<u64> {
     }
     settings.push_str(&format!("tls_name = {}\n", toml_string(tls_name)));
     if let Some(acme) = &answer.acme {
-        if !hearth_acme::is_domain(&acme.domain) {
-            bail!("control's domain for the node {:?} is not a DNS name", acme.domain);
-        }
-        settings.push_str(&format!(
-            "\n[acme]\ndomain = {}\ndirectory = {}\n",
-            toml_string(&acme.domain),
-            toml_string(&acme.directory)
-        ));
-        if let Some(email) = &acme.email {
-            settings.push_str(&format!("email = {}\n", toml_string(email)));
-        }
-        if let (Some(kid), Some(key)) = (&acme.eab_kid, &acme.eab_hmac_key) {
-            settings.push_str(&format!("eab_kid = {}\neab_hmac_key = {}\n", toml_string(kid), toml_string(key)));
-        }
-        if let Some(root) = &acme.ca_root {
-            state.write(ACME_ROOT, root.as_bytes())?;
-            // Relative: found in the state directory wherever it is moved (the install does).
-            settings.push_str(&format!("ca_root = {}\n", toml_string(ACME_ROOT)));
-        }
+        acme_settings(&mut settings, acme)?;
     }
-    // Written last: its presence marks an enrolled node.
-    state.write("node.toml", settings.as_bytes())?;
-    Ok(answer.node)
+    Ok(settings)
+}
+
+/// The `[acme]` table of `node.toml`, for a node with a domain (its CA's root, if control
+/// gave one, is written beside it as [`ACME_ROOT`]).
+fn acme_settings(settings: &mut String, acme: &AcmeAnswer) -> Result<()> {
+    if !hearth_acme::is_domain(&acme.domain) {
+        bail!("control's domain for the node {:?} is not a DNS name", acme.domain);
+    }
+    settings.push_str(&format!(
+        "\n[acme]\ndomain = {}\ndirectory = {}\n",
+        toml_string(&acme.domain),
+        toml_string(&acme.directory)
+    ));
+    if let Some(email) = &acme.email {
+        settings.push_str(&format!("email = {}\n", toml_string(email)));
+    }
+    if let (Some(kid), Some(key)) = (&acme.eab_kid, &acme.eab_hmac_key) {
+        settings.push_str(&format!("eab_kid = {}\neab_hmac_key = {}\n", toml_string(kid), toml_string(key)));
+    }
+    if acme.ca_root.is_some() {
+        // Relative: found in the state directory wherever it is moved (the install does).
+        settings.push_str(&format!("ca_root = {}\n", toml_string(ACME_ROOT)));
+    }
+    Ok(())
 }
 
 /// The root control gave to trust for the CA's own HTTPS.
@@ -241,4 +295,87 @@ fn toml_string(value: &str) -> String {
         })
         .collect();
     format!("\"{escaped}\"")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn request(listen: Option<&'static str>) -> Request<'static> {
+        Request {
+            control: "https://control.example:8443/",
+            api_prefix: "ignored",
+            token: "t",
+            control_pin: Some("ab12"),
+            listen,
+            allow_private: false,
+        }
+    }
+
+    fn answer(json: serde_json::Value) -> Answer {
+        let mut base = serde_json::json!({
+            "node": 7, "port": 8443, "obfs": null, "root_key": "", "key_records": [],
+            "api_prefix": "api-x", "edge_url": null,
+        });
+        let serde_json::Value::Object(fields) = json else { panic!("an object") };
+        base.as_object_mut().unwrap().extend(fields);
+        serde_json::from_value(base).unwrap()
+    }
+
+    /// What control answered goes into `node.toml` as the node reads it back.
+    #[test]
+    fn the_settings_say_what_control_answered() {
+        let answer = answer(serde_json::json!({
+            "obfs": "pass \"word\"", "edge_url": "https://edge.example", "hop": " 20000:30000 ",
+            "masquerade": "https://www.example.org/",
+            "acme": { "domain": "node.example.org", "directory": "https://ca.example/dir", "email": "me@example.org",
+                      "eab_kid": "kid", "eab_hmac_key": "hmac", "ca_root": "-----BEGIN CERTIFICATE-----" },
+        }));
+        let text = settings(&request(None), &answer, "node.example.org").unwrap();
+        assert_eq!(
+            text,
+            "# Made by `hearth-node enroll`.\nnode = 7\nlisten = \"0.0.0.0:8443\"\n\
+             control_url = \"https://control.example:8443\"\napi_prefix = \"api-x\"\ncontrol_pin = \"ab12\"\n\
+             edge_url = \"https://edge.example\"\nobfs = \"pass \\\"word\\\"\"\nhop = \"20000-30000\"\n\
+             masquerade = { type = \"proxy\", url = \"https://www.example.org/\" }\ntls_name = \"node.example.org\"\n\
+             \n[acme]\ndomain = \"node.example.org\"\ndirectory = \"https://ca.example/dir\"\n\
+             email = \"me@example.org\"\neab_kid = \"kid\"\neab_hmac_key = \"hmac\"\nca_root = \"acme-ca.pem\"\n"
+        );
+        let read: crate::state::Settings = toml::from_str(&text).unwrap();
+        assert_eq!((read.node, read.obfs.as_deref()), (7, Some("pass \"word\"")));
+        assert_eq!(read.tls_name.as_deref(), Some("node.example.org"));
+
+        let bare =
+            settings(&Request { allow_private: true, ..request(Some("127.0.0.1:9")) }, &answer_bare(), "n").unwrap();
+        assert!(
+            bare.contains("listen = \"127.0.0.1:9\"\n") && bare.ends_with("allow_private = true\ntls_name = \"n\"\n")
+        );
+        toml::from_str::<crate::state::Settings>(&bare).unwrap();
+    }
+
+    fn answer_bare() -> Answer {
+        answer(serde_json::json!({}))
+    }
+
+    /// A hop range, masquerade or domain that would not serve is refused before `node.toml`.
+    #[test]
+    fn settings_control_got_wrong_are_refused() {
+        for (wrong, said) in [
+            (serde_json::json!({ "hop": "30000-20000" }), "control's hop range"),
+            (serde_json::json!({ "masquerade": "ftp://x.example" }), "control's masquerade"),
+            (serde_json::json!({ "acme": { "domain": "not a name", "directory": "d" } }), "is not a DNS name"),
+        ] {
+            let error = settings(&request(None), &answer(wrong), "n").unwrap_err();
+            assert!(format!("{error:#}").contains(said), "{error:#}");
+        }
+    }
+
+    /// The certificate is made out to the name control gave, else to the machine's.
+    #[test]
+    fn the_certificate_names_what_control_gave() {
+        assert_eq!(tls_name(&answer(serde_json::json!({ "tls_name": "vpn.example" }))), "vpn.example");
+        let machine = machine_name(None);
+        assert_eq!(tls_name(&answer(serde_json::json!({ "tls_name": "" }))), machine);
+        assert_eq!(tls_name(&answer_bare()), machine);
+    }
 }

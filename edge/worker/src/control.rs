@@ -21,7 +21,7 @@ use hearth_edge::Reply;
 use hearth_edge::api::{self, NamedFile};
 use hearth_edge::config::EdgeConfig;
 use hearth_edge::push::{Stored, Target, Write};
-use hearth_edge::routes::{Route, route};
+use hearth_edge::routes::{BodyRead, Route, body_read, route};
 use hearth_edge::service::{self, Call};
 use hearth_edge::storage::{
     Changed, Fill, NONCES_LIVE, NONCES_PRUNED_EVERY, Plan, Planned, Storage, StoredStream, VALUE_BATCH, VALUE_KEYS,
@@ -32,7 +32,7 @@ use hearth_shared::trust::{ItemDigest, StreamState, Trust};
 use hearth_shared::wire::{ExportItem, UsageDrain, decode, encode, stream};
 use serde::Deserialize;
 use worker::{
-    DurableObject, Env, Method, Request, Response, Result, SqlStorage, SqlStorageValue, State, durable_object,
+    DurableObject, Env, Method, Request, Response, Result, SqlStorage, SqlStorageValue, State, Url, durable_object,
 };
 
 use crate::runtime::{call, config, int, now_ms, reply_of, respond, transaction};
@@ -181,91 +181,94 @@ impl DurableObject for Control {
             }
         };
         let url = req.url()?;
+        if let Some(response) = self.internal(&mut req, &url, &config).await? {
+            return Ok(response);
+        }
+        self.api(&mut req, &url, &config).await
+    }
+}
+
+impl Control {
+    /// Answers the Worker's own requests to this object, `None` for the others (the API's).
+    async fn internal(&self, req: &mut Request, url: &Url, config: &EdgeConfig) -> Result<Option<Response>> {
+        let post = req.method() == Method::Post;
+        Ok(Some(match url.path() {
+            // Only this Worker reaches a Durable Object: the front asks here for the owner's edge
+            // settings (then keeps them a minute)...
+            SETTINGS_PATH => self.settings()?,
+            // ...what changed among the links since the generation an isolate holds...
+            crate::feed::FEED_PATH => {
+                let since = crate::runtime::query_u64(url, "since");
+                crate::feed::since(&self.state, &self.env, config.shards, since, now_ms()).await?
+            }
+            // ...takes the links a shard found over their limit...
+            crate::feed::LIMITED_PATH if post => self.limited(req).await?,
+            // ...and queues a link's changed device registry for control (in place of the one
+            // queued before for that link, if control has not taken it yet).
+            DEVICES_PATH if post => self.queue_devices(req).await?,
+            _ => return Ok(None),
+        }))
+    }
+
+    /// The owner's edge settings, as pushed (204 when none were).
+    fn settings(&self) -> Result<Response> {
+        respond(
+            match stream_row(&self.state.storage().sql(), stream::EDGE_SETTINGS)? {
+                Some((_, Some(envelope))) => Reply::bytes(200, envelope),
+                _ => Reply { status: 204, headers: Vec::new(), body: Vec::new() },
+            },
+            false,
+        )
+    }
+
+    /// Takes the links a shard found over their limit, into the feed.
+    async fn limited(&self, req: &mut Request) -> Result<Response> {
+        let Ok(links) = decode::<Vec<(u64, u64)>>(&req.bytes().await?, "limited links") else {
+            return Response::error("not a list of links", 400);
+        };
+        crate::feed::limited(&self.state, links, now_ms())?;
+        Response::empty()
+    }
+
+    /// Queues a link's device registry for control, in the slot of that link's.
+    async fn queue_devices(&self, req: &mut Request) -> Result<Response> {
+        let body = req.bytes().await?;
+        let Some(report) = hearth_shared::devices::DeviceReport::decode(&body) else {
+            return Response::error("not a device report", 400);
+        };
+        let (node, seq) = hearth_edge::serve::device_slot(&report.token_hash);
         let sql = self.state.storage().sql();
-        // Only this Worker reaches a Durable Object: the front asks here for the owner's edge
-        // settings (then keeps them a minute).
-        if url.path() == SETTINGS_PATH {
-            return respond(
-                match stream_row(&sql, stream::EDGE_SETTINGS)? {
-                    Some((_, Some(envelope))) => Reply::bytes(200, envelope),
-                    _ => Reply { status: 204, headers: Vec::new(), body: Vec::new() },
-                },
-                false,
-            );
-        }
-        // ...what changed among the links since the generation an isolate holds...
-        if url.path() == crate::feed::FEED_PATH {
-            let since = crate::runtime::query_u64(&url, "since");
-            return crate::feed::since(&self.state, &self.env, config.shards, since, now_ms()).await;
-        }
-        // ...takes the links a shard found over their limit...
-        if url.path() == crate::feed::LIMITED_PATH && req.method() == Method::Post {
-            let Ok(links) = decode::<Vec<(u64, u64)>>(&req.bytes().await?, "limited links") else {
-                return Response::error("not a list of links", 400);
-            };
-            crate::feed::limited(&self.state, links, now_ms())?;
-            return Response::empty();
-        }
-        // ...and queues a link's changed device registry for control (in place of the one
-        // queued before for that link, if control has not taken it yet).
-        if url.path() == DEVICES_PATH && req.method() == Method::Post {
-            let body = req.bytes().await?;
-            let Some(report) = hearth_shared::devices::DeviceReport::decode(&body) else {
-                return Response::error("not a device report", 400);
-            };
-            let (node, seq) = hearth_edge::serve::device_slot(&report.token_hash);
-            // (Writes with no `await` between them are stored together.)
-            sql.exec("DELETE FROM usage_queue WHERE node = ? AND seq = ?", vec![int(node).into(), int(seq).into()])?;
-            sql.exec(
-                "INSERT INTO usage_queue (node, seq, envelope) VALUES (?, ?, ?)",
-                vec![int(node).into(), int(seq).into(), SqlStorageValue::Blob(body)],
-            )?;
-            return Response::empty();
-        }
+        // (Writes with no `await` between them are stored together.)
+        sql.exec("DELETE FROM usage_queue WHERE node = ? AND seq = ?", vec![int(node).into(), int(seq).into()])?;
+        sql.exec(
+            "INSERT INTO usage_queue (node, seq, envelope) VALUES (?, ?, ?)",
+            vec![int(node).into(), int(seq).into(), SqlStorageValue::Blob(body)],
+        )?;
+        Response::empty()
+    }
+
+    /// Answers an API request with `hearth-edge`'s [`service`], over this object's storage.
+    async fn api(&self, req: &mut Request, url: &Url, config: &EdgeConfig) -> Result<Response> {
         let method = req.method().to_string();
         let authorization = req.headers().get("authorization")?;
         let node_signature = req.headers().get(nodeauth::HEADER)?;
-        let route = route(&config, &method, url.path(), url.query().unwrap_or(""));
+        let route = route(config, &method, url.path(), url.query().unwrap_or(""));
         if route == Route::Health {
             return respond(self.refused.borrow().health(), false);
         }
-        // A body is read only for a route that takes one, once control's token (where the
-        // route needs it) was checked, and only up to the route's cap.
-        let cap = hearth_edge::routes::max_body(&route);
-        let allowed =
-            !hearth_edge::routes::needs_push_token(&route) || config.push_token.matches(authorization.as_deref());
-        let declared = req.headers().get("content-length")?.and_then(|v| v.parse::<u64>().ok());
-        let body = if cap == 0 || !allowed {
-            Vec::new()
-        } else if !hearth_edge::routes::needs_push_token(&route) && declared.is_some_and(|length| length > cap as u64) {
-            // (A body sent with control's token is read, up to Cloudflare's own cap, so that
-            // control is told 413 rather than cut off.)
-            return respond(api::error(413, "too_large", "the body is over this route's size limit"), false);
-        } else {
-            let body = req.bytes().await?;
-            if body.len() > cap {
-                return respond(api::error(413, "too_large", "the body is over this route's size limit"), false);
-            }
-            body
+        let authorized = config.push_token.matches(authorization.as_deref());
+        let body = match read_body(req, &route, authorized).await? {
+            Ok(body) => body,
+            Err(too_large) => return respond(too_large, false),
         };
         // The authority as the request reached the Worker (Cloudflare routes by it).
-        let host = match (url.host_str(), url.port()) {
-            (Some(host), Some(port)) => format!("{host}:{port}"),
-            (host, None) => host.unwrap_or_default().to_owned(),
-            (None, Some(_)) => String::new(),
-        };
+        let host = service::authority(url.host_str(), url.port());
         // (A push without the token is refused by the service, whether or not one is stored.)
-        let authorized = config.push_token.matches(authorization.as_deref());
-        let _pushing = match route {
-            Route::Push if !authorized => None,
-            Route::Push if self.pushing.replace(true) => {
-                let mut reply = api::error(503, "busy", "another push is being stored; send this one again shortly");
-                reply.headers.push(("retry-after", "1".to_owned()));
-                return respond(reply, false);
-            }
-            Route::Push => Some(Pushing(&self.pushing)),
-            _ => None,
+        let _pushing = match self.one_push(&route, authorized) {
+            Ok(pushing) => pushing,
+            Err(busy) => return respond(busy, false),
         };
+        let sql = self.state.storage().sql();
         let trust = config.trust(value(&sql, VALUE_TRUST)?.and_then(|bytes| Trust::from_stored(&bytes).ok()));
         let call = Call {
             method: &method,
@@ -277,20 +280,37 @@ impl DurableObject for Control {
             body: &body,
             now: now_ms() / 1000,
         };
-        let store = ControlStore {
-            state: &self.state,
-            nonces_pruned: &self.nonces_pruned,
-            sql,
-            env: &self.env,
-            config: &config,
-        };
-        let reply = match service::handle(&store, &config, &trust, route.clone(), &call).await {
+        let store =
+            ControlStore { state: &self.state, nonces_pruned: &self.nonces_pruned, sql, env: &self.env, config };
+        let reply = match service::handle(&store, config, &trust, route.clone(), &call).await {
             Ok(reply) => reply,
             Err(e) => {
                 worker::console_error!("storage failed: {e}");
                 api::unavailable()
             }
         };
+        self.log_answer(&route, &call, &reply);
+        respond(reply, false)
+    }
+
+    /// Takes pushes one at a time: a push with the token marks one as being stored (until the
+    /// mark is dropped), or is answered 503 (`Err`) while another is.
+    fn one_push(&self, route: &Route, authorized: bool) -> std::result::Result<Option<Pushing<'_>>, Reply> {
+        match route {
+            Route::Push if !authorized => Ok(None),
+            Route::Push if self.pushing.replace(true) => {
+                let mut reply = api::error(503, "busy", "another push is being stored; send this one again shortly");
+                reply.headers.push(("retry-after", "1".to_owned()));
+                Err(reply)
+            }
+            Route::Push => Ok(Some(Pushing(&self.pushing))),
+            _ => Ok(None),
+        }
+    }
+
+    /// Logs what an answer tells the owner: requests refused for their token or signature
+    /// (counted, a line now and then), and a node signing the old way.
+    fn log_answer(&self, route: &Route, call: &Call<'_>, reply: &Reply) {
         if matches!(reply.status, 401 | 403)
             && let Some(refused) = self.refused.borrow_mut().count(now_ms())
         {
@@ -298,13 +318,30 @@ impl DurableObject for Control {
                 "{refused} API requests refused (bad push token or node signature) since the last such line"
             );
         }
-        if let Some(node) = service::signed_the_old_way(&route, &call, &reply) {
+        if let Some(node) = service::signed_the_old_way(route, call, reply) {
             worker::console_warn!(
                 "node {node} signs its requests the old way (no nonce): only its reads are taken until it runs a newer release"
             );
         }
-        respond(reply, false)
     }
+}
+
+/// An API request's body, read as [`body_read`] says (a body is read only for a route that
+/// takes one, once control's token, where the route needs it, was checked, and only up to the
+/// route's cap); `Err` the 413 refusing it. `token`: the request carries control's token.
+async fn read_body(req: &mut Request, route: &Route, token: bool) -> Result<std::result::Result<Vec<u8>, Reply>> {
+    let declared = req.headers().get("content-length")?.and_then(|v| v.parse::<u64>().ok());
+    let too_large = || api::error(413, "too_large", "the body is over this route's size limit");
+    // (A body sent with control's token is read, up to Cloudflare's own cap, so that control is
+    // told 413 rather than cut off.)
+    Ok(match body_read(route, token, declared) {
+        BodyRead::Skip => Ok(Vec::new()),
+        BodyRead::TooLarge => Err(too_large()),
+        BodyRead::UpTo(cap) => {
+            let body = req.bytes().await?;
+            if body.len() > cap { Err(too_large()) } else { Ok(body) }
+        }
+    })
 }
 
 /// Marks a push as being stored until dropped.

@@ -81,11 +81,41 @@ pub fn render(snapshot: &Snapshot, sub_url: &str) -> String {
 /// [`render`] for `viewer`, knowing where links went: a link that moved offers the link at the
 /// primary (with a notice), and every mirror is listed.
 pub fn render_at(snapshot: &Snapshot, fetched: &str, mobility: &crate::wire::Mobility, viewer: Viewer) -> String {
-    let Viewer { lang, platform } = viewer;
-    let t = lang.text();
+    let t = viewer.lang.text();
     let sub_url = mobility.moved_to.as_deref().unwrap_or(fetched);
     let title = escape(title(snapshot));
     let mut html = String::with_capacity(16 * 1024);
+    head(&mut html, &title, viewer);
+    let (state, todo) = standing(snapshot, t);
+    account(&mut html, snapshot, &title, viewer.lang, state, todo);
+    let help = help(snapshot, t);
+    // A link that moved says so whatever the account's state: the old domain may be the only
+    // one this person still reaches, and the new link is theirs once the account works again.
+    if let Some(to) = &mobility.moved_to {
+        let _ = write!(html, "<p class=\"announce\">{}<br>{}</p>", t.moved, escape(to));
+    }
+    if todo.is_some() {
+        // Nothing to import: an app would only show why it cannot connect.
+        html.push_str(&help);
+        html.push_str("</main></body></html>");
+        return html;
+    }
+    if let Some(announce) = snapshot.profile.announce.as_deref().filter(|a| !a.trim().is_empty()) {
+        let _ = write!(html, "<p class=\"announce\">{}</p>", escape(announce));
+    }
+    setup(&mut html, viewer, sub_url, super::entries::title(snapshot));
+    link(&mut html, t, sub_url);
+    mirrors(&mut html, t, mobility, sub_url);
+    servers(&mut html, snapshot, t, viewer.platform);
+    html.push_str(&help);
+    let _ = write!(html, "<script>{SCRIPT}</script></main></body></html>");
+    html
+}
+
+/// The page's head (`title` escaped) and the switch between its languages.
+fn head(html: &mut String, title: &str, viewer: Viewer) {
+    let Viewer { lang, platform } = viewer;
+    let t = lang.text();
     let _ = write!(
         html,
         "<!doctype html><html lang=\"{code}\" dir=\"{dir}\"><head><meta charset=\"utf-8\">\
@@ -106,7 +136,13 @@ pub fn render_at(snapshot: &Snapshot, fetched: &str, mobility: &crate::wire::Mob
             current = if other == lang { " aria-current=\"true\"" } else { "" },
         );
     }
-    let (state, todo) = match snapshot.status {
+    html.push_str("</nav>");
+}
+
+/// Where the account stands, in `t`'s words, and what to do when it cannot connect (`None`:
+/// nothing, it can).
+fn standing(snapshot: &Snapshot, t: &'static text::Text) -> (&'static str, Option<&'static str>) {
+    match snapshot.status {
         // No server to reach yet (none set up, or none in the person's groups): nothing to import.
         _ if snapshot.status.can_connect() && snapshot.endpoints.is_empty() => (t.preparing, Some(t.todo_preparing)),
         Status::Active => (t.active, None),
@@ -114,10 +150,16 @@ pub fn render_at(snapshot: &Snapshot, fetched: &str, mobility: &crate::wire::Mob
         Status::Disabled => (t.disabled, Some(t.todo_disabled)),
         Status::Expired => (t.expired, Some(t.todo_expired)),
         Status::OverQuota => (t.over_quota, Some(t.todo_over_quota)),
-    };
+    }
+}
+
+/// Whose the page is (`title` escaped), where the account stands ([`standing`]) and what it
+/// used until when.
+fn account(html: &mut String, snapshot: &Snapshot, title: &str, lang: Lang, state: &str, todo: Option<&str>) {
+    let t = lang.text();
     let _ = write!(
         html,
-        "</nav><h1>{title}</h1><p class=\"who\">{name}</p><p class=\"status {class}\">{state}</p>",
+        "<h1>{title}</h1><p class=\"who\">{name}</p><p class=\"status {class}\">{state}</p>",
         name = escape(&snapshot.name),
         class = if todo.is_none() { "ok" } else { "off" },
     );
@@ -132,6 +174,11 @@ pub fn render_at(snapshot: &Snapshot, fetched: &str, mobility: &crate::wire::Mob
     };
     let expires = if snapshot.expires_at == 0 { t.never.to_owned() } else { lang.date(snapshot.expires_at) };
     let _ = write!(html, "<dl><dt>{}</dt><dd>{used}</dd><dt>{}</dt><dd>{expires}</dd></dl>", t.used, t.expires);
+}
+
+/// Where to get help, shown last whatever the account's state: the owner's support link, and
+/// the owner's bot.
+fn help(snapshot: &Snapshot, t: &text::Text) -> String {
     let mut help = snapshot
         .profile
         .support_url
@@ -149,21 +196,11 @@ pub fn render_at(snapshot: &Snapshot, fetched: &str, mobility: &crate::wire::Mob
             t.telegram_button,
         );
     }
-    // A link that moved says so whatever the account's state: the old domain may be the only
-    // one this person still reaches, and the new link is theirs once the account works again.
-    if let Some(to) = &mobility.moved_to {
-        let _ = write!(html, "<p class=\"announce\">{}<br>{}</p>", t.moved, escape(to));
-    }
-    if todo.is_some() {
-        // Nothing to import: an app would only show why it cannot connect.
-        html.push_str(&help);
-        html.push_str("</main></body></html>");
-        return html;
-    }
-    if let Some(announce) = snapshot.profile.announce.as_deref().filter(|a| !a.trim().is_empty()) {
-        let _ = write!(html, "<p class=\"announce\">{}</p>", escape(announce));
-    }
-    setup(&mut html, viewer, sub_url, super::entries::title(snapshot));
+    help
+}
+
+/// The subscription link, with its copy button.
+fn link(html: &mut String, t: &text::Text, sub_url: &str) {
     let _ = write!(
         html,
         "<section><h2 id=\"link-h\">{heading}</h2><p>{hint}</p><div class=\"copy\"><input id=\"link\" readonly \
@@ -175,6 +212,10 @@ pub fn render_at(snapshot: &Snapshot, fetched: &str, mobility: &crate::wire::Mob
         copied = t.copied,
         copy = t.copy,
     );
+}
+
+/// The link's mirrors but the one offered (`sub_url`), if it has any.
+fn mirrors(html: &mut String, t: &text::Text, mobility: &crate::wire::Mobility, sub_url: &str) {
     let others: Vec<&String> = mobility.mirrors.iter().filter(|m| m.as_str() != sub_url).collect();
     if !others.is_empty() {
         let _ = write!(html, "<section><h2>{}</h2><p>{}</p>", t.mirrors, t.mirrors_text);
@@ -183,6 +224,10 @@ pub fn render_at(snapshot: &Snapshot, fetched: &str, mobility: &crate::wire::Mob
         }
         html.push_str("</section>");
     }
+}
+
+/// Every server's own link, each with its QR code on a computer.
+fn servers(html: &mut String, snapshot: &Snapshot, t: &text::Text, platform: Platform) {
     let _ = write!(html, "<section><h2>{}</h2>", t.servers);
     for entry in entries(snapshot, &[]) {
         let link = uri::link(&entry);
@@ -197,9 +242,6 @@ pub fn render_at(snapshot: &Snapshot, fetched: &str, mobility: &crate::wire::Mob
         );
     }
     html.push_str("</section>");
-    html.push_str(&help);
-    let _ = write!(html, "<script>{SCRIPT}</script></main></body></html>");
-    html
 }
 
 /// The set-up steps for the viewer's platform: install the first app, import with one
@@ -591,6 +633,31 @@ mod tests {
                 assert!(!page.split(" on").skip(1).any(handler), "{lang:?} {platform:?}: an event handler attribute");
             }
         }
+    }
+
+    /// Where an account stands: a working one without servers is being set up, a stopped one
+    /// says what to do.
+    #[test]
+    fn the_standing_of_an_account() {
+        let t = Lang::En.text();
+        let mut snapshot = sample_snapshot();
+        for (status, standing_is) in [
+            (Status::Active, (t.active, None)),
+            (Status::NotStarted, (t.not_started, None)),
+            (Status::Disabled, (t.disabled, Some(t.todo_disabled))),
+            (Status::Expired, (t.expired, Some(t.todo_expired))),
+            (Status::OverQuota, (t.over_quota, Some(t.todo_over_quota))),
+        ] {
+            snapshot.status = status;
+            assert_eq!(standing(&snapshot, t), standing_is, "{status:?}");
+        }
+        snapshot.endpoints.clear();
+        for status in [Status::Active, Status::NotStarted] {
+            snapshot.status = status;
+            assert_eq!(standing(&snapshot, t), (t.preparing, Some(t.todo_preparing)), "{status:?}");
+        }
+        snapshot.status = Status::Expired;
+        assert_eq!(standing(&snapshot, t), (t.expired, Some(t.todo_expired)), "stopped, whatever its servers");
     }
 
     #[test]
