@@ -69,6 +69,20 @@ pub(crate) struct GeoFiles {
     pub(crate) geosite: Option<std::path::PathBuf>,
 }
 
+/// Why the routing a set carries cannot be used (every routed user is refused until it can).
+#[derive(Debug, thiserror::Error)]
+pub(crate) enum RoutesError {
+    /// A rule set does not parse against the outbounds.
+    #[error("rule set {set}: {error}")]
+    Rules { set: String, error: acl::AclError },
+    /// A GeoIP or GeoSite file the rules need cannot be read.
+    #[error(transparent)]
+    GeoFile(#[from] GeoFileError),
+    /// The GeoIP/GeoSite files do not hold what the rules name.
+    #[error("the GeoIP/GeoSite files: {0}")]
+    Geo(hearth_node::geo::GeoError),
+}
+
 /// Why a GeoIP or GeoSite file could not be read.
 #[derive(Debug, thiserror::Error)]
 pub(crate) enum GeoFileError {
@@ -116,7 +130,7 @@ impl Routes {
                 routes.from = from;
                 routes
             }
-            Err(why) => broken(why),
+            Err(why) => broken(why.to_string()),
         }
     }
 
@@ -124,11 +138,11 @@ impl Routes {
         routing: &Routing,
         files: &GeoFiles,
         carried: &mut HashMap<String, Arc<Carried>>,
-    ) -> Result<Routes, String> {
+    ) -> Result<Routes, RoutesError> {
         let mut sets = HashMap::new();
         for set in &routing.sets {
-            let rules =
-                acl::check_lenient(&set.text, &routing.outbounds).map_err(|e| format!("rule set {}: {e}", set.name))?;
+            let rules = acl::check_lenient(&set.text, &routing.outbounds)
+                .map_err(|error| RoutesError::Rules { set: set.name.clone(), error })?;
             sets.insert(set.id, acl::Matcher::new(rules));
         }
         let outbounds = routing
@@ -144,11 +158,11 @@ impl Routes {
         let names_geo =
             all.iter().any(|rule| matches!(rule.address, acl::Address::GeoIp(_) | acl::Address::GeoSite { .. }));
         let geo = if names_geo {
-            let geoip = GeoFiles::read(files.geoip.as_deref()).map_err(|e| e.to_string())?;
-            let geosite = GeoFiles::read(files.geosite.as_deref()).map_err(|e| e.to_string())?;
+            let geoip = GeoFiles::read(files.geoip.as_deref())?;
+            let geosite = GeoFiles::read(files.geosite.as_deref())?;
             Some(
                 hearth_node::geo::GeoData::for_rules(&all, geoip.as_deref(), geosite.as_deref())
-                    .map_err(|e| format!("the GeoIP/GeoSite files: {e}"))?,
+                    .map_err(RoutesError::Geo)?,
             )
         } else {
             None

@@ -31,7 +31,7 @@ mod options;
 mod reach;
 mod udp;
 pub(crate) use options::Options;
-use reach::{CONNECT_TIMEOUT, checked, lookup, proxy_is_local, resolve};
+use reach::{CONNECT_TIMEOUT, ReachError, checked, lookup, proxy_is_local, resolve};
 
 use crate::table::{Counter, Live};
 
@@ -372,13 +372,13 @@ async fn routed_tcp(
     options: &Options,
     set: u16,
     routes: &Routes,
-) -> Result<(TcpStream, Bytes, Option<Arc<Carried>>), String> {
+) -> Result<(TcpStream, Bytes, Option<Arc<Carried>>), ConnectError> {
     let (domain, ips, port) = lookup(address).await?;
     let request = Request { domain: domain.as_deref(), ips: &ips, proto: Proto::Tcp, port };
     let (outbound, hijack) = match routes.decide(set, &request) {
         Decision::Reject(why) => {
             tracing::debug!(why, "TCP request refused by routing");
-            return Err(route::REJECTED.to_owned());
+            return Err(ConnectError::Rejected);
         }
         Decision::Out { outbound, hijack } => (outbound, hijack),
     };
@@ -398,12 +398,33 @@ async fn routed_tcp(
     // many addresses the name has.
     let connected =
         tokio::time::timeout(2 * CONNECT_TIMEOUT, crate::outbound::connect_tcp(kind, &target, CONNECT_TIMEOUT));
-    let (stream, early) = connected.await.map_err(|_| format!("connecting to {address} timed out"))?.map_err(|e| {
+    let (stream, early) = connected.await.map_err(|_| ConnectError::TimedOut(address.to_owned()))?.map_err(|e| {
         // A direct outbound's error names the address it tried; a proxy's says which step.
         let said = e.to_string();
-        if said.starts_with("connecting to ") { said } else { format!("connecting to {address}: {said}") }
+        ConnectError::Failed(if said.starts_with("connecting to ") {
+            said
+        } else {
+            format!("connecting to {address}: {said}")
+        })
     })?;
     Ok((stream, early, outbound.map(|o| o.carried.clone())))
+}
+
+/// Why a client's TCP request was not connected: what the client is told.
+#[derive(Debug, thiserror::Error)]
+enum ConnectError {
+    /// The destination cannot be reached ([`ReachError`]).
+    #[error(transparent)]
+    Reach(#[from] ReachError),
+    /// The owner's routing refuses it.
+    #[error("{}", route::REJECTED)]
+    Rejected,
+    /// No connection within the timeout.
+    #[error("connecting to {0} timed out")]
+    TimedOut(String),
+    /// The connection failed, as its outbound says.
+    #[error("{0}")]
+    Failed(String),
 }
 
 /// The built-in `direct` outbound.
@@ -436,19 +457,20 @@ async fn tcp_relay(
         0 => match resolve(&address, &options).await {
             Ok(addr) => tokio::time::timeout(CONNECT_TIMEOUT, TcpStream::connect(addr))
                 .await
-                .map_err(|_| format!("connecting to {address} timed out"))
-                .and_then(|r| r.map_err(|e| format!("connecting to {address}: {e}")))
+                .map_err(|_| ConnectError::TimedOut(address.clone()))
+                .and_then(|r| r.map_err(|e| ConnectError::Failed(format!("connecting to {address}: {e}"))))
                 .map(|stream| (stream, Bytes::new(), None)),
-            Err(e) => Err(e),
+            Err(e) => Err(e.into()),
         },
         set => routed_tcp(&address, &options, set, &live.routes()).await,
     };
     let (target, early, carried) = match target {
         Ok(target) => target,
-        Err(message) => {
-            if message == route::REJECTED {
+        Err(error) => {
+            if matches!(error, ConnectError::Rejected) {
                 live.refusals.routing.fetch_add(1, Ordering::Relaxed);
             }
+            let message = error.to_string();
             send.write_all(&proto::tcp_response(false, &message)).await?;
             let _ = send.finish();
             anyhow::bail!(message);

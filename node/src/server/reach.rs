@@ -65,11 +65,31 @@ pub(crate) fn is_internal(ip: IpAddr) -> bool {
     }
 }
 
+/// Why a destination a client asked for cannot be reached: what the client is told.
+#[derive(Debug, thiserror::Error)]
+pub(crate) enum ReachError {
+    /// Not `host:port`.
+    #[error("not a host and port: {0}")]
+    NotHostPort(String),
+    /// The name does not resolve.
+    #[error("cannot resolve {address}: {source}")]
+    Resolve { address: String, source: std::io::Error },
+    /// The name resolves to nothing.
+    #[error("{0} has no address")]
+    NoAddress(String),
+    /// The safety policy refuses every address it reaches (`why`: an internal address, the
+    /// node's own ...).
+    #[error("{address} is {why}")]
+    Refused { address: String, why: &'static str },
+}
+
 /// Resolves `host:port` and applies the outbound policy.
-pub(super) async fn resolve(address: &str, options: &Options) -> Result<SocketAddr, String> {
-    let mut addrs = tokio::net::lookup_host(address).await.map_err(|e| format!("cannot resolve {address}: {e}"))?;
-    let addr = addrs.next().ok_or_else(|| format!("{address} has no address"))?;
-    refused(addr.ip(), options).map_or(Ok(addr), |why| Err(format!("{address} is {why}")))
+pub(super) async fn resolve(address: &str, options: &Options) -> Result<SocketAddr, ReachError> {
+    let mut addrs = tokio::net::lookup_host(address)
+        .await
+        .map_err(|source| ReachError::Resolve { address: address.to_owned(), source })?;
+    let addr = addrs.next().ok_or_else(|| ReachError::NoAddress(address.to_owned()))?;
+    refused(addr.ip(), options).map_or(Ok(addr), |why| Err(ReachError::Refused { address: address.to_owned(), why }))
 }
 
 /// Why the outbound policy refuses `ip`, if it does.
@@ -91,19 +111,19 @@ pub(super) fn refused(ip: IpAddr, options: &Options) -> Option<&'static str> {
 
 /// The name (lower case, if the client gave one), every address it resolves to, and the port
 /// of `host:port`.
-pub(super) async fn lookup(address: &str) -> Result<(Option<String>, Vec<IpAddr>, u16), String> {
-    let (host, port) = route::host_of(address).ok_or_else(|| format!("not a host and port: {address}"))?;
+pub(super) async fn lookup(address: &str) -> Result<(Option<String>, Vec<IpAddr>, u16), ReachError> {
+    let (host, port) = route::host_of(address).ok_or_else(|| ReachError::NotHostPort(address.to_owned()))?;
     if let Ok(ip) = host.parse::<IpAddr>() {
         return Ok((None, vec![ip.to_canonical()], port));
     }
     let ips: Vec<IpAddr> = tokio::net::lookup_host((host, port))
         .await
-        .map_err(|e| format!("cannot resolve {address}: {e}"))?
+        .map_err(|source| ReachError::Resolve { address: address.to_owned(), source })?
         .map(|addr| addr.ip().to_canonical())
         .take(16)
         .collect();
     if ips.is_empty() {
-        return Err(format!("{address} has no address"));
+        return Err(ReachError::NoAddress(address.to_owned()));
     }
     Ok((Some(host.to_ascii_lowercase()), ips, port))
 }
@@ -115,7 +135,7 @@ pub(super) fn checked(
     ips: Vec<IpAddr>,
     port: u16,
     options: &Options,
-) -> Result<Vec<SocketAddr>, String> {
+) -> Result<Vec<SocketAddr>, ReachError> {
     let mut why = None;
     let addrs: Vec<SocketAddr> = ips
         .into_iter()
@@ -129,7 +149,7 @@ pub(super) fn checked(
         .map(|ip| SocketAddr::new(ip, port))
         .collect();
     if addrs.is_empty() {
-        return Err(format!("{address} is {}", why.unwrap_or("without an address")));
+        return Err(ReachError::Refused { address: address.to_owned(), why: why.unwrap_or("without an address") });
     }
     Ok(addrs)
 }

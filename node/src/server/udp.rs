@@ -13,7 +13,7 @@ use tokio::net::UdpSocket;
 use tokio::sync::Mutex;
 
 use super::options::Options;
-use super::reach::{CONNECT_TIMEOUT, checked, lookup, proxy_is_local, resolve};
+use super::reach::{CONNECT_TIMEOUT, ReachError, checked, lookup, proxy_is_local, resolve};
 use crate::proto::{Reassembly, UdpMessage};
 use crate::route::{self, Carried, Decision, Routes};
 use crate::table::{Counter, Live};
@@ -83,7 +83,7 @@ enum UdpWay {
 }
 
 /// How a routed user's datagrams for `address` leave, by rule set `set`.
-async fn routed_udp(address: &str, options: &Options, set: u16, routes: &Routes) -> Result<UdpWay, String> {
+async fn routed_udp(address: &str, options: &Options, set: u16, routes: &Routes) -> Result<UdpWay, ReachError> {
     let (domain, ips, port) = lookup(address).await?;
     let request = Request { domain: domain.as_deref(), ips: &ips, proto: Proto::Udp, port };
     let (outbound, hijack) = match routes.decide(set, &request) {
