@@ -336,7 +336,7 @@ mod tests {
                     UserInput { name: Some("brief".into()), expires_at: Some(now + 10), ..UserInput::default() };
                 crate::users::create(tx, &app.signer, "test", &brief, now)?;
                 tx.execute("UPDATE users SET used_up = 5, used_down = 7, usage_dirty = 1 WHERE name = 'daily'", [])?;
-                let version = publish::envelope(tx, &stream::creds(node.id))?.map(|(v, _)| v).unwrap();
+                let version = crate::store::streams::envelope(tx, &stream::creds(node.id))?.map(|(v, _)| v).unwrap();
                 Ok((node.id, version))
             })
             .unwrap();
@@ -361,7 +361,8 @@ mod tests {
         app.db.write_blocking(|tx| sweep(tx, app, later, false, false)).unwrap();
         assert_eq!(status("brief").0, "expired");
         assert_eq!(status("daily"), ("active".into(), 0, false));
-        let set_after = |c: &rusqlite::Connection| publish::envelope(c, &stream::creds(node)).map(|e| e.unwrap().0);
+        let set_after =
+            |c: &rusqlite::Connection| crate::store::streams::envelope(c, &stream::creds(node)).map(|e| e.unwrap().0);
         let expired_version = app.db.read_blocking(set_after).unwrap();
         assert_eq!(expired_version, creds_version + 1, "the expiry re-signed the set");
         let far = later + publish::CREDS_LIFETIME - REFRESH_BEFORE + 60;
@@ -499,7 +500,8 @@ mod tests {
         let held = || {
             app.db
                 .read_blocking(|c| {
-                    let (version, bytes) = publish::envelope(c, &stream::creds(node))?.expect("a signed set");
+                    let (version, bytes) =
+                        crate::store::streams::envelope(c, &stream::creds(node))?.expect("a signed set");
                     let envelope = hearth_shared::envelope::Envelope::decode(&bytes, usize::MAX).expect("an envelope");
                     let set = hearth_shared::wire::CredentialSet::decode(&envelope.body).expect("a set");
                     Ok((version, set.users().iter().any(|u| u.user == capped)))

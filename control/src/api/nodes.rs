@@ -480,7 +480,7 @@ async fn serve_link(
 ) -> Response {
     let hash = token.hash();
     let name = stream::snapshot(&hash);
-    let stored = match app.db.read(move |c| publish::envelope(c, &name)).await {
+    let stored = match app.db.read(move |c| crate::store::streams::envelope(c, &name)).await {
         Ok(stored) => stored,
         Err(e) => return e.into_response(),
     };

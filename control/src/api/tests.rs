@@ -342,7 +342,7 @@ async fn malformed_input_is_a_4xx_that_changes_nothing() {
 async fn snapshot_of(app: &App, link: &str) -> Option<hearth_shared::wire::Snapshot> {
     let token = SubToken::parse(link.rsplit('/').next().unwrap()).unwrap();
     let name = stream::snapshot(&token.hash());
-    let stored = app.db.read(move |c| crate::publish::envelope(c, &name)).await.unwrap()?;
+    let stored = app.db.read(move |c| crate::store::streams::envelope(c, &name)).await.unwrap()?;
     let envelope = Envelope::decode(&stored.1, Kind::Snapshot.max_len()).unwrap();
     Some(seal::open(&envelope.body, &token).unwrap())
 }
@@ -902,7 +902,7 @@ async fn only_a_change_to_a_users_entry_signs_the_nodes_sets_again() {
     let alice = client.post("/users", json!({ "name": "alice" })).await.json();
     let id = alice["id"].as_u64().unwrap();
     let version = || async {
-        let read = client.app().db.read(move |c| crate::publish::envelope(c, &stream::creds(node))).await;
+        let read = client.app().db.read(move |c| crate::store::streams::envelope(c, &stream::creds(node))).await;
         read.unwrap().unwrap().0
     };
     let users = || async {
@@ -1338,7 +1338,7 @@ async fn recovery_key_opens_every_snapshot() {
     let link = user["link"].as_str().unwrap();
     let token = SubToken::parse(link.rsplit('/').next().unwrap()).unwrap();
     let name = stream::snapshot(&token.hash());
-    let stored = client.app().db.read(move |c| crate::publish::envelope(c, &name)).await.unwrap().unwrap();
+    let stored = client.app().db.read(move |c| crate::store::streams::envelope(c, &name)).await.unwrap().unwrap();
     let envelope = Envelope::decode(&stored.1, Kind::Snapshot.max_len()).unwrap();
     let (recovered, snapshot) = seal::recover(&envelope.body, &client.control.recovery()).unwrap();
     assert_eq!(recovered.to_link_form(), token.to_link_form());
@@ -1578,7 +1578,7 @@ async fn user_agent_rules_are_checked_kept_signed_for_the_edge_and_used() {
                 [],
                 |row| row.get(0),
             )?;
-            Ok((crate::publish::envelope(c, stream::EDGE_SETTINGS)?, queued))
+            Ok((crate::store::streams::envelope(c, stream::EDGE_SETTINGS)?, queued))
         })
         .await
         .unwrap();
@@ -1998,7 +1998,7 @@ async fn edges_are_added_marked_and_removed_and_links_follow() {
         let set = client
             .app()
             .db
-            .read(move |c| crate::publish::envelope(c, &hearth_shared::wire::stream::creds(node)))
+            .read(move |c| crate::store::streams::envelope(c, &hearth_shared::wire::stream::creds(node)))
             .await
             .unwrap()
             .unwrap()

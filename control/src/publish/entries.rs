@@ -6,9 +6,10 @@ use std::collections::HashMap;
 
 use hearth_shared::Digest;
 use hearth_shared::wire::{self, CredEntry, CredentialSet, DevicePolicy, NodeId, SpeedLimit, UserId};
-use rusqlite::{Connection, OptionalExtension as _, params};
+use rusqlite::Connection;
 
 use crate::error::Error;
+use crate::store::cred_sets::{devices_elsewhere, entry_rows, node_limited};
 
 /// Two limits, the more generous (0 is none, the most generous of all).
 fn generous(a: u64, b: u64) -> u64 {
@@ -97,21 +98,6 @@ impl Fair {
     }
 }
 
-/// Devices each user (or `only` that user) has on nodes other than `node`, from their last
-/// reports.
-fn devices_elsewhere(conn: &Connection, node: NodeId, only: Option<UserId>) -> Result<HashMap<UserId, u32>, Error> {
-    const QUERY: &str = "SELECT user_id, sum(devices) FROM presence WHERE node_id != ?1 AND devices > 0";
-    let read = |row: &rusqlite::Row<'_>| -> rusqlite::Result<(UserId, u32)> { Ok((row.get(0)?, row.get(1)?)) };
-    let rows: rusqlite::Result<HashMap<UserId, u32>> = match only {
-        None => conn.prepare_cached(&format!("{QUERY} GROUP BY user_id"))?.query_map([node], read)?.collect(),
-        Some(user) => conn
-            .prepare_cached(&format!("{QUERY} AND user_id = ?2 GROUP BY user_id"))?
-            .query_map(params![node, user], read)?
-            .collect(),
-    };
-    Ok(rows?)
-}
-
 /// The credential set `node` should hold now: every user who can connect, in its groups,
 /// and every user over quota whose quota action is to slow down, with their speed limits,
 /// device allowances (the user's limit less the devices other nodes reported), kick counts
@@ -121,15 +107,6 @@ pub(crate) fn credential_set(conn: &Connection, node: NodeId) -> Result<Credenti
     let set = CredentialSet::new(node, users).map_err(|e| Error::Internal(e.to_string()))?;
     let policy = policy_for(conn, &set)?;
     Ok(set.with_policy(policy))
-}
-
-/// Whether a node is over its monthly cap: it carries nobody until the month ends.
-pub(super) fn node_limited(conn: &Connection, node: NodeId) -> Result<bool, Error> {
-    Ok(conn
-        .prepare_cached("SELECT limited FROM nodes WHERE id = ?1")?
-        .query_row([node], |row| row.get(0))
-        .optional()?
-        .unwrap_or(false))
 }
 
 /// The owner's device policy when any user of the set has a device allowance, else the
@@ -147,36 +124,21 @@ pub(super) fn policy_for(conn: &Connection, set: &CredentialSet) -> Result<Devic
 pub(super) fn entries(conn: &Connection, node: NodeId, only: Option<UserId>) -> Result<Vec<CredEntry>, Error> {
     // A user in two of the node's groups comes twice: merged here, as SQLite's DISTINCT
     // would build a temporary b-tree of every row at each change.
-    const QUERY: &str =
-        "SELECT u.id, u.credential_hash, u.status = 'over_quota', u.speed_up, u.speed_down, u.on_quota, u.slow_kbps,
-                g.speed_up, g.speed_down, CASE g.on_quota WHEN 'slow' THEN g.slow_kbps ELSE 0 END,
-                u.device_limit, u.kick, g.device_limit, g.block_torrent, g.block_smtp,
-                u.rule_set_id, g.id, g.rule_set_id
-         FROM node_groups ng JOIN user_groups ug ON ug.group_id = ng.group_id JOIN users u ON u.id = ug.user_id
-         JOIN groups g ON g.id = ng.group_id
-         WHERE ng.node_id = ?1 AND u.status IN ('active', 'not_started', 'over_quota')";
-    let read = |row: &rusqlite::Row<'_>| -> rusqlite::Result<Row> {
-        Ok((
-            row.get(0)?,
-            row.get(1)?,
-            row.get(2)?,
-            (row.get(3)?, row.get(4)?, row.get(5)?, row.get(6)?),
-            Speed { up: row.get(7)?, down: row.get(8)?, slow: row.get(9)? },
-            (row.get(10)?, row.get(11)?),
-            Fair { devices: row.get(12)?, guard: wire::Guard { torrent: row.get(13)?, smtp: row.get(14)? } },
-            Rules {
-                own: row.get(15)?,
-                group: row.get::<_, Option<u16>>(17)?.map(|set| (row.get(16).unwrap_or(0), set)),
+    let rows = entry_rows(conn, node, only, |row| -> Row {
+        (
+            row.user,
+            row.credential_hash,
+            row.over_quota,
+            (row.speed_up, row.speed_down, row.on_quota, row.slow_kbps),
+            Speed { up: row.group_up, down: row.group_down, slow: row.group_slow },
+            (row.device_limit, row.kick),
+            Fair {
+                devices: row.group_devices,
+                guard: wire::Guard { torrent: row.block_torrent, smtp: row.block_smtp },
             },
-        ))
-    };
-    let rows = match only {
-        None => conn.prepare_cached(QUERY)?.query_map([node], read)?.collect::<Result<Vec<Row>, _>>()?,
-        Some(user) => conn
-            .prepare_cached(&format!("{QUERY} AND u.id = ?2"))?
-            .query_map(params![node, user], read)?
-            .collect::<Result<Vec<Row>, _>>()?,
-    };
+            Rules { own: row.rule_set, group: row.group_rule_set },
+        )
+    })?;
     let elsewhere = devices_elsewhere(conn, node, only)?;
     Ok(merged(rows, &elsewhere))
 }

@@ -17,8 +17,8 @@ mod streams;
 mod user;
 
 use hearth_shared::keys::PublicKey;
-use hearth_shared::wire::{NodeId, Stream, UserId};
-use hearth_shared::{Digest, sha256};
+use hearth_shared::sha256;
+use hearth_shared::wire::Stream;
 use rusqlite::Connection;
 
 pub(crate) use records::{publish_edge_settings, publish_node_record, publish_rollout, usage_ack};
@@ -27,11 +27,13 @@ pub(crate) use sets::{CREDS_LIFETIME, by_entries};
 pub(crate) use sets::{REFRESH_BEFORE, node_creds, publish_creds, publish_creds_of, raise_creds, takes_deltas};
 pub(crate) use signer::Signer;
 pub(crate) use snapshot::node_name_of;
-pub(crate) use streams::{delete_stream, envelope};
 use user::publish_user;
 
 use crate::error::Error;
 use crate::store::changes::Changes;
+use crate::store::enrollment::{self, enrolled_ids};
+use crate::store::streams::{delete_stream, forget_contents, signed_versions};
+use crate::store::users;
 
 /// Signs what a transaction changed (see [`Changes`]), inside it: node records first, then
 /// withdrawn streams, users' snapshots, the nodes' sets (those the users reach too), and the
@@ -95,10 +97,7 @@ pub(crate) fn changed<T>(
 /// envelopes were signed.
 pub(crate) fn republish_users(conn: &Connection, signer: &Signer, now: u64) -> Result<usize, Error> {
     let mut touched = Changes::default();
-    let mut query = conn.prepare("SELECT id FROM users")?;
-    for user in query.query_map([], |row| row.get(0))? {
-        touched.users.insert(user?);
-    }
+    users::ids(conn, &mut touched.users)?;
     changes(conn, signer, touched, now)
 }
 
@@ -112,12 +111,8 @@ pub(crate) fn edges_changed(conn: &Connection, signer: &Signer, now: u64) -> Res
 
 /// Signs every enrolled node's set again where it changed. Returns how many were signed.
 pub(crate) fn all_nodes_changed(conn: &Connection, signer: &Signer, now: u64) -> Result<usize, Error> {
-    let nodes: Vec<NodeId> = conn
-        .prepare("SELECT id FROM nodes WHERE public_key IS NOT NULL")?
-        .query_map([], |row| row.get(0))?
-        .collect::<Result<_, _>>()?;
     let mut signed = 0;
-    for node in nodes {
+    for node in enrolled_ids(conn)? {
         signed += usize::from(publish_creds(conn, signer, node, now, false)?);
     }
     Ok(signed)
@@ -131,20 +126,11 @@ pub(crate) fn all_nodes_changed(conn: &Connection, signer: &Signer, now: u64) ->
 /// Returns how many envelopes were signed.
 #[tracing::instrument(level = "info", skip_all)]
 pub(crate) fn resign_all(conn: &Connection, signer: &Signer, now: u64) -> Result<usize, Error> {
-    let before: std::collections::BTreeMap<String, u64> = conn
-        .prepare("SELECT name, version FROM streams WHERE envelope IS NOT NULL")?
-        .query_map([], |row| Ok((row.get(0)?, row.get(1)?)))?
-        .collect::<Result<_, _>>()?;
+    let before: std::collections::BTreeMap<String, u64> = signed_versions(conn)?;
     // Forgetting what each stream's content was makes every publish below sign again.
-    conn.execute("UPDATE streams SET body_sha256 = NULL", [])?;
-    let users: std::collections::BTreeMap<Digest, UserId> = conn
-        .prepare("SELECT token_hash, id FROM users")?
-        .query_map([], |row| Ok((row.get(0)?, row.get(1)?)))?
-        .collect::<Result<_, _>>()?;
-    let nodes: std::collections::BTreeMap<NodeId, (Option<[u8; 32]>, u64)> = conn
-        .prepare("SELECT id, public_key, usage_seq FROM nodes")?
-        .query_map([], |row| Ok((row.get(0)?, (row.get(1)?, row.get(2)?))))?
-        .collect::<Result<_, _>>()?;
+    forget_contents(conn)?;
+    let users = users::by_token_hash(conn)?;
+    let nodes = enrollment::keys(conn)?;
     for name in before.keys() {
         match name.parse::<Stream>() {
             Ok(Stream::Snapshot(hash)) if users.contains_key(&hash) => {
@@ -154,21 +140,18 @@ pub(crate) fn resign_all(conn: &Connection, signer: &Signer, now: u64) -> Result
                 publish_creds(conn, signer, node, now, true)?;
             }
             Ok(Stream::Node(node)) => {
-                let key = nodes.get(&node).and_then(|(key, _)| key.and_then(|k| PublicKey::from_bytes(&k).ok()));
+                let key = nodes.get(&node).and_then(|keys| keys.key.and_then(|k| PublicKey::from_bytes(&k).ok()));
                 publish_node_record(conn, signer, node, key, now)?;
             }
-            Ok(Stream::UsageAck(node)) if nodes.get(&node).is_some_and(|(_, seq)| *seq > 0) => {
-                usage_ack(conn, signer, node, nodes[&node].1, now)?;
+            Ok(Stream::UsageAck(node)) if nodes.get(&node).is_some_and(|keys| keys.usage_seq > 0) => {
+                usage_ack(conn, signer, node, nodes[&node].usage_seq, now)?;
             }
             Ok(Stream::EdgeSettings) => publish_edge_settings(conn, signer, now)?,
             Ok(Stream::Rollout) => publish_rollout(conn, signer, now)?,
             _ => delete_stream(conn, name)?,
         }
     }
-    let after: Vec<(String, u64)> = conn
-        .prepare("SELECT name, version FROM streams WHERE envelope IS NOT NULL")?
-        .query_map([], |row| Ok((row.get(0)?, row.get(1)?)))?
-        .collect::<Result<_, _>>()?;
+    let after: Vec<(String, u64)> = signed_versions(conn)?;
     Ok(after.iter().filter(|(name, version)| before.get(name).is_some_and(|was| version > was)).count())
 }
 

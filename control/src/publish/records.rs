@@ -4,12 +4,13 @@
 use hearth_shared::envelope::{Audience, Kind};
 use hearth_shared::keys::PublicKey;
 use hearth_shared::wire::{self, NodeId, NodeRecord, stream};
-use rusqlite::{Connection, OptionalExtension as _};
+use rusqlite::Connection;
 
 use super::signer::Signer;
-use super::streams::{envelope, put_plain};
+use super::streams::put_plain;
 use crate::error::Error;
-use crate::store::edges;
+use crate::store::streams::envelope;
+use crate::store::{edges, releases};
 
 /// How long a node record is valid.
 const RECORD_LIFETIME: u64 = 10 * 365 * 86_400;
@@ -17,14 +18,8 @@ const RECORD_LIFETIME: u64 = 10 * 365 * 86_400;
 /// Signs the rollout stream: the newest rollout's release and the nodes told to run it (the
 /// edge tells nodes that reach only it).
 pub(crate) fn publish_rollout(conn: &Connection, signer: &Signer, now: u64) -> Result<(), Error> {
-    let release: u64 = conn
-        .query_row("SELECT release FROM rollouts ORDER BY started DESC, release DESC LIMIT 1", [], |row| row.get(0))
-        .optional()?
-        .unwrap_or(0);
-    let nodes = conn
-        .prepare("SELECT id FROM nodes WHERE release_target = ?1 AND ?1 != 0 ORDER BY id")?
-        .query_map([release], |row| row.get(0))?
-        .collect::<Result<_, _>>()?;
+    let release = releases::newest_rollout(conn)?;
+    let nodes = releases::told_to_run(conn, release)?;
     let body = wire::encode(&hearth_shared::release::Rollout { release, nodes });
     put_signed(conn, signer, (Kind::Rollout, stream::ROLLOUT.to_owned(), Audience::Edge), &body, now)
 }

@@ -7,13 +7,15 @@ use std::collections::BTreeSet;
 use hearth_shared::envelope::{Audience, Kind};
 use hearth_shared::wire::{self, CredDiff, CredentialSet, NodeId, UserId, stream};
 use hearth_shared::{Digest, sha256};
-use rusqlite::{Connection, OptionalExtension as _, params};
+use rusqlite::Connection;
 
-use super::entries::{credential_set, entries, node_limited, policy_for};
+use super::entries::{credential_set, entries, policy_for};
 use super::signer::Signer;
-use super::streams::{Item, StreamRow, envelope, put, stream_state};
+use super::streams::{Item, put};
 use crate::error::Error;
+use crate::store::cred_sets::{NodeSetting, node_limited, node_setting, set_takes_deltas};
 use crate::store::edges;
+use crate::store::streams::{StreamRow, envelope, set_version, stream_state};
 
 /// How long a credential set is valid. Control re-signs sets well before (see
 /// [`REFRESH_BEFORE`]); a node holding an expired set keeps serving it and raises an alarm.
@@ -65,11 +67,7 @@ fn publish_set(
     now: u64,
     force: bool,
 ) -> Result<bool, Error> {
-    let enrolled: Option<(bool, bool)> = conn
-        .prepare_cached("SELECT public_key IS NOT NULL, deltas FROM nodes WHERE id = ?1")?
-        .query_row([node], |row| Ok((row.get(0)?, row.get(1)?)))
-        .optional()?;
-    let Some((true, deltas)) = enrolled else {
+    let Some(NodeSetting { enrolled: true, deltas }) = node_setting(conn, node)? else {
         return Ok(false);
     };
     let started = std::time::Instant::now();
@@ -295,8 +293,7 @@ pub(crate) fn takes_deltas(
     takes: bool,
     now: u64,
 ) -> Result<bool, Error> {
-    conn.prepare_cached("UPDATE nodes SET deltas = ?2 WHERE id = ?1 AND deltas != ?2")?
-        .execute(params![node, takes])?;
+    set_takes_deltas(conn, node, takes)?;
     let version = |name: &str| Ok::<_, Error>(stream_state(conn, name)?.map_or(0, |(version, _, _)| version));
     if takes || version(&stream::creds_delta(node))? <= version(&stream::creds(node))? {
         return Ok(false);
@@ -322,6 +319,6 @@ pub(crate) fn raise_creds(
     if held <= current || held > current.saturating_add(1 << 32) {
         return Ok(false);
     }
-    conn.prepare_cached("UPDATE streams SET version = ?2 WHERE name = ?1")?.execute(params![name, held])?;
+    set_version(conn, &name, held)?;
     publish_creds(conn, signer, node, now, true)
 }

@@ -2,48 +2,14 @@
 //! due, the notices its profile carries and how each node it reaches is named and checked.
 //! No IO: [`super::user`] reads the store, keeps what is decided here and signs.
 
-use hearth_shared::Digest;
 use hearth_shared::wire::{
     Endpoint, HwidPolicy, Identity, PortRange, Profile, ResetStrategy, Snapshot, Status, TelegramLink, UserId,
 };
 
 use crate::clock::civil_date;
 use crate::store::identity;
-use crate::store::users::{parse_reset, status_of};
-
-/// A user's row, as the snapshot needs it (secrets still sealed).
-pub(super) struct UserRow {
-    pub(super) name: String,
-    pub(super) token_enc: Vec<u8>,
-    pub(super) credential_enc: Vec<u8>,
-    pub(super) quota: u64,
-    pub(super) used_up: u64,
-    pub(super) used_down: u64,
-    /// The reset strategy's stored name.
-    pub(super) reset: String,
-    pub(super) expires_at: u64,
-    pub(super) duration: u64,
-    pub(super) started: u64,
-    pub(super) enabled: bool,
-    /// The status stored when it was last published.
-    pub(super) stored_status: String,
-    /// The highest quota share the user was warned at (0: none).
-    pub(super) quota_warned: u64,
-    /// How many times the user bound a Telegram chat (each code works once).
-    pub(super) telegram_binds: u64,
-}
-
-impl UserRow {
-    /// Bytes used, both ways.
-    pub(super) fn used(&self) -> u64 {
-        self.used_up.saturating_add(self.used_down)
-    }
-
-    /// The user's status at `now`.
-    pub(super) fn status(&self, now: u64) -> Status {
-        status_of(self.enabled, self.expires_at, self.quota, self.used(), self.duration, self.started, now)
-    }
-}
+use crate::store::snapshots::{NodeRow, UserRow};
+use crate::store::users::parse_reset;
 
 /// The event a change of status to `status` tells the owner, if it is one they hear of.
 pub(super) fn status_event(status: Status) -> Option<&'static str> {
@@ -147,36 +113,6 @@ fn mbit(kbps: u64) -> String {
     format!("{} Mbit/s", kbps as f64 / 1000.0)
 }
 
-/// A node a user reaches, as the store holds it.
-pub(super) struct NodeRow {
-    pub(super) name: String,
-    pub(super) host: String,
-    pub(super) port: u16,
-    /// The port hopping range (`0, 0`: none).
-    pub(super) hop: (u16, u16),
-    /// The server name the owner set ("": the host).
-    pub(super) sni: String,
-    /// `self_signed` or how else the node gets its certificate.
-    pub(super) tls: String,
-    pub(super) cert_sha256: Option<Digest>,
-    pub(super) spki_sha256: Option<Digest>,
-    /// The Salamander password ("": none).
-    pub(super) obfs: String,
-    /// Over its monthly cap until `quota_next`.
-    pub(super) limited: bool,
-    pub(super) quota_next: u64,
-    /// The node's own certificate (DER) and the names it is made out to, one a line.
-    pub(super) cert_der: Option<Vec<u8>>,
-    pub(super) cert_names: String,
-    pub(super) allow_unverified: bool,
-    /// The owner's domain for the node's public certificate ("": none).
-    pub(super) domain: String,
-    /// The node holds its public certificate for `domain`.
-    pub(super) acme_public: bool,
-    /// The domain the node says it may hold a public certificate for.
-    pub(super) acme_domain: String,
-}
-
 /// How apps reach and check `node`. A node with its public certificate for its domain is
 /// checked the usual way, by the domain; until then (and a day before it expires) it is
 /// pinned like any other self-signed node, by its pins or by its certificate and the name it
@@ -236,6 +172,7 @@ pub(crate) fn node_name_of(endpoint: &str) -> &str {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::store::users::status_of;
 
     /// A limited node's endpoint name gives back the node's name, and only such a name.
     #[test]

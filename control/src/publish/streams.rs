@@ -1,27 +1,15 @@
-//! The signed streams control keeps: each stream's latest envelope in `streams`, signed at
-//! the stream's next version when its content changed, with the order of its change (`seq`)
-//! that every edge is pushed by.
+//! The signed streams control keeps: each stream's latest envelope in `streams`
+//! ([`crate::store::streams`]), signed at the stream's next version when its content changed,
+//! with the order of its change (`seq`) that every edge is pushed by.
 
 use hearth_shared::Digest;
 use hearth_shared::envelope::{Audience, Draft, Kind};
 use hearth_shared::sha256;
-use rusqlite::{Connection, OptionalExtension as _, params};
+use rusqlite::Connection;
 
 use super::signer::Signer;
 use crate::error::Error;
-use crate::store::edges;
-
-/// A stream's stored version, envelope digest (none once deleted) and content digest.
-pub(super) type StreamRow = (u64, Option<Digest>, Option<Digest>);
-
-/// The stored state of a stream.
-pub(super) fn stream_state(conn: &Connection, name: &str) -> Result<Option<StreamRow>, Error> {
-    let row = conn
-        .prepare_cached("SELECT version, digest, body_sha256 FROM streams WHERE name = ?1")?
-        .query_row([name], |row| Ok((row.get(0)?, row.get(1)?, row.get(2)?)))
-        .optional()?;
-    Ok(row)
-}
+use crate::store::streams::{Signed, put_envelope, stream_state};
 
 /// What to sign on a stream.
 pub(super) struct Item<'a> {
@@ -62,15 +50,15 @@ pub(super) fn put(conn: &Connection, signer: &Signer, item: &Item<'_>, now: u64,
     }
     .sign((item.body)(), &[&signer.online(conn)?.key]);
     let bytes = envelope.encode();
-    let seq = edges::next_seq(conn)?;
-    conn.prepare_cached(
-        "INSERT INTO streams (name, version, digest, body_sha256, envelope, expires, seq)
-         VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7)
-         ON CONFLICT (name) DO UPDATE SET version = excluded.version, digest = excluded.digest,
-           body_sha256 = excluded.body_sha256, envelope = excluded.envelope, expires = excluded.expires,
-           seq = excluded.seq",
-    )?
-    .execute(params![item.name, version, envelope.digest().0, item.content, bytes, now + item.lifetime, seq])?;
+    let signed = Signed {
+        name: &item.name,
+        version,
+        digest: envelope.digest().0,
+        content: item.content,
+        envelope: &bytes,
+        expires: now + item.lifetime,
+    };
+    put_envelope(conn, &signed)?;
     Ok(true)
 }
 
@@ -89,24 +77,4 @@ pub(super) fn put_plain(
     let content = sha256(body);
     let make = || body.to_vec();
     put(conn, signer, &Item { kind, name, audience, lifetime, content, body: &make, above: 0 }, now, force)
-}
-
-/// Deletes a stream at its next version (a rotated or deleted link): the edge drops it and
-/// can never be made to serve an older version again.
-pub(crate) fn delete_stream(conn: &Connection, name: &str) -> Result<(), Error> {
-    let Some((version, digest, _)) = stream_state(conn, name)? else { return Ok(()) };
-    conn.execute(
-        "UPDATE streams SET version = ?2, digest = ?3, body_sha256 = NULL, envelope = NULL, seq = ?4 WHERE name = ?1",
-        params![name, version + 1, digest, edges::next_seq(conn)?],
-    )?;
-    Ok(())
-}
-
-/// The latest envelope of a stream, if it has one.
-pub(crate) fn envelope(conn: &Connection, name: &str) -> Result<Option<(u64, Vec<u8>)>, Error> {
-    let row: Option<(u64, Option<Vec<u8>>)> = conn
-        .prepare_cached("SELECT version, envelope FROM streams WHERE name = ?1")?
-        .query_row([name], |row| Ok((row.get(0)?, row.get(1)?)))
-        .optional()?;
-    Ok(row.and_then(|(version, envelope)| envelope.map(|e| (version, e))))
 }

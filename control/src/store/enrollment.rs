@@ -1,6 +1,6 @@
 //! A node enrolling: what it sends (its one-time token, its key and certificate), what it is
-//! told of itself, and the key it registered. The tokens are made with the node
-//! ([`super::nodes::create`], [`super::nodes::new_enroll_token`]).
+//! told of itself, and the key it registered (the nodes enrolled, and their keys). The tokens
+//! are made with the node ([`super::nodes::create`], [`super::nodes::new_enroll_token`]).
 
 use hearth_shared::keys::PublicKey;
 use hearth_shared::wire::{NodeId, stream};
@@ -140,4 +140,29 @@ pub(crate) fn key_of(conn: &Connection, id: NodeId) -> Result<Option<PublicKey>,
     let key: Option<Option<[u8; 32]>> =
         conn.query_row("SELECT public_key FROM nodes WHERE id = ?1", [id], |row| row.get(0)).optional()?;
     Ok(key.flatten().and_then(|k| PublicKey::from_bytes(&k).ok()))
+}
+
+/// The enrolled nodes (those with a key).
+pub(crate) fn enrolled_ids(conn: &Connection) -> Result<Vec<NodeId>, Error> {
+    Ok(conn
+        .prepare("SELECT id FROM nodes WHERE public_key IS NOT NULL")?
+        .query_map([], |row| row.get(0))?
+        .collect::<Result<_, _>>()?)
+}
+
+/// A node's key and the last usage report acknowledged to it: what its record and its
+/// acknowledgement are signed again from.
+pub(crate) struct NodeKeys {
+    /// The node's key (`None`: not enrolled).
+    pub(crate) key: Option<[u8; 32]>,
+    /// The sequence of the last usage report of its applied (0: none).
+    pub(crate) usage_seq: u64,
+}
+
+/// Every node's [`NodeKeys`].
+pub(crate) fn keys(conn: &Connection) -> Result<std::collections::BTreeMap<NodeId, NodeKeys>, Error> {
+    Ok(conn
+        .prepare("SELECT id, public_key, usage_seq FROM nodes")?
+        .query_map([], |row| Ok((row.get(0)?, NodeKeys { key: row.get(1)?, usage_seq: row.get(2)? })))?
+        .collect::<Result<_, _>>()?)
 }

@@ -301,3 +301,19 @@ pub(crate) fn for_edge(conn: &Connection) -> Result<Option<u64>, Error> {
         )
         .optional()?)
 }
+
+/// The newest rollout's release (0: none), whatever its state: what the rollout stream says.
+pub(crate) fn newest_rollout(conn: &Connection) -> Result<u64, Error> {
+    Ok(conn
+        .query_row("SELECT release FROM rollouts ORDER BY started DESC, release DESC LIMIT 1", [], |row| row.get(0))
+        .optional()?
+        .unwrap_or(0))
+}
+
+/// The nodes told to run `release` (none for 0), sorted.
+pub(crate) fn told_to_run(conn: &Connection, release: u64) -> Result<Vec<NodeId>, Error> {
+    Ok(conn
+        .prepare("SELECT id FROM nodes WHERE release_target = ?1 AND ?1 != 0 ORDER BY id")?
+        .query_map([release], |row| row.get(0))?
+        .collect::<Result<_, _>>()?)
+}

@@ -4,8 +4,8 @@
 //! own; what callers use of them is named here too, so that they reach it as `store::users`.
 //! An edit is [`super::user_edit`].
 
-use hearth_shared::sha256;
 use hearth_shared::wire::{Status, SubToken, UserId};
+use hearth_shared::{Digest, sha256};
 use rand_core::OsRng;
 use rusqlite::{Connection, OptionalExtension as _, params, params_from_iter};
 use serde::{Deserialize, Serialize};
@@ -436,6 +436,23 @@ pub(crate) fn counts(conn: &Connection) -> Result<Vec<(String, u64)>, Error> {
     let mut query = conn.prepare_cached("SELECT status, count(*) FROM users GROUP BY status ORDER BY status")?;
     let rows = query.query_map([], |row| Ok((row.get(0)?, row.get(1)?)))?.collect::<Result<_, _>>()?;
     Ok(rows)
+}
+
+/// Puts every user's id in `into`.
+pub(crate) fn ids(conn: &Connection, into: &mut std::collections::BTreeSet<UserId>) -> Result<(), Error> {
+    let mut query = conn.prepare("SELECT id FROM users")?;
+    for user in query.query_map([], |row| row.get(0))? {
+        into.insert(user?);
+    }
+    Ok(())
+}
+
+/// Every user by the hash of its link's token (what names its snapshot's stream).
+pub(crate) fn by_token_hash(conn: &Connection) -> Result<std::collections::BTreeMap<Digest, UserId>, Error> {
+    Ok(conn
+        .prepare("SELECT token_hash, id FROM users")?
+        .query_map([], |row| Ok((row.get(0)?, row.get(1)?)))?
+        .collect::<Result<_, _>>()?)
 }
 
 /// A user's status at `now`, from its row.

@@ -38,7 +38,7 @@ pub(super) async fn user_preview(
     bytes("ua", &query.ua, MAX_QUERY)?;
     let (token, stored) = read_user(&app, &auth, Scope::Users, id, move |c, app| {
         let token = user_store::token(c, &app.signer.vault, id)?;
-        let stored = crate::publish::envelope(c, &hearth_shared::wire::stream::snapshot(&token.hash()))?;
+        let stored = crate::store::streams::envelope(c, &hearth_shared::wire::stream::snapshot(&token.hash()))?;
         Ok((token, stored))
     })
     .await?;
