@@ -6,11 +6,11 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
 use anyhow::{Context as _, Result, bail};
-use hearth_shared::Digest;
 use hearth_shared::envelope::{Audience, Kind};
 use hearth_shared::keys::{MAX_KEY_FILE, Role, SecretKey};
 use hearth_shared::trust::{self, Expect, StreamState, Trust, VerifyError};
 use hearth_shared::wire::{self, CredDelta, CredDiff, CredentialSet, NodeId, Touched, stream};
+use hearth_shared::{Digest, Rate};
 use serde::Deserialize;
 use zeroize::Zeroizing;
 
@@ -223,41 +223,22 @@ impl Settings {
     }
 }
 
-/// The node's rates, in bytes a second (`node.toml` takes bits: `bandwidth.up = "200 mbps"`,
-/// or a number of Mbit/s).
+/// The node's rates (`node.toml` writes them as Hysteria does: `bandwidth.up = "200 mbps"`,
+/// or a number of Mbit/s; see [`Rate::parse_hysteria`]).
 #[derive(Clone, Copy, Debug, Default, Deserialize, PartialEq, Eq)]
 #[serde(deny_unknown_fields)]
 pub(crate) struct Bandwidth {
     /// The most the node sends one client with Brutal, however much the client announces.
     #[serde(default, deserialize_with = "rate")]
-    pub(crate) up: Option<u64>,
+    pub(crate) up: Option<Rate>,
     /// What the node announces it can receive (`Hysteria-CC-RX`): a Brutal client sends no
     /// faster. None: 0, no limit asked.
     #[serde(default, deserialize_with = "rate")]
-    pub(crate) down: Option<u64>,
+    pub(crate) down: Option<Rate>,
 }
 
-/// A rate in bits a second, as Hysteria's configuration writes them: a number and a unit
-/// (`bps`, `kbps`, `mbps`, `gbps`, `tbps`, or `b`, `k`, `kb`... any case), or a number of
-/// Mbit/s. Returned in bytes a second.
-pub(crate) fn parse_rate(text: &str) -> Result<u64, String> {
-    let text = text.trim();
-    let split = text.find(|c: char| !c.is_ascii_digit()).unwrap_or(text.len());
-    let (number, unit) = text.split_at(split);
-    let number: u64 = number.parse().map_err(|_| format!("{text:?} is not a rate such as \"200 mbps\""))?;
-    let bits = match unit.trim().to_ascii_lowercase().as_str() {
-        "b" | "bps" => 1,
-        "k" | "kb" | "kbps" => 1_000,
-        "" | "m" | "mb" | "mbps" => 1_000_000,
-        "g" | "gb" | "gbps" => 1_000_000_000,
-        "t" | "tb" | "tbps" => 1_000_000_000_000,
-        other => return Err(format!("{other:?} is not a unit of rate (bps, kbps, mbps, gbps, tbps)")),
-    };
-    let bytes = number.checked_mul(bits).map(|bits| bits / 8).filter(|bytes| *bytes > 0);
-    bytes.ok_or_else(|| format!("{text:?} is not a rate between 8 bps and 100 tbps"))
-}
-
-fn rate<'de, D: serde::Deserializer<'de>>(deserializer: D) -> Result<Option<u64>, D::Error> {
+/// A rate of `node.toml`: a string in Hysteria's syntax, or a whole number of Mbit/s.
+fn rate<'de, D: serde::Deserializer<'de>>(deserializer: D) -> Result<Option<Rate>, D::Error> {
     #[derive(Deserialize)]
     #[serde(untagged)]
     enum Written {
@@ -268,7 +249,7 @@ fn rate<'de, D: serde::Deserializer<'de>>(deserializer: D) -> Result<Option<u64>
         Written::Mbps(mbps) => mbps.to_string(),
         Written::Text(text) => text,
     };
-    parse_rate(&text).map(Some).map_err(serde::de::Error::custom)
+    Rate::parse_hysteria(&text).map(Some).map_err(serde::de::Error::custom)
 }
 
 /// The congestion controller of the node's QUIC connections (`congestion` in `node.toml`).
@@ -603,22 +584,19 @@ mod tests {
 
     #[test]
     fn rates_are_read_in_bits_and_kept_in_bytes() {
-        assert_eq!(parse_rate("200 mbps"), Ok(25_000_000));
-        assert_eq!(parse_rate("1gbps"), Ok(125_000_000));
-        assert_eq!(parse_rate("1 GB"), Ok(125_000_000));
-        assert_eq!(parse_rate("800 kbps"), Ok(100_000));
-        assert_eq!(parse_rate("80 b"), Ok(10));
-        assert_eq!(parse_rate("50"), Ok(6_250_000), "a bare number is Mbit/s");
-        for bad in ["", "fast", "mbps", "-5 mbps", "1.5 mbps", "5 furlongs", "0 mbps", "4 bps", "99999999 tbps"] {
-            assert!(parse_rate(bad).is_err(), "{bad:?}");
-        }
         let read = settings("ignore_client_bandwidth = true\nbandwidth.up = \"1 gbps\"\nbandwidth.down = 100").unwrap();
-        assert_eq!(read.bandwidth, Bandwidth { up: Some(125_000_000), down: Some(12_500_000) });
+        let bytes = |rate: Option<Rate>| rate.map(Rate::bytes_per_sec);
+        assert_eq!((bytes(read.bandwidth.up), bytes(read.bandwidth.down)), (Some(125_000_000), Some(12_500_000)));
         assert!(read.ignore_client_bandwidth);
         let plain = settings("").unwrap();
         assert_eq!((plain.bandwidth, plain.ignore_client_bandwidth), (Bandwidth::default(), false));
         let error = settings("bandwidth.up = \"fast\"").unwrap_err().to_string();
-        assert!(error.contains("not a rate"), "{error}");
+        assert!(error.contains("\"fast\" is not a rate such as \"200 mbps\""), "{error}");
+        let error = settings("bandwidth.down = 0").unwrap_err().to_string();
+        assert!(error.contains("\"0\" is not a rate between 8 bps and 100 tbps"), "{error}");
+        let error = settings("bandwidth.down = \"5 furlongs\"").unwrap_err().to_string();
+        assert!(error.contains("\"furlongs\" is not a unit of rate (bps, kbps, mbps, gbps, tbps)"), "{error}");
+        assert!(settings("bandwidth.up = 1.5").is_err());
         assert!(settings("bandwidth.sideways = 5").is_err());
     }
 

@@ -4,9 +4,9 @@
 //! roles ([`keys`]), the one signed container ([`envelope`]) and the trust it is checked
 //! against ([`trust`]), the wire types that travel inside envelopes ([`wire`]), sealing of
 //! per-user snapshots ([`seal`]), rendering of every subscription format ([`render`]),
-//! User-Agent matching ([`agent`]), rate limiting ([`ratelimit`]), node request
-//! authentication ([`nodeauth`]), signed node releases ([`release`]) and the client address
-//! behind a trusted reverse proxy ([`forwarded`]).
+//! User-Agent matching ([`agent`]), rates in every unit ([`Rate`]), rate limiting
+//! ([`ratelimit`]), node request authentication ([`nodeauth`]), signed node releases
+//! ([`release`]) and the client address behind a trusted reverse proxy ([`forwarded`]).
 //!
 //! This crate must not depend on an IO runtime (no tokio, axum, rusqlite, quinn or the
 //! Worker runtime) and must build for `wasm32-unknown-unknown`: the Cloudflare Worker links
@@ -22,6 +22,7 @@ pub mod envelope;
 pub mod forwarded;
 pub mod keys;
 pub mod nodeauth;
+pub mod rate;
 pub mod ratelimit;
 pub mod release;
 pub mod render;
@@ -29,6 +30,8 @@ pub mod routing;
 pub mod seal;
 pub mod trust;
 pub mod wire;
+
+pub use rate::{Rate, RateError};
 
 /// A SHA-256 digest.
 pub type Digest = [u8; 32];

@@ -81,9 +81,7 @@ pub(crate) fn run(dir: &Path, command: AdminCommand) -> Result<()> {
                 role: Some(role),
                 max_users: max_users.map(Some),
                 max_traffic: max_traffic_gib.map(|gib| Some((gib.max(0.0) * 1_073_741_824.0) as u64)),
-                max_slow_speed: max_slow_mbps
-                    .map(|mbps| store::users::Mbps::parse(mbps).map(Some).map_err(anyhow::Error::msg))
-                    .transpose()?,
+                max_slow_speed: max_slow_mbps.map(|mbps| store::users::Mbps::parse(mbps).map(Some)).transpose()?,
                 max_days: max_days.map(Some),
                 groups: (reseller || !groups.is_empty()).then_some(groups),
                 password: None,

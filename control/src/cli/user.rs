@@ -5,6 +5,7 @@ use std::path::Path;
 
 use anyhow::{Context as _, Result};
 use clap::Subcommand;
+use hearth_shared::RateError;
 use hearth_shared::wire::SubToken;
 
 use super::links::links_of;
@@ -152,21 +153,38 @@ pub(crate) struct SpeedArgs {
 #[derive(Clone, Copy)]
 struct Own(Option<Mbps>);
 
-fn speed(text: &str) -> Result<Mbps, String> {
-    Mbps::parse(text.parse::<f64>().map_err(|_| format!("{text:?} is not a number of Mbit/s"))?)
+/// Why a speed on the command line was refused (clap prints it after the value).
+#[derive(Debug, thiserror::Error)]
+enum SpeedArgError {
+    /// Not a number.
+    #[error("{0:?} is not a number of Mbit/s")]
+    NotANumber(String),
+    /// A number, but not a speed the panel takes.
+    #[error(transparent)]
+    Speed(#[from] RateError),
 }
 
-fn device_limit(text: &str) -> Result<store::users::DeviceLimit, String> {
+/// Why a device limit on the command line was refused.
+#[derive(Debug, thiserror::Error)]
+#[error("a device limit is 0 to {max} or `group`", max = store::users::MAX_DEVICES)]
+struct DeviceLimitError;
+
+fn speed(text: &str) -> Result<Mbps, SpeedArgError> {
+    let mbps = text.parse::<f64>().map_err(|_| SpeedArgError::NotANumber(text.to_owned()))?;
+    Ok(Mbps::parse(mbps)?)
+}
+
+fn device_limit(text: &str) -> Result<store::users::DeviceLimit, DeviceLimitError> {
     match text {
         "group" => Ok(store::users::DeviceLimit::Group),
         n => match n.parse::<u32>() {
             Ok(n) if n <= store::users::MAX_DEVICES => Ok(store::users::DeviceLimit::Own(n)),
-            _ => Err(format!("a device limit is 0 to {} or `group`", store::users::MAX_DEVICES)),
+            _ => Err(DeviceLimitError),
         },
     }
 }
 
-fn own_speed(text: &str) -> Result<Own, String> {
+fn own_speed(text: &str) -> Result<Own, SpeedArgError> {
     if text == "group" { Ok(Own(None)) } else { speed(text).map(|m| Own(Some(m))) }
 }
 
@@ -372,8 +390,8 @@ impl Users {
         })?;
         let side = |own: Option<Mbps>| match own {
             None => "the groups' default".to_owned(),
-            Some(Mbps(0)) => "no limit".to_owned(),
-            Some(m) => format!("{} Mbit/s", m.0 as f64 / 1000.0),
+            Some(m) if m.0.is_zero() => "no limit".to_owned(),
+            Some(m) => m.0.to_string(),
         };
         out!("user {name}: up {}, down {}", side(user.speed_limit.up), side(user.speed_limit.down));
         match user.on_quota.as_str() {
@@ -400,5 +418,23 @@ impl Users {
             let id = store::users::id_by_name(tx, name)?;
             crate::users::update(tx, &self.signer, "cli", id, input, self.now)
         })?)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// What clap prints after a refused value: the same words as before the errors had types.
+    #[test]
+    fn values_refused_say_why() {
+        assert_eq!(speed("fast").unwrap_err().to_string(), "\"fast\" is not a number of Mbit/s");
+        assert_eq!(speed("-1").unwrap_err().to_string(), "a speed is a number of Mbit/s from 0 to 100000");
+        let below = own_speed("0.0001").err().map(|e| e.to_string());
+        assert_eq!(below.as_deref(), Some("a speed is at least 0.001 Mbit/s (or 0 for none)"));
+        assert_eq!(device_limit("1001").unwrap_err().to_string(), "a device limit is 0 to 1000 or `group`");
+        assert_eq!(speed("0.5").map(Mbps::stored).ok(), Some(500));
+        assert!(matches!(own_speed("group"), Ok(Own(None))));
+        assert_eq!(device_limit("group").ok(), Some(store::users::DeviceLimit::Group));
     }
 }

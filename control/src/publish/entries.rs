@@ -4,31 +4,31 @@
 
 use std::collections::HashMap;
 
-use hearth_shared::Digest;
 use hearth_shared::wire::{self, CredEntry, CredentialSet, DevicePolicy, NodeId, SpeedLimit, UserId};
+use hearth_shared::{Digest, Rate};
 use rusqlite::Connection;
 
 use crate::error::Error;
 use crate::store::cred_sets::{devices_elsewhere, entry_rows, node_limited};
 
 /// Two limits, the more generous (0 is none, the most generous of all).
-fn generous(a: u64, b: u64) -> u64 {
-    if a == 0 || b == 0 { 0 } else { a.max(b) }
+fn generous(a: Rate, b: Rate) -> Rate {
+    if a.is_zero() || b.is_zero() { Rate::ZERO } else { a.max(b) }
 }
 
 /// Two limits, the stricter (0 is none).
-fn stricter(a: u64, b: u64) -> u64 {
-    if a == 0 || b == 0 { a.max(b) } else { a.min(b) }
+fn stricter(a: Rate, b: Rate) -> Rate {
+    if a.is_zero() || b.is_zero() { a.max(b) } else { a.min(b) }
 }
 
-/// One user's speed on one node, in kbit/s, from its own settings and those of the groups
-/// it reaches the node through.
+/// One user's speed on one node, from its own settings and those of the groups it reaches
+/// the node through.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub(super) struct Speed {
-    pub(super) up: u64,
-    pub(super) down: u64,
+    pub(super) up: Rate,
+    pub(super) down: Rate,
     /// Slowed to this when over quota (0: cut off).
-    pub(super) slow: u64,
+    pub(super) slow: Rate,
 }
 
 impl Speed {
@@ -44,14 +44,14 @@ impl Speed {
 }
 
 /// A user's own settings over its groups': `(speed_up, speed_down, on_quota, slow_kbps)`.
-pub(super) fn own_over(group: Speed, own: (Option<u64>, Option<u64>, Option<String>, u64)) -> Speed {
+pub(super) fn own_over(group: Speed, own: Own) -> Speed {
     let (up, down, on_quota, slow) = own;
     Speed {
         up: up.unwrap_or(group.up),
         down: down.unwrap_or(group.down),
         slow: match on_quota.as_deref() {
             Some("slow") => slow,
-            Some(_) => 0,
+            Some(_) => Rate::ZERO,
             None => group.slow,
         },
     }
@@ -129,8 +129,17 @@ pub(super) fn entries(conn: &Connection, node: NodeId, only: Option<UserId>) -> 
             row.user,
             row.credential_hash,
             row.over_quota,
-            (row.speed_up, row.speed_down, row.on_quota, row.slow_kbps),
-            Speed { up: row.group_up, down: row.group_down, slow: row.group_slow },
+            (
+                row.speed_up.map(Rate::from_kbps),
+                row.speed_down.map(Rate::from_kbps),
+                row.on_quota,
+                Rate::from_kbps(row.slow_kbps),
+            ),
+            Speed {
+                up: Rate::from_kbps(row.group_up),
+                down: Rate::from_kbps(row.group_down),
+                slow: Rate::from_kbps(row.group_slow),
+            },
             (row.device_limit, row.kick),
             Fair {
                 devices: row.group_devices,
@@ -143,12 +152,14 @@ pub(super) fn entries(conn: &Connection, node: NodeId, only: Option<UserId>) -> 
     Ok(merged(rows, &elsewhere))
 }
 
+/// A user's own speed settings, `(speed_up, speed_down, on_quota, slow_kbps)` (a speed of
+/// `None`: its groups').
+pub(super) type Own = (Option<Rate>, Option<Rate>, Option<String>, Rate);
+
 /// One row of a user's on a node: the user's id, credential hash, whether it is over its
-/// quota, its own speed settings `(speed_up, speed_down, on_quota, slow_kbps)`, those of one
-/// group it reaches the node through, its own device limit and kick count, and the group's
-/// fair-use settings and rule set.
-type Row =
-    (UserId, Digest, bool, (Option<u64>, Option<u64>, Option<String>, u64), Speed, (Option<u32>, u32), Fair, Rules);
+/// quota, its own speed settings, those of one group it reaches the node through, its own
+/// device limit and kick count, and the group's fair-use settings and rule set.
+type Row = (UserId, Digest, bool, Own, Speed, (Option<u32>, u32), Fair, Rules);
 
 /// The entries of the users of `rows` (a user once per group it reaches the node through),
 /// sorted by user: their groups' settings merged, their own over them, slowed or left out
@@ -167,7 +178,7 @@ fn merged(mut rows: Vec<Row>, elsewhere: &HashMap<UserId, u32>) -> Vec<CredEntry
         let devices = (limit > 0).then(|| limit.saturating_sub(elsewhere.get(&user).copied().unwrap_or(0)));
         let speed = own_over(group, own);
         let (up, down) = if over_quota {
-            if speed.slow == 0 {
+            if speed.slow.is_zero() {
                 continue;
             }
             (stricter(speed.up, speed.slow), stricter(speed.down, speed.slow))
@@ -175,7 +186,7 @@ fn merged(mut rows: Vec<Row>, elsewhere: &HashMap<UserId, u32>) -> Vec<CredEntry
             (speed.up, speed.down)
         };
         users.push(CredEntry {
-            limit: SpeedLimit { up: up * 125, down: down * 125 },
+            limit: SpeedLimit::from_rates(up, down),
             devices,
             kick,
             guard: fair.guard,
@@ -199,7 +210,7 @@ mod tests {
             user,
             [user as u8; 32],
             false,
-            (None, None, None, 0),
+            (None, None, None, Rate::ZERO),
             group,
             (None, 0),
             Fair { devices, guard: wire::Guard { torrent, smtp } },
@@ -207,8 +218,14 @@ mod tests {
         )
     }
 
+    /// A group's speeds in kbit/s, as the database holds them.
     fn speed(up: u64, down: u64, slow: u64) -> Speed {
-        Speed { up, down, slow }
+        Speed { up: Rate::from_kbps(up), down: Rate::from_kbps(down), slow: Rate::from_kbps(slow) }
+    }
+
+    /// A user's own speeds in kbit/s, as the database holds them.
+    fn own_speed(up: Option<u64>, down: Option<u64>, on_quota: Option<&str>, slow: u64) -> Own {
+        (up.map(Rate::from_kbps), down.map(Rate::from_kbps), on_quota.map(str::to_owned), Rate::from_kbps(slow))
     }
 
     #[test]
@@ -240,24 +257,29 @@ mod tests {
         let group = speed(4000, 8000, 1000);
         let rows = vec![
             // Its own up speed, the group's down; over quota, slowed to the group's rate.
-            own(row(1, group, (0, false, false), (Some(2), 3, Some(9))), (Some(3000), None, None, 0), true, (None, 4)),
+            own(
+                row(1, group, (0, false, false), (Some(2), 3, Some(9))),
+                own_speed(Some(3000), None, None, 0),
+                true,
+                (None, 4),
+            ),
             // Cut off over quota by its own setting.
             own(
                 row(2, group, (0, false, false), (None, 3, None)),
-                (None, None, Some("block".into()), 0),
+                own_speed(None, None, Some("block"), 0),
                 true,
                 (None, 0),
             ),
             // Slowed by its own rate, the stricter of it and its speed.
             own(
                 row(3, group, (0, false, false), (None, 3, None)),
-                (Some(200), None, Some("slow".into()), 500),
+                own_speed(Some(200), None, Some("slow"), 500),
                 true,
                 (None, 0),
             ),
             // Not over quota: its speeds, and its own device limit less those elsewhere.
-            own(row(4, group, (5, false, false), (None, 3, None)), (None, None, None, 0), false, (Some(3), 0)),
-            own(row(5, group, (5, false, false), (None, 3, None)), (None, None, None, 0), false, (None, 0)),
+            own(row(4, group, (5, false, false), (None, 3, None)), own_speed(None, None, None, 0), false, (Some(3), 0)),
+            own(row(5, group, (5, false, false), (None, 3, None)), own_speed(None, None, None, 0), false, (None, 0)),
         ];
         let elsewhere = HashMap::from([(4, 1), (5, 9)]);
         let entries = merged(rows, &elsewhere);

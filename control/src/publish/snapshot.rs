@@ -2,6 +2,7 @@
 //! due, the notices its profile carries and how each node it reaches is named and checked.
 //! No IO: [`super::user`] reads the store, keeps what is decided here and signs.
 
+use hearth_shared::Rate;
 use hearth_shared::wire::{
     Endpoint, HwidPolicy, Identity, PortRange, Profile, ResetStrategy, Snapshot, Status, TelegramLink, UserId,
 };
@@ -51,8 +52,8 @@ pub(super) struct Parts {
     pub(super) endpoints: Vec<Endpoint>,
     /// The owner's profile, before the user's own notices.
     pub(super) profile: Profile,
-    /// The rate the user is slowed to over its quota, in kbit/s (0: not slowed).
-    pub(super) slowed: u64,
+    /// The rate the user is slowed to over its quota (0: not slowed).
+    pub(super) slowed: Rate,
     /// When a device of the user was last refused over its limit (0: never), and its device
     /// limit in force (0: none).
     pub(super) refused: (u64, u32),
@@ -66,10 +67,10 @@ pub(super) struct Parts {
 pub(super) fn build(parts: Parts, status: Status, now: u64) -> Snapshot {
     let Parts { user, row, credential, endpoints, mut profile, slowed, refused: (refused_at, limit), hwid, telegram } =
         parts;
-    if slowed > 0 {
+    if !slowed.is_zero() {
         announce(
             &mut profile,
-            format!("Your traffic allowance is used up: your speed is limited to {} until it resets.", mbit(slowed)),
+            format!("Your traffic allowance is used up: your speed is limited to {slowed} until it resets."),
         );
     }
     if refused_at + 86_400 > now && limit > 0 && status.can_connect() {
@@ -85,7 +86,7 @@ pub(super) fn build(parts: Parts, status: Status, now: u64) -> Snapshot {
     Snapshot {
         user,
         name: row.name,
-        status: if slowed > 0 { Status::Active } else { status },
+        status: if slowed.is_zero() { status } else { Status::Active },
         used_up: row.used_up,
         used_down: row.used_down,
         quota: row.quota,
@@ -106,11 +107,6 @@ fn announce(profile: &mut Profile, notice: String) {
         Some(announce) if !announce.is_empty() => format!("{notice}\n{announce}"),
         _ => notice,
     });
-}
-
-/// A rate in kbit/s as people read it: "1 Mbit/s", "0.5 Mbit/s".
-fn mbit(kbps: u64) -> String {
-    format!("{} Mbit/s", kbps as f64 / 1000.0)
 }
 
 /// How apps reach and check `node`. A node with its public certificate for its domain is
@@ -230,7 +226,8 @@ mod tests {
         }
     }
 
-    fn parts(slowed: u64, refused: (u64, u32)) -> Parts {
+    /// Parts of a user slowed to `slowed_kbps` kbit/s over quota (0: not slowed).
+    fn parts(slowed_kbps: u64, refused: (u64, u32)) -> Parts {
         Parts {
             user: 7,
             row: row(),
@@ -243,7 +240,7 @@ mod tests {
                 web_page_url: None,
                 update_interval_hours: 12,
             },
-            slowed,
+            slowed: Rate::from_kbps(slowed_kbps),
             refused,
             hwid: HwidPolicy::default(),
             telegram: None,

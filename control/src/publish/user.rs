@@ -4,7 +4,7 @@
 
 use hearth_shared::envelope::{Audience, Kind};
 use hearth_shared::wire::{NodeId, Snapshot, Status, SubToken, TelegramLink, UserId, stream};
-use hearth_shared::{seal, sha256};
+use hearth_shared::{Rate, seal, sha256};
 use rand_core::OsRng;
 use rusqlite::Connection;
 
@@ -99,7 +99,7 @@ fn parts(
     let credential = String::from_utf8(signer.vault.open(Purpose::Credential, &row.credential_enc)?.to_vec())
         .map_err(|_| Error::Internal("a stored credential is not text".into()))?;
     let profile = signer.profile.read().expect("profile lock").clone();
-    let slowed = if status == Status::OverQuota { slow_rate(conn, user)? } else { 0 };
+    let slowed = if status == Status::OverQuota { slow_rate(conn, user)? } else { Rate::ZERO };
     let refused = snapshots::device_refusal(conn, user)?;
     let telegram = crate::store::telegram::taking_users(conn)?.map(|bot| TelegramLink {
         bot,
@@ -142,10 +142,11 @@ pub(super) struct Published {
     pub(super) entries_changed: bool,
 }
 
-/// The rate a user over quota is slowed to on the nodes of its groups, in kbit/s (0: cut
-/// off), from its own setting or the most generous of its groups'.
-fn slow_rate(conn: &Connection, user: UserId) -> Result<u64, Error> {
+/// The rate a user over quota is slowed to on the nodes of its groups (0: cut off), from its
+/// own setting or the most generous of its groups'.
+fn slow_rate(conn: &Connection, user: UserId) -> Result<Rate, Error> {
     let SlowSettings { on_quota: own, slow_kbps: slow, groups_slow_kbps: groups } =
         snapshots::slow_settings(conn, user)?;
-    Ok(own_over(Speed { slow: groups.unwrap_or(0), ..Speed::default() }, (None, None, own, slow)).slow)
+    let groups = Speed { slow: Rate::from_kbps(groups.unwrap_or(0)), ..Speed::default() };
+    Ok(own_over(groups, (None, None, own, Rate::from_kbps(slow))).slow)
 }

@@ -21,6 +21,7 @@
 //! no room for is skipped (the user stays used up until the reseller frees some or the owner
 //! grants more), and the audit log says so.
 
+use hearth_shared::Rate;
 use rusqlite::{Connection, OptionalExtension as _, params};
 use serde::{Deserialize, Serialize};
 
@@ -171,7 +172,7 @@ fn view_of(row: &rusqlite::Row<'_>) -> rusqlite::Result<AdminView> {
         allotted: row.get(7)?,
         groups: groups.split('\n').filter(|g| !g.is_empty()).map(str::to_owned).collect(),
         passkeys: row.get(9)?,
-        max_slow_speed: row.get::<_, Option<u64>>(10)?.map(Mbps),
+        max_slow_speed: row.get::<_, Option<u64>>(10)?.map(Mbps::from_stored),
         max_days: row.get(11)?,
         spent: row.get(12)?,
     })
@@ -283,7 +284,7 @@ fn set_limits(conn: &Connection, id: i64, role: Role, input: &AdminInput) -> Res
         return Err(Error::invalid("bad_limit", format!("max_days must be at most {MAX_DAYS}")));
     }
     if let Some(max) = input.max_slow_speed {
-        conn.execute("UPDATE admins SET max_slow_kbps = ?2 WHERE id = ?1", params![id, max.map(|m| m.0)])?;
+        conn.execute("UPDATE admins SET max_slow_kbps = ?2 WHERE id = ?1", params![id, max.map(Mbps::stored)])?;
     }
     if let Some(max) = input.max_days {
         conn.execute("UPDATE admins SET max_days = ?2 WHERE id = ?1", params![id, max])?;
@@ -466,7 +467,7 @@ pub(crate) fn check_within(conn: &Connection, admin: i64, before: Allotment, now
         return Err(Error::invalid(
             "reseller_limit",
             match max_slow {
-                Some(kbps) => format!("your users over quota may be slowed to at most {} Mbit/s", kbps as f64 / 1000.0),
+                Some(kbps) => format!("your users over quota may be slowed to at most {}", Rate::from_kbps(kbps)),
                 None => "your users over quota are cut off, not slowed (ask the owner for a slowed rate)".to_owned(),
             },
         ));

@@ -82,9 +82,9 @@ fn group_of(row: &rusqlite::Row<'_>) -> rusqlite::Result<GroupView> {
         note: row.get(2)?,
         users: row.get(3)?,
         nodes: row.get(4)?,
-        speed_limit: GroupSpeed { up: Mbps(row.get(5)?), down: Mbps(row.get(6)?) },
+        speed_limit: GroupSpeed { up: Mbps::from_stored(row.get(5)?), down: Mbps::from_stored(row.get(6)?) },
         on_quota: row.get(7)?,
-        slow_speed: Mbps(row.get(8)?),
+        slow_speed: Mbps::from_stored(row.get(8)?),
         device_limit: row.get(9)?,
         block_torrent: row.get(10)?,
         block_smtp: row.get(11)?,
@@ -130,7 +130,7 @@ fn set_group_speed(conn: &Connection, id: i64, input: &GroupInput) -> Result<boo
     if let Some(speed) = input.speed_limit {
         conn.execute(
             "UPDATE groups SET speed_up = ?2, speed_down = ?3 WHERE id = ?1",
-            params![id, speed.up.0, speed.down.0],
+            params![id, speed.up.stored(), speed.down.stored()],
         )?;
     }
     if let Some(on_quota) = &input.on_quota {
@@ -140,14 +140,14 @@ fn set_group_speed(conn: &Connection, id: i64, input: &GroupInput) -> Result<boo
         conn.execute("UPDATE groups SET on_quota = ?2 WHERE id = ?1", params![id, on_quota])?;
     }
     if let Some(slow) = input.slow_speed {
-        conn.execute("UPDATE groups SET slow_kbps = ?2 WHERE id = ?1", params![id, slow.0])?;
+        conn.execute("UPDATE groups SET slow_kbps = ?2 WHERE id = ?1", params![id, slow.stored()])?;
     }
     if input.on_quota.is_some() || input.slow_speed.is_some() {
         let (on_quota, slow): (String, u64) =
             conn.query_row("SELECT on_quota, slow_kbps FROM groups WHERE id = ?1", [id], |r| {
                 Ok((r.get(0)?, r.get(1)?))
             })?;
-        check_slow(Some(&on_quota), Mbps(slow))?;
+        check_slow(Some(&on_quota), Mbps::from_stored(slow))?;
     }
     if let Some(devices) = input.device_limit {
         if devices > MAX_DEVICES {

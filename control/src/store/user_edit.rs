@@ -237,13 +237,13 @@ impl Editing<'_> {
     fn speed_limit(&mut self) -> Result<(), Error> {
         let (conn, id, was) = (self.conn, self.id, &self.was);
         if let Some(speed) = self.input.speed_limit {
-            let speed = (speed.up.map(|m| m.0), speed.down.map(|m| m.0));
+            let speed = (speed.up.map(Mbps::stored), speed.down.map(Mbps::stored));
             if speed != was.speed {
                 conn.execute(
                     "UPDATE users SET speed_up = ?2, speed_down = ?3 WHERE id = ?1",
                     params![id, speed.0, speed.1],
                 )?;
-                let mbps = |(up, down): (Option<u64>, Option<u64>)| json!({ "up": up.map(|k| k as f64 / 1000.0), "down": down.map(|k| k as f64 / 1000.0) });
+                let mbps = |(up, down): (Option<u64>, Option<u64>)| json!({ "up": up.map(Mbps::from_stored), "down": down.map(Mbps::from_stored) });
                 self.edit.shown("speed_limit", mbps(was.speed), mbps(speed));
             }
         }
@@ -262,17 +262,17 @@ impl Editing<'_> {
             }
         }
         if let Some(slow) = input.slow_speed
-            && slow.0 != was.slow
+            && slow.stored() != was.slow
         {
-            conn.execute("UPDATE users SET slow_kbps = ?2 WHERE id = ?1", params![id, slow.0])?;
-            self.edit.shown("slow_speed", Mbps(was.slow).0 as f64 / 1000.0, slow.0 as f64 / 1000.0);
+            conn.execute("UPDATE users SET slow_kbps = ?2 WHERE id = ?1", params![id, slow.stored()])?;
+            self.edit.shown("slow_speed", json!(Mbps::from_stored(was.slow)), json!(slow));
         }
         if input.on_quota.is_some() || input.slow_speed.is_some() {
             let (on_quota, slow): (Option<String>, u64) =
                 conn.query_row("SELECT on_quota, slow_kbps FROM users WHERE id = ?1", [id], |r| {
                     Ok((r.get(0)?, r.get(1)?))
                 })?;
-            check_slow(on_quota.as_deref(), Mbps(slow))?;
+            check_slow(on_quota.as_deref(), Mbps::from_stored(slow))?;
         }
         Ok(())
     }

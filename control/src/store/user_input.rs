@@ -3,6 +3,7 @@
 //! every named thing (a node, group, token, the owner's login) passes.
 
 use hearth_shared::wire::ResetStrategy;
+use hearth_shared::{Rate, RateError};
 use serde::{Deserialize, Serialize};
 
 use crate::error::Error;
@@ -106,31 +107,31 @@ pub(crate) struct SpeedInput {
     pub(crate) down: Option<Mbps>,
 }
 
-/// A rate as the API gives and shows it, in Mbit/s (a number, fractions allowed), kept in
-/// kbit/s.
+/// A rate as the API gives and shows it: a number of Mbit/s in JSON (fractions allowed, to
+/// 0.001; see [`Rate::parse_mbps`]), kbit/s in the database ([`Mbps::stored`]).
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, PartialOrd, Ord)]
-pub(crate) struct Mbps(pub(crate) u64);
-
-/// The fastest rate anything is limited to: 100 Gbit/s.
-const MAX_KBPS: u64 = 100_000_000;
+pub(crate) struct Mbps(pub(crate) Rate);
 
 impl Mbps {
     /// From Mbit/s; refuses what is not a rate from 0 to 100,000 Mbit/s.
-    pub(crate) fn parse(mbps: f64) -> Result<Mbps, String> {
-        if !mbps.is_finite() || !(0.0..=(MAX_KBPS / 1000) as f64).contains(&mbps) {
-            return Err(format!("a speed is a number of Mbit/s from 0 to {}", MAX_KBPS / 1000));
-        }
-        let kbps = (mbps * 1000.0).round() as u64;
-        if mbps > 0.0 && kbps == 0 {
-            return Err("a speed is at least 0.001 Mbit/s (or 0 for none)".into());
-        }
-        Ok(Mbps(kbps))
+    pub(crate) fn parse(mbps: f64) -> Result<Mbps, RateError> {
+        Rate::parse_mbps(mbps).map(Mbps)
+    }
+
+    /// As the database stores it, in kbit/s.
+    pub(crate) const fn stored(self) -> u64 {
+        self.0.kbps()
+    }
+
+    /// From the database's kbit/s.
+    pub(crate) const fn from_stored(kbps: u64) -> Mbps {
+        Mbps(Rate::from_kbps(kbps))
     }
 }
 
 impl Serialize for Mbps {
     fn serialize<S: serde::Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
-        serializer.serialize_f64(self.0 as f64 / 1000.0)
+        serializer.serialize_f64(self.0.mbps_f64())
     }
 }
 
@@ -171,7 +172,7 @@ pub(super) fn check_note(note: &str) -> Result<(), Error> {
 
 /// A slowed user (or group) needs a rate to be slowed to.
 pub(crate) fn check_slow(on_quota: Option<&str>, slow: Mbps) -> Result<(), Error> {
-    if on_quota == Some("slow") && slow.0 == 0 {
+    if on_quota == Some("slow") && slow.0.is_zero() {
         return Err(Error::invalid("bad_slow_speed", "on_quota slow needs a slow_speed above 0"));
     }
     Ok(())
@@ -221,4 +222,29 @@ pub(crate) fn parse_reset(name: &str) -> Option<ResetStrategy> {
         "rolling30" => ResetStrategy::Rolling30,
         _ => return None,
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The API's JSON writes Mbit/s as it always did; the database keeps kbit/s.
+    #[test]
+    fn speeds_are_mbps_in_json_and_kbps_stored() {
+        let json = |kbps| serde_json::to_string(&Mbps::from_stored(kbps)).unwrap();
+        assert_eq!(
+            [json(0), json(500), json(1000), json(1), json(100_000_000)],
+            ["0.0", "0.5", "1.0", "0.001", "100000.0"]
+        );
+        let read = |text| serde_json::from_str::<Mbps>(text).map_err(|e| e.to_string());
+        assert_eq!(read("2.75").map(Mbps::stored), Ok(2750));
+        assert_eq!(read("20").map(|m| m.0.bytes_per_sec()), Ok(2_500_000));
+        assert_eq!(read("-1").unwrap_err(), "a speed is a number of Mbit/s from 0 to 100000");
+        assert_eq!(read("0.0001").unwrap_err(), "a speed is at least 0.001 Mbit/s (or 0 for none)");
+        let input: SpeedInput = serde_json::from_str(r#"{"up": 1.5}"#).unwrap();
+        assert_eq!(input, SpeedInput { up: Some(Mbps::from_stored(1500)), down: None });
+        assert_eq!(serde_json::to_string(&input).unwrap(), r#"{"up":1.5,"down":null}"#);
+        assert!(check_slow(Some("slow"), Mbps::default()).is_err());
+        assert!(check_slow(Some("slow"), Mbps::from_stored(1)).is_ok());
+    }
 }

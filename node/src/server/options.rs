@@ -4,6 +4,8 @@
 use std::net::IpAddr;
 use std::sync::Arc;
 
+use hearth_shared::Rate;
+
 /// How the server behaves.
 #[derive(Clone, Debug, Default)]
 pub(crate) struct Options {
@@ -29,7 +31,7 @@ impl Options {
         if self.ignore_client_bandwidth {
             return "auto".to_owned();
         }
-        let down = self.bandwidth.down.unwrap_or(0);
+        let down = self.bandwidth.down.map_or(0, Rate::bytes_per_sec);
         if down == 0 || limit_up == 0 { down.max(limit_up) } else { down.min(limit_up) }.to_string()
     }
 
@@ -37,7 +39,10 @@ impl Options {
     /// not given): that, held to `bandwidth.up`; 0 (the default controller) when the client
     /// gave none or the node ignores it.
     pub(super) fn brutal_rate(&self, client_rx: u64) -> u64 {
-        if self.ignore_client_bandwidth { 0 } else { self.bandwidth.up.map_or(client_rx, |up| client_rx.min(up)) }
+        if self.ignore_client_bandwidth {
+            return 0;
+        }
+        self.bandwidth.up.map_or(client_rx, |up| client_rx.min(up.bytes_per_sec()))
     }
 }
 
@@ -53,7 +58,10 @@ mod tests {
             ("0", 0, 5_000_000)
         );
         let capped = Options {
-            bandwidth: crate::state::Bandwidth { up: Some(1_000_000), down: Some(2_500_000) },
+            bandwidth: crate::state::Bandwidth {
+                up: Some(Rate::from_bytes_per_sec(1_000_000)),
+                down: Some(Rate::from_bytes_per_sec(2_500_000)),
+            },
             ..Options::default()
         };
         assert_eq!(capped.announced(0), "2500000");

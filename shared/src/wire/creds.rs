@@ -6,7 +6,7 @@
 use serde::{Deserialize, Serialize};
 
 use super::codec::{CREDS_FORMAT, NodeId, UserId, WireError};
-use crate::Digest;
+use crate::{Digest, Rate};
 
 /// A user's speed limit on a node, in bytes a second each way (0: none). `up` is what the
 /// user sends (the node receives), `down` what the user receives.
@@ -25,6 +25,13 @@ impl SpeedLimit {
     /// Whether neither way is limited.
     pub fn is_none(&self) -> bool {
         *self == SpeedLimit::NONE
+    }
+
+    /// A limit of `up` and `down` (the zero rate: none), held as the wire holds it, in whole
+    /// bytes a second.
+    #[inline]
+    pub const fn from_rates(up: Rate, down: Rate) -> SpeedLimit {
+        SpeedLimit { up: up.bytes_per_sec(), down: down.bytes_per_sec() }
     }
 }
 
@@ -500,6 +507,14 @@ mod tests {
         let mut trailing = set.encode();
         trailing.push(0);
         assert!(CredentialSet::decode(&trailing).is_err());
+    }
+
+    /// Rates go on the wire in whole bytes a second, as they always did.
+    #[test]
+    fn speed_limits_are_bytes_a_second_of_rates() {
+        let limit = SpeedLimit::from_rates(Rate::from_kbps(500), Rate::from_bits_per_sec(81));
+        assert_eq!(limit, SpeedLimit { up: 62_500, down: 10 });
+        assert!(SpeedLimit::from_rates(Rate::ZERO, Rate::ZERO).is_none());
     }
 
     /// A set with speed limits takes format 2; without, format 1 (what every node reads); a
