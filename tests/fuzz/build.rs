@@ -8,7 +8,7 @@ use std::path::PathBuf;
 
 /// (file under control/src, item). The API's bodies and the types they contain; an item is a
 /// struct or enum by name, or another item by the start of its first line (`impl Mbps`,
-/// `const MAX_KBPS`).
+/// `const MAX_DEVICES`).
 const ITEMS: &[(&str, &str)] = &[
     ("api/admin/access.rs", "SetupRequest"),
     ("api/admin/access.rs", "LoginRequest"),
@@ -22,7 +22,6 @@ const ITEMS: &[(&str, &str)] = &[
     ("store/user_input.rs", "UserInput"),
     ("store/user_input.rs", "SpeedInput"),
     ("store/user_input.rs", "Mbps"),
-    ("store/user_input.rs", "const MAX_KBPS"),
     ("store/user_input.rs", "impl Mbps"),
     ("store/user_input.rs", "impl Serialize for Mbps"),
     ("store/user_input.rs", "impl<'de> Deserialize<'de> for Mbps"),

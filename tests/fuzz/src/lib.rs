@@ -8,6 +8,7 @@ use hearth_shared::wire::{Endpoint, PortRange, Profile, ResetStrategy, Snapshot,
 /// (see build.rs): the same fields, types and serde options.
 #[allow(dead_code, missing_docs)]
 pub mod control {
+    use hearth_shared::{Rate, RateError};
     use serde::{Deserialize, Serialize};
 
     include!(concat!(env!("OUT_DIR"), "/control_bodies.rs"));
