@@ -69,17 +69,12 @@ pub(crate) struct Payload {
 pub(crate) fn collect(dir: &Path, conn: &rusqlite::Connection, now: u64) -> Result<Payload> {
     let copy = dir.join("archive.staged.db");
     let _ = std::fs::remove_file(&copy);
-    conn.execute("VACUUM INTO ?1", [copy.to_string_lossy()]).context("copying the database")?;
+    store::archive::copy_into(conn, &copy.to_string_lossy()).context("copying the database")?;
     let database = (|| {
         let staged = rusqlite::Connection::open(&copy)?;
         // The envelopes stay out (the edge holds them), but not what each stream was at: a
         // restore takes an envelope from the edge only at that version or above.
-        staged.execute_batch(
-            "DROP TABLE IF EXISTS archived_streams;
-             CREATE TABLE archived_streams (name TEXT PRIMARY KEY, version INTEGER NOT NULL, digest BLOB) STRICT;
-             INSERT INTO archived_streams SELECT name, version, iif(envelope IS NULL, NULL, digest) FROM streams;
-             DELETE FROM streams; DELETE FROM sessions; PRAGMA journal_mode = DELETE; VACUUM;",
-        )?;
+        store::archive::trim_copy(&staged)?;
         drop(staged);
         Ok::<_, anyhow::Error>(std::fs::read(&copy)?)
     })();

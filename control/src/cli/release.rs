@@ -60,11 +60,7 @@ pub(crate) fn run(dir: &Path, command: ReleaseCommand) -> Result<()> {
                 Some(_) => now,
                 None => {
                     let (_, db, _) = serve::open(dir)?;
-                    db.read_blocking(|conn| {
-                        Ok(conn.query_row("SELECT COALESCE(MAX(version), 0) + 1 FROM releases", [], |row| {
-                            row.get::<_, i64>(0)
-                        })?)
-                    })? as u64
+                    db.read_blocking(crate::store::releases::next_sequence)?
                 }
             };
             let envelope = releases::sign(&key, &version, lifetime, &binaries, now, sequence)?;

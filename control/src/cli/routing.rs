@@ -96,9 +96,7 @@ fn read(path: &Path, what: &str) -> Result<String> {
 fn node_id(conn: &rusqlite::Connection, node: Option<&str>) -> Result<u64, crate::error::Error> {
     match node {
         None => Ok(0),
-        Some(name) => conn
-            .query_row("SELECT id FROM nodes WHERE name = ?1", [name], |row| row.get(0))
-            .map_err(|_| crate::error::Error::NotFound("node")),
+        Some(name) => store::nodes::id_by_name(conn, name).map_err(|_| crate::error::Error::NotFound("node")),
     }
 }
 

@@ -74,72 +74,38 @@ pub(crate) fn read(bytes: &[u8]) -> Result<Incoming, Error> {
 /// the links themselves).
 pub(crate) fn export(conn: &rusqlite::Connection, signer: &crate::publish::Signer) -> Result<Document, Error> {
     use crate::secrets::Purpose;
-    let mut query = conn.prepare(
-        "SELECT id, name, token_enc, credential_enc, quota, used_up, used_down, expires_at, duration_secs, started_at,
-                enabled, reset, note, device_limit, imported_from, telegram_id, next_reset
-         FROM users ORDER BY id",
-    )?;
-    let rows = query
-        .query_map([], |row| {
-            Ok((
-                row.get::<_, u64>(0)?,
-                row.get::<_, String>(1)?,
-                row.get::<_, Vec<u8>>(2)?,
-                row.get::<_, Vec<u8>>(3)?,
-                (row.get::<_, u64>(4)?, row.get::<_, u64>(5)?, row.get::<_, u64>(6)?),
-                (row.get::<_, u64>(7)?, row.get::<_, u64>(8)?, row.get::<_, u64>(9)?),
-                row.get::<_, bool>(10)?,
-                row.get::<_, String>(11)?,
-                row.get::<_, String>(12)?,
-                row.get::<_, Option<u32>>(13)?,
-                (row.get::<_, Option<String>>(14)?, row.get::<_, Option<i64>>(15)?, row.get::<_, u64>(16)?),
-            ))
-        })?
-        .collect::<Result<Vec<_>, _>>()?;
+    let rows = crate::store::user_import::exported(conn)?;
     let mut users = Vec::with_capacity(rows.len());
-    for (
-        id,
-        name,
-        token_enc,
-        cred_enc,
-        (quota, up, down),
-        (expires, duration, started),
-        enabled,
-        reset,
-        note,
-        devices,
-        (from, telegram_id, next_reset),
-    ) in rows
-    {
-        let token = signer.vault.open(Purpose::Token, &token_enc)?;
+    for row in rows {
+        let token = signer.vault.open(Purpose::Token, &row.token_enc)?;
         let token: [u8; 32] =
             token.as_slice().try_into().map_err(|_| Error::Internal("a stored token has the wrong length".into()))?;
-        let password = String::from_utf8(signer.vault.open(Purpose::Credential, &cred_enc)?.to_vec())
+        let password = String::from_utf8(signer.vault.open(Purpose::Credential, &row.credential_enc)?.to_vec())
             .map_err(|_| Error::Internal("a stored credential is not text".into()))?;
-        let not_started = duration > 0 && started == 0;
+        let not_started = row.duration_secs > 0 && row.started_at == 0;
         users.push(IncomingUser {
             // A user Hearth took over keeps the id it had there, so a move on keeps track.
-            id: from.map_or_else(
-                || id.to_string(),
+            id: row.imported_from.map_or_else(
+                || row.id.to_string(),
                 |from| from.split_once(':').map_or(from.clone(), |(_, id)| id.to_owned()),
             ),
-            name,
+            name: row.name,
             password: Some(password),
             link: Some(hearth_shared::wire::SubToken::from_bytes(token).to_link_form()),
-            quota,
-            used_up: up,
-            used_down: down,
-            expires_at: if not_started { 0 } else { expires },
-            days_from_first_use: if not_started { duration.div_ceil(86_400) } else { 0 },
-            enabled,
-            reset,
-            note,
-            device_limit: devices,
-            aliases: crate::store::aliases::paths_of_user(conn, id)?,
-            telegram_id,
+            quota: row.quota,
+            used_up: row.used_up,
+            used_down: row.used_down,
+            expires_at: if not_started { 0 } else { row.expires_at },
+            days_from_first_use: if not_started { row.duration_secs.div_ceil(86_400) } else { 0 },
+            enabled: row.enabled,
+            reset: row.reset,
+            note: row.note,
+            device_limit: row.device_limit,
+            aliases: crate::store::aliases::paths_of_user(conn, row.id)?,
+            telegram_id: row.telegram_id,
             // The cycle a periodic reset is in carries on where the users are taken (0 with
             // no reset: the store keeps none then).
-            next_reset,
+            next_reset: row.next_reset,
             ..IncomingUser::default()
         });
     }

@@ -22,14 +22,14 @@ pub(crate) use incoming::{Fate, Field, Incoming, IncomingUser, MAX_ALIASES, MAX_
 use std::collections::HashSet;
 
 use hearth_shared::wire::{SubToken, UserId};
-use rusqlite::{Connection, OptionalExtension as _};
+use rusqlite::Connection;
 use serde::{Deserialize, Serialize};
 
 use crate::error::Error;
 use crate::publish::Signer;
 use crate::store::changes::Changes;
 use crate::store::users::{DeviceLimit, UserInput};
-use crate::store::{aliases, audit};
+use crate::store::{aliases, audit, user_import};
 
 /// The panels users are taken over from.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
@@ -324,11 +324,7 @@ pub(crate) fn apply(
     let mut aliased = false;
     for user in incoming.users {
         let key = format!("{}:{}", incoming.source, user.id);
-        let known: Option<UserId> = conn
-            .prepare_cached("SELECT id FROM users WHERE imported_from = ?1")?
-            .query_row([&key], |row| row.get(0))
-            .optional()?;
-        if known.is_some() {
+        if user_import::imported_as(conn, &key)?.is_some() {
             report.unchanged += 1;
             continue;
         }
@@ -375,11 +371,9 @@ fn take(
     }
     let Mapped { input, next_reset, changed } = mapped(user, now);
     // A savepoint: a user refused half-way leaves nothing behind.
-    conn.execute_batch("SAVEPOINT import_user")?;
-    let stored = (|| -> Result<UserId, Error> {
+    let stored = user_import::in_savepoint(conn, || -> Result<UserId, Error> {
         let id = crate::store::users::insert_imported(conn, &signer.vault, &input, token, &password, key, now)?;
-        conn.prepare_cached("UPDATE users SET used_up = ?2, used_down = ?3, raw_up = ?2, raw_down = ?3 WHERE id = ?1")?
-            .execute(rusqlite::params![id, user.used_up, user.used_down])?;
+        user_import::set_usage(conn, id, user.used_up, user.used_down)?;
         for path in &user.aliases {
             aliases::add(conn, id, path, key.split(':').next().unwrap_or_default(), now)?;
         }
@@ -387,32 +381,22 @@ fn take(
             crate::store::telegram::set_user_chat(conn, id, user.telegram_id)?;
         }
         if next_reset > now && user.reset != "none" {
-            conn.prepare_cached("UPDATE users SET next_reset = ?2 WHERE id = ?1")?
-                .execute(rusqlite::params![id, next_reset])?;
+            user_import::set_next_reset(conn, id, next_reset)?;
         }
         Ok(id)
-    })();
+    })?;
     match stored {
-        Ok(id) => {
-            conn.execute_batch("RELEASE import_user")?;
-            Ok(Ok(ImportedUser {
-                user: id,
-                name: user.name.clone(),
-                id: user.id.clone(),
-                password_kept: user.password.is_some(),
-                link_kept: user.link.is_some(),
-                aliases: user.aliases.len(),
-                changed,
-            }))
-        }
-        Err(Error::Invalid { message, .. } | Error::Conflict { message, .. }) => {
-            conn.execute_batch("ROLLBACK TO import_user; RELEASE import_user")?;
-            Ok(Err(refuse(user, message)))
-        }
-        Err(e) => {
-            conn.execute_batch("ROLLBACK TO import_user; RELEASE import_user")?;
-            Err(e)
-        }
+        Ok(id) => Ok(Ok(ImportedUser {
+            user: id,
+            name: user.name.clone(),
+            id: user.id.clone(),
+            password_kept: user.password.is_some(),
+            link_kept: user.link.is_some(),
+            aliases: user.aliases.len(),
+            changed,
+        })),
+        Err(Error::Invalid { message, .. } | Error::Conflict { message, .. }) => Ok(Err(refuse(user, message))),
+        Err(e) => Err(e),
     }
 }
 
@@ -431,9 +415,7 @@ fn password_of(
         return Ok(Err(refuse(user, reason.to_string())));
     }
     let hash = hearth_shared::sha256(password.as_bytes());
-    let taken: bool = conn
-        .prepare_cached("SELECT EXISTS (SELECT 1 FROM users WHERE credential_hash = ?1)")?
-        .query_row([hash.to_vec()], |row| row.get(0))?;
+    let taken = user_import::credential_taken(conn, &hash)?;
     if taken || !passwords.insert(hash) {
         return Ok(Err(refuse(user, "its Hysteria2 password is another user's: a node could not tell them apart")));
     }
@@ -450,9 +432,7 @@ fn token_of(conn: &Connection, user: &IncomingUser) -> Result<Result<SubToken, S
         },
         None => SubToken::generate(&mut rand_core::OsRng),
     };
-    let taken: bool = conn
-        .prepare_cached("SELECT EXISTS (SELECT 1 FROM users WHERE token_hash = ?1)")?
-        .query_row([token.hash().to_vec()], |row| row.get(0))?;
+    let taken = user_import::token_taken(conn, &token.hash())?;
     if taken {
         return Ok(Err(refuse(user, "its link is another user's")));
     }

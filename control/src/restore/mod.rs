@@ -226,7 +226,7 @@ fn prepare_database(restoring: &Restoring<'_>, archive_version: u64, batch: u64)
         crate::settings::save_addresses(tx, &config, &addresses, "restore", *now)?;
         // The streams are numbered anew below: every edge is brought up to date from nothing
         // (what an edge already holds, it takes again as a no-op).
-        tx.execute("UPDATE edges SET pushed = 0, release = 0, archive = 0", [])?;
+        store::restoring::edges_from_nothing(tx)?;
         store::set_state(tx, "archive_version", i64::try_from(archive_version).unwrap_or(i64::MAX))?;
         let batch = store::get_state(tx, "batch")?.max(i64::try_from(batch).unwrap_or(i64::MAX));
         store::set_state(tx, "batch", batch)?;
@@ -267,7 +267,7 @@ fn bring_up_to_date(
     }
     report.users = merge_users(tx, signer, edge, &mut report.notes, now)?;
     take_acks(tx, edge)?;
-    report.nodes = tx.query_row("SELECT count(*) FROM nodes", [], |row| row.get(0))?;
+    report.nodes = store::restoring::node_count(tx)?;
     report.signed = republish(tx, signer, now)?;
     Ok(())
 }

@@ -5,26 +5,21 @@
 
 use std::collections::BTreeMap;
 
+use hearth_shared::keys::PublicKey;
 use hearth_shared::wire::{Endpoint, NodeId, UserId};
-use rusqlite::{Connection, params};
+use rusqlite::Connection;
 
 use super::edge::Edge;
 use crate::error::Error;
 use crate::publish;
+use crate::store::restoring::{self, RestoredNode};
 
 /// From an archive: node keys enrolled (or nodes removed) after it was made.
 pub(super) fn update_nodes(tx: &Connection, edge: &Edge) -> Result<(), Error> {
     for (node, key) in &edge.node_keys {
         match key {
-            Some(key) => {
-                tx.execute(
-                    "UPDATE nodes SET public_key = ?2, enroll_hash = NULL WHERE id = ?1",
-                    params![node, key.to_bytes()],
-                )?;
-            }
-            None => {
-                tx.execute("DELETE FROM nodes WHERE id = ?1", [node])?;
-            }
+            Some(key) => restoring::set_node_key(tx, *node, &key.to_bytes())?,
+            None => restoring::delete_node(tx, *node)?,
         }
     }
     Ok(())
@@ -69,93 +64,79 @@ fn node_groups(edge: &Edge) -> Vec<Vec<NodeId>> {
 /// and groups that give every user the nodes it had.
 pub(super) fn rebuild_nodes(tx: &Connection, edge: &Edge, notes: &mut Vec<String>, now: u64) -> Result<(), Error> {
     let endpoints = endpoints_of(edge);
-    let default: i64 = tx.query_row("SELECT id FROM groups WHERE name = 'default'", [], |row| row.get(0))?;
+    let default = restoring::default_group(tx)?;
     for (at, nodes) in node_groups(edge).iter().enumerate() {
-        let group = if at == 0 {
-            default
-        } else {
-            tx.execute(
-                "INSERT INTO groups (name, note) VALUES (?1, 'rebuilt by a restore')",
-                [format!("restored-{at}")],
-            )?;
-            tx.last_insert_rowid()
-        };
+        let group = if at == 0 { default } else { restoring::add_rebuilt_group(tx, &format!("restored-{at}"))? };
         for node in nodes {
             let key = edge.node_keys[node].expect("only enrolled nodes are grouped");
-            let (name, host, port, hop, sni, insecure, cert, spki, obfs, identity) = match endpoints.get(node) {
-                Some(e) => (
-                    publish::node_name_of(&e.name).to_owned(),
-                    e.host.clone(),
-                    e.port,
-                    e.hop,
-                    e.sni.clone().unwrap_or_default(),
-                    e.insecure,
-                    e.cert_sha256,
-                    e.spki_sha256,
-                    e.obfs.clone().unwrap_or_default(),
-                    e.identity.clone(),
-                ),
-                None => {
-                    notes.push(format!(
-                        "node {node}: no user reaches it, so no snapshot holds its address; set it with PATCH /nodes/{node}"
-                    ));
-                    (
-                        format!("node-{node}"),
-                        "unknown.invalid".to_owned(),
-                        443,
-                        None,
-                        String::new(),
-                        true,
-                        None,
-                        None,
-                        String::new(),
-                        Default::default(),
-                    )
-                }
-            };
-            // The certificate apps check is taken back only when it is the one pinned.
-            let certificate = identity
-                .certificate
-                .as_deref()
-                .and_then(|der| crate::store::identity::Certificate::from_der(der).ok())
-                .filter(|certificate| Some(certificate.sha256) == cert);
-            tx.execute(
-                "INSERT INTO nodes (id, name, host, port, hop_start, hop_end, sni, tls, cert_sha256, spki_sha256, obfs,
-                                    public_key, created, cert_der, cert_names, allow_unverified)
-                 VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14, ?15, ?16)",
-                params![
-                    node,
-                    name,
-                    host,
-                    port,
-                    hop.map_or(0, |h| h.start),
-                    hop.map_or(0, |h| h.end),
-                    sni,
-                    if insecure { "self_signed" } else { "operator" },
-                    cert,
-                    spki,
-                    obfs,
-                    key.to_bytes(),
-                    now,
-                    certificate.as_ref().map(|c| c.der.as_slice()),
-                    certificate.as_ref().map(|c| c.names.join("\n")).unwrap_or_default(),
-                    identity.unverified,
-                ],
-            )?;
-            tx.execute("INSERT INTO node_groups (node_id, group_id) VALUES (?1, ?2)", params![node, group])?;
+            let (row, note) = node_row(*node, &key, endpoints.get(node));
+            notes.extend(note);
+            restoring::insert_node(tx, &row, now)?;
+            restoring::group_node(tx, *node, group)?;
         }
     }
     Ok(())
+}
+
+/// The row of enrolled node `node` (its key `key`) rebuilt from `endpoint`, the address the
+/// users it lets in have of it; with no such user, a placeholder and a note for the owner to
+/// set its address.
+fn node_row(node: NodeId, key: &PublicKey, endpoint: Option<&Endpoint>) -> (RestoredNode, Option<String>) {
+    let Some(e) = endpoint else {
+        let row = RestoredNode {
+            id: node,
+            name: format!("node-{node}"),
+            host: "unknown.invalid".to_owned(),
+            port: 443,
+            hop_start: 0,
+            hop_end: 0,
+            sni: String::new(),
+            tls: "self_signed",
+            cert_sha256: None,
+            spki_sha256: None,
+            obfs: String::new(),
+            public_key: key.to_bytes(),
+            cert_der: None,
+            cert_names: String::new(),
+            allow_unverified: false,
+        };
+        let note = format!(
+            "node {node}: no user reaches it, so no snapshot holds its address; set it with PATCH /nodes/{node}"
+        );
+        return (row, Some(note));
+    };
+    // The certificate apps check is taken back only when it is the one pinned.
+    let certificate = e
+        .identity
+        .certificate
+        .as_deref()
+        .and_then(|der| crate::store::identity::Certificate::from_der(der).ok())
+        .filter(|certificate| Some(certificate.sha256) == e.cert_sha256);
+    let row = RestoredNode {
+        id: node,
+        name: publish::node_name_of(&e.name).to_owned(),
+        host: e.host.clone(),
+        port: e.port,
+        hop_start: e.hop.map_or(0, |h| h.start),
+        hop_end: e.hop.map_or(0, |h| h.end),
+        sni: e.sni.clone().unwrap_or_default(),
+        tls: if e.insecure { "self_signed" } else { "operator" },
+        cert_sha256: e.cert_sha256,
+        spki_sha256: e.spki_sha256,
+        obfs: e.obfs.clone().unwrap_or_default(),
+        public_key: key.to_bytes(),
+        cert_names: certificate.as_ref().map(|c| c.names.join("\n")).unwrap_or_default(),
+        cert_der: certificate.map(|c| c.der),
+        allow_unverified: e.identity.unverified,
+    };
+    (row, None)
 }
 
 /// Usage acknowledged by the edge: each node's usage counts from the sequence its
 /// acknowledgement confirmed (never back).
 pub(super) fn take_acks(tx: &Connection, edge: &Edge) -> Result<(), Error> {
     for (node, seq) in &edge.acks {
-        tx.execute(
-            "UPDATE nodes SET usage_digest = NULL, usage_seq = ?2 WHERE id = ?1 AND usage_seq < ?2",
-            params![node, seq],
-        )?;
+        restoring::acknowledge_usage(tx, *node, *seq)?;
     }
     Ok(())
 }
@@ -163,6 +144,7 @@ pub(super) fn take_acks(tx: &Connection, edge: &Edge) -> Result<(), Error> {
 #[cfg(test)]
 mod tests {
     use hearth_shared::keys::{Role, SecretKey};
+    use hearth_shared::wire::{Identity, PortRange};
 
     use super::*;
 
@@ -182,5 +164,56 @@ mod tests {
             ..Edge::default()
         };
         assert_eq!(node_groups(&edge), [vec![1, 3], vec![2], vec![5]]);
+    }
+
+    /// A node comes back with the address its users had of it (its own name, not what a cap
+    /// reached adds), and the certificate apps check only when it is the one pinned; a node no
+    /// user reaches is a placeholder, and the owner is told to set its address.
+    #[test]
+    fn a_node_is_rebuilt_from_its_users_endpoint_or_as_a_placeholder() {
+        let key = SecretKey::from_seed(Role::Signing, &[3; 32]).public();
+        let (pem, _, pin) = crate::tls::self_signed(vec!["node.example".to_owned()]).unwrap();
+        let der = crate::store::identity::Certificate::from_pem(&pem).unwrap().der;
+        let endpoint = Endpoint {
+            name: "tokyo (traffic limit reached until 2030-01-31)".to_owned(),
+            host: "203.0.113.7".to_owned(),
+            port: 8443,
+            hop: Some(PortRange { start: 20_000, end: 30_000 }),
+            sni: Some("node.example".to_owned()),
+            cert_sha256: Some(pin),
+            spki_sha256: Some([5; 32]),
+            insecure: true,
+            obfs: Some("salt".to_owned()),
+            identity: Identity { certificate: Some(der.clone()), name: None, unverified: true },
+        };
+        let (row, note) = node_row(2, &key, Some(&endpoint));
+        assert_eq!(note, None);
+        assert_eq!((row.id, row.name.as_str(), row.host.as_str(), row.port), (2, "tokyo", "203.0.113.7", 8443));
+        assert_eq!(
+            (row.hop_start, row.hop_end, row.sni.as_str(), row.tls),
+            (20_000, 30_000, "node.example", "self_signed")
+        );
+        assert_eq!((row.cert_sha256, row.spki_sha256, row.obfs.as_str()), (Some(pin), Some([5; 32]), "salt"));
+        assert_eq!(
+            (row.public_key, row.cert_der, row.cert_names.as_str()),
+            (key.to_bytes(), Some(der), "node.example")
+        );
+        assert!(row.allow_unverified);
+
+        let unpinned = Endpoint { cert_sha256: Some([6; 32]), insecure: false, ..endpoint };
+        let (row, _) = node_row(2, &key, Some(&unpinned));
+        assert_eq!((row.tls, row.cert_der, row.cert_names.as_str()), ("operator", None, ""), "not the one pinned");
+
+        let (row, note) = node_row(4, &key, None);
+        assert_eq!(
+            (row.name.as_str(), row.host.as_str(), row.port, row.tls),
+            ("node-4", "unknown.invalid", 443, "self_signed")
+        );
+        assert_eq!((row.hop_start, row.hop_end, row.sni.as_str(), row.obfs.as_str()), (0, 0, "", ""));
+        assert_eq!((row.cert_sha256, row.cert_der, row.allow_unverified), (None, None, false));
+        assert_eq!(
+            note.as_deref(),
+            Some("node 4: no user reaches it, so no snapshot holds its address; set it with PATCH /nodes/4")
+        );
     }
 }

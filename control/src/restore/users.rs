@@ -3,17 +3,18 @@
 //! aliases served again, those deleted since the archive left deleted; and the subscription
 //! profile the snapshots carry.
 
-use std::collections::{BTreeMap, BTreeSet};
+use std::collections::BTreeMap;
 
 use hearth_shared::wire::{Endpoint, NodeId, Profile, Snapshot, Status, SubToken, UserId};
 use hearth_shared::{Digest, sha256};
-use rusqlite::{Connection, OptionalExtension as _, params};
+use rusqlite::Connection;
 
 use super::edge::Edge;
 use crate::error::Error;
 use crate::publish::{self, Signer};
 use crate::secrets::Purpose;
 use crate::store;
+use crate::store::restoring::{self, RestoredUser};
 
 /// The subscription profile every snapshot carries becomes the one in force (the one of the
 /// configuration file stays recorded as it was when the state was opened).
@@ -34,10 +35,7 @@ pub(super) fn merge_users(
     notes: &mut Vec<String>,
     now: u64,
 ) -> Result<usize, Error> {
-    let names: BTreeMap<String, NodeId> = tx
-        .prepare("SELECT name, id FROM nodes")?
-        .query_map([], |row| Ok((row.get(0)?, row.get(1)?)))?
-        .collect::<Result<_, _>>()?;
+    let names = restoring::node_ids_by_name(tx)?;
     let mut renamed = 0;
     for (user, (token, snapshot)) in &edge.snapshots {
         if merge_user(tx, signer, &names, *user, token, snapshot, now)? {
@@ -51,26 +49,19 @@ pub(super) fn merge_users(
     }
     // Aliases of users who have their link back are served again.
     for (path, user, hash) in served_aliases(edge) {
-        tx.execute(
-            "INSERT INTO aliases (path, user_id, token_hash, source, created) VALUES (?1, ?2, ?3, 'restored', ?4)
-                 ON CONFLICT (path) DO NOTHING",
-            params![path, user, hash, now],
-        )?;
+        restoring::serve_alias(tx, path, user, &hash, now)?;
     }
     // Deleted after the archive: the link is gone from the edge and no snapshot has the user.
-    let stale: Vec<(UserId, Digest)> = tx
-        .prepare("SELECT id, token_hash FROM users")?
-        .query_map([], |row| Ok((row.get(0)?, row.get(1)?)))?
-        .collect::<Result<_, _>>()?;
+    let stale = restoring::user_links(tx)?;
     let mut deleted = 0;
     for user in deleted_since(stale, edge) {
-        tx.execute("DELETE FROM users WHERE id = ?1", [user])?;
+        restoring::delete_user(tx, user)?;
         deleted += 1;
     }
     if deleted > 0 {
         notes.push(format!("{deleted} users in the archive were deleted after it was made, and stay deleted"));
     }
-    let missing = tx.query_row("SELECT count(*) FROM users", [], |row| row.get::<_, i64>(0))? as usize;
+    let missing = restoring::user_count(tx)?;
     let without_link = missing.saturating_sub(edge.snapshots.len());
     if without_link > 0 {
         notes.push(format!(
@@ -91,10 +82,8 @@ fn merge_user(
     snapshot: &Snapshot,
     now: u64,
 ) -> Result<bool, Error> {
-    let known: bool = tx.query_row("SELECT EXISTS (SELECT 1 FROM users WHERE id = ?1)", [user], |row| row.get(0))?;
-    let taken: Option<UserId> = tx
-        .query_row("SELECT id FROM users WHERE name = ?1 AND id != ?2", params![snapshot.name, user], |row| row.get(0))
-        .optional()?;
+    let known = restoring::user_exists(tx, user)?;
+    let taken = restoring::name_taken(tx, &snapshot.name, user)?;
     let name = restored_name(&snapshot.name, user, taken.is_some());
     write_user(tx, signer, user, &name, token, snapshot, now)?;
     let reach = reach(&snapshot.endpoints, names);
@@ -127,35 +116,22 @@ fn write_user(
     let reset = crate::store::users::reset_name(snapshot.reset);
     // New users are added; known ones take the snapshot's values (usage never goes down;
     // their notes stay, their next reset too unless the reset changed since).
-    tx.execute(
-        "INSERT INTO users (id, name, token_hash, token_enc, credential_enc, credential_hash, quota, used_up,
-                                used_down, reset, next_reset, expires_at, enabled, created, updated, raw_up, raw_down)
-             VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14, ?14, ?8, ?9)
-             ON CONFLICT (id) DO UPDATE SET name = excluded.name, token_hash = excluded.token_hash,
-               token_enc = excluded.token_enc, credential_enc = excluded.credential_enc,
-               credential_hash = excluded.credential_hash, quota = excluded.quota,
-               used_up = max(used_up, excluded.used_up), used_down = max(used_down, excluded.used_down),
-               next_reset = CASE WHEN reset = excluded.reset THEN next_reset ELSE excluded.next_reset END,
-               reset = excluded.reset, expires_at = excluded.expires_at, enabled = excluded.enabled,
-               updated = excluded.updated",
-        params![
-            user,
-            name,
-            token.hash(),
-            signer.vault.seal(Purpose::Token, token.as_bytes()),
-            signer.vault.seal(Purpose::Credential, credential),
-            sha256(credential),
-            snapshot.quota,
-            snapshot.used_up,
-            snapshot.used_down,
-            reset,
-            crate::clock::next_reset(snapshot.reset, now),
-            snapshot.expires_at,
-            enabled,
-            now
-        ],
-    )?;
-    Ok(())
+    let row = RestoredUser {
+        id: user,
+        name,
+        token_hash: token.hash(),
+        token_enc: signer.vault.seal(Purpose::Token, token.as_bytes()),
+        credential_enc: signer.vault.seal(Purpose::Credential, credential),
+        credential_hash: sha256(credential),
+        quota: snapshot.quota,
+        used_up: snapshot.used_up,
+        used_down: snapshot.used_down,
+        reset,
+        next_reset: crate::clock::next_reset(snapshot.reset, now),
+        expires_at: snapshot.expires_at,
+        enabled,
+    };
+    restoring::write_user(tx, &row, now)
 }
 
 /// The nodes of `names` (nodes by name) that a snapshot's endpoints name, in their order.
@@ -163,26 +139,14 @@ fn reach(endpoints: &[Endpoint], names: &BTreeMap<String, NodeId>) -> Vec<NodeId
     endpoints.iter().filter_map(|e| names.get(publish::node_name_of(&e.name)).copied()).collect()
 }
 
-/// The groups of the nodes `nodes`.
-fn groups_of_nodes(tx: &Connection, nodes: &[NodeId]) -> Result<BTreeSet<i64>, Error> {
-    let mut groups = BTreeSet::new();
-    let mut query = tx.prepare_cached("SELECT group_id FROM node_groups WHERE node_id = ?1")?;
-    for node in nodes {
-        for group in query.query_map([node], |row| row.get(0))? {
-            groups.insert(group?);
-        }
-    }
-    Ok(groups)
-}
-
 /// A new user joins the groups of the nodes its snapshot names (`default` when none).
 fn join_groups(tx: &Connection, user: UserId, reach: &[NodeId]) -> Result<(), Error> {
-    let mut groups = groups_of_nodes(tx, reach)?;
+    let mut groups = restoring::groups_of_nodes(tx, reach)?;
     if groups.is_empty() {
-        groups.insert(tx.query_row("SELECT id FROM groups WHERE name = 'default'", [], |row| row.get(0))?);
+        groups.insert(restoring::default_group(tx)?);
     }
     for group in groups {
-        tx.execute("INSERT INTO user_groups (user_id, group_id) VALUES (?1, ?2)", params![user, group])?;
+        restoring::join_group(tx, user, group)?;
     }
     Ok(())
 }
@@ -190,17 +154,11 @@ fn join_groups(tx: &Connection, user: UserId, reach: &[NodeId]) -> Result<(), Er
 /// Groups changed since the archive: the user gets the groups of the nodes its snapshot
 /// names, as a new user does.
 fn regroup(tx: &Connection, user: UserId, reach: &[NodeId]) -> Result<(), Error> {
-    let had: BTreeSet<NodeId> = tx
-        .prepare_cached(
-            "SELECT DISTINCT ng.node_id FROM user_groups ug JOIN node_groups ng ON ng.group_id = ug.group_id
-                     JOIN nodes n ON n.id = ng.node_id WHERE ug.user_id = ?1 AND n.public_key IS NOT NULL",
-        )?
-        .query_map([user], |row| row.get(0))?
-        .collect::<Result<_, _>>()?;
+    let had = restoring::enrolled_nodes_of_user(tx, user)?;
     if had != reach.iter().copied().collect() {
-        tx.execute("DELETE FROM user_groups WHERE user_id = ?1", [user])?;
-        for group in groups_of_nodes(tx, reach)? {
-            tx.execute("INSERT INTO user_groups (user_id, group_id) VALUES (?1, ?2)", params![user, group])?;
+        restoring::leave_groups(tx, user)?;
+        for group in restoring::groups_of_nodes(tx, reach)? {
+            restoring::join_group(tx, user, group)?;
         }
     }
     Ok(())
@@ -237,6 +195,8 @@ fn deleted_since(stored: Vec<(UserId, Digest)>, edge: &Edge) -> Vec<UserId> {
 
 #[cfg(test)]
 mod tests {
+    use std::collections::BTreeSet;
+
     use hearth_shared::wire::{HwidPolicy, ResetStrategy};
 
     use super::*;

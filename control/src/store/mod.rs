@@ -27,6 +27,7 @@ pub(crate) mod owner;
 pub(crate) mod passkeys;
 pub(crate) mod presence;
 pub(crate) mod releases;
+pub(crate) mod restoring;
 pub(crate) mod routing;
 pub(crate) mod sessions;
 pub(crate) mod snapshots;
@@ -38,6 +39,7 @@ pub(crate) mod usage;
 pub(crate) mod usage_reports;
 pub(crate) mod user_create;
 pub(crate) mod user_edit;
+pub(crate) mod user_import;
 pub(crate) mod user_input;
 pub(crate) mod users;
 
