@@ -138,12 +138,10 @@ async fn push_once(app: &Arc<App>, target: &Target) -> Result<usize, OutboxError
             // One stream the edge will not take (its version is behind what the edge holds,
             // say, after a restore from an older state) must not hold back every change after
             // it: it is set aside, with an alert, and the rest goes out at once.
-            Err((error @ EdgeError { stream: Some(_), .. }, sent)) => {
-                let stream = error.stream.clone().unwrap_or_default();
+            Err((EdgeError { stream: Some(stream), text, refused }, sent)) => {
                 let Some(&(_, version)) = sent.iter().find(|(name, _)| *name == stream) else {
-                    return Err(error.into());
+                    return Err(EdgeError { text, stream: Some(stream), refused }.into());
                 };
-                let text = error.text;
                 tracing::warn!(%stream, version, reason = %text, "the edge refused one stream: set aside, the rest goes on");
                 app.db.write(move |tx| edges::hold(tx, id, &stream, version, &text, now())).await?;
                 return Ok(1);
