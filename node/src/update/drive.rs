@@ -45,7 +45,7 @@ enum Step {
 /// How long this process has run, and how long a new release must run healthy to be kept.
 #[derive(Clone, Copy)]
 struct Ran {
-    for_: Duration,
+    so_far: Duration,
     healthy: Duration,
 }
 
@@ -55,7 +55,7 @@ struct Ran {
 /// otherwise take the release the answer `offered` when the node `wants` it.
 fn step(pending: bool, leaving: bool, ran: Ran, offered: u64, wants: impl FnOnce(u64) -> bool) -> Step {
     if pending {
-        return if leaving || ran.for_ < ran.healthy { Step::Nothing } else { Step::Keep };
+        return if leaving || ran.so_far < ran.healthy { Step::Nothing } else { Step::Keep };
     }
     if wants(offered) { Step::Take(offered) } else { Step::Nothing }
 }
@@ -66,7 +66,8 @@ impl Agent {
     pub(crate) async fn after_pull(&self, client: &reqwest::Client, base: &Base) {
         let pending = super::pending(&self.state);
         let leaving = *self.restart.borrow() || self.draining.load(std::sync::atomic::Ordering::Relaxed);
-        let ran = Ran { for_: self.started.elapsed(), healthy: Duration::from_secs(self.settings.update_health_secs) };
+        let ran =
+            Ran { so_far: self.started.elapsed(), healthy: Duration::from_secs(self.settings.update_health_secs) };
         let offered = self.offered.load(std::sync::atomic::Ordering::Relaxed);
         match step(pending.is_some(), leaving, ran, offered, |release| super::wants(&self.state, release)) {
             Step::Nothing => {}
@@ -163,7 +164,7 @@ mod tests {
 
     #[test]
     fn a_new_release_is_kept_only_by_itself_once_healthy_and_otherwise_the_offered_one_is_taken() {
-        let ran = |secs| Ran { for_: Duration::from_secs(secs), healthy: Duration::from_secs(60) };
+        let ran = |secs| Ran { so_far: Duration::from_secs(secs), healthy: Duration::from_secs(60) };
         let never = |_| -> bool { panic!("a release proving itself asks for no other") };
         assert_eq!(step(true, false, ran(59), 7, never), Step::Nothing);
         assert_eq!(step(true, false, ran(60), 7, never), Step::Keep);
