@@ -8,6 +8,8 @@
 //! its turn at the bottleneck (`rate`), is dropped when the queue already holds more than
 //! `queue` of sending time, and arrives `delay` (plus up to `jitter`) after it left the
 //! bottleneck. Packets keep their order. Delivery runs on tokio's timer, to the millisecond.
+//! Its sockets take 4 MiB of receive buffer (the kernel's default, 208 KiB, dropped bursts
+//! before the forwarder read them: losses no shaped link had, and that the counts missed).
 
 use std::collections::{HashMap, VecDeque};
 use std::net::SocketAddr;
@@ -171,10 +173,24 @@ async fn deliver(socket: Arc<UdpSocket>, mut packets: mpsc::UnboundedReceiver<(I
     }
 }
 
+/// The bytes each of the forwarder's sockets may buffer each way (`net.core.rmem_max` here;
+/// as root, more is allowed but not needed).
+const SOCKET_BUFFER: usize = 4 << 20;
+
+/// A UDP socket on loopback with [`SOCKET_BUFFER`] of room each way.
+fn bind() -> Result<UdpSocket> {
+    let socket = socket2::Socket::new(socket2::Domain::IPV4, socket2::Type::DGRAM, Some(socket2::Protocol::UDP))?;
+    socket.set_recv_buffer_size(SOCKET_BUFFER)?;
+    socket.set_send_buffer_size(SOCKET_BUFFER)?;
+    socket.set_nonblocking(true)?;
+    socket.bind(&SocketAddr::from(([127, 0, 0, 1], 0)).into())?;
+    Ok(UdpSocket::from_std(socket.into())?)
+}
+
 impl LossyPath {
     /// A path to `server` shaped `up` (client to server) and `down` (server to client).
     pub async fn start(server: SocketAddr, up: Shape, down: Shape) -> Result<LossyPath> {
-        let front = Arc::new(UdpSocket::bind("127.0.0.1:0").await?);
+        let front = Arc::new(bind()?);
         let addr = front.local_addr()?;
         let (up_counts, down_counts) = (Arc::new(Counts::default()), Arc::new(Counts::default()));
         let (up_c, down_c) = (up_counts.clone(), down_counts.clone());
@@ -189,7 +205,7 @@ impl LossyPath {
             while let Ok((n, client)) = front.recv_from(&mut buf).await {
                 if let std::collections::hash_map::Entry::Vacant(entry) = backs.entry(client) {
                     // A socket of the client's own toward the server, and what comes back on it.
-                    let Ok(back) = UdpSocket::bind("127.0.0.1:0").await else { continue };
+                    let Ok(back) = bind() else { continue };
                     let back = Arc::new(back);
                     let (to_server, server_queue) = mpsc::unbounded_channel();
                     tasks.push(tokio::spawn(deliver(back.clone(), server_queue)));

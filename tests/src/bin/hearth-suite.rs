@@ -219,6 +219,7 @@ const ENDING_TARGETS: &[(&str, &str, Bound, &str)] = &[
     ("B", ": packets lost or dropped on the way down", Bound::AtMostPeer(1.0), "at most sing-box's + 1 point (#48)"),
     ("B4 ", ": queueing at the bottleneck, mean", Bound::AtMostPeer(0.0), "at most sing-box's (#48)"),
     ("B", ": queueing at the bottleneck, mean", Bound::Untargeted, ""),
+    ("B", ": datagrams the machine's sockets dropped, full", Bound::Untargeted, ""),
 ];
 
 /// The target of a row and whether its median meets it.
@@ -1463,6 +1464,17 @@ fn node_routed(
     Ok((node, dir))
 }
 
+/// Datagrams the kernel has dropped so far because a UDP socket's receive buffer was full
+/// (`RcvbufErrors` in `/proc/net/snmp`, every socket of the machine): in the lossy rows, loss
+/// no shaped link decided, which should stay near none.
+fn udp_buffer_drops() -> Result<u64> {
+    let snmp = std::fs::read_to_string("/proc/net/snmp")?;
+    let mut udp = snmp.lines().filter(|line| line.starts_with("Udp: "));
+    let (names, values) = (udp.next().context("Udp names")?, udp.next().context("Udp values")?);
+    let at = names.split_whitespace().position(|name| name == "RcvbufErrors").context("RcvbufErrors")?;
+    Ok(values.split_whitespace().nth(at).context("an RcvbufErrors value")?.parse()?)
+}
+
 /// A TCP source: every connection gets `bytes` zero bytes as fast as the reader takes them.
 async fn source(bytes: u64) -> Result<std::net::SocketAddr> {
     use tokio::io::AsyncWriteExt as _;
@@ -1724,7 +1736,7 @@ async fn lossy(t: &mut Table, quick: bool, rep: usize) -> Result<()> {
                 servers.push((cubic.addr.port(), &cubic_cg));
                 servers.push((quinn.addr.port(), &quinn_cg));
             }
-            let mut measured = vec![[0.0; 4]; servers.len()];
+            let mut measured = vec![[0.0; 5]; servers.len()];
             for turn in 0..servers.len() {
                 let which = (rep + case + turn) % servers.len();
                 let (port, cg) = servers[which];
@@ -1748,11 +1760,13 @@ async fn lossy(t: &mut Table, quick: bool, rep: usize) -> Result<()> {
                 if shape.rate.is_some_and(|rate| rate >= 1_000_000_000) {
                     bytes *= 2;
                 }
+                let full = udp_buffer_drops()?;
                 let (gbps, per_cpu) = throughput(&client, cg, 1, bytes).await?;
+                let full = (udp_buffer_drops()? - full) as f64;
                 let (delivered, lost, dropped, queued_us) = path.down.take();
                 let missing = 100.0 * (lost + dropped) as f64 / (delivered + lost + dropped).max(1) as f64;
                 let queued_ms = queued_us as f64 / delivered.max(1) as f64 / 1000.0;
-                measured[which] = [gbps * 1000.0, per_cpu, missing, queued_ms];
+                measured[which] = [gbps * 1000.0, per_cpu, missing, queued_ms, full];
             }
             let mut rows = vec![(format!("{name}, {mode}"), measured[0])];
             if announced.is_none() {
@@ -1765,6 +1779,7 @@ async fn lossy(t: &mut Table, quick: bool, rep: usize) -> Result<()> {
                 ("Gbit per server CPU-second", "Gbit/CPU-s"),
                 ("packets lost or dropped on the way down", "%"),
                 ("queueing at the bottleneck, mean", "ms"),
+                ("datagrams the machine's sockets dropped, full", "datagrams"),
             ];
             for (metric, values) in rows {
                 for (i, (what, unit)) in units.iter().enumerate() {
