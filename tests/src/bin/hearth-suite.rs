@@ -2351,7 +2351,9 @@ fn markdown(t: &Table, reps: usize, commit: &str, when: &str) -> String {
            the Brutal rows (it announces the rate both ways). The forwarder counts what the \
            servers sent down: the share it lost at random or dropped from a full queue (what the \
            server had to send again), and how long the packets it delivered waited in the queue \
-           (the RTT the server added). Its timer works to the millisecond.\n\
+           (the RTT the server added). Its timer works to the millisecond; its sockets hold 4 MiB \
+           each, and the rows count the datagrams any socket of the machine dropped for want of \
+           buffer during the transfer (none is loss the path decided).\n\
          - The user changes (P3, one user change, D) are measured by the client over HTTPS on \
            loopback, so they include TLS and HTTP; every change is committed with a synced \
            write (SQLite WAL, `synchronous = FULL`) before the answer. In D the change shares \
@@ -2415,29 +2417,40 @@ us). Those rows moved with the machine, not with the code.\n\n\
   microsecond (the in-process rows); the rest is hyper and the kernel's loopback, what any \
   answer of this server costs on this machine.\n\
 - **B1 to B4 against sing-box (#5, #17, #48).** B1: the node's BBR moves 1.08 to 1.97 times \
-  sing-box's throughput at 1.27 to 1.39 times its bytes per CPU-second (sing-box's one stream \
-  moves 2.65 to 3.26 Gbit/s from run to run); Brutal holds 491 of 500 and 980 of 1,000 Mbit/s \
-  announced, as sing-box's server does (491, 982). B2 and B3 with the default controller: the \
-  node moves 0.96 to 0.99 of sing-box on B2 and 0.93 on B3 (139 Mbit/s against 150), at \
-  about twice its bytes per CPU-second, losing at most half a point more; making up for random loss took B2 at 5 % from \
-  0.90 to 0.98 and queues more there (13.5 ms against 2.7). The gap is startup: the node's \
-  trace (`HEARTH_SUITE_NODE_LOG=hearth_node::congestion=trace`) shows startup growing the rate \
-  about 1.5 times a round trip, not 2, and leaving after 14 round trips on B2: its window is \
-  two BDPs at the smallest RTT and the ack aggregation, and while the RTT runs above the \
-  smallest (jitter, the queue it builds) that carries less than twice the last round. Counting \
-  the ack aggregation in startup's window took B3 from 0.78 to 0.81-0.91 (B2 at 0 % then loses \
-  0.9 to 1.2 % of its packets, against 0.5), and letting the first flight (sent before there \
-  is a rate) cost the rate's budget nothing took it to 0.93: charged to it, those 32 packets \
-  held startup to a few packets in flight for two round trips. BBR v1's startup window of \
-  2.885 BDPs moved B3 1.10 times sing-box in a quick run and lost 13 % of B2's packets, \
-  overflowing the queue of one BDP; a startup window of two BDPs at the last round's mean RTT \
-  (at most 1.5 times the smallest) moved B3 1.04 times sing-box but lost 2.1 % of B2's packets \
-  against 0.5, and held to rounds without a standing queue it moved B3 0.80: neither kept. B4: the same goodput as sing-box, 4.7 % lost or dropped against 3.4 % and 6.2 ms of \
-  queueing against 5.1: startup's last round overflows a 10 ms queue before the loss is seen. \
-  Brutal at 500 Mbit/s through a 1 Gbit/s bottleneck 50 ms away: 325 Mbit/s against sing-box's \
-  383, both short of 500 where on loopback both hold it (the forwarder, in this program on CPU \
-  0, is the likelier limit). With CUBIC the node moves more than sing-box on a clean path; on \
-  random loss CUBIC collapses, as loss-based congestion control does.\n\
+  sing-box's throughput at 1.27 to 1.39 times its bytes per CPU-second; Brutal holds 491 of \
+  500 and 980 of 1,000 Mbit/s announced by sing-box's client, as sing-box's server does (491, \
+  982). With mihomo's client both servers move less, and the same: 440 and 858 Mbit/s from the \
+  node against 438 and 866 from sing-box's server, in a run where sing-box's client moved 472 \
+  and 909 (mihomo reads `down: 500` as 500,000,000 bits a second, as the node does): the \
+  client sets that figure, not the server. B2 and B3 with the default controller: the node \
+  moves 0.91 to 0.99 of sing-box on B2 and 0.90 on B3 (136 Mbit/s against 151; 0.96 to 0.99 \
+  and 0.93 in the run of 2026-12-05), at 1.3 to 1.75 times its bytes per CPU-second, losing at \
+  most 0.6 points more; making up for random loss took B2 at 5 % from 0.90 to 0.98 of sing-box \
+  at commit c347916, and queues more there (18.8 ms against 4.8 in this run). The gap is \
+  startup: the node's trace (`HEARTH_SUITE_NODE_LOG=hearth_node::congestion=trace`) shows \
+  startup growing the rate about 1.5 times a round trip, not 2, and leaving after 14 round \
+  trips on B2: its window is two BDPs at the smallest RTT and the ack aggregation, and while \
+  the RTT runs above the smallest (jitter, the queue it builds) that carries less than twice \
+  the last round. Counting the ack aggregation in startup's window took B3 from 0.78 to \
+  0.81-0.91 (B2 at 0 % then loses 0.9 to 1.2 % of its packets, against 0.5), and letting the \
+  first flight (sent before there is a rate) cost the rate's budget nothing took it to 0.93: \
+  charged to it, those 32 packets held startup to a few packets in flight for two round trips. \
+  BBR v1's startup window of 2.885 BDPs moved B3 1.10 times sing-box in a quick run and lost \
+  13 % of B2's packets, overflowing the queue of one BDP; a startup window of two BDPs at the \
+  last round's mean RTT (at most 1.5 times the smallest) moved B3 1.04 times sing-box but lost \
+  2.1 % of B2's packets against 0.5, and held to rounds without a standing queue it moved B3 \
+  0.80: neither kept. B4: the same goodput as sing-box (0.99), 6.0 % lost or dropped against \
+  4.1 % and 6.3 ms of queueing against 6.2: startup's last round overflows a 10 ms queue \
+  before the loss is seen. Brutal at 500 Mbit/s through a 1 Gbit/s bottleneck 50 ms away: 218 \
+  Mbit/s against sing-box's 283, both far short of 500 where on loopback both hold it: the \
+  forwarder, one task of this program on CPU 0 carrying every packet both ways, is the limit. \
+  With the kernel's default socket buffers (208 KiB) it also let the kernel drop the servers' \
+  bursts before it read them, 102,485 datagrams in one run of that case, loss no shaped link \
+  decided and that its counts missed (the node moved 0.88 of sing-box then); none since its \
+  sockets hold 4 MiB, and the rows now count such drops. The node's Brutal queues more there \
+  (1.4 ms against 0.64): it sends in quinn's pacing bursts, where quic-go paces packet by \
+  packet. With CUBIC the node moves more than sing-box on a clean path; on random loss CUBIC \
+  collapses, as loss-based congestion control does.\n\
 - **P7, the Worker in workerd (#49: < 150 us an answer, < 100 us a 429).** Since #49 a warm \
   answer comes from the isolate's memory (`hearth_edge::isolate`): no Durable Object call, where \
   each answer made one or two before (815 us an answer and 186 us a 429 then, commit f30979a). \
