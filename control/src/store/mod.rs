@@ -17,6 +17,7 @@ pub(crate) mod cred_sets;
 pub(crate) mod edges;
 pub(crate) mod enrollment;
 pub(crate) mod events;
+mod fresh;
 pub(crate) mod groups;
 pub(crate) mod hwid;
 pub(crate) mod identity;
@@ -52,7 +53,9 @@ use rusqlite::{Connection, OptionalExtension as _, Transaction, TransactionBehav
 
 use crate::error::Error;
 
-/// Migrations, applied in order at start; `PRAGMA user_version` counts the applied ones.
+/// Migrations, applied in order at start; `PRAGMA user_version` counts the applied ones. A
+/// new database is made in one step from what they all leave ([`fresh`]: add a migration,
+/// then write `fresh.sql` again as its test says).
 const MIGRATIONS: &[&str] = &[
     include_str!("schema.sql"),
     include_str!("totp.sql"),
@@ -276,6 +279,10 @@ fn migrate(conn: &mut Connection) -> Result<(), Error> {
             "the database is from a newer Hearth (schema {applied}, this build knows {})",
             MIGRATIONS.len()
         )));
+    }
+    // A database this start just created is made in one step, as the migrations would leave it.
+    if applied == 0 && fresh::make(conn, MIGRATIONS.len())? {
+        return Ok(());
     }
     apply(conn, &MIGRATIONS[applied..], applied)
 }
