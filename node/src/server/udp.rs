@@ -182,7 +182,11 @@ impl Relay {
     async fn open(&self, id: u32) -> Option<Session> {
         let bind: SocketAddr =
             if self.options.allow_private { "0.0.0.0:0" } else { "[::]:0" }.parse().expect("address");
-        let Ok(socket) = UdpSocket::bind(bind).await.or(UdpSocket::bind("0.0.0.0:0").await) else { return None };
+        // The fallback is bound only when the first bind fails (`or` would bind it every time).
+        let socket = match UdpSocket::bind(bind).await {
+            Ok(socket) => socket,
+            Err(_) => UdpSocket::bind("0.0.0.0:0").await.ok()?,
+        };
         let socket = Arc::new(socket);
         let back = Back::Socket(socket.clone());
         let (connection, counter, sessions) = (self.connection.clone(), self.counter.clone(), self.sessions.clone());
