@@ -129,6 +129,35 @@ impl NodeProcess {
     }
 }
 
+/// A mihomo profile as the edge renders it: `password`'s Hysteria2 proxy to a server on
+/// loopback `port` (SNI `localhost`), pinned to the certificate whose SHA-256 is `cert`.
+pub fn mihomo_profile(port: u16, cert: [u8; 32], password: &str) -> String {
+    let mut snapshot = crate::control_sim::demo_snapshot(1);
+    snapshot.credential = password.into();
+    snapshot.endpoints = vec![wire::Endpoint {
+        name: "Home".into(),
+        host: "127.0.0.1".into(),
+        port,
+        hop: None,
+        sni: Some("localhost".into()),
+        cert_sha256: Some(cert),
+        spki_sha256: None,
+        insecure: true,
+        obfs: None,
+        identity: Default::default(),
+    }];
+    hearth_shared::render::mihomo::render(&snapshot)
+}
+
+/// `profile` (a mihomo profile) with its Hysteria2 proxy's `up` and `down` set in Mbit/s, as a
+/// user sets them in Clash Verge: mihomo then announces `down` as its receive rate, and a node
+/// sends to it with Brutal.
+pub fn mihomo_announcing(profile: &str, up: u64, down: u64) -> String {
+    let proxy = "  type: hysteria2\n";
+    assert!(profile.contains(proxy), "no Hysteria2 proxy in the profile: {profile}");
+    profile.replacen(proxy, &format!("{proxy}  up: {up}\n  down: {down}\n"), 1)
+}
+
 /// The SHA-256 of the certificate in a node's state directory `state`.
 pub fn certificate_sha256(state: &Path) -> Result<[u8; 32]> {
     use rustls::pki_types::CertificateDer;

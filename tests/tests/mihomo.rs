@@ -98,7 +98,7 @@ async fn mihomo_on_the_profile_the_edge_serves_goes_through_the_node() {
     drop(alice);
 
     // Brutal: mihomo announces `down` (Mbit/s) as its receive rate; the node sends at it.
-    let brutal = profile.replacen("  type: hysteria2\n", "  type: hysteria2\n  up: 100\n  down: 40\n", 1);
+    let brutal = hearth_tests::node::mihomo_announcing(&profile, 100, 40);
     assert_ne!(brutal, profile);
     let alice = ProxyClient::mihomo(&brutal).unwrap();
     fetch_eventually(&alice, ready).await.unwrap();
@@ -144,10 +144,7 @@ async fn mihomo_is_held_to_the_users_speed_limit() {
     let ready = http_server(b"ready".to_vec()).await.unwrap();
     for (how, profile) in [
         ("its own controller", profile.clone()),
-        (
-            "Brutal at 100 Mbit/s",
-            profile.replacen("  type: hysteria2\n", "  type: hysteria2\n  up: 50\n  down: 100\n", 1),
-        ),
+        ("Brutal at 100 Mbit/s", hearth_tests::node::mihomo_announcing(&profile, 50, 100)),
     ] {
         let bob = ProxyClient::mihomo(&profile).unwrap();
         fetch_eventually(&bob, ready).await.unwrap();

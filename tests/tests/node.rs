@@ -939,23 +939,9 @@ async fn presence_until(
     }
 }
 
-/// A Mihomo profile for this node (pinned to its certificate) with `password`.
+/// A mihomo profile as the edge renders it for `password`, to `node`, pinned to its certificate.
 fn mihomo_profile(node: &NodeProcess, password: &str) -> String {
-    let mut snapshot = hearth_tests::control_sim::demo_snapshot(8);
-    snapshot.credential = password.into();
-    snapshot.endpoints = vec![hearth_shared::wire::Endpoint {
-        name: "Home".into(),
-        host: "127.0.0.1".into(),
-        port: node.addr.port(),
-        hop: None,
-        sni: Some("localhost".into()),
-        cert_sha256: Some(node.certificate_sha256().unwrap()),
-        spki_sha256: None,
-        insecure: true,
-        obfs: None,
-        identity: Default::default(),
-    }];
-    hearth_shared::render::mihomo::render(&snapshot)
+    hearth_tests::node::mihomo_profile(node.addr.port(), node.certificate_sha256().unwrap(), password)
 }
 
 /// A node that died and came back (a crash, the OOM killer, a power cut: no goodbye to its
@@ -1281,12 +1267,7 @@ async fn brutal_holds_announced_rates_from_50_to_1000_mbit() {
         let size = (rate * 1_000_000 / 8 * 3) as usize;
         let body: Vec<u8> = (0..size).map(|i| (i % 251) as u8).collect();
         let web = http_server(body).await.unwrap();
-        let mihomo = mihomo_profile(&node, "alice-password").replacen(
-            "  type: hysteria2\n",
-            &format!("  type: hysteria2\n  up: 100\n  down: {rate}\n"),
-            1,
-        );
-        assert!(mihomo.contains(&format!("down: {rate}")), "{mihomo}");
+        let mihomo = hearth_tests::node::mihomo_announcing(&mihomo_profile(&node, "alice-password"), 100, rate);
         for app in ["sing-box", "mihomo"] {
             let client = match app {
                 "sing-box" => ProxyClient::sing_box(announcing(node.outbound("alice-password"), 100, rate)),

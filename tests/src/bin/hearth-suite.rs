@@ -1598,28 +1598,6 @@ fn outbound(port: u16) -> Value {
     })
 }
 
-/// A mihomo profile (as the edge renders it for mihomo) to a server on loopback `port` as user
-/// 1, pinned to `cert`, announcing `mbps` as its receive rate (`down`, set as a user sets it in
-/// Clash Verge).
-fn mihomo_profile(port: u16, cert: [u8; 32], mbps: u64) -> String {
-    let mut snapshot = demo_snapshot(1);
-    snapshot.credential = "password-1".into();
-    snapshot.endpoints = vec![hearth_shared::wire::Endpoint {
-        name: "Home".into(),
-        host: "127.0.0.1".into(),
-        port,
-        hop: None,
-        sni: Some("localhost".into()),
-        cert_sha256: Some(cert),
-        spki_sha256: None,
-        insecure: true,
-        obfs: None,
-        identity: Default::default(),
-    }];
-    let profile = hearth_shared::render::mihomo::render(&snapshot);
-    profile.replacen("  type: hysteria2\n", &format!("  type: hysteria2\n  up: {mbps}\n  down: {mbps}\n"), 1)
-}
-
 /// `rules` rules of the kinds owners paste (suffixes and exact domains from block lists,
 /// networks, wildcards, a few addresses), none of which a bench request matches, then
 /// `direct(all)`: the worst case for routing, every rule ruled out.
@@ -1914,7 +1892,8 @@ async fn tunnel(t: &mut Table, quick: bool, rep: usize) -> Result<()> {
                 announcing["down_mbps"] = mbps.into();
                 ProxyClient::sing_box(announcing)?
             } else {
-                ProxyClient::mihomo(&mihomo_profile(port, cert, mbps))?
+                let profile = hearth_tests::node::mihomo_profile(port, cert, "password-1");
+                ProxyClient::mihomo(&hearth_tests::node::mihomo_announcing(&profile, mbps, mbps))?
             };
             // mihomo opens its SOCKS port a moment before its proxies are loaded.
             let warmed = Instant::now();
