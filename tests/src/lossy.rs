@@ -8,8 +8,9 @@
 //! its turn at the bottleneck (`rate`), is dropped when the queue already holds more than
 //! `queue` of sending time, and arrives `delay` (plus up to `jitter`) after it left the
 //! bottleneck. Packets keep their order. Delivery runs on tokio's timer, to the millisecond.
-//! Its sockets take 4 MiB of receive buffer (the kernel's default, 208 KiB, dropped bursts
-//! before the forwarder read them: losses no shaped link had, and that the counts missed).
+//! Its sockets ask for 4 MiB of receive buffer (with the kernel's default, 208 KiB, bursts were
+//! dropped before the forwarder read them: losses no shaped link had, and that the counts
+//! missed).
 
 use std::collections::{HashMap, VecDeque};
 use std::net::SocketAddr;
@@ -173,8 +174,9 @@ async fn deliver(socket: Arc<UdpSocket>, mut packets: mpsc::UnboundedReceiver<(I
     }
 }
 
-/// The bytes each of the forwarder's sockets may buffer each way (`net.core.rmem_max` here;
-/// as root, more is allowed but not needed).
+/// The bytes each of the forwarder's sockets asks to buffer each way. The kernel holds a
+/// socket to `net.core.rmem_max` / `wmem_max` (4 MiB on this machine); where those are lower,
+/// the suite's rows of datagrams dropped for want of buffer say so.
 const SOCKET_BUFFER: usize = 4 << 20;
 
 /// A UDP socket on loopback with [`SOCKET_BUFFER`] of room each way.
