@@ -5,9 +5,9 @@
 //!
 //! `fresh.sql` is written by this module's test from a database the migrations made, and
 //! the test fails while the two differ in any object or row: a new migration is followed by
-//! `HEARTH_WRITE_FRESH=1 cargo test -p hearth-control --bin hearth-control store::fresh`. Its first line
-//! names how many migrations it stands for; a build whose count differs (the file not
-//! written again) makes new databases by the migrations, as before.
+//! `HEARTH_WRITE_FRESH=1 cargo test -p hearth-control --bin hearth-control store::fresh`.
+//! Its first line names how many migrations it stands for; a build whose count differs (the
+//! file not written again) makes new databases by the migrations, as before.
 
 use rusqlite::{Connection, TransactionBehavior};
 
@@ -29,9 +29,14 @@ fn script(migrations: usize) -> Option<&'static str> {
 /// Makes a new database in `conn` from [`FRESH`] when `conn` holds nothing yet and the
 /// script stands for all `migrations`; false (nothing done) otherwise.
 pub(super) fn make(conn: &mut Connection, migrations: usize) -> Result<bool, Error> {
-    let objects: i64 = conn.query_row("SELECT count(*) FROM sqlite_schema", [], |row| row.get(0))?;
-    let Some(script) = script(migrations).filter(|_| objects == 0) else { return Ok(false) };
+    let Some(script) = script(migrations) else { return Ok(false) };
+    // Asked under the lock the script runs under: another process making the same new
+    // database first leaves this one nothing to do.
     let tx = conn.transaction_with_behavior(TransactionBehavior::Exclusive)?;
+    let objects: i64 = tx.query_row("SELECT count(*) FROM sqlite_schema", [], |row| row.get(0))?;
+    if objects > 0 {
+        return Ok(false);
+    }
     tx.execute_batch(script)?;
     tx.pragma_update(None, "user_version", migrations)?;
     tx.commit()?;
