@@ -6,7 +6,8 @@
 //! per-user snapshots ([`seal`]), rendering of every subscription format ([`render`]),
 //! User-Agent matching ([`agent`]), rates in every unit ([`Rate`]), rate limiting
 //! ([`ratelimit`]), node request authentication ([`nodeauth`]), signed node releases
-//! ([`release`]) and the client address behind a trusted reverse proxy ([`forwarded`]).
+//! ([`release`]), the client address behind a trusted reverse proxy ([`forwarded`]) and the
+//! programs' settings as data, which the manual's tables are made from ([`settings`]).
 //!
 //! This crate must not depend on an IO runtime (no tokio, axum, rusqlite, quinn or the
 //! Worker runtime) and must build for `wasm32-unknown-unknown`: the Cloudflare Worker links
@@ -28,6 +29,7 @@ pub mod release;
 pub mod render;
 pub mod routing;
 pub mod seal;
+pub mod settings;
 pub mod trust;
 pub mod wire;
 

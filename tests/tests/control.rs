@@ -639,21 +639,20 @@ fn the_cli_covers_users_nodes_and_groups_as_the_api_does() {
     assert!(dir.cli(&["user", "show", "anne"]).is_err());
 }
 
-/// The README's three routing examples run as written (in a shell, `hearth-control` on the
+/// The manual's three routing examples (docs/users/routing.md) run as written (in a shell, `hearth-control` on the
 /// path and the data directory from `HEARTH_DATA_DIR`), and do what they say: the group, the
 /// user and everyone are routed by their rule sets. A rule set that does not check is refused
 /// with its line and column, and changes nothing.
 #[test]
-fn the_readmes_routing_examples_run_as_written() {
+fn the_manuals_routing_examples_run_as_written() {
     let temp = tempfile::tempdir().unwrap();
     let dir = ControlDir::init(&temp.path().join("control")).unwrap();
     dir.cli(&["group", "add", "watchers"]).unwrap();
     dir.cli(&["user", "add", "grandma"]).unwrap();
     dir.cli(&["user", "add", "cinephile", "--group", "default", "--group", "watchers"]).unwrap();
-    let readme = std::fs::read_to_string(hearth_tests::repo_root().join("README.md")).unwrap();
-    let section = readme.split("### Routing per user").nth(1).unwrap();
-    let script = section.split("```sh\n").nth(1).unwrap().split("```").next().unwrap();
-    assert!(script.contains("routing rules no-ads"), "the README's routing examples moved: {script}");
+    let page = std::fs::read_to_string(hearth_tests::repo_root().join("docs/users/routing.md")).unwrap();
+    let script = page.split("```sh\n").nth(1).unwrap().split("```").next().unwrap();
+    assert!(script.contains("routing rules no-ads"), "the manual's routing examples moved: {script}");
     let binary = hearth_tests::binary("hearth-control").unwrap();
     let path = format!("{}:{}", binary.parent().unwrap().display(), std::env::var("PATH").unwrap_or_default());
     let out = std::process::Command::new("sh")

@@ -15,6 +15,7 @@
 #   hearth_wasm_cargo ARGS...      # Debian cargo for wasm32-unknown-unknown, std built from source
 #   hearth_install_chromium        # Debian chromium + chromium-driver (the admin panel's tests);
 #                                  # exports CHROMIUM, CHROMEDRIVER
+#   hearth_install_mdbook          # mdBook from crates.io (the manual); exports HEARTH_MDBOOK
 #
 # Every function is idempotent (a fast no-op once installed), needs no stdin, and works under
 # the caller's `set -euo pipefail` or without it: failures are returned, never ignored. This
@@ -251,7 +252,7 @@ _hearth_cargo_tool() {
     (
         flock 9 || exit 1
         case "$("$root/bin/$name" --version 2>/dev/null)" in
-            "$version" | *" $version") exit 0 ;;   # worker-build prints `0.8.7`, wasm-bindgen `wasm-bindgen 0.2.129`
+            "$version" | *" $version" | *" v$version") exit 0 ;;   # worker-build prints `0.8.7`, wasm-bindgen `wasm-bindgen 0.2.129`, mdbook `mdbook v0.5.4`
         esac
         echo "hearth: building $crate $version (cargo install --debug, ~1.5-2 min)" >&2
         # rustup's native cargo builds these host tools; keep the caller's wasm/target settings out.
@@ -261,10 +262,21 @@ _hearth_cargo_tool() {
         CARGO_PROFILE_DEV_DEBUG=0 cargo install --quiet --debug --force --root "$root" \
             --bin "$name" "$@" "$crate" --version "$version" </dev/null 9>&- || exit 1
         case "$("$root/bin/$name" --version 2>/dev/null)" in
-            "$version" | *" $version") ;;
+            "$version" | *" $version" | *" v$version") ;;
             *) echo "hearth: $root/bin/$name is not version $version" >&2; exit 1 ;;
         esac
     ) 9>"$root/.install.lock"
+}
+
+# hearth_install_mdbook: mdBook from crates.io (with its search, without `serve` and `watch`),
+# which builds the manual (docs/build.sh). Exports HEARTH_MDBOOK.
+HEARTH_MDBOOK_VERSION="${HEARTH_MDBOOK_VERSION:-0.5.4}"
+hearth_install_mdbook() {
+    HEARTH_TOOLS_DIR="${HEARTH_TOOLS_DIR:-$HEARTH_REPO_DIR/target/tools}"
+    _hearth_cargo_tool mdbook "$HEARTH_MDBOOK_VERSION" mdbook --locked --no-default-features --features search ||
+        return 1
+    HEARTH_MDBOOK="$HEARTH_TOOLS_DIR/cargo/bin/mdbook"
+    export HEARTH_TOOLS_DIR HEARTH_MDBOOK
 }
 
 # hearth_build_worker_cargo_tools: worker-build and wasm-bindgen, the Worker's tools built from

@@ -1,0 +1,100 @@
+//! The settings of Hearth's programs as data: each program lists what it reads (its key in a
+//! file, its environment variable, its default and what it means), its loader reads exactly
+//! those names (each program's tests check that), and the manual's tables are rendered from
+//! the same lists ([`table`]), so the two cannot drift.
+
+/// One setting, or a few that go together (`tls_cert, tls_key`): names in a row are
+/// separated by `", "`.
+#[derive(Clone, Copy, Debug)]
+pub struct Setting {
+    /// Its key in the program's TOML file (`acme.domain` for `domain` under `[acme]`); empty
+    /// when there is none.
+    pub key: &'static str,
+    /// Its environment variable; empty when there is none.
+    pub env: &'static str,
+    /// What holds when it is not set, as a person would write it (Markdown).
+    pub default: &'static str,
+    /// What it does (Markdown).
+    pub meaning: &'static str,
+}
+
+impl Setting {
+    /// The file keys of this row.
+    pub fn keys(&self) -> impl Iterator<Item = &'static str> {
+        names(self.key)
+    }
+
+    /// The environment variables of this row.
+    pub fn envs(&self) -> impl Iterator<Item = &'static str> {
+        names(self.env)
+    }
+}
+
+fn names(list: &'static str) -> impl Iterator<Item = &'static str> {
+    list.split(", ").filter(|name| !name.is_empty())
+}
+
+/// A Markdown table of `settings`: a key column when any row has a key, an environment
+/// column when any has a variable, then the default and the meaning.
+pub fn table(settings: &[Setting]) -> String {
+    let keys = settings.iter().any(|s| !s.key.is_empty());
+    let envs = settings.iter().any(|s| !s.env.is_empty());
+    let code = |list: &'static str| names(list).map(|name| format!("`{name}`")).collect::<Vec<_>>().join(", ");
+    let mut head = Vec::new();
+    if keys {
+        head.push("key");
+    }
+    if envs {
+        head.push("environment");
+    }
+    head.extend(["default", "meaning"]);
+    let mut out = format!("| {} |\n|{}\n", head.join(" | "), "---|".repeat(head.len()));
+    for setting in settings {
+        let mut cells = Vec::new();
+        if keys {
+            cells.push(code(setting.key));
+        }
+        if envs {
+            cells.push(code(setting.env));
+        }
+        cells.extend([setting.default.to_owned(), setting.meaning.to_owned()]);
+        out.push_str(&format!("| {} |\n", cells.join(" | ").replace('\n', " ")));
+    }
+    out
+}
+
+/// The field names a serde type refuses an unknown one with: `error` is the message of
+/// deserializing a value that has an unknown field (`unknown field `x`, expected one of `a`,
+/// `b``). For the tests that check a program's settings list against its file format.
+pub fn expected_fields(error: &str) -> Vec<String> {
+    let Some(rest) = error.split("expected ").nth(1) else { return Vec::new() };
+    let rest = rest.strip_prefix("one of ").unwrap_or(rest);
+    rest.split(", ").filter_map(|name| name.split('`').nth(1)).map(str::to_owned).collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_table_has_the_columns_its_rows_use() {
+        let rows = [
+            Setting { key: "tls_cert, tls_key", env: "", default: "`tls.crt`", meaning: "PEM\nfiles" },
+            Setting { key: "listen", env: "", default: "none", meaning: "where" },
+        ];
+        assert_eq!(
+            table(&rows),
+            "| key | default | meaning |\n|---|---|---|\n| `tls_cert`, `tls_key` | `tls.crt` | PEM files |\n\
+             | `listen` | none | where |\n"
+        );
+        assert_eq!(rows[0].keys().collect::<Vec<_>>(), ["tls_cert", "tls_key"]);
+        assert_eq!(rows[0].envs().count(), 0);
+    }
+
+    #[test]
+    fn expected_fields_reads_serdes_message() {
+        assert_eq!(expected_fields("unknown field `x`, expected one of `a`, `b_c`"), ["a", "b_c"]);
+        assert_eq!(expected_fields("unknown field `x`, expected `only`"), ["only"]);
+        assert!(expected_fields("invalid type").is_empty());
+    }
+}
