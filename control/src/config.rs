@@ -1,44 +1,160 @@
 //! Control's configuration: `control.toml` in the data directory (written by `init`), with
 //! environment overrides, validated once at start with clear errors.
 //!
-//! | key | env | default | meaning |
-//! |---|---|---|---|
-//! | `listen` | `HEARTH_LISTEN` | `127.0.0.1:8443` | address and port control listens on |
-//! | `public_url` | `HEARTH_PUBLIC_URL` | `https://<listen>` | how nodes and browsers reach control |
-//! | `admin_prefix` | `HEARTH_ADMIN_PREFIX` | made by `init` | the secret path of the admin panel and API |
-//! | `edge_url` | `HEARTH_EDGE_URL` | none | the edge control pushes to (none: control serves links itself) |
-//! | `sub_url` | `HEARTH_SUB_URL` | `<edge_url or public_url>/<sub_prefix>` | the public base of subscription links |
-//! | `tls` | `HEARTH_TLS` | `self-signed` | `self-signed` (made by `init`), `files` (`tls_cert`, `tls_key`), or `off` |
-//! | `tls_cert`, `tls_key` | `HEARTH_TLS_CERT`, `HEARTH_TLS_KEY` | `tls.crt`, `tls.key` | PEM files, relative to the data directory |
-//! | `log_format` | `HEARTH_LOG_FORMAT` | `text` | `text` or `json` |
-//! | `metrics_token` | `HEARTH_METRICS_TOKEN` | none | lets a scraper read `/metrics` without an admin session |
-//! | `archive_after_secs` | `HEARTH_ARCHIVE_AFTER_SECS` | `30` | a change is archived to the edge once nothing else changed for this long |
-//! | `archive_every_secs` | `HEARTH_ARCHIVE_EVERY_SECS` | `3600` | usage moves without changes: an archive is also made this often when it moved |
-//! | `trusted_proxies` | `HEARTH_TRUSTED_PROXIES` | none | reverse proxies in front (CIDRs; comma-separated in the variable, a list in the file) whose `CF-Connecting-IP`, else right-most untrusted `X-Forwarded-For` hop, is the client's address |
-//! | `release_timeout_secs` | `HEARTH_RELEASE_TIMEOUT_SECS` | `900` | a node told to run a release must run it within this long, or the rollout stops |
-//! | `edge_failover_secs` | `HEARTH_EDGE_FAILOVER_SECS` | `600` | the primary edge failing this long while another takes pushes: links move to that one (0: never) |
-//! | `node_binaries` | `HEARTH_NODE_BINARIES` | the directory of `hearth-control` itself | where the `hearth-node` binaries shipped with control are (`hearth-node`, `hearth-node-linux-<arch>`): the panel signs them as a release in one click |
-//! | `telegram_api` | `HEARTH_TELEGRAM_API` | `https://api.telegram.org` | the Bot API the owner's bot is reached at (a local Bot API server, or a stand-in in tests) |
-//! | `[profile]` | | | `title`, `announce`, `support_url`, `update_interval_hours`: what apps show |
-//! | `[acme]` | | | certificates by ACME, for nodes with a domain and for the panel (below) |
-//! | `acme.directory` | `HEARTH_ACME_DIRECTORY` | Let's Encrypt | the CA's directory URL (ZeroSSL, any RFC 8555 CA) |
-//! | `acme.email` | `HEARTH_ACME_EMAIL` | none | where the CA may write about the account |
-//! | `acme.eab_kid`, `acme.eab_hmac_key` | | none | External Account Binding, for CAs that ask for it (ZeroSSL) |
-//! | `acme.ca_root` | `HEARTH_ACME_CA_ROOT` | none | a root (PEM file) to trust for the CA's own HTTPS in place of the system's (a private CA); given to nodes too |
-//! | `acme.domain` | `HEARTH_ACME_DOMAIN` | none | the panel's own domain: control gets a certificate for it |
-//! | `acme.challenge` | `HEARTH_ACME_CHALLENGE` | `tls-alpn-01` | how the CA checks the panel's domain: `tls-alpn-01` (on `listen`, TCP 443 as the CA sees it) or `http-01` (on `acme.http_listen`) |
-//! | `acme.http_listen` | `HEARTH_ACME_HTTP_LISTEN` | `0.0.0.0:80` | where the panel's HTTP-01 listens |
+//! Every setting (its key, its variable, its default and what it means) is in [`SETTINGS`],
+//! which the manual's table is made from (docs/reference/generated/control-settings.md).
 
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
 
 use anyhow::{Context as _, Result, bail};
 use hearth_shared::keys::PublicKey;
+#[cfg(test)]
+use hearth_shared::settings::Setting;
 use hearth_shared::wire::Profile;
 use serde::Deserialize;
 
 /// The file in the data directory.
 pub(crate) const FILE: &str = "control.toml";
+
+/// Every key of `control.toml` and the environment variable that overrides it (the tests
+/// check that this file reads exactly these, and that the manual shows this list; only they
+/// read it).
+#[cfg(test)]
+pub(crate) const SETTINGS: &[Setting] = &[
+    Setting {
+        key: "listen",
+        env: "HEARTH_LISTEN",
+        default: "`127.0.0.1:8443`",
+        meaning: "where control listens (`0.0.0.0:8443` on a VPS)",
+    },
+    Setting {
+        key: "public_url",
+        env: "HEARTH_PUBLIC_URL",
+        default: "`https://<listen>`",
+        meaning: "how nodes and browsers reach control",
+    },
+    Setting {
+        key: "admin_prefix",
+        env: "HEARTH_ADMIN_PREFIX",
+        default: "random, from `init`",
+        meaning: "the secret path of the admin API (and panel)",
+    },
+    Setting {
+        key: "edge_url",
+        env: "HEARTH_EDGE_URL",
+        default: "none",
+        meaning: "the `main` edge to push to; without one (and no other edge), control serves links itself. The panel (setup, Settings) or `PATCH /api/settings` change it at run time: the new edge gets every stream, nodes learn it from control's next answer; an edit here wins again at the next start. More edges: `edge add` (they live in the database only)",
+    },
+    Setting {
+        key: "sub_url",
+        env: "HEARTH_SUB_URL",
+        default: "`<edge_url or public_url>/<sub prefix>`",
+        meaning: "the public base of subscription links (also settable in the panel, like `edge_url`)",
+    },
+    Setting {
+        key: "tls",
+        env: "HEARTH_TLS",
+        default: "`self-signed`",
+        meaning: "`self-signed` (from `init`), `files`, or `off` behind a TLS proxy",
+    },
+    Setting {
+        key: "tls_cert, tls_key",
+        env: "HEARTH_TLS_CERT, HEARTH_TLS_KEY",
+        default: "`tls.crt`, `tls.key`",
+        meaning: "PEM files (relative to the data directory)",
+    },
+    Setting {
+        key: "log_format",
+        env: "HEARTH_LOG_FORMAT",
+        default: "`text`",
+        meaning: "`json` for structured logs; `HEARTH_LOG=debug` for more",
+    },
+    Setting {
+        key: "metrics_token",
+        env: "HEARTH_METRICS_TOKEN",
+        default: "none",
+        meaning: "lets a Prometheus scraper read `/<admin prefix>/metrics`",
+    },
+    Setting {
+        key: "telegram_api",
+        env: "HEARTH_TELEGRAM_API",
+        default: "`https://api.telegram.org`",
+        meaning: "the Bot API the owner's Telegram bot is reached at",
+    },
+    Setting {
+        key: "archive_after_secs",
+        env: "HEARTH_ARCHIVE_AFTER_SECS",
+        default: "`30`",
+        meaning: "a change is archived to the edge once nothing else changed for this long",
+    },
+    Setting {
+        key: "archive_every_secs",
+        env: "HEARTH_ARCHIVE_EVERY_SECS",
+        default: "`3600`",
+        meaning: "usage moves without changes: an archive is also made this often when it moved",
+    },
+    Setting {
+        key: "release_timeout_secs",
+        env: "HEARTH_RELEASE_TIMEOUT_SECS",
+        default: "`900`",
+        meaning: "a node told to run a release must run it within this long, or the rollout stops",
+    },
+    Setting {
+        key: "edge_failover_secs",
+        env: "HEARTH_EDGE_FAILOVER_SECS",
+        default: "`600`",
+        meaning: "the primary edge failing this long (every push to it refused or unanswered) while another active edge takes pushes: control marks it blocked, so links move to that one, audited and told (`edge.failover`); they move back when the owner marks it active again (0: never)",
+    },
+    Setting {
+        key: "node_binaries",
+        env: "HEARTH_NODE_BINARIES",
+        default: "the directory of `hearth-control` itself",
+        meaning: "where the `hearth-node` binaries shipped with control are (`hearth-node`, its architecture read from it, and `hearth-node-linux-<arch>`): the panel publishes them as a release in one click",
+    },
+    Setting {
+        key: "trusted_proxies",
+        env: "HEARTH_TRUSTED_PROXIES",
+        default: "none",
+        meaning: "reverse proxies in front of control (CIDRs; a list in the file, comma-separated in the variable): for a connection from one, the client is its `CF-Connecting-IP`, else the right-most `X-Forwarded-For` hop not itself a proxy, so sign-in lockouts and budgets count each client on its own; those headers from anyone else are ignored",
+    },
+    Setting {
+        key: "acme.directory",
+        env: "HEARTH_ACME_DIRECTORY",
+        default: "Let's Encrypt",
+        meaning: "the ACME CA (RFC 8555) nodes with a domain (and the panel) get certificates from: ZeroSSL, any other; given to nodes at enrollment",
+    },
+    Setting {
+        key: "acme.email, acme.eab_kid, acme.eab_hmac_key",
+        env: "HEARTH_ACME_EMAIL",
+        default: "none",
+        meaning: "where the CA may write, and External Account Binding for CAs that ask for it (ZeroSSL)",
+    },
+    Setting {
+        key: "acme.ca_root",
+        env: "HEARTH_ACME_CA_ROOT",
+        default: "none",
+        meaning: "a root (PEM file) to trust for the CA's own HTTPS instead of the system's (a private CA); given to nodes too",
+    },
+    Setting {
+        key: "acme.domain",
+        env: "HEARTH_ACME_DOMAIN",
+        default: "none",
+        meaning: "the panel's own domain: control gets a certificate for it and serves it to browsers that ask for that name (its self-signed one to anyone else, nodes pinning it included)",
+    },
+    Setting {
+        key: "acme.challenge, acme.http_listen",
+        env: "HEARTH_ACME_CHALLENGE, HEARTH_ACME_HTTP_LISTEN",
+        default: "`tls-alpn-01`, `0.0.0.0:80`",
+        meaning: "how the CA checks the panel's domain: on `listen` (which must then be TCP 443 as the CA sees it), or by HTTP-01 on `http_listen`",
+    },
+    Setting {
+        key: "profile.title, profile.announce, profile.support_url, profile.update_interval_hours",
+        env: "",
+        default: "`Hearth`, none, none, `12`",
+        meaning: "what apps show for the subscription; the panel (Settings) or `PATCH /api/settings` change it at run time, and an edit of this file wins again at the next start (the last change wins). Letters beyond ASCII in the support link's path are kept percent-encoded (apps read it from a header); a domain beyond ASCII is refused with a request for its ASCII (`xn--`) form",
+    },
+];
 
 #[derive(Debug, Default, Deserialize)]
 #[serde(deny_unknown_fields)]
@@ -667,5 +783,76 @@ mod tests {
         let dir = setup("listen = \"127.0.0.1:1\"\nbogus = 1\n");
         let err = format!("{:#}", Config::load(dir.path(), &|_| None).unwrap_err());
         assert!(err.contains("bogus"), "{err}");
+    }
+}
+
+/// [`SETTINGS`] is what this file reads and what the manual shows.
+#[cfg(test)]
+mod settings_tests {
+    use std::collections::BTreeSet;
+
+    use hearth_shared::settings::{expected_fields, table};
+
+    use super::*;
+
+    /// The `HEARTH_*` names in `text`.
+    fn variables(text: &str) -> BTreeSet<String> {
+        text.split(|c: char| !(c.is_ascii_uppercase() || c.is_ascii_digit() || c == '_'))
+            .filter(|word| word.starts_with("HEARTH_") && word.len() > "HEARTH_".len())
+            .map(str::to_owned)
+            .collect()
+    }
+
+    #[test]
+    fn every_variable_read_is_listed_and_every_listed_one_is_read() {
+        let source = include_str!("config.rs");
+        let product = source.split("#[cfg(test)]\nmod ").next().unwrap();
+        let (before, list) = product.split_once("pub(crate) const SETTINGS").unwrap();
+        let after = list.split_once("\n];\n").unwrap().1;
+        let mut read = variables(before);
+        read.extend(variables(after));
+        let listed: BTreeSet<String> = SETTINGS.iter().flat_map(Setting::envs).map(str::to_owned).collect();
+        assert_eq!(read, listed, "read by control/src/config.rs, against SETTINGS");
+    }
+
+    #[test]
+    fn every_key_of_the_file_is_listed_and_every_listed_one_is_a_key() {
+        let fields = |table: &str| {
+            let text =
+                if table.is_empty() { "zz_not_a_key = 1".to_owned() } else { format!("[{table}]\nzz_not_a_key = 1") };
+            let refused = toml::from_str::<FileConfig>(&text).unwrap_err().to_string();
+            let fields = expected_fields(&refused);
+            assert!(!fields.is_empty(), "{refused}");
+            fields
+                .into_iter()
+                .map(|field| if table.is_empty() { field } else { format!("{table}.{field}") })
+                .collect::<Vec<_>>()
+        };
+        let tables = ["acme", "profile"];
+        let mut keys: BTreeSet<String> = fields("").into_iter().filter(|key| !tables.contains(&key.as_str())).collect();
+        for table in tables {
+            keys.extend(fields(table));
+        }
+        let listed: BTreeSet<String> = SETTINGS.iter().flat_map(Setting::keys).map(str::to_owned).collect();
+        assert_eq!(keys, listed, "the keys control.toml takes, against SETTINGS");
+    }
+
+    /// The manual's table is made from [`SETTINGS`]; `HEARTH_BLESS=1` writes it.
+    #[test]
+    fn the_manual_shows_every_setting() {
+        let page = concat!(env!("CARGO_MANIFEST_DIR"), "/../docs/reference/generated/control-settings.md");
+        let made = format!(
+            "<!-- Made from SETTINGS in control/src/config.rs by its tests: \
+             HEARTH_BLESS=1 cargo test -p hearth-control --bin hearth-control settings_tests -->\n{}",
+            table(SETTINGS)
+        );
+        if std::env::var_os("HEARTH_BLESS").is_some() {
+            std::fs::write(page, &made).unwrap();
+        }
+        let shown = std::fs::read_to_string(page).unwrap_or_default();
+        assert!(
+            shown == made,
+            "{page} is not what SETTINGS make: HEARTH_BLESS=1 cargo test -p hearth-control settings_tests"
+        );
     }
 }

@@ -1,45 +1,105 @@
 //! The edge's settings: the same names as Worker vars and secrets, natively as environment
 //! variables or keys of a TOML file. Validated once, here.
 //!
-//! | name | meaning | default |
-//! |---|---|---|
-//! | `HEARTH_ROOT_KEY` | the root public key (base64), from `hearth-control keys show` | required |
-//! | `HEARTH_PUSH_TOKEN` | the secret control presents to push and drain (at least 32 characters) | required |
-//! | `HEARTH_API_PREFIX` | the secret first path segment of the API (at least 16 characters) | required |
-//! | `HEARTH_SUB_PREFIX` | the first path segment of subscription links | `s` |
-//! | `HEARTH_LIMITS` | `on`, or `off` to switch every rate limit off (benchmarks only) | `on` |
-//! | `HEARTH_LINK_LIMIT` | fetches per link per window, worldwide | `60` |
-//! | `HEARTH_LINK_WINDOW_SECS` | that window, in seconds | `3600` |
-//! | `HEARTH_NETWORK_BURST` | fetches at once from one /24 or /48 | `120` |
-//! | `HEARTH_NETWORK_PER_MINUTE` | fetches a minute from one /24 or /48, sustained | `600` |
-//! | `HEARTH_SHARDS` | Durable Objects the links are spread over (Worker only; set once) | `16` |
-//! | `HEARTH_FEED_SECS` | how long a Worker isolate serves links from memory before it asks what changed: a disabled or deleted user stops being served within this (Worker only) | `5` |
-//! | `HEARTH_UA_RULES` | operator User-Agent rules, JSON: `[{"contains":"...","target":"sing-box"}]` | none |
-//! | `HEARTH_TRUSTED_PROXIES` | reverse proxies (CIDRs, comma-separated) whose `CF-Connecting-IP`, `X-Forwarded-For` and `X-Forwarded-Proto` are believed (native edge only) | none |
+//! Every setting is in [`SETTINGS`], which the manual's table is made from
+//! (docs/reference/generated/edge-settings.md).
 
 use std::fmt;
 
 use hearth_shared::agent::UaRule;
 use hearth_shared::keys::{PublicKey, Role};
 use hearth_shared::ratelimit::{BucketLimit, MissLimit, WindowLimit};
+use hearth_shared::settings::Setting;
 use hearth_shared::trust::{RoleKeys, Trust};
 
-/// Every setting name, for checking a file for typos.
-pub const NAMES: &[&str] = &[
-    "HEARTH_ROOT_KEY",
-    "HEARTH_PUSH_TOKEN",
-    "HEARTH_API_PREFIX",
-    "HEARTH_SUB_PREFIX",
-    "HEARTH_LIMITS",
-    "HEARTH_LINK_LIMIT",
-    "HEARTH_LINK_WINDOW_SECS",
-    "HEARTH_NETWORK_BURST",
-    "HEARTH_NETWORK_PER_MINUTE",
-    "HEARTH_UA_RULES",
-    "HEARTH_SHARDS",
-    "HEARTH_FEED_SECS",
-    "HEARTH_TRUSTED_PROXIES",
+/// Every setting: a Worker var or secret, natively an environment variable or the key of a
+/// TOML file (`--config`) that is its name without `HEARTH_`, in lowercase. The tests check
+/// that this file reads exactly these, and that the manual shows this list.
+pub const SETTINGS: &[Setting] = &[
+    Setting {
+        key: "root_key",
+        env: "HEARTH_ROOT_KEY",
+        default: "required",
+        meaning: "the root public key (base64), from `hearth-control keys show`",
+    },
+    Setting {
+        key: "push_token",
+        env: "HEARTH_PUSH_TOKEN",
+        default: "required",
+        meaning: "the secret control presents to push and drain (at least 32 characters)",
+    },
+    Setting {
+        key: "api_prefix",
+        env: "HEARTH_API_PREFIX",
+        default: "required",
+        meaning: "the secret first path segment of the API (at least 16 characters)",
+    },
+    Setting {
+        key: "sub_prefix",
+        env: "HEARTH_SUB_PREFIX",
+        default: "`s`",
+        meaning: "the first path segment of subscription links",
+    },
+    Setting {
+        key: "limits",
+        env: "HEARTH_LIMITS",
+        default: "`on`",
+        meaning: "`off` switches every rate limit off (benchmarks only)",
+    },
+    Setting {
+        key: "link_limit",
+        env: "HEARTH_LINK_LIMIT",
+        default: "`60`",
+        meaning: "fetches per link per window, worldwide",
+    },
+    Setting {
+        key: "link_window_secs",
+        env: "HEARTH_LINK_WINDOW_SECS",
+        default: "`3600`",
+        meaning: "that window, in seconds",
+    },
+    Setting {
+        key: "network_burst",
+        env: "HEARTH_NETWORK_BURST",
+        default: "`120`",
+        meaning: "fetches at once from one client network (IPv4 /24, IPv6 /48)",
+    },
+    Setting {
+        key: "network_per_minute",
+        env: "HEARTH_NETWORK_PER_MINUTE",
+        default: "`600`",
+        meaning: "fetches a minute from one client network, sustained",
+    },
+    Setting {
+        key: "ua_rules",
+        env: "HEARTH_UA_RULES",
+        default: "none",
+        meaning: "the edge operator's User-Agent rules, JSON: `[{\"contains\":\"MyApp\",\"target\":\"sing-box\"}]` (targets: `base64`, `mihomo`, `sing-box`, `surge`, `loon`, `page`); checked first, then the rules the owner sets in the panel (pushed signed by control; the Worker rereads them within a minute), then the built-in table",
+    },
+    Setting {
+        key: "shards",
+        env: "HEARTH_SHARDS",
+        default: "`16`",
+        meaning: "Worker only: the Durable Objects the links are spread over (at most 1,024; set it once, before the first push)",
+    },
+    Setting {
+        key: "feed_secs",
+        env: "HEARTH_FEED_SECS",
+        default: "`5`",
+        meaning: "Worker only: how long an isolate serves links from memory before it asks what changed (at most 300): a disabled, expired or deleted user stops being served within this",
+    },
+    Setting {
+        key: "trusted_proxies",
+        env: "HEARTH_TRUSTED_PROXIES",
+        default: "none",
+        meaning: "native edge only: reverse proxies (CIDRs, comma-separated; in the TOML file a list) whose `CF-Connecting-IP`, else the right-most `X-Forwarded-For` hop not itself trusted, is taken as the client's address, and whose `X-Forwarded-Proto` is believed; those headers from anyone else are ignored (on Cloudflare the address is always `CF-Connecting-IP`)",
+    },
 ];
+
+/// Whether `name` is one of the edge's settings (`HEARTH_*`).
+pub fn is_setting(name: &str) -> bool {
+    SETTINGS.iter().any(|setting| setting.env == name)
+}
 
 /// The secret control presents. `Debug` does not show it; compare with [`PushToken::matches`].
 #[derive(Clone)]
@@ -264,5 +324,57 @@ pub(crate) mod tests {
         assert_eq!(proxies, expected);
         vars.remove("HEARTH_PUSH_TOKEN");
         assert_eq!(EdgeConfig::from_vars(|n| vars.get(n).cloned()).unwrap_err().problem, "is required");
+    }
+}
+
+/// [`SETTINGS`] is what this file reads and what the manual shows.
+#[cfg(test)]
+mod settings_tests {
+    use std::collections::BTreeSet;
+
+    use hearth_shared::settings::table;
+
+    use super::*;
+
+    #[test]
+    fn every_variable_read_is_listed_and_every_listed_one_is_read() {
+        let source = include_str!("config.rs");
+        let product = source.split("#[cfg(test)]").next().unwrap();
+        let (before, list) = product.split_once("pub const SETTINGS").unwrap();
+        let after = list.split_once("\n];\n").unwrap().1;
+        let read: BTreeSet<&str> = [before, after]
+            .into_iter()
+            .flat_map(|text| text.split(|c: char| !(c.is_ascii_uppercase() || c.is_ascii_digit() || c == '_')))
+            .filter(|word| word.starts_with("HEARTH_") && word.len() > "HEARTH_".len())
+            .collect();
+        let listed: BTreeSet<&str> = SETTINGS.iter().map(|setting| setting.env).collect();
+        assert_eq!(read, listed, "read by edge/src/config.rs, against SETTINGS");
+        for setting in SETTINGS {
+            assert_eq!(
+                setting.key,
+                setting.env["HEARTH_".len()..].to_ascii_lowercase(),
+                "the file key of {}",
+                setting.env
+            );
+        }
+    }
+
+    /// The manual's table is made from [`SETTINGS`]; `HEARTH_BLESS=1` writes it.
+    #[test]
+    fn the_manual_shows_every_setting() {
+        let page = concat!(env!("CARGO_MANIFEST_DIR"), "/../docs/reference/generated/edge-settings.md");
+        let made = format!(
+            "<!-- Made from SETTINGS in edge/src/config.rs by its tests: \
+             HEARTH_BLESS=1 cargo test -p hearth-edge --lib settings_tests -->\n{}",
+            table(SETTINGS)
+        );
+        if std::env::var_os("HEARTH_BLESS").is_some() {
+            std::fs::write(page, &made).unwrap();
+        }
+        let shown = std::fs::read_to_string(page).unwrap_or_default();
+        assert!(
+            shown == made,
+            "{page} is not what SETTINGS make: HEARTH_BLESS=1 cargo test -p hearth-edge --lib settings_tests"
+        );
     }
 }

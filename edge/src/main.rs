@@ -10,7 +10,7 @@ mod cli {
 
     use anyhow::{Context as _, Result, bail};
     use clap::Parser;
-    use hearth_edge::config::{EdgeConfig, NAMES};
+    use hearth_edge::config::{EdgeConfig, is_setting};
     use hearth_edge::native::{Edge, Replica, serve};
 
     /// Hearth's self-hosted edge: subscription links, pushes from control, node pulls.
@@ -49,7 +49,7 @@ mod cli {
             let table: toml::Table = text.parse().with_context(|| format!("{} is not TOML", path.display()))?;
             for (key, value) in table {
                 let name = format!("HEARTH_{}", key.to_ascii_uppercase());
-                if !NAMES.contains(&name.as_str()) {
+                if !is_setting(&name) {
                     bail!("{}: unknown setting {key:?}", path.display());
                 }
                 let value = match value {

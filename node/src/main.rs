@@ -20,6 +20,7 @@ mod outbound;
 mod pin;
 mod route;
 mod server;
+mod settings;
 mod state;
 mod stats;
 mod streams;

@@ -65,11 +65,15 @@ pub fn table(settings: &[Setting]) -> String {
 
 /// The field names a serde type refuses an unknown one with: `error` is the message of
 /// deserializing a value that has an unknown field (`unknown field `x`, expected one of `a`,
-/// `b``). For the tests that check a program's settings list against its file format.
+/// `b``, or ``expected `a` or `b``). For the tests that check a program's settings list against its file format.
 pub fn expected_fields(error: &str) -> Vec<String> {
     let Some(rest) = error.split("expected ").nth(1) else { return Vec::new() };
     let rest = rest.strip_prefix("one of ").unwrap_or(rest);
-    rest.split(", ").filter_map(|name| name.split('`').nth(1)).map(str::to_owned).collect()
+    rest.split(", ")
+        .flat_map(|part| part.split(" or "))
+        .filter_map(|name| name.split('`').nth(1))
+        .map(str::to_owned)
+        .collect()
 }
 
 #[cfg(test)]
@@ -95,6 +99,7 @@ mod tests {
     fn expected_fields_reads_serdes_message() {
         assert_eq!(expected_fields("unknown field `x`, expected one of `a`, `b_c`"), ["a", "b_c"]);
         assert_eq!(expected_fields("unknown field `x`, expected `only`"), ["only"]);
+        assert_eq!(expected_fields("unknown field `x`, expected `up` or `down`"), ["up", "down"]);
         assert!(expected_fields("invalid type").is_empty());
     }
 }
