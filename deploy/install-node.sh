@@ -62,7 +62,7 @@ done
     fail "the release in force has no $arch binary: sign one for $arch (hearth-control release sign) and make a new command"
 [ -n "$root" ] || [ "$(id -u)" = 0 ] || fail "run this as root (sudo -i, then paste the command again)"
 [ -d "$root/run/systemd/system" ] ||
-    fail "this server does not run systemd: install by hand (README, \"A node\")"
+    fail "this server does not run systemd: install by hand (docs/running/nodes.md, \"Enrolling a node\")"
 state="$root/var/lib/hearth-node"
 if [ -e "$state/node.toml" ]; then
     say "this server is a Hearth node already ($state/node.toml): nothing changed"

@@ -55,7 +55,7 @@ esac
 
 [ "$os" = Linux ] || fail "this server runs $os: Hearth control's installer is for Linux with systemd"
 [ -n "$root" ] || [ "$(id -u)" = 0 ] || fail "run this as root (sudo -i, then run it again)"
-[ -d "$root/run/systemd/system" ] || fail "this server does not run systemd: install by hand (README, \"Control on a VPS\")"
+[ -d "$root/run/systemd/system" ] || fail "this server does not run systemd: install by hand (docs/running/control.md, \"Control on a VPS\")"
 
 if [ -n "$build" ]; then
     command -v cargo >/dev/null 2>&1 || fail "--build needs cargo (https://rustup.rs), or give --binary"
@@ -150,5 +150,5 @@ fi
 if [ -n "$node_binary" ]; then
     say "hearth-node came with it ($lib): the panel publishes it as the first node release in one click (Nodes, Add)"
 else
-    say "no hearth-node came with it: to add nodes in one line, build one (sh deploy/build-release.sh) and sign it (README, \"Node releases\")"
+    say "no hearth-node came with it: to add nodes in one line, build one (sh deploy/build-release.sh) and sign it (docs/running/upgrades.md)"
 fi

@@ -669,7 +669,7 @@ impl Config {
 pub(crate) fn initial_file(admin_prefix: &str) -> String {
     format!(
         "# Hearth control's settings, made by `hearth-control init`. Every key can also be set from\n\
-         # the environment (HEARTH_LISTEN, HEARTH_EDGE_URL, ...); see the README.\n\
+         # the environment (HEARTH_LISTEN, HEARTH_EDGE_URL, ...); see docs/reference/settings.md.\n\
          listen = \"127.0.0.1:8443\"\n\
          # public_url = \"https://panel.example.net:8443\"\n\
          admin_prefix = \"{admin_prefix}\"\n\

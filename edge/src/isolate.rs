@@ -18,7 +18,7 @@
 //! publishes a link that went over its limit through the feed. An isolate lets a link through
 //! while the count it last heard plus its own since stay under the limit: worst case, a link
 //! is fetched `limit` times in the window on every isolate that had not heard of the others'
-//! fetches yet (see the README).
+//! fetches yet (see docs/running/edges.md).
 //!
 //! **A client network's budget is this isolate's own** (a token bucket and the unknown-link
 //! guard, as the native edge keeps them for the whole edge): checked without a call. A network
@@ -524,7 +524,7 @@ mod tests {
     #[test]
     fn the_worst_burst_is_the_limit_on_each_isolate_until_the_counts_are_summed() {
         // Two isolates serve one link, limit 3, and a shard that sums their batches (as the
-        // `Links` object does). Before either hears of the other: 3 each, the README's worst
+        // `Links` object does). Before either hears of the other: 3 each, the manual's worst
         // case. After one batch each, neither serves it again in the window.
         let limit = WindowLimit { limit: 3, window_ms: 3_600_000 };
         let (mut a, mut b) = (synced(&[1]), synced(&[1]));

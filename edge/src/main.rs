@@ -1,5 +1,5 @@
 //! `hearth-edge`: the native edge, serving the same routes as the Cloudflare Worker from an
-//! embedded libSQL database. See README.md (The edge) for its settings.
+//! embedded libSQL database. See the manual, docs/running/edges.md, for its settings.
 
 #[cfg(not(target_arch = "wasm32"))]
 mod cli {

@@ -1,7 +1,7 @@
 //! Devices registered at the edge (HWID): apps that send a device id when they fetch a link
 //! are counted per link, and a device over the user's limit gets a profile with no server.
 //!
-//! What an app sends (see the README's "Fair use"): Happ sends `x-hwid`, `x-device-os`,
+//! What an app sends (see the manual, docs/users/fair-use.md): Happ sends `x-hwid`, `x-device-os`,
 //! `x-ver-os` and `x-device-model`; v2RayTun, INCY and Streisand send `x-hwid` (some with the
 //! others); Hiddify, v2rayNG, sing-box and mihomo send none, and are not counted here (the
 //! node's device limit still holds them).

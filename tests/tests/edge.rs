@@ -1016,7 +1016,7 @@ async fn user_agent_rules_from_control_pick_the_format(backend: Backend) {
     let item = s.sim.item(Kind::EdgeSettings, stream::EDGE_SETTINGS.into(), Audience::Edge, settings.clone());
     assert_eq!(s.push_items(&[item]).await.0, StatusCode::OK);
     // The native edge follows at once; the Worker's isolates read the rules again within a
-    // minute (README), serving the built-in choice until then.
+    // minute (docs/reference/settings.md), serving the built-in choice until then.
     let limit = if backend == Backend::Native { Duration::ZERO } else { Duration::from_secs(75) };
     let started = std::time::Instant::now();
     let body = loop {

@@ -1025,7 +1025,7 @@ async fn a_taken_metrics_port_stops_the_node_with_a_clear_message() {
     node.stop().unwrap();
 }
 
-/// A device over the limit is told 429, as the README says, and the app shows that: the node
+/// A device over the limit is told 429, as docs/users/fair-use.md says, and the app shows that: the node
 /// answers, waits for the client to hang up, and closes with a code of its own, not HTTP/3's
 /// `H3_ID_ERROR` (0x108) that sing-box showed instead (issue 46, 13).
 #[tokio::test]

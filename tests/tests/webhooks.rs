@@ -1,5 +1,5 @@
 //! Webhooks end to end: the real control binary sends events to a receiver that checks each
-//! delivery as the README tells receivers to (the HMAC-SHA256 signature over the time and the
+//! delivery as the manual (docs/notifications.md) tells receivers to (the HMAC-SHA256 signature over the time and the
 //! body, the time within five minutes), in order, retried after failures, and nothing lost
 //! while the receiver and control are both down.
 
@@ -58,7 +58,7 @@ async fn receiver(state: Arc<Mutex<Receiver>>) -> String {
                     };
                     state.requests.push((delivery.clone(), status));
                     if status == 200 {
-                        // The check the README gives receivers.
+                        // The check the manual gives receivers.
                         let signature = header("hearth-signature");
                         let (t, v1) = signature.split_once(',').unwrap_or_default();
                         let t: u64 = t.strip_prefix("t=").and_then(|t| t.parse().ok()).unwrap_or(0);

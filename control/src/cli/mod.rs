@@ -105,7 +105,7 @@ pub(crate) enum Command {
         command: keys::KeysCommand,
     },
     /// Take users over from another panel, keeping their Hysteria2 passwords and serving
-    /// their old subscription paths as aliases (see the README, "Moving from another panel").
+    /// their old subscription paths as aliases (see docs/moving-in.md).
     /// One transaction, all or nothing; users imported before are left as they are.
     Import {
         /// The panel: hearth (the JSON format `export` writes), 3x-ui, remnawave, marzban,

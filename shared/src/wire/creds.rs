@@ -63,7 +63,7 @@ pub struct CredEntry {
     pub hash: Digest,
     /// The user's speed limit on this node.
     pub limit: SpeedLimit,
-    /// How many devices (client addresses, see the README) the user may have connected to
+    /// How many devices (client addresses, see docs/users/fair-use.md) the user may have connected to
     /// this node at once: the user's limit less the devices other nodes reported (`None`: no
     /// limit; `Some(0)`: no new device here).
     pub devices: Option<u32>,

@@ -2503,7 +2503,7 @@ us). Those rows moved with the machine, not with the code.\n\n\
   some runs, not in others: one sample a run, 33 ms, 45 ms, 55 ms and 39 ms in the last four. What grows with the users is \
   the check that a delta makes the set control built, at both ends: the last full set decoded \
   and the new one encoded and hashed, about 13 ms at control and 13 ms at the node (the \
-  README's scale section); the rest is the push, the node's pull and its synced write, on the \
+  manual's scale section); the rest is the push, the node's pull and its synced write, on the \
   one CPU the three programs share.\n\
 - **Scale: control right after 100,000 creations (#23: < 32 MiB).** Not live data: heaptrack \
   on the run saw at most 40 MB of heap in use, and control's memory map right after the bulk \
