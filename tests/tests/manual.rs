@@ -414,7 +414,8 @@ fn sources() -> String {
     text
 }
 
-/// The manual names no command the programs do not have, and no `HEARTH_*` variable the
+/// The manual names no command the programs do not have (`hearth-control user ad` is caught,
+/// `hearth-control user add NAME` is not), and no `HEARTH_*` variable the
 /// code does not know: what a page tells a person to run exists.
 #[test]
 fn the_manual_names_only_commands_and_variables_that_exist() {
@@ -425,7 +426,10 @@ fn the_manual_names_only_commands_and_variables_that_exist() {
         if page.starts_with("reference/") || page == "benchmarks.md" {
             continue;
         }
-        for (at, _) in text.match_indices("hearth-control ") {
+        let runs = ["hearth-control ", "hearth-node ", "hearth-edge "]
+            .into_iter()
+            .flat_map(|program| text.match_indices(program));
+        for (at, _) in runs {
             // Only where it is run: in code (after a backtick, or first on a line of a
             // command), not where prose names the program.
             let line = text[..at].rsplit('\n').next().unwrap().trim();
