@@ -362,19 +362,9 @@ mod settings_tests {
     /// The manual's table is made from [`SETTINGS`]; `HEARTH_BLESS=1` writes it.
     #[test]
     fn the_manual_shows_every_setting() {
-        let page = concat!(env!("CARGO_MANIFEST_DIR"), "/../docs/reference/generated/edge-settings.md");
-        let made = format!(
-            "<!-- Made from SETTINGS in edge/src/config.rs by its tests: \
-             HEARTH_BLESS=1 cargo test -p hearth-edge --lib settings_tests -->\n{}",
-            table(SETTINGS)
-        );
-        if std::env::var_os("HEARTH_BLESS").is_some() {
-            std::fs::write(page, &made).unwrap();
-        }
-        let shown = std::fs::read_to_string(page).unwrap_or_default();
-        assert!(
-            shown == made,
-            "{page} is not what SETTINGS make: HEARTH_BLESS=1 cargo test -p hearth-edge --lib settings_tests"
-        );
+        let bless = "HEARTH_BLESS=1 cargo test -p hearth-edge --lib settings_tests";
+        let made =
+            format!("<!-- Made from SETTINGS in edge/src/config.rs by its tests: {bless} -->\n{}", table(SETTINGS));
+        hearth_io::made::check("docs/reference/generated/edge-settings.md", &made, bless);
     }
 }

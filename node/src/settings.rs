@@ -171,19 +171,9 @@ mod tests {
     /// The manual's table is made from [`SETTINGS`]; `HEARTH_BLESS=1` writes it.
     #[test]
     fn the_manual_shows_every_setting() {
-        let page = concat!(env!("CARGO_MANIFEST_DIR"), "/../docs/reference/generated/node-settings.md");
-        let made = format!(
-            "<!-- Made from SETTINGS in node/src/settings.rs by its tests: \
-             HEARTH_BLESS=1 cargo test -p hearth-node --bin hearth-node settings -->\n{}",
-            table(SETTINGS)
-        );
-        if std::env::var_os("HEARTH_BLESS").is_some() {
-            std::fs::write(page, &made).unwrap();
-        }
-        let shown = std::fs::read_to_string(page).unwrap_or_default();
-        assert!(
-            shown == made,
-            "{page} is not what SETTINGS make: HEARTH_BLESS=1 cargo test -p hearth-node --bin hearth-node settings"
-        );
+        let bless = "HEARTH_BLESS=1 cargo test -p hearth-node --bin hearth-node settings";
+        let made =
+            format!("<!-- Made from SETTINGS in node/src/settings.rs by its tests: {bless} -->\n{}", table(SETTINGS));
+        hearth_io::made::check("docs/reference/generated/node-settings.md", &made, bless);
     }
 }

@@ -12,28 +12,11 @@ use std::process::Command;
 
 use serde_json::Value;
 
-/// Compares a made page with the one in the repository (writing it first under
-/// `HEARTH_BLESS`), and names the first line that differs.
+/// How the pages this file makes are written again after a deliberate change.
+const BLESS: &str = "HEARTH_BLESS=1 cargo test -p hearth-tests --test manual";
+
 fn check_made(relative: &str, made: &str) {
-    let path = hearth_tests::repo_root().join(relative);
-    if std::env::var_os("HEARTH_BLESS").is_some() {
-        std::fs::write(&path, made).unwrap();
-    }
-    let shown = std::fs::read_to_string(&path).unwrap_or_default();
-    if shown != made {
-        let line = shown
-            .lines()
-            .zip(made.lines())
-            .position(|(a, b)| a != b)
-            .unwrap_or(shown.lines().count().min(made.lines().count()));
-        panic!(
-            "{relative} is not what the code makes (line {}: {:?} against {:?}); \
-             after a deliberate change: HEARTH_BLESS=1 cargo test -p hearth-tests --test manual",
-            line + 1,
-            shown.lines().nth(line),
-            made.lines().nth(line)
-        );
-    }
+    hearth_io::made::check(relative, made, BLESS);
 }
 
 /// A program's `--help` for `words` (its subcommands), with no `HEARTH_*` variable set, so
