@@ -791,26 +791,13 @@ mod tests {
 mod settings_tests {
     use std::collections::BTreeSet;
 
-    use hearth_shared::settings::{expected_fields, table};
+    use hearth_shared::settings::{expected_fields, table, variables_named};
 
     use super::*;
 
-    /// The `HEARTH_*` names in `text`.
-    fn variables(text: &str) -> BTreeSet<String> {
-        text.split(|c: char| !(c.is_ascii_uppercase() || c.is_ascii_digit() || c == '_'))
-            .filter(|word| word.starts_with("HEARTH_") && word.len() > "HEARTH_".len())
-            .map(str::to_owned)
-            .collect()
-    }
-
     #[test]
     fn every_variable_read_is_listed_and_every_listed_one_is_read() {
-        let source = include_str!("config.rs");
-        let product = source.split("#[cfg(test)]\nmod ").next().unwrap();
-        let (before, list) = product.split_once("pub(crate) const SETTINGS").unwrap();
-        let after = list.split_once("\n];\n").unwrap().1;
-        let mut read = variables(before);
-        read.extend(variables(after));
+        let read = variables_named(include_str!("config.rs"), "pub(crate) const SETTINGS");
         let listed: BTreeSet<String> = SETTINGS.iter().flat_map(Setting::envs).map(str::to_owned).collect();
         assert_eq!(read, listed, "read by control/src/config.rs, against SETTINGS");
     }

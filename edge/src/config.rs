@@ -332,22 +332,14 @@ pub(crate) mod tests {
 mod settings_tests {
     use std::collections::BTreeSet;
 
-    use hearth_shared::settings::table;
+    use hearth_shared::settings::{table, variables_named};
 
     use super::*;
 
     #[test]
     fn every_variable_read_is_listed_and_every_listed_one_is_read() {
-        let source = include_str!("config.rs");
-        let product = source.split("#[cfg(test)]").next().unwrap();
-        let (before, list) = product.split_once("pub const SETTINGS").unwrap();
-        let after = list.split_once("\n];\n").unwrap().1;
-        let read: BTreeSet<&str> = [before, after]
-            .into_iter()
-            .flat_map(|text| text.split(|c: char| !(c.is_ascii_uppercase() || c.is_ascii_digit() || c == '_')))
-            .filter(|word| word.starts_with("HEARTH_") && word.len() > "HEARTH_".len())
-            .collect();
-        let listed: BTreeSet<&str> = SETTINGS.iter().map(|setting| setting.env).collect();
+        let read = variables_named(include_str!("config.rs"), "pub const SETTINGS");
+        let listed: BTreeSet<String> = SETTINGS.iter().map(|setting| setting.env.to_owned()).collect();
         assert_eq!(read, listed, "read by edge/src/config.rs, against SETTINGS");
         for setting in SETTINGS {
             assert_eq!(

@@ -63,6 +63,24 @@ pub fn table(settings: &[Setting]) -> String {
     out
 }
 
+/// The `HEARTH_*` variables a program's configuration code names, from its source: `source`
+/// is the file, `list` what starts its settings list (`pub const SETTINGS`; the list ends at
+/// the first line `];` after it, and is left out, as are the tests from `#[cfg(test)]\nmod`
+/// on). For the tests that check a program's settings list against what it reads.
+pub fn variables_named(source: &str, list: &str) -> std::collections::BTreeSet<String> {
+    let product = source.split("#[cfg(test)]\nmod ").next().unwrap_or(source);
+    let (before, after) = match product.split_once(list) {
+        Some((before, rest)) => (before, rest.split_once("\n];\n").map_or("", |(_, after)| after)),
+        None => (product, ""),
+    };
+    [before, after]
+        .into_iter()
+        .flat_map(|text| text.split(|c: char| !(c.is_ascii_uppercase() || c.is_ascii_digit() || c == '_')))
+        .filter(|word| word.starts_with("HEARTH_") && word.len() > "HEARTH_".len())
+        .map(str::to_owned)
+        .collect()
+}
+
 /// The field names a serde type refuses an unknown one with: `error` is the message of
 /// deserializing a value that has an unknown field (`unknown field `x`, expected one of `a`,
 /// `b``, or ``expected `a` or `b``). For the tests that check a program's settings list against its file format.
@@ -93,6 +111,14 @@ mod tests {
         );
         assert_eq!(rows[0].keys().collect::<Vec<_>>(), ["tls_cert", "tls_key"]);
         assert_eq!(rows[0].envs().count(), 0);
+    }
+
+    #[test]
+    fn variables_named_leaves_the_list_and_the_tests_out() {
+        let source = "let a = env(\"HEARTH_A\");\npub const SETTINGS: &[Setting] = &[\n    \"HEARTH_LISTED\",\n];\n\
+                      // HEARTH_B_2 too\n#[cfg(test)]\nmod tests { HEARTH_TEST }";
+        let named: Vec<String> = variables_named(source, "pub const SETTINGS").into_iter().collect();
+        assert_eq!(named, ["HEARTH_A", "HEARTH_B_2"]);
     }
 
     #[test]
