@@ -31,8 +31,16 @@ pub(crate) fn open_to_serve(dir: &Path) -> Result<(Config, Db, Signer, Vec<Strin
 
 /// Also returns what to warn of once logging runs (see `settings::settle_addresses`).
 fn open_with(dir: &Path, settle: bool) -> Result<(Config, Db, Signer, Vec<String>)> {
-    let env = |name: &str| std::env::var(name).ok();
-    let mut config = Config::load(dir, &env)?;
+    open_in(dir, settle, &|name: &str| std::env::var(name).ok())
+}
+
+/// [`open_with`], with the environment read through `env`.
+fn open_in(
+    dir: &Path,
+    settle: bool,
+    env: &dyn Fn(&str) -> Option<String>,
+) -> Result<(Config, Db, Signer, Vec<String>)> {
+    let mut config = Config::load(dir, env)?;
     let paths = Paths::new(dir);
 
     let recovery_path = paths.public(Role::Recovery);
@@ -43,6 +51,10 @@ fn open_with(dir: &Path, settle: bool) -> Result<(Config, Db, Signer, Vec<String
         .with_context(|| format!("{} is not a recovery key", recovery_path.display()))?;
     let vault = Vault::load(&paths.master())?;
     let db = Db::open(&paths.database()).with_context(|| format!("opening {}", paths.database().display()))?;
+    // What nodes' sets list of the edges, before the configuration may move the main edge.
+    let prefix = config.edge.api_prefix.clone();
+    let fallbacks = |db: &Db| db.read_blocking(|c| crate::publish::fallbacks(c, &prefix));
+    let listed = if settle { Some(fallbacks(&db)?) } else { None };
     let warnings = if settle {
         crate::settings::settle_addresses(&db, &mut config)?
     } else {
@@ -67,9 +79,15 @@ fn open_with(dir: &Path, settle: bool) -> Result<(Config, Db, Signer, Vec<String
     } else {
         *signer.profile.write().expect("profile lock") = crate::settings::profile_in_force(&db, &config.profile)?;
     }
-    if settle {
-        // The main edge may have moved with the configuration: nodes learn whom to fall back to.
-        db.write_blocking(|tx| crate::publish::edges_changed(tx, &signer, now()))?;
+    if let Some(listed) = listed {
+        // The main edge may have moved with the configuration: nodes learn whom to fall back
+        // to. Their sets are built again only when what they list of the edges changed: at
+        // 100,000 users that is most of a start's time.
+        if fallbacks(&db)? == listed {
+            db.write_blocking(|tx| crate::publish::publish_edge_settings(tx, &signer, now()))?;
+        } else {
+            db.write_blocking(|tx| crate::publish::edges_changed(tx, &signer, now()))?;
+        }
     }
     if let Some(signed) = db.write_blocking(|tx| crate::publish::settle_keys(tx, &signer, now()))?
         && signed > 0
@@ -194,4 +212,72 @@ async fn shutdown_signal() {
     }
     #[cfg(not(unix))]
     let _ = ctrl_c.await;
+}
+
+#[cfg(test)]
+mod tests {
+    use hearth_shared::wire::stream;
+
+    use super::*;
+    use crate::store::edges::NewEdge;
+
+    /// The version of `node`'s full credential set.
+    fn set_version(db: &Db, node: u64) -> u64 {
+        db.read_blocking(|c| crate::store::streams::envelope(c, &stream::creds(node))).unwrap().unwrap().0
+    }
+
+    /// A start signs the nodes' sets again when the configuration moved an edge they list,
+    /// and not otherwise: at 100,000 users building a set is most of a start.
+    #[test]
+    fn a_start_signs_nodes_sets_again_only_when_the_edges_they_list_moved() {
+        let temp = tempfile::tempdir().unwrap();
+        let dir = temp.path();
+        crate::keyring::init(dir, &[], now()).unwrap();
+        let edge = |url: &'static str| move |name: &str| (name == "HEARTH_EDGE_URL").then(|| url.to_owned());
+        let (_, db, signer, _) = open_in(dir, true, &edge("http://127.0.0.1:9")).unwrap();
+        let node = db
+            .write_blocking(|tx| {
+                // A second edge: nodes' sets list the edges once there are two.
+                let second = NewEdge {
+                    name: "second".into(),
+                    url: "https://second.example.net".into(),
+                    api_prefix: "api-second-0123456789".into(),
+                    push_token: "t".repeat(40),
+                    link_base: "https://second.example.net/s".into(),
+                };
+                crate::store::edges::add(tx, &second, now())?;
+                Ok(crate::testing::enrolled_node(tx, &signer, now())?.id)
+            })
+            .unwrap();
+        let enrolled = set_version(&db, node);
+        drop((db, signer));
+
+        // The same edge: the set is not even built (the node's set is logged when it is).
+        let logs = crate::testing::Logs::new(false, "hearth_control=debug");
+        let opened =
+            tracing::dispatcher::with_default(&logs.dispatch, || open_in(dir, true, &edge("http://127.0.0.1:9")));
+        let (_, db, signer, _) = opened.unwrap();
+        assert!(
+            !logs.text().contains("node set checked"),
+            "a start with the same edges built the set: {}",
+            logs.text()
+        );
+        assert_eq!(set_version(&db, node), enrolled, "a start with the same edges signed the set again");
+        drop((db, signer));
+
+        // Another main edge: the set lists it, signed again at this start.
+        let logs = crate::testing::Logs::new(false, "hearth_control=debug");
+        let opened =
+            tracing::dispatcher::with_default(&logs.dispatch, || open_in(dir, true, &edge("http://127.0.0.1:10")));
+        let (_, db, signer, _) = opened.unwrap();
+        assert!(logs.text().contains("node set checked"), "{}", logs.text());
+        assert!(set_version(&db, node) > enrolled, "the set does not list the edge the configuration moved to");
+        let (_, bytes) =
+            db.read_blocking(|c| crate::store::streams::envelope(c, &stream::creds(node))).unwrap().unwrap();
+        let body = hearth_shared::envelope::Envelope::stored_body(&bytes).unwrap();
+        let set = hearth_shared::wire::CredentialSet::decode(body).unwrap();
+        let urls: Vec<String> = set.edges().iter().map(|edge| edge.url.clone()).collect();
+        assert!(urls.contains(&"http://127.0.0.1:10".to_owned()), "{urls:?}");
+        drop((db, signer));
+    }
 }

@@ -292,33 +292,9 @@ pub(crate) async fn watch_external(app: Arc<App>, mut shutdown: watch::Receiver<
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::store::nodes as node_store;
-    use crate::store::nodes::{EnrollRequest, NodeInput};
     use crate::store::users::UserInput;
     use crate::testing::TestControl;
     use hearth_shared::wire::stream;
-
-    /// A node added and enrolled (with a key made here), in the default group.
-    fn enrolled_node(tx: &rusqlite::Connection, app: &App, now: u64) -> Result<node_store::NodeView, Error> {
-        let key =
-            hearth_shared::keys::SecretKey::generate(hearth_shared::keys::Role::Node, &mut rand_core::OsRng).unwrap();
-        let (node, token) = node_store::create(
-            tx,
-            "test",
-            &NodeInput { name: Some("n".into()), host: Some("203.0.113.1".into()), ..NodeInput::default() },
-            now,
-        )?;
-        let request = EnrollRequest {
-            token,
-            key: key.public().to_string(),
-            cert_sha256: None,
-            spki_sha256: None,
-            certificate: None,
-            version: String::new(),
-        };
-        crate::nodes::enroll(tx, &app.signer, &request, now)?;
-        Ok(node)
-    }
 
     #[test]
     fn sweeps_expire_reset_republish_and_renew() {
@@ -328,7 +304,7 @@ mod tests {
         let (node, creds_version) = app
             .db
             .write_blocking(|tx| {
-                let node = enrolled_node(tx, app, now)?;
+                let node = crate::testing::enrolled_node(tx, &app.signer, now)?;
                 let daily =
                     UserInput { name: Some("daily".into()), reset: Some("daily".into()), ..UserInput::default() };
                 crate::users::create(tx, &app.signer, "test", &daily, now)?;
@@ -382,7 +358,7 @@ mod tests {
         let node = app
             .db
             .write_blocking(|tx| {
-                let node = enrolled_node(tx, app, now)?;
+                let node = crate::testing::enrolled_node(tx, &app.signer, now)?;
                 crate::users::create(
                     tx,
                     &app.signer,
@@ -485,7 +461,7 @@ mod tests {
         let (node, capped) = app
             .db
             .write_blocking(|tx| {
-                let node = enrolled_node(tx, app, now)?;
+                let node = crate::testing::enrolled_node(tx, &app.signer, now)?;
                 let input = UserInput {
                     name: Some("capped".into()),
                     quota: Some(1000),

@@ -67,6 +67,29 @@ impl TestControl {
     }
 }
 
+/// A node added and enrolled (with a key made here), in the default group.
+pub(crate) fn enrolled_node(
+    tx: &rusqlite::Connection,
+    signer: &Signer,
+    now: u64,
+) -> Result<crate::store::nodes::NodeView, crate::error::Error> {
+    use crate::store::nodes::{EnrollRequest, NodeInput};
+    let key = hearth_shared::keys::SecretKey::generate(hearth_shared::keys::Role::Node, &mut rand_core::OsRng)
+        .expect("a node key");
+    let input = NodeInput { name: Some("n".into()), host: Some("203.0.113.1".into()), ..NodeInput::default() };
+    let (node, token) = crate::store::nodes::create(tx, "test", &input, now)?;
+    let request = EnrollRequest {
+        token,
+        key: key.public().to_string(),
+        cert_sha256: None,
+        spki_sha256: None,
+        certificate: None,
+        version: String::new(),
+    };
+    crate::nodes::enroll(tx, signer, &request, now)?;
+    Ok(node)
+}
+
 /// Logs written through control's own log setup ([`hearth_io::logs`]) into memory, for a
 /// test to read: install `dispatch` (`tracing::dispatcher::set_default`) around what logs.
 pub(crate) struct Logs {

@@ -24,7 +24,9 @@ use rusqlite::Connection;
 pub(crate) use records::{publish_edge_settings, publish_node_record, publish_rollout, usage_ack};
 #[cfg(test)]
 pub(crate) use sets::{CREDS_LIFETIME, by_entries};
-pub(crate) use sets::{REFRESH_BEFORE, node_creds, publish_creds, publish_creds_of, raise_creds, takes_deltas};
+pub(crate) use sets::{
+    REFRESH_BEFORE, fallbacks, node_creds, publish_creds, publish_creds_of, raise_creds, takes_deltas,
+};
 pub(crate) use signer::Signer;
 pub(crate) use snapshot::node_name_of;
 use user::publish_user;

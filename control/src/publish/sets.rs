@@ -92,7 +92,7 @@ fn publish_set(
         Some((set, diff)) => (set, Some(diff)),
         None => {
             let set = credential_set(conn, node)?
-                .with_edges(fallbacks(conn, signer)?)
+                .with_edges(fallbacks(conn, &signer.api_prefix)?)
                 .map_err(|e| Error::Internal(format!("the edges nodes fall back to: {e}")))?
                 .with_routing(crate::store::routing::sealed_for(conn, &signer.vault, node)?)
                 .map_err(|e| Error::Internal(format!("node {node}'s routing: {e}")))?;
@@ -192,7 +192,7 @@ pub(crate) fn by_entries(
     }
     let set = full.apply(&diff).map_err(|e| Error::Internal(format!("a node's set from its last delta: {e}")))?;
     let routing = crate::store::routing::sealed_for(conn, &signer.vault, node)?;
-    if set.edges() != fallbacks(conn, signer)?
+    if set.edges() != fallbacks(conn, &signer.api_prefix)?
         || set.policy() != policy_for(conn, &set)?
         || set.routing() != routing.as_deref()
     {
@@ -202,7 +202,7 @@ pub(crate) fn by_entries(
     #[cfg(debug_assertions)]
     {
         let built = credential_set(conn, node)?
-            .with_edges(fallbacks(conn, signer)?)
+            .with_edges(fallbacks(conn, &signer.api_prefix)?)
             .and_then(|set| set.with_routing(routing))
             .expect("edges and routing checked above");
         assert_eq!(set, built, "node {node}'s set made by the entries of {users:?} is not the set built whole");
@@ -244,8 +244,8 @@ fn stored_set(conn: &Connection, name: &str) -> Result<Option<CredentialSet>, Er
 /// there are two or more, or one with its own API prefix (with only the `main` edge, a node
 /// uses the edge control names in its answers, under edge.toml's prefix, and the set keeps
 /// the format older nodes read): those whose links are offered first, then in the owner's
-/// order.
-fn fallbacks(conn: &Connection, signer: &Signer) -> Result<Vec<wire::EdgeAddress>, Error> {
+/// order. `prefix` is edge.toml's API prefix, for the edges that have none of their own.
+pub(crate) fn fallbacks(conn: &Connection, prefix: &str) -> Result<Vec<wire::EdgeAddress>, Error> {
     let mut list = edges::list(conn)?;
     if list.len() < 2 && list.iter().all(|edge| edge.api_prefix.is_none()) {
         return Ok(Vec::new());
@@ -255,7 +255,7 @@ fn fallbacks(conn: &Connection, signer: &Signer) -> Result<Vec<wire::EdgeAddress
         .into_iter()
         .map(|edge| wire::EdgeAddress {
             url: edge.url,
-            api_prefix: edge.api_prefix.unwrap_or_else(|| signer.api_prefix.clone()),
+            api_prefix: edge.api_prefix.unwrap_or_else(|| prefix.to_owned()),
         })
         .collect())
 }
