@@ -73,6 +73,7 @@ fn open_in(
         epoch: 1,
         root: config.root,
         api_prefix: config.edge.api_prefix.clone(),
+        wrapping: std::sync::Mutex::new(None),
     };
     if settle {
         crate::settings::settle(&db, &signer, &config.profile, now())?;

@@ -48,6 +48,7 @@ impl TestControl {
             epoch: 1,
             root: config.root,
             api_prefix: config.edge.api_prefix.clone(),
+            wrapping: std::sync::Mutex::new(None),
         };
         let db = Db::open(&paths.database()).expect("database");
         db.write_blocking(|tx| {

@@ -74,6 +74,12 @@ fn cipher(key: &[u8; 32]) -> XChaCha20Poly1305 {
 
 /// Seals `snapshot` for the holder of `token`, and wraps the token for `recovery`.
 pub fn seal(snapshot: &Snapshot, token: &SubToken, recovery: &RecoveryPublic, rng: &mut impl CryptoRngCore) -> Vec<u8> {
+    seal_with(snapshot, token, &Wrapper::new(recovery, rng), rng)
+}
+
+/// [`seal`], the token wrapped by `wrapper` (made for the owner's recovery key): many
+/// snapshots sealed at once share its one X25519 agreement.
+pub fn seal_with(snapshot: &Snapshot, token: &SubToken, wrapper: &Wrapper, rng: &mut impl CryptoRngCore) -> Vec<u8> {
     let plaintext = Zeroizing::new(snapshot.encode());
     let mut nonce = [0u8; 24];
     rng.fill_bytes(&mut nonce);
@@ -82,7 +88,7 @@ pub fn seal(snapshot: &Snapshot, token: &SubToken, recovery: &RecoveryPublic, rn
     let ciphertext = cipher(&key)
         .encrypt(XNonce::from_slice(&nonce), Payload { msg: &plaintext, aad: &aad })
         .expect("XChaCha20-Poly1305 encrypts any length a snapshot can have");
-    let recovery = wrap(token.as_bytes(), recovery, rng);
+    let recovery = wrapper.wrap(token.as_bytes(), rng);
     wire::encode(&Sealed { nonce, ciphertext, recovery })
 }
 
@@ -130,15 +136,40 @@ pub fn recover(body: &[u8], recovery: &RecoverySecret) -> Result<(SubToken, Snap
 
 /// Wraps `secret` for the holder of `recipient`'s secret key.
 pub fn wrap(secret: &[u8], recipient: &RecoveryPublic, rng: &mut impl CryptoRngCore) -> Wrapped {
-    let ephemeral = RecoverySecret::generate(rng);
-    let ephemeral_public = ephemeral.public().to_bytes();
-    let shared = ephemeral.0.diffie_hellman(&recipient.0);
-    let key = derive(WRAP_SALT, shared.as_bytes(), &[&ephemeral_public, recipient.0.as_bytes()]);
-    let mut nonce = [0u8; 24];
-    rng.fill_bytes(&mut nonce);
-    let ciphertext =
-        cipher(&key).encrypt(XNonce::from_slice(&nonce), secret).expect("XChaCha20-Poly1305 encrypts any short secret");
-    Wrapped { ephemeral: ephemeral_public, nonce, ciphertext }
+    Wrapper::new(recipient, rng).wrap(secret, rng)
+}
+
+/// A key that wraps secrets for one recipient: one ephemeral X25519 key and its agreement
+/// with the recipient's key, made once, then any number of secrets wrapped under the key
+/// derived from it, each with its own random 192-bit nonce (XChaCha20-Poly1305 takes that
+/// many). Each [`Wrapped`] is what [`wrap`] makes and [`unwrap`] opens; those made by one
+/// wrapper carry the same ephemeral key, which tells whoever holds them that they were
+/// wrapped together. The agreement is the costly part of wrapping (a Montgomery ladder):
+/// control seals the snapshots of a change with one wrapper.
+pub struct Wrapper {
+    ephemeral: [u8; 32],
+    key: Zeroizing<[u8; 32]>,
+}
+
+impl Wrapper {
+    /// A new wrapper for `recipient`, with an ephemeral key drawn from `rng`.
+    pub fn new(recipient: &RecoveryPublic, rng: &mut impl CryptoRngCore) -> Wrapper {
+        let ephemeral = RecoverySecret::generate(rng);
+        let ephemeral_public = ephemeral.public().to_bytes();
+        let shared = ephemeral.0.diffie_hellman(&recipient.0);
+        let key = derive(WRAP_SALT, shared.as_bytes(), &[&ephemeral_public, recipient.0.as_bytes()]);
+        Wrapper { ephemeral: ephemeral_public, key }
+    }
+
+    /// Wraps `secret`, with a nonce drawn from `rng`.
+    pub fn wrap(&self, secret: &[u8], rng: &mut impl CryptoRngCore) -> Wrapped {
+        let mut nonce = [0u8; 24];
+        rng.fill_bytes(&mut nonce);
+        let ciphertext = cipher(&self.key)
+            .encrypt(XNonce::from_slice(&nonce), secret)
+            .expect("XChaCha20-Poly1305 encrypts any short secret");
+        Wrapped { ephemeral: self.ephemeral, nonce, ciphertext }
+    }
 }
 
 /// Wraps `secret` for `recipient` with the ephemeral key and nonce drawn from `seed`: the
@@ -248,6 +279,32 @@ mod tests {
         assert_eq!(open(&body, &SubToken::generate(&mut OsRng)), Err(SealError::WrongKey));
         let stranger = RecoverySecret::generate(&mut OsRng);
         assert_eq!(recover(&body, &stranger).unwrap_err(), SealError::WrongKey);
+    }
+
+    /// Snapshots sealed with one wrapper open and recover each with its own token, as those
+    /// sealed one by one do; they share the ephemeral key, not the nonce, and a stranger's
+    /// key opens none.
+    #[test]
+    fn snapshots_sealed_with_one_wrapper_open_and_recover_each() {
+        let snapshot = sample_snapshot();
+        let recovery = RecoverySecret::generate(&mut OsRng);
+        let wrapper = Wrapper::new(&recovery.public(), &mut OsRng);
+        let tokens: Vec<SubToken> = (0..3).map(|_| SubToken::generate(&mut OsRng)).collect();
+        let bodies: Vec<Vec<u8>> =
+            tokens.iter().map(|token| seal_with(&snapshot, token, &wrapper, &mut OsRng)).collect();
+        let sealed: Vec<Sealed> = bodies.iter().map(|body| wire::decode(body, "sealed").unwrap()).collect();
+        assert!(sealed.iter().all(|s| s.recovery.ephemeral == sealed[0].recovery.ephemeral));
+        assert_ne!(sealed[0].recovery.nonce, sealed[1].recovery.nonce);
+        assert_ne!(sealed[0].recovery.ciphertext, sealed[1].recovery.ciphertext);
+        for (token, body) in tokens.iter().zip(&bodies) {
+            assert_eq!(open(body, token).unwrap(), snapshot);
+            assert_eq!(recover(body, &recovery).unwrap(), (token.clone(), snapshot.clone()));
+            assert_eq!(recover(body, &RecoverySecret::generate(&mut OsRng)).unwrap_err(), SealError::WrongKey);
+        }
+        // Another wrapper, another ephemeral key.
+        let again = seal_with(&snapshot, &tokens[0], &Wrapper::new(&recovery.public(), &mut OsRng), &mut OsRng);
+        let again: Sealed = wire::decode(&again, "sealed").unwrap();
+        assert_ne!(again.recovery.ephemeral, sealed[0].recovery.ephemeral);
     }
 
     #[test]

@@ -3,6 +3,7 @@
 //! snapshot carries.
 
 use hearth_shared::keys::{PublicKey, RecoveryPublic};
+use hearth_shared::seal::Wrapper;
 use hearth_shared::wire::Profile;
 use rusqlite::Connection;
 
@@ -31,9 +32,32 @@ pub(crate) struct Signer {
     pub(crate) root: PublicKey,
     /// The API prefix of `edge.toml` (the `main` edge's, and control's node API's).
     pub(crate) api_prefix: String,
+    /// What wraps snapshots' tokens for [`Signer::recovery`], and when it was made: see
+    /// [`Signer::wrapper`].
+    pub(crate) wrapping: std::sync::Mutex<Option<(std::time::Instant, std::sync::Arc<Wrapper>)>>,
 }
 
+/// How long one [`Wrapper`] wraps snapshots' tokens before the next is made.
+const WRAPPER_LIFETIME: std::time::Duration = std::time::Duration::from_secs(1);
+
 impl Signer {
+    /// What seals snapshots' tokens for the recovery key now: one X25519 agreement serves
+    /// every snapshot sealed within a second (a bulk creation of 10,000 users seals them with
+    /// two, where one each cost most of its CPU). The snapshots sealed with one share its
+    /// ephemeral public key, which tells an edge that they were sealed within that second;
+    /// it sees them come in one push anyway.
+    pub(crate) fn wrapper(&self) -> std::sync::Arc<Wrapper> {
+        let mut held = self.wrapping.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+        match &*held {
+            Some((made, wrapper)) if made.elapsed() < WRAPPER_LIFETIME => wrapper.clone(),
+            _ => {
+                let wrapper = std::sync::Arc::new(Wrapper::new(&self.recovery, &mut rand_core::OsRng));
+                *held = Some((std::time::Instant::now(), wrapper.clone()));
+                wrapper
+            }
+        }
+    }
+
     /// The signing key in force. A rotation (`hearth-control keys rotate`, another process)
     /// commits a new `keys_serial` with everything it signed again; the first signature after
     /// that, in any transaction, loads the new key from the data directory, so no envelope is

@@ -121,7 +121,7 @@ fn parts(
 /// Seals `snapshot` to `token` and signs it on the token's stream, when it changed.
 fn sign(conn: &Connection, signer: &Signer, snapshot: &Snapshot, token: &SubToken, now: u64) -> Result<(), Error> {
     let content = sha256(&snapshot.encode());
-    let body = || seal::seal(snapshot, token, &signer.recovery, &mut OsRng);
+    let body = || seal::seal_with(snapshot, token, &signer.wrapper(), &mut OsRng);
     let item = Item {
         kind: Kind::Snapshot,
         name: stream::snapshot(&token.hash()),
