@@ -2508,17 +2508,41 @@ us). Those rows moved with the machine, not with the code.\n\n\
   and the new one encoded and hashed, about 13 ms at control and 13 ms at the node (the \
   manual's scale section); the rest is the push, the node's pull and its synced write, on the \
   one CPU the three programs share.\n\
-- **Scale: control right after 100,000 creations (#23: < 32 MiB).** Not live data: heaptrack \
-  on the run saw at most 40 MB of heap in use, and control's memory map right after the bulk \
-  creation (`/proc/<pid>/smaps`, commit cdb463e) held ten glibc arenas of 4 to 33 MB each (one \
-  for each thread of the blocking pool that did the work) and a main heap of 1.3 MB. glibc \
-  gives an arena's freed memory back only from its top; `malloc_trim` would return the rest, \
-  and Hearth forbids `unsafe` code. Tried and dropped: jemalloc (tikv-jemallocator, purging \
-  in a background thread after 1 s: 44 MiB right after the creation, but 20 MiB after a restart \
-  where glibc holds 6, and 4.7 MiB at 1,000 users against 3.4), mimalloc v2 (51 MiB after a \
-  restart) and v3 (44 MiB idle at 1,000 users), glibc with one arena (`MALLOC_ARENA_MAX=1`: 180 \
-  MiB) and with its mmap and trim thresholds pinned at 128 KiB (139 MiB). After a restart \
-  control holds 6 MiB (the row above).\n";
+- **Scale: 100,000 users created in bulk until the edge serves the last (#54: < 10 s).** \
+  13.6, 14.5 and 14.8 s in three runs of commit 6f2ca1a (19.3 to 20.0 s the day before, 24.8 in \
+  the full run). perf over the bulk creation (the whole machine, `perf record -a`, 22 s) found \
+  half of control's own CPU in curve25519's Montgomery ladder: each snapshot's token was \
+  wrapped for the owner's recovery key with an X25519 agreement of its own; the snapshots \
+  sealed within a second now share one (`hearth_shared::seal::Wrapper`, every token under its \
+  own nonce, the stored format unchanged), which took the row from 19-20 s to 14. What is left, \
+  on the one CPU control, the edge and the node share: SQLite (the users, their trigram index, \
+  each snapshot's envelope and the push bookkeeping, about a fifth of the samples with the \
+  kernel's file reads and writes under it), each snapshot's ed25519 signature (its point \
+  compression runs on the serial field arithmetic), glibc's malloc and free (a tenth), and the \
+  edge storing 100 MiB. Reading the database through `mmap` (SQLite's `mmap_size`) moved \
+  nothing (12.0 s of API calls against 11.7): not kept. Closing the rest means less work per \
+  user in one transaction (fewer statements a user, the search index filled after the fact), \
+  not tried yet.\n\
+- **Scale: control's cold start at 100,000 users (#54: < 60 ms).** Met: 46.0, 36.4, 32.4, \
+  25.0, 56.3 and 37.6 ms over six runs (141 to 149 ms before). A start built every enrolled \
+  node's whole set to see whether the edges it lists had moved (they move only with `edge_url` \
+  in the configuration); it now compares what the sets list of the edges before and after the \
+  configuration is settled, and builds the sets only when that changed \
+  (`serve::tests::a_start_signs_nodes_sets_again_only_when_the_edges_they_list_moved`; the \
+  hourly sweep still builds each set whole).\n\
+- **Scale: control right after 100,000 creations (#23: < 32 MiB; #54: < 48 MiB).** 151 to 188 \
+  MiB. With the blocking pool held to three threads (so at most three arenas beside the \
+  runtime's), 119 MiB: the arenas are part of it, what each keeps of the transaction's peak the \
+  rest. Not live data: heaptrack on the run saw at most 40 MB of heap in use, and control's \
+  memory map right after the bulk creation (`/proc/<pid>/smaps`, commit cdb463e) held ten glibc \
+  arenas of 4 to 33 MB each (one for each thread of the blocking pool that did the work) and a \
+  main heap of 1.3 MB. glibc gives an arena's freed memory back only from its top; \
+  `malloc_trim` would return the rest, and Hearth forbids `unsafe` code. Tried and dropped: \
+  jemalloc (tikv-jemallocator, purging in a background thread after 1 s: 44 MiB right after the \
+  creation, but 20 MiB after a restart where glibc holds 6, and 4.7 MiB at 1,000 users against \
+  3.4), mimalloc v2 (51 MiB after a restart) and v3 (44 MiB idle at 1,000 users), glibc with \
+  one arena (`MALLOC_ARENA_MAX=1`: 180 MiB) and with its mmap and trim thresholds pinned at 128 \
+  KiB (139 MiB). After a restart control holds 6 MiB (the row above).\n";
 
 #[tokio::main]
 async fn main() -> Result<()> {
