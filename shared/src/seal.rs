@@ -74,15 +74,34 @@ fn cipher(key: &[u8; 32]) -> XChaCha20Poly1305 {
 
 /// Seals `snapshot` for the holder of `token`, and wraps the token for `recovery`.
 pub fn seal(snapshot: &Snapshot, token: &SubToken, recovery: &RecoveryPublic, rng: &mut impl CryptoRngCore) -> Vec<u8> {
-    seal_with(snapshot, token, &Wrapper::new(recovery, rng), rng)
+    // The body's nonce first, then the wrap's key and nonce: the order sealing has always
+    // drawn them in (the fixtures seal with a fixed sequence).
+    let nonce = draw_nonce(rng);
+    let wrapper = Wrapper::new(recovery, rng);
+    seal_under(snapshot, token, nonce, &wrapper, rng)
 }
 
 /// [`seal`], the token wrapped by `wrapper` (made for the owner's recovery key): many
 /// snapshots sealed at once share its one X25519 agreement.
 pub fn seal_with(snapshot: &Snapshot, token: &SubToken, wrapper: &Wrapper, rng: &mut impl CryptoRngCore) -> Vec<u8> {
-    let plaintext = Zeroizing::new(snapshot.encode());
+    let nonce = draw_nonce(rng);
+    seal_under(snapshot, token, nonce, wrapper, rng)
+}
+
+fn draw_nonce(rng: &mut impl CryptoRngCore) -> [u8; 24] {
     let mut nonce = [0u8; 24];
     rng.fill_bytes(&mut nonce);
+    nonce
+}
+
+fn seal_under(
+    snapshot: &Snapshot,
+    token: &SubToken,
+    nonce: [u8; 24],
+    wrapper: &Wrapper,
+    rng: &mut impl CryptoRngCore,
+) -> Vec<u8> {
+    let plaintext = Zeroizing::new(snapshot.encode());
     let key = derive(BODY_SALT, token.as_bytes(), &[b"snapshot"]);
     let aad = token.hash();
     let ciphertext = cipher(&key)
