@@ -34,30 +34,15 @@ fn names(list: &'static str) -> impl Iterator<Item = &'static str> {
     list.split(", ").filter(|name| !name.is_empty())
 }
 
-/// A Markdown table of `settings`: a key column when any row has a key, an environment
-/// column when any has a variable, then the default and the meaning.
+/// A Markdown table of `settings`: the setting (its file key, and below it its environment
+/// variable, when it has them), its default and what it means. Three columns, so that the
+/// meaning has the room on a page.
 pub fn table(settings: &[Setting]) -> String {
-    let keys = settings.iter().any(|s| !s.key.is_empty());
-    let envs = settings.iter().any(|s| !s.env.is_empty());
     let code = |list: &'static str| names(list).map(|name| format!("`{name}`")).collect::<Vec<_>>().join(", ");
-    let mut head = Vec::new();
-    if keys {
-        head.push("key");
-    }
-    if envs {
-        head.push("environment");
-    }
-    head.extend(["default", "meaning"]);
-    let mut out = format!("| {} |\n|{}\n", head.join(" | "), "---|".repeat(head.len()));
+    let mut out = String::from("| setting | default | meaning |\n|---|---|---|\n");
     for setting in settings {
-        let mut cells = Vec::new();
-        if keys {
-            cells.push(code(setting.key));
-        }
-        if envs {
-            cells.push(code(setting.env));
-        }
-        cells.extend([setting.default.to_owned(), setting.meaning.to_owned()]);
+        let names: Vec<String> = [setting.key, setting.env].into_iter().filter(|n| !n.is_empty()).map(code).collect();
+        let cells = [names.join("<br>"), setting.default.to_owned(), setting.meaning.to_owned()];
         out.push_str(&format!("| {} |\n", cells.join(" | ").replace('\n', " ")));
     }
     out
@@ -99,15 +84,20 @@ mod tests {
     use super::*;
 
     #[test]
-    fn a_table_has_the_columns_its_rows_use() {
+    fn a_table_names_each_setting_by_its_key_and_variable() {
         let rows = [
             Setting { key: "tls_cert, tls_key", env: "", default: "`tls.crt`", meaning: "PEM\nfiles" },
             Setting { key: "listen", env: "", default: "none", meaning: "where" },
         ];
         assert_eq!(
             table(&rows),
-            "| key | default | meaning |\n|---|---|---|\n| `tls_cert`, `tls_key` | `tls.crt` | PEM files |\n\
+            "| setting | default | meaning |\n|---|---|---|\n| `tls_cert`, `tls_key` | `tls.crt` | PEM files |\n\
              | `listen` | none | where |\n"
+        );
+        let both = [Setting { key: "listen", env: "HEARTH_LISTEN", default: "none", meaning: "where" }];
+        assert_eq!(
+            table(&both),
+            "| setting | default | meaning |\n|---|---|---|\n| `listen`<br>`HEARTH_LISTEN` | none | where |\n"
         );
         assert_eq!(rows[0].keys().collect::<Vec<_>>(), ["tls_cert", "tls_key"]);
         assert_eq!(rows[0].envs().count(), 0);

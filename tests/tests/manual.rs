@@ -179,7 +179,8 @@ fn api_page() -> String {
     page.push_str("Every error answers a JSON [Error](#error) with the status given.\n");
     for (path, operations) in doc["paths"].as_object().unwrap() {
         for (method, operation) in operations.as_object().unwrap() {
-            page.push_str(&format!("\n## {} {path}\n\n", method.to_ascii_uppercase()));
+            // In code: mdBook would read `{id}` at a heading's end as its attributes.
+            page.push_str(&format!("\n## `{} {path}`\n\n", method.to_ascii_uppercase()));
             page.push_str(&format!("{}.", escaped(operation["summary"].as_str().unwrap_or("").trim_end_matches('.'))));
             if let Some(description) = operation["description"].as_str() {
                 page.push_str(&format!(" {}", escaped(description)));
