@@ -49,12 +49,13 @@ pub fn table(settings: &[Setting]) -> String {
 }
 
 /// The `HEARTH_*` variables a program's configuration code names, from its source: `source`
-/// is the file, `list` what starts its settings list (`pub const SETTINGS`; the list ends at
-/// the first line `];` after it, and is left out, as are the tests from `#[cfg(test)]\nmod`
-/// on). For the tests that check a program's settings list against what it reads.
+/// is the file, `list` what starts its settings list when the file holds it (`pub const
+/// SETTINGS`; the list ends at the first line `];` after it, and is left out; empty: the list
+/// is elsewhere), and the tests from `#[cfg(test)]\nmod` on are left out. For the tests that
+/// check a program's settings list against what it reads.
 pub fn variables_named(source: &str, list: &str) -> std::collections::BTreeSet<String> {
     let product = source.split("#[cfg(test)]\nmod ").next().unwrap_or(source);
-    let (before, after) = match product.split_once(list) {
+    let (before, after) = match product.split_once(list).filter(|_| !list.is_empty()) {
         Some((before, rest)) => (before, rest.split_once("\n];\n").map_or("", |(_, after)| after)),
         None => (product, ""),
     };
@@ -109,6 +110,8 @@ mod tests {
                       // HEARTH_B_2 too\n#[cfg(test)]\nmod tests { HEARTH_TEST }";
         let named: Vec<String> = variables_named(source, "pub const SETTINGS").into_iter().collect();
         assert_eq!(named, ["HEARTH_A", "HEARTH_B_2"]);
+        let everything: Vec<String> = variables_named(source, "").into_iter().collect();
+        assert_eq!(everything, ["HEARTH_A", "HEARTH_B_2", "HEARTH_LISTED"]);
     }
 
     #[test]
