@@ -76,3 +76,27 @@ impl Signer {
         Ok(fresh)
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use std::sync::Arc;
+    use std::time::{Duration, Instant};
+
+    use super::WRAPPER_LIFETIME;
+    use crate::testing::TestControl;
+
+    /// Snapshots sealed within a second share one wrapper; an older one is replaced.
+    #[test]
+    fn a_wrapper_serves_a_second_then_another_is_made() {
+        let t = TestControl::new(false);
+        let signer = &t.app.signer;
+        let first = signer.wrapper();
+        assert!(Arc::ptr_eq(&first, &signer.wrapper()), "a second wrapper within the second");
+        // Held for longer than its lifetime: the next seal gets a new one.
+        let made = Instant::now().checked_sub(WRAPPER_LIFETIME + Duration::from_millis(10)).unwrap();
+        *signer.wrapping.lock().unwrap() = Some((made, first.clone()));
+        let next = signer.wrapper();
+        assert!(!Arc::ptr_eq(&first, &next), "a wrapper kept past its lifetime");
+        assert!(Arc::ptr_eq(&next, &signer.wrapper()));
+    }
+}
