@@ -168,7 +168,23 @@ pub struct Draft {
 impl Draft {
     /// Signs `body` with every key in `keys` (each key once).
     pub fn sign(self, body: Vec<u8>, keys: &[&SecretKey]) -> Envelope {
-        let header = Header {
+        let header = self.header(body.len() as u64, sha256(&body));
+        let signatures = sign_header(&header, keys);
+        Envelope { header, body, signatures }
+    }
+
+    /// Signs a body that is kept elsewhere (control's archive, written to a file as it was
+    /// sealed), from its length and SHA-256: gives what goes around the body.
+    pub fn sign_framed(self, body_len: u64, body_hash: Digest, keys: &[&SecretKey]) -> Framed {
+        let header = self.header(body_len, body_hash);
+        let signatures = sign_header(&header, keys);
+        let head = postcard::to_extend(&(&header, body_len), MAGIC.to_vec()).expect("encoding into a Vec cannot fail");
+        let tail = postcard::to_allocvec(&signatures).expect("encoding into a Vec cannot fail");
+        Framed { header, head, tail }
+    }
+
+    fn header(self, body_len: u64, body_hash: Digest) -> Header {
+        Header {
             kind: self.kind,
             stream: self.stream,
             version: self.version,
@@ -177,15 +193,38 @@ impl Draft {
             expires: self.expires,
             audience: self.audience,
             prev: self.prev,
-            body_len: body.len() as u64,
-            body_hash: sha256(&body),
-        };
-        let message = signed_message(&header);
-        let mut signatures: Vec<Signature> =
-            keys.iter().map(|key| Signature { key: key.id(), sig: key.sign(&message) }).collect();
-        signatures.sort_by_key(|s| s.key);
-        signatures.dedup_by_key(|s| s.key);
-        Envelope { header, body, signatures }
+            body_len,
+            body_hash,
+        }
+    }
+}
+
+/// Every key's signature over `header`, sorted by key id, one per key.
+fn sign_header(header: &Header, keys: &[&SecretKey]) -> Vec<Signature> {
+    let message = signed_message(header);
+    let mut signatures: Vec<Signature> =
+        keys.iter().map(|key| Signature { key: key.id(), sig: key.sign(&message) }).collect();
+    signatures.sort_by_key(|s| s.key);
+    signatures.dedup_by_key(|s| s.key);
+    signatures
+}
+
+/// An envelope signed around a body kept elsewhere ([`Draft::sign_framed`]): `head`, then the
+/// body's bytes, then `tail` are the envelope's encoding, as [`Envelope::encode`] gives it.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Framed {
+    /// The signed header.
+    pub header: Header,
+    /// What comes before the body: the magic, the header and the body's length.
+    pub head: Vec<u8>,
+    /// What comes after it: the signatures.
+    pub tail: Vec<u8>,
+}
+
+impl Framed {
+    /// The whole encoding's length with a body of the header's length.
+    pub fn encoded_len(&self) -> u64 {
+        self.head.len() as u64 + self.header.body_len + self.tail.len() as u64
     }
 }
 
@@ -506,6 +545,40 @@ mod tests {
             prev: [0; 32],
         }
         .sign(b"body".to_vec(), &[&key])
+    }
+
+    /// A body signed where it is kept: the head, the body and the tail are the encoding of the
+    /// same envelope signed whole (the signatures too: ed25519 signs the same header), and
+    /// [`Incoming`] reads them as it reads that one, a body of any length.
+    #[test]
+    fn an_envelope_framed_around_a_body_encodes_as_one_signed_whole() {
+        let keys = [SecretKey::from_seed(Role::Signing, &[3; 32]), SecretKey::from_seed(Role::Root, &[4; 32])];
+        let keys: Vec<&SecretKey> = keys.iter().collect();
+        for len in [0usize, 1, 127, 128, 70_000] {
+            let body: Vec<u8> = (0..len).map(|i| (i % 253) as u8).collect();
+            let whole = sample_draft().sign(body.clone(), &keys);
+            let framed = sample_draft().sign_framed(len as u64, sha256(&body), &keys);
+            let joined = [framed.head.as_slice(), &body, &framed.tail].concat();
+            assert_eq!(joined, whole.encode(), "a body of {len} bytes");
+            assert_eq!(framed.encoded_len(), joined.len() as u64);
+            assert_eq!(framed.header, whole.header);
+            let mut incoming = Incoming::new(1 << 20);
+            incoming.feed(&joined).unwrap();
+            assert!(incoming.finish().unwrap().body_matches());
+        }
+    }
+
+    fn sample_draft() -> Draft {
+        Draft {
+            kind: Kind::Archive,
+            stream: "archive".into(),
+            version: 9,
+            epoch: 2,
+            issued: 1_700_000_000,
+            expires: 1_700_086_400,
+            audience: Audience::Control,
+            prev: [0; 32],
+        }
     }
 
     #[test]

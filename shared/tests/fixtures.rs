@@ -321,3 +321,31 @@ fn fixtures_decode_and_verify() {
         }
     }
 }
+
+/// The plaintext sealed in the archive fixtures.
+fn archive_plaintext() -> Vec<u8> {
+    b"the state of control, compressed; ".repeat(5)
+}
+
+/// An archive sealed whole, as control sealed every archive before chunks (`archive_v1`,
+/// made by that code), still opens; one sealed in chunks of 16 bytes keeps its encoding.
+#[test]
+fn archives_keep_their_sealing_and_open_whole_or_in_chunks() {
+    use std::io::Write as _;
+    let recovery = RecoverySecret::from_bytes([5; 32]);
+    let read = |name: &str| hex::decode(std::fs::read_to_string(fixture_path(name)).unwrap().trim()).unwrap();
+    let whole = read("archive_v1");
+    assert_eq!(seal::open_archive(&whole, &recovery).unwrap().as_slice(), archive_plaintext().as_slice());
+
+    let mut sealer = seal::ArchiveSealer::with_chunk(Vec::new(), &recovery.public(), 16, &mut FixedRng(13)).unwrap();
+    sealer.write_all(&archive_plaintext()).unwrap();
+    let chunked = sealer.finish().unwrap();
+    let path = fixture_path("archive_chunked");
+    if std::env::var_os("HEARTH_BLESS").is_some() && !path.exists() {
+        std::fs::write(&path, format!("{}\n", hex::encode(&chunked))).unwrap();
+    }
+    assert_eq!(hex::encode(&chunked), hex::encode(read("archive_chunked")), "the chunked archive's sealing moved");
+    assert_eq!(seal::open_archive(&chunked, &recovery).unwrap().as_slice(), archive_plaintext().as_slice());
+    let stranger = RecoverySecret::from_bytes([6; 32]);
+    assert!(seal::open_archive(&whole, &stranger).is_err() && seal::open_archive(&chunked, &stranger).is_err());
+}

@@ -21,6 +21,9 @@ use zeroize::Zeroizing;
 use crate::keys::{RecoveryPublic, RecoverySecret};
 use crate::wire::{self, Snapshot, SubToken};
 
+mod archive;
+pub use archive::{ArchiveSealer, open_archive};
+
 const BODY_SALT: &[u8] = b"hearth seal v1";
 const WRAP_SALT: &[u8] = b"hearth recovery wrap v1";
 const SEEDED_SALT: &[u8] = b"hearth seeded wrap v1";
@@ -224,64 +227,11 @@ pub fn unwrap(wrapped: &Wrapped, recipient: &RecoverySecret) -> Result<Zeroizing
         .map_err(|_| SealError::WrongKey)
 }
 
-const ARCHIVE_AAD: &[u8] = b"hearth archive v1";
-
-/// Control's state archive as the edge keeps it (the body of a
-/// [`crate::envelope::Kind::Archive`] envelope): encrypted under a random key that is wrapped
-/// for the owner's recovery key, so only the recovery key opens it.
-#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
-pub struct SealedArchive {
-    /// The archive's key, wrapped for the recovery key.
-    pub key: Wrapped,
-    /// The nonce.
-    pub nonce: [u8; 24],
-    /// The encrypted archive, with its tag.
-    #[serde(with = "serde_bytes")]
-    pub ciphertext: Vec<u8>,
-}
-
-/// Encrypts an archive for the holder of `recovery`.
-pub fn seal_archive(plaintext: &[u8], recovery: &RecoveryPublic, rng: &mut impl CryptoRngCore) -> Vec<u8> {
-    let mut key = Zeroizing::new([0u8; 32]);
-    rng.fill_bytes(key.as_mut());
-    let mut nonce = [0u8; 24];
-    rng.fill_bytes(&mut nonce);
-    let ciphertext = cipher(&key)
-        .encrypt(XNonce::from_slice(&nonce), Payload { msg: plaintext, aad: ARCHIVE_AAD })
-        .expect("XChaCha20-Poly1305 encrypts an archive of any size it is given");
-    wire::encode(&SealedArchive { key: wrap(key.as_ref(), recovery, rng), nonce, ciphertext })
-}
-
-/// Opens an archive with the owner's recovery key.
-pub fn open_archive(body: &[u8], recovery: &RecoverySecret) -> Result<Zeroizing<Vec<u8>>, SealError> {
-    let sealed: SealedArchive = wire::decode(body, "sealed archive").map_err(|_| SealError::Malformed)?;
-    let key = unwrap(&sealed.key, recovery)?;
-    let key: &[u8; 32] = key.as_slice().try_into().map_err(|_| SealError::Malformed)?;
-    cipher(key)
-        .decrypt(XNonce::from_slice(&sealed.nonce), Payload { msg: &sealed.ciphertext, aad: ARCHIVE_AAD })
-        .map(Zeroizing::new)
-        .map_err(|_| SealError::WrongKey)
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
     use crate::render::tests::sample_snapshot;
     use rand_core::OsRng;
-
-    #[test]
-    fn archives_open_only_with_the_recovery_key() {
-        let owner = RecoverySecret::generate(&mut OsRng);
-        let other = RecoverySecret::generate(&mut OsRng);
-        let plaintext = b"the whole state of control".repeat(100);
-        let mut sealed = seal_archive(&plaintext, &owner.public(), &mut OsRng);
-        assert_eq!(open_archive(&sealed, &owner).unwrap().as_slice(), plaintext.as_slice());
-        assert_eq!(open_archive(&sealed, &other).err(), Some(SealError::WrongKey));
-        let last = sealed.len() - 1;
-        sealed[last] ^= 1;
-        assert_eq!(open_archive(&sealed, &owner).err(), Some(SealError::WrongKey));
-        assert_eq!(open_archive(b"junk", &owner).err(), Some(SealError::Malformed));
-    }
 
     #[test]
     fn seal_open_recover() {
