@@ -4,18 +4,21 @@
 //! An archive holds a snapshot of the database (without what is rebuilt anyway: the signed
 //! streams and sign-in sessions) and the files of the data directory but the two
 //! secret keys the owner keeps offline (root and recovery). It is compressed, encrypted to the
-//! owner's recovery key ([`hearth_shared::seal::seal_archive`]) and signed as a
-//! [`Kind::Archive`] envelope for control itself, at a version above the one the edge holds.
+//! owner's recovery key in chunks ([`ArchiveSealer`]) and signed as a [`Kind::Archive`]
+//! envelope for control itself, at a version above the one the edge holds. It is written to a
+//! file in the data directory as it is made and sent from there: at 100,000 users it is tens
+//! of megabytes, and never whole in control's memory.
 
 use std::collections::HashMap;
-use std::io::{Read as _, Write as _};
-use std::path::Path;
+use std::io::{Read, Write};
+use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::Duration;
 
 use anyhow::{Context as _, Result, bail};
-use hearth_shared::envelope::{Audience, Draft, Kind};
+use hearth_shared::envelope::{Audience, Draft, Framed, Kind};
 use hearth_shared::keys::RecoverySecret;
+use hearth_shared::seal::ArchiveSealer;
 use hearth_shared::trust::{Expect, Trust, verify};
 use hearth_shared::wire::{self, stream};
 use rand_core::OsRng;
@@ -65,21 +68,34 @@ pub(crate) struct Payload {
     pub(crate) database: Vec<u8>,
 }
 
-/// Reads the data directory and a copy of the database into a payload.
-pub(crate) fn collect(dir: &Path, conn: &rusqlite::Connection, now: u64) -> Result<Payload> {
-    let copy = dir.join("archive.staged.db");
-    let _ = std::fs::remove_file(&copy);
-    store::archive::copy_into(conn, &copy.to_string_lossy()).context("copying the database")?;
-    let database = (|| {
-        let staged = rusqlite::Connection::open(&copy)?;
-        // The envelopes stay out (the edge holds them), but not what each stream was at: a
-        // restore takes an envelope from the edge only at that version or above.
-        store::archive::trim_copy(&staged)?;
-        drop(staged);
-        Ok::<_, anyhow::Error>(std::fs::read(&copy)?)
-    })();
-    let _ = std::fs::remove_file(&copy);
-    let database = database.context("trimming the database copy")?;
+/// A [`Payload`] up to its database, which is written after it from a file.
+#[derive(Serialize)]
+struct PayloadHead<'a> {
+    format: u32,
+    created: u64,
+    files: &'a [(String, serde_bytes::ByteBuf)],
+}
+
+/// Writes a payload's encoding (what `wire::encode` makes of a [`Payload`]) to `out`, its
+/// database read from `database` as it goes: `len` bytes, no more are read, fewer fail.
+fn write_payload(
+    out: &mut impl Write,
+    created: u64,
+    files: &[(String, serde_bytes::ByteBuf)],
+    database: impl Read,
+    len: u64,
+) -> std::io::Result<()> {
+    out.write_all(&wire::encode(&PayloadHead { format: FORMAT, created, files }))?;
+    out.write_all(&wire::encode(&len))?;
+    let copied = std::io::copy(&mut database.take(len), out)?;
+    if copied != len {
+        return Err(std::io::Error::other(format!("the database copy ended after {copied} of {len} bytes")));
+    }
+    Ok(())
+}
+
+/// The data directory's files an archive holds ([`FILES`]), by name.
+fn files(dir: &Path) -> Result<Vec<(String, serde_bytes::ByteBuf)>> {
     let mut files = Vec::new();
     for name in FILES {
         match std::fs::read(dir.join(name)) {
@@ -88,23 +104,177 @@ pub(crate) fn collect(dir: &Path, conn: &rusqlite::Connection, now: u64) -> Resu
             Err(e) => return Err(e).with_context(|| format!("reading {name}")),
         }
     }
-    Ok(Payload { format: FORMAT, created: now, files, database })
+    Ok(files)
 }
 
-/// Compresses, encrypts and signs a payload at `version`.
-pub(crate) fn seal(
-    payload: &Payload,
-    signer: &crate::publish::Signer,
+/// Where the sealed archive waits in the data directory until every edge holds it; made under
+/// [`SEALING`] and renamed, so a push still reading the one before reads it whole.
+const SEALED: &str = "archive.sealed";
+const SEALING: &str = "archive.sealing";
+/// The database's copy, while it is made and written into the archive.
+const STAGED: &str = "archive.staged.db";
+
+/// Removes what a control stopped while it made or kept an archive left behind: archives are
+/// not kept across restarts.
+pub(crate) fn clear_leftovers(dir: &Path) {
+    for name in [SEALED, SEALING, STAGED] {
+        let _ = std::fs::remove_file(dir.join(name));
+    }
+}
+
+/// Bytes written, and their SHA-256, on their way to `inner`.
+struct Hashed<W> {
+    inner: W,
+    len: u64,
+    hash: sha2::Sha256,
+}
+
+impl<W: Write> Write for Hashed<W> {
+    fn write(&mut self, bytes: &[u8]) -> std::io::Result<usize> {
+        use sha2::Digest as _;
+        let written = self.inner.write(bytes)?;
+        self.hash.update(&bytes[..written]);
+        self.len += written as u64;
+        Ok(written)
+    }
+
+    fn flush(&mut self) -> std::io::Result<()> {
+        self.inner.flush()
+    }
+}
+
+/// An archive made: its envelope, signed around the sealed body that waits in a file.
+pub(crate) struct Made {
+    framed: Framed,
+    body: PathBuf,
+}
+
+impl Made {
+    /// The envelope's length.
+    pub(crate) fn len(&self) -> u64 {
+        self.framed.encoded_len()
+    }
+
+    /// The envelope as a request body, read from its file as it is sent (a few chunks in
+    /// memory at a time).
+    pub(crate) fn body(&self) -> std::io::Result<reqwest::Body> {
+        let mut file = std::fs::File::open(&self.body)?;
+        let (head, tail, len) = (self.framed.head.clone(), self.framed.tail.clone(), self.framed.header.body_len);
+        let (tx, rx) = tokio::sync::mpsc::channel(4);
+        tokio::task::spawn_blocking(move || {
+            let send = |bytes: std::io::Result<bytes::Bytes>| tx.blocking_send(bytes).is_ok();
+            if !send(Ok(head.into())) {
+                return;
+            }
+            let mut left = len;
+            while left > 0 {
+                let mut chunk = vec![0; usize::try_from(left.min(64 * 1024)).unwrap_or(64 * 1024)];
+                let read = match file.read(&mut chunk) {
+                    Ok(0) => Err(std::io::Error::other("the sealed archive is shorter than its envelope says")),
+                    Ok(read) => Ok(read),
+                    Err(e) => Err(e),
+                };
+                let read = match read {
+                    Ok(read) => read,
+                    Err(e) => {
+                        send(Err(e));
+                        return;
+                    }
+                };
+                chunk.truncate(read);
+                left -= read as u64;
+                if !send(Ok(chunk.into())) {
+                    return;
+                }
+            }
+            send(Ok(tail.into()));
+        });
+        Ok(reqwest::Body::wrap(Streamed { rx, left: self.len() }))
+    }
+
+    /// The whole envelope, in memory (tests).
+    #[cfg(test)]
+    pub(crate) fn read(&self) -> Vec<u8> {
+        [self.framed.head.clone(), std::fs::read(&self.body).unwrap(), self.framed.tail.clone()].concat()
+    }
+}
+
+/// A request body from a channel, of a length known beforehand (sent as `Content-Length`).
+struct Streamed {
+    rx: tokio::sync::mpsc::Receiver<std::io::Result<bytes::Bytes>>,
+    left: u64,
+}
+
+impl http_body::Body for Streamed {
+    type Data = bytes::Bytes;
+    type Error = std::io::Error;
+
+    fn poll_frame(
+        mut self: std::pin::Pin<&mut Self>,
+        cx: &mut std::task::Context<'_>,
+    ) -> std::task::Poll<Option<std::io::Result<http_body::Frame<bytes::Bytes>>>> {
+        self.rx.poll_recv(cx).map(|next| {
+            next.map(|bytes| {
+                let bytes = bytes?;
+                self.left = self.left.saturating_sub(bytes.len() as u64);
+                Ok(http_body::Frame::data(bytes))
+            })
+        })
+    }
+
+    fn size_hint(&self) -> http_body::SizeHint {
+        http_body::SizeHint::with_exact(self.left)
+    }
+}
+
+/// Makes the archive at `version`: the database copied and trimmed, written with the data
+/// directory's files into a payload that is compressed, encrypted to the owner's recovery key
+/// ([`ArchiveSealer`]) and written to a file as it goes, then signed around that file as a
+/// [`Kind::Archive`] envelope for control itself. Neither the payload nor the archive is ever
+/// whole in memory.
+pub(crate) fn make(
+    dir: &Path,
     conn: &rusqlite::Connection,
+    signer: &crate::publish::Signer,
     version: u64,
     now: u64,
-) -> Result<Vec<u8>, Error> {
-    let mut deflate = flate2::write::DeflateEncoder::new(Vec::new(), flate2::Compression::default());
-    deflate.write_all(&wire::encode(payload)).map_err(|e| Error::Internal(e.to_string()))?;
-    let compressed = zeroize::Zeroizing::new(deflate.finish().map_err(|e| Error::Internal(e.to_string()))?);
-    let body = hearth_shared::seal::seal_archive(&compressed, &signer.recovery, &mut OsRng);
+) -> Result<Made, Error> {
+    let internal = |e: anyhow::Error| Error::Internal(format!("{e:#}"));
+    let staged = dir.join(STAGED);
+    let _ = std::fs::remove_file(&staged);
+    let sealed = (|| {
+        store::archive::copy_into(conn, &staged.to_string_lossy()).context("copying the database")?;
+        let copy = rusqlite::Connection::open(&staged)?;
+        // The envelopes stay out (the edge holds them), but not what each stream was at: a
+        // restore takes an envelope from the edge only at that version or above.
+        store::archive::trim_copy(&copy).context("trimming the database copy")?;
+        drop(copy);
+        let files = files(dir)?;
+        let database = std::fs::File::open(&staged).context("reading the database copy")?;
+        let len = database.metadata()?.len();
+        let sealing = dir.join(SEALING);
+        let mut options = std::fs::OpenOptions::new();
+        options.write(true).create(true).truncate(true);
+        #[cfg(unix)]
+        std::os::unix::fs::OpenOptionsExt::mode(&mut options, 0o600);
+        let out = options.open(&sealing).context("creating the archive's file")?;
+        let out = Hashed { inner: std::io::BufWriter::new(out), len: 0, hash: sha2::Sha256::default() };
+        let sealer = ArchiveSealer::new(out, &signer.recovery, &mut OsRng)?;
+        let mut deflate = flate2::write::DeflateEncoder::new(sealer, flate2::Compression::default());
+        write_payload(&mut deflate, now, &files, std::io::BufReader::new(database), len)?;
+        let Hashed { inner, len, hash } = deflate.finish()?.finish()?;
+        inner.into_inner().map_err(std::io::IntoInnerError::into_error)?;
+        std::fs::rename(&sealing, dir.join(SEALED))?;
+        Ok::<_, anyhow::Error>((len, sha2::Digest::finalize(hash).into()))
+    })();
+    let _ = std::fs::remove_file(&staged);
+    let (len, hash) = sealed.map_err(|e| {
+        let _ = std::fs::remove_file(dir.join(SEALING));
+        internal(e.context("writing the archive"))
+    })?;
+    let max = Kind::Archive.max_len() as u64;
     let online = signer.online(conn)?;
-    Ok(Draft {
+    let framed = Draft {
         kind: Kind::Archive,
         stream: stream::ARCHIVE.to_owned(),
         version,
@@ -114,8 +284,14 @@ pub(crate) fn seal(
         audience: Audience::Control,
         prev: [0; 32],
     }
-    .sign(body, &[&online.key])
-    .encode())
+    .sign_framed(len, hash, &[&online.key]);
+    if framed.encoded_len() > max {
+        return Err(Error::Internal(format!(
+            "the archive is {} bytes, more than an edge keeps ({max}): a restore will need --from-snapshots",
+            framed.encoded_len()
+        )));
+    }
+    Ok(Made { framed, body: dir.join(SEALED) })
 }
 
 /// Checks an archive's signature against `trust` and opens it with the recovery key.
@@ -185,14 +361,13 @@ fn last_sealed(conn: &rusqlite::Connection) -> Result<Option<(Sealed, u64)>, Err
 /// Makes one archive at the next version, of the state at `marker` (or later: a change
 /// that lands meanwhile is in it, and archived once more). Returns the version and the
 /// envelope; the database remembers what was archived.
-async fn seal_once(app: &Arc<App>, marker: Marker) -> Result<(i64, Vec<u8>), Error> {
+async fn seal_once(app: &Arc<App>, marker: Marker) -> Result<(i64, Made), Error> {
     let state = app.clone();
     // Its own connection: `VACUUM INTO` cannot run inside the pool's read transactions.
     tokio::task::spawn_blocking(move || {
         let conn = state.db.connect()?;
         let version = u64::try_from(store::get_state(&conn, "archive_version")?).unwrap_or(0) + 1;
-        let payload = collect(&state.config.data_dir, &conn, now()).map_err(|e| Error::Internal(format!("{e:#}")))?;
-        let envelope = seal(&payload, &state.signer, &conn, version, now())?;
+        let made = make(&state.config.data_dir, &conn, &state.signer, version, now())?;
         let version = i64::try_from(version).unwrap_or(i64::MAX);
         let at = i64::try_from(now()).unwrap_or(i64::MAX);
         let tx = conn.unchecked_transaction()?;
@@ -206,7 +381,7 @@ async fn seal_once(app: &Arc<App>, marker: Marker) -> Result<(i64, Vec<u8>), Err
             store::set_state(&tx, key, value)?;
         }
         tx.commit()?;
-        Ok::<_, Error>((version, envelope))
+        Ok::<_, Error>((version, made))
     })
     .await
     .map_err(|e| Error::Internal(e.to_string()))?
@@ -239,12 +414,12 @@ fn wanted(sealed: Option<&Sealed>, current: Marker, held: &[i64], timing: Timing
     settled || due || lacking
 }
 
-/// The last archive made, kept until every edge holds it (the envelope is dropped then, and
-/// is not kept across restarts: an edge that lacks it later gets a new one).
+/// The last archive made, kept until every edge holds it (its file is removed then, and is
+/// not kept across restarts: an edge that lacks it later gets a new one).
 struct Sealed {
     version: i64,
     marker: Marker,
-    envelope: Option<Vec<u8>>,
+    envelope: Option<Made>,
 }
 
 /// Retries per edge: failures so far, and not before when.
@@ -309,6 +484,7 @@ impl Archiver {
     /// What was archived before a restart is not archived again: a start with nothing
     /// changed uploads nothing.
     async fn start(app: &Arc<App>) -> Archiver {
+        clear_leftovers(&app.config.data_dir);
         let remembered = match app.db.read(last_sealed).await {
             Ok(remembered) => remembered,
             Err(e) => {
@@ -366,8 +542,8 @@ impl Archiver {
         if wanted && now() >= self.last_seal + backoff {
             self.last_seal = now();
             match seal_once(app, current).await {
-                Ok((version, envelope)) => {
-                    self.sealed = Some(Sealed { version, marker: current, envelope: Some(envelope) });
+                Ok((version, made)) => {
+                    self.sealed = Some(Sealed { version, marker: current, envelope: Some(made) });
                     self.failures = 0;
                 }
                 Err(e) => {
@@ -396,15 +572,24 @@ impl Archiver {
                 continue;
             }
             let id = edge.id;
-            let sent = crate::outbox::send_to_edge(
-                app,
-                target,
-                reqwest::Method::PUT,
-                "archive",
-                envelope.clone(),
-                Duration::from_secs(120),
-            )
-            .await;
+            let sent = match envelope.body() {
+                Ok(body) => {
+                    crate::outbox::send_to_edge(
+                        app,
+                        target,
+                        reqwest::Method::PUT,
+                        "archive",
+                        body,
+                        Duration::from_secs(120),
+                    )
+                    .await
+                }
+                Err(e) => Err(crate::outbox::EdgeError {
+                    text: format!("could not read the archive's file: {e}"),
+                    stream: None,
+                    refused: false,
+                }),
+            };
             match sent {
                 Ok(_) => {
                     archive_retry.ok(id);
@@ -423,8 +608,11 @@ impl Archiver {
                 }
             }
         }
-        if everywhere && let Some(sealed) = sealed {
-            sealed.envelope = None;
+        if everywhere
+            && let Some(sealed) = sealed
+            && let Some(made) = sealed.envelope.take()
+        {
+            let _ = std::fs::remove_file(&made.body);
         }
     }
 }
@@ -451,7 +639,18 @@ mod tests {
         let at = Marker { audit: 10, keys: 1, usage: 5 };
         let timing = Timing { changed_at: 1000, last_seal: 1000, after: 30, every: 3600 };
         let remembered = Sealed { version: 4, marker: at, envelope: None };
-        let kept = Sealed { version: 4, marker: at, envelope: Some(vec![1]) };
+        let framed = Draft {
+            kind: Kind::Archive,
+            stream: stream::ARCHIVE.to_owned(),
+            version: 4,
+            epoch: 1,
+            issued: 1000,
+            expires: 2000,
+            audience: Audience::Control,
+            prev: [0; 32],
+        }
+        .sign_framed(0, [0; 32], &[]);
+        let kept = Sealed { version: 4, marker: at, envelope: Some(Made { framed, body: PathBuf::new() }) };
         let now = 1000 + 7200;
         assert!(!wanted(Some(&remembered), at, &[4, 4], timing, now), "nothing moved: no archive, restarted or not");
         let first = Timing { last_seal: 0, ..timing };
@@ -477,19 +676,26 @@ mod tests {
         let input = UserInput { name: Some("alice".into()), note: Some("kept".into()), ..UserInput::default() };
         app.db.write_blocking(|tx| crate::users::create(tx, &app.signer, "test", &input, now)).unwrap();
         let conn = app.db.connect().unwrap();
-        let payload = collect(t.dir.path(), &conn, now).unwrap();
-        let names: Vec<&str> = payload.files.iter().map(|(name, _)| name.as_str()).collect();
-        assert!(names.contains(&"signing.key") && names.contains(&"master.key"), "{names:?}");
-        assert!(
-            !names.contains(&"root.key") && !names.contains(&"recovery.key"),
-            "offline keys never leave: {names:?}"
-        );
-        let envelope = seal(&payload, &app.signer, &conn, 3, now).unwrap();
+        let made = make(t.dir.path(), &conn, &app.signer, 3, now).unwrap();
+        let envelope = made.read();
+        assert_eq!(envelope.len() as u64, made.len());
+        let leftovers: Vec<String> = std::fs::read_dir(t.dir.path())
+            .unwrap()
+            .map(|entry| entry.unwrap().file_name().to_string_lossy().into_owned())
+            .filter(|name| name.starts_with("archive."))
+            .collect();
+        assert_eq!(leftovers, [SEALED], "only the sealed archive stays, until every edge holds it");
         let trust = crate::keyring::load_trust(t.dir.path(), now).unwrap();
         let recovery = t.recovery();
 
         let (version, opened) = open(&envelope, &trust, &recovery, now).unwrap();
         assert_eq!((version, opened.created), (3, now));
+        let names: Vec<&str> = opened.files.iter().map(|(name, _)| name.as_str()).collect();
+        assert!(names.contains(&"signing.key") && names.contains(&"master.key"), "{names:?}");
+        assert!(
+            !names.contains(&"root.key") && !names.contains(&"recovery.key"),
+            "offline keys never leave: {names:?}"
+        );
         let restored = tempfile::tempdir().unwrap();
         unpack(&opened, restored.path()).unwrap();
         let db = rusqlite::Connection::open(crate::keyring::Paths::new(restored.path()).database()).unwrap();
@@ -511,5 +717,45 @@ mod tests {
         let other = TestControl::new(false);
         let foreign = crate::keyring::load_trust(other.dir.path(), now).unwrap();
         assert!(open(&envelope, &foreign, &recovery, now).is_err(), "an archive of another control");
+    }
+
+    /// A payload written as it goes, its database read from a file, is the encoding of the
+    /// same payload made whole: a restore decodes both alike. A database shorter than said
+    /// fails.
+    #[test]
+    fn a_payload_written_as_it_goes_is_the_payload_encoded_whole() {
+        for len in [0usize, 1, 127, 128, 300_000] {
+            let database: Vec<u8> = (0..len).map(|i| (i % 251) as u8).collect();
+            let files = vec![
+                ("control.toml".to_owned(), serde_bytes::ByteBuf::from(b"listen = 1".to_vec())),
+                ("master.key".to_owned(), serde_bytes::ByteBuf::from(vec![9; 32])),
+            ];
+            let mut written = Vec::new();
+            write_payload(&mut written, 77, &files, database.as_slice(), len as u64).unwrap();
+            let whole = Payload { format: FORMAT, created: 77, files: files.clone(), database };
+            assert_eq!(written, wire::encode(&whole), "a database of {len} bytes");
+        }
+        let err = write_payload(&mut Vec::new(), 1, &[], &[1u8, 2][..], 3).unwrap_err();
+        assert!(err.to_string().contains("2 of 3 bytes"), "{err}");
+    }
+
+    /// The archive sent from its file arrives whole, with its length said beforehand; a file
+    /// cut short fails the request instead of sending less.
+    #[tokio::test]
+    async fn an_archive_is_sent_from_its_file_whole_and_only_whole() {
+        use http_body_util::BodyExt as _;
+        let t = TestControl::new(false);
+        let conn = t.app.db.connect().unwrap();
+        let made = make(t.dir.path(), &conn, &t.app.signer, 1, now()).unwrap();
+        let body = made.body().unwrap();
+        assert_eq!(http_body::Body::size_hint(&body).exact(), Some(made.len()));
+        let sent = body.collect().await.unwrap().to_bytes();
+        assert_eq!(sent.as_ref(), made.read().as_slice());
+
+        let file = std::fs::OpenOptions::new().write(true).open(&made.body).unwrap();
+        file.set_len(made.framed.header.body_len / 2).unwrap();
+        let Err(err) = made.body().unwrap().collect().await else { panic!("a short file sent as a whole body") };
+        let said = hearth_io::capped::without_url(&err);
+        assert!(said.contains("shorter than its envelope"), "{said}");
     }
 }

@@ -275,7 +275,7 @@ pub(crate) async fn send_to_edge(
     target: &Target,
     method: reqwest::Method,
     path: &str,
-    body: Vec<u8>,
+    body: impl Into<reqwest::Body>,
     timeout: Duration,
 ) -> Result<reqwest::header::HeaderMap, EdgeError> {
     let response = app

@@ -74,6 +74,13 @@ fn one_line(text: &str) -> String {
 /// A reqwest error without its URL, which holds a secret: an edge's API path, a bot's token.
 pub fn without_url(e: &reqwest::Error) -> String {
     let mut text = e.to_string();
+    // What lies under it (a refused connection, a request body that failed) says why.
+    let mut cause = std::error::Error::source(e);
+    while let Some(under) = cause {
+        text.push_str(": ");
+        text.push_str(&under.to_string());
+        cause = under.source();
+    }
     if let Some(url) = e.url() {
         text = text.replace(url.as_str(), "<its address>");
     }
@@ -146,5 +153,6 @@ mod tests {
         let e = client().get(&url).send().await.unwrap_err();
         let said = without_url(&e);
         assert!(!said.contains("SECRET") && !said.contains("bot123"), "{said}");
+        assert!(said.contains("refused"), "the cause is said: {said}");
     }
 }
