@@ -78,6 +78,8 @@ pub(crate) struct App {
     /// A peer that is not one of `trusted_proxies` but sent forwarding headers (the first
     /// seen): warned of once, and shown in the status.
     pub(crate) untrusted_forwarding: std::sync::OnceLock<std::net::IpAddr>,
+    /// The batch numbers reserved for pushes.
+    pub(crate) batches: crate::outbox::BatchNumbers,
 }
 
 /// Where one edge serves links.
@@ -154,6 +156,7 @@ impl App {
             node_nonces: Mutex::new(hearth_shared::nodeauth::Seen::default()),
             panel_acme: std::sync::OnceLock::new(),
             untrusted_forwarding: std::sync::OnceLock::new(),
+            batches: crate::outbox::BatchNumbers::default(),
             http,
         };
         if let Err(error) = app.refresh_links() {

@@ -27,6 +27,7 @@ mod auth;
 mod cli;
 mod clock;
 mod config;
+mod crash;
 mod error;
 mod import;
 mod install;

@@ -341,6 +341,21 @@ impl ControlProcess {
         crate::stop_gracefully(&mut self.child, "control")
     }
 
+    /// Waits (at most `within`) until the process ends by itself: a crash point, say.
+    pub fn ended(mut self, within: Duration) -> Result<std::process::ExitStatus> {
+        let started = std::time::Instant::now();
+        loop {
+            if let Some(status) = self.child.try_wait()? {
+                return Ok(status);
+            }
+            if started.elapsed() > within {
+                let _ = self.child.kill();
+                bail!("hearth-control did not end within {within:?}");
+            }
+            std::thread::sleep(Duration::from_millis(20));
+        }
+    }
+
     /// SIGKILL: the process dies wherever it is.
     pub fn kill9(mut self) -> Result<()> {
         self.child.kill()?;

@@ -240,6 +240,64 @@ async fn kill_9_during_a_bulk_create_leaves_all_or_nothing() {
     }
 }
 
+/// A push is found again after a crash at every point of it: once a batch number is taken
+/// (before anything is sent) and once the edge took the push (before control wrote down that
+/// it did, a write committed without waiting for the disk). Control starts again, the user
+/// created just before the crash reaches the edge, under a batch number the edge never saw
+/// (one given twice is refused as a conflict: no push may fail after the restart), and so does
+/// one created after.
+#[tokio::test]
+async fn a_push_is_found_again_after_a_crash_at_every_point() {
+    use hearth_tests::control::WithEdge;
+    for point in ["batch-taken", "pushed"] {
+        let temp = tempfile::tempdir().unwrap();
+        let WithEdge { dir, main, control, api, .. } = WithEdge::start(temp.path()).await.unwrap();
+        let plain = hearth_tests::http().build().unwrap();
+        let served = |link: String| {
+            let plain = plain.clone();
+            async move { plain.get(&link).send().await.is_ok_and(|answer| answer.status() == StatusCode::OK) }
+        };
+        let first = api.post(&control, "/users", json!({ "name": "before" })).await;
+        let link = first["link"].as_str().unwrap().to_owned();
+        hearth_tests::eventually("the first user at the edge", Duration::from_secs(30), || served(link.clone())).await;
+        control.stop().unwrap();
+
+        let env = [("HEARTH_EDGE_URL", main.url.clone())];
+        let crashing = [("HEARTH_EDGE_URL", main.url.clone()), ("HEARTH_CRASH_AT", point.to_owned())];
+        let control = ControlProcess::start(&dir, &crashing).unwrap();
+        let second = api.post(&control, "/users", json!({ "name": "crashed-on" })).await;
+        let status = control.ended(Duration::from_secs(30)).unwrap();
+        assert!(!status.success(), "{point}: control crashed ({status})");
+        let link = second["link"].as_str().unwrap().to_owned();
+        if point == "batch-taken" {
+            assert!(!served(link.clone()).await, "{point}: nothing was sent before the crash");
+        }
+
+        // A second on, so a batch number given again is another manifest than the one the edge
+        // took (signed in the same second it would be the same bytes, which the edge takes as
+        // taken).
+        tokio::time::sleep(Duration::from_millis(1100)).await;
+        let (control, log) = ControlProcess::start_logged(&dir, &env).unwrap();
+        hearth_tests::eventually(
+            &format!("{point}: the user created before the crash at the edge"),
+            Duration::from_secs(30),
+            || served(link.clone()),
+        )
+        .await;
+        let third = api.post(&control, "/users", json!({ "name": "after" })).await;
+        let link = third["link"].as_str().unwrap().to_owned();
+        hearth_tests::eventually(
+            &format!("{point}: a user created after the restart at the edge"),
+            Duration::from_secs(30),
+            || served(link.clone()),
+        )
+        .await;
+        control.stop().unwrap();
+        let refused: Vec<String> = log.try_iter().filter(|line| line.contains("push to the edge failed")).collect();
+        assert!(refused.is_empty(), "{point}: the edge refused a push after the restart: {refused:?}");
+    }
+}
+
 fn usage_report(key: &SecretKey, node: u64, seq: u64, users: Vec<UserUsage>) -> Vec<u8> {
     let now = now();
     UsageReport {

@@ -238,6 +238,42 @@ impl Db {
         Ok(value)
     }
 
+    /// [`Db::write`] for bookkeeping that is safe to lose, committed without waiting for the
+    /// disk (`synchronous = NORMAL` for this one transaction): a change waits behind fewer
+    /// syncs. In WAL mode a power cut can then lose this commit and those after it, never one
+    /// before it, and the next synced commit (every change is one) makes it durable with
+    /// itself; a `kill -9` loses nothing committed. Only for writes a crash test shows are
+    /// found again when lost (what an edge took, say: it is pushed again).
+    pub(crate) async fn write_unsynced<T, F>(&self, f: F) -> Result<T, Error>
+    where
+        T: Send + 'static,
+        F: FnOnce(&Transaction<'_>) -> Result<T, Error> + Send + 'static,
+    {
+        let db = self.clone();
+        on_blocking_pool("write", move || db.write_unsynced_blocking(f)).await
+    }
+
+    fn write_unsynced_blocking<T>(&self, f: impl FnOnce(&Transaction<'_>) -> Result<T, Error>) -> Result<T, Error> {
+        /// Puts the writer back to synced commits whatever happens in between.
+        struct Synced<'a>(&'a mut Connection);
+        impl Drop for Synced<'_> {
+            fn drop(&mut self) {
+                if let Err(error) = self.0.execute_batch("PRAGMA synchronous = FULL") {
+                    tracing::error!(%error, "could not set the writer back to synced commits");
+                }
+            }
+        }
+        let mut conn = self.inner.writer.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+        // SQLite takes the setting only outside a transaction.
+        conn.execute_batch("PRAGMA synchronous = NORMAL")?;
+        let guard = Synced(&mut conn);
+        let tx = guard.0.transaction_with_behavior(TransactionBehavior::Immediate)?;
+        let value = f(&tx)?;
+        tx.commit()?;
+        drop(guard);
+        Ok(value)
+    }
+
     /// Runs `f` on a reader (a consistent snapshot for its duration), on the blocking pool, in
     /// the caller's span.
     pub(crate) async fn read<T, F>(&self, f: F) -> Result<T, Error>
@@ -404,6 +440,33 @@ pub(crate) fn set_state(conn: &Connection, key: &str, value: impl rusqlite::ToSq
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// A write committed without waiting for the disk is committed as any other, and the
+    /// writer goes back to synced commits after it, whether it committed or failed.
+    #[tokio::test]
+    async fn an_unsynced_write_leaves_the_writer_synced() {
+        let dir = tempfile::tempdir().unwrap();
+        let db = Db::open(&dir.path().join("control.db")).unwrap();
+        let level = |db: &Db| {
+            let conn = db.inner.writer.lock().unwrap();
+            conn.query_row("PRAGMA synchronous", [], |row| row.get::<_, i64>(0)).unwrap()
+        };
+        assert_eq!(level(&db), 2, "FULL");
+        db.write_unsynced(|tx| {
+            assert_eq!(tx.query_row("PRAGMA synchronous", [], |row| row.get::<_, i64>(0))?, 1, "NORMAL inside");
+            set_state(tx, "unsynced", 5)
+        })
+        .await
+        .unwrap();
+        assert_eq!(level(&db), 2);
+        let failed = db.write_unsynced(|tx| {
+            set_state(tx, "unsynced", 6)?;
+            Err::<(), _>(Error::Internal("refused".into()))
+        });
+        assert!(failed.await.is_err());
+        assert_eq!(level(&db), 2);
+        assert_eq!(db.read(|c| get_state(c, "unsynced")).await.unwrap(), 5, "the failed one rolled back");
+    }
 
     /// The users table rebuilt for names per tenant (issue 46, 4) keeps every user, their
     /// groups, usage and search, gives a reseller's users the reseller's tenant, and lets two
