@@ -1,7 +1,8 @@
 //! Control's SQLite store: one writer, a small pool of readers, migrations embedded.
 //!
 //! The database runs in WAL mode with `synchronous = FULL`, so a write is on disk before it is
-//! acknowledged and a `kill -9` (or a power cut) at any point loses nothing acknowledged.
+//! acknowledged and a `kill -9` (or a power cut) at any point loses nothing acknowledged. The
+//! one exception is bookkeeping shown safe to lose ([`Db::write_unsynced`]: what an edge took).
 //! Every change is one `BEGIN IMMEDIATE` transaction. The store's functions that change users
 //! and nodes say what they touched ([`changes::Changes`]); the layer above them
 //! ([`crate::users`], [`crate::nodes`]) has it signed ([`crate::publish`]) in the same
@@ -146,6 +147,42 @@ async fn on_blocking_pool<T: Send + 'static>(
         .map_err(|e| Error::Internal(format!("{what} task failed: {e}")))?
 }
 
+/// A write to run on the writer's thread.
+type Job = Box<dyn FnOnce() + Send>;
+
+/// Starts the thread every write transaction of the server runs on, one after another (they
+/// take the one writer in turn anyway). One thread, so what a large write allocates (a bulk
+/// create of 10,000 users signs and stores that many snapshots) lands in one of glibc's
+/// arenas, where on the blocking pool each thread that happened to run one kept an arena of
+/// its own grown to that write's peak. It ends when the last handle to the database is gone.
+fn writer_thread() -> std::io::Result<std::sync::mpsc::Sender<Job>> {
+    let (jobs, queue) = std::sync::mpsc::channel::<Job>();
+    std::thread::Builder::new().name("hearth-writer".into()).spawn(move || {
+        for job in queue {
+            job();
+        }
+    })?;
+    Ok(jobs)
+}
+
+/// Runs `f` on the writer's thread, in the caller's span; a panic in it is an error for the
+/// caller (the thread goes on with the next write).
+async fn on_writer<T: Send + 'static>(
+    jobs: &std::sync::mpsc::Sender<Job>,
+    f: impl FnOnce() -> Result<T, Error> + Send + 'static,
+) -> Result<T, Error> {
+    let (span, dispatch) = (tracing::Span::current(), tracing::dispatcher::get_default(Clone::clone));
+    let (done, result) = tokio::sync::oneshot::channel();
+    let job: Job = Box::new(move || {
+        let run = || tracing::dispatcher::with_default(&dispatch, || span.in_scope(f));
+        let outcome = std::panic::catch_unwind(std::panic::AssertUnwindSafe(run))
+            .unwrap_or_else(|_| Err(Error::Internal("a write panicked".into())));
+        let _ = done.send(outcome);
+    });
+    jobs.send(job).map_err(|_| Error::Internal("the writer's thread is gone".into()))?;
+    result.await.map_err(|_| Error::Internal("the writer's thread is gone".into()))?
+}
+
 /// Readers kept open between requests.
 const IDLE_READERS: usize = 2;
 /// Prepared statements kept per connection.
@@ -161,6 +198,8 @@ struct Inner {
     path: PathBuf,
     writer: Mutex<Connection>,
     readers: Mutex<Vec<Connection>>,
+    /// The writer's thread ([`writer_thread`]).
+    jobs: std::sync::mpsc::Sender<Job>,
 }
 
 fn connect(path: &Path) -> rusqlite::Result<Connection> {
@@ -184,7 +223,12 @@ impl Db {
         }
         migrate(&mut conn)?;
         Ok(Db {
-            inner: Arc::new(Inner { path: path.to_owned(), writer: Mutex::new(conn), readers: Mutex::new(Vec::new()) }),
+            inner: Arc::new(Inner {
+                path: path.to_owned(),
+                writer: Mutex::new(conn),
+                readers: Mutex::new(Vec::new()),
+                jobs: writer_thread().map_err(|e| Error::Internal(format!("starting the writer's thread: {e}")))?,
+            }),
         })
     }
 
@@ -208,16 +252,16 @@ impl Db {
         value
     }
 
-    /// Runs `f` in one write transaction, committed when it returns `Ok`, on the blocking pool,
-    /// in the caller's span (what `f` logs carries the fields of the request, edge or node it
-    /// works for).
+    /// Runs `f` in one write transaction, committed when it returns `Ok`, on the writer's
+    /// thread, in the caller's span (what `f` logs carries the fields of the request, edge or
+    /// node it works for).
     pub(crate) async fn write<T, F>(&self, f: F) -> Result<T, Error>
     where
         T: Send + 'static,
         F: FnOnce(&Transaction<'_>) -> Result<T, Error> + Send + 'static,
     {
         let db = self.clone();
-        on_blocking_pool("write", move || db.write_blocking(f)).await
+        on_writer(&self.inner.jobs, move || db.write_blocking(f)).await
     }
 
     /// [`Db::write`] for callers outside the runtime (the CLI).
@@ -250,7 +294,7 @@ impl Db {
         F: FnOnce(&Transaction<'_>) -> Result<T, Error> + Send + 'static,
     {
         let db = self.clone();
-        on_blocking_pool("write", move || db.write_unsynced_blocking(f)).await
+        on_writer(&self.inner.jobs, move || db.write_unsynced_blocking(f)).await
     }
 
     fn write_unsynced_blocking<T>(&self, f: impl FnOnce(&Transaction<'_>) -> Result<T, Error>) -> Result<T, Error> {
