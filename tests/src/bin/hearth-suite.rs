@@ -2530,16 +2530,28 @@ us). Those rows moved with the machine, not with the code.\n\n\
   objects per answer (the headers built in one call), or keeping \
   answers rendered, which the trust model does not want (a snapshot in the clear in the edge's \
   memory).\n\
-- **D, a user change during the storm (#23: < 2 ms).** Control's log of its write \
-  transactions during the storm (`HEARTH_SUITE_CONTROL_LOG=warn,hearth_control::store=debug`, \
-  control of commit cdb463e): each change is committed with a synced write, and beside it control \
-  commits, synced too, the edge's push bookkeeping (about three a change), the node's pulls \
-  and its usage reports: about 17 synced writes a second, to one disk. A change's transaction \
-  waited for the writer up to 1.6 ms (p95) and its commit took 0.8-1.6 ms (p50) and 1.7-3.8 ms \
-  (p95), queued behind the others' syncs; alone (the one user change rows) the same change \
-  takes 1.2 ms at p95. Closing it means fewer synced commits beside a change (the push \
-  bookkeeping, if it is shown to be found again after a crash), each shown safe to lose first: \
-  not made.\n\
+- **D, a user change during the storm (#23: < 2 ms).** 3.99 ms (3.92-4.63) at commit \
+  4c4a919, from 6.75 (4.49-7.31). Control's log of its write transactions during the storm \
+  (`HEARTH_SUITE_CONTROL_LOG=warn,hearth_control::store=debug`, control of commit cdb463e) \
+  showed each change committed with a synced write beside about three synced commits of the \
+  edge's push bookkeeping a change, the node's pulls and its usage reports (about 17 synced \
+  writes a second, to one disk), a change waiting for the writer up to 1.6 ms (p95) and \
+  committing in 0.8-1.6 ms (p50) and 1.7-3.8 ms (p95). The push bookkeeping is now off the \
+  synced path, each write shown safe to lose by a crash test (`tests/tests/control.rs`, \
+  `a_push_is_found_again_after_a_crash_at_every_point`: control dies where the write is not \
+  made yet, starts again, and the user created just before reaches the edge with no push \
+  refused): batch numbers come from a block of 1,000 reserved with one synced write (the \
+  variant that notes the number only after the push fails it: the edge refuses the push after \
+  the restart, `version 3 seen before with different content`), and the note of what an edge \
+  took is committed without waiting for the disk (`Db::write_unsynced`; the variant that notes \
+  it before the push fails it: the user created before the crash never reaches the edge). That \
+  took the row to 4.88 ms (4.37-5.04); every write on one thread (the scale note below) to \
+  3.99. What is left is the change's own synced commit: in the same log of commit 4c4a919 (a \
+  15 s storm) no change waited for the writer (0 us at p95 over 21 changes); each did 0.8 ms \
+  of work (p50, 1.1 ms p95) and its commit, the WAL's fsync on this machine's disk with the \
+  edge and the node on the same CPU, took 0.8 ms at p50 and 3.6 ms at p95. Under 2 ms at p95 \
+  would take a disk that syncs faster, or acknowledging a change before it is on disk, which \
+  Hearth does not do.\n\
 - **Scale: a disable at 100,000 users until the node refuses the user (#23: < 50 ms).** Met in \
   some runs, not in others: one sample a run, 33 ms, 45 ms, 55 ms and 39 ms in the last four. What grows with the users is \
   the check that a delta makes the set control built, at both ends: the last full set decoded \
@@ -2582,19 +2594,28 @@ us). Those rows moved with the machine, not with the code.\n\n\
   written to `archive.sealed` in the data directory as it goes; the envelope is signed around \
   the file (`Draft::sign_framed`, its length and SHA-256) and sent from it, a few chunks in \
   memory at a time. Archives sealed whole still open in a restore.\n\
-- **Scale: control right after 100,000 creations (#23: < 32 MiB; #54: < 48 MiB).** 151 to 188 \
-  MiB. With the blocking pool held to three threads (so at most three arenas beside the \
-  runtime's), 119 MiB: the arenas are part of it, what each keeps of the transaction's peak the \
-  rest. Not live data: heaptrack on the run saw at most 40 MB of heap in use, and control's \
-  memory map right after the bulk creation (`/proc/<pid>/smaps`, commit cdb463e) held ten glibc \
-  arenas of 4 to 33 MB each (one for each thread of the blocking pool that did the work) and a \
-  main heap of 1.3 MB. glibc gives an arena's freed memory back only from its top; \
-  `malloc_trim` would return the rest, and Hearth forbids `unsafe` code. Tried and dropped: \
-  jemalloc (tikv-jemallocator, purging in a background thread after 1 s: 44 MiB right after the \
-  creation, but 20 MiB after a restart where glibc holds 6, and 4.7 MiB at 1,000 users against \
-  3.4), mimalloc v2 (51 MiB after a restart) and v3 (44 MiB idle at 1,000 users), glibc with \
-  one arena (`MALLOC_ARENA_MAX=1`: 180 MiB) and with its mmap and trim thresholds pinned at 128 \
-  KiB (139 MiB). After a restart control holds 6 MiB (the row above).\n";
+- **Scale: control right after 100,000 creations (#23: < 32 MiB; #54: < 48 MiB).** 98 to 106 \
+  MiB in three runs since every write transaction runs on one thread of its own \
+  (`hearth-writer`, commit after a5ef2de), 151 to 188 MiB before: a bulk create's transactions \
+  (10,000 users each, signed and stored) ran on whichever thread of the blocking pool was \
+  free, and each of those kept a glibc arena grown to a transaction's peak; on the one writer \
+  thread they share one. Its memory map right after the creation now holds eight arenas (33, \
+  19, 19, 14, 6, 4, 3 and 2.5 MB: the writer's, the readers' and the runtime's) and a main \
+  heap of 1.4 MB. Cutting what one push reads at once from 16 to 4 MiB moved nothing (101 MiB; \
+  a push of snapshots is held to 2,000 streams, about 2 MB, before it reaches the byte bound): \
+  not kept. Before the writer thread: with the blocking pool held to three threads (so at most \
+  three arenas beside the runtime's), 119 MiB: the arenas are part of it, what each keeps of \
+  the transaction's peak the rest. Not live data: heaptrack on the run saw at most 40 MB of \
+  heap in use, and control's memory map right after the bulk creation (`/proc/<pid>/smaps`, \
+  commit cdb463e) held ten glibc arenas of 4 to 33 MB each (one for each thread of the \
+  blocking pool that did the work) and a main heap of 1.3 MB. glibc gives an arena's freed \
+  memory back only from its top; `malloc_trim` would return the rest, and Hearth forbids \
+  `unsafe` code. Tried and dropped: jemalloc (tikv-jemallocator, purging in a background \
+  thread after 1 s: 44 MiB right after the creation, but 20 MiB after a restart where glibc \
+  holds 6, and 4.7 MiB at 1,000 users against 3.4), mimalloc v2 (51 MiB after a restart) and \
+  v3 (44 MiB idle at 1,000 users), glibc with one arena (`MALLOC_ARENA_MAX=1`: 180 MiB) and \
+  with its mmap and trim thresholds pinned at 128 KiB (139 MiB). After a restart control holds \
+  6 MiB (the row above).\n";
 
 #[tokio::main]
 async fn main() -> Result<()> {
