@@ -79,7 +79,7 @@ pub(crate) struct App {
     /// seen): warned of once, and shown in the status.
     pub(crate) untrusted_forwarding: std::sync::OnceLock<std::net::IpAddr>,
     /// The batch numbers reserved for pushes.
-    pub(crate) batches: crate::outbox::BatchNumbers,
+    pub(crate) batches: crate::batches::BatchNumbers,
 }
 
 /// Where one edge serves links.
@@ -156,7 +156,7 @@ impl App {
             node_nonces: Mutex::new(hearth_shared::nodeauth::Seen::default()),
             panel_acme: std::sync::OnceLock::new(),
             untrusted_forwarding: std::sync::OnceLock::new(),
-            batches: crate::outbox::BatchNumbers::default(),
+            batches: crate::batches::BatchNumbers::default(),
             http,
         };
         if let Err(error) = app.refresh_links() {

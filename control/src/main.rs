@@ -24,6 +24,7 @@ mod api;
 mod app;
 mod archive;
 mod auth;
+mod batches;
 mod cli;
 mod clock;
 mod config;

@@ -1,6 +1,6 @@
 //! Publishing to the edges: every envelope control signs is in `streams` with the order of its
 //! change (`seq`), and each edge has a worker that pushes it whatever is newer than what that
-//! edge acknowledged ([`store::edges`]), in signed batches, whoever made the change (the API,
+//! edge acknowledged ([`edges`]), in signed batches, whoever made the change (the API,
 //! the CLI in another process, a sweep, a restore); the same worker drains the usage reports
 //! nodes left at that edge. Edges are added and removed at run time: [`supervisor`] keeps one
 //! worker per edge.
@@ -18,7 +18,7 @@ use crate::app::{App, Counters, now};
 use crate::error::Error;
 use crate::publish;
 use crate::store::edges::{self, Edge};
-use crate::store::{self, nodes as node_store};
+use crate::store::nodes as node_store;
 use crate::tasks::stopped;
 
 /// Streams one push takes at most.
@@ -151,8 +151,9 @@ async fn push_once(app: &Arc<App>, target: &Target) -> Result<usize, OutboxError
     }
     let taken = names.len();
     crate::crash::point("pushed");
-    // Safe to lose (`push_is_found_again_after_a_crash_at_every_point`): an edge whose
-    // position did not move is pushed the same streams again, which it takes as it took them.
+    // Safe to lose (`a_push_is_found_again_after_a_crash_at_every_point`, tests/tests/control.rs):
+    // an edge whose position did not move is pushed the same streams again, which it takes as
+    // it took them.
     app.db
         .write_unsynced(move |tx| {
             edges::pushed(tx, id, to, &names, now())?;
@@ -168,56 +169,6 @@ async fn push_once(app: &Arc<App>, target: &Target) -> Result<usize, OutboxError
     Ok(taken.max(1))
 }
 
-/// Batch numbers reserved at once: the database holds the end of the block in use, so a
-/// number is never given twice, across restarts and power cuts, for one synced write a block
-/// instead of one a push.
-const BATCH_BLOCK: i64 = 1000;
-
-/// The batch numbers reserved and not given yet (`next..=end`; none when `next > end`).
-#[derive(Debug, Default)]
-pub(crate) struct BatchNumbers(std::sync::Mutex<(u64, u64)>);
-
-impl BatchNumbers {
-    /// The next number of the block, if it has one left.
-    fn take(&self) -> Option<u64> {
-        let mut block = self.0.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
-        let (next, end) = *block;
-        (next != 0 && next <= end).then(|| {
-            block.0 += 1;
-            next
-        })
-    }
-
-    /// Takes a block reserved in the database (`from..=to`) unless one further on is in use
-    /// already (another push reserved at once), then its next number.
-    fn refill(&self, from: u64, to: u64) -> u64 {
-        let mut block = self.0.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
-        if to > block.1 {
-            *block = (from.max(block.0), to);
-        }
-        let next = block.0;
-        block.0 += 1;
-        next
-    }
-}
-
-/// The number of the next batch: from the block reserved, or a new block reserved with a
-/// synced write first (a batch an edge took is never numbered again, whatever happens after).
-async fn next_batch(db: &crate::store::Db, numbers: &BatchNumbers) -> Result<u64, Error> {
-    if let Some(next) = numbers.take() {
-        return Ok(next);
-    }
-    let (from, to) = db
-        .write(|tx| {
-            let at = store::get_state(tx, "batch")?;
-            store::set_state(tx, "batch", at + BATCH_BLOCK)?;
-            Ok((at + 1, at + BATCH_BLOCK))
-        })
-        .await?;
-    let positive = |n: i64| u64::try_from(n).map_err(|_| Error::Internal("a negative batch number".into()));
-    Ok(numbers.refill(positive(from)?, positive(to)?))
-}
-
 /// Signs a batch manifest over `items` and pushes it with them; returns the bytes sent,
 /// whether the edge said it keeps credential deltas, and the address of a proxy it does not
 /// trust that it said sends it forwarding headers.
@@ -228,7 +179,7 @@ async fn push_bundle(
 ) -> Result<(u64, bool, Option<String>), EdgeError> {
     let now = now();
     let internal = |e: Error| EdgeError { text: e.to_string(), stream: None, refused: false };
-    let batch = next_batch(&app.db, &app.batches).await.map_err(internal)?;
+    let batch = crate::batches::next(&app.db, &app.batches).await.map_err(internal)?;
     crate::crash::point("batch-taken");
     let state = app.clone();
     let online = app.db.read(move |c| state.signer.online(c)).await.map_err(internal)?;
@@ -548,33 +499,6 @@ pub(crate) async fn sync_release(app: &Arc<App>, edge: &Edge, target: &Target) -
 mod tests {
     use super::*;
     use crate::testing::{Logs, TestControl};
-
-    /// Batch numbers come from a block the database holds the end of: one write a block, and
-    /// a control started again on the same database (after a crash, say) gives none it gave.
-    #[tokio::test]
-    async fn batch_numbers_are_never_given_twice_across_restarts() {
-        let control = TestControl::new(false);
-        let db = &control.app.db;
-        let numbers = BatchNumbers::default();
-        let mut given = Vec::new();
-        for _ in 0..5 {
-            given.push(next_batch(db, &numbers).await.unwrap());
-        }
-        assert_eq!(given, [1, 2, 3, 4, 5]);
-        let stored = db.read(|c| store::get_state(c, "batch")).await.unwrap();
-        assert_eq!(stored, BATCH_BLOCK, "the block's end, written once");
-        // Started again (nothing reserved in memory): what the first gave, and the rest of
-        // its block, are never given.
-        let restarted = BatchNumbers::default();
-        assert_eq!(next_batch(db, &restarted).await.unwrap(), BATCH_BLOCK as u64 + 1);
-        assert_eq!(db.read(|c| store::get_state(c, "batch")).await.unwrap(), 2 * BATCH_BLOCK);
-        // Two pushes that reserve at once keep the block further on; numbers only go up.
-        let numbers = BatchNumbers::default();
-        assert_eq!(numbers.take(), None);
-        assert_eq!(numbers.refill(2001, 3000), 2001);
-        assert_eq!(numbers.refill(1001, 2000), 2002, "an older block does not replace a newer one");
-        assert_eq!(numbers.take(), Some(2003));
-    }
 
     /// A credential delta goes only to an edge that said it keeps them: held back from one
     /// that has not (it moves past it), and queued again once it says so.

@@ -23,7 +23,7 @@ use rand_core::CryptoRngCore;
 use serde::{Deserialize, Serialize};
 use zeroize::Zeroizing;
 
-use super::{SealError, Wrapped, cipher, unwrap, wrap};
+use super::wrap::{SealError, Wrapped, cipher, unwrap, wrap};
 use crate::keys::{RecoveryPublic, RecoverySecret};
 use crate::wire;
 
