@@ -2559,20 +2559,25 @@ us). Those rows moved with the machine, not with the code.\n\n\
   manual's scale section); the rest is the push, the node's pull and its synced write, on the \
   one CPU the three programs share.\n\
 - **Scale: 100,000 users created in bulk until the edge serves the last (#54: < 10 s).** \
-  13.6, 14.5 and 14.8 s in three runs of commit 6f2ca1a (19.3 to 20.0 s the day before, 24.8 in \
-  the full run). perf over the bulk creation (the whole machine, `perf record -a`, 22 s) found \
-  half of control's own CPU in curve25519's Montgomery ladder: each snapshot's token was \
+  13.6, 14.5 and 14.8 s in three runs of commit 6f2ca1a (19.3 to 20.0 s the day before, 24.8 \
+  in the full run). perf over the bulk creation (the whole machine, `perf record -a`, 22 s) \
+  found half of control's own CPU in curve25519's Montgomery ladder: each snapshot's token was \
   wrapped for the owner's recovery key with an X25519 agreement of its own; the snapshots \
   sealed within a second now share one (`hearth_shared::seal::Wrapper`, every token under its \
-  own nonce, the stored format unchanged), which took the row from 19-20 s to 14. What is left, \
-  on the one CPU control, the edge and the node share: SQLite (the users, their trigram index, \
-  each snapshot's envelope and the push bookkeeping, about a fifth of the samples with the \
-  kernel's file reads and writes under it), each snapshot's ed25519 signature (its point \
+  own nonce, the stored format unchanged), which took the row from 19-20 s to 14. What is \
+  left, on the one CPU control, the edge and the node share: SQLite (the users, their trigram \
+  index, each snapshot's envelope and the push bookkeeping, about a fifth of the samples with \
+  the kernel's file reads and writes under it), each snapshot's ed25519 signature (its point \
   compression runs on the serial field arithmetic), glibc's malloc and free (a tenth), and the \
   edge storing 100 MiB. Reading the database through `mmap` (SQLite's `mmap_size`) moved \
   nothing (12.0 s of API calls against 11.7): not kept. Closing the rest means less work per \
   user in one transaction (fewer statements a user, the search index filled after the fact), \
-  not tried yet.\n\
+  not tried yet. Control's log of commit dc88ae9 (`hearth_control::store` and `publish::sets` \
+  at debug) splits one call of 10,000 users: its transaction does 0.85 to 1.15 s of work \
+  (about 100 us a user, growing with the table) and commits in 0.06 to 0.13 s, and the node's \
+  whole set built within it takes 11 to 90 ms of that (0.54 s over the ten calls). Signing a \
+  delta per call instead of the whole set (the other idea of #54) would save at most those \
+  0.54 s: not built.\n\
 - **Scale: control's cold start at 100,000 users (#54: < 60 ms).** Met: 46.0, 36.4, 32.4, \
   25.0, 56.3 and 37.6 ms over six runs (141 to 149 ms before). A start built every enrolled \
   node's whole set to see whether the edges it lists had moved (they move only with `edge_url` \
