@@ -2599,28 +2599,30 @@ us). Those rows moved with the machine, not with the code.\n\n\
   written to `archive.sealed` in the data directory as it goes; the envelope is signed around \
   the file (`Draft::sign_framed`, its length and SHA-256) and sent from it, a few chunks in \
   memory at a time. Archives sealed whole still open in a restore.\n\
-- **Scale: control right after 100,000 creations (#23: < 32 MiB; #54: < 48 MiB).** 98 to 106 \
-  MiB in three runs since every write transaction runs on one thread of its own \
-  (`hearth-writer`, commit after a5ef2de), 151 to 188 MiB before: a bulk create's transactions \
-  (10,000 users each, signed and stored) ran on whichever thread of the blocking pool was \
-  free, and each of those kept a glibc arena grown to a transaction's peak; on the one writer \
-  thread they share one. Its memory map right after the creation now holds eight arenas (33, \
-  19, 19, 14, 6, 4, 3 and 2.5 MB: the writer's, the readers' and the runtime's) and a main \
-  heap of 1.4 MB. Cutting what one push reads at once from 16 to 4 MiB moved nothing (101 MiB; \
-  a push of snapshots is held to 2,000 streams, about 2 MB, before it reaches the byte bound): \
-  not kept. Before the writer thread: with the blocking pool held to three threads (so at most \
-  three arenas beside the runtime's), 119 MiB: the arenas are part of it, what each keeps of \
-  the transaction's peak the rest. Not live data: heaptrack on the run saw at most 40 MB of \
-  heap in use, and control's memory map right after the bulk creation (`/proc/<pid>/smaps`, \
-  commit cdb463e) held ten glibc arenas of 4 to 33 MB each (one for each thread of the \
-  blocking pool that did the work) and a main heap of 1.3 MB. glibc gives an arena's freed \
-  memory back only from its top; `malloc_trim` would return the rest, and Hearth forbids \
-  `unsafe` code. Tried and dropped: jemalloc (tikv-jemallocator, purging in a background \
-  thread after 1 s: 44 MiB right after the creation, but 20 MiB after a restart where glibc \
-  holds 6, and 4.7 MiB at 1,000 users against 3.4), mimalloc v2 (51 MiB after a restart) and \
-  v3 (44 MiB idle at 1,000 users), glibc with one arena (`MALLOC_ARENA_MAX=1`: 180 MiB) and \
-  with its mmap and trim thresholds pinned at 128 KiB (139 MiB). After a restart control holds \
-  6 MiB (the row above).\n";
+- **Scale: control right after 100,000 creations (#23: < 32 MiB; #54: < 48 MiB).** 74.3, \
+  66.8 and 71.6 MiB in three runs of commit 8b0e621 (151 to 188 MiB before this session's two \
+  changes). Every write transaction runs on one thread of its own (`hearth-writer`; 98 to 106 \
+  MiB with it alone): a bulk create's transactions (10,000 users each, signed and stored) ran \
+  on whichever thread of the blocking pool was free, and each of those kept a glibc arena \
+  grown to a transaction's peak; on the one writer thread they share one. With the writer \
+  thread alone, its memory map right after the creation held eight arenas (33, 19, 19, 14, 6, \
+  4, 3 and 2.5 MB: the writer's, the readers' and the runtime's) and a main heap of 1.4 MB. \
+  The bulk create's answer is written straight from a struct, where it was a JSON value for \
+  each of the 10,000 users of a call first (several times the answer's size): 74 MiB. Cutting \
+  what one push reads at once from 16 to 4 MiB moved nothing (101 MiB; a push of snapshots is \
+  held to 2,000 streams, about 2 MB, before it reaches the byte bound): not kept. Before the \
+  writer thread: with the blocking pool held to three threads (so at most three arenas beside \
+  the runtime's), 119 MiB: the arenas are part of it, what each keeps of the transaction's \
+  peak the rest. Not live data: heaptrack on the run saw at most 40 MB of heap in use, and \
+  control's memory map right after the bulk creation (`/proc/<pid>/smaps`, commit cdb463e) \
+  held ten glibc arenas of 4 to 33 MB each (one for each thread of the blocking pool that did \
+  the work) and a main heap of 1.3 MB. glibc gives an arena's freed memory back only from its \
+  top; `malloc_trim` would return the rest, and Hearth forbids `unsafe` code. Tried and \
+  dropped: jemalloc (tikv-jemallocator, purging in a background thread after 1 s: 44 MiB right \
+  after the creation, but 20 MiB after a restart where glibc holds 6, and 4.7 MiB at 1,000 \
+  users against 3.4), mimalloc v2 (51 MiB after a restart) and v3 (44 MiB idle at 1,000 \
+  users), glibc with one arena (`MALLOC_ARENA_MAX=1`: 180 MiB) and with its mmap and trim \
+  thresholds pinned at 128 KiB (139 MiB). After a restart control holds 6 MiB (the row above).\n";
 
 #[tokio::main]
 async fn main() -> Result<()> {
