@@ -752,6 +752,42 @@ mod tests {
         let sent = body.collect().await.unwrap().to_bytes();
         assert_eq!(sent.as_ref(), made.read().as_slice());
 
+        // On the wire: its length said first (an edge can refuse an archive too large before
+        // reading it), not sent in chunks of unknown length.
+        use tokio::io::{AsyncReadExt as _, AsyncWriteExt as _};
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let url = format!("http://{}/archive", listener.local_addr().unwrap());
+        let edge = tokio::spawn(async move {
+            let (mut stream, _) = listener.accept().await.unwrap();
+            let mut got = Vec::new();
+            let mut buf = vec![0; 64 * 1024];
+            while !got.windows(4).any(|w| w == b"\r\n\r\n") || got.len() < 4 {
+                let n = stream.read(&mut buf).await.unwrap();
+                assert!(n > 0, "the request ended in its head");
+                got.extend_from_slice(&buf[..n]);
+            }
+            let end = got.windows(4).position(|w| w == b"\r\n\r\n").unwrap() + 4;
+            let head = String::from_utf8_lossy(&got[..end]).to_ascii_lowercase();
+            let mut body = got[end..].to_vec();
+            // Without a length, nothing more is read: the checks below fail.
+            while made_len(&head) != u64::MAX && (body.len() as u64) < made_len(&head) {
+                let n = stream.read(&mut buf).await.unwrap();
+                assert!(n > 0, "the body ended early");
+                body.extend_from_slice(&buf[..n]);
+            }
+            stream.write_all(b"HTTP/1.1 200 OK\r\ncontent-length: 0\r\n\r\n").await.unwrap();
+            (head, body)
+        });
+        fn made_len(head: &str) -> u64 {
+            head.lines().find_map(|l| l.strip_prefix("content-length: ")?.trim().parse().ok()).unwrap_or(u64::MAX)
+        }
+        let answer = t.app.http.put(&url).body(made.body().unwrap()).send().await.unwrap();
+        assert!(answer.status().is_success());
+        let (head, body) = edge.await.unwrap();
+        assert_eq!(made_len(&head), made.len(), "{head}");
+        assert!(!head.contains("transfer-encoding"), "{head}");
+        assert_eq!(body, made.read());
+
         let file = std::fs::OpenOptions::new().write(true).open(&made.body).unwrap();
         file.set_len(made.framed.header.body_len / 2).unwrap();
         let Err(err) = made.body().unwrap().collect().await else { panic!("a short file sent as a whole body") };
