@@ -266,14 +266,39 @@ impl Db {
 
     /// [`Db::write`] for callers outside the runtime (the CLI).
     pub(crate) fn write_blocking<T>(&self, f: impl FnOnce(&Transaction<'_>) -> Result<T, Error>) -> Result<T, Error> {
+        self.transact(true, f)
+    }
+
+    /// One write transaction on the writer; `synced: false` commits it without waiting for
+    /// the disk ([`Db::write_unsynced`]), the writer set back to synced commits after it,
+    /// whatever happens in between.
+    fn transact<T>(&self, synced: bool, f: impl FnOnce(&Transaction<'_>) -> Result<T, Error>) -> Result<T, Error> {
+        /// Sets the writer back to synced commits when dropped (a no-op for a synced write).
+        struct Unsynced<'a>(&'a mut Connection, bool);
+        impl Drop for Unsynced<'_> {
+            fn drop(&mut self) {
+                if self.1
+                    && let Err(error) = self.0.execute_batch("PRAGMA synchronous = FULL")
+                {
+                    tracing::error!(%error, "could not set the writer back to synced commits");
+                }
+            }
+        }
         let asked = std::time::Instant::now();
         let mut conn = self.inner.writer.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
         let held = std::time::Instant::now();
-        let tx = conn.transaction_with_behavior(TransactionBehavior::Immediate)?;
+        if !synced {
+            // SQLite takes the setting only outside a transaction.
+            conn.execute_batch("PRAGMA synchronous = NORMAL")?;
+        }
+        let guard = Unsynced(&mut conn, !synced);
+        let tx = guard.0.transaction_with_behavior(TransactionBehavior::Immediate)?;
         let value = f(&tx)?;
         let work = held.elapsed();
         tx.commit()?;
+        drop(guard);
         tracing::debug!(
+            synced,
             waited_us = (held - asked).as_micros() as u64,
             work_us = work.as_micros() as u64,
             commit_us = (held.elapsed() - work).as_micros() as u64,
@@ -294,28 +319,7 @@ impl Db {
         F: FnOnce(&Transaction<'_>) -> Result<T, Error> + Send + 'static,
     {
         let db = self.clone();
-        on_writer(&self.inner.jobs, move || db.write_unsynced_blocking(f)).await
-    }
-
-    fn write_unsynced_blocking<T>(&self, f: impl FnOnce(&Transaction<'_>) -> Result<T, Error>) -> Result<T, Error> {
-        /// Puts the writer back to synced commits whatever happens in between.
-        struct Synced<'a>(&'a mut Connection);
-        impl Drop for Synced<'_> {
-            fn drop(&mut self) {
-                if let Err(error) = self.0.execute_batch("PRAGMA synchronous = FULL") {
-                    tracing::error!(%error, "could not set the writer back to synced commits");
-                }
-            }
-        }
-        let mut conn = self.inner.writer.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
-        // SQLite takes the setting only outside a transaction.
-        conn.execute_batch("PRAGMA synchronous = NORMAL")?;
-        let guard = Synced(&mut conn);
-        let tx = guard.0.transaction_with_behavior(TransactionBehavior::Immediate)?;
-        let value = f(&tx)?;
-        tx.commit()?;
-        drop(guard);
-        Ok(value)
+        on_writer(&self.inner.jobs, move || db.transact(false, f)).await
     }
 
     /// Runs `f` on a reader (a consistent snapshot for its duration), on the blocking pool, in
