@@ -171,16 +171,9 @@ impl Made {
                 let mut chunk = vec![0; usize::try_from(left.min(64 * 1024)).unwrap_or(64 * 1024)];
                 let read = match file.read(&mut chunk) {
                     Ok(0) => Err(std::io::Error::other("the sealed archive is shorter than its envelope says")),
-                    Ok(read) => Ok(read),
-                    Err(e) => Err(e),
+                    read => read,
                 };
-                let read = match read {
-                    Ok(read) => read,
-                    Err(e) => {
-                        send(Err(e));
-                        return;
-                    }
-                };
+                let Ok(read) = read.map_err(|e| send(Err(e))) else { return };
                 chunk.truncate(read);
                 left -= read as u64;
                 if !send(Ok(chunk.into())) {
@@ -253,11 +246,7 @@ pub(crate) fn make(
         let database = std::fs::File::open(&staged).context("reading the database copy")?;
         let len = database.metadata()?.len();
         let sealing = dir.join(SEALING);
-        let mut options = std::fs::OpenOptions::new();
-        options.write(true).create(true).truncate(true);
-        #[cfg(unix)]
-        std::os::unix::fs::OpenOptionsExt::mode(&mut options, 0o600);
-        let out = options.open(&sealing).context("creating the archive's file")?;
+        let out = crate::private_file::replace_private(&sealing).context("creating the archive's file")?;
         let out = Hashed { inner: std::io::BufWriter::new(out), len: 0, hash: sha2::Sha256::default() };
         let sealer = ArchiveSealer::new(out, &signer.recovery, &mut OsRng)?;
         let mut deflate = flate2::write::DeflateEncoder::new(sealer, flate2::Compression::default());
@@ -286,6 +275,7 @@ pub(crate) fn make(
     }
     .sign_framed(len, hash, &[&online.key]);
     if framed.encoded_len() > max {
+        let _ = std::fs::remove_file(dir.join(SEALED));
         return Err(Error::Internal(format!(
             "the archive is {} bytes, more than an edge keeps ({max}): a restore will need --from-snapshots",
             framed.encoded_len()
@@ -685,6 +675,12 @@ mod tests {
             .filter(|name| name.starts_with("archive."))
             .collect();
         assert_eq!(leftovers, [SEALED], "only the sealed archive stays, until every edge holds it");
+        #[cfg(unix)]
+        {
+            use std::os::unix::fs::PermissionsExt as _;
+            let mode = std::fs::metadata(t.dir.path().join(SEALED)).unwrap().permissions().mode();
+            assert_eq!(mode & 0o777, 0o600, "only control reads the sealed archive");
+        }
         let trust = crate::keyring::load_trust(t.dir.path(), now).unwrap();
         let recovery = t.recovery();
 
@@ -761,7 +757,7 @@ mod tests {
             let (mut stream, _) = listener.accept().await.unwrap();
             let mut got = Vec::new();
             let mut buf = vec![0; 64 * 1024];
-            while !got.windows(4).any(|w| w == b"\r\n\r\n") || got.len() < 4 {
+            while !got.windows(4).any(|w| w == b"\r\n\r\n") {
                 let n = stream.read(&mut buf).await.unwrap();
                 assert!(n > 0, "the request ended in its head");
                 got.extend_from_slice(&buf[..n]);

@@ -9,15 +9,26 @@ use zeroize::Zeroizing;
 /// Writes a new file only its owner can read.
 pub(crate) fn write_private(path: &Path, bytes: &[u8]) -> Result<()> {
     use std::io::Write as _;
-    let mut options = std::fs::OpenOptions::new();
-    options.write(true).create_new(true);
-    #[cfg(unix)]
-    std::os::unix::fs::OpenOptionsExt::mode(&mut options, 0o600);
-    let mut file = options.open(path).map_err(|e| match e.kind() {
+    let mut file = private_options().create_new(true).open(path).map_err(|e| match e.kind() {
         std::io::ErrorKind::AlreadyExists => anyhow!("{} already exists; refusing to overwrite it", path.display()),
         _ => anyhow!(e).context(format!("creating {}", path.display())),
     })?;
     file.write_all(bytes).and_then(|()| file.sync_all()).with_context(|| format!("writing {}", path.display()))
+}
+
+/// Opens a file only its owner can read for writing, made new or emptied (one Hearth makes
+/// again each time, control's sealed archive).
+pub(crate) fn replace_private(path: &Path) -> std::io::Result<std::fs::File> {
+    private_options().create(true).truncate(true).open(path)
+}
+
+/// Options that write a file made with mode 0600.
+fn private_options() -> std::fs::OpenOptions {
+    let mut options = std::fs::OpenOptions::new();
+    options.write(true);
+    #[cfg(unix)]
+    std::os::unix::fs::OpenOptionsExt::mode(&mut options, 0o600);
+    options
 }
 
 /// Reads a file only its owner may read, at most `max` bytes: a secret key or the master key.
