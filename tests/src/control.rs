@@ -176,15 +176,16 @@ impl ControlDir {
     /// The archive the edge at `edge_url` holds (`None` while it holds none), opened with
     /// this directory's `recovery.key` and the push token of its `edge.toml`.
     pub async fn archive_at_edge(&self, edge_url: &str) -> Result<Option<EdgeArchive>> {
+        self.archive_at(edge_url, &self.edge_setting("api_prefix")?, &self.edge_setting("push_token")?).await
+    }
+
+    /// [`ControlDir::archive_at_edge`] at an edge of its own API prefix and push token (one
+    /// [`own_edge_vars`] set up, say).
+    pub async fn archive_at(&self, edge_url: &str, api: &str, push_token: &str) -> Result<Option<EdgeArchive>> {
         use hearth_shared::envelope::{Envelope, Kind};
         use std::io::Read as _;
-        let api = self.edge_setting("api_prefix")?;
-        let answer = crate::http()
-            .build()?
-            .get(format!("{edge_url}/{api}/archive"))
-            .bearer_auth(self.edge_setting("push_token")?)
-            .send()
-            .await?;
+        let answer =
+            crate::http().build()?.get(format!("{edge_url}/{api}/archive")).bearer_auth(push_token).send().await?;
         if answer.status() == reqwest::StatusCode::NOT_FOUND {
             return Ok(None);
         }

@@ -341,3 +341,35 @@ fn links_at_mirror(user: &Value, mirror: &str) -> String {
         .find(|link| link.starts_with(mirror))
         .unwrap()
 }
+
+/// Control's state archive, sealed into a file and sent from it in pieces with its length said
+/// first, reaches a Worker edge (workerd) whole: it opens with the recovery key and holds the
+/// users made before it, at every edge alike.
+#[tokio::test]
+async fn the_archive_sent_from_its_file_reaches_a_worker_edge_whole() {
+    let temp = tempfile::tempdir().unwrap();
+    let env = [("HEARTH_ARCHIVE_AFTER_SECS", "1".to_owned())];
+    let WithEdge { dir, main, control, api, .. } = WithEdge::start_with(temp.path(), &env).await.unwrap();
+    let worker = hearth_tests::control::add_worker_edge(&api, &control, &dir, &temp.path().join("worker"), "worker")
+        .await
+        .unwrap();
+    for name in ["alice", "bob", "carol"] {
+        api.post(&control, "/users", json!({ "name": name })).await;
+    }
+    let at_main = dir.archive_holding(&main.url, "SELECT count(*) FROM users", 3).await.unwrap();
+    let vars = own_edge_vars(&dir, "worker").unwrap();
+    let started = Instant::now();
+    let at_worker = loop {
+        let archive = dir.archive_at(&worker.url, &vars[2].1, &vars[1].1).await.unwrap();
+        if let Some(archive) = archive.filter(|a| a.version >= at_main.version) {
+            break archive;
+        }
+        assert!(started.elapsed() < Duration::from_secs(60), "the Worker never got the archive");
+        tokio::time::sleep(Duration::from_millis(300)).await;
+    };
+    assert_eq!(at_worker.number("SELECT count(*) FROM users").await.unwrap(), 3);
+    if at_worker.version == at_main.version {
+        assert_eq!(at_worker.database, at_main.database, "one archive, the same at both edges");
+    }
+    control.stop().unwrap();
+}
