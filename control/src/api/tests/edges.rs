@@ -3,6 +3,17 @@
 
 use super::*;
 
+/// The second edge the tests add.
+fn mirror_edge() -> Value {
+    json!({
+        "name": "mirror",
+        "url": "https://mirror.example",
+        "api_prefix": "mirror_prefix_0123456789",
+        "push_token": "a-push-token-of-the-mirror-0123",
+        "link_base": "https://sub.mirror.example/s",
+    })
+}
+
 /// Edges added, reordered, marked and removed through the API: a new edge lacks everything
 /// and is counted so; every user has a link at each edge; marking the primary's domain
 /// blocked moves every primary link to the next active edge; bad input changes nothing.
@@ -14,13 +25,7 @@ use super::*;
 async fn links_move_off_a_primary_edge_that_keeps_failing() {
     let client = Client::signed_in(true).await;
     let app = client.app().clone();
-    let mirror = json!({
-        "name": "mirror",
-        "url": "https://mirror.example",
-        "api_prefix": "mirror_prefix_0123456789",
-        "push_token": "a-push-token-of-the-mirror-0123",
-        "link_base": "https://sub.mirror.example/s",
-    });
+    let mirror = mirror_edge();
     assert_eq!(client.post("/edges", mirror).await.status, StatusCode::CREATED);
     let alice = client.post("/users", json!({ "name": "alice" })).await.json();
     let id = alice["id"].as_u64().unwrap();
@@ -108,13 +113,7 @@ async fn edges_are_added_marked_and_removed_and_links_follow() {
     assert_eq!(main["edges"][0]["name"], "main", "{main}");
     assert_eq!(main["primary"], format!("http://127.0.0.1:9/{}", client.app().config.edge.sub_prefix));
 
-    let mirror = json!({
-        "name": "mirror",
-        "url": "https://mirror.example",
-        "api_prefix": "mirror_prefix_0123456789",
-        "push_token": "a-push-token-of-the-mirror-0123",
-        "link_base": "https://sub.mirror.example/s",
-    });
+    let mirror = mirror_edge();
     for (field, value, code) in [
         ("name", json!("Main Two"), "bad_edge_name"),
         ("name", json!("main"), "bad_edge_name"),
