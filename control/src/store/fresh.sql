@@ -1,4 +1,4 @@
--- Hearth's schema after migration 32 (written by store::fresh's test from a database the migrations made: HEARTH_WRITE_FRESH=1 cargo test -p hearth-control --bin hearth-control store::fresh)
+-- Hearth's schema after migration 33 (written by store::fresh's test from a database the migrations made: HEARTH_WRITE_FRESH=1 cargo test -p hearth-control --bin hearth-control store::fresh)
 CREATE TABLE state (
     key   TEXT PRIMARY KEY,
     value ANY NOT NULL
@@ -286,9 +286,6 @@ CREATE INDEX users_status ON users (status, id);
 CREATE INDEX users_usage_dirty ON users (id) WHERE usage_dirty = 1;
 CREATE UNIQUE INDEX users_imported_from ON users (imported_from) WHERE imported_from IS NOT NULL;
 CREATE INDEX users_admin ON users (admin_id) WHERE admin_id IS NOT NULL;
-CREATE TRIGGER user_search_insert AFTER INSERT ON users BEGIN
-    INSERT INTO user_search (rowid, name, note) VALUES (new.id, new.name, new.note);
-END;
 CREATE TRIGGER user_search_delete AFTER DELETE ON users BEGIN
     INSERT INTO user_search (user_search, rowid, name, note) VALUES ('delete', old.id, old.name, old.note);
 END;

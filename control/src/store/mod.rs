@@ -132,6 +132,9 @@ const MIGRATIONS: &[&str] = &[
     "CREATE INDEX users_credential ON users (credential_hash);",
     include_str!("routing.sql"),
     include_str!("telegram_users.sql"),
+    // New users are added to the search index by the code that adds them
+    // (`user_create::index_for_search`), not by a trigger for each row.
+    "DROP TRIGGER user_search_insert;",
 ];
 
 /// Runs `f` on the blocking pool, in the caller's span and with the caller's log subscriber:

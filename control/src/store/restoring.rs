@@ -238,6 +238,7 @@ pub(crate) struct RestoredUser<'a> {
 /// Adds the user, or gives a known one the snapshot's values (usage never goes down; its notes
 /// stay, its next reset too unless the reset changed), as of `now`.
 pub(crate) fn write_user(tx: &Connection, user: &RestoredUser<'_>, now: u64) -> Result<(), Error> {
+    let known = tx.prepare_cached("SELECT 1 FROM users WHERE id = ?1")?.exists([user.id])?;
     tx.execute(
         "INSERT INTO users (id, name, token_hash, token_enc, credential_enc, credential_hash, quota, used_up,
                                 used_down, reset, next_reset, expires_at, enabled, created, updated, raw_up, raw_down)
@@ -266,6 +267,10 @@ pub(crate) fn write_user(tx: &Connection, user: &RestoredUser<'_>, now: u64) -> 
             now
         ],
     )?;
+    // A known user's new name is indexed by the trigger on its update.
+    if !known {
+        super::user_create::index_for_search(tx, user.id, user.id, 1)?;
+    }
     Ok(())
 }
 
