@@ -46,6 +46,13 @@ impl Changes {
         Ok(())
     }
 
+    /// As [`Changes::user`], for a user in the same groups as one noted before in this change
+    /// (a bulk create's users): the nodes it reaches are noted already.
+    pub(crate) fn user_alike(&mut self, user: UserId) {
+        self.users.insert(user);
+        self.entries.insert(user);
+    }
+
     /// The sets of the nodes the user can reach must be checked (its allowance or kick
     /// count changed), not its snapshot.
     pub(crate) fn creds_of_user(&mut self, conn: &Connection, user: UserId) -> Result<(), Error> {

@@ -73,7 +73,10 @@ pub(crate) struct Created {
 }
 
 fn insert(conn: &Connection, vault: &Vault, name: &str, new: &NewUser, now: u64) -> Result<Created, Error> {
-    insert_with(conn, vault, name, new, SubToken::generate(&mut OsRng), &secrets::random_credential(), now)
+    if let Some(existing) = named_like(conn, name, None, new.tenant)? {
+        return Err(Error::conflict("conflict", format!("a user named {existing:?} already exists")));
+    }
+    insert_named(conn, vault, name, new, SubToken::generate(&mut OsRng), &secrets::random_credential(), now)
 }
 
 /// Adds a user taken over from another panel, with the link token and Hysteria2 password it
@@ -90,7 +93,10 @@ pub(crate) fn insert_imported(
 ) -> Result<UserId, Error> {
     let name = check_name(input.name.as_deref().unwrap_or_default(), "user")?;
     let new = resolve_new(conn, input, now)?;
-    let created = insert_with(conn, vault, &name, &new, token, credential, now)?;
+    if let Some(existing) = named_like(conn, &name, None, new.tenant)? {
+        return Err(Error::conflict("conflict", format!("a user named {existing:?} already exists")));
+    }
+    let created = insert_named(conn, vault, &name, &new, token, credential, now)?;
     index_for_search(conn, created.id, created.id, 1)?;
     conn.prepare_cached("UPDATE users SET imported_from = ?2 WHERE id = ?1")?
         .execute(params![created.id, imported_from])?;
@@ -136,7 +142,8 @@ pub(super) fn named_like(
         .optional()?)
 }
 
-fn insert_with(
+/// Adds a user whose name the caller found free.
+fn insert_named(
     conn: &Connection,
     vault: &Vault,
     name: &str,
@@ -145,9 +152,6 @@ fn insert_with(
     credential: &str,
     now: u64,
 ) -> Result<Created, Error> {
-    if let Some(existing) = named_like(conn, name, None, new.tenant)? {
-        return Err(Error::conflict("conflict", format!("a user named {existing:?} already exists")));
-    }
     conn.prepare_cached(
         "INSERT INTO users (name, token_hash, token_enc, credential_enc, credential_hash, quota, reset, next_reset,
                             expires_at, duration_secs, enabled, note, created, updated,
@@ -253,10 +257,16 @@ pub(crate) fn create_many(
         let message = format!("users with these names exist already: {}", taken.join(", "));
         return Err(Error::Names { code: "names_taken", message, names: taken });
     }
+    // Every name is free (checked above), and every user has the same groups: the nodes the
+    // first reaches are those each reaches.
     let mut created: Vec<(String, Created)> = Vec::with_capacity(names.len());
     for name in names {
-        let user = insert(conn, vault, &name, &new, now)?;
-        changes.user(conn, user.id)?;
+        let user =
+            insert_named(conn, vault, &name, &new, SubToken::generate(&mut OsRng), &secrets::random_credential(), now)?;
+        match created.first() {
+            None => changes.user(conn, user.id)?,
+            Some(_) => changes.user_alike(user.id),
+        }
         created.push((name, user));
     }
     if let (Some((_, first)), Some((_, last))) = (created.first(), created.last()) {

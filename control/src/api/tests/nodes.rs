@@ -902,3 +902,19 @@ async fn kicks_a_node_reports_are_the_panels_kicks_for_users_it_serves() {
     let actor = format!("node {a} (traffic stats API)");
     assert_eq!(entries, vec![(actor.as_str(), format!("user {alice} (alice)").as_str())]);
 }
+
+/// A bulk create reaches the set of a node enrolled before it, every user in it (the call's
+/// users share their groups: the nodes they reach are read once for the change).
+#[tokio::test]
+async fn a_bulk_create_reaches_an_enrolled_node_whole() {
+    let client = Client::signed_in(true).await;
+    let (node, key) = enroll(&client, json!(["default"])).await;
+    let names: Vec<String> = (0..50).map(|i| format!("cousin-{i:02}")).collect();
+    let created = client.post("/users/bulk", json!({ "names": names })).await;
+    assert_eq!(created.status, StatusCode::CREATED, "{}", String::from_utf8_lossy(&created.body));
+    let pulled = node_get(&client, node, &key, &format!("/nodes/{node}/creds?after=0&base=0")).await;
+    assert_eq!(pulled.status, StatusCode::OK);
+    let ids: Vec<u64> = created.json()["users"].as_array().unwrap().iter().map(|u| u["id"].as_u64().unwrap()).collect();
+    let set: Vec<u64> = set_of(&pulled).users().iter().map(|entry| entry.user).collect();
+    assert_eq!(set, ids);
+}
