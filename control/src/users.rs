@@ -33,11 +33,8 @@ pub(crate) fn create_many(
     settings: &UserInput,
     now: u64,
 ) -> Result<Vec<(String, Created)>, Error> {
-    // 16 MiB of cache for the call, about what 10,000 users' rows and indexes dirty.
-    store::with_page_cache(conn, 16 * 1024, || {
-        publish::changed(conn, signer, now, |changes| {
-            store::users::create_many(conn, &signer.vault, changes, actor, names, settings, now)
-        })
+    publish::changed(conn, signer, now, |changes| {
+        store::users::create_many(conn, &signer.vault, changes, actor, names, settings, now)
     })
 }
 

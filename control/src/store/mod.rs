@@ -189,22 +189,6 @@ async fn on_writer<T: Send + 'static>(
 /// Each connection's page cache, in KiB.
 const PAGE_CACHE_KIB: i64 = 1024;
 
-/// Runs `f` with the connection's page cache at `kib` KiB, then sets it back (what it holds
-/// beyond its usual size is freed as the transaction ends): for a transaction that writes
-/// across large indexes, whose pages a small cache would write out and read back mid-way (a
-/// bulk create of 10,000 users into 100,000, where each user's token and password hashes land
-/// at random places in their indexes).
-pub(crate) fn with_page_cache<T>(
-    conn: &Connection,
-    kib: i64,
-    f: impl FnOnce() -> Result<T, Error>,
-) -> Result<T, Error> {
-    conn.pragma_update(None, "cache_size", -kib)?;
-    let result = f();
-    conn.pragma_update(None, "cache_size", -PAGE_CACHE_KIB)?;
-    result
-}
-
 /// Readers kept open between requests.
 const IDLE_READERS: usize = 2;
 /// Prepared statements kept per connection.
@@ -512,22 +496,6 @@ pub(crate) fn set_state(conn: &Connection, key: &str, value: impl rusqlite::ToSq
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    /// A bulk create's larger page cache is the connection's usual one again after it,
-    /// whether it succeeded or failed.
-    #[test]
-    fn a_larger_page_cache_is_set_back_after_its_transaction() {
-        let dir = tempfile::tempdir().unwrap();
-        let db = Db::open(&dir.path().join("control.db")).unwrap();
-        let conn = db.connect().unwrap();
-        let size = |conn: &Connection| conn.query_row("PRAGMA cache_size", [], |r| r.get::<_, i64>(0)).unwrap();
-        assert_eq!(size(&conn), -PAGE_CACHE_KIB);
-        let inside = with_page_cache(&conn, 16 * 1024, || Ok(size(&conn))).unwrap();
-        assert_eq!((inside, size(&conn)), (-16 * 1024, -PAGE_CACHE_KIB));
-        let failed: Result<(), Error> = with_page_cache(&conn, 16 * 1024, || Err(Error::Internal("no".into())));
-        assert!(failed.is_err());
-        assert_eq!(size(&conn), -PAGE_CACHE_KIB);
-    }
 
     /// A write committed without waiting for the disk is committed as any other, and the
     /// writer goes back to synced commits after it, whether it committed or failed.
