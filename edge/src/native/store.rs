@@ -255,6 +255,66 @@ async fn put(conn: &Connection, write: &Write) -> Result<(), StoreError> {
     Ok(())
 }
 
+/// The statements a push's writes run, each prepared once for the push: parsing their SQL for
+/// every write (a push carries up to 2,000) was about an eighth of the edge's CPU while it
+/// took 100,000 users created in bulk.
+struct RowStatements<'c> {
+    conn: &'c Connection,
+    /// For each table a write's row may be in: its state's SELECT and its upsert.
+    prepared: Vec<(&'static str, libsql::Statement, libsql::Statement)>,
+}
+
+impl<'c> RowStatements<'c> {
+    fn new(conn: &'c Connection) -> RowStatements<'c> {
+        RowStatements { conn, prepared: Vec::new() }
+    }
+
+    /// The statements of `write`'s table, and the row's key.
+    async fn of(
+        &mut self,
+        write: &Write,
+    ) -> Result<(&libsql::Statement, &libsql::Statement, libsql::Value), StoreError> {
+        let (table, key_column, key) = row_of(write);
+        let at = match self.prepared.iter().position(|(t, ..)| *t == table) {
+            Some(at) => at,
+            None => {
+                let select =
+                    self.conn.prepare(&format!("SELECT version, digest FROM {table} WHERE {key_column} = ?1")).await?;
+                let upsert = self
+                    .conn
+                    .prepare(&format!(
+                        "INSERT INTO {table} ({key_column}, version, digest, envelope) VALUES (?1, ?2, ?3, ?4) \
+                         ON CONFLICT ({key_column}) DO UPDATE SET version = ?2, digest = ?3, envelope = ?4"
+                    ))
+                    .await?;
+                self.prepared.push((table, select, upsert));
+                self.prepared.len() - 1
+            }
+        };
+        let (_, select, upsert) = &self.prepared[at];
+        select.reset();
+        upsert.reset();
+        Ok((select, upsert, key))
+    }
+
+    /// The stored state of `write`'s row.
+    async fn state(&mut self, write: &Write) -> Result<Option<Stored>, StoreError> {
+        let (select, _, key) = self.of(write).await?;
+        let mut rows = select.query([key]).await?;
+        match rows.next().await? {
+            Some(row) => Ok(Some(state_of(row.get(0)?, row.get(1)?)?)),
+            None => Ok(None),
+        }
+    }
+
+    /// Stores `write`'s row.
+    async fn put(&mut self, write: &Write) -> Result<(), StoreError> {
+        let (_, upsert, key) = self.of(write).await?;
+        upsert.execute(params![key, i(write.version), write.digest.0.to_vec(), write.envelope.clone()]).await?;
+        Ok(())
+    }
+}
+
 async fn value(conn: &Connection, key: &str) -> Result<Option<Vec<u8>>, StoreError> {
     let mut rows = conn.query("SELECT value FROM state WHERE key = ?1", params![key]).await?;
     Ok(match rows.next().await? {
@@ -588,16 +648,19 @@ impl Storage for Store {
         if let Err(changed) = plan.still(batch.as_ref()) {
             return Ok(Err(changed));
         }
+        let mut rows = RowStatements::new(&tx);
         for planned in &plan.writes {
-            if let Err(changed) = planned.still(state(&tx, &planned.write).await?.as_ref()) {
+            if let Err(changed) = planned.still(rows.state(&planned.write).await?.as_ref()) {
                 return Ok(Err(changed));
             }
-            put(&tx, &planned.write).await?;
+            rows.put(&planned.write).await?;
             // A link deleted (its user deleted, or given a new link) takes its devices along.
             if let (Target::Link(hash), None) = (&planned.write.target, &planned.write.envelope) {
                 tx.execute("DELETE FROM devices WHERE token_hash = ?1", params![hash.to_vec()]).await?;
             }
         }
+        // Its statements finished before the commit.
+        drop(rows);
         let trust = encode(&plan.trust);
         let batch = encode(&plan.batch);
         let keys = plan.keys_header.clone().map(String::into_bytes);
