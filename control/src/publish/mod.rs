@@ -56,12 +56,14 @@ pub(crate) fn changes(conn: &Connection, signer: &Signer, changes: Changes, now:
     let mut entries_changed = false;
     for user in changes.users {
         match publish_user(conn, signer, user, now)? {
-            Some(published) => {
+            Some(entries) => {
                 signed += 1;
-                if published.entries_changed {
-                    entries_changed = true;
-                    by_entries.extend(published.reach);
+                // The nodes the user reaches now; those of a bulk create's users after its
+                // first are the first's, in `changes.reach` already.
+                if entries && !changes.alike.contains(&user) {
+                    by_entries.extend(crate::store::changes::nodes_of_user(conn, user)?);
                 }
+                entries_changed |= entries;
             }
             None => entries_changed = true,
         }

@@ -3,7 +3,7 @@
 //! sealed to the link's token and to each of the user's aliases.
 
 use hearth_shared::envelope::{Audience, Kind};
-use hearth_shared::wire::{NodeId, Snapshot, Status, SubToken, TelegramLink, UserId, stream};
+use hearth_shared::wire::{Snapshot, Status, SubToken, TelegramLink, UserId, stream};
 use hearth_shared::{Rate, seal, sha256};
 use rand_core::OsRng;
 use rusqlite::Connection;
@@ -14,7 +14,6 @@ use super::snapshot::{self, Parts};
 use super::streams::{Item, put};
 use crate::error::Error;
 use crate::secrets::Purpose;
-use crate::store::changes::nodes_of_user;
 use crate::store::cred_sets::entries_changed;
 use crate::store::snapshots::{self, SlowSettings, UserRow};
 use crate::store::users::status_name;
@@ -23,16 +22,11 @@ use crate::store::users::status_name;
 /// for as long as it holds it; this bounds only how late a push may arrive.
 const SNAPSHOT_LIFETIME: u64 = 365 * 86_400;
 
-/// Builds, seals and signs a user's snapshot; updates the stored status. Returns the nodes
-/// the user reaches and whether its entries in their sets changed, or `None` when the user
-/// no longer exists.
+/// Builds, seals and signs a user's snapshot; updates the stored status. Returns whether the
+/// user's entries in the sets of the nodes it reaches changed, or `None` when the user no
+/// longer exists.
 #[tracing::instrument(level = "debug", skip_all, fields(user = user))]
-pub(super) fn publish_user(
-    conn: &Connection,
-    signer: &Signer,
-    user: UserId,
-    now: u64,
-) -> Result<Option<Published>, Error> {
+pub(super) fn publish_user(conn: &Connection, signer: &Signer, user: UserId, now: u64) -> Result<Option<bool>, Error> {
     let Some(row) = snapshots::user_row(conn, user)? else { return Ok(None) };
     let status = row.status(now);
     keep_status(conn, user, &row, status, now)?;
@@ -49,7 +43,7 @@ pub(super) fn publish_user(
         sign(conn, signer, &snapshot, &alias, now)?;
     }
     snapshots::usage_published(conn, user)?;
-    Ok(Some(Published { reach: nodes_of_user(conn, user)?, entries_changed: entries_changed(conn, user)? }))
+    Ok(Some(entries_changed(conn, user)?))
 }
 
 /// Stores the user's status when it changed, and tells the owner of the changes they hear of.
@@ -133,13 +127,6 @@ fn sign(conn: &Connection, signer: &Signer, snapshot: &Snapshot, token: &SubToke
     };
     put(conn, signer, &item, now, false)?;
     Ok(())
-}
-
-/// A user's snapshot signed: the nodes it reaches, and whether its entries in their sets
-/// changed since it was last published.
-pub(super) struct Published {
-    pub(super) reach: Vec<NodeId>,
-    pub(super) entries_changed: bool,
 }
 
 /// The rate a user over quota is slowed to on the nodes of its groups (0: cut off), from its

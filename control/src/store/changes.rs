@@ -29,6 +29,9 @@ pub(crate) struct Changes {
     pub(crate) entries: BTreeSet<UserId>,
     /// Node key records to sign: the node and its key (`None`: the node is gone).
     pub(crate) node_records: Vec<(NodeId, Option<PublicKey>)>,
+    /// Users of `users` in the same groups as one noted before them (a bulk create's users
+    /// after its first): the nodes they reach are in `reach` already.
+    pub(crate) alike: BTreeSet<UserId>,
     /// Streams to withdraw from the edges (a deleted user's snapshot, say).
     pub(crate) gone: Vec<String>,
     /// The edge's settings (aliases, rules) must be signed again.
@@ -51,6 +54,7 @@ impl Changes {
     pub(crate) fn user_alike(&mut self, user: UserId) {
         self.users.insert(user);
         self.entries.insert(user);
+        self.alike.insert(user);
     }
 
     /// The sets of the nodes the user can reach must be checked (its allowance or kick
