@@ -110,13 +110,20 @@ pub(crate) fn insert_imported(
 /// Not a trigger on each row: SQLite opens a savepoint around every statement that could
 /// fail halfway, and at each one the trigram index writes out what it holds, so indexing each
 /// user as its row went in wrote one small segment of the index for every user, then merged
-/// them (a tenth of a bulk create's time); a bulk create indexes its users in one statement.
+/// them (a tenth of a bulk create's time); a bulk create indexes its users a thousand to a
+/// statement (all of a call's 10,000 in one held all their terms in memory at once).
 pub(crate) fn index_for_search(conn: &Connection, first: UserId, last: UserId, count: usize) -> Result<(), Error> {
-    let indexed = conn
-        .prepare_cached(
-            "INSERT INTO user_search (rowid, name, note) SELECT id, name, note FROM users WHERE id BETWEEN ?1 AND ?2",
-        )?
-        .execute(params![first, last])?;
+    const AT_ONCE: u64 = 1000;
+    let mut index = conn.prepare_cached(
+        "INSERT INTO user_search (rowid, name, note) SELECT id, name, note FROM users WHERE id BETWEEN ?1 AND ?2",
+    )?;
+    let mut indexed = 0;
+    let mut from = first;
+    while from <= last {
+        let to = last.min(from.saturating_add(AT_ONCE - 1));
+        indexed += index.execute(params![from, to])?;
+        from = to + 1;
+    }
     if indexed != count {
         return Err(Error::Internal(format!("{indexed} users indexed for search where {count} were added")));
     }
@@ -309,13 +316,14 @@ mod tests {
                 let mut changes = Changes::default();
                 let input = UserInput { name: Some("alone-one".into()), ..UserInput::default() };
                 let alone = create(tx, vault, &mut changes, "test", &input, now)?;
-                let names: Vec<String> = (0..50).map(|i| format!("bulk-{i:02}")).collect();
+                // More than the thousand indexed at a time.
+                let names: Vec<String> = (0..1500).map(|i| format!("bulk-{i:04}")).collect();
                 let bulk = create_many(tx, vault, &mut changes, "test", &names, &UserInput::default(), now)?;
                 let input = UserInput { name: Some("imported-one".into()), ..UserInput::default() };
                 let token = SubToken::generate(&mut OsRng);
                 let imported = insert_imported(tx, vault, &input, token, "a-password", "3x-ui:7", now)?;
                 let restored = RestoredUser {
-                    id: 1000,
+                    id: 100_000,
                     name: "restored-one",
                     token_hash: sha256(b"restored token"),
                     token_enc: Vec::new(),
@@ -341,11 +349,11 @@ mod tests {
                 assert_eq!(found(tx, "alone-one"), [alone]);
                 assert_eq!(found(tx, "bulk-"), bulk);
                 assert_eq!(found(tx, "imported-one"), [imported]);
-                assert_eq!(found(tx, "restored-again"), [1000]);
+                assert_eq!(found(tx, "restored-again"), [100_000]);
                 assert!(found(tx, "restored-one").is_empty(), "the name it had before is gone");
                 check(tx);
                 tx.execute("UPDATE users SET name = 'renamed' WHERE id = ?1", [bulk[3]])?;
-                tx.execute("DELETE FROM users WHERE id IN (?1, ?2, 1000)", [alone, imported])?;
+                tx.execute("DELETE FROM users WHERE id IN (?1, ?2, 100000)", [alone, imported])?;
                 assert_eq!(found(tx, "renamed"), [bulk[3]]);
                 assert!(found(tx, "alone-one").is_empty() && found(tx, "imported").is_empty());
                 check(tx);
