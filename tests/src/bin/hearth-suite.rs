@@ -2596,12 +2596,12 @@ us). Those rows moved with the machine, not with the code.\n\n\
   held 91 MiB right after, the cache's pages left in glibc's arena). What is left, on the one CPU \
   control, the edge and the node share: each snapshot's ed25519 signature (a fifth of the \
   writer's time; its point multiplication runs on the serial field arithmetic), SQLite inserting \
-  each user into the users table's eight indexes and its snapshot's envelope (a fifth, the \
-  kernel's copies of pages in and out of SQLite's 1 MiB cache under it), reading back what a \
-  snapshot is made of (about a sixth: its row, nodes, devices, aliases, the digest of its entries \
-  in node sets), and the edge storing 100 MiB. The node's whole set, built at the end of each \
-  call, takes 11 to 90 ms of it (0.54 s over the ten calls): signing a delta per call instead \
-  (the other idea of #54) would save at most that, and is not built.\n\
+  each user into the six of the users table's indexes a new user's row is in and its snapshot's \
+  envelope (a fifth, the kernel's copies of pages in and out of SQLite's 1 MiB cache under it), \
+  reading back what a snapshot is made of (about a sixth: its row, nodes, devices, aliases, the \
+  digest of its entries in node sets), and the edge storing 100 MiB. The node's whole set, built \
+  at the end of each call, takes 11 to 90 ms of it (0.54 s over the ten calls): signing a delta \
+  per call instead (the other idea of #54) would save at most that, and is not built.\n\
 - **Scale: control's cold start at 100,000 users (#54: < 60 ms).** Met: 46.0, 36.4, 32.4, \
   25.0, 56.3 and 37.6 ms over six runs (141 to 149 ms before). A start built every enrolled \
   node's whole set to see whether the edges it lists had moved (they move only with `edge_url` \
