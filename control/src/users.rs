@@ -123,3 +123,40 @@ pub(crate) fn retire_alias(
 ) -> Result<Vec<AliasView>, Error> {
     publish::changed(conn, signer, now, |changes| store::aliases::retire(conn, changes, actor, user, path, now))
 }
+
+#[cfg(test)]
+mod tests {
+    use crate::store::user_input::DeviceLimit;
+    use crate::store::users::UserInput;
+
+    /// A bulk create's users after its first take what their snapshots share from the first's
+    /// (the nodes they reach, their device limit and policy): every snapshot is what signing
+    /// the user alone makes, so signing them all again alone signs nothing new.
+    #[test]
+    fn a_bulk_create_signs_each_snapshot_as_it_would_alone() {
+        let control = crate::testing::TestControl::new(true);
+        let app = &control.app;
+        let now = crate::app::now();
+        app.db.write_blocking(|tx| crate::testing::enrolled_node(tx, &app.signer, now)).unwrap();
+        let settings =
+            UserInput { device_limit: Some(DeviceLimit::Own(3)), quota: Some(1 << 30), ..UserInput::default() };
+        let names: Vec<String> = (0..20).map(|i| format!("kin-{i:02}")).collect();
+        let streams = |c: &rusqlite::Connection| -> Result<Vec<(String, u64, Vec<u8>)>, crate::error::Error> {
+            let mut query = c.prepare("SELECT name, version, digest FROM streams ORDER BY name")?;
+            let rows = query.query_map([], |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?)))?;
+            Ok(rows.collect::<Result<_, _>>()?)
+        };
+        let (made, again) = app
+            .db
+            .write_blocking(|tx| {
+                let created = super::create_many(tx, &app.signer, "test", &names, &settings, now)?;
+                assert_eq!(created.len(), 20);
+                let made = streams(tx)?;
+                crate::publish::republish_users(tx, &app.signer, now)?;
+                Ok((made, streams(tx)?))
+            })
+            .unwrap();
+        assert!(made.len() > 20, "every user's snapshot and the nodes' sets");
+        assert_eq!(made, again, "signing each user alone made another snapshot");
+    }
+}

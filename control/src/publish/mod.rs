@@ -54,8 +54,18 @@ pub(crate) fn changes(conn: &Connection, signer: &Signer, changes: Changes, now:
     // (or the user is gone).
     let mut by_entries = changes.creds;
     let mut entries_changed = false;
+    // A bulk create's users after its first share what the first's snapshot read (they come
+    // after it: ids grow).
+    let mut shared: Option<user::Shared> = None;
     for user in changes.users {
-        match publish_user(conn, signer, user, now)? {
+        let alike = if changes.alike.contains(&user) {
+            shared.as_ref().map_or(user::Alike::No, user::Alike::Use)
+        } else if changes.alike_of == Some(user) {
+            user::Alike::Keep(&mut shared)
+        } else {
+            user::Alike::No
+        };
+        match publish_user(conn, signer, user, now, alike)? {
             Some(entries) => {
                 signed += 1;
                 // The nodes the user reaches now; those of a bulk create's users after its
@@ -138,7 +148,7 @@ pub(crate) fn resign_all(conn: &Connection, signer: &Signer, now: u64) -> Result
     for name in before.keys() {
         match name.parse::<Stream>() {
             Ok(Stream::Snapshot(hash)) if users.contains_key(&hash) => {
-                publish_user(conn, signer, users[&hash], now)?;
+                publish_user(conn, signer, users[&hash], now, user::Alike::No)?;
             }
             Ok(Stream::Creds(node)) if nodes.contains_key(&node) => {
                 publish_creds(conn, signer, node, now, true)?;

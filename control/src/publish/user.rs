@@ -25,18 +25,37 @@ const SNAPSHOT_LIFETIME: u64 = 365 * 86_400;
 /// Builds, seals and signs a user's snapshot; updates the stored status. Returns whether the
 /// user's entries in the sets of the nodes it reaches changed, or `None` when the user no
 /// longer exists.
+///
+/// `alike`: for a bulk create's users after its first, what they share with it, read for
+/// the first (`Alike::Keep`) and used for the others (`Alike::Use`).
 #[tracing::instrument(level = "debug", skip_all, fields(user = user))]
-pub(super) fn publish_user(conn: &Connection, signer: &Signer, user: UserId, now: u64) -> Result<Option<bool>, Error> {
+pub(super) fn publish_user(
+    conn: &Connection,
+    signer: &Signer,
+    user: UserId,
+    now: u64,
+    alike: Alike<'_>,
+) -> Result<Option<bool>, Error> {
     let Some(row) = snapshots::user_row(conn, user)? else { return Ok(None) };
     let status = row.status(now);
     keep_status(conn, user, &row, status, now)?;
     tell_quota(conn, user, &row, status, now)?;
     let token = open_token(signer, &row.token_enc)?;
-    let snapshot = snapshot::build(parts(conn, signer, user, row, status, now)?, status, now);
-    sign(conn, signer, &snapshot, &token, now)?;
+    let parts = parts(conn, signer, user, row, status, now, alike.shared())?;
     // The user's aliases (old subscription paths) serve the same snapshot, each sealed under
-    // its own token.
-    for path in crate::store::aliases::paths_of_user(conn, user)? {
+    // its own token (a user just created has none).
+    let paths = match alike {
+        Alike::Use(_) => Vec::new(),
+        Alike::Keep(kept) => {
+            *kept =
+                Some(Shared { endpoints: parts.endpoints.clone(), refused: parts.refused, hwid: parts.hwid.clone() });
+            crate::store::aliases::paths_of_user(conn, user)?
+        }
+        Alike::No => crate::store::aliases::paths_of_user(conn, user)?,
+    };
+    let snapshot = snapshot::build(parts, status, now);
+    sign(conn, signer, &snapshot, &token, now)?;
+    for path in paths {
         let Some(alias) = SubToken::for_alias(&path) else { continue };
         let mut snapshot = snapshot.clone();
         snapshot.alias = Some(path);
@@ -44,6 +63,35 @@ pub(super) fn publish_user(conn: &Connection, signer: &Signer, user: UserId, now
     }
     snapshots::usage_published(conn, user)?;
     Ok(Some(entries_changed(conn, user)?))
+}
+
+/// What a bulk create's users share with its first, made with the same settings in the same
+/// groups in the same transaction: the nodes they reach, their device limit (none of them was
+/// ever refused a device), their device policy (none has deleted devices) and no aliases.
+#[derive(Clone, Debug)]
+pub(super) struct Shared {
+    endpoints: Vec<hearth_shared::wire::Endpoint>,
+    refused: (u64, u32),
+    hwid: hearth_shared::wire::HwidPolicy,
+}
+
+/// Whether a user's snapshot is made with what it shares with others (see [`Shared`]).
+pub(super) enum Alike<'a> {
+    /// A user alone: everything read for it.
+    No,
+    /// The first of a bulk create's users: everything read for it, and kept here.
+    Keep(&'a mut Option<Shared>),
+    /// One of the others: what it shares, taken from the first.
+    Use(&'a Shared),
+}
+
+impl Alike<'_> {
+    fn shared(&self) -> Option<&Shared> {
+        match self {
+            Alike::Use(shared) => Some(shared),
+            _ => None,
+        }
+    }
 }
 
 /// Stores the user's status when it changed, and tells the owner of the changes they hear of.
@@ -89,27 +137,25 @@ fn parts(
     row: UserRow,
     status: Status,
     now: u64,
+    shared: Option<&Shared>,
 ) -> Result<Parts, Error> {
     let credential = String::from_utf8(signer.vault.open(Purpose::Credential, &row.credential_enc)?.to_vec())
         .map_err(|_| Error::Internal("a stored credential is not text".into()))?;
     let profile = signer.profile.read().expect("profile lock").clone();
     let slowed = if status == Status::OverQuota { slow_rate(conn, user)? } else { Rate::ZERO };
-    let refused = snapshots::device_refusal(conn, user)?;
     let telegram = crate::store::telegram::taking_users(conn)?.map(|bot| TelegramLink {
         bot,
         code: crate::store::telegram::bind_code(&signer.vault, user, row.telegram_binds),
     });
-    Ok(Parts {
-        user,
-        credential,
-        endpoints: snapshots::nodes_reached(conn, user, snapshot::endpoint)?,
-        profile,
-        slowed,
-        refused,
-        hwid: crate::store::hwid::policy(conn, user, refused.1, now)?,
-        telegram,
-        row,
-    })
+    let (endpoints, refused, hwid) = match shared {
+        Some(shared) => (shared.endpoints.clone(), shared.refused, shared.hwid.clone()),
+        None => {
+            let refused = snapshots::device_refusal(conn, user)?;
+            let endpoints = snapshots::nodes_reached(conn, user, snapshot::endpoint)?;
+            (endpoints, refused, crate::store::hwid::policy(conn, user, refused.1, now)?)
+        }
+    };
+    Ok(Parts { user, credential, endpoints, profile, slowed, refused, hwid, telegram, row })
 }
 
 /// Seals `snapshot` to `token` and signs it on the token's stream, when it changed.

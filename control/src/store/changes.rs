@@ -29,9 +29,11 @@ pub(crate) struct Changes {
     pub(crate) entries: BTreeSet<UserId>,
     /// Node key records to sign: the node and its key (`None`: the node is gone).
     pub(crate) node_records: Vec<(NodeId, Option<PublicKey>)>,
-    /// Users of `users` in the same groups as one noted before them (a bulk create's users
-    /// after its first): the nodes they reach are in `reach` already.
+    /// Users of `users` made with the same settings in the same groups as `alike_of`, in this
+    /// change and after it (a bulk create's users after its first): the nodes they reach are
+    /// in `reach` already, and their snapshots share what the first's reads.
     pub(crate) alike: BTreeSet<UserId>,
+    pub(crate) alike_of: Option<UserId>,
     /// Streams to withdraw from the edges (a deleted user's snapshot, say).
     pub(crate) gone: Vec<String>,
     /// The edge's settings (aliases, rules) must be signed again.
@@ -49,9 +51,10 @@ impl Changes {
         Ok(())
     }
 
-    /// As [`Changes::user`], for a user in the same groups as one noted before in this change
-    /// (a bulk create's users): the nodes it reaches are noted already.
-    pub(crate) fn user_alike(&mut self, user: UserId) {
+    /// As [`Changes::user`], for a user made in this change with the same settings in the
+    /// same groups as `first`, which was noted before it (a bulk create's users).
+    pub(crate) fn user_alike(&mut self, first: UserId, user: UserId) {
+        self.alike_of = Some(first);
         self.users.insert(user);
         self.entries.insert(user);
         self.alike.insert(user);

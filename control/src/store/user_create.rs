@@ -264,15 +264,14 @@ pub(crate) fn create_many(
         let message = format!("users with these names exist already: {}", taken.join(", "));
         return Err(Error::Names { code: "names_taken", message, names: taken });
     }
-    // Every name is free (checked above), and every user has the same groups: the nodes the
-    // first reaches are those each reaches.
+    // Every name is free (checked above), and every user has the first's settings and groups.
     let mut created: Vec<(String, Created)> = Vec::with_capacity(names.len());
     for name in names {
         let user =
             insert_named(conn, vault, &name, &new, SubToken::generate(&mut OsRng), &secrets::random_credential(), now)?;
         match created.first() {
             None => changes.user(conn, user.id)?,
-            Some(_) => changes.user_alike(user.id),
+            Some((_, first)) => changes.user_alike(first.id, user.id),
         }
         created.push((name, user));
     }
