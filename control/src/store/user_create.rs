@@ -110,10 +110,11 @@ pub(crate) fn insert_imported(
 /// Not a trigger on each row: SQLite opens a savepoint around every statement that could
 /// fail halfway, and at each one the trigram index writes out what it holds, so indexing each
 /// user as its row went in wrote one small segment of the index for every user, then merged
-/// them (a tenth of a bulk create's time); a bulk create indexes its users a thousand to a
-/// statement (all of a call's 10,000 in one held all their terms in memory at once).
+/// them (a tenth of a bulk create's time); a bulk create indexes its users a hundred to a
+/// statement (all of a call's 10,000 in one held all their terms in memory at once, and
+/// control kept more memory after a burst of creations).
 pub(crate) fn index_for_search(conn: &Connection, first: UserId, last: UserId, count: usize) -> Result<(), Error> {
-    const AT_ONCE: u64 = 1000;
+    const AT_ONCE: u64 = 100;
     let mut index = conn.prepare_cached(
         "INSERT INTO user_search (rowid, name, note) SELECT id, name, note FROM users WHERE id BETWEEN ?1 AND ?2",
     )?;
@@ -315,7 +316,7 @@ mod tests {
                 let mut changes = Changes::default();
                 let input = UserInput { name: Some("alone-one".into()), ..UserInput::default() };
                 let alone = create(tx, vault, &mut changes, "test", &input, now)?;
-                // More than the thousand indexed at a time.
+                // More than the hundred indexed at a time.
                 let names: Vec<String> = (0..1500).map(|i| format!("bulk-{i:04}")).collect();
                 let bulk = create_many(tx, vault, &mut changes, "test", &names, &UserInput::default(), now)?;
                 let input = UserInput { name: Some("imported-one".into()), ..UserInput::default() };

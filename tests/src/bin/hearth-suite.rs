@@ -2569,39 +2569,44 @@ us). Those rows moved with the machine, not with the code.\n\n\
   and the new one encoded and hashed, about 13 ms at control and 13 ms at the node (the \
   manual's scale section); the rest is the push, the node's pull and its synced write, on the \
   one CPU the three programs share.\n\
-- **Scale: 100,000 users created in bulk until the edge serves the last (#54: < 10 s).** 10.5, \
-  10.5 and 10.5 s in three runs of `--only scale` at commit 6179eb1 (the scale rows above are \
-  their medians), from 13.6 to 14.8 s (19.3 to 20.0 s the day before that). perf over the bulk \
-  creation at 100,000 users (the whole machine, `perf record -a`) first found half of control's \
-  own CPU in curve25519's Montgomery ladder: each snapshot's token was wrapped for the owner's \
-  recovery key with an X25519 agreement of its own; the snapshots sealed within a second now \
-  share one (`hearth_shared::seal::Wrapper`, every token under its own nonce, the stored format \
-  unchanged), which took the row from 19-20 s to 14. perf on one call of 10,000 users alone (a \
-  release build of control's own code, its writer thread) then found three wastes, each mended \
-  with a test that fails without the mend: the search index was filled by a trigger on each row, \
-  and SQLite opens a savepoint around every statement that could fail halfway, at each of which \
-  FTS5 wrote out what it held, so every user added wrote and merged a segment of the trigram \
-  index of its own (a tenth of the call); the users are now indexed by the code that adds them, a \
-  bulk create's a thousand to a statement (`user_create::index_for_search`; migration 34 drops \
-  the trigger). The deletions each snapshot carries were read by a statement with a bound \
-  `LIMIT`, which SQLite parses again every time the value is bound (it plans with it): once for \
-  each user signed. Control's SQLite counted its memory, taking a global mutex at every \
-  allocation (`SQLITE_DEFAULT_MEMSTATUS=0` in `.cargo/config.toml`). With each name of a bulk \
-  call looked up once and its users' nodes read once too, the first three calls of 10,000 users \
-  into one database went from 885-1047 ms each to 617-726 ms, and ten calls take 7.8 to 8.0 s \
-  (each slower than the last as the indexes grow). perf over the whole run then put 71 % of the \
-  shared CPU in control's writer thread and 15 % in the native edge, an eighth of whose time was \
-  SQLite parsing the same two statements for each of a push's 2,000 writes: they are prepared \
-  once a push now. Tried and not kept: a 16 MiB page cache for a bulk call (11.3 s, but control \
-  held 91 MiB right after, the cache's pages left in glibc's arena). What is left, on the one CPU \
-  control, the edge and the node share: each snapshot's ed25519 signature (a fifth of the \
-  writer's time; its point multiplication runs on the serial field arithmetic), SQLite inserting \
-  each user into the six of the users table's indexes a new user's row is in and its snapshot's \
-  envelope (a fifth, the kernel's copies of pages in and out of SQLite's 1 MiB cache under it), \
-  reading back what a snapshot is made of (about a sixth: its row, nodes, devices, aliases, the \
-  digest of its entries in node sets), and the edge storing 100 MiB. The node's whole set, built \
-  at the end of each call, takes 11 to 90 ms of it (0.54 s over the ten calls): signing a delta \
-  per call instead (the other idea of #54) would save at most that, and is not built.\n\
+- **Scale: 100,000 users created in bulk until the edge serves the last (#54: < 10 s).** 10.16, \
+  10.03 and 9.96 s in three runs of `--only scale` at commit 0a95902, 10.13 and 9.82 s in two \
+  with the search index filled a hundred users at a time (the commit after it), from 13.6 to 14.8 \
+  s (19.3 to 20.0 s the day before that); the other scale rows above are the medians of three \
+  runs at commit 6179eb1 (10.5 s then). perf over the bulk creation at 100,000 users (the whole \
+  machine, `perf record -a`) first found half of control's own CPU in curve25519's Montgomery \
+  ladder: each snapshot's token was wrapped for the owner's recovery key with an X25519 agreement \
+  of its own; the snapshots sealed within a second now share one (`hearth_shared::seal::Wrapper`, \
+  every token under its own nonce, the stored format unchanged), which took the row from 19-20 s \
+  to 14. perf on one call of 10,000 users alone (a release build of control's own code, its \
+  writer thread) then found three wastes, each mended with a test that fails without the mend: \
+  the search index was filled by a trigger on each row, and SQLite opens a savepoint around every \
+  statement that could fail halfway, at each of which FTS5 wrote out what it held, so every user \
+  added wrote and merged a segment of the trigram index of its own (a tenth of the call); the \
+  users are now indexed by the code that adds them, a bulk create's a hundred to a statement \
+  (`user_create::index_for_search`; migration 34 drops the trigger). The deletions each snapshot \
+  carries were read by a statement with a bound `LIMIT`, which SQLite parses again every time the \
+  value is bound (it plans with it): once for each user signed. Control's SQLite counted its \
+  memory, taking a global mutex at every allocation (`SQLITE_DEFAULT_MEMSTATUS=0` in \
+  `.cargo/config.toml`). With each name of a bulk call looked up once and its users' nodes read \
+  once too, the first three calls of 10,000 users into one database went from 885-1047 ms each to \
+  617-726 ms, and ten calls take 7.8 to 8.0 s (each slower than the last as the indexes grow). A \
+  bulk call's users after its first, made with its settings in its groups, take what their \
+  snapshots share from the first's (the nodes they reach, their device limit and policy, no \
+  aliases: `publish::user::Alike`; signing each again alone afterwards signs nothing new, \
+  tested): 10.5 to 10.0 s. perf over the whole run then put 71 % of the shared CPU in control's \
+  writer thread and 15 % in the native edge, an eighth of whose time was SQLite parsing the same \
+  two statements for each of a push's 2,000 writes: they are prepared once a push now. Tried and \
+  not kept: a 16 MiB page cache for a bulk call (11.3 s, but control held 91 MiB right after, the \
+  cache's pages left in glibc's arena). What is left, on the one CPU control, the edge and the \
+  node share: each snapshot's ed25519 signature (a fifth of the writer's time; its point \
+  multiplication runs on the serial field arithmetic), SQLite inserting each user into the six of \
+  the users table's indexes a new user's row is in and its snapshot's envelope (a fifth, the \
+  kernel's copies of pages in and out of SQLite's 1 MiB cache under it), reading back what a \
+  snapshot is made of (about a sixth: its row, nodes, devices, aliases, the digest of its entries \
+  in node sets), and the edge storing 100 MiB. The node's whole set, built at the end of each \
+  call, takes 11 to 90 ms of it (0.54 s over the ten calls): signing a delta per call instead \
+  (the other idea of #54) would save at most that, and is not built.\n\
 - **Scale: control's cold start at 100,000 users (#54: < 60 ms).** Met: 46.0, 36.4, 32.4, \
   25.0, 56.3 and 37.6 ms over six runs (141 to 149 ms before). A start built every enrolled \
   node's whole set to see whether the edges it lists had moved (they move only with `edge_url` \
@@ -2627,28 +2632,29 @@ us). Those rows moved with the machine, not with the code.\n\n\
   and 73.6 MiB in three runs of commit 6179eb1, 74.3, 66.8 and 71.6 in three of commit 8b0e621 \
   (151 to 188 MiB before the two changes below): the bulk create's faster path did not move it \
   beyond the runs' spread (its search index filled for all 10,000 users of a call in one \
-  statement: 72.3 to 78.6 MiB in five runs; a thousand at a time now). Every write transaction \
-  runs on one thread of its own (`hearth-writer`; 98 to 106 MiB with it alone): a bulk create's \
-  transactions (10,000 users each, signed and stored) ran on whichever thread of the blocking \
-  pool was free, and each of those kept a glibc arena grown to a transaction's peak; on the one \
-  writer thread they share one. With the writer thread alone, its memory map right after the \
-  creation held eight arenas (33, 19, 19, 14, 6, 4, 3 and 2.5 MB: the writer's, the readers' and \
-  the runtime's) and a main heap of 1.4 MB. The bulk create's answer is written straight from a \
-  struct, where it was a JSON value for each of the 10,000 users of a call first (several times \
-  the answer's size): 74 MiB. Cutting what one push reads at once from 16 to 4 MiB moved nothing \
-  (101 MiB; a push of snapshots is held to 2,000 streams, about 2 MB, before it reaches the byte \
-  bound): not kept. Before the writer thread: with the blocking pool held to three threads (so at \
-  most three arenas beside the runtime's), 119 MiB: the arenas are part of it, what each keeps of \
-  the transaction's peak the rest. Not live data: heaptrack on the run saw at most 40 MB of heap \
-  in use, and control's memory map right after the bulk creation (`/proc/<pid>/smaps`, commit \
-  cdb463e) held ten glibc arenas of 4 to 33 MB each (one for each thread of the blocking pool \
-  that did the work) and a main heap of 1.3 MB. glibc gives an arena's freed memory back only \
-  from its top; `malloc_trim` would return the rest, and Hearth forbids `unsafe` code. Tried and \
-  dropped: jemalloc (tikv-jemallocator, purging in a background thread after 1 s: 44 MiB right \
-  after the creation, but 20 MiB after a restart where glibc holds 6, and 4.7 MiB at 1,000 users \
-  against 3.4), mimalloc v2 (51 MiB after a restart) and v3 (44 MiB idle at 1,000 users), glibc \
-  with one arena (`MALLOC_ARENA_MAX=1`: 180 MiB) and with its mmap and trim thresholds pinned at \
-  128 KiB (139 MiB). After a restart control holds 6 MiB (the row above).\n";
+  statement: 72.3 to 78.6 MiB in five runs, a thousand at a time 73.4 to 79.2 in six; a hundred \
+  at a time now: 75.6 and 69.1 MiB in two). Every write transaction runs on one thread of its own \
+  (`hearth-writer`; 98 to 106 MiB with it alone): a bulk create's transactions (10,000 users \
+  each, signed and stored) ran on whichever thread of the blocking pool was free, and each of \
+  those kept a glibc arena grown to a transaction's peak; on the one writer thread they share \
+  one. With the writer thread alone, its memory map right after the creation held eight arenas \
+  (33, 19, 19, 14, 6, 4, 3 and 2.5 MB: the writer's, the readers' and the runtime's) and a main \
+  heap of 1.4 MB. The bulk create's answer is written straight from a struct, where it was a JSON \
+  value for each of the 10,000 users of a call first (several times the answer's size): 74 MiB. \
+  Cutting what one push reads at once from 16 to 4 MiB moved nothing (101 MiB; a push of \
+  snapshots is held to 2,000 streams, about 2 MB, before it reaches the byte bound): not kept. \
+  Before the writer thread: with the blocking pool held to three threads (so at most three arenas \
+  beside the runtime's), 119 MiB: the arenas are part of it, what each keeps of the transaction's \
+  peak the rest. Not live data: heaptrack on the run saw at most 40 MB of heap in use, and \
+  control's memory map right after the bulk creation (`/proc/<pid>/smaps`, commit cdb463e) held \
+  ten glibc arenas of 4 to 33 MB each (one for each thread of the blocking pool that did the \
+  work) and a main heap of 1.3 MB. glibc gives an arena's freed memory back only from its top; \
+  `malloc_trim` would return the rest, and Hearth forbids `unsafe` code. Tried and dropped: \
+  jemalloc (tikv-jemallocator, purging in a background thread after 1 s: 44 MiB right after the \
+  creation, but 20 MiB after a restart where glibc holds 6, and 4.7 MiB at 1,000 users against \
+  3.4), mimalloc v2 (51 MiB after a restart) and v3 (44 MiB idle at 1,000 users), glibc with one \
+  arena (`MALLOC_ARENA_MAX=1`: 180 MiB) and with its mmap and trim thresholds pinned at 128 KiB \
+  (139 MiB). After a restart control holds 6 MiB (the row above).\n";
 
 #[tokio::main]
 async fn main() -> Result<()> {
