@@ -2569,11 +2569,11 @@ us). Those rows moved with the machine, not with the code.\n\n\
   and the new one encoded and hashed, about 13 ms at control and 13 ms at the node (the \
   manual's scale section); the rest is the push, the node's pull and its synced write, on the \
   one CPU the three programs share.\n\
-- **Scale: 100,000 users created in bulk until the edge serves the last (#54: < 10 s).** 10.16, \
-  10.03 and 9.96 s in three runs of `--only scale` at commit 0a95902, 10.13 and 9.82 s in two \
-  with the search index filled a hundred users at a time (the commit after it), from 13.6 to 14.8 \
-  s (19.3 to 20.0 s the day before that); the other scale rows above are the medians of three \
-  runs at commit 6179eb1 (10.5 s then). perf over the bulk creation at 100,000 users (the whole \
+- **Scale: 100,000 users created in bulk until the edge serves the last (#54: < 10 s).** 10.13, \
+  9.82 and 10.05 s in three runs of `--only scale` at commit 02be51b (10.16, 10.03 and 9.96 s at \
+  0a95902, before its search index was filled a hundred users at a time), from 13.6 to 14.8 s \
+  (19.3 to 20.0 s the day before that); the other scale rows above are the medians of three runs \
+  at commit 6179eb1 (10.5 s then). perf over the bulk creation at 100,000 users (the whole \
   machine, `perf record -a`) first found half of control's own CPU in curve25519's Montgomery \
   ladder: each snapshot's token was wrapped for the owner's recovery key with an X25519 agreement \
   of its own; the snapshots sealed within a second now share one (`hearth_shared::seal::Wrapper`, \
@@ -2633,28 +2633,29 @@ us). Those rows moved with the machine, not with the code.\n\n\
   (151 to 188 MiB before the two changes below): the bulk create's faster path did not move it \
   beyond the runs' spread (its search index filled for all 10,000 users of a call in one \
   statement: 72.3 to 78.6 MiB in five runs, a thousand at a time 73.4 to 79.2 in six; a hundred \
-  at a time now: 75.6 and 69.1 MiB in two). Every write transaction runs on one thread of its own \
-  (`hearth-writer`; 98 to 106 MiB with it alone): a bulk create's transactions (10,000 users \
-  each, signed and stored) ran on whichever thread of the blocking pool was free, and each of \
-  those kept a glibc arena grown to a transaction's peak; on the one writer thread they share \
-  one. With the writer thread alone, its memory map right after the creation held eight arenas \
-  (33, 19, 19, 14, 6, 4, 3 and 2.5 MB: the writer's, the readers' and the runtime's) and a main \
-  heap of 1.4 MB. The bulk create's answer is written straight from a struct, where it was a JSON \
-  value for each of the 10,000 users of a call first (several times the answer's size): 74 MiB. \
-  Cutting what one push reads at once from 16 to 4 MiB moved nothing (101 MiB; a push of \
-  snapshots is held to 2,000 streams, about 2 MB, before it reaches the byte bound): not kept. \
-  Before the writer thread: with the blocking pool held to three threads (so at most three arenas \
-  beside the runtime's), 119 MiB: the arenas are part of it, what each keeps of the transaction's \
-  peak the rest. Not live data: heaptrack on the run saw at most 40 MB of heap in use, and \
-  control's memory map right after the bulk creation (`/proc/<pid>/smaps`, commit cdb463e) held \
-  ten glibc arenas of 4 to 33 MB each (one for each thread of the blocking pool that did the \
-  work) and a main heap of 1.3 MB. glibc gives an arena's freed memory back only from its top; \
-  `malloc_trim` would return the rest, and Hearth forbids `unsafe` code. Tried and dropped: \
-  jemalloc (tikv-jemallocator, purging in a background thread after 1 s: 44 MiB right after the \
-  creation, but 20 MiB after a restart where glibc holds 6, and 4.7 MiB at 1,000 users against \
-  3.4), mimalloc v2 (51 MiB after a restart) and v3 (44 MiB idle at 1,000 users), glibc with one \
-  arena (`MALLOC_ARENA_MAX=1`: 180 MiB) and with its mmap and trim thresholds pinned at 128 KiB \
-  (139 MiB). After a restart control holds 6 MiB (the row above).\n";
+  at a time now: 75.6, 69.1 and 72.9 MiB in three runs of commit 02be51b). Every write \
+  transaction runs on one thread of its own (`hearth-writer`; 98 to 106 MiB with it alone): a \
+  bulk create's transactions (10,000 users each, signed and stored) ran on whichever thread of \
+  the blocking pool was free, and each of those kept a glibc arena grown to a transaction's peak; \
+  on the one writer thread they share one. With the writer thread alone, its memory map right \
+  after the creation held eight arenas (33, 19, 19, 14, 6, 4, 3 and 2.5 MB: the writer's, the \
+  readers' and the runtime's) and a main heap of 1.4 MB. The bulk create's answer is written \
+  straight from a struct, where it was a JSON value for each of the 10,000 users of a call first \
+  (several times the answer's size): 74 MiB. Cutting what one push reads at once from 16 to 4 MiB \
+  moved nothing (101 MiB; a push of snapshots is held to 2,000 streams, about 2 MB, before it \
+  reaches the byte bound): not kept. Before the writer thread: with the blocking pool held to \
+  three threads (so at most three arenas beside the runtime's), 119 MiB: the arenas are part of \
+  it, what each keeps of the transaction's peak the rest. Not live data: heaptrack on the run saw \
+  at most 40 MB of heap in use, and control's memory map right after the bulk creation \
+  (`/proc/<pid>/smaps`, commit cdb463e) held ten glibc arenas of 4 to 33 MB each (one for each \
+  thread of the blocking pool that did the work) and a main heap of 1.3 MB. glibc gives an \
+  arena's freed memory back only from its top; `malloc_trim` would return the rest, and Hearth \
+  forbids `unsafe` code. Tried and dropped: jemalloc (tikv-jemallocator, purging in a background \
+  thread after 1 s: 44 MiB right after the creation, but 20 MiB after a restart where glibc holds \
+  6, and 4.7 MiB at 1,000 users against 3.4), mimalloc v2 (51 MiB after a restart) and v3 (44 MiB \
+  idle at 1,000 users), glibc with one arena (`MALLOC_ARENA_MAX=1`: 180 MiB) and with its mmap \
+  and trim thresholds pinned at 128 KiB (139 MiB). After a restart control holds 6 MiB (the row \
+  above).\n";
 
 #[tokio::main]
 async fn main() -> Result<()> {
