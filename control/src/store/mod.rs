@@ -186,9 +186,6 @@ async fn on_writer<T: Send + 'static>(
     result.await.map_err(|_| Error::Internal("the writer's thread is gone".into()))?
 }
 
-/// Each connection's page cache, in KiB.
-const PAGE_CACHE_KIB: i64 = 1024;
-
 /// Readers kept open between requests.
 const IDLE_READERS: usize = 2;
 /// Prepared statements kept per connection.
@@ -211,10 +208,8 @@ struct Inner {
 fn connect(path: &Path) -> rusqlite::Result<Connection> {
     let conn = Connection::open(path)?;
     conn.busy_timeout(std::time::Duration::from_secs(10))?;
-    // A small page cache per connection keeps control small; the OS caches the file too.
-    conn.execute_batch(&format!(
-        "PRAGMA foreign_keys = ON; PRAGMA synchronous = FULL; PRAGMA cache_size = -{PAGE_CACHE_KIB};"
-    ))?;
+    // A 1 MiB page cache per connection keeps control small; the OS caches the file too.
+    conn.execute_batch("PRAGMA foreign_keys = ON; PRAGMA synchronous = FULL; PRAGMA cache_size = -1024;")?;
     // Control runs a few dozen distinct statements; rusqlite's default cache of 16 made the
     // busiest ones (a user change, a usage report) parse their SQL again each time.
     conn.set_prepared_statement_cache_capacity(STATEMENT_CACHE);
