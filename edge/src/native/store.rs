@@ -231,33 +231,9 @@ fn row_of(write: &Write) -> (&'static str, &'static str, libsql::Value) {
     }
 }
 
-/// The stored state of a write's row.
-async fn state(conn: &Connection, write: &Write) -> Result<Option<Stored>, StoreError> {
-    let (table, key_column, key) = row_of(write);
-    let mut rows = conn.query(&format!("SELECT version, digest FROM {table} WHERE {key_column} = ?1"), [key]).await?;
-    match rows.next().await? {
-        Some(row) => Ok(Some(state_of(row.get(0)?, row.get(1)?)?)),
-        None => Ok(None),
-    }
-}
-
-/// Stores a write's row.
-async fn put(conn: &Connection, write: &Write) -> Result<(), StoreError> {
-    let (table, key_column, key) = row_of(write);
-    conn.execute(
-        &format!(
-            "INSERT INTO {table} ({key_column}, version, digest, envelope) VALUES (?1, ?2, ?3, ?4) \
-             ON CONFLICT ({key_column}) DO UPDATE SET version = ?2, digest = ?3, envelope = ?4"
-        ),
-        params![key, i(write.version), write.digest.0.to_vec(), write.envelope.clone()],
-    )
-    .await?;
-    Ok(())
-}
-
-/// The statements a push's writes run, each prepared once for the push: parsing their SQL for
-/// every write (a push carries up to 2,000) was about an eighth of the edge's CPU while it
-/// took 100,000 users created in bulk.
+/// The statements that read and store writes' rows, each prepared once for the writes of one
+/// transaction: parsing their SQL for every write of a push (it carries up to 2,000) was
+/// about an eighth of the edge's CPU while it took 100,000 users created in bulk.
 struct RowStatements<'c> {
     conn: &'c Connection,
     /// For each table a write's row may be in: its state's SELECT and its upsert.
@@ -515,14 +491,16 @@ impl Store {
     ) -> Result<Result<(), Changed>, StoreError> {
         let _writer = self.writer.lock().await;
         let tx = self.conn.transaction().await?;
-        if let Err(changed) = planned.still(state(&tx, &planned.write).await?.as_ref()) {
+        let mut rows = RowStatements::new(&tx);
+        if let Err(changed) = planned.still(rows.state(&planned.write).await?.as_ref()) {
             return Ok(Err(changed));
         }
         if count_pieces(&tx, upload).await? != (pieces, len) {
             return Err(StoreError::Corrupt("archive pieces"));
         }
         let old = value(&tx, VALUE_ARCHIVE_UPLOAD).await?;
-        put(&tx, &Write { envelope: None, ..planned.write.clone() }).await?;
+        rows.put(&Write { envelope: None, ..planned.write.clone() }).await?;
+        drop(rows);
         tx.execute(
             "INSERT INTO state (key, value) VALUES (?1, ?2) ON CONFLICT (key) DO UPDATE SET value = ?2",
             params![VALUE_ARCHIVE_UPLOAD, upload.to_be_bytes().to_vec()],
@@ -633,9 +611,10 @@ impl Storage for Store {
     }
 
     async fn states(&self, writes: &[Write]) -> Result<Vec<Option<Stored>>, StoreError> {
+        let mut rows = RowStatements::new(&self.conn);
         let mut states = Vec::with_capacity(writes.len());
         for write in writes {
-            states.push(state(&self.conn, write).await?);
+            states.push(rows.state(write).await?);
         }
         Ok(states)
     }
@@ -722,7 +701,8 @@ impl Storage for Store {
     async fn put_release(&self, planned: &Planned, files: &[NamedFile]) -> Result<Result<(), Changed>, StoreError> {
         let _writer = self.writer.lock().await;
         let tx = self.conn.transaction().await?;
-        if let Err(changed) = planned.still(state(&tx, &planned.write).await?.as_ref()) {
+        let mut rows = RowStatements::new(&tx);
+        if let Err(changed) = planned.still(rows.state(&planned.write).await?.as_ref()) {
             return Ok(Err(changed));
         }
         tx.execute("DELETE FROM release_files", ()).await?;
@@ -730,7 +710,8 @@ impl Storage for Store {
             tx.execute("INSERT INTO release_files (name, bytes) VALUES (?1, ?2)", params![name.clone(), bytes.clone()])
                 .await?;
         }
-        put(&tx, &planned.write).await?;
+        rows.put(&planned.write).await?;
+        drop(rows);
         tx.commit().await?;
         Ok(Ok(()))
     }
