@@ -54,22 +54,23 @@ pub(crate) fn changes(conn: &Connection, signer: &Signer, changes: Changes, now:
     // (or the user is gone).
     let mut by_entries = changes.creds;
     let mut entries_changed = false;
-    // A bulk create's users after its first share what the first's snapshot read (they come
-    // after it: ids grow).
+    // A bulk create's users after its first share what the first's snapshot read (the first
+    // has the smallest id, and users are published in the order of their ids).
+    let first_alike = changes.alike.first().copied();
     let mut shared: Option<user::Shared> = None;
     for user in changes.users {
-        let alike = if changes.alike.contains(&user) {
-            shared.as_ref().map_or(user::Alike::No, user::Alike::Use)
-        } else if changes.alike_of == Some(user) {
+        let alike = if first_alike == Some(user) {
             user::Alike::Keep(&mut shared)
+        } else if changes.alike.contains(&user) {
+            shared.as_ref().map_or(user::Alike::No, user::Alike::Use)
         } else {
             user::Alike::No
         };
         match publish_user(conn, signer, user, now, alike)? {
             Some(entries) => {
                 signed += 1;
-                // The nodes the user reaches now; those of a bulk create's users after its
-                // first are the first's, in `changes.reach` already.
+                // The nodes the user reaches now; those of a bulk create's users are in
+                // `changes.reach` already.
                 if entries && !changes.alike.contains(&user) {
                     by_entries.extend(crate::store::changes::nodes_of_user(conn, user)?);
                 }

@@ -29,11 +29,10 @@ pub(crate) struct Changes {
     pub(crate) entries: BTreeSet<UserId>,
     /// Node key records to sign: the node and its key (`None`: the node is gone).
     pub(crate) node_records: Vec<(NodeId, Option<PublicKey>)>,
-    /// Users of `users` made with the same settings in the same groups as `alike_of`, in this
-    /// change and after it (a bulk create's users after its first): the nodes they reach are
-    /// in `reach` already, and their snapshots share what the first's reads.
+    /// Users of `users` made in this change with the same settings in the same groups (a bulk
+    /// create's): the nodes they reach are in `reach` already, and their snapshots share what
+    /// the first's (the smallest id) reads.
     pub(crate) alike: BTreeSet<UserId>,
-    pub(crate) alike_of: Option<UserId>,
     /// Streams to withdraw from the edges (a deleted user's snapshot, say).
     pub(crate) gone: Vec<String>,
     /// The edge's settings (aliases, rules) must be signed again.
@@ -54,7 +53,7 @@ impl Changes {
     /// As [`Changes::user`], for a user made in this change with the same settings in the
     /// same groups as `first`, which was noted before it (a bulk create's users).
     pub(crate) fn user_alike(&mut self, first: UserId, user: UserId) {
-        self.alike_of = Some(first);
+        self.alike.insert(first);
         self.users.insert(user);
         self.entries.insert(user);
         self.alike.insert(user);
