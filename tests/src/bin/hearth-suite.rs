@@ -2473,8 +2473,12 @@ us). Those rows moved with the machine, not with the code.\n\n\
   microsecond (the in-process rows); the rest is hyper and the kernel's loopback, what any \
   answer of this server costs on this machine: 7.97 and 8.07 us against 7.40 for the health \
   route in the same run, within #54's 1.1 times it.\n\
-- **B1 to B4 against sing-box (#5, #17, #48).** \
-  B1: the node's BBR moves 1.08 to 1.97 times sing-box's throughput at 1.27 \
+- **B1 to B4 against sing-box (#5, #17, #48).** The B rows were measured by `bash tests/bench \
+  --only tunnel` at commit 1674a17 (B1, 2026-12-05) and 7a0e76f (the Brutal rows, 2026-12-06), \
+  and `--only lossy` at commit 3b450f2 (B2 to B4, 2026-12-06, the forwarder's sockets holding 4 \
+  MiB), 3 repetitions each, and put in this table by hand. 2026-12-06 was a slower day for this \
+  machine (sing-box's one stream moved 1.79 Gbit/s, against 2.65 to 3.26 the day before): compare \
+  ratios within a run. B1: the node's BBR moves 1.08 to 1.97 times sing-box's throughput at 1.27 \
   to 1.39 times its bytes per CPU-second; Brutal holds 491 of 500 and 980 of 1,000 Mbit/s \
   announced by sing-box's client, as sing-box's server does (491, 982). With mihomo's client both \
   servers move less, and the same: 440 and 858 Mbit/s from the node against 438 and 866 from \
@@ -2506,19 +2510,30 @@ us). Those rows moved with the machine, not with the code.\n\n\
   took 3.02 s: none kept. sing-box's server paces at twice its estimate in every phase \
   (sing-quic's `bandwidthForPacer` takes the window's gain, not the pacing gain), so what holds \
   its rate is its window (two BDPs and the ack aggregation), not its pacer, where the node paces \
-  at its estimate: the likely reason it fills B3's pipe sooner after a jittery startup, not tried \
-  in the node. B4: the same goodput as sing-box (0.99), 6.0 % lost or dropped against 4.1 % and \
-  6.3 ms of queueing against 6.2: startup's last round overflows a 10 ms queue before the loss is \
-  seen. Brutal at 500 Mbit/s through a 1 Gbit/s bottleneck 50 ms away: 218 Mbit/s against \
-  sing-box's 283, both far short of 500 where on loopback both hold it: the forwarder, one task \
-  of this program on CPU 0 carrying every packet both ways, is the limit. With the kernel's \
-  default socket buffers (208 KiB) it also let the kernel drop the servers' bursts before it read \
-  them, 102,485 datagrams in one run of that case, loss no shaped link decided and that its \
-  counts missed (the node moved 0.88 of sing-box then); none since its sockets hold 4 MiB, and \
-  the rows now count such drops. The node's Brutal queues more there (1.4 ms against 0.64): it \
-  sends in quinn's pacing bursts, where quic-go paces packet by packet. With CUBIC the node moves \
-  more than sing-box on a clean path; on random loss CUBIC collapses, as loss-based congestion \
-  control does.\n\
+  at its estimate: the likely reason it fills B3's pipe sooner after a jittery startup. Tried on \
+  2026-12-06, none kept: pacing at twice the estimate in ProbeBW as sing-box does changed nothing \
+  on the simulated B3 (2.99 s against 3.01: the time goes in startup, which there leaves at 2.19 \
+  s with the pipe full from 1.2 s) and lost 39 % of the simulated B4's packets; a startup window \
+  of two BDPs at the last round's mean RTT, with startup left after one round that did not grow \
+  the estimate and whose smallest RTT stood a quarter above the path's (a standing queue), took \
+  the simulated B3 to 2.84 s and the real one to 1.00 to 1.02 of sing-box (158.8 to 160 Mbit/s \
+  against 157 to 160, three runs), but lost 2.4 to 3.0 % of B3's packets (sing-box none) and 1.8 \
+  to 2.3 % of B2's at 0 % loss (sing-box 0.2 to 0.6); leaving startup on a standing queue of an \
+  eighth, the mean RTT counted only in rounds without one, lost nothing on B3 but left startup on \
+  jitter alone in two of three real runs (82 and 46 Mbit/s); the rate sample as Chromium's \
+  sampler takes it (the lesser of the send rate, counting what was sent, and the acknowledgement \
+  rate) changed nothing on the simulated paths. B4: the same goodput as sing-box (0.99), 6.0 % \
+  lost or dropped against 4.1 % and 6.3 ms of queueing against 6.2: startup's last round \
+  overflows a 10 ms queue before the loss is seen. Brutal at 500 Mbit/s through a 1 Gbit/s \
+  bottleneck 50 ms away: 218 Mbit/s against sing-box's 283, both far short of 500 where on \
+  loopback both hold it: the forwarder, one task of this program on CPU 0 carrying every packet \
+  both ways, is the limit. With the kernel's default socket buffers (208 KiB) it also let the \
+  kernel drop the servers' bursts before it read them, 102,485 datagrams in one run of that case, \
+  loss no shaped link decided and that its counts missed (the node moved 0.88 of sing-box then); \
+  none since its sockets hold 4 MiB, and the rows now count such drops. The node's Brutal queues \
+  more there (1.4 ms against 0.64): it sends in quinn's pacing bursts, where quic-go paces packet \
+  by packet. With CUBIC the node moves more than sing-box on a clean path; on random loss CUBIC \
+  collapses, as loss-based congestion control does.\n\
 - **P7, the Worker in workerd (#49: < 150 us an answer, < 100 us a 429).** Since #49 a warm \
   answer comes from the isolate's memory (`hearth_edge::isolate`): no Durable Object call, where \
   each answer made one or two before (815 us an answer and 186 us a 429 then, commit f30979a). \
