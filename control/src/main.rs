@@ -18,6 +18,7 @@ macro_rules! out {
     }};
 }
 
+mod allocator;
 // Handlers answer `Result<_, Response>`, axum's idiom; a response is large by nature.
 #[allow(clippy::result_large_err)]
 mod api;
@@ -66,7 +67,10 @@ fn main() -> Result<()> {
     let Cli { data_dir: dir, command } = Cli::parse();
     match command {
         Command::Init { hosts } => cli::init::run(&dir, &hosts),
-        Command::Serve => serve::run(&dir),
+        Command::Serve => {
+            let unsettled = allocator::settle();
+            serve::run(&dir, unsettled)
+        }
         Command::User { command } => cli::user::run(&dir, command),
         Command::Node { command } => cli::node::run(&dir, command),
         Command::Group { command } => cli::group::run(&dir, command),

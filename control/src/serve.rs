@@ -98,9 +98,11 @@ fn open_in(
     Ok((config, db, signer, warnings))
 }
 
-/// `hearth-control serve`.
-pub(crate) fn run(dir: &Path) -> Result<()> {
-    let (mut config, db, signer, warnings) = open_to_serve(dir)?;
+/// `hearth-control serve`; `unsettled` says why glibc's allocator could not be set up
+/// ([`crate::allocator::settle`]), logged as a warning.
+pub(crate) fn run(dir: &Path, unsettled: Option<String>) -> Result<()> {
+    let (mut config, db, signer, mut warnings) = open_to_serve(dir)?;
+    warnings.extend(unsettled);
     hearth_io::logs::init(config.log_json).expect("no other logger was set");
     for warning in warnings {
         tracing::warn!("{warning}");
@@ -154,6 +156,7 @@ pub(crate) fn run(dir: &Path) -> Result<()> {
         if let Some(acme) = &acme {
             let _ = app.panel_acme.set(acme.clone());
         }
+        let shutdown = shutdown_signal();
         let scheme = if app.config.tls == Tls::Off { "http" } else { "https" };
         println!("hearth-control listening on {scheme}://{local}");
         if !has_owner {
@@ -183,7 +186,7 @@ pub(crate) fn run(dir: &Path) -> Result<()> {
         let mut on_stop = stopped.clone();
         axum::serve(listener, router.into_make_service_with_connect_info::<crate::tls::ClientAddr>())
             .with_graceful_shutdown(async move {
-                shutdown_signal().await;
+                shutdown.await;
                 tracing::info!("shutting down");
                 let _ = stop.send(true);
                 let _ = on_stop.wait_for(|s| *s).await;
@@ -200,19 +203,26 @@ pub(crate) fn run(dir: &Path) -> Result<()> {
     })
 }
 
-async fn shutdown_signal() {
-    let ctrl_c = tokio::signal::ctrl_c();
+/// Waits for SIGINT or SIGTERM. The handlers are set when it is called, not when it is first
+/// awaited: `serve` calls it before it says where it listens, so a stop sent as soon as it
+/// does (an init system, a test) ends it gracefully rather than killing it.
+fn shutdown_signal() -> impl std::future::Future<Output = ()> {
     #[cfg(unix)]
     {
-        let mut term =
-            tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()).expect("a SIGTERM handler");
-        tokio::select! {
-            _ = ctrl_c => {}
-            _ = term.recv() => {}
+        use tokio::signal::unix::{SignalKind, signal};
+        let mut interrupt = signal(SignalKind::interrupt()).expect("a SIGINT handler");
+        let mut term = signal(SignalKind::terminate()).expect("a SIGTERM handler");
+        async move {
+            tokio::select! {
+                _ = interrupt.recv() => {}
+                _ = term.recv() => {}
+            }
         }
     }
     #[cfg(not(unix))]
-    let _ = ctrl_c.await;
+    async {
+        let _ = tokio::signal::ctrl_c().await;
+    }
 }
 
 #[cfg(test)]

@@ -464,6 +464,35 @@ async fn expiry_quota_and_usage_through_control_and_the_edge() {
     control.stop().unwrap();
 }
 
+/// `serve` runs with glibc told to give the free top of its arenas back past 128 KiB
+/// (`control/src/allocator.rs`): started without it, control starts itself again with it, once,
+/// keeping what the operator set; started with the operator's own threshold, it keeps that.
+#[test]
+fn serve_runs_with_glibcs_arenas_trimmed() {
+    let temp = tempfile::tempdir().unwrap();
+    let dir = ControlDir::init(&temp.path().join("control")).unwrap();
+    // The environment it started with, its items joined by ':' (glibc, parsing the tunables
+    // in place, ends each one with a NUL).
+    let environment = |control: &ControlProcess| {
+        let environ = std::fs::read(format!("/proc/{}/environ", control.pid())).unwrap();
+        String::from_utf8_lossy(&environ).replace('\0', ":")
+    };
+    // start() returns once control says where it listens: after it started again.
+    let started = |env: &[(&str, String)]| ControlProcess::start(&dir, env).unwrap();
+    let control = started(&[]);
+    assert!(environment(&control).contains("GLIBC_TUNABLES=glibc.malloc.trim_threshold=131072:"));
+    control.stop().unwrap();
+    let control = started(&[("GLIBC_TUNABLES", "glibc.malloc.arena_max=4".into())]);
+    let env = environment(&control);
+    assert!(env.contains("GLIBC_TUNABLES=glibc.malloc.arena_max=4:glibc.malloc.trim_threshold=131072:"), "{env}");
+    control.stop().unwrap();
+    let own = "glibc.malloc.trim_threshold=1048576";
+    let control = started(&[("GLIBC_TUNABLES", own.into())]);
+    let env = environment(&control);
+    assert!(env.contains(&format!("GLIBC_TUNABLES={own}:")) && !env.contains("131072"), "{env}");
+    control.stop().unwrap();
+}
+
 #[tokio::test]
 async fn ten_sign_ins_at_once_hold_one_hash_in_memory() {
     let temp = tempfile::tempdir().unwrap();
