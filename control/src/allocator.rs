@@ -5,7 +5,7 @@
 //! to the system (up to 64 MiB): after a bulk create has freed a buffer of a few megabytes
 //! (a node's set of 100,000 users, a push), the tens of megabytes its threads freed stay in
 //! their arenas. Control held 75 MiB right after creating 100,000 users, 4 MiB of it in use;
-//! with the threshold set, 26 MiB (docs/benchmarks.md, the scale rows). glibc reads its
+//! with the threshold set, 19 to 22 MiB (docs/benchmarks.md, the scale rows). glibc reads its
 //! tunables only when a program starts, and setting them from within takes `unsafe` code,
 //! which Hearth does not have: hence the second start (about a millisecond). An operator's
 //! own `glibc.malloc.trim_threshold` in `GLIBC_TUNABLES` is kept as it is.

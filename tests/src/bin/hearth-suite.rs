@@ -2584,44 +2584,48 @@ us). Those rows moved with the machine, not with the code.\n\n\
   and the new one encoded and hashed, about 13 ms at control and 13 ms at the node (the \
   manual's scale section); the rest is the push, the node's pull and its synced write, on the \
   one CPU the three programs share.\n\
-- **Scale: 100,000 users created in bulk until the edge serves the last (#54: < 10 s).** 10.13, \
-  9.82 and 10.05 s in three runs of `--only scale` at commit 02be51b (10.16, 10.03 and 9.96 s at \
-  0a95902, before its search index was filled a hundred users at a time), from 13.6 to 14.8 s \
-  (19.3 to 20.0 s the day before that); the other scale rows above are the medians of three runs \
-  at commit 6179eb1 (10.5 s then). perf over the bulk creation at 100,000 users (the whole \
-  machine, `perf record -a`) first found half of control's own CPU in curve25519's Montgomery \
-  ladder: each snapshot's token was wrapped for the owner's recovery key with an X25519 agreement \
-  of its own; the snapshots sealed within a second now share one (`hearth_shared::seal::Wrapper`, \
-  every token under its own nonce, the stored format unchanged), which took the row from 19-20 s \
-  to 14. perf on one call of 10,000 users alone (a release build of control's own code, its \
-  writer thread) then found three wastes, each mended with a test that fails without the mend: \
-  the search index was filled by a trigger on each row, and SQLite opens a savepoint around every \
-  statement that could fail halfway, at each of which FTS5 wrote out what it held, so every user \
-  added wrote and merged a segment of the trigram index of its own (a tenth of the call); the \
-  users are now indexed by the code that adds them, a bulk create's a hundred to a statement \
-  (`user_create::index_for_search`; migration 34 drops the trigger). The deletions each snapshot \
-  carries were read by a statement with a bound `LIMIT`, which SQLite parses again every time the \
-  value is bound (it plans with it): once for each user signed. Control's SQLite counted its \
-  memory, taking a global mutex at every allocation (`SQLITE_DEFAULT_MEMSTATUS=0` in \
-  `.cargo/config.toml`). With each name of a bulk call looked up once and its users' nodes read \
-  once too, the first three calls of 10,000 users into one database went from 885-1047 ms each to \
-  617-726 ms, and ten calls take 7.8 to 8.0 s (each slower than the last as the indexes grow). A \
-  bulk call's users after its first, made with its settings in its groups, take what their \
-  snapshots share from the first's (the nodes they reach, their device limit and policy, no \
-  aliases: `publish::user::Alike`; signing each again alone afterwards signs nothing new, \
-  tested): 10.5 to 10.0 s. perf over the whole run then put 71 % of the shared CPU in control's \
-  writer thread and 15 % in the native edge, an eighth of whose time was SQLite parsing the same \
-  two statements for each of a push's 2,000 writes: they are prepared once a push now. Tried and \
-  not kept: a 16 MiB page cache for a bulk call (11.3 s, but control held 91 MiB right after, the \
-  cache's pages left in glibc's arena). What is left, on the one CPU control, the edge and the \
-  node share: each snapshot's ed25519 signature (a fifth of the writer's time; its point \
-  multiplication runs on the serial field arithmetic), SQLite inserting each user into the six of \
-  the users table's indexes a new user's row is in and its snapshot's envelope (a fifth, the \
-  kernel's copies of pages in and out of SQLite's 1 MiB cache under it), reading back what a \
-  snapshot is made of (about a sixth: its row, nodes, devices, aliases, the digest of its entries \
-  in node sets), and the edge storing 100 MiB. The node's whole set, built at the end of each \
-  call, takes 11 to 90 ms of it (0.54 s over the ten calls): signing a delta per call instead \
-  (the other idea of #54) would save at most that, and is not built.\n\
+- **Scale: 100,000 users created in bulk until the edge serves the last (#54: < 10 s).** Met in \
+  some hours of this machine and not in others: 8.63, 8.75, 9.22, 9.53 and 9.67 s in five runs of \
+  commit 0430a03 within one hour of 2026-12-06, and 13.2 to 13.8 s for the same code in a slower \
+  hour later that day, beside 13.2 to 15.7 s for commit 76b9f88 (its 10,000 users took 1.08 to \
+  1.56 s then, where the table's run took 0.83). Earlier: 10.13, 9.82 and 10.05 s in three runs \
+  of `--only scale` at commit 02be51b (10.16, 10.03 and 9.96 s at 0a95902, before its search \
+  index was filled a hundred users at a time), from 13.6 to 14.8 s (19.3 to 20.0 s the day before \
+  that); the other scale rows above are the medians of three runs at commit 6179eb1 (10.5 s \
+  then). perf over the bulk creation at 100,000 users (the whole machine, `perf record -a`) first \
+  found half of control's own CPU in curve25519's Montgomery ladder: each snapshot's token was \
+  wrapped for the owner's recovery key with an X25519 agreement of its own; the snapshots sealed \
+  within a second now share one (`hearth_shared::seal::Wrapper`, every token under its own nonce, \
+  the stored format unchanged), which took the row from 19-20 s to 14. perf on one call of 10,000 \
+  users alone (a release build of control's own code, its writer thread) then found three wastes, \
+  each mended with a test that fails without the mend: the search index was filled by a trigger \
+  on each row, and SQLite opens a savepoint around every statement that could fail halfway, at \
+  each of which FTS5 wrote out what it held, so every user added wrote and merged a segment of \
+  the trigram index of its own (a tenth of the call); the users are now indexed by the code that \
+  adds them, a bulk create's a hundred to a statement (`user_create::index_for_search`; migration \
+  34 drops the trigger). The deletions each snapshot carries were read by a statement with a \
+  bound `LIMIT`, which SQLite parses again every time the value is bound (it plans with it): once \
+  for each user signed. Control's SQLite counted its memory, taking a global mutex at every \
+  allocation (`SQLITE_DEFAULT_MEMSTATUS=0` in `.cargo/config.toml`). With each name of a bulk \
+  call looked up once and its users' nodes read once too, the first three calls of 10,000 users \
+  into one database went from 885-1047 ms each to 617-726 ms, and ten calls take 7.8 to 8.0 s \
+  (each slower than the last as the indexes grow). A bulk call's users after its first, made with \
+  its settings in its groups, take what their snapshots share from the first's (the nodes they \
+  reach, their device limit and policy, no aliases: `publish::user::Alike`; signing each again \
+  alone afterwards signs nothing new, tested): 10.5 to 10.0 s. perf over the whole run then put \
+  71 % of the shared CPU in control's writer thread and 15 % in the native edge, an eighth of \
+  whose time was SQLite parsing the same two statements for each of a push's 2,000 writes: they \
+  are prepared once a push now. Tried and not kept: a 16 MiB page cache for a bulk call (11.3 s, \
+  but control held 91 MiB right after, the cache's pages left in glibc's arena). What is left, on \
+  the one CPU control, the edge and the node share: each snapshot's ed25519 signature (a fifth of \
+  the writer's time; its point multiplication runs on the serial field arithmetic), SQLite \
+  inserting each user into the six of the users table's indexes a new user's row is in and its \
+  snapshot's envelope (a fifth, the kernel's copies of pages in and out of SQLite's 1 MiB cache \
+  under it), reading back what a snapshot is made of (about a sixth: its row, nodes, devices, \
+  aliases, the digest of its entries in node sets), and the edge storing 100 MiB. The node's \
+  whole set, built at the end of each call, takes 11 to 90 ms of it (0.54 s over the ten calls): \
+  signing a delta per call instead (the other idea of #54) would save at most that, and is not \
+  built.\n\
 - **Scale: control's cold start at 100,000 users (#54: < 60 ms).** Met: 46.0, 36.4, 32.4, \
   25.0, 56.3 and 37.6 ms over six runs (141 to 149 ms before). A start built every enrolled \
   node's whole set to see whether the edges it lists had moved (they move only with `edge_url` \
@@ -2643,34 +2647,37 @@ us). Those rows moved with the machine, not with the code.\n\n\
   written to `archive.sealed` in the data directory as it goes; the envelope is signed around \
   the file (`Draft::sign_framed`, its length and SHA-256) and sent from it, a few chunks in \
   memory at a time. Archives sealed whole still open in a restore.\n\
-- **Scale: control right after 100,000 creations (#23: < 32 MiB; #54: < 48 MiB).** 73.4, 77.2 \
-  and 73.6 MiB in three runs of commit 6179eb1, 74.3, 66.8 and 71.6 in three of commit 8b0e621 \
-  (151 to 188 MiB before the two changes below): the bulk create's faster path did not move it \
-  beyond the runs' spread (its search index filled for all 10,000 users of a call in one \
-  statement: 72.3 to 78.6 MiB in five runs, a thousand at a time 73.4 to 79.2 in six; a hundred \
-  at a time now: 75.6, 69.1 and 72.9 MiB in three runs of commit 02be51b). Every write \
-  transaction runs on one thread of its own (`hearth-writer`; 98 to 106 MiB with it alone): a \
-  bulk create's transactions (10,000 users each, signed and stored) ran on whichever thread of \
-  the blocking pool was free, and each of those kept a glibc arena grown to a transaction's peak; \
-  on the one writer thread they share one. With the writer thread alone, its memory map right \
-  after the creation held eight arenas (33, 19, 19, 14, 6, 4, 3 and 2.5 MB: the writer's, the \
-  readers' and the runtime's) and a main heap of 1.4 MB. The bulk create's answer is written \
-  straight from a struct, where it was a JSON value for each of the 10,000 users of a call first \
-  (several times the answer's size): 74 MiB. Cutting what one push reads at once from 16 to 4 MiB \
-  moved nothing (101 MiB; a push of snapshots is held to 2,000 streams, about 2 MB, before it \
-  reaches the byte bound): not kept. Before the writer thread: with the blocking pool held to \
-  three threads (so at most three arenas beside the runtime's), 119 MiB: the arenas are part of \
-  it, what each keeps of the transaction's peak the rest. Not live data: heaptrack on the run saw \
-  at most 40 MB of heap in use, and control's memory map right after the bulk creation \
-  (`/proc/<pid>/smaps`, commit cdb463e) held ten glibc arenas of 4 to 33 MB each (one for each \
-  thread of the blocking pool that did the work) and a main heap of 1.3 MB. glibc gives an \
-  arena's freed memory back only from its top; `malloc_trim` would return the rest, and Hearth \
-  forbids `unsafe` code. Tried and dropped: jemalloc (tikv-jemallocator, purging in a background \
-  thread after 1 s: 44 MiB right after the creation, but 20 MiB after a restart where glibc holds \
-  6, and 4.7 MiB at 1,000 users against 3.4), mimalloc v2 (51 MiB after a restart) and v3 (44 MiB \
-  idle at 1,000 users), glibc with one arena (`MALLOC_ARENA_MAX=1`: 180 MiB) and with its mmap \
-  and trim thresholds pinned at 128 KiB (139 MiB). After a restart control holds 6 MiB (the row \
-  above).\n";
+- **Scale: control right after 100,000 creations (#23: < 32 MiB; #54: < 48 MiB).** Met since \
+  commit 76b9f88: 19.6, 19.3, 22.1 and 22.2 MiB in four runs of `--only scale` (2026-12-06), \
+  where the commit before measured 72.4, 69.4 and 72.8 MiB in three runs of the same hour; after \
+  a restart control holds 3.8 to 4.2 MiB (3.9 before), and its cold start (32 to 46 ms) and its \
+  archive's peak (4.7 to 9.1 MiB) stayed within the spread of the runs before. What control kept \
+  was glibc's, not live data: an allocation shim loaded into control (`LD_PRELOAD`, calling \
+  `malloc_info` when the suite read the row) found 89.7 MB in glibc's heaps right after the \
+  creation, 85.5 MB of it free, most at the top of the writer's and the readers' arenas. glibc \
+  gives the free top of an arena back to the system once it is past a threshold, and raises that \
+  threshold (up to 64 MiB) to twice the largest block it has given back: a bulk create frees \
+  buffers of megabytes (a node's set of 100,000 users, a push), after which tens of megabytes \
+  stayed in each arena. `serve` now starts itself again once, as it starts, with \
+  `glibc.malloc.trim_threshold=131072` added to `GLIBC_TUNABLES` (`control/src/allocator.rs`): \
+  glibc reads its tunables only when a program starts, and setting them from within takes \
+  `unsafe` code, which Hearth does not have. An operator's own setting of the threshold is kept, \
+  the static musl build needs none, and `tests/tests/control.rs` \
+  (`serve_runs_with_glibcs_arenas_trimmed`) reads the running control's environment (without the \
+  second start it fails at its first case). A pinned threshold also stops glibc raising its mmap \
+  threshold; the bulk create took 13.2 to 15.7 s with it and 13.2 to 13.8 s without in the same \
+  hour (13.5 to 14.1 with the mmap threshold pinned at 32 MiB besides, not kept): within the \
+  runs' spread. An earlier try of the same tunables (139 MiB) measured a control that never got \
+  them: the suite starts control with an emptied environment. Before: 73.4, 77.2 and 73.6 MiB in \
+  three runs of commit 6179eb1, from 151 to 188 MiB before every write transaction ran on one \
+  thread of its own (`hearth-writer`: a bulk create's transactions ran on whichever thread of the \
+  blocking pool was free, each of which kept an arena grown to a transaction's peak) and the bulk \
+  answer was written straight from a struct (where it was a JSON value for each of a call's \
+  10,000 users first). Tried and dropped before the cause was found: jemalloc (tikv-jemallocator, \
+  purging in a background thread after 1 s: 44 MiB right after the creation, but 20 MiB after a \
+  restart where glibc holds 4, and 4.7 MiB at 1,000 users against 3.4), mimalloc v2 (51 MiB after \
+  a restart) and v3 (44 MiB idle at 1,000 users), glibc with one arena (`MALLOC_ARENA_MAX=1`: 180 \
+  MiB), and cutting what one push reads at once from 16 to 4 MiB (101 MiB).\n";
 
 #[tokio::main]
 async fn main() -> Result<()> {
