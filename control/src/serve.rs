@@ -157,20 +157,7 @@ pub(crate) fn run(dir: &Path, unsettled: Option<String>) -> Result<()> {
             let _ = app.panel_acme.set(acme.clone());
         }
         let shutdown = shutdown_signal();
-        let scheme = if app.config.tls == Tls::Off { "http" } else { "https" };
-        println!("hearth-control listening on {scheme}://{local}");
-        if !has_owner {
-            let token = crate::secrets::random_token();
-            *app.setup_token.lock().expect("setup lock") = Some(token.clone());
-            println!(
-                "First run: open {}/{}/setup#{token} to create the owner (this link works once).",
-                app.config.public_url, app.config.admin_prefix
-            );
-        } else {
-            println!("Admin: {}/{}/ (sign in as the owner)", app.config.public_url, app.config.admin_prefix);
-        }
-        use std::io::Write as _;
-        let _ = std::io::stdout().flush();
+        announce(&app, local, has_owner);
         let stop = app.stopping.clone();
         let stopped = stop.subscribe();
         let tasks = vec![
@@ -201,6 +188,25 @@ pub(crate) fn run(dir: &Path, unsettled: Option<String>) -> Result<()> {
         }
         Ok(())
     })
+}
+
+/// Says where control listens and where the panel is: the first run's one-time setup link
+/// when there is no owner yet.
+fn announce(app: &App, local: std::net::SocketAddr, has_owner: bool) {
+    let scheme = if app.config.tls == Tls::Off { "http" } else { "https" };
+    println!("hearth-control listening on {scheme}://{local}");
+    if !has_owner {
+        let token = crate::secrets::random_token();
+        *app.setup_token.lock().expect("setup lock") = Some(token.clone());
+        println!(
+            "First run: open {}/{}/setup#{token} to create the owner (this link works once).",
+            app.config.public_url, app.config.admin_prefix
+        );
+    } else {
+        println!("Admin: {}/{}/ (sign in as the owner)", app.config.public_url, app.config.admin_prefix);
+    }
+    use std::io::Write as _;
+    let _ = std::io::stdout().flush();
 }
 
 /// Waits for SIGINT or SIGTERM. The handlers are set when it is called, not when it is first
