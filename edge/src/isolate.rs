@@ -290,6 +290,27 @@ impl Isolate {
         Decision::Allow { remaining: limit.limit - count.heard - count.pending }
     }
 
+    /// Whether [`Isolate::hit`] would refuse a fetch of `hash` at `now_ms`, counting nothing.
+    pub fn hit_refused(&self, hash: &Digest, now_ms: u64, limit: WindowLimit) -> bool {
+        let window = limit.window_ms.max(1);
+        let start = now_ms - now_ms % window;
+        let key = key(hash);
+        if self.limited.get(&key).is_some_and(|until| *until > now_ms) {
+            return true;
+        }
+        let counted = match self.counts.get(&key) {
+            Some((_, count)) if count.start_ms == start => count.heard.saturating_add(count.pending),
+            _ => 0,
+        };
+        counted >= limit.limit
+    }
+
+    /// Whether [`Isolate::flush`] may send counts at `now_ms` (a fetch answered where counts
+    /// cannot be sent must not come when they may).
+    pub fn flush_due(&self, now_ms: u64) -> bool {
+        now_ms >= self.flushed_ms + FLUSH_MS
+    }
+
     /// The fetches to send to the shards at `now_ms`, by shard (`shard_of` a token hash), if
     /// it is time; they count as heard from then on.
     pub fn flush(&mut self, now_ms: u64, shard_of: impl Fn(&Digest) -> u32) -> Vec<(u32, Hits, u64)> {
@@ -327,6 +348,11 @@ impl Isolate {
         self.networks.gate(network, now_ms, limits)
     }
 
+    /// What [`Isolate::gate`] would say, counting nothing.
+    pub fn gate_peek(&self, network: Network, now_ms: u64, limits: crate::config::Limits) -> crate::serve::Gate {
+        self.networks.peek(network, now_ms, limits)
+    }
+
     /// Counts an unknown link tried from `network`.
     pub fn miss(&mut self, network: Network, now_ms: u64, limit: MissLimit) {
         self.networks.miss(network, now_ms, limit);
@@ -361,6 +387,35 @@ mod tests {
             1_000,
         );
         isolate
+    }
+
+    /// The peeks say what the counting calls then do, and count nothing: the Worker answers
+    /// a fetch at once only when it knows it will not hand it to the full handler after
+    /// counting it.
+    #[test]
+    fn the_peeks_say_what_gate_and_hit_then_do_and_count_nothing() {
+        let limits = crate::config::Limits {
+            enabled: true,
+            link: WindowLimit { limit: 4, window_ms: 60_000 },
+            network: hearth_shared::ratelimit::BucketLimit { burst: 3, per_minute: 60 },
+            misses: hearth_shared::ratelimit::MissLimit::DEFAULT,
+        };
+        let mut isolate = synced(&[1]);
+        let network = Network::of("192.0.2.7".parse().unwrap());
+        for now in (2_000..2_400).step_by(50) {
+            let peeked = isolate.gate_peek(network, now, limits);
+            assert_eq!(isolate.gate_peek(network, now, limits), peeked, "a peek counted");
+            assert_eq!(isolate.gate(network, now, limits), peeked, "at {now}");
+        }
+        assert!(matches!(isolate.gate_peek(network, 2_400, limits), crate::serve::Gate::Limited(_)));
+        for now in (2_000..2_500).step_by(50) {
+            let refused = isolate.hit_refused(&hash(1), now, limits.link);
+            assert_eq!(isolate.hit_refused(&hash(1), now, limits.link), refused, "a peek counted");
+            let decision = isolate.hit(&hash(1), now, limits.link);
+            assert_eq!(!decision.allowed(), refused, "at {now}: {decision:?}");
+        }
+        assert!(isolate.hit_refused(&hash(1), 2_500, limits.link));
+        assert!(!isolate.hit_refused(&hash(1), 62_000, limits.link), "a new window");
     }
 
     #[test]

@@ -129,13 +129,25 @@ impl Networks {
         });
     }
 
-    /// The entry `network` is counted in.
-    fn entry(&mut self, network: Network) -> &mut (MissGuard, TokenBucket) {
+    /// The key `network` is counted under.
+    fn key(&self, network: Network) -> Network {
         // A network no real client is in (a /24 of the IPv4 "this network" block) holds the
         // networks past the cap.
         const OVERFLOW: Network = Network::V4([0, 0, 0]);
-        let key = if self.full() && !self.map.contains_key(&network) { OVERFLOW } else { network };
+        if self.full() && !self.map.contains_key(&network) { OVERFLOW } else { network }
+    }
+
+    /// The entry `network` is counted in.
+    fn entry(&mut self, network: Network) -> &mut (MissGuard, TokenBucket) {
+        let key = self.key(network);
         self.map.entry(key).or_default()
+    }
+
+    /// What [`Networks::gate`] would say at `now_ms`, counting nothing (pruning drops only
+    /// entries that say what a new one would).
+    pub fn peek(&self, network: Network, now_ms: u64, limits: crate::config::Limits) -> Gate {
+        let (guard, mut bucket) = self.map.get(&self.key(network)).copied().unwrap_or_default();
+        network_gate(&guard, &mut bucket, limits.network, now_ms)
     }
 
     /// Checks (and counts) a fetch from `network` at `now_ms` ([`network_gate`]).

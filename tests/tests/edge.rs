@@ -172,9 +172,10 @@ both!(
     the_health_route_and_oversized_bodies_do_not_tell_a_hearth_edge
 );
 
-/// The Worker answers from its isolate's memory: what its health answer says it holds and
-/// how many storage calls its subscription fetches made.
-async fn isolate_figures(s: &Setup) -> (u64, u64, u64) {
+/// The Worker answers from its isolate's memory: what its health answer says it holds, how
+/// many storage calls its subscription fetches made, the batches of counts it sent, and how
+/// many fetches it answered at once (no future, no workers-rs request: `edge/worker/src/held.rs`).
+async fn isolate_figures(s: &Setup) -> (u64, u64, u64, u64) {
     let health = s.get(&format!("{}/{API}/healthz", s.edge.url), "curl/8").await;
     assert_eq!(health.0, StatusCode::OK);
     let line = health.2.lines().find(|line| line.starts_with("isolate: ")).unwrap_or_else(|| panic!("{}", health.2));
@@ -183,7 +184,7 @@ async fn isolate_figures(s: &Setup) -> (u64, u64, u64) {
         let at = words.iter().position(|w| *w == after).unwrap_or_else(|| panic!("{after} in {line}"));
         words[at - 1].parse().unwrap()
     };
-    (number("links"), number("storage"), number("batches"))
+    (number("links"), number("storage"), number("batches"), number("answered"))
 }
 
 /// A warm fetch makes no Durable Object call, nor does an unknown token; a new link is served
@@ -199,7 +200,7 @@ async fn worker_answers_warm_fetches_from_memory() {
     assert_eq!(s.push_items(&items).await.0, StatusCode::OK);
     let expected = answer(&demo_snapshot(1), BASE64, "");
     assert_eq!(s.get(&s.link(&a), "v2rayN/7").await.2, expected.body, "a new link, on its first fetch");
-    let (held, calls, _) = isolate_figures(&s).await;
+    let (held, calls, _, at_once_before) = isolate_figures(&s).await;
     assert_eq!(held, 1);
     let started = std::time::Instant::now();
     for _ in 0..20 {
@@ -211,10 +212,12 @@ async fn worker_answers_warm_fetches_from_memory() {
         let unknown = s.link(&SubToken::generate(&mut OsRng));
         assert_eq!(s.get(&unknown, "v2rayN/7").await.2, decoy);
     }
-    let (_, warm_calls, batches) = isolate_figures(&s).await;
+    let (_, warm_calls, batches, at_once) = isolate_figures(&s).await;
     if started.elapsed() < Duration::from_millis(2_400) {
         // (Past half the feed's 5 s, the feed is asked once, behind an answer.)
         assert_eq!(warm_calls, calls, "warm fetches and unknown tokens made storage calls");
+        // All but those that send the counts (at most one a second) are answered at once.
+        assert!(at_once - at_once_before >= 17, "{} of 20 warm fetches answered at once", at_once - at_once_before);
     }
     assert!(batches <= started.elapsed().as_secs() + 2, "{batches} batches of counts");
     // Changed, then deleted: the isolate that relayed each push serves the change at once.
@@ -229,7 +232,7 @@ async fn worker_answers_warm_fetches_from_memory() {
     s.http = client(None);
     assert_eq!(s.get(&s.link(&b), "v2rayN/7").await.2, answer(&demo_snapshot(2), BASE64, "").body);
     assert_eq!(s.get(&s.link(&a), "v2rayN/7").await.2, decoy);
-    let (held, _, _) = isolate_figures(&s).await;
+    let (held, _, _, _) = isolate_figures(&s).await;
     assert_eq!(held, 1);
 }
 

@@ -3,7 +3,9 @@
 // workerd builds for every request, wrapped in Proxies that start the wasm again after a
 // crash; building them cost 10 to 20 us of CPU a request in workerd (docs/benchmarks.md, P7).
 // This module calls the same handler without them, and goes through them only when the wasm
-// has crashed, so that it is started again first.
+// has crashed, so that it is started again first. Before it, a warm subscription fetch (or its
+// 429) is answered by one synchronous call (`answer_held`, edge/worker/src/held.rs), with no
+// future and no workers-rs request or response; anything else goes to the handler.
 import Handler from "./index.js";
 
 export { Control, Links } from "./index.js";
@@ -11,8 +13,27 @@ export { Control, Links } from "./index.js";
 // worker-build's state of the wasm instance: `criticalError` is set when the wasm trapped.
 const state = globalThis.__worker_init_state;
 const fetchInRust = Handler.prototype.fetch;
-if (typeof fetchInRust !== "function" || typeof state !== "object") {
-  throw new Error("worker-build's output changed: Hearth's entry.js needs its fetch handler and __worker_init_state");
+const answerHeld = Handler.prototype.answer_held;
+if (typeof fetchInRust !== "function" || typeof answerHeld !== "function" || typeof state !== "object") {
+  throw new Error("worker-build's output changed: Hearth's entry.js needs its fetch handler, answer_held and __worker_init_state");
+}
+
+// The answer memory holds for `request`, or undefined.
+function held(request) {
+  const headers = request.headers;
+  const answer = answerHeld(
+    request.method,
+    request.url,
+    headers.get("cf-connecting-ip"),
+    headers.get("user-agent"),
+    headers.get("accept-language"),
+  );
+  if (answer === undefined) return undefined;
+  const [status, names, body] = [answer.status, answer.headers, answer.body];
+  answer.free();
+  const out = new Headers();
+  for (let i = 0; i + 1 < names.length; i += 2) out.set(names[i], names[i + 1]);
+  return new Response(request.method === "HEAD" ? null : body, { status, headers: out });
 }
 
 function crashed(e) {
@@ -30,6 +51,8 @@ export default {
       return new Handler(ctx, env).fetch(request);
     }
     try {
+      const answer = held(request);
+      if (answer !== undefined) return answer;
       return fetchInRust.call({ env, ctx }, request).catch(crashed);
     } catch (e) {
       crashed(e);

@@ -15,24 +15,8 @@ use hearth_shared::wire::{SubToken, decode, encode};
 use worker::{Context, Env, Method, Request, Response, Result, event};
 
 use crate::links::{DeviceAnswer, DeviceCall, HitsCall};
+use crate::memory::{OWNER, OWNER_FOR_MS, isolate};
 use crate::runtime::{call, config, links_shard, now_ms, reply_of, respond};
-
-thread_local! {
-    /// What this isolate keeps of the links (their envelopes, the set of live ones, their
-    /// counts) and of client networks: see [`hearth_edge::isolate`].
-    static ISOLATE: std::cell::RefCell<Option<Isolate>> = const { std::cell::RefCell::new(None) };
-    /// The owner's settings in force (User-Agent rules, link bases) and when they were read:
-    /// asked of the Control object at most once a minute per isolate.
-    static OWNER: std::cell::RefCell<(u64, std::rc::Rc<serve::Owner>)> = std::cell::RefCell::new((0, std::rc::Rc::new(serve::Owner::default())));
-}
-
-/// Works on this isolate's memory.
-fn isolate<T>(config: &EdgeConfig, f: impl FnOnce(&mut Isolate) -> T) -> T {
-    ISOLATE.with_borrow_mut(|held| f(held.get_or_insert_with(|| Isolate::new(config.feed_ms))))
-}
-
-/// How long an isolate keeps the owner's settings before asking again.
-const OWNER_FOR_MS: u64 = 60_000;
 
 /// The owner's settings in force: the edge's own rules, then the owner's (pushed by control),
 /// and the link bases. When the Control object cannot answer, the link is still served, with
@@ -99,8 +83,9 @@ async fn fetch(req: Request, env: Env, ctx: Context) -> Result<Response> {
                     let (held, live) = i.held();
                     (held, live, i.storage_calls, i.count_batches)
                 });
+                let at_once = crate::memory::ANSWERED_AT_ONCE.with(std::cell::Cell::get);
                 let lines = format!(
-                    "isolate: {held} links held, {live} live, {calls} storage calls for links, {batches} batches of counts\n"
+                    "isolate: {held} links held, {live} live, {calls} storage calls for links, {batches} batches of counts, {at_once} answered at once\n"
                 );
                 health.body.extend_from_slice(lines.as_bytes());
             }

@@ -22,7 +22,11 @@ mod feed;
 #[cfg(target_arch = "wasm32")]
 mod front;
 #[cfg(target_arch = "wasm32")]
+mod held;
+#[cfg(target_arch = "wasm32")]
 mod links;
+#[cfg(target_arch = "wasm32")]
+mod memory;
 #[cfg(target_arch = "wasm32")]
 mod runtime;
 #[cfg(target_arch = "wasm32")]

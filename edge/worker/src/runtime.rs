@@ -28,6 +28,11 @@ pub(crate) fn config(env: &Env) -> std::result::Result<Rc<EdgeConfig>, ConfigErr
     Ok(CONFIG.with(|held| held.get_or_init(|| config).clone()))
 }
 
+/// The settings, when this isolate has read them already.
+pub(crate) fn config_read() -> Option<Rc<EdgeConfig>> {
+    CONFIG.with(|held| held.get().cloned())
+}
+
 /// A [`Reply`] as a workers-rs response (no body on HEAD).
 pub(crate) fn respond(reply: Reply, head: bool) -> Result<Response> {
     let headers = Headers::new();
