@@ -62,6 +62,17 @@ pub enum Gate {
     Limited(u64),
 }
 
+impl Gate {
+    /// The answer a closed gate gives (the [`decoy`] or [`too_many`]); `None` when it is open.
+    pub fn refusal(self) -> Option<Reply> {
+        match self {
+            Gate::Open => None,
+            Gate::Decoy => Some(decoy()),
+            Gate::Limited(retry_after) => Some(too_many(retry_after)),
+        }
+    }
+}
+
 /// Checks (and counts) a fetch from a client network at `now_ms`. Only called when limits
 /// are on.
 pub fn network_gate(guard: &MissGuard, bucket: &mut TokenBucket, limit: BucketLimit, now_ms: u64) -> Gate {

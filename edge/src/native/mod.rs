@@ -21,7 +21,7 @@ use hearth_shared::{nodeauth, sha256};
 use crate::config::EdgeConfig;
 use crate::push;
 use crate::routes::{Route, route};
-use crate::serve::{self, Gate};
+use crate::serve;
 use crate::service::{self, Call};
 use crate::storage::Storage as _;
 use crate::{Reply, api};
@@ -271,10 +271,8 @@ impl Edge {
         if limits.enabled {
             let mut limiter = self.limiter.lock().expect("limiter lock");
             limiter.prune(now, limits);
-            match limiter.networks.gate(network, now, limits) {
-                Gate::Open => {}
-                Gate::Decoy => return serve::decoy(),
-                Gate::Limited(retry_after) => return serve::too_many(retry_after),
+            if let Some(refusal) = limiter.networks.gate(network, now, limits).refusal() {
+                return refusal;
             }
         }
         let hash = token.as_ref().map_or_else(|| sha256(request.path.as_bytes()), SubToken::hash);

@@ -6,7 +6,7 @@ use std::net::{IpAddr, Ipv4Addr};
 use hearth_edge::config::EdgeConfig;
 use hearth_edge::isolate::{Counted, Feed, FeedDue, Isolate, Lookup};
 use hearth_edge::routes::{Route, route};
-use hearth_edge::serve::{self, Gate, decoy, too_many};
+use hearth_edge::serve::{self, decoy, too_many};
 use hearth_edge::{Reply, api};
 use hearth_shared::devices::{Admission, HwidPolicy, Seen};
 use hearth_shared::ratelimit::{Decision, Network};
@@ -225,11 +225,9 @@ async fn subscription(
     let hash = token.as_ref().map_or_else(|| sha256(url.path().as_bytes()), SubToken::hash);
     let now = now_ms();
     if limits.enabled {
-        match isolate(config, |i| i.gate(client_network, now, limits)) {
-            Gate::Open => {}
-            Gate::Limited(retry) => return Ok(too_many(retry)),
-            // The network tried too many unknown links.
-            Gate::Decoy => return Ok(decoy()),
+        // (The decoy: the network tried too many unknown links.)
+        if let Some(refusal) = isolate(config, |i| i.gate(client_network, now, limits)).refusal() {
+            return Ok(refusal);
         }
     }
     // What changed among the links: asked before this answer when memory is too old to serve

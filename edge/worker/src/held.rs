@@ -10,7 +10,7 @@ use std::net::{IpAddr, Ipv4Addr};
 use hearth_edge::Reply;
 use hearth_edge::isolate::{FeedDue, Lookup};
 use hearth_edge::routes::{Route, route};
-use hearth_edge::serve::{self, Gate, decoy, too_many};
+use hearth_edge::serve::{self, Gate, too_many};
 use hearth_shared::ratelimit::{Decision, Network};
 use worker::wasm_bindgen::{self, prelude::wasm_bindgen};
 
@@ -74,10 +74,9 @@ pub fn answer_held(
     // answered so whatever else holds.
     let mut gated = false;
     if limits.enabled && isolate(&config, |i| i.gate_peek(network, now, limits)) != Gate::Open {
-        match isolate(&config, |i| i.gate(network, now, limits)) {
-            Gate::Limited(retry) => return Some(answered(too_many(retry), head)),
-            Gate::Decoy => return Some(answered(decoy(), head)),
-            Gate::Open => gated = true,
+        match isolate(&config, |i| i.gate(network, now, limits)).refusal() {
+            Some(refusal) => return Some(answered(refusal, head)),
+            None => gated = true,
         }
     }
     // Then what only the handler can do: the feed or the owner's settings to ask, counts to
@@ -100,12 +99,8 @@ pub fn answer_held(
         false => Some(serve::open(&envelope, &token).filter(|snapshot| snapshot.hwid.limit == 0)?),
     };
     if limits.enabled {
-        if !gated {
-            match isolate(&config, |i| i.gate(network, now, limits)) {
-                Gate::Open => {}
-                Gate::Limited(retry) => return Some(answered(too_many(retry), head)),
-                Gate::Decoy => return Some(answered(decoy(), head)),
-            }
+        if !gated && let Some(refusal) = isolate(&config, |i| i.gate(network, now, limits)).refusal() {
+            return Some(answered(refusal, head));
         }
         if let Decision::Deny { retry_after } = isolate(&config, |i| i.hit(&hash, now, limits.link)) {
             return Some(answered(too_many(retry_after), head));
