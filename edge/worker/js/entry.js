@@ -29,8 +29,8 @@ function held(request) {
     headers.get("accept-language"),
   );
   if (answer === undefined) return undefined;
-  const [status, names, body] = [answer.status, answer.headers, answer.body];
-  answer.free();
+  const [status, names] = [answer.status, answer.headers];
+  const body = answer.into_body(); // frees `answer`
   const out = new Headers();
   for (let i = 0; i + 1 < names.length; i += 2) out.set(names[i], names[i + 1]);
   return new Response(request.method === "HEAD" ? null : body, { status, headers: out });

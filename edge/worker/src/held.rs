@@ -38,9 +38,9 @@ impl Held {
         self.headers.clone()
     }
 
-    #[wasm_bindgen(getter)]
-    pub fn body(&self) -> Vec<u8> {
-        self.body.clone()
+    /// The body, handed over as it is (this object is gone after it).
+    pub fn into_body(self) -> Vec<u8> {
+        self.body
     }
 }
 
@@ -94,10 +94,8 @@ pub fn answer_held(
     // snapshot that does not open (the handler's decoy) or has a device limit (the link's
     // shard is asked) is the handler's.
     let refused = limits.enabled && isolate(&config, |i| i.hit_refused(&hash, now, limits.link));
-    let snapshot = match refused {
-        true => None,
-        false => Some(serve::open(&envelope, &token).filter(|snapshot| snapshot.hwid.limit == 0)?),
-    };
+    let snapshot =
+        if refused { None } else { Some(serve::open(&envelope, &token).filter(|snapshot| snapshot.hwid.limit == 0)?) };
     if limits.enabled {
         if !gated && let Some(refusal) = isolate(&config, |i| i.gate(network, now, limits)).refusal() {
             return Some(answered(refusal, head));
@@ -125,11 +123,6 @@ pub fn answer_held(
 /// A [`Reply`] as [`Held`] (no body on HEAD, which says the length GET sends), counted.
 fn answered(reply: Reply, head: bool) -> Held {
     ANSWERED_AT_ONCE.with(|n| n.set(n.get() + 1));
-    held(reply, head)
-}
-
-/// A [`Reply`] as [`Held`] (no body on HEAD, which says the length GET sends).
-fn held(reply: Reply, head: bool) -> Held {
     let mut headers = Vec::with_capacity(reply.headers.len() * 2 + 2);
     for (name, value) in reply.headers {
         headers.push(name.to_owned());
