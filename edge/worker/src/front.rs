@@ -15,7 +15,7 @@ use hearth_shared::wire::{SubToken, decode, encode};
 use worker::{Context, Env, Method, Request, Response, Result, event};
 
 use crate::links::{DeviceAnswer, DeviceCall, HitsCall};
-use crate::memory::{OWNER, OWNER_FOR_MS, isolate};
+use crate::memory::{OWNER, isolate, owner_read};
 use crate::runtime::{call, config, links_shard, now_ms, reply_of, respond};
 
 /// The owner's settings in force: the edge's own rules, then the owner's (pushed by control),
@@ -23,10 +23,10 @@ use crate::runtime::{call, config, links_shard, now_ms, reply_of, respond};
 /// the settings read last (or the edge's own rules), and it is asked again at the next fetch.
 async fn owner(env: &Env, config: &EdgeConfig) -> std::rc::Rc<serve::Owner> {
     let now = now_ms();
-    let (read, cached) = OWNER.with_borrow(|(read, owner)| (*read, owner.clone()));
-    if read != 0 && now < read + OWNER_FOR_MS {
-        return cached;
+    if let Some(fresh) = owner_read(now) {
+        return fresh;
     }
+    let (read, cached) = OWNER.with_borrow(|(read, owner)| (*read, owner.clone()));
     let url = format!("https://control{}", crate::control::SETTINGS_PATH);
     let stored = async { reply_of(call(&control(env)?, Method::Get, &url, None).await?).await };
     let pushed = match stored.await {

@@ -24,7 +24,7 @@ pub(crate) fn isolate<T>(config: &EdgeConfig, f: impl FnOnce(&mut Isolate) -> T)
 }
 
 /// How long an isolate keeps the owner's settings before asking again.
-pub(crate) const OWNER_FOR_MS: u64 = 60_000;
+const OWNER_FOR_MS: u64 = 60_000;
 
 /// The owner's settings in force at `now`, when this isolate read them within the minute.
 pub(crate) fn owner_read(now: u64) -> Option<std::rc::Rc<serve::Owner>> {
