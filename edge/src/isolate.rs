@@ -119,6 +119,8 @@ pub struct Isolate {
     envelope_bytes: usize,
     limited: HashMap<u64, u64>,
     counts: HashMap<u64, (Digest, Count)>,
+    /// Whether a fetch was counted since the last batch (refusals count nothing).
+    unsent: bool,
     flushed_ms: u64,
     networks: crate::serve::Networks,
     /// Storage calls made for subscription fetches (reads, devices, the feed), for the health
@@ -143,6 +145,7 @@ impl Isolate {
             envelope_bytes: 0,
             limited: HashMap::new(),
             counts: HashMap::new(),
+            unsent: false,
             flushed_ms: 0,
             networks: crate::serve::Networks::new(MAX_NETWORKS),
             storage_calls: 0,
@@ -287,6 +290,7 @@ impl Isolate {
             return Decision::Deny { retry_after: retry_after(start + window) };
         }
         count.pending += 1;
+        self.unsent = true;
         Decision::Allow { remaining: limit.limit - count.heard - count.pending }
     }
 
@@ -305,19 +309,21 @@ impl Isolate {
         counted >= limit.limit
     }
 
-    /// Whether [`Isolate::flush`] may send counts at `now_ms` (a fetch answered where counts
-    /// cannot be sent must not come when they may).
+    /// Whether [`Isolate::flush`] has counts to send at `now_ms` (a fetch answered where
+    /// counts cannot be sent must not come when they are due). Refusals count nothing, so a
+    /// link over its limit, fetched on and on, leaves nothing due.
     pub fn flush_due(&self, now_ms: u64) -> bool {
-        now_ms >= self.flushed_ms + FLUSH_MS
+        self.unsent && now_ms >= self.flushed_ms + FLUSH_MS
     }
 
     /// The fetches to send to the shards at `now_ms`, by shard (`shard_of` a token hash), if
     /// it is time; they count as heard from then on.
     pub fn flush(&mut self, now_ms: u64, shard_of: impl Fn(&Digest) -> u32) -> Vec<(u32, Hits, u64)> {
-        if now_ms < self.flushed_ms + FLUSH_MS || !self.counts.values().any(|(_, count)| count.pending > 0) {
+        if !self.flush_due(now_ms) {
             return Vec::new();
         }
         self.flushed_ms = now_ms;
+        self.unsent = false;
         let mut shards: HashMap<(u32, u64), Hits> = HashMap::new();
         for (hash, count) in self.counts.values_mut() {
             if count.pending > 0 {
@@ -528,6 +534,12 @@ mod tests {
         let (shard, hits, start) = &batches[0];
         assert_eq!((*shard, hits.clone(), *start), (7, vec![(hash(1), 2)], 0));
         assert!(isolate.flush(now + 10, |_| 7).is_empty(), "at most once a second, and nothing pending");
+        // Refused fetches count nothing: nothing is due, however long they go on.
+        for late in [now + 500, now + 2_000, now + 60_000] {
+            assert!(!isolate.hit(&hash(1), late, WindowLimit { limit: 2, ..limit }).allowed());
+            assert!(!isolate.flush_due(late), "refusals left counts to send");
+        }
+        assert!(isolate.flush(now + 60_000, |_| 7).is_empty());
         // Other isolates fetched it too: the shard says 3 in all, so this one refuses.
         isolate.counted(hits, &vec![(3, 0)]);
         assert_eq!(isolate.hit(&hash(1), now, limit), Decision::Deny { retry_after: 3_590 });

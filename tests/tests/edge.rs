@@ -236,6 +236,37 @@ async fn worker_answers_warm_fetches_from_memory() {
     assert_eq!(held, 1);
 }
 
+/// A link over its limit is refused from memory too, once its counts went to its shard: the
+/// refusals count nothing, so nothing is left to send however long they go on (before, every
+/// fetch a second after the last batch went through the full handler for counts that were
+/// not there).
+#[tokio::test]
+async fn worker_refuses_a_link_over_its_limit_from_memory() {
+    let mut s = start(Backend::Worker, &[("HEARTH_LINK_LIMIT", "2")]);
+    let token = SubToken::generate(&mut OsRng);
+    let item = s.sim.snapshot(&token, &demo_snapshot(1));
+    assert_eq!(s.push_items(&[item]).await.0, StatusCode::OK);
+    let link = s.link(&token);
+    for _ in 0..2 {
+        assert_eq!(status_of(&s.http, &link).await.0, StatusCode::OK);
+    }
+    // The batch with those two goes behind the first fetch a second later.
+    tokio::time::sleep(Duration::from_millis(1_200)).await;
+    assert_eq!(status_of(&s.http, &link).await.0, StatusCode::TOO_MANY_REQUESTS);
+    tokio::time::sleep(Duration::from_millis(1_200)).await;
+    let (_, _, batches_before, at_once_before) = isolate_figures(&s).await;
+    let started = std::time::Instant::now();
+    for _ in 0..20 {
+        assert_eq!(status_of(&s.http, &link).await.0, StatusCode::TOO_MANY_REQUESTS);
+    }
+    let (_, _, batches, at_once) = isolate_figures(&s).await;
+    assert_eq!(batches, batches_before, "refusals sent counts");
+    if started.elapsed() < Duration::from_millis(2_400) {
+        // All but one that asks the feed (half its 5 s have gone by) are answered at once.
+        assert!(at_once - at_once_before >= 19, "{} of 20 refusals answered at once", at_once - at_once_before);
+    }
+}
+
 /// The native edge keeps control's archive in pieces, a few of which it holds at a time:
 /// pieces become the archive only once the whole envelope verified, a refused upload leaves
 /// none behind, and an archive an older edge kept whole is still served.
