@@ -29,10 +29,11 @@ function held(request) {
     headers.get("accept-language"),
   );
   if (answer === undefined) return undefined;
-  const [status, names] = [answer.status, answer.headers];
+  const [status, lines] = [answer.status, answer.headers.split("\n")];
   const body = answer.into_body(); // frees `answer`
-  const out = new Headers();
-  for (let i = 0; i + 1 < names.length; i += 2) out.set(names[i], names[i + 1]);
+  // A plain object, which the Response takes in without a Headers object of its own.
+  const out = {};
+  for (let i = 0; i + 1 < lines.length; i += 2) out[lines[i]] = lines[i + 1];
   return new Response(request.method === "HEAD" ? null : body, { status, headers: out });
 }
 

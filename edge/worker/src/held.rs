@@ -17,12 +17,11 @@ use worker::wasm_bindgen::{self, prelude::wasm_bindgen};
 use crate::memory::{ANSWERED_AT_ONCE, isolate, owner_read};
 use crate::runtime::{config_read, now_ms};
 
-/// An answer for `js/entry.js` to send: its status, its headers as name and value in turn,
-/// and its body.
+/// An answer for `js/entry.js` to send: its status, its headers and its body.
 #[wasm_bindgen]
 pub struct Held {
     status: u16,
-    headers: Vec<String>,
+    headers: String,
     body: Vec<u8>,
 }
 
@@ -33,8 +32,10 @@ impl Held {
         self.status
     }
 
+    /// The headers' names and values in turn, each ended by a line feed (which no header
+    /// holds): one string to hand over, not one per name and value.
     #[wasm_bindgen(getter)]
-    pub fn headers(&self) -> Vec<String> {
+    pub fn headers(&self) -> String {
         self.headers.clone()
     }
 
@@ -123,14 +124,20 @@ pub fn answer_held(
 /// A [`Reply`] as [`Held`] (no body on HEAD, which says the length GET sends), counted.
 fn answered(reply: Reply, head: bool) -> Held {
     ANSWERED_AT_ONCE.with(|n| n.set(n.get() + 1));
-    let mut headers = Vec::with_capacity(reply.headers.len() * 2 + 2);
-    for (name, value) in reply.headers {
-        headers.push(name.to_owned());
-        headers.push(value);
+    let mut headers = String::with_capacity(256);
+    let mut add = |name: &str, value: &str| {
+        // (Never so for the headers the edge sends: a value with a line feed would split.)
+        debug_assert!(!name.contains('\n') && !value.contains('\n'));
+        for part in [name, value] {
+            headers.push_str(part);
+            headers.push('\n');
+        }
+    };
+    for (name, value) in &reply.headers {
+        add(name, value);
     }
     let body = if head {
-        headers.push("content-length".to_owned());
-        headers.push(reply.body.len().to_string());
+        add("content-length", &reply.body.len().to_string());
         Vec::new()
     } else {
         reply.body
