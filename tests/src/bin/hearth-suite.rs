@@ -2534,51 +2534,57 @@ us). Those rows moved with the machine, not with the code.\n\n\
   more there (1.4 ms against 0.64): it sends in quinn's pacing bursts, where quic-go paces packet \
   by packet. With CUBIC the node moves more than sing-box on a clean path; on random loss CUBIC \
   collapses, as loss-based congestion control does.\n\
-- **P7, the Worker in workerd (#49: < 150 us an answer, < 100 us a 429).** Since #49 a warm \
-  answer comes from the isolate's memory (`hearth_edge::isolate`): no Durable Object call, where \
-  each answer made one or two before (815 us an answer and 186 us a 429 then, commit f30979a). \
-  What is left is the Rust Worker's own cost on workerd: the decoy for an unknown path (no \
-  lookup, no rendering: the request and the answer through workers-rs and wasm-bindgen) costs \
-  95.6 to 132 us against 54.3 to 62.7 for the empty JavaScript worker (105 to 124 against 50 \
-  before Hearth's entry module), so a 429 (117 to 151 us) is a few tens of microseconds of work \
-  over that floor and an answer (193 to 218 us) about 140: the token's hash, opening the sealed \
-  snapshot, rendering the profile (in wasm), and its body and headers handed to JavaScript. The \
-  P7 rows are from `--only worker` at the commit that added the synchronous answer (2026-12-06, 3 \
-  repetitions), with the entry module of the commit before (no synchronous answer) measured in \
-  the same hour beside them (the notes column); this machine was noisy that hour (the empty \
-  worker 62.7 and 69.2 us in the two runs). A warm fetch is answered by one synchronous call from \
-  the entry module into Rust (`answer_held`, `edge/worker/src/held.rs`): the method, the URL and \
-  three headers in, status, headers and body out, with no future, no workers-rs request or \
-  response and no Durable Object; whatever only the full handler can do (a link memory does not \
-  hold, the feed or the owner's settings due, counts to send to the shards, a device limit, any \
-  other route) goes to it, with nothing counted twice: the network's budget and the link's count \
-  are peeked before anything is counted (`Isolate::gate_peek`, `Isolate::hit_refused`, tested to \
-  say what the counting calls then do). `worker_answers_warm_fetches_from_memory` counts the \
-  fetches answered so (its health line; 0 of 20 without it). In two pairs of runs an answer took \
-  193 and 218 us against 252 and 313 without it (the empty worker 56.8 and 62.7 against 72.1 and \
-  69.2); the 429s moved within the hour's spread (139 and 151 against 184 and 161 per link, 142 \
-  and 117 against 133 and 143 per network). Before it (commit b054f9c), the entry module itself, \
-  measured against worker-build's own entry in the same hour: worker-build's module exports the \
-  fetch handler as a class that workerd builds for every request, wrapped in Proxies that start \
-  the wasm again after a crash; `edge/worker/js/entry.js` (wrangler.toml's `main`) calls the same \
-  handler without building them, and through them only once the wasm has crashed (worker-build's \
-  `__worker_init_state` says so), so that it is started again first. That took the 429s from 158 \
-  and 134 us to 134 and 113 and the decoy from 116 to 95.6; the answer moved within its spread \
-  (203 against 218, 201-234 against 205-233). Reading the request's URL by splitting the \
-  runtime's serialization instead of parsing it again, and the clock by `Date.now()` instead of a \
-  `Date` object, moved nothing beyond the spread (answers 204-207 us against 209, 429s 127-130 \
-  and 107-133 against 130 and 123): not kept. An earlier try, answering what memory holds without \
-  a future but still through workers-rs (a resolved promise in place of `#[event(fetch)]`), moved \
-  none of the rows beyond the machine's spread (answer 232-239 us, 429s 148-149, the decoy 105): \
-  not kept. perf on the workerd processes of one run (`HEARTH_WORKERD_V8_FLAGS=--perf-basic-prof` \
-  names the JIT's code, commit c372b99): of the decoy's CPU, 76 % is workerd's own C++ (tcmalloc, \
-  V8's handles, the Headers and Response objects), 12 % the kernel and 10 % the Worker's wasm and \
-  its JS glue; of an answer's, 28 % is the wasm (ChaCha20-Poly1305 opening the snapshot, SHA-256, \
-  serde_json rendering the profile, the URL's parse) and 69 % workerd's. The floor is what each \
-  request makes workerd build and free (the empty worker's row), then the wasm's own work: what \
-  would close the rest is less of it per answer (the snapshot opened and the profile rendered \
-  once per change, which keeps snapshots in the clear in the edge's memory, which the trust model \
-  does not want).\n\
+- **P7, the Worker in workerd (#49: < 150 us an answer, < 100 us a 429). Met since commit \
+  e5b8ef8:** 128 us an answer and 90.9 and 83.6 us the two 429s, against 50.3 us for the empty \
+  JavaScript worker in the same run (`--only worker` at that commit, 2026-12-06, 3 repetitions; a \
+  second run in the same hour: 131, 80.5 and 76.5 us against 49.5). A warm answer comes from the \
+  isolate's memory (`hearth_edge::isolate`): no Durable Object call, where each answer made one \
+  or two before (815 us an answer and 186 us a 429 then, commit f30979a). This machine's figures \
+  move by a third from hour to hour, so each step below was measured against the one before it in \
+  the same hour, runs alternated. (1) An entry module of Hearth's own (commit b054f9c): \
+  worker-build's module exports the fetch handler as a class that workerd builds for every \
+  request, wrapped in Proxies that start the wasm again after a crash; `edge/worker/js/entry.js` \
+  (wrangler.toml's `main`) calls the same handler without building them, and through them only \
+  once the wasm has crashed (worker-build's `__worker_init_state` says so), so that it is started \
+  again first: the 429s went from 158 and 134 us to 134 and 113, the decoy from 116 to 95.6. (2) \
+  A synchronous answer (commit 6a76d66): a warm fetch is answered by one call from the entry \
+  module into Rust (`answer_held`, `edge/worker/src/held.rs`): the method, the URL and three \
+  headers in, status, headers and body out, with no future, no workers-rs request or response and \
+  no Durable Object; whatever only the full handler can do (a link memory does not hold, the feed \
+  or the owner's settings due, counts to send to the shards, a device limit, any other route) \
+  goes to it, with nothing counted twice: the network's budget and the link's count are peeked \
+  before anything is counted (`Isolate::gate_peek`, `Isolate::hit_refused`, tested to say what \
+  the counting calls then do); `worker_answers_warm_fetches_from_memory` counts the fetches \
+  answered so (its health line; 0 of 20 without it). An answer went from 252 and 313 us to 193 \
+  and 218. (3) A link over its limit refused from memory (commit 2f040ab): the isolate said \
+  counts were due to the shards whenever a second had gone by since its last batch, whether or \
+  not a fetch had been counted since; refusals count nothing, so once a link was over its limit \
+  every fetch a second after the last batch went through the full handler (the per-link row cost \
+  what the decoy did, 151 us). Counts are due now only when there are some (`Isolate::flush_due`; \
+  its unit test, and `worker_refuses_a_link_over_its_limit_from_memory`, which says \"0 of 20 \
+  refusals answered at once\" without the mend). (4) Built for speed (commit f624fc7): the \
+  Worker's profile at opt-level 3 with wasm-opt -O3, where it was built for size (z, -Oz): \
+  answers of 160, 197 and 176 us against 214, 277 and 254 in single runs alternated, the 429s \
+  within their spread, the wasm 1.42 MB (0.53 gzipped) against 1.34 (0.48); a run of 3 \
+  repetitions at that commit: 140, 91.7 and 104 us. (5) The headers as one string (commit \
+  e5b8ef8): the synchronous answer hands them to JavaScript as one string, where each name and \
+  value was a string of its own (decoded one by one), and the Response takes them as a plain \
+  object, where a Headers object was built and then copied into the Response's own: two runs of 3 \
+  repetitions alternated with the commit before gave 128 and 131 us an answer against 161 and \
+  135, 90.9 and 80.5 us a per-link 429 against 115 and 92.6, and 83.6 and 76.5 us a per-network \
+  429 against 92.1 and 92.9. What is left, from perf over one run with each row's window taken \
+  apart (`perf record -k CLOCK_MONOTONIC -C 1`, `HEARTH_WORKERD_V8_FLAGS=--perf-basic-prof` names \
+  the JIT's code): of an answer's CPU, 19 % is the wasm (ChaCha20-Poly1305 opening the snapshot, \
+  SHA-256, rendering the profile, the URL's parse), 9 % the kernel and the rest workerd's own \
+  (V8, tcmalloc, kj, its HTTP and the request's and response's objects); of a 429's, 5 % is the \
+  wasm. Less of it per answer would take the snapshot opened and the profile rendered once per \
+  change, which keeps snapshots in the clear in the edge's memory, which the trust model does not \
+  want. Tried and not kept: reading the request's URL by splitting the runtime's serialization \
+  instead of parsing it again, and the clock by `Date.now()` instead of a `Date` object (answers \
+  204-207 us against 209, 429s 127-130 and 107-133 against 130 and 123); answering what memory \
+  holds without a future but still through workers-rs (a resolved promise in place of \
+  `#[event(fetch)]`: answer 232-239 us, 429s 148-149, the decoy 105); the headers as an array of \
+  pairs in place of a Headers object (within the spread).\n\
 - **D, a user change during the storm (#23: < 2 ms).** 3.99 ms (3.92-4.63) at commit \
   4c4a919, from 6.75 (4.49-7.31). Control's log of its write transactions during the storm \
   (`HEARTH_SUITE_CONTROL_LOG=warn,hearth_control::store=debug`, control of commit cdb463e) \
