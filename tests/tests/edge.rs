@@ -51,6 +51,14 @@ fn client(from: Option<&str>) -> reqwest::Client {
 }
 
 impl Setup {
+    /// A new link holding `demo_snapshot(n)`, pushed and taken.
+    async fn new_link(&mut self, n: u64) -> SubToken {
+        let token = SubToken::generate(&mut OsRng);
+        let item = self.sim.snapshot(&token, &demo_snapshot(n));
+        assert_eq!(self.push_items(&[item]).await.0, StatusCode::OK);
+        token
+    }
+
     fn link(&self, token: &SubToken) -> String {
         format!("{}/s/{}", self.edge.url, token.to_link_form())
     }
@@ -243,9 +251,7 @@ async fn worker_answers_warm_fetches_from_memory() {
 #[tokio::test]
 async fn worker_refuses_a_link_over_its_limit_from_memory() {
     let mut s = start(Backend::Worker, &[("HEARTH_LINK_LIMIT", "2")]);
-    let token = SubToken::generate(&mut OsRng);
-    let item = s.sim.snapshot(&token, &demo_snapshot(1));
-    assert_eq!(s.push_items(&[item]).await.0, StatusCode::OK);
+    let token = s.new_link(1).await;
     let link = s.link(&token);
     for _ in 0..2 {
         assert_eq!(status_of(&s.http, &link).await.0, StatusCode::OK);
@@ -273,9 +279,7 @@ async fn worker_refuses_a_link_over_its_limit_from_memory() {
 #[tokio::test]
 async fn native_an_archive_is_kept_in_pieces_and_a_refused_upload_leaves_none() {
     let mut s = start(Backend::Native, &[]);
-    let token = SubToken::generate(&mut OsRng);
-    let item = s.sim.snapshot(&token, &demo_snapshot(1));
-    assert_eq!(s.push_items(&[item]).await.0, StatusCode::OK);
+    s.new_link(1).await;
     let archive = |version: u64, len: usize| {
         let body: Vec<u8> = (0..len as u64).map(|i| (i.wrapping_mul(0x9E37_79B9_7F4A_7C15) >> 56) as u8).collect();
         s.sim
@@ -429,9 +433,7 @@ async fn hung_up(mut stream: tokio::net::TcpStream) -> bool {
 async fn native_open_connections_are_capped_per_network_and_in_all() {
     use hearth_edge::native::bounds::{CONNECTIONS, CONNECTIONS_PER_NETWORK};
     let mut s = start(Backend::Native, &[("HEARTH_LINK_LIMIT", "100000")]);
-    let token = SubToken::generate(&mut OsRng);
-    let item = s.sim.snapshot(&token, &demo_snapshot(1));
-    assert_eq!(s.push_items(&[item]).await.0, StatusCode::OK);
+    let token = s.new_link(1).await;
     let address: std::net::SocketAddr = s.edge.url.strip_prefix("http://").unwrap().parse().unwrap();
     let link = s.link(&token);
 
@@ -551,9 +553,7 @@ async fn decoy_body(s: &Setup) -> String {
 async fn large_unauthenticated_bodies_get_the_decoy_unread(backend: Backend) {
     const BODY: u64 = 60_000_000;
     let mut s = start(backend, &[]);
-    let token = SubToken::generate(&mut OsRng);
-    let item = s.sim.snapshot(&token, &demo_snapshot(1));
-    assert_eq!(s.push_items(&[item]).await.0, StatusCode::OK);
+    let token = s.new_link(1).await;
     let decoy = decoy_body(&s).await;
     let pid = s.edge.server_pid().unwrap();
     let before = hearth_tests::proc_status_kib(pid, "VmRSS:").unwrap();
@@ -593,9 +593,7 @@ async fn large_unauthenticated_bodies_get_the_decoy_unread(backend: Backend) {
 async fn a_slow_client_is_hung_up_on_while_links_answer(backend: Backend) {
     use std::io::{Read as _, Write as _};
     let mut s = start(backend, &[("HEARTH_LINK_LIMIT", "100000")]);
-    let token = SubToken::generate(&mut OsRng);
-    let item = s.sim.snapshot(&token, &demo_snapshot(1));
-    assert_eq!(s.push_items(&[item]).await.0, StatusCode::OK);
+    let token = s.new_link(1).await;
     let address = s.edge.url.strip_prefix("http://").unwrap().to_owned();
     let mut slow = std::net::TcpStream::connect(&address).unwrap();
     slow.write_all(format!("GET /s/{} HTTP/1.1\r\nHost: {address}\r\n", token.to_link_form()).as_bytes()).unwrap();
@@ -627,9 +625,7 @@ async fn a_slow_client_is_hung_up_on_while_links_answer(backend: Backend) {
 /// `X-Forwarded-Proto`.
 async fn behind_a_trusted_proxy_each_client_is_judged_by_its_own_address(backend: Backend) {
     let mut s = start(backend, &[("HEARTH_TRUSTED_PROXIES", "127.0.0.5/32, 10.0.0.0/8")]);
-    let token = SubToken::generate(&mut OsRng);
-    let item = s.sim.snapshot(&token, &demo_snapshot(1));
-    assert_eq!(s.push_items(&[item]).await.0, StatusCode::OK);
+    let token = s.new_link(1).await;
     let decoy = decoy_body(&s).await;
     let via = |peer: &str, headers: &[(&'static str, &str)]| {
         let mut map = reqwest::header::HeaderMap::new();
@@ -680,9 +676,7 @@ async fn behind_a_trusted_proxy_each_client_is_judged_by_its_own_address(backend
 /// minute at most).
 async fn a_rotated_link_over_its_limit_gets_the_decoy(backend: Backend) {
     let mut s = start(backend, &[("HEARTH_LINK_LIMIT", "2")]);
-    let token = SubToken::generate(&mut OsRng);
-    let item = s.sim.snapshot(&token, &demo_snapshot(1));
-    assert_eq!(s.push_items(&[item]).await.0, StatusCode::OK);
+    let token = s.new_link(1).await;
     let link = s.link(&token);
     let mut served = 0;
     while status_of(&s.http, &link).await.0 == StatusCode::OK {
@@ -868,9 +862,7 @@ async fn until_served_again(http: &reqwest::Client, link: &str, limit: Duration)
 async fn the_link_limit_answers_429_until_the_window_turns(backend: Backend) {
     const WINDOW_MS: u64 = 2000;
     let mut s = start(backend, &[("HEARTH_LINK_LIMIT", "3"), ("HEARTH_LINK_WINDOW_SECS", "2")]);
-    let token = SubToken::generate(&mut OsRng);
-    let item = s.sim.snapshot(&token, &demo_snapshot(1));
-    assert_eq!(s.push_items(&[item]).await.0, StatusCode::OK);
+    let token = s.new_link(1).await;
     let link = s.link(&token);
     // Refused until the window turns; then served exactly three times in the new window. The
     // first answer after the refusals came in the window the clock was in when it arrived
@@ -929,9 +921,7 @@ async fn a_network_over_its_budget_gets_429_until_its_bucket_refills(backend: Ba
 
 async fn unknown_links_and_paths_get_one_decoy_and_probing_networks_get_only_decoys(backend: Backend) {
     let mut s = start(backend, &[]);
-    let token = SubToken::generate(&mut OsRng);
-    let item = s.sim.snapshot(&token, &demo_snapshot(1));
-    assert_eq!(s.push_items(&[item]).await.0, StatusCode::OK);
+    let token = s.new_link(1).await;
 
     let decoy = s.get(&format!("{}/nothing/here", s.edge.url), "curl/8").await;
     assert_eq!(decoy.0, StatusCode::NOT_FOUND);
@@ -1158,9 +1148,7 @@ async fn a_push_refused_for_a_set_stores_none_of_its_links(backend: Backend) {
 async fn the_export_gives_the_release_back(backend: Backend) {
     use hearth_tests::control_sim::release;
     let mut s = start(backend, &[]);
-    let token = SubToken::generate(&mut OsRng);
-    let item = s.sim.snapshot(&token, &demo_snapshot(1));
-    assert_eq!(s.push_items(&[item]).await.0, StatusCode::OK);
+    s.new_link(1).await;
     let binary = b"a node binary".to_vec();
     let (manifest, bundle) = release(&s.sim.release, 100, "0.2.0", &[("linux", "x86_64", binary)], now() + 86_400);
     let put = s.http.put(format!("{}/{API}/release", s.edge.url)).bearer_auth(PUSH_TOKEN).body(bundle);
@@ -1333,9 +1321,7 @@ async fn nodes_pull_their_own_set_and_usage_queues_for_control(backend: Backend)
 
 async fn the_archive_round_trips_and_everything_survives_a_restart(backend: Backend) {
     let mut s = start(backend, &[]);
-    let token = SubToken::generate(&mut OsRng);
-    let item = s.sim.snapshot(&token, &demo_snapshot(1));
-    assert_eq!(s.push_items(&[item]).await.0, StatusCode::OK);
+    let token = s.new_link(1).await;
     let archive = |version: u64, body: &[u8]| {
         s.sim
             .draft(Kind::Archive, stream::ARCHIVE.into(), version, Audience::Control)
