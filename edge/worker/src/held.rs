@@ -32,8 +32,8 @@ impl Held {
         self.status
     }
 
-    /// The headers' names and values in turn, each ended by a line feed (which no header
-    /// holds): one string to hand over, not one per name and value.
+    /// The headers' names and values in turn, each ended by a line feed
+    /// ([`Reply::header_lines`]): one string to hand over, not one per name and value.
     #[wasm_bindgen(getter)]
     pub fn headers(&self) -> String {
         self.headers.clone()
@@ -122,25 +122,14 @@ pub fn answer_held(
 }
 
 /// A [`Reply`] as [`Held`] (no body on HEAD, which says the length GET sends), counted.
-fn answered(reply: Reply, head: bool) -> Held {
+fn answered(mut reply: Reply, head: bool) -> Held {
     ANSWERED_AT_ONCE.with(|n| n.set(n.get() + 1));
-    let mut headers = String::with_capacity(256);
-    let mut add = |name: &str, value: &str| {
-        // (Never so for the headers the edge sends: a value with a line feed would split.)
-        debug_assert!(!name.contains('\n') && !value.contains('\n'));
-        for part in [name, value] {
-            headers.push_str(part);
-            headers.push('\n');
-        }
-    };
-    for (name, value) in &reply.headers {
-        add(name, value);
-    }
     let body = if head {
-        add("content-length", &reply.body.len().to_string());
+        reply.headers.push(("content-length", reply.body.len().to_string()));
         Vec::new()
     } else {
-        reply.body
+        std::mem::take(&mut reply.body)
     };
+    let headers = reply.header_lines();
     Held { status: reply.status, headers, body }
 }
