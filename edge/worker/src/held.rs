@@ -10,7 +10,7 @@ use std::net::{IpAddr, Ipv4Addr};
 use hearth_edge::Reply;
 use hearth_edge::isolate::{FeedDue, Lookup};
 use hearth_edge::routes::{Route, route};
-use hearth_edge::serve::{self, Gate, too_many};
+use hearth_edge::serve::{self, too_many};
 use hearth_shared::ratelimit::{Decision, Network};
 use worker::wasm_bindgen::{self, prelude::wasm_bindgen};
 
@@ -72,13 +72,12 @@ pub fn answer_held(
     let client: IpAddr = ip.and_then(|ip| ip.parse().ok()).unwrap_or(IpAddr::V4(Ipv4Addr::UNSPECIFIED));
     let network = Network::of(client);
     // The handler's first step: a network over its budget (or trying unknown links) is
-    // answered so whatever else holds.
-    let mut gated = false;
-    if limits.enabled && isolate(&config, |i| i.gate_peek(network, now, limits)) != Gate::Open {
-        match isolate(&config, |i| i.gate(network, now, limits)).refusal() {
-            Some(refusal) => return Some(answered(refusal, head)),
-            None => gated = true,
-        }
+    // answered so whatever else holds. The peek says what `gate` then does; `gate` counts it.
+    if limits.enabled
+        && let Some(refusal) = isolate(&config, |i| i.gate_peek(network, now, limits)).refusal()
+    {
+        isolate(&config, |i| i.gate(network, now, limits));
+        return Some(answered(refusal, head));
     }
     // Then what only the handler can do: the feed or the owner's settings to ask, counts to
     // send, a link memory does not hold. (Nothing is counted yet.)
@@ -98,7 +97,7 @@ pub fn answer_held(
     let snapshot =
         if refused { None } else { Some(serve::open(&envelope, &token).filter(|snapshot| snapshot.hwid.limit == 0)?) };
     if limits.enabled {
-        if !gated && let Some(refusal) = isolate(&config, |i| i.gate(network, now, limits)).refusal() {
+        if let Some(refusal) = isolate(&config, |i| i.gate(network, now, limits)).refusal() {
             return Some(answered(refusal, head));
         }
         if let Decision::Deny { retry_after } = isolate(&config, |i| i.hit(&hash, now, limits.link)) {
