@@ -29,7 +29,7 @@ function held(request) {
     headers.get("accept-language"),
   );
   if (answer === undefined) return undefined;
-  const [status, lines] = [answer.status, answer.headers.split("\n")];
+  const [status, lines] = [answer.status, answer.take_headers().split("\n")];
   const body = answer.into_body(); // frees `answer`
   // A plain object, which the Response takes in without a Headers object of its own.
   const out = {};

@@ -33,10 +33,10 @@ impl Held {
     }
 
     /// The headers' names and values in turn, each ended by a line feed
-    /// ([`Reply::header_lines`]): one string to hand over, not one per name and value.
-    #[wasm_bindgen(getter)]
-    pub fn headers(&self) -> String {
-        self.headers.clone()
+    /// ([`Reply::header_lines`]): one string to hand over, not one per name and value. Taken,
+    /// not copied (read it once).
+    pub fn take_headers(&mut self) -> String {
+        std::mem::take(&mut self.headers)
     }
 
     /// The body, handed over as it is (this object is gone after it).
