@@ -293,6 +293,7 @@ impl Bbr {
         self.in_flight += bytes;
         self.last_sent = now;
         self.budget.on_sent(now, bytes, self.pacing_rate);
+        self.budget.hold_to(self.cap());
     }
 
     /// A packet of `bytes` sent at `sent` was acknowledged (one of a batch that ends with
@@ -335,6 +336,7 @@ impl Bbr {
             self.filled_pipe = true;
         }
         self.budget.on_loss(now, bytes, self.pacing_rate);
+        self.budget.hold_to(self.cap());
     }
 
     /// A batch of acknowledgements ended: `in_flight` is quinn's own figure, and
@@ -345,6 +347,7 @@ impl Bbr {
         self.acked_before = acked;
         let Some(newest) = self.newest_acked.take() else {
             self.budget.on_end_acks(now, in_flight, self.pacing_rate);
+            self.budget.hold_to(self.cap());
             return;
         };
         if app_limited {
@@ -417,6 +420,7 @@ impl Bbr {
         self.update_cwnd(acked);
         self.update_recovery(newest, round_start, acked);
         self.budget.on_end_acks(now, in_flight, self.pacing_rate);
+        self.budget.hold_to(self.cap());
     }
 
     /// The most the acknowledgements have run ahead of the estimate lately.
@@ -461,6 +465,20 @@ impl Bbr {
             }
         }
         if self.filled_pipe {
+            tracing::trace!(
+                round = self.round,
+                mode = self.mode_name(),
+                bw = self.bandwidth() as f64 * 8e-6,
+                pace = self.pacing_rate as f64 * 8e-6,
+                acked = acked / self.mtu,
+                lost = lost / self.mtu,
+                queued,
+                rtt_ms = if count > 0 { (sum / count).as_secs_f64() * 1e3 } else { 0.0 },
+                share = self.loss_share,
+                cwnd = self.cwnd / self.mtu,
+                window = self.window() / self.mtu,
+                "bbr round"
+            );
             return;
         }
         if overflowed {
@@ -627,13 +645,18 @@ impl Bbr {
         self.recovery_window = self.recovery_window.max(self.in_flight + acked).max(MIN_CWND_PACKETS * self.mtu);
     }
 
+    /// The window, held to the recovery window while loss recovery lasts.
+    fn cap(&self) -> u64 {
+        match self.recovery {
+            Recovery::None => self.cwnd,
+            _ => self.cwnd.min(self.recovery_window),
+        }
+    }
+
     /// What may be in flight: the window, and within it what the budget lets out at the
     /// pacing rate.
     pub(super) fn window(&self) -> u64 {
-        let cwnd = match self.recovery {
-            Recovery::None => self.cwnd,
-            _ => self.cwnd.min(self.recovery_window),
-        };
+        let cwnd = self.cap();
         match self.pacing_rate {
             0 => cwnd,
             rate => self.budget.window(rate, cwnd),

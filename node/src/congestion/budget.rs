@@ -36,6 +36,8 @@ pub(super) struct Budget {
     gaps: [Duration; 2],
     gaps_since: Instant,
     last_acks: Option<Instant>,
+    /// The controller's own window as the last event left it (Brutal's: none).
+    cap: u64,
 }
 
 /// How much sending a budget holds when nothing spends it.
@@ -58,6 +60,7 @@ impl Budget {
             gaps: [Duration::ZERO; 2],
             gaps_since: now,
             last_acks: None,
+            cap: u64::MAX,
             mtu: u64::from(mtu),
             rtt: None,
             in_flight: 0,
@@ -80,7 +83,15 @@ impl Budget {
             Bank::Rtt => rtt + ACK_DELAY.as_secs_f64(),
             Bank::AckGaps => self.gaps[0].max(self.gaps[1]).as_secs_f64() + 0.001,
         };
-        let burst = packets(held).clamp(INITIAL_BUDGET_PACKETS, most) * self.mtu as i64;
+        let mut burst = packets(held).clamp(INITIAL_BUDGET_PACKETS, most) * self.mtu as i64;
+        if self.in_flight + self.mtu >= self.cap {
+            // The controller's own window held the sender back since the last event (loss
+            // recovery, say), not the budget: what the rate brought in meanwhile could not
+            // have gone out, and banked it would leave in one burst once the window opens. On
+            // B4 (30 Mbit/s, a 10 ms queue) that was a hundred packets after each recovery,
+            // two thirds of them lost.
+            burst = burst.min(INITIAL_BUDGET_PACKETS * self.mtu as i64);
+        }
         let added = (rate * elapsed.as_secs_f64()) as i64;
         self.bytes = self.bytes.saturating_add(added).min(burst);
     }
@@ -119,6 +130,12 @@ impl Budget {
         self.in_flight = self.in_flight.saturating_sub(lost_bytes);
     }
 
+    /// Takes in the controller's own window after an event: while what is in flight fills
+    /// it, the budget banks no more than [`INITIAL_BUDGET_PACKETS`].
+    pub(super) fn hold_to(&mut self, cap: u64) {
+        self.cap = cap;
+    }
+
     /// The RTT last measured (`None` before the first acknowledgement).
     pub(super) fn rtt(&self) -> Option<Duration> {
         self.rtt
@@ -139,5 +156,37 @@ impl Budget {
         let debt_allowed = (rate as f64 * ACK_DELAY.as_secs_f64()) as i64;
         let floor = if self.bytes >= -debt_allowed { MIN_WINDOW_PACKETS + 1 } else { MIN_WINDOW_PACKETS } * self.mtu;
         (self.in_flight + spendable).min(cap).max(floor)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn what_the_window_held_back_is_not_banked() {
+        // 30 Mbit/s, and acknowledgements 50 ms apart once: the bank holds up to 50 ms of the
+        // rate (156 packets; at most 128 before an RTT is known).
+        let (mtu, rate) = (1200u64, 3_750_000u64);
+        let start = Instant::now();
+        let ms = Duration::from_millis;
+        let mut budget = Budget::new(start, mtu as u16, Bank::AckGaps);
+        let mut in_flight = 150 * mtu;
+        budget.on_end_acks(start, in_flight, rate);
+        for at in [50, 100] {
+            // The budget alone held the sender back for 50 ms: all of it may go out.
+            budget.on_end_acks(start + ms(at), in_flight, rate);
+            let banked = budget.window(rate, u64::MAX) - in_flight;
+            assert!(banked >= 100 * mtu, "{} packets banked over 50 ms", banked / mtu);
+            budget.on_sent(start + ms(at), banked, rate);
+            in_flight += banked;
+        }
+        // The window (loss recovery) held it back for the next 50 ms: once the window opens,
+        // a few packets go out, not the hundred the rate brought in meanwhile.
+        budget.hold_to(in_flight);
+        budget.on_end_acks(start + ms(150), in_flight, rate);
+        budget.hold_to(u64::MAX);
+        let burst = budget.window(rate, u64::MAX) - in_flight;
+        assert_eq!(burst, INITIAL_BUDGET_PACKETS as u64 * mtu, "{} packets at once", burst / mtu);
     }
 }
