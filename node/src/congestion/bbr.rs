@@ -30,11 +30,14 @@
 //!
 //! Loss does not lower the rate in ProbeBW: on the paths Hysteria is picked for, loss is
 //! mostly random, and the bandwidth samples already see a full queue. Random loss is made up
-//! for, as Brutal does: the rate is divided by one less the share lost (a moving average over
-//! the rounds whose RTT stayed within an eighth of the smallest, so loss from a full queue
-//! does not count; at most a fifth), or a path losing 5 % before its bottleneck would leave
-//! the bottleneck idle 5 % of the time. After the pipe is full, a loss holds the window to
-//! what is acknowledged for a round (packet conservation), then lets it grow back.
+//! for, as Brutal does: the rate is divided by one less the share lost at random, or a path
+//! losing 5 % before its bottleneck would leave the bottleneck idle 5 % of the time. That
+//! share is the mean of the lower half of the last [`LOSS_ROUNDS`] rounds whose RTT stayed
+//! within an eighth of the smallest (at most a fifth): loss from a full queue does not count,
+//! nor a queue's overflow where the queue is too shallow to raise the RTT (it shows in one or
+//! two rounds of a gain cycle, where random loss shows in all). After the pipe is full, a loss
+//! holds the window to what is acknowledged for a round (packet conservation), then lets it
+//! grow back.
 
 use std::collections::VecDeque;
 use std::time::{Duration, Instant};
@@ -84,10 +87,13 @@ const STARTUP_LOSS_PACKETS: u64 = 8;
 /// The share of a round's packets lost that ends startup in a round that did not grow the
 /// estimate and queued (and [`STARTUP_LOSS_PACKETS`] at least).
 const STALLED_LOSS: f64 = 0.02;
-/// The most of the loss share (its moving average over rounds) that sending makes up for.
+/// The most of the share lost at random that sending makes up for.
 const MAX_MADE_UP: f64 = 0.2;
 /// Below this many packets' worth of bytes a round says nothing of the loss share.
 const LOSS_SAMPLE_PACKETS: u64 = 20;
+/// The rounds (without a standing queue) the share of random loss is learned from: a gain
+/// cycle's worth.
+const LOSS_ROUNDS: usize = 8;
 /// Send batches remembered at most (a batch per packet at worst: quinn's own limit on what is
 /// in flight keeps far fewer).
 const MAX_SENT_BATCHES: usize = 1 << 14;
@@ -140,6 +146,38 @@ impl RoundMax {
     }
 }
 
+/// The share of bytes lost in each of the last [`LOSS_ROUNDS`] rounds that ran without a
+/// standing queue.
+#[derive(Clone, Copy, Debug, Default)]
+struct LossShares {
+    shares: [f64; LOSS_ROUNDS],
+    next: usize,
+    len: usize,
+}
+
+impl LossShares {
+    fn push(&mut self, share: f64) {
+        self.shares[self.next] = share;
+        self.next = (self.next + 1) % LOSS_ROUNDS;
+        self.len = (self.len + 1).min(LOSS_ROUNDS);
+    }
+
+    /// The share lost at random: the mean of the lower half of the rounds. Random loss shows
+    /// in every round; a queue overflowing shows in the one or two rounds after a probe, and
+    /// where the queue is too shallow for the RTT to rise (a policer, a few milliseconds of
+    /// buffer) nothing else tells the two apart: made up for, the overflow would grow itself.
+    fn random(&self) -> f64 {
+        if self.len < LOSS_ROUNDS / 2 {
+            return 0.0;
+        }
+        let mut shares = self.shares;
+        let shares = &mut shares[..self.len];
+        shares.sort_by(f64::total_cmp);
+        let lower = &shares[..self.len / 2];
+        lower.iter().sum::<f64>() / lower.len() as f64
+    }
+}
+
 #[derive(Clone, Debug)]
 pub(super) struct Bbr {
     mtu: u64,
@@ -162,9 +200,10 @@ pub(super) struct Bbr {
     next_round_delivered: u64,
     round_acked: u64,
     round_lost: u64,
-    /// The share of bytes lost, a moving average over the rounds whose RTT stayed near the
-    /// smallest (loss without a queue: random, not congestion).
+    /// The share of bytes lost at random (see [`LossShares::random`]), from the rounds whose
+    /// RTT stayed near the smallest (loss without a queue).
     loss_share: f64,
+    loss_shares: LossShares,
     /// This round's RTT samples: their sum and count.
     round_rtt: (Duration, u32),
     // The model.
@@ -213,6 +252,7 @@ impl Bbr {
             round_acked: 0,
             round_lost: 0,
             loss_share: 0.0,
+            loss_shares: LossShares::default(),
             round_rtt: (Duration::ZERO, 0),
             max_bw: RoundMax::default(),
             min_rtt: None,
@@ -458,10 +498,10 @@ impl Bbr {
             _ => true,
         };
         if acked + lost >= LOSS_SAMPLE_PACKETS * self.mtu {
-            // A round that queued says nothing of random loss; one that did not, lost at random.
-            let share = if queued { 0.0 } else { lost as f64 / (acked + lost) as f64 };
-            if !queued || self.loss_share > 0.0 {
-                self.loss_share = 0.75 * self.loss_share + 0.25 * share;
+            // A round that queued says nothing of random loss.
+            if !queued {
+                self.loss_shares.push(lost as f64 / (acked + lost) as f64);
+                self.loss_share = self.loss_shares.random();
             }
         }
         if self.filled_pipe {

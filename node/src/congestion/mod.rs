@@ -5,7 +5,9 @@
 //! [`Bbr`](bbr::Bbr) is the default: a model of the path's bottleneck rate and RTT, its rate
 //! held by the same [`Budget`](budget::Budget) as Brutal's (below; BBR's banks only what the
 //! longest recent gap between acknowledgements needs, so a phase of its gain cycle that could
-//! not send does not hand its arrears to the next), tested on a simulated bottleneck (`sim`)
+//! not send does not hand its arrears to the next, and no more than ten packets while its own
+//! window holds the sender back, so loss recovery does not end in a burst), tested on a
+//! simulated bottleneck (`sim`)
 //! where quinn's BBR, misled by acknowledgements that come in bursts, loses half of what it
 //! sends.
 //!
