@@ -2543,39 +2543,45 @@ us). Those rows moved with the machine, not with the code.\n\n\
   sender, the budget banked 102 packets meanwhile, and they left at once when the window opened \
   (105 lost in the next round). On B4, in alternated runs within an hour: 4.23 % lost against \
   5.33 without it, and 5.05 in a later run (B4's loss moves by a point between runs of the same \
-  code: 4.5 to 5.3 % in six runs of the commit before). A window of at least 0.8 of the pacing \
-  rate times the smallest RTT (so that quinn's pacer, at 1.25 times the window over the RTT, \
-  never paces below the rate, and the budget banks nothing) lost 4.60 % on B4 (4.18-4.78) with \
-  6.14 ms of queueing, against 5.30 % and 6.49 ms for the code without it in the same hour \
-  (sing-box 3.17 and 3.22 %), every simulated-link test passing: not built: on the simulated \
-  link, whose sender paces as quinn does, it changes nothing on any path (a 30 Mbit/s path with a \
-  queue of 10, 5 or 1 ms, acknowledgements every other packet or every 2, 5, 10 or 20 ms), so no \
-  test would fail without it, and B4's loss moves by a point between runs of the same code. \
-  Learning the share of random loss only from what the 0.75 phase sent (below the bottleneck's \
-  rate, so none of its loss is the queue's) took the simulated 30 Mbit/s path with a 5 ms queue \
-  from 11.9 % lost to 3.1 % and one with a 1 ms queue (a policer) from 19.9 % to 4.4 %: there the \
-  queue overflows before the RTT rises an eighth, so the overflow was taken for random loss and \
-  made up for, and sending more lost more. But on B4 itself it lost 5.40 and 5.60 % against 4.86 \
-  and 4.87 for the code before in the same hour (sing-box 2.9 to 3.3 %), B2's rows moving within \
-  their spread (1 %: 0.99 of sing-box; 5 %: 0.95): not kept. Learning it instead from the lower \
-  half of the last eight rounds without a standing queue (commit 71ab87f; random loss shows in \
-  every round, an overflow in the one or two after a probe) took the simulated 5 ms and 1 ms \
-  queues to 2.8 and 6.0 % lost (9.5 and 19.9 before; 5.4 % with 3 % random loss on top, 16.3 \
-  before) while 5 % random loss is still made up for (the 100 Mbit/s path holds 98.9 % of \
-  itself), and on B4 lost 4.30 % against 4.52 in alternated runs, B2 at 5 % moving within its \
-  spread (0.94 of sing-box against 0.95). Still weak on the simulated link: a 1 ms queue with \
-  acknowledgements batched every 5 or 20 ms (11 to 15 Mbit/s of 30, 30 to 45 % lost: each burst \
-  the acknowledgements release overflows the queue, and startup leaves in its second round), \
-  which collapses to 0.5 Mbit/s with 3 % random loss on top. Brutal at 500 Mbit/s through a 1 \
-  Gbit/s bottleneck 50 ms away: 218 Mbit/s against sing-box's 283, both far short of 500 where on \
-  loopback both hold it: the forwarder, one task of this program on CPU 0 carrying every packet \
-  both ways, is the limit. With the kernel's default socket buffers (208 KiB) it also let the \
-  kernel drop the servers' bursts before it read them, 102,485 datagrams in one run of that case, \
-  loss no shaped link decided and that its counts missed (the node moved 0.88 of sing-box then); \
-  none since its sockets hold 4 MiB, and the rows now count such drops. The node's Brutal queues \
-  more there (1.4 ms against 0.64): it sends in quinn's pacing bursts, where quic-go paces packet \
-  by packet. With CUBIC the node moves more than sing-box on a clean path; on random loss CUBIC \
-  collapses, as loss-based congestion control does.\n\
+  code: 4.5 to 5.3 % in six runs of the commit before). What is left of that burst: a recovery \
+  leaves a hole in the pipe, and a round later the acknowledgements stop for a round trip (55 ms) \
+  while the window is open and the budget spent; the next acknowledgement finds a round trip of \
+  the rate in the budget (120 packets), and it leaves at once (119 lost in the next round; a \
+  quick run at commit 4077f14). Crediting the budget after a gap with no more than what the gap's \
+  acknowledgements acknowledged and 2 ms of the rate (as a sender clocked by its acknowledgements \
+  would) slowed the simulated jittery path to 182 Mbit/s and split two flows 59/41: not kept. A \
+  window of at least 0.8 of the pacing rate times the smallest RTT (so that quinn's pacer, at \
+  1.25 times the window over the RTT, never paces below the rate, and the budget banks nothing) \
+  lost 4.60 % on B4 (4.18-4.78) with 6.14 ms of queueing, against 5.30 % and 6.49 ms for the code \
+  without it in the same hour (sing-box 3.17 and 3.22 %), every simulated-link test passing: not \
+  built: on the simulated link, whose sender paces as quinn does, it changes nothing on any path \
+  (a 30 Mbit/s path with a queue of 10, 5 or 1 ms, acknowledgements every other packet or every \
+  2, 5, 10 or 20 ms), so no test would fail without it, and B4's loss moves by a point between \
+  runs of the same code. Learning the share of random loss only from what the 0.75 phase sent \
+  (below the bottleneck's rate, so none of its loss is the queue's) took the simulated 30 Mbit/s \
+  path with a 5 ms queue from 11.9 % lost to 3.1 % and one with a 1 ms queue (a policer) from \
+  19.9 % to 4.4 %: there the queue overflows before the RTT rises an eighth, so the overflow was \
+  taken for random loss and made up for, and sending more lost more. But on B4 itself it lost \
+  5.40 and 5.60 % against 4.86 and 4.87 for the code before in the same hour (sing-box 2.9 to 3.3 \
+  %), B2's rows moving within their spread (1 %: 0.99 of sing-box; 5 %: 0.95): not kept. Learning \
+  it instead from the lower half of the last eight rounds without a standing queue (commit \
+  71ab87f; random loss shows in every round, an overflow in the one or two after a probe) took \
+  the simulated 5 ms and 1 ms queues to 2.8 and 6.0 % lost (9.5 and 19.9 before; 5.4 % with 3 % \
+  random loss on top, 16.3 before) while 5 % random loss is still made up for (the 100 Mbit/s \
+  path holds 98.9 % of itself), and on B4 lost 4.30 % against 4.52 in alternated runs, B2 at 5 % \
+  moving within its spread (0.94 of sing-box against 0.95). Still weak on the simulated link: a 1 \
+  ms queue with acknowledgements batched every 5 or 20 ms (11 to 15 Mbit/s of 30, 30 to 45 % \
+  lost: each burst the acknowledgements release overflows the queue, and startup leaves in its \
+  second round), which collapses to 0.5 Mbit/s with 3 % random loss on top. Brutal at 500 Mbit/s \
+  through a 1 Gbit/s bottleneck 50 ms away: 218 Mbit/s against sing-box's 283, both far short of \
+  500 where on loopback both hold it: the forwarder, one task of this program on CPU 0 carrying \
+  every packet both ways, is the limit. With the kernel's default socket buffers (208 KiB) it \
+  also let the kernel drop the servers' bursts before it read them, 102,485 datagrams in one run \
+  of that case, loss no shaped link decided and that its counts missed (the node moved 0.88 of \
+  sing-box then); none since its sockets hold 4 MiB, and the rows now count such drops. The \
+  node's Brutal queues more there (1.4 ms against 0.64): it sends in quinn's pacing bursts, where \
+  quic-go paces packet by packet. With CUBIC the node moves more than sing-box on a clean path; \
+  on random loss CUBIC collapses, as loss-based congestion control does.\n\
 - **P7, the Worker in workerd (#49: < 150 us an answer, < 100 us a 429). Met since commit \
   e5b8ef8:** 128 us an answer and 90.9 and 83.6 us the two 429s, against 50.3 us for the empty \
   JavaScript worker in the same run (`--only worker` at that commit, 2026-12-06, 3 repetitions; a \
