@@ -333,7 +333,6 @@ impl Bbr {
         self.in_flight += bytes;
         self.last_sent = now;
         self.budget.on_sent(now, bytes, self.pacing_rate);
-        self.budget.hold_to(self.cap());
     }
 
     /// A packet of `bytes` sent at `sent` was acknowledged (one of a batch that ends with
@@ -387,7 +386,6 @@ impl Bbr {
         self.acked_before = acked;
         let Some(newest) = self.newest_acked.take() else {
             self.budget.on_end_acks(now, in_flight, self.pacing_rate);
-            self.budget.hold_to(self.cap());
             return;
         };
         if app_limited {
@@ -460,6 +458,7 @@ impl Bbr {
         self.update_cwnd(acked);
         self.update_recovery(newest, round_start, acked);
         self.budget.on_end_acks(now, in_flight, self.pacing_rate);
+        // The window changes here and on a loss only.
         self.budget.hold_to(self.cap());
     }
 
