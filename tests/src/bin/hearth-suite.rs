@@ -16,7 +16,7 @@
 //! how long each write transaction waited, worked and committed; `hearth_control::publish=debug`
 //! how long each node set took to make and sign), and `HEARTH_SUITE_NODE_LOG` that of the nodes
 //! it starts (`hearth_node=info`: how long each set took to verify, store and apply;
-//! `hearth_node::congestion=trace`: BBR's modes and its startup round by round).
+//! `hearth_node::congestion=trace`: BBR's modes and every round, startup's and ProbeBW's).
 //! `HEARTH_SUITE_CASE` runs the lossy cases whose names start with it (`B4`, `B2 50 ms, 0 %`).
 
 use std::collections::BTreeMap;
