@@ -6,10 +6,11 @@
 //! held by the same [`Budget`](budget::Budget) as Brutal's (below; BBR's banks only what the
 //! longest recent gap between acknowledgements needs, so a phase of its gain cycle that could
 //! not send does not hand its arrears to the next, and no more than ten packets while its own
-//! window holds the sender back, so loss recovery does not end in a burst), tested on a
-//! simulated bottleneck (`sim`)
-//! where quinn's BBR, misled by acknowledgements that come in bursts, loses half of what it
-//! sends.
+//! window holds the sender back, so loss recovery does not end in a burst; while it has room
+//! for a whole send batch, quinn is handed a window its pacer runs above the rate with, as
+//! that pacer otherwise held startup to 1.25 times a round), tested on a simulated
+//! bottleneck (`sim`) where quinn's BBR, misled by acknowledgements that come in bursts,
+//! loses half of what it sends.
 //!
 //! Brutal is Hysteria's own: the server sends at a fixed rate (the smallest of what the client
 //! says it can receive, the node's `bandwidth.up` and, later, the user's limit), whatever the
