@@ -2517,16 +2517,17 @@ us). Those rows moved with the machine, not with the code.\n\n\
   handed to quinn and 200 with it (`jitter_does_not_hold_it_back` fails without it), where before \
   it paced faster than the node does and showed none of this. There a queue of 1 ms at 30 Mbit/s \
   (three packets) lets nearly nothing through (1.2 Mbit/s, with or without the change): quinn's \
-  pacer sends ten packets at least at a time, which no controller behind it changes; the policer \
-  case of the test is 2 ms now. Tried before the pacer was found, each under its limit: counting \
-  the ack aggregation in startup's window took B3 from 0.78 to 0.81-0.91 (B2 at 0 % then loses \
-  0.9 to 1.2 % of its packets, against 0.5), and letting the first flight (sent before there is a \
-  rate) cost the rate's budget nothing took it to 0.93: charged to it, those 32 packets held \
-  startup to a few packets in flight for two round trips. BBR v1's startup window of 2.885 BDPs \
-  moved B3 1.10 times sing-box in a quick run and lost 13 % of B2's packets, overflowing the \
-  queue of one BDP; a startup window of two BDPs at the last round's mean RTT (at most 1.5 times \
-  the smallest) moved B3 1.04 times sing-box but lost 2.1 % of B2's packets against 0.5, and held \
-  to rounds without a standing queue it moved B3 0.80: neither kept. On the simulated link of \
+  pacer wakes to send ten packets at a time, and the budget lets ten out at least (a budget that \
+  let out fewer, clocked by the acknowledgements, is not tried); the policer case of the test is \
+  2 ms now. Tried before the pacer was found, each under its limit: counting the ack aggregation \
+  in startup's window took B3 from 0.78 to 0.81-0.91 (B2 at 0 % then loses 0.9 to 1.2 % of its \
+  packets, against 0.5), and letting the first flight (sent before there is a rate) cost the \
+  rate's budget nothing took it to 0.93: charged to it, those 32 packets held startup to a few \
+  packets in flight for two round trips. BBR v1's startup window of 2.885 BDPs moved B3 1.10 \
+  times sing-box in a quick run and lost 13 % of B2's packets, overflowing the queue of one BDP; \
+  a startup window of two BDPs at the last round's mean RTT (at most 1.5 times the smallest) \
+  moved B3 1.04 times sing-box but lost 2.1 % of B2's packets against 0.5, and held to rounds \
+  without a standing queue it moved B3 0.80: neither kept. On the simulated link of \
   `node/src/congestion/sim.rs` (B3's path: 50 MB took 3.01 s, startup growing about 1.5 times \
   each 100 ms and cwnd-bound throughout), a startup window of two BDPs at the RTT the last round \
   that grew the estimate ran at (the smallest plus its jitter, at most half again) took 2.86 s \
