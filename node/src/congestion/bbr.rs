@@ -555,7 +555,8 @@ impl Bbr {
             // acknowledgements ran ahead of an estimate a round behind left the window a
             // third of a BDP over two BDPs at startup's end, and B2 (a queue of one BDP) lost
             // 1.5 to 1.7 % of its packets, where counted from here 0.75 to 1.0 (sing-box 0.3
-            // to 0.5). Chromium's BBR does the same (`expire_ack_aggregation_in_startup`).
+            // to 0.5). Chromium's BBR has this as an option
+            // (`expire_ack_aggregation_in_startup`).
             self.extra_acked = RoundMax::default();
         } else {
             // A round that did not grow the estimate: three in a row, or one that queued and
