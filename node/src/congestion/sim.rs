@@ -284,7 +284,7 @@ impl Flow {
         let woken = std::mem::take(&mut self.acked);
         let window = self.cc.window();
         let rtt = self.srtt.unwrap_or(Duration::from_millis(100)).max(Duration::from_micros(1)).as_secs_f64();
-        let capacity = (window as f64 * 0.002 / rtt).clamp(10.0 * MTU as f64, 256.0 * MTU as f64);
+        let capacity = pacer_capacity(window, rtt);
         let since = now - self.paced_at.unwrap_or(now);
         self.tokens = (self.tokens + 1.25 * window as f64 * since.as_secs_f64() / rtt).min(capacity);
         self.paced_at = Some(now);
@@ -306,8 +306,8 @@ impl Flow {
             }
             if self.tokens < MTU as f64 {
                 // quinn's pacer sets its timer for when a whole burst is due.
-                let capacity = (window as f64 * 0.002 / rtt).clamp(10.0 * MTU as f64, 256.0 * MTU as f64);
-                let wait = Duration::from_secs_f64(rtt * (capacity - self.tokens) / window as f64 * 0.8);
+                let wait =
+                    Duration::from_secs_f64(rtt * (pacer_capacity(window, rtt) - self.tokens) / window as f64 * 0.8);
                 self.wakes_at = Some(elapsed + wait + TIMER_LATE);
                 self.app_limited = false;
                 break;
@@ -331,6 +331,12 @@ impl Flow {
         }
         packets
     }
+}
+
+/// The most bytes quinn's pacer lets out at once: 2 ms of a window per `rtt` seconds,
+/// 10 to 256 packets.
+fn pacer_capacity(window: u64, rtt: f64) -> f64 {
+    (window as f64 * 0.002 / rtt).clamp(10.0 * MTU as f64, 256.0 * MTU as f64)
 }
 
 /// quinn's RTT estimator as a connection over a path of `rtt` leaves it after its handshake.
