@@ -108,7 +108,7 @@ const LOSS_ROUNDS: usize = 8;
 /// above.
 const PACER_WINDOW_RTTS: f64 = 1.5;
 /// The most packets quinn sends before it tells the controller (`on_sent`): one transmit.
-const SEND_BATCH_PACKETS: u64 = 10;
+pub(super) const SEND_BATCH_PACKETS: u64 = 10;
 /// Send batches remembered at most (a batch per packet at worst: quinn's own limit on what is
 /// in flight keeps far fewer).
 const MAX_SENT_BATCHES: usize = 1 << 14;

@@ -13,12 +13,10 @@ use std::time::{Duration, Instant};
 
 use quinn::congestion::Controller;
 
-use super::bbr::Bbr;
+use super::bbr::{Bbr, SEND_BATCH_PACKETS};
 
 pub(super) const MTU: u64 = 1200;
 pub(super) const STEP: Duration = Duration::from_micros(50);
-/// quinn sends up to this many packets in one batch (one `on_sent`).
-const BATCH_PACKETS: u64 = 10;
 /// How late tokio's timer wakes quinn's pacer: sleeps of 0.3 to 4 ms took 1.0 to 1.1 ms more
 /// on this machine. (Without it the simulated sender paced faster than the node does: B3's
 /// startup grew about 1.25 times a round there, limited by quinn's pacer, and half again here.)
@@ -321,7 +319,7 @@ impl Flow {
             self.sent += 1;
             packets.push(pn);
             batch += 1;
-            if batch == BATCH_PACKETS {
+            if batch == SEND_BATCH_PACKETS {
                 self.cc.on_sent(now, batch * MTU, pn);
                 batch = 0;
             }
