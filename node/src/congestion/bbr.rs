@@ -13,9 +13,10 @@
 //!   the rate between two acknowledgements.
 //! - **App-limited samples** (quinn says when the connection had nothing to send) count only
 //!   when they raise the estimate, so a user reading a web page does not teach it a low rate.
-//! - **The bandwidth** is the largest sample over the last [`BW_ROUNDS`] round trips; **the
-//!   RTT** the smallest over [`MIN_RTT_WINDOW`], probed by holding what is in flight to half a
-//!   BDP for [`PROBE_RTT_TIME`] when it has not come down for that long.
+//! - **The bandwidth** is the largest sample over the last
+//!   [`BW_ROUNDS`](filters::BW_ROUNDS) round trips; **the RTT** the smallest over
+//!   [`MIN_RTT_WINDOW`], probed by holding what is in flight to half a BDP for
+//!   [`PROBE_RTT_TIME`] when it has not come down for that long.
 //! - **Startup** starts from [`INITIAL_CWND_PACKETS`] and doubles the rate each round until
 //!   three rounds bring less than a quarter more bandwidth, a round that did not grow it
 //!   queued and lost more than [`STALLED_LOSS`], or a round loses more than [`STARTUP_LOSS`]
@@ -23,8 +24,8 @@
 //!   it). **Drain** then empties the queue it built, and **ProbeBW** cycles the rate through
 //!   1.25, 0.75 (until the queue is gone) and six rounds of 1.0 of the estimate.
 //! - **The window** is twice the BDP plus the most the acknowledgements have run ahead of
-//!   the estimate over the last [`BW_ROUNDS`] rounds (ack aggregation), so bursts of
-//!   acknowledgements (and jitter) do not stall the sender. In startup that is counted from
+//!   the estimate over the last [`BW_ROUNDS`](filters::BW_ROUNDS) rounds (ack aggregation),
+//!   so bursts of acknowledgements (and jitter) do not stall the sender. In startup that is counted from
 //!   the last round that grew the estimate a quarter: before, the acknowledgements ran ahead
 //!   of an estimate that startup's growth had left behind.
 //! - **The rate** is held by the same [`Budget`] Brutal uses: quinn's own pacer follows the
@@ -38,8 +39,8 @@
 //! mostly random, and the bandwidth samples already see a full queue. Random loss is made up
 //! for, as Brutal does: the rate is divided by one less the share lost at random, or a path
 //! losing 5 % before its bottleneck would leave the bottleneck idle 5 % of the time. That
-//! share is the mean of the lower half of the last [`LOSS_ROUNDS`] rounds whose RTT stayed
-//! within an eighth of the smallest (at most a fifth): loss from a full queue does not count,
+//! share is the mean of the lower half of the last [`LOSS_ROUNDS`](filters::LOSS_ROUNDS)
+//! rounds whose RTT stayed within an eighth of the smallest (at most a fifth): loss from a full queue does not count,
 //! nor a queue's overflow where the queue is too shallow to raise the RTT (it shows in one or
 //! two rounds of a gain cycle, where random loss shows in all). After the pipe is full, a loss
 //! holds the window to what is acknowledged for a round (packet conservation), then lets it
@@ -48,7 +49,10 @@
 use std::collections::VecDeque;
 use std::time::{Duration, Instant};
 
+use self::filters::{LossShares, RoundMax};
 use super::budget::{Bank, Budget};
+
+mod filters;
 
 /// What a loss does to the window: nothing, or for a round the packets acknowledged are all
 /// that may go out (conservation), then the window grows by what is acknowledged, until a
@@ -72,8 +76,6 @@ const CWND_GAIN: f64 = 2.0;
 /// The longest the 0.75 phase lasts, in smallest RTTs, when what is in flight does not come
 /// down to a BDP before (it ends once it does, so a queue left by startup or a probe drains).
 const DRAIN_PHASE_RTTS: u32 = 3;
-/// Round trips the bandwidth estimate (and the ack aggregation) remembers.
-const BW_ROUNDS: u64 = 10;
 /// How long the smallest RTT counts before it is probed again.
 const MIN_RTT_WINDOW: Duration = Duration::from_secs(10);
 /// How long the RTT probe holds what is in flight down (and one round at least).
@@ -97,9 +99,6 @@ const STALLED_LOSS: f64 = 0.02;
 const MAX_MADE_UP: f64 = 0.2;
 /// Below this many packets' worth of bytes a round says nothing of the loss share.
 const LOSS_SAMPLE_PACKETS: u64 = 20;
-/// The rounds (without a standing queue) the share of random loss is learned from: a gain
-/// cycle's worth.
-const LOSS_ROUNDS: usize = 8;
 /// The window quinn's pacer is handed while the budget has room, in smoothed RTTs of the
 /// pacing rate. quinn paces at 1.25 windows per smoothed RTT, a burst of 2 ms of that at a
 /// time, and once it has sent one it sleeps until the next is due; tokio's timer wakes it
@@ -138,59 +137,6 @@ struct Batch {
     delivered_time: Instant,
     first_sent_time: Instant,
     app_limited: bool,
-}
-
-/// The largest value seen over the last [`BW_ROUNDS`] rounds: the best of each round, kept
-/// by round number.
-#[derive(Clone, Copy, Debug, Default)]
-struct RoundMax {
-    slots: [(u64, u64); BW_ROUNDS as usize],
-}
-
-impl RoundMax {
-    fn update(&mut self, round: u64, value: u64) {
-        let slot = &mut self.slots[(round % BW_ROUNDS) as usize];
-        if slot.0 != round {
-            *slot = (round, 0);
-        }
-        slot.1 = slot.1.max(value);
-    }
-
-    fn get(&self, round: u64) -> u64 {
-        self.slots.iter().filter(|(at, _)| at + BW_ROUNDS > round).map(|(_, value)| *value).max().unwrap_or(0)
-    }
-}
-
-/// The share of bytes lost in each of the last [`LOSS_ROUNDS`] rounds that ran without a
-/// standing queue.
-#[derive(Clone, Copy, Debug, Default)]
-struct LossShares {
-    shares: [f64; LOSS_ROUNDS],
-    next: usize,
-    len: usize,
-}
-
-impl LossShares {
-    fn push(&mut self, share: f64) {
-        self.shares[self.next] = share;
-        self.next = (self.next + 1) % LOSS_ROUNDS;
-        self.len = (self.len + 1).min(LOSS_ROUNDS);
-    }
-
-    /// The share lost at random: the mean of the lower half of the rounds. Random loss shows
-    /// in every round; a queue overflowing shows in the one or two rounds after a probe, and
-    /// where the queue is too shallow for the RTT to rise (a policer, a few milliseconds of
-    /// buffer) nothing else tells the two apart: made up for, the overflow would grow itself.
-    fn random(&self) -> f64 {
-        if self.len < LOSS_ROUNDS / 2 {
-            return 0.0;
-        }
-        let mut shares = self.shares;
-        let shares = &mut shares[..self.len];
-        shares.sort_by(f64::total_cmp);
-        let lower = &shares[..self.len / 2];
-        lower.iter().sum::<f64>() / lower.len() as f64
-    }
 }
 
 #[derive(Clone, Debug)]
@@ -803,19 +749,5 @@ mod tests {
         bbr.on_round_start(false);
         assert_eq!(bbr.extra_acked.get(5), 0, "the acknowledgements ran ahead of an estimate left behind");
         assert!(!bbr.filled_pipe);
-    }
-
-    #[test]
-    fn the_round_max_forgets_what_is_older_than_its_rounds() {
-        let mut max = RoundMax::default();
-        max.update(1, 100);
-        max.update(2, 50);
-        max.update(2, 70);
-        assert_eq!(max.get(2), 100);
-        assert_eq!(max.get(10), 100, "round 1 still counts in round 10");
-        assert_eq!(max.get(11), 70, "and not in round 11");
-        max.update(12, 10);
-        assert_eq!(max.get(12), 10, "round 12 took round 2's place");
-        assert_eq!(max.get(30), 0);
     }
 }
